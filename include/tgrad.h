@@ -1,0 +1,492 @@
+/**
+ * @file tgrad.h
+ * @brief tgrad public API: status codes, context, tensors, op builders, static graphs,
+ *        reverse-mode autodiff and numerical gradient checking.
+ *
+ * Conventions used throughout:
+ * - Shapes are written outermost first (PyTorch order), row-major and contiguous.
+ *   Letters: B batch, T sequence (seq_len), D d_model, H n_heads, Dh = D/H, F d_ff.
+ * - Every op supports both dtypes, ::TG_F32 (speed) and ::TG_F64 (exact checking); all operands
+ *   of one op share one dtype.
+ * - Op builders only *record* an op and return its output tensor; nothing is computed until a
+ *   ::tg_graph containing it runs forward.  A builder that fails returns NULL and records the
+ *   **first** error on the context (status plus a message such as
+ *   `tg_matmul: inner dims differ: a is (2, 3), b is (4, 5)`); a builder given a NULL input
+ *   returns NULL without overwriting the recorded error, so calls chain safely and are checked
+ *   once: `tg_add(ctx, tg_matmul(ctx, x, w, false, false), b)`.
+ * - The context owns all memory; tensors and graphs are borrowed handles that stay valid until
+ *   tg_ctx_free().  Library code never aborts, exits or prints on user error.
+ * - Broadcasting (add, mul, add_mask, matmul batch dims) is NumPy/PyTorch style: shapes are
+ *   aligned on the right; each pair of dims must be equal or one of them 1; missing leading dims
+ *   count as 1.
+ * - Determinism: every result is bitwise identical for any thread count (each output element is
+ *   computed by one thread in a fixed order; no reductions across threads on float data).
+ */
+#ifndef TGRAD_H
+#define TGRAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TG_BUILDING_LIBRARY) && defined(__GNUC__)
+#define TG_API __attribute__((visibility("default")))
+#else
+#define TG_API
+#endif
+
+/** Largest tensor rank supported. */
+#define TG_MAX_RANK 6
+/** Longest tensor name, including the terminating NUL. */
+#define TG_NAME_MAX 128
+
+/**
+ * Convenience for passing a literal shape: `tg_input(ctx, TG_F32, TG_DIMS(2, 3), "x")`
+ * expands to `rank, shape` arguments. (For rank 0 pass `0, NULL`.)
+ */
+#define TG_DIMS(...)                                                                     \
+    (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) { \
+        __VA_ARGS__                                                                      \
+    }
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Status codes */
+/**@{*/
+/** Result of every call that does work. tg_status_str() names a code. */
+typedef enum tg_status {
+    TG_OK = 0,              /**< success */
+    TG_ERR_ARG,             /**< invalid argument (NULL where not allowed, value out of range) */
+    TG_ERR_SHAPE,           /**< incompatible or invalid shapes */
+    TG_ERR_DTYPE,           /**< unsupported dtype or operands of different dtypes */
+    TG_ERR_AXIS,            /**< axis out of range */
+    TG_ERR_NOMEM,           /**< the allocator returned NULL */
+    TG_ERR_STATE,           /**< call made in the wrong state (e.g. backward before forward) */
+    TG_ERR_NOGRAD,          /**< gradient requested where none exists or no backward rule */
+    TG_ERR_NONFINITE,       /**< NaN or infinity where a finite value is required */
+    TG_ERR_NOTFOUND,        /**< a named item does not exist */
+    TG_ERR_GRADCHECK,       /**< tg_gradcheck() found a mismatch (see the report) */
+    TG_ERR_IO,              /**< an operating-system I/O call failed (open, read, write, rename) */
+    TG_ERR_FORMAT,          /**< malformed file (generic) */
+    TG_ERR_TRUNCATED,       /**< file ends before the data it declares */
+    TG_ERR_HEADER_SIZE,     /**< header length field absurd (too large or too small) */
+    TG_ERR_JSON,            /**< header is not valid JSON of the expected form */
+    TG_ERR_DUPLICATE,       /**< a name appears twice */
+    TG_ERR_UNSUPPORTED,     /**< valid file, but a feature we do not read (dtype, order, ...) */
+    TG_ERR_OVERFLOW,        /**< sizes overflow 64-bit arithmetic */
+    TG_ERR_SIZE_MISMATCH,   /**< byte size differs from shape times dtype size */
+    TG_ERR_OUT_OF_BOUNDS,   /**< data offsets point outside the file's data section */
+    TG_ERR_OVERLAP,         /**< two tensors' data ranges overlap */
+    TG_ERR_GAP,             /**< data ranges leave holes (not contiguous) */
+    TG_ERR_TRAILING,        /**< bytes after the last tensor's data */
+    TG_ERR_MISMATCH,        /**< loaded tensors do not match what the model expects */
+    TG_STATUS_COUNT_        /**< number of codes (not a status) */
+} tg_status;
+
+/** Short constant name of a status code, e.g. "TG_ERR_SHAPE". Never NULL. */
+TG_API const char *tg_status_str(tg_status s);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Context */
+/**@{*/
+typedef struct tg_ctx tg_ctx;
+typedef struct tg_tensor tg_tensor;
+typedef struct tg_graph tg_graph;
+
+/** Element type. */
+typedef enum tg_dtype {
+    TG_F32 = 0, /**< IEEE-754 binary32 */
+    TG_F64 = 1  /**< IEEE-754 binary64 */
+} tg_dtype;
+
+/** Size in bytes of one element of @p dt (4 or 8; 0 for an invalid value). */
+TG_API size_t tg_dtype_size(tg_dtype dt);
+/** "f32" or "f64" ("?" for an invalid value). */
+TG_API const char *tg_dtype_str(tg_dtype dt);
+
+/**
+ * Pluggable allocator. @c alloc returns NULL on failure (tgrad then reports ::TG_ERR_NOMEM);
+ * @c free must accept NULL. Memory must be aligned for double. Tests use this to inject
+ * out-of-memory failures.
+ */
+typedef struct tg_allocator {
+    void *(*alloc)(void *user, size_t size);
+    void (*free)(void *user, void *ptr);
+    void *user;
+} tg_allocator;
+
+/**
+ * Create a context with the C library allocator, RNG seed 0 and the default thread count
+ * (OpenMP's `omp_get_max_threads()`, or 1 without OpenMP). Returns NULL only if memory is
+ * exhausted. Free with tg_ctx_free().
+ */
+TG_API tg_ctx *tg_ctx_new(void);
+/** Like tg_ctx_new() with a custom allocator (copied; NULL means the C library's). */
+TG_API tg_ctx *tg_ctx_new_with(const tg_allocator *allocator);
+/** Free the context and every tensor, graph and buffer it owns. NULL is a no-op. */
+TG_API void tg_ctx_free(tg_ctx *ctx);
+
+/** Status of the first error recorded since the last tg_ctx_clear_error() (TG_OK if none). */
+TG_API tg_status tg_ctx_status(const tg_ctx *ctx);
+/** Message of the first recorded error ("" if none). Owned by the context. */
+TG_API const char *tg_ctx_message(const tg_ctx *ctx);
+/** Forget the recorded error. */
+TG_API void tg_ctx_clear_error(tg_ctx *ctx);
+
+/** Threads used by kernels (>= 1). @p n <= 0 restores the default. */
+TG_API void tg_ctx_set_threads(tg_ctx *ctx, int n);
+TG_API int tg_ctx_threads(const tg_ctx *ctx);
+
+/** Reseed the context RNG (xoshiro256**, seeded through splitmix64). */
+TG_API void tg_ctx_seed(tg_ctx *ctx, uint64_t seed);
+/** Next raw 64-bit output of the context RNG. */
+TG_API uint64_t tg_rng_u64(tg_ctx *ctx);
+/** Uniform double in [0, 1) with 53 random bits. */
+TG_API double tg_rng_uniform(tg_ctx *ctx);
+/** Standard normal deviate (Box-Muller, no cached second value so the state is all there is). */
+TG_API double tg_rng_normal(tg_ctx *ctx);
+/** Copy the 256-bit RNG state out (4 words), e.g. to store in a checkpoint. */
+TG_API void tg_rng_get_state(const tg_ctx *ctx, uint64_t state[4]);
+/** Restore a state produced by tg_rng_get_state(). */
+TG_API void tg_rng_set_state(tg_ctx *ctx, const uint64_t state[4]);
+
+/**
+ * Training mode (default true). Ops that behave differently at evaluation (dropout) read it
+ * when the graph runs forward.
+ */
+TG_API void tg_ctx_set_training(tg_ctx *ctx, bool training);
+TG_API bool tg_ctx_training(const tg_ctx *ctx);
+
+/** Bytes currently held by the context from its allocator. */
+TG_API size_t tg_ctx_bytes(const tg_ctx *ctx);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Tensors */
+/**@{*/
+/** What a tensor is in a graph. */
+typedef enum tg_kind {
+    TG_KIND_PARAM = 0, /**< persistent learnable value; always has a gradient */
+    TG_KIND_INPUT,     /**< data set by the caller before each run; gradient on request */
+    TG_KIND_CONST,     /**< fixed data (e.g. a mask); never has a gradient */
+    TG_KIND_OP         /**< result of an op; computed by the graph */
+} tg_kind;
+
+/**
+ * Create a leaf tensor, zero-filled. @p rank 0..::TG_MAX_RANK, every dim >= 1 (except that a
+ * rank-0 tensor has one element). @p name may be NULL (a name like "input3" is generated) and is
+ * copied (truncated to ::TG_NAME_MAX - 1 bytes).
+ * Errors: ::TG_ERR_ARG (bad rank), ::TG_ERR_SHAPE (dim < 1), ::TG_ERR_DTYPE, ::TG_ERR_NOMEM.
+ * Returns NULL on error.
+ */
+TG_API tg_tensor *tg_param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
+                           const char *name);
+/** Input leaf (see tg_param()); no gradient unless tg_set_requires_grad() is called. */
+TG_API tg_tensor *tg_input(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
+                           const char *name);
+/** Constant leaf (see tg_param()); never differentiable. */
+TG_API tg_tensor *tg_const(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
+                           const char *name);
+
+/**
+ * Ask for (or stop asking for) the gradient of an input leaf. Parameters always require grad;
+ * constants and op results cannot be changed. Must be called before graphs using @p t are built.
+ * Errors: ::TG_ERR_ARG for a constant or op tensor.
+ */
+TG_API tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad);
+
+TG_API tg_ctx *tg_tensor_ctx(const tg_tensor *t);
+TG_API tg_dtype tg_tensor_dtype(const tg_tensor *t);
+TG_API tg_kind tg_tensor_kind(const tg_tensor *t);
+TG_API int tg_tensor_rank(const tg_tensor *t);
+/** Shape array of length tg_tensor_rank(), outermost first. Owned by the tensor. */
+TG_API const int64_t *tg_tensor_shape(const tg_tensor *t);
+/** Size of @p axis (negative counts from the end); -1 if out of range. */
+TG_API int64_t tg_tensor_dim(const tg_tensor *t, int axis);
+TG_API int64_t tg_tensor_numel(const tg_tensor *t);
+TG_API bool tg_tensor_requires_grad(const tg_tensor *t);
+TG_API const char *tg_tensor_name(const tg_tensor *t);
+/** Rename (copied). Errors: ::TG_ERR_ARG for NULL. */
+TG_API tg_status tg_tensor_set_name(tg_tensor *t, const char *name);
+/** Registry name of the op that produced @p t ("param", "input", "const" for leaves). */
+TG_API const char *tg_tensor_op_name(const tg_tensor *t);
+/** Shape as text, e.g. "(2, 3)"; rank 0 gives "()". Writes at most @p n bytes. */
+TG_API const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n);
+
+/**
+ * Raw data pointer: numel elements of the tensor's dtype, row-major. Valid until the context is
+ * freed. For op results it holds the value computed by the last forward run.
+ */
+TG_API void *tg_tensor_data(tg_tensor *t);
+/** Raw gradient pointer (same layout as data), or NULL if @p t has no gradient buffer
+ *  (no graph built with it that needs one). */
+TG_API void *tg_tensor_grad(tg_tensor *t);
+
+/**
+ * Copy @p n elements of type @p src_dtype into the tensor, converting to its dtype.
+ * Errors: ::TG_ERR_SHAPE if @p n != numel, ::TG_ERR_ARG for NULL, ::TG_ERR_STATE for an op result.
+ */
+TG_API tg_status tg_tensor_set_data(tg_tensor *t, const void *src, tg_dtype src_dtype, size_t n);
+/** Copy the data out as @p dst_dtype. Errors: ::TG_ERR_SHAPE if @p n != numel. */
+TG_API tg_status tg_tensor_get_data(const tg_tensor *t, void *dst, tg_dtype dst_dtype, size_t n);
+/** Copy the gradient out. Errors: ::TG_ERR_NOGRAD if none, ::TG_ERR_SHAPE if n != numel. */
+TG_API tg_status tg_tensor_get_grad(const tg_tensor *t, void *dst, tg_dtype dst_dtype, size_t n);
+/** Copy values from @p src (same shape; dtype converted). Errors: ::TG_ERR_SHAPE. */
+TG_API tg_status tg_tensor_copy(tg_tensor *dst, const tg_tensor *src);
+
+/** Element access for tests and tools: value at flat row-major index (no bounds check beyond
+ *  returning NaN / doing nothing when out of range). */
+TG_API double tg_get(const tg_tensor *t, int64_t flat);
+TG_API void tg_set(tg_tensor *t, int64_t flat, double v);
+/** Gradient element (NaN if no gradient or out of range). */
+TG_API double tg_grad_get(const tg_tensor *t, int64_t flat);
+/** Value at coordinates @p idx (tg_tensor_rank() entries). */
+TG_API double tg_get_at(const tg_tensor *t, const int64_t *idx);
+/** Set every element (leaves only; op results are overwritten by forward). */
+TG_API void tg_fill(tg_tensor *t, double v);
+/** Fill with uniform values in [lo, hi) from the context RNG. */
+TG_API void tg_fill_uniform(tg_tensor *t, double lo, double hi);
+/** Fill with normal values (mean, std) from the context RNG. */
+TG_API void tg_fill_normal(tg_tensor *t, double mean, double std);
+/** Set the gradient buffer to zero (no-op without one). */
+TG_API void tg_zero_grad(tg_tensor *t);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Op builders
+ * Each records one op and returns its result (owned by the context), or NULL on error.
+ * All operands must belong to the same context and have the same dtype (::TG_ERR_DTYPE).
+ */
+/**@{*/
+
+/**
+ * Batched matrix product `C = op(A) op(B)`, op(X) = X^T when the flag is set (transposes the
+ * last two axes; no copy is made, forward or backward).
+ * Shapes: a (..., M, K) [or (..., K, M) with @p transpose_a], b (..., K, N) [or (..., N, K)]
+ * -> (batch..., M, N) where batch is the broadcast of both leading dims. Rank >= 2 each.
+ * Gradients: dA = dC op(B)^T, dB = op(A)^T dC (summed over broadcast batch dims).
+ * Errors: ::TG_ERR_SHAPE (rank < 2, inner dims differ, batch dims not broadcastable).
+ * Source: the seeds' `matmul(q, k, transpose_b=True)`.
+ */
+TG_API tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a,
+                            bool transpose_b);
+
+/**
+ * Permute axes: out.shape[i] = x.shape[perm[i]]; @p perm is a permutation of 0..rank-1
+ * (negative entries count from the end). Copies the data. Gradient: inverse permutation.
+ * Errors: ::TG_ERR_AXIS (entry out of range or repeated), ::TG_ERR_ARG (perm NULL).
+ */
+TG_API tg_tensor *tg_permute(tg_ctx *ctx, tg_tensor *x, const int *perm);
+/** Swap two axes (negative counts from the end). Errors: ::TG_ERR_AXIS. */
+TG_API tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x, int axis0, int axis1);
+
+/**
+ * View @p x with a new shape of the same numel; at most one entry may be -1 (inferred).
+ * Shares x's data (no copy). Gradient: reshaped back.
+ * Errors: ::TG_ERR_SHAPE (numel differs, more than one -1, entry 0 or < -1, inferred size not
+ * whole), ::TG_ERR_ARG (rank out of range).
+ */
+TG_API tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int rank, const int64_t *shape);
+
+/**
+ * Slice `x[..., start:start+length, ...]` along @p axis (PyTorch `narrow`). Copies.
+ * Gradient: scattered back into the slice, zero elsewhere.
+ * Errors: ::TG_ERR_AXIS, ::TG_ERR_SHAPE (slice outside the axis or length < 1).
+ */
+TG_API tg_tensor *tg_narrow(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t length);
+
+/** `y = s * x`, any shape. Gradient dx = s dy. Errors: ::TG_ERR_ARG if @p s is not finite. */
+TG_API tg_tensor *tg_scale(tg_ctx *ctx, tg_tensor *x, double s);
+/** Elementwise `a + b` with broadcasting. Gradients reduced over broadcast dims.
+ *  Errors: ::TG_ERR_SHAPE (not broadcastable). */
+TG_API tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+/** Elementwise `a * b` with broadcasting. da = dy b, db = dy a (reduced). */
+TG_API tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+
+/**
+ * Sum over @p axis (negative counts from the end); @p keepdim keeps it as size 1.
+ * Shapes: x (..., N, ...) -> (..., ...) or (..., 1, ...). Gradient: dy broadcast back.
+ * Errors: ::TG_ERR_AXIS.
+ */
+TG_API tg_tensor *tg_sum(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
+/** Mean over @p axis (sum / N). Errors: ::TG_ERR_AXIS. */
+TG_API tg_tensor *tg_mean(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
+/** Sum of all elements -> rank-0 tensor. */
+TG_API tg_tensor *tg_sum_all(tg_ctx *ctx, tg_tensor *x);
+/** Mean of all elements -> rank-0 tensor. */
+TG_API tg_tensor *tg_mean_all(tg_ctx *ctx, tg_tensor *x);
+
+/** How tg_add_mask() reads its mask. */
+typedef enum tg_mask_kind {
+    /** Float bias added to the scores: 0 keeps, -inf blocks, any value shifts. Differentiable
+     *  in the mask too (a learned bias). The seeds' `scores += -1e9 * mask` is
+     *  `tg_add_mask(ctx, s, tg_scale(ctx, m, -1e9), TG_MASK_ADDITIVE)`. */
+    TG_MASK_ADDITIVE = 0,
+    /** Boolean mask stored as 0/1 (any non-zero = true): true means "this position may not be
+     *  attended" and the score becomes -inf, as PyTorch `nn.MultiheadAttention`'s boolean
+     *  `attn_mask` and `key_padding_mask`. Not differentiable in the mask. */
+    TG_MASK_BLOCK = 1
+} tg_mask_kind;
+
+/**
+ * Mask attention scores. Shapes: scores (..., T_q, T_k); mask broadcastable to scores
+ * (e.g. (T_q, T_k), (B, 1, T_q, T_k), (B, 1, 1, T_k)) -> same shape as scores.
+ * ADDITIVE: y = s + m. BLOCK: y = m != 0 ? -inf : s; dy/ds = 0 where blocked.
+ * Errors: ::TG_ERR_SHAPE (not broadcastable to scores, or mask rank > scores rank),
+ * ::TG_ERR_ARG (unknown kind), ::TG_ERR_DTYPE.
+ */
+TG_API tg_tensor *tg_add_mask(tg_ctx *ctx, tg_tensor *scores, tg_tensor *mask,
+                              tg_mask_kind kind);
+
+/**
+ * Softmax over the last axis, max-subtracted: y_i = exp(x_i - m) / sum_j exp(x_j - m).
+ * A row whose entries are all -inf gives all zeros and a zero gradient (PyTorch SDPA's
+ * `_safe_softmax`), never NaN. Gradient: dx = y * (dy - sum(dy * y)). Rank >= 1.
+ */
+TG_API tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x);
+/** max(0, x); gradient 1 where x > 0, else 0 (PyTorch's choice at 0). */
+TG_API tg_tensor *tg_relu(tg_ctx *ctx, tg_tensor *x);
+/** Exact GELU, x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (PyTorch default, Hendrycks &
+ *  Gimpel 2016). Gradient Phi(x) + x phi(x). */
+TG_API tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x);
+
+/**
+ * Affine map over the last axis, PyTorch `nn.Linear`: y = x W^T + b.
+ * Shapes: x (..., in_features), w (out_features, in_features), b (out_features) or NULL
+ * -> (..., out_features). PyTorch weights load without transposition.
+ * Errors: ::TG_ERR_SHAPE (w not rank 2, width mismatch, b wrong length).
+ */
+TG_API tg_tensor *tg_dense(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b);
+
+/**
+ * Layer normalisation over the last axis (Ba et al. 2016; PyTorch `nn.LayerNorm`):
+ * y = (x - mean) / sqrt(var + eps) * gamma + beta, with the biased variance computed in two
+ * passes. A constant row gives beta (never NaN).
+ * Shapes: x (..., D), gamma (D) or NULL (=1), beta (D) or NULL (=0) -> (..., D).
+ * Errors: ::TG_ERR_SHAPE, ::TG_ERR_ARG (eps not finite or < 0). PyTorch's default eps is 1e-5.
+ */
+TG_API tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta,
+                                double eps);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Static graphs and autodiff
+ * Life of a graph: build ops (record) -> tg_graph_new() (topological order, memory planned:
+ * every buffer forward and backward need is allocated here) -> tg_graph_forward() any number of
+ * times with new input data -> tg_graph_backward() -> read gradients -> tg_graph_zero_grad().
+ */
+/**@{*/
+/**
+ * Build a graph computing @p outputs (and everything they depend on). Iterative topological
+ * sort (no recursion, no size limit). Allocates gradient buffers for every tensor that needs
+ * one, so running cannot fail for lack of memory.
+ * Errors: ::TG_ERR_ARG (n_outputs < 1 or a NULL output), ::TG_ERR_NOMEM, or the context's
+ * recorded build error if one is pending (a graph is never built over a failed builder).
+ * Returns NULL on error. Owned by the context.
+ */
+TG_API tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs);
+/** Release the graph's own arrays (order, leaf list). Tensors, their data and gradient
+ *  buffers stay (the context owns them). NULL is a no-op. */
+TG_API void tg_graph_free(tg_graph *g);
+/** Number of tensors (leaves and ops) in topological order. */
+TG_API int64_t tg_graph_size(const tg_graph *g);
+/** The i-th tensor in topological order (NULL if out of range). */
+TG_API tg_tensor *tg_graph_node(const tg_graph *g, int64_t i);
+/** Number of leaves that receive gradients (params, inputs with requires_grad). */
+TG_API int64_t tg_graph_n_grad_leaves(const tg_graph *g);
+/** The i-th such leaf, in topological order. */
+TG_API tg_tensor *tg_graph_grad_leaf(const tg_graph *g, int64_t i);
+
+/** Run every op in topological order. Cannot fail once built except for ::TG_ERR_ARG. */
+TG_API tg_status tg_graph_forward(tg_graph *g);
+/**
+ * Reverse-mode autodiff from @p y (one of the graph's tensors). With @p dy NULL, @p y must have
+ * one element and is seeded with 1 (d loss / d loss); otherwise @p dy (same shape and dtype as
+ * y) is the upstream gradient, like PyTorch's `y.backward(dy)`. Gradients of leaves
+ * **accumulate** (+=) across calls (shared weights and repeated uses sum correctly); gradients
+ * of intermediate tensors are reset by each call. Call tg_graph_zero_grad() between steps.
+ * Errors: ::TG_ERR_STATE (forward not run), ::TG_ERR_SHAPE (dy or y mismatched, y not scalar
+ * with dy NULL), ::TG_ERR_ARG (y not in the graph), ::TG_ERR_NOGRAD (y does not require grad).
+ */
+TG_API tg_status tg_graph_backward(tg_graph *g, tg_tensor *y, const tg_tensor *dy);
+/** Like tg_graph_backward() with several seeded outputs at once; dys[i] NULL seeds 1. */
+TG_API tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
+                                         const tg_tensor *const *dys);
+/** Zero the gradients of every leaf in the graph. */
+TG_API void tg_graph_zero_grad(tg_graph *g);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Op registry */
+/**@{*/
+/** Number of registered ops. */
+TG_API int tg_op_count(void);
+/** Name of registered op @p i (0 <= i < tg_op_count()), NULL otherwise. */
+TG_API const char *tg_op_name(int i);
+/** Whether registered op @p i has a backward rule. */
+TG_API bool tg_op_has_backward(int i);
+/** Index of the op named @p name, or -1. */
+TG_API int tg_op_find(const char *name);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Gradient checking */
+/**@{*/
+/** Options for tg_gradcheck(). Fill with tg_gradcheck_defaults(). */
+typedef struct tg_gradcheck_opts {
+    double eps;           /**< central-difference step (f64: 1e-6, f32: 1e-3) */
+    double atol;          /**< absolute tolerance (f64: 1e-5, f32: 1e-2) */
+    double rtol;          /**< relative tolerance (f64: 1e-3, f32: 1e-2) */
+    int n_projections;    /**< 0: check every element; k > 0: check k random projections
+                               v^T J u instead (cheap for large tensors) */
+    uint64_t seed;        /**< seed of r (loss weights) and of the projections */
+    int64_t max_elements; /**< 0: no limit; else check at most this many elements per tensor
+                               (spread evenly), a cheaper middle ground */
+} tg_gradcheck_opts;
+
+/** PyTorch-style defaults for @p dt (f64: eps 1e-6, atol 1e-5, rtol 1e-3). */
+TG_API tg_gradcheck_opts tg_gradcheck_defaults(tg_dtype dt);
+
+/** What tg_gradcheck() found. */
+typedef struct tg_gradcheck_report {
+    bool passed;                  /**< every check below passed */
+    bool backward_deterministic;  /**< a second backward gave bitwise-identical gradients */
+    bool zero_upstream_ok;        /**< a zero upstream gradient gave all-zero gradients */
+    int64_t n_checked;            /**< elements (or projections) compared */
+    int n_tensors;                /**< differentiable leaves checked */
+    double max_abs_err;           /**< max |analytic - numeric| */
+    double max_rel_err;           /**< max |analytic - numeric| / max(|numeric|, atol) */
+    /* the worst element: largest |a - n| / (atol + rtol |n|) */
+    char worst_tensor[TG_NAME_MAX]; /**< its tensor's name ("" in projection mode) */
+    int64_t worst_index;          /**< flat index (projection number in projection mode) */
+    int worst_rank;
+    int64_t worst_coords[TG_MAX_RANK];
+    double worst_analytic, worst_numeric, worst_abs_err, worst_rel_err;
+    char message[256];            /**< one-line summary */
+} tg_gradcheck_report;
+
+/**
+ * Compare analytic gradients of @p y with central differences, for every differentiable leaf
+ * (parameters and inputs with requires_grad) that @p y depends on.
+ * The scalar checked is L = sum(r * y) with r uniform in [0.5, 1.5) from @p opts->seed, so no
+ * gradient cancels. Element mode: numeric = (L(x + eps) - L(x - eps)) / (2 eps) per element;
+ * pass iff |analytic - numeric| <= atol + rtol * |numeric| everywhere (PyTorch `gradcheck`).
+ * Projection mode: for k random directions u, compares grad . u with the directional
+ * difference. Also checks that a second backward is bitwise identical and that a zero upstream
+ * gradient gives zero gradients. Leaf data and gradients are restored afterwards.
+ * The graph is built internally (context memory). @p opts NULL means defaults for y's dtype.
+ * Returns ::TG_OK if passed, ::TG_ERR_GRADCHECK if not (see @p report), or another error
+ * (::TG_ERR_ARG for NULL, ::TG_ERR_NOGRAD if nothing is differentiable, build errors).
+ */
+TG_API tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
+                              tg_gradcheck_report *report);
+/**@}*/
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TGRAD_H */

@@ -1,0 +1,295 @@
+/**
+ * @file tgrad_io.h
+ * @brief Interop formats (layer 5): reading and writing safetensors and NumPy `.npy` files.
+ *
+ * Conventions shared by every function here:
+ * - Readers are strict: every byte of the file is accounted for, every size is checked with
+ *   overflow-safe arithmetic before anything is allocated, and a file that is malformed in any
+ *   way is rejected with a specific status (::TG_ERR_TRUNCATED, ::TG_ERR_JSON, ::TG_ERR_GAP, ...)
+ *   and a message naming the file, the tensor and the offending value. They never crash on
+ *   hostile input.
+ * - Failures follow the rest of tgrad: functions returning a pointer return NULL, functions
+ *   returning ::tg_status return the code; either way the **first** error is recorded on the
+ *   context (tg_ctx_status(), tg_ctx_message()). If an earlier error is still recorded, the
+ *   message of the new one is not kept, so call tg_ctx_clear_error() before a read whose exact
+ *   status you need.
+ * - Everything a reader returns (tensors, names, metadata strings, the ::tg_safetensors record)
+ *   is owned by the context and stays valid until tg_ctx_free(). On failure nothing stays
+ *   allocated: the context holds the same number of bytes as before the call.
+ * - Writers are atomic: the file is written to a temporary file in the same directory
+ *   (`path + ".tmp.XXXXXX"`, created with mkstemp()), flushed, fsync()ed and closed with every
+ *   return value checked, then rename()d over @p path. On any failure the temporary file is
+ *   removed and an existing file at @p path is left untouched. The new file gets the mode of the
+ *   file it replaces, or 0644.
+ * - All multi-byte values are little-endian on disk whatever the host's byte order.
+ *
+ * Format sources:
+ * - safetensors: the format description in the README of https://github.com/huggingface/safetensors
+ *   (8-byte little-endian header length N, N bytes of UTF-8 JSON, then the data section;
+ *   reference reader and writer in `safetensors/src/tensor.rs`).
+ * - .npy: NumPy NEP 1 ("A Simple File Format for NumPy Arrays") and the module docstring of
+ *   `numpy.lib.format` (versions 1.0, 2.0 and 3.0).
+ */
+#ifndef TGRAD_IO_H
+#define TGRAD_IO_H
+
+#include "tgrad.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Writing: items, sinks and options */
+/**@{*/
+
+/**
+ * One array to write: a name plus a borrowed, contiguous, row-major buffer of
+ * `prod(shape)` elements of @c dtype (in host byte order). Build one by hand to write any
+ * buffer, or with tg_io_item_data() / tg_io_item_grad() from a tensor.
+ */
+typedef struct tg_io_item {
+    const char *name;     /**< safetensors key (UTF-8, non-empty); ignored by the .npy writers */
+    tg_dtype dtype;       /**< ::TG_F32 or ::TG_F64; written as "F32"/"F64" or '<f4'/'<f8' */
+    int rank;             /**< 0..::TG_MAX_RANK */
+    const int64_t *shape; /**< @c rank dims, each >= 1 (may be NULL for rank 0) */
+    const void *data;     /**< prod(shape) elements; borrowed, not copied */
+} tg_io_item;
+
+/** An item describing the values of @p t under @p name (NULL: the tensor's own name). */
+TG_API tg_io_item tg_io_item_data(const tg_tensor *t, const char *name);
+/**
+ * An item describing the gradient buffer of @p t (tg_tensor_grad()) under @p name (NULL: the
+ * tensor's own name). Its @c data is NULL if @p t has no gradient buffer; the writers then fail
+ * with ::TG_ERR_NOGRAD naming the item.
+ */
+TG_API tg_io_item tg_io_item_grad(const tg_tensor *t, const char *name);
+
+/**
+ * A byte sink for the stream-level writers (tg_safetensors_write_to(), tg_npy_write_to()).
+ * @c write must consume all @p size bytes and return 0, or return a non-zero errno value
+ * (e.g. ENOSPC) on failure; the writer then stops and reports ::TG_ERR_IO with strerror() of it.
+ */
+typedef struct tg_writer {
+    int (*write)(void *user, const void *data, size_t size);
+    void *user;
+} tg_writer;
+
+/**
+ * Options of the path-based (atomic) writers. A zero-initialised struct (or a NULL pointer)
+ * means the defaults.
+ */
+typedef struct tg_write_opts {
+    /** For tests: if true, the write of the temporary file fails with ENOSPC once
+     *  @c fail_after_bytes bytes have been written (0 fails the first write), exactly as a full
+     *  disk would, so the clean-up path (temporary file removed, old file untouched,
+     *  ::TG_ERR_IO returned) can be exercised without special file systems or privileges. */
+    bool inject_write_failure;
+    uint64_t fail_after_bytes;
+    /** Skip fsync() of the file and of its directory (faster, not crash-safe). */
+    bool no_fsync;
+} tg_write_opts;
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name safetensors */
+/**@{*/
+
+/** A parsed safetensors file: its tensors in header (JSON) order and its metadata. Opaque;
+ *  owned by the context. */
+typedef struct tg_safetensors tg_safetensors;
+
+/** Largest header accepted by the readers, as in the reference implementation (100 MB). */
+#define TG_SAFETENSORS_MAX_HEADER 100000000u
+
+/**
+ * Read a safetensors file: 8-byte little-endian header length N, N bytes of JSON mapping each
+ * tensor name to `{"dtype": ..., "shape": [...], "data_offsets": [begin, end]}` plus an
+ * optional `"__metadata__"` string-to-string map, then the data section (offsets relative to
+ * its start, little-endian, row-major). Whitespace may pad the header (writers pad it to a
+ * multiple of 8 bytes with spaces).
+ *
+ * Every tensor becomes a ::TG_KIND_CONST tensor named with its key (truncated to
+ * ::TG_NAME_MAX - 1 bytes; tg_safetensors_name() keeps the full key). Dtypes:
+ * F32 and F64 are kept; F16 and BF16 are converted exactly to f32; BOOL, U8, I8, I16 and U16
+ * to f32 (exact); I32, U32, I64 and U64 to f64 (exact up to 2^53 in magnitude).
+ * tg_safetensors_file_dtype() tells which dtype the file stored. Rank-0 tensors (shape [])
+ * are read; tgrad tensors have no zero-size dims, so a dim of 0 is rejected.
+ *
+ * Checks, in this order, with their status:
+ * - file shorter than 8 bytes, or than 8 + N: ::TG_ERR_TRUNCATED;
+ * - N < 2 or N > ::TG_SAFETENSORS_MAX_HEADER: ::TG_ERR_HEADER_SIZE;
+ * - header not valid UTF-8 JSON (strict RFC 8259: strings with all escapes incl. surrogate
+ *   pairs, no trailing garbage, nesting depth <= 64), not an object, a tensor entry not an
+ *   object, a missing or unknown field, shape or offsets not arrays of non-negative integers,
+ *   `__metadata__` not a string-to-string object: ::TG_ERR_JSON;
+ * - a key twice (tensor, field or metadata key): ::TG_ERR_DUPLICATE;
+ * - unknown or unreadable dtype (e.g. F8_E4M3), rank > ::TG_MAX_RANK, a dim of 0, a name
+ *   containing NUL: ::TG_ERR_UNSUPPORTED;
+ * - a dim, the element count or the byte size overflowing 64 bits (or tgrad's tensor limit):
+ *   ::TG_ERR_OVERFLOW;
+ * - begin > end: ::TG_ERR_OUT_OF_BOUNDS; end - begin != numel * dtype size:
+ *   ::TG_ERR_SIZE_MISMATCH;
+ * - data section shorter than the tensors' total byte size: ::TG_ERR_TRUNCATED;
+ * - a range ending past the data section: ::TG_ERR_OUT_OF_BOUNDS;
+ * - ranges (sorted by offset) overlapping: ::TG_ERR_OVERLAP; leaving a hole, or the first not
+ *   starting at 0: ::TG_ERR_GAP;
+ * - bytes after the last range: ::TG_ERR_TRAILING;
+ * - open/read failure: ::TG_ERR_IO (with strerror); allocation failure: ::TG_ERR_NOMEM;
+ *   ::TG_ERR_ARG for NULL arguments.
+ * Messages look like `tg_safetensors_read: model.st: tensor 'w': data_offsets [0, 20] hold 20
+ * bytes but F32 (2, 3) needs 24`.
+ *
+ * @return the parsed file (owned by @p ctx, valid until tg_ctx_free()), or NULL on error with
+ *         the status recorded on @p ctx and nothing left allocated.
+ */
+TG_API tg_safetensors *tg_safetensors_read(tg_ctx *ctx, const char *path);
+/** Like tg_safetensors_read() from @p size bytes at @p data (borrowed, only read during the
+ *  call). Messages name the file "<memory>". */
+TG_API tg_safetensors *tg_safetensors_read_mem(tg_ctx *ctx, const void *data, size_t size);
+
+/** Number of tensors (not counting `__metadata__`); 0 for NULL. */
+TG_API int64_t tg_safetensors_count(const tg_safetensors *st);
+/** Key of tensor @p i (0 <= i < count, header order), full length; NULL if out of range. */
+TG_API const char *tg_safetensors_name(const tg_safetensors *st, int64_t i);
+/** Tensor @p i (header order); NULL if out of range. */
+TG_API tg_tensor *tg_safetensors_tensor(const tg_safetensors *st, int64_t i);
+/** Dtype string the file stored for tensor @p i ("F32", "BF16", "I64", ...); NULL if out of
+ *  range. */
+TG_API const char *tg_safetensors_file_dtype(const tg_safetensors *st, int64_t i);
+/** Tensor stored under key @p name (exact, case-sensitive; O(log n)); NULL if there is none.
+ *  Does not record an error. */
+TG_API tg_tensor *tg_safetensors_find(const tg_safetensors *st, const char *name);
+/** Number of `__metadata__` entries (0 if the file has none). */
+TG_API int64_t tg_safetensors_meta_count(const tg_safetensors *st);
+/** Key of metadata entry @p i, in header order; NULL if out of range. */
+TG_API const char *tg_safetensors_meta_key(const tg_safetensors *st, int64_t i);
+/** Value of metadata entry @p i; NULL if out of range. */
+TG_API const char *tg_safetensors_meta_value(const tg_safetensors *st, int64_t i);
+/** Value stored under metadata key @p key, or NULL if absent. */
+TG_API const char *tg_safetensors_meta_get(const tg_safetensors *st, const char *key);
+
+/**
+ * Write @p n items as a safetensors file, atomically (see the file comment).
+ * The output is deterministic: `__metadata__` first (if @p n_meta > 0) with keys in the given
+ * order, then the tensors in the given order, data offsets assigned consecutively from 0,
+ * minimal JSON (no whitespace; `"` `\` and control characters escaped as serde_json does:
+ * `\b \t \n \f \r`, others `\u00xx`; other characters as raw UTF-8), the header padded with
+ * spaces to a multiple of 8 bytes, then each item's data in its own dtype, little-endian.
+ * This is byte-for-byte what the reference `safetensors.serialize` produces for the same
+ * tensor order (the reference sorts tensors by dtype alignment and then by name; pass them in
+ * that order to match it exactly). @p n may be 0.
+ *
+ * Errors (nothing is created on disk for these): ::TG_ERR_ARG (NULL ctx/path/arrays, n < 0,
+ * empty name, name "__metadata__", name or metadata not valid UTF-8, rank out of range, NULL
+ * data), ::TG_ERR_NOGRAD (an item from tg_io_item_grad() without a gradient),
+ * ::TG_ERR_DUPLICATE (a name or metadata key twice), ::TG_ERR_DTYPE, ::TG_ERR_SHAPE (dim < 1),
+ * ::TG_ERR_OVERFLOW, ::TG_ERR_NOMEM. I/O failures: ::TG_ERR_IO with the failing call and
+ * strerror() in the message; the temporary file is removed and @p path left as it was.
+ *
+ * @param meta_keys, meta_values @p n_meta strings each (may be NULL when @p n_meta is 0).
+ * @param opts NULL for the defaults; see ::tg_write_opts (fault injection for tests).
+ */
+TG_API tg_status tg_safetensors_write_items(tg_ctx *ctx, const char *path, int64_t n,
+                                            const tg_io_item *items, int64_t n_meta,
+                                            const char *const *meta_keys,
+                                            const char *const *meta_values,
+                                            const tg_write_opts *opts);
+
+/**
+ * Convenience over tg_safetensors_write_items(): write the values of @p n tensors, each in its
+ * own dtype, under @p names[i] (or, if @p names is NULL, the tensors' names).
+ * Errors: as tg_safetensors_write_items().
+ */
+TG_API tg_status tg_safetensors_write(tg_ctx *ctx, const char *path, int64_t n,
+                                      const tg_tensor *const *tensors, const char *const *names,
+                                      int64_t n_meta, const char *const *meta_keys,
+                                      const char *const *meta_values);
+
+/**
+ * Write the gradient buffers of @p n tensors (tg_tensor_grad()) under @p names[i] (or the
+ * tensors' names if @p names is NULL), e.g. to compare with PyTorch's `p.grad`.
+ * Errors: as tg_safetensors_write_items(); ::TG_ERR_NOGRAD if a tensor has no gradient buffer.
+ */
+TG_API tg_status tg_safetensors_write_grads(tg_ctx *ctx, const char *path, int64_t n,
+                                            const tg_tensor *const *tensors,
+                                            const char *const *names, int64_t n_meta,
+                                            const char *const *meta_keys,
+                                            const char *const *meta_values);
+
+/**
+ * Stream form of tg_safetensors_write_items(): the same bytes, sent to @p w (no temporary file,
+ * no atomicity). Errors: as tg_safetensors_write_items(); ::TG_ERR_IO if @p w fails.
+ */
+TG_API tg_status tg_safetensors_write_to(tg_ctx *ctx, const tg_writer *w, int64_t n,
+                                         const tg_io_item *items, int64_t n_meta,
+                                         const char *const *meta_keys,
+                                         const char *const *meta_values);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name NumPy .npy */
+/**@{*/
+
+/** Element kind of an .npy file, so a caller can tell a boolean mask from a float one. */
+typedef enum tg_npy_kind {
+    TG_NPY_FLOAT = 0, /**< f2, f4, f8 */
+    TG_NPY_BOOL,      /**< b1 (read as 0 and 1) */
+    TG_NPY_INT        /**< i1, i2, i4, i8, u1, u2, u4, u8 */
+} tg_npy_kind;
+
+/** Largest .npy header accepted (bytes after the length field). NumPy's own limit is 10000. */
+#define TG_NPY_MAX_HEADER 65536u
+
+/**
+ * Read an .npy file (format versions 1.0, 2.0 and 3.0) into a new ::TG_KIND_INPUT tensor of
+ * dtype @p want, named after the file (its base name without ".npy").
+ * The header is a Python dict literal with exactly the keys 'descr', 'fortran_order' and
+ * 'shape', e.g. `{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }`.
+ * Supported descr: `<f2 <f4 <f8 <i2 <i4 <i8 <u2 <u4 <u8` and the one-byte `|b1 |i1 |u1`;
+ * values are converted to @p want (bools to 0 and 1; 64-bit integers exactly up to 2^53).
+ * Rank-0 arrays (shape `()`) are read.
+ *
+ * Errors: ::TG_ERR_FORMAT (bad magic, header not a dict literal of the expected form, missing,
+ * unknown or repeated key), ::TG_ERR_UNSUPPORTED (format version other than 1.0/2.0/3.0,
+ * object '|O', structured, big-endian or other unsupported dtypes, fortran_order True for
+ * rank >= 2, a dim of 0, rank > ::TG_MAX_RANK), ::TG_ERR_HEADER_SIZE (header longer than
+ * ::TG_NPY_MAX_HEADER), ::TG_ERR_TRUNCATED (file ends inside the header or data),
+ * ::TG_ERR_TRAILING (bytes after the data), ::TG_ERR_OVERFLOW (shape product overflows),
+ * ::TG_ERR_DTYPE (@p want not f32/f64), ::TG_ERR_IO, ::TG_ERR_NOMEM, ::TG_ERR_ARG.
+ *
+ * @param kind_out if not NULL, receives the file's element kind.
+ * @return the tensor (owned by @p ctx), or NULL with the status recorded.
+ */
+TG_API tg_tensor *tg_npy_read(tg_ctx *ctx, const char *path, tg_dtype want,
+                              tg_npy_kind *kind_out);
+/** Like tg_npy_read() from @p size bytes at @p data; the tensor gets a generated name. */
+TG_API tg_tensor *tg_npy_read_mem(tg_ctx *ctx, const void *data, size_t size, tg_dtype want,
+                                  tg_npy_kind *kind_out);
+
+/**
+ * Write tensor @p t's values as a version 1.0 .npy file ('<f4' or '<f8', C order), atomically.
+ * The header is what `numpy.save` writes: keys in sorted order, the spare spaces NumPy adds so
+ * the first dim can grow in place, then spaces and '\n' so the data starts at a multiple of 64
+ * bytes. Errors: ::TG_ERR_ARG, ::TG_ERR_IO (temporary file removed, old file untouched),
+ * ::TG_ERR_NOMEM.
+ */
+TG_API tg_status tg_npy_write(tg_ctx *ctx, const char *path, const tg_tensor *t);
+/**
+ * Write a raw buffer (e.g. a gradient from tg_tensor_grad()) as .npy, like tg_npy_write().
+ * Errors: ::TG_ERR_ARG (NULL data, rank out of range), ::TG_ERR_SHAPE (dim < 1),
+ * ::TG_ERR_DTYPE, ::TG_ERR_OVERFLOW, ::TG_ERR_IO.
+ */
+TG_API tg_status tg_npy_write_data(tg_ctx *ctx, const char *path, tg_dtype dtype, int rank,
+                                   const int64_t *shape, const void *data);
+/** tg_npy_write_data() taking an item (its name is ignored) and write options (may be NULL). */
+TG_API tg_status tg_npy_write_item(tg_ctx *ctx, const char *path, const tg_io_item *item,
+                                   const tg_write_opts *opts);
+/** Stream form: send the .npy bytes of @p item to @p w (no atomicity). */
+TG_API tg_status tg_npy_write_to(tg_ctx *ctx, const tg_writer *w, const tg_io_item *item);
+/**@}*/
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TGRAD_IO_H */

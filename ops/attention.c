@@ -1,0 +1,182 @@
+/*
+ * attention.c - the two ops specific to attention scores: add_mask and a safe softmax.
+ *
+ * add_mask (ADDITIVE): y = s + m (m broadcast)           ds += dy, dm += reduce(dy)
+ * add_mask (BLOCK):    y = (m != 0) ? -inf : s           ds += dy where m == 0
+ * softmax (last axis): y_i = exp(x_i - max) / sum_j exp(x_j - max)
+ *                      dx_i += y_i (dy_i - sum_j dy_j y_j)
+ *   A row that is entirely -inf (every key blocked) gives y = 0 and dx = 0, never NaN
+ *   (PyTorch SDPA `_safe_softmax`; plain torch.softmax would give NaN there).
+ * Source: Vaswani et al. 2017, sec. 3.2.1 (masking by -inf before the softmax).
+ */
+#include "registry.h"
+
+#include <stdio.h>
+
+tg_tensor *tg_add_mask(tg_ctx *ctx, tg_tensor *scores, tg_tensor *mask, tg_mask_kind kind)
+{
+    static const char *fn = "tg_add_mask";
+    tg_tensor *src[2] = {scores, mask};
+    if (!tg__check_srcs(ctx, fn, 2, src))
+        return NULL;
+    if (kind != TG_MASK_ADDITIVE && kind != TG_MASK_BLOCK)
+        return tg__err(ctx, TG_ERR_ARG, fn,
+                       "unknown mask kind %d (use TG_MASK_ADDITIVE or TG_MASK_BLOCK)", (int)kind);
+    char ss[128], sm[128];
+    int64_t shape[TG_MAX_RANK];
+    int r;
+    if (mask->rank > scores->rank ||
+        !tg__broadcast_shape(scores->rank, scores->shape, mask->rank, mask->shape, &r, shape) ||
+        memcmp(shape, scores->shape, sizeof(int64_t) * (size_t)r) != 0)
+        return tg__err(ctx, TG_ERR_SHAPE, fn, "mask %s does not broadcast to scores %s",
+                       tg__shape_str(mask, sm, sizeof sm), tg__shape_str(scores, ss, sizeof ss));
+    tg_tensor *y = tg__op_new(ctx, TG_OP_ADD_MASK, scores->dtype, scores->rank, scores->shape,
+                              2, src);
+    if (!y)
+        return NULL;
+    y->p.mask.kind = kind;
+    if (kind == TG_MASK_BLOCK && mask->requires_grad) {
+        /* A boolean mask has no gradient; keep y's requirement from the scores only. */
+        y->requires_grad = scores->requires_grad;
+    }
+    return y;
+}
+
+/* Each row of the last axis is written by one iteration. */
+#define DEFINE_MASK(T, SUF)                                                                    \
+    static void mask_rows_##SUF(tg_tensor *y, bool backward)                                   \
+    {                                                                                          \
+        const tg_tensor *s = y->src[0], *m = y->src[1];                                        \
+        const T *M = m->data;                                                                  \
+        bool block = y->p.mask.kind == TG_MASK_BLOCK;                                          \
+        int r = y->rank;                                                                       \
+        int64_t ms[TG_MAX_RANK];                                                               \
+        tg__bcast_strides(m, r, y->shape, ms);                                                 \
+        int64_t L = r ? y->shape[r - 1] : 1, rows = y->numel / L, msl = r ? ms[r - 1] : 0;     \
+        const T *S = s->data, *G = y->grad;                                                    \
+        T *Y = y->data, *dS = s->grad;                                                         \
+        int nt = tg__threads(y->ctx);                                                          \
+        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)                                                  \
+        for (int64_t row = 0; row < rows; row++) {                                             \
+            int64_t rem = row, mo = 0;                                                         \
+            for (int d = r - 2; d >= 0; d--) {                                                 \
+                mo += (rem % y->shape[d]) * ms[d];                                             \
+                rem /= y->shape[d];                                                            \
+            }                                                                                  \
+            int64_t o = row * L;                                                               \
+            for (int64_t j = 0; j < L; j++) {                                                  \
+                T mv = M[mo + j * msl];                                                        \
+                if (!backward) {                                                               \
+                    if (block)                                                                 \
+                        Y[o + j] = mv != 0 ? (T)-INFINITY : S[o + j];                          \
+                    else                                                                       \
+                        Y[o + j] = S[o + j] + mv;                                              \
+                } else if (!block || mv == 0) {                                                \
+                    dS[o + j] += G[o + j];                                                     \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }
+DEFINE_MASK(float, f32)
+DEFINE_MASK(double, f64)
+
+void tg__add_mask_forward(tg_tensor *y)
+{
+    if (y->dtype == TG_F32)
+        mask_rows_f32(y, false);
+    else
+        mask_rows_f64(y, false);
+}
+
+void tg__add_mask_backward(tg_tensor *y)
+{
+    if (y->src[0]->grad) {
+        if (y->dtype == TG_F32)
+            mask_rows_f32(y, true);
+        else
+            mask_rows_f64(y, true);
+    }
+    tg_tensor *m = y->src[1];
+    if (y->p.mask.kind == TG_MASK_ADDITIVE && m->grad)
+        tg__reduce_to(y->ctx, y->dtype, y->grad, y->rank, y->shape, m, m->grad);
+}
+
+/* ---- softmax ------------------------------------------------------------------------------ */
+tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x)
+{
+    static const char *fn = "tg_softmax";
+    if (!tg__check_srcs(ctx, fn, 1, &x))
+        return NULL;
+    if (x->rank < 1)
+        return tg__err(ctx, TG_ERR_SHAPE, fn, "x is a scalar; softmax needs rank >= 1");
+    return tg__op_new(ctx, TG_OP_SOFTMAX, x->dtype, x->rank, x->shape, 1, &x);
+}
+
+/* One row per iteration; the row's sums run left to right: thread-count independent. */
+#define DEFINE_SOFTMAX(T, SUF, EXP)                                                            \
+    static void softmax_fwd_##SUF(tg_tensor *y)                                                \
+    {                                                                                          \
+        const T *X = y->src[0]->data;                                                          \
+        T *Y = y->data;                                                                        \
+        int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
+        int nt = tg__threads(y->ctx);                                                          \
+        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN / 8)                                              \
+        for (int64_t r = 0; r < rows; r++) {                                                   \
+            const T *x = X + r * L;                                                            \
+            T *o = Y + r * L;                                                                  \
+            T m = (T)-INFINITY;                                                                \
+            for (int64_t j = 0; j < L; j++)                                                    \
+                if (x[j] > m || x[j] != x[j])                                                  \
+                    m = x[j];                                                                  \
+            if (m == (T)-INFINITY) { /* every entry masked: zeros, not NaN */                  \
+                for (int64_t j = 0; j < L; j++)                                                \
+                    o[j] = 0;                                                                  \
+                continue;                                                                      \
+            }                                                                                  \
+            T sum = 0;                                                                         \
+            for (int64_t j = 0; j < L; j++) {                                                  \
+                o[j] = EXP(x[j] - m);                                                          \
+                sum += o[j];                                                                   \
+            }                                                                                  \
+            T inv = (T)1 / sum;                                                                \
+            for (int64_t j = 0; j < L; j++)                                                    \
+                o[j] *= inv;                                                                   \
+        }                                                                                      \
+    }                                                                                          \
+    static void softmax_bwd_##SUF(tg_tensor *y)                                                \
+    {                                                                                          \
+        const T *Y = y->data, *G = y->grad;                                                    \
+        T *DX = y->src[0]->grad;                                                               \
+        int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
+        int nt = tg__threads(y->ctx);                                                          \
+        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN / 4)                                              \
+        for (int64_t r = 0; r < rows; r++) {                                                   \
+            const T *o = Y + r * L, *g = G + r * L;                                            \
+            T *dx = DX + r * L;                                                                \
+            T dot = 0;                                                                         \
+            for (int64_t j = 0; j < L; j++)                                                    \
+                dot += g[j] * o[j];                                                            \
+            for (int64_t j = 0; j < L; j++)                                                    \
+                dx[j] += o[j] * (g[j] - dot);                                                  \
+        }                                                                                      \
+    }
+DEFINE_SOFTMAX(float, f32, expf)
+DEFINE_SOFTMAX(double, f64, exp)
+
+void tg__softmax_forward(tg_tensor *y)
+{
+    if (y->dtype == TG_F32)
+        softmax_fwd_f32(y);
+    else
+        softmax_fwd_f64(y);
+}
+
+void tg__softmax_backward(tg_tensor *y)
+{
+    if (!y->src[0]->grad)
+        return;
+    if (y->dtype == TG_F32)
+        softmax_bwd_f32(y);
+    else
+        softmax_bwd_f64(y);
+}

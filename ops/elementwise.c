@@ -1,0 +1,291 @@
+/*
+ * elementwise.c - scale, add, mul (broadcasting), relu, gelu.
+ *
+ * scale: y = s x                      dx = s dy
+ * add:   y = a + b (broadcast)        da = reduce(dy), db = reduce(dy)
+ * mul:   y = a * b (broadcast)        da = reduce(dy * b), db = reduce(dy * a)
+ * relu:  y = max(0, x)                dx = dy [x > 0]            (PyTorch: gradient 0 at 0)
+ * gelu:  y = x Phi(x) = x/2 (1 + erf(x / sqrt 2))
+ *                                     dx = dy (Phi(x) + x phi(x))  (Hendrycks & Gimpel 2016;
+ *                                     PyTorch nn.GELU(approximate='none'))
+ * reduce() sums over broadcast dims (tg__reduce_to), in a fixed order per element.
+ */
+#include "registry.h"
+
+#include <stdio.h>
+
+/* ---- unary ops -------------------------------------------------------------------------- */
+static tg_tensor *unary(tg_ctx *ctx, int op, const char *fn, tg_tensor *x)
+{
+    if (!tg__check_srcs(ctx, fn, 1, &x))
+        return NULL;
+    return tg__op_new(ctx, op, x->dtype, x->rank, x->shape, 1, &x);
+}
+
+tg_tensor *tg_scale(tg_ctx *ctx, tg_tensor *x, double s)
+{
+    if (!x)
+        return NULL;
+    if (!isfinite(s))
+        return tg__err(ctx, TG_ERR_ARG, "tg_scale", "scale factor %g is not finite", s);
+    tg_tensor *y = unary(ctx, TG_OP_SCALE, "tg_scale", x);
+    if (y)
+        y->p.scale.s = s;
+    return y;
+}
+
+tg_tensor *tg_relu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_RELU, "tg_relu", x); }
+tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_GELU, "tg_gelu", x); }
+
+#define INV_SQRT2 0.70710678118654752440
+#define INV_SQRT2PI 0.39894228040143267794
+
+/* Each element is written by exactly one iteration: race-free and thread-count independent. */
+#define DEFINE_UNARY(T, SUF)                                                                   \
+    static void scale_fwd_##SUF(int nt, int64_t n, T s, const T *x, T *y)                      \
+    {                                                                                          \
+        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
+        for (int64_t i = 0; i < n; i++)                                                        \
+            y[i] = s * x[i];                                                                   \
+    }                                                                                          \
+    static void scale_bwd_##SUF(int nt, int64_t n, T s, const T *dy, T *dx)                    \
+    {                                                                                          \
+        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
+        for (int64_t i = 0; i < n; i++)                                                        \
+            dx[i] += s * dy[i];                                                                \
+    }                                                                                          \
+    static void relu_fwd_##SUF(int nt, int64_t n, const T *x, T *y)                            \
+    {                                                                                          \
+        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
+        for (int64_t i = 0; i < n; i++)                                                        \
+            y[i] = x[i] > 0 ? x[i] : (x[i] != x[i] ? x[i] : 0); /* NaN propagates */           \
+    }                                                                                          \
+    static void relu_bwd_##SUF(int nt, int64_t n, const T *x, const T *dy, T *dx)              \
+    {                                                                                          \
+        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
+        for (int64_t i = 0; i < n; i++)                                                        \
+            dx[i] += x[i] > 0 ? dy[i] : 0;                                                     \
+    }                                                                                          \
+    static void gelu_fwd_##SUF(int nt, int64_t n, const T *x, T *y)                            \
+    {                                                                                          \
+        TG_OMP_FOR(nt, n > TG_PAR_MIN / 16)                                                    \
+        for (int64_t i = 0; i < n; i++) {                                                      \
+            double v = (double)x[i];                                                           \
+            y[i] = (T)(0.5 * v * (1.0 + erf(v * INV_SQRT2)));                                  \
+        }                                                                                      \
+    }                                                                                          \
+    static void gelu_bwd_##SUF(int nt, int64_t n, const T *x, const T *dy, T *dx)              \
+    {                                                                                          \
+        TG_OMP_FOR(nt, n > TG_PAR_MIN / 16)                                                    \
+        for (int64_t i = 0; i < n; i++) {                                                      \
+            double v = (double)x[i];                                                           \
+            double cdf = 0.5 * (1.0 + erf(v * INV_SQRT2));                                     \
+            double pdf = INV_SQRT2PI * exp(-0.5 * v * v);                                      \
+            dx[i] += (T)((double)dy[i] * (cdf + v * pdf));                                     \
+        }                                                                                      \
+    }
+DEFINE_UNARY(float, f32)
+DEFINE_UNARY(double, f64)
+
+#define DISPATCH(y, call32, call64)                                                            \
+    do {                                                                                       \
+        if ((y)->dtype == TG_F32)                                                              \
+            call32;                                                                            \
+        else                                                                                   \
+            call64;                                                                            \
+    } while (0)
+
+void tg__scale_forward(tg_tensor *y)
+{
+    int nt = tg__threads(y->ctx);
+    DISPATCH(y, scale_fwd_f32(nt, y->numel, (float)y->p.scale.s, y->src[0]->data, y->data),
+             scale_fwd_f64(nt, y->numel, y->p.scale.s, y->src[0]->data, y->data));
+}
+
+void tg__scale_backward(tg_tensor *y)
+{
+    if (!y->src[0]->grad)
+        return;
+    int nt = tg__threads(y->ctx);
+    DISPATCH(y, scale_bwd_f32(nt, y->numel, (float)y->p.scale.s, y->grad, y->src[0]->grad),
+             scale_bwd_f64(nt, y->numel, y->p.scale.s, y->grad, y->src[0]->grad));
+}
+
+void tg__relu_forward(tg_tensor *y)
+{
+    int nt = tg__threads(y->ctx);
+    DISPATCH(y, relu_fwd_f32(nt, y->numel, y->src[0]->data, y->data),
+             relu_fwd_f64(nt, y->numel, y->src[0]->data, y->data));
+}
+
+void tg__relu_backward(tg_tensor *y)
+{
+    if (!y->src[0]->grad)
+        return;
+    int nt = tg__threads(y->ctx);
+    DISPATCH(y, relu_bwd_f32(nt, y->numel, y->src[0]->data, y->grad, y->src[0]->grad),
+             relu_bwd_f64(nt, y->numel, y->src[0]->data, y->grad, y->src[0]->grad));
+}
+
+void tg__gelu_forward(tg_tensor *y)
+{
+    int nt = tg__threads(y->ctx);
+    DISPATCH(y, gelu_fwd_f32(nt, y->numel, y->src[0]->data, y->data),
+             gelu_fwd_f64(nt, y->numel, y->src[0]->data, y->data));
+}
+
+void tg__gelu_backward(tg_tensor *y)
+{
+    if (!y->src[0]->grad)
+        return;
+    int nt = tg__threads(y->ctx);
+    DISPATCH(y, gelu_bwd_f32(nt, y->numel, y->src[0]->data, y->grad, y->src[0]->grad),
+             gelu_bwd_f64(nt, y->numel, y->src[0]->data, y->grad, y->src[0]->grad));
+}
+
+/* ---- binary broadcasting ops --------------------------------------------------------------
+ * saved (only when an operand is broadcast, for mul's backward): scratch of y->numel elements
+ * holding dy * other before it is reduced onto the operand's shape. */
+static tg_tensor *binary(tg_ctx *ctx, int op, const char *fn, tg_tensor *a, tg_tensor *b)
+{
+    tg_tensor *src[2] = {a, b};
+    if (!tg__check_srcs(ctx, fn, 2, src))
+        return NULL;
+    int64_t shape[TG_MAX_RANK];
+    int r;
+    if (!tg__broadcast_shape(a->rank, a->shape, b->rank, b->shape, &r, shape)) {
+        char sa[128], sb[128];
+        return tg__err(ctx, TG_ERR_SHAPE, fn, "shapes do not broadcast: a is %s, b is %s",
+                       tg__shape_str(a, sa, sizeof sa), tg__shape_str(b, sb, sizeof sb));
+    }
+    tg_tensor *y = tg__op_new(ctx, op, a->dtype, r, shape, 2, src);
+    if (!y)
+        return NULL;
+    if (op == TG_OP_MUL && (a->numel != y->numel || b->numel != y->numel) &&
+        !tg__op_save(y, (size_t)y->numel * tg_dtype_size(y->dtype)))
+        return NULL;
+    return y;
+}
+
+tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
+{
+    return binary(ctx, TG_OP_ADD, "tg_add", a, b);
+}
+
+tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
+{
+    return binary(ctx, TG_OP_MUL, "tg_mul", a, b);
+}
+
+/* y = a (op) b over y's shape. Rows of the last dim are the unit of work: each row of y is
+ * written by one iteration. */
+#define DEFINE_BINARY(T, SUF)                                                                  \
+    static void binary_fwd_##SUF(const tg_tensor *y, bool is_mul)                              \
+    {                                                                                          \
+        const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
+        const T *A = a->data, *B = b->data;                                                    \
+        T *Y = y->data;                                                                        \
+        int nt = tg__threads(y->ctx);                                                          \
+        int64_t n = y->numel;                                                                  \
+        if (a->numel == n && b->numel == n) {                                                  \
+            TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
+            for (int64_t i = 0; i < n; i++)                                                    \
+                Y[i] = is_mul ? A[i] * B[i] : A[i] + B[i];                                     \
+            return;                                                                            \
+        }                                                                                      \
+        int r = y->rank;                                                                       \
+        int64_t as[TG_MAX_RANK], bs[TG_MAX_RANK];                                              \
+        tg__bcast_strides(a, r, y->shape, as);                                                 \
+        tg__bcast_strides(b, r, y->shape, bs);                                                 \
+        int64_t L = r ? y->shape[r - 1] : 1, rows = n / L;                                     \
+        int64_t asl = r ? as[r - 1] : 0, bsl = r ? bs[r - 1] : 0;                              \
+        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
+        for (int64_t row = 0; row < rows; row++) {                                             \
+            int64_t rem = row, ao = 0, bo = 0;                                                 \
+            for (int d = r - 2; d >= 0; d--) {                                                 \
+                int64_t idx = rem % y->shape[d];                                               \
+                rem /= y->shape[d];                                                            \
+                ao += idx * as[d];                                                             \
+                bo += idx * bs[d];                                                             \
+            }                                                                                  \
+            T *yr = Y + row * L;                                                               \
+            for (int64_t j = 0; j < L; j++) {                                                  \
+                T va = A[ao + j * asl], vb = B[bo + j * bsl];                                  \
+                yr[j] = is_mul ? va * vb : va + vb;                                            \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+    /* dst[i] = dy[i] * other(broadcast)[i] over y's shape */                                  \
+    static void mul_expand_##SUF(const tg_tensor *y, const tg_tensor *other, T *dst)           \
+    {                                                                                          \
+        const T *O = other->data, *G = y->grad;                                                \
+        int nt = tg__threads(y->ctx);                                                          \
+        int r = y->rank;                                                                       \
+        int64_t os[TG_MAX_RANK];                                                               \
+        tg__bcast_strides(other, r, y->shape, os);                                             \
+        int64_t L = r ? y->shape[r - 1] : 1, rows = y->numel / L, osl = r ? os[r - 1] : 0;     \
+        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)                                                  \
+        for (int64_t row = 0; row < rows; row++) {                                             \
+            int64_t rem = row, oo = 0;                                                         \
+            for (int d = r - 2; d >= 0; d--) {                                                 \
+                oo += (rem % y->shape[d]) * os[d];                                             \
+                rem /= y->shape[d];                                                            \
+            }                                                                                  \
+            for (int64_t j = 0; j < L; j++)                                                    \
+                dst[row * L + j] = G[row * L + j] * O[oo + j * osl];                           \
+        }                                                                                      \
+    }                                                                                          \
+    static void mul_bwd_##SUF(const tg_tensor *y)                                              \
+    {                                                                                          \
+        for (int s = 0; s < 2; s++) {                                                          \
+            tg_tensor *x = y->src[s], *other = y->src[1 - s];                                  \
+            if (!x->grad)                                                                      \
+                continue;                                                                      \
+            if (x->numel == y->numel && other->numel == y->numel) {                            \
+                T *dx = x->grad;                                                               \
+                const T *G = y->grad, *O = other->data;                                        \
+                int nt = tg__threads(y->ctx);                                                  \
+                TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)                                          \
+                for (int64_t i = 0; i < y->numel; i++)                                         \
+                    dx[i] += G[i] * O[i];                                                      \
+                continue;                                                                      \
+            }                                                                                  \
+            mul_expand_##SUF(y, other, y->saved);                                              \
+            tg__reduce_to(y->ctx, y->dtype, y->saved, y->rank, y->shape, x, x->grad);          \
+        }                                                                                      \
+    }
+DEFINE_BINARY(float, f32)
+DEFINE_BINARY(double, f64)
+
+void tg__add_forward(tg_tensor *y)
+{
+    if (y->dtype == TG_F32)
+        binary_fwd_f32(y, false);
+    else
+        binary_fwd_f64(y, false);
+}
+
+void tg__add_backward(tg_tensor *y)
+{
+    for (int s = 0; s < 2; s++) {
+        tg_tensor *x = y->src[s];
+        if (x->grad)
+            tg__reduce_to(y->ctx, y->dtype, y->grad, y->rank, y->shape, x, x->grad);
+    }
+}
+
+void tg__mul_forward(tg_tensor *y)
+{
+    if (y->dtype == TG_F32)
+        binary_fwd_f32(y, true);
+    else
+        binary_fwd_f64(y, true);
+}
+
+void tg__mul_backward(tg_tensor *y)
+{
+    if (y->dtype == TG_F32)
+        mul_bwd_f32(y);
+    else
+        mul_bwd_f64(y);
+}

@@ -1,0 +1,280 @@
+/*
+ * shape.c - permute / transpose, reshape (a view) and narrow (a slice).
+ *
+ * permute:  y[i_perm[0], ..., i_perm[r-1]] = x[i_0, ..., i_{r-1}],  y.shape[k] = x.shape[perm[k]]
+ *           dx = permute(dy, inverse perm)
+ * reshape:  y = x viewed with a new shape (same data);  dx = dy (viewed back)
+ * narrow:   y = x[..., start:start+length, ...] along one axis; dx[slice] += dy
+ */
+#include "registry.h"
+
+#include <stdio.h>
+
+static tg_tensor *permute_op(tg_ctx *ctx, const char *fn, int op, tg_tensor *x, const int *perm)
+{
+    if (!tg__check_srcs(ctx, fn, 1, &x))
+        return NULL;
+    if (!perm)
+        return tg__err(ctx, TG_ERR_ARG, fn, "perm is NULL");
+    int p[TG_MAX_RANK];
+    bool seen[TG_MAX_RANK] = {false};
+    int64_t shape[TG_MAX_RANK];
+    for (int i = 0; i < x->rank; i++) {
+        int a = tg__axis(perm[i], x->rank);
+        if (a < 0 || seen[a]) {
+            char b[128];
+            return tg__err(ctx, TG_ERR_AXIS, fn,
+                           "perm[%d] = %d is %s for x %s (need a permutation of 0..%d)", i,
+                           perm[i], a < 0 ? "out of range" : "repeated",
+                           tg__shape_str(x, b, sizeof b), x->rank - 1);
+        }
+        seen[a] = true;
+        p[i] = a;
+        shape[i] = x->shape[a];
+    }
+    tg_tensor *y = tg__op_new(ctx, op, x->dtype, x->rank, shape, 1, &x);
+    if (!y)
+        return NULL;
+    for (int i = 0; i < TG_MAX_RANK; i++)
+        y->p.permute.perm[i] = i < x->rank ? p[i] : i;
+    return y;
+}
+
+tg_tensor *tg_permute(tg_ctx *ctx, tg_tensor *x, const int *perm)
+{
+    return permute_op(ctx, "tg_permute", TG_OP_PERMUTE, x, perm);
+}
+
+tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x, int axis0, int axis1)
+{
+    static const char *fn = "tg_transpose";
+    if (!tg__check_srcs(ctx, fn, 1, &x))
+        return NULL;
+    int a0 = tg__axis(axis0, x->rank), a1 = tg__axis(axis1, x->rank);
+    if (a0 < 0 || a1 < 0) {
+        char b[128];
+        return tg__err(ctx, TG_ERR_AXIS, fn, "axes (%d, %d) out of range for x %s", axis0,
+                       axis1, tg__shape_str(x, b, sizeof b));
+    }
+    int perm[TG_MAX_RANK];
+    for (int i = 0; i < x->rank; i++)
+        perm[i] = i;
+    perm[a0] = a1;
+    perm[a1] = a0;
+    return permute_op(ctx, fn, TG_OP_TRANSPOSE, x, perm);
+}
+
+/* Copy with permuted axes: dst (dshape) from src where dst axis k walks src axis perm[k].
+ * If acc, dst += instead of =. Each dst row is written by one iteration. */
+#define DEFINE_PERMUTE(T, SUF)                                                                 \
+    static void permute_##SUF(int nt, int r, const int64_t *dshape, const int *perm,           \
+                              const int64_t *sshape, const T *src, T *dst, bool inverse,       \
+                              bool acc)                                                        \
+    {                                                                                          \
+        int64_t sst[TG_MAX_RANK], st[TG_MAX_RANK], s = 1, n = 1;                               \
+        for (int i = r - 1; i >= 0; i--) {                                                     \
+            sst[i] = s;                                                                        \
+            s *= sshape[i];                                                                    \
+            n *= dshape[i];                                                                    \
+        }                                                                                      \
+        /* st[k]: stride in src of dst axis k */                                               \
+        for (int k = 0; k < r; k++) {                                                          \
+            if (!inverse)                                                                      \
+                st[k] = sst[perm[k]];                                                          \
+            else                                                                               \
+                for (int j = 0; j < r; j++)                                                    \
+                    if (perm[j] == k)                                                          \
+                        st[k] = sst[j];                                                        \
+        }                                                                                      \
+        int64_t L = r ? dshape[r - 1] : 1, rows = n / L, sl = r ? st[r - 1] : 1;               \
+        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
+        for (int64_t row = 0; row < rows; row++) {                                             \
+            int64_t rem = row, so = 0;                                                         \
+            for (int d = r - 2; d >= 0; d--) {                                                 \
+                so += (rem % dshape[d]) * st[d];                                               \
+                rem /= dshape[d];                                                              \
+            }                                                                                  \
+            T *dr = dst + row * L;                                                             \
+            if (acc)                                                                           \
+                for (int64_t j = 0; j < L; j++)                                                \
+                    dr[j] += src[so + j * sl];                                                 \
+            else                                                                               \
+                for (int64_t j = 0; j < L; j++)                                                \
+                    dr[j] = src[so + j * sl];                                                  \
+        }                                                                                      \
+    }
+DEFINE_PERMUTE(float, f32)
+DEFINE_PERMUTE(double, f64)
+
+void tg__permute_forward(tg_tensor *y)
+{
+    const tg_tensor *x = y->src[0];
+    int nt = tg__threads(y->ctx);
+    if (y->dtype == TG_F32)
+        permute_f32(nt, y->rank, y->shape, y->p.permute.perm, x->shape, x->data, y->data, false,
+                    false);
+    else
+        permute_f64(nt, y->rank, y->shape, y->p.permute.perm, x->shape, x->data, y->data, false,
+                    false);
+}
+
+/* dx (x's shape) += dy permuted back: dst axis j of x is walked by dy axis k with perm[k]==j */
+void tg__permute_backward(tg_tensor *y)
+{
+    tg_tensor *x = y->src[0];
+    if (!x->grad)
+        return;
+    int nt = tg__threads(y->ctx);
+    if (y->dtype == TG_F32)
+        permute_f32(nt, x->rank, x->shape, y->p.permute.perm, y->shape, y->grad, x->grad, true,
+                    true);
+    else
+        permute_f64(nt, x->rank, x->shape, y->p.permute.perm, y->shape, y->grad, x->grad, true,
+                    true);
+}
+
+/* ---- reshape ------------------------------------------------------------------------------ */
+tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int rank, const int64_t *shape)
+{
+    static const char *fn = "tg_reshape";
+    if (!tg__check_srcs(ctx, fn, 1, &x))
+        return NULL;
+    if (rank < 0 || rank > TG_MAX_RANK || (rank > 0 && !shape))
+        return tg__err(ctx, TG_ERR_ARG, fn, "rank %d out of range 0..%d (or shape NULL)", rank,
+                       TG_MAX_RANK);
+    int64_t s[TG_MAX_RANK], known = 1;
+    int infer = -1;
+    char bx[128], bs[128];
+    for (int i = 0; i < rank; i++) {
+        s[i] = shape[i];
+        if (shape[i] == -1) {
+            if (infer >= 0)
+                return tg__err(ctx, TG_ERR_SHAPE, fn, "more than one -1 in shape %s",
+                               tg__dims_str(rank, shape, bs, sizeof bs));
+            infer = i;
+        } else if (shape[i] < 1) {
+            return tg__err(ctx, TG_ERR_SHAPE, fn, "invalid dim %lld in shape %s",
+                           (long long)shape[i], tg__dims_str(rank, shape, bs, sizeof bs));
+        } else {
+            if (known > x->numel)
+                break;
+            known *= shape[i];
+        }
+    }
+    if (infer >= 0) {
+        if (known > x->numel || x->numel % known != 0)
+            return tg__err(ctx, TG_ERR_SHAPE, fn, "cannot infer -1: x %s has %lld elements, "
+                           "not a multiple of %lld", tg__shape_str(x, bx, sizeof bx),
+                           (long long)x->numel, (long long)known);
+        s[infer] = x->numel / known;
+        known *= s[infer];
+    }
+    if (known != x->numel)
+        return tg__err(ctx, TG_ERR_SHAPE, fn, "x %s has %lld elements but shape %s does not",
+                       tg__shape_str(x, bx, sizeof bx), (long long)x->numel,
+                       tg__dims_str(rank, shape, bs, sizeof bs));
+    tg_tensor *y = tg__op_new(ctx, TG_OP_RESHAPE, x->dtype, rank, s, 1, &x);
+    if (y)
+        y->data = x->data; /* a view: shares the source buffer */
+    return y;
+}
+
+void tg__reshape_forward(tg_tensor *y) { (void)y; /* view: nothing to compute */ }
+
+void tg__reshape_backward(tg_tensor *y)
+{
+    tg_tensor *x = y->src[0];
+    if (!x->grad)
+        return;
+    int nt = tg__threads(y->ctx);
+    int64_t n = y->numel;
+    if (y->dtype == TG_F32) {
+        float *dx = x->grad;
+        const float *dy = y->grad;
+        TG_OMP_FOR(nt, n > TG_PAR_MIN)
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += dy[i];
+    } else {
+        double *dx = x->grad;
+        const double *dy = y->grad;
+        TG_OMP_FOR(nt, n > TG_PAR_MIN)
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += dy[i];
+    }
+}
+
+/* ---- narrow ------------------------------------------------------------------------------- */
+tg_tensor *tg_narrow(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t length)
+{
+    static const char *fn = "tg_narrow";
+    if (!tg__check_srcs(ctx, fn, 1, &x))
+        return NULL;
+    char b[128];
+    int a = tg__axis(axis, x->rank);
+    if (a < 0)
+        return tg__err(ctx, TG_ERR_AXIS, fn, "axis %d out of range for x %s", axis,
+                       tg__shape_str(x, b, sizeof b));
+    if (start < 0 || length < 1 || start > x->shape[a] - length)
+        return tg__err(ctx, TG_ERR_SHAPE, fn,
+                       "slice [%lld, %lld) is outside axis %d of size %lld (x %s)",
+                       (long long)start, (long long)(start + length), a,
+                       (long long)x->shape[a], tg__shape_str(x, b, sizeof b));
+    int64_t shape[TG_MAX_RANK];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[a] = length;
+    tg_tensor *y = tg__op_new(ctx, TG_OP_NARROW, x->dtype, x->rank, shape, 1, &x);
+    if (y) {
+        y->p.narrow.axis = a;
+        y->p.narrow.start = start;
+    }
+    return y;
+}
+
+/* x viewed as (outer, X, inner), y as (outer, len, inner): y[o, l, :] = x[o, start + l, :]. */
+#define DEFINE_NARROW(T, SUF)                                                                  \
+    static void narrow_##SUF(const tg_tensor *y, bool backward)                                \
+    {                                                                                          \
+        const tg_tensor *x = y->src[0];                                                        \
+        int a = y->p.narrow.axis;                                                              \
+        int64_t outer = 1, inner = 1;                                                          \
+        for (int i = 0; i < a; i++)                                                            \
+            outer *= x->shape[i];                                                              \
+        for (int i = a + 1; i < x->rank; i++)                                                  \
+            inner *= x->shape[i];                                                              \
+        int64_t X = x->shape[a], len = y->shape[a], st = y->p.narrow.start;                    \
+        int nt = tg__threads(y->ctx);                                                          \
+        /* Race-free: iteration (o, l) owns one row of y (and the matching row of dx). */      \
+        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)                                                  \
+        for (int64_t ol = 0; ol < outer * len; ol++) {                                         \
+            int64_t o = ol / len, l = ol % len;                                                \
+            int64_t xo = (o * X + st + l) * inner, yo = ol * inner;                            \
+            if (!backward) {                                                                   \
+                memcpy((T *)y->data + yo, (const T *)x->data + xo, sizeof(T) * (size_t)inner); \
+            } else {                                                                           \
+                T *dx = (T *)x->grad + xo;                                                     \
+                const T *dy = (const T *)y->grad + yo;                                         \
+                for (int64_t i = 0; i < inner; i++)                                            \
+                    dx[i] += dy[i];                                                            \
+            }                                                                                  \
+        }                                                                                      \
+    }
+DEFINE_NARROW(float, f32)
+DEFINE_NARROW(double, f64)
+
+void tg__narrow_forward(tg_tensor *y)
+{
+    if (y->dtype == TG_F32)
+        narrow_f32(y, false);
+    else
+        narrow_f64(y, false);
+}
+
+void tg__narrow_backward(tg_tensor *y)
+{
+    if (!y->src[0]->grad)
+        return;
+    if (y->dtype == TG_F32)
+        narrow_f32(y, true);
+    else
+        narrow_f64(y, true);
+}

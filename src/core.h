@@ -1,0 +1,150 @@
+/*
+ * core.h - internal layer 1: context, allocation, errors, tensor and node records.
+ *
+ * Everything here is private to the library. ops/ (layer 2) include this header; the engine
+ * (graph, autodiff, gradcheck) reaches ops only through the registry (src/registry.h).
+ */
+#ifndef TG_CORE_H
+#define TG_CORE_H
+
+#include "tgrad.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+#ifdef TG_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+/* ----- op ids: one per line of ops/ops.def --------------------------------------------- */
+enum {
+    TG_OP_NONE = 0, /* leaf */
+#define TG_OP(id, name, fwd, bwd) TG_OP_##id,
+#include "../ops/ops.def"
+#undef TG_OP
+    TG_OP_COUNT_
+};
+
+#define TG_MAX_SRC 4
+
+/* Typed per-op parameters (never an untyped blob). Each op uses its own member. */
+typedef union tg_op_params {
+    struct { bool ta, tb; } matmul;
+    struct { int perm[TG_MAX_RANK]; } permute;
+    struct { int axis; int64_t start; } narrow;
+    struct { double s; } scale;
+    struct { int axis; bool all; } reduce; /* sum, mean */
+    struct { tg_mask_kind kind; } mask;
+    struct { double eps; } layer_norm;
+    struct { double p; } dropout;
+    struct { int64_t ignore_index; } xent;
+} tg_op_params;
+
+struct tg_tensor {
+    tg_ctx *ctx;
+    uint64_t id;         /* creation number, unique per context */
+    tg_dtype dtype;
+    tg_kind kind;
+    int rank;
+    int64_t shape[TG_MAX_RANK]; /* outermost first; unused entries are 1 */
+    int64_t numel;
+    bool requires_grad;
+    char name[TG_NAME_MAX];
+
+    void *data;          /* numel elements; for views, points into the source's buffer */
+    void *grad;          /* numel elements or NULL; allocated by tg_graph_new */
+
+    int op;              /* TG_OP_* or TG_OP_NONE for leaves */
+    int n_src;
+    tg_tensor *src[TG_MAX_SRC];
+    tg_op_params p;
+    void *saved;         /* op-specific values saved by forward for backward (allocated at build) */
+    size_t saved_bytes;
+
+    uint64_t mark;       /* visit stamp used by graph construction */
+    int64_t topo;        /* position in the last graph built over it (scratch) */
+};
+
+/* ----- allocation: every byte goes through the context allocator and is freed with it ---- */
+/* Zeroed, 64-byte aligned, owned by ctx. Records TG_ERR_NOMEM (naming fn) and returns NULL. */
+void *tg__alloc(tg_ctx *ctx, size_t size, const char *fn);
+/* Free one block early (optional; everything is freed by tg_ctx_free anyway). */
+void tg__free(tg_ctx *ctx, void *p);
+
+/* ----- errors ------------------------------------------------------------------------------ */
+/* Record the first error (later ones are ignored) as "fn: message". Returns NULL so builders
+ * can `return tg__err(...)`. printf-style. */
+void *tg__err(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* "(2, 3)" for a tensor's shape, into buf of n bytes. */
+const char *tg__shape_str(const tg_tensor *t, char *buf, size_t n);
+/* Same for a bare shape. */
+const char *tg__dims_str(int rank, const int64_t *shape, char *buf, size_t n);
+
+/* ----- builder helpers ---------------------------------------------------------------------- */
+/* True if every one of the n tensors is non-NULL, belongs to ctx and shares dtype (records
+ * TG_ERR_ARG / TG_ERR_DTYPE naming fn otherwise; NULL inputs return false silently). */
+bool tg__check_srcs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src);
+/* Create an op result tensor with its data buffer. requires_grad = any src requires it.
+ * Returns NULL (error recorded) on failure. */
+tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t *shape,
+                      int n_src, tg_tensor *const *src);
+/* Allocate y->saved (bytes, zeroed). Returns false (NOMEM recorded) on failure. */
+bool tg__op_save(tg_tensor *y, size_t bytes);
+/* Normalize a possibly negative axis against rank; returns -1 if out of range. */
+int tg__axis(int axis, int rank);
+/* Broadcast shapes a and b (right-aligned) into out; returns false if incompatible. */
+bool tg__broadcast_shape(int ra, const int64_t *a, int rb, const int64_t *b, int *rout,
+                         int64_t *out);
+
+/* ----- broadcasting kernels (shared by add, mul, add_mask, matmul) -------------------------- */
+/* Row-major strides of x's shape right-aligned inside an output of rank `rank`, with stride 0
+ * on broadcast dims: st[i] for output axis i. */
+void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, int64_t *st);
+/* dx (shape of x) += dy (shape out_shape, rank) summed over broadcast dims, fixed order per
+ * element of dx (thread-count independent). dtype dt for both. */
+void tg__reduce_to(tg_ctx *ctx, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
+                   const tg_tensor *x, void *dx);
+
+/* ----- threads ------------------------------------------------------------------------------ */
+int tg__threads(const tg_ctx *ctx);
+/* Below this many scalar operations a kernel runs on one thread. */
+#define TG_PAR_MIN 32768
+#define TG__PRAGMA(x) _Pragma(#x)
+#ifdef TG_HAVE_OPENMP
+/* A static-schedule parallel loop over independent outputs. Each iteration must write only its
+ * own outputs, so results do not depend on the thread count. */
+#define TG_OMP_FOR(nt, cond) TG__PRAGMA(omp parallel for schedule(static) num_threads(nt) if (cond))
+#else
+#define TG_OMP_FOR(nt, cond)
+#endif
+
+/* ----- GEMM: the one entry point for matrix products (ops/gemm.c) ---------------------------
+ * C (M, N) = (acc ? C : 0) + op(A) op(B), op(A) (M, K), op(B) (K, N); lda/ldb/ldc are the row
+ * strides of A, B, C as stored. Each C element is accumulated over k in increasing order by one
+ * thread, so results do not depend on nt. */
+void tg__gemm_f32(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
+                  int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool acc);
+void tg__gemm_f64(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double *A,
+                  int64_t lda, const double *B, int64_t ldb, double *C, int64_t ldc, bool acc);
+
+/* ----- context record (for src/ files that need it) ---------------------------------------- */
+struct tg_block; /* allocation list node */
+struct tg_ctx {
+    tg_allocator al;
+    struct tg_block *blocks; /* doubly linked list of live allocations */
+    size_t bytes;
+    tg_status status;
+    char msg[512];
+    int n_threads;
+    uint64_t rng[4];
+    bool training;
+    uint64_t next_id;
+    uint64_t mark_epoch;
+};
+
+#endif /* TG_CORE_H */

@@ -1,0 +1,237 @@
+/*
+ * ctx.c - the context: allocator hook and allocation list, error state, RNG, thread count.
+ * No mutable globals: two contexts on two threads are fully independent.
+ */
+#include "core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Every allocation carries this header; the context keeps a doubly linked list so that
+ * tg_ctx_free releases everything and tg__free can release one block early. The header is 64
+ * bytes so the payload keeps the allocator's alignment plus cache-line alignment when the
+ * allocator gives 64 (malloc gives 16, enough for double). */
+typedef struct tg_block {
+    struct tg_block *prev, *next;
+    size_t size;
+    char pad_[64 - 2 * sizeof(void *) - sizeof(size_t)];
+} tg_block;
+
+static void *default_alloc(void *user, size_t size)
+{
+    (void)user;
+    return malloc(size);
+}
+
+static void default_free(void *user, void *p)
+{
+    (void)user;
+    free(p);
+}
+
+const char *tg_status_str(tg_status s)
+{
+    static const char *const names[TG_STATUS_COUNT_] = {
+        "TG_OK",           "TG_ERR_ARG",        "TG_ERR_SHAPE",         "TG_ERR_DTYPE",
+        "TG_ERR_AXIS",     "TG_ERR_NOMEM",      "TG_ERR_STATE",         "TG_ERR_NOGRAD",
+        "TG_ERR_NONFINITE", "TG_ERR_NOTFOUND",  "TG_ERR_GRADCHECK",     "TG_ERR_IO",
+        "TG_ERR_FORMAT",   "TG_ERR_TRUNCATED",  "TG_ERR_HEADER_SIZE",   "TG_ERR_JSON",
+        "TG_ERR_DUPLICATE", "TG_ERR_UNSUPPORTED", "TG_ERR_OVERFLOW",    "TG_ERR_SIZE_MISMATCH",
+        "TG_ERR_OUT_OF_BOUNDS", "TG_ERR_OVERLAP", "TG_ERR_GAP",         "TG_ERR_TRAILING",
+        "TG_ERR_MISMATCH",
+    };
+    if ((int)s < 0 || s >= TG_STATUS_COUNT_)
+        return "TG_ERR_UNKNOWN";
+    return names[s];
+}
+
+size_t tg_dtype_size(tg_dtype dt)
+{
+    return dt == TG_F32 ? 4 : dt == TG_F64 ? 8 : 0;
+}
+
+const char *tg_dtype_str(tg_dtype dt)
+{
+    return dt == TG_F32 ? "f32" : dt == TG_F64 ? "f64" : "?";
+}
+
+static int default_threads(void)
+{
+#ifdef TG_HAVE_OPENMP
+    int n = omp_get_max_threads();
+    return n > 0 ? n : 1;
+#else
+    return 1;
+#endif
+}
+
+tg_ctx *tg_ctx_new_with(const tg_allocator *allocator)
+{
+    tg_allocator al = {default_alloc, default_free, NULL};
+    if (allocator && allocator->alloc && allocator->free)
+        al = *allocator;
+    tg_ctx *ctx = al.alloc(al.user, sizeof *ctx);
+    if (!ctx)
+        return NULL;
+    memset(ctx, 0, sizeof *ctx);
+    ctx->al = al;
+    ctx->n_threads = default_threads();
+    ctx->training = true;
+    tg_ctx_seed(ctx, 0);
+    return ctx;
+}
+
+tg_ctx *tg_ctx_new(void) { return tg_ctx_new_with(NULL); }
+
+void tg_ctx_free(tg_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    tg_block *b = ctx->blocks;
+    while (b) {
+        tg_block *next = b->next;
+        ctx->al.free(ctx->al.user, b);
+        b = next;
+    }
+    tg_allocator al = ctx->al;
+    al.free(al.user, ctx);
+}
+
+void *tg__alloc(tg_ctx *ctx, size_t size, const char *fn)
+{
+    if (size > SIZE_MAX - sizeof(tg_block)) {
+        tg__err(ctx, TG_ERR_NOMEM, fn, "allocation of %zu bytes is too large", size);
+        return NULL;
+    }
+    tg_block *b = ctx->al.alloc(ctx->al.user, sizeof(tg_block) + size);
+    if (!b) {
+        tg__err(ctx, TG_ERR_NOMEM, fn, "out of memory allocating %zu bytes", size);
+        return NULL;
+    }
+    b->prev = NULL;
+    b->next = ctx->blocks;
+    b->size = size;
+    if (ctx->blocks)
+        ctx->blocks->prev = b;
+    ctx->blocks = b;
+    ctx->bytes += size;
+    void *p = b + 1;
+    memset(p, 0, size);
+    return p;
+}
+
+void tg__free(tg_ctx *ctx, void *p)
+{
+    if (!p)
+        return;
+    tg_block *b = (tg_block *)p - 1;
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        ctx->blocks = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    ctx->bytes -= b->size;
+    ctx->al.free(ctx->al.user, b);
+}
+
+size_t tg_ctx_bytes(const tg_ctx *ctx) { return ctx ? ctx->bytes : 0; }
+
+void *tg__err(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
+{
+    if (!ctx || ctx->status != TG_OK)
+        return NULL;
+    ctx->status = s;
+    int n = snprintf(ctx->msg, sizeof ctx->msg, "%s: ", fn ? fn : "tgrad");
+    if (n < 0 || (size_t)n >= sizeof ctx->msg)
+        return NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->msg + n, sizeof ctx->msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+tg_status tg_ctx_status(const tg_ctx *ctx) { return ctx ? ctx->status : TG_ERR_ARG; }
+
+const char *tg_ctx_message(const tg_ctx *ctx) { return ctx ? ctx->msg : "tgrad: NULL context"; }
+
+void tg_ctx_clear_error(tg_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    ctx->status = TG_OK;
+    ctx->msg[0] = '\0';
+}
+
+void tg_ctx_set_threads(tg_ctx *ctx, int n)
+{
+    if (ctx)
+        ctx->n_threads = n > 0 ? n : default_threads();
+}
+
+int tg_ctx_threads(const tg_ctx *ctx) { return ctx ? ctx->n_threads : 1; }
+
+int tg__threads(const tg_ctx *ctx) { return ctx->n_threads > 0 ? ctx->n_threads : 1; }
+
+void tg_ctx_set_training(tg_ctx *ctx, bool training)
+{
+    if (ctx)
+        ctx->training = training;
+}
+
+bool tg_ctx_training(const tg_ctx *ctx) { return ctx ? ctx->training : false; }
+
+/* ----- RNG: xoshiro256** (Blackman & Vigna 2018), seeded with splitmix64 ------------------- */
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void tg_ctx_seed(tg_ctx *ctx, uint64_t seed)
+{
+    if (!ctx)
+        return;
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++)
+        ctx->rng[i] = splitmix64(&x);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t tg_rng_u64(tg_ctx *ctx)
+{
+    uint64_t *s = ctx->rng;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double tg_rng_uniform(tg_ctx *ctx) { return (double)(tg_rng_u64(ctx) >> 11) * 0x1.0p-53; }
+
+double tg_rng_normal(tg_ctx *ctx)
+{
+    double u1 = tg_rng_uniform(ctx), u2 = tg_rng_uniform(ctx);
+    if (u1 < 1e-300)
+        u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2);
+}
+
+void tg_rng_get_state(const tg_ctx *ctx, uint64_t state[4])
+{
+    memcpy(state, ctx->rng, sizeof ctx->rng);
+}
+
+void tg_rng_set_state(tg_ctx *ctx, const uint64_t state[4])
+{
+    memcpy(ctx->rng, state, sizeof ctx->rng);
+}

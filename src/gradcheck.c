@@ -1,0 +1,311 @@
+/*
+ * gradcheck.c - numerical gradient checking as a public API (PyTorch `torch.autograd.gradcheck`
+ * semantics: central differences, pass iff |a - n| <= atol + rtol |n|).
+ *
+ * Checked scalar: L = sum(r * y), r uniform in [0.5, 1.5) so that no gradient cancels.
+ * Element mode: numeric dL/dx_i = (L(x + eps e_i) - L(x - eps e_i)) / (x_i+ - x_i-), where the
+ *   denominator is the perturbation actually stored (exact in f64, rounded in f32).
+ * Projection mode: for random u, v: compares v^T J u computed as grad_v . u (one backward with
+ *   upstream v) with the directional difference (L_v(x + eps u) - L_v(x - eps u)) / 2 eps.
+ * The context RNG state is restored before every forward run so stochastic ops (dropout) see the
+ * same randomness each time.
+ */
+#include "registry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Local generator so that gradcheck does not advance the context RNG. */
+static uint64_t gc_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static double gc_uniform(uint64_t *s) { return (double)(gc_next(s) >> 11) * 0x1.0p-53; }
+
+static double gc_normal(uint64_t *s)
+{
+    double u1 = gc_uniform(s), u2 = gc_uniform(s);
+    if (u1 < 1e-300)
+        u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2);
+}
+
+tg_gradcheck_opts tg_gradcheck_defaults(tg_dtype dt)
+{
+    tg_gradcheck_opts o;
+    memset(&o, 0, sizeof o);
+    if (dt == TG_F32) {
+        o.eps = 1e-3;
+        o.atol = 1e-2;
+        o.rtol = 1e-2;
+    } else {
+        o.eps = 1e-6;
+        o.atol = 1e-5;
+        o.rtol = 1e-3;
+    }
+    o.n_projections = 0;
+    o.seed = 0x7467726164ULL; /* "tgrad" */
+    o.max_elements = 0;
+    return o;
+}
+
+typedef struct {
+    tg_ctx *ctx;
+    tg_graph *g;
+    tg_tensor *y;
+    tg_tensor *r;        /* upstream weights */
+    uint64_t rng0[4];    /* context RNG state at entry */
+} gc_state;
+
+static double loss(gc_state *st)
+{
+    tg_rng_set_state(st->ctx, st->rng0);
+    tg_graph_forward(st->g);
+    double L = 0;
+    for (int64_t i = 0; i < st->y->numel; i++)
+        L += tg_get(st->r, i) * tg_get(st->y, i);
+    return L;
+}
+
+static void backward(gc_state *st, const tg_tensor *dy)
+{
+    tg_rng_set_state(st->ctx, st->rng0);
+    tg_graph_forward(st->g);
+    tg_graph_zero_grad(st->g);
+    tg_graph_backward(st->g, st->y, dy);
+}
+
+static void consider(tg_gradcheck_report *rep, const tg_gradcheck_opts *o, const tg_tensor *t,
+                     int64_t idx, double a, double n)
+{
+    double abs_err = fabs(a - n);
+    double rel_err = abs_err / fmax(fabs(n), o->atol);
+    double ratio = abs_err / (o->atol + o->rtol * fabs(n));
+    if (!(abs_err <= o->atol + o->rtol * fabs(n))) /* also catches NaN */
+        rep->passed = false;
+    if (isnan(abs_err))
+        ratio = INFINITY;
+    if (abs_err > rep->max_abs_err || isnan(abs_err))
+        rep->max_abs_err = isnan(abs_err) ? INFINITY : abs_err;
+    if (rel_err > rep->max_rel_err || isnan(rel_err))
+        rep->max_rel_err = isnan(rel_err) ? INFINITY : rel_err;
+    double worst_ratio = rep->worst_abs_err / (o->atol + o->rtol * fabs(rep->worst_numeric));
+    if (rep->n_checked == 0 || ratio > worst_ratio || isnan(worst_ratio)) {
+        snprintf(rep->worst_tensor, sizeof rep->worst_tensor, "%s", t ? t->name : "");
+        rep->worst_index = idx;
+        rep->worst_rank = t ? t->rank : 0;
+        int64_t rem = idx;
+        for (int d = rep->worst_rank - 1; d >= 0; d--) {
+            rep->worst_coords[d] = rem % t->shape[d];
+            rem /= t->shape[d];
+        }
+        rep->worst_analytic = a;
+        rep->worst_numeric = n;
+        rep->worst_abs_err = abs_err;
+        rep->worst_rel_err = rel_err;
+    }
+    rep->n_checked++;
+}
+
+tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
+                       tg_gradcheck_report *report)
+{
+    static const char *fn = "tg_gradcheck";
+    if (!ctx || !y || !report)
+        return TG_ERR_ARG;
+    memset(report, 0, sizeof *report);
+    if (ctx->status != TG_OK)
+        return ctx->status;
+    tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults(y->dtype);
+    if (!(o.eps > 0) || !(o.atol >= 0) || !(o.rtol >= 0) || o.n_projections < 0) {
+        tg__err(ctx, TG_ERR_ARG, fn, "invalid options (eps %g, atol %g, rtol %g, proj %d)",
+                o.eps, o.atol, o.rtol, o.n_projections);
+        return TG_ERR_ARG;
+    }
+    if (!y->requires_grad) {
+        tg__err(ctx, TG_ERR_NOGRAD, fn, "'%s' depends on nothing that requires grad", y->name);
+        return TG_ERR_NOGRAD;
+    }
+    gc_state st = {ctx, NULL, y, NULL, {0}};
+    tg_rng_get_state(ctx, st.rng0);
+    st.g = tg_graph_new(ctx, &y, 1);
+    if (!st.g)
+        return ctx->status;
+    int64_t nl = tg_graph_n_grad_leaves(st.g);
+    if (nl == 0) {
+        tg__err(ctx, TG_ERR_NOGRAD, fn, "no differentiable leaves");
+        tg_graph_free(st.g);
+        return TG_ERR_NOGRAD;
+    }
+    st.r = tg_const(ctx, y->dtype, y->rank, y->shape, "gradcheck.r");
+    tg_tensor *zero = tg_const(ctx, y->dtype, y->rank, y->shape, "gradcheck.zero");
+    /* Saved leaf data and grads, and the analytic gradient, all in f64. */
+    int64_t total = 0;
+    for (int64_t l = 0; l < nl; l++)
+        total += tg_graph_grad_leaf(st.g, l)->numel;
+    double *saved = tg__alloc(ctx, sizeof(double) * (size_t)total * 3, fn);
+    if (!st.r || !zero || !saved) {
+        tg_graph_free(st.g);
+        return ctx->status;
+    }
+    double *saved_grad = saved + total, *analytic = saved + 2 * total;
+    uint64_t seed = o.seed;
+    for (int64_t i = 0; i < y->numel; i++)
+        tg_set(st.r, i, 0.5 + gc_uniform(&seed));
+    for (int64_t l = 0, off = 0; l < nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(st.g, l);
+        for (int64_t i = 0; i < t->numel; i++) {
+            saved[off + i] = tg_get(t, i);
+            saved_grad[off + i] = tg_grad_get(t, i);
+        }
+        off += t->numel;
+    }
+
+    report->passed = true;
+    report->n_tensors = (int)nl;
+
+    /* Analytic gradient, twice: the second run must be bitwise identical. */
+    backward(&st, st.r);
+    for (int64_t l = 0, off = 0; l < nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(st.g, l);
+        for (int64_t i = 0; i < t->numel; i++)
+            analytic[off + i] = tg_grad_get(t, i);
+        off += t->numel;
+    }
+    backward(&st, st.r);
+    report->backward_deterministic = true;
+    for (int64_t l = 0, off = 0; l < nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(st.g, l);
+        size_t es = tg_dtype_size(t->dtype);
+        for (int64_t i = 0; i < t->numel; i++) {
+            double v = tg_grad_get(t, i);
+            if (memcmp(&v, &analytic[off + i], sizeof v) != 0 && !(isnan(v) && isnan(analytic[off + i])))
+                report->backward_deterministic = false;
+        }
+        (void)es;
+        off += t->numel;
+    }
+    /* A zero upstream gradient must give exactly zero gradients. */
+    backward(&st, zero);
+    report->zero_upstream_ok = true;
+    for (int64_t l = 0; l < nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(st.g, l);
+        for (int64_t i = 0; i < t->numel; i++)
+            if (tg_grad_get(t, i) != 0)
+                report->zero_upstream_ok = false;
+    }
+
+    if (o.n_projections == 0) {
+        for (int64_t l = 0, off = 0; l < nl; l++) {
+            tg_tensor *t = tg_graph_grad_leaf(st.g, l);
+            int64_t step = 1;
+            if (o.max_elements > 0 && t->numel > o.max_elements)
+                step = (t->numel + o.max_elements - 1) / o.max_elements;
+            for (int64_t i = 0; i < t->numel; i += step) {
+                double x0 = saved[off + i];
+                tg_set(t, i, x0 + o.eps);
+                double xp = tg_get(t, i);
+                double Lp = loss(&st);
+                tg_set(t, i, x0 - o.eps);
+                double xm = tg_get(t, i);
+                double Lm = loss(&st);
+                tg_set(t, i, x0);
+                double numeric = (Lp - Lm) / (xp - xm);
+                consider(report, &o, t, i, analytic[off + i], numeric);
+            }
+            off += t->numel;
+        }
+    } else {
+        double *u = tg__alloc(ctx, sizeof(double) * (size_t)total, fn);
+        if (!u) {
+            tg_graph_free(st.g);
+            return ctx->status;
+        }
+        for (int p = 0; p < o.n_projections; p++) {
+            /* new random v (upstream) and u (direction) per projection */
+            for (int64_t i = 0; i < y->numel; i++)
+                tg_set(st.r, i, gc_normal(&seed));
+            double unorm = 0;
+            for (int64_t i = 0; i < total; i++) {
+                u[i] = gc_normal(&seed);
+                unorm += u[i] * u[i];
+            }
+            unorm = sqrt(unorm);
+            for (int64_t i = 0; i < total; i++)
+                u[i] /= unorm;
+            backward(&st, st.r);
+            double a = 0;
+            for (int64_t l = 0, off = 0; l < nl; l++) {
+                tg_tensor *t = tg_graph_grad_leaf(st.g, l);
+                for (int64_t i = 0; i < t->numel; i++)
+                    a += tg_grad_get(t, i) * u[off + i];
+                off += t->numel;
+            }
+            double L[2];
+            for (int sgn = 0; sgn < 2; sgn++) {
+                double h = sgn == 0 ? o.eps : -o.eps;
+                for (int64_t l = 0, off = 0; l < nl; l++) {
+                    tg_tensor *t = tg_graph_grad_leaf(st.g, l);
+                    for (int64_t i = 0; i < t->numel; i++)
+                        tg_set(t, i, saved[off + i] + h * u[off + i]);
+                    off += t->numel;
+                }
+                L[sgn] = loss(&st);
+            }
+            for (int64_t l = 0, off = 0; l < nl; l++) {
+                tg_tensor *t = tg_graph_grad_leaf(st.g, l);
+                for (int64_t i = 0; i < t->numel; i++)
+                    tg_set(t, i, saved[off + i]);
+                off += t->numel;
+            }
+            consider(report, &o, NULL, p, a, (L[0] - L[1]) / (2 * o.eps));
+        }
+        tg__free(ctx, u);
+    }
+    if (!report->backward_deterministic || !report->zero_upstream_ok)
+        report->passed = false;
+
+    /* Restore leaves (data and grads) and recompute the outputs from the original data. */
+    for (int64_t l = 0, off = 0; l < nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(st.g, l);
+        for (int64_t i = 0; i < t->numel; i++) {
+            tg_set(t, i, saved[off + i]);
+            if (t->grad) {
+                if (t->dtype == TG_F32)
+                    ((float *)t->grad)[i] = (float)saved_grad[off + i];
+                else
+                    ((double *)t->grad)[i] = saved_grad[off + i];
+            }
+        }
+        off += t->numel;
+    }
+    tg_rng_set_state(ctx, st.rng0);
+    tg_graph_forward(st.g);
+    tg_rng_set_state(ctx, st.rng0);
+
+    char msg[1024];
+    snprintf(msg, sizeof msg,
+             "%s: %lld checked in %d tensors, max abs err %.3g, max rel err %.3g, worst '%s'[%lld]"
+             " analytic %.10g numeric %.10g%s%s",
+             report->passed ? "PASS" : "FAIL", (long long)report->n_checked, report->n_tensors,
+             report->max_abs_err, report->max_rel_err, report->worst_tensor,
+             (long long)report->worst_index, report->worst_analytic, report->worst_numeric,
+             report->backward_deterministic ? "" : "; second backward differs",
+             report->zero_upstream_ok ? "" : "; zero upstream gave non-zero gradients");
+    size_t ml = strlen(msg);
+    if (ml >= sizeof report->message)
+        ml = sizeof report->message - 1;
+    memcpy(report->message, msg, ml);
+    report->message[ml] = '\0';
+    tg__free(ctx, saved);
+    tg__free(ctx, st.r->data);
+    tg__free(ctx, st.r);
+    tg__free(ctx, zero->data);
+    tg__free(ctx, zero);
+    tg_graph_free(st.g);
+    return report->passed ? TG_OK : TG_ERR_GRADCHECK;
+}

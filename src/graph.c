@@ -1,0 +1,259 @@
+/*
+ * graph.c - layer 3: static graphs. Topological order (iterative, any size), memory planning
+ * (every gradient buffer is allocated when the graph is built), the forward executor and
+ * reverse-mode autodiff. Ops are reached only through the registry table.
+ *
+ * Life of a graph: builders record ops -> tg_graph_new (order + plan) -> tg_graph_forward
+ * (any number of times) -> tg_graph_backward (leaf grads accumulate) -> tg_graph_zero_grad.
+ */
+#include "registry.h"
+
+struct tg_graph {
+    tg_ctx *ctx;
+    int64_t n;           /* nodes in topological order (leaves included) */
+    tg_tensor **nodes;
+    int64_t n_leaves;    /* leaves with requires_grad, in topological order */
+    tg_tensor **leaves;
+    int n_outputs;
+    tg_tensor **outputs;
+    bool forwarded;      /* forward has run at least once */
+};
+
+/* Grow a pointer array owned by ctx (doubling). Returns false on NOMEM. */
+static bool grow(tg_ctx *ctx, void **arr, int64_t *cap, size_t elem)
+{
+    int64_t nc = *cap ? *cap * 2 : 64;
+    void *n = tg__alloc(ctx, (size_t)nc * elem, "tg_graph_new");
+    if (!n)
+        return false;
+    if (*arr) {
+        memcpy(n, *arr, (size_t)*cap * elem);
+        tg__free(ctx, *arr);
+    }
+    *arr = n;
+    *cap = nc;
+    return true;
+}
+
+typedef struct {
+    tg_tensor *t;
+    int next_src;
+} frame;
+
+tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs)
+{
+    static const char *fn = "tg_graph_new";
+    if (!ctx)
+        return NULL;
+    if (ctx->status != TG_OK)
+        return NULL; /* a builder failed: keep its error, never build over it */
+    if (n_outputs < 1 || !outputs)
+        return tg__err(ctx, TG_ERR_ARG, fn, "need at least one output (got %d)", n_outputs);
+    for (int i = 0; i < n_outputs; i++) {
+        if (!outputs[i])
+            return tg__err(ctx, TG_ERR_ARG, fn, "output %d is NULL", i);
+        if (outputs[i]->ctx != ctx)
+            return tg__err(ctx, TG_ERR_ARG, fn, "output %d belongs to another context", i);
+    }
+    tg_graph *g = tg__alloc(ctx, sizeof *g, fn);
+    if (!g)
+        return NULL;
+    g->ctx = ctx;
+    g->outputs = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)n_outputs, fn);
+    if (!g->outputs)
+        return NULL;
+    memcpy(g->outputs, outputs, sizeof(tg_tensor *) * (size_t)n_outputs);
+    g->n_outputs = n_outputs;
+
+    /* Iterative post-order DFS: a node is emitted after all its sources. Identity is the
+     * tensor object; the visit stamp makes each node appear once. */
+    uint64_t epoch = ++ctx->mark_epoch;
+    frame *stack = NULL;
+    int64_t sp = 0, scap = 0, ncap = 0;
+    for (int o = 0; o < n_outputs; o++) {
+        if (outputs[o]->mark == epoch)
+            continue;
+        if (sp == scap && !grow(ctx, (void **)&stack, &scap, sizeof *stack))
+            return NULL;
+        outputs[o]->mark = epoch;
+        stack[sp++] = (frame){outputs[o], 0};
+        while (sp > 0) {
+            frame *f = &stack[sp - 1];
+            if (f->next_src < f->t->n_src) {
+                tg_tensor *s = f->t->src[f->next_src++];
+                if (s && s->mark != epoch) {
+                    s->mark = epoch;
+                    if (sp == scap && !grow(ctx, (void **)&stack, &scap, sizeof *stack))
+                        return NULL;
+                    stack[sp++] = (frame){s, 0};
+                }
+                continue;
+            }
+            if (g->n == ncap && !grow(ctx, (void **)&g->nodes, &ncap, sizeof(tg_tensor *)))
+                return NULL;
+            f->t->topo = g->n;
+            g->nodes[g->n++] = f->t;
+            sp--;
+        }
+    }
+    tg__free(ctx, stack);
+
+    /* Plan memory: a gradient buffer for every tensor on a path to a differentiable leaf. */
+    for (int64_t i = 0; i < g->n; i++) {
+        tg_tensor *t = g->nodes[i];
+        if (t->requires_grad && t->op == TG_OP_NONE)
+            g->n_leaves++;
+        if (t->requires_grad && t->op != TG_OP_NONE && !tg__op_table[t->op].backward)
+            return tg__err(ctx, TG_ERR_NOGRAD, fn, "op '%s' ('%s') has no backward rule",
+                           tg__op_table[t->op].name, t->name);
+        if (t->requires_grad && !t->grad) {
+            t->grad = tg__alloc(ctx, (size_t)t->numel * tg_dtype_size(t->dtype), fn);
+            if (!t->grad)
+                return NULL;
+        }
+    }
+    if (g->n_leaves) {
+        g->leaves = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)g->n_leaves, fn);
+        if (!g->leaves)
+            return NULL;
+        int64_t k = 0;
+        for (int64_t i = 0; i < g->n; i++)
+            if (g->nodes[i]->requires_grad && g->nodes[i]->op == TG_OP_NONE)
+                g->leaves[k++] = g->nodes[i];
+    }
+    return g;
+}
+
+void tg_graph_free(tg_graph *g)
+{
+    if (!g)
+        return;
+    tg_ctx *ctx = g->ctx;
+    tg__free(ctx, g->nodes);
+    tg__free(ctx, g->leaves);
+    tg__free(ctx, g->outputs);
+    tg__free(ctx, g);
+}
+
+int64_t tg_graph_size(const tg_graph *g) { return g ? g->n : 0; }
+
+tg_tensor *tg_graph_node(const tg_graph *g, int64_t i)
+{
+    return (g && i >= 0 && i < g->n) ? g->nodes[i] : NULL;
+}
+
+int64_t tg_graph_n_grad_leaves(const tg_graph *g) { return g ? g->n_leaves : 0; }
+
+tg_tensor *tg_graph_grad_leaf(const tg_graph *g, int64_t i)
+{
+    return (g && i >= 0 && i < g->n_leaves) ? g->leaves[i] : NULL;
+}
+
+tg_status tg_graph_forward(tg_graph *g)
+{
+    if (!g)
+        return TG_ERR_ARG;
+    for (int64_t i = 0; i < g->n; i++) {
+        tg_tensor *t = g->nodes[i];
+        if (t->op != TG_OP_NONE)
+            tg__op_table[t->op].forward(t);
+    }
+    g->forwarded = true;
+    return TG_OK;
+}
+
+/* Is t one of g's nodes? (topo is scratch shared by graphs, so confirm identity.) */
+static bool in_graph(const tg_graph *g, const tg_tensor *t)
+{
+    return t->topo >= 0 && t->topo < g->n && g->nodes[t->topo] == t;
+}
+
+static void refresh_topo(tg_graph *g)
+{
+    for (int64_t i = 0; i < g->n; i++)
+        g->nodes[i]->topo = i;
+}
+
+tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
+                                  const tg_tensor *const *dys)
+{
+    static const char *fn = "tg_graph_backward";
+    if (!g || n < 1 || !ys)
+        return TG_ERR_ARG;
+    tg_ctx *ctx = g->ctx;
+    if (!g->forwarded) {
+        tg__err(ctx, TG_ERR_STATE, fn, "run tg_graph_forward before backward");
+        return TG_ERR_STATE;
+    }
+    refresh_topo(g);
+    for (int k = 0; k < n; k++) {
+        tg_tensor *y = ys[k];
+        const tg_tensor *dy = dys ? dys[k] : NULL;
+        if (!y || !in_graph(g, y)) {
+            tg__err(ctx, TG_ERR_ARG, fn, "output %d is not a tensor of this graph", k);
+            return TG_ERR_ARG;
+        }
+        if (!y->requires_grad || !y->grad) {
+            tg__err(ctx, TG_ERR_NOGRAD, fn,
+                    "'%s' does not depend on any parameter or input that requires grad", y->name);
+            return TG_ERR_NOGRAD;
+        }
+        char b1[128], b2[128];
+        if (!dy && y->numel != 1) {
+            tg__err(ctx, TG_ERR_SHAPE, fn,
+                    "'%s' %s is not a scalar: pass an upstream gradient of that shape", y->name,
+                    tg__shape_str(y, b1, sizeof b1));
+            return TG_ERR_SHAPE;
+        }
+        if (dy && (dy->numel != y->numel || dy->rank != y->rank ||
+                   memcmp(dy->shape, y->shape, sizeof y->shape) != 0)) {
+            tg__err(ctx, TG_ERR_SHAPE, fn, "upstream gradient '%s' is %s but '%s' is %s",
+                    dy->name, tg__shape_str(dy, b1, sizeof b1), y->name,
+                    tg__shape_str(y, b2, sizeof b2));
+            return TG_ERR_SHAPE;
+        }
+        if (dy && dy->dtype != y->dtype) {
+            tg__err(ctx, TG_ERR_DTYPE, fn, "upstream gradient is %s but '%s' is %s",
+                    tg_dtype_str(dy->dtype), y->name, tg_dtype_str(y->dtype));
+            return TG_ERR_DTYPE;
+        }
+    }
+    /* Intermediate gradients start from zero each call; leaf gradients accumulate. */
+    for (int64_t i = 0; i < g->n; i++) {
+        tg_tensor *t = g->nodes[i];
+        if (t->op != TG_OP_NONE && t->grad)
+            memset(t->grad, 0, (size_t)t->numel * tg_dtype_size(t->dtype));
+    }
+    for (int k = 0; k < n; k++) {
+        tg_tensor *y = ys[k];
+        const tg_tensor *dy = dys ? dys[k] : NULL;
+        if (y->dtype == TG_F32) {
+            float *gp = y->grad;
+            for (int64_t i = 0; i < y->numel; i++)
+                gp[i] += dy ? ((const float *)dy->data)[i] : 1.0f;
+        } else {
+            double *gp = y->grad;
+            for (int64_t i = 0; i < y->numel; i++)
+                gp[i] += dy ? ((const double *)dy->data)[i] : 1.0;
+        }
+    }
+    for (int64_t i = g->n - 1; i >= 0; i--) {
+        tg_tensor *t = g->nodes[i];
+        if (t->op != TG_OP_NONE && t->requires_grad)
+            tg__op_table[t->op].backward(t);
+    }
+    return TG_OK;
+}
+
+tg_status tg_graph_backward(tg_graph *g, tg_tensor *y, const tg_tensor *dy)
+{
+    return tg_graph_backward_multi(g, 1, &y, &dy);
+}
+
+void tg_graph_zero_grad(tg_graph *g)
+{
+    if (!g)
+        return;
+    for (int64_t i = 0; i < g->n_leaves; i++)
+        tg_zero_grad(g->leaves[i]);
+}

@@ -1,0 +1,103 @@
+/*
+ * io.h - internal helpers shared by the interop formats (layer 5): byte sources over a file or
+ * a memory buffer, growable byte buffers, little-endian and half-precision conversions,
+ * item validation, and the atomic file writer.
+ */
+#ifndef TG_IO_H
+#define TG_IO_H
+
+#include "core.h"
+#include "tgrad_io.h"
+
+#include <stdio.h>
+
+/* ----- byte sources ------------------------------------------------------------------------ */
+/* A file (regular: size known from fstat; anything else is read whole into memory first) or a
+ * borrowed memory buffer, read sequentially. */
+typedef struct tg__src {
+    const char *fn;            /* API function name for messages */
+    const char *label;         /* file path or "<memory>" */
+    FILE *f;                   /* NULL for memory */
+    const unsigned char *mem;  /* memory contents (borrowed or slurped) */
+    unsigned char *owned;      /* slurped buffer to tg__free, or NULL */
+    uint64_t size;             /* total bytes */
+    uint64_t pos;              /* bytes consumed */
+} tg__src;
+
+/* Open @p path for reading. Records TG_ERR_IO / TG_ERR_NOMEM; returns the status. */
+tg_status tg__src_open_file(tg_ctx *ctx, tg__src *s, const char *fn, const char *path);
+void tg__src_open_mem(tg__src *s, const char *fn, const void *data, size_t size);
+void tg__src_close(tg_ctx *ctx, tg__src *s);
+/* Bytes left. */
+static inline uint64_t tg__src_left(const tg__src *s) { return s->size - s->pos; }
+/* Read exactly n bytes (the caller has checked n <= tg__src_left). A short read means the file
+ * changed under us: TG_ERR_TRUNCATED; a read error TG_ERR_IO. @p what names the part read. */
+tg_status tg__src_read(tg_ctx *ctx, tg__src *s, void *dst, size_t n, const char *what);
+
+/* ----- growable byte buffer (context memory) ----------------------------------------------- */
+typedef struct tg__buf {
+    char *p;
+    size_t len, cap;
+    bool failed; /* an allocation failed (TG_ERR_NOMEM recorded) */
+} tg__buf;
+
+bool tg__buf_put(tg_ctx *ctx, tg__buf *b, const void *data, size_t n);
+bool tg__buf_puts(tg_ctx *ctx, tg__buf *b, const char *s);
+bool tg__buf_putc(tg_ctx *ctx, tg__buf *b, char c);
+bool tg__buf_put_u64(tg_ctx *ctx, tg__buf *b, uint64_t v); /* decimal */
+void tg__buf_free(tg_ctx *ctx, tg__buf *b);
+
+/* ----- encodings ---------------------------------------------------------------------------- */
+bool tg__host_is_le(void);
+uint16_t tg__le16(const unsigned char *p);
+uint32_t tg__le32(const unsigned char *p);
+uint64_t tg__le64(const unsigned char *p);
+void tg__put_le16(unsigned char *p, uint16_t v);
+void tg__put_le32(unsigned char *p, uint32_t v);
+void tg__put_le64(unsigned char *p, uint64_t v);
+/* IEEE binary16 / bfloat16 bits -> float (exact; subnormals, inf and NaN kept). */
+float tg__f16_to_f32(uint16_t h);
+float tg__bf16_to_f32(uint16_t h);
+/* Length of the valid UTF-8 sequence starting at s[0] (of at most n bytes), or 0 if invalid
+ * (overlong, surrogate, > U+10FFFF, truncated). */
+size_t tg__utf8_len(const unsigned char *s, size_t n);
+bool tg__utf8_valid(const char *s, size_t n);
+/* strerror into buf (thread-safe). */
+const char *tg__strerror(int err, char *buf, size_t n);
+
+/* Element formats the readers convert from (little-endian on disk). */
+typedef enum tg__efmt {
+    TG__E_BOOL, TG__E_U8, TG__E_I8, TG__E_U16, TG__E_I16, TG__E_U32, TG__E_I32, TG__E_U64,
+    TG__E_I64, TG__E_F16, TG__E_BF16, TG__E_F32, TG__E_F64
+} tg__efmt;
+size_t tg__efmt_size(tg__efmt e);
+/* Convert n elements of e (little-endian bytes at src) to dt at dst. */
+void tg__convert_le(void *dst, tg_dtype dt, const unsigned char *src, tg__efmt e, size_t n);
+/* Read n elements of format e from s into dst (dtype dt), converting, in bounded chunks. */
+tg_status tg__src_read_elems(tg_ctx *ctx, tg__src *s, void *dst, tg_dtype dt, tg__efmt e,
+                             uint64_t n, const char *what);
+
+/* ----- writing ------------------------------------------------------------------------------ */
+/* Validate an item (name not checked); on success sets *nbytes. Records the error (naming fn
+ * and, if idx >= 0, the item index) and returns the status. */
+tg_status tg__item_check(tg_ctx *ctx, const char *fn, const tg_io_item *it, int64_t idx,
+                         uint64_t *nbytes);
+/* Send n bytes to w; TG_ERR_IO (recorded, naming fn and what) if it fails. */
+tg_status tg__write(tg_ctx *ctx, const char *fn, const tg_writer *w, const void *p, size_t n,
+                    const char *what);
+/* Send an item's data (n elements of dt) little-endian, swapping through a bounce buffer on
+ * big-endian hosts. */
+tg_status tg__write_data(tg_ctx *ctx, const char *fn, const tg_writer *w, const void *data,
+                         tg_dtype dt, uint64_t nbytes);
+
+/* Produce the file's bytes through w. */
+typedef tg_status (*tg__emit_fn)(tg_ctx *ctx, const tg_writer *w, void *user);
+/* Atomic write of @p path: temp file in the same directory, emit, fflush, fsync, fclose,
+ * rename; on failure the temp file is removed and @p path untouched. */
+tg_status tg__write_atomic(tg_ctx *ctx, const char *fn, const char *path,
+                           const tg_write_opts *opts, tg__emit_fn emit, void *user);
+
+/* Remove tensor t created by a reader that failed later (frees its data and record). */
+void tg__tensor_discard(tg_ctx *ctx, tg_tensor *t);
+
+#endif /* TG_IO_H */

@@ -1,0 +1,35 @@
+/* registry.c - the op dispatch table, generated from ops/ops.def. */
+#include "registry.h"
+
+const tg_op_def tg__op_table[TG_OP_COUNT_] = {
+    [TG_OP_NONE] = {"leaf", NULL, NULL},
+#define TG_OP(id, name, fwd, bwd) [TG_OP_##id] = {name, fwd, bwd},
+#include "../ops/ops.def"
+#undef TG_OP
+};
+
+int tg_op_count(void) { return TG_OP_COUNT_ - 1; }
+
+const char *tg_op_name(int i)
+{
+    if (i < 0 || i >= TG_OP_COUNT_ - 1)
+        return NULL;
+    return tg__op_table[i + 1].name;
+}
+
+bool tg_op_has_backward(int i)
+{
+    if (i < 0 || i >= TG_OP_COUNT_ - 1)
+        return false;
+    return tg__op_table[i + 1].backward != NULL;
+}
+
+int tg_op_find(const char *name)
+{
+    if (!name)
+        return -1;
+    for (int i = 1; i < TG_OP_COUNT_; i++)
+        if (strcmp(tg__op_table[i].name, name) == 0)
+            return i - 1;
+    return -1;
+}

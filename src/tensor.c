@@ -1,0 +1,474 @@
+/*
+ * tensor.c - tensor records: leaves, op results, accessors, data copy with dtype conversion,
+ * and the shape/broadcast helpers every op builder uses.
+ */
+#include "registry.h"
+
+#include <stdio.h>
+
+const char *tg__dims_str(int rank, const int64_t *shape, char *buf, size_t n)
+{
+    size_t k = 0;
+    if (n == 0)
+        return buf;
+    buf[0] = '\0';
+    k += (size_t)snprintf(buf + k, n - k, "(");
+    for (int i = 0; i < rank && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (k < n)
+        snprintf(buf + k, n - k, ")");
+    return buf;
+}
+
+const char *tg__shape_str(const tg_tensor *t, char *buf, size_t n)
+{
+    return tg__dims_str(t->rank, t->shape, buf, n);
+}
+
+const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n)
+{
+    if (!t || !buf)
+        return "";
+    return tg__shape_str(t, buf, n);
+}
+
+int tg__axis(int axis, int rank)
+{
+    if (axis < 0)
+        axis += rank;
+    return (axis >= 0 && axis < rank) ? axis : -1;
+}
+
+/* Validate rank/shape, compute numel with overflow check. */
+static bool shape_ok(tg_ctx *ctx, const char *fn, int rank, const int64_t *shape, int64_t *numel)
+{
+    if (rank < 0 || rank > TG_MAX_RANK) {
+        tg__err(ctx, TG_ERR_ARG, fn, "rank %d out of range 0..%d", rank, TG_MAX_RANK);
+        return false;
+    }
+    if (rank > 0 && !shape) {
+        tg__err(ctx, TG_ERR_ARG, fn, "shape is NULL for rank %d", rank);
+        return false;
+    }
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] < 1) {
+            char b[128];
+            tg__err(ctx, TG_ERR_SHAPE, fn, "dim %d is %lld in shape %s (every dim must be >= 1)",
+                    i, (long long)shape[i], tg__dims_str(rank, shape, b, sizeof b));
+            return false;
+        }
+        if (n > INT64_MAX / shape[i] || n * shape[i] > (INT64_MAX / 8)) {
+            tg__err(ctx, TG_ERR_OVERFLOW, fn, "shape too large");
+            return false;
+        }
+        n *= shape[i];
+    }
+    *numel = n;
+    return true;
+}
+
+static tg_tensor *tensor_new(tg_ctx *ctx, const char *fn, tg_kind kind, tg_dtype dt, int rank,
+                             const int64_t *shape, const char *name, bool alloc_data)
+{
+    if (!ctx)
+        return NULL;
+    if (dt != TG_F32 && dt != TG_F64)
+        return tg__err(ctx, TG_ERR_DTYPE, fn, "unknown dtype %d", (int)dt);
+    int64_t numel;
+    if (!shape_ok(ctx, fn, rank, shape, &numel))
+        return NULL;
+    tg_tensor *t = tg__alloc(ctx, sizeof *t, fn);
+    if (!t)
+        return NULL;
+    t->ctx = ctx;
+    t->id = ctx->next_id++;
+    t->dtype = dt;
+    t->kind = kind;
+    t->rank = rank;
+    for (int i = 0; i < TG_MAX_RANK; i++)
+        t->shape[i] = i < rank ? shape[i] : 1;
+    t->numel = numel;
+    t->requires_grad = (kind == TG_KIND_PARAM);
+    if (name) {
+        snprintf(t->name, sizeof t->name, "%s", name);
+    } else {
+        static const char *const kinds[] = {"param", "input", "const", "op"};
+        snprintf(t->name, sizeof t->name, "%s%llu", kinds[kind], (unsigned long long)t->id);
+    }
+    if (alloc_data) {
+        t->data = tg__alloc(ctx, (size_t)numel * tg_dtype_size(dt), fn);
+        if (!t->data) {
+            tg__free(ctx, t);
+            return NULL;
+        }
+    }
+    return t;
+}
+
+tg_tensor *tg_param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name)
+{
+    return tensor_new(ctx, "tg_param", TG_KIND_PARAM, dt, rank, shape, name, true);
+}
+
+tg_tensor *tg_input(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name)
+{
+    return tensor_new(ctx, "tg_input", TG_KIND_INPUT, dt, rank, shape, name, true);
+}
+
+tg_tensor *tg_const(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name)
+{
+    return tensor_new(ctx, "tg_const", TG_KIND_CONST, dt, rank, shape, name, true);
+}
+
+tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t *shape,
+                      int n_src, tg_tensor *const *src)
+{
+    char name[TG_NAME_MAX];
+    snprintf(name, sizeof name, "%s%llu", tg__op_table[op].name,
+             (unsigned long long)ctx->next_id);
+    /* reshape is a view: no buffer of its own */
+    tg_tensor *t = tensor_new(ctx, tg__op_table[op].name, TG_KIND_OP, dt, rank, shape, name,
+                              op != TG_OP_RESHAPE);
+    if (!t)
+        return NULL;
+    t->op = op;
+    t->n_src = n_src;
+    for (int i = 0; i < n_src; i++) {
+        t->src[i] = src[i];
+        if (src[i] && src[i]->requires_grad)
+            t->requires_grad = true;
+    }
+    return t;
+}
+
+bool tg__op_save(tg_tensor *y, size_t bytes)
+{
+    y->saved = tg__alloc(y->ctx, bytes, tg__op_table[y->op].name);
+    y->saved_bytes = y->saved ? bytes : 0;
+    return y->saved != NULL;
+}
+
+bool tg__check_srcs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src)
+{
+    if (!ctx)
+        return false;
+    for (int i = 0; i < n; i++)
+        if (!src[i])
+            return false; /* propagate NULL silently: the first error is already recorded */
+    for (int i = 0; i < n; i++) {
+        if (src[i]->ctx != ctx) {
+            tg__err(ctx, TG_ERR_ARG, fn, "operand %d ('%s') belongs to another context", i,
+                    src[i]->name);
+            return false;
+        }
+        if (src[i]->dtype != src[0]->dtype) {
+            tg__err(ctx, TG_ERR_DTYPE, fn, "dtypes differ: '%s' is %s, '%s' is %s", src[0]->name,
+                    tg_dtype_str(src[0]->dtype), src[i]->name, tg_dtype_str(src[i]->dtype));
+            return false;
+        }
+    }
+    return true;
+}
+
+bool tg__broadcast_shape(int ra, const int64_t *a, int rb, const int64_t *b, int *rout,
+                         int64_t *out)
+{
+    int r = ra > rb ? ra : rb;
+    if (r > TG_MAX_RANK)
+        return false;
+    for (int i = 0; i < r; i++) {
+        int ia = i - (r - ra), ib = i - (r - rb);
+        int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return false;
+        out[i] = da > db ? da : db;
+    }
+    *rout = r;
+    return true;
+}
+
+void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, int64_t *st)
+{
+    int off = rank - x->rank;
+    int64_t s = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        int ix = i - off;
+        if (ix < 0 || x->shape[ix] == 1) {
+            st[i] = 0;
+        } else {
+            st[i] = s;
+        }
+        if (ix >= 0)
+            s *= x->shape[ix];
+        (void)out_shape;
+    }
+}
+
+/* dx (x's shape) += sum of dy over the dims broadcast from x to out_shape.
+ * Each dx element is owned by one iteration; the broadcast positions are visited in
+ * row-major order, so the sum order is fixed whatever the thread count. */
+#define DEFINE_REDUCE_TO(T, SUF)                                                               \
+    static void reduce_to_##SUF(int nt, const T *dy, int rank, const int64_t *out_shape,       \
+                                const tg_tensor *x, T *dx)                                     \
+    {                                                                                          \
+        int64_t ost[TG_MAX_RANK], xst[TG_MAX_RANK];                                            \
+        int64_t s = 1;                                                                         \
+        for (int i = rank - 1; i >= 0; i--) {                                                  \
+            ost[i] = s;                                                                        \
+            s *= out_shape[i];                                                                 \
+        }                                                                                      \
+        int64_t outn = s;                                                                      \
+        tg__bcast_strides(x, rank, out_shape, xst);                                            \
+        /* broadcast axes (x contributes stride 0 but out dim > 1) */                          \
+        int bax[TG_MAX_RANK], nb = 0, kax[TG_MAX_RANK], nk = 0;                                \
+        int64_t bcount = 1;                                                                    \
+        for (int i = 0; i < rank; i++) {                                                       \
+            if (xst[i] == 0 && out_shape[i] > 1) {                                             \
+                bax[nb++] = i;                                                                 \
+                bcount *= out_shape[i];                                                        \
+            } else if (out_shape[i] > 1) {                                                     \
+                kax[nk++] = i;                                                                 \
+            }                                                                                  \
+        }                                                                                      \
+        int64_t xn = x->numel;                                                                 \
+        if (bcount == 1) { /* same shape: plain accumulate */                                  \
+            TG_OMP_FOR(nt, xn > TG_PAR_MIN)                                                    \
+            for (int64_t i = 0; i < xn; i++)                                                   \
+                dx[i] += dy[i];                                                                \
+            return;                                                                            \
+        }                                                                                      \
+        (void)outn;                                                                            \
+        TG_OMP_FOR(nt, xn * bcount > TG_PAR_MIN)                                               \
+        for (int64_t i = 0; i < xn; i++) {                                                     \
+            /* base offset in dy of x element i: decode i over the kept axes */                \
+            int64_t base = 0, rem = i;                                                         \
+            for (int k = nk - 1; k >= 0; k--) {                                                \
+                int64_t d = out_shape[kax[k]];                                                 \
+                base += (rem % d) * ost[kax[k]];                                               \
+                rem /= d;                                                                      \
+            }                                                                                  \
+            T acc = 0;                                                                         \
+            for (int64_t j = 0; j < bcount; j++) {                                             \
+                int64_t off = 0, r2 = j;                                                       \
+                for (int k = nb - 1; k >= 0; k--) {                                            \
+                    int64_t d = out_shape[bax[k]];                                             \
+                    off += (r2 % d) * ost[bax[k]];                                             \
+                    r2 /= d;                                                                   \
+                }                                                                              \
+                acc += dy[base + off];                                                         \
+            }                                                                                  \
+            dx[i] += acc;                                                                      \
+        }                                                                                      \
+    }
+DEFINE_REDUCE_TO(float, f32)
+DEFINE_REDUCE_TO(double, f64)
+
+void tg__reduce_to(tg_ctx *ctx, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
+                   const tg_tensor *x, void *dx)
+{
+    int nt = tg__threads(ctx);
+    if (dt == TG_F32)
+        reduce_to_f32(nt, dy, rank, out_shape, x, dx);
+    else
+        reduce_to_f64(nt, dy, rank, out_shape, x, dx);
+}
+
+/* ----- accessors ------------------------------------------------------------------------- */
+tg_ctx *tg_tensor_ctx(const tg_tensor *t) { return t ? t->ctx : NULL; }
+tg_dtype tg_tensor_dtype(const tg_tensor *t) { return t ? t->dtype : TG_F32; }
+tg_kind tg_tensor_kind(const tg_tensor *t) { return t ? t->kind : TG_KIND_CONST; }
+int tg_tensor_rank(const tg_tensor *t) { return t ? t->rank : 0; }
+const int64_t *tg_tensor_shape(const tg_tensor *t) { return t ? t->shape : NULL; }
+int64_t tg_tensor_numel(const tg_tensor *t) { return t ? t->numel : 0; }
+bool tg_tensor_requires_grad(const tg_tensor *t) { return t && t->requires_grad; }
+const char *tg_tensor_name(const tg_tensor *t) { return t ? t->name : ""; }
+void *tg_tensor_data(tg_tensor *t) { return t ? t->data : NULL; }
+void *tg_tensor_grad(tg_tensor *t) { return t ? t->grad : NULL; }
+
+int64_t tg_tensor_dim(const tg_tensor *t, int axis)
+{
+    if (!t)
+        return -1;
+    int a = tg__axis(axis, t->rank);
+    return a < 0 ? -1 : t->shape[a];
+}
+
+tg_status tg_tensor_set_name(tg_tensor *t, const char *name)
+{
+    if (!t || !name)
+        return TG_ERR_ARG;
+    snprintf(t->name, sizeof t->name, "%s", name);
+    return TG_OK;
+}
+
+const char *tg_tensor_op_name(const tg_tensor *t)
+{
+    if (!t)
+        return "";
+    if (t->op != TG_OP_NONE)
+        return tg__op_table[t->op].name;
+    static const char *const kinds[] = {"param", "input", "const", "op"};
+    return kinds[t->kind];
+}
+
+tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)
+{
+    if (!t)
+        return TG_ERR_ARG;
+    if (t->kind == TG_KIND_INPUT) {
+        t->requires_grad = requires_grad;
+        return TG_OK;
+    }
+    if (t->kind == TG_KIND_PARAM && requires_grad)
+        return TG_OK;
+    tg__err(t->ctx, TG_ERR_ARG, "tg_set_requires_grad",
+            "'%s' is a %s; only inputs can change whether they require grad", t->name,
+            tg_tensor_op_name(t));
+    return TG_ERR_ARG;
+}
+
+static void convert(void *dst, tg_dtype ddt, const void *src, tg_dtype sdt, size_t n)
+{
+    if (ddt == sdt) {
+        memcpy(dst, src, n * tg_dtype_size(ddt));
+    } else if (ddt == TG_F32) {
+        const double *s = src;
+        float *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = (float)s[i];
+    } else {
+        const float *s = src;
+        double *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = (double)s[i];
+    }
+}
+
+tg_status tg_tensor_set_data(tg_tensor *t, const void *src, tg_dtype src_dtype, size_t n)
+{
+    if (!t || !src || tg_dtype_size(src_dtype) == 0)
+        return TG_ERR_ARG;
+    if (t->kind == TG_KIND_OP) {
+        tg__err(t->ctx, TG_ERR_STATE, "tg_tensor_set_data", "'%s' is computed by op '%s'",
+                t->name, tg_tensor_op_name(t));
+        return TG_ERR_STATE;
+    }
+    if ((int64_t)n != t->numel) {
+        char b[128];
+        tg__err(t->ctx, TG_ERR_SHAPE, "tg_tensor_set_data",
+                "'%s' %s has %lld elements, got %zu", t->name, tg__shape_str(t, b, sizeof b),
+                (long long)t->numel, n);
+        return TG_ERR_SHAPE;
+    }
+    convert(t->data, t->dtype, src, src_dtype, n);
+    return TG_OK;
+}
+
+tg_status tg_tensor_get_data(const tg_tensor *t, void *dst, tg_dtype dst_dtype, size_t n)
+{
+    if (!t || !dst || tg_dtype_size(dst_dtype) == 0)
+        return TG_ERR_ARG;
+    if ((int64_t)n != t->numel)
+        return TG_ERR_SHAPE;
+    convert(dst, dst_dtype, t->data, t->dtype, n);
+    return TG_OK;
+}
+
+tg_status tg_tensor_get_grad(const tg_tensor *t, void *dst, tg_dtype dst_dtype, size_t n)
+{
+    if (!t || !dst || tg_dtype_size(dst_dtype) == 0)
+        return TG_ERR_ARG;
+    if (!t->grad)
+        return TG_ERR_NOGRAD;
+    if ((int64_t)n != t->numel)
+        return TG_ERR_SHAPE;
+    convert(dst, dst_dtype, t->grad, t->dtype, n);
+    return TG_OK;
+}
+
+tg_status tg_tensor_copy(tg_tensor *dst, const tg_tensor *src)
+{
+    if (!dst || !src)
+        return TG_ERR_ARG;
+    if (dst->numel != src->numel)
+        return TG_ERR_SHAPE;
+    return tg_tensor_set_data(dst, src->data, src->dtype, (size_t)src->numel);
+}
+
+static double load(const void *p, tg_dtype dt, int64_t i)
+{
+    return dt == TG_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+}
+
+static void store(void *p, tg_dtype dt, int64_t i, double v)
+{
+    if (dt == TG_F32)
+        ((float *)p)[i] = (float)v;
+    else
+        ((double *)p)[i] = v;
+}
+
+double tg_get(const tg_tensor *t, int64_t flat)
+{
+    if (!t || flat < 0 || flat >= t->numel || !t->data)
+        return NAN;
+    return load(t->data, t->dtype, flat);
+}
+
+void tg_set(tg_tensor *t, int64_t flat, double v)
+{
+    if (!t || flat < 0 || flat >= t->numel || !t->data)
+        return;
+    store(t->data, t->dtype, flat, v);
+}
+
+double tg_grad_get(const tg_tensor *t, int64_t flat)
+{
+    if (!t || flat < 0 || flat >= t->numel || !t->grad)
+        return NAN;
+    return load(t->grad, t->dtype, flat);
+}
+
+double tg_get_at(const tg_tensor *t, const int64_t *idx)
+{
+    if (!t || (t->rank > 0 && !idx))
+        return NAN;
+    int64_t flat = 0;
+    for (int i = 0; i < t->rank; i++) {
+        if (idx[i] < 0 || idx[i] >= t->shape[i])
+            return NAN;
+        flat = flat * t->shape[i] + idx[i];
+    }
+    return tg_get(t, flat);
+}
+
+void tg_fill(tg_tensor *t, double v)
+{
+    if (!t || !t->data)
+        return;
+    for (int64_t i = 0; i < t->numel; i++)
+        store(t->data, t->dtype, i, v);
+}
+
+void tg_fill_uniform(tg_tensor *t, double lo, double hi)
+{
+    if (!t || !t->data)
+        return;
+    for (int64_t i = 0; i < t->numel; i++)
+        store(t->data, t->dtype, i, lo + (hi - lo) * tg_rng_uniform(t->ctx));
+}
+
+void tg_fill_normal(tg_tensor *t, double mean, double std)
+{
+    if (!t || !t->data)
+        return;
+    for (int64_t i = 0; i < t->numel; i++)
+        store(t->data, t->dtype, i, mean + std * tg_rng_normal(t->ctx));
+}
+
+void tg_zero_grad(tg_tensor *t)
+{
+    if (t && t->grad)
+        memset(t->grad, 0, (size_t)t->numel * tg_dtype_size(t->dtype));
+}

@@ -1,0 +1,7 @@
+/* cli.h - subcommands of the `tgrad` program (layer 6: uses only the public headers). */
+#ifndef TG_CLI_H
+#define TG_CLI_H
+
+int cmd_gradcheck(int argc, char **argv);
+
+#endif

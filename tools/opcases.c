@@ -1,0 +1,317 @@
+/*
+ * opcases.c - gradient-check cases for every registered op (see opcases.h).
+ * Inputs are uniform in [-1, 1) unless a case says otherwise; ReLU inputs are kept at least
+ * 0.1 away from the kink so central differences never straddle it.
+ */
+#include "opcases.h"
+
+#include <string.h>
+
+/* A differentiable input filled uniform in [lo, hi). */
+static tg_tensor *leaf(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
+                       const char *name, double lo, double hi)
+{
+    tg_tensor *t = tg_input(ctx, dt, rank, shape, name);
+    if (!t)
+        return NULL;
+    tg_set_requires_grad(t, true);
+    tg_fill_uniform(t, lo, hi);
+    return t;
+}
+
+#define IN(name, ...) leaf(ctx, dt, TG_DIMS(__VA_ARGS__), name, -1.0, 1.0)
+#define PARAM(name, ...) param(ctx, dt, TG_DIMS(__VA_ARGS__), name)
+
+static tg_tensor *param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
+                        const char *name)
+{
+    tg_tensor *t = tg_param(ctx, dt, rank, shape, name);
+    if (t)
+        tg_fill_uniform(t, -1.0, 1.0);
+    return t;
+}
+
+/* Push values away from 0 by at least 0.1 (kink of ReLU). */
+static tg_tensor *away_from_zero(tg_tensor *t)
+{
+    for (int64_t i = 0; t && i < tg_tensor_numel(t); i++) {
+        double v = tg_get(t, i);
+        tg_set(t, i, v >= 0 ? v + 0.1 : v - 0.1);
+    }
+    return t;
+}
+
+/* ---- matmul ---- */
+static tg_tensor *mm_2d(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_matmul(ctx, IN("a", 3, 4), IN("b", 4, 5), false, false);
+}
+static tg_tensor *mm_batched(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_matmul(ctx, IN("a", 2, 3, 4), IN("b", 2, 4, 2), false, false);
+}
+static tg_tensor *mm_bcast(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_matmul(ctx, IN("a", 2, 1, 3, 4), IN("b", 3, 4, 5), false, false);
+}
+static tg_tensor *mm_tb(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_matmul(ctx, IN("q", 2, 3, 4), IN("k", 2, 5, 4), false, true);
+}
+static tg_tensor *mm_ta(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_matmul(ctx, IN("a", 4, 3), IN("b", 2, 4, 1), true, false);
+}
+static tg_tensor *mm_tatb(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_matmul(ctx, IN("a", 2, 4, 3), IN("b", 1, 2, 4), true, true);
+}
+static tg_tensor *mm_one(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_matmul(ctx, IN("a", 1, 1), IN("b", 1, 1), false, false);
+}
+static tg_tensor *mm_shared(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *x = IN("x", 3, 3);
+    return tg_matmul(ctx, x, x, false, true); /* x x^T: both operands are one tensor */
+}
+
+/* ---- transpose / permute / reshape / narrow ---- */
+static tg_tensor *tr_2d(tg_ctx *ctx, tg_dtype dt) { return tg_transpose(ctx, IN("x", 2, 3), 0, 1); }
+static tg_tensor *tr_3d(tg_ctx *ctx, tg_dtype dt) { return tg_transpose(ctx, IN("x", 2, 3, 4), 1, 2); }
+static tg_tensor *tr_neg(tg_ctx *ctx, tg_dtype dt) { return tg_transpose(ctx, IN("x", 1, 4, 1, 3), -1, 0); }
+static tg_tensor *pm_3d(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_permute(ctx, IN("x", 2, 3, 4), (const int[]){2, 0, 1});
+}
+static tg_tensor *pm_heads(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_permute(ctx, IN("x", 2, 5, 3, 2), (const int[]){0, 2, 1, 3});
+}
+static tg_tensor *pm_1d(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_permute(ctx, IN("x", 5), (const int[]){0});
+}
+static tg_tensor *rs_infer(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_reshape(ctx, IN("x", 2, 6), TG_DIMS(3, -1));
+}
+static tg_tensor *rs_split(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_reshape(ctx, IN("x", 24), TG_DIMS(2, 3, 4));
+}
+static tg_tensor *rs_scalar(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_reshape(ctx, IN("x", 1, 1), 0, NULL);
+}
+static tg_tensor *nw_rows(tg_ctx *ctx, tg_dtype dt) { return tg_narrow(ctx, IN("x", 5, 3), 0, 1, 3); }
+static tg_tensor *nw_mid(tg_ctx *ctx, tg_dtype dt) { return tg_narrow(ctx, IN("x", 2, 6, 2), 1, 4, 2); }
+static tg_tensor *nw_one(tg_ctx *ctx, tg_dtype dt) { return tg_narrow(ctx, IN("x", 3), -1, 0, 1); }
+
+/* ---- scale / add / mul ---- */
+static tg_tensor *sc_2d(tg_ctx *ctx, tg_dtype dt) { return tg_scale(ctx, IN("x", 3, 4), 2.5); }
+static tg_tensor *sc_one(tg_ctx *ctx, tg_dtype dt) { return tg_scale(ctx, IN("x", 1), -1.0); }
+static tg_tensor *sc_3d(tg_ctx *ctx, tg_dtype dt) { return tg_scale(ctx, IN("x", 2, 3, 4), 0.125); }
+static tg_tensor *add_same(tg_ctx *ctx, tg_dtype dt) { return tg_add(ctx, IN("a", 2, 3), IN("b", 2, 3)); }
+static tg_tensor *add_bias(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_add(ctx, IN("x", 2, 3, 4), PARAM("bias", 4));
+}
+static tg_tensor *add_outer(tg_ctx *ctx, tg_dtype dt) { return tg_add(ctx, IN("a", 3, 1), IN("b", 1, 4)); }
+static tg_tensor *add_self(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *x = IN("x", 2, 2);
+    return tg_add(ctx, x, x);
+}
+static tg_tensor *mul_same(tg_ctx *ctx, tg_dtype dt) { return tg_mul(ctx, IN("a", 2, 3), IN("b", 2, 3)); }
+static tg_tensor *mul_bcast(tg_ctx *ctx, tg_dtype dt) { return tg_mul(ctx, IN("a", 2, 3, 4), IN("b", 3, 1)); }
+static tg_tensor *mul_scalar(tg_ctx *ctx, tg_dtype dt) { return tg_mul(ctx, IN("a", 1), IN("b", 2, 2)); }
+static tg_tensor *mul_self(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *x = IN("x", 3, 2);
+    return tg_mul(ctx, x, x);
+}
+
+/* ---- sum / mean ---- */
+static tg_tensor *sum_ax0(tg_ctx *ctx, tg_dtype dt) { return tg_sum(ctx, IN("x", 3, 4), 0, false); }
+static tg_tensor *sum_keep(tg_ctx *ctx, tg_dtype dt) { return tg_sum(ctx, IN("x", 2, 3, 4), -1, true); }
+static tg_tensor *sum_all(tg_ctx *ctx, tg_dtype dt) { return tg_sum_all(ctx, IN("x", 2, 3)); }
+static tg_tensor *sum_one(tg_ctx *ctx, tg_dtype dt) { return tg_sum(ctx, IN("x", 1), 0, false); }
+static tg_tensor *mean_ax0(tg_ctx *ctx, tg_dtype dt) { return tg_mean(ctx, IN("x", 3, 4), 0, false); }
+static tg_tensor *mean_mid(tg_ctx *ctx, tg_dtype dt) { return tg_mean(ctx, IN("x", 2, 3, 4), 1, true); }
+static tg_tensor *mean_all(tg_ctx *ctx, tg_dtype dt) { return tg_mean_all(ctx, IN("x", 2, 3)); }
+static tg_tensor *mean_one(tg_ctx *ctx, tg_dtype dt) { return tg_mean(ctx, IN("x", 1, 1), -1, false); }
+
+/* ---- add_mask / softmax ---- */
+static tg_tensor *block_mask(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
+                             const int *blocked)
+{
+    tg_tensor *m = tg_const(ctx, dt, rank, shape, "mask");
+    for (int64_t i = 0; m && i < tg_tensor_numel(m); i++)
+        tg_set(m, i, blocked[i]);
+    return m;
+}
+static tg_tensor *am_additive(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *bias = IN("bias", 3, 4); /* a learned additive bias: differentiable */
+    return tg_add_mask(ctx, IN("scores", 2, 3, 4), bias, TG_MASK_ADDITIVE);
+}
+static tg_tensor *am_padding(tg_ctx *ctx, tg_dtype dt)
+{
+    /* key padding (B, 1, 1, T_k) over scores (B, H, T_q, T_k), then softmax */
+    static const int pad[] = {0, 0, 0, 1, 0, 0, 1, 1};
+    tg_tensor *m = block_mask(ctx, dt, TG_DIMS(2, 1, 1, 4), pad);
+    return tg_softmax(ctx, tg_add_mask(ctx, IN("scores", 2, 2, 3, 4), m, TG_MASK_BLOCK));
+}
+static tg_tensor *am_causal(tg_ctx *ctx, tg_dtype dt)
+{
+    static const int causal[] = {0, 1, 1, 0, 0, 1, 0, 0, 0};
+    tg_tensor *m = block_mask(ctx, dt, TG_DIMS(3, 3), causal);
+    return tg_softmax(ctx, tg_add_mask(ctx, IN("scores", 2, 3, 3), m, TG_MASK_BLOCK));
+}
+static tg_tensor *am_seed(tg_ctx *ctx, tg_dtype dt)
+{
+    /* the seeds' convention: scores += -1e9 * mask */
+    static const int mk[] = {0, 0, 1, 0, 1, 1};
+    tg_tensor *m = block_mask(ctx, dt, TG_DIMS(2, 3), mk);
+    tg_tensor *s = tg_add_mask(ctx, IN("scores", 2, 2, 3), tg_scale(ctx, m, -1e9),
+                               TG_MASK_ADDITIVE);
+    return tg_softmax(ctx, s);
+}
+static tg_tensor *sm_rows(tg_ctx *ctx, tg_dtype dt) { return tg_softmax(ctx, IN("x", 2, 5)); }
+static tg_tensor *sm_one(tg_ctx *ctx, tg_dtype dt) { return tg_softmax(ctx, IN("x", 3, 1)); }
+static tg_tensor *sm_4d(tg_ctx *ctx, tg_dtype dt) { return tg_softmax(ctx, IN("x", 1, 2, 3, 7)); }
+static tg_tensor *sm_masked_row(tg_ctx *ctx, tg_dtype dt)
+{
+    /* row 1 of each batch is fully masked: zeros and zero gradient, never NaN */
+    static const int mk[] = {0, 0, 1, 1, 1, 1, 1, 1, 0, 1, 0, 0};
+    tg_tensor *m = block_mask(ctx, dt, TG_DIMS(3, 4), mk);
+    return tg_softmax(ctx, tg_add_mask(ctx, IN("scores", 2, 3, 4), m, TG_MASK_BLOCK));
+}
+
+/* ---- relu / gelu ---- */
+static tg_tensor *relu_2d(tg_ctx *ctx, tg_dtype dt) { return tg_relu(ctx, away_from_zero(IN("x", 3, 4))); }
+static tg_tensor *relu_one(tg_ctx *ctx, tg_dtype dt) { return tg_relu(ctx, away_from_zero(IN("x", 1))); }
+static tg_tensor *relu_3d(tg_ctx *ctx, tg_dtype dt) { return tg_relu(ctx, away_from_zero(IN("x", 2, 3, 5))); }
+static tg_tensor *gelu_2d(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *x = IN("x", 3, 4);
+    tg_fill_uniform(x, -3, 3);
+    return tg_gelu(ctx, x);
+}
+static tg_tensor *gelu_one(tg_ctx *ctx, tg_dtype dt) { return tg_gelu(ctx, IN("x", 1)); }
+static tg_tensor *gelu_3d(tg_ctx *ctx, tg_dtype dt) { return tg_gelu(ctx, IN("x", 2, 2, 3)); }
+
+/* ---- dense ---- */
+static tg_tensor *dense_2d(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_dense(ctx, IN("x", 4, 3), PARAM("weight", 5, 3), PARAM("bias", 5));
+}
+static tg_tensor *dense_nobias(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_dense(ctx, IN("x", 2, 3, 4), PARAM("weight", 2, 4), NULL);
+}
+static tg_tensor *dense_one(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_dense(ctx, IN("x", 1), PARAM("weight", 1, 1), PARAM("bias", 1));
+}
+static tg_tensor *dense_4d(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_dense(ctx, IN("x", 2, 1, 2, 3), PARAM("weight", 6, 3), PARAM("bias", 6));
+}
+
+/* ---- layer_norm ---- */
+static tg_tensor *ln_affine(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_layer_norm(ctx, IN("x", 3, 5), PARAM("weight", 5), PARAM("bias", 5), 1e-5);
+}
+static tg_tensor *ln_plain(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_layer_norm(ctx, IN("x", 2, 3, 4), NULL, NULL, 1e-5);
+}
+static tg_tensor *ln_one(tg_ctx *ctx, tg_dtype dt)
+{
+    /* D = 1: every row is constant, y = beta, dx = 0 */
+    return tg_layer_norm(ctx, IN("x", 4, 1), PARAM("weight", 1), PARAM("bias", 1), 1e-5);
+}
+static tg_tensor *ln_const_row(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *x = IN("x", 2, 6);
+    for (int j = 0; j < 6; j++)
+        tg_set(x, j, 0.75); /* row 0 constant */
+    return tg_layer_norm(ctx, x, PARAM("weight", 6), PARAM("bias", 6), 1e-5);
+}
+
+const tg_opcase tg_opcases[] = {
+    {"matmul", "2d", "a (3, 4) b (4, 5)", mm_2d},
+    {"matmul", "batched", "a (2, 3, 4) b (2, 4, 2)", mm_batched},
+    {"matmul", "broadcast", "a (2, 1, 3, 4) b (3, 4, 5)", mm_bcast},
+    {"matmul", "transpose_b", "q (2, 3, 4) k^T (2, 5, 4)", mm_tb},
+    {"matmul", "transpose_a", "a^T (4, 3) b (2, 4, 1)", mm_ta},
+    {"matmul", "transpose_ab", "a^T (2, 4, 3) b^T (1, 2, 4)", mm_tatb},
+    {"matmul", "size1", "a (1, 1) b (1, 1)", mm_one},
+    {"matmul", "shared", "x (3, 3) x^T", mm_shared},
+    {"transpose", "2d", "x (2, 3) 0<->1", tr_2d},
+    {"transpose", "3d", "x (2, 3, 4) 1<->2", tr_3d},
+    {"transpose", "size1-neg", "x (1, 4, 1, 3) -1<->0", tr_neg},
+    {"permute", "3d", "x (2, 3, 4) (2, 0, 1)", pm_3d},
+    {"permute", "heads", "x (2, 5, 3, 2) (0, 2, 1, 3)", pm_heads},
+    {"permute", "1d", "x (5) (0)", pm_1d},
+    {"reshape", "infer", "x (2, 6) -> (3, -1)", rs_infer},
+    {"reshape", "split", "x (24) -> (2, 3, 4)", rs_split},
+    {"reshape", "scalar", "x (1, 1) -> ()", rs_scalar},
+    {"narrow", "rows", "x (5, 3) axis 0 [1, 4)", nw_rows},
+    {"narrow", "middle", "x (2, 6, 2) axis 1 [4, 6)", nw_mid},
+    {"narrow", "size1", "x (3) axis -1 [0, 1)", nw_one},
+    {"scale", "2d", "x (3, 4) * 2.5", sc_2d},
+    {"scale", "size1", "x (1) * -1", sc_one},
+    {"scale", "3d", "x (2, 3, 4) * 0.125", sc_3d},
+    {"add", "same", "a (2, 3) b (2, 3)", add_same},
+    {"add", "bias", "x (2, 3, 4) bias (4)", add_bias},
+    {"add", "outer", "a (3, 1) b (1, 4)", add_outer},
+    {"add", "self", "x (2, 2) + x", add_self},
+    {"mul", "same", "a (2, 3) b (2, 3)", mul_same},
+    {"mul", "broadcast", "a (2, 3, 4) b (3, 1)", mul_bcast},
+    {"mul", "size1", "a (1) b (2, 2)", mul_scalar},
+    {"mul", "self", "x (3, 2) * x", mul_self},
+    {"sum", "axis0", "x (3, 4) axis 0", sum_ax0},
+    {"sum", "keepdim", "x (2, 3, 4) axis -1 keepdim", sum_keep},
+    {"sum", "all", "x (2, 3) all", sum_all},
+    {"sum", "size1", "x (1) axis 0", sum_one},
+    {"mean", "axis0", "x (3, 4) axis 0", mean_ax0},
+    {"mean", "keepdim", "x (2, 3, 4) axis 1 keepdim", mean_mid},
+    {"mean", "all", "x (2, 3) all", mean_all},
+    {"mean", "size1", "x (1, 1) axis -1", mean_one},
+    {"add_mask", "additive", "scores (2, 3, 4) bias (3, 4)", am_additive},
+    {"add_mask", "key_padding", "scores (2, 2, 3, 4) mask (2, 1, 1, 4) +softmax", am_padding},
+    {"add_mask", "causal", "scores (2, 3, 3) mask (3, 3) +softmax", am_causal},
+    {"add_mask", "seed-1e9", "scores (2, 2, 3) -1e9*mask (2, 3) +softmax", am_seed},
+    {"softmax", "rows", "x (2, 5)", sm_rows},
+    {"softmax", "size1", "x (3, 1)", sm_one},
+    {"softmax", "4d", "x (1, 2, 3, 7)", sm_4d},
+    {"softmax", "masked-row", "scores (2, 3, 4), row 1 fully masked", sm_masked_row},
+    {"relu", "2d", "x (3, 4)", relu_2d},
+    {"relu", "size1", "x (1)", relu_one},
+    {"relu", "3d", "x (2, 3, 5)", relu_3d},
+    {"gelu", "2d", "x (3, 4) in [-3, 3)", gelu_2d},
+    {"gelu", "size1", "x (1)", gelu_one},
+    {"gelu", "3d", "x (2, 2, 3)", gelu_3d},
+    {"dense", "2d", "x (4, 3) w (5, 3) b (5)", dense_2d},
+    {"dense", "nobias", "x (2, 3, 4) w (2, 4)", dense_nobias},
+    {"dense", "size1", "x (1) w (1, 1) b (1)", dense_one},
+    {"dense", "4d", "x (2, 1, 2, 3) w (6, 3) b (6)", dense_4d},
+    {"layer_norm", "affine", "x (3, 5) gamma beta (5)", ln_affine},
+    {"layer_norm", "plain", "x (2, 3, 4) no affine", ln_plain},
+    {"layer_norm", "size1", "x (4, 1) gamma beta (1)", ln_one},
+    {"layer_norm", "const-row", "x (2, 6), row 0 constant", ln_const_row},
+};
+const int tg_n_opcases = (int)(sizeof tg_opcases / sizeof tg_opcases[0]);
+
+int tg_opcase_count(const char *op)
+{
+    int n = 0;
+    for (int i = 0; i < tg_n_opcases; i++)
+        if (strcmp(tg_opcases[i].op, op) == 0)
+            n++;
+    return n;
+}
