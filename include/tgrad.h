@@ -192,6 +192,13 @@ TG_API tg_tensor *tg_input(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *sh
 TG_API tg_tensor *tg_const(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
                            const char *name);
 
+/** Number of parameters created in this context (in creation order). */
+TG_API int64_t tg_ctx_n_params(const tg_ctx *ctx);
+/** The i-th parameter created in this context, NULL if out of range. */
+TG_API tg_tensor *tg_ctx_param(const tg_ctx *ctx, int64_t i);
+/** The parameter named @p name (its `state_dict` key), NULL if none. */
+TG_API tg_tensor *tg_ctx_find_param(const tg_ctx *ctx, const char *name);
+
 /**
  * Ask for (or stop asking for) the gradient of an input leaf. Parameters always require grad;
  * constants and op results cannot be changed. Must be called before graphs using @p t are built.
@@ -371,6 +378,14 @@ TG_API tg_tensor *tg_dense(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b
  */
 TG_API tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta,
                                 double eps);
+/**
+ * Inverted dropout (Srivastava et al. 2014; PyTorch `nn.Dropout`): in training mode (see
+ * tg_ctx_set_training(), read at each forward run) each element is kept with probability
+ * 1 - p and scaled by 1 / (1 - p), the mask drawn from the context RNG in element order (so it
+ * is the same for any thread count); in eval mode, y = x. Gradient: dy masked and scaled the
+ * same way. Any shape. Errors: ::TG_ERR_ARG (p outside [0, 1)).
+ */
+TG_API tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */

@@ -145,6 +145,8 @@ struct tg_ctx {
     bool training;
     uint64_t next_id;
     uint64_t mark_epoch;
+    tg_tensor **params;      /* every parameter, in creation order */
+    int64_t n_params, cap_params;
 };
 
 #endif /* TG_CORE_H */

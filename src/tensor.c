@@ -108,7 +108,39 @@ static tg_tensor *tensor_new(tg_ctx *ctx, const char *fn, tg_kind kind, tg_dtype
 
 tg_tensor *tg_param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name)
 {
-    return tensor_new(ctx, "tg_param", TG_KIND_PARAM, dt, rank, shape, name, true);
+    tg_tensor *t = tensor_new(ctx, "tg_param", TG_KIND_PARAM, dt, rank, shape, name, true);
+    if (!t)
+        return NULL;
+    if (ctx->n_params == ctx->cap_params) {
+        int64_t nc = ctx->cap_params ? 2 * ctx->cap_params : 32;
+        tg_tensor **np = tg__alloc(ctx, sizeof *np * (size_t)nc, "tg_param");
+        if (!np)
+            return NULL;
+        if (ctx->params)
+            memcpy(np, ctx->params, sizeof *np * (size_t)ctx->n_params);
+        tg__free(ctx, ctx->params);
+        ctx->params = np;
+        ctx->cap_params = nc;
+    }
+    ctx->params[ctx->n_params++] = t;
+    return t;
+}
+
+int64_t tg_ctx_n_params(const tg_ctx *ctx) { return ctx ? ctx->n_params : 0; }
+
+tg_tensor *tg_ctx_param(const tg_ctx *ctx, int64_t i)
+{
+    return (ctx && i >= 0 && i < ctx->n_params) ? ctx->params[i] : NULL;
+}
+
+tg_tensor *tg_ctx_find_param(const tg_ctx *ctx, const char *name)
+{
+    if (!ctx || !name)
+        return NULL;
+    for (int64_t i = 0; i < ctx->n_params; i++)
+        if (strcmp(ctx->params[i]->name, name) == 0)
+            return ctx->params[i];
+    return NULL;
 }
 
 tg_tensor *tg_input(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name)

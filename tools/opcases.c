@@ -4,6 +4,7 @@
  * 0.1 away from the kink so central differences never straddle it.
  */
 #include "opcases.h"
+#include "tgrad_nn.h"
 
 #include <string.h>
 
@@ -242,6 +243,108 @@ static tg_tensor *ln_const_row(tg_ctx *ctx, tg_dtype dt)
     return tg_layer_norm(ctx, x, PARAM("weight", 6), PARAM("bias", 6), 1e-5);
 }
 
+
+/* ---- dropout (the RNG is replayed for every forward, so the mask is fixed) ---- */
+static tg_tensor *do_2d(tg_ctx *ctx, tg_dtype dt) { return tg_dropout(ctx, IN("x", 4, 5), 0.3); }
+static tg_tensor *do_one(tg_ctx *ctx, tg_dtype dt) { return tg_dropout(ctx, IN("x", 1), 0.5); }
+static tg_tensor *do_3d(tg_ctx *ctx, tg_dtype dt) { return tg_dropout(ctx, IN("x", 2, 3, 4), 0.1); }
+static tg_tensor *do_eval(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_ctx_set_training(ctx, false);
+    return tg_dropout(ctx, IN("x", 3, 2), 0.5);
+}
+
+/* ---- modules: every input and parameter is checked ---- */
+static tg_tensor *sdpa_plain(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_sdpa(ctx, IN("q", 2, 3, 4), IN("k", 2, 5, 4), IN("v", 2, 5, 3), NULL, 0, NULL);
+}
+static tg_tensor *sdpa_nobatch(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_sdpa(ctx, IN("q", 1, 2), IN("k", 3, 2), IN("v", 3, 1), NULL, 0, NULL);
+}
+static tg_tensor *sdpa_causal(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_attn_masks m = {0};
+    m.causal = true;
+    return tg_sdpa(ctx, IN("q", 2, 2, 4, 3), IN("k", 2, 2, 4, 3), IN("v", 2, 2, 4, 2), &m, 0, NULL);
+}
+static tg_tensor *sdpa_masked_row(tg_ctx *ctx, tg_dtype dt)
+{
+    static const int mk[] = {0, 1, 1, 1, 1, 1, 0, 0, 1}; /* query row 1 sees nothing */
+    tg_attn_masks m = {0};
+    m.attn_mask = block_mask(ctx, dt, TG_DIMS(3, 3), mk);
+    m.attn_mask_kind = TG_MASK_BLOCK;
+    return tg_sdpa(ctx, IN("q", 2, 3, 4), IN("k", 2, 3, 4), IN("v", 2, 3, 2), &m, 0.7, NULL);
+}
+static tg_tensor *mha_build(tg_ctx *ctx, tg_dtype dt, int64_t D, int64_t H, bool self,
+                            tg_attn_masks *m)
+{
+    tg_mha mha;
+    if (tg_mha_init(ctx, &mha, dt, D, H, NULL) != TG_OK)
+        return NULL;
+    /* non-zero biases so their gradients are exercised like the weights' */
+    tg_fill_uniform(mha.in_proj_bias, -0.5, 0.5);
+    tg_fill_uniform(mha.out_proj_bias, -0.5, 0.5);
+    if (self) {
+        tg_tensor *x = IN("x", 2, 3, D);
+        return tg_mha_forward(ctx, &mha, x, x, x, m, NULL);
+    }
+    return tg_mha_forward(ctx, &mha, IN("query", 2, 2, D), IN("key", 2, 4, D),
+                          IN("value", 2, 4, D), m, NULL);
+}
+static tg_tensor *mha_self(tg_ctx *ctx, tg_dtype dt) { return mha_build(ctx, dt, 4, 2, true, NULL); }
+static tg_tensor *mha_cross(tg_ctx *ctx, tg_dtype dt) { return mha_build(ctx, dt, 6, 3, false, NULL); }
+static tg_tensor *mha_masks(tg_ctx *ctx, tg_dtype dt)
+{
+    /* causal + key padding, batch 1 pads key 0: its query row 0 is fully masked */
+    static const int pad[] = {0, 0, 0, 1, 0, 0};
+    tg_attn_masks m = {0};
+    m.causal = true;
+    m.key_padding_mask = block_mask(ctx, dt, TG_DIMS(2, 3), pad);
+    return mha_build(ctx, dt, 4, 2, true, &m);
+}
+static tg_tensor *mha_one_head(tg_ctx *ctx, tg_dtype dt) { return mha_build(ctx, dt, 3, 1, true, NULL); }
+static tg_tensor *ffn_case(tg_ctx *ctx, tg_dtype dt, tg_activation act)
+{
+    tg_ffn f;
+    if (tg_ffn_init(ctx, &f, dt, 4, 6, act, NULL) != TG_OK)
+        return NULL;
+    return tg_ffn_forward(ctx, &f, IN("x", 2, 3, 4));
+}
+static tg_tensor *ffn_relu(tg_ctx *ctx, tg_dtype dt) { return ffn_case(ctx, dt, TG_ACT_RELU); }
+static tg_tensor *ffn_gelu(tg_ctx *ctx, tg_dtype dt) { return ffn_case(ctx, dt, TG_ACT_GELU); }
+static tg_tensor *ffn_one(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_ffn f;
+    if (tg_ffn_init(ctx, &f, dt, 1, 1, TG_ACT_GELU, NULL) != TG_OK)
+        return NULL;
+    return tg_ffn_forward(ctx, &f, IN("x", 1, 1));
+}
+static tg_tensor *enc_case(tg_ctx *ctx, tg_dtype dt, bool pre, tg_activation act, bool masked)
+{
+    tg_encoder_config c = tg_encoder_config_default(4, 2);
+    c.d_ff = 6;
+    c.norm_first = pre;
+    c.activation = act;
+    tg_encoder_layer l;
+    if (tg_encoder_layer_init(ctx, &l, dt, &c, NULL) != TG_OK)
+        return NULL;
+    tg_fill_uniform(l.norm1_weight, 0.5, 1.5);
+    tg_fill_uniform(l.norm2_bias, -0.5, 0.5);
+    tg_fill_uniform(l.self_attn.in_proj_bias, -0.5, 0.5);
+    tg_attn_masks m = {0};
+    static const int pad[] = {0, 0, 1, 1, 0, 0};
+    if (masked) {
+        m.causal = true;
+        m.key_padding_mask = block_mask(ctx, dt, TG_DIMS(2, 3), pad);
+    }
+    return tg_encoder_layer_forward(ctx, &l, IN("x", 2, 3, 4), masked ? &m : NULL);
+}
+static tg_tensor *enc_post(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, false, TG_ACT_RELU, false); }
+static tg_tensor *enc_pre(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, true, TG_ACT_GELU, false); }
+static tg_tensor *enc_masked(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, true, TG_ACT_RELU, true); }
+
 const tg_opcase tg_opcases[] = {
     {"matmul", "2d", "a (3, 4) b (4, 5)", mm_2d},
     {"matmul", "batched", "a (2, 3, 4) b (2, 4, 2)", mm_batched},
@@ -304,6 +407,24 @@ const tg_opcase tg_opcases[] = {
     {"layer_norm", "plain", "x (2, 3, 4) no affine", ln_plain},
     {"layer_norm", "size1", "x (4, 1) gamma beta (1)", ln_one},
     {"layer_norm", "const-row", "x (2, 6), row 0 constant", ln_const_row},
+    {"dropout", "2d", "x (4, 5) p 0.3", do_2d},
+    {"dropout", "size1", "x (1) p 0.5", do_one},
+    {"dropout", "3d", "x (2, 3, 4) p 0.1", do_3d},
+    {"dropout", "eval", "x (3, 2) p 0.5, eval mode", do_eval},
+    {"sdpa", "plain", "q (2, 3, 4) k (2, 5, 4) v (2, 5, 3)", sdpa_plain},
+    {"sdpa", "no-batch", "q (1, 2) k (3, 2) v (3, 1)", sdpa_nobatch},
+    {"sdpa", "causal", "q k (2, 2, 4, 3) v (2, 2, 4, 2) causal", sdpa_causal},
+    {"sdpa", "masked-row", "q k (2, 3, 4) v (2, 3, 2), row 1 fully masked", sdpa_masked_row},
+    {"mha", "self", "x (2, 3, 4) H 2", mha_self},
+    {"mha", "cross", "q (2, 2, 6) k v (2, 4, 6) H 3", mha_cross},
+    {"mha", "masks", "x (2, 3, 4) H 2 causal+padding, a row fully masked", mha_masks},
+    {"mha", "one-head", "x (2, 3, 3) H 1", mha_one_head},
+    {"ffn", "relu", "x (2, 3, 4) F 6", ffn_relu},
+    {"ffn", "gelu", "x (2, 3, 4) F 6", ffn_gelu},
+    {"ffn", "size1", "x (1, 1) F 1 gelu", ffn_one},
+    {"encoder", "post-norm", "x (2, 3, 4) H 2 F 6 relu", enc_post},
+    {"encoder", "pre-norm", "x (2, 3, 4) H 2 F 6 gelu", enc_pre},
+    {"encoder", "masked", "x (2, 3, 4) pre-norm causal+padding", enc_masked},
 };
 const int tg_n_opcases = (int)(sizeof tg_opcases / sizeof tg_opcases[0]);
 

@@ -1,0 +1,193 @@
+/**
+ * @file tgrad_nn.h
+ * @brief Transformer modules built as graphs of registered ops: scaled dot-product attention
+ *        (SDPA), multi-head attention (MHA), the position-wise feed-forward network (FFN) and
+ *        the transformer encoder layer. No module has a hand-written backward: autodiff
+ *        derives it from the ops.
+ *
+ * Layout is batch-first, outermost first: x (B, T, D) with B batch, T seq_len, D d_model,
+ * H n_heads, Dh = d_k = d_v = D / H, F d_ff.
+ *
+ * **Mask convention.** Every mask is either boolean (::TG_MASK_BLOCK: stored as 0/1, 1 = true =
+ * "may not be attended") or additive (::TG_MASK_ADDITIVE: a float added to the scores). This
+ * maps onto PyTorch's three conventions:
+ * | PyTorch                                          | tgrad                                 |
+ * |--------------------------------------------------|---------------------------------------|
+ * | `nn.MultiheadAttention` bool `attn_mask` (True = blocked) | ::TG_MASK_BLOCK, same values |
+ * | float `attn_mask` (added to scores)              | ::TG_MASK_ADDITIVE, same values        |
+ * | `key_padding_mask` (B, T_k), True = padding      | tg_attn_masks::key_padding_mask (BLOCK) |
+ * | `F.scaled_dot_product_attention` bool `attn_mask` (True = **attend**) | BLOCK with the mask negated |
+ * | `is_causal=True` / `generate_square_subsequent_mask` | tg_attn_masks::causal / tg_causal_mask() |
+ * | seeds: `scores += -1e9 * mask` (1 = blocked)     | ADDITIVE with tg_scale(mask, -1e9)      |
+ *
+ * **Fully masked rows.** When every key of a query row is blocked, tgrad's attention weights
+ * for that row are zeros, the row of the attention output is zero before the output projection
+ * (so the MHA output is out_proj.bias there), and gradients through the row are zero.
+ * PyTorch's `nn.MultiheadAttention` and `nn.TransformerEncoderLayer` return NaN there.
+ *
+ * **Parameters** are created by the *_init functions as ::TG_KIND_PARAM tensors named with
+ * PyTorch `state_dict` keys (with an optional prefix, e.g. "layers.0."), initialised as PyTorch
+ * does by default from the context RNG, and can be found again with tg_ctx_find_param().
+ */
+#ifndef TGRAD_NN_H
+#define TGRAD_NN_H
+
+#include "tgrad.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Feed-forward activation. */
+typedef enum tg_activation {
+    TG_ACT_RELU = 0, /**< max(0, x) (PyTorch default) */
+    TG_ACT_GELU = 1  /**< exact erf GELU */
+} tg_activation;
+
+/** Masks for attention; every field is optional and they combine (all blocks apply). */
+typedef struct tg_attn_masks {
+    /** (T_q, T_k), or (B, T_q, T_k) (broadcast over heads) for MHA; anything broadcastable to
+     *  the scores (..., T_q, T_k) for SDPA. NULL for none. Same dtype as the inputs. */
+    tg_tensor *attn_mask;
+    tg_mask_kind attn_mask_kind; /**< how attn_mask is read */
+    /** (B, T_k), 1 = padding (blocked). NULL for none. MHA / encoder only. */
+    tg_tensor *key_padding_mask;
+    /** Block key j for query i when j > i (look-ahead mask, top-left aligned as PyTorch's
+     *  `is_causal`). */
+    bool causal;
+} tg_attn_masks;
+
+/**
+ * Causal (look-ahead) mask as a ::TG_MASK_BLOCK constant: m[i][j] = 1 if j > i else 0.
+ * Shapes: -> (T_q, T_k). Errors: ::TG_ERR_SHAPE if a size < 1. Owned by the context.
+ * Source: Vaswani et al. 2017, sec. 3.2.3 ("masking out ... illegal connections").
+ */
+TG_API tg_tensor *tg_causal_mask(tg_ctx *ctx, tg_dtype dt, int64_t t_q, int64_t t_k);
+
+/**
+ * Scaled dot-product attention: softmax(Q K^T * scale + mask) V.
+ * Shapes: q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v) with broadcastable leading
+ * dims (none at all is fine) -> (..., T_q, d_v); attention weights (..., T_q, T_k).
+ * @param masks NULL or masks (key_padding_mask is not used here: pass it as attn_mask shaped
+ *        to broadcast); causal needs T_q, T_k from q and k.
+ * @param scale 0 means 1/sqrt(d_k) (the paper's); otherwise the factor used.
+ * @param attn_weights if not NULL, receives the softmax weights tensor (part of the graph).
+ * Errors: ::TG_ERR_SHAPE (d_k differ, T_k of k and v differ, mask not broadcastable),
+ * ::TG_ERR_ARG (scale not finite), ::TG_ERR_DTYPE.
+ * Source: Vaswani et al. 2017, "Attention Is All You Need", sec. 3.2.1, eq. (1).
+ */
+TG_API tg_tensor *tg_sdpa(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v,
+                          const tg_attn_masks *masks, double scale, tg_tensor **attn_weights);
+
+/** Multi-head attention parameters (PyTorch `nn.MultiheadAttention`, batch_first=True). */
+typedef struct tg_mha {
+    int64_t d_model; /**< D */
+    int64_t n_heads; /**< H; d_k = d_v = D / H */
+    tg_tensor *in_proj_weight;  /**< (3D, D)  `in_proj_weight`: rows [W_q; W_k; W_v] */
+    tg_tensor *in_proj_bias;    /**< (3D)     `in_proj_bias` */
+    tg_tensor *out_proj_weight; /**< (D, D)   `out_proj.weight` */
+    tg_tensor *out_proj_bias;   /**< (D)      `out_proj.bias` */
+} tg_mha;
+
+/**
+ * Create MHA parameters named `<prefix>in_proj_weight`, `<prefix>in_proj_bias`,
+ * `<prefix>out_proj.weight`, `<prefix>out_proj.bias` (prefix may be NULL or ""), initialised as
+ * PyTorch: xavier-uniform in_proj_weight (bound sqrt(6 / (D + 3D))), zero biases,
+ * out_proj.weight uniform(+-1/sqrt(D)) (nn.Linear's kaiming-uniform with a = sqrt 5).
+ * Errors: ::TG_ERR_ARG (d_model or n_heads < 1, n_heads not dividing d_model), ::TG_ERR_NOMEM.
+ */
+TG_API tg_status tg_mha_init(tg_ctx *ctx, tg_mha *m, tg_dtype dt, int64_t d_model,
+                             int64_t n_heads, const char *prefix);
+
+/**
+ * Multi-head attention (Vaswani et al. 2017, sec. 3.2.2; PyTorch `nn.MultiheadAttention`
+ * with batch_first=True, dropout 0):
+ *   q_h = (query W_q^T + b_q) split into H heads, likewise k_h, v_h (reshape + transpose);
+ *   o_h = softmax(q_h k_h^T / sqrt(Dh) + masks) v_h;  out = concat_h(o_h) W_o^T + b_o.
+ * Self-attention: pass the same tensor as query, key and value (its gradient sums all uses).
+ * Shapes: query (B, T_q, D), key (B, T_k, D), value (B, T_k, D) -> (B, T_q, D);
+ * attention weights per head (B, H, T_q, T_k) (PyTorch averages over heads by default).
+ * Errors: ::TG_ERR_SHAPE (widths differ from d_model, batch or T_k mismatch, mask shapes),
+ * ::TG_ERR_ARG (m NULL or uninitialised), ::TG_ERR_DTYPE.
+ */
+TG_API tg_tensor *tg_mha_forward(tg_ctx *ctx, const tg_mha *m, tg_tensor *query,
+                                 tg_tensor *key, tg_tensor *value, const tg_attn_masks *masks,
+                                 tg_tensor **attn_weights);
+
+/** Position-wise feed-forward network parameters. */
+typedef struct tg_ffn {
+    int64_t d_model, d_ff;
+    tg_activation activation;
+    tg_tensor *linear1_weight; /**< (F, D) `linear1.weight` */
+    tg_tensor *linear1_bias;   /**< (F)    `linear1.bias` */
+    tg_tensor *linear2_weight; /**< (D, F) `linear2.weight` */
+    tg_tensor *linear2_bias;   /**< (D)    `linear2.bias` */
+} tg_ffn;
+
+/**
+ * Create FFN parameters `<prefix>linear1.weight`, `.bias`, `<prefix>linear2.weight`, `.bias`,
+ * initialised as nn.Linear (weight and bias uniform(+-1/sqrt(fan_in))).
+ * Errors: ::TG_ERR_ARG (sizes < 1, unknown activation), ::TG_ERR_NOMEM.
+ */
+TG_API tg_status tg_ffn_init(tg_ctx *ctx, tg_ffn *f, tg_dtype dt, int64_t d_model, int64_t d_ff,
+                             tg_activation act, const char *prefix);
+
+/**
+ * FFN(x) = linear2(act(linear1(x))) = act(x W1^T + b1) W2^T + b2 (Vaswani et al. 2017,
+ * sec. 3.3, eq. (2)). Shapes: x (..., D) -> (..., D), hidden (..., F).
+ * Errors: ::TG_ERR_SHAPE (x's last dim != d_model), ::TG_ERR_ARG.
+ */
+TG_API tg_tensor *tg_ffn_forward(tg_ctx *ctx, const tg_ffn *f, tg_tensor *x);
+
+/** Encoder layer hyperparameters (PyTorch `nn.TransformerEncoderLayer` arguments). */
+typedef struct tg_encoder_config {
+    int64_t d_model;        /**< D */
+    int64_t n_heads;        /**< H, must divide D */
+    int64_t d_ff;           /**< F (PyTorch dim_feedforward, default 2048) */
+    tg_activation activation;
+    bool norm_first;        /**< false: post-norm (the paper's); true: pre-norm */
+    double layer_norm_eps;  /**< PyTorch default 1e-5 */
+    double dropout;         /**< dropout probability in training mode (0 = none) */
+} tg_encoder_config;
+
+/** PyTorch's defaults for a given d_model and n_heads: d_ff 2048, relu, post-norm, eps 1e-5,
+ *  dropout 0 (PyTorch's default is 0.1; tgrad's is 0 so that runs are exact by default). */
+TG_API tg_encoder_config tg_encoder_config_default(int64_t d_model, int64_t n_heads);
+
+/** Encoder layer parameters. */
+typedef struct tg_encoder_layer {
+    tg_encoder_config cfg;
+    tg_mha self_attn;       /**< `self_attn.*` */
+    tg_ffn ffn;             /**< `linear1.*`, `linear2.*` */
+    tg_tensor *norm1_weight, *norm1_bias; /**< (D) `norm1.weight`, `norm1.bias` */
+    tg_tensor *norm2_weight, *norm2_bias; /**< (D) `norm2.weight`, `norm2.bias` */
+} tg_encoder_layer;
+
+/**
+ * Create an encoder layer's parameters with exactly PyTorch's `state_dict` keys after
+ * @p prefix: `self_attn.in_proj_weight (3D, D)`, `self_attn.in_proj_bias (3D)`,
+ * `self_attn.out_proj.weight (D, D)`, `self_attn.out_proj.bias (D)`, `linear1.weight (F, D)`,
+ * `linear1.bias (F)`, `linear2.weight (D, F)`, `linear2.bias (D)`, `norm1.weight (D)`,
+ * `norm1.bias (D)`, `norm2.weight (D)`, `norm2.bias (D)`; PyTorch default initialisation.
+ * Errors: ::TG_ERR_ARG (bad config: sizes, heads not dividing d_model, eps < 0, dropout
+ * outside [0, 1)), ::TG_ERR_NOMEM.
+ */
+TG_API tg_status tg_encoder_layer_init(tg_ctx *ctx, tg_encoder_layer *l, tg_dtype dt,
+                                       const tg_encoder_config *cfg, const char *prefix);
+
+/**
+ * Transformer encoder layer (Vaswani et al. 2017, sec. 3.1; PyTorch
+ * `nn.TransformerEncoderLayer(batch_first=True)`):
+ *   post-norm: x = norm1(x + SA(x)); x = norm2(x + FFN(x))
+ *   pre-norm:  x = x + SA(norm1(x)); x = x + FFN(norm2(x))
+ * with dropout after attention, inside the FFN and after the FFN when cfg.dropout > 0 and the
+ * context is in training mode. Shapes: x (B, T, D) -> (B, T, D). Masks as tg_mha_forward().
+ * Errors: ::TG_ERR_SHAPE, ::TG_ERR_ARG.
+ */
+TG_API tg_tensor *tg_encoder_layer_forward(tg_ctx *ctx, const tg_encoder_layer *l, tg_tensor *x,
+                                           const tg_attn_masks *masks);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TGRAD_NN_H */

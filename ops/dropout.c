@@ -1,0 +1,91 @@
+/*
+ * dropout.c - inverted dropout (Srivastava et al. 2014; PyTorch nn.Dropout).
+ *
+ * Training mode: keep_i ~ Bernoulli(1 - p) drawn from the context RNG (serially, element order,
+ *                so the mask does not depend on the thread count);  y = x * keep / (1 - p)
+ *                dx += dy * keep / (1 - p)
+ * Eval mode (tg_ctx_set_training(ctx, false)) or p = 0: y = x, dx += dy.
+ * The mode is read at each forward run. saved: keep mask (numel bytes).
+ */
+#include "registry.h"
+
+tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
+{
+    static const char *fn = "tg_dropout";
+    if (!tg__check_srcs(ctx, fn, 1, &x))
+        return NULL;
+    if (!(p >= 0 && p < 1))
+        return tg__err(ctx, TG_ERR_ARG, fn, "p = %g must be in [0, 1)", p);
+    tg_tensor *y = tg__op_new(ctx, TG_OP_DROPOUT, x->dtype, x->rank, x->shape, 1, &x);
+    if (!y)
+        return NULL;
+    y->p.dropout.p = p;
+    if (!tg__op_save(y, (size_t)x->numel))
+        return NULL;
+    return y;
+}
+
+#define DEFINE_DROPOUT(T, SUF)                                                                 \
+    static void apply_##SUF(tg_tensor *y, const T *in, T *out, bool acc)                       \
+    {                                                                                          \
+        const unsigned char *keep = y->saved;                                                  \
+        T s = (T)(1.0 / (1.0 - y->p.dropout.p));                                               \
+        int nt = tg__threads(y->ctx);                                                          \
+        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)                                                  \
+        for (int64_t i = 0; i < y->numel; i++) {                                               \
+            T v = keep[i] ? in[i] * s : 0;                                                     \
+            out[i] = acc ? out[i] + v : v;                                                     \
+        }                                                                                      \
+    }
+DEFINE_DROPOUT(float, f32)
+DEFINE_DROPOUT(double, f64)
+
+void tg__dropout_forward(tg_tensor *y)
+{
+    unsigned char *keep = y->saved;
+    double p = y->p.dropout.p;
+    if (!y->ctx->training || p == 0) {
+        y->p.dropout.p = p; /* unchanged; identity with scale 1 */
+        memset(keep, 1, (size_t)y->numel);
+        memcpy(y->data, y->src[0]->data, (size_t)y->numel * tg_dtype_size(y->dtype));
+        y->p.dropout.p = p;
+        return;
+    }
+    /* threshold on the top 53 bits: drop when u < p */
+    uint64_t thr = (uint64_t)(p * 0x1.0p53);
+    for (int64_t i = 0; i < y->numel; i++)
+        keep[i] = (tg_rng_u64(y->ctx) >> 11) >= thr;
+    if (y->dtype == TG_F32)
+        apply_f32(y, y->src[0]->data, y->data, false);
+    else
+        apply_f64(y, y->src[0]->data, y->data, false);
+}
+
+void tg__dropout_backward(tg_tensor *y)
+{
+    tg_tensor *x = y->src[0];
+    if (!x->grad)
+        return;
+    if (!y->ctx->training || y->p.dropout.p == 0) {
+        int64_t n = y->numel;
+        int nt = tg__threads(y->ctx);
+        if (y->dtype == TG_F32) {
+            float *dx = x->grad;
+            const float *dy = y->grad;
+            TG_OMP_FOR(nt, n > TG_PAR_MIN)
+            for (int64_t i = 0; i < n; i++)
+                dx[i] += dy[i];
+        } else {
+            double *dx = x->grad;
+            const double *dy = y->grad;
+            TG_OMP_FOR(nt, n > TG_PAR_MIN)
+            for (int64_t i = 0; i < n; i++)
+                dx[i] += dy[i];
+        }
+        return;
+    }
+    if (y->dtype == TG_F32)
+        apply_f32(y, y->grad, x->grad, true);
+    else
+        apply_f64(y, y->grad, x->grad, true);
+}

@@ -1,0 +1,84 @@
+/*
+ * init.c - parameter creation with PyTorch's default initialisations, and the shared mask
+ * application used by SDPA and MHA.
+ */
+#include "nn_internal.h"
+#include "../core.h"
+
+#include <math.h>
+#include <stdio.h>
+
+tg_tensor *tg__nn_param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
+                        const char *prefix, const char *name, double bound, bool fill_one)
+{
+    char full[TG_NAME_MAX];
+    snprintf(full, sizeof full, "%s%s", prefix ? prefix : "", name);
+    tg_tensor *t = tg_param(ctx, dt, rank, shape, full);
+    if (!t)
+        return NULL;
+    if (fill_one)
+        tg_fill(t, 1.0);
+    else if (bound > 0)
+        tg_fill_uniform(t, -bound, bound);
+    return t;
+}
+
+tg_tensor *tg_causal_mask(tg_ctx *ctx, tg_dtype dt, int64_t t_q, int64_t t_k)
+{
+    tg_tensor *m = tg_const(ctx, dt, TG_DIMS(t_q, t_k), "causal_mask");
+    if (!m)
+        return NULL;
+    for (int64_t i = 0; i < t_q; i++)
+        for (int64_t j = 0; j < t_k; j++)
+            tg_set(m, i * t_k + j, j > i ? 1.0 : 0.0);
+    return m;
+}
+
+tg_tensor *tg__nn_apply_masks(tg_ctx *ctx, const char *fn, tg_tensor *scores,
+                              const tg_attn_masks *masks, bool mha)
+{
+    if (!scores || !masks)
+        return scores;
+    int r = tg_tensor_rank(scores);
+    const int64_t *s = tg_tensor_shape(scores);
+    int64_t t_q = s[r - 2], t_k = s[r - 1];
+    tg_tensor *out = scores;
+    if (masks->attn_mask) {
+        tg_tensor *m = masks->attn_mask;
+        if (mha) {
+            int mr = tg_tensor_rank(m);
+            const int64_t *ms = tg_tensor_shape(m);
+            bool ok2 = mr == 2 && ms[0] == t_q && ms[1] == t_k;
+            bool ok3 = mr == 3 && ms[0] == s[0] && ms[1] == t_q && ms[2] == t_k;
+            if (!ok2 && !ok3) {
+                char bm[128], bs[128];
+                return tg__err(ctx, TG_ERR_SHAPE, fn,
+                               "attn_mask %s must be (T_q, T_k) = (%lld, %lld) or (B, T_q, T_k) = "
+                               "(%lld, %lld, %lld) for scores %s",
+                               tg_tensor_shape_str(m, bm, sizeof bm), (long long)t_q,
+                               (long long)t_k, (long long)s[0], (long long)t_q, (long long)t_k,
+                               tg_tensor_shape_str(scores, bs, sizeof bs));
+            }
+            if (ok3) /* (B, T_q, T_k) -> (B, 1, T_q, T_k): same mask for every head */
+                m = tg_reshape(ctx, m, TG_DIMS(ms[0], 1, t_q, t_k));
+        }
+        out = tg_add_mask(ctx, out, m, masks->attn_mask_kind);
+    }
+    if (masks->key_padding_mask && mha) {
+        tg_tensor *p = masks->key_padding_mask;
+        const int64_t *ps = tg_tensor_shape(p);
+        if (tg_tensor_rank(p) != 2 || ps[0] != s[0] || ps[1] != t_k) {
+            char bp[128];
+            return tg__err(ctx, TG_ERR_SHAPE, fn,
+                           "key_padding_mask %s must be (B, T_k) = (%lld, %lld)",
+                           tg_tensor_shape_str(p, bp, sizeof bp), (long long)s[0],
+                           (long long)t_k);
+        }
+        p = tg_reshape(ctx, p, TG_DIMS(ps[0], 1, 1, t_k)); /* (B, 1, 1, T_k) */
+        out = tg_add_mask(ctx, out, p, TG_MASK_BLOCK);
+    }
+    if (masks->causal && out)
+        out = tg_add_mask(ctx, out, tg_causal_mask(ctx, tg_tensor_dtype(scores), t_q, t_k),
+                          TG_MASK_BLOCK);
+    return out;
+}

@@ -1,0 +1,95 @@
+/*
+ * mha.c - multi-head attention (Vaswani et al. 2017, sec. 3.2.2; PyTorch
+ * nn.MultiheadAttention, batch_first=True) as a graph of ops:
+ *   W_q, W_k, W_v = rows [0, D), [D, 2D), [2D, 3D) of in_proj_weight (narrow)
+ *   q = query W_q^T + b_q                      (B, T_q, D)
+ *   q = transpose(reshape(q, B, T_q, H, Dh))   (B, H, T_q, Dh)   likewise k, v with T_k
+ *   o = sdpa(q, k, v, masks)                   (B, H, T_q, Dh)
+ *   o = reshape(transpose(o), B, T_q, D)       heads concatenated
+ *   out = o W_o^T + b_o                        (B, T_q, D)
+ * Self-attention passes one tensor as query, key and value; autodiff sums its three uses.
+ */
+#include "nn_internal.h"
+#include "../core.h"
+
+#include <math.h>
+
+tg_status tg_mha_init(tg_ctx *ctx, tg_mha *m, tg_dtype dt, int64_t d_model, int64_t n_heads,
+                      const char *prefix)
+{
+    static const char *fn = "tg_mha_init";
+    if (!ctx || !m)
+        return TG_ERR_ARG;
+    memset(m, 0, sizeof *m);
+    if (d_model < 1 || n_heads < 1 || d_model % n_heads != 0) {
+        tg__err(ctx, TG_ERR_ARG, fn, "n_heads %lld must divide d_model %lld (both >= 1)",
+                (long long)n_heads, (long long)d_model);
+        return TG_ERR_ARG;
+    }
+    m->d_model = d_model;
+    m->n_heads = n_heads;
+    double xavier = sqrt(6.0 / (double)(d_model + 3 * d_model));
+    double linear = 1.0 / sqrt((double)d_model);
+    m->in_proj_weight = tg__nn_param(ctx, dt, TG_DIMS(3 * d_model, d_model), prefix,
+                                     "in_proj_weight", xavier, false);
+    m->in_proj_bias = tg__nn_param(ctx, dt, TG_DIMS(3 * d_model), prefix, "in_proj_bias", 0,
+                                   false);
+    m->out_proj_weight = tg__nn_param(ctx, dt, TG_DIMS(d_model, d_model), prefix,
+                                      "out_proj.weight", linear, false);
+    m->out_proj_bias = tg__nn_param(ctx, dt, TG_DIMS(d_model), prefix, "out_proj.bias", 0,
+                                    false);
+    return tg_ctx_status(ctx);
+}
+
+/* (B, T, D) -> (B, H, T, Dh) */
+static tg_tensor *split_heads(tg_ctx *ctx, tg_tensor *x, int64_t B, int64_t T, int64_t H,
+                              int64_t Dh)
+{
+    x = tg_reshape(ctx, x, TG_DIMS(B, T, H, Dh));
+    return tg_transpose(ctx, x, 1, 2);
+}
+
+tg_tensor *tg_mha_forward(tg_ctx *ctx, const tg_mha *m, tg_tensor *query, tg_tensor *key,
+                          tg_tensor *value, const tg_attn_masks *masks, tg_tensor **attn_weights)
+{
+    static const char *fn = "tg_mha_forward";
+    if (attn_weights)
+        *attn_weights = NULL;
+    if (!ctx || !query || !key || !value)
+        return NULL;
+    if (!m || !m->in_proj_weight || !m->in_proj_bias || !m->out_proj_weight ||
+        !m->out_proj_bias)
+        return tg__err(ctx, TG_ERR_ARG, fn, "module is NULL or not initialised");
+    int64_t D = m->d_model, H = m->n_heads, Dh = D / H;
+    char b1[128], b2[128], b3[128];
+    if (tg_tensor_rank(query) != 3 || tg_tensor_rank(key) != 3 || tg_tensor_rank(value) != 3 ||
+        tg_tensor_dim(query, 2) != D || tg_tensor_dim(key, 2) != D ||
+        tg_tensor_dim(value, 2) != D || tg_tensor_dim(key, 0) != tg_tensor_dim(query, 0) ||
+        tg_tensor_dim(value, 0) != tg_tensor_dim(query, 0) ||
+        tg_tensor_dim(key, 1) != tg_tensor_dim(value, 1))
+        return tg__err(ctx, TG_ERR_SHAPE, fn,
+                       "need query (B, T_q, %lld), key and value (B, T_k, %lld); got query %s, "
+                       "key %s, value %s",
+                       (long long)D, (long long)D, tg_tensor_shape_str(query, b1, sizeof b1),
+                       tg_tensor_shape_str(key, b2, sizeof b2),
+                       tg_tensor_shape_str(value, b3, sizeof b3));
+    int64_t B = tg_tensor_dim(query, 0), Tq = tg_tensor_dim(query, 1), Tk = tg_tensor_dim(key, 1);
+    tg_tensor *W = m->in_proj_weight, *bias = m->in_proj_bias;
+    tg_tensor *q = tg_dense(ctx, query, tg_narrow(ctx, W, 0, 0, D), tg_narrow(ctx, bias, 0, 0, D));
+    tg_tensor *k = tg_dense(ctx, key, tg_narrow(ctx, W, 0, D, D), tg_narrow(ctx, bias, 0, D, D));
+    tg_tensor *v = tg_dense(ctx, value, tg_narrow(ctx, W, 0, 2 * D, D),
+                            tg_narrow(ctx, bias, 0, 2 * D, D));   /* (B, T, D) each */
+    q = split_heads(ctx, q, B, Tq, H, Dh);                         /* (B, H, T_q, Dh) */
+    k = split_heads(ctx, k, B, Tk, H, Dh);                         /* (B, H, T_k, Dh) */
+    v = split_heads(ctx, v, B, Tk, H, Dh);                         /* (B, H, T_k, Dh) */
+    /* scores = q k^T / sqrt(Dh) with the masks, softmax, weighted sum of v */
+    tg_tensor *s = tg_scale(ctx, tg_matmul(ctx, q, k, false, true), 1.0 / sqrt((double)Dh));
+    s = tg__nn_apply_masks(ctx, fn, s, masks, true);               /* (B, H, T_q, T_k) */
+    tg_tensor *w = tg_softmax(ctx, s);
+    tg_tensor *o = tg_matmul(ctx, w, v, false, false);             /* (B, H, T_q, Dh) */
+    o = tg_reshape(ctx, tg_transpose(ctx, o, 1, 2), TG_DIMS(B, Tq, D)); /* (B, T_q, D) */
+    tg_tensor *out = tg_dense(ctx, o, m->out_proj_weight, m->out_proj_bias);
+    if (out && attn_weights)
+        *attn_weights = w;
+    return out;
+}
