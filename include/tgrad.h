@@ -386,6 +386,29 @@ TG_API tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_
  * same way. Any shape. Errors: ::TG_ERR_ARG (p outside [0, 1)).
  */
 TG_API tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p);
+
+/**
+ * Embedding lookup (PyTorch `nn.Embedding`): y[n, :] = weight[ids[n], :].
+ * Shapes: ids (...) holding integral token ids in [0, V) stored in the float dtype of weight
+ * (exact up to 2^24 in f32), weight (V, D) -> (..., D). Gradient: rows of dy scatter-added
+ * into dweight, deterministically (no atomics); ids get no gradient. Ids are checked at each
+ * forward run (tg_graph_forward() returns ::TG_ERR_ARG naming the bad id).
+ * Errors: ::TG_ERR_SHAPE (weight not rank 2), ::TG_ERR_DTYPE.
+ */
+TG_API tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *ids, tg_tensor *weight);
+
+/**
+ * Cross-entropy of logits against integer targets, mean over tokens (PyTorch
+ * `F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=...)`):
+ * loss = mean over rows with target != ignore_index of (logsumexp(x_r) - x_{r, t_r}), computed
+ * as a fused, max-subtracted log-softmax (finite for logits of +-1e4).
+ * Shapes: logits (..., V), targets (...) (class ids as floats) -> () (rank 0).
+ * Gradient: (softmax(x_r) - onehot(t_r)) / N_valid. If every target is ignored the loss and
+ * gradient are 0 (PyTorch gives NaN). Targets are checked at each forward run (::TG_ERR_ARG).
+ * Errors: ::TG_ERR_SHAPE (leading dims differ), ::TG_ERR_DTYPE.
+ */
+TG_API tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *targets,
+                                   int64_t ignore_index);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */
@@ -416,7 +439,9 @@ TG_API int64_t tg_graph_n_grad_leaves(const tg_graph *g);
 /** The i-th such leaf, in topological order. */
 TG_API tg_tensor *tg_graph_grad_leaf(const tg_graph *g, int64_t i);
 
-/** Run every op in topological order. Cannot fail once built except for ::TG_ERR_ARG. */
+/** Run every op in topological order. Memory was planned at build, so the only failures are
+ *  ::TG_ERR_ARG (NULL graph) and a data check of an op that reads ids from data set after the
+ *  build (an out-of-range token id or target: ::TG_ERR_ARG, message names the element). */
 TG_API tg_status tg_graph_forward(tg_graph *g);
 /**
  * Reverse-mode autodiff from @p y (one of the graph's tensors). With @p dy NULL, @p y must have

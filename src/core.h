@@ -20,7 +20,7 @@
 /* ----- op ids: one per line of ops/ops.def --------------------------------------------- */
 enum {
     TG_OP_NONE = 0, /* leaf */
-#define TG_OP(id, name, fwd, bwd) TG_OP_##id,
+#define TG_OP(id, name, fwd, bwd, check) TG_OP_##id,
 #include "../ops/ops.def"
 #undef TG_OP
     TG_OP_COUNT_

@@ -155,8 +155,14 @@ tg_status tg_graph_forward(tg_graph *g)
         return TG_ERR_ARG;
     for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
-        if (t->op != TG_OP_NONE)
-            tg__op_table[t->op].forward(t);
+        if (t->op == TG_OP_NONE)
+            continue;
+        tg_status s = tg__op_table[t->op].check(t);
+        if (s != TG_OK) {
+            g->forwarded = false;
+            return s;
+        }
+        tg__op_table[t->op].forward(t);
     }
     g->forwarded = true;
     return TG_OK;

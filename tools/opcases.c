@@ -345,6 +345,54 @@ static tg_tensor *enc_post(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, 
 static tg_tensor *enc_pre(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, true, TG_ACT_GELU, false); }
 static tg_tensor *enc_masked(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, true, TG_ACT_RELU, true); }
 
+/* ---- embedding / cross_entropy (ids and targets are constants holding integers) ---- */
+static tg_tensor *ids_const(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, int64_t V,
+                            const char *name)
+{
+    tg_tensor *t = tg_const(ctx, dt, rank, shape, name);
+    for (int64_t i = 0; t && i < tg_tensor_numel(t); i++)
+        tg_set(t, i, (double)(tg_rng_u64(ctx) % (uint64_t)V));
+    return t;
+}
+static tg_tensor *emb_2d(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *ids = ids_const(ctx, dt, TG_DIMS(2, 6), 4, "ids"); /* repeats guaranteed */
+    return tg_embedding(ctx, ids, PARAM("weight", 4, 3));
+}
+static tg_tensor *emb_one(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_embedding(ctx, ids_const(ctx, dt, TG_DIMS(1), 1, "ids"), PARAM("weight", 1, 1));
+}
+static tg_tensor *emb_1d(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_embedding(ctx, ids_const(ctx, dt, TG_DIMS(5), 7, "ids"), PARAM("weight", 7, 2));
+}
+static tg_tensor *xent_2d(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_cross_entropy(ctx, IN("logits", 4, 5), ids_const(ctx, dt, TG_DIMS(4), 5, "targets"), -100);
+}
+static tg_tensor *xent_ignore(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *t = ids_const(ctx, dt, TG_DIMS(2, 3), 6, "targets");
+    tg_set(t, 1, -100);
+    tg_set(t, 4, -100);
+    return tg_cross_entropy(ctx, IN("logits", 2, 3, 6), t, -100);
+}
+static tg_tensor *xent_one(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_cross_entropy(ctx, IN("logits", 1, 1), ids_const(ctx, dt, TG_DIMS(1), 1, "targets"), -1);
+}
+static tg_tensor *xent_large(tg_ctx *ctx, tg_dtype dt)
+{
+    /* logits around +-1e4: still finite, gradients exact. (In f32 a 1e4 logit has an ulp of
+     * 1e-3, the size of the f32 difference step, so f32 uses +-30.) */
+    double big = dt == TG_F64 ? 1e4 : 30;
+    tg_tensor *x = IN("logits", 3, 4);
+    for (int64_t i = 0; i < 12; i++)
+        tg_set(x, i, tg_get(x, i) + (i % 2 ? big : -big));
+    return tg_cross_entropy(ctx, x, ids_const(ctx, dt, TG_DIMS(3), 4, "targets"), -100);
+}
+
 const tg_opcase tg_opcases[] = {
     {"matmul", "2d", "a (3, 4) b (4, 5)", mm_2d},
     {"matmul", "batched", "a (2, 3, 4) b (2, 4, 2)", mm_batched},
@@ -411,6 +459,13 @@ const tg_opcase tg_opcases[] = {
     {"dropout", "size1", "x (1) p 0.5", do_one},
     {"dropout", "3d", "x (2, 3, 4) p 0.1", do_3d},
     {"dropout", "eval", "x (3, 2) p 0.5, eval mode", do_eval},
+    {"embedding", "2d", "ids (2, 6) weight (4, 3), repeated ids", emb_2d},
+    {"embedding", "size1", "ids (1) weight (1, 1)", emb_one},
+    {"embedding", "1d", "ids (5) weight (7, 2)", emb_1d},
+    {"cross_entropy", "2d", "logits (4, 5) targets (4)", xent_2d},
+    {"cross_entropy", "ignore", "logits (2, 3, 6) targets (2, 3), 2 ignored", xent_ignore},
+    {"cross_entropy", "size1", "logits (1, 1) targets (1)", xent_one},
+    {"cross_entropy", "large", "logits (3, 4) +-1e4 (f32: +-30)", xent_large},
     {"sdpa", "plain", "q (2, 3, 4) k (2, 5, 4) v (2, 5, 3)", sdpa_plain},
     {"sdpa", "no-batch", "q (1, 2) k (3, 2) v (3, 1)", sdpa_nobatch},
     {"sdpa", "causal", "q k (2, 2, 4, 3) v (2, 2, 4, 2) causal", sdpa_causal},

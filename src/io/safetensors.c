@@ -162,11 +162,11 @@ typedef struct st_parse {
     int64_t nm, mcap;
 } st_parse;
 
-/* Record an error "fn: label: message" and stop the parser. */
+/* Record an error "fn: label: message" and stop the parser. Returns false. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static tg_status st_fail(st_parse *P, tg_status s, const char *fmt, ...)
+static bool st_fail(st_parse *P, tg_status s, const char *fmt, ...)
 {
     char msg[400];
     va_list ap;
@@ -176,7 +176,7 @@ static tg_status st_fail(st_parse *P, tg_status s, const char *fmt, ...)
     tg__err(P->ctx, s, P->fn, "%s: %s", P->label, msg);
     if (!P->jp.err)
         P->jp.err = s;
-    return s;
+    return false;
 }
 
 /* Names in messages: at most 100 bytes. */
@@ -248,7 +248,7 @@ static bool st_parse_entry(st_parse *P, st_entry *e)
         if (str_is(f, "dtype")) {
             if (has_dtype)
                 return st_fail(P, TG_ERR_DUPLICATE, "tensor '%.*s': field 'dtype' appears twice",
-                               NM(e->name)), false;
+                               NM(e->name));
             has_dtype = true;
             if (tg__jp_peek(jp) != TG__J_STRING) {
                 if (!jp->err)
@@ -260,7 +260,7 @@ static bool st_parse_entry(st_parse *P, st_entry *e)
         } else if (str_is(f, "shape")) {
             if (has_shape)
                 return st_fail(P, TG_ERR_DUPLICATE, "tensor '%.*s': field 'shape' appears twice",
-                               NM(e->name)), false;
+                               NM(e->name));
             has_shape = true;
             if (tg__jp_peek(jp) != TG__J_ARRAY) {
                 if (!jp->err)
@@ -282,8 +282,7 @@ static bool st_parse_entry(st_parse *P, st_entry *e)
         } else if (str_is(f, "data_offsets")) {
             if (has_off)
                 return st_fail(P, TG_ERR_DUPLICATE,
-                               "tensor '%.*s': field 'data_offsets' appears twice", NM(e->name)),
-                       false;
+                               "tensor '%.*s': field 'data_offsets' appears twice", NM(e->name));
             has_off = true;
             if (tg__jp_peek(jp) != TG__J_ARRAY) {
                 if (!jp->err)
@@ -298,7 +297,7 @@ static bool st_parse_entry(st_parse *P, st_entry *e)
                 if (k >= 2)
                     return st_fail(P, TG_ERR_JSON,
                                    "tensor '%.*s': data_offsets must be [begin, end] (2 entries)",
-                                   NM(e->name)), false;
+                                   NM(e->name));
                 if (!st_uint(P, e, "data_offsets", &v))
                     return false;
                 if (k == 0)
@@ -312,18 +311,17 @@ static bool st_parse_entry(st_parse *P, st_entry *e)
             if (k != 2)
                 return st_fail(P, TG_ERR_JSON,
                                "tensor '%.*s': data_offsets must be [begin, end], got %d entr%s",
-                               NM(e->name), k, k == 1 ? "y" : "ies"), false;
+                               NM(e->name), k, k == 1 ? "y" : "ies");
         } else {
             return st_fail(P, TG_ERR_JSON, "tensor '%.*s': unknown field '%.*s'", NM(e->name),
-                           NM(f)), false;
+                           NM(f));
         }
     }
     if (jp->err)
         return false;
     const char *missing = !has_dtype ? "dtype" : !has_shape ? "shape" : !has_off ? "data_offsets" : NULL;
     if (missing)
-        return st_fail(P, TG_ERR_JSON, "tensor '%.*s': missing field '%s'", NM(e->name), missing),
-               false;
+        return st_fail(P, TG_ERR_JSON, "tensor '%.*s': missing field '%s'", NM(e->name), missing);
     return true;
 }
 
@@ -348,7 +346,7 @@ static bool st_parse_meta(st_parse *P)
             return false;
         if (memchr(k.p, 0, k.len) || memchr(v.p, 0, v.len))
             return st_fail(P, TG_ERR_UNSUPPORTED,
-                           "__metadata__ entry '%.*s' contains a NUL character", NM(k)), false;
+                           "__metadata__ entry '%.*s' contains a NUL character", NM(k));
         if (!grow(P->ctx, P->fn, (void **)&P->m, &P->mcap, sizeof *P->m, P->nm + 1)) {
             P->jp.err = TG_ERR_NOMEM;
             return false;
@@ -374,7 +372,7 @@ static bool st_parse_header(st_parse *P)
     while (tg__jp_obj_next(jp, &key)) {
         if (str_is(key, "__metadata__")) {
             if (have_meta)
-                return st_fail(P, TG_ERR_DUPLICATE, "key '__metadata__' appears twice"), false;
+                return st_fail(P, TG_ERR_DUPLICATE, "key '__metadata__' appears twice");
             have_meta = true;
             if (!st_parse_meta(P))
                 return false;
@@ -382,7 +380,7 @@ static bool st_parse_header(st_parse *P)
         }
         if (memchr(key.p, 0, key.len))
             return st_fail(P, TG_ERR_UNSUPPORTED, "tensor name '%.*s' contains a NUL character",
-                           NM(key)), false;
+                           NM(key));
         if (!grow(P->ctx, P->fn, (void **)&P->e, &P->cap, sizeof *P->e, P->n + 1)) {
             P->jp.err = TG_ERR_NOMEM;
             return false;
@@ -418,41 +416,39 @@ static bool st_check_entry(st_parse *P, st_entry *e)
     e->dt = st_dtype_find(e->dtype_str.p, e->dtype_str.len);
     if (!e->dt)
         return st_fail(P, TG_ERR_UNSUPPORTED, "tensor '%.*s': unknown dtype '%.*s'", NM(e->name),
-                       NM(e->dtype_str)), false;
+                       NM(e->dtype_str));
     if (e->dt->efmt < 0)
         return st_fail(P, TG_ERR_UNSUPPORTED,
                        "tensor '%.*s': dtype %s is not supported (tgrad reads F64, F32, F16, BF16, "
-                       "BOOL and integer dtypes)", NM(e->name), e->dt->name), false;
+                       "BOOL and integer dtypes)", NM(e->name), e->dt->name);
     if (e->rank > TG_MAX_RANK)
         return st_fail(P, TG_ERR_UNSUPPORTED, "tensor '%.*s': rank %d exceeds TG_MAX_RANK (%d)",
-                       NM(e->name), e->rank, TG_MAX_RANK), false;
+                       NM(e->name), e->rank, TG_MAX_RANK);
     for (int i = 0; i < e->rank; i++)
         if (e->dims[i] == 0)
             return st_fail(P, TG_ERR_UNSUPPORTED,
                            "tensor '%.*s': shape %s has a zero-size dim (tgrad tensors need every "
-                           "dim >= 1)", NM(e->name), udims_str(e, sb, sizeof sb)), false;
+                           "dim >= 1)", NM(e->name), udims_str(e, sb, sizeof sb));
     int64_t numel = 1;
     for (int i = 0; i < e->rank; i++) {
         uint64_t d = e->dims[i];
         if (d > (uint64_t)INT64_MAX || (uint64_t)numel > (uint64_t)(INT64_MAX / 8) / d)
             return st_fail(P, TG_ERR_OVERFLOW,
                            "tensor '%.*s': shape %s: element count overflows 64-bit sizes",
-                           NM(e->name), udims_str(e, sb, sizeof sb)), false;
+                           NM(e->name), udims_str(e, sb, sizeof sb));
         numel *= (int64_t)d;
     }
     e->numel = numel;
     e->nbytes = (uint64_t)numel * e->dt->size; /* <= INT64_MAX: numel <= INT64_MAX / 8 */
     if (e->begin > e->end || e->end > (uint64_t)INT64_MAX)
         return st_fail(P, TG_ERR_OUT_OF_BOUNDS, "tensor '%.*s': invalid data_offsets [%llu, %llu]",
-                       NM(e->name), (unsigned long long)e->begin, (unsigned long long)e->end),
-               false;
+                       NM(e->name), (unsigned long long)e->begin, (unsigned long long)e->end);
     if (e->end - e->begin != e->nbytes)
         return st_fail(P, TG_ERR_SIZE_MISMATCH,
                        "tensor '%.*s': data_offsets [%llu, %llu] hold %llu bytes but %s %s needs "
                        "%llu", NM(e->name), (unsigned long long)e->begin,
                        (unsigned long long)e->end, (unsigned long long)(e->end - e->begin),
-                       e->dt->name, udims_str(e, sb, sizeof sb), (unsigned long long)e->nbytes),
-               false;
+                       e->dt->name, udims_str(e, sb, sizeof sb), (unsigned long long)e->nbytes);
     return true;
 }
 
@@ -473,8 +469,7 @@ static bool st_sorted_keys(st_parse *P, st_key *keys, int64_t n, const char *wha
         qsort(keys, (size_t)n, sizeof *keys, st_key_cmp);
     for (int64_t i = 1; i < n; i++)
         if (strcmp(keys[i - 1].key, keys[i].key) == 0)
-            return st_fail(P, TG_ERR_DUPLICATE, "%s '%.100s' appears twice", what, keys[i].key),
-                   false;
+            return st_fail(P, TG_ERR_DUPLICATE, "%s '%.100s' appears twice", what, keys[i].key);
     return true;
 }
 

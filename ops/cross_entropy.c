@@ -1,0 +1,146 @@
+/*
+ * cross_entropy.c - fused log-softmax + negative log-likelihood over the last axis, mean over
+ * the non-ignored tokens (PyTorch F.cross_entropy, reduction='mean', ignore_index).
+ *
+ * Per row r with target t_r != ignore_index:
+ *   lse_r = m_r + log(sum_j exp(x_rj - m_r)),  m_r = max_j x_rj      (finite for |x| ~ 1e4)
+ *   loss  = (1 / N_valid) sum_r (lse_r - x_{r, t_r})
+ * Backward: dx_rj += dy (exp(x_rj - lse_r) - [j == t_r]) / N_valid; ignored rows get 0.
+ * If every target is ignored, loss = 0 and the gradient is 0 (PyTorch returns NaN).
+ * Check (before each forward): targets are integers in [0, V) or equal to ignore_index.
+ * saved: lse (R) and per-row loss (R) in double; N_valid.
+ */
+#include "registry.h"
+
+#include <stdio.h>
+
+typedef struct {
+    int64_t n_valid;
+    double *lse, *row_loss;
+} xent_saved;
+
+tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *targets,
+                            int64_t ignore_index)
+{
+    static const char *fn = "tg_cross_entropy";
+    tg_tensor *src[2] = {logits, targets};
+    if (!tg__check_srcs(ctx, fn, 2, src))
+        return NULL;
+    char bl[128], bt[128];
+    bool ok = logits->rank >= 1 && targets->rank == logits->rank - 1;
+    for (int i = 0; ok && i < targets->rank; i++)
+        ok = targets->shape[i] == logits->shape[i];
+    if (!ok)
+        return tg__err(ctx, TG_ERR_SHAPE, fn,
+                       "need logits (..., V) and targets (...): got logits %s, targets %s",
+                       tg__shape_str(logits, bl, sizeof bl), tg__shape_str(targets, bt, sizeof bt));
+    tg_tensor *y = tg__op_new(ctx, TG_OP_XENT, logits->dtype, 0, NULL, 2, src);
+    if (!y)
+        return NULL;
+    y->requires_grad = logits->requires_grad;
+    y->p.xent.ignore_index = ignore_index;
+    int64_t R = targets->numel;
+    if (!tg__op_save(y, sizeof(xent_saved) + 2 * sizeof(double) * (size_t)R))
+        return NULL;
+    xent_saved *s = y->saved;
+    s->lse = (double *)(s + 1);
+    s->row_loss = s->lse + R;
+    return y;
+}
+
+tg_status tg__xent_check(tg_tensor *y)
+{
+    const tg_tensor *t = y->src[1];
+    int64_t V = y->src[0]->shape[y->src[0]->rank - 1];
+    for (int64_t n = 0; n < t->numel; n++) {
+        double v = tg_get(t, n);
+        if (v == (double)y->p.xent.ignore_index)
+            continue;
+        if (!(v >= 0 && v < (double)V && v == floor(v))) {
+            tg__err(y->ctx, TG_ERR_ARG, "tg_cross_entropy",
+                    "target '%s'[%lld] = %g is not a class in [0, %lld) nor ignore_index %lld",
+                    t->name, (long long)n, v, (long long)V, (long long)y->p.xent.ignore_index);
+            return TG_ERR_ARG;
+        }
+    }
+    return TG_OK;
+}
+
+#define DEFINE_XENT(T, SUF, EXP)                                                               \
+    static void fwd_##SUF(tg_tensor *y)                                                        \
+    {                                                                                          \
+        const tg_tensor *lg = y->src[0];                                                       \
+        const T *X = lg->data, *tg = y->src[1]->data;                                          \
+        int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;                                \
+        T ign = (T)y->p.xent.ignore_index;                                                     \
+        xent_saved *s = y->saved;                                                              \
+        int nt = tg__threads(y->ctx);                                                          \
+        /* Race-free: row r owns lse[r], row_loss[r]. */                                       \
+        TG_OMP_FOR(nt, lg->numel > TG_PAR_MIN / 4)                                             \
+        for (int64_t r = 0; r < R; r++) {                                                      \
+            const T *x = X + r * V;                                                            \
+            T m = x[0];                                                                        \
+            for (int64_t j = 1; j < V; j++)                                                    \
+                if (x[j] > m)                                                                  \
+                    m = x[j];                                                                  \
+            T sum = 0;                                                                         \
+            for (int64_t j = 0; j < V; j++)                                                    \
+                sum += EXP(x[j] - m);                                                          \
+            double lse = (double)m + log((double)sum);                                         \
+            s->lse[r] = lse;                                                                   \
+            s->row_loss[r] = tg[r] == ign ? 0.0 : lse - (double)x[(int64_t)tg[r]];             \
+        }                                                                                      \
+        int64_t nv = 0;                                                                        \
+        double total = 0;                                                                      \
+        for (int64_t r = 0; r < R; r++) { /* fixed order */                                    \
+            if (tg[r] != ign)                                                                  \
+                nv++;                                                                          \
+            total += s->row_loss[r];                                                           \
+        }                                                                                      \
+        s->n_valid = nv;                                                                       \
+        *(T *)y->data = nv ? (T)(total / (double)nv) : (T)0;                                   \
+    }                                                                                          \
+    static void bwd_##SUF(tg_tensor *y)                                                        \
+    {                                                                                          \
+        tg_tensor *lg = y->src[0];                                                             \
+        const T *X = lg->data, *tg = y->src[1]->data;                                          \
+        T *DX = lg->grad;                                                                      \
+        int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;                                \
+        T ign = (T)y->p.xent.ignore_index;                                                     \
+        const xent_saved *s = y->saved;                                                        \
+        if (s->n_valid == 0)                                                                   \
+            return;                                                                            \
+        T scale = (T)((double)*(const T *)y->grad / (double)s->n_valid);                       \
+        int nt = tg__threads(y->ctx);                                                          \
+        TG_OMP_FOR(nt, lg->numel > TG_PAR_MIN / 4)                                             \
+        for (int64_t r = 0; r < R; r++) {                                                      \
+            if (tg[r] == ign)                                                                  \
+                continue;                                                                      \
+            const T *x = X + r * V;                                                            \
+            T *dx = DX + r * V;                                                                \
+            T lse = (T)s->lse[r];                                                              \
+            int64_t t = (int64_t)tg[r];                                                        \
+            for (int64_t j = 0; j < V; j++)                                                    \
+                dx[j] += scale * (EXP(x[j] - lse) - (j == t ? (T)1 : (T)0));                   \
+        }                                                                                      \
+    }
+DEFINE_XENT(float, f32, expf)
+DEFINE_XENT(double, f64, exp)
+
+void tg__xent_forward(tg_tensor *y)
+{
+    if (y->dtype == TG_F32)
+        fwd_f32(y);
+    else
+        fwd_f64(y);
+}
+
+void tg__xent_backward(tg_tensor *y)
+{
+    if (!y->src[0]->grad)
+        return;
+    if (y->dtype == TG_F32)
+        bwd_f32(y);
+    else
+        bwd_f64(y);
+}

@@ -1,0 +1,117 @@
+/*
+ * embedding.c - token embedding lookup (PyTorch nn.Embedding).
+ *
+ * Forward:  y[n, :] = W[ids[n], :]              ids (...) -> y (..., D), W (V, D)
+ * Backward: dW[v, :] += sum over n with ids[n] == v of dy[n, :]
+ *   Deterministic scatter-add without atomics: a stable counting sort groups positions by id
+ *   (serial, O(N + V)); then each vocabulary row v is owned by one thread and sums its
+ *   positions in increasing n. ids carry no gradient.
+ * Check (before each forward): every id is an integer in [0, V).
+ * saved: int64 order[N], start[V + 1] (the counting sort).
+ */
+#include "registry.h"
+
+#include <stdio.h>
+
+tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *ids, tg_tensor *weight)
+{
+    static const char *fn = "tg_embedding";
+    tg_tensor *src[2] = {ids, weight};
+    if (!tg__check_srcs(ctx, fn, 2, src))
+        return NULL;
+    char bw[128], bi[128];
+    if (weight->rank != 2)
+        return tg__err(ctx, TG_ERR_SHAPE, fn, "weight must be (num_embeddings, dim), got %s",
+                       tg__shape_str(weight, bw, sizeof bw));
+    if (ids->rank + 1 > TG_MAX_RANK)
+        return tg__err(ctx, TG_ERR_SHAPE, fn, "ids %s: rank too large",
+                       tg__shape_str(ids, bi, sizeof bi));
+    int64_t shape[TG_MAX_RANK];
+    memcpy(shape, ids->shape, sizeof(int64_t) * (size_t)ids->rank);
+    shape[ids->rank] = weight->shape[1];
+    tg_tensor *y = tg__op_new(ctx, TG_OP_EMBEDDING, weight->dtype, ids->rank + 1, shape, 2, src);
+    if (!y)
+        return NULL;
+    if (!ids->requires_grad)
+        y->requires_grad = weight->requires_grad;
+    if (!tg__op_save(y, sizeof(int64_t) * (size_t)(ids->numel + weight->shape[0] + 1)))
+        return NULL;
+    return y;
+}
+
+tg_status tg__embedding_check(tg_tensor *y)
+{
+    const tg_tensor *ids = y->src[0];
+    int64_t V = y->src[1]->shape[0];
+    for (int64_t n = 0; n < ids->numel; n++) {
+        double v = tg_get(ids, n);
+        if (!(v >= 0 && v < (double)V && v == floor(v))) {
+            tg__err(y->ctx, TG_ERR_ARG, "tg_embedding",
+                    "'%s'[%lld] = %g is not a token id in [0, %lld)", ids->name, (long long)n, v,
+                    (long long)V);
+            return TG_ERR_ARG;
+        }
+    }
+    return TG_OK;
+}
+
+#define DEFINE_EMB(T, SUF)                                                                     \
+    static void fwd_##SUF(tg_tensor *y)                                                        \
+    {                                                                                          \
+        const T *ids = y->src[0]->data, *W = y->src[1]->data;                                  \
+        T *Y = y->data;                                                                        \
+        int64_t N = y->src[0]->numel, D = y->src[1]->shape[1];                                 \
+        int nt = tg__threads(y->ctx);                                                          \
+        /* Race-free: position n owns Y[n, :]. */                                              \
+        TG_OMP_FOR(nt, N * D > TG_PAR_MIN)                                                     \
+        for (int64_t n = 0; n < N; n++)                                                        \
+            memcpy(Y + n * D, W + (int64_t)ids[n] * D, sizeof(T) * (size_t)D);                 \
+    }                                                                                          \
+    static void bwd_##SUF(tg_tensor *y)                                                        \
+    {                                                                                          \
+        const T *ids = y->src[0]->data, *G = y->grad;                                          \
+        T *dW = y->src[1]->grad;                                                               \
+        int64_t N = y->src[0]->numel, V = y->src[1]->shape[0], D = y->src[1]->shape[1];        \
+        int64_t *order = y->saved, *start = order + N;                                         \
+        memset(start, 0, sizeof(int64_t) * (size_t)(V + 1));                                   \
+        for (int64_t n = 0; n < N; n++)                                                        \
+            start[(int64_t)ids[n] + 1]++;                                                      \
+        for (int64_t v = 0; v < V; v++)                                                        \
+            start[v + 1] += start[v];                                                          \
+        for (int64_t n = 0; n < N; n++) /* stable: positions in increasing order */            \
+            order[start[(int64_t)ids[n]]++] = n;                                               \
+        for (int64_t v = V; v > 0; v--) /* restore start offsets */                            \
+            start[v] = start[v - 1];                                                           \
+        start[0] = 0;                                                                          \
+        int nt = tg__threads(y->ctx);                                                          \
+        /* Race-free: vocabulary row v owns dW[v, :]; its positions are summed in order. */    \
+        TG_OMP_FOR(nt, N * D > TG_PAR_MIN)                                                     \
+        for (int64_t v = 0; v < V; v++) {                                                      \
+            T *row = dW + v * D;                                                               \
+            for (int64_t k = start[v]; k < start[v + 1]; k++) {                                \
+                const T *g = G + order[k] * D;                                                 \
+                for (int64_t d = 0; d < D; d++)                                                \
+                    row[d] += g[d];                                                            \
+            }                                                                                  \
+        }                                                                                      \
+    }
+DEFINE_EMB(float, f32)
+DEFINE_EMB(double, f64)
+
+void tg__embedding_forward(tg_tensor *y)
+{
+    if (y->dtype == TG_F32)
+        fwd_f32(y);
+    else
+        fwd_f64(y);
+}
+
+void tg__embedding_backward(tg_tensor *y)
+{
+    if (!y->src[1]->grad)
+        return;
+    if (y->dtype == TG_F32)
+        bwd_f32(y);
+    else
+        bwd_f64(y);
+}
