@@ -289,6 +289,32 @@ TG_API tg_status tg_npy_write_item(tg_ctx *ctx, const char *path, const tg_io_it
 TG_API tg_status tg_npy_write_to(tg_ctx *ctx, const tg_writer *w, const tg_io_item *item);
 /**@}*/
 
+/* ------------------------------------------------------------------------------------------ */
+/** @name Parameters by name (PyTorch `state_dict` keys) */
+/**@{*/
+/**
+ * Load parameter values from a parsed safetensors file by name, like PyTorch
+ * `load_state_dict`. @p params (n of them) are matched by their names (tg_tensor_name(), the
+ * `state_dict` keys given by the module builders); @p params NULL means every parameter of the
+ * context. File values of either dtype are converted. Nothing is modified unless everything
+ * matches. Errors (message names the tensor): ::TG_ERR_MISMATCH for a missing tensor, a shape
+ * different from the parameter's, or (with @p strict) a tensor in the file that no parameter
+ * takes; ::TG_ERR_ARG.
+ */
+TG_API tg_status tg_params_load_from(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
+                                     tg_tensor *const *params, bool strict);
+/** tg_params_load_from() reading @p path first (errors of tg_safetensors_read() too). */
+TG_API tg_status tg_params_load(tg_ctx *ctx, const char *path, int64_t n,
+                                tg_tensor *const *params, bool strict);
+/**
+ * Save parameters under their names (NULL @p params: every parameter of the context, in
+ * creation order) with optional metadata, atomically. Errors: as tg_safetensors_write().
+ */
+TG_API tg_status tg_params_save(tg_ctx *ctx, const char *path, int64_t n,
+                                tg_tensor *const *params, int64_t n_meta,
+                                const char *const *meta_keys, const char *const *meta_values);
+/**@}*/
+
 #ifdef __cplusplus
 }
 #endif

@@ -423,8 +423,14 @@ tg_status tg_tensor_copy(tg_tensor *dst, const tg_tensor *src)
 {
     if (!dst || !src)
         return TG_ERR_ARG;
-    if (dst->numel != src->numel)
+    if (dst->rank != src->rank || dst->numel != src->numel ||
+        memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)dst->rank) != 0) {
+        char a[128], b[128];
+        tg__err(dst->ctx, TG_ERR_SHAPE, "tg_tensor_copy", "'%s' is %s but '%s' is %s",
+                dst->name, tg__shape_str(dst, a, sizeof a), src->name,
+                tg__shape_str(src, b, sizeof b));
         return TG_ERR_SHAPE;
+    }
     return tg_tensor_set_data(dst, src->data, src->dtype, (size_t)src->numel);
 }
 

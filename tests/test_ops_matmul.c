@@ -538,7 +538,7 @@ static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
     case 4: return tg_matmul(ctx, GIN("q", 1, 4, 3), GIN("k", 2, 5, 3), false, true);
     case 5: return tg_matmul(ctx, GIN("a", 4, 1), GIN("b", 4, 3), true, false);
     case 6: return tg_matmul(ctx, GIN("a", 2, 1, 3, 2), GIN("b", 1, 3, 4, 3), true, true);
-    case 7: return tg_matmul(ctx, GIN("a", 9, 2), GIN("b", 2, 9, 1), false, false);
+    case 7: return tg_matmul(ctx, GIN("a", 9, 2), GIN("b", 3, 2, 1), false, false);
     default: {
         tg_tensor *x = GIN("x", 2, 3, 4); /* x^T x per batch: x used twice with ta */
         return tg_matmul(ctx, x, x, true, false);

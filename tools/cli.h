@@ -3,5 +3,6 @@
 #define TG_CLI_H
 
 int cmd_gradcheck(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 #endif

@@ -15,6 +15,7 @@ typedef struct {
 
 static const command commands[] = {
     {"gradcheck", cmd_gradcheck, "check every op's gradients against central differences"},
+    {"run", cmd_run, "run one module (sdpa, mha, ffn, encoder) on .npy inputs"},
 };
 
 static void usage(FILE *f)

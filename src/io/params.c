@@ -1,0 +1,81 @@
+/*
+ * params.c - load and save parameters by name (PyTorch `state_dict` keys) through safetensors.
+ * Strict by default, like `load_state_dict(strict=True)`: a missing, unexpected or mis-shaped
+ * tensor is an error naming it, and nothing is modified unless everything matches.
+ */
+#include "tgrad_io.h"
+#include "../core.h"
+
+#include <stdio.h>
+
+static tg_tensor *const *all_params(tg_ctx *ctx, int64_t *n, tg_tensor *const *params)
+{
+    if (params)
+        return params;
+    *n = ctx->n_params;
+    return ctx->params;
+}
+
+tg_status tg_params_load_from(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
+                              tg_tensor *const *params, bool strict)
+{
+    static const char *fn = "tg_params_load";
+    if (!ctx || !st || n < 0)
+        return TG_ERR_ARG;
+    params = all_params(ctx, &n, params);
+    /* validate everything first so that a mismatch leaves every parameter untouched */
+    for (int64_t i = 0; i < n; i++) {
+        tg_tensor *p = params[i];
+        tg_tensor *f = tg_safetensors_find(st, p->name);
+        if (!f) {
+            tg__err(ctx, TG_ERR_MISMATCH, fn, "missing tensor '%s' (expected shape %s)", p->name,
+                    tg__shape_str(p, (char[128]){0}, 128));
+            return TG_ERR_MISMATCH;
+        }
+        if (f->rank != p->rank || memcmp(f->shape, p->shape, sizeof(int64_t) * (size_t)p->rank)) {
+            char a[128], b[128];
+            tg__err(ctx, TG_ERR_MISMATCH, fn, "tensor '%s' has shape %s in the file, expected %s",
+                    p->name, tg__shape_str(f, a, sizeof a), tg__shape_str(p, b, sizeof b));
+            return TG_ERR_MISMATCH;
+        }
+    }
+    if (strict) {
+        for (int64_t k = 0; k < tg_safetensors_count(st); k++) {
+            const char *name = tg_safetensors_name(st, k);
+            bool found = false;
+            for (int64_t i = 0; i < n && !found; i++)
+                found = strcmp(params[i]->name, name) == 0;
+            if (!found) {
+                tg__err(ctx, TG_ERR_MISMATCH, fn, "unexpected tensor '%s' in the file", name);
+                return TG_ERR_MISMATCH;
+            }
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
+        tg_tensor *f = tg_safetensors_find(st, params[i]->name);
+        tg_tensor_copy(params[i], f);
+    }
+    return TG_OK;
+}
+
+tg_status tg_params_load(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *const *params,
+                         bool strict)
+{
+    if (!ctx || !path)
+        return TG_ERR_ARG;
+    tg_safetensors *st = tg_safetensors_read(ctx, path);
+    if (!st)
+        return tg_ctx_status(ctx);
+    return tg_params_load_from(ctx, st, n, params, strict);
+}
+
+tg_status tg_params_save(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *const *params,
+                         int64_t n_meta, const char *const *meta_keys,
+                         const char *const *meta_values)
+{
+    if (!ctx || !path || n < 0)
+        return TG_ERR_ARG;
+    params = all_params(ctx, &n, params);
+    return tg_safetensors_write(ctx, path, n, (const tg_tensor *const *)params, NULL, n_meta,
+                                meta_keys, meta_values);
+}

@@ -1,0 +1,243 @@
+#define _POSIX_C_SOURCE 200809L
+/*
+ * test_fixtures.c - parity with PyTorch: every case in tests/fixtures/ (written by
+ * tools/gen_fixtures.py with PyTorch 1.13) is rebuilt with tgrad's modules, in f64 and f32;
+ * the output and every gradient (parameters and inputs) must satisfy
+ *   max |ours - ref| / (1 + max |ref|) <= 1e-10 (f64), 1e-4 (f32).
+ */
+#include "testutil.h"
+#include "tgrad_io.h"
+#include "tgrad_nn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const cases[] = {
+    "sdpa_nomask", "sdpa_nomask_4d", "sdpa_2d", "sdpa_bool_mask", "sdpa_additive_mask",
+    "sdpa_causal", "sdpa_custom_scale", "mha_self", "mha_cross", "mha_causal",
+    "mha_key_padding", "mha_attn_mask_3d", "mha_combined", "mha_additive_mask", "ffn_relu",
+    "ffn_gelu", "enc_post_relu", "enc_pre_relu", "enc_post_gelu", "enc_pre_gelu_eps",
+    "enc_key_padding", "enc_causal",
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* A copy of fixture tensor `name` as an input of dtype dt (NULL if absent). */
+static tg_tensor *input_from(tg_ctx *ctx, const tg_safetensors *st, const char *name,
+                             tg_dtype dt, bool grad)
+{
+    tg_tensor *f = tg_safetensors_find(st, name);
+    if (!f)
+        return NULL;
+    tg_tensor *t = tg_input(ctx, dt, tg_tensor_rank(f), tg_tensor_shape(f), name);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(tg_tensor_copy(t, f), TG_OK);
+    if (grad)
+        tg_set_requires_grad(t, true);
+    return t;
+}
+
+static double rel_err_data(const tg_tensor *ours, const tg_tensor *ref, bool grad)
+{
+    ck_assert_int_eq(tg_tensor_numel(ours), tg_tensor_numel(ref));
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < tg_tensor_numel(ref); i++) {
+        double o = grad ? tg_grad_get(ours, i) : tg_get(ours, i), r = tg_get(ref, i);
+        double d = fabs(o - r);
+        if (!(d <= md))
+            md = isnan(d) ? INFINITY : d;
+        if (fabs(r) > mr)
+            mr = fabs(r);
+    }
+    return md / (1 + mr);
+}
+
+static void run_case(const char *name, tg_dtype dt)
+{
+    double tol = dt == TG_F64 ? 1e-10 : 1e-4;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.safetensors", TG_FIXTURES, name);
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, path);
+    ck_assert_msg(st != NULL, "%s: %s", path, tg_ctx_message(ctx));
+    const char *module = tg_safetensors_meta_get(st, "module");
+    ck_assert_ptr_nonnull(module);
+    const char *mk = tg_safetensors_meta_get(st, "mask_kind");
+    const char *causal = tg_safetensors_meta_get(st, "causal");
+    tg_attn_masks masks;
+    memset(&masks, 0, sizeof masks);
+    masks.causal = causal && strcmp(causal, "1") == 0;
+    if (!masks.causal) /* causal cases also store the causal mask: use the flag alone */
+        masks.attn_mask = input_from(ctx, st, "attn_mask", dt, false);
+    masks.attn_mask_kind =
+        mk && strcmp(mk, "additive") == 0 ? TG_MASK_ADDITIVE : TG_MASK_BLOCK;
+    masks.key_padding_mask = input_from(ctx, st, "key_padding_mask", dt, false);
+
+    tg_tensor *x = input_from(ctx, st, "x", dt, true);
+    tg_tensor *q = input_from(ctx, st, "q", dt, true);
+    tg_tensor *k = input_from(ctx, st, "k", dt, true);
+    tg_tensor *v = input_from(ctx, st, "v", dt, true);
+    tg_tensor *y = NULL, *w = NULL;
+    const char *act = tg_safetensors_meta_get(st, "activation");
+    tg_activation a = act && strcmp(act, "gelu") == 0 ? TG_ACT_GELU : TG_ACT_RELU;
+    const char *heads_s = tg_safetensors_meta_get(st, "heads");
+    int64_t H = heads_s ? atoll(heads_s) : 0;
+    if (strcmp(module, "sdpa") == 0) {
+        const char *sc = tg_safetensors_meta_get(st, "scale");
+        y = tg_sdpa(ctx, q, k, v, &masks, sc ? atof(sc) : 0, &w);
+    } else if (strcmp(module, "mha") == 0) {
+        tg_tensor *query = x ? x : q;
+        int64_t D = tg_tensor_dim(query, -1);
+        tg_mha m;
+        ck_assert_int_eq(tg_mha_init(ctx, &m, dt, D, H, NULL), TG_OK);
+        y = tg_mha_forward(ctx, &m, query, x ? x : k, x ? x : v, &masks, NULL);
+    } else if (strcmp(module, "ffn") == 0) {
+        int64_t F = tg_tensor_dim(tg_safetensors_find(st, "linear1.weight"), 0);
+        tg_ffn f;
+        ck_assert_int_eq(tg_ffn_init(ctx, &f, dt, tg_tensor_dim(x, -1), F, a, NULL), TG_OK);
+        y = tg_ffn_forward(ctx, &f, x);
+    } else {
+        ck_assert_str_eq(module, "encoder");
+        tg_encoder_config c = tg_encoder_config_default(tg_tensor_dim(x, -1), H);
+        c.d_ff = tg_tensor_dim(tg_safetensors_find(st, "linear1.weight"), 0);
+        c.activation = a;
+        c.norm_first = strcmp(tg_safetensors_meta_get(st, "norm_first"), "1") == 0;
+        c.layer_norm_eps = atof(tg_safetensors_meta_get(st, "eps"));
+        tg_encoder_layer l;
+        ck_assert_int_eq(tg_encoder_layer_init(ctx, &l, dt, &c, NULL), TG_OK);
+        y = tg_encoder_layer_forward(ctx, &l, x, &masks);
+    }
+    ck_assert_msg(y != NULL, "%s: %s", name, tg_ctx_message(ctx));
+    /* parameters from the file by state_dict name (the file also holds inputs: not strict) */
+    ck_assert_msg(tg_params_load_from(ctx, st, 0, NULL, false) == TG_OK, "%s: %s", name,
+                  tg_ctx_message(ctx));
+    tg_tensor *outs[2] = {y, w};
+    tg_graph *g = tg_graph_new(ctx, outs, w ? 2 : 1);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    double e = rel_err_data(y, tg_safetensors_find(st, "out"), false);
+    ck_assert_msg(e <= tol, "%s %s: output error %.3g > %.0e", name, tg_dtype_str(dt), e, tol);
+    if (w && tg_safetensors_find(st, "attn_weights")) {
+        e = rel_err_data(w, tg_safetensors_find(st, "attn_weights"), false);
+        ck_assert_msg(e <= tol, "%s: attention weights error %.3g", name, e);
+    }
+    tg_tensor *dy = input_from(ctx, st, "grad_out", dt, false);
+    ck_assert_ptr_nonnull(dy);
+    ck_assert_int_eq(tg_graph_backward(g, y, dy), TG_OK);
+    int n_grads = 0;
+    for (int64_t i = 0; i < tg_safetensors_count(st); i++) {
+        const char *key = tg_safetensors_name(st, i);
+        if (strncmp(key, "grad.", 5) != 0)
+            continue;
+        const char *target = key + 5;
+        tg_tensor *t = tg_ctx_find_param(ctx, target);
+        if (!t)
+            t = strcmp(target, "x") == 0 ? x : strcmp(target, "q") == 0 ? q
+                : strcmp(target, "k") == 0 ? k : strcmp(target, "v") == 0 ? v : NULL;
+        ck_assert_msg(t != NULL, "%s: no tensor for %s", name, key);
+        e = rel_err_data(t, tg_safetensors_tensor(st, i), true);
+        ck_assert_msg(e <= tol, "%s %s: %s error %.3g > %.0e", name, tg_dtype_str(dt), key, e,
+                      tol);
+        n_grads++;
+    }
+    ck_assert_int_gt(n_grads, 0);
+    tg_ctx_free(ctx);
+}
+
+START_TEST(test_case_f64) { run_case(cases[_i], TG_F64); }
+END_TEST
+
+START_TEST(test_case_f32) { run_case(cases[_i], TG_F32); }
+END_TEST
+
+/* The module builders create exactly PyTorch's state_dict keys and shapes. */
+START_TEST(test_state_dict_names)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/enc_post_relu.safetensors", TG_FIXTURES);
+    tg_safetensors *st = tg_safetensors_read(ctx, path);
+    ck_assert_ptr_nonnull(st);
+    tg_encoder_config c = tg_encoder_config_default(8, 2);
+    c.d_ff = 16;
+    tg_encoder_layer l;
+    ck_assert_int_eq(tg_encoder_layer_init(ctx, &l, TG_F64, &c, "layers.0."), TG_OK);
+    ck_assert_int_eq(tg_ctx_n_params(ctx), 12);
+    for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++) {
+        const char *n = tg_tensor_name(tg_ctx_param(ctx, i));
+        ck_assert(strncmp(n, "layers.0.", 9) == 0);
+        tg_tensor *f = tg_safetensors_find(st, n + 9);
+        ck_assert_msg(f != NULL, "PyTorch has no key %s", n + 9);
+        ck_assert_int_eq(tg_tensor_numel(f), tg_tensor_numel(tg_ctx_param(ctx, i)));
+    }
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* Loading is strict: missing, unexpected and mis-shaped tensors are named errors. */
+START_TEST(test_load_errors)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ffn_relu.safetensors", TG_FIXTURES);
+    tg_ffn f;
+    ck_assert_int_eq(tg_ffn_init(ctx, &f, TG_F32, 8, 16, TG_ACT_RELU, NULL), TG_OK);
+    /* the fixture also holds inputs and expected values: strict loading refuses them */
+    ck_assert_int_eq(tg_params_load(ctx, path, 0, NULL, true), TG_ERR_MISMATCH);
+    tu_assert_error(ctx, TG_ERR_MISMATCH, "unexpected tensor");
+    tg_ctx_clear_error(ctx);
+    ck_assert_int_eq(tg_params_load(ctx, path, 0, NULL, false), TG_OK);
+    tg_ctx_free(ctx);
+
+    ctx = tg_ctx_new();
+    ck_assert_int_eq(tg_ffn_init(ctx, &f, TG_F32, 8, 17, TG_ACT_RELU, NULL), TG_OK);
+    ck_assert_int_eq(tg_params_load(ctx, path, 0, NULL, false), TG_ERR_MISMATCH);
+    tu_assert_error(ctx, TG_ERR_MISMATCH, "linear1.weight");
+    tg_ctx_free(ctx);
+
+    ctx = tg_ctx_new();
+    ck_assert_int_eq(tg_ffn_init(ctx, &f, TG_F32, 8, 16, TG_ACT_RELU, "ffn."), TG_OK);
+    ck_assert_int_eq(tg_params_load(ctx, path, 0, NULL, false), TG_ERR_MISMATCH);
+    tu_assert_error(ctx, TG_ERR_MISMATCH, "missing tensor 'ffn.linear1.weight'");
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* Save then load gives back the same values, bitwise. */
+START_TEST(test_save_load_roundtrip)
+{
+    char path[] = "/tmp/tgrad_params_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    tg_ctx *a = tg_ctx_new(), *b = tg_ctx_new();
+    tg_ctx_seed(a, 1);
+    tg_ctx_seed(b, 2);
+    tg_mha ma, mb;
+    ck_assert_int_eq(tg_mha_init(a, &ma, TG_F64, 8, 2, "attn."), TG_OK);
+    ck_assert_int_eq(tg_mha_init(b, &mb, TG_F64, 8, 2, "attn."), TG_OK);
+    ck_assert_int_eq(tg_params_save(a, path, 0, NULL, 0, NULL, NULL), TG_OK);
+    ck_assert_int_eq(tg_params_load(b, path, 0, NULL, true), TG_OK);
+    for (int64_t i = 0; i < tg_ctx_n_params(a); i++) {
+        tg_tensor *pa = tg_ctx_param(a, i), *pb = tg_ctx_param(b, i);
+        ck_assert(memcmp(tg_tensor_data(pa), tg_tensor_data(pb),
+                         8 * (size_t)tg_tensor_numel(pa)) == 0);
+    }
+    tg_ctx_free(a);
+    tg_ctx_free(b);
+    remove(path);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("fixtures");
+    TCase *tc = tcase_create("pytorch_parity");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_case_f64, 0, N_CASES);
+    tcase_add_loop_test(tc, test_case_f32, 0, N_CASES);
+    tcase_add_test(tc, test_state_dict_names);
+    tcase_add_test(tc, test_load_errors);
+    tcase_add_test(tc, test_save_load_roundtrip);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
