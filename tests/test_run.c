@@ -1,0 +1,386 @@
+#define _POSIX_C_SOURCE 200809L
+/*
+ * test_run.c - `tgrad run` end to end: for PyTorch fixtures of every module, write the inputs
+ * as .npy and the weights as safetensors (with tgrad's own writers), run the program in f32
+ * and f64 with and without backward, and compare its output and gradient files with the
+ * references (same tolerances as test_fixtures). Also the error paths: one line on stderr and
+ * a non-zero exit.
+ */
+#include "testutil.h"
+#include "tgrad_io.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/tgrad_run_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Run a shell command; return its exit status; stderr captured to dir/err.txt. */
+static int run(const char *args)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' run %s > out.txt 2> err.txt", dir, TG_TGRAD_EXE,
+             args);
+    int s = system(cmd);
+    return WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+}
+
+static void read_file(const char *name, char *buf, size_t n)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t k = fread(buf, 1, n - 1, f);
+    buf[k] = 0;
+    fclose(f);
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+typedef struct {
+    tg_ctx *ctx;
+    tg_safetensors *st;
+} fixture;
+
+static fixture load(const char *name)
+{
+    fixture f;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.safetensors", TG_FIXTURES, name);
+    f.ctx = tg_ctx_new();
+    f.st = tg_safetensors_read(f.ctx, path);
+    ck_assert_msg(f.st != NULL, "%s", tg_ctx_message(f.ctx));
+    return f;
+}
+
+/* Write fixture tensor `key` as dir/<file>; bool masks as |b1 via a hand-written header. */
+static void npy(fixture *f, const char *key, const char *file)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    tg_tensor *t = tg_safetensors_find(f->st, key);
+    ck_assert_msg(t != NULL, "fixture lacks %s", key);
+    ck_assert_int_eq(tg_npy_write(f->ctx, p, t), TG_OK);
+}
+
+static void bool_npy(fixture *f, const char *key, const char *file)
+{
+    tg_tensor *t = tg_safetensors_find(f->st, key);
+    ck_assert_ptr_nonnull(t);
+    char p[512], shape[128] = "";
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    int r = tg_tensor_rank(t);
+    size_t k = 0;
+    for (int i = 0; i < r; i++)
+        k += (size_t)snprintf(shape + k, sizeof shape - k, "%lld,%s",
+                              (long long)tg_tensor_shape(t)[i], (i < r - 1) ? " " : "");
+    char hdr[256];
+    int hl = snprintf(hdr, sizeof hdr, "{'descr': '|b1', 'fortran_order': False, 'shape': (%s), }",
+                      shape);
+    int total = 10 + hl + 1, pad = (64 - total % 64) % 64;
+    FILE *fp = fopen(p, "wb");
+    ck_assert_ptr_nonnull(fp);
+    unsigned short len = (unsigned short)(hl + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, fp);
+    fputc(len & 0xff, fp);
+    fputc(len >> 8, fp);
+    fwrite(hdr, 1, (size_t)hl, fp);
+    for (int i = 0; i < pad; i++)
+        fputc(' ', fp);
+    fputc('\n', fp);
+    for (int64_t i = 0; i < tg_tensor_numel(t); i++)
+        fputc(tg_get(t, i) != 0, fp);
+    fclose(fp);
+}
+
+/* Write the fixture tensors named in `keys` as a weights file. */
+static void weights(fixture *f, const char *const *keys, int n)
+{
+    const tg_tensor *ts[16];
+    for (int i = 0; i < n; i++) {
+        ts[i] = tg_safetensors_find(f->st, keys[i]);
+        ck_assert_ptr_nonnull(ts[i]);
+    }
+    char p[512];
+    snprintf(p, sizeof p, "%s/w.safetensors", dir);
+    ck_assert_int_eq(tg_safetensors_write(f->ctx, p, n, ts, keys, 0, NULL, NULL), TG_OK);
+}
+
+static double rel(const tg_tensor *a, const tg_tensor *ref)
+{
+    ck_assert_int_eq(tg_tensor_numel(a), tg_tensor_numel(ref));
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < tg_tensor_numel(ref); i++) {
+        double d = fabs(tg_get(a, i) - tg_get(ref, i));
+        md = d > md || isnan(d) ? (isnan(d) ? INFINITY : d) : md;
+        mr = fmax(mr, fabs(tg_get(ref, i)));
+    }
+    return md / (1 + mr);
+}
+
+static void check_out(fixture *f, double tol)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/o.npy", dir);
+    tg_tensor *o = tg_npy_read(f->ctx, p, TG_F64, NULL);
+    ck_assert_msg(o != NULL, "%s", tg_ctx_message(f->ctx));
+    double e = rel(o, tg_safetensors_find(f->st, "out"));
+    ck_assert_msg(e <= tol, "output error %.3g > %g", e, tol);
+}
+
+static void check_grads(fixture *f, double tol, int expect_n)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/g.safetensors", dir);
+    tg_safetensors *g = tg_safetensors_read(f->ctx, p);
+    ck_assert_msg(g != NULL, "%s", tg_ctx_message(f->ctx));
+    ck_assert_int_eq(tg_safetensors_count(g), expect_n);
+    for (int64_t i = 0; i < tg_safetensors_count(g); i++) {
+        char key[256];
+        snprintf(key, sizeof key, "grad.%s", tg_safetensors_name(g, i));
+        tg_tensor *ref = tg_safetensors_find(f->st, key);
+        ck_assert_msg(ref != NULL, "unexpected gradient %s", key);
+        double e = rel(tg_safetensors_tensor(g, i), ref);
+        ck_assert_msg(e <= tol, "%s error %.3g > %g", key, e, tol);
+    }
+}
+
+static const char *dtype_arg(int i) { return i == 0 ? "f64" : "f32"; }
+static double tol_of(int i) { return i == 0 ? 1e-10 : 1e-4; }
+
+START_TEST(test_sdpa)
+{
+    fixture f = load("sdpa_bool_mask");
+    npy(&f, "q", "q.npy");
+    npy(&f, "k", "k.npy");
+    npy(&f, "v", "v.npy");
+    npy(&f, "grad_out", "dy.npy");
+    bool_npy(&f, "attn_mask", "m.npy");
+    char a[1024];
+    snprintf(a, sizeof a, "sdpa --q q.npy --k k.npy --v v.npy --mask m.npy --dtype %s "
+             "--out o.npy --attn-out a.npy --grad-out dy.npy --grads g.safetensors", dtype_arg(_i));
+    ck_assert_int_eq(run(a), 0);
+    check_out(&f, tol_of(_i));
+    char p[512];
+    snprintf(p, sizeof p, "%s/a.npy", dir);
+    tg_tensor *w = tg_npy_read(f.ctx, p, TG_F64, NULL);
+    ck_assert_ptr_nonnull(w);
+    ck_assert(rel(w, tg_safetensors_find(f.st, "attn_weights")) <= tol_of(_i));
+    check_grads(&f, tol_of(_i), 3);
+    tg_ctx_free(f.ctx);
+}
+END_TEST
+
+START_TEST(test_sdpa_causal_forward_only)
+{
+    fixture f = load("sdpa_causal");
+    npy(&f, "q", "q.npy");
+    npy(&f, "k", "k.npy");
+    npy(&f, "v", "v.npy");
+    char a[512];
+    snprintf(a, sizeof a, "sdpa --q q.npy --k k.npy --v v.npy --causal --dtype %s --out o.npy",
+             dtype_arg(_i));
+    ck_assert_int_eq(run(a), 0);
+    check_out(&f, tol_of(_i));
+    tg_ctx_free(f.ctx);
+}
+END_TEST
+
+static const char *const mha_keys[] = {"in_proj_weight", "in_proj_bias", "out_proj.weight",
+                                       "out_proj.bias"};
+
+START_TEST(test_mha_self_masks)
+{
+    fixture f = load("mha_combined");
+    weights(&f, mha_keys, 4);
+    npy(&f, "x", "x.npy");
+    npy(&f, "grad_out", "dy.npy");
+    bool_npy(&f, "key_padding_mask", "p.npy");
+    char a[1024];
+    snprintf(a, sizeof a, "mha --weights w.safetensors --heads 3 --x x.npy "
+             "--key-padding-mask p.npy --causal --dtype %s --out o.npy --grad-out dy.npy "
+             "--grads g.safetensors", dtype_arg(_i));
+    ck_assert_int_eq(run(a), 0);
+    check_out(&f, tol_of(_i));
+    check_grads(&f, tol_of(_i), 5);
+    tg_ctx_free(f.ctx);
+}
+END_TEST
+
+START_TEST(test_mha_cross)
+{
+    fixture f = load("mha_cross");
+    weights(&f, mha_keys, 4);
+    npy(&f, "q", "q.npy");
+    npy(&f, "k", "k.npy");
+    npy(&f, "v", "v.npy");
+    npy(&f, "grad_out", "dy.npy");
+    char a[1024];
+    snprintf(a, sizeof a, "mha --weights w.safetensors --heads 3 --q q.npy --k k.npy --v v.npy "
+             "--dtype %s --out o.npy --grad-out dy.npy --grads g.safetensors", dtype_arg(_i));
+    ck_assert_int_eq(run(a), 0);
+    check_out(&f, tol_of(_i));
+    check_grads(&f, tol_of(_i), 7);
+    tg_ctx_free(f.ctx);
+}
+END_TEST
+
+START_TEST(test_mha_additive_3d)
+{
+    fixture f = load("mha_attn_mask_3d");
+    weights(&f, mha_keys, 4);
+    npy(&f, "x", "x.npy");
+    bool_npy(&f, "attn_mask", "m.npy");
+    char a[512];
+    snprintf(a, sizeof a, "mha --weights w.safetensors --heads 2 --x x.npy --attn-mask m.npy "
+             "--dtype %s --out o.npy", dtype_arg(_i));
+    ck_assert_int_eq(run(a), 0);
+    check_out(&f, tol_of(_i));
+    tg_ctx_free(f.ctx);
+    f = load("mha_additive_mask");
+    weights(&f, mha_keys, 4);
+    npy(&f, "x", "x.npy");
+    npy(&f, "attn_mask", "m.npy"); /* float: additive */
+    ck_assert_int_eq(run(a), 0);
+    check_out(&f, tol_of(_i));
+    tg_ctx_free(f.ctx);
+}
+END_TEST
+
+static const char *const ffn_keys[] = {"linear1.weight", "linear1.bias", "linear2.weight",
+                                       "linear2.bias"};
+
+START_TEST(test_ffn)
+{
+    fixture f = load("ffn_gelu");
+    weights(&f, ffn_keys, 4);
+    npy(&f, "x", "x.npy");
+    npy(&f, "grad_out", "dy.npy");
+    char a[512];
+    snprintf(a, sizeof a, "ffn --weights w.safetensors --x x.npy --activation gelu --dtype %s "
+             "--out o.npy --grad-out dy.npy --grads g.safetensors", dtype_arg(_i));
+    ck_assert_int_eq(run(a), 0);
+    check_out(&f, tol_of(_i));
+    check_grads(&f, tol_of(_i), 5);
+    tg_ctx_free(f.ctx);
+}
+END_TEST
+
+static const char *const enc_keys[] = {
+    "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
+    "self_attn.out_proj.bias", "linear1.weight", "linear1.bias", "linear2.weight",
+    "linear2.bias", "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"};
+
+START_TEST(test_encoder)
+{
+    fixture f = load("enc_pre_gelu_eps");
+    weights(&f, enc_keys, 12);
+    npy(&f, "x", "x.npy");
+    npy(&f, "grad_out", "dy.npy");
+    char a[1024];
+    snprintf(a, sizeof a, "encoder --weights w.safetensors --heads 4 --x x.npy --norm-first "
+             "--eps 1e-6 --activation gelu --dtype %s --out o.npy --grad-out dy.npy "
+             "--grads g.safetensors", dtype_arg(_i));
+    ck_assert_int_eq(run(a), 0);
+    check_out(&f, tol_of(_i));
+    check_grads(&f, tol_of(_i), 13);
+    tg_ctx_free(f.ctx);
+    f = load("enc_key_padding");
+    weights(&f, enc_keys, 12);
+    npy(&f, "x", "x.npy");
+    bool_npy(&f, "key_padding_mask", "p.npy");
+    snprintf(a, sizeof a, "encoder --weights w.safetensors --heads 2 --x x.npy "
+             "--key-padding-mask p.npy --dtype %s --out o.npy", dtype_arg(_i));
+    ck_assert_int_eq(run(a), 0);
+    check_out(&f, tol_of(_i));
+    tg_ctx_free(f.ctx);
+}
+END_TEST
+
+/* Each bad invocation: non-zero exit, exactly one line on stderr naming the problem. */
+START_TEST(test_errors)
+{
+    fixture f = load("mha_self");
+    weights(&f, mha_keys, 4);
+    npy(&f, "x", "x.npy");
+    npy(&f, "out", "wide.npy");
+    static const struct {
+        const char *args, *needle;
+    } cases[] = {
+        {"mha --weights w.safetensors --heads 2 --x missing.npy", "missing.npy"},
+        {"mha --weights w.safetensors --heads 3 --x x.npy", "--heads 3"},
+        {"mha --weights nope.safetensors --heads 2 --x x.npy", "nope.safetensors"},
+        {"mha --weights w.safetensors --x x.npy", "--heads"},
+        {"mha --weights w.safetensors --heads 2 --x x.npy --attn-mask x.npy --bogus 1", "--bogus"},
+        {"ffn --weights w.safetensors --x x.npy", "linear1.weight"},
+        {"sdpa --q x.npy --k x.npy", "--v"},
+        {"sdpa --q x.npy --k x.npy --v x.npy --dtype f16", "f16"},
+        {"teleport --x x.npy", "teleport"},
+        {"mha --weights w.safetensors --heads 2 --x x.npy --key-padding-mask x.npy",
+         "key_padding_mask"},
+        {"mha --weights w.safetensors --heads 2 --x x.npy --grad-out x.npy", "--grads"},
+        {"mha --weights x.npy --heads 2 --x x.npy", "x.npy"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = run(cases[i].args);
+        char err[4096];
+        read_file("err.txt", err, sizeof err);
+        ck_assert_msg(rc != 0, "'%s' exited 0", cases[i].args);
+        ck_assert_msg(count_lines(err) == 1, "'%s' printed %d lines: %s", cases[i].args,
+                      count_lines(err), err);
+        ck_assert_msg(strstr(err, cases[i].needle) != NULL, "'%s': '%s' lacks '%s'",
+                      cases[i].args, err, cases[i].needle);
+    }
+    tg_ctx_free(f.ctx);
+}
+END_TEST
+
+START_TEST(test_help)
+{
+    ck_assert_int_eq(run("--help"), 0);
+    char out[8192];
+    read_file("out.txt", out, sizeof out);
+    ck_assert(strstr(out, "--key-padding-mask") != NULL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("run");
+    TCase *tc = tcase_create("run");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_sdpa, 0, 2);
+    tcase_add_loop_test(tc, test_sdpa_causal_forward_only, 0, 2);
+    tcase_add_loop_test(tc, test_mha_self_masks, 0, 2);
+    tcase_add_loop_test(tc, test_mha_cross, 0, 2);
+    tcase_add_loop_test(tc, test_mha_additive_3d, 0, 2);
+    tcase_add_loop_test(tc, test_ffn, 0, 2);
+    tcase_add_loop_test(tc, test_encoder, 0, 2);
+    tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_help);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
