@@ -397,24 +397,44 @@ tg_status tg_tensor_set_data(tg_tensor *t, const void *src, tg_dtype src_dtype, 
     return TG_OK;
 }
 
+/* Shared checks of the copy-out functions; records a message on t's context. */
+static tg_status copy_out_ok(const tg_tensor *t, const void *dst, tg_dtype dst_dtype, size_t n,
+                             const char *fn)
+{
+    if (!t)
+        return TG_ERR_ARG;
+    if (!dst || tg_dtype_size(dst_dtype) == 0) {
+        tg__err(t->ctx, TG_ERR_ARG, fn, "NULL destination or unknown dtype %d", (int)dst_dtype);
+        return TG_ERR_ARG;
+    }
+    if ((int64_t)n != t->numel) {
+        char b[128];
+        tg__err(t->ctx, TG_ERR_SHAPE, fn, "'%s' %s has %lld elements, asked for %zu", t->name,
+                tg__shape_str(t, b, sizeof b), (long long)t->numel, n);
+        return TG_ERR_SHAPE;
+    }
+    return TG_OK;
+}
+
 tg_status tg_tensor_get_data(const tg_tensor *t, void *dst, tg_dtype dst_dtype, size_t n)
 {
-    if (!t || !dst || tg_dtype_size(dst_dtype) == 0)
-        return TG_ERR_ARG;
-    if ((int64_t)n != t->numel)
-        return TG_ERR_SHAPE;
+    tg_status s = copy_out_ok(t, dst, dst_dtype, n, "tg_tensor_get_data");
+    if (s != TG_OK)
+        return s;
     convert(dst, dst_dtype, t->data, t->dtype, n);
     return TG_OK;
 }
 
 tg_status tg_tensor_get_grad(const tg_tensor *t, void *dst, tg_dtype dst_dtype, size_t n)
 {
-    if (!t || !dst || tg_dtype_size(dst_dtype) == 0)
-        return TG_ERR_ARG;
-    if (!t->grad)
+    tg_status s = copy_out_ok(t, dst, dst_dtype, n, "tg_tensor_get_grad");
+    if (s != TG_OK)
+        return s;
+    if (!t->grad) {
+        tg__err(t->ctx, TG_ERR_NOGRAD, "tg_tensor_get_grad",
+                "'%s' has no gradient (not differentiable, or no graph built with it)", t->name);
         return TG_ERR_NOGRAD;
-    if ((int64_t)n != t->numel)
-        return TG_ERR_SHAPE;
+    }
     convert(dst, dst_dtype, t->grad, t->dtype, n);
     return TG_OK;
 }

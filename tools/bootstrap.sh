@@ -1,0 +1,22 @@
+#!/bin/sh
+# bootstrap.sh - install missing build dependencies (Debian/Ubuntu) and configure ./build.
+# Idempotent: installs only what is missing, configures only if ./build is not configured.
+# Usage: tools/bootstrap.sh [extra meson setup options]
+set -eu
+cd "$(dirname "$0")/.."
+
+need=""
+for pkg in gcc meson ninja-build pkg-config check valgrind; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
+done
+if [ -n "$need" ]; then
+    echo "bootstrap: installing:$need" >&2
+    if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -q
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $need
+fi
+
+if [ ! -f build/build.ninja ]; then
+    meson setup build --buildtype=release "$@"
+fi
