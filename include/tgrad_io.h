@@ -18,9 +18,12 @@
  *   allocated: the context holds the same number of bytes as before the call.
  * - Writers are atomic: the file is written to a temporary file in the same directory
  *   (`path + ".tmp.XXXXXX"`, created with mkstemp()), flushed, fsync()ed and closed with every
- *   return value checked, then rename()d over @p path. On any failure the temporary file is
- *   removed and an existing file at @p path is left untouched. The new file gets the mode of the
- *   file it replaces, or 0644.
+ *   return value checked, then rename()d over @p path (and the directory fsync()ed, best
+ *   effort). On any failure the temporary file is removed, an existing file at @p path is left
+ *   untouched and ::TG_ERR_IO is returned with the failing call and strerror() in the message.
+ *   Arguments are validated before the temporary file is created, so a refused call leaves no
+ *   trace on disk. The new file gets the mode of the file it replaces, or 0644; a symbolic link
+ *   at @p path is replaced, not followed.
  * - All multi-byte values are little-endian on disk whatever the host's byte order.
  *
  * Format sources:
@@ -60,8 +63,9 @@ typedef struct tg_io_item {
 TG_API tg_io_item tg_io_item_data(const tg_tensor *t, const char *name);
 /**
  * An item describing the gradient buffer of @p t (tg_tensor_grad()) under @p name (NULL: the
- * tensor's own name). Its @c data is NULL if @p t has no gradient buffer; the writers then fail
- * with ::TG_ERR_NOGRAD naming the item.
+ * tensor's own name). Its @c data is NULL if @p t has no gradient buffer; the writers then
+ * refuse it with ::TG_ERR_ARG naming the item (tg_safetensors_write_grads() reports
+ * ::TG_ERR_NOGRAD instead).
  */
 TG_API tg_io_item tg_io_item_grad(const tg_tensor *t, const char *name);
 
@@ -116,29 +120,32 @@ typedef struct tg_safetensors tg_safetensors;
  * tg_safetensors_file_dtype() tells which dtype the file stored. Rank-0 tensors (shape [])
  * are read; tgrad tensors have no zero-size dims, so a dim of 0 is rejected.
  *
- * Checks, in this order, with their status:
- * - file shorter than 8 bytes, or than 8 + N: ::TG_ERR_TRUNCATED;
- * - N < 2 or N > ::TG_SAFETENSORS_MAX_HEADER: ::TG_ERR_HEADER_SIZE;
- * - header not valid UTF-8 JSON (strict RFC 8259: strings with all escapes incl. surrogate
- *   pairs, no trailing garbage, nesting depth <= 64), not an object, a tensor entry not an
- *   object, a missing or unknown field, shape or offsets not arrays of non-negative integers,
- *   `__metadata__` not a string-to-string object: ::TG_ERR_JSON;
- * - a key twice (tensor, field or metadata key): ::TG_ERR_DUPLICATE;
- * - unknown or unreadable dtype (e.g. F8_E4M3), rank > ::TG_MAX_RANK, a dim of 0, a name
- *   containing NUL: ::TG_ERR_UNSUPPORTED;
- * - a dim, the element count or the byte size overflowing 64 bits (or tgrad's tensor limit):
- *   ::TG_ERR_OVERFLOW;
- * - begin > end: ::TG_ERR_OUT_OF_BOUNDS; end - begin != numel * dtype size:
- *   ::TG_ERR_SIZE_MISMATCH;
- * - data section shorter than the tensors' total byte size: ::TG_ERR_TRUNCATED;
- * - a range ending past the data section: ::TG_ERR_OUT_OF_BOUNDS;
- * - ranges (sorted by offset) overlapping: ::TG_ERR_OVERLAP; leaving a hole, or the first not
- *   starting at 0: ::TG_ERR_GAP;
- * - bytes after the last range: ::TG_ERR_TRAILING;
- * - open/read failure: ::TG_ERR_IO (with strerror); allocation failure: ::TG_ERR_NOMEM;
- *   ::TG_ERR_ARG for NULL arguments.
+ * Checks, in this order (the first failing one is reported), with their status:
+ * 1. file shorter than the 8-byte size field: ::TG_ERR_TRUNCATED;
+ * 2. N < 2 or N > ::TG_SAFETENSORS_MAX_HEADER: ::TG_ERR_HEADER_SIZE (an absurd length field);
+ * 3. fewer than N bytes after the size field: ::TG_ERR_TRUNCATED (the file was cut short);
+ * 4. while parsing the header, in text order: not strict RFC 8259 JSON (strings with every
+ *    escape incl. surrogate pairs and valid UTF-8, no trailing commas or garbage, nesting
+ *    <= 64), not an object, a tensor entry not an object, a missing or unknown field, dtype
+ *    not a string, shape or data_offsets not arrays of non-negative integers (negative,
+ *    fraction or exponent), data_offsets not exactly 2 entries, `__metadata__` not an object
+ *    of strings: ::TG_ERR_JSON; a field or `__metadata__` twice, or a metadata key twice:
+ *    ::TG_ERR_DUPLICATE; a name or metadata string containing NUL: ::TG_ERR_UNSUPPORTED;
+ * 5. for each tensor in header order: unknown or unreadable dtype (e.g. "F8_E4M3"), rank >
+ *    ::TG_MAX_RANK, a dim of 0: ::TG_ERR_UNSUPPORTED; a dim or the element count overflowing
+ *    64-bit sizes (or tgrad's tensor limit): ::TG_ERR_OVERFLOW; begin > end or an offset
+ *    beyond 2^63: ::TG_ERR_OUT_OF_BOUNDS; end - begin != numel * dtype size:
+ *    ::TG_ERR_SIZE_MISMATCH;
+ * 6. a tensor name twice: ::TG_ERR_DUPLICATE;
+ * 7. data section shorter than the tensors' total byte size: ::TG_ERR_TRUNCATED;
+ * 8. a range ending past the data section: ::TG_ERR_OUT_OF_BOUNDS;
+ * 9. ranges sorted by offset overlapping: ::TG_ERR_OVERLAP; leaving a hole, or the first not
+ *    starting at 0: ::TG_ERR_GAP;
+ * 10. bytes after the last range: ::TG_ERR_TRAILING.
+ * Also: open/read failure ::TG_ERR_IO (with strerror); allocation failure ::TG_ERR_NOMEM;
+ * NULL arguments ::TG_ERR_ARG.
  * Messages look like `tg_safetensors_read: model.st: tensor 'w': data_offsets [0, 20] hold 20
- * bytes but F32 (2, 3) needs 24`.
+ * bytes but F32 [2, 3] needs 24`.
  *
  * @return the parsed file (owned by @p ctx, valid until tg_ctx_free()), or NULL on error with
  *         the status recorded on @p ctx and nothing left allocated.
@@ -181,11 +188,13 @@ TG_API const char *tg_safetensors_meta_get(const tg_safetensors *st, const char 
  * that order to match it exactly). @p n may be 0.
  *
  * Errors (nothing is created on disk for these): ::TG_ERR_ARG (NULL ctx/path/arrays, n < 0,
- * empty name, name "__metadata__", name or metadata not valid UTF-8, rank out of range, NULL
- * data), ::TG_ERR_NOGRAD (an item from tg_io_item_grad() without a gradient),
- * ::TG_ERR_DUPLICATE (a name or metadata key twice), ::TG_ERR_DTYPE, ::TG_ERR_SHAPE (dim < 1),
- * ::TG_ERR_OVERFLOW, ::TG_ERR_NOMEM. I/O failures: ::TG_ERR_IO with the failing call and
- * strerror() in the message; the temporary file is removed and @p path left as it was.
+ * NULL or empty name, name "__metadata__", name or metadata not valid UTF-8, rank out of
+ * range, NULL shape for rank > 0, NULL data), ::TG_ERR_DUPLICATE (a name or metadata key
+ * twice), ::TG_ERR_DTYPE, ::TG_ERR_SHAPE (dim < 1), ::TG_ERR_OVERFLOW, ::TG_ERR_HEADER_SIZE
+ * (header over ::TG_SAFETENSORS_MAX_HEADER), ::TG_ERR_NOMEM. I/O failures: ::TG_ERR_IO with the
+ * failing call, the path and strerror() in the message; the temporary file is removed and
+ * @p path left as it was.
+ * Source: huggingface/safetensors README and `safetensors/src/tensor.rs` (`serialize`).
  *
  * @param meta_keys, meta_values @p n_meta strings each (may be NULL when @p n_meta is 0).
  * @param opts NULL for the defaults; see ::tg_write_opts (fault injection for tests).
@@ -251,15 +260,18 @@ typedef enum tg_npy_kind {
  * Rank-0 arrays (shape `()`) are read.
  *
  * Errors: ::TG_ERR_FORMAT (bad magic, header not a dict literal of the expected form, missing,
- * unknown or repeated key), ::TG_ERR_UNSUPPORTED (format version other than 1.0/2.0/3.0,
- * object '|O', structured, big-endian or other unsupported dtypes, fortran_order True for
- * rank >= 2, a dim of 0, rank > ::TG_MAX_RANK), ::TG_ERR_HEADER_SIZE (header longer than
- * ::TG_NPY_MAX_HEADER), ::TG_ERR_TRUNCATED (file ends inside the header or data),
- * ::TG_ERR_TRAILING (bytes after the data), ::TG_ERR_OVERFLOW (shape product overflows),
- * ::TG_ERR_DTYPE (@p want not f32/f64), ::TG_ERR_IO, ::TG_ERR_NOMEM, ::TG_ERR_ARG.
+ * unknown or repeated key, shape not a tuple of non-negative integers), ::TG_ERR_UNSUPPORTED
+ * (format version other than 1.0/2.0/3.0; object '|O', structured, big-endian, native-order
+ * '=' or other unsupported dtypes; fortran_order True unless at most one dim exceeds 1, where
+ * both orders are the same bytes; a dim of 0; rank > ::TG_MAX_RANK), ::TG_ERR_HEADER_SIZE
+ * (header longer than ::TG_NPY_MAX_HEADER), ::TG_ERR_TRUNCATED (file ends inside the preamble,
+ * header or data), ::TG_ERR_TRAILING (bytes after the data), ::TG_ERR_OVERFLOW (a dim or the
+ * shape product overflows), ::TG_ERR_DTYPE (@p want not f32/f64), ::TG_ERR_IO, ::TG_ERR_NOMEM,
+ * ::TG_ERR_ARG. Source: NumPy NEP 1 and `numpy.lib.format`.
  *
- * @param kind_out if not NULL, receives the file's element kind.
- * @return the tensor (owned by @p ctx), or NULL with the status recorded.
+ * @param kind_out if not NULL, receives the file's element kind on success.
+ * @return the tensor (owned by @p ctx), or NULL with the status recorded and nothing left
+ *         allocated.
  */
 TG_API tg_tensor *tg_npy_read(tg_ctx *ctx, const char *path, tg_dtype want,
                               tg_npy_kind *kind_out);

@@ -121,9 +121,11 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
     if (ctx->status != TG_OK)
         return ctx->status;
     tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults(y->dtype);
-    if (!(o.eps > 0) || !(o.atol >= 0) || !(o.rtol >= 0) || o.n_projections < 0) {
-        tg__err(ctx, TG_ERR_ARG, fn, "invalid options (eps %g, atol %g, rtol %g, proj %d)",
-                o.eps, o.atol, o.rtol, o.n_projections);
+    if (!(o.eps > 0) || !isfinite(o.eps) || !(o.atol >= 0) || !(o.rtol >= 0) ||
+        o.n_projections < 0 || o.max_elements < 0) {
+        tg__err(ctx, TG_ERR_ARG, fn,
+                "invalid options (eps %g, atol %g, rtol %g, proj %d, max_elements %lld)", o.eps,
+                o.atol, o.rtol, o.n_projections, (long long)o.max_elements);
         return TG_ERR_ARG;
     }
     if (!y->requires_grad) {
@@ -141,14 +143,33 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
         tg_graph_free(st.g);
         return TG_ERR_NOGRAD;
     }
+    /* A forward run that fails a data check (e.g. a token id out of range) is an error; the
+     * runs below ignore statuses, so check once here (leaves are not perturbed yet). */
+    tg_status fs = tg_graph_forward(st.g);
+    tg_rng_set_state(ctx, st.rng0);
+    if (fs != TG_OK) {
+        tg_graph_free(st.g);
+        return fs;
+    }
     st.r = tg_const(ctx, y->dtype, y->rank, y->shape, "gradcheck.r");
     tg_tensor *zero = tg_const(ctx, y->dtype, y->rank, y->shape, "gradcheck.zero");
     /* Saved leaf data and grads, and the analytic gradient, all in f64. */
     int64_t total = 0;
     for (int64_t l = 0; l < nl; l++)
         total += tg_graph_grad_leaf(st.g, l)->numel;
-    double *saved = tg__alloc(ctx, sizeof(double) * (size_t)total * 3, fn);
+    /* Everything is allocated before any leaf or gradient is touched, so running out of
+     * memory leaves no trace: saved data, saved grads, analytic grads, projection directions. */
+    double *saved = tg__alloc(ctx, sizeof(double) * (size_t)total * (o.n_projections ? 4 : 3),
+                              fn);
     if (!st.r || !zero || !saved) {
+        tg__free(ctx, saved);
+        tg_tensor *tmp[2] = {st.r, zero};
+        for (int k = 0; k < 2; k++) {
+            if (tmp[k]) {
+                tg__free(ctx, tmp[k]->data);
+                tg__free(ctx, tmp[k]);
+            }
+        }
         tg_graph_free(st.g);
         return ctx->status;
     }
@@ -220,11 +241,7 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
             off += t->numel;
         }
     } else {
-        double *u = tg__alloc(ctx, sizeof(double) * (size_t)total, fn);
-        if (!u) {
-            tg_graph_free(st.g);
-            return ctx->status;
-        }
+        double *u = saved + 3 * total;
         for (int p = 0; p < o.n_projections; p++) {
             /* new random v (upstream) and u (direction) per projection */
             for (int64_t i = 0; i < y->numel; i++)
@@ -264,7 +281,6 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
             }
             consider(report, &o, NULL, p, a, (L[0] - L[1]) / (2 * o.eps));
         }
-        tg__free(ctx, u);
     }
     if (!report->backward_deterministic || !report->zero_upstream_ok)
         report->passed = false;

@@ -4,5 +4,8 @@
 
 int cmd_gradcheck(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
+int cmd_info(int argc, char **argv);
 
 #endif

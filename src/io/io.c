@@ -4,6 +4,7 @@
  * (temporary file + fsync + rename, so a failed save never damages the previous file).
  */
 #define _POSIX_C_SOURCE 200809L
+#define _FILE_OFFSET_BITS 64 /* sizes of files over 2 GiB on 32-bit hosts */
 
 #include "io.h"
 
@@ -60,6 +61,7 @@ tg_status tg__src_open_file(tg_ctx *ctx, tg__src *s, const char *fn, const char 
     }
     /* A pipe or device: its size is unknown, so read it whole first. */
     tg__buf b = {0};
+    b.fn = fn;
     char tmp[4096];
     for (;;) {
         size_t got = fread(tmp, 1, sizeof tmp, f);
@@ -141,14 +143,14 @@ bool tg__buf_put(tg_ctx *ctx, tg__buf *b, const void *data, size_t n)
         return false;
     if (n > SIZE_MAX / 2 - b->len) {
         b->failed = true;
-        tg__err(ctx, TG_ERR_NOMEM, "tgrad io", "buffer too large");
+        tg__err(ctx, TG_ERR_NOMEM, b->fn ? b->fn : "tgrad io", "buffer too large");
         return false;
     }
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n + 1)
             cap *= 2;
-        char *p = tg__alloc(ctx, cap, "tgrad io");
+        char *p = tg__alloc(ctx, cap, b->fn ? b->fn : "tgrad io");
         if (!p) {
             b->failed = true;
             return false;
@@ -166,7 +168,10 @@ bool tg__buf_put(tg_ctx *ctx, tg__buf *b, const void *data, size_t n)
     return true;
 }
 
-bool tg__buf_puts(tg_ctx *ctx, tg__buf *b, const char *s) { return tg__buf_put(ctx, b, s, strlen(s)); }
+bool tg__buf_puts(tg_ctx *ctx, tg__buf *b, const char *s)
+{
+    return tg__buf_put(ctx, b, s, strlen(s));
+}
 
 bool tg__buf_putc(tg_ctx *ctx, tg__buf *b, char c) { return tg__buf_put(ctx, b, &c, 1); }
 
@@ -183,8 +188,10 @@ bool tg__buf_put_u64(tg_ctx *ctx, tg__buf *b, uint64_t v)
 
 void tg__buf_free(tg_ctx *ctx, tg__buf *b)
 {
+    const char *fn = b->fn;
     tg__free(ctx, b->p);
     memset(b, 0, sizeof *b);
+    b->fn = fn;
 }
 
 /* ----- encodings ---------------------------------------------------------------------------- */
@@ -347,7 +354,8 @@ static double load_le(const unsigned char *p, tg__efmt e)
 void tg__convert_le(void *dst, tg_dtype dt, const unsigned char *src, tg__efmt e, size_t n)
 {
     size_t es = tg__efmt_size(e);
-    if (tg__host_is_le() && ((e == TG__E_F32 && dt == TG_F32) || (e == TG__E_F64 && dt == TG_F64))) {
+    if (tg__host_is_le() &&
+        ((e == TG__E_F32 && dt == TG_F32) || (e == TG__E_F64 && dt == TG_F64))) {
         memcpy(dst, src, n * es);
         return;
     }
@@ -442,8 +450,9 @@ tg_status tg__item_check(tg_ctx *ctx, const char *fn, const tg_io_item *it, int6
     for (int i = 0; i < it->rank; i++) {
         if (it->shape[i] < 1) {
             char b[160];
-            tg__err(ctx, TG_ERR_SHAPE, fn, "%s: dim %d is %lld in shape %s (every dim must be >= 1)",
-                    who, i, (long long)it->shape[i], tg__dims_str(it->rank, it->shape, b, sizeof b));
+            tg__err(ctx, TG_ERR_SHAPE, fn,
+                    "%s: dim %d is %lld in shape %s (every dim must be >= 1)", who, i,
+                    (long long)it->shape[i], tg__dims_str(it->rank, it->shape, b, sizeof b));
             return TG_ERR_SHAPE;
         }
         if (numel > INT64_MAX / 8 / it->shape[i]) {

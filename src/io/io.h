@@ -36,6 +36,7 @@ tg_status tg__src_read(tg_ctx *ctx, tg__src *s, void *dst, size_t n, const char 
 
 /* ----- growable byte buffer (context memory) ----------------------------------------------- */
 typedef struct tg__buf {
+    const char *fn; /* API function named in an out-of-memory message */
     char *p;
     size_t len, cap;
     bool failed; /* an allocation failed (TG_ERR_NOMEM recorded) */

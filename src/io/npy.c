@@ -14,7 +14,7 @@
 
 #include "io.h"
 
-/* ----- element types --------------------------------------------------------------------------- */
+/* ----- element types -------------------------------------------------------------------------- */
 typedef struct npy_type {
     const char *code; /* descr without its byte-order character */
     tg__efmt efmt;
@@ -279,7 +279,7 @@ static const npy_type *npy_type_of(npy_hdr *h)
     return t;
 }
 
-/* ----- reading ----------------------------------------------------------------------------------- */
+/* ----- reading -------------------------------------------------------------------------------- */
 static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
 static tg_tensor *npy_read(tg_ctx *ctx, tg__src *src, tg_dtype want, tg_npy_kind *kind_out,
@@ -387,8 +387,8 @@ static tg_tensor *npy_read(tg_ctx *ctx, tg__src *src, tg_dtype want, tg_npy_kind
     if (left < nbytes)
         return tg__err(ctx, TG_ERR_TRUNCATED, fn,
                        "%s: the data is %llu bytes but %s %s needs %llu", label,
-                       (unsigned long long)left, h.descr, tg__dims_str(h.rank, shape, sb, sizeof sb),
-                       (unsigned long long)nbytes);
+                       (unsigned long long)left, h.descr,
+                       tg__dims_str(h.rank, shape, sb, sizeof sb), (unsigned long long)nbytes);
     if (left > nbytes)
         return tg__err(ctx, TG_ERR_TRAILING, fn, "%s: %llu bytes after the array data", label,
                        (unsigned long long)(left - nbytes));
@@ -444,7 +444,7 @@ tg_tensor *tg_npy_read_mem(tg_ctx *ctx, const void *data, size_t size, tg_dtype 
     return npy_read(ctx, &src, want, kind_out, NULL);
 }
 
-/* ----- writing ----------------------------------------------------------------------------------- */
+/* ----- writing -------------------------------------------------------------------------------- */
 /* numpy.lib.format: spare spaces after the dict so the first dim can grow in place. */
 #define NPY_GROWTH_AXIS_MAX_DIGITS 21
 #define NPY_ARRAY_ALIGN 64
@@ -461,7 +461,8 @@ typedef struct npy_out {
 static void npy_build_header(npy_out *o)
 {
     char dict[400];
-    size_t k = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (",
+    size_t k = (size_t)snprintf(dict, sizeof dict,
+                                "{'descr': '%s', 'fortran_order': False, 'shape': (",
                                 o->it->dtype == TG_F32 ? "<f4" : "<f8");
     int first_digits = 0;
     for (int i = 0; i < o->it->rank; i++) {

@@ -216,8 +216,8 @@ static bool st_uint(st_parse *P, const st_entry *e, const char *field, uint64_t 
     tg__jnum v;
     if (tg__jp_peek(&P->jp) != TG__J_NUMBER) {
         if (!P->jp.err)
-            st_fail(P, TG_ERR_JSON, "tensor '%.*s': %s must hold non-negative integers", NM(e->name),
-                    field);
+            st_fail(P, TG_ERR_JSON, "tensor '%.*s': %s must hold non-negative integers",
+                    NM(e->name), field);
         return false;
     }
     if (!tg__jp_number(&P->jp, &v))
@@ -319,7 +319,10 @@ static bool st_parse_entry(st_parse *P, st_entry *e)
     }
     if (jp->err)
         return false;
-    const char *missing = !has_dtype ? "dtype" : !has_shape ? "shape" : !has_off ? "data_offsets" : NULL;
+    const char *missing = !has_dtype   ? "dtype"
+                          : !has_shape ? "shape"
+                          : !has_off   ? "data_offsets"
+                                       : NULL;
     if (missing)
         return st_fail(P, TG_ERR_JSON, "tensor '%.*s': missing field '%s'", NM(e->name), missing);
     return true;
@@ -403,7 +406,8 @@ static const char *udims_str(const st_entry *e, char *buf, size_t n)
     int r = e->rank < TG_MAX_RANK ? e->rank : TG_MAX_RANK;
     k += (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < r && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, i ? ", %llu" : "%llu", (unsigned long long)e->dims[i]);
+        k += (size_t)snprintf(buf + k, n - k, i ? ", %llu" : "%llu",
+                              (unsigned long long)e->dims[i]);
     if (k < n)
         snprintf(buf + k, n - k, "%s]", e->rank > r ? ", ..." : "");
     return buf;
@@ -712,7 +716,7 @@ tg_safetensors *tg_safetensors_read_mem(tg_ctx *ctx, const void *data, size_t si
     return st_read(ctx, &src);
 }
 
-/* ----- writing ---------------------------------------------------------------------------------- */
+/* ----- writing -------------------------------------------------------------------------------- */
 /* JSON string with the escapes serde_json uses. */
 static bool json_put_str(tg_ctx *ctx, tg__buf *b, const char *s)
 {
@@ -796,7 +800,8 @@ static tg_status st_prepare(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_
         return TG_ERR_ARG;
     }
     if (n_meta < 0 || (n_meta > 0 && (!keys || !vals))) {
-        tg__err(ctx, TG_ERR_ARG, fn, n_meta < 0 ? "n_meta is negative" : "meta_keys or meta_values is NULL");
+        tg__err(ctx, TG_ERR_ARG, fn,
+                n_meta < 0 ? "n_meta is negative" : "meta_keys or meta_values is NULL");
         return TG_ERR_ARG;
     }
     if ((uint64_t)n > SIZE_MAX / sizeof(const char *) / 2) {
@@ -811,11 +816,13 @@ static tg_status st_prepare(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_
     for (int64_t i = 0; i < n; i++) {
         const char *nm = items[i].name;
         if (!nm || !*nm) {
-            tg__err(ctx, TG_ERR_ARG, fn, "item %lld has %s name", (long long)i, nm ? "an empty" : "a NULL");
+            tg__err(ctx, TG_ERR_ARG, fn, "item %lld has %s name", (long long)i,
+                    nm ? "an empty" : "a NULL");
             return TG_ERR_ARG;
         }
         if (strcmp(nm, "__metadata__") == 0) {
-            tg__err(ctx, TG_ERR_ARG, fn, "item %lld: '__metadata__' is reserved and cannot name a tensor",
+            tg__err(ctx, TG_ERR_ARG, fn,
+                    "item %lld: '__metadata__' is reserved and cannot name a tensor",
                     (long long)i);
             return TG_ERR_ARG;
         }
@@ -833,7 +840,8 @@ static tg_status st_prepare(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_
                     keys[i] ? "value" : "key");
             return TG_ERR_ARG;
         }
-        if (!tg__utf8_valid(keys[i], strlen(keys[i])) || !tg__utf8_valid(vals[i], strlen(vals[i]))) {
+        if (!tg__utf8_valid(keys[i], strlen(keys[i])) ||
+            !tg__utf8_valid(vals[i], strlen(vals[i]))) {
             tg__err(ctx, TG_ERR_ARG, fn, "metadata entry %lld is not valid UTF-8", (long long)i);
             return TG_ERR_ARG;
         }
@@ -864,6 +872,7 @@ static tg_status st_prepare(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_
     }
 
     tg__buf *b = &o->hdr;
+    b->fn = fn;
     tg__buf_putc(ctx, b, '{');
     if (n_meta > 0) {
         tg__buf_puts(ctx, b, "\"__metadata__\":{");

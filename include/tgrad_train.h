@@ -1,0 +1,178 @@
+/**
+ * @file tgrad_train.h
+ * @brief Training: optimizers with PyTorch's update formulas, gradient clipping, learning-rate
+ *        schedule, a transformer model (decoder-only LM or per-position encoder classifier),
+ *        and checkpoints (safetensors with optimizer state and metadata, saved atomically).
+ */
+#ifndef TGRAD_TRAIN_H
+#define TGRAD_TRAIN_H
+
+#include "tgrad.h"
+#include "tgrad_io.h"
+#include "tgrad_nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Optimizers */
+/**@{*/
+/** Optimizer algorithm. */
+typedef enum tg_optim_kind {
+    TG_OPTIM_SGD = 0,   /**< torch.optim.SGD (momentum, dampening, nesterov, weight decay) */
+    TG_OPTIM_ADAM = 1,  /**< torch.optim.Adam (L2 weight decay added to the gradient) */
+    TG_OPTIM_ADAMW = 2  /**< torch.optim.AdamW (decoupled weight decay) */
+} tg_optim_kind;
+
+/** Hyperparameters; tg_optim_defaults() gives PyTorch's defaults. */
+typedef struct tg_optim_config {
+    tg_optim_kind kind;
+    double lr;           /**< SGD 1e-2 (PyTorch requires one), Adam/AdamW 1e-3 */
+    double momentum;     /**< SGD only, default 0 */
+    double dampening;    /**< SGD only, default 0 */
+    bool nesterov;       /**< SGD only, default false */
+    double weight_decay; /**< SGD/Adam 0, AdamW 1e-2 */
+    double beta1, beta2; /**< 0.9, 0.999 */
+    double eps;          /**< 1e-8 */
+} tg_optim_config;
+
+/** PyTorch's defaults for @p kind. */
+TG_API tg_optim_config tg_optim_defaults(tg_optim_kind kind);
+
+typedef struct tg_optim tg_optim;
+
+/**
+ * Create an optimizer over @p n parameters (@p params NULL: every parameter of the context, in
+ * creation order). State tensors (same shape and dtype as each parameter, zero) are created in
+ * the context and named `sgd.momentum.<name>`, `adam.m.<name>`, `adam.v.<name>`.
+ * Errors: ::TG_ERR_ARG (bad hyperparameters: lr < 0, betas outside [0, 1), eps <= 0, nesterov
+ * without momentum or with dampening), ::TG_ERR_NOMEM. Owned by the context.
+ */
+TG_API tg_optim *tg_optim_new(tg_ctx *ctx, const tg_optim_config *cfg, int64_t n,
+                              tg_tensor *const *params);
+
+/**
+ * One update with learning rate @p lr (< 0: the configured lr), from the parameters' current
+ * gradients. Formulas are PyTorch's (single-tensor implementations):
+ * - SGD: g = grad + wd p; b = momentum b + (1 - dampening) g (b = g at the first step);
+ *   g = nesterov ? g + momentum b : b; p -= lr g.
+ * - Adam: g = grad + wd p. AdamW: p *= 1 - lr wd. Both: m = b1 m + (1 - b1) g,
+ *   v = b2 v + (1 - b2) g^2, p -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+ * If any gradient is NaN or infinite nothing is changed (parameters, state, step count) and
+ * ::TG_ERR_NONFINITE is returned with a message naming the parameter.
+ */
+TG_API tg_status tg_optim_step(tg_optim *opt, double lr);
+/** Number of successful steps taken (t). */
+TG_API int64_t tg_optim_steps(const tg_optim *opt);
+/** Set the step count (when restoring a checkpoint). */
+TG_API void tg_optim_set_steps(tg_optim *opt, int64_t t);
+/** Number of state tensors; the i-th one (names as in tg_optim_new()). */
+TG_API int64_t tg_optim_n_state(const tg_optim *opt);
+TG_API tg_tensor *tg_optim_state(const tg_optim *opt, int64_t i);
+/** The parameters the optimizer updates. */
+TG_API int64_t tg_optim_n_params(const tg_optim *opt);
+TG_API tg_tensor *tg_optim_param(const tg_optim *opt, int64_t i);
+
+/**
+ * Global L2 norm of the gradients of @p n parameters (NULL: all of the context's), summed in a
+ * fixed order in double. Parameters without a gradient buffer count as zero.
+ */
+TG_API double tg_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params);
+/**
+ * Clip gradients by global norm (torch.nn.utils.clip_grad_norm_): if the norm exceeds
+ * @p max_norm, scale every gradient by max_norm / (norm + 1e-6). Returns the norm before
+ * clipping in @p norm_out. A non-finite norm leaves the gradients alone and returns
+ * ::TG_ERR_NONFINITE. Errors: ::TG_ERR_ARG (max_norm <= 0).
+ */
+TG_API tg_status tg_clip_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params,
+                                   double max_norm, double *norm_out);
+
+/**
+ * Learning rate at @p step (0-based) of @p total: linear warmup from 0 over @p warmup steps
+ * (lr = base (step + 1) / warmup), then cosine decay from @p base to @p min_lr at step total.
+ */
+TG_API double tg_lr_warmup_cosine(int64_t step, int64_t total, int64_t warmup, double base,
+                                  double min_lr);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Transformer model */
+/**@{*/
+/** Positional information. */
+typedef enum tg_pos_kind {
+    TG_POS_LEARNED = 0,   /**< learned position embeddings `pos_emb.weight (max_seq_len, D)` */
+    TG_POS_SINUSOIDAL = 1 /**< the paper's fixed encoding (sec. 3.5), no parameters */
+} tg_pos_kind;
+
+/** Model hyperparameters. */
+typedef struct tg_transformer_config {
+    int64_t vocab_size;   /**< V */
+    int64_t max_seq_len;  /**< longest sequence (positions) */
+    int64_t n_layers;
+    tg_encoder_config layer; /**< d_model, n_heads, d_ff, activation, norm_first, eps, dropout */
+    tg_pos_kind pos;
+    bool causal;          /**< true: decoder-only LM (look-ahead mask); false: encoder */
+    bool tie_weights;     /**< output projection shares tok_emb.weight */
+} tg_transformer_config;
+
+/** A transformer: token (+ position) embeddings, n encoder layers, final layer norm, output
+ *  projection. */
+typedef struct tg_transformer {
+    tg_transformer_config cfg;
+    tg_tensor *tok_emb;   /**< (V, D) `tok_emb.weight` */
+    tg_tensor *pos_emb;   /**< (max_seq_len, D) `pos_emb.weight`, NULL if sinusoidal */
+    tg_encoder_layer *layers; /**< n_layers, parameters `layers.<i>.<PyTorch names>` */
+    tg_tensor *norm_w, *norm_b; /**< (D) `norm.weight`, `norm.bias` (final layer norm) */
+    tg_tensor *head_w;    /**< (V, D) `head.weight` (== tok_emb if tied) */
+    tg_tensor *head_b;    /**< (V) `head.bias` */
+} tg_transformer;
+
+/**
+ * Create the model's parameters (PyTorch default initialisation; embeddings N(0, 1) as
+ * nn.Embedding). Errors: ::TG_ERR_ARG (bad config), ::TG_ERR_NOMEM.
+ */
+TG_API tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
+                                     const tg_transformer_config *cfg);
+/**
+ * Logits for token ids. Shapes: ids (B, T) with T <= max_seq_len, ids in [0, V) stored as
+ * floats -> logits (B, T, V). x = tok_emb[ids] + pos(T); x = layers(x) with the causal mask if
+ * cfg.causal and @p key_padding_mask (B, T) or NULL; logits = LN(x) head_w^T + head_b.
+ * Errors: ::TG_ERR_SHAPE.
+ */
+TG_API tg_tensor *tg_transformer_forward(tg_ctx *ctx, const tg_transformer *m, tg_tensor *ids,
+                                         tg_tensor *key_padding_mask);
+/**
+ * The sinusoidal encoding of Vaswani et al. 2017, sec. 3.5 as a constant:
+ * PE[t, 2i] = sin(t / 10000^(2i/D)), PE[t, 2i+1] = cos(t / 10000^(2i/D)). Shapes: -> (T, D).
+ */
+TG_API tg_tensor *tg_sinusoidal_encoding(tg_ctx *ctx, tg_dtype dt, int64_t t, int64_t d);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Checkpoints */
+/**@{*/
+/**
+ * Save a checkpoint atomically (temporary file in the same directory, fsync, rename): every
+ * parameter of the context under its name, the optimizer state (`adam.m.*`, `adam.v.*` or
+ * `sgd.momentum.*`) if @p opt is not NULL, and metadata: the caller's key/value pairs plus
+ * `optim.step` and `rng` (the context RNG state, hex). A failure leaves @p path as it was.
+ * @p opts: NULL, or write options (fault injection for tests).
+ * Errors: those of tg_safetensors_write_items().
+ */
+TG_API tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_optim *opt,
+                                    int64_t n_meta, const char *const *keys,
+                                    const char *const *values, const tg_write_opts *opts);
+/**
+ * Restore parameters (strictly by name), optimizer state and step, and the context RNG from a
+ * parsed checkpoint. Nothing is modified unless every tensor matches.
+ * Errors: ::TG_ERR_MISMATCH (names or shapes differ: a different config), ::TG_ERR_FORMAT
+ * (missing or bad `optim.step` / `rng` metadata).
+ */
+TG_API tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim *opt);
+/**@}*/
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TGRAD_TRAIN_H */

@@ -1,0 +1,105 @@
+/*
+ * transformer.c - a stack of encoder layers with embeddings and an output projection:
+ *   x      = tok_emb[ids] + pos                 (B, T, D)   pos: learned rows or sinusoidal
+ *   x      = layer_i(x, masks)  i = 0..L-1      causal mask for the decoder-only LM
+ *   logits = LN(x) head_w^T + head_b            (B, T, V)
+ * (Vaswani et al. 2017 sec. 3.1, 3.4, 3.5; a GPT-style LM is the causal case.)
+ */
+#include "nn_internal.h"
+#include "tgrad_train.h"
+#include "../core.h"
+
+#include <math.h>
+#include <stdio.h>
+
+tg_tensor *tg_sinusoidal_encoding(tg_ctx *ctx, tg_dtype dt, int64_t t, int64_t d)
+{
+    tg_tensor *pe = tg_const(ctx, dt, TG_DIMS(t, d), "sinusoidal_pe");
+    if (!pe)
+        return NULL;
+    for (int64_t p = 0; p < t; p++)
+        for (int64_t i = 0; i < d; i++) {
+            double freq = pow(10000.0, -(double)(i - i % 2) / (double)d);
+            tg_set(pe, p * d + i, i % 2 ? cos((double)p * freq) : sin((double)p * freq));
+        }
+    return pe;
+}
+
+tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
+                              const tg_transformer_config *cfg)
+{
+    static const char *fn = "tg_transformer_init";
+    if (!ctx || !m || !cfg)
+        return TG_ERR_ARG;
+    memset(m, 0, sizeof *m);
+    if (cfg->vocab_size < 1 || cfg->max_seq_len < 1 || cfg->n_layers < 0 ||
+        (cfg->pos != TG_POS_LEARNED && cfg->pos != TG_POS_SINUSOIDAL)) {
+        tg__err(ctx, TG_ERR_ARG, fn, "bad config: vocab %lld, max_seq_len %lld, n_layers %lld",
+                (long long)cfg->vocab_size, (long long)cfg->max_seq_len,
+                (long long)cfg->n_layers);
+        return TG_ERR_ARG;
+    }
+    m->cfg = *cfg;
+    int64_t V = cfg->vocab_size, D = cfg->layer.d_model;
+    if (D < 1) {
+        tg__err(ctx, TG_ERR_ARG, fn, "d_model %lld must be >= 1", (long long)D);
+        return TG_ERR_ARG;
+    }
+    m->tok_emb = tg_param(ctx, dt, TG_DIMS(V, D), "tok_emb.weight");
+    if (m->tok_emb)
+        tg_fill_normal(m->tok_emb, 0, 1);
+    if (cfg->pos == TG_POS_LEARNED) {
+        m->pos_emb = tg_param(ctx, dt, TG_DIMS(cfg->max_seq_len, D), "pos_emb.weight");
+        if (m->pos_emb)
+            tg_fill_normal(m->pos_emb, 0, 1);
+    }
+    if (cfg->n_layers > 0) {
+        m->layers = tg__alloc(ctx, sizeof *m->layers * (size_t)cfg->n_layers, fn);
+        if (!m->layers)
+            return TG_ERR_NOMEM;
+    }
+    for (int64_t i = 0; i < cfg->n_layers; i++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "layers.%lld.", (long long)i);
+        if (tg_encoder_layer_init(ctx, &m->layers[i], dt, &cfg->layer, prefix) != TG_OK)
+            return tg_ctx_status(ctx);
+    }
+    m->norm_w = tg__nn_param(ctx, dt, TG_DIMS(D), NULL, "norm.weight", 0, true);
+    m->norm_b = tg__nn_param(ctx, dt, TG_DIMS(D), NULL, "norm.bias", 0, false);
+    double bound = 1.0 / sqrt((double)D);
+    if (cfg->tie_weights)
+        m->head_w = m->tok_emb;
+    else
+        m->head_w = tg__nn_param(ctx, dt, TG_DIMS(V, D), NULL, "head.weight", bound, false);
+    m->head_b = tg__nn_param(ctx, dt, TG_DIMS(V), NULL, "head.bias", bound, false);
+    return tg_ctx_status(ctx);
+}
+
+tg_tensor *tg_transformer_forward(tg_ctx *ctx, const tg_transformer *m, tg_tensor *ids,
+                                  tg_tensor *key_padding_mask)
+{
+    static const char *fn = "tg_transformer_forward";
+    if (!ctx || !ids)
+        return NULL;
+    if (!m || !m->tok_emb || !m->head_w)
+        return tg__err(ctx, TG_ERR_ARG, fn, "model is NULL or not initialised");
+    char b[128];
+    if (tg_tensor_rank(ids) != 2 || tg_tensor_dim(ids, 1) > m->cfg.max_seq_len)
+        return tg__err(ctx, TG_ERR_SHAPE, fn, "ids %s must be (B, T) with T <= %lld",
+                       tg_tensor_shape_str(ids, b, sizeof b), (long long)m->cfg.max_seq_len);
+    int64_t T = tg_tensor_dim(ids, 1), D = m->cfg.layer.d_model;
+    tg_tensor *x = tg_embedding(ctx, ids, m->tok_emb);                 /* (B, T, D) */
+    tg_tensor *pos = m->pos_emb ? tg_narrow(ctx, m->pos_emb, 0, 0, T)  /* (T, D) */
+                                : tg_sinusoidal_encoding(ctx, tg_tensor_dtype(m->tok_emb), T, D);
+    x = tg_add(ctx, x, pos);
+    if (m->cfg.layer.dropout > 0)
+        x = tg_dropout(ctx, x, m->cfg.layer.dropout);
+    tg_attn_masks masks;
+    memset(&masks, 0, sizeof masks);
+    masks.causal = m->cfg.causal;
+    masks.key_padding_mask = key_padding_mask;
+    for (int64_t i = 0; i < m->cfg.n_layers; i++)
+        x = tg_encoder_layer_forward(ctx, &m->layers[i], x, &masks);  /* (B, T, D) */
+    x = tg_layer_norm(ctx, x, m->norm_w, m->norm_b, m->cfg.layer.layer_norm_eps);
+    return tg_dense(ctx, x, m->head_w, m->head_b);                     /* (B, T, V) */
+}

@@ -1,0 +1,202 @@
+/*
+ * test_registry.c - the op registry and the gradient-check case table (tools/opcases.c).
+ *
+ * Fails if any registered op lacks a backward rule or has fewer than three gradcheck cases,
+ * or if a case names something that is neither a registered op nor a known module. Then runs
+ * every case through tg_gradcheck in f64 and in f32 (each with its dtype's defaults), and
+ * checks that every case gives bitwise-identical outputs and gradients on 1, 2 and 3 threads.
+ */
+#include "opcases.h"
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Module builders (tgrad_nn.h and later) that have gradcheck cases but are not registry ops:
+ * graphs of registered ops. Add a module here when you add its cases. */
+static const char *const modules[] = {"sdpa", "mha", "ffn", "encoder", "transformer"};
+#define N_MODULES ((int)(sizeof modules / sizeof modules[0]))
+
+static bool is_module(const char *name)
+{
+    for (int m = 0; m < N_MODULES; m++)
+        if (strcmp(modules[m], name) == 0)
+            return true;
+    return false;
+}
+
+static bool under_valgrind(void) { return getenv("TG_UNDER_VALGRIND") != NULL; }
+
+/* ---- the registry ------------------------------------------------------------------------- */
+START_TEST(test_registry_walk)
+{
+    int n = tg_op_count();
+    ck_assert_int_ge(n, 16);
+    for (int i = 0; i < n; i++) {
+        const char *name = tg_op_name(i);
+        ck_assert_msg(name != NULL && name[0] != '\0', "op %d has no name", i);
+        ck_assert_msg(tg_op_find(name) == i, "tg_op_find(\"%s\") = %d, expected %d", name,
+                      tg_op_find(name), i);
+        for (int j = 0; j < i; j++)
+            ck_assert_msg(strcmp(tg_op_name(j), name) != 0, "ops %d and %d are both '%s'", j, i,
+                          name);
+        ck_assert_msg(!is_module(name), "'%s' is both an op and a module", name);
+    }
+    ck_assert_ptr_null(tg_op_name(-1));
+    ck_assert_ptr_null(tg_op_name(n));
+    ck_assert(!tg_op_has_backward(-1));
+    ck_assert(!tg_op_has_backward(n));
+    ck_assert_int_eq(tg_op_find("no_such_op"), -1);
+    ck_assert_int_eq(tg_op_find(""), -1);
+    ck_assert_int_eq(tg_op_find(NULL), -1);
+    ck_assert_int_eq(tg_op_find("leaf"), -1); /* the leaf slot is not an op */
+    ck_assert_int_ge(tg_op_find("matmul"), 0);
+    ck_assert_int_ge(tg_op_find("softmax"), 0);
+}
+END_TEST
+
+START_TEST(test_every_op_has_backward)
+{
+    char missing[1024] = "";
+    for (int i = 0; i < tg_op_count(); i++)
+        if (!tg_op_has_backward(i)) {
+            strncat(missing, " ", sizeof missing - strlen(missing) - 1);
+            strncat(missing, tg_op_name(i), sizeof missing - strlen(missing) - 1);
+        }
+    ck_assert_msg(missing[0] == '\0', "ops without a backward rule:%s", missing);
+}
+END_TEST
+
+START_TEST(test_every_op_has_three_cases)
+{
+    char few[2048] = "";
+    for (int i = 0; i < tg_op_count(); i++) {
+        int c = tg_opcase_count(tg_op_name(i));
+        if (c < 3) {
+            char b[96];
+            snprintf(b, sizeof b, " %s (%d)", tg_op_name(i), c);
+            strncat(few, b, sizeof few - strlen(few) - 1);
+        }
+    }
+    ck_assert_msg(few[0] == '\0', "ops with fewer than 3 gradcheck cases in tools/opcases.c:%s",
+                  few);
+    for (int m = 0; m < N_MODULES; m++)
+        ck_assert_int_ge(tg_opcase_count(modules[m]), 0);
+    ck_assert_int_eq(tg_opcase_count("no_such_op"), 0);
+}
+END_TEST
+
+START_TEST(test_case_table)
+{
+    ck_assert_int_gt(tg_n_opcases, 0);
+    int total = 0;
+    for (int i = 0; i < tg_op_count(); i++)
+        total += tg_opcase_count(tg_op_name(i));
+    for (int m = 0; m < N_MODULES; m++)
+        total += tg_opcase_count(modules[m]);
+    for (int i = 0; i < tg_n_opcases; i++) {
+        const tg_opcase *c = &tg_opcases[i];
+        ck_assert_msg(c->op && c->name && c->shapes && c->build, "case %d is incomplete", i);
+        ck_assert_msg(tg_op_find(c->op) >= 0 || is_module(c->op),
+                      "case %d ('%s' / '%s') names neither a registered op nor a module in "
+                      "tests/test_registry.c's list",
+                      i, c->op, c->name);
+        ck_assert_msg(c->name[0] && c->shapes[0], "case %d ('%s') lacks a name or shapes", i,
+                      c->op);
+        for (int j = 0; j < i; j++)
+            ck_assert_msg(strcmp(c->op, tg_opcases[j].op) != 0 ||
+                              strcmp(c->name, tg_opcases[j].name) != 0,
+                          "case '%s' / '%s' appears twice", c->op, c->name);
+    }
+    ck_assert_int_eq(total, tg_n_opcases); /* every case is counted once */
+}
+END_TEST
+
+/* ---- every case --------------------------------------------------------------------------- */
+/* Each case of a registered op really builds that op (the label is not a typo). */
+START_TEST(test_case_uses_its_op)
+{
+    const tg_opcase *c = &tg_opcases[_i];
+    if (tg_op_find(c->op) < 0)
+        return; /* modules are graphs of several ops */
+    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx_seed(ctx, 1);
+    tg_tensor *y = c->build(ctx, TG_F64);
+    ck_assert_msg(y != NULL, "%s/%s: %s", c->op, c->name, tg_ctx_message(ctx));
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    ck_assert_msg(g != NULL, "%s/%s: %s", c->op, c->name, tg_ctx_message(ctx));
+    bool found = false;
+    for (int64_t i = 0; i < tg_graph_size(g) && !found; i++)
+        found = strcmp(tg_tensor_op_name(tg_graph_node(g, i)), c->op) == 0;
+    ck_assert_msg(found, "case %s/%s builds no '%s' op", c->op, c->name, c->op);
+    ck_assert_msg(tg_graph_n_grad_leaves(g) > 0, "case %s/%s has nothing to differentiate",
+                  c->op, c->name);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+static void gradcheck_case(int i, tg_dtype dt, uint64_t seed)
+{
+    const tg_opcase *c = &tg_opcases[i];
+    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx_seed(ctx, seed);
+    tg_tensor *y = c->build(ctx, dt);
+    ck_assert_msg(y != NULL, "%s/%s %s: build failed: %s", c->op, c->name, tg_dtype_str(dt),
+                  tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_tensor_dtype(y), dt);
+    tg_gradcheck_opts o = tg_gradcheck_defaults(dt);
+    tg_gradcheck_report rep;
+    tg_status s = tg_gradcheck(ctx, y, &o, &rep);
+    ck_assert_msg(s == TG_OK, "%s/%s (%s) %s, seed %llu: %s: %s%s%s", c->op, c->name, c->shapes,
+                  tg_dtype_str(dt), (unsigned long long)seed, tg_status_str(s), rep.message,
+                  s == TG_ERR_GRADCHECK ? "" : " / ", s == TG_ERR_GRADCHECK ? "" : tg_ctx_message(ctx));
+    ck_assert(rep.passed && rep.backward_deterministic && rep.zero_upstream_ok);
+    ck_assert_int_gt(rep.n_checked, 0);
+    tg_ctx_free(ctx);
+}
+
+/* f64 with PyTorch's defaults, with the seed `tgrad gradcheck` uses and with a second one */
+START_TEST(test_gradcheck_f64)
+{
+    gradcheck_case(_i, TG_F64, 1234 + (uint64_t)_i);
+    if (!under_valgrind())
+        gradcheck_case(_i, TG_F64, 99991 + 7 * (uint64_t)_i);
+}
+END_TEST
+
+START_TEST(test_gradcheck_f32) { gradcheck_case(_i, TG_F32, 1234 + (uint64_t)_i); }
+END_TEST
+
+START_TEST(test_thread_invariance_f64) { tu_assert_thread_invariant(tg_opcases[_i].build, TG_F64); }
+END_TEST
+
+START_TEST(test_thread_invariance_f32) { tu_assert_thread_invariant(tg_opcases[_i].build, TG_F32); }
+END_TEST
+
+static Suite *registry_suite(void)
+{
+    Suite *s = suite_create("registry");
+    TCase *tc = tcase_create("table");
+    tcase_add_test(tc, test_registry_walk);
+    tcase_add_test(tc, test_every_op_has_backward);
+    tcase_add_test(tc, test_every_op_has_three_cases);
+    tcase_add_test(tc, test_case_table);
+    tcase_add_loop_test(tc, test_case_uses_its_op, 0, tg_n_opcases);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("gradcheck");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_gradcheck_f64, 0, tg_n_opcases);
+    tcase_add_loop_test(tc, test_gradcheck_f32, 0, tg_n_opcases);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("threads");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_thread_invariance_f64, 0, tg_n_opcases);
+    tcase_add_loop_test(tc, test_thread_invariance_f32, 0, tg_n_opcases);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(registry_suite()); }

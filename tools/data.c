@@ -1,0 +1,224 @@
+/* data.c - corpora and algorithmic tasks (see data.h). */
+#define _DEFAULT_SOURCE
+#include "data.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fraction,
+                 char *err, size_t err_size)
+{
+    memset(c, 0, sizeof *c);
+    char (*seen)[PATH_MAX] = calloc((size_t)n_paths + 1, PATH_MAX);
+    int n_seen = 0;
+    size_t cap = 0;
+    if (!seen) {
+        snprintf(err, err_size, "out of memory");
+        return false;
+    }
+    for (int i = 0; i < n_paths; i++) {
+        char real[PATH_MAX];
+        struct stat sb;
+        if (!realpath(paths[i], real) || stat(real, &sb) != 0) {
+            snprintf(err, err_size, "cannot read '%s': %s", paths[i], strerror(errno));
+            goto fail;
+        }
+        if (S_ISDIR(sb.st_mode))
+            continue;
+        bool dup = false;
+        for (int k = 0; k < n_seen && !dup; k++)
+            dup = strcmp(seen[k], real) == 0;
+        if (dup)
+            continue;
+        memcpy(seen[n_seen++], real, PATH_MAX);
+        FILE *f = fopen(real, "rb");
+        if (!f) {
+            snprintf(err, err_size, "cannot open '%s': %s", paths[i], strerror(errno));
+            goto fail;
+        }
+        char buf[65536];
+        size_t k;
+        while ((k = fread(buf, 1, sizeof buf, f)) > 0) {
+            if ((size_t)c->n + k > cap) {
+                cap = cap ? cap * 2 : 1 << 20;
+                while (cap < (size_t)c->n + k)
+                    cap *= 2;
+                unsigned char *nb = realloc(c->bytes, cap);
+                if (!nb) {
+                    fclose(f);
+                    snprintf(err, err_size, "out of memory reading '%s'", paths[i]);
+                    goto fail;
+                }
+                c->bytes = nb;
+            }
+            memcpy(c->bytes + c->n, buf, k);
+            c->n += (int64_t)k;
+        }
+        bool bad = ferror(f);
+        fclose(f);
+        if (bad) {
+            snprintf(err, err_size, "error reading '%s'", paths[i]);
+            goto fail;
+        }
+        c->n_files++;
+    }
+    free(seen);
+    seen = NULL;
+    if (c->n == 0) {
+        snprintf(err, err_size, "no text: the input %s empty",
+                 n_paths == 1 ? "file is" : "files are");
+        goto fail;
+    }
+    for (int b = 0; b < 256; b++)
+        c->id_of[b] = -1;
+    bool present[256] = {false};
+    for (int64_t i = 0; i < c->n; i++)
+        present[c->bytes[i]] = true;
+    for (int b = 0; b < 256; b++)
+        if (present[b]) {
+            c->id_of[b] = c->vocab_size;
+            c->vocab[c->vocab_size++] = (unsigned char)b;
+        }
+    c->n_train = c->n - (int64_t)((double)c->n * val_fraction);
+    return true;
+fail:
+    free(seen);
+    free(c->bytes);
+    c->bytes = NULL;
+    return false;
+}
+
+void corpus_free(corpus *c)
+{
+    free(c->bytes);
+    c->bytes = NULL;
+}
+
+void vocab_to_hex(const unsigned char *vocab, int n, char *out)
+{
+    for (int i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", vocab[i]);
+    out[2 * n] = 0;
+}
+
+int vocab_from_hex(const char *hex, unsigned char *vocab)
+{
+    size_t len = strlen(hex);
+    if (len % 2 || len > 512 || len == 0)
+        return -1;
+    for (size_t i = 0; i < len / 2; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return -1;
+        vocab[i] = (unsigned char)v;
+    }
+    return (int)(len / 2);
+}
+
+void corpus_train_batch(tg_ctx *ctx, const corpus *c, int64_t B, int64_t T, float *ids,
+                        float *targets)
+{
+    uint64_t span = (uint64_t)(c->n_train - T); /* starts in [0, n_train - T - 1] */
+    for (int64_t b = 0; b < B; b++) {
+        int64_t s = (int64_t)(tg_rng_u64(ctx) % span);
+        for (int64_t t = 0; t < T; t++) {
+            ids[b * T + t] = (float)c->id_of[c->bytes[s + t]];
+            targets[b * T + t] = (float)c->id_of[c->bytes[s + t + 1]];
+        }
+    }
+}
+
+int64_t corpus_val_batches(const corpus *c, int64_t B, int64_t T)
+{
+    int64_t windows = (c->n - c->n_train - 1) / T;
+    return (windows + B - 1) / B;
+}
+
+int64_t corpus_val_batch(const corpus *c, int64_t k, int64_t B, int64_t T, float *ids,
+                         float *targets)
+{
+    int64_t windows = (c->n - c->n_train - 1) / T, got = 0;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t w = k * B + b;
+        for (int64_t t = 0; t < T; t++) {
+            if (w < windows) {
+                int64_t s = c->n_train + w * T + t;
+                ids[b * T + t] = (float)c->id_of[c->bytes[s]];
+                targets[b * T + t] = (float)c->id_of[c->bytes[s + 1]];
+            } else {
+                ids[b * T + t] = 0;
+                targets[b * T + t] = -1; /* ignored */
+            }
+        }
+        got += w < windows;
+    }
+    return got;
+}
+
+bool task_parse(const char *name, task_kind *k)
+{
+    if (strcmp(name, "copy") == 0)
+        *k = TASK_COPY;
+    else if (strcmp(name, "reverse") == 0)
+        *k = TASK_REVERSE;
+    else if (strcmp(name, "sort") == 0)
+        *k = TASK_SORT;
+    else
+        return false;
+    return true;
+}
+
+const char *task_name(task_kind k)
+{
+    return k == TASK_COPY ? "copy" : k == TASK_REVERSE ? "reverse" : "sort";
+}
+
+static uint64_t sm64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void make_targets(task_kind k, int64_t T, const float *x, float *y)
+{
+    if (k == TASK_COPY) {
+        memcpy(y, x, sizeof(float) * (size_t)T);
+    } else if (k == TASK_REVERSE) {
+        for (int64_t t = 0; t < T; t++)
+            y[t] = x[T - 1 - t];
+    } else {
+        int count[10] = {0};
+        for (int64_t t = 0; t < T; t++)
+            count[(int)x[t]]++;
+        int64_t o = 0;
+        for (int d = 0; d < 10; d++)
+            for (int j = 0; j < count[d]; j++)
+                y[o++] = (float)d;
+    }
+}
+
+void task_batch(task_kind k, uint64_t *rng_state, int64_t B, int64_t T, float *ids,
+                float *targets)
+{
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t t = 0; t < T; t++)
+            ids[b * T + t] = (float)(sm64(rng_state) % 10);
+        make_targets(k, T, ids + b * T, targets + b * T);
+    }
+}
+
+void task_train_batch(tg_ctx *ctx, task_kind k, int64_t B, int64_t T, float *ids,
+                      float *targets)
+{
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t t = 0; t < T; t++)
+            ids[b * T + t] = (float)(tg_rng_u64(ctx) % 10);
+        make_targets(k, T, ids + b * T, targets + b * T);
+    }
+}

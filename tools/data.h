@@ -1,0 +1,56 @@
+/*
+ * data.h - training data for `tgrad train` and `tgrad sample`: byte-level text corpora and the
+ * built-in algorithmic tasks (copy, reverse, sort of random digit sequences).
+ */
+#ifndef TG_DATA_H
+#define TG_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tgrad.h"
+
+/* A byte-level corpus: vocabulary = the distinct bytes of the text, sorted. */
+typedef struct {
+    unsigned char *bytes; /* the concatenated files */
+    int64_t n;
+    int64_t n_train;      /* bytes [0, n_train) train, [n_train, n) validation */
+    int vocab_size;
+    unsigned char vocab[256]; /* id -> byte */
+    int id_of[256];           /* byte -> id, -1 if absent */
+    int n_files;              /* files read (duplicates by real path skipped) */
+} corpus;
+
+/* Read and concatenate `n_paths` files (directories and repeated real paths skipped), split off
+ * the last `val_fraction` for validation. On error writes one line to `err` and returns false. */
+bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fraction,
+                 char *err, size_t err_size);
+void corpus_free(corpus *c);
+/* Vocabulary as lowercase hex (2 chars per byte) for checkpoint metadata, and back. */
+void vocab_to_hex(const unsigned char *vocab, int n, char *out);
+int vocab_from_hex(const char *hex, unsigned char *vocab);
+
+/* Fill ids/targets (B, T) with random training windows drawn with the context RNG. */
+void corpus_train_batch(tg_ctx *ctx, const corpus *c, int64_t B, int64_t T, float *ids,
+                        float *targets);
+/* The k-th validation window batch (deterministic; windows start every T bytes); returns the
+ * number of windows written (< B at the end: remaining rows get ignore targets = -1). */
+int64_t corpus_val_batch(const corpus *c, int64_t k, int64_t B, int64_t T, float *ids,
+                         float *targets);
+/* Number of validation batches of B windows of T. */
+int64_t corpus_val_batches(const corpus *c, int64_t B, int64_t T);
+
+/* Algorithmic tasks over digits 0-9 (vocabulary 10): target[i] is the i-th output symbol. */
+typedef enum { TASK_COPY, TASK_REVERSE, TASK_SORT } task_kind;
+bool task_parse(const char *name, task_kind *k);
+const char *task_name(task_kind k);
+/* B sequences of length T from `rng_state` (a private splitmix64 state, so held-out data does
+ * not depend on training). */
+void task_batch(task_kind k, uint64_t *rng_state, int64_t B, int64_t T, float *ids,
+                float *targets);
+/* Training batch from the context RNG. */
+void task_train_batch(tg_ctx *ctx, task_kind k, int64_t B, int64_t T, float *ids,
+                      float *targets);
+
+#endif
