@@ -489,6 +489,46 @@ START_TEST(test_backward_twice)
 }
 END_TEST
 
+/* The same guarantee when a gradient is a sum of several partial products: many rows
+ * (dW = dy^T x reduces over R = 200 rows, longer than the GEMM's K blocking) and one weight shared
+ * by two layers. PyTorch adds the finished gradient to .grad once, so the second backward adds
+ * exactly the same amount. */
+START_TEST(test_backward_twice_multi_term)
+{
+    tg_dtype dt = k_dtypes[_i % 2];
+    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx_seed(ctx, 62);
+    tg_tensor *w = tu_input(ctx, dt, TG_DIMS(5, 9), "w", -1, 1);
+    tg_tensor *y;
+    if (_i / 2 == 0) {
+        y = tg_dense(ctx, tu_input(ctx, dt, TG_DIMS(200, 9), "x", -1, 1), w, NULL);
+    } else {
+        tg_tensor *x1 = tu_input(ctx, dt, TG_DIMS(3, 9), "x1", -1, 1);
+        tg_tensor *x2 = tu_input(ctx, dt, TG_DIMS(3, 9), "x2", -1, 1);
+        y = tg_add(ctx, tg_dense(ctx, x1, w, NULL), tg_dense(ctx, x2, w, NULL));
+    }
+    tg_graph *g = fwd(ctx, y);
+    int64_t n = tg_tensor_numel(y);
+    double *dy = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        dy[i] = sin(1.3 * (double)i) + 0.2;
+    bwd(ctx, g, y, dy);
+    double g1[45];
+    for (int i = 0; i < 45; i++)
+        g1[i] = tg_grad_get(w, i);
+    bwd(ctx, g, y, dy);
+    free(dy);
+    int bad = 0, first = -1;
+    for (int i = 0; i < 45; i++)
+        if (tg_grad_get(w, i) != 2 * g1[i] && bad++ == 0)
+            first = i;
+    ck_assert_msg(bad == 0, "%d of 45 elements of dW not exactly doubled by a second backward; "
+                  "first dW[%d] = %.17g, expected %.17g", bad, first,
+                  first >= 0 ? tg_grad_get(w, first) : 0, first >= 0 ? 2 * g1[first] : 0);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
 /* Same with small integers (no rounding): exactly twice the hand-computed gradients. */
 START_TEST(test_backward_twice_integer)
 {
@@ -560,6 +600,7 @@ static Suite *dense_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_rank6, 0, 2);
     tcase_add_loop_test(tc, test_backward_twice, 0, 2);
+    tcase_add_loop_test(tc, test_backward_twice_multi_term, 0, 4);
     tcase_add_loop_test(tc, test_backward_twice_integer, 0, 2);
     tcase_add_loop_test(tc, test_rerun_new_data, 0, 2);
     suite_add_tcase(s, tc);

@@ -646,6 +646,33 @@ START_TEST(test_backward_twice)
 }
 END_TEST
 
+/* The same exactness when a leaf feeds several uses (x * x + x): PyTorch sums the uses'
+ * contributions and then adds them to .grad once, so two backwards give exactly 2x. */
+START_TEST(test_backward_twice_shared)
+{
+    tg_dtype dt = k_dtypes[_i];
+    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx_seed(ctx, 22);
+    tg_tensor *x = tu_input(ctx, dt, TG_DIMS(4, 8), "x", -2, 2);
+    tg_tensor *y = tg_add(ctx, tg_mul(ctx, x, x), tg_scale(ctx, x, 0.3));
+    tg_graph *g = fwd(ctx, y);
+    double dy[32];
+    for (int i = 0; i < 32; i++)
+        dy[i] = 0.3 + sin(1.1 * i);
+    bwd(ctx, g, y, dy);
+    double g1[32];
+    for (int i = 0; i < 32; i++)
+        g1[i] = tg_grad_get(x, i);
+    bwd(ctx, g, y, dy);
+    int bad = 0;
+    for (int i = 0; i < 32; i++)
+        bad += tg_grad_get(x, i) != 2 * g1[i];
+    ck_assert_msg(bad == 0, "%d of 32 gradient elements of a leaf used three times are not "
+                  "exactly doubled by a second backward", bad);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
 /* Re-running after new data: new results without rebuilding. */
 START_TEST(test_rerun_new_data)
 {
@@ -727,6 +754,7 @@ static Suite *elementwise_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_add_rank6, 0, 2);
     tcase_add_loop_test(tc, test_backward_twice, 0, 2);
+    tcase_add_loop_test(tc, test_backward_twice_shared, 0, 2);
     tcase_add_loop_test(tc, test_rerun_new_data, 0, 2);
     tcase_add_loop_test(tc, test_unary_rank0_rank6, 0, 2);
     suite_add_tcase(s, tc);

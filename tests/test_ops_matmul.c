@@ -609,37 +609,89 @@ START_TEST(test_thread_invariance)
 END_TEST
 
 /* ---- edge cases -------------------------------------------------------------------------------- */
-/* Backward twice without zero_grad doubles the leaf gradients exactly; zero_grad resets them. */
+/* Run backward twice without zero_grad (upstream dy = fixed values) and assert every leaf
+ * gradient is exactly twice the first one, as PyTorch's `grad += new_grad` gives; then that
+ * tg_graph_zero_grad resets them. */
+static void assert_backward_twice_exact(tg_ctx *ctx, tg_tensor *y)
+{
+    tg_graph *g = fwd(ctx, y);
+    int64_t n = tg_tensor_numel(y);
+    double *dy = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        dy[i] = sin(0.7 * (double)i) + 0.25;
+    bwd(ctx, g, y, dy);
+    int64_t nl = tg_graph_n_grad_leaves(g), total = 0;
+    for (int64_t l = 0; l < nl; l++)
+        total += tg_tensor_numel(tg_graph_grad_leaf(g, l));
+    double *g1 = malloc(sizeof(double) * (size_t)total);
+    for (int64_t l = 0, off = 0; l < nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(g, l);
+        for (int64_t i = 0; i < tg_tensor_numel(t); i++)
+            g1[off++] = tg_grad_get(t, i);
+    }
+    bwd(ctx, g, y, dy);
+    int64_t bad = 0, first_l = -1, first_i = -1;
+    double got = 0, want = 0;
+    for (int64_t l = 0, off = 0; l < nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(g, l);
+        for (int64_t i = 0; i < tg_tensor_numel(t); i++, off++)
+            if (tg_grad_get(t, i) != 2 * g1[off]) {
+                if (bad++ == 0) {
+                    first_l = l;
+                    first_i = i;
+                    got = tg_grad_get(t, i);
+                    want = 2 * g1[off];
+                }
+            }
+    }
+    free(dy);
+    free(g1);
+    ck_assert_msg(bad == 0, "%lld gradient elements are not exactly doubled by a second "
+                  "backward; first: '%s'[%lld] = %.17g, expected %.17g",
+                  (long long)bad, tg_tensor_name(tg_graph_grad_leaf(g, first_l)),
+                  (long long)first_i, got, want);
+    tg_graph_zero_grad(g);
+    for (int64_t l = 0; l < nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(g, l);
+        for (int64_t i = 0; i < tg_tensor_numel(t); i++)
+            ck_assert_double_eq(tg_grad_get(t, i), 0);
+    }
+}
+
+/* Each operand used once, no batch broadcast, short reductions: exact doubling. */
 START_TEST(test_backward_twice_accumulates)
 {
     tg_dtype dt = k_dtypes[_i % 2];
-    bool tb = _i / 2;
     tg_ctx *ctx = tg_ctx_new();
     tg_ctx_seed(ctx, 7);
-    tg_tensor *a = tu_input(ctx, dt, TG_DIMS(2, 5, 7), "a", -1, 1);
-    tg_tensor *b = tb ? tu_input(ctx, dt, TG_DIMS(6, 7), "b", -1, 1)
-                      : tu_input(ctx, dt, TG_DIMS(7, 6), "b", -1, 1);
-    tg_tensor *c = tg_matmul(ctx, a, b, false, tb);
-    tg_graph *g = fwd(ctx, c);
-    double dy[60];
-    for (int i = 0; i < 60; i++)
-        dy[i] = sin(0.7 * i) + 0.25;
-    bwd(ctx, g, c, dy);
-    double ga[70], gb[42];
-    for (int i = 0; i < 70; i++)
-        ga[i] = tg_grad_get(a, i);
-    for (int i = 0; i < 42; i++)
-        gb[i] = tg_grad_get(b, i);
-    bwd(ctx, g, c, dy);
-    for (int i = 0; i < 70; i++)
-        ck_assert_msg(tg_grad_get(a, i) == 2 * ga[i], "da[%d] = %.17g after two backwards, "
-                      "expected exactly 2 * %.17g", i, tg_grad_get(a, i), ga[i]);
-    for (int i = 0; i < 42; i++)
-        ck_assert_msg(tg_grad_get(b, i) == 2 * gb[i], "db[%d] = %.17g after two backwards, "
-                      "expected exactly 2 * %.17g", i, tg_grad_get(b, i), gb[i]);
-    tg_graph_zero_grad(g);
-    for (int i = 0; i < 42; i++)
-        ck_assert_double_eq(tg_grad_get(b, i), 0);
+    tg_tensor *c;
+    switch (_i / 2) {
+    case 0: c = tg_matmul(ctx, GIN("a", 2, 5, 7), GIN("b", 2, 7, 6), false, false); break;
+    case 1: c = tg_matmul(ctx, GIN("a", 2, 5, 7), GIN("b", 2, 6, 7), false, true); break;
+    default: c = tg_matmul(ctx, GIN("a", 2, 7, 5), GIN("b", 2, 6, 7), true, true); break;
+    }
+    assert_backward_twice_exact(ctx, c);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* The same guarantee where the gradient is a sum of several GEMM contributions: b shared by
+ * every batch (its gradient sums the per-batch products), and reductions longer than the GEMM's
+ * K blocking (dB = A^T dC reduces over M = 150, dA = dC B^T over N = 150). Accumulating each
+ * partial product straight into the leaf's existing gradient makes the second result
+ * ((g + p0) + p1) instead of g + (p0 + p1), which is not exactly 2 g. */
+START_TEST(test_backward_twice_accumulates_multi_term)
+{
+    tg_dtype dt = k_dtypes[_i % 2];
+    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx_seed(ctx, 8);
+    tg_tensor *c;
+    switch (_i / 2) {
+    case 0: c = tg_matmul(ctx, GIN("a", 2, 5, 7), GIN("b", 7, 6), false, false); break;
+    case 1: c = tg_matmul(ctx, GIN("a", 150, 5), GIN("b", 5, 3), false, false); break;
+    default: c = tg_matmul(ctx, GIN("a", 3, 5), GIN("b", 150, 5), false, true); break;
+    }
+    assert_backward_twice_exact(ctx, c);
     tg_ctx_free(ctx);
 }
 END_TEST
@@ -747,7 +799,8 @@ static Suite *matmul_suite(void)
     tc = tcase_create("edge");
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_rank6, 0, 2);
-    tcase_add_loop_test(tc, test_backward_twice_accumulates, 0, 4);
+    tcase_add_loop_test(tc, test_backward_twice_accumulates, 0, 6);
+    tcase_add_loop_test(tc, test_backward_twice_accumulates_multi_term, 0, 6);
     tcase_add_loop_test(tc, test_backward_twice_integer, 0, 2);
     tcase_add_loop_test(tc, test_rerun_new_data, 0, 2);
     tcase_add_loop_test(tc, test_degenerate_sizes, 0, 2);

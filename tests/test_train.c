@@ -1,0 +1,364 @@
+#define _DEFAULT_SOURCE
+/*
+ * test_train.c - `tgrad train`, `tgrad sample`, `tgrad info` end to end, and checkpoints:
+ * the default task reaches its accuracy target; resume is bit-exact (200 straight vs
+ * 100 + save + resume + 100, with dropout so the RNG matters); a failed save leaves the old
+ * checkpoint byte-identical and no temporary file; a short text run's loss falls; bad input
+ * gives one line on stderr, a non-zero exit, and never damages an existing checkpoint.
+ */
+#include "testutil.h"
+#include "tgrad_train.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static char dir[256];
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/tgrad_train_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static int run(const char *args)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s > out.txt 2> err.txt", dir, TG_TGRAD_EXE,
+             args);
+    int s = system(cmd);
+    return WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+}
+
+static char *slurp(const char *name, size_t *len)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(b);
+    size_t got = fread(b, 1, (size_t)n, f);
+    b[got] = 0;
+    fclose(f);
+    if (len)
+        *len = got;
+    return b;
+}
+
+static void write_file(const char *name, const char *text)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A small English-like text with structure a model can learn quickly. */
+static void write_corpus(const char *name)
+{
+    static const char *const words[] = {"the", "quick", "brown", "fox", "jumps", "over",
+                                        "lazy", "dog", "and", "runs", "away", "home"};
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    uint64_t s = 7;
+    for (int i = 0; i < 3000; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        fprintf(f, "%s%s", words[(s >> 33) % 12], i % 9 == 8 ? ".\n" : " ");
+    }
+    fclose(f);
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* CSV columns step,train_loss,val_loss,lr (tokens/s dropped: it is timing). */
+static char *csv_without_speed(const char *name)
+{
+    char *c = slurp(name, NULL);
+    ck_assert_ptr_nonnull(c);
+    char *out = malloc(strlen(c) + 1), *o = out;
+    for (char *line = strtok(c, "\n"); line; line = strtok(NULL, "\n")) {
+        char *last = strrchr(line, ',');
+        if (last)
+            *last = 0;
+        o += sprintf(o, "%s\n", line);
+    }
+    free(c);
+    return out;
+}
+
+START_TEST(test_default_task_reaches_target)
+{
+    ck_assert_int_eq(run("train --quiet"), 0);
+    char *out = slurp("out.txt", NULL);
+    ck_assert_ptr_nonnull(strstr(out, "held-out token accuracy"));
+    const char *p = strstr(out, "accuracy ");
+    double acc = atof(p + 9);
+    ck_assert_msg(acc >= 99.0, "accuracy %g: %s", acc, out);
+    free(out);
+}
+END_TEST
+
+START_TEST(test_tasks_copy_sort)
+{
+    ck_assert_int_eq(run("train --task copy --quiet"), 0);
+    ck_assert_int_eq(run("train --task sort --seq-len 8 --steps 3000 --quiet"), 0);
+}
+END_TEST
+
+/* 200 steps straight == 100 + checkpoint + resume + 100, bitwise (losses and parameters). */
+static void check_resume(const char *data_args)
+{
+    char a[1024];
+    snprintf(a, sizeof a, "train %s --steps 200 --eval-every 50 --dropout 0.1 --target-acc 0 "
+             "--checkpoint a.ckpt --log a.csv --quiet", data_args);
+    ck_assert_int_eq(run(a), 0);
+    snprintf(a, sizeof a, "train %s --steps 200 --eval-every 50 --dropout 0.1 --target-acc 0 "
+             "--checkpoint b.ckpt --log b.csv --stop-after 100 --quiet", data_args);
+    ck_assert_int_eq(run(a), 0);
+    snprintf(a, sizeof a, "train %s --steps 200 --eval-every 50 --dropout 0.1 --target-acc 0 "
+             "--resume b.ckpt --checkpoint b.ckpt --log b.csv --quiet", data_args);
+    ck_assert_msg(run(a) == 0, "resume failed: %s", slurp("err.txt", NULL));
+    char *ca = csv_without_speed("a.csv"), *cb = csv_without_speed("b.csv");
+    ck_assert_int_eq(count_lines(ca), 201);
+    ck_assert_msg(strcmp(ca, cb) == 0, "loss sequences differ");
+    free(ca);
+    free(cb);
+    tg_ctx *ctx = tg_ctx_new();
+    char pa[512], pb[512];
+    snprintf(pa, sizeof pa, "%s/a.ckpt", dir);
+    snprintf(pb, sizeof pb, "%s/b.ckpt", dir);
+    tg_safetensors *sa = tg_safetensors_read(ctx, pa), *sb = tg_safetensors_read(ctx, pb);
+    ck_assert_ptr_nonnull(sa);
+    ck_assert_ptr_nonnull(sb);
+    ck_assert_int_eq(tg_safetensors_count(sa), tg_safetensors_count(sb));
+    for (int64_t i = 0; i < tg_safetensors_count(sa); i++) {
+        tg_tensor *x = tg_safetensors_tensor(sa, i);
+        tg_tensor *y = tg_safetensors_find(sb, tg_safetensors_name(sa, i));
+        ck_assert_ptr_nonnull(y);
+        ck_assert_msg(memcmp(tg_tensor_data(x), tg_tensor_data(y),
+                             (size_t)tg_tensor_numel(x) * tg_dtype_size(tg_tensor_dtype(x))) == 0,
+                      "tensor %s differs", tg_safetensors_name(sa, i));
+    }
+    tg_ctx_free(ctx);
+}
+
+START_TEST(test_resume_bit_exact_task)
+{
+    check_resume("--task reverse --d-model 32 --d-ff 64 --seq-len 8 --batch 16");
+}
+END_TEST
+
+START_TEST(test_resume_bit_exact_text)
+{
+    write_corpus("c.txt");
+    check_resume("--text c.txt --d-model 32 --heads 2 --d-ff 64 --seq-len 16 --batch 8 "
+                 "--layers 1");
+}
+END_TEST
+
+START_TEST(test_text_loss_falls_and_sample)
+{
+    write_corpus("c.txt");
+    ck_assert_int_eq(run("train --text c.txt --d-model 32 --heads 2 --d-ff 64 --seq-len 16 "
+                         "--batch 16 --layers 1 --steps 150 --eval-every 50 --lr 1e-2 "
+                         "--warmup 10 --log l.csv --plot p.svg --checkpoint m.ckpt"), 0);
+    char *csv = slurp("l.csv", NULL);
+    double first = -1, last = -1, vfirst = -1, vlast = -1;
+    for (char *line = strtok(csv, "\n"); line; line = strtok(NULL, "\n")) {
+        long step;
+        double tl, vl;
+        int k = sscanf(line, "%ld,%lf,%lf", &step, &tl, &vl);
+        if (k >= 2) {
+            if (first < 0)
+                first = tl;
+            last = tl;
+        }
+        if (k == 3) {
+            if (vfirst < 0)
+                vfirst = vl;
+            vlast = vl;
+        }
+    }
+    free(csv);
+    ck_assert_msg(last < 0.6 * first, "train loss %g -> %g did not fall", first, last);
+    ck_assert_msg(vlast < vfirst, "validation loss %g -> %g did not fall", vfirst, vlast);
+    char *svg = slurp("p.svg", NULL);
+    ck_assert_ptr_nonnull(svg);
+    ck_assert(strncmp(svg, "<?xml", 5) == 0);
+    ck_assert_ptr_nonnull(strstr(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    ck_assert_ptr_nonnull(strstr(svg, "<polyline"));
+    ck_assert_ptr_nonnull(strstr(svg, "</svg>"));
+    free(svg);
+    /* sampling: deterministic per seed, only vocabulary bytes */
+    ck_assert_int_eq(run("sample --checkpoint m.ckpt --prompt 'the ' --tokens 60 --seed 3"), 0);
+    char *s1 = slurp("out.txt", NULL);
+    ck_assert_int_eq(run("sample --checkpoint m.ckpt --prompt 'the ' --tokens 60 --seed 3"), 0);
+    char *s2 = slurp("out.txt", NULL);
+    ck_assert_str_eq(s1, s2);
+    ck_assert_int_ge((int)strlen(s1), 64);
+    for (const char *c = s1; *c; c++)
+        ck_assert_msg(strchr("abcdefghijklmnopqrstuvwxyz .\n", *c), "byte %d", *c);
+    free(s1);
+    free(s2);
+    ck_assert_int_ne(run("sample --checkpoint m.ckpt --prompt 'XYZ'"), 0);
+    char *err = slurp("err.txt", NULL);
+    ck_assert_ptr_nonnull(strstr(err, "vocabulary"));
+    free(err);
+    ck_assert_int_eq(run("info m.ckpt"), 0);
+    char *info = slurp("out.txt", NULL);
+    ck_assert_ptr_nonnull(strstr(info, "tok_emb.weight"));
+    ck_assert_ptr_nonnull(strstr(info, "adam.m.layers.0.linear1.weight"));
+    ck_assert_ptr_nonnull(strstr(info, "model.d_model"));
+    free(info);
+}
+END_TEST
+
+/* A save that fails midway: error, previous checkpoint byte-identical, no temporary file. */
+START_TEST(test_atomic_save)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/ck.safetensors", dir);
+    tg_ctx *ctx = tg_ctx_new();
+    tg_transformer_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab_size = 11;
+    c.max_seq_len = 6;
+    c.n_layers = 1;
+    c.layer = tg_encoder_config_default(8, 2);
+    c.layer.d_ff = 16;
+    tg_transformer m;
+    ck_assert_int_eq(tg_transformer_init(ctx, &m, TG_F32, &c), TG_OK);
+    tg_optim_config oc = tg_optim_defaults(TG_OPTIM_ADAMW);
+    tg_optim *opt = tg_optim_new(ctx, &oc, 0, NULL);
+    ck_assert_ptr_nonnull(opt);
+    const char *k[] = {"note"}, *v[] = {"first"};
+    ck_assert_int_eq(tg_checkpoint_save(ctx, path, opt, 1, k, v, NULL), TG_OK);
+    size_t n0;
+    char *before = slurp("ck.safetensors", &n0);
+    tg_fill(m.tok_emb, 3.0); /* change the model, then fail at several points */
+    for (uint64_t at = 0; at < n0; at += n0 / 7 + 1) {
+        tg_write_opts wo;
+        memset(&wo, 0, sizeof wo);
+        wo.inject_write_failure = true;
+        wo.fail_after_bytes = at;
+        tg_ctx_clear_error(ctx);
+        ck_assert_int_eq(tg_checkpoint_save(ctx, path, opt, 1, k, v, &wo), TG_ERR_IO);
+        ck_assert(strlen(tg_ctx_message(ctx)) > 0);
+        size_t n1;
+        char *after = slurp("ck.safetensors", &n1);
+        ck_assert_uint_eq(n0, n1);
+        ck_assert(memcmp(before, after, n0) == 0);
+        free(after);
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        int files = 0;
+        while ((e = readdir(d)))
+            files += e->d_name[0] != '.';
+        closedir(d);
+        ck_assert_int_eq(files, 1); /* only ck.safetensors: no temporary left behind */
+    }
+    free(before);
+    /* and a successful save then restores exactly into a fresh model */
+    tg_ctx_clear_error(ctx);
+    ck_assert_int_eq(tg_checkpoint_save(ctx, path, opt, 1, k, v, NULL), TG_OK);
+    tg_ctx *ctx2 = tg_ctx_new();
+    tg_transformer m2;
+    ck_assert_int_eq(tg_transformer_init(ctx2, &m2, TG_F32, &c), TG_OK);
+    tg_optim *opt2 = tg_optim_new(ctx2, &oc, 0, NULL);
+    tg_safetensors *st = tg_safetensors_read(ctx2, path);
+    ck_assert_ptr_nonnull(st);
+    ck_assert_int_eq(tg_checkpoint_restore(ctx2, st, opt2), TG_OK);
+    ck_assert(tg_get(m2.tok_emb, 0) == 3.0);
+    tg_ctx_free(ctx2);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(test_bad_input)
+{
+    write_corpus("c.txt");
+    write_file("empty.txt", "");
+    write_file("short.txt", "tiny text");
+    /* an existing checkpoint that failed runs must not damage */
+    ck_assert_int_eq(run("train --text c.txt --d-model 16 --heads 2 --d-ff 32 --seq-len 8 "
+                         "--batch 4 --layers 1 --steps 5 --checkpoint keep.ckpt --quiet"), 0);
+    size_t n0;
+    char *keep = slurp("keep.ckpt", &n0);
+    static const struct {
+        const char *args, *needle;
+    } cases[] = {
+        {"train --text missing.txt", "missing.txt"},
+        {"train --text empty.txt", "empty"},
+        {"train --text short.txt", "too short"},
+        {"train --text c.txt --d-model 30 --heads 4", "does not divide"},
+        {"train --text c.txt --checkpoint /nonexistent-dir/x.ckpt", "/nonexistent-dir/x.ckpt"},
+        {"train --text c.txt --resume keep.ckpt --d-model 32 --checkpoint keep.ckpt",
+         "different config"},
+        {"train --task reverse --resume keep.ckpt --checkpoint keep.ckpt", "--text"},
+        {"train --resume nothere.ckpt", "nothere.ckpt"},
+        {"train --text c.txt --resume c.txt --checkpoint keep.ckpt", "c.txt"},
+        {"train --task juggle", "juggle"},
+        {"train --steps 0", "--steps"},
+        {"train --bogus", "--bogus"},
+        {"sample --checkpoint nothere.ckpt", "nothere.ckpt"},
+        {"info nothere.safetensors", "nothere.safetensors"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = run(cases[i].args);
+        char *err = slurp("err.txt", NULL);
+        ck_assert_msg(rc != 0, "'%s' exited 0", cases[i].args);
+        ck_assert_msg(count_lines(err) == 1, "'%s' printed %d lines: %s", cases[i].args,
+                      count_lines(err), err);
+        ck_assert_msg(strstr(err, cases[i].needle) != NULL, "'%s': '%s' lacks '%s'",
+                      cases[i].args, err, cases[i].needle);
+        free(err);
+        size_t n1;
+        char *now = slurp("keep.ckpt", &n1);
+        ck_assert_msg(n1 == n0 && memcmp(now, keep, n0) == 0, "'%s' damaged the checkpoint",
+                      cases[i].args);
+        free(now);
+    }
+    free(keep);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("train");
+    TCase *tc = tcase_create("train");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, test_default_task_reaches_target);
+    tcase_add_test(tc, test_tasks_copy_sort);
+    tcase_add_test(tc, test_resume_bit_exact_task);
+    tcase_add_test(tc, test_resume_bit_exact_text);
+    tcase_add_test(tc, test_text_loss_falls_and_sample);
+    tcase_add_test(tc, test_atomic_save);
+    tcase_add_test(tc, test_bad_input);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# mutation_check.sh - prove end to end that a wrong backward rule is caught: "making any
+# backward rule wrong makes `tgrad gradcheck` exit non-zero".
+#
+# For each op file in ops/, the source tree is copied to a temporary directory and built there
+# (meson, -Dtests=false). Then, for each mutation of that file listed below, the pristine file is
+# restored, one backward rule is broken with sed (a sign flip, a factor 1.1, a dropped term or a
+# skipped gradient), tgrad is rebuilt, and `tgrad gradcheck --op <op>` must exit non-zero (in f64;
+# the f32 run and the run over all cases are reported too). A baseline run of the unmutated copy
+# must pass first. Every registered op (ops/ops.def) must have at least one mutation here, and
+# every sed script must actually change its file, so the table cannot silently go stale.
+#
+# Usage: tools/mutation_check.sh [--op NAME] [--keep]
+#   --op NAME   only the mutations of this op (repeatable)
+#   --keep      keep the temporary trees (printed at the end)
+# Exit status: 0 if every mutation was applied, built and caught; 1 otherwise.
+# Not part of `meson test` (it rebuilds the library a few dozen times, ~1-2 min).
+set -u
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+KEEP=0
+ONLY=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --op) [ $# -ge 2 ] || { echo "mutation_check: --op needs a name" >&2; exit 2; }
+          ONLY+=("$2"); shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "mutation_check: unknown option '$1' (try --help)" >&2; exit 2 ;;
+    esac
+done
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tgrad_mutation.XXXXXX") || exit 1
+if [ "$KEEP" = 0 ]; then
+    trap 'rm -rf "$WORK"' EXIT
+fi
+
+# ---- the mutations: op, file, sed script, description ----------------------------------------
+# Each script touches backward code only (forward kernels are left intact), so the forward pass
+# and hence the numeric gradient stay right while the analytic one goes wrong.
+M_OP=(); M_FILE=(); M_SED=(); M_DESC=()
+mut() { M_OP+=("$1"); M_FILE+=("$2"); M_SED+=("$3"); M_DESC+=("$4"); }
+
+mut matmul     ops/matmul.c      's/if (amap\[o\] != ia)/if (amap[o] == ia)/'              'dA: every batch skipped'
+mut matmul     ops/matmul.c      's/if (bmap\[o\] != ib)/if (bmap[o] == ib)/'              'dB: every batch skipped'
+mut transpose  ops/shape.c       's/dr\[j\] += src\[so + j \* sl\];/dr[j] += (T)1.1 * src[so + j * sl];/' 'dx scaled by 1.1'
+mut permute    ops/shape.c       's/dr\[j\] += src\[so + j \* sl\];/dr[j] += (T)1.1 * src[so + j * sl];/' 'dx scaled by 1.1'
+mut permute    ops/shape.c       '/^void tg__permute_backward/,/^}/s/y->grad, x->grad, true,/y->grad, x->grad, false,/' 'dx permuted forward, not inverse'
+mut reshape    ops/shape.c       '/^void tg__reshape_backward/,/^}/s/dx\[i\] += dy\[i\];/dx[i] -= dy[i];/' 'dx sign flipped'
+mut narrow     ops/shape.c       '/DEFINE_NARROW(T, SUF)/,/^DEFINE_NARROW(float/s/dx\[i\] += dy\[i\];/dx[i] += (T)1.1 * dy[i];/' 'dx scaled by 1.1'
+mut scale      ops/elementwise.c 's/dx\[i\] += s \* dy\[i\];/dx[i] += s * (T)1.1 * dy[i];/' 'dx scaled by 1.1'
+mut add        ops/elementwise.c '/^void tg__add_backward/,/^}/s/s < 2/s < 1/'              'db never accumulated'
+mut mul        ops/elementwise.c 's/dx\[i\] += G\[i\] \* O\[i\];/dx[i] -= G[i] * O[i];/' 'same-shape da, db sign flipped'
+mut mul        ops/elementwise.c 's/dst\[row \* L + j\] = G\[row \* L + j\] \* O\[oo + j \* osl\];/dst[row * L + j] = G[row * L + j];/' 'broadcast path drops the other factor'
+mut relu       ops/elementwise.c 's/dx\[i\] += x\[i\] > 0 ? dy\[i\] : 0;/dx[i] += dy[i];/' 'dx = dy everywhere'
+mut gelu       ops/elementwise.c 's/(cdf + v \* pdf)/(cdf)/'                                'x phi(x) term dropped'
+mut sum        ops/reduce.c      's/dx\[j\] += mean ? g \/ (T)A : g;/dx[j] += mean ? g \/ (T)A : (T)1.1 * g;/' 'dx scaled by 1.1'
+mut mean       ops/reduce.c      's/dx\[j\] += mean ? g \/ (T)A : g;/dx[j] += mean ? g \/ (T)(A + 1) : g;/' 'divides by N + 1'
+mut add_mask   ops/attention.c   's/dS\[o + j\] += G\[o + j\];/dS[o + j] -= G[o + j];/' 'dscores sign flipped'
+mut add_mask   ops/attention.c   '/^void tg__add_mask_backward/,/^}/s/TG_MASK_ADDITIVE \&\& m->grad/TG_MASK_BLOCK \&\& m->grad/' 'additive mask gets no gradient'
+mut softmax    ops/attention.c   's/dx\[j\] += o\[j\] \* (g\[j\] - dot);/dx[j] += o[j] * g[j];/' 'dot term dropped'
+mut dense      ops/dense.c       's/if (x->grad)/if (x->grad \&\& 0)/'                     'dx skipped'
+mut dense      ops/dense.c       's/if (w->grad)/if (w->grad \&\& 0)/'                     'dW skipped'
+mut dense      ops/dense.c       's/dB\[o\] += acc;/dB[o] -= acc;/'                         'db sign flipped'
+mut layer_norm ops/layer_norm.c  's/dx\[j\] += rs \* (g - sg - h \* sgh);/dx[j] += rs * (g - sg);/' 'dx: xhat term dropped'
+mut layer_norm ops/layer_norm.c  's/DG\[j\] += ag;/DG[j] -= ag;/'                         'dgamma sign flipped'
+mut layer_norm ops/layer_norm.c  's/DB\[j\] += ab;/DB[j] += (T)1.1 * ab;/'                'dbeta scaled by 1.1'
+mut dropout    ops/dropout.c     's/out\[i\] = acc ? out\[i\] + v : v;/out[i] = acc ? out[i] + (T)1.1 * v : v;/' 'training dx scaled by 1.1'
+mut dropout    ops/dropout.c     '/^void tg__dropout_backward/,/^}/s/dx\[i\] += dy\[i\];/dx[i] -= dy[i];/' 'eval dx sign flipped'
+mut embedding  ops/embedding.c   's/row\[d\] += g\[d\];/row[d] += (T)1.1 * g[d];/'          'dW rows scaled by 1.1'
+mut cross_entropy ops/cross_entropy.c 's/(EXP(x\[j\] - lse) - (j == t ? (T)1 : (T)0))/EXP(x[j] - lse)/' 'one-hot term dropped'
+
+# ---- checks on the table itself --------------------------------------------------------------
+selected() {
+    [ ${#ONLY[@]} -eq 0 ] && return 0
+    local o
+    for o in "${ONLY[@]}"; do [ "$o" = "$1" ] && return 0; done
+    return 1
+}
+
+FAILED=0
+OPS=$(sed -n 's/^TG_OP([A-Z_0-9]*, *"\([a-z_0-9]*\)".*/\1/p' "$ROOT/ops/ops.def")
+for op in $OPS; do
+    selected "$op" || continue
+    found=0
+    for i in "${!M_OP[@]}"; do [ "${M_OP[$i]}" = "$op" ] && found=1; done
+    if [ $found = 0 ]; then
+        echo "mutation_check: op '$op' (ops/ops.def) has no mutation in $0" >&2
+        FAILED=1
+    fi
+done
+
+# ---- run ------------------------------------------------------------------------------------
+copy_tree() { # copy_tree DEST: the working tree without build directories and .git
+    mkdir -p "$1"
+    (cd "$ROOT" && tar --exclude=./.git --exclude='./build*' -cf - .) | (cd "$1" && tar -xf -)
+}
+
+printf '%-14s %-22s %-44s %-6s %4s %4s %4s  %s\n' op file mutation build f64 f32 all result
+printf '%s\n' "$(printf '%.0s-' {1..120})"
+
+n_run=0; n_caught=0
+FILES=$(printf '%s\n' "${M_FILE[@]}" | awk '!seen[$0]++')
+for file in $FILES; do
+    want=0
+    for i in "${!M_OP[@]}"; do
+        [ "${M_FILE[$i]}" = "$file" ] && selected "${M_OP[$i]}" && want=1
+    done
+    [ $want = 1 ] || continue
+    tree="$WORK/$(basename "$file" .c)"
+    copy_tree "$tree"
+    if ! (cd "$tree" && meson setup b -Dtests=false >"$tree.setup.log" 2>&1 &&
+          ninja -C b tools/tgrad >"$tree.build.log" 2>&1); then
+        echo "mutation_check: the unmutated tree does not build (see $tree.build.log)" >&2
+        KEEP=1; trap - EXIT
+        exit 1
+    fi
+    # baseline: the unmutated copy passes
+    for dt in f64 f32; do
+        if ! "$tree/b/tools/tgrad" gradcheck --dtype $dt >"$tree.base.$dt.log" 2>&1; then
+            echo "mutation_check: baseline 'tgrad gradcheck --dtype $dt' fails before any" \
+                 "mutation (see $tree.base.$dt.log)" >&2
+            KEEP=1; trap - EXIT
+            exit 1
+        fi
+    done
+    for i in "${!M_OP[@]}"; do
+        [ "${M_FILE[$i]}" = "$file" ] || continue
+        op=${M_OP[$i]}
+        selected "$op" || continue
+        n_run=$((n_run + 1))
+        cp "$ROOT/$file" "$tree/$file"
+        sed -i -e "${M_SED[$i]}" "$tree/$file"
+        build=ok; f64=-; f32=-; all=-
+        if cmp -s "$ROOT/$file" "$tree/$file"; then
+            result="NOT APPLIED (sed matched nothing: update the script)"
+            build=-
+            FAILED=1
+        elif ! ninja -C "$tree/b" tools/tgrad >"$tree.mut$i.log" 2>&1; then
+            result="BUILD FAILED (see $tree.mut$i.log)"
+            build=fail
+            FAILED=1
+        else
+            "$tree/b/tools/tgrad" gradcheck --op "$op" >"$tree.mut$i.f64.log" 2>&1; f64=$?
+            "$tree/b/tools/tgrad" gradcheck --op "$op" --dtype f32 >"$tree.mut$i.f32.log" 2>&1; f32=$?
+            "$tree/b/tools/tgrad" gradcheck >"$tree.mut$i.all.log" 2>&1; all=$?
+            if [ $f64 -ne 0 ] && [ $all -ne 0 ]; then
+                n_caught=$((n_caught + 1))
+                if [ $f64 -gt 128 ] || [ $all -gt 128 ]; then
+                    result="CAUGHT (crashed: signal $(( (f64 > 128 ? f64 : all) - 128 )))"
+                else
+                    nfail=$(grep -c -E ' (FAIL|ERROR)$' "$tree.mut$i.f64.log")
+                    ncase=$(grep -c -E ' (PASS|FAIL|ERROR)$' "$tree.mut$i.f64.log")
+                    result="CAUGHT ($nfail/$ncase cases fail)"
+                fi
+            else
+                result="MISSED"
+                FAILED=1
+            fi
+        fi
+        printf '%-14s %-22s %-44s %-6s %4s %4s %4s  %s\n' "$op" "$file" "${M_DESC[$i]}" \
+            "$build" "$f64" "$f32" "$all" "$result"
+    done
+    cp "$ROOT/$file" "$tree/$file"
+done
+
+echo
+echo "$n_caught of $n_run mutations caught by 'tgrad gradcheck --op <op>' (exit status shown per dtype; 'all' = every case)"
+if [ "$KEEP" = 1 ]; then
+    echo "trees kept in $WORK"
+fi
+exit $FAILED
