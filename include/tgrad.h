@@ -446,9 +446,11 @@ TG_API tg_status tg_graph_forward(tg_graph *g);
 /**
  * Reverse-mode autodiff from @p y (one of the graph's tensors). With @p dy NULL, @p y must have
  * one element and is seeded with 1 (d loss / d loss); otherwise @p dy (same shape and dtype as
- * y) is the upstream gradient, like PyTorch's `y.backward(dy)`. Gradients of leaves
- * **accumulate** (+=) across calls (shared weights and repeated uses sum correctly); gradients
- * of intermediate tensors are reset by each call. Call tg_graph_zero_grad() between steps.
+ * y) is the upstream gradient, like PyTorch's `y.backward(dy)`. Within a call, every use of a
+ * tensor adds its contribution (shared weights, x used as q, k and v). Across calls, leaf
+ * gradients **accumulate** exactly as PyTorch's `grad += new_grad` (this call's gradient is
+ * computed apart and then added, so two identical calls give exactly twice one); gradients of
+ * intermediate tensors are reset by each call. Call tg_graph_zero_grad() between steps.
  * Errors: ::TG_ERR_STATE (forward not run), ::TG_ERR_SHAPE (dy or y mismatched, y not scalar
  * with dy NULL), ::TG_ERR_ARG (y not in the graph), ::TG_ERR_NOGRAD (y does not require grad).
  */

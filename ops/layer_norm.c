@@ -8,7 +8,9 @@
  * Backward:  g = dy * gamma
  *            dx = rstd (g - mean(g) - xhat mean(g xhat))
  *            dgamma += sum_rows dy xhat,  dbeta += sum_rows dy
- * A constant row has var = 0, xhat = 0, y = beta: finite whenever eps > 0.
+ * A constant row has var = 0, xhat = 0, y = beta, dx = 0 (with eps = 0 too: rstd is taken as 0
+ * when var + eps = 0, where PyTorch gives NaN). Statistics are accumulated in double for both
+ * dtypes, so a constant f32 row is exactly constant (its mean is exact).
  * saved: mean (R), rstd (R) in the tensor's dtype.
  */
 #include "registry.h"
@@ -54,7 +56,7 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
     return y;
 }
 
-#define DEFINE_LN(T, SUF, SQRT)                                                                \
+#define DEFINE_LN(T, SUF)                                                                \
     static void fwd_##SUF(tg_tensor *y)                                                        \
     {                                                                                          \
         const tg_tensor *x = y->src[0], *gm = y->src[1], *bt = y->src[2];                      \
@@ -68,15 +70,16 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
         for (int64_t r = 0; r < R; r++) {                                                      \
             const T *xr = X + r * D;                                                           \
             T *yr = Y + r * D;                                                                 \
-            T s = 0;                                                                           \
+            double s = 0; /* statistics in double, also for f32 (exact for constant rows) */ \
             for (int64_t j = 0; j < D; j++)                                                    \
-                s += xr[j];                                                                    \
-            T m = s / (T)D, v = 0;                                                             \
+                s += (double)xr[j];                                                            \
+            double md = s / (double)D, v = 0;                                                  \
             for (int64_t j = 0; j < D; j++) {                                                  \
-                T c = xr[j] - m;                                                               \
+                double c = (double)xr[j] - md;                                                 \
                 v += c * c;                                                                    \
             }                                                                                  \
-            T rs = (T)1 / SQRT(v / (T)D + eps);                                                \
+            double var = v / (double)D + (double)eps;                                          \
+            T m = (T)md, rs = var > 0 ? (T)(1.0 / sqrt(var)) : (T)0; /* eps 0, constant row */ \
             mean[r] = m;                                                                       \
             rstd[r] = rs;                                                                      \
             for (int64_t j = 0; j < D; j++) {                                                  \
@@ -99,14 +102,14 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
             for (int64_t r = 0; r < R; r++) {                                                  \
                 const T *xr = X + r * D, *dy = DY + r * D;                                     \
                 T *dx = DX + r * D;                                                            \
-                T m = mean[r], rs = rstd[r], sg = 0, sgh = 0;                                  \
+                T m = mean[r], rs = rstd[r];                                                   \
+                double sgd = 0, sghd = 0;                                                      \
                 for (int64_t j = 0; j < D; j++) {                                              \
                     T g = G ? dy[j] * G[j] : dy[j];                                            \
-                    sg += g;                                                                   \
-                    sgh += g * (xr[j] - m) * rs;                                               \
+                    sgd += (double)g;                                                          \
+                    sghd += (double)(g * ((xr[j] - m) * rs));                                  \
                 }                                                                              \
-                sg /= (T)D;                                                                    \
-                sgh /= (T)D;                                                                   \
+                T sg = (T)(sgd / (double)D), sgh = (T)(sghd / (double)D);                      \
                 for (int64_t j = 0; j < D; j++) {                                              \
                     T g = G ? dy[j] * G[j] : dy[j];                                            \
                     T h = (xr[j] - m) * rs;                                                    \
@@ -132,8 +135,8 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
             }                                                                                  \
         }                                                                                      \
     }
-DEFINE_LN(float, f32, sqrtf)
-DEFINE_LN(double, f64, sqrt)
+DEFINE_LN(float, f32)
+DEFINE_LN(double, f64)
 
 void tg__layer_norm_forward(tg_tensor *y)
 {

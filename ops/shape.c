@@ -155,9 +155,12 @@ tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int rank, const int64_t *shape)
         } else if (shape[i] < 1) {
             return tg__err(ctx, TG_ERR_SHAPE, fn, "invalid dim %lld in shape %s",
                            (long long)shape[i], tg__dims_str(rank, shape, bs, sizeof bs));
+        } else if (known > x->numel / shape[i]) { /* product exceeds numel: no overflow */
+            return tg__err(ctx, TG_ERR_SHAPE, fn,
+                           "x %s has %lld elements, fewer than shape %s needs",
+                           tg__shape_str(x, bx, sizeof bx), (long long)x->numel,
+                           tg__dims_str(rank, shape, bs, sizeof bs));
         } else {
-            if (known > x->numel)
-                break;
             known *= shape[i];
         }
     }

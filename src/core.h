@@ -120,7 +120,8 @@ int tg__threads(const tg_ctx *ctx);
  * own outputs, so results do not depend on the thread count. */
 #define TG_OMP_FOR(nt, cond) TG__PRAGMA(omp parallel for schedule(static) num_threads(nt) if (cond))
 #else
-#define TG_OMP_FOR(nt, cond)
+/* Without OpenMP the loop runs serially; evaluate the arguments so they count as used. */
+#define TG_OMP_FOR(nt, cond) (void)(nt); (void)(cond);
 #endif
 
 /* ----- GEMM: the one entry point for matrix products (ops/gemm.c) ---------------------------

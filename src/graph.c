@@ -14,6 +14,7 @@ struct tg_graph {
     tg_tensor **nodes;
     int64_t n_leaves;    /* leaves with requires_grad, in topological order */
     tg_tensor **leaves;
+    void **fresh;        /* per leaf: this call's gradient, added to the leaf's at the end */
     int n_outputs;
     tg_tensor **outputs;
     bool forwarded;      /* forward has run at least once */
@@ -116,10 +117,19 @@ tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs)
         g->leaves = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)g->n_leaves, fn);
         if (!g->leaves)
             return NULL;
+        g->fresh = tg__alloc(ctx, sizeof(void *) * (size_t)g->n_leaves, fn);
+        if (!g->fresh)
+            return NULL;
         int64_t k = 0;
-        for (int64_t i = 0; i < g->n; i++)
-            if (g->nodes[i]->requires_grad && g->nodes[i]->op == TG_OP_NONE)
-                g->leaves[k++] = g->nodes[i];
+        for (int64_t i = 0; i < g->n; i++) {
+            tg_tensor *t = g->nodes[i];
+            if (!(t->requires_grad && t->op == TG_OP_NONE))
+                continue;
+            g->fresh[k] = tg__alloc(ctx, (size_t)t->numel * tg_dtype_size(t->dtype), fn);
+            if (!g->fresh[k])
+                return NULL;
+            g->leaves[k++] = t;
+        }
     }
     return g;
 }
@@ -130,6 +140,9 @@ void tg_graph_free(tg_graph *g)
         return;
     tg_ctx *ctx = g->ctx;
     tg__free(ctx, g->nodes);
+    for (int64_t l = 0; l < g->n_leaves; l++)
+        tg__free(ctx, g->fresh[l]);
+    tg__free(ctx, g->fresh);
     tg__free(ctx, g->leaves);
     tg__free(ctx, g->outputs);
     tg__free(ctx, g);
@@ -224,11 +237,20 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
             return TG_ERR_DTYPE;
         }
     }
-    /* Intermediate gradients start from zero each call; leaf gradients accumulate. */
+    /* Every gradient of this call starts from zero. Leaves get this call's gradient in a
+     * fresh buffer that is added to their accumulated one at the end, so accumulation across
+     * calls is exactly grad += new_grad, as in PyTorch (two identical calls give exactly 2x). */
     for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
         if (t->op != TG_OP_NONE && t->grad)
             memset(t->grad, 0, (size_t)t->numel * tg_dtype_size(t->dtype));
+    }
+    for (int64_t l = 0; l < g->n_leaves; l++) {
+        tg_tensor *t = g->leaves[l];
+        void *acc = t->grad;
+        t->grad = g->fresh[l];
+        g->fresh[l] = acc;
+        memset(t->grad, 0, (size_t)t->numel * tg_dtype_size(t->dtype));
     }
     for (int k = 0; k < n; k++) {
         tg_tensor *y = ys[k];
@@ -247,6 +269,28 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
         tg_tensor *t = g->nodes[i];
         if (t->op != TG_OP_NONE && t->requires_grad)
             tg__op_table[t->op].backward(t);
+    }
+    int nt = tg__threads(ctx);
+    for (int64_t l = 0; l < g->n_leaves; l++) {
+        tg_tensor *t = g->leaves[l];
+        void *fresh = t->grad;
+        t->grad = g->fresh[l];
+        g->fresh[l] = fresh;
+        int64_t cnt = t->numel;
+        /* Race-free: element i is owned by one iteration. */
+        if (t->dtype == TG_F32) {
+            float *a = t->grad;
+            const float *f = fresh;
+            TG_OMP_FOR(nt, cnt > TG_PAR_MIN)
+            for (int64_t i = 0; i < cnt; i++)
+                a[i] += f[i];
+        } else {
+            double *a = t->grad;
+            const double *f = fresh;
+            TG_OMP_FOR(nt, cnt > TG_PAR_MIN)
+            for (int64_t i = 0; i < cnt; i++)
+                a[i] += f[i];
+        }
     }
     return TG_OK;
 }

@@ -1467,8 +1467,8 @@ START_TEST(test_json_parser)
 {
     const char *good[] = {
         "{}", "[]", "0", "-0", "1.5e-3", "-12E+4", "\"\"", "true", "false", "null",
-        " { \"a\" : [ 1 , 2.0 , { } , [ ] , null , true ,"
-        " \"x\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00Ff\" ] } ",
+        (" { \"a\" : [ 1 , 2.0 , { } , [ ] , null , true ,"
+         " \"x\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00Ff\" ] } "),
         "\"\\ud834\\udd1e\"", "\"\xe2\x82\xac\xf0\x9d\x84\x9e\"", "123456789012345678901234567890",
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)

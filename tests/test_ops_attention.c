@@ -14,6 +14,41 @@
 /* ---- helpers --------------------------------------------------------------------------------- */
 static const tg_dtype k_dtypes[2] = {TG_F32, TG_F64};
 
+/* Contexts made by a test are registered so the checked teardown frees them even when an
+ * assertion fails (under CK_FORK=no, as in the valgrind setup, a failing test would otherwise
+ * also report its context as leaked). */
+#define MAX_CTX 8
+static tg_ctx *g_ctxs[MAX_CTX];
+
+static tg_ctx *ctx_new(void)
+{
+    tg_ctx *c = tg_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    for (int i = 0; i < MAX_CTX; i++)
+        if (!g_ctxs[i]) {
+            g_ctxs[i] = c;
+            return c;
+        }
+    ck_abort_msg("more than %d contexts in one test", MAX_CTX);
+    return NULL;
+}
+
+static void ctx_free(tg_ctx *c)
+{
+    for (int i = 0; i < MAX_CTX; i++)
+        if (g_ctxs[i] == c)
+            g_ctxs[i] = NULL;
+    tg_ctx_free(c);
+}
+
+static void ctx_teardown(void)
+{
+    for (int i = 0; i < MAX_CTX; i++) {
+        tg_ctx_free(g_ctxs[i]);
+        g_ctxs[i] = NULL;
+    }
+}
+
 #define VALS(...) ((const double[]){__VA_ARGS__})
 
 static inline bool under_valgrind(void) { return getenv("TG_UNDER_VALGRIND") != NULL; }
@@ -143,7 +178,7 @@ START_TEST(test_softmax_forward)
 {
     tg_dtype dt = k_dtypes[_i];
     double tol = tol_of(dt);
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(5, 3), "x",
                       VALS(1, 2, 3, 1000, 1001, 1002, 0, 0, 0, -INFINITY, 0, -INFINITY,
                            -INFINITY, 1, 2));
@@ -156,7 +191,7 @@ START_TEST(test_softmax_forward)
     ck_assert_double_eq(tg_get(y, 9), 0); /* exp(-inf) is exactly 0 */
     ck_assert_double_eq(tg_get(y, 10), 1);
     ck_assert_double_eq(tg_get(y, 12), 0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -169,14 +204,14 @@ START_TEST(test_softmax_grad)
 {
     tg_dtype dt = k_dtypes[_i];
     double tol = dt == TG_F32 ? 1e-6 : 1e-15;
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(3, 3), "x", VALS(1, 2, 3, 1, 2, 3, 1, 2, 3));
     tg_tensor *y = tg_softmax(ctx, x);
     tg_graph *g = fwd(ctx, y);
     bwd(ctx, g, y, VALS(1, 0, 0, 0.5, -1, 2, 7, 7, 7));
     EXPECT_GRAD(x, tol, 0.08192506906499324, -0.022033044520174298, -0.059892024544818935,
                 -0.05678847003696696, -0.5214597727496748, 0.5782482427866417, 0, 0, 0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -185,7 +220,7 @@ END_TEST
 START_TEST(test_softmax_fully_masked_row)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(3, 3), "x",
                       VALS(1, 2, 3, -INFINITY, -INFINITY, -INFINITY, 1, 2, 3));
     tg_tensor *y = tg_softmax(ctx, x);
@@ -201,7 +236,7 @@ START_TEST(test_softmax_fully_masked_row)
     EXPECT_GRAD(x, dt == TG_F32 ? 1e-6 : 1e-15, tg_grad_get(x, 0), tg_grad_get(x, 1),
                 tg_grad_get(x, 2), 0, 0, 0, 0.08192506906499324, -0.022033044520174298,
                 -0.059892024544818935);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -209,7 +244,7 @@ END_TEST
 START_TEST(test_softmax_size1_rank1)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(3, 1), "x", VALS(-50, 0, 1e6));
     tg_tensor *y = tg_softmax(ctx, x);
     tg_graph *g = fwd(ctx, y);
@@ -222,7 +257,7 @@ START_TEST(test_softmax_size1_rank1)
     fwd(ctx, sv);
     EXPECT_SHAPE(sv, 3);
     EXPECT_DATA(sv, tol_of(dt), SM2, SM0, SM1);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -232,7 +267,7 @@ END_TEST
 START_TEST(test_mask_additive)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = in(ctx, dt, TG_DIMS(2, 2), "scores", VALS(1, 2, 3, 4));
     tg_tensor *m = in(ctx, dt, TG_DIMS(2), "bias", VALS(0, -1));
     tg_tensor *y = tg_add_mask(ctx, s, m, TG_MASK_ADDITIVE);
@@ -248,7 +283,7 @@ START_TEST(test_mask_additive)
     tg_tensor *yi = tg_add_mask(ctx, s, mi, TG_MASK_ADDITIVE);
     fwd(ctx, yi);
     EXPECT_DATA(yi, 0, -INFINITY, 2, -INFINITY, 4);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -256,7 +291,7 @@ END_TEST
 START_TEST(test_mask_additive_batch)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = in(ctx, dt, TG_DIMS(2, 2, 3), "scores", NULL);
     for (int i = 0; i < 12; i++)
         tg_set(s, i, i);
@@ -269,7 +304,7 @@ START_TEST(test_mask_additive_batch)
         dy[i] = i;
     bwd(ctx, g, y, dy);
     EXPECT_GRAD(m, 0, 6, 8, 10, 12, 14, 16);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -280,7 +315,7 @@ END_TEST
 START_TEST(test_mask_block_padding)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = in(ctx, dt, TG_DIMS(2, 2, 2, 3), "scores", NULL);
     for (int i = 0; i < 24; i++)
         tg_set(s, i, i);
@@ -306,7 +341,7 @@ START_TEST(test_mask_block_padding)
         ck_assert_double_eq(tg_grad_get(s, i), blocked ? 0 : i + 1);
     }
     ck_assert_ptr_null(tg_tensor_grad(m));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -315,7 +350,7 @@ END_TEST
 START_TEST(test_mask_block_values)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = in(ctx, dt, TG_DIMS(2, 6), "scores", VALS(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12));
     tg_tensor *m = in(ctx, dt, TG_DIMS(6), "mask", VALS(0, -0.0, 0.5, -2, 1e-30, NAN));
     tg_tensor *y = tg_add_mask(ctx, s, m, TG_MASK_BLOCK);
@@ -328,7 +363,7 @@ START_TEST(test_mask_block_values)
     EXPECT_GRAD(s, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0);
     for (int i = 0; i < 6; i++)
         ck_assert_msg(!(tg_grad_get(m, i) != 0), "BLOCK mask got gradient %g", tg_grad_get(m, i));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -337,7 +372,7 @@ END_TEST
 START_TEST(test_mask_block_causal_softmax)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = in(ctx, dt, TG_DIMS(2, 2, 3, 3), "scores", NULL);
     tg_tensor *m = mask_const(ctx, dt, TG_DIMS(3, 3), VALS(0, 1, 1, 0, 0, 1, 0, 0, 0));
     tg_tensor *y = tg_softmax(ctx, tg_add_mask(ctx, s, m, TG_MASK_BLOCK));
@@ -352,7 +387,7 @@ START_TEST(test_mask_block_causal_softmax)
     for (int i = 0; i < 36; i++)
         if (row[i % 9] == 0)
             ck_assert_double_eq(tg_grad_get(s, i), 0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -361,7 +396,7 @@ END_TEST
 START_TEST(test_mask_block_fully_masked_row)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = in(ctx, dt, TG_DIMS(2, 2, 3), "scores", VALS(1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6));
     tg_tensor *m = mask_const(ctx, dt, TG_DIMS(2, 3), VALS(0, 0, 1, 1, 1, 1));
     tg_tensor *y = tg_softmax(ctx, tg_add_mask(ctx, s, m, TG_MASK_BLOCK));
@@ -377,7 +412,7 @@ START_TEST(test_mask_block_fully_masked_row)
     double dot = SA - SB;
     ck_assert_double_eq_tol(tg_grad_get(s, 0), SA * (1 - dot), 1e-6);
     ck_assert_double_eq_tol(tg_grad_get(s, 1), SB * (-1 - dot), 1e-6);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -388,7 +423,7 @@ END_TEST
 START_TEST(test_mask_seed_convention)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = in(ctx, dt, TG_DIMS(2, 3), "scores", VALS(1, 2, 3, 1, 2, 3));
     tg_tensor *m = mask_const(ctx, dt, TG_DIMS(2, 3), VALS(0, 0, 1, 1, 1, 1));
     tg_tensor *masked = tg_add_mask(ctx, s, tg_scale(ctx, m, -1e9), TG_MASK_ADDITIVE);
@@ -406,14 +441,14 @@ START_TEST(test_mask_seed_convention)
     bwd(ctx, g, y, VALS(1, 2, 3, 4, 5, 6));
     ck_assert_double_eq(tg_grad_get(s, 2), 0);
     ck_assert_int_eq(count_nan(s, true), 0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 /* ---- errors --------------------------------------------------------------------------------- */
 START_TEST(test_err_mask_shape)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "s");
     struct {
         int rank;
@@ -448,13 +483,13 @@ START_TEST(test_err_mask_shape)
     tg_tensor *m0 = tg_const(ctx, TG_F32, 0, NULL, "m0");
     ck_assert_ptr_nonnull(tg_add_mask(ctx, s, m0, TG_MASK_ADDITIVE));
     ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_mask_kind_dtype_context)
 {
-    tg_ctx *ctx = tg_ctx_new(), *other = tg_ctx_new();
+    tg_ctx *ctx = ctx_new(), *other = ctx_new();
     tg_tensor *s = tg_input(ctx, TG_F64, TG_DIMS(2, 3), "s");
     tg_tensor *m = tg_const(ctx, TG_F64, TG_DIMS(3), "m");
     ck_assert_ptr_null(tg_add_mask(ctx, s, m, (tg_mask_kind)7));
@@ -478,24 +513,24 @@ START_TEST(test_err_mask_kind_dtype_context)
     tu_assert_error(ctx, TG_ERR_ARG, "tg_softmax");
     tu_assert_error(ctx, TG_ERR_ARG, "another context");
     ck_assert_int_eq(tg_ctx_status(other), TG_OK);
-    tg_ctx_free(other);
-    tg_ctx_free(ctx);
+    ctx_free(other);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_softmax_rank0)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = tg_input(ctx, TG_F32, 0, NULL, "s");
     ck_assert_ptr_null(tg_softmax(ctx, s));
     tu_assert_error(ctx, TG_ERR_SHAPE, "tg_softmax");
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_null_first_sticks)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "s");
     tg_tensor *m = tg_const(ctx, TG_F32, TG_DIMS(3), "m");
     ck_assert_ptr_null(tg_softmax(ctx, NULL));
@@ -522,7 +557,7 @@ START_TEST(test_err_null_first_sticks)
     ck_assert_str_eq(tg_ctx_message(ctx), first);
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_nonnull(tg_graph_new(ctx, &good, 1));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -577,20 +612,20 @@ static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
 
 START_TEST(test_gradcheck_f64)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 900 + (uint64_t)_i);
     tu_assert_gradcheck(ctx, gc_case(ctx, TG_F64, _i));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_gradcheck_f32)
 {
     static const int cases[] = {2, 4, 6, 7};
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 1000 + (uint64_t)_i);
     gradcheck_f32(ctx, gc_case(ctx, TG_F32, cases[_i]));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -646,7 +681,7 @@ END_TEST
 START_TEST(test_rank6)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = in(ctx, dt, TG_DIMS(1, 2, 1, 2, 2, 3), "s", NULL);
     for (int i = 0; i < 24; i++)
         tg_set(s, i, (i % 3) + 1); /* every row [1, 2, 3] */
@@ -662,7 +697,7 @@ START_TEST(test_rank6)
     bwd(ctx, g, y, NULL); /* dy = 1: softmax's gradient is y (1 - sum y) = 0 */
     for (int i = 0; i < 24; i++)
         ck_assert_double_eq_tol(tg_grad_get(s, i), 0, 1e-7);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -670,21 +705,21 @@ END_TEST
 START_TEST(test_used_twice)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = in(ctx, dt, TG_DIMS(2, 2), "s", VALS(1, -2, 3, 0.5));
     tg_tensor *y = tg_add_mask(ctx, s, s, TG_MASK_ADDITIVE);
     tg_graph *g = fwd(ctx, y);
     EXPECT_DATA(y, 0, 2, -4, 6, 1);
     bwd(ctx, g, y, VALS(1, 2, 3, 4));
     EXPECT_GRAD(s, 0, 2, 4, 6, 8);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_backward_twice)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 41);
     tg_tensor *s = tu_input(ctx, dt, TG_DIMS(2, 3, 4), "s", -2, 2);
     tg_tensor *bias = tu_input(ctx, dt, TG_DIMS(4), "bias", -1, 1);
@@ -708,7 +743,7 @@ START_TEST(test_backward_twice)
     for (int i = 0; i < 4; i++)
         ck_assert_msg(tg_grad_get(bias, i) == 2 * gb[i], "dbias[%d] = %.17g, expected 2 * %.17g",
                       i, tg_grad_get(bias, i), gb[i]);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -716,7 +751,7 @@ END_TEST
 START_TEST(test_rerun_new_data)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = in(ctx, dt, TG_DIMS(1, 3), "s", VALS(1, 2, 3));
     tg_tensor *m = mask_const(ctx, dt, TG_DIMS(3), VALS(0, 0, 0));
     tg_tensor *y = tg_softmax(ctx, tg_add_mask(ctx, s, m, TG_MASK_BLOCK));
@@ -731,7 +766,7 @@ START_TEST(test_rerun_new_data)
     tu_set(m, VALS(1, 1, 1));
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     EXPECT_DATA(y, 0, 0, 0, 0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -739,6 +774,7 @@ static Suite *attention_suite(void)
 {
     Suite *s = suite_create("ops_attention");
     TCase *tc = tcase_create("forward");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_add_loop_test(tc, test_softmax_forward, 0, 2);
     tcase_add_loop_test(tc, test_softmax_grad, 0, 2);
     tcase_add_loop_test(tc, test_softmax_fully_masked_row, 0, 2);
@@ -753,6 +789,7 @@ static Suite *attention_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_add_test(tc, test_err_mask_shape);
     tcase_add_test(tc, test_err_mask_kind_dtype_context);
     tcase_add_test(tc, test_err_softmax_rank0);
@@ -760,17 +797,20 @@ static Suite *attention_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("gradcheck");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_gradcheck_f64, 0, N_GC_CASES);
     tcase_add_loop_test(tc, test_gradcheck_f32, 0, 4);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("threads");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_thread_invariance, 0, 2 * N_TI);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("edge");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_rank6, 0, 2);
     tcase_add_loop_test(tc, test_used_twice, 0, 2);

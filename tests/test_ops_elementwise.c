@@ -13,6 +13,41 @@
 /* ---- helpers --------------------------------------------------------------------------------- */
 static const tg_dtype k_dtypes[2] = {TG_F32, TG_F64};
 
+/* Contexts made by a test are registered so the checked teardown frees them even when an
+ * assertion fails (under CK_FORK=no, as in the valgrind setup, a failing test would otherwise
+ * also report its context as leaked). */
+#define MAX_CTX 8
+static tg_ctx *g_ctxs[MAX_CTX];
+
+static tg_ctx *ctx_new(void)
+{
+    tg_ctx *c = tg_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    for (int i = 0; i < MAX_CTX; i++)
+        if (!g_ctxs[i]) {
+            g_ctxs[i] = c;
+            return c;
+        }
+    ck_abort_msg("more than %d contexts in one test", MAX_CTX);
+    return NULL;
+}
+
+static void ctx_free(tg_ctx *c)
+{
+    for (int i = 0; i < MAX_CTX; i++)
+        if (g_ctxs[i] == c)
+            g_ctxs[i] = NULL;
+    tg_ctx_free(c);
+}
+
+static void ctx_teardown(void)
+{
+    for (int i = 0; i < MAX_CTX; i++) {
+        tg_ctx_free(g_ctxs[i]);
+        g_ctxs[i] = NULL;
+    }
+}
+
 #define VALS(...) ((const double[]){__VA_ARGS__})
 
 static inline bool under_valgrind(void) { return getenv("TG_UNDER_VALGRIND") != NULL; }
@@ -112,7 +147,7 @@ static inline int64_t big(int64_t n, int64_t small) { return under_valgrind() ? 
 START_TEST(test_scale)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(3), "x", VALS(1, -2, 3.5));
     tg_tensor *y = tg_scale(ctx, x, 2.5);
     tg_graph *g = fwd(ctx, y);
@@ -135,7 +170,7 @@ START_TEST(test_scale)
     tg_graph_zero_grad(g);
     bwd(ctx, g, z, VALS(1, 2, 3, 4));
     EXPECT_GRAD(x2, 0, 0, 0, 0, 0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -149,7 +184,7 @@ END_TEST
 START_TEST(test_add_same_and_bias)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *a = in(ctx, dt, TG_DIMS(2, 3), "a", VALS(1, 2, 3, 4, 5, 6));
     tg_tensor *b = in(ctx, dt, TG_DIMS(2, 3), "b", VALS(10, 20, 30, 40, 50, 60));
     tg_tensor *y = tg_add(ctx, a, b);
@@ -176,14 +211,14 @@ START_TEST(test_add_same_and_bias)
     fwd(ctx, y2);
     EXPECT_SHAPE(y2, 2, 3);
     EXPECT_DATA(y2, 0, 11, 22, 33, 14, 25, 36);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_add_outer_and_left)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *a = in(ctx, dt, TG_DIMS(3, 1), "a", VALS(1, 2, 3));
     tg_tensor *b = in(ctx, dt, TG_DIMS(1, 2), "b", VALS(10, 20));
     tg_tensor *y = tg_add(ctx, a, b);
@@ -201,7 +236,7 @@ START_TEST(test_add_outer_and_left)
     EXPECT_DATA(y, 0, 11, 12, 13, 24, 25, 26);
     bwd(ctx, g, y, VALS(1, 2, 3, 4, 5, 6));
     EXPECT_GRAD(c, 0, 6, 15);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -210,7 +245,7 @@ END_TEST
 START_TEST(test_add_rank0)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = in(ctx, dt, 0, NULL, "s", VALS(5));
     tg_tensor *x = in(ctx, dt, TG_DIMS(2, 2), "x", VALS(1, 2, 3, 4));
     tg_tensor *y = tg_add(ctx, s, x);
@@ -228,7 +263,7 @@ START_TEST(test_add_rank0)
     EXPECT_DATA(ss, 0, 3.5);
     ck_assert_int_eq(tg_graph_backward(g, ss, NULL), TG_OK);
     EXPECT_GRAD(t, 0, 1);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -237,7 +272,7 @@ END_TEST
 START_TEST(test_add_rank6)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *a = in(ctx, dt, TG_DIMS(2, 1, 3, 1, 2, 1), "a", NULL);
     tg_tensor *b = in(ctx, dt, TG_DIMS(1, 4, 1, 3, 1, 2), "b", NULL);
     for (int i = 0; i < 12; i++)
@@ -262,7 +297,7 @@ START_TEST(test_add_rank6)
         ck_assert_double_eq(tg_grad_get(a, i), 24);
     for (int i = 0; i < 24; i++)
         ck_assert_double_eq(tg_grad_get(b, i), 12);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -274,7 +309,7 @@ END_TEST
 START_TEST(test_mul)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *a = in(ctx, dt, TG_DIMS(3), "a", VALS(1, 2, 3));
     tg_tensor *b = in(ctx, dt, TG_DIMS(3), "b", VALS(4, 5, 6));
     tg_tensor *y = tg_mul(ctx, a, b);
@@ -304,7 +339,7 @@ START_TEST(test_mul)
     bwd(ctx, g, y, NULL);
     EXPECT_GRAD(s, 0, 6);
     EXPECT_GRAD(x, 0, 2, 2, 2);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -315,7 +350,7 @@ END_TEST
 START_TEST(test_used_twice)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(3), "x", VALS(1, -2, 3));
     tg_tensor *sq = tg_mul(ctx, x, x);
     tg_graph *g = fwd(ctx, sq);
@@ -338,7 +373,7 @@ START_TEST(test_used_twice)
     EXPECT_DATA(outer, 0, 1, -2, 3, -2, 4, -6, 3, -6, 9);
     bwd(ctx, g, outer, NULL);
     EXPECT_GRAD(x3, 0, 4, 4, 4);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -349,7 +384,7 @@ END_TEST
 START_TEST(test_relu)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(9), "x",
                       VALS(-2, -0.0, 0, 0.5, 3, -1e-30, 1e30, -INFINITY, INFINITY));
     tg_tensor *y = tg_relu(ctx, x);
@@ -359,7 +394,7 @@ START_TEST(test_relu)
     EXPECT_DATA(y, 0, 0, 0, 0, 0.5, 3, 0, big30, 0, INFINITY);
     bwd(ctx, g, y, VALS(1, 2, 3, 4, 5, 6, 7, 8, 9));
     EXPECT_GRAD(x, 0, 0, 0, 0, 4, 5, 0, 7, 0, 9);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -367,13 +402,13 @@ END_TEST
 START_TEST(test_relu_nan)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(2), "x", VALS(NAN, 1));
     tg_tensor *y = tg_relu(ctx, x);
     fwd(ctx, y);
     ck_assert(isnan(tg_get(y, 0)));
     ck_assert_double_eq(tg_get(y, 1), 1);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -392,7 +427,7 @@ START_TEST(test_gelu)
 {
     tg_dtype dt = k_dtypes[_i];
     double tol = dt == TG_F32 ? 1e-6 : 1e-14;
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(8), "x", VALS(0, 1, -1, 2, -3, 0.5, 10, -10));
     tg_tensor *y = tg_gelu(ctx, x);
     tg_graph *g = fwd(ctx, y);
@@ -405,14 +440,14 @@ START_TEST(test_gelu)
     ck_assert_double_eq(tg_get(y, 0), 0);       /* exactly 0 at 0 */
     ck_assert_double_eq(tg_grad_get(x, 0), 0.5); /* exactly 1/2 at 0 */
     ck_assert(fabs(tg_grad_get(x, 7)) < 1e-20);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 /* ---- errors --------------------------------------------------------------------------------- */
 START_TEST(test_err_scale)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "x");
     const double bad[] = {NAN, INFINITY, -INFINITY};
     for (int i = 0; i < 3; i++) {
@@ -423,13 +458,13 @@ START_TEST(test_err_scale)
     /* the largest finite factor is fine */
     ck_assert_ptr_nonnull(tg_scale(ctx, x, 1.7976931348623157e308));
     ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_broadcast)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *a = tg_input(ctx, TG_F64, TG_DIMS(2, 3), "a");
     tg_tensor *b = tg_input(ctx, TG_F64, TG_DIMS(4), "b");
     tg_tensor *c = tg_input(ctx, TG_F64, TG_DIMS(3, 3), "c");
@@ -449,13 +484,13 @@ START_TEST(test_err_broadcast)
         tu_assert_error(ctx, TG_ERR_SHAPE, "(2, 3, 1)");
         tg_ctx_clear_error(ctx);
     }
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_dtype_context)
 {
-    tg_ctx *ctx = tg_ctx_new(), *other = tg_ctx_new();
+    tg_ctx *ctx = ctx_new(), *other = ctx_new();
     tg_tensor *a = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "a");
     tg_tensor *b = tg_input(ctx, TG_F64, TG_DIMS(2, 3), "b");
     tg_tensor *o = tg_input(other, TG_F32, TG_DIMS(2, 3), "o");
@@ -481,8 +516,8 @@ START_TEST(test_err_dtype_context)
     ck_assert_ptr_null(tg_gelu(ctx, o));
     tu_assert_error(ctx, TG_ERR_ARG, "tg_gelu");
     ck_assert_int_eq(tg_ctx_status(other), TG_OK);
-    tg_ctx_free(other);
-    tg_ctx_free(ctx);
+    ctx_free(other);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -490,7 +525,7 @@ END_TEST
  * NULL operand given with a bad scale factor); no graph is built over a failed builder. */
 START_TEST(test_err_null_first_sticks)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "x");
     ck_assert_ptr_null(tg_scale(ctx, NULL, 2.0));
     ck_assert_ptr_null(tg_add(ctx, NULL, x));
@@ -515,7 +550,7 @@ START_TEST(test_err_null_first_sticks)
     ck_assert_str_eq(tg_ctx_message(ctx), first);
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_nonnull(tg_graph_new(ctx, &good, 1));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -562,20 +597,20 @@ static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
 
 START_TEST(test_gradcheck_f64)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 500 + (uint64_t)_i);
     tu_assert_gradcheck(ctx, gc_case(ctx, TG_F64, _i));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_gradcheck_f32)
 {
     static const int cases[] = {0, 2, 5, 8, 10};
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 600 + (uint64_t)_i);
     gradcheck_f32(ctx, gc_case(ctx, TG_F32, cases[_i]));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -619,7 +654,7 @@ END_TEST
 START_TEST(test_backward_twice)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 21);
     tg_tensor *x = tu_input(ctx, dt, TG_DIMS(3, 4), "x", -2, 2);
     tg_tensor *b = tu_input(ctx, dt, TG_DIMS(4), "b", -1, 1);
@@ -642,7 +677,7 @@ START_TEST(test_backward_twice)
                           "grad of '%s'[%lld] = %.17g, expected exactly 2 * %.17g",
                           tg_tensor_name(leaves[l]), (long long)i, tg_grad_get(leaves[l], i),
                           g1[l][i]);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -651,7 +686,7 @@ END_TEST
 START_TEST(test_backward_twice_shared)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 22);
     tg_tensor *x = tu_input(ctx, dt, TG_DIMS(4, 8), "x", -2, 2);
     tg_tensor *y = tg_add(ctx, tg_mul(ctx, x, x), tg_scale(ctx, x, 0.3));
@@ -669,7 +704,7 @@ START_TEST(test_backward_twice_shared)
         bad += tg_grad_get(x, i) != 2 * g1[i];
     ck_assert_msg(bad == 0, "%d of 32 gradient elements of a leaf used three times are not "
                   "exactly doubled by a second backward", bad);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -677,7 +712,7 @@ END_TEST
 START_TEST(test_rerun_new_data)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(3), "x", VALS(-1, 0, 2));
     tg_tensor *b = in(ctx, dt, TG_DIMS(1), "b", VALS(0.5));
     tg_tensor *y = tg_relu(ctx, tg_add(ctx, tg_scale(ctx, x, 2.0), b)); /* relu(2x + b) */
@@ -687,7 +722,7 @@ START_TEST(test_rerun_new_data)
     tu_set(b, VALS(-1));
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     EXPECT_DATA(y, 0, 5, 0, 0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -695,7 +730,7 @@ END_TEST
 START_TEST(test_unary_rank0_rank6)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = in(ctx, dt, 0, NULL, "s", VALS(-1));
     tg_tensor *y = tg_gelu(ctx, tg_relu(ctx, tg_scale(ctx, s, -3.0))); /* gelu(relu(3)) */
     tg_graph *g = fwd(ctx, y);
@@ -713,7 +748,7 @@ START_TEST(test_unary_rank0_rank6)
     EXPECT_DATA(r6, 0, 0, 0, 0, 0, 1, 2, 3, 4);
     bwd(ctx, g, r6, NULL);
     EXPECT_GRAD(x6, 0, 0, 0, 0, 0, 1, 1, 1, 1);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -721,6 +756,7 @@ static Suite *elementwise_suite(void)
 {
     Suite *s = suite_create("ops_elementwise");
     TCase *tc = tcase_create("forward");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_add_loop_test(tc, test_scale, 0, 2);
     tcase_add_loop_test(tc, test_add_same_and_bias, 0, 2);
     tcase_add_loop_test(tc, test_add_outer_and_left, 0, 2);
@@ -733,6 +769,7 @@ static Suite *elementwise_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_add_test(tc, test_err_scale);
     tcase_add_test(tc, test_err_broadcast);
     tcase_add_test(tc, test_err_dtype_context);
@@ -740,17 +777,20 @@ static Suite *elementwise_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("gradcheck");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_gradcheck_f64, 0, N_GC_CASES);
     tcase_add_loop_test(tc, test_gradcheck_f32, 0, 5);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("threads");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_thread_invariance, 0, 2 * N_TI);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("edge");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_add_rank6, 0, 2);
     tcase_add_loop_test(tc, test_backward_twice, 0, 2);

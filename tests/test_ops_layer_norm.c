@@ -18,6 +18,41 @@
 /* ---- helpers --------------------------------------------------------------------------------- */
 static const tg_dtype k_dtypes[2] = {TG_F32, TG_F64};
 
+/* Contexts made by a test are registered so the checked teardown frees them even when an
+ * assertion fails (under CK_FORK=no, as in the valgrind setup, a failing test would otherwise
+ * also report its context as leaked). */
+#define MAX_CTX 8
+static tg_ctx *g_ctxs[MAX_CTX];
+
+static tg_ctx *ctx_new(void)
+{
+    tg_ctx *c = tg_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    for (int i = 0; i < MAX_CTX; i++)
+        if (!g_ctxs[i]) {
+            g_ctxs[i] = c;
+            return c;
+        }
+    ck_abort_msg("more than %d contexts in one test", MAX_CTX);
+    return NULL;
+}
+
+static void ctx_free(tg_ctx *c)
+{
+    for (int i = 0; i < MAX_CTX; i++)
+        if (g_ctxs[i] == c)
+            g_ctxs[i] = NULL;
+    tg_ctx_free(c);
+}
+
+static void ctx_teardown(void)
+{
+    for (int i = 0; i < MAX_CTX; i++) {
+        tg_ctx_free(g_ctxs[i]);
+        g_ctxs[i] = NULL;
+    }
+}
+
 #define VALS(...) ((const double[]){__VA_ARGS__})
 
 static inline bool under_valgrind(void) { return getenv("TG_UNDER_VALGRIND") != NULL; }
@@ -132,7 +167,7 @@ static int count_nan(const tg_tensor *t, bool grad)
 START_TEST(test_affine_row)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(1, 4), "x", VALS(1, 2, 3, 4));
     tg_tensor *gm = tg_param(ctx, dt, TG_DIMS(4), "weight");
     tg_tensor *bt = tg_param(ctx, dt, TG_DIMS(4), "bias");
@@ -144,7 +179,7 @@ START_TEST(test_affine_row)
     ck_assert_str_eq(tg_tensor_op_name(y), "layer_norm");
     EXPECT_DATA(y, tol_of(dt), -1.3416354199689269, 0.105576386687382, -0.7763940966718454,
                 -0.8416354199689269);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -154,7 +189,7 @@ END_TEST
 START_TEST(test_plain_rows)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(3, 4), "x",
                       VALS(1, 2, 3, 4, 2, 4, 6, 8, 1e6 + 1, 1e6 + 2, 1e6 + 3, 1e6 + 4));
     tg_tensor *v = in(ctx, dt, TG_DIMS(4), "v", VALS(4, 3, 2, 1));
@@ -167,7 +202,7 @@ START_TEST(test_plain_rows)
     EXPECT_DATA(y, tol_of(dt), -H0, -H1, H1, H0, -H0, -H1, H1, H0, -H0, -H1, H1, H0);
     EXPECT_SHAPE(yv, 4);
     EXPECT_DATA(yv, tol_of(dt), H0, H1, -H1, -H0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -175,7 +210,7 @@ END_TEST
 START_TEST(test_gamma_or_beta_only)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(4), "x", VALS(1, 2, 3, 4));
     tg_tensor *gm = in(ctx, dt, TG_DIMS(4), "gamma", VALS(2, 2, -1, 0));
     tg_tensor *bt = in(ctx, dt, TG_DIMS(4), "beta", VALS(10, 20, 30, 40));
@@ -193,7 +228,7 @@ START_TEST(test_gamma_or_beta_only)
     tg_graph_zero_grad(g);
     bwd(ctx, g, yg, NULL);
     EXPECT_GRAD(gm, tol_of(dt), -H0, -H1, H1, H0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -209,7 +244,7 @@ START_TEST(test_grad_by_hand)
 {
     tg_dtype dt = k_dtypes[_i];
     double tol = dt == TG_F32 ? 2e-6 : 1e-14;
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(4), "x", VALS(1, 2, 3, 4));
     tg_tensor *gm = in(ctx, dt, TG_DIMS(4), "gamma", VALS(1, 2, 0.5, -1));
     tg_tensor *bt = in(ctx, dt, TG_DIMS(4), "beta", VALS(0, 1, -1, 0.5));
@@ -238,7 +273,7 @@ START_TEST(test_grad_by_hand)
             ck_assert_double_eq_tol(tg_grad_get(x2, row * 4 + j),
                                     rs * (gv[j] - 0.625 - xh[j] * mgh), tol);
     }
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -246,7 +281,7 @@ END_TEST
 START_TEST(test_grad_of_sum_is_zero)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 5);
     tg_tensor *x = tu_input(ctx, dt, TG_DIMS(3, 6), "x", -3, 3);
     tg_tensor *y = tg_layer_norm(ctx, x, NULL, NULL, 1e-5);
@@ -254,7 +289,7 @@ START_TEST(test_grad_of_sum_is_zero)
     bwd(ctx, g, y, NULL);
     for (int i = 0; i < 18; i++)
         ck_assert_double_eq_tol(tg_grad_get(x, i), 0, dt == TG_F32 ? 1e-5 : 1e-13);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -264,7 +299,7 @@ END_TEST
 START_TEST(test_constant_row)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(2, 4), "x", VALS(0.75, 0.75, 0.75, 0.75, 1, 2, 3, 4));
     tg_tensor *gm = in(ctx, dt, TG_DIMS(4), "gamma", VALS(1, 2, 3, 4));
     tg_tensor *bt = in(ctx, dt, TG_DIMS(4), "beta", VALS(0.1, 0.2, 0.3, 0.4));
@@ -279,7 +314,7 @@ START_TEST(test_constant_row)
                 0, 0, 0);
     EXPECT_GRAD(gm, 0, 0, 0, 0, 0); /* xhat = 0 on the constant row */
     EXPECT_GRAD(bt, 0, 1, 0, 0, 0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -287,7 +322,7 @@ END_TEST
 START_TEST(test_d1)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(3, 1), "x", VALS(-5, 0, 1e3));
     tg_tensor *gm = in(ctx, dt, TG_DIMS(1), "gamma", VALS(7));
     tg_tensor *bt = in(ctx, dt, TG_DIMS(1), "beta", VALS(-0.5));
@@ -298,7 +333,7 @@ START_TEST(test_d1)
     EXPECT_GRAD(x, 0, 0, 0, 0);
     EXPECT_GRAD(gm, 0, 0);
     EXPECT_GRAD(bt, 0, 6);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -307,7 +342,7 @@ END_TEST
 START_TEST(test_constant_row_eps0)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(2, 4), "x", VALS(2, 2, 2, 2, 1, 2, 3, 4));
     tg_tensor *gm = in(ctx, dt, TG_DIMS(4), "gamma", VALS(1, 2, 3, 4));
     tg_tensor *bt = in(ctx, dt, TG_DIMS(4), "beta", VALS(0.5, -0.5, 1, -1));
@@ -320,7 +355,7 @@ START_TEST(test_constant_row_eps0)
     EXPECT_DATA(y, tol_of(dt), 0.5, -0.5, 1, -1, -H0 + 0.5, -2 * H1 - 0.5, 3 * H1 + 1, 4 * H0 - 1);
     ck_assert_int_eq(count_nan(x, true), 0);
     ck_assert_int_eq(count_nan(gm, true), 0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -335,7 +370,7 @@ START_TEST(test_constant_row_inexact_mean)
         int64_t d;
     } cases[] = {{1000.1, 768}, {12345.678, 3}, {0.1, 768}};
     for (int c = 0; c < 3; c++) {
-        tg_ctx *ctx = tg_ctx_new();
+        tg_ctx *ctx = ctx_new();
         int64_t d = cases[c].d;
         tg_tensor *x = in(ctx, dt, TG_DIMS(1, d), "x", NULL);
         tg_fill(x, cases[c].v);
@@ -350,7 +385,7 @@ START_TEST(test_constant_row_inexact_mean)
             worst = fmax(worst, fabs(tg_get(y, j) - 0.25));
         ck_assert_msg(worst <= 1e-3, "%s constant row of %g (D = %lld): max |y - beta| = %g",
                       tg_dtype_str(dt), cases[c].v, (long long)d, worst);
-        tg_ctx_free(ctx);
+        ctx_free(ctx);
     }
 }
 END_TEST
@@ -358,7 +393,7 @@ END_TEST
 /* ---- errors --------------------------------------------------------------------------------- */
 START_TEST(test_err_shapes)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 4), "x");
     tg_tensor *g3 = tg_param(ctx, TG_F32, TG_DIMS(3), "g3");
     tg_tensor *g14 = tg_param(ctx, TG_F32, TG_DIMS(1, 4), "g14");
@@ -382,13 +417,13 @@ START_TEST(test_err_shapes)
     tg_tensor *s = tg_input(ctx, TG_F32, 0, NULL, "s");
     ck_assert_ptr_null(tg_layer_norm(ctx, s, NULL, NULL, 1e-5));
     tu_assert_error(ctx, TG_ERR_SHAPE, "tg_layer_norm");
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_eps)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(2, 4), "x");
     const double bad[] = {-1e-5, -INFINITY, INFINITY, NAN};
     for (int i = 0; i < 4; i++) {
@@ -401,13 +436,13 @@ START_TEST(test_err_eps)
     ck_assert_ptr_nonnull(tg_layer_norm(ctx, x, NULL, NULL, -0.0));
     ck_assert_ptr_nonnull(tg_layer_norm(ctx, x, NULL, NULL, 1e300));
     ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_dtype_context)
 {
-    tg_ctx *ctx = tg_ctx_new(), *other = tg_ctx_new();
+    tg_ctx *ctx = ctx_new(), *other = ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(2, 4), "x");
     tg_tensor *g32 = tg_param(ctx, TG_F32, TG_DIMS(4), "g32");
     tg_tensor *g64 = tg_param(ctx, TG_F64, TG_DIMS(4), "g64");
@@ -431,8 +466,8 @@ START_TEST(test_err_dtype_context)
     ck_assert_ptr_null(tg_layer_norm(ctx, xo, NULL, NULL, 1e-5));
     tu_assert_error(ctx, TG_ERR_ARG, "another context");
     ck_assert_int_eq(tg_ctx_status(other), TG_OK);
-    tg_ctx_free(other);
-    tg_ctx_free(ctx);
+    ctx_free(other);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -440,7 +475,7 @@ END_TEST
  * error pending so no graph is built over it. */
 START_TEST(test_err_null_first_sticks)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 4), "x");
     tg_tensor *gm = tg_param(ctx, TG_F32, TG_DIMS(4), "gamma");
     ck_assert_ptr_null(tg_layer_norm(ctx, NULL, gm, gm, 1e-5));
@@ -465,7 +500,7 @@ START_TEST(test_err_null_first_sticks)
     ck_assert_str_eq(tg_ctx_message(ctx), first);
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_nonnull(tg_graph_new(ctx, &good, 1));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -506,20 +541,20 @@ static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
 
 START_TEST(test_gradcheck_f64)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 1300 + (uint64_t)_i);
     tu_assert_gradcheck(ctx, gc_case(ctx, TG_F64, _i));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_gradcheck_f32)
 {
     static const int cases[] = {0, 2, 5};
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 1400 + (uint64_t)_i);
     gradcheck_f32(ctx, gc_case(ctx, TG_F32, cases[_i]));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -551,7 +586,7 @@ END_TEST
 START_TEST(test_rank6)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(1, 2, 1, 1, 2, 4), "x", NULL);
     for (int r = 0; r < 4; r++)
         for (int j = 0; j < 4; j++)
@@ -561,14 +596,14 @@ START_TEST(test_rank6)
     EXPECT_SHAPE(y, 1, 2, 1, 1, 2, 4);
     EXPECT_DATA(y, tol_of(dt), -H0, -H1, H1, H0, -H0, -H1, H1, H0, -H0, -H1, H1, H0, -H0, -H1, H1,
                 H0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_backward_twice)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 71);
     tg_tensor *x = tu_input(ctx, dt, TG_DIMS(4, 6), "x", -2, 2);
     tg_tensor *gm = tu_input(ctx, dt, TG_DIMS(6), "gamma", 0.5, 1.5);
@@ -591,7 +626,7 @@ START_TEST(test_backward_twice)
                           "grad of '%s'[%lld] = %.17g, expected exactly 2 * %.17g",
                           tg_tensor_name(leaves[l]), (long long)i, tg_grad_get(leaves[l], i),
                           g1[l][i]);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -599,7 +634,7 @@ END_TEST
 START_TEST(test_rerun_new_data)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(1, 4), "x", VALS(1, 2, 3, 4));
     tg_tensor *bt = in(ctx, dt, TG_DIMS(4), "beta", VALS(0, 0, 0, 0));
     tg_tensor *y = tg_layer_norm(ctx, x, NULL, bt, 0.0);
@@ -611,7 +646,7 @@ START_TEST(test_rerun_new_data)
     tu_set(bt, VALS(1, 1, 1, 1));
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     EXPECT_DATA(y, tol_of(dt), 1 + H0, 1 + H1, 1 - H1, 1 - H0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -619,6 +654,7 @@ static Suite *layer_norm_suite(void)
 {
     Suite *s = suite_create("ops_layer_norm");
     TCase *tc = tcase_create("forward");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_add_loop_test(tc, test_affine_row, 0, 2);
     tcase_add_loop_test(tc, test_plain_rows, 0, 2);
     tcase_add_loop_test(tc, test_gamma_or_beta_only, 0, 2);
@@ -631,6 +667,7 @@ static Suite *layer_norm_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_add_test(tc, test_err_shapes);
     tcase_add_test(tc, test_err_eps);
     tcase_add_test(tc, test_err_dtype_context);
@@ -638,17 +675,20 @@ static Suite *layer_norm_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("gradcheck");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_gradcheck_f64, 0, N_GC_CASES);
     tcase_add_loop_test(tc, test_gradcheck_f32, 0, 3);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("threads");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_thread_invariance, 0, 2 * N_TI);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("edge");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_rank6, 0, 2);
     tcase_add_loop_test(tc, test_backward_twice, 0, 2);

@@ -13,6 +13,41 @@
 /* ---- helpers --------------------------------------------------------------------------------- */
 static const tg_dtype k_dtypes[2] = {TG_F32, TG_F64};
 
+/* Contexts made by a test are registered so the checked teardown frees them even when an
+ * assertion fails (under CK_FORK=no, as in the valgrind setup, a failing test would otherwise
+ * also report its context as leaked). */
+#define MAX_CTX 8
+static tg_ctx *g_ctxs[MAX_CTX];
+
+static tg_ctx *ctx_new(void)
+{
+    tg_ctx *c = tg_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    for (int i = 0; i < MAX_CTX; i++)
+        if (!g_ctxs[i]) {
+            g_ctxs[i] = c;
+            return c;
+        }
+    ck_abort_msg("more than %d contexts in one test", MAX_CTX);
+    return NULL;
+}
+
+static void ctx_free(tg_ctx *c)
+{
+    for (int i = 0; i < MAX_CTX; i++)
+        if (g_ctxs[i] == c)
+            g_ctxs[i] = NULL;
+    tg_ctx_free(c);
+}
+
+static void ctx_teardown(void)
+{
+    for (int i = 0; i < MAX_CTX; i++) {
+        tg_ctx_free(g_ctxs[i]);
+        g_ctxs[i] = NULL;
+    }
+}
+
 #define VALS(...) ((const double[]){__VA_ARGS__})
 
 static inline bool under_valgrind(void) { return getenv("TG_UNDER_VALGRIND") != NULL; }
@@ -114,7 +149,7 @@ static const double k_x[] = {1, 2, 3, 4, 5, 6};
 START_TEST(test_forward_2d)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
     tg_tensor *ys[6] = {tg_sum(ctx, x, 0, false),  tg_sum(ctx, x, 1, false),
                         tg_sum(ctx, x, -1, true),  tg_sum(ctx, x, -2, true),
@@ -136,7 +171,7 @@ START_TEST(test_forward_2d)
     EXPECT_DATA(ys[3], 0, 5, 7, 9);
     EXPECT_DATA(ys[4], 0, 2.5, 3.5, 4.5);
     EXPECT_DATA(ys[5], 0, 2, 5);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -144,7 +179,7 @@ END_TEST
 START_TEST(test_forward_all)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
     tg_tensor *ys[2] = {tg_sum_all(ctx, x), tg_mean_all(ctx, x)};
     tg_graph *g = tg_graph_new(ctx, ys, 2);
@@ -164,7 +199,7 @@ START_TEST(test_forward_all)
     ck_assert_int_eq(tg_graph_backward(g, ys[1], NULL), TG_OK);
     double sixth = 1.0 / 6;
     EXPECT_GRAD(x, dt == TG_F32 ? 1e-7 : 0, sixth, sixth, sixth, sixth, sixth, sixth);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -177,7 +212,7 @@ START_TEST(test_grads)
 {
     tg_dtype dt = k_dtypes[_i];
     for (int c = 0; c < 4; c++) {
-        tg_ctx *ctx = tg_ctx_new();
+        tg_ctx *ctx = ctx_new();
         tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
         tg_tensor *y = c == 0   ? tg_sum(ctx, x, 0, false)
                        : c == 1 ? tg_sum(ctx, x, 1, true)
@@ -201,7 +236,7 @@ START_TEST(test_grads)
             bwd(ctx, g, y, VALS(2, 4, 6));
             EXPECT_GRAD(x, 0, 1, 2, 3, 1, 2, 3);
         }
-        tg_ctx_free(ctx);
+        ctx_free(ctx);
     }
 }
 END_TEST
@@ -211,7 +246,7 @@ END_TEST
 START_TEST(test_middle_axis)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3, 4), "x", NULL);
     for (int i = 0; i < 24; i++)
         tg_set(x, i, i);
@@ -239,7 +274,7 @@ START_TEST(test_middle_axis)
         for (int a = 0; a < 3; a++)
             for (int i = 0; i < 4; i++)
                 ck_assert_double_eq(tg_grad_get(x, (o * 3 + a) * 4 + i), o * 4 + i);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -248,7 +283,7 @@ END_TEST
 START_TEST(test_rank0)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = in(ctx, dt, 0, NULL, "s", VALS(-7.25));
     tg_tensor *ys[2] = {tg_sum_all(ctx, s), tg_mean_all(ctx, s)};
     tg_graph *g = tg_graph_new(ctx, ys, 2);
@@ -276,7 +311,7 @@ START_TEST(test_rank0)
     ck_assert_ptr_null(tg_sum(ctx, s, 0, false));
     tu_assert_error(ctx, TG_ERR_AXIS, "tg_sum");
     tu_assert_error(ctx, TG_ERR_AXIS, "()");
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -286,7 +321,7 @@ END_TEST
 START_TEST(test_rank6)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(2, 1, 3, 2, 1, 2), "x", NULL);
     for (int i = 0; i < 24; i++)
         tg_set(x, i, i);
@@ -307,7 +342,7 @@ START_TEST(test_rank6)
     bwd(ctx, g, y, NULL);
     for (int i = 0; i < 24; i++)
         ck_assert_double_eq(tg_grad_get(x, i), 1);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -316,7 +351,7 @@ END_TEST
 START_TEST(test_used_twice)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(2, 2), "x", VALS(1, 2, 3, 4));
     tg_tensor *y = tg_add(ctx, tg_sum_all(ctx, x), tg_mean_all(ctx, x));
     tg_graph *g = fwd(ctx, y);
@@ -331,7 +366,7 @@ START_TEST(test_used_twice)
     EXPECT_DATA(z, 0, 8, 12);
     bwd(ctx, g, z, VALS(1, -1));
     EXPECT_GRAD(x2, 0, 2, -2, 2, -2);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -340,7 +375,7 @@ END_TEST
 START_TEST(test_precision)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(1000), "x", NULL);
     tg_fill(x, 0.1);
     tg_tensor *s = tg_sum_all(ctx, x), *m = tg_mean(ctx, x, 0, false);
@@ -358,14 +393,14 @@ START_TEST(test_precision)
         ck_assert_double_eq_tol(tg_get(s, 0), 100.0, 1e-11);
         ck_assert_double_eq_tol(tg_get(m, 0), 0.1, 1e-14);
     }
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 /* ---- errors --------------------------------------------------------------------------------- */
 START_TEST(test_err_axis)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "x");
     const int bad[] = {2, -3, 100, -100};
     for (int i = 0; i < 4; i++) {
@@ -378,13 +413,13 @@ START_TEST(test_err_axis)
         tu_assert_error(ctx, TG_ERR_AXIS, "(2, 3)");
         tg_ctx_clear_error(ctx);
     }
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_context_null_first)
 {
-    tg_ctx *ctx = tg_ctx_new(), *other = tg_ctx_new();
+    tg_ctx *ctx = ctx_new(), *other = ctx_new();
     tg_tensor *o = tg_input(other, TG_F64, TG_DIMS(2, 3), "o");
     ck_assert_ptr_null(tg_sum(ctx, o, 0, false));
     tu_assert_error(ctx, TG_ERR_ARG, "tg_sum");
@@ -420,8 +455,8 @@ START_TEST(test_err_context_null_first)
     ck_assert_str_eq(tg_ctx_message(ctx), first);
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_nonnull(tg_graph_new(ctx, &good, 1));
-    tg_ctx_free(other);
-    tg_ctx_free(ctx);
+    ctx_free(other);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -448,20 +483,20 @@ static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
 
 START_TEST(test_gradcheck_f64)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 700 + (uint64_t)_i);
     tu_assert_gradcheck(ctx, gc_case(ctx, TG_F64, _i));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_gradcheck_f32)
 {
     static const int cases[] = {1, 3, 7, 9};
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 800 + (uint64_t)_i);
     gradcheck_f32(ctx, gc_case(ctx, TG_F32, cases[_i]));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -485,7 +520,7 @@ END_TEST
 START_TEST(test_backward_twice)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 31);
     tg_tensor *x = tu_input(ctx, dt, TG_DIMS(3, 5, 2), "x", -1, 1);
     tg_tensor *y = tg_mean_all(ctx, tg_sum(ctx, tg_mean(ctx, x, 1, true), -1, false));
@@ -500,14 +535,14 @@ START_TEST(test_backward_twice)
                       tg_grad_get(x, i), g1[i]);
     tg_graph_zero_grad(g);
     ck_assert_double_eq(tg_grad_get(x, 0), 0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_rerun_new_data)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
     tg_tensor *ys[2] = {tg_sum(ctx, x, 1, false), tg_mean_all(ctx, x)};
     tg_graph *g = tg_graph_new(ctx, ys, 2);
@@ -519,7 +554,7 @@ START_TEST(test_rerun_new_data)
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     EXPECT_DATA(ys[0], 0, -3, 3);
     EXPECT_DATA(ys[1], 0, 0);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -527,6 +562,7 @@ static Suite *reduce_suite(void)
 {
     Suite *s = suite_create("ops_reduce");
     TCase *tc = tcase_create("forward");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_add_loop_test(tc, test_forward_2d, 0, 2);
     tcase_add_loop_test(tc, test_forward_all, 0, 2);
     tcase_add_loop_test(tc, test_grads, 0, 2);
@@ -535,22 +571,26 @@ static Suite *reduce_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_add_test(tc, test_err_axis);
     tcase_add_test(tc, test_err_context_null_first);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("gradcheck");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_gradcheck_f64, 0, N_GC_CASES);
     tcase_add_loop_test(tc, test_gradcheck_f32, 0, 4);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("threads");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_thread_invariance, 0, 2 * N_TI);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("edge");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_rank0, 0, 2);
     tcase_add_loop_test(tc, test_rank6, 0, 2);

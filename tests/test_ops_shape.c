@@ -15,6 +15,41 @@
 /* ---- helpers --------------------------------------------------------------------------------- */
 static const tg_dtype k_dtypes[2] = {TG_F32, TG_F64};
 
+/* Contexts made by a test are registered so the checked teardown frees them even when an
+ * assertion fails (under CK_FORK=no, as in the valgrind setup, a failing test would otherwise
+ * also report its context as leaked). */
+#define MAX_CTX 8
+static tg_ctx *g_ctxs[MAX_CTX];
+
+static tg_ctx *ctx_new(void)
+{
+    tg_ctx *c = tg_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    for (int i = 0; i < MAX_CTX; i++)
+        if (!g_ctxs[i]) {
+            g_ctxs[i] = c;
+            return c;
+        }
+    ck_abort_msg("more than %d contexts in one test", MAX_CTX);
+    return NULL;
+}
+
+static void ctx_free(tg_ctx *c)
+{
+    for (int i = 0; i < MAX_CTX; i++)
+        if (g_ctxs[i] == c)
+            g_ctxs[i] = NULL;
+    tg_ctx_free(c);
+}
+
+static void ctx_teardown(void)
+{
+    for (int i = 0; i < MAX_CTX; i++) {
+        tg_ctx_free(g_ctxs[i]);
+        g_ctxs[i] = NULL;
+    }
+}
+
 #define VALS(...) ((const double[]){__VA_ARGS__})
 
 static inline bool under_valgrind(void) { return getenv("TG_UNDER_VALGRIND") != NULL; }
@@ -134,7 +169,7 @@ static void bwd_iota(tg_ctx *ctx, tg_graph *g, tg_tensor *y)
 START_TEST(test_transpose_2d)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = iota(ctx, dt, TG_DIMS(2, 3), "x");
     tg_tensor *y = tg_transpose(ctx, x, 0, 1);
     tg_graph *g = fwd(ctx, y);
@@ -143,7 +178,7 @@ START_TEST(test_transpose_2d)
     EXPECT_DATA(y, 0, 0, 3, 1, 4, 2, 5);
     bwd_iota(ctx, g, y);
     EXPECT_GRAD(x, 0, 0, 2, 4, 1, 3, 5);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -152,7 +187,7 @@ END_TEST
 START_TEST(test_transpose_3d)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = iota(ctx, dt, TG_DIMS(2, 3, 4), "x");
     tg_tensor *ys[4] = {tg_transpose(ctx, x, 0, 2), tg_transpose(ctx, x, -1, -3),
                         tg_transpose(ctx, x, 2, 0), tg_transpose(ctx, x, 1, 1)};
@@ -175,7 +210,7 @@ START_TEST(test_transpose_3d)
         for (int j = 0; j < 3; j++)
             for (int k = 0; k < 4; k++)
                 ck_assert_double_eq(tg_grad_get(x, (i * 3 + j) * 4 + k), 6 * k + 2 * j + i);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -187,7 +222,7 @@ START_TEST(test_permute_3d)
 {
     tg_dtype dt = k_dtypes[_i];
     for (int neg = 0; neg < 2; neg++) {
-        tg_ctx *ctx = tg_ctx_new();
+        tg_ctx *ctx = ctx_new();
         tg_tensor *x = iota(ctx, dt, TG_DIMS(2, 3, 4), "x");
         static const int perm[] = {2, 0, 1}, perm_neg[] = {-1, 0, -2};
         tg_tensor *y = tg_permute(ctx, x, neg ? perm_neg : perm);
@@ -203,7 +238,7 @@ START_TEST(test_permute_3d)
             for (int c = 0; c < 3; c++)
                 for (int a = 0; a < 4; a++)
                     ck_assert_double_eq(tg_grad_get(x, (b * 3 + c) * 4 + a), 6 * a + 3 * b + c);
-        tg_ctx_free(ctx);
+        ctx_free(ctx);
     }
 }
 END_TEST
@@ -213,7 +248,7 @@ END_TEST
 START_TEST(test_permute_rank6)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = iota(ctx, dt, TG_DIMS(2, 1, 3, 1, 2, 2), "x");
     tg_tensor *y = tg_permute(ctx, x, (const int[]){5, 3, 1, 0, 2, 4});
     tg_graph *g = fwd(ctx, y);
@@ -237,7 +272,7 @@ START_TEST(test_permute_rank6)
         tu_assert_gradcheck(ctx, y);
     else
         gradcheck_f32(ctx, y);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -247,7 +282,7 @@ END_TEST
 START_TEST(test_heads_split_merge)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = iota(ctx, dt, TG_DIMS(2, 3, 4), "x");
     static const int p0213[] = {0, 2, 1, 3};
     tg_tensor *heads = tg_permute(ctx, tg_reshape(ctx, x, TG_DIMS(2, 3, 2, 2)), p0213);
@@ -266,7 +301,7 @@ START_TEST(test_heads_split_merge)
     bwd_iota(ctx, g, merged);
     for (int i = 0; i < 24; i++)
         ck_assert_double_eq(tg_grad_get(x, i), i);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -276,7 +311,7 @@ END_TEST
 START_TEST(test_reshape_infer)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = iota(ctx, dt, TG_DIMS(2, 6), "x");
     tg_tensor *ys[4] = {tg_reshape(ctx, x, TG_DIMS(3, -1)), tg_reshape(ctx, x, TG_DIMS(-1)),
                         tg_reshape(ctx, x, TG_DIMS(2, -1, 3)),
@@ -296,7 +331,7 @@ START_TEST(test_reshape_infer)
     bwd_iota(ctx, g, ys[0]);
     for (int i = 0; i < 12; i++)
         ck_assert_double_eq(tg_grad_get(x, i), i);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -305,7 +340,7 @@ END_TEST
 START_TEST(test_reshape_view)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(2, 2), "x", VALS(1, 2, 3, 4));
     tg_tensor *r = tg_reshape(ctx, x, TG_DIMS(4));
     tg_tensor *s = tg_reshape(ctx, tg_scale(ctx, x, 2.0), TG_DIMS(1, 4));
@@ -322,7 +357,7 @@ START_TEST(test_reshape_view)
     EXPECT_DATA(s, 0, -2, 1, 14, 0);
     /* an op result cannot be written through the view */
     ck_assert_int_eq(tg_tensor_set_data(r, VALS(0, 0, 0, 0), TG_F64, 4), TG_ERR_STATE);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -331,7 +366,7 @@ END_TEST
 START_TEST(test_reshape_rank0_rank6)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(1, 1, 1), "x", VALS(-2.5));
     tg_tensor *s = tg_reshape(ctx, x, 0, NULL);
     tg_tensor *v = tg_reshape(ctx, s, TG_DIMS(-1));
@@ -356,7 +391,7 @@ START_TEST(test_reshape_rank0_rank6)
     ck_assert_double_eq(tg_get_at(r6, idx), 12 + 8 + 2);
     for (int i = 0; i < 24; i++)
         ck_assert_double_eq(tg_get(back, i), i);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -368,7 +403,7 @@ END_TEST
 START_TEST(test_narrow_2d)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = iota(ctx, dt, TG_DIMS(4, 3), "x");
     tg_tensor *ys[4] = {tg_narrow(ctx, x, 0, 1, 2), tg_narrow(ctx, x, 1, 2, 1),
                         tg_narrow(ctx, x, -1, 0, 2), tg_narrow(ctx, x, 0, 0, 4)};
@@ -389,7 +424,7 @@ START_TEST(test_narrow_2d)
     tg_graph_zero_grad(g);
     bwd(ctx, g, ys[1], VALS(1, 2, 3, 4));
     EXPECT_GRAD(x, 0, 0, 0, 1, 0, 0, 2, 0, 0, 3, 0, 0, 4);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -398,7 +433,7 @@ END_TEST
 START_TEST(test_narrow_inner_axes)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = iota(ctx, dt, TG_DIMS(2, 4, 3), "x");
     tg_tensor *y = tg_narrow(ctx, x, 1, 1, 2);
     tg_tensor *x6 = iota(ctx, dt, TG_DIMS(2, 1, 3, 1, 2, 2), "x6");
@@ -421,7 +456,7 @@ START_TEST(test_narrow_inner_axes)
         int o = i / 12, j = (i % 12) / 4, r = i % 4;
         ck_assert_double_eq(tg_grad_get(x6, i), j == 2 ? o * 4 + r : 0);
     }
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -431,7 +466,7 @@ END_TEST
 START_TEST(test_used_twice)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(4), "x", VALS(1, 10, 100, 1000));
     tg_tensor *y = tg_add(ctx, tg_narrow(ctx, x, 0, 0, 3), tg_narrow(ctx, x, 0, 1, 3));
     tg_graph *g = fwd(ctx, y);
@@ -445,7 +480,7 @@ START_TEST(test_used_twice)
     EXPECT_DATA(sym, 0, 2, 5, 5, 8);
     bwd(ctx, g, sym, VALS(1, 2, 3, 4)); /* dm = dy + dy^T = [[2,5],[5,8]] */
     EXPECT_GRAD(m, 0, 2, 5, 5, 8);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -453,7 +488,7 @@ END_TEST
 START_TEST(test_backward_twice)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 11);
     tg_tensor *x = tu_input(ctx, dt, TG_DIMS(3, 4, 5), "x", -1, 1);
     tg_tensor *y = tg_narrow(ctx, tg_permute(ctx, tg_reshape(ctx, x, TG_DIMS(3, 20)),
@@ -471,7 +506,7 @@ START_TEST(test_backward_twice)
     for (int i = 0; i < 60; i++)
         ck_assert_msg(tg_grad_get(x, i) == 2 * g1[i], "dx[%d] = %.17g, expected 2 * %.17g", i,
                       tg_grad_get(x, i), g1[i]);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -479,7 +514,7 @@ END_TEST
 START_TEST(test_rerun_new_data)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3), "x", VALS(1, 2, 3, 4, 5, 6));
     tg_tensor *y = tg_narrow(ctx, tg_transpose(ctx, x, 0, 1), 0, 1, 2); /* rows 1..2 of x^T */
     tg_graph *g = fwd(ctx, y);
@@ -487,7 +522,7 @@ START_TEST(test_rerun_new_data)
     tu_set(x, VALS(-1, -2, -3, -4, -5, -6));
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     EXPECT_DATA(y, 0, -2, -5, -3, -6);
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -496,7 +531,7 @@ END_TEST
 START_TEST(test_rank0)
 {
     tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *s = in(ctx, dt, 0, NULL, "s", VALS(4.5));
     tg_tensor *p = tg_permute(ctx, s, (const int[]){0});
     ck_assert_ptr_nonnull(p);
@@ -511,14 +546,14 @@ START_TEST(test_rank0)
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_null(tg_narrow(ctx, s, 0, 0, 1));
     tu_assert_error(ctx, TG_ERR_AXIS, "tg_narrow");
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 /* ---- errors --------------------------------------------------------------------------------- */
 START_TEST(test_err_transpose)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "x");
     ck_assert_ptr_null(tg_transpose(ctx, x, 0, 2));
     tu_assert_error(ctx, TG_ERR_AXIS, "tg_transpose");
@@ -529,13 +564,13 @@ START_TEST(test_err_transpose)
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_null(tg_transpose(ctx, x, 1, 1 << 30));
     tu_assert_error(ctx, TG_ERR_AXIS, "tg_transpose");
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_permute)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(2, 3, 4), "x");
     ck_assert_ptr_null(tg_permute(ctx, x, (const int[]){0, 0, 1}));
     tu_assert_error(ctx, TG_ERR_AXIS, "tg_permute");
@@ -553,13 +588,13 @@ START_TEST(test_err_permute)
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_null(tg_permute(ctx, x, NULL));
     tu_assert_error(ctx, TG_ERR_ARG, "tg_permute");
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_reshape)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "x");
     struct {
         int rank;
@@ -587,7 +622,7 @@ START_TEST(test_err_reshape)
     }
     ck_assert_ptr_null(tg_reshape(ctx, x, 2, NULL));
     tu_assert_error(ctx, TG_ERR_ARG, "tg_reshape");
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -595,7 +630,7 @@ END_TEST
  * x has 4 elements, (4, 2^62 + 1) multiplies to 2^64 + 4 == 4 (mod 2^64). */
 START_TEST(test_err_reshape_overflow)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(4), "x");
     const int64_t huge = ((int64_t)1 << 62) + 1;
     ck_assert_ptr_null(tg_reshape(ctx, x, TG_DIMS(4, huge)));
@@ -603,13 +638,13 @@ START_TEST(test_err_reshape_overflow)
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_null(tg_reshape(ctx, x, TG_DIMS(4, huge, -1)));
     tu_assert_error(ctx, TG_ERR_SHAPE, "tg_reshape");
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_narrow)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(4, 3), "x");
     ck_assert_ptr_null(tg_narrow(ctx, x, 2, 0, 1));
     tu_assert_error(ctx, TG_ERR_AXIS, "tg_narrow");
@@ -632,14 +667,14 @@ START_TEST(test_err_narrow)
     }
     ck_assert_ptr_null(tg_narrow(ctx, x, 0, 2, 3));
     tu_assert_error(ctx, TG_ERR_SHAPE, "[2, 5)");
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 /* Another context's tensor; NULL propagation; first error sticks; no graph over a failure. */
 START_TEST(test_err_context_null_first)
 {
-    tg_ctx *ctx = tg_ctx_new(), *other = tg_ctx_new();
+    tg_ctx *ctx = ctx_new(), *other = ctx_new();
     tg_tensor *xo = tg_input(other, TG_F32, TG_DIMS(2, 3), "x_other");
     ck_assert_ptr_null(tg_transpose(ctx, xo, 0, 1));
     tu_assert_error(ctx, TG_ERR_ARG, "tg_transpose");
@@ -680,8 +715,8 @@ START_TEST(test_err_context_null_first)
     ck_assert_str_eq(tg_ctx_message(ctx), first);
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_nonnull(tg_graph_new(ctx, &good, 1));
-    tg_ctx_free(other);
-    tg_ctx_free(ctx);
+    ctx_free(other);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -711,20 +746,20 @@ static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
 
 START_TEST(test_gradcheck_f64)
 {
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 300 + (uint64_t)_i);
     tu_assert_gradcheck(ctx, gc_case(ctx, TG_F64, _i));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_gradcheck_f32)
 {
     static const int cases[] = {2, 3, 8, 9};
-    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx *ctx = ctx_new();
     tg_ctx_seed(ctx, 400 + (uint64_t)_i);
     gradcheck_f32(ctx, gc_case(ctx, TG_F32, cases[_i]));
-    tg_ctx_free(ctx);
+    ctx_free(ctx);
 }
 END_TEST
 
@@ -763,6 +798,7 @@ static Suite *shape_suite(void)
 {
     Suite *s = suite_create("ops_shape");
     TCase *tc = tcase_create("forward");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_add_loop_test(tc, test_transpose_2d, 0, 2);
     tcase_add_loop_test(tc, test_transpose_3d, 0, 2);
     tcase_add_loop_test(tc, test_permute_3d, 0, 2);
@@ -774,6 +810,7 @@ static Suite *shape_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_add_test(tc, test_err_transpose);
     tcase_add_test(tc, test_err_permute);
     tcase_add_test(tc, test_err_reshape);
@@ -783,17 +820,20 @@ static Suite *shape_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("gradcheck");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_gradcheck_f64, 0, N_GC_CASES);
     tcase_add_loop_test(tc, test_gradcheck_f32, 0, 4);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("threads");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_thread_invariance, 0, 2 * N_TI);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("edge");
+    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_permute_rank6, 0, 2);
     tcase_add_loop_test(tc, test_reshape_rank0_rank6, 0, 2);

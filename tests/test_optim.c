@@ -1,0 +1,1113 @@
+#define _POSIX_C_SOURCE 200809L
+/*
+ * test_optim.c - optimizers, gradient clipping, the learning-rate schedule, and training
+ * sanity.
+ *
+ * - PyTorch parity: every tests/fixtures/optim_<case>.safetensors (written by
+ *   tools/gen_optim_fixtures.py with torch.optim, PyTorch 1.13) is replayed step by step with
+ *   the stored gradients and per-step learning rates; after every step
+ *   max |ours - ref| / (1 + max |ref|) <= 1e-12 (f64), 1e-5 (f32).
+ * - Single steps computed by hand (SGD with momentum and weight decay, Adam, AdamW).
+ * - A NaN / infinite gradient changes nothing (parameters, state, step count; bitwise) and
+ *   names the parameter; a rejected first step does not consume SGD's "first step".
+ * - tg_grad_norm / tg_clip_grad_norm (torch.nn.utils.clip_grad_norm_ semantics),
+ *   tg_lr_warmup_cosine, bad hyperparameters, state naming, thread invariance of the update.
+ * - A tiny transformer overfits one batch; dropout keeps ~(1 - p), scales by 1 / (1 - p), is
+ *   the identity in eval mode and draws the same mask for any thread count.
+ */
+#include "testutil.h"
+#include "tgrad_io.h"
+#include "tgrad_train.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------ */
+/* helpers                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Build a graph sum(p_i) over the parameters so every one gets a gradient buffer, which the
+ * tests then fill directly. */
+static tg_graph *grad_graph(tg_ctx *ctx, int n, tg_tensor *const *params)
+{
+    tg_tensor *outs[16];
+    ck_assert_int_le(n, 16);
+    for (int i = 0; i < n; i++)
+        outs[i] = tg_sum_all(ctx, params[i]);
+    tg_graph *g = tg_graph_new(ctx, outs, n);
+    ck_assert_msg(g != NULL, "%s", tg_ctx_message(ctx));
+    for (int i = 0; i < n; i++)
+        ck_assert_ptr_nonnull(tg_tensor_grad(params[i]));
+    return g;
+}
+
+/* Gradient element k of p := v (converted to p's dtype). */
+static void grad_set(tg_tensor *p, int64_t k, double v)
+{
+    void *g = tg_tensor_grad(p);
+    ck_assert_ptr_nonnull(g);
+    if (tg_tensor_dtype(p) == TG_F32)
+        ((float *)g)[k] = (float)v;
+    else
+        ((double *)g)[k] = v;
+}
+
+static void grad_set_all(tg_tensor *p, const double *v)
+{
+    for (int64_t k = 0; k < tg_tensor_numel(p); k++)
+        grad_set(p, k, v[k]);
+}
+
+/* Gradient of p := data of src (same numel). */
+static void grad_from(tg_tensor *p, const tg_tensor *src)
+{
+    ck_assert_int_eq(tg_tensor_numel(p), tg_tensor_numel(src));
+    for (int64_t k = 0; k < tg_tensor_numel(p); k++)
+        grad_set(p, k, tg_get(src, k));
+}
+
+/* Fill p's gradient with N(0, 1) values from the context RNG. */
+static void grad_randn(tg_tensor *p)
+{
+    for (int64_t k = 0; k < tg_tensor_numel(p); k++)
+        grad_set(p, k, tg_rng_normal(tg_tensor_ctx(p)));
+}
+
+static size_t nbytes(const tg_tensor *t)
+{
+    return (size_t)tg_tensor_numel(t) * tg_dtype_size(tg_tensor_dtype(t));
+}
+
+/* A malloc'd copy of the bytes of every parameter's data and gradient and every state tensor
+ * of @p o, to compare bitwise. */
+static unsigned char *snapshot(const tg_optim *o, size_t *len)
+{
+    size_t n = 0;
+    for (int64_t i = 0; i < tg_optim_n_params(o); i++)
+        n += 2 * nbytes(tg_optim_param(o, i));
+    for (int64_t i = 0; i < tg_optim_n_state(o); i++)
+        n += nbytes(tg_optim_state(o, i));
+    unsigned char *b = malloc(n ? n : 1), *w = b;
+    ck_assert_ptr_nonnull(b);
+    for (int64_t i = 0; i < tg_optim_n_params(o); i++) {
+        tg_tensor *p = tg_optim_param(o, i);
+        memcpy(w, tg_tensor_data(p), nbytes(p));
+        w += nbytes(p);
+        memcpy(w, tg_tensor_grad(p), nbytes(p));
+        w += nbytes(p);
+    }
+    for (int64_t i = 0; i < tg_optim_n_state(o); i++) {
+        tg_tensor *s = tg_optim_state(o, i);
+        memcpy(w, tg_tensor_data(s), nbytes(s));
+        w += nbytes(s);
+    }
+    *len = n;
+    return b;
+}
+
+/* max |ours - ref| / (1 + max |ref|); NaN counts as infinite. */
+static double rel_err(const tg_tensor *ours, const tg_tensor *ref)
+{
+    ck_assert_int_eq(tg_tensor_numel(ours), tg_tensor_numel(ref));
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < tg_tensor_numel(ref); i++) {
+        double d = fabs(tg_get(ours, i) - tg_get(ref, i));
+        if (!(d <= md))
+            md = isnan(d) ? INFINITY : d;
+        if (fabs(tg_get(ref, i)) > mr)
+            mr = fabs(tg_get(ref, i));
+    }
+    return md / (1 + mr);
+}
+
+static bool contains(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
+
+/* ------------------------------------------------------------------------------------------ */
+/* (a) PyTorch parity: replay tests/fixtures/optim_<case>.safetensors                          */
+/* ------------------------------------------------------------------------------------------ */
+
+static const char *const fixture_cases[] = {
+    "sgd_plain",    "sgd_momentum_wd", "sgd_dampening", "sgd_nesterov",
+    "adam_default", "adam_wd",         "adamw_default", "adamw_custom",
+};
+#define N_FIXTURES ((int)(sizeof fixture_cases / sizeof fixture_cases[0]))
+
+static double meta_num(const tg_safetensors *st, const char *key)
+{
+    const char *s = tg_safetensors_meta_get(st, key);
+    ck_assert_msg(s != NULL, "metadata '%s' missing", key);
+    char *end;
+    double v = strtod(s, &end);
+    ck_assert_msg(end != s && *end == '\0', "metadata '%s' = '%s' is not a number", key, s);
+    return v;
+}
+
+static void replay_fixture(const char *name, tg_dtype dt)
+{
+    double tol = dt == TG_F64 ? 1e-12 : 1e-5;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/optim_%s.safetensors", TG_FIXTURES, name);
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, path);
+    ck_assert_msg(st != NULL, "%s: %s", path, tg_ctx_message(ctx));
+
+    const char *kind = tg_safetensors_meta_get(st, "kind");
+    ck_assert_ptr_nonnull(kind);
+    tg_optim_kind k = strcmp(kind, "sgd") == 0    ? TG_OPTIM_SGD
+                      : strcmp(kind, "adam") == 0 ? TG_OPTIM_ADAM
+                                                  : TG_OPTIM_ADAMW;
+    ck_assert(k != TG_OPTIM_ADAMW || strcmp(kind, "adamw") == 0);
+    tg_optim_config cfg = tg_optim_defaults(k);
+    cfg.momentum = meta_num(st, "momentum");
+    cfg.dampening = meta_num(st, "dampening");
+    cfg.nesterov = meta_num(st, "nesterov") != 0;
+    cfg.weight_decay = meta_num(st, "weight_decay");
+    cfg.beta1 = meta_num(st, "beta1");
+    cfg.beta2 = meta_num(st, "beta2");
+    cfg.eps = meta_num(st, "eps");
+    cfg.lr = 12345; /* never used: every step passes its own lr */
+    int n = (int)meta_num(st, "n_params"), steps = (int)meta_num(st, "n_steps");
+    ck_assert(n >= 1 && n <= 8 && steps >= 1 && steps <= 16);
+
+    double lr[16];
+    const char *s = tg_safetensors_meta_get(st, "lr");
+    ck_assert_ptr_nonnull(s);
+    for (int i = 0; i < steps; i++) {
+        char *end;
+        lr[i] = strtod(s, &end);
+        ck_assert_msg(end != s && *end == (i + 1 < steps ? ',' : '\0'), "bad lr list");
+        s = end + (*end == ',');
+    }
+
+    tg_tensor *params[8];
+    char key[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof key, "p0.%d", i);
+        tg_tensor *f = tg_safetensors_find(st, key);
+        ck_assert_msg(f != NULL, "%s: %s missing", name, key);
+        snprintf(key, sizeof key, "w%d", i);
+        params[i] = tg_param(ctx, dt, tg_tensor_rank(f), tg_tensor_shape(f), key);
+        ck_assert_ptr_nonnull(params[i]);
+        ck_assert_int_eq(tg_tensor_copy(params[i], f), TG_OK);
+    }
+    grad_graph(ctx, n, params);
+    tg_optim *opt = tg_optim_new(ctx, &cfg, n, params);
+    ck_assert_msg(opt != NULL, "%s", tg_ctx_message(ctx));
+
+    for (int t = 1; t <= steps; t++) {
+        for (int i = 0; i < n; i++) {
+            snprintf(key, sizeof key, "g%d.%d", t, i);
+            tg_tensor *g = tg_safetensors_find(st, key);
+            ck_assert_msg(g != NULL, "%s: %s missing", name, key);
+            grad_from(params[i], g);
+        }
+        ck_assert_int_eq(tg_optim_step(opt, lr[t - 1]), TG_OK);
+        ck_assert_int_eq(tg_optim_steps(opt), t);
+        for (int i = 0; i < n; i++) {
+            snprintf(key, sizeof key, "p%d.%d", t, i);
+            tg_tensor *ref = tg_safetensors_find(st, key);
+            ck_assert_msg(ref != NULL, "%s: %s missing", name, key);
+            double e = rel_err(params[i], ref);
+            ck_assert_msg(e <= tol, "%s (%s): step %d param %d: rel err %.3g > %g", name,
+                          tg_dtype_str(dt), t, i, e, tol);
+        }
+    }
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
+    tg_ctx_free(ctx);
+}
+
+START_TEST(test_fixture_f64) { replay_fixture(fixture_cases[_i], TG_F64); }
+END_TEST
+
+START_TEST(test_fixture_f32) { replay_fixture(fixture_cases[_i], TG_F32); }
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* (b) single steps computed by hand                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/* SGD, lr 0.1, momentum 0.9, weight_decay 0.1, p = 2, grad 0.5 at both steps:
+ *   step 1: d = 0.5 + 0.1 * 2 = 0.7;  b = d = 0.7 (first step: plain copy);
+ *           p = 2 - 0.1 * 0.7 = 1.93
+ *   step 2: d = 0.5 + 0.1 * 1.93 = 0.693;  b = 0.9 * 0.7 + 0.693 = 1.323;
+ *           p = 1.93 - 0.1 * 1.323 = 1.7977          (PyTorch: 1.93, 1.7976999999999999)
+ * Plain SGD with lr argument -1 uses the configured lr (default 1e-2):
+ *   p = 2 - 0.01 * 0.5 = 1.995 */
+START_TEST(test_sgd_by_hand)
+{
+    for (int d = 0; d < 2; d++) {
+        tg_dtype dt = d ? TG_F32 : TG_F64;
+        double tol = d ? 1e-6 : 1e-15;
+        tg_ctx *ctx = tg_ctx_new();
+        tg_tensor *w = tg_param(ctx, dt, 0, NULL, "w");
+        tg_tensor *u = tg_param(ctx, dt, 0, NULL, "u");
+        grad_graph(ctx, 2, (tg_tensor *[]){w, u});
+
+        tg_optim_config c = tg_optim_defaults(TG_OPTIM_SGD);
+        c.lr = 0.1;
+        c.momentum = 0.9;
+        c.weight_decay = 0.1;
+        tg_optim *o = tg_optim_new(ctx, &c, 1, &w);
+        ck_assert_ptr_nonnull(o);
+        tg_set(w, 0, 2.0);
+        grad_set(w, 0, 0.5);
+        ck_assert_int_eq(tg_optim_step(o, -1), TG_OK);
+        ck_assert_double_eq_tol(tg_get(w, 0), 1.93, tol);
+        ck_assert_double_eq_tol(tg_get(tg_optim_state(o, 0), 0), 0.7, tol);
+        ck_assert_int_eq(tg_optim_step(o, 0.1), TG_OK);
+        ck_assert_double_eq_tol(tg_get(w, 0), 1.7977, tol);
+        ck_assert_double_eq_tol(tg_get(tg_optim_state(o, 0), 0), 1.323, tol);
+        ck_assert_int_eq(tg_optim_steps(o), 2);
+
+        tg_optim_config plain = tg_optim_defaults(TG_OPTIM_SGD);
+        ck_assert_double_eq(plain.lr, 1e-2);
+        tg_optim *o2 = tg_optim_new(ctx, &plain, 1, &u);
+        ck_assert_ptr_nonnull(o2);
+        ck_assert_int_eq(tg_optim_n_state(o2), 0);
+        tg_set(u, 0, 2.0);
+        grad_set(u, 0, 0.5);
+        ck_assert_int_eq(tg_optim_step(o2, -1), TG_OK);
+        ck_assert_double_eq_tol(tg_get(u, 0), 1.995, tol);
+        /* lr 0 is allowed and changes nothing */
+        ck_assert_int_eq(tg_optim_step(o2, 0), TG_OK);
+        ck_assert_double_eq_tol(tg_get(u, 0), 1.995, tol);
+        tg_ctx_free(ctx);
+    }
+}
+END_TEST
+
+/* AdamW, lr 0.1, weight_decay 0.01, betas (0.9, 0.999), eps 1e-8, p = 1, grad 0.5, t = 1:
+ *   p <- p (1 - lr wd) = 0.999
+ *   m = 0.1 * 0.5 = 0.05;  v = 0.001 * 0.25 = 2.5e-4
+ *   m / (1 - 0.9) = 0.5;  sqrt(v / (1 - 0.999)) = 0.5
+ *   p <- 0.999 - 0.1 * 0.5 / (0.5 + 1e-8) = 0.999 - 0.1 / (1 + 2e-8) = 0.899000002
+ *                                                                  (PyTorch: 0.899000002)
+ * Adam (L2), lr 0.1, weight_decay 0.5, p = 1, grad 0.5, t = 1:
+ *   g = 0.5 + 0.5 * 1 = 1;  m = 0.1, v = 0.001;  m_hat = 1, sqrt(v_hat) = 1
+ *   p <- 1 - 0.1 * 1 / (1 + 1e-8) = 0.900000001                    (PyTorch: 0.900000001) */
+START_TEST(test_adam_by_hand)
+{
+    for (int d = 0; d < 2; d++) {
+        tg_dtype dt = d ? TG_F32 : TG_F64;
+        double tol = d ? 1e-6 : 1e-15;
+        tg_ctx *ctx = tg_ctx_new();
+        tg_tensor *w = tg_param(ctx, dt, 0, NULL, "w");
+        tg_tensor *u = tg_param(ctx, dt, 0, NULL, "u");
+        grad_graph(ctx, 2, (tg_tensor *[]){w, u});
+
+        tg_optim_config c = tg_optim_defaults(TG_OPTIM_ADAMW);
+        ck_assert_double_eq(c.weight_decay, 1e-2);
+        ck_assert_double_eq(c.lr, 1e-3);
+        tg_optim *o = tg_optim_new(ctx, &c, 1, &w);
+        ck_assert_ptr_nonnull(o);
+        tg_set(w, 0, 1.0);
+        grad_set(w, 0, 0.5);
+        ck_assert_int_eq(tg_optim_step(o, 0.1), TG_OK);
+        ck_assert_double_eq_tol(tg_get(w, 0), 0.999 - 0.1 / (1 + 2e-8), tol);
+        ck_assert_double_eq_tol(tg_get(w, 0), 0.899000002, tol);
+        ck_assert_double_eq_tol(tg_get(tg_optim_state(o, 0), 0), 0.05, tol);   /* m */
+        ck_assert_double_eq_tol(tg_get(tg_optim_state(o, 1), 0), 2.5e-4, tol); /* v */
+
+        tg_optim_config a = tg_optim_defaults(TG_OPTIM_ADAM);
+        ck_assert_double_eq(a.weight_decay, 0);
+        a.weight_decay = 0.5;
+        tg_optim *o2 = tg_optim_new(ctx, &a, 1, &u);
+        ck_assert_ptr_nonnull(o2);
+        tg_set(u, 0, 1.0);
+        grad_set(u, 0, 0.5);
+        ck_assert_int_eq(tg_optim_step(o2, 0.1), TG_OK);
+        ck_assert_double_eq_tol(tg_get(u, 0), 0.900000001, tol);
+        ck_assert_double_eq_tol(tg_get(tg_optim_state(o2, 0), 0), 0.1, tol);
+        ck_assert_double_eq_tol(tg_get(tg_optim_state(o2, 1), 0), 1e-3, tol);
+        tg_ctx_free(ctx);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* (c) non-finite gradients                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+static tg_optim_config nonfinite_cfg(int kind)
+{
+    tg_optim_config c = tg_optim_defaults((tg_optim_kind)kind);
+    if (kind == TG_OPTIM_SGD) {
+        c.momentum = 0.9;
+        c.weight_decay = 0.1;
+    } else if (kind == TG_OPTIM_ADAM) {
+        c.weight_decay = 0.1;
+    }
+    return c;
+}
+
+/* _i = kind (SGD with momentum, Adam, AdamW) x dtype */
+START_TEST(test_nonfinite_grad)
+{
+    int kind = _i % 3;
+    tg_dtype dt = _i / 3 ? TG_F32 : TG_F64;
+    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx_seed(ctx, 7);
+    tg_tensor *p[2] = {tg_param(ctx, dt, TG_DIMS(3, 4), "enc.weight"),
+                       tg_param(ctx, dt, TG_DIMS(5), "enc.bias")};
+    tg_fill_normal(p[0], 0, 1);
+    tg_fill_normal(p[1], 0, 1);
+    grad_graph(ctx, 2, p);
+    tg_optim_config c = nonfinite_cfg(kind);
+    tg_optim *o = tg_optim_new(ctx, &c, 2, p);
+    ck_assert_ptr_nonnull(o);
+    for (int s = 0; s < 2; s++) { /* make the state non-trivial */
+        grad_randn(p[0]);
+        grad_randn(p[1]);
+        ck_assert_int_eq(tg_optim_step(o, 0.05), TG_OK);
+    }
+    const double bad[] = {NAN, INFINITY, -INFINITY};
+    for (int b = 0; b < 3; b++) {
+        for (int which = 0; which < 2; which++) {
+            grad_randn(p[0]);
+            grad_randn(p[1]);
+            grad_set(p[which], which ? 4 : 5, bad[b]);
+            size_t n0, n1;
+            unsigned char *before = snapshot(o, &n0);
+            int64_t t0 = tg_optim_steps(o);
+            ck_assert_int_eq(tg_optim_step(o, 0.05), TG_ERR_NONFINITE);
+            ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_NONFINITE);
+            const char *msg = tg_ctx_message(ctx);
+            ck_assert_msg(contains(msg, "tg_optim_step") &&
+                              contains(msg, tg_tensor_name(p[which])),
+                          "message '%s' does not name '%s'", msg, tg_tensor_name(p[which]));
+            ck_assert_msg(which || !contains(msg, "enc.bias"), "wrong parameter: %s", msg);
+            unsigned char *after = snapshot(o, &n1);
+            ck_assert_uint_eq(n0, n1);
+            ck_assert_msg(memcmp(before, after, n0) == 0,
+                          "a rejected step modified parameters or state (bad %g, param %d)",
+                          bad[b], which);
+            ck_assert_int_eq(tg_optim_steps(o), t0);
+            free(before);
+            free(after);
+            tg_ctx_clear_error(ctx);
+        }
+    }
+    /* a finite gradient goes through again */
+    grad_randn(p[0]);
+    grad_randn(p[1]);
+    ck_assert_int_eq(tg_optim_step(o, 0.05), TG_OK);
+    ck_assert_int_eq(tg_optim_steps(o), 3);
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* A rejected first step must not count as SGD's first step (where the momentum buffer is a
+ * plain copy of the gradient): NaN step + good step == good step alone, bitwise. */
+START_TEST(test_nonfinite_first_step)
+{
+    for (int kind = 0; kind < 3; kind++) {
+        tg_ctx *cx[2];
+        tg_tensor *w[2];
+        tg_optim *o[2];
+        for (int r = 0; r < 2; r++) {
+            cx[r] = tg_ctx_new();
+            w[r] = tg_param(cx[r], TG_F64, TG_DIMS(4), "w");
+            tg_fill(w[r], 1.5);
+            grad_graph(cx[r], 1, &w[r]);
+            tg_optim_config c = nonfinite_cfg(kind);
+            o[r] = tg_optim_new(cx[r], &c, 1, &w[r]);
+            ck_assert_ptr_nonnull(o[r]);
+        }
+        const double g[] = {0.25, -1, 2, 0.5};
+        grad_set_all(w[0], g);
+        grad_set(w[0], 2, NAN);
+        ck_assert_int_eq(tg_optim_step(o[0], 0.1), TG_ERR_NONFINITE);
+        ck_assert_int_eq(tg_optim_steps(o[0]), 0);
+        for (int r = 0; r < 2; r++) {
+            grad_set_all(w[r], g);
+            ck_assert_int_eq(tg_optim_step(o[r], 0.1), TG_OK);
+            ck_assert_int_eq(tg_optim_steps(o[r]), 1);
+        }
+        size_t n0, n1;
+        unsigned char *a = snapshot(o[0], &n0), *b = snapshot(o[1], &n1);
+        ck_assert_uint_eq(n0, n1);
+        ck_assert_msg(memcmp(a, b, n0) == 0, "kind %d: rejected step left a trace", kind);
+        free(a);
+        free(b);
+        tg_ctx_free(cx[0]);
+        tg_ctx_free(cx[1]);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* (d) gradient norm and clipping                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Context with a (2) "a", q (1) "b" (both with gradient buffers) and r (3) "unused" (none);
+ * gradients a = (3, 4), b = (12): global norm 13. */
+typedef struct {
+    tg_ctx *ctx;
+    tg_tensor *a, *b, *r;
+} clip_fix;
+
+static clip_fix clip_setup(tg_dtype dt)
+{
+    clip_fix f;
+    f.ctx = tg_ctx_new();
+    f.a = tg_param(f.ctx, dt, TG_DIMS(2), "a");
+    f.b = tg_param(f.ctx, dt, TG_DIMS(1), "b");
+    f.r = tg_param(f.ctx, dt, TG_DIMS(3), "unused");
+    grad_graph(f.ctx, 2, (tg_tensor *[]){f.a, f.b});
+    ck_assert_ptr_null(tg_tensor_grad(f.r));
+    grad_set_all(f.a, (const double[]){3, 4});
+    grad_set(f.b, 0, 12);
+    return f;
+}
+
+/* Gradients == (3, 4), (12) times s, within tol (tol 0: exactly). */
+static void assert_grads(const clip_fix *f, double s, double tol)
+{
+    const double want[3] = {3 * s, 4 * s, 12 * s};
+    const double got[3] = {tg_grad_get(f->a, 0), tg_grad_get(f->a, 1), tg_grad_get(f->b, 0)};
+    for (int k = 0; k < 3; k++)
+        ck_assert_msg(fabs(got[k] - want[k]) <= tol, "grad %d = %.17g, want %.17g (tol %g)", k,
+                      got[k], want[k], tol);
+}
+
+START_TEST(test_clip_grad_norm)
+{
+    for (int d = 0; d < 2; d++) {
+        tg_dtype dt = d ? TG_F32 : TG_F64;
+        double tol = d ? 1e-5 : 1e-14;
+        clip_fix f = clip_setup(dt);
+        /* norms: NULL = every parameter of the context; "unused" counts as zero */
+        ck_assert_double_eq(tg_grad_norm(f.ctx, 0, NULL), 13);
+        ck_assert_double_eq(tg_grad_norm(f.ctx, 1, &f.a), 5);
+        ck_assert_double_eq(tg_grad_norm(f.ctx, 1, &f.r), 0);
+        ck_assert_double_eq(tg_grad_norm(f.ctx, 3, (tg_tensor *[]){f.r, f.b, f.a}), 13);
+
+        /* norm < max_norm: untouched (bitwise) */
+        double norm = -1;
+        double max_norms[] = {26, 13.5, 13.0 + 2e-6};
+        for (int k = 0; k < 3; k++) {
+            ck_assert_int_eq(tg_clip_grad_norm(f.ctx, 0, NULL, max_norms[k], &norm), TG_OK);
+            ck_assert_double_eq(norm, 13);
+            assert_grads(&f, 1, 0);
+        }
+        /* norm > max_norm: every gradient scaled by max_norm / (norm + 1e-6)
+         * (PyTorch: a = 1.4999998846153937, 1.9999998461538582, b = 5.999999538461575) */
+        ck_assert_int_eq(tg_clip_grad_norm(f.ctx, 0, NULL, 6.5, &norm), TG_OK);
+        ck_assert_double_eq(norm, 13);
+        assert_grads(&f, 6.5 / (13 + 1e-6), tol);
+        if (dt == TG_F64) {
+            ck_assert_double_eq_tol(tg_grad_get(f.a, 0), 1.4999998846153937, 1e-15);
+            ck_assert_double_eq_tol(tg_grad_get(f.b, 0), 5.999999538461575, 1e-14);
+        }
+        ck_assert_double_eq_tol(tg_grad_norm(f.ctx, 0, NULL), 6.5, 1e-5);
+        /* only the listed parameters are clipped, by their own norm (5) */
+        grad_set_all(f.a, (const double[]){3, 4});
+        grad_set(f.b, 0, 12);
+        ck_assert_int_eq(tg_clip_grad_norm(f.ctx, 1, &f.a, 1, NULL), TG_OK);
+        ck_assert_double_eq_tol(tg_grad_get(f.a, 0), 3 / (5 + 1e-6), tol);
+        ck_assert_double_eq_tol(tg_grad_get(f.a, 1), 4 / (5 + 1e-6), tol);
+        ck_assert_double_eq(tg_grad_get(f.b, 0), 12);
+        /* norm == max_norm: PyTorch multiplies by min(1, max_norm / (norm + 1e-6)), so it
+         * still scales, by 13 / (13 + 1e-6) (PyTorch: a[0] = 2.9999997692307874) */
+        grad_set_all(f.a, (const double[]){3, 4});
+        ck_assert_int_eq(tg_clip_grad_norm(f.ctx, 0, NULL, 13, &norm), TG_OK);
+        assert_grads(&f, 13 / (13 + 1e-6), tol);
+        if (dt == TG_F64)
+            ck_assert_double_eq_tol(tg_grad_get(f.a, 0), 2.9999997692307874, 1e-15);
+        ck_assert_int_eq(tg_ctx_status(f.ctx), TG_OK);
+        tg_ctx_free(f.ctx);
+    }
+}
+END_TEST
+
+START_TEST(test_clip_grad_norm_errors)
+{
+    clip_fix f = clip_setup(TG_F64);
+    double norm = 0;
+    /* max_norm <= 0 or NaN */
+    const double bad_max[] = {0, -1, NAN};
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(tg_clip_grad_norm(f.ctx, 0, NULL, bad_max[k], &norm), TG_ERR_ARG);
+        tu_assert_error(f.ctx, TG_ERR_ARG, "max_norm");
+        tg_ctx_clear_error(f.ctx);
+        assert_grads(&f, 1, 0);
+    }
+    ck_assert_int_eq(tg_clip_grad_norm(NULL, 0, NULL, 1, &norm), TG_ERR_ARG);
+    /* non-finite gradient -> non-finite norm: nothing changes */
+    const double bad[] = {NAN, INFINITY, -INFINITY};
+    for (int k = 0; k < 3; k++) {
+        grad_set(f.b, 0, bad[k]);
+        ck_assert_int_eq(tg_clip_grad_norm(f.ctx, 0, NULL, 1, &norm), TG_ERR_NONFINITE);
+        tu_assert_error(f.ctx, TG_ERR_NONFINITE, "tg_clip_grad_norm");
+        tg_ctx_clear_error(f.ctx);
+        ck_assert(!isfinite(norm));
+        ck_assert(isnan(bad[k]) ? isnan(norm) : norm == INFINITY);
+        ck_assert_double_eq(tg_grad_get(f.a, 0), 3);
+        ck_assert_double_eq(tg_grad_get(f.a, 1), 4);
+        ck_assert(isnan(bad[k]) ? isnan(tg_grad_get(f.b, 0)) : tg_grad_get(f.b, 0) == bad[k]);
+    }
+    /* finite gradients whose squares overflow double: the norm is +inf (as in PyTorch) and
+     * the gradients are left alone (PyTorch would zero them) */
+    grad_set_all(f.a, (const double[]){1e200, 1e200});
+    grad_set(f.b, 0, 0);
+    ck_assert_int_eq(tg_clip_grad_norm(f.ctx, 0, NULL, 1, &norm), TG_ERR_NONFINITE);
+    ck_assert_double_eq(tg_grad_get(f.a, 0), 1e200);
+    tg_ctx_free(f.ctx);
+
+    /* f32 gradients of 1e30: the norm is summed in double, so it is finite and clipping
+     * works (PyTorch's f32 norm overflows here) */
+    clip_fix g = clip_setup(TG_F32);
+    grad_set_all(g.a, (const double[]){3e30, 4e30});
+    grad_set(g.b, 0, 0);
+    ck_assert_int_eq(tg_clip_grad_norm(g.ctx, 0, NULL, 1, &norm), TG_OK);
+    ck_assert_double_eq_tol(norm / 5e30, 1, 1e-6);
+    ck_assert_double_eq_tol(tg_grad_get(g.a, 0), 0.6, 1e-6);
+    ck_assert_double_eq_tol(tg_grad_get(g.a, 1), 0.8, 1e-6);
+    tg_ctx_free(g.ctx);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* (e) warmup + cosine schedule                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+START_TEST(test_lr_warmup_cosine)
+{
+    const double base = 1e-3, mn = 1e-5;
+    const int64_t W = 10, N = 100;
+    /* warmup: base (step + 1) / W */
+    ck_assert_double_eq_tol(tg_lr_warmup_cosine(0, N, W, base, mn), base / W, 1e-18);
+    for (int64_t s = 0; s < W; s++)
+        ck_assert_double_eq_tol(tg_lr_warmup_cosine(s, N, W, base, mn),
+                                base * (double)(s + 1) / W, 1e-18);
+    ck_assert_double_eq_tol(tg_lr_warmup_cosine(W - 1, N, W, base, mn), base, 1e-18);
+    /* end of warmup: the cosine starts at base */
+    ck_assert_double_eq_tol(tg_lr_warmup_cosine(W, N, W, base, mn), base, 1e-18);
+    /* midpoint of the decay: (base + min) / 2; the end: min_lr, and it stays there */
+    ck_assert_double_eq_tol(tg_lr_warmup_cosine(W + (N - W) / 2, N, W, base, mn),
+                            (base + mn) / 2, 1e-15);
+    ck_assert_double_eq_tol(tg_lr_warmup_cosine(N, N, W, base, mn), mn, 1e-18);
+    ck_assert_double_eq_tol(tg_lr_warmup_cosine(N + 50, N, W, base, mn), mn, 1e-18);
+    /* strictly decreasing after warmup, never below min_lr; increasing during warmup */
+    for (int64_t s = 1; s < W; s++)
+        ck_assert(tg_lr_warmup_cosine(s, N, W, base, mn) >
+                  tg_lr_warmup_cosine(s - 1, N, W, base, mn));
+    for (int64_t s = W + 1; s <= N; s++) {
+        double a = tg_lr_warmup_cosine(s - 1, N, W, base, mn);
+        double b = tg_lr_warmup_cosine(s, N, W, base, mn);
+        ck_assert_msg(b < a, "not decreasing at step %lld: %g >= %g", (long long)s, b, a);
+        ck_assert(b >= mn - 1e-18 && b <= base);
+    }
+    /* cosine formula at an arbitrary step */
+    double pr = (37.0 - W) / (N - W);
+    ck_assert_double_eq_tol(tg_lr_warmup_cosine(37, N, W, base, mn),
+                            mn + 0.5 * (base - mn) * (1 + cos(3.14159265358979323846 * pr)), 1e-18);
+    /* no warmup: starts at base, ends at min_lr */
+    ck_assert_double_eq_tol(tg_lr_warmup_cosine(0, N, 0, base, mn), base, 1e-18);
+    ck_assert_double_eq_tol(tg_lr_warmup_cosine(N, N, 0, base, mn), mn, 1e-18);
+    ck_assert_double_eq_tol(tg_lr_warmup_cosine(N / 2, N, 0, base, mn), (base + mn) / 2, 1e-15);
+    for (int64_t s = 1; s <= N; s++)
+        ck_assert(tg_lr_warmup_cosine(s, N, 0, base, mn) <
+                  tg_lr_warmup_cosine(s - 1, N, 0, base, mn));
+    /* min_lr 0 ends at exactly 0 (well, cos(pi) rounding) */
+    ck_assert_double_eq_tol(tg_lr_warmup_cosine(N, N, W, base, 0), 0, 1e-18);
+    /* warmup covering the whole run: warmup values, then base */
+    ck_assert_double_eq_tol(tg_lr_warmup_cosine(4, 10, 10, base, mn), base * 0.5, 1e-18);
+    ck_assert_double_eq_tol(tg_lr_warmup_cosine(10, 10, 10, base, mn), base, 1e-18);
+    /* every value finite */
+    for (int64_t s = 0; s < 2 * N; s++)
+        ck_assert(isfinite(tg_lr_warmup_cosine(s, N, W, base, mn)));
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* (f) bad configurations and arguments                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+START_TEST(test_bad_config)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_tensor *w = tg_param(ctx, TG_F64, TG_DIMS(2), "w");
+    struct {
+        tg_optim_kind kind;
+        const char *what, *needle;
+        double lr, momentum, dampening, wd, b1, b2, eps;
+        bool nesterov;
+    } cases[] = {
+        /* kind        what                 needle       lr   mom  damp wd   b1   b2     eps */
+        {TG_OPTIM_SGD, "negative lr", "lr -1", -1, 0, 0, 0, 0.9, 0.999, 1e-8, false},
+        {TG_OPTIM_SGD, "NaN lr", "lr nan", NAN, 0, 0, 0, 0.9, 0.999, 1e-8, false},
+        {TG_OPTIM_ADAM, "beta1 = 1", "betas (1, 0.999)", 1e-3, 0, 0, 0, 1, 0.999, 1e-8, false},
+        {TG_OPTIM_ADAMW, "beta2 = 1", "betas (0.9, 1)", 1e-3, 0, 0, 0, 0.9, 1, 1e-8, false},
+        {TG_OPTIM_ADAM, "negative beta1", "betas (-0.1", 1e-3, 0, 0, 0, -0.1, 0.999, 1e-8,
+         false},
+        {TG_OPTIM_ADAM, "eps 0", "eps 0", 1e-3, 0, 0, 0, 0.9, 0.999, 0, false},
+        {TG_OPTIM_ADAMW, "negative eps", "eps -1", 1e-3, 0, 0, 0, 0.9, 0.999, -1, false},
+        {TG_OPTIM_SGD, "nesterov, no momentum", "nesterov 1", 0.1, 0, 0, 0, 0.9, 0.999, 1e-8,
+         true},
+        {TG_OPTIM_SGD, "nesterov with dampening", "nesterov 1", 0.1, 0.9, 0.5, 0, 0.9, 0.999,
+         1e-8, true},
+        {TG_OPTIM_SGD, "negative momentum", "momentum -0.5", 0.1, -0.5, 0, 0, 0.9, 0.999, 1e-8,
+         false},
+        {TG_OPTIM_ADAMW, "negative weight decay", "weight_decay -0.1", 1e-3, 0, 0, -0.1, 0.9,
+         0.999, 1e-8, false},
+        {(tg_optim_kind)7, "unknown kind", "kind 7", 1e-3, 0, 0, 0, 0.9, 0.999, 1e-8, false},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tg_optim_config c = tg_optim_defaults(TG_OPTIM_SGD);
+        c.kind = cases[k].kind;
+        c.lr = cases[k].lr;
+        c.momentum = cases[k].momentum;
+        c.dampening = cases[k].dampening;
+        c.weight_decay = cases[k].wd;
+        c.beta1 = cases[k].b1;
+        c.beta2 = cases[k].b2;
+        c.eps = cases[k].eps;
+        c.nesterov = cases[k].nesterov;
+        tg_ctx_clear_error(ctx);
+        ck_assert_msg(tg_optim_new(ctx, &c, 1, &w) == NULL, "%s accepted", cases[k].what);
+        ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_ARG);
+        ck_assert_msg(contains(tg_ctx_message(ctx), "tg_optim_new") &&
+                          contains(tg_ctx_message(ctx), cases[k].needle),
+                      "%s: message '%s' lacks '%s'", cases[k].what, tg_ctx_message(ctx),
+                      cases[k].needle);
+    }
+    tg_ctx_clear_error(ctx);
+
+    /* boundary values that are valid: lr 0, beta 0, nesterov with momentum */
+    tg_optim_config ok = tg_optim_defaults(TG_OPTIM_ADAM);
+    ok.lr = 0;
+    ok.beta1 = 0;
+    ok.beta2 = 0;
+    ck_assert_ptr_nonnull(tg_optim_new(ctx, &ok, 1, &w));
+    ok = tg_optim_defaults(TG_OPTIM_SGD);
+    ok.momentum = 0.9;
+    ok.nesterov = true;
+    ck_assert_ptr_nonnull(tg_optim_new(ctx, &ok, 1, &w));
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
+
+    /* entries that are not parameters of this context */
+    tg_optim_config c = tg_optim_defaults(TG_OPTIM_ADAMW);
+    tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(2), "x");
+    ck_assert_ptr_null(tg_optim_new(ctx, &c, 2, (tg_tensor *[]){w, x}));
+    tu_assert_error(ctx, TG_ERR_ARG, "entry 1 is not a parameter");
+    tg_ctx_clear_error(ctx);
+    tg_ctx *other = tg_ctx_new();
+    tg_tensor *wo = tg_param(other, TG_F64, TG_DIMS(2), "w");
+    ck_assert_ptr_null(tg_optim_new(ctx, &c, 1, &wo));
+    tu_assert_error(ctx, TG_ERR_ARG, "entry 0 is not a parameter");
+    tg_ctx_clear_error(ctx);
+    ck_assert_ptr_null(tg_optim_new(ctx, &c, 1, (tg_tensor *[]){NULL}));
+    tu_assert_error(ctx, TG_ERR_ARG, "entry 0");
+    tg_ctx_clear_error(ctx);
+    ck_assert_ptr_null(tg_optim_new(ctx, &c, -1, &w));
+    tu_assert_error(ctx, TG_ERR_ARG, "negative parameter count");
+    tg_ctx_clear_error(ctx);
+    ck_assert_ptr_null(tg_optim_new(NULL, &c, 1, &w));
+    ck_assert_ptr_null(tg_optim_new(ctx, NULL, 1, &w));
+
+    /* step: non-finite lr is an error and changes nothing; NULL optimizer */
+    tg_optim *o = tg_optim_new(ctx, &c, 1, &w);
+    ck_assert_ptr_nonnull(o);
+    grad_graph(ctx, 1, &w);
+    const double bad_lr[] = {NAN, INFINITY};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(tg_optim_step(o, bad_lr[k]), TG_ERR_ARG);
+        tu_assert_error(ctx, TG_ERR_ARG, "tg_optim_step");
+        tg_ctx_clear_error(ctx);
+        ck_assert_int_eq(tg_optim_steps(o), 0);
+    }
+    ck_assert_int_eq(tg_optim_step(NULL, 0.1), TG_ERR_ARG);
+    ck_assert_int_eq(tg_optim_steps(NULL), 0);
+    ck_assert_int_eq(tg_optim_n_state(NULL), 0);
+    ck_assert_ptr_null(tg_optim_state(NULL, 0));
+    ck_assert_int_eq(tg_optim_n_params(NULL), 0);
+    ck_assert_ptr_null(tg_optim_param(NULL, 0));
+    tg_optim_set_steps(NULL, 3); /* no-op */
+    /* set_steps: negative ignored */
+    tg_optim_set_steps(o, 5);
+    ck_assert_int_eq(tg_optim_steps(o), 5);
+    tg_optim_set_steps(o, -1);
+    ck_assert_int_eq(tg_optim_steps(o), 5);
+    tg_ctx_free(other);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* (g) state naming and parameter lists                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+static void assert_state(const tg_optim *o, int64_t i, const char *name, const tg_tensor *like)
+{
+    tg_tensor *s = tg_optim_state(o, i);
+    ck_assert_msg(s != NULL, "state %lld missing", (long long)i);
+    ck_assert_str_eq(tg_tensor_name(s), name);
+    ck_assert_int_eq(tg_tensor_dtype(s), tg_tensor_dtype(like));
+    ck_assert_int_eq(tg_tensor_rank(s), tg_tensor_rank(like));
+    for (int d = 0; d < tg_tensor_rank(s); d++)
+        ck_assert_int_eq(tg_tensor_shape(s)[d], tg_tensor_shape(like)[d]);
+    ck_assert_int_ne(tg_tensor_kind(s), TG_KIND_PARAM);
+    for (int64_t k = 0; k < tg_tensor_numel(s); k++)
+        ck_assert_double_eq(tg_get(s, k), 0);
+}
+
+START_TEST(test_state_naming)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_tensor *a = tg_param(ctx, TG_F64, TG_DIMS(2, 3), "layers.0.linear1.weight");
+    tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(3), "x"); /* not a parameter */
+    tg_tensor *b = tg_param(ctx, TG_F32, TG_DIMS(4), "norm.bias");
+    ck_assert_ptr_nonnull(x);
+    ck_assert_int_eq(tg_ctx_n_params(ctx), 2);
+
+    tg_optim_config sgd = tg_optim_defaults(TG_OPTIM_SGD);
+    tg_optim *o = tg_optim_new(ctx, &sgd, 0, NULL);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(tg_optim_n_params(o), 2);
+    ck_assert_ptr_eq(tg_optim_param(o, 0), a);
+    ck_assert_ptr_eq(tg_optim_param(o, 1), b);
+    ck_assert_ptr_null(tg_optim_param(o, 2));
+    ck_assert_ptr_null(tg_optim_param(o, -1));
+    ck_assert_int_eq(tg_optim_n_state(o), 0); /* no momentum: no buffers */
+    ck_assert_ptr_null(tg_optim_state(o, 0));
+
+    sgd.momentum = 0.9;
+    o = tg_optim_new(ctx, &sgd, 0, NULL);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(tg_optim_n_state(o), 2);
+    assert_state(o, 0, "sgd.momentum.layers.0.linear1.weight", a);
+    assert_state(o, 1, "sgd.momentum.norm.bias", b);
+    ck_assert_ptr_null(tg_optim_state(o, 2));
+    ck_assert_ptr_null(tg_optim_state(o, -1));
+
+    for (int kind = TG_OPTIM_ADAM; kind <= TG_OPTIM_ADAMW; kind++) {
+        tg_optim_config c = tg_optim_defaults((tg_optim_kind)kind);
+        o = tg_optim_new(ctx, &c, 0, NULL);
+        ck_assert_ptr_nonnull(o);
+        ck_assert_int_eq(tg_optim_n_params(o), 2);
+        ck_assert_int_eq(tg_optim_n_state(o), 4);
+        assert_state(o, 0, "adam.m.layers.0.linear1.weight", a);
+        assert_state(o, 1, "adam.v.layers.0.linear1.weight", a);
+        assert_state(o, 2, "adam.m.norm.bias", b);
+        assert_state(o, 3, "adam.v.norm.bias", b);
+        ck_assert_ptr_null(tg_optim_state(o, 4));
+    }
+    /* state tensors are not parameters: the context still has two */
+    ck_assert_int_eq(tg_ctx_n_params(ctx), 2);
+
+    /* an explicit subset */
+    tg_optim_config c = tg_optim_defaults(TG_OPTIM_ADAMW);
+    o = tg_optim_new(ctx, &c, 1, &b);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(tg_optim_n_params(o), 1);
+    ck_assert_ptr_eq(tg_optim_param(o, 0), b);
+    ck_assert_int_eq(tg_optim_n_state(o), 2);
+    assert_state(o, 0, "adam.m.norm.bias", b);
+    assert_state(o, 1, "adam.v.norm.bias", b);
+
+    /* no parameters at all: valid, steps do nothing but count */
+    o = tg_optim_new(ctx, &c, 0, (tg_tensor *[]){NULL});
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(tg_optim_n_params(o), 0);
+    ck_assert_int_eq(tg_optim_n_state(o), 0);
+    ck_assert_int_eq(tg_optim_step(o, 0.1), TG_OK);
+    ck_assert_int_eq(tg_optim_steps(o), 1);
+
+    /* a name of TG_NAME_MAX - 1 bytes: the state name is truncated, never overflows */
+    char longname[TG_NAME_MAX];
+    memset(longname, 'n', TG_NAME_MAX - 1);
+    longname[TG_NAME_MAX - 1] = '\0';
+    tg_tensor *l = tg_param(ctx, TG_F64, TG_DIMS(1), longname);
+    ck_assert_ptr_nonnull(l);
+    o = tg_optim_new(ctx, &c, 1, &l);
+    ck_assert_ptr_nonnull(o);
+    const char *sn = tg_tensor_name(tg_optim_state(o, 0));
+    ck_assert_uint_eq(strlen(sn), TG_NAME_MAX - 1);
+    ck_assert(strncmp(sn, "adam.m.nnnn", 11) == 0);
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* (h) thread invariance of the update                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Three steps on a (300, 300) parameter with @p nt threads; returns a malloc'd snapshot. */
+static unsigned char *run_threads(int nt, tg_optim_kind kind, tg_dtype dt, size_t *len)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx_set_threads(ctx, nt);
+    tg_ctx_seed(ctx, 42);
+    tg_tensor *w = tg_param(ctx, dt, TG_DIMS(300, 300), "w");
+    tg_fill_normal(w, 0, 1);
+    grad_graph(ctx, 1, &w);
+    tg_optim_config c = tg_optim_defaults(kind);
+    if (kind == TG_OPTIM_SGD) {
+        c.momentum = 0.9;
+        c.nesterov = true;
+        c.weight_decay = 0.1;
+    } else {
+        c.weight_decay = 0.1;
+    }
+    tg_optim *o = tg_optim_new(ctx, &c, 1, &w);
+    ck_assert_ptr_nonnull(o);
+    for (int s = 0; s < 3; s++) {
+        grad_randn(w);
+        ck_assert_int_eq(tg_optim_step(o, 0.01 * (s + 1)), TG_OK);
+    }
+    unsigned char *b = snapshot(o, len);
+    tg_ctx_free(ctx);
+    return b;
+}
+
+/* _i: kind (SGD nesterov, Adam, AdamW) x dtype */
+START_TEST(test_thread_invariance)
+{
+    tg_optim_kind kind = (tg_optim_kind)(_i % 3);
+    tg_dtype dt = _i / 3 ? TG_F32 : TG_F64;
+    size_t n1, n;
+    unsigned char *ref = run_threads(1, kind, dt, &n1);
+    for (int nt = 2; nt <= 3; nt++) {
+        unsigned char *b = run_threads(nt, kind, dt, &n);
+        ck_assert_uint_eq(n, n1);
+        ck_assert_msg(memcmp(ref, b, n) == 0, "kind %d %s: %d threads differ from 1",
+                      (int)kind, tg_dtype_str(dt), nt);
+        free(b);
+    }
+    free(ref);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* (i) training sanity: overfit one batch; dropout                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A 1-layer encoder classifier (V 7, D 8, H 2, F 16, T 5, not causal) memorises one fixed
+ * batch of 4 random sequences with random per-position targets: cross-entropy < 0.05 within
+ * 300 AdamW steps at lr 1e-2. */
+static void overfit_one_batch(tg_dtype dt)
+{
+    const int64_t V = 7, B = 4, T = 5;
+    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx_seed(ctx, 1234);
+    tg_transformer_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.vocab_size = V;
+    mc.max_seq_len = T;
+    mc.n_layers = 1;
+    mc.layer = tg_encoder_config_default(8, 2);
+    mc.layer.d_ff = 16;
+    mc.pos = TG_POS_LEARNED;
+    mc.causal = false;
+    tg_transformer m;
+    ck_assert_msg(tg_transformer_init(ctx, &m, dt, &mc) == TG_OK, "%s", tg_ctx_message(ctx));
+
+    tg_tensor *ids = tg_input(ctx, dt, TG_DIMS(B, T), "ids");
+    tg_tensor *tgt = tg_input(ctx, dt, TG_DIMS(B, T), "targets");
+    for (int64_t k = 0; k < B * T; k++) {
+        tg_set(ids, k, (double)(tg_rng_u64(ctx) % (uint64_t)V));
+        tg_set(tgt, k, (double)(tg_rng_u64(ctx) % (uint64_t)V));
+    }
+    tg_tensor *logits = tg_transformer_forward(ctx, &m, ids, NULL); /* (B, T, V) */
+    tg_tensor *loss = tg_cross_entropy(ctx, logits, tgt, -100);     /* () */
+    tg_graph *g = tg_graph_new(ctx, &loss, 1);
+    ck_assert_msg(g != NULL, "%s", tg_ctx_message(ctx));
+    tg_optim_config c = tg_optim_defaults(TG_OPTIM_ADAMW);
+    c.lr = 1e-2;
+    tg_optim *o = tg_optim_new(ctx, &c, 0, NULL);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(tg_optim_n_params(o), tg_ctx_n_params(ctx));
+
+    double first = NAN, last = NAN;
+    int reached = -1;
+    for (int s = 0; s < 300; s++) {
+        tg_graph_zero_grad(g);
+        ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+        last = tg_get(loss, 0);
+        if (s == 0)
+            first = last;
+        ck_assert_msg(isfinite(last), "loss not finite at step %d", s);
+        if (last < 0.05 && reached < 0)
+            reached = s;
+        ck_assert_int_eq(tg_graph_backward(g, loss, NULL), TG_OK);
+        ck_assert_int_eq(tg_optim_step(o, -1), TG_OK);
+    }
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    last = tg_get(loss, 0);
+    ck_assert_msg(first > 1.0, "initial loss %g suspiciously low", first);
+    ck_assert_msg(reached >= 0 && last < 0.05,
+                  "%s: loss %g -> %g after 300 steps (first < 0.05 at step %d)",
+                  tg_dtype_str(dt), first, last, reached);
+    ck_assert_int_eq(tg_optim_steps(o), 300);
+    tg_ctx_free(ctx);
+}
+
+START_TEST(test_overfit_one_batch_f32) { overfit_one_batch(TG_F32); }
+END_TEST
+
+START_TEST(test_overfit_one_batch_f64) { overfit_one_batch(TG_F64); }
+END_TEST
+
+/* Dropout p = 0.3 over 100000 elements: x in [1, 2), loss = sum(dropout(x)). */
+typedef struct {
+    tg_ctx *ctx;
+    tg_tensor *x, *y, *loss;
+    tg_graph *g;
+} drop_fix;
+
+static drop_fix drop_setup(tg_dtype dt, int nt, double p)
+{
+    drop_fix f;
+    f.ctx = tg_ctx_new();
+    tg_ctx_set_threads(f.ctx, nt);
+    tg_ctx_seed(f.ctx, 99);
+    f.x = tu_input(f.ctx, dt, 1, (const int64_t[]){100000}, "x", 1, 2);
+    f.y = tg_dropout(f.ctx, f.x, p);
+    f.loss = tg_sum_all(f.ctx, f.y);
+    f.g = tg_graph_new(f.ctx, &f.loss, 1);
+    ck_assert_msg(f.g != NULL, "%s", tg_ctx_message(f.ctx));
+    return f;
+}
+
+START_TEST(test_dropout)
+{
+    const double p = 0.3;
+    tg_dtype dt = _i ? TG_F32 : TG_F64;
+    drop_fix f = drop_setup(dt, 0, p);
+    int64_t n = tg_tensor_numel(f.x);
+    double scale = dt == TG_F32 ? (double)(float)(1.0 / (1.0 - p)) : 1.0 / (1.0 - p);
+
+    /* training mode (the default) */
+    ck_assert(tg_ctx_training(f.ctx));
+    ck_assert_int_eq(tg_graph_forward(f.g), TG_OK);
+    ck_assert_int_eq(tg_graph_backward(f.g, f.loss, NULL), TG_OK);
+    int64_t kept = 0;
+    for (int64_t k = 0; k < n; k++) {
+        double y = tg_get(f.y, k), x = tg_get(f.x, k), dx = tg_grad_get(f.x, k);
+        if (y != 0) {
+            kept++;
+            double want = dt == TG_F32 ? (double)((float)x * (float)scale) : x * scale;
+            ck_assert_msg(y == want, "y[%lld] = %.17g, want x / (1 - p) = %.17g", (long long)k,
+                          y, want);
+            ck_assert_double_eq(dx, scale);
+        } else {
+            ck_assert_double_eq(dx, 0);
+        }
+    }
+    double frac = (double)kept / (double)n;
+    ck_assert_msg(fabs(frac - (1 - p)) <= 0.01, "kept fraction %g, want %g +- 0.01", frac, 1 - p);
+
+    /* a second run draws a new mask */
+    size_t bytes = (size_t)n * tg_dtype_size(dt);
+    unsigned char *first = malloc(bytes);
+    ck_assert_ptr_nonnull(first);
+    memcpy(first, tg_tensor_data(f.y), bytes);
+    ck_assert_int_eq(tg_graph_forward(f.g), TG_OK);
+    ck_assert(memcmp(first, tg_tensor_data(f.y), bytes) != 0);
+    free(first);
+
+    /* eval mode: the identity, forward and backward */
+    tg_ctx_set_training(f.ctx, false);
+    ck_assert(!tg_ctx_training(f.ctx));
+    tg_graph_zero_grad(f.g);
+    ck_assert_int_eq(tg_graph_forward(f.g), TG_OK);
+    ck_assert(memcmp(tg_tensor_data(f.x), tg_tensor_data(f.y), bytes) == 0);
+    ck_assert_int_eq(tg_graph_backward(f.g, f.loss, NULL), TG_OK);
+    for (int64_t k = 0; k < n; k++)
+        ck_assert(tg_grad_get(f.x, k) == 1);
+    /* back to training: dropping again */
+    tg_ctx_set_training(f.ctx, true);
+    ck_assert_int_eq(tg_graph_forward(f.g), TG_OK);
+    ck_assert(memcmp(tg_tensor_data(f.x), tg_tensor_data(f.y), bytes) != 0);
+
+    /* p = 0 is the identity even in training; p outside [0, 1) is an error */
+    tg_ctx *c2 = tg_ctx_new();
+    tg_tensor *x2 = tu_input(c2, dt, TG_DIMS(10), "x", -1, 1);
+    ck_assert_ptr_null(tg_dropout(c2, x2, 1.0));
+    tu_assert_error(c2, TG_ERR_ARG, "tg_dropout");
+    tg_ctx_clear_error(c2);
+    ck_assert_ptr_null(tg_dropout(c2, x2, -0.1));
+    tu_assert_error(c2, TG_ERR_ARG, "tg_dropout");
+    tg_ctx_clear_error(c2);
+    tg_tensor *y2 = tg_dropout(c2, x2, 0);
+    tg_graph *g2 = tg_graph_new(c2, &y2, 1);
+    ck_assert_ptr_nonnull(g2);
+    ck_assert_int_eq(tg_graph_forward(g2), TG_OK);
+    ck_assert(memcmp(tg_tensor_data(x2), tg_tensor_data(y2), 10 * tg_dtype_size(dt)) == 0);
+    tg_ctx_free(c2);
+    tg_ctx_free(f.ctx);
+}
+END_TEST
+
+/* The mask comes from the context RNG in element order: same seed -> same output and
+ * gradient for 1, 2 and 3 threads. */
+START_TEST(test_dropout_threads)
+{
+    tg_dtype dt = _i ? TG_F32 : TG_F64;
+    unsigned char *ref_y = NULL, *ref_dx = NULL;
+    size_t bytes = 0;
+    for (int nt = 1; nt <= 3; nt++) {
+        drop_fix f = drop_setup(dt, nt, 0.3);
+        bytes = (size_t)tg_tensor_numel(f.x) * tg_dtype_size(dt);
+        ck_assert_int_eq(tg_graph_forward(f.g), TG_OK);
+        ck_assert_int_eq(tg_graph_backward(f.g, f.loss, NULL), TG_OK);
+        if (nt == 1) {
+            ref_y = malloc(bytes);
+            ref_dx = malloc(bytes);
+            ck_assert(ref_y && ref_dx);
+            memcpy(ref_y, tg_tensor_data(f.y), bytes);
+            memcpy(ref_dx, tg_tensor_grad(f.x), bytes);
+        } else {
+            ck_assert_msg(memcmp(ref_y, tg_tensor_data(f.y), bytes) == 0,
+                          "%d threads: dropout output differs", nt);
+            ck_assert_msg(memcmp(ref_dx, tg_tensor_grad(f.x), bytes) == 0,
+                          "%d threads: dropout gradient differs", nt);
+        }
+        tg_ctx_free(f.ctx);
+    }
+    free(ref_y);
+    free(ref_dx);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("optim");
+
+    TCase *tc = tcase_create("pytorch_parity");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_fixture_f64, 0, N_FIXTURES);
+    tcase_add_loop_test(tc, test_fixture_f32, 0, N_FIXTURES);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("updates");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_sgd_by_hand);
+    tcase_add_test(tc, test_adam_by_hand);
+    tcase_add_loop_test(tc, test_nonfinite_grad, 0, 6);
+    tcase_add_test(tc, test_nonfinite_first_step);
+    tcase_add_test(tc, test_bad_config);
+    tcase_add_test(tc, test_state_naming);
+    tcase_add_loop_test(tc, test_thread_invariance, 0, 6);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("clip_schedule");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_clip_grad_norm);
+    tcase_add_test(tc, test_clip_grad_norm_errors);
+    tcase_add_test(tc, test_lr_warmup_cosine);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("training");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_overfit_one_batch_f32);
+    tcase_add_test(tc, test_overfit_one_batch_f64);
+    tcase_add_loop_test(tc, test_dropout, 0, 2);
+    tcase_add_loop_test(tc, test_dropout_threads, 0, 2);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
