@@ -509,12 +509,13 @@ START_TEST(test_accumulation)
     for (int i = 0; i < 12; i++)
         x1[i] = tg_grad_get(x, i);
     ck_assert_int_eq(tg_graph_backward(g, loss, NULL), TG_OK);
-    /* leaves accumulate (GEMM-based rules add into the buffer term by term, so the sum is
-     * equal to 2 g up to rounding, not bitwise) */
+    /* leaves accumulate like PyTorch's grad += new_grad: exactly twice one call */
     for (int i = 0; i < 8; i++)
-        ck_assert_double_eq_tol(tg_grad_get(w, i), 2 * g1[i], 1e-14);
+        ck_assert_msg(tg_grad_get(w, i) == 2 * g1[i], "dw[%d] = %.17g, expected 2 * %.17g", i,
+                      tg_grad_get(w, i), g1[i]);
     for (int i = 0; i < 12; i++)
-        ck_assert_double_eq_tol(tg_grad_get(x, i), 2 * x1[i], 1e-14);
+        ck_assert_msg(tg_grad_get(x, i) == 2 * x1[i], "dx[%d] = %.17g, expected 2 * %.17g", i,
+                      tg_grad_get(x, i), x1[i]);
     for (int i = 0; i < 6; i++)
         ck_assert(tg_grad_get(h, i) == h1[i]); /* intermediates do not */
     tg_graph_zero_grad(g);

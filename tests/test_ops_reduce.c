@@ -50,8 +50,6 @@ static void ctx_teardown(void)
 
 #define VALS(...) ((const double[]){__VA_ARGS__})
 
-static inline bool under_valgrind(void) { return getenv("TG_UNDER_VALGRIND") != NULL; }
-
 /* An input that requires grad, holding `v` (numel values; NULL leaves zeros). */
 static tg_tensor *in(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name,
                      const double *v)
@@ -101,7 +99,7 @@ static void expect_vals(const tg_tensor *t, bool grad, const double *want, doubl
 #define EXPECT_DATA(t, tol, ...) expect_vals((t), false, VALS(__VA_ARGS__), (tol))
 #define EXPECT_GRAD(t, tol, ...) expect_vals((t), true, VALS(__VA_ARGS__), (tol))
 
-static inline void expect_shape(const tg_tensor *t, int rank, const int64_t *shape)
+static void expect_shape(const tg_tensor *t, int rank, const int64_t *shape)
 {
     ck_assert_ptr_nonnull(t);
     ck_assert_int_eq(tg_tensor_rank(t), rank);
@@ -113,7 +111,7 @@ static inline void expect_shape(const tg_tensor *t, int rank, const int64_t *sha
 #define EXPECT_SHAPE(t, ...) expect_shape((t), TG_DIMS(__VA_ARGS__))
 
 /* Gradcheck in f32 with the f32 defaults (eps 1e-3, atol 1e-2, rtol 1e-2). */
-static inline void gradcheck_f32(tg_ctx *ctx, tg_tensor *y)
+static void gradcheck_f32(tg_ctx *ctx, tg_tensor *y)
 {
     ck_assert_msg(y != NULL, "build failed: %s", tg_ctx_message(ctx));
     tg_gradcheck_opts o = tg_gradcheck_defaults(TG_F32);
@@ -123,23 +121,13 @@ static inline void gradcheck_f32(tg_ctx *ctx, tg_tensor *y)
                   tg_ctx_message(ctx));
 }
 
-/* Fill with small integers (exact in f32): v[i] = (i * mul + add) % mod - off. */
-static inline void fill_int(tg_tensor *t, int mul, int add, int mod, int off)
-{
-    for (int64_t i = 0; i < tg_tensor_numel(t); i++)
-        tg_set(t, i, (double)((i * mul + add) % mod - off));
-}
-
 /* A differentiable input uniform in [-1, 1) from the context RNG (same seed, same data). */
-static inline tg_tensor *gc_input(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
+static tg_tensor *gc_input(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
                            const char *name)
 {
     return tu_input(ctx, dt, rank, shape, name, -1.0, 1.0);
 }
 #define GIN(name, ...) gc_input(ctx, dt, TG_DIMS(__VA_ARGS__), name)
-
-/* Thread-invariance sizes exceed TG_PAR_MIN = 32768 scalar ops; under valgrind they shrink. */
-static inline int64_t big(int64_t n, int64_t small) { return under_valgrind() ? small : n; }
 
 /* x (2,3) = [[1,2,3],[4,5,6]] */
 static const double k_x[] = {1, 2, 3, 4, 5, 6};

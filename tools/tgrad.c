@@ -17,6 +17,7 @@ static const command commands[] = {
     {"train", cmd_train, "train a transformer (built-in task, or --text FILE... for an LM)"},
     {"sample", cmd_sample, "generate text from a language-model checkpoint"},
     {"info", cmd_info, "describe a checkpoint, safetensors or .npy file"},
+    {"bench", cmd_bench, "benchmark kernels and a training step against references"},
     {"gradcheck", cmd_gradcheck, "check every op's gradients against central differences"},
     {"run", cmd_run, "run one module (sdpa, mha, ffn, encoder) on .npy inputs"},
 };
