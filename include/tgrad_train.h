@@ -59,8 +59,9 @@ TG_API tg_optim *tg_optim_new(tg_ctx *ctx, const tg_optim_config *cfg, int64_t n
  *   g = nesterov ? g + momentum b : b; p -= lr g.
  * - Adam: g = grad + wd p. AdamW: p *= 1 - lr wd. Both: m = b1 m + (1 - b1) g,
  *   v = b2 v + (1 - b2) g^2, p -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps).
- * If any gradient is NaN or infinite nothing is changed (parameters, state, step count) and
- * ::TG_ERR_NONFINITE is returned with a message naming the parameter.
+ * A parameter without a gradient buffer (in no graph built for backward) is skipped, as PyTorch
+ * skips `grad is None`. If any gradient is NaN or infinite nothing is changed (parameters,
+ * state, step count) and ::TG_ERR_NONFINITE is returned with a message naming the parameter.
  */
 TG_API tg_status tg_optim_step(tg_optim *opt, double lr);
 /** Number of successful steps taken (t). */
@@ -80,8 +81,9 @@ TG_API tg_tensor *tg_optim_param(const tg_optim *opt, int64_t i);
  */
 TG_API double tg_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params);
 /**
- * Clip gradients by global norm (torch.nn.utils.clip_grad_norm_): if the norm exceeds
- * @p max_norm, scale every gradient by max_norm / (norm + 1e-6). Returns the norm before
+ * Clip gradients by global norm (torch.nn.utils.clip_grad_norm_): when
+ * max_norm / (norm + 1e-6) < 1 (the norm exceeds max_norm, up to the 1e-6), scale every
+ * gradient by that factor. Returns the norm before
  * clipping in @p norm_out. A non-finite norm leaves the gradients alone and returns
  * ::TG_ERR_NONFINITE. Errors: ::TG_ERR_ARG (max_norm <= 0).
  */

@@ -5,7 +5,8 @@
  *                so the mask does not depend on the thread count);  y = x * keep / (1 - p)
  *                dx += dy * keep / (1 - p)
  * Eval mode (tg_ctx_set_training(ctx, false)) or p = 0: y = x, dx += dy.
- * The mode is read at each forward run. saved: keep mask (numel bytes).
+ * The mode is read at each forward run; backward uses the mask and scale of that run (switching
+ * modes between forward and backward changes nothing). saved: keep mask (numel bytes).
  */
 #include "registry.h"
 
@@ -20,6 +21,7 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
     if (!y)
         return NULL;
     y->p.dropout.p = p;
+    y->p.dropout.scale = 1.0;
     if (!tg__op_save(y, (size_t)x->numel))
         return NULL;
     return y;
@@ -29,7 +31,7 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
     static void apply_##SUF(tg_tensor *y, const T *in, T *out, bool acc)                       \
     {                                                                                          \
         const unsigned char *keep = y->saved;                                                  \
-        T s = (T)(1.0 / (1.0 - y->p.dropout.p));                                               \
+        T s = (T)y->p.dropout.scale;                                                           \
         int nt = tg__threads(y->ctx);                                                          \
         TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)                                                  \
         for (int64_t i = 0; i < y->numel; i++) {                                               \
@@ -44,13 +46,13 @@ void tg__dropout_forward(tg_tensor *y)
 {
     unsigned char *keep = y->saved;
     double p = y->p.dropout.p;
-    if (!y->ctx->training || p == 0) {
-        y->p.dropout.p = p; /* unchanged; identity with scale 1 */
+    if (!y->ctx->training || p == 0) { /* identity: backward will pass dy through */
+        y->p.dropout.scale = 1.0;
         memset(keep, 1, (size_t)y->numel);
         memcpy(y->data, y->src[0]->data, (size_t)y->numel * tg_dtype_size(y->dtype));
-        y->p.dropout.p = p;
         return;
     }
+    y->p.dropout.scale = 1.0 / (1.0 - p);
     /* threshold on the top 53 bits: drop when u < p */
     uint64_t thr = (uint64_t)(p * 0x1.0p53);
     for (int64_t i = 0; i < y->numel; i++)
@@ -61,29 +63,12 @@ void tg__dropout_forward(tg_tensor *y)
         apply_f64(y, y->src[0]->data, y->data, false);
 }
 
+/* Uses the mask and scale of the last forward run, whatever the mode is now. */
 void tg__dropout_backward(tg_tensor *y)
 {
     tg_tensor *x = y->src[0];
     if (!x->grad)
         return;
-    if (!y->ctx->training || y->p.dropout.p == 0) {
-        int64_t n = y->numel;
-        int nt = tg__threads(y->ctx);
-        if (y->dtype == TG_F32) {
-            float *dx = x->grad;
-            const float *dy = y->grad;
-            TG_OMP_FOR(nt, n > TG_PAR_MIN)
-            for (int64_t i = 0; i < n; i++)
-                dx[i] += dy[i];
-        } else {
-            double *dx = x->grad;
-            const double *dy = y->grad;
-            TG_OMP_FOR(nt, n > TG_PAR_MIN)
-            for (int64_t i = 0; i < n; i++)
-                dx[i] += dy[i];
-        }
-        return;
-    }
     if (y->dtype == TG_F32)
         apply_f32(y, y->grad, x->grad, true);
     else

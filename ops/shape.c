@@ -220,7 +220,7 @@ tg_tensor *tg_narrow(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t
     if (start < 0 || length < 1 || start > x->shape[a] - length)
         return tg__err(ctx, TG_ERR_SHAPE, fn,
                        "slice [%lld, %lld) is outside axis %d of size %lld (x %s)",
-                       (long long)start, (long long)(start + length), a,
+                       (long long)start, (long long)((uint64_t)start + (uint64_t)length), a,
                        (long long)x->shape[a], tg__shape_str(x, b, sizeof b));
     int64_t shape[TG_MAX_RANK];
     memcpy(shape, x->shape, sizeof shape);

@@ -37,7 +37,7 @@ typedef union tg_op_params {
     struct { int axis; bool all; } reduce; /* sum, mean */
     struct { tg_mask_kind kind; } mask;
     struct { double eps; } layer_norm;
-    struct { double p; } dropout;
+    struct { double p; double scale; } dropout; /* scale: used by the last forward */
     struct { int64_t ignore_index; } xent;
 } tg_op_params;
 

@@ -46,15 +46,26 @@ tg_optim *tg_optim_new(tg_ctx *ctx, const tg_optim_config *cfg, int64_t n,
     if (!ctx || !cfg)
         return NULL;
     const tg_optim_config *c = cfg;
-    if (c->kind < TG_OPTIM_SGD || c->kind > TG_OPTIM_ADAMW || !(c->lr >= 0) ||
-        !(c->weight_decay >= 0) || !(c->momentum >= 0) || !(c->beta1 >= 0 && c->beta1 < 1) ||
-        !(c->beta2 >= 0 && c->beta2 < 1) || !(c->eps > 0) ||
-        (c->nesterov && (c->momentum <= 0 || c->dampening != 0)))
+    if (c->kind < TG_OPTIM_SGD || c->kind > TG_OPTIM_ADAMW)
+        return tg__err(ctx, TG_ERR_ARG, fn, "unknown optimizer kind %d", (int)c->kind);
+    if (!(c->lr >= 0) || !isfinite(c->lr))
+        return tg__err(ctx, TG_ERR_ARG, fn, "lr %g must be finite and >= 0", c->lr);
+    if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
+        return tg__err(ctx, TG_ERR_ARG, fn, "weight_decay %g must be finite and >= 0",
+                       c->weight_decay);
+    if (!(c->momentum >= 0) || !isfinite(c->momentum) || !(c->dampening >= 0) ||
+        !isfinite(c->dampening))
+        return tg__err(ctx, TG_ERR_ARG, fn, "momentum %g and dampening %g must be finite and >= 0",
+                       c->momentum, c->dampening);
+    if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
         return tg__err(ctx, TG_ERR_ARG, fn,
-                       "invalid hyperparameters (kind %d, lr %g, momentum %g, weight_decay %g, "
-                       "betas (%g, %g), eps %g, nesterov %d)",
-                       (int)c->kind, c->lr, c->momentum, c->weight_decay, c->beta1, c->beta2,
-                       c->eps, (int)c->nesterov);
+                       "nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
+                       c->momentum, c->dampening);
+    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1))
+        return tg__err(ctx, TG_ERR_ARG, fn, "betas (%g, %g) must be in [0, 1)", c->beta1,
+                       c->beta2);
+    if (!(c->eps > 0) || !isfinite(c->eps))
+        return tg__err(ctx, TG_ERR_ARG, fn, "eps %g must be finite and > 0", c->eps);
     if (!params) {
         n = ctx->n_params;
         params = ctx->params;
@@ -199,6 +210,8 @@ tg_status tg_optim_step(tg_optim *o, double lr)
     int nt = tg__threads(o->ctx);
     for (int64_t i = 0; i < o->n; i++) {
         tg_tensor *p = o->params[i];
+        if (!p->grad)
+            continue; /* like PyTorch, a parameter without a gradient is not stepped */
         void *m = o->m[i] ? o->m[i]->data : NULL, *v = o->v[i] ? o->v[i]->data : NULL;
         if (o->cfg.kind == TG_OPTIM_SGD) {
             if (p->dtype == TG_F32)

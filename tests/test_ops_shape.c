@@ -645,7 +645,8 @@ START_TEST(test_err_narrow)
         int axis;
         int64_t start, length;
     } bad[] = {{0, -1, 2}, {0, 0, 0}, {0, 2, 3}, {1, 3, 1}, {0, 1, -5},
-               {1, 0, INT64_MAX}, {0, INT64_MAX - 1, 1}, {1, 4, 0}};
+               {1, 0, INT64_MAX}, {0, INT64_MAX - 1, 1}, {1, 4, 0},
+               {0, INT64_MAX, 1}, {0, -1, INT64_MIN}, {1, INT64_MIN, INT64_MAX}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_msg(tg_narrow(ctx, x, bad[i].axis, bad[i].start, bad[i].length) == NULL,
                       "case %zu", i);

@@ -656,9 +656,9 @@ START_TEST(test_bad_config)
          false},
         {TG_OPTIM_ADAM, "eps 0", "eps 0", 1e-3, 0, 0, 0, 0.9, 0.999, 0, false},
         {TG_OPTIM_ADAMW, "negative eps", "eps -1", 1e-3, 0, 0, 0, 0.9, 0.999, -1, false},
-        {TG_OPTIM_SGD, "nesterov, no momentum", "nesterov 1", 0.1, 0, 0, 0, 0.9, 0.999, 1e-8,
+        {TG_OPTIM_SGD, "nesterov, no momentum", "nesterov needs momentum > 0", 0.1, 0, 0, 0, 0.9, 0.999, 1e-8,
          true},
-        {TG_OPTIM_SGD, "nesterov with dampening", "nesterov 1", 0.1, 0.9, 0.5, 0, 0.9, 0.999,
+        {TG_OPTIM_SGD, "nesterov with dampening", "dampening 0.5", 0.1, 0.9, 0.5, 0, 0.9, 0.999,
          1e-8, true},
         {TG_OPTIM_SGD, "negative momentum", "momentum -0.5", 0.1, -0.5, 0, 0, 0.9, 0.999, 1e-8,
          false},
@@ -1089,6 +1089,33 @@ START_TEST(test_dropout_threads)
 }
 END_TEST
 
+
+/* Backward uses the mask and scale of the forward run, even if the mode changed in between. */
+START_TEST(test_dropout_mode_switch)
+{
+    for (int order = 0; order < 2; order++) {
+        tg_ctx *ctx = tg_ctx_new();
+        tg_ctx_seed(ctx, 5);
+        tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(64), "x");
+        tg_set_requires_grad(x, true);
+        tg_fill(x, 1.0);
+        tg_tensor *y = tg_dropout(ctx, x, 0.5);
+        tg_tensor *dy = tg_const(ctx, TG_F64, TG_DIMS(64), "dy");
+        tg_fill(dy, 1.0);
+        tg_graph *g = tg_graph_new(ctx, &y, 1);
+        ck_assert_ptr_nonnull(g);
+        tg_ctx_set_training(ctx, order == 0); /* forward in one mode ... */
+        ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+        tg_ctx_set_training(ctx, order != 0); /* ... backward in the other */
+        ck_assert_int_eq(tg_graph_backward(g, y, dy), TG_OK);
+        for (int64_t i = 0; i < 64; i++) /* x = 1 and dy = 1: dx equals y everywhere */
+            ck_assert_msg(tg_grad_get(x, i) == tg_get(y, i), "order %d: dx[%lld] %g, y %g",
+                          order, (long long)i, tg_grad_get(x, i), tg_get(y, i));
+        tg_ctx_free(ctx);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("optim");
@@ -1123,6 +1150,7 @@ int main(void)
     tcase_add_test(tc, test_overfit_one_batch_f64);
     tcase_add_loop_test(tc, test_dropout, 0, 2);
     tcase_add_loop_test(tc, test_dropout_threads, 0, 2);
+    tcase_add_test(tc, test_dropout_mode_switch);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
