@@ -159,9 +159,10 @@ tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t 
     char name[TG_NAME_MAX];
     snprintf(name, sizeof name, "%s%llu", tg__op_table[op].name,
              (unsigned long long)ctx->next_id);
+    char fn[64]; /* errors name the builder, e.g. "tg_matmul" */
+    snprintf(fn, sizeof fn, "tg_%s", tg__op_table[op].name);
     /* reshape is a view: no buffer of its own */
-    tg_tensor *t = tensor_new(ctx, tg__op_table[op].name, TG_KIND_OP, dt, rank, shape, name,
-                              op != TG_OP_RESHAPE);
+    tg_tensor *t = tensor_new(ctx, fn, TG_KIND_OP, dt, rank, shape, name, op != TG_OP_RESHAPE);
     if (!t)
         return NULL;
     t->op = op;
@@ -176,7 +177,9 @@ tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t 
 
 bool tg__op_save(tg_tensor *y, size_t bytes)
 {
-    y->saved = tg__alloc(y->ctx, bytes, tg__op_table[y->op].name);
+    char fn[64];
+    snprintf(fn, sizeof fn, "tg_%s", tg__op_table[y->op].name);
+    y->saved = tg__alloc(y->ctx, bytes, fn);
     y->saved_bytes = y->saved ? bytes : 0;
     return y->saved != NULL;
 }
