@@ -346,6 +346,31 @@ START_TEST(test_bad_input)
 }
 END_TEST
 
+
+/* Training is bitwise identical for any thread count: same losses, same parameters. */
+START_TEST(test_thread_count_invariance)
+{
+    write_corpus("c.txt");
+    const char *common = "train --text c.txt --d-model 32 --heads 2 --d-ff 64 --seq-len 16 "
+                         "--batch 8 --layers 2 --steps 40 --eval-every 20 --dropout 0.1 --quiet";
+    char a[1024];
+    snprintf(a, sizeof a, "%s --threads 1 --log t1.csv --checkpoint t1.ckpt", common);
+    ck_assert_int_eq(run(a), 0);
+    snprintf(a, sizeof a, "%s --threads 3 --log t3.csv --checkpoint t3.ckpt", common);
+    ck_assert_int_eq(run(a), 0);
+    char *c1 = csv_without_speed("t1.csv"), *c3 = csv_without_speed("t3.csv");
+    ck_assert_msg(strcmp(c1, c3) == 0, "losses differ between 1 and 3 threads");
+    free(c1);
+    free(c3);
+    size_t n1, n3;
+    char *k1 = slurp("t1.ckpt", &n1), *k3 = slurp("t3.ckpt", &n3);
+    ck_assert_uint_eq(n1, n3);
+    ck_assert_msg(memcmp(k1, k3, n1) == 0, "checkpoints differ between 1 and 3 threads");
+    free(k1);
+    free(k3);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train");
@@ -358,6 +383,7 @@ int main(void)
     tcase_add_test(tc, test_resume_bit_exact_text);
     tcase_add_test(tc, test_text_loss_falls_and_sample);
     tcase_add_test(tc, test_atomic_save);
+    tcase_add_test(tc, test_thread_count_invariance);
     tcase_add_test(tc, test_bad_input);
     suite_add_tcase(s, tc);
     return tu_run(s);

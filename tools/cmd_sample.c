@@ -78,7 +78,7 @@ int cmd_sample(int argc, char **argv)
     if (!ctx)
         return 1;
     int rc = 1;
-    float *win = NULL;
+    float *win = NULL, *buf = NULL;
     double *p = NULL;
     tg_safetensors *st = tg_safetensors_read(ctx, path);
     if (!st) {
@@ -133,8 +133,11 @@ int cmd_sample(int argc, char **argv)
     int64_t cap = (int64_t)plen + tokens + 1;
     win = malloc(sizeof(float) * (size_t)cap);
     p = malloc(sizeof(double) * (size_t)nv);
-    if (!win || !p)
+    buf = malloc(sizeof(float) * (size_t)T);
+    if (!win || !p || !buf) {
+        fprintf(stderr, "tgrad sample: out of memory\n");
         goto out;
+    }
     int64_t n = 0;
     for (size_t i = 0; i < plen; i++) {
         int id = id_of[(unsigned char)prompt[i]];
@@ -148,7 +151,6 @@ int cmd_sample(int argc, char **argv)
     if (n == 0) /* no prompt: start from a newline if known, else the first symbol */
         win[n++] = (float)(id_of['\n'] >= 0 ? id_of['\n'] : 0);
     fwrite(prompt, 1, plen, stdout);
-    float buf[4096];
     for (long k = 0; k < tokens; k++) {
         int64_t ctx_len = n < T ? n : T, off = n - ctx_len;
         for (int64_t t = 0; t < T; t++)
@@ -199,6 +201,7 @@ int cmd_sample(int argc, char **argv)
     rc = 0;
 out:
     free(win);
+    free(buf);
     free(p);
     tg_ctx_free(ctx);
     return rc;

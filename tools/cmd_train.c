@@ -530,7 +530,7 @@ int cmd_train(int argc, char **argv)
                 ck ? ", resumed" : "");
     }
 
-    double t0 = now_s(), tok_s = 0, last_val = NAN, acc = NAN;
+    double t0 = now_s(), tok_s = 0, last_val = NAN, acc = NAN, last_draw = -1;
     int64_t step = start, trained = 0;
     uint64_t held_seed = a.seed ^ 0x5eed5eedULL;
     bool reached = false;
@@ -668,7 +668,9 @@ int cmd_train(int argc, char **argv)
                 goto out;
             }
         }
-        if (!a.quiet && (tty || (step + 1) % print_every == 0 || eval || stop)) {
+        bool redraw = tty && el - last_draw >= 0.1; /* live line: at most 10 updates/s */
+        if (!a.quiet && (redraw || (step + 1) % print_every == 0 || eval || stop)) {
+            last_draw = el;
             char el_s[32], eta_s[32];
             fmt_time(el, el_s, sizeof el_s);
             fmt_time(el / (double)trained * (double)(end - step - 1), eta_s, sizeof eta_s);

@@ -132,21 +132,32 @@ void corpus_train_batch(tg_ctx *ctx, const corpus *c, int64_t B, int64_t T, floa
     }
 }
 
+/* Validation uses the non-overlapping windows of the split, or, for a large split, at most
+ * CORPUS_MAX_VAL_WINDOWS of them spread evenly over it, so evaluation cost stays bounded. */
+#define CORPUS_MAX_VAL_WINDOWS 4096
+
+static int64_t val_windows(const corpus *c, int64_t T, int64_t *stride)
+{
+    int64_t all = (c->n - c->n_train - 1) / T;
+    *stride = all > CORPUS_MAX_VAL_WINDOWS ? all / CORPUS_MAX_VAL_WINDOWS : 1;
+    return all > CORPUS_MAX_VAL_WINDOWS ? CORPUS_MAX_VAL_WINDOWS : all;
+}
+
 int64_t corpus_val_batches(const corpus *c, int64_t B, int64_t T)
 {
-    int64_t windows = (c->n - c->n_train - 1) / T;
+    int64_t stride, windows = val_windows(c, T, &stride);
     return (windows + B - 1) / B;
 }
 
 int64_t corpus_val_batch(const corpus *c, int64_t k, int64_t B, int64_t T, float *ids,
                          float *targets)
 {
-    int64_t windows = (c->n - c->n_train - 1) / T, got = 0;
+    int64_t stride, windows = val_windows(c, T, &stride), got = 0;
     for (int64_t b = 0; b < B; b++) {
         int64_t w = k * B + b;
         for (int64_t t = 0; t < T; t++) {
             if (w < windows) {
-                int64_t s = c->n_train + w * T + t;
+                int64_t s = c->n_train + w * stride * T + t;
                 ids[b * T + t] = (float)c->id_of[c->bytes[s]];
                 targets[b * T + t] = (float)c->id_of[c->bytes[s + 1]];
             } else {

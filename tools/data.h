@@ -34,8 +34,9 @@ int vocab_from_hex(const char *hex, unsigned char *vocab);
 /* Fill ids/targets (B, T) with random training windows drawn with the context RNG. */
 void corpus_train_batch(tg_ctx *ctx, const corpus *c, int64_t B, int64_t T, float *ids,
                         float *targets);
-/* The k-th validation window batch (deterministic; windows start every T bytes); returns the
- * number of windows written (< B at the end: remaining rows get ignore targets = -1). */
+/* The k-th validation window batch (deterministic; non-overlapping windows of T bytes, at most
+ * 4096 of them spread evenly over a large split); returns the number of windows written (< B at
+ * the end: remaining rows get ignore targets = -1). */
 int64_t corpus_val_batch(const corpus *c, int64_t k, int64_t B, int64_t T, float *ids,
                          float *targets);
 /* Number of validation batches of B windows of T. */
