@@ -110,6 +110,8 @@ int cmd_sample(int argc, char **argv)
     mc.layer.activation = act && !strcmp(act, "gelu") ? TG_ACT_GELU : TG_ACT_RELU;
     mc.pos = pos && !strcmp(pos, "sinusoidal") ? TG_POS_SINUSOIDAL : TG_POS_LEARNED;
     mc.causal = true;
+    const char *tie = tg_safetensors_meta_get(st, "model.tie_weights");
+    mc.tie_weights = tie && !strcmp(tie, "1");
     tg_transformer m;
     tg_tensor *ids = NULL, *logits = NULL;
     tg_graph *g = NULL;

@@ -22,7 +22,7 @@
 typedef struct {
     /* model */
     int64_t layers, d_model, heads, d_ff, seq_len;
-    bool post_norm;
+    bool post_norm, tie;
     const char *activation, *pos;
     double dropout;
     /* optimisation */
@@ -38,7 +38,7 @@ typedef struct {
     bool quiet;
     /* which model options were given explicitly (for --resume consistency) */
     bool set_layers, set_d_model, set_heads, set_d_ff, set_seq_len, set_norm, set_act, set_pos,
-        set_task;
+        set_task, set_tie;
 } train_args;
 
 static void help(FILE *f)
@@ -54,7 +54,7 @@ static void help(FILE *f)
         "model:     --layers N (2)  --d-model D (text 128, task 64)  --heads H (4)\n"
         "           --d-ff F (4*D)  --seq-len T (text 64, task 12)  --post-norm (default pre-norm)\n"
         "           --activation relu|gelu (relu)  --pos learned|sinusoidal (learned)\n"
-        "           --dropout P (0)\n"
+        "           --dropout P (0)  --tie-weights (output projection = token embedding)\n"
         "training:  --batch B (32)  --steps N (text 1500, task 2000 max)  --lr LR (3e-3)\n"
         "           --warmup N (100)  --weight-decay W (0.01)  --clip C (1.0, 0 = off)\n"
         "           --min-lr LR (lr/10)  --seed S (0)  --threads N  --dtype f32|f64 (f32)\n"
@@ -123,6 +123,10 @@ static int parse(int argc, char **argv, train_args *a)
         }
         if (!strcmp(o, "--quiet")) {
             a->quiet = true;
+            continue;
+        }
+        if (!strcmp(o, "--tie-weights")) {
+            a->tie = a->set_tie = true;
             continue;
         }
         if (!strcmp(o, "--text")) {
@@ -368,6 +372,14 @@ int cmd_train(int argc, char **argv)
         const char *act = tg_safetensors_meta_get(ck, "model.activation");
         const char *pos = tg_safetensors_meta_get(ck, "model.pos");
         const char *tk = tg_safetensors_meta_get(ck, "data.task");
+        const char *tie = tg_safetensors_meta_get(ck, "model.tie_weights");
+        bool ck_tie = tie && strcmp(tie, "1") == 0;
+        if (a.set_tie && a.tie != ck_tie) {
+            fprintf(stderr, "tgrad train: checkpoint '%s' is from a different config "
+                    "(tie_weights %d)\n", a.resume, ck_tie);
+            goto out;
+        }
+        a.tie = ck_tie;
         if (!pn || !act || !pos) {
             fprintf(stderr, "tgrad train: checkpoint '%s' lacks model metadata\n", a.resume);
             goto out;
@@ -454,6 +466,7 @@ int cmd_train(int argc, char **argv)
     mc.layer.dropout = a.dropout;
     mc.pos = strcmp(a.pos, "sinusoidal") == 0 ? TG_POS_SINUSOIDAL : TG_POS_LEARNED;
     mc.causal = text;
+    mc.tie_weights = a.tie;
     tg_transformer model;
     tg_optim_config oc = tg_optim_defaults(TG_OPTIM_ADAMW);
     oc.lr = a.lr;
@@ -642,6 +655,7 @@ int cmd_train(int argc, char **argv)
             meta_add(&m, "model.activation", "%s", a.activation);
             meta_add(&m, "model.pos", "%s", a.pos);
             meta_add(&m, "model.causal", "%d", text ? 1 : 0);
+            meta_add(&m, "model.tie_weights", "%d", a.tie ? 1 : 0);
             meta_add(&m, "model.dropout", "%.17g", a.dropout);
             meta_add(&m, "model.dtype", "%s", tg_dtype_str(a.dt));
             meta_add(&m, "data.mode", "%s", text ? "text" : "task");

@@ -5,6 +5,7 @@
  */
 #include "opcases.h"
 #include "tgrad_nn.h"
+#include "tgrad_train.h"
 
 #include <string.h>
 
@@ -393,6 +394,31 @@ static tg_tensor *xent_large(tg_ctx *ctx, tg_dtype dt)
     return tg_cross_entropy(ctx, x, ids_const(ctx, dt, TG_DIMS(3), 4, "targets"), -100);
 }
 
+/* ---- transformer (embedding, layers, final norm, head; ids are constants) ---- */
+static tg_tensor *tf_case(tg_ctx *ctx, tg_dtype dt, bool causal, bool tied, tg_pos_kind pos)
+{
+    tg_transformer_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab_size = 5;
+    c.max_seq_len = 4;
+    c.n_layers = 1;
+    c.layer = tg_encoder_config_default(4, 2);
+    c.layer.d_ff = 6;
+    c.layer.norm_first = true;
+    c.causal = causal;
+    c.tie_weights = tied;
+    c.pos = pos;
+    tg_transformer m;
+    if (tg_transformer_init(ctx, &m, dt, &c) != TG_OK)
+        return NULL;
+    tg_tensor *ids = ids_const(ctx, dt, TG_DIMS(2, 3), 5, "ids");
+    tg_tensor *tgt = ids_const(ctx, dt, TG_DIMS(2, 3), 5, "targets");
+    return tg_cross_entropy(ctx, tg_transformer_forward(ctx, &m, ids, NULL), tgt, -1);
+}
+static tg_tensor *tf_lm(tg_ctx *ctx, tg_dtype dt) { return tf_case(ctx, dt, true, false, TG_POS_LEARNED); }
+static tg_tensor *tf_tied(tg_ctx *ctx, tg_dtype dt) { return tf_case(ctx, dt, true, true, TG_POS_SINUSOIDAL); }
+static tg_tensor *tf_enc(tg_ctx *ctx, tg_dtype dt) { return tf_case(ctx, dt, false, false, TG_POS_LEARNED); }
+
 const tg_opcase tg_opcases[] = {
     {"matmul", "2d", "a (3, 4) b (4, 5)", mm_2d},
     {"matmul", "batched", "a (2, 3, 4) b (2, 4, 2)", mm_batched},
@@ -480,6 +506,9 @@ const tg_opcase tg_opcases[] = {
     {"encoder", "post-norm", "x (2, 3, 4) H 2 F 6 relu", enc_post},
     {"encoder", "pre-norm", "x (2, 3, 4) H 2 F 6 gelu", enc_pre},
     {"encoder", "masked", "x (2, 3, 4) pre-norm causal+padding", enc_masked},
+    {"transformer", "lm", "ids (2, 3) V 5 D 4, causal, learned pos, loss", tf_lm},
+    {"transformer", "tied", "ids (2, 3) V 5 D 4, tied head, sinusoidal", tf_tied},
+    {"transformer", "encoder", "ids (2, 3) V 5 D 4, bidirectional", tf_enc},
 };
 const int tg_n_opcases = (int)(sizeof tg_opcases / sizeof tg_opcases[0]);
 
