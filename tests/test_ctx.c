@@ -14,8 +14,6 @@
 #define HAVE_MALLINFO2 1
 #endif
 
-static bool under_valgrind(void) { return getenv("TG_UNDER_VALGRIND") != NULL; }
-
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 START_TEST(test_new_free)
 {
@@ -198,7 +196,7 @@ START_TEST(test_allocator_used_for_everything)
     ck_assert(workload(ctx));
 #ifdef HAVE_MALLINFO2
     struct mallinfo2 after = mallinfo2();
-    if (!under_valgrind())
+    if (!tu_under_valgrind())
         ck_assert_msg(after.uordblks == before.uordblks,
                       "malloc'd bytes changed by %lld while the context was in use",
                       (long long)after.uordblks - (long long)before.uordblks);

@@ -12,8 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-static bool under_valgrind(void) { return getenv("TG_UNDER_VALGRIND") != NULL; }
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -182,7 +180,7 @@ START_TEST(test_projection_mode)
     ck_assert(rep.worst_index >= 0 && rep.worst_index < 8);
     ck_assert(rep.backward_deterministic && rep.zero_upstream_ok);
     /* 8 projections: about 8 backward + 16 forward runs, not 2 per element (8256 elements) */
-    if (!under_valgrind())
+    if (!tu_under_valgrind())
         ck_assert_msg(dt < 1.0, "projection mode took %.3f s", dt);
     /* also on non-linear ops */
     tg_tensor *z = tg_layer_norm(ctx, tg_softmax(ctx, tg_narrow(ctx, y, 1, 3, 10)), NULL, NULL,

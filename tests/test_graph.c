@@ -12,8 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-static bool under_valgrind(void) { return getenv("TG_UNDER_VALGRIND") != NULL; }
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -305,7 +303,7 @@ static void chain(int64_t steps, double max_seconds)
     ck_assert(tg_grad_get(b, 0) == 2 * gb);
     tg_ctx_free(ctx);
     double dt = now_s() - t0;
-    if (!under_valgrind())
+    if (!tu_under_valgrind())
         ck_assert_msg(dt < max_seconds, "%lld-node chain took %.2f s", (long long)(2 * steps),
                       dt);
 }
@@ -316,7 +314,7 @@ END_TEST
 START_TEST(test_chain_200k)
 {
     /* 200,000 op nodes; under valgrind a 20,000-node chain (the same code paths) */
-    chain(under_valgrind() ? 10000 : 100000, 10.0);
+    chain(tu_under_valgrind() ? 10000 : 100000, 10.0);
 }
 END_TEST
 

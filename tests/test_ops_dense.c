@@ -12,136 +12,6 @@
 #include <string.h>
 
 /* ---- helpers --------------------------------------------------------------------------------- */
-static const tg_dtype k_dtypes[2] = {TG_F32, TG_F64};
-
-/* Contexts made by a test are registered so the checked teardown frees them even when an
- * assertion fails (under CK_FORK=no, as in the valgrind setup, a failing test would otherwise
- * also report its context as leaked). */
-#define MAX_CTX 8
-static tg_ctx *g_ctxs[MAX_CTX];
-
-static tg_ctx *ctx_new(void)
-{
-    tg_ctx *c = tg_ctx_new();
-    ck_assert_ptr_nonnull(c);
-    for (int i = 0; i < MAX_CTX; i++)
-        if (!g_ctxs[i]) {
-            g_ctxs[i] = c;
-            return c;
-        }
-    ck_abort_msg("more than %d contexts in one test", MAX_CTX);
-    return NULL;
-}
-
-static void ctx_free(tg_ctx *c)
-{
-    for (int i = 0; i < MAX_CTX; i++)
-        if (g_ctxs[i] == c)
-            g_ctxs[i] = NULL;
-    tg_ctx_free(c);
-}
-
-static void ctx_teardown(void)
-{
-    for (int i = 0; i < MAX_CTX; i++) {
-        tg_ctx_free(g_ctxs[i]);
-        g_ctxs[i] = NULL;
-    }
-}
-
-#define VALS(...) ((const double[]){__VA_ARGS__})
-
-static bool under_valgrind(void) { return getenv("TG_UNDER_VALGRIND") != NULL; }
-
-/* An input that requires grad, holding `v` (numel values; NULL leaves zeros). */
-static tg_tensor *in(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name,
-                     const double *v)
-{
-    tg_tensor *t = tg_input(ctx, dt, rank, shape, name);
-    ck_assert_msg(t != NULL, "tg_input: %s", tg_ctx_message(ctx));
-    ck_assert_int_eq(tg_set_requires_grad(t, true), TG_OK);
-    if (v)
-        tu_set(t, v);
-    return t;
-}
-
-/* Build a graph over y and run forward once. */
-static tg_graph *fwd(tg_ctx *ctx, tg_tensor *y)
-{
-    ck_assert_msg(y != NULL, "build failed: %s", tg_ctx_message(ctx));
-    tg_graph *g = tg_graph_new(ctx, &y, 1);
-    ck_assert_msg(g != NULL, "tg_graph_new: %s", tg_ctx_message(ctx));
-    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
-    return g;
-}
-
-/* Backward from y with upstream values v (y's numel of them; NULL: all ones). */
-static void bwd(tg_ctx *ctx, tg_graph *g, tg_tensor *y, const double *v)
-{
-    tg_tensor *dy = tg_const(ctx, tg_tensor_dtype(y), tg_tensor_rank(y), tg_tensor_shape(y), "dy");
-    ck_assert_ptr_nonnull(dy);
-    if (v)
-        tu_set(dy, v);
-    else
-        tg_fill(dy, 1.0);
-    tg_status s = tg_graph_backward(g, y, dy);
-    ck_assert_msg(s == TG_OK, "backward: %s (%s)", tg_status_str(s), tg_ctx_message(ctx));
-}
-
-/* |got - want| <= tol * max(1, |want|) for every element (want infinities must match). */
-static void expect_vals(const tg_tensor *t, bool grad, const double *want, double tol)
-{
-    for (int64_t i = 0; i < tg_tensor_numel(t); i++) {
-        double v = grad ? tg_grad_get(t, i) : tg_get(t, i);
-        double w = want[i];
-        bool ok = isinf(w) ? v == w : fabs(v - w) <= tol * fmax(1.0, fabs(w));
-        ck_assert_msg(ok, "%s of '%s'[%lld] = %.17g, expected %.17g (tol %g)",
-                      grad ? "grad" : "value", tg_tensor_name(t), (long long)i, v, w, tol);
-    }
-}
-#define EXPECT_DATA(t, tol, ...) expect_vals((t), false, VALS(__VA_ARGS__), (tol))
-#define EXPECT_GRAD(t, tol, ...) expect_vals((t), true, VALS(__VA_ARGS__), (tol))
-
-static void expect_shape(const tg_tensor *t, int rank, const int64_t *shape)
-{
-    ck_assert_ptr_nonnull(t);
-    ck_assert_int_eq(tg_tensor_rank(t), rank);
-    for (int i = 0; i < rank; i++)
-        ck_assert_msg(tg_tensor_shape(t)[i] == shape[i], "'%s' dim %d is %lld, expected %lld",
-                      tg_tensor_name(t), i, (long long)tg_tensor_shape(t)[i],
-                      (long long)shape[i]);
-}
-#define EXPECT_SHAPE(t, ...) expect_shape((t), TG_DIMS(__VA_ARGS__))
-
-/* Gradcheck in f32 with the f32 defaults (eps 1e-3, atol 1e-2, rtol 1e-2). */
-static void gradcheck_f32(tg_ctx *ctx, tg_tensor *y)
-{
-    ck_assert_msg(y != NULL, "build failed: %s", tg_ctx_message(ctx));
-    tg_gradcheck_opts o = tg_gradcheck_defaults(TG_F32);
-    tg_gradcheck_report rep;
-    tg_status s = tg_gradcheck(ctx, y, &o, &rep);
-    ck_assert_msg(s == TG_OK, "f32 gradcheck %s: %s (%s)", tg_status_str(s), rep.message,
-                  tg_ctx_message(ctx));
-}
-
-/* Fill with small integers (exact in f32): v[i] = (i * mul + add) % mod - off. */
-static void fill_int(tg_tensor *t, int mul, int add, int mod, int off)
-{
-    for (int64_t i = 0; i < tg_tensor_numel(t); i++)
-        tg_set(t, i, (double)((i * mul + add) % mod - off));
-}
-
-/* A differentiable input uniform in [-1, 1) from the context RNG (same seed, same data). */
-static tg_tensor *gc_input(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
-                           const char *name)
-{
-    return tu_input(ctx, dt, rank, shape, name, -1.0, 1.0);
-}
-#define GIN(name, ...) gc_input(ctx, dt, TG_DIMS(__VA_ARGS__), name)
-
-/* Thread-invariance sizes exceed TG_PAR_MIN = 32768 scalar ops; under valgrind they shrink. */
-static int64_t big(int64_t n, int64_t small) { return under_valgrind() ? small : n; }
-
 /* x (2,3) = [[1,2,3],[4,5,6]], W (2,3) = [[1,0,-1],[0.5,1,2]], b = [0.5,-1]
  * y = x W^T + b = [[1-3+0.5, 0.5+2+6-1], [4-6+0.5, 2+5+12-1]] = [[-1.5, 7.5], [-1.5, 18]]
  * dy = [[1,2],[3,4]]:
@@ -153,24 +23,24 @@ static const double k_x[] = {1, 2, 3, 4, 5, 6}, k_w[] = {1, 0, -1, 0.5, 1, 2}, k
 
 START_TEST(test_forward_backward)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
     tg_tensor *w = tg_param(ctx, dt, TG_DIMS(2, 3), "weight");
     tg_tensor *b = tg_param(ctx, dt, TG_DIMS(2), "bias");
     tu_set(w, k_w);
     tu_set(b, k_b);
     tg_tensor *y = tg_dense(ctx, x, w, b);
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     EXPECT_SHAPE(y, 2, 2);
     ck_assert_str_eq(tg_tensor_op_name(y), "dense");
     EXPECT_DATA(y, 0, -1.5, 7.5, -1.5, 18);
     ck_assert_int_eq(tg_graph_n_grad_leaves(g), 3);
-    bwd(ctx, g, y, VALS(1, 2, 3, 4));
+    tu_bwd(ctx, g, y, VALS(1, 2, 3, 4));
     EXPECT_GRAD(x, 0, 2, 2, 3, 5, 4, 5);
     EXPECT_GRAD(w, 0, 13, 17, 21, 18, 24, 30);
     EXPECT_GRAD(b, 0, 4, 6);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -178,30 +48,30 @@ END_TEST
  * per row; d(sum)/dW = column sums of x = [5, 7, 9] per row. */
 START_TEST(test_no_bias)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
-    tg_tensor *w = in(ctx, dt, TG_DIMS(2, 3), "w", k_w);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
+    tg_tensor *w = tu_in(ctx, dt, TG_DIMS(2, 3), "w", k_w);
     tg_tensor *y = tg_dense(ctx, x, w, NULL);
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     EXPECT_DATA(y, 0, -2, 8.5, -2, 19);
     ck_assert_int_eq(tg_graph_n_grad_leaves(g), 2);
-    bwd(ctx, g, y, NULL);
+    tu_bwd(ctx, g, y, NULL);
     EXPECT_GRAD(x, 0, 1.5, 1, 1, 1.5, 1, 1);
     EXPECT_GRAD(w, 0, 5, 7, 9, 5, 7, 9);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* Leading dims are kept: x (3) -> (2); x (2,1,3) -> (2,1,2), same rows as the 2-D case. */
 START_TEST(test_leading_dims)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *w = in(ctx, dt, TG_DIMS(2, 3), "w", k_w);
-    tg_tensor *b = in(ctx, dt, TG_DIMS(2), "b", k_b);
-    tg_tensor *x1 = in(ctx, dt, TG_DIMS(3), "x1", VALS(1, 2, 3));
-    tg_tensor *x3 = in(ctx, dt, TG_DIMS(2, 1, 3), "x3", k_x);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *w = tu_in(ctx, dt, TG_DIMS(2, 3), "w", k_w);
+    tg_tensor *b = tu_in(ctx, dt, TG_DIMS(2), "b", k_b);
+    tg_tensor *x1 = tu_in(ctx, dt, TG_DIMS(3), "x1", VALS(1, 2, 3));
+    tg_tensor *x3 = tu_in(ctx, dt, TG_DIMS(2, 1, 3), "x3", k_x);
     tg_tensor *y1 = tg_dense(ctx, x1, w, b), *y3 = tg_dense(ctx, x3, w, b);
     EXPECT_SHAPE(y1, 2);
     EXPECT_SHAPE(y3, 2, 1, 2);
@@ -211,26 +81,26 @@ START_TEST(test_leading_dims)
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     EXPECT_DATA(y1, 0, -1.5, 7.5);
     EXPECT_DATA(y3, 0, -1.5, 7.5, -1.5, 18);
-    bwd(ctx, g, y3, VALS(1, 2, 3, 4));
+    tu_bwd(ctx, g, y3, VALS(1, 2, 3, 4));
     EXPECT_GRAD(x3, 0, 2, 2, 3, 5, 4, 5);
     EXPECT_GRAD(w, 0, 13, 17, 21, 18, 24, 30);
     EXPECT_GRAD(b, 0, 4, 6);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* Rank 6 input (1,2,1,1,2,3) through W (4,3), b (4): checked against a reference loop. */
 START_TEST(test_rank6)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(1, 2, 1, 1, 2, 3), "x", NULL);
-    tg_tensor *w = in(ctx, dt, TG_DIMS(4, 3), "w", NULL);
-    tg_tensor *b = in(ctx, dt, TG_DIMS(4), "b", VALS(1, -1, 2, -2));
-    fill_int(x, 5, 1, 7, 3);
-    fill_int(w, 3, 2, 5, 2);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(1, 2, 1, 1, 2, 3), "x", NULL);
+    tg_tensor *w = tu_in(ctx, dt, TG_DIMS(4, 3), "w", NULL);
+    tg_tensor *b = tu_in(ctx, dt, TG_DIMS(4), "b", VALS(1, -1, 2, -2));
+    tu_fill_int(x, 5, 1, 7, 3);
+    tu_fill_int(w, 3, 2, 5, 2);
     tg_tensor *y = tg_dense(ctx, x, w, b);
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     EXPECT_SHAPE(y, 1, 2, 1, 1, 2, 4);
     for (int r = 0; r < 4; r++)
         for (int o = 0; o < 4; o++) {
@@ -239,23 +109,23 @@ START_TEST(test_rank6)
                 s += tg_get(x, r * 3 + i) * tg_get(w, o * 3 + i);
             ck_assert_double_eq(tg_get(y, r * 4 + o), s);
         }
-    bwd(ctx, g, y, NULL);
+    tu_bwd(ctx, g, y, NULL);
     for (int o = 0; o < 4; o++)
         ck_assert_double_eq(tg_grad_get(b, o), 4);
     if (dt == TG_F64)
         tu_assert_gradcheck(ctx, y);
     else
-        gradcheck_f32(ctx, y);
-    ctx_free(ctx);
+        tu_gradcheck_f32(ctx, y);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* dense(x, W, b) equals add(matmul(x, W, tb), b) (values and gradients, to rounding). */
 START_TEST(test_matches_matmul)
 {
-    tg_dtype dt = k_dtypes[_i];
+    tg_dtype dt = tu_dtypes[_i];
     double tol = dt == TG_F32 ? 1e-5 : 1e-13;
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_ctx_seed(ctx, 51);
     tg_tensor *x = tu_input(ctx, dt, TG_DIMS(3, 5, 7), "x", -1, 1);
     tg_tensor *w = tu_input(ctx, dt, TG_DIMS(4, 7), "w", -1, 1);
@@ -287,7 +157,7 @@ START_TEST(test_matches_matmul)
                           "grad of '%s'[%lld]: dense %.17g vs matmul %.17g",
                           tg_tensor_name(pairs[p][0]), (long long)i,
                           tg_grad_get(pairs[p][0], i), tg_grad_get(pairs[p][1], i));
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -295,29 +165,29 @@ END_TEST
  * d(sum)/dx = 2 * column sums = [[8,12],[8,12]]. */
 START_TEST(test_used_twice)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 2), "x", VALS(1, 2, 3, 4));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 2), "x", VALS(1, 2, 3, 4));
     tg_tensor *y = tg_dense(ctx, x, x, NULL);
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     EXPECT_DATA(y, 0, 5, 11, 11, 25);
-    bwd(ctx, g, y, NULL);
+    tu_bwd(ctx, g, y, NULL);
     EXPECT_GRAD(x, 0, 8, 12, 8, 12);
     /* and a bias shared by two dense layers: db = 2 * rows */
-    tg_tensor *b = in(ctx, dt, TG_DIMS(2), "b", VALS(1, 1));
+    tg_tensor *b = tu_in(ctx, dt, TG_DIMS(2), "b", VALS(1, 1));
     tg_tensor *z = tg_add(ctx, tg_dense(ctx, x, x, b), tg_dense(ctx, x, x, b));
-    g = fwd(ctx, z);
+    g = tu_fwd(ctx, z);
     EXPECT_DATA(z, 0, 12, 24, 24, 52);
-    bwd(ctx, g, z, NULL);
+    tu_bwd(ctx, g, z, NULL);
     EXPECT_GRAD(b, 0, 4, 4);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* ---- errors --------------------------------------------------------------------------------- */
 START_TEST(test_err_shapes)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "x");
     tg_tensor *w = tg_param(ctx, TG_F32, TG_DIMS(2, 3), "w");
     tg_tensor *w1 = tg_param(ctx, TG_F32, TG_DIMS(3), "w1");
@@ -346,13 +216,13 @@ START_TEST(test_err_shapes)
         tu_assert_error(ctx, TG_ERR_SHAPE, bad[i].n2);
         tg_ctx_clear_error(ctx);
     }
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_dtype_context)
 {
-    tg_ctx *ctx = ctx_new(), *other = ctx_new();
+    tg_ctx *ctx = tu_ctx_new(), *other = tu_ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "x");
     tg_tensor *w = tg_param(ctx, TG_F32, TG_DIMS(2, 3), "w");
     tg_tensor *b = tg_param(ctx, TG_F32, TG_DIMS(2), "b");
@@ -376,8 +246,8 @@ START_TEST(test_err_dtype_context)
         tg_ctx_clear_error(ctx);
     }
     ck_assert_int_eq(tg_ctx_status(other), TG_OK);
-    ctx_free(other);
-    ctx_free(ctx);
+    tu_ctx_free(other);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -385,7 +255,7 @@ END_TEST
  * passed as the (optional) bias still leaves the error pending, so no graph is built. */
 START_TEST(test_err_null_first_sticks)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "x");
     tg_tensor *w = tg_param(ctx, TG_F32, TG_DIMS(2, 3), "w");
     tg_tensor *b = tg_param(ctx, TG_F32, TG_DIMS(2), "b");
@@ -407,25 +277,12 @@ START_TEST(test_err_null_first_sticks)
     ck_assert_str_eq(tg_ctx_message(ctx), first);
     if (nb)
         ck_assert_ptr_null(tg_graph_new(ctx, &nb, 1));
-    ck_assert_ptr_null(tg_graph_new(ctx, &good, 1));
-    ck_assert_str_eq(tg_ctx_message(ctx), first);
-    tg_ctx_clear_error(ctx);
-    ck_assert_ptr_nonnull(tg_graph_new(ctx, &good, 1));
-    ctx_free(ctx);
+    tu_assert_graph_refused(ctx, good, first);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* ---- gradcheck ------------------------------------------------------------------------------ */
-static tg_tensor *gc_param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
-                           const char *name)
-{
-    tg_tensor *t = tg_param(ctx, dt, rank, shape, name);
-    if (t)
-        tg_fill_uniform(t, -1, 1);
-    return t;
-}
-#define GPARAM(name, ...) gc_param(ctx, dt, TG_DIMS(__VA_ARGS__), name)
-
 static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
 {
     switch (which) {
@@ -449,78 +306,54 @@ static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
 
 START_TEST(test_gradcheck_f64)
 {
-    tg_ctx *ctx = ctx_new();
-    tg_ctx_seed(ctx, 1100 + (uint64_t)_i);
-    tu_assert_gradcheck(ctx, gc_case(ctx, TG_F64, _i));
-    ctx_free(ctx);
+    tu_gradcheck_case(gc_case, TG_F64, _i, 1100 + (uint64_t)_i);
 }
 END_TEST
 
 START_TEST(test_gradcheck_f32)
 {
     static const int cases[] = {0, 2, 4};
-    tg_ctx *ctx = ctx_new();
-    tg_ctx_seed(ctx, 1200 + (uint64_t)_i);
-    gradcheck_f32(ctx, gc_case(ctx, TG_F32, cases[_i]));
-    ctx_free(ctx);
+    tu_gradcheck_case(gc_case, TG_F32, cases[_i], 1200 + (uint64_t)_i);
 }
 END_TEST
 
 /* ---- thread invariance ---------------------------------------------------------------------- */
 static tg_tensor *ti_dense(tg_ctx *ctx, tg_dtype dt) /* (512,128) -> (256) with bias */
 {
-    int64_t r = big(512, 200), i = big(128, 64), o = big(256, 160);
+    int64_t r = tu_big(512, 200), i = tu_big(128, 64), o = tu_big(256, 160);
     return tg_dense(ctx, GIN("x", r, i), GPARAM("weight", o, i), GPARAM("bias", o));
 }
 static tg_tensor *ti_dense_3d(tg_ctx *ctx, tg_dtype dt) /* (4,64,64) -> (4,64,96), no bias */
 {
-    int64_t t = big(64, 24), o = big(96, 40);
+    int64_t t = tu_big(64, 24), o = tu_big(96, 40);
     return tg_dense(ctx, GIN("x", 4, t, 64), GPARAM("weight", o, 64), NULL);
 }
 static tg_tensor *ti_dense_narrow(tg_ctx *ctx, tg_dtype dt) /* many rows, one output */
 {
-    int64_t r = big(4096, 1024);
+    int64_t r = tu_big(4096, 1024);
     return tg_dense(ctx, GIN("x", r, 16), GPARAM("weight", 1, 16), GPARAM("bias", 1));
 }
-static tg_tensor *(*const k_ti_builds[])(tg_ctx *, tg_dtype) = {ti_dense, ti_dense_3d,
-                                                                 ti_dense_narrow};
+static const tu_build_fn k_ti_builds[] = {ti_dense, ti_dense_3d, ti_dense_narrow};
 #define N_TI (int)(sizeof k_ti_builds / sizeof k_ti_builds[0])
-
-START_TEST(test_thread_invariance)
-{
-    tu_assert_thread_invariant(k_ti_builds[_i / 2], k_dtypes[_i % 2]);
-}
-END_TEST
 
 /* ---- edge cases ----------------------------------------------------------------------------- */
 /* Two backwards without zero_grad double every gradient exactly. */
 START_TEST(test_backward_twice)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
     tg_ctx_seed(ctx, 61);
     tg_tensor *x = tu_input(ctx, dt, TG_DIMS(6, 9), "x", -1, 1);
     tg_tensor *w = tu_input(ctx, dt, TG_DIMS(5, 9), "w", -1, 1);
     tg_tensor *b = tu_input(ctx, dt, TG_DIMS(5), "b", -1, 1);
     tg_tensor *y = tg_dense(ctx, x, w, b);
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     double dy[30];
     for (int i = 0; i < 30; i++)
         dy[i] = sin(1.3 * i) + 0.2;
-    bwd(ctx, g, y, dy);
     tg_tensor *leaves[3] = {x, w, b};
-    double g1[3][54];
-    for (int l = 0; l < 3; l++)
-        for (int64_t i = 0; i < tg_tensor_numel(leaves[l]); i++)
-            g1[l][i] = tg_grad_get(leaves[l], i);
-    bwd(ctx, g, y, dy);
-    for (int l = 0; l < 3; l++)
-        for (int64_t i = 0; i < tg_tensor_numel(leaves[l]); i++)
-            ck_assert_msg(tg_grad_get(leaves[l], i) == 2 * g1[l][i],
-                          "grad of '%s'[%lld] = %.17g after two backwards, expected exactly "
-                          "2 * %.17g", tg_tensor_name(leaves[l]), (long long)i,
-                          tg_grad_get(leaves[l], i), g1[l][i]);
-    ctx_free(ctx);
+    tu_assert_backward_twice(ctx, g, y, dy, leaves, 3);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -530,8 +363,8 @@ END_TEST
  * exactly the same amount. */
 START_TEST(test_backward_twice_multi_term)
 {
-    tg_dtype dt = k_dtypes[_i % 2];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i % 2];
+    tg_ctx *ctx = tu_ctx_new();
     tg_ctx_seed(ctx, 62);
     tg_tensor *w = tu_input(ctx, dt, TG_DIMS(5, 9), "w", -1, 1);
     tg_tensor *y;
@@ -542,108 +375,83 @@ START_TEST(test_backward_twice_multi_term)
         tg_tensor *x2 = tu_input(ctx, dt, TG_DIMS(3, 9), "x2", -1, 1);
         y = tg_add(ctx, tg_dense(ctx, x1, w, NULL), tg_dense(ctx, x2, w, NULL));
     }
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     int64_t n = tg_tensor_numel(y);
     double *dy = malloc(sizeof(double) * (size_t)n);
     for (int64_t i = 0; i < n; i++)
         dy[i] = sin(1.3 * (double)i) + 0.2;
-    bwd(ctx, g, y, dy);
-    double g1[45];
-    for (int i = 0; i < 45; i++)
-        g1[i] = tg_grad_get(w, i);
-    bwd(ctx, g, y, dy);
+    tu_assert_backward_twice(ctx, g, y, dy, &w, 1);
     free(dy);
-    int bad = 0, first = -1;
-    for (int i = 0; i < 45; i++)
-        if (tg_grad_get(w, i) != 2 * g1[i] && bad++ == 0)
-            first = i;
-    ck_assert_msg(bad == 0, "%d of 45 elements of dW not exactly doubled by a second backward; "
-                  "first dW[%d] = %.17g, expected %.17g", bad, first,
-                  first >= 0 ? tg_grad_get(w, first) : 0, first >= 0 ? 2 * g1[first] : 0);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* Same with small integers (no rounding): exactly twice the hand-computed gradients. */
 START_TEST(test_backward_twice_integer)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
-    tg_tensor *w = in(ctx, dt, TG_DIMS(2, 3), "w", k_w);
-    tg_tensor *b = in(ctx, dt, TG_DIMS(2), "b", k_b);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
+    tg_tensor *w = tu_in(ctx, dt, TG_DIMS(2, 3), "w", k_w);
+    tg_tensor *b = tu_in(ctx, dt, TG_DIMS(2), "b", k_b);
     tg_tensor *y = tg_dense(ctx, x, w, b);
-    tg_graph *g = fwd(ctx, y);
-    bwd(ctx, g, y, VALS(1, 2, 3, 4));
-    bwd(ctx, g, y, VALS(1, 2, 3, 4));
+    tg_graph *g = tu_fwd(ctx, y);
+    tu_bwd(ctx, g, y, VALS(1, 2, 3, 4));
+    tu_bwd(ctx, g, y, VALS(1, 2, 3, 4));
     EXPECT_GRAD(x, 0, 4, 4, 6, 10, 8, 10);
     EXPECT_GRAD(w, 0, 26, 34, 42, 36, 48, 60);
     EXPECT_GRAD(b, 0, 8, 12);
     tg_graph_zero_grad(g);
     EXPECT_GRAD(b, 0, 0, 0);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_rerun_new_data)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
-    tg_tensor *w = in(ctx, dt, TG_DIMS(2, 3), "w", k_w);
-    tg_tensor *b = in(ctx, dt, TG_DIMS(2), "b", k_b);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
+    tg_tensor *w = tu_in(ctx, dt, TG_DIMS(2, 3), "w", k_w);
+    tg_tensor *b = tu_in(ctx, dt, TG_DIMS(2), "b", k_b);
     tg_tensor *y = tg_dense(ctx, x, w, b);
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     EXPECT_DATA(y, 0, -1.5, 7.5, -1.5, 18);
     tu_set(x, VALS(1, 0, 0, 0, 0, 1)); /* picks W's columns 0 and 2 */
     tu_set(b, VALS(0, 0));
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     EXPECT_DATA(y, 0, 1, 0.5, -1, 2);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 static Suite *dense_suite(void)
 {
     Suite *s = suite_create("ops_dense");
-    TCase *tc = tcase_create("forward");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
+    TCase *tc = tu_tcase(s, "forward", 0);
     tcase_add_loop_test(tc, test_forward_backward, 0, 2);
     tcase_add_loop_test(tc, test_no_bias, 0, 2);
     tcase_add_loop_test(tc, test_leading_dims, 0, 2);
     tcase_add_loop_test(tc, test_matches_matmul, 0, 2);
     tcase_add_loop_test(tc, test_used_twice, 0, 2);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("errors");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
+    tc = tu_tcase(s, "errors", 0);
     tcase_add_test(tc, test_err_shapes);
     tcase_add_test(tc, test_err_dtype_context);
     tcase_add_test(tc, test_err_null_first_sticks);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("gradcheck");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
+    tc = tu_tcase(s, "gradcheck", 60);
     tcase_add_loop_test(tc, test_gradcheck_f64, 0, N_GC_CASES);
     tcase_add_loop_test(tc, test_gradcheck_f32, 0, 3);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("threads");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, test_thread_invariance, 0, 2 * N_TI);
-    suite_add_tcase(s, tc);
+    tu_add_thread_tcase(s, k_ti_builds, N_TI);
 
-    tc = tcase_create("edge");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
+    tc = tu_tcase(s, "edge", 60);
     tcase_add_loop_test(tc, test_rank6, 0, 2);
     tcase_add_loop_test(tc, test_backward_twice, 0, 2);
     tcase_add_loop_test(tc, test_backward_twice_multi_term, 0, 4);
     tcase_add_loop_test(tc, test_backward_twice_integer, 0, 2);
     tcase_add_loop_test(tc, test_rerun_new_data, 0, 2);
-    suite_add_tcase(s, tc);
     return s;
 }
 

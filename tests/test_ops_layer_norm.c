@@ -16,136 +16,10 @@
 #include <string.h>
 
 /* ---- helpers --------------------------------------------------------------------------------- */
-static const tg_dtype k_dtypes[2] = {TG_F32, TG_F64};
-
-/* Contexts made by a test are registered so the checked teardown frees them even when an
- * assertion fails (under CK_FORK=no, as in the valgrind setup, a failing test would otherwise
- * also report its context as leaked). */
-#define MAX_CTX 8
-static tg_ctx *g_ctxs[MAX_CTX];
-
-static tg_ctx *ctx_new(void)
-{
-    tg_ctx *c = tg_ctx_new();
-    ck_assert_ptr_nonnull(c);
-    for (int i = 0; i < MAX_CTX; i++)
-        if (!g_ctxs[i]) {
-            g_ctxs[i] = c;
-            return c;
-        }
-    ck_abort_msg("more than %d contexts in one test", MAX_CTX);
-    return NULL;
-}
-
-static void ctx_free(tg_ctx *c)
-{
-    for (int i = 0; i < MAX_CTX; i++)
-        if (g_ctxs[i] == c)
-            g_ctxs[i] = NULL;
-    tg_ctx_free(c);
-}
-
-static void ctx_teardown(void)
-{
-    for (int i = 0; i < MAX_CTX; i++) {
-        tg_ctx_free(g_ctxs[i]);
-        g_ctxs[i] = NULL;
-    }
-}
-
-#define VALS(...) ((const double[]){__VA_ARGS__})
-
-/* An input that requires grad, holding `v` (numel values; NULL leaves zeros). */
-static tg_tensor *in(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name,
-                     const double *v)
-{
-    tg_tensor *t = tg_input(ctx, dt, rank, shape, name);
-    ck_assert_msg(t != NULL, "tg_input: %s", tg_ctx_message(ctx));
-    ck_assert_int_eq(tg_set_requires_grad(t, true), TG_OK);
-    if (v)
-        tu_set(t, v);
-    return t;
-}
-
-/* Build a graph over y and run forward once. */
-static tg_graph *fwd(tg_ctx *ctx, tg_tensor *y)
-{
-    ck_assert_msg(y != NULL, "build failed: %s", tg_ctx_message(ctx));
-    tg_graph *g = tg_graph_new(ctx, &y, 1);
-    ck_assert_msg(g != NULL, "tg_graph_new: %s", tg_ctx_message(ctx));
-    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
-    return g;
-}
-
-/* Backward from y with upstream values v (y's numel of them; NULL: all ones). */
-static void bwd(tg_ctx *ctx, tg_graph *g, tg_tensor *y, const double *v)
-{
-    tg_tensor *dy = tg_const(ctx, tg_tensor_dtype(y), tg_tensor_rank(y), tg_tensor_shape(y), "dy");
-    ck_assert_ptr_nonnull(dy);
-    if (v)
-        tu_set(dy, v);
-    else
-        tg_fill(dy, 1.0);
-    tg_status s = tg_graph_backward(g, y, dy);
-    ck_assert_msg(s == TG_OK, "backward: %s (%s)", tg_status_str(s), tg_ctx_message(ctx));
-}
-
-/* |got - want| <= tol * max(1, |want|) for every element (want infinities must match). */
-static void expect_vals(const tg_tensor *t, bool grad, const double *want, double tol)
-{
-    for (int64_t i = 0; i < tg_tensor_numel(t); i++) {
-        double v = grad ? tg_grad_get(t, i) : tg_get(t, i);
-        double w = want[i];
-        bool ok = isinf(w) ? v == w : fabs(v - w) <= tol * fmax(1.0, fabs(w));
-        ck_assert_msg(ok, "%s of '%s'[%lld] = %.17g, expected %.17g (tol %g)",
-                      grad ? "grad" : "value", tg_tensor_name(t), (long long)i, v, w, tol);
-    }
-}
-#define EXPECT_DATA(t, tol, ...) expect_vals((t), false, VALS(__VA_ARGS__), (tol))
-#define EXPECT_GRAD(t, tol, ...) expect_vals((t), true, VALS(__VA_ARGS__), (tol))
-
-static void expect_shape(const tg_tensor *t, int rank, const int64_t *shape)
-{
-    ck_assert_ptr_nonnull(t);
-    ck_assert_int_eq(tg_tensor_rank(t), rank);
-    for (int i = 0; i < rank; i++)
-        ck_assert_msg(tg_tensor_shape(t)[i] == shape[i], "'%s' dim %d is %lld, expected %lld",
-                      tg_tensor_name(t), i, (long long)tg_tensor_shape(t)[i],
-                      (long long)shape[i]);
-}
-#define EXPECT_SHAPE(t, ...) expect_shape((t), TG_DIMS(__VA_ARGS__))
-
-/* Gradcheck in f32 with the f32 defaults (eps 1e-3, atol 1e-2, rtol 1e-2). */
-static void gradcheck_f32(tg_ctx *ctx, tg_tensor *y)
-{
-    ck_assert_msg(y != NULL, "build failed: %s", tg_ctx_message(ctx));
-    tg_gradcheck_opts o = tg_gradcheck_defaults(TG_F32);
-    tg_gradcheck_report rep;
-    tg_status s = tg_gradcheck(ctx, y, &o, &rep);
-    ck_assert_msg(s == TG_OK, "f32 gradcheck %s: %s (%s)", tg_status_str(s), rep.message,
-                  tg_ctx_message(ctx));
-}
-
-/* A differentiable input uniform in [-1, 1) from the context RNG (same seed, same data). */
-static tg_tensor *gc_input(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
-                           const char *name)
-{
-    return tu_input(ctx, dt, rank, shape, name, -1.0, 1.0);
-}
-#define GIN(name, ...) gc_input(ctx, dt, TG_DIMS(__VA_ARGS__), name)
-
 #define H0 1.3416407864998738 /* 3 / sqrt(5) */
 #define H1 0.4472135954999579 /* 1 / sqrt(5) */
 
 static double tol_of(tg_dtype dt) { return dt == TG_F32 ? 1e-6 : 1e-14; }
-
-static int count_nan(const tg_tensor *t, bool grad)
-{
-    int n = 0;
-    for (int64_t i = 0; i < tg_tensor_numel(t); i++)
-        n += isnan(grad ? tg_grad_get(t, i) : tg_get(t, i)) ? 1 : 0;
-    return n;
-}
 
 /* ---- forward ------------------------------------------------------------------------------- */
 /* eps = 1e-5 (PyTorch's default), gamma = [1, 2, 0.5, -1], beta = [0, 1, -1, 0.5]:
@@ -154,20 +28,20 @@ static int count_nan(const tg_tensor *t, bool grad)
  *                          -0.8416354199689269] */
 START_TEST(test_affine_row)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(1, 4), "x", VALS(1, 2, 3, 4));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(1, 4), "x", VALS(1, 2, 3, 4));
     tg_tensor *gm = tg_param(ctx, dt, TG_DIMS(4), "weight");
     tg_tensor *bt = tg_param(ctx, dt, TG_DIMS(4), "bias");
     tu_set(gm, VALS(1, 2, 0.5, -1));
     tu_set(bt, VALS(0, 1, -1, 0.5));
     tg_tensor *y = tg_layer_norm(ctx, x, gm, bt, 1e-5);
-    fwd(ctx, y);
+    tu_fwd(ctx, y);
     EXPECT_SHAPE(y, 1, 4);
     ck_assert_str_eq(tg_tensor_op_name(y), "layer_norm");
     EXPECT_DATA(y, tol_of(dt), -1.3416354199689269, 0.105576386687382, -0.7763940966718454,
                 -0.8416354199689269);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -176,11 +50,11 @@ END_TEST
  * x (4) gives the same row. */
 START_TEST(test_plain_rows)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(3, 4), "x",
-                      VALS(1, 2, 3, 4, 2, 4, 6, 8, 1e6 + 1, 1e6 + 2, 1e6 + 3, 1e6 + 4));
-    tg_tensor *v = in(ctx, dt, TG_DIMS(4), "v", VALS(4, 3, 2, 1));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(3, 4), "x",
+                         VALS(1, 2, 3, 4, 2, 4, 6, 8, 1e6 + 1, 1e6 + 2, 1e6 + 3, 1e6 + 4));
+    tg_tensor *v = tu_in(ctx, dt, TG_DIMS(4), "v", VALS(4, 3, 2, 1));
     tg_tensor *y = tg_layer_norm(ctx, x, NULL, NULL, 0.0);
     tg_tensor *yv = tg_layer_norm(ctx, v, NULL, NULL, 0.0);
     tg_tensor *outs[2] = {y, yv};
@@ -190,18 +64,18 @@ START_TEST(test_plain_rows)
     EXPECT_DATA(y, tol_of(dt), -H0, -H1, H1, H0, -H0, -H1, H1, H0, -H0, -H1, H1, H0);
     EXPECT_SHAPE(yv, 4);
     EXPECT_DATA(yv, tol_of(dt), H0, H1, -H1, -H0);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* gamma only: y = xhat gamma; beta only: y = xhat + beta (eps = 0). */
 START_TEST(test_gamma_or_beta_only)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(4), "x", VALS(1, 2, 3, 4));
-    tg_tensor *gm = in(ctx, dt, TG_DIMS(4), "gamma", VALS(2, 2, -1, 0));
-    tg_tensor *bt = in(ctx, dt, TG_DIMS(4), "beta", VALS(10, 20, 30, 40));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(4), "x", VALS(1, 2, 3, 4));
+    tg_tensor *gm = tu_in(ctx, dt, TG_DIMS(4), "gamma", VALS(2, 2, -1, 0));
+    tg_tensor *bt = tu_in(ctx, dt, TG_DIMS(4), "beta", VALS(10, 20, 30, 40));
     tg_tensor *yg = tg_layer_norm(ctx, x, gm, NULL, 0.0);
     tg_tensor *yb = tg_layer_norm(ctx, x, NULL, bt, 0.0);
     tg_tensor *outs[2] = {yg, yb};
@@ -211,12 +85,12 @@ START_TEST(test_gamma_or_beta_only)
     EXPECT_DATA(yg, tol_of(dt), -2 * H0, -2 * H1, -H1, 0);
     EXPECT_DATA(yb, tol_of(dt), 10 - H0, 20 - H1, 30 + H1, 40 + H0);
     /* d(sum yb)/dbeta = 1; d(sum yg)/dgamma = xhat */
-    bwd(ctx, g, yb, NULL);
+    tu_bwd(ctx, g, yb, NULL);
     EXPECT_GRAD(bt, 0, 1, 1, 1, 1);
     tg_graph_zero_grad(g);
-    bwd(ctx, g, yg, NULL);
+    tu_bwd(ctx, g, yg, NULL);
     EXPECT_GRAD(gm, tol_of(dt), -H0, -H1, H1, H0);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -230,26 +104,26 @@ END_TEST
  * dx = rstd (gamma - mean(gamma) - xhat mean(gamma xhat)) per row. */
 START_TEST(test_grad_by_hand)
 {
-    tg_dtype dt = k_dtypes[_i];
+    tg_dtype dt = tu_dtypes[_i];
     double tol = dt == TG_F32 ? 2e-6 : 1e-14;
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(4), "x", VALS(1, 2, 3, 4));
-    tg_tensor *gm = in(ctx, dt, TG_DIMS(4), "gamma", VALS(1, 2, 0.5, -1));
-    tg_tensor *bt = in(ctx, dt, TG_DIMS(4), "beta", VALS(0, 1, -1, 0.5));
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(4), "x", VALS(1, 2, 3, 4));
+    tg_tensor *gm = tu_in(ctx, dt, TG_DIMS(4), "gamma", VALS(1, 2, 0.5, -1));
+    tg_tensor *bt = tu_in(ctx, dt, TG_DIMS(4), "beta", VALS(0, 1, -1, 0.5));
     tg_tensor *y = tg_layer_norm(ctx, x, gm, bt, 0.0);
-    tg_graph *g = fwd(ctx, y);
-    bwd(ctx, g, y, VALS(1, 0, 0, 0));
+    tg_graph *g = tu_fwd(ctx, y);
+    tu_bwd(ctx, g, y, VALS(1, 0, 0, 0));
     const double r = 2 / sqrt(5.0);
     EXPECT_GRAD(x, tol, 0.3 * r, -0.4 * r, -0.1 * r, 0.2 * r);
     EXPECT_GRAD(gm, tol, -H0, 0, 0, 0);
     EXPECT_GRAD(bt, 0, 1, 0, 0, 0);
 
-    tg_tensor *x2 = in(ctx, dt, TG_DIMS(2, 4), "x2", VALS(1, 2, 3, 4, 2, 4, 6, 8));
-    tg_tensor *g2 = in(ctx, dt, TG_DIMS(4), "g2", VALS(1, 2, 0.5, -1));
-    tg_tensor *b2 = in(ctx, dt, TG_DIMS(4), "b2", VALS(0, 0, 0, 0));
+    tg_tensor *x2 = tu_in(ctx, dt, TG_DIMS(2, 4), "x2", VALS(1, 2, 3, 4, 2, 4, 6, 8));
+    tg_tensor *g2 = tu_in(ctx, dt, TG_DIMS(4), "g2", VALS(1, 2, 0.5, -1));
+    tg_tensor *b2 = tu_in(ctx, dt, TG_DIMS(4), "b2", VALS(0, 0, 0, 0));
     tg_tensor *y2 = tg_layer_norm(ctx, x2, g2, b2, 0.0);
-    g = fwd(ctx, y2);
-    bwd(ctx, g, y2, NULL);
+    g = tu_fwd(ctx, y2);
+    tu_bwd(ctx, g, y2, NULL);
     EXPECT_GRAD(g2, tol, -2 * H0, -2 * H1, 2 * H1, 2 * H0);
     EXPECT_GRAD(b2, 0, 2, 2, 2, 2);
     /* mean(gamma) = 0.625, mean(gamma xhat) = (-H0 - 2 H1 + 0.5 H1 - H0) / 4 */
@@ -261,23 +135,23 @@ START_TEST(test_grad_by_hand)
             ck_assert_double_eq_tol(tg_grad_get(x2, row * 4 + j),
                                     rs * (gv[j] - 0.625 - xh[j] * mgh), tol);
     }
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* Without gamma, d(sum y)/dx = 0 (the normalised row always sums to 0). */
 START_TEST(test_grad_of_sum_is_zero)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
     tg_ctx_seed(ctx, 5);
     tg_tensor *x = tu_input(ctx, dt, TG_DIMS(3, 6), "x", -3, 3);
     tg_tensor *y = tg_layer_norm(ctx, x, NULL, NULL, 1e-5);
-    tg_graph *g = fwd(ctx, y);
-    bwd(ctx, g, y, NULL);
+    tg_graph *g = tu_fwd(ctx, y);
+    tu_bwd(ctx, g, y, NULL);
     for (int i = 0; i < 18; i++)
         ck_assert_double_eq_tol(tg_grad_get(x, i), 0, dt == TG_F32 ? 1e-5 : 1e-13);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -286,42 +160,42 @@ END_TEST
  * normalised as usual; the gradient is finite: dx = rstd (g - mean(g)), rstd = 1/sqrt(eps). */
 START_TEST(test_constant_row)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 4), "x", VALS(0.75, 0.75, 0.75, 0.75, 1, 2, 3, 4));
-    tg_tensor *gm = in(ctx, dt, TG_DIMS(4), "gamma", VALS(1, 2, 3, 4));
-    tg_tensor *bt = in(ctx, dt, TG_DIMS(4), "beta", VALS(0.1, 0.2, 0.3, 0.4));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 4), "x", VALS(0.75, 0.75, 0.75, 0.75, 1, 2, 3, 4));
+    tg_tensor *gm = tu_in(ctx, dt, TG_DIMS(4), "gamma", VALS(1, 2, 3, 4));
+    tg_tensor *bt = tu_in(ctx, dt, TG_DIMS(4), "beta", VALS(0.1, 0.2, 0.3, 0.4));
     tg_tensor *y = tg_layer_norm(ctx, x, gm, bt, 1e-5);
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     for (int j = 0; j < 4; j++)
         ck_assert_double_eq(tg_get(y, j), tg_get(bt, j));
-    bwd(ctx, g, y, VALS(1, 0, 0, 0, 0, 0, 0, 0));
-    ck_assert_int_eq(count_nan(x, true), 0);
+    tu_bwd(ctx, g, y, VALS(1, 0, 0, 0, 0, 0, 0, 0));
+    ck_assert_int_eq(tu_count_nan(x, true), 0);
     double rs = 1 / sqrt(1e-5);
     EXPECT_GRAD(x, dt == TG_F32 ? 1e-6 : 1e-12, 0.75 * rs, -0.25 * rs, -0.25 * rs, -0.25 * rs, 0,
                 0, 0, 0);
     EXPECT_GRAD(gm, 0, 0, 0, 0, 0); /* xhat = 0 on the constant row */
     EXPECT_GRAD(bt, 0, 1, 0, 0, 0);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* D = 1: every row is constant, y = beta and dx = 0. */
 START_TEST(test_d1)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(3, 1), "x", VALS(-5, 0, 1e3));
-    tg_tensor *gm = in(ctx, dt, TG_DIMS(1), "gamma", VALS(7));
-    tg_tensor *bt = in(ctx, dt, TG_DIMS(1), "beta", VALS(-0.5));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(3, 1), "x", VALS(-5, 0, 1e3));
+    tg_tensor *gm = tu_in(ctx, dt, TG_DIMS(1), "gamma", VALS(7));
+    tg_tensor *bt = tu_in(ctx, dt, TG_DIMS(1), "beta", VALS(-0.5));
     tg_tensor *y = tg_layer_norm(ctx, x, gm, bt, 1e-5);
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     EXPECT_DATA(y, 0, -0.5, -0.5, -0.5);
-    bwd(ctx, g, y, VALS(1, 2, 3));
+    tu_bwd(ctx, g, y, VALS(1, 2, 3));
     EXPECT_GRAD(x, 0, 0, 0, 0);
     EXPECT_GRAD(gm, 0, 0);
     EXPECT_GRAD(bt, 0, 6);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -329,21 +203,21 @@ END_TEST
  * With eps = 0, var + eps = 0, so the kernel must not compute 0 * (1/0). */
 START_TEST(test_constant_row_eps0)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 4), "x", VALS(2, 2, 2, 2, 1, 2, 3, 4));
-    tg_tensor *gm = in(ctx, dt, TG_DIMS(4), "gamma", VALS(1, 2, 3, 4));
-    tg_tensor *bt = in(ctx, dt, TG_DIMS(4), "beta", VALS(0.5, -0.5, 1, -1));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 4), "x", VALS(2, 2, 2, 2, 1, 2, 3, 4));
+    tg_tensor *gm = tu_in(ctx, dt, TG_DIMS(4), "gamma", VALS(1, 2, 3, 4));
+    tg_tensor *bt = tu_in(ctx, dt, TG_DIMS(4), "beta", VALS(0.5, -0.5, 1, -1));
     tg_tensor *y = tg_layer_norm(ctx, x, gm, bt, 0.0);
     ck_assert_ptr_nonnull(y);
-    tg_graph *g = fwd(ctx, y);
-    bwd(ctx, g, y, NULL);
-    ck_assert_msg(count_nan(y, false) == 0, "layer_norm(eps = 0) of a constant row gave NaN: "
+    tg_graph *g = tu_fwd(ctx, y);
+    tu_bwd(ctx, g, y, NULL);
+    ck_assert_msg(tu_count_nan(y, false) == 0, "layer_norm(eps = 0) of a constant row gave NaN: "
                   "y = [%g, %g, %g, %g]", tg_get(y, 0), tg_get(y, 1), tg_get(y, 2), tg_get(y, 3));
     EXPECT_DATA(y, tol_of(dt), 0.5, -0.5, 1, -1, -H0 + 0.5, -2 * H1 - 0.5, 3 * H1 + 1, 4 * H0 - 1);
-    ck_assert_int_eq(count_nan(x, true), 0);
-    ck_assert_int_eq(count_nan(gm, true), 0);
-    ctx_free(ctx);
+    ck_assert_int_eq(tu_count_nan(x, true), 0);
+    ck_assert_int_eq(tu_count_nan(gm, true), 0);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -352,28 +226,28 @@ END_TEST
  * otherwise x - mean is a rounding residue that rstd = 1/sqrt(eps) blows up to O(1). */
 START_TEST(test_constant_row_inexact_mean)
 {
-    tg_dtype dt = k_dtypes[_i];
+    tg_dtype dt = tu_dtypes[_i];
     const struct {
         double v;
         int64_t d;
     } cases[] = {{1000.1, 768}, {12345.678, 3}, {0.1, 768}};
     for (int c = 0; c < 3; c++) {
-        tg_ctx *ctx = ctx_new();
+        tg_ctx *ctx = tu_ctx_new();
         int64_t d = cases[c].d;
-        tg_tensor *x = in(ctx, dt, TG_DIMS(1, d), "x", NULL);
+        tg_tensor *x = tu_in(ctx, dt, TG_DIMS(1, d), "x", NULL);
         tg_fill(x, cases[c].v);
-        tg_tensor *gm = in(ctx, dt, TG_DIMS(d), "gamma", NULL);
-        tg_tensor *bt = in(ctx, dt, TG_DIMS(d), "beta", NULL);
+        tg_tensor *gm = tu_in(ctx, dt, TG_DIMS(d), "gamma", NULL);
+        tg_tensor *bt = tu_in(ctx, dt, TG_DIMS(d), "beta", NULL);
         tg_fill(gm, 1.0);
         tg_fill(bt, 0.25);
         tg_tensor *y = tg_layer_norm(ctx, x, gm, bt, 1e-5);
-        fwd(ctx, y);
+        tu_fwd(ctx, y);
         double worst = 0;
         for (int64_t j = 0; j < d; j++)
             worst = fmax(worst, fabs(tg_get(y, j) - 0.25));
         ck_assert_msg(worst <= 1e-3, "%s constant row of %g (D = %lld): max |y - beta| = %g",
                       tg_dtype_str(dt), cases[c].v, (long long)d, worst);
-        ctx_free(ctx);
+        tu_ctx_free(ctx);
     }
 }
 END_TEST
@@ -381,7 +255,7 @@ END_TEST
 /* ---- errors --------------------------------------------------------------------------------- */
 START_TEST(test_err_shapes)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 4), "x");
     tg_tensor *g3 = tg_param(ctx, TG_F32, TG_DIMS(3), "g3");
     tg_tensor *g14 = tg_param(ctx, TG_F32, TG_DIMS(1, 4), "g14");
@@ -405,13 +279,13 @@ START_TEST(test_err_shapes)
     tg_tensor *s = tg_input(ctx, TG_F32, 0, NULL, "s");
     ck_assert_ptr_null(tg_layer_norm(ctx, s, NULL, NULL, 1e-5));
     tu_assert_error(ctx, TG_ERR_SHAPE, "tg_layer_norm");
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_eps)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(2, 4), "x");
     const double bad[] = {-1e-5, -INFINITY, INFINITY, NAN};
     for (int i = 0; i < 4; i++) {
@@ -424,13 +298,13 @@ START_TEST(test_err_eps)
     ck_assert_ptr_nonnull(tg_layer_norm(ctx, x, NULL, NULL, -0.0));
     ck_assert_ptr_nonnull(tg_layer_norm(ctx, x, NULL, NULL, 1e300));
     ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_dtype_context)
 {
-    tg_ctx *ctx = ctx_new(), *other = ctx_new();
+    tg_ctx *ctx = tu_ctx_new(), *other = tu_ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(2, 4), "x");
     tg_tensor *g32 = tg_param(ctx, TG_F32, TG_DIMS(4), "g32");
     tg_tensor *g64 = tg_param(ctx, TG_F64, TG_DIMS(4), "g64");
@@ -454,8 +328,8 @@ START_TEST(test_err_dtype_context)
     ck_assert_ptr_null(tg_layer_norm(ctx, xo, NULL, NULL, 1e-5));
     tu_assert_error(ctx, TG_ERR_ARG, "another context");
     ck_assert_int_eq(tg_ctx_status(other), TG_OK);
-    ctx_free(other);
-    ctx_free(ctx);
+    tu_ctx_free(other);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -463,7 +337,7 @@ END_TEST
  * error pending so no graph is built over it. */
 START_TEST(test_err_null_first_sticks)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 4), "x");
     tg_tensor *gm = tg_param(ctx, TG_F32, TG_DIMS(4), "gamma");
     ck_assert_ptr_null(tg_layer_norm(ctx, NULL, gm, gm, 1e-5));
@@ -484,25 +358,12 @@ START_TEST(test_err_null_first_sticks)
     ck_assert_str_eq(tg_ctx_message(ctx), first);
     if (nog)
         ck_assert_ptr_null(tg_graph_new(ctx, &nog, 1));
-    ck_assert_ptr_null(tg_graph_new(ctx, &good, 1));
-    ck_assert_str_eq(tg_ctx_message(ctx), first);
-    tg_ctx_clear_error(ctx);
-    ck_assert_ptr_nonnull(tg_graph_new(ctx, &good, 1));
-    ctx_free(ctx);
+    tu_assert_graph_refused(ctx, good, first);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* ---- gradcheck ------------------------------------------------------------------------------ */
-static tg_tensor *gc_param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
-                           const char *name)
-{
-    tg_tensor *t = tg_param(ctx, dt, rank, shape, name);
-    if (t)
-        tg_fill_uniform(t, -1, 1);
-    return t;
-}
-#define GPARAM(name, ...) gc_param(ctx, dt, TG_DIMS(__VA_ARGS__), name)
-
 static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
 {
     switch (which) {
@@ -529,20 +390,14 @@ static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
 
 START_TEST(test_gradcheck_f64)
 {
-    tg_ctx *ctx = ctx_new();
-    tg_ctx_seed(ctx, 1300 + (uint64_t)_i);
-    tu_assert_gradcheck(ctx, gc_case(ctx, TG_F64, _i));
-    ctx_free(ctx);
+    tu_gradcheck_case(gc_case, TG_F64, _i, 1300 + (uint64_t)_i);
 }
 END_TEST
 
 START_TEST(test_gradcheck_f32)
 {
     static const int cases[] = {0, 2, 5};
-    tg_ctx *ctx = ctx_new();
-    tg_ctx_seed(ctx, 1400 + (uint64_t)_i);
-    gradcheck_f32(ctx, gc_case(ctx, TG_F32, cases[_i]));
-    ctx_free(ctx);
+    tu_gradcheck_case(gc_case, TG_F32, cases[_i], 1400 + (uint64_t)_i);
 }
 END_TEST
 
@@ -560,73 +415,56 @@ static tg_tensor *ti_3d(tg_ctx *ctx, tg_dtype dt) /* (B,T,D) = (8,32,192) */
 {
     return tg_layer_norm(ctx, GIN("x", 8, 32, 192), GPARAM("weight", 192), NULL, 1e-5);
 }
-static tg_tensor *(*const k_ti_builds[])(tg_ctx *, tg_dtype) = {ti_affine, ti_plain, ti_3d};
+static const tu_build_fn k_ti_builds[] = {ti_affine, ti_plain, ti_3d};
 #define N_TI (int)(sizeof k_ti_builds / sizeof k_ti_builds[0])
-
-START_TEST(test_thread_invariance)
-{
-    tu_assert_thread_invariant(k_ti_builds[_i / 2], k_dtypes[_i % 2]);
-}
-END_TEST
 
 /* ---- edge cases ----------------------------------------------------------------------------- */
 /* Rank 6: (1,2,1,1,2,4), each row a multiple of [1,2,3,4] plus an offset: every row is xhat. */
 START_TEST(test_rank6)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(1, 2, 1, 1, 2, 4), "x", NULL);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(1, 2, 1, 1, 2, 4), "x", NULL);
     for (int r = 0; r < 4; r++)
         for (int j = 0; j < 4; j++)
             tg_set(x, r * 4 + j, (r + 1) * (j + 1) + 10 * r);
     tg_tensor *y = tg_layer_norm(ctx, x, NULL, NULL, 0.0);
-    fwd(ctx, y);
+    tu_fwd(ctx, y);
     EXPECT_SHAPE(y, 1, 2, 1, 1, 2, 4);
     EXPECT_DATA(y, tol_of(dt), -H0, -H1, H1, H0, -H0, -H1, H1, H0, -H0, -H1, H1, H0, -H0, -H1, H1,
                 H0);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_backward_twice)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
     tg_ctx_seed(ctx, 71);
     tg_tensor *x = tu_input(ctx, dt, TG_DIMS(4, 6), "x", -2, 2);
     tg_tensor *gm = tu_input(ctx, dt, TG_DIMS(6), "gamma", 0.5, 1.5);
     tg_tensor *bt = tu_input(ctx, dt, TG_DIMS(6), "beta", -1, 1);
     tg_tensor *y = tg_layer_norm(ctx, x, gm, bt, 1e-5);
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     double dy[24];
     for (int i = 0; i < 24; i++)
         dy[i] = sin(0.8 * i) - 0.1;
-    bwd(ctx, g, y, dy);
     tg_tensor *leaves[3] = {x, gm, bt};
-    double g1[3][24];
-    for (int l = 0; l < 3; l++)
-        for (int64_t i = 0; i < tg_tensor_numel(leaves[l]); i++)
-            g1[l][i] = tg_grad_get(leaves[l], i);
-    bwd(ctx, g, y, dy);
-    for (int l = 0; l < 3; l++)
-        for (int64_t i = 0; i < tg_tensor_numel(leaves[l]); i++)
-            ck_assert_msg(tg_grad_get(leaves[l], i) == 2 * g1[l][i],
-                          "grad of '%s'[%lld] = %.17g, expected exactly 2 * %.17g",
-                          tg_tensor_name(leaves[l]), (long long)i, tg_grad_get(leaves[l], i),
-                          g1[l][i]);
-    ctx_free(ctx);
+    tu_assert_backward_twice(ctx, g, y, dy, leaves, 3);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* New data between runs (including a row that becomes constant): new results, no rebuild. */
 START_TEST(test_rerun_new_data)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(1, 4), "x", VALS(1, 2, 3, 4));
-    tg_tensor *bt = in(ctx, dt, TG_DIMS(4), "beta", VALS(0, 0, 0, 0));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(1, 4), "x", VALS(1, 2, 3, 4));
+    tg_tensor *bt = tu_in(ctx, dt, TG_DIMS(4), "beta", VALS(0, 0, 0, 0));
     tg_tensor *y = tg_layer_norm(ctx, x, NULL, bt, 0.0);
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     EXPECT_DATA(y, tol_of(dt), -H0, -H1, H1, H0);
     tu_set(x, VALS(40, 30, 20, 10));
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
@@ -634,15 +472,14 @@ START_TEST(test_rerun_new_data)
     tu_set(bt, VALS(1, 1, 1, 1));
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     EXPECT_DATA(y, tol_of(dt), 1 + H0, 1 + H1, 1 - H1, 1 - H0);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 static Suite *layer_norm_suite(void)
 {
     Suite *s = suite_create("ops_layer_norm");
-    TCase *tc = tcase_create("forward");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
+    TCase *tc = tu_tcase(s, "forward", 0);
     tcase_add_loop_test(tc, test_affine_row, 0, 2);
     tcase_add_loop_test(tc, test_plain_rows, 0, 2);
     tcase_add_loop_test(tc, test_gamma_or_beta_only, 0, 2);
@@ -652,36 +489,23 @@ static Suite *layer_norm_suite(void)
     tcase_add_loop_test(tc, test_d1, 0, 2);
     tcase_add_loop_test(tc, test_constant_row_eps0, 0, 2);
     tcase_add_loop_test(tc, test_constant_row_inexact_mean, 0, 2);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("errors");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
+    tc = tu_tcase(s, "errors", 0);
     tcase_add_test(tc, test_err_shapes);
     tcase_add_test(tc, test_err_eps);
     tcase_add_test(tc, test_err_dtype_context);
     tcase_add_test(tc, test_err_null_first_sticks);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("gradcheck");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
+    tc = tu_tcase(s, "gradcheck", 60);
     tcase_add_loop_test(tc, test_gradcheck_f64, 0, N_GC_CASES);
     tcase_add_loop_test(tc, test_gradcheck_f32, 0, 3);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("threads");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, test_thread_invariance, 0, 2 * N_TI);
-    suite_add_tcase(s, tc);
+    tu_add_thread_tcase(s, k_ti_builds, N_TI);
 
-    tc = tcase_create("edge");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
+    tc = tu_tcase(s, "edge", 60);
     tcase_add_loop_test(tc, test_rank6, 0, 2);
     tcase_add_loop_test(tc, test_backward_twice, 0, 2);
     tcase_add_loop_test(tc, test_rerun_new_data, 0, 2);
-    suite_add_tcase(s, tc);
     return s;
 }
 

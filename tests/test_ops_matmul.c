@@ -12,125 +12,6 @@
 #include <string.h>
 
 /* ---- helpers --------------------------------------------------------------------------------- */
-static const tg_dtype k_dtypes[2] = {TG_F32, TG_F64};
-
-/* Contexts made by a test are registered so the checked teardown frees them even when an
- * assertion fails (under CK_FORK=no, as in the valgrind setup, a failing test would otherwise
- * also report its context as leaked). */
-#define MAX_CTX 8
-static tg_ctx *g_ctxs[MAX_CTX];
-
-static tg_ctx *ctx_new(void)
-{
-    tg_ctx *c = tg_ctx_new();
-    ck_assert_ptr_nonnull(c);
-    for (int i = 0; i < MAX_CTX; i++)
-        if (!g_ctxs[i]) {
-            g_ctxs[i] = c;
-            return c;
-        }
-    ck_abort_msg("more than %d contexts in one test", MAX_CTX);
-    return NULL;
-}
-
-static void ctx_free(tg_ctx *c)
-{
-    for (int i = 0; i < MAX_CTX; i++)
-        if (g_ctxs[i] == c)
-            g_ctxs[i] = NULL;
-    tg_ctx_free(c);
-}
-
-static void ctx_teardown(void)
-{
-    for (int i = 0; i < MAX_CTX; i++) {
-        tg_ctx_free(g_ctxs[i]);
-        g_ctxs[i] = NULL;
-    }
-}
-
-#define VALS(...) ((const double[]){__VA_ARGS__})
-
-static bool under_valgrind(void) { return getenv("TG_UNDER_VALGRIND") != NULL; }
-
-/* An input that requires grad, holding `v` (numel values; NULL leaves zeros). */
-static tg_tensor *in(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name,
-                     const double *v)
-{
-    tg_tensor *t = tg_input(ctx, dt, rank, shape, name);
-    ck_assert_msg(t != NULL, "tg_input: %s", tg_ctx_message(ctx));
-    ck_assert_int_eq(tg_set_requires_grad(t, true), TG_OK);
-    if (v)
-        tu_set(t, v);
-    return t;
-}
-
-/* Build a graph over y and run forward once. */
-static tg_graph *fwd(tg_ctx *ctx, tg_tensor *y)
-{
-    ck_assert_msg(y != NULL, "build failed: %s", tg_ctx_message(ctx));
-    tg_graph *g = tg_graph_new(ctx, &y, 1);
-    ck_assert_msg(g != NULL, "tg_graph_new: %s", tg_ctx_message(ctx));
-    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
-    return g;
-}
-
-/* Backward from y with upstream values v (y's numel of them; NULL: all ones). */
-static void bwd(tg_ctx *ctx, tg_graph *g, tg_tensor *y, const double *v)
-{
-    tg_tensor *dy = tg_const(ctx, tg_tensor_dtype(y), tg_tensor_rank(y), tg_tensor_shape(y), "dy");
-    ck_assert_ptr_nonnull(dy);
-    if (v)
-        tu_set(dy, v);
-    else
-        tg_fill(dy, 1.0);
-    tg_status s = tg_graph_backward(g, y, dy);
-    ck_assert_msg(s == TG_OK, "backward: %s (%s)", tg_status_str(s), tg_ctx_message(ctx));
-}
-
-/* |got - want| <= tol * max(1, |want|) for every element (want infinities must match). */
-static void expect_vals(const tg_tensor *t, bool grad, const double *want, double tol)
-{
-    for (int64_t i = 0; i < tg_tensor_numel(t); i++) {
-        double v = grad ? tg_grad_get(t, i) : tg_get(t, i);
-        double w = want[i];
-        bool ok = isinf(w) ? v == w : fabs(v - w) <= tol * fmax(1.0, fabs(w));
-        ck_assert_msg(ok, "%s of '%s'[%lld] = %.17g, expected %.17g (tol %g)",
-                      grad ? "grad" : "value", tg_tensor_name(t), (long long)i, v, w, tol);
-    }
-}
-#define EXPECT_DATA(t, tol, ...) expect_vals((t), false, VALS(__VA_ARGS__), (tol))
-#define EXPECT_GRAD(t, tol, ...) expect_vals((t), true, VALS(__VA_ARGS__), (tol))
-
-static void expect_shape(const tg_tensor *t, int rank, const int64_t *shape)
-{
-    ck_assert_ptr_nonnull(t);
-    ck_assert_int_eq(tg_tensor_rank(t), rank);
-    for (int i = 0; i < rank; i++)
-        ck_assert_msg(tg_tensor_shape(t)[i] == shape[i], "'%s' dim %d is %lld, expected %lld",
-                      tg_tensor_name(t), i, (long long)tg_tensor_shape(t)[i],
-                      (long long)shape[i]);
-}
-#define EXPECT_SHAPE(t, ...) expect_shape((t), TG_DIMS(__VA_ARGS__))
-
-/* Gradcheck in f32 with the f32 defaults (eps 1e-3, atol 1e-2, rtol 1e-2). */
-static void gradcheck_f32(tg_ctx *ctx, tg_tensor *y)
-{
-    ck_assert_msg(y != NULL, "build failed: %s", tg_ctx_message(ctx));
-    tg_gradcheck_opts o = tg_gradcheck_defaults(TG_F32);
-    tg_gradcheck_report rep;
-    tg_status s = tg_gradcheck(ctx, y, &o, &rep);
-    ck_assert_msg(s == TG_OK, "f32 gradcheck %s: %s (%s)", tg_status_str(s), rep.message,
-                  tg_ctx_message(ctx));
-}
-
-/* Fill with small integers (exact in f32): v[i] = (i * mul + add) % mod - off. */
-static void fill_int(tg_tensor *t, int mul, int add, int mod, int off)
-{
-    for (int64_t i = 0; i < tg_tensor_numel(t); i++)
-        tg_set(t, i, (double)((i * mul + add) % mod - off));
-}
-
 /* ---- hand-computed forward and gradients ------------------------------------------------------ */
 /* A (2,3) = [[1,2,3],[4,5,6]], B (3,2) = [[7,8],[9,10],[11,12]]
  * C = A B = [[58, 64], [139, 154]]
@@ -143,20 +24,20 @@ static const double k_B[] = {7, 8, 9, 10, 11, 12}, k_Bt[] = {7, 9, 11, 8, 10, 12
 
 START_TEST(test_forward_2x3_3x2)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *a = in(ctx, dt, TG_DIMS(2, 3), "a", k_A);
-    tg_tensor *b = in(ctx, dt, TG_DIMS(3, 2), "b", k_B);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *a = tu_in(ctx, dt, TG_DIMS(2, 3), "a", k_A);
+    tg_tensor *b = tu_in(ctx, dt, TG_DIMS(3, 2), "b", k_B);
     tg_tensor *c = tg_matmul(ctx, a, b, false, false);
-    tg_graph *g = fwd(ctx, c);
+    tg_graph *g = tu_fwd(ctx, c);
     EXPECT_SHAPE(c, 2, 2);
     ck_assert_int_eq(tg_tensor_dtype(c), dt);
     ck_assert_str_eq(tg_tensor_op_name(c), "matmul");
     EXPECT_DATA(c, 0, 58, 64, 139, 154);
-    bwd(ctx, g, c, VALS(1, 2, 3, 4));
+    tu_bwd(ctx, g, c, VALS(1, 2, 3, 4));
     EXPECT_GRAD(a, 0, 23, 29, 35, 53, 67, 81);
     EXPECT_GRAD(b, 0, 13, 18, 17, 24, 21, 30);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -164,17 +45,17 @@ END_TEST
  * [5, 7, 9] repeated. */
 START_TEST(test_grad_of_sum)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *a = in(ctx, dt, TG_DIMS(2, 3), "a", k_A);
-    tg_tensor *b = in(ctx, dt, TG_DIMS(3, 2), "b", k_B);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *a = tu_in(ctx, dt, TG_DIMS(2, 3), "a", k_A);
+    tg_tensor *b = tu_in(ctx, dt, TG_DIMS(3, 2), "b", k_B);
     tg_tensor *l = tg_sum_all(ctx, tg_matmul(ctx, a, b, false, false));
-    tg_graph *g = fwd(ctx, l);
+    tg_graph *g = tu_fwd(ctx, l);
     EXPECT_DATA(l, 0, 58 + 64 + 139 + 154);
     ck_assert_int_eq(tg_graph_backward(g, l, NULL), TG_OK);
     EXPECT_GRAD(a, 0, 15, 19, 23, 15, 19, 23);
     EXPECT_GRAD(b, 0, 5, 5, 7, 7, 9, 9);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -182,19 +63,19 @@ END_TEST
  * (2,3) = B^T with tb, and both. Gradients come back in the stored layout (dA^T, dB^T). */
 START_TEST(test_transpose_flags)
 {
-    tg_dtype dt = k_dtypes[_i];
+    tg_dtype dt = tu_dtypes[_i];
     for (int mode = 1; mode <= 3; mode++) {
         bool ta = mode & 1, tb = mode & 2;
-        tg_ctx *ctx = ctx_new();
-        tg_tensor *a = ta ? in(ctx, dt, TG_DIMS(3, 2), "at", k_At)
-                          : in(ctx, dt, TG_DIMS(2, 3), "a", k_A);
-        tg_tensor *b = tb ? in(ctx, dt, TG_DIMS(2, 3), "bt", k_Bt)
-                          : in(ctx, dt, TG_DIMS(3, 2), "b", k_B);
+        tg_ctx *ctx = tu_ctx_new();
+        tg_tensor *a = ta ? tu_in(ctx, dt, TG_DIMS(3, 2), "at", k_At)
+                          : tu_in(ctx, dt, TG_DIMS(2, 3), "a", k_A);
+        tg_tensor *b = tb ? tu_in(ctx, dt, TG_DIMS(2, 3), "bt", k_Bt)
+                          : tu_in(ctx, dt, TG_DIMS(3, 2), "b", k_B);
         tg_tensor *c = tg_matmul(ctx, a, b, ta, tb);
-        tg_graph *g = fwd(ctx, c);
+        tg_graph *g = tu_fwd(ctx, c);
         EXPECT_SHAPE(c, 2, 2);
         EXPECT_DATA(c, 0, 58, 64, 139, 154);
-        bwd(ctx, g, c, VALS(1, 2, 3, 4));
+        tu_bwd(ctx, g, c, VALS(1, 2, 3, 4));
         if (ta)
             EXPECT_GRAD(a, 0, 23, 53, 29, 67, 35, 81);
         else
@@ -203,7 +84,7 @@ START_TEST(test_transpose_flags)
             EXPECT_GRAD(b, 0, 13, 17, 21, 18, 24, 30);
         else
             EXPECT_GRAD(b, 0, 13, 18, 17, 24, 21, 30);
-        ctx_free(ctx);
+        tu_ctx_free(ctx);
     }
 }
 END_TEST
@@ -214,9 +95,9 @@ END_TEST
  * a a^T = [[5, 11, 17], [11, 25, 39], [17, 39, 61]] */
 START_TEST(test_transpose_shapes)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *a = in(ctx, dt, TG_DIMS(3, 2), "a", VALS(1, 2, 3, 4, 5, 6));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *a = tu_in(ctx, dt, TG_DIMS(3, 2), "a", VALS(1, 2, 3, 4, 5, 6));
     tg_tensor *ata = tg_matmul(ctx, a, a, true, false);
     tg_tensor *aat = tg_matmul(ctx, a, a, false, true);
     tg_tensor *outs[2] = {ata, aat};
@@ -227,7 +108,7 @@ START_TEST(test_transpose_shapes)
     EXPECT_SHAPE(aat, 3, 3);
     EXPECT_DATA(ata, 0, 35, 44, 44, 56);
     EXPECT_DATA(aat, 0, 5, 11, 17, 11, 25, 39, 17, 39, 61);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -236,18 +117,18 @@ END_TEST
  * d(sum)/da_i = sum_j b_j^T = [2, 2]; d(sum)/db_j = sum_i a_i^T = [4, 6]. */
 START_TEST(test_broadcast_by_hand)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *a = in(ctx, dt, TG_DIMS(2, 1, 1, 2), "a", VALS(1, 2, 3, 4));
-    tg_tensor *b = in(ctx, dt, TG_DIMS(3, 2, 1), "b", VALS(1, 0, 0, 1, 1, 1));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *a = tu_in(ctx, dt, TG_DIMS(2, 1, 1, 2), "a", VALS(1, 2, 3, 4));
+    tg_tensor *b = tu_in(ctx, dt, TG_DIMS(3, 2, 1), "b", VALS(1, 0, 0, 1, 1, 1));
     tg_tensor *c = tg_matmul(ctx, a, b, false, false);
-    tg_graph *g = fwd(ctx, c);
+    tg_graph *g = tu_fwd(ctx, c);
     EXPECT_SHAPE(c, 2, 3, 1, 1);
     EXPECT_DATA(c, 0, 1, 2, 3, 3, 4, 7);
-    bwd(ctx, g, c, NULL);
+    tu_bwd(ctx, g, c, NULL);
     EXPECT_GRAD(a, 0, 2, 2, 2, 2);
     EXPECT_GRAD(b, 0, 4, 6, 4, 6, 4, 6);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -256,14 +137,14 @@ END_TEST
  * a matrix), dB[j,k,n] = sum_i sum_m A[i,0,m,k]. */
 START_TEST(test_broadcast_2134_345)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *a = in(ctx, dt, TG_DIMS(2, 1, 3, 4), "a", NULL);
-    tg_tensor *b = in(ctx, dt, TG_DIMS(3, 4, 5), "b", NULL);
-    fill_int(a, 3, 1, 7, 3);
-    fill_int(b, 5, 2, 9, 4);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *a = tu_in(ctx, dt, TG_DIMS(2, 1, 3, 4), "a", NULL);
+    tg_tensor *b = tu_in(ctx, dt, TG_DIMS(3, 4, 5), "b", NULL);
+    tu_fill_int(a, 3, 1, 7, 3);
+    tu_fill_int(b, 5, 2, 9, 4);
     tg_tensor *c = tg_matmul(ctx, a, b, false, false);
-    tg_graph *g = fwd(ctx, c);
+    tg_graph *g = tu_fwd(ctx, c);
     EXPECT_SHAPE(c, 2, 3, 3, 5);
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 3; j++)
@@ -275,7 +156,7 @@ START_TEST(test_broadcast_2134_345)
                     int64_t idx[4] = {i, j, m, n};
                     ck_assert_double_eq(tg_get_at(c, idx), s);
                 }
-    bwd(ctx, g, c, NULL);
+    tu_bwd(ctx, g, c, NULL);
     for (int i = 0; i < 2; i++)
         for (int m = 0; m < 3; m++)
             for (int k = 0; k < 4; k++) {
@@ -294,7 +175,7 @@ START_TEST(test_broadcast_2134_345)
                         s += tg_get(a, (i * 3 + m) * 4 + k);
                 ck_assert_double_eq(tg_grad_get(b, (j * 4 + k) * 5 + n), s);
             }
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -303,16 +184,16 @@ END_TEST
  * over the batch). */
 START_TEST(test_broadcast_2d_operand)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *a2 = in(ctx, dt, TG_DIMS(3, 4), "a2", NULL);
-    tg_tensor *b3 = in(ctx, dt, TG_DIMS(2, 4, 5), "b3", NULL);
-    tg_tensor *a3 = in(ctx, dt, TG_DIMS(2, 3, 4), "a3", NULL);
-    tg_tensor *b2 = in(ctx, dt, TG_DIMS(4, 5), "b2", NULL);
-    fill_int(a2, 2, 1, 5, 2);
-    fill_int(b3, 3, 0, 7, 3);
-    fill_int(a3, 5, 4, 11, 5);
-    fill_int(b2, 7, 1, 6, 2);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *a2 = tu_in(ctx, dt, TG_DIMS(3, 4), "a2", NULL);
+    tg_tensor *b3 = tu_in(ctx, dt, TG_DIMS(2, 4, 5), "b3", NULL);
+    tg_tensor *a3 = tu_in(ctx, dt, TG_DIMS(2, 3, 4), "a3", NULL);
+    tg_tensor *b2 = tu_in(ctx, dt, TG_DIMS(4, 5), "b2", NULL);
+    tu_fill_int(a2, 2, 1, 5, 2);
+    tu_fill_int(b3, 3, 0, 7, 3);
+    tu_fill_int(a3, 5, 4, 11, 5);
+    tu_fill_int(b2, 7, 1, 6, 2);
     tg_tensor *c1 = tg_matmul(ctx, a2, b3, false, false);
     tg_tensor *c2 = tg_matmul(ctx, a3, b2, false, false);
     EXPECT_SHAPE(c1, 2, 3, 5);
@@ -333,7 +214,7 @@ START_TEST(test_broadcast_2d_operand)
                 ck_assert_double_eq(tg_get(c2, (o * 3 + m) * 5 + n), s2);
             }
     /* d(sum c2)/d b2[k, n] = sum over batch and rows of a3[., ., k] */
-    bwd(ctx, g, c2, NULL);
+    tu_bwd(ctx, g, c2, NULL);
     for (int k = 0; k < 4; k++) {
         double s = 0;
         for (int o = 0; o < 2; o++)
@@ -342,21 +223,21 @@ START_TEST(test_broadcast_2d_operand)
         for (int n = 0; n < 5; n++)
             ck_assert_double_eq(tg_grad_get(b2, k * 5 + n), s);
     }
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* Rank 6 (TG_MAX_RANK) on both sides: (2,1,1,1,2,3) @ (1,3,1,1,3,2) -> (2,3,1,1,2,2). */
 START_TEST(test_rank6)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *a = in(ctx, dt, TG_DIMS(2, 1, 1, 1, 2, 3), "a", NULL);
-    tg_tensor *b = in(ctx, dt, TG_DIMS(1, 3, 1, 1, 3, 2), "b", NULL);
-    fill_int(a, 3, 2, 7, 3);
-    fill_int(b, 2, 1, 5, 2);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *a = tu_in(ctx, dt, TG_DIMS(2, 1, 1, 1, 2, 3), "a", NULL);
+    tg_tensor *b = tu_in(ctx, dt, TG_DIMS(1, 3, 1, 1, 3, 2), "b", NULL);
+    tu_fill_int(a, 3, 2, 7, 3);
+    tu_fill_int(b, 2, 1, 5, 2);
     tg_tensor *c = tg_matmul(ctx, a, b, false, false);
-    tg_graph *g = fwd(ctx, c);
+    tg_graph *g = tu_fwd(ctx, c);
     EXPECT_SHAPE(c, 2, 3, 1, 1, 2, 2);
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 3; j++)
@@ -367,7 +248,7 @@ START_TEST(test_rank6)
                         s += tg_get(a, (i * 2 + m) * 3 + k) * tg_get(b, (j * 3 + k) * 2 + n);
                     ck_assert_double_eq(tg_get(c, ((i * 3 + j) * 2 + m) * 2 + n), s);
                 }
-    bwd(ctx, g, c, NULL);
+    tu_bwd(ctx, g, c, NULL);
     for (int i = 0; i < 2; i++)
         for (int m = 0; m < 2; m++)
             for (int k = 0; k < 3; k++) {
@@ -380,8 +261,8 @@ START_TEST(test_rank6)
     if (dt == TG_F64)
         tu_assert_gradcheck(ctx, c);
     else
-        gradcheck_f32(ctx, c);
-    ctx_free(ctx);
+        tu_gradcheck_f32(ctx, c);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -391,13 +272,13 @@ END_TEST
  *     = [[3,7],[3,7]] + [[4,4],[6,6]] = [[7,11],[9,13]]. */
 START_TEST(test_operand_used_twice)
 {
-    tg_dtype dt = k_dtypes[_i];
+    tg_dtype dt = tu_dtypes[_i];
     for (int tb = 0; tb < 2; tb++) {
-        tg_ctx *ctx = ctx_new();
-        tg_tensor *x = in(ctx, dt, TG_DIMS(2, 2), "x", VALS(1, 2, 3, 4));
+        tg_ctx *ctx = tu_ctx_new();
+        tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 2), "x", VALS(1, 2, 3, 4));
         tg_tensor *c = tg_matmul(ctx, x, x, false, tb);
-        tg_graph *g = fwd(ctx, c);
-        bwd(ctx, g, c, NULL);
+        tg_graph *g = tu_fwd(ctx, c);
+        tu_bwd(ctx, g, c, NULL);
         if (tb) {
             EXPECT_DATA(c, 0, 5, 11, 11, 25);
             EXPECT_GRAD(x, 0, 8, 12, 8, 12);
@@ -405,7 +286,7 @@ START_TEST(test_operand_used_twice)
             EXPECT_DATA(c, 0, 7, 10, 15, 22);
             EXPECT_GRAD(x, 0, 7, 11, 9, 13);
         }
-        ctx_free(ctx);
+        tu_ctx_free(ctx);
     }
 }
 END_TEST
@@ -413,25 +294,25 @@ END_TEST
 /* Only one operand differentiable: b is a constant, so only a gets a gradient. */
 START_TEST(test_const_operand)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *a = in(ctx, dt, TG_DIMS(2, 3), "a", k_A);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *a = tu_in(ctx, dt, TG_DIMS(2, 3), "a", k_A);
     tg_tensor *b = tg_const(ctx, dt, TG_DIMS(3, 2), "b");
     tu_set(b, k_B);
     tg_tensor *c = tg_matmul(ctx, a, b, false, false);
-    tg_graph *g = fwd(ctx, c);
+    tg_graph *g = tu_fwd(ctx, c);
     ck_assert_int_eq(tg_graph_n_grad_leaves(g), 1);
-    bwd(ctx, g, c, VALS(1, 2, 3, 4));
+    tu_bwd(ctx, g, c, VALS(1, 2, 3, 4));
     EXPECT_GRAD(a, 0, 23, 29, 35, 53, 67, 81);
     ck_assert_ptr_null(tg_tensor_grad(b));
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* ---- errors ------------------------------------------------------------------------------------ */
 START_TEST(test_err_rank)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *v = tg_input(ctx, TG_F32, TG_DIMS(3), "v");
     tg_tensor *m = tg_input(ctx, TG_F32, TG_DIMS(3, 2), "m");
     ck_assert_ptr_null(tg_matmul(ctx, v, m, false, false));
@@ -445,13 +326,13 @@ START_TEST(test_err_rank)
     tg_tensor *s = tg_input(ctx, TG_F32, 0, NULL, "s"); /* rank 0 */
     ck_assert_ptr_null(tg_matmul(ctx, s, s, false, false));
     tu_assert_error(ctx, TG_ERR_SHAPE, "()");
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_inner)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *a = tg_input(ctx, TG_F64, TG_DIMS(2, 3), "a");
     tg_tensor *b = tg_input(ctx, TG_F64, TG_DIMS(4, 5), "b");
     ck_assert_ptr_null(tg_matmul(ctx, a, b, false, false));
@@ -469,13 +350,13 @@ START_TEST(test_err_inner)
     ck_assert_ptr_nonnull(tg_matmul(ctx, a, a, false, true));
     ck_assert_ptr_null(tg_matmul(ctx, a, b2, false, true));
     tu_assert_error(ctx, TG_ERR_SHAPE, "tg_matmul");
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_batch)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *a = tg_input(ctx, TG_F32, TG_DIMS(2, 3, 4), "a");
     tg_tensor *b = tg_input(ctx, TG_F32, TG_DIMS(3, 4, 5), "b");
     ck_assert_ptr_null(tg_matmul(ctx, a, b, false, false));
@@ -487,13 +368,13 @@ START_TEST(test_err_batch)
     tg_tensor *b4 = tg_input(ctx, TG_F32, TG_DIMS(3, 1, 4, 5), "b4");
     ck_assert_ptr_null(tg_matmul(ctx, a4, b4, false, false));
     tu_assert_error(ctx, TG_ERR_SHAPE, "(3, 1, 4, 5)");
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_dtype_and_context)
 {
-    tg_ctx *ctx = ctx_new(), *other = ctx_new();
+    tg_ctx *ctx = tu_ctx_new(), *other = tu_ctx_new();
     tg_tensor *a = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "a");
     tg_tensor *b64 = tg_input(ctx, TG_F64, TG_DIMS(3, 2), "b64");
     ck_assert_ptr_null(tg_matmul(ctx, a, b64, false, false));
@@ -508,8 +389,8 @@ START_TEST(test_err_dtype_and_context)
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_null(tg_matmul(ctx, bo, a, false, false));
     tu_assert_error(ctx, TG_ERR_ARG, "another context");
-    ctx_free(other);
-    ctx_free(ctx);
+    tu_ctx_free(other);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -517,7 +398,7 @@ END_TEST
  * refuses to build while a builder error is pending, and builds again once it is cleared. */
 START_TEST(test_err_first_sticks)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *a = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "a");
     tg_tensor *b = tg_input(ctx, TG_F32, TG_DIMS(3, 2), "b");
     /* NULL with no error pending: NULL back, nothing recorded */
@@ -542,25 +423,13 @@ START_TEST(test_err_first_sticks)
     ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_SHAPE);
     ck_assert_str_eq(tg_ctx_message(ctx), first);
     /* a graph over a perfectly good tensor is refused while the error is pending */
-    ck_assert_ptr_null(tg_graph_new(ctx, &good, 1));
-    ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_SHAPE);
-    ck_assert_str_eq(tg_ctx_message(ctx), first);
-    tg_ctx_clear_error(ctx);
-    tg_graph *g = tg_graph_new(ctx, &good, 1);
-    ck_assert_ptr_nonnull(g);
+    tg_graph *g = tu_assert_graph_refused(ctx, good, first);
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* ---- gradcheck --------------------------------------------------------------------------------- */
-static tg_tensor *gc_input(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
-                           const char *name)
-{
-    return tu_input(ctx, dt, rank, shape, name, -1.0, 1.0);
-}
-#define GIN(name, ...) gc_input(ctx, dt, TG_DIMS(__VA_ARGS__), name)
-
 /* Shapes differ from tools/opcases.c: row and column vectors, non-square, size-1 batch dims,
  * broadcasting with both flags. */
 static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
@@ -584,64 +453,49 @@ static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
 
 START_TEST(test_gradcheck_f64)
 {
-    tg_ctx *ctx = ctx_new();
-    tg_ctx_seed(ctx, 100 + (uint64_t)_i);
-    tu_assert_gradcheck(ctx, gc_case(ctx, TG_F64, _i));
-    ctx_free(ctx);
+    tu_gradcheck_case(gc_case, TG_F64, _i, 100 + (uint64_t)_i);
 }
 END_TEST
 
 START_TEST(test_gradcheck_f32)
 {
-    tg_ctx *ctx = ctx_new();
-    tg_ctx_seed(ctx, 200 + (uint64_t)_i);
     static const int cases[] = {2, 3, 4, 6};
-    gradcheck_f32(ctx, gc_case(ctx, TG_F32, cases[_i]));
-    ctx_free(ctx);
+    tu_gradcheck_case(gc_case, TG_F32, cases[_i], 200 + (uint64_t)_i);
 }
 END_TEST
 
 /* ---- thread invariance ------------------------------------------------------------------------ */
 /* Sizes exceed TG_PAR_MIN = 32768 scalar ops so the parallel paths engage (per-batch GEMMs and
  * the row-block split inside one GEMM). Under valgrind they shrink but stay above it. */
-static int64_t big(int64_t n, int64_t small) { return under_valgrind() ? small : n; }
-
 static tg_tensor *ti_batched(tg_ctx *ctx, tg_dtype dt) /* (4,64,64) @ (4,64,64) */
 {
-    int64_t n = big(64, 40);
+    int64_t n = tu_big(64, 40);
     return tg_matmul(ctx, GIN("a", 4, n, n), GIN("b", 4, n, n), false, false);
 }
 static tg_tensor *ti_single(tg_ctx *ctx, tg_dtype dt) /* one GEMM split over several C tiles */
 {
-    int64_t m = big(200, 100), k = big(96, 40), n = big(300, 140);
+    int64_t m = tu_big(200, 100), k = tu_big(96, 40), n = tu_big(300, 140);
     return tg_matmul(ctx, GIN("a", m, k), GIN("b", k, n), false, false);
 }
 static tg_tensor *ti_tb(tg_ctx *ctx, tg_dtype dt) /* attention scores q k^T, (2,8,..) */
 {
-    int64_t t = big(48, 24), d = big(40, 20);
+    int64_t t = tu_big(48, 24), d = tu_big(40, 20);
     return tg_matmul(ctx, GIN("q", 2, 8, t, d), GIN("k", 2, 8, t, d), false, true);
 }
 static tg_tensor *ti_ta(tg_ctx *ctx, tg_dtype dt) /* ta and tb together, shared b broadcast */
 {
-    int64_t n = big(64, 36);
+    int64_t n = tu_big(64, 36);
     return tg_matmul(ctx, GIN("a", 3, n, n + 1), GIN("b", n - 2, n), true, true);
 }
 static tg_tensor *ti_bcast(tg_ctx *ctx, tg_dtype dt) /* (2,1,n,n) @ (3,n,n): both broadcast */
 {
-    int64_t n = big(48, 32);
+    int64_t n = tu_big(48, 32);
     return tg_matmul(ctx, GIN("a", 2, 1, n, n), GIN("b", 3, n, n), false, false);
 }
 
-static tg_tensor *(*const k_ti_builds[])(tg_ctx *, tg_dtype) = {ti_batched, ti_single, ti_tb,
-                                                                 ti_ta, ti_bcast};
+static const tu_build_fn k_ti_builds[] = {ti_batched, ti_single, ti_tb, ti_ta,
+                                            ti_bcast};
 #define N_TI (int)(sizeof k_ti_builds / sizeof k_ti_builds[0])
-
-START_TEST(test_thread_invariance)
-{
-    tg_dtype dt = k_dtypes[_i % 2];
-    tu_assert_thread_invariant(k_ti_builds[_i / 2], dt);
-}
-END_TEST
 
 /* ---- edge cases -------------------------------------------------------------------------------- */
 /* Run backward twice without zero_grad (upstream dy = fixed values) and assert every leaf
@@ -649,44 +503,15 @@ END_TEST
  * tg_graph_zero_grad resets them. */
 static void assert_backward_twice_exact(tg_ctx *ctx, tg_tensor *y)
 {
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     int64_t n = tg_tensor_numel(y);
     double *dy = malloc(sizeof(double) * (size_t)n);
     for (int64_t i = 0; i < n; i++)
         dy[i] = sin(0.7 * (double)i) + 0.25;
-    bwd(ctx, g, y, dy);
-    int64_t nl = tg_graph_n_grad_leaves(g), total = 0;
-    for (int64_t l = 0; l < nl; l++)
-        total += tg_tensor_numel(tg_graph_grad_leaf(g, l));
-    double *g1 = malloc(sizeof(double) * (size_t)total);
-    for (int64_t l = 0, off = 0; l < nl; l++) {
-        tg_tensor *t = tg_graph_grad_leaf(g, l);
-        for (int64_t i = 0; i < tg_tensor_numel(t); i++)
-            g1[off++] = tg_grad_get(t, i);
-    }
-    bwd(ctx, g, y, dy);
-    int64_t bad = 0, first_l = -1, first_i = -1;
-    double got = 0, want = 0;
-    for (int64_t l = 0, off = 0; l < nl; l++) {
-        tg_tensor *t = tg_graph_grad_leaf(g, l);
-        for (int64_t i = 0; i < tg_tensor_numel(t); i++, off++)
-            if (tg_grad_get(t, i) != 2 * g1[off]) {
-                if (bad++ == 0) {
-                    first_l = l;
-                    first_i = i;
-                    got = tg_grad_get(t, i);
-                    want = 2 * g1[off];
-                }
-            }
-    }
+    tu_assert_backward_twice(ctx, g, y, dy, NULL, 0);
     free(dy);
-    free(g1);
-    ck_assert_msg(bad == 0, "%lld gradient elements are not exactly doubled by a second "
-                  "backward; first: '%s'[%lld] = %.17g, expected %.17g",
-                  (long long)bad, tg_tensor_name(tg_graph_grad_leaf(g, first_l)),
-                  (long long)first_i, got, want);
     tg_graph_zero_grad(g);
-    for (int64_t l = 0; l < nl; l++) {
+    for (int64_t l = 0; l < tg_graph_n_grad_leaves(g); l++) {
         tg_tensor *t = tg_graph_grad_leaf(g, l);
         for (int64_t i = 0; i < tg_tensor_numel(t); i++)
             ck_assert_double_eq(tg_grad_get(t, i), 0);
@@ -696,8 +521,8 @@ static void assert_backward_twice_exact(tg_ctx *ctx, tg_tensor *y)
 /* Each operand used once, no batch broadcast, short reductions: exact doubling. */
 START_TEST(test_backward_twice_accumulates)
 {
-    tg_dtype dt = k_dtypes[_i % 2];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i % 2];
+    tg_ctx *ctx = tu_ctx_new();
     tg_ctx_seed(ctx, 7);
     tg_tensor *c;
     switch (_i / 2) {
@@ -706,7 +531,7 @@ START_TEST(test_backward_twice_accumulates)
     default: c = tg_matmul(ctx, GIN("a", 2, 7, 5), GIN("b", 2, 6, 7), true, true); break;
     }
     assert_backward_twice_exact(ctx, c);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -717,8 +542,8 @@ END_TEST
  * ((g + p0) + p1) instead of g + (p0 + p1), which is not exactly 2 g. */
 START_TEST(test_backward_twice_accumulates_multi_term)
 {
-    tg_dtype dt = k_dtypes[_i % 2];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i % 2];
+    tg_ctx *ctx = tu_ctx_new();
     tg_ctx_seed(ctx, 8);
     tg_tensor *c;
     switch (_i / 2) {
@@ -727,36 +552,36 @@ START_TEST(test_backward_twice_accumulates_multi_term)
     default: c = tg_matmul(ctx, GIN("a", 3, 5), GIN("b", 150, 5), false, true); break;
     }
     assert_backward_twice_exact(ctx, c);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* The same exactness with small-integer data (no rounding anywhere). */
 START_TEST(test_backward_twice_integer)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *a = in(ctx, dt, TG_DIMS(2, 3), "a", k_A);
-    tg_tensor *b = in(ctx, dt, TG_DIMS(3, 2), "b", k_B);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *a = tu_in(ctx, dt, TG_DIMS(2, 3), "a", k_A);
+    tg_tensor *b = tu_in(ctx, dt, TG_DIMS(3, 2), "b", k_B);
     tg_tensor *c = tg_matmul(ctx, a, b, false, false);
-    tg_graph *g = fwd(ctx, c);
-    bwd(ctx, g, c, VALS(1, 2, 3, 4));
-    bwd(ctx, g, c, VALS(1, 2, 3, 4));
+    tg_graph *g = tu_fwd(ctx, c);
+    tu_bwd(ctx, g, c, VALS(1, 2, 3, 4));
+    tu_bwd(ctx, g, c, VALS(1, 2, 3, 4));
     EXPECT_GRAD(a, 0, 46, 58, 70, 106, 134, 162);
     EXPECT_GRAD(b, 0, 26, 36, 34, 48, 42, 60);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* A built graph is re-run with new input data: new results, no rebuild. */
 START_TEST(test_rerun_new_data)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *a = in(ctx, dt, TG_DIMS(2, 3), "a", k_A);
-    tg_tensor *b = in(ctx, dt, TG_DIMS(3, 2), "b", k_B);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *a = tu_in(ctx, dt, TG_DIMS(2, 3), "a", k_A);
+    tg_tensor *b = tu_in(ctx, dt, TG_DIMS(3, 2), "b", k_B);
     tg_tensor *c = tg_matmul(ctx, a, b, false, false);
-    tg_graph *g = fwd(ctx, c);
+    tg_graph *g = tu_fwd(ctx, c);
     EXPECT_DATA(c, 0, 58, 64, 139, 154);
     /* a = identity-like [[1,0,0],[0,1,0]]: C = first two rows of B */
     tu_set(a, VALS(1, 0, 0, 0, 1, 0));
@@ -765,43 +590,42 @@ START_TEST(test_rerun_new_data)
     tu_set(b, VALS(-1, 0, 0, -1, 2, 2));
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     EXPECT_DATA(c, 0, -1, 0, 0, -1);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* 1x1 matrices and large-K dot products still give exact integer sums. */
 START_TEST(test_degenerate_sizes)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *a = in(ctx, dt, TG_DIMS(1, 1), "a", VALS(-3));
-    tg_tensor *b = in(ctx, dt, TG_DIMS(1, 1), "b", VALS(4));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *a = tu_in(ctx, dt, TG_DIMS(1, 1), "a", VALS(-3));
+    tg_tensor *b = tu_in(ctx, dt, TG_DIMS(1, 1), "b", VALS(4));
     tg_tensor *c = tg_matmul(ctx, a, b, true, true);
-    tg_graph *g = fwd(ctx, c);
+    tg_graph *g = tu_fwd(ctx, c);
     EXPECT_SHAPE(c, 1, 1);
     EXPECT_DATA(c, 0, -12);
-    bwd(ctx, g, c, NULL);
+    tu_bwd(ctx, g, c, NULL);
     EXPECT_GRAD(a, 0, 4);
     EXPECT_GRAD(b, 0, -3);
     /* (1, 37) @ (37, 1) with tb (lanes of 8 plus a tail of 5): sum_k k * 1 = 666 */
-    tg_tensor *r = in(ctx, dt, TG_DIMS(1, 37), "r", NULL);
-    tg_tensor *o = in(ctx, dt, TG_DIMS(1, 37), "o", NULL);
+    tg_tensor *r = tu_in(ctx, dt, TG_DIMS(1, 37), "r", NULL);
+    tg_tensor *o = tu_in(ctx, dt, TG_DIMS(1, 37), "o", NULL);
     for (int k = 0; k < 37; k++) {
         tg_set(r, k, k);
         tg_set(o, k, 1);
     }
     tg_tensor *d = tg_matmul(ctx, r, o, false, true);
-    fwd(ctx, d);
+    tu_fwd(ctx, d);
     EXPECT_DATA(d, 0, 666);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 static Suite *matmul_suite(void)
 {
     Suite *s = suite_create("ops_matmul");
-    TCase *tc = tcase_create("forward");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
+    TCase *tc = tu_tcase(s, "forward", 0);
     tcase_add_loop_test(tc, test_forward_2x3_3x2, 0, 2);
     tcase_add_loop_test(tc, test_grad_of_sum, 0, 2);
     tcase_add_loop_test(tc, test_transpose_flags, 0, 2);
@@ -811,40 +635,27 @@ static Suite *matmul_suite(void)
     tcase_add_loop_test(tc, test_broadcast_2d_operand, 0, 2);
     tcase_add_loop_test(tc, test_operand_used_twice, 0, 2);
     tcase_add_loop_test(tc, test_const_operand, 0, 2);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("errors");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
+    tc = tu_tcase(s, "errors", 0);
     tcase_add_test(tc, test_err_rank);
     tcase_add_test(tc, test_err_inner);
     tcase_add_test(tc, test_err_batch);
     tcase_add_test(tc, test_err_dtype_and_context);
     tcase_add_test(tc, test_err_first_sticks);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("gradcheck");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
+    tc = tu_tcase(s, "gradcheck", 60);
     tcase_add_loop_test(tc, test_gradcheck_f64, 0, N_GC_CASES);
     tcase_add_loop_test(tc, test_gradcheck_f32, 0, 4);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("threads");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, test_thread_invariance, 0, 2 * N_TI);
-    suite_add_tcase(s, tc);
+    tu_add_thread_tcase(s, k_ti_builds, N_TI);
 
-    tc = tcase_create("edge");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
+    tc = tu_tcase(s, "edge", 60);
     tcase_add_loop_test(tc, test_rank6, 0, 2);
     tcase_add_loop_test(tc, test_backward_twice_accumulates, 0, 6);
     tcase_add_loop_test(tc, test_backward_twice_accumulates_multi_term, 0, 6);
     tcase_add_loop_test(tc, test_backward_twice_integer, 0, 2);
     tcase_add_loop_test(tc, test_rerun_new_data, 0, 2);
     tcase_add_loop_test(tc, test_degenerate_sizes, 0, 2);
-    suite_add_tcase(s, tc);
     return s;
 }
 

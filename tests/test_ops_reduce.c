@@ -11,124 +11,6 @@
 #include <string.h>
 
 /* ---- helpers --------------------------------------------------------------------------------- */
-static const tg_dtype k_dtypes[2] = {TG_F32, TG_F64};
-
-/* Contexts made by a test are registered so the checked teardown frees them even when an
- * assertion fails (under CK_FORK=no, as in the valgrind setup, a failing test would otherwise
- * also report its context as leaked). */
-#define MAX_CTX 8
-static tg_ctx *g_ctxs[MAX_CTX];
-
-static tg_ctx *ctx_new(void)
-{
-    tg_ctx *c = tg_ctx_new();
-    ck_assert_ptr_nonnull(c);
-    for (int i = 0; i < MAX_CTX; i++)
-        if (!g_ctxs[i]) {
-            g_ctxs[i] = c;
-            return c;
-        }
-    ck_abort_msg("more than %d contexts in one test", MAX_CTX);
-    return NULL;
-}
-
-static void ctx_free(tg_ctx *c)
-{
-    for (int i = 0; i < MAX_CTX; i++)
-        if (g_ctxs[i] == c)
-            g_ctxs[i] = NULL;
-    tg_ctx_free(c);
-}
-
-static void ctx_teardown(void)
-{
-    for (int i = 0; i < MAX_CTX; i++) {
-        tg_ctx_free(g_ctxs[i]);
-        g_ctxs[i] = NULL;
-    }
-}
-
-#define VALS(...) ((const double[]){__VA_ARGS__})
-
-/* An input that requires grad, holding `v` (numel values; NULL leaves zeros). */
-static tg_tensor *in(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name,
-                     const double *v)
-{
-    tg_tensor *t = tg_input(ctx, dt, rank, shape, name);
-    ck_assert_msg(t != NULL, "tg_input: %s", tg_ctx_message(ctx));
-    ck_assert_int_eq(tg_set_requires_grad(t, true), TG_OK);
-    if (v)
-        tu_set(t, v);
-    return t;
-}
-
-/* Build a graph over y and run forward once. */
-static tg_graph *fwd(tg_ctx *ctx, tg_tensor *y)
-{
-    ck_assert_msg(y != NULL, "build failed: %s", tg_ctx_message(ctx));
-    tg_graph *g = tg_graph_new(ctx, &y, 1);
-    ck_assert_msg(g != NULL, "tg_graph_new: %s", tg_ctx_message(ctx));
-    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
-    return g;
-}
-
-/* Backward from y with upstream values v (y's numel of them; NULL: all ones). */
-static void bwd(tg_ctx *ctx, tg_graph *g, tg_tensor *y, const double *v)
-{
-    tg_tensor *dy = tg_const(ctx, tg_tensor_dtype(y), tg_tensor_rank(y), tg_tensor_shape(y), "dy");
-    ck_assert_ptr_nonnull(dy);
-    if (v)
-        tu_set(dy, v);
-    else
-        tg_fill(dy, 1.0);
-    tg_status s = tg_graph_backward(g, y, dy);
-    ck_assert_msg(s == TG_OK, "backward: %s (%s)", tg_status_str(s), tg_ctx_message(ctx));
-}
-
-/* |got - want| <= tol * max(1, |want|) for every element (want infinities must match). */
-static void expect_vals(const tg_tensor *t, bool grad, const double *want, double tol)
-{
-    for (int64_t i = 0; i < tg_tensor_numel(t); i++) {
-        double v = grad ? tg_grad_get(t, i) : tg_get(t, i);
-        double w = want[i];
-        bool ok = isinf(w) ? v == w : fabs(v - w) <= tol * fmax(1.0, fabs(w));
-        ck_assert_msg(ok, "%s of '%s'[%lld] = %.17g, expected %.17g (tol %g)",
-                      grad ? "grad" : "value", tg_tensor_name(t), (long long)i, v, w, tol);
-    }
-}
-#define EXPECT_DATA(t, tol, ...) expect_vals((t), false, VALS(__VA_ARGS__), (tol))
-#define EXPECT_GRAD(t, tol, ...) expect_vals((t), true, VALS(__VA_ARGS__), (tol))
-
-static void expect_shape(const tg_tensor *t, int rank, const int64_t *shape)
-{
-    ck_assert_ptr_nonnull(t);
-    ck_assert_int_eq(tg_tensor_rank(t), rank);
-    for (int i = 0; i < rank; i++)
-        ck_assert_msg(tg_tensor_shape(t)[i] == shape[i], "'%s' dim %d is %lld, expected %lld",
-                      tg_tensor_name(t), i, (long long)tg_tensor_shape(t)[i],
-                      (long long)shape[i]);
-}
-#define EXPECT_SHAPE(t, ...) expect_shape((t), TG_DIMS(__VA_ARGS__))
-
-/* Gradcheck in f32 with the f32 defaults (eps 1e-3, atol 1e-2, rtol 1e-2). */
-static void gradcheck_f32(tg_ctx *ctx, tg_tensor *y)
-{
-    ck_assert_msg(y != NULL, "build failed: %s", tg_ctx_message(ctx));
-    tg_gradcheck_opts o = tg_gradcheck_defaults(TG_F32);
-    tg_gradcheck_report rep;
-    tg_status s = tg_gradcheck(ctx, y, &o, &rep);
-    ck_assert_msg(s == TG_OK, "f32 gradcheck %s: %s (%s)", tg_status_str(s), rep.message,
-                  tg_ctx_message(ctx));
-}
-
-/* A differentiable input uniform in [-1, 1) from the context RNG (same seed, same data). */
-static tg_tensor *gc_input(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
-                           const char *name)
-{
-    return tu_input(ctx, dt, rank, shape, name, -1.0, 1.0);
-}
-#define GIN(name, ...) gc_input(ctx, dt, TG_DIMS(__VA_ARGS__), name)
-
 /* x (2,3) = [[1,2,3],[4,5,6]] */
 static const double k_x[] = {1, 2, 3, 4, 5, 6};
 
@@ -136,9 +18,9 @@ static const double k_x[] = {1, 2, 3, 4, 5, 6};
  * axis -2 keepdim = [[5,7,9]] (1,3); mean axis 0 = [2.5,3.5,4.5]; mean axis 1 = [2,5]. */
 START_TEST(test_forward_2d)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
     tg_tensor *ys[6] = {tg_sum(ctx, x, 0, false),  tg_sum(ctx, x, 1, false),
                         tg_sum(ctx, x, -1, true),  tg_sum(ctx, x, -2, true),
                         tg_mean(ctx, x, 0, false), tg_mean(ctx, x, 1, false)};
@@ -159,16 +41,16 @@ START_TEST(test_forward_2d)
     EXPECT_DATA(ys[3], 0, 5, 7, 9);
     EXPECT_DATA(ys[4], 0, 2.5, 3.5, 4.5);
     EXPECT_DATA(ys[5], 0, 2, 5);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* sum_all = 21 and mean_all = 3.5, both rank 0. */
 START_TEST(test_forward_all)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
     tg_tensor *ys[2] = {tg_sum_all(ctx, x), tg_mean_all(ctx, x)};
     tg_graph *g = tg_graph_new(ctx, ys, 2);
     ck_assert_ptr_nonnull(g);
@@ -187,7 +69,7 @@ START_TEST(test_forward_all)
     ck_assert_int_eq(tg_graph_backward(g, ys[1], NULL), TG_OK);
     double sixth = 1.0 / 6;
     EXPECT_GRAD(x, dt == TG_F32 ? 1e-7 : 0, sixth, sixth, sixth, sixth, sixth, sixth);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -198,33 +80,33 @@ END_TEST
  * mean axis 0 keepdim, dy = [[2,4,6]] -> dx = [[1,2,3],[1,2,3]] */
 START_TEST(test_grads)
 {
-    tg_dtype dt = k_dtypes[_i];
+    tg_dtype dt = tu_dtypes[_i];
     for (int c = 0; c < 4; c++) {
-        tg_ctx *ctx = ctx_new();
-        tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
+        tg_ctx *ctx = tu_ctx_new();
+        tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
         tg_tensor *y = c == 0   ? tg_sum(ctx, x, 0, false)
                        : c == 1 ? tg_sum(ctx, x, 1, true)
                        : c == 2 ? tg_mean(ctx, x, 1, false)
                                 : tg_mean(ctx, x, 0, true);
-        tg_graph *g = fwd(ctx, y);
+        tg_graph *g = tu_fwd(ctx, y);
         switch (c) {
         case 0:
-            bwd(ctx, g, y, VALS(1, 2, 3));
+            tu_bwd(ctx, g, y, VALS(1, 2, 3));
             EXPECT_GRAD(x, 0, 1, 2, 3, 1, 2, 3);
             break;
         case 1:
-            bwd(ctx, g, y, VALS(1, 2));
+            tu_bwd(ctx, g, y, VALS(1, 2));
             EXPECT_GRAD(x, 0, 1, 1, 1, 2, 2, 2);
             break;
         case 2:
-            bwd(ctx, g, y, VALS(3, 6));
+            tu_bwd(ctx, g, y, VALS(3, 6));
             EXPECT_GRAD(x, 0, 1, 1, 1, 2, 2, 2);
             break;
         default:
-            bwd(ctx, g, y, VALS(2, 4, 6));
+            tu_bwd(ctx, g, y, VALS(2, 4, 6));
             EXPECT_GRAD(x, 0, 1, 2, 3, 1, 2, 3);
         }
-        ctx_free(ctx);
+        tu_ctx_free(ctx);
     }
 }
 END_TEST
@@ -233,9 +115,9 @@ END_TEST
  * mean over axis 1 keepdim -> (2,1,4) = 12 o + 4 + i; sum over axis 2 -> 48 o + 16 a + 6. */
 START_TEST(test_middle_axis)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3, 4), "x", NULL);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 3, 4), "x", NULL);
     for (int i = 0; i < 24; i++)
         tg_set(x, i, i);
     tg_tensor *ys[3] = {tg_sum(ctx, x, 1, false), tg_mean(ctx, x, 1, true), tg_sum(ctx, x, 2, false)};
@@ -257,12 +139,12 @@ START_TEST(test_middle_axis)
     double dy[8];
     for (int i = 0; i < 8; i++)
         dy[i] = 3.0 * i;
-    bwd(ctx, g, ys[1], dy);
+    tu_bwd(ctx, g, ys[1], dy);
     for (int o = 0; o < 2; o++)
         for (int a = 0; a < 3; a++)
             for (int i = 0; i < 4; i++)
                 ck_assert_double_eq(tg_grad_get(x, (o * 3 + a) * 4 + i), o * 4 + i);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -270,9 +152,9 @@ END_TEST
  * over its axis gives rank 0; keepdim on rank 1 gives (1). */
 START_TEST(test_rank0)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *s = in(ctx, dt, 0, NULL, "s", VALS(-7.25));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *s = tu_in(ctx, dt, 0, NULL, "s", VALS(-7.25));
     tg_tensor *ys[2] = {tg_sum_all(ctx, s), tg_mean_all(ctx, s)};
     tg_graph *g = tg_graph_new(ctx, ys, 2);
     ck_assert_ptr_nonnull(g);
@@ -282,7 +164,7 @@ START_TEST(test_rank0)
     ck_assert_int_eq(tg_graph_backward(g, ys[1], NULL), TG_OK);
     EXPECT_GRAD(s, 0, 1);
 
-    tg_tensor *v = in(ctx, dt, TG_DIMS(4), "v", VALS(1, 2, 3, 4.5));
+    tg_tensor *v = tu_in(ctx, dt, TG_DIMS(4), "v", VALS(1, 2, 3, 4.5));
     tg_tensor *r0 = tg_sum(ctx, v, 0, false), *r1 = tg_mean(ctx, v, -1, true);
     ck_assert_int_eq(tg_tensor_rank(r0), 0);
     EXPECT_SHAPE(r1, 1);
@@ -299,7 +181,7 @@ START_TEST(test_rank0)
     ck_assert_ptr_null(tg_sum(ctx, s, 0, false));
     tu_assert_error(ctx, TG_ERR_AXIS, "tg_sum");
     tu_assert_error(ctx, TG_ERR_AXIS, "()");
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -308,9 +190,9 @@ END_TEST
  * mean over axis -6 (the first) -> (1,3,2,1,2) = 6 + j. */
 START_TEST(test_rank6)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 1, 3, 2, 1, 2), "x", NULL);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 1, 3, 2, 1, 2), "x", NULL);
     for (int i = 0; i < 24; i++)
         tg_set(x, i, i);
     tg_tensor *y = tg_sum(ctx, x, 3, true), *m = tg_mean(ctx, x, -6, false);
@@ -327,10 +209,10 @@ START_TEST(test_rank6)
                 ck_assert_double_eq(tg_get(y, n++), 2 * (12 * i0 + 4 * i2 + i5) + 2);
     for (int j = 0; j < 12; j++)
         ck_assert_double_eq(tg_get(m, j), 6 + j);
-    bwd(ctx, g, y, NULL);
+    tu_bwd(ctx, g, y, NULL);
     for (int i = 0; i < 24; i++)
         ck_assert_double_eq(tg_grad_get(x, i), 1);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -338,23 +220,23 @@ END_TEST
  * and sum over axis 0 of (x + x) = [8, 12], gradient 2 dy. */
 START_TEST(test_used_twice)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 2), "x", VALS(1, 2, 3, 4));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 2), "x", VALS(1, 2, 3, 4));
     tg_tensor *y = tg_add(ctx, tg_sum_all(ctx, x), tg_mean_all(ctx, x));
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     ck_assert_int_eq(tg_tensor_rank(y), 0);
     EXPECT_DATA(y, 0, 12.5);
     ck_assert_int_eq(tg_graph_backward(g, y, NULL), TG_OK);
     EXPECT_GRAD(x, 0, 1.25, 1.25, 1.25, 1.25);
 
-    tg_tensor *x2 = in(ctx, dt, TG_DIMS(2, 2), "x2", VALS(1, 2, 3, 4));
+    tg_tensor *x2 = tu_in(ctx, dt, TG_DIMS(2, 2), "x2", VALS(1, 2, 3, 4));
     tg_tensor *z = tg_sum(ctx, tg_add(ctx, x2, x2), 0, false);
-    g = fwd(ctx, z);
+    g = tu_fwd(ctx, z);
     EXPECT_DATA(z, 0, 8, 12);
-    bwd(ctx, g, z, VALS(1, -1));
+    tu_bwd(ctx, g, z, VALS(1, -1));
     EXPECT_GRAD(x2, 0, 2, -2, 2, -2);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -362,9 +244,9 @@ END_TEST
  * sequential left-to-right results (no silent reordering); the f64 results are near-exact. */
 START_TEST(test_precision)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(1000), "x", NULL);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(1000), "x", NULL);
     tg_fill(x, 0.1);
     tg_tensor *s = tg_sum_all(ctx, x), *m = tg_mean(ctx, x, 0, false);
     tg_tensor *outs[2] = {s, m};
@@ -381,14 +263,14 @@ START_TEST(test_precision)
         ck_assert_double_eq_tol(tg_get(s, 0), 100.0, 1e-11);
         ck_assert_double_eq_tol(tg_get(m, 0), 0.1, 1e-14);
     }
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* ---- errors --------------------------------------------------------------------------------- */
 START_TEST(test_err_axis)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "x");
     const int bad[] = {2, -3, 100, -100};
     for (int i = 0; i < 4; i++) {
@@ -401,13 +283,13 @@ START_TEST(test_err_axis)
         tu_assert_error(ctx, TG_ERR_AXIS, "(2, 3)");
         tg_ctx_clear_error(ctx);
     }
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_context_null_first)
 {
-    tg_ctx *ctx = ctx_new(), *other = ctx_new();
+    tg_ctx *ctx = tu_ctx_new(), *other = tu_ctx_new();
     tg_tensor *o = tg_input(other, TG_F64, TG_DIMS(2, 3), "o");
     ck_assert_ptr_null(tg_sum(ctx, o, 0, false));
     tu_assert_error(ctx, TG_ERR_ARG, "tg_sum");
@@ -439,12 +321,9 @@ START_TEST(test_err_context_null_first)
     ck_assert_ptr_null(tg_sum(ctx, x, -9, false));
     tu_assert_error(ctx, TG_ERR_AXIS, "tg_mean");
     ck_assert_str_eq(tg_ctx_message(ctx), first);
-    ck_assert_ptr_null(tg_graph_new(ctx, &good, 1));
-    ck_assert_str_eq(tg_ctx_message(ctx), first);
-    tg_ctx_clear_error(ctx);
-    ck_assert_ptr_nonnull(tg_graph_new(ctx, &good, 1));
-    ctx_free(other);
-    ctx_free(ctx);
+    tu_assert_graph_refused(ctx, good, first);
+    tu_ctx_free(other);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -460,7 +339,7 @@ static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
     case 5: return tg_mean(ctx, GIN("x", 2, 1, 3, 1, 2, 1), 4, true);
     case 6: return tg_sum_all(ctx, GIN("x", 3, 1, 2));
     case 7: return tg_mean_all(ctx, GIN("x", 5, 2));
-    case 8: return tg_sum_all(ctx, gc_input(ctx, dt, 0, NULL, "s"));
+    case 8: return tg_sum_all(ctx, tu_gc_input(ctx, dt, 0, NULL, "s"));
     default: { /* mean over rows of x * x: x used twice under a reduction */
         tg_tensor *x = GIN("x", 3, 4);
         return tg_mean(ctx, tg_mul(ctx, x, x), 1, false);
@@ -471,20 +350,14 @@ static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
 
 START_TEST(test_gradcheck_f64)
 {
-    tg_ctx *ctx = ctx_new();
-    tg_ctx_seed(ctx, 700 + (uint64_t)_i);
-    tu_assert_gradcheck(ctx, gc_case(ctx, TG_F64, _i));
-    ctx_free(ctx);
+    tu_gradcheck_case(gc_case, TG_F64, _i, 700 + (uint64_t)_i);
 }
 END_TEST
 
 START_TEST(test_gradcheck_f32)
 {
     static const int cases[] = {1, 3, 7, 9};
-    tg_ctx *ctx = ctx_new();
-    tg_ctx_seed(ctx, 800 + (uint64_t)_i);
-    gradcheck_f32(ctx, gc_case(ctx, TG_F32, cases[_i]));
-    ctx_free(ctx);
+    tu_gradcheck_case(gc_case, TG_F32, cases[_i], 800 + (uint64_t)_i);
 }
 END_TEST
 
@@ -494,25 +367,19 @@ static tg_tensor *ti_sum_last(tg_ctx *ctx, tg_dtype dt) { return tg_sum(ctx, GIN
 static tg_tensor *ti_mean_mid(tg_ctx *ctx, tg_dtype dt) { return tg_mean(ctx, GIN("x", 20, 300, 10), 1, false); }
 static tg_tensor *ti_sum_all(tg_ctx *ctx, tg_dtype dt) { return tg_sum_all(ctx, GIN("x", 300, 200)); }
 static tg_tensor *ti_mean_all(tg_ctx *ctx, tg_dtype dt) { return tg_mean_all(ctx, GIN("x", 200, 300)); }
-static tg_tensor *(*const k_ti_builds[])(tg_ctx *, tg_dtype) = {
+static const tu_build_fn k_ti_builds[] = {
     ti_sum_ax0, ti_sum_last, ti_mean_mid, ti_sum_all, ti_mean_all};
 #define N_TI (int)(sizeof k_ti_builds / sizeof k_ti_builds[0])
-
-START_TEST(test_thread_invariance)
-{
-    tu_assert_thread_invariant(k_ti_builds[_i / 2], k_dtypes[_i % 2]);
-}
-END_TEST
 
 /* ---- edge cases ----------------------------------------------------------------------------- */
 START_TEST(test_backward_twice)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
     tg_ctx_seed(ctx, 31);
     tg_tensor *x = tu_input(ctx, dt, TG_DIMS(3, 5, 2), "x", -1, 1);
     tg_tensor *y = tg_mean_all(ctx, tg_sum(ctx, tg_mean(ctx, x, 1, true), -1, false));
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     ck_assert_int_eq(tg_graph_backward(g, y, NULL), TG_OK);
     double g1[30];
     for (int i = 0; i < 30; i++)
@@ -523,15 +390,15 @@ START_TEST(test_backward_twice)
                       tg_grad_get(x, i), g1[i]);
     tg_graph_zero_grad(g);
     ck_assert_double_eq(tg_grad_get(x, 0), 0);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_rerun_new_data)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 3), "x", k_x);
     tg_tensor *ys[2] = {tg_sum(ctx, x, 1, false), tg_mean_all(ctx, x)};
     tg_graph *g = tg_graph_new(ctx, ys, 2);
     ck_assert_ptr_nonnull(g);
@@ -542,50 +409,36 @@ START_TEST(test_rerun_new_data)
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     EXPECT_DATA(ys[0], 0, -3, 3);
     EXPECT_DATA(ys[1], 0, 0);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 static Suite *reduce_suite(void)
 {
     Suite *s = suite_create("ops_reduce");
-    TCase *tc = tcase_create("forward");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
+    TCase *tc = tu_tcase(s, "forward", 0);
     tcase_add_loop_test(tc, test_forward_2d, 0, 2);
     tcase_add_loop_test(tc, test_forward_all, 0, 2);
     tcase_add_loop_test(tc, test_grads, 0, 2);
     tcase_add_loop_test(tc, test_middle_axis, 0, 2);
     tcase_add_loop_test(tc, test_precision, 0, 2);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("errors");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
+    tc = tu_tcase(s, "errors", 0);
     tcase_add_test(tc, test_err_axis);
     tcase_add_test(tc, test_err_context_null_first);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("gradcheck");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
+    tc = tu_tcase(s, "gradcheck", 60);
     tcase_add_loop_test(tc, test_gradcheck_f64, 0, N_GC_CASES);
     tcase_add_loop_test(tc, test_gradcheck_f32, 0, 4);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("threads");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, test_thread_invariance, 0, 2 * N_TI);
-    suite_add_tcase(s, tc);
+    tu_add_thread_tcase(s, k_ti_builds, N_TI);
 
-    tc = tcase_create("edge");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
+    tc = tu_tcase(s, "edge", 60);
     tcase_add_loop_test(tc, test_rank0, 0, 2);
     tcase_add_loop_test(tc, test_rank6, 0, 2);
     tcase_add_loop_test(tc, test_used_twice, 0, 2);
     tcase_add_loop_test(tc, test_backward_twice, 0, 2);
     tcase_add_loop_test(tc, test_rerun_new_data, 0, 2);
-    suite_add_tcase(s, tc);
     return s;
 }
 

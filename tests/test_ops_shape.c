@@ -13,128 +13,10 @@
 #include <string.h>
 
 /* ---- helpers --------------------------------------------------------------------------------- */
-static const tg_dtype k_dtypes[2] = {TG_F32, TG_F64};
-
-/* Contexts made by a test are registered so the checked teardown frees them even when an
- * assertion fails (under CK_FORK=no, as in the valgrind setup, a failing test would otherwise
- * also report its context as leaked). */
-#define MAX_CTX 8
-static tg_ctx *g_ctxs[MAX_CTX];
-
-static tg_ctx *ctx_new(void)
-{
-    tg_ctx *c = tg_ctx_new();
-    ck_assert_ptr_nonnull(c);
-    for (int i = 0; i < MAX_CTX; i++)
-        if (!g_ctxs[i]) {
-            g_ctxs[i] = c;
-            return c;
-        }
-    ck_abort_msg("more than %d contexts in one test", MAX_CTX);
-    return NULL;
-}
-
-static void ctx_free(tg_ctx *c)
-{
-    for (int i = 0; i < MAX_CTX; i++)
-        if (g_ctxs[i] == c)
-            g_ctxs[i] = NULL;
-    tg_ctx_free(c);
-}
-
-static void ctx_teardown(void)
-{
-    for (int i = 0; i < MAX_CTX; i++) {
-        tg_ctx_free(g_ctxs[i]);
-        g_ctxs[i] = NULL;
-    }
-}
-
-#define VALS(...) ((const double[]){__VA_ARGS__})
-
-/* An input that requires grad, holding `v` (numel values; NULL leaves zeros). */
-static tg_tensor *in(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name,
-                     const double *v)
-{
-    tg_tensor *t = tg_input(ctx, dt, rank, shape, name);
-    ck_assert_msg(t != NULL, "tg_input: %s", tg_ctx_message(ctx));
-    ck_assert_int_eq(tg_set_requires_grad(t, true), TG_OK);
-    if (v)
-        tu_set(t, v);
-    return t;
-}
-
-/* Build a graph over y and run forward once. */
-static tg_graph *fwd(tg_ctx *ctx, tg_tensor *y)
-{
-    ck_assert_msg(y != NULL, "build failed: %s", tg_ctx_message(ctx));
-    tg_graph *g = tg_graph_new(ctx, &y, 1);
-    ck_assert_msg(g != NULL, "tg_graph_new: %s", tg_ctx_message(ctx));
-    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
-    return g;
-}
-
-/* Backward from y with upstream values v (y's numel of them; NULL: all ones). */
-static void bwd(tg_ctx *ctx, tg_graph *g, tg_tensor *y, const double *v)
-{
-    tg_tensor *dy = tg_const(ctx, tg_tensor_dtype(y), tg_tensor_rank(y), tg_tensor_shape(y), "dy");
-    ck_assert_ptr_nonnull(dy);
-    if (v)
-        tu_set(dy, v);
-    else
-        tg_fill(dy, 1.0);
-    tg_status s = tg_graph_backward(g, y, dy);
-    ck_assert_msg(s == TG_OK, "backward: %s (%s)", tg_status_str(s), tg_ctx_message(ctx));
-}
-
-/* |got - want| <= tol * max(1, |want|) for every element (want infinities must match). */
-static void expect_vals(const tg_tensor *t, bool grad, const double *want, double tol)
-{
-    for (int64_t i = 0; i < tg_tensor_numel(t); i++) {
-        double v = grad ? tg_grad_get(t, i) : tg_get(t, i);
-        double w = want[i];
-        bool ok = isinf(w) ? v == w : fabs(v - w) <= tol * fmax(1.0, fabs(w));
-        ck_assert_msg(ok, "%s of '%s'[%lld] = %.17g, expected %.17g (tol %g)",
-                      grad ? "grad" : "value", tg_tensor_name(t), (long long)i, v, w, tol);
-    }
-}
-#define EXPECT_DATA(t, tol, ...) expect_vals((t), false, VALS(__VA_ARGS__), (tol))
-#define EXPECT_GRAD(t, tol, ...) expect_vals((t), true, VALS(__VA_ARGS__), (tol))
-
-static void expect_shape(const tg_tensor *t, int rank, const int64_t *shape)
-{
-    ck_assert_ptr_nonnull(t);
-    ck_assert_int_eq(tg_tensor_rank(t), rank);
-    for (int i = 0; i < rank; i++)
-        ck_assert_msg(tg_tensor_shape(t)[i] == shape[i], "'%s' dim %d is %lld, expected %lld",
-                      tg_tensor_name(t), i, (long long)tg_tensor_shape(t)[i],
-                      (long long)shape[i]);
-}
-#define EXPECT_SHAPE(t, ...) expect_shape((t), TG_DIMS(__VA_ARGS__))
-
-/* Gradcheck in f32 with the f32 defaults (eps 1e-3, atol 1e-2, rtol 1e-2). */
-static void gradcheck_f32(tg_ctx *ctx, tg_tensor *y)
-{
-    ck_assert_msg(y != NULL, "build failed: %s", tg_ctx_message(ctx));
-    tg_gradcheck_opts o = tg_gradcheck_defaults(TG_F32);
-    tg_gradcheck_report rep;
-    tg_status s = tg_gradcheck(ctx, y, &o, &rep);
-    ck_assert_msg(s == TG_OK, "f32 gradcheck %s: %s (%s)", tg_status_str(s), rep.message,
-                  tg_ctx_message(ctx));
-}
-
-/* A differentiable input uniform in [-1, 1) from the context RNG (same seed, same data). */
-static tg_tensor *gc_input(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
-                           const char *name)
-{
-    return tu_input(ctx, dt, rank, shape, name, -1.0, 1.0);
-}
-#define GIN(name, ...) gc_input(ctx, dt, TG_DIMS(__VA_ARGS__), name)
-
 /* x = 0, 1, 2, ... */
 static tg_tensor *iota(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name)
 {
-    tg_tensor *t = in(ctx, dt, rank, shape, name, NULL);
+    tg_tensor *t = tu_in(ctx, dt, rank, shape, name, NULL);
     for (int64_t i = 0; i < tg_tensor_numel(t); i++)
         tg_set(t, i, (double)i);
     return t;
@@ -147,7 +29,7 @@ static void bwd_iota(tg_ctx *ctx, tg_graph *g, tg_tensor *y)
     double *v = malloc(sizeof(double) * (size_t)n);
     for (int64_t i = 0; i < n; i++)
         v[i] = (double)i;
-    bwd(ctx, g, y, v);
+    tu_bwd(ctx, g, y, v);
     free(v);
 }
 
@@ -156,17 +38,17 @@ static void bwd_iota(tg_ctx *ctx, tg_graph *g, tg_tensor *y)
  * dy (3,2) = [[0,1],[2,3],[4,5]] -> dx = dy^T = [[0,2,4],[1,3,5]] */
 START_TEST(test_transpose_2d)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = iota(ctx, dt, TG_DIMS(2, 3), "x");
     tg_tensor *y = tg_transpose(ctx, x, 0, 1);
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     EXPECT_SHAPE(y, 3, 2);
     ck_assert_str_eq(tg_tensor_op_name(y), "transpose");
     EXPECT_DATA(y, 0, 0, 3, 1, 4, 2, 5);
     bwd_iota(ctx, g, y);
     EXPECT_GRAD(x, 0, 0, 2, 4, 1, 3, 5);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -174,8 +56,8 @@ END_TEST
  * Negative axes (-1, -3) and the reversed order (2, 0) give the same; (1, 1) is the identity. */
 START_TEST(test_transpose_3d)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = iota(ctx, dt, TG_DIMS(2, 3, 4), "x");
     tg_tensor *ys[4] = {tg_transpose(ctx, x, 0, 2), tg_transpose(ctx, x, -1, -3),
                         tg_transpose(ctx, x, 2, 0), tg_transpose(ctx, x, 1, 1)};
@@ -198,7 +80,7 @@ START_TEST(test_transpose_3d)
         for (int j = 0; j < 3; j++)
             for (int k = 0; k < 4; k++)
                 ck_assert_double_eq(tg_grad_get(x, (i * 3 + j) * 4 + k), 6 * k + 2 * j + i);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -208,13 +90,13 @@ END_TEST
  * dy = iota of (4,2,3): dx[b,c,a] = dy[a,b,c] = 6 a + 3 b + c. perm (-1,0,-2) is the same. */
 START_TEST(test_permute_3d)
 {
-    tg_dtype dt = k_dtypes[_i];
+    tg_dtype dt = tu_dtypes[_i];
     for (int neg = 0; neg < 2; neg++) {
-        tg_ctx *ctx = ctx_new();
+        tg_ctx *ctx = tu_ctx_new();
         tg_tensor *x = iota(ctx, dt, TG_DIMS(2, 3, 4), "x");
         static const int perm[] = {2, 0, 1}, perm_neg[] = {-1, 0, -2};
         tg_tensor *y = tg_permute(ctx, x, neg ? perm_neg : perm);
-        tg_graph *g = fwd(ctx, y);
+        tg_graph *g = tu_fwd(ctx, y);
         EXPECT_SHAPE(y, 4, 2, 3);
         ck_assert_str_eq(tg_tensor_op_name(y), "permute");
         for (int a = 0; a < 4; a++)
@@ -226,7 +108,7 @@ START_TEST(test_permute_3d)
             for (int c = 0; c < 3; c++)
                 for (int a = 0; a < 4; a++)
                     ck_assert_double_eq(tg_grad_get(x, (b * 3 + c) * 4 + a), 6 * a + 3 * b + c);
-        ctx_free(ctx);
+        tu_ctx_free(ctx);
     }
 }
 END_TEST
@@ -235,11 +117,11 @@ END_TEST
  * y[i5,i3,i1,i0,i2,i4] = x[i0,i1,i2,i3,i4,i5]; x's row-major strides are (12,12,4,4,2,1). */
 START_TEST(test_permute_rank6)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = iota(ctx, dt, TG_DIMS(2, 1, 3, 1, 2, 2), "x");
     tg_tensor *y = tg_permute(ctx, x, (const int[]){5, 3, 1, 0, 2, 4});
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     EXPECT_SHAPE(y, 2, 1, 1, 2, 3, 2);
     int64_t n = 0;
     for (int i5 = 0; i5 < 2; i5++)
@@ -259,8 +141,8 @@ START_TEST(test_permute_rank6)
     if (dt == TG_F64)
         tu_assert_gradcheck(ctx, y);
     else
-        gradcheck_f32(ctx, y);
-    ctx_free(ctx);
+        tu_gradcheck_f32(ctx, y);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -269,13 +151,13 @@ END_TEST
  * merging back (permute (0,2,1,3), reshape (2,3,4)) is the identity, value and gradient. */
 START_TEST(test_heads_split_merge)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = iota(ctx, dt, TG_DIMS(2, 3, 4), "x");
     static const int p0213[] = {0, 2, 1, 3};
     tg_tensor *heads = tg_permute(ctx, tg_reshape(ctx, x, TG_DIMS(2, 3, 2, 2)), p0213);
     tg_tensor *merged = tg_reshape(ctx, tg_permute(ctx, heads, p0213), TG_DIMS(2, 3, -1));
-    tg_graph *g = fwd(ctx, merged);
+    tg_graph *g = tu_fwd(ctx, merged);
     EXPECT_SHAPE(heads, 2, 2, 3, 2);
     EXPECT_SHAPE(merged, 2, 3, 4);
     for (int b = 0; b < 2; b++)
@@ -289,7 +171,7 @@ START_TEST(test_heads_split_merge)
     bwd_iota(ctx, g, merged);
     for (int i = 0; i < 24; i++)
         ck_assert_double_eq(tg_grad_get(x, i), i);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -298,8 +180,8 @@ END_TEST
  * the data is the same sequence and the gradient is dy's sequence. */
 START_TEST(test_reshape_infer)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = iota(ctx, dt, TG_DIMS(2, 6), "x");
     tg_tensor *ys[4] = {tg_reshape(ctx, x, TG_DIMS(3, -1)), tg_reshape(ctx, x, TG_DIMS(-1)),
                         tg_reshape(ctx, x, TG_DIMS(2, -1, 3)),
@@ -319,7 +201,7 @@ START_TEST(test_reshape_infer)
     bwd_iota(ctx, g, ys[0]);
     for (int i = 0; i < 12; i++)
         ck_assert_double_eq(tg_grad_get(x, i), i);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -327,9 +209,9 @@ END_TEST
  * an op result (a view of the op's buffer) follows the op across re-runs. */
 START_TEST(test_reshape_view)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 2), "x", VALS(1, 2, 3, 4));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 2), "x", VALS(1, 2, 3, 4));
     tg_tensor *r = tg_reshape(ctx, x, TG_DIMS(4));
     tg_tensor *s = tg_reshape(ctx, tg_scale(ctx, x, 2.0), TG_DIMS(1, 4));
     tg_tensor *outs[2] = {r, s};
@@ -345,7 +227,7 @@ START_TEST(test_reshape_view)
     EXPECT_DATA(s, 0, -2, 1, 14, 0);
     /* an op result cannot be written through the view */
     ck_assert_int_eq(tg_tensor_set_data(r, VALS(0, 0, 0, 0), TG_F64, 4), TG_ERR_STATE);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -353,9 +235,9 @@ END_TEST
  * and back. d(y)/dx for the scalar chain is 1. */
 START_TEST(test_reshape_rank0_rank6)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(1, 1, 1), "x", VALS(-2.5));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(1, 1, 1), "x", VALS(-2.5));
     tg_tensor *s = tg_reshape(ctx, x, 0, NULL);
     tg_tensor *v = tg_reshape(ctx, s, TG_DIMS(-1));
     tg_tensor *m = tg_reshape(ctx, s, TG_DIMS(1, 1));
@@ -363,10 +245,10 @@ START_TEST(test_reshape_rank0_rank6)
     ck_assert_int_eq(tg_tensor_numel(s), 1);
     EXPECT_SHAPE(v, 1);
     EXPECT_SHAPE(m, 1, 1);
-    tg_graph *g = fwd(ctx, v);
+    tg_graph *g = tu_fwd(ctx, v);
     EXPECT_DATA(s, 0, -2.5);
     EXPECT_DATA(v, 0, -2.5);
-    bwd(ctx, g, v, VALS(3));
+    tu_bwd(ctx, g, v, VALS(3));
     EXPECT_GRAD(x, 0, 3);
 
     tg_tensor *z = iota(ctx, dt, TG_DIMS(24), "z");
@@ -374,12 +256,12 @@ START_TEST(test_reshape_rank0_rank6)
     tg_tensor *back = tg_reshape(ctx, r6, TG_DIMS(4, -1));
     EXPECT_SHAPE(r6, 2, 1, 3, 1, 2, 2);
     EXPECT_SHAPE(back, 4, 6);
-    g = fwd(ctx, back);
+    g = tu_fwd(ctx, back);
     int64_t idx[6] = {1, 0, 2, 0, 1, 0};
     ck_assert_double_eq(tg_get_at(r6, idx), 12 + 8 + 2);
     for (int i = 0; i < 24; i++)
         ck_assert_double_eq(tg_get(back, i), i);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -390,8 +272,8 @@ END_TEST
  * d(sum narrow(0,1,2))/dx = rows 1 and 2 ones, rows 0 and 3 zero. */
 START_TEST(test_narrow_2d)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = iota(ctx, dt, TG_DIMS(4, 3), "x");
     tg_tensor *ys[4] = {tg_narrow(ctx, x, 0, 1, 2), tg_narrow(ctx, x, 1, 2, 1),
                         tg_narrow(ctx, x, -1, 0, 2), tg_narrow(ctx, x, 0, 0, 4)};
@@ -407,12 +289,12 @@ START_TEST(test_narrow_2d)
     EXPECT_DATA(ys[1], 0, 2, 5, 8, 11);
     EXPECT_DATA(ys[2], 0, 0, 1, 3, 4, 6, 7, 9, 10);
     EXPECT_DATA(ys[3], 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11);
-    bwd(ctx, g, ys[0], NULL);
+    tu_bwd(ctx, g, ys[0], NULL);
     EXPECT_GRAD(x, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0);
     tg_graph_zero_grad(g);
-    bwd(ctx, g, ys[1], VALS(1, 2, 3, 4));
+    tu_bwd(ctx, g, ys[1], VALS(1, 2, 3, 4));
     EXPECT_GRAD(x, 0, 0, 0, 1, 0, 0, 2, 0, 0, 3, 0, 0, 4);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -420,8 +302,8 @@ END_TEST
  * rank 6: x (2,1,3,1,2,2) narrow(2, 2, 1) -> (2,1,1,1,2,2), y = x[:, :, 2] = 12 o + 8 + r. */
 START_TEST(test_narrow_inner_axes)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = iota(ctx, dt, TG_DIMS(2, 4, 3), "x");
     tg_tensor *y = tg_narrow(ctx, x, 1, 1, 2);
     tg_tensor *x6 = iota(ctx, dt, TG_DIMS(2, 1, 3, 1, 2, 2), "x6");
@@ -444,7 +326,7 @@ START_TEST(test_narrow_inner_axes)
         int o = i / 12, j = (i % 12) / 4, r = i % 4;
         ck_assert_double_eq(tg_grad_get(x6, i), j == 2 ? o * 4 + r : 0);
     }
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -453,64 +335,57 @@ END_TEST
  * d(sum y)/dx = [1, 2, 2, 1]. And x + x^T (2,2): d(sum)/dx = 2. */
 START_TEST(test_used_twice)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(4), "x", VALS(1, 10, 100, 1000));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(4), "x", VALS(1, 10, 100, 1000));
     tg_tensor *y = tg_add(ctx, tg_narrow(ctx, x, 0, 0, 3), tg_narrow(ctx, x, 0, 1, 3));
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     EXPECT_DATA(y, 0, 11, 110, 1100);
-    bwd(ctx, g, y, NULL);
+    tu_bwd(ctx, g, y, NULL);
     EXPECT_GRAD(x, 0, 1, 2, 2, 1);
 
-    tg_tensor *m = in(ctx, dt, TG_DIMS(2, 2), "m", VALS(1, 2, 3, 4));
+    tg_tensor *m = tu_in(ctx, dt, TG_DIMS(2, 2), "m", VALS(1, 2, 3, 4));
     tg_tensor *sym = tg_add(ctx, m, tg_transpose(ctx, m, 0, 1));
-    g = fwd(ctx, sym);
+    g = tu_fwd(ctx, sym);
     EXPECT_DATA(sym, 0, 2, 5, 5, 8);
-    bwd(ctx, g, sym, VALS(1, 2, 3, 4)); /* dm = dy + dy^T = [[2,5],[5,8]] */
+    tu_bwd(ctx, g, sym, VALS(1, 2, 3, 4)); /* dm = dy + dy^T = [[2,5],[5,8]] */
     EXPECT_GRAD(m, 0, 2, 5, 5, 8);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* Two backwards without zero_grad give exactly twice the gradient (each op adds dy once). */
 START_TEST(test_backward_twice)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
     tg_ctx_seed(ctx, 11);
     tg_tensor *x = tu_input(ctx, dt, TG_DIMS(3, 4, 5), "x", -1, 1);
     tg_tensor *y = tg_narrow(ctx, tg_permute(ctx, tg_reshape(ctx, x, TG_DIMS(3, 20)),
                                              (const int[]){1, 0}), 0, 3, 15);
     tg_tensor *z = tg_transpose(ctx, y, 0, 1);
-    tg_graph *g = fwd(ctx, z);
+    tg_graph *g = tu_fwd(ctx, z);
     double dy[45];
     for (int i = 0; i < 45; i++)
         dy[i] = cos(0.3 * i) * 1.7;
-    bwd(ctx, g, z, dy);
-    double g1[60];
-    for (int i = 0; i < 60; i++)
-        g1[i] = tg_grad_get(x, i);
-    bwd(ctx, g, z, dy);
-    for (int i = 0; i < 60; i++)
-        ck_assert_msg(tg_grad_get(x, i) == 2 * g1[i], "dx[%d] = %.17g, expected 2 * %.17g", i,
-                      tg_grad_get(x, i), g1[i]);
-    ctx_free(ctx);
+    tu_assert_backward_twice(ctx, g, z, dy, &x, 1);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* Re-running with new data gives new results without rebuilding. */
 START_TEST(test_rerun_new_data)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *x = in(ctx, dt, TG_DIMS(2, 3), "x", VALS(1, 2, 3, 4, 5, 6));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, dt, TG_DIMS(2, 3), "x", VALS(1, 2, 3, 4, 5, 6));
     tg_tensor *y = tg_narrow(ctx, tg_transpose(ctx, x, 0, 1), 0, 1, 2); /* rows 1..2 of x^T */
-    tg_graph *g = fwd(ctx, y);
+    tg_graph *g = tu_fwd(ctx, y);
     EXPECT_DATA(y, 0, 2, 5, 3, 6);
     tu_set(x, VALS(-1, -2, -3, -4, -5, -6));
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     EXPECT_DATA(y, 0, -2, -5, -3, -6);
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -518,13 +393,13 @@ END_TEST
  * is the scalar. */
 START_TEST(test_rank0)
 {
-    tg_dtype dt = k_dtypes[_i];
-    tg_ctx *ctx = ctx_new();
-    tg_tensor *s = in(ctx, dt, 0, NULL, "s", VALS(4.5));
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *s = tu_in(ctx, dt, 0, NULL, "s", VALS(4.5));
     tg_tensor *p = tg_permute(ctx, s, (const int[]){0});
     ck_assert_ptr_nonnull(p);
     ck_assert_int_eq(tg_tensor_rank(p), 0);
-    tg_graph *g = fwd(ctx, p);
+    tg_graph *g = tu_fwd(ctx, p);
     EXPECT_DATA(p, 0, 4.5);
     ck_assert_int_eq(tg_graph_backward(g, p, NULL), TG_OK);
     EXPECT_GRAD(s, 0, 1);
@@ -534,14 +409,14 @@ START_TEST(test_rank0)
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_null(tg_narrow(ctx, s, 0, 0, 1));
     tu_assert_error(ctx, TG_ERR_AXIS, "tg_narrow");
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* ---- errors --------------------------------------------------------------------------------- */
 START_TEST(test_err_transpose)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "x");
     ck_assert_ptr_null(tg_transpose(ctx, x, 0, 2));
     tu_assert_error(ctx, TG_ERR_AXIS, "tg_transpose");
@@ -552,13 +427,13 @@ START_TEST(test_err_transpose)
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_null(tg_transpose(ctx, x, 1, 1 << 30));
     tu_assert_error(ctx, TG_ERR_AXIS, "tg_transpose");
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_permute)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(2, 3, 4), "x");
     ck_assert_ptr_null(tg_permute(ctx, x, (const int[]){0, 0, 1}));
     tu_assert_error(ctx, TG_ERR_AXIS, "tg_permute");
@@ -576,13 +451,13 @@ START_TEST(test_err_permute)
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_null(tg_permute(ctx, x, NULL));
     tu_assert_error(ctx, TG_ERR_ARG, "tg_permute");
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_reshape)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 3), "x");
     struct {
         int rank;
@@ -610,7 +485,7 @@ START_TEST(test_err_reshape)
     }
     ck_assert_ptr_null(tg_reshape(ctx, x, 2, NULL));
     tu_assert_error(ctx, TG_ERR_ARG, "tg_reshape");
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -618,7 +493,7 @@ END_TEST
  * x has 4 elements, (4, 2^62 + 1) multiplies to 2^64 + 4 == 4 (mod 2^64). */
 START_TEST(test_err_reshape_overflow)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(4), "x");
     const int64_t huge = ((int64_t)1 << 62) + 1;
     ck_assert_ptr_null(tg_reshape(ctx, x, TG_DIMS(4, huge)));
@@ -626,13 +501,13 @@ START_TEST(test_err_reshape_overflow)
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_null(tg_reshape(ctx, x, TG_DIMS(4, huge, -1)));
     tu_assert_error(ctx, TG_ERR_SHAPE, "tg_reshape");
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_err_narrow)
 {
-    tg_ctx *ctx = ctx_new();
+    tg_ctx *ctx = tu_ctx_new();
     tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(4, 3), "x");
     ck_assert_ptr_null(tg_narrow(ctx, x, 2, 0, 1));
     tu_assert_error(ctx, TG_ERR_AXIS, "tg_narrow");
@@ -656,14 +531,14 @@ START_TEST(test_err_narrow)
     }
     ck_assert_ptr_null(tg_narrow(ctx, x, 0, 2, 3));
     tu_assert_error(ctx, TG_ERR_SHAPE, "[2, 5)");
-    ctx_free(ctx);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 /* Another context's tensor; NULL propagation; first error sticks; no graph over a failure. */
 START_TEST(test_err_context_null_first)
 {
-    tg_ctx *ctx = ctx_new(), *other = ctx_new();
+    tg_ctx *ctx = tu_ctx_new(), *other = tu_ctx_new();
     tg_tensor *xo = tg_input(other, TG_F32, TG_DIMS(2, 3), "x_other");
     ck_assert_ptr_null(tg_transpose(ctx, xo, 0, 1));
     tu_assert_error(ctx, TG_ERR_ARG, "tg_transpose");
@@ -700,12 +575,9 @@ START_TEST(test_err_context_null_first)
     ck_assert_ptr_null(tg_reshape(ctx, x, TG_DIMS(7)));
     tu_assert_error(ctx, TG_ERR_SHAPE, "tg_narrow");
     ck_assert_str_eq(tg_ctx_message(ctx), first);
-    ck_assert_ptr_null(tg_graph_new(ctx, &good, 1));
-    ck_assert_str_eq(tg_ctx_message(ctx), first);
-    tg_ctx_clear_error(ctx);
-    ck_assert_ptr_nonnull(tg_graph_new(ctx, &good, 1));
-    ctx_free(other);
-    ctx_free(ctx);
+    tu_assert_graph_refused(ctx, good, first);
+    tu_ctx_free(other);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -735,20 +607,14 @@ static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
 
 START_TEST(test_gradcheck_f64)
 {
-    tg_ctx *ctx = ctx_new();
-    tg_ctx_seed(ctx, 300 + (uint64_t)_i);
-    tu_assert_gradcheck(ctx, gc_case(ctx, TG_F64, _i));
-    ctx_free(ctx);
+    tu_gradcheck_case(gc_case, TG_F64, _i, 300 + (uint64_t)_i);
 }
 END_TEST
 
 START_TEST(test_gradcheck_f32)
 {
     static const int cases[] = {2, 3, 8, 9};
-    tg_ctx *ctx = ctx_new();
-    tg_ctx_seed(ctx, 400 + (uint64_t)_i);
-    gradcheck_f32(ctx, gc_case(ctx, TG_F32, cases[_i]));
-    ctx_free(ctx);
+    tu_gradcheck_case(gc_case, TG_F32, cases[_i], 400 + (uint64_t)_i);
 }
 END_TEST
 
@@ -773,21 +639,14 @@ static tg_tensor *ti_narrow_last(tg_ctx *ctx, tg_dtype dt)
 {
     return tg_narrow(ctx, GIN("x", 512, 100), -1, 3, 90);
 }
-static tg_tensor *(*const k_ti_builds[])(tg_ctx *, tg_dtype) = {
+static const tu_build_fn k_ti_builds[] = {
     ti_transpose, ti_permute, ti_reshape, ti_narrow, ti_narrow_last};
 #define N_TI (int)(sizeof k_ti_builds / sizeof k_ti_builds[0])
-
-START_TEST(test_thread_invariance)
-{
-    tu_assert_thread_invariant(k_ti_builds[_i / 2], k_dtypes[_i % 2]);
-}
-END_TEST
 
 static Suite *shape_suite(void)
 {
     Suite *s = suite_create("ops_shape");
-    TCase *tc = tcase_create("forward");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
+    TCase *tc = tu_tcase(s, "forward", 0);
     tcase_add_loop_test(tc, test_transpose_2d, 0, 2);
     tcase_add_loop_test(tc, test_transpose_3d, 0, 2);
     tcase_add_loop_test(tc, test_permute_3d, 0, 2);
@@ -796,41 +655,28 @@ static Suite *shape_suite(void)
     tcase_add_loop_test(tc, test_reshape_view, 0, 2);
     tcase_add_loop_test(tc, test_narrow_2d, 0, 2);
     tcase_add_loop_test(tc, test_narrow_inner_axes, 0, 2);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("errors");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
+    tc = tu_tcase(s, "errors", 0);
     tcase_add_test(tc, test_err_transpose);
     tcase_add_test(tc, test_err_permute);
     tcase_add_test(tc, test_err_reshape);
     tcase_add_test(tc, test_err_reshape_overflow);
     tcase_add_test(tc, test_err_narrow);
     tcase_add_test(tc, test_err_context_null_first);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("gradcheck");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
+    tc = tu_tcase(s, "gradcheck", 60);
     tcase_add_loop_test(tc, test_gradcheck_f64, 0, N_GC_CASES);
     tcase_add_loop_test(tc, test_gradcheck_f32, 0, 4);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("threads");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, test_thread_invariance, 0, 2 * N_TI);
-    suite_add_tcase(s, tc);
+    tu_add_thread_tcase(s, k_ti_builds, N_TI);
 
-    tc = tcase_create("edge");
-    tcase_add_checked_fixture(tc, NULL, ctx_teardown);
-    tcase_set_timeout(tc, 60);
+    tc = tu_tcase(s, "edge", 60);
     tcase_add_loop_test(tc, test_permute_rank6, 0, 2);
     tcase_add_loop_test(tc, test_reshape_rank0_rank6, 0, 2);
     tcase_add_loop_test(tc, test_used_twice, 0, 2);
     tcase_add_loop_test(tc, test_backward_twice, 0, 2);
     tcase_add_loop_test(tc, test_rerun_new_data, 0, 2);
     tcase_add_loop_test(tc, test_rank0, 0, 2);
-    suite_add_tcase(s, tc);
     return s;
 }
 

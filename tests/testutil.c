@@ -97,7 +97,7 @@ void tu_assert_error(tg_ctx *ctx, tg_status status, const char *needle)
         ck_assert_msg(strstr(m, needle) != NULL, "message '%s' lacks '%s'", m, needle);
 }
 
-void tu_assert_thread_invariant(tg_tensor *(*build)(tg_ctx *ctx, tg_dtype dt), tg_dtype dt)
+void tu_assert_thread_invariant(tu_build_fn build, tg_dtype dt)
 {
     size_t es = tg_dtype_size(dt);
     void *ref_y = NULL, *ref_g = NULL;
@@ -147,4 +147,224 @@ void tu_assert_thread_invariant(tg_tensor *(*build)(tg_ctx *ctx, tg_dtype dt), t
     }
     free(ref_y);
     free(ref_g);
+}
+
+/* ---- op-suite helpers ------------------------------------------------------------------------ */
+const tg_dtype tu_dtypes[2] = {TG_F32, TG_F64};
+
+#define TU_MAX_CTX 8
+static tg_ctx *g_ctxs[TU_MAX_CTX];
+
+tg_ctx *tu_ctx_new(void)
+{
+    tg_ctx *c = tg_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    for (int i = 0; i < TU_MAX_CTX; i++)
+        if (!g_ctxs[i]) {
+            g_ctxs[i] = c;
+            return c;
+        }
+    ck_abort_msg("more than %d contexts in one test", TU_MAX_CTX);
+    return NULL;
+}
+
+void tu_ctx_free(tg_ctx *c)
+{
+    for (int i = 0; i < TU_MAX_CTX; i++)
+        if (g_ctxs[i] == c)
+            g_ctxs[i] = NULL;
+    tg_ctx_free(c);
+}
+
+void tu_ctx_teardown(void)
+{
+    for (int i = 0; i < TU_MAX_CTX; i++) {
+        tg_ctx_free(g_ctxs[i]);
+        g_ctxs[i] = NULL;
+    }
+}
+
+bool tu_under_valgrind(void) { return getenv("TG_UNDER_VALGRIND") != NULL; }
+
+int64_t tu_big(int64_t n, int64_t small) { return tu_under_valgrind() ? small : n; }
+
+tg_tensor *tu_in(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name,
+                 const double *v)
+{
+    tg_tensor *t = tg_input(ctx, dt, rank, shape, name);
+    ck_assert_msg(t != NULL, "tg_input: %s", tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_set_requires_grad(t, true), TG_OK);
+    if (v)
+        tu_set(t, v);
+    return t;
+}
+
+tg_graph *tu_fwd(tg_ctx *ctx, tg_tensor *y)
+{
+    ck_assert_msg(y != NULL, "build failed: %s", tg_ctx_message(ctx));
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    ck_assert_msg(g != NULL, "tg_graph_new: %s", tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    return g;
+}
+
+void tu_bwd(tg_ctx *ctx, tg_graph *g, tg_tensor *y, const double *v)
+{
+    tg_tensor *dy = tg_const(ctx, tg_tensor_dtype(y), tg_tensor_rank(y), tg_tensor_shape(y), "dy");
+    ck_assert_ptr_nonnull(dy);
+    if (v)
+        tu_set(dy, v);
+    else
+        tg_fill(dy, 1.0);
+    tg_status s = tg_graph_backward(g, y, dy);
+    ck_assert_msg(s == TG_OK, "backward: %s (%s)", tg_status_str(s), tg_ctx_message(ctx));
+}
+
+void tu_expect_vals(const tg_tensor *t, bool grad, const double *want, double tol)
+{
+    for (int64_t i = 0; i < tg_tensor_numel(t); i++) {
+        double v = grad ? tg_grad_get(t, i) : tg_get(t, i);
+        double w = want[i];
+        bool ok = isinf(w) ? v == w : fabs(v - w) <= tol * fmax(1.0, fabs(w));
+        ck_assert_msg(ok, "%s of '%s'[%lld] = %.17g, expected %.17g (tol %g)",
+                      grad ? "grad" : "value", tg_tensor_name(t), (long long)i, v, w, tol);
+    }
+}
+
+void tu_expect_shape(const tg_tensor *t, int rank, const int64_t *shape)
+{
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(tg_tensor_rank(t), rank);
+    for (int i = 0; i < rank; i++)
+        ck_assert_msg(tg_tensor_shape(t)[i] == shape[i], "'%s' dim %d is %lld, expected %lld",
+                      tg_tensor_name(t), i, (long long)tg_tensor_shape(t)[i],
+                      (long long)shape[i]);
+}
+
+void tu_gradcheck_f32(tg_ctx *ctx, tg_tensor *y)
+{
+    ck_assert_msg(y != NULL, "build failed: %s", tg_ctx_message(ctx));
+    tg_gradcheck_opts o = tg_gradcheck_defaults(TG_F32);
+    tg_gradcheck_report rep;
+    tg_status s = tg_gradcheck(ctx, y, &o, &rep);
+    ck_assert_msg(s == TG_OK, "f32 gradcheck %s: %s (%s)", tg_status_str(s), rep.message,
+                  tg_ctx_message(ctx));
+}
+
+void tu_fill_int(tg_tensor *t, int mul, int add, int mod, int off)
+{
+    for (int64_t i = 0; i < tg_tensor_numel(t); i++)
+        tg_set(t, i, (double)((i * mul + add) % mod - off));
+}
+
+tg_tensor *tu_gc_input(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
+                       const char *name)
+{
+    return tu_input(ctx, dt, rank, shape, name, -1.0, 1.0);
+}
+
+tg_tensor *tu_gc_param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
+                       const char *name)
+{
+    tg_tensor *t = tg_param(ctx, dt, rank, shape, name);
+    if (t)
+        tg_fill_uniform(t, -1, 1);
+    return t;
+}
+
+int tu_count_nan(const tg_tensor *t, bool grad)
+{
+    int n = 0;
+    for (int64_t i = 0; i < tg_tensor_numel(t); i++)
+        n += isnan(grad ? tg_grad_get(t, i) : tg_get(t, i)) ? 1 : 0;
+    return n;
+}
+
+tg_graph *tu_assert_graph_refused(tg_ctx *ctx, tg_tensor *good, const char *first)
+{
+    tg_status pending = tg_ctx_status(ctx);
+    ck_assert_msg(pending != TG_OK, "no builder error pending");
+    ck_assert_ptr_null(tg_graph_new(ctx, &good, 1));
+    ck_assert_int_eq(tg_ctx_status(ctx), pending);
+    ck_assert_str_eq(tg_ctx_message(ctx), first);
+    tg_ctx_clear_error(ctx);
+    tg_graph *g = tg_graph_new(ctx, &good, 1);
+    ck_assert_ptr_nonnull(g);
+    return g;
+}
+
+void tu_assert_backward_twice(tg_ctx *ctx, tg_graph *g, tg_tensor *y, const double *dy,
+                              tg_tensor *const *leaves, int n)
+{
+    if (!leaves)
+        n = (int)tg_graph_n_grad_leaves(g);
+    tu_bwd(ctx, g, y, dy);
+    int64_t total = 0;
+    for (int l = 0; l < n; l++)
+        total += tg_tensor_numel(leaves ? leaves[l] : tg_graph_grad_leaf(g, l));
+    double *g1 = malloc(sizeof(double) * (size_t)(total ? total : 1));
+    ck_assert_ptr_nonnull(g1);
+    int64_t off = 0;
+    for (int l = 0; l < n; l++) {
+        const tg_tensor *t = leaves ? leaves[l] : tg_graph_grad_leaf(g, l);
+        for (int64_t i = 0; i < tg_tensor_numel(t); i++)
+            g1[off++] = tg_grad_get(t, i);
+    }
+    tu_bwd(ctx, g, y, dy);
+    int64_t bad = 0, first_i = -1;
+    const tg_tensor *first_t = NULL;
+    double got = 0, want = 0;
+    off = 0;
+    for (int l = 0; l < n; l++) {
+        const tg_tensor *t = leaves ? leaves[l] : tg_graph_grad_leaf(g, l);
+        for (int64_t i = 0; i < tg_tensor_numel(t); i++, off++)
+            if (tg_grad_get(t, i) != 2 * g1[off] && bad++ == 0) {
+                first_t = t;
+                first_i = i;
+                got = tg_grad_get(t, i);
+                want = 2 * g1[off];
+            }
+    }
+    free(g1);
+    ck_assert_msg(bad == 0, "%lld of %lld gradient elements are not exactly doubled by a second "
+                  "backward; first: '%s'[%lld] = %.17g, expected %.17g",
+                  (long long)bad, (long long)total, first_t ? tg_tensor_name(first_t) : "",
+                  (long long)first_i, got, want);
+}
+
+void tu_gradcheck_case(tu_gc_case_fn gc, tg_dtype dt, int which, uint64_t seed)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_seed(ctx, seed);
+    tg_tensor *y = gc(ctx, dt, which);
+    if (dt == TG_F64)
+        tu_assert_gradcheck(ctx, y);
+    else
+        tu_gradcheck_f32(ctx, y);
+    tu_ctx_free(ctx);
+}
+
+TCase *tu_tcase(Suite *s, const char *name, int timeout_s)
+{
+    TCase *tc = tcase_create(name);
+    tcase_add_checked_fixture(tc, NULL, tu_ctx_teardown);
+    if (timeout_s > 0)
+        tcase_set_timeout(tc, timeout_s);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+static const tu_build_fn *g_ti_builds;
+
+START_TEST(test_thread_invariance)
+{
+    tu_assert_thread_invariant(g_ti_builds[_i / 2], tu_dtypes[_i % 2]);
+}
+END_TEST
+
+void tu_add_thread_tcase(Suite *s, const tu_build_fn *builds, int n)
+{
+    g_ti_builds = builds;
+    TCase *tc = tu_tcase(s, "threads", 60);
+    tcase_add_loop_test(tc, test_thread_invariance, 0, 2 * n);
 }

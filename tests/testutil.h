@@ -37,10 +37,99 @@ void tu_assert_gradcheck(tg_ctx *ctx, tg_tensor *y);
  * non-empty message). */
 void tu_assert_error(tg_ctx *ctx, tg_status status, const char *needle);
 
+/* A thread-invariance case: builds its graph in ctx with dtype dt and returns the output. */
+typedef tg_tensor *(*tu_build_fn)(tg_ctx *ctx, tg_dtype dt);
 /* Thread invariance: build the case with `build` in fresh contexts using 1, 2 and 3 threads
  * (same seed), run forward and backward (upstream gradient = fixed pseudo-random values), and
  * assert every output value and every leaf gradient is bitwise identical across thread counts.
  * Shapes should be big enough for the parallel paths to engage (> TG_PAR_MIN work). */
-void tu_assert_thread_invariant(tg_tensor *(*build)(tg_ctx *ctx, tg_dtype dt), tg_dtype dt);
+void tu_assert_thread_invariant(tu_build_fn build, tg_dtype dt);
+
+/* ---- op-suite helpers (tests/test_ops_*.c) -------------------------------------------------- */
+
+/* The two float dtypes, for loop tests that run once per dtype (tu_dtypes[_i]). */
+extern const tg_dtype tu_dtypes[2];
+
+/* A new context registered for tu_ctx_teardown, so a checked teardown frees it even when an
+ * assertion fails (under CK_FORK=no, as in the valgrind setup, a failing test would otherwise
+ * also report its context as leaked). At most 8 live at once per test. */
+tg_ctx *tu_ctx_new(void);
+/* Free a context from tu_ctx_new and drop it from the registry. */
+void tu_ctx_free(tg_ctx *c);
+/* Checked-fixture teardown: free every registered context still alive. */
+void tu_ctx_teardown(void);
+
+/* A compound literal of doubles: VALS(1, 2, 3) is a const double[3]. */
+#define VALS(...) ((const double[]){__VA_ARGS__})
+
+/* True when the suite runs under the valgrind test setup (TG_UNDER_VALGRIND set). */
+bool tu_under_valgrind(void);
+/* `n` normally, `small` under valgrind (thread-invariance sizes, shrunk to keep runs short). */
+int64_t tu_big(int64_t n, int64_t small);
+
+/* An input that requires grad, holding `v` (numel values; NULL leaves zeros). */
+tg_tensor *tu_in(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name,
+                 const double *v);
+/* Build a graph over y and run forward once. */
+tg_graph *tu_fwd(tg_ctx *ctx, tg_tensor *y);
+/* Backward from y with upstream values v (y's numel of them; NULL: all ones). */
+void tu_bwd(tg_ctx *ctx, tg_graph *g, tg_tensor *y, const double *v);
+
+/* |got - want| <= tol * max(1, |want|) for every element of t's data (grad false) or gradient
+ * (grad true); want infinities must match. */
+void tu_expect_vals(const tg_tensor *t, bool grad, const double *want, double tol);
+/* EXPECT_DATA(t, tol, v0, v1, ...): t's data is v0, v1, ... within tol (tu_expect_vals). */
+#define EXPECT_DATA(t, tol, ...) tu_expect_vals((t), false, VALS(__VA_ARGS__), (tol))
+/* EXPECT_GRAD(t, tol, v0, v1, ...): t's gradient is v0, v1, ... within tol (tu_expect_vals). */
+#define EXPECT_GRAD(t, tol, ...) tu_expect_vals((t), true, VALS(__VA_ARGS__), (tol))
+/* Assert t is non-NULL with exactly this rank and shape. */
+void tu_expect_shape(const tg_tensor *t, int rank, const int64_t *shape);
+/* EXPECT_SHAPE(t, d0, d1, ...): tu_expect_shape with the dims listed. */
+#define EXPECT_SHAPE(t, ...) tu_expect_shape((t), TG_DIMS(__VA_ARGS__))
+
+/* Gradcheck in f32 with the f32 defaults (eps 1e-3, atol 1e-2, rtol 1e-2). */
+void tu_gradcheck_f32(tg_ctx *ctx, tg_tensor *y);
+
+/* Fill with small integers (exact in f32): v[i] = (i * mul + add) % mod - off. */
+void tu_fill_int(tg_tensor *t, int mul, int add, int mod, int off);
+
+/* A differentiable input uniform in [-1, 1) from the context RNG (same seed, same data). */
+tg_tensor *tu_gc_input(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
+                       const char *name);
+/* GIN(name, d0, d1, ...): tu_gc_input with the `ctx` and `dt` in scope. */
+#define GIN(name, ...) tu_gc_input(ctx, dt, TG_DIMS(__VA_ARGS__), name)
+/* A parameter (tg_param) uniform in [-1, 1) from the context RNG. */
+tg_tensor *tu_gc_param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
+                       const char *name);
+/* GPARAM(name, d0, d1, ...): tu_gc_param with the `ctx` and `dt` in scope. */
+#define GPARAM(name, ...) tu_gc_param(ctx, dt, TG_DIMS(__VA_ARGS__), name)
+
+/* The number of NaNs in t's data (grad false) or gradient (grad true). */
+int tu_count_nan(const tg_tensor *t, bool grad);
+
+/* With a builder error pending whose message is `first`: a graph over the valid tensor `good` is
+ * refused and the status and message stay as they were; once the error is cleared the graph
+ * builds. Returns that graph. */
+tg_graph *tu_assert_graph_refused(tg_ctx *ctx, tg_tensor *good, const char *first);
+
+/* Run backward from y with upstream dy (as tu_bwd; NULL: all ones) twice without zero_grad and
+ * assert every gradient element of the n leaves (leaves NULL: every gradient leaf of g) is then
+ * exactly twice its value after the first backward, as PyTorch's `grad += new_grad` gives. */
+void tu_assert_backward_twice(tg_ctx *ctx, tg_graph *g, tg_tensor *y, const double *dy,
+                              tg_tensor *const *leaves, int n);
+
+/* A suite's gradcheck cases: case `which` built in ctx with dtype dt. */
+typedef tg_tensor *(*tu_gc_case_fn)(tg_ctx *ctx, tg_dtype dt, int which);
+/* Gradcheck case `which` of gc in a fresh context seeded with `seed`: tu_assert_gradcheck in
+ * f64, tu_gradcheck_f32 in f32. */
+void tu_gradcheck_case(tu_gc_case_fn gc, tg_dtype dt, int which, uint64_t seed);
+
+/* A TCase named `name` added to s, with tu_ctx_teardown as its checked teardown and, when
+ * timeout_s > 0, that timeout in seconds. */
+TCase *tu_tcase(Suite *s, const char *name, int timeout_s);
+/* Add the "threads" TCase (timeout 60 s) to s: test_thread_invariance runs
+ * tu_assert_thread_invariant on each of the n builders in f32 and in f64 (2 n iterations).
+ * `builds` must stay valid while the suite runs; one such TCase per test program. */
+void tu_add_thread_tcase(Suite *s, const tu_build_fn *builds, int n);
 
 #endif
