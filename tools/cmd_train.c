@@ -717,7 +717,7 @@ int cmd_train(int argc, char **argv)
     printf("parameters %" PRId64 "  steps %" PRId64 "  wall %.1f s  %.0f tokens/s",
            n_params, step, wall, tok_s);
     if (text)
-        printf("  best validation loss %.4f nats/char\n", best_val);
+        printf("  validation loss %.4f nats/char (best %.4f)\n", last_val, best_val);
     else
         printf("  held-out token accuracy %.2f%%%s\n", 100 * acc,
                reached ? "" : " (target not reached)");
