@@ -18,6 +18,7 @@ struct tg_graph {
     int n_outputs;
     tg_tensor **outputs;
     bool forwarded;      /* forward has run at least once */
+    unsigned char *needed; /* per node, scratch of backward: reached from a seeded output */
 };
 
 /* Grow a pointer array owned by ctx (doubling). Returns false on NOMEM. */
@@ -113,6 +114,9 @@ tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs)
                 return NULL;
         }
     }
+    g->needed = tg__alloc(ctx, (size_t)g->n, fn);
+    if (!g->needed)
+        return NULL;
     if (g->n_leaves) {
         g->leaves = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)g->n_leaves, fn);
         if (!g->leaves)
@@ -145,6 +149,7 @@ void tg_graph_free(tg_graph *g)
     tg__free(ctx, g->fresh);
     tg__free(ctx, g->leaves);
     tg__free(ctx, g->outputs);
+    tg__free(ctx, g->needed);
     tg__free(ctx, g);
 }
 
@@ -265,10 +270,20 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
                 gp[i] += dy ? ((const double *)dy->data)[i] : 1.0;
         }
     }
+    /* Only nodes that a seeded output depends on can receive a non-zero gradient: mark them
+     * (reverse order: a node is needed if a needed op reads it) and run just their rules. */
+    if (g->n > 0)
+        memset(g->needed, 0, (size_t)g->n);
+    for (int k = 0; k < n; k++)
+        g->needed[ys[k]->topo] = 1;
     for (int64_t i = g->n - 1; i >= 0; i--) {
         tg_tensor *t = g->nodes[i];
-        if (t->op != TG_OP_NONE && t->requires_grad)
-            tg__op_table[t->op].backward(t);
+        if (!g->needed[i] || t->op == TG_OP_NONE || !t->requires_grad)
+            continue;
+        for (int k = 0; k < t->n_src; k++)
+            if (t->src[k] && t->src[k]->requires_grad)
+                g->needed[t->src[k]->topo] = 1;
+        tg__op_table[t->op].backward(t);
     }
     int nt = tg__threads(ctx);
     for (int64_t l = 0; l < g->n_leaves; l++) {
