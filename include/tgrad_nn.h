@@ -68,8 +68,8 @@ TG_API tg_tensor *tg_causal_mask(tg_ctx *ctx, tg_dtype dt, int64_t t_q, int64_t 
  * Scaled dot-product attention: softmax(Q K^T * scale + mask) V.
  * Shapes: q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v) with broadcastable leading
  * dims (none at all is fine) -> (..., T_q, d_v); attention weights (..., T_q, T_k).
- * @param masks NULL or masks (key_padding_mask is not used here: pass it as attn_mask shaped
- *        to broadcast); causal needs T_q, T_k from q and k.
+ * @param masks NULL or masks; key_padding_mask is refused (::TG_ERR_ARG): pass padding as
+ *        attn_mask shaped to broadcast, e.g. (B, 1, T_k). causal uses T_q, T_k of q and k.
  * @param scale 0 means 1/sqrt(d_k) (the paper's); otherwise the factor used.
  * @param attn_weights if not NULL, receives the softmax weights tensor (part of the graph).
  * Errors: ::TG_ERR_SHAPE (d_k differ, T_k of k and v differ, mask not broadcastable),

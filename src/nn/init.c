@@ -43,6 +43,10 @@ tg_tensor *tg__nn_apply_masks(tg_ctx *ctx, const char *fn, tg_tensor *scores,
     const int64_t *s = tg_tensor_shape(scores);
     int64_t t_q = s[r - 2], t_k = s[r - 1];
     tg_tensor *out = scores;
+    if (masks->key_padding_mask && !mha)
+        return tg__err(ctx, TG_ERR_ARG, fn,
+                       "key_padding_mask is an MHA option; for SDPA pass the padding as attn_mask "
+                       "shaped to broadcast over the scores, e.g. (B, 1, T_k)");
     if (masks->attn_mask) {
         tg_tensor *m = masks->attn_mask;
         if (mha) {

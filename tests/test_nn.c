@@ -1,0 +1,262 @@
+/*
+ * test_nn.c - module builders beyond PyTorch parity (test_fixtures.c): shape and argument
+ * errors, fully masked attention rows (zeros, never NaN, zero gradients), PyTorch default
+ * initialisation, state_dict names of the transformer, the sinusoidal encoding, and thread
+ * invariance of whole modules (forward and backward).
+ */
+#include "testutil.h"
+#include "tgrad_train.h"
+
+#include <string.h>
+
+START_TEST(test_module_errors)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_mha m;
+    ck_assert_int_eq(tg_mha_init(ctx, &m, TG_F32, 10, 3, NULL), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "n_heads 3 must divide d_model 10");
+    tg_ctx_clear_error(ctx);
+    ck_assert_int_eq(tg_mha_init(ctx, &m, TG_F32, 8, 2, NULL), TG_OK);
+    tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 3, 6), "x");
+    ck_assert_ptr_null(tg_mha_forward(ctx, &m, x, x, x, NULL, NULL));
+    tu_assert_error(ctx, TG_ERR_SHAPE, "tg_mha_forward");
+    tg_ctx_clear_error(ctx);
+    /* attn_mask of the wrong shape, key padding of the wrong shape */
+    tg_tensor *x8 = tg_input(ctx, TG_F32, TG_DIMS(2, 3, 8), "x8");
+    tg_attn_masks mk;
+    memset(&mk, 0, sizeof mk);
+    mk.attn_mask = tg_const(ctx, TG_F32, TG_DIMS(3, 4), "bad_mask");
+    ck_assert_ptr_null(tg_mha_forward(ctx, &m, x8, x8, x8, &mk, NULL));
+    tu_assert_error(ctx, TG_ERR_SHAPE, "attn_mask (3, 4)");
+    tg_ctx_clear_error(ctx);
+    memset(&mk, 0, sizeof mk);
+    mk.key_padding_mask = tg_const(ctx, TG_F32, TG_DIMS(3, 3), "bad_pad");
+    ck_assert_ptr_null(tg_mha_forward(ctx, &m, x8, x8, x8, &mk, NULL));
+    tu_assert_error(ctx, TG_ERR_SHAPE, "key_padding_mask (3, 3)");
+    tg_ctx_clear_error(ctx);
+    /* key padding is an MHA option: SDPA refuses it rather than ignoring it */
+    memset(&mk, 0, sizeof mk);
+    mk.key_padding_mask = tg_const(ctx, TG_F32, TG_DIMS(2, 3), "pad");
+    ck_assert_ptr_null(tg_sdpa(ctx, x8, x8, x8, &mk, 0, NULL));
+    tu_assert_error(ctx, TG_ERR_ARG, "key_padding_mask");
+    tg_ctx_clear_error(ctx);
+    /* SDPA shape checks and scale */
+    tg_tensor *q = tg_input(ctx, TG_F32, TG_DIMS(2, 3, 4), "q");
+    tg_tensor *k = tg_input(ctx, TG_F32, TG_DIMS(2, 5, 4), "k");
+    tg_tensor *v = tg_input(ctx, TG_F32, TG_DIMS(2, 4, 4), "v");
+    ck_assert_ptr_null(tg_sdpa(ctx, q, k, v, NULL, 0, NULL));
+    tu_assert_error(ctx, TG_ERR_SHAPE, "tg_sdpa");
+    tg_ctx_clear_error(ctx);
+    ck_assert_ptr_null(tg_sdpa(ctx, q, k, k, NULL, INFINITY, NULL));
+    tu_assert_error(ctx, TG_ERR_ARG, "scale");
+    tg_ctx_clear_error(ctx);
+    /* uninitialised modules */
+    tg_ffn f;
+    memset(&f, 0, sizeof f);
+    ck_assert_ptr_null(tg_ffn_forward(ctx, &f, x8));
+    tu_assert_error(ctx, TG_ERR_ARG, "not initialised");
+    tg_ctx_clear_error(ctx);
+    tg_encoder_config c = tg_encoder_config_default(8, 2);
+    c.dropout = 1.0;
+    tg_encoder_layer l;
+    ck_assert_int_eq(tg_encoder_layer_init(ctx, &l, TG_F32, &c, NULL), TG_ERR_ARG);
+    tg_ctx_clear_error(ctx);
+    /* transformer: too long a sequence */
+    tg_transformer_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.vocab_size = 7;
+    tc.max_seq_len = 4;
+    tc.n_layers = 1;
+    tc.layer = tg_encoder_config_default(8, 2);
+    tc.layer.d_ff = 16;
+    tg_transformer tm;
+    ck_assert_int_eq(tg_transformer_init(ctx, &tm, TG_F32, &tc), TG_OK);
+    tg_tensor *ids = tg_input(ctx, TG_F32, TG_DIMS(2, 5), "ids");
+    ck_assert_ptr_null(tg_transformer_forward(ctx, &tm, ids, NULL));
+    tu_assert_error(ctx, TG_ERR_SHAPE, "T <= 4");
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* Every key blocked for one query row: SDPA gives a zero row and zero weights, MHA gives
+ * out_proj.bias, no NaN anywhere, and nothing flows back through the blocked row. */
+START_TEST(test_fully_masked_row)
+{
+    tg_dtype dt = _i ? TG_F64 : TG_F32;
+    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx_seed(ctx, 3);
+    int64_t B = 2, T = 3, D = 4;
+    tg_mha m;
+    ck_assert_int_eq(tg_mha_init(ctx, &m, dt, D, 2, NULL), TG_OK);
+    tg_fill_uniform(m.in_proj_bias, -1, 1);
+    tg_fill_uniform(m.out_proj_bias, -1, 1);
+    tg_tensor *x = tu_input(ctx, dt, TG_DIMS(B, T, D), "x", -1, 1);
+    tg_attn_masks mk;
+    memset(&mk, 0, sizeof mk);
+    mk.causal = true;
+    mk.key_padding_mask = tg_const(ctx, dt, TG_DIMS(B, T), "pad");
+    tg_set(mk.key_padding_mask, 3, 1.0); /* batch 1 pads key 0: with causal, query 0 sees none */
+    tg_tensor *w = NULL;
+    tg_tensor *y = tg_mha_forward(ctx, &m, x, x, x, &mk, &w);
+    ck_assert_ptr_nonnull(y);
+    tg_tensor *outs[2] = {y, w};
+    tg_graph *g = tg_graph_new(ctx, outs, 2);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    for (int64_t i = 0; i < tg_tensor_numel(y); i++)
+        ck_assert(isfinite(tg_get(y, i)));
+    for (int64_t d = 0; d < D; d++) /* batch 1, query 0 = out_proj.bias */
+        ck_assert(tg_get(y, (1 * T + 0) * D + d) == tg_get(m.out_proj_bias, d));
+    for (int64_t h = 0; h < 2; h++) /* its attention weights are zeros */
+        for (int64_t j = 0; j < T; j++)
+            ck_assert(tg_get(w, ((1 * 2 + h) * T + 0) * T + j) == 0.0);
+    /* upstream gradient only on the masked row: x gets exactly zero gradient */
+    tg_tensor *dy = tg_const(ctx, dt, TG_DIMS(B, T, D), "dy");
+    for (int64_t d = 0; d < D; d++)
+        tg_set(dy, (1 * T + 0) * D + d, 1.0);
+    ck_assert_int_eq(tg_graph_backward(g, y, dy), TG_OK);
+    for (int64_t i = 0; i < tg_tensor_numel(x); i++)
+        ck_assert_msg(tg_grad_get(x, i) == 0.0, "dx[%lld] = %g", (long long)i,
+                      tg_grad_get(x, i));
+    for (int64_t i = 0; i < tg_tensor_numel(m.in_proj_weight); i++)
+        ck_assert(tg_grad_get(m.in_proj_weight, i) == 0.0);
+    for (int64_t d = 0; d < D; d++)
+        ck_assert(tg_grad_get(m.out_proj_bias, d) == 1.0);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* PyTorch default initialisation: bounds, zeros and ones, and sample spread. */
+START_TEST(test_init)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx_seed(ctx, 11);
+    tg_encoder_config c = tg_encoder_config_default(64, 4);
+    c.d_ff = 256;
+    tg_encoder_layer l;
+    ck_assert_int_eq(tg_encoder_layer_init(ctx, &l, TG_F64, &c, "enc."), TG_OK);
+    struct {
+        tg_tensor *t;
+        double bound; /* 0: all zero; -1: all one */
+    } want[] = {
+        {l.self_attn.in_proj_weight, sqrt(6.0 / (64 + 192))},
+        {l.self_attn.in_proj_bias, 0},
+        {l.self_attn.out_proj_weight, 1 / sqrt(64.0)},
+        {l.self_attn.out_proj_bias, 0},
+        {l.ffn.linear1_weight, 1 / sqrt(64.0)},
+        {l.ffn.linear1_bias, 1 / sqrt(64.0)},
+        {l.ffn.linear2_weight, 1 / sqrt(256.0)},
+        {l.ffn.linear2_bias, 1 / sqrt(256.0)},
+        {l.norm1_weight, -1}, {l.norm1_bias, 0}, {l.norm2_weight, -1}, {l.norm2_bias, 0},
+    };
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        tg_tensor *t = want[k].t;
+        double mx = 0, sq = 0;
+        for (int64_t i = 0; i < tg_tensor_numel(t); i++) {
+            double v = tg_get(t, i);
+            if (want[k].bound == -1)
+                ck_assert(v == 1.0);
+            mx = fmax(mx, fabs(v));
+            sq += v * v;
+        }
+        if (want[k].bound == 0)
+            ck_assert_msg(mx == 0, "%s not zero", tg_tensor_name(t));
+        if (want[k].bound > 0) {
+            ck_assert_msg(mx <= want[k].bound, "%s exceeds its bound", tg_tensor_name(t));
+            double rms = sqrt(sq / (double)tg_tensor_numel(t)), expect = want[k].bound / sqrt(3.0);
+            ck_assert_msg(fabs(rms - expect) < 0.15 * expect, "%s rms %g, uniform gives %g",
+                          tg_tensor_name(t), rms, expect);
+        }
+    }
+    ck_assert_str_eq(tg_tensor_name(l.self_attn.out_proj_weight), "enc.self_attn.out_proj.weight");
+    ck_assert_ptr_eq(tg_ctx_find_param(ctx, "enc.norm2.bias"), l.norm2_bias);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(test_transformer_names_and_tying)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_transformer_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.vocab_size = 11;
+    tc.max_seq_len = 6;
+    tc.n_layers = 2;
+    tc.layer = tg_encoder_config_default(8, 2);
+    tc.layer.d_ff = 16;
+    tc.tie_weights = true;
+    tc.pos = TG_POS_SINUSOIDAL;
+    tg_transformer m;
+    ck_assert_int_eq(tg_transformer_init(ctx, &m, TG_F32, &tc), TG_OK);
+    ck_assert_ptr_eq(m.head_w, m.tok_emb);
+    ck_assert_ptr_null(m.pos_emb);
+    ck_assert_ptr_nonnull(tg_ctx_find_param(ctx, "layers.1.self_attn.in_proj_weight"));
+    ck_assert_ptr_nonnull(tg_ctx_find_param(ctx, "norm.weight"));
+    ck_assert_ptr_nonnull(tg_ctx_find_param(ctx, "head.bias"));
+    ck_assert_ptr_null(tg_ctx_find_param(ctx, "head.weight")); /* tied: no separate head */
+    ck_assert_int_eq(tg_ctx_n_params(ctx), 1 + 2 * 12 + 2 + 1);
+    tg_tensor *ids = tg_input(ctx, TG_F32, TG_DIMS(3, 5), "ids");
+    tg_tensor *y = tg_transformer_forward(ctx, &m, ids, NULL);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_int_eq(tg_tensor_rank(y), 3);
+    ck_assert_int_eq(tg_tensor_dim(y, 2), 11);
+    /* an out-of-range id is reported by forward, naming the element */
+    tg_set(ids, 7, 11);
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    ck_assert_int_eq(tg_graph_forward(g), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "'ids'[7] = 11");
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(test_sinusoidal)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_tensor *pe = tg_sinusoidal_encoding(ctx, TG_F64, 5, 6);
+    ck_assert_ptr_nonnull(pe);
+    for (int64_t t = 0; t < 5; t++)
+        for (int64_t i = 0; i < 3; i++) {
+            double f = pow(10000.0, -2.0 * (double)i / 6.0);
+            ck_assert(fabs(tg_get(pe, t * 6 + 2 * i) - sin((double)t * f)) < 1e-15);
+            ck_assert(fabs(tg_get(pe, t * 6 + 2 * i + 1) - cos((double)t * f)) < 1e-15);
+        }
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+static tg_tensor *big_encoder(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_encoder_config c = tg_encoder_config_default(64, 4);
+    c.d_ff = 128;
+    c.norm_first = true;
+    c.activation = TG_ACT_GELU;
+    c.dropout = 0.1;
+    tg_encoder_layer l;
+    if (tg_encoder_layer_init(ctx, &l, dt, &c, NULL) != TG_OK)
+        return NULL;
+    tg_attn_masks mk;
+    memset(&mk, 0, sizeof mk);
+    mk.causal = true;
+    return tg_encoder_layer_forward(ctx, &l, tu_input(ctx, dt, TG_DIMS(8, 32, 64), "x", -1, 1),
+                                    &mk);
+}
+
+START_TEST(test_encoder_thread_invariance)
+{
+    tu_assert_thread_invariant(big_encoder, _i ? TG_F64 : TG_F32);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("nn");
+    TCase *tc = tcase_create("nn");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_module_errors);
+    tcase_add_loop_test(tc, test_fully_masked_row, 0, 2);
+    tcase_add_test(tc, test_init);
+    tcase_add_test(tc, test_transformer_names_and_tying);
+    tcase_add_test(tc, test_sinusoidal);
+    tcase_add_loop_test(tc, test_encoder_thread_invariance, 0, 2);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
