@@ -101,19 +101,27 @@ static void kernel_f64(int64_t kc, const double *restrict ap, const double *rest
             for (int64_t p = 0; p < npanels; p++) {                                            \
                 T *dst = bpack + p * kc * NR;                                                  \
                 int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;             \
-                for (int64_t k = 0; k < kc; k++) {                                             \
-                    T *d = dst + k * NR;                                                       \
-                    if (!tb) {                                                                 \
-                        const T *s = B + (k0 + k) * ldb + jb;                                  \
-                        for (int64_t j = 0; j < w; j++)                                        \
-                            d[j] = s[j];                                                       \
-                    } else {                                                                   \
-                        const T *s = B + jb * ldb + (k0 + k);                                  \
-                        for (int64_t j = 0; j < w; j++)                                        \
-                            d[j] = s[j * ldb];                                                 \
+                if (!tb && w == NR) { /* full panel: fixed-size row copies (vector moves) */   \
+                    for (int64_t k = 0; k < kc; k++)                                           \
+                        __builtin_memcpy(dst + k * NR, B + (k0 + k) * ldb + jb, sizeof(T) * NR); \
+                } else if (!tb) {                                                              \
+                    for (int64_t k = 0; k < kc; k++) {                                         \
+                        const T *src = B + (k0 + k) * ldb + jb;                                \
+                        T *d = dst + k * NR;                                                   \
+                        for (int64_t j = 0; j < NR; j++)                                       \
+                            d[j] = j < w ? src[j] : 0;                                         \
                     }                                                                          \
-                    for (int64_t j = w; j < NR; j++)                                           \
-                        d[j] = 0;                                                              \
+                } else { /* op(B) = B^T: read each stored row of B contiguously */             \
+                    for (int64_t j = 0; j < NR; j++) {                                         \
+                        if (j < w) {                                                           \
+                            const T *src = B + (jb + j) * ldb + k0;                            \
+                            for (int64_t k = 0; k < kc; k++)                                   \
+                                dst[k * NR + j] = src[k];                                      \
+                        } else {                                                               \
+                            for (int64_t k = 0; k < kc; k++)                                   \
+                                dst[k * NR + j] = 0;                                           \
+                        }                                                                      \
+                    }                                                                          \
                 }                                                                              \
             }                                                                                  \
             for (int64_t ir = 0; ir < mc; ir += MR) {                                          \
