@@ -371,6 +371,36 @@ START_TEST(test_thread_count_invariance)
 }
 END_TEST
 
+
+/* --resume restores the model config and training hyperparameters: a resumed run given only
+ * --text, --resume and --steps continues exactly like the straight run with custom settings. */
+START_TEST(test_resume_restores_hyperparameters)
+{
+    write_corpus("c.txt");
+    const char *custom = "--d-model 32 --heads 2 --d-ff 64 --seq-len 16 --layers 1 --lr 5e-3 "
+                         "--batch 8 --warmup 7 --clip 0.5 --dropout 0.1 --optimizer sgd "
+                         "--momentum 0.8 --weight-decay 0.001 --eval-every 10";
+    char a[1024];
+    snprintf(a, sizeof a, "train --text c.txt %s --steps 40 --log a.csv --checkpoint a.ckpt "
+             "--quiet", custom);
+    ck_assert_int_eq(run(a), 0);
+    snprintf(a, sizeof a, "train --text c.txt %s --steps 40 --stop-after 20 --log b.csv "
+             "--checkpoint b.ckpt --quiet", custom);
+    ck_assert_int_eq(run(a), 0);
+    ck_assert_int_eq(run("train --text c.txt --resume b.ckpt --steps 40 --log b.csv "
+                         "--checkpoint b.ckpt --quiet"), 0);
+    char *ca = csv_without_speed("a.csv"), *cb = csv_without_speed("b.csv");
+    ck_assert_msg(strcmp(ca, cb) == 0, "resumed run diverged");
+    free(ca);
+    free(cb);
+    size_t na, nb;
+    char *ka = slurp("a.ckpt", &na), *kb = slurp("b.ckpt", &nb);
+    ck_assert(na == nb && memcmp(ka, kb, na) == 0);
+    free(ka);
+    free(kb);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train");
@@ -381,6 +411,7 @@ int main(void)
     tcase_add_test(tc, test_tasks_copy_sort);
     tcase_add_test(tc, test_resume_bit_exact_task);
     tcase_add_test(tc, test_resume_bit_exact_text);
+    tcase_add_test(tc, test_resume_restores_hyperparameters);
     tcase_add_test(tc, test_text_loss_falls_and_sample);
     tcase_add_test(tc, test_atomic_save);
     tcase_add_test(tc, test_thread_count_invariance);

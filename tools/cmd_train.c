@@ -10,6 +10,7 @@
 #include "tgrad_train.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -27,7 +28,8 @@ typedef struct {
     double dropout;
     /* optimisation */
     int64_t batch, steps, warmup, eval_every, stop_after;
-    double lr, weight_decay, clip, min_lr, val_fraction, target_acc;
+    double lr, weight_decay, clip, min_lr, val_fraction, target_acc, momentum;
+    const char *optimizer;
     uint64_t seed;
     int threads;
     tg_dtype dt;
@@ -38,8 +40,43 @@ typedef struct {
     bool quiet;
     /* which model options were given explicitly (for --resume consistency) */
     bool set_layers, set_d_model, set_heads, set_d_ff, set_seq_len, set_norm, set_act, set_pos,
-        set_task, set_tie;
+        set_task, set_tie, set_optimizer;
+    /* every option given on the command line, so --resume can restore the others */
+    const char *given[64];
+    int n_given;
 } train_args;
+
+static bool given(const train_args *a, const char *flag)
+{
+    for (int i = 0; i < a->n_given; i++)
+        if (!strcmp(a->given[i], flag))
+            return true;
+    return false;
+}
+
+/* Training hyperparameters saved in checkpoints and restored by --resume unless given again
+ * (so that a resumed run continues the same schedule). */
+typedef struct {
+    const char *flag, *key;
+    bool is_int;
+    size_t offset;
+} hyper;
+
+static const hyper hypers[] = {
+    {"--steps", "train.steps", true, offsetof(train_args, steps)},
+    {"--seed", "train.seed", true, offsetof(train_args, seed)},
+    {"--batch", "train.batch", true, offsetof(train_args, batch)},
+    {"--warmup", "train.warmup", true, offsetof(train_args, warmup)},
+    {"--eval-every", "train.eval_every", true, offsetof(train_args, eval_every)},
+    {"--lr", "train.lr", false, offsetof(train_args, lr)},
+    {"--min-lr", "train.min_lr", false, offsetof(train_args, min_lr)},
+    {"--weight-decay", "train.weight_decay", false, offsetof(train_args, weight_decay)},
+    {"--clip", "train.clip", false, offsetof(train_args, clip)},
+    {"--momentum", "train.momentum", false, offsetof(train_args, momentum)},
+    {"--dropout", "model.dropout", false, offsetof(train_args, dropout)},
+    {"--val-fraction", "data.val_fraction", false, offsetof(train_args, val_fraction)},
+    {"--target-acc", "train.target_acc", false, offsetof(train_args, target_acc)},
+};
 
 static void help(FILE *f)
 {
@@ -56,12 +93,14 @@ static void help(FILE *f)
         "           --activation relu|gelu (relu)  --pos learned|sinusoidal (learned)\n"
         "           --dropout P (0)  --tie-weights (output projection = token embedding)\n"
         "training:  --batch B (32)  --steps N (text 1500, task 2000 max)  --lr LR (3e-3)\n"
+        "           --optimizer adamw|adam|sgd (adamw)  --momentum M (sgd, 0.9)\n"
         "           --warmup N (100)  --weight-decay W (0.01)  --clip C (1.0, 0 = off)\n"
         "           --min-lr LR (lr/10)  --seed S (0)  --threads N  --dtype f32|f64 (f32)\n"
         "           --eval-every N (text 100, task 50)  --val-fraction F (0.1)\n"
         "           --target-acc A (task: stop at this held-out accuracy, 0.99)\n"
         "files:     --checkpoint PATH (saved atomically at each eval and at the end)\n"
-        "           --resume PATH (continue bit-exactly; model options come from it)\n"
+        "           --resume PATH (continue bit-exactly; model options, and training options\n"
+        "           not given again, come from the checkpoint)\n"
         "           --stop-after N (stop after step N, e.g. to resume later)\n"
         "           --log CSV (step,train_loss,val_loss,lr,tokens_per_s)  --plot SVG\n"
         "           --quiet (only the summary)\n");
@@ -109,6 +148,8 @@ static int parse(int argc, char **argv, train_args *a)
     a->min_lr = -1;
     a->val_fraction = 0.1;
     a->target_acc = 0.99;
+    a->momentum = 0.9;
+    a->optimizer = "adamw";
     a->dt = TG_F32;
     a->d_model = a->d_ff = a->seq_len = a->steps = a->eval_every = -1;
     for (int i = 1; i < argc; i++) {
@@ -117,6 +158,8 @@ static int parse(int argc, char **argv, train_args *a)
             help(stdout);
             return -1;
         }
+        if (a->n_given < 64 && !strncmp(o, "--", 2))
+            a->given[a->n_given++] = o;
         if (!strcmp(o, "--post-norm")) {
             a->post_norm = a->set_norm = true;
             continue;
@@ -180,6 +223,7 @@ static int parse(int argc, char **argv, train_args *a)
         F64("--dropout", dropout, 0)
         F64("--val-fraction", val_fraction, 0)
         F64("--target-acc", target_acc, 0)
+        F64("--momentum", momentum, 0)
 #undef I64
 #undef F64
         if (!strcmp(o, "--seed")) {
@@ -213,6 +257,11 @@ static int parse(int argc, char **argv, train_args *a)
                 return bad(o, v, "expected copy, reverse or sort");
             a->task = v;
             a->set_task = true;
+        } else if (!strcmp(o, "--optimizer")) {
+            if (strcmp(v, "adamw") && strcmp(v, "adam") && strcmp(v, "sgd"))
+                return bad(o, v, "expected adamw, adam or sgd");
+            a->optimizer = v;
+            a->set_optimizer = true;
         } else if (!strcmp(o, "--checkpoint")) {
             a->checkpoint = v;
         } else if (!strcmp(o, "--resume")) {
@@ -380,6 +429,14 @@ int cmd_train(int argc, char **argv)
             goto out;
         }
         a.tie = ck_tie;
+        const char *ck_opt = tg_safetensors_meta_get(ck, "train.optimizer");
+        if (ck_opt && !a.set_optimizer && (!strcmp(ck_opt, "sgd") || !strcmp(ck_opt, "adam")))
+            a.optimizer = !strcmp(ck_opt, "sgd") ? "sgd" : "adam";
+        if (ck_opt && strcmp(ck_opt, a.optimizer) != 0) {
+            fprintf(stderr, "tgrad train: checkpoint '%s' was trained with --optimizer %s, not "
+                    "%s\n", a.resume, ck_opt, a.optimizer);
+            goto out;
+        }
         if (!pn || !act || !pos) {
             fprintf(stderr, "tgrad train: checkpoint '%s' lacks model metadata\n", a.resume);
             goto out;
@@ -398,6 +455,18 @@ int cmd_train(int argc, char **argv)
         if (tk && !task_parse(tk, &task)) {
             fprintf(stderr, "tgrad train: checkpoint '%s' has unknown task '%s'\n", a.resume, tk);
             goto out;
+        }
+    }
+    if (ck) { /* hyperparameters not given again come from the checkpoint */
+        for (size_t i = 0; i < sizeof hypers / sizeof hypers[0]; i++) {
+            const char *v = tg_safetensors_meta_get(ck, hypers[i].key);
+            if (!v || given(&a, hypers[i].flag))
+                continue;
+            char *field = (char *)&a + hypers[i].offset;
+            if (hypers[i].is_int)
+                *(int64_t *)field = strtoll(v, NULL, 10);
+            else
+                *(double *)field = strtod(v, NULL);
         }
     }
     /* defaults that depend on the mode */
@@ -468,9 +537,14 @@ int cmd_train(int argc, char **argv)
     mc.causal = text;
     mc.tie_weights = a.tie;
     tg_transformer model;
-    tg_optim_config oc = tg_optim_defaults(TG_OPTIM_ADAMW);
+    tg_optim_kind ok = !strcmp(a.optimizer, "sgd")    ? TG_OPTIM_SGD
+                       : !strcmp(a.optimizer, "adam") ? TG_OPTIM_ADAM
+                                                      : TG_OPTIM_ADAMW;
+    tg_optim_config oc = tg_optim_defaults(ok);
     oc.lr = a.lr;
     oc.weight_decay = a.weight_decay;
+    if (ok == TG_OPTIM_SGD)
+        oc.momentum = a.momentum;
     tg_tensor *ids = NULL, *tgt = NULL, *logits = NULL, *loss = NULL;
     tg_graph *g = NULL;
     tg_optim *opt = NULL;
@@ -671,6 +745,17 @@ int cmd_train(int argc, char **argv)
             meta_add(&m, "train.steps", "%" PRId64, a.steps);
             meta_add(&m, "train.best_val", "%.17g", best_val);
             meta_add(&m, "train.seed", "%" PRIu64, a.seed);
+            meta_add(&m, "train.optimizer", "%s", a.optimizer);
+            meta_add(&m, "train.batch", "%" PRId64, B);
+            meta_add(&m, "train.warmup", "%" PRId64, a.warmup);
+            meta_add(&m, "train.eval_every", "%" PRId64, a.eval_every);
+            meta_add(&m, "train.lr", "%.17g", a.lr);
+            meta_add(&m, "train.min_lr", "%.17g", a.min_lr);
+            meta_add(&m, "train.weight_decay", "%.17g", a.weight_decay);
+            meta_add(&m, "train.clip", "%.17g", a.clip);
+            meta_add(&m, "train.momentum", "%.17g", a.momentum);
+            meta_add(&m, "data.val_fraction", "%.17g", a.val_fraction);
+            meta_add(&m, "train.target_acc", "%.17g", a.target_acc);
             const char *keys[40], *vals[40];
             for (int i = 0; i < m.n; i++) {
                 keys[i] = m.key[i];
