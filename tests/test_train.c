@@ -401,6 +401,51 @@ START_TEST(test_resume_restores_hyperparameters)
 }
 END_TEST
 
+
+/* Ctrl-C: the run stops after the current step, saves its checkpoint, exits 130; resumable. */
+START_TEST(test_interrupt_saves)
+{
+    write_corpus("c.txt");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && ('%s' train --text c.txt --d-model 32 --heads 2 --d-ff 64 --seq-len 16 "
+             "--batch 8 --layers 1 --steps 1000000 --eval-every 1000000 --checkpoint i.ckpt "
+             "--quiet > out.txt 2> err.txt & pid=$!; sleep 2; kill -INT $pid; wait $pid; "
+             "echo $? > rc.txt)",
+             dir, TG_TGRAD_EXE);
+    ck_assert_int_eq(system(cmd), 0);
+    char *rc = slurp("rc.txt", NULL);
+    ck_assert_int_eq(atoi(rc), 130);
+    free(rc);
+    char *err = slurp("err.txt", NULL);
+    ck_assert_ptr_nonnull(strstr(err, "interrupted at step"));
+    free(err);
+    size_t n0, n1;
+    char *before = slurp("i.ckpt", &n0);
+    /* the checkpoint is past step 1: an error, and the checkpoint stays as it was */
+    ck_assert_int_ne(run("train --text c.txt --resume i.ckpt --checkpoint i.ckpt --stop-after 1 "
+                         "--quiet"), 0);
+    char *e2 = slurp("err.txt", NULL);
+    ck_assert_ptr_nonnull(strstr(e2, "--stop-after 1 must be later"));
+    free(e2);
+    char *after = slurp("i.ckpt", &n1);
+    ck_assert(n0 == n1 && memcmp(before, after, n0) == 0);
+    free(before);
+    free(after);
+    /* and it resumes: two more steps */
+    ck_assert_int_eq(run("info i.ckpt"), 0);
+    char *info = slurp("out.txt", NULL);
+    const char *st = strstr(info, "optim.step");
+    ck_assert_ptr_nonnull(st);
+    long at = atol(st + strlen("optim.step"));
+    free(info);
+    char a[512];
+    snprintf(a, sizeof a, "train --text c.txt --resume i.ckpt --checkpoint i.ckpt --stop-after %ld "
+             "--quiet", at + 2);
+    ck_assert_int_eq(run(a), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train");
@@ -415,6 +460,7 @@ int main(void)
     tcase_add_test(tc, test_text_loss_falls_and_sample);
     tcase_add_test(tc, test_atomic_save);
     tcase_add_test(tc, test_thread_count_invariance);
+    tcase_add_test(tc, test_interrupt_saves);
     tcase_add_test(tc, test_bad_input);
     suite_add_tcase(s, tc);
     return tu_run(s);

@@ -10,6 +10,7 @@
 #include "tgrad_train.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <inttypes.h>
 #include <math.h>
@@ -347,6 +348,16 @@ static void fmt_time(double s, char *buf, size_t n)
     snprintf(buf, n, "%d:%02d", m, (int)s - 60 * m);
 }
 
+/* Ctrl-C (SIGINT) or SIGTERM: finish the current step, save the checkpoint, print the summary,
+ * exit 130. A second signal falls back to the default action. */
+static volatile sig_atomic_t g_interrupted;
+
+static void on_signal(int sig)
+{
+    g_interrupted = 1;
+    signal(sig, SIG_DFL);
+}
+
 /* ---- the command ------------------------------------------------------------------------- */
 int cmd_train(int argc, char **argv)
 {
@@ -575,6 +586,11 @@ int cmd_train(int argc, char **argv)
         const char *bv = tg_safetensors_meta_get(ck, "train.best_val");
         if (bv)
             best_val = strtod(bv, NULL);
+        if (a.stop_after > 0 && a.stop_after <= start) {
+            fprintf(stderr, "tgrad train: checkpoint is at step %" PRId64 " already; "
+                    "--stop-after %" PRId64 " must be later\n", start, a.stop_after);
+            goto out;
+        }
         if (start >= a.steps) {
             fprintf(stderr, "tgrad train: checkpoint is at step %" PRId64 " already; "
                     "raise --steps (now %" PRId64 ")\n", start, a.steps);
@@ -617,6 +633,9 @@ int cmd_train(int argc, char **argv)
                 ck ? ", resumed" : "");
     }
 
+    g_interrupted = 0;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
     double t0 = now_s(), tok_s = 0, last_val = NAN, acc = NAN, last_draw = -1;
     int64_t step = start, trained = 0;
     uint64_t held_seed = a.seed ^ 0x5eed5eedULL;
@@ -654,7 +673,7 @@ int cmd_train(int argc, char **argv)
         curve[3 * step] = l;
         double el = now_s() - t0;
         tok_s = (double)(trained * B * T) / (el > 0 ? el : 1e-9);
-        bool last = step + 1 == end;
+        bool last = step + 1 == end || g_interrupted;
         bool eval = (step + 1) % a.eval_every == 0 || last;
         double val = NAN;
         if (eval) {
@@ -809,10 +828,17 @@ int cmd_train(int argc, char **argv)
     if (a.checkpoint)
         printf("checkpoint %s\n", a.checkpoint);
     rc = (!text && a.target_acc > 0 && !reached && step == a.steps) ? 3 : 0;
+    if (g_interrupted) {
+        fprintf(stderr, "tgrad train: interrupted at step %" PRId64 "%s\n", step,
+                a.checkpoint ? "; resume with --resume" : "");
+        rc = 130;
+    }
     if (rc == 3)
         fprintf(stderr, "tgrad train: accuracy target %.2f%% not reached in %" PRId64 " steps\n",
                 100 * a.target_acc, a.steps);
 out:
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     if (logf && fclose(logf) != 0 && rc == 0) {
         fprintf(stderr, "tgrad train: writing --log failed\n");
         rc = 1;
