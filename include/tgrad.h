@@ -427,6 +427,26 @@ TG_API tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *ta
  * Returns NULL on error. Owned by the context.
  */
 TG_API tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs);
+/** Options for tg_graph_new_opts(); zero-initialise. */
+typedef struct tg_graph_opts {
+    /**
+     * Plan the gradients of intermediate tensors by liveness: a gradient is live from the
+     * backward of its last consumer to its own, and gradients whose lifetimes do not overlap
+     * share memory in one arena (typically a fraction of one buffer per tensor). In exchange,
+     * backward must start from the graph's outputs, and intermediate gradients are not kept
+     * after tg_graph_backward() returns (as PyTorch without `retain_grad`). Leaf gradients are
+     * unaffected. Results are bitwise identical to the default mode.
+     */
+    bool share_gradients;
+} tg_graph_opts;
+
+/** tg_graph_new() with options (@p opts NULL: the defaults). Errors: as tg_graph_new(). */
+TG_API tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs,
+                                   const tg_graph_opts *opts);
+/** Bytes of gradient memory the graph uses for intermediate tensors (the arena in
+ *  shared-gradient mode, the sum of per-tensor buffers otherwise). */
+TG_API size_t tg_graph_grad_bytes(const tg_graph *g);
+
 /** Release the graph's own arrays (order, leaf list). Tensors, their data and gradient
  *  buffers stay (the context owns them). NULL is a no-op. */
 TG_API void tg_graph_free(tg_graph *g);
@@ -452,7 +472,8 @@ TG_API tg_status tg_graph_forward(tg_graph *g);
  * computed apart and then added, so two identical calls give exactly twice one); gradients of
  * intermediate tensors are reset by each call. Call tg_graph_zero_grad() between steps.
  * Errors: ::TG_ERR_STATE (forward not run), ::TG_ERR_SHAPE (dy or y mismatched, y not scalar
- * with dy NULL), ::TG_ERR_ARG (y not in the graph), ::TG_ERR_NOGRAD (y does not require grad).
+ * with dy NULL), ::TG_ERR_ARG (y not in the graph, or, with shared gradients, not an output),
+ * ::TG_ERR_NOGRAD (y does not require grad).
  */
 TG_API tg_status tg_graph_backward(tg_graph *g, tg_tensor *y, const tg_tensor *dy);
 /** Like tg_graph_backward() with several seeded outputs at once; dys[i] NULL seeds 1. */

@@ -19,6 +19,15 @@ struct tg_graph {
     tg_tensor **outputs;
     bool forwarded;      /* forward has run at least once */
     unsigned char *needed; /* per node, scratch of backward: reached from a seeded output */
+    /* shared-gradient mode (tg_graph_opts.share_gradients): intermediate gradients live in one
+     * arena, placed by liveness; pointers are swapped in for each backward call */
+    bool share;
+    char *arena;
+    size_t arena_bytes;
+    int64_t *offset;     /* per node: byte offset in the arena, -1 for none */
+    int64_t *live_from;  /* per node: index of the node whose backward first writes it (n for
+                            outputs, -1 for never) */
+    void **saved_grad;   /* per node: the tensor's own grad pointer, restored after backward */
 };
 
 /* Grow a pointer array owned by ctx (doubling). Returns false on NOMEM. */
@@ -42,7 +51,117 @@ typedef struct {
     int next_src;
 } frame;
 
-tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs)
+
+/* ---- the gradient planner (shared mode) -----------------------------------------------------
+ * Backward visits nodes in reverse topological order. The gradient of an intermediate node t
+ * is written first by the backward of its last consumer (the highest-index op that reads t and
+ * requires grad) and read last by t's own backward, so it is live over [t, last_consumer] and
+ * two nodes whose intervals do not overlap can share memory. Outputs are seeded before the
+ * loop, so they are live from the start. Placement is first-fit over a list of free segments
+ * (64-byte aligned), simulated once here; every backward call then only swaps pointers. */
+typedef struct {
+    int64_t off, size;
+} segment;
+
+typedef struct {
+    segment *free;
+    int64_t n_free, high;
+} arena_plan;
+
+static int64_t plan_alloc(arena_plan *p, int64_t size)
+{
+    for (int64_t i = 0; i < p->n_free; i++) {
+        if (p->free[i].size >= size) {
+            int64_t off = p->free[i].off;
+            p->free[i].off += size;
+            p->free[i].size -= size;
+            if (p->free[i].size == 0) {
+                memmove(&p->free[i], &p->free[i + 1], sizeof(segment) * (size_t)(p->n_free - i - 1));
+                p->n_free--;
+            }
+            return off;
+        }
+    }
+    int64_t off = p->high; /* grow at the end (merging a free tail segment first) */
+    if (p->n_free > 0 && p->free[p->n_free - 1].off + p->free[p->n_free - 1].size == p->high) {
+        off = p->free[p->n_free - 1].off;
+        p->n_free--;
+    }
+    p->high = off + size;
+    return off;
+}
+
+static void plan_free(arena_plan *p, int64_t off, int64_t size)
+{
+    int64_t i = 0; /* keep segments sorted by offset; coalesce with neighbours */
+    while (i < p->n_free && p->free[i].off < off)
+        i++;
+    memmove(&p->free[i + 1], &p->free[i], sizeof(segment) * (size_t)(p->n_free - i));
+    p->free[i] = (segment){off, size};
+    p->n_free++;
+    if (i + 1 < p->n_free && p->free[i].off + p->free[i].size == p->free[i + 1].off) {
+        p->free[i].size += p->free[i + 1].size;
+        memmove(&p->free[i + 1], &p->free[i + 2], sizeof(segment) * (size_t)(p->n_free - i - 2));
+        p->n_free--;
+    }
+    if (i > 0 && p->free[i - 1].off + p->free[i - 1].size == p->free[i].off) {
+        p->free[i - 1].size += p->free[i].size;
+        memmove(&p->free[i], &p->free[i + 1], sizeof(segment) * (size_t)(p->n_free - i - 1));
+        p->n_free--;
+    }
+}
+
+static bool plan_shared(tg_graph *g, const char *fn)
+{
+    tg_ctx *ctx = g->ctx;
+    int64_t n = g->n;
+    g->offset = tg__alloc(ctx, sizeof(int64_t) * (size_t)(n + 1), fn);
+    g->live_from = tg__alloc(ctx, sizeof(int64_t) * (size_t)(n + 1), fn);
+    g->saved_grad = tg__alloc(ctx, sizeof(void *) * (size_t)(n + 1), fn);
+    arena_plan p = {tg__alloc(ctx, sizeof(segment) * (size_t)(n + 2), fn), 0, 0};
+    if (!g->offset || !g->live_from || !g->saved_grad || !p.free)
+        return false;
+    for (int64_t i = 0; i < n; i++) {
+        g->offset[i] = -1;
+        g->live_from[i] = -1;
+        g->nodes[i]->topo = i;
+    }
+    for (int64_t j = 0; j < n; j++) { /* last consumer of each source */
+        tg_tensor *t = g->nodes[j];
+        if (t->op == TG_OP_NONE || !t->requires_grad)
+            continue;
+        for (int k = 0; k < t->n_src; k++)
+            if (t->src[k] && t->src[k]->requires_grad && t->src[k]->op != TG_OP_NONE)
+                g->live_from[t->src[k]->topo] = j;
+    }
+    for (int o = 0; o < g->n_outputs; o++)
+        if (g->outputs[o]->requires_grad && g->outputs[o]->op != TG_OP_NONE)
+            g->live_from[g->outputs[o]->topo] = n;
+#define GRAD_BYTES(t) (((int64_t)((size_t)(t)->numel * tg_dtype_size((t)->dtype)) + 63) / 64 * 64)
+    for (int64_t i = 0; i < n; i++) /* outputs: live before the first backward rule runs */
+        if (g->live_from[i] == n)
+            g->offset[i] = plan_alloc(&p, GRAD_BYTES(g->nodes[i]));
+    for (int64_t j = n - 1; j >= 0; j--) {
+        tg_tensor *t = g->nodes[j];
+        if (t->op != TG_OP_NONE && t->requires_grad) {
+            for (int k = 0; k < t->n_src; k++) { /* j's rule is the first to write these */
+                tg_tensor *s = t->src[k];
+                if (s && g->live_from[s->topo] == j && g->offset[s->topo] < 0)
+                    g->offset[s->topo] = plan_alloc(&p, GRAD_BYTES(s));
+            }
+        }
+        if (g->offset[j] >= 0) /* after j's own rule its gradient is dead */
+            plan_free(&p, g->offset[j], GRAD_BYTES(t));
+    }
+#undef GRAD_BYTES
+    tg__free(ctx, p.free);
+    g->arena_bytes = (size_t)p.high;
+    g->arena = tg__alloc(ctx, g->arena_bytes ? g->arena_bytes : 1, fn);
+    return g->arena != NULL;
+}
+
+tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs,
+                            const tg_graph_opts *opts)
 {
     static const char *fn = "tg_graph_new";
     if (!ctx)
@@ -61,6 +180,7 @@ tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs)
     if (!g)
         return NULL;
     g->ctx = ctx;
+    g->share = opts && opts->share_gradients;
     g->outputs = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)n_outputs, fn);
     if (!g->outputs)
         return NULL;
@@ -108,12 +228,15 @@ tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs)
         if (t->requires_grad && t->op != TG_OP_NONE && !tg__op_table[t->op].backward)
             return tg__err(ctx, TG_ERR_NOGRAD, fn, "op '%s' ('%s') has no backward rule",
                            tg__op_table[t->op].name, t->name);
-        if (t->requires_grad && !t->grad) {
+        bool own = !g->share || t->op == TG_OP_NONE; /* shared mode: op grads in the arena */
+        if (t->requires_grad && own && !t->grad) {
             t->grad = tg__alloc(ctx, (size_t)t->numel * tg_dtype_size(t->dtype), fn);
             if (!t->grad)
                 return NULL;
         }
     }
+    if (g->share && !plan_shared(g, fn))
+        return NULL;
     g->needed = tg__alloc(ctx, (size_t)g->n, fn);
     if (!g->needed)
         return NULL;
@@ -138,6 +261,24 @@ tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs)
     return g;
 }
 
+tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs)
+{
+    return tg_graph_new_opts(ctx, outputs, n_outputs, NULL);
+}
+
+size_t tg_graph_grad_bytes(const tg_graph *g)
+{
+    if (!g)
+        return 0;
+    if (g->share)
+        return g->arena_bytes;
+    size_t b = 0;
+    for (int64_t i = 0; i < g->n; i++)
+        if (g->nodes[i]->op != TG_OP_NONE && g->nodes[i]->requires_grad)
+            b += (size_t)g->nodes[i]->numel * tg_dtype_size(g->nodes[i]->dtype);
+    return b;
+}
+
 void tg_graph_free(tg_graph *g)
 {
     if (!g)
@@ -150,6 +291,10 @@ void tg_graph_free(tg_graph *g)
     tg__free(ctx, g->leaves);
     tg__free(ctx, g->outputs);
     tg__free(ctx, g->needed);
+    tg__free(ctx, g->offset);
+    tg__free(ctx, g->live_from);
+    tg__free(ctx, g->saved_grad);
+    tg__free(ctx, g->arena);
     tg__free(ctx, g);
 }
 
@@ -217,10 +362,16 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
             tg__err(ctx, TG_ERR_ARG, fn, "output %d is not a tensor of this graph", k);
             return TG_ERR_ARG;
         }
-        if (!y->requires_grad || !y->grad) {
+        if (!y->requires_grad || (!g->share && !y->grad)) {
             tg__err(ctx, TG_ERR_NOGRAD, fn,
                     "'%s' does not depend on any parameter or input that requires grad", y->name);
             return TG_ERR_NOGRAD;
+        }
+        if (g->share && y->op != TG_OP_NONE && g->live_from[y->topo] != g->n) {
+            tg__err(ctx, TG_ERR_ARG, fn,
+                    "'%s' is not an output: a graph with shared gradients starts backward only "
+                    "from the outputs it was built for", y->name);
+            return TG_ERR_ARG;
         }
         char b1[128], b2[128];
         if (!dy && y->numel != 1) {
@@ -245,10 +396,22 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
     /* Every gradient of this call starts from zero. Leaves get this call's gradient in a
      * fresh buffer that is added to their accumulated one at the end, so accumulation across
      * calls is exactly grad += new_grad, as in PyTorch (two identical calls give exactly 2x). */
-    for (int64_t i = 0; i < g->n; i++) {
-        tg_tensor *t = g->nodes[i];
-        if (t->op != TG_OP_NONE && t->grad)
-            memset(t->grad, 0, (size_t)t->numel * tg_dtype_size(t->dtype));
+    if (g->share) { /* swap in the planned arena slices; zero each when it becomes live */
+        for (int64_t i = 0; i < g->n; i++) {
+            tg_tensor *t = g->nodes[i];
+            if (t->op == TG_OP_NONE)
+                continue;
+            g->saved_grad[i] = t->grad;
+            t->grad = g->offset[i] >= 0 ? g->arena + g->offset[i] : NULL;
+            if (g->live_from[i] == g->n)
+                memset(t->grad, 0, (size_t)t->numel * tg_dtype_size(t->dtype));
+        }
+    } else {
+        for (int64_t i = 0; i < g->n; i++) {
+            tg_tensor *t = g->nodes[i];
+            if (t->op != TG_OP_NONE && t->grad)
+                memset(t->grad, 0, (size_t)t->numel * tg_dtype_size(t->dtype));
+        }
     }
     for (int64_t l = 0; l < g->n_leaves; l++) {
         tg_tensor *t = g->leaves[l];
@@ -278,6 +441,14 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
         g->needed[ys[k]->topo] = 1;
     for (int64_t i = g->n - 1; i >= 0; i--) {
         tg_tensor *t = g->nodes[i];
+        if (g->share && t->op != TG_OP_NONE && t->requires_grad) {
+            for (int k = 0; k < t->n_src; k++) { /* sources whose gradient starts here */
+                tg_tensor *s = t->src[k];
+                if (s && s->op != TG_OP_NONE && g->live_from[s->topo] == i &&
+                    (k == 0 || t->src[k - 1] != s))
+                    memset(s->grad, 0, (size_t)s->numel * tg_dtype_size(s->dtype));
+            }
+        }
         if (!g->needed[i] || t->op == TG_OP_NONE || !t->requires_grad)
             continue;
         for (int k = 0; k < t->n_src; k++)
@@ -285,6 +456,10 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
                 g->needed[t->src[k]->topo] = 1;
         tg__op_table[t->op].backward(t);
     }
+    if (g->share) /* other graphs over these tensors keep their own buffers */
+        for (int64_t i = 0; i < g->n; i++)
+            if (g->nodes[i]->op != TG_OP_NONE)
+                g->nodes[i]->grad = g->saved_grad[i];
     int nt = tg__threads(ctx);
     for (int64_t l = 0; l < g->n_leaves; l++) {
         tg_tensor *t = g->leaves[l];

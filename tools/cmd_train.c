@@ -564,7 +564,8 @@ int cmd_train(int argc, char **argv)
         tgt = tg_input(ctx, a.dt, TG_DIMS(B, T), "targets");
         logits = tg_transformer_forward(ctx, &model, ids, NULL);
         loss = tg_cross_entropy(ctx, logits, tgt, -1);
-        g = tg_graph_new(ctx, &loss, 1);
+        tg_graph_opts go = {.share_gradients = true}; /* intermediate grads by liveness */
+        g = tg_graph_new_opts(ctx, &loss, 1, &go);
         opt = tg_optim_new(ctx, &oc, 0, NULL);
     }
     if (!g || !opt) {
