@@ -246,6 +246,31 @@ START_TEST(test_encoder_thread_invariance)
 }
 END_TEST
 
+
+/* cross_entropy stays finite and exact for logits of +-1e4, in both dtypes. */
+START_TEST(test_cross_entropy_large_logits)
+{
+    tg_dtype dt = _i ? TG_F64 : TG_F32;
+    tg_ctx *ctx = tg_ctx_new();
+    tg_tensor *x = tg_input(ctx, dt, TG_DIMS(2, 3), "logits");
+    tg_set_requires_grad(x, true);
+    tu_set(x, (const double[]){1e4, -1e4, 0, -1e4, -1e4, 1e4});
+    tg_tensor *t = tg_const(ctx, dt, TG_DIMS(2), "targets");
+    tu_set(t, (const double[]){1, 2}); /* row 0: wrong class by 2e4; row 1: right class */
+    tg_tensor *loss = tg_cross_entropy(ctx, x, t, -100);
+    tg_graph *g = tg_graph_new(ctx, &loss, 1);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    ck_assert_int_eq(tg_graph_backward(g, loss, NULL), TG_OK);
+    /* row 0 loss = logsumexp - x_1 = 1e4 - (-1e4) = 2e4; row 1 loss = 0; mean 1e4 */
+    ck_assert_msg(fabs(tg_get(loss, 0) - 1e4) <= 1e-3, "loss %g", tg_get(loss, 0));
+    const double want[6] = {0.5, -0.5, 0, 0, 0, 0}; /* (softmax - onehot) / 2 */
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(fabs(tg_grad_get(x, i) - want[i]) < 1e-6, "dx[%d] = %g", i,
+                      tg_grad_get(x, i));
+    tg_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("nn");
@@ -256,6 +281,7 @@ int main(void)
     tcase_add_test(tc, test_init);
     tcase_add_test(tc, test_transformer_names_and_tying);
     tcase_add_test(tc, test_sinusoidal);
+    tcase_add_loop_test(tc, test_cross_entropy_large_logits, 0, 2);
     tcase_add_loop_test(tc, test_encoder_thread_invariance, 0, 2);
     suite_add_tcase(s, tc);
     return tu_run(s);
