@@ -110,6 +110,11 @@ void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, i
 void tg__reduce_to(tg_ctx *ctx, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
                    const tg_tensor *x, void *dx);
 
+/* ----- random numbers ----------------------------------------------------------------------- */
+/* splitmix64 (Steele et al. 2014): advances *state and returns the next output. Seeds the
+ * context RNG and drives gradcheck's private stream. */
+uint64_t tg__splitmix64(uint64_t *state);
+
 /* ----- threads ------------------------------------------------------------------------------ */
 int tg__threads(const tg_ctx *ctx);
 /* Below this many scalar operations a kernel runs on one thread. */

@@ -183,7 +183,7 @@ void tg_ctx_set_training(tg_ctx *ctx, bool training)
 bool tg_ctx_training(const tg_ctx *ctx) { return ctx ? ctx->training : false; }
 
 /* ----- RNG: xoshiro256** (Blackman & Vigna 2018), seeded with splitmix64 ------------------- */
-static uint64_t splitmix64(uint64_t *x)
+uint64_t tg__splitmix64(uint64_t *x)
 {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -197,7 +197,7 @@ void tg_ctx_seed(tg_ctx *ctx, uint64_t seed)
         return;
     uint64_t x = seed;
     for (int i = 0; i < 4; i++)
-        ctx->rng[i] = splitmix64(&x);
+        ctx->rng[i] = tg__splitmix64(&x);
 }
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

@@ -15,14 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Local generator so that gradcheck does not advance the context RNG. */
-static uint64_t gc_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+/* A private stream (splitmix64) so that gradcheck does not advance the context RNG. */
+static uint64_t gc_next(uint64_t *s) { return tg__splitmix64(s); }
 
 static double gc_uniform(uint64_t *s) { return (double)(gc_next(s) >> 11) * 0x1.0p-53; }
 

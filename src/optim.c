@@ -137,16 +137,27 @@ tg_tensor *tg_optim_state(const tg_optim *o, int64_t i)
 }
 
 /* Is every gradient element finite? (parameters without a gradient count as zero) */
+static bool all_finite(const tg_tensor *p)
+{
+    if (p->dtype == TG_F32) {
+        const float *g = p->grad;
+        for (int64_t k = 0; k < p->numel; k++)
+            if (!isfinite(g[k]))
+                return false;
+    } else {
+        const double *g = p->grad;
+        for (int64_t k = 0; k < p->numel; k++)
+            if (!isfinite(g[k]))
+                return false;
+    }
+    return true;
+}
+
 static tg_tensor *first_nonfinite(tg_tensor *const *params, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) {
-        tg_tensor *p = params[i];
-        if (!p->grad)
-            continue;
-        for (int64_t k = 0; k < p->numel; k++)
-            if (!isfinite(tg_grad_get(p, k)))
-                return p;
-    }
+    for (int64_t i = 0; i < n; i++)
+        if (params[i]->grad && !all_finite(params[i]))
+            return params[i];
     return NULL;
 }
 
@@ -282,11 +293,14 @@ tg_status tg_clip_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params, do
         tg_tensor *p = params[i];
         if (!p || !p->grad)
             continue;
-        for (int64_t k = 0; k < p->numel; k++) {
-            if (p->dtype == TG_F32)
-                ((float *)p->grad)[k] *= (float)coef;
-            else
-                ((double *)p->grad)[k] *= coef;
+        if (p->dtype == TG_F32) {
+            float *g = p->grad, c = (float)coef;
+            for (int64_t k = 0; k < p->numel; k++)
+                g[k] *= c;
+        } else {
+            double *g = p->grad;
+            for (int64_t k = 0; k < p->numel; k++)
+                g[k] *= coef;
         }
     }
     return TG_OK;
