@@ -162,17 +162,40 @@ typedef struct st_parse {
     int64_t nm, mcap;
 } st_parse;
 
+/* Copy src to dst (cap bytes) with control characters (C0, DEL and, as UTF-8, C1) written as
+ * escapes ("\n", "\x1b", "\u009b"): names and strings from the file appear in messages, which
+ * must stay one printable line whatever the file holds. */
+static void st_escape(char *dst, size_t cap, const char *src)
+{
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)src; *p && k + 7 < cap; p++) {
+        if (*p == '\n' || *p == '\t' || *p == '\r') {
+            dst[k++] = '\\';
+            dst[k++] = *p == '\n' ? 'n' : *p == '\t' ? 't' : 'r';
+        } else if (*p < 0x20 || *p == 0x7f) {
+            k += (size_t)snprintf(dst + k, cap - k, "\\x%02x", *p);
+        } else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+            k += (size_t)snprintf(dst + k, cap - k, "\\u%04x", p[1]);
+            p++;
+        } else {
+            dst[k++] = (char)*p;
+        }
+    }
+    dst[k] = '\0';
+}
+
 /* Record an error "fn: label: message" and stop the parser. Returns false. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
 static bool st_fail(st_parse *P, tg_status s, const char *fmt, ...)
 {
-    char msg[400];
+    char raw[400], msg[400];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    st_escape(msg, sizeof msg, raw);
     tg__err(P->ctx, s, P->fn, "%s: %s", P->label, msg);
     if (!P->jp.err)
         P->jp.err = s;

@@ -1,0 +1,150 @@
+/*
+ * fuzz_util.c - see fuzz_util.h.
+ */
+#include "fuzz_util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Each block carries its size in a 16-byte header (keeps malloc's alignment for double), so
+ * fz_free can return it to the live count. */
+#define FZ_HDR 16
+
+static void *fz_alloc_fn(void *user, size_t size)
+{
+    fz_alloc *a = user;
+    a->count++;
+    if (a->fail_at && a->count == a->fail_at)
+        return NULL;
+    if (size > a->cap - a->live)
+        return NULL;
+    unsigned char *p = malloc(FZ_HDR + size);
+    if (!p)
+        return NULL;
+    memcpy(p, &size, sizeof size);
+    a->live += size;
+    return p + FZ_HDR;
+}
+
+static void fz_free_fn(void *user, void *ptr)
+{
+    fz_alloc *a = user;
+    if (!ptr)
+        return;
+    unsigned char *p = (unsigned char *)ptr - FZ_HDR;
+    size_t size;
+    memcpy(&size, p, sizeof size);
+    if (size > a->live)
+        fz_die(NULL, "allocator: freeing %zu bytes but only %zu are live", size, a->live);
+    a->live -= size;
+    free(p);
+}
+
+tg_ctx *fz_ctx_new(fz_alloc *a, size_t cap)
+{
+    memset(a, 0, sizeof *a);
+    a->al.alloc = fz_alloc_fn;
+    a->al.free = fz_free_fn;
+    a->al.user = a;
+    a->cap = cap;
+    tg_ctx *ctx = tg_ctx_new_with(&a->al);
+    if (!ctx)
+        fz_die(NULL, "tg_ctx_new_with failed");
+    return ctx;
+}
+
+void fz_ctx_free(tg_ctx *ctx, fz_alloc *a)
+{
+    tg_ctx_free(ctx);
+    if (a->live != 0)
+        fz_die(NULL, "%zu bytes not returned to the allocator after tg_ctx_free", a->live);
+}
+
+void fz_check_failure(tg_ctx *ctx, const char *fn, size_t bytes_before, const tg_status *allowed)
+{
+    tg_status s = tg_ctx_status(ctx);
+    const char *msg = tg_ctx_message(ctx);
+    if (s == TG_OK)
+        fz_die(ctx, "%s failed but recorded no status", fn);
+    bool ok = false;
+    for (const tg_status *p = allowed; *p != TG_OK; p++)
+        ok = ok || *p == s;
+    if (!ok)
+        fz_die(ctx, "%s failed with %s, which it does not document", fn, tg_status_str(s));
+    /* Out of memory inside a helper may be reported by the helper (e.g. "tg_const: out of
+     * memory ..."); every other failure names the function called. */
+    size_t k = strlen(fn);
+    if (s == TG_ERR_NOMEM) {
+        if (strncmp(msg, "tg", 2) != 0 || !strstr(msg, ": "))
+            fz_die(ctx, "%s: the message does not start with a function name", fn);
+    } else if (strncmp(msg, fn, k) != 0 || msg[k] != ':' || msg[k + 1] != ' ') {
+        fz_die(ctx, "%s: the message does not start with \"%s: \"", fn, fn);
+    }
+    for (const unsigned char *c = (const unsigned char *)msg; *c; c++)
+        if (*c < 0x20 || *c == 0x7f || (c[0] == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f))
+            fz_die(ctx, "%s: the message holds control character %s0x%02x (not one clean line)",
+                   fn, *c == 0xc2 ? "U+00" : "", *c == 0xc2 ? c[1] : *c);
+    if (tg_ctx_bytes(ctx) != bytes_before)
+        fz_die(ctx, "%s failed but the context grew from %zu to %zu bytes", fn, bytes_before,
+               tg_ctx_bytes(ctx));
+}
+
+static int fz_membuf_write(void *user, const void *data, size_t size)
+{
+    fz_membuf *b = user;
+    if (size > FZ_CAP - b->len)
+        return ENOMEM;
+    if (b->len + size > b->cap) {
+        size_t nc = b->cap ? b->cap : 4096;
+        while (nc < b->len + size)
+            nc *= 2;
+        unsigned char *q = realloc(b->p, nc);
+        if (!q)
+            return ENOMEM;
+        b->p = q;
+        b->cap = nc;
+    }
+    if (size)
+        memcpy(b->p + b->len, data, size);
+    b->len += size;
+    return 0;
+}
+
+tg_writer fz_membuf_writer(fz_membuf *b)
+{
+    memset(b, 0, sizeof *b);
+    tg_writer w = {fz_membuf_write, b};
+    return w;
+}
+
+void fz_membuf_free(fz_membuf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+uint64_t fz_hash(const uint8_t *data, size_t size)
+{
+    uint64_t h = 14695981039346656037u;
+    for (size_t i = 0; i < size; i++) {
+        h ^= data[i];
+        h *= 1099511628211u;
+    }
+    return h;
+}
+
+void fz_die(const tg_ctx *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("fuzz: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (ctx && tg_ctx_status(ctx) != TG_OK)
+        fprintf(stderr, " [%s: %s]", tg_status_str(tg_ctx_status(ctx)), tg_ctx_message(ctx));
+    fputc('\n', stderr);
+    abort();
+}

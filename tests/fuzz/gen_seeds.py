@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Write the hand-made seed inputs of the fuzz corpora (tests/fuzz/corpus/<harness>/seed_*).
+
+Run from anywhere: python3 tests/fuzz/gen_seeds.py. Needs only the Python standard library.
+The seeds cover each format's features (every dtype, rank 0 to 6, metadata, escapes, every .npy
+version) plus a few near misses (one check away from valid) that give the fuzzer a head start.
+It also copies a few tests/fixtures files (PyTorch-written safetensors) and their JSON headers.
+Besides these, the corpora hold inputs found by fuzzing (kept with -merge=1; README "Fuzzing").
+"""
+import json
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def out(harness, name, data):
+    d = os.path.join(HERE, "corpus", harness)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    with open(os.path.join(d, "seed_" + name), "wb") as f:
+        f.write(data)
+
+
+# ----- safetensors -----------------------------------------------------------------------------
+SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "BOOL": 1, "U8": 1, "I8": 1, "I16": 2,
+         "U16": 2, "I32": 4, "U32": 4, "I64": 8, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1,
+         "C64": 8}
+
+
+def st(tensors, meta=None, pad=True, raw_header=None):
+    """tensors: list of (name, dtype, shape, bytes); offsets assigned in order."""
+    hdr = {}
+    if meta is not None:
+        hdr["__metadata__"] = meta
+    off = 0
+    data = b""
+    for name, dt, shape, payload in tensors:
+        hdr[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(payload)]}
+        off += len(payload)
+        data += payload
+    h = raw_header if raw_header is not None else json.dumps(hdr, separators=(",", ":"))
+    h = h.encode("utf-8")
+    if pad:
+        h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def fill(dt, shape):
+    n = numel(shape) * SIZES[dt]
+    return bytes((7 * i + 3) & 0xFF for i in range(n))
+
+
+def gen_safetensors():
+    H = "fuzz_safetensors"
+    out(H, "empty", st([]))
+    out(H, "empty_meta", st([], meta={"format": "pt"}))
+    for dt in SIZES:
+        out(H, "dtype_" + dt.lower(), st([("t", dt, [2, 3], fill(dt, [2, 3]))]))
+    out(H, "bool_values", st([("m", "BOOL", [4], bytes([0, 1, 2, 255]))]))
+    out(H, "f16_special", st([("h", "F16", [4], struct.pack("<4H", 0x7C00, 0xFC00, 0x7E01, 1))]))
+    out(H, "f32_nan", st([("x", "F32", [2], struct.pack("<2I", 0x7FC00001, 0xFF800000))]))
+    out(H, "rank0", st([("s", "F64", [], struct.pack("<d", 3.5))]))
+    out(H, "rank6", st([("r", "F32", [1, 2, 1, 2, 1, 2], fill("F32", [1, 2, 1, 2, 1, 2]))]))
+    out(H, "rank7", st([("r", "F32", [1] * 7, fill("F32", [1]))]))
+    out(H, "two_unsorted", st([("b", "F32", [2], fill("F32", [2])),
+                               ("a", "F64", [1], fill("F64", [1]))]))
+    out(H, "meta_escapes", st([("w\u00e9\U0001F600", "F32", [1], fill("F32", [1]))],
+                              meta={"k\n\"\\": "v\t\u0001\u00ff", "": "empty key"}))
+    out(H, "name_escapes", st([], raw_header='{"\\u00e9\\ud83d\\ude00\\/\\b":'
+                                             '{"dtype":"F32","shape":[],"data_offsets":[0,4]}}')
+        + b"\0\0\x80\x3f")
+    out(H, "whitespace", st([], raw_header=' { "x" : { "shape" : [ 1 ] , "dtype" : "U8" , '
+                                           '"data_offsets" : [ 0 , 1 ] } } \n\t\r ') + b"\x05")
+    out(H, "long_name", st([("n" * 200, "F32", [1], fill("F32", [1]))]))
+    # near misses
+    good = st([("a", "F32", [2], fill("F32", [2])), ("b", "F32", [1], fill("F32", [1]))])
+    out(H, "miss_truncated", good[:-1])
+    out(H, "miss_trailing", good + b"\0")
+    out(H, "miss_gap", st([], raw_header='{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}')
+        + bytes(8))
+    out(H, "miss_overlap", st([], raw_header='{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
+                                             '"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}')
+        + bytes(8))
+    out(H, "miss_dup", st([], raw_header='{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},'
+                                         '"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}')
+        + bytes(2))
+    out(H, "miss_huge_dims", st([], raw_header='{"a":{"dtype":"F64","shape":[4294967296,'
+                                               '4294967296],"data_offsets":[0,8]}}') + bytes(8))
+    out(H, "miss_big_offsets", st([], raw_header='{"a":{"dtype":"U8","shape":[1],"data_offsets":'
+                                                 '[18446744073709551615,18446744073709551616]}}'))
+    out(H, "miss_header_size", struct.pack("<Q", 0xFFFFFFFFFFFFFFFF) + b"{}")
+    out(H, "miss_zero_dim", st([], raw_header='{"a":{"dtype":"U8","shape":[0],'
+                                              '"data_offsets":[0,0]}}'))
+
+
+# ----- .npy ------------------------------------------------------------------------------------
+NPY_SIZES = {"f2": 2, "f4": 4, "f8": 8, "b1": 1, "i1": 1, "u1": 1, "i2": 2, "u2": 2, "i4": 4,
+             "u4": 4, "i8": 8, "u8": 8}
+
+
+def npy(descr, shape, payload=None, version=(1, 0), fortran=False, dict_text=None):
+    if dict_text is None:
+        sh = "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+        dict_text = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (
+            descr, "True" if fortran else "False", sh)
+    h = dict_text.encode("utf-8")
+    lenb = 2 if version == (1, 0) else 4
+    pre = 6 + 2 + lenb
+    h += b" " * (-(pre + len(h) + 1) % 64) + b"\n"
+    if payload is None:
+        n = numel(shape) * NPY_SIZES.get(descr[1:], 1)
+        payload = bytes((5 * i + 1) & 0xFF for i in range(n))
+    hl = struct.pack("<H", len(h)) if lenb == 2 else struct.pack("<I", len(h))
+    return b"\x93NUMPY" + bytes(version) + hl + h + payload
+
+
+def gen_npy():
+    H = "fuzz_npy"
+    for code in NPY_SIZES:
+        order = "|" if NPY_SIZES[code] == 1 else "<"
+        out(H, "descr_" + code, npy(order + code, [2, 3]))
+    out(H, "v2", npy("<f4", [3], version=(2, 0)))
+    out(H, "v3_utf8", npy("<f8", [2], version=(3, 0)))
+    out(H, "rank0", npy("<f8", [], struct.pack("<d", -2.5)))
+    out(H, "rank6", npy("<f4", [1, 2, 1, 2, 1, 2]))
+    out(H, "rank7", npy("<f4", [1] * 7))
+    out(H, "fortran_1d", npy("<f4", [1, 4, 1], fortran=True))
+    out(H, "fortran_2d", npy("<f4", [2, 2], fortran=True))
+    out(H, "bool_values", npy("|b1", [4], bytes([0, 1, 2, 255])))
+    out(H, "f2_special", npy("<f2", [3], struct.pack("<3H", 0x7C00, 0x7E01, 1)))
+    out(H, "dict_variants", npy("<f4", [2], dict_text='{"shape": (2L,), "fortran_order": False,'
+                                                      ' "descr": "<f4"}'))
+    out(H, "big_endian", npy(">f4", [2]))
+    out(H, "native_order", npy("=f4", [2]))
+    out(H, "object", npy("|O", [1], b"\x80\x02N."))
+    out(H, "structured", npy("", [1], dict_text="{'descr': [('a', '<f4')], "
+                                                 "'fortran_order': False, 'shape': (1,), }"))
+    out(H, "miss_truncated", npy("<f8", [3])[:-1])
+    out(H, "miss_trailing", npy("<f8", [3]) + b"\0")
+    out(H, "miss_huge_shape", npy("<f8", [1], b"", dict_text="{'descr': '<f8', 'fortran_order': "
+                                  "False, 'shape': (4294967296, 4294967296, 4294967296), }"))
+    out(H, "miss_zero_dim", npy("<f4", [0], b""))
+    out(H, "miss_version", npy("<f4", [1], version=(4, 0)))
+    out(H, "miss_hl", b"\x93NUMPY\x02\x00\xff\xff\xff\xff{}")
+
+
+# ----- JSON ------------------------------------------------------------------------------------
+def gen_json():
+    H = "fuzz_json"
+    out(H, "scalars", '[0, -0, 1, -1, 18446744073709551615, 18446744073709551616, 1.5, -2e10, '
+                      '3E+2, 4e-07, 0.0, true, false, null, "", "a"]')
+    out(H, "strings", r'["\"\\\/\b\f\n\r\t", "\u0000\u00e9\u20ac\ud83d\ude00", "é€😀"]')
+    out(H, "object", '{"a": {"b": [1, {"c": null}]}, "d": [], "e": {}}')
+    out(H, "deep64", "[" * 64 + "]" * 64)
+    out(H, "deep65", "[" * 65 + "]" * 65)
+    out(H, "ws", " \t\n\r{ \"k\" : [ 1 , 2 ] } \r\n")
+    out(H, "bad_trailing_comma", '[1, 2,]')
+    out(H, "bad_leading_zero", '[01]')
+    out(H, "bad_surrogate", '["\\ud800"]')
+    out(H, "bad_utf8", b'["\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80"]')
+    out(H, "bad_garbage", '{} x')
+    hdr = ('{"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2,3],'
+           '"data_offsets":[0,24]}}')
+    out(H, "safetensors_header", hdr)
+
+
+# ----- from tests/fixtures --------------------------------------------------------------------
+FIXTURES = ["sdpa_2d", "optim_sgd_plain", "mha_self", "mha_combined", "enc_post_gelu"]
+
+
+def gen_fixtures():
+    for name in FIXTURES:
+        with open(os.path.join(HERE, "..", "fixtures", name + ".safetensors"), "rb") as f:
+            data = f.read()
+        n = struct.unpack("<Q", data[:8])[0]
+        if name in FIXTURES[:3]:
+            out("fuzz_safetensors", "fixture_" + name, data)
+        out("fuzz_json", "fixture_" + name, data[8:8 + n])
+
+
+if __name__ == "__main__":
+    gen_fixtures()
+    gen_safetensors()
+    gen_npy()
+    gen_json()
