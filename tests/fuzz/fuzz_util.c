@@ -143,8 +143,12 @@ void fz_die(const tg_ctx *ctx, const char *fmt, ...)
     fputs("fuzz: ", stderr);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    if (ctx && tg_ctx_status(ctx) != TG_OK)
-        fprintf(stderr, " [%s: %s]", tg_status_str(tg_ctx_status(ctx)), tg_ctx_message(ctx));
+    if (ctx && tg_ctx_status(ctx) != TG_OK) {
+        fprintf(stderr, " [%s: ", tg_status_str(tg_ctx_status(ctx)));
+        for (const unsigned char *c = (const unsigned char *)tg_ctx_message(ctx); *c; c++)
+            fprintf(stderr, *c < 0x20 || *c == 0x7f ? "\\x%02x" : "%c", *c);
+        fputc(']', stderr);
+    }
     fputc('\n', stderr);
     abort();
 }
