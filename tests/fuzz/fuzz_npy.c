@@ -10,8 +10,10 @@
  *    values rounded to float.
  * 3. Round trip of each result through tg_npy_write_to() and back: same shape and bytes, kind
  *    float.
- * 4. An invalid wanted dtype is TG_ERR_DTYPE.
- * 5. Out-of-memory pass: the f32 read again with one of its allocations failing: NULL,
+ * 4. The same bytes through the path-based tg_npy_read() (a memfd on Linux): same verdict and
+ *    array.
+ * 5. An invalid wanted dtype is TG_ERR_DTYPE.
+ * 6. Out-of-memory pass: the f32 read again with one of its allocations failing: NULL,
  *    TG_ERR_NOMEM, nothing kept.
  * Every context must give back every byte on tg_ctx_free.
  */
@@ -97,6 +99,45 @@ static void round_trip(tg_ctx *ctx, const tg_tensor *t)
     fz_membuf_free(&out);
 }
 
+/* The path-based reader (it streams a regular file) must agree with the in-memory read as
+ * f32: t (or NULL with status mem_status). */
+static void from_file(tg_ctx *ctx, const uint8_t *data, size_t size, const tg_tensor *t,
+                      tg_npy_kind kind, tg_status mem_status)
+{
+    char path[64];
+    int fd = fz_file_open(data, size, path, sizeof path);
+    if (fd < 0)
+        return;
+    size_t before = tg_ctx_bytes(ctx);
+    tg_npy_kind fkind = (tg_npy_kind)-1;
+    tg_tensor *u = tg_npy_read(ctx, path, TG_F32, &fkind);
+    if (!u) {
+        static const tg_status allowed[] = {TG_ERR_FORMAT,    TG_ERR_UNSUPPORTED,
+                                            TG_ERR_HEADER_SIZE, TG_ERR_TRUNCATED,
+                                            TG_ERR_TRAILING,  TG_ERR_OVERFLOW,
+                                            TG_ERR_NOMEM,     TG_OK};
+        fz_check_failure(ctx, "tg_npy_read", before, allowed);
+        tg_status fs = tg_ctx_status(ctx);
+        if (t)
+            fz_die(ctx, "tg_npy_read rejects what tg_npy_read_mem accepted");
+        if (fs != mem_status && fs != TG_ERR_NOMEM && mem_status != TG_ERR_NOMEM)
+            fz_die(ctx, "tg_npy_read fails with %s, tg_npy_read_mem with %s", tg_status_str(fs),
+                   tg_status_str(mem_status));
+        tg_ctx_clear_error(ctx);
+    } else {
+        if (!t)
+            fz_die(ctx, "tg_npy_read accepts what tg_npy_read_mem rejected (%s)",
+                   tg_status_str(mem_status));
+        int r = tg_tensor_rank(t);
+        if (fkind != kind || tg_tensor_rank(u) != r ||
+            (r > 0 && memcmp(tg_tensor_shape(t), tg_tensor_shape(u), (size_t)r * 8) != 0) ||
+            memcmp(tg_tensor_data((tg_tensor *)t), tg_tensor_data(u),
+                   (size_t)tg_tensor_numel(t) * 4) != 0)
+            fz_die(ctx, "tg_npy_read and tg_npy_read_mem read different arrays");
+    }
+    fz_file_close(fd);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const tg_dtype wants[2] = {TG_F32, TG_F64};
@@ -143,6 +184,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         round_trip(ctx, t[0]);
         round_trip(ctx, t[1]);
     }
+    /* Files cost syscalls: every accepted input, one rejected input in 16. */
+    if (t[0] || fz_hash(data, size) % 16 == 0)
+        from_file(ctx, data, size, t[0], kind[0], st[0]);
     size_t before = tg_ctx_bytes(ctx);
     if (tg_npy_read_mem(ctx, data, size, (tg_dtype)2, NULL))
         fz_die(ctx, "an invalid wanted dtype was accepted");

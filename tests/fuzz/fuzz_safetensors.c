@@ -10,7 +10,9 @@
  * 3. Round trip: write it all back with tg_safetensors_write_to() into memory, read that, and
  *    require identical names, metadata, shapes and bytes; writing the re-read file again must
  *    give the same bytes (the writer's output is canonical).
- * 4. Out-of-memory pass: read again on a new context whose k-th allocation fails (k chosen from
+ * 4. The same bytes through the path-based reader tg_safetensors_read() (a memfd on Linux):
+ *    the same verdict, message (after the label), and contents.
+ * 5. Out-of-memory pass: read again on a new context whose k-th allocation fails (k chosen from
  *    the input's hash among the allocations step 1 made): NULL, TG_ERR_NOMEM, nothing kept.
  * Every context must give back every byte on tg_ctx_free.
  */
@@ -164,7 +166,10 @@ static bool write_back(tg_ctx *ctx, const tg_safetensors *st, fz_membuf *out)
            tg_status_str(s));
 }
 
-static void same_file(const tg_ctx *ctx, const tg_safetensors *a, const tg_safetensors *b)
+/* b is a re-read of a: from the file a was written to (rewritten: dtypes became F32/F64), or
+ * of the same bytes through the path-based reader. */
+static void same_file(const tg_ctx *ctx, const tg_safetensors *a, const tg_safetensors *b,
+                      bool rewritten)
 {
     int64_t n = tg_safetensors_count(a), m = tg_safetensors_meta_count(a);
     if (tg_safetensors_count(b) != n || tg_safetensors_meta_count(b) != m)
@@ -178,7 +183,9 @@ static void same_file(const tg_ctx *ctx, const tg_safetensors *a, const tg_safet
         tg_tensor *ta = tg_safetensors_tensor(a, i), *tb = tg_safetensors_tensor(b, i);
         tg_dtype dt = tg_tensor_dtype(ta);
         const char *fd = tg_safetensors_file_dtype(b, i);
-        if (tg_tensor_dtype(tb) != dt || strcmp(fd, dt == TG_F32 ? "F32" : "F64") != 0)
+        const char *want_fd = rewritten ? (dt == TG_F32 ? "F32" : "F64")
+                                        : tg_safetensors_file_dtype(a, i);
+        if (tg_tensor_dtype(tb) != dt || strcmp(fd, want_fd) != 0)
             fz_die(ctx, "round trip: tensor '%s' (%s) came back as %s stored %s", na,
                    tg_dtype_str(dt), tg_dtype_str(tg_tensor_dtype(tb)), fd);
         int r = tg_tensor_rank(ta);
@@ -205,7 +212,7 @@ static void round_trip(tg_ctx *ctx, const tg_safetensors *st)
     tg_safetensors *st2 = tg_safetensors_read_mem(ctx, out1.p, out1.len);
     if (!st2)
         fz_die(ctx, "round trip: the written file (%zu bytes) does not read back", out1.len);
-    same_file(ctx, st, st2);
+    same_file(ctx, st, st2, true);
     if (!write_back(ctx, st2, &out2))
         fz_die(ctx, "round trip: the re-read file does not write");
     if (out1.len != out2.len || memcmp(out1.p, out2.p, out1.len) != 0)
@@ -213,6 +220,51 @@ static void round_trip(tg_ctx *ctx, const tg_safetensors *st)
                out1.len, out2.len);
     fz_membuf_free(&out1);
     fz_membuf_free(&out2);
+}
+
+/* The path-based reader (it streams a regular file instead of reading memory) must give the
+ * same verdict, message and contents as the in-memory one did (st, or NULL and the error now
+ * recorded on ctx). */
+static void from_file(tg_ctx *ctx, const uint8_t *data, size_t size, const tg_safetensors *st)
+{
+    char path[64];
+    int fd = fz_file_open(data, size, path, sizeof path);
+    if (fd < 0)
+        return;
+    char mem_msg[512] = "";
+    tg_status mem_status = tg_ctx_status(ctx);
+    /* the message without its "fn: <memory>: " prefix */
+    const char *tail = strstr(tg_ctx_message(ctx), "<memory>: ");
+    if (tail)
+        snprintf(mem_msg, sizeof mem_msg, "%s", tail + strlen("<memory>: "));
+    tg_ctx_clear_error(ctx);
+    size_t before = tg_ctx_bytes(ctx);
+    tg_safetensors *sf = tg_safetensors_read(ctx, path);
+    if (!sf) {
+        static const tg_status allowed[] = {
+            TG_ERR_TRUNCATED, TG_ERR_HEADER_SIZE, TG_ERR_JSON,     TG_ERR_DUPLICATE,
+            TG_ERR_UNSUPPORTED, TG_ERR_OVERFLOW, TG_ERR_OUT_OF_BOUNDS, TG_ERR_SIZE_MISMATCH,
+            TG_ERR_OVERLAP,   TG_ERR_GAP,         TG_ERR_TRAILING, TG_ERR_NOMEM,
+            TG_OK};
+        fz_check_failure(ctx, "tg_safetensors_read", before, allowed);
+        if (st)
+            fz_die(ctx, "tg_safetensors_read rejects what tg_safetensors_read_mem accepted");
+        if (tg_ctx_status(ctx) != mem_status && mem_status != TG_ERR_NOMEM &&
+            tg_ctx_status(ctx) != TG_ERR_NOMEM)
+            fz_die(ctx, "tg_safetensors_read fails with %s, tg_safetensors_read_mem with %s",
+                   tg_status_str(tg_ctx_status(ctx)), tg_status_str(mem_status));
+        const char *ftail = strstr(tg_ctx_message(ctx), path);
+        if (tail && ftail && strncmp(ftail + strlen(path), ": ", 2) == 0 &&
+            strcmp(ftail + strlen(path) + 2, mem_msg) != 0)
+            fz_die(ctx, "the path reader says '%s' where the memory reader said '%s'",
+                   ftail + strlen(path) + 2, mem_msg);
+    } else {
+        if (!st)
+            fz_die(ctx, "tg_safetensors_read accepts what tg_safetensors_read_mem rejected (%s)",
+                   mem_msg);
+        same_file(ctx, st, sf, false);
+    }
+    fz_file_close(fd);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -232,6 +284,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         walk(ctx, st);
         round_trip(ctx, st);
     }
+    /* Files cost syscalls: every accepted input, one rejected input in 16. */
+    if (ok || fz_hash(data, size) % 16 == 0)
+        from_file(ctx, data, size, ok ? st : NULL);
     fz_ctx_free(ctx, &A);
 
     /* Out-of-memory pass: fail one of the allocations the successful read made. */

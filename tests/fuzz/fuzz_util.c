@@ -1,6 +1,9 @@
 /*
  * fuzz_util.c - see fuzz_util.h.
  */
+#if defined(__linux__)
+#define _GNU_SOURCE /* memfd_create */
+#endif
 #include "fuzz_util.h"
 
 #include <errno.h>
@@ -8,6 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 /* Each block carries its size in a 16-byte header (keeps malloc's alignment for double), so
  * fz_free can return it to the live count. */
@@ -124,6 +132,38 @@ void fz_membuf_free(fz_membuf *b)
 {
     free(b->p);
     memset(b, 0, sizeof *b);
+}
+
+/* One memfd for the whole process, refilled per input (creating one per input costs more than
+ * most inputs take to parse). */
+int fz_file_open(const uint8_t *data, size_t size, char *path, size_t path_size)
+{
+#if defined(__linux__) && defined(MFD_CLOEXEC)
+    static int fd = -1;
+    if (fd < 0)
+        fd = memfd_create("fuzz-input", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, 0) != 0)
+        return -1;
+    for (size_t done = 0; done < size;) {
+        ssize_t k = pwrite(fd, data + done, size - done, (off_t)done);
+        if (k <= 0)
+            return -1;
+        done += (size_t)k;
+    }
+    snprintf(path, path_size, "/proc/self/fd/%d", fd);
+    return fd;
+#else
+    (void)data;
+    (void)size;
+    (void)path;
+    (void)path_size;
+    return -1;
+#endif
+}
+
+void fz_file_close(int fd)
+{
+    (void)fd; /* kept open for the next input */
 }
 
 uint64_t fz_hash(const uint8_t *data, size_t size)

@@ -53,6 +53,12 @@ typedef struct fz_membuf {
 tg_writer fz_membuf_writer(fz_membuf *b);
 void fz_membuf_free(fz_membuf *b);
 
+/* A regular file holding the input, for the path-based readers (their streaming code differs
+ * from the in-memory one): a memfd on Linux, named "/proc/self/fd/N" in @p path (>= 32 bytes).
+ * Returns the descriptor to pass to fz_file_close, or -1 where this is not available. */
+int fz_file_open(const uint8_t *data, size_t size, char *path, size_t path_size);
+void fz_file_close(int fd);
+
 /* FNV-1a of the input: picks the allocation an out-of-memory pass fails, deterministically. */
 uint64_t fz_hash(const uint8_t *data, size_t size);
 
