@@ -9,7 +9,7 @@
  *    each number's source text must match the RFC 8259 grammar and its is_int / neg / big /
  *    mag must be what that text says.
  * 2. Parse the same text with tg__jp_skip alone: same verdict, status and final position.
- * 3. A rejection records TG_ERR_JSON (or NOMEM) with a one-line message; after tg__jp_free the
+ * 3. Memory stays proportional to the input (FZ_AMP). A rejection records TG_ERR_JSON (or NOMEM) with a one-line message; after tg__jp_free the
  *    context holds what it held before tg__jp_init.
  */
 #include "fuzz_util.h"
@@ -155,6 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *text = (const char *)data;
 
     tg__jp jp;
+    size_t live0 = fz_peak_start(&A);
     bool ok1 = tg__jp_init(&jp, ctx, FN, "<fuzz>", text, size) == TG_OK && walk(&jp) &&
                tg__jp_end(&jp);
     if (ok1 && (jp.err != TG_OK || jp.depth != 0 || jp.pos != size))
@@ -162,6 +163,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                tg_status_str(jp.err), jp.depth, jp.pos, size);
     if (!ok1)
         check_rejection(ctx, &jp);
+    fz_check_peak(&A, live0, size, FN);
     tg_status err1 = jp.err;
     size_t pos1 = jp.pos;
     tg__jp_free(&jp);

@@ -2,9 +2,10 @@
  * fuzz_npy.c - libFuzzer harness for the .npy reader and writer.
  *
  * Per input, on a fresh context with a capped allocator (fuzz_util.h):
- * 1. tg_npy_read_mem() for each wanted dtype (f32, f64). A failure has a documented status, one
- *    clean line and leaves the context as it was; a success gives a tensor of the wanted dtype
- *    whose values fit the file's element kind (bools are 0/1, integers are integers).
+ * 1. tg_npy_read_mem() for each wanted dtype (f32, f64), its peak memory bounded by the input's
+ *    size (FZ_AMP). A failure has a documented status, one clean line and leaves the context as
+ *    it was; a success gives a tensor of the wanted dtype whose values fit the file's element
+ *    kind (bools are 0/1, integers are integers).
  * 2. The wanted dtype does not decide whether a file is valid: both reads fail with the same
  *    status or both succeed, with the same kind and shape, and the f32 values are the f64
  *    values rounded to float.
@@ -151,7 +152,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t before = tg_ctx_bytes(ctx);
         uint64_t c0 = A.count;
         kind[w] = (tg_npy_kind)-1;
+        size_t live0 = fz_peak_start(&A);
         t[w] = tg_npy_read_mem(ctx, data, size, wants[w], &kind[w]);
+        fz_check_peak(&A, live0, size, FN);
         if (w == 0)
             n_alloc = A.count - c0;
         st[w] = tg_ctx_status(ctx);

@@ -3,7 +3,8 @@
  *
  * Per input, on a fresh context with a capped allocator (fuzz_util.h):
  * 1. tg_safetensors_read_mem(). On failure: a documented status, one clean line naming the
- *    function, the context back to its size before the call.
+ *    function, the context back to its size before the call. Either way its peak memory is
+ *    bounded by the input's size (FZ_AMP).
  * 2. On success, walk every tensor (name, full key, file dtype, dtype mapping, shape, element
  *    values: BOOL reads as 0/1, integer dtypes as integers in their range) and every metadata
  *    entry (lookups by key and by name find the same entries), and the accessors' range checks.
@@ -273,8 +274,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tg_ctx *ctx = fz_ctx_new(&A, FZ_CAP);
     size_t before = tg_ctx_bytes(ctx);
     uint64_t count0 = A.count;
+    size_t live0 = fz_peak_start(&A);
     tg_safetensors *st = tg_safetensors_read_mem(ctx, data, size);
     uint64_t n_alloc = A.count - count0;
+    fz_check_peak(&A, live0, size, FN);
     bool ok = st != NULL;
     if (!ok) {
         fz_check_failure(ctx, FN, before, read_errors);

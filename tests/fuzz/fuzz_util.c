@@ -34,6 +34,8 @@ static void *fz_alloc_fn(void *user, size_t size)
         return NULL;
     memcpy(p, &size, sizeof size);
     a->live += size;
+    if (a->live > a->peak)
+        a->peak = a->live;
     return p + FZ_HDR;
 }
 
@@ -98,6 +100,20 @@ void fz_check_failure(tg_ctx *ctx, const char *fn, size_t bytes_before, const tg
     if (tg_ctx_bytes(ctx) != bytes_before)
         fz_die(ctx, "%s failed but the context grew from %zu to %zu bytes", fn, bytes_before,
                tg_ctx_bytes(ctx));
+}
+
+size_t fz_peak_start(fz_alloc *a)
+{
+    a->peak = a->live;
+    return a->live;
+}
+
+void fz_check_peak(const fz_alloc *a, size_t live0, size_t size, const char *fn)
+{
+    size_t used = a->peak - live0;
+    if (used > FZ_AMP_SLACK && (used - FZ_AMP_SLACK) / FZ_AMP > size)
+        fz_die(NULL, "%s: an input of %zu bytes made the context hold %zu bytes at its peak "
+               "(more than %d x + %zu)", fn, size, used, FZ_AMP, FZ_AMP_SLACK);
 }
 
 static int fz_membuf_write(void *user, const void *data, size_t size)

@@ -31,6 +31,7 @@ typedef struct fz_alloc {
     tg_allocator al; /* hook passed to tg_ctx_new_with (user = this struct) */
     size_t cap;      /* refuse an allocation that would take live bytes past this */
     size_t live;     /* bytes handed out and not yet returned */
+    size_t peak;     /* most bytes live at once */
     uint64_t count;  /* allocations served or refused so far */
     uint64_t fail_at; /* if > 0, allocation number fail_at (1-based) fails */
 } fz_alloc;
@@ -39,6 +40,17 @@ typedef struct fz_alloc {
 tg_ctx *fz_ctx_new(fz_alloc *a, size_t cap);
 /* tg_ctx_free, then abort unless every byte went back to the allocator. */
 void fz_ctx_free(tg_ctx *ctx, fz_alloc *a);
+
+/* Memory a reader may hold at its peak for an input of n bytes: FZ_AMP * n + FZ_AMP_SLACK.
+ * The widest legitimate case is a header of thousands of one-byte rank-0 tensors (about 12x:
+ * a parse entry and a tensor record per ~50 header bytes); a reader that allocates by what a
+ * file claims rather than what it holds goes far past this. */
+#define FZ_AMP 32
+#define FZ_AMP_SLACK ((size_t)64 << 10)
+/* Start measuring the peak (returns the live bytes now). */
+size_t fz_peak_start(fz_alloc *a);
+/* Abort if the peak since fz_peak_start(a) == @p live0 exceeds the bound for @p size bytes. */
+void fz_check_peak(const fz_alloc *a, size_t live0, size_t size, const char *fn);
 
 /* A failed call must have recorded a status from @p allowed (a TG_OK-terminated list) and a
  * one-line message starting with "@p fn: " (for NOMEM: with some "tg...: "), and left the context holding @p bytes_before bytes
