@@ -1,0 +1,52 @@
+/*
+ * climsg.c - library errors as one line for the user; see climsg.h.
+ */
+#include "climsg.h"
+
+#include <string.h>
+
+/* Skip `tg_<identifier>: ` at the start of @p s. */
+static const char *skip_fn(const char *s)
+{
+    if (strncmp(s, "tg_", 3))
+        return s;
+    const char *p = s + 3;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')
+        p++;
+    return (p[0] == ':' && p[1] == ' ') ? p + 2 : s;
+}
+
+/* Skip `<path>: ` or `'<path>': ` at the start of @p s. */
+static const char *skip_path(const char *s, const char *path)
+{
+    size_t l = strlen(path);
+    if (!l)
+        return s;
+    if (!strncmp(s, path, l) && s[l] == ':' && s[l + 1] == ' ')
+        return s + l + 2;
+    if (s[0] == '\'' && !strncmp(s + 1, path, l) && s[l + 1] == '\'' && s[l + 2] == ':' &&
+        s[l + 3] == ' ')
+        return s + l + 4;
+    return s;
+}
+
+const char *cli_message(const tg_ctx *ctx, const char *path, char *buf, size_t n)
+{
+    const char *m = ctx ? tg_ctx_message(ctx) : NULL;
+    if (!m || !*m)
+        m = ctx ? tg_status_str(tg_ctx_status(ctx)) : "out of memory";
+    m = skip_fn(m);
+    if (path)
+        m = skip_fn(skip_path(m, path)); /* "f: tg_x: ..." as well as "tg_x: f: ..." */
+    snprintf(buf, n, "%s", m);
+    return buf;
+}
+
+void cli_report(const char *cmd, const char *what, const char *path, const tg_ctx *ctx)
+{
+    char msg[1200];
+    cli_message(ctx, path, msg, sizeof msg);
+    bool show_path = path && !strstr(msg, path);
+    fprintf(stderr, "tgrad %s: %s%s%s%s%s%s\n", cmd, what ? what : "", what ? " " : "",
+            show_path ? "'" : "", show_path ? path : "", show_path ? "': " : "", msg);
+}
