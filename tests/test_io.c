@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -747,30 +748,160 @@ START_TEST(test_st_read_errors)
 }
 END_TEST
 
-/* A pipe has no size: the reader takes it whole first. */
-START_TEST(test_st_read_fifo)
+/* Paths name regular files only: a FIFO without a writer, a device that never ends, a
+ * directory and a socket are refused at once with one line (none of them may hang or read
+ * without limit; before the fix the FIFO blocked forever and /dev/zero was read until memory ran
+ * out). */
+START_TEST(test_read_refuses_non_regular)
 {
     make_tmpdir();
-    bytes want = ref_attn_dot0();
+    tg_ctx *ctx = tg_ctx_new();
     ck_assert_int_eq(mkfifo(tpath("fifo"), 0600), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        FILE *f = fopen(tpath("fifo"), "wb");
-        if (f) {
-            fwrite(want.p, 1, want.n, f);
-            fclose(f);
+    ck_assert_int_eq(mkfifo(tpath("fifo.npy"), 0600), 0);
+    ck_assert_int_eq(symlink("/dev/zero", tpath("zero.st")), 0);
+    struct {
+        const char *path, *kind;
+    } cases[] = {
+        {tpath("fifo"), "a FIFO"},
+        {"/dev/zero", "a character device"},
+        {"/dev/null", "a character device"},
+        {tpath("zero.st"), "a character device"}, /* a link to a device: what it names counts */
+        {tmpdir, "a directory"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char want[600];
+        snprintf(want, sizeof want, "tg_safetensors_read: '%s' is not a regular file (%s)",
+                 cases[i].path, cases[i].kind);
+        tg_ctx_clear_error(ctx);
+        size_t before = tg_ctx_bytes(ctx);
+        ck_assert_ptr_null(tg_safetensors_read(ctx, cases[i].path));
+        ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_IO);
+        ck_assert_str_eq(tg_ctx_message(ctx), want);
+        ck_assert_uint_eq(tg_ctx_bytes(ctx), before);
+        snprintf(want, sizeof want, "tg_npy_read: '%s' is not a regular file (%s)",
+                 cases[i].path, cases[i].kind);
+        tg_ctx_clear_error(ctx);
+        ck_assert_ptr_null(tg_npy_read(ctx, cases[i].path, TG_F32, NULL));
+        ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_IO);
+        ck_assert_str_eq(tg_ctx_message(ctx), want);
+        tg_ctx_clear_error(ctx);
+        ck_assert_int_eq(tg_params_load(ctx, cases[i].path, 0, NULL, true), TG_ERR_IO);
+        ck_assert_ptr_nonnull(strstr(tg_ctx_message(ctx), "is not a regular file"));
+    }
+    /* a FIFO named like an .npy file, with no writer either */
+    tg_ctx_clear_error(ctx);
+    ck_assert_ptr_null(tg_npy_read(ctx, tpath("fifo.npy"), TG_F64, NULL));
+    tu_assert_error(ctx, TG_ERR_IO, "is not a regular file (a FIFO)");
+    tg_ctx_free(ctx);
+    rm_tmpdir();
+}
+END_TEST
+
+/* Write want to the write end of a pipe from a child process (so a large stream cannot fill
+ * the pipe and block the test); returns the read end. */
+static int pipe_from_child(const bytes *want, pid_t *pid)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    *pid = fork();
+    ck_assert_int_ge(*pid, 0);
+    if (*pid == 0) {
+        close(p[0]);
+        size_t off = 0;
+        while (off < want->n) {
+            ssize_t k = write(p[1], want->p + off, want->n - off);
+            if (k <= 0)
+                _exit(1);
+            off += (size_t)k;
         }
         _exit(0);
     }
+    close(p[1]);
+    return p[0];
+}
+
+/* A stream has no size: the descriptor readers take it whole first, up to a limit. */
+START_TEST(test_read_fd_streams)
+{
+    bytes want = ref_attn_dot0();
     tg_ctx *ctx = tg_ctx_new();
-    tg_safetensors *st = tg_safetensors_read(ctx, tpath("fifo"));
+    pid_t pid;
     int wst;
+    /* a pipe, whole */
+    int fd = pipe_from_child(&want, &pid);
+    tg_safetensors *st = tg_safetensors_read_fd(ctx, fd, "<pipe>", 1 << 20);
+    close(fd);
     waitpid(pid, &wst, 0);
     ck_assert_msg(st != NULL, "%s", tg_ctx_message(ctx));
     ck_assert(memcmp(tg_tensor_data(tg_safetensors_find(st, "attn.0")), f32_vals, 24) == 0);
-    tg_ctx_free(ctx);
+    /* exactly at the limit is fine; one byte less is refused, naming the stream and the limit */
+    fd = pipe_from_child(&want, &pid);
+    ck_assert_ptr_nonnull(tg_safetensors_read_fd(ctx, fd, "<pipe>", want.n));
+    close(fd);
+    waitpid(pid, &wst, 0);
+    fd = pipe_from_child(&want, &pid);
+    size_t before = tg_ctx_bytes(ctx);
+    ck_assert_ptr_null(tg_safetensors_read_fd(ctx, fd, "<pipe>", want.n - 1));
+    close(fd);
+    waitpid(pid, &wst, 0);
+    char msg[200];
+    snprintf(msg, sizeof msg,
+             "tg_safetensors_read_fd: <pipe>: the stream holds more than the limit of %zu bytes",
+             want.n - 1);
+    ck_assert_str_eq(tg_ctx_message(ctx), msg);
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_IO);
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), before);
+    /* /dev/zero through the descriptor API: bounded, not read until memory runs out */
+    tg_ctx_clear_error(ctx);
+    fd = open("/dev/zero", O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_ptr_null(tg_safetensors_read_fd(ctx, fd, NULL, 1 << 16));
+    char zl[64];
+    snprintf(zl, sizeof zl, "<fd %d>: the stream holds more", fd);
+    tu_assert_error(ctx, TG_ERR_IO, zl);
+    close(fd);
+    /* an .npy through a pipe; a regular file's descriptor works too, from its position */
+    tg_ctx_clear_error(ctx);
+    bytes nb = {0};
+    tg_tensor *x = tg_const(ctx, TG_F32, TG_DIMS(2, 3), "x");
+    tg_tensor_set_data(x, f32_vals, TG_F32, 6);
+    mem_sink ms = {{0}, 0, 0};
+    tg_writer w = {mem_write, &ms};
+    tg_io_item it = tg_io_item_data(x, NULL);
+    ck_assert_int_eq(tg_npy_write_to(ctx, &w, &it), TG_OK);
+    nb = ms.b;
+    fd = pipe_from_child(&nb, &pid);
+    tg_npy_kind kind = TG_NPY_INT;
+    tg_tensor *r = tg_npy_read_fd(ctx, fd, "<stdin>", 4096, TG_F64, &kind);
+    close(fd);
+    waitpid(pid, &wst, 0);
+    ck_assert_msg(r != NULL, "%s", tg_ctx_message(ctx));
+    ck_assert_int_eq(kind, TG_NPY_FLOAT);
+    tu_assert_data(r, (const double[]){0, 1, 2, 3, 4, 5}, 0);
+    make_tmpdir();
+    write_file(tpath("pre.st"), "junk", 4);
+    FILE *f = fopen(tpath("pre.st"), "ab");
+    fwrite(want.p, 1, want.n, f);
+    fclose(f);
+    fd = open(tpath("pre.st"), O_RDONLY);
+    ck_assert_int_eq(lseek(fd, 4, SEEK_SET), 4);
+    ck_assert_ptr_nonnull(tg_safetensors_read_fd(ctx, fd, "pre.st", 1 << 20));
+    close(fd);
+    /* errors: a bad descriptor, and a non-blocking pipe with nothing in it */
+    ck_assert_ptr_null(tg_npy_read_fd(ctx, -1, NULL, 10, TG_F32, NULL));
+    tu_assert_error(ctx, TG_ERR_ARG, "tg_npy_read_fd: file descriptor -1 is invalid");
+    tg_ctx_clear_error(ctx);
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    ck_assert_ptr_null(tg_safetensors_read_fd(ctx, p[0], "<nb>", 100));
+    tu_assert_error(ctx, TG_ERR_IO, "non-blocking");
+    close(p[0]);
+    close(p[1]);
+    ck_assert_ptr_null(tg_safetensors_read_fd(NULL, 0, NULL, 1));
+    free(nb.p);
     free(want.p);
+    tg_ctx_free(ctx);
     rm_tmpdir();
 }
 END_TEST
@@ -932,7 +1063,7 @@ START_TEST(test_st_atomic_failure)
     ck_assert_uint_gt(total, old.n);
     for (uint64_t lim = 0; lim < total; lim += (lim < 16 ? 1 : 13)) {
         tg_ctx_clear_error(ctx);
-        tg_write_opts o = {true, lim, false};
+        tg_write_opts o = {.inject_write_failure = true, .fail_after_bytes = lim};
         tg_status s = tg_safetensors_write_items(ctx, path, 2, items, 1, &k, &v, &o);
         ck_assert_msg(s == TG_ERR_IO, "limit %llu: %s", (unsigned long long)lim, tg_status_str(s));
         assert_fails(ctx, TG_ERR_IO, "tg_safetensors_write_items: ", "injected");
@@ -946,7 +1077,7 @@ START_TEST(test_st_atomic_failure)
     }
     /* exactly enough room succeeds and gives the stream bytes */
     tg_ctx_clear_error(ctx);
-    tg_write_opts o = {true, total, true};
+    tg_write_opts o = {.inject_write_failure = true, .fail_after_bytes = total, .no_fsync = true};
     ck_assert_int_eq(tg_safetensors_write_items(ctx, path, 2, items, 1, &k, &v, &o), TG_OK);
     bytes now = read_file(path);
     ck_assert_uint_eq(now.n, total);
@@ -962,8 +1093,10 @@ START_TEST(test_st_atomic_failure)
     tg_ctx_clear_error(ctx);
     ck_assert_int_eq(tg_safetensors_write(ctx, tpath("adir"), 1, ts, NULL, 0, NULL, NULL),
                      TG_ERR_IO);
-    assert_fails(ctx, TG_ERR_IO, "tg_safetensors_write: ", "rename onto a directory");
-    ck_assert_ptr_nonnull(strstr(tg_ctx_message(ctx), "rename"));
+    assert_fails(ctx, TG_ERR_IO, "tg_safetensors_write: ", "a directory in the way");
+    /* refused before anything is created (it used to fail only at the rename) */
+    ck_assert_ptr_nonnull(strstr(tg_ctx_message(ctx),
+                                 "adir' is not a regular file (a directory): refusing"));
     ck_assert_int_eq(count_tmp_files(), 0);
 
     /* a failing user writer */
@@ -1391,7 +1524,7 @@ START_TEST(test_npy_writer)
     tg_io_item it = {NULL, TG_F32, 2, (const int64_t[]){5, 8}, big};
     for (uint64_t lim = 0; lim < 128 + 160; lim += 7) {
         tg_ctx_clear_error(ctx);
-        tg_write_opts o = {true, lim, false};
+        tg_write_opts o = {.inject_write_failure = true, .fail_after_bytes = lim};
         ck_assert_int_eq(tg_npy_write_item(ctx, tpath("a.npy"), &it, &o), TG_ERR_IO);
         assert_fails(ctx, TG_ERR_IO, "tg_npy_write_item: ", "injected");
         bytes now = read_file(tpath("a.npy"));
@@ -1529,7 +1662,8 @@ static Suite *io_suite(void)
     tcase_add_test(tc, test_st_dtype_conversions);
     tcase_add_test(tc, test_st_malformed);
     tcase_add_test(tc, test_st_read_errors);
-    tcase_add_test(tc, test_st_read_fifo);
+    tcase_add_test(tc, test_read_refuses_non_regular);
+    tcase_add_test(tc, test_read_fd_streams);
     tcase_add_test(tc, test_st_writer_refusals);
     tcase_add_test(tc, test_st_write_grads);
     tcase_add_test(tc, test_st_atomic_failure);

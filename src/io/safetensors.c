@@ -704,6 +704,25 @@ tg_safetensors *tg_safetensors_read(tg_ctx *ctx, const char *path)
     return st;
 }
 
+tg_safetensors *tg_safetensors_read_fd(tg_ctx *ctx, int fd, const char *label,
+                                       uint64_t max_bytes)
+{
+    static const char fn[] = "tg_safetensors_read_fd";
+    if (!ctx)
+        return NULL;
+    char lb[32];
+    if (!label) {
+        snprintf(lb, sizeof lb, "<fd %d>", fd);
+        label = lb;
+    }
+    tg__src src;
+    if (tg__src_open_fd(ctx, &src, fn, fd, label, max_bytes) != TG_OK)
+        return NULL;
+    tg_safetensors *st = st_read(ctx, &src);
+    tg__src_close(ctx, &src);
+    return st;
+}
+
 tg_safetensors *tg_safetensors_read_mem(tg_ctx *ctx, const void *data, size_t size)
 {
     static const char fn[] = "tg_safetensors_read_mem";
@@ -961,6 +980,17 @@ static tg_status st_write_items(tg_ctx *ctx, const char *fn, const char *path,
     }
     st_out_free(ctx, &o);
     return s;
+}
+
+tg_status tg__st_write_items(tg_ctx *ctx, const char *fn, const char *path, int64_t n,
+                            const tg_io_item *items, int64_t n_meta, const char *const *keys,
+                            const char *const *vals, const tg_write_opts *opts)
+{
+    if (!path || !*path) {
+        tg__err(ctx, TG_ERR_ARG, fn, "path is %s", path ? "empty" : "NULL");
+        return TG_ERR_ARG;
+    }
+    return st_write_items(ctx, fn, path, NULL, n, items, n_meta, keys, vals, opts);
 }
 
 tg_status tg_safetensors_write_items(tg_ctx *ctx, const char *path, int64_t n,
