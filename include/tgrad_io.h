@@ -155,6 +155,9 @@ typedef struct tg_safetensors tg_safetensors;
 
 /** Largest header accepted by the readers, as in the reference implementation (100 MB). */
 #define TG_SAFETENSORS_MAX_HEADER 100000000u
+/** Most `__metadata__` entries accepted by the readers and writers (the reference has no limit;
+ *  real files hold a handful). Bounds the memory a hostile header can make the reader use. */
+#define TG_SAFETENSORS_MAX_META 65536u
 
 /**
  * Read a safetensors file: 8-byte little-endian header length N, N bytes of JSON mapping each
@@ -180,7 +183,10 @@ typedef struct tg_safetensors tg_safetensors;
  *    not a string, shape or data_offsets not arrays of non-negative integers (negative,
  *    fraction or exponent), data_offsets not exactly 2 entries, `__metadata__` not an object
  *    of strings: ::TG_ERR_JSON; a field or `__metadata__` twice, or a metadata key twice:
- *    ::TG_ERR_DUPLICATE; a name or metadata string containing NUL: ::TG_ERR_UNSUPPORTED;
+ *    ::TG_ERR_DUPLICATE; a name or metadata string containing NUL, or more than
+ *    ::TG_SAFETENSORS_MAX_META metadata entries: ::TG_ERR_UNSUPPORTED; more than 1024 tensors
+ *    and more tensors than the data section has bytes (each needs at least one):
+ *    ::TG_ERR_TRUNCATED at once (for fewer tensors that case is reported by check 7);
  * 5. for each tensor in header order: unknown or unreadable dtype (e.g. "F8_E4M3"), rank >
  *    ::TG_MAX_RANK, a dim of 0: ::TG_ERR_UNSUPPORTED; a dim or the element count overflowing
  *    64-bit sizes (or tgrad's tensor limit): ::TG_ERR_OVERFLOW; begin > end or an offset
@@ -192,8 +198,12 @@ typedef struct tg_safetensors tg_safetensors;
  * 9. ranges sorted by offset overlapping: ::TG_ERR_OVERLAP; leaving a hole, or the first not
  *    starting at 0: ::TG_ERR_GAP;
  * 10. bytes after the last range: ::TG_ERR_TRAILING.
- * Also: open/read failure ::TG_ERR_IO (with strerror); allocation failure ::TG_ERR_NOMEM;
- * NULL arguments ::TG_ERR_ARG.
+ * Also: open/read failure, or a path that is not a regular file, ::TG_ERR_IO (with strerror);
+ * allocation failure ::TG_ERR_NOMEM; NULL arguments ::TG_ERR_ARG.
+ * Memory: nothing is allocated for the tensors before every check above has passed, so their
+ * size is bounded by the file's; the parse itself holds the header plus a record per entry.
+ * The worst case is a header of ~1.5 million one-byte tensors, which needs about 13 bytes of
+ * memory per byte of file.
  * Messages look like `tg_safetensors_read: model.st: tensor 'w': data_offsets [0, 20] hold 20
  * bytes but F32 [2, 3] needs 24`.
  *
@@ -251,12 +261,13 @@ TG_API const char *tg_safetensors_meta_get(const tg_safetensors *st, const char 
  * that order to match it exactly). @p n may be 0.
  *
  * Errors (nothing is created on disk for these): ::TG_ERR_ARG (NULL ctx/path/arrays, n < 0,
- * NULL or empty name, name "__metadata__", name or metadata not valid UTF-8, rank out of
- * range, NULL shape for rank > 0, NULL data), ::TG_ERR_DUPLICATE (a name or metadata key
- * twice), ::TG_ERR_DTYPE, ::TG_ERR_SHAPE (dim < 1), ::TG_ERR_OVERFLOW, ::TG_ERR_HEADER_SIZE
- * (header over ::TG_SAFETENSORS_MAX_HEADER), ::TG_ERR_NOMEM. I/O failures: ::TG_ERR_IO with the
- * failing call, the path and strerror() in the message; the temporary file is removed and
- * @p path left as it was.
+ * n_meta over ::TG_SAFETENSORS_MAX_META, NULL or empty name, name "__metadata__", name or
+ * metadata not valid UTF-8, rank out of range, NULL shape for rank > 0, NULL data),
+ * ::TG_ERR_DUPLICATE (a name or metadata key twice), ::TG_ERR_DTYPE, ::TG_ERR_SHAPE (dim < 1),
+ * ::TG_ERR_OVERFLOW, ::TG_ERR_HEADER_SIZE (header over ::TG_SAFETENSORS_MAX_HEADER),
+ * ::TG_ERR_NOMEM, ::TG_ERR_IO (@p path exists and is not a regular file, or a link to one).
+ * I/O failures: ::TG_ERR_IO with the failing step, the path and strerror() in the message;
+ * the temporary file is removed and @p path left as it was (see the file comment).
  * Source: huggingface/safetensors README and `safetensors/src/tensor.rs` (`serialize`).
  *
  * @param meta_keys, meta_values @p n_meta strings each (may be NULL when @p n_meta is 0).
