@@ -383,7 +383,10 @@ START_TEST(test_refuse_non_regular_targets)
             ck_assert(after.st_ino == before.st_ino && after.st_mode == before.st_mode &&
                       after.st_rdev == before.st_rdev);
         }
-        /* and without injection: the same refusal */
+        /* and without injection: the same refusal (never tried on /dev nodes: as root a
+         * regression would replace them; the injected create above cannot) */
+        if (strncmp(cases[i].path, "/dev/", 5) == 0 || strstr(cases[i].path, "null"))
+            continue;
         tg_ctx_clear_error(ctx);
         ck_assert_int_eq(tg_npy_write_item(ctx, cases[i].path, &it, NULL), TG_ERR_IO);
         tu_assert_error(ctx, TG_ERR_IO, cases[i].msg);
