@@ -22,11 +22,13 @@
  *   device)`; the file is opened non-blocking, so nothing can hang. To read a pipe, socket or
  *   any other stream, pass its descriptor to tg_safetensors_read_fd() / tg_npy_read_fd(), which
  *   take an explicit byte limit.
- * - Writers are atomic and crash-safe: after an interruption at any instant (error, SIGKILL,
- *   power loss once the call has returned), @p path holds either the complete old file or the
- *   complete new one, never a mixture. Every call's return value is checked; on any failure
- *   ::TG_ERR_IO is returned with the failing step, @p path and strerror() in the message, the
- *   temporary file is removed and an existing file at @p path is left byte-identical.
+ * - Writers are atomic and crash-safe: after an error, a SIGKILL or a crash at any instant,
+ *   @p path holds either the complete old file or the complete new one, never a mixture; once
+ *   the call has returned ::TG_OK the new file also survives a power loss. Every system call's
+ *   return value is checked; on any failure ::TG_ERR_IO is returned with the failing step,
+ *   @p path and strerror() in the message, the temporary file is removed and an existing file
+ *   at @p path is left byte-identical. (The one step after the replacement, the fsync() of the
+ *   directory, reports its failure with the new file in place and says so.)
  *   How: the data goes to a temporary file in the target's directory, is written, fsync()ed and
  *   closed, then rename()d over the target, and the directory is fsync()ed. On Linux the
  *   temporary is an unnamed `O_TMPFILE` inode, so a process killed while writing leaves nothing
@@ -341,7 +343,8 @@ typedef enum tg_npy_kind {
  * (header longer than ::TG_NPY_MAX_HEADER), ::TG_ERR_TRUNCATED (file ends inside the preamble,
  * header or data), ::TG_ERR_TRAILING (bytes after the data), ::TG_ERR_OVERFLOW (a dim or the
  * shape product overflows), ::TG_ERR_DTYPE (@p want not f32/f64), ::TG_ERR_IO, ::TG_ERR_NOMEM,
- * ::TG_ERR_ARG. Source: NumPy NEP 1 and `numpy.lib.format`.
+ * ::TG_ERR_ARG; ::TG_ERR_IO also for a path that is not a regular file (read a stream with
+ * tg_npy_read_fd()). Source: NumPy NEP 1 and `numpy.lib.format`.
  *
  * @param kind_out if not NULL, receives the file's element kind on success.
  * @return the tensor (owned by @p ctx), or NULL with the status recorded and nothing left

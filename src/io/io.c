@@ -780,8 +780,10 @@ static void clean_stale(int dirfd, const char *base, size_t bl)
     while ((e = readdir(d))) {
         if (!is_tmp_of(e->d_name, base, bl))
             continue;
-        int fd = openat(dirfd, e->d_name,
-                        O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        const int fl = O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+        int fd = openat(dirfd, e->d_name, O_RDONLY | fl);
+        if (fd < 0 && errno == EACCES) /* a temporary of a write-only file (mode kept) */
+            fd = openat(dirfd, e->d_name, O_WRONLY | fl);
         if (fd < 0)
             continue;
         struct stat a, b;
