@@ -155,7 +155,8 @@ TG_API tg_tensor *tg_sinusoidal_encoding(tg_ctx *ctx, tg_dtype dt, int64_t t, in
 /** @name Checkpoints */
 /**@{*/
 /**
- * Save a checkpoint atomically (temporary file in the same directory, fsync, rename): every
+ * Save a checkpoint atomically and crash-safely, leaving no temporary file behind (see the
+ * writers' guarantees in tgrad_io.h; a path that is not a regular file is refused): every
  * parameter of the context under its name, the optimizer state (`adam.m.*`, `adam.v.*` or
  * `sgd.momentum.*`) if @p opt is not NULL, and metadata: the caller's key/value pairs plus
  * `optim.step` and `rng` (the context RNG state, hex). A failure leaves @p path as it was.
@@ -167,9 +168,14 @@ TG_API tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_opti
                                     const char *const *values, const tg_write_opts *opts);
 /**
  * Restore parameters (strictly by name), optimizer state and step, and the context RNG from a
- * parsed checkpoint. Nothing is modified unless every tensor matches.
+ * parsed checkpoint. Nothing is modified unless every tensor matches and the metadata is valid.
+ * The metadata is checked strictly, as written by tg_checkpoint_save(): `optim.step` is decimal
+ * digits only (no sign, space, leading zero or trailing text), 0 to 2^53; `rng` is exactly 64
+ * hex digits, not all zero (the generator's fixed point).
  * Errors: ::TG_ERR_MISMATCH (names or shapes differ: a different config), ::TG_ERR_FORMAT
- * (missing or bad `optim.step` / `rng` metadata).
+ * (missing or malformed `optim.step` / `rng`, e.g. `tg_checkpoint_restore: metadata
+ * 'optim.step' is '-1' (expected a step count: decimal digits, 0 to 9007199254740992)`),
+ * ::TG_ERR_ARG (NULL @p st).
  */
 TG_API tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim *opt);
 /**@}*/
