@@ -25,6 +25,14 @@
 #ifndef TGRAD_H
 #define TGRAD_H
 
+/** @name Version (semantic versioning; the same as `version` in meson.build, checked by a test) */
+/**@{*/
+#define TGRAD_VERSION_MAJOR 0
+#define TGRAD_VERSION_MINOR 1
+#define TGRAD_VERSION_PATCH 0
+#define TGRAD_VERSION_STRING "0.1.0"
+/**@}*/
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
