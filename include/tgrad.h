@@ -25,6 +25,14 @@
 #ifndef TGRAD_H
 #define TGRAD_H
 
+/** @name Version (semantic versioning; the same as `version` in meson.build, checked by a test) */
+/**@{*/
+#define TGRAD_VERSION_MAJOR 0
+#define TGRAD_VERSION_MINOR 1
+#define TGRAD_VERSION_PATCH 0
+#define TGRAD_VERSION_STRING "0.1.0"
+/**@}*/
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -277,7 +285,8 @@ TG_API void tg_zero_grad(tg_tensor *t);
  * -> (batch..., M, N) where batch is the broadcast of both leading dims. Rank >= 2 each.
  * Gradients: dA = dC op(B)^T, dB = op(A)^T dC (summed over broadcast batch dims).
  * Errors: ::TG_ERR_SHAPE (rank < 2, inner dims differ, batch dims not broadcastable).
- * Source: the seeds' `matmul(q, k, transpose_b=True)`.
+ * Source: `matmul(queries, keys, transpose_b=True)` in the tutorials "Scaled dot product
+ * attention" and "How to Implement Multi-Head Attention From Scratch in TensorFlow and Keras".
  */
 TG_API tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a,
                             bool transpose_b);
@@ -330,7 +339,9 @@ TG_API tg_tensor *tg_mean_all(tg_ctx *ctx, tg_tensor *x);
 /** How tg_add_mask() reads its mask. */
 typedef enum tg_mask_kind {
     /** Float bias added to the scores: 0 keeps, -inf blocks, any value shifts. Differentiable
-     *  in the mask too (a learned bias). The seeds' `scores += -1e9 * mask` is
+     *  in the mask too (a learned bias). The Keras tutorials' `scores += -1e9 * mask` ("Scaled
+     *  dot product attention", "How to Implement Multi-Head Attention From Scratch in
+     *  TensorFlow and Keras") is
      *  `tg_add_mask(ctx, s, tg_scale(ctx, m, -1e9), TG_MASK_ADDITIVE)`. */
     TG_MASK_ADDITIVE = 0,
     /** Boolean mask stored as 0/1 (any non-zero = true): true means "this position may not be

@@ -8,6 +8,7 @@
 #ifndef TG_CLIMSG_H
 #define TG_CLIMSG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -17,8 +18,24 @@
  * leading `<path>: ` / `'<path>': ` when @p path is given. Written to @p buf, which is returned. */
 const char *cli_message(const tg_ctx *ctx, const char *path, char *buf, size_t n);
 
-/* Print `tgrad <cmd>: [<what> ]['<path>': ]<message>` to stderr: @p what names the option
+/* The line cli_report() prints, without its `tgrad <cmd>: ` prefix:
+ * `[<what> ]'<path>': <message>`, or `[<what>: ]<message>` when the message already names the
+ * path (so it is printed once).
+ * Written to @p buf, which is returned. For commands that report errors after the fact. */
+const char *cli_format(const char *what, const char *path, const tg_ctx *ctx, char *buf,
+                       size_t n);
+
+/* Print `tgrad <cmd>: ` and the cli_format() line to stderr: @p what names the option
  * ("--weights") or is NULL; the path is printed unless the message already contains it. */
 void cli_report(const char *cmd, const char *what, const char *path, const tg_ctx *ctx);
+
+/*
+ * Is @p path an existing regular file (symbolic links followed)? Checked with stat(), so
+ * nothing is opened: a FIFO without a writer, a terminal or a device is refused without
+ * blocking or side effects (and /dev/zero cannot be read without end). On false, @p err
+ * receives `'<path>': <reason>`, e.g. `'p': is a FIFO, not a regular file` or
+ * `'p': No such file or directory`.
+ */
+bool cli_regular_file(const char *path, char *err, size_t n);
 
 #endif

@@ -53,6 +53,16 @@ static int n_opts(const cli_command *cmd)
     return n;
 }
 
+/* "tgrad train", or "tgrad" for the top level (name NULL or ""). */
+static const char *prog(const cli_command *cmd, char *buf, size_t n)
+{
+    if (!cmd->name || !*cmd->name)
+        snprintf(buf, n, "tgrad");
+    else
+        snprintf(buf, n, "tgrad %s", cmd->name);
+    return buf;
+}
+
 const cli_option *cli_find(const cli_command *cmd, const char *name)
 {
     for (const cli_option *o = cmd->opts; o->name; o++)
@@ -255,7 +265,8 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
     lo[n] = (struct option){"help", no_argument, NULL, 'h'};
     lo[n + 1] = (struct option){NULL, 0, NULL, 0};
 
-    char src[96];
+    char src[96], pg[96];
+    prog(cmd, pg, sizeof pg);
     int open_list = -1; /* CLI_LIST option still taking values */
     optind = 0;         /* full re-initialisation of glibc's getopt */
     opterr = 0;
@@ -274,8 +285,8 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
                 continue;
             }
             if (!cmd->positional) {
-                snprintf(err, err_size, "unexpected argument '%s' (try 'tgrad %s --help')",
-                         optarg, cmd->name);
+                snprintf(err, err_size, "unexpected argument '%s' (try '%s --help')",
+                         optarg, pg);
                 return CLI_ERROR;
             }
             if (cmd->max_positional > 0 && res->n_positional >= cmd->max_positional) {
@@ -295,11 +306,9 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
             return CLI_HELP;
         if (c == '?') {
             if (optopt && optopt < 256)
-                snprintf(err, err_size, "unknown option '-%c' (try 'tgrad %s --help')", optopt,
-                         cmd->name);
+                snprintf(err, err_size, "unknown option '-%c' (try '%s --help')", optopt, pg);
             else
-                snprintf(err, err_size, "unknown option '%s' (try 'tgrad %s --help')", elem,
-                         cmd->name);
+                snprintf(err, err_size, "unknown option '%s' (try '%s --help')", elem, pg);
             return CLI_ERROR;
         }
         if (c == ':') {
@@ -314,8 +323,7 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
             return CLI_ERROR;
         }
         if (c < 256 || c >= 256 + n) {
-            snprintf(err, err_size, "unknown option '%s' (try 'tgrad %s --help')", elem,
-                     cmd->name);
+            snprintf(err, err_size, "unknown option '%s' (try '%s --help')", elem, pg);
             return CLI_ERROR;
         }
         int i = c - 256;
@@ -358,8 +366,7 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
     /* after "--": the rest are positional */
     for (int k = optind; k < argc; k++) {
         if (!cmd->positional) {
-            snprintf(err, err_size, "unexpected argument '%s' (try 'tgrad %s --help')", argv[k],
-                     cmd->name);
+            snprintf(err, err_size, "unexpected argument '%s' (try '%s --help')", argv[k], pg);
             return CLI_ERROR;
         }
         const char **nv = realloc(res->positional, sizeof *nv * (size_t)(res->n_positional + 1));
@@ -370,13 +377,20 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
     }
     if (cmd->positional) {
         if (res->n_positional < cmd->min_positional) {
-            snprintf(err, err_size, "missing %s (try 'tgrad %s --help')", cmd->positional,
-                     cmd->name);
+            snprintf(err, err_size, "missing %s (try '%s --help')", cmd->positional, pg);
             return CLI_ERROR;
         }
         if (cmd->max_positional > 0 && res->n_positional > cmd->max_positional) {
             snprintf(err, err_size, "too many arguments (at most %d %s)", cmd->max_positional,
                      cmd->positional);
+            return CLI_ERROR;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const cli_option *o = &cmd->opts[i];
+        if ((o->flags & CLI_REQUIRED) && !res->given[i]) {
+            snprintf(err, err_size, "missing option '--%s%s%s' (try '%s --help')", o->name,
+                     o->metavar ? " " : "", o->metavar ? o->metavar : "", pg);
             return CLI_ERROR;
         }
     }
@@ -405,7 +419,8 @@ void cli_free(const cli_command *cmd, void *args, cli_result *res)
 
 void cli_help(const cli_command *cmd, FILE *f)
 {
-    fprintf(f, "usage: tgrad %s %s\n", cmd->name, cmd->usage ? cmd->usage : "[options]");
+    char pg[96];
+    fprintf(f, "usage: %s %s\n", prog(cmd, pg, sizeof pg), cmd->usage ? cmd->usage : "[options]");
     if (cmd->description)
         fprintf(f, "\n%s\n", cmd->description);
     const char *group = NULL;
@@ -426,7 +441,7 @@ void cli_help(const cli_command *cmd, FILE *f)
             snprintf(lhs, sizeof lhs, "--%s", o->name);
         else
             snprintf(lhs, sizeof lhs, "--%s %s%s", o->name, mv, o->kind == CLI_LIST ? "..." : "");
-        char range[128] = "";
+        char range[160] = "";
         if (o->kind == CLI_INT && !ints_unbounded(o)) {
             if (o->imax == INT64_MAX)
                 snprintf(range, sizeof range, "  [>= %" PRId64 "]", o->imin);
@@ -436,6 +451,10 @@ void cli_help(const cli_command *cmd, FILE *f)
             char r[100];
             num_range(o, r, sizeof r);
             snprintf(range, sizeof range, "  %s", r);
+        }
+        if (o->flags & CLI_REQUIRED) {
+            size_t l = strlen(range);
+            snprintf(range + l, sizeof range - l, "  (required)");
         }
         if (strlen(lhs) > 24)
             fprintf(f, "  %s\n  %-24s  %s%s\n", lhs, "", o->help ? o->help : "", range);

@@ -38,7 +38,8 @@ typedef enum {
 enum {
     CLI_FMIN_OPEN = 1u << 0, /* CLI_NUM: value must be > fmin */
     CLI_FMAX_OPEN = 1u << 1, /* CLI_NUM: value must be < fmax */
-    CLI_HIDDEN = 1u << 2     /* not shown by --help */
+    CLI_HIDDEN = 1u << 2,    /* not shown by --help */
+    CLI_REQUIRED = 1u << 3   /* cli_parse fails if the option is not given; --help says so */
 };
 
 typedef struct {
@@ -62,7 +63,8 @@ typedef struct cli_option {
 #define CLI_MAX_OPTIONS 64
 
 typedef struct cli_command {
-    const char *name;        /* "train": messages read "tgrad train: ..." */
+    const char *name;        /* "train": messages read "tgrad train: ..." ("" or NULL: the
+                              * top level, "tgrad: ..."; "run sdpa" for a subcommand) */
     const char *usage;       /* after "usage: tgrad <name> " */
     const char *description; /* paragraph(s) printed by --help after the usage line */
     const cli_option *opts;  /* terminated by an entry with name NULL */
