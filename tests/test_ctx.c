@@ -292,6 +292,8 @@ START_TEST(test_first_error_sticks)
     tg_ctx *ctx = tg_ctx_new();
     tg_tensor *a = tg_input(ctx, TG_F64, TG_DIMS(2, 3), "a");
     tg_tensor *b = tg_input(ctx, TG_F64, TG_DIMS(4, 5), "b");
+    tg_tensor *ok = tg_sum_all(ctx, a); /* valid, made before the error */
+    ck_assert_ptr_nonnull(ok);
     ck_assert_ptr_null(tg_matmul(ctx, a, b, false, false));
     tu_assert_error(ctx, TG_ERR_SHAPE, "tg_matmul: inner dims differ");
     char first[512];
@@ -300,9 +302,19 @@ START_TEST(test_first_error_sticks)
     ck_assert_ptr_null(tg_sum(ctx, a, 5, false));
     ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_SHAPE);
     ck_assert_str_eq(tg_ctx_message(ctx), first);
+    /* while it is pending, op builders refuse (nothing is allocated) and keep it */
+    size_t bytes = tg_ctx_bytes(ctx);
+    ck_assert_ptr_null(tg_sum_all(ctx, a));
+    ck_assert_ptr_null(tg_scale(ctx, a, 2.0));
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), bytes);
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_SHAPE);
+    ck_assert_str_eq(tg_ctx_message(ctx), first);
+    /* leaf constructors still work (they hold data), and keep it too */
+    ck_assert_ptr_nonnull(tg_input(ctx, TG_F64, TG_DIMS(2), "late"));
+    ck_assert_ptr_null(tg_input(ctx, TG_F64, TG_DIMS(0), "bad_late"));
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_SHAPE);
+    ck_assert_str_eq(tg_ctx_message(ctx), first);
     /* a graph is never built over a failed builder */
-    tg_tensor *ok = tg_sum_all(ctx, a);
-    ck_assert_ptr_nonnull(ok);
     ck_assert_ptr_null(tg_graph_new(ctx, &ok, 1));
     ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_SHAPE);
     ck_assert_str_eq(tg_ctx_message(ctx), first);
