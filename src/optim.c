@@ -342,8 +342,8 @@ tg_status tg_clip_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params, do
 double tg_lr_warmup_cosine(int64_t step, int64_t total, int64_t warmup, double base,
                            double min_lr)
 {
-    /* Integer arithmetic only on clamped values; differences in double: no overflow for any
-     * int64 inputs (negative step, warmup or total count as 0). */
+    /* Negative step, warmup or total count as 0; then every difference below is of two
+     * non-negative int64 values (no overflow), and total - warmup >= 1 where it divides. */
     if (step < 0)
         step = 0;
     if (warmup < 0)
@@ -354,7 +354,7 @@ double tg_lr_warmup_cosine(int64_t step, int64_t total, int64_t warmup, double b
         return base * ((double)step + 1.0) / (double)warmup;
     if (total <= warmup)
         return base;
-    double progress = ((double)step - (double)warmup) / ((double)total - (double)warmup);
+    double progress = (double)(step - warmup) / (double)(total - warmup);
     if (progress > 1)
         progress = 1;
     return min_lr + 0.5 * (base - min_lr) * (1.0 + cos(3.14159265358979323846 * progress));

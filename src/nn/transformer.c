@@ -92,8 +92,9 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
         return ps;
     m->cfg = *cfg;
     m->tok_emb = tg_param(ctx, dt, TG_DIMS(V, D), "tok_emb.weight");
-    if (m->tok_emb)
-        tg_fill_normal(m->tok_emb, 0, 1);
+    if (!m->tok_emb)
+        return ctx->status; /* stop at the first failure */
+    tg_fill_normal(m->tok_emb, 0, 1);
     if (cfg->pos == TG_POS_LEARNED) {
         m->pos_emb = tg_param(ctx, dt, TG_DIMS(S, D), "pos_emb.weight");
         if (m->pos_emb)
