@@ -486,8 +486,9 @@ typedef struct tg_graph_opts {
      * nan at flat index 17`; tg_graph_anomaly() gives the same as fields. A stopped forward
      * leaves the graph not forwarded (backward refuses until a forward succeeds); a stopped
      * backward leaves every leaf's accumulated gradient as it was. -inf is accepted where it is
-     * the point: in an attention mask (the mask operand of tg_add_mask(), and the reshapes
-     * that shaped it) and in tg_add_mask()'s output. Works for f32 and f64 and every op; off
+     * the point: in an attention mask (the mask operand of tg_add_mask(), and the layout ops
+     * (reshape, transpose, permute, narrow) that shaped it) and in tg_add_mask()'s output (and
+     * layout ops of it); NaN and +inf never are. Works for f32 and f64 and every op; off
      * (the default), it costs nothing and NaN flows through as usual.
      */
     bool detect_anomaly;

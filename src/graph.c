@@ -169,6 +169,13 @@ static bool plan_shared(tg_graph *g, const char *fn)
     return g->arena != NULL;
 }
 
+/* Ops that only move values (a -inf stays a -inf). */
+static bool is_layout(int op)
+{
+    return op == TG_OP_RESHAPE || op == TG_OP_TRANSPOSE || op == TG_OP_PERMUTE ||
+           op == TG_OP_NARROW;
+}
+
 tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs,
                             const tg_graph_opts *opts)
 {
@@ -256,8 +263,9 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
         goto fail;
     if (g->anomaly) {
         /* -inf is the point of an attention mask: allow it in add_mask's output and mask
-         * operand, and through the reshapes that shaped that operand (reverse order: a
-         * reshape is allowed once its consumer is). */
+         * operand, and through the layout ops (which only move values) that shaped that
+         * operand (reverse order: allowed once the consumer is) or that rearrange an allowed
+         * tensor (forward order). */
         g->minf_ok = tg__alloc(ctx, (size_t)g->n, fn);
         if (!g->minf_ok)
             goto fail;
@@ -267,9 +275,14 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
                 g->minf_ok[i] = 1;
                 if (t->src[1])
                     g->minf_ok[t->src[1]->topo] = 1;
-            } else if (t->op == TG_OP_RESHAPE && g->minf_ok[i] && t->src[0]) {
+            } else if (is_layout(t->op) && g->minf_ok[i]) {
                 g->minf_ok[t->src[0]->topo] = 1;
             }
+        }
+        for (int64_t i = 0; i < g->n; i++) {
+            tg_tensor *t = g->nodes[i];
+            if (is_layout(t->op) && g->minf_ok[t->src[0]->topo])
+                g->minf_ok[i] = 1;
         }
     }
     if (g->n_leaves) {

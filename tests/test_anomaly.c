@@ -175,6 +175,17 @@ START_TEST(test_masks_are_not_anomalies)
         ck_assert(isfinite(tg_get(loss, 0)));
         tg_graph_free(g);
     }
+    /* a mask shaped by layout ops, and masked scores rearranged before the softmax */
+    tg_tensor *q = tu_input(ctx, dt, TG_DIMS(2, 4, 3), "q", -1, 1);
+    tg_tensor *mt = tg_const(ctx, dt, TG_DIMS(4, 4), "mt");
+    tg_set(mt, 1, -INFINITY);
+    tg_tensor *sc = tg_matmul(ctx, q, q, false, true);                         /* (2, 4, 4) */
+    sc = tg_add_mask(ctx, sc, tg_transpose(ctx, mt, 0, 1), TG_MASK_ADDITIVE);
+    sc = tg_reshape(ctx, tg_transpose(ctx, sc, 1, 2), TG_DIMS(2, 4, 4));
+    tg_tensor *l2 = tg_sum_all(ctx, tg_matmul(ctx, tg_softmax(ctx, sc), q, false, false));
+    tg_graph *g2 = anomaly_graph(ctx, l2, false);
+    ck_assert_msg(tg_graph_forward(g2) == TG_OK, "%s", tg_ctx_message(ctx));
+    ck_assert_msg(tg_graph_backward(g2, l2, NULL) == TG_OK, "%s", tg_ctx_message(ctx));
     /* NaN in a mask is still an anomaly */
     tg_set(am, 0, NAN);
     tg_graph *g = anomaly_graph(ctx, loss, false);
