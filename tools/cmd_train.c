@@ -383,6 +383,8 @@ static const char *choice_name(const char *option, int i, char *buf, size_t n)
     return buf;
 }
 
+static void end_live(trainer *t);
+
 static bool save_checkpoint(trainer *t, int64_t steps_done)
 {
     const train_args *a = &t->a;
@@ -441,9 +443,9 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     free(m);
     if (!ok) {
         char msg[1200];
-        fprintf(stderr, "%stgrad train: --checkpoint '%s': %s (previous checkpoint kept)\n",
-                t->tty && t->last_len ? "\n" : "", a->checkpoint,
-                cli_message(t->ctx, a->checkpoint, msg, sizeof msg));
+        end_live(t);
+        errf("--checkpoint '%s': %s (previous checkpoint kept)", a->checkpoint,
+             cli_message(t->ctx, a->checkpoint, msg, sizeof msg));
     }
     return ok;
 }
@@ -545,6 +547,15 @@ static void progress(trainer *t, int64_t s, double l, double lr, bool final)
     fflush(stderr);
 }
 
+/* Before an error message: end a live line so the message starts on its own line. */
+static void end_live(trainer *t)
+{
+    if (t->tty && t->last_len) {
+        fputc('\n', stderr);
+        t->last_len = 0;
+    }
+}
+
 /* ---- the loop ----------------------------------------------------------------------------- */
 
 /* Ctrl-C (SIGINT) or SIGTERM: finish the current step, save the checkpoint, print the summary,
@@ -629,6 +640,7 @@ static bool train_step(trainer *t, int64_t step, double lr, double *l)
     if (!set_batch(t) || tg_graph_forward(t->g) != TG_OK ||
         tg_graph_backward(t->g, t->loss, NULL) != TG_OK) {
         char msg[1200];
+        end_live(t);
         errf("step %" PRId64 ": %s", step + 1, cli_message(t->ctx, NULL, msg, sizeof msg));
         return false;
     }
@@ -641,6 +653,7 @@ static bool train_step(trainer *t, int64_t step, double lr, double *l)
         s = tg_optim_step(t->opt, lr);
     if (s != TG_OK || !isfinite(*l)) {
         char msg[1200];
+        end_live(t);
         errf("step %" PRId64 ": non-finite loss or gradients (%s); parameters left unchanged, "
              "stopping", step + 1, isfinite(*l) ? cli_message(t->ctx, NULL, msg, sizeof msg)
                                                  : "loss is not finite");
@@ -682,6 +695,7 @@ static int train_loop(trainer *t)
         if (eval) {
             if (!evaluate(t, &val)) {
                 char msg[1200];
+                end_live(t);
                 errf("evaluation at step %" PRId64 ": %s", step + 1,
                      cli_message(t->ctx, NULL, msg, sizeof msg));
                 return 1;
@@ -778,6 +792,7 @@ static int report(trainer *t)
 {
     const train_args *a = &t->a;
     double wall = now_s() - t->t0;
+    end_live(t);
     if (a->plot && svg_loss_plot(a->plot, &t->train_curve, &t->val_curve,
                                  t->text ? "validation loss" : "held-out loss") != 0) {
         errf("--plot '%s': %s", a->plot, strerror(errno));
