@@ -99,13 +99,13 @@ static bool plan_resume(trainer *t)
     t->start = t->info.step;
     t->best_val = t->info.best_val;
     if (a->stop_after > 0 && a->stop_after <= t->start) {
-        errf("checkpoint is at step %" PRId64 " already; --stop-after %" PRId64
-             " must be later", t->start, a->stop_after);
+        errf("--resume '%s' is at step %" PRId64 " already; --stop-after %" PRId64
+             " must be later", a->resume, t->start, a->stop_after);
         return false;
     }
     if (t->start >= a->steps) {
-        errf("checkpoint is at step %" PRId64 " already; raise --steps (now %" PRId64 ")",
-             t->start, a->steps);
+        errf("--resume '%s' is at step %" PRId64 " already; raise --steps (now %" PRId64 ")",
+             a->resume, t->start, a->steps);
         return false;
     }
     return true;
