@@ -589,6 +589,14 @@ START_TEST(test_fifo_never_blocks)
     ck_assert_int_eq(ftruncate(fd, (off_t)4 << 30), 0);
     close(fd);
     expect_refusal_t("train --text big.txt", "at most", 5);
+    /* a checkpoint bigger than the machine's memory (sparse, 1 TiB): refused by its size */
+    path_of("huge.ckpt", big, sizeof big);
+    fd = open(big, O_WRONLY | O_CREAT, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)1 << 40), 0);
+    close(fd);
+    expect_refusal_t("sample --checkpoint huge.ckpt", "memory", 5);
+    expect_refusal_t("train --text c.txt --resume huge.ckpt", "memory", 5);
 }
 END_TEST
 

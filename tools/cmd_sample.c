@@ -44,7 +44,7 @@ static void fail(const char *fmt, const char *a, const char *b)
 static bool sample_load(sampler *s, const sample_args *a)
 {
     char err[1024];
-    if (!data_check_regular(a->checkpoint, err, sizeof err)) {
+    if (!data_check_regular(a->checkpoint, phys_memory_bytes(), err, sizeof err)) {
         fail("--checkpoint %s%s", err, "");
         return false;
     }

@@ -82,7 +82,7 @@ static bool plan_resume(trainer *t)
 {
     train_args *a = &t->a;
     char err[1200];
-    if (!data_check_regular(a->resume, err, sizeof err)) {
+    if (!data_check_regular(a->resume, phys_memory_bytes(), err, sizeof err)) {
         errf("--resume %s", err);
         return false;
     }

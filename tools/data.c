@@ -22,7 +22,7 @@ static const char *file_kind(mode_t m)
                          : "not a regular file";
 }
 
-bool data_check_regular(const char *path, char *err, size_t err_size)
+bool data_check_regular(const char *path, double max_bytes, char *err, size_t err_size)
 {
     struct stat sb;
     if (stat(path, &sb) != 0) {
@@ -31,6 +31,11 @@ bool data_check_regular(const char *path, char *err, size_t err_size)
     }
     if (!S_ISREG(sb.st_mode)) {
         snprintf(err, err_size, "'%s' is %s, not a regular file", path, file_kind(sb.st_mode));
+        return false;
+    }
+    if (max_bytes > 0 && (double)sb.st_size > max_bytes) {
+        snprintf(err, err_size, "'%s' holds %lld bytes, more than this machine's memory (%.0f "
+                 "bytes)", path, (long long)sb.st_size, max_bytes);
         return false;
     }
     return true;
@@ -111,6 +116,13 @@ static bool read_one(corpus *c, const char *path, const char *real, size_t *cap,
     return true;
 }
 
+static void free_seen(char **seen, int n)
+{
+    for (int i = 0; seen && i < n; i++)
+        free(seen[i]);
+    free(seen);
+}
+
 bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fraction,
                  char *err, size_t err_size)
 {
@@ -119,7 +131,7 @@ bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fr
         snprintf(err, err_size, "validation fraction %g outside [0, 1)", val_fraction);
         return false;
     }
-    char (*seen)[PATH_MAX] = calloc((size_t)n_paths + 1, PATH_MAX);
+    char **seen = calloc((size_t)n_paths + 1, sizeof *seen); /* real paths read so far */
     int n_seen = 0;
     size_t cap = 0;
     const char *a_dir = NULL;
@@ -149,11 +161,15 @@ bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fr
             dup = strcmp(seen[k], real) == 0;
         if (dup)
             continue;
-        memcpy(seen[n_seen++], real, PATH_MAX);
+        if (!(seen[n_seen] = strdup(real))) {
+            snprintf(err, err_size, "out of memory");
+            goto fail;
+        }
+        n_seen++;
         if (!read_one(c, paths[i], real, &cap, err, err_size))
             goto fail;
     }
-    free(seen);
+    free_seen(seen, n_seen);
     seen = NULL;
     if (c->n_files == 0 && a_dir) {
         snprintf(err, err_size, "--text '%s' is a directory; give the files in it (e.g. "
@@ -178,7 +194,7 @@ bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fr
     c->n_train = c->n - (int64_t)((double)c->n * val_fraction);
     return true;
 fail:
-    free(seen);
+    free_seen(seen, n_seen);
     free(c->bytes);
     c->bytes = NULL;
     c->n = 0;

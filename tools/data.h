@@ -34,10 +34,11 @@ typedef struct {
 bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fraction,
                  char *err, size_t err_size);
 void corpus_free(corpus *c);
-/* Is @p path a regular file? (stat only: never blocks.) Otherwise one line in @p err saying what
- * it is ("'p' is a FIFO (named pipe), not a regular file") or why it cannot be read
- * ("'p': No such file or directory"), to follow the option's name. */
-bool data_check_regular(const char *path, char *err, size_t err_size);
+/* Is @p path a regular file of at most @p max_bytes (<= 0: any size)? (stat only: never
+ * blocks.) Otherwise one line in @p err saying what it is ("'p' is a FIFO (named pipe), not a
+ * regular file"), why it cannot be read ("'p': No such file or directory") or how big it is,
+ * to follow the option's name. */
+bool data_check_regular(const char *path, double max_bytes, char *err, size_t err_size);
 
 /* The machine's physical memory in bytes (sysconf), or a huge value if unknown. */
 double phys_memory_bytes(void);
