@@ -34,6 +34,8 @@ bool cli_parse_f64(const char *s, double *out)
         return false;
     if (!(*s == '-' || *s == '.' || (*s >= '0' && *s <= '9')))
         return false; /* no leading space, '+', "inf", "nan" */
+    if (strpbrk(s, "xXpPnNiI"))
+        return false; /* no hex floats ("0x10"), "-inf", "-nan" */
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -42,6 +44,25 @@ bool cli_parse_f64(const char *s, double *out)
     /* ERANGE on underflow gives a tiny or zero value: accept it; overflow gave inf above */
     *out = v;
     return true;
+}
+
+const char *cli_show(const char *s, char *buf, size_t n)
+{
+    if (!n)
+        return buf;
+    size_t w = 0, max = n - 1, i = 0;
+    const size_t keep = 60; /* longer values are cut: "abc..." */
+    for (; s && s[i] && w < max; i++) {
+        if (i == keep && s[i + 1]) {
+            for (int k = 0; k < 3 && w < max; k++)
+                buf[w++] = '.';
+            break;
+        }
+        unsigned char c = (unsigned char)s[i];
+        buf[w++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    buf[w] = 0;
+    return buf;
 }
 
 /* ---- table helpers ----------------------------------------------------------------------- */
@@ -145,7 +166,8 @@ bool cli_set(const cli_command *cmd, const cli_option *o, const char *value, voi
 {
     (void)cmd;
     char *base = (char *)args;
-    char range[128];
+    char range[128], shown[80];
+    const char *vs = cli_show(value, shown, sizeof shown); /* one line, bounded, in messages */
     switch (o->kind) {
     case CLI_FLAG: {
         bool b;
@@ -154,7 +176,7 @@ bool cli_set(const cli_command *cmd, const cli_option *o, const char *value, voi
         else if (!strcmp(value, "0") || !strcmp(value, "false"))
             b = false;
         else {
-            snprintf(err, err_size, "%s '%s': expected 0 or 1", source, value);
+            snprintf(err, err_size, "%s '%s': expected 0 or 1", source, vs);
             return false;
         }
         *(bool *)(base + o->offset) = b;
@@ -167,13 +189,13 @@ bool cli_set(const cli_command *cmd, const cli_option *o, const char *value, voi
             ok = false;
         if (!ok) {
             if (ints_unbounded(o))
-                snprintf(err, err_size, "%s '%s': expected an integer", source, value);
+                snprintf(err, err_size, "%s '%s': expected an integer", source, vs);
             else if (o->imax == INT64_MAX)
                 snprintf(err, err_size, "%s '%s': expected an integer >= %" PRId64, source,
-                         value, o->imin);
+                         vs, o->imin);
             else
                 snprintf(err, err_size, "%s '%s': expected an integer from %" PRId64
-                         " to %" PRId64, source, value, o->imin, o->imax);
+                         " to %" PRId64, source, vs, o->imin, o->imax);
             return false;
         }
         *(int64_t *)(base + o->offset) = v;
@@ -190,10 +212,10 @@ bool cli_set(const cli_command *cmd, const cli_option *o, const char *value, voi
         }
         if (!ok) {
             if (nums_unbounded(o)) {
-                snprintf(err, err_size, "%s '%s': expected a finite number", source, value);
+                snprintf(err, err_size, "%s '%s': expected a finite number", source, vs);
             } else {
                 num_range(o, range, sizeof range);
-                snprintf(err, err_size, "%s '%s': expected a number in %s", source, value, range);
+                snprintf(err, err_size, "%s '%s': expected a number in %s", source, vs, range);
             }
             return false;
         }
@@ -213,7 +235,7 @@ bool cli_set(const cli_command *cmd, const cli_option *o, const char *value, voi
         int i = choice_index(o->choices, value);
         if (i < 0) {
             choice_list(o->choices, range, sizeof range);
-            snprintf(err, err_size, "%s '%s': expected %s", source, value, range);
+            snprintf(err, err_size, "%s '%s': expected %s", source, vs, range);
             return false;
         }
         *(int *)(base + o->offset) = i;
@@ -265,7 +287,7 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
     lo[n] = (struct option){"help", no_argument, NULL, 'h'};
     lo[n + 1] = (struct option){NULL, 0, NULL, 0};
 
-    char src[96], pg[96];
+    char src[96], pg[96], shown[80];
     prog(cmd, pg, sizeof pg);
     int open_list = -1; /* CLI_LIST option still taking values */
     optind = 0;         /* full re-initialisation of glibc's getopt */
@@ -286,11 +308,12 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
             }
             if (!cmd->positional) {
                 snprintf(err, err_size, "unexpected argument '%s' (try '%s --help')",
-                         optarg, pg);
+                         cli_show(optarg, shown, sizeof shown), pg);
                 return CLI_ERROR;
             }
             if (cmd->max_positional > 0 && res->n_positional >= cmd->max_positional) {
-                snprintf(err, err_size, "too many arguments: '%s' (at most %d %s)", optarg,
+                snprintf(err, err_size, "too many arguments: '%s' (at most %d %s)",
+                         cli_show(optarg, shown, sizeof shown),
                          cmd->max_positional, cmd->positional);
                 return CLI_ERROR;
             }
@@ -308,7 +331,8 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
             if (optopt && optopt < 256)
                 snprintf(err, err_size, "unknown option '-%c' (try '%s --help')", optopt, pg);
             else
-                snprintf(err, err_size, "unknown option '%s' (try '%s --help')", elem, pg);
+                snprintf(err, err_size, "unknown option '%s' (try '%s --help')",
+                         cli_show(elem, shown, sizeof shown), pg);
             return CLI_ERROR;
         }
         if (c == ':') {
@@ -319,18 +343,20 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
                 snprintf(err, err_size, "option '--%s' needs a value (%s)", o->name,
                          o->metavar ? o->metavar : "a value");
             else
-                snprintf(err, err_size, "option '%s' needs a value", elem);
+                snprintf(err, err_size, "option '%s' needs a value",
+                         cli_show(elem, shown, sizeof shown));
             return CLI_ERROR;
         }
         if (c < 256 || c >= 256 + n) {
-            snprintf(err, err_size, "unknown option '%s' (try '%s --help')", elem, pg);
+            snprintf(err, err_size, "unknown option '%s' (try '%s --help')",
+                     cli_show(elem, shown, sizeof shown), pg);
             return CLI_ERROR;
         }
         int i = c - 256;
         const cli_option *o = &cmd->opts[i];
         if (!full_name(elem, o->name)) {
             snprintf(err, err_size, "unknown option '%.*s' (did you mean '--%s'?)",
-                     (int)strcspn(elem, "="), elem, o->name);
+                     (int)strcspn(cli_show(elem, shown, sizeof shown), "="), shown, o->name);
             return CLI_ERROR;
         }
         if (res->given[i] && o->kind != CLI_LIST) {
@@ -346,7 +372,8 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
         bool separate = !strchr(elem, '=');
         if (separate && optarg[0] == '-' && optarg[1] == '-' && optarg[2]) {
             snprintf(err, err_size, "option '--%s' needs a value (%s) but got the option '%s'",
-                     o->name, o->metavar ? o->metavar : "a value", optarg);
+                     o->name, o->metavar ? o->metavar : "a value",
+                     cli_show(optarg, shown, sizeof shown));
             return CLI_ERROR;
         }
         if (o->kind == CLI_LIST) {
@@ -366,7 +393,8 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
     /* after "--": the rest are positional */
     for (int k = optind; k < argc; k++) {
         if (!cmd->positional) {
-            snprintf(err, err_size, "unexpected argument '%s' (try '%s --help')", argv[k], pg);
+            snprintf(err, err_size, "unexpected argument '%s' (try '%s --help')",
+                     cli_show(argv[k], shown, sizeof shown), pg);
             return CLI_ERROR;
         }
         const char **nv = realloc(res->positional, sizeof *nv * (size_t)(res->n_positional + 1));
