@@ -24,8 +24,9 @@
  * self.dense2(self.dense1(x))  (dense1 has relu)        tg_ffn_forward(ctx, &ffn, x)
  *
  * Masking: which convention, and why. The tutorial *replaces* a masked score by -1e9
- * (tf.where); the paper (which it quotes) sets it to -inf; the seeds' Keras layers *add*
- * -1e9 * mask. tgrad offers TG_MASK_BLOCK (score becomes -inf: a replacement, like tf.where, with
+ * (tf.where); the paper (which it quotes) sets it to -inf; the Keras layers of "Scaled dot
+ * product attention" and "How to Implement Multi-Head Attention From Scratch in TensorFlow and
+ * Keras" *add* -1e9 * mask. tgrad offers TG_MASK_BLOCK (score becomes -inf: a replacement, like tf.where, with
  * the paper's value) and TG_MASK_ADDITIVE (score + m). This example uses TG_MASK_BLOCK, the
  * closest match to "replace", and also runs the additive form
  * tg_add_mask(s, tg_scale(mask, -1e9), TG_MASK_ADDITIVE) to show that the weights agree: every

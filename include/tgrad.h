@@ -14,6 +14,18 @@
  *   `tg_matmul: inner dims differ: a is (2, 3), b is (4, 5)`); a builder given a NULL input
  *   returns NULL without overwriting the recorded error, so calls chain safely and are checked
  *   once: `tg_add(ctx, tg_matmul(ctx, x, w, false, false), b)`.
+ * - **Errors come in two kinds.** A *build error* (tensor constructors, op builders, module
+ *   init functions, tg_graph_new(), tg_optim_new(), allocation failures) **sticks** until
+ *   tg_ctx_clear_error(): later errors never replace it, and while it is pending every op
+ *   builder, module init function (and the module builders of tgrad_nn.h), tg_graph_new() and
+ *   tg_optim_new() returns NULL (or the pending status) at once without allocating, so a
+ *   failed build stops at its first failure. Leaf constructors (tg_param(), tg_input(),
+ *   tg_const()) still work: they only hold data (inputs to fill, files being read). A *run-time error* (tg_graph_forward(), tg_graph_backward(), tg_optim_step(),
+ *   tg_clip_grad_norm(), the tensor data copies) is reported by the failing call's status, and
+ *   tg_ctx_status() / tg_ctx_message() describe it right after that call; it does **not**
+ *   stick: it never blocks a later build, and it is dropped when the next call that builds or
+ *   runs begins (or by tg_ctx_clear_error()). A run-time error never replaces a pending build
+ *   error.
  * - The context owns all memory; tensors and graphs are borrowed handles that stay valid until
  *   tg_ctx_free().  Library code never aborts, exits or prints on user error.
  * - Broadcasting (add, mul, add_mask, matmul batch dims) is NumPy/PyTorch style: shapes are
@@ -24,6 +36,14 @@
  */
 #ifndef TGRAD_H
 #define TGRAD_H
+
+/** @name Version (semantic versioning; the same as `version` in meson.build, checked by a test) */
+/**@{*/
+#define TGRAD_VERSION_MAJOR 0
+#define TGRAD_VERSION_MINOR 1
+#define TGRAD_VERSION_PATCH 0
+#define TGRAD_VERSION_STRING "0.1.0"
+/**@}*/
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -130,11 +150,16 @@ TG_API tg_ctx *tg_ctx_new_with(const tg_allocator *allocator);
 /** Free the context and every tensor, graph and buffer it owns. NULL is a no-op. */
 TG_API void tg_ctx_free(tg_ctx *ctx);
 
-/** Status of the first error recorded since the last tg_ctx_clear_error() (TG_OK if none). */
+/**
+ * Status of the context's error (TG_OK if none): the pending build error (the first one since
+ * the last tg_ctx_clear_error()) if there is one, else the run-time error of the most recent
+ * call that builds or runs, if that call failed. See "Errors come in two kinds" above.
+ */
 TG_API tg_status tg_ctx_status(const tg_ctx *ctx);
-/** Message of the first recorded error ("" if none). Owned by the context. */
+/** Message of that error ("" if none), one line naming the function, what was given and what
+ *  is allowed. Owned by the context. */
 TG_API const char *tg_ctx_message(const tg_ctx *ctx);
-/** Forget the recorded error. */
+/** Forget the recorded error (build or run-time); building works again. */
 TG_API void tg_ctx_clear_error(tg_ctx *ctx);
 
 /** Threads used by kernels (>= 1). @p n <= 0 restores the default. */
@@ -163,6 +188,18 @@ TG_API bool tg_ctx_training(const tg_ctx *ctx);
 
 /** Bytes currently held by the context from its allocator. */
 TG_API size_t tg_ctx_bytes(const tg_ctx *ctx);
+/**
+ * Cap the bytes the context may hold (tg_ctx_bytes(); 0, the default, means no limit). An
+ * allocation that would take the total beyond @p bytes fails with ::TG_ERR_NOMEM and a message
+ * such as `tg_param: allocating 4000000000 bytes would exceed the memory limit of 1073741824
+ * bytes (12800 in use)`, and module init functions check their whole parameter size against
+ * the limit before allocating anything. Use it to turn a huge configuration into one clear
+ * error instead of swapping or the kernel's OOM killer. A limit below the bytes already held
+ * frees nothing; it only makes later allocations fail.
+ */
+TG_API void tg_ctx_set_memory_limit(tg_ctx *ctx, size_t bytes);
+/** The limit set by tg_ctx_set_memory_limit() (0: none). */
+TG_API size_t tg_ctx_memory_limit(const tg_ctx *ctx);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */
@@ -176,12 +213,17 @@ typedef enum tg_kind {
     TG_KIND_OP         /**< result of an op; computed by the graph */
 } tg_kind;
 
+/** Largest element count of one tensor (2^60 - 1): its byte size fits in 63 bits. */
+#define TG_MAX_NUMEL (INT64_MAX / 8)
+
 /**
  * Create a leaf tensor, zero-filled. @p rank 0..::TG_MAX_RANK, every dim >= 1 (except that a
  * rank-0 tensor has one element). @p name may be NULL (a name like "input3" is generated) and is
  * copied (truncated to ::TG_NAME_MAX - 1 bytes).
- * Errors: ::TG_ERR_ARG (bad rank), ::TG_ERR_SHAPE (dim < 1), ::TG_ERR_DTYPE, ::TG_ERR_NOMEM.
- * Returns NULL on error.
+ * Errors: ::TG_ERR_ARG (bad rank), ::TG_ERR_SHAPE (dim < 1), ::TG_ERR_OVERFLOW (more than
+ * ::TG_MAX_NUMEL elements, or a byte size beyond SIZE_MAX), ::TG_ERR_DTYPE, ::TG_ERR_NOMEM.
+ * Returns NULL on error. Unlike op builders, leaf constructors work while a build error is
+ * pending (the error is kept).
  */
 TG_API tg_tensor *tg_param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
                            const char *name);
@@ -235,7 +277,8 @@ TG_API void *tg_tensor_grad(tg_tensor *t);
 
 /**
  * Copy @p n elements of type @p src_dtype into the tensor, converting to its dtype.
- * Errors: ::TG_ERR_SHAPE if @p n != numel, ::TG_ERR_ARG for NULL, ::TG_ERR_STATE for an op result.
+ * Errors (run-time, see "Errors come in two kinds"): ::TG_ERR_SHAPE if @p n != numel,
+ * ::TG_ERR_ARG for NULL, ::TG_ERR_STATE for an op result.
  */
 TG_API tg_status tg_tensor_set_data(tg_tensor *t, const void *src, tg_dtype src_dtype, size_t n);
 /** Copy the data out as @p dst_dtype. Errors: ::TG_ERR_SHAPE if @p n != numel. */
@@ -277,7 +320,8 @@ TG_API void tg_zero_grad(tg_tensor *t);
  * -> (batch..., M, N) where batch is the broadcast of both leading dims. Rank >= 2 each.
  * Gradients: dA = dC op(B)^T, dB = op(A)^T dC (summed over broadcast batch dims).
  * Errors: ::TG_ERR_SHAPE (rank < 2, inner dims differ, batch dims not broadcastable).
- * Source: the seeds' `matmul(q, k, transpose_b=True)`.
+ * Source: `matmul(queries, keys, transpose_b=True)` in the tutorials "Scaled dot product
+ * attention" and "How to Implement Multi-Head Attention From Scratch in TensorFlow and Keras".
  */
 TG_API tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a,
                             bool transpose_b);
@@ -330,7 +374,9 @@ TG_API tg_tensor *tg_mean_all(tg_ctx *ctx, tg_tensor *x);
 /** How tg_add_mask() reads its mask. */
 typedef enum tg_mask_kind {
     /** Float bias added to the scores: 0 keeps, -inf blocks, any value shifts. Differentiable
-     *  in the mask too (a learned bias). The seeds' `scores += -1e9 * mask` is
+     *  in the mask too (a learned bias). The Keras tutorials' `scores += -1e9 * mask` ("Scaled
+     *  dot product attention", "How to Implement Multi-Head Attention From Scratch in
+     *  TensorFlow and Keras") is
      *  `tg_add_mask(ctx, s, tg_scale(ctx, m, -1e9), TG_MASK_ADDITIVE)`. */
     TG_MASK_ADDITIVE = 0,
     /** Boolean mask stored as 0/1 (any non-zero = true): true means "this position may not be
@@ -423,7 +469,8 @@ TG_API tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *ta
  * sort (no recursion, no size limit). Allocates gradient buffers for every tensor that needs
  * one, so running cannot fail for lack of memory.
  * Errors: ::TG_ERR_ARG (n_outputs < 1 or a NULL output), ::TG_ERR_NOMEM, or the context's
- * recorded build error if one is pending (a graph is never built over a failed builder).
+ * recorded build error if one is pending (a graph is never built over a failed builder). A
+ * run-time error left by an earlier call (a failed forward, say) does not prevent it.
  * Returns NULL on error. Owned by the context.
  */
 TG_API tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs);
@@ -438,6 +485,24 @@ typedef struct tg_graph_opts {
      * unaffected. Results are bitwise identical to the default mode.
      */
     bool share_gradients;
+    /**
+     * NaN/Inf tripwire (PyTorch's `torch.autograd.detect_anomaly`). Forward checks every
+     * node's output in topological order as it is computed, leaves (inputs, parameters,
+     * constants) included; backward checks the upstream gradients it seeds, then after each
+     * backward rule every gradient that rule wrote, in execution order, then that adding this
+     * call's leaf gradients to the accumulated ones stays finite. The first NaN or infinity
+     * stops the call with ::TG_ERR_NONFINITE and a message naming the phase, the op, the
+     * tensor, its shape, the flat index and the value, e.g.
+     * `tg_graph_forward: anomaly in forward: op 'softmax' output 'scores' (2, 4, 12, 12) has
+     * nan at flat index 17`; tg_graph_anomaly() gives the same as fields. A stopped forward
+     * leaves the graph not forwarded (backward refuses until a forward succeeds); a stopped
+     * backward leaves every leaf's accumulated gradient as it was. -inf is accepted where it is
+     * the point: in an attention mask (the mask operand of tg_add_mask(), and the layout ops
+     * (reshape, transpose, permute, narrow) that shaped it) and in tg_add_mask()'s output (and
+     * layout ops of it); NaN and +inf never are. Works for f32 and f64 and every op; off
+     * (the default), it costs nothing and NaN flows through as usual.
+     */
+    bool detect_anomaly;
 } tg_graph_opts;
 
 /** tg_graph_new() with options (@p opts NULL: the defaults). Errors: as tg_graph_new(). */
@@ -460,8 +525,11 @@ TG_API int64_t tg_graph_n_grad_leaves(const tg_graph *g);
 TG_API tg_tensor *tg_graph_grad_leaf(const tg_graph *g, int64_t i);
 
 /** Run every op in topological order. Memory was planned at build, so the only failures are
- *  ::TG_ERR_ARG (NULL graph) and a data check of an op that reads ids from data set after the
- *  build (an out-of-range token id or target: ::TG_ERR_ARG, message names the element). */
+ *  ::TG_ERR_ARG (NULL graph), a data check of an op that reads ids from data set after the
+ *  build (an out-of-range token id or target: ::TG_ERR_ARG, message names the element), and,
+ *  with tg_graph_opts::detect_anomaly, ::TG_ERR_NONFINITE. These are run-time errors: they do
+ *  not stick (see "Errors come in two kinds"), so fixing the data and building or running
+ *  again works without tg_ctx_clear_error(). */
 TG_API tg_status tg_graph_forward(tg_graph *g);
 /**
  * Reverse-mode autodiff from @p y (one of the graph's tensors). With @p dy NULL, @p y must have
@@ -471,9 +539,11 @@ TG_API tg_status tg_graph_forward(tg_graph *g);
  * gradients **accumulate** exactly as PyTorch's `grad += new_grad` (this call's gradient is
  * computed apart and then added, so two identical calls give exactly twice one); gradients of
  * intermediate tensors are reset by each call. Call tg_graph_zero_grad() between steps.
- * Errors: ::TG_ERR_STATE (forward not run), ::TG_ERR_SHAPE (dy or y mismatched, y not scalar
- * with dy NULL), ::TG_ERR_ARG (y not in the graph, or, with shared gradients, not an output),
- * ::TG_ERR_NOGRAD (y does not require grad).
+ * Errors (run-time: they do not stick): ::TG_ERR_STATE (forward not run, or the last forward
+ * failed), ::TG_ERR_SHAPE (dy or y mismatched, y not scalar with dy NULL), ::TG_ERR_ARG (y not
+ * in the graph, or, with shared gradients, not an output; dy of another context),
+ * ::TG_ERR_NOGRAD (y does not require grad), ::TG_ERR_NONFINITE (tg_graph_opts::detect_anomaly
+ * found a NaN or infinity). A failed call changes no leaf gradient.
  */
 TG_API tg_status tg_graph_backward(tg_graph *g, tg_tensor *y, const tg_tensor *dy);
 /** Like tg_graph_backward() with several seeded outputs at once; dys[i] NULL seeds 1. */
@@ -481,6 +551,39 @@ TG_API tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *y
                                          const tg_tensor *const *dys);
 /** Zero the gradients of every leaf in the graph. */
 TG_API void tg_graph_zero_grad(tg_graph *g);
+
+/** Which run found a NaN or infinity (tg_graph_opts::detect_anomaly). */
+typedef enum tg_anomaly_phase {
+    TG_ANOMALY_NONE = 0,     /**< the last run found none (or the tripwire is off) */
+    TG_ANOMALY_FORWARD = 1,  /**< tg_graph_forward() */
+    TG_ANOMALY_BACKWARD = 2  /**< tg_graph_backward() / tg_graph_backward_multi() */
+} tg_anomaly_phase;
+
+/** The first non-finite value the tripwire found (see tg_graph_anomaly()). */
+typedef struct tg_anomaly_report {
+    tg_anomaly_phase phase;
+    /** Forward: the registry name of the op that computed the value ("softmax"), or "input",
+     *  "parameter", "constant" for a leaf. Backward: the op whose backward rule wrote the
+     *  gradient, or "upstream" (the seed of an output: the caller's dy) or "accumulated" (adding
+     *  this call's leaf gradient to the accumulated one overflows). */
+    char op[32];
+    /** Forward: the tensor holding the value. Backward: the tensor whose gradient holds it. */
+    char tensor[TG_NAME_MAX];
+    /** Backward, written by a rule: the output of the op whose rule ran ("" otherwise). */
+    char writer[TG_NAME_MAX];
+    int rank;                      /**< rank of that tensor */
+    int64_t shape[TG_MAX_RANK];    /**< its shape, outermost first (unused entries 1) */
+    int64_t index;                 /**< flat row-major index of the value */
+    double value;                  /**< the value (NaN, +inf or -inf) */
+    char message[512];             /**< the one-line message the call recorded */
+} tg_anomaly_report;
+
+/**
+ * What the tripwire found in @p g's most recent forward or backward run (phase
+ * ::TG_ANOMALY_NONE if that run found nothing, or detect_anomaly is off). Stays valid until
+ * the next run of @p g. Errors: ::TG_ERR_ARG for NULL.
+ */
+TG_API tg_status tg_graph_anomaly(const tg_graph *g, tg_anomaly_report *report);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */

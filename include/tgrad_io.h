@@ -16,14 +16,38 @@
  * - Everything a reader returns (tensors, names, metadata strings, the ::tg_safetensors record)
  *   is owned by the context and stays valid until tg_ctx_free(). On failure nothing stays
  *   allocated: the context holds the same number of bytes as before the call.
- * - Writers are atomic: the file is written to a temporary file in the same directory
- *   (`path + ".tmp.XXXXXX"`, created with mkstemp()), flushed, fsync()ed and closed with every
- *   return value checked, then rename()d over @p path (and the directory fsync()ed, best
- *   effort). On any failure the temporary file is removed, an existing file at @p path is left
- *   untouched and ::TG_ERR_IO is returned with the failing call and strerror() in the message.
- *   Arguments are validated before the temporary file is created, so a refused call leaves no
- *   trace on disk. The new file gets the mode of the file it replaces, or 0644; a symbolic link
- *   at @p path is replaced, not followed.
+ * - Readers given a path read only regular files. A directory, device (`/dev/zero` never
+ *   ends), FIFO (which may never get a writer), or socket is refused at once with ::TG_ERR_IO
+ *   and one line, e.g. `tg_safetensors_read: '/dev/zero' is not a regular file (a character
+ *   device)`; the file is opened non-blocking, so nothing can hang. To read a pipe, socket or
+ *   any other stream, pass its descriptor to tg_safetensors_read_fd() / tg_npy_read_fd(), which
+ *   take an explicit byte limit.
+ * - Writers are atomic and crash-safe: after an error, a SIGKILL or a crash at any instant,
+ *   @p path holds either the complete old file or the complete new one, never a mixture; once
+ *   the call has returned ::TG_OK the new file also survives a power loss. Every system call's
+ *   return value is checked; on any failure ::TG_ERR_IO is returned with the failing step,
+ *   @p path and strerror() in the message, the temporary file is removed and an existing file
+ *   at @p path is left byte-identical. (The one step after the replacement, the fsync() of the
+ *   directory, reports its failure with the new file in place and says so.)
+ *   How: the data goes to a temporary file in the target's directory, is written, fsync()ed and
+ *   closed, then rename()d over the target, and the directory is fsync()ed. On Linux the
+ *   temporary is an unnamed `O_TMPFILE` inode, so a process killed while writing leaves nothing
+ *   behind; it gets the name `<basename>.tmp.XXXXXX` (X in [A-Za-z0-9]) only for the instant
+ *   between its linkat() and the rename(). Where `O_TMPFILE` is unavailable (other systems, some
+ *   file systems) the temporary has that name from the start. Either way the writer holds an
+ *   flock() on its temporary from creation to rename, and every save first removes the
+ *   temporaries `<basename>.tmp.XXXXXX` next to its target whose lock it can take: those left by
+ *   killed writers. A concurrent save of the same path holds its lock and is never disturbed.
+ *   So a kill leaves at most one temporary per path, and the next save to that path removes it.
+ * - Writers replace only regular files. If @p path is a directory, device, FIFO or socket, the
+ *   call fails with ::TG_ERR_IO ("'/dev/full' is not a regular file (a character device):
+ *   refusing to replace it") before anything is created or renamed. A symbolic link is written
+ *   through: the kernel follows it (so `fs.protected_symlinks` applies) and the regular file it
+ *   names is replaced atomically in that file's own directory, the link itself staying in
+ *   place; a link to anything else, or to nothing, is refused the same way.
+ * - Arguments are validated before the temporary file is created, so a refused call leaves no
+ *   trace on disk. A new file gets mode 0666 minus the process umask, as fopen() would give; a
+ *   replaced file keeps its mode.
  * - All multi-byte values are little-endian on disk whatever the host's byte order.
  *
  * Format sources:
@@ -80,8 +104,24 @@ typedef struct tg_writer {
 } tg_writer;
 
 /**
+ * A step of an atomic save, for fault injection (::tg_write_opts::fail_step). The steps run in
+ * this order; every one before ::TG_WRITE_STEP_DIR_FSYNC leaves the old file untouched.
+ */
+typedef enum tg_write_step {
+    TG_WRITE_STEP_NONE = 0,  /**< no injected failure */
+    TG_WRITE_STEP_CREATE,    /**< creating the temporary file */
+    TG_WRITE_STEP_WRITE,     /**< the write(2) call number ::tg_write_opts::fail_at (0 = first);
+                                  the data goes through a 64 KiB buffer, larger pieces directly */
+    TG_WRITE_STEP_FSYNC,     /**< fsync(2) of the temporary file */
+    TG_WRITE_STEP_CLOSE,     /**< close(2) of the temporary file (it is really closed) */
+    TG_WRITE_STEP_RENAME,    /**< rename(2) of the temporary over the target */
+    TG_WRITE_STEP_DIR_FSYNC  /**< fsync(2) of the directory, after the rename: the call fails
+                                  with the new file in place, and its message says so */
+} tg_write_step;
+
+/**
  * Options of the path-based (atomic) writers. A zero-initialised struct (or a NULL pointer)
- * means the defaults.
+ * means the defaults. Fields may be added at the end; initialise with `{0}` or memset.
  */
 typedef struct tg_write_opts {
     /** For tests: if true, the write of the temporary file fails with ENOSPC once
@@ -90,8 +130,20 @@ typedef struct tg_write_opts {
      *  ::TG_ERR_IO returned) can be exercised without special file systems or privileges. */
     bool inject_write_failure;
     uint64_t fail_after_bytes;
-    /** Skip fsync() of the file and of its directory (faster, not crash-safe). */
+    /** Skip fsync() of the file and of its directory (faster, not crash-safe). The fsync steps
+     *  are then not taken, so failures injected into them never happen. */
     bool no_fsync;
+    /** For tests: make this step fail with @c fail_errno (0 means EIO), as the system call
+     *  would: the call returns ::TG_ERR_IO naming @p path and the step. */
+    tg_write_step fail_step;
+    /** For ::TG_WRITE_STEP_WRITE: index of the write(2) call that fails (0 = the first). A save
+     *  making fewer calls succeeds, so a test can raise it until the save succeeds. */
+    uint64_t fail_at;
+    /** errno value of the injected failure, e.g. EIO or ENOSPC (0: EIO). */
+    int fail_errno;
+    /** For tests: use a named temporary file even where `O_TMPFILE` works (the fallback path
+     *  other systems take). */
+    bool no_tmpfile;
 } tg_write_opts;
 /**@}*/
 
@@ -105,6 +157,9 @@ typedef struct tg_safetensors tg_safetensors;
 
 /** Largest header accepted by the readers, as in the reference implementation (100 MB). */
 #define TG_SAFETENSORS_MAX_HEADER 100000000u
+/** Most `__metadata__` entries accepted by the readers and writers (the reference has no limit;
+ *  real files hold a handful). Bounds the memory a hostile header can make the reader use. */
+#define TG_SAFETENSORS_MAX_META 65536u
 
 /**
  * Read a safetensors file: 8-byte little-endian header length N, N bytes of JSON mapping each
@@ -130,7 +185,10 @@ typedef struct tg_safetensors tg_safetensors;
  *    not a string, shape or data_offsets not arrays of non-negative integers (negative,
  *    fraction or exponent), data_offsets not exactly 2 entries, `__metadata__` not an object
  *    of strings: ::TG_ERR_JSON; a field or `__metadata__` twice, or a metadata key twice:
- *    ::TG_ERR_DUPLICATE; a name or metadata string containing NUL: ::TG_ERR_UNSUPPORTED;
+ *    ::TG_ERR_DUPLICATE; a name or metadata string containing NUL, or more than
+ *    ::TG_SAFETENSORS_MAX_META metadata entries: ::TG_ERR_UNSUPPORTED; more than 1024 tensors
+ *    and more tensors than the data section has bytes (each needs at least one):
+ *    ::TG_ERR_TRUNCATED at once (for fewer tensors that case is reported by check 7);
  * 5. for each tensor in header order: unknown or unreadable dtype (e.g. "F8_E4M3"), rank >
  *    ::TG_MAX_RANK, a dim of 0: ::TG_ERR_UNSUPPORTED; a dim or the element count overflowing
  *    64-bit sizes (or tgrad's tensor limit): ::TG_ERR_OVERFLOW; begin > end or an offset
@@ -142,8 +200,12 @@ typedef struct tg_safetensors tg_safetensors;
  * 9. ranges sorted by offset overlapping: ::TG_ERR_OVERLAP; leaving a hole, or the first not
  *    starting at 0: ::TG_ERR_GAP;
  * 10. bytes after the last range: ::TG_ERR_TRAILING.
- * Also: open/read failure ::TG_ERR_IO (with strerror); allocation failure ::TG_ERR_NOMEM;
- * NULL arguments ::TG_ERR_ARG.
+ * Also: open/read failure, or a path that is not a regular file, ::TG_ERR_IO (with strerror);
+ * allocation failure ::TG_ERR_NOMEM; NULL arguments ::TG_ERR_ARG.
+ * Memory: nothing is allocated for the tensors before every check above has passed, so their
+ * size is bounded by the file's; the parse itself holds the header plus a record per entry.
+ * The worst case is a header of ~1.5 million one-byte tensors, which needs about 13 bytes of
+ * memory per byte of file.
  * Messages look like `tg_safetensors_read: model.st: tensor 'w': data_offsets [0, 20] hold 20
  * bytes but F32 [2, 3] needs 24`.
  *
@@ -154,6 +216,19 @@ TG_API tg_safetensors *tg_safetensors_read(tg_ctx *ctx, const char *path);
 /** Like tg_safetensors_read() from @p size bytes at @p data (borrowed, only read during the
  *  call). Messages name the file "<memory>". */
 TG_API tg_safetensors *tg_safetensors_read_mem(tg_ctx *ctx, const void *data, size_t size);
+/**
+ * Like tg_safetensors_read() from an open descriptor of any kind (a pipe, socket, terminal or
+ * regular file), read from its current position to its end. This is the way to read a stream:
+ * the path-based readers refuse anything but regular files. The stream is read whole into
+ * memory first, at most @p max_bytes of it: a stream holding more is refused with ::TG_ERR_IO
+ * (`<label>: the stream holds more than the limit of N bytes`), so `/dev/zero` cannot exhaust
+ * memory. The read blocks until the writer closes its end; a non-blocking descriptor with no
+ * data ready fails with ::TG_ERR_IO. @p fd is not closed.
+ * @param label names the stream in messages, e.g. "<stdin>" (NULL: "<fd N>"); borrowed.
+ * Errors: those of tg_safetensors_read(); ::TG_ERR_ARG for fd < 0.
+ */
+TG_API tg_safetensors *tg_safetensors_read_fd(tg_ctx *ctx, int fd, const char *label,
+                                              uint64_t max_bytes);
 
 /** Number of tensors (not counting `__metadata__`); 0 for NULL. */
 TG_API int64_t tg_safetensors_count(const tg_safetensors *st);
@@ -188,12 +263,13 @@ TG_API const char *tg_safetensors_meta_get(const tg_safetensors *st, const char 
  * that order to match it exactly). @p n may be 0.
  *
  * Errors (nothing is created on disk for these): ::TG_ERR_ARG (NULL ctx/path/arrays, n < 0,
- * NULL or empty name, name "__metadata__", name or metadata not valid UTF-8, rank out of
- * range, NULL shape for rank > 0, NULL data), ::TG_ERR_DUPLICATE (a name or metadata key
- * twice), ::TG_ERR_DTYPE, ::TG_ERR_SHAPE (dim < 1), ::TG_ERR_OVERFLOW, ::TG_ERR_HEADER_SIZE
- * (header over ::TG_SAFETENSORS_MAX_HEADER), ::TG_ERR_NOMEM. I/O failures: ::TG_ERR_IO with the
- * failing call, the path and strerror() in the message; the temporary file is removed and
- * @p path left as it was.
+ * n_meta over ::TG_SAFETENSORS_MAX_META, NULL or empty name, name "__metadata__", name or
+ * metadata not valid UTF-8, rank out of range, NULL shape for rank > 0, NULL data),
+ * ::TG_ERR_DUPLICATE (a name or metadata key twice), ::TG_ERR_DTYPE, ::TG_ERR_SHAPE (dim < 1),
+ * ::TG_ERR_OVERFLOW, ::TG_ERR_HEADER_SIZE (header over ::TG_SAFETENSORS_MAX_HEADER),
+ * ::TG_ERR_NOMEM, ::TG_ERR_IO (@p path exists and is not a regular file, or a link to one).
+ * I/O failures: ::TG_ERR_IO with the failing step, the path and strerror() in the message;
+ * the temporary file is removed and @p path left as it was (see the file comment).
  * Source: huggingface/safetensors README and `safetensors/src/tensor.rs` (`serialize`).
  *
  * @param meta_keys, meta_values @p n_meta strings each (may be NULL when @p n_meta is 0).
@@ -267,7 +343,8 @@ typedef enum tg_npy_kind {
  * (header longer than ::TG_NPY_MAX_HEADER), ::TG_ERR_TRUNCATED (file ends inside the preamble,
  * header or data), ::TG_ERR_TRAILING (bytes after the data), ::TG_ERR_OVERFLOW (a dim or the
  * shape product overflows), ::TG_ERR_DTYPE (@p want not f32/f64), ::TG_ERR_IO, ::TG_ERR_NOMEM,
- * ::TG_ERR_ARG. Source: NumPy NEP 1 and `numpy.lib.format`.
+ * ::TG_ERR_ARG; ::TG_ERR_IO also for a path that is not a regular file (read a stream with
+ * tg_npy_read_fd()). Source: NumPy NEP 1 and `numpy.lib.format`.
  *
  * @param kind_out if not NULL, receives the file's element kind on success.
  * @return the tensor (owned by @p ctx), or NULL with the status recorded and nothing left
@@ -278,6 +355,10 @@ TG_API tg_tensor *tg_npy_read(tg_ctx *ctx, const char *path, tg_dtype want,
 /** Like tg_npy_read() from @p size bytes at @p data; the tensor gets a generated name. */
 TG_API tg_tensor *tg_npy_read_mem(tg_ctx *ctx, const void *data, size_t size, tg_dtype want,
                                   tg_npy_kind *kind_out);
+/** Like tg_npy_read() from an open descriptor of any kind, read to its end, at most
+ *  @p max_bytes (see tg_safetensors_read_fd()); the tensor gets a generated name. */
+TG_API tg_tensor *tg_npy_read_fd(tg_ctx *ctx, int fd, const char *label, uint64_t max_bytes,
+                                 tg_dtype want, tg_npy_kind *kind_out);
 
 /**
  * Write tensor @p t's values as a version 1.0 .npy file ('<f4' or '<f8', C order), atomically.

@@ -59,7 +59,8 @@ typedef struct tg_attn_masks {
 
 /**
  * Causal (look-ahead) mask as a ::TG_MASK_BLOCK constant: m[i][j] = 1 if j > i else 0.
- * Shapes: -> (T_q, T_k). Errors: ::TG_ERR_SHAPE if a size < 1. Owned by the context.
+ * Shapes: -> (T_q, T_k). Errors: ::TG_ERR_SHAPE if a size < 1 or T_q T_k is more than
+ * ::TG_MAX_NUMEL, ::TG_ERR_NOMEM. Owned by the context.
  * Source: Vaswani et al. 2017, sec. 3.2.3 ("masking out ... illegal connections").
  */
 TG_API tg_tensor *tg_causal_mask(tg_ctx *ctx, tg_dtype dt, int64_t t_q, int64_t t_k);
@@ -94,7 +95,11 @@ typedef struct tg_mha {
  * `<prefix>out_proj.weight`, `<prefix>out_proj.bias` (prefix may be NULL or ""), initialised as
  * PyTorch: xavier-uniform in_proj_weight (bound sqrt(6 / (D + 3D))), zero biases,
  * out_proj.weight uniform(+-1/sqrt(D)) (nn.Linear's kaiming-uniform with a = sqrt 5).
- * Errors: ::TG_ERR_ARG (d_model or n_heads < 1, n_heads not dividing d_model), ::TG_ERR_NOMEM.
+ * Errors: ::TG_ERR_ARG (m NULL: nothing recorded; d_model or n_heads < 1, n_heads not dividing d_model, d_model
+ * so large that in_proj_weight (3D, D) would hold more than ::TG_MAX_NUMEL elements),
+ * ::TG_ERR_NOMEM (allocation failed, or the parameters would exceed the context's memory
+ * limit: checked before anything is allocated), or the pending build error (nothing is
+ * allocated while one is pending; see "Errors come in two kinds" in tgrad.h).
  */
 TG_API tg_status tg_mha_init(tg_ctx *ctx, tg_mha *m, tg_dtype dt, int64_t d_model,
                              int64_t n_heads, const char *prefix);
@@ -127,7 +132,8 @@ typedef struct tg_ffn {
 /**
  * Create FFN parameters `<prefix>linear1.weight`, `.bias`, `<prefix>linear2.weight`, `.bias`,
  * initialised as nn.Linear (weight and bias uniform(+-1/sqrt(fan_in))).
- * Errors: ::TG_ERR_ARG (sizes < 1, unknown activation), ::TG_ERR_NOMEM.
+ * Errors: ::TG_ERR_ARG (f NULL: nothing recorded; sizes < 1, unknown activation, linear1.weight (F, D) more than
+ * ::TG_MAX_NUMEL elements), ::TG_ERR_NOMEM (as tg_mha_init()), or the pending build error.
  */
 TG_API tg_status tg_ffn_init(tg_ctx *ctx, tg_ffn *f, tg_dtype dt, int64_t d_model, int64_t d_ff,
                              tg_activation act, const char *prefix);
@@ -170,7 +176,8 @@ typedef struct tg_encoder_layer {
  * `linear1.bias (F)`, `linear2.weight (D, F)`, `linear2.bias (D)`, `norm1.weight (D)`,
  * `norm1.bias (D)`, `norm2.weight (D)`, `norm2.bias (D)`; PyTorch default initialisation.
  * Errors: ::TG_ERR_ARG (bad config: sizes, heads not dividing d_model, eps < 0, dropout
- * outside [0, 1)), ::TG_ERR_NOMEM.
+ * outside [0, 1), a parameter more than ::TG_MAX_NUMEL elements), ::TG_ERR_NOMEM (as
+ * tg_mha_init()), or the pending build error. Stops at its first failure.
  */
 TG_API tg_status tg_encoder_layer_init(tg_ctx *ctx, tg_encoder_layer *l, tg_dtype dt,
                                        const tg_encoder_config *cfg, const char *prefix);

@@ -130,9 +130,19 @@ typedef struct tg_transformer {
     tg_tensor *head_b;    /**< (V) `head.bias` */
 } tg_transformer;
 
+/** Most encoder layers tg_transformer_init() accepts. */
+#define TG_TRANSFORMER_MAX_LAYERS 65536
+
 /**
  * Create the model's parameters (PyTorch default initialisation; embeddings N(0, 1) as
- * nn.Embedding). Errors: ::TG_ERR_ARG (bad config), ::TG_ERR_NOMEM.
+ * nn.Embedding). Every size is checked before anything is allocated: each parameter must hold
+ * at most ::TG_MAX_NUMEL elements (e.g. `self_attn.in_proj_weight (3 d_model, d_model)`), their
+ * total bytes must fit in size_t and, if tg_ctx_set_memory_limit() set one, within the limit,
+ * so a huge configuration fails at once with one message naming the value. A failure stops the
+ * build at once (nothing more is allocated). Errors: ::TG_ERR_ARG (bad config: vocab_size,
+ * max_seq_len, d_model < 1, n_layers < 0 or > ::TG_TRANSFORMER_MAX_LAYERS, a layer config
+ * tg_encoder_layer_init() refuses, sizes too large), ::TG_ERR_NOMEM (allocation failed or the
+ * memory limit would be exceeded), or the pending build error.
  */
 TG_API tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
                                      const tg_transformer_config *cfg);
@@ -147,6 +157,7 @@ TG_API tg_tensor *tg_transformer_forward(tg_ctx *ctx, const tg_transformer *m, t
 /**
  * The sinusoidal encoding of Vaswani et al. 2017, sec. 3.5 as a constant:
  * PE[t, 2i] = sin(t / 10000^(2i/D)), PE[t, 2i+1] = cos(t / 10000^(2i/D)). Shapes: -> (T, D).
+ * Errors: ::TG_ERR_SHAPE (t or d < 1, or t d more than ::TG_MAX_NUMEL), ::TG_ERR_NOMEM.
  */
 TG_API tg_tensor *tg_sinusoidal_encoding(tg_ctx *ctx, tg_dtype dt, int64_t t, int64_t d);
 /**@}*/
@@ -155,7 +166,8 @@ TG_API tg_tensor *tg_sinusoidal_encoding(tg_ctx *ctx, tg_dtype dt, int64_t t, in
 /** @name Checkpoints */
 /**@{*/
 /**
- * Save a checkpoint atomically (temporary file in the same directory, fsync, rename): every
+ * Save a checkpoint atomically and crash-safely, leaving no temporary file behind (see the
+ * writers' guarantees in tgrad_io.h; a path that is not a regular file is refused): every
  * parameter of the context under its name, the optimizer state (`adam.m.*`, `adam.v.*` or
  * `sgd.momentum.*`) if @p opt is not NULL, and metadata: the caller's key/value pairs plus
  * `optim.step` and `rng` (the context RNG state, hex). A failure leaves @p path as it was.
@@ -167,9 +179,14 @@ TG_API tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_opti
                                     const char *const *values, const tg_write_opts *opts);
 /**
  * Restore parameters (strictly by name), optimizer state and step, and the context RNG from a
- * parsed checkpoint. Nothing is modified unless every tensor matches.
+ * parsed checkpoint. Nothing is modified unless every tensor matches and the metadata is valid.
+ * The metadata is checked strictly, as written by tg_checkpoint_save(): `optim.step` is decimal
+ * digits only (no sign, space, leading zero or trailing text), 0 to 2^53; `rng` is exactly 64
+ * hex digits, not all zero (the generator's fixed point).
  * Errors: ::TG_ERR_MISMATCH (names or shapes differ: a different config), ::TG_ERR_FORMAT
- * (missing or bad `optim.step` / `rng` metadata).
+ * (missing or malformed `optim.step` / `rng`, e.g. `tg_checkpoint_restore: metadata
+ * 'optim.step' is '-1' (expected a step count: decimal digits, 0 to 9007199254740992)`),
+ * ::TG_ERR_ARG (NULL @p st).
  */
 TG_API tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim *opt);
 /**@}*/

@@ -40,7 +40,7 @@ tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *targets,
     y->requires_grad = logits->requires_grad;
     y->p.xent.ignore_index = ignore_index;
     int64_t R = targets->numel;
-    if (!tg__op_save(y, sizeof(xent_saved) + 2 * sizeof(double) * (size_t)R))
+    if (!tg__op_save_n(y, R, 2 * sizeof(double), sizeof(xent_saved)))
         return NULL;
     xent_saved *s = y->saved;
     s->lse = (double *)(s + 1);
@@ -57,7 +57,7 @@ tg_status tg__xent_check(tg_tensor *y)
         if (v == (double)y->p.xent.ignore_index)
             continue;
         if (!(v >= 0 && v < (double)V && v == floor(v))) {
-            tg__err(y->ctx, TG_ERR_ARG, "tg_cross_entropy",
+            tg__run_err(y->ctx, TG_ERR_ARG, "tg_cross_entropy",
                     "target '%s'[%lld] = %g is not a class in [0, %lld) nor ignore_index %lld",
                     t->name, (long long)n, v, (long long)V, (long long)y->p.xent.ignore_index);
             return TG_ERR_ARG;

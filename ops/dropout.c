@@ -22,7 +22,7 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
         return NULL;
     y->p.dropout.p = p;
     y->p.dropout.scale = 1.0;
-    if (!tg__op_save(y, (size_t)x->numel))
+    if (!tg__op_save_n(y, x->numel, 1, 0))
         return NULL;
     return y;
 }

@@ -162,7 +162,7 @@ static tg_tensor *binary(tg_ctx *ctx, int op, const char *fn, tg_tensor *a, tg_t
     if (!y)
         return NULL;
     if (op == TG_OP_MUL && (a->numel != y->numel || b->numel != y->numel) &&
-        !tg__op_save(y, (size_t)y->numel * tg_dtype_size(y->dtype)))
+        !tg__op_save_n(y, y->numel, tg_dtype_size(y->dtype), 0))
         return NULL;
     return y;
 }

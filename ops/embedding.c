@@ -34,7 +34,7 @@ tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *ids, tg_tensor *weight)
         return NULL;
     if (!ids->requires_grad)
         y->requires_grad = weight->requires_grad;
-    if (!tg__op_save(y, sizeof(int64_t) * (size_t)(ids->numel + weight->shape[0] + 1)))
+    if (!tg__op_save_n(y, ids->numel + weight->shape[0] + 1, sizeof(int64_t), 0))
         return NULL;
     return y;
 }
@@ -46,7 +46,7 @@ tg_status tg__embedding_check(tg_tensor *y)
     for (int64_t n = 0; n < ids->numel; n++) {
         double v = tg_get(ids, n);
         if (!(v >= 0 && v < (double)V && v == floor(v))) {
-            tg__err(y->ctx, TG_ERR_ARG, "tg_embedding",
+            tg__run_err(y->ctx, TG_ERR_ARG, "tg_embedding",
                     "'%s'[%lld] = %g is not a token id in [0, %lld)", ids->name, (long long)n, v,
                     (long long)V);
             return TG_ERR_ARG;

@@ -51,7 +51,7 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
         return NULL;
     y->p.layer_norm.eps = eps;
     int64_t R = x->numel / D;
-    if (!tg__op_save(y, 2 * (size_t)R * tg_dtype_size(x->dtype)))
+    if (!tg__op_save_n(y, R, 2 * tg_dtype_size(x->dtype), 0))
         return NULL;
     return y;
 }

@@ -67,7 +67,7 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, 
     y->p.matmul.tb = transpose_b;
     /* Precompute, per output batch, which matrix of a and of b it reads (broadcast map). */
     int64_t nb = y->numel / (M * N);
-    if (!tg__op_save(y, sizeof(int64_t) * 2 * (size_t)nb))
+    if (!tg__op_save_n(y, nb, 2 * sizeof(int64_t), 0))
         return NULL;
     int64_t *amap = y->saved, *bmap = amap + nb;
     int64_t ast[TG_MAX_RANK], bst[TG_MAX_RANK];

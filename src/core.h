@@ -50,6 +50,7 @@ struct tg_tensor {
     int64_t shape[TG_MAX_RANK]; /* outermost first; unused entries are 1 */
     int64_t numel;
     bool requires_grad;
+    bool auto_name;      /* name was generated ("matmul12"), not given by the user */
     char name[TG_NAME_MAX];
 
     void *data;          /* numel elements; for views, points into the source's buffer */
@@ -72,14 +73,71 @@ void *tg__alloc(tg_ctx *ctx, size_t size, const char *fn);
 /* Free one block early (optional; everything is freed by tg_ctx_free anyway). */
 void tg__free(tg_ctx *ctx, void *p);
 
-/* ----- errors ------------------------------------------------------------------------------ */
-/* Record the first error (later ones are ignored) as "fn: message". Returns NULL so builders
- * can `return tg__err(...)`. printf-style. */
+/* ----- errors ------------------------------------------------------------------------------
+ * Two kinds (include/tgrad.h, "Errors"):
+ * - a BUILD error (tg__err: constructors, op builders, module init, tg_graph_new, tg_optim_new,
+ *   allocation failures) sticks until tg_ctx_clear_error: later errors never replace it, and
+ *   while it is pending every op builder (tg__check_srcs, tg__op_new), module init function,
+ *   tg_graph_new and tg_optim_new refuses (returns NULL or the pending status) without
+ *   allocating; leaf constructors still work (they hold data: inputs, files being read);
+ * - a RUN error (tg__run_err: forward, backward, optimizer step, data copies) describes the
+ *   failing call only: it never blocks a build, is dropped when the next call that builds or
+ *   runs begins (tg__begin), and never replaces a pending build error. */
+/* Record a build error as "fn: message" (ignored if a build error is pending; replaces a run
+ * error). Returns NULL so builders can `return tg__err(...)`. printf-style. */
 void *tg__err(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
+/* Record a run error (ignored if a build error is pending). Returns NULL. */
+void *tg__run_err(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* True while a build error is pending (ctx non-NULL). */
+bool tg__build_failed(const tg_ctx *ctx);
+/* Start of a call that builds or runs: drop a run error left by an earlier call (a pending
+ * build error stays). */
+void tg__begin(tg_ctx *ctx);
+
+/* ----- checked size arithmetic --------------------------------------------------------------
+ * Every size computed from user values goes through these (no signed overflow, no wrapped
+ * allocation sizes). Each returns false on overflow (or a negative operand) and leaves *out
+ * unspecified. */
+/* Largest element count of a tensor (public TG_MAX_NUMEL): numel * 8 bytes fits in int64. */
+#define TG__MAX_NUMEL TG_MAX_NUMEL
+static inline bool tg__mul_i64(int64_t a, int64_t b, int64_t *out)
+{
+    if (a < 0 || b < 0)
+        return false;
+    if (a != 0 && b > INT64_MAX / a)
+        return false;
+    *out = a * b;
+    return true;
+}
+static inline bool tg__add_i64(int64_t a, int64_t b, int64_t *out)
+{
+    if (a < 0 || b < 0 || a > INT64_MAX - b)
+        return false;
+    *out = a + b;
+    return true;
+}
+static inline bool tg__mul_size(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > SIZE_MAX / a)
+        return false;
+    *out = a * b;
+    return true;
+}
+/* Bytes of n elements of es bytes each, for n >= 0 (false if it does not fit in size_t). */
+static inline bool tg__bytes(int64_t n, size_t es, size_t *out)
+{
+    if (n < 0 || (uint64_t)n > (uint64_t)SIZE_MAX)
+        return false;
+    return tg__mul_size((size_t)n, es, out);
+}
 /* "(2, 3)" for a tensor's shape, into buf of n bytes. */
 const char *tg__shape_str(const tg_tensor *t, char *buf, size_t n);
 /* Same for a bare shape. */
@@ -93,8 +151,11 @@ bool tg__check_srcs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src);
  * Returns NULL (error recorded) on failure. */
 tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t *shape,
                       int n_src, tg_tensor *const *src);
-/* Allocate y->saved (bytes, zeroed). Returns false (NOMEM recorded) on failure. */
+/* Allocate y->saved (bytes, zeroed). On failure records NOMEM, frees y (and its buffer) and
+ * returns false: the builder must return NULL without touching y again. */
 bool tg__op_save(tg_tensor *y, size_t bytes);
+/* tg__op_save of n * es + extra bytes, overflow-checked (TG_ERR_OVERFLOW, y freed). */
+bool tg__op_save_n(tg_tensor *y, int64_t n, size_t es, size_t extra);
 /* Normalize a possibly negative axis against rank; returns -1 if out of range. */
 int tg__axis(int axis, int rank);
 /* Broadcast shapes a and b (right-aligned) into out; returns false if incompatible. */
@@ -145,7 +206,9 @@ struct tg_ctx {
     struct tg_block *blocks; /* doubly linked list of live allocations */
     size_t bytes;
     tg_status status;
+    bool sticky;             /* status is a build error (see "errors" above) */
     char msg[512];
+    size_t mem_limit;        /* 0: none; else tg__alloc fails beyond this many bytes */
     int n_threads;
     uint64_t rng[4];
     bool training;

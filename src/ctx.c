@@ -103,6 +103,12 @@ void *tg__alloc(tg_ctx *ctx, size_t size, const char *fn)
         tg__err(ctx, TG_ERR_NOMEM, fn, "allocation of %zu bytes is too large", size);
         return NULL;
     }
+    if (ctx->mem_limit && (ctx->bytes > ctx->mem_limit || size > ctx->mem_limit - ctx->bytes)) {
+        tg__err(ctx, TG_ERR_NOMEM, fn,
+                "allocating %zu bytes would exceed the memory limit of %zu bytes (%zu in use)",
+                size, ctx->mem_limit, ctx->bytes);
+        return NULL;
+    }
     tg_block *b = ctx->al.alloc(ctx->al.user, sizeof(tg_block) + size);
     if (!b) {
         tg__err(ctx, TG_ERR_NOMEM, fn, "out of memory allocating %zu bytes", size);
@@ -137,19 +143,54 @@ void tg__free(tg_ctx *ctx, void *p)
 
 size_t tg_ctx_bytes(const tg_ctx *ctx) { return ctx ? ctx->bytes : 0; }
 
-void *tg__err(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
+void tg_ctx_set_memory_limit(tg_ctx *ctx, size_t bytes)
 {
-    if (!ctx || ctx->status != TG_OK)
-        return NULL;
+    if (ctx)
+        ctx->mem_limit = bytes;
+}
+
+size_t tg_ctx_memory_limit(const tg_ctx *ctx) { return ctx ? ctx->mem_limit : 0; }
+
+/* Record "fn: message" as the context's error. A pending build error is never replaced. */
+static void record(tg_ctx *ctx, bool sticky, tg_status s, const char *fn, const char *fmt,
+                   va_list ap)
+{
+    if (!ctx || (ctx->status != TG_OK && ctx->sticky))
+        return;
     ctx->status = s;
+    ctx->sticky = sticky;
     int n = snprintf(ctx->msg, sizeof ctx->msg, "%s: ", fn ? fn : "tgrad");
     if (n < 0 || (size_t)n >= sizeof ctx->msg)
-        return NULL;
+        return;
+    vsnprintf(ctx->msg + n, sizeof ctx->msg - (size_t)n, fmt, ap);
+}
+
+void *tg__err(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->msg + n, sizeof ctx->msg - (size_t)n, fmt, ap);
+    record(ctx, true, s, fn, fmt, ap);
     va_end(ap);
     return NULL;
+}
+
+void *tg__run_err(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    record(ctx, false, s, fn, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+bool tg__build_failed(const tg_ctx *ctx) { return ctx->status != TG_OK && ctx->sticky; }
+
+void tg__begin(tg_ctx *ctx)
+{
+    if (ctx && ctx->status != TG_OK && !ctx->sticky) {
+        ctx->status = TG_OK;
+        ctx->msg[0] = '\0';
+    }
 }
 
 tg_status tg_ctx_status(const tg_ctx *ctx) { return ctx ? ctx->status : TG_ERR_ARG; }
@@ -161,6 +202,7 @@ void tg_ctx_clear_error(tg_ctx *ctx)
     if (!ctx)
         return;
     ctx->status = TG_OK;
+    ctx->sticky = false;
     ctx->msg[0] = '\0';
 }
 
@@ -204,6 +246,8 @@ static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 uint64_t tg_rng_u64(tg_ctx *ctx)
 {
+    if (!ctx)
+        return 0;
     uint64_t *s = ctx->rng;
     uint64_t result = rotl(s[1] * 5, 7) * 9;
     uint64_t t = s[1] << 17;
@@ -228,10 +272,14 @@ double tg_rng_normal(tg_ctx *ctx)
 
 void tg_rng_get_state(const tg_ctx *ctx, uint64_t state[4])
 {
+    if (!ctx || !state)
+        return;
     memcpy(state, ctx->rng, sizeof ctx->rng);
 }
 
 void tg_rng_set_state(tg_ctx *ctx, const uint64_t state[4])
 {
+    if (!ctx || !state)
+        return;
     memcpy(ctx->rng, state, sizeof ctx->rng);
 }

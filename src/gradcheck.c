@@ -112,18 +112,20 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
     if (!ctx || !y || !report)
         return TG_ERR_ARG;
     memset(report, 0, sizeof *report);
-    if (ctx->status != TG_OK)
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
         return ctx->status;
     tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults(y->dtype);
     if (!(o.eps > 0) || !isfinite(o.eps) || !(o.atol >= 0) || !(o.rtol >= 0) ||
         o.n_projections < 0 || o.max_elements < 0) {
-        tg__err(ctx, TG_ERR_ARG, fn,
+        tg__run_err(ctx, TG_ERR_ARG, fn,
                 "invalid options (eps %g, atol %g, rtol %g, proj %d, max_elements %lld)", o.eps,
                 o.atol, o.rtol, o.n_projections, (long long)o.max_elements);
         return TG_ERR_ARG;
     }
     if (!y->requires_grad) {
-        tg__err(ctx, TG_ERR_NOGRAD, fn, "'%s' depends on nothing that requires grad", y->name);
+        tg__run_err(ctx, TG_ERR_NOGRAD, fn, "'%s' depends on nothing that requires grad",
+                    y->name);
         return TG_ERR_NOGRAD;
     }
     gc_state st = {ctx, NULL, y, NULL, {0}};
@@ -133,7 +135,7 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
         return ctx->status;
     int64_t nl = tg_graph_n_grad_leaves(st.g);
     if (nl == 0) {
-        tg__err(ctx, TG_ERR_NOGRAD, fn, "no differentiable leaves");
+        tg__run_err(ctx, TG_ERR_NOGRAD, fn, "no differentiable leaves");
         tg_graph_free(st.g);
         return TG_ERR_NOGRAD;
     }
@@ -149,12 +151,15 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
     tg_tensor *zero = tg_const(ctx, y->dtype, y->rank, y->shape, "gradcheck.zero");
     /* Saved leaf data and grads, and the analytic gradient, all in f64. */
     int64_t total = 0;
+    size_t saved_bytes = SIZE_MAX; /* unreachable if the sizes overflow: NOMEM below */
+    bool sizes_ok = true;
     for (int64_t l = 0; l < nl; l++)
-        total += tg_graph_grad_leaf(st.g, l)->numel;
+        sizes_ok = sizes_ok && tg__add_i64(total, tg_graph_grad_leaf(st.g, l)->numel, &total);
+    if (sizes_ok && !tg__bytes(total, sizeof(double) * (o.n_projections ? 4 : 3), &saved_bytes))
+        saved_bytes = SIZE_MAX;
     /* Everything is allocated before any leaf or gradient is touched, so running out of
      * memory leaves no trace: saved data, saved grads, analytic grads, projection directions. */
-    double *saved = tg__alloc(ctx, sizeof(double) * (size_t)total * (o.n_projections ? 4 : 3),
-                              fn);
+    double *saved = tg__alloc(ctx, saved_bytes, fn);
     if (!st.r || !zero || !saved) {
         tg__free(ctx, saved);
         tg_tensor *tmp[2] = {st.r, zero};

@@ -8,6 +8,8 @@
  */
 #include "registry.h"
 
+#include <stdio.h>
+
 struct tg_graph {
     tg_ctx *ctx;
     int64_t n;           /* nodes in topological order (leaves included) */
@@ -17,7 +19,8 @@ struct tg_graph {
     void **fresh;        /* per leaf: this call's gradient, added to the leaf's at the end */
     int n_outputs;
     tg_tensor **outputs;
-    bool forwarded;      /* forward has run at least once */
+    bool forwarded;      /* the last forward run completed */
+    bool fwd_failed;     /* the last forward run returned an error */
     unsigned char *needed; /* per node, scratch of backward: reached from a seeded output */
     /* shared-gradient mode (tg_graph_opts.share_gradients): intermediate gradients live in one
      * arena, placed by liveness; pointers are swapped in for each backward call */
@@ -28,6 +31,10 @@ struct tg_graph {
     int64_t *live_from;  /* per node: index of the node whose backward first writes it (n for
                             outputs, -1 for never) */
     void **saved_grad;   /* per node: the tensor's own grad pointer, restored after backward */
+    /* NaN/Inf tripwire (tg_graph_opts.detect_anomaly) */
+    bool anomaly;
+    unsigned char *minf_ok; /* per node: -inf is expected (attention masks and masked scores) */
+    tg_anomaly_report report; /* what the last forward or backward run found */
 };
 
 /* Grow a pointer array owned by ctx (doubling). Returns false on NOMEM. */
@@ -119,8 +126,10 @@ static bool plan_shared(tg_graph *g, const char *fn)
     g->live_from = tg__alloc(ctx, sizeof(int64_t) * (size_t)(n + 1), fn);
     g->saved_grad = tg__alloc(ctx, sizeof(void *) * (size_t)(n + 1), fn);
     arena_plan p = {tg__alloc(ctx, sizeof(segment) * (size_t)(n + 2), fn), 0, 0};
-    if (!g->offset || !g->live_from || !g->saved_grad || !p.free)
+    if (!g->offset || !g->live_from || !g->saved_grad || !p.free) {
+        tg__free(ctx, p.free);
         return false;
+    }
     for (int64_t i = 0; i < n; i++) {
         g->offset[i] = -1;
         g->live_from[i] = -1;
@@ -160,13 +169,21 @@ static bool plan_shared(tg_graph *g, const char *fn)
     return g->arena != NULL;
 }
 
+/* Ops that only move values (a -inf stays a -inf). */
+static bool is_layout(int op)
+{
+    return op == TG_OP_RESHAPE || op == TG_OP_TRANSPOSE || op == TG_OP_PERMUTE ||
+           op == TG_OP_NARROW;
+}
+
 tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs,
                             const tg_graph_opts *opts)
 {
     static const char *fn = "tg_graph_new";
     if (!ctx)
         return NULL;
-    if (ctx->status != TG_OK)
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
         return NULL; /* a builder failed: keep its error, never build over it */
     if (n_outputs < 1 || !outputs)
         return tg__err(ctx, TG_ERR_ARG, fn, "need at least one output (got %d)", n_outputs);
@@ -181,22 +198,23 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
         return NULL;
     g->ctx = ctx;
     g->share = opts && opts->share_gradients;
+    g->anomaly = opts && opts->detect_anomaly;
+    frame *stack = NULL;
     g->outputs = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)n_outputs, fn);
     if (!g->outputs)
-        return NULL;
+        goto fail;
     memcpy(g->outputs, outputs, sizeof(tg_tensor *) * (size_t)n_outputs);
     g->n_outputs = n_outputs;
 
     /* Iterative post-order DFS: a node is emitted after all its sources. Identity is the
      * tensor object; the visit stamp makes each node appear once. */
     uint64_t epoch = ++ctx->mark_epoch;
-    frame *stack = NULL;
     int64_t sp = 0, scap = 0, ncap = 0;
     for (int o = 0; o < n_outputs; o++) {
         if (outputs[o]->mark == epoch)
             continue;
         if (sp == scap && !grow(ctx, (void **)&stack, &scap, sizeof *stack))
-            return NULL;
+            goto fail;
         outputs[o]->mark = epoch;
         stack[sp++] = (frame){outputs[o], 0};
         while (sp > 0) {
@@ -206,47 +224,74 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
                 if (s && s->mark != epoch) {
                     s->mark = epoch;
                     if (sp == scap && !grow(ctx, (void **)&stack, &scap, sizeof *stack))
-                        return NULL;
+                        goto fail;
                     stack[sp++] = (frame){s, 0};
                 }
                 continue;
             }
             if (g->n == ncap && !grow(ctx, (void **)&g->nodes, &ncap, sizeof(tg_tensor *)))
-                return NULL;
+                goto fail;
             f->t->topo = g->n;
             g->nodes[g->n++] = f->t;
             sp--;
         }
     }
     tg__free(ctx, stack);
+    stack = NULL;
 
     /* Plan memory: a gradient buffer for every tensor on a path to a differentiable leaf. */
     for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
         if (t->requires_grad && t->op == TG_OP_NONE)
             g->n_leaves++;
-        if (t->requires_grad && t->op != TG_OP_NONE && !tg__op_table[t->op].backward)
-            return tg__err(ctx, TG_ERR_NOGRAD, fn, "op '%s' ('%s') has no backward rule",
-                           tg__op_table[t->op].name, t->name);
+        if (t->requires_grad && t->op != TG_OP_NONE && !tg__op_table[t->op].backward) {
+            tg__err(ctx, TG_ERR_NOGRAD, fn, "op '%s' ('%s') has no backward rule",
+                    tg__op_table[t->op].name, t->name);
+            goto fail;
+        }
         bool own = !g->share || t->op == TG_OP_NONE; /* shared mode: op grads in the arena */
         if (t->requires_grad && own && !t->grad) {
             t->grad = tg__alloc(ctx, (size_t)t->numel * tg_dtype_size(t->dtype), fn);
             if (!t->grad)
-                return NULL;
+                goto fail;
         }
     }
     if (g->share && !plan_shared(g, fn))
-        return NULL;
+        goto fail;
     g->needed = tg__alloc(ctx, (size_t)g->n, fn);
     if (!g->needed)
-        return NULL;
+        goto fail;
+    if (g->anomaly) {
+        /* -inf is the point of an attention mask: allow it in add_mask's output and mask
+         * operand, and through the layout ops (which only move values) that shaped that
+         * operand (reverse order: allowed once the consumer is) or that rearrange an allowed
+         * tensor (forward order). */
+        g->minf_ok = tg__alloc(ctx, (size_t)g->n, fn);
+        if (!g->minf_ok)
+            goto fail;
+        for (int64_t i = g->n - 1; i >= 0; i--) {
+            tg_tensor *t = g->nodes[i];
+            if (t->op == TG_OP_ADD_MASK) {
+                g->minf_ok[i] = 1;
+                if (t->src[1])
+                    g->minf_ok[t->src[1]->topo] = 1;
+            } else if (is_layout(t->op) && g->minf_ok[i]) {
+                g->minf_ok[t->src[0]->topo] = 1;
+            }
+        }
+        for (int64_t i = 0; i < g->n; i++) {
+            tg_tensor *t = g->nodes[i];
+            if (is_layout(t->op) && g->minf_ok[t->src[0]->topo])
+                g->minf_ok[i] = 1;
+        }
+    }
     if (g->n_leaves) {
         g->leaves = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)g->n_leaves, fn);
         if (!g->leaves)
-            return NULL;
+            goto fail;
         g->fresh = tg__alloc(ctx, sizeof(void *) * (size_t)g->n_leaves, fn);
         if (!g->fresh)
-            return NULL;
+            goto fail;
         int64_t k = 0;
         for (int64_t i = 0; i < g->n; i++) {
             tg_tensor *t = g->nodes[i];
@@ -254,11 +299,16 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
                 continue;
             g->fresh[k] = tg__alloc(ctx, (size_t)t->numel * tg_dtype_size(t->dtype), fn);
             if (!g->fresh[k])
-                return NULL;
+                goto fail;
             g->leaves[k++] = t;
         }
     }
     return g;
+
+fail: /* the error is recorded; give back the graph's own arrays (tensor buffers stay) */
+    tg__free(ctx, stack);
+    tg_graph_free(g);
+    return NULL;
 }
 
 tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs)
@@ -285,7 +335,7 @@ void tg_graph_free(tg_graph *g)
         return;
     tg_ctx *ctx = g->ctx;
     tg__free(ctx, g->nodes);
-    for (int64_t l = 0; l < g->n_leaves; l++)
+    for (int64_t l = 0; g->fresh && l < g->n_leaves; l++)
         tg__free(ctx, g->fresh[l]);
     tg__free(ctx, g->fresh);
     tg__free(ctx, g->leaves);
@@ -295,6 +345,7 @@ void tg_graph_free(tg_graph *g)
     tg__free(ctx, g->live_from);
     tg__free(ctx, g->saved_grad);
     tg__free(ctx, g->arena);
+    tg__free(ctx, g->minf_ok);
     tg__free(ctx, g);
 }
 
@@ -312,22 +363,180 @@ tg_tensor *tg_graph_grad_leaf(const tg_graph *g, int64_t i)
     return (g && i >= 0 && i < g->n_leaves) ? g->leaves[i] : NULL;
 }
 
+/* ---- the NaN/Inf tripwire (tg_graph_opts.detect_anomaly) --------------------------------------
+ * Forward checks every node's output (leaves included) in topological order as it is computed;
+ * backward checks the upstream gradients it seeds, then after each backward rule the gradients
+ * that rule wrote (its sources'), then the leaves' accumulated gradients. The first non-finite
+ * value stops the call with TG_ERR_NONFINITE and is kept in g->report. -inf is accepted where
+ * it is the point (minf_ok: attention masks and masked scores), NaN and +inf never are. */
+
+/* Index of the first non-finite element of p (n elements of dt), or -1. */
+static int64_t first_bad(const void *p, tg_dtype dt, int64_t n, bool minf_ok, double *val)
+{
+    if (dt == TG_F32) {
+        const float *x = p;
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(x[i]) && !(minf_ok && x[i] == -INFINITY)) {
+                *val = (double)x[i];
+                return i;
+            }
+    } else {
+        const double *x = p;
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(x[i]) && !(minf_ok && x[i] == -INFINITY)) {
+                *val = x[i];
+                return i;
+            }
+    }
+    return -1;
+}
+
+/* Index of the first element where a + b is not finite (a and b of n elements), or -1. */
+static int64_t first_bad_sum(const void *a, const void *b, tg_dtype dt, int64_t n, double *val)
+{
+    if (dt == TG_F32) {
+        const float *x = a, *y = b;
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] + y[i];
+            if (!isfinite(v)) {
+                *val = (double)v;
+                return i;
+            }
+        }
+    } else {
+        const double *x = a, *y = b;
+        for (int64_t i = 0; i < n; i++) {
+            double v = x[i] + y[i];
+            if (!isfinite(v)) {
+                *val = v;
+                return i;
+            }
+        }
+    }
+    return -1;
+}
+
+static const char *leaf_kind(const tg_tensor *t)
+{
+    return t->kind == TG_KIND_PARAM ? "parameter" : t->kind == TG_KIND_INPUT ? "input" : "constant";
+}
+
+/* "input 'x' (2, 3)", "op 'softmax' output 'scores' (2, 4, 3, 3)" (with_shape), and for a
+ * generated name also what it was computed from: "op 'scale' output 'scale3' (2), computed
+ * from 'x'" (then returns true, so the caller can close the clause with a comma). */
+static bool describe(const tg_tensor *t, bool with_shape, char *buf, size_t n)
+{
+    char sh[160] = "";
+    if (with_shape) {
+        sh[0] = ' ';
+        tg__shape_str(t, sh + 1, sizeof sh - 1);
+    }
+    if (t->op == TG_OP_NONE) {
+        snprintf(buf, n, "%s '%s'%s", leaf_kind(t), t->name, sh);
+        return false;
+    }
+    int k = snprintf(buf, n, "op '%s' output '%s'%s", tg__op_table[t->op].name, t->name, sh);
+    if (!t->auto_name || k < 0 || (size_t)k >= n)
+        return false;
+    const char *sep = ", computed from ";
+    bool any = false;
+    for (int i = 0; i < t->n_src; i++) {
+        if (!t->src[i])
+            continue;
+        int m = snprintf(buf + k, n - (size_t)k, "%s'%s'", sep, t->src[i]->name);
+        if (m < 0 || (size_t)m >= n - (size_t)k)
+            return any;
+        k += m;
+        sep = ", ";
+        any = true;
+    }
+    return any;
+}
+
+static const char *value_str(double v)
+{
+    return isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+/* Fill g->report and record the run error. `by` is the node whose backward rule wrote the
+ * gradient (NULL in forward; for the seed and the leaf accumulation, `what` says so). */
+static tg_status anomaly(tg_graph *g, tg_anomaly_phase phase, const tg_tensor *t,
+                         const tg_tensor *by, const char *what, int64_t idx, double val)
+{
+    tg_anomaly_report *r = &g->report;
+    memset(r, 0, sizeof *r);
+    r->phase = phase;
+    const char *op = by ? tg__op_table[by->op].name
+                        : what ? what
+                               : t->op == TG_OP_NONE ? leaf_kind(t) : tg__op_table[t->op].name;
+    snprintf(r->op, sizeof r->op, "%s", op);
+    snprintf(r->tensor, sizeof r->tensor, "%s", t->name);
+    if (by)
+        snprintf(r->writer, sizeof r->writer, "%s", by->name);
+    r->rank = t->rank;
+    for (int i = 0; i < TG_MAX_RANK; i++)
+        r->shape[i] = i < t->rank ? t->shape[i] : 1;
+    r->index = idx;
+    r->value = val;
+    char d[600], db[600], msg[1600];
+    const char *comma = describe(t, true, d, sizeof d) ? "," : "";
+    const char *fn = phase == TG_ANOMALY_FORWARD ? "tg_graph_forward" : "tg_graph_backward";
+    if (phase == TG_ANOMALY_FORWARD) {
+        snprintf(msg, sizeof msg, "%s: anomaly in forward: %s%s has %s at flat index %lld", fn,
+                 d, comma, value_str(val), (long long)idx);
+    } else if (by) {
+        describe(by, false, db, sizeof db);
+        snprintf(msg, sizeof msg,
+                 "%s: anomaly in backward: gradient of %s%s has %s at flat index %lld, written "
+                 "by the backward of %s", fn, d, comma, value_str(val), (long long)idx, db);
+    } else {
+        snprintf(msg, sizeof msg, "%s: anomaly in backward: %s gradient of %s%s has %s at flat "
+                 "index %lld", fn, what, d, comma, value_str(val), (long long)idx);
+    }
+    size_t ml = strlen(msg);
+    if (ml >= sizeof r->message)
+        ml = sizeof r->message - 1;
+    memcpy(r->message, msg, ml);
+    r->message[ml] = '\0';
+    /* the report's message already names the function */
+    tg__run_err(g->ctx, TG_ERR_NONFINITE, fn, "%s", msg + strlen(fn) + 2);
+    return TG_ERR_NONFINITE;
+}
+
+tg_status tg_graph_anomaly(const tg_graph *g, tg_anomaly_report *report)
+{
+    if (!g || !report)
+        return TG_ERR_ARG;
+    *report = g->report;
+    return TG_OK;
+}
+
 tg_status tg_graph_forward(tg_graph *g)
 {
     if (!g)
         return TG_ERR_ARG;
+    tg__begin(g->ctx);
+    g->forwarded = false;
+    g->fwd_failed = true;
+    if (g->anomaly)
+        memset(&g->report, 0, sizeof g->report);
     for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
-        if (t->op == TG_OP_NONE)
-            continue;
-        tg_status s = tg__op_table[t->op].check(t);
-        if (s != TG_OK) {
-            g->forwarded = false;
-            return s;
+        if (t->op != TG_OP_NONE) {
+            tg_status s = tg__op_table[t->op].check(t);
+            if (s != TG_OK)
+                return s;
+            tg__op_table[t->op].forward(t);
         }
-        tg__op_table[t->op].forward(t);
+        if (g->anomaly) {
+            double v;
+            int64_t k = first_bad(t->data, t->dtype, t->numel, g->minf_ok[i], &v);
+            if (k >= 0)
+                return anomaly(g, TG_ANOMALY_FORWARD, t, NULL, NULL, k, v);
+        }
     }
     g->forwarded = true;
+    g->fwd_failed = false;
     return TG_OK;
 }
 
@@ -347,11 +556,20 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
                                   const tg_tensor *const *dys)
 {
     static const char *fn = "tg_graph_backward";
-    if (!g || n < 1 || !ys)
+    if (!g)
         return TG_ERR_ARG;
     tg_ctx *ctx = g->ctx;
+    tg__begin(ctx);
+    if (n < 1 || !ys) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "need at least one output to start from (got %d%s)",
+                    n, ys ? "" : ", outputs NULL");
+        return TG_ERR_ARG;
+    }
     if (!g->forwarded) {
-        tg__err(ctx, TG_ERR_STATE, fn, "run tg_graph_forward before backward");
+        tg__run_err(ctx, TG_ERR_STATE, fn,
+                    g->fwd_failed ? "the last tg_graph_forward failed; run it successfully "
+                                    "before backward"
+                                  : "run tg_graph_forward before backward");
         return TG_ERR_STATE;
     }
     refresh_topo(g);
@@ -359,36 +577,41 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
         tg_tensor *y = ys[k];
         const tg_tensor *dy = dys ? dys[k] : NULL;
         if (!y || !in_graph(g, y)) {
-            tg__err(ctx, TG_ERR_ARG, fn, "output %d is not a tensor of this graph", k);
+            tg__run_err(ctx, TG_ERR_ARG, fn, "output %d is not a tensor of this graph", k);
             return TG_ERR_ARG;
         }
         if (!y->requires_grad || (!g->share && !y->grad)) {
-            tg__err(ctx, TG_ERR_NOGRAD, fn,
+            tg__run_err(ctx, TG_ERR_NOGRAD, fn,
                     "'%s' does not depend on any parameter or input that requires grad", y->name);
             return TG_ERR_NOGRAD;
         }
         if (g->share && y->op != TG_OP_NONE && g->live_from[y->topo] != g->n) {
-            tg__err(ctx, TG_ERR_ARG, fn,
+            tg__run_err(ctx, TG_ERR_ARG, fn,
                     "'%s' is not an output: a graph with shared gradients starts backward only "
                     "from the outputs it was built for", y->name);
             return TG_ERR_ARG;
         }
         char b1[128], b2[128];
         if (!dy && y->numel != 1) {
-            tg__err(ctx, TG_ERR_SHAPE, fn,
+            tg__run_err(ctx, TG_ERR_SHAPE, fn,
                     "'%s' %s is not a scalar: pass an upstream gradient of that shape", y->name,
                     tg__shape_str(y, b1, sizeof b1));
             return TG_ERR_SHAPE;
         }
         if (dy && (dy->numel != y->numel || dy->rank != y->rank ||
                    memcmp(dy->shape, y->shape, sizeof y->shape) != 0)) {
-            tg__err(ctx, TG_ERR_SHAPE, fn, "upstream gradient '%s' is %s but '%s' is %s",
+            tg__run_err(ctx, TG_ERR_SHAPE, fn, "upstream gradient '%s' is %s but '%s' is %s",
                     dy->name, tg__shape_str(dy, b1, sizeof b1), y->name,
                     tg__shape_str(y, b2, sizeof b2));
             return TG_ERR_SHAPE;
         }
+        if (dy && dy->ctx != ctx) {
+            tg__run_err(ctx, TG_ERR_ARG, fn, "upstream gradient '%s' belongs to another context",
+                        dy->name);
+            return TG_ERR_ARG;
+        }
         if (dy && dy->dtype != y->dtype) {
-            tg__err(ctx, TG_ERR_DTYPE, fn, "upstream gradient is %s but '%s' is %s",
+            tg__run_err(ctx, TG_ERR_DTYPE, fn, "upstream gradient is %s but '%s' is %s",
                     tg_dtype_str(dy->dtype), y->name, tg_dtype_str(y->dtype));
             return TG_ERR_DTYPE;
         }
@@ -396,6 +619,8 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
     /* Every gradient of this call starts from zero. Leaves get this call's gradient in a
      * fresh buffer that is added to their accumulated one at the end, so accumulation across
      * calls is exactly grad += new_grad, as in PyTorch (two identical calls give exactly 2x). */
+    if (g->anomaly)
+        memset(&g->report, 0, sizeof g->report);
     if (g->share) { /* swap in the planned arena slices; zero each when it becomes live */
         for (int64_t i = 0; i < g->n; i++) {
             tg_tensor *t = g->nodes[i];
@@ -433,13 +658,20 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
                 gp[i] += dy ? ((const double *)dy->data)[i] : 1.0;
         }
     }
+    tg_status st = TG_OK;
+    for (int k = 0; g->anomaly && st == TG_OK && k < n; k++) { /* the seeds */
+        double v;
+        int64_t i = first_bad(ys[k]->grad, ys[k]->dtype, ys[k]->numel, false, &v);
+        if (i >= 0)
+            st = anomaly(g, TG_ANOMALY_BACKWARD, ys[k], NULL, "upstream", i, v);
+    }
     /* Only nodes that a seeded output depends on can receive a non-zero gradient: mark them
      * (reverse order: a node is needed if a needed op reads it) and run just their rules. */
     if (g->n > 0)
         memset(g->needed, 0, (size_t)g->n);
     for (int k = 0; k < n; k++)
         g->needed[ys[k]->topo] = 1;
-    for (int64_t i = g->n - 1; i >= 0; i--) {
+    for (int64_t i = g->n - 1; i >= 0 && st == TG_OK; i--) {
         tg_tensor *t = g->nodes[i];
         if (g->share && t->op != TG_OP_NONE && t->requires_grad) {
             for (int k = 0; k < t->n_src; k++) { /* sources whose gradient starts here */
@@ -455,17 +687,39 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
             if (t->src[k] && t->src[k]->requires_grad)
                 g->needed[t->src[k]->topo] = 1;
         tg__op_table[t->op].backward(t);
+        for (int k = 0; g->anomaly && st == TG_OK && k < t->n_src; k++) {
+            tg_tensor *s = t->src[k]; /* each gradient this rule wrote, once */
+            bool dup = false;
+            for (int j = 0; j < k; j++)
+                dup = dup || t->src[j] == s;
+            if (!s || !s->grad || dup)
+                continue;
+            double v;
+            int64_t e = first_bad(s->grad, s->dtype, s->numel, false, &v);
+            if (e >= 0)
+                st = anomaly(g, TG_ANOMALY_BACKWARD, s, t, NULL, e, v);
+        }
     }
     if (g->share) /* other graphs over these tensors keep their own buffers */
         for (int64_t i = 0; i < g->n; i++)
             if (g->nodes[i]->op != TG_OP_NONE)
                 g->nodes[i]->grad = g->saved_grad[i];
+    for (int64_t l = 0; g->anomaly && st == TG_OK && l < g->n_leaves; l++) {
+        tg_tensor *t = g->leaves[l]; /* would the accumulation overflow? (checked first, so
+                                        a failed call changes no accumulated gradient) */
+        double v;
+        int64_t e = first_bad_sum(g->fresh[l], t->grad, t->dtype, t->numel, &v);
+        if (e >= 0)
+            st = anomaly(g, TG_ANOMALY_BACKWARD, t, NULL, "accumulated", e, v);
+    }
     int nt = tg__threads(ctx);
     for (int64_t l = 0; l < g->n_leaves; l++) {
         tg_tensor *t = g->leaves[l];
         void *fresh = t->grad;
         t->grad = g->fresh[l];
         g->fresh[l] = fresh;
+        if (st != TG_OK)
+            continue; /* an anomaly: this call's gradient is dropped */
         int64_t cnt = t->numel;
         /* Race-free: element i is owned by one iteration. */
         if (t->dtype == TG_F32) {
@@ -482,7 +736,7 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
                 a[i] += f[i];
         }
     }
-    return TG_OK;
+    return st;
 }
 
 tg_status tg_graph_backward(tg_graph *g, tg_tensor *y, const tg_tensor *dy)

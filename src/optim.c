@@ -43,8 +43,13 @@ tg_optim *tg_optim_new(tg_ctx *ctx, const tg_optim_config *cfg, int64_t n,
                        tg_tensor *const *params)
 {
     static const char *fn = "tg_optim_new";
-    if (!ctx || !cfg)
+    if (!ctx)
         return NULL;
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return NULL; /* a build error is pending: keep it, allocate nothing */
+    if (!cfg)
+        return NULL; /* NULL arguments: NULL, nothing recorded (as before any error) */
     const tg_optim_config *c = cfg;
     if (c->kind < TG_OPTIM_SGD || c->kind > TG_OPTIM_ADAMW)
         return tg__err(ctx, TG_ERR_ARG, fn, "unknown optimizer kind %d", (int)c->kind);
@@ -70,35 +75,55 @@ tg_optim *tg_optim_new(tg_ctx *ctx, const tg_optim_config *cfg, int64_t n,
         n = ctx->n_params;
         params = ctx->params;
     }
+    size_t bytes;
     if (n < 0)
-        return tg__err(ctx, TG_ERR_ARG, fn, "negative parameter count");
+        return tg__err(ctx, TG_ERR_ARG, fn, "negative parameter count %lld", (long long)n);
+    if (!tg__bytes(n ? n : 1, sizeof(tg_tensor *), &bytes))
+        return tg__err(ctx, TG_ERR_ARG, fn, "parameter count %lld too large (at most %zu)",
+                       (long long)n, SIZE_MAX / sizeof(tg_tensor *));
     tg_optim *o = tg__alloc(ctx, sizeof *o, fn);
     if (!o)
         return NULL;
     o->ctx = ctx;
     o->cfg = *c;
     o->n = n;
-    size_t bytes = sizeof(tg_tensor *) * (size_t)(n ? n : 1);
     o->params = tg__alloc(ctx, bytes, fn);
     o->m = tg__alloc(ctx, bytes, fn);
     o->v = tg__alloc(ctx, bytes, fn);
     if (!o->params || !o->m || !o->v)
-        return NULL;
+        goto fail;
     for (int64_t i = 0; i < n; i++) {
-        if (!params[i] || params[i]->ctx != ctx || params[i]->kind != TG_KIND_PARAM)
-            return tg__err(ctx, TG_ERR_ARG, fn, "entry %lld is not a parameter of this context",
-                           (long long)i);
+        if (!params[i] || params[i]->ctx != ctx || params[i]->kind != TG_KIND_PARAM) {
+            tg__err(ctx, TG_ERR_ARG, fn, "entry %lld is not a parameter of this context",
+                    (long long)i);
+            goto fail;
+        }
         o->params[i] = params[i];
         bool sgd = c->kind == TG_OPTIM_SGD;
         if (sgd && c->momentum == 0)
             continue;
         o->m[i] = state_like(ctx, params[i], sgd ? "sgd.momentum." : "adam.m.");
         if (!o->m[i])
-            return NULL;
+            goto fail;
         if (!sgd && !(o->v[i] = state_like(ctx, params[i], "adam.v.")))
-            return NULL;
+            goto fail;
     }
     return o;
+
+fail: /* the error is recorded; give back what was made (state tensors included) */
+    for (int64_t i = 0; i < n && o->m && o->v; i++) {
+        tg_tensor *st[2] = {o->m[i], o->v[i]};
+        for (int k = 0; k < 2; k++)
+            if (st[k]) {
+                tg__free(ctx, st[k]->data);
+                tg__free(ctx, st[k]);
+            }
+    }
+    tg__free(ctx, o->params);
+    tg__free(ctx, o->m);
+    tg__free(ctx, o->v);
+    tg__free(ctx, o);
+    return NULL;
 }
 
 int64_t tg_optim_steps(const tg_optim *o) { return o ? o->t : 0; }
@@ -203,18 +228,24 @@ DEFINE_UPDATE(double, f64)
 
 tg_status tg_optim_step(tg_optim *o, double lr)
 {
+    static const char *fn = "tg_optim_step";
     if (!o)
         return TG_ERR_ARG;
+    tg__begin(o->ctx);
     if (lr < 0)
         lr = o->cfg.lr;
     if (!isfinite(lr)) {
-        tg__err(o->ctx, TG_ERR_ARG, "tg_optim_step", "learning rate %g is not finite", lr);
+        tg__run_err(o->ctx, TG_ERR_ARG, fn, "learning rate %g is not finite", lr);
         return TG_ERR_ARG;
+    }
+    if (o->t == INT64_MAX) {
+        tg__run_err(o->ctx, TG_ERR_STATE, fn, "step count %lld cannot grow", (long long)o->t);
+        return TG_ERR_STATE;
     }
     tg_tensor *bad = first_nonfinite(o->params, o->n);
     if (bad) {
-        tg__err(o->ctx, TG_ERR_NONFINITE, "tg_optim_step",
-                "gradient of '%s' is not finite; parameters left unchanged", bad->name);
+        tg__run_err(o->ctx, TG_ERR_NONFINITE, fn,
+                    "gradient of '%s' is not finite; parameters left unchanged", bad->name);
         return TG_ERR_NONFINITE;
     }
     int64_t t = ++o->t;
@@ -271,8 +302,9 @@ tg_status tg_clip_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params, do
     static const char *fn = "tg_clip_grad_norm";
     if (!ctx)
         return TG_ERR_ARG;
+    tg__begin(ctx);
     if (!(max_norm > 0)) {
-        tg__err(ctx, TG_ERR_ARG, fn, "max_norm %g must be > 0", max_norm);
+        tg__run_err(ctx, TG_ERR_ARG, fn, "max_norm %g must be > 0", max_norm);
         return TG_ERR_ARG;
     }
     if (!params) {
@@ -283,7 +315,8 @@ tg_status tg_clip_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params, do
     if (norm_out)
         *norm_out = norm;
     if (!isfinite(norm)) {
-        tg__err(ctx, TG_ERR_NONFINITE, fn, "gradient norm is %g; gradients left unchanged", norm);
+        tg__run_err(ctx, TG_ERR_NONFINITE, fn, "gradient norm is %g; gradients left unchanged",
+                    norm);
         return TG_ERR_NONFINITE;
     }
     double coef = max_norm / (norm + 1e-6);
@@ -309,8 +342,16 @@ tg_status tg_clip_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params, do
 double tg_lr_warmup_cosine(int64_t step, int64_t total, int64_t warmup, double base,
                            double min_lr)
 {
+    /* Negative step, warmup or total count as 0; then every difference below is of two
+     * non-negative int64 values (no overflow), and total - warmup >= 1 where it divides. */
+    if (step < 0)
+        step = 0;
+    if (warmup < 0)
+        warmup = 0;
+    if (total < 0)
+        total = 0;
     if (warmup > 0 && step < warmup)
-        return base * (double)(step + 1) / (double)warmup;
+        return base * ((double)step + 1.0) / (double)warmup;
     if (total <= warmup)
         return base;
     double progress = (double)(step - warmup) / (double)(total - warmup);

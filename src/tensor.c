@@ -39,8 +39,10 @@ int tg__axis(int axis, int rank)
     return (axis >= 0 && axis < rank) ? axis : -1;
 }
 
-/* Validate rank/shape, compute numel with overflow check. */
-static bool shape_ok(tg_ctx *ctx, const char *fn, int rank, const int64_t *shape, int64_t *numel)
+/* Validate rank/shape, compute numel with overflow check: numel <= TG__MAX_NUMEL, so numel
+ * times the element size fits in int64, and it must fit in size_t too. */
+static bool shape_ok(tg_ctx *ctx, const char *fn, int rank, const int64_t *shape, size_t es,
+                     int64_t *numel)
 {
     if (rank < 0 || rank > TG_MAX_RANK) {
         tg__err(ctx, TG_ERR_ARG, fn, "rank %d out of range 0..%d", rank, TG_MAX_RANK);
@@ -50,19 +52,26 @@ static bool shape_ok(tg_ctx *ctx, const char *fn, int rank, const int64_t *shape
         tg__err(ctx, TG_ERR_ARG, fn, "shape is NULL for rank %d", rank);
         return false;
     }
+    char b[160];
     int64_t n = 1;
     for (int i = 0; i < rank; i++) {
         if (shape[i] < 1) {
-            char b[128];
             tg__err(ctx, TG_ERR_SHAPE, fn, "dim %d is %lld in shape %s (every dim must be >= 1)",
                     i, (long long)shape[i], tg__dims_str(rank, shape, b, sizeof b));
             return false;
         }
-        if (n > INT64_MAX / shape[i] || n * shape[i] > (INT64_MAX / 8)) {
-            tg__err(ctx, TG_ERR_OVERFLOW, fn, "shape too large");
+        if (!tg__mul_i64(n, shape[i], &n) || n > TG__MAX_NUMEL) {
+            tg__err(ctx, TG_ERR_OVERFLOW, fn,
+                    "shape %s is too large (at most %lld elements)",
+                    tg__dims_str(rank, shape, b, sizeof b), (long long)TG__MAX_NUMEL);
             return false;
         }
-        n *= shape[i];
+    }
+    size_t bytes;
+    if (!tg__bytes(n, es, &bytes)) {
+        tg__err(ctx, TG_ERR_OVERFLOW, fn, "shape %s: %lld elements of %zu bytes overflow size_t",
+                tg__dims_str(rank, shape, b, sizeof b), (long long)n, es);
+        return false;
     }
     *numel = n;
     return true;
@@ -73,10 +82,11 @@ static tg_tensor *tensor_new(tg_ctx *ctx, const char *fn, tg_kind kind, tg_dtype
 {
     if (!ctx)
         return NULL;
+    tg__begin(ctx);
     if (dt != TG_F32 && dt != TG_F64)
         return tg__err(ctx, TG_ERR_DTYPE, fn, "unknown dtype %d", (int)dt);
     int64_t numel;
-    if (!shape_ok(ctx, fn, rank, shape, &numel))
+    if (!shape_ok(ctx, fn, rank, shape, tg_dtype_size(dt), &numel))
         return NULL;
     tg_tensor *t = tg__alloc(ctx, sizeof *t, fn);
     if (!t)
@@ -95,6 +105,7 @@ static tg_tensor *tensor_new(tg_ctx *ctx, const char *fn, tg_kind kind, tg_dtype
     } else {
         static const char *const kinds[] = {"param", "input", "const", "op"};
         snprintf(t->name, sizeof t->name, "%s%llu", kinds[kind], (unsigned long long)t->id);
+        t->auto_name = true;
     }
     if (alloc_data) {
         t->data = tg__alloc(ctx, (size_t)numel * tg_dtype_size(dt), fn);
@@ -114,8 +125,11 @@ tg_tensor *tg_param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, co
     if (ctx->n_params == ctx->cap_params) {
         int64_t nc = ctx->cap_params ? 2 * ctx->cap_params : 32;
         tg_tensor **np = tg__alloc(ctx, sizeof *np * (size_t)nc, "tg_param");
-        if (!np)
+        if (!np) {
+            tg__free(ctx, t->data);
+            tg__free(ctx, t);
             return NULL;
+        }
         if (ctx->params)
             memcpy(np, ctx->params, sizeof *np * (size_t)ctx->n_params);
         tg__free(ctx, ctx->params);
@@ -161,10 +175,13 @@ tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t 
              (unsigned long long)ctx->next_id);
     char fn[64]; /* errors name the builder, e.g. "tg_matmul" */
     snprintf(fn, sizeof fn, "tg_%s", tg__op_table[op].name);
+    if (tg__build_failed(ctx))
+        return NULL; /* a build error is pending: record nothing more, allocate nothing */
     /* reshape is a view: no buffer of its own */
     tg_tensor *t = tensor_new(ctx, fn, TG_KIND_OP, dt, rank, shape, name, op != TG_OP_RESHAPE);
     if (!t)
         return NULL;
+    t->auto_name = true;
     t->op = op;
     t->n_src = n_src;
     for (int i = 0; i < n_src; i++) {
@@ -181,13 +198,37 @@ bool tg__op_save(tg_tensor *y, size_t bytes)
     snprintf(fn, sizeof fn, "tg_%s", tg__op_table[y->op].name);
     y->saved = tg__alloc(y->ctx, bytes, fn);
     y->saved_bytes = y->saved ? bytes : 0;
-    return y->saved != NULL;
+    if (!y->saved) { /* the builder returns NULL: give back the half-made result */
+        if (y->op != TG_OP_RESHAPE)
+            tg__free(y->ctx, y->data);
+        tg__free(y->ctx, y);
+        return false;
+    }
+    return true;
+}
+
+bool tg__op_save_n(tg_tensor *y, int64_t n, size_t es, size_t extra)
+{
+    size_t bytes;
+    if (!tg__bytes(n, es, &bytes) || bytes > SIZE_MAX - extra) {
+        char b[160], fn[64];
+        snprintf(fn, sizeof fn, "tg_%s", tg__op_table[y->op].name);
+        tg__err(y->ctx, TG_ERR_OVERFLOW, fn,
+                "values saved for backward of %s: %lld x %zu bytes overflow size_t",
+                tg__shape_str(y, b, sizeof b), (long long)n, es);
+        bytes = SIZE_MAX; /* unreachable size: tg__op_save fails and frees y */
+        extra = 0;
+    }
+    return tg__op_save(y, bytes + extra);
 }
 
 bool tg__check_srcs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src)
 {
     if (!ctx)
         return false;
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return false; /* a build error is pending: refuse silently, keep it */
     for (int i = 0; i < n; i++)
         if (!src[i])
             return false; /* propagate NULL silently: the first error is already recorded */
@@ -334,6 +375,7 @@ tg_status tg_tensor_set_name(tg_tensor *t, const char *name)
     if (!t || !name)
         return TG_ERR_ARG;
     snprintf(t->name, sizeof t->name, "%s", name);
+    t->auto_name = false;
     return TG_OK;
 }
 
@@ -382,16 +424,22 @@ static void convert(void *dst, tg_dtype ddt, const void *src, tg_dtype sdt, size
 
 tg_status tg_tensor_set_data(tg_tensor *t, const void *src, tg_dtype src_dtype, size_t n)
 {
-    if (!t || !src || tg_dtype_size(src_dtype) == 0)
+    if (!t)
         return TG_ERR_ARG;
+    tg__begin(t->ctx);
+    if (!src || tg_dtype_size(src_dtype) == 0) {
+        tg__run_err(t->ctx, TG_ERR_ARG, "tg_tensor_set_data",
+                    "NULL source or unknown dtype %d for '%s'", (int)src_dtype, t->name);
+        return TG_ERR_ARG;
+    }
     if (t->kind == TG_KIND_OP) {
-        tg__err(t->ctx, TG_ERR_STATE, "tg_tensor_set_data", "'%s' is computed by op '%s'",
-                t->name, tg_tensor_op_name(t));
+        tg__run_err(t->ctx, TG_ERR_STATE, "tg_tensor_set_data", "'%s' is computed by op '%s'",
+                    t->name, tg_tensor_op_name(t));
         return TG_ERR_STATE;
     }
-    if ((int64_t)n != t->numel) {
+    if (n > (size_t)INT64_MAX || (int64_t)n != t->numel) {
         char b[128];
-        tg__err(t->ctx, TG_ERR_SHAPE, "tg_tensor_set_data",
+        tg__run_err(t->ctx, TG_ERR_SHAPE, "tg_tensor_set_data",
                 "'%s' %s has %lld elements, got %zu", t->name, tg__shape_str(t, b, sizeof b),
                 (long long)t->numel, n);
         return TG_ERR_SHAPE;
@@ -406,13 +454,15 @@ static tg_status copy_out_ok(const tg_tensor *t, const void *dst, tg_dtype dst_d
 {
     if (!t)
         return TG_ERR_ARG;
+    tg__begin(t->ctx);
     if (!dst || tg_dtype_size(dst_dtype) == 0) {
-        tg__err(t->ctx, TG_ERR_ARG, fn, "NULL destination or unknown dtype %d", (int)dst_dtype);
+        tg__run_err(t->ctx, TG_ERR_ARG, fn, "NULL destination or unknown dtype %d",
+                    (int)dst_dtype);
         return TG_ERR_ARG;
     }
-    if ((int64_t)n != t->numel) {
+    if (n > (size_t)INT64_MAX || (int64_t)n != t->numel) {
         char b[128];
-        tg__err(t->ctx, TG_ERR_SHAPE, fn, "'%s' %s has %lld elements, asked for %zu", t->name,
+        tg__run_err(t->ctx, TG_ERR_SHAPE, fn, "'%s' %s has %lld elements, asked for %zu", t->name,
                 tg__shape_str(t, b, sizeof b), (long long)t->numel, n);
         return TG_ERR_SHAPE;
     }
@@ -434,7 +484,7 @@ tg_status tg_tensor_get_grad(const tg_tensor *t, void *dst, tg_dtype dst_dtype, 
     if (s != TG_OK)
         return s;
     if (!t->grad) {
-        tg__err(t->ctx, TG_ERR_NOGRAD, "tg_tensor_get_grad",
+        tg__run_err(t->ctx, TG_ERR_NOGRAD, "tg_tensor_get_grad",
                 "'%s' has no gradient (not differentiable, or no graph built with it)", t->name);
         return TG_ERR_NOGRAD;
     }
@@ -446,10 +496,11 @@ tg_status tg_tensor_copy(tg_tensor *dst, const tg_tensor *src)
 {
     if (!dst || !src)
         return TG_ERR_ARG;
+    tg__begin(dst->ctx);
     if (dst->rank != src->rank || dst->numel != src->numel ||
         memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)dst->rank) != 0) {
         char a[128], b[128];
-        tg__err(dst->ctx, TG_ERR_SHAPE, "tg_tensor_copy", "'%s' is %s but '%s' is %s",
+        tg__run_err(dst->ctx, TG_ERR_SHAPE, "tg_tensor_copy", "'%s' is %s but '%s' is %s",
                 dst->name, tg__shape_str(dst, a, sizeof a), src->name,
                 tg__shape_str(src, b, sizeof b));
         return TG_ERR_SHAPE;

@@ -1,21 +1,36 @@
 /*
- * test_cli.c - the `tgrad` program's gradcheck command, run as a separate process
- * (TG_TGRAD_EXE is set by tests/meson.build): the table it prints, --op / --dtype / --list /
- * --help, and that every usage error exits non-zero with one line on stderr.
+ * test_cli.c - the `tgrad` program run as a separate process (TG_TGRAD_EXE is set by
+ * tests/meson.build), each run under `timeout` so a hang fails instead of blocking:
+ *   - gradcheck: the table it prints, --op / --dtype / --list / --help;
+ *   - the top level: --version / version (and that the version macros agree with meson's
+ *     project version, passed as TG_PROJECT_VERSION), --help, help COMMAND, unknown commands;
+ *   - hostile numbers (huge, negative, NaN, inf, non-numeric, empty) on every numeric option of
+ *     run, gradcheck and bench: one line on stderr naming the value and what is allowed, a
+ *     non-zero exit, no signal (a sanitizer report would add lines), no hang;
+ *   - info on several files (.npy dtypes and shapes, safetensors), with bad files among them,
+ *     and on a FIFO, a device and a directory (refused at once, not read).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "opcases.h"
 #include "testutil.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef TG_TGRAD_EXE
 #error "TG_TGRAD_EXE must name the built tgrad program"
 #endif
+#ifndef TG_PROJECT_VERSION
+#error "TG_PROJECT_VERSION must be meson's project version"
+#endif
+
+/* Seconds before a run counts as hung (`timeout` exits 124). */
+#define RUN_TIMEOUT 60
 
 typedef struct {
     bool exited;  /* false if killed by a signal */
@@ -51,13 +66,18 @@ static cmd_result run_tgrad(const char *args)
     ck_assert_int_ge(fd, 0);
     close(fd);
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>'%s'", TG_TGRAD_EXE, args, errpath);
+    snprintf(cmd, sizeof cmd, "timeout -k 5 %d '%s' %s 2>'%s'", RUN_TIMEOUT, TG_TGRAD_EXE, args,
+             errpath);
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
     r.out = slurp(p);
     int st = pclose(p);
     r.exited = WIFEXITED(st);
     r.code = r.exited ? WEXITSTATUS(st) : -1;
+    ck_assert_msg(r.code != 124, "tgrad %s hung (killed after %d s)", args, RUN_TIMEOUT);
+    /* timeout reports a signal death of the child as 128 + signal */
+    if (r.exited && r.code > 128 && r.code < 128 + 65)
+        r.exited = false;
     FILE *e = fopen(errpath, "r");
     ck_assert_ptr_nonnull(e);
     r.err = slurp(e);
@@ -84,7 +104,7 @@ static int count_lines(const char *s)
 static void expect_usage_error(const char *args, const char *needle)
 {
     cmd_result r = run_tgrad(args);
-    ck_assert_msg(r.exited, "tgrad %s was killed by a signal", args);
+    ck_assert_msg(r.exited, "tgrad %s was killed by a signal (%d)", args, r.code);
     ck_assert_msg(r.code != 0, "tgrad %s exited 0", args);
     ck_assert_msg(count_lines(r.err) == 1 && r.err[strlen(r.err) - 1] == '\n',
                   "tgrad %s: stderr is not one line: '%s'", args, r.err);
@@ -302,6 +322,257 @@ START_TEST(test_usage_errors)
 }
 END_TEST
 
+/* ---- version and the top level ------------------------------------------------------------ */
+START_TEST(test_version)
+{
+    /* the header agrees with meson.build's project version, and with itself */
+    ck_assert_str_eq(TGRAD_VERSION_STRING, TG_PROJECT_VERSION);
+    char v[64];
+    snprintf(v, sizeof v, "%d.%d.%d", TGRAD_VERSION_MAJOR, TGRAD_VERSION_MINOR,
+             TGRAD_VERSION_PATCH);
+    ck_assert_str_eq(v, TGRAD_VERSION_STRING);
+    char want[96];
+    snprintf(want, sizeof want, "tgrad %s\n", TG_PROJECT_VERSION);
+    static const char *const forms[] = {"--version", "version", "--version train"};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        cmd_result r = run_tgrad(forms[i]);
+        ck_assert_msg(r.exited && r.code == 0, "tgrad %s exited %d: %s", forms[i], r.code, r.err);
+        ck_assert_str_eq(r.out, want);
+        ck_assert_str_eq(r.err, "");
+        result_free(&r);
+    }
+    expect_usage_error("version extra", "extra");
+    cmd_result r = run_tgrad("--help");
+    ck_assert(strstr(r.out, "version") && strstr(r.out, "export"));
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_top_level)
+{
+    expect_usage_error("--bogus", "--bogus");
+    expect_usage_error("--vers", "--vers");     /* no abbreviations */
+    expect_usage_error("-x train", "-x");
+    expect_usage_error("help no_such_command", "no_such_command");
+    expect_usage_error("help run extra", "extra");
+    /* help COMMAND is COMMAND --help */
+    static const char *const cmds[] = {"run", "info", "gradcheck", "bench", "export"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char a[64], b[64];
+        snprintf(a, sizeof a, "help %s", cmds[i]);
+        snprintf(b, sizeof b, "%s --help", cmds[i]);
+        cmd_result r1 = run_tgrad(a), r2 = run_tgrad(b);
+        ck_assert_msg(r1.exited && r1.code == 0 && r2.code == 0, "%s: %d %s", a, r1.code, r1.err);
+        ck_assert_str_eq(r1.out, r2.out);
+        char usage[64];
+        snprintf(usage, sizeof usage, "usage: tgrad %s", cmds[i]);
+        ck_assert_msg(strstr(r1.out, usage) != NULL, "%s: '%s'", a, r1.out);
+        ck_assert_str_eq(r1.err, "");
+        result_free(&r1);
+        result_free(&r2);
+    }
+    /* the help of table-driven commands lists their options with ranges */
+    cmd_result r = run_tgrad("gradcheck --help");
+    ck_assert_msg(strstr(r.out, "--threads N") && strstr(r.out, "[1..256]"), "'%s'", r.out);
+    result_free(&r);
+    r = run_tgrad("run encoder --help");
+    ck_assert_msg(strstr(r.out, "--eps E") && strstr(r.out, "[0, 1]") &&
+                      strstr(r.out, "[1..65536]") && strstr(r.out, "(required)"), "'%s'", r.out);
+    result_free(&r);
+}
+END_TEST
+
+/* ---- hostile numbers ---------------------------------------------------------------------- */
+/* Values no integer option accepts (with the bounds they all have, >= 1). */
+static const char *const bad_ints[] = {
+    "4611686018427387904", "9223372036854775807", "9223372036854775808",
+    "99999999999999999999999", "-1", "-4611686018427387904", "0", "nan", "NaN", "-nan", "inf",
+    "-inf", "1e999", "1e3", "1.5", "abc", "3x", "0x10", "''", "' 3'", "+3", "65537"};
+/* Values no number option of range [0, 1] accepts. */
+static const char *const bad_nums[] = {
+    "4611686018427387904", "1e308", "1e999", "-1", "-1e-300", "nan", "NaN", "-nan", "inf",
+    "-inf", "infinity", "abc", "1e", "''", "' 0.5'", "+0.5", "2"};
+
+/* `tgrad <prefix> <opt> <value> <suffix>` for every value: one line naming the option and the
+ * value (as given, for the ones that are printable without quotes) and @p allowed. */
+static void hostile(const char *prefix, const char *opt, const char *suffix,
+                    const char *const *values, size_t n, const char *allowed)
+{
+    for (size_t i = 0; i < n; i++) {
+        char a[1024], needle[128];
+        snprintf(a, sizeof a, "%s %s %s %s", prefix, opt, values[i], suffix);
+        expect_usage_error(a, opt);
+        if (values[i][0] != '\'') {
+            snprintf(needle, sizeof needle, "'%s'", values[i]);
+            expect_usage_error(a, needle);
+        }
+        expect_usage_error(a, allowed);
+        /* the --opt=value form too */
+        if (values[i][0] != '\'') {
+            snprintf(a, sizeof a, "%s %s=%s %s", prefix, opt, values[i], suffix);
+            expect_usage_error(a, allowed);
+        }
+    }
+}
+
+START_TEST(test_hostile_numbers)
+{
+    const size_t ni = sizeof bad_ints / sizeof bad_ints[0];
+    const size_t nn = sizeof bad_nums / sizeof bad_nums[0];
+    hostile("gradcheck", "--threads", "--op relu", bad_ints, ni, "from 1 to 256");
+    hostile("bench", "--threads", "", bad_ints, ni, "from 1 to 256");
+    hostile("run mha --weights w.safetensors --x x.npy", "--heads", "", bad_ints, ni,
+            "from 1 to 65536");
+    hostile("run encoder --weights w.safetensors --x x.npy", "--heads", "", bad_ints, ni,
+            "from 1 to 65536");
+    hostile("run encoder --weights w.safetensors --x x.npy --heads 2", "--eps", "", bad_nums, nn,
+            "[0, 1]");
+    /* a missing value never swallows the next option */
+    expect_usage_error("gradcheck --threads --list", "--threads");
+    expect_usage_error("bench --threads", "--threads");
+    expect_usage_error("run mha --heads --weights w.safetensors --x x.npy", "--heads");
+    expect_usage_error("run encoder --weights w --x x --heads 2 --eps --causal", "--eps");
+    /* repeated options are an error, not last-one-wins */
+    expect_usage_error("bench --threads 1 --threads 2", "twice");
+    expect_usage_error("run ffn --weights w --x x --x y", "twice");
+    /* options of another module, and modules that do not exist */
+    expect_usage_error("run mha --mask m.npy --weights w --heads 2 --x x", "sdpa");
+    expect_usage_error("run ffn --heads 2 --weights w --x x", "mha, encoder");
+    expect_usage_error("run sdpa --q q --k k --v v --attn-out a --out a", "same file");
+    expect_usage_error("run nosuchmodule", "nosuchmodule");
+    expect_usage_error("run", "sdpa, mha, ffn or encoder");
+    expect_usage_error("run mha --weights w --heads 2", "--x");
+    expect_usage_error("run mha --weights w --heads 2 --x x --q q", "not both");
+    expect_usage_error("run sdpa --q q --k k --v v --dtype f16", "f32 or f64");
+    expect_usage_error("run ffn --weights w --x x --activation tanh", "relu or gelu");
+}
+END_TEST
+
+/* ---- info --------------------------------------------------------------------------------- */
+static char tmpdir[256];
+
+static void tmp_setup(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/tgrad_cli_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void tmp_teardown(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* An .npy file with the given descr and shape literal and @p nbytes of data. */
+static void write_npy(const char *name, const char *descr, const char *shape, size_t nbytes)
+{
+    char p[512], hdr[256];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    int hl = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                      descr, shape);
+    int pad = (64 - (10 + hl + 1) % 64) % 64;
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    unsigned short len = (unsigned short)(hl + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc(len & 0xff, f);
+    fputc(len >> 8, f);
+    fwrite(hdr, 1, (size_t)hl, f);
+    for (int i = 0; i < pad; i++)
+        fputc(' ', f);
+    fputc('\n', f);
+    for (size_t i = 0; i < nbytes; i++)
+        fputc(i % 2, f); /* 0/1 bytes: valid for every dtype incl. bool */
+    fclose(f);
+}
+
+static cmd_result info_in_tmp(const char *files)
+{
+    char a[2048];
+    snprintf(a, sizeof a, "info %s", files);
+    char cwd[512];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    ck_assert_int_eq(chdir(tmpdir), 0);
+    cmd_result r = run_tgrad(a);
+    ck_assert_int_eq(chdir(cwd), 0);
+    return r;
+}
+
+START_TEST(test_info_many)
+{
+    write_npy("a.npy", "<f4", "(2, 3)", 24);
+    write_npy("b.npy", "|b1", "(5,)", 5);
+    write_npy("c.npy", "<i8", "()", 8);
+    write_npy("d.npy", "<f8", "(1, 2, 1)", 16);
+    cmd_result r = info_in_tmp("a.npy b.npy c.npy d.npy");
+    ck_assert_msg(r.exited && r.code == 0, "exit %d: %s", r.code, r.err);
+    ck_assert_str_eq(r.out, "a.npy: .npy <f4 (2, 3), 6 elements\n"
+                            "b.npy: .npy |b1 (5,), 5 elements\n"
+                            "c.npy: .npy <i8 (), 1 elements\n"
+                            "d.npy: .npy <f8 (1, 2, 1), 2 elements\n");
+    ck_assert_str_eq(r.err, "");
+    result_free(&r);
+
+    /* bad files among good ones: each one line naming it, the others described, exit 1 */
+    write_npy("short.npy", "<f4", "(2, 3)", 20);
+    char p[512];
+    snprintf(p, sizeof p, "%s/text.txt", tmpdir);
+    FILE *f = fopen(p, "w");
+    fputs("hello, this is not a tensor file at all\n", f);
+    fclose(f);
+    char fix[512];
+    snprintf(fix, sizeof fix, "a.npy short.npy '%s/mha_self.safetensors' missing.npy text.txt "
+             "b.npy", TG_FIXTURES);
+    r = info_in_tmp(fix);
+    ck_assert_msg(r.exited && r.code == 1, "exit %d", r.code);
+    ck_assert_int_eq(count_lines(r.err), 3);
+    ck_assert_msg(strstr(r.err, "tgrad info: 'short.npy': ") != NULL, "%s", r.err);
+    ck_assert_msg(strstr(r.err, "tgrad info: 'missing.npy': No such file") != NULL, "%s", r.err);
+    ck_assert_msg(strstr(r.err, "tgrad info: 'text.txt': not a safetensors") != NULL, "%s",
+                  r.err);
+    /* no internal function names, and the path once per line */
+    ck_assert_msg(strstr(r.err, "tg_") == NULL, "%s", r.err);
+    const char *l = strstr(r.err, "short.npy");
+    ck_assert_ptr_null(strstr(l + 1, "short.npy"));
+    ck_assert(strstr(r.out, "a.npy: .npy <f4 (2, 3)") && strstr(r.out, "b.npy: .npy |b1 (5,)"));
+    ck_assert(strstr(r.out, "in_proj_weight") && strstr(r.out, "F64"));
+    result_free(&r);
+    expect_usage_error("info", "FILE");
+}
+END_TEST
+
+START_TEST(test_info_special_files)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/fifo", tmpdir);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    /* a FIFO without a writer: refused at once (the old code blocked forever) */
+    cmd_result r = info_in_tmp("fifo");
+    ck_assert(r.exited && r.code == 1);
+    ck_assert_str_eq(r.err, "tgrad info: 'fifo': is a FIFO, not a regular file\n");
+    result_free(&r);
+    /* /dev/zero: refused, not read without end */
+    r = run_tgrad("info /dev/zero");
+    ck_assert(r.exited && r.code == 1);
+    ck_assert_str_eq(r.err, "tgrad info: '/dev/zero': is a character device, not a regular file\n");
+    result_free(&r);
+    r = info_in_tmp(".");
+    ck_assert(r.exited && r.code == 1);
+    ck_assert_str_eq(r.err, "tgrad info: '.': is a directory, not a regular file\n");
+    result_free(&r);
+    /* run refuses them too (export: tests/test_export.c) */
+    r = info_in_tmp("fifo /dev/null");
+    ck_assert_int_eq(count_lines(r.err), 2);
+    result_free(&r);
+    char a[2048];
+    snprintf(a, sizeof a, "run ffn --weights '%s' --x /dev/zero", p);
+    expect_usage_error(a, "--weights");
+    snprintf(a, sizeof a, "run sdpa --q '%s' --k '%s' --v '%s'", p, p, p);
+    expect_usage_error(a, "--q");
+}
+END_TEST
+
 static Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -314,6 +585,18 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_list);
     tcase_add_test(tc, test_help);
     tcase_add_test(tc, test_usage_errors);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("top_level");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, test_version);
+    tcase_add_test(tc, test_top_level);
+    tcase_add_test(tc, test_hostile_numbers);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("info");
+    tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_info_many);
+    tcase_add_test(tc, test_info_special_files);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -292,6 +292,8 @@ START_TEST(test_first_error_sticks)
     tg_ctx *ctx = tg_ctx_new();
     tg_tensor *a = tg_input(ctx, TG_F64, TG_DIMS(2, 3), "a");
     tg_tensor *b = tg_input(ctx, TG_F64, TG_DIMS(4, 5), "b");
+    tg_tensor *ok = tg_sum_all(ctx, a); /* valid, made before the error */
+    ck_assert_ptr_nonnull(ok);
     ck_assert_ptr_null(tg_matmul(ctx, a, b, false, false));
     tu_assert_error(ctx, TG_ERR_SHAPE, "tg_matmul: inner dims differ");
     char first[512];
@@ -300,9 +302,19 @@ START_TEST(test_first_error_sticks)
     ck_assert_ptr_null(tg_sum(ctx, a, 5, false));
     ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_SHAPE);
     ck_assert_str_eq(tg_ctx_message(ctx), first);
+    /* while it is pending, op builders refuse (nothing is allocated) and keep it */
+    size_t bytes = tg_ctx_bytes(ctx);
+    ck_assert_ptr_null(tg_sum_all(ctx, a));
+    ck_assert_ptr_null(tg_scale(ctx, a, 2.0));
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), bytes);
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_SHAPE);
+    ck_assert_str_eq(tg_ctx_message(ctx), first);
+    /* leaf constructors still work (they hold data), and keep it too */
+    ck_assert_ptr_nonnull(tg_input(ctx, TG_F64, TG_DIMS(2), "late"));
+    ck_assert_ptr_null(tg_input(ctx, TG_F64, TG_DIMS(0), "bad_late"));
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_SHAPE);
+    ck_assert_str_eq(tg_ctx_message(ctx), first);
     /* a graph is never built over a failed builder */
-    tg_tensor *ok = tg_sum_all(ctx, a);
-    ck_assert_ptr_nonnull(ok);
     ck_assert_ptr_null(tg_graph_new(ctx, &ok, 1));
     ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_SHAPE);
     ck_assert_str_eq(tg_ctx_message(ctx), first);
@@ -313,6 +325,71 @@ START_TEST(test_first_error_sticks)
     ck_assert_ptr_nonnull(tg_graph_new(ctx, &ok, 1));
     ck_assert_ptr_null(tg_sum(ctx, a, 5, false));
     tu_assert_error(ctx, TG_ERR_AXIS, "tg_sum");
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+
+/* ---- memory limit ------------------------------------------------------------------------- */
+START_TEST(test_memory_limit)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    ck_assert_uint_eq(tg_ctx_memory_limit(ctx), 0);
+    ck_assert_uint_eq(tg_ctx_memory_limit(NULL), 0);
+    tg_ctx_set_memory_limit(NULL, 5); /* no-op */
+    tg_ctx_set_memory_limit(ctx, 10000);
+    ck_assert_uint_eq(tg_ctx_memory_limit(ctx), 10000);
+    tg_tensor *a = tg_param(ctx, TG_F64, TG_DIMS(500), "a"); /* 4000 bytes + its record */
+    ck_assert_ptr_nonnull(a);
+    size_t used = tg_ctx_bytes(ctx);
+    ck_assert_uint_le(used, 10000);
+    tg_tensor *b = tg_param(ctx, TG_F64, TG_DIMS(1000), "b"); /* 8000 more: over */
+    ck_assert_ptr_null(b);
+    tu_assert_error(ctx, TG_ERR_NOMEM, "tg_param: allocating 8000 bytes would exceed the memory "
+                    "limit of 10000 bytes (");
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), used); /* b's record was given back */
+    ck_assert_int_eq(tg_ctx_n_params(ctx), 1);
+    /* an op builder and a graph are held to it too */
+    tg_ctx_clear_error(ctx);
+    ck_assert_ptr_null(tg_matmul(ctx, tg_reshape(ctx, a, TG_DIMS(500, 1)),
+                                 tg_reshape(ctx, a, TG_DIMS(1, 500)), false, false));
+    tu_assert_error(ctx, TG_ERR_NOMEM, "tg_matmul: allocating 2000000 bytes would exceed");
+    tg_ctx_clear_error(ctx);
+    tg_tensor *y = tg_sum_all(ctx, a);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_ptr_null(tg_graph_new(ctx, &y, 1)); /* a's gradient: 4000 bytes, twice */
+    tu_assert_error(ctx, TG_ERR_NOMEM, "would exceed the memory limit of 10000 bytes");
+    /* raising the limit (or 0: none) lets the same calls succeed */
+    tg_ctx_clear_error(ctx);
+    tg_ctx_set_memory_limit(ctx, 0);
+    ck_assert_ptr_nonnull(tg_param(ctx, TG_F64, TG_DIMS(1000), "b"));
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    ck_assert_ptr_nonnull(g);
+    /* a limit below what is held frees nothing; the next allocation fails */
+    tg_ctx_set_memory_limit(ctx, 100);
+    ck_assert_ptr_null(tg_input(ctx, TG_F32, TG_DIMS(1), "tiny"));
+    tu_assert_error(ctx, TG_ERR_NOMEM, "memory limit of 100 bytes");
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK); /* running allocates nothing */
+    ck_assert_int_eq(tg_graph_backward(g, y, NULL), TG_OK);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* Public entry points take NULL without crashing. */
+START_TEST(test_null_entry_points)
+{
+    ck_assert_uint_eq(tg_rng_u64(NULL), 0);
+    (void)tg_rng_uniform(NULL);
+    (void)tg_rng_normal(NULL);
+    uint64_t st[4] = {1, 2, 3, 4};
+    tg_rng_get_state(NULL, st);
+    tg_rng_set_state(NULL, st);
+    tg_ctx *ctx = tg_ctx_new();
+    tg_rng_get_state(ctx, NULL);
+    tg_rng_set_state(ctx, NULL);
+    ck_assert_int_eq(tg_graph_forward(NULL), TG_ERR_ARG);
+    ck_assert_int_eq(tg_graph_backward(NULL, NULL, NULL), TG_ERR_ARG);
+    ck_assert_ptr_null(tg_graph_new(ctx, NULL, 1));
     tg_ctx_free(ctx);
 }
 END_TEST
@@ -548,6 +625,8 @@ static Suite *ctx_suite(void)
     tc = tcase_create("errors");
     tcase_add_test(tc, test_first_error_sticks);
     tcase_add_test(tc, test_status_str);
+    tcase_add_test(tc, test_memory_limit);
+    tcase_add_test(tc, test_null_entry_points);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("rng");

@@ -5,6 +5,7 @@
  * two contexts on two threads, graph lifetime and degenerate graphs.
  */
 #include "testutil.h"
+#include "tgrad_nn.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -821,6 +822,121 @@ START_TEST(test_const_only_graph)
 }
 END_TEST
 
+
+/* ---- the error rule (issue 7, defect 12) ---------------------------------------------------
+ * Build errors stick until tg_ctx_clear_error; a run-time error is reported by the failing
+ * call and described by the context right after it, but does not poison later builds. */
+START_TEST(test_runtime_error_does_not_stick)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_tensor *w = tg_param(ctx, TG_F32, TG_DIMS(5, 3), "emb");
+    tg_tensor *ids = tg_input(ctx, TG_F32, TG_DIMS(2), "ids");
+    tg_tensor *y = tg_sum_all(ctx, tg_embedding(ctx, ids, w));
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    ck_assert_ptr_nonnull(g);
+    tu_set(ids, VALS(1, 7)); /* 7 is not a token id in [0, 5) */
+    ck_assert_int_eq(tg_graph_forward(g), TG_ERR_ARG);
+    /* the failure is described right after the call */
+    tu_assert_error(ctx, TG_ERR_ARG, "tg_embedding: 'ids'[1] = 7 is not a token id in [0, 5)");
+    /* backward says the forward failed */
+    ck_assert_int_eq(tg_graph_backward(g, y, NULL), TG_ERR_STATE);
+    tu_assert_error(ctx, TG_ERR_STATE, "the last tg_graph_forward failed");
+    /* ... and it does not poison later, unrelated builds: no tg_ctx_clear_error here */
+    tg_tensor *x = tg_param(ctx, TG_F32, TG_DIMS(2), "x");
+    tg_tensor *z = tg_sum_all(ctx, tg_mul(ctx, x, x));
+    ck_assert_ptr_nonnull(z);
+    tg_graph *g2 = tg_graph_new(ctx, &z, 1);
+    ck_assert_msg(g2 != NULL, "tg_graph_new after a failed forward: %s", tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_OK); /* the build began: the old run error is gone */
+    ck_assert_int_eq(tg_graph_forward(g2), TG_OK);
+    ck_assert_int_eq(tg_graph_backward(g2, z, NULL), TG_OK);
+    /* nor module init, whose status is its own */
+    ck_assert_int_eq(tg_graph_forward(g), TG_ERR_ARG);
+    tg_ffn f;
+    ck_assert_int_eq(tg_ffn_init(ctx, &f, TG_F32, 4, 8, TG_ACT_RELU, "ffn."), TG_OK);
+    /* fixing the data makes the first graph run again */
+    ck_assert_int_eq(tg_graph_forward(g), TG_ERR_ARG);
+    tu_set(ids, VALS(1, 4));
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_OK); /* a run call that succeeds reports nothing */
+    ck_assert_int_eq(tg_graph_backward(g, y, NULL), TG_OK);
+    /* a failed backward and a failed data copy do not stick either */
+    tg_tensor *dy_bad = tg_const(ctx, TG_F32, TG_DIMS(3), "dy_bad");
+    ck_assert_int_eq(tg_graph_backward(g, y, dy_bad), TG_ERR_SHAPE);
+    ck_assert_ptr_nonnull(tg_graph_new(ctx, &z, 1));
+    double buf[3] = {0};
+    ck_assert_int_eq(tg_tensor_set_data(x, buf, TG_F64, 3), TG_ERR_SHAPE);
+    tu_assert_error(ctx, TG_ERR_SHAPE, "tg_tensor_set_data");
+    ck_assert_ptr_nonnull(tg_graph_new(ctx, &z, 1));
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* A run-time error never replaces a pending build error, and a build error replaces a
+ * run-time one (it sticks from then on). */
+START_TEST(test_build_error_outranks_runtime_error)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_tensor *w = tg_param(ctx, TG_F64, TG_DIMS(4, 2), "emb");
+    tg_tensor *ids = tg_input(ctx, TG_F64, TG_DIMS(1), "ids");
+    tg_tensor *y = tg_sum_all(ctx, tg_embedding(ctx, ids, w));
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    tg_set(ids, 0, -1);
+    ck_assert_int_eq(tg_graph_forward(g), TG_ERR_ARG);
+    /* a builder fails: its error replaces the run-time one and sticks */
+    ck_assert_ptr_null(tg_softmax(ctx, y));
+    tu_assert_error(ctx, TG_ERR_SHAPE, "tg_softmax");
+    char first[512];
+    snprintf(first, sizeof first, "%s", tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_graph_forward(g), TG_ERR_ARG); /* the call still says what failed */
+    ck_assert_str_eq(tg_ctx_message(ctx), first);       /* but the build error stays */
+    ck_assert_ptr_null(tg_graph_new(ctx, &y, 1));
+    ck_assert_str_eq(tg_ctx_message(ctx), first);
+    tg_ctx_clear_error(ctx);
+    tg_set(ids, 0, 3);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    ck_assert_ptr_nonnull(tg_graph_new(ctx, &y, 1));
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* A graph build that runs out of memory half way gives its own arrays back. */
+START_TEST(test_graph_new_nomem_frees)
+{
+    tu_failing_alloc st = {-1, 0, 0};
+    tg_allocator al = tu_failing_allocator(&st);
+    tg_ctx *ctx = tg_ctx_new_with(&al);
+    tg_tensor *x = tg_param(ctx, TG_F64, TG_DIMS(3), "x");
+    tg_tensor *y = x;
+    for (int i = 0; i < 100; i++)
+        y = tg_scale(ctx, y, 1.0);
+    y = tg_sum_all(ctx, y);
+    ck_assert_ptr_nonnull(y);
+    /* every gradient buffer first (they belong to the tensors), then a failure at each later
+     * allocation of tg_graph_new */
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    ck_assert_ptr_nonnull(g);
+    tg_graph_free(g);
+    size_t base = tg_ctx_bytes(ctx);
+    for (long k = 0; k < 40; k++) {
+        st.budget = st.n_alloc + k;
+        g = tg_graph_new(ctx, &y, 1);
+        if (g) {
+            tg_graph_free(g);
+            ck_assert_uint_eq(tg_ctx_bytes(ctx), base);
+            break;
+        }
+        tu_assert_error(ctx, TG_ERR_NOMEM, "tg_graph_new");
+        ck_assert_uint_eq(tg_ctx_bytes(ctx), base); /* nothing left behind */
+        tg_ctx_clear_error(ctx);
+    }
+    st.budget = -1;
+    tg_ctx_free(ctx);
+    ck_assert_int_eq(st.n_alloc, st.n_free);
+}
+END_TEST
+
 static Suite *graph_suite(void)
 {
     Suite *s = suite_create("graph");
@@ -843,6 +959,9 @@ static Suite *graph_suite(void)
     tc = tcase_create("errors");
     tcase_add_test(tc, test_graph_new_errors);
     tcase_add_test(tc, test_backward_errors);
+    tcase_add_test(tc, test_runtime_error_does_not_stick);
+    tcase_add_test(tc, test_build_error_outranks_runtime_error);
+    tcase_add_test(tc, test_graph_new_nomem_frees);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("runs");

@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,10 +51,12 @@ static void b_le(bytes *b, uint64_t v, int nbytes)
 /* n filler bytes 0, 1, 2, ... */
 static void b_fill(bytes *b, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)i;
-        b_put(b, &c, 1);
-    }
+    unsigned char *t = malloc(n + 1);
+    ck_assert_ptr_nonnull(t);
+    for (size_t i = 0; i < n; i++)
+        t[i] = (unsigned char)i;
+    b_put(b, t, n);
+    free(t);
 }
 
 /* A safetensors file: le64(len(header)) + header + data_len filler bytes. */
@@ -360,7 +363,9 @@ START_TEST(test_st_overwrite_keeps_mode)
     tg_ctx *ctx = tg_ctx_new();
     tg_tensor *t = tg_const(ctx, TG_F64, TG_DIMS(2), "x");
     const tg_tensor *ts[1] = {t};
+    mode_t um = umask(022); /* a new file gets 0666 minus the umask */
     ck_assert_int_eq(tg_safetensors_write(ctx, tpath("m.st"), 1, ts, NULL, 0, NULL, NULL), TG_OK);
+    umask(um);
     struct stat sb;
     ck_assert_int_eq(stat(tpath("m.st"), &sb), 0);
     ck_assert_int_eq(sb.st_mode & 0777, 0644);
@@ -747,30 +752,160 @@ START_TEST(test_st_read_errors)
 }
 END_TEST
 
-/* A pipe has no size: the reader takes it whole first. */
-START_TEST(test_st_read_fifo)
+/* Paths name regular files only: a FIFO without a writer, a device that never ends, a
+ * directory and a socket are refused at once with one line (none of them may hang or read
+ * without limit; before the fix the FIFO blocked forever and /dev/zero was read until memory ran
+ * out). */
+START_TEST(test_read_refuses_non_regular)
 {
     make_tmpdir();
-    bytes want = ref_attn_dot0();
+    tg_ctx *ctx = tg_ctx_new();
     ck_assert_int_eq(mkfifo(tpath("fifo"), 0600), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        FILE *f = fopen(tpath("fifo"), "wb");
-        if (f) {
-            fwrite(want.p, 1, want.n, f);
-            fclose(f);
+    ck_assert_int_eq(mkfifo(tpath("fifo.npy"), 0600), 0);
+    ck_assert_int_eq(symlink("/dev/zero", tpath("zero.st")), 0);
+    struct {
+        const char *path, *kind;
+    } cases[] = {
+        {tpath("fifo"), "a FIFO"},
+        {"/dev/zero", "a character device"},
+        {"/dev/null", "a character device"},
+        {tpath("zero.st"), "a character device"}, /* a link to a device: what it names counts */
+        {tmpdir, "a directory"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char want[600];
+        snprintf(want, sizeof want, "tg_safetensors_read: '%s' is not a regular file (%s)",
+                 cases[i].path, cases[i].kind);
+        tg_ctx_clear_error(ctx);
+        size_t before = tg_ctx_bytes(ctx);
+        ck_assert_ptr_null(tg_safetensors_read(ctx, cases[i].path));
+        ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_IO);
+        ck_assert_str_eq(tg_ctx_message(ctx), want);
+        ck_assert_uint_eq(tg_ctx_bytes(ctx), before);
+        snprintf(want, sizeof want, "tg_npy_read: '%s' is not a regular file (%s)",
+                 cases[i].path, cases[i].kind);
+        tg_ctx_clear_error(ctx);
+        ck_assert_ptr_null(tg_npy_read(ctx, cases[i].path, TG_F32, NULL));
+        ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_IO);
+        ck_assert_str_eq(tg_ctx_message(ctx), want);
+        tg_ctx_clear_error(ctx);
+        ck_assert_int_eq(tg_params_load(ctx, cases[i].path, 0, NULL, true), TG_ERR_IO);
+        ck_assert_ptr_nonnull(strstr(tg_ctx_message(ctx), "is not a regular file"));
+    }
+    /* a FIFO named like an .npy file, with no writer either */
+    tg_ctx_clear_error(ctx);
+    ck_assert_ptr_null(tg_npy_read(ctx, tpath("fifo.npy"), TG_F64, NULL));
+    tu_assert_error(ctx, TG_ERR_IO, "is not a regular file (a FIFO)");
+    tg_ctx_free(ctx);
+    rm_tmpdir();
+}
+END_TEST
+
+/* Write want to the write end of a pipe from a child process (so a large stream cannot fill
+ * the pipe and block the test); returns the read end. */
+static int pipe_from_child(const bytes *want, pid_t *pid)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    *pid = fork();
+    ck_assert_int_ge(*pid, 0);
+    if (*pid == 0) {
+        close(p[0]);
+        size_t off = 0;
+        while (off < want->n) {
+            ssize_t k = write(p[1], want->p + off, want->n - off);
+            if (k <= 0)
+                _exit(1);
+            off += (size_t)k;
         }
         _exit(0);
     }
+    close(p[1]);
+    return p[0];
+}
+
+/* A stream has no size: the descriptor readers take it whole first, up to a limit. */
+START_TEST(test_read_fd_streams)
+{
+    bytes want = ref_attn_dot0();
     tg_ctx *ctx = tg_ctx_new();
-    tg_safetensors *st = tg_safetensors_read(ctx, tpath("fifo"));
+    pid_t pid;
     int wst;
+    /* a pipe, whole */
+    int fd = pipe_from_child(&want, &pid);
+    tg_safetensors *st = tg_safetensors_read_fd(ctx, fd, "<pipe>", 1 << 20);
+    close(fd);
     waitpid(pid, &wst, 0);
     ck_assert_msg(st != NULL, "%s", tg_ctx_message(ctx));
     ck_assert(memcmp(tg_tensor_data(tg_safetensors_find(st, "attn.0")), f32_vals, 24) == 0);
-    tg_ctx_free(ctx);
+    /* exactly at the limit is fine; one byte less is refused, naming the stream and the limit */
+    fd = pipe_from_child(&want, &pid);
+    ck_assert_ptr_nonnull(tg_safetensors_read_fd(ctx, fd, "<pipe>", want.n));
+    close(fd);
+    waitpid(pid, &wst, 0);
+    fd = pipe_from_child(&want, &pid);
+    size_t before = tg_ctx_bytes(ctx);
+    ck_assert_ptr_null(tg_safetensors_read_fd(ctx, fd, "<pipe>", want.n - 1));
+    close(fd);
+    waitpid(pid, &wst, 0);
+    char msg[200];
+    snprintf(msg, sizeof msg,
+             "tg_safetensors_read_fd: <pipe>: the stream holds more than the limit of %zu bytes",
+             want.n - 1);
+    ck_assert_str_eq(tg_ctx_message(ctx), msg);
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_IO);
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), before);
+    /* /dev/zero through the descriptor API: bounded, not read until memory runs out */
+    tg_ctx_clear_error(ctx);
+    fd = open("/dev/zero", O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_ptr_null(tg_safetensors_read_fd(ctx, fd, NULL, 1 << 16));
+    char zl[64];
+    snprintf(zl, sizeof zl, "<fd %d>: the stream holds more", fd);
+    tu_assert_error(ctx, TG_ERR_IO, zl);
+    close(fd);
+    /* an .npy through a pipe; a regular file's descriptor works too, from its position */
+    tg_ctx_clear_error(ctx);
+    bytes nb = {0};
+    tg_tensor *x = tg_const(ctx, TG_F32, TG_DIMS(2, 3), "x");
+    tg_tensor_set_data(x, f32_vals, TG_F32, 6);
+    mem_sink ms = {{0}, 0, 0};
+    tg_writer w = {mem_write, &ms};
+    tg_io_item it = tg_io_item_data(x, NULL);
+    ck_assert_int_eq(tg_npy_write_to(ctx, &w, &it), TG_OK);
+    nb = ms.b;
+    fd = pipe_from_child(&nb, &pid);
+    tg_npy_kind kind = TG_NPY_INT;
+    tg_tensor *r = tg_npy_read_fd(ctx, fd, "<stdin>", 4096, TG_F64, &kind);
+    close(fd);
+    waitpid(pid, &wst, 0);
+    ck_assert_msg(r != NULL, "%s", tg_ctx_message(ctx));
+    ck_assert_int_eq(kind, TG_NPY_FLOAT);
+    tu_assert_data(r, (const double[]){0, 1, 2, 3, 4, 5}, 0);
+    make_tmpdir();
+    write_file(tpath("pre.st"), "junk", 4);
+    FILE *f = fopen(tpath("pre.st"), "ab");
+    fwrite(want.p, 1, want.n, f);
+    fclose(f);
+    fd = open(tpath("pre.st"), O_RDONLY);
+    ck_assert_int_eq(lseek(fd, 4, SEEK_SET), 4);
+    ck_assert_ptr_nonnull(tg_safetensors_read_fd(ctx, fd, "pre.st", 1 << 20));
+    close(fd);
+    /* errors: a bad descriptor, and a non-blocking pipe with nothing in it */
+    ck_assert_ptr_null(tg_npy_read_fd(ctx, -1, NULL, 10, TG_F32, NULL));
+    tu_assert_error(ctx, TG_ERR_ARG, "tg_npy_read_fd: file descriptor -1 is invalid");
+    tg_ctx_clear_error(ctx);
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    ck_assert_ptr_null(tg_safetensors_read_fd(ctx, p[0], "<nb>", 100));
+    tu_assert_error(ctx, TG_ERR_IO, "non-blocking");
+    close(p[0]);
+    close(p[1]);
+    ck_assert_ptr_null(tg_safetensors_read_fd(NULL, 0, NULL, 1));
+    free(nb.p);
     free(want.p);
+    tg_ctx_free(ctx);
     rm_tmpdir();
 }
 END_TEST
@@ -932,7 +1067,7 @@ START_TEST(test_st_atomic_failure)
     ck_assert_uint_gt(total, old.n);
     for (uint64_t lim = 0; lim < total; lim += (lim < 16 ? 1 : 13)) {
         tg_ctx_clear_error(ctx);
-        tg_write_opts o = {true, lim, false};
+        tg_write_opts o = {.inject_write_failure = true, .fail_after_bytes = lim};
         tg_status s = tg_safetensors_write_items(ctx, path, 2, items, 1, &k, &v, &o);
         ck_assert_msg(s == TG_ERR_IO, "limit %llu: %s", (unsigned long long)lim, tg_status_str(s));
         assert_fails(ctx, TG_ERR_IO, "tg_safetensors_write_items: ", "injected");
@@ -946,7 +1081,7 @@ START_TEST(test_st_atomic_failure)
     }
     /* exactly enough room succeeds and gives the stream bytes */
     tg_ctx_clear_error(ctx);
-    tg_write_opts o = {true, total, true};
+    tg_write_opts o = {.inject_write_failure = true, .fail_after_bytes = total, .no_fsync = true};
     ck_assert_int_eq(tg_safetensors_write_items(ctx, path, 2, items, 1, &k, &v, &o), TG_OK);
     bytes now = read_file(path);
     ck_assert_uint_eq(now.n, total);
@@ -962,8 +1097,10 @@ START_TEST(test_st_atomic_failure)
     tg_ctx_clear_error(ctx);
     ck_assert_int_eq(tg_safetensors_write(ctx, tpath("adir"), 1, ts, NULL, 0, NULL, NULL),
                      TG_ERR_IO);
-    assert_fails(ctx, TG_ERR_IO, "tg_safetensors_write: ", "rename onto a directory");
-    ck_assert_ptr_nonnull(strstr(tg_ctx_message(ctx), "rename"));
+    assert_fails(ctx, TG_ERR_IO, "tg_safetensors_write: ", "a directory in the way");
+    /* refused before anything is created (it used to fail only at the rename) */
+    ck_assert_ptr_nonnull(strstr(tg_ctx_message(ctx),
+                                 "adir' is not a regular file (a directory): refusing"));
     ck_assert_int_eq(count_tmp_files(), 0);
 
     /* a failing user writer */
@@ -1391,7 +1528,7 @@ START_TEST(test_npy_writer)
     tg_io_item it = {NULL, TG_F32, 2, (const int64_t[]){5, 8}, big};
     for (uint64_t lim = 0; lim < 128 + 160; lim += 7) {
         tg_ctx_clear_error(ctx);
-        tg_write_opts o = {true, lim, false};
+        tg_write_opts o = {.inject_write_failure = true, .fail_after_bytes = lim};
         ck_assert_int_eq(tg_npy_write_item(ctx, tpath("a.npy"), &it, &o), TG_ERR_IO);
         assert_fails(ctx, TG_ERR_IO, "tg_npy_write_item: ", "injected");
         bytes now = read_file(tpath("a.npy"));
@@ -1517,6 +1654,238 @@ START_TEST(test_json_parser)
 }
 END_TEST
 
+/* ----- hostile sizes: fail before allocating ------------------------------------------------ */
+/* An allocator that tracks the bytes held and their peak. */
+typedef struct peak_alloc {
+    size_t cur, peak;
+} peak_alloc;
+
+static void *peak_malloc(void *user, size_t n)
+{
+    peak_alloc *a = user;
+    unsigned char *p = malloc(n + 16);
+    if (!p)
+        return NULL;
+    memcpy(p, &n, sizeof n);
+    a->cur += n;
+    if (a->cur > a->peak)
+        a->peak = a->cur;
+    return p + 16;
+}
+
+static void peak_free(void *user, void *q)
+{
+    if (!q)
+        return;
+    peak_alloc *a = user;
+    unsigned char *p = (unsigned char *)q - 16;
+    size_t n;
+    memcpy(&n, p, sizeof n);
+    a->cur -= n;
+    free(p);
+}
+
+/* Parse from memory with a fresh context; return the peak bytes it held. */
+static size_t st_peak(const bytes *b, tg_status want, const char *needle)
+{
+    peak_alloc pa = {0, 0};
+    tg_allocator al = {peak_malloc, peak_free, &pa};
+    tg_ctx *c = tg_ctx_new_with(&al);
+    size_t base = pa.peak;
+    tg_safetensors *st = tg_safetensors_read_mem(c, b->p, b->n);
+    if (want == TG_OK) {
+        ck_assert_msg(st != NULL, "%s", tg_ctx_message(c));
+    } else {
+        ck_assert_ptr_null(st);
+        tu_assert_error(c, want, needle);
+        ck_assert_uint_eq(tg_ctx_bytes(c), 0);
+    }
+    tg_ctx_free(c);
+    return pa.peak - base;
+}
+
+/* A header of many tensors (or metadata entries) with no data used to be parsed whole,
+ * allocating ~140 bytes per entry (doubling), before the data section's size was compared;
+ * now more than 1024 tensors with fewer data bytes than tensors fail as soon as that is
+ * seen, and metadata is capped at TG_SAFETENSORS_MAX_META entries. */
+START_TEST(test_st_hostile_counts)
+{
+    int n = tu_under_valgrind() ? 5000 : 50000;
+    /* built with one allocation (b_put reallocates per call: quadratic under sanitizers) */
+    size_t cap = (size_t)n * 80 + 16, len = 0;
+    char *h = malloc(cap);
+    ck_assert_ptr_nonnull(h);
+    len += (size_t)snprintf(h, cap, "{");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(h + len, cap - len,
+                                "%s\"t%d\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[%d,%d]}",
+                                i ? "," : "", i, i, i + 1);
+    snprintf(h + len, cap - len, "}");
+    ck_assert_uint_lt(len + 2, cap);
+    bytes f = st_file(h, 0);
+    size_t peak = st_peak(&f, TG_ERR_TRUNCATED,
+                          "the header lists more than 1024 tensors but the data section holds 0 "
+                          "bytes (every tensor needs at least one)");
+    /* the header's copy for the decoded strings plus 1024 entries, not n entries */
+    ck_assert_msg(peak < f.n + 400000, "peak %zu for a %zu-byte file", peak, f.n);
+    free(f.p);
+    /* the same header with its data is read (the check costs nothing to valid files) */
+    f = st_file(h, (size_t)n);
+    st_peak(&f, TG_OK, NULL);
+    free(f.p);
+    /* fewer than 1024 tensors keep the documented order: the entries' own errors first */
+    f = st_file("{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[],\"data_offsets\":[0,1]}}", 0);
+    st_peak(&f, TG_ERR_UNSUPPORTED, "dtype F8_E4M3 is not supported");
+    free(f.p);
+    free(h);
+
+    /* metadata: TG_SAFETENSORS_MAX_META entries are read, one more is refused */
+    for (unsigned extra = 0; extra < 2; extra++) {
+        cap = (size_t)TG_SAFETENSORS_MAX_META * 16 + 64;
+        len = 0;
+        char *m = malloc(cap);
+        ck_assert_ptr_nonnull(m);
+        len += (size_t)snprintf(m, cap, "{\"__metadata__\":{");
+        for (unsigned i = 0; i < TG_SAFETENSORS_MAX_META + extra; i++)
+            len += (size_t)snprintf(m + len, cap - len, "%s\"%x\":\"\"", i ? "," : "", i);
+        snprintf(m + len, cap - len, "}}");
+        ck_assert_uint_lt(len + 3, cap);
+        f = st_file(m, 0);
+        if (extra)
+            st_peak(&f, TG_ERR_UNSUPPORTED, "__metadata__ has more than 65536 entries");
+        else
+            st_peak(&f, TG_OK, NULL);
+        free(f.p);
+        free(m);
+    }
+    /* and the writer will not produce such a file */
+    tg_ctx *ctx = tg_ctx_new();
+    const char *k[1] = {"k"};
+    mem_sink ms = {{0}, 0, 0};
+    tg_writer w = {mem_write, &ms};
+    ck_assert_int_eq(tg_safetensors_write_to(ctx, &w, 0, NULL, TG_SAFETENSORS_MAX_META + 1, k, k),
+                     TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "n_meta 65537 is more than readers accept (65536)");
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* Shapes and offsets claiming terabytes fail on the arithmetic, before any tensor or data
+ * buffer is allocated (a small, constant peak whatever the claim). */
+START_TEST(test_hostile_sizes_allocate_nothing)
+{
+    struct {
+        const char *hdr;
+        tg_status want;
+        const char *needle;
+    } sts[] = {
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1073741824,1048576],"
+         "\"data_offsets\":[0,4503599627370496]}}",
+         TG_ERR_TRUNCATED, "the data section holds 8 bytes but the tensors need 4503599627370496"},
+        {"{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}",
+         TG_ERR_OVERFLOW, "element count overflows"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,8]}}",
+         TG_ERR_OVERFLOW, "element count overflows"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[18446744073709551607,"
+         "18446744073709551615]}}",
+         TG_ERR_OUT_OF_BOUNDS, "invalid data_offsets"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,99999999999999999999]}}",
+         TG_ERR_OUT_OF_BOUNDS, "invalid data_offsets"},
+    };
+    for (size_t i = 0; i < sizeof sts / sizeof sts[0]; i++) {
+        bytes f = st_file(sts[i].hdr, 8);
+        size_t peak = st_peak(&f, sts[i].want, sts[i].needle);
+        ck_assert_msg(peak < 16384, "case %zu: peak %zu", i, peak);
+        free(f.p);
+    }
+    struct {
+        const char *dict;
+        tg_status want;
+        const char *needle;
+    } npys[] = {
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (1073741824, 1048576), }",
+         TG_ERR_TRUNCATED, "needs 4503599627370496"},
+        {"{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }",
+         TG_ERR_OVERFLOW, "element count overflows"},
+        {"{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999999,), }",
+         TG_ERR_OVERFLOW, "overflows 64 bits"},
+        {"{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2, 2, 2, 2, 2, 2, 2), }",
+         TG_ERR_UNSUPPORTED, "rank 8 exceeds"},
+    };
+    for (size_t i = 0; i < sizeof npys / sizeof npys[0]; i++) {
+        bytes f = npy_file(1, npys[i].dict, true, 16);
+        peak_alloc pa = {0, 0};
+        tg_allocator al = {peak_malloc, peak_free, &pa};
+        tg_ctx *c = tg_ctx_new_with(&al);
+        size_t base = pa.peak;
+        ck_assert_ptr_null(tg_npy_read_mem(c, f.p, f.n, TG_F32, NULL));
+        tu_assert_error(c, npys[i].want, npys[i].needle);
+        ck_assert_msg(pa.peak - base < 16384, "npy case %zu: peak %zu", i, pa.peak - base);
+        tg_ctx_free(c);
+        free(f.p);
+    }
+}
+END_TEST
+
+/* The pull parser is safe under any sequence of calls (the fuzz harnesses drive it directly):
+ * a next without its begin, an object's next inside an array, calls after an error. */
+START_TEST(test_json_misuse)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg__jp jp;
+    tg__jstr k;
+    const char *t = "[1, {\"a\": 2}]";
+    ck_assert_int_eq(tg__jp_init(&jp, ctx, "json", "<t>", t, strlen(t)), TG_OK);
+    ck_assert(!tg__jp_obj_next(&jp, &k)); /* no container open */
+    ck_assert_int_eq(jp.err, TG_ERR_JSON);
+    tu_assert_error(ctx, TG_ERR_JSON, "json: <t>: invalid JSON header at byte 0: not inside an "
+                                      "object");
+    ck_assert(!tg__jp_arr_begin(&jp)); /* sticky */
+    tg__jp_free(&jp);
+    tg_ctx_clear_error(ctx);
+    ck_assert_int_eq(tg__jp_init(&jp, ctx, NULL, NULL, t, strlen(t)), TG_OK);
+    ck_assert(tg__jp_arr_begin(&jp));
+    ck_assert(!tg__jp_obj_next(&jp, &k)); /* inside an array */
+    tu_assert_error(ctx, TG_ERR_JSON, "json: <json>: invalid JSON header at byte 1: not inside "
+                                      "an object");
+    tg__jp_free(&jp);
+    tg_ctx_clear_error(ctx);
+    ck_assert_int_eq(tg__jp_init(&jp, ctx, "json", "<t>", t, strlen(t)), TG_OK);
+    ck_assert(tg__jp_arr_begin(&jp));
+    ck_assert(tg__jp_arr_next(&jp));
+    tg__jnum num;
+    ck_assert(tg__jp_number(&jp, &num));
+    ck_assert(tg__jp_arr_next(&jp));
+    ck_assert(tg__jp_obj_begin(&jp));
+    ck_assert(!tg__jp_arr_next(&jp)); /* inside an object */
+    tu_assert_error(ctx, TG_ERR_JSON, "not inside an array");
+    ck_assert(!tg__jp_skip(&jp) && !tg__jp_end(&jp) && !tg__jp_string(&jp, &k));
+    ck_assert_int_eq(tg__jp_peek(&jp), TG__J_ERROR);
+    tg__jp_free(&jp);
+    tg_ctx_clear_error(ctx);
+    /* closing more than was opened */
+    ck_assert_int_eq(tg__jp_init(&jp, ctx, "json", "<t>", "[]]", 3), TG_OK);
+    ck_assert(tg__jp_arr_begin(&jp));
+    ck_assert(!tg__jp_arr_next(&jp));
+    ck_assert(!jp.err);
+    ck_assert(!tg__jp_arr_next(&jp));
+    ck_assert_int_eq(jp.err, TG_ERR_JSON);
+    tg__jp_free(&jp);
+    tg_ctx_clear_error(ctx);
+    /* a NULL text */
+    ck_assert_int_eq(tg__jp_init(&jp, ctx, "json", "<t>", NULL, 5), TG_ERR_ARG);
+    ck_assert(!tg__jp_skip(&jp));
+    tg__jp_free(&jp);
+    tg_ctx_clear_error(ctx);
+    ck_assert_int_eq(tg__jp_init(&jp, ctx, "json", "<t>", NULL, 0), TG_OK);
+    ck_assert(!tg__jp_skip(&jp));
+    tu_assert_error(ctx, TG_ERR_JSON, "unexpected end of header");
+    tg__jp_free(&jp);
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), 0);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *io_suite(void)
 {
     Suite *s = suite_create("io");
@@ -1529,7 +1898,8 @@ static Suite *io_suite(void)
     tcase_add_test(tc, test_st_dtype_conversions);
     tcase_add_test(tc, test_st_malformed);
     tcase_add_test(tc, test_st_read_errors);
-    tcase_add_test(tc, test_st_read_fifo);
+    tcase_add_test(tc, test_read_refuses_non_regular);
+    tcase_add_test(tc, test_read_fd_streams);
     tcase_add_test(tc, test_st_writer_refusals);
     tcase_add_test(tc, test_st_write_grads);
     tcase_add_test(tc, test_st_atomic_failure);
@@ -1546,6 +1916,12 @@ static Suite *io_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("json");
     tcase_add_test(tc, test_json_parser);
+    tcase_add_test(tc, test_json_misuse);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("hostile");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_st_hostile_counts);
+    tcase_add_test(tc, test_hostile_sizes_allocate_nothing);
     suite_add_tcase(s, tc);
     return s;
 }

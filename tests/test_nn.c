@@ -7,6 +7,8 @@
 #include "testutil.h"
 #include "tgrad_train.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 START_TEST(test_module_errors)
@@ -271,6 +273,281 @@ START_TEST(test_cross_entropy_large_logits)
 }
 END_TEST
 
+
+/* ---- sizes the library cannot represent (issue 7, defects 1, 4 and 5) ---------------------- */
+#define HUGE62 4611686018427387904LL /* 2^62 */
+
+/* Each init function refuses a size it cannot represent with one message naming the value
+ * and the limit, before allocating anything (no wrapped allocation, no heap overflow, no
+ * signed overflow at 3 * d_model). */
+START_TEST(test_huge_sizes_refused)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    size_t b0 = tg_ctx_bytes(ctx);
+    tg_transformer_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.vocab_size = 7;
+    tc.max_seq_len = 4;
+    tc.n_layers = HUGE62; /* n_layers * sizeof(tg_encoder_layer) wrapped: heap overflow */
+    tc.layer = tg_encoder_config_default(8, 2);
+    tc.layer.d_ff = 16;
+    tg_transformer tm;
+    ck_assert_int_eq(tg_transformer_init(ctx, &tm, TG_F32, &tc), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG,
+                    "tg_transformer_init: n_layers 4611686018427387904 too large (at most 65536)");
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), b0);
+    tg_ctx_clear_error(ctx);
+    tc.n_layers = TG_TRANSFORMER_MAX_LAYERS + 1;
+    ck_assert_int_eq(tg_transformer_init(ctx, &tm, TG_F32, &tc), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "n_layers 65537 too large (at most 65536)");
+    tg_ctx_clear_error(ctx);
+    tc.n_layers = INT64_MIN;
+    ck_assert_int_eq(tg_transformer_init(ctx, &tm, TG_F32, &tc), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "n_layers -9223372036854775808");
+    tg_ctx_clear_error(ctx);
+    tc.n_layers = 1;
+
+    /* vocab, max_seq_len and d_model of the whole model */
+    tc.vocab_size = HUGE62;
+    ck_assert_int_eq(tg_transformer_init(ctx, &tm, TG_F32, &tc), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "tg_transformer_init: vocab_size 4611686018427387904 with "
+                    "d_model 8 too large: tok_emb.weight (vocab, d_model) would hold more than "
+                    "1152921504606846975 elements");
+    tg_ctx_clear_error(ctx);
+    tc.vocab_size = 7;
+    tc.max_seq_len = INT64_MAX;
+    ck_assert_int_eq(tg_transformer_init(ctx, &tm, TG_F32, &tc), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "max_seq_len 9223372036854775807 with d_model 8 too large: "
+                    "pos_emb.weight");
+    tg_ctx_clear_error(ctx);
+    tc.max_seq_len = 4;
+    tc.layer = tg_encoder_config_default(HUGE62, 1);
+    tc.layer.d_ff = 1;
+    ck_assert_int_eq(tg_transformer_init(ctx, &tm, TG_F32, &tc), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "d_model 4611686018427387904");
+    tg_ctx_clear_error(ctx);
+    tc.layer = tg_encoder_config_default(8, 2);
+    tc.layer.d_ff = HUGE62;
+    ck_assert_int_eq(tg_transformer_init(ctx, &tm, TG_F32, &tc), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "d_model 8 with d_ff 4611686018427387904 too large: "
+                    "linear1.weight (d_ff, d_model)");
+    tg_ctx_clear_error(ctx);
+    tc.layer.d_ff = 16;
+    tc.layer.n_heads = INT64_MAX;
+    ck_assert_int_eq(tg_transformer_init(ctx, &tm, TG_F32, &tc), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "n_heads 9223372036854775807");
+    tg_ctx_clear_error(ctx);
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), b0);
+
+    /* MHA: 3 * d_model overflowed int64 (signed overflow) before; 1e9 is representable as a
+     * number but in_proj_weight (3e9, 1e9) is not */
+    tg_mha m;
+    const int64_t dms[] = {HUGE62, INT64_MAX, 1000000000};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(tg_mha_init(ctx, &m, TG_F32, dms[i], 1, NULL), TG_ERR_ARG);
+        char want[160];
+        snprintf(want, sizeof want, "tg_mha_init: d_model %lld too large: in_proj_weight "
+                 "(3 d_model, d_model) would hold more than 1152921504606846975 elements",
+                 (long long)dms[i]);
+        tu_assert_error(ctx, TG_ERR_ARG, want);
+        ck_assert_ptr_null(m.in_proj_weight);
+        tg_ctx_clear_error(ctx);
+    }
+    ck_assert_int_eq(tg_mha_init(ctx, &m, TG_F32, HUGE62, HUGE62, NULL), TG_ERR_ARG);
+    tg_ctx_clear_error(ctx);
+    /* FFN */
+    tg_ffn f;
+    ck_assert_int_eq(tg_ffn_init(ctx, &f, TG_F64, 2, HUGE62, TG_ACT_RELU, NULL), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "tg_ffn_init: d_model 2 with d_ff 4611686018427387904 too "
+                    "large: linear1.weight (d_ff, d_model) would hold more than");
+    tg_ctx_clear_error(ctx);
+    ck_assert_int_eq(tg_ffn_init(ctx, &f, TG_F64, INT64_MAX, INT64_MAX, TG_ACT_GELU, NULL),
+                     TG_ERR_ARG);
+    tg_ctx_clear_error(ctx);
+    /* encoder layer */
+    tg_encoder_config ec = tg_encoder_config_default(1LL << 40, 1);
+    ec.d_ff = 1;
+    tg_encoder_layer el;
+    ck_assert_int_eq(tg_encoder_layer_init(ctx, &el, TG_F32, &ec, NULL), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "tg_encoder_layer_init: d_model 1099511627776 with d_ff 1 "
+                    "too large: self_attn.in_proj_weight (3 d_model, d_model)");
+    tg_ctx_clear_error(ctx);
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), b0);
+
+    /* the constants of the model: causal mask and sinusoidal encoding */
+    ck_assert_ptr_null(tg_causal_mask(ctx, TG_F32, INT64_MAX, INT64_MAX));
+    tu_assert_error(ctx, TG_ERR_SHAPE, "tg_causal_mask: (t_q, t_k) = (9223372036854775807, "
+                    "9223372036854775807) is too large (at most 1152921504606846975 elements)");
+    tg_ctx_clear_error(ctx);
+    ck_assert_ptr_null(tg_causal_mask(ctx, TG_F32, 0, 3));
+    tu_assert_error(ctx, TG_ERR_SHAPE, "tg_causal_mask: t_q 0 and t_k 3 must both be >= 1");
+    tg_ctx_clear_error(ctx);
+    ck_assert_ptr_null(tg_sinusoidal_encoding(ctx, TG_F64, HUGE62, 8));
+    tu_assert_error(ctx, TG_ERR_SHAPE, "tg_sinusoidal_encoding: (t, d) = (4611686018427387904, 8)");
+    tg_ctx_clear_error(ctx);
+    ck_assert_ptr_null(tg_sinusoidal_encoding(ctx, TG_F64, 4, -1));
+    tu_assert_error(ctx, TG_ERR_SHAPE, "tg_sinusoidal_encoding: t 4 and d -1");
+    tg_ctx_clear_error(ctx);
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), b0);
+
+    /* a prefix so long that the names would be truncated (and could collide) */
+    char longp[200];
+    memset(longp, 'p', sizeof longp - 1);
+    longp[sizeof longp - 1] = '\0';
+    ck_assert_int_eq(tg_mha_init(ctx, &m, TG_F32, 8, 2, longp), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "prefix too long");
+    ck_assert_int_eq(tg_ctx_n_params(ctx), 0);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* An allocator that fails every block larger than `max` bytes and records the number of the
+ * first call that failed and of every call made. */
+typedef struct {
+    size_t max;
+    long calls, first_fail, n_fail;
+} cap_alloc;
+
+static void *cap_alloc_fn(void *user, size_t size)
+{
+    cap_alloc *c = user;
+    c->calls++;
+    if (size > c->max) {
+        if (!c->first_fail)
+            c->first_fail = c->calls;
+        c->n_fail++;
+        return NULL;
+    }
+    return malloc(size);
+}
+
+static void cap_free_fn(void *user, void *p)
+{
+    (void)user;
+    free(p);
+}
+
+/* Defect 5: a module build stops at its first failure. The first big parameter fails; before,
+ * the builder went on allocating every later parameter that happened to fit (31 s and 15.6 GB
+ * for `--d-model 1000000000`); now no allocation is even attempted after it. */
+START_TEST(test_build_stops_at_first_failure)
+{
+    cap_alloc c = {1 << 20, 0, 0, 0}; /* blocks over 1 MB fail */
+    tg_allocator al = {cap_alloc_fn, cap_free_fn, &c};
+    tg_ctx *ctx = tg_ctx_new_with(&al);
+    tg_transformer_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.vocab_size = 8;
+    tc.max_seq_len = 8;
+    tc.n_layers = 3;
+    tc.layer = tg_encoder_config_default(1 << 16, 1); /* tok_emb (8, 65536) f32: 2 MB */
+    tc.layer.d_ff = 4;
+    tg_transformer m;
+    ck_assert_int_eq(tg_transformer_init(ctx, &m, TG_F32, &tc), TG_ERR_NOMEM);
+    tu_assert_error(ctx, TG_ERR_NOMEM, "tg_param: out of memory allocating 2097152 bytes");
+    ck_assert_int_eq(c.n_fail, 1);
+    ck_assert_int_eq(c.calls, c.first_fail); /* nothing after the failure */
+    ck_assert_int_eq(tg_ctx_n_params(ctx), 0);
+    /* the same for an encoder layer failing at in_proj_weight (3 * 512, 512) f32 = 3 MB */
+    tg_ctx_clear_error(ctx);
+    c.first_fail = c.n_fail = 0;
+    tg_encoder_config ec = tg_encoder_config_default(512, 2);
+    tg_encoder_layer l;
+    ck_assert_int_eq(tg_encoder_layer_init(ctx, &l, TG_F32, &ec, "x."), TG_ERR_NOMEM);
+    ck_assert_int_eq(c.n_fail, 1);
+    ck_assert_int_eq(c.calls, c.first_fail);
+    /* while that error is pending, every init and op builder refuses without allocating */
+    long calls = c.calls;
+    tg_mha mh;
+    ck_assert_int_eq(tg_mha_init(ctx, &mh, TG_F32, 8, 2, NULL), TG_ERR_NOMEM);
+    tg_ffn ff;
+    ck_assert_int_eq(tg_ffn_init(ctx, &ff, TG_F32, 8, 8, TG_ACT_RELU, NULL), TG_ERR_NOMEM);
+    ck_assert_int_eq(tg_transformer_init(ctx, &m, TG_F32, &tc), TG_ERR_NOMEM);
+    ck_assert_ptr_null(tg_causal_mask(ctx, TG_F32, 2, 2));
+    ck_assert_int_eq(c.calls, calls);
+    tu_assert_error(ctx, TG_ERR_NOMEM, "tg_param: out of memory allocating 3145728 bytes");
+    /* cleared: a model that fits builds */
+    tg_ctx_clear_error(ctx);
+    tc.layer = tg_encoder_config_default(8, 2);
+    tc.layer.d_ff = 16;
+    ck_assert_int_eq(tg_transformer_init(ctx, &m, TG_F32, &tc), TG_OK);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* With a memory limit, a model too big for it fails at once, before allocating anything, with
+ * one message naming the sizes; a model within it builds. */
+START_TEST(test_memory_limit_model)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx_set_memory_limit(ctx, (size_t)64 << 20); /* 64 MB */
+    tg_transformer_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.vocab_size = 65;
+    tc.max_seq_len = 128;
+    tc.n_layers = 2;
+    tc.layer = tg_encoder_config_default(1 << 20, 4); /* in_proj alone: 12 TB */
+    tc.layer.d_ff = 4;
+    tg_transformer m;
+    ck_assert_int_eq(tg_transformer_init(ctx, &m, TG_F32, &tc), TG_ERR_NOMEM);
+    tu_assert_error(ctx, TG_ERR_NOMEM, "tg_transformer_init: the parameters need ");
+    tu_assert_error(ctx, TG_ERR_NOMEM, "which would exceed the memory limit of 67108864 bytes "
+                    "(0 in use)");
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), 0);
+    tg_ctx_clear_error(ctx);
+    tg_mha mh;
+    ck_assert_int_eq(tg_mha_init(ctx, &mh, TG_F64, 4096, 4, NULL), TG_ERR_NOMEM); /* 512 MB */
+    tu_assert_error(ctx, TG_ERR_NOMEM, "tg_mha_init: the parameters need 537001984 bytes");
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), 0);
+    tg_ctx_clear_error(ctx);
+    tc.layer = tg_encoder_config_default(64, 4);
+    tc.layer.d_ff = 128;
+    ck_assert_int_eq(tg_transformer_init(ctx, &m, TG_F32, &tc), TG_OK);
+    ck_assert_uint_le(tg_ctx_bytes(ctx), (size_t)64 << 20);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* A module struct filled by hand with inconsistent sizes is refused, not trusted (D / H with
+ * H = 0, 2 * D past the weights). */
+START_TEST(test_inconsistent_module_refused)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_mha m;
+    ck_assert_int_eq(tg_mha_init(ctx, &m, TG_F32, 8, 2, NULL), TG_OK);
+    tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(1, 2, 8), "x");
+    tg_mha bad = m;
+    bad.n_heads = 0;
+    ck_assert_ptr_null(tg_mha_forward(ctx, &bad, x, x, x, NULL, NULL));
+    tu_assert_error(ctx, TG_ERR_ARG, "tg_mha_forward: module is inconsistent: d_model 8, "
+                    "n_heads 0");
+    tg_ctx_clear_error(ctx);
+    bad = m;
+    bad.d_model = INT64_MAX;
+    bad.n_heads = 1;
+    ck_assert_ptr_null(tg_mha_forward(ctx, &bad, x, x, x, NULL, NULL));
+    tu_assert_error(ctx, TG_ERR_ARG, "module is inconsistent");
+    tg_ctx_clear_error(ctx);
+    tg_transformer_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.vocab_size = 5;
+    tc.max_seq_len = 2;
+    tc.n_layers = 1;
+    tc.layer = tg_encoder_config_default(8, 2);
+    tc.layer.d_ff = 8;
+    tg_transformer t;
+    ck_assert_int_eq(tg_transformer_init(ctx, &t, TG_F32, &tc), TG_OK);
+    tg_tensor *ids = tg_input(ctx, TG_F32, TG_DIMS(1, 2), "ids");
+    tg_transformer tb = t;
+    tb.cfg.n_layers = HUGE62;
+    ck_assert_ptr_null(tg_transformer_forward(ctx, &tb, ids, NULL));
+    tu_assert_error(ctx, TG_ERR_ARG, "not initialised");
+    tg_ctx_clear_error(ctx);
+    ck_assert_ptr_nonnull(tg_transformer_forward(ctx, &t, ids, NULL));
+    tg_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("nn");
@@ -283,6 +560,10 @@ int main(void)
     tcase_add_test(tc, test_sinusoidal);
     tcase_add_loop_test(tc, test_cross_entropy_large_logits, 0, 2);
     tcase_add_loop_test(tc, test_encoder_thread_invariance, 0, 2);
+    tcase_add_test(tc, test_huge_sizes_refused);
+    tcase_add_test(tc, test_build_stops_at_first_failure);
+    tcase_add_test(tc, test_memory_limit_model);
+    tcase_add_test(tc, test_inconsistent_module_refused);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -637,6 +637,65 @@ END_TEST
 /* (f) bad configurations and arguments                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
+
+/* Hostile int64 values in the schedule (a checkpoint's train.warmup = -9223372036854775807,
+ * steps near INT64_MAX) give a finite rate without signed overflow. */
+START_TEST(test_lr_schedule_extremes)
+{
+    const int64_t v[] = {INT64_MIN, -9223372036854775807LL, -1, 0, 1, 100,
+                         INT64_MAX - 1, INT64_MAX};
+    int n = (int)(sizeof v / sizeof v[0]);
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++)
+            for (int c = 0; c < n; c++) {
+                double lr = tg_lr_warmup_cosine(v[a], v[b], v[c], 1e-3, 1e-5);
+                ck_assert_msg(isfinite(lr) && lr >= 0 && lr <= 1e-3, "step %lld total %lld "
+                              "warmup %lld: lr %g", (long long)v[a], (long long)v[b],
+                              (long long)v[c], lr);
+            }
+    /* negative warmup means none; negative step counts as step 0 */
+    ck_assert(tg_lr_warmup_cosine(0, 100, -9223372036854775807LL, 1.0, 0.0) == 1.0);
+    ck_assert(tg_lr_warmup_cosine(-5, 100, 10, 1.0, 0.0) == 0.1);
+    ck_assert(tg_lr_warmup_cosine(INT64_MAX, INT64_MAX, 0, 1.0, 0.5) == 0.5);
+}
+END_TEST
+
+/* The step counter cannot wrap; an optimizer over an absurd count is refused; and a failed
+ * step (non-finite gradient) is a run-time error that does not block later builds. */
+START_TEST(test_step_limits_and_runtime_error)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_tensor *w = tg_param(ctx, TG_F64, TG_DIMS(2), "w");
+    tg_optim_config c = tg_optim_defaults(TG_OPTIM_ADAM);
+    ck_assert_ptr_null(tg_optim_new(ctx, &c, INT64_MAX, &w));
+    tu_assert_error(ctx, TG_ERR_ARG, "parameter count 9223372036854775807 too large");
+    tg_ctx_clear_error(ctx);
+    tg_optim *o = tg_optim_new(ctx, &c, 1, &w);
+    ck_assert_ptr_nonnull(o);
+    tg_tensor *y = tg_sum_all(ctx, tg_mul(ctx, w, w));
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    ck_assert_int_eq(tg_graph_backward(g, y, NULL), TG_OK);
+    tg_optim_set_steps(o, INT64_MAX);
+    ck_assert_int_eq(tg_optim_step(o, -1), TG_ERR_STATE);
+    tu_assert_error(ctx, TG_ERR_STATE, "step count 9223372036854775807");
+    ck_assert_int_eq(tg_optim_steps(o), INT64_MAX);
+    tg_optim_set_steps(o, 0);
+    ((double *)tg_tensor_grad(w))[1] = NAN;
+    ck_assert_int_eq(tg_optim_step(o, -1), TG_ERR_NONFINITE);
+    tu_assert_error(ctx, TG_ERR_NONFINITE, "gradient of 'w' is not finite");
+    /* no tg_ctx_clear_error: building goes on */
+    tg_tensor *z = tg_sum_all(ctx, w);
+    ck_assert_ptr_nonnull(tg_graph_new(ctx, &z, 1));
+    ck_assert_ptr_nonnull(tg_optim_new(ctx, &c, 1, &w));
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
+    /* a non-finite clip is a run-time error too */
+    ck_assert_int_eq(tg_clip_grad_norm(ctx, 1, &w, 1.0, NULL), TG_ERR_NONFINITE);
+    ck_assert_ptr_nonnull(tg_graph_new(ctx, &z, 1));
+    tg_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_bad_config)
 {
     tg_ctx *ctx = tg_ctx_new();
@@ -1142,6 +1201,8 @@ int main(void)
     tcase_add_test(tc, test_clip_grad_norm);
     tcase_add_test(tc, test_clip_grad_norm_errors);
     tcase_add_test(tc, test_lr_warmup_cosine);
+    tcase_add_test(tc, test_lr_schedule_extremes);
+    tcase_add_test(tc, test_step_limits_and_runtime_error);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("training");

@@ -21,7 +21,7 @@ static double *run_case(const tg_opcase *c, bool share, int nt, size_t *len, siz
     tg_ctx_set_threads(ctx, nt);
     tg_tensor *y = c->build(ctx, TG_F64);
     ck_assert_msg(y != NULL, "%s/%s: %s", c->op, c->name, tg_ctx_message(ctx));
-    tg_graph_opts o = {share};
+    tg_graph_opts o = {.share_gradients = share};
     tg_graph *g = tg_graph_new_opts(ctx, &y, 1, &o);
     ck_assert_msg(g != NULL, "%s", tg_ctx_message(ctx));
     if (grad_bytes)
@@ -87,7 +87,7 @@ START_TEST(test_memory_saved)
         tg_tensor *ids = tg_input(ctx, TG_F32, TG_DIMS(4, 32), "ids");
         tg_tensor *t = tg_input(ctx, TG_F32, TG_DIMS(4, 32), "targets");
         tg_tensor *loss = tg_cross_entropy(ctx, tg_transformer_forward(ctx, &m, ids, NULL), t, -1);
-        tg_graph_opts o = {share == 1};
+        tg_graph_opts o = {.share_gradients = share == 1};
         tg_graph *g = tg_graph_new_opts(ctx, &loss, 1, &o);
         ck_assert_ptr_nonnull(g);
         bytes[share] = tg_graph_grad_bytes(g);
@@ -105,7 +105,7 @@ START_TEST(test_backward_only_from_outputs)
     tg_fill(x, 2.0);
     tg_tensor *h = tg_scale(ctx, x, 3.0);
     tg_tensor *y = tg_sum_all(ctx, tg_mul(ctx, h, h));
-    tg_graph_opts o = {true};
+    tg_graph_opts o = {.share_gradients = true};
     tg_graph *g = tg_graph_new_opts(ctx, &y, 1, &o);
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     tg_tensor *dh = tg_const(ctx, TG_F64, TG_DIMS(3), "dh");
@@ -129,7 +129,7 @@ START_TEST(test_mixed_graphs)
     tg_tensor *x = tu_input(ctx, TG_F64, TG_DIMS(2, 3, 8), "x", -1, 1);
     tg_tensor *y = tg_mha_forward(ctx, &m, x, x, x, NULL, NULL);
     tg_tensor *loss = tg_mean_all(ctx, tg_mul(ctx, y, y));
-    tg_graph_opts o = {true};
+    tg_graph_opts o = {.share_gradients = true};
     tg_graph *gs = tg_graph_new_opts(ctx, &loss, 1, &o);
     tg_graph *gd = tg_graph_new(ctx, &loss, 1);
     ck_assert(gs && gd);

@@ -339,7 +339,7 @@ START_TEST(test_errors)
         {"sdpa --q x.npy --k x.npy --v x.npy --dtype f16", "f16"},
         {"teleport --x x.npy", "teleport"},
         {"mha --weights w.safetensors --heads 2 --x x.npy --key-padding-mask x.npy",
-         "key_padding_mask"},
+         "--key-padding-mask 'x.npy': must be a bool array"},
         {"mha --weights w.safetensors --heads 2 --x x.npy --grad-out x.npy", "--grads"},
         {"mha --weights x.npy --heads 2 --x x.npy", "x.npy"},
     };
@@ -362,7 +362,22 @@ START_TEST(test_help)
     ck_assert_int_eq(run("--help"), 0);
     char out[8192];
     read_file("out.txt", out, sizeof out);
-    ck_assert(strstr(out, "--key-padding-mask") != NULL);
+    ck_assert(strstr(out, "sdpa") && strstr(out, "mha") && strstr(out, "ffn") &&
+              strstr(out, "encoder"));
+    /* each module's help is printed from its option table */
+    static const char *const mods[][3] = {{"sdpa", "--q", "--attn-out"},
+                                          {"mha", "--key-padding-mask", "--attn-mask"},
+                                          {"ffn", "--activation", "--weights"},
+                                          {"encoder", "--norm-first", "--eps"}};
+    for (int i = 0; i < 4; i++) {
+        char a[64];
+        snprintf(a, sizeof a, "%s --help", mods[i][0]);
+        ck_assert_int_eq(run(a), 0);
+        read_file("out.txt", out, sizeof out);
+        ck_assert_msg(strstr(out, mods[i][1]) && strstr(out, mods[i][2]) &&
+                      strstr(out, "--dtype") && strstr(out, "(required)"),
+                      "%s: %s", a, out);
+    }
 }
 END_TEST
 

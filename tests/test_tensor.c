@@ -92,6 +92,12 @@ START_TEST(test_create_errors)
         /* numel fits but the byte count does not (numel * 8 > INT64_MAX) */
         expect_create_error(k, TG_F64, 2, (const int64_t[]){(int64_t)1 << 31, (int64_t)1 << 31},
                             TG_ERR_OVERFLOW, NULL);
+        /* one line naming the shape and the limit */
+        expect_create_error(k, TG_F32, 2, (const int64_t[]){INT64_MAX, INT64_MAX},
+                            TG_ERR_OVERFLOW, "shape (9223372036854775807, 9223372036854775807) "
+                            "is too large (at most 1152921504606846975 elements)");
+        expect_create_error(k, TG_F32, 1, (const int64_t[]){TG_MAX_NUMEL + 1}, TG_ERR_OVERFLOW,
+                            "at most 1152921504606846975 elements");
     }
 }
 END_TEST

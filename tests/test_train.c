@@ -17,6 +17,14 @@
 
 static char dir[256];
 
+/* The tgrad binary: TG_TGRAD_EXE from the environment (e.g. a sanitizer build), else the one
+ * built with the tests. */
+static const char *exe(void)
+{
+    const char *e = getenv("TG_TGRAD_EXE");
+    return e && *e ? e : TG_TGRAD_EXE;
+}
+
 static void setup(void)
 {
     snprintf(dir, sizeof dir, "/tmp/tgrad_train_XXXXXX");
@@ -33,7 +41,7 @@ static void teardown(void)
 static int run(const char *args)
 {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s > out.txt 2> err.txt", dir, TG_TGRAD_EXE,
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s > out.txt 2> err.txt", dir, exe(),
              args);
     int s = system(cmd);
     return WIFEXITED(s) ? WEXITSTATUS(s) : -1;
@@ -412,7 +420,7 @@ START_TEST(test_interrupt_saves)
              "--batch 8 --layers 1 --steps 1000000 --eval-every 1000000 --checkpoint i.ckpt "
              "--quiet > out.txt 2> err.txt & pid=$!; sleep 2; kill -INT $pid; wait $pid; "
              "echo $? > rc.txt)",
-             dir, TG_TGRAD_EXE);
+             dir, exe());
     ck_assert_int_eq(system(cmd), 0);
     char *rc = slurp("rc.txt", NULL);
     ck_assert_int_eq(atoi(rc), 130);

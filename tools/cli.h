@@ -1,6 +1,25 @@
-/* cli.h - subcommands of the `tgrad` program (layer 6: uses only the public headers). */
+/*
+ * cli.h - subcommands of the `tgrad` program (layer 6: uses only the public headers).
+ *
+ * Each command is split into parse / run / report:
+ *   - <cmd>_parse() turns argv into the command's argument struct through its cliopt table
+ *     (tools/cliopt.h). It does no I/O (no files, no printing) and uses no globals besides
+ *     getopt's, so a fuzzer can call it on any argv. It returns CLI_OK, CLI_HELP (the caller
+ *     prints <cmd>_help()) or CLI_ERROR with one line in @p err (without the `tgrad <cmd>: `
+ *     prefix). Call <cmd>_free() afterwards in every case.
+ *   - the run step does the work and keeps an error line instead of printing;
+ *   - the report step prints the result (stdout) or the one-line error (stderr).
+ * cmd_<name>(argc, argv) chains the three; argv[0] is the command name.
+ */
 #ifndef TG_CLI_H
 #define TG_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cliopt.h"
 
 int cmd_gradcheck(int argc, char **argv);
 int cmd_run(int argc, char **argv);
@@ -8,5 +27,80 @@ int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_version(int argc, char **argv);
+
+/* Limits shared by the commands' tables. */
+#define CLI_MAX_THREADS 256     /* --threads */
+#define CLI_MAX_HEADS 65536     /* --heads */
+
+/* ---- tgrad (top level) --------------------------------------------------------------------- */
+typedef struct top_args {
+    bool version;     /* --version */
+    int command;      /* index of the command in tgrad.c's table, -1 if none was named */
+    int cmd_argc;     /* the command's argv (argv[0] is its name) */
+    char **cmd_argv;
+} top_args;
+/* Options before the command name (`tgrad --version`, `tgrad --help`), then the command,
+ * looked up in @p names (n_names of them). An unknown command is a CLI_ERROR. */
+int top_parse(int argc, char **argv, const char *const *names, int n_names, top_args *a,
+              cli_result *r, char *err, size_t n);
+void top_free(top_args *a, cli_result *r);
+
+/* ---- tgrad run ----------------------------------------------------------------------------- */
+typedef enum { RUN_NONE = -1, RUN_SDPA = 0, RUN_MHA, RUN_FFN, RUN_ENCODER, RUN_N_MODULES } run_module;
+
+typedef struct run_args {
+    int module;   /* run_module */
+    const char *q, *k, *v, *x, *mask, *attn_mask, *kpm, *weights, *out, *attn_out, *grad_out,
+        *grads;
+    int activation; /* 0 relu, 1 gelu */
+    int dtype;      /* 0 f32, 1 f64 */
+    int64_t heads;  /* [1, CLI_MAX_HEADS] */
+    bool causal, norm_first, has_eps;
+    double eps;     /* [0, 1] */
+} run_args;
+/* argv[0] = "run", argv[1] = the module (or --help). */
+int run_parse(int argc, char **argv, run_args *a, cli_result *r, char *err, size_t n);
+void run_free(run_args *a, cli_result *r);
+/* The run help (no module) or the module's table help. */
+void run_help(const run_args *a, FILE *f);
+
+/* ---- tgrad info ---------------------------------------------------------------------------- */
+typedef struct info_args {
+    int dummy; /* no options besides --help; the files are r->positional */
+} info_args;
+int info_parse(int argc, char **argv, info_args *a, cli_result *r, char *err, size_t n);
+void info_free(info_args *a, cli_result *r);
+void info_help(FILE *f);
+
+/* ---- tgrad gradcheck ----------------------------------------------------------------------- */
+typedef struct gradcheck_args {
+    cli_list ops;     /* --op NAME... (every name checked against the case table) */
+    int dtype;        /* 0 f64, 1 f32 */
+    int64_t threads;  /* 0: OpenMP's default; else [1, CLI_MAX_THREADS] */
+    bool list;
+} gradcheck_args;
+int gradcheck_parse(int argc, char **argv, gradcheck_args *a, cli_result *r, char *err,
+                    size_t n);
+void gradcheck_free(gradcheck_args *a, cli_result *r);
+void gradcheck_help(FILE *f);
+
+/* ---- tgrad bench --------------------------------------------------------------------------- */
+typedef struct bench_args {
+    int64_t threads; /* 0: all (OpenMP's default); else [1, CLI_MAX_THREADS] */
+} bench_args;
+int bench_parse(int argc, char **argv, bench_args *a, cli_result *r, char *err, size_t n);
+void bench_free(bench_args *a, cli_result *r);
+void bench_help(FILE *f);
+
+/* ---- tgrad export -------------------------------------------------------------------------- */
+typedef struct export_args {
+    const char *checkpoint, *out;
+    bool force;
+} export_args;
+int export_parse(int argc, char **argv, export_args *a, cli_result *r, char *err, size_t n);
+void export_free(export_args *a, cli_result *r);
+void export_help(FILE *f);
 
 #endif

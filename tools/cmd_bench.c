@@ -9,6 +9,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "climsg.h"
 #include "tgrad_train.h"
 
 #include <math.h>
@@ -37,19 +38,21 @@ static void naive_dense(int64_t M, int64_t N, int64_t K, const float *x, const f
         }
 }
 
-/* Seconds per forward of a graph (best of `reps` after one warm-up). */
+/* Seconds per forward (+ backward with @p loss) of a graph, best of `reps` after one warm-up;
+ * NAN if a pass fails (the context keeps the message). */
 static double time_graph(tg_graph *g, int reps, tg_tensor *loss)
 {
-    tg_graph_forward(g);
-    if (loss)
-        tg_graph_backward(g, loss, NULL);
+    if (tg_graph_forward(g) != TG_OK || (loss && tg_graph_backward(g, loss, NULL) != TG_OK))
+        return NAN;
     double best = INFINITY;
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
-        tg_graph_forward(g);
+        if (tg_graph_forward(g) != TG_OK)
+            return NAN;
         if (loss) {
             tg_graph_zero_grad(g);
-            tg_graph_backward(g, loss, NULL);
+            if (tg_graph_backward(g, loss, NULL) != TG_OK)
+                return NAN;
         }
         double dt = now_s() - t0;
         best = dt < best ? dt : best;
@@ -66,8 +69,10 @@ static int bench_dense(int threads_all)
         int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
         double flops = 2.0 * (double)M * (double)N * (double)K;
         tg_ctx *ctx = tg_ctx_new();
-        if (!ctx)
+        if (!ctx) {
+            fprintf(stderr, "tgrad bench: out of memory\n");
             return 1;
+        }
         tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(M, K), "x");
         tg_tensor *w = tg_param(ctx, TG_F32, TG_DIMS(N, K), "w");
         tg_fill_uniform(x, -1, 1);
@@ -75,11 +80,16 @@ static int bench_dense(int threads_all)
         tg_tensor *y = tg_dense(ctx, x, w, NULL);
         tg_graph *g = tg_graph_new(ctx, &y, 1);
         if (!g) {
-            fprintf(stderr, "tgrad bench: %s\n", tg_ctx_message(ctx));
+            cli_report("bench", NULL, NULL, ctx);
             tg_ctx_free(ctx);
             return 1;
         }
         float *ref = malloc(sizeof(float) * (size_t)(M * N));
+        if (!ref) {
+            fprintf(stderr, "tgrad bench: out of memory\n");
+            tg_ctx_free(ctx);
+            return 1;
+        }
         double best_naive = INFINITY;
         for (int r = 0; r < 3; r++) {
             double t0 = now_s();
@@ -91,6 +101,12 @@ static int bench_dense(int threads_all)
         double t1 = time_graph(g, 5, NULL);
         tg_ctx_set_threads(ctx, threads_all);
         double tn = time_graph(g, 5, NULL);
+        if (isnan(t1) || isnan(tn)) {
+            cli_report("bench", NULL, NULL, ctx);
+            free(ref);
+            tg_ctx_free(ctx);
+            return 1;
+        }
         double maxd = 0;
         for (int64_t i = 0; i < M * N; i++)
             maxd = fmax(maxd, fabs(ref[i] - tg_get(y, i)));
@@ -146,7 +162,7 @@ static int bench_model(int threads_all, bool train)
     }
     g = loss ? tg_graph_new(ctx, &loss, 1) : NULL;
     if (!g) {
-        fprintf(stderr, "tgrad bench: %s\n", tg_ctx_message(ctx));
+        cli_report("bench", NULL, NULL, ctx);
         tg_ctx_free(ctx);
         return 1;
     }
@@ -154,6 +170,11 @@ static int bench_model(int threads_all, bool train)
     double t1 = time_graph(g, train ? 3 : 5, loss);
     tg_ctx_set_threads(ctx, threads_all);
     double tn = time_graph(g, train ? 5 : 10, loss);
+    if (isnan(t1) || isnan(tn)) {
+        cli_report("bench", NULL, NULL, ctx);
+        tg_ctx_free(ctx);
+        return 1;
+    }
     double tokens = (double)(B * T);
     printf("%-22s %12.0f tok/s (1 thread) %12.0f tok/s (%d threads) %8.2fx\n",
            train ? "train step (fwd+bwd)" : "mha fwd+bwd", tokens / t1, tokens / tn,
@@ -162,28 +183,59 @@ static int bench_model(int threads_all, bool train)
     return 0;
 }
 
+/* ---- parse ---------------------------------------------------------------------------------- */
+static const cli_option bench_opts[] = {
+    {.name = "threads", .kind = CLI_INT, .offset = offsetof(bench_args, threads), .metavar = "N",
+     .help = "threads of the 'all threads' column (default: OpenMP's)", .imin = 1,
+     .imax = CLI_MAX_THREADS},
+    {0},
+};
+
+static const cli_command bench_cmd = {
+    .name = "bench",
+    .usage = "[--threads N]",
+    .description =
+        "Times the dense kernel against a naive loop, MHA forward + backward and a training\n"
+        "step, each on 1 thread and on N threads (default: all), and prints the ratios.\n"
+        "Takes about a minute.",
+    .opts = bench_opts,
+};
+
+int bench_parse(int argc, char **argv, bench_args *a, cli_result *r, char *err, size_t n)
+{
+    memset(a, 0, sizeof *a);
+    return cli_parse(&bench_cmd, argc, argv, a, r, err, n);
+}
+
+void bench_free(bench_args *a, cli_result *r) { cli_free(&bench_cmd, a, r); }
+
+void bench_help(FILE *f) { cli_help(&bench_cmd, f); }
+
+/* ---- run and report (each benchmark prints its own rows) ------------------------------------ */
 int cmd_bench(int argc, char **argv)
 {
-    int threads = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: tgrad bench [--threads N]\n"
-                   "Times the dense kernel against a naive loop, MHA and a training step, each\n"
-                   "on 1 thread and on N threads (default: all), and prints the ratios.\n");
-            return 0;
-        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
-            threads = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "tgrad bench: unknown option '%s'\n", argv[i]);
-            return 2;
-        }
+    bench_args a;
+    cli_result r;
+    char err[512];
+    int pr = bench_parse(argc, argv, &a, &r, err, sizeof err);
+    bench_free(&a, &r);
+    if (pr != CLI_OK) {
+        if (pr == CLI_HELP)
+            bench_help(stdout);
+        else
+            fprintf(stderr, "tgrad bench: %s\n", err);
+        return pr == CLI_HELP ? 0 : 2;
     }
-    tg_ctx *probe = tg_ctx_new();
-    if (!probe)
-        return 1;
-    if (threads < 1)
+    int threads = (int)a.threads;
+    if (threads < 1) {
+        tg_ctx *probe = tg_ctx_new();
+        if (!probe) {
+            fprintf(stderr, "tgrad bench: out of memory\n");
+            return 1;
+        }
         threads = tg_ctx_threads(probe);
-    tg_ctx_free(probe);
+        tg_ctx_free(probe);
+    }
     int rc = bench_dense(threads);
     if (!rc)
         rc = bench_model(threads, false);

@@ -9,112 +9,139 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void help(FILE *f)
+/* ---- parse ---------------------------------------------------------------------------------- */
+static const cli_option gradcheck_opts[] = {
+    {.name = "op", .kind = CLI_LIST, .offset = offsetof(gradcheck_args, ops),
+     .metavar = "NAME", .help = "only the cases of these ops or modules (repeatable; see --list)"},
+    {.name = "dtype", .kind = CLI_CHOICE, .offset = offsetof(gradcheck_args, dtype),
+     .choices = "f64|f32", .help = "dtype of the check (f64)"},
+    {.name = "threads", .kind = CLI_INT, .offset = offsetof(gradcheck_args, threads),
+     .metavar = "N", .help = "kernel threads (default: OpenMP's)", .imin = 1,
+     .imax = CLI_MAX_THREADS},
+    {.name = "list", .kind = CLI_FLAG, .offset = offsetof(gradcheck_args, list),
+     .help = "list the ops and cases, run nothing"},
+    {0},
+};
+
+static const cli_command gradcheck_cmd = {
+    .name = "gradcheck",
+    .usage = "[--op NAME...] [--dtype f64|f32] [--threads N] [--list]",
+    .description =
+        "Compares analytic gradients with central differences for every registered op\n"
+        "(and module), several shape cases each. f64 uses PyTorch's gradcheck defaults\n"
+        "(eps 1e-6, atol 1e-5, rtol 1e-3); f32 uses eps 1e-3, atol 1e-2, rtol 1e-2.\n"
+        "Also checks that a second backward is bitwise identical and that a zero\n"
+        "upstream gradient gives zero gradients. Exits 1 if any case fails.",
+    .opts = gradcheck_opts,
+};
+
+int gradcheck_parse(int argc, char **argv, gradcheck_args *a, cli_result *r, char *err,
+                    size_t n)
 {
-    fprintf(f,
-            "usage: tgrad gradcheck [--op NAME] [--dtype f32|f64] [--threads N] [--list]\n"
-            "\n"
-            "Compares analytic gradients with central differences for every registered op\n"
-            "(and module), several shape cases each. f64 uses PyTorch's gradcheck defaults\n"
-            "(eps 1e-6, atol 1e-5, rtol 1e-3); f32 uses eps 1e-3, atol 1e-2, rtol 1e-2.\n"
-            "Also checks that a second backward is bitwise identical and that a zero\n"
-            "upstream gradient gives zero gradients. Exits 1 if any case fails.\n"
-            "\n"
-            "  --op NAME       only cases of this op or module (repeatable)\n"
-            "  --dtype D       f64 (default) or f32\n"
-            "  --threads N     kernel threads (default: OpenMP's)\n"
-            "  --list          list the ops and cases, run nothing\n");
+    memset(a, 0, sizeof *a);
+    int rc = cli_parse(&gradcheck_cmd, argc, argv, a, r, err, n);
+    if (rc != CLI_OK)
+        return rc;
+    for (int k = 0; k < a->ops.n; k++)
+        if (tg_opcase_count(a->ops.v[k]) == 0) {
+            snprintf(err, n, "--op '%s': no op or module of that name (try 'tgrad gradcheck "
+                     "--list')", a->ops.v[k]);
+            return CLI_ERROR;
+        }
+    return CLI_OK;
+}
+
+void gradcheck_free(gradcheck_args *a, cli_result *r) { cli_free(&gradcheck_cmd, a, r); }
+
+void gradcheck_help(FILE *f) { cli_help(&gradcheck_cmd, f); }
+
+/* ---- run and report ------------------------------------------------------------------------- */
+static bool wanted(const gradcheck_args *a, const tg_opcase *c)
+{
+    if (a->ops.n == 0)
+        return true;
+    for (int k = 0; k < a->ops.n; k++)
+        if (!strcmp(a->ops.v[k], c->op))
+            return true;
+    return false;
+}
+
+static void report_list(FILE *f)
+{
+    for (int i = 0; i < tg_n_opcases; i++)
+        fprintf(f, "%-12s %-16s %s\n", tg_opcases[i].op, tg_opcases[i].name,
+                tg_opcases[i].shapes);
+}
+
+/* One case: its table row (and failure detail) to @p f. Returns 1 if it failed, 0 if it passed,
+ * -1 if the context could not be created. */
+static int check_case(const gradcheck_args *a, int i, FILE *f)
+{
+    const tg_opcase *c = &tg_opcases[i];
+    tg_dtype dt = a->dtype == 1 ? TG_F32 : TG_F64;
+    tg_ctx *ctx = tg_ctx_new();
+    if (!ctx)
+        return -1;
+    if (a->threads)
+        tg_ctx_set_threads(ctx, (int)a->threads);
+    tg_ctx_seed(ctx, 1234 + (uint64_t)i);
+    tg_tensor *y = c->build(ctx, dt);
+    tg_gradcheck_report rep;
+    tg_status s = y ? tg_gradcheck(ctx, y, NULL, &rep) : tg_ctx_status(ctx);
+    int failed = 0;
+    if (s == TG_OK || s == TG_ERR_GRADCHECK) {
+        fprintf(f, "%-12s %-16s %-46s %-5s %-10.2e %-10.2e %s\n", c->op, c->name, c->shapes,
+                tg_dtype_str(dt), rep.max_abs_err, rep.max_rel_err,
+                s == TG_OK ? "PASS" : "FAIL");
+        if (s != TG_OK) {
+            fprintf(f, "    %s\n", rep.message);
+            failed = 1;
+        }
+    } else {
+        fprintf(f, "%-12s %-16s %-46s %-5s %-10s %-10s ERROR\n    %s: %s\n", c->op, c->name,
+                c->shapes, tg_dtype_str(dt), "-", "-", tg_status_str(s), tg_ctx_message(ctx));
+        failed = 1;
+    }
+    tg_ctx_free(ctx);
+    return failed;
 }
 
 int cmd_gradcheck(int argc, char **argv)
 {
-    const char *ops[64];
-    int n_ops = 0, threads = 0;
-    tg_dtype dt = TG_F64;
-    bool list = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            help(stdout);
-            return 0;
-        } else if (strcmp(a, "--list") == 0) {
-            list = true;
-        } else if (strcmp(a, "--op") == 0 && i + 1 < argc) {
-            if (n_ops < 64)
-                ops[n_ops++] = argv[++i];
-        } else if (strcmp(a, "--dtype") == 0 && i + 1 < argc) {
-            const char *d = argv[++i];
-            if (strcmp(d, "f32") == 0)
-                dt = TG_F32;
-            else if (strcmp(d, "f64") == 0)
-                dt = TG_F64;
-            else {
-                fprintf(stderr, "tgrad gradcheck: --dtype must be f32 or f64, not '%s'\n", d);
-                return 2;
-            }
-        } else if (strcmp(a, "--threads") == 0 && i + 1 < argc) {
-            threads = atoi(argv[++i]);
-            if (threads < 1) {
-                fprintf(stderr, "tgrad gradcheck: --threads must be >= 1\n");
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "tgrad gradcheck: unknown or incomplete option '%s' (try --help)\n",
-                    a);
-            return 2;
-        }
+    gradcheck_args a;
+    cli_result r;
+    char err[512];
+    int pr = gradcheck_parse(argc, argv, &a, &r, err, sizeof err);
+    if (pr != CLI_OK) {
+        if (pr == CLI_HELP)
+            gradcheck_help(stdout);
+        else
+            fprintf(stderr, "tgrad gradcheck: %s\n", err);
+        gradcheck_free(&a, &r);
+        return pr == CLI_HELP ? 0 : 2;
     }
-    for (int k = 0; k < n_ops; k++) {
-        if (tg_opcase_count(ops[k]) == 0) {
-            fprintf(stderr, "tgrad gradcheck: no op or module named '%s' (try --list)\n", ops[k]);
-            return 2;
-        }
-    }
-    if (list) {
-        for (int i = 0; i < tg_n_opcases; i++)
-            printf("%-12s %-16s %s\n", tg_opcases[i].op, tg_opcases[i].name,
-                   tg_opcases[i].shapes);
+    if (a.list) {
+        report_list(stdout);
+        gradcheck_free(&a, &r);
         return 0;
     }
     printf("%-12s %-16s %-46s %-5s %-10s %-10s %s\n", "op", "case", "shapes", "dtype",
            "max_abs", "max_rel", "result");
-    int failed = 0, run = 0;
-    for (int i = 0; i < tg_n_opcases; i++) {
-        const tg_opcase *c = &tg_opcases[i];
-        bool want = n_ops == 0;
-        for (int k = 0; k < n_ops; k++)
-            if (strcmp(ops[k], c->op) == 0)
-                want = true;
-        if (!want)
+    int failed = 0, run = 0, rc = 0;
+    for (int i = 0; i < tg_n_opcases && !rc; i++) {
+        if (!wanted(&a, &tg_opcases[i]))
             continue;
         run++;
-        tg_ctx *ctx = tg_ctx_new();
-        if (!ctx) {
+        int f = check_case(&a, i, stdout);
+        if (f < 0) {
+            fflush(stdout);
             fprintf(stderr, "tgrad gradcheck: out of memory\n");
-            return 1;
+            rc = 1;
         }
-        if (threads)
-            tg_ctx_set_threads(ctx, threads);
-        tg_ctx_seed(ctx, 1234 + (uint64_t)i);
-        tg_tensor *y = c->build(ctx, dt);
-        tg_gradcheck_report rep;
-        tg_status s = y ? tg_gradcheck(ctx, y, NULL, &rep) : tg_ctx_status(ctx);
-        if (s == TG_OK || s == TG_ERR_GRADCHECK) {
-            printf("%-12s %-16s %-46s %-5s %-10.2e %-10.2e %s\n", c->op, c->name, c->shapes,
-                   tg_dtype_str(dt), rep.max_abs_err, rep.max_rel_err,
-                   s == TG_OK ? "PASS" : "FAIL");
-            if (s != TG_OK) {
-                printf("    %s\n", rep.message);
-                failed++;
-            }
-        } else {
-            printf("%-12s %-16s %-46s %-5s %-10s %-10s ERROR\n    %s: %s\n", c->op, c->name,
-                   c->shapes, tg_dtype_str(dt), "-", "-", tg_status_str(s),
-                   tg_ctx_message(ctx));
-            failed++;
-        }
-        tg_ctx_free(ctx);
+        failed += f > 0;
     }
-    printf("\n%d cases, %d passed, %d failed\n", run, run - failed, failed);
-    return failed ? 1 : 0;
+    if (!rc)
+        printf("\n%d cases, %d passed, %d failed\n", run, run - failed, failed);
+    gradcheck_free(&a, &r);
+    return rc ? rc : failed ? 1 : 0;
 }

@@ -1,62 +1,230 @@
-/* cmd_info.c - `tgrad info PATH`: describe a safetensors file or checkpoint (tensors, shapes,
- * dtypes, metadata) or an .npy file. */
+/*
+ * cmd_info.c - `tgrad info FILE...`: describe every file given: a safetensors file or tgrad
+ * checkpoint (tensors with the dtype the file stores and their shapes, element count, metadata)
+ * or an .npy file (the file's dtype as NumPy writes it, e.g. <f4, |b1, <i8, and its shape).
+ * A file that cannot be read is one line on stderr naming it; the other files are still
+ * described, and the exit status is 1 if any file failed.
+ */
+#define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "climsg.h"
 #include "tgrad_io.h"
 
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-int cmd_info(int argc, char **argv)
+/* ---- parse ---------------------------------------------------------------------------------- */
+static const cli_option info_opts[] = {{0}};
+
+static const cli_command info_cmd = {
+    .name = "info",
+    .usage = "FILE...",
+    .description =
+        "Describes each FILE: a safetensors file or tgrad checkpoint (every tensor with the\n"
+        "dtype the file stores and its shape, the element count, the metadata) or an .npy\n"
+        "file (its dtype as NumPy writes it, e.g. <f4, |b1, <i8, and its shape). Only\n"
+        "regular files are read (a FIFO or device is refused, not waited on). A file that\n"
+        "cannot be read is one line on stderr; the others are still described, and the\n"
+        "exit status is 1.",
+    .opts = info_opts,
+    .positional = "FILE...",
+    .min_positional = 1,
+    .max_positional = 0,
+};
+
+int info_parse(int argc, char **argv, info_args *a, cli_result *r, char *err, size_t n)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fprintf(argc < 2 ? stderr : stdout,
-                "usage: tgrad info PATH   (a .safetensors file, checkpoint or .npy file)\n");
-        return argc < 2 ? 2 : 0;
+    memset(a, 0, sizeof *a);
+    return cli_parse(&info_cmd, argc, argv, a, r, err, n);
+}
+
+void info_free(info_args *a, cli_result *r) { cli_free(&info_cmd, a, r); }
+
+void info_help(FILE *f) { cli_help(&info_cmd, f); }
+
+/* ---- run ------------------------------------------------------------------------------------ */
+static bool has_suffix(const char *s, const char *suf)
+{
+    size_t l = strlen(s), k = strlen(suf);
+    return l >= k && !strcmp(s + l - k, suf);
+}
+
+/* First @p n bytes of @p path (fewer if the file is shorter); returns the count, -1 on error. */
+static long read_prefix(const char *path, unsigned char *buf, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    size_t k = fread(buf, 1, n, f);
+    fclose(f);
+    return (long)k;
+}
+
+/*
+ * The 'descr' of a valid .npy header (the library has already accepted the file): the quoted
+ * value after the key, copied verbatim ("<f4", "|b1", ...). Returns false if not found.
+ */
+static bool npy_descr(const char *path, char *out, size_t n)
+{
+    unsigned char pre[12];
+    if (read_prefix(path, pre, sizeof pre) < 10)
+        return false;
+    size_t hl, start;
+    if (pre[6] == 1) {
+        hl = (size_t)pre[8] | (size_t)pre[9] << 8;
+        start = 10;
+    } else {
+        hl = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
+        start = 12;
     }
-    tg_ctx *ctx = tg_ctx_new();
-    if (!ctx)
-        return 1;
-    int rc = 1;
-    const char *path = argv[1];
-    size_t len = strlen(path);
-    char b[128];
-    if (len > 4 && !strcmp(path + len - 4, ".npy")) {
-        tg_npy_kind k;
-        tg_tensor *t = tg_npy_read(ctx, path, TG_F64, &k);
-        if (!t) {
-            fprintf(stderr, "tgrad info: %s\n", tg_ctx_message(ctx));
-            goto out;
+    if (hl > TG_NPY_MAX_HEADER)
+        return false;
+    unsigned char *buf = malloc(start + hl + 1);
+    if (!buf)
+        return false;
+    long got = read_prefix(path, buf, start + hl);
+    bool ok = false;
+    if (got == (long)(start + hl)) {
+        buf[start + hl] = 0;
+        const char *h = (const char *)buf + start;
+        const char *k = strstr(h, "descr");
+        if (k) {
+            k += 5;
+            if (*k == '\'' || *k == '"')
+                k++;
+            while (*k == ' ' || *k == ':')
+                k++;
+            char q = *k;
+            if (q == '\'' || q == '"') {
+                const char *e = strchr(k + 1, q);
+                if (e && (size_t)(e - k - 1) < n) {
+                    snprintf(out, n, "%.*s", (int)(e - k - 1), k + 1);
+                    ok = true;
+                }
+            }
         }
-        printf("%s: .npy %s array %s, %lld elements\n", path,
-               k == TG_NPY_BOOL ? "bool" : k == TG_NPY_INT ? "integer" : "float",
-               tg_tensor_shape_str(t, b, sizeof b), (long long)tg_tensor_numel(t));
-        rc = 0;
-        goto out;
     }
-    tg_safetensors *st = tg_safetensors_read(ctx, path);
-    if (!st) {
-        fprintf(stderr, "tgrad info: %s\n", tg_ctx_message(ctx));
-        goto out;
-    }
-    long long total = 0;
-    printf("%s: safetensors, %lld tensors\n", path, (long long)tg_safetensors_count(st));
+    free(buf);
+    return ok;
+}
+
+static void describe_npy(const char *path, const tg_tensor *t, FILE *f)
+{
+    char shape[160], descr[32];
+    if (!npy_descr(path, descr, sizeof descr))
+        snprintf(descr, sizeof descr, "?");
+    /* NumPy's shape notation: (2, 3), (5,), () */
+    int r = tg_tensor_rank(t);
+    size_t w = 0;
+    shape[w++] = '(';
+    shape[w] = 0;
+    for (int i = 0; i < r; i++)
+        w += (size_t)snprintf(shape + w, sizeof shape - w, "%s%" PRId64, i ? ", " : "",
+                              tg_tensor_shape(t)[i]);
+    snprintf(shape + w, sizeof shape - w, "%s)", r == 1 ? "," : "");
+    fprintf(f, "%s: .npy %s %s, %" PRId64 " elements\n", path, descr, shape,
+            tg_tensor_numel(t));
+}
+
+static void describe_safetensors(const char *path, const tg_safetensors *st, FILE *f)
+{
+    char b[160];
+    const char *format = tg_safetensors_meta_get(st, "format");
+    bool ck = format && !strncmp(format, "tgrad-checkpoint", 16);
+    bool ex = format && !strncmp(format, "tgrad-export", 12);
+    fprintf(f, "%s: %s, %" PRId64 " tensors\n", path,
+            ck ? "tgrad checkpoint (safetensors)" : ex ? "tgrad export (safetensors)"
+                                                   : "safetensors",
+            tg_safetensors_count(st));
+    int64_t total = 0;
     for (int64_t i = 0; i < tg_safetensors_count(st); i++) {
         tg_tensor *t = tg_safetensors_tensor(st, i);
         total += tg_tensor_numel(t);
-        printf("  %-40s %-4s %s\n", tg_safetensors_name(st, i), tg_safetensors_file_dtype(st, i),
-               tg_tensor_shape_str(t, b, sizeof b));
+        fprintf(f, "  %-40s %-4s %s\n", tg_safetensors_name(st, i),
+                tg_safetensors_file_dtype(st, i), tg_tensor_shape_str(t, b, sizeof b));
     }
-    printf("  %lld elements in all\n", total);
+    fprintf(f, "  %" PRId64 " elements in all\n", total);
     if (tg_safetensors_meta_count(st)) {
-        printf("metadata:\n");
+        fprintf(f, "metadata:\n");
         for (int64_t i = 0; i < tg_safetensors_meta_count(st); i++) {
             const char *v = tg_safetensors_meta_value(st, i);
-            printf("  %-24s %.*s%s\n", tg_safetensors_meta_key(st, i), 72, v,
-                   strlen(v) > 72 ? "..." : "");
+            fprintf(f, "  %-24s %.*s%s\n", tg_safetensors_meta_key(st, i), 72, v,
+                    strlen(v) > 72 ? "..." : "");
         }
     }
-    rc = 0;
-out:
+}
+
+/* Describe one file to @p out; on failure write one line (without the command prefix) to
+ * @p err and return false. */
+static bool info_file(const char *path, FILE *out, char *err, size_t n)
+{
+    if (!cli_regular_file(path, err, n))
+        return false;
+    tg_ctx *ctx = tg_ctx_new();
+    if (!ctx) {
+        snprintf(err, n, "'%s': out of memory", path);
+        return false;
+    }
+    unsigned char magic[9] = {0};
+    long got = read_prefix(path, magic, sizeof magic);
+    bool ok = false;
+    if (got < 0) {
+        /* unreadable: let the library say why (permission denied, ...) */
+        if (!tg_safetensors_read(ctx, path))
+            cli_format(NULL, path, ctx, err, n);
+        else
+            ok = true; /* raced with a chmod: describe nothing rather than fail */
+    } else if ((got >= 6 && !memcmp(magic, "\x93NUMPY", 6)) || has_suffix(path, ".npy")) {
+        tg_npy_kind k;
+        tg_tensor *t = tg_npy_read(ctx, path, TG_F32, &k);
+        if (!t) {
+            cli_format(NULL, path, ctx, err, n);
+        } else {
+            describe_npy(path, t, out);
+            ok = true;
+        }
+    } else {
+        tg_safetensors *st = tg_safetensors_read(ctx, path);
+        if (st) {
+            describe_safetensors(path, st, out);
+            ok = true;
+        } else if (got >= 9 && magic[8] != '{' && magic[8] != ' ') {
+            /* not even the start of a safetensors JSON header */
+            snprintf(err, n, "'%s': not a safetensors, checkpoint or .npy file", path);
+        } else {
+            cli_format(NULL, path, ctx, err, n);
+        }
+    }
     tg_ctx_free(ctx);
-    return rc;
+    return ok;
+}
+
+/* ---- report --------------------------------------------------------------------------------- */
+int cmd_info(int argc, char **argv)
+{
+    info_args a;
+    cli_result r;
+    char err[1600];
+    int pr = info_parse(argc, argv, &a, &r, err, sizeof err);
+    if (pr != CLI_OK) {
+        if (pr == CLI_HELP)
+            info_help(stdout);
+        else
+            fprintf(stderr, "tgrad info: %s\n", err);
+        info_free(&a, &r);
+        return pr == CLI_HELP ? 0 : 2;
+    }
+    int failed = 0;
+    for (int i = 0; i < r.n_positional; i++) {
+        fflush(stdout);
+        if (!info_file(r.positional[i], stdout, err, sizeof err)) {
+            fflush(stdout);
+            fprintf(stderr, "tgrad info: %s\n", err);
+            failed++;
+        }
+    }
+    info_free(&a, &r);
+    return failed ? 1 : 0;
 }

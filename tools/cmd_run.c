@@ -1,5 +1,5 @@
 /*
- * cmd_run.c - `tgrad run`: one module on .npy inputs, forward and optional backward.
+ * cmd_run.c - `tgrad run MODULE`: one module on .npy inputs, forward and optional backward.
  *
  *   tgrad run sdpa    --q Q.npy --k K.npy --v V.npy [--mask M.npy] [--causal] [--attn-out A.npy]
  *   tgrad run mha     --weights W.safetensors --heads H (--x X.npy | --q Q.npy --k K.npy --v V.npy)
@@ -7,171 +7,267 @@
  *   tgrad run ffn     --weights W.safetensors --x X.npy [--activation relu|gelu]
  *   tgrad run encoder --weights W.safetensors --heads H --x X.npy [--norm-first] [--eps E]
  *                     [--activation relu|gelu] [--key-padding-mask P.npy] [--causal]
- *   common:           --dtype f32|f64  --out O.npy  [--grad-out dO.npy --grads G.safetensors]
+ *   every module:     --dtype f32|f64  --out O.npy  [--grad-out dO.npy --grads G.safetensors]
  *
- * Masks: a bool .npy is TG_MASK_BLOCK (true = blocked), a float .npy is additive; integer masks
- * are refused as ambiguous. Every error is one line on stderr and exit status 1.
+ * One option table per module. Masks: a bool .npy is TG_MASK_BLOCK (true = blocked), a float
+ * .npy is additive; integer masks are refused as ambiguous. Every error is one line on stderr
+ * (exit status 2 for the command line, 1 for the files).
  */
 #include "cli.h"
+#include "climsg.h"
 #include "tgrad_io.h"
 #include "tgrad_nn.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    const char *module;
-    const char *q, *k, *v, *x, *mask, *attn_mask, *kpm, *weights, *out, *attn_out, *grad_out,
-        *grads, *activation;
-    long heads;
-    bool causal, norm_first, has_eps;
-    double eps;
-    tg_dtype dt;
-} run_args;
+/* ---- parse: one table per module ------------------------------------------------------------ */
+#define OPT_PATH(nm, field, mv, hp, fl)                                                      \
+    {.name = nm, .kind = CLI_PATH, .offset = offsetof(run_args, field), .metavar = mv,       \
+     .help = hp, .flags = fl}
+#define OPT_Q(fl) OPT_PATH("q", q, "Q.npy", "queries (..., T_q, d)", fl)
+#define OPT_K(fl) OPT_PATH("k", k, "K.npy", "keys (..., T_k, d)", fl)
+#define OPT_V(fl) OPT_PATH("v", v, "V.npy", "values (..., T_k, d_v)", fl)
+#define OPT_WEIGHTS                                                                          \
+    OPT_PATH("weights", weights, "W.safetensors", "parameters under PyTorch state_dict names", \
+             CLI_REQUIRED)
+#define OPT_HEADS                                                                            \
+    {.name = "heads", .kind = CLI_INT, .offset = offsetof(run_args, heads), .metavar = "H",  \
+     .help = "number of heads (must divide d_model)", .imin = 1, .imax = CLI_MAX_HEADS,      \
+     .flags = CLI_REQUIRED}
+#define OPT_CAUSAL                                                                           \
+    {.name = "causal", .kind = CLI_FLAG, .offset = offsetof(run_args, causal),               \
+     .help = "add the look-ahead mask (key j > query i blocked)"}
+#define OPT_KPM                                                                              \
+    OPT_PATH("key-padding-mask", kpm, "P.npy", "bool (B, T_k), true = padding", 0)
+#define OPT_ACT                                                                              \
+    {.name = "activation", .kind = CLI_CHOICE, .offset = offsetof(run_args, activation),     \
+     .choices = "relu|gelu", .help = "activation of the feed-forward network (relu)"}
+#define OPT_COMMON                                                                           \
+    {.name = "dtype", .kind = CLI_CHOICE, .offset = offsetof(run_args, dtype),               \
+     .choices = "f32|f64", .help = "compute dtype; inputs are converted (f32)",             \
+     .group = "every module:"},                                                              \
+        OPT_PATH("out", out, "O.npy", "write the output here", 0),                           \
+        OPT_PATH("grad-out", grad_out, "dO.npy",                                             \
+                 "upstream gradient (shape of the output): run backward", 0),                \
+        OPT_PATH("grads", grads, "G.safetensors",                                            \
+                 "with --grad-out: every parameter's and input's gradient", 0)
 
-static void help(FILE *f)
+static const cli_option sdpa_opts[] = {
+    OPT_Q(CLI_REQUIRED), OPT_K(CLI_REQUIRED), OPT_V(CLI_REQUIRED),
+    OPT_PATH("mask", mask, "M.npy", "attention mask: bool (true = blocked) or float (added)", 0),
+    OPT_CAUSAL,
+    OPT_PATH("attn-out", attn_out, "A.npy", "write the attention weights (..., T_q, T_k)", 0),
+    OPT_COMMON, {0},
+};
+
+static const cli_option mha_opts[] = {
+    OPT_WEIGHTS, OPT_HEADS,
+    OPT_PATH("x", x, "X.npy", "self-attention input (B, T, d_model)", 0),
+    OPT_Q(0), OPT_K(0), OPT_V(0),
+    OPT_PATH("attn-mask", attn_mask, "M.npy",
+             "(T_q, T_k) or (B, T_q, T_k): bool (true = blocked) or float (added)", 0),
+    OPT_KPM, OPT_CAUSAL, OPT_COMMON, {0},
+};
+
+static const cli_option ffn_opts[] = {
+    OPT_WEIGHTS,
+    OPT_PATH("x", x, "X.npy", "input (..., d_model)", CLI_REQUIRED),
+    OPT_ACT, OPT_COMMON, {0},
+};
+
+static const cli_option encoder_opts[] = {
+    OPT_WEIGHTS, OPT_HEADS,
+    OPT_PATH("x", x, "X.npy", "input (B, T, d_model)", CLI_REQUIRED),
+    {.name = "norm-first", .kind = CLI_FLAG, .offset = offsetof(run_args, norm_first),
+     .help = "pre-norm (layer norm before attention and FFN); default post-norm"},
+    {.name = "eps", .kind = CLI_NUM, .offset = offsetof(run_args, eps), .metavar = "E",
+     .help = "layer-norm eps (1e-5)", .fmin = 0, .fmax = 1},
+    OPT_ACT, OPT_KPM, OPT_CAUSAL, OPT_COMMON, {0},
+};
+
+static const char *const module_names[RUN_N_MODULES] = {"sdpa", "mha", "ffn", "encoder"};
+
+static const cli_command run_cmds[RUN_N_MODULES] = {
+    {.name = "run sdpa",
+     .usage = "--q Q.npy --k K.npy --v V.npy [--mask M.npy] [--causal] [--attn-out A.npy]\n"
+              "                      [--dtype f32|f64] [--out O.npy] [--grad-out dO.npy --grads "
+              "G.safetensors]",
+     .description = "Scaled dot-product attention softmax(q k^T / sqrt(d) + mask) v on any\n"
+                    "leading dims (PyTorch's F.scaled_dot_product_attention).",
+     .opts = sdpa_opts},
+    {.name = "run mha",
+     .usage = "--weights W.safetensors --heads H (--x X.npy | --q Q.npy --k K.npy --v V.npy)\n"
+              "                     [--attn-mask M.npy] [--key-padding-mask P.npy] [--causal] ...",
+     .description = "nn.MultiheadAttention(batch_first=True): weights in_proj_weight,\n"
+                    "in_proj_bias, out_proj.weight, out_proj.bias. With --x it is\n"
+                    "self-attention (the gradient of x is the sum over its three uses).",
+     .opts = mha_opts},
+    {.name = "run ffn",
+     .usage = "--weights W.safetensors --x X.npy [--activation relu|gelu] ...",
+     .description = "The position-wise feed-forward network linear2(act(linear1(x))): weights\n"
+                    "linear1.weight, linear1.bias, linear2.weight, linear2.bias.",
+     .opts = ffn_opts},
+    {.name = "run encoder",
+     .usage = "--weights W.safetensors --heads H --x X.npy [--norm-first] [--eps E]\n"
+              "                         [--activation relu|gelu] [--key-padding-mask P.npy] "
+              "[--causal] ...",
+     .description = "nn.TransformerEncoderLayer(batch_first=True, dropout=0): weights\n"
+                    "self_attn.*, linear1.*, linear2.*, norm1.*, norm2.*.",
+     .opts = encoder_opts},
+};
+
+void run_help(const run_args *a, FILE *f)
 {
+    if (a && a->module >= 0 && a->module < RUN_N_MODULES) {
+        cli_help(&run_cmds[a->module], f);
+        return;
+    }
     fprintf(f,
-            "usage: tgrad run sdpa    --q Q.npy --k K.npy --v V.npy [--mask M.npy] [--causal]\n"
-            "                         [--attn-out A.npy]\n"
-            "       tgrad run mha     --weights W.safetensors --heads H\n"
-            "                         (--x X.npy | --q Q.npy --k K.npy --v V.npy)\n"
-            "                         [--attn-mask M.npy] [--key-padding-mask P.npy] [--causal]\n"
-            "       tgrad run ffn     --weights W.safetensors --x X.npy [--activation relu|gelu]\n"
-            "       tgrad run encoder --weights W.safetensors --heads H --x X.npy [--norm-first]\n"
-            "                         [--eps E] [--activation relu|gelu]\n"
-            "                         [--key-padding-mask P.npy] [--causal]\n"
-            "common options: --dtype f32|f64 (compute dtype, default f32; inputs converted)\n"
-            "                --out O.npy  [--grad-out dO.npy --grads G.safetensors]\n"
+            "usage: tgrad run sdpa|mha|ffn|encoder [options]\n"
             "\n"
-            "Shapes are batch-first: x (B, T, d_model); sdpa takes any leading dims.\n"
-            "A bool mask .npy blocks where true; a float mask is added to the scores.\n"
-            "key_padding_mask is bool (B, T_k), true = padding. --causal adds the look-ahead\n"
-            "mask. With --grad-out, backward runs with that upstream gradient and --grads\n"
-            "receives every parameter's gradient under its state_dict name and the inputs'\n"
-            "under q, k, v or x (for self-attention x gets the sum over its three uses).\n"
-            "Weights use PyTorch state_dict names (nn.MultiheadAttention, linear1/linear2,\n"
-            "nn.TransformerEncoderLayer).\n");
+            "Runs one module on .npy inputs (forward, and backward with --grad-out) and writes\n"
+            "the output and gradients, to compare with PyTorch. Shapes are batch-first:\n"
+            "x (B, T, d_model); sdpa takes any leading dims. A bool mask .npy blocks where\n"
+            "true; a float mask is added to the scores. Weights use PyTorch state_dict names\n"
+            "(nn.MultiheadAttention, linear1/linear2, nn.TransformerEncoderLayer).\n"
+            "\n"
+            "modules:\n"
+            "  sdpa      scaled dot-product attention (--q --k --v)\n"
+            "  mha       multi-head attention (--weights --heads, --x or --q --k --v)\n"
+            "  ffn       position-wise feed-forward network (--weights --x)\n"
+            "  encoder   transformer encoder layer (--weights --heads --x)\n"
+            "\n"
+            "'tgrad run MODULE --help' lists the module's options.\n");
 }
 
-static int fail(tg_ctx *ctx, const char *what)
+/* The first `--name` of argv that the module's table lacks (NULL if none). */
+static const char *foreign_option(const cli_command *cmd, int argc, char **argv, char *name,
+                                  size_t n)
 {
-    if (ctx && tg_ctx_status(ctx) != TG_OK)
-        fprintf(stderr, "tgrad run: %s: %s\n", what, tg_ctx_message(ctx));
-    else
-        fprintf(stderr, "tgrad run: %s\n", what);
-    return 1;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "--"))
+            break;
+        if (strncmp(s, "--", 2) || !s[2])
+            continue;
+        size_t l = strcspn(s + 2, "=");
+        if (l >= n)
+            continue;
+        memcpy(name, s + 2, l);
+        name[l] = 0;
+        if (!strcmp(name, "help") || cli_find(cmd, name))
+            continue;
+        return name;
+    }
+    return NULL;
 }
 
-static int parse(int argc, char **argv, run_args *a)
+int run_parse(int argc, char **argv, run_args *a, cli_result *r, char *err, size_t n)
 {
     memset(a, 0, sizeof *a);
-    a->dt = TG_F32;
-    a->heads = -1;
+    memset(r, 0, sizeof *r);
+    a->module = RUN_NONE;
+    err[0] = 0;
     if (argc < 2) {
-        help(stderr);
-        return 2;
+        snprintf(err, n, "missing MODULE: sdpa, mha, ffn or encoder (try 'tgrad run --help')");
+        return CLI_ERROR;
     }
-    a->module = argv[1];
-    if (strcmp(a->module, "--help") == 0 || strcmp(a->module, "-h") == 0) {
-        help(stdout);
-        return -1;
+    const char *m = argv[1];
+    if (!strcmp(m, "--help") || !strcmp(m, "-h"))
+        return CLI_HELP;
+    for (int i = 0; i < RUN_N_MODULES; i++)
+        if (!strcmp(m, module_names[i]))
+            a->module = i;
+    if (a->module == RUN_NONE) {
+        snprintf(err, n, "unknown module '%.200s': expected sdpa, mha, ffn or encoder", m);
+        return CLI_ERROR;
     }
-    if (strcmp(a->module, "sdpa") && strcmp(a->module, "mha") && strcmp(a->module, "ffn") &&
-        strcmp(a->module, "encoder")) {
-        fprintf(stderr, "tgrad run: unknown module '%s' (sdpa, mha, ffn or encoder)\n",
-                a->module);
-        return 2;
+    const cli_command *cmd = &run_cmds[a->module];
+    int rc = cli_parse(cmd, argc - 1, argv + 1, a, r, err, n);
+    if (rc == CLI_ERROR) {
+        /* an option of another module: say which module takes it */
+        char name[64];
+        const char *o = foreign_option(cmd, argc - 1, argv + 1, name, sizeof name);
+        if (o && strstr(err, "unknown option")) {
+            char owners[64] = "";
+            for (int i = 0; i < RUN_N_MODULES; i++)
+                if (cli_find(&run_cmds[i], o)) {
+                    size_t l = strlen(owners);
+                    snprintf(owners + l, sizeof owners - l, "%s%s", l ? ", " : "",
+                             module_names[i]);
+                }
+            if (owners[0])
+                snprintf(err, n, "option '--%s' is not for %s (it is an option of: %s; try "
+                         "'tgrad run %s --help')", o, module_names[a->module], owners,
+                         module_names[a->module]);
+        }
+        return CLI_ERROR;
     }
-    struct {
-        const char *flag;
-        const char **dst;
-    } files[] = {
-        {"--q", &a->q},           {"--k", &a->k},
-        {"--v", &a->v},           {"--x", &a->x},
-        {"--mask", &a->mask},     {"--attn-mask", &a->attn_mask},
-        {"--key-padding-mask", &a->kpm}, {"--weights", &a->weights},
-        {"--out", &a->out},       {"--attn-out", &a->attn_out},
-        {"--grad-out", &a->grad_out}, {"--grads", &a->grads},
-        {"--activation", &a->activation},
-    };
-    for (int i = 2; i < argc; i++) {
-        const char *f = argv[i];
-        bool done = false;
-        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-            help(stdout);
-            return -1;
+    if (rc != CLI_OK)
+        return rc;
+    a->has_eps = cli_given(cmd, r, "eps");
+    if (a->module == RUN_MHA) {
+        bool qkv = a->q || a->k || a->v;
+        if (a->x && qkv) {
+            snprintf(err, n, "give either --x (self-attention) or --q, --k and --v, not both");
+            return CLI_ERROR;
         }
-        if (strcmp(f, "--causal") == 0) {
-            a->causal = true;
-            continue;
+        if (!a->x && !(a->q && a->k && a->v)) {
+            snprintf(err, n, "missing input: --x X.npy (self-attention) or all of --q, --k "
+                     "and --v");
+            return CLI_ERROR;
         }
-        if (strcmp(f, "--norm-first") == 0) {
-            a->norm_first = true;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "tgrad run: option '%s' needs a value or is unknown (try --help)\n", f);
-            return 2;
-        }
-        for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
-            if (strcmp(f, files[k].flag) == 0) {
-                *files[k].dst = argv[++i];
-                done = true;
-            }
-        }
-        if (done)
-            continue;
-        const char *val = argv[++i];
-        char *end = NULL;
-        if (strcmp(f, "--heads") == 0) {
-            a->heads = strtol(val, &end, 10);
-            if (!*val || *end || a->heads < 1) {
-                fprintf(stderr, "tgrad run: --heads must be a positive integer, not '%s'\n", val);
-                return 2;
-            }
-        } else if (strcmp(f, "--eps") == 0) {
-            a->eps = strtod(val, &end);
-            a->has_eps = true;
-            if (!*val || *end || !(a->eps >= 0)) {
-                fprintf(stderr, "tgrad run: --eps must be a non-negative number, not '%s'\n", val);
-                return 2;
-            }
-        } else if (strcmp(f, "--dtype") == 0) {
-            if (strcmp(val, "f32") == 0)
-                a->dt = TG_F32;
-            else if (strcmp(val, "f64") == 0)
-                a->dt = TG_F64;
-            else {
-                fprintf(stderr, "tgrad run: --dtype must be f32 or f64, not '%s'\n", val);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "tgrad run: unknown option '%s' (try --help)\n", f);
-            return 2;
-        }
-    }
-    if (a->activation && strcmp(a->activation, "relu") && strcmp(a->activation, "gelu")) {
-        fprintf(stderr, "tgrad run: --activation must be relu or gelu, not '%s'\n",
-                a->activation);
-        return 2;
     }
     if ((a->grad_out == NULL) != (a->grads == NULL)) {
-        fprintf(stderr, "tgrad run: --grad-out and --grads go together\n");
-        return 2;
+        snprintf(err, n, "--grad-out and --grads go together (got only %s)",
+                 a->grad_out ? "--grad-out" : "--grads");
+        return CLI_ERROR;
     }
-    return 0;
+    const char *outs[3] = {a->out, a->attn_out, a->grads};
+    const char *flags[3] = {"--out", "--attn-out", "--grads"};
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; j < 3; j++)
+            if (outs[i] && outs[j] && !strcmp(outs[i], outs[j])) {
+                snprintf(err, n, "%s and %s name the same file '%.200s'", flags[i], flags[j],
+                         outs[i]);
+                return CLI_ERROR;
+            }
+    return CLI_OK;
 }
 
-/* Read an .npy input; mark it differentiable when gradients are requested. */
-static tg_tensor *read_input(tg_ctx *ctx, const char *path, const char *name, tg_dtype dt,
-                             bool grad, tg_npy_kind *kind)
+void run_free(run_args *a, cli_result *r)
 {
+    if (a->module >= 0 && a->module < RUN_N_MODULES)
+        cli_free(&run_cmds[a->module], a, r);
+    else
+        cli_free(&run_cmds[0], NULL, r);
+}
+
+/* ---- run ------------------------------------------------------------------------------------ */
+typedef struct {
+    char shape[160]; /* of the output */
+    const char *dtype;
+    bool wrote;      /* any file written */
+} run_result;
+
+/* Read an .npy given by option @p opt; mark it differentiable when gradients are requested. */
+static tg_tensor *load_npy(tg_ctx *ctx, const char *opt, const char *path, const char *name,
+                           tg_dtype dt, bool grad, tg_npy_kind *kind, char *err, size_t n)
+{
+    char e[1200];
+    if (!cli_regular_file(path, e, sizeof e)) {
+        snprintf(err, n, "%s %s", opt, e);
+        return NULL;
+    }
     tg_npy_kind k;
     tg_tensor *t = tg_npy_read(ctx, path, dt, &k);
-    if (!t)
+    if (!t) {
+        cli_format(opt, path, ctx, err, n);
         return NULL;
+    }
     tg_tensor_set_name(t, name);
     if (kind)
         *kind = k;
@@ -180,275 +276,284 @@ static tg_tensor *read_input(tg_ctx *ctx, const char *path, const char *name, tg
     return t;
 }
 
-/* A mask file: bool -> BLOCK, float -> ADDITIVE; ints refused. */
-static tg_tensor *read_mask(tg_ctx *ctx, const char *path, const char *name, tg_dtype dt,
-                            bool bool_only, tg_mask_kind *kind)
+/* A mask file: bool -> BLOCK, float -> ADDITIVE; ints refused (0/1 or an additive bias?). */
+static tg_tensor *load_mask(tg_ctx *ctx, const char *opt, const char *path, const char *name,
+                            tg_dtype dt, bool bool_only, tg_mask_kind *kind, char *err, size_t n)
 {
     tg_npy_kind k;
-    tg_tensor *m = read_input(ctx, path, name, dt, false, &k);
+    tg_tensor *m = load_npy(ctx, opt, path, name, dt, false, &k, err, n);
     if (!m)
         return NULL;
     if (k == TG_NPY_INT || (bool_only && k != TG_NPY_BOOL)) {
-        fprintf(stderr, "tgrad run: %s '%s' must be %s (got %s array)\n", name, path,
-                bool_only ? "a bool array (true = padding)"
-                          : "bool (true = blocked) or float (additive)",
-                k == TG_NPY_INT ? "an integer" : "a float");
+        snprintf(err, n, "%s '%s': must be %s, not %s array", opt, path,
+                 bool_only ? "a bool array (true = padding)"
+                           : "bool (true = blocked) or float (additive)",
+                 k == TG_NPY_INT ? "an integer" : "a float");
         return NULL;
     }
     *kind = k == TG_NPY_BOOL ? TG_MASK_BLOCK : TG_MASK_ADDITIVE;
     return m;
 }
 
-static const int64_t *shape_of(const tg_tensor *t) { return tg_tensor_shape(t); }
-
-/* d_model from a weight in the file, for building the module before loading. */
+/* Dim @p axis of the rank-2 tensor @p name in the weights file, or -1. */
 static int64_t file_dim(const tg_safetensors *st, const char *name, int axis)
 {
     tg_tensor *t = tg_safetensors_find(st, name);
-    if (!t || axis >= tg_tensor_rank(t))
+    if (!t || tg_tensor_rank(t) != 2)
         return -1;
-    return shape_of(t)[axis];
+    return tg_tensor_shape(t)[axis];
 }
 
-int cmd_run(int argc, char **argv)
+static bool same_shape(const tg_tensor *a, const tg_tensor *b)
 {
-    run_args a;
-    int pr = parse(argc, argv, &a);
-    if (pr != 0)
-        return pr < 0 ? 0 : pr;
-    bool want_grad = a.grad_out != NULL;
-    bool is_sdpa = strcmp(a.module, "sdpa") == 0, is_mha = strcmp(a.module, "mha") == 0;
-    bool is_ffn = strcmp(a.module, "ffn") == 0, is_enc = strcmp(a.module, "encoder") == 0;
-    /* option sanity per module */
-    if (is_sdpa && (!a.q || !a.k || !a.v))
-        return fail(NULL, "sdpa needs --q, --k and --v");
-    if (!is_sdpa && !a.weights)
-        return fail(NULL, "this module needs --weights W.safetensors");
-    if ((is_mha || is_enc) && a.heads < 1)
-        return fail(NULL, "this module needs --heads H");
-    if (is_mha && !a.x && (!a.q || !a.k || !a.v))
-        return fail(NULL, "mha needs --x (self-attention) or --q, --k and --v");
-    if (is_mha && a.x && (a.q || a.k || a.v))
-        return fail(NULL, "mha takes either --x or --q/--k/--v, not both");
-    if ((is_ffn || is_enc) && !a.x)
-        return fail(NULL, "this module needs --x X.npy");
-    if (a.mask && !is_sdpa)
-        return fail(NULL, "--mask is for sdpa (mha uses --attn-mask)");
-    if (a.attn_mask && !is_mha)
-        return fail(NULL, "--attn-mask is for mha");
-    if (a.kpm && !(is_mha || is_enc))
-        return fail(NULL, "--key-padding-mask is for mha and encoder");
-    if (a.attn_out && !is_sdpa)
-        return fail(NULL, "--attn-out is for sdpa");
-    if ((a.norm_first || a.has_eps) && !is_enc)
-        return fail(NULL, "--norm-first and --eps are for encoder");
-    if (a.activation && !(is_ffn || is_enc))
-        return fail(NULL, "--activation is for ffn and encoder");
-    if (a.causal && is_ffn)
-        return fail(NULL, "--causal is not an ffn option");
+    return tg_tensor_rank(a) == tg_tensor_rank(b) &&
+           !memcmp(tg_tensor_shape(a), tg_tensor_shape(b),
+                   sizeof(int64_t) * (size_t)tg_tensor_rank(a));
+}
 
+/* Build the module on the inputs, run forward (and backward), write the files. Returns 0, or 1
+ * with one line in @p err. */
+static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
+{
+    memset(res, 0, sizeof *res);
     tg_ctx *ctx = tg_ctx_new();
-    if (!ctx)
-        return fail(NULL, "out of memory");
+    if (!ctx) {
+        snprintf(err, n, "out of memory");
+        return 1;
+    }
     int rc = 1;
-    tg_dtype dt = a.dt;
+    bool want_grad = a->grad_out != NULL;
+    tg_dtype dt = a->dtype == 1 ? TG_F64 : TG_F32;
+    res->dtype = tg_dtype_str(dt);
     tg_attn_masks masks;
     memset(&masks, 0, sizeof masks);
-    masks.causal = a.causal;
+    masks.causal = a->causal;
     tg_tensor *inputs[3] = {NULL, NULL, NULL};
     const char *input_names[3] = {NULL, NULL, NULL};
     int n_inputs = 0;
     tg_tensor *y = NULL, *attn = NULL;
     tg_safetensors *st = NULL;
-    tg_activation act = a.activation && strcmp(a.activation, "gelu") == 0 ? TG_ACT_GELU
-                                                                          : TG_ACT_RELU;
-    if (a.weights) {
-        st = tg_safetensors_read(ctx, a.weights);
+    tg_activation act = a->activation == 1 ? TG_ACT_GELU : TG_ACT_RELU;
+    char e[1200];
+    if (a->weights) {
+        if (!cli_regular_file(a->weights, e, sizeof e)) {
+            snprintf(err, n, "--weights %s", e);
+            goto done;
+        }
+        st = tg_safetensors_read(ctx, a->weights);
         if (!st) {
-            rc = fail(ctx, a.weights);
+            cli_format("--weights", a->weights, ctx, err, n);
             goto done;
         }
     }
-    if (a.x) {
-        inputs[n_inputs] = read_input(ctx, a.x, "x", dt, want_grad, NULL);
+    if (a->x) {
+        inputs[0] = load_npy(ctx, "--x", a->x, "x", dt, want_grad, NULL, err, n);
         input_names[n_inputs++] = "x";
-        if (!inputs[0]) {
-            rc = fail(ctx, a.x);
+        if (!inputs[0])
             goto done;
-        }
-    } else if (a.q) {
-        const char *paths[3] = {a.q, a.k, a.v}, *names[3] = {"q", "k", "v"};
+    } else if (a->q) {
+        const char *paths[3] = {a->q, a->k, a->v}, *names[3] = {"q", "k", "v"};
+        const char *opts[3] = {"--q", "--k", "--v"};
         for (int i = 0; i < 3; i++) {
-            inputs[n_inputs] = read_input(ctx, paths[i], names[i], dt, want_grad, NULL);
+            inputs[i] = load_npy(ctx, opts[i], paths[i], names[i], dt, want_grad, NULL, err, n);
             input_names[n_inputs++] = names[i];
-            if (!inputs[i]) {
-                rc = fail(ctx, paths[i]);
+            if (!inputs[i])
                 goto done;
-            }
         }
     }
-    if (a.mask || a.attn_mask) {
-        const char *p = a.mask ? a.mask : a.attn_mask;
-        masks.attn_mask = read_mask(ctx, p, "attn_mask", dt, false, &masks.attn_mask_kind);
-        if (!masks.attn_mask) {
-            if (tg_ctx_status(ctx) != TG_OK)
-                rc = fail(ctx, p);
+    if (a->mask || a->attn_mask) {
+        const char *p = a->mask ? a->mask : a->attn_mask;
+        masks.attn_mask = load_mask(ctx, a->mask ? "--mask" : "--attn-mask", p, "attn_mask", dt,
+                                    false, &masks.attn_mask_kind, err, n);
+        if (!masks.attn_mask)
             goto done;
-        }
     }
-    if (a.kpm) {
+    if (a->kpm) {
         tg_mask_kind kk;
-        masks.key_padding_mask = read_mask(ctx, a.kpm, "key_padding_mask", dt, true, &kk);
-        if (!masks.key_padding_mask) {
-            if (tg_ctx_status(ctx) != TG_OK)
-                rc = fail(ctx, a.kpm);
+        masks.key_padding_mask = load_mask(ctx, "--key-padding-mask", a->kpm,
+                                           "key_padding_mask", dt, true, &kk, err, n);
+        if (!masks.key_padding_mask)
             goto done;
-        }
     }
 
-    if (is_sdpa) {
+    if (a->module == RUN_SDPA) {
         y = tg_sdpa(ctx, inputs[0], inputs[1], inputs[2], &masks, 0, &attn);
-    } else if (is_mha || is_enc) {
-        const char *wname = is_mha ? "in_proj_weight" : "self_attn.in_proj_weight";
+    } else if (a->module == RUN_MHA || a->module == RUN_ENCODER) {
+        bool mha = a->module == RUN_MHA;
+        const char *wname = mha ? "in_proj_weight" : "self_attn.in_proj_weight";
         int64_t D = file_dim(st, wname, 1);
-        if (D < 1) {
-            fprintf(stderr, "tgrad run: %s: no '%s' tensor of shape (3*d_model, d_model)\n",
-                    a.weights, wname);
+        if (D < 1 || D > INT64_MAX / 3 || file_dim(st, wname, 0) != 3 * D) {
+            snprintf(err, n, "--weights '%s': no '%s' tensor of shape (3*d_model, d_model)",
+                     a->weights, wname);
             goto done;
         }
-        if (D % a.heads != 0) {
-            fprintf(stderr, "tgrad run: --heads %ld does not divide d_model %lld of %s\n",
-                    a.heads, (long long)D, a.weights);
+        if (D % a->heads != 0) {
+            snprintf(err, n, "--heads %" PRId64 " does not divide d_model %" PRId64
+                     " of --weights '%s'", a->heads, D, a->weights);
             goto done;
         }
-        int64_t xw = tg_tensor_dim(inputs[0], -1);
+        int64_t xw = tg_tensor_rank(inputs[0]) ? tg_tensor_dim(inputs[0], -1) : 0;
         if (xw != D) {
-            fprintf(stderr, "tgrad run: input width %lld does not match d_model %lld of %s\n",
-                    (long long)xw, (long long)D, a.weights);
+            snprintf(err, n, "%s '%s' has last dim %" PRId64 ", but d_model of --weights '%s' "
+                     "is %" PRId64, a->x ? "--x" : "--q", a->x ? a->x : a->q, xw, a->weights, D);
             goto done;
         }
-        if (is_mha) {
+        if (mha) {
             tg_mha m;
-            if (tg_mha_init(ctx, &m, dt, D, a.heads, NULL) != TG_OK) {
-                rc = fail(ctx, "mha");
+            if (tg_mha_init(ctx, &m, dt, D, a->heads, NULL) != TG_OK) {
+                cli_format(NULL, NULL, ctx, err, n);
                 goto done;
             }
-            tg_tensor *q = inputs[0], *k = a.x ? inputs[0] : inputs[1],
-                      *v = a.x ? inputs[0] : inputs[2];
+            tg_tensor *q = inputs[0], *k = a->x ? inputs[0] : inputs[1],
+                      *v = a->x ? inputs[0] : inputs[2];
             if (tg_params_load_from(ctx, st, 0, NULL, true) != TG_OK) {
-                rc = fail(ctx, a.weights);
+                cli_format("--weights", a->weights, ctx, err, n);
                 goto done;
             }
             y = tg_mha_forward(ctx, &m, q, k, v, &masks, NULL);
         } else {
-            tg_encoder_config c = tg_encoder_config_default(D, a.heads);
+            tg_encoder_config c = tg_encoder_config_default(D, a->heads);
             c.d_ff = file_dim(st, "linear1.weight", 0);
             if (c.d_ff < 1) {
-                fprintf(stderr, "tgrad run: %s: no 'linear1.weight' tensor\n", a.weights);
+                snprintf(err, n, "--weights '%s': no 'linear1.weight' tensor of shape (d_ff, "
+                         "d_model)", a->weights);
                 goto done;
             }
-            c.norm_first = a.norm_first;
+            c.norm_first = a->norm_first;
             c.activation = act;
-            if (a.has_eps)
-                c.layer_norm_eps = a.eps;
+            if (a->has_eps)
+                c.layer_norm_eps = a->eps;
             tg_encoder_layer l;
-            if (tg_encoder_layer_init(ctx, &l, dt, &c, NULL) != TG_OK ||
-                tg_params_load_from(ctx, st, 0, NULL, true) != TG_OK) {
-                rc = fail(ctx, a.weights);
+            if (tg_encoder_layer_init(ctx, &l, dt, &c, NULL) != TG_OK) {
+                cli_format(NULL, NULL, ctx, err, n);
+                goto done;
+            }
+            if (tg_params_load_from(ctx, st, 0, NULL, true) != TG_OK) {
+                cli_format("--weights", a->weights, ctx, err, n);
                 goto done;
             }
             y = tg_encoder_layer_forward(ctx, &l, inputs[0], &masks);
         }
     } else { /* ffn */
         int64_t D = file_dim(st, "linear1.weight", 1), F = file_dim(st, "linear1.weight", 0);
-        if (D < 1) {
-            fprintf(stderr, "tgrad run: %s: no 'linear1.weight' tensor of shape (d_ff, d_model)\n",
-                    a.weights);
+        if (D < 1 || F < 1) {
+            snprintf(err, n, "--weights '%s': no 'linear1.weight' tensor of shape (d_ff, "
+                     "d_model)", a->weights);
             goto done;
         }
-        if (tg_tensor_dim(inputs[0], -1) != D) {
-            fprintf(stderr, "tgrad run: input width %lld does not match d_model %lld of %s\n",
-                    (long long)tg_tensor_dim(inputs[0], -1), (long long)D, a.weights);
+        int64_t xw = tg_tensor_rank(inputs[0]) ? tg_tensor_dim(inputs[0], -1) : 0;
+        if (xw != D) {
+            snprintf(err, n, "--x '%s' has last dim %" PRId64 ", but d_model of --weights '%s' "
+                     "is %" PRId64, a->x, xw, a->weights, D);
             goto done;
         }
         tg_ffn f;
-        if (tg_ffn_init(ctx, &f, dt, D, F, act, NULL) != TG_OK ||
-            tg_params_load_from(ctx, st, 0, NULL, true) != TG_OK) {
-            rc = fail(ctx, a.weights);
+        if (tg_ffn_init(ctx, &f, dt, D, F, act, NULL) != TG_OK) {
+            cli_format(NULL, NULL, ctx, err, n);
+            goto done;
+        }
+        if (tg_params_load_from(ctx, st, 0, NULL, true) != TG_OK) {
+            cli_format("--weights", a->weights, ctx, err, n);
             goto done;
         }
         y = tg_ffn_forward(ctx, &f, inputs[0]);
     }
     if (!y) {
-        rc = fail(ctx, a.module);
+        cli_format(NULL, NULL, ctx, err, n);
         goto done;
     }
     tg_tensor *outs[2] = {y, attn};
     tg_graph *g = tg_graph_new(ctx, outs, attn ? 2 : 1);
     if (!g || tg_graph_forward(g) != TG_OK) {
-        rc = fail(ctx, a.module);
+        cli_format(NULL, NULL, ctx, err, n);
         goto done;
     }
-    if (a.out && tg_npy_write(ctx, a.out, y) != TG_OK) {
-        rc = fail(ctx, a.out);
-        goto done;
-    }
-    if (a.attn_out && tg_npy_write(ctx, a.attn_out, attn) != TG_OK) {
-        rc = fail(ctx, a.attn_out);
-        goto done;
-    }
-    if (want_grad) {
-        tg_tensor *dy = read_input(ctx, a.grad_out, "grad_out", dt, false, NULL);
-        if (!dy) {
-            rc = fail(ctx, a.grad_out);
+    tg_tensor_shape_str(y, res->shape, sizeof res->shape);
+    if (a->out) {
+        if (tg_npy_write(ctx, a->out, y) != TG_OK) {
+            cli_format("--out", a->out, ctx, err, n);
             goto done;
         }
-        if (tg_tensor_rank(dy) != tg_tensor_rank(y) ||
-            memcmp(tg_tensor_shape(dy), tg_tensor_shape(y),
-                   sizeof(int64_t) * (size_t)tg_tensor_rank(y)) != 0) {
-            char b1[128], b2[128];
-            fprintf(stderr, "tgrad run: --grad-out %s has shape %s but the output is %s\n",
-                    a.grad_out, tg_tensor_shape_str(dy, b1, sizeof b1),
-                    tg_tensor_shape_str(y, b2, sizeof b2));
+        res->wrote = true;
+    }
+    if (a->attn_out) {
+        if (tg_npy_write(ctx, a->attn_out, attn) != TG_OK) {
+            cli_format("--attn-out", a->attn_out, ctx, err, n);
+            goto done;
+        }
+        res->wrote = true;
+    }
+    if (want_grad) {
+        tg_tensor *dy = load_npy(ctx, "--grad-out", a->grad_out, "grad_out", dt, false, NULL,
+                                 err, n);
+        if (!dy)
+            goto done;
+        if (!same_shape(dy, y)) {
+            char b1[160], b2[160];
+            snprintf(err, n, "--grad-out '%s' has shape %s, but the output is %s", a->grad_out,
+                     tg_tensor_shape_str(dy, b1, sizeof b1),
+                     tg_tensor_shape_str(y, b2, sizeof b2));
             goto done;
         }
         if (tg_graph_backward(g, y, dy) != TG_OK) {
-            rc = fail(ctx, "backward");
+            cli_format(NULL, NULL, ctx, err, n);
             goto done;
         }
-        int64_t np = tg_ctx_n_params(ctx), n = 0;
+        int64_t np = tg_ctx_n_params(ctx), k = 0;
         const tg_tensor **ts = malloc(sizeof *ts * (size_t)(np + 3));
         const char **names = malloc(sizeof *names * (size_t)(np + 3));
         if (!ts || !names) {
             free(ts);
             free(names);
-            rc = fail(NULL, "out of memory");
+            snprintf(err, n, "out of memory");
             goto done;
         }
         for (int64_t i = 0; i < np; i++) {
-            ts[n] = tg_ctx_param(ctx, i);
-            names[n++] = tg_tensor_name(tg_ctx_param(ctx, i));
+            ts[k] = tg_ctx_param(ctx, i);
+            names[k++] = tg_tensor_name(tg_ctx_param(ctx, i));
         }
         for (int i = 0; i < n_inputs; i++) {
-            ts[n] = inputs[i];
-            names[n++] = input_names[i];
+            ts[k] = inputs[i];
+            names[k++] = input_names[i];
         }
-        tg_status s = tg_safetensors_write_grads(ctx, a.grads, n, ts, names, 0, NULL, NULL);
+        tg_status s = tg_safetensors_write_grads(ctx, a->grads, k, ts, names, 0, NULL, NULL);
         free(ts);
         free(names);
         if (s != TG_OK) {
-            rc = fail(ctx, a.grads);
+            cli_format("--grads", a->grads, ctx, err, n);
             goto done;
         }
-    }
-    if (!a.out && !want_grad) {
-        /* nothing to write: describe the result */
-        char b[128];
-        printf("%s output %s %s\n", a.module, tg_tensor_shape_str(y, b, sizeof b),
-               tg_dtype_str(dt));
+        res->wrote = true;
     }
     rc = 0;
 done:
     tg_ctx_free(ctx);
+    return rc;
+}
+
+/* ---- report --------------------------------------------------------------------------------- */
+int cmd_run(int argc, char **argv)
+{
+    run_args a;
+    cli_result r;
+    char err[1600];
+    int pr = run_parse(argc, argv, &a, &r, err, sizeof err);
+    if (pr != CLI_OK) {
+        if (pr == CLI_HELP)
+            run_help(&a, stdout);
+        else if (a.module >= 0)
+            fprintf(stderr, "tgrad run %s: %s\n", module_names[a.module], err);
+        else
+            fprintf(stderr, "tgrad run: %s\n", err);
+        run_free(&a, &r);
+        return pr == CLI_HELP ? 0 : 2;
+    }
+    run_result res;
+    int rc = run_exec(&a, &res, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "tgrad run %s: %s\n", module_names[a.module], err);
+    else if (!res.wrote) /* nothing written: describe the result */
+        printf("%s output %s %s\n", module_names[a.module], res.shape, res.dtype);
+    run_free(&a, &r);
     return rc;
 }

@@ -2,292 +2,349 @@
  * cmd_train.c - `tgrad train`: train a transformer on a built-in algorithmic task (the
  * default: an encoder predicting the reversed digit sequence) or, with --text, a byte-level
  * language model; progress, CSV log, SVG plot, atomic checkpoints and bit-exact resume.
+ *
+ * parse (train_parse, train_args.c: one option table) -> plan (the checkpoint validated by
+ * ckpt_config_load, defaults, memory estimate, every output path checked) -> data -> build ->
+ * loop (step, evaluate, save, progress) -> report. Every error is one line on stderr.
  */
-#define _DEFAULT_SOURCE
+#define _GNU_SOURCE /* program_invocation_name */
+#include "ckpt_config.h"
 #include "cli.h"
+#include "climsg.h"
 #include "data.h"
 #include "svgplot.h"
 #include "tgrad_train.h"
+#include "train_args.h"
 
 #include <errno.h>
-#include <signal.h>
-#include <stddef.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+/* Everything one run holds; freed by trainer_free. */
 typedef struct {
-    /* model */
-    int64_t layers, d_model, heads, d_ff, seq_len;
-    bool post_norm, tie;
-    const char *activation, *pos;
-    double dropout;
-    /* optimisation */
-    int64_t batch, steps, warmup, eval_every, stop_after;
-    double lr, weight_decay, clip, min_lr, val_fraction, target_acc, momentum;
-    const char *optimizer;
-    uint64_t seed;
-    int threads;
-    tg_dtype dt;
-    /* data and outputs */
-    const char **text;
-    int n_text;
-    const char *task, *checkpoint, *resume, *log, *plot;
-    bool quiet;
-    /* which model options were given explicitly (for --resume consistency) */
-    bool set_layers, set_d_model, set_heads, set_d_ff, set_seq_len, set_norm, set_act, set_pos,
-        set_task, set_tie, set_optimizer;
-    /* every option given on the command line, so --resume can restore the others */
-    const char *given[64];
-    int n_given;
-} train_args;
+    train_args a;
+    cli_result r;
+    int argc;
+    char **argv;
+    bool text;
+    task_kind task;
+    tg_ctx *ctx;
+    tg_safetensors *ck; /* the --resume checkpoint, or NULL */
+    ckpt_info info;
+    corpus corp;
+    tg_transformer_config mc;
+    tg_transformer model;
+    tg_tensor *ids, *tgt, *logits, *loss;
+    tg_graph *g;
+    tg_optim *opt;
+    int64_t V, T, B, n_params, start;
+    FILE *logf;
+    float *ids_buf, *tgt_buf;
+    svg_series train_curve, val_curve;
+    /* progress and results */
+    bool tty;
+    int width;       /* columns of the live line (terminal width - 1) */
+    size_t last_len; /* length of the last live line, to blank its rest */
+    int64_t step, end, trained;
+    double t0, tok_s, last_val, best_val, acc, last_draw;
+    bool reached;
+} trainer;
 
-static bool given(const train_args *a, const char *flag)
+static void errf(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+static void errf(const char *fmt, ...)
 {
-    for (int i = 0; i < a->n_given; i++)
-        if (!strcmp(a->given[i], flag))
-            return true;
-    return false;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tgrad train: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
 }
 
-/* Training hyperparameters saved in checkpoints and restored by --resume unless given again
- * (so that a resumed run continues the same schedule). */
-typedef struct {
-    const char *flag, *key;
-    bool is_int;
-    size_t offset;
-} hyper;
+/* ---- plan: checkpoint, defaults, memory, outputs ------------------------------------------ */
 
-static const hyper hypers[] = {
-    {"--steps", "train.steps", true, offsetof(train_args, steps)},
-    {"--seed", "train.seed", true, offsetof(train_args, seed)},
-    {"--batch", "train.batch", true, offsetof(train_args, batch)},
-    {"--warmup", "train.warmup", true, offsetof(train_args, warmup)},
-    {"--eval-every", "train.eval_every", true, offsetof(train_args, eval_every)},
-    {"--lr", "train.lr", false, offsetof(train_args, lr)},
-    {"--min-lr", "train.min_lr", false, offsetof(train_args, min_lr)},
-    {"--weight-decay", "train.weight_decay", false, offsetof(train_args, weight_decay)},
-    {"--clip", "train.clip", false, offsetof(train_args, clip)},
-    {"--momentum", "train.momentum", false, offsetof(train_args, momentum)},
-    {"--dropout", "model.dropout", false, offsetof(train_args, dropout)},
-    {"--val-fraction", "data.val_fraction", false, offsetof(train_args, val_fraction)},
-    {"--target-acc", "train.target_acc", false, offsetof(train_args, target_acc)},
-};
-
-static void help(FILE *f)
+/* --resume: read and validate the checkpoint; the model and the training options come from it. */
+static bool plan_resume(trainer *t)
 {
-    fprintf(f,
-        "usage: tgrad train [--task copy|reverse|sort | --text FILE...] [options]\n"
-        "\n"
-        "With no arguments, trains an encoder on the built-in 'reverse' task (random digit\n"
-        "sequences, predict the reversed sequence at each position) until 99%% token accuracy\n"
-        "on held-out sequences. With --text, trains a byte-level decoder-only language model\n"
-        "on the concatenated files (symlinked duplicates skipped); the last 10%% is validation.\n"
-        "\n"
-        "model:     --layers N (2)  --d-model D (text 128, task 64)  --heads H (4)\n"
-        "           --d-ff F (4*D)  --seq-len T (text 64, task 12)  --post-norm (default pre-norm)\n"
-        "           --activation relu|gelu (relu)  --pos learned|sinusoidal (learned)\n"
-        "           --dropout P (0)  --tie-weights (output projection = token embedding)\n"
-        "training:  --batch B (32)  --steps N (text 1500, task 2000 max)  --lr LR (3e-3)\n"
-        "           --optimizer adamw|adam|sgd (adamw)  --momentum M (sgd, 0.9)\n"
-        "           --warmup N (100)  --weight-decay W (0.01)  --clip C (1.0, 0 = off)\n"
-        "           --min-lr LR (lr/10)  --seed S (0)  --threads N  --dtype f32|f64 (f32)\n"
-        "           --eval-every N (text 100, task 50)  --val-fraction F (0.1)\n"
-        "           --target-acc A (task: stop at this held-out accuracy, 0.99)\n"
-        "files:     --checkpoint PATH (saved atomically at each eval and at the end)\n"
-        "           --resume PATH (continue bit-exactly; model options, and training options\n"
-        "           not given again, come from the checkpoint)\n"
-        "           --stop-after N (stop after step N, e.g. to resume later)\n"
-        "           --log CSV (step,train_loss,val_loss,lr,tokens_per_s)  --plot SVG\n"
-        "           --quiet (only the summary)\n");
-}
-
-static bool parse_i64(const char *s, int64_t min, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno || v < min)
+    train_args *a = &t->a;
+    char err[1200];
+    if (!data_check_regular(a->resume, phys_memory_bytes(), err, sizeof err)) {
+        errf("--resume %s", err);
         return false;
-    *out = v;
+    }
+    t->ck = tg_safetensors_read(t->ctx, a->resume);
+    if (!t->ck) {
+        cli_report("train", "--resume", a->resume, t->ctx);
+        return false;
+    }
+    if (!ckpt_config_load(t->ck, a, &t->r, false, phys_memory_bytes(), &t->info, &t->mc, err,
+                          sizeof err)) {
+        errf("--resume '%s': %s", a->resume, err);
+        return false;
+    }
+    t->start = t->info.step;
+    t->best_val = t->info.best_val;
+    if (a->stop_after > 0 && a->stop_after <= t->start) {
+        errf("--resume '%s' is at step %" PRId64 " already; --stop-after %" PRId64
+             " must be later", a->resume, t->start, a->stop_after);
+        return false;
+    }
+    if (t->start >= a->steps) {
+        errf("--resume '%s' is at step %" PRId64 " already; raise --steps (now %" PRId64 ")",
+             a->resume, t->start, a->steps);
+        return false;
+    }
     return true;
 }
 
-static bool parse_f64(const char *s, double min, double *out)
+/* A fresh run: the mode's defaults and the memory estimate (vocabulary: at most 256 bytes). */
+static bool plan_fresh(trainer *t)
 {
-    char *end;
-    double v = strtod(s, &end);
-    if (!*s || *end || !(v >= min) || v != v || v > 1e300)
+    char err[1200];
+    if (!train_resolve(&t->a, t->text, err, sizeof err)) {
+        errf("%s", err);
         return false;
-    *out = v;
+    }
+    train_model_config(&t->a, t->text, t->text ? 256 : 10, &t->mc);
+    if (!model_memory_check(&t->mc, train_dtype(&t->a), t->a.batch, train_n_state(&t->a), true,
+                            phys_memory_bytes(), err, sizeof err)) {
+        errf("%s", err);
+        return false;
+    }
+    t->best_val = INFINITY;
     return true;
 }
 
-static int bad(const char *opt, const char *val, const char *what)
+/* Can we create files in the directory of @p path? (Fail before training, not after.) */
+static bool dir_writable(const char *opt, const char *path)
 {
-    fprintf(stderr, "tgrad train: %s '%s': %s\n", opt, val, what);
-    return 2;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.tgrad-probe-XXXXXX", dir);
+    int fd = mkstemp(probe);
+    if (fd < 0) {
+        errf("%s '%s': cannot create files in '%s': %s", opt, path, dir, strerror(errno));
+        return false;
+    }
+    close(fd);
+    unlink(probe);
+    return true;
 }
 
-static int parse(int argc, char **argv, train_args *a)
+static const char *kind_of(mode_t m)
 {
-    memset(a, 0, sizeof *a);
-    a->layers = 2;
-    a->heads = 4;
-    a->activation = "relu";
-    a->pos = "learned";
-    a->batch = 32;
-    a->lr = 3e-3;
-    a->warmup = 100;
-    a->weight_decay = 0.01;
-    a->clip = 1.0;
-    a->min_lr = -1;
-    a->val_fraction = 0.1;
-    a->target_acc = 0.99;
-    a->momentum = 0.9;
-    a->optimizer = "adamw";
-    a->dt = TG_F32;
-    a->d_model = a->d_ff = a->seq_len = a->steps = a->eval_every = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            help(stdout);
-            return -1;
-        }
-        if (a->n_given < 64 && !strncmp(o, "--", 2))
-            a->given[a->n_given++] = o;
-        if (!strcmp(o, "--post-norm")) {
-            a->post_norm = a->set_norm = true;
-            continue;
-        }
-        if (!strcmp(o, "--quiet")) {
-            a->quiet = true;
-            continue;
-        }
-        if (!strcmp(o, "--tie-weights")) {
-            a->tie = a->set_tie = true;
-            continue;
-        }
-        if (!strcmp(o, "--text")) {
-            a->text = (const char **)&argv[i + 1];
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
-                a->n_text++;
-                i++;
-            }
-            if (a->n_text == 0) {
-                fprintf(stderr, "tgrad train: --text needs at least one file\n");
-                return 2;
-            }
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "tgrad train: option '%s' needs a value or is unknown (try --help)\n", o);
-            return 2;
-        }
-        const char *v = argv[++i];
-        int64_t n;
-        double d;
-#define I64(flag, field, min, setflag)                                                         \
-    if (!strcmp(o, flag)) {                                                                    \
-        if (!parse_i64(v, min, &n))                                                            \
-            return bad(o, v, "expected an integer >= " #min);                                  \
-        a->field = n;                                                                          \
-        setflag;                                                                               \
-        continue;                                                                              \
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO (named pipe)"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISLNK(m)  ? "a symbolic link"
+                         : "not a regular file";
+}
+
+static bool same_file(const char *p, const char *q)
+{
+    struct stat a, b;
+    if (!strcmp(p, q))
+        return true;
+    return stat(p, &a) == 0 && stat(q, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* What the existing file @p path holds, for the refusal message. */
+static void describe_existing(const char *path, const struct stat *sb, char *buf, size_t n)
+{
+    snprintf(buf, n, "a file of %lld bytes that is not a tgrad checkpoint", (long long)sb->st_size);
+    if (sb->st_size > ((off_t)1 << 30))
+        return;
+    tg_ctx *c = tg_ctx_new();
+    tg_safetensors *st = c ? tg_safetensors_read(c, path) : NULL;
+    const char *mode = st ? tg_safetensors_meta_get(st, "data.mode") : NULL;
+    const char *d = st ? tg_safetensors_meta_get(st, "model.d_model") : NULL;
+    const char *l = st ? tg_safetensors_meta_get(st, "model.layers") : NULL;
+    const char *s = st ? tg_safetensors_meta_get(st, "optim.step") : NULL;
+    if (mode && d && s) {
+        char m1[80], m2[80], m3[80], m4[80];
+        snprintf(buf, n, "a checkpoint of another run (%s, layers %s, d_model %s, step %s)",
+                 cli_show(mode, m1, sizeof m1), l ? cli_show(l, m2, sizeof m2) : "?",
+                 cli_show(d, m3, sizeof m3), cli_show(s, m4, sizeof m4));
     }
-#define F64(flag, field, min)                                                                  \
-    if (!strcmp(o, flag)) {                                                                    \
-        if (!parse_f64(v, min, &d))                                                            \
-            return bad(o, v, "expected a number >= " #min);                                    \
-        a->field = d;                                                                          \
-        continue;                                                                              \
-    }
-        I64("--layers", layers, 1, a->set_layers = true)
-        I64("--d-model", d_model, 1, a->set_d_model = true)
-        I64("--heads", heads, 1, a->set_heads = true)
-        I64("--d-ff", d_ff, 1, a->set_d_ff = true)
-        I64("--seq-len", seq_len, 2, a->set_seq_len = true)
-        I64("--batch", batch, 1, (void)0)
-        I64("--steps", steps, 1, (void)0)
-        I64("--warmup", warmup, 0, (void)0)
-        I64("--eval-every", eval_every, 1, (void)0)
-        I64("--stop-after", stop_after, 1, (void)0)
-        F64("--lr", lr, 0)
-        F64("--weight-decay", weight_decay, 0)
-        F64("--clip", clip, 0)
-        F64("--min-lr", min_lr, 0)
-        F64("--dropout", dropout, 0)
-        F64("--val-fraction", val_fraction, 0)
-        F64("--target-acc", target_acc, 0)
-        F64("--momentum", momentum, 0)
-#undef I64
-#undef F64
-        if (!strcmp(o, "--seed")) {
-            if (!parse_i64(v, 0, &n))
-                return bad(o, v, "expected a non-negative integer");
-            a->seed = (uint64_t)n;
-        } else if (!strcmp(o, "--threads")) {
-            if (!parse_i64(v, 1, &n) || n > 1024)
-                return bad(o, v, "expected an integer in 1..1024");
-            a->threads = (int)n;
-        } else if (!strcmp(o, "--dtype")) {
-            if (!strcmp(v, "f32"))
-                a->dt = TG_F32;
-            else if (!strcmp(v, "f64"))
-                a->dt = TG_F64;
+    tg_ctx_free(c);
+}
+
+/* --checkpoint: never replace a non-regular file; replace another file only with --force. */
+static bool check_checkpoint_path(const train_args *a)
+{
+    const char *p = a->checkpoint;
+    struct stat sb;
+    if (lstat(p, &sb) == 0) {
+        bool resumed = a->resume && same_file(p, a->resume);
+        if (!S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
+            errf("--checkpoint '%s' is %s, not a regular file; refusing to replace it", p,
+                 kind_of(sb.st_mode));
+            return false;
+        }
+        if (!resumed && !a->force) {
+            char what[400];
+            if (S_ISLNK(sb.st_mode))
+                snprintf(what, sizeof what, "a symbolic link");
             else
-                return bad(o, v, "expected f32 or f64");
-        } else if (!strcmp(o, "--activation")) {
-            if (strcmp(v, "relu") && strcmp(v, "gelu"))
-                return bad(o, v, "expected relu or gelu");
-            a->activation = v;
-            a->set_act = true;
-        } else if (!strcmp(o, "--pos")) {
-            if (strcmp(v, "learned") && strcmp(v, "sinusoidal"))
-                return bad(o, v, "expected learned or sinusoidal");
-            a->pos = v;
-            a->set_pos = true;
-        } else if (!strcmp(o, "--task")) {
-            task_kind k;
-            if (!task_parse(v, &k))
-                return bad(o, v, "expected copy, reverse or sort");
-            a->task = v;
-            a->set_task = true;
-        } else if (!strcmp(o, "--optimizer")) {
-            if (strcmp(v, "adamw") && strcmp(v, "adam") && strcmp(v, "sgd"))
-                return bad(o, v, "expected adamw, adam or sgd");
-            a->optimizer = v;
-            a->set_optimizer = true;
-        } else if (!strcmp(o, "--checkpoint")) {
-            a->checkpoint = v;
-        } else if (!strcmp(o, "--resume")) {
-            a->resume = v;
-        } else if (!strcmp(o, "--log")) {
-            a->log = v;
-        } else if (!strcmp(o, "--plot")) {
-            a->plot = v;
-        } else {
-            fprintf(stderr, "tgrad train: unknown option '%s' (try --help)\n", o);
-            return 2;
+                describe_existing(p, &sb, what, sizeof what);
+            errf("--checkpoint '%s' exists: %s; pass --resume '%s' to continue it, --force to "
+                 "replace it, or another --checkpoint", p, what, p);
+            return false;
         }
     }
-    if (a->text && a->task) {
-        fprintf(stderr, "tgrad train: --text and --task exclude each other\n");
-        return 2;
-    }
-    if (a->dropout >= 1)
-        return bad("--dropout", "p", "must be < 1");
-    if (a->val_fraction >= 1)
-        return bad("--val-fraction", "f", "must be < 1");
-    return 0;
+    return dir_writable("--checkpoint", p);
 }
 
-/* ---- metadata helpers ------------------------------------------------------------------- */
+/* --log, --plot: a regular file we may write (or a new one in a writable directory). */
+static bool check_output(const char *opt, const char *path, bool replaced_by_rename)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        if (!S_ISREG(sb.st_mode)) {
+            errf("%s '%s' is %s, not a regular file", opt, path, kind_of(sb.st_mode));
+            return false;
+        }
+        if (access(path, W_OK) != 0) {
+            errf("%s '%s': %s", opt, path, strerror(errno));
+            return false;
+        }
+        if (!replaced_by_rename)
+            return true;
+    }
+    return dir_writable(opt, path);
+}
+
+static bool plan_outputs(trainer *t)
+{
+    const train_args *a = &t->a;
+    const char *names[3] = {"--checkpoint", "--log", "--plot"};
+    const char *paths[3] = {a->checkpoint, a->log, a->plot};
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; j < 3; j++)
+            if (paths[i] && paths[j] && same_file(paths[i], paths[j])) {
+                errf("%s and %s name the same file '%s'", names[i], names[j], paths[j]);
+                return false;
+            }
+    if (a->checkpoint && !check_checkpoint_path(a))
+        return false;
+    if (a->log && !check_output("--log", a->log, false))
+        return false;
+    if (a->plot && !check_output("--plot", a->plot, true))
+        return false;
+    return true;
+}
+
+/* ---- data and model ----------------------------------------------------------------------- */
+static bool load_data(trainer *t)
+{
+    t->T = t->a.seq_len;
+    t->B = t->a.batch;
+    t->V = 10;
+    if (!t->text)
+        return true;
+    char err[4400];
+    if (!corpus_load(&t->corp, t->a.text.v, t->a.text.n, t->a.val_fraction, err, sizeof err)) {
+        errf("%s", err);
+        return false;
+    }
+    const corpus *c = &t->corp;
+    int64_t need = t->T + 2; /* T <= TRAIN_MAX_SEQ_LEN: no overflow */
+    if (c->n_train < need || (t->a.val_fraction > 0 && c->n - c->n_train < need)) {
+        errf("text too short: %" PRId64 " bytes give %" PRId64 " for training and %" PRId64
+             " for validation; one window needs %" PRId64 " (lower --seq-len)", c->n,
+             c->n_train, c->n - c->n_train, need);
+        return false;
+    }
+    t->V = c->vocab_size;
+    if (t->ck && (t->info.vocab_size != c->vocab_size ||
+                  memcmp(t->info.vocab, c->vocab, (size_t)c->vocab_size) != 0)) {
+        errf("--resume '%s' was trained on text with a different vocabulary (%d bytes, these "
+             "files have %d); pass the same --text files", t->a.resume, t->info.vocab_size,
+             c->vocab_size);
+        return false;
+    }
+    return true;
+}
+
+static bool build(trainer *t)
+{
+    const train_args *a = &t->a;
+    tg_ctx *ctx = t->ctx;
+    tg_ctx_seed(ctx, (uint64_t)a->seed);
+    if (a->threads)
+        tg_ctx_set_threads(ctx, (int)a->threads);
+    train_model_config(a, t->text, t->V, &t->mc);
+    tg_dtype dt = train_dtype(a);
+    tg_optim_kind ok = a->optimizer == OPT_SGD    ? TG_OPTIM_SGD
+                       : a->optimizer == OPT_ADAM ? TG_OPTIM_ADAM
+                                                  : TG_OPTIM_ADAMW;
+    tg_optim_config oc = tg_optim_defaults(ok);
+    oc.lr = a->lr;
+    oc.weight_decay = a->weight_decay;
+    if (ok == TG_OPTIM_SGD)
+        oc.momentum = a->momentum;
+    if (tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
+        t->ids = tg_input(ctx, dt, TG_DIMS(t->B, t->T), "ids");
+        t->tgt = tg_input(ctx, dt, TG_DIMS(t->B, t->T), "targets");
+        t->logits = tg_transformer_forward(ctx, &t->model, t->ids, NULL);
+        t->loss = tg_cross_entropy(ctx, t->logits, t->tgt, -1);
+        tg_graph_opts go = {.share_gradients = true}; /* intermediate grads by liveness */
+        go.detect_anomaly = a->detect_anomaly; /* first NaN/inf named by op and tensor */
+        t->g = tg_graph_new_opts(ctx, &t->loss, 1, &go);
+        t->opt = tg_optim_new(ctx, &oc, 0, NULL);
+    }
+    if (!t->g || !t->opt) {
+        cli_report("train", "building the model:", NULL, ctx);
+        return false;
+    }
+    for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
+        t->n_params += tg_tensor_numel(tg_ctx_param(ctx, i));
+    if (t->ck && tg_checkpoint_restore(ctx, t->ck, t->opt) != TG_OK) {
+        cli_report("train", "--resume", a->resume, ctx);
+        return false;
+    }
+    size_t bt = (size_t)(t->B * t->T); /* bounded by the memory estimate */
+    t->ids_buf = malloc(sizeof(float) * bt);
+    t->tgt_buf = malloc(sizeof(float) * bt);
+    if (!t->ids_buf || !t->tgt_buf) {
+        errf("out of memory");
+        return false;
+    }
+    if (a->log) {
+        t->logf = fopen(a->log, t->ck ? "a" : "w");
+        if (!t->logf) {
+            errf("--log '%s': %s", a->log, strerror(errno));
+            return false;
+        }
+        if (!t->ck)
+            fprintf(t->logf, "step,train_loss,val_loss,lr,tokens_per_s\n");
+    }
+    return true;
+}
+
+/* ---- checkpoint --------------------------------------------------------------------------- */
 typedef struct {
     int n;
     char key[40][32];
@@ -311,28 +368,89 @@ static void meta_add(meta *m, const char *k, const char *fmt, ...)
     m->n++;
 }
 
-/* Can we create files in the checkpoint's directory? (Fail before training, not after.) */
-static bool dir_writable(const char *path, char *err, size_t n)
+static const char *choice_name(const char *option, int i, char *buf, size_t n)
 {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *(slash == dir ? slash + 1 : slash) = 0;
-    else
-        snprintf(dir, sizeof dir, ".");
-    char probe[4200];
-    snprintf(probe, sizeof probe, "%s/.tgrad-probe-XXXXXX", dir);
-    int fd = mkstemp(probe);
-    if (fd < 0) {
-        snprintf(err, n, "cannot write checkpoint '%s': %s", path, strerror(errno));
-        return false;
+    const cli_option *o = cli_find(train_command(), option);
+    const char *p = o ? o->choices : "?";
+    for (int k = 0; k < i && p; k++) {
+        p = strchr(p, '|');
+        if (p)
+            p++;
     }
-    close(fd);
-    unlink(probe);
-    return true;
+    if (!p)
+        p = "?";
+    snprintf(buf, n, "%.*s", (int)strcspn(p, "|"), p);
+    return buf;
 }
 
+static void end_live(trainer *t);
+
+static bool save_checkpoint(trainer *t, int64_t steps_done)
+{
+    const train_args *a = &t->a;
+    meta *m = calloc(1, sizeof *m);
+    if (!m) {
+        errf("saving checkpoint: out of memory (previous checkpoint kept)");
+        return false;
+    }
+    char c1[16], c2[16], c3[16];
+    meta_add(m, "format", "tgrad-checkpoint-1");
+    meta_add(m, "model.layers", "%" PRId64, a->layers);
+    meta_add(m, "model.d_model", "%" PRId64, a->d_model);
+    meta_add(m, "model.heads", "%" PRId64, a->heads);
+    meta_add(m, "model.d_ff", "%" PRId64, a->d_ff);
+    meta_add(m, "model.seq_len", "%" PRId64, t->T);
+    meta_add(m, "model.vocab_size", "%" PRId64, t->V);
+    meta_add(m, "model.norm_first", "%d", a->post_norm ? 0 : 1);
+    meta_add(m, "model.activation", "%s", choice_name("activation", a->activation, c1, 16));
+    meta_add(m, "model.pos", "%s", choice_name("pos", a->pos, c2, 16));
+    meta_add(m, "model.causal", "%d", t->text ? 1 : 0);
+    meta_add(m, "model.tie_weights", "%d", a->tie ? 1 : 0);
+    meta_add(m, "model.dropout", "%.17g", a->dropout);
+    meta_add(m, "model.dtype", "%s", tg_dtype_str(train_dtype(a)));
+    meta_add(m, "data.mode", "%s", t->text ? "text" : "task");
+    if (t->text) {
+        char hex[513];
+        vocab_to_hex(t->corp.vocab, t->corp.vocab_size, hex);
+        meta_add(m, "data.vocab", "%s", hex);
+        meta_add(m, "data.bytes", "%" PRId64, t->corp.n);
+    } else {
+        meta_add(m, "data.task", "%s", task_name(t->task));
+    }
+    meta_add(m, "data.position", "%" PRId64, steps_done * t->B);
+    meta_add(m, "train.steps", "%" PRId64, a->steps);
+    meta_add(m, "train.best_val", "%.17g", t->best_val);
+    meta_add(m, "train.seed", "%" PRId64, a->seed);
+    meta_add(m, "train.optimizer", "%s", choice_name("optimizer", a->optimizer, c3, 16));
+    meta_add(m, "train.batch", "%" PRId64, t->B);
+    meta_add(m, "train.warmup", "%" PRId64, a->warmup);
+    meta_add(m, "train.eval_every", "%" PRId64, a->eval_every);
+    if (a->save_every > 0)
+        meta_add(m, "train.save_every", "%" PRId64, a->save_every);
+    meta_add(m, "train.lr", "%.17g", a->lr);
+    meta_add(m, "train.min_lr", "%.17g", a->min_lr);
+    meta_add(m, "train.weight_decay", "%.17g", a->weight_decay);
+    meta_add(m, "train.clip", "%.17g", a->clip);
+    meta_add(m, "train.momentum", "%.17g", a->momentum);
+    meta_add(m, "data.val_fraction", "%.17g", a->val_fraction);
+    meta_add(m, "train.target_acc", "%.17g", a->target_acc);
+    const char *keys[40], *vals[40];
+    for (int i = 0; i < m->n; i++) {
+        keys[i] = m->key[i];
+        vals[i] = m->val[i];
+    }
+    bool ok = tg_checkpoint_save(t->ctx, a->checkpoint, t->opt, m->n, keys, vals, NULL) == TG_OK;
+    free(m);
+    if (!ok) {
+        char msg[1200];
+        end_live(t);
+        errf("--checkpoint '%s': %s (previous checkpoint kept)", a->checkpoint,
+             cli_message(t->ctx, a->checkpoint, msg, sizeof msg));
+    }
+    return ok;
+}
+
+/* ---- progress ----------------------------------------------------------------------------- */
 static double now_s(void)
 {
     struct timespec ts;
@@ -342,11 +460,103 @@ static double now_s(void)
 
 static void fmt_time(double s, char *buf, size_t n)
 {
-    if (s < 0 || s != s)
+    if (!(s >= 0) || s > 1e9)
         s = 0;
-    int m = (int)(s / 60);
-    snprintf(buf, n, "%d:%02d", m, (int)s - 60 * m);
+    long long m = (long long)(s / 60);
+    snprintf(buf, n, "%lld:%02d", m, (int)(s - 60 * (double)m));
 }
+
+/* Columns available to the live line: the terminal's width (stderr), else $COLUMNS, else 80;
+ * minus one so the cursor never wraps. */
+static int line_width(void)
+{
+    struct winsize ws;
+    int cols = 80;
+    int64_t v;
+    const char *c = getenv("COLUMNS");
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        cols = ws.ws_col;
+    else if (c && cli_parse_i64(c, &v) && v > 0 && v <= 10000)
+        cols = (int)v;
+    return cols > 1 ? cols - 1 : 1;
+}
+
+/*
+ * One progress line for step @p s (1-based) with train loss @p l at learning rate @p lr.
+ * @p width > 0: the longest form that fits in width columns (cut if even the shortest does
+ * not); 0: the full form.
+ */
+static void progress_text(const trainer *t, int64_t s, double l, double lr, bool with_lr,
+                          int width, char *buf, size_t n)
+{
+    char el_s[32], eta_s[32], vbuf[64] = "-", vshort[32] = "-";
+    double el = now_s() - t->t0;
+    fmt_time(el, el_s, sizeof el_s);
+    fmt_time(t->trained ? el / (double)t->trained * (double)(t->end - s) : 0, eta_s,
+             sizeof eta_s);
+    if (t->text && isfinite(t->last_val)) {
+        snprintf(vbuf, sizeof vbuf, "%.4f", t->last_val);
+        snprintf(vshort, sizeof vshort, "%.3f", t->last_val);
+    } else if (!t->text && isfinite(t->acc)) {
+        snprintf(vbuf, sizeof vbuf, "%.4f acc %.2f%%", t->last_val, 100 * t->acc);
+        snprintf(vshort, sizeof vshort, "acc %.1f%%", 100 * t->acc);
+    }
+    char lrs[32] = "";
+    if (with_lr)
+        snprintf(lrs, sizeof lrs, "lr %.2e  ", lr);
+    int64_t total = t->a.steps;
+    char forms[4][256];
+    snprintf(forms[0], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %s%.0f tok/s  %s "
+             "elapsed  ETA %s", s, total, l, vbuf, lrs, t->tok_s, el_s, eta_s);
+    snprintf(forms[1], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %.0f tok/s  ETA %s",
+             s, total, l, vbuf, t->tok_s, eta_s);
+    snprintf(forms[2], 256, "%" PRId64 "/%" PRId64 " loss %.3f val %s ETA %s", s, total, l,
+             vshort, eta_s);
+    snprintf(forms[3], 256, "%" PRId64 "/%" PRId64 " loss %.3f", s, total, l);
+    int k = 0;
+    if (width > 0)
+        while (k < 3 && strlen(forms[k]) > (size_t)width)
+            k++;
+    size_t len = strlen(forms[k]);
+    if (width > 0 && len > (size_t)width)
+        len = (size_t)width;
+    if (len >= n)
+        len = n - 1;
+    memcpy(buf, forms[k], len);
+    buf[len] = 0;
+}
+
+/* @p final: an evaluation or the last step (a line that stays); otherwise a live update. */
+static void progress(trainer *t, int64_t s, double l, double lr, bool final)
+{
+    char line[300];
+    if (!t->tty) {
+        progress_text(t, s, l, lr, true, 0, line, sizeof line);
+        fprintf(stderr, "%s\n", line);
+        return;
+    }
+    progress_text(t, s, l, lr, final, t->width, line, sizeof line);
+    size_t len = strlen(line);
+    int pad = t->last_len > len ? (int)(t->last_len - len) : 0; /* blank the old line's rest */
+    fprintf(stderr, "\r%s%*s%s", line, pad, "", final ? "\n" : "");
+    if (final) {
+        t->last_len = 0;
+    } else {
+        t->last_len = len;
+    }
+    fflush(stderr);
+}
+
+/* Before an error message: end a live line so the message starts on its own line. */
+static void end_live(trainer *t)
+{
+    if (t->tty && t->last_len) {
+        fputc('\n', stderr);
+        t->last_len = 0;
+    }
+}
+
+/* ---- the loop ----------------------------------------------------------------------------- */
 
 /* Ctrl-C (SIGINT) or SIGTERM: finish the current step, save the checkpoint, print the summary,
  * exit 130. A second signal falls back to the default action. */
@@ -358,496 +568,338 @@ static void on_signal(int sig)
     signal(sig, SIG_DFL);
 }
 
-/* ---- the command ------------------------------------------------------------------------- */
-int cmd_train(int argc, char **argv)
+static bool set_batch(trainer *t)
 {
-    train_args a;
-    int pr = parse(argc, argv, &a);
-    if (pr)
-        return pr < 0 ? 0 : pr;
-    bool text = a.text != NULL;
-    task_kind task = TASK_REVERSE;
-    if (a.task)
-        task_parse(a.task, &task);
+    size_t bt = (size_t)(t->B * t->T);
+    if (tg_tensor_set_data(t->ids, t->ids_buf, TG_F32, bt) != TG_OK ||
+        tg_tensor_set_data(t->tgt, t->tgt_buf, TG_F32, bt) != TG_OK)
+        return false;
+    return true;
+}
 
-    /* --resume: model config and data description come from the checkpoint */
-    tg_ctx *ctx = tg_ctx_new();
-    if (!ctx) {
-        fprintf(stderr, "tgrad train: out of memory\n");
-        return 1;
-    }
-    int rc = 1;
-    corpus corp;
-    memset(&corp, 0, sizeof corp);
-    FILE *logf = NULL;
-    float *ids_buf = NULL, *tgt_buf = NULL;
-    double *curve = NULL;
-    tg_safetensors *ck = NULL;
-    if (a.resume) {
-        ck = tg_safetensors_read(ctx, a.resume);
-        if (!ck) {
-            fprintf(stderr, "tgrad train: --resume: %s\n", tg_ctx_message(ctx));
-            goto out;
+/* Validation loss (text) or held-out loss and accuracy (task) into @p val. */
+static bool evaluate(trainer *t, double *val)
+{
+    tg_ctx_set_training(t->ctx, false);
+    *val = NAN;
+    int64_t B = t->B, T = t->T, V = t->V;
+    if (t->text) {
+        double sum = 0;
+        int64_t nb = corpus_val_batches(&t->corp, B, T), tokens = 0;
+        for (int64_t k = 0; k < nb; k++) {
+            int64_t w = corpus_val_batch(&t->corp, k, B, T, t->ids_buf, t->tgt_buf);
+            if (!set_batch(t) || tg_graph_forward(t->g) != TG_OK)
+                return false;
+            sum += tg_get(t->loss, 0) * (double)(w * T);
+            tokens += w * T;
         }
-        const char *mode = tg_safetensors_meta_get(ck, "data.mode");
-        if (!mode || !tg_safetensors_meta_get(ck, "model.d_model")) {
-            fprintf(stderr, "tgrad train: --resume '%s' is not a tgrad training checkpoint\n",
-                    a.resume);
-            goto out;
-        }
-        bool ck_text = strcmp(mode, "text") == 0;
-        if (ck_text != text) {
-            fprintf(stderr, "tgrad train: checkpoint '%s' is from a %s run; pass %s\n", a.resume,
-                    ck_text ? "--text" : "task", ck_text ? "the same --text files" : "no --text");
-            goto out;
-        }
-        struct {
-            const char *key;
-            int64_t *field;
-            bool set;
-            const char *flag;
-        } ints[] = {
-            {"model.layers", &a.layers, a.set_layers, "--layers"},
-            {"model.d_model", &a.d_model, a.set_d_model, "--d-model"},
-            {"model.heads", &a.heads, a.set_heads, "--heads"},
-            {"model.d_ff", &a.d_ff, a.set_d_ff, "--d-ff"},
-            {"model.seq_len", &a.seq_len, a.set_seq_len, "--seq-len"},
-        };
-        for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-            const char *v = tg_safetensors_meta_get(ck, ints[i].key);
-            int64_t x;
-            if (!v || !parse_i64(v, 1, &x)) {
-                fprintf(stderr, "tgrad train: checkpoint '%s' lacks %s\n", a.resume, ints[i].key);
-                goto out;
-            }
-            if (ints[i].set && *ints[i].field != x) {
-                fprintf(stderr, "tgrad train: checkpoint '%s' is from a different config: "
-                        "%s %" PRId64 " there, %s %" PRId64 " given\n", a.resume, ints[i].key, x,
-                        ints[i].flag, *ints[i].field);
-                goto out;
-            }
-            *ints[i].field = x;
-        }
-        const char *pn = tg_safetensors_meta_get(ck, "model.norm_first");
-        const char *act = tg_safetensors_meta_get(ck, "model.activation");
-        const char *pos = tg_safetensors_meta_get(ck, "model.pos");
-        const char *tk = tg_safetensors_meta_get(ck, "data.task");
-        const char *tie = tg_safetensors_meta_get(ck, "model.tie_weights");
-        bool ck_tie = tie && strcmp(tie, "1") == 0;
-        if (a.set_tie && a.tie != ck_tie) {
-            fprintf(stderr, "tgrad train: checkpoint '%s' is from a different config "
-                    "(tie_weights %d)\n", a.resume, ck_tie);
-            goto out;
-        }
-        a.tie = ck_tie;
-        const char *ck_opt = tg_safetensors_meta_get(ck, "train.optimizer");
-        if (ck_opt && !a.set_optimizer && (!strcmp(ck_opt, "sgd") || !strcmp(ck_opt, "adam")))
-            a.optimizer = !strcmp(ck_opt, "sgd") ? "sgd" : "adam";
-        if (ck_opt && strcmp(ck_opt, a.optimizer) != 0) {
-            fprintf(stderr, "tgrad train: checkpoint '%s' was trained with --optimizer %s, not "
-                    "%s\n", a.resume, ck_opt, a.optimizer);
-            goto out;
-        }
-        if (!pn || !act || !pos) {
-            fprintf(stderr, "tgrad train: checkpoint '%s' lacks model metadata\n", a.resume);
-            goto out;
-        }
-        if ((a.set_norm && a.post_norm != (strcmp(pn, "0") == 0)) ||
-            (a.set_act && strcmp(a.activation, act)) || (a.set_pos && strcmp(a.pos, pos)) ||
-            (a.set_task && tk && strcmp(a.task, tk))) {
-            fprintf(stderr, "tgrad train: checkpoint '%s' is from a different config "
-                    "(norm_first %s, activation %s, pos %s%s%s)\n", a.resume, pn, act, pos,
-                    tk ? ", task " : "", tk ? tk : "");
-            goto out;
-        }
-        a.post_norm = strcmp(pn, "0") == 0;
-        a.activation = strcmp(act, "gelu") == 0 ? "gelu" : "relu";
-        a.pos = strcmp(pos, "sinusoidal") == 0 ? "sinusoidal" : "learned";
-        if (tk && !task_parse(tk, &task)) {
-            fprintf(stderr, "tgrad train: checkpoint '%s' has unknown task '%s'\n", a.resume, tk);
-            goto out;
-        }
-    }
-    if (ck) { /* hyperparameters not given again come from the checkpoint */
-        for (size_t i = 0; i < sizeof hypers / sizeof hypers[0]; i++) {
-            const char *v = tg_safetensors_meta_get(ck, hypers[i].key);
-            if (!v || given(&a, hypers[i].flag))
-                continue;
-            char *field = (char *)&a + hypers[i].offset;
-            if (hypers[i].is_int)
-                *(int64_t *)field = strtoll(v, NULL, 10);
-            else
-                *(double *)field = strtod(v, NULL);
-        }
-    }
-    /* defaults that depend on the mode */
-    if (a.d_model < 0)
-        a.d_model = text ? 128 : 64;
-    if (a.d_ff < 0)
-        a.d_ff = 4 * a.d_model;
-    if (a.seq_len < 0)
-        a.seq_len = text ? 64 : 12;
-    if (a.steps < 0)
-        a.steps = text ? 1500 : 2000;
-    if (a.eval_every < 0)
-        a.eval_every = text ? 100 : 50;
-    if (a.min_lr < 0)
-        a.min_lr = a.lr / 10;
-    if (a.d_model % a.heads != 0) {
-        fprintf(stderr, "tgrad train: --heads %" PRId64 " does not divide --d-model %" PRId64 "\n",
-                a.heads, a.d_model);
-        goto out;
-    }
-    if (a.checkpoint) {
-        char err[4400];
-        if (!dir_writable(a.checkpoint, err, sizeof err)) {
-            fprintf(stderr, "tgrad train: %s\n", err);
-            goto out;
-        }
-    }
-    int64_t V = 10, T = a.seq_len, B = a.batch;
-    if (text) {
-        char err[4400];
-        if (!corpus_load(&corp, a.text, a.n_text, a.val_fraction, err, sizeof err)) {
-            fprintf(stderr, "tgrad train: %s\n", err);
-            goto out;
-        }
-        if (corp.n_train < T + 2 || (a.val_fraction > 0 && corp.n - corp.n_train < T + 2)) {
-            fprintf(stderr, "tgrad train: text too short: %" PRId64 " bytes give %" PRId64
-                    " for training and %" PRId64 " for validation; one window needs %" PRId64
-                    " (lower --seq-len)\n", corp.n, corp.n_train, corp.n - corp.n_train, T + 2);
-            goto out;
-        }
-        V = corp.vocab_size;
-        if (ck) {
-            const char *vh = tg_safetensors_meta_get(ck, "data.vocab");
-            char mine[513];
-            vocab_to_hex(corp.vocab, corp.vocab_size, mine);
-            if (!vh || strcmp(vh, mine) != 0) {
-                fprintf(stderr, "tgrad train: checkpoint '%s' was trained on text with a "
-                        "different vocabulary; pass the same --text files\n", a.resume);
-                goto out;
+        if (tokens)
+            *val = sum / (double)tokens;
+    } else {
+        /* held-out accuracy over 8 fixed batches of unseen random sequences */
+        uint64_t rs = (uint64_t)t->a.seed ^ 0x5eed5eedULL;
+        int64_t correct = 0, total = 0;
+        double sum = 0;
+        for (int k = 0; k < 8; k++) {
+            task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
+            if (!set_batch(t) || tg_graph_forward(t->g) != TG_OK)
+                return false;
+            sum += tg_get(t->loss, 0);
+            for (int64_t r = 0; r < B * T; r++) {
+                int64_t arg = 0;
+                double bestv = -INFINITY;
+                for (int64_t v = 0; v < V; v++) {
+                    double x = tg_get(t->logits, r * V + v);
+                    if (x > bestv) {
+                        bestv = x;
+                        arg = v;
+                    }
+                }
+                correct += arg == (int64_t)t->tgt_buf[r];
+                total++;
             }
         }
+        *val = sum / 8;
+        t->acc = (double)correct / (double)total;
+        if (t->acc >= t->a.target_acc && t->a.target_acc > 0)
+            t->reached = true;
     }
+    tg_ctx_set_training(t->ctx, true);
+    return true;
+}
 
-    tg_ctx_seed(ctx, a.seed);
-    if (a.threads)
-        tg_ctx_set_threads(ctx, a.threads);
-    tg_transformer_config mc;
-    memset(&mc, 0, sizeof mc);
-    mc.vocab_size = V;
-    mc.max_seq_len = T;
-    mc.n_layers = a.layers;
-    mc.layer = tg_encoder_config_default(a.d_model, a.heads);
-    mc.layer.d_ff = a.d_ff;
-    mc.layer.norm_first = !a.post_norm;
-    mc.layer.activation = strcmp(a.activation, "gelu") == 0 ? TG_ACT_GELU : TG_ACT_RELU;
-    mc.layer.dropout = a.dropout;
-    mc.pos = strcmp(a.pos, "sinusoidal") == 0 ? TG_POS_SINUSOIDAL : TG_POS_LEARNED;
-    mc.causal = text;
-    mc.tie_weights = a.tie;
-    tg_transformer model;
-    tg_optim_kind ok = !strcmp(a.optimizer, "sgd")    ? TG_OPTIM_SGD
-                       : !strcmp(a.optimizer, "adam") ? TG_OPTIM_ADAM
-                                                      : TG_OPTIM_ADAMW;
-    tg_optim_config oc = tg_optim_defaults(ok);
-    oc.lr = a.lr;
-    oc.weight_decay = a.weight_decay;
-    if (ok == TG_OPTIM_SGD)
-        oc.momentum = a.momentum;
-    tg_tensor *ids = NULL, *tgt = NULL, *logits = NULL, *loss = NULL;
-    tg_graph *g = NULL;
-    tg_optim *opt = NULL;
-    if (tg_transformer_init(ctx, &model, a.dt, &mc) == TG_OK) {
-        ids = tg_input(ctx, a.dt, TG_DIMS(B, T), "ids");
-        tgt = tg_input(ctx, a.dt, TG_DIMS(B, T), "targets");
-        logits = tg_transformer_forward(ctx, &model, ids, NULL);
-        loss = tg_cross_entropy(ctx, logits, tgt, -1);
-        tg_graph_opts go = {.share_gradients = true}; /* intermediate grads by liveness */
-        g = tg_graph_new_opts(ctx, &loss, 1, &go);
-        opt = tg_optim_new(ctx, &oc, 0, NULL);
+/* One training step at index @p step (0-based); the loss in @p l. */
+static bool train_step(trainer *t, int64_t step, double lr, double *l)
+{
+    if (t->text)
+        corpus_train_batch(t->ctx, &t->corp, t->B, t->T, t->ids_buf, t->tgt_buf);
+    else
+        task_train_batch(t->ctx, t->task, t->B, t->T, t->ids_buf, t->tgt_buf);
+    tg_ctx_set_training(t->ctx, true);
+    tg_graph_zero_grad(t->g);
+    if (!set_batch(t) || tg_graph_forward(t->g) != TG_OK ||
+        tg_graph_backward(t->g, t->loss, NULL) != TG_OK) {
+        char msg[1200];
+        end_live(t);
+        errf("step %" PRId64 ": %s", step + 1, cli_message(t->ctx, NULL, msg, sizeof msg));
+        return false;
     }
-    if (!g || !opt) {
-        fprintf(stderr, "tgrad train: building the model: %s\n", tg_ctx_message(ctx));
-        goto out;
+    *l = tg_get(t->loss, 0);
+    double norm = 0;
+    tg_status s = TG_OK;
+    if (t->a.clip > 0)
+        s = tg_clip_grad_norm(t->ctx, 0, NULL, t->a.clip, &norm);
+    if (s == TG_OK)
+        s = tg_optim_step(t->opt, lr);
+    if (s != TG_OK || !isfinite(*l)) {
+        char msg[1200];
+        end_live(t);
+        errf("step %" PRId64 ": non-finite loss or gradients (%s); parameters left unchanged, "
+             "stopping", step + 1, isfinite(*l) ? cli_message(t->ctx, NULL, msg, sizeof msg)
+                                                 : "loss is not finite");
+        tg_ctx_clear_error(t->ctx);
+        return false;
     }
-    int64_t n_params = 0;
-    for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
-        n_params += tg_tensor_numel(tg_ctx_param(ctx, i));
-    int64_t start = 0;
-    double best_val = INFINITY;
-    if (ck) {
-        if (tg_checkpoint_restore(ctx, ck, opt) != TG_OK) {
-            fprintf(stderr, "tgrad train: checkpoint '%s' does not fit this model (a different "
-                    "config?): %s\n", a.resume, tg_ctx_message(ctx));
-            goto out;
-        }
-        start = tg_optim_steps(opt);
-        const char *bv = tg_safetensors_meta_get(ck, "train.best_val");
-        if (bv)
-            best_val = strtod(bv, NULL);
-        if (a.stop_after > 0 && a.stop_after <= start) {
-            fprintf(stderr, "tgrad train: checkpoint is at step %" PRId64 " already; "
-                    "--stop-after %" PRId64 " must be later\n", start, a.stop_after);
-            goto out;
-        }
-        if (start >= a.steps) {
-            fprintf(stderr, "tgrad train: checkpoint is at step %" PRId64 " already; "
-                    "raise --steps (now %" PRId64 ")\n", start, a.steps);
-            goto out;
-        }
-    }
-    if (a.log) {
-        logf = fopen(a.log, ck ? "a" : "w");
-        if (!logf) {
-            fprintf(stderr, "tgrad train: cannot write --log '%s': %s\n", a.log, strerror(errno));
-            goto out;
-        }
-        if (!ck)
-            fprintf(logf, "step,train_loss,val_loss,lr,tokens_per_s\n");
-    }
-    ids_buf = malloc(sizeof(float) * (size_t)(B * T));
-    tgt_buf = malloc(sizeof(float) * (size_t)(B * T));
-    curve = malloc(sizeof(double) * 3 * (size_t)a.steps);
-    if (!ids_buf || !tgt_buf || !curve) {
-        fprintf(stderr, "tgrad train: out of memory\n");
-        goto out;
-    }
-    for (int64_t i = 0; i < 3 * a.steps; i++)
-        curve[i] = NAN; /* train loss, val loss, unused */
+    return true;
+}
 
-    bool tty = isatty(2) && !a.quiet;
-    if (!a.quiet) {
-        if (text)
-            fprintf(stderr, "tgrad train: byte-level LM on %d file%s, %" PRId64 " bytes (%" PRId64
-                    " train, %" PRId64 " validation), vocabulary %d\n", corp.n_files,
-                    corp.n_files == 1 ? "" : "s", corp.n, corp.n_train, corp.n - corp.n_train,
-                    corp.vocab_size);
-        else
-            fprintf(stderr, "tgrad train: task '%s' on %" PRId64 "-digit sequences\n",
-                    task_name(task), T);
-        fprintf(stderr, "tgrad train: %" PRId64 " layers, d_model %" PRId64 ", %" PRId64
-                " heads, d_ff %" PRId64 ", %s, %" PRId64 " parameters, batch %" PRId64
-                ", %d threads%s\n", a.layers, a.d_model, a.heads, a.d_ff,
-                a.post_norm ? "post-norm" : "pre-norm", n_params, B, tg_ctx_threads(ctx),
-                ck ? ", resumed" : "");
-    }
-
+/* Returns 0 when the loop ran to its end (or was interrupted cleanly), 1 on error. */
+static int train_loop(trainer *t)
+{
+    const train_args *a = &t->a;
+    t->tty = isatty(STDERR_FILENO) && !a->quiet;
+    t->width = line_width();
     g_interrupted = 0;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    double t0 = now_s(), tok_s = 0, last_val = NAN, acc = NAN, last_draw = -1;
-    int64_t step = start, trained = 0;
-    uint64_t held_seed = a.seed ^ 0x5eed5eedULL;
-    bool reached = false;
-    int64_t end = a.stop_after > 0 && a.stop_after < a.steps ? a.stop_after : a.steps;
-    int64_t print_every = a.steps / 20 > 0 ? a.steps / 20 : 1;
-    for (; step < end; step++) {
-        double lr = tg_lr_warmup_cosine(step, a.steps, a.warmup, a.lr, a.min_lr);
-        if (text)
-            corpus_train_batch(ctx, &corp, B, T, ids_buf, tgt_buf);
-        else
-            task_train_batch(ctx, task, B, T, ids_buf, tgt_buf);
-        tg_tensor_set_data(ids, ids_buf, TG_F32, (size_t)(B * T));
-        tg_tensor_set_data(tgt, tgt_buf, TG_F32, (size_t)(B * T));
-        tg_ctx_set_training(ctx, true);
-        tg_graph_zero_grad(g);
-        if (tg_graph_forward(g) != TG_OK || tg_graph_backward(g, loss, NULL) != TG_OK) {
-            fprintf(stderr, "tgrad train: step %" PRId64 ": %s\n", step + 1, tg_ctx_message(ctx));
-            goto out;
+    t->t0 = now_s();
+    t->last_val = t->acc = NAN;
+    t->last_draw = -1;
+    t->end = a->stop_after > 0 && a->stop_after < a->steps ? a->stop_after : a->steps;
+    int64_t print_every = a->steps / 20 > 0 ? a->steps / 20 : 1;
+    int64_t step = t->start;
+    for (; step < t->end; step++) {
+        double lr = tg_lr_warmup_cosine(step, a->steps, a->warmup, a->lr, a->min_lr), l;
+        if (!train_step(t, step, lr, &l))
+            return 1;
+        t->trained++;
+        if (a->plot && !svg_series_add(&t->train_curve, (double)(step + 1), l)) {
+            errf("out of memory");
+            return 1;
         }
-        double l = tg_get(loss, 0), norm = 0;
-        tg_status s = TG_OK;
-        if (a.clip > 0)
-            s = tg_clip_grad_norm(ctx, 0, NULL, a.clip, &norm);
-        if (s == TG_OK)
-            s = tg_optim_step(opt, lr);
-        if (s != TG_OK || !isfinite(l)) {
-            fprintf(stderr, "tgrad train: step %" PRId64 ": non-finite loss or gradients (%s); "
-                    "parameters left unchanged, stopping\n", step + 1,
-                    isfinite(l) ? tg_ctx_message(ctx) : "loss is not finite");
-            tg_ctx_clear_error(ctx);
-            goto out;
-        }
-        trained++;
-        curve[3 * step] = l;
-        double el = now_s() - t0;
-        tok_s = (double)(trained * B * T) / (el > 0 ? el : 1e-9);
-        bool last = step + 1 == end || g_interrupted;
-        bool eval = (step + 1) % a.eval_every == 0 || last;
+        double el = now_s() - t->t0;
+        t->tok_s = (double)t->trained * (double)(t->B * t->T) / (el > 0 ? el : 1e-9);
+        bool last = step + 1 == t->end || g_interrupted;
+        bool eval = (step + 1) % a->eval_every == 0 || last;
         double val = NAN;
         if (eval) {
-            tg_ctx_set_training(ctx, false);
-            if (text) {
-                double sum = 0;
-                int64_t nb = corpus_val_batches(&corp, B, T), tokens = 0;
-                for (int64_t k = 0; k < nb; k++) {
-                    int64_t w = corpus_val_batch(&corp, k, B, T, ids_buf, tgt_buf);
-                    tg_tensor_set_data(ids, ids_buf, TG_F32, (size_t)(B * T));
-                    tg_tensor_set_data(tgt, tgt_buf, TG_F32, (size_t)(B * T));
-                    tg_graph_forward(g);
-                    sum += tg_get(loss, 0) * (double)(w * T);
-                    tokens += w * T;
-                }
-                if (tokens)
-                    val = sum / (double)tokens;
-            } else {
-                /* held-out accuracy over 8 fixed batches of unseen random sequences */
-                uint64_t rs = held_seed;
-                int64_t correct = 0, total = 0;
-                double sum = 0;
-                for (int k = 0; k < 8; k++) {
-                    task_batch(task, &rs, B, T, ids_buf, tgt_buf);
-                    tg_tensor_set_data(ids, ids_buf, TG_F32, (size_t)(B * T));
-                    tg_tensor_set_data(tgt, tgt_buf, TG_F32, (size_t)(B * T));
-                    tg_graph_forward(g);
-                    sum += tg_get(loss, 0);
-                    for (int64_t r = 0; r < B * T; r++) {
-                        int64_t arg = 0;
-                        double bestv = -INFINITY;
-                        for (int64_t v = 0; v < V; v++) {
-                            double x = tg_get(logits, r * V + v);
-                            if (x > bestv) {
-                                bestv = x;
-                                arg = v;
-                            }
-                        }
-                        correct += arg == (int64_t)tgt_buf[r];
-                        total++;
-                    }
-                }
-                val = sum / 8;
-                acc = (double)correct / (double)total;
-                if (acc >= a.target_acc && a.target_acc > 0)
-                    reached = true;
+            if (!evaluate(t, &val)) {
+                char msg[1200];
+                end_live(t);
+                errf("evaluation at step %" PRId64 ": %s", step + 1,
+                     cli_message(t->ctx, NULL, msg, sizeof msg));
+                return 1;
             }
-            tg_ctx_set_training(ctx, true);
-            last_val = val;
-            curve[3 * step + 1] = val;
-            if (val < best_val)
-                best_val = val;
+            t->last_val = val;
+            if (a->plot && !svg_series_add(&t->val_curve, (double)(step + 1), val)) {
+                errf("out of memory");
+                return 1;
+            }
+            if (val < t->best_val)
+                t->best_val = val;
         }
-        if (logf) {
+        if (t->logf) {
             if (eval)
-                fprintf(logf, "%" PRId64 ",%.6f,%.6f,%.6g,%.1f\n", step + 1, l, val, lr, tok_s);
+                fprintf(t->logf, "%" PRId64 ",%.6f,%.6f,%.6g,%.1f\n", step + 1, l, val, lr,
+                        t->tok_s);
             else
-                fprintf(logf, "%" PRId64 ",%.6f,,%.6g,%.1f\n", step + 1, l, lr, tok_s);
+                fprintf(t->logf, "%" PRId64 ",%.6f,,%.6g,%.1f\n", step + 1, l, lr, t->tok_s);
         }
-        bool stop = reached || last;
-        if (a.checkpoint && (eval || stop)) {
-            meta m;
-            m.n = 0;
-            meta_add(&m, "format", "tgrad-checkpoint-1");
-            meta_add(&m, "model.layers", "%" PRId64, a.layers);
-            meta_add(&m, "model.d_model", "%" PRId64, a.d_model);
-            meta_add(&m, "model.heads", "%" PRId64, a.heads);
-            meta_add(&m, "model.d_ff", "%" PRId64, a.d_ff);
-            meta_add(&m, "model.seq_len", "%" PRId64, T);
-            meta_add(&m, "model.vocab_size", "%" PRId64, V);
-            meta_add(&m, "model.norm_first", "%d", a.post_norm ? 0 : 1);
-            meta_add(&m, "model.activation", "%s", a.activation);
-            meta_add(&m, "model.pos", "%s", a.pos);
-            meta_add(&m, "model.causal", "%d", text ? 1 : 0);
-            meta_add(&m, "model.tie_weights", "%d", a.tie ? 1 : 0);
-            meta_add(&m, "model.dropout", "%.17g", a.dropout);
-            meta_add(&m, "model.dtype", "%s", tg_dtype_str(a.dt));
-            meta_add(&m, "data.mode", "%s", text ? "text" : "task");
-            if (text) {
-                char hex[513];
-                vocab_to_hex(corp.vocab, corp.vocab_size, hex);
-                meta_add(&m, "data.vocab", "%s", hex);
-                meta_add(&m, "data.bytes", "%" PRId64, corp.n);
-            } else {
-                meta_add(&m, "data.task", "%s", task_name(task));
-            }
-            meta_add(&m, "data.position", "%" PRId64, (step + 1) * B);
-            meta_add(&m, "train.steps", "%" PRId64, a.steps);
-            meta_add(&m, "train.best_val", "%.17g", best_val);
-            meta_add(&m, "train.seed", "%" PRIu64, a.seed);
-            meta_add(&m, "train.optimizer", "%s", a.optimizer);
-            meta_add(&m, "train.batch", "%" PRId64, B);
-            meta_add(&m, "train.warmup", "%" PRId64, a.warmup);
-            meta_add(&m, "train.eval_every", "%" PRId64, a.eval_every);
-            meta_add(&m, "train.lr", "%.17g", a.lr);
-            meta_add(&m, "train.min_lr", "%.17g", a.min_lr);
-            meta_add(&m, "train.weight_decay", "%.17g", a.weight_decay);
-            meta_add(&m, "train.clip", "%.17g", a.clip);
-            meta_add(&m, "train.momentum", "%.17g", a.momentum);
-            meta_add(&m, "data.val_fraction", "%.17g", a.val_fraction);
-            meta_add(&m, "train.target_acc", "%.17g", a.target_acc);
-            const char *keys[40], *vals[40];
-            for (int i = 0; i < m.n; i++) {
-                keys[i] = m.key[i];
-                vals[i] = m.val[i];
-            }
-            if (tg_checkpoint_save(ctx, a.checkpoint, opt, m.n, keys, vals, NULL) != TG_OK) {
-                fprintf(stderr, "\ntgrad train: saving checkpoint: %s (previous checkpoint "
-                        "kept)\n", tg_ctx_message(ctx));
-                goto out;
-            }
-        }
-        bool redraw = tty && el - last_draw >= 0.1; /* live line: at most 10 updates/s */
-        if (!a.quiet && (redraw || (step + 1) % print_every == 0 || eval || stop)) {
-            last_draw = el;
-            char el_s[32], eta_s[32];
-            fmt_time(el, el_s, sizeof el_s);
-            fmt_time(el / (double)trained * (double)(end - step - 1), eta_s, sizeof eta_s);
-            char vbuf[64] = "-";
-            if (text && last_val == last_val)
-                snprintf(vbuf, sizeof vbuf, "%.4f", last_val);
-            else if (!text && acc == acc)
-                snprintf(vbuf, sizeof vbuf, "%.4f acc %.2f%%", last_val, 100 * acc);
-            if (tty && !(eval || stop))
-                fprintf(stderr, "\rstep %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %.0f tok/s  "
-                        "%s elapsed  ETA %s   ", step + 1, a.steps, l, vbuf, tok_s, el_s, eta_s);
-            else if (!tty || eval || stop)
-                fprintf(stderr, "%sstep %" PRId64 "/%" PRId64 "  loss %.4f  val %s  lr %.2e  "
-                        "%.0f tok/s  %s elapsed  ETA %s\n", tty ? "\r" : "", step + 1, a.steps,
-                        l, vbuf, lr, tok_s, el_s, eta_s);
+        bool stop = t->reached || last;
+        bool save = eval || stop || (a->save_every > 0 && (step + 1) % a->save_every == 0);
+        if (a->checkpoint && save && !save_checkpoint(t, step + 1))
+            return 1;
+        bool redraw = t->tty && el - t->last_draw >= 0.1; /* live line: at most 10 updates/s */
+        if (!a->quiet && (redraw || (step + 1) % print_every == 0 || eval || stop)) {
+            t->last_draw = el;
+            if (t->tty || eval || stop || (step + 1) % print_every == 0)
+                progress(t, step + 1, l, lr, eval || stop);
         }
         if (stop) {
             step++;
             break;
         }
     }
-    double wall = now_s() - t0;
-    if (a.plot) {
-        if (svg_loss_plot(a.plot, curve, step, text ? "validation loss" : "held-out loss") != 0) {
-            fprintf(stderr, "tgrad train: cannot write --plot '%s': %s\n", a.plot,
-                    strerror(errno));
-            goto out;
+    t->step = step;
+    return 0;
+}
+
+/* ---- report ------------------------------------------------------------------------------- */
+
+/* @p s quoted for a POSIX shell when it needs it. */
+static void shell_quote(const char *s, char *buf, size_t n)
+{
+    bool plain = *s != 0;
+    for (const char *p = s; *p && plain; p++)
+        plain = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=:,+@%",
+                       *p) != NULL;
+    if (plain) {
+        snprintf(buf, n, "%s", s);
+        return;
+    }
+    size_t w = 0;
+    if (w + 1 < n)
+        buf[w++] = '\'';
+    for (const char *p = s; *p && w + 5 < n; p++) {
+        if (*p == '\'') {
+            memcpy(buf + w, "'\\''", 4);
+            w += 4;
+        } else {
+            buf[w++] = *p;
         }
     }
-    printf("parameters %" PRId64 "  steps %" PRId64 "  wall %.1f s  %.0f tokens/s",
-           n_params, step, wall, tok_s);
-    if (text)
-        printf("  validation loss %.4f nats/char (best %.4f)\n", last_val, best_val);
+    if (w + 1 < n)
+        buf[w++] = '\'';
+    buf[w] = 0;
+}
+
+/* The command that resumes this run: the same arguments without --resume, --checkpoint and
+ * --force, plus --resume CHECKPOINT. */
+static void resume_command(const trainer *t, char *buf, size_t n)
+{
+    char q[1100];
+    const char *prog = program_invocation_name ? program_invocation_name : "tgrad";
+    shell_quote(prog, q, sizeof q);
+    size_t w = (size_t)snprintf(buf, n, "%s train", q);
+    for (int i = 1; i < t->argc && w < n; i++) {
+        const char *s = t->argv[i];
+        if (!strcmp(s, "--resume") || !strcmp(s, "--checkpoint")) {
+            i++;
+            continue;
+        }
+        if (!strncmp(s, "--resume=", 9) || !strncmp(s, "--checkpoint=", 13) ||
+            !strcmp(s, "--force"))
+            continue;
+        shell_quote(s, q, sizeof q);
+        w += (size_t)snprintf(buf + w, n - w, " %s", q);
+    }
+    shell_quote(t->a.checkpoint, q, sizeof q);
+    if (w < n)
+        snprintf(buf + w, n - w, " --resume %s", q);
+}
+
+static int report(trainer *t)
+{
+    const train_args *a = &t->a;
+    double wall = now_s() - t->t0;
+    end_live(t);
+    if (a->plot && svg_loss_plot(a->plot, &t->train_curve, &t->val_curve,
+                                 t->text ? "validation loss" : "held-out loss") != 0) {
+        errf("--plot '%s': %s", a->plot, strerror(errno));
+        return 1;
+    }
+    printf("parameters %" PRId64 "  steps %" PRId64 "  wall %.1f s  %.0f tokens/s", t->n_params,
+           t->step, wall, t->tok_s);
+    if (t->text)
+        printf("  validation loss %.4f nats/char (best %.4f)\n", t->last_val, t->best_val);
     else
-        printf("  held-out token accuracy %.2f%%%s\n", 100 * acc,
-               reached ? "" : " (target not reached)");
-    if (a.checkpoint)
-        printf("checkpoint %s\n", a.checkpoint);
-    rc = (!text && a.target_acc > 0 && !reached && step == a.steps) ? 3 : 0;
+        printf("  held-out token accuracy %.2f%%%s\n", 100 * t->acc,
+               t->reached ? "" : " (target not reached)");
+    if (a->checkpoint)
+        printf("checkpoint %s\n", a->checkpoint);
+    fflush(stdout);
+    int rc = (!t->text && a->target_acc > 0 && !t->reached && t->step == a->steps) ? 3 : 0;
     if (g_interrupted) {
-        fprintf(stderr, "tgrad train: interrupted at step %" PRId64 "%s\n", step,
-                a.checkpoint ? "; resume with --resume" : "");
+        if (a->checkpoint) {
+            char cmd[8192];
+            resume_command(t, cmd, sizeof cmd);
+            errf("interrupted at step %" PRId64 "; resume with: %s", t->step, cmd);
+        } else {
+            errf("interrupted at step %" PRId64 " (no --checkpoint: this run cannot be resumed)",
+                 t->step);
+        }
         rc = 130;
     }
     if (rc == 3)
-        fprintf(stderr, "tgrad train: accuracy target %.2f%% not reached in %" PRId64 " steps\n",
-                100 * a.target_acc, a.steps);
-out:
+        errf("accuracy target %.2f%% not reached in %" PRId64 " steps", 100 * a->target_acc,
+             a->steps);
+    return rc;
+}
+
+static void trainer_free(trainer *t)
+{
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    if (logf && fclose(logf) != 0 && rc == 0) {
-        fprintf(stderr, "tgrad train: writing --log failed\n");
-        rc = 1;
+    if (t->logf)
+        fclose(t->logf);
+    free(t->ids_buf);
+    free(t->tgt_buf);
+    svg_series_free(&t->train_curve);
+    svg_series_free(&t->val_curve);
+    corpus_free(&t->corp);
+    tg_ctx_free(t->ctx);
+    train_free(&t->a, &t->r);
+}
+
+/* ---- the command -------------------------------------------------------------------------- */
+int cmd_train(int argc, char **argv)
+{
+    trainer *t = calloc(1, sizeof *t);
+    if (!t) {
+        errf("out of memory");
+        return 1;
     }
-    free(ids_buf);
-    free(tgt_buf);
-    free(curve);
-    corpus_free(&corp);
-    tg_ctx_free(ctx);
+    char err[1200];
+    int pr = train_parse(argc, argv, &t->a, &t->r, err, sizeof err);
+    if (pr != CLI_OK) {
+        if (pr == CLI_HELP)
+            cli_help(train_command(), stdout);
+        else
+            errf("%s", err);
+        train_free(&t->a, &t->r);
+        free(t);
+        return pr == CLI_HELP ? 0 : 2;
+    }
+    t->argc = argc;
+    t->argv = argv;
+    t->text = t->a.text.n > 0;
+    svg_series_init(&t->train_curve);
+    svg_series_init(&t->val_curve);
+    t->ctx = tg_ctx_new();
+    int rc = 1;
+    if (!t->ctx) {
+        errf("out of memory");
+    } else if ((t->a.resume ? plan_resume(t) : plan_fresh(t)) && plan_outputs(t)) {
+        t->task = (task_kind)t->a.task;
+        if (load_data(t) && build(t)) {
+            if (!t->a.quiet) {
+                if (t->text)
+                    fprintf(stderr, "tgrad train: byte-level LM on %d file%s, %" PRId64
+                            " bytes (%" PRId64 " train, %" PRId64 " validation), vocabulary %d"
+                            "\n", t->corp.n_files, t->corp.n_files == 1 ? "" : "s", t->corp.n,
+                            t->corp.n_train, t->corp.n - t->corp.n_train, t->corp.vocab_size);
+                else
+                    fprintf(stderr, "tgrad train: task '%s' on %" PRId64 "-digit sequences\n",
+                            task_name(t->task), t->T);
+                fprintf(stderr, "tgrad train: %" PRId64 " layers, d_model %" PRId64 ", %" PRId64
+                        " heads, d_ff %" PRId64 ", %s, %" PRId64 " parameters, batch %" PRId64
+                        ", %d threads%s\n", t->a.layers, t->a.d_model, t->a.heads, t->a.d_ff,
+                        t->a.post_norm ? "post-norm" : "pre-norm", t->n_params, t->B,
+                        tg_ctx_threads(t->ctx), t->ck ? ", resumed" : "");
+            }
+            if (train_loop(t) == 0)
+                rc = report(t);
+        }
+    }
+    if (t->logf) {
+        FILE *f = t->logf;
+        t->logf = NULL;
+        if (fclose(f) != 0 && (rc == 0 || rc == 3 || rc == 130)) {
+            errf("--log '%s': write failed", t->a.log);
+            rc = 1;
+        }
+    }
+    trainer_free(t);
+    free(t);
     return rc;
 }

@@ -7,15 +7,134 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+/* The kind of a non-regular file, for messages. */
+static const char *file_kind(mode_t m)
+{
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO (named pipe)"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
+}
+
+bool data_check_regular(const char *path, double max_bytes, char *err, size_t err_size)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        snprintf(err, err_size, "'%s': %s", path, strerror(errno));
+        return false;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(err, err_size, "'%s' is %s, not a regular file", path, file_kind(sb.st_mode));
+        return false;
+    }
+    if (max_bytes > 0 && (double)sb.st_size > max_bytes) {
+        snprintf(err, err_size, "'%s' holds %lld bytes, more than this machine's memory (%.0f "
+                 "bytes)", path, (long long)sb.st_size, max_bytes);
+        return false;
+    }
+    return true;
+}
+
+double phys_memory_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || size <= 0)
+        return 1e18; /* unknown: no limit from us */
+    return (double)pages * (double)size;
+}
+
+/* Append the regular file @p real (given as @p path) to c->bytes. */
+static bool read_one(corpus *c, const char *path, const char *real, size_t *cap, char *err,
+                     size_t err_size)
+{
+    /* O_NONBLOCK: opening a FIFO without a writer (or a device) must not hang; fstat on the
+     * descriptor then refuses anything that is not a regular file (no race with the stat) */
+    int fd = open(real, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, err_size, "--text '%s': cannot open: %s", path, strerror(errno));
+        return false;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        snprintf(err, err_size, "--text '%s': cannot read: %s", path, strerror(errno));
+        close(fd);
+        return false;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(err, err_size, "--text '%s' is %s, not a regular file", path,
+                 file_kind(sb.st_mode));
+        close(fd);
+        return false;
+    }
+    if ((uint64_t)sb.st_size > (uint64_t)(CORPUS_MAX_BYTES - c->n)) {
+        snprintf(err, err_size, "--text '%s': the files hold more than %lld bytes (at most "
+                 "%lld, 1 GiB)", path, (long long)c->n + (long long)sb.st_size,
+                 (long long)CORPUS_MAX_BYTES);
+        close(fd);
+        return false;
+    }
+    for (;;) {
+        if ((size_t)c->n + 65536 > *cap) {
+            size_t nc = *cap ? *cap * 2 : (size_t)1 << 20;
+            while (nc < (size_t)c->n + 65536)
+                nc *= 2;
+            unsigned char *nb = realloc(c->bytes, nc);
+            if (!nb) {
+                snprintf(err, err_size, "--text '%s': out of memory", path);
+                close(fd);
+                return false;
+            }
+            c->bytes = nb;
+            *cap = nc;
+        }
+        ssize_t k = read(fd, c->bytes + c->n, 65536);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            snprintf(err, err_size, "--text '%s': read failed: %s", path, strerror(errno));
+            close(fd);
+            return false;
+        }
+        if (k == 0)
+            break;
+        c->n += k;
+        if (c->n > CORPUS_MAX_BYTES) { /* the file grew while we read it */
+            snprintf(err, err_size, "--text '%s': the files hold more than %lld bytes (at most "
+                     "1 GiB)", path, (long long)CORPUS_MAX_BYTES);
+            close(fd);
+            return false;
+        }
+    }
+    close(fd);
+    c->n_files++;
+    return true;
+}
+
+static void free_seen(char **seen, int n)
+{
+    for (int i = 0; seen && i < n; i++)
+        free(seen[i]);
+    free(seen);
+}
 
 bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fraction,
                  char *err, size_t err_size)
 {
     memset(c, 0, sizeof *c);
-    char (*seen)[PATH_MAX] = calloc((size_t)n_paths + 1, PATH_MAX);
+    if (!(val_fraction >= 0 && val_fraction < 1)) {
+        snprintf(err, err_size, "validation fraction %g outside [0, 1)", val_fraction);
+        return false;
+    }
+    char **seen = calloc((size_t)n_paths + 1, sizeof *seen); /* real paths read so far */
     int n_seen = 0;
     size_t cap = 0;
+    const char *a_dir = NULL;
     if (!seen) {
         snprintf(err, err_size, "out of memory");
         return false;
@@ -24,53 +143,42 @@ bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fr
         char real[PATH_MAX];
         struct stat sb;
         if (!realpath(paths[i], real) || stat(real, &sb) != 0) {
-            snprintf(err, err_size, "cannot read '%s': %s", paths[i], strerror(errno));
+            snprintf(err, err_size, "--text '%s': cannot read: %s", paths[i], strerror(errno));
             goto fail;
         }
-        if (S_ISDIR(sb.st_mode))
+        if (S_ISDIR(sb.st_mode)) { /* a glob like dir/x* may match directories: skip them */
+            a_dir = paths[i];
+            c->n_dirs++;
             continue;
+        }
+        if (!S_ISREG(sb.st_mode)) {
+            snprintf(err, err_size, "--text '%s' is %s, not a regular file", paths[i],
+                     file_kind(sb.st_mode));
+            goto fail;
+        }
         bool dup = false;
         for (int k = 0; k < n_seen && !dup; k++)
             dup = strcmp(seen[k], real) == 0;
         if (dup)
             continue;
-        memcpy(seen[n_seen++], real, PATH_MAX);
-        FILE *f = fopen(real, "rb");
-        if (!f) {
-            snprintf(err, err_size, "cannot open '%s': %s", paths[i], strerror(errno));
+        if (!(seen[n_seen] = strdup(real))) {
+            snprintf(err, err_size, "out of memory");
             goto fail;
         }
-        char buf[65536];
-        size_t k;
-        while ((k = fread(buf, 1, sizeof buf, f)) > 0) {
-            if ((size_t)c->n + k > cap) {
-                cap = cap ? cap * 2 : 1 << 20;
-                while (cap < (size_t)c->n + k)
-                    cap *= 2;
-                unsigned char *nb = realloc(c->bytes, cap);
-                if (!nb) {
-                    fclose(f);
-                    snprintf(err, err_size, "out of memory reading '%s'", paths[i]);
-                    goto fail;
-                }
-                c->bytes = nb;
-            }
-            memcpy(c->bytes + c->n, buf, k);
-            c->n += (int64_t)k;
-        }
-        bool bad = ferror(f);
-        fclose(f);
-        if (bad) {
-            snprintf(err, err_size, "error reading '%s'", paths[i]);
+        n_seen++;
+        if (!read_one(c, paths[i], real, &cap, err, err_size))
             goto fail;
-        }
-        c->n_files++;
     }
-    free(seen);
+    free_seen(seen, n_seen);
     seen = NULL;
+    if (c->n_files == 0 && a_dir) {
+        snprintf(err, err_size, "--text '%s' is a directory; give the files in it (e.g. "
+                 "'%s'/*)", a_dir, a_dir);
+        goto fail;
+    }
     if (c->n == 0) {
         snprintf(err, err_size, "no text: the input %s empty",
-                 n_paths == 1 ? "file is" : "files are");
+                 c->n_files == 1 ? "file is" : "files are");
         goto fail;
     }
     for (int b = 0; b < 256; b++)
@@ -86,9 +194,10 @@ bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fr
     c->n_train = c->n - (int64_t)((double)c->n * val_fraction);
     return true;
 fail:
-    free(seen);
+    free_seen(seen, n_seen);
     free(c->bytes);
     c->bytes = NULL;
+    c->n = 0;
     return false;
 }
 
@@ -105,16 +214,27 @@ void vocab_to_hex(const unsigned char *vocab, int n, char *out)
     out[2 * n] = 0;
 }
 
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 int vocab_from_hex(const char *hex, unsigned char *vocab)
 {
     size_t len = strlen(hex);
     if (len % 2 || len > 512 || len == 0)
         return -1;
     for (size_t i = 0; i < len / 2; i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+        int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
             return -1;
-        vocab[i] = (unsigned char)v;
+        vocab[i] = (unsigned char)(16 * hi + lo);
     }
     return (int)(len / 2);
 }

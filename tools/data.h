@@ -20,15 +20,32 @@ typedef struct {
     unsigned char vocab[256]; /* id -> byte */
     int id_of[256];           /* byte -> id, -1 if absent */
     int n_files;              /* files read (duplicates by real path skipped) */
+    int n_dirs;               /* directories skipped */
 } corpus;
 
+/* Largest corpus read (bytes, all files together). */
+#define CORPUS_MAX_BYTES ((int64_t)1 << 30)
+
 /* Read and concatenate `n_paths` files (directories and repeated real paths skipped), split off
- * the last `val_fraction` for validation. On error writes one line to `err` and returns false. */
+ * the last `val_fraction` (in [0, 1)) for validation. Files are opened with O_NONBLOCK and
+ * anything that is not a regular file (a FIFO, a device) is refused, so nothing can block; the
+ * total is limited to CORPUS_MAX_BYTES. If only directories were given, the message says so.
+ * On error writes one line to `err` ("--text 'x' is a FIFO ...") and returns false. */
 bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fraction,
                  char *err, size_t err_size);
 void corpus_free(corpus *c);
+/* Is @p path a regular file of at most @p max_bytes (<= 0: any size)? (stat only: never
+ * blocks.) Otherwise one line in @p err saying what it is ("'p' is a FIFO (named pipe), not a
+ * regular file"), why it cannot be read ("'p': No such file or directory") or how big it is,
+ * to follow the option's name. */
+bool data_check_regular(const char *path, double max_bytes, char *err, size_t err_size);
+
+/* The machine's physical memory in bytes (sysconf), or a huge value if unknown. */
+double phys_memory_bytes(void);
+
 /* Vocabulary as lowercase hex (2 chars per byte) for checkpoint metadata, and back. */
 void vocab_to_hex(const unsigned char *vocab, int n, char *out);
+/* Strict: 2 to 512 hex digits, an even number of them; returns the byte count or -1. */
 int vocab_from_hex(const char *hex, unsigned char *vocab);
 
 /* Fill ids/targets (B, T) with random training windows drawn with the context RNG. */

@@ -6,6 +6,12 @@ Usage:
     /usr/bin/python3 tools/gen_fixtures.py [--out tests/fixtures] --check  # verify existing files
     /usr/bin/python3 tools/gen_fixtures.py --list                          # print the cases
 
+Without a subset of cases it also runs the `tgrad export` round trip (tools/check_export.py):
+the committed exports of tiny tgrad checkpoints are loaded into tools/train_reference.py's LM
+with load_state_dict(strict=True) and their float64 logits on fixed ids are written (or, with
+--check, verified) as tests/fixtures/export_*_logits.safetensors, which tests/test_export.c
+compares tgrad's logits against. tgrad itself is not needed here.
+
 Needs only PyTorch (tested with Debian's python3-torch 1.13) and NumPy; the safetensors
 writer and reader are implemented here (there is no `safetensors` package dependency).
 Everything is float64 with fixed per-case seeds, single-threaded, so every run writes the
@@ -698,6 +704,8 @@ def main():
             print(f"{status} {c:20s} {size:6d} B  " + "; ".join(problems))
             bad += bool(problems)
         print(f"{len(cases) - bad}/{len(cases)} ok, {total} bytes")
+        if not args.cases:
+            bad += export_round_trip(out_dir, check=True)
         return 1 if bad else 0
     os.makedirs(out_dir, exist_ok=True)
     total = 0
@@ -709,7 +717,15 @@ def main():
         total += len(data)
         print(f"wrote {path} ({len(data)} bytes)")
     print(f"{len(cases)} files, {total} bytes")
+    if not args.cases:
+        return 1 if export_round_trip(out_dir, check=False) else 0
     return 0
+
+
+def export_round_trip(out_dir, check):
+    """tools/check_export.py on out_dir; returns the number of failed cases."""
+    import check_export  # (tools/ is on sys.path: it holds this script)
+    return check_export.run(out_dir, check=check)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ hyperparameters, so learning curves and tokens/s can be compared on the same mac
 
     /usr/bin/python3 tools/train_reference.py --text /usr/share/common-licenses/* [--steps 1500]
 
-Needs Debian's python3-torch (1.13). Model: byte-level decoder-only transformer = token
-embedding + learned position embedding -> N x nn.TransformerEncoderLayer (pre-norm, relu,
-dropout 0, causal mask) -> final LayerNorm -> Linear head. AdamW (lr 3e-3, weight decay 0.01),
+Needs Debian's python3-torch (1.13). Model (class LM, also the loader of `tgrad export` files:
+see load_export()): byte-level decoder-only transformer = token embedding + learned position
+embedding -> N x nn.TransformerEncoderLayer (pre-norm, relu, dropout 0, causal mask) -> final
+LayerNorm -> Linear head. AdamW (lr 3e-3, weight decay 0.01),
 linear warmup (100 steps) then cosine decay to lr/10, gradient clipping at 1.0, batch 32,
 seq_len 64; the last 10% of the bytes is the validation split, evaluated on non-overlapping
 windows exactly as tgrad does. Prints a line per evaluation and a final summary with tokens/s.
@@ -37,24 +38,110 @@ def load(paths, val_fraction):
     return ids, n_train, len(vocab)
 
 
+def sinusoidal(max_seq_len, d_model):
+    """Vaswani et al. 2017 sec. 3.5, computed exactly as tgrad's tg_sinusoidal_encoding:
+    PE[t, i] = sin(t * 10000^(-(i - i % 2) / D)) for even i, cos(...) for odd i (in float64)."""
+    pe = torch.empty(max_seq_len, d_model, dtype=torch.float64)
+    for i in range(d_model):
+        freq = math.pow(10000.0, -float(i - i % 2) / float(d_model))
+        for t in range(max_seq_len):
+            pe[t, i] = math.cos(t * freq) if i % 2 else math.sin(t * freq)
+    return pe
+
+
 class LM(nn.Module):
-    def __init__(self, vocab, d_model, heads, d_ff, layers, seq_len, norm_first=True):
+    """tgrad's tg_transformer in PyTorch: token embedding + positions (learned or sinusoidal)
+    -> dropout -> n_layers x nn.TransformerEncoderLayer (batch_first) with the causal mask if
+    `causal` -> final LayerNorm -> Linear head (optionally tied to the token embedding).
+
+    The keyword arguments are exactly the keys of the `config` metadata that `tgrad export`
+    writes, and the state_dict keys are tgrad's parameter names, so an exported model loads
+    with `load_state_dict(..., strict=True)`; see load_export().
+    """
+
+    def __init__(self, vocab_size, d_model=128, n_heads=4, d_ff=512, n_layers=2, max_seq_len=64,
+                 norm_first=True, activation="relu", pos="learned", causal=True,
+                 tie_weights=False, layer_norm_eps=1e-5, dropout=0.0):
         super().__init__()
-        self.tok_emb = nn.Embedding(vocab, d_model)
-        self.pos_emb = nn.Embedding(seq_len, d_model)
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        if pos == "learned":
+            self.pos_emb = nn.Embedding(max_seq_len, d_model)
+        elif pos == "sinusoidal":
+            self.pos_emb = None
+            self.register_buffer("pe", sinusoidal(max_seq_len, d_model), persistent=False)
+        else:
+            raise ValueError(f"pos must be 'learned' or 'sinusoidal', not {pos!r}")
+        self.drop = nn.Dropout(dropout)
         self.layers = nn.ModuleList([
-            nn.TransformerEncoderLayer(d_model, heads, d_ff, dropout=0.0, batch_first=True,
-                                       norm_first=norm_first) for _ in range(layers)])
-        self.norm = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab)
-        self.register_buffer("mask", torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), 1))
+            nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout=dropout,
+                                       activation=activation, layer_norm_eps=layer_norm_eps,
+                                       batch_first=True, norm_first=norm_first)
+            for _ in range(n_layers)])
+        self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.head = nn.Linear(d_model, vocab_size)
+        if tie_weights:
+            self.head.weight = self.tok_emb.weight
+        # buffers that are not parameters stay out of the state_dict (persistent=False)
+        mask = torch.triu(torch.ones(max_seq_len, max_seq_len, dtype=torch.bool), 1)
+        self.register_buffer("mask", mask if causal else None, persistent=False)
+
+    @classmethod
+    def from_config(cls, config):
+        """A model from the `config` metadata of `tgrad export` (a dict; `dtype` is ignored)."""
+        return cls(**{k: v for k, v in config.items() if k != "dtype"})
 
     def forward(self, x):
         t = x.shape[1]
-        h = self.tok_emb(x) + self.pos_emb.weight[:t]
+        pos = self.pos_emb.weight[:t] if self.pos_emb is not None else self.pe[:t]
+        h = self.drop(self.tok_emb(x) + pos)
+        mask = self.mask[:t, :t] if self.mask is not None else None
         for layer in self.layers:
-            h = layer(h, src_mask=self.mask[:t, :t])
+            h = layer(h, src_mask=mask)
         return self.head(self.norm(h))
+
+
+_ST_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
+              "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
+
+
+def read_safetensors(path):
+    """A safetensors file as ({name: tensor}, {metadata key: value}); no dependency beyond
+    torch and numpy. (With the `safetensors` package: safetensors.torch.load_file(path) and
+    safetensors.safe_open(path, "pt").metadata() give the same.)"""
+    import json
+    import struct
+
+    import numpy as np
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    body = data[8 + n:]
+    tensors = {}
+    for name, e in header.items():
+        b, end = e["data_offsets"]
+        a = np.frombuffer(body[b:end], dtype=_ST_DTYPES[e["dtype"]]).reshape(e["shape"])
+        tensors[name] = torch.from_numpy(a.copy())
+    return tensors, meta
+
+
+def load_export(path, dtype=None):
+    """Load a file written by `tgrad export` into LM with strict=True (every key must match:
+    no missing and no unexpected parameters). Returns (model in eval mode, vocab, config):
+    vocab[i] is the byte that token id i stands for. dtype: None keeps the file's
+    (config["dtype"]), or e.g. torch.float64."""
+    import json
+    tensors, meta = read_safetensors(path)
+    if meta.get("format") != "tgrad-export-1":
+        raise ValueError(f"{path}: not a tgrad export (format {meta.get('format')!r})")
+    config = json.loads(meta["config"])
+    vocab = json.loads(meta["vocab"])
+    model = LM.from_config(config)
+    model.to(dtype or getattr(torch, config["dtype"]))
+    model.load_state_dict(tensors, strict=True)
+    model.eval()
+    return model, vocab, config
 
 
 def lr_at(step, total, warmup, base, min_lr):
@@ -86,7 +173,8 @@ def main():
     torch.set_num_threads(a.threads)
     ids, n_train, vocab = load(a.text, 0.1)
     T, B = a.seq_len, a.batch
-    model = LM(vocab, a.d_model, a.heads, a.d_ff, a.layers, T)
+    model = LM(vocab, d_model=a.d_model, n_heads=a.heads, d_ff=a.d_ff, n_layers=a.layers,
+               max_seq_len=T)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"reference: {len(ids)} bytes ({n_train} train), vocabulary {vocab}, "

@@ -5,7 +5,7 @@
  * same directory, fsync, rename), so a failed save never damages the previous checkpoint.
  */
 #include "tgrad_train.h"
-#include "../core.h"
+#include "io.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -16,8 +16,17 @@ tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_optim *opt,
                              const tg_write_opts *opts)
 {
     static const char *fn = "tg_checkpoint_save";
-    if (!ctx || !path || n_meta < 0 || (n_meta > 0 && (!keys || !values)))
+    if (!ctx)
         return TG_ERR_ARG;
+    if (!path || n_meta < 0 || (n_meta > 0 && (!keys || !values)) ||
+        (uint64_t)n_meta > SIZE_MAX / sizeof(char *) / 2 - 2) {
+        tg__err(ctx, TG_ERR_ARG, fn, "%s",
+                !path        ? "path is NULL"
+                : n_meta < 0 ? "n_meta is negative"
+                : n_meta > 0 && (!keys || !values) ? "keys or values is NULL"
+                                                   : "n_meta is too large");
+        return TG_ERR_ARG;
+    }
     int64_t np = ctx->n_params, ns = tg_optim_n_state(opt), n = np + ns;
     tg_io_item *items = tg__alloc(ctx, sizeof *items * (size_t)(n ? n : 1), fn);
     const char **mk = tg__alloc(ctx, sizeof *mk * (size_t)(n_meta + 2), fn);
@@ -46,40 +55,112 @@ tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_optim *opt,
     mv[n_meta] = step;
     mk[n_meta + 1] = "rng";
     mv[n_meta + 1] = rng;
-    tg_status s = tg_safetensors_write_items(ctx, path, n, items, n_meta + 2, mk, mv, opts);
+    tg_status s = tg__st_write_items(ctx, fn, path, n, items, n_meta + 2, mk, mv, opts);
     tg__free(ctx, items);
     tg__free(ctx, mk);
     tg__free(ctx, mv);
     return s;
 }
 
-static bool parse_rng(const char *s, uint64_t st[4])
+/* Largest step count a checkpoint may claim: 2^53, so that it is exact as a double (the Adam
+ * bias corrections use beta^t) and far from overflowing the int64 counter as training goes on. */
+#define CK_MAX_STEP ((int64_t)1 << 53)
+
+/* v as a short, printable quotation for a one-line message (buf of 48 bytes): at most 40
+ * bytes, cut on a UTF-8 boundary, "..." if cut, control bytes shown as '?'. */
+static const char *quote(const char *v, char buf[48])
 {
-    if (!s || strlen(s) != 64)
+    size_t len = strlen(v), k = len > 40 ? 40 : len;
+    while (k < len && k > 0 && ((unsigned char)v[k] & 0xc0) == 0x80)
+        k--; /* do not split a multi-byte character */
+    for (size_t i = 0; i < k; i++)
+        buf[i] = (unsigned char)v[i] < 0x20 || v[i] == 0x7f ? '?' : v[i];
+    if (k < len)
+        memcpy(buf + k, "...", 3), k += 3;
+    buf[k] = '\0';
+    return buf;
+}
+
+/* optim.step: decimal digits only (no sign, space, or leading zero), 0..CK_MAX_STEP. */
+static bool parse_step(const char *s, int64_t *out)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 19 || (n > 1 && s[0] == '0'))
         return false;
-    for (int i = 0; i < 4; i++) {
-        char part[17];
-        memcpy(part, s + 16 * i, 16);
-        part[16] = 0;
-        char *end;
-        st[i] = strtoull(part, &end, 16);
-        if (*end)
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (s[i] - '0'); /* v <= CK_MAX_STEP before: no overflow */
+        if (v > CK_MAX_STEP)
             return false;
     }
+    *out = v;
     return true;
+}
+
+static int hexdigit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* rng: exactly 64 hex digits, the four 64-bit words of the xoshiro256** state, most significant
+ * digit first; the all-zero state (a fixed point of the generator) is refused. */
+static bool parse_rng(const char *s, uint64_t st[4])
+{
+    if (strlen(s) != 64)
+        return false;
+    uint64_t any = 0;
+    for (int i = 0; i < 4; i++) {
+        uint64_t w = 0;
+        for (int j = 0; j < 16; j++) {
+            int h = hexdigit(s[16 * i + j]);
+            if (h < 0)
+                return false;
+            w = w << 4 | (uint64_t)h;
+        }
+        st[i] = w;
+        any |= w;
+    }
+    return any != 0;
 }
 
 tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim *opt)
 {
     static const char *fn = "tg_checkpoint_restore";
-    if (!ctx || !st)
+    if (!ctx)
         return TG_ERR_ARG;
+    if (!st) {
+        tg__err(ctx, TG_ERR_ARG, fn, "the checkpoint is NULL");
+        return TG_ERR_ARG;
+    }
+    /* metadata first: a malformed value changes nothing */
     const char *step_s = tg_safetensors_meta_get(st, "optim.step");
+    const char *rng_s = tg_safetensors_meta_get(st, "rng");
+    int64_t step = 0;
     uint64_t rng[4];
-    char *end = NULL;
-    long long step = step_s ? strtoll(step_s, &end, 10) : -1;
-    if (!step_s || *end || step < 0 || !parse_rng(tg_safetensors_meta_get(st, "rng"), rng)) {
-        tg__err(ctx, TG_ERR_FORMAT, fn, "checkpoint lacks valid 'optim.step' and 'rng' metadata");
+    char q[48];
+    if (!step_s || !rng_s) {
+        tg__err(ctx, TG_ERR_FORMAT, fn, "not a checkpoint: metadata '%s' is missing",
+                !step_s ? "optim.step" : "rng");
+        return TG_ERR_FORMAT;
+    }
+    if (!parse_step(step_s, &step)) {
+        tg__err(ctx, TG_ERR_FORMAT, fn,
+                "metadata 'optim.step' is '%s' (expected a step count: decimal digits, 0 to "
+                "%lld)", quote(step_s, q), (long long)CK_MAX_STEP);
+        return TG_ERR_FORMAT;
+    }
+    if (!parse_rng(rng_s, rng)) {
+        tg__err(ctx, TG_ERR_FORMAT, fn,
+                "metadata 'rng' is '%s' (expected the RNG state: 64 hex digits, not all zero)",
+                quote(rng_s, q));
         return TG_ERR_FORMAT;
     }
     /* parameters and optimizer state together, strictly: validate all, then copy */

@@ -3,16 +3,19 @@
  * and half-precision conversion, UTF-8 validation, item checks and the atomic file writer
  * (temporary file + fsync + rename, so a failed save never damages the previous file).
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* O_TMPFILE, O_PATH, flock (POSIX.1-2008 otherwise) */
 #define _FILE_OFFSET_BITS 64 /* sizes of files over 2 GiB on 32-bit hosts */
 
 #include "io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Bounce-buffer size for conversions and byte swapping. */
@@ -23,66 +26,127 @@ const char *tg__strerror(int err, char *buf, size_t n)
 {
     if (n == 0)
         return buf;
+#if defined(__GLIBC__) && defined(_GNU_SOURCE)
+    const char *m = strerror_r(err, buf, n); /* the GNU variant: may return a static string */
+    if (m != buf)
+        snprintf(buf, n, "%s", m ? m : "unknown error");
+#else
     if (strerror_r(err, buf, n) != 0)
         snprintf(buf, n, "error %d", err);
+#endif
     return buf;
 }
 
 /* ----- byte sources ------------------------------------------------------------------------ */
+static tg_status not_regular(tg_ctx *ctx, const char *fn, const char *path, mode_t m)
+{
+    tg__err(ctx, TG_ERR_IO, fn, "'%s' is not a regular file (%s)", path, tg__ftype_name(m));
+    return TG_ERR_IO;
+}
+
+/* Only regular files are read by path: a device may never end (/dev/zero) and a FIFO may
+ * never get a writer, so both are refused, as are directories and sockets. stat() first, so a
+ * device is not even opened; the open itself is O_NONBLOCK (a FIFO swapped in meanwhile does
+ * not block) and fstat() confirms what was opened. Streams go through tg__src_open_fd. */
 tg_status tg__src_open_file(tg_ctx *ctx, tg__src *s, const char *fn, const char *path)
 {
     memset(s, 0, sizeof *s);
     s->fn = fn;
     s->label = path;
     char eb[128];
+    struct stat st;
     errno = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    if (stat(path, &st) != 0) {
         int e = errno ? errno : EIO;
         tg__err(ctx, TG_ERR_IO, fn, "cannot open '%s': %s", path, tg__strerror(e, eb, sizeof eb));
         return TG_ERR_IO;
     }
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
+    if (!S_ISREG(st.st_mode))
+        return not_regular(ctx, fn, path, st.st_mode);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
         int e = errno ? errno : EIO;
-        fclose(f);
+        tg__err(ctx, TG_ERR_IO, fn, "cannot open '%s': %s", path, tg__strerror(e, eb, sizeof eb));
+        return TG_ERR_IO;
+    }
+    if (fstat(fd, &st) != 0) {
+        int e = errno ? errno : EIO;
+        (void)close(fd);
         tg__err(ctx, TG_ERR_IO, fn, "cannot stat '%s': %s", path, tg__strerror(e, eb, sizeof eb));
         return TG_ERR_IO;
     }
-    if (S_ISDIR(st.st_mode)) {
-        fclose(f);
-        tg__err(ctx, TG_ERR_IO, fn, "'%s' is a directory", path);
+    if (!S_ISREG(st.st_mode)) {
+        (void)close(fd);
+        return not_regular(ctx, fn, path, st.st_mode);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno ? errno : EIO;
+        (void)close(fd);
+        tg__err(ctx, TG_ERR_IO, fn, "cannot open '%s': %s", path, tg__strerror(e, eb, sizeof eb));
         return TG_ERR_IO;
     }
-    if (S_ISREG(st.st_mode)) {
-        s->f = f;
-        s->size = (uint64_t)st.st_size;
-        return TG_OK;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno ? errno : EIO;
+        (void)close(fd);
+        tg__err(ctx, TG_ERR_IO, fn, "cannot open '%s': %s", path, tg__strerror(e, eb, sizeof eb));
+        return TG_ERR_IO;
     }
-    /* A pipe or device: its size is unknown, so read it whole first. */
+    s->f = f;
+    s->size = (uint64_t)st.st_size;
+    return TG_OK;
+}
+
+tg_status tg__src_open_fd(tg_ctx *ctx, tg__src *s, const char *fn, int fd, const char *label,
+                          uint64_t max_bytes)
+{
+    memset(s, 0, sizeof *s);
+    s->fn = fn;
+    s->label = label;
+    char eb[128];
+    if (fd < 0) {
+        tg__err(ctx, TG_ERR_ARG, fn, "file descriptor %d is invalid", fd);
+        return TG_ERR_ARG;
+    }
     tg__buf b = {0};
     b.fn = fn;
-    char tmp[4096];
+    unsigned char tmp[4096];
     for (;;) {
-        size_t got = fread(tmp, 1, sizeof tmp, f);
-        if (got && !tg__buf_put(ctx, &b, tmp, got)) {
-            fclose(f);
+        /* never ask for more than one byte past the limit */
+        uint64_t room = max_bytes - b.len;
+        size_t k = room < sizeof tmp ? (size_t)room + 1 : sizeof tmp;
+        ssize_t got = read(fd, tmp, k);
+        if (got < 0) {
+            int e = errno ? errno : EIO;
+            if (e == EINTR)
+                continue;
+            tg__buf_free(ctx, &b);
+            if (e == EAGAIN || e == EWOULDBLOCK)
+                tg__err(ctx, TG_ERR_IO, fn,
+                        "%s: no data ready on a non-blocking descriptor (give a blocking one)",
+                        label);
+            else
+                tg__err(ctx, TG_ERR_IO, fn, "cannot read '%s': %s", label,
+                        tg__strerror(e, eb, sizeof eb));
+            return TG_ERR_IO;
+        }
+        if (got == 0)
+            break;
+        if ((uint64_t)got > max_bytes - b.len) {
+            tg__buf_free(ctx, &b);
+            tg__err(ctx, TG_ERR_IO, fn, "%s: the stream holds more than the limit of %llu bytes",
+                    label,
+                    (unsigned long long)max_bytes);
+            return TG_ERR_IO;
+        }
+        if (!tg__buf_put(ctx, &b, tmp, (size_t)got)) {
             tg__buf_free(ctx, &b);
             return TG_ERR_NOMEM;
         }
-        if (got < sizeof tmp)
-            break;
     }
-    if (ferror(f)) {
-        int e = errno ? errno : EIO;
-        fclose(f);
-        tg__buf_free(ctx, &b);
-        tg__err(ctx, TG_ERR_IO, fn, "cannot read '%s': %s", path, tg__strerror(e, eb, sizeof eb));
-        return TG_ERR_IO;
-    }
-    fclose(f);
     s->owned = (unsigned char *)b.p;
-    s->mem = s->owned;
+    s->mem = s->owned ? s->owned : (const unsigned char *)"";
     s->size = b.len;
     return TG_OK;
 }
@@ -526,57 +590,308 @@ tg_status tg__write_data(tg_ctx *ctx, const char *fn, const tg_writer *w, const 
     return TG_OK;
 }
 
-/* The temporary file as a tg_writer, with optional injected ENOSPC. */
-typedef struct file_sink {
-    FILE *f;
-    uint64_t written;
-    bool inject;
-    uint64_t limit;
-} file_sink;
+/* ----- the atomic file writer ---------------------------------------------------------------- */
+/*
+ * A save of PATH, step by step (the guarantees are documented in tgrad_io.h):
+ *  1. resolve PATH: a regular file, or nothing, is the target; a symbolic link is followed by
+ *     the kernel (O_PATH, so fs.protected_symlinks applies and no device is opened) to the
+ *     regular file it names, which becomes the target and is replaced in its own directory (the
+ *     link survives); anything else (a directory, device, FIFO, socket, a link to one of those
+ *     or to nothing) is refused before anything is created;
+ *  2. allocate the write buffer, open the target's directory DIRFD and remove stale
+ *     temporaries of the target ("BASE.tmp.XXXXXX" files whose flock nobody holds);
+ *  3. create the temporary: an unnamed O_TMPFILE inode in DIRFD (Linux; nothing can be left
+ *     behind while it has no name) or else a new "BASE.tmp.XXXXXX" made with O_EXCL. Either way
+ *     flock(LOCK_EX) is taken at once and held through a second descriptor until the end: that
+ *     lock is how a cleaner tells a live writer's temporary from an orphan;
+ *  4. write through a buffer with write(2) (every call checked), fsync, close;
+ *  5. O_TMPFILE only: name the inode BASE.tmp.XXXXXX with linkat(/proc/self/fd/N);
+ *  6. re-check that the target is still a regular file (or absent), renameat() the temporary
+ *     over it, fsync DIRFD.
+ * A failure at any step before the rename removes the temporary and leaves the target
+ * untouched. Only a failed directory fsync comes after the replacement, and its message says so.
+ */
+#define TG__SINK_BUF ((size_t)1 << 16)
+#define TG__TMP_SUFFIX ".tmp."
+#define TG__TMP_SUFFIX_LEN 5
+#define TG__TMP_RAND 6
 
-static int file_sink_write(void *user, const void *data, size_t n)
+const char *tg__ftype_name(unsigned mode)
 {
-    file_sink *s = user;
-    if (s->inject) {
-        uint64_t room = s->written >= s->limit ? 0 : s->limit - s->written;
-        if ((uint64_t)n > room) {
-            errno = 0;
-            if (room && fwrite(data, 1, (size_t)room, s->f) != (size_t)room)
-                return errno ? errno : EIO;
-            s->written += room;
-            return ENOSPC;
+    mode_t m = (mode_t)mode;
+    if (S_ISREG(m))
+        return "a regular file";
+    if (S_ISDIR(m))
+        return "a directory";
+    if (S_ISCHR(m))
+        return "a character device";
+    if (S_ISBLK(m))
+        return "a block device";
+    if (S_ISFIFO(m))
+        return "a FIFO";
+    if (S_ISSOCK(m))
+        return "a socket";
+    if (S_ISLNK(m))
+        return "a symbolic link";
+    return "of an unknown type";
+}
+
+/* The temporary file as a tg_writer: a buffer in front of write(2), with the injected
+ * failures of tg_write_opts. */
+typedef struct fd_sink {
+    int fd;
+    const tg_write_opts *o;
+    uint64_t accepted; /* bytes taken from the emitter (for fail_after_bytes) */
+    uint64_t calls;    /* write(2) calls made, or injected */
+    unsigned char *buf; /* (TG__SINK_BUF) */
+    size_t len;
+} fd_sink;
+
+static int inj_errno(const tg_write_opts *o) { return o->fail_errno ? o->fail_errno : EIO; }
+
+/* write(2) all n bytes; returns 0 or an errno value. */
+static int sink_raw(fd_sink *s, const unsigned char *p, size_t n)
+{
+    while (n) {
+        if (s->o->fail_step == TG_WRITE_STEP_WRITE && s->calls == s->o->fail_at) {
+            s->calls++;
+            return inj_errno(s->o);
         }
+        s->calls++;
+        size_t k = n > ((size_t)1 << 30) ? (size_t)1 << 30 : n;
+        ssize_t r = write(s->fd, p, k);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno ? errno : EIO;
+        }
+        if (r == 0)
+            return ENOSPC; /* no progress on a regular file: the device is full */
+        p += r;
+        n -= (size_t)r;
     }
-    errno = 0;
-    if (fwrite(data, 1, n, s->f) != n)
-        return errno ? errno : EIO;
-    s->written += n;
     return 0;
 }
 
-/* Best effort: make the rename itself durable. Some file systems refuse fsync on a directory;
- * the new file is already in place, so a failure here is not reported. */
-static void fsync_dir_of(const char *path, char *scratch, size_t cap)
+static int sink_flush(fd_sink *s)
 {
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        snprintf(scratch, cap, ".");
-    } else if (slash == path) {
-        snprintf(scratch, cap, "/");
-    } else {
-        snprintf(scratch, cap, "%.*s", (int)(slash - path), path);
+    int e = s->len ? sink_raw(s, s->buf, s->len) : 0;
+    s->len = 0;
+    return e;
+}
+
+static int sink_put(fd_sink *s, const unsigned char *p, size_t n)
+{
+    if (n <= TG__SINK_BUF - s->len) {
+        if (n)
+            memcpy(s->buf + s->len, p, n);
+        s->len += n;
+        return 0;
     }
-    int fd = open(scratch, O_RDONLY);
-    if (fd >= 0) {
-        (void)fsync(fd);
+    int e = sink_flush(s);
+    if (e)
+        return e;
+    if (n >= TG__SINK_BUF)
+        return sink_raw(s, p, n);
+    memcpy(s->buf, p, n);
+    s->len = n;
+    return 0;
+}
+
+static int fd_sink_write(void *user, const void *data, size_t n)
+{
+    fd_sink *s = user;
+    const tg_write_opts *o = s->o;
+    if (o->inject_write_failure) {
+        uint64_t room = s->accepted >= o->fail_after_bytes ? 0 : o->fail_after_bytes - s->accepted;
+        if ((uint64_t)n > room) { /* a full disk: what fits is written, then ENOSPC */
+            int e = room ? sink_put(s, data, (size_t)room) : 0;
+            s->accepted += room;
+            return e ? e : ENOSPC;
+        }
+    }
+    int e = sink_put(s, data, n);
+    if (!e)
+        s->accepted += n;
+    return e;
+}
+
+/* "BASE.tmp.XXXXXX" into out (bl + 12 bytes), X from [A-Za-z0-9] as mkstemp uses. */
+static void tmp_name(char *out, const char *base, size_t bl, uint64_t *seed)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    memcpy(out, base, bl);
+    memcpy(out + bl, TG__TMP_SUFFIX, TG__TMP_SUFFIX_LEN);
+    uint64_t r = tg__splitmix64(seed);
+    for (int i = 0; i < TG__TMP_RAND; i++) {
+        out[bl + TG__TMP_SUFFIX_LEN + (size_t)i] = abc[r % 62];
+        r /= 62;
+    }
+    out[bl + TG__TMP_SUFFIX_LEN + TG__TMP_RAND] = '\0';
+}
+
+/* Is name one of our temporaries for base? */
+static bool is_tmp_of(const char *name, const char *base, size_t bl)
+{
+    if (strncmp(name, base, bl) != 0 || strncmp(name + bl, TG__TMP_SUFFIX, TG__TMP_SUFFIX_LEN))
+        return false;
+    const char *x = name + bl + TG__TMP_SUFFIX_LEN;
+    for (int i = 0; i < TG__TMP_RAND; i++) {
+        char c = x[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')))
+            return false;
+    }
+    return x[TG__TMP_RAND] == '\0';
+}
+
+static bool same_inode(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* Take the writer's lock on fd. Returns 0, or EWOULDBLOCK if someone else holds it. A file
+ * system without flock counts as locked: its cleaner cannot lock either, so removes nothing. */
+static int lock_tmp(int fd)
+{
+#ifdef LOCK_EX
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK)
+        return EWOULDBLOCK;
+#else
+    (void)fd;
+#endif
+    return 0;
+}
+
+/* Remove orphaned temporaries of base in dirfd: regular files named BASE.tmp.XXXXXX whose
+ * flock can be taken (their writer is gone; a live writer holds its lock from creation to
+ * rename). Best effort: anything unexpected is skipped silently. */
+static void clean_stale(int dirfd, const char *base, size_t bl)
+{
+#ifdef LOCK_EX
+    int dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        (void)close(dfd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!is_tmp_of(e->d_name, base, bl))
+            continue;
+        const int fl = O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+        int fd = openat(dirfd, e->d_name, O_RDONLY | fl);
+        if (fd < 0 && errno == EACCES) /* a temporary of a write-only file (mode kept) */
+            fd = openat(dirfd, e->d_name, O_WRONLY | fl);
+        if (fd < 0)
+            continue;
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && S_ISREG(a.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+            fstatat(dirfd, e->d_name, &b, AT_SYMLINK_NOFOLLOW) == 0 && same_inode(&a, &b))
+            (void)unlinkat(dirfd, e->d_name, 0);
+        (void)close(fd); /* releases the lock */
+    }
+    closedir(d);
+#else
+    (void)dirfd, (void)base, (void)bl;
+#endif
+}
+
+/* Copy s into context memory (NULL and TG_ERR_NOMEM recorded on failure). */
+static char *ctx_strdup(tg_ctx *ctx, const char *fn, const char *s, size_t n)
+{
+    char *p = tg__alloc(ctx, n + 1, fn);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+/* What a save of path replaces: *target (context memory), and if it exists, its mode. */
+static tg_status resolve_target(tg_ctx *ctx, const char *fn, const char *path, char **target,
+                                bool *exists, mode_t *mode)
+{
+    char eb[128];
+    struct stat st;
+    *target = NULL;
+    *exists = false;
+    if (lstat(path, &st) != 0) {
+        int e = errno ? errno : EIO;
+        if (e != ENOENT) {
+            tg__err(ctx, TG_ERR_IO, fn, "cannot stat '%s': %s", path,
+                    tg__strerror(e, eb, sizeof eb));
+            return TG_ERR_IO;
+        }
+        *target = ctx_strdup(ctx, fn, path, strlen(path));
+        return *target ? TG_OK : TG_ERR_NOMEM;
+    }
+    if (S_ISREG(st.st_mode)) {
+        *exists = true;
+        *mode = st.st_mode & 07777;
+        *target = ctx_strdup(ctx, fn, path, strlen(path));
+        return *target ? TG_OK : TG_ERR_NOMEM;
+    }
+    if (!S_ISLNK(st.st_mode)) {
+        tg__err(ctx, TG_ERR_IO, fn, "'%s' is not a regular file (%s): refusing to replace it",
+                path, tg__ftype_name(st.st_mode));
+        return TG_ERR_IO;
+    }
+    /* A symbolic link: write through it, so the link survives. The kernel follows it (with its
+     * protections against links planted in shared directories, and without opening a device:
+     * O_PATH) before we name its target. */
+    struct stat ft;
+    int fd = -1;
+#ifdef O_PATH
+    fd = open(path, O_PATH | O_CLOEXEC);
+    bool followed = fd >= 0 && fstat(fd, &ft) == 0;
+#else
+    bool followed = stat(path, &ft) == 0;
+#endif
+    int e = errno ? errno : EIO;
+    if (!followed) {
+        if (fd >= 0)
+            (void)close(fd);
+        if (e == ENOENT)
+            tg__err(ctx, TG_ERR_IO, fn,
+                    "'%s' is a symbolic link to a file that does not exist: refusing to write "
+                    "through it", path);
+        else
+            tg__err(ctx, TG_ERR_IO, fn, "cannot follow the symbolic link '%s': %s", path,
+                    tg__strerror(e, eb, sizeof eb));
+        return TG_ERR_IO;
+    }
+    if (!S_ISREG(ft.st_mode)) {
+        if (fd >= 0)
+            (void)close(fd);
+        tg__err(ctx, TG_ERR_IO, fn,
+                "'%s' is a symbolic link to %s, not to a regular file: refusing to replace it",
+                path, tg__ftype_name(ft.st_mode));
+        return TG_ERR_IO;
+    }
+    char *real = realpath(path, NULL);
+    struct stat rs;
+    bool ok = real && stat(real, &rs) == 0 && same_inode(&rs, &ft);
+    e = errno ? errno : EIO;
+    if (fd >= 0)
         (void)close(fd);
+    if (!ok) {
+        free(real);
+        tg__err(ctx, TG_ERR_IO, fn, "cannot resolve the symbolic link '%s': %s", path,
+                real ? "it changed while being followed" : tg__strerror(e, eb, sizeof eb));
+        return TG_ERR_IO;
     }
+    *exists = true;
+    *mode = ft.st_mode & 07777;
+    *target = ctx_strdup(ctx, fn, real, strlen(real));
+    free(real); /* from realpath(): the C library's allocation */
+    return *target ? TG_OK : TG_ERR_NOMEM;
 }
 
 tg_status tg__write_atomic(tg_ctx *ctx, const char *fn, const char *path,
                            const tg_write_opts *opts, tg__emit_fn emit, void *user)
 {
-    static const char suffix[] = ".tmp.XXXXXX";
     tg_write_opts o = {0};
     if (opts)
         o = *opts;
@@ -585,98 +900,216 @@ tg_status tg__write_atomic(tg_ctx *ctx, const char *fn, const char *path,
         tg__err(ctx, TG_ERR_ARG, fn, "path is %s", path ? "empty" : "NULL");
         return TG_ERR_ARG;
     }
-    size_t plen = strlen(path);
-    if (plen > SIZE_MAX - sizeof suffix) {
-        tg__err(ctx, TG_ERR_ARG, fn, "path too long");
-        return TG_ERR_ARG;
-    }
-    char *tmp = tg__alloc(ctx, plen + sizeof suffix, fn);
-    if (!tmp)
-        return TG_ERR_NOMEM;
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, suffix, sizeof suffix);
-
-    /* Keep the permissions of the file being replaced; a new file gets 0644. */
-    mode_t mode = 0644;
-    struct stat old;
-    if (stat(path, &old) == 0 && S_ISREG(old.st_mode))
-        mode = old.st_mode & 07777;
-
     char eb[128];
-    tg_status st = TG_OK;
-    FILE *f = NULL;
-    errno = 0;
-    int fd = mkstemp(tmp);
+    char *target = NULL, *dir = NULL, *tmp = NULL;
+    unsigned char *buf = NULL;
+    int dirfd = -1, fd = -1, lockfd = -1;
+    bool exists = false, named = false, anon = false;
+    mode_t mode = 0;
+    int e = 0;
+
+    /* 1. what is replaced (refusals here leave no trace) */
+    tg_status st = resolve_target(ctx, fn, path, &target, &exists, &mode);
+    if (st != TG_OK)
+        return st;
+    const char *slash = strrchr(target, '/');
+    const char *base = slash ? slash + 1 : target;
+    size_t bl = strlen(base);
+    if (bl == 0) {
+        tg__err(ctx, TG_ERR_IO, fn, "'%s' ends with '/': it names a directory, not a file", path);
+        st = TG_ERR_IO;
+        goto out;
+    }
+    if (!slash)
+        dir = ctx_strdup(ctx, fn, ".", 1);
+    else
+        dir = ctx_strdup(ctx, fn, target, slash == target ? 1 : (size_t)(slash - target));
+    tmp = tg__alloc(ctx, bl + TG__TMP_SUFFIX_LEN + TG__TMP_RAND + 1, fn);
+    buf = tg__alloc(ctx, TG__SINK_BUF, fn);
+    if (!dir || !tmp || !buf) {
+        st = TG_ERR_NOMEM;
+        goto out;
+    }
+
+    /* 2. the directory, and the litter of earlier saves that were killed */
+    dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0) {
+        e = errno ? errno : EIO;
+        tg__err(ctx, TG_ERR_IO, fn, "cannot open the directory of '%s': %s", path,
+                tg__strerror(e, eb, sizeof eb));
+        st = TG_ERR_IO;
+        goto out;
+    }
+    clean_stale(dirfd, base, bl);
+
+    /* 3. the temporary file, locked from birth */
+    struct timespec now;
+    (void)clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t seed = (uint64_t)now.tv_sec * 1000000007u ^ (uint64_t)now.tv_nsec ^
+                    (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&seed;
+    if (o.fail_step == TG_WRITE_STEP_CREATE) {
+        e = inj_errno(&o);
+        goto create_failed;
+    }
+#ifdef O_TMPFILE
+    if (!o.no_tmpfile) {
+        fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+        if (fd >= 0) {
+            /* it can only be named later through /proc/self/fd: check that works now */
+            char pp[64];
+            struct stat a, b;
+            snprintf(pp, sizeof pp, "/proc/self/fd/%d", fd);
+            if (fstat(fd, &a) == 0 && stat(pp, &b) == 0 && same_inode(&a, &b) &&
+                lock_tmp(fd) == 0) {
+                anon = true;
+            } else {
+                (void)close(fd);
+                fd = -1;
+            }
+        }
+    }
+#endif
+    for (int tries = 0; fd < 0 && tries < 100; tries++) {
+        tmp_name(tmp, base, bl, &seed);
+        fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC,
+                    0666);
+        if (fd < 0) {
+            if (errno == EEXIST)
+                continue;
+            e = errno ? errno : EIO;
+            goto create_failed;
+        }
+        struct stat a, b;
+        if (lock_tmp(fd) != 0 || fstat(fd, &a) != 0 ||
+            fstatat(dirfd, tmp, &b, AT_SYMLINK_NOFOLLOW) != 0 || !same_inode(&a, &b)) {
+            /* a concurrent cleaner took it between the create and the lock: it removes it */
+            (void)close(fd);
+            fd = -1;
+            continue;
+        }
+        named = true;
+    }
     if (fd < 0) {
-        int e = errno ? errno : EIO;
-        tg__err(ctx, TG_ERR_IO, fn, "cannot create a temporary file next to '%s': %s", path,
-                tg__strerror(e, eb, sizeof eb));
-        tg__free(ctx, tmp);
-        return TG_ERR_IO;
+        e = EEXIST;
+        goto create_failed;
     }
-    if (fchmod(fd, mode) != 0) {
-        int e = errno ? errno : EIO;
-        tg__err(ctx, TG_ERR_IO, fn, "cannot set the mode of '%s': %s", tmp,
+    lockfd = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* keeps the lock held after fd is closed */
+    if (lockfd < 0) {
+        e = errno ? errno : EIO;
+        goto create_failed;
+    }
+    if (exists && fchmod(fd, mode) != 0) { /* keep the permissions of the file replaced */
+        e = errno ? errno : EIO;
+        tg__err(ctx, TG_ERR_IO, fn, "cannot set the mode of the new '%s': %s", path,
                 tg__strerror(e, eb, sizeof eb));
-        (void)close(fd);
         st = TG_ERR_IO;
-        goto fail;
+        goto out;
     }
-    f = fdopen(fd, "wb");
-    if (!f) {
-        int e = errno ? errno : EIO;
-        tg__err(ctx, TG_ERR_IO, fn, "cannot open '%s' for writing: %s", tmp,
-                tg__strerror(e, eb, sizeof eb));
-        (void)close(fd);
-        st = TG_ERR_IO;
-        goto fail;
-    }
-    file_sink sink = {f, 0, o.inject_write_failure, o.fail_after_bytes};
-    tg_writer w = {file_sink_write, &sink};
+
+    /* 4. contents, fsync, close */
+    fd_sink sink = {fd, &o, 0, 0, buf, 0};
+    tg_writer w = {fd_sink_write, &sink};
     st = emit(ctx, &w, user);
     if (st != TG_OK)
-        goto fail;
-    errno = 0;
-    if (fflush(f) != 0) {
-        int e = errno ? errno : EIO;
-        tg__err(ctx, TG_ERR_IO, fn, "cannot write '%s': %s", tmp, tg__strerror(e, eb, sizeof eb));
+        goto out;
+    e = sink_flush(&sink);
+    if (e) {
+        tg__err(ctx, TG_ERR_IO, fn, "cannot write '%s': %s", path, tg__strerror(e, eb, sizeof eb));
         st = TG_ERR_IO;
-        goto fail;
+        goto out;
     }
-    if (!o.no_fsync && fsync(fileno(f)) != 0) {
-        int e = errno ? errno : EIO;
-        tg__err(ctx, TG_ERR_IO, fn, "cannot fsync '%s': %s", tmp, tg__strerror(e, eb, sizeof eb));
-        st = TG_ERR_IO;
-        goto fail;
+    if (!o.no_fsync) {
+        e = o.fail_step == TG_WRITE_STEP_FSYNC ? inj_errno(&o)
+            : fsync(fd) != 0                   ? (errno ? errno : EIO)
+                                               : 0;
+        if (e) {
+            tg__err(ctx, TG_ERR_IO, fn, "cannot fsync the new '%s': %s", path,
+                    tg__strerror(e, eb, sizeof eb));
+            st = TG_ERR_IO;
+            goto out;
+        }
     }
-    errno = 0;
-    int rc = fclose(f);
-    f = NULL;
-    if (rc != 0) {
-        int e = errno ? errno : EIO;
-        tg__err(ctx, TG_ERR_IO, fn, "cannot close '%s': %s", tmp, tg__strerror(e, eb, sizeof eb));
-        st = TG_ERR_IO;
-        goto fail;
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno ? errno : EIO;
-        tg__err(ctx, TG_ERR_IO, fn, "cannot rename '%s' to '%s': %s", tmp, path,
+    int rc = close(fd); /* reports late write errors (NFS); the lock stays held by lockfd */
+    fd = -1;
+    e = o.fail_step == TG_WRITE_STEP_CLOSE ? inj_errno(&o) : rc != 0 ? (errno ? errno : EIO) : 0;
+    if (e) {
+        tg__err(ctx, TG_ERR_IO, fn, "cannot close the new '%s': %s", path,
                 tg__strerror(e, eb, sizeof eb));
         st = TG_ERR_IO;
-        goto fail;
+        goto out;
     }
-    if (!o.no_fsync)
-        fsync_dir_of(path, tmp, plen + sizeof suffix);
-    tg__free(ctx, tmp);
-    return TG_OK;
 
-fail:
-    if (f)
-        (void)fclose(f);
-    (void)unlink(tmp);
+    /* 5. an unnamed temporary gets its name only now */
+#ifdef O_TMPFILE
+    if (anon) {
+        char pp[64];
+        snprintf(pp, sizeof pp, "/proc/self/fd/%d", lockfd);
+        for (int tries = 0; !named; tries++) {
+            tmp_name(tmp, base, bl, &seed);
+            if (linkat(AT_FDCWD, pp, dirfd, tmp, AT_SYMLINK_FOLLOW) == 0) {
+                named = true;
+            } else if (errno != EEXIST || tries >= 100) {
+                e = errno ? errno : EIO;
+                tg__err(ctx, TG_ERR_IO, fn, "cannot link the new '%s' into its directory: %s",
+                        path, tg__strerror(e, eb, sizeof eb));
+                st = TG_ERR_IO;
+                goto out;
+            }
+        }
+    }
+#endif
+
+    /* 6. replace the target, unless something that is not a regular file took its place */
+    struct stat cur;
+    if (fstatat(dirfd, base, &cur, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(cur.st_mode) &&
+        !S_ISLNK(cur.st_mode)) {
+        tg__err(ctx, TG_ERR_IO, fn, "'%s' is not a regular file (%s): refusing to replace it",
+                target, tg__ftype_name(cur.st_mode));
+        st = TG_ERR_IO;
+        goto out;
+    }
+    e = o.fail_step == TG_WRITE_STEP_RENAME     ? inj_errno(&o)
+        : renameat(dirfd, tmp, dirfd, base) != 0 ? (errno ? errno : EIO)
+                                                 : 0;
+    if (e) {
+        tg__err(ctx, TG_ERR_IO, fn, "cannot rename the new '%s' into place: %s", path,
+                tg__strerror(e, eb, sizeof eb));
+        st = TG_ERR_IO;
+        goto out;
+    }
+    named = false;
+    if (!o.no_fsync) {
+        bool injected = o.fail_step == TG_WRITE_STEP_DIR_FSYNC;
+        e = injected ? inj_errno(&o) : fsync(dirfd) != 0 ? (errno ? errno : EIO) : 0;
+        /* some file systems cannot fsync a directory at all (EINVAL): nothing to report */
+        if (e && (injected || (e != EINVAL && e != ENOTSUP))) {
+            tg__err(ctx, TG_ERR_IO, fn,
+                    "'%s' was replaced, but the fsync of its directory failed: %s (the new "
+                    "file may not survive a crash)", path, tg__strerror(e, eb, sizeof eb));
+            st = TG_ERR_IO;
+        }
+    }
+    goto out;
+
+create_failed:
+    tg__err(ctx, TG_ERR_IO, fn, "cannot create a temporary file next to '%s': %s", path,
+            tg__strerror(e, eb, sizeof eb));
+    st = TG_ERR_IO;
+out:
+    if (named)
+        (void)unlinkat(dirfd, tmp, 0); /* still locked: no cleaner touches it meanwhile */
+    if (fd >= 0)
+        (void)close(fd);
+    if (lockfd >= 0)
+        (void)close(lockfd);
+    if (dirfd >= 0)
+        (void)close(dirfd);
+    tg__free(ctx, buf);
     tg__free(ctx, tmp);
+    tg__free(ctx, dir);
+    tg__free(ctx, target);
     if (fresh && st == TG_ERR_IO && ctx->status == TG_ERR_IO) {
-        /* the writer's message lacks the path: add it if there is room */
+        /* an emitter's message ("cannot write the header: ...") lacks the path: add it */
         size_t ml = strlen(ctx->msg), pl = strlen(path);
         if (!strstr(ctx->msg, path) && ml + pl + 16 < sizeof ctx->msg)
             snprintf(ctx->msg + ml, sizeof ctx->msg - ml, " (writing '%s')", path);

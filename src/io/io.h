@@ -12,8 +12,8 @@
 #include <stdio.h>
 
 /* ----- byte sources ------------------------------------------------------------------------ */
-/* A file (regular: size known from fstat; anything else is read whole into memory first) or a
- * borrowed memory buffer, read sequentially. */
+/* A regular file (size known from fstat), a stream read whole into memory first (bounded),
+ * or a borrowed memory buffer, read sequentially. */
 typedef struct tg__src {
     const char *fn;            /* API function name for messages */
     const char *label;         /* file path or "<memory>" */
@@ -24,8 +24,17 @@ typedef struct tg__src {
     uint64_t pos;              /* bytes consumed */
 } tg__src;
 
-/* Open @p path for reading. Records TG_ERR_IO / TG_ERR_NOMEM; returns the status. */
+/* Open @p path for reading. Only a regular file is accepted: anything else (directory,
+ * device, FIFO, socket) is TG_ERR_IO "'path' is not a regular file (a FIFO)", and a FIFO
+ * without a writer cannot block the open. Records TG_ERR_IO / TG_ERR_NOMEM; returns the
+ * status. */
 tg_status tg__src_open_file(tg_ctx *ctx, tg__src *s, const char *fn, const char *path);
+/* Read descriptor @p fd to its end (any file type; not closed) into memory, at most
+ * @p max_bytes (more: TG_ERR_IO). @p label names it in messages (borrowed). */
+tg_status tg__src_open_fd(tg_ctx *ctx, tg__src *s, const char *fn, int fd, const char *label,
+                          uint64_t max_bytes);
+/* "a directory", "a character device", "a FIFO", ... for a st_mode. */
+const char *tg__ftype_name(unsigned mode);
 void tg__src_open_mem(tg__src *s, const char *fn, const void *data, size_t size);
 void tg__src_close(tg_ctx *ctx, tg__src *s);
 /* Bytes left. */
@@ -93,10 +102,18 @@ tg_status tg__write_data(tg_ctx *ctx, const char *fn, const tg_writer *w, const 
 
 /* Produce the file's bytes through w. */
 typedef tg_status (*tg__emit_fn)(tg_ctx *ctx, const tg_writer *w, void *user);
-/* Atomic write of @p path: temp file in the same directory, emit, fflush, fsync, fclose,
- * rename; on failure the temp file is removed and @p path untouched. */
+/* Atomic write of @p path (see tgrad_io.h and the comment in io.c): refuse a target that is
+ * not a regular file; remove stale temporaries of ours; temporary in the target's directory
+ * (O_TMPFILE where possible, else named, flock-ed either way), emit, write, fsync, close,
+ * rename, fsync the directory; on failure the temporary is removed and @p path untouched.
+ * @p opts may inject a failure at any step (tests). */
 tg_status tg__write_atomic(tg_ctx *ctx, const char *fn, const char *path,
                            const tg_write_opts *opts, tg__emit_fn emit, void *user);
+
+/* tg_safetensors_write_items() with messages naming @p fn (e.g. tg_checkpoint_save). */
+tg_status tg__st_write_items(tg_ctx *ctx, const char *fn, const char *path, int64_t n,
+                            const tg_io_item *items, int64_t n_meta, const char *const *keys,
+                            const char *const *vals, const tg_write_opts *opts);
 
 /* Remove tensor t created by a reader that failed later (frees its data and record). */
 void tg__tensor_discard(tg_ctx *ctx, tg_tensor *t);

@@ -10,13 +10,23 @@ tg_status tg__jp_init(tg__jp *jp, tg_ctx *ctx, const char *fn, const char *label
 {
     memset(jp, 0, sizeof *jp);
     jp->ctx = ctx;
-    jp->fn = fn;
-    jp->label = label;
+    jp->fn = fn ? fn : "json";
+    jp->label = label ? label : "<json>";
     jp->s = (const unsigned char *)text;
     jp->n = n;
+    if (!text && n) {
+        jp->err = TG_ERR_ARG;
+        tg__err(ctx, TG_ERR_ARG, jp->fn, "%s: JSON text is NULL", jp->label);
+        return TG_ERR_ARG;
+    }
+    if (n == SIZE_MAX) {
+        jp->err = TG_ERR_NOMEM;
+        tg__err(ctx, TG_ERR_NOMEM, jp->fn, "%s: JSON text too large", jp->label);
+        return TG_ERR_NOMEM;
+    }
     /* Every decoded string plus its NUL is no longer than its quoted source, so n + 1 bytes
      * hold all strings of the text. */
-    jp->sbuf = tg__alloc(ctx, n + 1, fn);
+    jp->sbuf = tg__alloc(ctx, n + 1, jp->fn);
     if (!jp->sbuf) {
         jp->err = TG_ERR_NOMEM;
         return TG_ERR_NOMEM;
@@ -100,6 +110,12 @@ static int next_member(tg__jp *jp, char close)
 {
     if (jp->err)
         return -1;
+    /* misuse by a caller (a next without its begin, or an object's next inside an array) is an
+     * error, never a read outside first[] / kind[] */
+    if (jp->depth < 1 || jp->kind[jp->depth] != (close == '}' ? '{' : '[')) {
+        tg__jp_fail(jp, TG_ERR_JSON, close == '}' ? "not inside an object" : "not inside an array");
+        return -1;
+    }
     int c = look(jp);
     if (c < 0) {
         tg__jp_fail(jp, TG_ERR_JSON, close == '}' ? "unterminated object" : "unterminated array");

@@ -56,7 +56,10 @@ typedef struct tg__jp {
     size_t slen;
 } tg__jp;
 
-/* Prepare to parse text[0..n). Allocates the string buffer (TG_ERR_NOMEM). */
+/* Prepare to parse text[0..n). Allocates the string buffer (TG_ERR_NOMEM; TG_ERR_ARG for a
+ * NULL text with n > 0). Any sequence of the calls below is safe on any input (the fuzz
+ * harnesses rely on it): a call out of place (obj_next outside an object, arr_next outside an
+ * array) is a TG_ERR_JSON error, and after the first error every call returns false. */
 tg_status tg__jp_init(tg__jp *jp, tg_ctx *ctx, const char *fn, const char *label,
                       const char *text, size_t n);
 void tg__jp_free(tg__jp *jp);

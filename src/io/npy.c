@@ -431,6 +431,25 @@ tg_tensor *tg_npy_read(tg_ctx *ctx, const char *path, tg_dtype want, tg_npy_kind
     return t;
 }
 
+tg_tensor *tg_npy_read_fd(tg_ctx *ctx, int fd, const char *label, uint64_t max_bytes,
+                          tg_dtype want, tg_npy_kind *kind_out)
+{
+    static const char fn[] = "tg_npy_read_fd";
+    if (!ctx)
+        return NULL;
+    char lb[32];
+    if (!label) {
+        snprintf(lb, sizeof lb, "<fd %d>", fd);
+        label = lb;
+    }
+    tg__src src;
+    if (tg__src_open_fd(ctx, &src, fn, fd, label, max_bytes) != TG_OK)
+        return NULL;
+    tg_tensor *t = npy_read(ctx, &src, want, kind_out, NULL);
+    tg__src_close(ctx, &src);
+    return t;
+}
+
 tg_tensor *tg_npy_read_mem(tg_ctx *ctx, const void *data, size_t size, tg_dtype want,
                            tg_npy_kind *kind_out)
 {

@@ -152,9 +152,15 @@ typedef struct st_kv {
     tg__jstr key, value;
 } st_kv;
 
+/* A header listing more tensors than this is checked against the data section's size as it
+ * is parsed (every tensor needs at least one byte), so a huge header with no data cannot make
+ * the reader allocate its entries first. Small headers keep the documented order of checks. */
+#define ST_EARLY_COUNT 1024
+
 typedef struct st_parse {
     tg_ctx *ctx;
     const char *fn, *label;
+    uint64_t data_len; /* bytes after the header */
     tg__jp jp;
     st_entry *e;
     int64_t n, cap;
@@ -373,6 +379,9 @@ static bool st_parse_meta(st_parse *P)
         if (memchr(k.p, 0, k.len) || memchr(v.p, 0, v.len))
             return st_fail(P, TG_ERR_UNSUPPORTED,
                            "__metadata__ entry '%.*s' contains a NUL character", NM(k));
+        if (P->nm >= TG_SAFETENSORS_MAX_META)
+            return st_fail(P, TG_ERR_UNSUPPORTED, "__metadata__ has more than %u entries",
+                           TG_SAFETENSORS_MAX_META);
         if (!grow(P->ctx, P->fn, (void **)&P->m, &P->mcap, sizeof *P->m, P->nm + 1)) {
             P->jp.err = TG_ERR_NOMEM;
             return false;
@@ -407,6 +416,11 @@ static bool st_parse_header(st_parse *P)
         if (memchr(key.p, 0, key.len))
             return st_fail(P, TG_ERR_UNSUPPORTED, "tensor name '%.*s' contains a NUL character",
                            NM(key));
+        if (P->n >= ST_EARLY_COUNT && (uint64_t)P->n >= P->data_len)
+            return st_fail(P, TG_ERR_TRUNCATED,
+                           "the header lists more than %lld tensors but the data section holds "
+                           "%llu bytes (every tensor needs at least one)", (long long)P->n,
+                           (unsigned long long)P->data_len);
         if (!grow(P->ctx, P->fn, (void **)&P->e, &P->cap, sizeof *P->e, P->n + 1)) {
             P->jp.err = TG_ERR_NOMEM;
             return false;
@@ -552,6 +566,7 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
         hdr = hdr_owned;
     }
     uint64_t data_len = tg__src_left(src);
+    P.data_len = data_len;
 
     /* 2. JSON */
     if (tg__jp_init(&P.jp, ctx, fn, label, hdr, (size_t)N) != TG_OK)
@@ -727,6 +742,25 @@ tg_safetensors *tg_safetensors_read(tg_ctx *ctx, const char *path)
     return st;
 }
 
+tg_safetensors *tg_safetensors_read_fd(tg_ctx *ctx, int fd, const char *label,
+                                       uint64_t max_bytes)
+{
+    static const char fn[] = "tg_safetensors_read_fd";
+    if (!ctx)
+        return NULL;
+    char lb[32];
+    if (!label) {
+        snprintf(lb, sizeof lb, "<fd %d>", fd);
+        label = lb;
+    }
+    tg__src src;
+    if (tg__src_open_fd(ctx, &src, fn, fd, label, max_bytes) != TG_OK)
+        return NULL;
+    tg_safetensors *st = st_read(ctx, &src);
+    tg__src_close(ctx, &src);
+    return st;
+}
+
 tg_safetensors *tg_safetensors_read_mem(tg_ctx *ctx, const void *data, size_t size)
 {
     static const char fn[] = "tg_safetensors_read_mem";
@@ -825,6 +859,11 @@ static tg_status st_prepare(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_
     if (n_meta < 0 || (n_meta > 0 && (!keys || !vals))) {
         tg__err(ctx, TG_ERR_ARG, fn,
                 n_meta < 0 ? "n_meta is negative" : "meta_keys or meta_values is NULL");
+        return TG_ERR_ARG;
+    }
+    if (n_meta > TG_SAFETENSORS_MAX_META) {
+        tg__err(ctx, TG_ERR_ARG, fn, "n_meta %lld is more than readers accept (%u)",
+                (long long)n_meta, TG_SAFETENSORS_MAX_META);
         return TG_ERR_ARG;
     }
     if ((uint64_t)n > SIZE_MAX / sizeof(const char *) / 2) {
@@ -984,6 +1023,17 @@ static tg_status st_write_items(tg_ctx *ctx, const char *fn, const char *path,
     }
     st_out_free(ctx, &o);
     return s;
+}
+
+tg_status tg__st_write_items(tg_ctx *ctx, const char *fn, const char *path, int64_t n,
+                            const tg_io_item *items, int64_t n_meta, const char *const *keys,
+                            const char *const *vals, const tg_write_opts *opts)
+{
+    if (!path || !*path) {
+        tg__err(ctx, TG_ERR_ARG, fn, "path is %s", path ? "empty" : "NULL");
+        return TG_ERR_ARG;
+    }
+    return st_write_items(ctx, fn, path, NULL, n, items, n_meta, keys, vals, opts);
 }
 
 tg_status tg_safetensors_write_items(tg_ctx *ctx, const char *path, int64_t n,

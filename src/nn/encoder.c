@@ -27,13 +27,36 @@ tg_encoder_config tg_encoder_config_default(int64_t d_model, int64_t n_heads)
     return c;
 }
 
+void tg__nn_encoder_plan_add(tg__nn_plan *plan, const tg_encoder_config *cfg,
+                             int64_t n_layers)
+{
+    int64_t D = cfg->d_model, F = cfg->d_ff;
+    char why[96];
+    snprintf(why, sizeof why, "d_model %lld with d_ff %lld", (long long)D, (long long)F);
+    /* one layer: (3D, D) + 3D + (D, D) + D + 2 (F, D) + F + D + 4 D */
+    tg__nn_plan_add(plan, n_layers, 3, D, D, "self_attn.in_proj_weight (3 d_model, d_model)",
+                    why);
+    tg__nn_plan_add(plan, n_layers, 3, D, 0, "self_attn.in_proj_bias (3 d_model)", why);
+    tg__nn_plan_add(plan, n_layers, 1, D, D, "self_attn.out_proj.weight (d_model, d_model)",
+                    why);
+    tg__nn_plan_add(plan, 2 * n_layers, 1, F, D, "linear1.weight (d_ff, d_model)", why);
+    tg__nn_plan_add(plan, n_layers, 1, F, 0, "linear1.bias (d_ff)", why);
+    tg__nn_plan_add(plan, 6 * n_layers, 1, D, 0, "norm1.weight (d_model)", why);
+}
+
 tg_status tg_encoder_layer_init(tg_ctx *ctx, tg_encoder_layer *l, tg_dtype dt,
                                 const tg_encoder_config *cfg, const char *prefix)
 {
     static const char *fn = "tg_encoder_layer_init";
-    if (!ctx || !l || !cfg)
+    if (!ctx)
         return TG_ERR_ARG;
-    memset(l, 0, sizeof *l);
+    if (l)
+        memset(l, 0, sizeof *l);
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return ctx->status; /* a build error is pending: stop before allocating */
+    if (!l || !cfg)
+        return TG_ERR_ARG;
     if (cfg->d_model < 1 || cfg->n_heads < 1 || cfg->d_model % cfg->n_heads != 0 ||
         cfg->d_ff < 1 || !(cfg->layer_norm_eps >= 0) || !isfinite(cfg->layer_norm_eps) ||
         !(cfg->dropout >= 0 && cfg->dropout < 1) ||
@@ -45,18 +68,24 @@ tg_status tg_encoder_layer_init(tg_ctx *ctx, tg_encoder_layer *l, tg_dtype dt,
                 cfg->layer_norm_eps, cfg->dropout, (int)cfg->activation);
         return TG_ERR_ARG;
     }
+    tg__nn_plan plan = tg__nn_plan_begin(ctx, fn, dt);
+    tg__nn_encoder_plan_add(&plan, cfg, 1);
+    tg_status ps = tg__nn_plan_end(&plan);
+    if (ps != TG_OK)
+        return ps;
     l->cfg = *cfg;
     const char *p = prefix ? prefix : "";
-    char sub[TG_NAME_MAX];
+    char sub[2 * TG_NAME_MAX];
     snprintf(sub, sizeof sub, "%sself_attn.", p);
-    tg_mha_init(ctx, &l->self_attn, dt, cfg->d_model, cfg->n_heads, sub);
-    tg_ffn_init(ctx, &l->ffn, dt, cfg->d_model, cfg->d_ff, cfg->activation, p);
+    if (tg_mha_init(ctx, &l->self_attn, dt, cfg->d_model, cfg->n_heads, sub) != TG_OK ||
+        tg_ffn_init(ctx, &l->ffn, dt, cfg->d_model, cfg->d_ff, cfg->activation, p) != TG_OK)
+        return tg__nn_status(ctx); /* stop at the first failure */
     int64_t D = cfg->d_model;
     l->norm1_weight = tg__nn_param(ctx, dt, TG_DIMS(D), p, "norm1.weight", 0, true);
     l->norm1_bias = tg__nn_param(ctx, dt, TG_DIMS(D), p, "norm1.bias", 0, false);
     l->norm2_weight = tg__nn_param(ctx, dt, TG_DIMS(D), p, "norm2.weight", 0, true);
     l->norm2_bias = tg__nn_param(ctx, dt, TG_DIMS(D), p, "norm2.bias", 0, false);
-    return tg_ctx_status(ctx);
+    return tg__nn_status(ctx);
 }
 
 static tg_tensor *drop(tg_ctx *ctx, const tg_encoder_layer *l, tg_tensor *x)

@@ -12,7 +12,16 @@ tg_tensor *tg__nn_param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape
                         const char *prefix, const char *name, double bound, bool fill_one)
 {
     char full[TG_NAME_MAX];
-    snprintf(full, sizeof full, "%s%s", prefix ? prefix : "", name);
+    if (!ctx || tg__build_failed(ctx))
+        return NULL; /* a module build stops at its first failure */
+    if (!prefix)
+        prefix = "";
+    size_t pl = strlen(prefix), nl = strlen(name);
+    if (pl > TG_NAME_MAX - 1 - nl) /* a truncated name could collide with another */
+        return tg__err(ctx, TG_ERR_ARG, "tg_param",
+                       "parameter name '%.40s...%s' would be %zu bytes (at most %d): prefix too "
+                       "long", prefix, name, pl + nl, TG_NAME_MAX - 1);
+    snprintf(full, sizeof full, "%s%s", prefix, name);
     tg_tensor *t = tg_param(ctx, dt, rank, shape, full);
     if (!t)
         return NULL;
@@ -23,8 +32,82 @@ tg_tensor *tg__nn_param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape
     return t;
 }
 
+tg__nn_plan tg__nn_plan_begin(tg_ctx *ctx, const char *fn, tg_dtype dt)
+{
+    tg__nn_plan p = {ctx, fn, tg_dtype_size(dt) ? tg_dtype_size(dt) : 8, 0, true};
+    return p;
+}
+
+void tg__nn_plan_add(tg__nn_plan *p, int64_t count, int64_t k, int64_t a, int64_t b,
+                     const char *what, const char *why)
+{
+    if (!p->ok)
+        return;
+    int64_t n;
+    size_t bytes;
+    if (!tg__mul_i64(k, a, &n) || (b > 0 && !tg__mul_i64(n, b, &n)) || n > TG_MAX_NUMEL) {
+        tg__err(p->ctx, TG_ERR_ARG, p->fn,
+                "%s too large: %s would hold more than %lld elements", why, what,
+                (long long)TG_MAX_NUMEL);
+        p->ok = false;
+        return;
+    }
+    if (!tg__bytes(n, p->es, &bytes) || !tg__mul_size(bytes, (size_t)count, &bytes) ||
+        bytes > SIZE_MAX - p->bytes) {
+        tg__err(p->ctx, TG_ERR_ARG, p->fn, "%s too large: the parameters would need more than "
+                "%zu bytes", why, (size_t)SIZE_MAX);
+        p->ok = false;
+        return;
+    }
+    p->bytes += bytes;
+}
+
+tg_status tg__nn_plan_end(tg__nn_plan *p)
+{
+    tg_ctx *ctx = p->ctx;
+    if (!p->ok)
+        return ctx->status;
+    size_t lim = ctx->mem_limit, used = ctx->bytes;
+    if (lim && (used > lim || p->bytes > lim - used)) {
+        tg__err(ctx, TG_ERR_NOMEM, p->fn,
+                "the parameters need %zu bytes, which would exceed the memory limit of %zu bytes "
+                "(%zu in use)", p->bytes, lim, used);
+        p->ok = false;
+        return TG_ERR_NOMEM;
+    }
+    return TG_OK;
+}
+
+tg_status tg__nn_status(const tg_ctx *ctx)
+{
+    return tg__build_failed(ctx) ? ctx->status : TG_OK;
+}
+
+/* (t_q, t_k) for a constant built by fn: sizes >= 1 and representable. */
+static bool square_ok(tg_ctx *ctx, const char *fn, int64_t a, int64_t b, const char *na,
+                      const char *nb)
+{
+    int64_t n;
+    if (a < 1 || b < 1) {
+        tg__err(ctx, TG_ERR_SHAPE, fn, "%s %lld and %s %lld must both be >= 1", na,
+                (long long)a, nb, (long long)b);
+        return false;
+    }
+    if (!tg__mul_i64(a, b, &n) || n > TG_MAX_NUMEL) {
+        tg__err(ctx, TG_ERR_SHAPE, fn, "(%s, %s) = (%lld, %lld) is too large (at most %lld "
+                "elements)", na, nb, (long long)a, (long long)b, (long long)TG_MAX_NUMEL);
+        return false;
+    }
+    return true;
+}
+
 tg_tensor *tg_causal_mask(tg_ctx *ctx, tg_dtype dt, int64_t t_q, int64_t t_k)
 {
+    if (!ctx)
+        return NULL;
+    tg__begin(ctx);
+    if (tg__build_failed(ctx) || !square_ok(ctx, "tg_causal_mask", t_q, t_k, "t_q", "t_k"))
+        return NULL;
     tg_tensor *m = tg_const(ctx, dt, TG_DIMS(t_q, t_k), "causal_mask");
     if (!m)
         return NULL;
@@ -32,6 +115,16 @@ tg_tensor *tg_causal_mask(tg_ctx *ctx, tg_dtype dt, int64_t t_q, int64_t t_k)
         for (int64_t j = 0; j < t_k; j++)
             tg_set(m, i * t_k + j, j > i ? 1.0 : 0.0);
     return m;
+}
+
+tg_tensor *tg__nn_sinusoidal(tg_ctx *ctx, tg_dtype dt, int64_t t, int64_t d)
+{
+    if (!ctx)
+        return NULL;
+    tg__begin(ctx);
+    if (tg__build_failed(ctx) || !square_ok(ctx, "tg_sinusoidal_encoding", t, d, "t", "d"))
+        return NULL;
+    return tg_const(ctx, dt, TG_DIMS(t, d), "sinusoidal_pe");
 }
 
 tg_tensor *tg__nn_apply_masks(tg_ctx *ctx, const char *fn, tg_tensor *scores,

@@ -13,22 +13,40 @@
 #include "../core.h"
 
 #include <math.h>
+#include <stdio.h>
 
 tg_status tg_mha_init(tg_ctx *ctx, tg_mha *m, tg_dtype dt, int64_t d_model, int64_t n_heads,
                       const char *prefix)
 {
     static const char *fn = "tg_mha_init";
-    if (!ctx || !m)
+    if (!ctx)
         return TG_ERR_ARG;
-    memset(m, 0, sizeof *m);
+    if (m)
+        memset(m, 0, sizeof *m);
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return ctx->status; /* a build error is pending: stop before allocating */
+    if (!m)
+        return TG_ERR_ARG;
     if (d_model < 1 || n_heads < 1 || d_model % n_heads != 0) {
         tg__err(ctx, TG_ERR_ARG, fn, "n_heads %lld must divide d_model %lld (both >= 1)",
                 (long long)n_heads, (long long)d_model);
         return TG_ERR_ARG;
     }
+    char why[64];
+    snprintf(why, sizeof why, "d_model %lld", (long long)d_model);
+    tg__nn_plan plan = tg__nn_plan_begin(ctx, fn, dt);
+    tg__nn_plan_add(&plan, 1, 3, d_model, d_model, "in_proj_weight (3 d_model, d_model)", why);
+    tg__nn_plan_add(&plan, 1, 3, d_model, 0, "in_proj_bias (3 d_model)", why);
+    tg__nn_plan_add(&plan, 1, 1, d_model, d_model, "out_proj.weight (d_model, d_model)", why);
+    tg__nn_plan_add(&plan, 1, 1, d_model, 0, "out_proj.bias (d_model)", why);
+    tg_status ps = tg__nn_plan_end(&plan);
+    if (ps != TG_OK)
+        return ps;
     m->d_model = d_model;
     m->n_heads = n_heads;
-    double xavier = sqrt(6.0 / (double)(d_model + 3 * d_model));
+    /* in_proj_weight (3D, D): xavier over fan_in + fan_out = D + 3D (no int overflow: double) */
+    double xavier = sqrt(6.0 / (4.0 * (double)d_model));
     double linear = 1.0 / sqrt((double)d_model);
     m->in_proj_weight = tg__nn_param(ctx, dt, TG_DIMS(3 * d_model, d_model), prefix,
                                      "in_proj_weight", xavier, false);
@@ -38,7 +56,7 @@ tg_status tg_mha_init(tg_ctx *ctx, tg_mha *m, tg_dtype dt, int64_t d_model, int6
                                       "out_proj.weight", linear, false);
     m->out_proj_bias = tg__nn_param(ctx, dt, TG_DIMS(d_model), prefix, "out_proj.bias", 0,
                                     false);
-    return tg_ctx_status(ctx);
+    return tg__nn_status(ctx);
 }
 
 /* (B, T, D) -> (B, H, T, Dh) */
@@ -60,8 +78,18 @@ tg_tensor *tg_mha_forward(tg_ctx *ctx, const tg_mha *m, tg_tensor *query, tg_ten
     if (!m || !m->in_proj_weight || !m->in_proj_bias || !m->out_proj_weight ||
         !m->out_proj_bias)
         return tg__err(ctx, TG_ERR_ARG, fn, "module is NULL or not initialised");
-    int64_t D = m->d_model, H = m->n_heads, Dh = D / H;
+    int64_t D = m->d_model, H = m->n_heads;
     char b1[128], b2[128], b3[128];
+    tg_tensor *W = m->in_proj_weight, *bias = m->in_proj_bias;
+    if (D < 1 || H < 1 || D % H != 0 || D > TG_MAX_NUMEL / 3 || tg_tensor_rank(W) != 2 ||
+        tg_tensor_dim(W, 0) != 3 * D || tg_tensor_dim(W, 1) != D || tg_tensor_rank(bias) != 1 ||
+        tg_tensor_dim(bias, 0) != 3 * D)
+        return tg__err(ctx, TG_ERR_ARG, fn,
+                       "module is inconsistent: d_model %lld, n_heads %lld (must divide it), "
+                       "in_proj_weight %s (need (3 d_model, d_model)), in_proj_bias %s",
+                       (long long)D, (long long)H, tg_tensor_shape_str(W, b1, sizeof b1),
+                       tg_tensor_shape_str(bias, b2, sizeof b2));
+    int64_t Dh = D / H;
     if (tg_tensor_rank(query) != 3 || tg_tensor_rank(key) != 3 || tg_tensor_rank(value) != 3 ||
         tg_tensor_dim(query, 2) != D || tg_tensor_dim(key, 2) != D ||
         tg_tensor_dim(value, 2) != D || tg_tensor_dim(key, 0) != tg_tensor_dim(query, 0) ||
@@ -74,7 +102,6 @@ tg_tensor *tg_mha_forward(tg_ctx *ctx, const tg_mha *m, tg_tensor *query, tg_ten
                        tg_tensor_shape_str(key, b2, sizeof b2),
                        tg_tensor_shape_str(value, b3, sizeof b3));
     int64_t B = tg_tensor_dim(query, 0), Tq = tg_tensor_dim(query, 1), Tk = tg_tensor_dim(key, 1);
-    tg_tensor *W = m->in_proj_weight, *bias = m->in_proj_bias;
     tg_tensor *q = tg_dense(ctx, query, tg_narrow(ctx, W, 0, 0, D), tg_narrow(ctx, bias, 0, 0, D));
     tg_tensor *k = tg_dense(ctx, key, tg_narrow(ctx, W, 0, D, D), tg_narrow(ctx, bias, 0, D, D));
     tg_tensor *v = tg_dense(ctx, value, tg_narrow(ctx, W, 0, 2 * D, D),

@@ -9,6 +9,34 @@
 tg_tensor *tg__nn_param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape,
                         const char *prefix, const char *name, double bound, bool fill_one);
 
+/* The (t, d) constant of tg_sinusoidal_encoding, sizes checked (values not yet filled). */
+tg_tensor *tg__nn_sinusoidal(tg_ctx *ctx, tg_dtype dt, int64_t t, int64_t d);
+
+/* Size plan of a module's parameters, checked before anything is allocated: every parameter
+ * must be representable (at most TG_MAX_NUMEL elements, no overflow on the way), and their
+ * bytes must fit in size_t and, if the context has a memory limit, in what is left of it. */
+typedef struct tg__nn_plan {
+    tg_ctx *ctx;
+    const char *fn; /* the init function, for messages */
+    size_t es;      /* element size */
+    size_t bytes;   /* total so far */
+    bool ok;        /* false once an error is recorded */
+} tg__nn_plan;
+tg__nn_plan tg__nn_plan_begin(tg_ctx *ctx, const char *fn, tg_dtype dt);
+/* Add `count` parameters of shape (k * a, b) (b = 0: a vector (k * a)); `what` names the
+ * parameter with a symbolic shape ("in_proj_weight (3 d_model, d_model)") and `why` the
+ * user's values ("d_model 1000000000"), both for the message if it is too large. */
+void tg__nn_plan_add(tg__nn_plan *p, int64_t count, int64_t k, int64_t a, int64_t b,
+                     const char *what, const char *why);
+/* Check the total against size_t and the memory limit; returns the status (recorded). */
+tg_status tg__nn_plan_end(tg__nn_plan *p);
+/* Add n_layers encoder layers' parameters to a plan (cfg already validated; n_layers small
+ * enough that 6 * n_layers cannot overflow). */
+void tg__nn_encoder_plan_add(tg__nn_plan *plan, const tg_encoder_config *cfg,
+                             int64_t n_layers);
+/* The context's pending build error, or TG_OK (what an init function returns at its end). */
+tg_status tg__nn_status(const tg_ctx *ctx);
+
 /* Apply every mask in `masks` to scores (..., T_q, T_k). For MHA, batch B and heads are the
  * leading dims (B, H, T_q, T_k): 3-D attn masks (B, T_q, T_k) and key padding (B, T_k) are
  * reshaped to broadcast over heads. mha = false (SDPA): attn_mask used as given. */

@@ -14,7 +14,7 @@
 
 tg_tensor *tg_sinusoidal_encoding(tg_ctx *ctx, tg_dtype dt, int64_t t, int64_t d)
 {
-    tg_tensor *pe = tg_const(ctx, dt, TG_DIMS(t, d), "sinusoidal_pe");
+    tg_tensor *pe = tg__nn_sinusoidal(ctx, dt, t, d); /* (t, d), sizes checked */
     if (!pe)
         return NULL;
     for (int64_t p = 0; p < t; p++)
@@ -29,31 +29,81 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
                               const tg_transformer_config *cfg)
 {
     static const char *fn = "tg_transformer_init";
-    if (!ctx || !m || !cfg)
+    if (!ctx)
         return TG_ERR_ARG;
-    memset(m, 0, sizeof *m);
-    if (cfg->vocab_size < 1 || cfg->max_seq_len < 1 || cfg->n_layers < 0 ||
-        (cfg->pos != TG_POS_LEARNED && cfg->pos != TG_POS_SINUSOIDAL)) {
-        tg__err(ctx, TG_ERR_ARG, fn, "bad config: vocab %lld, max_seq_len %lld, n_layers %lld",
-                (long long)cfg->vocab_size, (long long)cfg->max_seq_len,
-                (long long)cfg->n_layers);
+    if (m)
+        memset(m, 0, sizeof *m);
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return ctx->status; /* a build error is pending: stop before allocating */
+    if (!m || !cfg)
+        return TG_ERR_ARG;
+    if (cfg->n_layers > TG_TRANSFORMER_MAX_LAYERS) {
+        tg__err(ctx, TG_ERR_ARG, fn, "n_layers %lld too large (at most %d)",
+                (long long)cfg->n_layers, TG_TRANSFORMER_MAX_LAYERS);
         return TG_ERR_ARG;
     }
-    m->cfg = *cfg;
-    int64_t V = cfg->vocab_size, D = cfg->layer.d_model;
+    if (cfg->vocab_size < 1 || cfg->max_seq_len < 1 || cfg->n_layers < 0 ||
+        (cfg->pos != TG_POS_LEARNED && cfg->pos != TG_POS_SINUSOIDAL)) {
+        tg__err(ctx, TG_ERR_ARG, fn,
+                "bad config: vocab %lld (>= 1), max_seq_len %lld (>= 1), n_layers %lld (>= 0), "
+                "pos %d (learned or sinusoidal)",
+                (long long)cfg->vocab_size, (long long)cfg->max_seq_len,
+                (long long)cfg->n_layers, (int)cfg->pos);
+        return TG_ERR_ARG;
+    }
+    int64_t V = cfg->vocab_size, D = cfg->layer.d_model, S = cfg->max_seq_len;
     if (D < 1) {
         tg__err(ctx, TG_ERR_ARG, fn, "d_model %lld must be >= 1", (long long)D);
         return TG_ERR_ARG;
     }
+    double eps = cfg->layer.layer_norm_eps, p = cfg->layer.dropout;
+    if (!(eps >= 0) || !isfinite(eps) || !(p >= 0 && p < 1)) {
+        tg__err(ctx, TG_ERR_ARG, fn, "layer_norm_eps %g must be finite and >= 0, dropout %g in "
+                "[0, 1)", eps, p);
+        return TG_ERR_ARG;
+    }
+    /* Every size checked, and the whole parameter size against the memory limit, before the
+     * first allocation. */
+    char why[96];
+    tg__nn_plan plan = tg__nn_plan_begin(ctx, fn, dt);
+    snprintf(why, sizeof why, "vocab_size %lld with d_model %lld", (long long)V, (long long)D);
+    tg__nn_plan_add(&plan, cfg->tie_weights ? 1 : 2, 1, V, D, "tok_emb.weight (vocab, d_model)",
+                    why);
+    tg__nn_plan_add(&plan, 1, 1, V, 0, "head.bias (vocab)", why);
+    snprintf(why, sizeof why, "max_seq_len %lld with d_model %lld", (long long)S, (long long)D);
+    if (cfg->pos == TG_POS_LEARNED)
+        tg__nn_plan_add(&plan, 1, 1, S, D, "pos_emb.weight (max_seq_len, d_model)", why);
+    snprintf(why, sizeof why, "d_model %lld", (long long)D);
+    tg__nn_plan_add(&plan, 2, 1, D, 0, "norm.weight (d_model)", why);
+    if (cfg->n_layers > 0) {
+        const tg_encoder_config *lc = &cfg->layer;
+        if (lc->n_heads < 1 || D % lc->n_heads != 0 || lc->d_ff < 1 ||
+            (lc->activation != TG_ACT_RELU && lc->activation != TG_ACT_GELU)) {
+            tg__err(ctx, TG_ERR_ARG, fn, "bad layer config: d_model %lld, n_heads %lld (must "
+                    "divide d_model), d_ff %lld (>= 1), activation %d", (long long)D,
+                    (long long)lc->n_heads, (long long)lc->d_ff, (int)lc->activation);
+            return TG_ERR_ARG;
+        }
+        tg__nn_encoder_plan_add(&plan, lc, cfg->n_layers);
+    }
+    tg_status ps = tg__nn_plan_end(&plan);
+    if (ps != TG_OK)
+        return ps;
+    m->cfg = *cfg;
     m->tok_emb = tg_param(ctx, dt, TG_DIMS(V, D), "tok_emb.weight");
-    if (m->tok_emb)
-        tg_fill_normal(m->tok_emb, 0, 1);
+    if (!m->tok_emb)
+        return ctx->status; /* stop at the first failure */
+    tg_fill_normal(m->tok_emb, 0, 1);
     if (cfg->pos == TG_POS_LEARNED) {
-        m->pos_emb = tg_param(ctx, dt, TG_DIMS(cfg->max_seq_len, D), "pos_emb.weight");
+        m->pos_emb = tg_param(ctx, dt, TG_DIMS(S, D), "pos_emb.weight");
         if (m->pos_emb)
             tg_fill_normal(m->pos_emb, 0, 1);
     }
+    if (tg__build_failed(ctx))
+        return ctx->status;
     if (cfg->n_layers > 0) {
+        /* n_layers <= TG_TRANSFORMER_MAX_LAYERS: the product cannot wrap */
         m->layers = tg__alloc(ctx, sizeof *m->layers * (size_t)cfg->n_layers, fn);
         if (!m->layers)
             return TG_ERR_NOMEM;
@@ -62,7 +112,7 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
         char prefix[64];
         snprintf(prefix, sizeof prefix, "layers.%lld.", (long long)i);
         if (tg_encoder_layer_init(ctx, &m->layers[i], dt, &cfg->layer, prefix) != TG_OK)
-            return tg_ctx_status(ctx);
+            return tg__nn_status(ctx); /* stop at the first failure */
     }
     m->norm_w = tg__nn_param(ctx, dt, TG_DIMS(D), NULL, "norm.weight", 0, true);
     m->norm_b = tg__nn_param(ctx, dt, TG_DIMS(D), NULL, "norm.bias", 0, false);
@@ -72,7 +122,7 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
     else
         m->head_w = tg__nn_param(ctx, dt, TG_DIMS(V, D), NULL, "head.weight", bound, false);
     m->head_b = tg__nn_param(ctx, dt, TG_DIMS(V), NULL, "head.bias", bound, false);
-    return tg_ctx_status(ctx);
+    return tg__nn_status(ctx);
 }
 
 tg_tensor *tg_transformer_forward(tg_ctx *ctx, const tg_transformer *m, tg_tensor *ids,
@@ -81,7 +131,8 @@ tg_tensor *tg_transformer_forward(tg_ctx *ctx, const tg_transformer *m, tg_tenso
     static const char *fn = "tg_transformer_forward";
     if (!ctx || !ids)
         return NULL;
-    if (!m || !m->tok_emb || !m->head_w)
+    if (!m || !m->tok_emb || !m->head_w || m->cfg.n_layers < 0 ||
+        m->cfg.n_layers > TG_TRANSFORMER_MAX_LAYERS || (m->cfg.n_layers > 0 && !m->layers))
         return tg__err(ctx, TG_ERR_ARG, fn, "model is NULL or not initialised");
     char b[128];
     if (tg_tensor_rank(ids) != 2 || tg_tensor_dim(ids, 1) > m->cfg.max_seq_len)

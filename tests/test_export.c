@@ -1,0 +1,487 @@
+#define _POSIX_C_SOURCE 200809L
+/*
+ * test_export.c - `tgrad export` end to end, on the committed fixtures (tests/fixtures/,
+ * made by tools/check_export.py --tgrad; see tests/fixtures/README.md):
+ *   export_<case>.ckpt            a tiny checkpoint written by `tgrad train`
+ *   export_<case>.safetensors     its export, which PyTorch loaded with strict=True
+ *   export_<case>_logits.safetensors  the PyTorch reference model's logits on fixed ids
+ * Checked: today's export is byte-identical to the file PyTorch verified; every tensor equals
+ * the checkpoint's, no optimizer state; the metadata (config, vocabulary) is complete: a tgrad
+ * model built from it alone reproduces PyTorch's logits (1e-10 in f64, 1e-4 in f32); every
+ * refusal (existing --out without --force, a directory, a symbolic link, the checkpoint itself,
+ * a FIFO, a file that is not a checkpoint) and every hostile metadata value (huge, negative,
+ * NaN, inf, non-numeric, inconsistent with the tensors) is one line and a non-zero exit, and
+ * leaves no file behind.
+ */
+#include "testutil.h"
+#include "tgrad_io.h"
+#include "tgrad_train.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[256];
+static const char *const cases[2] = {"export_lm", "export_task"};
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/tgrad_export_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* `tgrad ARGS` in dir (under timeout); stdout to out.txt, stderr to err.txt; exit status. */
+static int run(const char *args)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd '%s' && timeout -k 5 120 '%s' %s > out.txt 2> err.txt", dir,
+             TG_TGRAD_EXE, args);
+    int s = system(cmd);
+    ck_assert_msg(WIFEXITED(s) && WEXITSTATUS(s) != 124, "tgrad %s hung or died", args);
+    ck_assert_msg(WEXITSTATUS(s) < 128, "tgrad %s died of a signal (%d)", args, WEXITSTATUS(s));
+    return WEXITSTATUS(s);
+}
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, k = 0, got;
+    char *b = malloc(cap + 1);
+    while ((got = fread(b + k, 1, cap - k, f)) > 0) {
+        k += got;
+        if (k == cap)
+            b = realloc(b, (cap *= 2) + 1);
+    }
+    fclose(f);
+    b[k] = 0;
+    if (n)
+        *n = k;
+    return b;
+}
+
+static char *slurp_in_dir(const char *name)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    char *s = slurp(p, NULL);
+    ck_assert_msg(s != NULL, "cannot read %s", p);
+    return s;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* Number of directory entries in dir (besides . and ..). */
+static int n_entries(void)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+/* A failed export: non-zero, one line on stderr containing @p needle, nothing on stdout. */
+static void expect_fail(const char *args, const char *needle)
+{
+    int rc = run(args);
+    char *err = slurp_in_dir("err.txt"), *out = slurp_in_dir("out.txt");
+    ck_assert_msg(rc != 0, "'%s' exited 0", args);
+    ck_assert_msg(count_lines(err) == 1, "'%s' printed %d lines: %s", args, count_lines(err), err);
+    ck_assert_msg(strstr(err, "tgrad export: ") == err, "'%s': '%s'", args, err);
+    ck_assert_msg(!needle || strstr(err, needle), "'%s': '%s' lacks '%s'", args, err, needle);
+    ck_assert_msg(strstr(err, "tg_") == NULL, "'%s' names an internal function: %s", args, err);
+    ck_assert_str_eq(out, "");
+    free(err);
+    free(out);
+}
+
+static void fixture_path(char *p, size_t n, const char *c, const char *suffix)
+{
+    snprintf(p, n, "%s/%s%s", TG_FIXTURES, c, suffix);
+}
+
+static bool same_file(const char *a, const char *b)
+{
+    size_t na = 0, nb = 0;
+    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    bool same = x && y && na == nb && !memcmp(x, y, na);
+    free(x);
+    free(y);
+    return same;
+}
+
+/* ---- the round trip ------------------------------------------------------------------------ */
+static bool is_optim(const char *name)
+{
+    return !strncmp(name, "adam.", 5) || !strncmp(name, "sgd.", 4);
+}
+
+START_TEST(test_round_trip)
+{
+    const char *c = cases[_i];
+    char ck[512], ref[512], out[512], a[1200];
+    fixture_path(ck, sizeof ck, c, ".ckpt");
+    fixture_path(ref, sizeof ref, c, ".safetensors");
+    snprintf(out, sizeof out, "%s/m.safetensors", dir);
+    snprintf(a, sizeof a, "export --checkpoint '%s' --out m.safetensors", ck);
+    ck_assert_int_eq(run(a), 0);
+    char *so = slurp_in_dir("out.txt"), *se = slurp_in_dir("err.txt");
+    ck_assert_msg(strstr(so, "exported ") == so && count_lines(so) == 1, "%s", so);
+    ck_assert_str_eq(se, "");
+    free(so);
+    free(se);
+    /* exactly the file PyTorch loaded with strict=True (tools/check_export.py) */
+    ck_assert_msg(same_file(out, ref), "the export of %s differs from %s", ck, ref);
+
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *m = tg_safetensors_read(ctx, out), *k = tg_safetensors_read(ctx, ck);
+    ck_assert_msg(m && k, "%s", tg_ctx_message(ctx));
+    bool tied = !strcmp(tg_safetensors_meta_get(k, "model.tie_weights"), "1");
+    ck_assert_int_eq(tied, _i == 1);
+    int64_t n_params = 0;
+    for (int64_t i = 0; i < tg_safetensors_count(k); i++)
+        n_params += !is_optim(tg_safetensors_name(k, i));
+    ck_assert_int_eq(tg_safetensors_count(m), n_params + (tied ? 1 : 0));
+    for (int64_t i = 0; i < tg_safetensors_count(m); i++) {
+        const char *name = tg_safetensors_name(m, i);
+        ck_assert_msg(!is_optim(name), "optimizer state %s exported", name);
+        const char *src = tied && !strcmp(name, "head.weight") ? "tok_emb.weight" : name;
+        tg_tensor *t = tg_safetensors_tensor(m, i), *u = tg_safetensors_find(k, src);
+        ck_assert_msg(u != NULL, "%s is not in the checkpoint", src);
+        ck_assert_str_eq(tg_safetensors_file_dtype(m, i), tied ? "F64" : "F32");
+        ck_assert_int_eq(tg_tensor_dtype(t), tg_tensor_dtype(u));
+        ck_assert_int_eq(tg_tensor_numel(t), tg_tensor_numel(u));
+        ck_assert_int_eq(tg_tensor_rank(t), tg_tensor_rank(u));
+        size_t bytes = (size_t)tg_tensor_numel(t) * (tg_tensor_dtype(t) == TG_F64 ? 8 : 4);
+        ck_assert_msg(!memcmp(tg_tensor_data(t), tg_tensor_data(u), bytes), "%s differs", name);
+    }
+    /* metadata: format, the vocabulary as JSON, the config */
+    ck_assert_str_eq(tg_safetensors_meta_get(m, "format"), "tgrad-export-1");
+    ck_assert_str_eq(tg_safetensors_meta_get(m, "tgrad_version"), TGRAD_VERSION_STRING);
+    ck_assert_str_eq(tg_safetensors_meta_get(m, "step"), tg_safetensors_meta_get(k, "optim.step"));
+    const char *vocab = tg_safetensors_meta_get(m, "vocab");
+    if (!tied) { /* text: the checkpoint's hex vocabulary as a JSON list of byte values */
+        const char *hex = tg_safetensors_meta_get(k, "data.vocab");
+        char want[2048] = "[";
+        for (size_t i = 0; hex[i]; i += 2) {
+            unsigned v;
+            ck_assert_int_eq(sscanf(hex + i, "%2x", &v), 1);
+            size_t l = strlen(want);
+            snprintf(want + l, sizeof want - l, "%s%u", i ? ", " : "", v);
+        }
+        strcat(want, "]");
+        ck_assert_str_eq(vocab, want);
+        ck_assert_str_eq(tg_safetensors_meta_get(m, "data"), "text");
+    } else {
+        ck_assert_str_eq(vocab, "[48, 49, 50, 51, 52, 53, 54, 55, 56, 57]");
+        ck_assert_str_eq(tg_safetensors_meta_get(m, "data"), "task:reverse");
+    }
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* Value of "key" in the flat JSON object @p json (number, true/false, or string into @p s). */
+static double json_num(const char *json, const char *key)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    const char *p = strstr(json, k);
+    ck_assert_msg(p != NULL, "config lacks %s: %s", key, json);
+    p += strlen(k);
+    if (!strncmp(p, "true", 4))
+        return 1;
+    if (!strncmp(p, "false", 5))
+        return 0;
+    char *end;
+    double v = strtod(p, &end);
+    ck_assert_msg(end != p, "config %s is not a number", key);
+    return v;
+}
+
+static bool json_str_is(const char *json, const char *key, const char *value)
+{
+    char k[128];
+    snprintf(k, sizeof k, "\"%s\": \"%s\"", key, value);
+    return strstr(json, k) != NULL;
+}
+
+/* A tgrad model built from the export's metadata alone reproduces PyTorch's logits. */
+START_TEST(test_logits_match_pytorch)
+{
+    const char *c = cases[_i / 2];
+    tg_dtype dt = _i % 2 ? TG_F32 : TG_F64;
+    double tol = dt == TG_F64 ? 1e-10 : 1e-4;
+    char ex[512], lg[512];
+    fixture_path(ex, sizeof ex, c, ".safetensors");
+    fixture_path(lg, sizeof lg, c, "_logits.safetensors");
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *m = tg_safetensors_read(ctx, ex), *ref = tg_safetensors_read(ctx, lg);
+    ck_assert_msg(m && ref, "%s", tg_ctx_message(ctx));
+    const char *cfg = tg_safetensors_meta_get(m, "config");
+    ck_assert_ptr_nonnull(cfg);
+    tg_transformer_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.vocab_size = (int64_t)json_num(cfg, "vocab_size");
+    mc.max_seq_len = (int64_t)json_num(cfg, "max_seq_len");
+    mc.n_layers = (int64_t)json_num(cfg, "n_layers");
+    mc.layer = tg_encoder_config_default((int64_t)json_num(cfg, "d_model"),
+                                         (int64_t)json_num(cfg, "n_heads"));
+    mc.layer.d_ff = (int64_t)json_num(cfg, "d_ff");
+    mc.layer.norm_first = json_num(cfg, "norm_first") != 0;
+    mc.layer.layer_norm_eps = json_num(cfg, "layer_norm_eps");
+    mc.layer.dropout = json_num(cfg, "dropout");
+    ck_assert(json_str_is(cfg, "activation", "relu") || json_str_is(cfg, "activation", "gelu"));
+    mc.layer.activation = json_str_is(cfg, "activation", "gelu") ? TG_ACT_GELU : TG_ACT_RELU;
+    ck_assert(json_str_is(cfg, "pos", "learned") || json_str_is(cfg, "pos", "sinusoidal"));
+    mc.pos = json_str_is(cfg, "pos", "sinusoidal") ? TG_POS_SINUSOIDAL : TG_POS_LEARNED;
+    mc.causal = json_num(cfg, "causal") != 0;
+    mc.tie_weights = json_num(cfg, "tie_weights") != 0;
+    tg_transformer model;
+    ck_assert_int_eq(tg_transformer_init(ctx, &model, dt, &mc), TG_OK);
+    /* strict: every parameter in the file and nothing else (a tied model has no head.weight
+     * of its own: the file's copy of tok_emb.weight is then the one extra key) */
+    ck_assert_msg(tg_params_load_from(ctx, m, 0, NULL, !mc.tie_weights) == TG_OK, "%s",
+                  tg_ctx_message(ctx));
+    tg_tensor *ids_ref = tg_safetensors_find(ref, "ids"), *want = tg_safetensors_find(ref, "logits");
+    ck_assert(ids_ref && want);
+    int64_t B = tg_tensor_shape(ids_ref)[0], T = tg_tensor_shape(ids_ref)[1];
+    tg_tensor *ids = tg_input(ctx, dt, TG_DIMS(B, T), "ids");
+    for (int64_t i = 0; i < B * T; i++)
+        tg_set(ids, i, tg_get(ids_ref, i));
+    tg_tensor *logits = tg_transformer_forward(ctx, &model, ids, NULL);
+    tg_graph *g = logits ? tg_graph_new(ctx, &logits, 1) : NULL;
+    ck_assert_msg(g != NULL, "%s", tg_ctx_message(ctx));
+    tg_ctx_set_training(ctx, false);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    ck_assert_int_eq(tg_tensor_numel(logits), tg_tensor_numel(want));
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < tg_tensor_numel(want); i++) {
+        double d = fabs(tg_get(logits, i) - tg_get(want, i));
+        md = isnan(d) || d > md ? (isnan(d) ? INFINITY : d) : md;
+        mr = fmax(mr, fabs(tg_get(want, i)));
+    }
+    ck_assert_msg(md / (1 + mr) <= tol, "%s %s: logits differ from PyTorch's by %.3g (tol %g)", c,
+                  tg_dtype_str(dt), md / (1 + mr), tol);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* ---- refusals ----------------------------------------------------------------------------- */
+START_TEST(test_refusals)
+{
+    char ck[512], ref[512], p[512], a[1500];
+    fixture_path(ck, sizeof ck, cases[0], ".ckpt");
+    fixture_path(ref, sizeof ref, cases[0], ".safetensors");
+    /* an existing --out is not replaced without --force, and stays as it was */
+    snprintf(p, sizeof p, "%s/m.safetensors", dir);
+    FILE *f = fopen(p, "w");
+    fputs("precious", f);
+    fclose(f);
+    snprintf(a, sizeof a, "export --checkpoint '%s' --out m.safetensors", ck);
+    expect_fail(a, "--out 'm.safetensors' exists (pass --force to replace it)");
+    char *kept = slurp(p, NULL);
+    ck_assert_str_eq(kept, "precious");
+    free(kept);
+    snprintf(a, sizeof a, "export --checkpoint '%s' --out m.safetensors --force", ck);
+    ck_assert_int_eq(run(a), 0);
+    ck_assert(same_file(p, ref));
+    int entries = n_entries(); /* m.safetensors, out.txt, err.txt */
+    ck_assert_int_eq(entries, 3);
+
+    /* never replaced, even with --force: a directory, a symbolic link, the checkpoint itself */
+    snprintf(p, sizeof p, "%s/d", dir);
+    ck_assert_int_eq(mkdir(p, 0700), 0);
+    snprintf(a, sizeof a, "export --checkpoint '%s' --out d --force", ck);
+    expect_fail(a, "--out 'd' exists and is a directory; refusing to replace it");
+    snprintf(p, sizeof p, "%s/link", dir);
+    ck_assert_int_eq(symlink("m.safetensors", p), 0);
+    snprintf(a, sizeof a, "export --checkpoint '%s' --out link --force", ck);
+    expect_fail(a, "is a symbolic link; refusing");
+    snprintf(a, sizeof a, "cp '%s' '%s/ck.ckpt'", ck, dir);
+    ck_assert_int_eq(system(a), 0);
+    expect_fail("export --checkpoint ck.ckpt --out ck.ckpt --force", "the checkpoint itself");
+    expect_fail("export --checkpoint ck.ckpt --out ./ck.ckpt --force", "the checkpoint itself");
+    entries = n_entries(); /* + d, link, ck.ckpt */
+    ck_assert_int_eq(entries, 6);
+
+    /* not a checkpoint */
+    char other[512];
+    fixture_path(other, sizeof other, "mha_self", ".safetensors");
+    snprintf(a, sizeof a, "export --checkpoint '%s' --out n.safetensors", other);
+    expect_fail(a, "not a tgrad checkpoint");
+    snprintf(a, sizeof a, "export --checkpoint '%s' --out n.safetensors", ref);
+    expect_fail(a, "format 'tgrad-export-1' is not a tgrad checkpoint");
+    expect_fail("export --checkpoint out.txt --out n.safetensors", "--checkpoint 'out.txt'");
+    expect_fail("export --checkpoint nothere.ckpt --out n.safetensors",
+                "--checkpoint 'nothere.ckpt': No such file");
+    snprintf(p, sizeof p, "%s/fifo", dir);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    expect_fail("export --checkpoint fifo --out n.safetensors", "is a FIFO, not a regular file");
+    expect_fail("export --checkpoint /dev/zero --out n.safetensors", "character device");
+    expect_fail("export --checkpoint d --out n.safetensors", "is a directory");
+    /* command-line errors */
+    expect_fail("export --out n.safetensors", "missing option '--checkpoint CK'");
+    expect_fail("export --checkpoint ck.ckpt", "missing option '--out FILE'");
+    expect_fail("export --checkpoint --out n.safetensors", "--checkpoint");
+    expect_fail("export --checkpoint ck.ckpt --out n.safetensors extra", "extra");
+    expect_fail("export --checkpoint ck.ckpt --out n.safetensors --force --force", "twice");
+    /* (the reason is the library's; the line names the option and the path once) */
+    expect_fail("export --checkpoint ck.ckpt --out /nonexistent/dir/n.safetensors",
+                "tgrad export: --out");
+    expect_fail("export --checkpoint ck.ckpt --out /nonexistent/dir/n.safetensors",
+                "'/nonexistent/dir/n.safetensors'");
+    ck_assert_int_eq(n_entries(), entries + 1); /* + fifo; no n.safetensors, no temporaries */
+}
+END_TEST
+
+/* ---- hostile checkpoint metadata ---------------------------------------------------------- */
+/* Write dir/h.ckpt: the LM fixture with metadata @p key set to @p value (NULL: removed). */
+static void write_edited(const char *key, const char *value)
+{
+    char ck[512], p[512];
+    fixture_path(ck, sizeof ck, cases[0], ".ckpt");
+    snprintf(p, sizeof p, "%s/h.ckpt", dir);
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, ck);
+    ck_assert_ptr_nonnull(st);
+    int64_t n = tg_safetensors_count(st), nm = tg_safetensors_meta_count(st), k = 0;
+    const tg_tensor **ts = malloc(sizeof *ts * (size_t)n);
+    const char **names = malloc(sizeof *names * (size_t)n);
+    const char **keys = malloc(sizeof *keys * (size_t)nm);
+    const char **vals = malloc(sizeof *vals * (size_t)nm);
+    for (int64_t i = 0; i < n; i++) {
+        ts[i] = tg_safetensors_tensor(st, i);
+        names[i] = tg_safetensors_name(st, i);
+    }
+    bool found = false;
+    for (int64_t i = 0; i < nm; i++) {
+        const char *mk = tg_safetensors_meta_key(st, i);
+        if (!strcmp(mk, key)) {
+            found = true;
+            if (!value)
+                continue;
+            keys[k] = mk;
+            vals[k++] = value;
+        } else {
+            keys[k] = mk;
+            vals[k++] = tg_safetensors_meta_value(st, i);
+        }
+    }
+    ck_assert_msg(found, "the fixture has no metadata '%s'", key);
+    ck_assert_int_eq(tg_safetensors_write(ctx, p, n, ts, names, k, keys, vals), TG_OK);
+    free(ts);
+    free(names);
+    free(keys);
+    free(vals);
+    tg_ctx_free(ctx);
+}
+
+static void expect_meta_fail(const char *key, const char *value, const char *needle)
+{
+    write_edited(key, value);
+    expect_fail("export --checkpoint h.ckpt --out h.safetensors", needle);
+    char p[512];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/h.safetensors", dir);
+    ck_assert_msg(stat(p, &sb) != 0, "%s=%s: an output was written", key, value);
+}
+
+START_TEST(test_hostile_metadata)
+{
+    static const char *const ints[] = {"model.layers", "model.d_model", "model.heads",
+                                       "model.d_ff", "model.seq_len", "model.vocab_size"};
+    static const char *const bad[] = {"4611686018427387904", "9223372036854775808",
+                                      "-1", "-4611686018427387904", "nan", "inf", "1e999",
+                                      "abc", "", "1.5", " 8", "0x8"};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+            char needle[160];
+            snprintf(needle, sizeof needle, "metadata field '%s' '%s': expected an integer from",
+                     ints[i], bad[j]);
+            expect_meta_fail(ints[i], bad[j], needle);
+        }
+        char needle[160];
+        snprintf(needle, sizeof needle, "metadata field '%s' is missing", ints[i]);
+        expect_meta_fail(ints[i], NULL, needle);
+    }
+    expect_meta_fail("model.d_model", "0", "from 1 to 65536");
+    expect_meta_fail("model.vocab_size", "257", "from 1 to 256");
+    expect_meta_fail("model.layers", "1025", "from 0 to 1024");
+    expect_meta_fail("model.norm_first", "2", "'model.norm_first' '2': expected 0 or 1");
+    expect_meta_fail("model.causal", "yes", "'model.causal' 'yes': expected 0 or 1");
+    expect_meta_fail("model.tie_weights", "nan", "expected 0 or 1");
+    expect_meta_fail("model.activation", "tanh", "'tanh': expected relu or gelu");
+    expect_meta_fail("model.pos", "rope", "expected learned or sinusoidal");
+    expect_meta_fail("model.dropout", "nan", "'model.dropout' 'nan': expected a number in [0, 1)");
+    expect_meta_fail("model.dropout", "1", "[0, 1)");
+    expect_meta_fail("model.dropout", "-1e300", "[0, 1)");
+    expect_meta_fail("model.dropout", "inf", "[0, 1)");
+    expect_meta_fail("model.dtype", "f16", "expected f32 or f64");
+    expect_meta_fail("optim.step", "-1", "'optim.step' '-1'");
+    expect_meta_fail("optim.step", NULL, "'optim.step' is missing");
+    expect_meta_fail("data.mode", "both", "expected text or task");
+    expect_meta_fail("data.mode", "task", "'data.task' '': expected copy, reverse or sort");
+    expect_meta_fail("data.vocab", "zz", "'data.vocab' must hold 54 bytes");
+    expect_meta_fail("data.vocab", NULL, "'data.vocab' must hold 54 bytes");
+    /* 54 bytes, but not hex / not sorted */
+    char v[200];
+    memset(v, 'a', 108);
+    v[108] = 0;
+    v[1] = 'g';
+    expect_meta_fail("data.vocab", v, "expected hex digits");
+    memset(v, 'a', 108);
+    expect_meta_fail("data.vocab", v, "not sorted distinct bytes");
+    expect_meta_fail("format", "tgrad-checkpoint-999", "is not a tgrad checkpoint");
+    expect_meta_fail("format", NULL, "not a tgrad checkpoint");
+    /* valid values that disagree with the tensors */
+    expect_meta_fail("model.d_model", "16",
+                     "parameter 'tok_emb.weight' is (54, 8), but the model its metadata "
+                     "describes needs (54, 16)");
+    expect_meta_fail("model.heads", "3", "'model.heads' 3 does not divide 'model.d_model' 8");
+    expect_meta_fail("model.layers", "3", "no parameter 'layers.2.self_attn.in_proj_weight'");
+    expect_meta_fail("model.layers", "1", "tensor 'layers.1.self_attn.in_proj_weight' is "
+                                          "neither a parameter");
+    expect_meta_fail("model.layers", "1024", "no parameter 'layers.2.");
+    expect_meta_fail("model.seq_len", "1048576", "parameter 'pos_emb.weight' is (8, 8)");
+    expect_meta_fail("model.d_ff", "1048576", "parameter 'layers.0.linear1.weight' is (16, 8)");
+    expect_meta_fail("model.pos", "sinusoidal", "tensor 'pos_emb.weight' is neither");
+    expect_meta_fail("model.tie_weights", "1", "tensor 'head.weight' is neither");
+    expect_meta_fail("model.vocab_size", "53", "must hold 53 bytes");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("export");
+    TCase *tc = tcase_create("export");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 240);
+    tcase_add_loop_test(tc, test_round_trip, 0, 2);
+    tcase_add_loop_test(tc, test_logits_match_pytorch, 0, 4);
+    tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_hostile_metadata);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}

@@ -1,0 +1,900 @@
+#define _GNU_SOURCE
+/*
+ * test_train_cli.c - `tgrad train` and `tgrad sample` against hostile and mistaken input, run as
+ * a user would run them (the tgrad binary: TG_TGRAD_EXE, overridable by the environment
+ * variable of the same name). Every refusal must be exactly one line on stderr, a non-zero exit,
+ * and quick: each run has a timeout and is killed (and the test failed) if it hangs.
+ *
+ * Issue 7 defects covered: 1 and 4 (huge sizes: bounded options, no wrap of the loss-curve
+ * buffer), 2 (NaN logits in sample), 3 (checkpoint fields validated like the command line),
+ * 5 (a checkpoint's claimed config checked against its tensors; memory estimate), 6 (FIFOs and
+ * devices never block), 9 (resume saves back; the interrupt prints the resume command),
+ * 10 (--checkpoint never silently replaces another file), 11 (output paths checked up front;
+ * the plot respects the umask), 13 (the live line fits the terminal), 14 (option tables:
+ * messages, --help), and --save-every.
+ */
+#include "testutil.h"
+#include "tgrad_train.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static const char *exe(void)
+{
+    const char *e = getenv("TG_TGRAD_EXE");
+    return e && *e ? e : TG_TGRAD_EXE;
+}
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/tgrad_train_cli_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define TIMED_OUT (-1000)
+
+/* Run `sh -c "cd DIR && exec <cmd>"` with stdout/stderr to out.txt/err.txt; kill the process
+ * group after @p timeout_s. Returns the exit status, -signal, or TIMED_OUT; @p secs the time. */
+static int run_sh(const char *cmd, double timeout_s, double *secs)
+{
+    char full[16384];
+    /* a simple command is exec'd, so a crash shows as a signal, not as sh's 128 + n */
+    snprintf(full, sizeof full, "cd '%s' && %s%s > out.txt 2> err.txt", dir,
+             cmd[0] == '(' ? "" : "exec ", cmd);
+    double t0 = now_s();
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        setpgid(0, 0);
+        execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    int st = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid)
+            break;
+        if (now_s() - t0 > timeout_s) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            if (secs)
+                *secs = now_s() - t0;
+            return TIMED_OUT;
+        }
+        struct timespec d = {0, 2000000};
+        nanosleep(&d, NULL);
+    }
+    if (secs)
+        *secs = now_s() - t0;
+    if (WIFEXITED(st))
+        return WEXITSTATUS(st);
+    return -WTERMSIG(st);
+}
+
+/* `tgrad <args>` with a timeout. */
+static int run_t(const char *args, double timeout_s, double *secs)
+{
+    char cmd[12000];
+    snprintf(cmd, sizeof cmd, "'%s' %s", exe(), args);
+    return run_sh(cmd, timeout_s, secs);
+}
+
+static int run(const char *args)
+{
+    return run_t(args, 120, NULL);
+}
+
+static char *slurp(const char *name, size_t *len)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(b);
+    size_t got = fread(b, 1, (size_t)n, f);
+    b[got] = 0;
+    fclose(f);
+    if (len)
+        *len = got;
+    return b;
+}
+
+static void path_of(const char *name, char *p, size_t n)
+{
+    snprintf(p, n, "%s/%s", dir, name);
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* `tgrad <args>` must fail within @p timeout_s with exactly one line on stderr containing
+ * @p needle (NULL: any) and nothing else. */
+static void expect_refusal_t(const char *args, const char *needle, double timeout_s)
+{
+    double secs;
+    int rc = run_t(args, timeout_s, &secs);
+    char *err = slurp("err.txt", NULL);
+    ck_assert_msg(rc != TIMED_OUT, "'%s' did not finish in %.0f s (hang?)", args, timeout_s);
+    ck_assert_msg(rc > 0, "'%s' exited with %d (want an error exit; negative: a signal): %s",
+                  args, rc, err ? err : "");
+    ck_assert_ptr_nonnull(err);
+    size_t len = strlen(err);
+    ck_assert_msg(count_lines(err) == 1 && len > 0 && err[len - 1] == '\n',
+                  "'%s' printed %d lines on stderr: %s", args, count_lines(err), err);
+    ck_assert_msg(!needle || strstr(err, needle), "'%s': '%s' lacks '%s'", args, err, needle);
+    free(err);
+}
+
+static void expect_refusal(const char *args, const char *needle)
+{
+    expect_refusal_t(args, needle, 20);
+}
+
+static void write_file(const char *name, const char *text)
+{
+    char p[512];
+    path_of(name, p, sizeof p);
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A small English-like text. */
+static void write_corpus(const char *name)
+{
+    static const char *const words[] = {"the", "quick", "brown", "fox", "jumps", "over",
+                                        "lazy", "dog", "and", "runs", "away", "home"};
+    char p[512];
+    path_of(name, p, sizeof p);
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    uint64_t s = 7;
+    for (int i = 0; i < 2000; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        fprintf(f, "%s%s", words[(s >> 33) % 12], i % 9 == 8 ? ".\n" : " ");
+    }
+    fclose(f);
+}
+
+/* Tiny models: every run below takes milliseconds. */
+#define TEXT_MODEL "--text c.txt --d-model 16 --heads 2 --d-ff 32 --seq-len 8 --batch 4 " \
+                   "--layers 1 --threads 1"
+#define TASK_MODEL "--task copy --d-model 8 --heads 2 --d-ff 16 --seq-len 4 --batch 4 " \
+                   "--layers 1 --threads 1"
+
+/* ---- checkpoint rewriting (the library's own reader and writer) ------------------------- */
+
+/* Copy checkpoint @p src to @p dst with metadata @p key set to @p value (NULL: removed; a key
+ * not present is added), without tensor @p drop (NULL: keep all), and with every element of
+ * tensor @p poison (NULL: none) set to NaN. */
+static void rewrite(const char *src, const char *dst, const char *key, const char *value,
+                    const char *drop, const char *poison)
+{
+    char ps[512], pd[512];
+    path_of(src, ps, sizeof ps);
+    path_of(dst, pd, sizeof pd);
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, ps);
+    ck_assert_msg(st != NULL, "%s", tg_ctx_message(ctx));
+    int64_t n = tg_safetensors_count(st), nm = tg_safetensors_meta_count(st);
+    tg_io_item *items = calloc((size_t)n, sizeof *items);
+    const char **mk = calloc((size_t)nm + 1, sizeof *mk), **mv = calloc((size_t)nm + 1, sizeof *mv);
+    int64_t ni = 0, nk = 0;
+    bool seen = false;
+    for (int64_t i = 0; i < n; i++) {
+        const char *name = tg_safetensors_name(st, i);
+        if (drop && !strcmp(name, drop))
+            continue;
+        tg_tensor *t = tg_safetensors_tensor(st, i);
+        if (poison && !strcmp(name, poison))
+            tg_fill(t, NAN);
+        items[ni++] = tg_io_item_data(t, name);
+    }
+    for (int64_t i = 0; i < nm; i++) {
+        const char *k = tg_safetensors_meta_key(st, i);
+        if (key && !strcmp(k, key)) {
+            seen = true;
+            if (!value)
+                continue;
+            mk[nk] = k;
+            mv[nk++] = value;
+            continue;
+        }
+        mk[nk] = k;
+        mv[nk++] = tg_safetensors_meta_value(st, i);
+    }
+    if (key && value && !seen) {
+        mk[nk] = key;
+        mv[nk++] = value;
+    }
+    ck_assert_msg(tg_safetensors_write_items(ctx, pd, ni, items, nk, mk, mv, NULL) == TG_OK,
+                  "%s", tg_ctx_message(ctx));
+    free(items);
+    free(mk);
+    free(mv);
+    tg_ctx_free(ctx);
+}
+
+/* A metadata value of checkpoint @p name (copied into buf), or NULL. */
+static const char *meta_of(const char *name, const char *key, char *buf, size_t n)
+{
+    char p[512];
+    path_of(name, p, sizeof p);
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, p);
+    const char *v = st ? tg_safetensors_meta_get(st, key) : NULL;
+    if (v)
+        snprintf(buf, n, "%s", v);
+    tg_ctx_free(ctx);
+    return v ? buf : NULL;
+}
+
+static void make_text_ckpt(const char *name, const char *extra)
+{
+    write_corpus("c.txt");
+    char a[1024];
+    snprintf(a, sizeof a, "train " TEXT_MODEL " --steps 3 --eval-every 2 --quiet "
+             "--checkpoint %s %s", name, extra ? extra : "");
+    ck_assert_msg(run(a) == 0, "%s", slurp("err.txt", NULL));
+}
+
+static void make_task_ckpt(const char *name)
+{
+    char a[1024];
+    snprintf(a, sizeof a, "train " TASK_MODEL " --steps 3 --eval-every 2 --target-acc 0 "
+             "--quiet --checkpoint %s", name);
+    ck_assert_msg(run(a) == 0, "%s", slurp("err.txt", NULL));
+}
+
+/* ---- defect 14: option tables --------------------------------------------------------- */
+
+/* Values no numeric option accepts. */
+static const char *const hostile_numbers[] = {
+    "99999999999999999999", "-4611686018427387904", "-1", "nan", "inf", "-inf", "1e400",
+    "-1e300", "abc", "", "0x10", "+1", " 1", "1 ", "2abc",
+};
+#define N_HOSTILE (sizeof hostile_numbers / sizeof hostile_numbers[0])
+
+/* Every numeric option with a value just past its bound. */
+static const struct {
+    const char *cmd, *opt, *past;
+} numeric_options[] = {
+    {"train", "layers", "1025"},        {"train", "d-model", "65537"},
+    {"train", "heads", "1025"},         {"train", "d-ff", "262145"},
+    {"train", "seq-len", "1"},          {"train", "seq-len", "65537"},
+    {"train", "batch", "0"},            {"train", "batch", "65537"},
+    {"train", "steps", "0"},            {"train", "steps", "1000000001"},
+    {"train", "warmup", "1000000001"},  {"train", "eval-every", "0"},
+    {"train", "save-every", "0"},       {"train", "stop-after", "0"},
+    {"train", "seed", "9223372036854775808"}, {"train", "threads", "0"},
+    {"train", "threads", "1025"},       {"train", "lr", "10.5"},
+    {"train", "min-lr", "11"},          {"train", "weight-decay", "11"},
+    {"train", "clip", "2e6"},           {"train", "momentum", "1.5"},
+    {"train", "dropout", "1"},          {"train", "val-fraction", "1"},
+    {"train", "target-acc", "1.01"},    {"sample", "tokens", "1000000001"},
+    {"sample", "temperature", "101"},   {"sample", "top-k", "257"},
+    {"sample", "seed", "9223372036854775808"}, {"sample", "threads", "0"},
+};
+
+START_TEST(test_numeric_options_bounded)
+{
+    char a[512], needle[64];
+    for (size_t i = 0; i < sizeof numeric_options / sizeof numeric_options[0]; i++) {
+        const char *pre = strcmp(numeric_options[i].cmd, "sample") ? "" : "--checkpoint x.ckpt ";
+        snprintf(needle, sizeof needle, "--%s", numeric_options[i].opt);
+        snprintf(a, sizeof a, "%s %s--%s '%s'", numeric_options[i].cmd, pre,
+                 numeric_options[i].opt, numeric_options[i].past);
+        expect_refusal_t(a, needle, 5);
+        for (size_t k = 0; k < N_HOSTILE; k++) {
+            snprintf(a, sizeof a, "%s %s--%s '%s'", numeric_options[i].cmd, pre,
+                     numeric_options[i].opt, hostile_numbers[k]);
+            expect_refusal_t(a, needle, 5);
+            /* the message quotes what was given */
+            char *err = slurp("err.txt", NULL);
+            char quoted[80];
+            snprintf(quoted, sizeof quoted, "'%s'", hostile_numbers[k]);
+            ck_assert_msg(strstr(err, quoted), "'%s': '%s' does not quote the value", a, err);
+            free(err);
+        }
+    }
+    /* and the issue's reproducers, by name */
+    expect_refusal_t("train --layers 4611686018427387904", "from 1 to 1024", 5);
+    expect_refusal_t("train --steps 4611686018427387904", "'4611686018427387904'", 5);
+    expect_refusal_t("sample --checkpoint x.ckpt --tokens 4611686018427387904",
+                     "'4611686018427387904'", 5);
+}
+END_TEST
+
+START_TEST(test_option_messages)
+{
+    /* a missing value does not swallow the next option */
+    expect_refusal("train --steps --d-model 64", "needs a value");
+    expect_refusal("train --steps", "needs a value");
+    /* the value, not a placeholder */
+    expect_refusal("train --dropout 1", "--dropout '1'");
+    expect_refusal("train --val-fraction 1", "--val-fraction '1'");
+    /* --text DIR says it is a directory */
+    write_file("d_marker", "x");
+    char p[512];
+    path_of("sub", p, sizeof p);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    expect_refusal("train --text sub", "directory");
+    expect_refusal("train --bogus", "--bogus");
+    expect_refusal("train --ste 3", "--steps");
+    expect_refusal("train --steps 3 --steps 4", "twice");
+    expect_refusal("train --text c.txt --task copy", "--task");
+    expect_refusal("train --optimizer rmsprop", "adamw, adam or sgd");
+    expect_refusal("train --task juggle", "copy, reverse or sort");
+    expect_refusal("train --activation tanh", "relu or gelu");
+    expect_refusal("train --pos rotary", "learned or sinusoidal");
+    expect_refusal("train --dtype f16", "f32 or f64");
+    expect_refusal("train --d-model 30 --heads 4", "does not divide");
+    expect_refusal("sample", "--checkpoint");
+    expect_refusal("sample --checkpoint", "needs a value");
+    expect_refusal("sample --checkpoint x.ckpt --bogus 1", "--bogus");
+    /* a value holding a newline is still one line */
+    expect_refusal("train --steps \"$(printf '1\\n2')\"", "--steps");
+    /* --help: from the table, every option, exit 0 on stdout */
+    static const char *const train_opts[] = {
+        "--layers", "--d-model", "--heads", "--d-ff", "--seq-len", "--post-norm", "--activation",
+        "--pos", "--tie-weights", "--dtype", "--dropout", "--batch", "--steps", "--lr",
+        "--optimizer", "--momentum", "--warmup", "--weight-decay", "--clip", "--min-lr",
+        "--seed", "--eval-every", "--val-fraction", "--target-acc", "--threads",
+        "--detect-anomaly", "--text", "--task", "--checkpoint", "--resume", "--save-every",
+        "--force", "--stop-after", "--log", "--plot", "--quiet", "--help"};
+    ck_assert_int_eq(run("train --help"), 0);
+    char *out = slurp("out.txt", NULL);
+    for (size_t i = 0; i < sizeof train_opts / sizeof train_opts[0]; i++)
+        ck_assert_msg(strstr(out, train_opts[i]), "train --help lacks %s", train_opts[i]);
+    ck_assert_ptr_nonnull(strstr(out, "[1..1024]")); /* bounds are shown */
+    free(out);
+    static const char *const sample_opts[] = {"--checkpoint", "--prompt", "--tokens",
+                                              "--temperature", "--top-k", "--seed", "--threads"};
+    ck_assert_int_eq(run("sample --help"), 0);
+    out = slurp("out.txt", NULL);
+    for (size_t i = 0; i < sizeof sample_opts / sizeof sample_opts[0]; i++)
+        ck_assert_msg(strstr(out, sample_opts[i]), "sample --help lacks %s", sample_opts[i]);
+    free(out);
+}
+END_TEST
+
+/* ---- defect 3, 1, 5: checkpoint metadata validated like the command line ------------------ */
+
+/* Values no checkpoint field accepts (numbers, choices, hex, flags alike). */
+static const char *const hostile_fields[] = {
+    "1\nmodel.layers 2", "nan", "inf", "-1e300", "abc", "", "99999999999999999999",
+    "-9223372036854775807",
+};
+
+/* Every field of checkpoint @p ck, each value in hostile_fields: the command @p fmt (with %s for
+ * the edited checkpoint) must refuse it in one line naming the field. */
+static void check_all_fields(const char *ck, const char *fmt)
+{
+    char p[512];
+    path_of(ck, p, sizeof p);
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, p);
+    ck_assert_ptr_nonnull(st);
+    int64_t nm = tg_safetensors_meta_count(st);
+    ck_assert_int_ge(nm, 30);
+    /* under valgrind (each spawn is slow) only the first three: a newline, NaN, inf */
+    size_t nv = tu_under_valgrind() ? 3 : sizeof hostile_fields / sizeof hostile_fields[0];
+    for (int64_t i = 0; i < nm; i++) {
+        const char *key = tg_safetensors_meta_key(st, i);
+        for (size_t k = 0; k < nv; k++) {
+            const char *v = hostile_fields[k];
+            if (!strcmp(key, "train.best_val") && (!strcmp(v, "inf") || v[0] == '9'))
+                continue; /* "no validation yet" and a loss of 1e20: valid */
+            rewrite(ck, "bad.ckpt", key, v, NULL, NULL);
+            char a[1024];
+            snprintf(a, sizeof a, fmt, "bad.ckpt");
+            char needle[96];
+            snprintf(needle, sizeof needle, "'%s'", key);
+            expect_refusal_t(a, needle, 10);
+        }
+    }
+    tg_ctx_free(ctx);
+}
+
+START_TEST(test_checkpoint_fields_text)
+{
+    make_text_ckpt("t.ckpt", NULL);
+    check_all_fields("t.ckpt", "train --text c.txt --resume %s --steps 6 --quiet");
+}
+END_TEST
+
+START_TEST(test_checkpoint_fields_sample)
+{
+    make_text_ckpt("t.ckpt", NULL);
+    check_all_fields("t.ckpt", "sample --checkpoint %s --tokens 3");
+}
+END_TEST
+
+START_TEST(test_checkpoint_fields_task)
+{
+    make_task_ckpt("k.ckpt");
+    check_all_fields("k.ckpt", "train --resume %s --steps 6 --quiet");
+}
+END_TEST
+
+/* The issue's reproducers and values valid in isolation but wrong for the file. */
+START_TEST(test_checkpoint_reproducers)
+{
+    make_text_ckpt("t.ckpt", NULL);
+    const char *resume = "train --text c.txt --resume bad.ckpt --steps 6 --quiet";
+    const char *sample = "sample --checkpoint bad.ckpt --tokens 3";
+    static const struct {
+        const char *key, *value, *needle;
+    } cases[] = {
+        {"data.val_fraction", "-0.5", "data.val_fraction"},
+        {"data.val_fraction", "NaN", "data.val_fraction"},
+        {"train.lr", "-1e300", "train.lr"},
+        {"train.eval_every", "0", "train.eval_every"},
+        {"train.eval_every", "abc", "train.eval_every"},
+        {"train.warmup", "-9223372036854775807", "train.warmup"},
+        {"train.steps", "4611686018427387904", "train.steps"},
+        {"train.batch", "4611686018427387904", "train.batch"},
+        {"model.layers", "4611686018427387904", "model.layers"},
+        {"model.seq_len", "100000000", "model.seq_len"},
+        {"model.d_model", "1000000000", "model.d_model"},
+        {"optim.step", "-5", "optim.step"},
+        {"model.vocab_size", "7", "model.vocab_size"},
+        {"model.causal", "0", "model.causal"},
+        {"data.vocab", "2020", "data.vocab"},     /* a byte twice */
+        {"data.vocab", "zz", "data.vocab"},
+        {"data.mode", "task", NULL},               /* resume: the mode; sample: not text */
+        {"format", "tgrad-checkpoint-9", "format"},
+        /* in bounds, but not what the file's tensors are */
+        {"model.seq_len", "60000", "pos_emb.weight"},
+        {"model.layers", "3", "layers"},
+        {"model.d_model", "32", "d_model"},
+        {"model.d_ff", "64", "d_ff"},
+        {"model.heads", "3", "heads"},
+        {"model.tie_weights", "1", "head.weight"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rewrite("t.ckpt", "bad.ckpt", cases[i].key, cases[i].value, NULL, NULL);
+        expect_refusal_t(resume, cases[i].needle, 10);
+        expect_refusal_t(sample, cases[i].needle, 10);
+    }
+    /* missing fields */
+    static const char *const required[] = {"model.layers", "model.d_model", "model.heads",
+                                           "model.d_ff", "model.seq_len", "model.norm_first",
+                                           "model.activation", "model.pos", "data.mode",
+                                           "data.vocab", "model.vocab_size", "optim.step",
+                                           "rng"};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
+        rewrite("t.ckpt", "bad.ckpt", required[i], NULL, NULL, NULL);
+        expect_refusal_t(resume, required[i], 10);
+        expect_refusal_t(sample, required[i], 10);
+    }
+    /* a layer beyond model.layers, a missing tensor */
+    rewrite("t.ckpt", "bad.ckpt", NULL, NULL, "layers.0.linear1.bias", NULL);
+    expect_refusal_t(resume, "layers.0.linear1.bias", 10);
+    expect_refusal_t(sample, "layers.0.linear1.bias", 10);
+    /* sinusoidal positions (no tensor tells seq_len): the memory estimate refuses a huge one */
+    rewrite("t.ckpt", "s.ckpt", "model.pos", "sinusoidal", "pos_emb.weight", NULL);
+    rewrite("s.ckpt", "bad.ckpt", "model.seq_len", "65536", NULL, NULL);
+    double secs;
+    expect_refusal_t(resume, "memory", 10);
+    run_t(sample, 10, &secs);
+    expect_refusal_t(sample, "memory", 10);
+    ck_assert_msg(secs < 5, "sample took %.1f s to refuse", secs);
+    /* and the untouched checkpoint still works */
+    ck_assert_int_eq(run("train --text c.txt --resume t.ckpt --steps 5 --quiet"), 0);
+    ck_assert_int_eq(run("sample --checkpoint t.ckpt --tokens 5"), 0);
+}
+END_TEST
+
+/* A config too big for the machine fails at once, with the estimate. */
+START_TEST(test_memory_estimate)
+{
+    double secs;
+    expect_refusal_t("train --d-model 1000000000", "--d-model", 5);
+    run_t("train --d-model 1000000000", 5, &secs);
+    ck_assert_msg(secs < 1, "took %.2f s", secs);
+    expect_refusal_t("train --d-model 65536 --d-ff 262144 --layers 1024", "memory", 5);
+    run_t("train --d-model 65536 --d-ff 262144 --layers 1024", 5, &secs);
+    ck_assert_msg(secs < 1, "took %.2f s", secs);
+    write_corpus("c.txt");
+    expect_refusal_t("train --text c.txt --seq-len 65536 --batch 65536", "memory", 5);
+    expect_refusal_t("train --seq-len 60000 --batch 4096 --d-model 1024 --heads 16", "memory", 5);
+}
+END_TEST
+
+/* ---- defect 2: NaN logits --------------------------------------------------------------- */
+START_TEST(test_sample_nan_weights)
+{
+    make_text_ckpt("t.ckpt", NULL);
+    rewrite("t.ckpt", "nan.ckpt", NULL, NULL, NULL, "head.bias");
+    static const char *const args[] = {
+        "sample --checkpoint nan.ckpt --top-k 3 --tokens 5",
+        "sample --checkpoint nan.ckpt --top-k 1 --tokens 5",
+        "sample --checkpoint nan.ckpt --tokens 5",
+        "sample --checkpoint nan.ckpt --temperature 0 --tokens 5",
+        "sample --checkpoint nan.ckpt --top-k 3 --prompt 'the ' --tokens 5",
+    };
+    for (size_t i = 0; i < sizeof args / sizeof args[0]; i++)
+        expect_refusal_t(args[i], "not finite", 10);
+    /* finite weights: every top-k from 1 to past the vocabulary works */
+    for (int k = 0; k <= 40; k += 7) {
+        char a[256];
+        snprintf(a, sizeof a, "sample --checkpoint t.ckpt --top-k %d --tokens 20 --seed %d", k, k);
+        ck_assert_int_eq(run(a), 0);
+    }
+}
+END_TEST
+
+/* --detect-anomaly names the first non-finite value (op, tensor, phase); without it the step
+ * still stops cleanly on the non-finite loss */
+START_TEST(test_detect_anomaly)
+{
+    make_text_ckpt("t.ckpt", NULL);
+    rewrite("t.ckpt", "nan.ckpt", NULL, NULL, NULL, "head.bias");
+    expect_refusal("train --text c.txt --resume nan.ckpt --steps 6 --quiet --detect-anomaly",
+                   "head.bias");
+    char *err = slurp("err.txt", NULL);
+    ck_assert_ptr_nonnull(err);
+    ck_assert_msg(strstr(err, "forward") && strstr(err, "nan"), "%s", err);
+    free(err);
+    expect_refusal("train --text c.txt --resume nan.ckpt --steps 6 --quiet", "not finite");
+}
+END_TEST
+
+/* ---- defect 6: FIFOs and devices -------------------------------------------------------- */
+START_TEST(test_fifo_never_blocks)
+{
+    char p[512];
+    path_of("fifo", p, sizeof p);
+    ck_assert_int_eq(mkfifo(p, 0644), 0);
+    make_text_ckpt("t.ckpt", NULL);
+    expect_refusal_t("train --text fifo", "FIFO", 5);
+    expect_refusal_t("train --text c.txt fifo", "FIFO", 5);
+    expect_refusal_t("train --text /dev/zero", "not a regular file", 5);
+    expect_refusal_t("sample --checkpoint fifo", "FIFO", 5);
+    expect_refusal_t("sample --checkpoint /dev/zero", "not a regular file", 5);
+    expect_refusal_t("train --text c.txt --resume fifo", "FIFO", 5);
+    expect_refusal_t("train --text c.txt --resume /dev/zero", "not a regular file", 5);
+    expect_refusal_t("train " TEXT_MODEL " --checkpoint fifo --force", "FIFO", 5);
+    expect_refusal_t("train " TEXT_MODEL " --checkpoint /dev/null --force", "not a regular", 5);
+    expect_refusal_t("train " TEXT_MODEL " --log fifo", "FIFO", 5);
+    expect_refusal_t("train " TEXT_MODEL " --plot fifo", "FIFO", 5);
+    /* a sparse 4 GiB file: refused by its size, not read */
+    char big[512];
+    path_of("big.txt", big, sizeof big);
+    int fd = open(big, O_WRONLY | O_CREAT, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)4 << 30), 0);
+    close(fd);
+    expect_refusal_t("train --text big.txt", "at most", 5);
+    /* a checkpoint bigger than the machine's memory (sparse, 1 TiB): refused by its size */
+    path_of("huge.ckpt", big, sizeof big);
+    fd = open(big, O_WRONLY | O_CREAT, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)1 << 40), 0);
+    close(fd);
+    expect_refusal_t("sample --checkpoint huge.ckpt", "memory", 5);
+    expect_refusal_t("train --text c.txt --resume huge.ckpt", "memory", 5);
+}
+END_TEST
+
+/* ---- defect 9: resume saves back; the interrupt prints the resume command ------------------ */
+START_TEST(test_resume_saves_back)
+{
+    write_corpus("c.txt");
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 40 --eval-every 10 --stop-after 10 "
+                         "--checkpoint r.ckpt --quiet"), 0);
+    char v[64];
+    ck_assert_str_eq(meta_of("r.ckpt", "optim.step", v, sizeof v), "10");
+    /* no --checkpoint: saved back to the resumed file */
+    ck_assert_int_eq(run("train --text c.txt --resume r.ckpt --stop-after 20 --quiet"), 0);
+    ck_assert_str_eq(meta_of("r.ckpt", "optim.step", v, sizeof v), "20");
+    char *out = slurp("out.txt", NULL);
+    ck_assert_ptr_nonnull(strstr(out, "checkpoint r.ckpt"));
+    free(out);
+    /* --checkpoint OTHER: OTHER is written, the resumed file stays as it was */
+    size_t n0, n1;
+    char *before = slurp("r.ckpt", &n0);
+    ck_assert_int_eq(run("train --text c.txt --resume r.ckpt --stop-after 30 "
+                         "--checkpoint other.ckpt --quiet"), 0);
+    ck_assert_str_eq(meta_of("other.ckpt", "optim.step", v, sizeof v), "30");
+    char *after = slurp("r.ckpt", &n1);
+    ck_assert(n0 == n1 && memcmp(before, after, n0) == 0);
+    free(before);
+    free(after);
+}
+END_TEST
+
+START_TEST(test_interrupt_prints_resume_command)
+{
+    write_corpus("c.txt");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "('%s' train " TEXT_MODEL " --steps 1000000 --eval-every 1000000 --checkpoint "
+             "'i 1.ckpt' --quiet & pid=$!; sleep 1; kill -INT $pid; wait $pid)", exe());
+    ck_assert_int_eq(run_sh(cmd, 60, NULL), 130);
+    char *err = slurp("err.txt", NULL);
+    const char *w = strstr(err, "resume with: ");
+    ck_assert_msg(w != NULL, "%s", err);
+    char again[4096];
+    snprintf(again, sizeof again, "%.*s", (int)strcspn(w + 13, "\n"), w + 13);
+    ck_assert_ptr_nonnull(strstr(again, "--resume 'i 1.ckpt'"));
+    free(err);
+    /* the printed command resumes the run (here only one step further) */
+    char v[64];
+    long at = atol(meta_of("i 1.ckpt", "optim.step", v, sizeof v));
+    char next[4200];
+    snprintf(next, sizeof next, "%s --stop-after %ld", again, at + 1);
+    ck_assert_msg(run_sh(next, 60, NULL) == 0, "%s: %s", next, slurp("err.txt", NULL));
+    ck_assert_int_eq(atol(meta_of("i 1.ckpt", "optim.step", v, sizeof v)), at + 1);
+}
+END_TEST
+
+/* ---- --save-every ------------------------------------------------------------------------ */
+START_TEST(test_save_every)
+{
+    write_corpus("c.txt");
+    char cmd[4096];
+    /* SIGKILL: no final save, so the checkpoint on disk is the last periodic one */
+    snprintf(cmd, sizeof cmd,
+             "('%s' train " TEXT_MODEL " --steps 1000000 --eval-every 1000000 --save-every 7 "
+             "--checkpoint s.ckpt --quiet & pid=$!; sleep 2; kill -KILL $pid; wait $pid; "
+             "exit 0)", exe());
+    ck_assert_int_eq(run_sh(cmd, 60, NULL), 0);
+    char v[64];
+    ck_assert_ptr_nonnull(meta_of("s.ckpt", "optim.step", v, sizeof v));
+    long at = atol(v);
+    ck_assert_msg(at > 0 && at % 7 == 0, "optim.step %ld", at);
+    ck_assert_str_eq(meta_of("s.ckpt", "train.save_every", v, sizeof v), "7");
+    ck_assert_int_eq(run("info s.ckpt"), 0);
+}
+END_TEST
+
+/* ---- defect 10: --checkpoint does not silently replace another file ---------------------- */
+START_TEST(test_checkpoint_not_replaced)
+{
+    write_corpus("c.txt");
+    ck_assert_int_eq(run("train --text c.txt --d-model 32 --heads 2 --d-ff 32 --seq-len 8 "
+                         "--batch 4 --layers 1 --threads 1 --steps 5 --checkpoint lic.ckpt "
+                         "--quiet"), 0);
+    size_t n0, n1;
+    char *before = slurp("lic.ckpt", &n0);
+    expect_refusal("train " TEXT_MODEL " --steps 3 --checkpoint lic.ckpt", "d_model 32");
+    char *err = slurp("err.txt", NULL);
+    ck_assert_ptr_nonnull(strstr(err, "step 5"));
+    ck_assert_ptr_nonnull(strstr(err, "--force"));
+    free(err);
+    /* the same config again is another run too */
+    expect_refusal("train --text c.txt --d-model 32 --heads 2 --d-ff 32 --seq-len 8 --batch 4 "
+                   "--layers 1 --threads 1 --steps 5 --checkpoint lic.ckpt", "--force");
+    char *after = slurp("lic.ckpt", &n1);
+    ck_assert(n0 == n1 && memcmp(before, after, n0) == 0);
+    free(after);
+    /* any other existing file */
+    write_file("notes.txt", "precious\n");
+    expect_refusal("train " TEXT_MODEL " --steps 3 --checkpoint notes.txt", "not a tgrad");
+    char *notes = slurp("notes.txt", NULL);
+    ck_assert_str_eq(notes, "precious\n");
+    free(notes);
+    /* a directory is never replaced, even with --force */
+    char p[512];
+    path_of("adir", p, sizeof p);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    expect_refusal("train " TEXT_MODEL " --steps 3 --checkpoint adir --force", "directory");
+    /* --force replaces; resuming needs no --force */
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 3 --checkpoint lic.ckpt --force --quiet"),
+                     0);
+    char v[64];
+    ck_assert_str_eq(meta_of("lic.ckpt", "model.d_model", v, sizeof v), "16");
+    ck_assert_int_eq(run("train --text c.txt --resume lic.ckpt --steps 6 --checkpoint lic.ckpt "
+                         "--quiet"), 0);
+    free(before);
+}
+END_TEST
+
+/* ---- defect 11: outputs checked before training; the plot's mode ------------------------- */
+START_TEST(test_outputs_checked_up_front)
+{
+    write_corpus("c.txt");
+    /* would train for a very long time if the check came after the training */
+    const char *longrun = "train " TEXT_MODEL " --steps 10000000 --eval-every 10000000";
+    char a[1024];
+    snprintf(a, sizeof a, "%s --plot /nonexistent-dir/l.svg", longrun);
+    expect_refusal_t(a, "/nonexistent-dir/l.svg", 5);
+    snprintf(a, sizeof a, "%s --log /nonexistent-dir/l.csv", longrun);
+    expect_refusal_t(a, "/nonexistent-dir/l.csv", 5);
+    snprintf(a, sizeof a, "%s --checkpoint /nonexistent-dir/l.ckpt", longrun);
+    expect_refusal_t(a, "/nonexistent-dir/l.ckpt", 5);
+    snprintf(a, sizeof a, "%s --plot same.out --log same.out", longrun);
+    expect_refusal_t(a, "same", 5);
+    /* the plot respects the umask, like the log */
+    mode_t masks[2] = {022, 077};
+    for (int i = 0; i < 2; i++) {
+        mode_t old = umask(masks[i]);
+        int rc = run("train " TEXT_MODEL " --steps 3 --plot p.svg --log p.csv --quiet");
+        umask(old);
+        ck_assert_int_eq(rc, 0);
+        struct stat sb, lb;
+        char p[512], q[512];
+        path_of("p.svg", p, sizeof p);
+        path_of("p.csv", q, sizeof q);
+        ck_assert_int_eq(stat(p, &sb), 0);
+        ck_assert_int_eq(stat(q, &lb), 0);
+        ck_assert_int_eq((int)(sb.st_mode & 0777), (int)(0666 & ~masks[i]));
+        unlink(p);
+        unlink(q);
+    }
+}
+END_TEST
+
+/* ---- defect 4: a huge --steps allocates nothing up front --------------------------------- */
+START_TEST(test_huge_steps_bounded_memory)
+{
+    write_corpus("c.txt");
+    double secs;
+    int rc = run_t("train " TEXT_MODEL " --steps 1000000000 --eval-every 2 --stop-after 9 "
+                   "--plot p.svg --quiet", 60, &secs);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, slurp("err.txt", NULL));
+    char *svg = slurp("p.svg", NULL);
+    ck_assert_ptr_nonnull(svg);
+    ck_assert_ptr_nonnull(strstr(svg, "</svg>"));
+    free(svg);
+    rc = run_t("train " TASK_MODEL " --steps 1000000000 --target-acc 0 --stop-after 5 "
+               "--plot q.svg --quiet", 60, &secs);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, slurp("err.txt", NULL));
+}
+END_TEST
+
+/* ---- defect 13: the live line fits the terminal ------------------------------------------ */
+
+/* Run `tgrad <args>` with stderr on a pseudo-terminal of @p cols columns (0: size unknown) and
+ * COLUMNS=@p env_cols (NULL: unset); stdout to /dev/null. Returns everything printed. */
+static char *run_on_pty(const char *args, int cols, const char *env_cols)
+{
+    int master;
+    struct winsize ws = {.ws_row = 24, .ws_col = (unsigned short)cols};
+    pid_t pid = forkpty(&master, NULL, NULL, &ws);
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (chdir(dir) != 0)
+            _exit(126);
+        int fd = open("/dev/null", O_WRONLY);
+        dup2(fd, 1);
+        if (env_cols)
+            setenv("COLUMNS", env_cols, 1);
+        else
+            unsetenv("COLUMNS");
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "exec '%s' %s", exe(), args);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (n + 4096 > cap)
+            buf = realloc(buf, cap *= 2);
+        ssize_t k = read(master, buf + n, 4096);
+        if (k > 0) {
+            n += (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        break; /* EIO: the child closed the terminal (the test's timeout covers a hang) */
+    }
+    buf[n] = 0;
+    int st;
+    waitpid(pid, &st, 0);
+    close(master);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "'%s' failed on the terminal: %s",
+                  args, buf);
+    return buf;
+}
+
+/* Every progress line (each piece between \r and \n) is at most @p max columns. */
+static void assert_lines_fit(const char *out, int max, const char *what)
+{
+    int progress = 0;
+    const char *p = out;
+    while (*p) {
+        size_t len = strcspn(p, "\r\n");
+        if (memmem(p, len, "loss", 4)) {
+            progress++;
+            ck_assert_msg((int)len <= max, "%s: a %zu-column progress line (at most %d): '%.*s'",
+                          what, len, max, (int)len, p);
+        }
+        p += len;
+        if (*p)
+            p++;
+    }
+    ck_assert_msg(progress >= 2, "%s: no progress lines in: %s", what, out);
+}
+
+START_TEST(test_progress_fits_terminal)
+{
+    write_corpus("c.txt");
+    const char *task = "train " TASK_MODEL " --steps 60 --eval-every 20 --target-acc 0";
+    const char *text = "train " TEXT_MODEL " --steps 60 --eval-every 20";
+    const char *runs[2] = {task, text};
+    for (int i = 0; i < 2; i++) {
+        char *o = run_on_pty(runs[i], 50, NULL);
+        assert_lines_fit(o, 49, "50 columns");
+        free(o);
+        o = run_on_pty(runs[i], 0, NULL);
+        assert_lines_fit(o, 79, "unknown width");
+        free(o);
+        o = run_on_pty(runs[i], 0, "40");
+        assert_lines_fit(o, 39, "COLUMNS=40");
+        free(o);
+        o = run_on_pty(runs[i], 200, NULL); /* wide: the full line, with the validation */
+        ck_assert_ptr_nonnull(strstr(o, "elapsed"));
+        free(o);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("train_cli");
+    TCase *tc = tcase_create("train_cli");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, test_option_messages);
+    tcase_add_test(tc, test_numeric_options_bounded);
+    tcase_add_test(tc, test_checkpoint_fields_text);
+    tcase_add_test(tc, test_checkpoint_fields_sample);
+    tcase_add_test(tc, test_checkpoint_fields_task);
+    tcase_add_test(tc, test_checkpoint_reproducers);
+    tcase_add_test(tc, test_memory_estimate);
+    tcase_add_test(tc, test_sample_nan_weights);
+    tcase_add_test(tc, test_detect_anomaly);
+    tcase_add_test(tc, test_fifo_never_blocks);
+    tcase_add_test(tc, test_resume_saves_back);
+    tcase_add_test(tc, test_interrupt_prints_resume_command);
+    tcase_add_test(tc, test_save_every);
+    tcase_add_test(tc, test_checkpoint_not_replaced);
+    tcase_add_test(tc, test_outputs_checked_up_front);
+    tcase_add_test(tc, test_huge_steps_bounded_memory);
+    tcase_add_test(tc, test_progress_fits_terminal);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}

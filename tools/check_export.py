@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+"""Round trip of `tgrad export` into PyTorch: load each exported model fixture into the
+reference model class (tools/train_reference.py, LM) with load_state_dict(strict=True),
+compute its logits on fixed token ids in float64, and write them as a fixture that the C test
+(tests/test_cli.c) compares tgrad's own logits against.
+
+Usage:
+    /usr/bin/python3 tools/check_export.py [--out tests/fixtures]     # write <case>_logits.safetensors
+    /usr/bin/python3 tools/check_export.py --check                    # verify the committed files
+    /usr/bin/python3 tools/check_export.py --tgrad build/tools/tgrad  # first re-create the
+                                                                      # checkpoints and exports
+Also run by tools/gen_fixtures.py (writing, or with --check). Needs Debian's python3-torch and
+python3-numpy; needs tgrad only with --tgrad.
+
+Fixtures per case (tests/fixtures/):
+    <case>.ckpt                   a tiny checkpoint written by `tgrad train` (command below)
+    <case>.safetensors            `tgrad export --checkpoint <case>.ckpt --out ...` of it
+    <case>_logits.safetensors     written here: "ids" (B, T) and "logits" (B, T, V), both F64:
+                                  the reference model's logits, in float64, for those ids
+Cases: export_lm (text LM: causal, pre-norm, relu, learned positions, untied, f32) and
+export_task (the reverse task's encoder: not causal, post-norm, gelu, sinusoidal positions,
+tied weights, f64), so every option of the exported config is exercised.
+
+Checks made here (each a failure if it does not hold): the export's metadata is format
+tgrad-export-1 with a config and vocabulary; strict loading succeeds; strict loading of the
+export minus one tensor, or plus a stray one, fails (so strict really checks every key); every
+exported tensor equals the checkpoint's tensor of the same name bit for bit (head.weight equals
+tok_emb.weight when tied) and no optimizer state is exported; with --check, the recomputed
+logits match the committed ones (max |diff| <= 1e-12 (1 + max |logit|)).
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_reference as ref  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, ".."))
+
+# The commands that made <case>.ckpt (run in the repository root; LICENSE is the text).
+CASES = {
+    "export_lm": ["train", "--text", "LICENSE", "--layers", "2", "--d-model", "8", "--heads",
+                  "2", "--d-ff", "16", "--seq-len", "8", "--batch", "4", "--steps", "6",
+                  "--eval-every", "3", "--warmup", "2", "--quiet"],
+    "export_task": ["train", "--task", "reverse", "--layers", "1", "--d-model", "8", "--heads",
+                    "2", "--d-ff", "16", "--post-norm", "--activation", "gelu", "--pos",
+                    "sinusoidal", "--tie-weights", "--dtype", "f64", "--batch", "4", "--steps",
+                    "4", "--eval-every", "2", "--warmup", "2", "--quiet"],
+}
+B = 2
+
+
+def fixed_ids(config):
+    """(B, T) token ids, T = max_seq_len: ids[b, t] = (7 b + 3 t + 1) mod V."""
+    v, t = config["vocab_size"], config["max_seq_len"]
+    return torch.tensor([[(7 * b + 3 * i + 1) % v for i in range(t)] for b in range(B)],
+                        dtype=torch.long)
+
+
+def write_safetensors(path, tensors, meta):
+    """F64 tensors in the given order, metadata first, header space-padded to 8 bytes."""
+    header, offset, blobs = {"__metadata__": meta}, 0, []
+    for name, t in tensors:
+        b = np.ascontiguousarray(t.detach().numpy(), dtype="<f8").tobytes()
+        header[name] = {"dtype": "F64", "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(b)]}
+        offset += len(b)
+        blobs.append(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def logits_of(export_path):
+    model, vocab, config = ref.load_export(export_path, dtype=torch.float64)
+    ids = fixed_ids(config)
+    # grad enabled in eval mode: the layers take their ordinary (not the inference fast) path
+    with torch.enable_grad():
+        logits = model(ids)
+    return ids, logits.detach(), config, vocab
+
+
+def check_case(out_dir, case):
+    """The structural checks; returns a list of problems."""
+    problems = []
+    ck_path = os.path.join(out_dir, case + ".ckpt")
+    ex_path = os.path.join(out_dir, case + ".safetensors")
+    tensors, meta = ref.read_safetensors(ex_path)
+    ck, ck_meta = ref.read_safetensors(ck_path)
+    if meta.get("format") != "tgrad-export-1":
+        problems.append(f"format {meta.get('format')!r}")
+    config = json.loads(meta["config"])
+    vocab = json.loads(meta["vocab"])
+    if len(vocab) != config["vocab_size"] or sorted(set(vocab)) != sorted(vocab):
+        problems.append("vocab is not vocab_size distinct bytes")
+    if ck_meta.get("data.mode") == "text":
+        if bytes(vocab).hex() != ck_meta.get("data.vocab"):
+            problems.append("vocab differs from the checkpoint's data.vocab")
+    for name, t in tensors.items():
+        if name.startswith(("adam.", "sgd.")):
+            problems.append(f"optimizer state {name} exported")
+        src = "tok_emb.weight" if (name == "head.weight" and config["tie_weights"]) else name
+        if src not in ck or not torch.equal(ck[src], t):
+            problems.append(f"{name} differs from the checkpoint's {src}")
+    # strict loading must really check: one tensor missing, or one extra, is refused
+    for label, broken in (("missing", dict(list(tensors.items())[1:])),
+                          ("unexpected", dict(tensors, stray=torch.zeros(1)))):
+        model = ref.LM.from_config(config).double()
+        try:
+            model.load_state_dict(broken, strict=True)
+            problems.append(f"strict load accepted a {label} key")
+        except RuntimeError:
+            pass
+    return problems
+
+
+def run(out_dir, check=False, tgrad=None):
+    """Write (or with check=True verify) every case's logits; returns the number of failures."""
+    bad = 0
+    for case, train in CASES.items():
+        ck_path = os.path.join(out_dir, case + ".ckpt")
+        ex_path = os.path.join(out_dir, case + ".safetensors")
+        lg_path = os.path.join(out_dir, case + "_logits.safetensors")
+        if tgrad:
+            with tempfile.TemporaryDirectory() as tmp:
+                ck_tmp = os.path.join(tmp, "ck")
+                res = subprocess.run([tgrad] + train + ["--checkpoint", ck_tmp], cwd=ROOT)
+                if not os.path.exists(ck_tmp):  # a task run that misses its target exits 3
+                    sys.exit(f"{case}: tgrad train failed ({res.returncode})")
+                os.replace(ck_tmp, ck_path)
+            subprocess.run([tgrad, "export", "--checkpoint", ck_path, "--out", ex_path,
+                            "--force"], check=True)
+        problems = check_case(out_dir, case)
+        ids, logits, config, _ = logits_of(ex_path)
+        if check:
+            want, meta = ref.read_safetensors(lg_path)
+            if not torch.equal(want["ids"], ids.double()):
+                problems.append("ids differ")
+            else:
+                err = (want["logits"] - logits).abs().max().item()
+                tol = 1e-12 * (1 + want["logits"].abs().max().item())
+                if not err <= tol:
+                    problems.append(f"logits differ by {err:.3g} > {tol:.3g}")
+        else:
+            write_safetensors(lg_path, [("ids", ids.double()), ("logits", logits)], {
+                "export": case + ".safetensors",
+                "description": "logits of tools/train_reference.py LM loaded from the export "
+                               "with strict=True, float64, eval mode",
+                "ids": "ids[b, t] = (7 b + 3 t + 1) mod vocab_size"})
+            print(f"wrote {lg_path}")
+        status = "ok  " if not problems else "FAIL"
+        print(f"{status} {case:20s} {tuple(logits.shape)}  " + "; ".join(problems))
+        bad += bool(problems)
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(ROOT, "tests", "fixtures"),
+                    help="fixture directory (default: tests/fixtures)")
+    ap.add_argument("--check", action="store_true", help="verify instead of writing")
+    ap.add_argument("--tgrad", help="tgrad program: re-create the checkpoints and exports first")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    return 1 if run(os.path.normpath(a.out), a.check, a.tgrad) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

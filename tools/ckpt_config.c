@@ -1,0 +1,574 @@
+/*
+ * ckpt_config.c - checkpoint metadata validated with the `tgrad train` option table, the
+ * claimed config checked against the file's tensor shapes, and a memory estimate (see
+ * ckpt_config.h). No I/O and nothing printed: safe to call on arbitrary parsed files.
+ */
+#include "ckpt_config.h"
+#include "data.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The checkpoint format tgrad train writes (field "format"). */
+#define CKPT_FORMAT "tgrad-checkpoint-1"
+
+/* How a metadata field maps to an option of the train table. */
+typedef enum {
+    F_IDENTITY, /* the run's identity: always from the checkpoint, conflicts are errors */
+    F_RESTORE   /* a training option: restored unless given on the command line */
+} field_role;
+
+typedef struct {
+    const char *key;    /* metadata key */
+    const char *option; /* train table option */
+    field_role role;
+    bool required;
+} field;
+
+static const field fields[] = {
+    {"model.layers", "layers", F_IDENTITY, true},
+    {"model.d_model", "d-model", F_IDENTITY, true},
+    {"model.heads", "heads", F_IDENTITY, true},
+    {"model.d_ff", "d-ff", F_IDENTITY, true},
+    {"model.seq_len", "seq-len", F_IDENTITY, true},
+    {"model.activation", "activation", F_IDENTITY, true},
+    {"model.pos", "pos", F_IDENTITY, true},
+    {"model.tie_weights", "tie-weights", F_IDENTITY, false},
+    {"model.dtype", "dtype", F_IDENTITY, false},
+    {"train.optimizer", "optimizer", F_IDENTITY, false},
+    {"model.dropout", "dropout", F_RESTORE, false},
+    {"data.val_fraction", "val-fraction", F_RESTORE, false},
+    {"train.steps", "steps", F_RESTORE, false},
+    {"train.seed", "seed", F_RESTORE, false},
+    {"train.batch", "batch", F_RESTORE, false},
+    {"train.warmup", "warmup", F_RESTORE, false},
+    {"train.eval_every", "eval-every", F_RESTORE, false},
+    {"train.save_every", "save-every", F_RESTORE, false},
+    {"train.lr", "lr", F_RESTORE, false},
+    {"train.min_lr", "min-lr", F_RESTORE, false},
+    {"train.weight_decay", "weight-decay", F_RESTORE, false},
+    {"train.clip", "clip", F_RESTORE, false},
+    {"train.momentum", "momentum", F_RESTORE, false},
+    {"train.target_acc", "target-acc", F_RESTORE, false},
+};
+
+static size_t value_size(const cli_option *o)
+{
+    switch (o->kind) {
+    case CLI_FLAG:
+        return sizeof(bool);
+    case CLI_CHOICE:
+        return sizeof(int);
+    case CLI_INT:
+        return sizeof(int64_t);
+    case CLI_NUM:
+        return sizeof(double);
+    default:
+        return sizeof(const char *);
+    }
+}
+
+/* The i-th of "a|b|c" into buf. */
+static const char *nth_choice(const char *choices, int i, char *buf, size_t n)
+{
+    const char *p = choices;
+    for (int k = 0; k < i && p; k++) {
+        p = strchr(p, '|');
+        if (p)
+            p++;
+    }
+    if (!p)
+        p = "?";
+    snprintf(buf, n, "%.*s", (int)strcspn(p, "|"), p);
+    return buf;
+}
+
+/* The command line's value of option @p o in @p a, as the user would have written it. */
+static const char *given_value(const cli_option *o, const train_args *a, char *buf, size_t n)
+{
+    const char *p = (const char *)a + o->offset;
+    char c[32];
+    switch (o->kind) {
+    case CLI_FLAG:
+        snprintf(buf, n, "--%s", o->name);
+        break;
+    case CLI_CHOICE:
+        snprintf(buf, n, "--%s %s", o->name, nth_choice(o->choices, *(const int *)p, c, sizeof c));
+        break;
+    case CLI_INT:
+        snprintf(buf, n, "--%s %" PRId64, o->name, *(const int64_t *)p);
+        break;
+    case CLI_NUM:
+        snprintf(buf, n, "--%s %.6g", o->name, *(const double *)p);
+        break;
+    default:
+        snprintf(buf, n, "--%s", o->name);
+        break;
+    }
+    return buf;
+}
+
+static bool parse_bool01(const char *key, const char *v, bool *out, char *err, size_t n)
+{
+    char s[80];
+    if (!strcmp(v, "0") || !strcmp(v, "1")) {
+        *out = v[0] == '1';
+        return true;
+    }
+    snprintf(err, n, "checkpoint field '%s' '%s': expected 0 or 1", key, cli_show(v, s, sizeof s));
+    return false;
+}
+
+static bool parse_int_field(const char *key, const char *v, int64_t lo, int64_t hi, int64_t *out,
+                            char *err, size_t n)
+{
+    char s[80];
+    int64_t x;
+    if (!cli_parse_i64(v, &x) || x < lo || x > hi) {
+        if (hi == INT64_MAX)
+            snprintf(err, n, "checkpoint field '%s' '%s': expected an integer >= %" PRId64, key,
+                     cli_show(v, s, sizeof s), lo);
+        else
+            snprintf(err, n, "checkpoint field '%s' '%s': expected an integer from %" PRId64
+                     " to %" PRId64, key, cli_show(v, s, sizeof s), lo, hi);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static bool is_hex(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* model.*, data.* and train.* fields that map to options. */
+static bool apply_options(const tg_safetensors *st, train_args *a, const cli_result *given,
+                          char *err, size_t n)
+{
+    const cli_command *cmd = train_command();
+    char src[96], gv[96], s[80];
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        const field *f = &fields[i];
+        const cli_option *o = cli_find(cmd, f->option);
+        const char *v = tg_safetensors_meta_get(st, f->key);
+        if (!o)
+            continue; /* cannot happen: the table has every option named above */
+        if (!v) {
+            if (f->required) {
+                snprintf(err, n, "not a tgrad training checkpoint: it lacks the field '%s'",
+                         f->key);
+                return false;
+            }
+            continue;
+        }
+        snprintf(src, sizeof src, "checkpoint field '%s'", f->key);
+        train_args tmp = *a; /* validate into a copy: the command line's value may win */
+        if (!cli_set(cmd, o, v, &tmp, src, err, n))
+            return false;
+        char *dst = (char *)a + o->offset;
+        const char *got = (const char *)&tmp + o->offset;
+        bool on_cmdline = given && given->given[cli_index(cmd, o)];
+        if (f->role == F_IDENTITY && on_cmdline && memcmp(dst, got, value_size(o)) != 0) {
+            snprintf(err, n, "checkpoint is from a different config: %s '%s' there, %s given",
+                     f->key, cli_show(v, s, sizeof s), given_value(o, a, gv, sizeof gv));
+            return false;
+        }
+        if (f->role == F_IDENTITY || !on_cmdline)
+            memcpy(dst, got, value_size(o));
+    }
+    /* model.norm_first (1 = pre-norm) is the inverse of --post-norm */
+    const char *nf = tg_safetensors_meta_get(st, "model.norm_first");
+    bool pre;
+    if (!nf) {
+        snprintf(err, n, "not a tgrad training checkpoint: it lacks the field 'model.norm_first'");
+        return false;
+    }
+    if (!parse_bool01("model.norm_first", nf, &pre, err, n))
+        return false;
+    if (given && cli_given(cmd, given, "post-norm") && pre) {
+        snprintf(err, n, "checkpoint is from a different config: model.norm_first 1 (pre-norm) "
+                 "there, --post-norm given");
+        return false;
+    }
+    a->post_norm = !pre;
+    if (a->d_model % a->heads != 0) {
+        snprintf(err, n, "checkpoint fields model.heads %" PRId64 " and model.d_model %" PRId64
+                 " disagree: heads must divide d_model", a->heads, a->d_model);
+        return false;
+    }
+    return true;
+}
+
+/* data.mode, data.vocab, data.task, model.vocab_size, model.causal and the other fields. */
+static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result *given,
+                       ckpt_info *info, char *err, size_t n)
+{
+    const cli_command *cmd = train_command();
+    char s[80];
+    const char *fmt = tg_safetensors_meta_get(st, "format");
+    if (fmt && strcmp(fmt, CKPT_FORMAT) != 0) {
+        snprintf(err, n, "checkpoint field 'format' '%s': expected '%s' (a newer tgrad?)",
+                 cli_show(fmt, s, sizeof s), CKPT_FORMAT);
+        return false;
+    }
+    const char *mode = tg_safetensors_meta_get(st, "data.mode");
+    if (!mode) {
+        snprintf(err, n, "not a tgrad training checkpoint: it lacks the field 'data.mode'");
+        return false;
+    }
+    if (strcmp(mode, "text") && strcmp(mode, "task")) {
+        snprintf(err, n, "checkpoint field 'data.mode' '%s': expected text or task",
+                 cli_show(mode, s, sizeof s));
+        return false;
+    }
+    info->text = !strcmp(mode, "text");
+    const char *causal = tg_safetensors_meta_get(st, "model.causal");
+    bool c;
+    if (causal) {
+        if (!parse_bool01("model.causal", causal, &c, err, n))
+            return false;
+        if (c != info->text) {
+            snprintf(err, n, "checkpoint fields disagree: model.causal %d but data.mode %s",
+                     c ? 1 : 0, mode);
+            return false;
+        }
+    }
+    const char *vh = tg_safetensors_meta_get(st, "data.vocab");
+    if (info->text) {
+        if (!vh) {
+            snprintf(err, n, "not a tgrad text checkpoint: it lacks the field 'data.vocab'");
+            return false;
+        }
+        int nv = vocab_from_hex(vh, info->vocab);
+        bool sorted = nv >= 1;
+        for (int i = 1; i < nv && sorted; i++)
+            sorted = info->vocab[i - 1] < info->vocab[i];
+        if (!sorted) {
+            snprintf(err, n, "checkpoint field 'data.vocab' '%s': expected 1 to 256 distinct "
+                     "bytes in increasing order as hex", cli_show(vh, s, sizeof s));
+            return false;
+        }
+        info->vocab_size = nv;
+    } else {
+        info->vocab_size = 10; /* digits */
+        const char *tk = tg_safetensors_meta_get(st, "data.task");
+        if (tk) {
+            const cli_option *o = cli_find(cmd, "task");
+            train_args tmp = *a;
+            if (!cli_set(cmd, o, tk, &tmp, "checkpoint field 'data.task'", err, n))
+                return false;
+            if (given && cli_given(cmd, given, "task") && tmp.task != a->task) {
+                char gv[96];
+                snprintf(err, n, "checkpoint is from a different config: data.task '%s' there, "
+                         "%s given", cli_show(tk, s, sizeof s), given_value(o, a, gv, sizeof gv));
+                return false;
+            }
+            a->task = tmp.task;
+        }
+    }
+    const char *vs = tg_safetensors_meta_get(st, "model.vocab_size");
+    int64_t v;
+    if (!vs) {
+        snprintf(err, n, "not a tgrad training checkpoint: it lacks the field 'model.vocab_size'");
+        return false;
+    }
+    if (!parse_int_field("model.vocab_size", vs, 1, 256, &v, err, n))
+        return false;
+    if (v != info->vocab_size) {
+        snprintf(err, n, "checkpoint fields disagree: model.vocab_size %" PRId64 " but %s %d",
+                 v, info->text ? "data.vocab holds" : "a task's vocabulary is", info->vocab_size);
+        return false;
+    }
+    const char *b = tg_safetensors_meta_get(st, "data.bytes");
+    if (b && !parse_int_field("data.bytes", b, 1, INT64_MAX, &v, err, n))
+        return false;
+    const char *p = tg_safetensors_meta_get(st, "data.position");
+    if (p && !parse_int_field("data.position", p, 0, INT64_MAX, &v, err, n))
+        return false;
+    const char *step = tg_safetensors_meta_get(st, "optim.step");
+    if (!step) {
+        snprintf(err, n, "not a tgrad training checkpoint: it lacks the field 'optim.step'");
+        return false;
+    }
+    if (!parse_int_field("optim.step", step, 0, TRAIN_MAX_STEPS, &info->step, err, n))
+        return false;
+    const char *rng = tg_safetensors_meta_get(st, "rng");
+    bool rng_ok = rng && strlen(rng) == 64;
+    for (int i = 0; rng_ok && i < 64; i++)
+        rng_ok = is_hex(rng[i]);
+    if (!rng_ok) {
+        snprintf(err, n, "checkpoint field 'rng' '%s': expected 64 hex digits",
+                 rng ? cli_show(rng, s, sizeof s) : "");
+        return false;
+    }
+    info->best_val = INFINITY;
+    const char *bv = tg_safetensors_meta_get(st, "train.best_val");
+    if (bv && strcmp(bv, "inf") != 0) {
+        double x;
+        if (!cli_parse_f64(bv, &x) || x < 0) {
+            snprintf(err, n, "checkpoint field 'train.best_val' '%s': expected a loss >= 0 or "
+                     "inf", cli_show(bv, s, sizeof s));
+            return false;
+        }
+        info->best_val = x;
+    }
+    return true;
+}
+
+bool ckpt_apply(const tg_safetensors *st, train_args *a, const cli_result *given, bool sample,
+                ckpt_info *info, char *err, size_t n)
+{
+    memset(info, 0, sizeof *info);
+    if (!st) {
+        snprintf(err, n, "no checkpoint");
+        return false;
+    }
+    if (!apply_data(st, a, given, info, err, n))
+        return false;
+    if (sample && !info->text) {
+        snprintf(err, n, "a checkpoint of a built-in task, not of 'tgrad train --text' "
+                 "(data.mode task): nothing to sample");
+        return false;
+    }
+    return apply_options(st, a, given, err, n);
+}
+
+tg_dtype train_dtype(const train_args *a)
+{
+    return a->dtype == DT_F64 ? TG_F64 : TG_F32;
+}
+
+int train_n_state(const train_args *a)
+{
+    return a->optimizer == OPT_SGD ? 1 : 2;
+}
+
+void train_model_config(const train_args *a, bool text, int64_t vocab_size,
+                        tg_transformer_config *mc)
+{
+    memset(mc, 0, sizeof *mc);
+    mc->vocab_size = vocab_size;
+    mc->max_seq_len = a->seq_len;
+    mc->n_layers = a->layers;
+    mc->layer = tg_encoder_config_default(a->d_model, a->heads);
+    mc->layer.d_ff = a->d_ff;
+    mc->layer.norm_first = !a->post_norm;
+    mc->layer.activation = a->activation == ACT_GELU ? TG_ACT_GELU : TG_ACT_RELU;
+    mc->layer.dropout = a->dropout;
+    mc->pos = a->pos == POS_SINUSOIDAL ? TG_POS_SINUSOIDAL : TG_POS_LEARNED;
+    mc->causal = text;
+    mc->tie_weights = a->tie;
+}
+
+/* ---- shapes ------------------------------------------------------------------------------- */
+static void dims_str(int rank, const int64_t *d, char *buf, size_t n)
+{
+    size_t w = 0;
+    buf[0] = 0;
+    w += (size_t)snprintf(buf, n, "(");
+    for (int i = 0; i < rank && w < n; i++)
+        w += (size_t)snprintf(buf + w, n - w, "%s%" PRId64, i ? ", " : "", d[i]);
+    if (w < n)
+        snprintf(buf + w, n - w, ")");
+}
+
+/* Tensor @p name must exist with shape @p d (rank @p rank); @p why names the fields. */
+static bool want(const tg_safetensors *st, const char *name, int rank, const int64_t *d,
+                 const char *why, char *err, size_t n)
+{
+    tg_tensor *t = tg_safetensors_find(st, name);
+    char ws[96], hs[96];
+    dims_str(rank, d, ws, sizeof ws);
+    if (!t) {
+        snprintf(err, n, "the file lacks tensor '%s' %s that %s need", name, ws, why);
+        return false;
+    }
+    int r = tg_tensor_rank(t);
+    const int64_t *s = tg_tensor_shape(t);
+    bool same = r == rank;
+    for (int i = 0; same && i < rank; i++)
+        same = s[i] == d[i];
+    if (!same) {
+        dims_str(r, s, hs, sizeof hs);
+        snprintf(err, n, "tensor '%s' is %s in the file, but %s need %s", name, hs, why, ws);
+        return false;
+    }
+    return true;
+}
+
+/* "layers.<k>.": k, or -1 if @p name is not a layer tensor. */
+static int64_t layer_of(const char *name)
+{
+    if (strncmp(name, "layers.", 7))
+        return -1;
+    const char *p = name + 7;
+    int64_t k = 0;
+    if (*p < '0' || *p > '9')
+        return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (k > (INT64_MAX - 9) / 10)
+            return INT64_MAX;
+        k = 10 * k + (*p - '0');
+    }
+    return *p == '.' ? k : -1;
+}
+
+bool ckpt_check_shapes(const tg_safetensors *st, const tg_transformer_config *mc, char *err,
+                       size_t n)
+{
+    int64_t V = mc->vocab_size, T = mc->max_seq_len, L = mc->n_layers;
+    int64_t D = mc->layer.d_model, F = mc->layer.d_ff;
+    char why[160];
+    snprintf(why, sizeof why, "model.vocab_size %" PRId64 " and model.d_model %" PRId64, V, D);
+    if (!want(st, "tok_emb.weight", 2, (int64_t[]){V, D}, why, err, n))
+        return false;
+    if (mc->pos == TG_POS_LEARNED) {
+        snprintf(why, sizeof why, "model.seq_len %" PRId64 " and model.d_model %" PRId64, T, D);
+        if (!want(st, "pos_emb.weight", 2, (int64_t[]){T, D}, why, err, n))
+            return false;
+    } else if (tg_safetensors_find(st, "pos_emb.weight")) {
+        snprintf(err, n, "the file has tensor 'pos_emb.weight' but model.pos is sinusoidal");
+        return false;
+    }
+    /* layers: every one of 0..L-1 complete, none beyond */
+    for (int64_t i = 0; i < tg_safetensors_count(st); i++) {
+        const char *name = tg_safetensors_name(st, i);
+        int64_t k = name ? layer_of(name) : -1;
+        if (k >= L) {
+            char s[80];
+            snprintf(err, n, "the file has tensor '%s' but model.layers is %" PRId64,
+                     cli_show(name, s, sizeof s), L);
+            return false;
+        }
+    }
+    for (int64_t l = 0; l < L; l++) {
+        static const struct {
+            const char *suffix;
+            int rank;
+            int64_t m0, m1; /* dims as multiples: code 1 = D, 2 = F, 3 = 3D */
+        } ps[] = {
+            {"self_attn.in_proj_weight", 2, 3, 1},
+            {"self_attn.in_proj_bias", 1, 3, 0},
+            {"self_attn.out_proj.weight", 2, 1, 1},
+            {"self_attn.out_proj.bias", 1, 1, 0},
+            {"linear1.weight", 2, 2, 1},
+            {"linear1.bias", 1, 2, 0},
+            {"linear2.weight", 2, 1, 2},
+            {"linear2.bias", 1, 1, 0},
+            {"norm1.weight", 1, 1, 0},
+            {"norm1.bias", 1, 1, 0},
+            {"norm2.weight", 1, 1, 0},
+            {"norm2.bias", 1, 1, 0},
+        };
+        snprintf(why, sizeof why, "model.layers %" PRId64 ", model.d_model %" PRId64
+                 " and model.d_ff %" PRId64, L, D, F);
+        for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
+            int64_t d[2];
+            for (int j = 0; j < ps[k].rank; j++) {
+                int64_t code = j ? ps[k].m1 : ps[k].m0;
+                d[j] = code == 1 ? D : code == 2 ? F : 3 * D; /* D <= 65536: no overflow */
+            }
+            char name[96];
+            snprintf(name, sizeof name, "layers.%" PRId64 ".%s", l, ps[k].suffix);
+            if (!want(st, name, ps[k].rank, d, why, err, n))
+                return false;
+        }
+    }
+    snprintf(why, sizeof why, "model.d_model %" PRId64, D);
+    if (!want(st, "norm.weight", 1, (int64_t[]){D}, why, err, n) ||
+        !want(st, "norm.bias", 1, (int64_t[]){D}, why, err, n))
+        return false;
+    snprintf(why, sizeof why, "model.vocab_size %" PRId64 " and model.d_model %" PRId64, V, D);
+    if (!mc->tie_weights) {
+        if (!want(st, "head.weight", 2, (int64_t[]){V, D}, why, err, n))
+            return false;
+    } else if (tg_safetensors_find(st, "head.weight")) {
+        snprintf(err, n, "the file has tensor 'head.weight' but model.tie_weights is 1");
+        return false;
+    }
+    snprintf(why, sizeof why, "model.vocab_size %" PRId64, V);
+    return want(st, "head.bias", 1, (int64_t[]){V}, why, err, n);
+}
+
+/* ---- memory ------------------------------------------------------------------------------ */
+double model_memory_estimate(const tg_transformer_config *mc, tg_dtype dt, int64_t batch,
+                             int n_state, bool train)
+{
+    double V = (double)mc->vocab_size, T = (double)mc->max_seq_len, L = (double)mc->n_layers;
+    double D = (double)mc->layer.d_model, F = (double)mc->layer.d_ff;
+    double H = (double)mc->layer.n_heads, B = (double)batch;
+    double es = dt == TG_F64 ? 8 : 4;
+    /* parameters: embeddings, per layer in_proj (3D, D) + out_proj (D, D) + FFN (F, D) and
+     * (D, F) + biases and norms, final norm, head */
+    double layer = 4 * D * D + 2 * D * F + 9 * D + F;
+    double params = V * D + (mc->pos == TG_POS_LEARNED ? T * D : 0) + L * layer + 2 * D +
+                    (mc->tie_weights ? 0 : V * D) + V;
+    /* each parameter: its value and gradient (+ optimizer state when training) */
+    double bytes = params * es * (2 + (train ? n_state : 0));
+    /* activations kept by the graph, per layer: ~16 (B, T, D) tensors (norms, q/k/v and their
+     * head views, attention output, projections, residuals), 4 (B, T, F) (linear1, activation,
+     * dropout) and 4 (B, H, T, T) (scores, mask, softmax, dropout); embeddings and the head:
+     * ~4 (B, T, D) and 3 (B, T, V). Training keeps a gradient for each. */
+    double N = B * T;
+    double acts = L * (N * (16 * D + 4 * F) + 4 * B * H * T * T) + N * (4 * D + 3 * V);
+    bytes += acts * es * (train ? 2 : 1);
+    bytes += 2 * N * sizeof(float); /* the id and target batches */
+    return bytes;
+}
+
+static void human(double b, char *buf, size_t n)
+{
+    if (b >= 1e15)
+        snprintf(buf, n, "%.0f TB", b / 1e12);
+    else if (b >= 1e12)
+        snprintf(buf, n, "%.3g TB", b / 1e12);
+    else if (b >= 1e9)
+        snprintf(buf, n, "%.1f GB", b / 1e9);
+    else
+        snprintf(buf, n, "%.0f MB", b / 1e6);
+}
+
+bool model_memory_check(const tg_transformer_config *mc, tg_dtype dt, int64_t batch,
+                        int n_state, bool train, double limit_bytes, char *err, size_t n)
+{
+    double need = model_memory_estimate(mc, dt, batch, n_state, train);
+    if (!(need <= limit_bytes)) {
+        char a[32], b[32];
+        human(need, a, sizeof a);
+        human(limit_bytes, b, sizeof b);
+        snprintf(err, n, "%s %" PRId64 " layer%s of d_model %" PRId64 ", %" PRId64 " heads, d_ff "
+                 "%" PRId64 " on %" PRId64 " x %" PRId64 " tokens needs about %s of memory, more "
+                 "than this machine's %s (lower --batch, --seq-len, --d-model, --d-ff or "
+                 "--layers)", train ? "training" : "running", mc->n_layers,
+                 mc->n_layers == 1 ? "" : "s", mc->layer.d_model,
+                 mc->layer.n_heads, mc->layer.d_ff, batch, mc->max_seq_len, a, b);
+        return false;
+    }
+    return true;
+}
+
+bool ckpt_config_load(const tg_safetensors *st, train_args *a, const cli_result *given,
+                      bool sample, double limit_bytes, ckpt_info *info,
+                      tg_transformer_config *mc, char *err, size_t n)
+{
+    if (!ckpt_apply(st, a, given, sample, info, err, n))
+        return false;
+    if (!sample) {
+        bool text = a->text.n > 0;
+        if (info->text != text) {
+            snprintf(err, n, "checkpoint is from a %s run; pass %s", info->text ? "--text" : "task",
+                     info->text ? "the same --text files (not --task)" : "no --text");
+            return false;
+        }
+    }
+    if (!train_resolve(a, info->text, err, n))
+        return false;
+    train_model_config(a, info->text, info->vocab_size, mc);
+    if (!ckpt_check_shapes(st, mc, err, n))
+        return false;
+    return model_memory_check(mc, train_dtype(a), sample ? 1 : a->batch,
+                              sample ? 0 : train_n_state(a), !sample, limit_bytes, err, n);
+}

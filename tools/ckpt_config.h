@@ -1,0 +1,85 @@
+/*
+ * ckpt_config.h - what a `tgrad train` checkpoint claims, validated before anything is built.
+ *
+ * A checkpoint's metadata (model.*, data.*, train.*, optim.step, rng) is untrusted input: every
+ * field is validated with the `tgrad train` option table through cli_set() (so it obeys exactly
+ * the command line's bounds), the claimed config is checked against the shapes of the tensors
+ * in the file (a claim of seq_len 100000000 with a (64, 128) pos_emb.weight is refused before
+ * any allocation), and the memory the config needs is estimated and compared with a limit.
+ * No I/O, nothing printed: each function returns true, or false with one line in @p err
+ * (without the "tgrad <cmd>: --resume 'path': " prefix the caller adds), so a libFuzzer harness
+ * can call ckpt_config_load() on tg_safetensors_read_mem() of arbitrary bytes.
+ */
+#ifndef TG_CKPT_CONFIG_H
+#define TG_CKPT_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tgrad_train.h"
+#include "train_args.h"
+
+/* What the checkpoint says beyond the options (which go into train_args). */
+typedef struct ckpt_info {
+    bool text;                 /* data.mode: "text" (LM) or "task" */
+    int vocab_size;            /* model.vocab_size: data.vocab's length (text) or 10 (task) */
+    unsigned char vocab[256];  /* text: data.vocab, strictly increasing bytes */
+    int64_t step;              /* optim.step: steps already taken */
+    double best_val;           /* train.best_val (INFINITY when absent) */
+} ckpt_info;
+
+/*
+ * Apply checkpoint @p st to @p a (which holds the defaults and the command line):
+ * - model.* (layers, d_model, heads, d_ff, seq_len, norm_first, activation, pos, tie_weights,
+ *   dtype), data.task and train.optimizer are the run's identity: they always come from the
+ *   checkpoint; one that was given on the command line (@p given, NULL: none) with another value
+ *   is an error ("a different config").
+ * - train.* options, model.dropout and data.val_fraction are restored unless given again.
+ * - every field, used or not, is validated: unknown "format", missing model fields, values out
+ *   of the option's bounds, NaN, inf, non-numbers, inconsistencies (model.causal vs data.mode,
+ *   model.vocab_size vs data.vocab) are errors naming the field and the value.
+ * @p sample: the caller is `tgrad sample` (a task checkpoint is then an error).
+ */
+bool ckpt_apply(const tg_safetensors *st, train_args *a, const cli_result *given, bool sample,
+                ckpt_info *info, char *err, size_t n);
+
+/* The transformer config of resolved options @p a with vocabulary @p vocab_size. */
+void train_model_config(const train_args *a, bool text, int64_t vocab_size,
+                        tg_transformer_config *mc);
+/* The parameter dtype of @p a. */
+tg_dtype train_dtype(const train_args *a);
+
+/*
+ * Check that the parameter tensors of @p st are exactly those of config @p mc: tok_emb.weight
+ * (V, D), pos_emb.weight (T, D) iff learned positions, layers.<i>.* for i < n_layers and no
+ * layer beyond, norm.*, head.weight (V, D) iff not tied, head.bias (V).
+ */
+bool ckpt_check_shapes(const tg_safetensors *st, const tg_transformer_config *mc, char *err,
+                       size_t n);
+
+/*
+ * A rough upper bound of the bytes training (@p train: parameters, gradients, @p n_state
+ * optimizer states per parameter, activations and their gradients for @p batch sequences of
+ * max_seq_len) or inference (@p train false: one forward pass) of @p mc needs. Computed in
+ * double: never overflows.
+ */
+double model_memory_estimate(const tg_transformer_config *mc, tg_dtype dt, int64_t batch,
+                             int n_state, bool train);
+/* Refuse a config whose estimate exceeds @p limit_bytes (the machine's physical memory). */
+bool model_memory_check(const tg_transformer_config *mc, tg_dtype dt, int64_t batch,
+                        int n_state, bool train, double limit_bytes, char *err, size_t n);
+/* Optimizer state tensors per parameter for @p a's optimizer (adam/adamw 2, sgd 1). */
+int train_n_state(const train_args *a);
+
+/*
+ * Everything above for a checkpoint about to be loaded: ckpt_apply, train_resolve, the model
+ * config, ckpt_check_shapes and model_memory_check against @p limit_bytes (batch 1 and no
+ * optimizer for @p sample, the run's batch and optimizer otherwise). With --resume, the
+ * checkpoint's mode must match the command line's (--text given or not).
+ */
+bool ckpt_config_load(const tg_safetensors *st, train_args *a, const cli_result *given,
+                      bool sample, double limit_bytes, ckpt_info *info,
+                      tg_transformer_config *mc, char *err, size_t n);
+
+#endif

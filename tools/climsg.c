@@ -1,0 +1,85 @@
+/*
+ * climsg.c - library errors as one line for the user; see climsg.h.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "climsg.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Skip `tg_<identifier>: ` at the start of @p s. */
+static const char *skip_fn(const char *s)
+{
+    if (strncmp(s, "tg_", 3))
+        return s;
+    const char *p = s + 3;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')
+        p++;
+    return (p[0] == ':' && p[1] == ' ') ? p + 2 : s;
+}
+
+/* Skip `<path>: ` or `'<path>': ` at the start of @p s. */
+static const char *skip_path(const char *s, const char *path)
+{
+    size_t l = strlen(path);
+    if (!l)
+        return s;
+    if (!strncmp(s, path, l) && s[l] == ':' && s[l + 1] == ' ')
+        return s + l + 2;
+    if (s[0] == '\'' && !strncmp(s + 1, path, l) && s[l + 1] == '\'' && s[l + 2] == ':' &&
+        s[l + 3] == ' ')
+        return s + l + 4;
+    return s;
+}
+
+const char *cli_message(const tg_ctx *ctx, const char *path, char *buf, size_t n)
+{
+    const char *m = ctx ? tg_ctx_message(ctx) : NULL;
+    if (!m || !*m)
+        m = ctx ? tg_status_str(tg_ctx_status(ctx)) : "out of memory";
+    m = skip_fn(m);
+    if (path)
+        m = skip_fn(skip_path(m, path)); /* "f: tg_x: ..." as well as "tg_x: f: ..." */
+    snprintf(buf, n, "%s", m);
+    return buf;
+}
+
+const char *cli_format(const char *what, const char *path, const tg_ctx *ctx, char *buf,
+                       size_t n)
+{
+    char msg[1200];
+    cli_message(ctx, path, msg, sizeof msg);
+    bool show_path = path && !strstr(msg, path);
+    if (show_path)
+        snprintf(buf, n, "%s%s'%s': %s", what ? what : "", what ? " " : "", path, msg);
+    else
+        snprintf(buf, n, "%s%s%s", what ? what : "", what ? ": " : "", msg);
+    return buf;
+}
+
+void cli_report(const char *cmd, const char *what, const char *path, const tg_ctx *ctx)
+{
+    char line[1600];
+    cli_format(what, path, ctx, line, sizeof line);
+    fprintf(stderr, "tgrad %s: %s\n", cmd, line);
+}
+
+bool cli_regular_file(const char *path, char *err, size_t n)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, n, "'%s': %s", path, strerror(errno));
+        return false;
+    }
+    if (S_ISREG(st.st_mode))
+        return true;
+    const char *what = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a special file";
+    snprintf(err, n, "'%s': is %s, not a regular file", path, what);
+    return false;
+}

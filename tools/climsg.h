@@ -1,0 +1,41 @@
+/*
+ * climsg.h - turning a library error into one line for the user of `tgrad`.
+ *
+ * Library messages name the function and often the file (`tg_safetensors_read: f.st: header
+ * ...`); the command line names the option and the file once instead:
+ *   tgrad run: --weights 'f.st': header ...
+ */
+#ifndef TG_CLIMSG_H
+#define TG_CLIMSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "tgrad.h"
+
+/* The context's message without the leading library function name (`tg_xxx: `) and without a
+ * leading `<path>: ` / `'<path>': ` when @p path is given. Written to @p buf, which is returned. */
+const char *cli_message(const tg_ctx *ctx, const char *path, char *buf, size_t n);
+
+/* The line cli_report() prints, without its `tgrad <cmd>: ` prefix:
+ * `[<what> ]'<path>': <message>`, or `[<what>: ]<message>` when the message already names the
+ * path (so it is printed once).
+ * Written to @p buf, which is returned. For commands that report errors after the fact. */
+const char *cli_format(const char *what, const char *path, const tg_ctx *ctx, char *buf,
+                       size_t n);
+
+/* Print `tgrad <cmd>: ` and the cli_format() line to stderr: @p what names the option
+ * ("--weights") or is NULL; the path is printed unless the message already contains it. */
+void cli_report(const char *cmd, const char *what, const char *path, const tg_ctx *ctx);
+
+/*
+ * Is @p path an existing regular file (symbolic links followed)? Checked with stat(), so
+ * nothing is opened: a FIFO without a writer, a terminal or a device is refused without
+ * blocking or side effects (and /dev/zero cannot be read without end). On false, @p err
+ * receives `'<path>': <reason>`, e.g. `'p': is a FIFO, not a regular file` or
+ * `'p': No such file or directory`.
+ */
+bool cli_regular_file(const char *path, char *err, size_t n);
+
+#endif

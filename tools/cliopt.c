@@ -1,0 +1,493 @@
+/*
+ * cliopt.c - option tables parsed with getopt_long; see cliopt.h.
+ */
+#define _GNU_SOURCE /* getopt_long */
+#include "cliopt.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- numbers ----------------------------------------------------------------------------- */
+bool cli_parse_i64(const char *s, int64_t *out)
+{
+    if (!s || !*s)
+        return false;
+    /* strtoll skips leading space and accepts '+': neither is a clean integer */
+    if (!(*s == '-' || (*s >= '0' && *s <= '9')))
+        return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end || errno || end == s)
+        return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+bool cli_parse_f64(const char *s, double *out)
+{
+    if (!s || !*s)
+        return false;
+    if (!(*s == '-' || *s == '.' || (*s >= '0' && *s <= '9')))
+        return false; /* no leading space, '+', "inf", "nan" */
+    if (strpbrk(s, "xXpPnNiI"))
+        return false; /* no hex floats ("0x10"), "-inf", "-nan" */
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end || end == s || !isfinite(v))
+        return false;
+    /* ERANGE on underflow gives a tiny or zero value: accept it; overflow gave inf above */
+    *out = v;
+    return true;
+}
+
+const char *cli_show(const char *s, char *buf, size_t n)
+{
+    if (!n)
+        return buf;
+    size_t w = 0, max = n - 1, i = 0;
+    const size_t keep = 60; /* longer values are cut: "abc..." */
+    for (; s && s[i] && w < max; i++) {
+        if (i == keep && s[i + 1]) {
+            for (int k = 0; k < 3 && w < max; k++)
+                buf[w++] = '.';
+            break;
+        }
+        unsigned char c = (unsigned char)s[i];
+        buf[w++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    buf[w] = 0;
+    return buf;
+}
+
+/* ---- table helpers ----------------------------------------------------------------------- */
+static int n_opts(const cli_command *cmd)
+{
+    int n = 0;
+    while (cmd->opts[n].name)
+        n++;
+    return n;
+}
+
+/* "tgrad train", or "tgrad" for the top level (name NULL or ""). */
+static const char *prog(const cli_command *cmd, char *buf, size_t n)
+{
+    if (!cmd->name || !*cmd->name)
+        snprintf(buf, n, "tgrad");
+    else
+        snprintf(buf, n, "tgrad %s", cmd->name);
+    return buf;
+}
+
+const cli_option *cli_find(const cli_command *cmd, const char *name)
+{
+    for (const cli_option *o = cmd->opts; o->name; o++)
+        if (!strcmp(o->name, name))
+            return o;
+    return NULL;
+}
+
+int cli_index(const cli_command *cmd, const cli_option *o)
+{
+    return (int)(o - cmd->opts);
+}
+
+bool cli_given(const cli_command *cmd, const cli_result *res, const char *name)
+{
+    const cli_option *o = cli_find(cmd, name);
+    return o && res->given[cli_index(cmd, o)];
+}
+
+static bool ints_unbounded(const cli_option *o)
+{
+    return o->imin == 0 && o->imax == 0;
+}
+
+static bool nums_unbounded(const cli_option *o)
+{
+    return o->fmin == 0 && o->fmax == 0 && !(o->flags & (CLI_FMIN_OPEN | CLI_FMAX_OPEN));
+}
+
+/* "[0, 1)" style range of a CLI_NUM option. */
+static void num_range(const cli_option *o, char *buf, size_t n)
+{
+    snprintf(buf, n, "%c%.6g, %.6g%c", (o->flags & CLI_FMIN_OPEN) ? '(' : '[', o->fmin,
+             o->fmax, (o->flags & CLI_FMAX_OPEN) ? ')' : ']');
+}
+
+/* Is @p v (length len) one of the '|'-separated choices? Returns its index or -1. */
+static int choice_index(const char *choices, const char *v)
+{
+    size_t vl = strlen(v);
+    int i = 0;
+    for (const char *p = choices; *p; i++) {
+        const char *bar = strchr(p, '|');
+        size_t l = bar ? (size_t)(bar - p) : strlen(p);
+        if (l == vl && !strncmp(p, v, l))
+            return i;
+        if (!bar)
+            break;
+        p = bar + 1;
+    }
+    return -1;
+}
+
+/* "relu or gelu", "adamw, adam or sgd" */
+static void choice_list(const char *choices, char *buf, size_t n)
+{
+    size_t w = 0;
+    buf[0] = 0;
+    const char *p = choices;
+    while (*p && w + 1 < n) {
+        const char *bar = strchr(p, '|');
+        size_t l = bar ? (size_t)(bar - p) : strlen(p);
+        const char *sep = "";
+        if (p != choices)
+            sep = (bar ? ", " : " or ");
+        int k = snprintf(buf + w, n - w, "%s%.*s", sep, (int)l, p);
+        if (k < 0)
+            break;
+        w += (size_t)k;
+        if (w >= n)
+            break;
+        if (!bar)
+            break;
+        p = bar + 1;
+    }
+}
+
+bool cli_set(const cli_command *cmd, const cli_option *o, const char *value, void *args,
+             const char *source, char *err, size_t err_size)
+{
+    (void)cmd;
+    char *base = (char *)args;
+    char range[128], shown[80];
+    const char *vs = cli_show(value, shown, sizeof shown); /* one line, bounded, in messages */
+    switch (o->kind) {
+    case CLI_FLAG: {
+        bool b;
+        if (!strcmp(value, "1") || !strcmp(value, "true"))
+            b = true;
+        else if (!strcmp(value, "0") || !strcmp(value, "false"))
+            b = false;
+        else {
+            snprintf(err, err_size, "%s '%s': expected 0 or 1", source, vs);
+            return false;
+        }
+        *(bool *)(base + o->offset) = b;
+        return true;
+    }
+    case CLI_INT: {
+        int64_t v;
+        bool ok = cli_parse_i64(value, &v);
+        if (ok && !ints_unbounded(o) && (v < o->imin || v > o->imax))
+            ok = false;
+        if (!ok) {
+            if (ints_unbounded(o))
+                snprintf(err, err_size, "%s '%s': expected an integer", source, vs);
+            else if (o->imax == INT64_MAX)
+                snprintf(err, err_size, "%s '%s': expected an integer >= %" PRId64, source,
+                         vs, o->imin);
+            else
+                snprintf(err, err_size, "%s '%s': expected an integer from %" PRId64
+                         " to %" PRId64, source, vs, o->imin, o->imax);
+            return false;
+        }
+        *(int64_t *)(base + o->offset) = v;
+        return true;
+    }
+    case CLI_NUM: {
+        double v;
+        bool ok = cli_parse_f64(value, &v);
+        if (ok && !nums_unbounded(o)) {
+            if ((o->flags & CLI_FMIN_OPEN) ? !(v > o->fmin) : !(v >= o->fmin))
+                ok = false;
+            if ((o->flags & CLI_FMAX_OPEN) ? !(v < o->fmax) : !(v <= o->fmax))
+                ok = false;
+        }
+        if (!ok) {
+            if (nums_unbounded(o)) {
+                snprintf(err, err_size, "%s '%s': expected a finite number", source, vs);
+            } else {
+                num_range(o, range, sizeof range);
+                snprintf(err, err_size, "%s '%s': expected a number in %s", source, vs, range);
+            }
+            return false;
+        }
+        *(double *)(base + o->offset) = v;
+        return true;
+    }
+    case CLI_STR:
+    case CLI_PATH:
+        if (!*value) {
+            snprintf(err, err_size, "%s: expected a non-empty %s", source,
+                     o->kind == CLI_PATH ? "path" : "value");
+            return false;
+        }
+        *(const char **)(base + o->offset) = value;
+        return true;
+    case CLI_CHOICE: {
+        int i = choice_index(o->choices, value);
+        if (i < 0) {
+            choice_list(o->choices, range, sizeof range);
+            snprintf(err, err_size, "%s '%s': expected %s", source, vs, range);
+            return false;
+        }
+        *(int *)(base + o->offset) = i;
+        return true;
+    }
+    case CLI_LIST:
+        break;
+    }
+    snprintf(err, err_size, "%s: cannot be set from a single value", source);
+    return false;
+}
+
+static bool list_append(cli_list *l, const char *v)
+{
+    const char **nv = realloc(l->v, sizeof *nv * (size_t)(l->n + 1));
+    if (!nv)
+        return false;
+    nv[l->n++] = v;
+    l->v = nv;
+    return true;
+}
+
+/* Was the option element argv[k] written as the full long name (not an abbreviation)? */
+static bool full_name(const char *elem, const char *name)
+{
+    if (strncmp(elem, "--", 2))
+        return false;
+    size_t l = strlen(name);
+    return !strncmp(elem + 2, name, l) && (elem[2 + l] == 0 || elem[2 + l] == '=');
+}
+
+int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_result *res,
+              char *err, size_t err_size)
+{
+    memset(res, 0, sizeof *res);
+    err[0] = 0;
+    int n = n_opts(cmd);
+    if (n > CLI_MAX_OPTIONS) {
+        snprintf(err, err_size, "internal error: too many options");
+        return CLI_ERROR;
+    }
+    struct option lo[CLI_MAX_OPTIONS + 2];
+    for (int i = 0; i < n; i++) {
+        lo[i].name = cmd->opts[i].name;
+        lo[i].has_arg = cmd->opts[i].kind == CLI_FLAG ? no_argument : required_argument;
+        lo[i].flag = NULL;
+        lo[i].val = 256 + i;
+    }
+    lo[n] = (struct option){"help", no_argument, NULL, 'h'};
+    lo[n + 1] = (struct option){NULL, 0, NULL, 0};
+
+    char src[96], pg[96], shown[80];
+    prog(cmd, pg, sizeof pg);
+    int open_list = -1; /* CLI_LIST option still taking values */
+    optind = 0;         /* full re-initialisation of glibc's getopt */
+    opterr = 0;
+    for (;;) {
+        int prev = optind ? optind : 1;
+        int li = -1;
+        int c = getopt_long(argc, argv, "-:h", lo, &li);
+        if (c == -1)
+            break;
+        const char *elem = prev < argc ? argv[prev] : "";
+        if (c == 1) { /* a non-option argument, in order */
+            if (open_list >= 0) {
+                if (!list_append((cli_list *)((char *)args + cmd->opts[open_list].offset),
+                                 optarg))
+                    goto nomem;
+                continue;
+            }
+            if (!cmd->positional) {
+                snprintf(err, err_size, "unexpected argument '%s' (try '%s --help')",
+                         cli_show(optarg, shown, sizeof shown), pg);
+                return CLI_ERROR;
+            }
+            if (cmd->max_positional > 0 && res->n_positional >= cmd->max_positional) {
+                snprintf(err, err_size, "too many arguments: '%s' (at most %d %s)",
+                         cli_show(optarg, shown, sizeof shown),
+                         cmd->max_positional, cmd->positional);
+                return CLI_ERROR;
+            }
+            const char **nv = realloc(res->positional, sizeof *nv * (size_t)(res->n_positional + 1));
+            if (!nv)
+                goto nomem;
+            res->positional = nv;
+            nv[res->n_positional++] = optarg;
+            continue;
+        }
+        open_list = -1;
+        if (c == 'h')
+            return CLI_HELP;
+        if (c == '?') {
+            if (optopt && optopt < 256)
+                snprintf(err, err_size, "unknown option '-%c' (try '%s --help')", optopt, pg);
+            else
+                snprintf(err, err_size, "unknown option '%s' (try '%s --help')",
+                         cli_show(elem, shown, sizeof shown), pg);
+            return CLI_ERROR;
+        }
+        if (c == ':') {
+            const cli_option *o = NULL;
+            if (optopt >= 256 && optopt < 256 + n)
+                o = &cmd->opts[optopt - 256];
+            if (o)
+                snprintf(err, err_size, "option '--%s' needs a value (%s)", o->name,
+                         o->metavar ? o->metavar : "a value");
+            else
+                snprintf(err, err_size, "option '%s' needs a value",
+                         cli_show(elem, shown, sizeof shown));
+            return CLI_ERROR;
+        }
+        if (c < 256 || c >= 256 + n) {
+            snprintf(err, err_size, "unknown option '%s' (try '%s --help')",
+                     cli_show(elem, shown, sizeof shown), pg);
+            return CLI_ERROR;
+        }
+        int i = c - 256;
+        const cli_option *o = &cmd->opts[i];
+        if (!full_name(elem, o->name)) {
+            snprintf(err, err_size, "unknown option '%.*s' (did you mean '--%s'?)",
+                     (int)strcspn(cli_show(elem, shown, sizeof shown), "="), shown, o->name);
+            return CLI_ERROR;
+        }
+        if (res->given[i] && o->kind != CLI_LIST) {
+            snprintf(err, err_size, "option '--%s' given twice", o->name);
+            return CLI_ERROR;
+        }
+        res->given[i] = true;
+        if (o->kind == CLI_FLAG) {
+            *(bool *)((char *)args + o->offset) = true;
+            continue;
+        }
+        /* a separate value that is itself an option: `--steps --d-model 64` */
+        bool separate = !strchr(elem, '=');
+        if (separate && optarg[0] == '-' && optarg[1] == '-' && optarg[2]) {
+            snprintf(err, err_size, "option '--%s' needs a value (%s) but got the option '%s'",
+                     o->name, o->metavar ? o->metavar : "a value",
+                     cli_show(optarg, shown, sizeof shown));
+            return CLI_ERROR;
+        }
+        if (o->kind == CLI_LIST) {
+            if (!*optarg) {
+                snprintf(err, err_size, "--%s: expected a non-empty value", o->name);
+                return CLI_ERROR;
+            }
+            if (!list_append((cli_list *)((char *)args + o->offset), optarg))
+                goto nomem;
+            open_list = i;
+            continue;
+        }
+        snprintf(src, sizeof src, "--%s", o->name);
+        if (!cli_set(cmd, o, optarg, args, src, err, err_size))
+            return CLI_ERROR;
+    }
+    /* after "--": the rest are positional */
+    for (int k = optind; k < argc; k++) {
+        if (!cmd->positional) {
+            snprintf(err, err_size, "unexpected argument '%s' (try '%s --help')",
+                     cli_show(argv[k], shown, sizeof shown), pg);
+            return CLI_ERROR;
+        }
+        const char **nv = realloc(res->positional, sizeof *nv * (size_t)(res->n_positional + 1));
+        if (!nv)
+            goto nomem;
+        res->positional = nv;
+        nv[res->n_positional++] = argv[k];
+    }
+    if (cmd->positional) {
+        if (res->n_positional < cmd->min_positional) {
+            snprintf(err, err_size, "missing %s (try '%s --help')", cmd->positional, pg);
+            return CLI_ERROR;
+        }
+        if (cmd->max_positional > 0 && res->n_positional > cmd->max_positional) {
+            snprintf(err, err_size, "too many arguments (at most %d %s)", cmd->max_positional,
+                     cmd->positional);
+            return CLI_ERROR;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const cli_option *o = &cmd->opts[i];
+        if ((o->flags & CLI_REQUIRED) && !res->given[i]) {
+            snprintf(err, err_size, "missing option '--%s%s%s' (try '%s --help')", o->name,
+                     o->metavar ? " " : "", o->metavar ? o->metavar : "", pg);
+            return CLI_ERROR;
+        }
+    }
+    return CLI_OK;
+nomem:
+    snprintf(err, err_size, "out of memory");
+    return CLI_ERROR;
+}
+
+void cli_free(const cli_command *cmd, void *args, cli_result *res)
+{
+    if (args)
+        for (const cli_option *o = cmd->opts; o->name; o++)
+            if (o->kind == CLI_LIST) {
+                cli_list *l = (cli_list *)((char *)args + o->offset);
+                free(l->v);
+                l->v = NULL;
+                l->n = 0;
+            }
+    if (res) {
+        free(res->positional);
+        res->positional = NULL;
+        res->n_positional = 0;
+    }
+}
+
+void cli_help(const cli_command *cmd, FILE *f)
+{
+    char pg[96];
+    fprintf(f, "usage: %s %s\n", prog(cmd, pg, sizeof pg), cmd->usage ? cmd->usage : "[options]");
+    if (cmd->description)
+        fprintf(f, "\n%s\n", cmd->description);
+    const char *group = NULL;
+    bool first = true;
+    for (const cli_option *o = cmd->opts; o->name; o++) {
+        if (o->flags & CLI_HIDDEN)
+            continue;
+        if (first || (o->group && (!group || strcmp(o->group, group)))) {
+            fprintf(f, "\n%s\n", o->group ? o->group : "options:");
+            group = o->group;
+            first = false;
+        }
+        char lhs[96];
+        const char *mv = o->metavar;
+        if (!mv && o->kind == CLI_CHOICE)
+            mv = o->choices;
+        if (o->kind == CLI_FLAG || !mv)
+            snprintf(lhs, sizeof lhs, "--%s", o->name);
+        else
+            snprintf(lhs, sizeof lhs, "--%s %s%s", o->name, mv, o->kind == CLI_LIST ? "..." : "");
+        char range[160] = "";
+        if (o->kind == CLI_INT && !ints_unbounded(o)) {
+            if (o->imax == INT64_MAX)
+                snprintf(range, sizeof range, "  [>= %" PRId64 "]", o->imin);
+            else
+                snprintf(range, sizeof range, "  [%" PRId64 "..%" PRId64 "]", o->imin, o->imax);
+        } else if (o->kind == CLI_NUM && !nums_unbounded(o)) {
+            char r[100];
+            num_range(o, r, sizeof r);
+            snprintf(range, sizeof range, "  %s", r);
+        }
+        if (o->flags & CLI_REQUIRED) {
+            size_t l = strlen(range);
+            snprintf(range + l, sizeof range - l, "  (required)");
+        }
+        if (strlen(lhs) > 24)
+            fprintf(f, "  %s\n  %-24s  %s%s\n", lhs, "", o->help ? o->help : "", range);
+        else
+            fprintf(f, "  %-24s  %s%s\n", lhs, o->help ? o->help : "", range);
+    }
+    fprintf(f, "  %-24s  %s\n", "--help, -h", "print this help and exit");
+}

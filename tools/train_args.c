@@ -1,0 +1,223 @@
+/*
+ * train_args.c - option tables and parse-only entry points of `tgrad train` and `tgrad sample`
+ * (see train_args.h). No I/O: every function here may be called on arbitrary input.
+ */
+#include "train_args.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define TA(f) offsetof(train_args, f)
+#define SA(f) offsetof(sample_args, f)
+
+#define INT(nm, f, mv, lo, hi, h, g)                                                           \
+    {.name = nm, .kind = CLI_INT, .offset = TA(f), .metavar = mv, .help = h, .imin = lo,       \
+     .imax = hi, .group = g}
+#define NUM(nm, f, mv, lo, hi, fl, h, g)                                                       \
+    {.name = nm, .kind = CLI_NUM, .offset = TA(f), .metavar = mv, .help = h, .fmin = lo,       \
+     .fmax = hi, .flags = fl, .group = g}
+#define CHOICE(nm, f, ch, h, g)                                                                \
+    {.name = nm, .kind = CLI_CHOICE, .offset = TA(f), .choices = ch, .help = h, .group = g}
+#define FLAG(nm, f, h, g) {.name = nm, .kind = CLI_FLAG, .offset = TA(f), .help = h, .group = g}
+#define PATH(nm, f, mv, h, g)                                                                  \
+    {.name = nm, .kind = CLI_PATH, .offset = TA(f), .metavar = mv, .help = h, .group = g}
+
+static const char *const G_MODEL = "model (taken from the checkpoint with --resume):";
+static const char *const G_TRAIN = "training (restored from the checkpoint with --resume unless "
+                                   "given again):";
+static const char *const G_DATA = "data:";
+static const char *const G_FILES = "files:";
+
+static const cli_option train_opts[] = {
+    INT("layers", layers, "N", 1, TRAIN_MAX_LAYERS, "encoder layers (2)", G_MODEL),
+    INT("d-model", d_model, "D", 1, TRAIN_MAX_D_MODEL, "model width (text 128, task 64)",
+        G_MODEL),
+    INT("heads", heads, "H", 1, TRAIN_MAX_HEADS, "attention heads, must divide D (4)", G_MODEL),
+    INT("d-ff", d_ff, "F", 1, TRAIN_MAX_D_FF, "feed-forward width (4*D)", G_MODEL),
+    INT("seq-len", seq_len, "T", 2, TRAIN_MAX_SEQ_LEN, "sequence length (text 64, task 12)",
+        G_MODEL),
+    FLAG("post-norm", post_norm, "post-norm layers (default pre-norm)", G_MODEL),
+    CHOICE("activation", activation, "relu|gelu", "feed-forward activation (relu)", G_MODEL),
+    CHOICE("pos", pos, "learned|sinusoidal", "positions (learned)", G_MODEL),
+    FLAG("tie-weights", tie, "output projection = token embedding", G_MODEL),
+    CHOICE("dtype", dtype, "f32|f64", "parameter and activation dtype (f32)", G_MODEL),
+    NUM("dropout", dropout, "P", 0, 1, CLI_FMAX_OPEN, "dropout probability (0)", G_TRAIN),
+    INT("batch", batch, "B", 1, TRAIN_MAX_BATCH, "sequences per step (32)", G_TRAIN),
+    INT("steps", steps, "N", 1, TRAIN_MAX_STEPS, "training steps (text 1500, task 2000 max)",
+        G_TRAIN),
+    NUM("lr", lr, "LR", 0, 10, 0, "peak learning rate (3e-3)", G_TRAIN),
+    CHOICE("optimizer", optimizer, "adamw|adam|sgd", "optimizer (adamw)", G_TRAIN),
+    NUM("momentum", momentum, "M", 0, 1, 0, "SGD momentum (0.9)", G_TRAIN),
+    INT("warmup", warmup, "N", 0, TRAIN_MAX_STEPS, "linear warmup steps (100)", G_TRAIN),
+    NUM("weight-decay", weight_decay, "W", 0, 10, 0, "weight decay (0.01)", G_TRAIN),
+    NUM("clip", clip, "C", 0, 1e6, 0, "clip gradients to this global norm (1.0, 0 = off)",
+        G_TRAIN),
+    NUM("min-lr", min_lr, "LR", 0, 10, 0, "final learning rate of the cosine decay (lr/10)",
+        G_TRAIN),
+    INT("seed", seed, "S", 0, INT64_MAX, "random seed (0)", G_TRAIN),
+    INT("eval-every", eval_every, "N", 1, TRAIN_MAX_STEPS, "evaluate every N steps (text 100, "
+        "task 50)", G_TRAIN),
+    NUM("val-fraction", val_fraction, "F", 0, 1, CLI_FMAX_OPEN,
+        "text: the last F of the bytes validate (0.1)", G_TRAIN),
+    NUM("target-acc", target_acc, "A", 0, 1, 0,
+        "task: stop at this held-out accuracy (0.99, 0 = never)", G_TRAIN),
+    INT("threads", threads, "N", 1, TRAIN_MAX_THREADS, "worker threads (all cores)", G_TRAIN),
+    FLAG("detect-anomaly", detect_anomaly, "stop at the first NaN or inf of any op, forward or "
+         "backward", G_TRAIN),
+    {.name = "text", .kind = CLI_LIST, .offset = TA(text), .metavar = "FILE",
+     .help = "train a byte-level language model on these files", .group = G_DATA},
+    CHOICE("task", task, "copy|reverse|sort", "built-in task (reverse)", G_DATA),
+    PATH("checkpoint", checkpoint, "PATH", "save atomically at each evaluation and at the end "
+         "(default with --resume: the resumed file)", G_FILES),
+    PATH("resume", resume, "PATH", "continue this checkpoint bit-exactly and save back to it",
+         G_FILES),
+    INT("save-every", save_every, "N", 1, TRAIN_MAX_STEPS, "also save the checkpoint every N "
+        "steps", G_FILES),
+    FLAG("force", force, "let --checkpoint replace an existing file that is not resumed",
+         G_FILES),
+    INT("stop-after", stop_after, "N", 1, TRAIN_MAX_STEPS, "stop after step N (to resume "
+        "later)", G_FILES),
+    PATH("log", log, "CSV", "write step,train_loss,val_loss,lr,tokens_per_s", G_FILES),
+    PATH("plot", plot, "SVG", "write the loss curves as SVG", G_FILES),
+    FLAG("quiet", quiet, "print only the summary", G_FILES),
+    {.name = NULL},
+};
+
+static const cli_command train_cmd = {
+    .name = "train",
+    .usage = "[--task copy|reverse|sort | --text FILE...] [options]",
+    .description =
+        "With no arguments, trains an encoder on the built-in 'reverse' task (random digit\n"
+        "sequences, predict the reversed sequence at each position) until 99% token accuracy\n"
+        "on held-out sequences. With --text, trains a byte-level decoder-only language model\n"
+        "on the concatenated files (symlinked duplicates and directories skipped); the last\n"
+        "10% is validation.\n"
+        "\n"
+        "--resume CK takes the model from CK, restores every training option not given again,\n"
+        "continues bit-exactly and saves back to CK (atomically); --checkpoint OTHER saves to\n"
+        "OTHER instead and leaves CK as it is.",
+    .opts = train_opts,
+};
+
+static const cli_option sample_opts[] = {
+    {.name = "checkpoint", .kind = CLI_PATH, .offset = SA(checkpoint), .metavar = "PATH",
+     .help = "checkpoint of 'tgrad train --text' (required)"},
+    {.name = "prompt", .kind = CLI_STR, .offset = SA(prompt), .metavar = "TEXT",
+     .help = "text to continue (default: a newline)"},
+    {.name = "tokens", .kind = CLI_INT, .offset = SA(tokens), .metavar = "N",
+     .help = "bytes to generate (200)", .imin = 0, .imax = SAMPLE_MAX_TOKENS},
+    {.name = "temperature", .kind = CLI_NUM, .offset = SA(temperature), .metavar = "T",
+     .help = "softmax temperature, 0 = greedy (0.8)", .fmin = 0, .fmax = 100},
+    {.name = "top-k", .kind = CLI_INT, .offset = SA(top_k), .metavar = "K",
+     .help = "sample from the K most likely bytes (0 = all)", .imin = 0,
+     .imax = SAMPLE_MAX_TOP_K},
+    {.name = "seed", .kind = CLI_INT, .offset = SA(seed), .metavar = "S",
+     .help = "random seed (0)", .imin = 0, .imax = INT64_MAX},
+    {.name = "threads", .kind = CLI_INT, .offset = SA(threads), .metavar = "N",
+     .help = "worker threads (all cores)", .imin = 1, .imax = TRAIN_MAX_THREADS},
+    {.name = NULL},
+};
+
+static const cli_command sample_cmd = {
+    .name = "sample",
+    .usage = "--checkpoint PATH [options]",
+    .description = "Generates text from a checkpoint of 'tgrad train --text'. Temperature 0 is\n"
+                   "greedy decoding.",
+    .opts = sample_opts,
+};
+
+const cli_command *train_command(void)
+{
+    return &train_cmd;
+}
+
+const cli_command *sample_command(void)
+{
+    return &sample_cmd;
+}
+
+void train_defaults(train_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->layers = 2;
+    a->heads = 4;
+    a->activation = ACT_RELU;
+    a->pos = POS_LEARNED;
+    a->dtype = DT_F32;
+    a->batch = 32;
+    a->lr = 3e-3;
+    a->warmup = 100;
+    a->weight_decay = 0.01;
+    a->clip = 1.0;
+    a->min_lr = -1;
+    a->val_fraction = 0.1;
+    a->target_acc = 0.99;
+    a->momentum = 0.9;
+    a->optimizer = OPT_ADAMW;
+    a->task = 1; /* TASK_REVERSE */
+    a->d_model = a->d_ff = a->seq_len = a->steps = a->eval_every = -1;
+}
+
+int train_parse(int argc, char **argv, train_args *a, cli_result *r, char *err, size_t n)
+{
+    train_defaults(a);
+    int rc = cli_parse(&train_cmd, argc, argv, a, r, err, n);
+    if (rc != CLI_OK)
+        return rc;
+    if (a->text.n > 0 && cli_given(&train_cmd, r, "task")) {
+        snprintf(err, n, "--text and --task exclude each other (give one)");
+        return CLI_ERROR;
+    }
+    return CLI_OK;
+}
+
+void train_free(train_args *a, cli_result *r)
+{
+    cli_free(&train_cmd, a, r);
+}
+
+bool train_resolve(train_args *a, bool text, char *err, size_t n)
+{
+    if (a->d_model < 0)
+        a->d_model = text ? 128 : 64;
+    if (a->d_ff < 0)
+        a->d_ff = 4 * a->d_model; /* <= 4 * TRAIN_MAX_D_MODEL == TRAIN_MAX_D_FF */
+    if (a->seq_len < 0)
+        a->seq_len = text ? 64 : 12;
+    if (a->steps < 0)
+        a->steps = text ? 1500 : 2000;
+    if (a->eval_every < 0)
+        a->eval_every = text ? 100 : 50;
+    if (a->min_lr < 0)
+        a->min_lr = a->lr / 10;
+    if (a->heads > a->d_model || a->d_model % a->heads != 0) {
+        snprintf(err, n, "--heads %" PRId64 " does not divide --d-model %" PRId64
+                 " (choose heads among the divisors of d_model)", a->heads, a->d_model);
+        return false;
+    }
+    if (a->resume && !a->checkpoint)
+        a->checkpoint = a->resume; /* a resumed run saves back to its own file */
+    return true;
+}
+
+int sample_parse(int argc, char **argv, sample_args *a, cli_result *r, char *err, size_t n)
+{
+    memset(a, 0, sizeof *a);
+    a->prompt = "";
+    a->tokens = 200;
+    a->temperature = 0.8;
+    int rc = cli_parse(&sample_cmd, argc, argv, a, r, err, n);
+    if (rc != CLI_OK)
+        return rc;
+    if (!a->checkpoint) {
+        snprintf(err, n, "--checkpoint PATH is required (a checkpoint of 'tgrad train --text')");
+        return CLI_ERROR;
+    }
+    return CLI_OK;
+}
+
+void sample_free(sample_args *a, cli_result *r)
+{
+    cli_free(&sample_cmd, a, r);
+}

@@ -1,0 +1,98 @@
+/*
+ * train_args.h - the options of `tgrad train` and `tgrad sample`: one cliopt table each, and
+ * parse-only entry points (no I/O, nothing printed, no globals besides getopt's own), so that
+ * the commands, their tests and a libFuzzer harness share exactly the same validation.
+ *
+ * Every numeric option has bounds (cliopt.h); a value outside them, NaN, inf, a fraction for an
+ * integer or anything that is not a number is refused with one line naming the option, the
+ * value given and what is allowed. Checkpoint metadata is validated with the same table
+ * (ckpt_config.h), so a value a checkpoint carries is held to exactly the command line's rules.
+ */
+#ifndef TG_TRAIN_ARGS_H
+#define TG_TRAIN_ARGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cliopt.h"
+
+/* Bounds shared by the tables, the checkpoint validation and the tests. */
+#define TRAIN_MAX_LAYERS 1024
+#define TRAIN_MAX_D_MODEL 65536
+#define TRAIN_MAX_HEADS 1024
+#define TRAIN_MAX_D_FF 262144
+#define TRAIN_MAX_SEQ_LEN 65536
+#define TRAIN_MAX_BATCH 65536
+#define TRAIN_MAX_STEPS 1000000000 /* also warmup, eval-every, save-every, stop-after */
+#define TRAIN_MAX_THREADS 1024
+#define SAMPLE_MAX_TOKENS 1000000000
+#define SAMPLE_MAX_TOP_K 256 /* the byte vocabulary has at most 256 symbols */
+
+/* Choice indices (order of the '|'-separated lists in the tables). */
+enum { ACT_RELU = 0, ACT_GELU = 1 };
+enum { POS_LEARNED = 0, POS_SINUSOIDAL = 1 };
+enum { OPT_ADAMW = 0, OPT_ADAM = 1, OPT_SGD = 2 };
+enum { DT_F32 = 0, DT_F64 = 1 };
+/* --task uses task_kind's order (data.h): copy, reverse, sort. */
+
+/* `tgrad train` options. Integers are int64_t, numbers double, choices int, flags bool.
+ * -1 in d_model, d_ff, seq_len, steps, eval_every, min_lr means "the mode's default", filled
+ * in by train_resolve(); 0 in threads, save_every, stop_after means "not set". */
+typedef struct train_args {
+    /* model */
+    int64_t layers, d_model, heads, d_ff, seq_len;
+    bool post_norm, tie;
+    int activation, pos, dtype;
+    double dropout;
+    /* optimisation */
+    int64_t batch, steps, warmup, eval_every, seed, threads;
+    double lr, weight_decay, clip, min_lr, val_fraction, target_acc, momentum;
+    int optimizer;
+    bool detect_anomaly;
+    /* data */
+    cli_list text;
+    int task;
+    /* files */
+    const char *checkpoint, *resume, *log, *plot;
+    int64_t save_every, stop_after;
+    bool force, quiet;
+} train_args;
+
+/* `tgrad sample` options. */
+typedef struct sample_args {
+    const char *checkpoint, *prompt;
+    int64_t tokens, top_k, seed, threads;
+    double temperature;
+} sample_args;
+
+/* The option tables (static, valid for the whole program). */
+const cli_command *train_command(void);
+const cli_command *sample_command(void);
+
+/* Fill @p a with the defaults of `tgrad train` with no options. */
+void train_defaults(train_args *a);
+
+/*
+ * Parse `tgrad train` arguments (argv[0] = "train") into @p a and @p r: defaults, the table's
+ * checks, then the checks between options that need nothing else (--text and --task exclude
+ * each other). Returns CLI_OK, CLI_HELP or CLI_ERROR with one line in @p err (without the
+ * "tgrad train: " prefix). No I/O. Call train_free() afterwards in every case.
+ */
+int train_parse(int argc, char **argv, train_args *a, cli_result *r, char *err, size_t n);
+/* Release what train_parse allocated (the --text list, the positional array). */
+void train_free(train_args *a, cli_result *r);
+
+/*
+ * After the checkpoint (if any) has been applied: fill in the defaults that depend on the mode
+ * (text or task), check the options against each other (--heads divides --d-model, ...), and
+ * make a resumed run save back to the file it resumed from unless --checkpoint says otherwise.
+ * Returns false with one line in @p err. No I/O.
+ */
+bool train_resolve(train_args *a, bool text, char *err, size_t n);
+
+/* Parse `tgrad sample` arguments as train_parse does (--checkpoint is required). */
+int sample_parse(int argc, char **argv, sample_args *a, cli_result *r, char *err, size_t n);
+void sample_free(sample_args *a, cli_result *r);
+
+#endif
