@@ -278,7 +278,7 @@ START_TEST(test_kill_during_training)
 
     uint64_t rng = seed;
     int max_strays = 0;
-    long first_over = -1, rounds_with_ck = 0, self_exits = 0;
+    long first_over = -1, rounds_with_ck = 0;
     long long last_step = -1;
     char names[1024], over_names[1024] = "";
     const char *argv[40];
@@ -295,7 +295,6 @@ START_TEST(test_kill_during_training)
         int st = wait_for(pid);
         if (!WIFSIGNALED(st)) {
             /* it ended by itself before the kill: only an error can do that in 20000 steps */
-            self_exits++;
             ck_assert_msg(0, "seed %" PRIu64 ", round %ld: tgrad train %s exited %d before the "
                           "kill:\n%s", seed, round, had_ck ? "--resume CK" : "",
                           WIFEXITED(st) ? WEXITSTATUS(st) : -1, log_tail(g_train_log));
@@ -319,7 +318,6 @@ START_TEST(test_kill_during_training)
             snprintf(over_names, sizeof over_names, "%s", names);
         }
     }
-    (void)self_exits;
 
     /* A final uninterrupted run that saves: 2 more steps from CK (or 2 from scratch). */
     bool had_ck = exists(g_ck);
