@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +102,29 @@ static void teardown(void)
         rm_tree(g_base);
     g_base[0] = '\0';
 }
+
+/* Fail the test after removing the scratch directory: Check ends a forked test at a failed
+ * assertion without running the teardown, and the stray-file assertion is expected to fail
+ * until saves stop leaving temporaries, so the directory must not be left in $TMPDIR. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static void kill_fail(const char *fmt, ...)
+{
+    static char msg[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    teardown();
+    ck_abort_msg("%s", msg);
+}
+
+#define KCHECK(cond, ...)                                                                     \
+    do {                                                                                      \
+        if (!(cond))                                                                          \
+            kill_fail(__VA_ARGS__);                                                           \
+    } while (0)
 
 /* Stray files in the run directory (everything but the corpus and CK): their number, and their
  * names (comma-separated) in names. */
@@ -224,9 +248,9 @@ static long long ck_step(void)
 {
     tg_ctx *ctx = tu_ctx_new();
     tg_safetensors *st = tg_safetensors_read(ctx, g_ck);
-    ck_assert_msg(st != NULL, "CK does not load: %s", tg_ctx_message(ctx));
+    KCHECK(st != NULL, "CK does not load: %s", tg_ctx_message(ctx));
     const char *s = tg_safetensors_meta_get(st, "optim.step");
-    ck_assert_msg(s != NULL, "CK has no optim.step");
+    KCHECK(s != NULL, "CK has no optim.step");
     long long v = strtoll(s, NULL, 10);
     tu_ctx_free(ctx);
     return v;
@@ -237,12 +261,12 @@ static void check_ck(long round, uint64_t seed)
 {
     const char *info[] = {"tgrad", "info", g_ck, NULL};
     int rc = run(info, g_check_log);
-    ck_assert_msg(rc == 0, "seed %" PRIu64 ", round %ld: tgrad info CK exited %d:\n%s", seed,
+    KCHECK(rc == 0, "seed %" PRIu64 ", round %ld: tgrad info CK exited %d:\n%s", seed,
                   round, rc, log_tail(g_check_log));
     const char *sample[] = {"tgrad", "sample", "--checkpoint", g_ck, "--tokens", "8", "--seed",
                             "1", NULL};
     rc = run(sample, g_check_log);
-    ck_assert_msg(rc == 0, "seed %" PRIu64 ", round %ld: tgrad sample --checkpoint CK exited %d:\n%s",
+    KCHECK(rc == 0, "seed %" PRIu64 ", round %ld: tgrad sample --checkpoint CK exited %d:\n%s",
                   seed, round, rc, log_tail(g_check_log));
 }
 
@@ -295,7 +319,7 @@ START_TEST(test_kill_during_training)
         int st = wait_for(pid);
         if (!WIFSIGNALED(st)) {
             /* it ended by itself before the kill: only an error can do that in 20000 steps */
-            ck_assert_msg(0, "seed %" PRIu64 ", round %ld: tgrad train %s exited %d before the "
+            kill_fail("seed %" PRIu64 ", round %ld: tgrad train %s exited %d before the "
                           "kill:\n%s", seed, round, had_ck ? "--resume CK" : "",
                           WIFEXITED(st) ? WEXITSTATUS(st) : -1, log_tail(g_train_log));
         }
@@ -303,11 +327,11 @@ START_TEST(test_kill_during_training)
             rounds_with_ck++;
             check_ck(round, seed);
             long long step = ck_step();
-            ck_assert_msg(step >= last_step, "seed %" PRIu64 ", round %ld: CK went back from "
+            KCHECK(step >= last_step, "seed %" PRIu64 ", round %ld: CK went back from "
                           "step %lld to %lld", seed, round, last_step, step);
             last_step = step;
         } else {
-            ck_assert_msg(!had_ck, "seed %" PRIu64 ", round %ld: CK existed before the kill and "
+            KCHECK(!had_ck, "seed %" PRIu64 ", round %ld: CK existed before the kill and "
                           "is gone", seed, round);
         }
         int n = strays(names, sizeof names);
@@ -323,9 +347,9 @@ START_TEST(test_kill_during_training)
     bool had_ck = exists(g_ck);
     train_argv(argv, had_ck, had_ck ? last_step + 2 : 2, stop_buf);
     int rc = run(argv, g_train_log);
-    ck_assert_msg(rc == 0, "seed %" PRIu64 ": the final uninterrupted run exited %d:\n%s", seed,
+    KCHECK(rc == 0, "seed %" PRIu64 ": the final uninterrupted run exited %d:\n%s", seed,
                   rc, log_tail(g_train_log));
-    ck_assert_msg(exists(g_ck), "the final run saved no checkpoint");
+    KCHECK(exists(g_ck), "the final run saved no checkpoint");
     check_ck(rounds + 1, seed);
     char final_names[1024];
     int final = strays(final_names, sizeof final_names);
@@ -336,7 +360,7 @@ START_TEST(test_kill_during_training)
     if (first_over > 0)
         snprintf(over, sizeof over, " (more than 1 first after kill %ld: %s)", first_over,
                  over_names);
-    ck_assert_msg(final == 0 && max_strays <= 1,
+    KCHECK(final == 0 && max_strays <= 1,
                   "seed %" PRIu64 ": stray files: %d after the final uninterrupted save (%s); "
                   "during the %ld kills at most %d at once%s", seed, final, final_names, rounds,
                   max_strays, over);
