@@ -178,8 +178,12 @@ uint64_t tg__splitmix64(uint64_t *state);
 
 /* ----- threads ------------------------------------------------------------------------------ */
 int tg__threads(const tg_ctx *ctx);
-/* Below this many scalar operations a kernel runs on one thread. */
+/* Below this many scalar operations a kernel runs on one thread. (Overridable at build time:
+ * tests/meson.build compiles the library with TG_PAR_MIN=1 into a thread-invariance test so
+ * even tiny shapes take every parallel path.) */
+#ifndef TG_PAR_MIN
 #define TG_PAR_MIN 32768
+#endif
 #define TG__PRAGMA(x) _Pragma(#x)
 #ifdef TG_HAVE_OPENMP
 /* A static-schedule parallel loop over independent outputs. Each iteration must write only its
