@@ -1,6 +1,7 @@
 /*
- * test_cli.c - the `tgrad` program run as a separate process (TG_TGRAD_EXE is set by
- * tests/meson.build), each run under `timeout` so a hang fails instead of blocking:
+ * test_cli.c - the `tgrad` program run as a separate process (tu_tgrad_exe(): the built one,
+ * or $TG_TGRAD_EXE) in a scratch directory, each run killed after RUN_TIMEOUT seconds so a hang
+ * fails instead of blocking:
  *   - gradcheck: the table it prints, --op / --dtype / --list / --help;
  *   - the top level: --version / version (and that the version macros agree with meson's
  *     project version, passed as TG_PROJECT_VERSION), --help, help COMMAND, unknown commands;
@@ -39,50 +40,23 @@ typedef struct {
     char *err;    /* stderr */
 } cmd_result;
 
-static char *slurp(FILE *f)
-{
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    ck_assert_ptr_nonnull(buf);
-    size_t k;
-    while ((k = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (cap - n - 1 == 0) {
-            cap *= 2;
-            buf = realloc(buf, cap);
-            ck_assert_ptr_nonnull(buf);
-        }
-    }
-    buf[n] = '\0';
-    return buf;
-}
+/* Scratch directory of every test (a checked fixture): tgrad runs there. */
+static char tmpdir[256];
 
-/* Run `tgrad ARGS`, capturing stdout and stderr separately. */
+static void tmp_setup(void) { tu_mkdtemp(tmpdir, sizeof tmpdir, "cli"); }
+static void tmp_teardown(void) { tu_rm_tree(tmpdir); }
+
+/* Run `tgrad ARGS` in tmpdir, capturing stdout and stderr separately. */
 static cmd_result run_tgrad(const char *args)
 {
     cmd_result r;
-    char errpath[] = "/tmp/tgrad_cli_err_XXXXXX";
-    int fd = mkstemp(errpath);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "timeout -k 5 %d '%s' %s 2>'%s'", RUN_TIMEOUT, TG_TGRAD_EXE, args,
-             errpath);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    r.out = slurp(p);
-    int st = pclose(p);
-    r.exited = WIFEXITED(st);
-    r.code = r.exited ? WEXITSTATUS(st) : -1;
-    ck_assert_msg(r.code != 124, "tgrad %s hung (killed after %d s)", args, RUN_TIMEOUT);
-    /* timeout reports a signal death of the child as 128 + signal */
-    if (r.exited && r.code > 128 && r.code < 128 + 65)
-        r.exited = false;
-    FILE *e = fopen(errpath, "r");
-    ck_assert_ptr_nonnull(e);
-    r.err = slurp(e);
-    fclose(e);
-    unlink(errpath);
+    int rc = tu_run_tgrad(tmpdir, args, RUN_TIMEOUT, NULL);
+    ck_assert_msg(rc != TU_TIMED_OUT, "tgrad %s hung (killed after %d s)", args, RUN_TIMEOUT);
+    r.exited = rc >= 0; /* negative: killed by signal -rc */
+    r.code = rc;
+    r.out = tu_slurp_in(tmpdir, "out.txt", NULL);
+    r.err = tu_slurp_in(tmpdir, "err.txt", NULL);
+    ck_assert(r.out && r.err);
     return r;
 }
 
@@ -92,13 +66,7 @@ static void result_free(cmd_result *r)
     free(r->err);
 }
 
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
+#define count_lines tu_count_lines
 
 /* A usage error: a normal non-zero exit, exactly one line on stderr, nothing on stdout. */
 static void expect_usage_error(const char *args, const char *needle)
@@ -449,21 +417,6 @@ START_TEST(test_hostile_numbers)
 END_TEST
 
 /* ---- info --------------------------------------------------------------------------------- */
-static char tmpdir[256];
-
-static void tmp_setup(void)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/tgrad_cli_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void tmp_teardown(void)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
-}
-
 /* An .npy file with the given descr and shape literal and @p nbytes of data. */
 static void write_npy(const char *name, const char *descr, const char *shape, size_t nbytes)
 {
@@ -491,12 +444,7 @@ static cmd_result info_in_tmp(const char *files)
 {
     char a[2048];
     snprintf(a, sizeof a, "info %s", files);
-    char cwd[512];
-    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
-    ck_assert_int_eq(chdir(tmpdir), 0);
-    cmd_result r = run_tgrad(a);
-    ck_assert_int_eq(chdir(cwd), 0);
-    return r;
+    return run_tgrad(a);
 }
 
 START_TEST(test_info_many)
@@ -577,6 +525,7 @@ static Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
     TCase *tc = tcase_create("gradcheck");
+    tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_gradcheck_all);
     tcase_add_test(tc, test_gradcheck_one_op);
@@ -587,6 +536,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_usage_errors);
     suite_add_tcase(s, tc);
     tc = tcase_create("top_level");
+    tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_version);
     tcase_add_test(tc, test_top_level);

@@ -28,66 +28,28 @@
 static char dir[256];
 static const char *const cases[2] = {"export_lm", "export_task"};
 
-static void setup(void)
-{
-    snprintf(dir, sizeof dir, "/tmp/tgrad_export_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-}
-
-static void teardown(void)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-}
+static void setup(void) { tu_mkdtemp(dir, sizeof dir, "export"); }
+static void teardown(void) { tu_rm_tree(dir); }
 
 /* `tgrad ARGS` in dir (under timeout); stdout to out.txt, stderr to err.txt; exit status. */
 static int run(const char *args)
 {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cd '%s' && timeout -k 5 120 '%s' %s > out.txt 2> err.txt", dir,
-             TG_TGRAD_EXE, args);
-    int s = system(cmd);
-    ck_assert_msg(WIFEXITED(s) && WEXITSTATUS(s) != 124, "tgrad %s hung or died", args);
-    ck_assert_msg(WEXITSTATUS(s) < 128, "tgrad %s died of a signal (%d)", args, WEXITSTATUS(s));
-    return WEXITSTATUS(s);
+    int rc = tu_run_tgrad(dir, args, 120, NULL);
+    ck_assert_msg(rc != TU_TIMED_OUT, "tgrad %s hung", args);
+    ck_assert_msg(rc >= 0, "tgrad %s died of signal %d", args, -rc);
+    return rc;
 }
 
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 16, k = 0, got;
-    char *b = malloc(cap + 1);
-    while ((got = fread(b + k, 1, cap - k, f)) > 0) {
-        k += got;
-        if (k == cap)
-            b = realloc(b, (cap *= 2) + 1);
-    }
-    fclose(f);
-    b[k] = 0;
-    if (n)
-        *n = k;
-    return b;
-}
+static char *slurp(const char *path, size_t *n) { return tu_slurp(path, n); }
 
 static char *slurp_in_dir(const char *name)
 {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    char *s = slurp(p, NULL);
-    ck_assert_msg(s != NULL, "cannot read %s", p);
+    char *s = tu_slurp_in(dir, name, NULL);
+    ck_assert_msg(s != NULL, "cannot read %s/%s", dir, name);
     return s;
 }
 
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
+#define count_lines tu_count_lines
 
 /* Number of directory entries in dir (besides . and ..). */
 static int n_entries(void)

@@ -14,7 +14,7 @@
  * Environment: TG_KILL_ROUNDS (default 50) sets the number of kills, e.g. TG_KILL_ROUNDS=200
  * for the long mode; TG_KILL_SEED (default 20240507) the seed.
  *
- * The tgrad program is TG_TGRAD_EXE (set by tests/meson.build). Training uses --eval-every 2,
+ * The tgrad program is tu_tgrad_exe() ($TG_TGRAD_EXE, else the built one). Training uses --eval-every 2,
  * which saves the checkpoint at every evaluation (also once `--save-every` exists).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -74,32 +74,11 @@ static bool exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[8192];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat sb;
-        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
-            rm_tree(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static void teardown(void)
 {
     tu_ctx_teardown();
     if (g_base[0])
-        rm_tree(g_base);
+        tu_rm_tree(g_base);
     g_base[0] = '\0';
 }
 
@@ -163,7 +142,7 @@ static pid_t spawn(const char *const *argv, const char *log)
             dup2(fd, 2);
             close(fd);
         }
-        execv(TG_TGRAD_EXE, (char *const *)argv);
+        execv(tu_tgrad_exe(), (char *const *)argv);
         _exit(127);
     }
     return pid;

@@ -17,47 +17,28 @@
 
 static char dir[256];
 
-static void setup(void)
-{
-    snprintf(dir, sizeof dir, "/tmp/tgrad_run_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-}
+static void setup(void) { tu_mkdtemp(dir, sizeof dir, "run"); }
+static void teardown(void) { tu_rm_tree(dir); }
 
-static void teardown(void)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-}
-
-/* Run a shell command; return its exit status; stderr captured to dir/err.txt. */
+/* `tgrad run ARGS` in dir; its exit status (-signal if killed); stdout, stderr in out.txt,
+ * err.txt. */
 static int run(const char *args)
 {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' run %s > out.txt 2> err.txt", dir, TG_TGRAD_EXE,
-             args);
-    int s = system(cmd);
-    return WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+    char a[4096];
+    snprintf(a, sizeof a, "run %s", args);
+    return tu_run_tgrad(dir, a, 300, NULL);
 }
 
+/* dir/name into buf (at most n - 1 bytes). */
 static void read_file(const char *name, char *buf, size_t n)
 {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "r");
-    ck_assert_ptr_nonnull(f);
-    size_t k = fread(buf, 1, n - 1, f);
-    buf[k] = 0;
-    fclose(f);
+    char *s = tu_slurp_in(dir, name, NULL);
+    ck_assert_msg(s != NULL, "cannot read %s/%s", dir, name);
+    snprintf(buf, n, "%s", s);
+    free(s);
 }
 
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
+#define count_lines tu_count_lines
 
 typedef struct {
     tg_ctx *ctx;

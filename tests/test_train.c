@@ -17,90 +17,15 @@
 
 static char dir[256];
 
-/* The tgrad binary: TG_TGRAD_EXE from the environment (e.g. a sanitizer build), else the one
- * built with the tests. */
-static const char *exe(void)
-{
-    const char *e = getenv("TG_TGRAD_EXE");
-    return e && *e ? e : TG_TGRAD_EXE;
-}
-
-static void setup(void)
-{
-    snprintf(dir, sizeof dir, "/tmp/tgrad_train_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-}
-
-static void teardown(void)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-}
-
-static int run(const char *args)
-{
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s > out.txt 2> err.txt", dir, exe(),
-             args);
-    int s = system(cmd);
-    return WIFEXITED(s) ? WEXITSTATUS(s) : -1;
-}
-
-static char *slurp(const char *name, size_t *len)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(b);
-    size_t got = fread(b, 1, (size_t)n, f);
-    b[got] = 0;
-    fclose(f);
-    if (len)
-        *len = got;
-    return b;
-}
-
-static void write_file(const char *name, const char *text)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "wb");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-}
-
-/* A small English-like text with structure a model can learn quickly. */
-static void write_corpus(const char *name)
-{
-    static const char *const words[] = {"the", "quick", "brown", "fox", "jumps", "over",
-                                        "lazy", "dog", "and", "runs", "away", "home"};
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "wb");
-    ck_assert_ptr_nonnull(f);
-    uint64_t s = 7;
-    for (int i = 0; i < 3000; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        fprintf(f, "%s%s", words[(s >> 33) % 12], i % 9 == 8 ? ".\n" : " ");
-    }
-    fclose(f);
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
+static const char *exe(void) { return tu_tgrad_exe(); }
+static void setup(void) { tu_mkdtemp(dir, sizeof dir, "train"); }
+static void teardown(void) { tu_rm_tree(dir); }
+/* `tgrad ARGS` in dir (stdout, stderr: out.txt, err.txt); the exit status, -signal if killed. */
+static int run(const char *args) { return tu_run_tgrad(dir, args, 600, NULL); }
+static char *slurp(const char *name, size_t *len) { return tu_slurp_in(dir, name, len); }
+static void write_file(const char *name, const char *text) { tu_write_file(dir, name, text); }
+static void write_corpus(const char *name) { tu_write_corpus(dir, name, 3000); }
+#define count_lines tu_count_lines
 
 /* CSV columns step,train_loss,val_loss,lr (tokens/s dropped: it is timing). */
 static char *csv_without_speed(const char *name)

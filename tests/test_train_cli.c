@@ -31,118 +31,24 @@
 
 static char dir[256];
 
-static const char *exe(void)
-{
-    const char *e = getenv("TG_TGRAD_EXE");
-    return e && *e ? e : TG_TGRAD_EXE;
-}
-
-static void setup(void)
-{
-    snprintf(dir, sizeof dir, "/tmp/tgrad_train_cli_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-}
-
-static void teardown(void)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-#define TIMED_OUT (-1000)
-
-/* Run `sh -c "cd DIR && exec <cmd>"` with stdout/stderr to out.txt/err.txt; kill the process
- * group after @p timeout_s. Returns the exit status, -signal, or TIMED_OUT; @p secs the time. */
+static const char *exe(void) { return tu_tgrad_exe(); }
+static void setup(void) { tu_mkdtemp(dir, sizeof dir, "train_cli"); }
+static void teardown(void) { tu_rm_tree(dir); }
+#define TIMED_OUT TU_TIMED_OUT
+/* A shell command in dir (stdout, stderr: out.txt, err.txt), killed after @p timeout_s. */
 static int run_sh(const char *cmd, double timeout_s, double *secs)
 {
-    char full[16384];
-    /* a simple command is exec'd, so a crash shows as a signal, not as sh's 128 + n */
-    snprintf(full, sizeof full, "cd '%s' && %s%s > out.txt 2> err.txt", dir,
-             cmd[0] == '(' ? "" : "exec ", cmd);
-    double t0 = now_s();
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        setpgid(0, 0);
-        execl("/bin/sh", "sh", "-c", full, (char *)NULL);
-        _exit(127);
-    }
-    setpgid(pid, pid);
-    int st = 0;
-    for (;;) {
-        pid_t w = waitpid(pid, &st, WNOHANG);
-        if (w == pid)
-            break;
-        if (now_s() - t0 > timeout_s) {
-            kill(-pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            if (secs)
-                *secs = now_s() - t0;
-            return TIMED_OUT;
-        }
-        struct timespec d = {0, 2000000};
-        nanosleep(&d, NULL);
-    }
-    if (secs)
-        *secs = now_s() - t0;
-    if (WIFEXITED(st))
-        return WEXITSTATUS(st);
-    return -WTERMSIG(st);
+    return tu_run_sh(dir, cmd, timeout_s, secs);
 }
-
 /* `tgrad <args>` with a timeout. */
 static int run_t(const char *args, double timeout_s, double *secs)
 {
-    char cmd[12000];
-    snprintf(cmd, sizeof cmd, "'%s' %s", exe(), args);
-    return run_sh(cmd, timeout_s, secs);
+    return tu_run_tgrad(dir, args, timeout_s, secs);
 }
-
-static int run(const char *args)
-{
-    return run_t(args, 120, NULL);
-}
-
-static char *slurp(const char *name, size_t *len)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(b);
-    size_t got = fread(b, 1, (size_t)n, f);
-    b[got] = 0;
-    fclose(f);
-    if (len)
-        *len = got;
-    return b;
-}
-
-static void path_of(const char *name, char *p, size_t n)
-{
-    snprintf(p, n, "%s/%s", dir, name);
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
+static int run(const char *args) { return run_t(args, 120, NULL); }
+static char *slurp(const char *name, size_t *len) { return tu_slurp_in(dir, name, len); }
+static void path_of(const char *name, char *p, size_t n) { tu_path(p, n, dir, name); }
+#define count_lines tu_count_lines
 
 /* `tgrad <args>` must fail within @p timeout_s with exactly one line on stderr containing
  * @p needle (NULL: any) and nothing else. */
@@ -167,32 +73,9 @@ static void expect_refusal(const char *args, const char *needle)
     expect_refusal_t(args, needle, 20);
 }
 
-static void write_file(const char *name, const char *text)
-{
-    char p[512];
-    path_of(name, p, sizeof p);
-    FILE *f = fopen(p, "wb");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-}
-
+static void write_file(const char *name, const char *text) { tu_write_file(dir, name, text); }
 /* A small English-like text. */
-static void write_corpus(const char *name)
-{
-    static const char *const words[] = {"the", "quick", "brown", "fox", "jumps", "over",
-                                        "lazy", "dog", "and", "runs", "away", "home"};
-    char p[512];
-    path_of(name, p, sizeof p);
-    FILE *f = fopen(p, "wb");
-    ck_assert_ptr_nonnull(f);
-    uint64_t s = 7;
-    for (int i = 0; i < 2000; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        fprintf(f, "%s%s", words[(s >> 33) % 12], i % 9 == 8 ? ".\n" : " ");
-    }
-    fclose(f);
-}
+static void write_corpus(const char *name) { tu_write_corpus(dir, name, 2000); }
 
 /* Tiny models: every run below takes milliseconds. */
 #define TEXT_MODEL "--text c.txt --d-model 16 --heads 2 --d-ff 32 --seq-len 8 --batch 4 " \

@@ -1,9 +1,16 @@
 /* testutil.c - helpers shared by the Check suites (see testutil.h). */
+#define _GNU_SOURCE /* mkdtemp, setpgid, nanosleep */
 #include "testutil.h"
 
+#include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 int tu_run(Suite *s)
 {
@@ -367,4 +374,169 @@ void tu_add_thread_tcase(Suite *s, const tu_build_fn *builds, int n)
     g_ti_builds = builds;
     TCase *tc = tu_tcase(s, "threads", 60);
     tcase_add_loop_test(tc, test_thread_invariance, 0, 2 * n);
+}
+
+/* ---- files and the tgrad program ------------------------------------------------------------ */
+const char *tu_tgrad_exe(void)
+{
+    const char *e = getenv("TG_TGRAD_EXE");
+    if (e && *e)
+        return e;
+#ifdef TG_TGRAD_EXE
+    return TG_TGRAD_EXE;
+#else
+    return "tgrad";
+#endif
+}
+
+void tu_mkdtemp(char *dir, size_t n, const char *tag)
+{
+    snprintf(dir, n, "/tmp/tgrad_%s_XXXXXX", tag);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+void tu_rm_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        unlink(dir); /* not a directory (or already gone) */
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[8192];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
+            tu_rm_tree(p);
+        else
+            unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+const char *tu_path(char *p, size_t n, const char *dir, const char *name)
+{
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+char *tu_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, k = 0, got;
+    char *b = malloc(cap + 1);
+    ck_assert_ptr_nonnull(b);
+    while ((got = fread(b + k, 1, cap - k, f)) > 0) {
+        k += got;
+        if (k == cap) {
+            b = realloc(b, (cap *= 2) + 1);
+            ck_assert_ptr_nonnull(b);
+        }
+    }
+    fclose(f);
+    b[k] = 0;
+    if (len)
+        *len = k;
+    return b;
+}
+
+char *tu_slurp_in(const char *dir, const char *name, size_t *len)
+{
+    char p[4400];
+    return tu_slurp(tu_path(p, sizeof p, dir, name), len);
+}
+
+int tu_count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+void tu_write_file(const char *dir, const char *name, const char *text)
+{
+    char p[4400];
+    FILE *f = fopen(tu_path(p, sizeof p, dir, name), "wb");
+    ck_assert_msg(f != NULL, "cannot create %s", p);
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+void tu_write_corpus(const char *dir, const char *name, int n_words)
+{
+    static const char *const words[] = {"the", "quick", "brown", "fox", "jumps", "over",
+                                        "lazy", "dog", "and", "runs", "away", "home"};
+    char p[4400];
+    FILE *f = fopen(tu_path(p, sizeof p, dir, name), "wb");
+    ck_assert_msg(f != NULL, "cannot create %s", p);
+    uint64_t s = 7;
+    for (int i = 0; i < n_words; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        fprintf(f, "%s%s", words[(s >> 33) % 12], i % 9 == 8 ? ".\n" : " ");
+    }
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static double tu_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int tu_run_sh(const char *dir, const char *cmd, double timeout_s, double *secs)
+{
+    size_t len = strlen(dir) + strlen(cmd) + 64;
+    char *full = malloc(len);
+    ck_assert_ptr_nonnull(full);
+    snprintf(full, len, "cd '%s' && %s%s > out.txt 2> err.txt", dir,
+             cmd[0] == '(' ? "" : "exec ", cmd);
+    double t0 = tu_now_s();
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        setpgid(0, 0);
+        execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+        _exit(127);
+    }
+    free(full);
+    setpgid(pid, pid);
+    int st = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid)
+            break;
+        if (tu_now_s() - t0 > timeout_s) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            if (secs)
+                *secs = tu_now_s() - t0;
+            return TU_TIMED_OUT;
+        }
+        struct timespec d = {0, 2000000};
+        nanosleep(&d, NULL);
+    }
+    if (secs)
+        *secs = tu_now_s() - t0;
+    if (WIFEXITED(st))
+        return WEXITSTATUS(st);
+    return -WTERMSIG(st);
+}
+
+int tu_run_tgrad(const char *dir, const char *args, double timeout_s, double *secs)
+{
+    size_t len = strlen(tu_tgrad_exe()) + strlen(args) + 8;
+    char *cmd = malloc(len);
+    ck_assert_ptr_nonnull(cmd);
+    snprintf(cmd, len, "'%s' %s", tu_tgrad_exe(), args);
+    int rc = tu_run_sh(dir, cmd, timeout_s, secs);
+    free(cmd);
+    return rc;
 }

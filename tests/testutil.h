@@ -132,4 +132,40 @@ TCase *tu_tcase(Suite *s, const char *name, int timeout_s);
  * `builds` must stay valid while the suite runs; one such TCase per test program. */
 void tu_add_thread_tcase(Suite *s, const tu_build_fn *builds, int n);
 
+/* ---- files and the tgrad program (suites that run it as a user would) --------------------- */
+
+/* The tgrad binary: $TG_TGRAD_EXE when set and non-empty (e.g. a sanitizer build), else the
+ * one built with the tests (TG_TGRAD_EXE from tests/meson.build). */
+const char *tu_tgrad_exe(void);
+/* Create a fresh scratch directory /tmp/tgrad_<tag>_XXXXXX; its path goes to dir (n bytes). */
+void tu_mkdtemp(char *dir, size_t n, const char *tag);
+/* Remove @p dir and everything below it (no shell; symbolic links are removed, never
+ * followed). A missing directory is not an error. */
+void tu_rm_tree(const char *dir);
+/* "dir/name" in p (n bytes); returns p. */
+const char *tu_path(char *p, size_t n, const char *dir, const char *name);
+/* The whole file, NUL-terminated (malloc'd: free it), its byte count in *len (may be NULL);
+ * NULL if it cannot be opened. */
+char *tu_slurp(const char *path, size_t *len);
+/* tu_slurp of dir/name. */
+char *tu_slurp_in(const char *dir, const char *name, size_t *len);
+/* The number of '\n' in s. */
+int tu_count_lines(const char *s);
+/* Write @p text to dir/name (replacing it). */
+void tu_write_file(const char *dir, const char *name, const char *text);
+/* An English-like text of n_words words from a fixed 12-word vocabulary, a sentence ending
+ * every 9 words (deterministic), written to dir/name: a corpus a tiny model learns quickly. */
+void tu_write_corpus(const char *dir, const char *name, int n_words);
+
+/* tu_run_sh's result when the command did not finish in time (it was killed). */
+#define TU_TIMED_OUT (-1000)
+/* Run the shell command @p cmd as `cd DIR && exec CMD > out.txt 2> err.txt` (a command
+ * starting with '(' is not exec'd), in its own process group, which is killed after
+ * @p timeout_s seconds. Returns the exit status, -signal if the command was killed by a signal
+ * (exec'd, so a crash shows as a signal, not as the shell's 128 + n), or TU_TIMED_OUT; the wall
+ * time in *secs (may be NULL). */
+int tu_run_sh(const char *dir, const char *cmd, double timeout_s, double *secs);
+/* tu_run_sh of `'<tu_tgrad_exe()>' ARGS` (ARGS: shell words). */
+int tu_run_tgrad(const char *dir, const char *args, double timeout_s, double *secs);
+
 #endif
