@@ -85,55 +85,17 @@ static void write_corpus(const char *name) { tu_write_corpus(dir, name, 2000); }
 
 /* ---- checkpoint rewriting (the library's own reader and writer) ------------------------- */
 
-/* Copy checkpoint @p src to @p dst with metadata @p key set to @p value (NULL: removed; a key
- * not present is added), without tensor @p drop (NULL: keep all), and with every element of
- * tensor @p poison (NULL: none) set to NaN. */
+/* Copy checkpoint @p src to @p dst (in dir) with metadata @p key set to @p value (NULL:
+ * removed; a key not present is added), without tensor @p drop (NULL: keep all), and with
+ * every element of tensor @p poison (NULL: none) set to NaN. */
 static void rewrite(const char *src, const char *dst, const char *key, const char *value,
                     const char *drop, const char *poison)
 {
     char ps[512], pd[512];
     path_of(src, ps, sizeof ps);
     path_of(dst, pd, sizeof pd);
-    tg_ctx *ctx = tg_ctx_new();
-    tg_safetensors *st = tg_safetensors_read(ctx, ps);
-    ck_assert_msg(st != NULL, "%s", tg_ctx_message(ctx));
-    int64_t n = tg_safetensors_count(st), nm = tg_safetensors_meta_count(st);
-    tg_io_item *items = calloc((size_t)n, sizeof *items);
-    const char **mk = calloc((size_t)nm + 1, sizeof *mk), **mv = calloc((size_t)nm + 1, sizeof *mv);
-    int64_t ni = 0, nk = 0;
-    bool seen = false;
-    for (int64_t i = 0; i < n; i++) {
-        const char *name = tg_safetensors_name(st, i);
-        if (drop && !strcmp(name, drop))
-            continue;
-        tg_tensor *t = tg_safetensors_tensor(st, i);
-        if (poison && !strcmp(name, poison))
-            tg_fill(t, NAN);
-        items[ni++] = tg_io_item_data(t, name);
-    }
-    for (int64_t i = 0; i < nm; i++) {
-        const char *k = tg_safetensors_meta_key(st, i);
-        if (key && !strcmp(k, key)) {
-            seen = true;
-            if (!value)
-                continue;
-            mk[nk] = k;
-            mv[nk++] = value;
-            continue;
-        }
-        mk[nk] = k;
-        mv[nk++] = tg_safetensors_meta_value(st, i);
-    }
-    if (key && value && !seen) {
-        mk[nk] = key;
-        mv[nk++] = value;
-    }
-    ck_assert_msg(tg_safetensors_write_items(ctx, pd, ni, items, nk, mk, mv, NULL) == TG_OK,
-                  "%s", tg_ctx_message(ctx));
-    free(items);
-    free(mk);
-    free(mv);
-    tg_ctx_free(ctx);
+    tu_st_rewrite(ps, pd, &(tu_st_edit){.key = key, .value = value, .drop = drop,
+                                        .poison = poison});
 }
 
 /* A metadata value of checkpoint @p name (copied into buf), or NULL. */
@@ -335,6 +297,11 @@ START_TEST(test_checkpoint_fields_task)
 {
     make_task_ckpt("k.ckpt");
     check_all_fields("k.ckpt", "train --resume %s --steps 6 --quiet");
+    /* a field of a text checkpoint in a task one; a task checkpoint without its task */
+    rewrite("k.ckpt", "bad.ckpt", "data.vocab", "30313233343536373839", NULL, NULL);
+    expect_refusal_t("train --resume bad.ckpt --steps 6 --quiet", "data.vocab", 10);
+    rewrite("k.ckpt", "bad.ckpt", "data.task", NULL, NULL, NULL);
+    expect_refusal_t("train --resume bad.ckpt --steps 6 --quiet", "data.task", 10);
 }
 END_TEST
 
@@ -372,6 +339,12 @@ START_TEST(test_checkpoint_reproducers)
         {"model.d_ff", "64", "d_ff"},
         {"model.heads", "3", "heads"},
         {"model.tie_weights", "1", "head.weight"},
+        /* the tensors are f32: a claim of f64 is not converted silently */
+        {"model.dtype", "f64", "model.dtype is f64"},
+        /* the RNG's fixed point, refused before anything is built */
+        {"rng", "0000000000000000000000000000000000000000000000000000000000000000", "rng"},
+        /* a field of a task checkpoint in a text one */
+        {"data.task", "copy", "data.task"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rewrite("t.ckpt", "bad.ckpt", cases[i].key, cases[i].value, NULL, NULL);
@@ -379,7 +352,7 @@ START_TEST(test_checkpoint_reproducers)
         expect_refusal_t(sample, cases[i].needle, 10);
     }
     /* missing fields */
-    static const char *const required[] = {"model.layers", "model.d_model", "model.heads",
+    static const char *const required[] = {"format", "model.layers", "model.d_model", "model.heads",
                                            "model.d_ff", "model.seq_len", "model.norm_first",
                                            "model.activation", "model.pos", "data.mode",
                                            "data.vocab", "model.vocab_size", "optim.step",
@@ -389,12 +362,28 @@ START_TEST(test_checkpoint_reproducers)
         expect_refusal_t(resume, required[i], 10);
         expect_refusal_t(sample, required[i], 10);
     }
+    /* a tensor that is neither a parameter nor optimizer state, and optimizer state shaped
+     * unlike its parameter: refused by sample too (which loads only the parameters) */
+    char ps[512], pd[512];
+    path_of("t.ckpt", ps, sizeof ps);
+    path_of("bad.ckpt", pd, sizeof pd);
+    tu_st_rewrite(ps, pd, &(tu_st_edit){.rename = "adam.m.head.bias", .to = "extra.tensor"});
+    expect_refusal_t(resume, "'extra.tensor', which is neither a parameter", 10);
+    expect_refusal_t(sample, "'extra.tensor', which is neither a parameter", 10);
+    path_of("tmp.ckpt", pd, sizeof pd);
+    tu_st_rewrite(ps, pd, &(tu_st_edit){.drop = "adam.m.norm.bias"});
+    path_of("bad.ckpt", ps, sizeof ps);
+    tu_st_rewrite(pd, ps, &(tu_st_edit){.rename = "adam.m.head.bias", .to = "adam.m.norm.bias"});
+    expect_refusal_t(resume, "optimizer state 'adam.m.norm.bias' is", 10);
+    expect_refusal_t(sample, "optimizer state 'adam.m.norm.bias' is", 10);
     /* a layer beyond model.layers, a missing tensor */
     rewrite("t.ckpt", "bad.ckpt", NULL, NULL, "layers.0.linear1.bias", NULL);
     expect_refusal_t(resume, "layers.0.linear1.bias", 10);
     expect_refusal_t(sample, "layers.0.linear1.bias", 10);
     /* sinusoidal positions (no tensor tells seq_len): the memory estimate refuses a huge one */
     rewrite("t.ckpt", "s.ckpt", "model.pos", "sinusoidal", "pos_emb.weight", NULL);
+    rewrite("s.ckpt", "s2.ckpt", NULL, NULL, "adam.m.pos_emb.weight", NULL);
+    rewrite("s2.ckpt", "s.ckpt", NULL, NULL, "adam.v.pos_emb.weight", NULL);
     rewrite("s.ckpt", "bad.ckpt", "model.seq_len", "65536", NULL, NULL);
     double secs;
     expect_refusal_t(resume, "memory", 10);

@@ -1,6 +1,7 @@
 /* testutil.c - helpers shared by the Check suites (see testutil.h). */
 #define _GNU_SOURCE /* mkdtemp, setpgid, nanosleep */
 #include "testutil.h"
+#include "tgrad_io.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -539,4 +540,50 @@ int tu_run_tgrad(const char *dir, const char *args, double timeout_s, double *se
     int rc = tu_run_sh(dir, cmd, timeout_s, secs);
     free(cmd);
     return rc;
+}
+
+bool tu_st_rewrite(const char *src, const char *dst, const tu_st_edit *e)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, src);
+    ck_assert_msg(st != NULL, "%s", tg_ctx_message(ctx));
+    int64_t n = tg_safetensors_count(st), nm = tg_safetensors_meta_count(st);
+    tg_io_item *items = calloc((size_t)n + 1, sizeof *items);
+    const char **mk = calloc((size_t)nm + 1, sizeof *mk), **mv = calloc((size_t)nm + 1, sizeof *mv);
+    ck_assert(items && mk && mv);
+    int64_t ni = 0, nk = 0;
+    bool seen = false;
+    for (int64_t i = 0; i < n; i++) {
+        const char *name = tg_safetensors_name(st, i);
+        if (e->drop && !strcmp(name, e->drop))
+            continue;
+        tg_tensor *t = tg_safetensors_tensor(st, i);
+        if (e->poison && !strcmp(name, e->poison))
+            tg_fill(t, NAN);
+        items[ni++] = tg_io_item_data(t, e->rename && !strcmp(name, e->rename) ? e->to : name);
+    }
+    for (int64_t i = 0; i < nm; i++) {
+        const char *k = tg_safetensors_meta_key(st, i);
+        if (e->key && !strcmp(k, e->key)) {
+            seen = true;
+            if (!e->value)
+                continue;
+            mk[nk] = k;
+            mv[nk++] = e->value;
+            continue;
+        }
+        mk[nk] = k;
+        mv[nk++] = tg_safetensors_meta_value(st, i);
+    }
+    if (e->key && e->value && !seen) {
+        mk[nk] = e->key;
+        mv[nk++] = e->value;
+    }
+    ck_assert_msg(tg_safetensors_write_items(ctx, dst, ni, items, nk, mk, mv, NULL) == TG_OK,
+                  "%s", tg_ctx_message(ctx));
+    free(items);
+    free(mk);
+    free(mv);
+    tg_ctx_free(ctx);
+    return seen;
 }

@@ -157,6 +157,17 @@ void tu_write_file(const char *dir, const char *name, const char *text);
  * every 9 words (deterministic), written to dir/name: a corpus a tiny model learns quickly. */
 void tu_write_corpus(const char *dir, const char *name, int n_words);
 
+/* An edit of a safetensors file for tu_st_rewrite (NULL fields: no such edit). */
+typedef struct {
+    const char *key, *value;   /* metadata @p key set to @p value (NULL: removed; added if new) */
+    const char *drop;          /* this tensor left out */
+    const char *poison;        /* every element of this tensor set to NaN */
+    const char *rename, *to;   /* tensor @p rename written under the name @p to */
+} tu_st_edit;
+/* Copy safetensors file @p src to @p dst (paths) with edit @p e, through the library's own
+ * reader and writer. Returns whether e->key was present in @p src. */
+bool tu_st_rewrite(const char *src, const char *dst, const tu_st_edit *e);
+
 /* tu_run_sh's result when the command did not finish in time (it was killed). */
 #define TU_TIMED_OUT (-1000)
 /* Run the shell command @p cmd as `cd DIR && exec CMD > out.txt 2> err.txt` (a command

@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The checkpoint format tgrad train writes (field "format"). */
@@ -70,21 +71,6 @@ static size_t value_size(const cli_option *o)
     }
 }
 
-/* The i-th of "a|b|c" into buf. */
-static const char *nth_choice(const char *choices, int i, char *buf, size_t n)
-{
-    const char *p = choices;
-    for (int k = 0; k < i && p; k++) {
-        p = strchr(p, '|');
-        if (p)
-            p++;
-    }
-    if (!p)
-        p = "?";
-    snprintf(buf, n, "%.*s", (int)strcspn(p, "|"), p);
-    return buf;
-}
-
 /* The command line's value of option @p o in @p a, as the user would have written it. */
 static const char *given_value(const cli_option *o, const train_args *a, char *buf, size_t n)
 {
@@ -95,7 +81,7 @@ static const char *given_value(const cli_option *o, const train_args *a, char *b
         snprintf(buf, n, "--%s", o->name);
         break;
     case CLI_CHOICE:
-        snprintf(buf, n, "--%s %s", o->name, nth_choice(o->choices, *(const int *)p, c, sizeof c));
+        snprintf(buf, n, "--%s %s", o->name, cli_choice_name(o, *(const int *)p, c, sizeof c));
         break;
     case CLI_INT:
         snprintf(buf, n, "--%s %" PRId64, o->name, *(const int64_t *)p);
@@ -137,11 +123,6 @@ static bool parse_int_field(const char *key, const char *v, int64_t lo, int64_t 
     }
     *out = x;
     return true;
-}
-
-static bool is_hex(char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
 /* model.*, data.* and train.* fields that map to options. */
@@ -209,7 +190,18 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
     const cli_command *cmd = train_command();
     char s[80];
     const char *fmt = tg_safetensors_meta_get(st, "format");
-    if (fmt && strcmp(fmt, CKPT_FORMAT) != 0) {
+    if (!fmt) {
+        snprintf(err, n, "not a tgrad checkpoint: it lacks the field 'format' (checkpoints are "
+                 "written by 'tgrad train --checkpoint')");
+        return false;
+    }
+    if (strncmp(fmt, "tgrad-checkpoint-", 17) != 0) {
+        snprintf(err, n, "checkpoint field 'format' '%s': not a tgrad checkpoint (expected "
+                 "'%s', written by 'tgrad train --checkpoint')", cli_show(fmt, s, sizeof s),
+                 CKPT_FORMAT);
+        return false;
+    }
+    if (strcmp(fmt, CKPT_FORMAT) != 0) {
         snprintf(err, n, "checkpoint field 'format' '%s': expected '%s' (a newer tgrad?)",
                  cli_show(fmt, s, sizeof s), CKPT_FORMAT);
         return false;
@@ -237,6 +229,13 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
         }
     }
     const char *vh = tg_safetensors_meta_get(st, "data.vocab");
+    const char *tk = tg_safetensors_meta_get(st, "data.task");
+    if (info->text ? tk != NULL : vh != NULL) { /* a field of the other mode */
+        snprintf(err, n, "checkpoint fields disagree: data.mode %s but the file has the field "
+                 "'%s' of a %s checkpoint", mode, info->text ? "data.task" : "data.vocab",
+                 info->text ? "task" : "text");
+        return false;
+    }
     if (info->text) {
         if (!vh) {
             snprintf(err, n, "not a tgrad text checkpoint: it lacks the field 'data.vocab'");
@@ -254,20 +253,21 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
         info->vocab_size = nv;
     } else {
         info->vocab_size = 10; /* digits */
-        const char *tk = tg_safetensors_meta_get(st, "data.task");
-        if (tk) {
-            const cli_option *o = cli_find(cmd, "task");
-            train_args tmp = *a;
-            if (!cli_set(cmd, o, tk, &tmp, "checkpoint field 'data.task'", err, n))
-                return false;
-            if (given && cli_given(cmd, given, "task") && tmp.task != a->task) {
-                char gv[96];
-                snprintf(err, n, "checkpoint is from a different config: data.task '%s' there, "
-                         "%s given", cli_show(tk, s, sizeof s), given_value(o, a, gv, sizeof gv));
-                return false;
-            }
-            a->task = tmp.task;
+        if (!tk) {
+            snprintf(err, n, "not a tgrad task checkpoint: it lacks the field 'data.task'");
+            return false;
         }
+        const cli_option *o = cli_find(cmd, "task");
+        train_args tmp = *a;
+        if (!cli_set(cmd, o, tk, &tmp, "checkpoint field 'data.task'", err, n))
+            return false;
+        if (given && cli_given(cmd, given, "task") && tmp.task != a->task) {
+            char gv[96];
+            snprintf(err, n, "checkpoint is from a different config: data.task '%s' there, %s "
+                     "given", cli_show(tk, s, sizeof s), given_value(o, a, gv, sizeof gv));
+            return false;
+        }
+        a->task = tmp.task;
     }
     const char *vs = tg_safetensors_meta_get(st, "model.vocab_size");
     int64_t v;
@@ -295,13 +295,22 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
     }
     if (!parse_int_field("optim.step", step, 0, TRAIN_MAX_STEPS, &info->step, err, n))
         return false;
+    /* rng: the xoshiro256** state as 64 hex digits; all zero is the generator's fixed point
+     * (tg_checkpoint_restore refuses it too, but only after the model is built) */
     const char *rng = tg_safetensors_meta_get(st, "rng");
-    bool rng_ok = rng && strlen(rng) == 64;
-    for (int i = 0; rng_ok && i < 64; i++)
-        rng_ok = is_hex(rng[i]);
-    if (!rng_ok) {
-        snprintf(err, n, "checkpoint field 'rng' '%s': expected 64 hex digits",
-                 rng ? cli_show(rng, s, sizeof s) : "");
+    if (!rng) {
+        snprintf(err, n, "not a tgrad training checkpoint: it lacks the field 'rng'");
+        return false;
+    }
+    bool rng_ok = strlen(rng) == 64, nonzero = false;
+    for (int i = 0; rng_ok && i < 64; i++) {
+        int h = hex_digit(rng[i]);
+        rng_ok = h >= 0;
+        nonzero |= h > 0;
+    }
+    if (!rng_ok || !nonzero) {
+        snprintf(err, n, "checkpoint field 'rng' '%s': expected 64 hex digits, not all zero",
+                 cli_show(rng, s, sizeof s));
         return false;
     }
     info->best_val = INFINITY;
@@ -318,8 +327,15 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
     return true;
 }
 
-bool ckpt_apply(const tg_safetensors *st, train_args *a, const cli_result *given, bool sample,
-                ckpt_info *info, char *err, size_t n)
+/* Who reads the checkpoint: what it may be and what is checked. */
+typedef enum {
+    USE_TRAIN,  /* tgrad train --resume: the mode must match --text; memory for training */
+    USE_SAMPLE, /* tgrad sample: a text checkpoint; memory for inference */
+    USE_EXPORT  /* tgrad export: text or task; nothing is built, so no memory check */
+} ckpt_use;
+
+static bool apply(const tg_safetensors *st, train_args *a, const cli_result *given,
+                  ckpt_use use, ckpt_info *info, char *err, size_t n)
 {
     memset(info, 0, sizeof *info);
     if (!st) {
@@ -328,12 +344,18 @@ bool ckpt_apply(const tg_safetensors *st, train_args *a, const cli_result *given
     }
     if (!apply_data(st, a, given, info, err, n))
         return false;
-    if (sample && !info->text) {
+    if (use == USE_SAMPLE && !info->text) {
         snprintf(err, n, "a checkpoint of a built-in task, not of 'tgrad train --text' "
                  "(data.mode task): nothing to sample");
         return false;
     }
     return apply_options(st, a, given, err, n);
+}
+
+bool ckpt_apply(const tg_safetensors *st, train_args *a, const cli_result *given, bool sample,
+                ckpt_info *info, char *err, size_t n)
+{
+    return apply(st, a, given, sample ? USE_SAMPLE : USE_TRAIN, info, err, n);
 }
 
 tg_dtype train_dtype(const train_args *a)
@@ -364,6 +386,49 @@ void train_model_config(const train_args *a, bool text, int64_t vocab_size,
 }
 
 /* ---- shapes ------------------------------------------------------------------------------- */
+static const char *const layer_params[12] = {
+    "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
+    "self_attn.out_proj.bias", "linear1.weight", "linear1.bias", "linear2.weight",
+    "linear2.bias", "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"};
+
+static void param(ckpt_param *p, const char *name, int rank, int64_t d0, int64_t d1)
+{
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->rank = rank;
+    p->shape[0] = d0;
+    p->shape[1] = rank > 1 ? d1 : 0;
+}
+
+int64_t ckpt_n_params(const tg_transformer_config *mc)
+{
+    return 4 + 12 * mc->n_layers + (mc->pos == TG_POS_LEARNED) + !mc->tie_weights;
+}
+
+int64_t ckpt_params(const tg_transformer_config *mc, ckpt_param *out)
+{
+    int64_t k = 0, V = mc->vocab_size, D = mc->layer.d_model, F = mc->layer.d_ff;
+    param(&out[k++], "tok_emb.weight", 2, V, D);
+    if (mc->pos == TG_POS_LEARNED)
+        param(&out[k++], "pos_emb.weight", 2, mc->max_seq_len, D);
+    for (int64_t l = 0; l < mc->n_layers; l++) {
+        /* rank, dims; D <= 65536: 3 * D cannot overflow */
+        const int64_t shapes[12][3] = {{2, 3 * D, D}, {1, 3 * D, 0}, {2, D, D}, {1, D, 0},
+                                       {2, F, D},     {1, F, 0},     {2, D, F}, {1, D, 0},
+                                       {1, D, 0},     {1, D, 0},     {1, D, 0}, {1, D, 0}};
+        for (int j = 0; j < 12; j++) {
+            char name[CKPT_PARAM_NAME];
+            snprintf(name, sizeof name, "layers.%" PRId64 ".%s", l, layer_params[j]);
+            param(&out[k++], name, (int)shapes[j][0], shapes[j][1], shapes[j][2]);
+        }
+    }
+    param(&out[k++], "norm.weight", 1, D, 0);
+    param(&out[k++], "norm.bias", 1, D, 0);
+    if (!mc->tie_weights)
+        param(&out[k++], "head.weight", 2, V, D);
+    param(&out[k++], "head.bias", 1, V, 0);
+    return k;
+}
+
 static void dims_str(int rank, const int64_t *d, char *buf, size_t n)
 {
     size_t w = 0;
@@ -375,27 +440,32 @@ static void dims_str(int rank, const int64_t *d, char *buf, size_t n)
         snprintf(buf + w, n - w, ")");
 }
 
-/* Tensor @p name must exist with shape @p d (rank @p rank); @p why names the fields. */
-static bool want(const tg_safetensors *st, const char *name, int rank, const int64_t *d,
-                 const char *why, char *err, size_t n)
+/* The fields a parameter's shape follows from, for messages. */
+static void why_of(const tg_transformer_config *mc, const char *name, char *buf, size_t n)
 {
-    tg_tensor *t = tg_safetensors_find(st, name);
-    char ws[96], hs[96];
-    dims_str(rank, d, ws, sizeof ws);
-    if (!t) {
-        snprintf(err, n, "the file lacks tensor '%s' %s that %s need", name, ws, why);
+    if (!strncmp(name, "layers.", 7))
+        snprintf(buf, n, "model.layers %" PRId64 ", model.d_model %" PRId64 " and model.d_ff %"
+                 PRId64, mc->n_layers, mc->layer.d_model, mc->layer.d_ff);
+    else if (!strcmp(name, "pos_emb.weight"))
+        snprintf(buf, n, "model.seq_len %" PRId64 " and model.d_model %" PRId64,
+                 mc->max_seq_len, mc->layer.d_model);
+    else if (!strcmp(name, "head.bias"))
+        snprintf(buf, n, "model.vocab_size %" PRId64, mc->vocab_size);
+    else if (!strncmp(name, "norm.", 5))
+        snprintf(buf, n, "model.d_model %" PRId64, mc->layer.d_model);
+    else
+        snprintf(buf, n, "model.vocab_size %" PRId64 " and model.d_model %" PRId64,
+                 mc->vocab_size, mc->layer.d_model);
+}
+
+/* Has tensor @p t shape @p p? */
+static bool same_shape(const tg_tensor *t, const ckpt_param *p)
+{
+    if (tg_tensor_rank(t) != p->rank)
         return false;
-    }
-    int r = tg_tensor_rank(t);
-    const int64_t *s = tg_tensor_shape(t);
-    bool same = r == rank;
-    for (int i = 0; same && i < rank; i++)
-        same = s[i] == d[i];
-    if (!same) {
-        dims_str(r, s, hs, sizeof hs);
-        snprintf(err, n, "tensor '%s' is %s in the file, but %s need %s", name, hs, why, ws);
-        return false;
-    }
+    for (int i = 0; i < p->rank; i++)
+        if (tg_tensor_shape(t)[i] != p->shape[i])
+            return false;
     return true;
 }
 
@@ -416,81 +486,115 @@ static int64_t layer_of(const char *name)
     return *p == '.' ? k : -1;
 }
 
+/* The prefix of optimizer state tensors ("adam.m.<param>", ...), or NULL. */
+static const char *optim_prefix(const char *name)
+{
+    static const char *const prefixes[] = {"adam.m.", "adam.v.", "sgd.momentum."};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+        if (!strncmp(name, prefixes[i], strlen(prefixes[i])))
+            return prefixes[i];
+    return NULL;
+}
+
+/* The parameter named @p name among @p ps (n of them), or NULL. */
+static const ckpt_param *find_param(const ckpt_param *ps, int64_t n, const char *name)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!strcmp(ps[i].name, name))
+            return &ps[i];
+    return NULL;
+}
+
+/* Tensor @p name of the file is not a parameter of @p mc (nor optimizer state of one): the
+ * reason in @p err. @p base is the name without an optimizer-state prefix. */
+static void stray(const tg_transformer_config *mc, const char *name, const char *base,
+                  char *err, size_t n)
+{
+    char s[80];
+    cli_show(name, s, sizeof s);
+    if (layer_of(base) >= mc->n_layers)
+        snprintf(err, n, "the file has tensor '%s' but model.layers is %" PRId64, s,
+                 mc->n_layers);
+    else if (!strcmp(base, "pos_emb.weight") && mc->pos != TG_POS_LEARNED)
+        snprintf(err, n, "the file has tensor '%s' but model.pos is sinusoidal", s);
+    else if (!strcmp(base, "head.weight") && mc->tie_weights)
+        snprintf(err, n, "the file has tensor '%s' but model.tie_weights is 1", s);
+    else
+        snprintf(err, n, "the file has tensor '%s', which is neither a parameter of the model "
+                 "its fields describe nor optimizer state", s);
+}
+
 bool ckpt_check_shapes(const tg_safetensors *st, const tg_transformer_config *mc, char *err,
                        size_t n)
 {
-    int64_t V = mc->vocab_size, T = mc->max_seq_len, L = mc->n_layers;
-    int64_t D = mc->layer.d_model, F = mc->layer.d_ff;
-    char why[160];
-    snprintf(why, sizeof why, "model.vocab_size %" PRId64 " and model.d_model %" PRId64, V, D);
-    if (!want(st, "tok_emb.weight", 2, (int64_t[]){V, D}, why, err, n))
-        return false;
-    if (mc->pos == TG_POS_LEARNED) {
-        snprintf(why, sizeof why, "model.seq_len %" PRId64 " and model.d_model %" PRId64, T, D);
-        if (!want(st, "pos_emb.weight", 2, (int64_t[]){T, D}, why, err, n))
-            return false;
-    } else if (tg_safetensors_find(st, "pos_emb.weight")) {
-        snprintf(err, n, "the file has tensor 'pos_emb.weight' but model.pos is sinusoidal");
+    int64_t np = ckpt_n_params(mc);
+    ckpt_param *ps = malloc(sizeof *ps * (size_t)np); /* n_layers <= 1024: at most ~600 KB */
+    if (!ps) {
+        snprintf(err, n, "out of memory");
         return false;
     }
-    /* layers: every one of 0..L-1 complete, none beyond */
-    for (int64_t i = 0; i < tg_safetensors_count(st); i++) {
-        const char *name = tg_safetensors_name(st, i);
-        int64_t k = name ? layer_of(name) : -1;
-        if (k >= L) {
+    ckpt_params(mc, ps);
+    bool ok = false;
+    char why[160], ws[96], hs[96];
+    /* every parameter, with its shape */
+    for (int64_t i = 0; i < np; i++) {
+        const ckpt_param *p = &ps[i];
+        tg_tensor *t = tg_safetensors_find(st, p->name);
+        why_of(mc, p->name, why, sizeof why);
+        dims_str(p->rank, p->shape, ws, sizeof ws);
+        if (!t) {
+            snprintf(err, n, "the file lacks tensor '%s' %s that %s need", p->name, ws, why);
+            goto out;
+        }
+        if (!same_shape(t, p)) {
+            dims_str(tg_tensor_rank(t), tg_tensor_shape(t), hs, sizeof hs);
+            snprintf(err, n, "tensor '%s' is %s in the file, but %s need %s", p->name, hs, why,
+                     ws);
+            goto out;
+        }
+    }
+    /* and nothing else but optimizer state of those parameters, shaped like them */
+    for (int64_t j = 0; j < tg_safetensors_count(st); j++) {
+        const char *name = tg_safetensors_name(st, j);
+        if (find_param(ps, np, name))
+            continue;
+        const char *pre = optim_prefix(name), *base = pre ? name + strlen(pre) : name;
+        const ckpt_param *p = pre ? find_param(ps, np, base) : NULL;
+        if (!p) {
+            stray(mc, name, base, err, n);
+            goto out;
+        }
+        tg_tensor *t = tg_safetensors_tensor(st, j);
+        if (!same_shape(t, p)) {
             char s[80];
-            snprintf(err, n, "the file has tensor '%s' but model.layers is %" PRId64,
-                     cli_show(name, s, sizeof s), L);
+            dims_str(tg_tensor_rank(t), tg_tensor_shape(t), hs, sizeof hs);
+            dims_str(p->rank, p->shape, ws, sizeof ws);
+            snprintf(err, n, "optimizer state '%s' is %s in the file, but its parameter is %s",
+                     cli_show(name, s, sizeof s), hs, ws);
+            goto out;
+        }
+    }
+    ok = true;
+out:
+    free(ps);
+    return ok;
+}
+
+/* Every tensor of the file in the parameter dtype of model.dtype (f32 unless given). */
+static bool check_dtypes(const tg_safetensors *st, const train_args *a, char *err, size_t n)
+{
+    const char *want = a->dtype == DT_F64 ? "F64" : "F32";
+    for (int64_t j = 0; j < tg_safetensors_count(st); j++) {
+        const char *fd = tg_safetensors_file_dtype(st, j);
+        if (strcmp(fd, want) != 0) {
+            char s[80];
+            snprintf(err, n, "tensor '%s' is %s in the file, but model.dtype is %s",
+                     cli_show(tg_safetensors_name(st, j), s, sizeof s), fd,
+                     a->dtype == DT_F64 ? "f64" : "f32");
             return false;
         }
     }
-    for (int64_t l = 0; l < L; l++) {
-        static const struct {
-            const char *suffix;
-            int rank;
-            int64_t m0, m1; /* dims as multiples: code 1 = D, 2 = F, 3 = 3D */
-        } ps[] = {
-            {"self_attn.in_proj_weight", 2, 3, 1},
-            {"self_attn.in_proj_bias", 1, 3, 0},
-            {"self_attn.out_proj.weight", 2, 1, 1},
-            {"self_attn.out_proj.bias", 1, 1, 0},
-            {"linear1.weight", 2, 2, 1},
-            {"linear1.bias", 1, 2, 0},
-            {"linear2.weight", 2, 1, 2},
-            {"linear2.bias", 1, 1, 0},
-            {"norm1.weight", 1, 1, 0},
-            {"norm1.bias", 1, 1, 0},
-            {"norm2.weight", 1, 1, 0},
-            {"norm2.bias", 1, 1, 0},
-        };
-        snprintf(why, sizeof why, "model.layers %" PRId64 ", model.d_model %" PRId64
-                 " and model.d_ff %" PRId64, L, D, F);
-        for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
-            int64_t d[2];
-            for (int j = 0; j < ps[k].rank; j++) {
-                int64_t code = j ? ps[k].m1 : ps[k].m0;
-                d[j] = code == 1 ? D : code == 2 ? F : 3 * D; /* D <= 65536: no overflow */
-            }
-            char name[96];
-            snprintf(name, sizeof name, "layers.%" PRId64 ".%s", l, ps[k].suffix);
-            if (!want(st, name, ps[k].rank, d, why, err, n))
-                return false;
-        }
-    }
-    snprintf(why, sizeof why, "model.d_model %" PRId64, D);
-    if (!want(st, "norm.weight", 1, (int64_t[]){D}, why, err, n) ||
-        !want(st, "norm.bias", 1, (int64_t[]){D}, why, err, n))
-        return false;
-    snprintf(why, sizeof why, "model.vocab_size %" PRId64 " and model.d_model %" PRId64, V, D);
-    if (!mc->tie_weights) {
-        if (!want(st, "head.weight", 2, (int64_t[]){V, D}, why, err, n))
-            return false;
-    } else if (tg_safetensors_find(st, "head.weight")) {
-        snprintf(err, n, "the file has tensor 'head.weight' but model.tie_weights is 1");
-        return false;
-    }
-    snprintf(why, sizeof why, "model.vocab_size %" PRId64, V);
-    return want(st, "head.bias", 1, (int64_t[]){V}, why, err, n);
+    return true;
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
@@ -550,13 +654,13 @@ bool model_memory_check(const tg_transformer_config *mc, tg_dtype dt, int64_t ba
     return true;
 }
 
-bool ckpt_config_load(const tg_safetensors *st, train_args *a, const cli_result *given,
-                      bool sample, double limit_bytes, ckpt_info *info,
-                      tg_transformer_config *mc, char *err, size_t n)
+static bool validate(const tg_safetensors *st, train_args *a, const cli_result *given,
+                     ckpt_use use, double limit_bytes, ckpt_info *info,
+                     tg_transformer_config *mc, char *err, size_t n)
 {
-    if (!ckpt_apply(st, a, given, sample, info, err, n))
+    if (!apply(st, a, given, use, info, err, n))
         return false;
-    if (!sample) {
+    if (use == USE_TRAIN) {
         bool text = a->text.n > 0;
         if (info->text != text) {
             snprintf(err, n, "checkpoint is from a %s run; pass %s", info->text ? "--text" : "task",
@@ -567,8 +671,25 @@ bool ckpt_config_load(const tg_safetensors *st, train_args *a, const cli_result 
     if (!train_resolve(a, info->text, err, n))
         return false;
     train_model_config(a, info->text, info->vocab_size, mc);
-    if (!ckpt_check_shapes(st, mc, err, n))
+    if (!ckpt_check_shapes(st, mc, err, n) || !check_dtypes(st, a, err, n))
         return false;
+    if (use == USE_EXPORT)
+        return true;
+    bool sample = use == USE_SAMPLE;
     return model_memory_check(mc, train_dtype(a), sample ? 1 : a->batch,
                               sample ? 0 : train_n_state(a), !sample, limit_bytes, err, n);
+}
+
+bool ckpt_config_load(const tg_safetensors *st, train_args *a, const cli_result *given,
+                      bool sample, double limit_bytes, ckpt_info *info,
+                      tg_transformer_config *mc, char *err, size_t n)
+{
+    return validate(st, a, given, sample ? USE_SAMPLE : USE_TRAIN, limit_bytes, info, mc, err,
+                    n);
+}
+
+bool ckpt_config_export(const tg_safetensors *st, train_args *a, ckpt_info *info,
+                        tg_transformer_config *mc, char *err, size_t n)
+{
+    return validate(st, a, NULL, USE_EXPORT, 0, info, mc, err, n);
 }

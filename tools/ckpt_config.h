@@ -9,6 +9,9 @@
  * No I/O, nothing printed: each function returns true, or false with one line in @p err
  * (without the "tgrad <cmd>: --resume 'path': " prefix the caller adds), so a libFuzzer harness
  * can call ckpt_config_load() on tg_safetensors_read_mem() of arbitrary bytes.
+ * This is the one place a checkpoint's fields and tensors are validated: `tgrad train
+ * --resume`, `tgrad sample` (ckpt_config_load) and `tgrad export` (ckpt_config_export) all go
+ * through it.
  */
 #ifndef TG_CKPT_CONFIG_H
 #define TG_CKPT_CONFIG_H
@@ -50,10 +53,34 @@ void train_model_config(const train_args *a, bool text, int64_t vocab_size,
 /* The parameter dtype of @p a. */
 tg_dtype train_dtype(const train_args *a);
 
+/* A parameter of a transformer config: its state_dict name and shape. */
+#define CKPT_PARAM_NAME 64 /* "layers.1023.self_attn.out_proj.weight" needs 38 */
+typedef struct ckpt_param {
+    char name[CKPT_PARAM_NAME];
+    int rank;         /* 1 or 2 */
+    int64_t shape[2]; /* shape[1] is 0 for rank 1 */
+} ckpt_param;
+
+/* The number of parameters of @p mc: 4 + 12 per layer, + 1 for learned positions, + 1 unless
+ * the output projection is tied. */
+int64_t ckpt_n_params(const tg_transformer_config *mc);
 /*
- * Check that the parameter tensors of @p st are exactly those of config @p mc: tok_emb.weight
- * (V, D), pos_emb.weight (T, D) iff learned positions, layers.<i>.* for i < n_layers and no
- * layer beyond, norm.*, head.weight (V, D) iff not tied, head.bias (V).
+ * The parameters of @p mc in the reference model's state_dict order (tools/train_reference.py,
+ * the order tg_transformer_init creates them): tok_emb.weight (V, D), pos_emb.weight (T, D)
+ * with learned positions, then per layer i: layers.<i>.self_attn.in_proj_weight (3D, D),
+ * .self_attn.in_proj_bias (3D), .self_attn.out_proj.weight (D, D), .self_attn.out_proj.bias
+ * (D), .linear1.weight (F, D), .linear1.bias (F), .linear2.weight (D, F), .linear2.bias (D),
+ * .norm1.weight (D), .norm1.bias (D), .norm2.weight (D), .norm2.bias (D); norm.weight (D),
+ * norm.bias (D), head.weight (V, D) unless tied, head.bias (V). @p out has room for
+ * ckpt_n_params(mc); returns the count written.
+ */
+int64_t ckpt_params(const tg_transformer_config *mc, ckpt_param *out);
+
+/*
+ * Check that the tensors of @p st are exactly the parameters of config @p mc (ckpt_params: each
+ * present with its shape; no layer beyond n_layers, no pos_emb.weight with sinusoidal
+ * positions, no head.weight when tied) plus optimizer state of those parameters (adam.m.<p>,
+ * adam.v.<p>, sgd.momentum.<p>, shaped like <p>), and nothing else.
  */
 bool ckpt_check_shapes(const tg_safetensors *st, const tg_transformer_config *mc, char *err,
                        size_t n);
@@ -74,12 +101,22 @@ int train_n_state(const train_args *a);
 
 /*
  * Everything above for a checkpoint about to be loaded: ckpt_apply, train_resolve, the model
- * config, ckpt_check_shapes and model_memory_check against @p limit_bytes (batch 1 and no
- * optimizer for @p sample, the run's batch and optimizer otherwise). With --resume, the
+ * config, ckpt_check_shapes, every tensor's dtype against model.dtype, and model_memory_check
+ * against @p limit_bytes (batch 1 and no optimizer for @p sample, the run's batch and optimizer
+ * otherwise). With --resume, the
  * checkpoint's mode must match the command line's (--text given or not).
  */
 bool ckpt_config_load(const tg_safetensors *st, train_args *a, const cli_result *given,
                       bool sample, double limit_bytes, ckpt_info *info,
                       tg_transformer_config *mc, char *err, size_t n);
+
+/*
+ * For `tgrad export`: everything ckpt_config_load checks for `tgrad sample` (every field, the
+ * tensors against the config, their dtype against model.dtype), for a text or a task
+ * checkpoint, without the memory estimate (export builds no model). @p a holds
+ * train_defaults().
+ */
+bool ckpt_config_export(const tg_safetensors *st, train_args *a, ckpt_info *info,
+                        tg_transformer_config *mc, char *err, size_t n);
 
 #endif

@@ -65,6 +65,18 @@ void cli_report(const char *cmd, const char *what, const char *path, const tg_ct
     fprintf(stderr, "tgrad %s: %s\n", cmd, line);
 }
 
+const char *cli_file_kind(unsigned mode)
+{
+    mode_t m = (mode_t)mode;
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISLNK(m)  ? "a symbolic link"
+                         : "a special file";
+}
+
 bool cli_regular_file(const char *path, char *err, size_t n)
 {
     struct stat st;
@@ -74,12 +86,6 @@ bool cli_regular_file(const char *path, char *err, size_t n)
     }
     if (S_ISREG(st.st_mode))
         return true;
-    const char *what = S_ISDIR(st.st_mode)    ? "a directory"
-                       : S_ISFIFO(st.st_mode) ? "a FIFO"
-                       : S_ISCHR(st.st_mode)  ? "a character device"
-                       : S_ISBLK(st.st_mode)  ? "a block device"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                                              : "a special file";
-    snprintf(err, n, "'%s': is %s, not a regular file", path, what);
+    snprintf(err, n, "'%s': is %s, not a regular file", path, cli_file_kind(st.st_mode));
     return false;
 }

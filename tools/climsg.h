@@ -29,6 +29,11 @@ const char *cli_format(const char *what, const char *path, const tg_ctx *ctx, ch
  * ("--weights") or is NULL; the path is printed unless the message already contains it. */
 void cli_report(const char *cmd, const char *what, const char *path, const tg_ctx *ctx);
 
+/* What a file that is not a regular file is, for a message, from its st_mode (stat or lstat):
+ * "a directory", "a FIFO", "a character device", "a block device", "a socket", "a symbolic
+ * link" or "a special file". */
+const char *cli_file_kind(unsigned mode);
+
 /*
  * Is @p path an existing regular file (symbolic links followed)? Checked with stat(), so
  * nothing is opened: a FIFO without a writer, a terminal or a device is refused without

@@ -137,6 +137,20 @@ static int choice_index(const char *choices, const char *v)
     return -1;
 }
 
+const char *cli_choice_name(const cli_option *o, int i, char *buf, size_t n)
+{
+    const char *p = o && o->choices && i >= 0 ? o->choices : NULL;
+    for (int k = 0; k < i && p; k++) {
+        p = strchr(p, '|');
+        if (p)
+            p++;
+    }
+    if (!p)
+        p = "?";
+    snprintf(buf, n, "%.*s", (int)strcspn(p, "|"), p);
+    return buf;
+}
+
 /* "relu or gelu", "adamw, adam or sgd" */
 static void choice_list(const char *choices, char *buf, size_t n)
 {

@@ -103,6 +103,9 @@ bool cli_set(const cli_command *cmd, const cli_option *o, const char *value, voi
 const cli_option *cli_find(const cli_command *cmd, const char *name);
 /* Index of @p o in cmd->opts (for res->given). */
 int cli_index(const cli_command *cmd, const cli_option *o);
+/* The name of choice @p i of CLI_CHOICE option @p o ("gelu" for 1 of "relu|gelu"; "?" when
+ * out of range), written to @p buf, which is returned. */
+const char *cli_choice_name(const cli_option *o, int i, char *buf, size_t n);
 /* True if the option named @p name was given on the command line. */
 bool cli_given(const cli_command *cmd, const cli_result *res, const char *name);
 

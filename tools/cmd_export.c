@@ -24,14 +24,20 @@
  *   data           "text" or "task:<name>"
  *   step           optimizer steps taken by the checkpoint
  *   tgrad_version  TGRAD_VERSION_STRING of the exporting program
- * Every value read from the checkpoint is validated (metadata like the command line's options,
- * each tensor's shape against the config) before anything is written; --out is never replaced
- * without --force, and never if it is not a regular file or is the checkpoint itself.
+ * Every value read from the checkpoint is validated before anything is written, by
+ * ckpt_config_export (tools/ckpt_config.c), exactly as `tgrad train --resume` and `tgrad
+ * sample` validate it: every metadata field with the train option table's bounds, each tensor's
+ * shape and dtype against the config, and no tensor but parameters and their optimizer state;
+ * --out is never replaced without --force, and never if it is not a regular file or is the
+ * checkpoint itself.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "ckpt_config.h"
 #include "cli.h"
 #include "climsg.h"
+#include "data.h"
 #include "tgrad_io.h"
+#include "train_args.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -78,219 +84,6 @@ int export_parse(int argc, char **argv, export_args *a, cli_result *r, char *err
 void export_free(export_args *a, cli_result *r) { cli_free(&export_cmd, a, r); }
 
 void export_help(FILE *f) { cli_help(&export_cmd, f); }
-
-/* ---- the checkpoint's model config, validated like command-line options ---------------------- */
-#define CK_MAX_LAYERS 1024
-#define CK_MAX_DIM 65536
-#define CK_MAX_FF 1048576
-#define CK_MAX_SEQ 1048576
-
-typedef struct {
-    int64_t layers, d_model, heads, d_ff, seq_len, vocab_size, step;
-    bool norm_first, causal, tie;
-    int activation; /* relu|gelu */
-    int pos;        /* learned|sinusoidal */
-    int dtype;      /* f32|f64 */
-    int mode;       /* text|task */
-    int task;       /* copy|reverse|sort */
-    double dropout;
-} ck_config;
-
-enum { F_REQUIRED = 1u << 8 }; /* (in cli_option.flags, beyond cliopt's own bits) */
-
-static const cli_option ck_fields[] = {
-    {.name = "model.layers", .kind = CLI_INT, .offset = offsetof(ck_config, layers),
-     .imin = 0, .imax = CK_MAX_LAYERS, .flags = F_REQUIRED},
-    {.name = "model.d_model", .kind = CLI_INT, .offset = offsetof(ck_config, d_model),
-     .imin = 1, .imax = CK_MAX_DIM, .flags = F_REQUIRED},
-    {.name = "model.heads", .kind = CLI_INT, .offset = offsetof(ck_config, heads), .imin = 1,
-     .imax = CLI_MAX_HEADS, .flags = F_REQUIRED},
-    {.name = "model.d_ff", .kind = CLI_INT, .offset = offsetof(ck_config, d_ff), .imin = 1,
-     .imax = CK_MAX_FF, .flags = F_REQUIRED},
-    {.name = "model.seq_len", .kind = CLI_INT, .offset = offsetof(ck_config, seq_len),
-     .imin = 1, .imax = CK_MAX_SEQ, .flags = F_REQUIRED},
-    {.name = "model.vocab_size", .kind = CLI_INT, .offset = offsetof(ck_config, vocab_size),
-     .imin = 1, .imax = 256, .flags = F_REQUIRED},
-    {.name = "model.norm_first", .kind = CLI_FLAG, .offset = offsetof(ck_config, norm_first),
-     .flags = F_REQUIRED},
-    {.name = "model.activation", .kind = CLI_CHOICE, .offset = offsetof(ck_config, activation),
-     .choices = "relu|gelu", .flags = F_REQUIRED},
-    {.name = "model.pos", .kind = CLI_CHOICE, .offset = offsetof(ck_config, pos),
-     .choices = "learned|sinusoidal", .flags = F_REQUIRED},
-    {.name = "model.causal", .kind = CLI_FLAG, .offset = offsetof(ck_config, causal),
-     .flags = F_REQUIRED},
-    {.name = "model.tie_weights", .kind = CLI_FLAG, .offset = offsetof(ck_config, tie)},
-    {.name = "model.dropout", .kind = CLI_NUM, .offset = offsetof(ck_config, dropout),
-     .fmin = 0, .fmax = 1, .flags = CLI_FMAX_OPEN},
-    {.name = "model.dtype", .kind = CLI_CHOICE, .offset = offsetof(ck_config, dtype),
-     .choices = "f32|f64"},
-    {.name = "data.mode", .kind = CLI_CHOICE, .offset = offsetof(ck_config, mode),
-     .choices = "text|task", .flags = F_REQUIRED},
-    {.name = "optim.step", .kind = CLI_INT, .offset = offsetof(ck_config, step), .imin = 0,
-     .imax = INT64_MAX, .flags = F_REQUIRED},
-    {0},
-};
-
-static const cli_command ck_cmd = {.name = "export", .opts = ck_fields};
-
-static const char *const task_names[] = {"copy", "reverse", "sort"};
-
-static bool hexval(char c, unsigned *v)
-{
-    if (c >= '0' && c <= '9')
-        *v = (unsigned)(c - '0');
-    else if (c >= 'a' && c <= 'f')
-        *v = (unsigned)(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F')
-        *v = (unsigned)(c - 'A' + 10);
-    else
-        return false;
-    return true;
-}
-
-/* Read and validate the config and vocabulary (vocab[i] = byte of token i). */
-static bool read_config(const tg_safetensors *st, const char *path, ck_config *c,
-                        unsigned char *vocab, char *err, size_t n)
-{
-    memset(c, 0, sizeof *c);
-    const char *format = tg_safetensors_meta_get(st, "format");
-    if (!format || strcmp(format, "tgrad-checkpoint-1") != 0) {
-        if (format)
-            snprintf(err, n, "--checkpoint '%s': format '%.64s' is not a tgrad checkpoint "
-                     "(expected 'tgrad-checkpoint-1')", path, format);
-        else
-            snprintf(err, n, "--checkpoint '%s': not a tgrad checkpoint (no 'format' metadata; "
-                     "checkpoints are written by 'tgrad train --checkpoint')", path);
-        return false;
-    }
-    char src[96], e[512];
-    for (const cli_option *o = ck_fields; o->name; o++) {
-        const char *v = tg_safetensors_meta_get(st, o->name);
-        if (!v) {
-            if (!(o->flags & F_REQUIRED))
-                continue;
-            snprintf(err, n, "--checkpoint '%s': metadata field '%s' is missing", path, o->name);
-            return false;
-        }
-        snprintf(src, sizeof src, "metadata field '%s'", o->name);
-        if (!cli_set(&ck_cmd, o, v, c, src, e, sizeof e)) {
-            snprintf(err, n, "--checkpoint '%s': %s", path, e);
-            return false;
-        }
-    }
-    if (c->d_model % c->heads != 0) {
-        snprintf(err, n, "--checkpoint '%s': metadata field 'model.heads' %" PRId64 " does not "
-                 "divide 'model.d_model' %" PRId64, path, c->heads, c->d_model);
-        return false;
-    }
-    if (c->mode == 0) { /* text: the vocabulary as hex, sorted distinct bytes */
-        const char *hex = tg_safetensors_meta_get(st, "data.vocab");
-        size_t len = hex ? strlen(hex) : 0;
-        if (!hex || len != 2 * (size_t)c->vocab_size) {
-            snprintf(err, n, "--checkpoint '%s': metadata field 'data.vocab' must hold %" PRId64
-                     " bytes as hex (%" PRId64 " digits), got %s%zu digits", path,
-                     c->vocab_size, 2 * c->vocab_size, hex ? "" : "none: ", len);
-            return false;
-        }
-        for (int64_t i = 0; i < c->vocab_size; i++) {
-            unsigned hi, lo;
-            if (!hexval(hex[2 * i], &hi) || !hexval(hex[2 * i + 1], &lo)) {
-                snprintf(err, n, "--checkpoint '%s': metadata field 'data.vocab' has '%.2s' at "
-                         "digit %" PRId64 " (expected hex digits)", path, hex + 2 * i, 2 * i);
-                return false;
-            }
-            vocab[i] = (unsigned char)(hi << 4 | lo);
-            if (i > 0 && vocab[i] <= vocab[i - 1]) {
-                snprintf(err, n, "--checkpoint '%s': metadata field 'data.vocab' is not sorted "
-                         "distinct bytes (byte %" PRId64 ")", path, i);
-                return false;
-            }
-        }
-    } else { /* a built-in task: digits */
-        const char *task = tg_safetensors_meta_get(st, "data.task");
-        c->task = -1;
-        for (int i = 0; task && i < 3; i++)
-            if (!strcmp(task, task_names[i]))
-                c->task = i;
-        if (c->task < 0) {
-            snprintf(err, n, "--checkpoint '%s': metadata field 'data.task' '%.64s': expected "
-                     "copy, reverse or sort", path, task ? task : "");
-            return false;
-        }
-        if (c->vocab_size != 10) {
-            snprintf(err, n, "--checkpoint '%s': metadata field 'model.vocab_size' %" PRId64
-                     ": a task model has 10 (the digits)", path, c->vocab_size);
-            return false;
-        }
-        for (int i = 0; i < 10; i++)
-            vocab[i] = (unsigned char)('0' + i);
-    }
-    return true;
-}
-
-/* ---- the parameters the config implies, in the reference model's state_dict order ----------- */
-typedef struct {
-    char name[96];
-    int rank;
-    int64_t shape[2];
-} param_spec;
-
-static const char *const layer_params[12] = {
-    "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
-    "self_attn.out_proj.bias", "linear1.weight", "linear1.bias", "linear2.weight",
-    "linear2.bias", "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"};
-
-static void spec(param_spec *p, const char *name, int rank, int64_t d0, int64_t d1)
-{
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->rank = rank;
-    p->shape[0] = d0;
-    p->shape[1] = d1;
-}
-
-/* Fill @p out (room for 6 + 12 * layers) and return the count. All products stay far below
- * 2^63: every dim is bounded by read_config. */
-static int64_t param_specs(const ck_config *c, param_spec *out)
-{
-    int64_t k = 0, V = c->vocab_size, D = c->d_model, F = c->d_ff;
-    spec(&out[k++], "tok_emb.weight", 2, V, D);
-    if (c->pos == 0)
-        spec(&out[k++], "pos_emb.weight", 2, c->seq_len, D);
-    for (int64_t i = 0; i < c->layers; i++) {
-        const int64_t shapes[12][3] = {{2, 3 * D, D}, {1, 3 * D, 0}, {2, D, D}, {1, D, 0},
-                                       {2, F, D},     {1, F, 0},     {2, D, F}, {1, D, 0},
-                                       {1, D, 0},     {1, D, 0},     {1, D, 0}, {1, D, 0}};
-        for (int j = 0; j < 12; j++) {
-            char name[96];
-            snprintf(name, sizeof name, "layers.%" PRId64 ".%s", i, layer_params[j]);
-            spec(&out[k++], name, (int)shapes[j][0], shapes[j][1], shapes[j][2]);
-        }
-    }
-    spec(&out[k++], "norm.weight", 1, D, 0);
-    spec(&out[k++], "norm.bias", 1, D, 0);
-    spec(&out[k++], "head.weight", 2, V, D); /* tied: a copy of tok_emb.weight */
-    spec(&out[k++], "head.bias", 1, V, 0);
-    return k;
-}
-
-static void spec_shape(const param_spec *p, char *buf, size_t n)
-{
-    if (p->rank == 1)
-        snprintf(buf, n, "(%" PRId64 ")", p->shape[0]);
-    else
-        snprintf(buf, n, "(%" PRId64 ", %" PRId64 ")", p->shape[0], p->shape[1]);
-}
-
-static bool is_optim_state(const char *name)
-{
-    return !strncmp(name, "adam.m.", 7) || !strncmp(name, "adam.v.", 7) ||
-           !strncmp(name, "sgd.momentum.", 13);
-}
-
-static int cmp_str(const void *x, const void *y)
-{
-    return strcmp(*(const char *const *)x, *(const char *const *)y);
-}
 
 /* ---- run ------------------------------------------------------------------------------------ */
 typedef struct {
@@ -340,67 +133,43 @@ static int export_exec(const export_args *a, export_result *res, char *err, size
         return 1;
     }
     int rc = 1;
-    param_spec *specs = NULL;
+    ckpt_param *ps = NULL;
     tg_io_item *items = NULL;
-    const char **names = NULL; /* the parameters found in the file, for the stray check */
-    int64_t n_names = 0;
     tg_safetensors *st = tg_safetensors_read(ctx, a->checkpoint);
     if (!st) {
         cli_format("--checkpoint", a->checkpoint, ctx, err, n);
         goto done;
     }
-    ck_config c;
-    unsigned char vocab[256];
-    if (!read_config(st, a->checkpoint, &c, vocab, err, n))
+    /* every field and tensor validated exactly as for train --resume and sample */
+    train_args ta;
+    train_defaults(&ta);
+    ckpt_info info;
+    tg_transformer_config mc;
+    if (!ckpt_config_export(st, &ta, &info, &mc, e, sizeof e)) {
+        snprintf(err, n, "--checkpoint '%s': %s", a->checkpoint, e);
         goto done;
-    int64_t cap = 6 + 12 * c.layers, count = tg_safetensors_count(st);
-    specs = calloc((size_t)cap, sizeof *specs);
-    items = calloc((size_t)cap, sizeof *items);
-    names = calloc((size_t)cap, sizeof *names);
-    if (!specs || !items || !names) {
+    }
+    int64_t np = ckpt_n_params(&mc), count = tg_safetensors_count(st);
+    ps = calloc((size_t)np, sizeof *ps);
+    items = calloc((size_t)np + 1, sizeof *items);
+    if (!ps || !items) {
         snprintf(err, n, "out of memory");
         goto done;
     }
-    int64_t np = param_specs(&c, specs);
-    char b1[160], b2[160];
+    ckpt_params(&mc, ps);
+    /* the parameters in state_dict order; a tied head.weight is a copy of tok_emb.weight,
+     * written before head.bias as PyTorch's state_dict lists it */
+    int64_t k = 0;
     for (int64_t i = 0; i < np; i++) {
-        const param_spec *p = &specs[i];
-        bool tied_head = c.tie && !strcmp(p->name, "head.weight");
-        const char *src = tied_head ? "tok_emb.weight" : p->name;
-        tg_tensor *t = tg_safetensors_find(st, src);
-        if (!t) { /* (tok_emb.weight comes first, so a tied head always finds it) */
-            snprintf(err, n, "--checkpoint '%s': no parameter '%s', which the model its "
-                     "metadata describes has", a->checkpoint, p->name);
-            goto done;
-        }
-        spec_shape(p, b2, sizeof b2);
-        if (tg_tensor_rank(t) != p->rank || tg_tensor_shape(t)[0] != p->shape[0] ||
-            (p->rank == 2 && tg_tensor_shape(t)[1] != p->shape[1])) {
-            snprintf(err, n, "--checkpoint '%s': parameter '%s' is %s, but the model its "
-                     "metadata describes needs %s", a->checkpoint, p->name,
-                     tg_tensor_shape_str(t, b1, sizeof b1), b2);
-            goto done;
-        }
-        items[i] = tg_io_item_data(t, p->name);
-        if (!tied_head) {
-            res->n_values += tg_tensor_numel(t);
-            names[n_names++] = p->name;
-        }
-        res->n_tensors++;
+        if (mc.tie_weights && !strcmp(ps[i].name, "head.bias"))
+            items[k++] = tg_io_item_data(tg_safetensors_find(st, "tok_emb.weight"),
+                                         "head.weight");
+        tg_tensor *t = tg_safetensors_find(st, ps[i].name); /* present: checked above */
+        items[k++] = tg_io_item_data(t, ps[i].name);
+        res->n_values += tg_tensor_numel(t);
     }
-    /* every other tensor must be optimizer state: a stray one means the metadata is wrong */
-    qsort(names, (size_t)n_names, sizeof *names, cmp_str);
-    for (int64_t j = 0; j < count; j++) {
-        const char *name = tg_safetensors_name(st, j);
-        if (bsearch(&name, names, (size_t)n_names, sizeof *names, cmp_str))
-            continue;
-        if (!is_optim_state(name)) {
-            snprintf(err, n, "--checkpoint '%s': tensor '%.128s' is neither a parameter of the "
-                     "model its metadata describes nor optimizer state", a->checkpoint, name);
-            goto done;
-        }
-        res->n_dropped++;
-    }
+    res->n_tensors = k;
+    res->n_dropped = count - np; /* the rest is optimizer state (checked above) */
 
     /* metadata */
     char config[1024], vjson[256 * 4 + 8], step[32], data[32];
@@ -410,32 +179,35 @@ static int export_exec(const export_args *a, export_result *res, char *err, size
              ", \"activation\": \"%s\", \"norm_first\": %s, \"pos\": \"%s\", \"causal\": %s"
              ", \"tie_weights\": %s, \"layer_norm_eps\": %.17g, \"dropout\": %.17g"
              ", \"dtype\": \"%s\"}",
-             c.vocab_size, c.seq_len, c.layers, c.d_model, c.heads, c.d_ff,
-             c.activation ? "gelu" : "relu", c.norm_first ? "true" : "false",
-             c.pos ? "sinusoidal" : "learned", c.causal ? "true" : "false",
-             c.tie ? "true" : "false", 1e-5, c.dropout,
-             tg_tensor_dtype(tg_safetensors_find(st, "tok_emb.weight")) == TG_F64 ? "float64"
-                                                                                : "float32");
+             mc.vocab_size, mc.max_seq_len, mc.n_layers, mc.layer.d_model, mc.layer.n_heads,
+             mc.layer.d_ff, mc.layer.activation == TG_ACT_GELU ? "gelu" : "relu",
+             mc.layer.norm_first ? "true" : "false",
+             mc.pos == TG_POS_SINUSOIDAL ? "sinusoidal" : "learned",
+             mc.causal ? "true" : "false", mc.tie_weights ? "true" : "false",
+             mc.layer.layer_norm_eps, mc.layer.dropout,
+             train_dtype(&ta) == TG_F64 ? "float64" : "float32");
+    unsigned char vocab[256];
+    for (int i = 0; i < info.vocab_size; i++) /* text: the corpus's bytes; task: the digits */
+        vocab[i] = info.text ? info.vocab[i] : (unsigned char)('0' + i);
     size_t w = 0;
     vjson[w++] = '[';
-    for (int64_t i = 0; i < c.vocab_size; i++)
+    for (int i = 0; i < info.vocab_size; i++)
         w += (size_t)snprintf(vjson + w, sizeof vjson - w, "%s%u", i ? ", " : "", vocab[i]);
     snprintf(vjson + w, sizeof vjson - w, "]");
-    snprintf(step, sizeof step, "%" PRId64, c.step);
-    snprintf(data, sizeof data, "%s%s", c.mode == 0 ? "text" : "task:",
-             c.mode == 0 ? "" : task_names[c.task]);
-    res->step = c.step;
+    snprintf(step, sizeof step, "%" PRId64, info.step);
+    snprintf(data, sizeof data, "%s%s", info.text ? "text" : "task:",
+             info.text ? "" : task_name((task_kind)ta.task));
+    res->step = info.step;
     const char *keys[] = {"format", "config", "vocab", "data", "step", "tgrad_version"};
     const char *vals[] = {"tgrad-export-1", config, vjson, data, step, TGRAD_VERSION_STRING};
-    if (tg_safetensors_write_items(ctx, a->out, np, items, 6, keys, vals, NULL) != TG_OK) {
+    if (tg_safetensors_write_items(ctx, a->out, k, items, 6, keys, vals, NULL) != TG_OK) {
         cli_format("--out", a->out, ctx, err, n);
         goto done;
     }
     rc = 0;
 done:
-    free(specs);
+    free(ps);
     free(items);
-    free(names);
     tg_ctx_free(ctx);
     return rc;
 }

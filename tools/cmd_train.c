@@ -151,17 +151,6 @@ static bool dir_writable(const char *opt, const char *path)
     return true;
 }
 
-static const char *kind_of(mode_t m)
-{
-    return S_ISDIR(m)    ? "a directory"
-           : S_ISFIFO(m) ? "a FIFO (named pipe)"
-           : S_ISCHR(m)  ? "a character device"
-           : S_ISBLK(m)  ? "a block device"
-           : S_ISSOCK(m) ? "a socket"
-           : S_ISLNK(m)  ? "a symbolic link"
-                         : "not a regular file";
-}
-
 static bool same_file(const char *p, const char *q)
 {
     struct stat a, b;
@@ -200,7 +189,7 @@ static bool check_checkpoint_path(const train_args *a)
         bool resumed = a->resume && same_file(p, a->resume);
         if (!S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
             errf("--checkpoint '%s' is %s, not a regular file; refusing to replace it", p,
-                 kind_of(sb.st_mode));
+                 cli_file_kind(sb.st_mode));
             return false;
         }
         if (!resumed && !a->force) {
@@ -223,7 +212,7 @@ static bool check_output(const char *opt, const char *path, bool replaced_by_ren
     struct stat sb;
     if (stat(path, &sb) == 0) {
         if (!S_ISREG(sb.st_mode)) {
-            errf("%s '%s' is %s, not a regular file", opt, path, kind_of(sb.st_mode));
+            errf("%s '%s' is %s, not a regular file", opt, path, cli_file_kind(sb.st_mode));
             return false;
         }
         if (access(path, W_OK) != 0) {
@@ -368,19 +357,10 @@ static void meta_add(meta *m, const char *k, const char *fmt, ...)
     m->n++;
 }
 
+/* The name of choice @p i of train option @p option ("gelu"). */
 static const char *choice_name(const char *option, int i, char *buf, size_t n)
 {
-    const cli_option *o = cli_find(train_command(), option);
-    const char *p = o ? o->choices : "?";
-    for (int k = 0; k < i && p; k++) {
-        p = strchr(p, '|');
-        if (p)
-            p++;
-    }
-    if (!p)
-        p = "?";
-    snprintf(buf, n, "%.*s", (int)strcspn(p, "|"), p);
-    return buf;
+    return cli_choice_name(cli_find(train_command(), option), i, buf, n);
 }
 
 static void end_live(trainer *t);

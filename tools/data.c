@@ -1,6 +1,7 @@
 /* data.c - corpora and algorithmic tasks (see data.h). */
 #define _DEFAULT_SOURCE
 #include "data.h"
+#include "climsg.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -11,29 +12,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The kind of a non-regular file, for messages. */
-static const char *file_kind(mode_t m)
-{
-    return S_ISDIR(m)    ? "a directory"
-           : S_ISFIFO(m) ? "a FIFO (named pipe)"
-           : S_ISCHR(m)  ? "a character device"
-           : S_ISBLK(m)  ? "a block device"
-           : S_ISSOCK(m) ? "a socket"
-                         : "not a regular file";
-}
-
 bool data_check_regular(const char *path, double max_bytes, char *err, size_t err_size)
 {
     struct stat sb;
-    if (stat(path, &sb) != 0) {
-        snprintf(err, err_size, "'%s': %s", path, strerror(errno));
+    if (!cli_regular_file(path, err, err_size))
         return false;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        snprintf(err, err_size, "'%s' is %s, not a regular file", path, file_kind(sb.st_mode));
-        return false;
-    }
-    if (max_bytes > 0 && (double)sb.st_size > max_bytes) {
+    if (max_bytes > 0 && stat(path, &sb) == 0 && (double)sb.st_size > max_bytes) {
         snprintf(err, err_size, "'%s' holds %lld bytes, more than this machine's memory (%.0f "
                  "bytes)", path, (long long)sb.st_size, max_bytes);
         return false;
@@ -68,7 +52,7 @@ static bool read_one(corpus *c, const char *path, const char *real, size_t *cap,
     }
     if (!S_ISREG(sb.st_mode)) {
         snprintf(err, err_size, "--text '%s' is %s, not a regular file", path,
-                 file_kind(sb.st_mode));
+                 cli_file_kind(sb.st_mode));
         close(fd);
         return false;
     }
@@ -153,7 +137,7 @@ bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fr
         }
         if (!S_ISREG(sb.st_mode)) {
             snprintf(err, err_size, "--text '%s' is %s, not a regular file", paths[i],
-                     file_kind(sb.st_mode));
+                     cli_file_kind(sb.st_mode));
             goto fail;
         }
         bool dup = false;
@@ -214,7 +198,7 @@ void vocab_to_hex(const unsigned char *vocab, int n, char *out)
     out[2 * n] = 0;
 }
 
-static int hex_digit(char c)
+int hex_digit(char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';

@@ -34,10 +34,10 @@ typedef struct {
 bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fraction,
                  char *err, size_t err_size);
 void corpus_free(corpus *c);
-/* Is @p path a regular file of at most @p max_bytes (<= 0: any size)? (stat only: never
- * blocks.) Otherwise one line in @p err saying what it is ("'p' is a FIFO (named pipe), not a
- * regular file"), why it cannot be read ("'p': No such file or directory") or how big it is,
- * to follow the option's name. */
+/* Is @p path a regular file (cli_regular_file) of at most @p max_bytes (<= 0: any size)?
+ * (stat only: never blocks.) Otherwise one line in @p err saying what it is ("'p': is a FIFO,
+ * not a regular file"), why it cannot be read ("'p': No such file or directory") or how big it
+ * is, to follow the option's name. */
 bool data_check_regular(const char *path, double max_bytes, char *err, size_t err_size);
 
 /* The machine's physical memory in bytes (sysconf), or a huge value if unknown. */
@@ -45,6 +45,8 @@ double phys_memory_bytes(void);
 
 /* Vocabulary as lowercase hex (2 chars per byte) for checkpoint metadata, and back. */
 void vocab_to_hex(const unsigned char *vocab, int n, char *out);
+/* The value of hex digit @p c (0-9, a-f, A-F), or -1. */
+int hex_digit(char c);
 /* Strict: 2 to 512 hex digits, an even number of them; returns the byte count or -1. */
 int vocab_from_hex(const char *hex, unsigned char *vocab);
 

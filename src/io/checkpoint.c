@@ -99,17 +99,6 @@ static bool parse_step(const char *s, int64_t *out)
     return true;
 }
 
-static int hexdigit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* rng: exactly 64 hex digits, the four 64-bit words of the xoshiro256** state, most significant
  * digit first; the all-zero state (a fixed point of the generator) is refused. */
 static bool parse_rng(const char *s, uint64_t st[4])
@@ -120,7 +109,7 @@ static bool parse_rng(const char *s, uint64_t st[4])
     for (int i = 0; i < 4; i++) {
         uint64_t w = 0;
         for (int j = 0; j < 16; j++) {
-            int h = hexdigit(s[16 * i + j]);
+            int h = tg__hex_digit((unsigned char)s[16 * i + j]);
             if (h < 0)
                 return false;
             w = w << 4 | (uint64_t)h;

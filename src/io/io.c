@@ -360,6 +360,17 @@ size_t tg__utf8_len(const unsigned char *s, size_t n)
     return len;
 }
 
+int tg__hex_digit(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 bool tg__utf8_valid(const char *s, size_t n)
 {
     const unsigned char *p = (const unsigned char *)s;

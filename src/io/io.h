@@ -72,6 +72,8 @@ float tg__bf16_to_f32(uint16_t h);
  * (overlong, surrogate, > U+10FFFF, truncated). */
 size_t tg__utf8_len(const unsigned char *s, size_t n);
 bool tg__utf8_valid(const char *s, size_t n);
+/* The value of hex digit @p c (0-9, a-f, A-F), or -1. */
+int tg__hex_digit(int c);
 /* strerror into buf (thread-safe). */
 const char *tg__strerror(int err, char *buf, size_t n);
 

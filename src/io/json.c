@@ -164,17 +164,6 @@ bool tg__jp_obj_next(tg__jp *jp, tg__jstr *key)
 
 bool tg__jp_arr_next(tg__jp *jp) { return next_member(jp, ']') == 1; }
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Four hex digits at pos (after "\u"); -1 if malformed. */
 static long hex4(tg__jp *jp)
 {
@@ -182,7 +171,7 @@ static long hex4(tg__jp *jp)
         return -1;
     long v = 0;
     for (int i = 0; i < 4; i++) {
-        int h = hexval(jp->s[jp->pos + (size_t)i]);
+        int h = tg__hex_digit((unsigned char)jp->s[jp->pos + (size_t)i]);
         if (h < 0)
             return -1;
         v = v * 16 + h;
