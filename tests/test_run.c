@@ -307,6 +307,9 @@ START_TEST(test_errors)
     weights(&f, mha_keys, 4);
     npy(&f, "x", "x.npy");
     npy(&f, "out", "wide.npy");
+    char sp[512];
+    snprintf(sp, sizeof sp, "%s/scalar.npy", dir);
+    ck_assert_int_eq(tg_npy_write_data(f.ctx, sp, TG_F64, 0, NULL, (double[]){1.5}), TG_OK);
     static const struct {
         const char *args, *needle;
     } cases[] = {
@@ -316,6 +319,10 @@ START_TEST(test_errors)
         {"mha --weights w.safetensors --x x.npy", "--heads"},
         {"mha --weights w.safetensors --heads 2 --x x.npy --attn-mask x.npy --bogus 1", "--bogus"},
         {"ffn --weights w.safetensors --x x.npy", "linear1.weight"},
+        /* a 0-d input: said as such, not "last dim 0" */
+        {"mha --weights w.safetensors --heads 2 --x scalar.npy",
+         "--x 'scalar.npy' is a scalar (shape ()), but --weights 'w.safetensors' needs an input "
+         "of shape (..., 8)"},
         {"sdpa --q x.npy --k x.npy", "--v"},
         {"sdpa --q x.npy --k x.npy --v x.npy --dtype f16", "f16"},
         {"teleport --x x.npy", "teleport"},

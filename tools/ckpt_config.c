@@ -643,12 +643,13 @@ bool model_memory_check(const tg_transformer_config *mc, tg_dtype dt, int64_t ba
         char a[32], b[32];
         human(need, a, sizeof a);
         human(limit_bytes, b, sizeof b);
-        snprintf(err, n, "%s %" PRId64 " layer%s of d_model %" PRId64 ", %" PRId64 " heads, d_ff "
-                 "%" PRId64 " on %" PRId64 " x %" PRId64 " tokens needs about %s of memory, more "
-                 "than this machine's %s (lower --batch, --seq-len, --d-model, --d-ff or "
-                 "--layers)", train ? "training" : "running", mc->n_layers,
-                 mc->n_layers == 1 ? "" : "s", mc->layer.d_model,
-                 mc->layer.n_heads, mc->layer.d_ff, batch, mc->max_seq_len, a, b);
+        snprintf(err, n, "%s %" PRId64 " layer%s of d_model %" PRId64 ", %" PRId64 " head%s, "
+                 "d_ff %" PRId64 " on %" PRId64 " x %" PRId64 " tokens needs about %s of memory, "
+                 "more than the %s it may use (this machine's memory, or ulimit -v if lower; "
+                 "lower --batch, --seq-len, --d-model, --d-ff or --layers)",
+                 train ? "training" : "running", mc->n_layers, mc->n_layers == 1 ? "" : "s",
+                 mc->layer.d_model, mc->layer.n_heads, mc->layer.n_heads == 1 ? "" : "s",
+                 mc->layer.d_ff, batch, mc->max_seq_len, a, b);
         return false;
     }
     return true;

@@ -93,7 +93,8 @@ bool ckpt_check_shapes(const tg_safetensors *st, const tg_transformer_config *mc
  */
 double model_memory_estimate(const tg_transformer_config *mc, tg_dtype dt, int64_t batch,
                              int n_state, bool train);
-/* Refuse a config whose estimate exceeds @p limit_bytes (the machine's physical memory). */
+/* Refuse a config whose estimate exceeds @p limit_bytes (phys_memory_bytes(): the machine's
+ * physical memory, or ulimit -v if lower). */
 bool model_memory_check(const tg_transformer_config *mc, tg_dtype dt, int64_t batch,
                         int n_state, bool train, double limit_bytes, char *err, size_t n);
 /* Optimizer state tensors per parameter for @p a's optimizer (adam/adamw 2, sgd 1). */

@@ -247,6 +247,24 @@ void run_free(run_args *a, cli_result *r)
 }
 
 /* ---- run ------------------------------------------------------------------------------------ */
+/* Input @p x (read from option @p opt, file @p path) must end in d_model @p D of --weights. */
+static bool input_width_ok(const tg_tensor *x, const char *opt, const char *path, int64_t D,
+                           const char *weights, char *err, size_t n)
+{
+    if (tg_tensor_rank(x) == 0) {
+        snprintf(err, n, "%s '%s' is a scalar (shape ()), but --weights '%s' needs an input of "
+                 "shape (..., %" PRId64 ")", opt, path, weights, D);
+        return false;
+    }
+    int64_t w = tg_tensor_dim(x, -1);
+    if (w != D) {
+        snprintf(err, n, "%s '%s' has last dim %" PRId64 ", but d_model of --weights '%s' is %"
+                 PRId64, opt, path, w, weights, D);
+        return false;
+    }
+    return true;
+}
+
 typedef struct {
     char shape[160]; /* of the output */
     const char *dtype;
@@ -392,12 +410,9 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
                      " of --weights '%s'", a->heads, D, a->weights);
             goto done;
         }
-        int64_t xw = tg_tensor_rank(inputs[0]) ? tg_tensor_dim(inputs[0], -1) : 0;
-        if (xw != D) {
-            snprintf(err, n, "%s '%s' has last dim %" PRId64 ", but d_model of --weights '%s' "
-                     "is %" PRId64, a->x ? "--x" : "--q", a->x ? a->x : a->q, xw, a->weights, D);
+        if (!input_width_ok(inputs[0], a->x ? "--x" : "--q", a->x ? a->x : a->q, D,
+                            a->weights, err, n))
             goto done;
-        }
         if (mha) {
             tg_mha m;
             if (tg_mha_init(ctx, &m, dt, D, a->heads, NULL) != TG_OK) {
@@ -441,12 +456,8 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
                      "d_model)", a->weights);
             goto done;
         }
-        int64_t xw = tg_tensor_rank(inputs[0]) ? tg_tensor_dim(inputs[0], -1) : 0;
-        if (xw != D) {
-            snprintf(err, n, "--x '%s' has last dim %" PRId64 ", but d_model of --weights '%s' "
-                     "is %" PRId64, a->x, xw, a->weights, D);
+        if (!input_width_ok(inputs[0], "--x", a->x, D, a->weights, err, n))
             goto done;
-        }
         tg_ffn f;
         if (tg_ffn_init(ctx, &f, dt, D, F, act, NULL) != TG_OK) {
             cli_format(NULL, NULL, ctx, err, n);

@@ -305,7 +305,7 @@ static bool build(trainer *t)
         t->opt = tg_optim_new(ctx, &oc, 0, NULL);
     }
     if (!t->g || !t->opt) {
-        cli_report("train", "building the model:", NULL, ctx);
+        cli_report("train", "building the model", NULL, ctx);
         return false;
     }
     for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
@@ -861,11 +861,13 @@ int cmd_train(int argc, char **argv)
                 else
                     fprintf(stderr, "tgrad train: task '%s' on %" PRId64 "-digit sequences\n",
                             task_name(t->task), t->T);
-                fprintf(stderr, "tgrad train: %" PRId64 " layers, d_model %" PRId64 ", %" PRId64
-                        " heads, d_ff %" PRId64 ", %s, %" PRId64 " parameters, batch %" PRId64
-                        ", %d threads%s\n", t->a.layers, t->a.d_model, t->a.heads, t->a.d_ff,
+                fprintf(stderr, "tgrad train: %" PRId64 " layer%s, d_model %" PRId64 ", %" PRId64
+                        " head%s, d_ff %" PRId64 ", %s, %" PRId64 " parameters, batch %" PRId64
+                        ", %d thread%s%s\n", t->a.layers, t->a.layers == 1 ? "" : "s",
+                        t->a.d_model, t->a.heads, t->a.heads == 1 ? "" : "s", t->a.d_ff,
                         t->a.post_norm ? "post-norm" : "pre-norm", t->n_params, t->B,
-                        tg_ctx_threads(t->ctx), t->ck ? ", resumed" : "");
+                        tg_ctx_threads(t->ctx), tg_ctx_threads(t->ctx) == 1 ? "" : "s",
+                        t->ck ? ", resumed" : "");
             }
             if (train_loop(t) == 0)
                 rc = report(t);

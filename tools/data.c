@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,8 +19,9 @@ bool data_check_regular(const char *path, double max_bytes, char *err, size_t er
     if (!cli_regular_file(path, err, err_size))
         return false;
     if (max_bytes > 0 && stat(path, &sb) == 0 && (double)sb.st_size > max_bytes) {
-        snprintf(err, err_size, "'%s' holds %lld bytes, more than this machine's memory (%.0f "
-                 "bytes)", path, (long long)sb.st_size, max_bytes);
+        snprintf(err, err_size, "'%s' holds %lld bytes, more than the memory it may use (%.0f "
+                 "bytes: this machine's, or ulimit -v if lower)", path, (long long)sb.st_size,
+                 max_bytes);
         return false;
     }
     return true;
@@ -28,9 +30,16 @@ bool data_check_regular(const char *path, double max_bytes, char *err, size_t er
 double phys_memory_bytes(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || size <= 0)
-        return 1e18; /* unknown: no limit from us */
-    return (double)pages * (double)size;
+    double b = pages > 0 && size > 0 ? (double)pages * (double)size : 1e18; /* unknown: none */
+    /* ulimit -v / -d: allocations beyond them fail however much memory the machine has */
+    static const int res[] = {RLIMIT_AS, RLIMIT_DATA};
+    for (size_t i = 0; i < sizeof res / sizeof res[0]; i++) {
+        struct rlimit rl;
+        if (getrlimit(res[i], &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+            (double)rl.rlim_cur < b)
+            b = (double)rl.rlim_cur;
+    }
+    return b;
 }
 
 /* Append the regular file @p real (given as @p path) to c->bytes. */
@@ -57,8 +66,8 @@ static bool read_one(corpus *c, const char *path, const char *real, size_t *cap,
         return false;
     }
     if ((uint64_t)sb.st_size > (uint64_t)(CORPUS_MAX_BYTES - c->n)) {
-        snprintf(err, err_size, "--text '%s': the files hold more than %lld bytes (at most "
-                 "%lld, 1 GiB)", path, (long long)c->n + (long long)sb.st_size,
+        snprintf(err, err_size, "--text '%s': the files hold %lld bytes, more than the %lld "
+                 "(1 GiB) allowed", path, (long long)c->n + (long long)sb.st_size,
                  (long long)CORPUS_MAX_BYTES);
         close(fd);
         return false;
@@ -89,8 +98,9 @@ static bool read_one(corpus *c, const char *path, const char *real, size_t *cap,
             break;
         c->n += k;
         if (c->n > CORPUS_MAX_BYTES) { /* the file grew while we read it */
-            snprintf(err, err_size, "--text '%s': the files hold more than %lld bytes (at most "
-                     "1 GiB)", path, (long long)CORPUS_MAX_BYTES);
+            snprintf(err, err_size, "--text '%s': the files hold more than the %lld bytes "
+                     "(1 GiB) allowed (a file grew while it was read)", path,
+                     (long long)CORPUS_MAX_BYTES);
             close(fd);
             return false;
         }

@@ -40,7 +40,8 @@ void corpus_free(corpus *c);
  * is, to follow the option's name. */
 bool data_check_regular(const char *path, double max_bytes, char *err, size_t err_size);
 
-/* The machine's physical memory in bytes (sysconf), or a huge value if unknown. */
+/* The memory this process may use, in bytes: the machine's physical memory (sysconf; a huge
+ * value if unknown), or the address-space or data-segment limit (ulimit -v, -d) if lower. */
 double phys_memory_bytes(void);
 
 /* Vocabulary as lowercase hex (2 chars per byte) for checkpoint metadata, and back. */
