@@ -319,6 +319,11 @@ START_TEST(test_errors)
         {"mha --weights w.safetensors --x x.npy", "--heads"},
         {"mha --weights w.safetensors --heads 2 --x x.npy --attn-mask x.npy --bogus 1", "--bogus"},
         {"ffn --weights w.safetensors --x x.npy", "linear1.weight"},
+        /* an output never replaces an input */
+        {"mha --weights w.safetensors --heads 2 --x x.npy --out x.npy",
+         "--out 'x.npy' is the input --x 'x.npy'"},
+        {"mha --weights w.safetensors --heads 2 --x x.npy --grad-out wide.npy --grads "
+         "w.safetensors", "--grads 'w.safetensors' is the input --weights"},
         /* a 0-d input: said as such, not "last dim 0" */
         {"mha --weights w.safetensors --heads 2 --x scalar.npy",
          "--x 'scalar.npy' is a scalar (shape ()), but --weights 'w.safetensors' needs an input "

@@ -650,6 +650,37 @@ START_TEST(test_outputs_checked_up_front)
 }
 END_TEST
 
+/* An output naming an input: refused (with --force too) before anything is written; the input
+ * stays byte-identical (--log used to truncate the text trained on, or append to the resumed
+ * checkpoint when --checkpoint named another file). */
+START_TEST(test_outputs_never_inputs)
+{
+    write_corpus("c.txt");
+    make_text_ckpt("t.ckpt", NULL);
+    size_t n0, k0;
+    char *text0 = slurp("c.txt", &n0), *ck0 = slurp("t.ckpt", &k0);
+    static const char *const args[] = {
+        "train " TEXT_MODEL " --steps 3 --log c.txt",
+        "train " TEXT_MODEL " --steps 3 --log ./c.txt",
+        "train " TEXT_MODEL " --steps 3 --plot c.txt",
+        "train " TEXT_MODEL " --steps 3 --checkpoint c.txt --force",
+        "train --text c.txt --resume t.ckpt --steps 9 --checkpoint o.ckpt --log t.ckpt",
+        "train --text c.txt --resume t.ckpt --steps 9 --checkpoint o.ckpt --plot t.ckpt",
+    };
+    for (size_t i = 0; i < sizeof args / sizeof args[0]; i++) {
+        expect_refusal_t(args[i], "an input (choose another file)", 10);
+        size_t n1, k1;
+        char *text1 = slurp("c.txt", &n1), *ck1 = slurp("t.ckpt", &k1);
+        ck_assert_msg(n1 == n0 && !memcmp(text0, text1, n0), "'%s' changed c.txt", args[i]);
+        ck_assert_msg(k1 == k0 && !memcmp(ck0, ck1, k0), "'%s' changed t.ckpt", args[i]);
+        free(text1);
+        free(ck1);
+    }
+    free(text0);
+    free(ck0);
+}
+END_TEST
+
 /* ---- defect 4: a huge --steps allocates nothing up front --------------------------------- */
 START_TEST(test_huge_steps_bounded_memory)
 {
@@ -778,6 +809,7 @@ int main(void)
     tcase_add_test(tc, test_save_every);
     tcase_add_test(tc, test_checkpoint_not_replaced);
     tcase_add_test(tc, test_outputs_checked_up_front);
+    tcase_add_test(tc, test_outputs_never_inputs);
     tcase_add_test(tc, test_huge_steps_bounded_memory);
     tcase_add_test(tc, test_progress_fits_terminal);
     suite_add_tcase(s, tc);

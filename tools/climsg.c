@@ -77,6 +77,14 @@ const char *cli_file_kind(unsigned mode)
                          : "a special file";
 }
 
+bool cli_same_file(const char *p, const char *q)
+{
+    struct stat a, b;
+    if (!strcmp(p, q))
+        return true;
+    return stat(p, &a) == 0 && stat(q, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 bool cli_regular_file(const char *path, char *err, size_t n)
 {
     struct stat st;

@@ -34,6 +34,10 @@ void cli_report(const char *cmd, const char *what, const char *path, const tg_ct
  * link" or "a special file". */
 const char *cli_file_kind(unsigned mode);
 
+/* Do @p p and @p q name the same file (the same string, or the same device and inode after
+ * following symbolic links)? */
+bool cli_same_file(const char *p, const char *q);
+
 /*
  * Is @p path an existing regular file (symbolic links followed)? Checked with stat(), so
  * nothing is opened: a FIFO without a writer, a terminal or a device is refused without

@@ -93,7 +93,7 @@ typedef struct {
 /* --out: absent, or (with --force) a regular file that is not the checkpoint. */
 static bool check_out(const export_args *a, char *err, size_t n)
 {
-    struct stat so, sc;
+    struct stat so;
     if (lstat(a->out, &so) != 0) {
         if (errno == ENOENT)
             return true;
@@ -102,11 +102,10 @@ static bool check_out(const export_args *a, char *err, size_t n)
     }
     if (!S_ISREG(so.st_mode)) {
         snprintf(err, n, "--out '%s' exists and is %s; refusing to replace it", a->out,
-                 S_ISDIR(so.st_mode) ? "a directory" : S_ISLNK(so.st_mode) ? "a symbolic link"
-                                                                           : "not a regular file");
+                 cli_file_kind(so.st_mode));
         return false;
     }
-    if (stat(a->checkpoint, &sc) == 0 && sc.st_dev == so.st_dev && sc.st_ino == so.st_ino) {
+    if (cli_same_file(a->checkpoint, a->out)) {
         snprintf(err, n, "--out '%s' is the checkpoint itself (choose another file)", a->out);
         return false;
     }

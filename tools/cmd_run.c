@@ -353,6 +353,21 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
     tg_safetensors *st = NULL;
     tg_activation act = a->activation == 1 ? TG_ACT_GELU : TG_ACT_RELU;
     char e[1200];
+    /* an output never replaces an input (all are read before anything is written, but the
+     * input would be lost) */
+    const char *out_paths[3] = {a->out, a->attn_out, a->grads};
+    const char *out_flags[3] = {"--out", "--attn-out", "--grads"};
+    const char *ins[9] = {a->q, a->k, a->v, a->x, a->mask, a->attn_mask, a->kpm, a->weights,
+                          a->grad_out};
+    const char *in_flags[9] = {"--q", "--k", "--v", "--x", "--mask", "--attn-mask",
+                               "--key-padding-mask", "--weights", "--grad-out"};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 9; j++)
+            if (out_paths[i] && ins[j] && cli_same_file(out_paths[i], ins[j])) {
+                snprintf(err, n, "%s '%s' is the input %s '%s' (choose another file)",
+                         out_flags[i], out_paths[i], in_flags[j], ins[j]);
+                goto done;
+            }
     if (a->weights) {
         if (!cli_regular_file(a->weights, e, sizeof e)) {
             snprintf(err, n, "--weights %s", e);

@@ -151,14 +151,6 @@ static bool dir_writable(const char *opt, const char *path)
     return true;
 }
 
-static bool same_file(const char *p, const char *q)
-{
-    struct stat a, b;
-    if (!strcmp(p, q))
-        return true;
-    return stat(p, &a) == 0 && stat(q, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
-}
-
 /* What the existing file @p path holds, for the refusal message. */
 static void describe_existing(const char *path, const struct stat *sb, char *buf, size_t n)
 {
@@ -186,7 +178,7 @@ static bool check_checkpoint_path(const train_args *a)
     const char *p = a->checkpoint;
     struct stat sb;
     if (lstat(p, &sb) == 0) {
-        bool resumed = a->resume && same_file(p, a->resume);
+        bool resumed = a->resume && cli_same_file(p, a->resume);
         if (!S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
             errf("--checkpoint '%s' is %s, not a regular file; refusing to replace it", p,
                  cli_file_kind(sb.st_mode));
@@ -232,10 +224,27 @@ static bool plan_outputs(trainer *t)
     const char *paths[3] = {a->checkpoint, a->log, a->plot};
     for (int i = 0; i < 3; i++)
         for (int j = i + 1; j < 3; j++)
-            if (paths[i] && paths[j] && same_file(paths[i], paths[j])) {
+            if (paths[i] && paths[j] && cli_same_file(paths[i], paths[j])) {
                 errf("%s and %s name the same file '%s'", names[i], names[j], paths[j]);
                 return false;
             }
+    /* an output never replaces (or, for --log, appends to) an input: the text trained on, or
+     * the resumed checkpoint unless it is the checkpoint being saved */
+    for (int i = 0; i < 3; i++) {
+        if (!paths[i])
+            continue;
+        for (int k = 0; k < a->text.n; k++)
+            if (cli_same_file(paths[i], a->text.v[k])) {
+                errf("%s '%s' is the --text file '%s', an input (choose another file)",
+                     names[i], paths[i], a->text.v[k]);
+                return false;
+            }
+        if (i > 0 && a->resume && cli_same_file(paths[i], a->resume)) {
+            errf("%s '%s' is the --resume checkpoint '%s', an input (choose another file)",
+                 names[i], paths[i], a->resume);
+            return false;
+        }
+    }
     if (a->checkpoint && !check_checkpoint_path(a))
         return false;
     if (a->log && !check_output("--log", a->log, false))
