@@ -68,8 +68,8 @@ static const cli_option train_opts[] = {
     {.name = "text", .kind = CLI_LIST, .offset = TA(text), .metavar = "FILE",
      .help = "train a byte-level language model on these files", .group = G_DATA},
     CHOICE("task", task, "copy|reverse|sort", "built-in task (reverse)", G_DATA),
-    PATH("checkpoint", checkpoint, "PATH", "save atomically at each evaluation and at the end "
-         "(default with --resume: the resumed file)", G_FILES),
+    PATH("checkpoint", checkpoint, "PATH", "save at each evaluation and at the end (default "
+         "with --resume: CK)", G_FILES),
     PATH("resume", resume, "PATH", "continue this checkpoint bit-exactly and save back to it",
          G_FILES),
     INT("save-every", save_every, "N", 1, TRAIN_MAX_STEPS, "also save the checkpoint every N "
@@ -96,7 +96,10 @@ static const cli_command train_cmd = {
         "\n"
         "--resume CK takes the model from CK, restores every training option not given again,\n"
         "continues bit-exactly and saves back to CK (atomically); --checkpoint OTHER saves to\n"
-        "OTHER instead and leaves CK as it is.",
+        "OTHER instead and leaves CK as it is.\n"
+        "\n"
+        "Exit status: 0, 1 on an error, 2 for a malformed command line, 3 when a task run ends\n"
+        "below --target-acc, 130 when interrupted (Ctrl-C saves the checkpoint first).",
     .opts = train_opts,
 };
 
