@@ -420,24 +420,13 @@ END_TEST
 /* An .npy file with the given descr and shape literal and @p nbytes of data. */
 static void write_npy(const char *name, const char *descr, const char *shape, size_t nbytes)
 {
-    char p[512], hdr[256];
-    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
-    int hl = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-                      descr, shape);
-    int pad = (64 - (10 + hl + 1) % 64) % 64;
-    FILE *f = fopen(p, "wb");
-    ck_assert_ptr_nonnull(f);
-    unsigned short len = (unsigned short)(hl + pad + 1);
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    fputc(len & 0xff, f);
-    fputc(len >> 8, f);
-    fwrite(hdr, 1, (size_t)hl, f);
-    for (int i = 0; i < pad; i++)
-        fputc(' ', f);
-    fputc('\n', f);
+    char p[512];
+    unsigned char *data = malloc(nbytes + 1);
+    ck_assert_ptr_nonnull(data);
     for (size_t i = 0; i < nbytes; i++)
-        fputc(i % 2, f); /* 0/1 bytes: valid for every dtype incl. bool */
-    fclose(f);
+        data[i] = (unsigned char)(i % 2); /* 0/1 bytes: valid for every dtype incl. bool */
+    tu_write_npy_raw(tu_path(p, sizeof p, tmpdir, name), descr, shape, data, nbytes);
+    free(data);
 }
 
 static cmd_result info_in_tmp(const char *files)

@@ -70,30 +70,20 @@ static void bool_npy(fixture *f, const char *key, const char *file)
 {
     tg_tensor *t = tg_safetensors_find(f->st, key);
     ck_assert_ptr_nonnull(t);
-    char p[512], shape[128] = "";
-    snprintf(p, sizeof p, "%s/%s", dir, file);
+    char p[512], shape[128] = "(";
     int r = tg_tensor_rank(t);
-    size_t k = 0;
+    size_t k = 1;
     for (int i = 0; i < r; i++)
         k += (size_t)snprintf(shape + k, sizeof shape - k, "%lld,%s",
                               (long long)tg_tensor_shape(t)[i], (i < r - 1) ? " " : "");
-    char hdr[256];
-    int hl = snprintf(hdr, sizeof hdr, "{'descr': '|b1', 'fortran_order': False, 'shape': (%s), }",
-                      shape);
-    int total = 10 + hl + 1, pad = (64 - total % 64) % 64;
-    FILE *fp = fopen(p, "wb");
-    ck_assert_ptr_nonnull(fp);
-    unsigned short len = (unsigned short)(hl + pad + 1);
-    fwrite("\x93NUMPY\x01\x00", 1, 8, fp);
-    fputc(len & 0xff, fp);
-    fputc(len >> 8, fp);
-    fwrite(hdr, 1, (size_t)hl, fp);
-    for (int i = 0; i < pad; i++)
-        fputc(' ', fp);
-    fputc('\n', fp);
-    for (int64_t i = 0; i < tg_tensor_numel(t); i++)
-        fputc(tg_get(t, i) != 0, fp);
-    fclose(fp);
+    snprintf(shape + k, sizeof shape - k, ")");
+    size_t numel = (size_t)tg_tensor_numel(t);
+    unsigned char *b = malloc(numel);
+    ck_assert_ptr_nonnull(b);
+    for (size_t i = 0; i < numel; i++)
+        b[i] = tg_get(t, (int64_t)i) != 0;
+    tu_write_npy_raw(tu_path(p, sizeof p, dir, file), "|b1", shape, b, numel);
+    free(b);
 }
 
 /* Write the fixture tensors named in `keys` as a weights file. */

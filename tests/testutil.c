@@ -587,3 +587,26 @@ bool tu_st_rewrite(const char *src, const char *dst, const tu_st_edit *e)
     tg_ctx_free(ctx);
     return seen;
 }
+
+void tu_write_npy_raw(const char *path, const char *descr, const char *shape, const void *data,
+                      size_t n)
+{
+    char hdr[512];
+    int hl = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                      descr, shape);
+    ck_assert(hl > 0 && (size_t)hl < sizeof hdr);
+    int pad = (64 - (10 + hl + 1) % 64) % 64;
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "cannot create %s", path);
+    unsigned short len = (unsigned short)(hl + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc(len & 0xff, f);
+    fputc(len >> 8, f);
+    fwrite(hdr, 1, (size_t)hl, f);
+    for (int i = 0; i < pad; i++)
+        fputc(' ', f);
+    fputc('\n', f);
+    if (n)
+        fwrite(data, 1, n, f);
+    ck_assert_int_eq(fclose(f), 0);
+}

@@ -157,6 +157,13 @@ void tu_write_file(const char *dir, const char *name, const char *text);
  * every 9 words (deterministic), written to dir/name: a corpus a tiny model learns quickly. */
 void tu_write_corpus(const char *dir, const char *name, int n_words);
 
+/* Write an .npy (version 1.0) file at @p path by hand: header {'descr': DESCR, 'fortran_order':
+ * False, 'shape': SHAPE, } (SHAPE a Python tuple literal such as "(2, 3)", "(5,)" or "()"),
+ * padded as NumPy pads it, then @p n bytes of @p data. For dtypes tgrad does not write (|b1,
+ * integers) and for deliberately wrong files. */
+void tu_write_npy_raw(const char *path, const char *descr, const char *shape, const void *data,
+                      size_t n);
+
 /* An edit of a safetensors file for tu_st_rewrite (NULL fields: no such edit). */
 typedef struct {
     const char *key, *value;   /* metadata @p key set to @p value (NULL: removed; added if new) */

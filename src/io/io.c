@@ -103,6 +103,10 @@ tg_status tg__src_open_fd(tg_ctx *ctx, tg__src *s, const char *fn, int fd, const
 {
     memset(s, 0, sizeof *s);
     s->fn = fn;
+    if (!label) {
+        snprintf(s->label_buf, sizeof s->label_buf, "<fd %d>", fd);
+        label = s->label_buf;
+    }
     s->label = label;
     char eb[128];
     if (fd < 0) {

@@ -16,7 +16,8 @@
  * or a borrowed memory buffer, read sequentially. */
 typedef struct tg__src {
     const char *fn;            /* API function name for messages */
-    const char *label;         /* file path or "<memory>" */
+    const char *label;         /* file path, "<memory>" or "<fd N>" */
+    char label_buf[32];        /* "<fd N>" when tg__src_open_fd was given no label */
     FILE *f;                   /* NULL for memory */
     const unsigned char *mem;  /* memory contents (borrowed or slurped) */
     unsigned char *owned;      /* slurped buffer to tg__free, or NULL */
@@ -30,7 +31,7 @@ typedef struct tg__src {
  * status. */
 tg_status tg__src_open_file(tg_ctx *ctx, tg__src *s, const char *fn, const char *path);
 /* Read descriptor @p fd to its end (any file type; not closed) into memory, at most
- * @p max_bytes (more: TG_ERR_IO). @p label names it in messages (borrowed). */
+ * @p max_bytes (more: TG_ERR_IO). @p label names it in messages (borrowed; NULL: "<fd N>"). */
 tg_status tg__src_open_fd(tg_ctx *ctx, tg__src *s, const char *fn, int fd, const char *label,
                           uint64_t max_bytes);
 /* "a directory", "a character device", "a FIFO", ... for a st_mode. */

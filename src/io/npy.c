@@ -437,11 +437,6 @@ tg_tensor *tg_npy_read_fd(tg_ctx *ctx, int fd, const char *label, uint64_t max_b
     static const char fn[] = "tg_npy_read_fd";
     if (!ctx)
         return NULL;
-    char lb[32];
-    if (!label) {
-        snprintf(lb, sizeof lb, "<fd %d>", fd);
-        label = lb;
-    }
     tg__src src;
     if (tg__src_open_fd(ctx, &src, fn, fd, label, max_bytes) != TG_OK)
         return NULL;

@@ -748,11 +748,6 @@ tg_safetensors *tg_safetensors_read_fd(tg_ctx *ctx, int fd, const char *label,
     static const char fn[] = "tg_safetensors_read_fd";
     if (!ctx)
         return NULL;
-    char lb[32];
-    if (!label) {
-        snprintf(lb, sizeof lb, "<fd %d>", fd);
-        label = lb;
-    }
     tg__src src;
     if (tg__src_open_fd(ctx, &src, fn, fd, label, max_bytes) != TG_OK)
         return NULL;

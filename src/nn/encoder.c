@@ -48,13 +48,9 @@ tg_status tg_encoder_layer_init(tg_ctx *ctx, tg_encoder_layer *l, tg_dtype dt,
                                 const tg_encoder_config *cfg, const char *prefix)
 {
     static const char *fn = "tg_encoder_layer_init";
-    if (!ctx)
-        return TG_ERR_ARG;
-    if (l)
-        memset(l, 0, sizeof *l);
-    tg__begin(ctx);
-    if (tg__build_failed(ctx))
-        return ctx->status; /* a build error is pending: stop before allocating */
+    tg_status s0 = tg__nn_init_begin(ctx, l, sizeof *l);
+    if (s0 != TG_OK)
+        return s0; /* no context, or a build error is pending: stop before allocating */
     if (!l || !cfg)
         return TG_ERR_ARG;
     if (cfg->d_model < 1 || cfg->n_heads < 1 || cfg->d_model % cfg->n_heads != 0 ||

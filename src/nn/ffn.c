@@ -13,13 +13,9 @@ tg_status tg_ffn_init(tg_ctx *ctx, tg_ffn *f, tg_dtype dt, int64_t d_model, int6
                       tg_activation act, const char *prefix)
 {
     static const char *fn = "tg_ffn_init";
-    if (!ctx)
-        return TG_ERR_ARG;
-    if (f)
-        memset(f, 0, sizeof *f);
-    tg__begin(ctx);
-    if (tg__build_failed(ctx))
-        return ctx->status; /* a build error is pending: stop before allocating */
+    tg_status s0 = tg__nn_init_begin(ctx, f, sizeof *f);
+    if (s0 != TG_OK)
+        return s0; /* no context, or a build error is pending: stop before allocating */
     if (!f)
         return TG_ERR_ARG;
     if (d_model < 1 || d_ff < 1 || (act != TG_ACT_RELU && act != TG_ACT_GELU)) {

@@ -78,6 +78,16 @@ tg_status tg__nn_plan_end(tg__nn_plan *p)
     return TG_OK;
 }
 
+tg_status tg__nn_init_begin(tg_ctx *ctx, void *m, size_t size)
+{
+    if (!ctx)
+        return TG_ERR_ARG;
+    if (m)
+        memset(m, 0, size);
+    tg__begin(ctx);
+    return tg__build_failed(ctx) ? ctx->status : TG_OK;
+}
+
 tg_status tg__nn_status(const tg_ctx *ctx)
 {
     return tg__build_failed(ctx) ? ctx->status : TG_OK;

@@ -19,13 +19,9 @@ tg_status tg_mha_init(tg_ctx *ctx, tg_mha *m, tg_dtype dt, int64_t d_model, int6
                       const char *prefix)
 {
     static const char *fn = "tg_mha_init";
-    if (!ctx)
-        return TG_ERR_ARG;
-    if (m)
-        memset(m, 0, sizeof *m);
-    tg__begin(ctx);
-    if (tg__build_failed(ctx))
-        return ctx->status; /* a build error is pending: stop before allocating */
+    tg_status s0 = tg__nn_init_begin(ctx, m, sizeof *m);
+    if (s0 != TG_OK)
+        return s0; /* no context, or a build error is pending: stop before allocating */
     if (!m)
         return TG_ERR_ARG;
     if (d_model < 1 || n_heads < 1 || d_model % n_heads != 0) {

@@ -34,6 +34,10 @@ tg_status tg__nn_plan_end(tg__nn_plan *p);
  * enough that 6 * n_layers cannot overflow). */
 void tg__nn_encoder_plan_add(tg__nn_plan *plan, const tg_encoder_config *cfg,
                              int64_t n_layers);
+/* The start of every module init function: TG_ERR_ARG without a context; otherwise clear
+ * the module struct @p m (@p size bytes, when not NULL) and start a build call, returning the
+ * pending build error if there is one (stop before allocating) and TG_OK to go on. */
+tg_status tg__nn_init_begin(tg_ctx *ctx, void *m, size_t size);
 /* The context's pending build error, or TG_OK (what an init function returns at its end). */
 tg_status tg__nn_status(const tg_ctx *ctx);
 

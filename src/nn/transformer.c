@@ -29,13 +29,9 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
                               const tg_transformer_config *cfg)
 {
     static const char *fn = "tg_transformer_init";
-    if (!ctx)
-        return TG_ERR_ARG;
-    if (m)
-        memset(m, 0, sizeof *m);
-    tg__begin(ctx);
-    if (tg__build_failed(ctx))
-        return ctx->status; /* a build error is pending: stop before allocating */
+    tg_status s0 = tg__nn_init_begin(ctx, m, sizeof *m);
+    if (s0 != TG_OK)
+        return s0; /* no context, or a build error is pending: stop before allocating */
     if (!m || !cfg)
         return TG_ERR_ARG;
     if (cfg->n_layers > TG_TRANSFORMER_MAX_LAYERS) {
