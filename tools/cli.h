@@ -4,9 +4,9 @@
  * Each command is split into parse / run / report:
  *   - <cmd>_parse() turns argv into the command's argument struct through its cliopt table
  *     (tools/cliopt.h). It does no I/O (no files, no printing) and uses no globals besides
- *     getopt's, so a fuzzer can call it on any argv. It returns CLI_OK, CLI_HELP (the caller
- *     prints <cmd>_help()) or CLI_ERROR with one line in @p err (without the `tgrad <cmd>: `
- *     prefix). Call <cmd>_free() afterwards in every case.
+ *     getopt's, so a fuzzer can call it on any argv. It returns CLI_OK, CLI_HELP or CLI_ERROR
+ *     with one line in @p err (without the `tgrad <cmd>: ` prefix), which cli_parse_exit()
+ *     turns into the help or the error line. Call <cmd>_free() afterwards in every case.
  *   - the run step does the work and keeps an error line instead of printing;
  *   - the report step prints the result (stdout) or the one-line error (stderr).
  * cmd_<name>(argc, argv) chains the three; argv[0] is the command name.
@@ -72,7 +72,6 @@ typedef struct info_args {
 } info_args;
 int info_parse(int argc, char **argv, info_args *a, cli_result *r, char *err, size_t n);
 void info_free(info_args *a, cli_result *r);
-void info_help(FILE *f);
 
 /* ---- tgrad gradcheck ----------------------------------------------------------------------- */
 typedef struct gradcheck_args {
@@ -84,7 +83,6 @@ typedef struct gradcheck_args {
 int gradcheck_parse(int argc, char **argv, gradcheck_args *a, cli_result *r, char *err,
                     size_t n);
 void gradcheck_free(gradcheck_args *a, cli_result *r);
-void gradcheck_help(FILE *f);
 
 /* ---- tgrad bench --------------------------------------------------------------------------- */
 typedef struct bench_args {
@@ -92,7 +90,6 @@ typedef struct bench_args {
 } bench_args;
 int bench_parse(int argc, char **argv, bench_args *a, cli_result *r, char *err, size_t n);
 void bench_free(bench_args *a, cli_result *r);
-void bench_help(FILE *f);
 
 /* ---- tgrad export -------------------------------------------------------------------------- */
 typedef struct export_args {
@@ -101,6 +98,5 @@ typedef struct export_args {
 } export_args;
 int export_parse(int argc, char **argv, export_args *a, cli_result *r, char *err, size_t n);
 void export_free(export_args *a, cli_result *r);
-void export_help(FILE *f);
 
 #endif

@@ -505,3 +505,16 @@ void cli_help(const cli_command *cmd, FILE *f)
     }
     fprintf(f, "  %-24s  %s\n", "--help, -h", "print this help and exit");
 }
+
+int cli_parse_exit(int pr, const cli_command *cmd, const char *err)
+{
+    if (pr == CLI_OK)
+        return -1;
+    if (pr == CLI_HELP) {
+        cli_help(cmd, stdout);
+        return 0;
+    }
+    char pg[96];
+    fprintf(stderr, "%s: %s\n", prog(cmd, pg, sizeof pg), err);
+    return 2;
+}

@@ -112,6 +112,11 @@ bool cli_given(const cli_command *cmd, const cli_result *res, const char *name);
 /* Print the usage line, description and the option table (grouped, with ranges) to @p f. */
 void cli_help(const cli_command *cmd, FILE *f);
 
+/* A command's handling of cli_parse's outcome @p pr (its own parse function's): CLI_OK returns
+ * -1 (go on); CLI_HELP prints @p cmd's help to stdout and returns 0; CLI_ERROR prints
+ * "tgrad <cmd>: <err>" to stderr and returns 2. A result >= 0 is the command's exit status. */
+int cli_parse_exit(int pr, const cli_command *cmd, const char *err);
+
 /* Free CLI_LIST arrays in @p args and the positional array of @p res (either may be NULL). */
 void cli_free(const cli_command *cmd, void *args, cli_result *res);
 

@@ -209,7 +209,6 @@ int bench_parse(int argc, char **argv, bench_args *a, cli_result *r, char *err, 
 
 void bench_free(bench_args *a, cli_result *r) { cli_free(&bench_cmd, a, r); }
 
-void bench_help(FILE *f) { cli_help(&bench_cmd, f); }
 
 /* ---- run and report (each benchmark prints its own rows) ------------------------------------ */
 int cmd_bench(int argc, char **argv)
@@ -217,15 +216,10 @@ int cmd_bench(int argc, char **argv)
     bench_args a;
     cli_result r;
     char err[512];
-    int pr = bench_parse(argc, argv, &a, &r, err, sizeof err);
+    int ex = cli_parse_exit(bench_parse(argc, argv, &a, &r, err, sizeof err), &bench_cmd, err);
     bench_free(&a, &r);
-    if (pr != CLI_OK) {
-        if (pr == CLI_HELP)
-            bench_help(stdout);
-        else
-            fprintf(stderr, "tgrad bench: %s\n", err);
-        return pr == CLI_HELP ? 0 : 2;
-    }
+    if (ex >= 0)
+        return ex;
     int threads = (int)a.threads;
     if (threads < 1) {
         tg_ctx *probe = tg_ctx_new();

@@ -83,7 +83,6 @@ int export_parse(int argc, char **argv, export_args *a, cli_result *r, char *err
 
 void export_free(export_args *a, cli_result *r) { cli_free(&export_cmd, a, r); }
 
-void export_help(FILE *f) { cli_help(&export_cmd, f); }
 
 /* ---- run ------------------------------------------------------------------------------------ */
 typedef struct {
@@ -217,14 +216,11 @@ int cmd_export(int argc, char **argv)
     export_args a;
     cli_result r;
     char err[1600];
-    int pr = export_parse(argc, argv, &a, &r, err, sizeof err);
-    if (pr != CLI_OK) {
-        if (pr == CLI_HELP)
-            export_help(stdout);
-        else
-            fprintf(stderr, "tgrad export: %s\n", err);
+    int ex = cli_parse_exit(export_parse(argc, argv, &a, &r, err, sizeof err), &export_cmd,
+                            err);
+    if (ex >= 0) {
         export_free(&a, &r);
-        return pr == CLI_HELP ? 0 : 2;
+        return ex;
     }
     export_result res;
     int rc = export_exec(&a, &res, err, sizeof err);

@@ -53,7 +53,6 @@ int gradcheck_parse(int argc, char **argv, gradcheck_args *a, cli_result *r, cha
 
 void gradcheck_free(gradcheck_args *a, cli_result *r) { cli_free(&gradcheck_cmd, a, r); }
 
-void gradcheck_help(FILE *f) { cli_help(&gradcheck_cmd, f); }
 
 /* ---- run and report ------------------------------------------------------------------------- */
 static bool wanted(const gradcheck_args *a, const tg_opcase *c)
@@ -111,14 +110,11 @@ int cmd_gradcheck(int argc, char **argv)
     gradcheck_args a;
     cli_result r;
     char err[512];
-    int pr = gradcheck_parse(argc, argv, &a, &r, err, sizeof err);
-    if (pr != CLI_OK) {
-        if (pr == CLI_HELP)
-            gradcheck_help(stdout);
-        else
-            fprintf(stderr, "tgrad gradcheck: %s\n", err);
+    int ex = cli_parse_exit(gradcheck_parse(argc, argv, &a, &r, err, sizeof err),
+                            &gradcheck_cmd, err);
+    if (ex >= 0) {
         gradcheck_free(&a, &r);
-        return pr == CLI_HELP ? 0 : 2;
+        return ex;
     }
     if (a.list) {
         report_list(stdout);

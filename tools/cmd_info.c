@@ -42,7 +42,6 @@ int info_parse(int argc, char **argv, info_args *a, cli_result *r, char *err, si
 
 void info_free(info_args *a, cli_result *r) { cli_free(&info_cmd, a, r); }
 
-void info_help(FILE *f) { cli_help(&info_cmd, f); }
 
 /* ---- run ------------------------------------------------------------------------------------ */
 static bool has_suffix(const char *s, const char *suf)
@@ -207,14 +206,10 @@ int cmd_info(int argc, char **argv)
     info_args a;
     cli_result r;
     char err[1600];
-    int pr = info_parse(argc, argv, &a, &r, err, sizeof err);
-    if (pr != CLI_OK) {
-        if (pr == CLI_HELP)
-            info_help(stdout);
-        else
-            fprintf(stderr, "tgrad info: %s\n", err);
+    int ex = cli_parse_exit(info_parse(argc, argv, &a, &r, err, sizeof err), &info_cmd, err);
+    if (ex >= 0) {
         info_free(&a, &r);
-        return pr == CLI_HELP ? 0 : 2;
+        return ex;
     }
     int failed = 0;
     for (int i = 0; i < r.n_positional; i++) {

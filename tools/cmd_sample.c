@@ -205,14 +205,11 @@ int cmd_sample(int argc, char **argv)
     sample_args a;
     cli_result r;
     char err[1024];
-    int pr = sample_parse(argc, argv, &a, &r, err, sizeof err);
-    if (pr != CLI_OK) {
-        if (pr == CLI_HELP)
-            cli_help(sample_command(), stdout);
-        else
-            fprintf(stderr, "tgrad sample: %s\n", err);
+    int ex = cli_parse_exit(sample_parse(argc, argv, &a, &r, err, sizeof err),
+                            sample_command(), err);
+    if (ex >= 0) {
         sample_free(&a, &r);
-        return pr == CLI_HELP ? 0 : 2;
+        return ex;
     }
     sampler s;
     memset(&s, 0, sizeof s);

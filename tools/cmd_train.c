@@ -839,15 +839,12 @@ int cmd_train(int argc, char **argv)
         return 1;
     }
     char err[1200];
-    int pr = train_parse(argc, argv, &t->a, &t->r, err, sizeof err);
-    if (pr != CLI_OK) {
-        if (pr == CLI_HELP)
-            cli_help(train_command(), stdout);
-        else
-            errf("%s", err);
+    int ex = cli_parse_exit(train_parse(argc, argv, &t->a, &t->r, err, sizeof err),
+                            train_command(), err);
+    if (ex >= 0) {
         train_free(&t->a, &t->r);
         free(t);
-        return pr == CLI_HELP ? 0 : 2;
+        return ex;
     }
     t->argc = argc;
     t->argv = argv;
