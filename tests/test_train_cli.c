@@ -681,6 +681,21 @@ START_TEST(test_outputs_never_inputs)
 }
 END_TEST
 
+/* --val-fraction 0: no validation set; the summary and the log say so instead of "nan" */
+START_TEST(test_no_validation)
+{
+    write_corpus("c.txt");
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 3 --eval-every 2 --val-fraction 0 "
+                         "--log v.csv --quiet"), 0);
+    char *out = slurp("out.txt", NULL), *csv = slurp("v.csv", NULL);
+    ck_assert_msg(strstr(out, "no validation loss (--val-fraction 0)") && !strstr(out, "nan"),
+                  "%s", out);
+    ck_assert_msg(!strstr(csv, "nan"), "%s", csv);
+    free(out);
+    free(csv);
+}
+END_TEST
+
 /* ---- defect 4: a huge --steps allocates nothing up front --------------------------------- */
 START_TEST(test_huge_steps_bounded_memory)
 {
@@ -810,6 +825,7 @@ int main(void)
     tcase_add_test(tc, test_checkpoint_not_replaced);
     tcase_add_test(tc, test_outputs_checked_up_front);
     tcase_add_test(tc, test_outputs_never_inputs);
+    tcase_add_test(tc, test_no_validation);
     tcase_add_test(tc, test_huge_steps_bounded_memory);
     tcase_add_test(tc, test_progress_fits_terminal);
     suite_add_tcase(s, tc);

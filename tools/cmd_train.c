@@ -698,7 +698,7 @@ static int train_loop(trainer *t)
                 t->best_val = val;
         }
         if (t->logf) {
-            if (eval)
+            if (eval && isfinite(val))
                 fprintf(t->logf, "%" PRId64 ",%.6f,%.6f,%.6g,%.1f\n", step + 1, l, val, lr,
                         t->tok_s);
             else
@@ -789,7 +789,9 @@ static int report(trainer *t)
     }
     printf("parameters %" PRId64 "  steps %" PRId64 "  wall %.1f s  %.0f tokens/s", t->n_params,
            t->step, wall, t->tok_s);
-    if (t->text)
+    if (t->text && !isfinite(t->last_val)) /* --val-fraction 0: nothing to validate on */
+        printf("  no validation loss (--val-fraction 0)\n");
+    else if (t->text)
         printf("  validation loss %.4f nats/char (best %.4f)\n", t->last_val, t->best_val);
     else
         printf("  held-out token accuracy %.2f%%%s\n", 100 * t->acc,
