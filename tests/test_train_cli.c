@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -681,6 +682,42 @@ START_TEST(test_outputs_never_inputs)
 }
 END_TEST
 
+/* Defect 7 (no litter), for the checks before training too: a run names no file in the
+ * directory of its outputs but the outputs themselves and the checkpoint's temporary (named
+ * only between its link and its rename). A probe file (the old writability check created and
+ * removed .tgrad-probe-XXXXXX) would be left behind by a SIGKILL at that moment; watched here
+ * with inotify, so the test does not depend on hitting that moment. */
+START_TEST(test_no_probe_files)
+{
+    write_corpus("c.txt");
+    char sub[512];
+    path_of("out", sub, sizeof sub);
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    ck_assert_int_ge(in, 0);
+    ck_assert_int_ge(inotify_add_watch(in, sub, IN_CREATE | IN_MOVED_TO), 0);
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 2 --quiet --checkpoint out/ck.ckpt "
+                         "--log out/l.csv --plot out/p.svg"), 0);
+    char buf[16384] __attribute__((aligned(__alignof__(struct inotify_event))));
+    ssize_t len;
+    int seen = 0;
+    while ((len = read(in, buf, sizeof buf)) > 0) {
+        for (char *p = buf; p < buf + len;) {
+            const struct inotify_event *ev = (const struct inotify_event *)p;
+            const char *name = ev->len ? ev->name : "";
+            bool ok = !strcmp(name, "ck.ckpt") || !strcmp(name, "l.csv") ||
+                      !strcmp(name, "p.svg") || !strncmp(name, "ck.ckpt.tmp.", 12) ||
+                      !strncmp(name, "p.svg.tmp.", 10);
+            ck_assert_msg(ok, "tgrad created '%s' in the output directory", name);
+            seen++;
+            p += sizeof *ev + ev->len;
+        }
+    }
+    ck_assert_int_ge(seen, 3);
+    close(in);
+}
+END_TEST
+
 /* --val-fraction 0: no validation set; the summary and the log say so instead of "nan" */
 START_TEST(test_no_validation)
 {
@@ -826,6 +863,7 @@ int main(void)
     tcase_add_test(tc, test_outputs_checked_up_front);
     tcase_add_test(tc, test_outputs_never_inputs);
     tcase_add_test(tc, test_no_validation);
+    tcase_add_test(tc, test_no_probe_files);
     tcase_add_test(tc, test_huge_steps_bounded_memory);
     tcase_add_test(tc, test_progress_fits_terminal);
     suite_add_tcase(s, tc);

@@ -17,6 +17,7 @@
 #include "train_args.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -129,7 +130,10 @@ static bool plan_fresh(trainer *t)
     return true;
 }
 
-/* Can we create files in the directory of @p path? (Fail before training, not after.) */
+/* Can we create files in the directory of @p path? (Fail before training, not after.) Asked
+ * without naming a file, so a SIGKILL at any moment leaves nothing behind: an unnamed
+ * O_TMPFILE inode where the file system supports it, else faccessat() for write and search
+ * permission. */
 static bool dir_writable(const char *opt, const char *path)
 {
     char dir[4096];
@@ -139,15 +143,23 @@ static bool dir_writable(const char *opt, const char *path)
         *(slash == dir ? slash + 1 : slash) = 0;
     else
         snprintf(dir, sizeof dir, ".");
-    char probe[4200];
-    snprintf(probe, sizeof probe, "%s/.tgrad-probe-XXXXXX", dir);
-    int fd = mkstemp(probe);
-    if (fd < 0) {
-        errf("%s '%s': cannot create files in '%s': %s", opt, path, dir, strerror(errno));
+    int e = 0;
+#ifdef O_TMPFILE
+    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        close(fd);
+        return true;
+    }
+    e = errno;
+    if (e == EOPNOTSUPP || e == EISDIR || e == EINVAL) /* no O_TMPFILE here: ask instead */
+        e = 0;
+#endif
+    if (!e && faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) != 0)
+        e = errno;
+    if (e) {
+        errf("%s '%s': cannot create files in '%s': %s", opt, path, dir, strerror(e));
         return false;
     }
-    close(fd);
-    unlink(probe);
     return true;
 }
 
