@@ -75,7 +75,9 @@ int export_parse(int argc, char **argv, export_args *a, cli_result *r, char *err
     memset(a, 0, sizeof *a);
     int rc = cli_parse(&export_cmd, argc, argv, a, r, err, n);
     if (rc == CLI_OK && !strcmp(a->checkpoint, a->out)) {
-        snprintf(err, n, "--out '%.200s' is the checkpoint itself (choose another file)", a->out);
+        char sh[80];
+        snprintf(err, n, "--out '%s' is the checkpoint itself (choose another file)",
+                 cli_show(a->out, sh, sizeof sh));
         return CLI_ERROR;
     }
     return rc;
