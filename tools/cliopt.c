@@ -50,17 +50,25 @@ const char *cli_show(const char *s, char *buf, size_t n)
 {
     if (!n)
         return buf;
-    size_t w = 0, max = n - 1, i = 0;
+    size_t w = 0, max = n - 1;
     const size_t keep = 60; /* longer values are cut: "abc..." */
-    for (; s && s[i] && w < max; i++) {
-        if (i == keep && s[i + 1]) {
-            for (int k = 0; k < 3 && w < max; k++)
-                buf[w++] = '.';
-            break;
-        }
+    size_t len = s ? strlen(s) : 0, cut = len;
+    if (len > keep + 1) { /* cut at byte 60, back to a UTF-8 character boundary */
+        cut = keep;
+        while (cut > 0 && ((unsigned char)s[cut] & 0xc0) == 0x80)
+            cut--;
+    }
+    for (size_t i = 0; i < cut && w < max; i++) {
         unsigned char c = (unsigned char)s[i];
+        if (c == 0xc2 && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9f) {
+            buf[w++] = '?'; /* a C1 control as UTF-8 (U+0080..U+009F, e.g. CSI) */
+            i++;
+            continue;
+        }
         buf[w++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
     }
+    for (int k = 0; cut < len && k < 3 && w < max; k++)
+        buf[w++] = '.';
     buf[w] = 0;
     return buf;
 }
