@@ -309,6 +309,11 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
         const char *elem = prev < argc ? argv[prev] : "";
         if (c == 1) { /* a non-option argument, in order */
             if (open_list >= 0) {
+                if (!*optarg) { /* as for the list's first value */
+                    snprintf(err, err_size, "--%s: expected a non-empty value",
+                             cmd->opts[open_list].name);
+                    return CLI_ERROR;
+                }
                 if (!list_append((cli_list *)((char *)args + cmd->opts[open_list].offset),
                                  optarg))
                     goto nomem;
@@ -336,7 +341,7 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
         if (c == 'h')
             return CLI_HELP;
         if (c == '?') {
-            if (optopt && optopt < 256)
+            if (optopt > 0x20 && optopt < 0x7f) /* a printable short option */
                 snprintf(err, err_size, "unknown option '-%c' (try '%s --help')", optopt, pg);
             else
                 snprintf(err, err_size, "unknown option '%s' (try '%s --help')",
