@@ -31,7 +31,9 @@
  *    Each path's peak memory (beyond the parsed file) must stay within the estimate
  *    ckpt_config made for it (model_memory_estimate for batch 1) plus 1 MB.
  * 3. `tgrad export` (cmd_export.c's export_exec, reached through tools_access.h) on the same
- *    bytes as a file, writing into a private temporary directory: a refusal is one clean line;
+ *    bytes as a file, writing into a new private directory (removed afterwards; export must
+ *    leave nothing else in it, temporaries included): a refusal is one clean line and writes
+ *    nothing;
  *    a success writes a file that reads back with format tgrad-export-1, the tensor count it
  *    reported, and 'config' and 'vocab' metadata that are valid JSON. A checkpoint that
  *    `train --resume` restored in full (and that has the fields export requires but train
@@ -355,27 +357,20 @@ out:
 
 /* ---- 3. tgrad export and 4. tgrad info ------------------------------------------------------ */
 
-/* A private directory for export's output (tmpfs if there is one: export fsyncs). */
-static const char *scratch_dir(void)
+/* A new private directory for export's output, in @p dir (tmpfs if there is one: export
+ * fsyncs). Made and removed for each input (libFuzzer ends with _Exit, so nothing made once
+ * per process would be removed). */
+static void scratch_dir(char *dir, size_t n)
 {
-    static char dir[256];
-    if (!dir[0]) {
-        struct stat sb;
-        const char *base = getenv("FUZZ_TMPDIR");
-        if (!base)
-            base = stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode) ? "/dev/shm" : NULL;
-        if (!base)
-            base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-        snprintf(dir, sizeof dir, "%s/tgrad-fuzz-export.XXXXXX", base);
-        if (!mkdtemp(dir))
-            fz_die(NULL, "mkdtemp %s: %s", dir, strerror(errno));
-    }
-    return dir;
-}
-
-static void remove_scratch(void)
-{
-    rmdir(scratch_dir());
+    struct stat sb;
+    const char *base = getenv("FUZZ_TMPDIR");
+    if (!base)
+        base = stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode) ? "/dev/shm" : NULL;
+    if (!base)
+        base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(dir, n, "%s/tgrad-fuzz-export.XXXXXX", base);
+    if (!mkdtemp(dir))
+        fz_die(NULL, "mkdtemp %s: %s", dir, strerror(errno));
 }
 
 /* The metadata value @p key of @p st is one valid JSON value. */
@@ -395,19 +390,19 @@ static void check_json(tg_ctx *ctx, const tg_safetensors *st, const char *key)
 
 static void export_file(const char *path, bool must_export)
 {
-    static bool registered;
-    if (!registered) {
-        atexit(remove_scratch);
-        registered = true;
-    }
-    char out[320], err[1600];
-    snprintf(out, sizeof out, "%s/model.safetensors", scratch_dir());
+    char dir[256], out[320], err[1600];
+    scratch_dir(dir, sizeof dir);
+    snprintf(out, sizeof out, "%s/model.safetensors", dir);
     int64_t n_tensors = 0;
-    if (fz_export_exec(path, out, false, &n_tensors, err, sizeof err) != 0) {
+    int rc = fz_export_exec(path, out, false, &n_tensors, err, sizeof err);
+    if (rc != 0) {
         fz_check_line("export", err);
         if (must_export)
             fz_die(NULL, "export refuses a checkpoint that train --resume restored: %s", err);
-        unlink(out);
+        if (unlink(out) == 0)
+            fz_die(NULL, "export failed but left '%s'", out);
+        if (rmdir(dir) != 0)
+            fz_die(NULL, "export failed and left files in %s: %s", dir, strerror(errno));
         return;
     }
     fz_alloc A;
@@ -424,6 +419,8 @@ static void export_file(const char *path, bool must_export)
     fz_ctx_free(ctx, &A);
     if (unlink(out) != 0)
         fz_die(NULL, "unlink %s: %s", out, strerror(errno));
+    if (rmdir(dir) != 0) /* a temporary of the atomic write left behind? */
+        fz_die(NULL, "export left files in %s: %s", dir, strerror(errno));
 }
 
 /* info must describe what the library reads (@p readable), in clean lines. */
