@@ -36,8 +36,9 @@
  *    nothing;
  *    a success writes a file that reads back with format tgrad-export-1, the tensor count it
  *    reported, and 'config' and 'vocab' metadata that are valid JSON. A checkpoint that
- *    `train --resume` restored in full (and that has the fields export requires but train
- *    defaults: format, model.causal, data.task) must export.
+ *    `train --resume` restored in full (and that has the fields export requires or defaults
+ *    but train takes from its defaults or command line: format, model.causal,
+ *    model.tie_weights, data.task) must export.
  * 4. `tgrad info` (cmd_info.c's info_file) on the same file: it describes every file the
  *    library reads, and what it prints is clean lines (a hostile tensor name or metadata
  *    value must not put control characters on the terminal); a refusal is one clean line.
@@ -459,8 +460,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tg_ctx *ctx = fz_ctx_new(&A, FZ_CAP);
     tg_safetensors *st = tg_safetensors_read_mem(ctx, data, size);
     bool readable = st != NULL;
+    /* the fields export requires (or defaults) that train takes from its command line when
+     * absent: a file without model.tie_weights resumed with --tie-weights is tied for train,
+     * untied for export (which has no command line) */
     bool export_fields = st && tg_safetensors_meta_get(st, "format") &&
                          tg_safetensors_meta_get(st, "model.causal") &&
+                         tg_safetensors_meta_get(st, "model.tie_weights") &&
                          (tg_safetensors_meta_get(st, "data.task") ||
                           !tg_safetensors_meta_get(st, "data.mode") ||
                           !strcmp(tg_safetensors_meta_get(st, "data.mode"), "text"));
