@@ -69,7 +69,9 @@ int export_parse(int argc, char **argv, export_args *a, cli_result *r, char *err
     memset(a, 0, sizeof *a);
     int rc = cli_parse(&export_cmd, argc, argv, a, r, err, n);
     if (rc == CLI_OK && !strcmp(a->checkpoint, a->out)) {
-        snprintf(err, n, "--out '%.200s' is the checkpoint itself (choose another file)", a->out);
+        char sh[80];
+        snprintf(err, n, "--out '%s' is the checkpoint itself (choose another file)",
+                 cli_show(a->out, sh, sizeof sh));
         return CLI_ERROR;
     }
     return rc;
@@ -153,11 +155,12 @@ static bool read_config(const tg_safetensors *st, const char *path, ck_config *c
                         unsigned char *vocab, char *err, size_t n)
 {
     memset(c, 0, sizeof *c);
+    char sh[80]; /* a value from the file, quoted as one short printable line */
     const char *format = tg_safetensors_meta_get(st, "format");
     if (!format || strcmp(format, "tgrad-checkpoint-1") != 0) {
         if (format)
-            snprintf(err, n, "--checkpoint '%s': format '%.64s' is not a tgrad checkpoint "
-                     "(expected 'tgrad-checkpoint-1')", path, format);
+            snprintf(err, n, "--checkpoint '%s': format '%s' is not a tgrad checkpoint "
+                     "(expected 'tgrad-checkpoint-1')", path, cli_show(format, sh, sizeof sh));
         else
             snprintf(err, n, "--checkpoint '%s': not a tgrad checkpoint (no 'format' metadata; "
                      "checkpoints are written by 'tgrad train --checkpoint')", path);
@@ -195,8 +198,10 @@ static bool read_config(const tg_safetensors *st, const char *path, ck_config *c
         for (int64_t i = 0; i < c->vocab_size; i++) {
             unsigned hi, lo;
             if (!hexval(hex[2 * i], &hi) || !hexval(hex[2 * i + 1], &lo)) {
-                snprintf(err, n, "--checkpoint '%s': metadata field 'data.vocab' has '%.2s' at "
-                         "digit %" PRId64 " (expected hex digits)", path, hex + 2 * i, 2 * i);
+                char two[3] = {hex[2 * i], hex[2 * i + 1], 0};
+                snprintf(err, n, "--checkpoint '%s': metadata field 'data.vocab' has '%s' at "
+                         "digit %" PRId64 " (expected hex digits)", path,
+                         cli_show(two, sh, sizeof sh), 2 * i);
                 return false;
             }
             vocab[i] = (unsigned char)(hi << 4 | lo);
@@ -213,8 +218,8 @@ static bool read_config(const tg_safetensors *st, const char *path, ck_config *c
             if (!strcmp(task, task_names[i]))
                 c->task = i;
         if (c->task < 0) {
-            snprintf(err, n, "--checkpoint '%s': metadata field 'data.task' '%.64s': expected "
-                     "copy, reverse or sort", path, task ? task : "");
+            snprintf(err, n, "--checkpoint '%s': metadata field 'data.task' '%s': expected "
+                     "copy, reverse or sort", path, cli_show(task ? task : "", sh, sizeof sh));
             return false;
         }
         if (c->vocab_size != 10) {
@@ -395,8 +400,10 @@ static int export_exec(const export_args *a, export_result *res, char *err, size
         if (bsearch(&name, names, (size_t)n_names, sizeof *names, cmp_str))
             continue;
         if (!is_optim_state(name)) {
-            snprintf(err, n, "--checkpoint '%s': tensor '%.128s' is neither a parameter of the "
-                     "model its metadata describes nor optimizer state", a->checkpoint, name);
+            char sh[80];
+            snprintf(err, n, "--checkpoint '%s': tensor '%s' is neither a parameter of the "
+                     "model its metadata describes nor optimizer state", a->checkpoint,
+                     cli_show(name, sh, sizeof sh));
             goto done;
         }
         res->n_dropped++;
