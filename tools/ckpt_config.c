@@ -131,6 +131,9 @@ static bool apply_options(const tg_safetensors *st, train_args *a, const cli_res
 {
     const cli_command *cmd = train_command();
     char src[96], gv[96], s[80];
+    train_args defaults;
+    train_defaults(&defaults);
+    double ck_momentum = defaults.momentum; /* train.momentum, or the default if absent */
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         const field *f = &fields[i];
         const cli_option *o = cli_find(cmd, f->option);
@@ -159,6 +162,17 @@ static bool apply_options(const tg_safetensors *st, train_args *a, const cli_res
         }
         if (f->role == F_IDENTITY || !on_cmdline)
             memcpy(dst, got, value_size(o));
+        if (!strcmp(f->key, "train.momentum"))
+            ck_momentum = tmp.momentum;
+    }
+    /* SGD keeps momentum buffers (sgd.momentum.*) only with a momentum other than 0: a resumed
+     * run may change the momentum, but not to or from 0, or the optimizer state in the file
+     * would not be the one the run has */
+    if (a->optimizer == OPT_SGD && (ck_momentum == 0) != (a->momentum == 0)) {
+        snprintf(err, n, "checkpoint is from SGD with momentum %.6g (train.momentum), --momentum "
+                 "%.6g given: a momentum of 0 keeps no momentum buffers, so it cannot change to "
+                 "or from 0 on resume", ck_momentum, a->momentum);
+        return false;
     }
     /* model.norm_first (1 = pre-norm) is the inverse of --post-norm */
     const char *nf = tg_safetensors_meta_get(st, "model.norm_first");

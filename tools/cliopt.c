@@ -50,17 +50,25 @@ const char *cli_show(const char *s, char *buf, size_t n)
 {
     if (!n)
         return buf;
-    size_t w = 0, max = n - 1, i = 0;
+    size_t w = 0, max = n - 1;
     const size_t keep = 60; /* longer values are cut: "abc..." */
-    for (; s && s[i] && w < max; i++) {
-        if (i == keep && s[i + 1]) {
-            for (int k = 0; k < 3 && w < max; k++)
-                buf[w++] = '.';
-            break;
-        }
+    size_t len = s ? strlen(s) : 0, cut = len;
+    if (len > keep + 1) { /* cut at byte 60, back to a UTF-8 character boundary */
+        cut = keep;
+        while (cut > 0 && ((unsigned char)s[cut] & 0xc0) == 0x80)
+            cut--;
+    }
+    for (size_t i = 0; i < cut && w < max; i++) {
         unsigned char c = (unsigned char)s[i];
+        if (c == 0xc2 && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9f) {
+            buf[w++] = '?'; /* a C1 control as UTF-8 (U+0080..U+009F, e.g. CSI) */
+            i++;
+            continue;
+        }
         buf[w++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
     }
+    for (int k = 0; cut < len && k < 3 && w < max; k++)
+        buf[w++] = '.';
     buf[w] = 0;
     return buf;
 }
@@ -315,6 +323,11 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
         const char *elem = prev < argc ? argv[prev] : "";
         if (c == 1) { /* a non-option argument, in order */
             if (open_list >= 0) {
+                if (!*optarg) { /* as for the list's first value */
+                    snprintf(err, err_size, "--%s: expected a non-empty value",
+                             cmd->opts[open_list].name);
+                    return CLI_ERROR;
+                }
                 if (!list_append((cli_list *)((char *)args + cmd->opts[open_list].offset),
                                  optarg))
                     goto nomem;
@@ -342,7 +355,7 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
         if (c == 'h')
             return CLI_HELP;
         if (c == '?') {
-            if (optopt && optopt < 256)
+            if (optopt > 0x20 && optopt < 0x7f) /* a printable short option */
                 snprintf(err, err_size, "unknown option '-%c' (try '%s --help')", optopt, pg);
             else
                 snprintf(err, err_size, "unknown option '%s' (try '%s --help')",

@@ -124,10 +124,11 @@ void cli_free(const cli_command *cmd, void *args, cli_result *res);
 bool cli_parse_i64(const char *s, int64_t *out);  /* base 10, whole string, no overflow */
 bool cli_parse_f64(const char *s, double *out);   /* whole string, finite */
 
-/* @p s made safe for a one-line message: control characters shown as '?', cut after 60 bytes
- * with "...". Written to @p buf (80 bytes are enough), which is returned. Every message of
- * cli_parse and cli_set quotes values through it, so hostile input (a checkpoint field holding
- * a newline or a megabyte) still gives one short line. */
+/* @p s made safe for a one-line message: control characters (C0, DEL, and C1 as UTF-8) shown
+ * as '?', cut after 60 bytes (on a UTF-8 character boundary) with "...". Written to @p buf
+ * (80 bytes are enough), which is returned. Every message of cli_parse and cli_set quotes
+ * values through it, so hostile input (a checkpoint field holding a newline or a megabyte)
+ * still gives one short line. */
 const char *cli_show(const char *s, char *buf, size_t n);
 
 #endif

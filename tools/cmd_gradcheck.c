@@ -44,8 +44,9 @@ int gradcheck_parse(int argc, char **argv, gradcheck_args *a, cli_result *r, cha
         return rc;
     for (int k = 0; k < a->ops.n; k++)
         if (tg_opcase_count(a->ops.v[k]) == 0) {
+            char sh[80];
             snprintf(err, n, "--op '%s': no op or module of that name (try 'tgrad gradcheck "
-                     "--list')", a->ops.v[k]);
+                     "--list')", cli_show(a->ops.v[k], sh, sizeof sh));
             return CLI_ERROR;
         }
     return CLI_OK;

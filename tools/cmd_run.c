@@ -182,7 +182,9 @@ int run_parse(int argc, char **argv, run_args *a, cli_result *r, char *err, size
         if (!strcmp(m, module_names[i]))
             a->module = i;
     if (a->module == RUN_NONE) {
-        snprintf(err, n, "unknown module '%.200s': expected sdpa, mha, ffn or encoder", m);
+        char sh[80];
+        snprintf(err, n, "unknown module '%s': expected sdpa, mha, ffn or encoder",
+                 cli_show(m, sh, sizeof sh));
         return CLI_ERROR;
     }
     const cli_command *cmd = &run_cmds[a->module];
@@ -231,8 +233,9 @@ int run_parse(int argc, char **argv, run_args *a, cli_result *r, char *err, size
     for (int i = 0; i < 3; i++)
         for (int j = i + 1; j < 3; j++)
             if (outs[i] && outs[j] && !strcmp(outs[i], outs[j])) {
-                snprintf(err, n, "%s and %s name the same file '%.200s'", flags[i], flags[j],
-                         outs[i]);
+                char sh[80];
+                snprintf(err, n, "%s and %s name the same file '%s'", flags[i], flags[j],
+                         cli_show(outs[i], sh, sizeof sh));
                 return CLI_ERROR;
             }
     return CLI_OK;

@@ -49,7 +49,8 @@ int top_parse(int argc, char **argv, const char *const *names, int n_names, top_
             a->cmd_argv = argv + k;
             return CLI_OK;
         }
-    snprintf(err, n, "unknown command '%s' (try 'tgrad --help')", argv[k]);
+    char sh[80];
+    snprintf(err, n, "unknown command '%s' (try 'tgrad --help')", cli_show(argv[k], sh, sizeof sh));
     return CLI_ERROR;
 }
 

@@ -70,16 +70,18 @@ int main(int argc, char **argv)
         for (int i = 0; i < N_COMMANDS; i++)
             if (commands[i].run && !strcmp(a.cmd_argv[1], commands[i].name)) {
                 if (a.cmd_argc > 2) {
+                    char sh[80];
                     fprintf(stderr, "tgrad help: unexpected argument '%s' (usage: tgrad help "
-                            "COMMAND)\n", a.cmd_argv[2]);
+                            "COMMAND)\n", cli_show(a.cmd_argv[2], sh, sizeof sh));
                     return 2;
                 }
                 char help_flag[] = "--help";
                 char *hv[3] = {a.cmd_argv[1], help_flag, NULL};
                 return commands[i].run(2, hv);
             }
+        char sh[80];
         fprintf(stderr, "tgrad help: unknown command '%s' (try 'tgrad --help')\n",
-                a.cmd_argv[1]);
+                cli_show(a.cmd_argv[1], sh, sizeof sh));
         return 2;
     }
     return c->run(a.cmd_argc, a.cmd_argv);

@@ -162,7 +162,7 @@ tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim 
     for (int64_t i = 0; i < ns; i++)
         all[np + i] = tg_optim_state(opt, i);
     /* reuse the strict name/shape matching of tg_params_load_from (works for any tensors) */
-    tg_status s = tg_params_load_from(ctx, st, np + ns, all, true);
+    tg_status s = tg__params_load_from(ctx, fn, st, np + ns, all, true);
     tg__free(ctx, all);
     if (s != TG_OK)
         return s;

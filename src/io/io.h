@@ -118,6 +118,11 @@ tg_status tg__st_write_items(tg_ctx *ctx, const char *fn, const char *path, int6
                             const tg_io_item *items, int64_t n_meta, const char *const *keys,
                             const char *const *vals, const tg_write_opts *opts);
 
+/* tg_params_load_from() with messages naming @p fn (tg_params_load, tg_checkpoint_restore);
+ * tensor names from the file are quoted as one short printable line. */
+tg_status tg__params_load_from(tg_ctx *ctx, const char *fn, const tg_safetensors *st, int64_t n,
+                               tg_tensor *const *params, bool strict);
+
 /* Remove tensor t created by a reader that failed later (frees its data and record). */
 void tg__tensor_discard(tg_ctx *ctx, tg_tensor *t);
 

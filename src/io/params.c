@@ -5,6 +5,7 @@
  */
 #include "tgrad_io.h"
 #include "../core.h"
+#include "io.h"
 
 #include <stdio.h>
 
@@ -16,10 +17,32 @@ static tg_tensor *const *all_params(tg_ctx *ctx, int64_t *n, tg_tensor *const *p
     return ctx->params;
 }
 
-tg_status tg_params_load_from(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
-                              tg_tensor *const *params, bool strict)
+/* A tensor name from a file, for a one-line message: at most 100 bytes (cut on a UTF-8
+ * boundary, "..." if cut), control characters (C0, DEL, and C1 as UTF-8) shown as '?'. */
+static const char *show(const char *name, char buf[112])
 {
-    static const char *fn = "tg_params_load";
+    size_t len = strlen(name), k = len > 100 ? 100 : len, w = 0;
+    while (k < len && k > 0 && ((unsigned char)name[k] & 0xc0) == 0x80)
+        k--;
+    for (size_t i = 0; i < k; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c == 0xc2 && i + 1 < k && (unsigned char)name[i + 1] >= 0x80 &&
+            (unsigned char)name[i + 1] <= 0x9f) {
+            buf[w++] = '?';
+            i++;
+        } else {
+            buf[w++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+        }
+    }
+    if (k < len)
+        memcpy(buf + w, "...", 3), w += 3;
+    buf[w] = '\0';
+    return buf;
+}
+
+tg_status tg__params_load_from(tg_ctx *ctx, const char *fn, const tg_safetensors *st, int64_t n,
+                               tg_tensor *const *params, bool strict)
+{
     if (!ctx || !st || n < 0)
         return TG_ERR_ARG;
     params = all_params(ctx, &n, params);
@@ -46,7 +69,9 @@ tg_status tg_params_load_from(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
             for (int64_t i = 0; i < n && !found; i++)
                 found = strcmp(params[i]->name, name) == 0;
             if (!found) {
-                tg__err(ctx, TG_ERR_MISMATCH, fn, "unexpected tensor '%s' in the file", name);
+                char b[112];
+                tg__err(ctx, TG_ERR_MISMATCH, fn, "unexpected tensor '%s' in the file",
+                        show(name, b));
                 return TG_ERR_MISMATCH;
             }
         }
@@ -58,6 +83,12 @@ tg_status tg_params_load_from(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
     return TG_OK;
 }
 
+tg_status tg_params_load_from(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
+                              tg_tensor *const *params, bool strict)
+{
+    return tg__params_load_from(ctx, "tg_params_load_from", st, n, params, strict);
+}
+
 tg_status tg_params_load(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *const *params,
                          bool strict)
 {
@@ -66,7 +97,7 @@ tg_status tg_params_load(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *co
     tg_safetensors *st = tg_safetensors_read(ctx, path);
     if (!st)
         return tg_ctx_status(ctx);
-    return tg_params_load_from(ctx, st, n, params, strict);
+    return tg__params_load_from(ctx, "tg_params_load", st, n, params, strict);
 }
 
 tg_status tg_params_save(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *const *params,

@@ -95,11 +95,31 @@ void fz_check_failure(tg_ctx *ctx, const char *fn, size_t bytes_before, const tg
     }
     for (const unsigned char *c = (const unsigned char *)msg; *c; c++)
         if (*c < 0x20 || *c == 0x7f || (c[0] == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f))
-            fz_die(ctx, "%s: the message holds control character %s0x%02x (not one clean line)",
-                   fn, *c == 0xc2 ? "U+00" : "", *c == 0xc2 ? c[1] : *c);
+            fz_die(ctx, "%s: the message holds control character %s%02x (not one clean line)",
+                   fn, *c == 0xc2 ? "U+00" : "0x", *c == 0xc2 ? c[1] : *c);
     if (tg_ctx_bytes(ctx) != bytes_before)
         fz_die(ctx, "%s failed but the context grew from %zu to %zu bytes", fn, bytes_before,
                tg_ctx_bytes(ctx));
+}
+
+void fz_check_line(const char *what, const char *msg)
+{
+    if (!msg || !*msg)
+        fz_die(NULL, "%s: empty message", what);
+    size_t len = strlen(msg);
+    for (const unsigned char *c = (const unsigned char *)msg; *c; c++)
+        if (*c < 0x20 || *c == 0x7f || (c[0] == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f)) {
+            fputs("fuzz: message: ", stderr);
+            for (const unsigned char *d = (const unsigned char *)msg; *d; d++)
+                fprintf(stderr, *d < 0x20 || *d >= 0x7f ? "\\x%02x" : "%c", *d);
+            fputc('\n', stderr);
+            fz_die(NULL, "%s: the message holds control character %s%02x at byte %zu (not "
+                   "one clean line)", what, *c == 0xc2 ? "U+00" : "0x", *c == 0xc2 ? c[1] : *c,
+                   (size_t)(c - (const unsigned char *)msg));
+        }
+    if (len > FZ_LINE_MAX)
+        fz_die(NULL, "%s: a message of %zu bytes (more than %d: a value quoted without bound?): "
+               "%.200s...", what, len, FZ_LINE_MAX, msg);
 }
 
 size_t fz_peak_start(fz_alloc *a)

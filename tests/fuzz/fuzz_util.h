@@ -57,6 +57,13 @@ void fz_check_peak(const fz_alloc *a, size_t live0, size_t size, const char *fn)
  * (tgrad_io.h: "On failure nothing stays allocated"). Aborts otherwise. */
 void fz_check_failure(tg_ctx *ctx, const char *fn, size_t bytes_before, const tg_status *allowed);
 
+/* A message for the user (a CLI error, a rejection of a checkpoint): abort unless @p msg is
+ * one clean line: not empty, at most FZ_LINE_MAX bytes (a value quoted without bound is a
+ * finding), no control character (C0, DEL, or C1 as UTF-8 U+0080..U+009F) and no newline.
+ * @p what names the call in the abort message. */
+#define FZ_LINE_MAX 600
+void fz_check_line(const char *what, const char *msg);
+
 /* Growable memory sink for tg_safetensors_write_to / tg_npy_write_to (ENOMEM past FZ_CAP). */
 typedef struct fz_membuf {
     unsigned char *p;

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Write the hand-made seed inputs of the fuzz corpora (tests/fuzz/corpus/<harness>/seed_*).
 
-Run from anywhere: python3 tests/fuzz/gen_seeds.py. Needs only the Python standard library.
+Run from anywhere: python3 tests/fuzz/gen_seeds.py [--tgrad build/tools/tgrad]. Needs only the
+Python standard library; the checkpoint seeds (fuzz_checkpoint) need the tgrad program and are
+written only when --tgrad is given.
 The seeds cover each format's features (every dtype, rank 0 to 6, metadata, escapes, every .npy
 version) plus a few near misses (one check away from valid) that give the fuzzer a head start.
 It also copies a few tests/fixtures files (PyTorch-written safetensors) and their JSON headers.
@@ -187,8 +189,110 @@ def gen_fixtures():
         out("fuzz_json", "fixture_" + name, data[8:8 + n])
 
 
+# ----- command lines (fuzz_cli: the arguments after "tgrad", NUL-separated) ---------------------
+CLI = {
+    "version": ["--version"],
+    "help": ["--help"],
+    "help_train": ["help", "train"],
+    "version_cmd": ["version"],
+    "train_default": ["train"],
+    "train_task": ["train", "--task", "copy", "--steps", "300", "--d-model", "32", "--heads", "2",
+                   "--layers", "1", "--seq-len", "8", "--batch", "16", "--threads", "1"],
+    "train_text": ["train", "--text", "a.txt", "b.txt", "--checkpoint", "lic.ckpt", "--plot",
+                   "loss.svg", "--log", "log.csv", "--steps", "200", "--save-every", "50"],
+    "train_resume": ["train", "--text", "F", "--resume", "ck.ckpt", "--stop-after", "100",
+                     "--force", "--quiet"],
+    "train_model": ["train", "--layers", "4", "--d-model", "128", "--heads", "8", "--d-ff", "512",
+                    "--post-norm", "--activation", "gelu", "--pos", "sinusoidal",
+                    "--tie-weights", "--dtype", "f64", "--dropout", "0.1"],
+    "train_optim": ["train", "--optimizer", "sgd", "--momentum", "0.9", "--lr=0.1",
+                    "--weight-decay", "0", "--warmup", "0", "--clip", "0", "--min-lr", "1e-5",
+                    "--eval-every", "10", "--val-fraction", "0.2", "--target-acc", "0.5",
+                    "--seed", "42", "--detect-anomaly"],
+    "train_bad_value": ["train", "--steps", "--d-model", "64"],
+    "train_huge": ["train", "--layers", "4611686018427387904", "--steps", "1e309"],
+    "train_both": ["train", "--text", "x", "--task", "sort"],
+    "train_heads": ["train", "--d-model", "10", "--heads", "4"],
+    "sample": ["sample", "--checkpoint", "lic.ckpt", "--prompt", "Permission ", "--tokens", "300",
+               "--temperature", "0.5", "--top-k", "3", "--seed", "7", "--threads", "2"],
+    "sample_missing": ["sample", "--prompt", "x"],
+    "export": ["export", "--checkpoint", "lic.ckpt", "--out", "lic.safetensors", "--force"],
+    "export_same": ["export", "--checkpoint", "a", "--out", "a"],
+    "info": ["info", "a.safetensors", "b.npy", "--", "--c.npy"],
+    "info_none": ["info"],
+    "bench": ["bench", "--threads", "2"],
+    "gradcheck": ["gradcheck", "--op", "matmul", "softmax", "--dtype", "f32", "--threads", "1"],
+    "gradcheck_list": ["gradcheck", "--list"],
+    "gradcheck_bad": ["gradcheck", "--op", "nosuchop"],
+    "run_sdpa": ["run", "sdpa", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--mask", "m.npy",
+                 "--causal", "--attn-out", "a.npy", "--dtype", "f64", "--out", "o.npy",
+                 "--grad-out", "do.npy", "--grads", "g.safetensors"],
+    "run_mha": ["run", "mha", "--weights", "w.safetensors", "--heads", "2", "--q", "q.npy", "--k",
+                "k.npy", "--v", "v.npy", "--attn-mask", "m.npy", "--key-padding-mask", "p.npy"],
+    "run_mha_x": ["run", "mha", "--weights", "w.safetensors", "--heads", "nan", "--x", "x.npy"],
+    "run_ffn": ["run", "ffn", "--weights", "w.safetensors", "--x", "x.npy", "--activation",
+                "gelu"],
+    "run_encoder": ["run", "encoder", "--weights", "w.safetensors", "--heads", "4", "--x",
+                    "x.npy", "--norm-first", "--eps", "1e-6", "--causal"],
+    "run_foreign": ["run", "ffn", "--heads", "2"],
+    "run_help": ["run", "encoder", "--help"],
+    "unknown": ["frobnicate", "--x"],
+}
+
+
+def gen_cli():
+    for name, args in CLI.items():
+        out("fuzz_cli", name, b"\0".join(a.encode() for a in args))
+
+
+# ----- checkpoints (fuzz_checkpoint: small checkpoints of `tgrad train`) ------------------------
+CKPT_FIXTURES = ["export_lm.ckpt", "export_task.ckpt", "export_task.safetensors"]
+TINY = ["--steps", "2", "--d-model", "4", "--heads", "2", "--d-ff", "4",
+        "--seq-len", "4", "--batch", "2", "--threads", "1", "--quiet"]
+CKPTS = {
+    "task_adamw": ["--task", "reverse"],
+    "task_sgd_f64": ["--task", "sort", "--optimizer", "sgd", "--dtype", "f64"],
+    "task_adam_sin": ["--task", "copy", "--optimizer", "adam", "--pos", "sinusoidal",
+                      "--post-norm", "--activation", "gelu"],
+    "text_adamw": [],
+    "text_tied_f64": ["--tie-weights", "--dtype", "f64", "--dropout", "0.1"],
+    "text_sgd_sin": ["--optimizer", "sgd", "--pos", "sinusoidal", "--momentum", "0"],
+    "text_2layers": ["--optimizer", "adam", "--tie-weights"],
+}
+LAYERS = {"text_2layers": "2"}  # the others: 1
+
+
+def gen_checkpoints(tgrad):
+    import subprocess
+    import tempfile
+    for name in CKPT_FIXTURES:
+        with open(os.path.join(HERE, "..", "fixtures", name), "rb") as f:
+            out("fuzz_checkpoint", "fixture_" + name.replace(".", "_"), f.read())
+    with tempfile.TemporaryDirectory() as d:
+        text = os.path.join(d, "c.txt")
+        with open(text, "w") as f:
+            f.write("abba cab dab bad. " * 6)
+        for name, args in CKPTS.items():
+            ck = os.path.join(d, name + ".ckpt")
+            mode = [] if name.startswith("task") else ["--text", text]
+            layers = ["--layers", LAYERS.get(name, "1")]
+            r = subprocess.run([tgrad, "train"] + mode + TINY + layers + args +
+                               ["--checkpoint", ck], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+            if r.returncode not in (0, 3):  # 3: a task's accuracy target not reached
+                raise SystemExit("gen_seeds.py: tgrad train failed for seed " + name)
+            with open(ck, "rb") as f:
+                out("fuzz_checkpoint", name, f.read())
+
+
 if __name__ == "__main__":
+    import sys
     gen_fixtures()
     gen_safetensors()
     gen_npy()
     gen_json()
+    gen_cli()
+    if "--tgrad" in sys.argv:
+        gen_checkpoints(os.path.abspath(sys.argv[sys.argv.index("--tgrad") + 1]))
+    else:
+        print("gen_seeds.py: no --tgrad PATH: checkpoint seeds (fuzz_checkpoint) not written")
