@@ -48,12 +48,16 @@ bool cli_parse_f64(const char *s, double *out)
 
 const char *cli_show(const char *s, char *buf, size_t n)
 {
+    return cli_show_max(s, 60, buf, n);
+}
+
+const char *cli_show_max(const char *s, size_t keep, char *buf, size_t n)
+{
     if (!n)
         return buf;
     size_t w = 0, max = n - 1;
-    const size_t keep = 60; /* longer values are cut: "abc..." */
     size_t len = s ? strlen(s) : 0, cut = len;
-    if (len > keep + 1) { /* cut at byte 60, back to a UTF-8 character boundary */
+    if (len > keep + 1) { /* cut at byte keep, back to a UTF-8 character boundary */
         cut = keep;
         while (cut > 0 && ((unsigned char)s[cut] & 0xc0) == 0x80)
             cut--;

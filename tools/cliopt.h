@@ -130,5 +130,7 @@ bool cli_parse_f64(const char *s, double *out);   /* whole string, finite */
  * values through it, so hostile input (a checkpoint field holding a newline or a megabyte)
  * still gives one short line. */
 const char *cli_show(const char *s, char *buf, size_t n);
+/* cli_show() cutting after @p keep bytes instead of 60 (@p buf: keep + 4 bytes are enough). */
+const char *cli_show_max(const char *s, size_t keep, char *buf, size_t n);
 
 #endif

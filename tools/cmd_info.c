@@ -127,30 +127,6 @@ static void describe_npy(const char *path, const tg_tensor *t, FILE *f)
             tg_tensor_numel(t));
 }
 
-/* @p s from a file, as printable text: at most @p max bytes (cut on a UTF-8 boundary, "..."
- * if cut), control characters (C0, DEL, and C1 as UTF-8) shown as '?', so that a hostile
- * name or value cannot move the cursor or recolour the terminal. @p buf holds max + 4. */
-static const char *printable(const char *s, size_t max, char *buf)
-{
-    size_t len = strlen(s), k = len > max ? max : len, w = 0;
-    while (k < len && k > 0 && ((unsigned char)s[k] & 0xc0) == 0x80)
-        k--;
-    for (size_t i = 0; i < k; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == 0xc2 && i + 1 < k && (unsigned char)s[i + 1] >= 0x80 &&
-            (unsigned char)s[i + 1] <= 0x9f) {
-            buf[w++] = '?';
-            i++;
-        } else {
-            buf[w++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
-        }
-    }
-    if (k < len)
-        memcpy(buf + w, "...", 3), w += 3;
-    buf[w] = 0;
-    return buf;
-}
-
 static void describe_safetensors(const char *path, const tg_safetensors *st, FILE *f)
 {
     char b[160], name[260], value[80];
@@ -165,15 +141,18 @@ static void describe_safetensors(const char *path, const tg_safetensors *st, FIL
     for (int64_t i = 0; i < tg_safetensors_count(st); i++) {
         tg_tensor *t = tg_safetensors_tensor(st, i);
         total += tg_tensor_numel(t);
-        fprintf(f, "  %-40s %-4s %s\n", printable(tg_safetensors_name(st, i), 256, name),
+        /* names and values from the file: one printable line each, whatever they hold */
+        fprintf(f, "  %-40s %-4s %s\n",
+                cli_show_max(tg_safetensors_name(st, i), 256, name, sizeof name),
                 tg_safetensors_file_dtype(st, i), tg_tensor_shape_str(t, b, sizeof b));
     }
     fprintf(f, "  %" PRId64 " elements in all\n", total);
     if (tg_safetensors_meta_count(st)) {
         fprintf(f, "metadata:\n");
         for (int64_t i = 0; i < tg_safetensors_meta_count(st); i++) {
-            fprintf(f, "  %-24s %s\n", printable(tg_safetensors_meta_key(st, i), 256, name),
-                    printable(tg_safetensors_meta_value(st, i), 72, value));
+            fprintf(f, "  %-24s %s\n",
+                    cli_show_max(tg_safetensors_meta_key(st, i), 256, name, sizeof name),
+                    cli_show_max(tg_safetensors_meta_value(st, i), 72, value, sizeof value));
         }
     }
 }

@@ -66,21 +66,6 @@ tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_optim *opt,
  * bias corrections use beta^t) and far from overflowing the int64 counter as training goes on. */
 #define CK_MAX_STEP ((int64_t)1 << 53)
 
-/* v as a short, printable quotation for a one-line message (buf of 48 bytes): at most 40
- * bytes, cut on a UTF-8 boundary, "..." if cut, control bytes shown as '?'. */
-static const char *quote(const char *v, char buf[48])
-{
-    size_t len = strlen(v), k = len > 40 ? 40 : len;
-    while (k < len && k > 0 && ((unsigned char)v[k] & 0xc0) == 0x80)
-        k--; /* do not split a multi-byte character */
-    for (size_t i = 0; i < k; i++)
-        buf[i] = (unsigned char)v[i] < 0x20 || v[i] == 0x7f ? '?' : v[i];
-    if (k < len)
-        memcpy(buf + k, "...", 3), k += 3;
-    buf[k] = '\0';
-    return buf;
-}
-
 /* optim.step: decimal digits only (no sign, space, or leading zero), 0..CK_MAX_STEP. */
 static bool parse_step(const char *s, int64_t *out)
 {
@@ -143,13 +128,13 @@ tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim 
     if (!parse_step(step_s, &step)) {
         tg__err(ctx, TG_ERR_FORMAT, fn,
                 "metadata 'optim.step' is '%s' (expected a step count: decimal digits, 0 to "
-                "%lld)", quote(step_s, q), (long long)CK_MAX_STEP);
+                "%lld)", tg__quote(step_s, 40, q), (long long)CK_MAX_STEP);
         return TG_ERR_FORMAT;
     }
     if (!parse_rng(rng_s, rng)) {
         tg__err(ctx, TG_ERR_FORMAT, fn,
                 "metadata 'rng' is '%s' (expected the RNG state: 64 hex digits, not all zero)",
-                quote(rng_s, q));
+                tg__quote(rng_s, 40, q));
         return TG_ERR_FORMAT;
     }
     /* parameters and optimizer state together, strictly: validate all, then copy */

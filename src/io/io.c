@@ -375,6 +375,27 @@ int tg__hex_digit(int c)
     return -1;
 }
 
+const char *tg__quote(const char *s, size_t max, char *buf)
+{
+    size_t len = strlen(s), k = len > max ? max : len, w = 0;
+    while (k < len && k > 0 && ((unsigned char)s[k] & 0xc0) == 0x80)
+        k--; /* do not split a multi-byte character */
+    for (size_t i = 0; i < k; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == 0xc2 && i + 1 < k && (unsigned char)s[i + 1] >= 0x80 &&
+            (unsigned char)s[i + 1] <= 0x9f) {
+            buf[w++] = '?'; /* a C1 control as UTF-8 (U+0080..U+009F, e.g. CSI) */
+            i++;
+        } else {
+            buf[w++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+        }
+    }
+    if (k < len)
+        memcpy(buf + w, "...", 3), w += 3;
+    buf[w] = '\0';
+    return buf;
+}
+
 bool tg__utf8_valid(const char *s, size_t n)
 {
     const unsigned char *p = (const unsigned char *)s;

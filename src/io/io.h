@@ -75,6 +75,10 @@ size_t tg__utf8_len(const unsigned char *s, size_t n);
 bool tg__utf8_valid(const char *s, size_t n);
 /* The value of hex digit @p c (0-9, a-f, A-F), or -1. */
 int tg__hex_digit(int c);
+/* @p s (a name or value from a file) as one short printable line for a message: at most
+ * @p max bytes (cut on a UTF-8 character boundary, then "..."), control characters (C0, DEL,
+ * and C1 as UTF-8) shown as '?'. @p buf holds max + 4 bytes; it is returned. */
+const char *tg__quote(const char *s, size_t max, char *buf);
 /* strerror into buf (thread-safe). */
 const char *tg__strerror(int err, char *buf, size_t n);
 

@@ -17,29 +17,6 @@ static tg_tensor *const *all_params(tg_ctx *ctx, int64_t *n, tg_tensor *const *p
     return ctx->params;
 }
 
-/* A tensor name from a file, for a one-line message: at most 100 bytes (cut on a UTF-8
- * boundary, "..." if cut), control characters (C0, DEL, and C1 as UTF-8) shown as '?'. */
-static const char *show(const char *name, char buf[112])
-{
-    size_t len = strlen(name), k = len > 100 ? 100 : len, w = 0;
-    while (k < len && k > 0 && ((unsigned char)name[k] & 0xc0) == 0x80)
-        k--;
-    for (size_t i = 0; i < k; i++) {
-        unsigned char c = (unsigned char)name[i];
-        if (c == 0xc2 && i + 1 < k && (unsigned char)name[i + 1] >= 0x80 &&
-            (unsigned char)name[i + 1] <= 0x9f) {
-            buf[w++] = '?';
-            i++;
-        } else {
-            buf[w++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
-        }
-    }
-    if (k < len)
-        memcpy(buf + w, "...", 3), w += 3;
-    buf[w] = '\0';
-    return buf;
-}
-
 tg_status tg__params_load_from(tg_ctx *ctx, const char *fn, const tg_safetensors *st, int64_t n,
                                tg_tensor *const *params, bool strict)
 {
@@ -71,7 +48,7 @@ tg_status tg__params_load_from(tg_ctx *ctx, const char *fn, const tg_safetensors
             if (!found) {
                 char b[112];
                 tg__err(ctx, TG_ERR_MISMATCH, fn, "unexpected tensor '%s' in the file",
-                        show(name, b));
+                        tg__quote(name, 100, b));
                 return TG_ERR_MISMATCH;
             }
         }
