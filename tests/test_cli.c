@@ -316,6 +316,34 @@ START_TEST(test_version)
 }
 END_TEST
 
+/* Output that cannot be written (here /dev/full: ENOSPC) is an error for every command, not
+ * an exit 0 with the output lost (info, gradcheck, version, help, run, export and train used to
+ * exit 0). */
+START_TEST(test_output_write_errors)
+{
+    struct stat sb;
+    if (stat("/dev/full", &sb) != 0)
+        return; /* not on this system */
+    char fix[600];
+    snprintf(fix, sizeof fix, "'%s/export_lm.ckpt'", TG_FIXTURES);
+    const char *const forms[] = {"--version", "--help", "help help", "train --help",
+                                 "gradcheck --list", "info", "sample --tokens 3 --checkpoint",
+                                 "export --out e.safetensors --checkpoint"};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        char cmd[1200];
+        bool with_ck = i >= 5;
+        snprintf(cmd, sizeof cmd, "('%s' %s %s > /dev/full)", tu_tgrad_exe(), forms[i],
+                 with_ck ? fix : "");
+        int rc = tu_run_sh(tmpdir, cmd, RUN_TIMEOUT, NULL);
+        char *err = tu_slurp_in(tmpdir, "err.txt", NULL);
+        ck_assert_msg(rc == 1 && err && count_lines(err) == 1 &&
+                      strstr(err, "writing the output failed"),
+                      "tgrad %s > /dev/full: exit %d, '%s'", forms[i], rc, err ? err : "");
+        free(err);
+    }
+}
+END_TEST
+
 START_TEST(test_top_level)
 {
     expect_usage_error("--bogus", "--bogus");
@@ -529,6 +557,7 @@ static Suite *cli_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_version);
     tcase_add_test(tc, test_top_level);
+    tcase_add_test(tc, test_output_write_errors);
     tcase_add_test(tc, test_hostile_numbers);
     suite_add_tcase(s, tc);
     tc = tcase_create("info");

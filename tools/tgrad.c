@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "tgrad.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,7 +38,8 @@ static void usage(FILE *f)
     fprintf(f, "\n'tgrad <command> --help' describes a command's options.\n");
 }
 
-int main(int argc, char **argv)
+/* The command line's command, or the top level's usage, help or version. */
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -67,6 +69,10 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         }
+        if (!strcmp(a.cmd_argv[1], c->name) && a.cmd_argc == 2) { /* tgrad help help */
+            usage(stdout);
+            return 0;
+        }
         for (int i = 0; i < N_COMMANDS; i++)
             if (commands[i].run && !strcmp(a.cmd_argv[1], commands[i].name)) {
                 if (a.cmd_argc > 2) {
@@ -85,4 +91,19 @@ int main(int argc, char **argv)
         return 2;
     }
     return c->run(a.cmd_argc, a.cmd_argv);
+}
+
+int main(int argc, char **argv)
+{
+    int rc = dispatch(argc, argv);
+    /* output that could not be written (a full disk, a closed pipe) is an error, never a
+     * silent exit 0 with a truncated file; a command that failed has said why already */
+    errno = 0;
+    if ((fflush(stdout) != 0 || ferror(stdout)) && rc == 0) {
+        int e = errno;
+        fprintf(stderr, "tgrad: writing the output failed%s%s\n", e ? ": " : "",
+                e ? strerror(e) : "");
+        return 1;
+    }
+    return rc;
 }
