@@ -162,7 +162,13 @@ TG_API const char *tg_ctx_message(const tg_ctx *ctx);
 /** Forget the recorded error (build or run-time); building works again. */
 TG_API void tg_ctx_clear_error(tg_ctx *ctx);
 
-/** Threads used by kernels (>= 1). @p n <= 0 restores the default. */
+/** Most threads a context uses (kernels' OpenMP teams): tg_ctx_set_threads() and the default
+ *  (OpenMP's, e.g. from OMP_NUM_THREADS) are capped here, so a huge value cannot crash the
+ *  OpenMP runtime (OMP_NUM_THREADS=100000 made libgomp overflow its stack). */
+#define TG_MAX_THREADS 1024
+
+/** Threads used by kernels, in [1, TG_MAX_THREADS] (larger values are capped). @p n <= 0
+ *  restores the default: OpenMP's (omp_get_max_threads(), capped), 1 without OpenMP. */
 TG_API void tg_ctx_set_threads(tg_ctx *ctx, int n);
 TG_API int tg_ctx_threads(const tg_ctx *ctx);
 

@@ -55,11 +55,15 @@ const char *tg_dtype_str(tg_dtype dt)
     return dt == TG_F32 ? "f32" : dt == TG_F64 ? "f64" : "?";
 }
 
+static int clamp_threads(int n)
+{
+    return n < 1 ? 1 : n > TG_MAX_THREADS ? TG_MAX_THREADS : n;
+}
+
 static int default_threads(void)
 {
 #ifdef TG_HAVE_OPENMP
-    int n = omp_get_max_threads();
-    return n > 0 ? n : 1;
+    return clamp_threads(omp_get_max_threads());
 #else
     return 1;
 #endif
@@ -209,7 +213,7 @@ void tg_ctx_clear_error(tg_ctx *ctx)
 void tg_ctx_set_threads(tg_ctx *ctx, int n)
 {
     if (ctx)
-        ctx->n_threads = n > 0 ? n : default_threads();
+        ctx->n_threads = n > 0 ? clamp_threads(n) : default_threads();
 }
 
 int tg_ctx_threads(const tg_ctx *ctx) { return ctx ? ctx->n_threads : 1; }

@@ -5,6 +5,8 @@
  */
 #include "testutil.h"
 
+#include <limits.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -435,6 +437,12 @@ START_TEST(test_threads)
     tg_ctx_set_threads(ctx, 5);
     tg_ctx_set_threads(ctx, -4);
     ck_assert_int_eq(tg_ctx_threads(ctx), def);
+    /* capped: a team of 100000 made libgomp overflow its stack (OMP_NUM_THREADS=100000) */
+    ck_assert_int_le(def, TG_MAX_THREADS);
+    tg_ctx_set_threads(ctx, 100000);
+    ck_assert_int_eq(tg_ctx_threads(ctx), TG_MAX_THREADS);
+    tg_ctx_set_threads(ctx, INT_MAX);
+    ck_assert_int_eq(tg_ctx_threads(ctx), TG_MAX_THREADS);
     /* per context */
     tg_ctx *other = tg_ctx_new();
     tg_ctx_set_threads(ctx, 2);

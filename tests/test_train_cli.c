@@ -718,6 +718,19 @@ START_TEST(test_no_probe_files)
 }
 END_TEST
 
+/* A hostile OMP_NUM_THREADS (the default thread count) is capped at TG_MAX_THREADS: 100000
+ * made libgomp overflow its stack (SIGSEGV) at the first parallel kernel. */
+START_TEST(test_omp_num_threads_capped)
+{
+    write_corpus("c.txt");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "(OMP_NUM_THREADS=100000 exec '%s' train --text c.txt --d-model 32 "
+             "--heads 2 --seq-len 16 --batch 8 --layers 1 --steps 1 --quiet)", exe());
+    int rc = run_sh(cmd, 120, NULL);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, slurp("err.txt", NULL));
+}
+END_TEST
+
 /* --val-fraction 0: no validation set; the summary and the log say so instead of "nan" */
 START_TEST(test_no_validation)
 {
@@ -864,6 +877,7 @@ int main(void)
     tcase_add_test(tc, test_outputs_never_inputs);
     tcase_add_test(tc, test_no_validation);
     tcase_add_test(tc, test_no_probe_files);
+    tcase_add_test(tc, test_omp_num_threads_capped);
     tcase_add_test(tc, test_huge_steps_bounded_memory);
     tcase_add_test(tc, test_progress_fits_terminal);
     suite_add_tcase(s, tc);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "cliopt.h"
+#include "tgrad.h"
 
 /* Bounds shared by the tables, the checkpoint validation and the tests. */
 #define TRAIN_MAX_LAYERS 1024
@@ -25,7 +26,7 @@
 #define TRAIN_MAX_SEQ_LEN 65536
 #define TRAIN_MAX_BATCH 65536
 #define TRAIN_MAX_STEPS 1000000000 /* also warmup, eval-every, save-every, stop-after */
-#define TRAIN_MAX_THREADS 1024
+#define TRAIN_MAX_THREADS TG_MAX_THREADS
 #define SAMPLE_MAX_TOKENS 1000000000
 #define SAMPLE_MAX_TOP_K 256 /* the byte vocabulary has at most 256 symbols */
 
