@@ -510,6 +510,13 @@ START_TEST(test_resume_saves_back)
                          "--checkpoint r.ckpt --quiet"), 0);
     char v[64];
     ck_assert_str_eq(meta_of("r.ckpt", "optim.step", v, sizeof v), "10");
+    /* other text (here the same words, fewer of them) is not the run being resumed: refused
+     * by its size (data.bytes), not continued silently on other data */
+    tu_write_corpus(dir, "other.txt", 1500);
+    expect_refusal("train --text other.txt --resume r.ckpt --stop-after 20 --quiet",
+                   "was trained on");
+    expect_refusal("train --text c.txt other.txt --resume r.ckpt --stop-after 20 --quiet",
+                   "bytes of text, these files hold");
     /* no --checkpoint: saved back to the resumed file */
     ck_assert_int_eq(run("train --text c.txt --resume r.ckpt --stop-after 20 --quiet"), 0);
     ck_assert_str_eq(meta_of("r.ckpt", "optim.step", v, sizeof v), "20");

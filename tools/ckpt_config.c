@@ -297,8 +297,13 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
         return false;
     }
     const char *b = tg_safetensors_meta_get(st, "data.bytes");
-    if (b && !parse_int_field("data.bytes", b, 1, INT64_MAX, &v, err, n))
+    if (b && (!info->text || !parse_int_field("data.bytes", b, 1, CORPUS_MAX_BYTES,
+                                              &info->text_bytes, err, n))) {
+        if (!info->text)
+            snprintf(err, n, "checkpoint fields disagree: data.mode task but the file has the "
+                     "field 'data.bytes' of a text checkpoint");
         return false;
+    }
     const char *p = tg_safetensors_meta_get(st, "data.position");
     if (p && !parse_int_field("data.position", p, 0, INT64_MAX, &v, err, n))
         return false;

@@ -29,6 +29,7 @@ typedef struct ckpt_info {
     int vocab_size;            /* model.vocab_size: data.vocab's length (text) or 10 (task) */
     unsigned char vocab[256];  /* text: data.vocab, strictly increasing bytes */
     int64_t step;              /* optim.step: steps already taken */
+    int64_t text_bytes;        /* data.bytes: the size of the text trained on (0: unknown) */
     double best_val;           /* train.best_val (INFINITY when absent) */
 } ckpt_info;
 

@@ -288,6 +288,12 @@ static bool load_data(trainer *t)
         return false;
     }
     t->V = c->vocab_size;
+    if (t->ck && t->info.text_bytes > 0 && t->info.text_bytes != c->n) {
+        errf("--resume '%s' was trained on %" PRId64 " bytes of text, these files hold %" PRId64
+             "; pass the same --text files (in the same order)", t->a.resume,
+             t->info.text_bytes, c->n);
+        return false;
+    }
     if (t->ck && (t->info.vocab_size != c->vocab_size ||
                   memcmp(t->info.vocab, c->vocab, (size_t)c->vocab_size) != 0)) {
         errf("--resume '%s' was trained on text with a different vocabulary (%d bytes, these "
