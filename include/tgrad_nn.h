@@ -18,7 +18,7 @@
  * | `key_padding_mask` (B, T_k), True = padding      | tg_attn_masks::key_padding_mask (BLOCK) |
  * | `F.scaled_dot_product_attention` bool `attn_mask` (True = **attend**) | BLOCK with the mask negated |
  * | `is_causal=True` / `generate_square_subsequent_mask` | tg_attn_masks::causal / tg_causal_mask() |
- * | seeds: `scores += -1e9 * mask` (1 = blocked)     | ADDITIVE with tg_scale(mask, -1e9)      |
+ * | Keras tutorials: `scores += -1e9 * mask`     | ADDITIVE with tg_scale(mask, -1e9)      |
  *
  * **Fully masked rows.** When every key of a query row is blocked, tgrad's attention weights
  * for that row are zeros, the row of the attention output is zero before the output projection

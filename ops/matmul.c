@@ -6,7 +6,7 @@
  *           the transpose flags of the GEMM so no transposed copy is ever made:
  *   !ta: dA += dC . op(B)^T            ta: dA += op(B) . dC^T
  *   !tb: dB += op(A)^T . dC            tb: dB += dC^T . op(A)
- * Source: the seeds' `matmul(q, k, transpose_b=True)`; PyTorch `torch.matmul` broadcasting.
+ * Source: the Keras attention tutorials' `matmul(q, k, transpose_b=True)`; PyTorch `torch.matmul` broadcasting.
  */
 #include "registry.h"
 
