@@ -4,7 +4,7 @@
  * tensor is an error naming it, and nothing is modified unless everything matches.
  */
 #include "tgrad_io.h"
-#include "../core.h"
+#include "core.h"
 #include "io.h"
 
 #include <stdio.h>

@@ -8,7 +8,7 @@
  * FFN here is linear2(drop(act(linear1(x)))), as PyTorch's _ff_block.
  */
 #include "nn_internal.h"
-#include "../core.h"
+#include "core.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  *   y = h W2^T + b2          (..., D)
  */
 #include "nn_internal.h"
-#include "../core.h"
+#include "core.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * application used by SDPA and MHA.
  */
 #include "nn_internal.h"
-#include "../core.h"
+#include "core.h"
 
 #include <math.h>
 #include <stdio.h>

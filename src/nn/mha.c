@@ -10,7 +10,7 @@
  * Self-attention passes one tensor as query, key and value; autodiff sums its three uses.
  */
 #include "nn_internal.h"
-#include "../core.h"
+#include "core.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  *   out    = W V                                                          (..., T_q, d_v)
  */
 #include "nn_internal.h"
-#include "../core.h"
+#include "core.h"
 
 #include <math.h>
 

@@ -7,7 +7,7 @@
  */
 #include "nn_internal.h"
 #include "tgrad_train.h"
-#include "../core.h"
+#include "core.h"
 
 #include <math.h>
 #include <stdio.h>

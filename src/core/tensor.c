@@ -183,6 +183,7 @@ tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t 
         return NULL;
     t->auto_name = true;
     t->op = op;
+    t->def = &tg__op_table[op];
     t->n_src = n_src;
     for (int i = 0; i < n_src; i++) {
         t->src[i] = src[i];

@@ -2,9 +2,10 @@
 #include "registry.h"
 
 const tg_op_def tg__op_table[TG_OP_COUNT_] = {
-    [TG_OP_NONE] = {"leaf", NULL, NULL, NULL},
-#define TG_OP(id, name, fwd, bwd, check) [TG_OP_##id] = {name, fwd, bwd, check},
-#include "../ops/ops.def"
+    [TG_OP_NONE] = {"leaf", NULL, NULL, NULL, 0, NULL},
+#define TG_OP(id, name, fwd, bwd, check, flags, ws)                                             \
+    [TG_OP_##id] = {name, fwd, bwd, check, flags, ws},
+#include "../../ops/ops.def"
 #undef TG_OP
 };
 
@@ -12,6 +13,14 @@ tg_status tg__no_check(tg_tensor *y)
 {
     (void)y;
     return TG_OK;
+}
+
+size_t tg__no_ws(const tg_tensor *y, int nt, bool backward)
+{
+    (void)y;
+    (void)nt;
+    (void)backward;
+    return 0;
 }
 
 int tg_op_count(void) { return TG_OP_COUNT_ - 1; }

@@ -20,8 +20,8 @@
 /* ----- op ids: one per line of ops/ops.def --------------------------------------------- */
 enum {
     TG_OP_NONE = 0, /* leaf */
-#define TG_OP(id, name, fwd, bwd, check) TG_OP_##id,
-#include "../ops/ops.def"
+#define TG_OP(id, name, fwd, bwd, check, flags, ws) TG_OP_##id,
+#include "../../ops/ops.def"
 #undef TG_OP
     TG_OP_COUNT_
 };
@@ -41,27 +41,42 @@ typedef union tg_op_params {
     struct { int64_t ignore_index; } xent;
 } tg_op_params;
 
+struct tg_op_def; /* src/core/registry.h */
+
+/* A tensor is a graph node: metadata (dtype, shape, strides, view source, op, sources, typed
+ * params, kind, flags). Leaves (params, inputs, constants) own their data; every other buffer
+ * (op outputs, values saved for backward, gradients of non-leaves, kernel workspace) belongs to
+ * the graph that runs the node, which binds `data`, `grad`, `saved` and `ws` into its planned
+ * arena before each kernel call (docs/core-v2.md). */
 struct tg_tensor {
     tg_ctx *ctx;
     uint64_t id;         /* creation number, unique per context */
     tg_dtype dtype;
     tg_kind kind;
     int rank;
-    int64_t shape[TG_MAX_RANK]; /* outermost first; unused entries are 1 */
+    int64_t shape[TG_MAX_RANK];  /* outermost first; unused entries are 1 */
+    int64_t stride[TG_MAX_RANK]; /* in elements; row-major contiguous except for views */
+    int64_t offset;      /* views: element offset into base's buffer; else 0 */
+    tg_tensor *base;     /* views: the non-view tensor whose buffer this views; else NULL */
     int64_t numel;
     bool requires_grad;
     bool auto_name;      /* name was generated ("matmul12"), not given by the user */
+    bool keep;           /* tg_keep: data (and grad) stay readable after forward/backward */
+    bool consumed;       /* some op reads it (tg_set_requires_grad refuses a change then) */
     char name[TG_NAME_MAX];
 
-    void *data;          /* numel elements; for views, points into the source's buffer */
-    void *grad;          /* numel elements or NULL; allocated by tg_graph_new */
+    void *data;          /* leaves: owned; op results: bound by the graph that last ran them */
+    void *grad;          /* leaves: owned (allocated by tg_graph_new); others: bound */
 
     int op;              /* TG_OP_* or TG_OP_NONE for leaves */
+    const struct tg_op_def *def; /* registry entry (or a custom op's definition); NULL: leaf */
     int n_src;
     tg_tensor *src[TG_MAX_SRC];
     tg_op_params p;
-    void *saved;         /* op-specific values saved by forward for backward (allocated at build) */
+    void *saved;         /* values forward saves for backward: saved_bytes, planned and bound */
     size_t saved_bytes;
+    void *aux;           /* builder metadata owned by the node (never planned), or NULL */
+    void *ws;            /* kernel workspace, bound for each call (def->workspace bytes) */
 
     uint64_t mark;       /* visit stamp used by graph construction */
     int64_t topo;        /* position in the last graph built over it (scratch) */

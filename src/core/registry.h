@@ -1,0 +1,63 @@
+/*
+ * registry.h - internal layer 2/3 boundary: the op table built from ops/ops.def.
+ * The engine (graph, autodiff, gradcheck) reaches ops only through tg__op_table.
+ */
+#ifndef TG_REGISTRY_H
+#define TG_REGISTRY_H
+
+#include "core.h"
+
+/* Kernel signatures: forward computes y->data from y->src[*]->data (and may fill y->saved,
+ * use y->ws); backward ACCUMULATES (+=) into y->src[i]->grad for every source whose grad is
+ * non-NULL, reading y->grad. All of data, grad, saved and ws are bound by the running graph
+ * before the call. Sources are contiguous unless the op declares TG_OPF_STRIDED. Kernels
+ * cannot fail (shapes were validated at build); a custom op's callback reports failure through
+ * tg__kernel_fail. */
+typedef void (*tg_kernel_fn)(tg_tensor *y);
+
+/* Data check run before forward (ops reading ids from data set after building): returns
+ * TG_OK or records an error on y->ctx and returns its status. */
+typedef tg_status (*tg_check_fn)(tg_tensor *y);
+
+/* Workspace bytes the kernel needs for nt threads, in forward (backward false) or backward.
+ * NULL: none. Workspace is live during that one kernel call only. */
+typedef size_t (*tg_ws_fn)(const tg_tensor *y, int nt, bool backward);
+
+/* Op flags (ops.def column 6), read by the planner. */
+enum {
+    TG_OPF_SRC0 = 1u << 0,   /* backward reads src[0]->data */
+    TG_OPF_SRC1 = 1u << 1,   /* ... src[1]->data */
+    TG_OPF_SRC2 = 1u << 2,
+    TG_OPF_SRC3 = 1u << 3,
+    TG_OPF_OUT = 1u << 4,    /* backward reads y->data */
+    TG_OPF_INPLACE = 1u << 5,/* forward may write y over src[0] when src[0] dies at this op
+                                (same byte size; element i of y depends only on element i of
+                                src[0]) */
+    TG_OPF_STRIDED = 1u << 6,/* kernels read sources through their strides (views allowed) */
+    TG_OPF_VIEW = 1u << 7,   /* forward does nothing: y is a view into src[0]'s buffer when
+                                the builder made it one (y->base != NULL) */
+};
+#define TG_OPF_SRCS (TG_OPF_SRC0 | TG_OPF_SRC1 | TG_OPF_SRC2 | TG_OPF_SRC3)
+#define TG_OPF_NONE 0u
+
+typedef struct tg_op_def {
+    const char *name;
+    tg_kernel_fn forward;
+    tg_kernel_fn backward;
+    tg_check_fn check;
+    unsigned flags;          /* TG_OPF_* */
+    tg_ws_fn workspace;      /* NULL: no workspace */
+} tg_op_def;
+
+#define TG_OP(id, name, fwd, bwd, check, flags, ws)                                             \
+    void fwd(tg_tensor *y);                                                                    \
+    void bwd(tg_tensor *y);                                                                    \
+    tg_status check(tg_tensor *y);                                                             \
+    size_t ws(const tg_tensor *y, int nt, bool backward);
+
+#include "../../ops/ops.def"
+#undef TG_OP
+
+extern const tg_op_def tg__op_table[TG_OP_COUNT_];
+
+#endif
