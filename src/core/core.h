@@ -171,6 +171,10 @@ tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t 
 bool tg__op_save(tg_tensor *y, size_t bytes);
 /* tg__op_save of n * es + extra bytes, overflow-checked (TG_ERR_OVERFLOW, y freed). */
 bool tg__op_save_n(tg_tensor *y, int64_t n, size_t es, size_t extra);
+/* Row-major strides (elements) of shape; entries past rank are 1. */
+void tg__contiguous_strides(int rank, const int64_t *shape, int64_t *stride);
+/* True if t's elements are laid out row-major without gaps (size-1 dims ignored). */
+bool tg__is_contiguous(const tg_tensor *t);
 /* Normalize a possibly negative axis against rank; returns -1 if out of range. */
 int tg__axis(int axis, int rank);
 /* Broadcast shapes a and b (right-aligned) into out; returns false if incompatible. */

@@ -32,6 +32,27 @@ const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n)
     return tg__shape_str(t, buf, n);
 }
 
+void tg__contiguous_strides(int rank, const int64_t *shape, int64_t *stride)
+{
+    int64_t s = 1;
+    for (int i = TG_MAX_RANK - 1; i >= 0; i--) {
+        stride[i] = i < rank ? s : 1;
+        if (i < rank)
+            s *= shape[i];
+    }
+}
+
+bool tg__is_contiguous(const tg_tensor *t)
+{
+    int64_t s = 1;
+    for (int i = t->rank - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->stride[i] != s)
+            return false;
+        s *= t->shape[i];
+    }
+    return true;
+}
+
 int tg__axis(int axis, int rank)
 {
     if (axis < 0)
@@ -98,6 +119,7 @@ static tg_tensor *tensor_new(tg_ctx *ctx, const char *fn, tg_kind kind, tg_dtype
     t->rank = rank;
     for (int i = 0; i < TG_MAX_RANK; i++)
         t->shape[i] = i < rank ? shape[i] : 1;
+    tg__contiguous_strides(rank, t->shape, t->stride);
     t->numel = numel;
     t->requires_grad = (kind == TG_KIND_PARAM);
     if (name) {
