@@ -206,6 +206,30 @@ TG_API size_t tg_ctx_bytes(const tg_ctx *ctx);
 TG_API void tg_ctx_set_memory_limit(tg_ctx *ctx, size_t bytes);
 /** The limit set by tg_ctx_set_memory_limit() (0: none). */
 TG_API size_t tg_ctx_memory_limit(const tg_ctx *ctx);
+
+/** A point in a context's life, from tg_ctx_mark(). Opaque; copy it by value. */
+typedef struct tg_mark {
+    uint64_t alloc_seq_, tensor_id_; /* private */
+    int64_t n_params_;               /* private */
+} tg_mark;
+/**
+ * Remember the current point of @p ctx, for tg_ctx_rewind(). Cheap (no allocation).
+ */
+TG_API tg_mark tg_ctx_mark(tg_ctx *ctx);
+/**
+ * Release every tensor and graph created after @p mark, with all their memory (data, arenas,
+ * names, saved values), and drop parameters created after it from the context's list. What
+ * was created before the mark stays valid, including memory allocated for it later (a
+ * parameter's gradient allocated by a graph built after the mark). Pointers to released tensors
+ * and graphs must not be used again; op results created before the mark but run by a released
+ * graph lose their data binding (tg_tensor_data() returns NULL until another graph runs them).
+ *
+ * This is how an embedder keeps memory flat: mark once, then in a loop build a graph, run it,
+ * read its outputs, rewind. The error state is not changed. Marks nest (rewind to an earlier
+ * mark releases the later ones' objects too); rewinding to a mark that is newer than the
+ * current state (already rewound past) fails with ::TG_ERR_ARG.
+ */
+TG_API tg_status tg_ctx_rewind(tg_ctx *ctx, tg_mark mark);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */
@@ -355,6 +379,14 @@ TG_API tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int rank, const int64_t 
  * Errors: ::TG_ERR_AXIS, ::TG_ERR_SHAPE (slice outside the axis or length < 1).
  */
 TG_API tg_tensor *tg_narrow(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t length);
+/**
+ * y = x laid out row-major. Transpose/permute/narrow (and reshape of a contiguous tensor) are
+ * views that copy nothing; ops whose kernels need contiguous operands get this copy inserted
+ * automatically, so call it only to choose where the copy happens. dx += dy.
+ * Errors: as any builder. Shapes: y has x's shape; f32 or f64.
+ */
+TG_API tg_tensor *tg_contiguous(tg_ctx *ctx, tg_tensor *x);
+
 
 /** `y = s * x`, any shape. Gradient dx = s dy. Errors: ::TG_ERR_ARG if @p s is not finite. */
 TG_API tg_tensor *tg_scale(tg_ctx *ctx, tg_tensor *x, double s);
@@ -483,14 +515,27 @@ TG_API tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outp
 /** Options for tg_graph_new_opts(); zero-initialise. */
 typedef struct tg_graph_opts {
     /**
-     * Plan the gradients of intermediate tensors by liveness: a gradient is live from the
-     * backward of its last consumer to its own, and gradients whose lifetimes do not overlap
-     * share memory in one arena (typically a fraction of one buffer per tensor). In exchange,
-     * backward must start from the graph's outputs, and intermediate gradients are not kept
-     * after tg_graph_backward() returns (as PyTorch without `retain_grad`). Leaf gradients are
-     * unaffected. Results are bitwise identical to the default mode.
+     * Kept for source compatibility; ignored. Every graph now plans its gradients (and its
+     * activations, saved values and workspace) by liveness in one arena (see "Memory").
      */
     bool share_gradients;
+    /**
+     * Inference graph: no gradient buffers, nothing saved for backward beyond the op that
+     * saves it; tg_graph_backward() fails with ::TG_ERR_STATE. Use it for evaluation and
+     * sampling: its arena is a fraction of a training graph's.
+     */
+    bool no_grad;
+    /**
+     * Debug: give every planned buffer its own memory (no sharing, no in-place). Results are
+     * bitwise identical to the planned graph; the tests use it as the reference.
+     */
+    bool no_reuse;
+    /**
+     * Debug: when a planned buffer's lifetime ends, fill it with NaN, so a kernel that reads a
+     * buffer after the planner gave its memory away produces NaN instead of a silently wrong
+     * value.
+     */
+    bool poison;
     /**
      * NaN/Inf tripwire (PyTorch's `torch.autograd.detect_anomaly`). Forward checks every
      * node's output in topological order as it is computed, leaves (inputs, parameters,
@@ -514,12 +559,45 @@ typedef struct tg_graph_opts {
 /** tg_graph_new() with options (@p opts NULL: the defaults). Errors: as tg_graph_new(). */
 TG_API tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs,
                                    const tg_graph_opts *opts);
-/** Bytes of gradient memory the graph uses for intermediate tensors (the arena in
- *  shared-gradient mode, the sum of per-tensor buffers otherwise). */
+/** Bytes of planned gradient buffers (non-leaf gradients and this call's leaf gradients),
+ *  before sharing: tg_memory_report::gradients. */
 TG_API size_t tg_graph_grad_bytes(const tg_graph *g);
 
-/** Release the graph's own arrays (order, leaf list). Tensors, their data and gradient
- *  buffers stay (the context owns them). NULL is a no-op. */
+/**
+ * What a graph's memory plan holds, in bytes. The categories are the sizes of the buffers the
+ * planner placed (each rounded up to 64 bytes), before sharing; `arena` is what the shared
+ * arena really takes (the planned peak of activations + saved + gradients + workspace), and
+ * `peak` adds the leaves' own memory. Optimizer state is not part of a graph (see
+ * tg_optim_state_bytes() in tgrad_train.h).
+ */
+typedef struct tg_memory_report {
+    size_t parameters;      /**< data of the parameters the graph reads (owned by them) */
+    size_t parameter_grads; /**< their accumulated gradients (owned by them) */
+    size_t inputs;          /**< data of inputs and constants the graph reads */
+    size_t input_grads;     /**< accumulated gradients of inputs that require grad */
+    size_t activations;     /**< op outputs (views take none) */
+    size_t saved;           /**< values saved by forward for backward (or forward scratch) */
+    size_t gradients;       /**< gradients of op results and this call's leaf gradients */
+    size_t workspace;       /**< kernel workspace (GEMM packing, broadcast scratch) */
+    size_t arena;           /**< the arena: all of the four above after sharing */
+    size_t peak;            /**< parameters + parameter_grads + inputs + input_grads + arena */
+} tg_memory_report;
+
+/** Fill @p report with @p g's memory plan. Errors: ::TG_ERR_ARG (NULL). */
+TG_API tg_status tg_graph_memory(const tg_graph *g, tg_memory_report *report);
+
+/**
+ * Keep @p t readable: its data (and, in a graph with gradients, its gradient) stays valid after
+ * tg_graph_forward() and tg_graph_backward() of graphs built AFTER this call, and backward may
+ * start from it. The outputs passed to tg_graph_new() are always kept. Every other op result's
+ * memory may be reused by the planner once its last reader has run: read such tensors only
+ * through a graph that outputs or keeps them. Errors: ::TG_ERR_ARG (NULL).
+ */
+TG_API tg_status tg_keep(tg_tensor *t);
+
+/** Release the graph: its arena (every planned buffer) and its own arrays. Op results it ran
+ *  lose their data binding (tg_tensor_data() gives NULL until another graph runs them);
+ *  leaves and their gradients stay. NULL is a no-op. */
 TG_API void tg_graph_free(tg_graph *g);
 /** Number of tensors (leaves and ops) in topological order. */
 TG_API int64_t tg_graph_size(const tg_graph *g);

@@ -42,9 +42,6 @@ tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *targets,
     int64_t R = targets->numel;
     if (!tg__op_save_n(y, R, 2 * sizeof(double), sizeof(xent_saved)))
         return NULL;
-    xent_saved *s = y->saved;
-    s->lse = (double *)(s + 1);
-    s->row_loss = s->lse + R;
     return y;
 }
 
@@ -74,6 +71,8 @@ tg_status tg__xent_check(tg_tensor *y)
         int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;                                \
         T ign = (T)y->p.xent.ignore_index;                                                     \
         xent_saved *s = y->saved;                                                              \
+        s->lse = (double *)(s + 1); /* the saved block is bound at run time */                 \
+        s->row_loss = s->lse + y->src[1]->numel;                                               \
         int nt = tg__threads(y->ctx);                                                          \
         /* Race-free: row r owns lse[r], row_loss[r]. */                                       \
         TG_OMP_FOR(nt, lg->numel > TG_PAR_MIN / 4)                                             \

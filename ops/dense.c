@@ -41,7 +41,7 @@ tg_tensor *tg_dense(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b)
         int64_t I = w->shape[1], O = w->shape[0], R = x->numel / I;                            \
         int nt = tg__threads(y->ctx);                                                          \
         T *Y = y->data;                                                                        \
-        tg__gemm_##SUF(nt, false, true, R, O, I, x->data, I, w->data, I, Y, O, false);         \
+        tg__gemm_##SUF(nt, false, true, R, O, I, x->data, I, w->data, I, Y, O, false, y->ws); \
         if (b) {                                                                               \
             const T *B = b->data;                                                              \
             /* Race-free: row r owns Y[r, :]. */                                               \
@@ -58,9 +58,11 @@ tg_tensor *tg_dense(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b)
         int nt = tg__threads(y->ctx);                                                          \
         const T *G = y->grad;                                                                  \
         if (x->grad)                                                                           \
-            tg__gemm_##SUF(nt, false, false, R, I, O, G, O, w->data, I, x->grad, I, true);     \
+            tg__gemm_##SUF(nt, false, false, R, I, O, G, O, w->data, I, x->grad, I, true,      \
+                           y->ws);                                                      \
         if (w->grad)                                                                           \
-            tg__gemm_##SUF(nt, true, false, O, I, R, G, O, x->data, I, w->grad, I, true);      \
+            tg__gemm_##SUF(nt, true, false, O, I, R, G, O, x->data, I, w->grad, I, true,      \
+                           y->ws);                                                      \
         if (b && b->grad) {                                                                    \
             T *dB = b->grad;                                                                   \
             /* Race-free: column o owns dB[o]; rows summed in order. */                        \
@@ -75,6 +77,12 @@ tg_tensor *tg_dense(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b)
     }
 DEFINE_DENSE(float, f32)
 DEFINE_DENSE(double, f64)
+
+size_t tg__dense_ws(const tg_tensor *y, int nt, bool backward)
+{
+    (void)backward;
+    return tg__gemm_ws_bytes(y->dtype, nt);
+}
 
 void tg__dense_forward(tg_tensor *y)
 {

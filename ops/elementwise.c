@@ -60,11 +60,11 @@ tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_GELU, "t
         for (int64_t i = 0; i < n; i++)                                                        \
             y[i] = x[i] > 0 ? x[i] : (x[i] != x[i] ? x[i] : 0); /* NaN propagates */           \
     }                                                                                          \
-    static void relu_bwd_##SUF(int nt, int64_t n, const T *x, const T *dy, T *dx)              \
+    static void relu_bwd_##SUF(int nt, int64_t n, const T *y, const T *dy, T *dx)              \
     {                                                                                          \
         TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
         for (int64_t i = 0; i < n; i++)                                                        \
-            dx[i] += x[i] > 0 ? dy[i] : 0;                                                     \
+            dx[i] += y[i] > 0 ? dy[i] : 0; /* y > 0 exactly where x > 0 */                  \
     }                                                                                          \
     static void gelu_fwd_##SUF(int nt, int64_t n, const T *x, T *y)                            \
     {                                                                                          \
@@ -123,8 +123,8 @@ void tg__relu_backward(tg_tensor *y)
     if (!y->src[0]->grad)
         return;
     int nt = tg__threads(y->ctx);
-    DISPATCH(y, relu_bwd_f32(nt, y->numel, y->src[0]->data, y->grad, y->src[0]->grad),
-             relu_bwd_f64(nt, y->numel, y->src[0]->data, y->grad, y->src[0]->grad));
+    DISPATCH(y, relu_bwd_f32(nt, y->numel, y->data, y->grad, y->src[0]->grad),
+             relu_bwd_f64(nt, y->numel, y->data, y->grad, y->src[0]->grad));
 }
 
 void tg__gelu_forward(tg_tensor *y)
@@ -144,8 +144,8 @@ void tg__gelu_backward(tg_tensor *y)
 }
 
 /* ---- binary broadcasting ops --------------------------------------------------------------
- * saved (only when an operand is broadcast, for mul's backward): scratch of y->numel elements
- * holding dy * other before it is reduced onto the operand's shape. */
+ * workspace (mul's backward, only when an operand is broadcast): y->numel elements holding
+ * dy * other before it is reduced onto the operand's shape. */
 static tg_tensor *binary(tg_ctx *ctx, int op, const char *fn, tg_tensor *a, tg_tensor *b)
 {
     tg_tensor *src[2] = {a, b};
@@ -161,10 +161,14 @@ static tg_tensor *binary(tg_ctx *ctx, int op, const char *fn, tg_tensor *a, tg_t
     tg_tensor *y = tg__op_new(ctx, op, a->dtype, r, shape, 2, src);
     if (!y)
         return NULL;
-    if (op == TG_OP_MUL && (a->numel != y->numel || b->numel != y->numel) &&
-        !tg__op_save_n(y, y->numel, tg_dtype_size(y->dtype), 0))
-        return NULL;
     return y;
+}
+
+size_t tg__mul_ws(const tg_tensor *y, int nt, bool backward)
+{
+    (void)nt;
+    bool bcast = y->src[0]->numel != y->numel || y->src[1]->numel != y->numel;
+    return backward && bcast ? (size_t)y->numel * tg_dtype_size(y->dtype) : 0;
 }
 
 tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
@@ -250,8 +254,8 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
                     dx[i] += G[i] * O[i];                                                      \
                 continue;                                                                      \
             }                                                                                  \
-            mul_expand_##SUF(y, other, y->saved);                                              \
-            tg__reduce_to(y->ctx, y->dtype, y->saved, y->rank, y->shape, x, x->grad);          \
+            mul_expand_##SUF(y, other, y->ws);                                                 \
+            tg__reduce_to(y->ctx, y->dtype, y->ws, y->rank, y->shape, x, x->grad);             \
         }                                                                                      \
     }
 DEFINE_BINARY(float, f32)

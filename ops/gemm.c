@@ -83,16 +83,15 @@ static void kernel_f64(int64_t kc, const double *restrict ap, const double *rest
     }
 }
 
-/* One C tile [i0, i0+mc) x [j0, j0+nc), all of K, on the calling thread. Packing buffers live
- * on the stack (KC x NC and MR x KC elements), so kernels never allocate. */
+/* One C tile [i0, i0+mc) x [j0, j0+nc), all of K, on the calling thread. `work` holds the
+ * packing buffers (KC x NC and MR x KC elements) and the micro-kernel's output block: a slice of
+ * the graph's planned workspace (per thread), or the caller's stack without one. */
 #define DEFINE_TILE(T, SUF, NR)                                                                \
     static void tile_##SUF(bool ta, bool tb, int64_t i0, int64_t mc, int64_t j0, int64_t nc,   \
                            int64_t K, const T *A, int64_t lda, const T *B, int64_t ldb, T *C,  \
-                           int64_t ldc, bool acc)                                              \
+                           int64_t ldc, bool acc, T *work)                                     \
     {                                                                                          \
-        _Alignas(64) T bpack[KC * NC];                                                         \
-        _Alignas(64) T apack[MR * KC];                                                         \
-        _Alignas(64) T out[MR * NR];                                                           \
+        T *bpack = work, *apack = work + KC * NC, *out = apack + MR * KC;                      \
         int64_t npanels = (nc + NR - 1) / NR;                                                  \
         for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += KC) {                                    \
             int64_t kc = K - k0 < KC ? K - k0 : KC;                                            \
@@ -154,19 +153,34 @@ static void kernel_f64(int64_t kc, const double *restrict ap, const double *rest
         }                                                                                      \
     }                                                                                          \
     void tg__gemm_##SUF(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T *A, \
-                        int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc, bool acc)     \
+                        int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc, bool acc,     \
+                        void *ws)                                                              \
     {                                                                                          \
         if (M <= 0 || N <= 0)                                                                  \
             return;                                                                            \
         int64_t mt = (M + MC - 1) / MC, ntl = (N + NC - 1) / NC;                               \
+        size_t per = tg__gemm_ws_bytes(sizeof(T) == 4 ? TG_F32 : TG_F64, 1);                   \
         /* Race-free: tile t owns C[rows of t, cols of t]; see the file comment for order. */  \
         TG_OMP_FOR(nt, M * N * K > TG_PAR_MIN && mt * ntl > 1)                                 \
         for (int64_t t = 0; t < mt * ntl; t++) {                                               \
             int64_t i0 = (t / ntl) * MC, j0 = (t % ntl) * NC;                                  \
             int64_t mc = M - i0 < MC ? M - i0 : MC, nc = N - j0 < NC ? N - j0 : NC;            \
-            tile_##SUF(ta, tb, i0, mc, j0, nc, K, A, lda, B, ldb, C, ldc, acc);                \
+            if (ws) {                                                                          \
+                T *w = (T *)(void *)((char *)ws + (size_t)TG_THREAD_NUM() * per);              \
+                tile_##SUF(ta, tb, i0, mc, j0, nc, K, A, lda, B, ldb, C, ldc, acc, w);         \
+            } else {                                                                           \
+                _Alignas(64) T w[KC * NC + MR * KC + MR * NR];                                 \
+                tile_##SUF(ta, tb, i0, mc, j0, nc, K, A, lda, B, ldb, C, ldc, acc, w);         \
+            }                                                                                  \
         }                                                                                      \
     }
+
+size_t tg__gemm_ws_bytes(tg_dtype dt, int nt)
+{
+    size_t es = tg_dtype_size(dt), nr = dt == TG_F32 ? NR32 : NR64;
+    size_t per = ((KC * NC + MR * KC + MR * nr) * es + 63) / 64 * 64;
+    return per * (size_t)(nt > 0 ? nt : 1);
+}
 
 DEFINE_TILE(float, f32, NR32)
 DEFINE_TILE(double, f64, NR64)

@@ -12,24 +12,69 @@
 
 #include <stdio.h>
 
-/* saved: int64 amap[nb], bmap[nb] - matrix index in a and b for each output batch index. */
+/* aux (builder metadata owned by the node), per output batch o: amap/bmap, the matrix index
+ * of a and b it reads (for their contiguous gradients), and aoff/boff, the element offset of
+ * that matrix in a's and b's data (views: through their strides). */
 typedef struct {
     int64_t nb;              /* output batch count */
     int64_t na, nbm;         /* matrix counts in a and b */
     int64_t M, N, K;
+    bool fa, fb;             /* a / b stored transposed (a view whose last two axes swapped) */
+    int64_t lda, ldb;        /* row stride of a / b as stored */
 } mm_dims;
+
+typedef struct {
+    int64_t *amap, *bmap, *aoff, *boff;
+} mm_maps;
+
+static mm_maps maps(const tg_tensor *y, int64_t nb)
+{
+    int64_t *p = y->aux;
+    return (mm_maps){p, p + nb, p + 2 * nb, p + 3 * nb};
+}
+
+/* How x's last two axes (r, c) are laid out: row-major with row stride *ld (flip false), or
+ * column-major, i.e. x^T stored row-major with row stride *ld (flip true). False if neither
+ * (then x must be made contiguous). */
+static bool mat_layout(const tg_tensor *x, bool *flip, int64_t *ld)
+{
+    int64_t r = x->shape[x->rank - 2], c = x->shape[x->rank - 1];
+    int64_t sr = x->stride[x->rank - 2], sc = x->stride[x->rank - 1];
+    if (c == 1)
+        sc = 1;
+    if (r == 1 && sc != 1)
+        sr = 1;
+    if (sc == 1 && (r == 1 || sr >= c)) {
+        *flip = false;
+        *ld = r == 1 ? c : sr;
+        return true;
+    }
+    if (sr == 1 && sc >= r) {
+        *flip = true;
+        *ld = sc;
+        return true;
+    }
+    return false;
+}
 
 static void dims(const tg_tensor *y, mm_dims *d)
 {
     const tg_tensor *a = y->src[0], *b = y->src[1];
-    bool ta = y->p.matmul.ta, tb = y->p.matmul.tb;
+    bool ta = y->p.matmul.ta;
     d->M = y->shape[y->rank - 2];
     d->N = y->shape[y->rank - 1];
     d->K = ta ? a->shape[a->rank - 2] : a->shape[a->rank - 1];
-    (void)tb;
     d->nb = y->numel / (d->M * d->N);
     d->na = a->numel / (a->shape[a->rank - 2] * a->shape[a->rank - 1]);
     d->nbm = b->numel / (b->shape[b->rank - 2] * b->shape[b->rank - 1]);
+    mat_layout(a, &d->fa, &d->lda);
+    mat_layout(b, &d->fb, &d->ldb);
+}
+
+size_t tg__matmul_ws(const tg_tensor *y, int nt, bool backward)
+{
+    (void)backward;
+    return tg__gemm_ws_bytes(y->dtype, nt);
 }
 
 tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, bool transpose_b)
@@ -60,6 +105,16 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, 
                        tg__shape_str(a, sa, sizeof sa), tg__shape_str(b, sb, sizeof sb));
     shape[rb] = M;
     shape[rb + 1] = N;
+    /* Views are read in place when each matrix is row- or column-major (heads split by
+     * narrow/reshape/permute); any other layout is copied first. */
+    bool f;
+    int64_t ld;
+    for (int i = 0; i < 2; i++)
+        if (!tg__is_contiguous(src[i]) && !mat_layout(src[i], &f, &ld) &&
+            !(src[i] = tg__contiguous(ctx, src[i])))
+            return NULL;
+    a = src[0];
+    b = src[1];
     tg_tensor *y = tg__op_new(ctx, TG_OP_MATMUL, a->dtype, rb + 2, shape, 2, src);
     if (!y)
         return NULL;
@@ -67,9 +122,17 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, 
     y->p.matmul.tb = transpose_b;
     /* Precompute, per output batch, which matrix of a and of b it reads (broadcast map). */
     int64_t nb = y->numel / (M * N);
-    if (!tg__op_save_n(y, nb, 2 * sizeof(int64_t), 0))
+    size_t bytes;
+    if (!tg__bytes(nb, 4 * sizeof(int64_t), &bytes)) {
+        tg__free(ctx, y);
+        return tg__err(ctx, TG_ERR_OVERFLOW, fn, "%lld batches overflow", (long long)nb);
+    }
+    y->aux = tg__alloc_owned(ctx, bytes, fn, y->id + 1);
+    if (!y->aux) {
+        tg__free(ctx, y);
         return NULL;
-    int64_t *amap = y->saved, *bmap = amap + nb;
+    }
+    mm_maps mp = maps(y, nb);
     int64_t ast[TG_MAX_RANK], bst[TG_MAX_RANK];
     /* strides over batch dims only (in matrices), 0 where broadcast */
     tg_tensor ab = *a, bb = *b;
@@ -77,86 +140,96 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, 
     bb.rank = b->rank - 2;
     tg__bcast_strides(&ab, rb, shape, ast);
     tg__bcast_strides(&bb, rb, shape, bst);
+    int oa = rb - ab.rank, ob = rb - bb.rank; /* a's batch axis k is output axis k + oa */
     for (int64_t o = 0; o < nb; o++) {
-        int64_t rem = o, ia = 0, ib = 0;
+        int64_t rem = o, ia = 0, ib = 0, ea = 0, eb = 0;
         for (int d = rb - 1; d >= 0; d--) {
             int64_t idx = rem % shape[d];
             rem /= shape[d];
             ia += idx * ast[d];
             ib += idx * bst[d];
+            if (d >= oa && a->shape[d - oa] > 1)
+                ea += idx * a->stride[d - oa];
+            if (d >= ob && b->shape[d - ob] > 1)
+                eb += idx * b->stride[d - ob];
         }
-        amap[o] = ia;
-        bmap[o] = ib;
+        mp.amap[o] = ia;
+        mp.bmap[o] = ib;
+        mp.aoff[o] = ea;
+        mp.boff[o] = eb;
     }
     return y;
 }
 
+/* In the kernels, a stored-transposed operand flips its GEMM transpose flag: op(a) = ta ? a^T
+ * : a, and a = S^T for the stored matrix S, so op(a) = (ta != fa) ? S^T : S. Gradients are
+ * contiguous row-major buffers of the operand's logical shape. */
 #define DEFINE_MATMUL(T, SUF)                                                                  \
     static void fwd_##SUF(tg_tensor *y)                                                        \
     {                                                                                          \
         const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
-        bool ta = y->p.matmul.ta, tb = y->p.matmul.tb;                                         \
         mm_dims d;                                                                             \
         dims(y, &d);                                                                           \
-        const int64_t *amap = y->saved, *bmap = amap + d.nb;                                   \
+        bool ta = y->p.matmul.ta != d.fa, tb = y->p.matmul.tb != d.fb;                         \
+        mm_maps mp = maps(y, d.nb);                                                            \
         const T *A = a->data, *B = b->data;                                                    \
         T *C = y->data;                                                                        \
-        int64_t lda = a->shape[a->rank - 1], ldb = b->shape[b->rank - 1];                      \
-        int64_t sa = a->shape[a->rank - 2] * lda, sb = b->shape[b->rank - 2] * ldb;            \
         int nt = tg__threads(y->ctx);                                                          \
+        size_t per = tg__gemm_ws_bytes(y->dtype, 1);                                           \
         if (d.nb >= nt && nt > 1) {                                                            \
             /* Race-free: batch o owns C[o]; each GEMM runs on one thread. */                  \
             TG_OMP_FOR(nt, d.nb * d.M * d.N * d.K > TG_PAR_MIN)                                \
             for (int64_t o = 0; o < d.nb; o++)                                                 \
-                tg__gemm_##SUF(1, ta, tb, d.M, d.N, d.K, A + amap[o] * sa, lda,                \
-                               B + bmap[o] * sb, ldb, C + o * d.M * d.N, d.N, false);          \
+                tg__gemm_##SUF(1, ta, tb, d.M, d.N, d.K, A + mp.aoff[o], d.lda,                \
+                               B + mp.boff[o], d.ldb, C + o * d.M * d.N, d.N, false,           \
+                               (char *)y->ws + (size_t)TG_THREAD_NUM() * per);                 \
         } else {                                                                               \
             for (int64_t o = 0; o < d.nb; o++)                                                 \
-                tg__gemm_##SUF(nt, ta, tb, d.M, d.N, d.K, A + amap[o] * sa, lda,               \
-                               B + bmap[o] * sb, ldb, C + o * d.M * d.N, d.N, false);          \
+                tg__gemm_##SUF(nt, ta, tb, d.M, d.N, d.K, A + mp.aoff[o], d.lda,               \
+                               B + mp.boff[o], d.ldb, C + o * d.M * d.N, d.N, false, y->ws);   \
         }                                                                                      \
     }                                                                                          \
     /* dA for matrix ia = sum over output batches o with amap[o] == ia (o ascending). */       \
-    static void grad_a_##SUF(int nt, const tg_tensor *y, const mm_dims *d, int64_t ia)         \
+    static void grad_a_##SUF(int nt, const tg_tensor *y, const mm_dims *d, int64_t ia,         \
+                             void *ws)                                                         \
     {                                                                                          \
         const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
-        bool ta = y->p.matmul.ta, tb = y->p.matmul.tb;                                         \
-        const int64_t *amap = y->saved, *bmap = amap + d->nb;                                  \
-        int64_t lda = a->shape[a->rank - 1], ldb = b->shape[b->rank - 1];                      \
-        int64_t sa = a->shape[a->rank - 2] * lda, sb = b->shape[b->rank - 2] * ldb;            \
+        bool ta = y->p.matmul.ta, tb = y->p.matmul.tb != d->fb;                                \
+        mm_maps mp = maps(y, d->nb);                                                           \
+        int64_t lga = a->shape[a->rank - 1], sa = a->shape[a->rank - 2] * lga;                 \
         T *dA = (T *)a->grad + ia * sa;                                                        \
         const T *G = y->grad, *B = b->data;                                                    \
         for (int64_t o = 0; o < d->nb; o++) {                                                  \
-            if (amap[o] != ia)                                                                 \
+            if (mp.amap[o] != ia)                                                              \
                 continue;                                                                      \
-            const T *Go = G + o * d->M * d->N, *Bo = B + bmap[o] * sb;                         \
+            const T *Go = G + o * d->M * d->N, *Bo = B + mp.boff[o];                           \
             if (!ta) /* dA (M,K) += dC (M,N) . op(B)^T (N,K) */                                \
-                tg__gemm_##SUF(nt, false, !tb, d->M, d->K, d->N, Go, d->N, Bo, ldb, dA, lda,   \
-                               true);                                                          \
+                tg__gemm_##SUF(nt, false, !tb, d->M, d->K, d->N, Go, d->N, Bo, d->ldb, dA,     \
+                               lga, true, ws);                                                 \
             else /* dA (K,M) += op(B) (K,N) . dC^T (N,M) */                                    \
-                tg__gemm_##SUF(nt, tb, true, d->K, d->M, d->N, Bo, ldb, Go, d->N, dA, lda,     \
-                               true);                                                          \
+                tg__gemm_##SUF(nt, tb, true, d->K, d->M, d->N, Bo, d->ldb, Go, d->N, dA, lga,  \
+                               true, ws);                                                      \
         }                                                                                      \
     }                                                                                          \
-    static void grad_b_##SUF(int nt, const tg_tensor *y, const mm_dims *d, int64_t ib)         \
+    static void grad_b_##SUF(int nt, const tg_tensor *y, const mm_dims *d, int64_t ib,         \
+                             void *ws)                                                         \
     {                                                                                          \
         const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
-        bool ta = y->p.matmul.ta, tb = y->p.matmul.tb;                                         \
-        const int64_t *amap = y->saved, *bmap = amap + d->nb;                                  \
-        int64_t lda = a->shape[a->rank - 1], ldb = b->shape[b->rank - 1];                      \
-        int64_t sa = a->shape[a->rank - 2] * lda, sb = b->shape[b->rank - 2] * ldb;            \
+        bool ta = y->p.matmul.ta != d->fa, tb = y->p.matmul.tb;                                \
+        mm_maps mp = maps(y, d->nb);                                                           \
+        int64_t lgb = b->shape[b->rank - 1], sb = b->shape[b->rank - 2] * lgb;                 \
         T *dB = (T *)b->grad + ib * sb;                                                        \
         const T *G = y->grad, *A = a->data;                                                    \
         for (int64_t o = 0; o < d->nb; o++) {                                                  \
-            if (bmap[o] != ib)                                                                 \
+            if (mp.bmap[o] != ib)                                                              \
                 continue;                                                                      \
-            const T *Go = G + o * d->M * d->N, *Ao = A + amap[o] * sa;                         \
+            const T *Go = G + o * d->M * d->N, *Ao = A + mp.aoff[o];                           \
             if (!tb) /* dB (K,N) += op(A)^T (K,M) . dC (M,N) */                                \
-                tg__gemm_##SUF(nt, !ta, false, d->K, d->N, d->M, Ao, lda, Go, d->N, dB, ldb,   \
-                               true);                                                          \
+                tg__gemm_##SUF(nt, !ta, false, d->K, d->N, d->M, Ao, d->lda, Go, d->N, dB,     \
+                               lgb, true, ws);                                                 \
             else /* dB (N,K) += dC^T (N,M) . op(A) (M,K) */                                    \
-                tg__gemm_##SUF(nt, true, ta, d->N, d->K, d->M, Go, d->N, Ao, lda, dB, ldb,     \
-                               true);                                                          \
+                tg__gemm_##SUF(nt, true, ta, d->N, d->K, d->M, Go, d->N, Ao, d->lda, dB, lgb,  \
+                               true, ws);                                                      \
         }                                                                                      \
     }                                                                                          \
     static void bwd_##SUF(tg_tensor *y)                                                        \
@@ -165,15 +238,17 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, 
         dims(y, &d);                                                                           \
         int nt = tg__threads(y->ctx);                                                          \
         int64_t work = d.nb * d.M * d.N * d.K;                                                 \
+        size_t per = tg__gemm_ws_bytes(y->dtype, 1);                                           \
         if (y->src[0]->grad) {                                                                 \
             if (d.na >= nt && nt > 1) {                                                        \
                 /* Race-free: iteration ia owns dA[ia]. */                                     \
                 TG_OMP_FOR(nt, work > TG_PAR_MIN)                                              \
                 for (int64_t ia = 0; ia < d.na; ia++)                                          \
-                    grad_a_##SUF(1, y, &d, ia);                                                \
+                    grad_a_##SUF(1, y, &d, ia,                                                 \
+                                 (char *)y->ws + (size_t)TG_THREAD_NUM() * per);               \
             } else {                                                                           \
                 for (int64_t ia = 0; ia < d.na; ia++)                                          \
-                    grad_a_##SUF(nt, y, &d, ia);                                               \
+                    grad_a_##SUF(nt, y, &d, ia, y->ws);                                        \
             }                                                                                  \
         }                                                                                      \
         if (y->src[1]->grad) {                                                                 \
@@ -181,10 +256,11 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, 
                 /* Race-free: iteration ib owns dB[ib]. */                                     \
                 TG_OMP_FOR(nt, work > TG_PAR_MIN)                                              \
                 for (int64_t ib = 0; ib < d.nbm; ib++)                                         \
-                    grad_b_##SUF(1, y, &d, ib);                                                \
+                    grad_b_##SUF(1, y, &d, ib,                                                 \
+                                 (char *)y->ws + (size_t)TG_THREAD_NUM() * per);               \
             } else {                                                                           \
                 for (int64_t ib = 0; ib < d.nbm; ib++)                                         \
-                    grad_b_##SUF(nt, y, &d, ib);                                               \
+                    grad_b_##SUF(nt, y, &d, ib, y->ws);                                        \
             }                                                                                  \
         }                                                                                      \
     }

@@ -1,10 +1,15 @@
 /*
- * shape.c - permute / transpose, reshape (a view) and narrow (a slice).
+ * shape.c - the layout ops, all views (no data is copied), and `contiguous`, the one copy.
  *
- * permute:  y[i_perm[0], ..., i_perm[r-1]] = x[i_0, ..., i_{r-1}],  y.shape[k] = x.shape[perm[k]]
- *           dx = permute(dy, inverse perm)
- * reshape:  y = x viewed with a new shape (same data);  dx = dy (viewed back)
- * narrow:   y = x[..., start:start+length, ...] along one axis; dx[slice] += dy
+ * permute:    y[i_perm[0], ..., i_perm[r-1]] = x[i_0, ..., i_{r-1}], y.shape[k] = x.shape[perm[k]]
+ *             view: y.stride[k] = x.stride[perm[k]];        dx = permute(dy, inverse perm)
+ * reshape:    y = x with a new shape; a view of a contiguous x (tg__op_new copies a strided x
+ *             first, since reshape does not read strides);   dx = dy (viewed back)
+ * narrow:     y = x[..., start:start+length, ...] along one axis; view: offset += start *
+ *             x.stride[axis];                                 dx[slice] += dy
+ * contiguous: y = x laid out row-major (reads x's strides);   dx += dy
+ * Gradients are always contiguous buffers of their tensor's shape, so the backward rules of
+ * views are the copies the forward no longer makes.
  */
 #include "registry.h"
 
@@ -37,6 +42,11 @@ static tg_tensor *permute_op(tg_ctx *ctx, const char *fn, int op, tg_tensor *x, 
         return NULL;
     for (int i = 0; i < TG_MAX_RANK; i++)
         y->p.permute.perm[i] = i < x->rank ? p[i] : i;
+    y->base = x->base ? x->base : x; /* a view: strides permuted */
+    y->offset = x->offset;
+    for (int i = 0; i < x->rank; i++)
+        y->stride[i] = x->stride[p[i]];
+    tg__bind_leaf_view(y);
     return y;
 }
 
@@ -106,17 +116,7 @@ tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x, int axis0, int axis1)
 DEFINE_PERMUTE(float, f32)
 DEFINE_PERMUTE(double, f64)
 
-void tg__permute_forward(tg_tensor *y)
-{
-    const tg_tensor *x = y->src[0];
-    int nt = tg__threads(y->ctx);
-    if (y->dtype == TG_F32)
-        permute_f32(nt, y->rank, y->shape, y->p.permute.perm, x->shape, x->data, y->data, false,
-                    false);
-    else
-        permute_f64(nt, y->rank, y->shape, y->p.permute.perm, x->shape, x->data, y->data, false,
-                    false);
-}
+void tg__permute_forward(tg_tensor *y) { (void)y; /* view: nothing to compute */ }
 
 /* dx (x's shape) += dy permuted back: dst axis j of x is walked by dy axis k with perm[k]==j */
 void tg__permute_backward(tg_tensor *y)
@@ -177,8 +177,12 @@ tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int rank, const int64_t *shape)
                        tg__shape_str(x, bx, sizeof bx), (long long)x->numel,
                        tg__dims_str(rank, shape, bs, sizeof bs));
     tg_tensor *y = tg__op_new(ctx, TG_OP_RESHAPE, x->dtype, rank, s, 1, &x);
-    if (y)
-        y->data = x->data; /* a view: shares the source buffer */
+    if (y) { /* y->src[0] is contiguous here (a copy of x if x was not) */
+        tg_tensor *c = y->src[0];
+        y->base = c->base ? c->base : c;
+        y->offset = c->offset;
+        tg__bind_leaf_view(y);
+    }
     return y;
 }
 
@@ -229,13 +233,17 @@ tg_tensor *tg_narrow(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t
     if (y) {
         y->p.narrow.axis = a;
         y->p.narrow.start = start;
+        y->base = x->base ? x->base : x; /* a view: same strides, moved start */
+        y->offset = x->offset + start * x->stride[a];
+        memcpy(y->stride, x->stride, sizeof y->stride);
+        tg__bind_leaf_view(y);
     }
     return y;
 }
 
 /* x viewed as (outer, X, inner), y as (outer, len, inner): y[o, l, :] = x[o, start + l, :]. */
 #define DEFINE_NARROW(T, SUF)                                                                  \
-    static void narrow_##SUF(const tg_tensor *y, bool backward)                                \
+    static void narrow_##SUF(const tg_tensor *y)                                               \
     {                                                                                          \
         const tg_tensor *x = y->src[0];                                                        \
         int a = y->p.narrow.axis;                                                              \
@@ -251,33 +259,93 @@ tg_tensor *tg_narrow(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t
         for (int64_t ol = 0; ol < outer * len; ol++) {                                         \
             int64_t o = ol / len, l = ol % len;                                                \
             int64_t xo = (o * X + st + l) * inner, yo = ol * inner;                            \
-            if (!backward) {                                                                   \
-                memcpy((T *)y->data + yo, (const T *)x->data + xo, sizeof(T) * (size_t)inner); \
-            } else {                                                                           \
-                T *dx = (T *)x->grad + xo;                                                     \
-                const T *dy = (const T *)y->grad + yo;                                         \
-                for (int64_t i = 0; i < inner; i++)                                            \
-                    dx[i] += dy[i];                                                            \
-            }                                                                                  \
+            T *dx = (T *)x->grad + xo;                                                         \
+            const T *dy = (const T *)y->grad + yo;                                             \
+            for (int64_t i = 0; i < inner; i++)                                                \
+                dx[i] += dy[i];                                                                \
         }                                                                                      \
     }
 DEFINE_NARROW(float, f32)
 DEFINE_NARROW(double, f64)
 
-void tg__narrow_forward(tg_tensor *y)
-{
-    if (y->dtype == TG_F32)
-        narrow_f32(y, false);
-    else
-        narrow_f64(y, false);
-}
+void tg__narrow_forward(tg_tensor *y) { (void)y; /* view: nothing to compute */ }
 
 void tg__narrow_backward(tg_tensor *y)
 {
     if (!y->src[0]->grad)
         return;
     if (y->dtype == TG_F32)
-        narrow_f32(y, true);
+        narrow_f32(y);
     else
-        narrow_f64(y, true);
+        narrow_f64(y);
+}
+
+/* A view of a leaf reads the leaf's own buffer: readable at once, with no graph. */
+void tg__bind_leaf_view(tg_tensor *y)
+{
+    if (y->base->op == TG_OP_NONE)
+        y->data = (char *)y->base->data + y->offset * (int64_t)tg_dtype_size(y->dtype);
+}
+
+/* ---- contiguous ------------------------------------------------------------------------- */
+tg_tensor *tg__contiguous(tg_ctx *ctx, tg_tensor *x)
+{
+    tg_tensor *y = tg__op_new(ctx, TG_OP_CONTIGUOUS, x->dtype, x->rank, x->shape, 1, &x);
+    return y;
+}
+
+tg_tensor *tg_contiguous(tg_ctx *ctx, tg_tensor *x)
+{
+    if (!tg__check_srcs(ctx, "tg_contiguous", 1, &x))
+        return NULL;
+    return tg__contiguous(ctx, x);
+}
+
+/* y (row-major) = x read through its strides; one row of y per iteration. */
+#define DEFINE_GATHER(T, SUF)                                                                  \
+    static void gather_##SUF(int nt, const tg_tensor *x, T *y)                                 \
+    {                                                                                          \
+        int r = x->rank;                                                                       \
+        int64_t L = r ? x->shape[r - 1] : 1, rows = x->numel / L, sl = r ? x->stride[r - 1] : 1; \
+        const T *src = x->data;                                                                \
+        TG_OMP_FOR(nt, x->numel > TG_PAR_MIN)                                                  \
+        for (int64_t row = 0; row < rows; row++) {                                             \
+            int64_t rem = row, so = 0;                                                         \
+            for (int d = r - 2; d >= 0; d--) {                                                 \
+                so += (rem % x->shape[d]) * x->stride[d];                                      \
+                rem /= x->shape[d];                                                            \
+            }                                                                                  \
+            T *dr = y + row * L;                                                               \
+            for (int64_t j = 0; j < L; j++)                                                    \
+                dr[j] = src[so + j * sl];                                                      \
+        }                                                                                      \
+    }                                                                                          \
+    static void add_into_##SUF(int nt, int64_t n, const T *dy, T *dx)                          \
+    {                                                                                          \
+        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
+        for (int64_t i = 0; i < n; i++)                                                        \
+            dx[i] += dy[i];                                                                    \
+    }
+DEFINE_GATHER(float, f32)
+DEFINE_GATHER(double, f64)
+
+void tg__contiguous_forward(tg_tensor *y)
+{
+    int nt = tg__threads(y->ctx);
+    if (y->dtype == TG_F32)
+        gather_f32(nt, y->src[0], y->data);
+    else
+        gather_f64(nt, y->src[0], y->data);
+}
+
+void tg__contiguous_backward(tg_tensor *y)
+{
+    tg_tensor *x = y->src[0];
+    if (!x->grad)
+        return;
+    int nt = tg__threads(y->ctx);
+    if (y->dtype == TG_F32)
+        add_into_f32(nt, y->numel, y->grad, x->grad);
+    else
+        add_into_f64(nt, y->numel, y->grad, x->grad);
 }

@@ -1038,6 +1038,7 @@ static drop_fix drop_setup(tg_dtype dt, int nt, double p)
     f.x = tu_input(f.ctx, dt, 1, (const int64_t[]){100000}, "x", 1, 2);
     f.y = tg_dropout(f.ctx, f.x, p);
     f.loss = tg_sum_all(f.ctx, f.y);
+    tg_keep(f.y); /* read by the tests */
     f.g = tg_graph_new(f.ctx, &f.loss, 1);
     ck_assert_msg(f.g != NULL, "%s", tg_ctx_message(f.ctx));
     return f;

@@ -106,6 +106,16 @@ static tg_tensor *rs_scalar(tg_ctx *ctx, tg_dtype dt)
 {
     return tg_reshape(ctx, IN("x", 1, 1), 0, NULL);
 }
+/* contiguous: copies of views (permuted, narrowed) and of a contiguous tensor */
+static tg_tensor *ct_perm(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_contiguous(ctx, tg_permute(ctx, IN("x", 2, 3, 4), (const int[]){1, 2, 0}));
+}
+static tg_tensor *ct_narrow(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_contiguous(ctx, tg_narrow(ctx, IN("x", 3, 5, 2), 1, 1, 3));
+}
+static tg_tensor *ct_plain(tg_ctx *ctx, tg_dtype dt) { return tg_contiguous(ctx, IN("x", 4)); }
 static tg_tensor *nw_rows(tg_ctx *ctx, tg_dtype dt) { return tg_narrow(ctx, IN("x", 5, 3), 0, 1, 3); }
 static tg_tensor *nw_mid(tg_ctx *ctx, tg_dtype dt) { return tg_narrow(ctx, IN("x", 2, 6, 2), 1, 4, 2); }
 static tg_tensor *nw_one(tg_ctx *ctx, tg_dtype dt) { return tg_narrow(ctx, IN("x", 3), -1, 0, 1); }
@@ -434,6 +444,9 @@ const tg_opcase tg_opcases[] = {
     {"permute", "3d", "x (2, 3, 4) (2, 0, 1)", pm_3d},
     {"permute", "heads", "x (2, 5, 3, 2) (0, 2, 1, 3)", pm_heads},
     {"permute", "1d", "x (5) (0)", pm_1d},
+    {"contiguous", "permuted", "x (2, 3, 4) permuted (1, 2, 0)", ct_perm},
+    {"contiguous", "narrowed", "x (3, 5, 2) narrowed on axis 1 [1, 4)", ct_narrow},
+    {"contiguous", "plain", "x (4)", ct_plain},
     {"reshape", "infer", "x (2, 6) -> (3, -1)", rs_infer},
     {"reshape", "split", "x (24) -> (2, 3, 4)", rs_split},
     {"reshape", "scalar", "x (1, 1) -> ()", rs_scalar},

@@ -85,6 +85,11 @@ struct tg_tensor {
 /* ----- allocation: every byte goes through the context allocator and is freed with it ---- */
 /* Zeroed, 64-byte aligned, owned by ctx. Records TG_ERR_NOMEM (naming fn) and returns NULL. */
 void *tg__alloc(tg_ctx *ctx, size_t size, const char *fn);
+/* tg__alloc for a block that belongs to an object other than the newest: owner is
+ * TG__OWNER_CTX (the context's own arrays: never released by tg_ctx_rewind) or a tensor's
+ * id + 1 (released by a rewind only if that tensor was made after the mark). */
+#define TG__OWNER_CTX UINT64_MAX
+void *tg__alloc_owned(tg_ctx *ctx, size_t size, const char *fn, uint64_t owner);
 /* Free one block early (optional; everything is freed by tg_ctx_free anyway). */
 void tg__free(tg_ctx *ctx, void *p);
 
@@ -166,11 +171,18 @@ bool tg__check_srcs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src);
  * Returns NULL (error recorded) on failure. */
 tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t *shape,
                       int n_src, tg_tensor *const *src);
-/* Allocate y->saved (bytes, zeroed). On failure records NOMEM, frees y (and its buffer) and
- * returns false: the builder must return NULL without touching y again. */
+/* Declare that forward saves `bytes` for backward in y->saved (placed by the planner, bound
+ * at run; NOT zeroed: forward writes every byte backward reads). Returns true. */
 bool tg__op_save(tg_tensor *y, size_t bytes);
-/* tg__op_save of n * es + extra bytes, overflow-checked (TG_ERR_OVERFLOW, y freed). */
+/* tg__op_save of n * es + extra bytes, overflow-checked (TG_ERR_OVERFLOW recorded and y
+ * freed: the builder must return NULL without touching y again). */
 bool tg__op_save_n(tg_tensor *y, int64_t n, size_t es, size_t extra);
+/* A view y of a leaf: point y->data into the leaf's buffer now (ops/shape.c). */
+void tg__bind_leaf_view(tg_tensor *y);
+/* A contiguous copy of x (op "contiguous"; ops/shape.c). NULL on error (recorded). */
+tg_tensor *tg__contiguous(tg_ctx *ctx, tg_tensor *x);
+/* Element index in t->data of logical (row-major) element `flat` (strides of a view). */
+int64_t tg__elem(const tg_tensor *t, int64_t flat);
 /* Row-major strides (elements) of shape; entries past rank are 1. */
 void tg__contiguous_strides(int rank, const int64_t *shape, int64_t *stride);
 /* True if t's elements are laid out row-major without gaps (size-1 dims ignored). */
@@ -218,9 +230,20 @@ int tg__threads(const tg_ctx *ctx);
  * strides of A, B, C as stored. Each C element is accumulated over k in increasing order by one
  * thread, so results do not depend on nt. */
 void tg__gemm_f32(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
-                  int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool acc);
+                  int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool acc,
+                  void *ws);
 void tg__gemm_f64(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double *A,
-                  int64_t lda, const double *B, int64_t ldb, double *C, int64_t ldc, bool acc);
+                  int64_t lda, const double *B, int64_t ldb, double *C, int64_t ldc, bool acc,
+                  void *ws);
+/* Workspace (packing buffers) for GEMMs on nt threads: ws above must hold this many bytes
+ * (thread t of the GEMM's region uses slice t), or be NULL (packing on the thread's stack). */
+size_t tg__gemm_ws_bytes(tg_dtype dt, int nt);
+/* Index of the calling thread in the innermost parallel region (0 outside one). */
+#ifdef TG_HAVE_OPENMP
+#define TG_THREAD_NUM() omp_get_thread_num()
+#else
+#define TG_THREAD_NUM() 0
+#endif
 
 /* ----- context record (for src/ files that need it) ---------------------------------------- */
 struct tg_block; /* allocation list node */
@@ -239,6 +262,15 @@ struct tg_ctx {
     uint64_t mark_epoch;
     tg_tensor **params;      /* every parameter, in creation order */
     int64_t n_params, cap_params;
+    uint64_t alloc_seq;      /* allocations made so far (tg_ctx_mark) */
+    tg_graph *graphs;        /* live graphs, newest first (tg_ctx_rewind frees newer ones) */
+    int run_threads;         /* > 0 while a graph runs: tg__threads caps at this */
+    tg_status kernel_status; /* a custom op's callback failed in the running kernel */
 };
+
+/* Allocation number at which a graph was created, and freeing one during a rewind
+ * (src/graph/order.c). */
+uint64_t tg__graph_seq(const tg_graph *g);
+void tg__graph_forget(tg_graph *g);
 
 #endif /* TG_CORE_H */

@@ -7,15 +7,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Every allocation carries this header; the context keeps a doubly linked list so that
- * tg_ctx_free releases everything and tg__free can release one block early. The header is 64
- * bytes so the payload keeps the allocator's alignment plus cache-line alignment when the
- * allocator gives 64 (malloc gives 16, enough for double). */
+/* Every allocation carries this header; the context keeps a doubly linked list (newest first)
+ * so that tg_ctx_free releases everything, tg__free one block early, and tg_ctx_rewind the
+ * blocks made after a mark. The payload is 64-byte aligned: the header sits just below it and
+ * records where the allocator's block really starts. */
 typedef struct tg_block {
     struct tg_block *prev, *next;
-    size_t size;
-    char pad_[64 - 2 * sizeof(void *) - sizeof(size_t)];
+    size_t size;             /* payload bytes */
+    void *raw;               /* what the allocator returned */
+    uint64_t seq;            /* allocation number (tg_ctx.alloc_seq) */
+    uint64_t owner;          /* 0: none; TG__OWNER_CTX: the context; else a tensor's id + 1 */
+    char pad_[64 - 3 * sizeof(void *) - sizeof(size_t) - 2 * sizeof(uint64_t)];
 } tg_block;
+_Static_assert(sizeof(tg_block) == 64, "block header is one cache line");
 
 static void *default_alloc(void *user, size_t size)
 {
@@ -92,18 +96,23 @@ void tg_ctx_free(tg_ctx *ctx)
     if (!ctx)
         return;
     tg_block *b = ctx->blocks;
+    tg_allocator al = ctx->al;
     while (b) {
         tg_block *next = b->next;
-        ctx->al.free(ctx->al.user, b);
+        al.free(al.user, b->raw);
         b = next;
     }
-    tg_allocator al = ctx->al;
     al.free(al.user, ctx);
 }
 
 void *tg__alloc(tg_ctx *ctx, size_t size, const char *fn)
 {
-    if (size > SIZE_MAX - sizeof(tg_block)) {
+    return tg__alloc_owned(ctx, size, fn, 0);
+}
+
+void *tg__alloc_owned(tg_ctx *ctx, size_t size, const char *fn, uint64_t owner)
+{
+    if (size > SIZE_MAX - sizeof(tg_block) - 64) {
         tg__err(ctx, TG_ERR_NOMEM, fn, "allocation of %zu bytes is too large", size);
         return NULL;
     }
@@ -113,11 +122,16 @@ void *tg__alloc(tg_ctx *ctx, size_t size, const char *fn)
                 size, ctx->mem_limit, ctx->bytes);
         return NULL;
     }
-    tg_block *b = ctx->al.alloc(ctx->al.user, sizeof(tg_block) + size);
-    if (!b) {
+    void *raw = ctx->al.alloc(ctx->al.user, sizeof(tg_block) + 63 + size);
+    if (!raw) {
         tg__err(ctx, TG_ERR_NOMEM, fn, "out of memory allocating %zu bytes", size);
         return NULL;
     }
+    uintptr_t pay = ((uintptr_t)raw + sizeof(tg_block) + 63) & ~(uintptr_t)63;
+    tg_block *b = (tg_block *)pay - 1;
+    b->raw = raw;
+    b->seq = ctx->alloc_seq++;
+    b->owner = owner;
     b->prev = NULL;
     b->next = ctx->blocks;
     b->size = size;
@@ -142,7 +156,46 @@ void tg__free(tg_ctx *ctx, void *p)
     if (b->next)
         b->next->prev = b->prev;
     ctx->bytes -= b->size;
-    ctx->al.free(ctx->al.user, b);
+    ctx->al.free(ctx->al.user, b->raw);
+}
+
+/* ----- marks: give back everything made after a point ------------------------------------- */
+tg_mark tg_ctx_mark(tg_ctx *ctx)
+{
+    tg_mark m = {0, 0, 0};
+    if (!ctx)
+        return m;
+    m.alloc_seq_ = ctx->alloc_seq;
+    m.tensor_id_ = ctx->next_id;
+    m.n_params_ = ctx->n_params;
+    return m;
+}
+
+tg_status tg_ctx_rewind(tg_ctx *ctx, tg_mark mark)
+{
+    if (!ctx)
+        return TG_ERR_ARG;
+    if (mark.alloc_seq_ > ctx->alloc_seq || mark.tensor_id_ > ctx->next_id ||
+        mark.n_params_ > ctx->n_params) {
+        tg__run_err(ctx, TG_ERR_ARG, "tg_ctx_rewind",
+                    "the mark is not from this context, or was already rewound past");
+        return TG_ERR_ARG;
+    }
+    /* Graphs made after the mark first (they unbind the tensors they ran). */
+    while (ctx->graphs && tg__graph_seq(ctx->graphs) >= mark.alloc_seq_)
+        tg__graph_forget(ctx->graphs);
+    ctx->n_params = mark.n_params_;
+    tg_block *b = ctx->blocks;
+    while (b && b->seq >= mark.alloc_seq_) {
+        tg_block *next = b->next;
+        /* kept: the context's own arrays, and what belongs to a tensor made before the mark
+           (a parameter's gradient allocated by a later graph) */
+        bool keep = b->owner == TG__OWNER_CTX || (b->owner != 0 && b->owner - 1 < mark.tensor_id_);
+        if (!keep)
+            tg__free(ctx, b + 1);
+        b = next;
+    }
+    return TG_OK;
 }
 
 size_t tg_ctx_bytes(const tg_ctx *ctx) { return ctx ? ctx->bytes : 0; }
@@ -218,7 +271,12 @@ void tg_ctx_set_threads(tg_ctx *ctx, int n)
 
 int tg_ctx_threads(const tg_ctx *ctx) { return ctx ? ctx->n_threads : 1; }
 
-int tg__threads(const tg_ctx *ctx) { return ctx->n_threads > 0 ? ctx->n_threads : 1; }
+int tg__threads(const tg_ctx *ctx)
+{
+    int n = ctx->n_threads > 0 ? ctx->n_threads : 1;
+    /* while a graph runs, at most the thread count its workspace was planned for */
+    return ctx->run_threads > 0 && n > ctx->run_threads ? ctx->run_threads : n;
+}
 
 void tg_ctx_set_training(tg_ctx *ctx, bool training)
 {

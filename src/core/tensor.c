@@ -146,7 +146,7 @@ tg_tensor *tg_param(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, co
         return NULL;
     if (ctx->n_params == ctx->cap_params) {
         int64_t nc = ctx->cap_params ? 2 * ctx->cap_params : 32;
-        tg_tensor **np = tg__alloc(ctx, sizeof *np * (size_t)nc, "tg_param");
+        tg_tensor **np = tg__alloc_owned(ctx, sizeof *np * (size_t)nc, "tg_param", TG__OWNER_CTX);
         if (!np) {
             tg__free(ctx, t->data);
             tg__free(ctx, t);
@@ -192,55 +192,61 @@ tg_tensor *tg_const(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, co
 tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t *shape,
                       int n_src, tg_tensor *const *src)
 {
+    const tg_op_def *def = &tg__op_table[op];
     char name[TG_NAME_MAX];
-    snprintf(name, sizeof name, "%s%llu", tg__op_table[op].name,
-             (unsigned long long)ctx->next_id);
+    snprintf(name, sizeof name, "%s%llu", def->name, (unsigned long long)ctx->next_id);
     char fn[64]; /* errors name the builder, e.g. "tg_matmul" */
-    snprintf(fn, sizeof fn, "tg_%s", tg__op_table[op].name);
+    snprintf(fn, sizeof fn, "tg_%s", def->name);
     if (tg__build_failed(ctx))
         return NULL; /* a build error is pending: record nothing more, allocate nothing */
-    /* reshape is a view: no buffer of its own */
-    tg_tensor *t = tensor_new(ctx, fn, TG_KIND_OP, dt, rank, shape, name, op != TG_OP_RESHAPE);
+    /* A kernel that does not read strides gets contiguous sources: copy views first. */
+    tg_tensor *s2[TG_MAX_SRC];
+    for (int i = 0; i < n_src; i++) {
+        s2[i] = src[i];
+        if (src[i] && !(def->flags & TG_OPF_STRIDED) && !tg__is_contiguous(src[i])) {
+            s2[i] = tg__contiguous(ctx, src[i]);
+            if (!s2[i])
+                return NULL;
+        }
+    }
+    /* The output buffer belongs to the graph that runs the node (planned, bound at run). */
+    tg_tensor *t = tensor_new(ctx, fn, TG_KIND_OP, dt, rank, shape, name, false);
     if (!t)
         return NULL;
     t->auto_name = true;
     t->op = op;
-    t->def = &tg__op_table[op];
+    t->def = def;
     t->n_src = n_src;
     for (int i = 0; i < n_src; i++) {
-        t->src[i] = src[i];
-        if (src[i] && src[i]->requires_grad)
-            t->requires_grad = true;
+        t->src[i] = s2[i];
+        if (s2[i]) {
+            s2[i]->consumed = true;
+            if (s2[i]->requires_grad)
+                t->requires_grad = true;
+        }
     }
     return t;
 }
 
 bool tg__op_save(tg_tensor *y, size_t bytes)
 {
-    char fn[64];
-    snprintf(fn, sizeof fn, "tg_%s", tg__op_table[y->op].name);
-    y->saved = tg__alloc(y->ctx, bytes, fn);
-    y->saved_bytes = y->saved ? bytes : 0;
-    if (!y->saved) { /* the builder returns NULL: give back the half-made result */
-        if (y->op != TG_OP_RESHAPE)
-            tg__free(y->ctx, y->data);
-        tg__free(y->ctx, y);
-        return false;
-    }
+    /* Declared here, placed by the planner, bound by the graph at run time. */
+    y->saved_bytes = bytes;
     return true;
 }
 
 bool tg__op_save_n(tg_tensor *y, int64_t n, size_t es, size_t extra)
 {
     size_t bytes;
-    if (!tg__bytes(n, es, &bytes) || bytes > SIZE_MAX - extra) {
+    if (!tg__bytes(n, es, &bytes) || bytes > SIZE_MAX - extra ||
+        bytes + extra > (size_t)TG__MAX_NUMEL) {
         char b[160], fn[64];
-        snprintf(fn, sizeof fn, "tg_%s", tg__op_table[y->op].name);
+        snprintf(fn, sizeof fn, "tg_%s", y->def->name);
         tg__err(y->ctx, TG_ERR_OVERFLOW, fn,
-                "values saved for backward of %s: %lld x %zu bytes overflow size_t",
+                "values saved for backward of %s: %lld x %zu bytes overflow",
                 tg__shape_str(y, b, sizeof b), (long long)n, es);
-        bytes = SIZE_MAX; /* unreachable size: tg__op_save fails and frees y */
-        extra = 0;
+        tg__free(y->ctx, y);
+        return false;
     }
     return tg__op_save(y, bytes + extra);
 }
@@ -428,6 +434,19 @@ tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)
     return TG_ERR_ARG;
 }
 
+static double load(const void *p, tg_dtype dt, int64_t i)
+{
+    return dt == TG_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+}
+
+static void store(void *p, tg_dtype dt, int64_t i, double v)
+{
+    if (dt == TG_F32)
+        ((float *)p)[i] = (float)v;
+    else
+        ((double *)p)[i] = v;
+}
+
 static void convert(void *dst, tg_dtype ddt, const void *src, tg_dtype sdt, size_t n)
 {
     if (ddt == sdt) {
@@ -497,6 +516,16 @@ tg_status tg_tensor_get_data(const tg_tensor *t, void *dst, tg_dtype dst_dtype, 
     tg_status s = copy_out_ok(t, dst, dst_dtype, n, "tg_tensor_get_data");
     if (s != TG_OK)
         return s;
+    if (!t->data) {
+        tg__run_err(t->ctx, TG_ERR_STATE, "tg_tensor_get_data",
+                    "'%s' has no data (an op result not computed by a live graph)", t->name);
+        return TG_ERR_STATE;
+    }
+    if (!tg__is_contiguous(t)) { /* a strided view: element by element */
+        for (size_t i = 0; i < n; i++)
+            store(dst, dst_dtype, (int64_t)i, load(t->data, t->dtype, tg__elem(t, (int64_t)i)));
+        return TG_OK;
+    }
     convert(dst, dst_dtype, t->data, t->dtype, n);
     return TG_OK;
 }
@@ -531,31 +560,30 @@ tg_status tg_tensor_copy(tg_tensor *dst, const tg_tensor *src)
     return tg_tensor_set_data(dst, src->data, src->dtype, (size_t)src->numel);
 }
 
-static double load(const void *p, tg_dtype dt, int64_t i)
+int64_t tg__elem(const tg_tensor *t, int64_t flat)
 {
-    return dt == TG_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
-}
-
-static void store(void *p, tg_dtype dt, int64_t i, double v)
-{
-    if (dt == TG_F32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
+    if (!t->base)
+        return flat;
+    int64_t off = 0; /* a view: walk the strides (offset is already in t->data) */
+    for (int i = t->rank - 1; i >= 0; i--) {
+        off += (flat % t->shape[i]) * t->stride[i];
+        flat /= t->shape[i];
+    }
+    return off;
 }
 
 double tg_get(const tg_tensor *t, int64_t flat)
 {
     if (!t || flat < 0 || flat >= t->numel || !t->data)
         return NAN;
-    return load(t->data, t->dtype, flat);
+    return load(t->data, t->dtype, tg__elem(t, flat));
 }
 
 void tg_set(tg_tensor *t, int64_t flat, double v)
 {
     if (!t || flat < 0 || flat >= t->numel || !t->data)
         return;
-    store(t->data, t->dtype, flat, v);
+    store(t->data, t->dtype, tg__elem(t, flat), v);
 }
 
 double tg_grad_get(const tg_tensor *t, int64_t flat)

@@ -105,6 +105,19 @@ static void consider(tg_gradcheck_report *rep, const tg_gradcheck_opts *o, const
     rep->n_checked++;
 }
 
+/* Put back the data, gradient and saved pointers op results had before gradcheck ran. */
+static void restore_bindings(tg_graph *g, void **bind)
+{
+    for (int64_t i = 0; i < tg_graph_size(g); i++) {
+        tg_tensor *t = tg_graph_node(g, i);
+        if (t->op == TG_OP_NONE)
+            continue;
+        t->data = bind[3 * i];
+        t->grad = bind[3 * i + 1];
+        t->saved = bind[3 * i + 2];
+    }
+}
+
 tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
                        tg_gradcheck_report *report)
 {
@@ -139,12 +152,31 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
         tg_graph_free(st.g);
         return TG_ERR_NOGRAD;
     }
+    /* The caller's graphs own the op results' buffers: remember where each node's data,
+     * gradient and saved values point now, and put that back at the end (no trace). */
+    int64_t nn = tg_graph_size(st.g);
+    size_t bind_bytes;
+    void **bind = tg__mul_size((size_t)nn, 3 * sizeof(void *), &bind_bytes)
+                      ? tg__alloc(ctx, bind_bytes, fn)
+                      : NULL;
+    if (!bind) {
+        tg_graph_free(st.g);
+        return ctx->status;
+    }
+    for (int64_t i = 0; i < nn; i++) {
+        tg_tensor *t = tg_graph_node(st.g, i);
+        bind[3 * i] = t->data;
+        bind[3 * i + 1] = t->grad;
+        bind[3 * i + 2] = t->saved;
+    }
     /* A forward run that fails a data check (e.g. a token id out of range) is an error; the
      * runs below ignore statuses, so check once here (leaves are not perturbed yet). */
     tg_status fs = tg_graph_forward(st.g);
     tg_rng_set_state(ctx, st.rng0);
     if (fs != TG_OK) {
+        restore_bindings(st.g, bind);
         tg_graph_free(st.g);
+        tg__free(ctx, bind);
         return fs;
     }
     st.r = tg_const(ctx, y->dtype, y->rank, y->shape, "gradcheck.r");
@@ -169,7 +201,9 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
                 tg__free(ctx, tmp[k]);
             }
         }
+        restore_bindings(st.g, bind);
         tg_graph_free(st.g);
+        tg__free(ctx, bind);
         return ctx->status;
     }
     double *saved_grad = saved + total, *analytic = saved + 2 * total;
@@ -299,8 +333,6 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
         off += t->numel;
     }
     tg_rng_set_state(ctx, st.rng0);
-    tg_graph_forward(st.g);
-    tg_rng_set_state(ctx, st.rng0);
 
     char msg[1024];
     snprintf(msg, sizeof msg,
@@ -321,6 +353,8 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
     tg__free(ctx, st.r);
     tg__free(ctx, zero->data);
     tg__free(ctx, zero);
-    tg_graph_free(st.g);
+    restore_bindings(st.g, bind);
+    tg_graph_free(st.g); /* (after restoring: its unbinding must not touch the caller's) */
+    tg__free(ctx, bind);
     return report->passed ? TG_OK : TG_ERR_GRADCHECK;
 }

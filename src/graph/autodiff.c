@@ -1,0 +1,237 @@
+/*
+ * autodiff.c - layer 3: reverse-mode autodiff over a planned graph.
+ *
+ * A call zeroes each gradient buffer when it becomes live (outputs' and kept tensors' at the
+ * start, others just before the backward rule of their last consumer runs), seeds the outputs
+ * (1, or the caller's upstream gradient), then runs, in reverse topological order, the rules of
+ * the nodes a seeded output depends on; each rule adds (+=) into its sources' gradients.
+ * Leaves receive this call's gradient in a planned buffer that is added to their accumulated
+ * one at the end (PyTorch's grad += new_grad: two identical calls give exactly 2x).
+ */
+#include "graph_internal.h"
+
+#include <stdio.h>
+
+/* Is t one of g's nodes? (topo is scratch shared by graphs, so confirm identity.) */
+static bool in_graph(const tg_graph *g, const tg_tensor *t)
+{
+    return t->topo >= 0 && t->topo < g->n && g->nodes[t->topo] == t;
+}
+
+static void refresh_topo(tg_graph *g)
+{
+    for (int64_t i = 0; i < g->n; i++)
+        g->nodes[i]->topo = i;
+}
+
+static void zero(void *p, const tg_tensor *t)
+{
+    if (p)
+        memset(p, 0, (size_t)t->numel * tg_dtype_size(t->dtype));
+}
+
+tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
+                                  const tg_tensor *const *dys)
+{
+    static const char *fn = "tg_graph_backward";
+    if (!g)
+        return TG_ERR_ARG;
+    tg_ctx *ctx = g->ctx;
+    tg__begin(ctx);
+    if (n < 1 || !ys) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "need at least one output to start from (got %d%s)",
+                    n, ys ? "" : ", outputs NULL");
+        return TG_ERR_ARG;
+    }
+    if (g->no_grad) {
+        tg__run_err(ctx, TG_ERR_STATE, fn,
+                    "the graph was built with no_grad (inference only): it has no gradients");
+        return TG_ERR_STATE;
+    }
+    if (!g->forwarded) {
+        tg__run_err(ctx, TG_ERR_STATE, fn,
+                    g->fwd_failed ? "the last tg_graph_forward failed; run it successfully "
+                                    "before backward"
+                                  : "run tg_graph_forward before backward");
+        return TG_ERR_STATE;
+    }
+    refresh_topo(g);
+    for (int k = 0; k < n; k++) {
+        tg_tensor *y = ys[k];
+        const tg_tensor *dy = dys ? dys[k] : NULL;
+        if (!y || !in_graph(g, y)) {
+            tg__run_err(ctx, TG_ERR_ARG, fn, "output %d is not a tensor of this graph", k);
+            return TG_ERR_ARG;
+        }
+        if (!y->requires_grad) {
+            tg__run_err(ctx, TG_ERR_NOGRAD, fn,
+                    "'%s' does not depend on any parameter or input that requires grad", y->name);
+            return TG_ERR_NOGRAD;
+        }
+        if (!g->persist[y->topo]) {
+            tg__run_err(ctx, TG_ERR_ARG, fn,
+                    "'%s' is not an output of the graph and was not kept (tg_keep "
+                    "before tg_graph_new): backward starts only from those", y->name);
+            return TG_ERR_ARG;
+        }
+        char b1[128], b2[128];
+        if (!dy && y->numel != 1) {
+            tg__run_err(ctx, TG_ERR_SHAPE, fn,
+                    "'%s' %s is not a scalar: pass an upstream gradient of that shape", y->name,
+                    tg__shape_str(y, b1, sizeof b1));
+            return TG_ERR_SHAPE;
+        }
+        if (dy && (dy->numel != y->numel || dy->rank != y->rank ||
+                   memcmp(dy->shape, y->shape, sizeof y->shape) != 0)) {
+            tg__run_err(ctx, TG_ERR_SHAPE, fn, "upstream gradient '%s' is %s but '%s' is %s",
+                    dy->name, tg__shape_str(dy, b1, sizeof b1), y->name,
+                    tg__shape_str(y, b2, sizeof b2));
+            return TG_ERR_SHAPE;
+        }
+        if (dy && dy->ctx != ctx) {
+            tg__run_err(ctx, TG_ERR_ARG, fn, "upstream gradient '%s' belongs to another context",
+                        dy->name);
+            return TG_ERR_ARG;
+        }
+        if (dy && dy->dtype != y->dtype) {
+            tg__run_err(ctx, TG_ERR_DTYPE, fn, "upstream gradient is %s but '%s' is %s",
+                    tg_dtype_str(dy->dtype), y->name, tg_dtype_str(y->dtype));
+            return TG_ERR_DTYPE;
+        }
+        if (dy && !dy->data) {
+            tg__run_err(ctx, TG_ERR_STATE, fn, "upstream gradient '%s' has no data (an op "
+                        "result that no graph has computed)", dy->name);
+            return TG_ERR_STATE;
+        }
+    }
+    if (g->anomaly)
+        memset(&g->report, 0, sizeof g->report);
+    for (int64_t l = 0; l < g->n_leaves; l++)
+        g->own[l] = g->leaves[l]->grad;
+    tg__bind(g, true);
+    int64_t begin = g->n; /* step at which backward begins */
+    for (int64_t i = 0; i < g->n; i++) { /* gradients live from the start */
+        int64_t b = g->nodes[i]->op == TG_OP_NONE ? -1 : g->grad_buf[i];
+        if (b >= 0 && g->bufs[b].start == begin)
+            zero(tg__buf_ptr(g, b), g->nodes[i]);
+    }
+    for (int64_t l = 0; l < g->n_leaves; l++)
+        if (g->bufs[g->fresh_buf[l]].start == begin)
+            zero(g->leaves[l]->grad, g->leaves[l]);
+    for (int k = 0; k < n; k++) {
+        tg_tensor *y = ys[k];
+        const tg_tensor *dy = dys ? dys[k] : NULL;
+        if (dy && !tg__is_contiguous(dy)) { /* a view as upstream gradient: walk its strides */
+            for (int64_t i = 0; i < y->numel; i++) {
+                double v = tg_get(dy, i);
+                if (y->dtype == TG_F32)
+                    ((float *)y->grad)[i] += (float)v;
+                else
+                    ((double *)y->grad)[i] += v;
+            }
+        } else if (y->dtype == TG_F32) {
+            float *gp = y->grad;
+            for (int64_t i = 0; i < y->numel; i++)
+                gp[i] += dy ? ((const float *)dy->data)[i] : 1.0f;
+        } else {
+            double *gp = y->grad;
+            for (int64_t i = 0; i < y->numel; i++)
+                gp[i] += dy ? ((const double *)dy->data)[i] : 1.0;
+        }
+    }
+    tg_status st = TG_OK;
+    for (int k = 0; g->anomaly && st == TG_OK && k < n; k++) { /* the seeds */
+        double v;
+        int64_t i = tg__first_bad(ys[k]->grad, ys[k]->dtype, ys[k]->numel, false, &v);
+        if (i >= 0)
+            st = tg__anomaly(g, TG_ANOMALY_BACKWARD, ys[k], NULL, "upstream", i, v);
+    }
+    /* Only nodes that a seeded output depends on can receive a non-zero gradient: mark them
+     * (reverse order: a node is needed if a needed op reads it) and run just their rules. */
+    memset(g->needed, 0, (size_t)g->n);
+    for (int k = 0; k < n; k++)
+        g->needed[ys[k]->topo] = 1;
+    for (int64_t i = g->n - 1; i >= 0 && st == TG_OK; i--) {
+        tg_tensor *t = g->nodes[i];
+        int64_t step = tg__bwd_step(g, i);
+        if (t->op != TG_OP_NONE && t->requires_grad && step != begin) {
+            for (int k = 0; k < t->n_src; k++) { /* sources whose gradient starts here */
+                tg_tensor *s = t->src[k];
+                if (!s || !s->requires_grad || !s->grad)
+                    continue;
+                bool dup = false;
+                for (int j = 0; j < k; j++)
+                    dup = dup || t->src[j] == s;
+                int64_t b = s->op == TG_OP_NONE ? -1 : g->grad_buf[s->topo];
+                int64_t start = b >= 0 ? g->bufs[b].start : -1;
+                if (s->op == TG_OP_NONE)
+                    for (int64_t l = 0; l < g->n_leaves; l++)
+                        if (g->leaves[l] == s)
+                            start = g->bufs[g->fresh_buf[l]].start;
+                if (!dup && start == step)
+                    zero(s->grad, s);
+            }
+        }
+        if (g->needed[i] && t->op != TG_OP_NONE && t->requires_grad) {
+            for (int k = 0; k < t->n_src; k++)
+                if (t->src[k] && t->src[k]->requires_grad)
+                    g->needed[t->src[k]->topo] = 1;
+            tg_status ks = tg__run_kernel(g, i, true);
+            if (ks != TG_OK) {
+                st = ks;
+                break;
+            }
+            for (int k = 0; g->anomaly && st == TG_OK && k < t->n_src; k++) {
+                tg_tensor *s = t->src[k]; /* each gradient this rule wrote, once */
+                bool dup = false;
+                for (int j = 0; j < k; j++)
+                    dup = dup || t->src[j] == s;
+                if (!s || !s->grad || dup)
+                    continue;
+                double v;
+                int64_t e = tg__first_bad(s->grad, s->dtype, s->numel, false, &v);
+                if (e >= 0)
+                    st = tg__anomaly(g, TG_ANOMALY_BACKWARD, s, t, NULL, e, v);
+            }
+        }
+        if (g->poison)
+            tg__poison_step(g, step);
+    }
+    for (int64_t l = 0; g->anomaly && st == TG_OK && l < g->n_leaves; l++) {
+        tg_tensor *t = g->leaves[l]; /* would the accumulation overflow? (checked first, so
+                                        a failed call changes no accumulated gradient) */
+        double v;
+        int64_t e = tg__first_bad_sum(t->grad, g->own[l], t->dtype, t->numel, &v);
+        if (e >= 0)
+            st = tg__anomaly(g, TG_ANOMALY_BACKWARD, t, NULL, "accumulated", e, v);
+    }
+    int nt = tg__threads(ctx);
+    for (int64_t l = 0; l < g->n_leaves; l++) {
+        tg_tensor *t = g->leaves[l];
+        void *fresh = t->grad;
+        t->grad = g->own[l];
+        if (st != TG_OK)
+            continue; /* an error: this call's gradient is dropped */
+        int64_t cnt = t->numel;
+        /* Race-free: element i is owned by one iteration. */
+        if (t->dtype == TG_F32) {
+            float *a = t->grad;
+            const float *f = fresh;
+            TG_OMP_FOR(nt, cnt > TG_PAR_MIN)
+            for (int64_t i = 0; i < cnt; i++)
+                a[i] += f[i];
+        } else {
+            double *a = t->grad;
+            const double *f = fresh;
+            TG_OMP_FOR(nt, cnt > TG_PAR_MIN)
+            for (int64_t i = 0; i < cnt; i++)
+                a[i] += f[i];
+        }
+    }
+    return st;
+}
+
+tg_status tg_graph_backward(tg_graph *g, tg_tensor *y, const tg_tensor *dy)
+{
+    return tg_graph_backward_multi(g, 1, &y, &dy);
+}

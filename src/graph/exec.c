@@ -1,0 +1,243 @@
+/*
+ * exec.c - layer 3: running a planned graph. Binding (every node's data, saved values and
+ * gradients point into the graph's arena; views into their base), the forward executor, the
+ * kernel call (workspace bound, thread count capped at the planned one, a custom op's failure
+ * collected), the poison debug mode and the NaN/Inf tripwire shared with autodiff.c.
+ */
+#include "graph_internal.h"
+
+#include <stdio.h>
+
+void tg__bind(tg_graph *g, bool grads)
+{
+    for (int64_t i = 0; i < g->n; i++) {
+        tg_tensor *t = g->nodes[i];
+        if (t->op == TG_OP_NONE)
+            continue;
+        if (t->base) /* base precedes t in topological order: already bound */
+            t->data = t->base->data
+                          ? (char *)t->base->data + t->offset * (int64_t)tg_dtype_size(t->dtype)
+                          : NULL;
+        else
+            t->data = tg__buf_ptr(g, g->out_buf[i]);
+        t->saved = tg__buf_ptr(g, g->saved_buf[i]);
+        if (grads)
+            t->grad = tg__buf_ptr(g, g->grad_buf[i]);
+    }
+    if (grads)
+        for (int64_t l = 0; l < g->n_leaves; l++)
+            g->leaves[l]->grad = tg__buf_ptr(g, g->fresh_buf[l]);
+}
+
+void tg__poison_step(tg_graph *g, int64_t step)
+{
+    for (int64_t q = g->end_ptr[step]; q < g->end_ptr[step + 1]; q++) {
+        const tg__buf *b = &g->bufs[g->end_list[q]];
+        tg_dtype dt = g->nodes[b->node]->dtype;
+        char *p = g->arena + b->off;
+        if (dt == TG_F64) {
+            for (int64_t k = 0; k + 8 <= b->size; k += 8)
+                *(double *)(p + k) = NAN;
+        } else {
+            for (int64_t k = 0; k + 4 <= b->size; k += 4)
+                *(float *)(p + k) = NAN;
+        }
+    }
+}
+
+tg_status tg__run_kernel(tg_graph *g, int64_t i, bool backward)
+{
+    tg_tensor *t = g->nodes[i];
+    tg_ctx *ctx = g->ctx;
+    t->ws = tg__buf_ptr(g, backward ? g->wsb_buf[i] : g->wsf_buf[i]);
+    ctx->kernel_status = TG_OK;
+    ctx->run_threads = g->nt;
+    if (backward)
+        t->def->backward(t);
+    else
+        t->def->forward(t);
+    ctx->run_threads = 0;
+    t->ws = NULL;
+    return ctx->kernel_status;
+}
+
+/* ---- the NaN/Inf tripwire (tg_graph_opts.detect_anomaly) --------------------------------------
+ * Forward checks every node's output (leaves included) in topological order as it is computed;
+ * backward checks the upstream gradients it seeds, then after each backward rule the gradients
+ * that rule wrote (its sources'), then the leaves' accumulated gradients. The first non-finite
+ * value stops the call with TG_ERR_NONFINITE and is kept in g->report. -inf is accepted where
+ * it is the point (minf_ok: attention masks and masked scores), NaN and +inf never are. */
+
+/* Index of the first non-finite element of p (n elements of dt), or -1. */
+int64_t tg__first_bad(const void *p, tg_dtype dt, int64_t n, bool minf_ok, double *val)
+{
+    if (dt == TG_F32) {
+        const float *x = p;
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(x[i]) && !(minf_ok && x[i] == -INFINITY)) {
+                *val = (double)x[i];
+                return i;
+            }
+    } else {
+        const double *x = p;
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(x[i]) && !(minf_ok && x[i] == -INFINITY)) {
+                *val = x[i];
+                return i;
+            }
+    }
+    return -1;
+}
+
+/* Index of the first element where a + b is not finite (a and b of n elements), or -1. */
+int64_t tg__first_bad_sum(const void *a, const void *b, tg_dtype dt, int64_t n, double *val)
+{
+    if (dt == TG_F32) {
+        const float *x = a, *y = b;
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] + y[i];
+            if (!isfinite(v)) {
+                *val = (double)v;
+                return i;
+            }
+        }
+    } else {
+        const double *x = a, *y = b;
+        for (int64_t i = 0; i < n; i++) {
+            double v = x[i] + y[i];
+            if (!isfinite(v)) {
+                *val = v;
+                return i;
+            }
+        }
+    }
+    return -1;
+}
+
+static const char *leaf_kind(const tg_tensor *t)
+{
+    return t->kind == TG_KIND_PARAM ? "parameter" : t->kind == TG_KIND_INPUT ? "input" : "constant";
+}
+
+/* "input 'x' (2, 3)", "op 'softmax' output 'scores' (2, 4, 3, 3)" (with_shape), and for a
+ * generated name also what it was computed from: "op 'scale' output 'scale3' (2), computed
+ * from 'x'" (then returns true, so the caller can close the clause with a comma). */
+static bool describe(const tg_tensor *t, bool with_shape, char *buf, size_t n)
+{
+    char sh[160] = "";
+    if (with_shape) {
+        sh[0] = ' ';
+        tg__shape_str(t, sh + 1, sizeof sh - 1);
+    }
+    if (t->op == TG_OP_NONE) {
+        snprintf(buf, n, "%s '%s'%s", leaf_kind(t), t->name, sh);
+        return false;
+    }
+    int k = snprintf(buf, n, "op '%s' output '%s'%s", t->def->name, t->name, sh);
+    if (!t->auto_name || k < 0 || (size_t)k >= n)
+        return false;
+    const char *sep = ", computed from ";
+    bool any = false;
+    for (int i = 0; i < t->n_src; i++) {
+        if (!t->src[i])
+            continue;
+        int m = snprintf(buf + k, n - (size_t)k, "%s'%s'", sep, t->src[i]->name);
+        if (m < 0 || (size_t)m >= n - (size_t)k)
+            return any;
+        k += m;
+        sep = ", ";
+        any = true;
+    }
+    return any;
+}
+
+static const char *value_str(double v)
+{
+    return isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+/* Fill g->report and record the run error. `by` is the node whose backward rule wrote the
+ * gradient (NULL in forward; for the seed and the leaf accumulation, `what` says so). */
+tg_status tg__anomaly(tg_graph *g, tg_anomaly_phase phase, const tg_tensor *t,
+                         const tg_tensor *by, const char *what, int64_t idx, double val)
+{
+    tg_anomaly_report *r = &g->report;
+    memset(r, 0, sizeof *r);
+    r->phase = phase;
+    const char *op = by ? by->def->name
+                        : what ? what
+                               : t->op == TG_OP_NONE ? leaf_kind(t) : t->def->name;
+    snprintf(r->op, sizeof r->op, "%s", op);
+    snprintf(r->tensor, sizeof r->tensor, "%s", t->name);
+    if (by)
+        snprintf(r->writer, sizeof r->writer, "%s", by->name);
+    r->rank = t->rank;
+    for (int i = 0; i < TG_MAX_RANK; i++)
+        r->shape[i] = i < t->rank ? t->shape[i] : 1;
+    r->index = idx;
+    r->value = val;
+    char d[600], db[600], msg[1600];
+    const char *comma = describe(t, true, d, sizeof d) ? "," : "";
+    const char *fn = phase == TG_ANOMALY_FORWARD ? "tg_graph_forward" : "tg_graph_backward";
+    if (phase == TG_ANOMALY_FORWARD) {
+        snprintf(msg, sizeof msg, "%s: anomaly in forward: %s%s has %s at flat index %lld", fn,
+                 d, comma, value_str(val), (long long)idx);
+    } else if (by) {
+        describe(by, false, db, sizeof db);
+        snprintf(msg, sizeof msg,
+                 "%s: anomaly in backward: gradient of %s%s has %s at flat index %lld, written "
+                 "by the backward of %s", fn, d, comma, value_str(val), (long long)idx, db);
+    } else {
+        snprintf(msg, sizeof msg, "%s: anomaly in backward: %s gradient of %s%s has %s at flat "
+                 "index %lld", fn, what, d, comma, value_str(val), (long long)idx);
+    }
+    size_t ml = strlen(msg);
+    if (ml >= sizeof r->message)
+        ml = sizeof r->message - 1;
+    memcpy(r->message, msg, ml);
+    r->message[ml] = '\0';
+    /* the report's message already names the function */
+    tg__run_err(g->ctx, TG_ERR_NONFINITE, fn, "%s", msg + strlen(fn) + 2);
+    return TG_ERR_NONFINITE;
+}
+
+tg_status tg_graph_anomaly(const tg_graph *g, tg_anomaly_report *report)
+{
+    if (!g || !report)
+        return TG_ERR_ARG;
+    *report = g->report;
+    return TG_OK;
+}
+
+tg_status tg_graph_forward(tg_graph *g)
+{
+    if (!g)
+        return TG_ERR_ARG;
+    tg__begin(g->ctx);
+    g->forwarded = false;
+    g->fwd_failed = true;
+    if (g->anomaly)
+        memset(&g->report, 0, sizeof g->report);
+    tg__bind(g, false);
+    for (int64_t i = 0; i < g->n; i++) {
+        tg_tensor *t = g->nodes[i];
+        if (t->op != TG_OP_NONE) {
+            tg_status s = t->def->check ? t->def->check(t) : TG_OK;
+            if (s == TG_OK)
+                s = tg__run_kernel(g, i, false);
+            if (s != TG_OK)
+                return s;
+        }
+        if (g->anomaly && !t->base) {
+            double v;
+            int64_t k = tg__first_bad(t->data, t->dtype, t->numel, g->minf_ok[i], &v);
+            if (k >= 0)
+                return tg__anomaly(g, TG_ANOMALY_FORWARD, t, NULL, NULL, k, v);
+        }
+        if (g->poison)
+            tg__poison_step(g, i);
+    }
+    g->forwarded = true;
+    g->fwd_failed = false;
+    return TG_OK;
+}

@@ -1,0 +1,85 @@
+/*
+ * graph_internal.h - layer 3: the graph record shared by order.c (build, accessors), plan.c
+ * (lifetimes and placement over the joint forward + backward schedule), exec.c (binding and
+ * forward, the NaN/Inf tripwire) and autodiff.c (backward).
+ *
+ * Steps of the joint schedule: forward of node i is step i; backward of node i is step
+ * 2n - 1 - i; "backward begins" is step n (seeds are written before node n-1's rule runs).
+ */
+#ifndef TG_GRAPH_INTERNAL_H
+#define TG_GRAPH_INTERNAL_H
+
+#include "registry.h"
+
+#define TG__FOREVER INT64_MAX
+
+/* One planned buffer: bytes at arena + off, live over steps [start, end]. */
+typedef struct tg__buf {
+    int64_t start, end;
+    int64_t size;       /* bytes, multiple of 64 */
+    int64_t off;        /* byte offset in the arena (set by placement) */
+    int64_t node;       /* owning node (index), for in-place transfer and poison */
+    int kind;           /* TG__BUF_* */
+    int64_t alias;      /* in place: index of the buffer whose slot this one takes, or -1 */
+} tg__buf;
+
+enum { TG__BUF_OUT, TG__BUF_SAVED, TG__BUF_GRAD, TG__BUF_FRESH, TG__BUF_WSF, TG__BUF_WSB };
+
+struct tg_graph {
+    tg_ctx *ctx;
+    tg_graph *next, *prev;  /* the context's list of live graphs */
+    uint64_t seq;           /* allocation number at creation (tg_ctx_rewind) */
+    int64_t n;              /* nodes in topological order (leaves included) */
+    tg_tensor **nodes;
+    int64_t n_leaves;       /* leaves that receive gradients, in topological order */
+    tg_tensor **leaves;
+    int64_t *leaf_node;     /* per leaf: its node index */
+    void **own;             /* per leaf, during backward: its accumulated gradient buffer */
+    int n_outputs;
+    tg_tensor **outputs;
+    bool no_grad, no_reuse, poison, anomaly;
+    bool forwarded, fwd_failed;
+    int nt;                 /* thread count the workspace was planned for */
+    unsigned char *needed;  /* per node, scratch of backward */
+    unsigned char *minf_ok; /* per node: -inf is expected (attention masks) */
+    unsigned char *persist; /* per node: output or kept (data and grad never freed) */
+    tg_anomaly_report report;
+    /* the plan */
+    int64_t n_bufs;
+    tg__buf *bufs;
+    int64_t *out_buf, *saved_buf, *grad_buf, *wsf_buf, *wsb_buf; /* per node: buffer or -1 */
+    int64_t *fresh_buf;     /* per leaf: this call's gradient, or -1 */
+    int64_t *end_ptr, *end_list; /* poison: buffers whose lifetime ends at each step (CSR) */
+    char *arena;
+    size_t arena_bytes;
+    tg_memory_report mem;
+};
+
+/* Bytes of t's buffer rounded up to 64. */
+static inline int64_t tg__buf_bytes(const tg_tensor *t)
+{
+    return ((int64_t)((size_t)t->numel * tg_dtype_size(t->dtype)) + 63) / 64 * 64;
+}
+static inline int64_t tg__bwd_step(const tg_graph *g, int64_t i) { return 2 * g->n - 1 - i; }
+static inline void *tg__buf_ptr(const tg_graph *g, int64_t b)
+{
+    return b >= 0 ? g->arena + g->bufs[b].off : NULL;
+}
+
+/* plan.c: compute lifetimes and place every buffer; allocates g->arena. false: error recorded */
+bool tg__plan(tg_graph *g, const char *fn);
+/* exec.c: bind every node's data and saved pointers to this graph's arena (and views to
+ * their bases); with grads, also gradients (non-leaf from the arena, leaves to `fresh`). */
+void tg__bind(tg_graph *g, bool grads);
+/* exec.c: fill the buffers whose lifetime ends at `step` with NaN (poison mode). */
+void tg__poison_step(tg_graph *g, int64_t step);
+/* exec.c: run node t's forward or backward kernel with its workspace bound; returns the
+ * status a custom op's callback reported (TG_OK for built-in ops). */
+tg_status tg__run_kernel(tg_graph *g, int64_t i, bool backward);
+/* exec.c: anomaly helpers shared with autodiff.c */
+int64_t tg__first_bad(const void *p, tg_dtype dt, int64_t n, bool minf_ok, double *val);
+int64_t tg__first_bad_sum(const void *a, const void *b, tg_dtype dt, int64_t n, double *val);
+tg_status tg__anomaly(tg_graph *g, tg_anomaly_phase phase, const tg_tensor *t,
+                      const tg_tensor *by, const char *what, int64_t idx, double val);
+
+#endif

@@ -1,0 +1,290 @@
+/*
+ * order.c - layer 3: building a graph (topological order, leaf list, the plan), freeing it,
+ * and its accessors. Ops are reached only through each node's registry entry (t->def).
+ *
+ * Life of a graph: builders record nodes -> tg_graph_new (order + plan + arena) ->
+ * tg_graph_forward (any number of times) -> tg_graph_backward (leaf grads accumulate) ->
+ * tg_graph_zero_grad -> tg_graph_free (or tg_ctx_rewind / tg_ctx_free).
+ */
+#include "graph_internal.h"
+
+#include <stdio.h>
+
+/* Grow a pointer array owned by ctx (doubling). Returns false on NOMEM. */
+static bool grow(tg_ctx *ctx, void **arr, int64_t *cap, size_t elem)
+{
+    int64_t nc = *cap ? *cap * 2 : 64;
+    void *n = tg__alloc(ctx, (size_t)nc * elem, "tg_graph_new");
+    if (!n)
+        return false;
+    if (*arr) {
+        memcpy(n, *arr, (size_t)*cap * elem);
+        tg__free(ctx, *arr);
+    }
+    *arr = n;
+    *cap = nc;
+    return true;
+}
+
+typedef struct {
+    tg_tensor *t;
+    int next_src;
+} frame;
+
+/* Ops that only move values (a -inf stays a -inf). */
+static bool is_layout(const tg_tensor *t)
+{
+    return t->def && (t->def->flags & TG_OPF_VIEW || t->op == TG_OP_CONTIGUOUS);
+}
+
+uint64_t tg__graph_seq(const tg_graph *g) { return g->seq; }
+
+static void unlink_graph(tg_graph *g)
+{
+    tg_ctx *ctx = g->ctx;
+    if (g->prev)
+        g->prev->next = g->next;
+    else if (ctx->graphs == g)
+        ctx->graphs = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
+    g->next = g->prev = NULL;
+}
+
+/* Drop the bindings other tensors hold into this graph's arena. */
+static void unbind(tg_graph *g)
+{
+    if (!g->arena || !g->nodes)
+        return;
+    char *lo = g->arena, *hi = g->arena + g->arena_bytes;
+    for (int64_t i = 0; i < g->n; i++) {
+        tg_tensor *t = g->nodes[i];
+        if (t->op == TG_OP_NONE)
+            continue;
+        if (t->data && (char *)t->data >= lo && (char *)t->data < hi)
+            t->data = NULL;
+        if (t->grad && (char *)t->grad >= lo && (char *)t->grad < hi)
+            t->grad = NULL;
+        if (t->saved && (char *)t->saved >= lo && (char *)t->saved < hi)
+            t->saved = NULL;
+        t->ws = NULL;
+    }
+    for (int64_t i = 0; i < g->n; i++) { /* views of unbound bases */
+        tg_tensor *t = g->nodes[i];
+        if (t->base && t->base->op != TG_OP_NONE && !t->base->data)
+            t->data = NULL;
+    }
+}
+
+void tg_graph_free(tg_graph *g)
+{
+    if (!g)
+        return;
+    tg_ctx *ctx = g->ctx;
+    unbind(g);
+    unlink_graph(g);
+    void *arrays[] = {g->nodes, g->leaves, g->leaf_node, g->own, g->outputs, g->needed, g->minf_ok,
+                      g->persist, g->bufs, g->out_buf, g->saved_buf, g->grad_buf, g->wsf_buf,
+                      g->wsb_buf, g->fresh_buf, g->end_ptr, g->end_list, g->arena};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+        tg__free(ctx, arrays[i]);
+    tg__free(ctx, g);
+}
+
+void tg__graph_forget(tg_graph *g) { tg_graph_free(g); }
+
+tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs,
+                            const tg_graph_opts *opts)
+{
+    static const char *fn = "tg_graph_new";
+    if (!ctx)
+        return NULL;
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return NULL; /* a builder failed: keep its error, never build over it */
+    if (n_outputs < 1 || !outputs)
+        return tg__err(ctx, TG_ERR_ARG, fn, "need at least one output (got %d)", n_outputs);
+    for (int i = 0; i < n_outputs; i++) {
+        if (!outputs[i])
+            return tg__err(ctx, TG_ERR_ARG, fn, "output %d is NULL", i);
+        if (outputs[i]->ctx != ctx)
+            return tg__err(ctx, TG_ERR_ARG, fn, "output %d belongs to another context", i);
+    }
+    uint64_t seq = ctx->alloc_seq;
+    tg_graph *g = tg__alloc(ctx, sizeof *g, fn);
+    if (!g)
+        return NULL;
+    g->ctx = ctx;
+    g->seq = seq;
+    g->next = ctx->graphs;
+    if (ctx->graphs)
+        ctx->graphs->prev = g;
+    ctx->graphs = g;
+    g->no_grad = opts && opts->no_grad;
+    g->no_reuse = opts && opts->no_reuse;
+    g->poison = opts && opts->poison;
+    g->anomaly = opts && opts->detect_anomaly;
+    g->nt = tg__threads(ctx);
+    frame *stack = NULL;
+    g->outputs = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)n_outputs, fn);
+    if (!g->outputs)
+        goto fail;
+    memcpy(g->outputs, outputs, sizeof(tg_tensor *) * (size_t)n_outputs);
+    g->n_outputs = n_outputs;
+
+    /* Iterative post-order DFS: a node is emitted after all its sources. Identity is the
+     * tensor object; the visit stamp makes each node appear once. */
+    uint64_t epoch = ++ctx->mark_epoch;
+    int64_t sp = 0, scap = 0, ncap = 0;
+    for (int o = 0; o < n_outputs; o++) {
+        if (outputs[o]->mark == epoch)
+            continue;
+        if (sp == scap && !grow(ctx, (void **)&stack, &scap, sizeof *stack))
+            goto fail;
+        outputs[o]->mark = epoch;
+        stack[sp++] = (frame){outputs[o], 0};
+        while (sp > 0) {
+            frame *f = &stack[sp - 1];
+            if (f->next_src < f->t->n_src) {
+                tg_tensor *s = f->t->src[f->next_src++];
+                if (s && s->mark != epoch) {
+                    s->mark = epoch;
+                    if (sp == scap && !grow(ctx, (void **)&stack, &scap, sizeof *stack))
+                        goto fail;
+                    stack[sp++] = (frame){s, 0};
+                }
+                continue;
+            }
+            if (g->n == ncap && !grow(ctx, (void **)&g->nodes, &ncap, sizeof(tg_tensor *)))
+                goto fail;
+            f->t->topo = g->n;
+            g->nodes[g->n++] = f->t;
+            sp--;
+        }
+    }
+    tg__free(ctx, stack);
+    stack = NULL;
+
+    g->needed = tg__alloc(ctx, (size_t)g->n, fn);
+    g->persist = tg__alloc(ctx, (size_t)g->n, fn);
+    if (!g->needed || !g->persist)
+        goto fail;
+    for (int o = 0; o < n_outputs; o++)
+        g->persist[outputs[o]->topo] = 1;
+    for (int64_t i = 0; i < g->n; i++) {
+        tg_tensor *t = g->nodes[i];
+        if (t->keep)
+            g->persist[i] = 1;
+        if (g->no_grad)
+            continue;
+        if (t->requires_grad && t->op == TG_OP_NONE)
+            g->n_leaves++;
+        if (t->requires_grad && t->op != TG_OP_NONE && !t->def->backward) {
+            tg__err(ctx, TG_ERR_NOGRAD, fn, "op '%s' ('%s') has no backward rule", t->def->name,
+                    t->name);
+            goto fail;
+        }
+    }
+    /* A persistent view keeps its base readable too. */
+    for (int64_t i = 0; i < g->n; i++)
+        if (g->persist[i] && g->nodes[i]->base)
+            g->persist[g->nodes[i]->base->topo] = 1;
+    if (g->n_leaves) {
+        g->leaves = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)g->n_leaves, fn);
+        g->leaf_node = tg__alloc(ctx, sizeof(int64_t) * (size_t)g->n_leaves, fn);
+        g->own = tg__alloc(ctx, sizeof(void *) * (size_t)g->n_leaves, fn);
+        if (!g->leaves || !g->leaf_node || !g->own)
+            goto fail;
+        int64_t k = 0;
+        for (int64_t i = 0; i < g->n; i++) {
+            tg_tensor *t = g->nodes[i];
+            if (!(t->requires_grad && t->op == TG_OP_NONE))
+                continue;
+            if (!t->grad) { /* the leaf's accumulated gradient belongs to the leaf */
+                t->grad = tg__alloc_owned(ctx, (size_t)t->numel * tg_dtype_size(t->dtype), fn,
+                                          t->id + 1);
+                if (!t->grad)
+                    goto fail;
+            }
+            g->leaf_node[k] = i;
+            g->leaves[k++] = t;
+        }
+    }
+    if (g->anomaly) {
+        /* -inf is the point of an attention mask: allow it in add_mask's output and mask
+         * operand, and through the layout ops (which only move values) that shaped that
+         * operand (reverse order: allowed once the consumer is) or that rearrange an allowed
+         * tensor (forward order). */
+        g->minf_ok = tg__alloc(ctx, (size_t)g->n, fn);
+        if (!g->minf_ok)
+            goto fail;
+        for (int64_t i = g->n - 1; i >= 0; i--) {
+            tg_tensor *t = g->nodes[i];
+            if (t->op == TG_OP_ADD_MASK) {
+                g->minf_ok[i] = 1;
+                if (t->src[1])
+                    g->minf_ok[t->src[1]->topo] = 1;
+            } else if (is_layout(t) && g->minf_ok[i]) {
+                g->minf_ok[t->src[0]->topo] = 1;
+            }
+        }
+        for (int64_t i = 0; i < g->n; i++) {
+            tg_tensor *t = g->nodes[i];
+            if (is_layout(t) && g->minf_ok[t->src[0]->topo])
+                g->minf_ok[i] = 1;
+        }
+    }
+    if (!tg__plan(g, fn))
+        goto fail;
+    return g;
+
+fail: /* the error is recorded; give back the graph's own arrays */
+    tg__free(ctx, stack);
+    tg_graph_free(g);
+    return NULL;
+}
+
+tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs)
+{
+    return tg_graph_new_opts(ctx, outputs, n_outputs, NULL);
+}
+
+size_t tg_graph_grad_bytes(const tg_graph *g) { return g ? g->mem.gradients : 0; }
+
+tg_status tg_graph_memory(const tg_graph *g, tg_memory_report *report)
+{
+    if (!g || !report)
+        return TG_ERR_ARG;
+    *report = g->mem;
+    return TG_OK;
+}
+
+int64_t tg_graph_size(const tg_graph *g) { return g ? g->n : 0; }
+
+tg_tensor *tg_graph_node(const tg_graph *g, int64_t i)
+{
+    return (g && i >= 0 && i < g->n) ? g->nodes[i] : NULL;
+}
+
+int64_t tg_graph_n_grad_leaves(const tg_graph *g) { return g ? g->n_leaves : 0; }
+
+tg_tensor *tg_graph_grad_leaf(const tg_graph *g, int64_t i)
+{
+    return (g && i >= 0 && i < g->n_leaves) ? g->leaves[i] : NULL;
+}
+
+void tg_graph_zero_grad(tg_graph *g)
+{
+    if (!g)
+        return;
+    for (int64_t i = 0; i < g->n_leaves; i++)
+        tg_zero_grad(g->leaves[i]);
+}
+
+tg_status tg_keep(tg_tensor *t)
+{
+    if (!t)
+        return TG_ERR_ARG;
+    t->keep = true;
+    return TG_OK;
+}

@@ -1,0 +1,312 @@
+/*
+ * plan.c - layer 3: the memory planner. One arena per graph holds every buffer that is not a
+ * leaf's own: op outputs, values saved for backward, gradients of non-leaves, this call's
+ * gradients of leaves, kernel workspace. Lifetimes are computed over the joint forward +
+ * backward schedule (graph_internal.h) from what each op declares in ops/ops.def:
+ *
+ *   output of op node i   [i, last read]: forward consumers (reads through a view count as
+ *                         reads of its base); if a backward rule reads it (TG_OPF_SRCk of the
+ *                         consumer, TG_OPF_OUT of i itself), the end of backward, so that
+ *                         backward can run again on the same forward (accumulation)
+ *   saved of i            [i, end of backward]  ([i, i] without gradients)
+ *   gradient of op node i [bwd(last consumer that requires grad), bwd(i)]
+ *   this call's gradient  [bwd(last consumer), end]  (leaves; added to the leaf's own after)
+ *   workspace             its one step
+ *   outputs, tg_keep      never freed (data; gradient from the start of backward)
+ *
+ * Placement sweeps the steps: at each step the buffers starting there are placed first-fit in
+ * a list of free segments (sorted by offset, coalesced), then the buffers ending there are
+ * released. An op declared TG_OPF_INPLACE writes its output over src[0] when src[0]'s output
+ * dies at this very step, has the same size and is not read by another operand of the op.
+ * tg_graph_opts.no_reuse gives every buffer its own slot (the reference for tests).
+ */
+#include "graph_internal.h"
+
+typedef struct {
+    int64_t off, size;
+} segment;
+
+typedef struct {
+    segment *free;
+    int64_t n_free, high;
+} arena_plan;
+
+static int64_t plan_alloc(arena_plan *p, int64_t size)
+{
+    for (int64_t i = 0; i < p->n_free; i++) {
+        if (p->free[i].size >= size) {
+            int64_t off = p->free[i].off;
+            p->free[i].off += size;
+            p->free[i].size -= size;
+            if (p->free[i].size == 0) {
+                memmove(&p->free[i], &p->free[i + 1], sizeof(segment) * (size_t)(p->n_free - i - 1));
+                p->n_free--;
+            }
+            return off;
+        }
+    }
+    int64_t off = p->high; /* grow at the end (merging a free tail segment first) */
+    if (p->n_free > 0 && p->free[p->n_free - 1].off + p->free[p->n_free - 1].size == p->high) {
+        off = p->free[p->n_free - 1].off;
+        p->n_free--;
+    }
+    p->high = off + size;
+    return off;
+}
+
+static void plan_free(arena_plan *p, int64_t off, int64_t size)
+{
+    int64_t i = 0; /* keep segments sorted by offset; coalesce with neighbours */
+    while (i < p->n_free && p->free[i].off < off)
+        i++;
+    memmove(&p->free[i + 1], &p->free[i], sizeof(segment) * (size_t)(p->n_free - i));
+    p->free[i] = (segment){off, size};
+    p->n_free++;
+    if (i + 1 < p->n_free && p->free[i].off + p->free[i].size == p->free[i + 1].off) {
+        p->free[i].size += p->free[i + 1].size;
+        memmove(&p->free[i + 1], &p->free[i + 2], sizeof(segment) * (size_t)(p->n_free - i - 2));
+        p->n_free--;
+    }
+    if (i > 0 && p->free[i - 1].off + p->free[i - 1].size == p->free[i].off) {
+        p->free[i - 1].size += p->free[i].size;
+        memmove(&p->free[i], &p->free[i + 1], sizeof(segment) * (size_t)(p->n_free - i - 1));
+        p->n_free--;
+    }
+}
+
+static int64_t add_buf(tg_graph *g, int kind, int64_t node, int64_t bytes, int64_t start,
+                       int64_t end)
+{
+    tg__buf *b = &g->bufs[g->n_bufs];
+    b->kind = kind;
+    b->node = node;
+    b->size = (bytes + 63) / 64 * 64;
+    b->start = start;
+    b->end = end;
+    b->off = -1;
+    b->alias = -1;
+    return g->n_bufs++;
+}
+
+static size_t ws_bytes(const tg_tensor *t, int nt, bool backward)
+{
+    return t->def && t->def->workspace ? t->def->workspace(t, nt, backward) : 0;
+}
+
+/* The tensor whose buffer t's data lives in (t itself unless t is a view). */
+static const tg_tensor *owner_of(const tg_tensor *t) { return t->base ? t->base : t; }
+
+bool tg__plan(tg_graph *g, const char *fn)
+{
+    tg_ctx *ctx = g->ctx;
+    int64_t n = g->n;
+    bool grads = !g->no_grad;
+    int64_t steps = grads ? 2 * n : n;
+    size_t pn = sizeof(int64_t) * (size_t)(n + 1);
+    g->out_buf = tg__alloc(ctx, pn, fn);
+    g->saved_buf = tg__alloc(ctx, pn, fn);
+    g->grad_buf = tg__alloc(ctx, pn, fn);
+    g->wsf_buf = tg__alloc(ctx, pn, fn);
+    g->wsb_buf = tg__alloc(ctx, pn, fn);
+    g->fresh_buf = tg__alloc(ctx, sizeof(int64_t) * (size_t)(g->n_leaves + 1), fn);
+    g->bufs = tg__alloc(ctx, sizeof(tg__buf) * (size_t)(6 * n + 1), fn);
+    int64_t *end = tg__alloc(ctx, pn, fn);       /* last read of each node's output */
+    int64_t *gstart = tg__alloc(ctx, pn, fn);    /* first write of each node's gradient */
+    if (!g->out_buf || !g->saved_buf || !g->grad_buf || !g->wsf_buf || !g->wsb_buf ||
+        !g->fresh_buf || !g->bufs || !end || !gstart) {
+        tg__free(ctx, end);
+        tg__free(ctx, gstart);
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        g->out_buf[i] = g->saved_buf[i] = g->grad_buf[i] = g->wsf_buf[i] = g->wsb_buf[i] = -1;
+        end[i] = i;
+        gstart[i] = -1;
+        g->nodes[i]->topo = i;
+    }
+    /* Last reads and first gradient writes. */
+    for (int64_t j = 0; j < n; j++) {
+        tg_tensor *t = g->nodes[j];
+        if (t->op == TG_OP_NONE)
+            continue;
+        bool bw = grads && t->requires_grad;
+        unsigned fl = t->def->flags;
+        for (int k = 0; k < t->n_src; k++) {
+            tg_tensor *s = t->src[k];
+            if (!s)
+                continue;
+            int64_t b = owner_of(s)->topo;
+            if (end[b] < j)
+                end[b] = j;
+            if (bw && k < 4 && (fl & (TG_OPF_SRC0 << k)) && end[b] < tg__bwd_step(g, j))
+                end[b] = tg__bwd_step(g, j);
+            if (bw && s->requires_grad)
+                gstart[s->topo] = tg__bwd_step(g, j); /* ascending j: the last consumer wins */
+        }
+        if (bw && (fl & TG_OPF_OUT)) {
+            int64_t b = owner_of(t)->topo;
+            if (end[b] < tg__bwd_step(g, j))
+                end[b] = tg__bwd_step(g, j);
+        }
+    }
+    /* Backward may run again without a new forward (gradient accumulation, as before): what
+     * any backward rule reads stays until the end of backward, so a gradient never takes the
+     * memory of a value a later backward call still needs. */
+    for (int64_t i = 0; grads && i < n; i++)
+        if (end[i] >= n)
+            end[i] = 2 * n - 1;
+    for (int64_t i = 0; i < n; i++)
+        if (g->persist[i]) {
+            end[owner_of(g->nodes[i])->topo] = TG__FOREVER;
+            if (grads && g->nodes[i]->requires_grad)
+                gstart[i] = n;
+        }
+    /* The buffers, in node order (placement order within a step follows it). */
+    memset(&g->mem, 0, sizeof g->mem);
+    for (int64_t i = 0; i < n; i++) {
+        tg_tensor *t = g->nodes[i];
+        size_t bytes = (size_t)t->numel * tg_dtype_size(t->dtype);
+        if (t->op == TG_OP_NONE) {
+            if (t->kind == TG_KIND_PARAM) {
+                g->mem.parameters += bytes;
+                if (grads)
+                    g->mem.parameter_grads += bytes;
+            } else {
+                g->mem.inputs += bytes;
+                if (grads && t->requires_grad)
+                    g->mem.input_grads += bytes;
+            }
+            continue;
+        }
+        bool bw = grads && t->requires_grad;
+        if (!t->base) {
+            g->out_buf[i] = add_buf(g, TG__BUF_OUT, i, (int64_t)bytes, i, end[i]);
+            g->mem.activations += (size_t)g->bufs[g->out_buf[i]].size;
+        }
+        if (t->saved_bytes) {
+            g->saved_buf[i] = add_buf(g, TG__BUF_SAVED, i, (int64_t)t->saved_bytes, i,
+                                      bw ? 2 * n - 1 : i);
+            g->mem.saved += (size_t)g->bufs[g->saved_buf[i]].size;
+        }
+        size_t w = ws_bytes(t, g->nt, false);
+        if (w) {
+            g->wsf_buf[i] = add_buf(g, TG__BUF_WSF, i, (int64_t)w, i, i);
+            g->mem.workspace += (size_t)g->bufs[g->wsf_buf[i]].size;
+        }
+    }
+    if (grads) { /* backward steps: gradients and backward workspace, in step order */
+        for (int64_t i = n - 1; i >= 0; i--) {
+            tg_tensor *t = g->nodes[i];
+            if (!t->requires_grad || t->op == TG_OP_NONE || gstart[i] < 0)
+                continue;
+            int64_t e = g->persist[i] ? TG__FOREVER : tg__bwd_step(g, i);
+            g->grad_buf[i] = add_buf(g, TG__BUF_GRAD, i, tg__buf_bytes(t), gstart[i], e);
+            g->mem.gradients += (size_t)g->bufs[g->grad_buf[i]].size;
+        }
+        for (int64_t l = 0; l < g->n_leaves; l++) {
+            int64_t i = g->leaf_node[l];
+            int64_t s = gstart[i] >= 0 ? gstart[i] : n;
+            g->fresh_buf[l] = add_buf(g, TG__BUF_FRESH, i, tg__buf_bytes(g->nodes[i]), s,
+                                      TG__FOREVER);
+            g->mem.gradients += (size_t)g->bufs[g->fresh_buf[l]].size;
+        }
+        for (int64_t i = n - 1; i >= 0; i--) {
+            tg_tensor *t = g->nodes[i];
+            if (!t->requires_grad || t->op == TG_OP_NONE)
+                continue;
+            size_t w = ws_bytes(t, g->nt, true);
+            if (w) {
+                int64_t s = tg__bwd_step(g, i);
+                g->wsb_buf[i] = add_buf(g, TG__BUF_WSB, i, (int64_t)w, s, s);
+                g->mem.workspace += (size_t)g->bufs[g->wsb_buf[i]].size;
+            }
+        }
+    }
+    /* In place: take src[0]'s slot when it dies here. */
+    if (!g->no_reuse) {
+        for (int64_t i = 0; i < n; i++) {
+            tg_tensor *t = g->nodes[i];
+            if (g->out_buf[i] < 0 || !(t->def->flags & TG_OPF_INPLACE) || t->n_src < 1)
+                continue;
+            tg_tensor *x = t->src[0];
+            if (!x || x->op == TG_OP_NONE || x->base || g->out_buf[x->topo] < 0)
+                continue;
+            tg__buf *xb = &g->bufs[g->out_buf[x->topo]];
+            if (xb->end != i || xb->size != g->bufs[g->out_buf[i]].size)
+                continue;
+            bool other = false;
+            for (int k = 1; k < t->n_src; k++)
+                other = other || (t->src[k] && owner_of(t->src[k]) == x);
+            if (!other)
+                g->bufs[g->out_buf[i]].alias = g->out_buf[x->topo];
+        }
+    }
+    tg__free(ctx, end);
+    tg__free(ctx, gstart);
+
+    /* Placement: buckets by start step and by end step (counting sort keeps node order). */
+    int64_t nb = g->n_bufs;
+    int64_t *sp = tg__alloc(ctx, sizeof(int64_t) * (size_t)(steps + 2), fn);
+    int64_t *sl = tg__alloc(ctx, sizeof(int64_t) * (size_t)(nb + 1), fn);
+    g->end_ptr = tg__alloc(ctx, sizeof(int64_t) * (size_t)(steps + 2), fn);
+    g->end_list = tg__alloc(ctx, sizeof(int64_t) * (size_t)(nb + 1), fn);
+    unsigned char *moved = tg__alloc(ctx, (size_t)nb + 1, fn);
+    arena_plan p = {tg__alloc(ctx, sizeof(segment) * (size_t)(nb + 2), fn), 0, 0};
+    bool ok = sp && sl && g->end_ptr && g->end_list && moved && p.free;
+    if (ok) {
+        for (int64_t b = 0; b < nb; b++) {
+            sp[g->bufs[b].start + 1]++;
+            if (g->bufs[b].alias >= 0)
+                moved[g->bufs[b].alias] = 1; /* its slot lives on in the in-place output */
+        }
+        for (int64_t b = 0; b < nb; b++)
+            if (g->bufs[b].end != TG__FOREVER && !moved[b])
+                g->end_ptr[g->bufs[b].end + 1]++;
+        for (int64_t s = 0; s <= steps; s++) {
+            sp[s + 1] += sp[s];
+            g->end_ptr[s + 1] += g->end_ptr[s];
+        }
+        int64_t *fill = tg__alloc(ctx, sizeof(int64_t) * (size_t)(steps + 2), fn);
+        int64_t *fille = tg__alloc(ctx, sizeof(int64_t) * (size_t)(steps + 2), fn);
+        ok = fill && fille;
+        if (ok) {
+            memcpy(fill, sp, sizeof(int64_t) * (size_t)(steps + 1));
+            memcpy(fille, g->end_ptr, sizeof(int64_t) * (size_t)(steps + 1));
+            for (int64_t b = 0; b < nb; b++) {
+                sl[fill[g->bufs[b].start]++] = b;
+                if (g->bufs[b].end != TG__FOREVER && !moved[b])
+                    g->end_list[fille[g->bufs[b].end]++] = b;
+            }
+            for (int64_t s = 0; s < steps; s++) {
+                for (int64_t q = sp[s]; q < sp[s + 1]; q++) {
+                    tg__buf *b = &g->bufs[sl[q]];
+                    if (b->alias >= 0)
+                        b->off = g->bufs[b->alias].off;
+                    else if (g->no_reuse) {
+                        b->off = p.high;
+                        p.high += b->size;
+                    } else
+                        b->off = plan_alloc(&p, b->size);
+                }
+                for (int64_t q = g->end_ptr[s]; q < g->end_ptr[s + 1] && !g->no_reuse; q++) {
+                    tg__buf *b = &g->bufs[g->end_list[q]];
+                    plan_free(&p, b->off, b->size);
+                }
+            }
+        }
+        tg__free(ctx, fill);
+        tg__free(ctx, fille);
+    }
+    tg__free(ctx, sp);
+    tg__free(ctx, sl);
+    tg__free(ctx, moved);
+    tg__free(ctx, p.free);
+    if (!ok)
+        return false;
+    g->arena_bytes = (size_t)p.high;
+    g->mem.arena = g->arena_bytes;
+    g->mem.peak = g->mem.parameters + g->mem.parameter_grads + g->mem.inputs +
+                  g->mem.input_grads + g->mem.arena;
+    g->arena = tg__alloc(ctx, g->arena_bytes ? g->arena_bytes : 64, fn);
+    return g->arena != NULL;
+}
