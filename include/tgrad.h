@@ -526,6 +526,16 @@ typedef struct tg_graph_opts {
      */
     bool no_grad;
     /**
+     * Each tg_graph_forward() is followed by at most one tg_graph_backward() (PyTorch's
+     * default, `retain_graph=False`): a value backward reads is released as soon as its last
+     * backward reader ran, so gradients can take its memory (the training loop's setting; the
+     * default text model's arena falls by about 15%). A second backward before the next
+     * forward then fails with ::TG_ERR_STATE. By default (false) values backward reads live
+     * to the end of backward, so backward may run several times on one forward (several
+     * outputs one by one, or accumulating twice).
+     */
+    bool one_backward;
+    /**
      * Debug: give every planned buffer its own memory (no sharing, no in-place). Results are
      * bitwise identical to the planned graph; the tests use it as the reference.
      */

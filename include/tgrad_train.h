@@ -71,6 +71,9 @@ TG_API void tg_optim_set_steps(tg_optim *opt, int64_t t);
 /** Number of state tensors; the i-th one (names as in tg_optim_new()). */
 TG_API int64_t tg_optim_n_state(const tg_optim *opt);
 TG_API tg_tensor *tg_optim_state(const tg_optim *opt, int64_t i);
+/** Bytes of optimizer state (Adam's two moments, SGD's momentum buffer; 0 for plain SGD).
+ *  Not part of any graph's tg_graph_memory() report. */
+TG_API size_t tg_optim_state_bytes(const tg_optim *opt);
 /** The parameters the optimizer updates. */
 TG_API int64_t tg_optim_n_params(const tg_optim *opt);
 TG_API tg_tensor *tg_optim_param(const tg_optim *opt, int64_t i);

@@ -71,6 +71,8 @@ tg_tensor *tg_add_mask(tg_ctx *ctx, tg_tensor *scores, tg_tensor *mask, tg_mask_
                         Y[o + j] = mv != 0 ? (T)-INFINITY : S[o + j];                          \
                     else                                                                       \
                         Y[o + j] = S[o + j] + mv;                                              \
+                } else if (dS == G) { /* in place (TG_OPF_BWD_INPLACE): write */               \
+                    dS[o + j] = (!block || mv == 0) ? (T)0 + G[o + j] : (T)0;                  \
                 } else if (!block || mv == 0) {                                                \
                     dS[o + j] += G[o + j];                                                     \
                 }                                                                              \

@@ -36,7 +36,7 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
         TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)                                                  \
         for (int64_t i = 0; i < y->numel; i++) {                                               \
             T v = keep[i] ? in[i] * s : 0;                                                     \
-            out[i] = acc ? out[i] + v : v;                                                     \
+            out[i] = acc && out != in ? out[i] + v : acc ? (T)0 + v : v; /* in place: write */ \
         }                                                                                      \
     }
 DEFINE_DROPOUT(float, f32)
@@ -49,7 +49,8 @@ void tg__dropout_forward(tg_tensor *y)
     if (!y->ctx->training || p == 0) { /* identity: backward will pass dy through */
         y->p.dropout.scale = 1.0;
         memset(keep, 1, (size_t)y->numel);
-        memcpy(y->data, y->src[0]->data, (size_t)y->numel * tg_dtype_size(y->dtype));
+        if (y->data != y->src[0]->data) /* (in place, the values are already there) */
+            memcpy(y->data, y->src[0]->data, (size_t)y->numel * tg_dtype_size(y->dtype));
         return;
     }
     y->p.dropout.scale = 1.0 / (1.0 - p);

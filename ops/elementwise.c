@@ -50,6 +50,12 @@ tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_GELU, "t
     }                                                                                          \
     static void scale_bwd_##SUF(int nt, int64_t n, T s, const T *dy, T *dx)                    \
     {                                                                                          \
+        if (dx == dy) { /* in place (TG_OPF_BWD_INPLACE): dx = 0 + s dy */                     \
+            TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
+            for (int64_t i = 0; i < n; i++)                                                    \
+                dx[i] = (T)0 + s * dx[i];                                                      \
+            return;                                                                            \
+        }                                                                                      \
         TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
         for (int64_t i = 0; i < n; i++)                                                        \
             dx[i] += s * dy[i];                                                                \
@@ -62,6 +68,12 @@ tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_GELU, "t
     }                                                                                          \
     static void relu_bwd_##SUF(int nt, int64_t n, const T *y, const T *dy, T *dx)              \
     {                                                                                          \
+        if (dx == dy) { /* in place (TG_OPF_BWD_INPLACE) */                                    \
+            TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
+            for (int64_t i = 0; i < n; i++)                                                    \
+                dx[i] = (T)0 + (y[i] > 0 ? dx[i] : 0);                                         \
+            return;                                                                            \
+        }                                                                                      \
         TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
         for (int64_t i = 0; i < n; i++)                                                        \
             dx[i] += y[i] > 0 ? dy[i] : 0; /* y > 0 exactly where x > 0 */                  \
@@ -273,7 +285,9 @@ void tg__add_backward(tg_tensor *y)
 {
     for (int s = 0; s < 2; s++) {
         tg_tensor *x = y->src[s];
-        if (x->grad)
+        if (x->grad == y->grad) /* in place: dx is dy already (as 0 + dy) */
+            tg__plus_zero(y->ctx, y->dtype, y->numel, x->grad);
+        else if (x->grad)
             tg__reduce_to(y->ctx, y->dtype, y->grad, y->rank, y->shape, x, x->grad);
     }
 }

@@ -193,6 +193,10 @@ void tg__reshape_backward(tg_tensor *y)
     tg_tensor *x = y->src[0];
     if (!x->grad)
         return;
+    if (x->grad == y->grad) { /* in place: dx is dy already */
+        tg__plus_zero(y->ctx, y->dtype, y->numel, x->grad);
+        return;
+    }
     int nt = tg__threads(y->ctx);
     int64_t n = y->numel;
     if (y->dtype == TG_F32) {
@@ -343,6 +347,10 @@ void tg__contiguous_backward(tg_tensor *y)
     tg_tensor *x = y->src[0];
     if (!x->grad)
         return;
+    if (x->grad == y->grad) { /* in place: dx is dy already */
+        tg__plus_zero(y->ctx, y->dtype, y->numel, x->grad);
+        return;
+    }
     int nt = tg__threads(y->ctx);
     if (y->dtype == TG_F32)
         add_into_f32(nt, y->numel, y->grad, x->grad);

@@ -13,16 +13,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Build case c in a fresh context (same seed), run forward and two backward calls with a fixed
- * upstream gradient; return the output values and leaf gradients as one malloc'd f64 array. */
-static double *run_case(const tg_opcase *c, bool share, int nt, size_t *len, size_t *grad_bytes)
+/* Build case c in a fresh context (same seed), run forward and backward twice with a fixed
+ * upstream gradient; return the output values and leaf gradients as one malloc'd f64 array.
+ * mode 0: no_reuse (every buffer its own memory: the reference); 1: planned, with dead buffers
+ * poisoned (NaN); 2: planned, poisoned, one_backward (values backward reads freed as soon as
+ * read). */
+static double *run_case(const tg_opcase *c, int mode, int nt, size_t *len, size_t *grad_bytes)
 {
     tg_ctx *ctx = tg_ctx_new();
     tg_ctx_seed(ctx, 77);
     tg_ctx_set_threads(ctx, nt);
     tg_tensor *y = c->build(ctx, TG_F64);
     ck_assert_msg(y != NULL, "%s/%s: %s", c->op, c->name, tg_ctx_message(ctx));
-    tg_graph_opts o = {.share_gradients = share};
+    tg_graph_opts o = {.no_reuse = mode == 0, .poison = mode > 0, .one_backward = mode == 2};
     tg_graph *g = tg_graph_new_opts(ctx, &y, 1, &o);
     ck_assert_msg(g != NULL, "%s", tg_ctx_message(ctx));
     if (grad_bytes)
@@ -54,17 +57,27 @@ static double *run_case(const tg_opcase *c, bool share, int nt, size_t *len, siz
     return out;
 }
 
-START_TEST(test_shared_equals_default)
+/* Every op and module case: planned execution (shared arena, in place, poisoned dead buffers)
+ * is bitwise identical to the no-sharing reference, at 1 and 2 threads, f64. A planned buffer
+ * read after its memory was given away would read NaN and differ. */
+START_TEST(test_planned_equals_no_reuse)
 {
     const tg_opcase *c = &tg_opcases[_i];
-    size_t n1, n2;
-    double *a = run_case(c, false, 1, &n1, NULL);
-    double *b = run_case(c, true, 2, &n2, NULL);
-    ck_assert_uint_eq(n1, n2);
-    ck_assert_msg(memcmp(a, b, sizeof(double) * n1) == 0, "%s/%s: shared gradients differ",
-                  c->op, c->name);
+    size_t n0, n1, n2;
+    double *a = run_case(c, 0, 1, &n0, NULL);
+    for (int nt = 1; nt <= 2; nt++) {
+        double *b = run_case(c, 1, nt, &n1, NULL);
+        double *d = run_case(c, 2, nt, &n2, NULL);
+        ck_assert_uint_eq(n0, n1);
+        ck_assert_uint_eq(n0, n2);
+        ck_assert_msg(memcmp(a, b, sizeof(double) * n0) == 0, "%s/%s: planned differs from "
+                      "no_reuse (%d threads)", c->op, c->name, nt);
+        ck_assert_msg(memcmp(a, d, sizeof(double) * n0) == 0, "%s/%s: one_backward differs "
+                      "from no_reuse (%d threads)", c->op, c->name, nt);
+        free(b);
+        free(d);
+    }
     free(a);
-    free(b);
 }
 END_TEST
 
@@ -111,8 +124,7 @@ START_TEST(test_backward_only_from_outputs)
     tg_fill(x, 2.0);
     tg_tensor *h = tg_scale(ctx, x, 3.0);
     tg_tensor *y = tg_sum_all(ctx, tg_mul(ctx, h, h));
-    tg_graph_opts o = {.share_gradients = true};
-    tg_graph *g = tg_graph_new_opts(ctx, &y, 1, &o);
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     tg_tensor *dh = tg_const(ctx, TG_F64, TG_DIMS(3), "dh");
     ck_assert_int_eq(tg_graph_backward(g, h, dh), TG_ERR_ARG);
@@ -125,7 +137,7 @@ START_TEST(test_backward_only_from_outputs)
 }
 END_TEST
 
-/* A shared graph and a default graph over the same tensors, used alternately. */
+/* A one_backward graph and a default graph over the same tensors, used alternately. */
 START_TEST(test_mixed_graphs)
 {
     tg_ctx *ctx = tg_ctx_new();
@@ -135,8 +147,9 @@ START_TEST(test_mixed_graphs)
     tg_tensor *x = tu_input(ctx, TG_F64, TG_DIMS(2, 3, 8), "x", -1, 1);
     tg_tensor *y = tg_mha_forward(ctx, &m, x, x, x, NULL, NULL);
     tg_tensor *loss = tg_mean_all(ctx, tg_mul(ctx, y, y));
-    tg_graph_opts o = {.share_gradients = true};
+    tg_graph_opts o = {.one_backward = true};
     tg_graph *gs = tg_graph_new_opts(ctx, &loss, 1, &o);
+    tg_keep(y); /* the second graph keeps y (its data and gradient stay readable) */
     tg_graph *gd = tg_graph_new(ctx, &loss, 1);
     ck_assert(gs && gd);
     double ref[24];
@@ -152,8 +165,13 @@ START_TEST(test_mixed_graphs)
                 ck_assert(tg_grad_get(m.in_proj_weight, i) == ref[i]);
         }
     }
-    /* the default graph still exposes intermediate gradients */
+    /* a kept tensor's gradient stays readable; a second backward of the one_backward graph
+     * on the same forward is refused */
     ck_assert(!isnan(tg_grad_get(y, 0)));
+    ck_assert_int_eq(tg_graph_forward(gs), TG_OK);
+    ck_assert_int_eq(tg_graph_backward(gs, loss, NULL), TG_OK);
+    ck_assert_int_eq(tg_graph_backward(gs, loss, NULL), TG_ERR_STATE);
+    tu_assert_error(ctx, TG_ERR_STATE, "run tg_graph_forward again first");
     tg_ctx_free(ctx);
 }
 END_TEST
@@ -163,7 +181,7 @@ int main(void)
     Suite *s = suite_create("planner");
     TCase *tc = tcase_create("planner");
     tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_shared_equals_default, 0, tg_n_opcases);
+    tcase_add_loop_test(tc, test_planned_equals_no_reuse, 0, tg_n_opcases);
     tcase_add_test(tc, test_memory_saved);
     tcase_add_test(tc, test_backward_only_from_outputs);
     tcase_add_test(tc, test_mixed_graphs);

@@ -113,7 +113,9 @@ static void trace_expect_eq(const trace *ref, const trace *got, const char *what
 /* ---- every op case ----------------------------------------------------------------------- */
 
 /* Forward + backward of case c in dtype dt with nt threads; records every node's value and
- * every gradient buffer, in topological order. */
+ * every gradient buffer, in topological order. The graph is built with no_reuse so that every
+ * intermediate value and gradient stays readable after backward (planned execution equals
+ * no_reuse bitwise: tests/test_planner.c). */
 static void run_case(const tg_opcase *c, tg_dtype dt, int nt, trace *out)
 {
     tg_ctx *ctx = tu_ctx_new();
@@ -122,7 +124,7 @@ static void run_case(const tg_opcase *c, tg_dtype dt, int nt, trace *out)
     tg_ctx_seed(ctx, 42);
     tg_tensor *y = c->build(ctx, dt);
     ck_assert_msg(y != NULL, "%s/%s: build failed: %s", c->op, c->name, tg_ctx_message(ctx));
-    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    tg_graph *g = tg_graph_new_opts(ctx, &y, 1, &(tg_graph_opts){.no_reuse = true});
     ck_assert_msg(g != NULL, "%s/%s: tg_graph_new: %s", c->op, c->name, tg_ctx_message(ctx));
     tg_tensor *dy = tg_const(ctx, dt, tg_tensor_rank(y), tg_tensor_shape(y), "dy");
     ck_assert_ptr_nonnull(dy);

@@ -73,7 +73,8 @@ static bool sample_load(sampler *s, const sample_args *a)
     if (tg_transformer_init(s->ctx, &s->model, dt, &mc) == TG_OK) {
         s->ids = tg_input(s->ctx, dt, TG_DIMS(1, s->T), "ids");
         s->logits = tg_transformer_forward(s->ctx, &s->model, s->ids, NULL);
-        s->g = tg_graph_new(s->ctx, &s->logits, 1);
+        tg_graph_opts go = {.no_grad = true}; /* inference: no gradients, nothing saved */
+        s->g = tg_graph_new_opts(s->ctx, &s->logits, 1, &go);
     }
     if (!s->g || tg_params_load_from(s->ctx, st, 0, NULL, false) != TG_OK) {
         cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);

@@ -326,7 +326,8 @@ static bool build(trainer *t)
         t->tgt = tg_input(ctx, dt, TG_DIMS(t->B, t->T), "targets");
         t->logits = tg_transformer_forward(ctx, &t->model, t->ids, NULL);
         t->loss = tg_cross_entropy(ctx, t->logits, t->tgt, -1);
-        tg_graph_opts go = {.share_gradients = true}; /* intermediate grads by liveness */
+        /* one backward per forward: what backward reads is freed as soon as it was read */
+        tg_graph_opts go = {.one_backward = true};
         go.detect_anomaly = a->detect_anomaly; /* first NaN/inf named by op and tensor */
         t->g = tg_graph_new_opts(ctx, &t->loss, 1, &go);
         t->opt = tg_optim_new(ctx, &oc, 0, NULL);
@@ -348,7 +349,7 @@ static bool build(trainer *t)
         errf("out of memory");
         return false;
     }
-    if (a->log) {
+    if (a->log && !a->dry_run) {
         t->logf = fopen(a->log, t->ck ? "a" : "w");
         if (!t->logf) {
             errf("--log '%s': %s", a->log, strerror(errno));
@@ -851,6 +852,36 @@ static void trainer_free(trainer *t)
 }
 
 /* ---- the command -------------------------------------------------------------------------- */
+/* --dry-run: the training graph's memory plan, then exit (nothing is trained or written). */
+static int dry_run(trainer *t)
+{
+    tg_memory_report r;
+    if (tg_graph_memory(t->g, &r) != TG_OK)
+        return 1;
+    size_t opt = tg_optim_state_bytes(t->opt);
+    const struct {
+        const char *name;
+        size_t bytes;
+    } rows[] = {
+        {"parameters", r.parameters},   {"parameter gradients", r.parameter_grads},
+        {"optimizer state", opt},       {"inputs", r.inputs},
+        {"activations", r.activations}, {"saved for backward", r.saved},
+        {"gradients", r.gradients},     {"workspace", r.workspace},
+    };
+    printf("memory plan of the training graph (batch %" PRId64 ", seq_len %" PRId64 ", %d "
+           "thread%s, %" PRId64 " nodes)\n", t->B, t->T, tg_ctx_threads(t->ctx),
+           tg_ctx_threads(t->ctx) == 1 ? "" : "s", tg_graph_size(t->g));
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        printf("  %-22s %12zu bytes  %8.2f MiB%s\n", rows[i].name, rows[i].bytes,
+               (double)rows[i].bytes / 1048576.0, i >= 4 ? " (planned, before sharing)" : "");
+    printf("  %-22s %12zu bytes  %8.2f MiB (activations + saved + gradients + workspace, "
+           "shared)\n", "arena", r.arena, (double)r.arena / 1048576.0);
+    size_t peak = r.peak + opt;
+    printf("  %-22s %12zu bytes  %8.2f MiB (parameters, their gradients, optimizer state, "
+           "inputs, arena)\n", "peak", peak, (double)peak / 1048576.0);
+    return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
+}
+
 int cmd_train(int argc, char **argv)
 {
     trainer *t = calloc(1, sizeof *t);
@@ -895,7 +926,9 @@ int cmd_train(int argc, char **argv)
                         tg_ctx_threads(t->ctx), tg_ctx_threads(t->ctx) == 1 ? "" : "s",
                         t->ck ? ", resumed" : "");
             }
-            if (train_loop(t) == 0)
+            if (t->a.dry_run)
+                rc = dry_run(t);
+            else if (train_loop(t) == 0)
                 rc = report(t);
         }
     }

@@ -63,6 +63,8 @@ static const cli_option train_opts[] = {
     NUM("target-acc", target_acc, "A", 0, 1, 0,
         "task: stop at this held-out accuracy (0.99, 0 = never)", G_TRAIN),
     INT("threads", threads, "N", 1, TRAIN_MAX_THREADS, "worker threads (all cores)", G_TRAIN),
+    FLAG("dry-run", dry_run, "build the model and print its memory plan (tg_graph_memory), "
+         "then exit without training or writing anything", G_TRAIN),
     FLAG("detect-anomaly", detect_anomaly, "stop at the first NaN or inf of any op, forward or "
          "backward", G_TRAIN),
     {.name = "text", .kind = CLI_LIST, .offset = TA(text), .metavar = "FILE",

@@ -51,6 +51,7 @@ typedef struct train_args {
     double lr, weight_decay, clip, min_lr, val_fraction, target_acc, momentum;
     int optimizer;
     bool detect_anomaly;
+    bool dry_run;
     /* data */
     cli_list text;
     int task;

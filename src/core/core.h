@@ -202,6 +202,10 @@ void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, i
 void tg__reduce_to(tg_ctx *ctx, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
                    const tg_tensor *x, void *dx);
 
+/* p[i] = 0 + p[i] for n elements: what accumulating into a zeroed gradient gives (-0 becomes
+ * +0), for backward rules whose in-place identity must match the accumulating path bitwise. */
+void tg__plus_zero(tg_ctx *ctx, tg_dtype dt, int64_t n, void *p);
+
 /* ----- random numbers ----------------------------------------------------------------------- */
 /* splitmix64 (Steele et al. 2014): advances *state and returns the next output. Seeds the
  * context RNG and drives gradcheck's private stream. */

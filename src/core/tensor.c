@@ -379,6 +379,22 @@ void tg__reduce_to(tg_ctx *ctx, tg_dtype dt, const void *dy, int rank, const int
         reduce_to_f64(nt, dy, rank, out_shape, x, dx);
 }
 
+void tg__plus_zero(tg_ctx *ctx, tg_dtype dt, int64_t n, void *p)
+{
+    int nt = tg__threads(ctx);
+    if (dt == TG_F32) {
+        float *x = p;
+        TG_OMP_FOR(nt, n > TG_PAR_MIN)
+        for (int64_t i = 0; i < n; i++)
+            x[i] = 0.0f + x[i];
+    } else {
+        double *x = p;
+        TG_OMP_FOR(nt, n > TG_PAR_MIN)
+        for (int64_t i = 0; i < n; i++)
+            x[i] = 0.0 + x[i];
+    }
+}
+
 /* ----- accessors ------------------------------------------------------------------------- */
 tg_ctx *tg_tensor_ctx(const tg_tensor *t) { return t ? t->ctx : NULL; }
 tg_dtype tg_tensor_dtype(const tg_tensor *t) { return t ? t->dtype : TG_F32; }

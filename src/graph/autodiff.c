@@ -55,6 +55,13 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
                                   : "run tg_graph_forward before backward");
         return TG_ERR_STATE;
     }
+    if (g->backwarded && !g->retain) {
+        tg__run_err(ctx, TG_ERR_STATE, fn,
+                    "backward already ran on this forward and its values may have been "
+                    "overwritten (the graph was built with one_backward); run tg_graph_forward "
+                    "again first");
+        return TG_ERR_STATE;
+    }
     refresh_topo(g);
     for (int k = 0; k < n; k++) {
         tg_tensor *y = ys[k];
@@ -168,7 +175,7 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
                     for (int64_t l = 0; l < g->n_leaves; l++)
                         if (g->leaves[l] == s)
                             start = g->bufs[g->fresh_buf[l]].start;
-                if (!dup && start == step)
+                if (!dup && start == step && s->grad != t->grad) /* (in place: no zeroing) */
                     zero(s->grad, s);
             }
         }
@@ -205,6 +212,7 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
         if (e >= 0)
             st = tg__anomaly(g, TG_ANOMALY_BACKWARD, t, NULL, "accumulated", e, v);
     }
+    g->backwarded = true;
     int nt = tg__threads(ctx);
     for (int64_t l = 0; l < g->n_leaves; l++) {
         tg_tensor *t = g->leaves[l];

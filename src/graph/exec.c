@@ -239,5 +239,6 @@ tg_status tg_graph_forward(tg_graph *g)
     }
     g->forwarded = true;
     g->fwd_failed = false;
+    g->backwarded = false;
     return TG_OK;
 }

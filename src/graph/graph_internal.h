@@ -37,8 +37,10 @@ struct tg_graph {
     void **own;             /* per leaf, during backward: its accumulated gradient buffer */
     int n_outputs;
     tg_tensor **outputs;
-    bool no_grad, no_reuse, poison, anomaly;
+    bool no_grad, no_reuse, poison, anomaly, retain;
     bool forwarded, fwd_failed;
+    bool backwarded;        /* a backward ran since the last forward (without retain: the
+                               values it read may be overwritten) */
     int nt;                 /* thread count the workspace was planned for */
     unsigned char *needed;  /* per node, scratch of backward */
     unsigned char *minf_ok; /* per node: -inf is expected (attention masks) */

@@ -124,6 +124,7 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
     g->no_reuse = opts && opts->no_reuse;
     g->poison = opts && opts->poison;
     g->anomaly = opts && opts->detect_anomaly;
+    g->retain = !(opts && opts->one_backward);
     g->nt = tg__threads(ctx);
     frame *stack = NULL;
     g->outputs = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)n_outputs, fn);

@@ -5,10 +5,11 @@
  * backward schedule (graph_internal.h) from what each op declares in ops/ops.def:
  *
  *   output of op node i   [i, last read]: forward consumers (reads through a view count as
- *                         reads of its base); if a backward rule reads it (TG_OPF_SRCk of the
- *                         consumer, TG_OPF_OUT of i itself), the end of backward, so that
- *                         backward can run again on the same forward (accumulation)
- *   saved of i            [i, end of backward]  ([i, i] without gradients)
+ *                         reads of its base), backward rules that read it (TG_OPF_SRCk of the
+ *                         consumer, TG_OPF_OUT of i itself); unless one_backward, anything a
+ *                         backward rule reads lives to the end of backward, so backward can
+ *                         run again on the same forward
+ *   saved of i            [i, bwd(i)]  ([i, i] without gradients)
  *   gradient of op node i [bwd(last consumer that requires grad), bwd(i)]
  *   this call's gradient  [bwd(last consumer), end]  (leaves; added to the leaf's own after)
  *   workspace             its one step
@@ -21,6 +22,8 @@
  * tg_graph_opts.no_reuse gives every buffer its own slot (the reference for tests).
  */
 #include "graph_internal.h"
+
+#include <stdlib.h>
 
 typedef struct {
     int64_t off, size;
@@ -74,6 +77,92 @@ static void plan_free(arena_plan *p, int64_t off, int64_t size)
     }
 }
 
+/* Greedy by size (Pisarchyk & Lee 2020, "Efficient memory management for deep neural net
+ * inference", sec. 4.3; TFLite's arena planner): buffers in decreasing size, each at the
+ * lowest offset in the smallest gap between already placed buffers whose lifetimes overlap its
+ * own. An in-place chain is one buffer (its members' union lifetime). O(n^2) in buffers, so
+ * graphs with more than TG__GREEDY_MAX buffers use the step sweep (first-fit) instead. */
+#define TG__GREEDY_MAX 8192
+
+typedef struct {
+    int64_t size, start, end, idx;
+} greedy_item;
+
+static int by_size_desc(const void *a, const void *b)
+{
+    const greedy_item *x = a, *y = b;
+    if (x->size != y->size)
+        return x->size > y->size ? -1 : 1;
+    if (x->start != y->start)
+        return x->start < y->start ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+static bool place_greedy(tg_graph *g, int64_t *high, const char *fn)
+{
+    tg_ctx *ctx = g->ctx;
+    int64_t nb = g->n_bufs;
+    int64_t *root = tg__alloc(ctx, sizeof(int64_t) * (size_t)(nb + 1), fn);
+    greedy_item *it = tg__alloc(ctx, sizeof(greedy_item) * (size_t)(nb + 1), fn);
+    int64_t *placed = tg__alloc(ctx, sizeof(int64_t) * (size_t)(nb + 1), fn); /* by offset */
+    int64_t *off = tg__alloc(ctx, sizeof(int64_t) * (size_t)(nb + 1), fn);
+    bool ok = root && it && placed && off;
+    if (ok) {
+        for (int64_t b = 0; b < nb; b++) { /* an alias always follows its source */
+            root[b] = g->bufs[b].alias >= 0 ? root[g->bufs[b].alias] : b;
+            it[b] = (greedy_item){g->bufs[b].size, g->bufs[b].start, g->bufs[b].end, b};
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            greedy_item *r = &it[root[b]];
+            if (root[b] != b && g->bufs[b].end > r->end)
+                r->end = g->bufs[b].end;
+        }
+        int64_t nr = 0;
+        for (int64_t b = 0; b < nb; b++)
+            if (root[b] == b)
+                it[nr++] = it[b];
+        qsort(it, (size_t)nr, sizeof *it, by_size_desc);
+        int64_t np = 0;
+        *high = 0;
+        for (int64_t k = 0; k < nr; k++) {
+            const greedy_item *r = &it[k];
+            int64_t prev = 0, best = -1, gap_best = INT64_MAX;
+            for (int64_t q = 0; q < np; q++) {
+                const greedy_item *p = &it[placed[q]];
+                if (p->end < r->start || r->end < p->start)
+                    continue; /* never live together */
+                int64_t gap = off[placed[q]] - prev;
+                if (gap >= r->size && gap < gap_best) {
+                    best = prev;
+                    gap_best = gap;
+                }
+                if (off[placed[q]] + p->size > prev)
+                    prev = off[placed[q]] + p->size;
+            }
+            if (best < 0)
+                best = prev;
+            off[k] = best;
+            int64_t q = np++; /* insert k keeping placed[] sorted by offset */
+            while (q > 0 && off[placed[q - 1]] > best) {
+                placed[q] = placed[q - 1];
+                q--;
+            }
+            placed[q] = k;
+            if (best + r->size > *high)
+                *high = best + r->size;
+        }
+        for (int64_t k = 0; k < nr; k++)
+            g->bufs[it[k].idx].off = off[k];
+        for (int64_t b = 0; b < nb; b++)
+            g->bufs[b].off = g->bufs[root[b]].off;
+    }
+    tg__free(ctx, root);
+    tg__free(ctx, it);
+    tg__free(ctx, placed);
+    tg__free(ctx, off);
+    return ok;
+}
+
 static int64_t add_buf(tg_graph *g, int kind, int64_t node, int64_t bytes, int64_t start,
                        int64_t end)
 {
@@ -112,10 +201,12 @@ bool tg__plan(tg_graph *g, const char *fn)
     g->bufs = tg__alloc(ctx, sizeof(tg__buf) * (size_t)(6 * n + 1), fn);
     int64_t *end = tg__alloc(ctx, pn, fn);       /* last read of each node's output */
     int64_t *gstart = tg__alloc(ctx, pn, fn);    /* first write of each node's gradient */
-    if (!g->out_buf || !g->saved_buf || !g->grad_buf || !g->wsf_buf || !g->wsb_buf ||
+    int64_t *lastc = tg__alloc(ctx, pn, fn);     /* that first writer (last grad-consumer) */
+    if (!lastc || !g->out_buf || !g->saved_buf || !g->grad_buf || !g->wsf_buf || !g->wsb_buf ||
         !g->fresh_buf || !g->bufs || !end || !gstart) {
         tg__free(ctx, end);
         tg__free(ctx, gstart);
+        tg__free(ctx, lastc);
         return false;
     }
     for (int64_t i = 0; i < n; i++) {
@@ -140,8 +231,10 @@ bool tg__plan(tg_graph *g, const char *fn)
                 end[b] = j;
             if (bw && k < 4 && (fl & (TG_OPF_SRC0 << k)) && end[b] < tg__bwd_step(g, j))
                 end[b] = tg__bwd_step(g, j);
-            if (bw && s->requires_grad)
+            if (bw && s->requires_grad) {
                 gstart[s->topo] = tg__bwd_step(g, j); /* ascending j: the last consumer wins */
+                lastc[s->topo] = j;
+            }
         }
         if (bw && (fl & TG_OPF_OUT)) {
             int64_t b = owner_of(t)->topo;
@@ -149,10 +242,10 @@ bool tg__plan(tg_graph *g, const char *fn)
                 end[b] = tg__bwd_step(g, j);
         }
     }
-    /* Backward may run again without a new forward (gradient accumulation, as before): what
-     * any backward rule reads stays until the end of backward, so a gradient never takes the
-     * memory of a value a later backward call still needs. */
-    for (int64_t i = 0; grads && i < n; i++)
+    /* By default (not one_backward), backward may run again without a new forward, so what any backward rule
+     * reads stays until the end of backward (a gradient never takes the memory of a value a
+     * later backward call still needs). */
+    for (int64_t i = 0; g->retain && i < n; i++)
         if (end[i] >= n)
             end[i] = 2 * n - 1;
     for (int64_t i = 0; i < n; i++)
@@ -185,7 +278,7 @@ bool tg__plan(tg_graph *g, const char *fn)
         }
         if (t->saved_bytes) {
             g->saved_buf[i] = add_buf(g, TG__BUF_SAVED, i, (int64_t)t->saved_bytes, i,
-                                      bw ? 2 * n - 1 : i);
+                                      !bw ? i : g->retain ? 2 * n - 1 : tg__bwd_step(g, i));
             g->mem.saved += (size_t)g->bufs[g->saved_buf[i]].size;
         }
         size_t w = ws_bytes(t, g->nt, false);
@@ -202,6 +295,21 @@ bool tg__plan(tg_graph *g, const char *fn)
             int64_t e = g->persist[i] ? TG__FOREVER : tg__bwd_step(g, i);
             g->grad_buf[i] = add_buf(g, TG__BUF_GRAD, i, tg__buf_bytes(t), gstart[i], e);
             g->mem.gradients += (size_t)g->bufs[g->grad_buf[i]].size;
+            /* Backward in place: take the gradient of the consumer that writes this one first
+             * when that consumer's own gradient dies at that very step. */
+            int64_t j = g->persist[i] ? -1 : lastc[i];
+            tg_tensor *c = j >= 0 ? g->nodes[j] : NULL;
+            if (!g->no_reuse && c && (c->def->flags & TG_OPF_BWD_INPLACE) && c->src[0] == t &&
+                g->grad_buf[j] >= 0 && g->bufs[g->grad_buf[j]].end == gstart[i] &&
+                g->bufs[g->grad_buf[j]].alias < 0 &&
+                g->bufs[g->grad_buf[j]].size == g->bufs[g->grad_buf[i]].size &&
+                c->numel == t->numel) {
+                bool twice = false;
+                for (int k = 1; k < c->n_src; k++)
+                    twice = twice || c->src[k] == t;
+                if (!twice)
+                    g->bufs[g->grad_buf[i]].alias = g->grad_buf[j];
+            }
         }
         for (int64_t l = 0; l < g->n_leaves; l++) {
             int64_t i = g->leaf_node[l];
@@ -243,6 +351,7 @@ bool tg__plan(tg_graph *g, const char *fn)
     }
     tg__free(ctx, end);
     tg__free(ctx, gstart);
+    tg__free(ctx, lastc);
 
     /* Placement: buckets by start step and by end step (counting sort keeps node order). */
     int64_t nb = g->n_bufs;
@@ -303,6 +412,12 @@ bool tg__plan(tg_graph *g, const char *fn)
     tg__free(ctx, p.free);
     if (!ok)
         return false;
+    if (!g->no_reuse && nb <= TG__GREEDY_MAX) { /* better packing than the sweep's first-fit */
+        int64_t hi;
+        if (!place_greedy(g, &hi, fn))
+            return false;
+        p.high = hi;
+    }
     g->arena_bytes = (size_t)p.high;
     g->mem.arena = g->arena_bytes;
     g->mem.peak = g->mem.parameters + g->mem.parameter_grads + g->mem.inputs +

@@ -32,6 +32,20 @@ tg_optim_config tg_optim_defaults(tg_optim_kind kind)
     return c;
 }
 
+size_t tg_optim_state_bytes(const tg_optim *opt)
+{
+    if (!opt)
+        return 0;
+    size_t b = 0;
+    for (int64_t i = 0; i < opt->n; i++) {
+        if (opt->m && opt->m[i])
+            b += (size_t)opt->m[i]->numel * tg_dtype_size(opt->m[i]->dtype);
+        if (opt->v && opt->v[i])
+            b += (size_t)opt->v[i]->numel * tg_dtype_size(opt->v[i]->dtype);
+    }
+    return b;
+}
+
 static tg_tensor *state_like(tg_ctx *ctx, const tg_tensor *p, const char *prefix)
 {
     char name[2 * TG_NAME_MAX]; /* tg_const truncates to TG_NAME_MAX - 1 */
