@@ -310,7 +310,8 @@ START_TEST(test_err_log_softmax_max)
     tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(2, 3), "x");
     tg_tensor *o = tg_input(other, TG_F64, TG_DIMS(2, 3), "o");
     ck_assert_ptr_null(tg_log_softmax(ctx, s));
-    tu_assert_error(ctx, TG_ERR_SHAPE, "tg_log_softmax: x is a scalar; log_softmax needs rank >= 1");
+    tu_assert_error(ctx, TG_ERR_SHAPE,
+                    "tg_log_softmax: x is a scalar; log_softmax needs rank >= 1");
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_null(tg_log_softmax(ctx, o));
     tu_assert_error(ctx, TG_ERR_ARG, "tg_log_softmax: operand 0 ('o') belongs to another context");
@@ -372,7 +373,8 @@ START_TEST(test_err_concat)
 
     tg_tensor *ab[2] = {a, b};
     ck_assert_ptr_null(tg_concat(ctx, ab, 2, 2));
-    tu_assert_error(ctx, TG_ERR_AXIS, "tg_concat: axis 2 out of range for tensor 0 (2, 3) (rank 2)");
+    tu_assert_error(ctx, TG_ERR_AXIS,
+                    "tg_concat: axis 2 out of range for tensor 0 (2, 3) (rank 2)");
     tg_ctx_clear_error(ctx);
     ck_assert_ptr_null(tg_concat(ctx, ab, 2, -3));
     tu_assert_error(ctx, TG_ERR_AXIS, "axis -3");

@@ -381,7 +381,8 @@ START_TEST(test_unary_ieee_f64)
         {NAN, NAN, NAN, 0, 1},
     };
     for (int f = 0; f < 5; f++) {
-        tg_tensor *x = tu_in(ctx, TG_F64, TG_DIMS(5), "x", VALS(-INFINITY, INFINITY, NAN, -100, 100));
+        tg_tensor *x =
+            tu_in(ctx, TG_F64, TG_DIMS(5), "x", VALS(-INFINITY, INFINITY, NAN, -100, 100));
         tg_tensor *y = fns[f](ctx, x);
         tg_graph *g = tu_fwd(ctx, y);
         expect_ieee(y, false, want_y[f], 1e-14);
