@@ -496,6 +496,150 @@ TG_API tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *ta
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */
+/** @name Op builders: arithmetic, math functions, activations, max, concat, losses
+ * More elementwise ops and reductions (issue 8). Same conventions as the op builders above:
+ * f32 and f64 (all operands of one dtype, else ::TG_ERR_DTYPE), results bitwise identical for
+ * any thread count, a NULL operand gives NULL without a new error. Values outside an op's
+ * domain are not errors: they give the IEEE-754 result (inf or NaN) exactly as PyTorch does,
+ * in forward and backward; use tg_graph_opts::detect_anomaly to catch them.
+ */
+/**@{*/
+
+/**
+ * Elementwise `a - b` with broadcasting (PyTorch `torch.sub`).
+ * Shapes: a, b broadcastable -> the broadcast shape.
+ * Gradients: da = reduce(dy), db = -reduce(dy), reduce() summing over the dims that were
+ * broadcast, in a fixed order.
+ * Errors: ::TG_ERR_SHAPE (not broadcastable), ::TG_ERR_DTYPE, ::TG_ERR_ARG (another context).
+ * Source: ops/arith.c.
+ */
+TG_API tg_tensor *tg_sub(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+/**
+ * Elementwise `a / b` with broadcasting (PyTorch `torch.div`, true division).
+ * Shapes: a, b broadcastable -> the broadcast shape.
+ * Gradients: da = reduce(dy / b), db = -reduce(dy (a / b) / b) (reduce() as in tg_sub()).
+ * Domain: b = 0 gives +-inf or NaN (0 / 0) as IEEE-754, and so do the gradients; no error.
+ * Errors: ::TG_ERR_SHAPE (not broadcastable), ::TG_ERR_DTYPE, ::TG_ERR_ARG (another context).
+ * Source: ops/arith.c.
+ */
+TG_API tg_tensor *tg_div(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+
+/**
+ * Elementwise negation `y = -x` (PyTorch `torch.neg`). Any shape (rank 0 included) -> same
+ * shape. Gradient: dx = -dy. Errors: ::TG_ERR_DTYPE, ::TG_ERR_ARG. Source: ops/unary.c.
+ */
+TG_API tg_tensor *tg_neg(tg_ctx *ctx, tg_tensor *x);
+/**
+ * Elementwise `y = e^x` (PyTorch `torch.exp`). Any shape -> same shape.
+ * Gradient: dx = dy y (from the output). Overflows to +inf beyond x ~ 88.7 (f32) or ~ 709.8
+ * (f64), as IEEE-754. Errors: ::TG_ERR_DTYPE, ::TG_ERR_ARG. Source: ops/unary.c.
+ */
+TG_API tg_tensor *tg_exp(tg_ctx *ctx, tg_tensor *x);
+/**
+ * Elementwise natural logarithm `y = ln x` (PyTorch `torch.log`). Any shape -> same shape.
+ * Gradient: dx = dy / x. Domain: x = +-0 gives -inf (gradient +-inf), x < 0 gives NaN, as
+ * IEEE-754 and PyTorch; no error. Errors: ::TG_ERR_DTYPE, ::TG_ERR_ARG. Source: ops/unary.c.
+ */
+TG_API tg_tensor *tg_log(tg_ctx *ctx, tg_tensor *x);
+/**
+ * Elementwise square root `y = sqrt(x)` (PyTorch `torch.sqrt`). Any shape -> same shape.
+ * Gradient: dx = dy / (2 y) (from the output; +-inf at x = +-0, as PyTorch). Domain: x < 0
+ * gives NaN (and a NaN gradient); no error. Errors: ::TG_ERR_DTYPE, ::TG_ERR_ARG.
+ * Source: ops/unary.c.
+ */
+TG_API tg_tensor *tg_sqrt(tg_ctx *ctx, tg_tensor *x);
+/**
+ * Elementwise hyperbolic tangent (PyTorch `torch.tanh`). Any shape -> same shape.
+ * Gradient: dx = dy (1 - y^2) (from the output). Errors: ::TG_ERR_DTYPE, ::TG_ERR_ARG.
+ * Source: ops/unary.c.
+ */
+TG_API tg_tensor *tg_tanh(tg_ctx *ctx, tg_tensor *x);
+/**
+ * Elementwise logistic sigmoid `y = 1 / (1 + e^-x)` (PyTorch `torch.sigmoid`); saturates to
+ * exactly 0 and 1 without NaN. Any shape -> same shape. Gradient: dx = dy (1 - y) y (from the
+ * output). Errors: ::TG_ERR_DTYPE, ::TG_ERR_ARG. Source: ops/unary.c.
+ */
+TG_API tg_tensor *tg_sigmoid(tg_ctx *ctx, tg_tensor *x);
+/**
+ * SiLU (swish), `y = x sigmoid(x) = x / (1 + e^-x)` (Elfwing et al. 2018; PyTorch `nn.SiLU`).
+ * Any shape -> same shape. Gradient: dx = dy s (1 + x (1 - s)), s = sigmoid(x).
+ * silu(-inf) is NaN, as in PyTorch. Errors: ::TG_ERR_DTYPE, ::TG_ERR_ARG. Source: ops/unary.c.
+ */
+TG_API tg_tensor *tg_silu(tg_ctx *ctx, tg_tensor *x);
+/**
+ * GELU with the tanh approximation (Hendrycks & Gimpel 2016, sec. 2; PyTorch
+ * `F.gelu(x, approximate='tanh')`, the `gelu` of GPT-2):
+ * y = x/2 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+ * Gradient: dx = dy (1/2 (1 + t) + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)), t = tanh(u).
+ * Any shape -> same shape. For the exact (erf) GELU see tg_gelu(). gelu_tanh(-inf) is NaN, as
+ * in PyTorch. Errors: ::TG_ERR_DTYPE, ::TG_ERR_ARG. Source: ops/unary.c.
+ */
+TG_API tg_tensor *tg_gelu_tanh(tg_ctx *ctx, tg_tensor *x);
+
+/**
+ * Log-softmax over the last axis (PyTorch `F.log_softmax(x, dim=-1)`), max-subtracted:
+ * y_i = (x_i - m) - log(sum_j exp(x_j - m)), m = max_j x_j, so it is finite for any finite
+ * logits (e.g. +-1e4). Gradient: dx = dy - exp(y) sum_j dy_j (from the output).
+ * A row whose entries are all -inf gives all -inf and a zero gradient (PyTorch gives NaN; this
+ * matches tg_softmax()'s fully masked rows); a -inf entry in another row gives -inf (gradient
+ * dy, as PyTorch); a NaN or +inf entry makes its row NaN, as PyTorch.
+ * Shapes: x (..., N), rank >= 1 -> same shape.
+ * Errors: ::TG_ERR_SHAPE (rank 0), ::TG_ERR_DTYPE, ::TG_ERR_ARG. Source: ops/log_softmax.c.
+ */
+TG_API tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x);
+
+/**
+ * Maximum over @p axis (negative counts from the end), PyTorch `torch.max(x, dim, keepdim)`'s
+ * values (or `torch.amax` without ties).
+ * Shapes: x (..., N, ...) -> (..., ...), or (..., 1, ...) with @p keepdim.
+ * Gradient: dy goes to the FIRST maximum along the axis (the index PyTorch's `torch.max`
+ * returns), 0 elsewhere; forward saves that index, so backward does not read x.
+ * Ties: the first of equal values wins (+0 and -0 are equal). NaN: like PyTorch, NaN is the
+ * maximum: a slice holding a NaN gives NaN, and the gradient goes to its first NaN.
+ * Errors: ::TG_ERR_AXIS (axis out of range; a rank-0 x has no axis), ::TG_ERR_DTYPE,
+ * ::TG_ERR_ARG. Source: ops/max.c.
+ */
+TG_API tg_tensor *tg_max(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
+
+/** Most tensors one tg_concat() call joins. */
+#define TG_CONCAT_MAX 8
+/**
+ * Concatenate @p n tensors along @p axis (negative counts from the end), PyTorch
+ * `torch.cat(xs, dim=axis)`. Copies. The same tensor may appear more than once.
+ * Shapes: xs[k] (..., N_k, ...), equal ranks >= 1 and equal dims except on @p axis ->
+ * (..., N_0 + ... + N_{n-1}, ...). Gradient: dxs[k] = the slice of dy that xs[k] filled.
+ * Errors: ::TG_ERR_ARG (@p xs NULL, @p n outside 1..::TG_CONCAT_MAX, another context),
+ * ::TG_ERR_SHAPE (a rank-0 tensor, ranks differ, or another dim differs, e.g.
+ * `tg_concat: tensors 0 and 2 differ on axis 1 (3 vs 4)`), ::TG_ERR_AXIS, ::TG_ERR_DTYPE,
+ * ::TG_ERR_OVERFLOW (the joined size). A NULL entry gives NULL without a new error (as a NULL
+ * operand of any builder). Source: ops/concat.c.
+ */
+TG_API tg_tensor *tg_concat(tg_ctx *ctx, tg_tensor *const *xs, int n, int axis);
+
+/** How a loss reduces its per-element terms (PyTorch's `reduction=`). */
+typedef enum tg_reduction {
+    TG_REDUCTION_MEAN = 0, /**< `'mean'`: the mean over every element (a rank-0 result) */
+    TG_REDUCTION_SUM = 1,  /**< `'sum'`: the sum over every element (a rank-0 result) */
+    TG_REDUCTION_NONE = 2  /**< `'none'`: the per-element terms (the input's shape) */
+} tg_reduction;
+
+/**
+ * Mean squared error (PyTorch `F.mse_loss(input, target, reduction=...)`): the terms are
+ * e_i = (input_i - target_i)^2, reduced by @p reduction: mean (sum / numel), sum, or none.
+ * The mean and sum are accumulated in double (for f32 too) over fixed blocks, so they are the
+ * same for any thread count. Both operands may be differentiable.
+ * Shapes: input and target the same shape (PyTorch broadcasts them with a warning; here a
+ * mismatch is an error) -> () for mean and sum, the input's shape for none.
+ * Gradients: d input = 2 (input - target) dy / numel (mean), 2 (input - target) dy (sum; none
+ * per element); d target = -d input.
+ * Errors: ::TG_ERR_SHAPE (shapes differ), ::TG_ERR_ARG (unknown @p reduction, another
+ * context), ::TG_ERR_DTYPE. Source: ops/loss.c.
+ */
+TG_API tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *input, tg_tensor *target,
+                              tg_reduction reduction);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
 /** @name Static graphs and autodiff
  * Life of a graph: build ops (record) -> tg_graph_new() (topological order, memory planned:
  * every buffer forward and backward need is allocated here) -> tg_graph_forward() any number of

@@ -69,6 +69,24 @@ mut dropout    ops/dropout.c     's/out\[i\] = acc ? out\[i\] + v : v;/out[i] = 
 mut dropout    ops/dropout.c     '/^void tg__dropout_backward/,/^}/s/dx\[i\] += dy\[i\];/dx[i] -= dy[i];/' 'eval dx sign flipped'
 mut embedding  ops/embedding.c   's/row\[d\] += g\[d\];/row[d] += (T)1.1 * g[d];/'          'dW rows scaled by 1.1'
 mut cross_entropy ops/cross_entropy.c 's/(EXP(x\[j\] - lse) - (j == t ? (T)1 : (T)0))/EXP(x[j] - lse)/' 'one-hot term dropped'
+# newops (issue 8)
+mut sub        ops/arith.c       's/db\[i\] -= v\[i\];/db[i] += v[i];/'                    'db sign flipped'
+mut sub        ops/arith.c       '/^void tg__sub_backward/,/^}/s/if (a->grad)/if (a->grad \&\& 0)/' 'da skipped'
+mut div        ops/arith.c       's/T v = s == 0 ? g \/ vb : -(g \* (va \/ vb)) \/ vb;/T v = s == 0 ? g \/ vb : (g * (va \/ vb)) \/ vb;/' 'db sign flipped'
+mut div        ops/arith.c       's/T v = s == 0 ? g \/ vb :/T v = s == 0 ? g * vb :/'     'da multiplies by b'
+mut neg        ops/unary.c       's/DEF_BWD(neg, T, SUF, TG_PAR_MIN, -g)/DEF_BWD(neg, T, SUF, TG_PAR_MIN, g)/' 'dx sign flipped'
+mut exp        ops/unary.c       's/DEF_BWD(exp, T, SUF, TG_PAR_MIN, g \* v)/DEF_BWD(exp, T, SUF, TG_PAR_MIN, g)/' 'dx = dy (y dropped)'
+mut log        ops/unary.c       's/DEF_BWD(log, T, SUF, TG_PAR_MIN, g \/ v)/DEF_BWD(log, T, SUF, TG_PAR_MIN, -g \/ v)/' 'dx sign flipped'
+mut sqrt       ops/unary.c       's/DEF_BWD(sqrt, T, SUF, TG_PAR_MIN, g \/ ((T)2 \* v))/DEF_BWD(sqrt, T, SUF, TG_PAR_MIN, g \/ v)/' 'factor 1/2 dropped'
+mut tanh       ops/unary.c       's/DEF_BWD(tanh, T, SUF, TG_PAR_MIN, g \* ((T)1 - v \* v))/DEF_BWD(tanh, T, SUF, TG_PAR_MIN, g * ((T)1 + v * v))/' '1 + y^2 for 1 - y^2'
+mut sigmoid    ops/unary.c       's/DEF_BWD(sigmoid, T, SUF, TG_PAR_MIN, g \* ((T)1 - v) \* v)/DEF_BWD(sigmoid, T, SUF, TG_PAR_MIN, g * v)/' '(1 - y) factor dropped'
+mut silu       ops/unary.c       's/return s \* ((T)1 + v \* ((T)1 - s));/return s;/'    'x s (1 - s) term dropped'
+mut gelu_tanh  ops/unary.c       's/return dleft + dright;/return dleft;/'                 'tanh-derivative term dropped'
+mut log_softmax ops/log_softmax.c 's/dx\[j\] += g\[j\] - EXP(o\[j\]) \* sum;/dx[j] += g[j];/' 'softmax term dropped'
+mut max        ops/max.c         's/dx\[(o \* A + K\[oi\]) \* inner + i\] += dy\[oi\];/dx[(o * A) * inner + i] += dy[oi];/' 'gradient to the first element, not the max'
+mut concat     ops/concat.c      's/dx\[j\] += g\[j\];/dx[j] += (T)1.1 * g[j];/'           'dx scaled by 1.1'
+mut mse_loss   ops/loss.c        's/dst\[i\] += negate ? -v : v;/dst[i] += v;/'            'dtarget sign flipped'
+mut mse_loss   ops/loss.c        's/2.0 \/ (double)n : 2.0)/1.0 \/ (double)n : 2.0)/'      'mean: 1/N for 2/N'
 
 # ---- checks on the table itself --------------------------------------------------------------
 selected() {

@@ -429,6 +429,155 @@ static tg_tensor *tf_lm(tg_ctx *ctx, tg_dtype dt) { return tf_case(ctx, dt, true
 static tg_tensor *tf_tied(tg_ctx *ctx, tg_dtype dt) { return tf_case(ctx, dt, true, true, TG_POS_SINUSOIDAL); }
 static tg_tensor *tf_enc(tg_ctx *ctx, tg_dtype dt) { return tf_case(ctx, dt, false, false, TG_POS_LEARNED); }
 
+/* ---- newops (issue 8): sub, div, neg, exp, log, sqrt, tanh, sigmoid, silu, gelu_tanh,
+ * log_softmax, max, concat, mse_loss ---- */
+/* A differentiable input uniform in [lo, hi). */
+#define INR(name, lo, hi, ...) leaf(ctx, dt, TG_DIMS(__VA_ARGS__), name, lo, hi)
+
+/* |values| pushed into [m, 1 + m) keeping their sign (denominators away from 0). */
+static tg_tensor *away_by(tg_tensor *t, double m)
+{
+    for (int64_t i = 0; t && i < tg_tensor_numel(t); i++) {
+        double v = tg_get(t, i);
+        tg_set(t, i, v >= 0 ? v + m : v - m);
+    }
+    return t;
+}
+
+/* Distinct values at least 2/n - 0.01 apart, in a scrambled order ((37 i + 3) mod n is a
+ * permutation for n not a multiple of 37), plus a little of the random fill: max's arg-max
+ * never changes under the central-difference steps. */
+static tg_tensor *distinct(tg_tensor *t)
+{
+    int64_t n = t ? tg_tensor_numel(t) : 0;
+    for (int64_t i = 0; i < n; i++)
+        tg_set(t, i, -1 + 2.0 * (double)((37 * i + 3) % n) / (double)n +
+                         0.005 * (tg_get(t, i) + 1));
+    return t;
+}
+
+static tg_tensor *sub_same(tg_ctx *ctx, tg_dtype dt) { return tg_sub(ctx, IN("a", 2, 3), IN("b", 2, 3)); }
+static tg_tensor *sub_bcast(tg_ctx *ctx, tg_dtype dt) { return tg_sub(ctx, IN("a", 2, 3, 4), IN("b", 3, 1)); }
+static tg_tensor *sub_left(tg_ctx *ctx, tg_dtype dt) { return tg_sub(ctx, IN("a", 1), IN("b", 2, 2)); }
+static tg_tensor *sub_outer(tg_ctx *ctx, tg_dtype dt) { return tg_sub(ctx, IN("a", 3, 1), IN("b", 1, 4)); }
+static tg_tensor *sub_self(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *x = IN("x", 2, 3);
+    return tg_sub(ctx, tg_mul(ctx, x, x), x); /* x^2 - x: x on both sides */
+}
+static tg_tensor *div_same(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_div(ctx, IN("a", 2, 3), away_by(IN("b", 2, 3), 0.5));
+}
+static tg_tensor *div_bcast(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_div(ctx, IN("a", 2, 3, 4), away_by(IN("b", 3, 1), 0.5));
+}
+static tg_tensor *div_left(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_div(ctx, IN("a", 1), away_by(IN("b", 2, 2), 0.5));
+}
+static tg_tensor *div_outer(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_div(ctx, IN("a", 3, 1), away_by(IN("b", 1, 4), 0.5));
+}
+static tg_tensor *div_self(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *x = away_by(IN("x", 3, 2), 0.5);
+    return tg_div(ctx, tg_add(ctx, x, tg_mul(ctx, x, x)), x); /* (x + x^2) / x */
+}
+static tg_tensor *neg_2d(tg_ctx *ctx, tg_dtype dt) { return tg_neg(ctx, IN("x", 3, 4)); }
+static tg_tensor *neg_one(tg_ctx *ctx, tg_dtype dt) { return tg_neg(ctx, IN("x", 1)); }
+static tg_tensor *neg_scalar(tg_ctx *ctx, tg_dtype dt) { return tg_neg(ctx, leaf(ctx, dt, 0, NULL, "x", -1, 1)); }
+static tg_tensor *exp_2d(tg_ctx *ctx, tg_dtype dt) { return tg_exp(ctx, INR("x", -2, 2, 3, 4)); }
+static tg_tensor *exp_one(tg_ctx *ctx, tg_dtype dt) { return tg_exp(ctx, IN("x", 1)); }
+static tg_tensor *exp_3d(tg_ctx *ctx, tg_dtype dt) { return tg_exp(ctx, IN("x", 2, 2, 3)); }
+static tg_tensor *log_2d(tg_ctx *ctx, tg_dtype dt) { return tg_log(ctx, INR("x", 0.5, 2, 3, 4)); }
+static tg_tensor *log_one(tg_ctx *ctx, tg_dtype dt) { return tg_log(ctx, INR("x", 0.5, 2, 1)); }
+static tg_tensor *log_3d(tg_ctx *ctx, tg_dtype dt) { return tg_log(ctx, INR("x", 0.2, 3, 2, 3, 2)); }
+static tg_tensor *sqrt_2d(tg_ctx *ctx, tg_dtype dt) { return tg_sqrt(ctx, INR("x", 0.5, 2, 3, 4)); }
+static tg_tensor *sqrt_one(tg_ctx *ctx, tg_dtype dt) { return tg_sqrt(ctx, INR("x", 0.5, 2, 1)); }
+static tg_tensor *sqrt_3d(tg_ctx *ctx, tg_dtype dt) { return tg_sqrt(ctx, INR("x", 0.2, 4, 2, 3, 2)); }
+static tg_tensor *tanh_2d(tg_ctx *ctx, tg_dtype dt) { return tg_tanh(ctx, INR("x", -2, 2, 3, 4)); }
+static tg_tensor *tanh_one(tg_ctx *ctx, tg_dtype dt) { return tg_tanh(ctx, IN("x", 1)); }
+static tg_tensor *tanh_3d(tg_ctx *ctx, tg_dtype dt) { return tg_tanh(ctx, IN("x", 2, 2, 3)); }
+static tg_tensor *sigmoid_2d(tg_ctx *ctx, tg_dtype dt) { return tg_sigmoid(ctx, INR("x", -3, 3, 3, 4)); }
+static tg_tensor *sigmoid_one(tg_ctx *ctx, tg_dtype dt) { return tg_sigmoid(ctx, IN("x", 1)); }
+static tg_tensor *sigmoid_3d(tg_ctx *ctx, tg_dtype dt) { return tg_sigmoid(ctx, IN("x", 2, 3, 2)); }
+static tg_tensor *silu_2d(tg_ctx *ctx, tg_dtype dt) { return tg_silu(ctx, INR("x", -4, 4, 3, 4)); }
+static tg_tensor *silu_one(tg_ctx *ctx, tg_dtype dt) { return tg_silu(ctx, IN("x", 1)); }
+static tg_tensor *silu_3d(tg_ctx *ctx, tg_dtype dt) { return tg_silu(ctx, IN("x", 2, 3, 2)); }
+static tg_tensor *gelu_tanh_2d(tg_ctx *ctx, tg_dtype dt) { return tg_gelu_tanh(ctx, INR("x", -3, 3, 3, 4)); }
+static tg_tensor *gelu_tanh_one(tg_ctx *ctx, tg_dtype dt) { return tg_gelu_tanh(ctx, IN("x", 1)); }
+static tg_tensor *gelu_tanh_3d(tg_ctx *ctx, tg_dtype dt) { return tg_gelu_tanh(ctx, IN("x", 2, 2, 3)); }
+static tg_tensor *lsm_rows(tg_ctx *ctx, tg_dtype dt) { return tg_log_softmax(ctx, INR("x", -2, 2, 2, 5)); }
+static tg_tensor *lsm_one(tg_ctx *ctx, tg_dtype dt) { return tg_log_softmax(ctx, IN("x", 3, 1)); }
+static tg_tensor *lsm_4d(tg_ctx *ctx, tg_dtype dt) { return tg_log_softmax(ctx, IN("x", 1, 2, 3, 7)); }
+static tg_tensor *lsm_large(tg_ctx *ctx, tg_dtype dt)
+{
+    double big = dt == TG_F64 ? 1e4 : 30; /* as cross_entropy's "large" case */
+    tg_tensor *x = IN("x", 3, 4);
+    for (int64_t i = 0; i < 12; i++)
+        tg_set(x, i, tg_get(x, i) + (i % 3 ? big : -big));
+    return tg_log_softmax(ctx, x);
+}
+static tg_tensor *max_ax0(tg_ctx *ctx, tg_dtype dt) { return tg_max(ctx, distinct(IN("x", 3, 4)), 0, false); }
+static tg_tensor *max_keep(tg_ctx *ctx, tg_dtype dt) { return tg_max(ctx, distinct(IN("x", 2, 3, 4)), -1, true); }
+static tg_tensor *max_mid(tg_ctx *ctx, tg_dtype dt) { return tg_max(ctx, distinct(IN("x", 2, 3, 4)), 1, false); }
+static tg_tensor *max_1d(tg_ctx *ctx, tg_dtype dt) { return tg_max(ctx, distinct(IN("x", 5)), 0, false); }
+static tg_tensor *max_one(tg_ctx *ctx, tg_dtype dt) { return tg_max(ctx, IN("x", 2, 1), 1, false); }
+static tg_tensor *cat_rows(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *xs[2] = {IN("a", 2, 3), IN("b", 4, 3)};
+    return tg_concat(ctx, xs, 2, 0);
+}
+static tg_tensor *cat_mid(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *xs[3] = {IN("a", 2, 1, 3), IN("b", 2, 4, 3), IN("c", 2, 2, 3)};
+    return tg_concat(ctx, xs, 3, 1);
+}
+static tg_tensor *cat_last(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *xs[2] = {IN("a", 2, 2), PARAM("b", 2, 3)};
+    return tg_concat(ctx, xs, 2, -1);
+}
+static tg_tensor *cat_one(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *x = IN("x", 3);
+    return tg_concat(ctx, &x, 1, 0);
+}
+static tg_tensor *cat_self(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *x = IN("x", 2, 2);
+    tg_tensor *xs[3] = {x, IN("y", 2, 1), x};
+    return tg_concat(ctx, xs, 3, 1);
+}
+static tg_tensor *cat_eight(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *xs[8];
+    for (int k = 0; k < 8; k++)
+        xs[k] = IN("x", 1 + k % 3, 2);
+    return tg_concat(ctx, xs, 8, 0);
+}
+static tg_tensor *mse_mean(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_mse_loss(ctx, IN("input", 3, 4), IN("target", 3, 4), TG_REDUCTION_MEAN);
+}
+static tg_tensor *mse_sum(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *t = tg_const(ctx, dt, TG_DIMS(2, 3, 2), "target");
+    tg_fill_uniform(t, -1, 1);
+    return tg_mse_loss(ctx, IN("input", 2, 3, 2), t, TG_REDUCTION_SUM);
+}
+static tg_tensor *mse_none(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_mse_loss(ctx, IN("input", 4), IN("target", 4), TG_REDUCTION_NONE);
+}
+static tg_tensor *mse_one(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_mse_loss(ctx, IN("input", 1), IN("target", 1), TG_REDUCTION_MEAN);
+}
+
 const tg_opcase tg_opcases[] = {
     {"matmul", "2d", "a (3, 4) b (4, 5)", mm_2d},
     {"matmul", "batched", "a (2, 3, 4) b (2, 4, 2)", mm_batched},
@@ -522,6 +671,60 @@ const tg_opcase tg_opcases[] = {
     {"transformer", "lm", "ids (2, 3) V 5 D 4, causal, learned pos, loss", tf_lm},
     {"transformer", "tied", "ids (2, 3) V 5 D 4, tied head, sinusoidal", tf_tied},
     {"transformer", "encoder", "ids (2, 3) V 5 D 4, bidirectional", tf_enc},
+    /* newops (issue 8) */
+    {"sub", "same", "a (2, 3) b (2, 3)", sub_same},
+    {"sub", "broadcast", "a (2, 3, 4) b (3, 1)", sub_bcast},
+    {"sub", "size1", "a (1) b (2, 2)", sub_left},
+    {"sub", "outer", "a (3, 1) b (1, 4)", sub_outer},
+    {"sub", "self", "x (2, 3): x*x - x", sub_self},
+    {"div", "same", "a (2, 3) b (2, 3), |b| >= 0.5", div_same},
+    {"div", "broadcast", "a (2, 3, 4) b (3, 1), |b| >= 0.5", div_bcast},
+    {"div", "size1", "a (1) b (2, 2), |b| >= 0.5", div_left},
+    {"div", "outer", "a (3, 1) b (1, 4), |b| >= 0.5", div_outer},
+    {"div", "self", "x (3, 2): (x + x*x) / x", div_self},
+    {"neg", "2d", "x (3, 4)", neg_2d},
+    {"neg", "size1", "x (1)", neg_one},
+    {"neg", "rank0", "x ()", neg_scalar},
+    {"exp", "2d", "x (3, 4) in [-2, 2)", exp_2d},
+    {"exp", "size1", "x (1)", exp_one},
+    {"exp", "3d", "x (2, 2, 3)", exp_3d},
+    {"log", "2d", "x (3, 4) in [0.5, 2)", log_2d},
+    {"log", "size1", "x (1) in [0.5, 2)", log_one},
+    {"log", "3d", "x (2, 3, 2) in [0.2, 3)", log_3d},
+    {"sqrt", "2d", "x (3, 4) in [0.5, 2)", sqrt_2d},
+    {"sqrt", "size1", "x (1) in [0.5, 2)", sqrt_one},
+    {"sqrt", "3d", "x (2, 3, 2) in [0.2, 4)", sqrt_3d},
+    {"tanh", "2d", "x (3, 4) in [-2, 2)", tanh_2d},
+    {"tanh", "size1", "x (1)", tanh_one},
+    {"tanh", "3d", "x (2, 2, 3)", tanh_3d},
+    {"sigmoid", "2d", "x (3, 4) in [-3, 3)", sigmoid_2d},
+    {"sigmoid", "size1", "x (1)", sigmoid_one},
+    {"sigmoid", "3d", "x (2, 3, 2)", sigmoid_3d},
+    {"silu", "2d", "x (3, 4) in [-4, 4)", silu_2d},
+    {"silu", "size1", "x (1)", silu_one},
+    {"silu", "3d", "x (2, 3, 2)", silu_3d},
+    {"gelu_tanh", "2d", "x (3, 4) in [-3, 3)", gelu_tanh_2d},
+    {"gelu_tanh", "size1", "x (1)", gelu_tanh_one},
+    {"gelu_tanh", "3d", "x (2, 2, 3)", gelu_tanh_3d},
+    {"log_softmax", "rows", "x (2, 5) in [-2, 2)", lsm_rows},
+    {"log_softmax", "size1", "x (3, 1)", lsm_one},
+    {"log_softmax", "4d", "x (1, 2, 3, 7)", lsm_4d},
+    {"log_softmax", "large", "x (3, 4) +-1e4 (f32: +-30)", lsm_large},
+    {"max", "axis0", "x (3, 4) axis 0, distinct values", max_ax0},
+    {"max", "keepdim", "x (2, 3, 4) axis -1 keepdim, distinct", max_keep},
+    {"max", "middle", "x (2, 3, 4) axis 1, distinct", max_mid},
+    {"max", "1d", "x (5) axis 0 -> (), distinct", max_1d},
+    {"max", "size1", "x (2, 1) axis 1", max_one},
+    {"concat", "rows", "a (2, 3) b (4, 3) axis 0", cat_rows},
+    {"concat", "middle", "(2, 1, 3) (2, 4, 3) (2, 2, 3) axis 1", cat_mid},
+    {"concat", "last", "a (2, 2) param b (2, 3) axis -1", cat_last},
+    {"concat", "size1", "x (3) alone, axis 0", cat_one},
+    {"concat", "self", "x (2, 2), y (2, 1), x axis 1", cat_self},
+    {"concat", "eight", "8 tensors (1..3, 2) axis 0", cat_eight},
+    {"mse_loss", "mean", "input target (3, 4) mean", mse_mean},
+    {"mse_loss", "sum", "input (2, 3, 2) const target, sum", mse_sum},
+    {"mse_loss", "none", "input target (4) none", mse_none},
+    {"mse_loss", "size1", "input target (1) mean", mse_one},
 };
 const int tg_n_opcases = (int)(sizeof tg_opcases / sizeof tg_opcases[0]);
 

@@ -26,7 +26,8 @@ enum {
     TG_OP_COUNT_
 };
 
-#define TG_MAX_SRC 4
+/* Most sources of one op (tg_concat takes up to TG_CONCAT_MAX = TG_MAX_SRC tensors). */
+#define TG_MAX_SRC 8
 
 /* Typed per-op parameters (never an untyped blob). Each op uses its own member. */
 typedef union tg_op_params {
@@ -39,6 +40,10 @@ typedef union tg_op_params {
     struct { double eps; } layer_norm;
     struct { double p; double scale; } dropout; /* scale: used by the last forward */
     struct { int64_t ignore_index; } xent;
+    /* newops (issue 8) */
+    struct { int axis; } max;                   /* max over one axis (ops/max.c) */
+    struct { int axis; } concat;                /* ops/concat.c */
+    struct { tg_reduction reduction; } mse;     /* ops/loss.c */
 } tg_op_params;
 
 struct tg_op_def; /* src/core/registry.h */

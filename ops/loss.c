@@ -1,0 +1,122 @@
+/*
+ * loss.c - mean squared error (PyTorch F.mse_loss(input, target, reduction=...)).
+ *
+ * e_i = (x_i - t_i)^2
+ * mean: y = (1/N) sum_i e_i    dx_i += (2/N) (x_i - t_i) dy     dt_i -= the same
+ * sum:  y = sum_i e_i          dx_i += 2 (x_i - t_i) dy         dt_i -= the same
+ * none: y_i = e_i              dx_i += 2 (x_i - t_i) dy_i       dt_i -= the same
+ * (The gradient expressions are PyTorch's mse_loss_backward: norm * (x - t) * dy.)
+ *
+ * The mean and sum are accumulated in double (for f32 too) over blocks fixed by N alone (at
+ * most MSE_BLOCKS of at least MSE_MIN_BLOCK elements): the blocks' partial sums may be computed
+ * by any threads, and are then added in block order on one thread, so the result does not
+ * depend on the thread count. Backward reads x and t.
+ */
+#include "registry.h"
+
+#include <stdio.h>
+
+#define MSE_BLOCKS 256
+#define MSE_MIN_BLOCK 4096
+
+tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *input, tg_tensor *target, tg_reduction reduction)
+{
+    static const char *fn = "tg_mse_loss";
+    tg_tensor *src[2] = {input, target};
+    if (!tg__check_srcs(ctx, fn, 2, src))
+        return NULL;
+    if (input->dtype != TG_F32 && input->dtype != TG_F64)
+        return tg__err(ctx, TG_ERR_DTYPE, fn, "operands are %s; expected f32 or f64",
+                       tg_dtype_str(input->dtype));
+    if (reduction != TG_REDUCTION_MEAN && reduction != TG_REDUCTION_SUM &&
+        reduction != TG_REDUCTION_NONE)
+        return tg__err(ctx, TG_ERR_ARG, fn,
+                       "unknown reduction %d (TG_REDUCTION_MEAN, _SUM or _NONE)",
+                       (int)reduction);
+    if (input->rank != target->rank ||
+        memcmp(input->shape, target->shape, sizeof(int64_t) * (size_t)input->rank) != 0) {
+        char bi[128], bt[128];
+        return tg__err(ctx, TG_ERR_SHAPE, fn, "input is %s but target is %s; shapes must match",
+                       tg__shape_str(input, bi, sizeof bi), tg__shape_str(target, bt, sizeof bt));
+    }
+    bool none = reduction == TG_REDUCTION_NONE;
+    tg_tensor *y = tg__op_new(ctx, TG_OP_MSE_LOSS, input->dtype, none ? input->rank : 0,
+                              input->shape, 2, src);
+    if (y)
+        y->p.mse.reduction = reduction;
+    return y;
+}
+
+/* Elementwise loops: each element by one iteration. Reductions: see the file comment. */
+#define DEFINE_MSE(T, SUF)                                                                     \
+    static void fwd_##SUF(tg_tensor *y)                                                        \
+    {                                                                                          \
+        const T *X = y->src[0]->data, *Tg = y->src[1]->data;                                   \
+        T *Y = y->data;                                                                        \
+        int64_t n = y->src[0]->numel;                                                          \
+        int nt = tg__threads(y->ctx);                                                          \
+        if (y->p.mse.reduction == TG_REDUCTION_NONE) {                                         \
+            TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                T d = X[i] - Tg[i];                                                            \
+                Y[i] = d * d;                                                                  \
+            }                                                                                  \
+            return;                                                                            \
+        }                                                                                      \
+        int64_t bs = (n + MSE_BLOCKS - 1) / MSE_BLOCKS;                                        \
+        if (bs < MSE_MIN_BLOCK)                                                                \
+            bs = MSE_MIN_BLOCK;                                                                \
+        int64_t nb = (n + bs - 1) / bs;                                                        \
+        double part[MSE_BLOCKS];                                                               \
+        TG_OMP_FOR(nt, nb > 1)                                                                 \
+        for (int64_t b = 0; b < nb; b++) {                                                     \
+            int64_t lo = b * bs, hi = lo + bs < n ? lo + bs : n;                               \
+            double acc = 0;                                                                    \
+            for (int64_t i = lo; i < hi; i++) {                                                \
+                double d = (double)X[i] - (double)Tg[i];                                       \
+                acc += d * d;                                                                  \
+            }                                                                                  \
+            part[b] = acc;                                                                     \
+        }                                                                                      \
+        double sum = 0;                                                                        \
+        for (int64_t b = 0; b < nb; b++)                                                       \
+            sum += part[b];                                                                    \
+        Y[0] = (T)(y->p.mse.reduction == TG_REDUCTION_MEAN ? sum / (double)n : sum);           \
+    }                                                                                          \
+    /* dst += sign * norm * (x - t) * dy (dy per element for none, else the scalar) */         \
+    static void bwd_##SUF(tg_tensor *y, T *dst, bool negate)                                   \
+    {                                                                                          \
+        const T *X = y->src[0]->data, *Tg = y->src[1]->data, *G = y->grad;                     \
+        int64_t n = y->src[0]->numel;                                                          \
+        int nt = tg__threads(y->ctx);                                                          \
+        bool none = y->p.mse.reduction == TG_REDUCTION_NONE;                                   \
+        T norm = (T)(y->p.mse.reduction == TG_REDUCTION_MEAN ? 2.0 / (double)n : 2.0);         \
+        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
+        for (int64_t i = 0; i < n; i++) {                                                      \
+            T v = norm * (X[i] - Tg[i]) * G[none ? i : 0];                                     \
+            dst[i] += negate ? -v : v;                                                         \
+        }                                                                                      \
+    }
+DEFINE_MSE(float, f32)
+DEFINE_MSE(double, f64)
+
+void tg__mse_loss_forward(tg_tensor *y)
+{
+    if (y->dtype == TG_F32)
+        fwd_f32(y);
+    else
+        fwd_f64(y);
+}
+
+void tg__mse_loss_backward(tg_tensor *y)
+{
+    for (int s = 0; s < 2; s++) { /* input, then target: one tensor given twice is safe */
+        tg_tensor *x = y->src[s];
+        if (!x->grad)
+            continue;
+        if (y->dtype == TG_F32)
+            bwd_f32(y, x->grad, s == 1);
+        else
+            bwd_f64(y, x->grad, s == 1);
+    }
+}

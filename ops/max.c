@@ -1,0 +1,118 @@
+/*
+ * max.c - maximum over one axis (PyTorch torch.max(x, dim, keepdim).values).
+ *
+ * x viewed as (outer, A, inner):
+ *   y[o, i] = max_a x[o, a, i],  k[o, i] = the first a attaining it
+ *   dx[o, k[o, i], i] += dy[o, i]  (gradient to the FIRST maximum; 0 elsewhere)
+ * Ties: strict comparison keeps the first of equal values (+0 == -0). NaN counts as the
+ * maximum, as in PyTorch: the first NaN of a slice is its value and its index.
+ * saved: k, one int64 per element of y, written by forward for every element; backward reads
+ * only k and dy (no source data), so x may be freed after forward.
+ */
+#include "registry.h"
+
+tg_tensor *tg_max(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim)
+{
+    static const char *fn = "tg_max";
+    if (!tg__check_srcs(ctx, fn, 1, &x))
+        return NULL;
+    if (x->dtype != TG_F32 && x->dtype != TG_F64)
+        return tg__err(ctx, TG_ERR_DTYPE, fn, "x is %s; expected f32 or f64",
+                       tg_dtype_str(x->dtype));
+    int a = tg__axis(axis, x->rank);
+    if (a < 0) {
+        char b[128];
+        return tg__err(ctx, TG_ERR_AXIS, fn, "axis %d out of range for x %s (rank %d)", axis,
+                       tg__shape_str(x, b, sizeof b), x->rank);
+    }
+    int64_t shape[TG_MAX_RANK];
+    int r = 0;
+    for (int i = 0; i < x->rank; i++) {
+        if (i == a && !keepdim)
+            continue;
+        shape[r++] = i == a ? 1 : x->shape[i];
+    }
+    tg_tensor *y = tg__op_new(ctx, TG_OP_MAX, x->dtype, r, shape, 1, &x);
+    if (!y)
+        return NULL;
+    y->p.max.axis = a;
+    if (!tg__op_save_n(y, y->numel, sizeof(int64_t), 0))
+        return NULL;
+    return y;
+}
+
+static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner)
+{
+    const tg_tensor *x = y->src[0];
+    int a = y->p.max.axis;
+    *outer = *inner = 1;
+    for (int i = 0; i < a; i++)
+        *outer *= x->shape[i];
+    for (int i = a + 1; i < x->rank; i++)
+        *inner *= x->shape[i];
+    *A = x->shape[a];
+}
+
+/* One output element (o, i) per iteration, scanning a ascending; backward: each iteration adds
+ * into its own element of dx (distinct (o, i) give distinct (o, k, i)). Race-free and
+ * thread-count independent. */
+#define DEFINE_MAX(T, SUF)                                                                     \
+    static void fwd_##SUF(tg_tensor *y)                                                        \
+    {                                                                                          \
+        int64_t outer, A, inner;                                                               \
+        split(y, &outer, &A, &inner);                                                          \
+        const T *X = y->src[0]->data;                                                          \
+        T *out = y->data;                                                                      \
+        int64_t *K = y->saved;                                                                 \
+        int nt = tg__threads(y->ctx);                                                          \
+        TG_OMP_FOR(nt, outer * inner > 1 && y->src[0]->numel > TG_PAR_MIN)                     \
+        for (int64_t oi = 0; oi < outer * inner; oi++) {                                       \
+            int64_t o = oi / inner, i = oi % inner;                                            \
+            const T *p = X + o * A * inner + i;                                                \
+            T best = p[0];                                                                     \
+            int64_t k = 0;                                                                     \
+            for (int64_t a = 1; a < A && best == best; a++) { /* stop at the first NaN */      \
+                T v = p[a * inner];                                                            \
+                if (v > best || v != v) {                                                      \
+                    best = v;                                                                  \
+                    k = a;                                                                     \
+                }                                                                              \
+            }                                                                                  \
+            out[oi] = best;                                                                    \
+            K[oi] = k;                                                                         \
+        }                                                                                      \
+    }                                                                                          \
+    static void bwd_##SUF(tg_tensor *y)                                                        \
+    {                                                                                          \
+        int64_t outer, A, inner;                                                               \
+        split(y, &outer, &A, &inner);                                                          \
+        T *dx = y->src[0]->grad;                                                               \
+        const T *dy = y->grad;                                                                 \
+        const int64_t *K = y->saved;                                                           \
+        int nt = tg__threads(y->ctx);                                                          \
+        TG_OMP_FOR(nt, outer * inner > TG_PAR_MIN)                                             \
+        for (int64_t oi = 0; oi < outer * inner; oi++) {                                       \
+            int64_t o = oi / inner, i = oi % inner;                                            \
+            dx[(o * A + K[oi]) * inner + i] += dy[oi];                                         \
+        }                                                                                      \
+    }
+DEFINE_MAX(float, f32)
+DEFINE_MAX(double, f64)
+
+void tg__max_forward(tg_tensor *y)
+{
+    if (y->dtype == TG_F32)
+        fwd_f32(y);
+    else
+        fwd_f64(y);
+}
+
+void tg__max_backward(tg_tensor *y)
+{
+    if (!y->src[0]->grad)
+        return;
+    if (y->dtype == TG_F32)
+        bwd_f32(y);
+    else
+        bwd_f64(y);
+}

@@ -1,0 +1,153 @@
+/*
+ * unary.c - elementwise math and activations: neg, exp, log, sqrt, tanh, sigmoid, silu,
+ * gelu_tanh.
+ *
+ * neg:       y = -x                               dx = -dy
+ * exp:       y = e^x                              dx = dy y                 (reads y)
+ * log:       y = ln x                             dx = dy / x               (reads x)
+ * sqrt:      y = sqrt(x)                          dx = dy / (2 y)           (reads y)
+ * tanh:      y = tanh(x)                          dx = dy (1 - y^2)         (reads y)
+ * sigmoid:   y = 1 / (1 + e^-x)                   dx = dy (1 - y) y         (reads y)
+ * silu:      y = x / (1 + e^-x) = x s(x)          dx = dy s (1 + x (1 - s)) (reads x)
+ *            (Elfwing et al. 2018, "Sigmoid-weighted linear units"; PyTorch nn.SiLU)
+ * gelu_tanh: y = x/2 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+ *            dx = dy (1/2 (1 + t) + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)),
+ *            t = tanh(u)                                                    (reads x)
+ *            (Hendrycks & Gimpel 2016, sec. 2; PyTorch F.gelu(approximate='tanh'); GPT-2)
+ *
+ * The formulas and their evaluation order are PyTorch's CPU kernels' (aten UnaryOps,
+ * Activation.cpp), so values agree to an ulp or two. f32 is computed in float, f64 in double.
+ * Out-of-domain values follow IEEE-754 like PyTorch, never an error: log(+-0) = -inf,
+ * log(x < 0) = NaN, sqrt(x < 0) = NaN, sqrt'(0) = inf, and inf/NaN propagate.
+ *
+ * Every forward reads x[i] into a local before writing y[i], and y[i] depends on x[i] only,
+ * so y may be x's buffer (TG_OPF_INPLACE in ops/ops.def). Each loop iteration writes its own
+ * element: race-free and thread-count independent.
+ */
+#include "registry.h"
+
+static tg_tensor *unary(tg_ctx *ctx, int op, const char *fn, tg_tensor *x)
+{
+    if (!tg__check_srcs(ctx, fn, 1, &x))
+        return NULL;
+    if (x->dtype != TG_F32 && x->dtype != TG_F64)
+        return tg__err(ctx, TG_ERR_DTYPE, fn, "x is %s; expected f32 or f64",
+                       tg_dtype_str(x->dtype));
+    return tg__op_new(ctx, op, x->dtype, x->rank, x->shape, 1, &x);
+}
+
+tg_tensor *tg_neg(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_NEG, "tg_neg", x); }
+tg_tensor *tg_exp(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_EXP, "tg_exp", x); }
+tg_tensor *tg_log(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_LOG, "tg_log", x); }
+tg_tensor *tg_sqrt(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_SQRT, "tg_sqrt", x); }
+tg_tensor *tg_tanh(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_TANH, "tg_tanh", x); }
+tg_tensor *tg_sigmoid(tg_ctx *ctx, tg_tensor *x)
+{
+    return unary(ctx, TG_OP_SIGMOID, "tg_sigmoid", x);
+}
+tg_tensor *tg_silu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_SILU, "tg_silu", x); }
+tg_tensor *tg_gelu_tanh(tg_ctx *ctx, tg_tensor *x)
+{
+    return unary(ctx, TG_OP_GELU_TANH, "tg_gelu_tanh", x);
+}
+
+/* sqrt(2/pi) and the cubic coefficient of the tanh approximation (PyTorch's kBeta, kKappa). */
+#define GELU_BETA 0.79788456080286535588
+#define GELU_KAPPA 0.044715
+
+/* y (n) = F(v), v = x[i]; may run in place (x == y). */
+#define DEF_FWD(op, T, SUF, PAR, F)                                                            \
+    static void op##_fwd_##SUF(int nt, int64_t n, const T *x, T *y)                            \
+    {                                                                                          \
+        TG_OMP_FOR(nt, n > (PAR))                                                              \
+        for (int64_t i = 0; i < n; i++) {                                                      \
+            T v = x[i];                                                                        \
+            y[i] = (F);                                                                        \
+        }                                                                                      \
+    }
+/* dx (n) += G, g = dy[i], v = r[i] where r is x or y (what the op's backward reads). */
+#define DEF_BWD(op, T, SUF, PAR, G)                                                            \
+    static void op##_bwd_##SUF(int nt, int64_t n, const T *r, const T *dy, T *dx)              \
+    {                                                                                          \
+        (void)r;                                                                               \
+        TG_OMP_FOR(nt, n > (PAR))                                                              \
+        for (int64_t i = 0; i < n; i++) {                                                      \
+            T v = r ? r[i] : 0, g = dy[i];                                                     \
+            (void)v;                                                                           \
+            dx[i] += (G);                                                                      \
+        }                                                                                      \
+    }
+
+/* Transcendental loops split at TG_PAR_MIN / 8 elements, cheap ones at TG_PAR_MIN. */
+#define DEF_KERNELS(T, SUF, EXP, LOG, SQRT, TANH)                                              \
+    static inline T silu_d_##SUF(T v)                                                          \
+    {                                                                                          \
+        T s = (T)1 / ((T)1 + EXP(-v));                                                         \
+        return s * ((T)1 + v * ((T)1 - s));                                                    \
+    }                                                                                          \
+    static inline T gelu_tanh_##SUF(T v)                                                       \
+    {                                                                                          \
+        T inner = (T)GELU_BETA * (v + (T)GELU_KAPPA * (v * v * v));                              \
+        return (T)0.5 * v * ((T)1 + TANH(inner));                                              \
+    }                                                                                          \
+    static inline T gelu_tanh_d_##SUF(T v)                                                     \
+    {                                                                                          \
+        T v2 = v * v;                                                                          \
+        T t = TANH((T)GELU_BETA * (v + (T)GELU_KAPPA * (v2 * v)));                               \
+        T left = (T)0.5 * v, right = (T)1 + t;                                                 \
+        T dleft = (T)0.5 * right;                                                              \
+        T dright = left * ((T)1 - t * t) * ((T)GELU_BETA * ((T)1 + (T)3 * (T)GELU_KAPPA * v2)); \
+        return dleft + dright;                                                                 \
+    }                                                                                          \
+    DEF_FWD(neg, T, SUF, TG_PAR_MIN, -v)                                                       \
+    DEF_BWD(neg, T, SUF, TG_PAR_MIN, -g)                                                       \
+    DEF_FWD(exp, T, SUF, TG_PAR_MIN / 8, EXP(v))                                               \
+    DEF_BWD(exp, T, SUF, TG_PAR_MIN, g * v)                                                    \
+    DEF_FWD(log, T, SUF, TG_PAR_MIN / 8, LOG(v))                                               \
+    DEF_BWD(log, T, SUF, TG_PAR_MIN, g / v)                                                    \
+    DEF_FWD(sqrt, T, SUF, TG_PAR_MIN / 8, SQRT(v))                                             \
+    DEF_BWD(sqrt, T, SUF, TG_PAR_MIN, g / ((T)2 * v))                                          \
+    DEF_FWD(tanh, T, SUF, TG_PAR_MIN / 8, TANH(v))                                             \
+    DEF_BWD(tanh, T, SUF, TG_PAR_MIN, g * ((T)1 - v * v))                                      \
+    DEF_FWD(sigmoid, T, SUF, TG_PAR_MIN / 8, (T)1 / ((T)1 + EXP(-v)))                          \
+    DEF_BWD(sigmoid, T, SUF, TG_PAR_MIN, g * ((T)1 - v) * v)                                   \
+    DEF_FWD(silu, T, SUF, TG_PAR_MIN / 8, v / ((T)1 + EXP(-v)))                                \
+    DEF_BWD(silu, T, SUF, TG_PAR_MIN / 8, g * silu_d_##SUF(v))                                 \
+    DEF_FWD(gelu_tanh, T, SUF, TG_PAR_MIN / 16, gelu_tanh_##SUF(v))                            \
+    DEF_BWD(gelu_tanh, T, SUF, TG_PAR_MIN / 16, g * gelu_tanh_d_##SUF(v))
+DEF_KERNELS(float, f32, expf, logf, sqrtf, tanhf)
+DEF_KERNELS(double, f64, exp, log, sqrt, tanh)
+
+/* The registry entry points. READ is what backward reads (declared in ops/ops.def): the
+ * source (x), the output (y) or nothing (NULL). */
+#define SRC_DATA(y) ((y)->src[0]->data)
+#define OUT_DATA(y) ((y)->data)
+#define NO_DATA(y) ((void)(y), (const void *)NULL)
+#define DEF_ENTRY(op, READ)                                                                    \
+    void tg__##op##_forward(tg_tensor *y)                                                      \
+    {                                                                                          \
+        int nt = tg__threads(y->ctx);                                                          \
+        if (y->dtype == TG_F32)                                                                \
+            op##_fwd_f32(nt, y->numel, y->src[0]->data, y->data);                              \
+        else                                                                                   \
+            op##_fwd_f64(nt, y->numel, y->src[0]->data, y->data);                              \
+    }                                                                                          \
+    void tg__##op##_backward(tg_tensor *y)                                                     \
+    {                                                                                          \
+        tg_tensor *x = y->src[0];                                                              \
+        if (!x->grad)                                                                          \
+            return;                                                                            \
+        int nt = tg__threads(y->ctx);                                                          \
+        if (y->dtype == TG_F32)                                                                \
+            op##_bwd_f32(nt, y->numel, READ(y), y->grad, x->grad);                             \
+        else                                                                                   \
+            op##_bwd_f64(nt, y->numel, READ(y), y->grad, x->grad);                             \
+    }
+DEF_ENTRY(neg, NO_DATA)
+DEF_ENTRY(exp, OUT_DATA)
+DEF_ENTRY(log, SRC_DATA)
+DEF_ENTRY(sqrt, OUT_DATA)
+DEF_ENTRY(tanh, OUT_DATA)
+DEF_ENTRY(sigmoid, OUT_DATA)
+DEF_ENTRY(silu, SRC_DATA)
+DEF_ENTRY(gelu_tanh, SRC_DATA)
