@@ -373,6 +373,8 @@ tg_tensor *tg_graph_grad_leaf(const tg_graph *g, int64_t i)
 /* Index of the first non-finite element of p (n elements of dt), or -1. */
 static int64_t first_bad(const void *p, tg_dtype dt, int64_t n, bool minf_ok, double *val)
 {
+    if (!tg_dtype_is_float(dt))
+        return -1; /* integer tensors (ids, targets) hold no NaN or infinity */
     if (dt == TG_F32) {
         const float *x = p;
         for (int64_t i = 0; i < n; i++)
