@@ -65,9 +65,10 @@ int main(void)
     tg_transformer model;
     CHECK(ctx, tg_transformer_init(ctx, &model, TG_F32, &cfg) == TG_OK);
 
-    /* 3. graph: built once; each step only sets new input data */
-    tg_tensor *ids = tg_input(ctx, TG_F32, TG_DIMS(B, T), "ids");
-    tg_tensor *targets = tg_input(ctx, TG_F32, TG_DIMS(B, T), "targets");
+    /* 3. graph: built once; each step only sets new input data. Token ids and targets are
+     *    integers (TG_I32); the model computes in f32. */
+    tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(B, T), "ids");
+    tg_tensor *targets = tg_input(ctx, TG_I32, TG_DIMS(B, T), "targets");
     tg_tensor *logits = tg_transformer_forward(ctx, &model, ids, NULL); /* (B, T, V) */
     tg_tensor *loss = tg_cross_entropy(ctx, logits, targets, -1);       /* () */
     tg_graph *g = tg_graph_new(ctx, &loss, 1);
@@ -85,19 +86,19 @@ int main(void)
     tg_optim *opt = tg_optim_new(ctx, &oc, 0, NULL);
     CHECK(ctx, opt != NULL);
 
-    float x[B * T], y[B * T];
+    int32_t x[B * T], y[B * T];
     double first = 0, last = 0;
     for (int step = 0; step < STEPS; step++) {
         /* a batch of random windows of the text: predict each next byte */
         for (int b = 0; b < B; b++) {
             int64_t s = (int64_t)(tg_rng_u64(ctx) % (uint64_t)(n - T - 1));
             for (int t = 0; t < T; t++) {
-                x[b * T + t] = (float)id_of[(unsigned char)text[s + t]];
-                y[b * T + t] = (float)id_of[(unsigned char)text[s + t + 1]];
+                x[b * T + t] = id_of[(unsigned char)text[s + t]];
+                y[b * T + t] = id_of[(unsigned char)text[s + t + 1]];
             }
         }
-        CHECK(ctx, tg_tensor_set_data(ids, x, TG_F32, B * T) == TG_OK);
-        CHECK(ctx, tg_tensor_set_data(targets, y, TG_F32, B * T) == TG_OK);
+        CHECK(ctx, tg_tensor_set_data(ids, x, TG_I32, B * T) == TG_OK);
+        CHECK(ctx, tg_tensor_set_data(targets, y, TG_I32, B * T) == TG_OK);
         tg_graph_zero_grad(g);
         CHECK(ctx, tg_graph_forward(g) == TG_OK);
         CHECK(ctx, tg_graph_backward(g, loss, NULL) == TG_OK);
@@ -126,8 +127,8 @@ int main(void)
     while (len < T) {
         /* the causal mask lets row 0 of the batch hold the context left-aligned */
         for (int t = 0; t < B * T; t++)
-            x[t] = t < len ? (float)id_of[(unsigned char)out[t]] : 0;
-        CHECK(ctx, tg_tensor_set_data(ids, x, TG_F32, B * T) == TG_OK);
+            x[t] = t < len ? id_of[(unsigned char)out[t]] : 0;
+        CHECK(ctx, tg_tensor_set_data(ids, x, TG_I32, B * T) == TG_OK);
         CHECK(ctx, tg_graph_forward(g) == TG_OK);
         const float *row = (const float *)tg_tensor_data(logits) + (len - 1) * n_vocab;
         int best = 0;

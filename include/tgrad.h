@@ -6,8 +6,9 @@
  * Conventions used throughout:
  * - Shapes are written outermost first (PyTorch order), row-major and contiguous.
  *   Letters: B batch, T sequence (seq_len), D d_model, H n_heads, Dh = D/H, F d_ff.
- * - Every op supports both dtypes, ::TG_F32 (speed) and ::TG_F64 (exact checking); all operands
- *   of one op share one dtype.
+ * - Every op supports both float dtypes, ::TG_F32 (speed) and ::TG_F64 (exact checking); all
+ *   float operands of one op share one dtype. ::TG_I32 tensors hold token ids, targets and
+ *   masks; only tg_embedding() (ids) and tg_cross_entropy() (targets) take them (see ::tg_dtype).
  * - Op builders only *record* an op and return its output tensor; nothing is computed until a
  *   ::tg_graph containing it runs forward.  A builder that fails returns NULL and records the
  *   **first** error on the context (status plus a message such as
@@ -117,16 +118,34 @@ typedef struct tg_ctx tg_ctx;
 typedef struct tg_tensor tg_tensor;
 typedef struct tg_graph tg_graph;
 
-/** Element type. */
+/**
+ * Element type. Float dtypes (::TG_F32, ::TG_F64) are what every op computes in and what
+ * gradients are made of. ::TG_I32 holds integers: token ids (tg_embedding()), class targets
+ * (tg_cross_entropy()) and 0/1 masks read from files. An i32 tensor can be an input or a
+ * constant, never a parameter, never differentiable (tg_set_requires_grad() refuses it), and
+ * every op except the ids operand of tg_embedding() and the targets of tg_cross_entropy()
+ * refuses it with ::TG_ERR_DTYPE (`tg_add: 'ids' is i32; this op needs f32 or f64`).
+ *
+ * **Conversions** (tg_tensor_set_data(), tg_tensor_get_data(), tg_tensor_copy(), tg_set(),
+ * tg_fill(), the .npy and safetensors readers) follow one rule: i32 to a float is exact in f64
+ * and rounds to nearest in f32 (exact up to 2^24 in magnitude); a float to i32 must be an
+ * integer in [-2^31, 2^31 - 1]: a fraction, NaN, an infinity or a value out of that range is an
+ * error (::TG_ERR_ARG, nothing written), never a silent truncation or undefined behaviour.
+ * There is no 64-bit integer dtype: token ids, targets and masks fit in 32 bits, and 64-bit
+ * integer files (NumPy's default `<i8`, PyTorch's int64) are read into i32 with a range check.
+ */
 typedef enum tg_dtype {
     TG_F32 = 0, /**< IEEE-754 binary32 */
-    TG_F64 = 1  /**< IEEE-754 binary64 */
+    TG_F64 = 1, /**< IEEE-754 binary64 */
+    TG_I32 = 2  /**< 32-bit two's-complement integer (ids, targets, masks; no gradient) */
 } tg_dtype;
 
 /** Size in bytes of one element of @p dt (4 or 8; 0 for an invalid value). */
 TG_API size_t tg_dtype_size(tg_dtype dt);
-/** "f32" or "f64" ("?" for an invalid value). */
+/** "f32", "f64" or "i32" ("?" for an invalid value). */
 TG_API const char *tg_dtype_str(tg_dtype dt);
+/** True for ::TG_F32 and ::TG_F64 (the dtypes ops compute in and gradients have). */
+TG_API bool tg_dtype_is_float(tg_dtype dt);
 
 /**
  * Pluggable allocator. @c alloc returns NULL on failure (tgrad then reports ::TG_ERR_NOMEM);
@@ -249,9 +268,11 @@ typedef enum tg_kind {
 /**
  * Create a leaf tensor, zero-filled. @p rank 0..::TG_MAX_RANK, every dim >= 1 (except that a
  * rank-0 tensor has one element). @p name may be NULL (a name like "input3" is generated) and is
- * copied (truncated to ::TG_NAME_MAX - 1 bytes).
+ * copied (truncated to ::TG_NAME_MAX - 1 bytes). A parameter is f32 or f64; inputs and
+ * constants may also be ::TG_I32.
  * Errors: ::TG_ERR_ARG (bad rank), ::TG_ERR_SHAPE (dim < 1), ::TG_ERR_OVERFLOW (more than
- * ::TG_MAX_NUMEL elements, or a byte size beyond SIZE_MAX), ::TG_ERR_DTYPE, ::TG_ERR_NOMEM.
+ * ::TG_MAX_NUMEL elements, or a byte size beyond SIZE_MAX), ::TG_ERR_DTYPE (unknown dtype, or
+ * an integer dtype for tg_param()), ::TG_ERR_NOMEM.
  * Returns NULL on error. Unlike op builders, leaf constructors work while a build error is
  * pending (the error is kept).
  */
@@ -274,7 +295,8 @@ TG_API tg_tensor *tg_ctx_find_param(const tg_ctx *ctx, const char *name);
 /**
  * Ask for (or stop asking for) the gradient of an input leaf. Parameters always require grad;
  * constants and op results cannot be changed. Must be called before graphs using @p t are built.
- * Errors: ::TG_ERR_ARG for a constant or op tensor.
+ * Errors: ::TG_ERR_ARG for a constant or op tensor, ::TG_ERR_DTYPE for asking the gradient of
+ * an i32 tensor (integers have none).
  */
 TG_API tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad);
 
@@ -297,8 +319,9 @@ TG_API const char *tg_tensor_op_name(const tg_tensor *t);
 TG_API const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n);
 
 /**
- * Raw data pointer: numel elements of the tensor's dtype, row-major. Valid until the context is
- * freed. For op results it holds the value computed by the last forward run.
+ * Raw data pointer: numel elements of the tensor's dtype (float, double or int32_t), row-major.
+ * Valid until the context is freed. For op results it holds the value computed by the last
+ * forward run.
  */
 TG_API void *tg_tensor_data(tg_tensor *t);
 /** Raw gradient pointer (same layout as data), or NULL if @p t has no gradient buffer
@@ -306,31 +329,44 @@ TG_API void *tg_tensor_data(tg_tensor *t);
 TG_API void *tg_tensor_grad(tg_tensor *t);
 
 /**
- * Copy @p n elements of type @p src_dtype into the tensor, converting to its dtype.
+ * Copy @p n elements of type @p src_dtype into the tensor, converting to its dtype by the rule
+ * of ::tg_dtype (this is how float ids become an i32 tensor:
+ * `tg_tensor_set_data(ids, float_ids, TG_F32, n)`).
  * Errors (run-time, see "Errors come in two kinds"): ::TG_ERR_SHAPE if @p n != numel,
- * ::TG_ERR_ARG for NULL, ::TG_ERR_STATE for an op result.
+ * ::TG_ERR_ARG for NULL or, for an i32 tensor, a source element that is not an integer in the
+ * i32 range (the message names its index and value; nothing is copied), ::TG_ERR_STATE for an
+ * op result.
  */
 TG_API tg_status tg_tensor_set_data(tg_tensor *t, const void *src, tg_dtype src_dtype, size_t n);
-/** Copy the data out as @p dst_dtype. Errors: ::TG_ERR_SHAPE if @p n != numel. */
+/** Copy the data out as @p dst_dtype (converted by the rule of ::tg_dtype). Errors:
+ *  ::TG_ERR_SHAPE if @p n != numel, ::TG_ERR_ARG if @p dst_dtype is i32 and an element is not
+ *  an integer in range (nothing written). */
 TG_API tg_status tg_tensor_get_data(const tg_tensor *t, void *dst, tg_dtype dst_dtype, size_t n);
-/** Copy the gradient out. Errors: ::TG_ERR_NOGRAD if none, ::TG_ERR_SHAPE if n != numel. */
+/** Copy the gradient out. Errors: ::TG_ERR_NOGRAD if none (always for i32 tensors),
+ *  ::TG_ERR_SHAPE if n != numel, ::TG_ERR_ARG as tg_tensor_get_data(). */
 TG_API tg_status tg_tensor_get_grad(const tg_tensor *t, void *dst, tg_dtype dst_dtype, size_t n);
-/** Copy values from @p src (same shape; dtype converted). Errors: ::TG_ERR_SHAPE. */
+/** Copy values from @p src (same shape; dtype converted as tg_tensor_set_data(), whose errors
+ *  it has). Errors: ::TG_ERR_SHAPE, ::TG_ERR_ARG. */
 TG_API tg_status tg_tensor_copy(tg_tensor *dst, const tg_tensor *src);
 
 /** Element access for tests and tools: value at flat row-major index (no bounds check beyond
- *  returning NaN / doing nothing when out of range). */
+ *  returning NaN / doing nothing when out of range). i32 values are returned exactly. */
 TG_API double tg_get(const tg_tensor *t, int64_t flat);
+/** Set one element. For an i32 tensor @p v must be an integer in the i32 range; otherwise the
+ *  element is left unchanged and a run-time ::TG_ERR_ARG is recorded on the context. */
 TG_API void tg_set(tg_tensor *t, int64_t flat, double v);
 /** Gradient element (NaN if no gradient or out of range). */
 TG_API double tg_grad_get(const tg_tensor *t, int64_t flat);
 /** Value at coordinates @p idx (tg_tensor_rank() entries). */
 TG_API double tg_get_at(const tg_tensor *t, const int64_t *idx);
-/** Set every element (leaves only; op results are overwritten by forward). */
+/** Set every element (leaves only; op results are overwritten by forward). For an i32 tensor,
+ *  a @p v tg_set() refuses leaves the tensor unchanged (run-time ::TG_ERR_ARG recorded). */
 TG_API void tg_fill(tg_tensor *t, double v);
-/** Fill with uniform values in [lo, hi) from the context RNG. */
+/** Fill with uniform values in [lo, hi) from the context RNG. An i32 tensor is refused
+ *  (unchanged, run-time ::TG_ERR_DTYPE recorded): random floats are not integers. */
 TG_API void tg_fill_uniform(tg_tensor *t, double lo, double hi);
-/** Fill with normal values (mean, std) from the context RNG. */
+/** Fill with normal values (mean, std) from the context RNG. i32: refused as
+ *  tg_fill_uniform(). */
 TG_API void tg_fill_normal(tg_tensor *t, double mean, double std);
 /** Set the gradient buffer to zero (no-op without one). */
 TG_API void tg_zero_grad(tg_tensor *t);
@@ -339,7 +375,10 @@ TG_API void tg_zero_grad(tg_tensor *t);
 /* ------------------------------------------------------------------------------------------ */
 /** @name Op builders
  * Each records one op and returns its result (owned by the context), or NULL on error.
- * All operands must belong to the same context and have the same dtype (::TG_ERR_DTYPE).
+ * All operands must belong to the same context and have the same float dtype
+ * (::TG_ERR_DTYPE); an i32 operand is refused (`tg_add: 'ids' is i32; this op needs f32 or
+ * f64`) except the ids of tg_embedding() and the targets of tg_cross_entropy(), which must be
+ * i32.
  */
 /**@{*/
 
@@ -473,11 +512,14 @@ TG_API tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p);
 
 /**
  * Embedding lookup (PyTorch `nn.Embedding`): y[n, :] = weight[ids[n], :].
- * Shapes: ids (...) holding integral token ids in [0, V) stored in the float dtype of weight
- * (exact up to 2^24 in f32), weight (V, D) -> (..., D). Gradient: rows of dy scatter-added
- * into dweight, deterministically (no atomics); ids get no gradient. Ids are checked at each
- * forward run (tg_graph_forward() returns ::TG_ERR_ARG naming the bad id).
- * Errors: ::TG_ERR_SHAPE (weight not rank 2), ::TG_ERR_DTYPE.
+ * Shapes: ids (...) ::TG_I32 token ids in [0, V), weight (V, D) f32 or f64 -> (..., D) in
+ * weight's dtype. Gradient: rows of dy scatter-added into dweight, deterministically (no
+ * atomics; forward saves the grouping of positions by id, so backward never reads the ids and
+ * changing them after a forward cannot change that forward's gradient); ids get no gradient.
+ * Ids are checked at each forward run (tg_graph_forward() returns ::TG_ERR_ARG naming the bad
+ * id). Errors: ::TG_ERR_SHAPE (weight not rank 2), ::TG_ERR_DTYPE (ids not i32 — float ids
+ * are refused; copy them into an i32 tensor with tg_tensor_set_data(), which checks that they
+ * are integers — or weight not f32/f64).
  */
 TG_API tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *ids, tg_tensor *weight);
 
@@ -486,10 +528,12 @@ TG_API tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *ids, tg_tensor *weight);
  * `F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=...)`):
  * loss = mean over rows with target != ignore_index of (logsumexp(x_r) - x_{r, t_r}), computed
  * as a fused, max-subtracted log-softmax (finite for logits of +-1e4).
- * Shapes: logits (..., V), targets (...) (class ids as floats) -> () (rank 0).
- * Gradient: (softmax(x_r) - onehot(t_r)) / N_valid. If every target is ignored the loss and
- * gradient are 0 (PyTorch gives NaN). Targets are checked at each forward run (::TG_ERR_ARG).
- * Errors: ::TG_ERR_SHAPE (leading dims differ), ::TG_ERR_DTYPE.
+ * Shapes: logits (..., V) f32 or f64, targets (...) ::TG_I32 class ids -> () (rank 0, logits'
+ * dtype). Gradient: (softmax(x_r) - onehot(t_r)) / N_valid (forward saves each row's class,
+ * so backward never reads the targets). If every target is ignored the loss and gradient are
+ * 0 (PyTorch gives NaN). Targets are checked at each forward run (::TG_ERR_ARG).
+ * Errors: ::TG_ERR_SHAPE (leading dims differ), ::TG_ERR_DTYPE (targets not i32 — float
+ * targets are refused, convert as for tg_embedding() — or logits not f32/f64).
  */
 TG_API tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *targets,
                                    int64_t ignore_index);

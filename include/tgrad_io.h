@@ -77,7 +77,8 @@ extern "C" {
  */
 typedef struct tg_io_item {
     const char *name;     /**< safetensors key (UTF-8, non-empty); ignored by the .npy writers */
-    tg_dtype dtype;       /**< ::TG_F32 or ::TG_F64; written as "F32"/"F64" or '<f4'/'<f8' */
+    tg_dtype dtype;       /**< ::TG_F32, ::TG_F64 or ::TG_I32; written as "F32"/"F64"/"I32"
+                               or '<f4'/'<f8'/'<i4' */
     int rank;             /**< 0..::TG_MAX_RANK */
     const int64_t *shape; /**< @c rank dims, each >= 1 (may be NULL for rank 0) */
     const void *data;     /**< prod(shape) elements; borrowed, not copied */
@@ -170,8 +171,9 @@ typedef struct tg_safetensors tg_safetensors;
  *
  * Every tensor becomes a ::TG_KIND_CONST tensor named with its key (truncated to
  * ::TG_NAME_MAX - 1 bytes; tg_safetensors_name() keeps the full key). Dtypes:
- * F32 and F64 are kept; F16 and BF16 are converted exactly to f32; BOOL, U8, I8, I16 and U16
- * to f32 (exact); I32, U32, I64 and U64 to f64 (exact up to 2^53 in magnitude).
+ * F32 and F64 are kept; F16 and BF16 are converted exactly to f32; BOOL (0 and 1) and every
+ * integer dtype (U8, I8, U16, I16, I32, U32, I64, U64) become ::TG_I32, values checked to fit
+ * (check 11: a 64-bit id file from PyTorch reads exactly as long as its values are 32-bit).
  * tg_safetensors_file_dtype() tells which dtype the file stored. Rank-0 tensors (shape [])
  * are read; tgrad tensors have no zero-size dims, so a dim of 0 is rejected.
  *
@@ -199,7 +201,10 @@ typedef struct tg_safetensors tg_safetensors;
  * 8. a range ending past the data section: ::TG_ERR_OUT_OF_BOUNDS;
  * 9. ranges sorted by offset overlapping: ::TG_ERR_OVERLAP; leaving a hole, or the first not
  *    starting at 0: ::TG_ERR_GAP;
- * 10. bytes after the last range: ::TG_ERR_TRAILING.
+ * 10. bytes after the last range: ::TG_ERR_TRAILING;
+ * 11. while reading the data (in file order): an integer element outside the i32 range
+ *    [-2^31, 2^31 - 1]: ::TG_ERR_UNSUPPORTED (`tg_safetensors_read: ids.st: data of tensor
+ *    'ids': element 3 (I64) is 4294967296, not an integer in the i32 range [...]`).
  * Also: open/read failure, or a path that is not a regular file, ::TG_ERR_IO (with strerror);
  * allocation failure ::TG_ERR_NOMEM; NULL arguments ::TG_ERR_ARG.
  * Memory: nothing is allocated for the tensors before every check above has passed, so their
@@ -332,8 +337,11 @@ typedef enum tg_npy_kind {
  * The header is a Python dict literal with exactly the keys 'descr', 'fortran_order' and
  * 'shape', e.g. `{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }`.
  * Supported descr: `<f2 <f4 <f8 <i2 <i4 <i8 <u2 <u4 <u8` and the one-byte `|b1 |i1 |u1`;
- * values are converted to @p want (bools to 0 and 1; 64-bit integers exactly up to 2^53).
- * Rank-0 arrays (shape `()`) are read.
+ * values are converted to @p want: bools to 0 and 1; into f32/f64 integers round to nearest
+ * (exact up to 2^24 / 2^53); into ::TG_I32 every element must be an integer in the i32 range
+ * (an integer array by value, e.g. NumPy's default `<i8` ids; a float array only if every
+ * value is integral, by the conversion rule of ::tg_dtype), else ::TG_ERR_UNSUPPORTED naming
+ * the element. Rank-0 arrays (shape `()`) are read.
  *
  * Errors: ::TG_ERR_FORMAT (bad magic, header not a dict literal of the expected form, missing,
  * unknown or repeated key, shape not a tuple of non-negative integers), ::TG_ERR_UNSUPPORTED
@@ -342,7 +350,8 @@ typedef enum tg_npy_kind {
  * both orders are the same bytes; a dim of 0; rank > ::TG_MAX_RANK), ::TG_ERR_HEADER_SIZE
  * (header longer than ::TG_NPY_MAX_HEADER), ::TG_ERR_TRUNCATED (file ends inside the preamble,
  * header or data), ::TG_ERR_TRAILING (bytes after the data), ::TG_ERR_OVERFLOW (a dim or the
- * shape product overflows), ::TG_ERR_DTYPE (@p want not f32/f64), ::TG_ERR_IO, ::TG_ERR_NOMEM,
+ * shape product overflows), ::TG_ERR_UNSUPPORTED also for a value that does not fit an i32
+ * @p want, ::TG_ERR_DTYPE (@p want not f32/f64/i32), ::TG_ERR_IO, ::TG_ERR_NOMEM,
  * ::TG_ERR_ARG; ::TG_ERR_IO also for a path that is not a regular file (read a stream with
  * tg_npy_read_fd()). Source: NumPy NEP 1 and `numpy.lib.format`.
  *
@@ -361,7 +370,8 @@ TG_API tg_tensor *tg_npy_read_fd(tg_ctx *ctx, int fd, const char *label, uint64_
                                  tg_dtype want, tg_npy_kind *kind_out);
 
 /**
- * Write tensor @p t's values as a version 1.0 .npy file ('<f4' or '<f8', C order), atomically.
+ * Write tensor @p t's values as a version 1.0 .npy file ('<f4', '<f8' or '<i4', C order),
+ * atomically.
  * The header is what `numpy.save` writes: keys in sorted order, the spare spaces NumPy adds so
  * the first dim can grow in place, then spaces and '\n' so the data starts at a multiple of 64
  * bytes. Errors: ::TG_ERR_ARG, ::TG_ERR_IO (temporary file removed, old file untouched),
@@ -389,10 +399,12 @@ TG_API tg_status tg_npy_write_to(tg_ctx *ctx, const tg_writer *w, const tg_io_it
  * Load parameter values from a parsed safetensors file by name, like PyTorch
  * `load_state_dict`. @p params (n of them) are matched by their names (tg_tensor_name(), the
  * `state_dict` keys given by the module builders); @p params NULL means every parameter of the
- * context. File values of either dtype are converted. Nothing is modified unless everything
- * matches. Errors (message names the tensor): ::TG_ERR_MISMATCH for a missing tensor, a shape
- * different from the parameter's, or (with @p strict) a tensor in the file that no parameter
- * takes; ::TG_ERR_ARG.
+ * context. File values of any dtype are converted into a float parameter (by the rule of
+ * ::tg_dtype); an i32 tensor in @p params loads only from an integer tensor in the file.
+ * Nothing is modified unless everything matches. Errors (message names the tensor):
+ * ::TG_ERR_MISMATCH for a missing tensor, a shape different from the parameter's, a float
+ * tensor for an i32 one, or (with @p strict) a tensor in the file that no parameter takes;
+ * ::TG_ERR_ARG.
  */
 TG_API tg_status tg_params_load_from(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
                                      tg_tensor *const *params, bool strict);

@@ -20,6 +20,10 @@
  * | `is_causal=True` / `generate_square_subsequent_mask` | tg_attn_masks::causal / tg_causal_mask() |
  * | Keras tutorials: `scores += -1e9 * mask`     | ADDITIVE with tg_scale(mask, -1e9)      |
  *
+ * Masks are float tensors in the dtype of the inputs. A 0/1 mask held as integers (an ::TG_I32
+ * tensor, e.g. read from a `|b1` or `<i8` file) is converted explicitly into a float constant
+ * with tg_tensor_copy() (exact); `tgrad run` reads bool and 0/1 integer mask files as floats.
+ *
  * **Fully masked rows.** When every key of a query row is blocked, tgrad's attention weights
  * for that row are zeros, the row of the attention output is zero before the output projection
  * (so the MHA output is out_proj.bias there), and gradients through the row are zero.

@@ -150,10 +150,10 @@ typedef struct tg_transformer {
 TG_API tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
                                      const tg_transformer_config *cfg);
 /**
- * Logits for token ids. Shapes: ids (B, T) with T <= max_seq_len, ids in [0, V) stored as
- * floats -> logits (B, T, V). x = tok_emb[ids] + pos(T); x = layers(x) with the causal mask if
+ * Logits for token ids. Shapes: ids (B, T) ::TG_I32 with T <= max_seq_len, ids in [0, V)
+ * -> logits (B, T, V) in the model's dtype. x = tok_emb[ids] + pos(T); x = layers(x) with the causal mask if
  * cfg.causal and @p key_padding_mask (B, T) or NULL; logits = LN(x) head_w^T + head_b.
- * Errors: ::TG_ERR_SHAPE.
+ * Errors: ::TG_ERR_SHAPE, ::TG_ERR_DTYPE (ids not i32, see tg_embedding()).
  */
 TG_API tg_tensor *tg_transformer_forward(tg_ctx *ctx, const tg_transformer *m, tg_tensor *ids,
                                          tg_tensor *key_padding_mask);

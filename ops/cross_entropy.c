@@ -2,29 +2,44 @@
  * cross_entropy.c - fused log-softmax + negative log-likelihood over the last axis, mean over
  * the non-ignored tokens (PyTorch F.cross_entropy, reduction='mean', ignore_index).
  *
- * Per row r with target t_r != ignore_index:
+ * Per row r with target t_r != ignore_index (targets are i32):
  *   lse_r = m_r + log(sum_j exp(x_rj - m_r)),  m_r = max_j x_rj      (finite for |x| ~ 1e4)
  *   loss  = (1 / N_valid) sum_r (lse_r - x_{r, t_r})
  * Backward: dx_rj += dy (exp(x_rj - lse_r) - [j == t_r]) / N_valid; ignored rows get 0.
  * If every target is ignored, loss = 0 and the gradient is 0 (PyTorch returns NaN).
- * Check (before each forward): targets are integers in [0, V) or equal to ignore_index.
- * saved: lse (R) and per-row loss (R) in double; N_valid.
+ * Check (before each forward): targets are in [0, V) or equal to ignore_index.
+ * saved: N_valid (int64), lse (R) and per-row loss (R) in double, and each row's class (R, i32;
+ *        -1 for an ignored row), so backward reads the logits and the saved values but never
+ *        the targets: changing them between forward and backward cannot change the gradient.
  */
 #include "registry.h"
 
 #include <stdio.h>
 
+/* Layout of y->saved (R rows), found from y->saved at each kernel call (the running graph
+ * binds it; nothing is cached at build). */
 typedef struct {
-    int64_t n_valid;
+    int64_t *n_valid;
     double *lse, *row_loss;
+    int32_t *cls;
 } xent_saved;
+
+static xent_saved saved_of(const tg_tensor *y, int64_t R)
+{
+    xent_saved s;
+    s.n_valid = y->saved;
+    s.lse = (double *)((char *)y->saved + sizeof(double));
+    s.row_loss = s.lse + R;
+    s.cls = (int32_t *)(s.row_loss + R);
+    return s;
+}
 
 tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *targets,
                             int64_t ignore_index)
 {
     static const char *fn = "tg_cross_entropy";
     tg_tensor *src[2] = {logits, targets};
-    if (!tg__check_srcs(ctx, fn, 2, src))
+    if (!tg__check_srcs_ids(ctx, fn, 2, src, 1, "targets"))
         return NULL;
     char bl[128], bt[128];
     bool ok = logits->rank >= 1 && targets->rank == logits->rank - 1;
@@ -40,7 +55,7 @@ tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *targets,
     y->requires_grad = logits->requires_grad;
     y->p.xent.ignore_index = ignore_index;
     int64_t R = targets->numel;
-    if (!tg__op_save_n(y, R, 2 * sizeof(double), sizeof(xent_saved)))
+    if (!tg__op_save_n(y, R, 2 * sizeof(double) + sizeof(int32_t), sizeof(double)))
         return NULL;
     return y;
 }
@@ -48,15 +63,16 @@ tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *targets,
 tg_status tg__xent_check(tg_tensor *y)
 {
     const tg_tensor *t = y->src[1];
+    const int32_t *tg = t->data;
     int64_t V = y->src[0]->shape[y->src[0]->rank - 1];
     for (int64_t n = 0; n < t->numel; n++) {
-        double v = tg_get(t, n);
-        if (v == (double)y->p.xent.ignore_index)
+        if (tg[n] == y->p.xent.ignore_index)
             continue;
-        if (!(v >= 0 && v < (double)V && v == floor(v))) {
+        if (tg[n] < 0 || tg[n] >= V) {
             tg__run_err(y->ctx, TG_ERR_ARG, "tg_cross_entropy",
-                    "target '%s'[%lld] = %g is not a class in [0, %lld) nor ignore_index %lld",
-                    t->name, (long long)n, v, (long long)V, (long long)y->p.xent.ignore_index);
+                    "target '%s'[%lld] = %lld is not a class in [0, %lld) nor ignore_index %lld",
+                    t->name, (long long)n, (long long)tg[n], (long long)V,
+                    (long long)y->p.xent.ignore_index);
             return TG_ERR_ARG;
         }
     }
@@ -67,14 +83,13 @@ tg_status tg__xent_check(tg_tensor *y)
     static void fwd_##SUF(tg_tensor *y)                                                        \
     {                                                                                          \
         const tg_tensor *lg = y->src[0];                                                       \
-        const T *X = lg->data, *tg = y->src[1]->data;                                          \
+        const T *X = lg->data;                                                                 \
+        const int32_t *tg = y->src[1]->data;                                                   \
         int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;                                \
-        T ign = (T)y->p.xent.ignore_index;                                                     \
-        xent_saved *s = y->saved;                                                              \
-        s->lse = (double *)(s + 1); /* the saved block is bound at run time */                 \
-        s->row_loss = s->lse + y->src[1]->numel;                                               \
+        int64_t ign = y->p.xent.ignore_index;                                                  \
+        xent_saved s = saved_of(y, R);                                                         \
         int nt = tg__threads(y->ctx);                                                          \
-        /* Race-free: row r owns lse[r], row_loss[r]. */                                       \
+        /* Race-free: row r owns lse[r], row_loss[r], cls[r]. */                              \
         TG_OMP_FOR(nt, lg->numel > TG_PAR_MIN / 4)                                             \
         for (int64_t r = 0; r < R; r++) {                                                      \
             const T *x = X + r * V;                                                            \
@@ -86,39 +101,41 @@ tg_status tg__xent_check(tg_tensor *y)
             for (int64_t j = 0; j < V; j++)                                                    \
                 sum += EXP(x[j] - m);                                                          \
             double lse = (double)m + log((double)sum);                                         \
-            s->lse[r] = lse;                                                                   \
-            s->row_loss[r] = tg[r] == ign ? 0.0 : lse - (double)x[(int64_t)tg[r]];             \
+            bool ignored = tg[r] == ign;                                                       \
+            s.lse[r] = lse;                                                                    \
+            s.row_loss[r] = ignored ? 0.0 : lse - (double)x[tg[r]];                            \
+            s.cls[r] = ignored ? -1 : tg[r];                                                   \
         }                                                                                      \
         int64_t nv = 0;                                                                        \
         double total = 0;                                                                      \
         for (int64_t r = 0; r < R; r++) { /* fixed order */                                    \
-            if (tg[r] != ign)                                                                  \
+            if (s.cls[r] >= 0)                                                                 \
                 nv++;                                                                          \
-            total += s->row_loss[r];                                                           \
+            total += s.row_loss[r];                                                            \
         }                                                                                      \
-        s->n_valid = nv;                                                                       \
+        *s.n_valid = nv;                                                                       \
         *(T *)y->data = nv ? (T)(total / (double)nv) : (T)0;                                   \
     }                                                                                          \
     static void bwd_##SUF(tg_tensor *y)                                                        \
     {                                                                                          \
         tg_tensor *lg = y->src[0];                                                             \
-        const T *X = lg->data, *tg = y->src[1]->data;                                          \
+        const T *X = lg->data;                                                                 \
         T *DX = lg->grad;                                                                      \
         int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;                                \
-        T ign = (T)y->p.xent.ignore_index;                                                     \
-        const xent_saved *s = y->saved;                                                        \
-        if (s->n_valid == 0)                                                                   \
+        xent_saved s = saved_of(y, R);                                                         \
+        if (*s.n_valid == 0)                                                                   \
             return;                                                                            \
-        T scale = (T)((double)*(const T *)y->grad / (double)s->n_valid);                       \
+        T scale = (T)((double)*(const T *)y->grad / (double)*s.n_valid);                       \
         int nt = tg__threads(y->ctx);                                                          \
+        /* Race-free: row r owns dx[r, :]. */                                                  \
         TG_OMP_FOR(nt, lg->numel > TG_PAR_MIN / 4)                                             \
         for (int64_t r = 0; r < R; r++) {                                                      \
-            if (tg[r] == ign)                                                                  \
+            if (s.cls[r] < 0)                                                                  \
                 continue;                                                                      \
             const T *x = X + r * V;                                                            \
             T *dx = DX + r * V;                                                                \
-            T lse = (T)s->lse[r];                                                              \
-            int64_t t = (int64_t)tg[r];                                                        \
+            T lse = (T)s.lse[r];                                                               \
+            int64_t t = s.cls[r];                                                              \
             for (int64_t j = 0; j < V; j++)                                                    \
                 dx[j] += scale * (EXP(x[j] - lse) - (j == t ? (T)1 : (T)0));                   \
         }                                                                                      \

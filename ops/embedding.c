@@ -1,13 +1,16 @@
 /*
  * embedding.c - token embedding lookup (PyTorch nn.Embedding).
  *
- * Forward:  y[n, :] = W[ids[n], :]              ids (...) -> y (..., D), W (V, D)
+ * Forward:  y[n, :] = W[ids[n], :]              ids (...) i32 -> y (..., D), W (V, D)
  * Backward: dW[v, :] += sum over n with ids[n] == v of dy[n, :]
- *   Deterministic scatter-add without atomics: a stable counting sort groups positions by id
- *   (serial, O(N + V)); then each vocabulary row v is owned by one thread and sums its
- *   positions in increasing n. ids carry no gradient.
- * Check (before each forward): every id is an integer in [0, V).
- * saved: int64 order[N], start[V + 1] (the counting sort).
+ *   Deterministic scatter-add without atomics: forward groups the positions by id with a stable
+ *   counting sort (serial, O(N + V)) and saves it; backward gives each vocabulary row v to one
+ *   thread, which sums its positions in increasing n. ids carry no gradient.
+ *   Backward reads only the saved sort and dy, never the ids: changing the ids between forward
+ *   and backward cannot change the gradient of the forward that ran (issue 8, item 9).
+ * Check (before each forward): every id is in [0, V).
+ * saved: int64 order[N] (positions grouped by id, increasing within an id), start[V + 1]
+ *        (positions of id v are order[start[v] .. start[v + 1])).
  */
 #include "registry.h"
 
@@ -17,7 +20,7 @@ tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *ids, tg_tensor *weight)
 {
     static const char *fn = "tg_embedding";
     tg_tensor *src[2] = {ids, weight};
-    if (!tg__check_srcs(ctx, fn, 2, src))
+    if (!tg__check_srcs_ids(ctx, fn, 2, src, 0, "ids"))
         return NULL;
     char bw[128], bi[128];
     if (weight->rank != 2)
@@ -32,8 +35,7 @@ tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *ids, tg_tensor *weight)
     tg_tensor *y = tg__op_new(ctx, TG_OP_EMBEDDING, weight->dtype, ids->rank + 1, shape, 2, src);
     if (!y)
         return NULL;
-    if (!ids->requires_grad)
-        y->requires_grad = weight->requires_grad;
+    y->requires_grad = weight->requires_grad; /* ids are i32: never differentiable */
     if (!tg__op_save_n(y, ids->numel + weight->shape[0] + 1, sizeof(int64_t), 0))
         return NULL;
     return y;
@@ -42,23 +44,42 @@ tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *ids, tg_tensor *weight)
 tg_status tg__embedding_check(tg_tensor *y)
 {
     const tg_tensor *ids = y->src[0];
+    const int32_t *id = ids->data;
     int64_t V = y->src[1]->shape[0];
     for (int64_t n = 0; n < ids->numel; n++) {
-        double v = tg_get(ids, n);
-        if (!(v >= 0 && v < (double)V && v == floor(v))) {
+        if (id[n] < 0 || id[n] >= V) {
             tg__run_err(y->ctx, TG_ERR_ARG, "tg_embedding",
-                    "'%s'[%lld] = %g is not a token id in [0, %lld)", ids->name, (long long)n, v,
-                    (long long)V);
+                    "'%s'[%lld] = %lld is not a token id in [0, %lld)", ids->name, (long long)n,
+                    (long long)id[n], (long long)V);
             return TG_ERR_ARG;
         }
     }
     return TG_OK;
 }
 
+/* The stable counting sort of the ids (checked to be in [0, V)) into y->saved. Serial. */
+static void sort_ids(tg_tensor *y)
+{
+    const int32_t *ids = y->src[0]->data;
+    int64_t N = y->src[0]->numel, V = y->src[1]->shape[0];
+    int64_t *order = y->saved, *start = order + N;
+    memset(start, 0, sizeof(int64_t) * (size_t)(V + 1));
+    for (int64_t n = 0; n < N; n++)
+        start[ids[n] + 1]++;
+    for (int64_t v = 0; v < V; v++)
+        start[v + 1] += start[v];
+    for (int64_t n = 0; n < N; n++) /* stable: positions in increasing order */
+        order[start[ids[n]]++] = n;
+    for (int64_t v = V; v > 0; v--) /* restore the start offsets */
+        start[v] = start[v - 1];
+    start[0] = 0;
+}
+
 #define DEFINE_EMB(T, SUF)                                                                     \
     static void fwd_##SUF(tg_tensor *y)                                                        \
     {                                                                                          \
-        const T *ids = y->src[0]->data, *W = y->src[1]->data;                                  \
+        const int32_t *ids = y->src[0]->data;                                                  \
+        const T *W = y->src[1]->data;                                                          \
         T *Y = y->data;                                                                        \
         int64_t N = y->src[0]->numel, D = y->src[1]->shape[1];                                 \
         int nt = tg__threads(y->ctx);                                                          \
@@ -69,20 +90,10 @@ tg_status tg__embedding_check(tg_tensor *y)
     }                                                                                          \
     static void bwd_##SUF(tg_tensor *y)                                                        \
     {                                                                                          \
-        const T *ids = y->src[0]->data, *G = y->grad;                                          \
+        const T *G = y->grad;                                                                  \
         T *dW = y->src[1]->grad;                                                               \
         int64_t N = y->src[0]->numel, V = y->src[1]->shape[0], D = y->src[1]->shape[1];        \
-        int64_t *order = y->saved, *start = order + N;                                         \
-        memset(start, 0, sizeof(int64_t) * (size_t)(V + 1));                                   \
-        for (int64_t n = 0; n < N; n++)                                                        \
-            start[(int64_t)ids[n] + 1]++;                                                      \
-        for (int64_t v = 0; v < V; v++)                                                        \
-            start[v + 1] += start[v];                                                          \
-        for (int64_t n = 0; n < N; n++) /* stable: positions in increasing order */            \
-            order[start[(int64_t)ids[n]]++] = n;                                               \
-        for (int64_t v = V; v > 0; v--) /* restore start offsets */                            \
-            start[v] = start[v - 1];                                                           \
-        start[0] = 0;                                                                          \
+        const int64_t *order = y->saved, *start = order + N;                                   \
         int nt = tg__threads(y->ctx);                                                          \
         /* Race-free: vocabulary row v owns dW[v, :]; its positions are summed in order. */    \
         TG_OMP_FOR(nt, N * D > TG_PAR_MIN)                                                     \
@@ -100,6 +111,7 @@ DEFINE_EMB(double, f64)
 
 void tg__embedding_forward(tg_tensor *y)
 {
+    sort_ids(y);
     if (y->dtype == TG_F32)
         fwd_f32(y);
     else

@@ -335,7 +335,7 @@ END_TEST
 /* ---- every op ----------------------------------------------------------------------------- */
 /* Every gradcheck case of every op and module, both dtypes: with the tripwire on, forward and
  * backward on finite data report nothing (no false alarm, masks included), and a NaN put in
- * the first leaf is found there. */
+ * the first float leaf is found there. */
 START_TEST(test_every_op_case)
 {
     tg_dtype dt = tu_dtypes[_i];
@@ -357,8 +357,9 @@ START_TEST(test_every_op_case)
                           tg_status_str(s), tg_ctx_message(ctx));
         }
         tg_tensor *leaf = NULL;
-        for (int64_t i = 0; i < tg_graph_size(g) && !leaf; i++)
-            if (tg_tensor_kind(tg_graph_node(g, i)) != TG_KIND_OP)
+        for (int64_t i = 0; i < tg_graph_size(g) && !leaf; i++) /* (i32 ids hold no NaN) */
+            if (tg_tensor_kind(tg_graph_node(g, i)) != TG_KIND_OP &&
+                tg_dtype_is_float(tg_tensor_dtype(tg_graph_node(g, i))))
                 leaf = tg_graph_node(g, i);
         ck_assert_ptr_nonnull(leaf);
         tg_set(leaf, tg_tensor_numel(leaf) - 1, NAN);

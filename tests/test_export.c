@@ -229,7 +229,7 @@ START_TEST(test_logits_match_pytorch)
     tg_tensor *ids_ref = tg_safetensors_find(ref, "ids"), *want = tg_safetensors_find(ref, "logits");
     ck_assert(ids_ref && want);
     int64_t B = tg_tensor_shape(ids_ref)[0], T = tg_tensor_shape(ids_ref)[1];
-    tg_tensor *ids = tg_input(ctx, dt, TG_DIMS(B, T), "ids");
+    tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(B, T), "ids");
     for (int64_t i = 0; i < B * T; i++)
         tg_set(ids, i, tg_get(ids_ref, i));
     tg_tensor *logits = tg_transformer_forward(ctx, &model, ids, NULL);

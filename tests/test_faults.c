@@ -259,8 +259,8 @@ static tg_status build_model(tg_ctx *ctx, fx *f)
     tg_status s = tg_transformer_init(ctx, &f->m, TG_F32, &c);
     if (s != TG_OK)
         return s;
-    f->ids = tg_input(ctx, TG_F32, TG_DIMS(B_, T_), "ids");
-    f->tgt = tg_input(ctx, TG_F32, TG_DIMS(B_, T_), "targets");
+    f->ids = tg_input(ctx, TG_I32, TG_DIMS(B_, T_), "ids");
+    f->tgt = tg_input(ctx, TG_I32, TG_DIMS(B_, T_), "targets");
     if (f->ids && f->tgt)
         for (int64_t i = 0; i < B_ * T_; i++) {
             tg_set(f->ids, i, (double)((3 * i + 1) % V_));

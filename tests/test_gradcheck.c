@@ -330,7 +330,7 @@ END_TEST
 START_TEST(test_forward_error_propagates)
 {
     tg_ctx *ctx = tg_ctx_new();
-    tg_tensor *ids = tg_const(ctx, TG_F64, TG_DIMS(3), "ids");
+    tg_tensor *ids = tg_const(ctx, TG_I32, TG_DIMS(3), "ids");
     tu_set(ids, (const double[]){0, 5, 1}); /* 5 is outside [0, 4) */
     tg_tensor *w = tg_param(ctx, TG_F64, TG_DIMS(4, 2), "w");
     tg_fill_uniform(w, -1, 1);

@@ -834,7 +834,7 @@ START_TEST(test_runtime_error_does_not_stick)
 {
     tg_ctx *ctx = tg_ctx_new();
     tg_tensor *w = tg_param(ctx, TG_F32, TG_DIMS(5, 3), "emb");
-    tg_tensor *ids = tg_input(ctx, TG_F32, TG_DIMS(2), "ids");
+    tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(2), "ids");
     tg_tensor *y = tg_sum_all(ctx, tg_embedding(ctx, ids, w));
     tg_graph *g = tg_graph_new(ctx, &y, 1);
     ck_assert_ptr_nonnull(g);
@@ -883,7 +883,7 @@ START_TEST(test_build_error_outranks_runtime_error)
 {
     tg_ctx *ctx = tg_ctx_new();
     tg_tensor *w = tg_param(ctx, TG_F64, TG_DIMS(4, 2), "emb");
-    tg_tensor *ids = tg_input(ctx, TG_F64, TG_DIMS(1), "ids");
+    tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(1), "ids");
     tg_tensor *y = tg_sum_all(ctx, tg_embedding(ctx, ids, w));
     tg_graph *g = tg_graph_new(ctx, &y, 1);
     tg_set(ids, 0, -1);

@@ -73,7 +73,7 @@ START_TEST(test_module_errors)
     tc.layer.d_ff = 16;
     tg_transformer tm;
     ck_assert_int_eq(tg_transformer_init(ctx, &tm, TG_F32, &tc), TG_OK);
-    tg_tensor *ids = tg_input(ctx, TG_F32, TG_DIMS(2, 5), "ids");
+    tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(2, 5), "ids");
     ck_assert_ptr_null(tg_transformer_forward(ctx, &tm, ids, NULL));
     tu_assert_error(ctx, TG_ERR_SHAPE, "T <= 4");
     tg_ctx_free(ctx);
@@ -196,7 +196,7 @@ START_TEST(test_transformer_names_and_tying)
     ck_assert_ptr_nonnull(tg_ctx_find_param(ctx, "head.bias"));
     ck_assert_ptr_null(tg_ctx_find_param(ctx, "head.weight")); /* tied: no separate head */
     ck_assert_int_eq(tg_ctx_n_params(ctx), 1 + 2 * 12 + 2 + 1);
-    tg_tensor *ids = tg_input(ctx, TG_F32, TG_DIMS(3, 5), "ids");
+    tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(3, 5), "ids");
     tg_tensor *y = tg_transformer_forward(ctx, &m, ids, NULL);
     ck_assert_ptr_nonnull(y);
     ck_assert_int_eq(tg_tensor_rank(y), 3);
@@ -257,7 +257,7 @@ START_TEST(test_cross_entropy_large_logits)
     tg_tensor *x = tg_input(ctx, dt, TG_DIMS(2, 3), "logits");
     tg_set_requires_grad(x, true);
     tu_set(x, (const double[]){1e4, -1e4, 0, -1e4, -1e4, 1e4});
-    tg_tensor *t = tg_const(ctx, dt, TG_DIMS(2), "targets");
+    tg_tensor *t = tg_const(ctx, TG_I32, TG_DIMS(2), "targets");
     tu_set(t, (const double[]){1, 2}); /* row 0: wrong class by 2e4; row 1: right class */
     tg_tensor *loss = tg_cross_entropy(ctx, x, t, -100);
     tg_graph *g = tg_graph_new(ctx, &loss, 1);
@@ -537,7 +537,7 @@ START_TEST(test_inconsistent_module_refused)
     tc.layer.d_ff = 8;
     tg_transformer t;
     ck_assert_int_eq(tg_transformer_init(ctx, &t, TG_F32, &tc), TG_OK);
-    tg_tensor *ids = tg_input(ctx, TG_F32, TG_DIMS(1, 2), "ids");
+    tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(1, 2), "ids");
     tg_transformer tb = t;
     tb.cfg.n_layers = HUGE62;
     ck_assert_ptr_null(tg_transformer_forward(ctx, &tb, ids, NULL));

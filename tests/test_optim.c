@@ -976,8 +976,8 @@ static void overfit_one_batch(tg_dtype dt)
     tg_transformer m;
     ck_assert_msg(tg_transformer_init(ctx, &m, dt, &mc) == TG_OK, "%s", tg_ctx_message(ctx));
 
-    tg_tensor *ids = tg_input(ctx, dt, TG_DIMS(B, T), "ids");
-    tg_tensor *tgt = tg_input(ctx, dt, TG_DIMS(B, T), "targets");
+    tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(B, T), "ids");
+    tg_tensor *tgt = tg_input(ctx, TG_I32, TG_DIMS(B, T), "targets");
     for (int64_t k = 0; k < B * T; k++) {
         tg_set(ids, k, (double)(tg_rng_u64(ctx) % (uint64_t)V));
         tg_set(tgt, k, (double)(tg_rng_u64(ctx) % (uint64_t)V));

@@ -98,8 +98,8 @@ START_TEST(test_memory_saved)
         c.causal = true;
         tg_transformer m;
         ck_assert_int_eq(tg_transformer_init(ctx, &m, TG_F32, &c), TG_OK);
-        tg_tensor *ids = tg_input(ctx, TG_F32, TG_DIMS(4, 32), "ids");
-        tg_tensor *t = tg_input(ctx, TG_F32, TG_DIMS(4, 32), "targets");
+        tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(4, 32), "ids");
+        tg_tensor *t = tg_input(ctx, TG_I32, TG_DIMS(4, 32), "targets");
         tg_tensor *loss = tg_cross_entropy(ctx, tg_transformer_forward(ctx, &m, ids, NULL), t, -1);
         tg_graph_opts o = {.no_reuse = share == 0};
         tg_graph *g = tg_graph_new_opts(ctx, &loss, 1, &o);

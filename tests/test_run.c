@@ -66,7 +66,11 @@ static void npy(fixture *f, const char *key, const char *file)
     ck_assert_int_eq(tg_npy_write(f->ctx, p, t), TG_OK);
 }
 
-static void bool_npy(fixture *f, const char *key, const char *file)
+/* Write the fixture's 0/1 mask `key` as dir/<file> with element format @p descr: "|b1" (bool),
+ * or an integer one, "|u1", "<i4" or "<i8" (NumPy's default integer), little-endian. If
+ * @p poke >= 0, element 0 is written as that value instead. */
+static void mask_npy(fixture *f, const char *key, const char *file, const char *descr,
+                     int poke)
 {
     tg_tensor *t = tg_safetensors_find(f->st, key);
     ck_assert_ptr_nonnull(t);
@@ -78,12 +82,22 @@ static void bool_npy(fixture *f, const char *key, const char *file)
                               (long long)tg_tensor_shape(t)[i], (i < r - 1) ? " " : "");
     snprintf(shape + k, sizeof shape - k, ")");
     size_t numel = (size_t)tg_tensor_numel(t);
-    unsigned char *b = malloc(numel);
+    size_t es = descr[2] == '8' ? 8 : descr[2] == '4' ? 4 : 1;
+    unsigned char *b = calloc(numel, es);
     ck_assert_ptr_nonnull(b);
-    for (size_t i = 0; i < numel; i++)
-        b[i] = tg_get(t, (int64_t)i) != 0;
-    tu_write_npy_raw(tu_path(p, sizeof p, dir, file), "|b1", shape, b, numel);
+    for (size_t i = 0; i < numel; i++) {
+        int v = tg_get(t, (int64_t)i) != 0;
+        if (i == 0 && poke >= 0)
+            v = poke;
+        b[i * es] = (unsigned char)v; /* little-endian: the low byte first */
+    }
+    tu_write_npy_raw(tu_path(p, sizeof p, dir, file), descr, shape, b, numel * es);
     free(b);
+}
+
+static void bool_npy(fixture *f, const char *key, const char *file)
+{
+    mask_npy(f, key, file, "|b1", -1);
 }
 
 /* Write the fixture tensors named in `keys` as a weights file. */
@@ -290,6 +304,50 @@ START_TEST(test_encoder)
 }
 END_TEST
 
+/* Integer masks holding 0 and 1 mean what bool masks mean (1 = blocked / padding), in any
+ * integer width: the same results as the bool fixtures. */
+START_TEST(test_integer_masks)
+{
+    fixture f = load("sdpa_bool_mask");
+    npy(&f, "q", "q.npy");
+    npy(&f, "k", "k.npy");
+    npy(&f, "v", "v.npy");
+    npy(&f, "grad_out", "dy.npy");
+    static const char *const descrs[] = {"<i8", "|u1", "<i4"};
+    char a[1024];
+    for (int d = 0; d < 3; d++) {
+        mask_npy(&f, "attn_mask", "m.npy", descrs[d], -1);
+        snprintf(a, sizeof a, "sdpa --q q.npy --k k.npy --v v.npy --mask m.npy --dtype %s "
+                 "--out o.npy --grad-out dy.npy --grads g.safetensors", dtype_arg(_i));
+        ck_assert_msg(run(a) == 0, "%s mask", descrs[d]);
+        check_out(&f, tol_of(_i));
+        check_grads(&f, tol_of(_i), 3);
+    }
+    tg_ctx_free(f.ctx);
+    f = load("enc_key_padding");
+    weights(&f, enc_keys, 12);
+    npy(&f, "x", "x.npy");
+    for (int d = 0; d < 3; d++) {
+        mask_npy(&f, "key_padding_mask", "p.npy", descrs[d], -1);
+        snprintf(a, sizeof a, "encoder --weights w.safetensors --heads 2 --x x.npy "
+                 "--key-padding-mask p.npy --dtype %s --out o.npy", dtype_arg(_i));
+        ck_assert_msg(run(a) == 0, "%s key padding mask", descrs[d]);
+        check_out(&f, tol_of(_i));
+    }
+    /* a value other than 0 and 1 is refused, naming the element */
+    mask_npy(&f, "key_padding_mask", "p2.npy", "<i8", 2);
+    ck_assert_int_ne(run("encoder --weights w.safetensors --heads 2 --x x.npy "
+                         "--key-padding-mask p2.npy"), 0);
+    char err[4096];
+    read_file("err.txt", err, sizeof err);
+    ck_assert_int_eq(count_lines(err), 1);
+    ck_assert_msg(strstr(err, "--key-padding-mask 'p2.npy': an integer mask must hold only 0 "
+                              "and 1 (1 = padding, as true in a bool mask), but element 0 is 2"),
+                  "%s", err);
+    tg_ctx_free(f.ctx);
+}
+END_TEST
+
 /* Each bad invocation: non-zero exit, exactly one line on stderr naming the problem. */
 START_TEST(test_errors)
 {
@@ -322,7 +380,8 @@ START_TEST(test_errors)
         {"sdpa --q x.npy --k x.npy --v x.npy --dtype f16", "f16"},
         {"teleport --x x.npy", "teleport"},
         {"mha --weights w.safetensors --heads 2 --x x.npy --key-padding-mask x.npy",
-         "--key-padding-mask 'x.npy': must be a bool array"},
+         "--key-padding-mask 'x.npy': must be a bool or 0/1 integer array (true/1 = padding), "
+         "not a float array"},
         {"mha --weights w.safetensors --heads 2 --x x.npy --grad-out x.npy", "--grads"},
         {"mha --weights x.npy --heads 2 --x x.npy", "x.npy"},
     };
@@ -377,6 +436,7 @@ int main(void)
     tcase_add_loop_test(tc, test_mha_additive_3d, 0, 2);
     tcase_add_loop_test(tc, test_ffn, 0, 2);
     tcase_add_loop_test(tc, test_encoder, 0, 2);
+    tcase_add_loop_test(tc, test_integer_masks, 0, 2);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_help);
     suite_add_tcase(s, tc);

@@ -81,7 +81,7 @@ START_TEST(test_create_errors)
                             "(2, -3, 4)");
         expect_create_error(k, TG_F64, 1, (const int64_t[]){0}, TG_ERR_SHAPE, NULL);
         expect_create_error(k, TG_F64, 2, NULL, TG_ERR_ARG, "NULL");
-        expect_create_error(k, (tg_dtype)2, 1, (const int64_t[]){3}, TG_ERR_DTYPE, NULL);
+        expect_create_error(k, (tg_dtype)3, 1, (const int64_t[]){3}, TG_ERR_DTYPE, NULL);
         expect_create_error(k, (tg_dtype)-1, 1, (const int64_t[]){3}, TG_ERR_DTYPE, NULL);
         /* numel overflows int64 */
         expect_create_error(k, TG_F32, 2, (const int64_t[]){INT64_MAX / 2, 3}, TG_ERR_OVERFLOW,

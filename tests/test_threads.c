@@ -222,8 +222,8 @@ static void run_training(tg_dtype dt, int nt, trace *out)
     c.causal = true;
     tg_transformer m;
     ck_assert_int_eq(tg_transformer_init(ctx, &m, dt, &c), TG_OK);
-    tg_tensor *ids = tg_input(ctx, dt, TG_DIMS(z.B, z.T), "ids");
-    tg_tensor *tgt = tg_input(ctx, dt, TG_DIMS(z.B, z.T), "targets");
+    tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(z.B, z.T), "ids");
+    tg_tensor *tgt = tg_input(ctx, TG_I32, TG_DIMS(z.B, z.T), "targets");
     tg_tensor *loss =
         tg_cross_entropy(ctx, tg_transformer_forward(ctx, &m, ids, NULL), tgt, -1);
     ck_assert_msg(loss != NULL, "build: %s", tg_ctx_message(ctx));

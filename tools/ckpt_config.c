@@ -638,7 +638,7 @@ double model_memory_estimate(const tg_transformer_config *mc, tg_dtype dt, int64
     double N = B * T;
     double acts = L * (N * (16 * D + 4 * F) + 4 * B * H * T * T) + N * (4 * D + 3 * V);
     bytes += acts * es * (train ? 2 : 1);
-    bytes += 2 * N * sizeof(float); /* the id and target batches */
+    bytes += 2 * N * sizeof(int32_t); /* the id and target batches (i32) */
     return bytes;
 }
 

@@ -142,8 +142,8 @@ static int bench_model(int threads_all, bool train)
         c.causal = true;
         tg_transformer m;
         if (tg_transformer_init(ctx, &m, TG_F32, &c) == TG_OK) {
-            tg_tensor *ids = tg_input(ctx, TG_F32, TG_DIMS(B, T), "ids");
-            tg_tensor *tg = tg_input(ctx, TG_F32, TG_DIMS(B, T), "targets");
+            tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(B, T), "ids");
+            tg_tensor *tg = tg_input(ctx, TG_I32, TG_DIMS(B, T), "targets");
             for (int64_t i = 0; i < B * T; i++) {
                 tg_set(ids, i, (double)(tg_rng_u64(ctx) % 86));
                 tg_set(tg, i, (double)(tg_rng_u64(ctx) % 86));

@@ -9,9 +9,12 @@
  *                     [--activation relu|gelu] [--key-padding-mask P.npy] [--causal]
  *   every module:     --dtype f32|f64  --out O.npy  [--grad-out dO.npy --grads G.safetensors]
  *
- * One option table per module. Masks: a bool .npy is TG_MASK_BLOCK (true = blocked), a float
- * .npy is additive; integer masks are refused as ambiguous. Every error is one line on stderr
- * (exit status 2 for the command line, 1 for the files).
+ * One option table per module. Masks follow tgrad_nn.h's one convention, converted here at the
+ * boundary: a bool .npy (|b1) is TG_MASK_BLOCK (true = blocked, as PyTorch's bool masks); an
+ * integer .npy (|u1, <i4, <i8, ...) must hold only 0 and 1 and is read the same way (1 =
+ * blocked, as PyTorch's uint8 masks were); a float .npy is additive (added to the scores, as
+ * PyTorch's float attn_mask). A key padding mask is bool or 0/1 integer (true/1 = padding).
+ * Every error is one line on stderr (exit status 2 for the command line, 1 for the files).
  */
 #include "cli.h"
 #include "climsg.h"
@@ -41,7 +44,8 @@
     {.name = "causal", .kind = CLI_FLAG, .offset = offsetof(run_args, causal),               \
      .help = "add the look-ahead mask (key j > query i blocked)"}
 #define OPT_KPM                                                                              \
-    OPT_PATH("key-padding-mask", kpm, "P.npy", "bool (B, T_k), true = padding", 0)
+    OPT_PATH("key-padding-mask", kpm, "P.npy",                                               \
+             "bool or 0/1 integer (B, T_k), true/1 = padding (ignored)", 0)
 #define OPT_ACT                                                                              \
     {.name = "activation", .kind = CLI_CHOICE, .offset = offsetof(run_args, activation),     \
      .choices = "relu|gelu", .help = "activation of the feed-forward network (relu)"}
@@ -57,7 +61,8 @@
 
 static const cli_option sdpa_opts[] = {
     OPT_Q(CLI_REQUIRED), OPT_K(CLI_REQUIRED), OPT_V(CLI_REQUIRED),
-    OPT_PATH("mask", mask, "M.npy", "attention mask: bool (true = blocked) or float (added)", 0),
+    OPT_PATH("mask", mask, "M.npy",
+             "attention mask: bool or 0/1 integer (true/1 = blocked) or float (added)", 0),
     OPT_CAUSAL,
     OPT_PATH("attn-out", attn_out, "A.npy", "write the attention weights (..., T_q, T_k)", 0),
     OPT_COMMON, {0},
@@ -68,7 +73,8 @@ static const cli_option mha_opts[] = {
     OPT_PATH("x", x, "X.npy", "self-attention input (B, T, d_model)", 0),
     OPT_Q(0), OPT_K(0), OPT_V(0),
     OPT_PATH("attn-mask", attn_mask, "M.npy",
-             "(T_q, T_k) or (B, T_q, T_k): bool (true = blocked) or float (added)", 0),
+             "(T_q, T_k) or (B, T_q, T_k): bool or 0/1 integer (true/1 = blocked) or float "
+             "(added)", 0),
     OPT_KPM, OPT_CAUSAL, OPT_COMMON, {0},
 };
 
@@ -130,9 +136,12 @@ void run_help(const run_args *a, FILE *f)
             "\n"
             "Runs one module on .npy inputs (forward, and backward with --grad-out) and writes\n"
             "the output and gradients, to compare with PyTorch. Shapes are batch-first:\n"
-            "x (B, T, d_model); sdpa takes any leading dims. A bool mask .npy blocks where\n"
-            "true; a float mask is added to the scores. Weights use PyTorch state_dict names\n"
-            "(nn.MultiheadAttention, linear1/linear2, nn.TransformerEncoderLayer).\n"
+            "x (B, T, d_model); sdpa takes any leading dims. A bool mask .npy (|b1) blocks\n"
+            "where true, an integer one (|u1, <i4, <i8, ...) must hold 0 and 1 and blocks\n"
+            "where 1, a float one is added to the scores (PyTorch's conventions); a key\n"
+            "padding mask is bool or 0/1 integer, true/1 = padding. Weights use PyTorch\n"
+            "state_dict names (nn.MultiheadAttention, linear1/linear2,\n"
+            "nn.TransformerEncoderLayer).\n"
             "\n"
             "modules:\n"
             "  sdpa      scaled dot-product attention (--q --k --v)\n"
@@ -297,22 +306,33 @@ static tg_tensor *load_npy(tg_ctx *ctx, const char *opt, const char *path, const
     return t;
 }
 
-/* A mask file: bool -> BLOCK, float -> ADDITIVE; ints refused (0/1 or an additive bias?). */
+/* A mask file, converted at the boundary to the library's convention (tgrad_nn.h): bool ->
+ * BLOCK; integer -> BLOCK if it holds only 0 and 1 (1 = blocked, like true), refused otherwise
+ * (a bias of integers or a typo: ambiguous); float -> ADDITIVE, or refused where only a
+ * blocking mask makes sense (@p block_only: the key padding mask). The tensor is float (dt). */
 static tg_tensor *load_mask(tg_ctx *ctx, const char *opt, const char *path, const char *name,
-                            tg_dtype dt, bool bool_only, tg_mask_kind *kind, char *err, size_t n)
+                            tg_dtype dt, bool block_only, tg_mask_kind *kind, char *err, size_t n)
 {
     tg_npy_kind k;
     tg_tensor *m = load_npy(ctx, opt, path, name, dt, false, &k, err, n);
     if (!m)
         return NULL;
-    if (k == TG_NPY_INT || (bool_only && k != TG_NPY_BOOL)) {
-        snprintf(err, n, "%s '%s': must be %s, not %s array", opt, path,
-                 bool_only ? "a bool array (true = padding)"
-                           : "bool (true = blocked) or float (additive)",
-                 k == TG_NPY_INT ? "an integer" : "a float");
+    if (k == TG_NPY_INT) {
+        for (int64_t i = 0; i < tg_tensor_numel(m); i++) {
+            double v = tg_get(m, i);
+            if (v != 0 && v != 1) {
+                snprintf(err, n, "%s '%s': an integer mask must hold only 0 and 1 (1 = %s, as "
+                         "true in a bool mask), but element %" PRId64 " is %.17g", opt, path,
+                         block_only ? "padding" : "blocked", i, v);
+                return NULL;
+            }
+        }
+    } else if (block_only && k != TG_NPY_BOOL) {
+        snprintf(err, n, "%s '%s': must be a bool or 0/1 integer array (true/1 = padding), not "
+                 "a float array", opt, path);
         return NULL;
     }
-    *kind = k == TG_NPY_BOOL ? TG_MASK_BLOCK : TG_MASK_ADDITIVE;
+    *kind = k == TG_NPY_FLOAT ? TG_MASK_ADDITIVE : TG_MASK_BLOCK;
     return m;
 }
 

@@ -71,7 +71,7 @@ static bool sample_load(sampler *s, const sample_args *a)
         s->id_of[s->vocab[i]] = i;
     tg_dtype dt = train_dtype(&ta);
     if (tg_transformer_init(s->ctx, &s->model, dt, &mc) == TG_OK) {
-        s->ids = tg_input(s->ctx, dt, TG_DIMS(1, s->T), "ids");
+        s->ids = tg_input(s->ctx, TG_I32, TG_DIMS(1, s->T), "ids");
         s->logits = tg_transformer_forward(s->ctx, &s->model, s->ids, NULL);
         tg_graph_opts go = {.no_grad = true}; /* inference: no gradients, nothing saved */
         s->g = tg_graph_new_opts(s->ctx, &s->logits, 1, &go);
@@ -129,8 +129,8 @@ static int pick(const double *lg, int nv, double temp, int64_t top_k, double u, 
 static int sample_generate(sampler *s, const sample_args *a)
 {
     size_t plen = strlen(a->prompt);
-    float *win = malloc(sizeof(float) * (size_t)s->T); /* the last T ids, oldest first */
-    float *buf = malloc(sizeof(float) * (size_t)s->T);
+    int32_t *win = malloc(sizeof(int32_t) * (size_t)s->T); /* the last T ids, oldest first */
+    int32_t *buf = malloc(sizeof(int32_t) * (size_t)s->T);
     double *lg = malloc(sizeof(double) * (size_t)s->nv), *p = malloc(sizeof(double) * 256);
     int rc = 1;
     if (!win || !buf || !lg || !p) {
@@ -150,18 +150,18 @@ static int sample_generate(sampler *s, const sample_args *a)
             goto out;
         }
         if (n == s->T) {
-            memmove(win, win + 1, sizeof(float) * (size_t)(s->T - 1));
+            memmove(win, win + 1, sizeof(int32_t) * (size_t)(s->T - 1));
             n--;
         }
-        win[n++] = (float)id;
+        win[n++] = id;
     }
     if (n == 0) /* no prompt: start from a newline if known, else the first symbol */
-        win[n++] = (float)(s->id_of['\n'] >= 0 ? s->id_of['\n'] : 0);
+        win[n++] = s->id_of['\n'] >= 0 ? s->id_of['\n'] : 0;
     fwrite(a->prompt, 1, plen, stdout);
     for (int64_t k = 0; k < a->tokens; k++) {
         for (int64_t t = 0; t < s->T; t++)
             buf[t] = t < n ? win[t] : 0;
-        if (tg_tensor_set_data(s->ids, buf, TG_F32, (size_t)s->T) != TG_OK ||
+        if (tg_tensor_set_data(s->ids, buf, TG_I32, (size_t)s->T) != TG_OK ||
             tg_graph_forward(s->g) != TG_OK) {
             fflush(stdout);
             cli_report("sample", NULL, NULL, s->ctx);
@@ -181,10 +181,10 @@ static int sample_generate(sampler *s, const sample_args *a)
         }
         int next = pick(lg, s->nv, a->temperature, a->top_k, tg_rng_uniform(s->ctx), p);
         if (n == s->T) {
-            memmove(win, win + 1, sizeof(float) * (size_t)(s->T - 1));
+            memmove(win, win + 1, sizeof(int32_t) * (size_t)(s->T - 1));
             n--;
         }
-        win[n++] = (float)next;
+        win[n++] = next;
         fputc(s->vocab[next], stdout);
     }
     fputc('\n', stdout); /* (a failed write of the output is reported by main) */

@@ -50,7 +50,7 @@ typedef struct {
     tg_optim *opt;
     int64_t V, T, B, n_params, start;
     FILE *logf;
-    float *ids_buf, *tgt_buf;
+    int32_t *ids_buf, *tgt_buf; /* (B, T) token ids and targets */
     svg_series train_curve, val_curve;
     /* progress and results */
     bool tty;
@@ -322,8 +322,8 @@ static bool build(trainer *t)
     if (ok == TG_OPTIM_SGD)
         oc.momentum = a->momentum;
     if (tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
-        t->ids = tg_input(ctx, dt, TG_DIMS(t->B, t->T), "ids");
-        t->tgt = tg_input(ctx, dt, TG_DIMS(t->B, t->T), "targets");
+        t->ids = tg_input(ctx, TG_I32, TG_DIMS(t->B, t->T), "ids");
+        t->tgt = tg_input(ctx, TG_I32, TG_DIMS(t->B, t->T), "targets");
         t->logits = tg_transformer_forward(ctx, &t->model, t->ids, NULL);
         t->loss = tg_cross_entropy(ctx, t->logits, t->tgt, -1);
         /* one backward per forward: what backward reads is freed as soon as it was read */
@@ -343,8 +343,8 @@ static bool build(trainer *t)
         return false;
     }
     size_t bt = (size_t)(t->B * t->T); /* bounded by the memory estimate */
-    t->ids_buf = malloc(sizeof(float) * bt);
-    t->tgt_buf = malloc(sizeof(float) * bt);
+    t->ids_buf = malloc(sizeof(int32_t) * bt);
+    t->tgt_buf = malloc(sizeof(int32_t) * bt);
     if (!t->ids_buf || !t->tgt_buf) {
         errf("out of memory");
         return false;
@@ -579,8 +579,8 @@ static void on_signal(int sig)
 static bool set_batch(trainer *t)
 {
     size_t bt = (size_t)(t->B * t->T);
-    if (tg_tensor_set_data(t->ids, t->ids_buf, TG_F32, bt) != TG_OK ||
-        tg_tensor_set_data(t->tgt, t->tgt_buf, TG_F32, bt) != TG_OK)
+    if (tg_tensor_set_data(t->ids, t->ids_buf, TG_I32, bt) != TG_OK ||
+        tg_tensor_set_data(t->tgt, t->tgt_buf, TG_I32, bt) != TG_OK)
         return false;
     return true;
 }
@@ -623,7 +623,7 @@ static bool evaluate(trainer *t, double *val)
                         arg = v;
                     }
                 }
-                correct += arg == (int64_t)t->tgt_buf[r];
+                correct += arg == t->tgt_buf[r];
                 total++;
             }
         }

@@ -233,15 +233,15 @@ int vocab_from_hex(const char *hex, unsigned char *vocab)
     return (int)(len / 2);
 }
 
-void corpus_train_batch(tg_ctx *ctx, const corpus *c, int64_t B, int64_t T, float *ids,
-                        float *targets)
+void corpus_train_batch(tg_ctx *ctx, const corpus *c, int64_t B, int64_t T, int32_t *ids,
+                        int32_t *targets)
 {
     uint64_t span = (uint64_t)(c->n_train - T); /* starts in [0, n_train - T - 1] */
     for (int64_t b = 0; b < B; b++) {
         int64_t s = (int64_t)(tg_rng_u64(ctx) % span);
         for (int64_t t = 0; t < T; t++) {
-            ids[b * T + t] = (float)c->id_of[c->bytes[s + t]];
-            targets[b * T + t] = (float)c->id_of[c->bytes[s + t + 1]];
+            ids[b * T + t] = c->id_of[c->bytes[s + t]];
+            targets[b * T + t] = c->id_of[c->bytes[s + t + 1]];
         }
     }
 }
@@ -263,8 +263,8 @@ int64_t corpus_val_batches(const corpus *c, int64_t B, int64_t T)
     return (windows + B - 1) / B;
 }
 
-int64_t corpus_val_batch(const corpus *c, int64_t k, int64_t B, int64_t T, float *ids,
-                         float *targets)
+int64_t corpus_val_batch(const corpus *c, int64_t k, int64_t B, int64_t T, int32_t *ids,
+                         int32_t *targets)
 {
     int64_t stride, windows = val_windows(c, T, &stride), got = 0;
     for (int64_t b = 0; b < B; b++) {
@@ -272,8 +272,8 @@ int64_t corpus_val_batch(const corpus *c, int64_t k, int64_t B, int64_t T, float
         for (int64_t t = 0; t < T; t++) {
             if (w < windows) {
                 int64_t s = c->n_train + w * stride * T + t;
-                ids[b * T + t] = (float)c->id_of[c->bytes[s]];
-                targets[b * T + t] = (float)c->id_of[c->bytes[s + 1]];
+                ids[b * T + t] = c->id_of[c->bytes[s]];
+                targets[b * T + t] = c->id_of[c->bytes[s + 1]];
             } else {
                 ids[b * T + t] = 0;
                 targets[b * T + t] = -1; /* ignored */
@@ -310,40 +310,40 @@ static uint64_t sm64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static void make_targets(task_kind k, int64_t T, const float *x, float *y)
+static void make_targets(task_kind k, int64_t T, const int32_t *x, int32_t *y)
 {
     if (k == TASK_COPY) {
-        memcpy(y, x, sizeof(float) * (size_t)T);
+        memcpy(y, x, sizeof(int32_t) * (size_t)T);
     } else if (k == TASK_REVERSE) {
         for (int64_t t = 0; t < T; t++)
             y[t] = x[T - 1 - t];
     } else {
         int count[10] = {0};
         for (int64_t t = 0; t < T; t++)
-            count[(int)x[t]]++;
+            count[x[t]]++;
         int64_t o = 0;
         for (int d = 0; d < 10; d++)
             for (int j = 0; j < count[d]; j++)
-                y[o++] = (float)d;
+                y[o++] = d;
     }
 }
 
-void task_batch(task_kind k, uint64_t *rng_state, int64_t B, int64_t T, float *ids,
-                float *targets)
+void task_batch(task_kind k, uint64_t *rng_state, int64_t B, int64_t T, int32_t *ids,
+                int32_t *targets)
 {
     for (int64_t b = 0; b < B; b++) {
         for (int64_t t = 0; t < T; t++)
-            ids[b * T + t] = (float)(sm64(rng_state) % 10);
+            ids[b * T + t] = (int32_t)(sm64(rng_state) % 10);
         make_targets(k, T, ids + b * T, targets + b * T);
     }
 }
 
-void task_train_batch(tg_ctx *ctx, task_kind k, int64_t B, int64_t T, float *ids,
-                      float *targets)
+void task_train_batch(tg_ctx *ctx, task_kind k, int64_t B, int64_t T, int32_t *ids,
+                      int32_t *targets)
 {
     for (int64_t b = 0; b < B; b++) {
         for (int64_t t = 0; t < T; t++)
-            ids[b * T + t] = (float)(tg_rng_u64(ctx) % 10);
+            ids[b * T + t] = (int32_t)(tg_rng_u64(ctx) % 10);
         make_targets(k, T, ids + b * T, targets + b * T);
     }
 }

@@ -51,14 +51,15 @@ int hex_digit(char c);
 /* Strict: 2 to 512 hex digits, an even number of them; returns the byte count or -1. */
 int vocab_from_hex(const char *hex, unsigned char *vocab);
 
-/* Fill ids/targets (B, T) with random training windows drawn with the context RNG. */
-void corpus_train_batch(tg_ctx *ctx, const corpus *c, int64_t B, int64_t T, float *ids,
-                        float *targets);
+/* Fill ids/targets (B, T), i32 token ids, with random training windows drawn with the context
+ * RNG. */
+void corpus_train_batch(tg_ctx *ctx, const corpus *c, int64_t B, int64_t T, int32_t *ids,
+                        int32_t *targets);
 /* The k-th validation window batch (deterministic; non-overlapping windows of T bytes, at most
  * 4096 of them spread evenly over a large split); returns the number of windows written (< B at
  * the end: remaining rows get ignore targets = -1). */
-int64_t corpus_val_batch(const corpus *c, int64_t k, int64_t B, int64_t T, float *ids,
-                         float *targets);
+int64_t corpus_val_batch(const corpus *c, int64_t k, int64_t B, int64_t T, int32_t *ids,
+                         int32_t *targets);
 /* Number of validation batches of B windows of T. */
 int64_t corpus_val_batches(const corpus *c, int64_t B, int64_t T);
 
@@ -68,10 +69,10 @@ bool task_parse(const char *name, task_kind *k);
 const char *task_name(task_kind k);
 /* B sequences of length T from `rng_state` (a private splitmix64 state, so held-out data does
  * not depend on training). */
-void task_batch(task_kind k, uint64_t *rng_state, int64_t B, int64_t T, float *ids,
-                float *targets);
+void task_batch(task_kind k, uint64_t *rng_state, int64_t B, int64_t T, int32_t *ids,
+                int32_t *targets);
 /* Training batch from the context RNG. */
-void task_train_batch(tg_ctx *ctx, task_kind k, int64_t B, int64_t T, float *ids,
-                      float *targets);
+void task_train_batch(tg_ctx *ctx, task_kind k, int64_t B, int64_t T, int32_t *ids,
+                      int32_t *targets);
 
 #endif

@@ -356,42 +356,42 @@ static tg_tensor *enc_post(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, 
 static tg_tensor *enc_pre(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, true, TG_ACT_GELU, false); }
 static tg_tensor *enc_masked(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, true, TG_ACT_RELU, true); }
 
-/* ---- embedding / cross_entropy (ids and targets are constants holding integers) ---- */
-static tg_tensor *ids_const(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, int64_t V,
+/* ---- embedding / cross_entropy (ids and targets are i32 constants) ---- */
+static tg_tensor *ids_const(tg_ctx *ctx, int rank, const int64_t *shape, int64_t V,
                             const char *name)
 {
-    tg_tensor *t = tg_const(ctx, dt, rank, shape, name);
+    tg_tensor *t = tg_const(ctx, TG_I32, rank, shape, name);
     for (int64_t i = 0; t && i < tg_tensor_numel(t); i++)
         tg_set(t, i, (double)(tg_rng_u64(ctx) % (uint64_t)V));
     return t;
 }
 static tg_tensor *emb_2d(tg_ctx *ctx, tg_dtype dt)
 {
-    tg_tensor *ids = ids_const(ctx, dt, TG_DIMS(2, 6), 4, "ids"); /* repeats guaranteed */
+    tg_tensor *ids = ids_const(ctx, TG_DIMS(2, 6), 4, "ids"); /* repeats guaranteed */
     return tg_embedding(ctx, ids, PARAM("weight", 4, 3));
 }
 static tg_tensor *emb_one(tg_ctx *ctx, tg_dtype dt)
 {
-    return tg_embedding(ctx, ids_const(ctx, dt, TG_DIMS(1), 1, "ids"), PARAM("weight", 1, 1));
+    return tg_embedding(ctx, ids_const(ctx, TG_DIMS(1), 1, "ids"), PARAM("weight", 1, 1));
 }
 static tg_tensor *emb_1d(tg_ctx *ctx, tg_dtype dt)
 {
-    return tg_embedding(ctx, ids_const(ctx, dt, TG_DIMS(5), 7, "ids"), PARAM("weight", 7, 2));
+    return tg_embedding(ctx, ids_const(ctx, TG_DIMS(5), 7, "ids"), PARAM("weight", 7, 2));
 }
 static tg_tensor *xent_2d(tg_ctx *ctx, tg_dtype dt)
 {
-    return tg_cross_entropy(ctx, IN("logits", 4, 5), ids_const(ctx, dt, TG_DIMS(4), 5, "targets"), -100);
+    return tg_cross_entropy(ctx, IN("logits", 4, 5), ids_const(ctx, TG_DIMS(4), 5, "targets"), -100);
 }
 static tg_tensor *xent_ignore(tg_ctx *ctx, tg_dtype dt)
 {
-    tg_tensor *t = ids_const(ctx, dt, TG_DIMS(2, 3), 6, "targets");
+    tg_tensor *t = ids_const(ctx, TG_DIMS(2, 3), 6, "targets");
     tg_set(t, 1, -100);
     tg_set(t, 4, -100);
     return tg_cross_entropy(ctx, IN("logits", 2, 3, 6), t, -100);
 }
 static tg_tensor *xent_one(tg_ctx *ctx, tg_dtype dt)
 {
-    return tg_cross_entropy(ctx, IN("logits", 1, 1), ids_const(ctx, dt, TG_DIMS(1), 1, "targets"), -1);
+    return tg_cross_entropy(ctx, IN("logits", 1, 1), ids_const(ctx, TG_DIMS(1), 1, "targets"), -1);
 }
 static tg_tensor *xent_large(tg_ctx *ctx, tg_dtype dt)
 {
@@ -401,7 +401,7 @@ static tg_tensor *xent_large(tg_ctx *ctx, tg_dtype dt)
     tg_tensor *x = IN("logits", 3, 4);
     for (int64_t i = 0; i < 12; i++)
         tg_set(x, i, tg_get(x, i) + (i % 2 ? big : -big));
-    return tg_cross_entropy(ctx, x, ids_const(ctx, dt, TG_DIMS(3), 4, "targets"), -100);
+    return tg_cross_entropy(ctx, x, ids_const(ctx, TG_DIMS(3), 4, "targets"), -100);
 }
 
 /* ---- transformer (embedding, layers, final norm, head; ids are constants) ---- */
@@ -421,8 +421,8 @@ static tg_tensor *tf_case(tg_ctx *ctx, tg_dtype dt, bool causal, bool tied, tg_p
     tg_transformer m;
     if (tg_transformer_init(ctx, &m, dt, &c) != TG_OK)
         return NULL;
-    tg_tensor *ids = ids_const(ctx, dt, TG_DIMS(2, 3), 5, "ids");
-    tg_tensor *tgt = ids_const(ctx, dt, TG_DIMS(2, 3), 5, "targets");
+    tg_tensor *ids = ids_const(ctx, TG_DIMS(2, 3), 5, "ids");
+    tg_tensor *tgt = ids_const(ctx, TG_DIMS(2, 3), 5, "targets");
     return tg_cross_entropy(ctx, tg_transformer_forward(ctx, &m, ids, NULL), tgt, -1);
 }
 static tg_tensor *tf_lm(tg_ctx *ctx, tg_dtype dt) { return tf_case(ctx, dt, true, false, TG_POS_LEARNED); }

@@ -168,10 +168,23 @@ const char *tg__shape_str(const tg_tensor *t, char *buf, size_t n);
 /* Same for a bare shape. */
 const char *tg__dims_str(int rank, const int64_t *shape, char *buf, size_t n);
 
+/* ----- integer values ------------------------------------------------------------------------ */
+/* Is v an integer in the i32 range? (The one rule for converting a float into TG_I32: a
+ * fraction, NaN, an infinity or a value out of range is refused; tgrad.h, tg_dtype.) */
+static inline bool tg__i32_ok(double v)
+{
+    return v >= -2147483648.0 && v <= 2147483647.0 && v == floor(v);
+}
+
 /* ----- builder helpers ---------------------------------------------------------------------- */
-/* True if every one of the n tensors is non-NULL, belongs to ctx and shares dtype (records
- * TG_ERR_ARG / TG_ERR_DTYPE naming fn otherwise; NULL inputs return false silently). */
+/* True if every one of the n tensors is non-NULL, belongs to ctx, is float (f32/f64) and shares
+ * dtype (records TG_ERR_ARG / TG_ERR_DTYPE naming fn otherwise, e.g. "tg_add: 'ids' is i32;
+ * this op needs f32 or f64"; NULL inputs return false silently). */
 bool tg__check_srcs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src);
+/* tg__check_srcs for an op with one integer operand: src[ids] must be TG_I32 (a float one is
+ * refused with a message calling it @p role, e.g. "ids"); the others float and of one dtype. */
+bool tg__check_srcs_ids(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src, int ids,
+                        const char *role);
 /* Create an op result tensor with its data buffer. requires_grad = any src requires it.
  * Returns NULL (error recorded) on failure. */
 tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t *shape,

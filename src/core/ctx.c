@@ -51,13 +51,15 @@ const char *tg_status_str(tg_status s)
 
 size_t tg_dtype_size(tg_dtype dt)
 {
-    return dt == TG_F32 ? 4 : dt == TG_F64 ? 8 : 0;
+    return dt == TG_F32 ? 4 : dt == TG_F64 ? 8 : dt == TG_I32 ? 4 : 0;
 }
 
 const char *tg_dtype_str(tg_dtype dt)
 {
-    return dt == TG_F32 ? "f32" : dt == TG_F64 ? "f64" : "?";
+    return dt == TG_F32 ? "f32" : dt == TG_F64 ? "f64" : dt == TG_I32 ? "i32" : "?";
 }
+
+bool tg_dtype_is_float(tg_dtype dt) { return dt == TG_F32 || dt == TG_F64; }
 
 static int clamp_threads(int n)
 {

@@ -104,8 +104,12 @@ static tg_tensor *tensor_new(tg_ctx *ctx, const char *fn, tg_kind kind, tg_dtype
     if (!ctx)
         return NULL;
     tg__begin(ctx);
-    if (dt != TG_F32 && dt != TG_F64)
+    if (tg_dtype_size(dt) == 0)
         return tg__err(ctx, TG_ERR_DTYPE, fn, "unknown dtype %d", (int)dt);
+    if (kind == TG_KIND_PARAM && !tg_dtype_is_float(dt))
+        return tg__err(ctx, TG_ERR_DTYPE, fn,
+                       "dtype %s for '%s': parameters are f32 or f64 (integer tensors have no "
+                       "gradient)", tg_dtype_str(dt), name ? name : "(unnamed)");
     int64_t numel;
     if (!shape_ok(ctx, fn, rank, shape, tg_dtype_size(dt), &numel))
         return NULL;
@@ -251,7 +255,8 @@ bool tg__op_save_n(tg_tensor *y, int64_t n, size_t es, size_t extra)
     return tg__op_save(y, bytes + extra);
 }
 
-bool tg__check_srcs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src)
+bool tg__check_srcs_ids(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src, int ids,
+                        const char *role)
 {
     if (!ctx)
         return false;
@@ -261,19 +266,42 @@ bool tg__check_srcs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src)
     for (int i = 0; i < n; i++)
         if (!src[i])
             return false; /* propagate NULL silently: the first error is already recorded */
+    const tg_tensor *first = NULL; /* the first float operand: the others must match it */
     for (int i = 0; i < n; i++) {
         if (src[i]->ctx != ctx) {
             tg__err(ctx, TG_ERR_ARG, fn, "operand %d ('%s') belongs to another context", i,
                     src[i]->name);
             return false;
         }
-        if (src[i]->dtype != src[0]->dtype) {
-            tg__err(ctx, TG_ERR_DTYPE, fn, "dtypes differ: '%s' is %s, '%s' is %s", src[0]->name,
-                    tg_dtype_str(src[0]->dtype), src[i]->name, tg_dtype_str(src[i]->dtype));
+        if (i == ids) {
+            if (src[i]->dtype != TG_I32) {
+                tg__err(ctx, TG_ERR_DTYPE, fn,
+                        "%s '%s' is %s; %s must be i32 (copy float values into a TG_I32 "
+                        "tensor with tg_tensor_set_data, which checks they are integers)",
+                        role, src[i]->name, tg_dtype_str(src[i]->dtype), role);
+                return false;
+            }
+            continue;
+        }
+        if (!tg_dtype_is_float(src[i]->dtype)) {
+            tg__err(ctx, TG_ERR_DTYPE, fn, "'%s' is %s; this op needs f32 or f64", src[i]->name,
+                    tg_dtype_str(src[i]->dtype));
+            return false;
+        }
+        if (!first)
+            first = src[i];
+        if (src[i]->dtype != first->dtype) {
+            tg__err(ctx, TG_ERR_DTYPE, fn, "dtypes differ: '%s' is %s, '%s' is %s", first->name,
+                    tg_dtype_str(first->dtype), src[i]->name, tg_dtype_str(src[i]->dtype));
             return false;
         }
     }
     return true;
+}
+
+bool tg__check_srcs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src)
+{
+    return tg__check_srcs_ids(ctx, fn, n, src, -1, NULL);
 }
 
 bool tg__broadcast_shape(int ra, const int64_t *a, int rb, const int64_t *b, int *rout,
@@ -438,6 +466,11 @@ tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)
 {
     if (!t)
         return TG_ERR_ARG;
+    if (requires_grad && !tg_dtype_is_float(t->dtype)) {
+        tg__err(t->ctx, TG_ERR_DTYPE, "tg_set_requires_grad",
+                "'%s' is %s: integer tensors have no gradient", t->name, tg_dtype_str(t->dtype));
+        return TG_ERR_DTYPE;
+    }
     if (t->kind == TG_KIND_INPUT) {
         t->requires_grad = requires_grad;
         return TG_OK;
@@ -450,60 +483,89 @@ tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)
     return TG_ERR_ARG;
 }
 
+/* Element i of p (dtype dt) as a double (exact for every dtype but the f32 rounding of
+ * nothing: f32 and i32 values are all doubles). */
 static double load(const void *p, tg_dtype dt, int64_t i)
 {
-    return dt == TG_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
-}
-
-static void store(void *p, tg_dtype dt, int64_t i, double v)
-{
-    if (dt == TG_F32)
-        ((float *)p)[i] = (float)v;
-    else
-        ((double *)p)[i] = v;
-}
-
-static void convert(void *dst, tg_dtype ddt, const void *src, tg_dtype sdt, size_t n)
-{
-    if (ddt == sdt) {
-        memcpy(dst, src, n * tg_dtype_size(ddt));
-    } else if (ddt == TG_F32) {
-        const double *s = src;
-        float *d = dst;
-        for (size_t i = 0; i < n; i++)
-            d[i] = (float)s[i];
-    } else {
-        const float *s = src;
-        double *d = dst;
-        for (size_t i = 0; i < n; i++)
-            d[i] = (double)s[i];
+    switch (dt) {
+    case TG_F32: return (double)((const float *)p)[i];
+    case TG_I32: return (double)((const int32_t *)p)[i];
+    default: return ((const double *)p)[i];
     }
 }
 
-tg_status tg_tensor_set_data(tg_tensor *t, const void *src, tg_dtype src_dtype, size_t n)
+/* Store v as element i of p (dtype dt). For i32 the caller has checked tg__i32_ok(v). */
+static void store(void *p, tg_dtype dt, int64_t i, double v)
+{
+    switch (dt) {
+    case TG_F32: ((float *)p)[i] = (float)v; break;
+    case TG_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    default: ((double *)p)[i] = v; break;
+    }
+}
+
+/* Convert n elements of sdt at src to ddt at dst (the conversion rule of tg_dtype in tgrad.h).
+ * A float to i32 must be an integer in range: every element is checked before anything is
+ * written, and the index of the first bad one is returned (nothing written); -1 on success. */
+static int64_t convert(void *dst, tg_dtype ddt, const void *src, tg_dtype sdt, size_t n)
+{
+    if (ddt == sdt) {
+        memcpy(dst, src, n * tg_dtype_size(ddt));
+        return -1;
+    }
+    if (ddt == TG_I32)
+        for (size_t i = 0; i < n; i++)
+            if (!tg__i32_ok(load(src, sdt, (int64_t)i)))
+                return (int64_t)i;
+    for (size_t i = 0; i < n; i++)
+        store(dst, ddt, (int64_t)i, load(src, sdt, (int64_t)i));
+    return -1;
+}
+
+/* Record the run error of a failed float -> i32 conversion: element `bad` of the values copied
+ * (from `whose`, e.g. "the source") is not an integer in the i32 range. */
+static tg_status convert_err(const tg_tensor *t, const char *fn, const char *whose, int64_t bad,
+                             double v)
+{
+    tg__run_err(t->ctx, TG_ERR_ARG, fn,
+                "element %lld of %s is %.17g, not an integer in the i32 range [-2147483648, "
+                "2147483647] ('%s' %s); nothing was copied",
+                (long long)bad, whose, v, t->name,
+                t->dtype == TG_I32 ? "is i32" : "is read as i32");
+    return TG_ERR_ARG;
+}
+
+static tg_status set_data(tg_tensor *t, const void *src, tg_dtype src_dtype, size_t n,
+                          const char *fn)
 {
     if (!t)
         return TG_ERR_ARG;
     tg__begin(t->ctx);
     if (!src || tg_dtype_size(src_dtype) == 0) {
-        tg__run_err(t->ctx, TG_ERR_ARG, "tg_tensor_set_data",
-                    "NULL source or unknown dtype %d for '%s'", (int)src_dtype, t->name);
+        tg__run_err(t->ctx, TG_ERR_ARG, fn, "NULL source or unknown dtype %d for '%s'",
+                    (int)src_dtype, t->name);
         return TG_ERR_ARG;
     }
     if (t->kind == TG_KIND_OP) {
-        tg__run_err(t->ctx, TG_ERR_STATE, "tg_tensor_set_data", "'%s' is computed by op '%s'",
-                    t->name, tg_tensor_op_name(t));
+        tg__run_err(t->ctx, TG_ERR_STATE, fn, "'%s' is computed by op '%s'", t->name,
+                    tg_tensor_op_name(t));
         return TG_ERR_STATE;
     }
     if (n > (size_t)INT64_MAX || (int64_t)n != t->numel) {
         char b[128];
-        tg__run_err(t->ctx, TG_ERR_SHAPE, "tg_tensor_set_data",
-                "'%s' %s has %lld elements, got %zu", t->name, tg__shape_str(t, b, sizeof b),
-                (long long)t->numel, n);
+        tg__run_err(t->ctx, TG_ERR_SHAPE, fn, "'%s' %s has %lld elements, got %zu", t->name,
+                    tg__shape_str(t, b, sizeof b), (long long)t->numel, n);
         return TG_ERR_SHAPE;
     }
-    convert(t->data, t->dtype, src, src_dtype, n);
+    int64_t bad = convert(t->data, t->dtype, src, src_dtype, n);
+    if (bad >= 0)
+        return convert_err(t, fn, "the source", bad, load(src, src_dtype, bad));
     return TG_OK;
+}
+
+tg_status tg_tensor_set_data(tg_tensor *t, const void *src, tg_dtype src_dtype, size_t n)
+{
+    return set_data(t, src, src_dtype, n, "tg_tensor_set_data");
 }
 
 /* Shared checks of the copy-out functions; records a message on t's context. */
@@ -538,11 +600,17 @@ tg_status tg_tensor_get_data(const tg_tensor *t, void *dst, tg_dtype dst_dtype, 
         return TG_ERR_STATE;
     }
     if (!tg__is_contiguous(t)) { /* a strided view: element by element */
-        for (size_t i = 0; i < n; i++)
-            store(dst, dst_dtype, (int64_t)i, load(t->data, t->dtype, tg__elem(t, (int64_t)i)));
+        for (size_t i = 0; i < n; i++) {
+            double v = load(t->data, t->dtype, tg__elem(t, (int64_t)i));
+            if (dst_dtype == TG_I32 && !tg__i32_ok(v))
+                return convert_err(t, "tg_tensor_get_data", "the data", (int64_t)i, v);
+            store(dst, dst_dtype, (int64_t)i, v);
+        }
         return TG_OK;
     }
-    convert(dst, dst_dtype, t->data, t->dtype, n);
+    int64_t bad = convert(dst, dst_dtype, t->data, t->dtype, n);
+    if (bad >= 0)
+        return convert_err(t, "tg_tensor_get_data", "the data", bad, load(t->data, t->dtype, bad));
     return TG_OK;
 }
 
@@ -556,7 +624,10 @@ tg_status tg_tensor_get_grad(const tg_tensor *t, void *dst, tg_dtype dst_dtype, 
                 "'%s' has no gradient (not differentiable, or no graph built with it)", t->name);
         return TG_ERR_NOGRAD;
     }
-    convert(dst, dst_dtype, t->grad, t->dtype, n);
+    int64_t bad = convert(dst, dst_dtype, t->grad, t->dtype, n);
+    if (bad >= 0)
+        return convert_err(t, "tg_tensor_get_grad", "the gradient", bad,
+                           load(t->grad, t->dtype, bad));
     return TG_OK;
 }
 
@@ -573,7 +644,7 @@ tg_status tg_tensor_copy(tg_tensor *dst, const tg_tensor *src)
                 tg__shape_str(src, b, sizeof b));
         return TG_ERR_SHAPE;
     }
-    return tg_tensor_set_data(dst, src->data, src->dtype, (size_t)src->numel);
+    return set_data(dst, src->data, src->dtype, (size_t)src->numel, "tg_tensor_copy");
 }
 
 int64_t tg__elem(const tg_tensor *t, int64_t flat)
@@ -588,6 +659,18 @@ int64_t tg__elem(const tg_tensor *t, int64_t flat)
     return off;
 }
 
+/* Can v be stored in t? (Integer tensors take integers in range; records a run error naming
+ * fn otherwise.) */
+static bool value_ok(tg_tensor *t, const char *fn, double v)
+{
+    if (t->dtype != TG_I32 || tg__i32_ok(v))
+        return true;
+    tg__run_err(t->ctx, TG_ERR_ARG, fn,
+                "%.17g is not an integer in the i32 range [-2147483648, 2147483647] ('%s' is "
+                "i32); nothing was changed", v, t->name);
+    return false;
+}
+
 double tg_get(const tg_tensor *t, int64_t flat)
 {
     if (!t || flat < 0 || flat >= t->numel || !t->data)
@@ -599,7 +682,8 @@ void tg_set(tg_tensor *t, int64_t flat, double v)
 {
     if (!t || flat < 0 || flat >= t->numel || !t->data)
         return;
-    store(t->data, t->dtype, tg__elem(t, flat), v);
+    if (value_ok(t, "tg_set", v))
+        store(t->data, t->dtype, tg__elem(t, flat), v);
 }
 
 double tg_grad_get(const tg_tensor *t, int64_t flat)
@@ -626,13 +710,26 @@ void tg_fill(tg_tensor *t, double v)
 {
     if (!t || !t->data)
         return;
+    if (!value_ok(t, "tg_fill", v))
+        return;
     for (int64_t i = 0; i < t->numel; i++)
         store(t->data, t->dtype, i, v);
 }
 
+/* Random fills make non-integers: an integer tensor is refused (run error, nothing changed). */
+static bool fill_float_ok(tg_tensor *t, const char *fn)
+{
+    if (tg_dtype_is_float(t->dtype))
+        return true;
+    tg__run_err(t->ctx, TG_ERR_DTYPE, fn,
+                "'%s' is %s: random values are not integers (use tg_set or tg_tensor_set_data)",
+                t->name, tg_dtype_str(t->dtype));
+    return false;
+}
+
 void tg_fill_uniform(tg_tensor *t, double lo, double hi)
 {
-    if (!t || !t->data)
+    if (!t || !t->data || !fill_float_ok(t, "tg_fill_uniform"))
         return;
     for (int64_t i = 0; i < t->numel; i++)
         store(t->data, t->dtype, i, lo + (hi - lo) * tg_rng_uniform(t->ctx));
@@ -640,7 +737,7 @@ void tg_fill_uniform(tg_tensor *t, double lo, double hi)
 
 void tg_fill_normal(tg_tensor *t, double mean, double std)
 {
-    if (!t || !t->data)
+    if (!t || !t->data || !fill_float_ok(t, "tg_fill_normal"))
         return;
     for (int64_t i = 0; i < t->numel; i++)
         store(t->data, t->dtype, i, mean + std * tg_rng_normal(t->ctx));

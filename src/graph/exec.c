@@ -71,6 +71,8 @@ tg_status tg__run_kernel(tg_graph *g, int64_t i, bool backward)
 /* Index of the first non-finite element of p (n elements of dt), or -1. */
 int64_t tg__first_bad(const void *p, tg_dtype dt, int64_t n, bool minf_ok, double *val)
 {
+    if (!tg_dtype_is_float(dt))
+        return -1; /* integers (ids, targets) are always finite */
     if (dt == TG_F32) {
         const float *x = p;
         for (int64_t i = 0; i < n; i++)

@@ -451,25 +451,78 @@ static double load_le(const unsigned char *p, tg__efmt e)
     return 0;
 }
 
-void tg__convert_le(void *dst, tg_dtype dt, const unsigned char *src, tg__efmt e, size_t n)
+static bool efmt_is_int(tg__efmt e)
+{
+    return e != TG__E_F16 && e != TG__E_BF16 && e != TG__E_F32 && e != TG__E_F64;
+}
+
+/* Element of integer format e at p as an int64; a U64 above INT64_MAX sets *big. */
+static int64_t load_le_int(const unsigned char *p, tg__efmt e, bool *big)
+{
+    *big = false;
+    switch (e) {
+    case TG__E_BOOL: return p[0] != 0;
+    case TG__E_U8: return p[0];
+    case TG__E_I8: return (int8_t)p[0];
+    case TG__E_U16: return tg__le16(p);
+    case TG__E_I16: return (int16_t)tg__le16(p);
+    case TG__E_U32: return tg__le32(p);
+    case TG__E_I32: return (int32_t)tg__le32(p);
+    case TG__E_I64: return (int64_t)tg__le64(p);
+    case TG__E_U64: {
+        uint64_t v = tg__le64(p);
+        *big = v > (uint64_t)INT64_MAX;
+        return *big ? INT64_MAX : (int64_t)v;
+    }
+    default: return 0;
+    }
+}
+
+/* Element i32 conversion: n elements of e into int32 at d; index of the first one that is not
+ * an integer in the i32 range (nothing more is written), or -1. */
+static int64_t convert_le_i32(int32_t *d, const unsigned char *src, tg__efmt e, size_t n)
 {
     size_t es = tg__efmt_size(e);
+    bool is_int = efmt_is_int(e);
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *p = src + es * i;
+        if (is_int) {
+            bool big;
+            int64_t v = load_le_int(p, e, &big);
+            if (big || v < INT32_MIN || v > INT32_MAX)
+                return (int64_t)i;
+            d[i] = (int32_t)v;
+        } else {
+            double v = load_le(p, e);
+            if (!tg__i32_ok(v))
+                return (int64_t)i;
+            d[i] = (int32_t)v;
+        }
+    }
+    return -1;
+}
+
+int64_t tg__convert_le(void *dst, tg_dtype dt, const unsigned char *src, tg__efmt e, size_t n)
+{
+    size_t es = tg__efmt_size(e);
+    if (dt == TG_I32)
+        return convert_le_i32(dst, src, e, n);
     if (tg__host_is_le() &&
         ((e == TG__E_F32 && dt == TG_F32) || (e == TG__E_F64 && dt == TG_F64))) {
         memcpy(dst, src, n * es);
-        return;
+        return -1;
     }
     if (e == TG__E_F32 && dt == TG_F32) { /* big-endian host: keep NaN payloads bit-exact */
         uint32_t *d = dst;
         for (size_t i = 0; i < n; i++)
             d[i] = tg__le32(src + 4 * i);
-        return;
+        return -1;
     }
     if (e == TG__E_F64 && dt == TG_F64) {
         uint64_t *d = dst;
         for (size_t i = 0; i < n; i++)
             d[i] = tg__le64(src + 8 * i);
-        return;
+        return -1;
     }
     if (dt == TG_F32) {
         float *d = dst;
@@ -480,6 +533,36 @@ void tg__convert_le(void *dst, tg_dtype dt, const unsigned char *src, tg__efmt e
         for (size_t i = 0; i < n; i++)
             d[i] = load_le(src + es * i, e);
     }
+    return -1;
+}
+
+/* Name of an element format as the files spell it (safetensors style). */
+static const char *efmt_name(tg__efmt e)
+{
+    static const char *const names[] = {"BOOL", "U8",  "I8",  "U16", "I16", "U32", "I32",
+                                        "U64",  "I64", "F16", "BF16", "F32", "F64"};
+    return (unsigned)e < sizeof names / sizeof names[0] ? names[e] : "?";
+}
+
+/* Record the error of element `idx` (at p, format e) not fitting i32. */
+static tg_status not_i32(tg_ctx *ctx, const tg__src *s, const char *what, uint64_t idx,
+                         const unsigned char *p, tg__efmt e)
+{
+    char v[48];
+    if (efmt_is_int(e)) {
+        bool big;
+        int64_t x = load_le_int(p, e, &big);
+        if (big)
+            snprintf(v, sizeof v, "%llu", (unsigned long long)tg__le64(p));
+        else
+            snprintf(v, sizeof v, "%lld", (long long)x);
+    } else {
+        snprintf(v, sizeof v, "%.17g", load_le(p, e));
+    }
+    tg__err(ctx, TG_ERR_UNSUPPORTED, s->fn,
+            "%s: %s: element %llu (%s) is %s, not an integer in the i32 range [-2147483648, "
+            "2147483647]", s->label, what, (unsigned long long)idx, efmt_name(e), v);
+    return TG_ERR_UNSUPPORTED;
 }
 
 tg_status tg__src_read_elems(tg_ctx *ctx, tg__src *s, void *dst, tg_dtype dt, tg__efmt e,
@@ -492,7 +575,9 @@ tg_status tg__src_read_elems(tg_ctx *ctx, tg__src *s, void *dst, tg_dtype dt, tg
         return TG_ERR_TRUNCATED;
     }
     if (s->mem) {
-        tg__convert_le(dst, dt, s->mem + s->pos, e, (size_t)n);
+        int64_t bad = tg__convert_le(dst, dt, s->mem + s->pos, e, (size_t)n);
+        if (bad >= 0)
+            return not_i32(ctx, s, what, (uint64_t)bad, s->mem + s->pos + (size_t)bad * es, e);
         s->pos += bytes;
         return TG_OK;
     }
@@ -512,7 +597,11 @@ tg_status tg__src_read_elems(tg_ctx *ctx, tg__src *s, void *dst, tg_dtype dt, tg
         st = tg__src_read(ctx, s, buf, k * es, what);
         if (st != TG_OK)
             break;
-        tg__convert_le(out + done * ds, dt, buf, e, k);
+        int64_t bad = tg__convert_le(out + done * ds, dt, buf, e, k);
+        if (bad >= 0) {
+            st = not_i32(ctx, s, what, done + (uint64_t)bad, buf + (size_t)bad * es, e);
+            break;
+        }
         done += k;
     }
     tg__free(ctx, buf);
@@ -533,7 +622,7 @@ tg_status tg__item_check(tg_ctx *ctx, const char *fn, const tg_io_item *it, int6
                  it->name ? it->name : "(null)");
     else
         snprintf(who, sizeof who, "array");
-    if (it->dtype != TG_F32 && it->dtype != TG_F64) {
+    if (tg_dtype_size(it->dtype) == 0) {
         tg__err(ctx, TG_ERR_DTYPE, fn, "%s: unknown dtype %d", who, (int)it->dtype);
         return TG_ERR_DTYPE;
     }

@@ -286,7 +286,7 @@ static tg_tensor *npy_read(tg_ctx *ctx, tg__src *src, tg_dtype want, tg_npy_kind
                            const char *name)
 {
     const char *fn = src->fn, *label = src->label;
-    if (want != TG_F32 && want != TG_F64)
+    if (tg_dtype_size(want) == 0)
         return tg__err(ctx, TG_ERR_DTYPE, fn, "unknown dtype %d requested", (int)want);
     unsigned char pre[12];
     size_t k = src->size < 6 ? (size_t)src->size : 6;
@@ -471,13 +471,15 @@ typedef struct npy_out {
     size_t hlen; /* bytes of hdr to write: preamble + header */
 } npy_out;
 
-/* The exact preamble and header numpy.save writes for a C-order '<f4'/'<f8' array. */
+/* The exact preamble and header numpy.save writes for a C-order '<f4'/'<f8'/'<i4' array. */
 static void npy_build_header(npy_out *o)
 {
     char dict[400];
     size_t k = (size_t)snprintf(dict, sizeof dict,
                                 "{'descr': '%s', 'fortran_order': False, 'shape': (",
-                                o->it->dtype == TG_F32 ? "<f4" : "<f8");
+                                o->it->dtype == TG_F32   ? "<f4"
+                                : o->it->dtype == TG_I32 ? "<i4"
+                                                         : "<f8");
     int first_digits = 0;
     for (int i = 0; i < o->it->rank; i++) {
         int w = snprintf(dict + k, sizeof dict - k, i ? ", %lld" : "%lld",

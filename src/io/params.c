@@ -38,6 +38,12 @@ tg_status tg__params_load_from(tg_ctx *ctx, const char *fn, const tg_safetensors
                     p->name, tg__shape_str(f, a, sizeof a), tg__shape_str(p, b, sizeof b));
             return TG_ERR_MISMATCH;
         }
+        if (!tg_dtype_is_float(p->dtype) && tg_dtype_is_float(f->dtype)) {
+            /* float -> i32 could fail half-way: refused here, so nothing is modified */
+            tg__err(ctx, TG_ERR_MISMATCH, fn, "tensor '%s' is %s in the file, but '%s' is %s",
+                    p->name, tg_dtype_str(f->dtype), p->name, tg_dtype_str(p->dtype));
+            return TG_ERR_MISMATCH;
+        }
     }
     if (strict) {
         for (int64_t k = 0; k < tg_safetensors_count(st); k++) {

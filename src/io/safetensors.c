@@ -28,15 +28,16 @@ typedef struct st_dtype {
     tg_dtype to;   /* tgrad dtype the tensor gets */
 } st_dtype;
 
-/* Every dtype of the reference implementation. */
+/* Every dtype of the reference implementation. Floats become f32 or f64, BOOL and integers i32
+ * (U32, I64 and U64 values are range-checked when the data is read). */
 static const st_dtype st_dtypes[] = {
     {"F64", 8, TG__E_F64, TG_F64},   {"F32", 4, TG__E_F32, TG_F32},
     {"F16", 2, TG__E_F16, TG_F32},   {"BF16", 2, TG__E_BF16, TG_F32},
-    {"BOOL", 1, TG__E_BOOL, TG_F32}, {"U8", 1, TG__E_U8, TG_F32},
-    {"I8", 1, TG__E_I8, TG_F32},     {"I16", 2, TG__E_I16, TG_F32},
-    {"U16", 2, TG__E_U16, TG_F32},   {"I32", 4, TG__E_I32, TG_F64},
-    {"U32", 4, TG__E_U32, TG_F64},   {"I64", 8, TG__E_I64, TG_F64},
-    {"U64", 8, TG__E_U64, TG_F64},   {"F8_E5M2", 1, -1, TG_F32},
+    {"BOOL", 1, TG__E_BOOL, TG_I32}, {"U8", 1, TG__E_U8, TG_I32},
+    {"I8", 1, TG__E_I8, TG_I32},     {"I16", 2, TG__E_I16, TG_I32},
+    {"U16", 2, TG__E_U16, TG_I32},   {"I32", 4, TG__E_I32, TG_I32},
+    {"U32", 4, TG__E_U32, TG_I32},   {"I64", 8, TG__E_I64, TG_I32},
+    {"U64", 8, TG__E_U64, TG_I32},   {"F8_E5M2", 1, -1, TG_F32},
     {"F8_E4M3", 1, -1, TG_F32},      {"F8_E8M0", 1, -1, TG_F32},
     {"C64", 8, -1, TG_F32},
 };
@@ -954,8 +955,9 @@ static tg_status st_prepare(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_
         if (i)
             tg__buf_putc(ctx, b, ',');
         json_put_str(ctx, b, it->name);
-        tg__buf_puts(ctx, b, it->dtype == TG_F32 ? ":{\"dtype\":\"F32\",\"shape\":["
-                                                 : ":{\"dtype\":\"F64\",\"shape\":[");
+        tg__buf_puts(ctx, b, it->dtype == TG_F32   ? ":{\"dtype\":\"F32\",\"shape\":["
+                             : it->dtype == TG_I32 ? ":{\"dtype\":\"I32\",\"shape\":["
+                                                   : ":{\"dtype\":\"F64\",\"shape\":[");
         for (int d = 0; d < it->rank; d++) {
             if (d)
                 tg__buf_putc(ctx, b, ',');

@@ -134,14 +134,14 @@ static void check_estimate(const fz_alloc *A, size_t live0, double est, const ch
                what, used, est, EST_SLACK);
 }
 
-/* (1, T) or (B, T) ids i mod V, as floats. */
-static float *ids_for(int64_t n, int64_t V)
+/* (1, T) or (B, T) ids i mod V (i32, as cmd_sample.c and cmd_train.c give them). */
+static int32_t *ids_for(int64_t n, int64_t V)
 {
-    float *ids = malloc(sizeof *ids * (size_t)n);
+    int32_t *ids = malloc(sizeof *ids * (size_t)n);
     if (!ids)
         fz_die(NULL, "out of memory in the harness");
     for (int64_t i = 0; i < n; i++)
-        ids[i] = (float)(i % V);
+        ids[i] = (int32_t)(i % V);
     return ids;
 }
 
@@ -177,7 +177,7 @@ static void sample_path(const uint8_t *data, size_t size)
     tg_tensor *ids = NULL, *logits = NULL;
     tg_graph *g = NULL;
     if (tg_transformer_init(ctx, &model, dt, &mc) == TG_OK) {
-        ids = tg_input(ctx, dt, TG_DIMS(1, T), "ids");
+        ids = tg_input(ctx, TG_I32, TG_DIMS(1, T), "ids");
         logits = tg_transformer_forward(ctx, &model, ids, NULL);
         g = tg_graph_new(ctx, &logits, 1);
     }
@@ -187,8 +187,8 @@ static void sample_path(const uint8_t *data, size_t size)
         fz_die(ctx, "sample: tg_params_load_from failed after ckpt_check_shapes passed");
     /* cmd_sample.c sample_generate: one step */
     tg_ctx_set_training(ctx, false);
-    float *buf = ids_for(T, V);
-    tg_status s = tg_tensor_set_data(ids, buf, TG_F32, (size_t)T);
+    int32_t *buf = ids_for(T, V);
+    tg_status s = tg_tensor_set_data(ids, buf, TG_I32, (size_t)T);
     free(buf);
     if (s != TG_OK || (s = tg_graph_forward(g)) != TG_OK)
         fz_die(ctx, "sample: forward failed (%s)", tg_status_str(s));
@@ -296,8 +296,8 @@ static tp_result train_path(const uint8_t *data, size_t size, bool flip, int var
     tg_graph *g = NULL;
     tg_optim *opt = NULL;
     if (tg_transformer_init(ctx, &model, dt, &mc) == TG_OK) {
-        ids = tg_input(ctx, dt, TG_DIMS(1, T), "ids");
-        tgt = tg_input(ctx, dt, TG_DIMS(1, T), "targets");
+        ids = tg_input(ctx, TG_I32, TG_DIMS(1, T), "ids");
+        tgt = tg_input(ctx, TG_I32, TG_DIMS(1, T), "targets");
         tg_tensor *logits = tg_transformer_forward(ctx, &model, ids, NULL);
         loss = tg_cross_entropy(ctx, logits, tgt, -1);
         tg_graph_opts go = {.share_gradients = true, .detect_anomaly = ta.detect_anomaly};
@@ -318,10 +318,10 @@ static tp_result train_path(const uint8_t *data, size_t size, bool flip, int var
         fz_die(ctx, "restored step %" PRId64 ", metadata says %" PRId64, tg_optim_steps(opt),
                info.step);
     /* one training step (train_step) */
-    float *buf = ids_for(T, V);
-    s = tg_tensor_set_data(ids, buf, TG_F32, (size_t)T);
+    int32_t *buf = ids_for(T, V);
+    s = tg_tensor_set_data(ids, buf, TG_I32, (size_t)T);
     if (s == TG_OK)
-        s = tg_tensor_set_data(tgt, buf, TG_F32, (size_t)T);
+        s = tg_tensor_set_data(tgt, buf, TG_I32, (size_t)T);
     free(buf);
     if (s != TG_OK)
         fz_die(ctx, "train: setting the batch failed");

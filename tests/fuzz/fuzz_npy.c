@@ -2,15 +2,17 @@
  * fuzz_npy.c - libFuzzer harness for the .npy reader and writer.
  *
  * Per input, on a fresh context with a capped allocator (fuzz_util.h):
- * 1. tg_npy_read_mem() for each wanted dtype (f32, f64), its peak memory bounded by the input's
- *    size (FZ_AMP). A failure has a documented status, one clean line and leaves the context as
- *    it was; a success gives a tensor of the wanted dtype whose values fit the file's element
- *    kind (bools are 0/1, integers are integers).
- * 2. The wanted dtype does not decide whether a file is valid: both reads fail with the same
- *    status or both succeed, with the same kind and shape, and the f32 values are the f64
- *    values rounded to float.
+ * 1. tg_npy_read_mem() for each wanted dtype (f32, f64, i32), its peak memory bounded by the
+ *    input's size (FZ_AMP). A failure has a documented status, one clean line and leaves the
+ *    context as it was; a success gives a tensor of the wanted dtype whose values fit the
+ *    file's element kind (bools are 0/1, integers are integers).
+ * 2. The wanted float dtype does not decide whether a file is valid: both reads fail with the
+ *    same status or both succeed, with the same kind and shape, and the f32 values are the f64
+ *    values rounded to float. The i32 read fails with the same status when they fail; when they
+ *    succeed, it succeeds exactly when every f64 value is an integer in the i32 range (then
+ *    with those values), and fails with TG_ERR_UNSUPPORTED otherwise.
  * 3. Round trip of each result through tg_npy_write_to() and back: same shape and bytes, kind
- *    float.
+ *    float (int for i32).
  * 4. The same bytes through the path-based tg_npy_read() (a memfd on Linux): same verdict and
  *    array.
  * 5. An invalid wanted dtype is TG_ERR_DTYPE.
@@ -33,7 +35,11 @@ static const tg_status read_errors[] = {TG_ERR_FORMAT,    TG_ERR_UNSUPPORTED, TG
 static double elem(const tg_tensor *t, int64_t i)
 {
     const void *d = tg_tensor_data((tg_tensor *)t);
-    return tg_tensor_dtype(t) == TG_F32 ? (double)((const float *)d)[i] : ((const double *)d)[i];
+    switch (tg_tensor_dtype(t)) {
+    case TG_F32: return (double)((const float *)d)[i];
+    case TG_I32: return (double)((const int32_t *)d)[i];
+    default: return ((const double *)d)[i];
+    }
 }
 
 static void check_tensor(const tg_ctx *ctx, const tg_tensor *t, tg_dtype want, tg_npy_kind kind)
@@ -88,8 +94,8 @@ static void round_trip(tg_ctx *ctx, const tg_tensor *t)
     if (!u)
         fz_die(ctx, "round trip: the written %s file (%zu bytes) does not read back",
                tg_dtype_str(dt), out.len);
-    if (kind != TG_NPY_FLOAT)
-        fz_die(ctx, "round trip: kind %d, not float", (int)kind);
+    if (kind != (dt == TG_I32 ? TG_NPY_INT : TG_NPY_FLOAT))
+        fz_die(ctx, "round trip: kind %d for %s", (int)kind, tg_dtype_str(dt));
     int r = tg_tensor_rank(t);
     if (tg_tensor_rank(u) != r ||
         (r > 0 && memcmp(tg_tensor_shape(t), tg_tensor_shape(u), (size_t)r * 8) != 0))
@@ -141,14 +147,14 @@ static void from_file(tg_ctx *ctx, const uint8_t *data, size_t size, const tg_te
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const tg_dtype wants[2] = {TG_F32, TG_F64};
+    static const tg_dtype wants[3] = {TG_F32, TG_F64, TG_I32};
     fz_alloc A;
     tg_ctx *ctx = fz_ctx_new(&A, FZ_CAP);
-    tg_tensor *t[2];
-    tg_npy_kind kind[2];
-    tg_status st[2];
+    tg_tensor *t[3];
+    tg_npy_kind kind[3];
+    tg_status st[3];
     uint64_t n_alloc = 0;
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < 3; w++) {
         size_t before = tg_ctx_bytes(ctx);
         uint64_t c0 = A.count;
         kind[w] = (tg_npy_kind)-1;
@@ -187,11 +193,38 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         round_trip(ctx, t[0]);
         round_trip(ctx, t[1]);
     }
+    /* i32: valid iff the float reads are and every value is an integer in range */
+    bool i32_ok = t[1] != NULL;
+    for (int64_t i = 0; i32_ok && i < tg_tensor_numel(t[1]); i++) {
+        double v = elem(t[1], i);
+        i32_ok = v >= -2147483648.0 && v <= 2147483647.0 && v == floor(v);
+    }
+    bool nomem3 = nomem || st[2] == TG_ERR_NOMEM;
+    if (!nomem3) {
+        if (!t[1] && st[2] != st[1])
+            fz_die(ctx, "the file reads as f64 with %s but as i32 with %s", tg_status_str(st[1]),
+                   tg_status_str(st[2]));
+        if (t[1] && i32_ok != (t[2] != NULL))
+            fz_die(ctx, "the f64 values %s i32, but the i32 read %s (%s)",
+                   i32_ok ? "fit" : "do not fit", t[2] ? "succeeded" : "failed",
+                   tg_status_str(st[2]));
+        if (t[1] && !t[2] && st[2] != TG_ERR_UNSUPPORTED)
+            fz_die(ctx, "values that do not fit i32 gave %s", tg_status_str(st[2]));
+    }
+    if (t[1] && t[2]) {
+        if (kind[2] != kind[1] || tg_tensor_numel(t[2]) != tg_tensor_numel(t[1]))
+            fz_die(ctx, "the i32 read differs in kind or size");
+        for (int64_t i = 0; i < tg_tensor_numel(t[1]); i++)
+            if (elem(t[2], i) != elem(t[1], i))
+                fz_die(ctx, "element %lld: i32 %.17g is not f64 %.17g", (long long)i,
+                       elem(t[2], i), elem(t[1], i));
+        round_trip(ctx, t[2]);
+    }
     /* Files cost syscalls: every accepted input, one rejected input in 16. */
     if (t[0] || fz_hash(data, size) % 16 == 0)
         from_file(ctx, data, size, t[0], kind[0], st[0]);
     size_t before = tg_ctx_bytes(ctx);
-    if (tg_npy_read_mem(ctx, data, size, (tg_dtype)2, NULL))
+    if (tg_npy_read_mem(ctx, data, size, (tg_dtype)3, NULL))
         fz_die(ctx, "an invalid wanted dtype was accepted");
     static const tg_status dtype_err[] = {TG_ERR_DTYPE, TG_OK};
     fz_check_failure(ctx, FN, before, dtype_err);

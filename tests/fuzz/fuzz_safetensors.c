@@ -6,7 +6,8 @@
  *    function, the context back to its size before the call. Either way its peak memory is
  *    bounded by the input's size (FZ_AMP).
  * 2. On success, walk every tensor (name, full key, file dtype, dtype mapping, shape, element
- *    values: BOOL reads as 0/1, integer dtypes as integers in their range) and every metadata
+ *    values: BOOL reads as 0/1, integer dtypes as i32 integers in their range, a value outside
+ *    i32 being a TG_ERR_UNSUPPORTED failure of the read) and every metadata
  *    entry (lookups by key and by name find the same entries), and the accessors' range checks.
  * 3. Round trip: write it all back with tg_safetensors_write_to() into memory, read that, and
  *    require identical names, metadata, shapes and bytes; writing the re-read file again must
@@ -44,20 +45,24 @@ static const fdtype fdtypes[] = {
     {"F32", TG_F32, 1, 0},
     {"F16", TG_F32, 1, 0},
     {"BF16", TG_F32, 1, 0},
-    {"BOOL", TG_F32, 0, 1},
-    {"U8", TG_F32, 0, 255},
-    {"I8", TG_F32, -128, 127},
-    {"I16", TG_F32, -32768, 32767},
-    {"U16", TG_F32, 0, 65535},
-    {"I32", TG_F64, -2147483648.0, 2147483647.0},
-    {"U32", TG_F64, 0, 4294967295.0},
-    {"I64", TG_F64, -9223372036854775808.0, 9223372036854775808.0},
-    {"U64", TG_F64, 0, 18446744073709551616.0},
+    {"BOOL", TG_I32, 0, 1},
+    {"U8", TG_I32, 0, 255},
+    {"I8", TG_I32, -128, 127},
+    {"I16", TG_I32, -32768, 32767},
+    {"U16", TG_I32, 0, 65535},
+    {"I32", TG_I32, -2147483648.0, 2147483647.0},
+    {"U32", TG_I32, 0, 2147483647.0},
+    {"I64", TG_I32, -2147483648.0, 2147483647.0},
+    {"U64", TG_I32, 0, 2147483647.0},
 };
 
 static double elem(const void *data, tg_dtype dt, int64_t i)
 {
-    return dt == TG_F32 ? (double)((const float *)data)[i] : ((const double *)data)[i];
+    switch (dt) {
+    case TG_F32: return (double)((const float *)data)[i];
+    case TG_I32: return (double)((const int32_t *)data)[i];
+    default: return ((const double *)data)[i];
+    }
 }
 
 static void check_tensor(const tg_ctx *ctx, const tg_safetensors *st, int64_t i)
@@ -167,7 +172,7 @@ static bool write_back(tg_ctx *ctx, const tg_safetensors *st, fz_membuf *out)
            tg_status_str(s));
 }
 
-/* b is a re-read of a: from the file a was written to (rewritten: dtypes became F32/F64), or
+/* b is a re-read of a: from the file a was written to (rewritten: dtypes became F32/F64/I32), or
  * of the same bytes through the path-based reader. */
 static void same_file(const tg_ctx *ctx, const tg_safetensors *a, const tg_safetensors *b,
                       bool rewritten)
@@ -184,7 +189,7 @@ static void same_file(const tg_ctx *ctx, const tg_safetensors *a, const tg_safet
         tg_tensor *ta = tg_safetensors_tensor(a, i), *tb = tg_safetensors_tensor(b, i);
         tg_dtype dt = tg_tensor_dtype(ta);
         const char *fd = tg_safetensors_file_dtype(b, i);
-        const char *want_fd = rewritten ? (dt == TG_F32 ? "F32" : "F64")
+        const char *want_fd = rewritten ? (dt == TG_F32 ? "F32" : dt == TG_I32 ? "I32" : "F64")
                                         : tg_safetensors_file_dtype(a, i);
         if (tg_tensor_dtype(tb) != dt || strcmp(fd, want_fd) != 0)
             fz_die(ctx, "round trip: tensor '%s' (%s) came back as %s stored %s", na,

@@ -68,6 +68,13 @@ def gen_safetensors():
     for dt in SIZES:
         out(H, "dtype_" + dt.lower(), st([("t", dt, [2, 3], fill(dt, [2, 3]))]))
     out(H, "bool_values", st([("m", "BOOL", [4], bytes([0, 1, 2, 255]))]))
+    # integers become i32: PyTorch's int64 ids in range, and values one past either end
+    out(H, "ids_i64", st([("ids", "I64", [2, 2], struct.pack("<4q", 0, 7, -2**31, 2**31 - 1)),
+                          ("mask", "U8", [2], bytes([0, 1]))]))
+    out(H, "ids_u64", st([("ids", "U64", [2], struct.pack("<2Q", 3, 2**31 - 1))]))
+    out(H, "miss_i64_range", st([("ids", "I64", [2], struct.pack("<2q", 1, 2**31))]))
+    out(H, "miss_i64_neg_range", st([("ids", "I64", [2], struct.pack("<2q", -2**31 - 1, 0))]))
+    out(H, "miss_u32_range", st([("ids", "U32", [2], struct.pack("<2I", 1, 2**31))]))
     out(H, "f16_special", st([("h", "F16", [4], struct.pack("<4H", 0x7C00, 0xFC00, 0x7E01, 1))]))
     out(H, "f32_nan", st([("x", "F32", [2], struct.pack("<2I", 0x7FC00001, 0xFF800000))]))
     out(H, "rank0", st([("s", "F64", [], struct.pack("<d", 3.5))]))
@@ -138,6 +145,12 @@ def gen_npy():
     out(H, "fortran_1d", npy("<f4", [1, 4, 1], fortran=True))
     out(H, "fortran_2d", npy("<f4", [2, 2], fortran=True))
     out(H, "bool_values", npy("|b1", [4], bytes([0, 1, 2, 255])))
+    # i32 reads: NumPy's default int64 ids in range, integral floats, and near misses
+    out(H, "ids_i8", npy("<i8", [2, 2], struct.pack("<4q", 0, 7, -2**31, 2**31 - 1)))
+    out(H, "ids_f8", npy("<f8", [3], struct.pack("<3d", 1.0, -0.0, 2**31 - 1)))
+    out(H, "miss_ids_i8_range", npy("<i8", [2], struct.pack("<2q", 1, 2**31)))
+    out(H, "miss_ids_u8_range", npy("<u8", [1], struct.pack("<Q", 2**64 - 1)))
+    out(H, "miss_ids_f8_fraction", npy("<f8", [2], struct.pack("<2d", 1.0, 2.5)))
     out(H, "f2_special", npy("<f2", [3], struct.pack("<3H", 0x7C00, 0x7E01, 1)))
     out(H, "dict_variants", npy("<f4", [2], dict_text='{"shape": (2L,), "fortran_order": False,'
                                                       ' "descr": "<f4"}'))
