@@ -211,6 +211,8 @@ tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t 
         t->src[i] = src[i];
         if (src[i] && src[i]->requires_grad)
             t->requires_grad = true;
+        if (src[i])
+            src[i]->consumed = true; /* tg_set_requires_grad may no longer change it */
     }
     return t;
 }
@@ -218,7 +220,7 @@ tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t 
 bool tg__op_save(tg_tensor *y, size_t bytes)
 {
     char fn[64];
-    snprintf(fn, sizeof fn, "tg_%s", tg__op_table[y->op].name);
+    snprintf(fn, sizeof fn, "tg_%s", y->def->name);
     y->saved = tg__alloc(y->ctx, bytes, fn);
     y->saved_bytes = y->saved ? bytes : 0;
     if (!y->saved) { /* the builder returns NULL: give back the half-made result */
@@ -235,7 +237,7 @@ bool tg__op_save_n(tg_tensor *y, int64_t n, size_t es, size_t extra)
     size_t bytes;
     if (!tg__bytes(n, es, &bytes) || bytes > SIZE_MAX - extra) {
         char b[160], fn[64];
-        snprintf(fn, sizeof fn, "tg_%s", tg__op_table[y->op].name);
+        snprintf(fn, sizeof fn, "tg_%s", y->def->name);
         tg__err(y->ctx, TG_ERR_OVERFLOW, fn,
                 "values saved for backward of %s: %lld x %zu bytes overflow size_t",
                 tg__shape_str(y, b, sizeof b), (long long)n, es);
@@ -407,9 +409,27 @@ const char *tg_tensor_op_name(const tg_tensor *t)
     if (!t)
         return "";
     if (t->op != TG_OP_NONE)
-        return tg__op_table[t->op].name;
+        return t->def->name; /* a custom op's own name */
     static const char *const kinds[] = {"param", "input", "const", "op"};
     return kinds[t->kind];
+}
+
+int tg_tensor_op_index(const tg_tensor *t)
+{
+    return (t && t->op != TG_OP_NONE) ? t->op - 1 : -1; /* registry slot 0 is the leaf */
+}
+
+int tg_tensor_n_srcs(const tg_tensor *t) { return t ? t->n_src : 0; }
+
+tg_tensor *tg_tensor_src(const tg_tensor *t, int i)
+{
+    return (t && i >= 0 && i < t->n_src) ? t->src[i] : NULL;
+}
+
+bool tg_tensor_is_view(const tg_tensor *t)
+{
+    /* base: a view made by the builder; reshape shares its source's buffer in every engine */
+    return t && (t->base != NULL || t->op == TG_OP_RESHAPE);
 }
 
 tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)
@@ -417,6 +437,16 @@ tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)
     if (!t)
         return TG_ERR_ARG;
     if (t->kind == TG_KIND_INPUT) {
+        if (t->requires_grad == requires_grad)
+            return TG_OK;
+        if (t->consumed) {
+            /* The ops built on t recorded whether they need gradients; changing t now would
+             * leave them stale (backward silently gave a zero gradient). */
+            tg__err(t->ctx, TG_ERR_STATE, "tg_set_requires_grad",
+                    "input '%s' is already read by an op; call it before building ops on '%s'",
+                    t->name, t->name);
+            return TG_ERR_STATE;
+        }
         t->requires_grad = requires_grad;
         return TG_OK;
     }

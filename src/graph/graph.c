@@ -244,9 +244,9 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
         tg_tensor *t = g->nodes[i];
         if (t->requires_grad && t->op == TG_OP_NONE)
             g->n_leaves++;
-        if (t->requires_grad && t->op != TG_OP_NONE && !tg__op_table[t->op].backward) {
+        if (t->requires_grad && t->op != TG_OP_NONE && !t->def->backward) {
             tg__err(ctx, TG_ERR_NOGRAD, fn, "op '%s' ('%s') has no backward rule",
-                    tg__op_table[t->op].name, t->name);
+                    t->def->name, t->name);
             goto fail;
         }
         bool own = !g->share || t->op == TG_OP_NONE; /* shared mode: op grads in the arena */
@@ -435,7 +435,7 @@ static bool describe(const tg_tensor *t, bool with_shape, char *buf, size_t n)
         snprintf(buf, n, "%s '%s'%s", leaf_kind(t), t->name, sh);
         return false;
     }
-    int k = snprintf(buf, n, "op '%s' output '%s'%s", tg__op_table[t->op].name, t->name, sh);
+    int k = snprintf(buf, n, "op '%s' output '%s'%s", t->def->name, t->name, sh);
     if (!t->auto_name || k < 0 || (size_t)k >= n)
         return false;
     const char *sep = ", computed from ";
@@ -466,9 +466,9 @@ static tg_status anomaly(tg_graph *g, tg_anomaly_phase phase, const tg_tensor *t
     tg_anomaly_report *r = &g->report;
     memset(r, 0, sizeof *r);
     r->phase = phase;
-    const char *op = by ? tg__op_table[by->op].name
+    const char *op = by ? by->def->name
                         : what ? what
-                               : t->op == TG_OP_NONE ? leaf_kind(t) : tg__op_table[t->op].name;
+                               : t->op == TG_OP_NONE ? leaf_kind(t) : t->def->name;
     snprintf(r->op, sizeof r->op, "%s", op);
     snprintf(r->tensor, sizeof r->tensor, "%s", t->name);
     if (by)
@@ -523,10 +523,13 @@ tg_status tg_graph_forward(tg_graph *g)
     for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
         if (t->op != TG_OP_NONE) {
-            tg_status s = tg__op_table[t->op].check(t);
+            tg_status s = t->def->check(t);
             if (s != TG_OK)
                 return s;
-            tg__op_table[t->op].forward(t);
+            t->def->forward(t);
+            s = tg__kernel_take(g->ctx); /* a custom op's callback may fail */
+            if (s != TG_OK)
+                return s;
         }
         if (g->anomaly) {
             double v;
@@ -686,7 +689,8 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
         for (int k = 0; k < t->n_src; k++)
             if (t->src[k] && t->src[k]->requires_grad)
                 g->needed[t->src[k]->topo] = 1;
-        tg__op_table[t->op].backward(t);
+        t->def->backward(t);
+        st = tg__kernel_take(ctx); /* a custom op's callback may fail: stop, drop this call */
         for (int k = 0; g->anomaly && st == TG_OK && k < t->n_src; k++) {
             tg_tensor *s = t->src[k]; /* each gradient this rule wrote, once */
             bool dup = false;
