@@ -69,6 +69,8 @@ mut dropout    ops/dropout.c     's/out\[i\] = acc ? out\[i\] + v : v;/out[i] = 
 mut dropout    ops/dropout.c     '/^void tg__dropout_backward/,/^}/s/dx\[i\] += dy\[i\];/dx[i] -= dy[i];/' 'eval dx sign flipped'
 mut embedding  ops/embedding.c   's/row\[d\] += g\[d\];/row[d] += (T)1.1 * g[d];/'          'dW rows scaled by 1.1'
 mut cross_entropy ops/cross_entropy.c 's/(EXP(x\[j\] - lse) - (j == t ? (T)1 : (T)0))/EXP(x[j] - lse)/' 'one-hot term dropped'
+mut custom     ops/custom.c      's/c.grad_input\[i\] = y->src\[i\]->grad;/c.grad_input[i] = NULL;/' 'input gradients never handed to the callback'
+mut custom     ops/custom.c      '/^void tg__custom_backward/,/^}/s/c.grad_output = y->grad;/c.grad_output = y->data;/' 'callback gets y, not the upstream gradient'
 
 # ---- checks on the table itself --------------------------------------------------------------
 selected() {
