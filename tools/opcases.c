@@ -646,7 +646,7 @@ const tg_opcase tg_opcases[] = {
     {"custom", "softplus", "x (3, 4), user callbacks reading x", cu_softplus},
     {"custom", "size1", "x (1) softplus", cu_softplus_one},
     {"custom", "reads-output", "x (2, 3, 2) exp, backward reads y", cu_exp},
-    {"custom", "two-inputs", "a (2, 3, 4) b (2, 3, 4) -> (2, 3), shape function", cu_rowdot},
+    {"custom", "two-inputs", "a b (2, 3, 4) -> (2, 3), shape fn", cu_rowdot},
     {"custom", "shared", "x (3, 2) rowdot(x, x)", cu_rowdot_self},
 };
 const int tg_n_opcases = (int)(sizeof tg_opcases / sizeof tg_opcases[0]);
