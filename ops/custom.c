@@ -16,6 +16,10 @@
 
 #include <stdio.h>
 
+_Static_assert(TG_CUSTOM_MAX_INPUTS <= TG_MAX_SRC, "a custom op's inputs are node sources");
+_Static_assert(TG_OPF_SRC0 << (TG_CUSTOM_MAX_INPUTS - 1) == TG_OPF_SRC3,
+               "TG_CUSTOM_READS_INPUT(i) maps to TG_OPF_SRC0 << i");
+
 /* The node's definition: a copy of the user's, resolved for the node's dtype. */
 typedef struct tg__custom {
     tg_op_def def;                      /* y->def: name, trampolines, flags */
