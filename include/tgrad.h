@@ -297,6 +297,11 @@ TG_API tg_tensor *tg_ctx_find_param(const tg_ctx *ctx, const char *name);
  * constants and op results cannot be changed. Must be called before graphs using @p t are built.
  * Errors: ::TG_ERR_ARG for a constant or op tensor, ::TG_ERR_DTYPE for asking the gradient of
  * an i32 tensor (integers have none).
+ * constants and op results cannot be changed. Must be called before any op reads @p t: each op
+ * records at build time whether its result needs a gradient, so a change afterwards is refused
+ * (setting the value it already has is fine).
+ * Errors (build errors): ::TG_ERR_ARG for a constant or op tensor, ::TG_ERR_STATE if an op
+ * already reads @p t (`tg_set_requires_grad: input 'x' is already read by an op; ...`).
  */
 TG_API tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad);
 
@@ -313,7 +318,8 @@ TG_API bool tg_tensor_requires_grad(const tg_tensor *t);
 TG_API const char *tg_tensor_name(const tg_tensor *t);
 /** Rename (copied). Errors: ::TG_ERR_ARG for NULL. */
 TG_API tg_status tg_tensor_set_name(tg_tensor *t, const char *name);
-/** Registry name of the op that produced @p t ("param", "input", "const" for leaves). */
+/** Registry name of the op that produced @p t ("param", "input", "const" for leaves; a custom
+ *  op's own name, see tg_custom_op()). More introspection: "Introspection and DOT" below. */
 TG_API const char *tg_tensor_op_name(const tg_tensor *t);
 /** Shape as text, e.g. "(2, 3)"; rank 0 gives "()". Writes at most @p n bytes. */
 TG_API const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n);
@@ -932,6 +938,180 @@ typedef struct tg_gradcheck_report {
  */
 TG_API tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
                               tg_gradcheck_report *report);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Introspection and DOT
+ * A graph's nodes, in order, and each node's op, sources, kind, dtype and shape, through
+ * accessors only (the records are private). tg_graph_size() / tg_graph_node() list the nodes
+ * in **execution order**: a topological order in which every node comes after its sources;
+ * forward runs the ops in this order and backward runs their rules in the reverse order.
+ */
+/**@{*/
+/** Number of sources (operands) of @p t's op: 0 for a leaf. */
+TG_API int tg_tensor_n_srcs(const tg_tensor *t);
+/** Source @p i (0 <= i < tg_tensor_n_srcs()) of @p t's op, in the builder's argument order,
+ *  or NULL if out of range. The same tensor may appear twice (`x x^T`). */
+TG_API tg_tensor *tg_tensor_src(const tg_tensor *t, int i);
+/** Registry index of @p t's op (as tg_op_name() / tg_op_find() number them; every custom op
+ *  has the index of "custom"), or -1 for a leaf. */
+TG_API int tg_tensor_op_index(const tg_tensor *t);
+/** True if @p t's result shares its source's buffer instead of holding its own (a view, e.g.
+ *  tg_reshape()). */
+TG_API bool tg_tensor_is_view(const tg_tensor *t);
+
+/** Flags of tg_graph_write_dot(); combine with `|`. */
+enum {
+    /** Also draw the backward pass: a dashed red edge from each op whose result requires a
+     *  gradient to each source that receives one from its backward rule. */
+    TG_DOT_BACKWARD = 1 << 0,
+    /** Lay the graph out left to right (`rankdir=LR`) instead of top to bottom. */
+    TG_DOT_LEFT_RIGHT = 1 << 1
+};
+
+/**
+ * Write @p g as a Graphviz DOT file (`dot -Tsvg FILE -o g.svg` draws it). One node per tensor
+ * of tg_graph_node(), labelled with its op (tg_tensor_op_name()), its name, its shape and its
+ * dtype, e.g. `matmul` / `scores` / `(2, 4, 3, 3) f32`; one edge per source from source to
+ * consumer. Leaves are boxes styled by kind: parameters green, inputs blue (with a thick border
+ * when they require a gradient), constants grey and dashed; ops are ellipses, views dashed,
+ * custom ops yellow. Names are escaped (quotes, backslashes, control characters and bytes that
+ * are not UTF-8 are written as visible escapes such as `\x0a`), so any name gives a valid file.
+ * @p flags: ::TG_DOT_BACKWARD, ::TG_DOT_LEFT_RIGHT, or 0.
+ * The file is written like every tgrad save (see tgrad_io.h): atomically through a temporary
+ * file, so after an error (a full disk: ::TG_ERR_IO) @p path holds the old file or nothing,
+ * never a partial one; anything but a regular file is refused. tg_graph_write_dot_to() and
+ * tg_graph_write_dot_opts() in tgrad_io.h write to a stream or inject failures.
+ * Errors (build errors, as the other writers'): ::TG_ERR_ARG (NULL, unknown flag bits),
+ * ::TG_ERR_IO, ::TG_ERR_NOMEM.
+ */
+TG_API tg_status tg_graph_write_dot(const tg_graph *g, const char *path, int flags);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name User-defined ops
+ * tg_custom_op() records an op whose forward and backward are the caller's C callbacks. It is a
+ * node like any other: graphs order it, run it with the context's thread count, differentiate
+ * through it, and tg_gradcheck() checks it. Example: `examples/custom_op.c` (a softplus).
+ */
+/**@{*/
+/** Most inputs of a custom op. */
+#define TG_CUSTOM_MAX_INPUTS 4
+/** Longest custom op name, including the terminating NUL. */
+#define TG_CUSTOM_NAME_MAX 32
+/** tg_custom_def::out_rank value meaning "the output has input 0's shape". */
+#define TG_CUSTOM_SAME_SHAPE (-1)
+/** tg_custom_def::backward_reads bit: backward reads input @p i's data. */
+#define TG_CUSTOM_READS_INPUT(i) (1u << (i))
+/** tg_custom_def::backward_reads bit: backward reads the output (the forward result). */
+#define TG_CUSTOM_READS_OUTPUT (1u << TG_CUSTOM_MAX_INPUTS)
+
+/**
+ * What a custom op's callback receives for one call. Arrays are contiguous and row-major in
+ * the op's dtype (`float *` for ::TG_F32, `double *` for ::TG_F64); shapes outermost first.
+ * Pointers are valid for this call only: never keep them.
+ */
+typedef struct tg_custom_call {
+    const char *name;          /**< the op's name (tg_custom_def::name) */
+    tg_dtype dtype;            /**< ::TG_F32 or ::TG_F64, shared by every input and the output */
+    /** Threads the callback may use (tg_ctx_threads()). Results must not depend on it: give
+     *  each output element to one thread, summed in a fixed order (see tgrad.h, Determinism). */
+    int n_threads;
+    bool backward;             /**< false in forward (and tg_custom_def::workspace's forward
+                                    query), true in backward */
+    int n_inputs;
+    /** Input data. In backward, NULL unless tg_custom_def::backward_reads declares it (the
+     *  memory planner may have reused it). */
+    const void *input[TG_CUSTOM_MAX_INPUTS];
+    int input_rank[TG_CUSTOM_MAX_INPUTS];
+    const int64_t *input_shape[TG_CUSTOM_MAX_INPUTS];
+    int64_t input_numel[TG_CUSTOM_MAX_INPUTS];
+    /** Forward: write every element here. Backward: the forward result if backward_reads has
+     *  ::TG_CUSTOM_READS_OUTPUT, else NULL. */
+    void *output;
+    int output_rank;
+    const int64_t *output_shape;
+    int64_t output_numel;
+    /** Backward: dL/d(output), output's shape. Forward: NULL. */
+    const void *grad_output;
+    /** Backward: dL/d(input i), input i's shape, to **accumulate into** (`+=`, never `=`): it
+     *  already holds what other consumers of that tensor added, and two inputs may be the
+     *  same tensor (then both pointers are equal). NULL when input i needs no gradient (a
+     *  constant, or nothing differentiable behind it): skip it. Forward: all NULL. */
+    void *grad_input[TG_CUSTOM_MAX_INPUTS];
+    void *workspace;           /**< tg_custom_def::workspace bytes, uninitialised (NULL if 0) */
+    size_t workspace_bytes;
+    void *user;                /**< tg_custom_def::user */
+    void *internal_;           /**< private to tgrad (where tg_custom_error() writes) */
+} tg_custom_call;
+
+/** A forward or backward callback: do the work described by @p call and return ::TG_OK, or
+ *  report a failure with `return tg_custom_error(call, status, "...", ...)`. It must not call
+ *  any other tgrad function. */
+typedef tg_status (*tg_custom_fn)(tg_custom_call *call);
+
+/** Definition of a custom op; zero-initialise, then fill. Copied by tg_custom_op() (except
+ *  what @c user points to), so one definition may build many ops. */
+typedef struct tg_custom_def {
+    /** Name shown by tg_tensor_op_name(), error messages and DOT: 1 to ::TG_CUSTOM_NAME_MAX - 1
+     *  characters from [A-Za-z0-9_], not starting with a digit, and not a registered op's name
+     *  (tg_op_find()) nor "param", "input", "const" or "leaf". The result's generated name is
+     *  this name plus a number ("softplus7"). */
+    const char *name;
+    /** Output shape from the inputs: set @p *rank (0..::TG_MAX_RANK) and @p shape[0..rank),
+     *  each >= 1, and return ::TG_OK; or return an error status, optionally with a one-line
+     *  reason written to @p msg (@p msg_size bytes). NULL: use out_rank / out_shape. */
+    tg_status (*shape)(int n_inputs, const tg_tensor *const *inputs, int *rank,
+                       int64_t *shape, char *msg, size_t msg_size, void *user);
+    /** Without @c shape: ::TG_CUSTOM_SAME_SHAPE (input 0's shape) or an explicit rank
+     *  0..::TG_MAX_RANK with @c out_shape (0, the zero value, is a scalar). */
+    int out_rank;
+    int64_t out_shape[TG_MAX_RANK];
+    /** Callbacks per dtype. A NULL forward means the op does not support that dtype: building
+     *  it with inputs of that dtype is refused (::TG_ERR_DTYPE). A NULL backward means the op
+     *  is not differentiable in that dtype: tg_graph_new() refuses a graph that would need its
+     *  gradient (::TG_ERR_NOGRAD). */
+    tg_custom_fn forward_f32, backward_f32;
+    tg_custom_fn forward_f64, backward_f64;
+    /** What backward reads, besides grad_output: ::TG_CUSTOM_READS_INPUT(i) bits and
+     *  ::TG_CUSTOM_READS_OUTPUT. The memory planner keeps exactly these alive until backward;
+     *  the others arrive as NULL. */
+    unsigned backward_reads;
+    /** Scratch bytes one forward or backward call needs (call->backward says which), given the
+     *  shapes and call->n_threads (data pointers are NULL in this query). NULL: none. */
+    size_t (*workspace)(const tg_custom_call *call);
+    /** Passed to every callback as call->user (and to @c shape); borrowed, must outlive every
+     *  graph that runs the op. */
+    void *user;
+} tg_custom_def;
+
+/**
+ * Record a custom op y = op(inputs[0], ..., inputs[n_inputs - 1]) defined by @p def.
+ * Shapes: any inputs (1 to ::TG_CUSTOM_MAX_INPUTS, one dtype) -> the shape @p def gives.
+ * The result requires a gradient if any input does; backward then calls the dtype's backward
+ * callback, which adds into call->grad_input[i] (accumulate contract above).
+ * A callback that returns an error stops the run: tg_graph_forward() / tg_graph_backward()
+ * (and tg_gradcheck()) return its status with the message `tg_graph_forward: custom op
+ * 'softplus' ('softplus7'): <the callback's message>`, a run-time error (it does not stick).
+ * Errors (build errors): ::TG_ERR_ARG (NULL def, bad name, n_inputs out of range, unknown
+ * backward_reads bits), ::TG_ERR_DTYPE (no forward for the inputs' dtype, inputs of different
+ * dtypes), ::TG_ERR_SHAPE (shape function refused, or a bad output shape), ::TG_ERR_OVERFLOW,
+ * ::TG_ERR_NOMEM. Returns NULL on error, like every builder.
+ */
+TG_API tg_tensor *tg_custom_op(tg_ctx *ctx, const tg_custom_def *def, int n_inputs,
+                               tg_tensor *const *inputs);
+
+/**
+ * Inside a callback: record why it fails and return @p status, so that
+ * `return tg_custom_error(call, TG_ERR_ARG, "x[%lld] = %g is negative", i, v);` ends it.
+ * The message (printf-style, one line, truncated to 300 bytes) becomes the run's error message.
+ * @p status should be an error code (::TG_OK is turned into ::TG_ERR_ARG).
+ */
+TG_API tg_status tg_custom_error(tg_custom_call *call, tg_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 /**@}*/
 
 #ifdef __cplusplus

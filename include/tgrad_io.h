@@ -420,6 +420,18 @@ TG_API tg_status tg_params_save(tg_ctx *ctx, const char *path, int64_t n,
                                 const char *const *meta_keys, const char *const *meta_values);
 /**@}*/
 
+/* ------------------------------------------------------------------------------------------ */
+/** @name Graph DOT files (see tg_graph_write_dot() in tgrad.h) */
+/**@{*/
+/** tg_graph_write_dot() with write options (@p opts NULL: the defaults; fault injection for
+ *  tests, see ::tg_write_opts). Errors: as tg_graph_write_dot(). */
+TG_API tg_status tg_graph_write_dot_opts(const tg_graph *g, const char *path, int flags,
+                                         const tg_write_opts *opts);
+/** The same DOT text sent to the byte sink @p w (a pipe, a memory buffer, stdout), not
+ *  atomically. Errors: ::TG_ERR_ARG, ::TG_ERR_IO (the sink failed), ::TG_ERR_NOMEM. */
+TG_API tg_status tg_graph_write_dot_to(const tg_graph *g, const tg_writer *w, int flags);
+/**@}*/
+
 #ifdef __cplusplus
 }
 #endif

@@ -423,6 +423,78 @@ START_TEST(test_help)
 }
 END_TEST
 
+/* --dot writes the graph it builds; README's `tgrad run encoder ... --dot g.dot && dot -Tsvg
+ * g.dot` works as written (the second half when Graphviz is installed). */
+START_TEST(test_dot)
+{
+    fixture f = load("enc_pre_gelu_eps");
+    weights(&f, enc_keys, 12);
+    npy(&f, "x", "x.npy");
+    npy(&f, "grad_out", "dy.npy");
+    ck_assert_int_eq(run("encoder --weights w.safetensors --heads 4 --x x.npy --norm-first "
+                         "--dot g.dot"), 0);
+    char out[256];
+    read_file("out.txt", out, sizeof out);
+    ck_assert_str_eq(out, ""); /* a file was written: nothing to describe */
+    char *g = tu_slurp_in(dir, "g.dot", NULL);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_ptr_nonnull(strstr(g, "digraph tgrad {"));
+    ck_assert_ptr_nonnull(strstr(g, "[label=\"input\\nx\\n(2, 4, 8) f32\""));
+    ck_assert_ptr_nonnull(strstr(g, "[label=\"param\\nself_attn.in_proj_weight\\n(24, 8) f32\""));
+    ck_assert_ptr_nonnull(strstr(g, "[label=\"layer_norm\\n"));
+    ck_assert_ptr_nonnull(strstr(g, "[label=\"softmax\\n"));
+    ck_assert_ptr_null(strstr(g, "constraint=false")); /* forward only */
+    free(g);
+    /* with backward: the backward edges too, and dtype f64 */
+    ck_assert_int_eq(run("encoder --weights w.safetensors --heads 4 --x x.npy --norm-first "
+                         "--dtype f64 --grad-out dy.npy --grads g.safetensors --dot gb.dot"), 0);
+    g = tu_slurp_in(dir, "gb.dot", NULL);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_ptr_nonnull(strstr(g, "(2, 4, 8) f64"));
+    ck_assert_ptr_nonnull(strstr(g, "[style=dashed, color=\"#c0392b\", constraint=false]"));
+    free(g);
+    if (system("command -v dot >/dev/null 2>&1") == 0) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "('%s' run encoder --weights w.safetensors --heads 4 --x x.npy "
+                 "--dot g.dot && dot -Tsvg g.dot)", tu_tgrad_exe());
+        ck_assert_int_eq(tu_run_sh(dir, cmd, 300, NULL), 0);
+        char *svg = tu_slurp_in(dir, "out.txt", NULL);
+        ck_assert_ptr_nonnull(svg);
+        ck_assert_ptr_nonnull(strstr(svg, "<svg"));
+        ck_assert_ptr_nonnull(strstr(svg, "self_attn.in_proj_weight"));
+        free(svg);
+        char err[256];
+        read_file("err.txt", err, sizeof err);
+        ck_assert_str_eq(err, "");
+    }
+    /* refusals: one line each */
+    static const struct {
+        const char *args, *needle;
+    } bad[] = {
+        {"encoder --weights w.safetensors --heads 4 --x x.npy --dot x.npy",
+         "--dot 'x.npy' is the input --x 'x.npy'"},
+        {"encoder --weights w.safetensors --heads 4 --x x.npy --out o.npy --dot o.npy",
+         "--out and --dot name the same file 'o.npy'"},
+        {"encoder --weights w.safetensors --heads 4 --x x.npy --dot /nonexistent-tgrad/g.dot",
+         "--dot: cannot open the directory of '/nonexistent-tgrad/g.dot'"},
+        {"encoder --weights w.safetensors --heads 4 --x x.npy --dot .",
+         "--dot: '.' is not a regular file (a directory): refusing to replace it"},
+        {"encoder --weights w.safetensors --heads 4 --x x.npy --dot", "--dot"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = run(bad[i].args);
+        char err[4096];
+        read_file("err.txt", err, sizeof err);
+        ck_assert_msg(rc != 0, "'%s' exited 0", bad[i].args);
+        ck_assert_msg(count_lines(err) == 1, "'%s' printed %d lines: %s", bad[i].args,
+                      count_lines(err), err);
+        ck_assert_msg(strstr(err, bad[i].needle) != NULL, "'%s': '%s' lacks '%s'", bad[i].args,
+                      err, bad[i].needle);
+    }
+    tg_ctx_free(f.ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("run");
@@ -439,6 +511,7 @@ int main(void)
     tcase_add_loop_test(tc, test_integer_masks, 0, 2);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_help);
+    tcase_add_test(tc, test_dot);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -225,7 +225,7 @@ START_TEST(test_option_messages)
         "--optimizer", "--momentum", "--warmup", "--weight-decay", "--clip", "--min-lr",
         "--seed", "--eval-every", "--val-fraction", "--target-acc", "--threads",
         "--detect-anomaly", "--text", "--task", "--checkpoint", "--resume", "--save-every",
-        "--force", "--stop-after", "--log", "--plot", "--quiet", "--help"};
+        "--force", "--stop-after", "--log", "--plot", "--dot", "--quiet", "--help"};
     ck_assert_int_eq(run("train --help"), 0);
     char *out = slurp("out.txt", NULL);
     for (size_t i = 0; i < sizeof train_opts / sizeof train_opts[0]; i++)
@@ -860,6 +860,44 @@ START_TEST(test_progress_fits_terminal)
 }
 END_TEST
 
+/* --dot: the training graph (forward and backward edges) is written once built and training
+ * goes on; the path is checked up front like the other outputs. */
+START_TEST(test_dot)
+{
+    write_corpus("c.txt");
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 2 --eval-every 1 --dot g.dot --log l.csv "
+                         "--quiet"), 0);
+    char *g = slurp("g.dot", NULL);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_ptr_nonnull(strstr(g, "digraph tgrad {"));
+    ck_assert_ptr_nonnull(strstr(g, "[label=\"param\\ntok_emb.weight\\n"));
+    ck_assert_ptr_nonnull(strstr(g, "[label=\"input\\nids\\n(4, 8) i32\""));
+    ck_assert_ptr_nonnull(strstr(g, "[label=\"cross_entropy\\n"));
+    ck_assert_ptr_nonnull(strstr(g, "[style=dashed, color=\"#c0392b\", constraint=false]"));
+    free(g);
+    char *log = slurp("l.csv", NULL); /* it trained: two steps logged */
+    ck_assert_int_eq(count_lines(log), 3);
+    free(log);
+    if (system("command -v dot >/dev/null 2>&1") == 0) {
+        ck_assert_int_eq(run_sh("dot -Tsvg g.dot -o g.svg", 120, NULL), 0);
+        char *err = slurp("err.txt", NULL);
+        ck_assert_str_eq(err, "");
+        free(err);
+    }
+    /* refused before training */
+    const char *longrun = "train " TEXT_MODEL " --steps 10000000 --eval-every 10000000";
+    char a[1024];
+    snprintf(a, sizeof a, "%s --dot /nonexistent-dir/g.dot", longrun);
+    expect_refusal_t(a, "--dot '/nonexistent-dir/g.dot'", 5);
+    snprintf(a, sizeof a, "%s --dot same.out --plot same.out", longrun);
+    expect_refusal_t(a, "--plot and --dot name the same file", 5);
+    snprintf(a, sizeof a, "%s --dot c.txt", longrun);
+    expect_refusal_t(a, "--dot 'c.txt' is the --text file 'c.txt', an input", 5);
+    snprintf(a, sizeof a, "%s --dot .", longrun);
+    expect_refusal_t(a, "--dot '.' is a directory, not a regular file", 5);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train_cli");
@@ -887,6 +925,7 @@ int main(void)
     tcase_add_test(tc, test_omp_num_threads_capped);
     tcase_add_test(tc, test_huge_steps_bounded_memory);
     tcase_add_test(tc, test_progress_fits_terminal);
+    tcase_add_test(tc, test_dot);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -1,13 +1,14 @@
 #!/bin/sh
 # bootstrap.sh - install missing build dependencies (Debian/Ubuntu; clang and libclang-rt-14-dev
-# are for the libFuzzer harnesses that tools/check.sh runs) and configure ./build.
+# are for the libFuzzer harnesses that tools/check.sh runs, graphviz for the tests that draw
+# DOT files with `dot`) and configure ./build.
 # Idempotent: installs only what is missing, configures only if ./build is not configured.
 # Usage: tools/bootstrap.sh [extra meson setup options]
 set -eu
 cd "$(dirname "$0")/.."
 
 need=""
-for pkg in gcc meson ninja-build pkg-config check valgrind clang libclang-rt-14-dev; do
+for pkg in gcc meson ninja-build pkg-config check valgrind clang libclang-rt-14-dev graphviz; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 if [ -n "$need" ]; then

@@ -54,6 +54,7 @@ typedef struct run_args {
     int module;   /* run_module */
     const char *q, *k, *v, *x, *mask, *attn_mask, *kpm, *weights, *out, *attn_out, *grad_out,
         *grads;
+    const char *dot; /* --dot: the graph as Graphviz DOT */
     int activation; /* 0 relu, 1 gelu */
     int dtype;      /* 0 f32, 1 f64 */
     int64_t heads;  /* [1, CLI_MAX_HEADS] */

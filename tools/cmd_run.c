@@ -8,6 +8,7 @@
  *   tgrad run encoder --weights W.safetensors --heads H --x X.npy [--norm-first] [--eps E]
  *                     [--activation relu|gelu] [--key-padding-mask P.npy] [--causal]
  *   every module:     --dtype f32|f64  --out O.npy  [--grad-out dO.npy --grads G.safetensors]
+ *                     [--dot G.dot]
  *
  * One option table per module. Masks follow tgrad_nn.h's one convention, converted here at the
  * boundary: a bool .npy (|b1) is TG_MASK_BLOCK (true = blocked, as PyTorch's bool masks); an
@@ -57,7 +58,9 @@
         OPT_PATH("grad-out", grad_out, "dO.npy",                                             \
                  "upstream gradient (shape of the output): run backward", 0),                \
         OPT_PATH("grads", grads, "G.safetensors",                                            \
-                 "with --grad-out: every parameter's and input's gradient", 0)
+                 "with --grad-out: every parameter's and input's gradient", 0),              \
+        OPT_PATH("dot", dot, "G.dot",                                                        \
+                 "write the graph as Graphviz DOT (backward edges with --grad-out)", 0)
 
 static const cli_option sdpa_opts[] = {
     OPT_Q(CLI_REQUIRED), OPT_K(CLI_REQUIRED), OPT_V(CLI_REQUIRED),
@@ -100,7 +103,8 @@ static const cli_command run_cmds[RUN_N_MODULES] = {
     {.name = "run sdpa",
      .usage = "--q Q.npy --k K.npy --v V.npy [--mask M.npy] [--causal] [--attn-out A.npy]\n"
               "                      [--dtype f32|f64] [--out O.npy] [--grad-out dO.npy --grads "
-              "G.safetensors]",
+              "G.safetensors]\n"
+              "                      [--dot G.dot]",
      .description = "Scaled dot-product attention softmax(q k^T / sqrt(d) + mask) v on any\n"
                     "leading dims (PyTorch's F.scaled_dot_product_attention).",
      .opts = sdpa_opts},
@@ -142,6 +146,8 @@ void run_help(const run_args *a, FILE *f)
             "padding mask is bool or 0/1 integer, true/1 = padding. Weights use PyTorch\n"
             "state_dict names (nn.MultiheadAttention, linear1/linear2,\n"
             "nn.TransformerEncoderLayer).\n"
+            "--dot G.dot writes the graph it builds as Graphviz DOT (draw it with\n"
+            "'dot -Tsvg G.dot -o g.svg').\n"
             "\n"
             "modules:\n"
             "  sdpa      scaled dot-product attention (--q --k --v)\n"
@@ -237,10 +243,10 @@ int run_parse(int argc, char **argv, run_args *a, cli_result *r, char *err, size
                  a->grad_out ? "--grad-out" : "--grads");
         return CLI_ERROR;
     }
-    const char *outs[3] = {a->out, a->attn_out, a->grads};
-    const char *flags[3] = {"--out", "--attn-out", "--grads"};
-    for (int i = 0; i < 3; i++)
-        for (int j = i + 1; j < 3; j++)
+    const char *outs[4] = {a->out, a->attn_out, a->grads, a->dot};
+    const char *flags[4] = {"--out", "--attn-out", "--grads", "--dot"};
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++)
             if (outs[i] && outs[j] && !strcmp(outs[i], outs[j])) {
                 char sh[80];
                 snprintf(err, n, "%s and %s name the same file '%s'", flags[i], flags[j],
@@ -378,13 +384,13 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
     char e[1200];
     /* an output never replaces an input (all are read before anything is written, but the
      * input would be lost) */
-    const char *out_paths[3] = {a->out, a->attn_out, a->grads};
-    const char *out_flags[3] = {"--out", "--attn-out", "--grads"};
+    const char *out_paths[4] = {a->out, a->attn_out, a->grads, a->dot};
+    const char *out_flags[4] = {"--out", "--attn-out", "--grads", "--dot"};
     const char *ins[9] = {a->q, a->k, a->v, a->x, a->mask, a->attn_mask, a->kpm, a->weights,
                           a->grad_out};
     const char *in_flags[9] = {"--q", "--k", "--v", "--x", "--mask", "--attn-mask",
                                "--key-padding-mask", "--weights", "--grad-out"};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         for (int j = 0; j < 9; j++)
             if (out_paths[i] && ins[j] && cli_same_file(out_paths[i], ins[j])) {
                 snprintf(err, n, "%s '%s' is the input %s '%s' (choose another file)",
@@ -513,7 +519,18 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
     }
     tg_tensor *outs[2] = {y, attn};
     tg_graph *g = tg_graph_new(ctx, outs, attn ? 2 : 1);
-    if (!g || tg_graph_forward(g) != TG_OK) {
+    if (!g) {
+        cli_format(NULL, NULL, ctx, err, n);
+        goto done;
+    }
+    if (a->dot) { /* the graph as built, before it runs */
+        if (tg_graph_write_dot(g, a->dot, want_grad ? TG_DOT_BACKWARD : 0) != TG_OK) {
+            cli_format("--dot", a->dot, ctx, err, n);
+            goto done;
+        }
+        res->wrote = true;
+    }
+    if (tg_graph_forward(g) != TG_OK) {
         cli_format(NULL, NULL, ctx, err, n);
         goto done;
     }

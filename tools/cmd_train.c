@@ -232,17 +232,17 @@ static bool check_output(const char *opt, const char *path, bool replaced_by_ren
 static bool plan_outputs(trainer *t)
 {
     const train_args *a = &t->a;
-    const char *names[3] = {"--checkpoint", "--log", "--plot"};
-    const char *paths[3] = {a->checkpoint, a->log, a->plot};
-    for (int i = 0; i < 3; i++)
-        for (int j = i + 1; j < 3; j++)
+    const char *names[4] = {"--checkpoint", "--log", "--plot", "--dot"};
+    const char *paths[4] = {a->checkpoint, a->log, a->plot, a->dot};
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++)
             if (paths[i] && paths[j] && cli_same_file(paths[i], paths[j])) {
                 errf("%s and %s name the same file '%s'", names[i], names[j], paths[j]);
                 return false;
             }
     /* an output never replaces (or, for --log, appends to) an input: the text trained on, or
      * the resumed checkpoint unless it is the checkpoint being saved */
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         if (!paths[i])
             continue;
         for (int k = 0; k < a->text.n; k++)
@@ -262,6 +262,8 @@ static bool plan_outputs(trainer *t)
     if (a->log && !check_output("--log", a->log, false))
         return false;
     if (a->plot && !check_output("--plot", a->plot, true))
+        return false;
+    if (a->dot && !check_output("--dot", a->dot, true))
         return false;
     return true;
 }
@@ -334,6 +336,11 @@ static bool build(trainer *t)
     }
     if (!t->g || !t->opt) {
         cli_report("train", "building the model", NULL, ctx);
+        return false;
+    }
+    /* --dot: the graph as built (forward and backward), before the first step */
+    if (a->dot && tg_graph_write_dot(t->g, a->dot, TG_DOT_BACKWARD) != TG_OK) {
+        cli_report("train", "--dot", a->dot, ctx);
         return false;
     }
     for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)

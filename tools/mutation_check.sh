@@ -87,6 +87,8 @@ mut max        ops/max.c         's/dx\[(o \* A + K\[oi\]) \* inner + i\] += dy\
 mut concat     ops/concat.c      's/dx\[j\] += g\[j\];/dx[j] += (T)1.1 * g[j];/'           'dx scaled by 1.1'
 mut mse_loss   ops/loss.c        's/dst\[i\] += negate ? -v : v;/dst[i] += v;/'            'dtarget sign flipped'
 mut mse_loss   ops/loss.c        's/2.0 \/ (double)n : 2.0)/1.0 \/ (double)n : 2.0)/'      'mean: 1/N for 2/N'
+mut custom     ops/custom.c      's/c.grad_input\[i\] = y->src\[i\]->grad;/c.grad_input[i] = NULL;/' 'input gradients never handed to the callback'
+mut custom     ops/custom.c      '/^void tg__custom_backward/,/^}/s/c.grad_output = y->grad;/c.grad_output = y->data;/' 'callback gets y, not the upstream gradient'
 
 # ---- checks on the table itself --------------------------------------------------------------
 selected() {

@@ -7,6 +7,8 @@
 #include "tgrad_nn.h"
 #include "tgrad_train.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* A differentiable input filled uniform in [lo, hi). */
@@ -578,6 +580,139 @@ static tg_tensor *mse_one(tg_ctx *ctx, tg_dtype dt)
     return tg_mse_loss(ctx, IN("input", 1), IN("target", 1), TG_REDUCTION_MEAN);
 }
 
+/* ---- custom (tg_custom_op: user callbacks, public API only) ---- */
+/* Element i of a call array of the call's dtype, and += into one. */
+static double cget(const tg_custom_call *c, const void *p, int64_t i)
+{
+    return c->dtype == TG_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+}
+static void cset(const tg_custom_call *c, void *p, int64_t i, double v)
+{
+    if (c->dtype == TG_F32)
+        ((float *)p)[i] = (float)v;
+    else
+        ((double *)p)[i] = v;
+}
+static void cacc(const tg_custom_call *c, void *p, int64_t i, double v)
+{
+    cset(c, p, i, cget(c, p, i) + v);
+}
+
+/* softplus: y = log(1 + e^x) (stable form), dx += dy * sigmoid(x); backward reads x */
+static tg_status softplus_fwd(tg_custom_call *c)
+{
+    for (int64_t i = 0; i < c->output_numel; i++) {
+        double x = cget(c, c->input[0], i);
+        cset(c, c->output, i, (x > 0 ? x : 0) + log1p(exp(-fabs(x))));
+    }
+    return TG_OK;
+}
+static tg_status softplus_bwd(tg_custom_call *c)
+{
+    if (!c->grad_input[0])
+        return TG_OK;
+    for (int64_t i = 0; i < c->output_numel; i++) {
+        double x = cget(c, c->input[0], i);
+        cacc(c, c->grad_input[0], i, cget(c, c->grad_output, i) / (1 + exp(-x)));
+    }
+    return TG_OK;
+}
+static tg_tensor *custom_softplus(tg_ctx *ctx, tg_tensor *x)
+{
+    tg_custom_def d = {.name = "softplus", .out_rank = TG_CUSTOM_SAME_SHAPE,
+                       .forward_f32 = softplus_fwd, .backward_f32 = softplus_bwd,
+                       .forward_f64 = softplus_fwd, .backward_f64 = softplus_bwd,
+                       .backward_reads = TG_CUSTOM_READS_INPUT(0)};
+    return tg_custom_op(ctx, &d, 1, &x);
+}
+static tg_tensor *cu_softplus(tg_ctx *ctx, tg_dtype dt) { return custom_softplus(ctx, IN("x", 3, 4)); }
+static tg_tensor *cu_softplus_one(tg_ctx *ctx, tg_dtype dt) { return custom_softplus(ctx, IN("x", 1)); }
+
+/* exp from its output: y = e^x, dx += dy * y; backward reads only the output */
+static tg_status cexp_fwd(tg_custom_call *c)
+{
+    for (int64_t i = 0; i < c->output_numel; i++)
+        cset(c, c->output, i, exp(cget(c, c->input[0], i)));
+    return TG_OK;
+}
+static tg_status cexp_bwd(tg_custom_call *c)
+{
+    for (int64_t i = 0; c->grad_input[0] && i < c->output_numel; i++)
+        cacc(c, c->grad_input[0], i, cget(c, c->grad_output, i) * cget(c, c->output, i));
+    return TG_OK;
+}
+static tg_tensor *cu_exp(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *x = IN("x", 2, 3, 2);
+    tg_custom_def d = {.name = "exp_from_output", .out_rank = TG_CUSTOM_SAME_SHAPE,
+                       .forward_f32 = cexp_fwd, .backward_f32 = cexp_bwd,
+                       .forward_f64 = cexp_fwd, .backward_f64 = cexp_bwd,
+                       .backward_reads = TG_CUSTOM_READS_OUTPUT};
+    return tg_custom_op(ctx, &d, 1, &x);
+}
+
+/* rowdot: a, b (..., N) -> y (...) = sum_j a_j b_j; da += dy b, db += dy a (reads a and b).
+ * The shape comes from a shape function. */
+static tg_status rowdot_shape(int n, const tg_tensor *const *in, int *rank, int64_t *shape,
+                              char *msg, size_t msg_size, void *user)
+{
+    (void)n;
+    (void)user;
+    int r = tg_tensor_rank(in[0]);
+    if (r < 1 || r != tg_tensor_rank(in[1]) || tg_tensor_dim(in[0], -1) != tg_tensor_dim(in[1], -1)) {
+        snprintf(msg, msg_size, "a and b must have the same shape");
+        return TG_ERR_SHAPE;
+    }
+    *rank = r - 1;
+    for (int i = 0; i < r - 1; i++)
+        shape[i] = tg_tensor_shape(in[0])[i];
+    return TG_OK;
+}
+static tg_status rowdot_fwd(tg_custom_call *c)
+{
+    int64_t N = c->input_shape[0][c->input_rank[0] - 1];
+    for (int64_t r = 0; r < c->output_numel; r++) {
+        double acc = 0;
+        for (int64_t j = 0; j < N; j++)
+            acc += cget(c, c->input[0], r * N + j) * cget(c, c->input[1], r * N + j);
+        cset(c, c->output, r, acc);
+    }
+    return TG_OK;
+}
+static tg_status rowdot_bwd(tg_custom_call *c)
+{
+    int64_t N = c->input_shape[0][c->input_rank[0] - 1];
+    for (int64_t r = 0; r < c->output_numel; r++) {
+        double g = cget(c, c->grad_output, r);
+        for (int64_t j = 0; j < N; j++) { /* a and b may be one tensor: += both */
+            if (c->grad_input[0])
+                cacc(c, c->grad_input[0], r * N + j, g * cget(c, c->input[1], r * N + j));
+            if (c->grad_input[1])
+                cacc(c, c->grad_input[1], r * N + j, g * cget(c, c->input[0], r * N + j));
+        }
+    }
+    return TG_OK;
+}
+static tg_tensor *custom_rowdot(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
+{
+    tg_custom_def d = {.name = "rowdot", .shape = rowdot_shape,
+                       .forward_f32 = rowdot_fwd, .backward_f32 = rowdot_bwd,
+                       .forward_f64 = rowdot_fwd, .backward_f64 = rowdot_bwd,
+                       .backward_reads = TG_CUSTOM_READS_INPUT(0) | TG_CUSTOM_READS_INPUT(1)};
+    tg_tensor *in[2] = {a, b};
+    return tg_custom_op(ctx, &d, 2, in);
+}
+static tg_tensor *cu_rowdot(tg_ctx *ctx, tg_dtype dt)
+{
+    return custom_rowdot(ctx, IN("a", 2, 3, 4), PARAM("b", 2, 3, 4));
+}
+static tg_tensor *cu_rowdot_self(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *x = IN("x", 3, 2);
+    return custom_rowdot(ctx, x, x); /* both operands one tensor: gradients accumulate */
+}
+
+
 const tg_opcase tg_opcases[] = {
     {"matmul", "2d", "a (3, 4) b (4, 5)", mm_2d},
     {"matmul", "batched", "a (2, 3, 4) b (2, 4, 2)", mm_batched},
@@ -725,6 +860,11 @@ const tg_opcase tg_opcases[] = {
     {"mse_loss", "sum", "input (2, 3, 2) const target, sum", mse_sum},
     {"mse_loss", "none", "input target (4) none", mse_none},
     {"mse_loss", "size1", "input target (1) mean", mse_one},
+    {"custom", "softplus", "x (3, 4), user callbacks reading x", cu_softplus},
+    {"custom", "size1", "x (1) softplus", cu_softplus_one},
+    {"custom", "reads-output", "x (2, 3, 2) exp, backward reads y", cu_exp},
+    {"custom", "two-inputs", "a b (2, 3, 4) -> (2, 3), shape fn", cu_rowdot},
+    {"custom", "shared", "x (3, 2) rowdot(x, x)", cu_rowdot_self},
 };
 const int tg_n_opcases = (int)(sizeof tg_opcases / sizeof tg_opcases[0]);
 

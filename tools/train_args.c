@@ -82,6 +82,8 @@ static const cli_option train_opts[] = {
         "later)", G_FILES),
     PATH("log", log, "CSV", "write step,train_loss,val_loss,lr,tokens_per_s", G_FILES),
     PATH("plot", plot, "SVG", "write the loss curves as SVG", G_FILES),
+    PATH("dot", dot, "G.dot", "write the training graph as Graphviz DOT, then train",
+         G_FILES),
     FLAG("quiet", quiet, "print only the summary", G_FILES),
     {.name = NULL},
 };

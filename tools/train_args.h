@@ -57,6 +57,7 @@ typedef struct train_args {
     int task;
     /* files */
     const char *checkpoint, *resume, *log, *plot;
+    const char *dot; /* --dot: the training graph as Graphviz DOT, written once built */
     int64_t save_every, stop_after;
     bool force, quiet;
 } train_args;

@@ -44,6 +44,8 @@ typedef union tg_op_params {
     struct { int axis; } max;                   /* max over one axis (ops/max.c) */
     struct { int axis; } concat;                /* ops/concat.c */
     struct { tg_reduction reduction; } mse;     /* ops/loss.c */
+    struct { struct tg__custom *rec; } custom; /* ops/custom.c: the user's definition (also
+                                                  y->aux, which owns it) */
 } tg_op_params;
 
 struct tg_op_def; /* src/core/registry.h */
@@ -126,6 +128,16 @@ bool tg__build_failed(const tg_ctx *ctx);
 /* Start of a call that builds or runs: drop a run error left by an earlier call (a pending
  * build error stays). */
 void tg__begin(tg_ctx *ctx);
+/* A kernel that can fail (a custom op's callback) reports it here: records a run error
+ * (tg__run_err) and keeps the first failing status in ctx->kernel_status, which the executor
+ * reads with tg__kernel_take after every forward and backward kernel call. */
+void tg__kernel_fail(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* tg__kernel_take(ctx) (below the context record): the status a kernel reported since the
+ * last take (TG_OK if none), reset to TG_OK. */
 
 /* ----- checked size arithmetic --------------------------------------------------------------
  * Every size computed from user values goes through these (no signed overflow, no wrapped
@@ -287,8 +299,17 @@ struct tg_ctx {
     uint64_t alloc_seq;      /* allocations made so far (tg_ctx_mark) */
     tg_graph *graphs;        /* live graphs, newest first (tg_ctx_rewind frees newer ones) */
     int run_threads;         /* > 0 while a graph runs: tg__threads caps at this */
-    tg_status kernel_status; /* a custom op's callback failed in the running kernel */
+    tg_status kernel_status; /* first failure reported by a kernel (tg__kernel_fail), read and
+                                reset by the executor after each kernel call */
 };
+
+/* The status a kernel reported since the last take (TG_OK if none), reset to TG_OK. */
+static inline tg_status tg__kernel_take(tg_ctx *ctx)
+{
+    tg_status s = ctx->kernel_status;
+    ctx->kernel_status = TG_OK;
+    return s;
+}
 
 /* Allocation number at which a graph was created, and freeing one during a rewind
  * (src/graph/order.c). */

@@ -242,10 +242,27 @@ void *tg__run_err(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...
     return NULL;
 }
 
+void tg__kernel_fail(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
+{
+    if (!ctx)
+        return;
+    if (s == TG_OK)
+        s = TG_ERR_ARG; /* a failure is never OK */
+    if (ctx->kernel_status != TG_OK)
+        return; /* the first failure of the run is the one reported */
+    ctx->kernel_status = s;
+    va_list ap;
+    va_start(ap, fmt);
+    record(ctx, false, s, fn, fmt, ap);
+    va_end(ap);
+}
+
 bool tg__build_failed(const tg_ctx *ctx) { return ctx->status != TG_OK && ctx->sticky; }
 
 void tg__begin(tg_ctx *ctx)
 {
+    if (ctx)
+        ctx->kernel_status = TG_OK;
     if (ctx && ctx->status != TG_OK && !ctx->sticky) {
         ctx->status = TG_OK;
         ctx->msg[0] = '\0';

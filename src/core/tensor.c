@@ -457,9 +457,27 @@ const char *tg_tensor_op_name(const tg_tensor *t)
     if (!t)
         return "";
     if (t->op != TG_OP_NONE)
-        return tg__op_table[t->op].name;
+        return t->def->name; /* a custom op's own name */
     static const char *const kinds[] = {"param", "input", "const", "op"};
     return kinds[t->kind];
+}
+
+int tg_tensor_op_index(const tg_tensor *t)
+{
+    return (t && t->op != TG_OP_NONE) ? t->op - 1 : -1; /* registry slot 0 is the leaf */
+}
+
+int tg_tensor_n_srcs(const tg_tensor *t) { return t ? t->n_src : 0; }
+
+tg_tensor *tg_tensor_src(const tg_tensor *t, int i)
+{
+    return (t && i >= 0 && i < t->n_src) ? t->src[i] : NULL;
+}
+
+bool tg_tensor_is_view(const tg_tensor *t)
+{
+    /* base: a view made by the builder; reshape shares its source's buffer in every engine */
+    return t && (t->base != NULL || t->op == TG_OP_RESHAPE);
 }
 
 tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)
@@ -472,6 +490,16 @@ tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)
         return TG_ERR_DTYPE;
     }
     if (t->kind == TG_KIND_INPUT) {
+        if (t->requires_grad == requires_grad)
+            return TG_OK;
+        if (t->consumed) {
+            /* The ops built on t recorded whether they need gradients; changing t now would
+             * leave them stale (backward silently gave a zero gradient). */
+            tg__err(t->ctx, TG_ERR_STATE, "tg_set_requires_grad",
+                    "input '%s' is already read by an op; call it before building ops on '%s'",
+                    t->name, t->name);
+            return TG_ERR_STATE;
+        }
         t->requires_grad = requires_grad;
         return TG_OK;
     }

@@ -211,11 +211,46 @@ tg_status tg_graph_anomaly(const tg_graph *g, tg_anomaly_report *report)
     return TG_OK;
 }
 
+/* The context's thread count changed since the plan: plan again for the new count (workspace
+ * is sized per thread). Forward rewrites every planned value, so nothing is lost. */
+static tg_status replan(tg_graph *g)
+{
+    tg_ctx *ctx = g->ctx;
+    void *plan[] = {g->bufs, g->out_buf, g->saved_buf, g->grad_buf, g->wsf_buf, g->wsb_buf,
+                    g->fresh_buf, g->end_ptr, g->end_list};
+    tg__unbind(g);
+    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
+        tg__free(ctx, plan[i]);
+    tg__free(ctx, g->arena);
+    g->bufs = NULL;
+    g->out_buf = g->saved_buf = g->grad_buf = g->wsf_buf = g->wsb_buf = g->fresh_buf = NULL;
+    g->end_ptr = g->end_list = NULL;
+    g->arena = NULL;
+    g->arena_bytes = 0;
+    g->n_bufs = 0;
+    g->nt = tg__threads(ctx);
+    bool pending = tg__build_failed(ctx);
+    if (!tg__plan(g, "tg_graph_forward")) {
+        g->nt = 0; /* the next forward tries again */
+        tg_status s = ctx->status;
+        if (!pending) /* a failed plan is a run-time error of this call, not a build error */
+            ctx->sticky = false;
+        return s != TG_OK ? s : TG_ERR_NOMEM;
+    }
+    return TG_OK;
+}
+
 tg_status tg_graph_forward(tg_graph *g)
 {
     if (!g)
         return TG_ERR_ARG;
     tg__begin(g->ctx);
+    if (g->nt != tg__threads(g->ctx)) {
+        g->forwarded = false;
+        tg_status s = replan(g);
+        if (s != TG_OK)
+            return s;
+    }
     g->forwarded = false;
     g->fwd_failed = true;
     if (g->anomaly)

@@ -53,12 +53,23 @@ typedef struct {
     tg_tensor *y;
     tg_tensor *r;        /* upstream weights */
     uint64_t rng0[4];    /* context RNG state at entry */
+    tg_status fail;      /* first failed run (a custom op's callback can fail anywhere) */
+    char fail_msg[512];  /* its message (the next run would drop it) */
 } gc_state;
+
+/* Keep the first failure of a forward or backward run of the check. */
+static void gc_note(gc_state *st, tg_status s)
+{
+    if (s == TG_OK || st->fail != TG_OK)
+        return;
+    st->fail = s;
+    snprintf(st->fail_msg, sizeof st->fail_msg, "%s", tg_ctx_message(st->ctx));
+}
 
 static double loss(gc_state *st)
 {
     tg_rng_set_state(st->ctx, st->rng0);
-    tg_graph_forward(st->g);
+    gc_note(st, tg_graph_forward(st->g));
     double L = 0;
     for (int64_t i = 0; i < st->y->numel; i++)
         L += tg_get(st->r, i) * tg_get(st->y, i);
@@ -68,9 +79,9 @@ static double loss(gc_state *st)
 static void backward(gc_state *st, const tg_tensor *dy)
 {
     tg_rng_set_state(st->ctx, st->rng0);
-    tg_graph_forward(st->g);
+    gc_note(st, tg_graph_forward(st->g));
     tg_graph_zero_grad(st->g);
-    tg_graph_backward(st->g, st->y, dy);
+    gc_note(st, tg_graph_backward(st->g, st->y, dy));
 }
 
 static void consider(tg_gradcheck_report *rep, const tg_gradcheck_opts *o, const tg_tensor *t,
@@ -141,7 +152,7 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
                     y->name);
         return TG_ERR_NOGRAD;
     }
-    gc_state st = {ctx, NULL, y, NULL, {0}};
+    gc_state st = {ctx, NULL, y, NULL, {0}, TG_OK, ""};
     tg_rng_get_state(ctx, st.rng0);
     st.g = tg_graph_new(ctx, &y, 1);
     if (!st.g)
@@ -169,8 +180,9 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
         bind[3 * i + 1] = t->grad;
         bind[3 * i + 2] = t->saved;
     }
-    /* A forward run that fails a data check (e.g. a token id out of range) is an error; the
-     * runs below ignore statuses, so check once here (leaves are not perturbed yet). */
+    /* A forward run that fails a data check (e.g. a token id out of range) is an error, found
+     * here before leaves are perturbed; a later run that fails (a custom op's callback, at a
+     * perturbed input) ends the check with its error after the leaves are restored. */
     tg_status fs = tg_graph_forward(st.g);
     tg_rng_set_state(ctx, st.rng0);
     if (fs != TG_OK) {
@@ -333,6 +345,8 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
         off += t->numel;
     }
     tg_rng_set_state(ctx, st.rng0);
+    if (st.fail != TG_OK)
+        report->passed = false;
 
     char msg[1024];
     snprintf(msg, sizeof msg,
@@ -356,5 +370,15 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
     restore_bindings(st.g, bind);
     tg_graph_free(st.g); /* (after restoring: its unbinding must not touch the caller's) */
     tg__free(ctx, bind);
+    if (st.fail != TG_OK) {
+        size_t fl = strlen(st.fail_msg); /* "FAIL: a run failed: " + the message, cut */
+        const char *head = "FAIL: a run failed: ";
+        size_t hl = strlen(head), room = sizeof report->message - 1 - hl;
+        memcpy(report->message, head, hl);
+        memcpy(report->message + hl, st.fail_msg, fl < room ? fl : room);
+        report->message[hl + (fl < room ? fl : room)] = '\0';
+        tg__run_err(ctx, st.fail, fn, "a run of the check failed: %s", st.fail_msg);
+        return st.fail;
+    }
     return report->passed ? TG_OK : TG_ERR_GRADCHECK;
 }

@@ -68,6 +68,8 @@ static inline void *tg__buf_ptr(const tg_graph *g, int64_t b)
     return b >= 0 ? g->arena + g->bufs[b].off : NULL;
 }
 
+/* order.c: drop the bindings tensors hold into g's arena (before it is freed or replaced). */
+void tg__unbind(tg_graph *g);
 /* plan.c: compute lifetimes and place every buffer; allocates g->arena. false: error recorded */
 bool tg__plan(tg_graph *g, const char *fn);
 /* exec.c: bind every node's data and saved pointers to this graph's arena (and views to

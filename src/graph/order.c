@@ -52,7 +52,7 @@ static void unlink_graph(tg_graph *g)
 }
 
 /* Drop the bindings other tensors hold into this graph's arena. */
-static void unbind(tg_graph *g)
+void tg__unbind(tg_graph *g)
 {
     if (!g->arena || !g->nodes)
         return;
@@ -81,7 +81,7 @@ void tg_graph_free(tg_graph *g)
     if (!g)
         return;
     tg_ctx *ctx = g->ctx;
-    unbind(g);
+    tg__unbind(g);
     unlink_graph(g);
     void *arrays[] = {g->nodes, g->leaves, g->leaf_node, g->own, g->outputs, g->needed, g->minf_ok,
                       g->persist, g->bufs, g->out_buf, g->saved_buf, g->grad_buf, g->wsf_buf,

@@ -1,0 +1,294 @@
+/*
+ * custom.c - user-defined ops (tg_custom_op): y = f(x_0, ..., x_{n-1}) with the caller's forward
+ * and backward callbacks, per dtype.
+ *
+ * forward:  the callback writes y from the inputs;
+ * backward: the callback adds (+=) dL/dx_i into call->grad_input[i] from dL/dy (and what it
+ *           declared it reads: inputs, output), exactly the contract of the built-in rules.
+ *
+ * One registry line (ops/ops.def, "custom") holds the trampolines below. Each custom node gets
+ * its own tg_op_def (in its record, owned by the node through y->aux): the user's name, the
+ * trampolines, and planner flags from what backward reads, so the engine, which dispatches
+ * through y->def, treats it as any op. A callback's failure is reported through
+ * tg__kernel_fail, which the executor checks after each kernel call.
+ */
+#include "registry.h"
+
+#include <stdio.h>
+
+_Static_assert(TG_CUSTOM_MAX_INPUTS <= TG_MAX_SRC, "a custom op's inputs are node sources");
+_Static_assert(TG_OPF_SRC0 << (TG_CUSTOM_MAX_INPUTS - 1) == TG_OPF_SRC3,
+               "TG_CUSTOM_READS_INPUT(i) maps to TG_OPF_SRC0 << i");
+
+/* The node's definition: a copy of the user's, resolved for the node's dtype. */
+typedef struct tg__custom {
+    tg_op_def def;                      /* y->def: name, trampolines, flags */
+    char name[TG_CUSTOM_NAME_MAX];
+    tg_custom_fn forward, backward;     /* for y's dtype (backward may be NULL) */
+    size_t (*workspace)(const tg_custom_call *call);
+    unsigned reads;                     /* TG_CUSTOM_READS_* */
+    void *user;
+    /* Workspace when the running graph did not bind y->ws (engines without a planner for
+     * it): grown on demand, owned by the record. */
+    void *ws_own;
+    size_t ws_cap;
+} tg__custom;
+
+/* What tg_custom_error writes into (call->internal_). */
+typedef struct {
+    char msg[301];
+} custom_run;
+
+tg_status tg_custom_error(tg_custom_call *call, tg_status status, const char *fmt, ...)
+{
+    if (status == TG_OK)
+        status = TG_ERR_ARG;
+    if (!call || !call->internal_ || !fmt)
+        return status;
+    custom_run *r = call->internal_;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+/* ---- the builder ------------------------------------------------------------------------ */
+static bool name_ok(const char *s)
+{
+    size_t n = 0;
+    for (; s[n]; n++) {
+        char c = s[n];
+        bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+        bool digit = c >= '0' && c <= '9';
+        if (!(alpha || (digit && n > 0)) || n + 1 >= TG_CUSTOM_NAME_MAX)
+            return false;
+    }
+    return n > 0;
+}
+
+/* The call record with shapes only (data pointers NULL). */
+static void call_shapes(tg_custom_call *c, const tg_tensor *y, const tg__custom *r, int nt,
+                        bool backward)
+{
+    memset(c, 0, sizeof *c);
+    c->name = r->name;
+    c->dtype = y->dtype;
+    c->n_threads = nt;
+    c->backward = backward;
+    c->n_inputs = y->n_src;
+    for (int i = 0; i < y->n_src; i++) {
+        c->input_rank[i] = y->src[i]->rank;
+        c->input_shape[i] = y->src[i]->shape;
+        c->input_numel[i] = y->src[i]->numel;
+    }
+    c->output_rank = y->rank;
+    c->output_shape = y->shape;
+    c->output_numel = y->numel;
+    c->user = r->user;
+}
+
+tg_tensor *tg_custom_op(tg_ctx *ctx, const tg_custom_def *def, int n_inputs,
+                        tg_tensor *const *inputs)
+{
+    static const char *fn = "tg_custom_op";
+    if (!ctx)
+        return NULL;
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return NULL;
+    if (!def)
+        return tg__err(ctx, TG_ERR_ARG, fn, "definition is NULL");
+    if (n_inputs < 1 || n_inputs > TG_CUSTOM_MAX_INPUTS || !inputs)
+        return tg__err(ctx, TG_ERR_ARG, fn, "%d inputs%s: a custom op takes 1 to %d",
+                       n_inputs, inputs ? "" : " (array NULL)", TG_CUSTOM_MAX_INPUTS);
+    if (!def->name || !name_ok(def->name))
+        return tg__err(ctx, TG_ERR_ARG, fn, "op name must be 1 to %d characters of "
+                       "[A-Za-z0-9_] not starting with a digit", TG_CUSTOM_NAME_MAX - 1);
+    const char *name = def->name;
+    if (tg_op_find(name) >= 0 || !strcmp(name, "param") || !strcmp(name, "input") ||
+        !strcmp(name, "const") || !strcmp(name, "leaf"))
+        return tg__err(ctx, TG_ERR_ARG, fn, "op name '%s' is taken by a built-in op or leaf "
+                       "kind; choose another", name);
+    if (!tg__check_srcs(ctx, fn, n_inputs, inputs))
+        return NULL;
+    tg_dtype dt = inputs[0]->dtype;
+    if (dt != TG_F32 && dt != TG_F64)
+        return tg__err(ctx, TG_ERR_DTYPE, fn, "op '%s': inputs are %s; custom ops take f32 or "
+                       "f64", name, tg_dtype_str(dt));
+    tg_custom_fn fwd = dt == TG_F32 ? def->forward_f32 : def->forward_f64;
+    tg_custom_fn bwd = dt == TG_F32 ? def->backward_f32 : def->backward_f64;
+    if (!fwd)
+        return tg__err(ctx, TG_ERR_DTYPE, fn, "op '%s' has no %s forward (forward_%s is NULL)",
+                       name, tg_dtype_str(dt), tg_dtype_str(dt));
+    unsigned known = TG_CUSTOM_READS_OUTPUT;
+    for (int i = 0; i < n_inputs; i++)
+        known |= TG_CUSTOM_READS_INPUT(i);
+    if (def->backward_reads & ~known)
+        return tg__err(ctx, TG_ERR_ARG, fn, "op '%s': backward_reads 0x%x names inputs it does "
+                       "not have (%d inputs)", name, def->backward_reads, n_inputs);
+
+    /* the output shape */
+    int rank = 0;
+    int64_t shape[TG_MAX_RANK];
+    char b[160];
+    if (def->shape) {
+        char msg[200] = "";
+        for (int i = 0; i < TG_MAX_RANK; i++)
+            shape[i] = 1;
+        rank = -1;
+        tg_status s = def->shape(n_inputs, (const tg_tensor *const *)inputs, &rank, shape, msg,
+                                 sizeof msg, def->user);
+        msg[sizeof msg - 1] = '\0';
+        if (s != TG_OK) {
+            if ((int)s < 0 || s >= TG_STATUS_COUNT_)
+                s = TG_ERR_SHAPE;
+            return tg__err(ctx, s, fn, "op '%s': the shape function refused input 0 %s: %s",
+                           name, tg__shape_str(inputs[0], b, sizeof b),
+                           msg[0] ? msg : tg_status_str(s));
+        }
+    } else if (def->out_rank == TG_CUSTOM_SAME_SHAPE) {
+        rank = inputs[0]->rank;
+        memcpy(shape, inputs[0]->shape, sizeof shape);
+    } else {
+        rank = def->out_rank;
+        if (rank >= 0 && rank <= TG_MAX_RANK)
+            for (int i = 0; i < rank; i++)
+                shape[i] = def->out_shape[i];
+    }
+    if (rank < 0 || rank > TG_MAX_RANK)
+        return tg__err(ctx, TG_ERR_SHAPE, fn, "op '%s': output rank %d out of range 0..%d",
+                       name, rank, TG_MAX_RANK);
+    int64_t numel = 1;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] < 1)
+            return tg__err(ctx, TG_ERR_SHAPE, fn, "op '%s': output shape %s has dim %d < 1",
+                           name, tg__dims_str(rank, shape, b, sizeof b), i);
+        if (!tg__mul_i64(numel, shape[i], &numel) || numel > TG__MAX_NUMEL)
+            return tg__err(ctx, TG_ERR_OVERFLOW, fn, "op '%s': output shape %s is too large",
+                           name, tg__dims_str(rank, shape, b, sizeof b));
+    }
+
+    tg__custom *r = tg__alloc(ctx, sizeof *r, fn);
+    if (!r)
+        return NULL;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->forward = fwd;
+    r->backward = bwd;
+    r->workspace = def->workspace;
+    r->reads = def->backward_reads;
+    r->user = def->user;
+    r->def = tg__op_table[TG_OP_CUSTOM];
+    r->def.name = r->name;
+    r->def.backward = bwd ? tg__op_table[TG_OP_CUSTOM].backward : NULL;
+    r->def.flags = (def->backward_reads & TG_CUSTOM_READS_OUTPUT) ? TG_OPF_OUT : 0;
+    for (int i = 0; i < n_inputs; i++)
+        if (def->backward_reads & TG_CUSTOM_READS_INPUT(i))
+            r->def.flags |= TG_OPF_SRC0 << i;
+    tg_tensor *y = tg__op_new(ctx, TG_OP_CUSTOM, dt, rank, shape, n_inputs, inputs);
+    if (!y) {
+        tg__free(ctx, r);
+        return NULL;
+    }
+    y->def = &r->def;
+    y->aux = r;
+    y->p.custom.rec = r;
+    snprintf(y->name, sizeof y->name, "%s%llu", r->name, (unsigned long long)y->id);
+    return y;
+}
+
+/* ---- the trampolines -------------------------------------------------------------------- */
+size_t tg__custom_ws(const tg_tensor *y, int nt, bool backward)
+{
+    const tg__custom *r = y->p.custom.rec;
+    if (!r->workspace || (backward && !r->backward))
+        return 0;
+    tg_custom_call c;
+    call_shapes(&c, y, r, nt, backward);
+    return r->workspace(&c);
+}
+
+/* Workspace for this call: y->ws when the graph bound it, else the record's own buffer. A
+ * failure to grow it is a run error of this call (never a sticky build error). */
+static bool bind_ws(tg_tensor *y, tg__custom *r, tg_custom_call *c, const char *fn)
+{
+    size_t bytes = tg__custom_ws(y, c->n_threads, c->backward);
+    c->workspace_bytes = bytes;
+    if (bytes == 0)
+        return true;
+    if (y->ws) {
+        c->workspace = y->ws;
+        return true;
+    }
+    if (r->ws_cap < bytes) {
+        tg_ctx *ctx = y->ctx;
+        bool had_build_error = tg__build_failed(ctx);
+        void *p = tg__alloc(ctx, bytes, fn);
+        if (!p) {
+            if (!had_build_error) /* tg__alloc recorded it as a build error: make it this run's */
+                ctx->sticky = false;
+            tg__kernel_fail(ctx, TG_ERR_NOMEM, fn, "custom op '%s' ('%s'): cannot allocate %zu "
+                            "bytes of workspace", r->name, y->name, bytes);
+            return false;
+        }
+        tg__free(ctx, r->ws_own);
+        r->ws_own = p;
+        r->ws_cap = bytes;
+    }
+    c->workspace = r->ws_own;
+    return true;
+}
+
+/* Run callback f; a failure becomes the run's error, naming the op and its result. */
+static void invoke(tg_tensor *y, tg__custom *r, tg_custom_fn f, tg_custom_call *c,
+                   const char *fn)
+{
+    custom_run run;
+    run.msg[0] = '\0';
+    c->internal_ = &run;
+    if (!bind_ws(y, r, c, fn))
+        return;
+    tg_status s = f(c);
+    if (s == TG_OK)
+        return;
+    if ((int)s < 0 || s >= TG_STATUS_COUNT_) {
+        tg__kernel_fail(y->ctx, TG_ERR_ARG, fn, "custom op '%s' ('%s'): %s callback returned "
+                        "%d, not a tg_status", r->name, y->name,
+                        c->backward ? "backward" : "forward", (int)s);
+        return;
+    }
+    if (run.msg[0])
+        tg__kernel_fail(y->ctx, s, fn, "custom op '%s' ('%s'): %s", r->name, y->name, run.msg);
+    else
+        tg__kernel_fail(y->ctx, s, fn, "custom op '%s' ('%s'): %s callback failed with %s",
+                        r->name, y->name, c->backward ? "backward" : "forward",
+                        tg_status_str(s));
+}
+
+void tg__custom_forward(tg_tensor *y)
+{
+    tg__custom *r = y->p.custom.rec;
+    tg_custom_call c;
+    call_shapes(&c, y, r, tg__threads(y->ctx), false);
+    for (int i = 0; i < y->n_src; i++)
+        c.input[i] = y->src[i]->data;
+    c.output = y->data;
+    invoke(y, r, r->forward, &c, "tg_graph_forward");
+}
+
+void tg__custom_backward(tg_tensor *y)
+{
+    tg__custom *r = y->p.custom.rec;
+    if (!r->backward)
+        return; /* unreachable: the node's def has no backward, so graphs refuse to need it */
+    tg_custom_call c;
+    call_shapes(&c, y, r, tg__threads(y->ctx), true);
+    for (int i = 0; i < y->n_src; i++) {
+        /* only what backward declared it reads: the rest may already be reused memory */
+        c.input[i] = (r->reads & TG_CUSTOM_READS_INPUT(i)) ? y->src[i]->data : NULL;
+        c.grad_input[i] = y->src[i]->grad;
+    }
+    c.output = (r->reads & TG_CUSTOM_READS_OUTPUT) ? y->data : NULL;
+    c.grad_output = y->grad;
+    invoke(y, r, r->backward, &c, "tg_graph_backward");
+}
