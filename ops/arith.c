@@ -6,7 +6,7 @@
  * reduce() sums over the dims broadcast from the operand to y (tg__reduce_to), in a fixed order
  * per element. div's backward reads a and b (as PyTorch's); b = 0 gives inf/NaN as IEEE-754.
  *
- * saved (scratch for backward; never read before backward writes it):
+ * backward workspace (tg__arith_ws, planned for that one call):
  *   sub: b's numel elements when b is broadcast (reduce(dy) onto b's shape, then subtracted);
  *   div: y's numel elements when a or b is broadcast (the per-element gradient of the
  *        broadcast operand before it is reduced onto its shape).
@@ -31,13 +31,19 @@ static tg_tensor *binary(tg_ctx *ctx, int op, const char *fn, tg_tensor *a, tg_t
     tg_tensor *y = tg__op_new(ctx, op, a->dtype, r, shape, 2, src);
     if (!y)
         return NULL;
-    size_t es = tg_dtype_size(y->dtype);
-    if (op == TG_OP_SUB && b->numel != y->numel && !tg__op_save_n(y, b->numel, es, 0))
-        return NULL;
-    if (op == TG_OP_DIV && (a->numel != y->numel || b->numel != y->numel) &&
-        !tg__op_save_n(y, y->numel, es, 0))
-        return NULL;
     return y;
+}
+
+size_t tg__arith_ws(const tg_tensor *y, int nt, bool backward)
+{
+    (void)nt;
+    const tg_tensor *a = y->src[0], *b = y->src[1];
+    size_t es = tg_dtype_size(y->dtype);
+    if (!backward)
+        return 0;
+    if (y->op == TG_OP_SUB)
+        return b->numel != y->numel ? (size_t)b->numel * es : 0;
+    return a->numel != y->numel || b->numel != y->numel ? (size_t)y->numel * es : 0;
 }
 
 tg_tensor *tg_sub(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
@@ -136,8 +142,8 @@ static void row_offsets(const tg_tensor *y, int64_t row, const int64_t *as, cons
                 div_grad_##SUF(y, s, x->grad, true);                                           \
                 continue;                                                                      \
             }                                                                                  \
-            div_grad_##SUF(y, s, y->saved, false);                                             \
-            tg__reduce_to(y->ctx, y->dtype, y->saved, y->rank, y->shape, x, x->grad);          \
+            div_grad_##SUF(y, s, y->ws, false);                                             \
+            tg__reduce_to(y->ctx, y->dtype, y->ws, y->rank, y->shape, x, x->grad);          \
         }                                                                                      \
     }                                                                                          \
     /* db -= dy (b has y's layout) or db -= scratch (b's numel). Each element by one iteration. */ \
@@ -167,9 +173,9 @@ void tg__sub_backward(tg_tensor *y)
         return;
     const void *v = y->grad;
     if (b->numel != y->numel) { /* reduce dy onto b's shape in the scratch, then subtract */
-        memset(y->saved, 0, (size_t)b->numel * tg_dtype_size(y->dtype));
-        tg__reduce_to(y->ctx, y->dtype, y->grad, y->rank, y->shape, b, y->saved);
-        v = y->saved;
+        memset(y->ws, 0, (size_t)b->numel * tg_dtype_size(y->dtype));
+        tg__reduce_to(y->ctx, y->dtype, y->grad, y->rank, y->shape, b, y->ws);
+        v = y->ws;
     }
     int nt = tg__threads(y->ctx);
     if (y->dtype == TG_F32)
