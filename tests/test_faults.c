@@ -1,7 +1,7 @@
 /*
  * test_faults.c - out-of-memory injection at every allocation, through the allocator hook
  * (tg_ctx_new_with), for each operation that allocates: building a transformer (init and the
- * forward builder), planning a graph (tg_graph_new, tg_graph_new_opts with share_gradients),
+ * forward builder), planning a graph (tg_graph_new, tg_graph_new_opts with one_backward),
  * forward, backward, creating an optimizer and stepping it, saving a checkpoint, reading one
  * back and restoring it, reading a .npy file, and tg_gradcheck.
  *
@@ -397,7 +397,7 @@ static void res_transformer(tg_ctx *ctx, fx *f, buf *out)
     fp_run(ctx, f, out);
 }
 
-/* tg_graph_new and tg_graph_new_opts(share_gradients) */
+/* tg_graph_new and tg_graph_new_opts(one_backward) */
 static tg_status op_graph(tg_ctx *ctx, fx *f)
 {
     f->g = tg_graph_new(ctx, &f->loss, 1);
@@ -405,7 +405,7 @@ static tg_status op_graph(tg_ctx *ctx, fx *f)
 }
 static tg_status op_graph_shared(tg_ctx *ctx, fx *f)
 {
-    tg_graph_opts o = {.share_gradients = true};
+    tg_graph_opts o = {.one_backward = true};
     f->g = tg_graph_new_opts(ctx, &f->loss, 1, &o);
     return f->g ? TG_OK : tg_ctx_status(ctx);
 }
@@ -573,7 +573,7 @@ static void res_gradcheck(tg_ctx *ctx, fx *f, buf *out)
 static const scenario scenarios[] = {
     {"transformer build", setup_none, op_transformer, NULL, res_transformer},
     {"tg_graph_new", setup_model, op_graph, NULL, res_graph},
-    {"tg_graph_new_opts share_gradients", setup_model, op_graph_shared, NULL, res_graph},
+    {"tg_graph_new_opts one_backward", setup_model, op_graph_shared, NULL, res_graph},
     {"tg_graph_forward", setup_graph, op_forward, NULL, res_forward},
     {"tg_graph_backward", setup_forward, op_backward, NULL, res_backward},
     {"tg_optim_new + tg_optim_step", setup_optim, op_optim, NULL, res_optim},

@@ -1,9 +1,10 @@
 /*
- * test_planner.c - the gradient planner (tg_graph_opts.share_gradients): for every gradcheck
- * case of every op and module, a graph with shared gradients gives bitwise the same outputs and
- * leaf gradients as the default graph (two backward calls, so accumulation is covered too); it
- * uses less gradient memory on a real model; it refuses backward from a non-output; and graphs
- * of both kinds over the same tensors do not disturb each other.
+ * test_planner.c - the memory planner: for every gradcheck case of every op and module, planned
+ * execution (shared arena, in place, backward in place, dead buffers poisoned with NaN; also
+ * one_backward) gives bitwise the same outputs and leaf gradients as no_reuse (every buffer its
+ * own memory), at 1 and 2 threads, over two forward+backward rounds; the arena of a real model
+ * is a fraction of no_reuse's; backward is refused from a tensor that is neither an output nor
+ * kept; graphs of both kinds over the same tensors do not disturb each other.
  */
 #include "opcases.h"
 #include "testutil.h"

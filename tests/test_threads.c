@@ -227,7 +227,7 @@ static void run_training(tg_dtype dt, int nt, trace *out)
     tg_tensor *loss =
         tg_cross_entropy(ctx, tg_transformer_forward(ctx, &m, ids, NULL), tgt, -1);
     ck_assert_msg(loss != NULL, "build: %s", tg_ctx_message(ctx));
-    tg_graph_opts go = {.share_gradients = true};
+    tg_graph_opts go = {.one_backward = true};
     tg_graph *g = tg_graph_new_opts(ctx, &loss, 1, &go);
     ck_assert_msg(g != NULL, "tg_graph_new_opts: %s", tg_ctx_message(ctx));
     tg_optim_config oc = tg_optim_defaults(TG_OPTIM_ADAMW);

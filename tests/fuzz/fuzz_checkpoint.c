@@ -300,7 +300,7 @@ static tp_result train_path(const uint8_t *data, size_t size, bool flip, int var
         tgt = tg_input(ctx, TG_I32, TG_DIMS(1, T), "targets");
         tg_tensor *logits = tg_transformer_forward(ctx, &model, ids, NULL);
         loss = tg_cross_entropy(ctx, logits, tgt, -1);
-        tg_graph_opts go = {.share_gradients = true, .detect_anomaly = ta.detect_anomaly};
+        tg_graph_opts go = {.one_backward = true, .detect_anomaly = ta.detect_anomaly};
         g = tg_graph_new_opts(ctx, &loss, 1, &go);
         opt = tg_optim_new(ctx, &oc, 0, NULL);
     }
