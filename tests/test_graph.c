@@ -728,6 +728,36 @@ START_TEST(test_two_threads)
 }
 END_TEST
 
+/* Every buffer is 64-byte aligned: leaves' data and gradients (the context's blocks), and every
+ * planned buffer (arena offsets are multiples of 64), for odd sizes in f32 and f64. */
+START_TEST(test_alignment)
+{
+    for (int dt = 0; dt < 2; dt++) {
+        tg_ctx *ctx = tg_ctx_new();
+        tg_tensor *x = tu_input(ctx, (tg_dtype)dt, TG_DIMS(3, 5), "x", -1, 1);
+        tg_tensor *w = tg_param(ctx, (tg_dtype)dt, TG_DIMS(7, 5), "w");
+        tg_fill_uniform(w, -1, 1);
+        tg_set_requires_grad(x, true);
+        tg_tensor *h = tg_dense(ctx, x, w, NULL);
+        tg_tensor *r = tg_relu(ctx, tg_scale(ctx, h, 0.5));
+        tg_tensor *y = tg_sum_all(ctx, tg_mul(ctx, r, tg_softmax(ctx, h)));
+        tg_keep(h);
+        tg_keep(r);
+        tg_graph *g = tg_graph_new(ctx, &y, 1);
+        ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+        ck_assert_int_eq(tg_graph_backward(g, y, NULL), TG_OK);
+        tg_tensor *all[] = {x, w, h, r, y};
+        for (int i = 0; i < 5; i++) {
+            ck_assert_msg((uintptr_t)tg_tensor_data(all[i]) % 64 == 0, "data of '%s'",
+                          tg_tensor_name(all[i]));
+            ck_assert_msg((uintptr_t)tg_tensor_grad(all[i]) % 64 == 0, "grad of '%s'",
+                          tg_tensor_name(all[i]));
+        }
+        tg_ctx_free(ctx);
+    }
+}
+END_TEST
+
 /* ---- lifetime and degenerate graphs -------------------------------------------------------- */
 START_TEST(test_graph_free)
 {
@@ -978,6 +1008,7 @@ static Suite *graph_suite(void)
 
     tc = tcase_create("lifetime");
     tcase_add_test(tc, test_graph_free);
+    tcase_add_test(tc, test_alignment);
     tcase_add_test(tc, test_lone_parameter);
     tcase_add_test(tc, test_const_only_graph);
     suite_add_tcase(s, tc);
