@@ -16,7 +16,7 @@
 static tg_graph *anomaly_graph(tg_ctx *ctx, tg_tensor *y, bool share)
 {
     ck_assert_msg(y != NULL, "build failed: %s", tg_ctx_message(ctx));
-    tg_graph_opts o = {.one_backward = share, .detect_anomaly = true};
+    tg_graph_opts o = {.poison = share, .detect_anomaly = true}; /* dead buffers hold NaN */
     tg_graph *g = tg_graph_new_opts(ctx, &y, 1, &o);
     ck_assert_msg(g != NULL, "tg_graph_new_opts: %s", tg_ctx_message(ctx));
     return g;
