@@ -387,6 +387,52 @@ START_TEST(test_view_compose)
 }
 END_TEST
 
+/* Copies through a strided view follow its strides: tg_tensor_copy from a transposed or
+ * narrowed view, and tg_fill / tg_fill_uniform on a view of a leaf (which writes into the leaf,
+ * as tg_set does) touch exactly the view's elements. */
+START_TEST(test_view_copy_fill)
+{
+    tg_dtype dt = tu_dtypes[_i];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tg_param(ctx, dt, TG_DIMS(3, 4), "x"); /* x[i, j] = 4 i + j */
+    for (int i = 0; i < 12; i++)
+        tg_set(x, i, i);
+    tg_tensor *xt = tg_transpose(ctx, x, 0, 1);             /* (4, 3): xt[j, i] = 4 i + j */
+    tg_tensor *d = tg_input(ctx, dt, TG_DIMS(4, 3), "d");
+    ck_assert_int_eq(tg_tensor_copy(d, xt), TG_OK);
+    for (int j = 0; j < 4; j++)
+        for (int i = 0; i < 3; i++)
+            ck_assert_msg(tg_get(d, j * 3 + i) == 4 * i + j, "d[%d, %d] = %g", j, i,
+                          tg_get(d, j * 3 + i));
+    /* a strided view of the destination itself is refused (it would read what it wrote) */
+    tg_tensor *sq = tg_param(ctx, dt, TG_DIMS(2, 2), "sq");
+    ck_assert_int_eq(tg_tensor_copy(sq, tg_transpose(ctx, sq, 0, 1)), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "tg_tensor_copy: 'transpose");
+    tg_tensor *nw = tg_narrow(ctx, x, 1, 1, 2);             /* (3, 2): x[i, 1 + j] */
+    tg_tensor *d2 = tg_input(ctx, TG_F64, TG_DIMS(3, 2), "d2");
+    ck_assert_int_eq(tg_tensor_copy(d2, nw), TG_OK);
+    for (int k = 0; k < 6; k++)
+        ck_assert(tg_get(d2, k) == 4 * (k / 2) + 1 + k % 2);
+    /* fill the middle two columns: only they change */
+    tg_fill(nw, -7.0);
+    for (int k = 0; k < 12; k++)
+        ck_assert_msg(tg_get(x, k) == (k % 4 == 1 || k % 4 == 2 ? -7.0 : k), "x[%d] = %g", k,
+                      tg_get(x, k));
+    tg_fill_uniform(tg_narrow(ctx, xt, 0, 3, 1), 10, 11); /* column 3 of x */
+    tg_fill_normal(tg_narrow(ctx, xt, 0, 0, 1), 100, 0.5); /* column 0 of x */
+    for (int k = 0; k < 12; k++) {
+        double v = tg_get(x, k);
+        if (k % 4 == 3)
+            ck_assert(v >= 10 && v < 11);
+        else if (k % 4 == 0)
+            ck_assert(v > 90 && v < 110);
+        else
+            ck_assert(v == -7.0);
+    }
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* ---- 2. strided matmul ------------------------------------------------------------------------
  * An operand of logical shape S (rank r) is built from a leaf L as permute(narrow(L), P): the
  * narrowed leaf has shape N[j] = S[Pinv[j]], and L is N padded by pad[j] on axes narrowed at
@@ -707,6 +753,7 @@ int main(void)
     TCase *tc = tu_tcase(s, "chains", 120);
     tcase_add_loop_test(tc, test_view_chains, 0, 2);
     tcase_add_loop_test(tc, test_view_compose, 0, 2);
+    tcase_add_loop_test(tc, test_view_copy_fill, 0, 2);
     tc = tu_tcase(s, "matmul", 300);
     tcase_add_loop_test(tc, test_matmul_strided_random, 0, 2);
     tcase_add_loop_test(tc, test_matmul_strided_named, 0, 2);
