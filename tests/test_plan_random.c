@@ -2,10 +2,11 @@
  * test_plan_random.c - the planner against its no-sharing reference, adversarially:
  *
  * - a generator of random small graphs (seeded): chains and diamonds of elementwise ops, the
- *   in-place-eligible ones (scale, relu, add_mask, dropout, exp, tanh, sigmoid, neg), views
- *   between them (transpose, reshape round trips that need a copy, narrow + concat), strided
- *   matmul, broadcast adds of reductions, several outputs and kept intermediates (tg_keep),
- *   backward seeded at every output (and sometimes at a kept tensor too);
+ *   in-place-eligible ones (scale, relu, add_mask, dropout, exp, tanh, sigmoid, neg, log,
+ *   sqrt, silu, gelu_tanh), views between them (transpose, reshape round trips that need a
+ *   copy, narrow + concat), strided matmul, broadcast adds of reductions (sum, max), softmax,
+ *   log_softmax, layer_norm, several outputs and kept intermediates (tg_keep), backward
+ *   seeded at every output, at the outputs and a kept tensor, or at a kept tensor only;
  * - every op and module case of tools/opcases.c, f32 and f64;
  *
  * each run with default planning, default + poison, one_backward, one_backward + poison, at
@@ -75,6 +76,7 @@ static void random_graph(tg_ctx *ctx, tg_dtype dt, uint64_t seed, built *b)
     tg_fill_uniform(c0, -1, 1);
     pool[np++] = (gnode){c0, 1};
     tg_tensor *bias = tu_gc_param(ctx, dt, TG_DIMS(n), "bias");
+    tg_tensor *gain = tu_gc_param(ctx, dt, TG_DIMS(n), "gain");
     tg_tensor *mask = tg_const(ctx, dt, TG_DIMS(n, n), "mask");
     for (int64_t i = 0; i < n * n; i++)
         tg_set(mask, i, i % 3 == 1 ? -2.0 : 0.0);
@@ -85,7 +87,7 @@ static void random_graph(tg_ctx *ctx, tg_dtype dt, uint64_t seed, built *b)
         int ia = rint_(&rs, 3) ? np - 1 : rint_(&rs, np);
         int ib = rint_(&rs, np);
         gnode x = pool[ia], y = pool[ib];
-        int op = rint_(&rs, 20);
+        int op = rint_(&rs, 29);
         double bd = x.bound;
         tg_tensor *t = NULL;
         if ((op == 4 && x.bound > 3) || (op == 9 && x.bound * y.bound > 40) ||
@@ -149,7 +151,17 @@ static void random_graph(tg_ctx *ctx, tg_dtype dt, uint64_t seed, built *b)
             bd += (double)n * y.bound;
             break;
         case 18: t = tg_relu(ctx, tg_transpose(ctx, x.t, 0, 1)); break; /* in place after copy */
-        default: /* a narrow view read by matmul in place */
+        case 20: t = tg_silu(ctx, x.t); break;
+        case 21: t = tg_gelu_tanh(ctx, x.t); break;
+        case 22: t = tg_gelu(ctx, x.t); break;
+        case 23: t = tg_log(ctx, tg_sigmoid(ctx, x.t)); bd = x.bound + 1; break;
+        case 24: t = tg_sqrt(ctx, tg_sigmoid(ctx, x.t)); bd = 1; break;
+        case 25: t = tg_div(ctx, x.t, tg_exp(ctx, tg_tanh(ctx, y.t))); bd *= 3; break;
+        case 26: t = tg_add(ctx, x.t, tg_max(ctx, y.t, rint_(&rs, 2), true)); bd += y.bound;
+            break;
+        case 27: t = tg_log_softmax(ctx, x.t); bd = 2 * x.bound + 2; break;
+        case 28: t = tg_layer_norm(ctx, x.t, bias, gain, 1e-5); bd = 2 * (double)n + 2; break;
+        default: /* 19: a narrow view read by matmul in place */
             t = tg_matmul(ctx, tg_narrow(ctx, x.t, 1, 0, n - 1 > 0 ? n - 1 : 1),
                           tg_narrow(ctx, y.t, 0, n > 1 ? 1 : 0, n - 1 > 0 ? n - 1 : 1), false,
                           false);
@@ -173,9 +185,10 @@ static void random_graph(tg_ctx *ctx, tg_dtype dt, uint64_t seed, built *b)
         tg_keep(t);
         b->kept[b->n_kept++] = t;
     }
-    for (int k = 0; k < b->n_outs; k++)
+    int how = rint_(&rs, 4); /* seeds: the outputs, plus a kept tensor, or a kept one only */
+    for (int k = 0; k < b->n_outs && !(how == 3 && b->n_kept); k++)
         b->seeds[b->n_seeds++] = b->outs[k];
-    if (b->n_kept && rint_(&rs, 3) == 0)
+    if (b->n_kept && how >= 2)
         b->seeds[b->n_seeds++] = b->kept[0];
 }
 
@@ -280,13 +293,11 @@ static vec run(builder_fn build, tg_dtype dt, uint64_t seed, const mode *m, bool
     ck_assert_msg(g != NULL, "%s: %s", b.trace, tg_ctx_message(ctx));
     /* upstream gradients: fixed values of each seed's shape */
     tg_tensor *dys[MAXO + 1];
-    bool any_grad = false;
     for (int k = 0; k < b.n_seeds; k++) {
         tg_tensor *s = b.seeds[k];
         dys[k] = tg_const(ctx, dt, tg_tensor_rank(s), tg_tensor_shape(s), "dy");
         for (int64_t i = 0; i < tg_tensor_numel(s); i++)
             tg_set(dys[k], i, cos(0.7 * (double)i + k) + 0.25);
-        any_grad = any_grad || tg_tensor_requires_grad(s);
     }
     /* seeds that require grad (backward refuses the others) */
     tg_tensor *sd[MAXO + 1];
@@ -321,7 +332,7 @@ static vec run(builder_fn build, tg_dtype dt, uint64_t seed, const mode *m, bool
             ck_assert_int_eq(tg_graph_backward(g, inner, dd), TG_ERR_ARG);
             tu_assert_error(ctx, TG_ERR_ARG, "not an output");
         }
-        if (!any_grad) {
+        if (ns == 0) { /* nothing differentiable is seeded: forward only */
             for (int k = 0; k < b.n_outs; k++)
                 push_tensor(&out, b.outs[k], false);
             continue;
@@ -385,7 +396,9 @@ static void check_all_modes(builder_fn build, tg_dtype dt, uint64_t seed, int ma
 START_TEST(test_random_graphs)
 {
     tg_dtype dt = tu_dtypes[_i % 2];
-    int per = tu_under_valgrind() ? 3 : 60;
+    /* TG_PLAN_RANDOM_N: graphs per iteration for a longer local search (default 60) */
+    const char *env = getenv("TG_PLAN_RANDOM_N");
+    int per = env && atoi(env) > 0 ? atoi(env) : tu_under_valgrind() ? 3 : 60;
     for (int k = 0; k < per; k++) {
         uint64_t seed = (uint64_t)(_i / 2) * 1000 + (uint64_t)k;
         check_all_modes(random_graph, dt, seed, k % 4 == 0 ? 3 : 2);

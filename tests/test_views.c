@@ -315,7 +315,8 @@ static void view_chain_trial(tg_dtype dt, uint64_t seed)
 START_TEST(test_view_chains)
 {
     tg_dtype dt = tu_dtypes[_i];
-    int trials = tu_under_valgrind() ? 40 : 600;
+    const char *env = getenv("TG_VIEWS_N"); /* more trials for a longer local search */
+    int trials = env && atoi(env) > 0 ? atoi(env) : tu_under_valgrind() ? 40 : 600;
     for (int t = 0; t < trials; t++)
         view_chain_trial(dt, 1000003ull * (uint64_t)t + (uint64_t)_i);
 }
@@ -615,7 +616,9 @@ static int check_mm(const mmcase *c, tg_dtype dt)
 START_TEST(test_matmul_strided_random)
 {
     tg_dtype dt = tu_dtypes[_i];
-    int trials = tu_under_valgrind() ? 6 : 120, copies = 0, flips = 0;
+    const char *env = getenv("TG_VIEWS_N");
+    int trials = env && atoi(env) > 0 ? atoi(env) / 5 : tu_under_valgrind() ? 6 : 120;
+    int copies = 0, flips = 0;
     uint64_t rs = 4242 + (uint64_t)_i;
     for (int t = 0; t < trials; t++) {
         mmcase c;
