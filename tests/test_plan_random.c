@@ -9,8 +9,8 @@
  *   seeded at every output, at the outputs and a kept tensor, or at a kept tensor only;
  * - every op and module case of tools/opcases.c, f32 and f64;
  *
- * each run with default planning, default + poison, one_backward, one_backward + poison, at
- * 1 and 2 or 3 threads, and with the thread count changed after tg_graph_new and between
+ * each run with default planning, default + poison, one_backward, one_backward + poison,
+ * no_grad + poison (forward values only), at 1 and 2 or 3 threads, and with the thread count changed after tg_graph_new and between
  * forward and backward: every output, kept value, kept/output gradient and leaf gradient after
  * each backward is bitwise equal to no_reuse. The sequence is forward, backward, forward,
  * backward, a second backward on the same forward (default mode: leaf gradients accumulate;
@@ -214,7 +214,7 @@ static void opcase_graph(tg_ctx *ctx, tg_dtype dt, uint64_t which, built *b)
 
 /* ---- the runs ------------------------------------------------------------------------------ */
 typedef struct {
-    bool no_reuse, poison, one_backward;
+    bool no_reuse, poison, one_backward, no_grad;
     int nt;         /* threads at tg_graph_new */
     bool vary;      /* change the thread count before each forward and before each backward */
 } mode;
@@ -288,7 +288,7 @@ static vec run(builder_fn build, tg_dtype dt, uint64_t seed, const mode *m, bool
     build(ctx, dt, seed, &b);
     snprintf(trace, tn, "%s", b.trace);
     tg_graph_opts o = {.no_reuse = m->no_reuse, .poison = m->poison,
-                       .one_backward = m->one_backward};
+                       .one_backward = m->one_backward, .no_grad = m->no_grad};
     tg_graph *g = tg_graph_new_opts(ctx, b.outs, b.n_outs, &o);
     ck_assert_msg(g != NULL, "%s: %s", b.trace, tg_ctx_message(ctx));
     /* upstream gradients: fixed values of each seed's shape */
@@ -326,15 +326,18 @@ static vec run(builder_fn build, tg_dtype dt, uint64_t seed, const mode *m, bool
         if (m->vary)
             tg_ctx_set_threads(ctx, vary_nt(step++));
         ck_assert_msg(tg_graph_forward(g) == TG_OK, "%s: %s", b.trace, tg_ctx_message(ctx));
-        if (round == 0 && inner) {
+        if (round == 0 && inner && !m->no_grad) {
             tg_tensor *dd = tg_const(ctx, dt, tg_tensor_rank(inner), tg_tensor_shape(inner),
                                      "dd");
             ck_assert_int_eq(tg_graph_backward(g, inner, dd), TG_ERR_ARG);
             tu_assert_error(ctx, TG_ERR_ARG, "not an output");
         }
-        if (ns == 0) { /* nothing differentiable is seeded: forward only */
+        if (ns == 0 || m->no_grad) { /* forward only: outputs and kept values */
             for (int k = 0; k < b.n_outs; k++)
                 push_tensor(&out, b.outs[k], false);
+            for (int k = 0; k < b.n_kept; k++)
+                if (in_graph(g, b.kept[k]))
+                    push_tensor(&out, b.kept[k], false);
             continue;
         }
         int nb = round == 1 ? 2 : 1;
@@ -366,17 +369,19 @@ static void check_all_modes(builder_fn build, tg_dtype dt, uint64_t seed, int ma
                       r_retain.v[i]);
     ref.one_backward = true;
     vec r_one = run(build, dt, seed, &ref, false, trace, sizeof trace);
+    mode ref_ng = {.no_reuse = true, .no_grad = true, .nt = 1};
+    vec r_ng = run(build, dt, seed, &ref_ng, false, trace, sizeof trace);
     static const char *names[] = {"default", "default+poison", "one_backward",
-                                  "one_backward+poison", "varying threads",
+                                  "one_backward+poison", "no_grad+poison", "varying threads",
                                   "varying threads+poison+one_backward"};
     for (int nt = 1; nt <= max_nt; nt++)
-        for (int k = 0; k < 6; k++) {
-            if (k >= 4 && nt > 1)
+        for (int k = 0; k < 7; k++) {
+            if (k >= 5 && nt > 1)
                 continue;
-            mode m = {.poison = k == 1 || k == 3 || k == 5,
-                      .one_backward = k == 2 || k == 3 || k == 5, .nt = k >= 4 ? 3 : nt,
-                      .vary = k >= 4};
-            const vec *want = m.one_backward ? &r_one : &r_retain;
+            mode m = {.poison = k == 1 || k == 3 || k == 4 || k == 6,
+                      .one_backward = k == 2 || k == 3 || k == 6, .no_grad = k == 4,
+                      .nt = k >= 5 ? 3 : nt, .vary = k >= 5};
+            const vec *want = m.no_grad ? &r_ng : m.one_backward ? &r_one : &r_retain;
             vec got = run(build, dt, seed, &m, !m.one_backward, trace, sizeof trace);
             ck_assert_uint_eq(got.n, want->n);
             size_t bad = got.n;
@@ -391,6 +396,7 @@ static void check_all_modes(builder_fn build, tg_dtype dt, uint64_t seed, int ma
         }
     free(r_retain.v);
     free(r_one.v);
+    free(r_ng.v);
 }
 
 START_TEST(test_random_graphs)
