@@ -699,6 +699,56 @@ START_TEST(test_matmul_strided_named)
 }
 END_TEST
 
+/* One view as both operands (x^T x^T^T and, through a layout matmul cannot read, twice copied):
+ * bitwise the same as on one contiguous copy, values and the leaf's gradient. */
+static void self_mm(tg_dtype dt, int kind, int nt, bool contig, double *out, int *n_contig)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_seed(ctx, 99);
+    tg_ctx_set_threads(ctx, nt);
+    tg_tensor *x = tg_param(ctx, dt, TG_DIMS(6, 5, 3), "x");
+    tg_fill_uniform(x, -1, 1);
+    int p[3] = {2, 0, 1};
+    tg_tensor *v = kind == 0 ? tg_transpose(ctx, tg_narrow(ctx, x, 2, 1, 1), 0, 1) /* (5,6,1) */
+                             : tg_permute(ctx, tg_narrow(ctx, x, 2, 2, 1), p);    /* (1,6,5) */
+    if (contig)
+        v = tg_contiguous(ctx, v);
+    tg_tensor *y = kind == 0 ? tg_matmul(ctx, v, v, true, false)  /* (5, 1, 1) */
+                             : tg_matmul(ctx, v, v, false, true); /* (1, 6, 6) */
+    tg_tensor *loss = tg_sum_all(ctx, tg_mul(ctx, y, y));
+    tg_tensor *outs[2] = {loss, y};
+    tg_graph *g = tg_graph_new(ctx, outs, 2);
+    ck_assert_msg(g != NULL, "%s", tg_ctx_message(ctx));
+    *n_contig = count_op(g, "contiguous");
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    ck_assert_int_eq(tg_graph_backward(g, loss, NULL), TG_OK);
+    int k = 0;
+    for (int64_t i = 0; i < tg_tensor_numel(y); i++)
+        out[k++] = tg_get(y, i);
+    for (int64_t i = 0; i < 90; i++)
+        out[k++] = tg_grad_get(x, i);
+    tu_ctx_free(ctx);
+}
+
+START_TEST(test_matmul_same_view_twice)
+{
+    tg_dtype dt = tu_dtypes[_i];
+    for (int kind = 0; kind < 2; kind++) {
+        double ref[200], got[200];
+        int nc;
+        memset(ref, 0, sizeof ref);
+        self_mm(dt, kind, 1, true, ref, &nc);
+        ck_assert_int_eq(nc, 1);
+        for (int nt = 1; nt <= 3; nt++) {
+            memset(got, 0, sizeof got);
+            self_mm(dt, kind, nt, false, got, &nc);
+            ck_assert_int_eq(nc, kind == 0 ? 0 : 2); /* kind 1: (6, 5) with strides (3, 15) */
+            ck_assert_msg(memcmp(ref, got, sizeof ref) == 0, "kind %d, %d threads", kind, nt);
+        }
+    }
+}
+END_TEST
+
 /* ---- 3. MHA splits heads with views ------------------------------------------------------- */
 START_TEST(test_mha_no_projection_copies)
 {
@@ -760,6 +810,7 @@ int main(void)
     tc = tu_tcase(s, "matmul", 300);
     tcase_add_loop_test(tc, test_matmul_strided_random, 0, 2);
     tcase_add_loop_test(tc, test_matmul_strided_named, 0, 2);
+    tcase_add_loop_test(tc, test_matmul_same_view_twice, 0, 2);
     tc = tu_tcase(s, "mha", 60);
     tcase_add_loop_test(tc, test_mha_no_projection_copies, 0, 2);
     return tu_run(s);
