@@ -352,7 +352,8 @@ TG_API tg_status tg_tensor_get_data(const tg_tensor *t, void *dst, tg_dtype dst_
  *  ::TG_ERR_SHAPE if n != numel, ::TG_ERR_ARG as tg_tensor_get_data(). */
 TG_API tg_status tg_tensor_get_grad(const tg_tensor *t, void *dst, tg_dtype dst_dtype, size_t n);
 /** Copy values from @p src (same shape; dtype converted as tg_tensor_set_data(), whose errors
- *  it has). Errors: ::TG_ERR_SHAPE, ::TG_ERR_ARG. */
+ *  it has). A strided view as @p src is read through its strides (::TG_ERR_ARG if it is a
+ *  strided view of @p dst itself). Errors: ::TG_ERR_SHAPE, ::TG_ERR_ARG. */
 TG_API tg_status tg_tensor_copy(tg_tensor *dst, const tg_tensor *src);
 
 /** Element access for tests and tools: value at flat row-major index (no bounds check beyond
@@ -365,7 +366,8 @@ TG_API void tg_set(tg_tensor *t, int64_t flat, double v);
 TG_API double tg_grad_get(const tg_tensor *t, int64_t flat);
 /** Value at coordinates @p idx (tg_tensor_rank() entries). */
 TG_API double tg_get_at(const tg_tensor *t, const int64_t *idx);
-/** Set every element (leaves only; op results are overwritten by forward). For an i32 tensor,
+/** Set every element (leaves only; op results are overwritten by forward; a view of a leaf sets
+ *  the leaf's elements it views, as tg_set() does). For an i32 tensor,
  *  a @p v tg_set() refuses leaves the tensor unchanged (run-time ::TG_ERR_ARG recorded). */
 TG_API void tg_fill(tg_tensor *t, double v);
 /** Fill with uniform values in [lo, hi) from the context RNG. An i32 tensor is refused
@@ -403,24 +405,27 @@ TG_API tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transp
 
 /**
  * Permute axes: out.shape[i] = x.shape[perm[i]]; @p perm is a permutation of 0..rank-1
- * (negative entries count from the end). Copies the data. Gradient: inverse permutation.
+ * (negative entries count from the end). A view: no data is copied (strides are permuted; a
+ * view of a leaf reads the leaf's buffer at once). Gradient: inverse permutation.
  * Errors: ::TG_ERR_AXIS (entry out of range or repeated), ::TG_ERR_ARG (perm NULL).
  */
 TG_API tg_tensor *tg_permute(tg_ctx *ctx, tg_tensor *x, const int *perm);
-/** Swap two axes (negative counts from the end). Errors: ::TG_ERR_AXIS. */
+/** Swap two axes (negative counts from the end); a view, as tg_permute(). Errors: ::TG_ERR_AXIS. */
 TG_API tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x, int axis0, int axis1);
 
 /**
  * View @p x with a new shape of the same numel; at most one entry may be -1 (inferred).
- * Shares x's data (no copy). Gradient: reshaped back.
+ * Shares x's data (no copy) when x is contiguous; a strided x (a transposed or narrowed view)
+ * is first copied by a `contiguous` node, which the result then views. Gradient: reshaped back.
  * Errors: ::TG_ERR_SHAPE (numel differs, more than one -1, entry 0 or < -1, inferred size not
  * whole), ::TG_ERR_ARG (rank out of range).
  */
 TG_API tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int rank, const int64_t *shape);
 
 /**
- * Slice `x[..., start:start+length, ...]` along @p axis (PyTorch `narrow`). Copies.
- * Gradient: scattered back into the slice, zero elsewhere.
+ * Slice `x[..., start:start+length, ...]` along @p axis (PyTorch `narrow`). A view: no data is
+ * copied (the start moves by start times the axis's stride). Gradient: scattered back into the
+ * slice, zero elsewhere.
  * Errors: ::TG_ERR_AXIS, ::TG_ERR_SHAPE (slice outside the axis or length < 1).
  */
 TG_API tg_tensor *tg_narrow(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t length);

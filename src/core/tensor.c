@@ -534,19 +534,23 @@ static void store(void *p, tg_dtype dt, int64_t i, double v)
 
 /* Convert n elements of sdt at src to ddt at dst (the conversion rule of tg_dtype in tgrad.h).
  * A float to i32 must be an integer in range: every element is checked before anything is
- * written, and the index of the first bad one is returned (nothing written); -1 on success. */
-static int64_t convert(void *dst, tg_dtype ddt, const void *src, tg_dtype sdt, size_t n)
+ * written, and the index of the first bad one is returned (nothing written); -1 on success.
+ * view: NULL, or a strided view whose data src is: element i is read through its strides. */
+static int64_t convert(void *dst, tg_dtype ddt, const void *src, tg_dtype sdt, size_t n,
+                       const tg_tensor *view)
 {
-    if (ddt == sdt) {
+    if (ddt == sdt && !view) {
         memcpy(dst, src, n * tg_dtype_size(ddt));
         return -1;
     }
-    if (ddt == TG_I32)
+#define SRC_AT(i) (view ? tg__elem(view, (int64_t)(i)) : (int64_t)(i))
+    if (ddt == TG_I32 && sdt != TG_I32)
         for (size_t i = 0; i < n; i++)
-            if (!tg__i32_ok(load(src, sdt, (int64_t)i)))
+            if (!tg__i32_ok(load(src, sdt, SRC_AT(i))))
                 return (int64_t)i;
     for (size_t i = 0; i < n; i++)
-        store(dst, ddt, (int64_t)i, load(src, sdt, (int64_t)i));
+        store(dst, ddt, (int64_t)i, load(src, sdt, SRC_AT(i)));
+#undef SRC_AT
     return -1;
 }
 
@@ -563,8 +567,9 @@ static tg_status convert_err(const tg_tensor *t, const char *fn, const char *who
     return TG_ERR_ARG;
 }
 
+/* view: NULL, or the strided view src is the data of (read through its strides). */
 static tg_status set_data(tg_tensor *t, const void *src, tg_dtype src_dtype, size_t n,
-                          const char *fn)
+                          const char *fn, const tg_tensor *view)
 {
     if (!t)
         return TG_ERR_ARG;
@@ -585,15 +590,16 @@ static tg_status set_data(tg_tensor *t, const void *src, tg_dtype src_dtype, siz
                     tg__shape_str(t, b, sizeof b), (long long)t->numel, n);
         return TG_ERR_SHAPE;
     }
-    int64_t bad = convert(t->data, t->dtype, src, src_dtype, n);
+    int64_t bad = convert(t->data, t->dtype, src, src_dtype, n, view);
     if (bad >= 0)
-        return convert_err(t, fn, "the source", bad, load(src, src_dtype, bad));
+        return convert_err(t, fn, "the source", bad,
+                           load(src, src_dtype, view ? tg__elem(view, bad) : bad));
     return TG_OK;
 }
 
 tg_status tg_tensor_set_data(tg_tensor *t, const void *src, tg_dtype src_dtype, size_t n)
 {
-    return set_data(t, src, src_dtype, n, "tg_tensor_set_data");
+    return set_data(t, src, src_dtype, n, "tg_tensor_set_data", NULL);
 }
 
 /* Shared checks of the copy-out functions; records a message on t's context. */
@@ -636,7 +642,7 @@ tg_status tg_tensor_get_data(const tg_tensor *t, void *dst, tg_dtype dst_dtype, 
         }
         return TG_OK;
     }
-    int64_t bad = convert(dst, dst_dtype, t->data, t->dtype, n);
+    int64_t bad = convert(dst, dst_dtype, t->data, t->dtype, n, NULL);
     if (bad >= 0)
         return convert_err(t, "tg_tensor_get_data", "the data", bad, load(t->data, t->dtype, bad));
     return TG_OK;
@@ -652,7 +658,7 @@ tg_status tg_tensor_get_grad(const tg_tensor *t, void *dst, tg_dtype dst_dtype, 
                 "'%s' has no gradient (not differentiable, or no graph built with it)", t->name);
         return TG_ERR_NOGRAD;
     }
-    int64_t bad = convert(dst, dst_dtype, t->grad, t->dtype, n);
+    int64_t bad = convert(dst, dst_dtype, t->grad, t->dtype, n, NULL);
     if (bad >= 0)
         return convert_err(t, "tg_tensor_get_grad", "the gradient", bad,
                            load(t->grad, t->dtype, bad));
@@ -672,7 +678,17 @@ tg_status tg_tensor_copy(tg_tensor *dst, const tg_tensor *src)
                 tg__shape_str(src, b, sizeof b));
         return TG_ERR_SHAPE;
     }
-    return set_data(dst, src->data, src->dtype, (size_t)src->numel, "tg_tensor_copy");
+    const tg_tensor *view = NULL;
+    if (src->data && !tg__is_contiguous(src)) { /* a strided view: read through its strides */
+        if (src->base == dst) { /* its elements would be overwritten while being read */
+            tg__run_err(dst->ctx, TG_ERR_ARG, "tg_tensor_copy",
+                        "'%s' is a strided view of '%s' itself; copy it into another tensor "
+                        "first", src->name, dst->name);
+            return TG_ERR_ARG;
+        }
+        view = src;
+    }
+    return set_data(dst, src->data, src->dtype, (size_t)src->numel, "tg_tensor_copy", view);
 }
 
 int64_t tg__elem(const tg_tensor *t, int64_t flat)
@@ -740,8 +756,8 @@ void tg_fill(tg_tensor *t, double v)
         return;
     if (!value_ok(t, "tg_fill", v))
         return;
-    for (int64_t i = 0; i < t->numel; i++)
-        store(t->data, t->dtype, i, v);
+    for (int64_t i = 0; i < t->numel; i++) /* a view of a leaf: through its strides */
+        store(t->data, t->dtype, tg__elem(t, i), v);
 }
 
 /* Random fills make non-integers: an integer tensor is refused (run error, nothing changed). */
@@ -760,7 +776,7 @@ void tg_fill_uniform(tg_tensor *t, double lo, double hi)
     if (!t || !t->data || !fill_float_ok(t, "tg_fill_uniform"))
         return;
     for (int64_t i = 0; i < t->numel; i++)
-        store(t->data, t->dtype, i, lo + (hi - lo) * tg_rng_uniform(t->ctx));
+        store(t->data, t->dtype, tg__elem(t, i), lo + (hi - lo) * tg_rng_uniform(t->ctx));
 }
 
 void tg_fill_normal(tg_tensor *t, double mean, double std)
@@ -768,7 +784,7 @@ void tg_fill_normal(tg_tensor *t, double mean, double std)
     if (!t || !t->data || !fill_float_ok(t, "tg_fill_normal"))
         return;
     for (int64_t i = 0; i < t->numel; i++)
-        store(t->data, t->dtype, i, mean + std * tg_rng_normal(t->ctx));
+        store(t->data, t->dtype, tg__elem(t, i), mean + std * tg_rng_normal(t->ctx));
 }
 
 void tg_zero_grad(tg_tensor *t)

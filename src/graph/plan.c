@@ -7,9 +7,10 @@
  *   output of op node i   [i, last read]: forward consumers (reads through a view count as
  *                         reads of its base), backward rules that read it (TG_OPF_SRCk of the
  *                         consumer, TG_OPF_OUT of i itself); unless one_backward, anything a
- *                         backward rule reads lives to the end of backward, so backward can
- *                         run again on the same forward
- *   saved of i            [i, bwd(i)]  ([i, i] without gradients)
+ *                         backward rule reads outlives backward (never freed or poisoned), so
+ *                         backward can run again on the same forward
+ *   saved of i            [i, bwd(i)]  ([i, i] without gradients; never ending unless
+ *                         one_backward)
  *   gradient of op node i [bwd(last consumer that requires grad), bwd(i)]
  *   this call's gradient  [bwd(last consumer), end]  (leaves; added to the leaf's own after)
  *   workspace             its one step
@@ -242,12 +243,14 @@ bool tg__plan(tg_graph *g, const char *fn)
                 end[b] = tg__bwd_step(g, j);
         }
     }
-    /* By default (not one_backward), backward may run again without a new forward, so what any backward rule
-     * reads stays until the end of backward (a gradient never takes the memory of a value a
-     * later backward call still needs). */
+    /* By default (not one_backward), backward may run again without a new forward, so what any
+     * backward rule reads outlives backward (a gradient never takes the memory of a value a
+     * later backward call still needs). Its lifetime never ends (TG__FOREVER, as an output's):
+     * nothing is placed after backward anyway, and poison mode must not fill it with NaN at
+     * the end of the first backward call. */
     for (int64_t i = 0; g->retain && i < n; i++)
         if (end[i] >= n)
-            end[i] = 2 * n - 1;
+            end[i] = TG__FOREVER;
     for (int64_t i = 0; i < n; i++)
         if (g->persist[i]) {
             end[owner_of(g->nodes[i])->topo] = TG__FOREVER;
@@ -278,7 +281,7 @@ bool tg__plan(tg_graph *g, const char *fn)
         }
         if (t->saved_bytes) {
             g->saved_buf[i] = add_buf(g, TG__BUF_SAVED, i, (int64_t)t->saved_bytes, i,
-                                      !bw ? i : g->retain ? 2 * n - 1 : tg__bwd_step(g, i));
+                                      !bw ? i : g->retain ? TG__FOREVER : tg__bwd_step(g, i));
             g->mem.saved += (size_t)g->bufs[g->saved_buf[i]].size;
         }
         size_t w = ws_bytes(t, g->nt, false);
