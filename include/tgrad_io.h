@@ -84,7 +84,9 @@ typedef struct tg_io_item {
     const void *data;     /**< prod(shape) elements; borrowed, not copied */
 } tg_io_item;
 
-/** An item describing the values of @p t under @p name (NULL: the tensor's own name). */
+/** An item describing the values of @p t under @p name (NULL: the tensor's own name). Its
+ *  @c data is NULL (the writers refuse it with ::TG_ERR_ARG) if @p t has no data (an op result
+ *  no live graph computed) or is a strided view (write the output of tg_contiguous() instead). */
 TG_API tg_io_item tg_io_item_data(const tg_tensor *t, const char *name);
 /**
  * An item describing the gradient buffer of @p t (tg_tensor_grad()) under @p name (NULL: the

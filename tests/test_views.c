@@ -16,11 +16,13 @@
  *   `contiguous` node, to merge heads before the output projection).
  */
 #include "testutil.h"
+#include "tgrad_io.h"
 #include "tgrad_nn.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 static uint64_t rnext(uint64_t *s)
@@ -800,6 +802,33 @@ START_TEST(test_mha_no_projection_copies)
 }
 END_TEST
 
+/* Writing a strided view to a file is refused (its buffer is not the view's row-major values);
+ * its contiguous copy writes and reads back in view order. */
+START_TEST(test_write_strided_view)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_input(ctx, TG_F64, TG_DIMS(2, 3), "x", -1, 1);
+    tg_tensor *v = tg_transpose(ctx, x, 0, 1);
+    ck_assert_ptr_nonnull(v);
+    char dir[256], path[300];
+    tu_mkdtemp(dir, sizeof dir, "view");
+    snprintf(path, sizeof path, "%s/v.npy", dir);
+    ck_assert_int_eq(tg_npy_write(ctx, path, v), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "strided view");
+    tg_ctx_clear_error(ctx);
+    tg_tensor *c = tg_contiguous(ctx, v);
+    tg_graph *g = tg_graph_new(ctx, &c, 1);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    ck_assert_int_eq(tg_npy_write(ctx, path, c), TG_OK);
+    tg_tensor *back = tg_npy_read(ctx, path, TG_F64, NULL);
+    ck_assert_ptr_nonnull(back);
+    for (int64_t i = 0; i < 6; i++)
+        ck_assert(tg_get(back, i) == tg_get(v, i));
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("views");
@@ -813,5 +842,6 @@ int main(void)
     tcase_add_loop_test(tc, test_matmul_same_view_twice, 0, 2);
     tc = tu_tcase(s, "mha", 60);
     tcase_add_loop_test(tc, test_mha_no_projection_copies, 0, 2);
+    tcase_add_test(tc, test_write_strided_view);
     return tu_run(s);
 }

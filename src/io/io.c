@@ -651,8 +651,9 @@ tg_status tg__item_check(tg_ctx *ctx, const char *fn, const tg_io_item *it, int6
         numel *= it->shape[i];
     }
     if (!it->data) {
-        tg__err(ctx, TG_ERR_ARG, fn, "%s: data is NULL (a tensor without a gradient buffer?)",
-                who);
+        tg__err(ctx, TG_ERR_ARG, fn, "%s: data is NULL (a tensor without a gradient buffer, an "
+                "op result no graph has computed, or a strided view: write tg_contiguous() of "
+                "it)", who);
         return TG_ERR_ARG;
     }
     *nbytes = (uint64_t)numel * tg_dtype_size(it->dtype);
@@ -1260,7 +1261,8 @@ tg_io_item tg_io_item_data(const tg_tensor *t, const char *name)
     it.dtype = t->dtype;
     it.rank = t->rank;
     it.shape = t->shape;
-    it.data = t->data;
+    /* a strided view has no contiguous buffer of its own: the writers refuse NULL data */
+    it.data = tg__is_contiguous(t) ? t->data : NULL;
     return it;
 }
 
