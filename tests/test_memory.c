@@ -34,6 +34,7 @@
 typedef struct {
     size_t live, peak;
     long blocks, n_alloc, n_free, bad_free;
+    bool fail; /* refuse every allocation while set */
 } counter;
 
 #define CT_MAGIC 0x636f756e74657221ULL /* "counter!" */
@@ -42,6 +43,8 @@ typedef struct {
 static void *ct_alloc(void *user, size_t size)
 {
     counter *c = user;
+    if (c->fail)
+        return NULL;
     unsigned char *p = malloc(size + CT_HDR);
     if (!p)
         return NULL;
@@ -585,28 +588,79 @@ START_TEST(test_rewind_long_history)
     for (int e = 0; e < EPOCHS; e++) {
         vec(ctx, "epoch", (double)e); /* kept: made before this epoch's mark */
         marks[e] = tg_ctx_mark(ctx);
-        snaps[e] = snap(ctx, &c);
+        vec(ctx, "step", -1.0);
+        ck_assert_int_eq(tg_ctx_rewind(ctx, marks[e]), TG_OK);
+        snaps[e] = snap(ctx, &c); /* after the epoch's first rewind point is recorded */
         for (int k = 0; k < 3; k++) {
             vec(ctx, "step", (double)k);
             ck_assert_int_eq(tg_ctx_rewind(ctx, marks[e]), TG_OK);
+            /* the same bytes after every rewind of the epoch (its history entry is replaced) */
+            assert_snap_eq(snap(ctx, &c), snaps[e], "rewind within an epoch", e);
         }
-        /* each rewind point may have made the context keep a little history: compare with
-           the mark's bytes after the first rewind of the epoch */
-        snaps[e] = snap(ctx, &c);
     }
-    /* every mark is still valid: go back to epoch 60's, then 10's */
+    /* every mark is still valid: go back to epoch 60's, then 10's. Memory comes back but for
+       the context's history of rewind points, which grew with the epochs (two 64-bit words per
+       point, in an array that doubles) */
+    size_t history = 2 * EPOCHS * 2 * sizeof(uint64_t);
     ck_assert_int_eq(tg_ctx_rewind(ctx, marks[60]), TG_OK);
-    ck_assert_uint_le(tg_ctx_bytes(ctx), snaps[60].ctx_bytes);
+    ck_assert_uint_ge(tg_ctx_bytes(ctx), snaps[60].ctx_bytes);
+    ck_assert_uint_le(tg_ctx_bytes(ctx), snaps[60].ctx_bytes + history);
     ck_assert_int_eq(tg_ctx_rewind(ctx, marks[61]), TG_ERR_ARG);
     tg_ctx_clear_error(ctx);
     ck_assert_int_eq(tg_ctx_rewind(ctx, marks[60]), TG_OK);
     ck_assert_int_eq(tg_ctx_rewind(ctx, marks[10]), TG_OK);
-    ck_assert_uint_le(tg_ctx_bytes(ctx), snaps[10].ctx_bytes);
+    ck_assert_uint_le(tg_ctx_bytes(ctx), snaps[10].ctx_bytes + history);
     for (int e = 11; e < EPOCHS; e++)
         ck_assert_int_eq(tg_ctx_rewind(ctx, marks[e]), TG_ERR_ARG);
     tg_ctx_clear_error(ctx);
     for (int e = 10; e >= 0; e--)
         ck_assert_int_eq(tg_ctx_rewind(ctx, marks[e]), TG_OK);
+    free_counted(ctx, &c);
+}
+END_TEST
+
+/* The same history when the context cannot get memory for it (every allocation refused during
+ * the rewinds): rewinds still succeed and change no error state; stale marks are still
+ * refused, and the newest and the oldest marks still work. */
+START_TEST(test_rewind_history_without_memory)
+{
+    counter c;
+    tg_ctx *ctx = counted_ctx(&c);
+    enum { EPOCHS = 40 };
+    tg_mark marks[EPOCHS];
+    tg_mark m0 = tg_ctx_mark(ctx);
+    for (int e = 0; e < EPOCHS; e++) {
+        vec(ctx, "epoch", (double)e);
+        marks[e] = tg_ctx_mark(ctx);
+        for (int k = 0; k < 2; k++) {
+            vec(ctx, "step", (double)k);
+            c.fail = true;
+            ck_assert_int_eq(tg_ctx_rewind(ctx, marks[e]), TG_OK);
+            c.fail = false;
+            ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
+            ck_assert_str_eq(tg_ctx_message(ctx), "");
+        }
+    }
+    /* a pending build error stays through such a rewind */
+    ck_assert_ptr_null(tg_input(ctx, TG_F64, 1, (const int64_t[]){-1}, "bad"));
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_SHAPE);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", tg_ctx_message(ctx));
+    c.fail = true;
+    ck_assert_int_eq(tg_ctx_rewind(ctx, marks[EPOCHS - 1]), TG_OK);
+    ck_assert_int_eq(tg_ctx_rewind(ctx, marks[EPOCHS - 2]), TG_OK);
+    c.fail = false;
+    ck_assert_str_eq(tg_ctx_message(ctx), msg);
+    tg_ctx_clear_error(ctx);
+    ck_assert_int_eq(tg_ctx_rewind(ctx, marks[EPOCHS - 1]), TG_ERR_ARG); /* stale */
+    tg_ctx_clear_error(ctx);
+    c.fail = true;
+    ck_assert_int_eq(tg_ctx_rewind(ctx, m0), TG_OK);
+    c.fail = false;
+    for (int e = 0; e < EPOCHS; e++)
+        ck_assert_int_eq(tg_ctx_rewind(ctx, marks[e]), TG_ERR_ARG);
+    tg_ctx_clear_error(ctx);
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), 0);
     free_counted(ctx, &c);
 }
 END_TEST
@@ -709,6 +763,76 @@ START_TEST(test_no_grad_backward_refused)
     ck_assert(tg_get(y, 0) == 12.0);
     ck_assert(tg_grad_get(w, 1) == 4.0);
     ck_assert_int_eq(tg_graph_backward(g, y, NULL), TG_ERR_STATE);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* A custom op with a forward callback only (not differentiable): a training graph over a
+ * parameter through it is refused, a no_grad graph runs it, with its workspace planned. */
+static size_t sq_ws(const tg_custom_call *c) { return c->backward ? 0 : 8 * sizeof(double); }
+static tg_status sq_fwd(tg_custom_call *c)
+{
+    if (!c->workspace || c->workspace_bytes != 8 * sizeof(double))
+        return tg_custom_error(c, TG_ERR_STATE, "no workspace");
+    const double *x = c->input[0];
+    double *y = c->output, *w = c->workspace;
+    for (int64_t i = 0; i < c->output_numel; i++) {
+        w[i % 8] = x[i] * x[i];
+        y[i] = w[i % 8];
+    }
+    return TG_OK;
+}
+
+START_TEST(test_no_grad_forward_only_op)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_custom_def d;
+    memset(&d, 0, sizeof d);
+    d.name = "square_fwd";
+    d.out_rank = TG_CUSTOM_SAME_SHAPE;
+    d.forward_f64 = sq_fwd;
+    d.workspace = sq_ws;
+    tg_tensor *p = tg_param(ctx, TG_F64, TG_DIMS(5), "p");
+    for (int i = 0; i < 5; i++)
+        tg_set(p, i, (double)i - 2.0);
+    tg_tensor *y = tg_sum_all(ctx, tg_custom_op(ctx, &d, 1, &p));
+    ck_assert_ptr_nonnull(y);
+    ck_assert_ptr_null(tg_graph_new(ctx, &y, 1));
+    tu_assert_error(ctx, TG_ERR_NOGRAD, "square_fwd");
+    tg_ctx_clear_error(ctx);
+    tg_graph *g = tg_graph_new_opts(ctx, &y, 1, &(tg_graph_opts){.no_grad = true,
+                                                                  .poison = true});
+    ck_assert_msg(g != NULL, "%s", tg_ctx_message(ctx));
+    tg_memory_report r;
+    ck_assert_int_eq(tg_graph_memory(g, &r), TG_OK);
+    ck_assert_uint_eq(r.workspace, 64);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    ck_assert(tg_get(y, 0) == 10.0);
+    ck_assert_ptr_null(tg_tensor_grad(p));
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* tg_keep in a no_grad graph: a kept intermediate stays readable after forward (with dead
+ * buffers poisoned), while one not kept is given away. */
+START_TEST(test_no_grad_keep)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(4, 4), "x");
+    for (int i = 0; i < 16; i++)
+        tg_set(x, i, (double)i);
+    tg_tensor *a = tg_scale(ctx, x, 2.0);
+    tg_tensor *b = tg_relu(ctx, tg_scale(ctx, a, -1.0)); /* in place over a's buffer if dead */
+    tg_tensor *c = tg_scale(ctx, b, 3.0);
+    tg_tensor *y = tg_sum_all(ctx, tg_add(ctx, c, a));
+    ck_assert_int_eq(tg_keep(b), TG_OK);
+    tg_graph *g = tg_graph_new_opts(ctx, &y, 1, &(tg_graph_opts){.no_grad = true,
+                                                                  .poison = true});
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    for (int i = 0; i < 16; i++)
+        ck_assert(tg_get(b, i) == 0.0);
+    ck_assert_int_gt(tu_count_nan(a, false), 0); /* a was not kept: poisoned when it died */
+    ck_assert(tg_get(y, 0) == 240.0);
     tu_ctx_free(ctx);
 }
 END_TEST
@@ -906,11 +1030,14 @@ int main(void)
     tcase_add_test(tc, test_rewind_replanned_graph);
     tcase_add_test(tc, test_rewind_error_state);
     tcase_add_test(tc, test_rewind_long_history);
+    tcase_add_test(tc, test_rewind_history_without_memory);
     tcase_add_test(tc, test_free_after_rewinds);
     tc = tu_tcase(s, "no_grad", 120);
     tcase_add_loop_test(tc, test_no_grad_matches_training, 0, tg_n_opcases);
     tcase_add_test(tc, test_no_grad_backward_refused);
     tcase_add_test(tc, test_no_grad_transformer_memory);
+    tcase_add_test(tc, test_no_grad_forward_only_op);
+    tcase_add_test(tc, test_no_grad_keep);
     tcase_add_test(tc, test_no_grad_dropout_mode);
     tc = tu_tcase(s, "report", 60);
     tcase_add_test(tc, test_memory_report_by_hand);
