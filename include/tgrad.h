@@ -302,14 +302,12 @@ TG_API tg_tensor *tg_ctx_find_param(const tg_ctx *ctx, const char *name);
 
 /**
  * Ask for (or stop asking for) the gradient of an input leaf. Parameters always require grad;
- * constants and op results cannot be changed. Must be called before graphs using @p t are built.
- * Errors: ::TG_ERR_ARG for a constant or op tensor, ::TG_ERR_DTYPE for asking the gradient of
- * an i32 tensor (integers have none).
  * constants and op results cannot be changed. Must be called before any op reads @p t: each op
  * records at build time whether its result needs a gradient, so a change afterwards is refused
- * (setting the value it already has is fine).
- * Errors (build errors): ::TG_ERR_ARG for a constant or op tensor, ::TG_ERR_STATE if an op
- * already reads @p t (`tg_set_requires_grad: input 'x' is already read by an op; ...`).
+ * (setting the value it already has is fine; ops released by tg_ctx_rewind() no longer count).
+ * Errors (build errors): ::TG_ERR_ARG for a constant or op tensor, ::TG_ERR_DTYPE for asking
+ * the gradient of an i32 tensor (integers have none), ::TG_ERR_STATE if an op already reads
+ * @p t (`tg_set_requires_grad: input 'x' is already read by an op; ...`).
  */
 TG_API tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad);
 

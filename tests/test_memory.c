@@ -524,11 +524,19 @@ START_TEST(test_rewind_replanned_graph)
     tg_graph *g = tg_graph_new(ctx, &y, 1);
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     double ref = tg_get(y, 0);
+    tg_memory_report r1, r;
+    ck_assert_int_eq(tg_graph_memory(g, &r1), TG_OK);
     for (int round = 0; round < 3; round++) {
         tg_mark m = tg_ctx_mark(ctx);
-        tg_ctx_set_threads(ctx, round % 2 ? 1 : 2); /* forward plans again */
+        int nt = round % 2 ? 1 : 2;
+        tg_ctx_set_threads(ctx, nt); /* forward plans again */
         ck_assert_int_eq(tg_graph_forward(g), TG_OK);
         ck_assert(tg_get(y, 0) == ref);
+        /* the report follows the new plan: workspace is per thread */
+        ck_assert_int_eq(tg_graph_memory(g, &r), TG_OK);
+        ck_assert_uint_eq(r.workspace, (size_t)nt * r1.workspace);
+        ck_assert_uint_eq(r.activations, r1.activations);
+        ck_assert_uint_eq(r.gradients, r1.gradients);
         ck_assert_int_eq(tg_ctx_rewind(ctx, m), TG_OK);
         ck_assert_int_eq(c.bad_free, 0);
         ck_assert_int_eq(tg_graph_forward(g), TG_OK); /* same thread count: no new plan */
@@ -537,6 +545,44 @@ START_TEST(test_rewind_replanned_graph)
     }
     tg_graph_free(g);
     free_counted(ctx, &c);
+}
+END_TEST
+
+/* An input read only by ops that a rewind released is free again: tg_set_requires_grad (which
+ * refuses while an op reads the input) accepts it; while an op made before the mark still
+ * reads it, it refuses. */
+START_TEST(test_rewind_releases_consumers)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = vec(ctx, "x", 1.0);
+    tg_tensor *k = vec(ctx, "k", 3.0);
+    tg_mark m = tg_ctx_mark(ctx);
+    for (int round = 0; round < 2; round++) {
+        ck_assert_ptr_nonnull(tg_sum_all(ctx, x));
+        ck_assert_ptr_nonnull(tg_sum_all(ctx, x));
+        ck_assert_int_eq(tg_set_requires_grad(x, true), TG_ERR_STATE);
+        tu_assert_error(ctx, TG_ERR_STATE, "already read by an op");
+        tg_ctx_clear_error(ctx);
+        ck_assert_int_eq(tg_ctx_rewind(ctx, m), TG_OK);
+    }
+    ck_assert_int_eq(tg_set_requires_grad(x, true), TG_OK);
+    tg_tensor *y = tg_sum_all(ctx, tg_mul(ctx, x, k)); /* now it requires grad */
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    ck_assert_int_eq(tg_graph_backward(g, y, NULL), TG_OK);
+    ck_assert(tg_grad_get(x, 0) == 3.0);
+    /* k: read by an op made before the next mark; a rewind to that mark leaves it read */
+    tg_mark m2 = tg_ctx_mark(ctx);
+    ck_assert_ptr_nonnull(tg_scale(ctx, k, 2.0));
+    ck_assert_int_eq(tg_ctx_rewind(ctx, m2), TG_OK);
+    ck_assert_int_eq(tg_set_requires_grad(k, true), TG_ERR_STATE);
+    tg_ctx_clear_error(ctx);
+    /* and after a rewind past that op too, also when new objects were made since */
+    ck_assert_int_eq(tg_ctx_rewind(ctx, m), TG_OK);
+    for (int i = 0; i < 5; i++)
+        vec(ctx, "filler", (double)i);
+    ck_assert_int_eq(tg_set_requires_grad(k, true), TG_OK);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -1029,6 +1075,7 @@ int main(void)
     tcase_add_test(tc, test_rewind_graphs);
     tcase_add_test(tc, test_rewind_replanned_graph);
     tcase_add_test(tc, test_rewind_error_state);
+    tcase_add_test(tc, test_rewind_releases_consumers);
     tcase_add_test(tc, test_rewind_long_history);
     tcase_add_test(tc, test_rewind_history_without_memory);
     tcase_add_test(tc, test_free_after_rewinds);

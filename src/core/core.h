@@ -69,7 +69,9 @@ struct tg_tensor {
     bool requires_grad;
     bool auto_name;      /* name was generated ("matmul12"), not given by the user */
     bool keep;           /* tg_keep: data (and grad) stay readable after forward/backward */
-    bool consumed;       /* some op reads it (tg_set_requires_grad refuses a change then) */
+    bool consumed;       /* some op reads it (tg_set_requires_grad refuses a change then)... */
+    tg_mark consumed_by; /* ...unless a rewind released that op: a mark taken just after the
+                            oldest op still reading it was made (tg__consumed) */
     char name[TG_NAME_MAX];
 
     void *data;          /* leaves: owned; op results: bound by the graph that last ran them */
@@ -321,6 +323,14 @@ static inline tg_status tg__kernel_take(tg_ctx *ctx)
     tg_status s = ctx->kernel_status;
     ctx->kernel_status = TG_OK;
     return s;
+}
+
+/* Is @p m a mark of ctx that no rewind has gone past (tg_ctx_rewind would accept it)? */
+bool tg__mark_valid(const tg_ctx *ctx, tg_mark m);
+/* Does an op (not released by a rewind) read t? */
+static inline bool tg__consumed(const tg_tensor *t)
+{
+    return t->consumed && tg__mark_valid(t->ctx, t->consumed_by);
 }
 
 /* Allocation number at which a graph was created, and freeing one during a rewind

@@ -239,13 +239,18 @@ static void eras_room(tg_ctx *ctx, int64_t keep)
     ctx->n_eras--;
 }
 
+bool tg__mark_valid(const tg_ctx *ctx, tg_mark mark)
+{
+    return mark.alloc_seq_ <= ctx->alloc_seq && mark.tensor_id_ <= ctx->next_id &&
+           mark.n_params_ <= ctx->n_params && mark.era_ <= ctx->n_rewinds &&
+           (mark.alloc_seq_ == 0 || era_of(ctx, mark.alloc_seq_ - 1) <= mark.era_);
+}
+
 tg_status tg_ctx_rewind(tg_ctx *ctx, tg_mark mark)
 {
     if (!ctx)
         return TG_ERR_ARG;
-    if (mark.alloc_seq_ > ctx->alloc_seq || mark.tensor_id_ > ctx->next_id ||
-        mark.n_params_ > ctx->n_params || mark.era_ > ctx->n_rewinds ||
-        (mark.alloc_seq_ > 0 && era_of(ctx, mark.alloc_seq_ - 1) > mark.era_)) {
+    if (!tg__mark_valid(ctx, mark)) {
         tg__run_err(ctx, TG_ERR_ARG, "tg_ctx_rewind",
                     "the mark is not from this context, or was already rewound past");
         return TG_ERR_ARG;
