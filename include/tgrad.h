@@ -230,6 +230,7 @@ TG_API size_t tg_ctx_memory_limit(const tg_ctx *ctx);
 typedef struct tg_mark {
     uint64_t alloc_seq_, tensor_id_; /* private */
     int64_t n_params_;               /* private */
+    uint64_t era_;                   /* private: rewinds before the mark */
 } tg_mark;
 /**
  * Remember the current point of @p ctx, for tg_ctx_rewind(). Cheap (no allocation).
@@ -244,9 +245,16 @@ TG_API tg_mark tg_ctx_mark(tg_ctx *ctx);
  * graph lose their data binding (tg_tensor_data() returns NULL until another graph runs them).
  *
  * This is how an embedder keeps memory flat: mark once, then in a loop build a graph, run it,
- * read its outputs, rewind. The error state is not changed. Marks nest (rewind to an earlier
- * mark releases the later ones' objects too); rewinding to a mark that is newer than the
- * current state (already rewound past) fails with ::TG_ERR_ARG.
+ * read its outputs, rewind (examples/embed_loop.c). After the rewind the context holds exactly
+ * the bytes it held at the mark (tg_ctx_bytes()), plus what was allocated meanwhile for objects
+ * made before it (a parameter's gradient, the context's parameter list if it grew). Graphs built before the mark stay valid and keep running,
+ * also over op results that a released graph had run. A successful rewind does not change the
+ * error state. Marks nest (rewind to an earlier mark releases the later ones' objects too), and
+ * one mark can be rewound to any number of times. A mark that a rewind went past (rewinding to
+ * an earlier mark makes every later mark stale, even once the context has grown again) is
+ * refused with ::TG_ERR_ARG (a run-time error; nothing is released). The context remembers one
+ * small entry per distinct point rewound to that is still in use (a loop rewinding to one mark
+ * keeps one; the first few are inside the context).
  */
 TG_API tg_status tg_ctx_rewind(tg_ctx *ctx, tg_mark mark);
 /**@}*/
@@ -294,14 +302,12 @@ TG_API tg_tensor *tg_ctx_find_param(const tg_ctx *ctx, const char *name);
 
 /**
  * Ask for (or stop asking for) the gradient of an input leaf. Parameters always require grad;
- * constants and op results cannot be changed. Must be called before graphs using @p t are built.
- * Errors: ::TG_ERR_ARG for a constant or op tensor, ::TG_ERR_DTYPE for asking the gradient of
- * an i32 tensor (integers have none).
  * constants and op results cannot be changed. Must be called before any op reads @p t: each op
  * records at build time whether its result needs a gradient, so a change afterwards is refused
- * (setting the value it already has is fine).
- * Errors (build errors): ::TG_ERR_ARG for a constant or op tensor, ::TG_ERR_STATE if an op
- * already reads @p t (`tg_set_requires_grad: input 'x' is already read by an op; ...`).
+ * (setting the value it already has is fine; ops released by tg_ctx_rewind() no longer count).
+ * Errors (build errors): ::TG_ERR_ARG for a constant or op tensor, ::TG_ERR_DTYPE for asking
+ * the gradient of an i32 tensor (integers have none), ::TG_ERR_STATE if an op already reads
+ * @p t (`tg_set_requires_grad: input 'x' is already read by an op; ...`).
  */
 TG_API tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad);
 

@@ -69,7 +69,9 @@ struct tg_tensor {
     bool requires_grad;
     bool auto_name;      /* name was generated ("matmul12"), not given by the user */
     bool keep;           /* tg_keep: data (and grad) stay readable after forward/backward */
-    bool consumed;       /* some op reads it (tg_set_requires_grad refuses a change then) */
+    bool consumed;       /* some op reads it (tg_set_requires_grad refuses a change then)... */
+    tg_mark consumed_by; /* ...unless a rewind released that op: a mark taken just after the
+                            oldest op still reading it was made (tg__consumed) */
     char name[TG_NAME_MAX];
 
     void *data;          /* leaves: owned; op results: bound by the graph that last ran them */
@@ -97,6 +99,10 @@ void *tg__alloc(tg_ctx *ctx, size_t size, const char *fn);
  * id + 1 (released by a rewind only if that tensor was made after the mark). */
 #define TG__OWNER_CTX UINT64_MAX
 void *tg__alloc_owned(tg_ctx *ctx, size_t size, const char *fn, uint64_t owner);
+/* Change the owner of block p (from tg__alloc*; NULL: no-op). A graph re-planned after a mark
+ * gives its new plan to TG__OWNER_CTX: the plan belongs to the graph, which a rewind frees
+ * explicitly (tg_graph_free) only if the graph itself was made after the mark. */
+void tg__set_owner(void *p, uint64_t owner);
 /* Free one block early (optional; everything is freed by tg_ctx_free anyway). */
 void tg__free(tg_ctx *ctx, void *p);
 
@@ -296,7 +302,15 @@ struct tg_ctx {
     uint64_t mark_epoch;
     tg_tensor **params;      /* every parameter, in creation order */
     int64_t n_params, cap_params;
-    uint64_t alloc_seq;      /* allocations made so far (tg_ctx_mark) */
+    uint64_t alloc_seq;      /* number of the next allocation (tg_ctx_mark); a rewind sets it
+                                back to the mark's */
+    /* Rewind history (ctx.c, tg_ctx_rewind): a step function giving, for each allocation
+     * number, the era (count of rewinds) in which it was last handed out: eras[k] covers the
+     * numbers from eras[k].seq up to eras[k + 1].seq; both fields increase along the array.
+     * Points at eras_inline, or at a block the context owns once more are needed. */
+    uint64_t n_rewinds;
+    struct tg__era { uint64_t seq, gen; } *eras, eras_inline[8];
+    int64_t n_eras, cap_eras;
     tg_graph *graphs;        /* live graphs, newest first (tg_ctx_rewind frees newer ones) */
     int run_threads;         /* > 0 while a graph runs: tg__threads caps at this */
     tg_status kernel_status; /* first failure reported by a kernel (tg__kernel_fail), read and
@@ -309,6 +323,14 @@ static inline tg_status tg__kernel_take(tg_ctx *ctx)
     tg_status s = ctx->kernel_status;
     ctx->kernel_status = TG_OK;
     return s;
+}
+
+/* Is @p m a mark of ctx that no rewind has gone past (tg_ctx_rewind would accept it)? */
+bool tg__mark_valid(const tg_ctx *ctx, tg_mark m);
+/* Does an op (not released by a rewind) read t? */
+static inline bool tg__consumed(const tg_tensor *t)
+{
+    return t->consumed && tg__mark_valid(t->ctx, t->consumed_by);
 }
 
 /* Allocation number at which a graph was created, and freeing one during a rewind

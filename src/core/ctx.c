@@ -87,6 +87,8 @@ tg_ctx *tg_ctx_new_with(const tg_allocator *allocator)
     ctx->al = al;
     ctx->n_threads = default_threads();
     ctx->training = true;
+    ctx->eras = ctx->eras_inline;
+    ctx->cap_eras = (int64_t)(sizeof ctx->eras_inline / sizeof ctx->eras_inline[0]);
     tg_ctx_seed(ctx, 0);
     return ctx;
 }
@@ -146,6 +148,12 @@ void *tg__alloc_owned(tg_ctx *ctx, size_t size, const char *fn, uint64_t owner)
     return p;
 }
 
+void tg__set_owner(void *p, uint64_t owner)
+{
+    if (p)
+        ((tg_block *)p - 1)->owner = owner;
+}
+
 void tg__free(tg_ctx *ctx, void *p)
 {
     if (!p)
@@ -161,28 +169,93 @@ void tg__free(tg_ctx *ctx, void *p)
     ctx->al.free(ctx->al.user, b->raw);
 }
 
-/* ----- marks: give back everything made after a point ------------------------------------- */
+/* ----- marks: give back everything made after a point -------------------------------------
+ * A rewind frees the blocks numbered from the mark's allocation number on (except those owned
+ * by the context or by a tensor made before the mark), then sets the numbering back to the
+ * mark's, so a loop that marks and rewinds reuses the same numbers. A mark is stale once a
+ * rewind went to a point before it: rewinding to it then would free half of objects made since
+ * (a tensor made just before its number keeping a pointer to data made just after). The rewind
+ * history (ctx->eras, see core.h) tells: a mark taken at number s in era G is valid iff number
+ * s - 1 was last handed out in an era <= G, i.e. no rewind since the mark went below s. */
 tg_mark tg_ctx_mark(tg_ctx *ctx)
 {
-    tg_mark m = {0, 0, 0};
+    tg_mark m = {0, 0, 0, 0};
     if (!ctx)
         return m;
     m.alloc_seq_ = ctx->alloc_seq;
     m.tensor_id_ = ctx->next_id;
     m.n_params_ = ctx->n_params;
+    m.era_ = ctx->n_rewinds;
     return m;
+}
+
+/* The era in which allocation number seq was last handed out. */
+static uint64_t era_of(const tg_ctx *ctx, uint64_t seq)
+{
+    for (int64_t k = ctx->n_eras - 1; k >= 0; k--)
+        if (ctx->eras[k].seq <= seq)
+            return ctx->eras[k].gen;
+    return 0;
+}
+
+/* Entries left after a rewind to number seq drops the steps it overwrites. */
+static int64_t eras_kept(const tg_ctx *ctx, uint64_t seq)
+{
+    int64_t n = ctx->n_eras;
+    while (n > 0 && ctx->eras[n - 1].seq >= seq)
+        n--;
+    return n;
+}
+
+/* Room for one more entry. The history grows only with rewind points that stay in use (a
+ * loop rewinding to one mark keeps one entry); past the inline array it moves to a block the
+ * context owns (never released by a rewind). If that allocation fails, the two oldest steps
+ * are merged under the newer era: marks that step covered may then be refused although
+ * valid (never the reverse), and the error state is left as it was. */
+static void eras_room(tg_ctx *ctx, int64_t keep)
+{
+    if (keep < ctx->cap_eras)
+        return;
+    tg_status st = ctx->status;
+    bool sticky = ctx->sticky;
+    char msg[sizeof ctx->msg];
+    memcpy(msg, ctx->msg, sizeof msg);
+    int64_t nc = 2 * ctx->cap_eras;
+    struct tg__era *e = tg__alloc_owned(ctx, sizeof *e * (size_t)nc, "tg_ctx_rewind",
+                                        TG__OWNER_CTX);
+    if (e) {
+        memcpy(e, ctx->eras, sizeof *e * (size_t)ctx->n_eras);
+        if (ctx->eras != ctx->eras_inline)
+            tg__free(ctx, ctx->eras);
+        ctx->eras = e;
+        ctx->cap_eras = nc;
+        return;
+    }
+    ctx->status = st;
+    ctx->sticky = sticky;
+    memcpy(ctx->msg, msg, sizeof msg);
+    ctx->eras[1].seq = ctx->eras[0].seq;
+    memmove(&ctx->eras[0], &ctx->eras[1], sizeof *ctx->eras * (size_t)(ctx->n_eras - 1));
+    ctx->n_eras--;
+}
+
+bool tg__mark_valid(const tg_ctx *ctx, tg_mark mark)
+{
+    return mark.alloc_seq_ <= ctx->alloc_seq && mark.tensor_id_ <= ctx->next_id &&
+           mark.n_params_ <= ctx->n_params && mark.era_ <= ctx->n_rewinds &&
+           (mark.alloc_seq_ == 0 || era_of(ctx, mark.alloc_seq_ - 1) <= mark.era_);
 }
 
 tg_status tg_ctx_rewind(tg_ctx *ctx, tg_mark mark)
 {
     if (!ctx)
         return TG_ERR_ARG;
-    if (mark.alloc_seq_ > ctx->alloc_seq || mark.tensor_id_ > ctx->next_id ||
-        mark.n_params_ > ctx->n_params) {
+    if (!tg__mark_valid(ctx, mark)) {
         tg__run_err(ctx, TG_ERR_ARG, "tg_ctx_rewind",
                     "the mark is not from this context, or was already rewound past");
         return TG_ERR_ARG;
     }
+    eras_room(ctx, eras_kept(ctx, mark.alloc_seq_));
     /* Graphs made after the mark first (they unbind the tensors they ran). */
     while (ctx->graphs && tg__graph_seq(ctx->graphs) >= mark.alloc_seq_)
         tg__graph_forget(ctx->graphs);
@@ -197,6 +270,12 @@ tg_status tg_ctx_rewind(tg_ctx *ctx, tg_mark mark)
             tg__free(ctx, b + 1);
         b = next;
     }
+    /* Back to the mark's numbering; from here numbers >= the mark's belong to a new era. */
+    ctx->alloc_seq = mark.alloc_seq_;
+    ctx->next_id = mark.tensor_id_;
+    ctx->n_rewinds++;
+    ctx->n_eras = eras_kept(ctx, mark.alloc_seq_);
+    ctx->eras[ctx->n_eras++] = (struct tg__era){mark.alloc_seq_, ctx->n_rewinds};
     return TG_OK;
 }
 

@@ -221,10 +221,14 @@ tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t 
     t->op = op;
     t->def = def;
     t->n_src = n_src;
+    tg_mark made = tg_ctx_mark(ctx); /* just after t: stale once a rewind releases t */
     for (int i = 0; i < n_src; i++) {
         t->src[i] = s2[i];
         if (s2[i]) {
-            s2[i]->consumed = true;
+            if (!tg__consumed(s2[i])) { /* keep the oldest op still reading it */
+                s2[i]->consumed = true;
+                s2[i]->consumed_by = made;
+            }
             if (s2[i]->requires_grad)
                 t->requires_grad = true;
         }
@@ -492,7 +496,7 @@ tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)
     if (t->kind == TG_KIND_INPUT) {
         if (t->requires_grad == requires_grad)
             return TG_OK;
-        if (t->consumed) {
+        if (tg__consumed(t)) {
             /* The ops built on t recorded whether they need gradients; changing t now would
              * leave them stale (backward silently gave a zero gradient). */
             tg__err(t->ctx, TG_ERR_STATE, "tg_set_requires_grad",

@@ -230,7 +230,14 @@ static tg_status replan(tg_graph *g)
     g->n_bufs = 0;
     g->nt = tg__threads(ctx);
     bool pending = tg__build_failed(ctx);
-    if (!tg__plan(g, "tg_graph_forward")) {
+    bool planned = tg__plan(g, "tg_graph_forward");
+    /* The new plan belongs to the graph, made before or after any mark: a rewind must not
+     * release it unless it frees the graph (tg_graph_free, which frees the plan). */
+    void *fresh[] = {g->bufs, g->out_buf, g->saved_buf, g->grad_buf, g->wsf_buf, g->wsb_buf,
+                     g->fresh_buf, g->end_ptr, g->end_list, g->arena};
+    for (size_t i = 0; i < sizeof fresh / sizeof fresh[0]; i++)
+        tg__set_owner(fresh[i], TG__OWNER_CTX);
+    if (!planned) {
         g->nt = 0; /* the next forward tries again */
         tg_status s = ctx->status;
         if (!pending) /* a failed plan is a run-time error of this call, not a build error */
