@@ -203,17 +203,25 @@ bool tg__plan(tg_graph *g, const char *fn)
     int64_t *end = tg__alloc(ctx, pn, fn);       /* last read of each node's output */
     int64_t *gstart = tg__alloc(ctx, pn, fn);    /* first write of each node's gradient */
     int64_t *lastc = tg__alloc(ctx, pn, fn);     /* that first writer (last grad-consumer) */
-    if (!lastc || !g->out_buf || !g->saved_buf || !g->grad_buf || !g->wsf_buf || !g->wsb_buf ||
+    int64_t *prevc = tg__alloc(ctx, pn, fn);     /* the grad-consumer before it, or -1 */
+    int64_t *ncons = tg__alloc(ctx, pn, fn);     /* grad-consumer edges */
+    int64_t *shared = tg__alloc(ctx, pn, fn);    /* per gradient buffer node: see below */
+    if (!lastc || !prevc || !ncons || !shared || !g->out_buf || !g->saved_buf || !g->grad_buf || !g->wsf_buf || !g->wsb_buf ||
         !g->fresh_buf || !g->bufs || !end || !gstart) {
         tg__free(ctx, end);
         tg__free(ctx, gstart);
         tg__free(ctx, lastc);
+        tg__free(ctx, prevc);
+        tg__free(ctx, ncons);
+        tg__free(ctx, shared);
         return false;
     }
     for (int64_t i = 0; i < n; i++) {
         g->out_buf[i] = g->saved_buf[i] = g->grad_buf[i] = g->wsf_buf[i] = g->wsb_buf[i] = -1;
         end[i] = i;
         gstart[i] = -1;
+        lastc[i] = prevc[i] = shared[i] = -1;
+        ncons[i] = 0;
         g->nodes[i]->topo = i;
     }
     /* Last reads and first gradient writes. */
@@ -234,7 +242,10 @@ bool tg__plan(tg_graph *g, const char *fn)
                 end[b] = tg__bwd_step(g, j);
             if (bw && s->requires_grad) {
                 gstart[s->topo] = tg__bwd_step(g, j); /* ascending j: the last consumer wins */
+                if (lastc[s->topo] != j)
+                    prevc[s->topo] = lastc[s->topo];
                 lastc[s->topo] = j;
+                ncons[s->topo]++;
             }
         }
         if (bw && (fl & TG_OPF_OUT)) {
@@ -298,20 +309,33 @@ bool tg__plan(tg_graph *g, const char *fn)
             int64_t e = g->persist[i] ? TG__FOREVER : tg__bwd_step(g, i);
             g->grad_buf[i] = add_buf(g, TG__BUF_GRAD, i, tg__buf_bytes(t), gstart[i], e);
             g->mem.gradients += (size_t)g->bufs[g->grad_buf[i]].size;
-            /* Backward in place: take the gradient of the consumer that writes this one first
-             * when that consumer's own gradient dies at that very step. */
+            /* Backward in place: take the gradient of the consumer c that writes this one first
+             * when c's own gradient dies at that very step (src[0] of a TG_OPF_BWD_INPLACE rule,
+             * which then writes it in place). */
             int64_t j = g->persist[i] ? -1 : lastc[i];
             tg_tensor *c = j >= 0 ? g->nodes[j] : NULL;
-            if (!g->no_reuse && c && (c->def->flags & TG_OPF_BWD_INPLACE) && c->src[0] == t &&
-                g->grad_buf[j] >= 0 && g->bufs[g->grad_buf[j]].end == gstart[i] &&
-                g->bufs[g->grad_buf[j]].alias < 0 &&
-                g->bufs[g->grad_buf[j]].size == g->bufs[g->grad_buf[i]].size &&
-                c->numel == t->numel) {
-                bool twice = false;
-                for (int k = 1; k < c->n_src; k++)
-                    twice = twice || c->src[k] == t;
-                if (!twice)
-                    g->bufs[g->grad_buf[i]].alias = g->grad_buf[j];
+            int64_t G = c ? g->grad_buf[j] : -1;
+            bool fits = !g->no_reuse && G >= 0 && g->bufs[G].end == gstart[i] &&
+                        g->bufs[G].alias < 0 && g->bufs[G].size == g->bufs[g->grad_buf[i]].size &&
+                        c->numel == t->numel;
+            bool twice = false;
+            for (int k = 0; fits && k < c->n_src; k++)
+                for (int k2 = k + 1; k2 < c->n_src; k2++)
+                    twice = twice || (c->src[k] == t && c->src[k2] == t);
+            if (fits && !twice && (c->def->flags & TG_OPF_BWD_INPLACE) && c->src[0] == t &&
+                (shared[j] < 0 || prevc[i] < shared[j])) {
+                /* (if src[1] already shares c's gradient, t's other consumers must run their
+                 * backward after src[1]'s rule has read it, i.e. come before it in order) */
+                g->bufs[g->grad_buf[i]].alias = G;
+            } else if (fits && !twice && c->op == TG_OP_ADD && c->n_src == 2 &&
+                       c->src[1] == t && ncons[i] == 1 && shared[j] < 0 &&
+                       c->src[0]->topo < i) {
+                /* add: src[1]'s gradient is dy too. It shares c's gradient (which src[0] may
+                 * take later, see above) when c is t's only consumer and src[0] comes earlier
+                 * (its rule, which may rewrite the buffer in place, runs after t's). The add's
+                 * rule normalizes the buffer in place (0 + dy) before t's rule reads it. */
+                g->bufs[g->grad_buf[i]].alias = G;
+                shared[j] = i;
             }
         }
         for (int64_t l = 0; l < g->n_leaves; l++) {
@@ -355,6 +379,9 @@ bool tg__plan(tg_graph *g, const char *fn)
     tg__free(ctx, end);
     tg__free(ctx, gstart);
     tg__free(ctx, lastc);
+    tg__free(ctx, prevc);
+    tg__free(ctx, ncons);
+    tg__free(ctx, shared);
 
     /* Placement: buckets by start step and by end step (counting sort keeps node order). */
     int64_t nb = g->n_bufs;
@@ -362,18 +389,24 @@ bool tg__plan(tg_graph *g, const char *fn)
     int64_t *sl = tg__alloc(ctx, sizeof(int64_t) * (size_t)(nb + 1), fn);
     g->end_ptr = tg__alloc(ctx, sizeof(int64_t) * (size_t)(steps + 2), fn);
     g->end_list = tg__alloc(ctx, sizeof(int64_t) * (size_t)(nb + 1), fn);
-    unsigned char *moved = tg__alloc(ctx, (size_t)nb + 1, fn);
+    /* An in-place chain (a buffer and the buffers that took its slot, possibly several) is one
+     * slot: placed at its root's start, released (and poisoned) at its last member's end. */
+    int64_t *root = tg__alloc(ctx, sizeof(int64_t) * (size_t)(nb + 1), fn);
+    int64_t *cend = tg__alloc(ctx, sizeof(int64_t) * (size_t)(nb + 1), fn);
     arena_plan p = {tg__alloc(ctx, sizeof(segment) * (size_t)(nb + 2), fn), 0, 0};
-    bool ok = sp && sl && g->end_ptr && g->end_list && moved && p.free;
+    bool ok = sp && sl && g->end_ptr && g->end_list && root && cend && p.free;
     if (ok) {
+        for (int64_t b = 0; b < nb; b++) { /* an alias always follows its source */
+            root[b] = g->bufs[b].alias >= 0 ? root[g->bufs[b].alias] : b;
+            cend[b] = g->bufs[b].end;
+            if (root[b] != b && cend[b] > cend[root[b]])
+                cend[root[b]] = cend[b];
+        }
         for (int64_t b = 0; b < nb; b++) {
             sp[g->bufs[b].start + 1]++;
-            if (g->bufs[b].alias >= 0)
-                moved[g->bufs[b].alias] = 1; /* its slot lives on in the in-place output */
+            if (root[b] == b && cend[b] != TG__FOREVER)
+                g->end_ptr[cend[b] + 1]++;
         }
-        for (int64_t b = 0; b < nb; b++)
-            if (g->bufs[b].end != TG__FOREVER && !moved[b])
-                g->end_ptr[g->bufs[b].end + 1]++;
         for (int64_t s = 0; s <= steps; s++) {
             sp[s + 1] += sp[s];
             g->end_ptr[s + 1] += g->end_ptr[s];
@@ -386,14 +419,14 @@ bool tg__plan(tg_graph *g, const char *fn)
             memcpy(fille, g->end_ptr, sizeof(int64_t) * (size_t)(steps + 1));
             for (int64_t b = 0; b < nb; b++) {
                 sl[fill[g->bufs[b].start]++] = b;
-                if (g->bufs[b].end != TG__FOREVER && !moved[b])
-                    g->end_list[fille[g->bufs[b].end]++] = b;
+                if (root[b] == b && cend[b] != TG__FOREVER)
+                    g->end_list[fille[cend[b]]++] = b;
             }
             for (int64_t s = 0; s < steps; s++) {
                 for (int64_t q = sp[s]; q < sp[s + 1]; q++) {
                     tg__buf *b = &g->bufs[sl[q]];
-                    if (b->alias >= 0)
-                        b->off = g->bufs[b->alias].off;
+                    if (root[sl[q]] != sl[q]) /* the root starts no later and comes first */
+                        b->off = g->bufs[root[sl[q]]].off;
                     else if (g->no_reuse) {
                         b->off = p.high;
                         p.high += b->size;
@@ -409,9 +442,10 @@ bool tg__plan(tg_graph *g, const char *fn)
         tg__free(ctx, fill);
         tg__free(ctx, fille);
     }
+    tg__free(ctx, root);
+    tg__free(ctx, cend);
     tg__free(ctx, sp);
     tg__free(ctx, sl);
-    tg__free(ctx, moved);
     tg__free(ctx, p.free);
     if (!ok)
         return false;
