@@ -13,26 +13,6 @@
  */
 #include "registry.h"
 
-static tg_tensor *binary(tg_ctx *ctx, int op, const char *fn, tg_tensor *a, tg_tensor *b)
-{
-    tg_tensor *src[2] = {a, b};
-    if (!tg__check_srcs(ctx, fn, 2, src))
-        return NULL;
-    if (a->dtype != TG_F32 && a->dtype != TG_F64)
-        return tg__err(ctx, TG_ERR_DTYPE, fn, "operands are %s; expected f32 or f64",
-                       tg_dtype_str(a->dtype));
-    int64_t shape[TG_MAX_RANK];
-    int r;
-    if (!tg__broadcast_shape(a->rank, a->shape, b->rank, b->shape, &r, shape)) {
-        char sa[128], sb[128];
-        return tg__err(ctx, TG_ERR_SHAPE, fn, "shapes do not broadcast: a is %s, b is %s",
-                       tg__shape_str(a, sa, sizeof sa), tg__shape_str(b, sb, sizeof sb));
-    }
-    tg_tensor *y = tg__op_new(ctx, op, a->dtype, r, shape, 2, src);
-    if (!y)
-        return NULL;
-    return y;
-}
 
 size_t tg__arith_ws(const tg_tensor *y, int nt, bool backward)
 {
@@ -48,12 +28,12 @@ size_t tg__arith_ws(const tg_tensor *y, int nt, bool backward)
 
 tg_tensor *tg_sub(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
 {
-    return binary(ctx, TG_OP_SUB, "tg_sub", a, b);
+    return tg__binary_new(ctx, TG_OP_SUB, "tg_sub", a, b);
 }
 
 tg_tensor *tg_div(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
 {
-    return binary(ctx, TG_OP_DIV, "tg_div", a, b);
+    return tg__binary_new(ctx, TG_OP_DIV, "tg_div", a, b);
 }
 
 /* Offsets into a and b of the first element of row `row` of y (rows: y's last dim), for

@@ -158,23 +158,6 @@ void tg__gelu_backward(tg_tensor *y)
 /* ---- binary broadcasting ops --------------------------------------------------------------
  * workspace (mul's backward, only when an operand is broadcast): y->numel elements holding
  * dy * other before it is reduced onto the operand's shape. */
-static tg_tensor *binary(tg_ctx *ctx, int op, const char *fn, tg_tensor *a, tg_tensor *b)
-{
-    tg_tensor *src[2] = {a, b};
-    if (!tg__check_srcs(ctx, fn, 2, src))
-        return NULL;
-    int64_t shape[TG_MAX_RANK];
-    int r;
-    if (!tg__broadcast_shape(a->rank, a->shape, b->rank, b->shape, &r, shape)) {
-        char sa[128], sb[128];
-        return tg__err(ctx, TG_ERR_SHAPE, fn, "shapes do not broadcast: a is %s, b is %s",
-                       tg__shape_str(a, sa, sizeof sa), tg__shape_str(b, sb, sizeof sb));
-    }
-    tg_tensor *y = tg__op_new(ctx, op, a->dtype, r, shape, 2, src);
-    if (!y)
-        return NULL;
-    return y;
-}
 
 size_t tg__mul_ws(const tg_tensor *y, int nt, bool backward)
 {
@@ -185,12 +168,12 @@ size_t tg__mul_ws(const tg_tensor *y, int nt, bool backward)
 
 tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
 {
-    return binary(ctx, TG_OP_ADD, "tg_add", a, b);
+    return tg__binary_new(ctx, TG_OP_ADD, "tg_add", a, b);
 }
 
 tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
 {
-    return binary(ctx, TG_OP_MUL, "tg_mul", a, b);
+    return tg__binary_new(ctx, TG_OP_MUL, "tg_mul", a, b);
 }
 
 /* y = a (op) b over y's shape. Rows of the last dim are the unit of work: each row of y is

@@ -225,6 +225,9 @@ void tg__contiguous_strides(int rank, const int64_t *shape, int64_t *stride);
 bool tg__is_contiguous(const tg_tensor *t);
 /* Normalize a possibly negative axis against rank; returns -1 if out of range. */
 int tg__axis(int axis, int rank);
+/* The node of a broadcasting binary op (add, mul, sub, div): operands checked, shape
+ * broadcast (TG_ERR_SHAPE naming fn otherwise). NULL on error (recorded). */
+tg_tensor *tg__binary_new(tg_ctx *ctx, int op, const char *fn, tg_tensor *a, tg_tensor *b);
 /* Broadcast shapes a and b (right-aligned) into out; returns false if incompatible. */
 bool tg__broadcast_shape(int ra, const int64_t *a, int rb, const int64_t *b, int *rout,
                          int64_t *out);

@@ -308,6 +308,21 @@ bool tg__check_srcs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src)
     return tg__check_srcs_ids(ctx, fn, n, src, -1, NULL);
 }
 
+tg_tensor *tg__binary_new(tg_ctx *ctx, int op, const char *fn, tg_tensor *a, tg_tensor *b)
+{
+    tg_tensor *src[2] = {a, b};
+    if (!tg__check_srcs(ctx, fn, 2, src))
+        return NULL;
+    int64_t shape[TG_MAX_RANK];
+    int r;
+    if (!tg__broadcast_shape(a->rank, a->shape, b->rank, b->shape, &r, shape)) {
+        char sa[128], sb[128];
+        return tg__err(ctx, TG_ERR_SHAPE, fn, "shapes do not broadcast: a is %s, b is %s",
+                       tg__shape_str(a, sa, sizeof sa), tg__shape_str(b, sb, sizeof sb));
+    }
+    return tg__op_new(ctx, op, a->dtype, r, shape, 2, src);
+}
+
 bool tg__broadcast_shape(int ra, const int64_t *a, int rb, const int64_t *b, int *rout,
                          int64_t *out)
 {
