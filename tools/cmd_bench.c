@@ -1,6 +1,8 @@
 /*
  * cmd_bench.c - `tgrad bench`: speed measured in a benchmark, never in a test. Every number is
  * printed beside a reference measured in the same run:
+ *   gemm   - FMA peak probe, sgemm and dgemm through tg_matmul (NN, NT) on issue 9's shapes
+ *            against OpenBLAS when it can be dlopen()ed (bench_gemm.c);
  *   dense  - tgrad's dense op (the GEMM entry point) against a plain triple loop in C, in
  *            GFLOP/s, on 1 thread and on all threads;
  *   attn   - MHA forward + backward on a (32, 64, 128) batch, 1 thread vs all threads;
@@ -9,6 +11,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "bench_gemm.h"
 #include "climsg.h"
 #include "tgrad_train.h"
 
@@ -188,16 +191,33 @@ static const cli_option bench_opts[] = {
     {.name = "threads", .kind = CLI_INT, .offset = offsetof(bench_args, threads), .metavar = "N",
      .help = "threads of the 'all threads' column (default: OpenMP's)", .imin = 1,
      .imax = CLI_MAX_THREADS},
+    {.name = "only", .kind = CLI_CHOICE, .offset = offsetof(bench_args, only),
+     .metavar = "SECTION", .choices = "all|gemm|dense|attn|train",
+     .help = "run one section only (default: all)"},
+    {.name = "samples", .kind = CLI_INT, .offset = offsetof(bench_args, samples),
+     .metavar = "N", .help = "samples per GEMM number, reported as median (min-max) (default: 7)",
+     .imin = 1, .imax = 1000},
+    {.name = "tiny", .kind = CLI_FLAG, .offset = offsetof(bench_args, tiny),
+     .help = "GEMM section on one tiny shape (a smoke test; its numbers mean nothing)",
+     .flags = CLI_HIDDEN},
     {0},
 };
 
 static const cli_command bench_cmd = {
     .name = "bench",
-    .usage = "[--threads N]",
+    .usage = "[--only gemm|dense|attn|train] [--samples N] [--threads N]",
     .description =
-        "Times the dense kernel against a naive loop, MHA forward + backward and a training\n"
-        "step, each on 1 thread and on N threads (default: all), and prints the ratios.\n"
-        "Takes about a minute.",
+        "Sections, each on 1 thread and on N threads (default: all):\n"
+        "  gemm   the FMA peak of this machine (its own probe), then sgemm and dgemm through\n"
+        "         tg_matmul, C = A B (NN) and C = A B^T (NT), on issue 9's shapes: GFLOP/s as\n"
+        "         median (min-max) of --samples samples, % of the peak, and the ratio to\n"
+        "         OpenBLAS (libopenblas.so.0 loaded with dlopen when installed, with\n"
+        "         OPENBLAS_CORETYPE unset; samples interleaved in this process);\n"
+        "  dense  the dense kernel against a naive loop;\n"
+        "  attn   MHA forward + backward;\n"
+        "  train  a training step of the default text model.\n"
+        "Prints ratios only against references measured in the same run. All sections take\n"
+        "a few minutes.",
     .opts = bench_opts,
 };
 
@@ -230,10 +250,18 @@ int cmd_bench(int argc, char **argv)
         threads = tg_ctx_threads(probe);
         tg_ctx_free(probe);
     }
-    int rc = bench_dense(threads);
-    if (!rc)
+    int only = a.only, samples = a.samples > 0 ? (int)a.samples : 7;
+    int rc = 0;
+    if (only == 0 || only == 1) {
+        rc = bench_gemm(threads, samples, a.tiny);
+        if (only == 0)
+            printf("\n");
+    }
+    if (!rc && (only == 0 || only == 2))
+        rc = bench_dense(threads);
+    if (!rc && (only == 0 || only == 3))
         rc = bench_model(threads, false);
-    if (!rc)
+    if (!rc && (only == 0 || only == 4))
         rc = bench_model(threads, true);
     return rc;
 }
