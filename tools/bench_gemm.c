@@ -234,6 +234,12 @@ static bool blas_load(blas_lib *b, char *why, size_t n)
     /* This machine's environment pins OpenBLAS to Haswell kernels; the reference must run
      * its best ones, so the variable goes before the library reads it (at load time). */
     unsetenv("OPENBLAS_CORETYPE");
+    /* Idle OpenBLAS workers spin 2^28 TSC cycles (~0.1 s) before they sleep, and idle OpenMP
+     * workers spin too: on a 2-CPU machine either team spinning steals a core from the other
+     * library's next sample. Workers that park after 2^20 cycles (~0.4 ms), plus a pause of
+     * a few ms between the two libraries' samples (idle_pause), keep the interleaving fair;
+     * back-to-back calls inside a sample never wait that long. A user's value is kept. */
+    setenv("OPENBLAS_THREAD_TIMEOUT", "20", 0);
     b->h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
     if (!b->h) {
         const char *e = dlerror();
@@ -278,6 +284,13 @@ static void blas_call(const blas_lib *bl, const gemm_case *c, const void *a, con
         bl->dgemm(BG_ROW_MAJOR, BG_NO_TRANS, tb, M, N, K, 1.0, a, K, b, ldb, 0.0, y, N);
     else
         bl->sgemm(BG_ROW_MAJOR, BG_NO_TRANS, tb, M, N, K, 1.0f, a, K, b, ldb, 0.0f, y, N);
+}
+
+/* Let the other library's idle workers stop spinning (see blas_load) before a sample. */
+static void idle_pause(void)
+{
+    struct timespec ts = {0, 5000000}; /* 5 ms: past libgomp's default spin and OpenBLAS's */
+    nanosleep(&ts, NULL);
 }
 
 /* Time one case; 0, or 1 after reporting an error. */
@@ -328,12 +341,15 @@ static int gemm_run(const gemm_case *c, const blas_lib *bl, gemm_result *res)
     t1 = fmin(t1, now_s() - t0);
     int reps = t1 > 0.01 ? 1 : (int)fmin(1000.0, ceil(0.01 / fmax(t1, 1e-6)));
     for (int s = 0; s < nsmp && !rc; s++) {
+        if (bl->h)
+            idle_pause();
         t0 = now_s();
         for (int r = 0; r < reps && !rc; r++)
             if (tg_graph_forward(g) != TG_OK)
                 rc = 1;
         ttg[s] = (now_s() - t0) / reps;
         if (bl->h) {
+            idle_pause();
             t0 = now_s();
             for (int r = 0; r < reps; r++)
                 blas_call(bl, c, tg_tensor_data(a), tg_tensor_data(b), ybl);
@@ -434,8 +450,10 @@ int bench_gemm(int threads_all, int samples, bool tiny)
     char why[256];
     bool have_blas = blas_load(&bl, why, sizeof why);
     if (have_blas)
-        printf("\nReference: OpenBLAS (libopenblas.so.0, core %s), OPENBLAS_CORETYPE unset; "
-               "samples interleaved\n", bl.corename ? bl.corename() : "?");
+        printf("\nReference: OpenBLAS (libopenblas.so.0, core %s), OPENBLAS_CORETYPE unset, "
+               "OPENBLAS_THREAD_TIMEOUT=%s;\nsamples interleaved, 5 ms pause between the two "
+               "libraries' samples\n", bl.corename ? bl.corename() : "?",
+               getenv("OPENBLAS_THREAD_TIMEOUT"));
     else
         printf("\nOpenBLAS not available (%s): tgrad's numbers only\n", why);
 
