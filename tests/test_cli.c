@@ -371,6 +371,18 @@ START_TEST(test_top_level)
     cmd_result r = run_tgrad("gradcheck --help");
     ck_assert_msg(strstr(r.out, "--threads N") && strstr(r.out, "[1..256]"), "'%s'", r.out);
     result_free(&r);
+    r = run_tgrad("bench --help");
+    ck_assert_msg(strstr(r.out, "--samples N") && strstr(r.out, "--only SECTION") &&
+                      strstr(r.out, "OpenBLAS") && !strstr(r.out, "--tiny"), "'%s'", r.out);
+    result_free(&r);
+    /* the GEMM section runs (one tiny shape, 1 sample: a smoke test, its numbers mean
+     * nothing and none is checked) and prints its tables, with or without OpenBLAS */
+    r = run_tgrad("bench --only gemm --tiny --samples 1 --threads 2");
+    ck_assert_msg(r.exited && r.code == 0, "bench --tiny: %d '%s'", r.code, r.err);
+    ck_assert_msg(strstr(r.out, "FMA peak probe") && strstr(r.out, "OpenBLAS") &&
+                      strstr(r.out, "sgemm, 1 thread") && strstr(r.out, "dgemm, 2 threads") &&
+                      strstr(r.out, "(M, N, K)") && strstr(r.out, "(16, 8, 4)"), "'%s'", r.out);
+    result_free(&r);
     r = run_tgrad("run encoder --help");
     ck_assert_msg(strstr(r.out, "--eps E") && strstr(r.out, "[0, 1]") &&
                       strstr(r.out, "[1..65536]") && strstr(r.out, "(required)"), "'%s'", r.out);
@@ -417,6 +429,8 @@ START_TEST(test_hostile_numbers)
     const size_t nn = sizeof bad_nums / sizeof bad_nums[0];
     hostile("gradcheck", "--threads", "--op relu", bad_ints, ni, "from 1 to 256");
     hostile("bench", "--threads", "", bad_ints, ni, "from 1 to 256");
+    hostile("bench", "--samples", "", bad_ints, ni, "from 1 to 1000");
+    expect_usage_error("bench --only gemmm", "all, gemm, dense, attn or train");
     hostile("run mha --weights w.safetensors --x x.npy", "--heads", "", bad_ints, ni,
             "from 1 to 65536");
     hostile("run encoder --weights w.safetensors --x x.npy", "--heads", "", bad_ints, ni,

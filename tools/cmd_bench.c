@@ -193,7 +193,7 @@ static const cli_option bench_opts[] = {
      .imax = CLI_MAX_THREADS},
     {.name = "only", .kind = CLI_CHOICE, .offset = offsetof(bench_args, only),
      .metavar = "SECTION", .choices = "all|gemm|dense|attn|train",
-     .help = "run one section only (default: all)"},
+     .help = "all, gemm, dense, attn or train (default: all)"},
     {.name = "samples", .kind = CLI_INT, .offset = offsetof(bench_args, samples),
      .metavar = "N", .help = "samples per GEMM number, reported as median (min-max) (default: 7)",
      .imin = 1, .imax = 1000},
