@@ -146,6 +146,19 @@ static bool apply_options(const tg_safetensors *st, train_args *a, const cli_res
                          f->key);
                 return false;
             }
+            if (f->role == F_IDENTITY) { /* absent: the default, for every command alike */
+                char *dst = (char *)a + o->offset;
+                const char *def = (const char *)&defaults + o->offset;
+                bool on_cmdline = given && given->given[cli_index(cmd, o)];
+                if (on_cmdline && memcmp(dst, def, value_size(o)) != 0) {
+                    snprintf(err, n, "checkpoint is from a different config: it has no '%s' "
+                             "(the default, %s), %s given", f->key,
+                             given_value(o, &defaults, s, sizeof s),
+                             given_value(o, a, gv, sizeof gv));
+                    return false;
+                }
+                memcpy(dst, def, value_size(o));
+            }
             continue;
         }
         snprintf(src, sizeof src, "checkpoint field '%s'", f->key);
