@@ -705,8 +705,10 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
     }
     for (size_t i = 0; i < n; i++) {
         st_entry *e = order[i];
-        char what[160];
-        snprintf(what, sizeof what, "data of tensor '%.*s'", NM(e->name));
+        char raw[104], esc[720], what[760]; /* the name as one printable line */
+        snprintf(raw, sizeof raw, "%.*s", NM(e->name));
+        st_escape(esc, sizeof esc, raw);
+        snprintf(what, sizeof what, "data of tensor '%s'", esc);
         if (tg__src_read_elems(ctx, src, e->t->data, e->t->dtype, (tg__efmt)e->dt->efmt,
                                (uint64_t)e->numel, what) != TG_OK)
             goto done;
