@@ -331,13 +331,18 @@ TG_API const char *tg_tensor_op_name(const tg_tensor *t);
 TG_API const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n);
 
 /**
- * Raw data pointer: numel elements of the tensor's dtype (float, double or int32_t), row-major.
- * Valid until the context is freed. For op results it holds the value computed by the last
- * forward run.
+ * Raw data pointer: numel elements of the tensor's dtype (float, double or int32_t). For a
+ * leaf: its own buffer, row-major, valid until the context is freed (or rewound past it). For
+ * an op result: memory of the graph that last ran it (NULL before any graph ran it or after
+ * that graph was freed); it holds the last forward's value only if the tensor is an output of
+ * that graph or was marked with tg_keep() before tg_graph_new() (others may be overwritten by
+ * the planner). A view (tg_tensor_is_view()) points into its base's buffer with its own
+ * strides: read it with tg_get() or tg_tensor_get_data(), which follow them.
  */
 TG_API void *tg_tensor_data(tg_tensor *t);
-/** Raw gradient pointer (same layout as data), or NULL if @p t has no gradient buffer
- *  (no graph built with it that needs one). */
+/** Raw gradient pointer (row-major, the tensor's shape), or NULL if @p t has no gradient
+ *  buffer. A leaf's is its own accumulated gradient; an op result's is graph memory, readable
+ *  after backward only for outputs and tg_keep() tensors. */
 TG_API void *tg_tensor_grad(tg_tensor *t);
 
 /**
@@ -709,8 +714,10 @@ TG_API tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *input, tg_tensor *target,
 /**@{*/
 /**
  * Build a graph computing @p outputs (and everything they depend on). Iterative topological
- * sort (no recursion, no size limit). Allocates gradient buffers for every tensor that needs
- * one, so running cannot fail for lack of memory.
+ * sort (no recursion, no size limit). Plans every buffer of forward and backward (op outputs,
+ * saved values, gradients, workspace) by lifetime in one arena it allocates now, and the
+ * accumulated gradient of every leaf that requires grad, so running cannot fail for lack of
+ * memory (tg_graph_memory() reports the plan).
  * Errors: ::TG_ERR_ARG (n_outputs < 1 or a NULL output), ::TG_ERR_NOMEM, or the context's
  * recorded build error if one is pending (a graph is never built over a failed builder). A
  * run-time error left by an earlier call (a failed forward, say) does not prevent it.
