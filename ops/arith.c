@@ -51,41 +51,11 @@ static void row_offsets(const tg_tensor *y, int64_t row, const int64_t *as, cons
     }
 }
 
-/* Forward: one row of y's last dim per iteration, each row written by one iteration.
+/* Forward: ops/elementwise.c (the broadcasting loop of add and mul).
  * Backward (div): one row per iteration writing its own row of dst, which is either the
  * operand's gradient (the operand has y's shape: dst[i] += v) or the scratch (dst[i] = v) that
  * tg__reduce_to then sums in its fixed order. Race-free and thread-count independent. */
 #define DEFINE_ARITH(T, SUF)                                                                   \
-    static void fwd_##SUF(const tg_tensor *y, bool is_div)                                     \
-    {                                                                                          \
-        const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
-        const T *A = a->data, *B = b->data;                                                    \
-        T *Y = y->data;                                                                        \
-        int nt = tg__threads(y->ctx);                                                          \
-        int64_t n = y->numel;                                                                  \
-        if (a->numel == n && b->numel == n) {                                                  \
-            TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
-            for (int64_t i = 0; i < n; i++)                                                    \
-                Y[i] = is_div ? A[i] / B[i] : A[i] - B[i];                                     \
-            return;                                                                            \
-        }                                                                                      \
-        int r = y->rank;                                                                       \
-        int64_t as[TG_MAX_RANK], bs[TG_MAX_RANK];                                              \
-        tg__bcast_strides(a, r, y->shape, as);                                                 \
-        tg__bcast_strides(b, r, y->shape, bs);                                                 \
-        int64_t L = r ? y->shape[r - 1] : 1, rows = n / L;                                     \
-        int64_t asl = r ? as[r - 1] : 0, bsl = r ? bs[r - 1] : 0;                              \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
-        for (int64_t row = 0; row < rows; row++) {                                             \
-            int64_t ao, bo;                                                                    \
-            row_offsets(y, row, as, bs, &ao, &bo);                                             \
-            T *yr = Y + row * L;                                                               \
-            for (int64_t j = 0; j < L; j++) {                                                  \
-                T va = A[ao + j * asl], vb = B[bo + j * bsl];                                  \
-                yr[j] = is_div ? va / vb : va - vb;                                            \
-            }                                                                                  \
-        }                                                                                      \
-    }                                                                                          \
     /* dst (y's shape) (+)= d y / d src[s] * dy per element */                                 \
     static void div_grad_##SUF(const tg_tensor *y, int s, T *dst, bool acc)                    \
     {                                                                                          \
@@ -136,13 +106,6 @@ static void row_offsets(const tg_tensor *y, int64_t row, const int64_t *as, cons
 DEFINE_ARITH(float, f32)
 DEFINE_ARITH(double, f64)
 
-void tg__sub_forward(tg_tensor *y)
-{
-    if (y->dtype == TG_F32)
-        fwd_f32(y, false);
-    else
-        fwd_f64(y, false);
-}
 
 void tg__sub_backward(tg_tensor *y)
 {
@@ -164,13 +127,6 @@ void tg__sub_backward(tg_tensor *y)
         sub_from_f64(nt, b->numel, v, b->grad);
 }
 
-void tg__div_forward(tg_tensor *y)
-{
-    if (y->dtype == TG_F32)
-        fwd_f32(y, true);
-    else
-        fwd_f64(y, true);
-}
 
 void tg__div_backward(tg_tensor *y)
 {

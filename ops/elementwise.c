@@ -1,5 +1,6 @@
 /*
- * elementwise.c - scale, add, mul (broadcasting), relu, gelu.
+ * elementwise.c - scale, add, mul (broadcasting), relu, gelu; the broadcasting forward loop is also
+ * sub's and div's (ops/arith.c has their math and backward rules).
  *
  * scale: y = s x                      dx = s dy
  * add:   y = a + b (broadcast)        da = reduce(dy), db = reduce(dy)
@@ -176,10 +177,8 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
     return tg__binary_new(ctx, TG_OP_MUL, "tg_mul", a, b);
 }
 
-/* y = a (op) b over y's shape. Rows of the last dim are the unit of work: each row of y is
- * written by one iteration. */
-#define DEFINE_BINARY(T, SUF)                                                                  \
-    static void binary_fwd_##SUF(const tg_tensor *y, bool is_mul)                              \
+#define BINARY_FWD(T, SUF, NAME, OP)                                                           \
+    static void NAME##_fwd_##SUF(const tg_tensor *y)                                           \
     {                                                                                          \
         const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
         const T *A = a->data, *B = b->data;                                                    \
@@ -189,7 +188,7 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
         if (a->numel == n && b->numel == n) {                                                  \
             TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
             for (int64_t i = 0; i < n; i++)                                                    \
-                Y[i] = is_mul ? A[i] * B[i] : A[i] + B[i];                                     \
+                Y[i] = A[i] OP B[i];                                                           \
             return;                                                                            \
         }                                                                                      \
         int r = y->rank;                                                                       \
@@ -208,12 +207,18 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
                 bo += idx * bs[d];                                                             \
             }                                                                                  \
             T *yr = Y + row * L;                                                               \
-            for (int64_t j = 0; j < L; j++) {                                                  \
-                T va = A[ao + j * asl], vb = B[bo + j * bsl];                                  \
-                yr[j] = is_mul ? va * vb : va + vb;                                            \
-            }                                                                                  \
+            for (int64_t j = 0; j < L; j++)                                                    \
+                yr[j] = A[ao + j * asl] OP B[bo + j * bsl];                                    \
         }                                                                                      \
-    }                                                                                          \
+    }
+
+#define DEFINE_BINARY(T, SUF)                                                                  \
+    /* y = a (op) b over y's shape, for OP one of + * - /: rows of the last dim are the unit of \
+     * work, each row of y written by one iteration. */                                       \
+    BINARY_FWD(T, SUF, add, +)                                                                 \
+    BINARY_FWD(T, SUF, mul, *)                                                                 \
+    BINARY_FWD(T, SUF, sub, -)                                                                 \
+    BINARY_FWD(T, SUF, div, /)                                                                 \
     /* dst[i] = dy[i] * other(broadcast)[i] over y's shape */                                  \
     static void mul_expand_##SUF(const tg_tensor *y, const tg_tensor *other, T *dst)           \
     {                                                                                          \
@@ -259,9 +264,9 @@ DEFINE_BINARY(double, f64)
 void tg__add_forward(tg_tensor *y)
 {
     if (y->dtype == TG_F32)
-        binary_fwd_f32(y, false);
+        add_fwd_f32(y);
     else
-        binary_fwd_f64(y, false);
+        add_fwd_f64(y);
 }
 
 void tg__add_backward(tg_tensor *y)
@@ -278,9 +283,26 @@ void tg__add_backward(tg_tensor *y)
 void tg__mul_forward(tg_tensor *y)
 {
     if (y->dtype == TG_F32)
-        binary_fwd_f32(y, true);
+        mul_fwd_f32(y);
     else
-        binary_fwd_f64(y, true);
+        mul_fwd_f64(y);
+}
+
+/* sub and div (ops/arith.c) share the broadcasting forward loop. */
+void tg__sub_forward(tg_tensor *y)
+{
+    if (y->dtype == TG_F32)
+        sub_fwd_f32(y);
+    else
+        sub_fwd_f64(y);
+}
+
+void tg__div_forward(tg_tensor *y)
+{
+    if (y->dtype == TG_F32)
+        div_fwd_f32(y);
+    else
+        div_fwd_f64(y);
 }
 
 void tg__mul_backward(tg_tensor *y)
