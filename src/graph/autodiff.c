@@ -169,12 +169,8 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
                 bool dup = false;
                 for (int j = 0; j < k; j++)
                     dup = dup || t->src[j] == s;
-                int64_t b = s->op == TG_OP_NONE ? -1 : g->grad_buf[s->topo];
+                int64_t b = s->op == TG_OP_NONE ? g->leaf_buf[s->topo] : g->grad_buf[s->topo];
                 int64_t start = b >= 0 ? g->bufs[b].start : -1;
-                if (s->op == TG_OP_NONE)
-                    for (int64_t l = 0; l < g->n_leaves; l++)
-                        if (g->leaves[l] == s)
-                            start = g->bufs[g->fresh_buf[l]].start;
                 if (!dup && start == step && s->grad != t->grad) /* (in place: no zeroing) */
                     zero(s->grad, s);
             }

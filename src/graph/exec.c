@@ -216,27 +216,14 @@ tg_status tg_graph_anomaly(const tg_graph *g, tg_anomaly_report *report)
 static tg_status replan(tg_graph *g)
 {
     tg_ctx *ctx = g->ctx;
-    void *plan[] = {g->bufs, g->out_buf, g->saved_buf, g->grad_buf, g->wsf_buf, g->wsb_buf,
-                    g->fresh_buf, g->end_ptr, g->end_list};
     tg__unbind(g);
-    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++)
-        tg__free(ctx, plan[i]);
-    tg__free(ctx, g->arena);
-    g->bufs = NULL;
-    g->out_buf = g->saved_buf = g->grad_buf = g->wsf_buf = g->wsb_buf = g->fresh_buf = NULL;
-    g->end_ptr = g->end_list = NULL;
-    g->arena = NULL;
-    g->arena_bytes = 0;
-    g->n_bufs = 0;
+    tg__plan_free(g);
     g->nt = tg__threads(ctx);
     bool pending = tg__build_failed(ctx);
     bool planned = tg__plan(g, "tg_graph_forward");
     /* The new plan belongs to the graph, made before or after any mark: a rewind must not
      * release it unless it frees the graph (tg_graph_free, which frees the plan). */
-    void *fresh[] = {g->bufs, g->out_buf, g->saved_buf, g->grad_buf, g->wsf_buf, g->wsb_buf,
-                     g->fresh_buf, g->end_ptr, g->end_list, g->arena};
-    for (size_t i = 0; i < sizeof fresh / sizeof fresh[0]; i++)
-        tg__set_owner(fresh[i], TG__OWNER_CTX);
+    tg__plan_set_owner(g, TG__OWNER_CTX);
     if (!planned) {
         g->nt = 0; /* the next forward tries again */
         tg_status s = ctx->status;

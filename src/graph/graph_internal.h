@@ -51,6 +51,7 @@ struct tg_graph {
     tg__buf *bufs;
     int64_t *out_buf, *saved_buf, *grad_buf, *wsf_buf, *wsb_buf; /* per node: buffer or -1 */
     int64_t *fresh_buf;     /* per leaf: this call's gradient, or -1 */
+    int64_t *leaf_buf;      /* per node: fresh_buf of the leaf it is, or -1 */
     int64_t *end_ptr, *end_list; /* poison: buffers whose lifetime ends at each step (CSR) */
     char *arena;
     size_t arena_bytes;
@@ -70,6 +71,10 @@ static inline void *tg__buf_ptr(const tg_graph *g, int64_t b)
 
 /* order.c: drop the bindings tensors hold into g's arena (before it is freed or replaced). */
 void tg__unbind(tg_graph *g);
+/* plan.c: free the plan (its arrays and the arena; NULLs them), or give its blocks an owner
+ * (tg__set_owner: TG__OWNER_CTX keeps them through a rewind). */
+void tg__plan_free(tg_graph *g);
+void tg__plan_set_owner(tg_graph *g, uint64_t owner);
 /* plan.c: compute lifetimes and place every buffer; allocates g->arena. false: error recorded */
 bool tg__plan(tg_graph *g, const char *fn);
 /* exec.c: bind every node's data and saved pointers to this graph's arena (and views to

@@ -83,9 +83,9 @@ void tg_graph_free(tg_graph *g)
     tg_ctx *ctx = g->ctx;
     tg__unbind(g);
     unlink_graph(g);
-    void *arrays[] = {g->nodes, g->leaves, g->leaf_node, g->own, g->outputs, g->needed, g->minf_ok,
-                      g->persist, g->bufs, g->out_buf, g->saved_buf, g->grad_buf, g->wsf_buf,
-                      g->wsb_buf, g->fresh_buf, g->end_ptr, g->end_list, g->arena};
+    tg__plan_free(g);
+    void *arrays[] = {g->nodes,  g->leaves, g->leaf_node, g->own,
+                      g->outputs, g->needed, g->minf_ok,  g->persist};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         tg__free(ctx, arrays[i]);
     tg__free(ctx, g);

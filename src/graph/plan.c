@@ -186,6 +186,41 @@ static size_t ws_bytes(const tg_tensor *t, int nt, bool backward)
 /* The tensor whose buffer t's data lives in (t itself unless t is a view). */
 static const tg_tensor *owner_of(const tg_tensor *t) { return t->base ? t->base : t; }
 
+/* The blocks a plan allocates (the plan's arrays and the arena), for freeing or re-owning
+ * them together; *n gets their count. */
+static void **plan_blocks(tg_graph *g, void **out, size_t *n)
+{
+    void *b[] = {g->bufs,      g->out_buf,  g->saved_buf, g->grad_buf, g->wsf_buf, g->wsb_buf,
+                 g->fresh_buf, g->leaf_buf, g->end_ptr,   g->end_list, g->arena};
+    memcpy(out, b, sizeof b);
+    *n = sizeof b / sizeof b[0];
+    return out;
+}
+
+void tg__plan_free(tg_graph *g)
+{
+    void *b[16];
+    size_t n;
+    plan_blocks(g, b, &n);
+    for (size_t i = 0; i < n; i++)
+        tg__free(g->ctx, b[i]);
+    g->bufs = NULL;
+    g->out_buf = g->saved_buf = g->grad_buf = g->wsf_buf = g->wsb_buf = g->fresh_buf = NULL;
+    g->leaf_buf = g->end_ptr = g->end_list = NULL;
+    g->arena = NULL;
+    g->arena_bytes = 0;
+    g->n_bufs = 0;
+}
+
+void tg__plan_set_owner(tg_graph *g, uint64_t owner)
+{
+    void *b[16];
+    size_t n;
+    plan_blocks(g, b, &n);
+    for (size_t i = 0; i < n; i++)
+        tg__set_owner(b[i], owner);
+}
+
 bool tg__plan(tg_graph *g, const char *fn)
 {
     tg_ctx *ctx = g->ctx;
@@ -199,6 +234,7 @@ bool tg__plan(tg_graph *g, const char *fn)
     g->wsf_buf = tg__alloc(ctx, pn, fn);
     g->wsb_buf = tg__alloc(ctx, pn, fn);
     g->fresh_buf = tg__alloc(ctx, sizeof(int64_t) * (size_t)(g->n_leaves + 1), fn);
+    g->leaf_buf = tg__alloc(ctx, pn, fn);
     g->bufs = tg__alloc(ctx, sizeof(tg__buf) * (size_t)(6 * n + 1), fn);
     int64_t *end = tg__alloc(ctx, pn, fn);       /* last read of each node's output */
     int64_t *gstart = tg__alloc(ctx, pn, fn);    /* first write of each node's gradient */
@@ -206,7 +242,7 @@ bool tg__plan(tg_graph *g, const char *fn)
     int64_t *prevc = tg__alloc(ctx, pn, fn);     /* the grad-consumer before it, or -1 */
     int64_t *ncons = tg__alloc(ctx, pn, fn);     /* grad-consumer edges */
     int64_t *shared = tg__alloc(ctx, pn, fn);    /* per gradient buffer node: see below */
-    if (!lastc || !prevc || !ncons || !shared || !g->out_buf || !g->saved_buf || !g->grad_buf || !g->wsf_buf || !g->wsb_buf ||
+    if (!g->leaf_buf || !lastc || !prevc || !ncons || !shared || !g->out_buf || !g->saved_buf || !g->grad_buf || !g->wsf_buf || !g->wsb_buf ||
         !g->fresh_buf || !g->bufs || !end || !gstart) {
         tg__free(ctx, end);
         tg__free(ctx, gstart);
@@ -218,6 +254,7 @@ bool tg__plan(tg_graph *g, const char *fn)
     }
     for (int64_t i = 0; i < n; i++) {
         g->out_buf[i] = g->saved_buf[i] = g->grad_buf[i] = g->wsf_buf[i] = g->wsb_buf[i] = -1;
+        g->leaf_buf[i] = -1;
         end[i] = i;
         gstart[i] = -1;
         lastc[i] = prevc[i] = shared[i] = -1;
@@ -343,6 +380,7 @@ bool tg__plan(tg_graph *g, const char *fn)
             int64_t s = gstart[i] >= 0 ? gstart[i] : n;
             g->fresh_buf[l] = add_buf(g, TG__BUF_FRESH, i, tg__buf_bytes(g->nodes[i]), s,
                                       TG__FOREVER);
+            g->leaf_buf[i] = g->fresh_buf[l];
             g->mem.gradients += (size_t)g->bufs[g->fresh_buf[l]].size;
         }
         for (int64_t i = n - 1; i >= 0; i--) {
