@@ -211,6 +211,18 @@ TG_API void tg_rng_set_state(tg_ctx *ctx, const uint64_t state[4]);
 TG_API void tg_ctx_set_training(tg_ctx *ctx, bool training);
 TG_API bool tg_ctx_training(const tg_ctx *ctx);
 
+/**
+ * Fused kernels (default true). When enabled, module builders (tg_sdpa, tg_mha, the FFN, the
+ * encoder and transformer layers) emit fused ops where one applies: flash attention instead of
+ * matmul + scale + mask + softmax + matmul when the attention weights are not requested, dense
+ * with its activation in the GEMM epilogue, and so on. Disabled, they emit the unfused graph of
+ * elementary ops, e.g. to compare the two in tests or to read every intermediate. Read when a
+ * builder is called (not when a graph runs); the results agree to rounding (about 1e-12 relative
+ * in f64).
+ */
+TG_API void tg_ctx_set_fusion(tg_ctx *ctx, bool enabled);
+TG_API bool tg_ctx_fusion(const tg_ctx *ctx);
+
 /** Bytes currently held by the context from its allocator. */
 TG_API size_t tg_ctx_bytes(const tg_ctx *ctx);
 /**

@@ -301,6 +301,7 @@ struct tg_ctx {
     int n_threads;
     uint64_t rng[4];
     bool training;
+    bool unfused;            /* tg_ctx_set_fusion(ctx, false) */
     uint64_t next_id;
     uint64_t mark_epoch;
     tg_tensor **params;      /* every parameter, in creation order */

@@ -384,6 +384,14 @@ void tg_ctx_set_training(tg_ctx *ctx, bool training)
 
 bool tg_ctx_training(const tg_ctx *ctx) { return ctx ? ctx->training : false; }
 
+void tg_ctx_set_fusion(tg_ctx *ctx, bool enabled)
+{
+    if (ctx)
+        ctx->unfused = !enabled;
+}
+
+bool tg_ctx_fusion(const tg_ctx *ctx) { return ctx ? !ctx->unfused : false; }
+
 /* ----- RNG: xoshiro256** (Blackman & Vigna 2018), seeded with splitmix64 ------------------- */
 uint64_t tg__splitmix64(uint64_t *x)
 {
