@@ -268,6 +268,20 @@ int tg__threads(const tg_ctx *ctx);
 #define TG_OMP_FOR(nt, cond) (void)(nt); (void)(cond);
 #endif
 
+/* ----- SIMD: one binary for every x86-64 ----------------------------------------------------
+ * TG_SIMD_CLONES on a hot function compiles it three times, for x86-64-v4 (AVX-512), x86-64-v3
+ * (AVX2 + FMA) and the baseline, and glibc's ifunc resolver picks one from CPUID at load time.
+ * The project builds with -ffp-contract=off, so a clone uses FMA only where the code asks for it
+ * (fma(), __builtin_fma, intrinsics); plain vectorized multiply/add rounds exactly as the scalar
+ * code does, and results do not depend on the clone. Never name a CPU model (arch=haswell,
+ * arch=skylake-avx512): those resolvers test the vendor/model, not the features. Under valgrind
+ * (no AVX-512) the v3 clone runs. Non-GCC or non-x86 builds get the portable code. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define TG_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TG_SIMD_CLONES
+#endif
+
 /* ----- GEMM: the one entry point for matrix products (ops/gemm.c) ---------------------------
  * C (M, N) = (acc ? C : 0) + op(A) op(B), op(A) (M, K), op(B) (K, N); lda/ldb/ldc are the row
  * strides of A, B, C as stored. Each C element is accumulated over k in increasing order by one
