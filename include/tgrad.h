@@ -526,6 +526,28 @@ TG_API tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x);
  */
 TG_API tg_tensor *tg_dense(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b);
 
+/** Activation of a feed-forward layer and of tg_dense_act(). */
+typedef enum tg_activation {
+    TG_ACT_RELU = 0, /**< max(0, x) (PyTorch default) */
+    TG_ACT_GELU = 1  /**< exact erf GELU */
+} tg_activation;
+
+/**
+ * Dense with its activation fused into the GEMM epilogue: y = act(x W^T + b), one op instead
+ * of tg_dense() followed by tg_relu() / tg_gelu(), the same values (bitwise for ReLU; GELU to
+ * rounding of erf), without a separate pass over the (..., out_features) result or a second
+ * buffer for ReLU. The first layer of the feed-forward network (Vaswani et al. 2017, eq. (2):
+ * FFN(x) = max(0, x W1 + b1) W2 + b2) uses it when tg_ctx_fusion() is on.
+ * Backward: dz = dy * act'(z) with z = x W^T + b (ReLU: 1 where y > 0, read from the output;
+ * GELU: z is saved, (..., out_features) elements), then dense's rules: dx += dz W, dW += dz^T x,
+ * db += column sums of dz.
+ * Shapes: x (..., in_features), w (out_features, in_features), b (out_features) or NULL
+ * -> (..., out_features); f32 or f64.
+ * Errors: those of tg_dense(); ::TG_ERR_ARG for an unknown activation.
+ */
+TG_API tg_tensor *tg_dense_act(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b,
+                               tg_activation act);
+
 /**
  * Layer normalisation over the last axis (Ba et al. 2016; PyTorch `nn.LayerNorm`):
  * y = (x - mean) / sqrt(var + eps) * gamma + beta, with the biased variance computed in two

@@ -42,11 +42,7 @@
 extern "C" {
 #endif
 
-/** Feed-forward activation. */
-typedef enum tg_activation {
-    TG_ACT_RELU = 0, /**< max(0, x) (PyTorch default) */
-    TG_ACT_GELU = 1  /**< exact erf GELU */
-} tg_activation;
+/* tg_activation (the feed-forward activation) is declared in tgrad.h, beside tg_dense_act. */
 
 /** Masks for attention; every field is optional and they combine (all blocks apply). */
 typedef struct tg_attn_masks {

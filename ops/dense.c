@@ -5,14 +5,19 @@
  * Backward: dx (R, I) += dy (R, O) W (O, I)
  *           dW (O, I) += dy^T (O, R) x (R, I)     (rows summed in order r = 0..R-1)
  *           db (O)    += sum_r dy[r, :]
+ * dense_act: y = act(z), z = x W^T + b, act ReLU or GELU applied in the GEMM's epilogue (the
+ * bias starts each element's chain); backward forms dz = dy act'(z) in its workspace and then
+ * runs dense's rules on dz. With the same GEMM order, dense_act and dense followed by
+ * relu/gelu give the same bits.
  */
 #include "registry.h"
 
+#include <math.h>
 #include <stdio.h>
 
-tg_tensor *tg_dense(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b)
+static tg_tensor *dense_new(tg_ctx *ctx, const char *fn, int op, tg_tensor *x,
+                            tg_tensor *w, tg_tensor *b)
 {
-    static const char *fn = "tg_dense";
     tg_tensor *src[3] = {x, w, b};
     if (!tg__check_srcs(ctx, fn, b ? 3 : 2, src))
         return NULL;
@@ -31,38 +36,57 @@ tg_tensor *tg_dense(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b)
     int64_t shape[TG_MAX_RANK];
     memcpy(shape, x->shape, sizeof shape);
     shape[x->rank - 1] = w->shape[0];
-    return tg__op_new(ctx, TG_OP_DENSE, x->dtype, x->rank, shape, b ? 3 : 2, src);
+    return tg__op_new(ctx, op, x->dtype, x->rank, shape, b ? 3 : 2, src);
 }
 
+tg_tensor *tg_dense(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b)
+{
+    return dense_new(ctx, "tg_dense", TG_OP_DENSE, x, w, b);
+}
+
+tg_tensor *tg_dense_act(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b,
+                        tg_activation act)
+{
+    static const char *fn = "tg_dense_act";
+    if (ctx && act != TG_ACT_RELU && act != TG_ACT_GELU)
+        return tg__err(ctx, TG_ERR_ARG, fn, "unknown activation %d (want TG_ACT_RELU or "
+                       "TG_ACT_GELU)", (int)act);
+    tg_tensor *y = dense_new(ctx, fn, TG_OP_DENSE_ACT, x, w, b);
+    if (!y)
+        return NULL;
+    y->p.dense.act = act;
+    /* GELU's derivative needs z = x W^T + b, which the output does not determine. */
+    if (act == TG_ACT_GELU &&
+        !tg__op_save_n(y, y->numel, tg_dtype_size(y->dtype), 0)) {
+        tg__free(ctx, y);
+        return tg__err(ctx, TG_ERR_OVERFLOW, fn, "saved pre-activation overflows");
+    }
+    return y;
+}
+
+#define INV_SQRT2 0.70710678118654752440
+#define INV_SQRT2PI 0.39894228040143267794
+
+/* Forward: one GEMM whose epilogue adds the bias (each chain starts at b[o]) and applies the
+ * activation (dense_act), so y is written once. Backward from G = dL/dz (z = x W^T + b). */
 #define DEFINE_DENSE(T, SUF)                                                                   \
-    static void fwd_##SUF(tg_tensor *y)                                                        \
+    static void fwd_##SUF(tg_tensor *y, int act)                                               \
     {                                                                                          \
         const tg_tensor *x = y->src[0], *w = y->src[1], *b = y->n_src > 2 ? y->src[2] : NULL;  \
         int64_t I = w->shape[1], O = w->shape[0], R = x->numel / I;                            \
-        int nt = tg__threads(y->ctx);                                                          \
-        T *Y = y->data;                                                                        \
-        tg__gemm_##SUF(nt, false, true, R, O, I, x->data, I, w->data, I, Y, O, false, y->ws); \
-        if (b) {                                                                               \
-            const T *B = b->data;                                                              \
-            /* Race-free: row r owns Y[r, :]. */                                               \
-            TG_OMP_FOR(nt, R * O > TG_PAR_MIN)                                                 \
-            for (int64_t r = 0; r < R; r++)                                                    \
-                for (int64_t o = 0; o < O; o++)                                                \
-                    Y[r * O + o] += B[o];                                                      \
-        }                                                                                      \
+        tg__gemm_epi epi = {b ? b->data : NULL, act, act == TG__EPI_GELU ? y->saved : NULL};   \
+        tg__gemm_ex_##SUF(tg__threads(y->ctx), false, true, R, O, I, x->data, I, w->data, I,   \
+                          y->data, O, false, y->ws, &epi);                                     \
     }                                                                                          \
-    static void bwd_##SUF(tg_tensor *y)                                                        \
+    static void bwd_from_##SUF(tg_tensor *y, const T *G, void *ws)                             \
     {                                                                                          \
         tg_tensor *x = y->src[0], *w = y->src[1], *b = y->n_src > 2 ? y->src[2] : NULL;        \
         int64_t I = w->shape[1], O = w->shape[0], R = x->numel / I;                            \
         int nt = tg__threads(y->ctx);                                                          \
-        const T *G = y->grad;                                                                  \
         if (x->grad)                                                                           \
-            tg__gemm_##SUF(nt, false, false, R, I, O, G, O, w->data, I, x->grad, I, true,      \
-                           y->ws);                                                      \
+            tg__gemm_##SUF(nt, false, false, R, I, O, G, O, w->data, I, x->grad, I, true, ws); \
         if (w->grad)                                                                           \
-            tg__gemm_##SUF(nt, true, false, O, I, R, G, O, x->data, I, w->grad, I, true,      \
-                           y->ws);                                                      \
+            tg__gemm_##SUF(nt, true, false, O, I, R, G, O, x->data, I, w->grad, I, true, ws);  \
         if (b && b->grad) {                                                                    \
             T *dB = b->grad;                                                                   \
             /* Race-free: column o owns dB[o]; rows summed in order. */                        \
@@ -74,6 +98,29 @@ tg_tensor *tg_dense(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b)
                 dB[o] += acc;                                                                  \
             }                                                                                  \
         }                                                                                      \
+    }                                                                                          \
+    /* dz = dy * act'(z) into the workspace's tail, then dense's rules. */                     \
+    static void act_bwd_##SUF(tg_tensor *y)                                                    \
+    {                                                                                          \
+        int64_t n = y->numel;                                                                  \
+        size_t gws = tg__gemm_ws_bytes(y->dtype, tg__threads(y->ctx));                         \
+        T *dz = (T *)(void *)((char *)y->ws + gws);                                            \
+        const T *dy = y->grad, *out = y->data, *z = y->saved;                                  \
+        int nt = tg__threads(y->ctx);                                                          \
+        if (y->p.dense.act == TG_ACT_RELU) {                                                   \
+            TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
+            for (int64_t i = 0; i < n; i++)                                                    \
+                dz[i] = out[i] > 0 ? dy[i] : 0; /* y > 0 exactly where z > 0 */                \
+        } else {                                                                               \
+            TG_OMP_FOR(nt, n > TG_PAR_MIN / 16)                                                \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                double v = (double)z[i];                                                       \
+                double cdf = 0.5 * (1.0 + erf(v * INV_SQRT2));                                 \
+                double pdf = INV_SQRT2PI * exp(-0.5 * v * v);                                  \
+                dz[i] = (T)((double)dy[i] * (cdf + v * pdf));                                  \
+            }                                                                                  \
+        }                                                                                      \
+        bwd_from_##SUF(y, dz, y->ws);                                                          \
     }
 DEFINE_DENSE(float, f32)
 DEFINE_DENSE(double, f64)
@@ -84,18 +131,41 @@ size_t tg__dense_ws(const tg_tensor *y, int nt, bool backward)
     return tg__gemm_ws_bytes(y->dtype, nt);
 }
 
+size_t tg__dense_act_ws(const tg_tensor *y, int nt, bool backward)
+{
+    size_t g = tg__gemm_ws_bytes(y->dtype, nt);
+    return backward ? g + (size_t)y->numel * tg_dtype_size(y->dtype) : g;
+}
+
 void tg__dense_forward(tg_tensor *y)
 {
     if (y->dtype == TG_F32)
-        fwd_f32(y);
+        fwd_f32(y, TG__EPI_NONE);
     else
-        fwd_f64(y);
+        fwd_f64(y, TG__EPI_NONE);
 }
 
 void tg__dense_backward(tg_tensor *y)
 {
     if (y->dtype == TG_F32)
-        bwd_f32(y);
+        bwd_from_f32(y, y->grad, y->ws);
     else
-        bwd_f64(y);
+        bwd_from_f64(y, y->grad, y->ws);
+}
+
+void tg__dense_act_forward(tg_tensor *y)
+{
+    int act = y->p.dense.act == TG_ACT_RELU ? TG__EPI_RELU : TG__EPI_GELU;
+    if (y->dtype == TG_F32)
+        fwd_f32(y, act);
+    else
+        fwd_f64(y, act);
+}
+
+void tg__dense_act_backward(tg_tensor *y)
+{
+    if (y->dtype == TG_F32)
+        act_bwd_f32(y);
+    else
+        act_bwd_f64(y);
 }

@@ -1,186 +1,367 @@
 /*
  * gemm.c - the single internal matrix-product entry point used by matmul and dense.
  *
- * C (M, N) = (acc ? C : 0) + op(A) (M, K) . op(B) (K, N), op = transpose when the flag is set.
+ * C (M, N) = (acc ? C : 0) + op(A) (M, K) . op(B) (K, N), op = transpose when the flag is set,
+ * optionally followed by an epilogue on the finished C: + bias (per column), then ReLU or GELU,
+ * keeping the pre-activation in a second matrix when asked (dense forward, ops/dense.c).
  *
- * Algorithm (Goto/BLIS style): C is cut into tiles of MC x NC, each owned by one thread. For
- * each K chunk of KC, the tile's slice of op(B) is packed into NR-wide column panels and each
- * MR-row panel of op(A) into an MR-wide strip; a register-blocked micro-kernel then computes an
- * MR x NR block with one accumulator per element, k increasing.
+ * Algorithm (Goto & van de Geijn 2008; BLIS, Van Zee & van de Geijn 2015): C is cut into one
+ * rectangle per thread. A thread walks its columns in blocks of NC and K in chunks of KC; for
+ * each (K chunk, column block) it packs that slice of op(B) once into NR-wide panels (kept in
+ * L2) and reuses it for every MR-row strip of its rows: the strip of op(A) is packed k-major
+ * (MR x KC, kept in L1) and a register-blocked micro-kernel computes each MR x NR block of C,
+ * streaming the B panels. The micro-kernels (AVX-512 and AVX2 with FMA, portable C) are picked
+ * once per call from CPUID; every layout (NN, NT, TN, TT) goes through the same packing, so
+ * no transposed copy is ever made.
  *
- * Determinism: every C element is computed by one thread as
- *   C = ((C_or_0 + sum_{k in chunk 0}) + sum_{k in chunk 1}) + ...
- * with each chunk summed in increasing k and chunk boundaries fixed (multiples of KC), so the
- * result does not depend on the number of threads or on how tiles are scheduled. The code is
- * ISO C (no FMA contraction), so results are also the same on every x86-64 machine; the
- * micro-kernel is compiled for several instruction sets (target_clones) and picked at run time.
+ * Order of operations (determinism): for each K chunk [k0, k0 + KC) an element's chain is
+ *   s = init;  s = s + a_k b_k  for k = k0, ..., k0 + KC - 1 (in increasing k)
+ * (init = bias[j] in the first chunk of a biased epilogue, else 0), each step one fused
+ * multiply-add on CPUs with FMA, a multiply then an add in the portable kernel; then
+ * C = C + s (acc or a later chunk) or C = s. So C = ((C_or_0 + s_0) + s_1) + ... with chunk
+ * boundaries at multiples of KC: the result depends neither on the number of threads nor on how
+ * the work is split, only on whether the CPU has FMA; and for K <= KC, accumulating into C
+ * equals adding a separately computed product (gradient sums do not depend on whether two
+ * contributions share a buffer). The epilogue's activation is applied once, after the last
+ * chunk.
  */
 #include "registry.h"
 
-#define KC 128
-#define MC 96   /* multiple of MR */
-#define NC 128  /* multiple of both NR values; packing uses (KC*NC + MR*KC) elements of stack */
-#define MR 6
+#include <math.h>
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define TG_X86_KERNELS 1
+#include <immintrin.h>
+#endif
+
+/* Blocking: the packed B block (KC x NC) stays in L2 (256 KiB f32 / 256 KiB f64), an A strip
+ * (MR x KC) and the B panel being read stay in L1 (Zen 4 / Skylake: 32-48 KiB L1d, >= 1 MiB
+ * L2). Safe constants rather than a cache query: the same on every machine. */
+#define KC32 256
+#define NC32 256
+#define KC64 128
+#define NC64 256
+#define MR_MAX 12
+#define NR_MAX 32
+
+/* Micro-kernel modes: how the accumulators start and what the store does. */
+#define MK_LOAD 1 /* store C + chain (else the chain) */
+#define MK_BIAS 2 /* start from bias[j] (first chunk of an epilogue with bias) */
+#define MK_RELU 4 /* store max(c, 0) (last chunk of a ReLU epilogue) */
+
+/* One micro-kernel: C[0:MR, 0:NR] (row stride ldc) from a packed A strip (a[k * MR + r]) and
+ * a B panel (b[k * ldb + j]), kc steps. */
+typedef void (*kern_f32)(int64_t kc, const float *a, const float *b, int64_t ldb, float *c,
+                         int64_t ldc, int mode, const float *bias);
+typedef void (*kern_f64)(int64_t kc, const double *a, const double *b, int64_t ldb, double *c,
+                         int64_t ldc, int mode, const double *bias);
+
+/* ---- portable kernels (ISO C vector extension, no FMA) ----------------------------------- */
 typedef float v8f __attribute__((vector_size(32)));
 typedef double v4d __attribute__((vector_size(32)));
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define TG_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TG_CLONES
+#define DEFINE_PORTABLE(T, SUF, V, VL, MR, NR)                                                 \
+    static void kern_##SUF##_c(int64_t kc, const T *a, const T *b, int64_t ldb, T *c,          \
+                               int64_t ldc, int mode, const T *bias)                           \
+    {                                                                                          \
+        enum { NV = NR / VL };                                                                 \
+        V acc[MR][NV];                                                                         \
+        for (int r = 0; r < MR; r++)                                                           \
+            for (int v = 0; v < NV; v++) {                                                     \
+                if (mode & MK_BIAS)                                                            \
+                    __builtin_memcpy(&acc[r][v], bias + v * VL, sizeof(V));                    \
+                else                                                                           \
+                    acc[r][v] = (V){0};                                                        \
+            }                                                                                  \
+        for (int64_t k = 0; k < kc; k++) {                                                     \
+            V bv[NV];                                                                          \
+            for (int v = 0; v < NV; v++)                                                       \
+                __builtin_memcpy(&bv[v], b + k * ldb + v * VL, sizeof(V));                     \
+            for (int r = 0; r < MR; r++) {                                                     \
+                V av = (V){0} + a[k * MR + r];                                                 \
+                for (int v = 0; v < NV; v++)                                                   \
+                    acc[r][v] += av * bv[v];                                                   \
+            }                                                                                  \
+        }                                                                                      \
+        for (int r = 0; r < MR; r++)                                                           \
+            for (int v = 0; v < NV; v++) {                                                     \
+                T *o = c + r * ldc + v * VL;                                                   \
+                if (mode & MK_LOAD) {                                                          \
+                    V cv;                                                                      \
+                    __builtin_memcpy(&cv, o, sizeof(V));                                       \
+                    acc[r][v] = cv + acc[r][v];                                                \
+                }                                                                              \
+                __builtin_memcpy(o, &acc[r][v], sizeof(V));                                    \
+                if (mode & MK_RELU)                                                            \
+                    for (int j = 0; j < VL; j++)                                               \
+                        o[j] = o[j] > 0 ? o[j] : 0;                                            \
+            }                                                                                  \
+    }
+DEFINE_PORTABLE(float, f32, v8f, 8, 6, 16)
+DEFINE_PORTABLE(double, f64, v4d, 4, 6, 8)
+
+#ifdef TG_X86_KERNELS
+/* ---- AVX-512 kernels: 12 x 32 f32 / 12 x 16 f64, 24 zmm accumulators ---------------------- */
+#define DEFINE_X86(T, SUF, ISA, VT, VL, MR, NV, LOADU, STOREU, SET1, ZERO, FMA, ADD, MAX, TGT)       \
+    __attribute__((target(TGT))) static void kern_##SUF##_##ISA(                                 \
+        int64_t kc, const T *a, const T *b, int64_t ldb, T *c, int64_t ldc, int mode,           \
+        const T *bias)                                                                          \
+    {                                                                                           \
+        VT acc[MR][NV];                                                                         \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                                   \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                \
+                acc[r][v] = (mode & MK_BIAS) ? LOADU(bias + v * VL) : ZERO();                   \
+        for (int64_t k = 0; k < kc; k++) {                                                      \
+            VT bv[NV];                                                                          \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                \
+                bv[v] = LOADU(b + k * ldb + v * VL);                                            \
+            _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                             \
+                VT av = SET1(a[k * MR + r]);                                                    \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                            \
+                    acc[r][v] = FMA(av, bv[v], acc[r][v]);                                      \
+            }                                                                                   \
+        }                                                                                       \
+        if (mode & MK_LOAD) {                                                                   \
+            _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                               \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                            \
+                    acc[r][v] = ADD(LOADU(c + r * ldc + v * VL), acc[r][v]);                    \
+        }                                                                                       \
+        if (mode & MK_RELU) {                                                                   \
+            _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                               \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                            \
+                    acc[r][v] = MAX(acc[r][v], ZERO());                                         \
+        }                                                                                       \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                                   \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                \
+                STOREU(c + r * ldc + v * VL, acc[r][v]);                                        \
+    }
+DEFINE_X86(float, f32, avx512, __m512, 16, 12, 2, _mm512_loadu_ps, _mm512_storeu_ps,
+           _mm512_set1_ps, _mm512_setzero_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps, "avx512f,fma")
+DEFINE_X86(double, f64, avx512, __m512d, 8, 12, 2, _mm512_loadu_pd, _mm512_storeu_pd,
+           _mm512_set1_pd, _mm512_setzero_pd, _mm512_fmadd_pd, _mm512_add_pd, _mm512_max_pd, "avx512f,fma")
+/* ---- AVX2 kernels: 6 x 16 f32 / 6 x 8 f64, 12 ymm accumulators (16 registers) ------------- */
+DEFINE_X86(float, f32, avx2, __m256, 8, 6, 2, _mm256_loadu_ps, _mm256_storeu_ps,
+           _mm256_set1_ps, _mm256_setzero_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_max_ps, "avx2,fma")
+DEFINE_X86(double, f64, avx2, __m256d, 4, 6, 2, _mm256_loadu_pd, _mm256_storeu_pd,
+           _mm256_set1_pd, _mm256_setzero_pd, _mm256_fmadd_pd, _mm256_add_pd, _mm256_max_pd, "avx2,fma")
 #endif
 
-/* ---- f32: MR x 16 micro-kernel (12 vector accumulators) ---------------------------------- */
-#define NR32 16
-TG_CLONES
-static void kernel_f32(int64_t kc, const float *restrict ap, const float *restrict bp,
-                       float *restrict out /* MR x NR32 */)
+/* The kernel for this CPU: chosen from CPUID on every call (a few loads of libgcc's cached
+ * cpu model; no state of ours). MR and NR are the kernel's register block. */
+typedef struct {
+    int mr, nr;
+    kern_f32 kf32;
+    kern_f64 kf64;
+} kern_set;
+
+static kern_set pick(tg_dtype dt, int isa)
 {
-    v8f c[MR][2];
-    for (int r = 0; r < MR; r++)
-        c[r][0] = c[r][1] = (v8f){0};
-    for (int64_t k = 0; k < kc; k++) {
-        v8f b0, b1;
-        __builtin_memcpy(&b0, bp + k * NR32, sizeof b0);
-        __builtin_memcpy(&b1, bp + k * NR32 + 8, sizeof b1);
-        for (int r = 0; r < MR; r++) {
-            float a = ap[k * MR + r];
-            v8f av = {a, a, a, a, a, a, a, a};
-            c[r][0] += av * b0;
-            c[r][1] += av * b1;
-        }
-    }
-    for (int r = 0; r < MR; r++) {
-        __builtin_memcpy(out + r * NR32, &c[r][0], sizeof c[r][0]);
-        __builtin_memcpy(out + r * NR32 + 8, &c[r][1], sizeof c[r][1]);
-    }
+#ifdef TG_X86_KERNELS
+    __builtin_cpu_init();
+    bool fma = __builtin_cpu_supports("fma");
+    if ((isa == TG__ISA_BEST || isa >= TG__ISA_AVX512) && fma && __builtin_cpu_supports("avx512f"))
+        return dt == TG_F32 ? (kern_set){12, 32, kern_f32_avx512, NULL}
+                            : (kern_set){12, 16, NULL, kern_f64_avx512};
+    if ((isa == TG__ISA_BEST || isa >= TG__ISA_AVX2) && fma && __builtin_cpu_supports("avx2"))
+        return dt == TG_F32 ? (kern_set){6, 16, kern_f32_avx2, NULL}
+                            : (kern_set){6, 8, NULL, kern_f64_avx2};
+#endif
+    (void)isa;
+    return dt == TG_F32 ? (kern_set){6, 16, kern_f32_c, NULL} : (kern_set){6, 8, NULL, kern_f64_c};
 }
 
-/* ---- f64: MR x 8 micro-kernel ------------------------------------------------------------- */
-#define NR64 8
-TG_CLONES
-static void kernel_f64(int64_t kc, const double *restrict ap, const double *restrict bp,
-                       double *restrict out /* MR x NR64 */)
+int tg__gemm_isa(void)
 {
-    v4d c[MR][2];
-    for (int r = 0; r < MR; r++)
-        c[r][0] = c[r][1] = (v4d){0};
-    for (int64_t k = 0; k < kc; k++) {
-        v4d b0, b1;
-        __builtin_memcpy(&b0, bp + k * NR64, sizeof b0);
-        __builtin_memcpy(&b1, bp + k * NR64 + 4, sizeof b1);
-        for (int r = 0; r < MR; r++) {
-            double a = ap[k * MR + r];
-            v4d av = {a, a, a, a};
-            c[r][0] += av * b0;
-            c[r][1] += av * b1;
-        }
-    }
-    for (int r = 0; r < MR; r++) {
-        __builtin_memcpy(out + r * NR64, &c[r][0], sizeof c[r][0]);
-        __builtin_memcpy(out + r * NR64 + 4, &c[r][1], sizeof c[r][1]);
-    }
+    kern_set k = pick(TG_F32, TG__ISA_BEST);
+    return k.kf32 == kern_f32_c ? TG__ISA_PORTABLE
+           : k.mr == 12         ? TG__ISA_AVX512
+                                : TG__ISA_AVX2;
 }
 
-/* One C tile [i0, i0+mc) x [j0, j0+nc), all of K, on the calling thread. `work` holds the
- * packing buffers (KC x NC and MR x KC elements) and the micro-kernel's output block: a slice of
- * the graph's planned workspace (per thread), or the caller's stack without one. */
-#define DEFINE_TILE(T, SUF, NR)                                                                \
-    static void tile_##SUF(bool ta, bool tb, int64_t i0, int64_t mc, int64_t j0, int64_t nc,   \
-                           int64_t K, const T *A, int64_t lda, const T *B, int64_t ldb, T *C,  \
-                           int64_t ldc, bool acc, T *work)                                     \
-    {                                                                                          \
-        T *bpack = work, *apack = work + KC * NC, *out = apack + MR * KC;                      \
-        int64_t npanels = (nc + NR - 1) / NR;                                                  \
-        for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += KC) {                                    \
-            int64_t kc = K - k0 < KC ? K - k0 : KC;                                            \
-            bool first = k0 == 0;                                                              \
-            /* pack op(B)[k0:k0+kc, j0:j0+nc] as panels of NR columns, zero padded */          \
-            for (int64_t p = 0; p < npanels; p++) {                                            \
-                T *dst = bpack + p * kc * NR;                                                  \
-                int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;             \
-                if (!tb && w == NR) { /* full panel: fixed-size row copies (vector moves) */   \
-                    for (int64_t k = 0; k < kc; k++)                                           \
-                        __builtin_memcpy(dst + k * NR, B + (k0 + k) * ldb + jb, sizeof(T) * NR); \
-                } else if (!tb) {                                                              \
-                    for (int64_t k = 0; k < kc; k++) {                                         \
-                        const T *src = B + (k0 + k) * ldb + jb;                                \
-                        T *d = dst + k * NR;                                                   \
-                        for (int64_t j = 0; j < NR; j++)                                       \
-                            d[j] = j < w ? src[j] : 0;                                         \
-                    }                                                                          \
-                } else { /* op(B) = B^T: read each stored row of B contiguously */             \
-                    for (int64_t j = 0; j < NR; j++) {                                         \
-                        if (j < w) {                                                           \
-                            const T *src = B + (jb + j) * ldb + k0;                            \
-                            for (int64_t k = 0; k < kc; k++)                                   \
-                                dst[k * NR + j] = src[k];                                      \
-                        } else {                                                               \
-                            for (int64_t k = 0; k < kc; k++)                                   \
-                                dst[k * NR + j] = 0;                                           \
-                        }                                                                      \
-                    }                                                                          \
-                }                                                                              \
-            }                                                                                  \
-            for (int64_t ir = 0; ir < mc; ir += MR) {                                          \
-                int64_t h = mc - ir < MR ? mc - ir : MR, ib = i0 + ir;                         \
-                /* pack op(A)[ib:ib+h, k0:k0+kc] as an MR-wide strip, zero padded */           \
-                for (int64_t k = 0; k < kc; k++) {                                             \
-                    T *d = apack + k * MR;                                                     \
-                    for (int64_t r = 0; r < h; r++)                                            \
-                        d[r] = ta ? A[(k0 + k) * lda + ib + r] : A[(ib + r) * lda + k0 + k];   \
-                    for (int64_t r = h; r < MR; r++)                                           \
-                        d[r] = 0;                                                              \
-                }                                                                              \
-                for (int64_t p = 0; p < npanels; p++) {                                        \
-                    int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;         \
-                    kernel_##SUF(kc, apack, bpack + p * kc * NR, out);                         \
-                    for (int64_t r = 0; r < h; r++) {                                          \
-                        T *c = C + (ib + r) * ldc + jb;                                        \
-                        const T *o = out + r * NR;                                             \
-                        if (first && !acc)                                                     \
-                            for (int64_t j = 0; j < w; j++)                                    \
-                                c[j] = o[j];                                                   \
-                        else                                                                   \
-                            for (int64_t j = 0; j < w; j++)                                    \
-                                c[j] += o[j];                                                  \
-                    }                                                                          \
-                }                                                                              \
-            }                                                                                  \
-            if (K == 0)                                                                        \
-                break;                                                                         \
-        }                                                                                      \
-    }                                                                                          \
-    void tg__gemm_##SUF(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T *A, \
-                        int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc, bool acc,     \
-                        void *ws)                                                              \
-    {                                                                                          \
-        if (M <= 0 || N <= 0)                                                                  \
-            return;                                                                            \
-        int64_t mt = (M + MC - 1) / MC, ntl = (N + NC - 1) / NC;                               \
-        size_t per = tg__gemm_ws_bytes(sizeof(T) == 4 ? TG_F32 : TG_F64, 1);                   \
-        /* Race-free: tile t owns C[rows of t, cols of t]; see the file comment for order. */  \
-        TG_OMP_FOR(nt, M * N * K > TG_PAR_MIN && mt * ntl > 1)                                 \
-        for (int64_t t = 0; t < mt * ntl; t++) {                                               \
-            int64_t i0 = (t / ntl) * MC, j0 = (t % ntl) * NC;                                  \
-            int64_t mc = M - i0 < MC ? M - i0 : MC, nc = N - j0 < NC ? N - j0 : NC;            \
-            if (ws) {                                                                          \
-                T *w = (T *)(void *)((char *)ws + (size_t)TG_THREAD_NUM() * per);              \
-                tile_##SUF(ta, tb, i0, mc, j0, nc, K, A, lda, B, ldb, C, ldc, acc, w);         \
-            } else {                                                                           \
-                _Alignas(64) T w[KC * NC + MR * KC + MR * NR];                                 \
-                tile_##SUF(ta, tb, i0, mc, j0, nc, K, A, lda, B, ldb, C, ldc, acc, w);         \
-            }                                                                                  \
-        }                                                                                      \
-    }
+/* Per-thread workspace: the packed B block, one packed A strip and an edge tile. */
+static size_t per_thread_elems(tg_dtype dt)
+{
+    size_t kc = dt == TG_F32 ? KC32 : KC64, nc = dt == TG_F32 ? NC32 : NC64;
+    return kc * nc + MR_MAX * kc + MR_MAX * NR_MAX;
+}
 
 size_t tg__gemm_ws_bytes(tg_dtype dt, int nt)
 {
-    size_t es = tg_dtype_size(dt), nr = dt == TG_F32 ? NR32 : NR64;
-    size_t per = ((KC * NC + MR * KC + MR * nr) * es + 63) / 64 * 64;
+    size_t per = (per_thread_elems(dt) * tg_dtype_size(dt) + 63) / 64 * 64;
     return per * (size_t)(nt > 0 ? nt : 1);
 }
 
-DEFINE_TILE(float, f32, NR32)
-DEFINE_TILE(double, f64, NR64)
+static double gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.70710678118654752440)); }
+
+/* One thread's rectangle of C: rows [m0, m1), columns [n0, n1), all of K. */
+#define DEFINE_PART(T, SUF, KC, NC)                                                             \
+    static void part_##SUF(const kern_set *ks, bool ta, bool tb, int64_t m0, int64_t m1,        \
+                           int64_t n0, int64_t n1, int64_t K, const T *A, int64_t lda,           \
+                           const T *B, int64_t ldb, T *C, int64_t ldc, bool acc,                 \
+                           const tg__gemm_epi *epi, T *work)                                     \
+    {                                                                                           \
+        const int MR = ks->mr, NR = ks->nr;                                                     \
+        T *bpack = work, *apack = work + KC * NC, *edge = apack + MR_MAX * KC;                  \
+        const T *bias = epi ? (const T *)epi->bias : NULL;                                      \
+        int act = epi ? epi->act : TG__EPI_NONE;                                                \
+        T *pre = epi ? (T *)epi->pre : NULL;                                                    \
+        for (int64_t j0 = n0; j0 < n1; j0 += NC) {                                              \
+            int64_t nc = n1 - j0 < NC ? n1 - j0 : NC, npanels = (nc + NR - 1) / NR;             \
+            for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += KC) {                                 \
+                int64_t kc = K - k0 < KC ? K - k0 : KC;                                         \
+                bool first = k0 == 0, last = k0 + kc >= K;                                      \
+                /* pack op(B)[k0:k0+kc, j0:j0+nc] as panels of NR columns, zero padded */       \
+                for (int64_t p = 0; p < npanels; p++) {                                         \
+                    T *dst = bpack + p * kc * NR;                                               \
+                    int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;          \
+                    if (!tb) {                                                                  \
+                        for (int64_t k = 0; k < kc; k++) {                                      \
+                            const T *src = B + (k0 + k) * ldb + jb;                             \
+                            T *d = dst + k * NR;                                                \
+                            if (w == NR)                                                        \
+                                memcpy(d, src, sizeof(T) * (size_t)NR);                         \
+                            else                                                                \
+                                for (int64_t j = 0; j < NR; j++)                                \
+                                    d[j] = j < w ? src[j] : 0;                                  \
+                        }                                                                       \
+                    } else { /* op(B) = B^T: read stored rows of B contiguously */               \
+                        for (int64_t j = 0; j < NR; j++) {                                      \
+                            const T *src = B + (jb + j) * ldb + k0;                             \
+                            if (j < w)                                                          \
+                                for (int64_t k = 0; k < kc; k++)                                \
+                                    dst[k * NR + j] = src[k];                                   \
+                            else                                                                \
+                                for (int64_t k = 0; k < kc; k++)                                \
+                                    dst[k * NR + j] = 0;                                        \
+                        }                                                                       \
+                    }                                                                           \
+                }                                                                               \
+                for (int64_t ib = m0; ib < m1; ib += MR) {                                      \
+                    int64_t h = m1 - ib < MR ? m1 - ib : MR;                                    \
+                    /* pack op(A)[ib:ib+h, k0:k0+kc] k-major, zero padded to MR rows */         \
+                    if (!ta) {                                                                  \
+                        for (int64_t r = 0; r < MR; r++) {                                      \
+                            const T *src = A + (ib + r) * lda + k0;                             \
+                            if (r < h)                                                          \
+                                for (int64_t k = 0; k < kc; k++)                                \
+                                    apack[k * MR + r] = src[k];                                 \
+                            else                                                                \
+                                for (int64_t k = 0; k < kc; k++)                                \
+                                    apack[k * MR + r] = 0;                                      \
+                        }                                                                       \
+                    } else {                                                                    \
+                        for (int64_t k = 0; k < kc; k++) {                                      \
+                            const T *src = A + (k0 + k) * lda + ib;                             \
+                            T *d = apack + k * MR;                                              \
+                            for (int64_t r = 0; r < MR; r++)                                    \
+                                d[r] = r < h ? src[r] : 0;                                      \
+                        }                                                                       \
+                    }                                                                           \
+                    for (int64_t p = 0; p < npanels; p++) {                                     \
+                        int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;      \
+                        int mode = (!first || acc) ? MK_LOAD : bias ? MK_BIAS : 0;              \
+                        if (last && act == TG__EPI_RELU && !pre)                                \
+                            mode |= MK_RELU;                                                    \
+                        T *c = C + ib * ldc + jb;                                               \
+                        const T *bj = bias ? bias + jb : NULL;                                  \
+                        if (h == MR && w == NR) {                                               \
+                            ks->k##SUF(kc, apack, bpack + p * kc * NR, NR, c, ldc, mode, bj);   \
+                        } else { /* edge block: through a zero-padded MR x NR tile */            \
+                            T bz[NR_MAX];                                                       \
+                            for (int64_t j = 0; j < NR; j++)                                    \
+                                bz[j] = bj && j < w ? bj[j] : 0;                                \
+                            for (int64_t r = 0; r < MR; r++)                                    \
+                                for (int64_t j = 0; j < NR; j++)                                \
+                                    edge[r * NR + j] = (mode & MK_LOAD) && r < h && j < w       \
+                                                           ? c[r * ldc + j] : 0;                \
+                            ks->k##SUF(kc, apack, bpack + p * kc * NR, NR, edge, NR, mode, bz); \
+                            for (int64_t r = 0; r < h; r++)                                     \
+                                memcpy(c + r * ldc, edge + r * NR, sizeof(T) * (size_t)w);      \
+                        }                                                                       \
+                        if (last && (pre || act == TG__EPI_GELU)) {                             \
+                            for (int64_t r = 0; r < h; r++) {                                   \
+                                T *cr = c + r * ldc;                                            \
+                                T *pr = pre ? pre + (ib + r) * ldc + jb : NULL;                 \
+                                for (int64_t j = 0; j < w; j++) {                               \
+                                    T z = cr[j];                                                \
+                                    if (pr)                                                     \
+                                        pr[j] = z;                                              \
+                                    cr[j] = act == TG__EPI_GELU ? (T)gelu((double)z)            \
+                                            : act == TG__EPI_RELU ? (z > 0 ? z : 0) : z;       \
+                                }                                                               \
+                            }                                                                   \
+                        }                                                                       \
+                    }                                                                           \
+                }                                                                               \
+                if (K == 0)                                                                     \
+                    break;                                                                      \
+            }                                                                                   \
+        }                                                                                       \
+    }                                                                                           \
+    void tg__gemm_isa_##SUF(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, \
+                            const T *A, int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc, \
+                            bool acc, void *ws, const tg__gemm_epi *epi)                         \
+    {                                                                                           \
+        if (M <= 0 || N <= 0)                                                                   \
+            return;                                                                             \
+        kern_set ks = pick(sizeof(T) == 4 ? TG_F32 : TG_F64, isa);                              \
+        size_t per = tg__gemm_ws_bytes(sizeof(T) == 4 ? TG_F32 : TG_F64, 1);                    \
+        /* Split C into a grid of pm x pn rectangles, one per thread: columns first (each      \
+         * thread then packs only its own B), rows when there are too few column panels. */     \
+        int64_t panels = (N + ks.nr - 1) / ks.nr, strips = (M + ks.mr - 1) / ks.mr;             \
+        int pn = 1, pm = 1;                                                                     \
+        if (nt > 1 && M * N * K > TG_PAR_MIN) {                                                 \
+            for (int d = nt; d >= 1; d--)                                                       \
+                if (nt % d == 0 && panels >= 4 * (int64_t)d && strips >= nt / d) {              \
+                    pn = d;                                                                     \
+                    break;                                                                      \
+                }                                                                               \
+            pm = nt / pn;                                                                       \
+            if (strips < pm)                                                                    \
+                pm = (int)strips;                                                               \
+        }                                                                                       \
+        int parts = pm * pn;                                                                    \
+        if (parts == 1) {                                                                       \
+            if (ws) {                                                                           \
+                part_##SUF(&ks, ta, tb, 0, M, 0, N, K, A, lda, B, ldb, C, ldc, acc, epi, ws);   \
+            } else {                                                                            \
+                _Alignas(64) T w[KC * NC + MR_MAX * KC + MR_MAX * NR_MAX];                      \
+                part_##SUF(&ks, ta, tb, 0, M, 0, N, K, A, lda, B, ldb, C, ldc, acc, epi, w);    \
+            }                                                                                   \
+            return;                                                                             \
+        }                                                                                       \
+        /* Race-free: part t owns C[its rows, its columns]; the order per element is fixed      \
+         * (file comment). ws holds nt per-thread slices (tg__gemm_ws_bytes). */                \
+        TG_OMP_FOR(parts, true)                                                                 \
+        for (int t = 0; t < parts; t++) {                                                       \
+            int tm = t / pn, tn = t % pn;                                                       \
+            int64_t m0 = strips * tm / pm * ks.mr, m1 = strips * (tm + 1) / pm * ks.mr;         \
+            int64_t n0 = panels * tn / pn * ks.nr, n1 = panels * (tn + 1) / pn * ks.nr;         \
+            m1 = m1 < M ? m1 : M;                                                               \
+            n1 = n1 < N ? n1 : N;                                                               \
+            if (ws) {                                                                           \
+                T *w = (T *)(void *)((char *)ws + (size_t)TG_THREAD_NUM() * per);               \
+                part_##SUF(&ks, ta, tb, m0, m1, n0, n1, K, A, lda, B, ldb, C, ldc, acc, epi, w);\
+            } else {                                                                            \
+                _Alignas(64) T w[KC * NC + MR_MAX * KC + MR_MAX * NR_MAX];                      \
+                part_##SUF(&ks, ta, tb, m0, m1, n0, n1, K, A, lda, B, ldb, C, ldc, acc, epi, w);\
+            }                                                                                   \
+        }                                                                                       \
+    }                                                                                           \
+    void tg__gemm_ex_##SUF(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,           \
+                           const T *A, int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc,  \
+                           bool acc, void *ws, const tg__gemm_epi *epi)                          \
+    {                                                                                           \
+        tg__gemm_isa_##SUF(TG__ISA_BEST, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws,   \
+                           epi);                                                                \
+    }                                                                                           \
+    void tg__gemm_##SUF(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T *A,  \
+                        int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc, bool acc,      \
+                        void *ws)                                                               \
+    {                                                                                           \
+        tg__gemm_isa_##SUF(TG__ISA_BEST, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws,   \
+                           NULL);                                                               \
+    }
+
+DEFINE_PART(float, f32, KC32, NC32)
+DEFINE_PART(double, f64, KC64, NC64)

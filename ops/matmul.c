@@ -161,10 +161,31 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, 
     return y;
 }
 
+/* How many row blocks to cut each of n matrices of `rows` rows into, so that n x blocks items
+ * share nt threads evenly in one parallel region (blocks of >= 16 rows; 1 on one thread). */
+static int64_t row_blocks(int64_t n, int64_t rows, int nt)
+{
+    int64_t mb = 1;
+    while (nt > 1 && n * mb < 4 * (int64_t)nt && rows / (mb * 2) >= 16)
+        mb *= 2;
+    return mb;
+}
+
 /* In the kernels, a stored-transposed operand flips its GEMM transpose flag: op(a) = ta ? a^T
  * : a, and a = S^T for the stored matrix S, so op(a) = (ta != fa) ? S^T : S. Gradients are
- * contiguous row-major buffers of the operand's logical shape. */
+ * contiguous row-major buffers of the operand's logical shape.
+ *
+ * Batches run in one parallel region over (matrix, row block) items, each item a one-thread
+ * GEMM (no nested regions); a single matrix uses the GEMM's own threads. Rows [r0, r1) of
+ * C = op(X) op(Y) read op(X) from X + (tx ? r0 : r0 * ldx). */
 #define DEFINE_MATMUL(T, SUF)                                                                  \
+    static void rows_##SUF(bool tx, bool ty, int64_t r0, int64_t r1, int64_t N, int64_t K,     \
+                           const T *X, int64_t ldx, const T *Y, int64_t ldy, T *C, int64_t ldc,\
+                           bool acc, void *ws)                                                 \
+    {                                                                                          \
+        tg__gemm_##SUF(1, tx, ty, r1 - r0, N, K, X + (tx ? r0 : r0 * ldx), ldx, Y, ldy,        \
+                       C + r0 * ldc, ldc, acc, ws);                                            \
+    }                                                                                          \
     static void fwd_##SUF(tg_tensor *y)                                                        \
     {                                                                                          \
         const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
@@ -175,23 +196,28 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, 
         const T *A = a->data, *B = b->data;                                                    \
         T *C = y->data;                                                                        \
         int nt = tg__threads(y->ctx);                                                          \
+        if (d.nb * d.M * d.N * d.K <= TG_PAR_MIN)                                              \
+            nt = 1;                                                                            \
+        if (d.nb == 1) {                                                                       \
+            tg__gemm_##SUF(nt, ta, tb, d.M, d.N, d.K, A + mp.aoff[0], d.lda, B + mp.boff[0],   \
+                           d.ldb, C, d.N, false, y->ws);                                       \
+            return;                                                                            \
+        }                                                                                      \
         size_t per = tg__gemm_ws_bytes(y->dtype, 1);                                           \
-        if (d.nb >= nt && nt > 1) {                                                            \
-            /* Race-free: batch o owns C[o]; each GEMM runs on one thread. */                  \
-            TG_OMP_FOR(nt, d.nb * d.M * d.N * d.K > TG_PAR_MIN)                                \
-            for (int64_t o = 0; o < d.nb; o++)                                                 \
-                tg__gemm_##SUF(1, ta, tb, d.M, d.N, d.K, A + mp.aoff[o], d.lda,                \
-                               B + mp.boff[o], d.ldb, C + o * d.M * d.N, d.N, false,           \
-                               (char *)y->ws + (size_t)TG_THREAD_NUM() * per);                 \
-        } else {                                                                               \
-            for (int64_t o = 0; o < d.nb; o++)                                                 \
-                tg__gemm_##SUF(nt, ta, tb, d.M, d.N, d.K, A + mp.aoff[o], d.lda,               \
-                               B + mp.boff[o], d.ldb, C + o * d.M * d.N, d.N, false, y->ws);   \
+        int64_t mb = row_blocks(d.nb, d.M, nt), items = d.nb * mb;                             \
+        /* Race-free: item (o, blk) owns rows of C[o]; each a one-thread GEMM. */              \
+        TG_OMP_FOR(nt, nt > 1)                                                                 \
+        for (int64_t it = 0; it < items; it++) {                                               \
+            int64_t o = it / mb, blk = it % mb;                                                \
+            rows_##SUF(ta, tb, d.M * blk / mb, d.M * (blk + 1) / mb, d.N, d.K,                 \
+                       A + mp.aoff[o], d.lda, B + mp.boff[o], d.ldb, C + o * d.M * d.N, d.N,   \
+                       false, (char *)y->ws + (size_t)TG_THREAD_NUM() * per);                  \
         }                                                                                      \
     }                                                                                          \
-    /* dA for matrix ia = sum over output batches o with amap[o] == ia (o ascending). */       \
+    /* Rows [r0, r1) of dA for matrix ia = sum over output batches o with amap[o] == ia (o     \
+     * ascending). */                                                                          \
     static void grad_a_##SUF(int nt, const tg_tensor *y, const mm_dims *d, int64_t ia,         \
-                             void *ws)                                                         \
+                             int64_t r0, int64_t r1, void *ws)                                 \
     {                                                                                          \
         const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
         bool ta = y->p.matmul.ta, tb = y->p.matmul.tb != d->fb;                                \
@@ -203,16 +229,23 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, 
             if (mp.amap[o] != ia)                                                              \
                 continue;                                                                      \
             const T *Go = G + o * d->M * d->N, *Bo = B + mp.boff[o];                           \
-            if (!ta) /* dA (M,K) += dC (M,N) . op(B)^T (N,K) */                                \
-                tg__gemm_##SUF(nt, false, !tb, d->M, d->K, d->N, Go, d->N, Bo, d->ldb, dA,     \
-                               lga, true, ws);                                                 \
+            if (nt > 1) { /* whole matrix on nt threads */                                     \
+                if (!ta)                                                                       \
+                    tg__gemm_##SUF(nt, false, !tb, d->M, d->K, d->N, Go, d->N, Bo, d->ldb, dA, \
+                                   lga, true, ws);                                             \
+                else                                                                           \
+                    tg__gemm_##SUF(nt, tb, true, d->K, d->M, d->N, Bo, d->ldb, Go, d->N, dA,   \
+                                   lga, true, ws);                                             \
+            } else if (!ta) /* dA (M,K) += dC (M,N) . op(B)^T (N,K) */                         \
+                rows_##SUF(false, !tb, r0, r1, d->K, d->N, Go, d->N, Bo, d->ldb, dA, lga,      \
+                           true, ws);                                                          \
             else /* dA (K,M) += op(B) (K,N) . dC^T (N,M) */                                    \
-                tg__gemm_##SUF(nt, tb, true, d->K, d->M, d->N, Bo, d->ldb, Go, d->N, dA, lga,  \
-                               true, ws);                                                      \
+                rows_##SUF(tb, true, r0, r1, d->M, d->N, Bo, d->ldb, Go, d->N, dA, lga, true,  \
+                           ws);                                                                \
         }                                                                                      \
     }                                                                                          \
     static void grad_b_##SUF(int nt, const tg_tensor *y, const mm_dims *d, int64_t ib,         \
-                             void *ws)                                                         \
+                             int64_t r0, int64_t r1, void *ws)                                 \
     {                                                                                          \
         const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
         bool ta = y->p.matmul.ta != d->fa, tb = y->p.matmul.tb;                                \
@@ -224,12 +257,19 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, 
             if (mp.bmap[o] != ib)                                                              \
                 continue;                                                                      \
             const T *Go = G + o * d->M * d->N, *Ao = A + mp.aoff[o];                           \
-            if (!tb) /* dB (K,N) += op(A)^T (K,M) . dC (M,N) */                                \
-                tg__gemm_##SUF(nt, !ta, false, d->K, d->N, d->M, Ao, d->lda, Go, d->N, dB,     \
-                               lgb, true, ws);                                                 \
+            if (nt > 1) {                                                                      \
+                if (!tb)                                                                       \
+                    tg__gemm_##SUF(nt, !ta, false, d->K, d->N, d->M, Ao, d->lda, Go, d->N, dB, \
+                                   lgb, true, ws);                                             \
+                else                                                                           \
+                    tg__gemm_##SUF(nt, true, ta, d->N, d->K, d->M, Go, d->N, Ao, d->lda, dB,   \
+                                   lgb, true, ws);                                             \
+            } else if (!tb) /* dB (K,N) += op(A)^T (K,M) . dC (M,N) */                         \
+                rows_##SUF(!ta, false, r0, r1, d->N, d->M, Ao, d->lda, Go, d->N, dB, lgb, true,\
+                           ws);                                                                \
             else /* dB (N,K) += dC^T (N,M) . op(A) (M,K) */                                    \
-                tg__gemm_##SUF(nt, true, ta, d->N, d->K, d->M, Go, d->N, Ao, d->lda, dB, lgb,  \
-                               true, ws);                                                      \
+                rows_##SUF(true, ta, r0, r1, d->K, d->M, Go, d->N, Ao, d->lda, dB, lgb, true,  \
+                           ws);                                                                \
         }                                                                                      \
     }                                                                                          \
     static void bwd_##SUF(tg_tensor *y)                                                        \
@@ -237,30 +277,38 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, 
         mm_dims d;                                                                             \
         dims(y, &d);                                                                           \
         int nt = tg__threads(y->ctx);                                                          \
-        int64_t work = d.nb * d.M * d.N * d.K;                                                 \
+        if (d.nb * d.M * d.N * d.K <= TG_PAR_MIN)                                              \
+            nt = 1;                                                                            \
         size_t per = tg__gemm_ws_bytes(y->dtype, 1);                                           \
-        if (y->src[0]->grad) {                                                                 \
-            if (d.na >= nt && nt > 1) {                                                        \
-                /* Race-free: iteration ia owns dA[ia]. */                                     \
-                TG_OMP_FOR(nt, work > TG_PAR_MIN)                                              \
-                for (int64_t ia = 0; ia < d.na; ia++)                                          \
-                    grad_a_##SUF(1, y, &d, ia,                                                 \
-                                 (char *)y->ws + (size_t)TG_THREAD_NUM() * per);               \
+        const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
+        if (a->grad) {                                                                         \
+            int64_t rows = a->shape[a->rank - 2];                                              \
+            if (d.nb == 1) {                                                                   \
+                grad_a_##SUF(nt, y, &d, 0, 0, rows, y->ws);                                    \
             } else {                                                                           \
-                for (int64_t ia = 0; ia < d.na; ia++)                                          \
-                    grad_a_##SUF(nt, y, &d, ia, y->ws);                                        \
+                int64_t mb = row_blocks(d.na, rows, nt), items = d.na * mb;                    \
+                /* Race-free: item (ia, blk) owns rows of dA[ia]. */                           \
+                TG_OMP_FOR(nt, nt > 1)                                                         \
+                for (int64_t it = 0; it < items; it++) {                                       \
+                    int64_t ia = it / mb, blk = it % mb;                                       \
+                    grad_a_##SUF(1, y, &d, ia, rows * blk / mb, rows * (blk + 1) / mb,         \
+                                 (char *)y->ws + (size_t)TG_THREAD_NUM() * per);               \
+                }                                                                              \
             }                                                                                  \
         }                                                                                      \
-        if (y->src[1]->grad) {                                                                 \
-            if (d.nbm >= nt && nt > 1) {                                                       \
-                /* Race-free: iteration ib owns dB[ib]. */                                     \
-                TG_OMP_FOR(nt, work > TG_PAR_MIN)                                              \
-                for (int64_t ib = 0; ib < d.nbm; ib++)                                         \
-                    grad_b_##SUF(1, y, &d, ib,                                                 \
-                                 (char *)y->ws + (size_t)TG_THREAD_NUM() * per);               \
+        if (b->grad) {                                                                         \
+            int64_t rows = b->shape[b->rank - 2];                                              \
+            if (d.nb == 1) {                                                                   \
+                grad_b_##SUF(nt, y, &d, 0, 0, rows, y->ws);                                    \
             } else {                                                                           \
-                for (int64_t ib = 0; ib < d.nbm; ib++)                                         \
-                    grad_b_##SUF(nt, y, &d, ib, y->ws);                                        \
+                int64_t mb = row_blocks(d.nbm, rows, nt), items = d.nbm * mb;                  \
+                /* Race-free: item (ib, blk) owns rows of dB[ib]. */                           \
+                TG_OMP_FOR(nt, nt > 1)                                                         \
+                for (int64_t it = 0; it < items; it++) {                                       \
+                    int64_t ib = it / mb, blk = it % mb;                                       \
+                    grad_b_##SUF(1, y, &d, ib, rows * blk / mb, rows * (blk + 1) / mb,         \
+                                 (char *)y->ws + (size_t)TG_THREAD_NUM() * per);               \
+                }                                                                              \
             }                                                                                  \
         }                                                                                      \
     }

@@ -233,6 +233,22 @@ static tg_tensor *dense_4d(tg_ctx *ctx, tg_dtype dt)
 {
     return tg_dense(ctx, IN("x", 2, 1, 2, 3), PARAM("weight", 6, 3), PARAM("bias", 6));
 }
+/* dense_act: dense with ReLU / GELU in the GEMM epilogue (the ReLU case has no pre-activation
+ * within the finite-difference step of 0 for these draws; ffn relu covers it in a module) */
+static tg_tensor *dense_gelu(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_dense_act(ctx, IN("x", 2, 3, 4), PARAM("weight", 5, 4), PARAM("bias", 5),
+                        TG_ACT_GELU);
+}
+static tg_tensor *dense_gelu_nobias(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_dense_act(ctx, IN("x", 3, 4), PARAM("weight", 2, 4), NULL, TG_ACT_GELU);
+}
+static tg_tensor *dense_relu(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_dense_act(ctx, IN("x", 4, 3), PARAM("weight", 5, 3), PARAM("bias", 5),
+                        TG_ACT_RELU);
+}
 
 /* ---- layer_norm ---- */
 static tg_tensor *ln_affine(tg_ctx *ctx, tg_dtype dt)
@@ -774,6 +790,9 @@ const tg_opcase tg_opcases[] = {
     {"dense", "nobias", "x (2, 3, 4) w (2, 4)", dense_nobias},
     {"dense", "size1", "x (1) w (1, 1) b (1)", dense_one},
     {"dense", "4d", "x (2, 1, 2, 3) w (6, 3) b (6)", dense_4d},
+    {"dense_act", "gelu", "x (2, 3, 4) w (5, 4) b (5) gelu", dense_gelu},
+    {"dense_act", "gelu-nobias", "x (3, 4) w (2, 4) gelu", dense_gelu_nobias},
+    {"dense_act", "relu", "x (4, 3) w (5, 3) b (5) relu", dense_relu},
     {"layer_norm", "affine", "x (3, 5) gamma beta (5)", ln_affine},
     {"layer_norm", "plain", "x (2, 3, 4) no affine", ln_plain},
     {"layer_norm", "size1", "x (4, 1) gamma beta (1)", ln_one},

@@ -38,6 +38,7 @@ typedef union tg_op_params {
     struct { int axis; bool all; } reduce; /* sum, mean */
     struct { tg_mask_kind kind; } mask;
     struct { double eps; } layer_norm;
+    struct { int act; } dense;                  /* dense_act: TG_ACT_* */
     struct { double p; double scale; } dropout; /* scale: used by the last forward */
     struct { int64_t ignore_index; } xent;
     /* newops (issue 8) */
@@ -284,16 +285,43 @@ int tg__threads(const tg_ctx *ctx);
 
 /* ----- GEMM: the one entry point for matrix products (ops/gemm.c) ---------------------------
  * C (M, N) = (acc ? C : 0) + op(A) op(B), op(A) (M, K), op(B) (K, N); lda/ldb/ldc are the row
- * strides of A, B, C as stored. Each C element is accumulated over k in increasing order by one
- * thread, so results do not depend on nt. */
+ * strides of A, B, C as stored. Each C element is one chain over k in increasing order computed
+ * by one thread (FMA where the CPU has it), so results do not depend on nt. ws: nt per-thread
+ * slices of tg__gemm_ws_bytes(dt, 1) bytes (or NULL: stack buffers). nt == 1 never opens an
+ * OpenMP region, so a caller's parallel loop may call it per item. */
 void tg__gemm_f32(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
                   int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool acc,
                   void *ws);
 void tg__gemm_f64(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double *A,
                   int64_t lda, const double *B, int64_t ldb, double *C, int64_t ldc, bool acc,
                   void *ws);
-/* Workspace (packing buffers) for GEMMs on nt threads: ws above must hold this many bytes
- * (thread t of the GEMM's region uses slice t), or be NULL (packing on the thread's stack). */
+/* Epilogue on the finished C (dense forward): C = act(C + bias), bias (N) per column, added
+ * first (the chain starts at bias[j]; needs acc false); pre (row stride ldc), if non-NULL,
+ * receives C + bias before the activation. */
+enum { TG__EPI_NONE, TG__EPI_RELU, TG__EPI_GELU };
+typedef struct tg__gemm_epi {
+    const void *bias;
+    int act;
+    void *pre;
+} tg__gemm_epi;
+void tg__gemm_ex_f32(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
+                     int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool acc,
+                     void *ws, const tg__gemm_epi *epi);
+void tg__gemm_ex_f64(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                     const double *A, int64_t lda, const double *B, int64_t ldb, double *C,
+                     int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
+/* The micro-kernel family: TG__ISA_BEST picks the best this CPU runs; the others cap the choice
+ * (tests compare the kernels: AVX-512 and AVX2 give the same bits, both FMA chains in the same
+ * order; the portable one rounds multiply and add separately). */
+enum { TG__ISA_BEST, TG__ISA_PORTABLE, TG__ISA_AVX2, TG__ISA_AVX512 };
+void tg__gemm_isa_f32(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                      int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
+void tg__gemm_isa_f64(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      const double *A, int64_t lda, const double *B, int64_t ldb, double *C,
+                      int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
+/* The family TG__ISA_BEST resolves to on this CPU. */
+int tg__gemm_isa(void);
 size_t tg__gemm_ws_bytes(tg_dtype dt, int nt);
 /* Index of the calling thread in the innermost parallel region (0 outside one). */
 #ifdef TG_HAVE_OPENMP

@@ -112,8 +112,12 @@ tg_tensor *tg_encoder_layer_forward(tg_ctx *ctx, const tg_encoder_layer *l, tg_t
         h = x;
     }
     /* feed-forward block: linear2(dropout(act(linear1(h)))) */
-    ff = tg_dense(ctx, h, f->linear1_weight, f->linear1_bias);             /* (B, T, F) */
-    ff = f->activation == TG_ACT_GELU ? tg_gelu(ctx, ff) : tg_relu(ctx, ff);
+    if (tg_ctx_fusion(ctx)) { /* (B, T, F), activation in the GEMM epilogue */
+        ff = tg_dense_act(ctx, h, f->linear1_weight, f->linear1_bias, f->activation);
+    } else {
+        ff = tg_dense(ctx, h, f->linear1_weight, f->linear1_bias);
+        ff = f->activation == TG_ACT_GELU ? tg_gelu(ctx, ff) : tg_relu(ctx, ff);
+    }
     ff = tg_dense(ctx, drop(ctx, l, ff), f->linear2_weight, f->linear2_bias); /* (B, T, D) */
     if (l->cfg.norm_first)
         return tg_add(ctx, x, drop(ctx, l, ff));

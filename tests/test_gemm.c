@@ -1,0 +1,386 @@
+/*
+ * test_gemm.c - the internal GEMM (ops/gemm.c) against a long-double reference, at shapes that
+ * hit every edge of its blocking (M, N not multiples of the register block, K across chunk
+ * boundaries), all four layouts, accumulate mode, the epilogue, every micro-kernel family this
+ * CPU runs, and 1/2/3/8 threads.
+ *
+ * What is promised and tested:
+ * - error bound: |C - C_exact| <= (K + K/KC + 3) eps (sum_k |a_ik b_kj| + |C0_ij| + |bias_j|);
+ * - integer data: exact (every partial sum is an integer below 2^24);
+ * - bitwise the same for any thread count; AVX-512 and AVX2 kernels bitwise equal (both FMA
+ *   chains in the same order);
+ * - for K <= KC, accumulating into C equals C + (the product computed alone), bitwise;
+ * - epilogue: bias + ReLU equals bias then max(., 0); the saved pre-activation equals the
+ *   biased product; GELU applied to it.
+ */
+#include "testutil.h"
+
+#include "core.h"
+
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 88172645463325252ull;
+static double urand(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0;
+}
+
+typedef struct {
+    int64_t M, N, K;
+    bool ta, tb, acc;
+    int64_t lda, ldb, ldc;
+    bool integer;
+    bool bias;
+    int act;
+} gcase;
+
+/* Operands stored as doubles; converted per dtype. op(A)[i,k] at A[ta ? k*lda+i : i*lda+k]. */
+typedef struct {
+    double *A, *B, *C0, *bias;
+    size_t na, nb, nc;
+} gdata;
+
+static void make_data(const gcase *c, gdata *d)
+{
+    int64_t ar = c->ta ? c->K : c->M, br = c->tb ? c->N : c->K;
+    d->na = (size_t)(ar * c->lda);
+    d->nb = (size_t)(br * c->ldb);
+    d->nc = (size_t)(c->M * c->ldc);
+    d->A = malloc(sizeof(double) * d->na);
+    d->B = malloc(sizeof(double) * d->nb);
+    d->C0 = malloc(sizeof(double) * d->nc);
+    d->bias = malloc(sizeof(double) * (size_t)c->N);
+    ck_assert(d->A && d->B && d->C0 && d->bias);
+    for (size_t i = 0; i < d->na; i++)
+        d->A[i] = c->integer ? (double)((int)(urand() * 7) - 3) : urand() * 2 - 1;
+    for (size_t i = 0; i < d->nb; i++)
+        d->B[i] = c->integer ? (double)((int)(urand() * 5) - 2) : urand() * 2 - 1;
+    for (size_t i = 0; i < d->nc; i++)
+        d->C0[i] = c->integer ? (double)((int)(urand() * 9) - 4) : urand() * 2 - 1;
+    for (int64_t j = 0; j < c->N; j++)
+        d->bias[j] = c->integer ? (double)((int)(urand() * 9) - 4) : urand() * 2 - 1;
+}
+
+static void free_data(gdata *d)
+{
+    free(d->A);
+    free(d->B);
+    free(d->C0);
+    free(d->bias);
+}
+
+/* Run the GEMM in dtype dt with kernel family isa on nt threads; result as doubles in out
+ * (M x ldc), pre-activation in pre when the epilogue keeps it. */
+static void run(const gcase *c, const gdata *d, tg_dtype dt, int isa, int nt, double *out,
+                double *pre)
+{
+    size_t es = tg_dtype_size(dt);
+    void *A = malloc(es * d->na), *B = malloc(es * d->nb), *C = malloc(es * d->nc);
+    void *P = pre ? malloc(es * d->nc) : NULL, *bias = malloc(es * (size_t)c->N);
+    void *ws = malloc(tg__gemm_ws_bytes(dt, nt));
+    ck_assert(A && B && C && bias && ws);
+    for (size_t i = 0; i < d->na; i++)
+        dt == TG_F32 ? (void)(((float *)A)[i] = (float)d->A[i]) : (void)(((double *)A)[i] = d->A[i]);
+    for (size_t i = 0; i < d->nb; i++)
+        dt == TG_F32 ? (void)(((float *)B)[i] = (float)d->B[i]) : (void)(((double *)B)[i] = d->B[i]);
+    for (size_t i = 0; i < d->nc; i++)
+        dt == TG_F32 ? (void)(((float *)C)[i] = (float)d->C0[i])
+                     : (void)(((double *)C)[i] = d->C0[i]);
+    for (int64_t j = 0; j < c->N; j++)
+        dt == TG_F32 ? (void)(((float *)bias)[j] = (float)d->bias[j])
+                     : (void)(((double *)bias)[j] = d->bias[j]);
+    if (P)
+        memset(P, 0, es * d->nc);
+    tg__gemm_epi epi = {c->bias ? bias : NULL, c->act, P};
+    const tg__gemm_epi *e = (c->bias || c->act || P) ? &epi : NULL;
+    if (dt == TG_F32)
+        tg__gemm_isa_f32(isa, nt, c->ta, c->tb, c->M, c->N, c->K, A, c->lda, B, c->ldb, C, c->ldc,
+                         c->acc, ws, e);
+    else
+        tg__gemm_isa_f64(isa, nt, c->ta, c->tb, c->M, c->N, c->K, A, c->lda, B, c->ldb, C, c->ldc,
+                         c->acc, ws, e);
+    for (size_t i = 0; i < d->nc; i++) {
+        out[i] = dt == TG_F32 ? ((float *)C)[i] : ((double *)C)[i];
+        if (pre)
+            pre[i] = dt == TG_F32 ? ((float *)P)[i] : ((double *)P)[i];
+    }
+    free(A);
+    free(B);
+    free(C);
+    free(P);
+    free(bias);
+    free(ws);
+}
+
+static double opA(const gcase *c, const gdata *d, int64_t i, int64_t k)
+{
+    return c->ta ? d->A[k * c->lda + i] : d->A[i * c->lda + k];
+}
+static double opB(const gcase *c, const gdata *d, int64_t k, int64_t j)
+{
+    return c->tb ? d->B[j * c->ldb + k] : d->B[k * c->ldb + j];
+}
+
+/* Check out against the exact product (long double), within the error bound of the file
+ * comment (0 for integer data); columns beyond N (padding of ldc) must be untouched. */
+static void check_against_reference(const gcase *c, const gdata *d, tg_dtype dt,
+                                    const double *out)
+{
+    double eps = dt == TG_F32 ? FLT_EPSILON / 2 : DBL_EPSILON / 2;
+    int64_t kc = dt == TG_F32 ? 256 : 128;
+    for (int64_t i = 0; i < c->M; i++) {
+        for (int64_t j = 0; j < c->ldc; j++) {
+            double got = out[i * c->ldc + j], c0 = d->C0[i * c->ldc + j];
+            if (dt == TG_F32)
+                c0 = (float)c0;
+            if (j >= c->N) {
+                ck_assert_msg(got == c0, "padding column %lld of row %lld changed",
+                              (long long)j, (long long)i);
+                continue;
+            }
+            long double s = 0, mag = 0;
+            for (int64_t k = 0; k < c->K; k++) {
+                double a = opA(c, d, i, k), b = opB(c, d, k, j);
+                if (dt == TG_F32) {
+                    a = (float)a;
+                    b = (float)b;
+                }
+                s += (long double)a * b;
+                mag += fabsl((long double)a * b);
+            }
+            double bj = dt == TG_F32 ? (float)d->bias[j] : d->bias[j];
+            if (c->acc) {
+                s += c0;
+                mag += fabs(c0);
+            }
+            if (c->bias) {
+                s += bj;
+                mag += fabs(bj);
+            }
+            if (c->act == TG__EPI_RELU && s < 0)
+                s = 0;
+            double tol = c->integer ? 0 : (double)((c->K + c->K / kc + 3) * eps * mag);
+            if (c->act == TG__EPI_GELU) /* checked against pre below */
+                continue;
+            ck_assert_msg(fabs(got - (double)s) <= tol,
+                          "%s M %lld N %lld K %lld ta %d tb %d acc %d: C[%lld,%lld] = %.17g, "
+                          "exact %.17g, bound %.3g",
+                          dt == TG_F32 ? "f32" : "f64", (long long)c->M, (long long)c->N,
+                          (long long)c->K, c->ta, c->tb, c->acc, (long long)i, (long long)j,
+                          got, (double)s, tol);
+        }
+    }
+}
+
+static gcase random_case(int idx)
+{
+    static const int64_t Ms[] = {1, 5, 12, 13, 25, 61};
+    static const int64_t Ns[] = {1, 7, 16, 32, 33, 86};
+    static const int64_t Ks[] = {1, 3, 127, 128, 129, 256, 257, 300};
+    gcase c;
+    memset(&c, 0, sizeof c);
+    c.M = Ms[(idx * 7 + (int)(urand() * 6)) % 6];
+    c.N = Ns[(idx * 5 + (int)(urand() * 6)) % 6];
+    c.K = Ks[(idx * 3 + (int)(urand() * 8)) % 8];
+    c.ta = idx & 1;
+    c.tb = (idx >> 1) & 1;
+    c.acc = (idx >> 2) & 1;
+    c.integer = (idx % 5) == 0;
+    int64_t pad = (int64_t)(urand() * 3);
+    c.lda = (c.ta ? c.M : c.K) + pad;
+    c.ldb = (c.tb ? c.K : c.N) + pad;
+    c.ldc = c.N + (int64_t)(urand() * 3);
+    return c;
+}
+
+START_TEST(test_against_reference)
+{
+    tg_dtype dt = tu_dtypes[_i];
+    int n = getenv("TG_UNDER_VALGRIND") ? 16 : 64;
+    for (int idx = 0; idx < n; idx++) {
+        gcase c = random_case(idx);
+        gdata d;
+        make_data(&c, &d);
+        double *out = malloc(sizeof(double) * d.nc);
+        run(&c, &d, dt, TG__ISA_BEST, 1, out, NULL);
+        check_against_reference(&c, &d, dt, out);
+        free(out);
+        free_data(&d);
+    }
+}
+END_TEST
+
+/* Every kernel family this CPU has, on the same cases: each within the bound; AVX-512 and AVX2
+ * bitwise equal. */
+START_TEST(test_kernel_families)
+{
+    tg_dtype dt = tu_dtypes[_i];
+    int best = tg__gemm_isa();
+    int n = getenv("TG_UNDER_VALGRIND") ? 8 : 32;
+    for (int idx = 0; idx < n; idx++) {
+        gcase c = random_case(idx + 1000);
+        gdata d;
+        make_data(&c, &d);
+        double *ref = malloc(sizeof(double) * d.nc), *out = malloc(sizeof(double) * d.nc);
+        run(&c, &d, dt, TG__ISA_BEST, 1, ref, NULL);
+        for (int isa = TG__ISA_PORTABLE; isa <= best; isa++) {
+            run(&c, &d, dt, isa, 1, out, NULL);
+            check_against_reference(&c, &d, dt, out);
+            if (isa != TG__ISA_PORTABLE && best != TG__ISA_PORTABLE)
+                ck_assert_msg(memcmp(ref, out, sizeof(double) * d.nc) == 0,
+                              "kernel family %d differs from %d (case %d)", isa, best, idx);
+        }
+        free(ref);
+        free(out);
+        free_data(&d);
+    }
+}
+END_TEST
+
+/* Large enough to be split between threads (by columns and by rows). */
+START_TEST(test_thread_invariance)
+{
+    tg_dtype dt = tu_dtypes[_i];
+    static const int64_t shapes[][3] = {{150, 301, 300}, {301, 40, 260}, {37, 530, 20}};
+    int nts[] = {2, 3, 8};
+    for (int s = 0; s < 3; s++) {
+        for (int lay = 0; lay < 4; lay++) {
+            gcase c;
+            memset(&c, 0, sizeof c);
+            c.M = shapes[s][0];
+            c.N = shapes[s][1];
+            c.K = shapes[s][2];
+            c.ta = lay & 1;
+            c.tb = lay >> 1;
+            c.acc = s == 1;
+            c.lda = c.ta ? c.M : c.K;
+            c.ldb = c.tb ? c.K : c.N;
+            c.ldc = c.N;
+            c.bias = s == 2;
+            c.act = s == 2 ? TG__EPI_RELU : TG__EPI_NONE;
+            gdata d;
+            make_data(&c, &d);
+            double *ref = malloc(sizeof(double) * d.nc), *out = malloc(sizeof(double) * d.nc);
+            run(&c, &d, dt, TG__ISA_BEST, 1, ref, NULL);
+            if (lay == 0)
+                check_against_reference(&c, &d, dt, ref);
+            for (int t = 0; t < 3; t++) {
+                run(&c, &d, dt, TG__ISA_BEST, nts[t], out, NULL);
+                ck_assert_msg(memcmp(ref, out, sizeof(double) * d.nc) == 0,
+                              "shape %d layout %d: %d threads differ from 1", s, lay, nts[t]);
+            }
+            free(ref);
+            free(out);
+            free_data(&d);
+        }
+    }
+}
+END_TEST
+
+/* For K <= KC, accumulating equals adding the separately computed product. */
+START_TEST(test_accumulate_equals_add)
+{
+    tg_dtype dt = tu_dtypes[_i];
+    for (int idx = 0; idx < 16; idx++) {
+        gcase c = random_case(idx + 2000);
+        c.K = 1 + (int64_t)(urand() * 120);
+        c.lda = c.ta ? c.M : c.K;
+        c.ldb = c.tb ? c.K : c.N;
+        c.ldc = c.N;
+        c.integer = false;
+        gdata d;
+        make_data(&c, &d);
+        double *sum = malloc(sizeof(double) * d.nc), *alone = malloc(sizeof(double) * d.nc);
+        c.acc = true;
+        run(&c, &d, dt, TG__ISA_BEST, 1, sum, NULL);
+        c.acc = false;
+        run(&c, &d, dt, TG__ISA_BEST, 1, alone, NULL);
+        for (size_t i = 0; i < d.nc; i++) {
+            double expect = dt == TG_F32 ? (double)((float)d.C0[i] + (float)alone[i])
+                                         : d.C0[i] + alone[i];
+            ck_assert_msg(sum[i] == expect, "element %zu: %.17g vs %.17g", i, sum[i], expect);
+        }
+        free(sum);
+        free(alone);
+        free_data(&d);
+    }
+}
+END_TEST
+
+/* Epilogue: bias + ReLU bitwise equals bias then max(., 0); GELU keeps the pre-activation
+ * (bitwise the biased product) and applies exact GELU to it. */
+START_TEST(test_epilogue)
+{
+    tg_dtype dt = tu_dtypes[_i];
+    for (int idx = 0; idx < 12; idx++) {
+        gcase c = random_case(idx + 3000);
+        c.acc = false;
+        c.bias = idx % 3 != 2;
+        gdata d;
+        make_data(&c, &d);
+        size_t n = d.nc;
+        double *plain = malloc(sizeof(double) * n), *relu = malloc(sizeof(double) * n);
+        double *gelu = malloc(sizeof(double) * n), *pre = malloc(sizeof(double) * n);
+        c.act = TG__EPI_NONE;
+        run(&c, &d, dt, TG__ISA_BEST, 1, plain, NULL);
+        check_against_reference(&c, &d, dt, plain);
+        c.act = TG__EPI_RELU;
+        run(&c, &d, dt, TG__ISA_BEST, 1, relu, NULL);
+        c.act = TG__EPI_GELU;
+        run(&c, &d, dt, TG__ISA_BEST, 1, gelu, pre);
+        for (int64_t i = 0; i < c.M; i++)
+            for (int64_t j = 0; j < c.N; j++) {
+                size_t e = (size_t)(i * c.ldc + j);
+                ck_assert(relu[e] == (plain[e] > 0 ? plain[e] : 0));
+                ck_assert(pre[e] == plain[e]);
+                double v = pre[e], g = 0.5 * v * (1.0 + erf(v * 0.70710678118654752440));
+                if (dt == TG_F32)
+                    g = (float)g;
+                ck_assert_msg(gelu[e] == g, "gelu %.17g vs %.17g", gelu[e], g);
+            }
+        free(plain);
+        free(relu);
+        free(gelu);
+        free(pre);
+        free_data(&d);
+    }
+}
+END_TEST
+
+/* Degenerate sizes: K = 0 gives C = 0 (or C0 when accumulating, bias with the epilogue);
+ * M = 0 or N = 0 touch nothing. */
+START_TEST(test_degenerate)
+{
+    float A[4] = {1, 2, 3, 4}, B[4] = {1, 1, 1, 1}, C[4] = {5, 5, 5, 5}, bias[2] = {7, 8};
+    tg__gemm_f32(1, false, false, 2, 2, 0, A, 1, B, 2, C, 2, false, NULL);
+    for (int i = 0; i < 4; i++)
+        ck_assert(C[i] == 0);
+    C[0] = 3;
+    tg__gemm_f32(2, false, false, 2, 2, 0, A, 1, B, 2, C, 2, true, NULL);
+    ck_assert(C[0] == 3 && C[1] == 0);
+    tg__gemm_epi epi = {bias, TG__EPI_NONE, NULL};
+    tg__gemm_ex_f32(1, false, false, 2, 2, 0, A, 1, B, 2, C, 2, false, NULL, &epi);
+    ck_assert(C[0] == 7 && C[1] == 8 && C[2] == 7 && C[3] == 8);
+    tg__gemm_f32(1, false, false, 0, 2, 2, A, 2, B, 2, C, 2, false, NULL);
+    tg__gemm_f32(1, false, false, 2, 0, 2, A, 2, B, 2, C, 2, false, NULL);
+    ck_assert(C[0] == 7 && C[3] == 8);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("gemm");
+    TCase *tc = tu_tcase(s, "gemm", 300);
+    tcase_add_loop_test(tc, test_against_reference, 0, 2);
+    tcase_add_loop_test(tc, test_kernel_families, 0, 2);
+    tcase_add_loop_test(tc, test_thread_invariance, 0, 2);
+    tcase_add_loop_test(tc, test_accumulate_equals_add, 0, 2);
+    tcase_add_loop_test(tc, test_epilogue, 0, 2);
+    tcase_add_test(tc, test_degenerate);
+    return tu_run(s);
+}
