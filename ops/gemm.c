@@ -102,21 +102,27 @@ DEFINE_PORTABLE(double, f64, v4d, 4, 6, 8)
 
 #ifdef TG_X86_KERNELS
 /* ---- AVX-512 kernels: 12 x 32 f32 / 12 x 16 f64, 24 zmm accumulators ---------------------- */
-#define DEFINE_X86(T, SUF, ISA, VT, VL, MR, NV, LOADU, STOREU, SET1, ZERO, FMA, ADD, MAX, TGT)       \
-    __attribute__((target(TGT))) static void kern_##SUF##_##ISA(                                 \
-        int64_t kc, const T *a, const T *b, int64_t ldb, T *c, int64_t ldc, int mode,           \
-        const T *bias)                                                                          \
+/* The body is instantiated twice per ISA: A packed k-major (a[k * MR + r]) and A read in place
+ * from MR rows of a row-major matrix (a[r * rsa + k]: no packing). Rows are addressed from four
+ * base pointers (rows 0, 3, 6, 9) plus 0, 1 or 2 row strides, so every broadcast is one load
+ * with a base + index * scale address whatever rsa is. */
+#define DEFINE_X86(T, SUF, ISA, VT, VL, MR, NV, LOADU, STOREU, SET1, ZERO, FMA, ADD, MAX, TGT)   \
+    __attribute__((target(TGT), always_inline)) static inline void body_##SUF##_##ISA(          \
+        int64_t kc, const T *a, int64_t rsa, int64_t csa, const T *b, int64_t ldb, T *c,        \
+        int64_t ldc, int mode, const T *bias)                                                   \
     {                                                                                           \
         VT acc[MR][NV];                                                                         \
         _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                                   \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                \
                 acc[r][v] = (mode & MK_BIAS) ? LOADU(bias + v * VL) : ZERO();                   \
+        const T *base[4] = {a, a + (MR > 3 ? 3 : 0) * rsa, a + (MR > 6 ? 6 : 0) * rsa,         \
+                            a + (MR > 9 ? 9 : 0) * rsa};                                        \
         for (int64_t k = 0; k < kc; k++) {                                                      \
             VT bv[NV];                                                                          \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                \
                 bv[v] = LOADU(b + k * ldb + v * VL);                                            \
             _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                             \
-                VT av = SET1(a[k * MR + r]);                                                    \
+                VT av = SET1(base[r / 3][(r % 3) * rsa + k * csa]);                              \
                 _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                            \
                     acc[r][v] = FMA(av, bv[v], acc[r][v]);                                      \
             }                                                                                   \
@@ -134,6 +140,24 @@ DEFINE_PORTABLE(double, f64, v4d, 4, 6, 8)
         _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                                   \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                \
                 STOREU(c + r * ldc + v * VL, acc[r][v]);                                        \
+    }                                                                                           \
+    __attribute__((target(TGT))) static void kern_##SUF##_##ISA(                                 \
+        int64_t kc, const T *a, const T *b, int64_t ldb, T *c, int64_t ldc, int mode,           \
+        const T *bias)                                                                          \
+    {                                                                                           \
+        body_##SUF##_##ISA(kc, a, 1, MR, b, ldb, c, ldc, mode, bias);                           \
+    }                                                                                           \
+    __attribute__((target(TGT))) static void rows_##SUF##_##ISA(                                 \
+        int64_t kc, const T *a, int64_t rsa, const T *b, int64_t ldb, T *c, int64_t ldc,        \
+        int mode, const T *bias)                                                                \
+    {                                                                                           \
+        body_##SUF##_##ISA(kc, a, rsa, 1, b, ldb, c, ldc, mode, bias);                          \
+    }                                                                                           \
+    __attribute__((target(TGT))) static void cols_##SUF##_##ISA(                                 \
+        int64_t kc, const T *a, int64_t csa, const T *b, int64_t ldb, T *c, int64_t ldc,        \
+        int mode, const T *bias)                                                                \
+    {                                                                                           \
+        body_##SUF##_##ISA(kc, a, 1, csa, b, ldb, c, ldc, mode, bias);                          \
     }
 DEFINE_X86(float, f32, avx512, __m512, 16, 12, 2, _mm512_loadu_ps, _mm512_storeu_ps,
            _mm512_set1_ps, _mm512_setzero_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_max_ps, "avx512f,fma")
@@ -148,32 +172,41 @@ DEFINE_X86(double, f64, avx2, __m256d, 4, 6, 2, _mm256_loadu_pd, _mm256_storeu_p
 
 /* The kernel for this CPU: chosen from CPUID on every call (a few loads of libgcc's cached
  * cpu model; no state of ours). MR and NR are the kernel's register block. */
+/* A micro-kernel reading A in place: a[r * stride + k] (rows) or a[k * stride + r] (cols). */
+typedef void (*skern_f32)(int64_t kc, const float *a, int64_t stride, const float *b,
+                          int64_t ldb, float *c, int64_t ldc, int mode, const float *bias);
+typedef void (*skern_f64)(int64_t kc, const double *a, int64_t stride, const double *b,
+                          int64_t ldb, double *c, int64_t ldc, int mode, const double *bias);
+
 typedef struct {
     int mr, nr;
-    kern_f32 kf32;
+    kern_f32 kf32;   /* A packed */
     kern_f64 kf64;
+    skern_f32 rowsf32, colsf32; /* A in place (NULL: always pack) */
+    skern_f64 rowsf64, colsf64;
 } kern_set;
 
 static kern_set pick(tg_dtype dt, int isa)
 {
+    kern_set k = {6, dt == TG_F32 ? 16 : 8, kern_f32_c, kern_f64_c, NULL, NULL, NULL, NULL};
 #ifdef TG_X86_KERNELS
     __builtin_cpu_init();
     bool fma = __builtin_cpu_supports("fma");
     if ((isa == TG__ISA_BEST || isa >= TG__ISA_AVX512) && fma && __builtin_cpu_supports("avx512f"))
-        return dt == TG_F32 ? (kern_set){12, 32, kern_f32_avx512, NULL}
-                            : (kern_set){12, 16, NULL, kern_f64_avx512};
-    if ((isa == TG__ISA_BEST || isa >= TG__ISA_AVX2) && fma && __builtin_cpu_supports("avx2"))
-        return dt == TG_F32 ? (kern_set){6, 16, kern_f32_avx2, NULL}
-                            : (kern_set){6, 8, NULL, kern_f64_avx2};
+        k = (kern_set){12, dt == TG_F32 ? 32 : 16, kern_f32_avx512, kern_f64_avx512,
+                       rows_f32_avx512, cols_f32_avx512, rows_f64_avx512, cols_f64_avx512};
+    else if ((isa == TG__ISA_BEST || isa >= TG__ISA_AVX2) && fma && __builtin_cpu_supports("avx2"))
+        k = (kern_set){6, dt == TG_F32 ? 16 : 8, kern_f32_avx2, kern_f64_avx2,
+                       rows_f32_avx2, cols_f32_avx2, rows_f64_avx2, cols_f64_avx2};
 #endif
     (void)isa;
-    return dt == TG_F32 ? (kern_set){6, 16, kern_f32_c, NULL} : (kern_set){6, 8, NULL, kern_f64_c};
+    return k;
 }
 
 int tg__gemm_isa(void)
 {
     kern_set k = pick(TG_F32, TG__ISA_BEST);
-    return k.kf32 == kern_f32_c ? TG__ISA_PORTABLE
+    return k.rowsf32 == NULL    ? TG__ISA_PORTABLE
            : k.mr == 12         ? TG__ISA_AVX512
                                 : TG__ISA_AVX2;
 }
@@ -193,6 +226,81 @@ size_t tg__gemm_ws_bytes(tg_dtype dt, int nt)
 
 static double gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.70710678118654752440)); }
 
+/* Pack op(B)[k0:k0+kc, j0:j0+nc] as panels of NR columns (panel p: kc rows of NR, k-major),
+ * zero padded. B^T is read in blocks of 8 stored rows x 8 k so that each load and each store
+ * touches one cache line of a few (the naive transposing loop was a strided-store stream). */
+#define DEFINE_PACK(T, SUF)                                                                     \
+    __attribute__((noinline)) static void pack_b_##SUF(bool tb, const T *B, int64_t ldb, int64_t k0, int64_t kc,          \
+                             int64_t j0, int64_t nc, int NR, T *bpack)                          \
+    {                                                                                           \
+        int64_t npanels = (nc + NR - 1) / NR;                                                   \
+        for (int64_t p = 0; p < npanels; p++) {                                                 \
+            T *dst = bpack + p * kc * NR;                                                       \
+            int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;                  \
+            if (!tb) {                                                                          \
+                for (int64_t k = 0; k < kc; k++) {                                              \
+                    const T *src = B + (k0 + k) * ldb + jb;                                     \
+                    T *d = dst + k * NR;                                                        \
+                    if (w == NR && NR == 32) /* constant sizes: inlined moves */                \
+                        memcpy(d, src, sizeof(T) * 32);                                         \
+                    else if (w == NR && NR == 16)                                               \
+                        memcpy(d, src, sizeof(T) * 16);                                         \
+                    else if (w == NR)                                                           \
+                        memcpy(d, src, sizeof(T) * (size_t)NR);                                 \
+                    else                                                                        \
+                        for (int64_t j = 0; j < NR; j++)                                        \
+                            d[j] = j < w ? src[j] : 0;                                          \
+                }                                                                               \
+                continue;                                                                       \
+            }                                                                                   \
+            /* op(B) = B^T: dst[k * NR + j] = B[(jb + j) * ldb + k0 + k] */                     \
+            for (int64_t jj = 0; jj < NR; jj += 8) {                                            \
+                int64_t jw = w - jj < 8 ? (w - jj > 0 ? w - jj : 0) : 8;                         \
+                for (int64_t kk = 0; kk < kc; kk += 8) {                                        \
+                    int64_t kw = kc - kk < 8 ? kc - kk : 8;                                     \
+                    T blk[8][8];                                                                \
+                    for (int64_t j = 0; j < 8; j++)                                             \
+                        for (int64_t k = 0; k < 8; k++)                                         \
+                            blk[k][j] = j < jw && k < kw                                        \
+                                            ? B[(jb + jj + j) * ldb + k0 + kk + k] : 0;        \
+                    for (int64_t k = 0; k < kw; k++)                                            \
+                        memcpy(dst + (kk + k) * NR + jj, blk[k], sizeof(T) * 8);                \
+                }                                                                               \
+            }                                                                                   \
+        }                                                                                       \
+    }                                                                                           \
+    /* Pack op(A)[ib:ib+h, k0:k0+kc] k-major (apack[k * MR + r]), zero padded to MR rows. */   \
+    __attribute__((noinline)) static void pack_a_##SUF(bool ta, const T *A, int64_t lda, int64_t ib, int64_t h,           \
+                             int64_t k0, int64_t kc, int MR, T *apack)                          \
+    {                                                                                           \
+        if (ta) {                                                                               \
+            for (int64_t k = 0; k < kc; k++) {                                                  \
+                const T *src = A + (k0 + k) * lda + ib;                                         \
+                T *d = apack + k * MR;                                                          \
+                for (int64_t r = 0; r < MR; r++)                                                \
+                    d[r] = r < h ? src[r] : 0;                                                  \
+            }                                                                                   \
+            return;                                                                             \
+        }                                                                                       \
+        for (int64_t kk = 0; kk < kc; kk += 8) {                                                \
+            int64_t kw = kc - kk < 8 ? kc - kk : 8;                                             \
+            T blk[8][MR_MAX];                                                                   \
+            for (int64_t r = 0; r < MR; r++)                                                    \
+                for (int64_t k = 0; k < 8; k++)                                                 \
+                    blk[k][r] = r < h && k < kw ? A[(ib + r) * lda + k0 + kk + k] : 0;          \
+            for (int64_t k = 0; k < kw; k++) { /* constant sizes: inlined moves */              \
+                if (MR == 12)                                                                   \
+                    memcpy(apack + (kk + k) * 12, blk[k], sizeof(T) * 12);                      \
+                else if (MR == 6)                                                               \
+                    memcpy(apack + (kk + k) * 6, blk[k], sizeof(T) * 6);                        \
+                else                                                                            \
+                    memcpy(apack + (kk + k) * MR, blk[k], sizeof(T) * (size_t)MR);              \
+            }                                                                                   \
+        }                                                                                       \
+    }
+DEFINE_PACK(float, f32)
+DEFINE_PACK(double, f64)
+
 /* One thread's rectangle of C: rows [m0, m1), columns [n0, n1), all of K. */
 #define DEFINE_PART(T, SUF, KC, NC)                                                             \
     static void part_##SUF(const kern_set *ks, bool ta, bool tb, int64_t m0, int64_t m1,        \
@@ -210,53 +318,18 @@ static double gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.707106781186547
             for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += KC) {                                 \
                 int64_t kc = K - k0 < KC ? K - k0 : KC;                                         \
                 bool first = k0 == 0, last = k0 + kc >= K;                                      \
-                /* pack op(B)[k0:k0+kc, j0:j0+nc] as panels of NR columns, zero padded */       \
-                for (int64_t p = 0; p < npanels; p++) {                                         \
-                    T *dst = bpack + p * kc * NR;                                               \
-                    int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;          \
-                    if (!tb) {                                                                  \
-                        for (int64_t k = 0; k < kc; k++) {                                      \
-                            const T *src = B + (k0 + k) * ldb + jb;                             \
-                            T *d = dst + k * NR;                                                \
-                            if (w == NR)                                                        \
-                                memcpy(d, src, sizeof(T) * (size_t)NR);                         \
-                            else                                                                \
-                                for (int64_t j = 0; j < NR; j++)                                \
-                                    d[j] = j < w ? src[j] : 0;                                  \
-                        }                                                                       \
-                    } else { /* op(B) = B^T: read stored rows of B contiguously */               \
-                        for (int64_t j = 0; j < NR; j++) {                                      \
-                            const T *src = B + (jb + j) * ldb + k0;                             \
-                            if (j < w)                                                          \
-                                for (int64_t k = 0; k < kc; k++)                                \
-                                    dst[k * NR + j] = src[k];                                   \
-                            else                                                                \
-                                for (int64_t k = 0; k < kc; k++)                                \
-                                    dst[k * NR + j] = 0;                                        \
-                        }                                                                       \
-                    }                                                                           \
-                }                                                                               \
+                pack_b_##SUF(tb, B, ldb, k0, kc, j0, nc, NR, bpack);                            \
                 for (int64_t ib = m0; ib < m1; ib += MR) {                                      \
                     int64_t h = m1 - ib < MR ? m1 - ib : MR;                                    \
-                    /* pack op(A)[ib:ib+h, k0:k0+kc] k-major, zero padded to MR rows */         \
-                    if (!ta) {                                                                  \
-                        for (int64_t r = 0; r < MR; r++) {                                      \
-                            const T *src = A + (ib + r) * lda + k0;                             \
-                            if (r < h)                                                          \
-                                for (int64_t k = 0; k < kc; k++)                                \
-                                    apack[k * MR + r] = src[k];                                 \
-                            else                                                                \
-                                for (int64_t k = 0; k < kc; k++)                                \
-                                    apack[k * MR + r] = 0;                                      \
-                        }                                                                       \
-                    } else {                                                                    \
-                        for (int64_t k = 0; k < kc; k++) {                                      \
-                            const T *src = A + (k0 + k) * lda + ib;                             \
-                            T *d = apack + k * MR;                                              \
-                            for (int64_t r = 0; r < MR; r++)                                    \
-                                d[r] = r < h ? src[r] : 0;                                      \
-                        }                                                                       \
-                    }                                                                           \
+                    /* With few column panels to amortise packing over, a full strip is read \
+                     * in place (a short-lived stream); otherwise, and for an edge strip (zero  \
+                     * padded), it is packed into a contiguous k-major strip that stays in L1  \
+                     * (in place, rows a multiple of 4 KiB apart fight over L1 sets). */        \
+                    skern_##SUF sk = h < MR || npanels >= 8 ? NULL                              \
+                                     : ta ? ks->cols##SUF : ks->rows##SUF;                     \
+                    const T *astrip = ta ? A + k0 * lda + ib : A + ib * lda + k0;               \
+                    if (!sk)                                                                    \
+                        pack_a_##SUF(ta, A, lda, ib, h, k0, kc, MR, apack);                     \
                     for (int64_t p = 0; p < npanels; p++) {                                     \
                         int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;      \
                         int mode = (!first || acc) ? MK_LOAD : bias ? MK_BIAS : 0;              \
@@ -265,7 +338,11 @@ static double gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.707106781186547
                         T *c = C + ib * ldc + jb;                                               \
                         const T *bj = bias ? bias + jb : NULL;                                  \
                         if (h == MR && w == NR) {                                               \
-                            ks->k##SUF(kc, apack, bpack + p * kc * NR, NR, c, ldc, mode, bj);   \
+                            if (sk)                                                             \
+                                sk(kc, astrip, lda, bpack + p * kc * NR, NR, c, ldc, mode, bj); \
+                            else                                                                \
+                                ks->k##SUF(kc, apack, bpack + p * kc * NR, NR, c, ldc, mode,    \
+                                           bj);                                                 \
                         } else { /* edge block: through a zero-padded MR x NR tile */            \
                             T bz[NR_MAX];                                                       \
                             for (int64_t j = 0; j < NR; j++)                                    \
@@ -274,7 +351,12 @@ static double gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.707106781186547
                                 for (int64_t j = 0; j < NR; j++)                                \
                                     edge[r * NR + j] = (mode & MK_LOAD) && r < h && j < w       \
                                                            ? c[r * ldc + j] : 0;                \
-                            ks->k##SUF(kc, apack, bpack + p * kc * NR, NR, edge, NR, mode, bz); \
+                            if (sk)                                                             \
+                                sk(kc, astrip, lda, bpack + p * kc * NR, NR, edge, NR, mode,    \
+                                   bz);                                                         \
+                            else                                                                \
+                                ks->k##SUF(kc, apack, bpack + p * kc * NR, NR, edge, NR, mode,  \
+                                           bz);                                                 \
                             for (int64_t r = 0; r < h; r++)                                     \
                                 memcpy(c + r * ldc, edge + r * NR, sizeof(T) * (size_t)w);      \
                         }                                                                       \
