@@ -399,7 +399,7 @@ START_TEST(test_bench_tiny)
     ck_assert_msg(r.exited && r.code == 0, "bench --tiny: %d '%s'", r.code, r.err);
     static const char *const want[] = {
         "Machine: ", "OpenBLAS", "Threads: 1 and 2", "FMA peak probe", "instruction form",
-        "512-bit", "256-bit", "same, f64", "Peak (used for %peak below)", "sgemm, 1 thread",
+        "same, f64", /* the forms depend on the CPU (and valgrind hides AVX-512) */ "Peak (used for %peak below)", "sgemm, 1 thread",
         "sgemm, 2 threads", "dgemm, 1 thread", "dgemm, 2 threads", "(16, 8, 4)",
         "dense (M, N, K)", "Modules and training, f32, fused ops", "2 threads", "speedup",
         "sdpa (2, 3, 4) fwd ", "sdpa (2, 3, 4) fwd+bwd", "mha (2, 6) fwd ", "mha (2, 6) fwd+bwd",
