@@ -273,7 +273,8 @@ def cpu_model():
 
 
 def fmt(v):
-    return f"{1e3 * statistics.median(v):.3f} ({1e3 * min(v):.3f}-{1e3 * max(v):.3f})"
+    d = 1 if 1e3 * max(v) >= 100 else 2 if 1e3 * max(v) >= 10 else 3
+    return f"{1e3 * statistics.median(v):.{d}f} ({1e3 * min(v):.{d}f}-{1e3 * max(v):.{d}f})"
 
 
 def main():

@@ -195,8 +195,9 @@ static int bench_modules(const char *const *prefixes, int np, int threads_all, i
                 double *v = t + ti * samples;
                 m[ti] = med(v, samples);
                 char cell[64];
-                snprintf(cell, sizeof cell, "%.3f (%.3f-%.3f)", 1e3 * m[ti], 1e3 * v[0],
-                         1e3 * v[samples - 1]);
+                int dg = 1e3 * v[samples - 1] >= 100 ? 1 : 1e3 * v[samples - 1] >= 10 ? 2 : 3;
+                snprintf(cell, sizeof cell, "%.*f (%.*f-%.*f)", dg, 1e3 * m[ti], dg, 1e3 * v[0],
+                         dg, 1e3 * v[samples - 1]);
                 printf(" %24s", cell);
             }
             if (ntc > 1)
