@@ -390,6 +390,42 @@ START_TEST(test_top_level)
 }
 END_TEST
 
+/* `tgrad bench --tiny` runs every section on tiny shapes (a smoke test of every code path: its
+ * numbers mean nothing and none is checked; speed is never asserted in a test) and prints
+ * every section's header and every workload's row. */
+START_TEST(test_bench_tiny)
+{
+    cmd_result r = run_tgrad("bench --tiny --samples 1 --threads 2");
+    ck_assert_msg(r.exited && r.code == 0, "bench --tiny: %d '%s'", r.code, r.err);
+    static const char *const want[] = {
+        "Machine: ", "OpenBLAS", "Threads: 1 and 2", "FMA peak probe", "instruction form",
+        "same, f64", /* the forms depend on the CPU (and valgrind hides AVX-512) */ "Peak (used for %peak below)", "sgemm, 1 thread",
+        "sgemm, 2 threads", "dgemm, 1 thread", "dgemm, 2 threads", "(16, 8, 4)",
+        "dense (M, N, K)", "Modules and training, f32, fused ops", "2 threads", "speedup",
+        "sdpa (2, 3, 4) fwd ", "sdpa (2, 3, 4) fwd+bwd", "mha (2, 6) fwd ", "mha (2, 6) fwd+bwd",
+        "mha (2, 3) fwd ", "mha (2, 3) fwd+bwd", "encoder (2, 6) fwd ", "encoder (2, 6) fwd+bwd",
+        "encoder (2, 3) fwd ", "encoder (2, 3) fwd+bwd", "train step (B 2, T 8)"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(r.out, want[i]) != NULL, "bench --tiny: no '%s' in '%s'", want[i],
+                      r.out);
+#if defined(__x86_64__) && defined(__GNUC__)
+    ck_assert_msg(strstr(r.out, "Core clock under load"), "'%s'", r.out);
+#endif
+    result_free(&r);
+    /* one section, unfused, one thread count: only its rows */
+    r = run_tgrad("bench --tiny --samples 2 --threads 1 --only encoder --unfused");
+    ck_assert_msg(r.exited && r.code == 0, "bench --only encoder: %d '%s'", r.code, r.err);
+    ck_assert_msg(strstr(r.out, "unfused") && strstr(r.out, "encoder (2, 6) fwd+bwd") &&
+                      !strstr(r.out, "mha (") && !strstr(r.out, "FMA peak") &&
+                      !strstr(r.out, "sgemm") && !strstr(r.out, "speedup"), "'%s'", r.out);
+    result_free(&r);
+    r = run_tgrad("bench --tiny --samples 1 --only peak");
+    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "FMA peak probe") &&
+                      !strstr(r.out, "sgemm") && !strstr(r.out, "Modules"), "'%s'", r.out);
+    result_free(&r);
+}
+END_TEST
+
 /* ---- hostile numbers ---------------------------------------------------------------------- */
 /* Values no integer option accepts (with the bounds they all have, >= 1). */
 static const char *const bad_ints[] = {
@@ -430,7 +466,8 @@ START_TEST(test_hostile_numbers)
     hostile("gradcheck", "--threads", "--op relu", bad_ints, ni, "from 1 to 256");
     hostile("bench", "--threads", "", bad_ints, ni, "from 1 to 256");
     hostile("bench", "--samples", "", bad_ints, ni, "from 1 to 1000");
-    expect_usage_error("bench --only gemmm", "all, gemm, dense, attn or train");
+    expect_usage_error("bench --only gemmm",
+                       "all, peak, gemm, dense, sdpa, mha, encoder or train");
     hostile("run mha --weights w.safetensors --x x.npy", "--heads", "", bad_ints, ni,
             "from 1 to 65536");
     hostile("run encoder --weights w.safetensors --x x.npy", "--heads", "", bad_ints, ni,
@@ -571,6 +608,7 @@ static Suite *cli_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_version);
     tcase_add_test(tc, test_top_level);
+    tcase_add_test(tc, test_bench_tiny);
     tcase_add_test(tc, test_output_write_errors);
     tcase_add_test(tc, test_hostile_numbers);
     suite_add_tcase(s, tc);

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #define BG_X86 1
@@ -34,6 +35,13 @@ static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -51,89 +59,122 @@ static double median(double *v, int n)
 }
 
 /* ---- FMA peak probe ------------------------------------------------------------------------- */
-/* Each probe runs @p iters iterations of BG_CHAINS independent chains a = a * b + c (b just
- * under 1, so a converges to c / (1 - b) and never overflows or goes subnormal) and returns a
- * sum of the chains, which the caller keeps so the loop cannot be removed. 12 chains hide a
- * 4-cycle FMA latency on 2 FMA pipes with room to spare. */
-#define BG_CHAINS 12
+/* Each probe runs @p iters iterations of NCH independent chains a = a * b + c (b just under 1,
+ * so a converges to c / (1 - b) and never overflows or goes subnormal) and returns a sum of the
+ * chains, which the caller keeps so the loop cannot be removed. With FMA latency L cycles and
+ * P FMA issues per cycle, L * P chains keep the pipes full (Zen 4: 4 x 2 = 8 for ymm); 12 and
+ * 24 chains leave room to spare, 24 zmm chains use 24 of the 32 registers. */
+#define BG_FMA4(FMA, i)                                                                       \
+    a[i] = FMA(a[i], b, c);                                                                  \
+    a[i + 1] = FMA(a[i + 1], b, c);                                                          \
+    a[i + 2] = FMA(a[i + 2], b, c);                                                          \
+    a[i + 3] = FMA(a[i + 3], b, c);
+#define BG_FMA12(FMA) BG_FMA4(FMA, 0) BG_FMA4(FMA, 4) BG_FMA4(FMA, 8)
+#define BG_FMA24(FMA) BG_FMA12(FMA) BG_FMA4(FMA, 12) BG_FMA4(FMA, 16) BG_FMA4(FMA, 20)
 
 #ifdef BG_X86
-#define BG_FMA_BODY(T, SET1, FMA, ADD, RED)                                                   \
-    T a[BG_CHAINS];                                                                          \
-    for (int j = 0; j < BG_CHAINS; j++)                                                      \
+#define BG_FMA_BODY(NCH, T, SET1, FMA, ADD, RED)                                              \
+    T a[NCH];                                                                                \
+    for (int j = 0; j < NCH; j++)                                                            \
         a[j] = SET1(1.0 + 0.01 * j);                                                         \
     T b = SET1(0.99999), c = SET1(1e-5);                                                     \
     for (long i = 0; i < iters; i++) {                                                       \
-        a[0] = FMA(a[0], b, c); a[1] = FMA(a[1], b, c); a[2] = FMA(a[2], b, c);              \
-        a[3] = FMA(a[3], b, c); a[4] = FMA(a[4], b, c); a[5] = FMA(a[5], b, c);              \
-        a[6] = FMA(a[6], b, c); a[7] = FMA(a[7], b, c); a[8] = FMA(a[8], b, c);              \
-        a[9] = FMA(a[9], b, c); a[10] = FMA(a[10], b, c); a[11] = FMA(a[11], b, c);          \
+        BG_FMA##NCH(FMA)                                                                     \
     }                                                                                        \
     T s = a[0];                                                                              \
-    for (int j = 1; j < BG_CHAINS; j++)                                                      \
+    for (int j = 1; j < NCH; j++)                                                            \
         s = ADD(s, a[j]);                                                                    \
     return RED(s);
 
-__attribute__((target("avx512f,fma"))) static double red512s(__m512 s)
-{
-    return (double)_mm512_reduce_add_ps(s);
-}
-__attribute__((target("avx512f,fma"))) static double red512d(__m512d s)
-{
-    return _mm512_reduce_add_pd(s);
-}
-__attribute__((target("avx2,fma"))) static double red256s(__m256 s)
+#define BG_T512 __attribute__((target("avx512f,fma")))
+#define BG_T256 __attribute__((target("avx2,fma")))
+#define BG_T256VL __attribute__((target("avx512f,avx512vl,fma"))) /* 32 ymm registers */
+
+BG_T512 static double red512s(__m512 s) { return (double)_mm512_reduce_add_ps(s); }
+BG_T512 static double red512d(__m512d s) { return _mm512_reduce_add_pd(s); }
+BG_T256 static double red256s(__m256 s)
 {
     float v[8];
     _mm256_storeu_ps(v, s);
     return (double)v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
 }
-__attribute__((target("avx2,fma"))) static double red256d(__m256d s)
+BG_T256 static double red256d(__m256d s)
 {
     double v[4];
     _mm256_storeu_pd(v, s);
     return v[0] + v[1] + v[2] + v[3];
 }
-__attribute__((target("avx512f,fma"))) static double probe_avx512_f32(long iters)
+#define BG_ZMM(NCH)                                                                           \
+    BG_T512 static double probe_zmm##NCH##_f32(long iters)                                   \
+    {                                                                                        \
+        BG_FMA_BODY(NCH, __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, red512s)    \
+    }                                                                                        \
+    BG_T512 static double probe_zmm##NCH##_f64(long iters)                                   \
+    {                                                                                        \
+        BG_FMA_BODY(NCH, __m512d, _mm512_set1_pd, _mm512_fmadd_pd, _mm512_add_pd, red512d)   \
+    }
+#define BG_YMM(NCH, TGT)                                                                      \
+    TGT static double probe_ymm##NCH##_f32(long iters)                                       \
+    {                                                                                        \
+        BG_FMA_BODY(NCH, __m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, red256s)    \
+    }                                                                                        \
+    TGT static double probe_ymm##NCH##_f64(long iters)                                       \
+    {                                                                                        \
+        BG_FMA_BODY(NCH, __m256d, _mm256_set1_pd, _mm256_fmadd_pd, _mm256_add_pd, red256d)   \
+    }
+BG_ZMM(12)
+BG_ZMM(24)
+BG_YMM(12, BG_T256)
+BG_YMM(24, BG_T256VL)
+
+/* The core clock in GHz from a chain of dependent integer adds (one per cycle on every x86-64
+ * core), ~20 ms of this thread's CPU time: what the core runs at under load, unlike
+ * /proc/cpuinfo's MHz (often the nominal or TSC frequency in a VM). */
+static double clock_ghz(void)
 {
-    BG_FMA_BODY(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, red512s)
-}
-__attribute__((target("avx512f,fma"))) static double probe_avx512_f64(long iters)
-{
-    BG_FMA_BODY(__m512d, _mm512_set1_pd, _mm512_fmadd_pd, _mm512_add_pd, red512d)
-}
-__attribute__((target("avx2,fma"))) static double probe_avx2_f32(long iters)
-{
-    BG_FMA_BODY(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, red256s)
-}
-__attribute__((target("avx2,fma"))) static double probe_avx2_f64(long iters)
-{
-    BG_FMA_BODY(__m256d, _mm256_set1_pd, _mm256_fmadd_pd, _mm256_add_pd, red256d)
+    long n = 1000000, x = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        double t0 = thread_cpu_s();
+        long k = n;
+        __asm__ volatile("1:\n\t"
+                         "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                         "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                         "dec %1\n\tjnz 1b"
+                         : "+r"(x), "+r"(k)
+                         :
+                         : "cc");
+        double dt = thread_cpu_s() - t0;
+        if (pass == 0) /* calibrate to ~20 ms */
+            n = (long)fmax(1e5, fmin(1e9, n * 0.02 / fmax(dt, 1e-6)));
+        else
+            return 8.0 * (double)n / dt * 1e-9;
+    }
+    return NAN;
 }
 #endif
 
 /* Portable fallback: scalar fma() chains (the compiler may or may not vectorize them). */
 static double probe_c_f32(long iters)
 {
-    float a[BG_CHAINS], s = 0;
-    for (int j = 0; j < BG_CHAINS; j++)
+    float a[12], s = 0;
+    for (int j = 0; j < 12; j++)
         a[j] = 1.0f + 0.01f * (float)j;
     for (long i = 0; i < iters; i++)
-        for (int j = 0; j < BG_CHAINS; j++)
+        for (int j = 0; j < 12; j++)
             a[j] = fmaf(a[j], 0.99999f, 1e-5f);
-    for (int j = 0; j < BG_CHAINS; j++)
+    for (int j = 0; j < 12; j++)
         s += a[j];
     return s;
 }
 static double probe_c_f64(long iters)
 {
-    double a[BG_CHAINS], s = 0;
-    for (int j = 0; j < BG_CHAINS; j++)
+    double a[12], s = 0;
+    for (int j = 0; j < 12; j++)
         a[j] = 1.0 + 0.01 * j;
     for (long i = 0; i < iters; i++)
-        for (int j = 0; j < BG_CHAINS; j++)
+        for (int j = 0; j < 12; j++)
             a[j] = fma(a[j], 0.99999, 1e-5);
-    for (int j = 0; j < BG_CHAINS; j++)
+    for (int j = 0; j < 12; j++)
         s += a[j];
     return s;
 }
@@ -142,20 +183,29 @@ typedef double (*probe_fn)(long iters);
 typedef struct {
     probe_fn f32, f64;
     int lanes32; /* f32 lanes per FMA (f64: half) */
+    int chains;
     const char *name;
 } probe_impl;
 
-static probe_impl probe_pick(void)
+/* The instruction forms this CPU runs, best guess first; returns how many (>= 1). */
+static int probe_forms(probe_impl *p)
 {
-    probe_impl p = {probe_c_f32, probe_c_f64, 1, "portable C fma()"};
+    int n = 0;
 #ifdef BG_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        p = (probe_impl){probe_avx512_f32, probe_avx512_f64, 16, "AVX-512 FMA (zmm)"};
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        p = (probe_impl){probe_avx2_f32, probe_avx2_f64, 8, "AVX2 FMA (ymm)"};
+    bool f = __builtin_cpu_supports("fma");
+    if (f && __builtin_cpu_supports("avx512f")) {
+        p[n++] = (probe_impl){probe_zmm24_f32, probe_zmm24_f64, 16, 24, "512-bit vfmadd (zmm)"};
+        p[n++] = (probe_impl){probe_zmm12_f32, probe_zmm12_f64, 16, 12, "512-bit vfmadd (zmm)"};
+    }
+    if (f && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
+        p[n++] = (probe_impl){probe_ymm24_f32, probe_ymm24_f64, 8, 24, "256-bit vfmadd (ymm)"};
+    if (f && __builtin_cpu_supports("avx2"))
+        p[n++] = (probe_impl){probe_ymm12_f32, probe_ymm12_f64, 8, 12, "256-bit vfmadd (ymm)"};
 #endif
-    return p;
+    if (n == 0)
+        p[n++] = (probe_impl){probe_c_f32, probe_c_f64, 1, 12, "portable C fma()"};
+    return n;
 }
 
 /* Start gate of the probe threads: they wait until `go`, so all start together. */
@@ -170,7 +220,9 @@ typedef struct {
     long iters;
     probe_gate *gate;
     double sink;
+    double cpu; /* seconds of this thread's CPU time for f(iters) */
 } probe_job;
+
 
 static void *probe_thread(void *arg)
 {
@@ -179,20 +231,24 @@ static void *probe_thread(void *arg)
     while (!j->gate->go)
         pthread_cond_wait(&j->gate->cv, &j->gate->mu);
     pthread_mutex_unlock(&j->gate->mu);
+    double c0 = thread_cpu_s();
     j->sink = j->f(j->iters);
+    j->cpu = thread_cpu_s() - c0;
     return NULL;
 }
 
 /* Seconds for @p nt threads to each run f(iters), from the common start to the last join;
- * NAN if threads cannot be started. */
-static double probe_run(probe_fn f, long iters, int nt, double *sink)
+ * NAN if threads cannot be started. @p rate (may be NULL) receives the sum over the threads
+ * of 1 / (the thread's CPU seconds): runs per CPU-second, which time spent descheduled while
+ * other processes run does not lower. */
+static double probe_run(probe_fn f, long iters, int nt, double *sink, double *rate)
 {
     pthread_t th[CLI_MAX_THREADS];
     probe_job jobs[CLI_MAX_THREADS];
     probe_gate gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
     int started = 0;
     for (int t = 0; t < nt; t++) {
-        jobs[t] = (probe_job){f, iters, &gate, 0};
+        jobs[t] = (probe_job){f, iters, &gate, 0, 0};
         if (pthread_create(&th[t], NULL, probe_thread, &jobs[t]) != 0)
             break;
         started++;
@@ -202,11 +258,15 @@ static double probe_run(probe_fn f, long iters, int nt, double *sink)
     gate.go = true;
     pthread_cond_broadcast(&gate.cv);
     pthread_mutex_unlock(&gate.mu);
+    double r = 0;
     for (int t = 0; t < started; t++) {
         pthread_join(th[t], NULL);
         *sink += jobs[t].sink;
+        r += 1.0 / fmax(jobs[t].cpu, 1e-9);
     }
     double dt = now_s() - t0;
+    if (rate)
+        *rate = r;
     return started < nt ? NAN : dt;
 }
 
@@ -273,6 +333,7 @@ typedef struct {
 typedef struct {
     double tg[3], bl[3]; /* GFLOP/s: median, min, max (bl: NAN without OpenBLAS) */
     double maxdiff;      /* max |tgrad - OpenBLAS| / max |OpenBLAS| (NAN without OpenBLAS) */
+    double ratio;        /* median over samples of OpenBLAS time / tgrad time (NAN: none) */
 } gemm_result;
 
 static void blas_call(const blas_lib *bl, const gemm_case *c, const void *a, const void *b,
@@ -369,6 +430,16 @@ static int gemm_run(const gemm_case *c, const blas_lib *bl, gemm_result *res)
             }
             res->maxdiff = md / fmax(mx, 1e-300);
         }
+        res->ratio = NAN;
+        if (bl->h) { /* per-sample ratios first: median() below sorts the times */
+            double *rs = malloc(sizeof(double) * (size_t)nsmp);
+            if (rs) {
+                for (int s = 0; s < nsmp; s++)
+                    rs[s] = tbl[s] / ttg[s];
+                res->ratio = median(rs, nsmp);
+                free(rs);
+            }
+        }
         double lo = ttg[0], hi = ttg[0];
         for (int s = 1; s < nsmp; s++)
             lo = fmin(lo, ttg[s]), hi = fmax(hi, ttg[s]);
@@ -391,8 +462,166 @@ static int gemm_run(const gemm_case *c, const blas_lib *bl, gemm_result *res)
     return rc;
 }
 
-/* ---- the section ---------------------------------------------------------------------------- */
-int bench_gemm(int threads_all, int samples, bool tiny)
+/* ---- the machine ---------------------------------------------------------------------------- */
+/* The value of the first "key : value" line of /proc/cpuinfo whose key is @p key, or "?". */
+static void cpuinfo_field(const char *key, char *out, size_t n)
+{
+    snprintf(out, n, "?");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, key, kl) != 0 || !colon)
+            continue;
+        char *e = colon;
+        while (e > line + kl && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        if (e != line + kl)
+            continue;
+        char *v = colon + 1;
+        while (*v == ' ')
+            v++;
+        v[strcspn(v, "\n")] = 0;
+        snprintf(out, n, "%s", v);
+        break;
+    }
+    fclose(f);
+}
+
+void bench_machine_print(void)
+{
+    char model[256], mhz[64], fam[32], mod[32];
+    cpuinfo_field("model name", model, sizeof model);
+    cpuinfo_field("cpu MHz", mhz, sizeof mhz);
+    cpuinfo_field("cpu family", fam, sizeof fam);
+    cpuinfo_field("model", mod, sizeof mod);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    printf("Machine: %s (family %s, model %s), %ld CPUs online, /proc/cpuinfo %s MHz\n", model,
+           fam, mod, cpus, mhz);
+    blas_lib bl;
+    char why[256];
+    if (blas_load(&bl, why, sizeof why)) {
+        char *(*config)(void);
+        *(void **)&config = dlsym(bl.h, "openblas_get_config");
+        printf("OpenBLAS: core %s, %s\n", bl.corename ? bl.corename() : "?",
+               config ? config() : "?");
+        dlclose(bl.h);
+    } else {
+        printf("OpenBLAS: not available (%s)\n", why);
+    }
+}
+
+/* ---- the sections --------------------------------------------------------------------------- */
+/* Median (min-max) GFLOP/s of @p samples runs of form @p f on @p nt threads into g[3], from
+ * each thread's CPU time (flops per CPU-second, summed over the threads), and the median from
+ * the wall clock into *wall; iters per thread calibrated to ~0.1 s per run (tiny: 1000).
+ * 0, or 1 after printing an error. */
+static int probe_measure(probe_fn f, double flops_per_iter, int nt, int samples, bool tiny,
+                         double *sink, double g[3], double *wall)
+{
+    long iters = 1000;
+    if (!tiny) {
+        double dt = probe_run(f, 100000, 1, sink, NULL);
+        iters = isnan(dt) ? 100000 : (long)fmax(1e5, fmin(1e10, 1e5 * 0.1 / fmax(dt, 1e-6)));
+    }
+    double *v = malloc(sizeof(double) * (size_t)samples * 2), *w = v ? v + samples : NULL;
+    if (!v) {
+        fprintf(stderr, "tgrad bench: out of memory\n");
+        return 1;
+    }
+    for (int s = 0; s < samples; s++) {
+        double rate;
+        double dt = probe_run(f, iters, nt, sink, &rate);
+        if (isnan(dt)) {
+            free(v);
+            fprintf(stderr, "tgrad bench: cannot start %d threads\n", nt);
+            return 1;
+        }
+        v[s] = flops_per_iter * (double)iters * rate * 1e-9;
+        w[s] = flops_per_iter * (double)iters * nt / dt * 1e-9;
+    }
+    g[0] = median(v, samples); /* sorted: v[0] min, v[samples - 1] max */
+    g[1] = v[0];
+    g[2] = v[samples - 1];
+    *wall = median(w, samples);
+    free(v);
+    return 0;
+}
+
+int bench_peak(int threads_all, int samples, bool tiny, double peak[2][2])
+{
+    probe_impl forms[8];
+    int nf = probe_forms(forms);
+    int tcounts[2] = {1, threads_all}, ntc = threads_all > 1 ? 2 : 1;
+    double sink = 0, gf[8][2][3]; /* [form][thread index] median, min, max f32 */
+    double wall[8][2], wall64[2];
+    printf("FMA peak probe: independent chains a = a * b + c per thread, ~0.1 s per sample, "
+           "median of %d samples (min-max),\nGFLOP/s per CPU-second of the probing threads "
+           "(summed over them; time other processes take\nfrom the CPUs does not lower it)\n",
+           samples);
+    printf("  %-24s %6s", "instruction form", "chains");
+    for (int ti = 0; ti < ntc; ti++)
+        printf("   %10s %2d thread%s", "f32", tcounts[ti], tcounts[ti] == 1 ? " " : "s");
+    printf("\n");
+    int best = 0;
+    for (int fi = 0; fi < nf; fi++) {
+        printf("  %-24s %6d", forms[fi].name, forms[fi].chains);
+        for (int ti = 0; ti < ntc; ti++) {
+            if (probe_measure(forms[fi].f32, 2.0 * forms[fi].chains * forms[fi].lanes32,
+                              tcounts[ti], samples, tiny, &sink, gf[fi][ti], &wall[fi][ti]))
+                return 1;
+            char cell[64];
+            snprintf(cell, sizeof cell, "%.1f (%.1f-%.1f)", gf[fi][ti][0], gf[fi][ti][1],
+                     gf[fi][ti][2]);
+            printf("   %22s", cell);
+            fflush(stdout);
+        }
+        printf("\n");
+        if (gf[fi][0][0] > 1.02 * gf[best][0][0]) /* the first of forms within 2% */
+            best = fi;
+    }
+    /* f64 on the best form */
+    double g64[2][3];
+    for (int ti = 0; ti < ntc; ti++) {
+        int lanes = forms[best].lanes32 > 1 ? forms[best].lanes32 / 2 : 1;
+        if (probe_measure(forms[best].f64, 2.0 * forms[best].chains * lanes, tcounts[ti],
+                          samples, tiny, &sink, g64[ti], &wall64[ti]))
+            return 1;
+        peak[0][ti] = gf[best][ti][0];
+        peak[1][ti] = g64[ti][0];
+    }
+    printf("  %-24s %6d", "same, f64", forms[best].chains);
+    for (int ti = 0; ti < ntc; ti++) {
+        char cell[64];
+        snprintf(cell, sizeof cell, "%.1f (%.1f-%.1f)", g64[ti][0], g64[ti][1], g64[ti][2]);
+        printf("   %22s", cell);
+    }
+    printf("\n");
+    if (sink == 12345.678) /* keeps the probes' results alive */
+        printf(" \n");
+    printf("Peak (used for %%peak below): %s, %d chains: f32 %.1f, f64 %.1f GFLOP/s on 1 "
+           "thread", forms[best].name, forms[best].chains, peak[0][0], peak[1][0]);
+    if (ntc > 1)
+        printf("; f32 %.1f, f64 %.1f on %d threads", peak[0][1], peak[1][1], threads_all);
+    printf("\n  (by the wall clock: f32 %.1f, f64 %.1f on 1 thread", wall[best][0], wall64[0]);
+    if (ntc > 1)
+        printf("; f32 %.1f, f64 %.1f on %d threads", wall[best][1], wall64[1], threads_all);
+    printf("; lower when other processes share the CPUs)\n");
+#ifdef BG_X86
+    double ghz = clock_ghz();
+    printf("Core clock under load: %.2f GHz (a chain of dependent integer adds), so %.1f f32 "
+           "flops per cycle per core\n  (2 FMA pipes x 16 lanes x 2 flops would be 64 per "
+           "cycle = %.0f GFLOP/s at this clock;\n  32 per cycle is one 512-bit or two 256-bit "
+           "FMAs per cycle, e.g. Zen 4's double-pumped AVX-512)\n",
+           ghz, peak[0][0] / ghz, 64 * ghz);
+#endif
+    return 0;
+}
+
+int bench_gemm(int threads_all, int samples, bool tiny, double peak[2][2])
 {
     static const int64_t shapes[][3] = {
         {640, 512, 512},   {640, 2048, 512}, {640, 512, 2048}, {4096, 512, 512},
@@ -402,49 +631,6 @@ int bench_gemm(int threads_all, int samples, bool tiny)
     size_t nshapes = tiny ? 1 : sizeof shapes / sizeof shapes[0];
     int tcounts[2] = {1, threads_all};
     int ntc = threads_all > 1 ? 2 : 1;
-    double sink = 0;
-
-    /* FMA peak: f32 and f64 per thread count, median of `samples` runs of ~0.1 s each. */
-    probe_impl pi = probe_pick();
-    long iters = tiny ? 1000 : 4000000; /* 12 chains x 4e6 ~ 5e7 FMAs ~ 0.1 s at 2 per cycle */
-    double peak[2][2]; /* [f64][thread index] GFLOP/s */
-    printf("FMA peak probe: %s, %d independent chains per thread, %d samples\n", pi.name,
-           BG_CHAINS, samples);
-    printf("  %-8s %26s %26s\n", "threads", "f32 GFLOP/s (min-max)", "f64 GFLOP/s (min-max)");
-    for (int ti = 0; ti < ntc; ti++) {
-        int nt = tcounts[ti];
-        double gf[2][3];
-        for (int d = 0; d < 2; d++) {
-            double *v = malloc(sizeof(double) * (size_t)samples);
-            if (!v) {
-                fprintf(stderr, "tgrad bench: out of memory\n");
-                return 1;
-            }
-            probe_fn f = d ? pi.f64 : pi.f32;
-            int lanes = d && pi.lanes32 > 1 ? pi.lanes32 / 2 : pi.lanes32;
-            double per = 2.0 * BG_CHAINS * lanes * (double)iters; /* flops per thread */
-            for (int s = 0; s < samples; s++) {
-                double dt = probe_run(f, iters, nt, &sink);
-                if (isnan(dt)) {
-                    free(v);
-                    fprintf(stderr, "tgrad bench: cannot start %d threads\n", nt);
-                    return 1;
-                }
-                v[s] = per * nt / dt * 1e-9;
-            }
-            gf[d][0] = median(v, samples); /* sorted: v[0] min, v[samples - 1] max */
-            gf[d][1] = v[0];
-            gf[d][2] = v[samples - 1];
-            peak[d][ti] = gf[d][0];
-            free(v);
-        }
-        char c32[64], c64[64];
-        snprintf(c32, sizeof c32, "%.1f (%.1f-%.1f)", gf[0][0], gf[0][1], gf[0][2]);
-        snprintf(c64, sizeof c64, "%.1f (%.1f-%.1f)", gf[1][0], gf[1][1], gf[1][2]);
-        printf("  %-8d %26s %26s\n", nt, c32, c64);
-    }
-    if (sink == 12345.678) /* keeps the probes' results alive */
-        printf(" \n");
 
     blas_lib bl;
     char why[256];
@@ -452,7 +638,8 @@ int bench_gemm(int threads_all, int samples, bool tiny)
     if (have_blas)
         printf("\nReference: OpenBLAS (libopenblas.so.0, core %s), OPENBLAS_CORETYPE unset, "
                "OPENBLAS_THREAD_TIMEOUT=%s;\nsamples interleaved, 5 ms pause between the two "
-               "libraries' samples\n", bl.corename ? bl.corename() : "?",
+               "libraries' samples; ratio = median over samples of\nOpenBLAS time / tgrad time "
+               "(> 1: tgrad faster)\n", bl.corename ? bl.corename() : "?",
                getenv("OPENBLAS_THREAD_TIMEOUT"));
     else
         printf("\nOpenBLAS not available (%s): tgrad's numbers only\n", why);
@@ -490,7 +677,7 @@ int bench_gemm(int threads_all, int samples, bool tiny)
                            100 * r.tg[0] / peak[d][ti]);
                     if (have_blas) {
                         snprintf(ct, sizeof ct, "%.1f (%.1f-%.1f)", r.bl[0], r.bl[1], r.bl[2]);
-                        ratios[nr] = r.tg[0] / r.bl[0];
+                        ratios[nr] = r.ratio;
                         printf(" %22s %5.0f%% %6.2fx %8.1e", ct, 100 * r.bl[0] / peak[d][ti],
                                ratios[nr], r.maxdiff);
                         nr++;

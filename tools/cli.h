@@ -88,9 +88,11 @@ void gradcheck_free(gradcheck_args *a, cli_result *r);
 /* ---- tgrad bench --------------------------------------------------------------------------- */
 typedef struct bench_args {
     int64_t threads; /* 0: all (OpenMP's default); else [1, CLI_MAX_THREADS] */
-    int only;        /* section: 0 all, 1 gemm, 2 dense, 3 attn, 4 train */
-    int64_t samples; /* samples per GEMM number (median, min-max); 0: the default, 7 */
-    bool tiny;       /* (hidden) GEMM on one tiny shape: a smoke test for the tests */
+    int only;        /* section: 0 all, 1 peak, 2 gemm, 3 dense, 4 sdpa, 5 mha, 6 encoder,
+                        7 train */
+    int64_t samples; /* samples per number (median, min-max); 0: the default, 7 */
+    bool unfused;    /* module and training sections with tg_ctx_set_fusion(ctx, false) */
+    bool tiny;       /* (hidden) every section on tiny shapes: a smoke test for the tests */
 } bench_args;
 int bench_parse(int argc, char **argv, bench_args *a, cli_result *r, char *err, size_t n);
 void bench_free(bench_args *a, cli_result *r);

@@ -1,17 +1,18 @@
 /*
  * cmd_bench.c - `tgrad bench`: speed measured in a benchmark, never in a test. Every number is
- * printed beside a reference measured in the same run:
- *   gemm   - FMA peak probe, sgemm and dgemm through tg_matmul (NN, NT) on issue 9's shapes
- *            against OpenBLAS when it can be dlopen()ed (bench_gemm.c);
- *   dense  - tgrad's dense op (the GEMM entry point) against a plain triple loop in C, in
- *            GFLOP/s, on 1 thread and on all threads;
- *   attn   - MHA forward + backward on a (32, 64, 128) batch, 1 thread vs all threads;
- *   train  - training steps of the default text model (2 pre-norm layers, d_model 128, 4
- *            heads, d_ff 512, seq 64, batch 32) on random bytes, tokens/s, 1 vs all threads.
+ * printed beside a reference measured in the same run, each at 1 thread and at N threads:
+ *   peak    - the machine's FMA peak (its own probe, bench_gemm.c);
+ *   gemm    - the probe, then sgemm and dgemm through tg_matmul (NN, NT) on issue 9's shapes
+ *             against OpenBLAS when it can be dlopen()ed, samples interleaved (bench_gemm.c);
+ *   dense   - tgrad's dense op against a plain triple loop in C;
+ *   sdpa, mha, encoder, train - the module and training workloads of bench_work.c (the same
+ *             code tools/bench_torch.py times through libtgbench.so against PyTorch): median
+ *             (min-max) ms per call, 1 and N threads interleaved sample by sample.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 #include "bench_gemm.h"
+#include "bench_work.h"
 #include "climsg.h"
 #include "tgrad_train.h"
 
@@ -63,13 +64,16 @@ static double time_graph(tg_graph *g, int reps, tg_tensor *loss)
     return best;
 }
 
-static int bench_dense(int threads_all)
+static int bench_dense(int threads_all, bool tiny)
 {
     static const int64_t shapes[][3] = {{2048, 512, 128}, {2048, 128, 512}, {2048, 86, 128}};
+    static const int64_t tiny_shape[][3] = {{16, 8, 4}};
+    const int64_t(*sh)[3] = tiny ? tiny_shape : shapes;
+    size_t nshapes = tiny ? 1 : sizeof shapes / sizeof shapes[0];
     printf("%-22s %10s %12s %12s %9s %9s\n", "dense (M, N, K)", "naive", "tgrad 1 thr",
            "tgrad all", "x naive", "x 1 thr");
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+    for (size_t s = 0; s < nshapes; s++) {
+        int64_t M = sh[s][0], N = sh[s][1], K = sh[s][2];
         double flops = 2.0 * (double)M * (double)N * (double)K;
         tg_ctx *ctx = tg_ctx_new();
         if (!ctx) {
@@ -125,99 +129,128 @@ static int bench_dense(int threads_all)
     return 0;
 }
 
-static int bench_model(int threads_all, bool train)
+static int cmp_dbl(const void *a, const void *b)
 {
-    int64_t B = 32, T = 64, D = 128;
-    tg_ctx *ctx = tg_ctx_new();
-    if (!ctx)
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts v; median, v[0] is the min, v[n - 1] the max. */
+static double med(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The workloads of bench_work.c whose names start with one of @p prefixes ("" = all): a
+ * table of ms per call at 1 and @p threads_all threads, median (min-max) of @p samples samples
+ * (each of enough calls to last ~20 ms), the thread counts interleaved sample by sample. */
+static int bench_modules(const char *const *prefixes, int np, int threads_all, int samples,
+                         bool tiny, bool unfused)
+{
+    int tcounts[2] = {1, threads_all}, ntc = threads_all > 1 ? 2 : 1;
+    double *t = malloc(sizeof(double) * (size_t)samples * 2);
+    if (!t) {
+        fprintf(stderr, "tgrad bench: out of memory\n");
         return 1;
-    tg_graph *g = NULL;
-    tg_tensor *loss = NULL;
-    if (train) {
-        tg_transformer_config c;
-        memset(&c, 0, sizeof c);
-        c.vocab_size = 86;
-        c.max_seq_len = T;
-        c.n_layers = 2;
-        c.layer = tg_encoder_config_default(D, 4);
-        c.layer.d_ff = 512;
-        c.layer.norm_first = true;
-        c.causal = true;
-        tg_transformer m;
-        if (tg_transformer_init(ctx, &m, TG_F32, &c) == TG_OK) {
-            tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(B, T), "ids");
-            tg_tensor *tg = tg_input(ctx, TG_I32, TG_DIMS(B, T), "targets");
-            for (int64_t i = 0; i < B * T; i++) {
-                tg_set(ids, i, (double)(tg_rng_u64(ctx) % 86));
-                tg_set(tg, i, (double)(tg_rng_u64(ctx) % 86));
-            }
-            loss = tg_cross_entropy(ctx, tg_transformer_forward(ctx, &m, ids, NULL), tg, -1);
+    }
+    printf("Modules and training, f32, %s ops; ms per call, median of %d samples (min-max), "
+           "thread counts interleaved\n", unfused ? "unfused (--unfused)" : "fused", samples);
+    char h[32];
+    snprintf(h, sizeof h, "%d threads", threads_all);
+    printf("%-30s %24s", "workload", "1 thread");
+    if (ntc > 1)
+        printf(" %24s %8s", h, "speedup");
+    snprintf(h, sizeof h, "tok/s %d thr", threads_all);
+    printf(" %12s\n", h);
+    int rc = 0;
+    for (int i = 0; i < bw_count() && !rc; i++) {
+        const char *name = bw_name(i);
+        bool want = false;
+        for (int p = 0; p < np; p++)
+            want |= strncmp(name, prefixes[p], strlen(prefixes[p])) == 0;
+        if (!want)
+            continue;
+        char err[512];
+        bw_work *w = bw_new(name, 1, unfused, tiny, err, sizeof err);
+        if (!w) {
+            fprintf(stderr, "tgrad bench: %s: %s\n", name, err);
+            rc = 1;
+            break;
         }
-    } else {
-        tg_mha m;
-        tg_mha_init(ctx, &m, TG_F32, D, 4, NULL);
-        tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(B, T, D), "x");
-        tg_fill_uniform(x, -1, 1);
-        tg_attn_masks mk;
-        memset(&mk, 0, sizeof mk);
-        mk.causal = true;
-        loss = tg_mean_all(ctx, tg_mha_forward(ctx, &m, x, x, x, &mk, NULL));
+        int reps = tiny ? 1 : bw_reps(w, 0.02);
+        for (int s = 0; s < samples && !rc; s++)
+            for (int ti = 0; ti < ntc && !rc; ti++) {
+                bw_set_threads(w, tcounts[ti]);
+                t[ti * samples + s] = bw_sample(w, reps);
+                if (isnan(t[ti * samples + s])) {
+                    fprintf(stderr, "tgrad bench: %s: %s\n", name, bw_error(w));
+                    rc = 1;
+                }
+            }
+        if (!rc) {
+            double m[2];
+            printf("%-30s", bw_label(w));
+            for (int ti = 0; ti < ntc; ti++) {
+                double *v = t + ti * samples;
+                m[ti] = med(v, samples);
+                char cell[64];
+                int dg = 1e3 * v[samples - 1] >= 100 ? 1 : 1e3 * v[samples - 1] >= 10 ? 2 : 3;
+                snprintf(cell, sizeof cell, "%.*f (%.*f-%.*f)", dg, 1e3 * m[ti], dg, 1e3 * v[0],
+                         dg, 1e3 * v[samples - 1]);
+                printf(" %24s", cell);
+            }
+            if (ntc > 1)
+                printf(" %7.2fx", m[0] / m[1]);
+            printf(" %12.0f\n", bw_tokens(w) / m[ntc - 1]);
+            fflush(stdout);
+        }
+        bw_free(w);
     }
-    g = loss ? tg_graph_new(ctx, &loss, 1) : NULL;
-    if (!g) {
-        cli_report("bench", NULL, NULL, ctx);
-        tg_ctx_free(ctx);
-        return 1;
-    }
-    tg_ctx_set_threads(ctx, 1);
-    double t1 = time_graph(g, train ? 3 : 5, loss);
-    tg_ctx_set_threads(ctx, threads_all);
-    double tn = time_graph(g, train ? 5 : 10, loss);
-    if (isnan(t1) || isnan(tn)) {
-        cli_report("bench", NULL, NULL, ctx);
-        tg_ctx_free(ctx);
-        return 1;
-    }
-    double tokens = (double)(B * T);
-    printf("%-22s %12.0f tok/s (1 thread) %12.0f tok/s (%d threads) %8.2fx\n",
-           train ? "train step (fwd+bwd)" : "mha fwd+bwd", tokens / t1, tokens / tn,
-           threads_all, t1 / tn);
-    tg_ctx_free(ctx);
-    return 0;
+    free(t);
+    return rc;
 }
 
 /* ---- parse ---------------------------------------------------------------------------------- */
 static const cli_option bench_opts[] = {
     {.name = "threads", .kind = CLI_INT, .offset = offsetof(bench_args, threads), .metavar = "N",
-     .help = "threads of the 'all threads' column (default: OpenMP's)", .imin = 1,
+     .help = "measure on 1 thread and on N threads (default: OpenMP's, all CPUs)", .imin = 1,
      .imax = CLI_MAX_THREADS},
     {.name = "only", .kind = CLI_CHOICE, .offset = offsetof(bench_args, only),
-     .metavar = "SECTION", .choices = "all|gemm|dense|attn|train",
-     .help = "all, gemm, dense, attn or train (default: all)"},
+     .metavar = "SECTION", .choices = "all|peak|gemm|dense|sdpa|mha|encoder|train",
+     .help = "all, peak, gemm, dense, sdpa, mha, encoder or train (default: all)"},
     {.name = "samples", .kind = CLI_INT, .offset = offsetof(bench_args, samples),
-     .metavar = "N", .help = "samples per GEMM number, reported as median (min-max) (default: 7)",
+     .metavar = "N", .help = "samples per number, reported as median (min-max) (default: 7)",
      .imin = 1, .imax = 1000},
+    {.name = "unfused", .kind = CLI_FLAG, .offset = offsetof(bench_args, unfused),
+     .help = "module and training sections with fused ops off (tg_ctx_set_fusion)"},
     {.name = "tiny", .kind = CLI_FLAG, .offset = offsetof(bench_args, tiny),
-     .help = "GEMM section on one tiny shape (a smoke test; its numbers mean nothing)",
+     .help = "every section on tiny shapes (a smoke test; its numbers mean nothing)",
      .flags = CLI_HIDDEN},
     {0},
 };
 
 static const cli_command bench_cmd = {
     .name = "bench",
-    .usage = "[--only gemm|dense|attn|train] [--samples N] [--threads N]",
+    .usage = "[--only SECTION] [--samples N] [--threads N] [--unfused]",
     .description =
-        "Sections, each on 1 thread and on N threads (default: all):\n"
-        "  gemm   the FMA peak of this machine (its own probe), then sgemm and dgemm through\n"
-        "         tg_matmul, C = A B (NN) and C = A B^T (NT), on issue 9's shapes: GFLOP/s as\n"
-        "         median (min-max) of --samples samples, % of the peak, and the ratio to\n"
-        "         OpenBLAS (libopenblas.so.0 loaded with dlopen when installed, with\n"
-        "         OPENBLAS_CORETYPE unset; samples interleaved in this process);\n"
-        "  dense  the dense kernel against a naive loop;\n"
-        "  attn   MHA forward + backward;\n"
-        "  train  a training step of the default text model.\n"
-        "Prints ratios only against references measured in the same run. All sections take\n"
-        "a few minutes.",
+        "Prints the machine (CPU, CPUs online, OpenBLAS core), then sections, each on 1\n"
+        "thread and on N threads, every number the median (min-max) of --samples samples:\n"
+        "  peak     the FMA peak of this machine: its own probe of 512-bit and 256-bit FMA\n"
+        "           with 12 and 24 independent chains; the fastest form is the peak;\n"
+        "  gemm     the probe, then sgemm and dgemm through tg_matmul, C = A B (NN) and\n"
+        "           C = A B^T (NT), on issue 9's shapes: GFLOP/s, % of the peak, and the\n"
+        "           ratio to OpenBLAS (libopenblas.so.0 loaded with dlopen when installed,\n"
+        "           with OPENBLAS_CORETYPE unset; samples interleaved in this process);\n"
+        "  dense    the dense kernel against a naive loop;\n"
+        "  sdpa     scaled dot-product attention, q, k, v (64, 5, 64) = (batch x heads, T,\n"
+        "           d_k), forward and forward + backward;\n"
+        "  mha      self-attention, d_model 512, 8 heads, (batch, seq) (8, 128) and (64, 5);\n"
+        "  encoder  encoder layer, d_model 512, 8 heads, d_ff 2048, at (8, 128) and (64, 5);\n"
+        "  train    a training step of the default text model (tokens/s).\n"
+        "Ratios only against references measured in the same run; tools/bench_torch.py runs\n"
+        "the sdpa, mha, encoder and train workloads against PyTorch. All sections take a few\n"
+        "minutes.",
     .opts = bench_opts,
 };
 
@@ -230,7 +263,9 @@ int bench_parse(int argc, char **argv, bench_args *a, cli_result *r, char *err, 
 void bench_free(bench_args *a, cli_result *r) { cli_free(&bench_cmd, a, r); }
 
 
-/* ---- run and report (each benchmark prints its own rows) ------------------------------------ */
+/* ---- run and report (each section prints its own rows) -------------------------------------- */
+enum { SEC_ALL, SEC_PEAK, SEC_GEMM, SEC_DENSE, SEC_SDPA, SEC_MHA, SEC_ENCODER, SEC_TRAIN };
+
 int cmd_bench(int argc, char **argv)
 {
     bench_args a;
@@ -251,17 +286,30 @@ int cmd_bench(int argc, char **argv)
         tg_ctx_free(probe);
     }
     int only = a.only, samples = a.samples > 0 ? (int)a.samples : 7;
+    bool all = only == SEC_ALL;
+    bench_machine_print();
+    printf("Threads: 1 and %d; %d samples per number%s\n\n", threads, samples,
+           a.tiny ? "; --tiny: tiny shapes, the numbers mean nothing" : "");
+    fflush(stdout);
     int rc = 0;
-    if (only == 0 || only == 1) {
-        rc = bench_gemm(threads, samples, a.tiny);
-        if (only == 0)
-            printf("\n");
+    if (all || only == SEC_PEAK || only == SEC_GEMM) {
+        double peak[2][2];
+        rc = bench_peak(threads, samples, a.tiny, peak);
+        if (!rc && (all || only == SEC_GEMM))
+            rc = bench_gemm(threads, samples, a.tiny, peak);
+        printf("\n");
     }
-    if (!rc && (only == 0 || only == 2))
-        rc = bench_dense(threads);
-    if (!rc && (only == 0 || only == 3))
-        rc = bench_model(threads, false);
-    if (!rc && (only == 0 || only == 4))
-        rc = bench_model(threads, true);
+    if (!rc && (all || only == SEC_DENSE)) {
+        rc = bench_dense(threads, a.tiny);
+        printf("\n");
+    }
+    static const char *const secs[] = {"sdpa", "mha", "encoder", "train"};
+    if (!rc && (all || only >= SEC_SDPA)) {
+        if (all)
+            rc = bench_modules(secs, 4, threads, samples, a.tiny, a.unfused);
+        else
+            rc = bench_modules(&secs[only - SEC_SDPA], 1, threads, samples, a.tiny, a.unfused);
+    }
+    fflush(stdout);
     return rc;
 }

@@ -1,0 +1,388 @@
+#!/usr/bin/python3
+"""tgrad against PyTorch on the module and training workloads of `tgrad bench`, interleaved
+sample by sample; prints one table of speedups (PyTorch time / tgrad time, > 1: tgrad faster).
+
+    /usr/bin/python3 tools/bench_torch.py [--build build] [--threads 2] [--samples 7]
+                                          [--only sdpa,mha,encoder,train] [--markdown]
+
+Needs Debian's python3-torch (1.13) and a build of tgrad (meson builds build/tools/libtgbench.so
+next to build/libtgrad.so); not used by the tests or CI.
+
+Workloads (f32; the exact graphs of tools/bench_work.c, see bench_work.h):
+  sdpa (64, 5, 64)   q, k, v of shape (batch x heads 64, T 5, d_k 64), no mask
+  mha (B, T)         self-attention, d_model 512, 8 heads, at (8, 128) and (64, 5)
+  encoder (B, T)     nn.TransformerEncoderLayer(512, 8, 2048, dropout=0, batch_first=True)
+                     (post-norm, ReLU) at (8, 128) and (64, 5)
+  each forward ("fwd") and forward + mean + backward ("fwd+bwd", gradients of the parameters
+  and of the input);
+  train              one step of `tgrad train --text`'s default model (tools/train_reference.py's
+                     LM: 2 pre-norm layers, d_model 128, 4 heads, d_ff 512, learned positions,
+                     causal, vocabulary 86, batch 32, seq 64): zero grads, forward,
+                     cross-entropy, backward, clip at 1.0, AdamW (lr 3e-3, weight decay 0.01);
+                     a fixed random batch (data loading is not timed on either side).
+
+How it runs. tgrad runs in this process through ctypes (libtgbench.so, which calls the shared
+libtgrad.so; this process never imports torch). PyTorch runs in one worker process per
+setting, because its settings are environment variables read when torch and its OpenMP and
+BLAS runtimes load, and because in one process the two libraries would share libgomp (torch's
+set_num_threads and OMP_WAIT_POLICY would also apply to tgrad's regions). Each worker builds
+the same workload once and answers "run one sample" requests; for every sample this script
+times tgrad, then each PyTorch setting in turn, with a 0.1 s pause before each sample so the
+other process's idle OpenMP / OpenBLAS threads have stopped spinning (OpenBLAS spins up to
+2^28 cycles). Each sample repeats the workload enough times to last ~20 ms (--target-ms).
+
+PyTorch settings, the fastest (lowest median) reported per workload and thread count N:
+  1xN  torch.set_num_threads(1) (OMP_NUM_THREADS=1), OPENBLAS_NUM_THREADS=N;
+  NxN  torch.set_num_threads(N), OPENBLAS_NUM_THREADS=N, OMP_WAIT_POLICY=PASSIVE
+(one setting, 1x1, when N = 1). OPENBLAS_CORETYPE is removed from the workers' environment so
+OpenBLAS picks its best kernels (this machine's environment sets it to Haswell). Debian's torch
+links libblas.so.3, which the alternatives system points at OpenBLAS when
+libopenblas0-pthread is installed (the header says which BLAS core it got). Forward passes run
+under torch.inference_mode() in eval mode, so nn.MultiheadAttention and
+nn.TransformerEncoderLayer take their fused "fast path"; backward passes in training mode
+with zero_grad(set_to_none=True).
+"""
+import argparse
+import ctypes
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GROUPS = ("sdpa", "mha", "encoder", "train")
+
+
+# ---- shapes (mirror bench_work.c, including its --tiny shapes) ----------------------------
+def shapes(tiny):
+    return {
+        "D": 16 if tiny else 512, "H": 2 if tiny else 8, "F": 32 if tiny else 2048,
+        "sdpa": (2, 3, 4) if tiny else (64, 5, 64),
+        "8x128": (2, 6) if tiny else (8, 128),
+        "64x5": (2, 3) if tiny else (64, 5),
+        "train": dict(B=2, T=8, D=16, H=2, F=32, L=1) if tiny else
+                 dict(B=32, T=64, D=128, H=4, F=512, L=2),
+    }
+
+
+# ---- the PyTorch worker -------------------------------------------------------------------
+def worker(aten_threads):
+    """Serve requests on stdin: 'build NAME TINY TARGET_S' -> 'ok REPS', 'sample REPS' ->
+    't SECONDS', 'quit'. Errors -> 'err MESSAGE'."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    torch.set_num_threads(aten_threads)
+    torch.manual_seed(0)
+    run = None
+
+    def build(name, tiny):
+        s = shapes(tiny)
+        bwd = name.endswith("-fwdbwd")
+        if name.startswith("sdpa"):
+            q, k, v = (torch.rand(*s["sdpa"]) * 2 - 1 for _ in range(3))
+            for t in (q, k, v):
+                t.requires_grad_(bwd)
+            sdpa = getattr(F, "_scaled_dot_product_attention", None)
+
+            def attend():
+                if sdpa is not None:  # 1.13's op (what nn.MultiheadAttention calls)
+                    return sdpa(q, k, v, None, 0.0, False, False)[0]
+                scale = 1.0 / q.shape[-1] ** 0.5
+                return torch.softmax(q @ k.transpose(-2, -1) * scale, -1) @ v
+            if not bwd:
+                def fwd():
+                    with torch.inference_mode():
+                        attend()
+                return fwd
+
+            def fwdbwd():
+                for t in (q, k, v):
+                    t.grad = None
+                attend().mean().backward()
+            return fwdbwd
+        if name.startswith("mha") or name.startswith("encoder"):
+            B, T = s["8x128"] if "8x128" in name else s["64x5"]
+            D, H = s["D"], s["H"]
+            if name.startswith("mha"):
+                m = nn.MultiheadAttention(D, H, dropout=0.0, batch_first=True)
+                call = lambda x: m(x, x, x, need_weights=False)[0]  # noqa: E731
+            else:
+                m = nn.TransformerEncoderLayer(D, H, s["F"], dropout=0.0, batch_first=True)
+                call = m
+            x = torch.rand(B, T, D) * 2 - 1
+            if not bwd:
+                m.eval()
+
+                def fwd():
+                    with torch.inference_mode():
+                        call(x)
+                return fwd
+            m.train()
+            x.requires_grad_(True)
+
+            def fwdbwd():
+                m.zero_grad(set_to_none=True)
+                x.grad = None
+                call(x).mean().backward()
+            return fwdbwd
+        if name == "train":
+            sys.path.insert(0, HERE)
+            from train_reference import LM
+            c, V = s["train"], 86
+            model = LM(V, d_model=c["D"], n_heads=c["H"], d_ff=c["F"], n_layers=c["L"],
+                       max_seq_len=c["T"])
+            model.train()
+            opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+            lossf = nn.CrossEntropyLoss()
+            x = torch.randint(0, V, (c["B"], c["T"]))
+            y = torch.randint(0, V, (c["B"], c["T"]))
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                loss = lossf(model(x).reshape(-1, V), y.reshape(-1))
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+            return step
+        raise ValueError(f"unknown workload {name!r}")
+
+    def sample(reps):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            run()
+        return (time.perf_counter() - t0) / reps
+
+    def reply(s):
+        sys.stdout.write(s + "\n")
+        sys.stdout.flush()
+
+    for line in sys.stdin:
+        w = line.split()
+        try:
+            if not w or w[0] == "quit":
+                break
+            if w[0] == "info":
+                blas = "?"
+                try:
+                    ob = ctypes.CDLL("libopenblas.so.0")
+                    ob.openblas_get_corename.restype = ctypes.c_char_p
+                    blas = (f"OpenBLAS core {ob.openblas_get_corename().decode()}, "
+                            f"{ob.openblas_get_num_threads()} BLAS threads")
+                except (OSError, AttributeError):
+                    pass
+                reply(f"ok torch {torch.__version__}, {torch.get_num_threads()} ATen "
+                      f"threads, {blas}")
+            elif w[0] == "build":
+                run = build(w[1], w[2] == "1")
+                run()  # warm-up
+                t = sample(1)
+                if t < float(w[3]) / 4:
+                    t = min(t, sample(1))
+                reply(f"ok {max(1, min(100000, round(float(w[3]) / max(t, 1e-7))))}")
+            elif w[0] == "sample":
+                reply(f"t {sample(int(w[1]))!r}")
+            else:
+                reply(f"err unknown request {w[0]!r}")
+        except Exception as e:  # report, keep serving
+            reply(f"err {type(e).__name__}: {e}".replace("\n", " "))
+
+
+class Torch:
+    """One PyTorch worker process with its environment."""
+
+    def __init__(self, label, aten, blas, passive):
+        env = dict(os.environ)
+        env.pop("OPENBLAS_CORETYPE", None)
+        env["OMP_NUM_THREADS"] = str(aten)
+        env["OPENBLAS_NUM_THREADS"] = str(blas)
+        env.pop("OMP_WAIT_POLICY", None)
+        if passive:
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
+        self.label = label
+        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker",
+                                   str(aten)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  env=env, text=True, bufsize=1)
+        self.info = self.ask("info")
+
+    def ask(self, req):
+        self.p.stdin.write(req + "\n")
+        self.p.stdin.flush()
+        r = self.p.stdout.readline().strip()
+        if not r.startswith(("ok", "t ")):
+            raise RuntimeError(f"PyTorch worker {self.label}: {r or 'died'} (request {req!r})")
+        return r.split(" ", 1)[1]
+
+    def close(self):
+        try:
+            self.p.stdin.write("quit\n")
+            self.p.stdin.close()
+        except OSError:
+            pass
+        self.p.wait()
+
+
+def settings(n):
+    if n == 1:
+        return [("1x1", 1, 1, False)]
+    return [(f"1x{n}", 1, n, False), (f"{n}x{n}", n, n, True)]
+
+
+# ---- tgrad through ctypes -----------------------------------------------------------------
+class Tgrad:
+    def __init__(self, build):
+        path = os.path.join(build, "tools", "libtgbench.so")
+        if not os.path.exists(path):
+            sys.exit(f"bench_torch.py: {path} not found: build tgrad first "
+                     f"(meson setup {build} --buildtype=release && ninja -C {build})")
+        L = self.lib = ctypes.CDLL(path)
+        L.bw_new.restype = ctypes.c_void_p
+        L.bw_new.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                             ctypes.c_char_p, ctypes.c_size_t]
+        for f in ("bw_sample", "bw_tokens"):
+            getattr(L, f).restype = ctypes.c_double
+        L.bw_sample.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        L.bw_reps.argtypes = [ctypes.c_void_p, ctypes.c_double]
+        L.bw_set_threads.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        for f in ("bw_tokens", "bw_label", "bw_error", "bw_free"):
+            getattr(L, f).argtypes = [ctypes.c_void_p]
+        L.bw_label.restype = L.bw_error.restype = ctypes.c_char_p
+        L.bw_name.restype = ctypes.c_char_p
+        self.names = [L.bw_name(i).decode() for i in range(L.bw_count())]
+
+    def new(self, name, threads, unfused, tiny):
+        err = ctypes.create_string_buffer(512)
+        w = self.lib.bw_new(name.encode(), threads, int(unfused), int(tiny), err, 512)
+        if not w:
+            raise RuntimeError(f"tgrad {name}: {err.value.decode()}")
+        return w
+
+
+# ---- the run ------------------------------------------------------------------------------
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def fmt(v):
+    d = 1 if 1e3 * max(v) >= 100 else 2 if 1e3 * max(v) >= 10 else 3
+    return f"{1e3 * statistics.median(v):.{d}f} ({1e3 * min(v):.{d}f}-{1e3 * max(v):.{d}f})"
+
+
+def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == "--worker":
+        worker(int(sys.argv[2]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(os.path.dirname(HERE), "build"),
+                    help="tgrad's meson build directory (default: build)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="measure at 1 and N threads (default: all CPUs)")
+    ap.add_argument("--samples", type=int, default=7, help="samples per number (default 7)")
+    ap.add_argument("--only", default=",".join(GROUPS),
+                    help="comma-separated groups: sdpa, mha, encoder, train (default: all)")
+    ap.add_argument("--target-ms", type=float, default=20.0,
+                    help="repeat each workload to last about this long per sample")
+    ap.add_argument("--pause", type=float, default=0.1,
+                    help="seconds of pause before each sample (default 0.1)")
+    ap.add_argument("--unfused", action="store_true", help="tgrad with fused ops off")
+    ap.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # smoke test
+    a = ap.parse_args()
+    groups = [g for g in a.only.split(",") if g]
+    bad = [g for g in groups if g not in GROUPS]
+    if bad or a.threads < 1 or a.samples < 1:
+        ap.error(f"bad --only {bad}" if bad else "--threads and --samples must be >= 1")
+    tg = Tgrad(a.build)
+    names = [n for n in tg.names if n.split("-")[0] in groups]
+    tcounts = [1] + ([a.threads] if a.threads > 1 else [])
+    target = 0.0 if a.tiny else a.target_ms / 1e3
+
+    # one set of PyTorch workers per thread count, kept for every workload
+    workers = {n: [Torch(*s) for s in settings(n)] for n in tcounts}
+    print(f"Machine: {cpu_model()}, {os.cpu_count()} CPUs; tgrad: {a.build}/tools/libtgbench.so "
+          f"(ctypes, fused ops {'off' if a.unfused else 'on'})")
+    for n in tcounts:
+        for w in workers[n]:
+            print(f"PyTorch {w.label} (ATen threads x BLAS threads): {w.info}")
+    print(f"Interleaved sample by sample; median of {a.samples} samples (min-max), ms per call; "
+          f"speedup = median over samples of PyTorch time / tgrad time, against the faster "
+          f"PyTorch setting{' (--tiny: the numbers mean nothing)' if a.tiny else ''}\n")
+    hdr = (f"{'workload':<28} {'thr':>3} {'tgrad ms':>24} {'PyTorch ms (setting)':>32} "
+           f"{'speedup':>8}")
+    if not a.markdown:
+        print(hdr)
+    rows = []
+    try:
+        for name in names:
+            for n in tcounts:
+                w = tg.new(name, n, a.unfused, a.tiny)
+                label = tg.lib.bw_label(w).decode()
+                reps = 1 if a.tiny else tg.lib.bw_reps(w, target)
+                preps = [int(t.ask(f"build {name} {int(a.tiny)} {target!r}")) for t in workers[n]]
+                ttg, tpt = [], [[] for _ in workers[n]]
+                for _ in range(a.samples):
+                    time.sleep(a.pause)
+                    t = tg.lib.bw_sample(w, reps)
+                    if t != t:
+                        raise RuntimeError(f"tgrad {name}: {tg.lib.bw_error(w).decode()}")
+                    ttg.append(t)
+                    for i, wk in enumerate(workers[n]):
+                        time.sleep(a.pause)
+                        tpt[i].append(float(wk.ask(f"sample {preps[i]}")))
+                tokens = tg.lib.bw_tokens(w)
+                tg.lib.bw_free(w)
+                best = min(range(len(tpt)), key=lambda i: statistics.median(tpt[i]))
+                ratio = statistics.median(p / t for p, t in zip(tpt[best], ttg))
+                rows.append((label, n, ttg, tpt[best], workers[n][best].label, ratio, tokens))
+                if not a.markdown:
+                    print(f"{label:<28} {n:>3} {fmt(ttg):>24} "
+                          f"{fmt(tpt[best]) + ' (' + workers[n][best].label + ')':>32} "
+                          f"{ratio:>7.2f}x", flush=True)
+    finally:
+        for ws in workers.values():
+            for wk in ws:
+                wk.close()
+
+    # the table of ratios: one row per workload, one column per thread count
+    labels = list(dict.fromkeys(r[0] for r in rows))
+    by = {(r[0], r[1]): r for r in rows}
+    if a.markdown:
+        print("| workload | " + " | ".join(f"tgrad ms, {n} thr | PyTorch ms, {n} thr "
+                                           f"(setting) | speedup, {n} thr" for n in tcounts)
+              + " |")
+        print("|---|" + "---|---|---|" * len(tcounts))
+        for lab in labels:
+            cells = []
+            for n in tcounts:
+                r = by[(lab, n)]
+                cells += [f"{1e3 * statistics.median(r[2]):.3f}",
+                          f"{1e3 * statistics.median(r[3]):.3f} ({r[4]})", f"{r[5]:.2f}x"]
+            print(f"| {lab} | " + " | ".join(cells) + " |")
+        tr = [r for r in rows if r[0].startswith("train")]
+        for r in tr:
+            print(f"\nTraining step, {r[1]} thread{'s' if r[1] > 1 else ''}: tgrad "
+                  f"{r[6] / statistics.median(r[2]):.0f} tokens/s, PyTorch ({r[4]}) "
+                  f"{r[6] / statistics.median(r[3]):.0f} tokens/s")
+        return
+    print("\nSpeedup of tgrad over PyTorch's faster setting (PyTorch time / tgrad time):")
+    print(f"{'workload':<28}" + "".join(f" {str(n) + ' thr':>10}" for n in tcounts))
+    for lab in labels:
+        print(f"{lab:<28}" + "".join(f" {by[(lab, n)][5]:>9.2f}x" for n in tcounts))
+    for r in rows:
+        if r[0].startswith("train"):
+            print(f"training step, {r[1]} thread{'s' if r[1] > 1 else ''}: tgrad "
+                  f"{r[6] / statistics.median(r[2]):.0f} tokens/s, PyTorch ({r[4]}) "
+                  f"{r[6] / statistics.median(r[3]):.0f} tokens/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+/*
+ * bench_work.c - the module and training workloads of `tgrad bench` and tools/bench_torch.py
+ * (see bench_work.h for the list and their exact shapes).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "bench_work.h"
+
+#include "tgrad.h"
+#include "tgrad_nn.h"
+#include "tgrad_train.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__GNUC__)
+#define BW_EXPORT __attribute__((visibility("default")))
+#else
+#define BW_EXPORT
+#endif
+
+static const char *const bw_names[] = {
+    "sdpa-64x5x64-fwd", "sdpa-64x5x64-fwdbwd", "mha-8x128-fwd",     "mha-8x128-fwdbwd",
+    "mha-64x5-fwd",     "mha-64x5-fwdbwd",     "encoder-8x128-fwd", "encoder-8x128-fwdbwd",
+    "encoder-64x5-fwd", "encoder-64x5-fwdbwd", "train"};
+enum { BW_N = sizeof bw_names / sizeof bw_names[0] };
+
+struct bw_work {
+    tg_ctx *ctx;
+    tg_graph *g;
+    tg_tensor *loss;  /* NULL: forward only */
+    tg_optim *opt;    /* train: the AdamW step */
+    double tokens;
+    char label[96];
+    char err[512];
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+BW_EXPORT int bw_count(void) { return BW_N; }
+
+BW_EXPORT const char *bw_name(int i) { return i >= 0 && i < BW_N ? bw_names[i] : NULL; }
+
+static bool has_suffix(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+/* One run: forward, and backward from the loss (zeroing gradients first), and for training the
+ * clip and the optimizer step, exactly as `tgrad train` does a step. */
+static bool run_once(bw_work *w)
+{
+    if (w->loss)
+        tg_graph_zero_grad(w->g);
+    if (tg_graph_forward(w->g) != TG_OK)
+        return false;
+    if (w->loss && tg_graph_backward(w->g, w->loss, NULL) != TG_OK)
+        return false;
+    if (w->opt) {
+        double norm;
+        if (tg_clip_grad_norm(w->ctx, 0, NULL, 1.0, &norm) != TG_OK ||
+            tg_optim_step(w->opt, 3e-3) != TG_OK)
+            return false;
+    }
+    return true;
+}
+
+static void set_err(bw_work *w, char *err, size_t n)
+{
+    const char *m = w && w->ctx ? tg_ctx_message(w->ctx) : NULL;
+    snprintf(err, n, "%s", m && *m ? m : "out of memory");
+}
+
+BW_EXPORT bw_work *bw_new(const char *name, int threads, int unfused, int tiny, char *err,
+                          size_t n)
+{
+    int which = -1;
+    for (int i = 0; i < BW_N && name; i++)
+        if (strcmp(name, bw_names[i]) == 0)
+            which = i;
+    if (which < 0) {
+        snprintf(err, n, "unknown workload '%s'", name ? name : "(null)");
+        return NULL;
+    }
+    bw_work *w = calloc(1, sizeof *w);
+    if (!w || !(w->ctx = tg_ctx_new())) {
+        snprintf(err, n, "out of memory");
+        free(w);
+        return NULL;
+    }
+    tg_ctx *ctx = w->ctx;
+    tg_ctx_seed(ctx, 1234);
+    tg_ctx_set_fusion(ctx, !unfused);
+    tg_ctx_set_threads(ctx, threads < 1 ? 1 : threads);
+    bool bwd = has_suffix(name, "-fwdbwd");
+    tg_tensor *out = NULL;
+    /* module shapes: D 512, 8 heads, d_ff 2048; tiny: D 16, 2 heads, d_ff 32 */
+    int64_t D = tiny ? 16 : 512, H = tiny ? 2 : 8, F = tiny ? 32 : 2048;
+    if (strncmp(name, "sdpa", 4) == 0) {
+        int64_t BH = tiny ? 2 : 64, T = tiny ? 3 : 5, dk = tiny ? 4 : 64;
+        tg_tensor *q = bwd ? tg_param(ctx, TG_F32, TG_DIMS(BH, T, dk), "q")
+                           : tg_input(ctx, TG_F32, TG_DIMS(BH, T, dk), "q");
+        tg_tensor *k = bwd ? tg_param(ctx, TG_F32, TG_DIMS(BH, T, dk), "k")
+                           : tg_input(ctx, TG_F32, TG_DIMS(BH, T, dk), "k");
+        tg_tensor *v = bwd ? tg_param(ctx, TG_F32, TG_DIMS(BH, T, dk), "v")
+                           : tg_input(ctx, TG_F32, TG_DIMS(BH, T, dk), "v");
+        if (q && k && v) {
+            tg_fill_uniform(q, -1, 1);
+            tg_fill_uniform(k, -1, 1);
+            tg_fill_uniform(v, -1, 1);
+        }
+        out = tg_sdpa(ctx, q, k, v, NULL, 0, NULL);
+        w->tokens = (double)(BH * T);
+        snprintf(w->label, sizeof w->label, "sdpa (%lld, %lld, %lld) %s", (long long)BH,
+                 (long long)T, (long long)dk, bwd ? "fwd+bwd" : "fwd");
+    } else if (strncmp(name, "mha", 3) == 0 || strncmp(name, "encoder", 7) == 0) {
+        bool enc = name[0] == 'e';
+        bool big = strstr(name, "8x128") != NULL;
+        int64_t B = tiny ? 2 : big ? 8 : 64, T = tiny ? (big ? 6 : 3) : big ? 128 : 5;
+        tg_tensor *x = bwd ? tg_param(ctx, TG_F32, TG_DIMS(B, T, D), "x")
+                           : tg_input(ctx, TG_F32, TG_DIMS(B, T, D), "x");
+        if (x)
+            tg_fill_uniform(x, -1, 1);
+        if (enc) {
+            tg_encoder_config c = tg_encoder_config_default(D, H);
+            c.d_ff = F;
+            tg_encoder_layer l;
+            if (tg_encoder_layer_init(ctx, &l, TG_F32, &c, NULL) == TG_OK)
+                out = tg_encoder_layer_forward(ctx, &l, x, NULL);
+        } else {
+            tg_mha m;
+            if (tg_mha_init(ctx, &m, TG_F32, D, H, NULL) == TG_OK)
+                out = tg_mha_forward(ctx, &m, x, x, x, NULL, NULL);
+        }
+        w->tokens = (double)(B * T);
+        snprintf(w->label, sizeof w->label, "%s (%lld, %lld) %s", enc ? "encoder" : "mha",
+                 (long long)B, (long long)T, bwd ? "fwd+bwd" : "fwd");
+    } else { /* train */
+        int64_t B = tiny ? 2 : 32, T = tiny ? 8 : 64, V = 86;
+        tg_transformer_config c;
+        memset(&c, 0, sizeof c);
+        c.vocab_size = V;
+        c.max_seq_len = T;
+        c.n_layers = tiny ? 1 : 2;
+        c.layer = tg_encoder_config_default(tiny ? 16 : 128, tiny ? 2 : 4);
+        c.layer.d_ff = tiny ? 32 : 512;
+        c.layer.norm_first = true;
+        c.pos = TG_POS_LEARNED;
+        c.causal = true;
+        tg_transformer m;
+        if (tg_transformer_init(ctx, &m, TG_F32, &c) == TG_OK) {
+            tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(B, T), "ids");
+            tg_tensor *tgt = tg_input(ctx, TG_I32, TG_DIMS(B, T), "targets");
+            if (ids && tgt)
+                for (int64_t i = 0; i < B * T; i++) {
+                    tg_set(ids, i, (double)(tg_rng_u64(ctx) % (uint64_t)V));
+                    tg_set(tgt, i, (double)(tg_rng_u64(ctx) % (uint64_t)V));
+                }
+            w->loss = tg_cross_entropy(ctx, tg_transformer_forward(ctx, &m, ids, NULL), tgt,
+                                       -1);
+            tg_optim_config oc = tg_optim_defaults(TG_OPTIM_ADAMW);
+            oc.lr = 3e-3;
+            oc.weight_decay = 0.01;
+            w->opt = w->loss ? tg_optim_new(ctx, &oc, 0, NULL) : NULL;
+        }
+        tg_ctx_set_training(ctx, true);
+        w->tokens = (double)(B * T);
+        snprintf(w->label, sizeof w->label, "train step (B %lld, T %lld)", (long long)B,
+                 (long long)T);
+        if (!w->opt) {
+            set_err(w, err, n);
+            bw_free(w);
+            return NULL;
+        }
+    }
+    if (!w->loss && out && bwd)
+        w->loss = tg_mean_all(ctx, out);
+    tg_tensor *root = w->loss ? w->loss : out;
+    w->g = root ? tg_graph_new(ctx, &root, 1) : NULL;
+    if (!w->g || !run_once(w)) { /* the warm-up run */
+        set_err(w, err, n);
+        bw_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+BW_EXPORT void bw_set_threads(bw_work *w, int threads)
+{
+    tg_ctx_set_threads(w->ctx, threads < 1 ? 1 : threads);
+}
+
+BW_EXPORT double bw_sample(bw_work *w, int reps)
+{
+    reps = reps < 1 ? 1 : reps;
+    double t0 = now_s();
+    for (int r = 0; r < reps; r++)
+        if (!run_once(w)) {
+            set_err(w, w->err, sizeof w->err);
+            return NAN;
+        }
+    return (now_s() - t0) / reps;
+}
+
+BW_EXPORT int bw_reps(bw_work *w, double target_s)
+{
+    double t = bw_sample(w, 1);
+    if (isnan(t))
+        return 1;
+    if (t < target_s / 4) /* a second look once caches and the thread team are warm */
+        t = fmin(t, bw_sample(w, 1));
+    return t >= target_s ? 1 : (int)fmin(100000.0, ceil(target_s / fmax(t, 1e-7)));
+}
+
+BW_EXPORT double bw_tokens(const bw_work *w) { return w->tokens; }
+BW_EXPORT const char *bw_label(const bw_work *w) { return w->label; }
+BW_EXPORT const char *bw_error(const bw_work *w) { return w->err; }
+
+BW_EXPORT void bw_free(bw_work *w)
+{
+    if (!w)
+        return;
+    tg_ctx_free(w->ctx);
+    free(w);
+}
