@@ -230,12 +230,16 @@ static double gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.707106781186547
  * zero padded. B^T is read in blocks of 8 stored rows x 8 k so that each load and each store
  * touches one cache line of a few (the naive transposing loop was a strided-store stream). */
 #define DEFINE_PACK(T, SUF)                                                                     \
-    __attribute__((noinline)) static void pack_b_##SUF(bool tb, const T *B, int64_t ldb, int64_t k0, int64_t kc,          \
-                             int64_t j0, int64_t nc, int NR, T *bpack)                          \
+    __attribute__((noinline)) static void pack_b_##SUF(bool tb, const T *B, int64_t ldb,        \
+                                                       int64_t k0, int64_t kc, int64_t j0,      \
+                                                       int64_t nc, int NR, bool skip_full,      \
+                                                       T *bpack)                                \
     {                                                                                           \
         int64_t npanels = (nc + NR - 1) / NR;                                                   \
         for (int64_t p = 0; p < npanels; p++) {                                                 \
             T *dst = bpack + p * kc * NR;                                                       \
+            if (skip_full && !tb && nc - p * NR >= NR)                                          \
+                continue; /* read in place */                                                   \
             int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;                  \
             if (!tb) {                                                                          \
                 for (int64_t k = 0; k < kc; k++) {                                              \
@@ -318,7 +322,10 @@ DEFINE_PACK(double, f64)
             for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += KC) {                                 \
                 int64_t kc = K - k0 < KC ? K - k0 : KC;                                         \
                 bool first = k0 == 0, last = k0 + kc >= K;                                      \
-                pack_b_##SUF(tb, B, ldb, k0, kc, j0, nc, NR, bpack);                            \
+                /* Few row strips to reuse it: full panels of a row-major op(B) are read in     \
+                 * place (the kernel takes B's row stride); only the edge panel is packed. */   \
+                bool bdirect = !tb && m1 - m0 <= 4 * (int64_t)MR;                               \
+                pack_b_##SUF(tb, B, ldb, k0, kc, j0, nc, NR, bdirect, bpack);                   \
                 for (int64_t ib = m0; ib < m1; ib += MR) {                                      \
                     int64_t h = m1 - ib < MR ? m1 - ib : MR;                                    \
                     /* With few column panels to amortise packing over, a full strip is read \
@@ -336,13 +343,18 @@ DEFINE_PACK(double, f64)
                         if (last && act == TG__EPI_RELU && !pre)                                \
                             mode |= MK_RELU;                                                    \
                         T *c = C + ib * ldc + jb;                                               \
+                        const T *bp = bpack + p * kc * NR;                                      \
+                        int64_t bld = NR;                                                       \
+                        if (bdirect && w == NR) {                                               \
+                            bp = B + k0 * ldb + jb;                                             \
+                            bld = ldb;                                                          \
+                        }                                                                       \
                         const T *bj = bias ? bias + jb : NULL;                                  \
                         if (h == MR && w == NR) {                                               \
                             if (sk)                                                             \
-                                sk(kc, astrip, lda, bpack + p * kc * NR, NR, c, ldc, mode, bj); \
+                                sk(kc, astrip, lda, bp, bld, c, ldc, mode, bj);                 \
                             else                                                                \
-                                ks->k##SUF(kc, apack, bpack + p * kc * NR, NR, c, ldc, mode,    \
-                                           bj);                                                 \
+                                ks->k##SUF(kc, apack, bp, bld, c, ldc, mode, bj);               \
                         } else { /* edge block: through a zero-padded MR x NR tile */            \
                             T bz[NR_MAX];                                                       \
                             for (int64_t j = 0; j < NR; j++)                                    \
@@ -352,11 +364,9 @@ DEFINE_PACK(double, f64)
                                     edge[r * NR + j] = (mode & MK_LOAD) && r < h && j < w       \
                                                            ? c[r * ldc + j] : 0;                \
                             if (sk)                                                             \
-                                sk(kc, astrip, lda, bpack + p * kc * NR, NR, edge, NR, mode,    \
-                                   bz);                                                         \
+                                sk(kc, astrip, lda, bp, bld, edge, NR, mode, bz);               \
                             else                                                                \
-                                ks->k##SUF(kc, apack, bpack + p * kc * NR, NR, edge, NR, mode,  \
-                                           bz);                                                 \
+                                ks->k##SUF(kc, apack, bp, bld, edge, NR, mode, bz);             \
                             for (int64_t r = 0; r < h; r++)                                     \
                                 memcpy(c + r * ldc, edge + r * NR, sizeof(T) * (size_t)w);      \
                         }                                                                       \
