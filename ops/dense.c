@@ -104,7 +104,8 @@ tg_tensor *tg_dense_act(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b,
     {                                                                                          \
         int64_t n = y->numel;                                                                  \
         size_t gws = tg__gemm_ws_bytes(y->dtype, tg__threads(y->ctx));                         \
-        T *dz = (T *)(void *)((char *)y->ws + gws);                                            \
+        /* dz over dy when nobody reads dy after this rule, else in the workspace */           \
+        T *dz = y->grad_scratch ? (T *)y->grad : (T *)(void *)((char *)y->ws + gws);           \
         const T *dy = y->grad, *out = y->data, *z = y->saved;                                  \
         int nt = tg__threads(y->ctx);                                                          \
         if (y->p.dense.act == TG_ACT_RELU) {                                                   \
@@ -134,7 +135,7 @@ size_t tg__dense_ws(const tg_tensor *y, int nt, bool backward)
 size_t tg__dense_act_ws(const tg_tensor *y, int nt, bool backward)
 {
     size_t g = tg__gemm_ws_bytes(y->dtype, nt);
-    return backward ? g + (size_t)y->numel * tg_dtype_size(y->dtype) : g;
+    return backward && !y->grad_scratch ? g + (size_t)y->numel * tg_dtype_size(y->dtype) : g;
 }
 
 void tg__dense_forward(tg_tensor *y)

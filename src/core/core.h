@@ -70,6 +70,9 @@ struct tg_tensor {
     bool requires_grad;
     bool auto_name;      /* name was generated ("matmul12"), not given by the user */
     bool keep;           /* tg_keep: data (and grad) stay readable after forward/backward */
+    bool grad_scratch;   /* set by the graph for a backward rule (workspace sizing and the call):
+                            y->grad is read by nobody after this rule (y is neither an output nor
+                            kept), so the rule may overwrite it */
     bool consumed;       /* some op reads it (tg_set_requires_grad refuses a change then)... */
     tg_mark consumed_by; /* ...unless a rewind released that op: a mark taken just after the
                             oldest op still reading it was made (tg__consumed) */

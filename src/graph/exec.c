@@ -50,6 +50,8 @@ tg_status tg__run_kernel(tg_graph *g, int64_t i, bool backward)
     tg_tensor *t = g->nodes[i];
     tg_ctx *ctx = g->ctx;
     t->ws = tg__buf_ptr(g, backward ? g->wsb_buf[i] : g->wsf_buf[i]);
+    if (backward)
+        t->grad_scratch = !g->persist[i]; /* as when the workspace was planned */
     ctx->kernel_status = TG_OK;
     ctx->run_threads = g->nt;
     if (backward)

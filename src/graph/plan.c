@@ -387,6 +387,7 @@ bool tg__plan(tg_graph *g, const char *fn)
             tg_tensor *t = g->nodes[i];
             if (!t->requires_grad || t->op == TG_OP_NONE)
                 continue;
+            t->grad_scratch = !g->persist[i];
             size_t w = ws_bytes(t, g->nt, true);
             if (w) {
                 int64_t s = tg__bwd_step(g, i);
