@@ -7,6 +7,7 @@
  *           db (O)    += sum_r dy[r, :]
  */
 #include "registry.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -63,17 +64,8 @@ tg_tensor *tg_dense(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b)
         if (w->grad)                                                                           \
             tg__gemm_##SUF(nt, true, false, O, I, R, G, O, x->data, I, w->grad, I, true,      \
                            y->ws);                                                      \
-        if (b && b->grad) {                                                                    \
-            T *dB = b->grad;                                                                   \
-            /* Race-free: column o owns dB[o]; rows summed in order. */                        \
-            TG_OMP_FOR(nt, R * O > TG_PAR_MIN)                                                 \
-            for (int64_t o = 0; o < O; o++) {                                                  \
-                T acc = 0;                                                                     \
-                for (int64_t r = 0; r < R; r++)                                                \
-                    acc += G[r * O + o];                                                       \
-                dB[o] += acc;                                                                  \
-            }                                                                                  \
-        }                                                                                      \
+        if (b && b->grad) /* db (O) += sum_r dy[r, :]: row-blocked, fixed order per column */ \
+            tg__sum_rows_##SUF(nt, R, O, G, O, b->grad);                                       \
     }
 DEFINE_DENSE(float, f32)
 DEFINE_DENSE(double, f64)

@@ -12,6 +12,7 @@
  * reduce() sums over broadcast dims (tg__reduce_to), in a fixed order per element.
  */
 #include "registry.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -41,43 +42,65 @@ tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_GELU, "t
 #define INV_SQRT2 0.70710678118654752440
 #define INV_SQRT2PI 0.39894228040143267794
 
-/* Each element is written by exactly one iteration: race-free and thread-count independent. */
+/* Each element is written by exactly one iteration: race-free and thread-count independent.
+ * The cheap loops (scale, relu) are branch-free range functions compiled per SIMD level
+ * (TG_SIMD_CLONES) that fork only above TG_PAR_BYTES touched (src/core/vec.h); every operand is
+ * loaded unconditionally so the compiler turns the selects into vector blends. */
 #define DEFINE_UNARY(T, SUF)                                                                   \
+    TG_SIMD_CLONES static void scale_range_##SUF(int64_t lo, int64_t hi, T s, const T *x,    \
+                                                 T *y, int mode)                               \
+    {                                                                                          \
+        if (mode == 0) /* y = s x */                                                           \
+            for (int64_t i = lo; i < hi; i++)                                                  \
+                y[i] = s * x[i];                                                               \
+        else if (mode == 1) /* in place (TG_OPF_BWD_INPLACE): dx = 0 + s dy */                 \
+            for (int64_t i = lo; i < hi; i++)                                                  \
+                y[i] = (T)0 + s * y[i];                                                        \
+        else /* dx += s dy */                                                                  \
+            for (int64_t i = lo; i < hi; i++)                                                  \
+                y[i] += s * x[i];                                                              \
+    }                                                                                          \
     static void scale_fwd_##SUF(int nt, int64_t n, T s, const T *x, T *y)                      \
     {                                                                                          \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
-        for (int64_t i = 0; i < n; i++)                                                        \
-            y[i] = s * x[i];                                                                   \
+        TG_PAR_RANGE(nt, n * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,                     \
+                     scale_range_##SUF(lo, hi, s, x, y, 0));                                   \
     }                                                                                          \
     static void scale_bwd_##SUF(int nt, int64_t n, T s, const T *dy, T *dx)                    \
     {                                                                                          \
-        if (dx == dy) { /* in place (TG_OPF_BWD_INPLACE): dx = 0 + s dy */                     \
-            TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
-            for (int64_t i = 0; i < n; i++)                                                    \
-                dx[i] = (T)0 + s * dx[i];                                                      \
+        TG_PAR_RANGE(nt, n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,                     \
+                     scale_range_##SUF(lo, hi, s, dy, dx, dx == dy ? 1 : 2));                  \
+    }                                                                                          \
+    TG_SIMD_CLONES static void relu_fwd_range_##SUF(int64_t lo, int64_t hi, const T *x, T *y)  \
+    {                                                                                          \
+        for (int64_t i = lo; i < hi; i++) {                                                    \
+            T v = x[i];                                                                        \
+            y[i] = v > 0 ? v : (v != v ? v : (T)0); /* NaN propagates */                       \
+        }                                                                                      \
+    }                                                                                          \
+    TG_SIMD_CLONES static void relu_bwd_range_##SUF(int64_t lo, int64_t hi, const T *y,        \
+                                                    const T *dy, T *dx)                        \
+    {                                                                                          \
+        if (dx == dy) { /* in place (TG_OPF_BWD_INPLACE): dx = 0 + dy [y > 0] */               \
+            for (int64_t i = lo; i < hi; i++) {                                                \
+                T g = dx[i];                                                                   \
+                dx[i] = (T)0 + (y[i] > 0 ? g : (T)0);                                          \
+            }                                                                                  \
             return;                                                                            \
         }                                                                                      \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
-        for (int64_t i = 0; i < n; i++)                                                        \
-            dx[i] += s * dy[i];                                                                \
+        for (int64_t i = lo; i < hi; i++) {                                                    \
+            T g = dy[i];                                                                       \
+            dx[i] += y[i] > 0 ? g : (T)0; /* y > 0 exactly where x > 0 */                    \
+        }                                                                                      \
     }                                                                                          \
     static void relu_fwd_##SUF(int nt, int64_t n, const T *x, T *y)                            \
     {                                                                                          \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
-        for (int64_t i = 0; i < n; i++)                                                        \
-            y[i] = x[i] > 0 ? x[i] : (x[i] != x[i] ? x[i] : 0); /* NaN propagates */           \
+        TG_PAR_RANGE(nt, n * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,                     \
+                     relu_fwd_range_##SUF(lo, hi, x, y));                                      \
     }                                                                                          \
     static void relu_bwd_##SUF(int nt, int64_t n, const T *y, const T *dy, T *dx)              \
     {                                                                                          \
-        if (dx == dy) { /* in place (TG_OPF_BWD_INPLACE) */                                    \
-            TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
-            for (int64_t i = 0; i < n; i++)                                                    \
-                dx[i] = (T)0 + (y[i] > 0 ? dx[i] : 0);                                         \
-            return;                                                                            \
-        }                                                                                      \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
-        for (int64_t i = 0; i < n; i++)                                                        \
-            dx[i] += y[i] > 0 ? dy[i] : 0; /* y > 0 exactly where x > 0 */                  \
+        TG_PAR_RANGE(nt, n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,                     \
+                     relu_bwd_range_##SUF(lo, hi, y, dy, dx));                                 \
     }                                                                                          \
     static void gelu_fwd_##SUF(int nt, int64_t n, const T *x, T *y)                            \
     {                                                                                          \
