@@ -3,6 +3,7 @@
  * and the shape/broadcast helpers every op builder uses.
  */
 #include "registry.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -391,6 +392,12 @@ void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, i
             return;                                                                            \
         }                                                                                      \
         (void)outn;                                                                            \
+        if (nk == 0 || bax[nb - 1] < kax[0]) {                                                 \
+            /* broadcast over leading axes only (a bias): dy is (bcount, xn) row-major, and    \
+             * the row-blocked column sum adds its rows in the same order as the loop below */ \
+            tg__sum_rows_##SUF(nt, bcount, xn, dy, xn, dx);                                    \
+            return;                                                                            \
+        }                                                                                      \
         TG_OMP_FOR(nt, xn * bcount > TG_PAR_MIN)                                               \
         for (int64_t i = 0; i < xn; i++) {                                                     \
             /* base offset in dy of x element i: decode i over the kept axes */                \
