@@ -36,12 +36,13 @@ static inline void tg__chunk(int64_t n, int nt, int t, int64_t align, int64_t *l
     *hi = b1 * align < n ? b1 * align : n;
 }
 
-/* Runs CALL (a statement using int64_t lo, hi) over [0, n): on nt threads, each on its own
- * static chunk, when `par` is true, nt > 1 and n > 1; else once over the whole range on the calling
- * thread, without entering a parallel region at all. CALL must write only the outputs of its
- * items, which makes the result independent of the chunking. */
+/* Runs the statement given last (it uses int64_t lo, hi; commas allowed) over [0, n): on nt
+ * threads, each on its own static chunk, when `par` is true, nt > 1 and n > 1; else once over
+ * the whole range on the calling thread, without entering a parallel region at all. The
+ * statement must write only the outputs of its items, which makes the result independent of
+ * the chunking. */
 #ifdef TG_HAVE_OPENMP
-#define TG_PAR_RANGE(nt, par, n, align, CALL)                                                  \
+#define TG_PAR_RANGE(nt, par, n, align, ...)                                                  \
     do {                                                                                       \
         int tg__nt_ = (nt);                                                                    \
         int64_t tg__n_ = (n);                                                                  \
@@ -52,21 +53,21 @@ static inline void tg__chunk(int64_t n, int nt, int t, int64_t align, int64_t *l
                 tg__chunk(tg__n_, omp_get_num_threads(), omp_get_thread_num(), (align), &lo,  \
                           &hi);                                                                \
                 if (lo < hi) {                                                                 \
-                    CALL;                                                                      \
+                    __VA_ARGS__;                                                               \
                 }                                                                              \
             }                                                                                  \
         } else {                                                                               \
             int64_t lo = 0, hi = tg__n_;                                                       \
-            CALL;                                                                              \
+            __VA_ARGS__;                                                                       \
         }                                                                                      \
     } while (0)
 #else
-#define TG_PAR_RANGE(nt, par, n, align, CALL)                                                  \
+#define TG_PAR_RANGE(nt, par, n, align, ...)                                                  \
     do {                                                                                       \
         (void)(nt);                                                                            \
         (void)(par);                                                                           \
         int64_t lo = 0, hi = (n);                                                              \
-        CALL;                                                                                  \
+        __VA_ARGS__;                                                                           \
     } while (0)
 #endif
 
