@@ -88,7 +88,7 @@ DEFINE_FINITE(double, f64, -(double)INFINITY)
         for (; j + LANES <= L; j += LANES)                                                     \
             for (int k = 0; k < LANES; k++) {                                                  \
                 T v = x[j + k];                                                                \
-                m[k] = (v > m[k] || v != v) ? v : m[k]; /* NaN sticks */                       \
+                m[k] = ((v > m[k]) | (v != v)) ? v : m[k]; /* NaN sticks */                       \
             }                                                                                  \
         for (int k = 0; j + k < L; k++) {                                                      \
             T v = x[j + k];                                                                    \
@@ -96,7 +96,7 @@ DEFINE_FINITE(double, f64, -(double)INFINITY)
         }                                                                                      \
         T r = m[0];                                                                            \
         for (int k = 1; k < LANES; k++)                                                        \
-            r = (m[k] > r || m[k] != m[k]) ? m[k] : r;                                         \
+            r = ((m[k] > r) | (m[k] != m[k])) ? m[k] : r;                                         \
         return r;                                                                              \
     }                                                                                          \
     TG_SIMD_CLONES T tg__row_expsum_##SUF(const T *x, int64_t L, T mx, T *e)                   \

@@ -97,17 +97,25 @@ int64_t tg__first_nonfinite_f64(const double *x, int64_t n, bool minf_ok);
  * values: exp(-inf) = 0, exp(+inf) = +inf, exp(NaN) = NaN, overflow gives +inf, underflow
  * gives subnormals then 0. Used inside row kernels (softmax, log_softmax, cross-entropy); the
  * tg_exp op keeps libm. */
+/* Out-of-range inputs (|x| > 104 for f32, > 746 for f64, inf and NaN) are sorted out on the bit
+ * pattern and blended in with integer masks: no floating-point compare or branch, so the compiler if-converts and
+ * vectorizes the loops these are inlined into (-ftrapping-math forbids it for FP compares). */
 static inline float tg__expf(float x)
 {
-    float xc = x < -110.0f ? -110.0f : x;
-    xc = xc > 90.0f ? 90.0f : xc;
-    xc = x != x ? 0.0f : xc; /* NaN: compute anything finite, return x below */
+    uint32_t xi;
+    memcpy(&xi, &x, sizeof xi);
+    uint32_t ax = xi & 0x7fffffffu;
+    int big = ax > 0x42d00000u; /* |x| > 104, inf or NaN */
+    uint32_t mask = 0u - (uint32_t)big; /* all ones when big */
+    uint32_t xci = xi & ~mask;
+    float xc;
+    memcpy(&xc, &xci, sizeof xc);
     const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     float t = xc * 1.44269504088896341f + magic;
     float nf = t - magic;
     int32_t tb;
     memcpy(&tb, &t, sizeof tb);
-    int32_t n = tb - 0x4B400000; /* the integer nf */
+    int32_t n = tb - 0x4B400000; /* the integer nf, in [-151, 151] */
     float r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
     float p = 1.98412698e-4f; /* 1/7! */
     p = p * r + 1.38888889e-3f;
@@ -123,14 +131,25 @@ static inline float tg__expf(float x)
     memcpy(&s1, &b1, sizeof s1);
     memcpy(&s2, &b2, sizeof s2);
     float y = p * s1 * s2;
-    return x != x ? x : y;
+    uint32_t yi;
+    memcpy(&yi, &y, sizeof yi);
+    /* big: NaN stays, -inf or x < -104 gives +0, +inf or x > 104 gives +inf */
+    uint32_t spec = ax > 0x7f800000u ? xi : (xi >> 31) ? 0u : 0x7f800000u;
+    yi = (yi & ~mask) | (spec & mask); /* a blend, not a branch: y is always computed */
+    memcpy(&y, &yi, sizeof y);
+    return y;
 }
 
 static inline double tg__exp(double x)
 {
-    double xc = x < -760.0 ? -760.0 : x;
-    xc = xc > 720.0 ? 720.0 : xc;
-    xc = x != x ? 0.0 : xc;
+    uint64_t xi;
+    memcpy(&xi, &x, sizeof xi);
+    uint64_t ax = xi & 0x7fffffffffffffffull;
+    int big = ax > 0x4087500000000000ull; /* |x| > 746, inf or NaN */
+    uint64_t mask = 0u - (uint64_t)big;
+    uint64_t xci = xi & ~mask;
+    double xc;
+    memcpy(&xc, &xci, sizeof xc);
     const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
     double t = xc * 1.44269504088896338700e+00 + magic;
     double nf = t - magic;
@@ -160,7 +179,12 @@ static inline double tg__exp(double x)
     memcpy(&s1, &b1, sizeof s1);
     memcpy(&s2, &b2, sizeof s2);
     double y = p * s1 * s2;
-    return x != x ? x : y;
+    uint64_t yi;
+    memcpy(&yi, &y, sizeof yi);
+    uint64_t spec = ax > 0x7ff0000000000000ull ? xi : (xi >> 63) ? 0u : 0x7ff0000000000000ull;
+    yi = (yi & ~mask) | (spec & mask);
+    memcpy(&y, &yi, sizeof y);
+    return y;
 }
 
 /* ----- row kernels (softmax, log_softmax, cross-entropy) ------------------------------------
