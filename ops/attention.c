@@ -10,6 +10,7 @@
  * Source: Vaswani et al. 2017, sec. 3.2.1 (masking by -inf before the softmax).
  */
 #include "registry.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -114,56 +115,57 @@ tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x)
     return tg__op_new(ctx, TG_OP_SOFTMAX, x->dtype, x->rank, x->shape, 1, &x);
 }
 
-/* One row per iteration; the row's sums run left to right: thread-count independent. */
-#define DEFINE_SOFTMAX(T, SUF, EXP)                                                            \
-    static void softmax_fwd_##SUF(tg_tensor *y)                                                \
+/* Rows [lo, hi) of x, y (rows, L). Each row is computed by one call from that row alone, with
+ * the shared row kernels (src/core/vec.h: NaN-propagating max, exp-sum in 16 fixed lanes), so
+ * results are independent of the thread count and of the SIMD clone. */
+#define DEFINE_SOFTMAX(T, SUF)                                                                 \
+    TG_SIMD_CLONES static void softmax_rows_##SUF(const T *X, T *Y, int64_t L, int64_t lo,     \
+                                                  int64_t hi)                                  \
     {                                                                                          \
-        const T *X = y->src[0]->data;                                                          \
-        T *Y = y->data;                                                                        \
-        int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
-        int nt = tg__threads(y->ctx);                                                          \
-        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN / 8)                                              \
-        for (int64_t r = 0; r < rows; r++) {                                                   \
+        for (int64_t r = lo; r < hi; r++) {                                                    \
             const T *x = X + r * L;                                                            \
             T *o = Y + r * L;                                                                  \
-            T m = (T)-INFINITY;                                                                \
-            for (int64_t j = 0; j < L; j++)                                                    \
-                if (x[j] > m || x[j] != x[j])                                                  \
-                    m = x[j];                                                                  \
+            T m = tg__row_max_##SUF(x, L);                                                     \
             if (m == (T)-INFINITY) { /* every entry masked: zeros, not NaN */                  \
                 for (int64_t j = 0; j < L; j++)                                                \
                     o[j] = 0;                                                                  \
                 continue;                                                                      \
             }                                                                                  \
-            T sum = 0;                                                                         \
-            for (int64_t j = 0; j < L; j++) {                                                  \
-                o[j] = EXP(x[j] - m);                                                          \
-                sum += o[j];                                                                   \
-            }                                                                                  \
-            T inv = (T)1 / sum;                                                                \
+            T inv = (T)1 / tg__row_expsum_##SUF(x, L, m, o);                                   \
             for (int64_t j = 0; j < L; j++)                                                    \
                 o[j] *= inv;                                                                   \
         }                                                                                      \
     }                                                                                          \
-    static void softmax_bwd_##SUF(tg_tensor *y)                                                \
+    TG_SIMD_CLONES static void softmax_bwd_rows_##SUF(const T *Y, const T *G, T *DX,           \
+                                                      int64_t L, int64_t lo, int64_t hi)       \
     {                                                                                          \
-        const T *Y = y->data, *G = y->grad;                                                    \
-        T *DX = y->src[0]->grad;                                                               \
-        int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
-        int nt = tg__threads(y->ctx);                                                          \
-        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN / 4)                                              \
-        for (int64_t r = 0; r < rows; r++) {                                                   \
+        for (int64_t r = lo; r < hi; r++) {                                                    \
             const T *o = Y + r * L, *g = G + r * L;                                            \
             T *dx = DX + r * L;                                                                \
-            T dot = 0;                                                                         \
-            for (int64_t j = 0; j < L; j++)                                                    \
-                dot += g[j] * o[j];                                                            \
+            T dot = tg__row_dot_##SUF(g, o, L);                                                \
             for (int64_t j = 0; j < L; j++)                                                    \
                 dx[j] += o[j] * (g[j] - dot);                                                  \
         }                                                                                      \
+    }                                                                                          \
+    static void softmax_fwd_##SUF(tg_tensor *y)                                                \
+    {                                                                                          \
+        const T *X = y->src[0]->data;                                                          \
+        T *Y = y->data;                                                                        \
+        int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
+        /* Race-free: a thread owns the rows [lo, hi) of y. */                                 \
+        TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
+                     rows, 1, softmax_rows_##SUF(X, Y, L, lo, hi));                            \
+    }                                                                                          \
+    static void softmax_bwd_##SUF(tg_tensor *y)                                                \
+    {                                                                                          \
+        int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
+        /* Race-free: a thread owns the rows [lo, hi) of dx. */                                \
+        TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
+                     rows, 1,                                                                  \
+                     softmax_bwd_rows_##SUF(y->data, y->grad, y->src[0]->grad, L, lo, hi));    \
     }
-DEFINE_SOFTMAX(float, f32, expf)
-DEFINE_SOFTMAX(double, f64, exp)
+DEFINE_SOFTMAX(float, f32)
+DEFINE_SOFTMAX(double, f64)
 
 void tg__softmax_forward(tg_tensor *y)
 {

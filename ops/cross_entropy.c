@@ -13,6 +13,7 @@
  *        the targets: changing them between forward and backward cannot change the gradient.
  */
 #include "registry.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -79,33 +80,46 @@ tg_status tg__xent_check(tg_tensor *y)
     return TG_OK;
 }
 
+/* Rows [lo, hi) per call, each from its own row alone with the row kernels of src/core/vec.h
+ * (max, exp-sum in 16 fixed lanes, the vectorizable exp): race-free (row r owns lse[r],
+ * row_loss[r], cls[r] and dx[r, :]), independent of the thread count and of the clone. */
 #define DEFINE_XENT(T, SUF, EXP)                                                               \
-    static void fwd_##SUF(tg_tensor *y)                                                        \
+    TG_SIMD_CLONES static void fwd_rows_##SUF(const T *X, const int32_t *tg, int64_t ign,     \
+                                              xent_saved s, int64_t V, int64_t lo, int64_t hi) \
     {                                                                                          \
-        const tg_tensor *lg = y->src[0];                                                       \
-        const T *X = lg->data;                                                                 \
-        const int32_t *tg = y->src[1]->data;                                                   \
-        int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;                                \
-        int64_t ign = y->p.xent.ignore_index;                                                  \
-        xent_saved s = saved_of(y, R);                                                         \
-        int nt = tg__threads(y->ctx);                                                          \
-        /* Race-free: row r owns lse[r], row_loss[r], cls[r]. */                              \
-        TG_OMP_FOR(nt, lg->numel > TG_PAR_MIN / 4)                                             \
-        for (int64_t r = 0; r < R; r++) {                                                      \
+        for (int64_t r = lo; r < hi; r++) {                                                    \
             const T *x = X + r * V;                                                            \
-            T m = x[0];                                                                        \
-            for (int64_t j = 1; j < V; j++)                                                    \
-                if (x[j] > m)                                                                  \
-                    m = x[j];                                                                  \
-            T sum = 0;                                                                         \
-            for (int64_t j = 0; j < V; j++)                                                    \
-                sum += EXP(x[j] - m);                                                          \
+            T m = tg__row_max_##SUF(x, V);                                                     \
+            T sum = tg__row_expsum_##SUF(x, V, m, NULL);                                       \
             double lse = (double)m + log((double)sum);                                         \
             bool ignored = tg[r] == ign;                                                       \
             s.lse[r] = lse;                                                                    \
             s.row_loss[r] = ignored ? 0.0 : lse - (double)x[tg[r]];                            \
             s.cls[r] = ignored ? -1 : tg[r];                                                   \
         }                                                                                      \
+    }                                                                                          \
+    TG_SIMD_CLONES static void bwd_rows_##SUF(const T *X, T *DX, xent_saved s, T scale,       \
+                                              int64_t V, int64_t lo, int64_t hi)               \
+    {                                                                                          \
+        for (int64_t r = lo; r < hi; r++) {                                                    \
+            if (s.cls[r] < 0)                                                                  \
+                continue;                                                                      \
+            const T *x = X + r * V;                                                            \
+            T *dx = DX + r * V;                                                                \
+            T lse = (T)s.lse[r];                                                               \
+            int64_t t = s.cls[r];                                                              \
+            for (int64_t j = 0; j < V; j++)                                                    \
+                dx[j] += scale * (EXP(x[j] - lse) - (j == t ? (T)1 : (T)0));                   \
+        }                                                                                      \
+    }                                                                                          \
+    static void fwd_##SUF(tg_tensor *y)                                                        \
+    {                                                                                          \
+        const tg_tensor *lg = y->src[0];                                                       \
+        int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;                                \
+        xent_saved s = saved_of(y, R);                                                         \
+        TG_PAR_RANGE(tg__threads(y->ctx), lg->numel * (int64_t)sizeof(T) > TG_PAR_BYTES, R, 1, \
+                     fwd_rows_##SUF(lg->data, y->src[1]->data, y->p.xent.ignore_index, s, V,  \
+                                    lo, hi));                                                  \
         int64_t nv = 0;                                                                        \
         double total = 0;                                                                      \
         for (int64_t r = 0; r < R; r++) { /* fixed order */                                    \
@@ -119,29 +133,16 @@ tg_status tg__xent_check(tg_tensor *y)
     static void bwd_##SUF(tg_tensor *y)                                                        \
     {                                                                                          \
         tg_tensor *lg = y->src[0];                                                             \
-        const T *X = lg->data;                                                                 \
-        T *DX = lg->grad;                                                                      \
         int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;                                \
         xent_saved s = saved_of(y, R);                                                         \
         if (*s.n_valid == 0)                                                                   \
             return;                                                                            \
         T scale = (T)((double)*(const T *)y->grad / (double)*s.n_valid);                       \
-        int nt = tg__threads(y->ctx);                                                          \
-        /* Race-free: row r owns dx[r, :]. */                                                  \
-        TG_OMP_FOR(nt, lg->numel > TG_PAR_MIN / 4)                                             \
-        for (int64_t r = 0; r < R; r++) {                                                      \
-            if (s.cls[r] < 0)                                                                  \
-                continue;                                                                      \
-            const T *x = X + r * V;                                                            \
-            T *dx = DX + r * V;                                                                \
-            T lse = (T)s.lse[r];                                                               \
-            int64_t t = s.cls[r];                                                              \
-            for (int64_t j = 0; j < V; j++)                                                    \
-                dx[j] += scale * (EXP(x[j] - lse) - (j == t ? (T)1 : (T)0));                   \
-        }                                                                                      \
+        TG_PAR_RANGE(tg__threads(y->ctx), lg->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
+                     R, 1, bwd_rows_##SUF(lg->data, lg->grad, s, scale, V, lo, hi));           \
     }
-DEFINE_XENT(float, f32, expf)
-DEFINE_XENT(double, f64, exp)
+DEFINE_XENT(float, f32, tg__expf)
+DEFINE_XENT(double, f64, tg__exp)
 
 void tg__xent_forward(tg_tensor *y)
 {

@@ -11,6 +11,7 @@
  * relu/gelu give the same bits.
  */
 #include "registry.h"
+#include "vec.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -87,19 +88,19 @@ tg_tensor *tg_dense_act(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b,
             tg__gemm_##SUF(nt, false, false, R, I, O, G, O, w->data, I, x->grad, I, true, ws); \
         if (w->grad)                                                                           \
             tg__gemm_##SUF(nt, true, false, O, I, R, G, O, x->data, I, w->grad, I, true, ws);  \
-        if (b && b->grad) {                                                                    \
-            T *dB = b->grad;                                                                   \
-            /* Race-free: column o owns dB[o]; rows summed in order. */                        \
-            TG_OMP_FOR(nt, R * O > TG_PAR_MIN)                                                 \
-            for (int64_t o = 0; o < O; o++) {                                                  \
-                T acc = 0;                                                                     \
-                for (int64_t r = 0; r < R; r++)                                                \
-                    acc += G[r * O + o];                                                       \
-                dB[o] += acc;                                                                  \
-            }                                                                                  \
+        if (b && b->grad) /* db (O) += sum_r dz[r, :]: row-blocked, fixed order per column */ \
+            tg__sum_rows_##SUF(nt, R, O, G, O, b->grad);                                       \
+    }                                                                                          \
+    /* dz = dy [y > 0] (y > 0 exactly where z > 0); dz may be dy itself. */                    \
+    TG_SIMD_CLONES static void relu_dz_##SUF(int64_t lo, int64_t hi, const T *out, const T *dy, \
+                                             T *dz)                                            \
+    {                                                                                          \
+        for (int64_t i = lo; i < hi; i++) {                                                    \
+            T g = dy[i];                                                                       \
+            dz[i] = (T)0 + (out[i] > 0 ? g : (T)0);                                            \
         }                                                                                      \
     }                                                                                          \
-    /* dz = dy * act'(z) into the workspace's tail, then dense's rules. */                     \
+    /* dz = dy * act'(z) over dy or into the workspace's tail, then dense's rules. */          \
     static void act_bwd_##SUF(tg_tensor *y)                                                    \
     {                                                                                          \
         int64_t n = y->numel;                                                                  \
@@ -109,9 +110,8 @@ tg_tensor *tg_dense_act(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b,
         const T *dy = y->grad, *out = y->data, *z = y->saved;                                  \
         int nt = tg__threads(y->ctx);                                                          \
         if (y->p.dense.act == TG_ACT_RELU) {                                                   \
-            TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
-            for (int64_t i = 0; i < n; i++)                                                    \
-                dz[i] = out[i] > 0 ? dy[i] : 0; /* y > 0 exactly where z > 0 */                \
+            TG_PAR_RANGE(nt, n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,                 \
+                         relu_dz_##SUF(lo, hi, out, dy, dz));                                  \
         } else {                                                                               \
             TG_OMP_FOR(nt, n > TG_PAR_MIN / 16)                                                \
             for (int64_t i = 0; i < n; i++) {                                                  \

@@ -12,6 +12,7 @@
  * reduce() sums over broadcast dims (tg__reduce_to), in a fixed order per element.
  */
 #include "registry.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -41,43 +42,65 @@ tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_GELU, "t
 #define INV_SQRT2 0.70710678118654752440
 #define INV_SQRT2PI 0.39894228040143267794
 
-/* Each element is written by exactly one iteration: race-free and thread-count independent. */
+/* Each element is written by exactly one iteration: race-free and thread-count independent.
+ * The cheap loops (scale, relu) are branch-free range functions compiled per SIMD level
+ * (TG_SIMD_CLONES) that fork only above TG_PAR_BYTES touched (src/core/vec.h); every operand is
+ * loaded unconditionally so the compiler turns the selects into vector blends. */
 #define DEFINE_UNARY(T, SUF)                                                                   \
+    TG_SIMD_CLONES static void scale_range_##SUF(int64_t lo, int64_t hi, T s, const T *x,    \
+                                                 T *y, int mode)                               \
+    {                                                                                          \
+        if (mode == 0) /* y = s x */                                                           \
+            for (int64_t i = lo; i < hi; i++)                                                  \
+                y[i] = s * x[i];                                                               \
+        else if (mode == 1) /* in place (TG_OPF_BWD_INPLACE): dx = 0 + s dy */                 \
+            for (int64_t i = lo; i < hi; i++)                                                  \
+                y[i] = (T)0 + s * y[i];                                                        \
+        else /* dx += s dy */                                                                  \
+            for (int64_t i = lo; i < hi; i++)                                                  \
+                y[i] += s * x[i];                                                              \
+    }                                                                                          \
     static void scale_fwd_##SUF(int nt, int64_t n, T s, const T *x, T *y)                      \
     {                                                                                          \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
-        for (int64_t i = 0; i < n; i++)                                                        \
-            y[i] = s * x[i];                                                                   \
+        TG_PAR_RANGE(nt, n * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,                     \
+                     scale_range_##SUF(lo, hi, s, x, y, 0));                                   \
     }                                                                                          \
     static void scale_bwd_##SUF(int nt, int64_t n, T s, const T *dy, T *dx)                    \
     {                                                                                          \
-        if (dx == dy) { /* in place (TG_OPF_BWD_INPLACE): dx = 0 + s dy */                     \
-            TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
-            for (int64_t i = 0; i < n; i++)                                                    \
-                dx[i] = (T)0 + s * dx[i];                                                      \
+        TG_PAR_RANGE(nt, n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,                     \
+                     scale_range_##SUF(lo, hi, s, dy, dx, dx == dy ? 1 : 2));                  \
+    }                                                                                          \
+    TG_SIMD_CLONES static void relu_fwd_range_##SUF(int64_t lo, int64_t hi, const T *x, T *y)  \
+    {                                                                                          \
+        for (int64_t i = lo; i < hi; i++) {                                                    \
+            T v = x[i];                                                                        \
+            y[i] = v > 0 ? v : (v != v ? v : (T)0); /* NaN propagates */                       \
+        }                                                                                      \
+    }                                                                                          \
+    TG_SIMD_CLONES static void relu_bwd_range_##SUF(int64_t lo, int64_t hi, const T *y,        \
+                                                    const T *dy, T *dx)                        \
+    {                                                                                          \
+        if (dx == dy) { /* in place (TG_OPF_BWD_INPLACE): dx = 0 + dy [y > 0] */               \
+            for (int64_t i = lo; i < hi; i++) {                                                \
+                T g = dx[i];                                                                   \
+                dx[i] = (T)0 + (y[i] > 0 ? g : (T)0);                                          \
+            }                                                                                  \
             return;                                                                            \
         }                                                                                      \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
-        for (int64_t i = 0; i < n; i++)                                                        \
-            dx[i] += s * dy[i];                                                                \
+        for (int64_t i = lo; i < hi; i++) {                                                    \
+            T g = dy[i];                                                                       \
+            dx[i] += y[i] > 0 ? g : (T)0; /* y > 0 exactly where x > 0 */                    \
+        }                                                                                      \
     }                                                                                          \
     static void relu_fwd_##SUF(int nt, int64_t n, const T *x, T *y)                            \
     {                                                                                          \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
-        for (int64_t i = 0; i < n; i++)                                                        \
-            y[i] = x[i] > 0 ? x[i] : (x[i] != x[i] ? x[i] : 0); /* NaN propagates */           \
+        TG_PAR_RANGE(nt, n * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,                     \
+                     relu_fwd_range_##SUF(lo, hi, x, y));                                      \
     }                                                                                          \
     static void relu_bwd_##SUF(int nt, int64_t n, const T *y, const T *dy, T *dx)              \
     {                                                                                          \
-        if (dx == dy) { /* in place (TG_OPF_BWD_INPLACE) */                                    \
-            TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
-            for (int64_t i = 0; i < n; i++)                                                    \
-                dx[i] = (T)0 + (y[i] > 0 ? dx[i] : 0);                                         \
-            return;                                                                            \
-        }                                                                                      \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
-        for (int64_t i = 0; i < n; i++)                                                        \
-            dx[i] += y[i] > 0 ? dy[i] : 0; /* y > 0 exactly where x > 0 */                  \
+        TG_PAR_RANGE(nt, n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,                     \
+                     relu_bwd_range_##SUF(lo, hi, y, dy, dx));                                 \
     }                                                                                          \
     static void gelu_fwd_##SUF(int nt, int64_t n, const T *x, T *y)                            \
     {                                                                                          \
@@ -177,28 +200,44 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
     return tg__binary_new(ctx, TG_OP_MUL, "tg_mul", a, b);
 }
 
-#define BINARY_FWD(T, SUF, NAME, OP)                                                           \
-    static void NAME##_fwd_##SUF(const tg_tensor *y)                                           \
-    {                                                                                          \
-        const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
-        const T *A = a->data, *B = b->data;                                                    \
-        T *Y = y->data;                                                                        \
-        int nt = tg__threads(y->ctx);                                                          \
-        int64_t n = y->numel;                                                                  \
-        if (a->numel == n && b->numel == n) {                                                  \
-            TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
-            for (int64_t i = 0; i < n; i++)                                                    \
-                Y[i] = A[i] OP B[i];                                                           \
-            return;                                                                            \
+/* yr[j] = a[j * as] OP b[j * bs] for j < L, with the last-axis strides as, bs in {0, 1}: one
+ * contiguous (vectorized) inner loop per stride pattern. */
+#define BCAST_ROW(OP, yr, ap, bp, as, bs, L)                                                   \
+    do {                                                                                       \
+        if ((as) && (bs))                                                                      \
+            for (int64_t j = 0; j < (L); j++)                                                  \
+                (yr)[j] = (ap)[j] OP (bp)[j];                                                  \
+        else if (as) {                                                                         \
+            for (int64_t j = 0; j < (L); j++)                                                  \
+                (yr)[j] = (ap)[j] OP (bp)[0];                                                  \
+        } else if (bs) {                                                                       \
+            for (int64_t j = 0; j < (L); j++)                                                  \
+                (yr)[j] = (ap)[0] OP (bp)[j];                                                  \
+        } else {                                                                               \
+            for (int64_t j = 0; j < (L); j++)                                                  \
+                (yr)[j] = (ap)[0] OP (bp)[0];                                                  \
         }                                                                                      \
+    } while (0)
+
+/* y = a OP b over y's shape: same-shape operands as one flat loop; broadcast ones by rows of the
+ * last axis (each row of y written by one call, its operand offsets decoded from the row index),
+ * with a contiguous inner loop. Ranges [lo, hi) of elements resp. rows: race-free. */
+#define BINARY_FWD(T, SUF, NAME, OP)                                                           \
+    TG_SIMD_CLONES static void NAME##_flat_##SUF(const T *A, const T *B, T *Y, int64_t lo,    \
+                                                 int64_t hi)                                   \
+    {                                                                                          \
+        for (int64_t i = lo; i < hi; i++)                                                      \
+            Y[i] = A[i] OP B[i];                                                               \
+    }                                                                                          \
+    TG_SIMD_CLONES static void NAME##_rows_##SUF(const tg_tensor *y, const int64_t *as,        \
+                                                 const int64_t *bs, int64_t lo, int64_t hi)    \
+    {                                                                                          \
+        const T *A = y->src[0]->data, *B = y->src[1]->data;                                    \
+        T *Y = y->data;                                                                        \
         int r = y->rank;                                                                       \
-        int64_t as[TG_MAX_RANK], bs[TG_MAX_RANK];                                              \
-        tg__bcast_strides(a, r, y->shape, as);                                                 \
-        tg__bcast_strides(b, r, y->shape, bs);                                                 \
-        int64_t L = r ? y->shape[r - 1] : 1, rows = n / L;                                     \
+        int64_t L = r ? y->shape[r - 1] : 1;                                                   \
         int64_t asl = r ? as[r - 1] : 0, bsl = r ? bs[r - 1] : 0;                              \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
-        for (int64_t row = 0; row < rows; row++) {                                             \
+        for (int64_t row = lo; row < hi; row++) {                                              \
             int64_t rem = row, ao = 0, bo = 0;                                                 \
             for (int d = r - 2; d >= 0; d--) {                                                 \
                 int64_t idx = rem % y->shape[d];                                               \
@@ -206,10 +245,25 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
                 ao += idx * as[d];                                                             \
                 bo += idx * bs[d];                                                             \
             }                                                                                  \
-            T *yr = Y + row * L;                                                               \
-            for (int64_t j = 0; j < L; j++)                                                    \
-                yr[j] = A[ao + j * asl] OP B[bo + j * bsl];                                    \
+            BCAST_ROW(OP, Y + row * L, A + ao, B + bo, asl, bsl, L);                           \
         }                                                                                      \
+    }                                                                                          \
+    static void NAME##_fwd_##SUF(const tg_tensor *y)                                           \
+    {                                                                                          \
+        const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
+        int nt = tg__threads(y->ctx);                                                          \
+        int64_t n = y->numel;                                                                  \
+        bool par = n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES;                                  \
+        if (a->numel == n && b->numel == n) {                                                  \
+            TG_PAR_RANGE(nt, par, n, 16, NAME##_flat_##SUF(a->data, b->data, y->data, lo, hi)); \
+            return;                                                                            \
+        }                                                                                      \
+        int r = y->rank;                                                                       \
+        int64_t as[TG_MAX_RANK], bs[TG_MAX_RANK];                                              \
+        tg__bcast_strides(a, r, y->shape, as);                                                 \
+        tg__bcast_strides(b, r, y->shape, bs);                                                 \
+        int64_t L = r ? y->shape[r - 1] : 1;                                                   \
+        TG_PAR_RANGE(nt, par, n / L, 1, NAME##_rows_##SUF(y, as, bs, lo, hi));                 \
     }
 
 #define DEFINE_BINARY(T, SUF)                                                                  \
@@ -220,24 +274,37 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
     BINARY_FWD(T, SUF, sub, -)                                                                 \
     BINARY_FWD(T, SUF, div, /)                                                                 \
     /* dst[i] = dy[i] * other(broadcast)[i] over y's shape */                                  \
-    static void mul_expand_##SUF(const tg_tensor *y, const tg_tensor *other, T *dst)           \
+    TG_SIMD_CLONES static void mul_expand_rows_##SUF(const tg_tensor *y, const T *O,           \
+                                                     const int64_t *os, T *dst, int64_t lo,    \
+                                                     int64_t hi)                               \
     {                                                                                          \
-        const T *O = other->data, *G = y->grad;                                                \
-        int nt = tg__threads(y->ctx);                                                          \
+        const T *G = y->grad;                                                                  \
         int r = y->rank;                                                                       \
-        int64_t os[TG_MAX_RANK];                                                               \
-        tg__bcast_strides(other, r, y->shape, os);                                             \
-        int64_t L = r ? y->shape[r - 1] : 1, rows = y->numel / L, osl = r ? os[r - 1] : 0;     \
-        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)                                                  \
-        for (int64_t row = 0; row < rows; row++) {                                             \
+        int64_t L = r ? y->shape[r - 1] : 1, osl = r ? os[r - 1] : 0;                          \
+        for (int64_t row = lo; row < hi; row++) {                                              \
             int64_t rem = row, oo = 0;                                                         \
             for (int d = r - 2; d >= 0; d--) {                                                 \
                 oo += (rem % y->shape[d]) * os[d];                                             \
                 rem /= y->shape[d];                                                            \
             }                                                                                  \
-            for (int64_t j = 0; j < L; j++)                                                    \
-                dst[row * L + j] = G[row * L + j] * O[oo + j * osl];                           \
+            BCAST_ROW(*, dst + row * L, G + row * L, O + oo, 1, osl, L);                       \
         }                                                                                      \
+    }                                                                                          \
+    TG_SIMD_CLONES static void mul_acc_##SUF(const T *G, const T *O, T *dx, int64_t lo,        \
+                                             int64_t hi)                                       \
+    {                                                                                          \
+        for (int64_t i = lo; i < hi; i++)                                                      \
+            dx[i] += G[i] * O[i];                                                              \
+    }                                                                                          \
+    /* dst[i] = dy[i] * other(broadcast)[i] over y's shape; rows owned by one call */          \
+    static void mul_expand_##SUF(const tg_tensor *y, const tg_tensor *other, T *dst)           \
+    {                                                                                          \
+        int r = y->rank;                                                                       \
+        int64_t os[TG_MAX_RANK];                                                               \
+        tg__bcast_strides(other, r, y->shape, os);                                             \
+        int64_t L = r ? y->shape[r - 1] : 1;                                                   \
+        TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,   \
+                     y->numel / L, 1, mul_expand_rows_##SUF(y, other->data, os, dst, lo, hi));  \
     }                                                                                          \
     static void mul_bwd_##SUF(const tg_tensor *y)                                              \
     {                                                                                          \
@@ -246,12 +313,9 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
             if (!x->grad)                                                                      \
                 continue;                                                                      \
             if (x->numel == y->numel && other->numel == y->numel) {                            \
-                T *dx = x->grad;                                                               \
-                const T *G = y->grad, *O = other->data;                                        \
-                int nt = tg__threads(y->ctx);                                                  \
-                TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)                                          \
-                for (int64_t i = 0; i < y->numel; i++)                                         \
-                    dx[i] += G[i] * O[i];                                                      \
+                TG_PAR_RANGE(tg__threads(y->ctx),                                              \
+                             y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, y->numel, 16,    \
+                             mul_acc_##SUF(y->grad, other->data, x->grad, lo, hi));            \
                 continue;                                                                      \
             }                                                                                  \
             mul_expand_##SUF(y, other, y->ws);                                                 \

@@ -94,7 +94,7 @@ typedef double v4d __attribute__((vector_size(32)));
                 __builtin_memcpy(o, &acc[r][v], sizeof(V));                                    \
                 if (mode & MK_RELU)                                                            \
                     for (int j = 0; j < VL; j++)                                               \
-                        o[j] = o[j] > 0 ? o[j] : 0;                                            \
+                        o[j] = o[j] > 0 ? o[j] : (o[j] != o[j] ? o[j] : 0);                    \
             }                                                                                  \
     }
 DEFINE_PORTABLE(float, f32, v8f, 8, 6, 16)
@@ -135,7 +135,8 @@ DEFINE_PORTABLE(double, f64, v4d, 4, 6, 8)
         if (mode & MK_RELU) {                                                                   \
             _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                               \
                 _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                            \
-                    acc[r][v] = MAX(acc[r][v], ZERO());                                         \
+                    acc[r][v] = ADD(MAX(ZERO(), acc[r][v]), ZERO()); /* as tg_relu: NaN     \
+                                                                        stays, -0 gives +0 */   \
         }                                                                                       \
         _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                                   \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                \
@@ -379,7 +380,8 @@ DEFINE_PACK(double, f64)
                                     if (pr)                                                     \
                                         pr[j] = z;                                              \
                                     cr[j] = act == TG__EPI_GELU ? (T)gelu((double)z)            \
-                                            : act == TG__EPI_RELU ? (z > 0 ? z : 0) : z;       \
+                                            : act == TG__EPI_RELU ? (z > 0 ? z : (z != z ? z : 0)) \
+                                                                  : z;                          \
                                 }                                                               \
                             }                                                                   \
                         }                                                                       \

@@ -8,12 +8,15 @@
  * Backward:  g = dy * gamma
  *            dx = rstd (g - mean(g) - xhat mean(g xhat))
  *            dgamma += sum_rows dy xhat,  dbeta += sum_rows dy
+ * Statistics: two passes over the row (mean, then the centred sum of squares) while the row is
+ * in L1, each a sum in 16 fixed lanes; dgamma and dbeta are column sums over row segments.
  * A constant row has var = 0, xhat = 0, y = beta, dx = 0 (with eps = 0 too: rstd is taken as 0
  * when var + eps = 0, where PyTorch gives NaN). Statistics are accumulated in double for both
  * dtypes, so a constant f32 row is exactly constant (its mean is exact).
  * saved: mean (R), rstd (R) in the tensor's dtype.
  */
 #include "registry.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -56,84 +59,144 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
     return y;
 }
 
-#define DEFINE_LN(T, SUF)                                                                \
+/* Row statistics are sums in double over 16 fixed lanes (lane j mod 16, lanes added in a fixed
+ * tree): vectorizable, and the same bits for any thread count and SIMD clone. */
+#define LANES 16
+#define LANE_TREE(acc)                                                                         \
+    do {                                                                                       \
+        for (int w_ = LANES / 2; w_ >= 1; w_ /= 2)                                             \
+            for (int k_ = 0; k_ < w_; k_++)                                                    \
+                (acc)[k_] += (acc)[k_ + w_];                                                   \
+    } while (0)
+/* Column block of the gamma/beta gradient sums (accumulators stay in L1). */
+#define CB 256
+
+/* Each kernel works on its own range: rows [lo, hi) of y, dx (one row-kernel call per row; a row
+ * of D elements stays in L1 across its passes) or columns [lo, hi) of dgamma, dbeta (rows walked
+ * in order over contiguous row segments). Race-free: a range owns its outputs. */
+#define DEFINE_LN(T, SUF)                                                                      \
+    TG_SIMD_CLONES static void fwd_rows_##SUF(const T *X, const T *G, const T *B, T *Y,        \
+                                              T *mean, T *rstd, T eps, int64_t D, int64_t lo,  \
+                                              int64_t hi)                                      \
+    {                                                                                          \
+        for (int64_t r = lo; r < hi; r++) {                                                    \
+            const T *xr = X + r * D;                                                           \
+            T *yr = Y + r * D;                                                                 \
+            /* statistics in double, also for f32 (exact for constant rows) */                 \
+            double a[LANES] = {0};                                                             \
+            int64_t j = 0;                                                                     \
+            for (; j + LANES <= D; j += LANES)                                                 \
+                for (int k = 0; k < LANES; k++)                                                \
+                    a[k] += (double)xr[j + k];                                                 \
+            for (int k = 0; j + k < D; k++)                                                    \
+                a[k] += (double)xr[j + k];                                                     \
+            LANE_TREE(a);                                                                      \
+            double md = a[0] / (double)D, v[LANES] = {0};                                      \
+            for (j = 0; j + LANES <= D; j += LANES)                                            \
+                for (int k = 0; k < LANES; k++) {                                              \
+                    double c = (double)xr[j + k] - md;                                         \
+                    v[k] += c * c;                                                             \
+                }                                                                              \
+            for (int k = 0; j + k < D; k++) {                                                  \
+                double c = (double)xr[j + k] - md;                                             \
+                v[k] += c * c;                                                                 \
+            }                                                                                  \
+            LANE_TREE(v);                                                                      \
+            double var = v[0] / (double)D + (double)eps;                                       \
+            T m = (T)md, rs = var > 0 ? (T)(1.0 / sqrt(var)) : (T)0; /* eps 0, constant row */ \
+            mean[r] = m;                                                                       \
+            rstd[r] = rs;                                                                      \
+            if (G && B) {                                                                      \
+                for (j = 0; j < D; j++)                                                        \
+                    yr[j] = ((xr[j] - m) * rs) * G[j] + B[j];                                  \
+            } else {                                                                           \
+                for (j = 0; j < D; j++) {                                                      \
+                    T h = (xr[j] - m) * rs;                                                    \
+                    yr[j] = (G ? h * G[j] : h) + (B ? B[j] : 0);                               \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+    TG_SIMD_CLONES static void bwd_rows_##SUF(const T *X, const T *G, const T *DY,             \
+                                              const T *mean, const T *rstd, T *DX, int64_t D,  \
+                                              int64_t lo, int64_t hi)                          \
+    {                                                                                          \
+        for (int64_t r = lo; r < hi; r++) {                                                    \
+            const T *xr = X + r * D, *dy = DY + r * D;                                         \
+            T *dx = DX + r * D;                                                                \
+            T m = mean[r], rs = rstd[r];                                                       \
+            double a[LANES] = {0}, b[LANES] = {0};                                             \
+            int64_t j = 0;                                                                     \
+            for (; j + LANES <= D; j += LANES)                                                 \
+                for (int k = 0; k < LANES; k++) {                                              \
+                    T g = G ? dy[j + k] * G[j + k] : dy[j + k];                                \
+                    a[k] += (double)g;                                                         \
+                    b[k] += (double)(g * ((xr[j + k] - m) * rs));                              \
+                }                                                                              \
+            for (int k = 0; j + k < D; k++) {                                                  \
+                T g = G ? dy[j + k] * G[j + k] : dy[j + k];                                    \
+                a[k] += (double)g;                                                             \
+                b[k] += (double)(g * ((xr[j + k] - m) * rs));                                  \
+            }                                                                                  \
+            LANE_TREE(a);                                                                      \
+            LANE_TREE(b);                                                                      \
+            T sg = (T)(a[0] / (double)D), sgh = (T)(b[0] / (double)D);                         \
+            for (j = 0; j < D; j++) {                                                          \
+                T g = G ? dy[j] * G[j] : dy[j];                                                \
+                T h = (xr[j] - m) * rs;                                                        \
+                dx[j] += rs * (g - sg - h * sgh);                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+    TG_SIMD_CLONES static void param_cols_##SUF(const T *X, const T *DY, const T *mean,        \
+                                                const T *rstd, T *DG, T *DB, int64_t R,        \
+                                                int64_t D, int64_t lo, int64_t hi)             \
+    {                                                                                          \
+        T ag[CB], ab[CB];                                                                      \
+        for (int64_t c0 = lo; c0 < hi; c0 += CB) {                                             \
+            int64_t w = hi - c0 < CB ? hi - c0 : CB;                                           \
+            for (int64_t c = 0; c < w; c++)                                                    \
+                ag[c] = ab[c] = 0;                                                             \
+            for (int64_t r = 0; r < R; r++) {                                                  \
+                const T *dy = DY + r * D + c0, *xr = X + r * D + c0;                           \
+                T m = mean[r], rs = rstd[r];                                                   \
+                for (int64_t c = 0; c < w; c++) {                                              \
+                    ag[c] += dy[c] * (xr[c] - m) * rs;                                         \
+                    ab[c] += dy[c];                                                            \
+                }                                                                              \
+            }                                                                                  \
+            for (int64_t c = 0; c < w; c++) {                                                  \
+                if (DG)                                                                        \
+                    DG[c0 + c] += ag[c];                                                       \
+                if (DB)                                                                        \
+                    DB[c0 + c] += ab[c];                                                       \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
     static void fwd_##SUF(tg_tensor *y)                                                        \
     {                                                                                          \
         const tg_tensor *x = y->src[0], *gm = y->src[1], *bt = y->src[2];                      \
         int64_t D = x->shape[x->rank - 1], R = x->numel / D;                                   \
-        const T *X = x->data, *G = gm ? gm->data : NULL, *B = bt ? bt->data : NULL;            \
-        T *Y = y->data, *mean = y->saved, *rstd = mean + R;                                    \
+        const T *G = gm ? gm->data : NULL, *B = bt ? bt->data : NULL;                          \
+        T *mean = y->saved, *rstd = mean + R;                                                  \
         T eps = (T)y->p.layer_norm.eps;                                                        \
-        int nt = tg__threads(y->ctx);                                                          \
-        /* Race-free: row r owns Y[r, :], mean[r], rstd[r]. */                                 \
-        TG_OMP_FOR(nt, x->numel > TG_PAR_MIN / 4)                                              \
-        for (int64_t r = 0; r < R; r++) {                                                      \
-            const T *xr = X + r * D;                                                           \
-            T *yr = Y + r * D;                                                                 \
-            double s = 0; /* statistics in double, also for f32 (exact for constant rows) */ \
-            for (int64_t j = 0; j < D; j++)                                                    \
-                s += (double)xr[j];                                                            \
-            double md = s / (double)D, v = 0;                                                  \
-            for (int64_t j = 0; j < D; j++) {                                                  \
-                double c = (double)xr[j] - md;                                                 \
-                v += c * c;                                                                    \
-            }                                                                                  \
-            double var = v / (double)D + (double)eps;                                          \
-            T m = (T)md, rs = var > 0 ? (T)(1.0 / sqrt(var)) : (T)0; /* eps 0, constant row */ \
-            mean[r] = m;                                                                       \
-            rstd[r] = rs;                                                                      \
-            for (int64_t j = 0; j < D; j++) {                                                  \
-                T h = (xr[j] - m) * rs;                                                        \
-                yr[j] = (G ? h * G[j] : h) + (B ? B[j] : 0);                                   \
-            }                                                                                  \
-        }                                                                                      \
+        TG_PAR_RANGE(tg__threads(y->ctx), x->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,   \
+                     R, 1, fwd_rows_##SUF(x->data, G, B, y->data, mean, rstd, eps, D, lo, hi)); \
     }                                                                                          \
     static void bwd_##SUF(tg_tensor *y)                                                        \
     {                                                                                          \
         tg_tensor *x = y->src[0], *gm = y->src[1], *bt = y->src[2];                            \
         int64_t D = x->shape[x->rank - 1], R = x->numel / D;                                   \
-        const T *X = x->data, *G = gm ? gm->data : NULL, *DY = y->grad;                        \
+        const T *G = gm ? gm->data : NULL;                                                     \
         const T *mean = y->saved, *rstd = mean + R;                                            \
         int nt = tg__threads(y->ctx);                                                          \
-        if (x->grad) {                                                                         \
-            T *DX = x->grad;                                                                   \
-            /* Race-free: row r owns DX[r, :]. */                                              \
-            TG_OMP_FOR(nt, x->numel > TG_PAR_MIN / 4)                                          \
-            for (int64_t r = 0; r < R; r++) {                                                  \
-                const T *xr = X + r * D, *dy = DY + r * D;                                     \
-                T *dx = DX + r * D;                                                            \
-                T m = mean[r], rs = rstd[r];                                                   \
-                double sgd = 0, sghd = 0;                                                      \
-                for (int64_t j = 0; j < D; j++) {                                              \
-                    T g = G ? dy[j] * G[j] : dy[j];                                            \
-                    sgd += (double)g;                                                          \
-                    sghd += (double)(g * ((xr[j] - m) * rs));                                  \
-                }                                                                              \
-                T sg = (T)(sgd / (double)D), sgh = (T)(sghd / (double)D);                      \
-                for (int64_t j = 0; j < D; j++) {                                              \
-                    T g = G ? dy[j] * G[j] : dy[j];                                            \
-                    T h = (xr[j] - m) * rs;                                                    \
-                    dx[j] += rs * (g - sg - h * sgh);                                          \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
+        if (x->grad)                                                                           \
+            TG_PAR_RANGE(nt, x->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, R, 1,          \
+                         bwd_rows_##SUF(x->data, G, y->grad, mean, rstd, x->grad, D, lo, hi)); \
         T *DG = gm ? gm->grad : NULL, *DB = bt ? bt->grad : NULL;                              \
-        if (DG || DB) {                                                                        \
-            /* Race-free: column j owns DG[j], DB[j]; rows summed in order. */                 \
-            TG_OMP_FOR(nt, x->numel > TG_PAR_MIN)                                              \
-            for (int64_t j = 0; j < D; j++) {                                                  \
-                T ag = 0, ab = 0;                                                              \
-                for (int64_t r = 0; r < R; r++) {                                              \
-                    T dy = DY[r * D + j];                                                      \
-                    ag += dy * (X[r * D + j] - mean[r]) * rstd[r];                             \
-                    ab += dy;                                                                  \
-                }                                                                              \
-                if (DG)                                                                        \
-                    DG[j] += ag;                                                               \
-                if (DB)                                                                        \
-                    DB[j] += ab;                                                               \
-            }                                                                                  \
-        }                                                                                      \
+        if (DG || DB) /* columns walked by blocks, rows in order: fixed order per column */   \
+            TG_PAR_RANGE(nt, x->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, D, 16,         \
+                         param_cols_##SUF(x->data, y->grad, mean, rstd, DG, DB, R, D, lo, hi)); \
     }
 DEFINE_LN(float, f32)
 DEFINE_LN(double, f64)

@@ -10,6 +10,7 @@
  * another row gives -inf and gradient dy_i (PyTorch's); NaN or +inf make the row NaN (PyTorch's).
  */
 #include "registry.h"
+#include "vec.h"
 
 tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x)
 {
@@ -24,60 +25,57 @@ tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x)
     return tg__op_new(ctx, TG_OP_LOG_SOFTMAX, x->dtype, x->rank, x->shape, 1, &x);
 }
 
-/* x, y (rows, L). One row per iteration; the row's max and sums run left to right: race-free
- * and thread-count independent. */
+/* x, y (rows, L); rows [lo, hi) per call. Each row is computed from that row alone with the
+ * row kernels softmax shares (src/core/vec.h: NaN-propagating max, exp-sum and sums in 16
+ * fixed lanes, the vectorizable exp): race-free, independent of the thread count and clone. */
 #define DEFINE_LOG_SOFTMAX(T, SUF, EXP, LOG)                                                   \
-    static void fwd_##SUF(tg_tensor *y)                                                        \
+    TG_SIMD_CLONES static void fwd_rows_##SUF(const T *X, T *Y, int64_t L, int64_t lo,        \
+                                              int64_t hi)                                      \
     {                                                                                          \
-        const T *X = y->src[0]->data;                                                          \
-        T *Y = y->data;                                                                        \
-        int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
-        int nt = tg__threads(y->ctx);                                                          \
-        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN / 8)                                              \
-        for (int64_t r = 0; r < rows; r++) {                                                   \
+        for (int64_t r = lo; r < hi; r++) {                                                    \
             const T *x = X + r * L;                                                            \
             T *o = Y + r * L;                                                                  \
-            T m = (T)-INFINITY;                                                                \
-            for (int64_t j = 0; j < L; j++)                                                    \
-                if (x[j] > m || x[j] != x[j])                                                  \
-                    m = x[j];                                                                  \
+            T m = tg__row_max_##SUF(x, L);                                                     \
             if (m == (T)-INFINITY) { /* every entry -inf: log of tg_softmax's zeros */         \
                 for (int64_t j = 0; j < L; j++)                                                \
                     o[j] = (T)-INFINITY;                                                       \
                 continue;                                                                      \
             }                                                                                  \
-            T sum = 0;                                                                         \
-            for (int64_t j = 0; j < L; j++)                                                    \
-                sum += EXP(x[j] - m);                                                          \
-            T lse = LOG(sum);                                                                  \
+            T lse = LOG(tg__row_expsum_##SUF(x, L, m, NULL));                                  \
             for (int64_t j = 0; j < L; j++)                                                    \
                 o[j] = (x[j] - m) - lse;                                                       \
         }                                                                                      \
     }                                                                                          \
-    static void bwd_##SUF(tg_tensor *y)                                                        \
+    TG_SIMD_CLONES static void bwd_rows_##SUF(const T *Y, const T *G, T *DX, int64_t L,       \
+                                              int64_t lo, int64_t hi)                          \
     {                                                                                          \
-        const T *Y = y->data, *G = y->grad;                                                    \
-        T *DX = y->src[0]->grad;                                                               \
-        int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
-        int nt = tg__threads(y->ctx);                                                          \
-        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN / 8)                                              \
-        for (int64_t r = 0; r < rows; r++) {                                                   \
+        for (int64_t r = lo; r < hi; r++) {                                                    \
             const T *o = Y + r * L, *g = G + r * L;                                            \
             T *dx = DX + r * L;                                                                \
-            bool masked = true; /* every y -inf: the row was all -inf, no gradient */          \
-            for (int64_t j = 0; j < L && masked; j++)                                          \
-                masked = o[j] == (T)-INFINITY;                                                 \
-            if (masked)                                                                        \
+            /* every y -inf (the max is -inf): the row was all -inf, no gradient */            \
+            if (tg__row_max_##SUF(o, L) == (T)-INFINITY)                                       \
                 continue;                                                                      \
-            T sum = 0;                                                                         \
-            for (int64_t j = 0; j < L; j++)                                                    \
-                sum += g[j];                                                                   \
+            T sum = tg__row_dot_##SUF(g, NULL, L);                                             \
             for (int64_t j = 0; j < L; j++)                                                    \
                 dx[j] += g[j] - EXP(o[j]) * sum;                                               \
         }                                                                                      \
+    }                                                                                          \
+    static void fwd_##SUF(tg_tensor *y)                                                        \
+    {                                                                                          \
+        int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
+        /* Race-free: a thread owns the rows [lo, hi) of y. */                                 \
+        TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
+                     rows, 1, fwd_rows_##SUF(y->src[0]->data, y->data, L, lo, hi));            \
+    }                                                                                          \
+    static void bwd_##SUF(tg_tensor *y)                                                        \
+    {                                                                                          \
+        int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
+        /* Race-free: a thread owns the rows [lo, hi) of dx. */                                \
+        TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
+                     rows, 1, bwd_rows_##SUF(y->data, y->grad, y->src[0]->grad, L, lo, hi));  \
     }
-DEFINE_LOG_SOFTMAX(float, f32, expf, logf)
-DEFINE_LOG_SOFTMAX(double, f64, exp, log)
+DEFINE_LOG_SOFTMAX(float, f32, tg__expf, logf)
+DEFINE_LOG_SOFTMAX(double, f64, tg__exp, log)
 
 void tg__log_softmax_forward(tg_tensor *y)
 {

@@ -12,6 +12,7 @@
  * views are the copies the forward no longer makes.
  */
 #include "registry.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -259,15 +260,17 @@ tg_tensor *tg_narrow(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t
         int64_t X = x->shape[a], len = y->shape[a], st = y->p.narrow.start;                    \
         int nt = tg__threads(y->ctx);                                                          \
         /* Race-free: iteration (o, l) owns one row of y (and the matching row of dx). */      \
-        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)                                                  \
-        for (int64_t ol = 0; ol < outer * len; ol++) {                                         \
-            int64_t o = ol / len, l = ol % len;                                                \
-            int64_t xo = (o * X + st + l) * inner, yo = ol * inner;                            \
-            T *dx = (T *)x->grad + xo;                                                         \
-            const T *dy = (const T *)y->grad + yo;                                             \
-            for (int64_t i = 0; i < inner; i++)                                                \
-                dx[i] += dy[i];                                                                \
-        }                                                                                      \
+        /* one thread below TG_PAR_BYTES: no parallel region at all */                       \
+        TG_PAR_RANGE(nt, y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, outer * len, 1, {   \
+            for (int64_t ol = lo; ol < hi; ol++) {                                             \
+                int64_t o = ol / len, l = ol % len;                                            \
+                int64_t xo = (o * X + st + l) * inner, yo = ol * inner;                        \
+                T *dx = (T *)x->grad + xo;                                                     \
+                const T *dy = (const T *)y->grad + yo;                                         \
+                for (int64_t i = 0; i < inner; i++)                                            \
+                    dx[i] += dy[i];                                                            \
+            }                                                                                  \
+        });                                                                                    \
     }
 DEFINE_NARROW(float, f32)
 DEFINE_NARROW(double, f64)

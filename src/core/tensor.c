@@ -3,6 +3,7 @@
  * and the shape/broadcast helpers every op builder uses.
  */
 #include "registry.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -391,6 +392,12 @@ void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, i
             return;                                                                            \
         }                                                                                      \
         (void)outn;                                                                            \
+        if (nk == 0 || bax[nb - 1] < kax[0]) {                                                 \
+            /* broadcast over leading axes only (a bias): dy is (bcount, xn) row-major, and    \
+             * the row-blocked column sum adds its rows in the same order as the loop below */ \
+            tg__sum_rows_##SUF(nt, bcount, xn, dy, xn, dx);                                    \
+            return;                                                                            \
+        }                                                                                      \
         TG_OMP_FOR(nt, xn * bcount > TG_PAR_MIN)                                               \
         for (int64_t i = 0; i < xn; i++) {                                                     \
             /* base offset in dy of x element i: decode i over the kept axes */                \
@@ -426,20 +433,27 @@ void tg__reduce_to(tg_ctx *ctx, tg_dtype dt, const void *dy, int rank, const int
         reduce_to_f64(nt, dy, rank, out_shape, x, dx);
 }
 
+TG_SIMD_CLONES static void plus_zero_f32(float *x, int64_t lo, int64_t hi)
+{
+    for (int64_t i = lo; i < hi; i++)
+        x[i] = 0.0f + x[i];
+}
+
+TG_SIMD_CLONES static void plus_zero_f64(double *x, int64_t lo, int64_t hi)
+{
+    for (int64_t i = lo; i < hi; i++)
+        x[i] = 0.0 + x[i];
+}
+
 void tg__plus_zero(tg_ctx *ctx, tg_dtype dt, int64_t n, void *p)
 {
+    /* Race-free: each element by one range. */
     int nt = tg__threads(ctx);
-    if (dt == TG_F32) {
-        float *x = p;
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)
-        for (int64_t i = 0; i < n; i++)
-            x[i] = 0.0f + x[i];
-    } else {
-        double *x = p;
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)
-        for (int64_t i = 0; i < n; i++)
-            x[i] = 0.0 + x[i];
-    }
+    size_t es = tg_dtype_size(dt);
+    if (dt == TG_F32)
+        TG_PAR_RANGE(nt, n * 2 * (int64_t)es > TG_PAR_BYTES, n, 16, plus_zero_f32(p, lo, hi));
+    else
+        TG_PAR_RANGE(nt, n * 2 * (int64_t)es > TG_PAR_BYTES, n, 16, plus_zero_f64(p, lo, hi));
 }
 
 /* ----- accessors ------------------------------------------------------------------------- */

@@ -9,6 +9,7 @@
  * one at the end (PyTorch's grad += new_grad: two identical calls give exactly 2x).
  */
 #include "graph_internal.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -221,15 +222,19 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
         if (t->dtype == TG_F32) {
             float *a = t->grad;
             const float *f = fresh;
-            TG_OMP_FOR(nt, cnt > TG_PAR_MIN)
-            for (int64_t i = 0; i < cnt; i++)
-                a[i] += f[i];
+            /* one thread below TG_PAR_BYTES: no parallel region at all */
+            TG_PAR_RANGE(nt, cnt * 3 * (int64_t)sizeof(*a) > TG_PAR_BYTES, cnt, 16, {
+                for (int64_t i = lo; i < hi; i++)
+                    a[i] += f[i];
+            });
         } else {
             double *a = t->grad;
             const double *f = fresh;
-            TG_OMP_FOR(nt, cnt > TG_PAR_MIN)
-            for (int64_t i = 0; i < cnt; i++)
-                a[i] += f[i];
+            /* one thread below TG_PAR_BYTES: no parallel region at all */
+            TG_PAR_RANGE(nt, cnt * 3 * (int64_t)sizeof(*a) > TG_PAR_BYTES, cnt, 16, {
+                for (int64_t i = lo; i < hi; i++)
+                    a[i] += f[i];
+            });
         }
     }
     return st;

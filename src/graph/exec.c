@@ -5,6 +5,7 @@
  * collected), the poison debug mode and the NaN/Inf tripwire shared with autodiff.c.
  */
 #include "graph_internal.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -75,22 +76,12 @@ int64_t tg__first_bad(const void *p, tg_dtype dt, int64_t n, bool minf_ok, doubl
 {
     if (!tg_dtype_is_float(dt))
         return -1; /* integers (ids, targets) are always finite */
-    if (dt == TG_F32) {
-        const float *x = p;
-        for (int64_t i = 0; i < n; i++)
-            if (!isfinite(x[i]) && !(minf_ok && x[i] == -INFINITY)) {
-                *val = (double)x[i];
-                return i;
-            }
-    } else {
-        const double *x = p;
-        for (int64_t i = 0; i < n; i++)
-            if (!isfinite(x[i]) && !(minf_ok && x[i] == -INFINITY)) {
-                *val = x[i];
-                return i;
-            }
-    }
-    return -1;
+    /* vectorized block scan (src/core/vec.h), same index as an element-by-element scan */
+    int64_t i = dt == TG_F32 ? tg__first_nonfinite_f32(p, n, minf_ok)
+                             : tg__first_nonfinite_f64(p, n, minf_ok);
+    if (i >= 0)
+        *val = dt == TG_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+    return i;
 }
 
 /* Index of the first element where a + b is not finite (a and b of n elements), or -1. */

@@ -7,6 +7,7 @@
  */
 #include "tgrad_train.h"
 #include "core.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -178,18 +179,9 @@ tg_tensor *tg_optim_state(const tg_optim *o, int64_t i)
 /* Is every gradient element finite? (parameters without a gradient count as zero) */
 static bool all_finite(const tg_tensor *p)
 {
-    if (p->dtype == TG_F32) {
-        const float *g = p->grad;
-        for (int64_t k = 0; k < p->numel; k++)
-            if (!isfinite(g[k]))
-                return false;
-    } else {
-        const double *g = p->grad;
-        for (int64_t k = 0; k < p->numel; k++)
-            if (!isfinite(g[k]))
-                return false;
-    }
-    return true;
+    if (p->dtype == TG_F32)
+        return tg__first_nonfinite_f32(p->grad, p->numel, false) < 0;
+    return tg__first_nonfinite_f64(p->grad, p->numel, false) < 0;
 }
 
 static tg_tensor *first_nonfinite(tg_tensor *const *params, int64_t n)
@@ -200,7 +192,35 @@ static tg_tensor *first_nonfinite(tg_tensor *const *params, int64_t n)
     return NULL;
 }
 
+/* Adam/AdamW on elements [lo, hi): branch-free per element (the optimizer kind and weight-decay
+ * mode are loop-invariant), compiled per SIMD level; the same arithmetic as the scalar form, so
+ * every clone and thread count gives the same bits. */
 #define DEFINE_UPDATE(T, SUF)                                                                  \
+    TG_SIMD_CLONES static void adam_range_##SUF(int64_t lo, int64_t hi, T step, T bc2s, T b1,  \
+                                                T b2, T wd, T eps, T decay, bool decoupled,    \
+                                                T *p, const T *g, T *m, T *v)                  \
+    {                                                                                          \
+        if (decoupled) {                                                                       \
+            for (int64_t i = lo; i < hi; i++) {                                                \
+                T gi = g[i];                                                                   \
+                p[i] *= decay;                                                                 \
+                m[i] = m[i] * b1 + (1 - b1) * gi;                                              \
+                v[i] = v[i] * b2 + (1 - b2) * gi * gi;                                         \
+                T denom = sqrt(v[i]) / bc2s + eps;                                             \
+                p[i] -= step * (m[i] / denom);                                                 \
+            }                                                                                  \
+        } else {                                                                               \
+            for (int64_t i = lo; i < hi; i++) {                                                \
+                T gi = g[i];                                                                   \
+                if (wd != 0)                                                                   \
+                    gi += wd * p[i];                                                           \
+                m[i] = m[i] * b1 + (1 - b1) * gi;                                              \
+                v[i] = v[i] * b2 + (1 - b2) * gi * gi;                                         \
+                T denom = sqrt(v[i]) / bc2s + eps;                                             \
+                p[i] -= step * (m[i] / denom);                                                 \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
     static void adam_##SUF(int nt, const tg_optim_config *c, double lr, int64_t t, int64_t n,  \
                            T *p, const T *g, T *m, T *v)                                       \
     {                                                                                          \
@@ -208,19 +228,11 @@ static tg_tensor *first_nonfinite(tg_tensor *const *params, int64_t n)
         T step = (T)(lr / bc1), bc2s = (T)sqrt(bc2), b1 = (T)c->beta1, b2 = (T)c->beta2;       \
         T wd = (T)c->weight_decay, eps = (T)c->eps, decay = (T)(1.0 - lr * c->weight_decay);   \
         bool decoupled = c->kind == TG_OPTIM_ADAMW;                                            \
-        /* Race-free: element i of p, m, v is owned by one iteration. */                       \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN / 8)                                                     \
-        for (int64_t i = 0; i < n; i++) {                                                      \
-            T gi = g ? g[i] : 0;                                                               \
-            if (decoupled)                                                                     \
-                p[i] *= decay;                                                                 \
-            else if (wd != 0)                                                                  \
-                gi += wd * p[i];                                                               \
-            m[i] = m[i] * b1 + (1 - b1) * gi;                                                  \
-            v[i] = v[i] * b2 + (1 - b2) * gi * gi;                                             \
-            T denom = sqrt(v[i]) / bc2s + eps;                                                 \
-            p[i] -= step * (m[i] / denom);                                                     \
-        }                                                                                      \
+        /* Race-free: element i of p, m, v is owned by one range. (g is never NULL: a        \
+         * parameter without a gradient is not stepped.) */                                    \
+        TG_PAR_RANGE(nt, n * 4 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,                     \
+                     adam_range_##SUF(lo, hi, step, bc2s, b1, b2, wd, eps, decay, decoupled,   \
+                                      p, g, m, v));                                            \
     }                                                                                          \
     static void sgd_##SUF(int nt, const tg_optim_config *c, double lr, int64_t t, int64_t n,   \
                           T *p, const T *g, T *buf)                                            \
