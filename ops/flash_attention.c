@@ -105,20 +105,24 @@ size_t tg__flash_attn_ws(const tg_tensor *y, int nt, bool backward)
 }
 
 #define FA_T float
+#define FA_W 16 /* one 64-byte vector */
 #define FA_SUF f32
 #define FA_EXP expf
 #define FA_LOG logf
 #include "flash_attention_kernel.h"
 #undef FA_T
+#undef FA_W
 #undef FA_SUF
 #undef FA_EXP
 #undef FA_LOG
 #define FA_T double
+#define FA_W 8
 #define FA_SUF f64
 #define FA_EXP exp
 #define FA_LOG log
 #include "flash_attention_kernel.h"
 #undef FA_T
+#undef FA_W
 #undef FA_SUF
 #undef FA_EXP
 #undef FA_LOG

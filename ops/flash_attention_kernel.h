@@ -28,49 +28,100 @@ FA_INLINE void FA_FN(fa_load_t)(const FA_T *X, int64_t xs, int64_t nk, int64_t d
     }
 }
 
-/* S (nq, FA_BK) = (Q Kt) * scale: S[i][j] = scale * sum_c Q[i][c] Kt[c][j], c ascending from 0
- * (the order of a GEMM's k loop). Four rows share each load of Kt. */
-FA_INLINE void FA_FN(fa_qkt)(int64_t nq, int64_t d, const FA_T *Q, int64_t qs, const FA_T *Kt,
-                             FA_T scale, FA_T *S)
+/* C (M, N) = (zero ? 0 : C) + A B with A[r][k] at A[r ars + k aks], B[k][c] at B[k ldb + c],
+ * C[r][c] at C[r ldc + c]: each C element adds its products over k ascending to its start
+ * value (the order of a plain triple loop; no FMA). Register tiles of 4 rows by FA_W columns
+ * (one 64-byte vector per row): every load of B serves four rows. */
+FA_INLINE void FA_FN(fa_mm)(int64_t M, int64_t N, int64_t K, const FA_T *A, int64_t ars,
+                            int64_t aks, const FA_T *B, int64_t ldb, FA_T *C, int64_t ldc,
+                            bool zero)
 {
-    int64_t i = 0;
-    for (; i + 4 <= nq; i += 4) {
-        FA_T a0[FA_BK], a1[FA_BK], a2[FA_BK], a3[FA_BK];
-        for (int j = 0; j < FA_BK; j++)
-            a0[j] = a1[j] = a2[j] = a3[j] = 0;
-        const FA_T *q0 = Q + i * qs, *q1 = q0 + qs, *q2 = q1 + qs, *q3 = q2 + qs;
-        for (int64_t c = 0; c < d; c++) {
-            const FA_T *kt = Kt + c * FA_BK;
-            FA_T x0 = q0[c], x1 = q1[c], x2 = q2[c], x3 = q3[c];
-            for (int j = 0; j < FA_BK; j++) {
-                a0[j] += x0 * kt[j];
-                a1[j] += x1 * kt[j];
-                a2[j] += x2 * kt[j];
-                a3[j] += x3 * kt[j];
+    int64_t r = 0;
+    for (; r + 4 <= M; r += 4) {
+        const FA_T *a0 = A + r * ars, *a1 = a0 + ars, *a2 = a1 + ars, *a3 = a2 + ars;
+        FA_T *r0 = C + r * ldc, *r1 = r0 + ldc, *r2 = r1 + ldc, *r3 = r2 + ldc;
+        for (int64_t c = 0; c < N; c += FA_W) {
+            FA_T c0[FA_W], c1[FA_W], c2[FA_W], c3[FA_W];
+            if (c + FA_W <= N) {
+                for (int w = 0; w < FA_W; w++) {
+                    c0[w] = zero ? 0 : r0[c + w];
+                    c1[w] = zero ? 0 : r1[c + w];
+                    c2[w] = zero ? 0 : r2[c + w];
+                    c3[w] = zero ? 0 : r3[c + w];
+                }
+                for (int64_t k = 0; k < K; k++) {
+                    const FA_T *b = B + k * ldb + c;
+                    FA_T x0 = a0[k * aks], x1 = a1[k * aks], x2 = a2[k * aks], x3 = a3[k * aks];
+                    for (int w = 0; w < FA_W; w++) {
+                        c0[w] += x0 * b[w];
+                        c1[w] += x1 * b[w];
+                        c2[w] += x2 * b[w];
+                        c3[w] += x3 * b[w];
+                    }
+                }
+                for (int w = 0; w < FA_W; w++) {
+                    r0[c + w] = c0[w];
+                    r1[c + w] = c1[w];
+                    r2[c + w] = c2[w];
+                    r3[c + w] = c3[w];
+                }
+            } else { /* the last columns: same order, shorter rows */
+                int64_t nw = N - c;
+                for (int64_t w = 0; w < nw; w++) {
+                    c0[w] = zero ? 0 : r0[c + w];
+                    c1[w] = zero ? 0 : r1[c + w];
+                    c2[w] = zero ? 0 : r2[c + w];
+                    c3[w] = zero ? 0 : r3[c + w];
+                }
+                for (int64_t k = 0; k < K; k++) {
+                    const FA_T *b = B + k * ldb + c;
+                    FA_T x0 = a0[k * aks], x1 = a1[k * aks], x2 = a2[k * aks], x3 = a3[k * aks];
+                    for (int64_t w = 0; w < nw; w++) {
+                        c0[w] += x0 * b[w];
+                        c1[w] += x1 * b[w];
+                        c2[w] += x2 * b[w];
+                        c3[w] += x3 * b[w];
+                    }
+                }
+                for (int64_t w = 0; w < nw; w++) {
+                    r0[c + w] = c0[w];
+                    r1[c + w] = c1[w];
+                    r2[c + w] = c2[w];
+                    r3[c + w] = c3[w];
+                }
             }
         }
-        FA_T *s = S + i * FA_BK;
-        for (int j = 0; j < FA_BK; j++) {
-            s[j] = a0[j] * scale;
-            s[FA_BK + j] = a1[j] * scale;
-            s[2 * FA_BK + j] = a2[j] * scale;
-            s[3 * FA_BK + j] = a3[j] * scale;
+    }
+    for (; r < M; r++) {
+        const FA_T *a0 = A + r * ars;
+        FA_T *r0 = C + r * ldc;
+        for (int64_t c = 0; c < N; c += FA_W) {
+            int64_t nw = N - c < FA_W ? N - c : FA_W;
+            FA_T c0[FA_W];
+            for (int64_t w = 0; w < nw; w++)
+                c0[w] = zero ? 0 : r0[c + w];
+            for (int64_t k = 0; k < K; k++) {
+                const FA_T *b = B + k * ldb + c;
+                FA_T x0 = a0[k * aks];
+                for (int64_t w = 0; w < nw; w++)
+                    c0[w] += x0 * b[w];
+            }
+            for (int64_t w = 0; w < nw; w++)
+                r0[c + w] = c0[w];
         }
     }
-    for (; i < nq; i++) {
-        FA_T a0[FA_BK];
-        for (int j = 0; j < FA_BK; j++)
-            a0[j] = 0;
-        const FA_T *q0 = Q + i * qs;
-        for (int64_t c = 0; c < d; c++) {
-            const FA_T *kt = Kt + c * FA_BK;
-            FA_T x0 = q0[c];
-            for (int j = 0; j < FA_BK; j++)
-                a0[j] += x0 * kt[j];
-        }
-        for (int j = 0; j < FA_BK; j++)
-            S[i * FA_BK + j] = a0[j] * scale;
-    }
+}
+
+/* S (nq, nk) (row stride FA_BK) = (Q Kt) * scale: S[i][j] = scale * sum_c Q[i][c] Kt[c][j],
+ * c ascending from 0 (the order of a GEMM's k loop). Columns nk.. of S are not written. */
+FA_INLINE void FA_FN(fa_qkt)(int64_t nq, int64_t nk, int64_t d, const FA_T *Q, int64_t qs,
+                             const FA_T *Kt, FA_T scale, FA_T *S)
+{
+    FA_FN(fa_mm)(nq, nk, d, Q, qs, 1, Kt, FA_BK, S, FA_BK, true);
+    if (scale != 1)
+        for (int64_t i = 0; i < nq; i++)
+            for (int64_t j = 0; j < nk; j++)
+                S[i * FA_BK + j] *= scale;
 }
 
 /* The masks of scores S (nq, FA_BK) for query rows i0.., keys j0.. (nk valid) of batch o,
@@ -143,17 +194,36 @@ TG_SIMD_CLONES static void FA_FN(fa_fwd_item)(const fa_meta *m, const tg_tensor 
     for (int64_t kb = 0; kb < nkb; kb++) {
         const int64_t j0 = kb * FA_BK, nk = m->Tk - j0 < FA_BK ? m->Tk - j0 : FA_BK;
         FA_FN(fa_load_t)(K + j0 * m->rs[1], m->rs[1], nk, dk, Kt);
-        FA_FN(fa_qkt)(nq, dk, Q, m->rs[0], Kt, scale, S);
+        FA_FN(fa_qkt)(nq, nk, dk, Q, m->rs[0], Kt, scale, S);
         FA_FN(fa_mask)(m, M0, M1, o, i0, nq, j0, nk, S);
         for (int64_t i = 0; i < nq; i++) {
             FA_T *s = S + i * FA_BK;
-            FA_T bm = (FA_T)-INFINITY;
-            for (int64_t j = 0; j < nk; j++)
-                if (s[j] > bm || s[j] != s[j])
-                    bm = s[j];
+            /* row max, lane by lane (max is exact: the order does not matter); NaN kept */
+            FA_T lm[FA_W], bm = (FA_T)-INFINITY;
+            bool nan = false;
+            for (int u = 0; u < FA_W; u++)
+                lm[u] = (FA_T)-INFINITY;
+            int64_t jj = 0;
+            for (; jj + FA_W <= nk; jj += FA_W)
+                for (int u = 0; u < FA_W; u++) {
+                    FA_T x = s[jj + u];
+                    nan |= x != x;
+                    lm[u] = x > lm[u] ? x : lm[u];
+                }
+            for (; jj < nk; jj++) {
+                nan |= s[jj] != s[jj];
+                bm = s[jj] > bm ? s[jj] : bm;
+            }
+            for (int u = 0; u < FA_W; u++)
+                bm = lm[u] > bm ? lm[u] : bm;
+            if (nan)
+                bm = (FA_T)NAN;
             FA_T mnew = bm > mx[i] || bm != bm ? bm : mx[i];
-            if (mnew == (FA_T)-INFINITY)
-                continue; /* every key so far blocked: nothing to add */
+            if (mnew == (FA_T)-INFINITY) { /* every key so far blocked: nothing to add */
+                for (int64_t j = 0; j < nk; j++)
+                    s[j] = 0;
+                continue;
+            }
             FA_T alpha = FA_EXP(mx[i] - mnew); /* 0 when the row had no key yet */
             FA_T sum = 0;
             for (int64_t j = 0; j < nk; j++) {
@@ -166,12 +236,9 @@ TG_SIMD_CLONES static void FA_FN(fa_fwd_item)(const fa_meta *m, const tg_tensor 
             if (alpha != 1)
                 for (int64_t c = 0; c < dv; c++)
                     a[c] *= alpha;
-            for (int64_t j = 0; j < nk; j++) {
-                const FA_T p = s[j], *vr = V + (j0 + j) * m->rs[2];
-                for (int64_t c = 0; c < dv; c++)
-                    a[c] += p * vr[c];
-            }
         }
+        /* acc += P V (rows that had no key yet hold P = 0 from the masks: exp(-inf) = 0) */
+        FA_FN(fa_mm)(nq, dv, nk, S, FA_BK, 1, V + j0 * m->rs[2], m->rs[2], acc, dv, false);
     }
     FA_T *out = (FA_T *)y->data + (o * m->Tq + i0) * dv;
     FA_T *lse = (FA_T *)y->saved + o * m->Tq + i0;
@@ -201,7 +268,7 @@ FA_INLINE void FA_FN(fa_tile)(const fa_meta *m, const tg_tensor *y, int64_t o, i
     const FA_T *M0 = m->src_mask[0] >= 0 ? y->src[m->src_mask[0]]->data : NULL;
     const FA_T *M1 = m->src_mask[1] >= 0 ? y->src[m->src_mask[1]]->data : NULL;
     const FA_T *lse = (const FA_T *)y->saved + o * m->Tq + i0;
-    FA_FN(fa_qkt)(nq, m->dk, Q, m->rs[0], Kt, (FA_T)m->scale, P);
+    FA_FN(fa_qkt)(nq, nk, m->dk, Q, m->rs[0], Kt, (FA_T)m->scale, P);
     FA_FN(fa_mask)(m, M0, M1, o, i0, nq, j0, nk, P);
     for (int64_t i = 0; i < nq; i++) {
         FA_T *p = P + i * FA_BK, L = lse[i];
@@ -218,11 +285,13 @@ FA_INLINE void FA_FN(fa_tile)(const fa_meta *m, const tg_tensor *y, int64_t o, i
     if (!want_ds)
         return;
     const FA_T *dO = (const FA_T *)y->grad + (o * m->Tq + i0) * m->dv;
-    FA_FN(fa_qkt)(nq, m->dv, dO, m->dv, Vt, (FA_T)1, dS); /* dP = dO V^T */
+    FA_FN(fa_qkt)(nq, nk, m->dv, dO, m->dv, Vt, (FA_T)1, dS); /* dP = dO V^T */
     for (int64_t i = 0; i < nq; i++) {
         FA_T *p = P + i * FA_BK, *ds = dS + i * FA_BK, Di = D[i];
-        for (int64_t j = 0; j < FA_BK; j++)
+        for (int64_t j = 0; j < nk; j++)
             ds[j] = p[j] * (ds[j] - Di);
+        for (int64_t j = nk; j < FA_BK; j++)
+            ds[j] = 0;
     }
 }
 
@@ -278,20 +347,14 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_kv_item)(const fa_meta *m, const tg_tens
                     for (int64_t j = 0; j < nk; j++)
                         dm[i * m->Tk + j] = dS[i * FA_BK + j];
             }
-            for (int64_t i = 0; i < nq; i++) {
-                const FA_T *q = Q + i * m->rs[0], *go = dO + i * dv;
-                for (int64_t j = 0; j < nk; j++) {
-                    if (do_v) {
-                        FA_T p = P[i * FA_BK + j], *dvr = dVb + j * dv;
-                        for (int64_t c = 0; c < dv; c++)
-                            dvr[c] += p * go[c];
-                    }
-                    if (do_k) {
-                        FA_T ds = dS[i * FA_BK + j] * scale, *dkr = dKb + j * dk;
-                        for (int64_t c = 0; c < dk; c++)
-                            dkr[c] += ds * q[c];
-                    }
-                }
+            /* dV_j += sum_i P_ij dO_i: (nk, dv) += P^T (nk, nq) dO (nq, dv) */
+            if (do_v)
+                FA_FN(fa_mm)(nk, dv, nq, P, 1, FA_BK, dO, dv, dVb, dv, false);
+            /* dK_j += sum_i scale dS_ij q_i: (nk, dk) += (scale dS)^T Q */
+            if (do_k) {
+                for (int64_t e = 0; e < nq * FA_BK; e++)
+                    dS[e] *= scale;
+                FA_FN(fa_mm)(nk, dk, nq, dS, 1, FA_BK, Q, m->rs[0], dKb, dk, false);
             }
         }
     }
@@ -336,14 +399,10 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_q_item)(const fa_meta *m, const tg_tenso
             FA_FN(fa_load_t)(K, m->rs[1], nk, dk, Kt);
             FA_FN(fa_load_t)(V, m->rs[2], nk, dv, Vt);
             FA_FN(fa_tile)(m, y, o, i0, nq, j0, nk, Kt, Vt, D, true, P, dS);
-            for (int64_t i = 0; i < nq; i++) {
-                FA_T *dq = dQb + i * dk;
-                for (int64_t j = 0; j < nk; j++) {
-                    const FA_T ds = dS[i * FA_BK + j] * scale, *kr = K + j * m->rs[1];
-                    for (int64_t c = 0; c < dk; c++)
-                        dq[c] += ds * kr[c];
-                }
-            }
+            /* dQ_i += sum_j scale dS_ij k_j: (nq, dk) += (scale dS) K */
+            for (int64_t e = 0; e < nq * FA_BK; e++)
+                dS[e] *= scale;
+            FA_FN(fa_mm)(nq, dk, nk, dS, FA_BK, 1, K, m->rs[1], dQb, dk, false);
         }
     }
     FA_T *dQ = (FA_T *)y->src[0]->grad + (g * m->Tq + i0) * dk;
