@@ -512,6 +512,49 @@ TG_API tg_tensor *tg_add_mask(tg_ctx *ctx, tg_tensor *scores, tg_tensor *mask,
  * `_safe_softmax`), never NaN. Gradient: dx = y * (dy - sum(dy * y)). Rank >= 1.
  */
 TG_API tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x);
+/**
+ * Fused scaled dot-product attention (FlashAttention): softmax(scale Q K^T + masks) V in one
+ * op, without storing the attention weights.
+ *
+ * Math: s_ij = scale (q_i . k_j), then @p mask added (::TG_MASK_ADDITIVE) or applied as a
+ * block (::TG_MASK_BLOCK), then every key blocked by @p block_mask or (@p causal) j > i gets
+ * -inf; out_i = sum_j softmax_j(s_i) v_j. The same values as the unfused graph
+ * tg_matmul(q, k, false, true) -> tg_scale -> tg_add_mask (mask, block_mask, causal mask) ->
+ * tg_softmax -> tg_matmul(w, v), to rounding (about 1e-15 relative in f64).
+ * Forward walks blocks of keys per block of query rows with the online softmax (a running max
+ * and sum per row: Milakov & Gimelshein 2018; Dao et al. 2022, "FlashAttention", Alg. 1) and
+ * saves only the per-row log-sum-exp (..., T_q); backward recomputes the weights from q, k and
+ * it (Dao 2023, "FlashAttention-2", Alg. 2: D_i = rowsum(dO_i O_i), dS = P (dP - D)). Memory is
+ * O(T_q + T_k) per batch and head instead of O(T_q T_k). Results are bitwise identical for
+ * any thread count.
+ *
+ * **Fully masked rows** (every key blocked) give a zero output row and zero gradients, never
+ * NaN, like tg_softmax().
+ *
+ * Shapes: q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v); the leading dims of q, k and
+ * v broadcast together (none at all is fine; e.g. k and v (B, 1, T_k, d) shared by H heads of
+ * q (B, H, T_q, d)) -> out (..., T_q, d_v). Masks broadcast to the scores (..., T_q, T_k) as
+ * in tg_add_mask(): e.g. (T_q, T_k), (B, 1, T_q, T_k), a key padding mask (B, 1, 1, T_k).
+ * q, k, v may be strided views (heads split by tg_transpose are read in place); a view whose
+ * last axis is not contiguous is copied first.
+ * @param mask NULL or a mask read as @p mask_kind; an ::TG_MASK_ADDITIVE mask that requires a
+ *        gradient gets one (dM = dS summed over broadcast dims; backward then uses a scratch of
+ *        the scores' size).
+ * @param block_mask NULL or a second mask, always ::TG_MASK_BLOCK (0/1, 1 = blocked), e.g. a
+ *        key padding mask next to an attention mask.
+ * @param causal block key j for query i when j > i (top-left aligned, as PyTorch's
+ *        `is_causal`), without any mask tensor.
+ * @param scale factor on q . k; 0 means 1/sqrt(d_k).
+ * Dtypes: f32 or f64, all operands alike (masks included).
+ * Errors: ::TG_ERR_SHAPE (ranks below 2, d_k or T_k differ, leading dims or a mask do not
+ * broadcast), ::TG_ERR_ARG (unknown mask kind, scale not finite), ::TG_ERR_DTYPE,
+ * ::TG_ERR_OVERFLOW (an additive mask needing a gradient with too large scores).
+ * Owned by the context. tg_sdpa() and tg_mha_forward() use it when tg_ctx_fusion() is on and
+ * the attention weights are not requested.
+ */
+TG_API tg_tensor *tg_flash_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v,
+                                     tg_tensor *mask, tg_mask_kind mask_kind,
+                                     tg_tensor *block_mask, bool causal, double scale);
 /** max(0, x); gradient 1 where x > 0, else 0 (PyTorch's choice at 0). */
 TG_API tg_tensor *tg_relu(tg_ctx *ctx, tg_tensor *x);
 /** Exact GELU, x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (PyTorch default, Hendrycks &

@@ -442,8 +442,17 @@ START_TEST(test_dot)
     ck_assert_ptr_nonnull(strstr(g, "[label=\"input\\nx\\n(2, 4, 8) f32\""));
     ck_assert_ptr_nonnull(strstr(g, "[label=\"param\\nself_attn.in_proj_weight\\n(24, 8) f32\""));
     ck_assert_ptr_nonnull(strstr(g, "[label=\"layer_norm\\n"));
-    ck_assert_ptr_nonnull(strstr(g, "[label=\"softmax\\n"));
+    ck_assert_ptr_nonnull(strstr(g, "[label=\"flash_attention\\n")); /* fused by default */
+    ck_assert_ptr_null(strstr(g, "[label=\"softmax\\n"));
     ck_assert_ptr_null(strstr(g, "constraint=false")); /* forward only */
+    free(g);
+    /* --unfused: the elementary ops instead, and the same output */
+    ck_assert_int_eq(run("encoder --weights w.safetensors --heads 4 --x x.npy --norm-first "
+                         "--unfused --out o2.npy --dot gu.dot"), 0);
+    g = tu_slurp_in(dir, "gu.dot", NULL);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_ptr_nonnull(strstr(g, "[label=\"softmax\\n"));
+    ck_assert_ptr_null(strstr(g, "[label=\"flash_attention\\n"));
     free(g);
     /* with backward: the backward edges too, and dtype f64 */
     ck_assert_int_eq(run("encoder --weights w.safetensors --heads 4 --x x.npy --norm-first "

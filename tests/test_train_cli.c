@@ -224,7 +224,7 @@ START_TEST(test_option_messages)
         "--pos", "--tie-weights", "--dtype", "--dropout", "--batch", "--steps", "--lr",
         "--optimizer", "--momentum", "--warmup", "--weight-decay", "--clip", "--min-lr",
         "--seed", "--eval-every", "--val-fraction", "--target-acc", "--threads",
-        "--detect-anomaly", "--text", "--task", "--checkpoint", "--resume", "--save-every",
+        "--detect-anomaly", "--unfused", "--text", "--task", "--checkpoint", "--resume", "--save-every",
         "--force", "--stop-after", "--log", "--plot", "--dot", "--quiet", "--help"};
     ck_assert_int_eq(run("train --help"), 0);
     char *out = slurp("out.txt", NULL);

@@ -755,13 +755,15 @@ END_TEST
 START_TEST(test_mha_no_projection_copies)
 {
     tg_dtype dt = tu_dtypes[_i];
-    for (int masked = 0; masked < 2; masked++) {
+    for (int masked = 0; masked < 4; masked++) {
+        bool fused = masked >= 2; /* the flash_attention node reads the views too */
         tg_ctx *ctx = tu_ctx_new();
+        tg_ctx_set_fusion(ctx, fused);
         tg_ctx_seed(ctx, 3);
         tg_mha m;
         ck_assert_int_eq(tg_mha_init(ctx, &m, dt, 8, 2, NULL), TG_OK);
         tg_tensor *x = tu_input(ctx, dt, TG_DIMS(2, 5, 8), "x", -1, 1);
-        tg_attn_masks mk = {.causal = masked == 1};
+        tg_attn_masks mk = {.causal = masked % 2 == 1};
         tg_tensor *y = tg_mha_forward(ctx, &m, x, x, x, &mk, NULL);
         ck_assert_msg(y != NULL, "%s", tg_ctx_message(ctx));
         tg_tensor *loss = tg_sum_all(ctx, tg_mul(ctx, y, y));
@@ -783,7 +785,8 @@ START_TEST(test_mha_no_projection_copies)
                 /* the one copy reads the attention output (B, H, T, Dh) moved to (B, T, H, Dh) */
                 tg_tensor *s = tg_tensor_src(t, 0);
                 ck_assert_str_eq(tg_tensor_op_name(s), "transpose");
-                ck_assert_str_eq(tg_tensor_op_name(tg_tensor_src(s, 0)), "matmul");
+                ck_assert_str_eq(tg_tensor_op_name(tg_tensor_src(s, 0)),
+                                 fused ? "flash_attention" : "matmul");
                 copies_of_views++;
             }
             /* nothing reads a projection through a copy: every matmul operand is the
@@ -791,6 +794,10 @@ START_TEST(test_mha_no_projection_copies)
             if (!strcmp(op, "matmul"))
                 for (int k = 0; k < 2; k++)
                     ck_assert_str_ne(tg_tensor_op_name(tg_tensor_src(t, k)), "contiguous");
+            if (!strcmp(op, "flash_attention"))
+                for (int k = 0; k < 3; k++)
+                    ck_assert_str_ne(tg_tensor_op_name(tg_tensor_src(t, k)), "contiguous");
+            ck_assert(!fused || (strcmp(op, "softmax") && strcmp(op, "matmul")));
         }
         ck_assert_int_ge(views, 6);
         ck_assert_int_eq(copies_of_views, nc);

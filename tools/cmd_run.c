@@ -8,7 +8,7 @@
  *   tgrad run encoder --weights W.safetensors --heads H --x X.npy [--norm-first] [--eps E]
  *                     [--activation relu|gelu] [--key-padding-mask P.npy] [--causal]
  *   every module:     --dtype f32|f64  --out O.npy  [--grad-out dO.npy --grads G.safetensors]
- *                     [--dot G.dot]
+ *                     [--dot G.dot] [--unfused]
  *
  * One option table per module. Masks follow tgrad_nn.h's one convention, converted here at the
  * boundary: a bool .npy (|b1) is TG_MASK_BLOCK (true = blocked, as PyTorch's bool masks); an
@@ -60,7 +60,10 @@
         OPT_PATH("grads", grads, "G.safetensors",                                            \
                  "with --grad-out: every parameter's and input's gradient", 0),              \
         OPT_PATH("dot", dot, "G.dot",                                                        \
-                 "write the graph as Graphviz DOT (backward edges with --grad-out)", 0)
+                 "write the graph as Graphviz DOT (backward edges with --grad-out)", 0),     \
+        {.name = "unfused", .kind = CLI_FLAG, .offset = offsetof(run_args, unfused),         \
+         .help = "build the unfused graph of elementary ops (matmul, softmax, ...) instead of " \
+                 "fused kernels (flash attention); same results to rounding"}
 
 static const cli_option sdpa_opts[] = {
     OPT_Q(CLI_REQUIRED), OPT_K(CLI_REQUIRED), OPT_V(CLI_REQUIRED),
@@ -147,7 +150,8 @@ void run_help(const run_args *a, FILE *f)
             "state_dict names (nn.MultiheadAttention, linear1/linear2,\n"
             "nn.TransformerEncoderLayer).\n"
             "--dot G.dot writes the graph it builds as Graphviz DOT (draw it with\n"
-            "'dot -Tsvg G.dot -o g.svg').\n"
+            "'dot -Tsvg G.dot -o g.svg'). --unfused builds the graph of elementary ops\n"
+            "(matmul, scale, add_mask, softmax, matmul) instead of the fused flash attention.\n"
             "\n"
             "modules:\n"
             "  sdpa      scaled dot-product attention (--q --k --v)\n"
@@ -368,6 +372,8 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
         snprintf(err, n, "out of memory");
         return 1;
     }
+    if (a->unfused)
+        tg_ctx_set_fusion(ctx, false);
     int rc = 1;
     bool want_grad = a->grad_out != NULL;
     tg_dtype dt = a->dtype == 1 ? TG_F64 : TG_F32;

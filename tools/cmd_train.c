@@ -313,6 +313,8 @@ static bool build(trainer *t)
     tg_ctx_seed(ctx, (uint64_t)a->seed);
     if (a->threads)
         tg_ctx_set_threads(ctx, (int)a->threads);
+    if (a->unfused)
+        tg_ctx_set_fusion(ctx, false); /* before any module is built */
     train_model_config(a, t->text, t->V, &t->mc);
     tg_dtype dt = train_dtype(a);
     tg_optim_kind ok = a->optimizer == OPT_SGD    ? TG_OPTIM_SGD

@@ -283,6 +283,45 @@ static tg_tensor *do_eval(tg_ctx *ctx, tg_dtype dt)
     return tg_dropout(ctx, IN("x", 3, 2), 0.5);
 }
 
+/* ---- flash_attention (issue 9) ---- */
+static tg_tensor *fa_plain(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_flash_attention(ctx, IN("q", 2, 3, 4), IN("k", 2, 5, 4), IN("v", 2, 5, 3), NULL,
+                              TG_MASK_ADDITIVE, NULL, false, 0);
+}
+static tg_tensor *fa_masks(tg_ctx *ctx, tg_dtype dt)
+{
+    /* a learned additive bias (differentiable), key padding computed by an op (read in
+     * backward: the planner keeps it) and causal; batch 1 pads key 0, so its query row 0 is
+     * fully masked (zeros, zero gradient) */
+    static const int pad[] = {0, 0, 0, 1, 1, 0, 0, 0};
+    tg_tensor *p = tg_scale(ctx, block_mask(ctx, dt, TG_DIMS(2, 1, 1, 4), pad), 2.0);
+    return tg_flash_attention(ctx, IN("q", 2, 2, 4, 3), IN("k", 2, 2, 4, 3),
+                              IN("v", 2, 2, 4, 2), IN("bias", 4, 4), TG_MASK_ADDITIVE, p, true,
+                              0.8);
+}
+static tg_tensor *fa_bcast(tg_ctx *ctx, tg_dtype dt)
+{
+    /* k shared by the heads, v by the batch (their gradients sum over the broadcast), and a
+     * boolean (T_q, T_k) mask computed by an op */
+    static const int mk[] = {0, 1, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0};
+    tg_tensor *m = tg_scale(ctx, block_mask(ctx, dt, TG_DIMS(3, 5), mk), 1.0);
+    return tg_flash_attention(ctx, IN("q", 2, 2, 3, 4), IN("k", 2, 1, 5, 4), IN("v", 5, 2), m,
+                              TG_MASK_BLOCK, NULL, false, 0);
+}
+static tg_tensor *fa_views(tg_ctx *ctx, tg_dtype dt)
+{
+    /* heads split by views as MHA does: (B, T, H, Dh) transposed to (B, H, T, Dh) */
+    tg_tensor *q = tg_transpose(ctx, IN("q", 2, 3, 2, 2), 1, 2);
+    tg_tensor *kv = tg_transpose(ctx, IN("kv", 2, 4, 2, 2), 1, 2);
+    return tg_flash_attention(ctx, q, kv, kv, NULL, TG_MASK_ADDITIVE, NULL, true, 0);
+}
+static tg_tensor *fa_one(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_flash_attention(ctx, IN("q", 1, 1), IN("k", 1, 1), IN("v", 1, 2), NULL,
+                              TG_MASK_ADDITIVE, NULL, false, 0);
+}
+
 /* ---- modules: every input and parameter is checked ---- */
 static tg_tensor *sdpa_plain(tg_ctx *ctx, tg_dtype dt)
 {
@@ -884,6 +923,15 @@ const tg_opcase tg_opcases[] = {
     {"custom", "reads-output", "x (2, 3, 2) exp, backward reads y", cu_exp},
     {"custom", "two-inputs", "a b (2, 3, 4) -> (2, 3), shape fn", cu_rowdot},
     {"custom", "shared", "x (3, 2) rowdot(x, x)", cu_rowdot_self},
+    /* issue 9 (appended: the seeds of the cases above, derived from their index, stay) */
+    {"flash_attention", "plain", "q (2, 3, 4) k (2, 5, 4) v (2, 5, 3)", fa_plain},
+    {"flash_attention", "masks", "q k (2, 2, 4, 3) v (.., 2) bias (4, 4) pad causal, a row "
+     "fully masked", fa_masks},
+    {"flash_attention", "broadcast", "q (2, 2, 3, 4) k (2, 1, 5, 4) v (5, 2) bool mask (3, 5)",
+     fa_bcast},
+    {"flash_attention", "views", "q (2, 2, 3, 2) kv (2, 2, 4, 2) transposed views, causal",
+     fa_views},
+    {"flash_attention", "size1", "q k (1, 1) v (1, 2)", fa_one},
 };
 const int tg_n_opcases = (int)(sizeof tg_opcases / sizeof tg_opcases[0]);
 

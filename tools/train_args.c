@@ -67,6 +67,8 @@ static const cli_option train_opts[] = {
          "then exit without training or writing anything", G_TRAIN),
     FLAG("detect-anomaly", detect_anomaly, "stop at the first NaN or inf of any op, forward or "
          "backward", G_TRAIN),
+    FLAG("unfused", unfused, "build the unfused graph of elementary ops (no flash attention or "
+         "other fused kernels; same results to rounding)", G_TRAIN),
     {.name = "text", .kind = CLI_LIST, .offset = TA(text), .metavar = "FILE",
      .help = "train a byte-level language model on these files", .group = G_DATA},
     CHOICE("task", task, "copy|reverse|sort", "built-in task (reverse)", G_DATA),

@@ -52,6 +52,7 @@ typedef struct train_args {
     int optimizer;
     bool detect_anomaly;
     bool dry_run;
+    bool unfused; /* --unfused: tg_ctx_set_fusion(ctx, false) */
     /* data */
     cli_list text;
     int task;

@@ -36,12 +36,18 @@ enum {
     TG_OPF_STRIDED = 1u << 6,/* kernels read sources through their strides (views allowed) */
     TG_OPF_VIEW = 1u << 7,   /* forward does nothing: y is a view into src[0]'s buffer when
                                 the builder made it one (y->base != NULL) */
+    TG_OPF_SRC4 = 1u << 9,   /* ... src[4]->data (bit 9: sources 0..3 keep bits 0..3) */
     TG_OPF_BWD_INPLACE = 1u << 8, /* backward may find src[0]->grad == y->grad (the planner
                                 put src[0]'s gradient over y's, which dies here): the rule then
                                 WRITES dx[i] = 0 + f(dy[i]) in place (element i of dx depends
                                 only on element i of dy), instead of accumulating */
 };
 #define TG_OPF_SRCS (TG_OPF_SRC0 | TG_OPF_SRC1 | TG_OPF_SRC2 | TG_OPF_SRC3)
+/* Does backward read source k's data (flags fl)? */
+static inline bool tg__opf_reads_src(unsigned fl, int k)
+{
+    return k < 4 ? (fl & (TG_OPF_SRC0 << k)) != 0 : k == 4 && (fl & TG_OPF_SRC4) != 0;
+}
 #define TG_OPF_NONE 0u
 
 typedef struct tg_op_def {

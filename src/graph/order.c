@@ -213,7 +213,7 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
     }
     if (g->anomaly) {
         /* -inf is the point of an attention mask: allow it in add_mask's output and mask
-         * operand, and through the layout ops (which only move values) that shaped that
+         * operand, in flash_attention's masks, and through the layout ops (which only move values) that shaped that
          * operand (reverse order: allowed once the consumer is) or that rearrange an allowed
          * tensor (forward order). */
         g->minf_ok = tg__alloc(ctx, (size_t)g->n, fn);
@@ -225,6 +225,9 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
                 g->minf_ok[i] = 1;
                 if (t->src[1])
                     g->minf_ok[t->src[1]->topo] = 1;
+            } else if (t->op == TG_OP_FLASH_ATTN) { /* its masks: sources 3 and 4 */
+                for (int k = 3; k < t->n_src; k++)
+                    g->minf_ok[t->src[k]->topo] = 1;
             } else if (is_layout(t) && g->minf_ok[i]) {
                 g->minf_ok[t->src[0]->topo] = 1;
             }

@@ -275,7 +275,7 @@ bool tg__plan(tg_graph *g, const char *fn)
             int64_t b = owner_of(s)->topo;
             if (end[b] < j)
                 end[b] = j;
-            if (bw && k < 4 && (fl & (TG_OPF_SRC0 << k)) && end[b] < tg__bwd_step(g, j))
+            if (bw && tg__opf_reads_src(fl, k) && end[b] < tg__bwd_step(g, j))
                 end[b] = tg__bwd_step(g, j);
             if (bw && s->requires_grad) {
                 gstart[s->topo] = tg__bwd_step(g, j); /* ascending j: the last consumer wins */

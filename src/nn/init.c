@@ -137,6 +137,60 @@ tg_tensor *tg__nn_sinusoidal(tg_ctx *ctx, tg_dtype dt, int64_t t, int64_t d)
     return tg_const(ctx, dt, TG_DIMS(t, d), "sinusoidal_pe");
 }
 
+bool tg__nn_prepare_masks(tg_ctx *ctx, const char *fn, const tg_attn_masks *masks, bool mha,
+                          int64_t b, int64_t t_q, int64_t t_k, tg__nn_masks *out)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = TG_MASK_ADDITIVE;
+    if (!masks)
+        return true;
+    if (masks->key_padding_mask && !mha) {
+        tg__err(ctx, TG_ERR_ARG, fn,
+                "key_padding_mask is an MHA option; for SDPA pass the padding as attn_mask "
+                "shaped to broadcast over the scores, e.g. (B, 1, T_k)");
+        return false;
+    }
+    if (masks->attn_mask) {
+        tg_tensor *m = masks->attn_mask;
+        if (mha) {
+            int mr = tg_tensor_rank(m);
+            const int64_t *ms = tg_tensor_shape(m);
+            bool ok2 = mr == 2 && ms[0] == t_q && ms[1] == t_k;
+            bool ok3 = mr == 3 && ms[0] == b && ms[1] == t_q && ms[2] == t_k;
+            if (!ok2 && !ok3) {
+                char bm[128];
+                tg__err(ctx, TG_ERR_SHAPE, fn,
+                        "attn_mask %s must be (T_q, T_k) = (%lld, %lld) or (B, T_q, T_k) = "
+                        "(%lld, %lld, %lld)",
+                        tg_tensor_shape_str(m, bm, sizeof bm), (long long)t_q, (long long)t_k,
+                        (long long)b, (long long)t_q, (long long)t_k);
+                return false;
+            }
+            if (ok3) /* (B, T_q, T_k) -> (B, 1, T_q, T_k): same mask for every head */
+                m = tg_reshape(ctx, m, TG_DIMS(ms[0], 1, t_q, t_k));
+            if (!m)
+                return false;
+        }
+        out->attn = m;
+        out->kind = masks->attn_mask_kind;
+    }
+    if (masks->key_padding_mask && mha) {
+        tg_tensor *p = masks->key_padding_mask;
+        const int64_t *ps = tg_tensor_shape(p);
+        if (tg_tensor_rank(p) != 2 || ps[0] != b || ps[1] != t_k) {
+            char bp[128];
+            tg__err(ctx, TG_ERR_SHAPE, fn, "key_padding_mask %s must be (B, T_k) = (%lld, %lld)",
+                    tg_tensor_shape_str(p, bp, sizeof bp), (long long)b, (long long)t_k);
+            return false;
+        }
+        out->pad = tg_reshape(ctx, p, TG_DIMS(ps[0], 1, 1, t_k)); /* (B, 1, 1, T_k) */
+        if (!out->pad)
+            return false;
+    }
+    out->causal = masks->causal;
+    return true;
+}
+
 tg_tensor *tg__nn_apply_masks(tg_ctx *ctx, const char *fn, tg_tensor *scores,
                               const tg_attn_masks *masks, bool mha)
 {
@@ -145,46 +199,15 @@ tg_tensor *tg__nn_apply_masks(tg_ctx *ctx, const char *fn, tg_tensor *scores,
     int r = tg_tensor_rank(scores);
     const int64_t *s = tg_tensor_shape(scores);
     int64_t t_q = s[r - 2], t_k = s[r - 1];
+    tg__nn_masks pm;
+    if (!tg__nn_prepare_masks(ctx, fn, masks, mha, s[0], t_q, t_k, &pm))
+        return NULL;
     tg_tensor *out = scores;
-    if (masks->key_padding_mask && !mha)
-        return tg__err(ctx, TG_ERR_ARG, fn,
-                       "key_padding_mask is an MHA option; for SDPA pass the padding as attn_mask "
-                       "shaped to broadcast over the scores, e.g. (B, 1, T_k)");
-    if (masks->attn_mask) {
-        tg_tensor *m = masks->attn_mask;
-        if (mha) {
-            int mr = tg_tensor_rank(m);
-            const int64_t *ms = tg_tensor_shape(m);
-            bool ok2 = mr == 2 && ms[0] == t_q && ms[1] == t_k;
-            bool ok3 = mr == 3 && ms[0] == s[0] && ms[1] == t_q && ms[2] == t_k;
-            if (!ok2 && !ok3) {
-                char bm[128], bs[128];
-                return tg__err(ctx, TG_ERR_SHAPE, fn,
-                               "attn_mask %s must be (T_q, T_k) = (%lld, %lld) or (B, T_q, T_k) = "
-                               "(%lld, %lld, %lld) for scores %s",
-                               tg_tensor_shape_str(m, bm, sizeof bm), (long long)t_q,
-                               (long long)t_k, (long long)s[0], (long long)t_q, (long long)t_k,
-                               tg_tensor_shape_str(scores, bs, sizeof bs));
-            }
-            if (ok3) /* (B, T_q, T_k) -> (B, 1, T_q, T_k): same mask for every head */
-                m = tg_reshape(ctx, m, TG_DIMS(ms[0], 1, t_q, t_k));
-        }
-        out = tg_add_mask(ctx, out, m, masks->attn_mask_kind);
-    }
-    if (masks->key_padding_mask && mha) {
-        tg_tensor *p = masks->key_padding_mask;
-        const int64_t *ps = tg_tensor_shape(p);
-        if (tg_tensor_rank(p) != 2 || ps[0] != s[0] || ps[1] != t_k) {
-            char bp[128];
-            return tg__err(ctx, TG_ERR_SHAPE, fn,
-                           "key_padding_mask %s must be (B, T_k) = (%lld, %lld)",
-                           tg_tensor_shape_str(p, bp, sizeof bp), (long long)s[0],
-                           (long long)t_k);
-        }
-        p = tg_reshape(ctx, p, TG_DIMS(ps[0], 1, 1, t_k)); /* (B, 1, 1, T_k) */
-        out = tg_add_mask(ctx, out, p, TG_MASK_BLOCK);
-    }
-    if (masks->causal && out)
+    if (pm.attn)
+        out = tg_add_mask(ctx, out, pm.attn, pm.kind);
+    if (pm.pad)
+        out = tg_add_mask(ctx, out, pm.pad, TG_MASK_BLOCK);
+    if (pm.causal && out)
         out = tg_add_mask(ctx, out, tg_causal_mask(ctx, tg_tensor_dtype(scores), t_q, t_k),
                           TG_MASK_BLOCK);
     return out;

@@ -4,7 +4,8 @@
  *   W_q, W_k, W_v = rows [0, D), [D, 2D), [2D, 3D) of in_proj_weight (narrow)
  *   q = query W_q^T + b_q                      (B, T_q, D)
  *   q = transpose(reshape(q, B, T_q, H, Dh))   (B, H, T_q, Dh)   likewise k, v with T_k
- *   o = sdpa(q, k, v, masks)                   (B, H, T_q, Dh)
+ *   o = sdpa(q, k, v, masks)                   (B, H, T_q, Dh)   one tg_flash_attention node
+ *                                              when fusion is on and no weights are requested
  *   o = reshape(transpose(o), B, T_q, D)       heads concatenated
  *   out = o W_o^T + b_o                        (B, T_q, D)
  * Self-attention passes one tensor as query, key and value; autodiff sums its three uses.
@@ -105,11 +106,22 @@ tg_tensor *tg_mha_forward(tg_ctx *ctx, const tg_mha *m, tg_tensor *query, tg_ten
     q = split_heads(ctx, q, B, Tq, H, Dh);                         /* (B, H, T_q, Dh) */
     k = split_heads(ctx, k, B, Tk, H, Dh);                         /* (B, H, T_k, Dh) */
     v = split_heads(ctx, v, B, Tk, H, Dh);                         /* (B, H, T_k, Dh) */
-    /* scores = q k^T / sqrt(Dh) with the masks, softmax, weighted sum of v */
-    tg_tensor *s = tg_scale(ctx, tg_matmul(ctx, q, k, false, true), 1.0 / sqrt((double)Dh));
-    s = tg__nn_apply_masks(ctx, fn, s, masks, true);               /* (B, H, T_q, T_k) */
-    tg_tensor *w = tg_softmax(ctx, s);
-    tg_tensor *o = tg_matmul(ctx, w, v, false, false);             /* (B, H, T_q, Dh) */
+    tg_tensor *o;
+    tg_tensor *w = NULL;
+    if (tg_ctx_fusion(ctx) && !attn_weights) {
+        tg__nn_masks pm;
+        if (!tg__nn_prepare_masks(ctx, fn, masks, true, B, Tq, Tk, &pm))
+            return NULL;
+        o = tg_flash_attention(ctx, q, k, v, pm.attn, pm.kind, pm.pad, pm.causal,
+                               1.0 / sqrt((double)Dh));            /* (B, H, T_q, Dh) */
+    } else {
+        /* scores = q k^T / sqrt(Dh) with the masks, softmax, weighted sum of v */
+        tg_tensor *s = tg_scale(ctx, tg_matmul(ctx, q, k, false, true),
+                                1.0 / sqrt((double)Dh));
+        s = tg__nn_apply_masks(ctx, fn, s, masks, true);           /* (B, H, T_q, T_k) */
+        w = tg_softmax(ctx, s);
+        o = tg_matmul(ctx, w, v, false, false);                    /* (B, H, T_q, Dh) */
+    }
     o = tg_reshape(ctx, tg_transpose(ctx, o, 1, 2), TG_DIMS(B, Tq, D)); /* (B, T_q, D) */
     tg_tensor *out = tg_dense(ctx, o, m->out_proj_weight, m->out_proj_bias);
     if (out && attn_weights)

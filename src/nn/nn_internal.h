@@ -41,6 +41,20 @@ tg_status tg__nn_init_begin(tg_ctx *ctx, void *m, size_t size);
 /* The context's pending build error, or TG_OK (what an init function returns at its end). */
 tg_status tg__nn_status(const tg_ctx *ctx);
 
+/* The masks of one attention call, validated and shaped to broadcast over the scores
+ * (..., T_q, T_k): attn (or NULL) read as kind; pad, the key padding (B, 1, 1, T_k) (MHA), or
+ * NULL; causal. For MHA the scores are (B, H, T_q, T_k): a 3-D attn_mask (B, T_q, T_k) becomes
+ * (B, 1, T_q, T_k). mha = false (SDPA): attn_mask as given, key padding refused. Records the
+ * error and returns false on failure. */
+typedef struct tg__nn_masks {
+    tg_tensor *attn;
+    tg_mask_kind kind;
+    tg_tensor *pad;
+    bool causal;
+} tg__nn_masks;
+bool tg__nn_prepare_masks(tg_ctx *ctx, const char *fn, const tg_attn_masks *masks, bool mha,
+                          int64_t b, int64_t t_q, int64_t t_k, tg__nn_masks *out);
+
 /* Apply every mask in `masks` to scores (..., T_q, T_k). For MHA, batch B and heads are the
  * leading dims (B, H, T_q, T_k): 3-D attn masks (B, T_q, T_k) and key padding (B, T_k) are
  * reshaped to broadcast over heads. mha = false (SDPA): attn_mask used as given. */

@@ -4,6 +4,8 @@
  *   scores = add_mask(scores)    every mask in tg_attn_masks
  *   W      = softmax(scores)     attention weights; fully masked rows are 0
  *   out    = W V                                                          (..., T_q, d_v)
+ * With fusion on (tg_ctx_fusion) and the weights not requested, the whole chain is one
+ * tg_flash_attention node (same values to rounding; the weights are never stored).
  */
 #include "nn_internal.h"
 #include "core.h"
@@ -34,6 +36,13 @@ tg_tensor *tg_sdpa(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v,
         return tg__err(ctx, TG_ERR_ARG, fn, "scale %g is not finite", scale);
     if (scale == 0)
         scale = 1.0 / sqrt((double)tg_tensor_dim(q, -1));
+    if (tg_ctx_fusion(ctx) && !attn_weights) {
+        tg__nn_masks pm;
+        if (!tg__nn_prepare_masks(ctx, fn, masks, false, 0, tg_tensor_dim(q, -2),
+                                  tg_tensor_dim(k, -2), &pm))
+            return NULL;
+        return tg_flash_attention(ctx, q, k, v, pm.attn, pm.kind, pm.pad, pm.causal, scale);
+    }
     tg_tensor *s = tg_matmul(ctx, q, k, false, true);        /* (..., T_q, T_k) */
     s = tg_scale(ctx, s, scale);
     s = tg__nn_apply_masks(ctx, fn, s, masks, false);
