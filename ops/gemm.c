@@ -34,12 +34,12 @@
 #include <immintrin.h>
 #endif
 
-/* Blocking: the packed B block (KC x NC) stays in L2 (256 KiB f32 / 256 KiB f64), an A strip
+/* Blocking: the packed B block (KC x NC) stays in L2 (512 KiB f32 and f64), an A strip
  * (MR x KC) and the B panel being read stay in L1 (Zen 4 / Skylake: 32-48 KiB L1d, >= 1 MiB
  * L2). Safe constants rather than a cache query: the same on every machine. */
 #define KC32 256
-#define NC32 256
-#define KC64 128
+#define NC32 512
+#define KC64 256
 #define NC64 256
 #define MR_MAX 12
 #define NR_MAX 32
@@ -117,7 +117,7 @@ DEFINE_PORTABLE(double, f64, v4d, 4, 6, 8)
                 acc[r][v] = (mode & MK_BIAS) ? LOADU(bias + v * VL) : ZERO();                   \
         const T *base[4] = {a, a + (MR > 3 ? 3 : 0) * rsa, a + (MR > 6 ? 6 : 0) * rsa,         \
                             a + (MR > 9 ? 9 : 0) * rsa};                                        \
-        for (int64_t k = 0; k < kc; k++) {                                                      \
+        _Pragma("GCC unroll 4") for (int64_t k = 0; k < kc; k++) {                                                    \
             VT bv[NV];                                                                          \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                \
                 bv[v] = LOADU(b + k * ldb + v * VL);                                            \
