@@ -29,6 +29,7 @@
  * contiguous.
  */
 #include "registry.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -98,7 +99,9 @@ static bool fa_wants_dmask(const tg_tensor *y)
 size_t tg__flash_attn_ws(const tg_tensor *y, int nt, bool backward)
 {
     const fa_meta *m = y->aux;
-    size_t b = (size_t)(nt < 1 ? 1 : nt) * fa_ws_per_thread(m, backward);
+    /* per thread: the tiles, then a one-thread GEMM workspace for the block products */
+    size_t b = (size_t)(nt < 1 ? 1 : nt) *
+               (fa_ws_per_thread(m, backward) + tg__gemm_ws_bytes(y->dtype, 1));
     if (backward && fa_wants_dmask(y))
         b += fa_dmask_bytes(m);
     return b;
@@ -107,7 +110,7 @@ size_t tg__flash_attn_ws(const tg_tensor *y, int nt, bool backward)
 #define FA_T float
 #define FA_W 16 /* one 64-byte vector */
 #define FA_SUF f32
-#define FA_EXP expf
+#define FA_EXP tg__expf /* vectorizable, <= 1 ulp from expf (src/core/vec.h) */
 #define FA_LOG logf
 #include "flash_attention_kernel.h"
 #undef FA_T
@@ -118,7 +121,7 @@ size_t tg__flash_attn_ws(const tg_tensor *y, int nt, bool backward)
 #define FA_T double
 #define FA_W 8
 #define FA_SUF f64
-#define FA_EXP exp
+#define FA_EXP tg__exp
 #define FA_LOG log
 #include "flash_attention_kernel.h"
 #undef FA_T

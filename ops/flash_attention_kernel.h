@@ -7,7 +7,8 @@
  * products, over keys j ascending for row sums, over batches, query blocks and rows ascending
  * for dK and dV, over key blocks and keys ascending for dQ); loops vectorize only across
  * independent outputs (keys j of a score row, columns c of an output row), so each result is
- * the same for every thread count and every SIMD clone (-ffp-contract=off: no FMA).
+ * the same for every thread count and every SIMD clone (-ffp-contract=off; the block products
+ * are the GEMM's FMA chains, the same on its AVX-512 and AVX2 kernels).
  */
 #define FA_CAT_(a, b) a##_##b
 #define FA_CAT(a, b) FA_CAT_(a, b)
@@ -32,7 +33,7 @@ FA_INLINE void FA_FN(fa_load_t)(const FA_T *X, int64_t xs, int64_t nk, int64_t d
  * C[r][c] at C[r ldc + c]: each C element adds its products over k ascending to its start
  * value (the order of a plain triple loop; no FMA). Register tiles of 4 rows by FA_W columns
  * (one 64-byte vector per row): every load of B serves four rows. */
-FA_INLINE void FA_FN(fa_mm)(int64_t M, int64_t N, int64_t K, const FA_T *A, int64_t ars,
+FA_INLINE void FA_FN(fa_mm_direct)(int64_t M, int64_t N, int64_t K, const FA_T *A, int64_t ars,
                             int64_t aks, const FA_T *B, int64_t ldb, FA_T *C, int64_t ldc,
                             bool zero)
 {
@@ -112,12 +113,30 @@ FA_INLINE void FA_FN(fa_mm)(int64_t M, int64_t N, int64_t K, const FA_T *A, int6
     }
 }
 
+/* C (M, N) = (zero ? 0 : C) + A B with A[r][k] at A[r ars + k aks] (ars or aks is 1),
+ * B[k][c] at B[k ldb + c], C[r][c] at C[r ldc + c], through the one-thread GEMM (ops/gemm.c:
+ * FMA micro-kernels reading these small blocks in place, no nested region) unless the block
+ * is tiny; gws is this thread's GEMM workspace. Each element's order depends only on the
+ * shapes (fixed, thread-independent). */
+FA_INLINE void FA_FN(fa_mm)(int64_t M, int64_t N, int64_t K, const FA_T *A, int64_t ars,
+                            int64_t aks, const FA_T *B, int64_t ldb, FA_T *C, int64_t ldc,
+                            bool zero, void *gws)
+{
+    if (M < 12 || N < 16) { /* tiny blocks (short sequences): the GEMM's register block would
+                               be mostly padding */
+        FA_FN(fa_mm_direct)(M, N, K, A, ars, aks, B, ldb, C, ldc, zero);
+        return;
+    }
+    bool ta = aks != 1;
+    FA_CAT(tg__gemm, FA_SUF)(1, ta, false, M, N, K, A, ta ? aks : ars, B, ldb, C, ldc, !zero, gws);
+}
+
 /* S (nq, nk) (row stride FA_BK) = (Q Kt) * scale: S[i][j] = scale * sum_c Q[i][c] Kt[c][j],
  * c ascending from 0 (the order of a GEMM's k loop). Columns nk.. of S are not written. */
 FA_INLINE void FA_FN(fa_qkt)(int64_t nq, int64_t nk, int64_t d, const FA_T *Q, int64_t qs,
-                             const FA_T *Kt, FA_T scale, FA_T *S)
+                             const FA_T *Kt, FA_T scale, FA_T *S, void *gws)
 {
-    FA_FN(fa_mm)(nq, nk, d, Q, qs, 1, Kt, FA_BK, S, FA_BK, true);
+    FA_FN(fa_mm)(nq, nk, d, Q, qs, 1, Kt, FA_BK, S, FA_BK, true, gws);
     if (scale != 1)
         for (int64_t i = 0; i < nq; i++)
             for (int64_t j = 0; j < nk; j++)
@@ -177,6 +196,7 @@ TG_SIMD_CLONES static void FA_FN(fa_fwd_item)(const fa_meta *m, const tg_tensor 
     const FA_T *V = (const FA_T *)y->src[2]->data + m->off[2][o];
     const FA_T *M0 = m->src_mask[0] >= 0 ? y->src[m->src_mask[0]]->data : NULL;
     const FA_T *M1 = m->src_mask[1] >= 0 ? y->src[m->src_mask[1]]->data : NULL;
+    void *gws = (char *)w + fa_ws_per_thread(m, false);
     FA_T *Kt = w, *S = Kt + dk * FA_BK, *acc = S + FA_BQ * FA_BK, *mx = acc + FA_BQ * dv,
          *l = mx + FA_BQ;
     const FA_T scale = (FA_T)m->scale;
@@ -194,7 +214,7 @@ TG_SIMD_CLONES static void FA_FN(fa_fwd_item)(const fa_meta *m, const tg_tensor 
     for (int64_t kb = 0; kb < nkb; kb++) {
         const int64_t j0 = kb * FA_BK, nk = m->Tk - j0 < FA_BK ? m->Tk - j0 : FA_BK;
         FA_FN(fa_load_t)(K + j0 * m->rs[1], m->rs[1], nk, dk, Kt);
-        FA_FN(fa_qkt)(nq, nk, dk, Q, m->rs[0], Kt, scale, S);
+        FA_FN(fa_qkt)(nq, nk, dk, Q, m->rs[0], Kt, scale, S, gws);
         FA_FN(fa_mask)(m, M0, M1, o, i0, nq, j0, nk, S);
         for (int64_t i = 0; i < nq; i++) {
             FA_T *s = S + i * FA_BK;
@@ -238,7 +258,7 @@ TG_SIMD_CLONES static void FA_FN(fa_fwd_item)(const fa_meta *m, const tg_tensor 
                     a[c] *= alpha;
         }
         /* acc += P V (rows that had no key yet hold P = 0 from the masks: exp(-inf) = 0) */
-        FA_FN(fa_mm)(nq, dv, nk, S, FA_BK, 1, V + j0 * m->rs[2], m->rs[2], acc, dv, false);
+        FA_FN(fa_mm)(nq, dv, nk, S, FA_BK, 1, V + j0 * m->rs[2], m->rs[2], acc, dv, false, gws);
     }
     FA_T *out = (FA_T *)y->data + (o * m->Tq + i0) * dv;
     FA_T *lse = (FA_T *)y->saved + o * m->Tq + i0;
@@ -262,13 +282,14 @@ TG_SIMD_CLONES static void FA_FN(fa_fwd_item)(const fa_meta *m, const tg_tensor 
  * D (nq) = rowsum(dO O) must be filled. want_ds false: P only. */
 FA_INLINE void FA_FN(fa_tile)(const fa_meta *m, const tg_tensor *y, int64_t o, int64_t i0,
                               int64_t nq, int64_t j0, int64_t nk, const FA_T *Kt,
-                              const FA_T *Vt, const FA_T *D, bool want_ds, FA_T *P, FA_T *dS)
+                              const FA_T *Vt, const FA_T *D, bool want_ds, FA_T *P, FA_T *dS,
+                              void *gws)
 {
     const FA_T *Q = (const FA_T *)y->src[0]->data + m->off[0][o] + i0 * m->rs[0];
     const FA_T *M0 = m->src_mask[0] >= 0 ? y->src[m->src_mask[0]]->data : NULL;
     const FA_T *M1 = m->src_mask[1] >= 0 ? y->src[m->src_mask[1]]->data : NULL;
     const FA_T *lse = (const FA_T *)y->saved + o * m->Tq + i0;
-    FA_FN(fa_qkt)(nq, nk, m->dk, Q, m->rs[0], Kt, (FA_T)m->scale, P);
+    FA_FN(fa_qkt)(nq, nk, m->dk, Q, m->rs[0], Kt, (FA_T)m->scale, P, gws);
     FA_FN(fa_mask)(m, M0, M1, o, i0, nq, j0, nk, P);
     for (int64_t i = 0; i < nq; i++) {
         FA_T *p = P + i * FA_BK, L = lse[i];
@@ -285,7 +306,7 @@ FA_INLINE void FA_FN(fa_tile)(const fa_meta *m, const tg_tensor *y, int64_t o, i
     if (!want_ds)
         return;
     const FA_T *dO = (const FA_T *)y->grad + (o * m->Tq + i0) * m->dv;
-    FA_FN(fa_qkt)(nq, nk, m->dv, dO, m->dv, Vt, (FA_T)1, dS); /* dP = dO V^T */
+    FA_FN(fa_qkt)(nq, nk, m->dv, dO, m->dv, Vt, (FA_T)1, dS, gws); /* dP = dO V^T */
     for (int64_t i = 0; i < nq; i++) {
         FA_T *p = P + i * FA_BK, *ds = dS + i * FA_BK, Di = D[i];
         for (int64_t j = 0; j < nk; j++)
@@ -318,6 +339,7 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_kv_item)(const fa_meta *m, const tg_tens
 {
     const int64_t dk = m->dk, dv = m->dv, j0 = kb * FA_BK;
     const int64_t nk = m->Tk - j0 < FA_BK ? m->Tk - j0 : FA_BK;
+    void *gws = (char *)w + fa_ws_per_thread(m, true);
     FA_T *Kt = w, *Vt = Kt + dk * FA_BK, *P = Vt + dv * FA_BK, *dS = P + FA_BQ * FA_BK,
          *D = dS + FA_BQ * FA_BK, *dKb = D + FA_BQ, *dVb = dKb + FA_BK * dk;
     const FA_T scale = (FA_T)m->scale;
@@ -338,7 +360,7 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_kv_item)(const fa_meta *m, const tg_tens
             const int64_t i0 = qb * FA_BQ, nq = m->Tq - i0 < FA_BQ ? m->Tq - i0 : FA_BQ;
             if (need_ds)
                 FA_FN(fa_rowdot)(m, y, o, i0, nq, D);
-            FA_FN(fa_tile)(m, y, o, i0, nq, j0, nk, Kt, Vt, D, need_ds, P, dS);
+            FA_FN(fa_tile)(m, y, o, i0, nq, j0, nk, Kt, Vt, D, need_ds, P, dS, gws);
             const FA_T *Q = (const FA_T *)y->src[0]->data + m->off[0][o] + i0 * m->rs[0];
             const FA_T *dO = (const FA_T *)y->grad + (o * m->Tq + i0) * dv;
             if (dM) {
@@ -349,12 +371,12 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_kv_item)(const fa_meta *m, const tg_tens
             }
             /* dV_j += sum_i P_ij dO_i: (nk, dv) += P^T (nk, nq) dO (nq, dv) */
             if (do_v)
-                FA_FN(fa_mm)(nk, dv, nq, P, 1, FA_BK, dO, dv, dVb, dv, false);
+                FA_FN(fa_mm)(nk, dv, nq, P, 1, FA_BK, dO, dv, dVb, dv, false, gws);
             /* dK_j += sum_i scale dS_ij q_i: (nk, dk) += (scale dS)^T Q */
             if (do_k) {
                 for (int64_t e = 0; e < nq * FA_BK; e++)
                     dS[e] *= scale;
-                FA_FN(fa_mm)(nk, dk, nq, dS, 1, FA_BK, Q, m->rs[0], dKb, dk, false);
+                FA_FN(fa_mm)(nk, dk, nq, dS, 1, FA_BK, Q, m->rs[0], dKb, dk, false, gws);
             }
         }
     }
@@ -379,6 +401,7 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_q_item)(const fa_meta *m, const tg_tenso
 {
     const int64_t dk = m->dk, dv = m->dv, i0 = qb * FA_BQ;
     const int64_t nq = m->Tq - i0 < FA_BQ ? m->Tq - i0 : FA_BQ;
+    void *gws = (char *)w + fa_ws_per_thread(m, true);
     FA_T *Kt = w, *Vt = Kt + dk * FA_BK, *P = Vt + dv * FA_BK, *dS = P + FA_BQ * FA_BK,
          *D = dS + FA_BQ * FA_BK, *dQb = D + FA_BQ;
     const FA_T scale = (FA_T)m->scale;
@@ -398,11 +421,11 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_q_item)(const fa_meta *m, const tg_tenso
             const FA_T *V = (const FA_T *)y->src[2]->data + m->off[2][o] + j0 * m->rs[2];
             FA_FN(fa_load_t)(K, m->rs[1], nk, dk, Kt);
             FA_FN(fa_load_t)(V, m->rs[2], nk, dv, Vt);
-            FA_FN(fa_tile)(m, y, o, i0, nq, j0, nk, Kt, Vt, D, true, P, dS);
+            FA_FN(fa_tile)(m, y, o, i0, nq, j0, nk, Kt, Vt, D, true, P, dS, gws);
             /* dQ_i += sum_j scale dS_ij k_j: (nq, dk) += (scale dS) K */
             for (int64_t e = 0; e < nq * FA_BK; e++)
                 dS[e] *= scale;
-            FA_FN(fa_mm)(nq, dk, nk, dS, FA_BK, 1, K, m->rs[1], dQb, dk, false);
+            FA_FN(fa_mm)(nq, dk, nk, dS, FA_BK, 1, K, m->rs[1], dQb, dk, false, gws);
         }
     }
     FA_T *dQ = (FA_T *)y->src[0]->grad + (g * m->Tq + i0) * dk;
@@ -414,7 +437,7 @@ static void FA_FN(fa_forward)(tg_tensor *y)
 {
     const fa_meta *m = y->aux;
     int64_t nqb = (m->Tq + FA_BQ - 1) / FA_BQ, items = m->nb * nqb;
-    size_t per = fa_ws_per_thread(m, false) / sizeof(FA_T);
+    size_t per = (fa_ws_per_thread(m, false) + tg__gemm_ws_bytes(y->dtype, 1)) / sizeof(FA_T);
     FA_T *ws = y->ws;
     int nt = tg__threads(y->ctx);
     /* Item (o, qb) owns out rows and lse of query block qb of batch o: race-free, each
@@ -436,7 +459,7 @@ static void FA_FN(fa_backward)(tg_tensor *y)
         memset(dM, 0, fa_dmask_bytes(m));
         ws += fa_dmask_bytes(m) / sizeof(FA_T);
     }
-    size_t per = fa_ws_per_thread(m, true) / sizeof(FA_T);
+    size_t per = (fa_ws_per_thread(m, true) + tg__gemm_ws_bytes(y->dtype, 1)) / sizeof(FA_T);
     int nt = tg__threads(y->ctx);
     bool par = fa_work(m) > TG_PAR_MIN;
     int64_t nkb = (m->Tk + FA_BK - 1) / FA_BK, nqb = (m->Tq + FA_BQ - 1) / FA_BQ;

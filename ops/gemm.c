@@ -27,6 +27,7 @@
  */
 #include "registry.h"
 
+#include <assert.h>
 #include <math.h>
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
@@ -415,13 +416,11 @@ DEFINE_PACK(double, f64)
                 pm = (int)strips;                                                               \
         }                                                                                       \
         int parts = pm * pn;                                                                    \
+        /* ws holds nt per-thread slices (tg__gemm_ws_bytes); never a stack buffer (512 KiB)   \
+         * in an OpenMP worker's stack. */                                                      \
+        assert(ws != NULL);                                                                     \
         if (parts == 1) {                                                                       \
-            if (ws) {                                                                           \
-                part_##SUF(&ks, ta, tb, 0, M, 0, N, K, A, lda, B, ldb, C, ldc, acc, epi, ws);   \
-            } else {                                                                            \
-                _Alignas(64) T w[KC * NC + MR_MAX * KC + MR_MAX * NR_MAX];                      \
-                part_##SUF(&ks, ta, tb, 0, M, 0, N, K, A, lda, B, ldb, C, ldc, acc, epi, w);    \
-            }                                                                                   \
+            part_##SUF(&ks, ta, tb, 0, M, 0, N, K, A, lda, B, ldb, C, ldc, acc, epi, ws);       \
             return;                                                                             \
         }                                                                                       \
         /* Race-free: part t owns C[its rows, its columns]; the order per element is fixed      \
@@ -433,13 +432,8 @@ DEFINE_PACK(double, f64)
             int64_t n0 = panels * tn / pn * ks.nr, n1 = panels * (tn + 1) / pn * ks.nr;         \
             m1 = m1 < M ? m1 : M;                                                               \
             n1 = n1 < N ? n1 : N;                                                               \
-            if (ws) {                                                                           \
-                T *w = (T *)(void *)((char *)ws + (size_t)TG_THREAD_NUM() * per);               \
-                part_##SUF(&ks, ta, tb, m0, m1, n0, n1, K, A, lda, B, ldb, C, ldc, acc, epi, w);\
-            } else {                                                                            \
-                _Alignas(64) T w[KC * NC + MR_MAX * KC + MR_MAX * NR_MAX];                      \
-                part_##SUF(&ks, ta, tb, m0, m1, n0, n1, K, A, lda, B, ldb, C, ldc, acc, epi, w);\
-            }                                                                                   \
+            T *w = (T *)(void *)((char *)ws + (size_t)TG_THREAD_NUM() * per);                   \
+            part_##SUF(&ks, ta, tb, m0, m1, n0, n1, K, A, lda, B, ldb, C, ldc, acc, epi, w);    \
         }                                                                                       \
     }                                                                                           \
     void tg__gemm_ex_##SUF(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,           \

@@ -357,18 +357,21 @@ END_TEST
 START_TEST(test_degenerate)
 {
     float A[4] = {1, 2, 3, 4}, B[4] = {1, 1, 1, 1}, C[4] = {5, 5, 5, 5}, bias[2] = {7, 8};
-    tg__gemm_f32(1, false, false, 2, 2, 0, A, 1, B, 2, C, 2, false, NULL);
+    void *ws = aligned_alloc(64, tg__gemm_ws_bytes(TG_F32, 2));
+    ck_assert(ws != NULL);
+    tg__gemm_f32(1, false, false, 2, 2, 0, A, 1, B, 2, C, 2, false, ws);
     for (int i = 0; i < 4; i++)
         ck_assert(C[i] == 0);
     C[0] = 3;
-    tg__gemm_f32(2, false, false, 2, 2, 0, A, 1, B, 2, C, 2, true, NULL);
+    tg__gemm_f32(2, false, false, 2, 2, 0, A, 1, B, 2, C, 2, true, ws);
     ck_assert(C[0] == 3 && C[1] == 0);
     tg__gemm_epi epi = {bias, TG__EPI_NONE, NULL};
-    tg__gemm_ex_f32(1, false, false, 2, 2, 0, A, 1, B, 2, C, 2, false, NULL, &epi);
+    tg__gemm_ex_f32(1, false, false, 2, 2, 0, A, 1, B, 2, C, 2, false, ws, &epi);
     ck_assert(C[0] == 7 && C[1] == 8 && C[2] == 7 && C[3] == 8);
-    tg__gemm_f32(1, false, false, 0, 2, 2, A, 2, B, 2, C, 2, false, NULL);
-    tg__gemm_f32(1, false, false, 2, 0, 2, A, 2, B, 2, C, 2, false, NULL);
+    tg__gemm_f32(1, false, false, 0, 2, 2, A, 2, B, 2, C, 2, false, ws);
+    tg__gemm_f32(1, false, false, 2, 0, 2, A, 2, B, 2, C, 2, false, ws);
     ck_assert(C[0] == 7 && C[3] == 8);
+    free(ws);
 }
 END_TEST
 

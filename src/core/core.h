@@ -289,8 +289,8 @@ int tg__threads(const tg_ctx *ctx);
 /* ----- GEMM: the one entry point for matrix products (ops/gemm.c) ---------------------------
  * C (M, N) = (acc ? C : 0) + op(A) op(B), op(A) (M, K), op(B) (K, N); lda/ldb/ldc are the row
  * strides of A, B, C as stored. Each C element is one chain over k in increasing order computed
- * by one thread (FMA where the CPU has it), so results do not depend on nt. ws: nt per-thread
- * slices of tg__gemm_ws_bytes(dt, 1) bytes (or NULL: stack buffers). nt == 1 never opens an
+ * by one thread (FMA where the CPU has it), so results do not depend on nt. ws (not NULL): nt
+ * per-thread slices of tg__gemm_ws_bytes(dt, 1) bytes, 64-byte aligned. nt == 1 never opens an
  * OpenMP region, so a caller's parallel loop may call it per item. */
 void tg__gemm_f32(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
                   int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool acc,
