@@ -17,15 +17,13 @@
 #define FA_INLINE static inline __attribute__((always_inline))
 
 /* Kt (d, FA_BK) = the nk rows of X (row stride xs, columns contiguous) transposed; columns
- * nk..FA_BK-1 are zero. */
+ * nk..FA_BK-1 are not written (no block product reads them). */
 FA_INLINE void FA_FN(fa_load_t)(const FA_T *X, int64_t xs, int64_t nk, int64_t d, FA_T *Kt)
 {
-    for (int64_t c = 0; c < d; c++) {
-        FA_T *kt = Kt + c * FA_BK;
-        for (int64_t j = 0; j < nk; j++)
-            kt[j] = X[j * xs + c];
-        for (int64_t j = nk; j < FA_BK; j++)
-            kt[j] = 0;
+    for (int64_t j = 0; j < nk; j++) {
+        const FA_T *x = X + j * xs;
+        for (int64_t c = 0; c < d; c++)
+            Kt[c * FA_BK + j] = x[c];
     }
 }
 
