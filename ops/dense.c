@@ -65,6 +65,17 @@ tg_tensor *tg_dense_act(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b,
     return y;
 }
 
+/* GEMM workspace for nt threads covering the three products (forward (R, O, I), dx (R, I, O),
+ * dW (O, I, R)): sized by the largest of R, O, I. */
+static size_t gemm_ws(const tg_tensor *y, int nt)
+{
+    const tg_tensor *w = y->src[1];
+    int64_t I = w->shape[1], O = w->shape[0], R = y->src[0]->numel / (I > 0 ? I : 1);
+    int64_t d = R > O ? R : O;
+    d = d > I ? d : I;
+    return tg__gemm_ws_bytes_nk(y->dtype, nt, d, d);
+}
+
 #define INV_SQRT2 0.70710678118654752440
 #define INV_SQRT2PI 0.39894228040143267794
 
@@ -104,7 +115,7 @@ tg_tensor *tg_dense_act(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b,
     static void act_bwd_##SUF(tg_tensor *y)                                                    \
     {                                                                                          \
         int64_t n = y->numel;                                                                  \
-        size_t gws = tg__gemm_ws_bytes(y->dtype, tg__threads(y->ctx));                         \
+        size_t gws = gemm_ws(y, tg__threads(y->ctx));                                          \
         /* dz over dy when nobody reads dy after this rule, else in the workspace */           \
         T *dz = y->grad_scratch ? (T *)y->grad : (T *)(void *)((char *)y->ws + gws);           \
         const T *dy = y->grad, *out = y->data, *z = y->saved;                                  \
@@ -129,12 +140,12 @@ DEFINE_DENSE(double, f64)
 size_t tg__dense_ws(const tg_tensor *y, int nt, bool backward)
 {
     (void)backward;
-    return tg__gemm_ws_bytes(y->dtype, nt);
+    return gemm_ws(y, nt);
 }
 
 size_t tg__dense_act_ws(const tg_tensor *y, int nt, bool backward)
 {
-    size_t g = tg__gemm_ws_bytes(y->dtype, nt);
+    size_t g = gemm_ws(y, nt);
     return backward && !y->grad_scratch ? g + (size_t)y->numel * tg_dtype_size(y->dtype) : g;
 }
 

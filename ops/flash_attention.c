@@ -83,6 +83,16 @@ static size_t fa_ws_per_thread(const fa_meta *m, bool backward)
     return fa_round64(n * es);
 }
 
+/* One thread's GEMM workspace for the block products (at most max(BQ, BK, dk, dv) columns and
+ * inner steps). */
+static size_t fa_gemm_ws(const fa_meta *m, tg_dtype dt)
+{
+    int64_t d = FA_BQ > FA_BK ? FA_BQ : FA_BK;
+    d = d > m->dk ? d : m->dk;
+    d = d > m->dv ? d : m->dv;
+    return tg__gemm_ws_bytes_nk(dt, 1, d, d);
+}
+
 /* The additive mask's gradient scratch (nb, T_q, T_k); size checked by the builder. */
 static size_t fa_dmask_bytes(const fa_meta *m)
 {
@@ -101,7 +111,7 @@ size_t tg__flash_attn_ws(const tg_tensor *y, int nt, bool backward)
     const fa_meta *m = y->aux;
     /* per thread: the tiles, then a one-thread GEMM workspace for the block products */
     size_t b = (size_t)(nt < 1 ? 1 : nt) *
-               (fa_ws_per_thread(m, backward) + tg__gemm_ws_bytes(y->dtype, 1));
+               (fa_ws_per_thread(m, backward) + fa_gemm_ws(m, y->dtype));
     if (backward && fa_wants_dmask(y))
         b += fa_dmask_bytes(m);
     return b;

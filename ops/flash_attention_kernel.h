@@ -435,7 +435,7 @@ static void FA_FN(fa_forward)(tg_tensor *y)
 {
     const fa_meta *m = y->aux;
     int64_t nqb = (m->Tq + FA_BQ - 1) / FA_BQ, items = m->nb * nqb;
-    size_t per = (fa_ws_per_thread(m, false) + tg__gemm_ws_bytes(y->dtype, 1)) / sizeof(FA_T);
+    size_t per = (fa_ws_per_thread(m, false) + fa_gemm_ws(m, y->dtype)) / sizeof(FA_T);
     FA_T *ws = y->ws;
     int nt = tg__threads(y->ctx);
     /* Item (o, qb) owns out rows and lse of query block qb of batch o: race-free, each
@@ -457,7 +457,7 @@ static void FA_FN(fa_backward)(tg_tensor *y)
         memset(dM, 0, fa_dmask_bytes(m));
         ws += fa_dmask_bytes(m) / sizeof(FA_T);
     }
-    size_t per = (fa_ws_per_thread(m, true) + tg__gemm_ws_bytes(y->dtype, 1)) / sizeof(FA_T);
+    size_t per = (fa_ws_per_thread(m, true) + fa_gemm_ws(m, y->dtype)) / sizeof(FA_T);
     int nt = tg__threads(y->ctx);
     bool par = fa_work(m) > TG_PAR_MIN;
     int64_t nkb = (m->Tk + FA_BK - 1) / FA_BK, nqb = (m->Tq + FA_BQ - 1) / FA_BQ;

@@ -213,17 +213,34 @@ int tg__gemm_isa(void)
                                 : TG__ISA_AVX2;
 }
 
-/* Per-thread workspace: the packed B block, one packed A strip and an edge tile. */
-static size_t per_thread_elems(tg_dtype dt)
+/* Per-thread workspace for products with at most `n` columns and `k` inner steps: the packed
+ * B block (min(k, KC) x min(n rounded up to NR_MAX, NC)), one packed A strip and an edge tile.
+ * Sized by the shapes, so small products (tiny models, attention blocks) take little. */
+static int64_t ws_kc(tg_dtype dt, int64_t k)
 {
-    size_t kc = dt == TG_F32 ? KC32 : KC64, nc = dt == TG_F32 ? NC32 : NC64;
-    return kc * nc + MR_MAX * kc + MR_MAX * NR_MAX;
+    int64_t kc = dt == TG_F32 ? KC32 : KC64;
+    return k < 1 ? 1 : k < kc ? k : kc;
+}
+static int64_t ws_nc(tg_dtype dt, int64_t n)
+{
+    int64_t nc = dt == TG_F32 ? NC32 : NC64, r = (n + NR_MAX - 1) / NR_MAX * NR_MAX;
+    return r < NR_MAX ? NR_MAX : r < nc ? r : nc;
+}
+static size_t per_thread_bytes(tg_dtype dt, int64_t n, int64_t k)
+{
+    size_t kc = (size_t)ws_kc(dt, k), nc = (size_t)ws_nc(dt, n);
+    size_t elems = kc * nc + MR_MAX * kc + MR_MAX * NR_MAX;
+    return (elems * tg_dtype_size(dt) + 63) / 64 * 64;
+}
+
+size_t tg__gemm_ws_bytes_nk(tg_dtype dt, int nt, int64_t n, int64_t k)
+{
+    return per_thread_bytes(dt, n, k) * (size_t)(nt > 0 ? nt : 1);
 }
 
 size_t tg__gemm_ws_bytes(tg_dtype dt, int nt)
 {
-    size_t per = (per_thread_elems(dt) * tg_dtype_size(dt) + 63) / 64 * 64;
-    return per * (size_t)(nt > 0 ? nt : 1);
+    return tg__gemm_ws_bytes_nk(dt, nt, INT64_MAX / 2, INT64_MAX / 2);
 }
 
 static double gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.70710678118654752440)); }
@@ -315,7 +332,9 @@ DEFINE_PACK(double, f64)
                            const tg__gemm_epi *epi, T *work)                                     \
     {                                                                                           \
         const int MR = ks->mr, NR = ks->nr;                                                     \
-        T *bpack = work, *apack = work + KC * NC, *edge = apack + MR_MAX * KC;                  \
+        tg_dtype dt_ = sizeof(T) == 4 ? TG_F32 : TG_F64;                                       \
+        int64_t kcap = ws_kc(dt_, K), ncap = ws_nc(dt_, n1 - n0);                               \
+        T *bpack = work, *apack = work + kcap * ncap, *edge = apack + MR_MAX * kcap;            \
         const T *bias = epi ? (const T *)epi->bias : NULL;                                      \
         int act = epi ? epi->act : TG__EPI_NONE;                                                \
         T *pre = epi ? (T *)epi->pre : NULL;                                                    \
@@ -400,7 +419,7 @@ DEFINE_PACK(double, f64)
         if (M <= 0 || N <= 0)                                                                   \
             return;                                                                             \
         kern_set ks = pick(sizeof(T) == 4 ? TG_F32 : TG_F64, isa);                              \
-        size_t per = tg__gemm_ws_bytes(sizeof(T) == 4 ? TG_F32 : TG_F64, 1);                    \
+        size_t per = per_thread_bytes(sizeof(T) == 4 ? TG_F32 : TG_F64, N, K);                  \
         /* Split C into a grid of pm x pn rectangles, one per thread: columns first (each      \
          * thread then packs only its own B), rows when there are too few column panels. */     \
         int64_t panels = (N + ks.nr - 1) / ks.nr, strips = (M + ks.mr - 1) / ks.mr;             \
@@ -416,7 +435,8 @@ DEFINE_PACK(double, f64)
                 pm = (int)strips;                                                               \
         }                                                                                       \
         int parts = pm * pn;                                                                    \
-        /* ws holds nt per-thread slices (tg__gemm_ws_bytes); never a stack buffer (512 KiB)   \
+        /* ws holds nt per-thread slices of at least tg__gemm_ws_bytes_nk(dt, 1, N, K) bytes;  \
+         * never a stack buffer (up to 512 KiB)                                                 \
          * in an OpenMP worker's stack. */                                                      \
         assert(ws != NULL);                                                                     \
         if (parts == 1) {                                                                       \

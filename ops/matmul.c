@@ -71,10 +71,22 @@ static void dims(const tg_tensor *y, mm_dims *d)
     mat_layout(b, &d->fb, &d->ldb);
 }
 
+/* One thread's GEMM workspace for every product this op makes (forward and both gradients
+ * swap M, N and K around, so size for the largest of the three). */
+static size_t ws_per_thread(const tg_tensor *y)
+{
+    const tg_tensor *a = y->src[0];
+    int64_t M = y->shape[y->rank - 2], N = y->shape[y->rank - 1];
+    int64_t K = y->p.matmul.ta ? a->shape[a->rank - 2] : a->shape[a->rank - 1];
+    int64_t d = M > N ? M : N;
+    d = d > K ? d : K;
+    return tg__gemm_ws_bytes_nk(y->dtype, 1, d, d);
+}
+
 size_t tg__matmul_ws(const tg_tensor *y, int nt, bool backward)
 {
     (void)backward;
-    return tg__gemm_ws_bytes(y->dtype, nt);
+    return ws_per_thread(y) * (size_t)(nt > 0 ? nt : 1);
 }
 
 tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, bool transpose_b)
@@ -203,7 +215,7 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
                            d.ldb, C, d.N, false, y->ws);                                       \
             return;                                                                            \
         }                                                                                      \
-        size_t per = tg__gemm_ws_bytes(y->dtype, 1);                                           \
+        size_t per = ws_per_thread(y);                                             \
         int64_t mb = row_blocks(d.nb, d.M, nt), items = d.nb * mb;                             \
         /* Race-free: item (o, blk) owns rows of C[o]; each a one-thread GEMM. */              \
         TG_OMP_FOR(nt, nt > 1)                                                                 \
@@ -279,7 +291,7 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
         int nt = tg__threads(y->ctx);                                                          \
         if (d.nb * d.M * d.N * d.K <= TG_PAR_MIN)                                              \
             nt = 1;                                                                            \
-        size_t per = tg__gemm_ws_bytes(y->dtype, 1);                                           \
+        size_t per = ws_per_thread(y);                                             \
         const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
         if (a->grad) {                                                                         \
             int64_t rows = a->shape[a->rank - 2];                                              \

@@ -82,7 +82,7 @@ static void run(const gcase *c, const gdata *d, tg_dtype dt, int isa, int nt, do
     size_t es = tg_dtype_size(dt);
     void *A = malloc(es * d->na), *B = malloc(es * d->nb), *C = malloc(es * d->nc);
     void *P = pre ? malloc(es * d->nc) : NULL, *bias = malloc(es * (size_t)c->N);
-    void *ws = malloc(tg__gemm_ws_bytes(dt, nt));
+    void *ws = aligned_alloc(64, tg__gemm_ws_bytes_nk(dt, nt, c->N, c->K)); /* tight: ASan checks */
     ck_assert(A && B && C && bias && ws);
     for (size_t i = 0; i < d->na; i++)
         dt == TG_F32 ? (void)(((float *)A)[i] = (float)d->A[i]) : (void)(((double *)A)[i] = d->A[i]);

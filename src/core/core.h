@@ -290,8 +290,8 @@ int tg__threads(const tg_ctx *ctx);
  * C (M, N) = (acc ? C : 0) + op(A) op(B), op(A) (M, K), op(B) (K, N); lda/ldb/ldc are the row
  * strides of A, B, C as stored. Each C element is one chain over k in increasing order computed
  * by one thread (FMA where the CPU has it), so results do not depend on nt. ws (not NULL): nt
- * per-thread slices of tg__gemm_ws_bytes(dt, 1) bytes, 64-byte aligned. nt == 1 never opens an
- * OpenMP region, so a caller's parallel loop may call it per item. */
+ * per-thread slices of at least tg__gemm_ws_bytes_nk(dt, 1, N, K) bytes, 64-byte aligned.
+ * nt == 1 never opens an OpenMP region, so a caller's parallel loop may call it per item. */
 void tg__gemm_f32(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
                   int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool acc,
                   void *ws);
@@ -325,7 +325,11 @@ void tg__gemm_isa_f64(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, i
                       int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
 /* The family TG__ISA_BEST resolves to on this CPU. */
 int tg__gemm_isa(void);
+/* Workspace of nt threads for products of any shape (the largest blocks) ... */
 size_t tg__gemm_ws_bytes(tg_dtype dt, int nt);
+/* ... or for products with at most n columns (of C) and k inner steps: small shapes take
+ * little (a 64-wide attention block ~25 KiB instead of ~530 KiB). */
+size_t tg__gemm_ws_bytes_nk(tg_dtype dt, int nt, int64_t n, int64_t k);
 /* Index of the calling thread in the innermost parallel region (0 outside one). */
 #ifdef TG_HAVE_OPENMP
 #define TG_THREAD_NUM() omp_get_thread_num()

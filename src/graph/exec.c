@@ -204,8 +204,10 @@ tg_status tg_graph_anomaly(const tg_graph *g, tg_anomaly_report *report)
     return TG_OK;
 }
 
-/* The context's thread count changed since the plan: plan again for the new count (workspace
- * is sized per thread). Forward rewrites every planned value, so nothing is lost. */
+/* The context now uses more threads than the plan has workspace for: plan again for the new
+ * count (workspace is sized per thread; fewer threads just leave slices unused, so switching
+ * between 1 and N threads plans once, not at every switch). Forward rewrites every planned
+ * value, so nothing is lost. */
 static tg_status replan(tg_graph *g)
 {
     tg_ctx *ctx = g->ctx;
@@ -232,7 +234,7 @@ tg_status tg_graph_forward(tg_graph *g)
     if (!g)
         return TG_ERR_ARG;
     tg__begin(g->ctx);
-    if (g->nt != tg__threads(g->ctx)) {
+    if (g->nt < tg__threads(g->ctx)) {
         g->forwarded = false;
         tg_status s = replan(g);
         if (s != TG_OK)
