@@ -245,6 +245,109 @@ size_t tg__gemm_ws_bytes(tg_dtype dt, int nt)
 
 static double gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.70710678118654752440)); }
 
+#ifdef TG_X86_KERNELS
+/* 16 x 16 f32 transpose in registers (row i of the result = column i of the input): unpack,
+ * shuffle within 128-bit lanes, then two rounds of 128-bit lane shuffles. */
+__attribute__((target("avx512f"), always_inline)) static inline void tr16_f32(__m512 r[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+}
+
+/* A full 12-row strip of a row-major A, k-major: apack[k * 12 + r] for k in [0, kc16), kc16 a
+ * multiple of 16; rows 12..15 of each transposed block are padding never stored. */
+__attribute__((target("avx512f"))) static void pack_a12_f32_avx512(const float *A, int64_t lda,
+                                                                    int64_t kc16, float *apack)
+{
+    for (int64_t kk = 0; kk < kc16; kk += 16) {
+        __m512 r[16];
+        for (int i = 0; i < 12; i++)
+            r[i] = _mm512_loadu_ps(A + i * lda + kk);
+        for (int i = 12; i < 16; i++)
+            r[i] = _mm512_setzero_ps();
+        tr16_f32(r);
+        for (int k = 0; k < 16; k++)
+            _mm512_mask_storeu_ps(apack + (kk + k) * 12, 0x0FFF, r[k]);
+    }
+}
+
+/* A full 32-column panel of op(B) = B^T (B stored (N, K) row-major), k-major: dst[k * 32 + j]
+ * for k in [0, kc16), kc16 a multiple of 16. */
+__attribute__((target("avx512f"))) static void pack_bt32_f32_avx512(const float *B, int64_t ldb,
+                                                                    int64_t kc16, float *dst)
+{
+    for (int64_t jj = 0; jj < 32; jj += 16)
+        for (int64_t kk = 0; kk < kc16; kk += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = _mm512_loadu_ps(B + (jj + i) * ldb + kk);
+            tr16_f32(r);
+            for (int k = 0; k < 16; k++)
+                _mm512_storeu_ps(dst + (kk + k) * 32 + jj, r[k]);
+        }
+}
+#endif
+
+/* AVX-512 transposing packs for f32 when the kernel is the AVX-512 one (MR 12, NR 32); they
+ * return how many k (a multiple of 16) they packed, the generic loops do the rest. */
+static int64_t fast_pack_a(const float *A, int64_t lda, int64_t kc, int MR, float *apack)
+{
+#ifdef TG_X86_KERNELS
+    if (MR == 12) {
+        int64_t kc16 = kc / 16 * 16;
+        pack_a12_f32_avx512(A, lda, kc16, apack);
+        return kc16;
+    }
+#endif
+    (void)A, (void)lda, (void)kc, (void)MR, (void)apack;
+    return 0;
+}
+static int64_t fast_pack_a_f64(const double *A, int64_t lda, int64_t kc, int MR, double *ap)
+{
+    (void)A, (void)lda, (void)kc, (void)MR, (void)ap;
+    return 0;
+}
+static int64_t fast_pack_bt(const float *B, int64_t ldb, int64_t kc, int NR, float *dst)
+{
+#ifdef TG_X86_KERNELS
+    if (NR == 32) {
+        int64_t kc16 = kc / 16 * 16;
+        pack_bt32_f32_avx512(B, ldb, kc16, dst);
+        return kc16;
+    }
+#endif
+    (void)B, (void)ldb, (void)kc, (void)NR, (void)dst;
+    return 0;
+}
+static int64_t fast_pack_bt_f64(const double *B, int64_t ldb, int64_t kc, int NR, double *dst)
+{
+    (void)B, (void)ldb, (void)kc, (void)NR, (void)dst;
+    return 0;
+}
+#define fast_pack_a_f32 fast_pack_a
+#define fast_pack_bt_f32 fast_pack_bt
+
 /* Pack op(B)[k0:k0+kc, j0:j0+nc] as panels of NR columns (panel p: kc rows of NR, k-major),
  * zero padded. B^T is read in blocks of 8 stored rows x 8 k so that each load and each store
  * touches one cache line of a few (the naive transposing loop was a strided-store stream). */
@@ -277,9 +380,10 @@ static double gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.707106781186547
                 continue;                                                                       \
             }                                                                                   \
             /* op(B) = B^T: dst[k * NR + j] = B[(jb + j) * ldb + k0 + k] */                     \
+            int64_t kf = w == NR ? fast_pack_bt_##SUF(B + jb * ldb + k0, ldb, kc, NR, dst) : 0;  \
             for (int64_t jj = 0; jj < NR; jj += 8) {                                            \
                 int64_t jw = w - jj < 8 ? (w - jj > 0 ? w - jj : 0) : 8;                         \
-                for (int64_t kk = 0; kk < kc; kk += 8) {                                        \
+                for (int64_t kk = kf; kk < kc; kk += 8) {                                       \
                     int64_t kw = kc - kk < 8 ? kc - kk : 8;                                     \
                     T blk[8][8];                                                                \
                     for (int64_t j = 0; j < 8; j++)                                             \
@@ -305,7 +409,8 @@ static double gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.707106781186547
             }                                                                                   \
             return;                                                                             \
         }                                                                                       \
-        for (int64_t kk = 0; kk < kc; kk += 8) {                                                \
+        int64_t kf = h == MR ? fast_pack_a_##SUF(A + ib * lda + k0, lda, kc, MR, apack) : 0;    \
+        for (int64_t kk = kf; kk < kc; kk += 8) {                                               \
             int64_t kw = kc - kk < 8 ? kc - kk : 8;                                             \
             T blk[8][MR_MAX];                                                                   \
             for (int64_t r = 0; r < MR; r++)                                                    \
