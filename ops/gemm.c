@@ -400,12 +400,17 @@ static int64_t fast_pack_bt_f64(const double *B, int64_t ldb, int64_t kc, int NR
     __attribute__((noinline)) static void pack_a_##SUF(bool ta, const T *A, int64_t lda, int64_t ib, int64_t h,           \
                              int64_t k0, int64_t kc, int MR, T *apack)                          \
     {                                                                                           \
-        if (ta) {                                                                               \
+        if (ta) { /* rows of the strip are contiguous in each stored row k */                  \
             for (int64_t k = 0; k < kc; k++) {                                                  \
                 const T *src = A + (k0 + k) * lda + ib;                                         \
                 T *d = apack + k * MR;                                                          \
-                for (int64_t r = 0; r < MR; r++)                                                \
-                    d[r] = r < h ? src[r] : 0;                                                  \
+                if (h == 12 && MR == 12)                                                        \
+                    memcpy(d, src, sizeof(T) * 12);                                             \
+                else if (h == 6 && MR == 6)                                                     \
+                    memcpy(d, src, sizeof(T) * 6);                                              \
+                else                                                                            \
+                    for (int64_t r = 0; r < MR; r++)                                            \
+                        d[r] = r < h ? src[r] : 0;                                              \
             }                                                                                   \
             return;                                                                             \
         }                                                                                       \
