@@ -70,6 +70,23 @@ static size_t fa_round64(size_t b) { return (b + 63) / 64 * 64; }
 /* Bytes of one thread's workspace. Forward: Kt (dk, BK), S (BQ, BK), acc (BQ, dv), m and l
  * (BQ). Backward: Kt, Vt (dv, BK), P and dS (BQ, BK), D (BQ), then dK and dV blocks (BK, dk +
  * dv) or the dQ block (BQ, dk). */
+/* Backward in one pass (fa_bwd_one_item): when no matrix of q, k or v is shared between
+ * batches (always inside MHA), item o owns all of batch o's gradients, so P and dS are computed
+ * once per tile instead of once per pass. Chosen by the shapes only; the sums run in the same
+ * order as the two passes, so the results are the same bits either way. */
+static bool fa_one_pass(const fa_meta *m)
+{
+    return m->n[0] == m->nb && m->n[1] == m->nb && m->kv_same && m->nb >= 4;
+}
+
+/* Elements of the two-pass backward layout (before the one-pass extras). */
+static size_t fa_bwd_base_elems(const fa_meta *m)
+{
+    size_t dk = (size_t)m->dk, dv = (size_t)m->dv;
+    size_t blk = FA_BK * (dk + dv) > FA_BQ * dk ? FA_BK * (dk + dv) : FA_BQ * dk;
+    return (dk + dv) * FA_BK + 2 * FA_BQ * FA_BK + FA_BQ + blk;
+}
+
 static size_t fa_ws_per_thread(const fa_meta *m, bool backward)
 {
     size_t es = m->es;
@@ -77,8 +94,9 @@ static size_t fa_ws_per_thread(const fa_meta *m, bool backward)
     if (!backward) {
         n = dk * FA_BK + FA_BQ * FA_BK + FA_BQ * dv + 2 * FA_BQ;
     } else {
-        size_t blk = FA_BK * (dk + dv) > FA_BQ * dk ? FA_BK * (dk + dv) : FA_BQ * dk;
-        n = (dk + dv) * FA_BK + 2 * FA_BQ * FA_BK + FA_BQ + blk;
+        n = fa_bwd_base_elems(m);
+        if (fa_one_pass(m)) /* D and the dQ accumulator of the whole batch */
+            n += (size_t)m->Tq * (1 + dk);
     }
     return fa_round64(n * es);
 }

@@ -431,6 +431,82 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_q_item)(const fa_meta *m, const tg_tenso
         dQ[e] += dQb[e];
 }
 
+/* One-pass backward of batch o (fa_one_pass): per key block (ascending), per query block
+ * (ascending) one tile of P and dS, then dV_j += P^T dO, dK_j += (scale dS)^T Q and
+ * dQ_i += (scale dS) K_j, the same sums in the same order as the two-pass items. */
+TG_SIMD_CLONES static void FA_FN(fa_bwd_one_item)(const fa_meta *m, const tg_tensor *y,
+                                                  int64_t o, bool do_q, bool do_k, bool do_v,
+                                                  FA_T *dM, FA_T *w)
+{
+    const int64_t dk = m->dk, dv = m->dv, Tq = m->Tq;
+    void *gws = (char *)w + fa_ws_per_thread(m, true);
+    FA_T *Kt = w, *Vt = Kt + dk * FA_BK, *P = Vt + dv * FA_BK, *dS = P + FA_BQ * FA_BK,
+         *dKb = dS + FA_BQ * FA_BK + FA_BQ, *dVb = dKb + FA_BK * dk;
+    FA_T *Dall = w + fa_bwd_base_elems(m), *dQacc = Dall + Tq;
+    const FA_T scale = (FA_T)m->scale;
+    const bool need_ds = do_k || do_q || dM;
+    const int64_t nqb = (Tq + FA_BQ - 1) / FA_BQ, nkb = (m->Tk + FA_BK - 1) / FA_BK;
+    const FA_T *Q0 = (const FA_T *)y->src[0]->data + m->off[0][o];
+    const FA_T *K0 = (const FA_T *)y->src[1]->data + m->off[1][o];
+    const FA_T *V0 = (const FA_T *)y->src[2]->data + m->off[2][o];
+    if (need_ds)
+        for (int64_t qb = 0; qb < nqb; qb++) {
+            const int64_t i0 = qb * FA_BQ, nq = Tq - i0 < FA_BQ ? Tq - i0 : FA_BQ;
+            FA_FN(fa_rowdot)(m, y, o, i0, nq, Dall + i0);
+        }
+    if (do_q)
+        for (int64_t e = 0; e < Tq * dk; e++)
+            dQacc[e] = 0;
+    for (int64_t kb = 0; kb < nkb; kb++) {
+        const int64_t j0 = kb * FA_BK, nk = m->Tk - j0 < FA_BK ? m->Tk - j0 : FA_BK;
+        const FA_T *K = K0 + j0 * m->rs[1];
+        FA_FN(fa_load_t)(K, m->rs[1], nk, dk, Kt);
+        if (need_ds)
+            FA_FN(fa_load_t)(V0 + j0 * m->rs[2], m->rs[2], nk, dv, Vt);
+        for (int64_t e = 0; e < nk * dk; e++)
+            dKb[e] = 0;
+        for (int64_t e = 0; e < nk * dv; e++)
+            dVb[e] = 0;
+        for (int64_t qb = m->causal ? j0 / FA_BQ : 0; qb < nqb; qb++) {
+            const int64_t i0 = qb * FA_BQ, nq = Tq - i0 < FA_BQ ? Tq - i0 : FA_BQ;
+            FA_FN(fa_tile)(m, y, o, i0, nq, j0, nk, Kt, Vt, Dall + i0, need_ds, P, dS, gws);
+            const FA_T *dO = (const FA_T *)y->grad + (o * Tq + i0) * dv;
+            if (dM) {
+                FA_T *dm = dM + (o * Tq + i0) * m->Tk + j0;
+                for (int64_t i = 0; i < nq; i++)
+                    for (int64_t j = 0; j < nk; j++)
+                        dm[i * m->Tk + j] = dS[i * FA_BK + j];
+            }
+            if (do_v)
+                FA_FN(fa_mm)(nk, dv, nq, P, 1, FA_BK, dO, dv, dVb, dv, false, gws);
+            if (do_k || do_q)
+                for (int64_t e = 0; e < nq * FA_BK; e++)
+                    dS[e] *= scale;
+            if (do_k)
+                FA_FN(fa_mm)(nk, dk, nq, dS, 1, FA_BK, Q0 + i0 * m->rs[0], m->rs[0], dKb, dk,
+                             false, gws);
+            if (do_q)
+                FA_FN(fa_mm)(nq, dk, nk, dS, FA_BK, 1, K, m->rs[1], dQacc + i0 * dk, dk, false,
+                             gws);
+        }
+        if (do_k) {
+            FA_T *dK = (FA_T *)y->src[1]->grad + (m->idx[1][o] * m->Tk + j0) * dk;
+            for (int64_t e = 0; e < nk * dk; e++)
+                dK[e] += dKb[e];
+        }
+        if (do_v) {
+            FA_T *dV = (FA_T *)y->src[2]->grad + (m->idx[2][o] * m->Tk + j0) * dv;
+            for (int64_t e = 0; e < nk * dv; e++)
+                dV[e] += dVb[e];
+        }
+    }
+    if (do_q) {
+        FA_T *dQ = (FA_T *)y->src[0]->grad + m->idx[0][o] * Tq * dk;
+        for (int64_t e = 0; e < Tq * dk; e++)
+            dQ[e] += dQacc[e];
+    }
+}
+
 static void FA_FN(fa_forward)(tg_tensor *y)
 {
     const fa_meta *m = y->aux;
@@ -462,6 +538,16 @@ static void FA_FN(fa_backward)(tg_tensor *y)
     bool par = fa_work(m) > TG_PAR_MIN;
     int64_t nkb = (m->Tk + FA_BK - 1) / FA_BK, nqb = (m->Tq + FA_BQ - 1) / FA_BQ;
     bool do_k = k->grad != NULL, do_v = v->grad != NULL;
+    if (fa_one_pass(m)) {
+        /* Item o owns every gradient row of batch o's matrices (a bijection): race-free. */
+        TG_OMP_FOR(nt, par)
+        for (int64_t o = 0; o < m->nb; o++)
+            FA_FN(fa_bwd_one_item)(m, y, o, q->grad != NULL, do_k, do_v, dM,
+                                   ws + (size_t)TG_THREAD_NUM() * per);
+        if (dM)
+            tg__reduce_to(y->ctx, y->dtype, dM, m->rank, m->sshape, mk, mk->grad);
+        return;
+    }
     /* Pass 1: item (matrix g of k, key block kb) owns rows kb of dK[g] (and of dV when v's
      * batch map is k's); every batch o of g is summed in ascending order by that one item. */
     if (do_k || dM || (do_v && m->kv_same)) {
