@@ -99,13 +99,23 @@ tg_tensor *tg_mha_forward(tg_ctx *ctx, const tg_mha *m, tg_tensor *query, tg_ten
                        tg_tensor_shape_str(key, b2, sizeof b2),
                        tg_tensor_shape_str(value, b3, sizeof b3));
     int64_t B = tg_tensor_dim(query, 0), Tq = tg_tensor_dim(query, 1), Tk = tg_tensor_dim(key, 1);
-    tg_tensor *q = tg_dense(ctx, query, tg_narrow(ctx, W, 0, 0, D), tg_narrow(ctx, bias, 0, 0, D));
-    tg_tensor *k = tg_dense(ctx, key, tg_narrow(ctx, W, 0, D, D), tg_narrow(ctx, bias, 0, D, D));
-    tg_tensor *v = tg_dense(ctx, value, tg_narrow(ctx, W, 0, 2 * D, D),
-                            tg_narrow(ctx, bias, 0, 2 * D, D));   /* (B, T, D) each */
-    q = split_heads(ctx, q, B, Tq, H, Dh);                         /* (B, H, T_q, Dh) */
-    k = split_heads(ctx, k, B, Tk, H, Dh);                         /* (B, H, T_k, Dh) */
-    v = split_heads(ctx, v, B, Tk, H, Dh);                         /* (B, H, T_k, Dh) */
+    tg_tensor *q, *k, *v;
+    if (tg_ctx_fusion(ctx) && !attn_weights && query == key && key == value) {
+        /* self-attention: one in_proj product (B, T, 3D) read as q, k, v head views */
+        tg_tensor *qkv = tg_dense(ctx, query, W, bias);            /* (B, T, 3D) */
+        qkv = tg_transpose(ctx, tg_reshape(ctx, qkv, TG_DIMS(B, Tq, 3 * H, Dh)), 1, 2);
+        q = tg_narrow(ctx, qkv, 1, 0, H);                          /* (B, H, T, Dh) each */
+        k = tg_narrow(ctx, qkv, 1, H, H);
+        v = tg_narrow(ctx, qkv, 1, 2 * H, H);
+    } else {
+        q = tg_dense(ctx, query, tg_narrow(ctx, W, 0, 0, D), tg_narrow(ctx, bias, 0, 0, D));
+        k = tg_dense(ctx, key, tg_narrow(ctx, W, 0, D, D), tg_narrow(ctx, bias, 0, D, D));
+        v = tg_dense(ctx, value, tg_narrow(ctx, W, 0, 2 * D, D),
+                     tg_narrow(ctx, bias, 0, 2 * D, D));           /* (B, T, D) each */
+        q = split_heads(ctx, q, B, Tq, H, Dh);                     /* (B, H, T_q, Dh) */
+        k = split_heads(ctx, k, B, Tk, H, Dh);                     /* (B, H, T_k, Dh) */
+        v = split_heads(ctx, v, B, Tk, H, Dh);                     /* (B, H, T_k, Dh) */
+    }
     tg_tensor *o;
     tg_tensor *w = NULL;
     if (tg_ctx_fusion(ctx) && !attn_weights) {
