@@ -283,8 +283,11 @@ START_TEST(test_random_shapes)
         c.rk = (int)R(3);
         c.rv = (int)R(3);
         for (int d = 0; d < 2; d++) { /* k, v leads: match q's or broadcast (1) */
-            c.lk[d] = R(2) ? c.lq[d + 2 - (c.rk ? c.rk : 2)] : 1;
-            c.lv[d] = R(2) ? c.lq[d + 2 - (c.rv ? c.rv : 2)] : 1;
+            int ik = d + 2 - (c.rk ? c.rk : 2), iv = d + 2 - (c.rv ? c.rv : 2);
+            int64_t pk = R(2); /* drawn even when unused: the same cases as before */
+            c.lk[d] = pk && ik < 2 ? c.lq[ik] : 1;
+            int64_t pv = R(2);
+            c.lv[d] = pv && iv < 2 ? c.lq[iv] : 1;
         }
         if (c.rk == 1)
             c.lk[0] = R(2) ? c.lq[1] : 1;
