@@ -311,7 +311,7 @@ __attribute__((target("avx512f"))) static void pack_bt32_f32_avx512(const float 
 
 /* AVX-512 transposing packs for f32 when the kernel is the AVX-512 one (MR 12, NR 32); they
  * return how many k (a multiple of 16) they packed, the generic loops do the rest. */
-static int64_t fast_pack_a(const float *A, int64_t lda, int64_t kc, int MR, float *apack)
+static int64_t fast_pack_a_f32(const float *A, int64_t lda, int64_t kc, int MR, float *apack)
 {
 #ifdef TG_X86_KERNELS
     if (MR == 12) {
@@ -328,7 +328,7 @@ static int64_t fast_pack_a_f64(const double *A, int64_t lda, int64_t kc, int MR,
     (void)A, (void)lda, (void)kc, (void)MR, (void)ap;
     return 0;
 }
-static int64_t fast_pack_bt(const float *B, int64_t ldb, int64_t kc, int NR, float *dst)
+static int64_t fast_pack_bt_f32(const float *B, int64_t ldb, int64_t kc, int NR, float *dst)
 {
 #ifdef TG_X86_KERNELS
     if (NR == 32) {
@@ -345,8 +345,6 @@ static int64_t fast_pack_bt_f64(const double *B, int64_t ldb, int64_t kc, int NR
     (void)B, (void)ldb, (void)kc, (void)NR, (void)dst;
     return 0;
 }
-#define fast_pack_a_f32 fast_pack_a
-#define fast_pack_bt_f32 fast_pack_bt
 
 /* Pack op(B)[k0:k0+kc, j0:j0+nc] as panels of NR columns (panel p: kc rows of NR, k-major),
  * zero padded. B^T is read in blocks of 8 stored rows x 8 k so that each load and each store

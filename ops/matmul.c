@@ -215,7 +215,7 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
                            d.ldb, C, d.N, false, y->ws);                                       \
             return;                                                                            \
         }                                                                                      \
-        size_t per = ws_per_thread(y);                                             \
+        size_t per = ws_per_thread(y);                                                         \
         int64_t mb = row_blocks(d.nb, d.M, nt), items = d.nb * mb;                             \
         /* Race-free: item (o, blk) owns rows of C[o]; each a one-thread GEMM. */              \
         TG_OMP_FOR(nt, nt > 1)                                                                 \
@@ -284,6 +284,26 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
                            ws);                                                                \
         }                                                                                      \
     }                                                                                          \
+    /* One operand's gradient: n matrices of `rows` rows, in one region over (matrix, row      \
+     * block) items of one-thread GEMMs (item owns rows of its matrix: race-free); a single    \
+     * output matrix (nb == 1) uses the GEMM's own threads. */                                 \
+    static void grads_##SUF(void (*g)(int, const tg_tensor *, const mm_dims *, int64_t,         \
+                                      int64_t, int64_t, void *),                               \
+                            int nt, const tg_tensor *y, const mm_dims *d, int64_t n,           \
+                            int64_t rows, size_t per)                                          \
+    {                                                                                          \
+        if (d->nb == 1) {                                                                      \
+            g(nt, y, d, 0, 0, rows, y->ws);                                                    \
+            return;                                                                            \
+        }                                                                                      \
+        int64_t mb = row_blocks(n, rows, nt), items = n * mb;                                  \
+        TG_OMP_FOR(nt, nt > 1)                                                                 \
+        for (int64_t it = 0; it < items; it++) {                                               \
+            int64_t m = it / mb, blk = it % mb;                                                \
+            g(1, y, d, m, rows * blk / mb, rows * (blk + 1) / mb,                              \
+              (char *)y->ws + (size_t)TG_THREAD_NUM() * per);                                  \
+        }                                                                                      \
+    }                                                                                          \
     static void bwd_##SUF(tg_tensor *y)                                                        \
     {                                                                                          \
         mm_dims d;                                                                             \
@@ -291,38 +311,12 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
         int nt = tg__threads(y->ctx);                                                          \
         if (d.nb * d.M * d.N * d.K <= TG_PAR_MIN)                                              \
             nt = 1;                                                                            \
-        size_t per = ws_per_thread(y);                                             \
+        size_t per = ws_per_thread(y);                                                         \
         const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
-        if (a->grad) {                                                                         \
-            int64_t rows = a->shape[a->rank - 2];                                              \
-            if (d.nb == 1) {                                                                   \
-                grad_a_##SUF(nt, y, &d, 0, 0, rows, y->ws);                                    \
-            } else {                                                                           \
-                int64_t mb = row_blocks(d.na, rows, nt), items = d.na * mb;                    \
-                /* Race-free: item (ia, blk) owns rows of dA[ia]. */                           \
-                TG_OMP_FOR(nt, nt > 1)                                                         \
-                for (int64_t it = 0; it < items; it++) {                                       \
-                    int64_t ia = it / mb, blk = it % mb;                                       \
-                    grad_a_##SUF(1, y, &d, ia, rows * blk / mb, rows * (blk + 1) / mb,         \
-                                 (char *)y->ws + (size_t)TG_THREAD_NUM() * per);               \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-        if (b->grad) {                                                                         \
-            int64_t rows = b->shape[b->rank - 2];                                              \
-            if (d.nb == 1) {                                                                   \
-                grad_b_##SUF(nt, y, &d, 0, 0, rows, y->ws);                                    \
-            } else {                                                                           \
-                int64_t mb = row_blocks(d.nbm, rows, nt), items = d.nbm * mb;                  \
-                /* Race-free: item (ib, blk) owns rows of dB[ib]. */                           \
-                TG_OMP_FOR(nt, nt > 1)                                                         \
-                for (int64_t it = 0; it < items; it++) {                                       \
-                    int64_t ib = it / mb, blk = it % mb;                                       \
-                    grad_b_##SUF(1, y, &d, ib, rows * blk / mb, rows * (blk + 1) / mb,         \
-                                 (char *)y->ws + (size_t)TG_THREAD_NUM() * per);               \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
+        if (a->grad)                                                                           \
+            grads_##SUF(grad_a_##SUF, nt, y, &d, d.na, a->shape[a->rank - 2], per);            \
+        if (b->grad)                                                                           \
+            grads_##SUF(grad_b_##SUF, nt, y, &d, d.nbm, b->shape[b->rank - 2], per);           \
     }
 
 DEFINE_MATMUL(float, f32)
