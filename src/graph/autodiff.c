@@ -25,10 +25,16 @@ static void refresh_topo(tg_graph *g)
         g->nodes[i]->topo = i;
 }
 
-static void zero(void *p, const tg_tensor *t)
+/* Zero a gradient buffer: split over the threads when it is large (a serial memset of the
+ * big activations' gradients was a visible share of a 2-thread backward). */
+static void zero(void *p, const tg_tensor *t, int nt)
 {
-    if (p)
-        memset(p, 0, (size_t)t->numel * tg_dtype_size(t->dtype));
+    if (!p)
+        return;
+    int64_t bytes = t->numel * (int64_t)tg_dtype_size(t->dtype);
+    char *c = p;
+    TG_PAR_RANGE(nt, bytes > TG_PAR_BYTES, bytes, 4096,
+                 { memset(c + lo, 0, (size_t)(hi - lo)); });
 }
 
 tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
@@ -121,11 +127,11 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
     for (int64_t i = 0; i < g->n; i++) { /* gradients live from the start */
         int64_t b = g->nodes[i]->op == TG_OP_NONE ? -1 : g->grad_buf[i];
         if (b >= 0 && g->bufs[b].start == begin)
-            zero(tg__buf_ptr(g, b), g->nodes[i]);
+            zero(tg__buf_ptr(g, b), g->nodes[i], tg__threads(ctx));
     }
     for (int64_t l = 0; l < g->n_leaves; l++)
         if (g->bufs[g->fresh_buf[l]].start == begin)
-            zero(g->leaves[l]->grad, g->leaves[l]);
+            zero(g->leaves[l]->grad, g->leaves[l], tg__threads(ctx));
     for (int k = 0; k < n; k++) {
         tg_tensor *y = ys[k];
         const tg_tensor *dy = dys ? dys[k] : NULL;
@@ -173,7 +179,7 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
                 int64_t b = s->op == TG_OP_NONE ? g->leaf_buf[s->topo] : g->grad_buf[s->topo];
                 int64_t start = b >= 0 ? g->bufs[b].start : -1;
                 if (!dup && start == step && s->grad != t->grad) /* (in place: no zeroing) */
-                    zero(s->grad, s);
+                    zero(s->grad, s, tg__threads(ctx));
             }
         }
         if (g->needed[i] && t->op != TG_OP_NONE && t->requires_grad) {
