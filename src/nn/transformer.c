@@ -173,12 +173,12 @@ tg_tensor *tg_transformer_forward(tg_ctx *ctx, const tg_transformer *m, tg_tenso
     static const char *fn = "tg_transformer_forward";
     if (!ctx || !ids)
         return NULL;
+    if (m && m->tok_emb && m->cfg.n_decoder_layers > 0)
+        return tg__err(ctx, TG_ERR_ARG, fn, "an encoder-decoder model (n_decoder_layers %lld): "
+                       "use tg_transformer_forward_seq2seq", (long long)m->cfg.n_decoder_layers);
     if (!m || !m->tok_emb || !m->head_w || m->cfg.n_layers < 0 ||
         m->cfg.n_layers > TG_TRANSFORMER_MAX_LAYERS || (m->cfg.n_layers > 0 && !m->layers))
         return tg__err(ctx, TG_ERR_ARG, fn, "model is NULL or not initialised");
-    if (m->cfg.n_decoder_layers > 0)
-        return tg__err(ctx, TG_ERR_ARG, fn, "an encoder-decoder model (n_decoder_layers %lld): "
-                       "use tg_transformer_forward_seq2seq", (long long)m->cfg.n_decoder_layers);
     if (!ids_ok(ctx, fn, m, ids, "ids"))
         return NULL;
     tg_tensor *x = embed(ctx, m, ids);                                 /* (B, T, D) */
