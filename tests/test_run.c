@@ -348,6 +348,25 @@ START_TEST(test_integer_masks)
 }
 END_TEST
 
+typedef struct {
+    const char *args, *needle;
+} err_case;
+
+/* Each bad invocation: non-zero exit, exactly one line on stderr containing its needle. */
+static void expect_errors(const err_case *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int rc = run(cases[i].args);
+        char err[4096];
+        read_file("err.txt", err, sizeof err);
+        ck_assert_msg(rc != 0, "'%s' exited 0", cases[i].args);
+        ck_assert_msg(count_lines(err) == 1, "'%s' printed %d lines: %s", cases[i].args,
+                      count_lines(err), err);
+        ck_assert_msg(strstr(err, cases[i].needle) != NULL, "'%s': '%s' lacks '%s'",
+                      cases[i].args, err, cases[i].needle);
+    }
+}
+
 /* Each bad invocation: non-zero exit, exactly one line on stderr naming the problem. */
 START_TEST(test_errors)
 {
@@ -358,9 +377,7 @@ START_TEST(test_errors)
     char sp[512];
     snprintf(sp, sizeof sp, "%s/scalar.npy", dir);
     ck_assert_int_eq(tg_npy_write_data(f.ctx, sp, TG_F64, 0, NULL, (double[]){1.5}), TG_OK);
-    static const struct {
-        const char *args, *needle;
-    } cases[] = {
+    static const err_case cases[] = {
         {"mha --weights w.safetensors --heads 2 --x missing.npy", "missing.npy"},
         {"mha --weights w.safetensors --heads 3 --x x.npy", "--heads 3"},
         {"mha --weights nope.safetensors --heads 2 --x x.npy", "nope.safetensors"},
@@ -385,16 +402,7 @@ START_TEST(test_errors)
         {"mha --weights w.safetensors --heads 2 --x x.npy --grad-out x.npy", "--grads"},
         {"mha --weights x.npy --heads 2 --x x.npy", "x.npy"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int rc = run(cases[i].args);
-        char err[4096];
-        read_file("err.txt", err, sizeof err);
-        ck_assert_msg(rc != 0, "'%s' exited 0", cases[i].args);
-        ck_assert_msg(count_lines(err) == 1, "'%s' printed %d lines: %s", cases[i].args,
-                      count_lines(err), err);
-        ck_assert_msg(strstr(err, cases[i].needle) != NULL, "'%s': '%s' lacks '%s'",
-                      cases[i].args, err, cases[i].needle);
-    }
+    expect_errors(cases, sizeof cases / sizeof cases[0]);
     tg_ctx_free(f.ctx);
 }
 END_TEST
@@ -555,111 +563,94 @@ static void run_and_check(fixture *f, const char *args, int dtype_i, int n_input
         check_grads(f, tol_of(dtype_i), n_params + n_inputs);
 }
 
+/* One `tgrad run` case on a fixture: its files ("key=file" written as .npy; "key=file|b1" as
+ * a bool mask, "key=file<i8" as a 0/1 integer mask), the arguments, and how many inputs have
+ * gradients (0: forward only). */
+typedef struct {
+    const char *fixture;
+    const char *files[6];
+    const char *args;
+    int n_inputs;
+    int n_params; /* expected parameter count of the weights file */
+} run_case_t;
+
+static void write_files(fixture *f, const char *const *files)
+{
+    for (int i = 0; i < 6 && files[i]; i++) {
+        char key[64], file[64];
+        const char *eq = strchr(files[i], '=');
+        snprintf(key, sizeof key, "%.*s", (int)(eq - files[i]), files[i]);
+        size_t l = strcspn(eq + 1, "|<");
+        snprintf(file, sizeof file, "%.*s", (int)l, eq + 1);
+        if (eq[1 + l])
+            mask_npy(f, key, file, eq + 1 + l, -1);
+        else
+            npy(f, key, file);
+    }
+}
+
+static void run_cases(const run_case_t *cases, int n, int dtype_i)
+{
+    for (int i = 0; i < n; i++) {
+        fixture f = load(cases[i].fixture);
+        int np = weights_all(&f);
+        ck_assert_int_eq(np, cases[i].n_params);
+        write_files(&f, cases[i].files);
+        if (cases[i].n_inputs)
+            npy(&f, "grad_out", "dy.npy");
+        run_and_check(&f, cases[i].args, dtype_i, cases[i].n_inputs, np);
+        tg_ctx_free(f.ctx);
+    }
+}
+
+#define DEC "decoder --weights w.safetensors --x x.npy --memory m.npy "
+#define XM "x=x.npy", "memory=m.npy"
 START_TEST(test_decoder_layer)
 {
-    fixture f = load("dec_masks"); /* float tgt_mask (additive), bool memory_mask, gelu */
-    int np = weights_all(&f);
-    ck_assert_int_eq(np, 18);
-    npy(&f, "x", "x.npy");
-    npy(&f, "memory", "m.npy");
-    npy(&f, "grad_out", "dy.npy");
-    npy(&f, "tgt_mask", "tm.npy");
-    bool_npy(&f, "memory_mask", "mm.npy");
-    run_and_check(&f, "decoder --weights w.safetensors --heads 2 --x x.npy --memory m.npy "
-                  "--tgt-mask tm.npy --memory-mask mm.npy --activation gelu", _i, 2, np);
-    tg_ctx_free(f.ctx);
-
-    f = load("dec_causal_tgt_kpm");
-    np = weights_all(&f);
-    npy(&f, "x", "x.npy");
-    npy(&f, "memory", "m.npy");
-    npy(&f, "grad_out", "dy.npy");
-    bool_npy(&f, "tgt_key_padding_mask", "tp.npy");
-    run_and_check(&f, "decoder --weights w.safetensors --heads 2 --x x.npy --memory m.npy "
-                  "--causal --tgt-key-padding-mask tp.npy", _i, 2, np);
-    tg_ctx_free(f.ctx);
-
-    f = load("dec_memory_kpm");
-    np = weights_all(&f);
-    npy(&f, "x", "x.npy");
-    npy(&f, "memory", "m.npy");
-    mask_npy(&f, "memory_key_padding_mask", "mp.npy", "<i8", -1); /* 0/1 integers */
-    run_and_check(&f, "decoder --weights w.safetensors --heads 4 --x x.npy --memory m.npy "
-                  "--norm-first --memory-key-padding-mask mp.npy", _i, 0, np);
-    tg_ctx_free(f.ctx);
-
-    f = load("dec_pre_gelu_eps");
-    np = weights_all(&f);
-    npy(&f, "x", "x.npy");
-    npy(&f, "memory", "m.npy");
-    npy(&f, "grad_out", "dy.npy");
-    run_and_check(&f, "decoder --weights w.safetensors --heads 3 --x x.npy --memory m.npy "
-                  "--norm-first --eps 1e-6 --activation gelu", _i, 2, np);
-    tg_ctx_free(f.ctx);
-
-    /* PyTorch gives NaN in the fully masked row; tgrad the cross-attention's bias there */
-    f = load("dec_masked_memory_row");
-    np = weights_all(&f);
-    npy(&f, "x", "x.npy");
-    npy(&f, "memory", "m.npy");
-    npy(&f, "grad_out", "dy.npy");
-    bool_npy(&f, "memory_mask", "mm.npy");
-    run_and_check(&f, "decoder --weights w.safetensors --heads 2 --x x.npy --memory m.npy "
-                  "--norm-first --causal --memory-mask mm.npy", _i, 2, np);
-    tg_ctx_free(f.ctx);
+    static const run_case_t cases[] = {
+        /* float tgt_mask (additive), bool memory_mask, gelu */
+        {"dec_masks", {XM, "tgt_mask=tm.npy", "memory_mask=mm.npy|b1"},
+         DEC "--heads 2 --tgt-mask tm.npy --memory-mask mm.npy --activation gelu", 2, 18},
+        {"dec_causal_tgt_kpm", {XM, "tgt_key_padding_mask=tp.npy|b1"},
+         DEC "--heads 2 --causal --tgt-key-padding-mask tp.npy", 2, 18},
+        {"dec_memory_kpm", {XM, "memory_key_padding_mask=mp.npy<i8"}, /* 0/1 integers */
+         DEC "--heads 4 --norm-first --memory-key-padding-mask mp.npy", 0, 18},
+        {"dec_pre_gelu_eps", {XM}, DEC "--heads 3 --norm-first --eps 1e-6 --activation gelu", 2,
+         18},
+        /* PyTorch gives NaN in the fully masked row; tgrad the cross-attention's bias there */
+        {"dec_masked_memory_row", {XM, "memory_mask=mm.npy|b1"},
+         DEC "--heads 2 --norm-first --causal --memory-mask mm.npy", 2, 18},
+    };
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]), _i);
 }
 END_TEST
 
 START_TEST(test_stacks)
 {
-    fixture f = load("dec_stack2");
-    int np = weights_all(&f);
-    ck_assert_int_eq(np, 38);
-    npy(&f, "x", "x.npy");
-    npy(&f, "memory", "m.npy");
-    npy(&f, "grad_out", "dy.npy");
-    bool_npy(&f, "memory_key_padding_mask", "mp.npy");
-    run_and_check(&f, "decoder --weights w.safetensors --heads 2 --x x.npy --memory m.npy "
-                  "--layers 2 --causal --memory-key-padding-mask mp.npy", _i, 2, np);
-    tg_ctx_free(f.ctx);
-
-    f = load("enc_stack2_norm");
-    np = weights_all(&f);
-    ck_assert_int_eq(np, 26);
-    npy(&f, "x", "x.npy");
-    npy(&f, "grad_out", "dy.npy");
-    bool_npy(&f, "key_padding_mask", "p.npy");
-    run_and_check(&f, "encoder --weights w.safetensors --heads 2 --x x.npy --layers 2 "
-                  "--key-padding-mask p.npy", _i, 1, np);
-    tg_ctx_free(f.ctx);
+    static const run_case_t cases[] = {
+        {"dec_stack2", {XM, "memory_key_padding_mask=mp.npy|b1"},
+         DEC "--heads 2 --layers 2 --causal --memory-key-padding-mask mp.npy", 2, 38},
+        {"enc_stack2_norm", {"x=x.npy", "key_padding_mask=p.npy|b1"},
+         "encoder --weights w.safetensors --heads 2 --x x.npy --layers 2 "
+         "--key-padding-mask p.npy", 1, 26},
+    };
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]), _i);
 }
 END_TEST
 
+#define TF "transformer --weights w.safetensors --heads 2 --src s.npy --tgt t.npy " \
+           "--encoder-layers 2 --decoder-layers 2 --causal "
 START_TEST(test_transformer)
 {
-    fixture f = load("transformer_2_2");
-    int np = weights_all(&f);
-    ck_assert_int_eq(np, 64);
-    npy(&f, "src", "s.npy");
-    npy(&f, "tgt", "t.npy");
-    npy(&f, "grad_out", "dy.npy");
-    bool_npy(&f, "src_key_padding_mask", "sp.npy");
-    bool_npy(&f, "tgt_key_padding_mask", "tp.npy");
-    run_and_check(&f, "transformer --weights w.safetensors --heads 2 --src s.npy --tgt t.npy "
-                  "--encoder-layers 2 --decoder-layers 2 --causal --src-key-padding-mask sp.npy "
-                  "--tgt-key-padding-mask tp.npy --memory-key-padding-mask sp.npy", _i, 2, np);
-    tg_ctx_free(f.ctx);
-
-    f = load("transformer_pre_gelu");
-    np = weights_all(&f);
-    npy(&f, "src", "s.npy");
-    npy(&f, "tgt", "t.npy");
-    npy(&f, "grad_out", "dy.npy");
-    bool_npy(&f, "tgt_key_padding_mask", "tp.npy");
-    run_and_check(&f, "transformer --weights w.safetensors --heads 2 --src s.npy --tgt t.npy "
-                  "--encoder-layers 2 --decoder-layers 2 --causal --tgt-key-padding-mask tp.npy "
-                  "--norm-first --eps 1e-6 --activation gelu", _i, 2, np);
-    tg_ctx_free(f.ctx);
+    static const run_case_t cases[] = {
+        {"transformer_2_2", {"src=s.npy", "tgt=t.npy", "src_key_padding_mask=sp.npy|b1",
+                             "tgt_key_padding_mask=tp.npy|b1"},
+         TF "--src-key-padding-mask sp.npy --tgt-key-padding-mask tp.npy "
+            "--memory-key-padding-mask sp.npy", 2, 64},
+        {"transformer_pre_gelu", {"src=s.npy", "tgt=t.npy", "tgt_key_padding_mask=tp.npy|b1"},
+         TF "--tgt-key-padding-mask tp.npy --norm-first --eps 1e-6 --activation gelu", 2, 64},
+    };
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]), _i);
 }
 END_TEST
 
@@ -681,9 +672,7 @@ START_TEST(test_decoder_errors)
     snprintf(p, sizeof p, "%s/m6.npy", dir); /* width 6 */
     ck_assert_int_eq(tg_npy_write_data(f.ctx, p, TG_F64, 3, (int64_t[]){2, 5, 6}, zeros),
                      TG_OK);
-    static const struct {
-        const char *args, *needle;
-    } cases[] = {
+    static const err_case cases[] = {
         {"decoder --weights w.safetensors --heads 2 --x x.npy --memory m6.npy",
          "--memory 'm6.npy' has last dim 6, but d_model of --weights 'w.safetensors' is 8"},
         {"decoder --weights w.safetensors --heads 2 --x x.npy --memory m3.npy",
@@ -713,16 +702,7 @@ START_TEST(test_decoder_errors)
         {"encoder --weights w.safetensors --heads 2 --x x.npy --memory m.npy",
          "option '--memory' is not for encoder"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int rc = run(cases[i].args);
-        char err[4096];
-        read_file("err.txt", err, sizeof err);
-        ck_assert_msg(rc != 0, "'%s' exited 0", cases[i].args);
-        ck_assert_msg(count_lines(err) == 1, "'%s' printed %d lines: %s", cases[i].args,
-                      count_lines(err), err);
-        ck_assert_msg(strstr(err, cases[i].needle) != NULL, "'%s': '%s' lacks '%s'",
-                      cases[i].args, err, cases[i].needle);
-    }
+    expect_errors(cases, sizeof cases / sizeof cases[0]);
     tg_ctx_free(f.ctx);
 }
 END_TEST

@@ -20,19 +20,10 @@
 tg_status tg_decoder_layer_init(tg_ctx *ctx, tg_decoder_layer *l, tg_dtype dt,
                                 const tg_decoder_config *cfg, const char *prefix)
 {
-    static const char *fn = "tg_decoder_layer_init";
-    tg_status s0 = tg__nn_init_begin(ctx, l, sizeof *l);
+    tg_status s0 = tg__nn_layer_init_begin(ctx, "tg_decoder_layer_init", l, sizeof *l, cfg, dt,
+                                           true);
     if (s0 != TG_OK)
-        return s0; /* no context, or a build error is pending: stop before allocating */
-    if (!l || !cfg)
-        return TG_ERR_ARG;
-    if (!tg__nn_layer_config_ok(ctx, fn, cfg))
-        return TG_ERR_ARG;
-    tg__nn_plan plan = tg__nn_plan_begin(ctx, fn, dt);
-    tg__nn_layer_plan_add(&plan, cfg, 1, true);
-    tg_status ps = tg__nn_plan_end(&plan);
-    if (ps != TG_OK)
-        return ps;
+        return s0;
     l->cfg = *cfg;
     const char *p = prefix ? prefix : "";
     char sa[2 * TG_NAME_MAX], ca[2 * TG_NAME_MAX];
@@ -126,28 +117,6 @@ tg_tensor *tg_decoder_layer_forward(tg_ctx *ctx, const tg_decoder_layer *l, tg_t
 
 /* ---- stacks (nn.TransformerEncoder, nn.TransformerDecoder) and nn.Transformer ------------- */
 
-/* The shared start of tg_encoder_init / tg_decoder_init: config, layer count and every
- * parameter's size checked, then the layer array. Returns the array or NULL (error set). */
-static void *stack_begin(tg_ctx *ctx, const char *fn, tg_dtype dt, const tg_encoder_config *cfg,
-                         int64_t n_layers, bool final_norm, bool decoder, size_t layer_size)
-{
-    if (!tg__nn_layer_config_ok(ctx, fn, cfg))
-        return NULL;
-    if (n_layers < 1 || n_layers > TG_NN_MAX_LAYERS) {
-        tg__err(ctx, TG_ERR_ARG, fn, "n_layers %lld must be from 1 to %d", (long long)n_layers,
-                TG_NN_MAX_LAYERS);
-        return NULL;
-    }
-    tg__nn_plan plan = tg__nn_plan_begin(ctx, fn, dt);
-    tg__nn_layer_plan_add(&plan, cfg, n_layers, decoder);
-    if (final_norm)
-        tg__nn_plan_add(&plan, 2, 1, cfg->d_model, 0, "norm.weight (d_model)", "d_model");
-    if (tg__nn_plan_end(&plan) != TG_OK)
-        return NULL;
-    /* n_layers <= TG_NN_MAX_LAYERS: the product cannot wrap */
-    return tg__alloc(ctx, layer_size * (size_t)n_layers, fn);
-}
-
 /* "<prefix>layers.<i>." into buf, refused (recorded) when too long for a parameter name. */
 static bool layer_prefix(tg_ctx *ctx, const char *fn, const char *prefix, int64_t i, char *buf,
                          size_t n)
@@ -160,54 +129,76 @@ static bool layer_prefix(tg_ctx *ctx, const char *fn, const char *prefix, int64_
     return true;
 }
 
-tg_status tg_encoder_init(tg_ctx *ctx, tg_encoder *s, tg_dtype dt, const tg_encoder_config *cfg,
-                          int64_t n_layers, bool final_norm, const char *prefix)
+/* tg_encoder_init (enc) or tg_decoder_init (dec): the two stack structs have the same fields
+ * but their layers' type. Config, layer count and every parameter's size checked first; then
+ * the layers `<prefix>layers.{i}.` and the optional final norm `<prefix>norm.`. */
+static tg_status stack_init(tg_ctx *ctx, const char *fn, tg_encoder *enc, tg_decoder *dec,
+                            tg_dtype dt, const tg_encoder_config *cfg, int64_t n_layers,
+                            bool final_norm, const char *prefix)
 {
-    static const char *fn = "tg_encoder_init";
-    tg_status s0 = tg__nn_init_begin(ctx, s, sizeof *s);
+    bool decoder = dec != NULL;
+    tg_status s0 = decoder ? tg__nn_init_begin(ctx, dec, sizeof *dec)
+                           : tg__nn_init_begin(ctx, enc, sizeof *enc);
     if (s0 != TG_OK)
         return s0;
-    if (!s || !cfg)
+    if ((!enc && !dec) || !cfg)
         return TG_ERR_ARG;
-    s->layers = stack_begin(ctx, fn, dt, cfg, n_layers, final_norm, false, sizeof *s->layers);
-    if (!s->layers)
-        return tg__nn_status(ctx);
-    s->cfg = *cfg;
-    s->n_layers = n_layers;
+    if (!tg__nn_layer_config_ok(ctx, fn, cfg))
+        return TG_ERR_ARG;
+    if (n_layers < 1 || n_layers > TG_NN_MAX_LAYERS) {
+        tg__err(ctx, TG_ERR_ARG, fn, "n_layers %lld must be from 1 to %d", (long long)n_layers,
+                TG_NN_MAX_LAYERS);
+        return TG_ERR_ARG;
+    }
+    tg__nn_plan plan = tg__nn_plan_begin(ctx, fn, dt);
+    tg__nn_layer_plan_add(&plan, cfg, n_layers, decoder);
+    if (final_norm)
+        tg__nn_plan_add(&plan, 2, 1, cfg->d_model, 0, "norm.weight (d_model)", "d_model");
+    tg_status ps = tg__nn_plan_end(&plan);
+    if (ps != TG_OK)
+        return ps;
+    /* n_layers <= TG_NN_MAX_LAYERS: the products cannot wrap */
+    tg_encoder_layer *el = NULL;
+    tg_decoder_layer *dl = NULL;
+    if (decoder)
+        dl = dec->layers = tg__alloc(ctx, sizeof *dl * (size_t)n_layers, fn);
+    else
+        el = enc->layers = tg__alloc(ctx, sizeof *el * (size_t)n_layers, fn);
+    if (!el && !dl)
+        return TG_ERR_NOMEM;
     char p[TG_NAME_MAX];
     for (int64_t i = 0; i < n_layers; i++)
         if (!layer_prefix(ctx, fn, prefix, i, p, sizeof p) ||
-            tg_encoder_layer_init(ctx, &s->layers[i], dt, cfg, p) != TG_OK)
+            (decoder ? tg_decoder_layer_init(ctx, &dl[i], dt, cfg, p)
+                     : tg_encoder_layer_init(ctx, &el[i], dt, cfg, p)) != TG_OK)
             return tg__nn_status(ctx); /* stop at the first failure */
+    tg_tensor *nw = NULL, *nb = NULL;
     if (final_norm)
-        tg__nn_norm_params(ctx, dt, cfg->d_model, prefix, "norm", &s->norm_weight,
-                           &s->norm_bias);
+        tg__nn_norm_params(ctx, dt, cfg->d_model, prefix, "norm", &nw, &nb);
+    if (decoder) {
+        dec->cfg = *cfg;
+        dec->n_layers = n_layers;
+        dec->norm_weight = nw;
+        dec->norm_bias = nb;
+    } else {
+        enc->cfg = *cfg;
+        enc->n_layers = n_layers;
+        enc->norm_weight = nw;
+        enc->norm_bias = nb;
+    }
     return tg__nn_status(ctx);
+}
+
+tg_status tg_encoder_init(tg_ctx *ctx, tg_encoder *s, tg_dtype dt, const tg_encoder_config *cfg,
+                          int64_t n_layers, bool final_norm, const char *prefix)
+{
+    return stack_init(ctx, "tg_encoder_init", s, NULL, dt, cfg, n_layers, final_norm, prefix);
 }
 
 tg_status tg_decoder_init(tg_ctx *ctx, tg_decoder *s, tg_dtype dt, const tg_decoder_config *cfg,
                           int64_t n_layers, bool final_norm, const char *prefix)
 {
-    static const char *fn = "tg_decoder_init";
-    tg_status s0 = tg__nn_init_begin(ctx, s, sizeof *s);
-    if (s0 != TG_OK)
-        return s0;
-    if (!s || !cfg)
-        return TG_ERR_ARG;
-    s->layers = stack_begin(ctx, fn, dt, cfg, n_layers, final_norm, true, sizeof *s->layers);
-    if (!s->layers)
-        return tg__nn_status(ctx);
-    s->cfg = *cfg;
-    s->n_layers = n_layers;
-    char p[TG_NAME_MAX];
-    for (int64_t i = 0; i < n_layers; i++)
-        if (!layer_prefix(ctx, fn, prefix, i, p, sizeof p) ||
-            tg_decoder_layer_init(ctx, &s->layers[i], dt, cfg, p) != TG_OK)
-            return tg__nn_status(ctx);
-    if (final_norm)
-        tg__nn_norm_params(ctx, dt, cfg->d_model, prefix, "norm", &s->norm_weight,
-                           &s->norm_bias);
-    return tg__nn_status(ctx);
+    return stack_init(ctx, "tg_decoder_init", NULL, s, dt, cfg, n_layers, final_norm, prefix);
 }
 
 /* The final norm of a stack, if it has one. */

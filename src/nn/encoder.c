@@ -73,11 +73,10 @@ void tg__nn_norm_params(tg_ctx *ctx, tg_dtype dt, int64_t d, const char *prefix,
     *bias = tg__nn_param(ctx, dt, TG_DIMS(d), prefix, n, 0, false);
 }
 
-tg_status tg_encoder_layer_init(tg_ctx *ctx, tg_encoder_layer *l, tg_dtype dt,
-                                const tg_encoder_config *cfg, const char *prefix)
+tg_status tg__nn_layer_init_begin(tg_ctx *ctx, const char *fn, void *l, size_t size,
+                                  const tg_encoder_config *cfg, tg_dtype dt, bool decoder)
 {
-    static const char *fn = "tg_encoder_layer_init";
-    tg_status s0 = tg__nn_init_begin(ctx, l, sizeof *l);
+    tg_status s0 = tg__nn_init_begin(ctx, l, size);
     if (s0 != TG_OK)
         return s0; /* no context, or a build error is pending: stop before allocating */
     if (!l || !cfg)
@@ -85,10 +84,17 @@ tg_status tg_encoder_layer_init(tg_ctx *ctx, tg_encoder_layer *l, tg_dtype dt,
     if (!tg__nn_layer_config_ok(ctx, fn, cfg))
         return TG_ERR_ARG;
     tg__nn_plan plan = tg__nn_plan_begin(ctx, fn, dt);
-    tg__nn_layer_plan_add(&plan, cfg, 1, false);
-    tg_status ps = tg__nn_plan_end(&plan);
-    if (ps != TG_OK)
-        return ps;
+    tg__nn_layer_plan_add(&plan, cfg, 1, decoder);
+    return tg__nn_plan_end(&plan);
+}
+
+tg_status tg_encoder_layer_init(tg_ctx *ctx, tg_encoder_layer *l, tg_dtype dt,
+                                const tg_encoder_config *cfg, const char *prefix)
+{
+    tg_status s0 = tg__nn_layer_init_begin(ctx, "tg_encoder_layer_init", l, sizeof *l, cfg, dt,
+                                           false);
+    if (s0 != TG_OK)
+        return s0;
     l->cfg = *cfg;
     const char *p = prefix ? prefix : "";
     char sub[2 * TG_NAME_MAX];

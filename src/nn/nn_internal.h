@@ -36,6 +36,10 @@ tg_status tg__nn_plan_end(tg__nn_plan *p);
 void tg__nn_layer_plan_add(tg__nn_plan *plan, const tg_encoder_config *cfg, int64_t n_layers,
                            bool decoder);
 #define tg__nn_encoder_plan_add(plan, cfg, n) tg__nn_layer_plan_add(plan, cfg, n, false)
+/* The start of tg_encoder_layer_init / tg_decoder_layer_init: tg__nn_init_begin, the config
+ * validated, every parameter's size planned. TG_OK to go on, else the status (recorded). */
+tg_status tg__nn_layer_init_begin(tg_ctx *ctx, const char *fn, void *l, size_t size,
+                                  const tg_encoder_config *cfg, tg_dtype dt, bool decoder);
 /* Validate an encoder or decoder layer config; records a TG_ERR_ARG naming fn and returns
  * false if it is bad. */
 bool tg__nn_layer_config_ok(tg_ctx *ctx, const char *fn, const tg_encoder_config *cfg);
