@@ -39,8 +39,10 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
         return TG_ERR_ARG;
     if (cfg->n_layers > TG_TRANSFORMER_MAX_LAYERS ||
         cfg->n_decoder_layers > TG_TRANSFORMER_MAX_LAYERS) {
-        tg__err(ctx, TG_ERR_ARG, fn, "n_layers %lld or n_decoder_layers %lld too large (at "
-                "most %d)", (long long)cfg->n_layers, (long long)cfg->n_decoder_layers,
+        bool dec = cfg->n_layers <= TG_TRANSFORMER_MAX_LAYERS;
+        tg__err(ctx, TG_ERR_ARG, fn, "%s %lld too large (at most %d)",
+                dec ? "n_decoder_layers" : "n_layers",
+                (long long)(dec ? cfg->n_decoder_layers : cfg->n_layers),
                 TG_TRANSFORMER_MAX_LAYERS);
         return TG_ERR_ARG;
     }
