@@ -2,7 +2,8 @@
  * @file tgrad_nn.h
  * @brief Transformer modules built as graphs of registered ops: scaled dot-product attention
  *        (SDPA), multi-head attention (MHA), the position-wise feed-forward network (FFN) and
- *        the transformer encoder layer. No module has a hand-written backward: autodiff
+ *        the transformer encoder and decoder layers, their stacks and the encoder-decoder
+ *        model (nn.Transformer). No module has a hand-written backward: autodiff
  *        derives it from the ops.
  *
  * Layout is batch-first, outermost first: x (B, T, D) with B batch, T seq_len, D d_model,
@@ -193,6 +194,152 @@ TG_API tg_status tg_encoder_layer_init(tg_ctx *ctx, tg_encoder_layer *l, tg_dtyp
  */
 TG_API tg_tensor *tg_encoder_layer_forward(tg_ctx *ctx, const tg_encoder_layer *l, tg_tensor *x,
                                            const tg_attn_masks *masks);
+
+/* ------------------------------------------------------------------------------------------ */
+/** Most layers a stack (tg_encoder_init(), tg_decoder_init()) accepts. */
+#define TG_NN_MAX_LAYERS 65536
+
+/** Decoder layer hyperparameters: the same as the encoder layer's (PyTorch
+ *  `nn.TransformerDecoderLayer` takes the same arguments as `nn.TransformerEncoderLayer`).
+ *  tg_encoder_config_default() gives PyTorch's defaults for both. */
+typedef tg_encoder_config tg_decoder_config;
+
+/** Decoder layer parameters (PyTorch `nn.TransformerDecoderLayer`, batch_first=True). */
+typedef struct tg_decoder_layer {
+    tg_decoder_config cfg;
+    tg_mha self_attn;       /**< `self_attn.*` (masked self-attention over the target) */
+    tg_mha multihead_attn;  /**< `multihead_attn.*` (cross-attention over memory) */
+    tg_ffn ffn;             /**< `linear1.*`, `linear2.*` */
+    tg_tensor *norm1_weight, *norm1_bias; /**< (D) `norm1.weight`, `norm1.bias` */
+    tg_tensor *norm2_weight, *norm2_bias; /**< (D) `norm2.weight`, `norm2.bias` */
+    tg_tensor *norm3_weight, *norm3_bias; /**< (D) `norm3.weight`, `norm3.bias` */
+} tg_decoder_layer;
+
+/**
+ * Create a decoder layer's parameters with exactly PyTorch's `state_dict` keys after
+ * @p prefix (NULL or "" for none): `self_attn.in_proj_weight (3D, D)`, `self_attn.in_proj_bias
+ * (3D)`, `self_attn.out_proj.weight (D, D)`, `self_attn.out_proj.bias (D)`, the same four under
+ * `multihead_attn.`, `linear1.weight (F, D)`, `linear1.bias (F)`, `linear2.weight (D, F)`,
+ * `linear2.bias (D)`, `norm1.weight`, `norm1.bias`, `norm2.weight`, `norm2.bias`,
+ * `norm3.weight`, `norm3.bias` (each (D)), in that order; PyTorch default initialisation (as
+ * tg_mha_init(), tg_ffn_init(); layer norms weight 1, bias 0).
+ * Errors: as tg_encoder_layer_init() (::TG_ERR_ARG for a bad config or NULL @p l or @p cfg,
+ * ::TG_ERR_NOMEM, or the pending build error). Stops at its first failure.
+ */
+TG_API tg_status tg_decoder_layer_init(tg_ctx *ctx, tg_decoder_layer *l, tg_dtype dt,
+                                       const tg_decoder_config *cfg, const char *prefix);
+
+/**
+ * Transformer decoder layer (Vaswani et al. 2017, sec. 3.1 "Decoder"; PyTorch
+ * `nn.TransformerDecoderLayer(batch_first=True)`), with SA the masked self-attention, CA the
+ * cross-attention (queries from the target, keys and values from @p memory):
+ *   post-norm: x = norm1(x + SA(x)); x = norm2(x + CA(x, memory)); x = norm3(x + FFN(x))
+ *   pre-norm:  x = x + SA(norm1(x)); x = x + CA(norm2(x), memory); x = x + FFN(norm3(x))
+ * with dropout after each sublayer and inside the FFN when cfg.dropout > 0 and the context is
+ * in training mode (as the encoder layer). Attention and the FFN take the same fused paths as
+ * tg_encoder_layer_forward() (flash attention, tg_dense_act) when tg_ctx_fusion() is on.
+ *
+ * **Shapes:** x (B, T, D) (the target), memory (B, S, D) (the encoder output) -> (B, T, D).
+ * @param tgt_masks NULL or the self-attention masks: attn_mask = PyTorch `tgt_mask` (T, T)
+ *        or (B, T, T), key_padding_mask = `tgt_key_padding_mask` (B, T), causal = the
+ *        look-ahead mask (`tgt_is_causal` / generate_square_subsequent_mask).
+ * @param memory_masks NULL or the cross-attention masks: attn_mask = `memory_mask` (T, S) or
+ *        (B, T, S), key_padding_mask = `memory_key_padding_mask` (B, S); causal must be false.
+ * Masks follow this header's one convention. A query row whose keys are all blocked gets zero
+ * attention weights (the attention's contribution is its out_proj.bias), never NaN; PyTorch
+ * gives NaN there.
+ * Errors: ::TG_ERR_SHAPE (x or memory not rank 3 with last dim d_model, batch sizes differ, a
+ * mask of the wrong shape: the message names tgt_mask, memory_mask, tgt_key_padding_mask or
+ * memory_key_padding_mask), ::TG_ERR_ARG (layer NULL or not initialised, causal memory
+ * masks), ::TG_ERR_DTYPE. Dtype: f32 or f64, all inputs alike.
+ */
+TG_API tg_tensor *tg_decoder_layer_forward(tg_ctx *ctx, const tg_decoder_layer *l,
+                                           tg_tensor *x, tg_tensor *memory,
+                                           const tg_attn_masks *tgt_masks,
+                                           const tg_attn_masks *memory_masks);
+
+/** A stack of encoder layers (PyTorch `nn.TransformerEncoder`). */
+typedef struct tg_encoder {
+    tg_encoder_config cfg;
+    int64_t n_layers;
+    tg_encoder_layer *layers;  /**< n_layers, parameters `layers.{i}.*` (context memory) */
+    tg_tensor *norm_weight;    /**< (D) `norm.weight`, NULL without a final norm */
+    tg_tensor *norm_bias;      /**< (D) `norm.bias`, NULL without a final norm */
+} tg_encoder;
+
+/**
+ * Create an encoder stack: @p n_layers encoder layers named `<prefix>layers.{i}.<layer names>`
+ * and, if @p final_norm, a final layer norm `<prefix>norm.weight`, `<prefix>norm.bias` (D)
+ * (PyTorch `nn.TransformerEncoder(layer, n_layers, norm=nn.LayerNorm(D, eps))`). Every size
+ * is checked before anything is allocated.
+ * Errors: ::TG_ERR_ARG (bad config, n_layers < 1 or > ::TG_NN_MAX_LAYERS, NULL @p s or
+ * @p cfg), ::TG_ERR_NOMEM, or the pending build error.
+ */
+TG_API tg_status tg_encoder_init(tg_ctx *ctx, tg_encoder *s, tg_dtype dt,
+                                 const tg_encoder_config *cfg, int64_t n_layers,
+                                 bool final_norm, const char *prefix);
+/**
+ * x = layer_{L-1}(... layer_0(x, masks) ..., masks); then norm(x) when the final norm exists.
+ * Shapes: x (B, T, D) -> (B, T, D). Masks as tg_encoder_layer_forward() (the same for every
+ * layer). Errors: as tg_encoder_layer_forward(); ::TG_ERR_ARG (stack not initialised).
+ */
+TG_API tg_tensor *tg_encoder_forward(tg_ctx *ctx, const tg_encoder *s, tg_tensor *x,
+                                     const tg_attn_masks *masks);
+
+/** A stack of decoder layers (PyTorch `nn.TransformerDecoder`). */
+typedef struct tg_decoder {
+    tg_decoder_config cfg;
+    int64_t n_layers;
+    tg_decoder_layer *layers;  /**< n_layers, parameters `layers.{i}.*` (context memory) */
+    tg_tensor *norm_weight;    /**< (D) `norm.weight`, NULL without a final norm */
+    tg_tensor *norm_bias;      /**< (D) `norm.bias`, NULL without a final norm */
+} tg_decoder;
+
+/** As tg_encoder_init() with decoder layers (`<prefix>layers.{i}.*`, `<prefix>norm.*`). */
+TG_API tg_status tg_decoder_init(tg_ctx *ctx, tg_decoder *s, tg_dtype dt,
+                                 const tg_decoder_config *cfg, int64_t n_layers,
+                                 bool final_norm, const char *prefix);
+/**
+ * x = layer_{L-1}(... layer_0(x, memory) ..., memory), every layer reading the same
+ * @p memory and masks; then norm(x) when the final norm exists.
+ * Shapes: x (B, T, D), memory (B, S, D) -> (B, T, D).
+ * Errors: as tg_decoder_layer_forward(); ::TG_ERR_ARG (stack not initialised).
+ */
+TG_API tg_tensor *tg_decoder_forward(tg_ctx *ctx, const tg_decoder *s, tg_tensor *x,
+                                     tg_tensor *memory, const tg_attn_masks *tgt_masks,
+                                     const tg_attn_masks *memory_masks);
+
+/** The encoder-decoder Transformer (PyTorch `nn.Transformer`, batch_first=True). */
+typedef struct tg_encoder_decoder {
+    tg_encoder encoder; /**< `encoder.layers.{i}.*`, `encoder.norm.*` */
+    tg_decoder decoder; /**< `decoder.layers.{i}.*`, `decoder.norm.*` */
+} tg_encoder_decoder;
+
+/**
+ * Create the encoder-decoder model with `nn.Transformer`'s `state_dict` names after
+ * @p prefix: `encoder.layers.{i}.*` (i < @p n_encoder_layers), `encoder.norm.*`,
+ * `decoder.layers.{i}.*` (i < @p n_decoder_layers), `decoder.norm.*`. Both final norms
+ * always exist, as in PyTorch.
+ * Errors: as tg_encoder_init() for either count.
+ */
+TG_API tg_status tg_encoder_decoder_init(tg_ctx *ctx, tg_encoder_decoder *m, tg_dtype dt,
+                                         const tg_encoder_config *cfg,
+                                         int64_t n_encoder_layers, int64_t n_decoder_layers,
+                                         const char *prefix);
+/**
+ * memory = encoder(src, src_masks); out = decoder(tgt, memory, tgt_masks, memory_masks)
+ * (Vaswani et al. 2017, sec. 3.1, Figure 1; `nn.Transformer.forward` with src_mask and
+ * src_key_padding_mask in @p src_masks, tgt_mask, tgt_key_padding_mask and causal in
+ * @p tgt_masks, memory_mask and memory_key_padding_mask in @p memory_masks). Any of the
+ * three may be NULL.
+ * Shapes: src (B, S, D), tgt (B, T, D) -> (B, T, D).
+ * Errors: as tg_encoder_forward() and tg_decoder_forward().
+ */
+TG_API tg_tensor *tg_encoder_decoder_forward(tg_ctx *ctx, const tg_encoder_decoder *m,
+                                             tg_tensor *src, tg_tensor *tgt,
+                                             const tg_attn_masks *src_masks,
+                                             const tg_attn_masks *tgt_masks,
+                                             const tg_attn_masks *memory_masks);
 
 #ifdef __cplusplus
 }

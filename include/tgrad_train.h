@@ -119,10 +119,17 @@ typedef struct tg_transformer_config {
     tg_pos_kind pos;
     bool causal;          /**< true: decoder-only LM (look-ahead mask); false: encoder */
     bool tie_weights;     /**< output projection shares tok_emb.weight */
+    /** 0: the model above (n_layers encoder layers; causal: decoder-only LM). > 0: the
+     *  encoder-decoder (sequence-to-sequence) model with n_layers encoder layers and this many
+     *  decoder layers (Vaswani et al. 2017, sec. 3.1), run with
+     *  tg_transformer_forward_seq2seq(); causal is then ignored (the target is always causal). */
+    int64_t n_decoder_layers;
 } tg_transformer_config;
 
 /** A transformer: token (+ position) embeddings, n encoder layers, final layer norm, output
- *  projection. */
+ *  projection; or (cfg.n_decoder_layers > 0) the encoder-decoder model: the same embeddings
+ *  for source and target, an encoder and a decoder stack with nn.Transformer's names, the
+ *  decoder's final norm, output projection. */
 typedef struct tg_transformer {
     tg_transformer_config cfg;
     tg_tensor *tok_emb;   /**< (V, D) `tok_emb.weight` */
@@ -131,6 +138,10 @@ typedef struct tg_transformer {
     tg_tensor *norm_w, *norm_b; /**< (D) `norm.weight`, `norm.bias` (final layer norm) */
     tg_tensor *head_w;    /**< (V, D) `head.weight` (== tok_emb if tied) */
     tg_tensor *head_b;    /**< (V) `head.bias` */
+    /** Encoder-decoder model only (cfg.n_decoder_layers > 0; else zeroed): `encoder.*`
+     *  (n_layers layers, final norm) and `decoder.*` (n_decoder_layers, final norm) as
+     *  nn.Transformer; layers is NULL and norm_w, norm_b are the decoder's `decoder.norm.*`. */
+    tg_encoder_decoder seq2seq;
 } tg_transformer;
 
 /** Most encoder layers tg_transformer_init() accepts. */
@@ -143,17 +154,36 @@ typedef struct tg_transformer {
  * total bytes must fit in size_t and, if tg_ctx_set_memory_limit() set one, within the limit,
  * so a huge configuration fails at once with one message naming the value. A failure stops the
  * build at once (nothing more is allocated). Errors: ::TG_ERR_ARG (bad config: vocab_size,
- * max_seq_len, d_model < 1, n_layers < 0 or > ::TG_TRANSFORMER_MAX_LAYERS, a layer config
+ * max_seq_len, d_model < 1, n_layers < 0 or > ::TG_TRANSFORMER_MAX_LAYERS, n_decoder_layers
+ * < 0 or > ::TG_TRANSFORMER_MAX_LAYERS or > 0 with n_layers < 1, a layer config
  * tg_encoder_layer_init() refuses, sizes too large), ::TG_ERR_NOMEM (allocation failed or the
  * memory limit would be exceeded), or the pending build error.
  */
 TG_API tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
                                      const tg_transformer_config *cfg);
 /**
+ * Logits of the encoder-decoder model (cfg.n_decoder_layers > 0) with teacher forcing:
+ *   src = tok_emb[src_ids] + pos(S); memory = encoder(src, src_key_padding_mask)
+ *   y = tok_emb[tgt_ids] + pos(T);  y = decoder(y, memory) with the causal target mask,
+ *       tgt_key_padding_mask, and memory_key_padding_mask = src_key_padding_mask
+ *   logits = decoder.norm(y) head_w^T + head_b     (the decoder's final norm, then the head)
+ * (Vaswani et al. 2017, sec. 3.1, 3.4 (shared embeddings; tgrad does not scale them by
+ * sqrt(d_model)), 3.5; dropout after the embeddings as tg_transformer_forward()).
+ * Shapes: src_ids (B, S), tgt_ids (B, T) ::TG_I32 with S, T <= max_seq_len, ids in [0, V);
+ * the key padding masks (B, S), (B, T) (1 = padding) or NULL -> logits (B, T, V).
+ * Errors: ::TG_ERR_ARG (a model without decoder layers: use tg_transformer_forward()),
+ * ::TG_ERR_SHAPE (ranks, lengths, batch sizes differ, mask shapes), ::TG_ERR_DTYPE.
+ */
+TG_API tg_tensor *tg_transformer_forward_seq2seq(tg_ctx *ctx, const tg_transformer *m,
+                                                 tg_tensor *src_ids, tg_tensor *tgt_ids,
+                                                 tg_tensor *src_key_padding_mask,
+                                                 tg_tensor *tgt_key_padding_mask);
+/**
  * Logits for token ids. Shapes: ids (B, T) ::TG_I32 with T <= max_seq_len, ids in [0, V)
  * -> logits (B, T, V) in the model's dtype. x = tok_emb[ids] + pos(T); x = layers(x) with the causal mask if
  * cfg.causal and @p key_padding_mask (B, T) or NULL; logits = LN(x) head_w^T + head_b.
- * Errors: ::TG_ERR_SHAPE, ::TG_ERR_DTYPE (ids not i32, see tg_embedding()).
+ * Errors: ::TG_ERR_SHAPE, ::TG_ERR_DTYPE (ids not i32, see tg_embedding()), ::TG_ERR_ARG (an
+ * encoder-decoder model: use tg_transformer_forward_seq2seq()).
  */
 TG_API tg_tensor *tg_transformer_forward(tg_ctx *ctx, const tg_transformer *m, tg_tensor *ids,
                                          tg_tensor *key_padding_mask);

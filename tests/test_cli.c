@@ -487,7 +487,7 @@ START_TEST(test_hostile_numbers)
     expect_usage_error("run ffn --heads 2 --weights w --x x", "mha, encoder");
     expect_usage_error("run sdpa --q q --k k --v v --attn-out a --out a", "same file");
     expect_usage_error("run nosuchmodule", "nosuchmodule");
-    expect_usage_error("run", "sdpa, mha, ffn or encoder");
+    expect_usage_error("run", "sdpa, mha, ffn, encoder, decoder or transformer");
     expect_usage_error("run mha --weights w --heads 2", "--x");
     expect_usage_error("run mha --weights w --heads 2 --x x --q q", "not both");
     expect_usage_error("run sdpa --q q --k k --v v --dtype f16", "f32 or f64");

@@ -2,7 +2,8 @@
 /*
  * test_fixtures.c - parity with PyTorch: every case in tests/fixtures/ (written by
  * tools/gen_fixtures.py with PyTorch 1.13) is rebuilt with tgrad's modules, in f64 and f32;
- * the output and every gradient (parameters and inputs) must satisfy
+ * the output and every gradient (parameters and inputs) must satisfy (modules: sdpa, mha, ffn,
+ * encoder, decoder, encoder_stack, decoder_stack, transformer = nn.Transformer)
  *   max |ours - ref| / (1 + max |ref|) <= 1e-10 (f64), 1e-4 (f32).
  */
 #include "testutil.h"
@@ -19,6 +20,10 @@ static const char *const cases[] = {
     "mha_key_padding", "mha_attn_mask_3d", "mha_combined", "mha_additive_mask", "ffn_relu",
     "ffn_gelu", "enc_post_relu", "enc_pre_relu", "enc_post_gelu", "enc_pre_gelu_eps",
     "enc_key_padding", "enc_causal",
+    /* issue 10: decoder layer, stacks, nn.Transformer */
+    "dec_post_relu", "dec_pre_gelu_eps", "dec_causal_tgt_kpm", "dec_memory_kpm", "dec_masks",
+    "dec_masked_memory_row", "dec_stack2", "enc_stack2_norm", "transformer_2_2",
+    "transformer_pre_gelu",
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -77,6 +82,9 @@ static void run_case(const char *name, tg_dtype dt)
     tg_tensor *q = input_from(ctx, st, "q", dt, true);
     tg_tensor *k = input_from(ctx, st, "k", dt, true);
     tg_tensor *v = input_from(ctx, st, "v", dt, true);
+    tg_tensor *memory = input_from(ctx, st, "memory", dt, true);
+    tg_tensor *src = input_from(ctx, st, "src", dt, true);
+    tg_tensor *tgt = input_from(ctx, st, "tgt", dt, true);
     tg_tensor *y = NULL, *w = NULL;
     const char *act = tg_safetensors_meta_get(st, "activation");
     tg_activation a = act && strcmp(act, "gelu") == 0 ? TG_ACT_GELU : TG_ACT_RELU;
@@ -97,15 +105,57 @@ static void run_case(const char *name, tg_dtype dt)
         ck_assert_int_eq(tg_ffn_init(ctx, &f, dt, tg_tensor_dim(x, -1), F, a, NULL), TG_OK);
         y = tg_ffn_forward(ctx, &f, x);
     } else {
-        ck_assert_str_eq(module, "encoder");
-        tg_encoder_config c = tg_encoder_config_default(tg_tensor_dim(x, -1), H);
-        c.d_ff = tg_tensor_dim(tg_safetensors_find(st, "linear1.weight"), 0);
+        tg_encoder_config c = tg_encoder_config_default(tg_tensor_dim(x ? x : src, -1), H);
+        const char *ff = strcmp(module, "encoder") && strcmp(module, "decoder")
+                             ? (strcmp(module, "transformer") ? "layers.0.linear1.weight"
+                                                              : "encoder.layers.0.linear1.weight")
+                             : "linear1.weight";
+        c.d_ff = tg_tensor_dim(tg_safetensors_find(st, ff), 0);
         c.activation = a;
         c.norm_first = strcmp(tg_safetensors_meta_get(st, "norm_first"), "1") == 0;
         c.layer_norm_eps = atof(tg_safetensors_meta_get(st, "eps"));
-        tg_encoder_layer l;
-        ck_assert_int_eq(tg_encoder_layer_init(ctx, &l, dt, &c, NULL), TG_OK);
-        y = tg_encoder_layer_forward(ctx, &l, x, &masks);
+        const char *nl = tg_safetensors_meta_get(st, "layers");
+        int64_t L = nl && strcmp(nl, "n/a") ? atoll(nl) : 1;
+        /* decoder masks, PyTorch's names (the causal flag stands for tgt_mask when set) */
+        tg_attn_masks tm, mm, sm;
+        memset(&tm, 0, sizeof tm);
+        memset(&mm, 0, sizeof mm);
+        memset(&sm, 0, sizeof sm);
+        const char *tk = tg_safetensors_meta_get(st, "tgt_mask_kind");
+        tm.causal = masks.causal;
+        tm.attn_mask = input_from(ctx, st, "tgt_mask", dt, false);
+        tm.attn_mask_kind = tk && !strcmp(tk, "additive") ? TG_MASK_ADDITIVE : TG_MASK_BLOCK;
+        tm.key_padding_mask = input_from(ctx, st, "tgt_key_padding_mask", dt, false);
+        mm.attn_mask = input_from(ctx, st, "memory_mask", dt, false);
+        mm.attn_mask_kind = TG_MASK_BLOCK;
+        mm.key_padding_mask = input_from(ctx, st, "memory_key_padding_mask", dt, false);
+        sm.key_padding_mask = input_from(ctx, st, "src_key_padding_mask", dt, false);
+        if (strcmp(module, "encoder") == 0) {
+            tg_encoder_layer l;
+            ck_assert_int_eq(tg_encoder_layer_init(ctx, &l, dt, &c, NULL), TG_OK);
+            y = tg_encoder_layer_forward(ctx, &l, x, &masks);
+        } else if (strcmp(module, "encoder_stack") == 0) {
+            tg_encoder e;
+            ck_assert_int_eq(tg_encoder_init(ctx, &e, dt, &c, L, true, NULL), TG_OK);
+            y = tg_encoder_forward(ctx, &e, x, &masks);
+        } else if (strcmp(module, "decoder") == 0) {
+            tg_decoder_layer l;
+            ck_assert_int_eq(tg_decoder_layer_init(ctx, &l, dt, &c, NULL), TG_OK);
+            y = tg_decoder_layer_forward(ctx, &l, x, memory, &tm, &mm);
+        } else if (strcmp(module, "decoder_stack") == 0) {
+            tg_decoder d;
+            ck_assert_int_eq(tg_decoder_init(ctx, &d, dt, &c, L, true, NULL), TG_OK);
+            y = tg_decoder_forward(ctx, &d, x, memory, &tm, &mm);
+        } else {
+            ck_assert_str_eq(module, "transformer");
+            tg_encoder_decoder m;
+            ck_assert_int_eq(tg_encoder_decoder_init(
+                                 ctx, &m, dt, &c,
+                                 atoll(tg_safetensors_meta_get(st, "encoder_layers")),
+                                 atoll(tg_safetensors_meta_get(st, "decoder_layers")), NULL),
+                             TG_OK);
+            y = tg_encoder_decoder_forward(ctx, &m, src, tgt, &sm, &tm, &mm);
+        }
     }
     ck_assert_msg(y != NULL, "%s: %s", name, tg_ctx_message(ctx));
     /* parameters from the file by state_dict name (the file also holds inputs: not strict) */
@@ -133,7 +183,9 @@ static void run_case(const char *name, tg_dtype dt)
         tg_tensor *t = tg_ctx_find_param(ctx, target);
         if (!t)
             t = strcmp(target, "x") == 0 ? x : strcmp(target, "q") == 0 ? q
-                : strcmp(target, "k") == 0 ? k : strcmp(target, "v") == 0 ? v : NULL;
+                : strcmp(target, "k") == 0 ? k : strcmp(target, "v") == 0 ? v
+                : strcmp(target, "memory") == 0 ? memory : strcmp(target, "src") == 0 ? src
+                : strcmp(target, "tgt") == 0 ? tgt : NULL;
         ck_assert_msg(t != NULL, "%s: no tensor for %s", name, key);
         e = rel_err_data(t, tg_safetensors_tensor(st, i), true);
         ck_assert_msg(e <= tol, "%s %s: %s error %.3g > %.0e", name, tg_dtype_str(dt), key, e,
@@ -141,6 +193,12 @@ static void run_case(const char *name, tg_dtype dt)
         n_grads++;
     }
     ck_assert_int_gt(n_grads, 0);
+    /* every parameter tgrad created is in the file (same names as PyTorch's state_dict) */
+    for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++) {
+        char key[TG_NAME_MAX + 8];
+        snprintf(key, sizeof key, "grad.%s", tg_tensor_name(tg_ctx_param(ctx, i)));
+        ck_assert_msg(tg_safetensors_find(st, key) != NULL, "%s: no %s", name, key);
+    }
     tg_ctx_free(ctx);
 }
 

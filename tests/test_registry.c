@@ -15,7 +15,8 @@
 
 /* Module builders (tgrad_nn.h and later) that have gradcheck cases but are not registry ops:
  * graphs of registered ops. Add a module here when you add its cases. */
-static const char *const modules[] = {"sdpa", "mha", "ffn", "encoder", "transformer"};
+static const char *const modules[] = {"sdpa", "mha", "ffn", "encoder", "transformer",
+                                      "decoder", "encoder_decoder"};
 #define N_MODULES ((int)(sizeof modules / sizeof modules[0]))
 
 static bool is_module(const char *name)

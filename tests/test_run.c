@@ -348,6 +348,25 @@ START_TEST(test_integer_masks)
 }
 END_TEST
 
+typedef struct {
+    const char *args, *needle;
+} err_case;
+
+/* Each bad invocation: non-zero exit, exactly one line on stderr containing its needle. */
+static void expect_errors(const err_case *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int rc = run(cases[i].args);
+        char err[4096];
+        read_file("err.txt", err, sizeof err);
+        ck_assert_msg(rc != 0, "'%s' exited 0", cases[i].args);
+        ck_assert_msg(count_lines(err) == 1, "'%s' printed %d lines: %s", cases[i].args,
+                      count_lines(err), err);
+        ck_assert_msg(strstr(err, cases[i].needle) != NULL, "'%s': '%s' lacks '%s'",
+                      cases[i].args, err, cases[i].needle);
+    }
+}
+
 /* Each bad invocation: non-zero exit, exactly one line on stderr naming the problem. */
 START_TEST(test_errors)
 {
@@ -358,9 +377,7 @@ START_TEST(test_errors)
     char sp[512];
     snprintf(sp, sizeof sp, "%s/scalar.npy", dir);
     ck_assert_int_eq(tg_npy_write_data(f.ctx, sp, TG_F64, 0, NULL, (double[]){1.5}), TG_OK);
-    static const struct {
-        const char *args, *needle;
-    } cases[] = {
+    static const err_case cases[] = {
         {"mha --weights w.safetensors --heads 2 --x missing.npy", "missing.npy"},
         {"mha --weights w.safetensors --heads 3 --x x.npy", "--heads 3"},
         {"mha --weights nope.safetensors --heads 2 --x x.npy", "nope.safetensors"},
@@ -385,16 +402,7 @@ START_TEST(test_errors)
         {"mha --weights w.safetensors --heads 2 --x x.npy --grad-out x.npy", "--grads"},
         {"mha --weights x.npy --heads 2 --x x.npy", "x.npy"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int rc = run(cases[i].args);
-        char err[4096];
-        read_file("err.txt", err, sizeof err);
-        ck_assert_msg(rc != 0, "'%s' exited 0", cases[i].args);
-        ck_assert_msg(count_lines(err) == 1, "'%s' printed %d lines: %s", cases[i].args,
-                      count_lines(err), err);
-        ck_assert_msg(strstr(err, cases[i].needle) != NULL, "'%s': '%s' lacks '%s'",
-                      cases[i].args, err, cases[i].needle);
-    }
+    expect_errors(cases, sizeof cases / sizeof cases[0]);
     tg_ctx_free(f.ctx);
 }
 END_TEST
@@ -405,13 +413,16 @@ START_TEST(test_help)
     char out[8192];
     read_file("out.txt", out, sizeof out);
     ck_assert(strstr(out, "sdpa") && strstr(out, "mha") && strstr(out, "ffn") &&
-              strstr(out, "encoder"));
+              strstr(out, "encoder") && strstr(out, "decoder") && strstr(out, "transformer"));
     /* each module's help is printed from its option table */
     static const char *const mods[][3] = {{"sdpa", "--q", "--attn-out"},
                                           {"mha", "--key-padding-mask", "--attn-mask"},
                                           {"ffn", "--activation", "--weights"},
-                                          {"encoder", "--norm-first", "--eps"}};
-    for (int i = 0; i < 4; i++) {
+                                          {"encoder", "--norm-first", "--layers"},
+                                          {"decoder", "--memory-key-padding-mask", "--tgt-mask"},
+                                          {"transformer", "--src-key-padding-mask",
+                                           "--decoder-layers"}};
+    for (int i = 0; i < 6; i++) {
         char a[64];
         snprintf(a, sizeof a, "%s --help", mods[i][0]);
         ck_assert_int_eq(run(a), 0);
@@ -504,6 +515,198 @@ START_TEST(test_dot)
 }
 END_TEST
 
+
+/* ---- issue 10: decoder, stacks, nn.Transformer ------------------------------------------ */
+
+/* Write every parameter of the fixture (everything but inputs, masks, grad_out, out and the
+ * gradients) as the weights file; returns how many. */
+static int weights_all(fixture *f)
+{
+    static const char *const not_params[] = {"x", "memory", "src", "tgt", "out", "grad_out"};
+    int64_t n = tg_safetensors_count(f->st), k = 0;
+    const tg_tensor **ts = malloc(sizeof *ts * (size_t)n);
+    const char **names = malloc(sizeof *names * (size_t)n);
+    ck_assert(ts && names);
+    for (int64_t i = 0; i < n; i++) {
+        const char *nm = tg_safetensors_name(f->st, i);
+        size_t l = strlen(nm);
+        bool skip = !strncmp(nm, "grad.", 5) || (l > 5 && !strcmp(nm + l - 5, "_mask"));
+        for (size_t j = 0; j < sizeof not_params / sizeof not_params[0]; j++)
+            skip = skip || !strcmp(nm, not_params[j]);
+        if (skip)
+            continue;
+        ts[k] = tg_safetensors_tensor(f->st, i);
+        names[k++] = nm;
+    }
+    char p[512];
+    snprintf(p, sizeof p, "%s/w.safetensors", dir);
+    ck_assert_int_eq(tg_safetensors_write(f->ctx, p, k, ts, names, 0, NULL, NULL), TG_OK);
+    free(ts);
+    free(names);
+    return (int)k;
+}
+
+/* Run `tgrad run ARGS --dtype .. --out o.npy [--grad-out dy.npy --grads g.safetensors]` on a
+ * fixture whose inputs and masks were written, and compare with PyTorch. */
+static void run_and_check(fixture *f, const char *args, int dtype_i, int n_inputs, int n_params)
+{
+    char a[2048];
+    bool grads = n_inputs > 0;
+    snprintf(a, sizeof a, "%s --dtype %s --out o.npy%s", args, dtype_arg(dtype_i),
+             grads ? " --grad-out dy.npy --grads g.safetensors" : "");
+    int rc = run(a);
+    char err[4096];
+    read_file("err.txt", err, sizeof err);
+    ck_assert_msg(rc == 0, "'%s': %s", a, err);
+    check_out(f, tol_of(dtype_i));
+    if (grads)
+        check_grads(f, tol_of(dtype_i), n_params + n_inputs);
+}
+
+/* One `tgrad run` case on a fixture: its files ("key=file" written as .npy; "key=file|b1" as
+ * a bool mask, "key=file<i8" as a 0/1 integer mask), the arguments, and how many inputs have
+ * gradients (0: forward only). */
+typedef struct {
+    const char *fixture;
+    const char *files[6];
+    const char *args;
+    int n_inputs;
+    int n_params; /* expected parameter count of the weights file */
+} run_case_t;
+
+static void write_files(fixture *f, const char *const *files)
+{
+    for (int i = 0; i < 6 && files[i]; i++) {
+        char key[64], file[64];
+        const char *eq = strchr(files[i], '=');
+        snprintf(key, sizeof key, "%.*s", (int)(eq - files[i]), files[i]);
+        size_t l = strcspn(eq + 1, "|<");
+        snprintf(file, sizeof file, "%.*s", (int)l, eq + 1);
+        if (eq[1 + l])
+            mask_npy(f, key, file, eq + 1 + l, -1);
+        else
+            npy(f, key, file);
+    }
+}
+
+static void run_cases(const run_case_t *cases, int n, int dtype_i)
+{
+    for (int i = 0; i < n; i++) {
+        fixture f = load(cases[i].fixture);
+        int np = weights_all(&f);
+        ck_assert_int_eq(np, cases[i].n_params);
+        write_files(&f, cases[i].files);
+        if (cases[i].n_inputs)
+            npy(&f, "grad_out", "dy.npy");
+        run_and_check(&f, cases[i].args, dtype_i, cases[i].n_inputs, np);
+        tg_ctx_free(f.ctx);
+    }
+}
+
+#define DEC "decoder --weights w.safetensors --x x.npy --memory m.npy "
+#define XM "x=x.npy", "memory=m.npy"
+START_TEST(test_decoder_layer)
+{
+    static const run_case_t cases[] = {
+        /* float tgt_mask (additive), bool memory_mask, gelu */
+        {"dec_masks", {XM, "tgt_mask=tm.npy", "memory_mask=mm.npy|b1"},
+         DEC "--heads 2 --tgt-mask tm.npy --memory-mask mm.npy --activation gelu", 2, 18},
+        {"dec_causal_tgt_kpm", {XM, "tgt_key_padding_mask=tp.npy|b1"},
+         DEC "--heads 2 --causal --tgt-key-padding-mask tp.npy", 2, 18},
+        {"dec_memory_kpm", {XM, "memory_key_padding_mask=mp.npy<i8"}, /* 0/1 integers */
+         DEC "--heads 4 --norm-first --memory-key-padding-mask mp.npy", 0, 18},
+        {"dec_pre_gelu_eps", {XM}, DEC "--heads 3 --norm-first --eps 1e-6 --activation gelu", 2,
+         18},
+        /* PyTorch gives NaN in the fully masked row; tgrad the cross-attention's bias there */
+        {"dec_masked_memory_row", {XM, "memory_mask=mm.npy|b1"},
+         DEC "--heads 2 --norm-first --causal --memory-mask mm.npy", 2, 18},
+    };
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]), _i);
+}
+END_TEST
+
+START_TEST(test_stacks)
+{
+    static const run_case_t cases[] = {
+        {"dec_stack2", {XM, "memory_key_padding_mask=mp.npy|b1"},
+         DEC "--heads 2 --layers 2 --causal --memory-key-padding-mask mp.npy", 2, 38},
+        {"enc_stack2_norm", {"x=x.npy", "key_padding_mask=p.npy|b1"},
+         "encoder --weights w.safetensors --heads 2 --x x.npy --layers 2 "
+         "--key-padding-mask p.npy", 1, 26},
+    };
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]), _i);
+}
+END_TEST
+
+#define TF "transformer --weights w.safetensors --heads 2 --src s.npy --tgt t.npy " \
+           "--encoder-layers 2 --decoder-layers 2 --causal "
+START_TEST(test_transformer)
+{
+    static const run_case_t cases[] = {
+        {"transformer_2_2", {"src=s.npy", "tgt=t.npy", "src_key_padding_mask=sp.npy|b1",
+                             "tgt_key_padding_mask=tp.npy|b1"},
+         TF "--src-key-padding-mask sp.npy --tgt-key-padding-mask tp.npy "
+            "--memory-key-padding-mask sp.npy", 2, 64},
+        {"transformer_pre_gelu", {"src=s.npy", "tgt=t.npy", "tgt_key_padding_mask=tp.npy|b1"},
+         TF "--tgt-key-padding-mask tp.npy --norm-first --eps 1e-6 --activation gelu", 2, 64},
+    };
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]), _i);
+}
+END_TEST
+
+/* Bad decoder / transformer invocations: one line on stderr naming the problem. */
+START_TEST(test_decoder_errors)
+{
+    fixture f = load("dec_masks");
+    weights_all(&f);
+    npy(&f, "x", "x.npy");
+    npy(&f, "memory", "m.npy");
+    npy(&f, "tgt_mask", "tm.npy");
+    bool_npy(&f, "memory_mask", "mm.npy");
+    npy(&f, "grad_out", "wide.npy"); /* (2, 4, 8) */
+    char p[512];
+    static const double zeros[120] = {0};
+    snprintf(p, sizeof p, "%s/m3.npy", dir); /* batch 3 */
+    ck_assert_int_eq(tg_npy_write_data(f.ctx, p, TG_F64, 3, (int64_t[]){3, 5, 8}, zeros),
+                     TG_OK);
+    snprintf(p, sizeof p, "%s/m6.npy", dir); /* width 6 */
+    ck_assert_int_eq(tg_npy_write_data(f.ctx, p, TG_F64, 3, (int64_t[]){2, 5, 6}, zeros),
+                     TG_OK);
+    static const err_case cases[] = {
+        {"decoder --weights w.safetensors --heads 2 --x x.npy --memory m6.npy",
+         "--memory 'm6.npy' has last dim 6, but d_model of --weights 'w.safetensors' is 8"},
+        {"decoder --weights w.safetensors --heads 2 --x x.npy --memory m3.npy",
+         "need x (B, T, 8) and memory (B, S, 8) with the same batch B; got x (2, 4, 8), "
+         "memory (3, 5, 8)"},
+        {"decoder --weights w.safetensors --heads 2 --x x.npy --memory m.npy --tgt-mask mm.npy",
+         "tgt_mask (4, 5) must be (T_q, T_k) = (4, 4)"},
+        {"decoder --weights w.safetensors --heads 2 --x x.npy --memory m.npy --memory-mask "
+         "tm.npy", "memory_mask (4, 4) must be (T_q, T_k) = (4, 5)"},
+        {"decoder --weights w.safetensors --heads 2 --x x.npy --memory m.npy "
+         "--memory-key-padding-mask tm.npy", "--memory-key-padding-mask 'tm.npy': must be a "
+         "bool or 0/1 integer array"},
+        {"decoder --weights w.safetensors --heads 2 --x x.npy", "--memory"},
+        {"decoder --weights w.safetensors --heads 3 --x x.npy --memory m.npy", "--heads 3"},
+        {"decoder --weights w.safetensors --heads 2 --x x.npy --memory m.npy --layers 2",
+         "no 'layers.0.self_attn.in_proj_weight'"},
+        {"decoder --weights w.safetensors --heads 2 --x x.npy --memory m.npy --out m.npy",
+         "--out 'm.npy' is the input --memory 'm.npy'"},
+        {"decoder --weights w.safetensors --heads 2 --x x.npy --memory m.npy --src x.npy",
+         "option '--src' is not for decoder (it is an option of: transformer"},
+        {"transformer --weights w.safetensors --heads 2 --src m.npy --tgt x.npy "
+         "--decoder-layers 1", "--encoder-layers"},
+        {"transformer --weights w.safetensors --heads 2 --src m.npy --tgt x.npy "
+         "--encoder-layers 1 --decoder-layers 0", "--decoder-layers '0'"},
+        {"transformer --weights w.safetensors --heads 2 --src m.npy --tgt x.npy "
+         "--encoder-layers 1 --decoder-layers 1", "no 'encoder.layers.0.self_attn.in_proj_weight'"},
+        {"encoder --weights w.safetensors --heads 2 --x x.npy --memory m.npy",
+         "option '--memory' is not for encoder"},
+    };
+    expect_errors(cases, sizeof cases / sizeof cases[0]);
+    tg_ctx_free(f.ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("run");
@@ -518,6 +721,10 @@ int main(void)
     tcase_add_loop_test(tc, test_ffn, 0, 2);
     tcase_add_loop_test(tc, test_encoder, 0, 2);
     tcase_add_loop_test(tc, test_integer_masks, 0, 2);
+    tcase_add_loop_test(tc, test_decoder_layer, 0, 2);
+    tcase_add_loop_test(tc, test_stacks, 0, 2);
+    tcase_add_loop_test(tc, test_transformer, 0, 2);
+    tcase_add_test(tc, test_decoder_errors);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_help);
     tcase_add_test(tc, test_dot);

@@ -329,6 +329,9 @@ START_TEST(test_checkpoint_reproducers)
         {"optim.step", "-5", "optim.step"},
         {"model.vocab_size", "7", "model.vocab_size"},
         {"model.causal", "0", "model.causal"},
+        /* issue 10: n_decoder_layers (absent = 0); seq2seq checkpoints not loadable yet */
+        {"model.decoder_layers", "2", "'model.decoder_layers' is 2: an encoder-decoder"},
+        {"model.decoder_layers", "-1", "model.decoder_layers"},
         {"data.vocab", "2020", "data.vocab"},     /* a byte twice */
         {"data.vocab", "zz", "data.vocab"},
         {"data.mode", "task", NULL},               /* resume: the mode; sample: not text */

@@ -687,11 +687,30 @@ bool model_memory_check(const tg_transformer_config *mc, tg_dtype dt, int64_t ba
     return true;
 }
 
+/* model.decoder_layers: the encoder-decoder model's decoder layers (tg_transformer_config.
+ * n_decoder_layers); absent in older checkpoints, which are the decoder-only or encoder models
+ * (0). Sequence-to-sequence checkpoints are not trained, sampled or exported yet. */
+static bool decoder_layers_ok(const tg_safetensors *st, char *err, size_t n)
+{
+    const char *v = tg_safetensors_meta_get(st, "model.decoder_layers");
+    int64_t nd = 0;
+    if (v && !parse_int_field("model.decoder_layers", v, 0, TG_TRANSFORMER_MAX_LAYERS, &nd, err,
+                              n))
+        return false;
+    if (nd > 0) {
+        snprintf(err, n, "checkpoint field 'model.decoder_layers' is %" PRId64 ": an "
+                 "encoder-decoder (seq2seq) checkpoint, which this version of tgrad cannot "
+                 "resume, sample or export", nd);
+        return false;
+    }
+    return true;
+}
+
 static bool validate(const tg_safetensors *st, train_args *a, const cli_result *given,
                      ckpt_use use, double limit_bytes, ckpt_info *info,
                      tg_transformer_config *mc, char *err, size_t n)
 {
-    if (!apply(st, a, given, use, info, err, n))
+    if (!decoder_layers_ok(st, err, n) || !apply(st, a, given, use, info, err, n))
         return false;
     if (use == USE_TRAIN) {
         bool text = a->text.n > 0;

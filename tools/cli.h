@@ -33,6 +33,7 @@ int cmd_version(int argc, char **argv);
 /* Limits shared by the commands' tables. */
 #define CLI_MAX_THREADS 256     /* --threads */
 #define CLI_MAX_HEADS 65536     /* --heads */
+#define CLI_MAX_LAYERS 65536    /* tgrad run --layers, --encoder-layers, --decoder-layers */
 
 /* ---- tgrad (top level) --------------------------------------------------------------------- */
 typedef struct top_args {
@@ -48,13 +49,20 @@ int top_parse(int argc, char **argv, const char *const *names, int n_names, top_
 void top_free(top_args *a, cli_result *r);
 
 /* ---- tgrad run ----------------------------------------------------------------------------- */
-typedef enum { RUN_NONE = -1, RUN_SDPA = 0, RUN_MHA, RUN_FFN, RUN_ENCODER, RUN_N_MODULES } run_module;
+typedef enum {
+    RUN_NONE = -1, RUN_SDPA = 0, RUN_MHA, RUN_FFN, RUN_ENCODER, RUN_DECODER, RUN_TRANSFORMER,
+    RUN_N_MODULES
+} run_module;
 
 typedef struct run_args {
     int module;   /* run_module */
     const char *q, *k, *v, *x, *mask, *attn_mask, *kpm, *weights, *out, *attn_out, *grad_out,
         *grads;
     const char *dot; /* --dot: the graph as Graphviz DOT */
+    /* decoder and transformer inputs and masks (PyTorch's names) */
+    const char *memory, *src, *tgt, *tgt_mask, *memory_mask, *tgt_kpm, *memory_kpm, *src_kpm;
+    int64_t layers;                         /* --layers: a stack (0: one layer) */
+    int64_t encoder_layers, decoder_layers; /* transformer */
     int activation; /* 0 relu, 1 gelu */
     int dtype;      /* 0 f32, 1 f64 */
     int64_t heads;  /* [1, CLI_MAX_HEADS] */

@@ -7,6 +7,15 @@
  *   tgrad run ffn     --weights W.safetensors --x X.npy [--activation relu|gelu]
  *   tgrad run encoder --weights W.safetensors --heads H --x X.npy [--norm-first] [--eps E]
  *                     [--activation relu|gelu] [--key-padding-mask P.npy] [--causal]
+ *                     [--layers N]    (nn.TransformerEncoder: layers.{i}.*, norm.* if present)
+ *   tgrad run decoder --weights W --heads H --x TGT.npy --memory MEM.npy [--layers N]
+ *                     [--causal] [--tgt-mask M.npy] [--memory-mask M.npy]
+ *                     [--tgt-key-padding-mask P.npy] [--memory-key-padding-mask P.npy]
+ *                     [--norm-first] [--eps E] [--activation relu|gelu]
+ *   tgrad run transformer --weights W --heads H --src SRC.npy --tgt TGT.npy
+ *                     --encoder-layers N --decoder-layers M [--causal]
+ *                     [--src-key-padding-mask P] [--tgt-key-padding-mask P]
+ *                     [--memory-key-padding-mask P] [--norm-first] [--eps E] [--activation A]
  *   every module:     --dtype f32|f64  --out O.npy  [--grad-out dO.npy --grads G.safetensors]
  *                     [--dot G.dot] [--unfused]
  *
@@ -15,6 +24,7 @@
  * integer .npy (|u1, <i4, <i8, ...) must hold only 0 and 1 and is read the same way (1 =
  * blocked, as PyTorch's uint8 masks were); a float .npy is additive (added to the scores, as
  * PyTorch's float attn_mask). A key padding mask is bool or 0/1 integer (true/1 = padding).
+ * Gradients of the inputs are saved under the options' names: x, q, k, v, memory, src, tgt.
  * Every error is one line on stderr (exit status 2 for the command line, 1 for the files).
  */
 #include "cli.h"
@@ -90,17 +100,67 @@ static const cli_option ffn_opts[] = {
     OPT_ACT, OPT_COMMON, {0},
 };
 
+#define OPT_LAYER_COMMON                                                                     \
+    {.name = "norm-first", .kind = CLI_FLAG, .offset = offsetof(run_args, norm_first),       \
+     .help = "pre-norm (layer norm before each sublayer); default post-norm"},               \
+    {.name = "eps", .kind = CLI_NUM, .offset = offsetof(run_args, eps), .metavar = "E",      \
+     .help = "layer-norm eps (1e-5)", .fmin = 0, .fmax = 1},                                 \
+    OPT_ACT
+#define OPT_INT(nm, field, mv, hp, fl)                                                       \
+    {.name = nm, .kind = CLI_INT, .offset = offsetof(run_args, field), .metavar = mv,        \
+     .help = hp, .imin = 1, .imax = CLI_MAX_LAYERS, .flags = fl}
+#define OPT_MASK(nm, field, hp) OPT_PATH(nm, field, "M.npy", hp, 0)
+#define OPT_PAD(nm, field, hp) OPT_PATH(nm, field, "P.npy", hp, 0)
+
 static const cli_option encoder_opts[] = {
     OPT_WEIGHTS, OPT_HEADS,
     OPT_PATH("x", x, "X.npy", "input (B, T, d_model)", CLI_REQUIRED),
-    {.name = "norm-first", .kind = CLI_FLAG, .offset = offsetof(run_args, norm_first),
-     .help = "pre-norm (layer norm before attention and FFN); default post-norm"},
-    {.name = "eps", .kind = CLI_NUM, .offset = offsetof(run_args, eps), .metavar = "E",
-     .help = "layer-norm eps (1e-5)", .fmin = 0, .fmax = 1},
-    OPT_ACT, OPT_KPM, OPT_CAUSAL, OPT_COMMON, {0},
+    OPT_LAYER_COMMON, OPT_KPM, OPT_CAUSAL,
+    OPT_INT("layers", layers, "N",
+            "a stack of N layers (nn.TransformerEncoder): weights layers.{i}.*, and the final "
+            "norm.* when the file has it", 0),
+    OPT_COMMON, {0},
 };
 
-static const char *const module_names[RUN_N_MODULES] = {"sdpa", "mha", "ffn", "encoder"};
+static const cli_option decoder_opts[] = {
+    OPT_WEIGHTS, OPT_HEADS,
+    OPT_PATH("x", x, "TGT.npy", "the target (B, T, d_model)", CLI_REQUIRED),
+    OPT_PATH("memory", memory, "MEM.npy", "the encoder output (B, S, d_model)", CLI_REQUIRED),
+    OPT_LAYER_COMMON,
+    {.name = "causal", .kind = CLI_FLAG, .offset = offsetof(run_args, causal),
+     .help = "look-ahead mask on the target's self-attention"},
+    OPT_MASK("tgt-mask", tgt_mask, "(T, T) or (B, T, T) self-attention mask: bool or 0/1 "
+             "integer (true/1 = blocked) or float (added)"),
+    OPT_MASK("memory-mask", memory_mask, "(T, S) or (B, T, S) cross-attention mask, as "
+             "--tgt-mask"),
+    OPT_PAD("tgt-key-padding-mask", tgt_kpm, "bool or 0/1 integer (B, T), true/1 = padding"),
+    OPT_PAD("memory-key-padding-mask", memory_kpm,
+            "bool or 0/1 integer (B, S), true/1 = padding"),
+    OPT_INT("layers", layers, "N",
+            "a stack of N layers (nn.TransformerDecoder): weights layers.{i}.*, and the final "
+            "norm.* when the file has it", 0),
+    OPT_COMMON, {0},
+};
+
+static const cli_option transformer_opts[] = {
+    OPT_WEIGHTS, OPT_HEADS,
+    OPT_PATH("src", src, "SRC.npy", "the source (B, S, d_model)", CLI_REQUIRED),
+    OPT_PATH("tgt", tgt, "TGT.npy", "the target (B, T, d_model)", CLI_REQUIRED),
+    OPT_INT("encoder-layers", encoder_layers, "N", "encoder layers (encoder.layers.{i}.*)",
+            CLI_REQUIRED),
+    OPT_INT("decoder-layers", decoder_layers, "M", "decoder layers (decoder.layers.{i}.*)",
+            CLI_REQUIRED),
+    {.name = "causal", .kind = CLI_FLAG, .offset = offsetof(run_args, causal),
+     .help = "look-ahead mask on the target (tgt_mask = the square subsequent mask)"},
+    OPT_PAD("src-key-padding-mask", src_kpm, "bool or 0/1 integer (B, S), true/1 = padding"),
+    OPT_PAD("tgt-key-padding-mask", tgt_kpm, "bool or 0/1 integer (B, T), true/1 = padding"),
+    OPT_PAD("memory-key-padding-mask", memory_kpm,
+            "bool or 0/1 integer (B, S), true/1 = padding (usually the source's)"),
+    OPT_LAYER_COMMON, OPT_COMMON, {0},
+};
+
+static const char *const module_names[RUN_N_MODULES] = {"sdpa", "mha", "ffn", "encoder",
+                                                        "decoder", "transformer"};
 
 static const cli_command run_cmds[RUN_N_MODULES] = {
     {.name = "run sdpa",
@@ -128,8 +188,30 @@ static const cli_command run_cmds[RUN_N_MODULES] = {
               "                         [--activation relu|gelu] [--key-padding-mask P.npy] "
               "[--causal] ...",
      .description = "nn.TransformerEncoderLayer(batch_first=True, dropout=0): weights\n"
-                    "self_attn.*, linear1.*, linear2.*, norm1.*, norm2.*.",
+                    "self_attn.*, linear1.*, linear2.*, norm1.*, norm2.*. With --layers N,\n"
+                    "nn.TransformerEncoder: layers.{i}.* and the final norm.* if present.",
      .opts = encoder_opts},
+    {.name = "run decoder",
+     .usage = "--weights W.safetensors --heads H --x TGT.npy --memory MEM.npy [--layers N]\n"
+              "                         [--causal] [--tgt-mask M.npy] [--memory-mask M.npy]\n"
+              "                         [--tgt-key-padding-mask P.npy] "
+              "[--memory-key-padding-mask P.npy]\n"
+              "                         [--norm-first] [--eps E] [--activation relu|gelu] ...",
+     .description = "nn.TransformerDecoderLayer(batch_first=True, dropout=0): weights\n"
+                    "self_attn.*, multihead_attn.*, linear1.*, linear2.*, norm1.*, norm2.*,\n"
+                    "norm3.*. With --layers N, nn.TransformerDecoder: layers.{i}.* and the\n"
+                    "final norm.* if present. Gradients of the inputs: x, memory.",
+     .opts = decoder_opts},
+    {.name = "run transformer",
+     .usage = "--weights W.safetensors --heads H --src SRC.npy --tgt TGT.npy\n"
+              "                             --encoder-layers N --decoder-layers M [--causal]\n"
+              "                             [--src-key-padding-mask P] [--tgt-key-padding-mask P]\n"
+              "                             [--memory-key-padding-mask P] [--norm-first] [--eps E]"
+              "\n                             [--activation relu|gelu] ...",
+     .description = "nn.Transformer(batch_first=True, dropout=0): weights encoder.layers.{i}.*,\n"
+                    "encoder.norm.*, decoder.layers.{i}.*, decoder.norm.*. Gradients of the\n"
+                    "inputs: src, tgt.",
+     .opts = transformer_opts},
 };
 
 void run_help(const run_args *a, FILE *f)
@@ -139,7 +221,7 @@ void run_help(const run_args *a, FILE *f)
         return;
     }
     fprintf(f,
-            "usage: tgrad run sdpa|mha|ffn|encoder [options]\n"
+            "usage: tgrad run sdpa|mha|ffn|encoder|decoder|transformer [options]\n"
             "\n"
             "Runs one module on .npy inputs (forward, and backward with --grad-out) and writes\n"
             "the output and gradients, to compare with PyTorch. Shapes are batch-first:\n"
@@ -148,7 +230,8 @@ void run_help(const run_args *a, FILE *f)
             "where 1, a float one is added to the scores (PyTorch's conventions); a key\n"
             "padding mask is bool or 0/1 integer, true/1 = padding. Weights use PyTorch\n"
             "state_dict names (nn.MultiheadAttention, linear1/linear2,\n"
-            "nn.TransformerEncoderLayer).\n"
+            "nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, the stacks\n"
+            "nn.TransformerEncoder / nn.TransformerDecoder, nn.Transformer).\n"
             "--dot G.dot writes the graph it builds as Graphviz DOT (draw it with\n"
             "'dot -Tsvg G.dot -o g.svg'). --unfused builds the graph of elementary ops\n"
             "(matmul, scale, add_mask, softmax, matmul) instead of the fused flash attention.\n"
@@ -157,7 +240,12 @@ void run_help(const run_args *a, FILE *f)
             "  sdpa      scaled dot-product attention (--q --k --v)\n"
             "  mha       multi-head attention (--weights --heads, --x or --q --k --v)\n"
             "  ffn       position-wise feed-forward network (--weights --x)\n"
-            "  encoder   transformer encoder layer (--weights --heads --x)\n"
+            "  encoder   transformer encoder layer, or a stack with --layers (--weights --heads\n"
+            "            --x)\n"
+            "  decoder   transformer decoder layer, or a stack with --layers (--weights --heads\n"
+            "            --x --memory)\n"
+            "  transformer  the encoder-decoder nn.Transformer (--weights --heads --src --tgt\n"
+            "            --encoder-layers --decoder-layers)\n"
             "\n"
             "'tgrad run MODULE --help' lists the module's options.\n");
 }
@@ -191,7 +279,8 @@ int run_parse(int argc, char **argv, run_args *a, cli_result *r, char *err, size
     a->module = RUN_NONE;
     err[0] = 0;
     if (argc < 2) {
-        snprintf(err, n, "missing MODULE: sdpa, mha, ffn or encoder (try 'tgrad run --help')");
+        snprintf(err, n, "missing MODULE: sdpa, mha, ffn, encoder, decoder or transformer (try "
+                 "'tgrad run --help')");
         return CLI_ERROR;
     }
     const char *m = argv[1];
@@ -202,7 +291,8 @@ int run_parse(int argc, char **argv, run_args *a, cli_result *r, char *err, size
             a->module = i;
     if (a->module == RUN_NONE) {
         char sh[80];
-        snprintf(err, n, "unknown module '%s': expected sdpa, mha, ffn or encoder",
+        snprintf(err, n, "unknown module '%s': expected sdpa, mha, ffn, encoder, decoder or "
+                 "transformer",
                  cli_show(m, sh, sizeof sh));
         return CLI_ERROR;
     }
@@ -362,6 +452,40 @@ static bool same_shape(const tg_tensor *a, const tg_tensor *b)
                    sizeof(int64_t) * (size_t)tg_tensor_rank(a));
 }
 
+/* The layer config from the weights file, whose first layer's parameters are under @p pre
+ * ("", "layers.0.", "encoder.layers.0."): d_model from self_attn.in_proj_weight, d_ff from
+ * linear1.weight; heads, norm placement, eps and activation from the options. */
+static bool layer_config(const tg_safetensors *st, const char *pre, const run_args *a,
+                         tg_encoder_config *c, char *err, size_t n)
+{
+    char w[160], l1[160];
+    snprintf(w, sizeof w, "%sself_attn.in_proj_weight", pre);
+    snprintf(l1, sizeof l1, "%slinear1.weight", pre);
+    int64_t D = file_dim(st, w, 1);
+    if (D < 1 || D > INT64_MAX / 3 || file_dim(st, w, 0) != 3 * D) {
+        snprintf(err, n, "--weights '%s': no '%s' tensor of shape (3*d_model, d_model)",
+                 a->weights, w);
+        return false;
+    }
+    if (D % a->heads != 0) {
+        snprintf(err, n, "--heads %" PRId64 " does not divide d_model %" PRId64
+                 " of --weights '%s'", a->heads, D, a->weights);
+        return false;
+    }
+    *c = tg_encoder_config_default(D, a->heads);
+    c->d_ff = file_dim(st, l1, 0);
+    if (c->d_ff < 1) {
+        snprintf(err, n, "--weights '%s': no '%s' tensor of shape (d_ff, d_model)", a->weights,
+                 l1);
+        return false;
+    }
+    c->norm_first = a->norm_first;
+    c->activation = a->activation == 1 ? TG_ACT_GELU : TG_ACT_RELU;
+    if (a->has_eps)
+        c->layer_norm_eps = a->eps;
+    return true;
+}
+
 /* Build the module on the inputs, run forward (and backward), write the files. Returns 0, or 1
  * with one line in @p err. */
 static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
@@ -381,23 +505,34 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
     tg_attn_masks masks;
     memset(&masks, 0, sizeof masks);
     masks.causal = a->causal;
-    tg_tensor *inputs[3] = {NULL, NULL, NULL};
-    const char *input_names[3] = {NULL, NULL, NULL};
+    tg_tensor *inputs[4] = {NULL, NULL, NULL, NULL};
+    const char *input_names[4] = {NULL, NULL, NULL, NULL};
     int n_inputs = 0;
     tg_tensor *y = NULL, *attn = NULL;
     tg_safetensors *st = NULL;
     tg_activation act = a->activation == 1 ? TG_ACT_GELU : TG_ACT_RELU;
     char e[1200];
+    /* decoder / transformer masks: target self-attention, cross-attention, source */
+    tg_attn_masks tm, mm, sm;
+    memset(&tm, 0, sizeof tm);
+    memset(&mm, 0, sizeof mm);
+    memset(&sm, 0, sizeof sm);
+    tm.causal = a->causal;
     /* an output never replaces an input (all are read before anything is written, but the
      * input would be lost) */
+    enum { N_INS = 17 };
     const char *out_paths[4] = {a->out, a->attn_out, a->grads, a->dot};
     const char *out_flags[4] = {"--out", "--attn-out", "--grads", "--dot"};
-    const char *ins[9] = {a->q, a->k, a->v, a->x, a->mask, a->attn_mask, a->kpm, a->weights,
-                          a->grad_out};
-    const char *in_flags[9] = {"--q", "--k", "--v", "--x", "--mask", "--attn-mask",
-                               "--key-padding-mask", "--weights", "--grad-out"};
+    const char *ins[N_INS] = {a->q, a->k, a->v, a->x, a->mask, a->attn_mask, a->kpm,
+                              a->weights, a->grad_out, a->memory, a->src, a->tgt, a->tgt_mask,
+                              a->memory_mask, a->tgt_kpm, a->memory_kpm, a->src_kpm};
+    const char *in_flags[N_INS] = {"--q", "--k", "--v", "--x", "--mask", "--attn-mask",
+                                   "--key-padding-mask", "--weights", "--grad-out", "--memory",
+                                   "--src", "--tgt", "--tgt-mask", "--memory-mask",
+                                   "--tgt-key-padding-mask", "--memory-key-padding-mask",
+                                   "--src-key-padding-mask"};
     for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 9; j++)
+        for (int j = 0; j < N_INS; j++)
             if (out_paths[i] && ins[j] && cli_same_file(out_paths[i], ins[j])) {
                 snprintf(err, n, "%s '%s' is the input %s '%s' (choose another file)",
                          out_flags[i], out_paths[i], in_flags[j], ins[j]);
@@ -429,6 +564,47 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
                 goto done;
         }
     }
+    {   /* the decoder's and transformer's inputs, gradients named after their options */
+        const char *paths[3] = {a->memory, a->src, a->tgt}, *names[3] = {"memory", "src", "tgt"};
+        const char *opts[3] = {"--memory", "--src", "--tgt"};
+        for (int i = 0; i < 3; i++) {
+            if (!paths[i])
+                continue;
+            tg_tensor *t = load_npy(ctx, opts[i], paths[i], names[i], dt, want_grad, NULL, err,
+                                    n);
+            if (!t)
+                goto done;
+            inputs[n_inputs] = t;
+            input_names[n_inputs++] = names[i];
+        }
+    }
+    {   /* decoder / transformer masks under PyTorch's names */
+        struct {
+            const char *path, *opt, *name;
+            tg_attn_masks *into;
+            bool pad;
+        } ms[5] = {{a->tgt_mask, "--tgt-mask", "tgt_mask", &tm, false},
+                   {a->memory_mask, "--memory-mask", "memory_mask", &mm, false},
+                   {a->tgt_kpm, "--tgt-key-padding-mask", "tgt_key_padding_mask", &tm, true},
+                   {a->memory_kpm, "--memory-key-padding-mask", "memory_key_padding_mask", &mm,
+                    true},
+                   {a->src_kpm, "--src-key-padding-mask", "src_key_padding_mask", &sm, true}};
+        for (int i = 0; i < 5; i++) {
+            if (!ms[i].path)
+                continue;
+            tg_mask_kind kk;
+            tg_tensor *m = load_mask(ctx, ms[i].opt, ms[i].path, ms[i].name, dt, ms[i].pad, &kk,
+                                     err, n);
+            if (!m)
+                goto done;
+            if (ms[i].pad) {
+                ms[i].into->key_padding_mask = m;
+            } else {
+                ms[i].into->attn_mask = m;
+                ms[i].into->attn_mask_kind = kk;
+            }
+        }
+    }
     if (a->mask || a->attn_mask) {
         const char *p = a->mask ? a->mask : a->attn_mask;
         masks.attn_mask = load_mask(ctx, a->mask ? "--mask" : "--attn-mask", p, "attn_mask", dt,
@@ -446,9 +622,8 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
 
     if (a->module == RUN_SDPA) {
         y = tg_sdpa(ctx, inputs[0], inputs[1], inputs[2], &masks, 0, &attn);
-    } else if (a->module == RUN_MHA || a->module == RUN_ENCODER) {
-        bool mha = a->module == RUN_MHA;
-        const char *wname = mha ? "in_proj_weight" : "self_attn.in_proj_weight";
+    } else if (a->module == RUN_MHA) {
+        const char *wname = "in_proj_weight";
         int64_t D = file_dim(st, wname, 1);
         if (D < 1 || D > INT64_MAX / 3 || file_dim(st, wname, 0) != 3 * D) {
             snprintf(err, n, "--weights '%s': no '%s' tensor of shape (3*d_model, d_model)",
@@ -463,42 +638,69 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
         if (!input_width_ok(inputs[0], a->x ? "--x" : "--q", a->x ? a->x : a->q, D,
                             a->weights, err, n))
             goto done;
-        if (mha) {
-            tg_mha m;
-            if (tg_mha_init(ctx, &m, dt, D, a->heads, NULL) != TG_OK) {
-                cli_format(NULL, NULL, ctx, err, n);
-                goto done;
-            }
-            tg_tensor *q = inputs[0], *k = a->x ? inputs[0] : inputs[1],
-                      *v = a->x ? inputs[0] : inputs[2];
-            if (tg_params_load_from(ctx, st, 0, NULL, true) != TG_OK) {
-                cli_format("--weights", a->weights, ctx, err, n);
-                goto done;
-            }
-            y = tg_mha_forward(ctx, &m, q, k, v, &masks, NULL);
-        } else {
-            tg_encoder_config c = tg_encoder_config_default(D, a->heads);
-            c.d_ff = file_dim(st, "linear1.weight", 0);
-            if (c.d_ff < 1) {
-                snprintf(err, n, "--weights '%s': no 'linear1.weight' tensor of shape (d_ff, "
-                         "d_model)", a->weights);
-                goto done;
-            }
-            c.norm_first = a->norm_first;
-            c.activation = act;
-            if (a->has_eps)
-                c.layer_norm_eps = a->eps;
-            tg_encoder_layer l;
-            if (tg_encoder_layer_init(ctx, &l, dt, &c, NULL) != TG_OK) {
-                cli_format(NULL, NULL, ctx, err, n);
-                goto done;
-            }
-            if (tg_params_load_from(ctx, st, 0, NULL, true) != TG_OK) {
-                cli_format("--weights", a->weights, ctx, err, n);
-                goto done;
-            }
-            y = tg_encoder_layer_forward(ctx, &l, inputs[0], &masks);
+        tg_mha m;
+        if (tg_mha_init(ctx, &m, dt, D, a->heads, NULL) != TG_OK) {
+            cli_format(NULL, NULL, ctx, err, n);
+            goto done;
         }
+        tg_tensor *q = inputs[0], *k = a->x ? inputs[0] : inputs[1],
+                  *v = a->x ? inputs[0] : inputs[2];
+        if (tg_params_load_from(ctx, st, 0, NULL, true) != TG_OK) {
+            cli_format("--weights", a->weights, ctx, err, n);
+            goto done;
+        }
+        y = tg_mha_forward(ctx, &m, q, k, v, &masks, NULL);
+    } else if (a->module != RUN_FFN) { /* encoder, decoder (layer or stack), transformer */
+        bool tf = a->module == RUN_TRANSFORMER, stack = a->layers > 0;
+        tg_encoder_config c;
+        if (!layer_config(st, tf ? "encoder.layers.0." : stack ? "layers.0." : "", a, &c, err,
+                          n))
+            goto done;
+        /* every input's width is d_model of the weights */
+        static const char *const in_opts[] = {"--x", "--memory", "--src", "--tgt"};
+        const char *in_paths[] = {a->x, a->memory, a->src, a->tgt};
+        for (int i = 0; i < 4; i++)
+            if (in_paths[i]) {
+                tg_tensor *t = NULL;
+                for (int j = 0; j < n_inputs; j++)
+                    if (!strcmp(input_names[j], in_opts[i] + 2))
+                        t = inputs[j];
+                if (!input_width_ok(t, in_opts[i], in_paths[i], c.d_model, a->weights, err,
+                                    n))
+                    goto done;
+            }
+        bool has_norm = tg_safetensors_find(st, "norm.weight") != NULL;
+        tg_status is;
+        tg_encoder_layer el;
+        tg_decoder_layer dl;
+        tg_encoder es;
+        tg_decoder ds;
+        tg_encoder_decoder ed;
+        if (tf)
+            is = tg_encoder_decoder_init(ctx, &ed, dt, &c, a->encoder_layers, a->decoder_layers,
+                                         NULL);
+        else if (a->module == RUN_ENCODER)
+            is = stack ? tg_encoder_init(ctx, &es, dt, &c, a->layers, has_norm, NULL)
+                       : tg_encoder_layer_init(ctx, &el, dt, &c, NULL);
+        else
+            is = stack ? tg_decoder_init(ctx, &ds, dt, &c, a->layers, has_norm, NULL)
+                       : tg_decoder_layer_init(ctx, &dl, dt, &c, NULL);
+        if (is != TG_OK) {
+            cli_format(NULL, NULL, ctx, err, n);
+            goto done;
+        }
+        if (tg_params_load_from(ctx, st, 0, NULL, true) != TG_OK) {
+            cli_format("--weights", a->weights, ctx, err, n);
+            goto done;
+        }
+        if (tf)
+            y = tg_encoder_decoder_forward(ctx, &ed, inputs[0], inputs[1], &sm, &tm, &mm);
+        else if (a->module == RUN_ENCODER)
+            y = stack ? tg_encoder_forward(ctx, &es, inputs[0], &masks)
+                      : tg_encoder_layer_forward(ctx, &el, inputs[0], &masks);
+        else
+            y = stack ? tg_decoder_forward(ctx, &ds, inputs[0], inputs[1], &tm, &mm)
+                      : tg_decoder_layer_forward(ctx, &dl, inputs[0], inputs[1], &tm, &mm);
     } else { /* ffn */
         int64_t D = file_dim(st, "linear1.weight", 1), F = file_dim(st, "linear1.weight", 0);
         if (D < 1 || F < 1) {
@@ -572,8 +774,8 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
             goto done;
         }
         int64_t np = tg_ctx_n_params(ctx), k = 0;
-        const tg_tensor **ts = malloc(sizeof *ts * (size_t)(np + 3));
-        const char **names = malloc(sizeof *names * (size_t)(np + 3));
+        const tg_tensor **ts = malloc(sizeof *ts * (size_t)(np + 4));
+        const char **names = malloc(sizeof *names * (size_t)(np + 4));
         if (!ts || !names) {
             free(ts);
             free(names);

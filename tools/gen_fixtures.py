@@ -448,6 +448,208 @@ def gen_encoder(seed, B, T, D, H, Fdim, description, norm_first=False, activatio
 
 
 # --------------------------------------------------------------------------------------------
+# Decoder layer, stacks and nn.Transformer (issue 10)
+# --------------------------------------------------------------------------------------------
+
+
+def relu_hooks(model, activation, what):
+    """Probe every ReLU input (the linear1 outputs) for a safe margin from 0."""
+    if activation != "relu":
+        return []
+    return [m.register_forward_hook(lambda mod, inp, outp: check_relu_margin(outp, what))
+            for n, m in model.named_modules() if n.endswith("linear1")]
+
+
+def finish(model, inputs, out, grad_out, tensors_in, masks, md):
+    """Common tail: backward, then inputs, masks, state_dict, grad_out, out, gradients."""
+    out.backward(grad_out)
+    assert torch.isfinite(out).all()
+    sd = list(model.state_dict().items())
+    params = dict(model.named_parameters())
+    tensors = list(tensors_in)
+    tensors += [(n, m.to(torch.float64)) for n, m in masks if m is not None]
+    tensors += [(n, t) for n, t in sd]
+    tensors += [("grad_out", grad_out), ("out", out)]
+    tensors += [(f"grad.{n}", inputs[n].grad) for n, _ in tensors_in]
+    tensors += [(f"grad.{n}", params[n].grad) for n, _ in sd]
+    return tensors, md
+
+
+def meta_v2(module, description, H, norm_first, activation, eps, causal=False, **extra):
+    """meta() plus the issue 10 keys: layers, tgt/memory mask kinds, masked_row."""
+    md = meta(module, description, heads=H, causal=causal, mask_kind="block",
+              norm_first="1" if norm_first else "0", activation=activation,
+              eps=repr(float(eps)), self_attention="1")
+    desc = md.pop("description")
+    for k in ("layers", "encoder_layers", "decoder_layers", "final_norm", "tgt_mask_kind",
+              "memory_mask_kind", "masked_row"):
+        md[k] = str(extra.get(k, NA))
+    md["description"] = desc
+    return md
+
+
+def gen_decoder(seed, B, T, S, D, H, Fdim, description, norm_first=False, activation="relu",
+                eps=1e-5, causal=False, tgt_mask=None, memory_mask=None, tgt_kpm=False,
+                mem_kpm=False, masked_row=None, layers=None):
+    """nn.TransformerDecoderLayer (layers None) or nn.TransformerDecoder with a final norm.
+    tgt_mask: None | 'additive' | 'block' (T, T); memory_mask: None | 'block' (T, S).
+    masked_row = t: memory_mask row t fully blocked (PyTorch gives NaN in out[:, t]); the
+    stored out is PyTorch's with the cross-attention of that row replaced by its
+    out_proj.bias (tgrad's convention, via a forward hook), and the stored gradients are
+    PyTorch's with that row unblocked and grad_out[:, t] = 0 (the row then contributes
+    nothing, in either convention)."""
+    rng = Rng(seed)
+    torch.manual_seed(seed)
+    layer = nn.TransformerDecoderLayer(D, H, dim_feedforward=Fdim, dropout=0.0,
+                                       activation=activation, layer_norm_eps=eps,
+                                       batch_first=True, norm_first=norm_first)
+    if layers is None:
+        model = layer
+    else:
+        model = nn.TransformerDecoder(layer, layers, norm=nn.LayerNorm(D, eps=eps))
+    set_params(model, rng)
+    model.train()
+    x, mem = rng.randn(B, T, D), rng.randn(B, S, D)
+    inputs = {"x": x.clone().requires_grad_(), "memory": mem.clone().requires_grad_()}
+    tm = tm_torch = None
+    if tgt_mask == "additive":
+        tm = tm_torch = rng.randn(T, T)
+    elif tgt_mask == "block":
+        tm = tm_torch = random_block_mask(rng, (T, T))
+    if causal:
+        assert tm is None
+        tm_torch = causal_mask(T, T)
+    mm = random_block_mask(rng, (T, S)) if memory_mask == "block" else None
+    tk = random_padding_mask(rng, B, T, keep_first=True) if tgt_kpm else None
+    mk = random_padding_mask(rng, B, S) if mem_kpm else None
+    grad_out = rng.randn(B, T, D)
+    hooks = relu_hooks(model, activation, "decoder")
+
+    def run(mm_used, hook=False):
+        ins = {n: t.detach().clone().requires_grad_() for n, t in (("x", x), ("memory", mem))}
+        hs = []
+        if hook:
+            for n, m in model.named_modules():
+                if n.endswith("multihead_attn"):
+                    bias = m.out_proj.bias
+                    hs.append(m.register_forward_hook(
+                        lambda mod, inp, outp, b=bias: (torch.where(torch.isnan(outp[0]),
+                                                                    b.expand_as(outp[0]),
+                                                                    outp[0]), outp[1])))
+        out = model(ins["x"], ins["memory"], tgt_mask=tm_torch, memory_mask=mm_used,
+                    tgt_key_padding_mask=tk, memory_key_padding_mask=mk)
+        for h in hs:
+            h.remove()
+        return ins, out
+
+    if masked_row is not None:
+        assert mm is not None and layers is None
+        mm[masked_row, :] = True
+        _, out_nan = run(mm)  # PyTorch itself: NaN exactly in row masked_row
+        nan_rows = torch.isnan(out_nan).any(-1)
+        expect = torch.zeros(B, T, dtype=torch.bool)
+        expect[:, masked_row] = True
+        assert bool((nan_rows == expect).all()), "NaN rows"
+        _, out = run(mm, hook=True)
+        assert torch.isfinite(out).all()
+        ok = ~expect
+        assert float((out[ok] - out_nan[ok]).abs().max()) == 0.0
+        grad_out[:, masked_row, :] = 0.0
+        mm_open = mm.clone()
+        mm_open[masked_row, :] = False
+        for p in model.parameters():
+            p.grad = None
+        for p in model.parameters():
+            p.grad = None
+        inputs, out_g = run(mm_open)  # gradients: the row unblocked, grad_out[:, t] = 0
+        out_g.backward(grad_out)
+        out = out.detach()
+        for h in hooks:
+            h.remove()
+        sd = list(model.state_dict().items())
+        params = dict(model.named_parameters())
+        tensors = [("x", x), ("memory", mem)]
+        tensors += [(n, m.to(torch.float64)) for n, m in
+                    (("memory_mask", mm), ("tgt_key_padding_mask", tk),
+                     ("memory_key_padding_mask", mk)) if m is not None]
+        tensors += [(n, t) for n, t in sd]
+        tensors += [("grad_out", grad_out), ("out", out)]
+        tensors += [(f"grad.{n}", inputs[n].grad) for n in ("x", "memory")]
+        tensors += [(f"grad.{n}", params[n].grad) for n, _ in sd]
+        md = meta_v2("decoder", description, H, norm_first, activation, eps, causal,
+                     memory_mask_kind="block", masked_row=masked_row)
+        return tensors, md
+    inputs, out = run(mm)
+    for h in hooks:
+        h.remove()
+    md = meta_v2("decoder" if layers is None else "decoder_stack", description, H, norm_first,
+                 activation, eps, causal, layers=layers if layers else NA,
+                 final_norm="1" if layers else NA,
+                 tgt_mask_kind=("additive" if tgt_mask == "additive" else "block")
+                 if tm is not None else "none",
+                 memory_mask_kind="block" if mm is not None else "none")
+    return finish(model, inputs, out, grad_out, [("x", x), ("memory", mem)],
+                  [("tgt_mask", tm), ("memory_mask", mm), ("tgt_key_padding_mask", tk),
+                   ("memory_key_padding_mask", mk)], md)
+
+
+def gen_encoder_stack(seed, B, T, D, H, Fdim, layers, description, norm_first=False,
+                      activation="relu", eps=1e-5, key_padding=False, causal=False):
+    """nn.TransformerEncoder(layer, layers, norm=nn.LayerNorm(D, eps))."""
+    rng = Rng(seed)
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(D, H, dim_feedforward=Fdim, dropout=0.0,
+                                       activation=activation, layer_norm_eps=eps,
+                                       batch_first=True, norm_first=norm_first)
+    model = nn.TransformerEncoder(layer, layers, norm=nn.LayerNorm(D, eps=eps),
+                                  enable_nested_tensor=False)
+    set_params(model, rng)
+    model.train()
+    x = rng.randn(B, T, D)
+    inputs = {"x": x.clone().requires_grad_()}
+    kpm = random_padding_mask(rng, B, T, keep_first=causal) if key_padding else None
+    hooks = relu_hooks(model, activation, "encoder stack")
+    out = model(inputs["x"], mask=causal_mask(T, T) if causal else None,
+                src_key_padding_mask=kpm)
+    for h in hooks:
+        h.remove()
+    grad_out = rng.randn(*out.shape)
+    md = meta_v2("encoder_stack", description, H, norm_first, activation, eps, causal,
+                 layers=layers, final_norm="1")
+    return finish(model, inputs, out, grad_out, [("x", x)], [("key_padding_mask", kpm)], md)
+
+
+def gen_transformer(seed, B, S, T, D, H, Fdim, n_enc, n_dec, description, norm_first=False,
+                    activation="relu", eps=1e-5, causal=True, src_kpm=True, tgt_kpm=True,
+                    mem_kpm=True):
+    """nn.Transformer(batch_first=True); memory_key_padding_mask = src_key_padding_mask."""
+    rng = Rng(seed)
+    torch.manual_seed(seed)
+    model = nn.Transformer(D, H, n_enc, n_dec, dim_feedforward=Fdim, dropout=0.0,
+                           activation=activation, layer_norm_eps=eps, batch_first=True,
+                           norm_first=norm_first)
+    set_params(model, rng)
+    model.train()
+    src, tgt = rng.randn(B, S, D), rng.randn(B, T, D)
+    inputs = {"src": src.clone().requires_grad_(), "tgt": tgt.clone().requires_grad_()}
+    sk = random_padding_mask(rng, B, S) if src_kpm else None
+    tk = random_padding_mask(rng, B, T, keep_first=True) if tgt_kpm else None
+    mk = sk if mem_kpm else None
+    hooks = relu_hooks(model, activation, "transformer")
+    out = model(inputs["src"], inputs["tgt"], tgt_mask=causal_mask(T, T) if causal else None,
+                src_key_padding_mask=sk, tgt_key_padding_mask=tk,
+                memory_key_padding_mask=mk)
+    for h in hooks:
+        h.remove()
+    grad_out = rng.randn(*out.shape)
+    md = meta_v2("transformer", description, H, norm_first, activation, eps, causal,
+                 encoder_layers=n_enc, decoder_layers=n_dec, final_norm="1")
+    return finish(model, inputs, out, grad_out, [("src", src), ("tgt", tgt)],
+                  [("src_key_padding_mask", sk), ("tgt_key_padding_mask", tk),
+                   ("memory_key_padding_mask", mk)], md)
+
+
+# --------------------------------------------------------------------------------------------
 # Case table
 # --------------------------------------------------------------------------------------------
 
@@ -524,6 +726,40 @@ CASES = {
     "enc_causal": lambda: gen_encoder(
         406, 2, 5, 8, 2, 16, "TransformerEncoderLayer pre-norm, relu, bool causal src_mask "
         "(T,T)", norm_first=True, causal=True),
+    # ---- Decoder layer, stacks, nn.Transformer (issue 10) ----
+    "dec_post_relu": lambda: gen_decoder(
+        501, 2, 4, 5, 8, 2, 16, "TransformerDecoderLayer post-norm, relu, T 4, S 5, no masks"),
+    "dec_pre_gelu_eps": lambda: gen_decoder(
+        502, 2, 3, 4, 12, 3, 24, "TransformerDecoderLayer pre-norm, gelu, eps 1e-6, D 12, "
+        "3 heads", norm_first=True, activation="gelu", eps=1e-6),
+    "dec_causal_tgt_kpm": lambda: gen_decoder(
+        503, 3, 5, 4, 8, 2, 16, "TransformerDecoderLayer post-norm, causal tgt_mask and bool "
+        "tgt_key_padding_mask (B, T) (key 0 never padded)", causal=True, tgt_kpm=True),
+    "dec_memory_kpm": lambda: gen_decoder(
+        504, 3, 4, 6, 8, 4, 16, "TransformerDecoderLayer pre-norm, relu, bool "
+        "memory_key_padding_mask (B, S)", norm_first=True, mem_kpm=True),
+    "dec_masks": lambda: gen_decoder(
+        505, 2, 4, 5, 8, 2, 16, "TransformerDecoderLayer post-norm, gelu, float additive "
+        "tgt_mask (T, T) and bool memory_mask (T, S)", activation="gelu",
+        tgt_mask="additive", memory_mask="block"),
+    "dec_masked_memory_row": lambda: gen_decoder(
+        506, 2, 4, 5, 8, 2, 16, "TransformerDecoderLayer pre-norm, causal, bool memory_mask "
+        "(T, S) with row 2 fully blocked (PyTorch: NaN in out[:, 2]; out here: that row's "
+        "cross-attention = out_proj.bias; gradients with grad_out[:, 2] = 0)",
+        norm_first=True, causal=True, memory_mask="block", masked_row=2),
+    "dec_stack2": lambda: gen_decoder(
+        507, 2, 4, 5, 8, 2, 16, "TransformerDecoder, 2 post-norm relu layers + final norm, "
+        "causal, memory_key_padding_mask", causal=True, mem_kpm=True, layers=2),
+    "enc_stack2_norm": lambda: gen_encoder_stack(
+        508, 2, 5, 8, 2, 16, 2, "TransformerEncoder, 2 post-norm relu layers + final norm, "
+        "src_key_padding_mask", key_padding=True),
+    "transformer_2_2": lambda: gen_transformer(
+        509, 2, 5, 4, 8, 2, 16, 2, 2, "nn.Transformer 2+2 layers post-norm relu, causal tgt, "
+        "src/tgt/memory key padding (memory = src's)"),
+    "transformer_pre_gelu": lambda: gen_transformer(
+        510, 3, 4, 5, 8, 2, 12, 2, 2, "nn.Transformer 2+2 layers pre-norm gelu eps 1e-6, "
+        "causal tgt, tgt key padding only", norm_first=True, activation="gelu", eps=1e-6,
+        src_kpm=False, mem_kpm=False),
 }
 
 
@@ -614,6 +850,99 @@ def ref_forward(T, md):
             x = ln1(x + sa(x))
             x = ln2(x + ff(x))
         return x, None
+    return ref_forward_v2(T, md), None
+
+
+def ref_attn_safe(xq, xkv, p, pre, H, masks):
+    """MHA with tgrad's convention for fully blocked rows (zero weights): blocked scores get
+    -1e300 (exp underflows to exactly 0) and fully blocked rows are multiplied by 0.
+    masks: list of (mask, kind) with mask broadcastable to (B, H, T_q, T_k)."""
+    W, b = p[pre + "in_proj_weight"], p[pre + "in_proj_bias"]
+    D = W.shape[1]
+    hd = D // H
+    q = xq @ W[:D].T + b[:D]
+    k = xkv @ W[D:2 * D].T + b[D:2 * D]
+    v = xkv @ W[2 * D:].T + b[2 * D:]
+    B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
+    split = lambda t, T: t.reshape(B, T, H, hd).transpose(1, 2)
+    s = split(q, Tq) @ split(k, Tk).transpose(-2, -1) / math.sqrt(hd)
+    blocked = torch.zeros(B, 1, Tq, Tk, dtype=torch.bool)
+    for m, kind in masks:
+        if kind == "additive":
+            s = s + m
+        else:
+            blocked = blocked | (m != 0)
+    s = s.masked_fill(blocked, -1e300)
+    w = torch.softmax(s, dim=-1) * (~blocked.all(-1, keepdim=True))
+    o = (w @ split(v, Tk)).transpose(1, 2).reshape(B, Tq, D)
+    return o @ p[pre + "out_proj.weight"].T + p[pre + "out_proj.bias"]
+
+
+def _attn_masks(T, md, attn_key, kind_key, pad_key, tq, tk, causal):
+    """The (mask, kind) list of one attention from the stored tensors (broadcast shapes)."""
+    out = []
+    am = T.get(attn_key)
+    if am is not None:
+        am = am[:, None] if am.dim() == 3 else am
+        out.append((am, md.get(kind_key, "block")))
+    kp = T.get(pad_key)
+    if kp is not None:
+        out.append((kp[:, None, None, :], "block"))
+    if causal:
+        out.append((causal_mask(tq, tk), "block"))
+    return out
+
+
+def ref_layer(T, md, pre, x, mem, enc_masks, tgt_masks, mem_masks):
+    """One encoder (mem None) or decoder layer under prefix pre, tgrad's mask convention."""
+    H, eps, act = int(md["heads"]), float(md["eps"]), md["activation"]
+    P = {k[len(pre):]: v for k, v in T.items() if k.startswith(pre)}
+    ln = lambda t, i: ref_ln(t, P[f"norm{i}.weight"], P[f"norm{i}.bias"], eps)
+    blocks = [lambda t: ref_attn_safe(t, t, P, "self_attn.", H,
+                                      enc_masks if mem is None else tgt_masks)]
+    if mem is not None:
+        blocks.append(lambda t: ref_attn_safe(t, mem, P, "multihead_attn.", H, mem_masks))
+    blocks.append(lambda t: ref_ffn(t, P, act))
+    for i, f in enumerate(blocks, 1):
+        x = x + f(ln(x, i)) if md["norm_first"] == "1" else ln(x + f(x), i)
+    return x
+
+
+def ref_stack(T, md, pre, x, mem, n, masks3):
+    for i in range(n):
+        x = ref_layer(T, md, f"{pre}layers.{i}.", x, mem, *masks3)
+    return ref_ln(x, T[pre + "norm.weight"], T[pre + "norm.bias"], float(md["eps"]))
+
+
+def ref_forward_v2(T, md):
+    mod = md["module"]
+    causal = md["causal"] == "1"
+    if mod == "encoder_stack":
+        x = T["x"]
+        em = _attn_masks(T, md, "attn_mask", "mask_kind", "key_padding_mask", x.shape[1],
+                         x.shape[1], causal)
+        return ref_stack(T, md, "", x, None, int(md["layers"]), (em, None, None))
+    if mod in ("decoder", "decoder_stack"):
+        x, mem = T["x"], T["memory"]
+        tm = _attn_masks(T, md, "tgt_mask", "tgt_mask_kind", "tgt_key_padding_mask",
+                         x.shape[1], x.shape[1], causal)
+        mm = _attn_masks(T, md, "memory_mask", "memory_mask_kind", "memory_key_padding_mask",
+                         x.shape[1], mem.shape[1], False)
+        if mod == "decoder":
+            return ref_layer(T, md, "", x, mem, None, tm, mm)
+        return ref_stack(T, md, "", x, mem, int(md["layers"]), (None, tm, mm))
+    if mod == "transformer":
+        src, tgt = T["src"], T["tgt"]
+        sm = _attn_masks(T, md, "-", "-", "src_key_padding_mask", src.shape[1], src.shape[1],
+                         False)
+        tm = _attn_masks(T, md, "-", "-", "tgt_key_padding_mask", tgt.shape[1], tgt.shape[1],
+                         causal)
+        mm = _attn_masks(T, md, "-", "-", "memory_key_padding_mask", tgt.shape[1],
+                         src.shape[1], False)
+        mem = ref_stack(T, md, "encoder.", src, None, int(md["encoder_layers"]),
+                        (sm, None, None))
+        return ref_stack(T, md, "decoder.", tgt, mem, int(md["decoder_layers"]),
+                         (None, tm, mm))
     raise ValueError(f"unknown module {mod}")
 
 
@@ -636,13 +965,13 @@ def check_file(path, case, tol=1e-12):
     if (md.get("module") == "sdpa") != ("scale" in md):
         problems.append("scale metadata must be present exactly for sdpa")
     for k, a in arrays.items():
-        if not np.all(np.isfinite(a)) and k != "attn_mask":
+        if not np.all(np.isfinite(a)) and not k.endswith("_mask"):
             problems.append(f"{k} not finite")
     T = {}
     for name, a in arrays.items():
         if name.startswith("grad") or name in ("out", "attn_weights"):
             continue
-        T[name] = _t(a, grad=name not in ("attn_mask", "key_padding_mask"))
+        T[name] = _t(a, grad=not name.endswith("_mask"))
     out, w = ref_forward(T, md)
     e = rel_err(out.detach().numpy(), arrays["out"])
     if e > tol:

@@ -413,6 +413,64 @@ static tg_tensor *enc_post(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, 
 static tg_tensor *enc_pre(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, true, TG_ACT_GELU, false); }
 static tg_tensor *enc_masked(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, true, TG_ACT_RELU, true); }
 
+/* ---- decoder layer and encoder-decoder (issue 10) ---- */
+static void dec_randomise(tg_decoder_layer *l)
+{
+    /* non-trivial norms and biases so their gradients are exercised like the weights' */
+    tg_fill_uniform(l->norm1_weight, 0.5, 1.5);
+    tg_fill_uniform(l->norm2_bias, -0.5, 0.5);
+    tg_fill_uniform(l->norm3_weight, 0.5, 1.5);
+    tg_fill_uniform(l->self_attn.in_proj_bias, -0.5, 0.5);
+    tg_fill_uniform(l->multihead_attn.in_proj_bias, -0.5, 0.5);
+}
+static tg_tensor *dec_case(tg_ctx *ctx, tg_dtype dt, bool pre, tg_activation act, bool masked)
+{
+    tg_decoder_config c = tg_encoder_config_default(4, 2);
+    c.d_ff = 6;
+    c.norm_first = pre;
+    c.activation = act;
+    tg_decoder_layer l;
+    if (tg_decoder_layer_init(ctx, &l, dt, &c, NULL) != TG_OK)
+        return NULL;
+    dec_randomise(&l);
+    tg_attn_masks tm = {0}, mm = {0};
+    /* causal + target padding; memory padding, and memory_mask row 1 fully blocked */
+    static const int tpad[] = {0, 0, 1, 0, 0, 0};
+    static const int mpad[] = {0, 0, 0, 1, 0, 1, 0, 0};
+    static const int mrow[] = {0, 1, 0, 0, 1, 1, 1, 1, 0, 0, 1, 0};
+    if (masked) {
+        tm.causal = true;
+        tm.key_padding_mask = block_mask(ctx, dt, TG_DIMS(2, 3), tpad);
+        mm.key_padding_mask = block_mask(ctx, dt, TG_DIMS(2, 4), mpad);
+        mm.attn_mask = block_mask(ctx, dt, TG_DIMS(3, 4), mrow);
+        mm.attn_mask_kind = TG_MASK_BLOCK;
+    }
+    return tg_decoder_layer_forward(ctx, &l, IN("x", 2, 3, 4), IN("memory", 2, 4, 4),
+                                    masked ? &tm : NULL, masked ? &mm : NULL);
+}
+static tg_tensor *dec_post(tg_ctx *ctx, tg_dtype dt) { return dec_case(ctx, dt, false, TG_ACT_RELU, false); }
+static tg_tensor *dec_pre(tg_ctx *ctx, tg_dtype dt) { return dec_case(ctx, dt, true, TG_ACT_GELU, false); }
+static tg_tensor *dec_masked(tg_ctx *ctx, tg_dtype dt) { return dec_case(ctx, dt, true, TG_ACT_RELU, true); }
+static tg_tensor *encdec_case(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_encoder_config c = tg_encoder_config_default(4, 2);
+    c.d_ff = 6;
+    c.activation = TG_ACT_GELU;
+    tg_encoder_decoder m;
+    if (tg_encoder_decoder_init(ctx, &m, dt, &c, 1, 2, NULL) != TG_OK)
+        return NULL;
+    for (int i = 0; i < 2; i++)
+        dec_randomise(&m.decoder.layers[i]);
+    tg_fill_uniform(m.encoder.norm_bias, -0.5, 0.5);
+    static const int spad[] = {0, 0, 0, 0, 0, 1};
+    tg_attn_masks sm = {0}, tm = {0}, mm = {0};
+    sm.key_padding_mask = block_mask(ctx, dt, TG_DIMS(2, 3), spad);
+    mm.key_padding_mask = sm.key_padding_mask;
+    tm.causal = true;
+    return tg_encoder_decoder_forward(ctx, &m, IN("src", 2, 3, 4), IN("tgt", 2, 2, 4), &sm, &tm,
+                                      &mm);
+}
+
 /* ---- embedding / cross_entropy (ids and targets are i32 constants) ---- */
 static tg_tensor *ids_const(tg_ctx *ctx, int rank, const int64_t *shape, int64_t V,
                             const char *name)
@@ -485,6 +543,29 @@ static tg_tensor *tf_case(tg_ctx *ctx, tg_dtype dt, bool causal, bool tied, tg_p
 static tg_tensor *tf_lm(tg_ctx *ctx, tg_dtype dt) { return tf_case(ctx, dt, true, false, TG_POS_LEARNED); }
 static tg_tensor *tf_tied(tg_ctx *ctx, tg_dtype dt) { return tf_case(ctx, dt, true, true, TG_POS_SINUSOIDAL); }
 static tg_tensor *tf_enc(tg_ctx *ctx, tg_dtype dt) { return tf_case(ctx, dt, false, false, TG_POS_LEARNED); }
+static tg_tensor *tf_seq2seq(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_transformer_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab_size = 5;
+    c.max_seq_len = 4;
+    c.n_layers = 1;
+    c.n_decoder_layers = 1;
+    c.layer = tg_encoder_config_default(4, 2);
+    c.layer.d_ff = 6;
+    c.layer.norm_first = true;
+    c.pos = TG_POS_SINUSOIDAL;
+    tg_transformer m;
+    if (tg_transformer_init(ctx, &m, dt, &c) != TG_OK)
+        return NULL;
+    static const int spad[] = {0, 0, 0, 0, 0, 1, 1, 0};
+    tg_tensor *src = ids_const(ctx, TG_DIMS(2, 4), 5, "src_ids");
+    tg_tensor *tgt = ids_const(ctx, TG_DIMS(2, 3), 5, "tgt_ids");
+    tg_tensor *y = ids_const(ctx, TG_DIMS(2, 3), 5, "targets");
+    return tg_cross_entropy(ctx, tg_transformer_forward_seq2seq(
+                                     ctx, &m, src, tgt, block_mask(ctx, dt, TG_DIMS(2, 4), spad),
+                                     NULL), y, -1);
+}
 
 /* ---- newops (issue 8): sub, div, neg, exp, log, sqrt, tanh, sigmoid, silu, gelu_tanh,
  * log_softmax, max, concat, mse_loss ---- */
@@ -864,6 +945,14 @@ const tg_opcase tg_opcases[] = {
     {"transformer", "lm", "ids (2, 3) V 5 D 4, causal, learned pos, loss", tf_lm},
     {"transformer", "tied", "ids (2, 3) V 5 D 4, tied head, sinusoidal", tf_tied},
     {"transformer", "encoder", "ids (2, 3) V 5 D 4, bidirectional", tf_enc},
+    /* issue 10 */
+    {"decoder", "post-norm", "x (2, 3, 4) memory (2, 4, 4) H 2 F 6 relu", dec_post},
+    {"decoder", "pre-norm", "x (2, 3, 4) memory (2, 4, 4) H 2 F 6 gelu", dec_pre},
+    {"decoder", "masked", "pre-norm causal+padding, memory padding, memory_mask row 1 fully "
+     "blocked", dec_masked},
+    {"encoder_decoder", "1+2", "src (2, 3, 4) tgt (2, 2, 4) causal, source padding", encdec_case},
+    {"transformer", "seq2seq", "src (2, 4) tgt (2, 3) V 5 D 4, 1+1 layers, padding, loss",
+     tf_seq2seq},
     /* newops (issue 8) */
     {"sub", "same", "a (2, 3) b (2, 3)", sub_same},
     {"sub", "broadcast", "a (2, 3, 4) b (3, 1)", sub_bcast},

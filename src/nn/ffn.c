@@ -55,12 +55,5 @@ tg_tensor *tg_ffn_forward(tg_ctx *ctx, const tg_ffn *f, tg_tensor *x)
     if (tg_tensor_rank(x) < 1 || tg_tensor_dim(x, -1) != f->d_model)
         return tg__err(ctx, TG_ERR_SHAPE, fn, "x %s must end in d_model = %lld",
                        tg_tensor_shape_str(x, b, sizeof b), (long long)f->d_model);
-    tg_tensor *h; /* (..., F) */
-    if (tg_ctx_fusion(ctx)) { /* activation in the GEMM epilogue */
-        h = tg_dense_act(ctx, x, f->linear1_weight, f->linear1_bias, f->activation);
-    } else {
-        h = tg_dense(ctx, x, f->linear1_weight, f->linear1_bias);
-        h = f->activation == TG_ACT_GELU ? tg_gelu(ctx, h) : tg_relu(ctx, h);
-    }
-    return tg_dense(ctx, h, f->linear2_weight, f->linear2_bias);         /* (..., D) */
+    return tg__nn_ff_block(ctx, f, x, 0);                               /* (..., D) */
 }

@@ -4,6 +4,8 @@
  *   W_q, W_k, W_v = rows [0, D), [D, 2D), [2D, 3D) of in_proj_weight (narrow)
  *   q = query W_q^T + b_q                      (B, T_q, D)
  *   q = transpose(reshape(q, B, T_q, H, Dh))   (B, H, T_q, Dh)   likewise k, v with T_k
+ *   (with fusion: self-attention makes q, k, v with one (B, T, 3D) product, cross-attention
+ *   with key == value makes k, v with one (B, T_k, 2D) product; the heads are views of it)
  *   o = sdpa(q, k, v, masks)                   (B, H, T_q, Dh)   one tg_flash_attention node
  *                                              when fusion is on and no weights are requested
  *   o = reshape(transpose(o), B, T_q, D)       heads concatenated
@@ -107,6 +109,15 @@ tg_tensor *tg_mha_forward(tg_ctx *ctx, const tg_mha *m, tg_tensor *query, tg_ten
         q = tg_narrow(ctx, qkv, 1, 0, H);                          /* (B, H, T, Dh) each */
         k = tg_narrow(ctx, qkv, 1, H, H);
         v = tg_narrow(ctx, qkv, 1, 2 * H, H);
+    } else if (tg_ctx_fusion(ctx) && !attn_weights && key == value) {
+        /* cross-attention (the decoder's over memory): one (B, T_k, 2D) product read as k, v */
+        q = tg_dense(ctx, query, tg_narrow(ctx, W, 0, 0, D), tg_narrow(ctx, bias, 0, 0, D));
+        q = split_heads(ctx, q, B, Tq, H, Dh);                     /* (B, H, T_q, Dh) */
+        tg_tensor *kv = tg_dense(ctx, key, tg_narrow(ctx, W, 0, D, 2 * D),
+                                 tg_narrow(ctx, bias, 0, D, 2 * D)); /* (B, T_k, 2D) */
+        kv = tg_transpose(ctx, tg_reshape(ctx, kv, TG_DIMS(B, Tk, 2 * H, Dh)), 1, 2);
+        k = tg_narrow(ctx, kv, 1, 0, H);                           /* (B, H, T_k, Dh) each */
+        v = tg_narrow(ctx, kv, 1, H, H);
     } else {
         q = tg_dense(ctx, query, tg_narrow(ctx, W, 0, 0, D), tg_narrow(ctx, bias, 0, 0, D));
         k = tg_dense(ctx, key, tg_narrow(ctx, W, 0, D, D), tg_narrow(ctx, bias, 0, D, D));

@@ -30,10 +30,33 @@ void tg__nn_plan_add(tg__nn_plan *p, int64_t count, int64_t k, int64_t a, int64_
                      const char *what, const char *why);
 /* Check the total against size_t and the memory limit; returns the status (recorded). */
 tg_status tg__nn_plan_end(tg__nn_plan *p);
-/* Add n_layers encoder layers' parameters to a plan (cfg already validated; n_layers small
- * enough that 6 * n_layers cannot overflow). */
-void tg__nn_encoder_plan_add(tg__nn_plan *plan, const tg_encoder_config *cfg,
-                             int64_t n_layers);
+/* Add n_layers encoder layers' (decoder = false) or decoder layers' (decoder = true)
+ * parameters to a plan (cfg already validated; n_layers small enough that 9 * n_layers cannot
+ * overflow). */
+void tg__nn_layer_plan_add(tg__nn_plan *plan, const tg_encoder_config *cfg, int64_t n_layers,
+                           bool decoder);
+#define tg__nn_encoder_plan_add(plan, cfg, n) tg__nn_layer_plan_add(plan, cfg, n, false)
+/* The start of tg_encoder_layer_init / tg_decoder_layer_init: tg__nn_init_begin, the config
+ * validated, every parameter's size planned. TG_OK to go on, else the status (recorded). */
+tg_status tg__nn_layer_init_begin(tg_ctx *ctx, const char *fn, void *l, size_t size,
+                                  const tg_encoder_config *cfg, tg_dtype dt, bool decoder);
+/* Validate an encoder or decoder layer config; records a TG_ERR_ARG naming fn and returns
+ * false if it is bad. */
+bool tg__nn_layer_config_ok(tg_ctx *ctx, const char *fn, const tg_encoder_config *cfg);
+/* The layer norm pair <prefix><name>.weight (ones), <prefix><name>.bias (zeros), both (d). */
+void tg__nn_norm_params(tg_ctx *ctx, tg_dtype dt, int64_t d, const char *prefix,
+                        const char *name, tg_tensor **weight, tg_tensor **bias);
+
+/* The pieces of a transformer layer (encoder.c), shared by the encoder and decoder layers:
+ * dropout when p > 0 (identity otherwise); a sublayer's input, norm(x) for pre-norm and x
+ * for post-norm; its output, x + drop(y) then norm for post-norm; and the feed-forward block
+ * linear2(drop(act(linear1(h)))) with the activation in the GEMM epilogue when fusion is on. */
+tg_tensor *tg__nn_drop(tg_ctx *ctx, tg_tensor *x, double p);
+tg_tensor *tg__nn_sublayer_in(tg_ctx *ctx, const tg_encoder_config *cfg, tg_tensor *x,
+                              tg_tensor *norm_w, tg_tensor *norm_b);
+tg_tensor *tg__nn_sublayer_out(tg_ctx *ctx, const tg_encoder_config *cfg, tg_tensor *x,
+                               tg_tensor *y, tg_tensor *norm_w, tg_tensor *norm_b);
+tg_tensor *tg__nn_ff_block(tg_ctx *ctx, const tg_ffn *f, tg_tensor *h, double p);
 /* The start of every module init function: TG_ERR_ARG without a context; otherwise clear
  * the module struct @p m (@p size bytes, when not NULL) and start a build call, returning the
  * pending build error if there is one (stop before allocating) and TG_OK to go on. */

@@ -4,6 +4,9 @@
  *   x      = layer_i(x, masks)  i = 0..L-1      causal mask for the decoder-only LM
  *   logits = LN(x) head_w^T + head_b            (B, T, V)
  * (Vaswani et al. 2017 sec. 3.1, 3.4, 3.5; a GPT-style LM is the causal case.)
+ * The encoder-decoder model (n_decoder_layers > 0) embeds source and target with the same
+ * tables, runs nn.Transformer's encoder and decoder stacks (decoder.c) and the head:
+ *   memory = encoder(emb(src));  logits = decoder(emb(tgt), memory) head_w^T + head_b
  */
 #include "nn_internal.h"
 #include "tgrad_train.h"
@@ -34,9 +37,20 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
         return s0; /* no context, or a build error is pending: stop before allocating */
     if (!m || !cfg)
         return TG_ERR_ARG;
-    if (cfg->n_layers > TG_TRANSFORMER_MAX_LAYERS) {
-        tg__err(ctx, TG_ERR_ARG, fn, "n_layers %lld too large (at most %d)",
-                (long long)cfg->n_layers, TG_TRANSFORMER_MAX_LAYERS);
+    if (cfg->n_layers > TG_TRANSFORMER_MAX_LAYERS ||
+        cfg->n_decoder_layers > TG_TRANSFORMER_MAX_LAYERS) {
+        bool dec = cfg->n_layers <= TG_TRANSFORMER_MAX_LAYERS;
+        tg__err(ctx, TG_ERR_ARG, fn, "%s %lld too large (at most %d)",
+                dec ? "n_decoder_layers" : "n_layers",
+                (long long)(dec ? cfg->n_decoder_layers : cfg->n_layers),
+                TG_TRANSFORMER_MAX_LAYERS);
+        return TG_ERR_ARG;
+    }
+    bool s2s = cfg->n_decoder_layers > 0;
+    if (cfg->n_decoder_layers < 0 || (s2s && cfg->n_layers < 1)) {
+        tg__err(ctx, TG_ERR_ARG, fn, "n_decoder_layers %lld must be >= 0, and the "
+                "encoder-decoder model needs n_layers >= 1 encoder layers (got %lld)",
+                (long long)cfg->n_decoder_layers, (long long)cfg->n_layers);
         return TG_ERR_ARG;
     }
     if (cfg->vocab_size < 1 || cfg->max_seq_len < 1 || cfg->n_layers < 0 ||
@@ -71,7 +85,7 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
     if (cfg->pos == TG_POS_LEARNED)
         tg__nn_plan_add(&plan, 1, 1, S, D, "pos_emb.weight (max_seq_len, d_model)", why);
     snprintf(why, sizeof why, "d_model %lld", (long long)D);
-    tg__nn_plan_add(&plan, 2, 1, D, 0, "norm.weight (d_model)", why);
+    tg__nn_plan_add(&plan, s2s ? 4 : 2, 1, D, 0, "norm.weight (d_model)", why);
     if (cfg->n_layers > 0) {
         const tg_encoder_config *lc = &cfg->layer;
         if (lc->n_heads < 1 || D % lc->n_heads != 0 || lc->d_ff < 1 ||
@@ -82,6 +96,8 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
             return TG_ERR_ARG;
         }
         tg__nn_encoder_plan_add(&plan, lc, cfg->n_layers);
+        if (s2s)
+            tg__nn_layer_plan_add(&plan, lc, cfg->n_decoder_layers, true);
     }
     tg_status ps = tg__nn_plan_end(&plan);
     if (ps != TG_OK)
@@ -98,20 +114,26 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
     }
     if (tg__build_failed(ctx))
         return ctx->status;
-    if (cfg->n_layers > 0) {
+    if (s2s) { /* nn.Transformer's encoder.* and decoder.*, both with final norms */
+        if (tg_encoder_decoder_init(ctx, &m->seq2seq, dt, &cfg->layer, cfg->n_layers,
+                                    cfg->n_decoder_layers, NULL) != TG_OK)
+            return tg__nn_status(ctx);
+        m->norm_w = m->seq2seq.decoder.norm_weight; /* the norm before the head */
+        m->norm_b = m->seq2seq.decoder.norm_bias;
+    } else if (cfg->n_layers > 0) {
         /* n_layers <= TG_TRANSFORMER_MAX_LAYERS: the product cannot wrap */
         m->layers = tg__alloc(ctx, sizeof *m->layers * (size_t)cfg->n_layers, fn);
         if (!m->layers)
             return TG_ERR_NOMEM;
     }
-    for (int64_t i = 0; i < cfg->n_layers; i++) {
+    for (int64_t i = 0; !s2s && i < cfg->n_layers; i++) {
         char prefix[64];
         snprintf(prefix, sizeof prefix, "layers.%lld.", (long long)i);
         if (tg_encoder_layer_init(ctx, &m->layers[i], dt, &cfg->layer, prefix) != TG_OK)
             return tg__nn_status(ctx); /* stop at the first failure */
     }
-    m->norm_w = tg__nn_param(ctx, dt, TG_DIMS(D), NULL, "norm.weight", 0, true);
-    m->norm_b = tg__nn_param(ctx, dt, TG_DIMS(D), NULL, "norm.bias", 0, false);
+    if (!s2s)
+        tg__nn_norm_params(ctx, dt, D, NULL, "norm", &m->norm_w, &m->norm_b);
     double bound = 1.0 / sqrt((double)D);
     if (cfg->tie_weights)
         m->head_w = m->tok_emb;
@@ -121,19 +143,9 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
     return tg__nn_status(ctx);
 }
 
-tg_tensor *tg_transformer_forward(tg_ctx *ctx, const tg_transformer *m, tg_tensor *ids,
-                                  tg_tensor *key_padding_mask)
+/* x = tok_emb[ids] + pos(T), then dropout: (B, T) -> (B, T, D). */
+static tg_tensor *embed(tg_ctx *ctx, const tg_transformer *m, tg_tensor *ids)
 {
-    static const char *fn = "tg_transformer_forward";
-    if (!ctx || !ids)
-        return NULL;
-    if (!m || !m->tok_emb || !m->head_w || m->cfg.n_layers < 0 ||
-        m->cfg.n_layers > TG_TRANSFORMER_MAX_LAYERS || (m->cfg.n_layers > 0 && !m->layers))
-        return tg__err(ctx, TG_ERR_ARG, fn, "model is NULL or not initialised");
-    char b[128];
-    if (tg_tensor_rank(ids) != 2 || tg_tensor_dim(ids, 1) > m->cfg.max_seq_len)
-        return tg__err(ctx, TG_ERR_SHAPE, fn, "ids %s must be (B, T) with T <= %lld",
-                       tg_tensor_shape_str(ids, b, sizeof b), (long long)m->cfg.max_seq_len);
     int64_t T = tg_tensor_dim(ids, 1), D = m->cfg.layer.d_model;
     tg_tensor *x = tg_embedding(ctx, ids, m->tok_emb);                 /* (B, T, D) */
     tg_tensor *pos = m->pos_emb ? tg_narrow(ctx, m->pos_emb, 0, 0, T)  /* (T, D) */
@@ -141,6 +153,37 @@ tg_tensor *tg_transformer_forward(tg_ctx *ctx, const tg_transformer *m, tg_tenso
     x = tg_add(ctx, x, pos);
     if (m->cfg.layer.dropout > 0)
         x = tg_dropout(ctx, x, m->cfg.layer.dropout);
+    return x;
+}
+
+/* The model is initialised; ids (B, T) with T <= max_seq_len (named @p what). */
+static bool ids_ok(tg_ctx *ctx, const char *fn, const tg_transformer *m, tg_tensor *ids,
+                   const char *what)
+{
+    char b[128];
+    if (tg_tensor_rank(ids) != 2 || tg_tensor_dim(ids, 1) > m->cfg.max_seq_len) {
+        tg__err(ctx, TG_ERR_SHAPE, fn, "%s %s must be (B, T) with T <= %lld", what,
+                tg_tensor_shape_str(ids, b, sizeof b), (long long)m->cfg.max_seq_len);
+        return false;
+    }
+    return true;
+}
+
+tg_tensor *tg_transformer_forward(tg_ctx *ctx, const tg_transformer *m, tg_tensor *ids,
+                                  tg_tensor *key_padding_mask)
+{
+    static const char *fn = "tg_transformer_forward";
+    if (!ctx || !ids)
+        return NULL;
+    if (m && m->tok_emb && m->cfg.n_decoder_layers > 0)
+        return tg__err(ctx, TG_ERR_ARG, fn, "an encoder-decoder model (n_decoder_layers %lld): "
+                       "use tg_transformer_forward_seq2seq", (long long)m->cfg.n_decoder_layers);
+    if (!m || !m->tok_emb || !m->head_w || m->cfg.n_layers < 0 ||
+        m->cfg.n_layers > TG_TRANSFORMER_MAX_LAYERS || (m->cfg.n_layers > 0 && !m->layers))
+        return tg__err(ctx, TG_ERR_ARG, fn, "model is NULL or not initialised");
+    if (!ids_ok(ctx, fn, m, ids, "ids"))
+        return NULL;
+    tg_tensor *x = embed(ctx, m, ids);                                 /* (B, T, D) */
     tg_attn_masks masks;
     memset(&masks, 0, sizeof masks);
     masks.causal = m->cfg.causal;
@@ -149,4 +192,37 @@ tg_tensor *tg_transformer_forward(tg_ctx *ctx, const tg_transformer *m, tg_tenso
         x = tg_encoder_layer_forward(ctx, &m->layers[i], x, &masks);  /* (B, T, D) */
     x = tg_layer_norm(ctx, x, m->norm_w, m->norm_b, m->cfg.layer.layer_norm_eps);
     return tg_dense(ctx, x, m->head_w, m->head_b);                     /* (B, T, V) */
+}
+
+tg_tensor *tg_transformer_forward_seq2seq(tg_ctx *ctx, const tg_transformer *m,
+                                          tg_tensor *src_ids, tg_tensor *tgt_ids,
+                                          tg_tensor *src_key_padding_mask,
+                                          tg_tensor *tgt_key_padding_mask)
+{
+    static const char *fn = "tg_transformer_forward_seq2seq";
+    if (!ctx || !src_ids || !tgt_ids)
+        return NULL;
+    if (!m || !m->tok_emb || !m->head_w)
+        return tg__err(ctx, TG_ERR_ARG, fn, "model is NULL or not initialised");
+    if (m->cfg.n_decoder_layers < 1 || !m->seq2seq.decoder.layers)
+        return tg__err(ctx, TG_ERR_ARG, fn, "not an encoder-decoder model (n_decoder_layers "
+                       "%lld): use tg_transformer_forward", (long long)m->cfg.n_decoder_layers);
+    if (!ids_ok(ctx, fn, m, src_ids, "src_ids") || !ids_ok(ctx, fn, m, tgt_ids, "tgt_ids"))
+        return NULL;
+    char b1[128], b2[128];
+    if (tg_tensor_dim(src_ids, 0) != tg_tensor_dim(tgt_ids, 0))
+        return tg__err(ctx, TG_ERR_SHAPE, fn, "src_ids %s and tgt_ids %s differ in batch size",
+                       tg_tensor_shape_str(src_ids, b1, sizeof b1),
+                       tg_tensor_shape_str(tgt_ids, b2, sizeof b2));
+    tg_attn_masks sm, tm, mm;
+    memset(&sm, 0, sizeof sm);
+    memset(&tm, 0, sizeof tm);
+    memset(&mm, 0, sizeof mm);
+    sm.key_padding_mask = src_key_padding_mask;  /* the encoder's self-attention */
+    tm.key_padding_mask = tgt_key_padding_mask;  /* the decoder's masked self-attention */
+    tm.causal = true;
+    mm.key_padding_mask = src_key_padding_mask;  /* cross-attention: padded source keys */
+    tg_tensor *y = tg_encoder_decoder_forward(ctx, &m->seq2seq, embed(ctx, m, src_ids),
+                                              embed(ctx, m, tgt_ids), &sm, &tm, &mm);
+    return tg_dense(ctx, y, m->head_w, m->head_b);                     /* (B, T, V) */
 }
