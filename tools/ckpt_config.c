@@ -244,6 +244,60 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
         return false;
     }
     info->text = !strcmp(mode, "text");
+    /* model.arch (absent in older checkpoints: the mode's own architecture) */
+    const cli_option *ao = cli_find(cmd, "arch");
+    const char *arch = tg_safetensors_meta_get(st, "model.arch");
+    train_args at = *a;
+    at.arch = info->text ? ARCH_LM : ARCH_ENCODER;
+    if (arch && !cli_set(cmd, ao, arch, &at, "checkpoint field 'model.arch'", err, n))
+        return false;
+    if (arch && info->text != (at.arch == ARCH_LM)) {
+        snprintf(err, n, "checkpoint fields disagree: model.arch %s but data.mode %s",
+                 cli_show(arch, s, sizeof s), mode);
+        return false;
+    }
+    if (given && cli_given(cmd, given, "arch") && at.arch != a->arch) {
+        char gv[96], c2[32];
+        snprintf(err, n, "checkpoint is from a different config: model.arch '%s' there, %s "
+                 "given", cli_choice_name(ao, at.arch, c2, sizeof c2),
+                 given_value(ao, a, gv, sizeof gv));
+        return false;
+    }
+    a->arch = at.arch;
+    info->seq2seq = a->arch == ARCH_SEQ2SEQ;
+    /* model.decoder_layers: the seq2seq decoder stack (absent or 0 for the other models) */
+    const char *dl = tg_safetensors_meta_get(st, "model.decoder_layers");
+    if (info->seq2seq) {
+        const cli_option *o = cli_find(cmd, "decoder-layers");
+        train_args dt = *a;
+        if (!dl) {
+            snprintf(err, n, "not a tgrad seq2seq checkpoint: it lacks the field "
+                     "'model.decoder_layers'");
+            return false;
+        }
+        if (!cli_set(cmd, o, dl, &dt, "checkpoint field 'model.decoder_layers'", err, n))
+            return false;
+        if (given && cli_given(cmd, given, "decoder-layers") &&
+            dt.decoder_layers != a->decoder_layers) {
+            char gv[96];
+            snprintf(err, n, "checkpoint is from a different config: model.decoder_layers '%s' "
+                     "there, %s given", cli_show(dl, s, sizeof s),
+                     given_value(o, a, gv, sizeof gv));
+            return false;
+        }
+        a->decoder_layers = dt.decoder_layers;
+    } else if (dl) {
+        int64_t nd;
+        if (!parse_int_field("model.decoder_layers", dl, 0, TRAIN_MAX_LAYERS, &nd, err, n))
+            return false;
+        if (nd > 0) {
+            char c2[32];
+            snprintf(err, n, "checkpoint fields disagree: model.decoder_layers %" PRId64 " but "
+                     "model.arch %s (no decoder stack)", nd,
+                     cli_choice_name(ao, a->arch, c2, sizeof c2));
+            return false;
+        }
+    }
     const char *causal = tg_safetensors_meta_get(st, "model.causal");
     bool c;
     if (causal) {
@@ -279,7 +333,7 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
         }
         info->vocab_size = nv;
     } else {
-        info->vocab_size = 10; /* digits */
+        info->vocab_size = info->seq2seq ? SEQ2SEQ_VOCAB : 10; /* digits (and BOS) */
         if (!tk) {
             snprintf(err, n, "not a tgrad task checkpoint: it lacks the field 'data.task'");
             return false;
@@ -306,7 +360,9 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
         return false;
     if (v != info->vocab_size) {
         snprintf(err, n, "checkpoint fields disagree: model.vocab_size %" PRId64 " but %s %d",
-                 v, info->text ? "data.vocab holds" : "a task's vocabulary is", info->vocab_size);
+                 v, info->text      ? "data.vocab holds"
+                    : info->seq2seq ? "a seq2seq task's vocabulary (digits and BOS) is"
+                                    : "a task's vocabulary is", info->vocab_size);
         return false;
     }
     const char *b = tg_safetensors_meta_get(st, "data.bytes");
@@ -376,9 +432,14 @@ static bool apply(const tg_safetensors *st, train_args *a, const cli_result *giv
     }
     if (!apply_data(st, a, given, info, err, n))
         return false;
-    if (use == USE_SAMPLE && !info->text) {
-        snprintf(err, n, "a checkpoint of a built-in task, not of 'tgrad train --text' "
-                 "(data.mode task): nothing to sample");
+    if (use == USE_SAMPLE && !info->text && !info->seq2seq) {
+        snprintf(err, n, "a checkpoint of a built-in task's encoder, not of 'tgrad train --text' "
+                 "or '--arch seq2seq' (data.mode task, model.arch encoder): nothing to sample");
+        return false;
+    }
+    if (use == USE_EXPORT && info->seq2seq) {
+        snprintf(err, n, "an encoder-decoder (model.arch seq2seq) checkpoint: export writes the "
+                 "decoder-only or encoder model of tools/train_reference.py only");
         return false;
     }
     return apply_options(st, a, given, err, n);
@@ -415,6 +476,7 @@ void train_model_config(const train_args *a, bool text, int64_t vocab_size,
     mc->pos = a->pos == POS_SINUSOIDAL ? TG_POS_SINUSOIDAL : TG_POS_LEARNED;
     mc->causal = text;
     mc->tie_weights = a->tie;
+    mc->n_decoder_layers = a->arch == ARCH_SEQ2SEQ ? a->decoder_layers : 0;
 }
 
 /* ---- shapes ------------------------------------------------------------------------------- */
@@ -431,30 +493,71 @@ static void param(ckpt_param *p, const char *name, int rank, int64_t d0, int64_t
     p->shape[1] = rank > 1 ? d1 : 0;
 }
 
+static const char *const decoder_layer_params[18] = {
+    "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
+    "self_attn.out_proj.bias", "multihead_attn.in_proj_weight", "multihead_attn.in_proj_bias",
+    "multihead_attn.out_proj.weight", "multihead_attn.out_proj.bias", "linear1.weight",
+    "linear1.bias", "linear2.weight", "linear2.bias", "norm1.weight", "norm1.bias",
+    "norm2.weight", "norm2.bias", "norm3.weight", "norm3.bias"};
+
 int64_t ckpt_n_params(const tg_transformer_config *mc)
 {
-    return 4 + 12 * mc->n_layers + (mc->pos == TG_POS_LEARNED) + !mc->tie_weights;
+    int64_t common = (mc->pos == TG_POS_LEARNED) + !mc->tie_weights;
+    if (mc->n_decoder_layers > 0)
+        return 6 + 12 * mc->n_layers + 18 * mc->n_decoder_layers + common;
+    return 4 + 12 * mc->n_layers + common;
+}
+
+/* @p n layers' parameters `<prefix>layers.<i>.<names[j]>`, the decoder's (18 names) or the
+ * encoder's (12), then the final norm `<prefix>norm.*` when @p prefix is a stack's. */
+static int64_t stack_params(const tg_transformer_config *mc, const char *prefix, int64_t nl,
+                            bool decoder, ckpt_param *out)
+{
+    int64_t k = 0, D = mc->layer.d_model, F = mc->layer.d_ff;
+    /* rank, dims; D <= 65536: 3 * D cannot overflow */
+    const int64_t attn[4][3] = {{2, 3 * D, D}, {1, 3 * D, 0}, {2, D, D}, {1, D, 0}};
+    const int64_t ffn[4][3] = {{2, F, D}, {1, F, 0}, {2, D, F}, {1, D, 0}};
+    int n_attn = decoder ? 2 : 1, n_norm = decoder ? 3 : 2;
+    const char *const *names = decoder ? decoder_layer_params : layer_params;
+    for (int64_t l = 0; l < nl; l++) {
+        int64_t shapes[18][3];
+        int j = 0;
+        for (int a = 0; a < n_attn; a++)
+            for (int i = 0; i < 4; i++, j++)
+                memcpy(shapes[j], attn[i], sizeof attn[i]);
+        for (int i = 0; i < 4; i++, j++)
+            memcpy(shapes[j], ffn[i], sizeof ffn[i]);
+        for (int i = 0; i < 2 * n_norm; i++, j++) {
+            shapes[j][0] = 1;
+            shapes[j][1] = D;
+            shapes[j][2] = 0;
+        }
+        for (int i = 0; i < j; i++) {
+            char name[CKPT_PARAM_NAME];
+            snprintf(name, sizeof name, "%slayers.%" PRId64 ".%s", prefix, l, names[i]);
+            param(&out[k++], name, (int)shapes[i][0], shapes[i][1], shapes[i][2]);
+        }
+    }
+    char name[CKPT_PARAM_NAME];
+    snprintf(name, sizeof name, "%snorm.weight", prefix);
+    param(&out[k++], name, 1, D, 0);
+    snprintf(name, sizeof name, "%snorm.bias", prefix);
+    param(&out[k++], name, 1, D, 0);
+    return k;
 }
 
 int64_t ckpt_params(const tg_transformer_config *mc, ckpt_param *out)
 {
-    int64_t k = 0, V = mc->vocab_size, D = mc->layer.d_model, F = mc->layer.d_ff;
+    int64_t k = 0, V = mc->vocab_size, D = mc->layer.d_model;
     param(&out[k++], "tok_emb.weight", 2, V, D);
     if (mc->pos == TG_POS_LEARNED)
         param(&out[k++], "pos_emb.weight", 2, mc->max_seq_len, D);
-    for (int64_t l = 0; l < mc->n_layers; l++) {
-        /* rank, dims; D <= 65536: 3 * D cannot overflow */
-        const int64_t shapes[12][3] = {{2, 3 * D, D}, {1, 3 * D, 0}, {2, D, D}, {1, D, 0},
-                                       {2, F, D},     {1, F, 0},     {2, D, F}, {1, D, 0},
-                                       {1, D, 0},     {1, D, 0},     {1, D, 0}, {1, D, 0}};
-        for (int j = 0; j < 12; j++) {
-            char name[CKPT_PARAM_NAME];
-            snprintf(name, sizeof name, "layers.%" PRId64 ".%s", l, layer_params[j]);
-            param(&out[k++], name, (int)shapes[j][0], shapes[j][1], shapes[j][2]);
-        }
+    if (mc->n_decoder_layers > 0) {
+        k += stack_params(mc, "encoder.", mc->n_layers, false, out + k);
+        k += stack_params(mc, "decoder.", mc->n_decoder_layers, true, out + k);
+    } else {
+        k += stack_params(mc, "", mc->n_layers, false, out + k);
     }
-    param(&out[k++], "norm.weight", 1, D, 0);
-    param(&out[k++], "norm.bias", 1, D, 0);
     if (!mc->tie_weights)
         param(&out[k++], "head.weight", 2, V, D);
     param(&out[k++], "head.bias", 1, V, 0);
@@ -475,7 +578,11 @@ static void dims_str(int rank, const int64_t *d, char *buf, size_t n)
 /* The fields a parameter's shape follows from, for messages. */
 static void why_of(const tg_transformer_config *mc, const char *name, char *buf, size_t n)
 {
-    if (!strncmp(name, "layers.", 7))
+    if (!strncmp(name, "encoder.", 8) || !strncmp(name, "decoder.", 8))
+        snprintf(buf, n, "model.layers %" PRId64 ", model.decoder_layers %" PRId64 ", "
+                 "model.d_model %" PRId64 " and model.d_ff %" PRId64, mc->n_layers,
+                 mc->n_decoder_layers, mc->layer.d_model, mc->layer.d_ff);
+    else if (!strncmp(name, "layers.", 7))
         snprintf(buf, n, "model.layers %" PRId64 ", model.d_model %" PRId64 " and model.d_ff %"
                  PRId64, mc->n_layers, mc->layer.d_model, mc->layer.d_ff);
     else if (!strcmp(name, "pos_emb.weight"))
@@ -501,12 +608,13 @@ static bool same_shape(const tg_tensor *t, const ckpt_param *p)
     return true;
 }
 
-/* "layers.<k>.": k, or -1 if @p name is not a layer tensor. */
-static int64_t layer_of(const char *name)
+/* "<prefix>layers.<k>.": k, or -1 if @p name is not a layer tensor of that prefix. */
+static int64_t layer_of(const char *name, const char *prefix)
 {
-    if (strncmp(name, "layers.", 7))
+    size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) || strncmp(name + pl, "layers.", 7))
         return -1;
-    const char *p = name + 7;
+    const char *p = name + pl + 7;
     int64_t k = 0;
     if (*p < '0' || *p > '9')
         return -1;
@@ -544,9 +652,13 @@ static void stray(const tg_transformer_config *mc, const char *name, const char 
 {
     char s[80];
     cli_show(name, s, sizeof s);
-    if (layer_of(base) >= mc->n_layers)
+    bool s2s = mc->n_decoder_layers > 0;
+    if (layer_of(base, s2s ? "encoder." : "") >= mc->n_layers)
         snprintf(err, n, "the file has tensor '%s' but model.layers is %" PRId64, s,
                  mc->n_layers);
+    else if (s2s && layer_of(base, "decoder.") >= mc->n_decoder_layers)
+        snprintf(err, n, "the file has tensor '%s' but model.decoder_layers is %" PRId64, s,
+                 mc->n_decoder_layers);
     else if (!strcmp(base, "pos_emb.weight") && mc->pos != TG_POS_LEARNED)
         snprintf(err, n, "the file has tensor '%s' but model.pos is sinusoidal", s);
     else if (!strcmp(base, "head.weight") && mc->tie_weights)
@@ -640,8 +752,13 @@ double model_memory_estimate(const tg_transformer_config *mc, tg_dtype dt, int64
     /* parameters: embeddings, per layer in_proj (3D, D) + out_proj (D, D) + FFN (F, D) and
      * (D, F) + biases and norms, final norm, head */
     double layer = 4 * D * D + 2 * D * F + 9 * D + F;
+    /* a decoder layer: the encoder layer's, cross-attention (4D^2 + 4D) and norm3; its
+     * activations are counted as those of two encoder layers (an upper bound) */
+    double Ld = (double)mc->n_decoder_layers;
     double params = V * D + (mc->pos == TG_POS_LEARNED ? T * D : 0) + L * layer + 2 * D +
-                    (mc->tie_weights ? 0 : V * D) + V;
+                    (mc->tie_weights ? 0 : V * D) + V + Ld * (layer + 4 * D * D + 6 * D) +
+                    (Ld > 0 ? 2 * D : 0);
+    L += 2 * Ld;
     /* each parameter: its value and gradient (+ optimizer state when training) */
     double bytes = params * es * (2 + (train ? n_state : 0));
     /* activations kept by the graph, per layer: ~16 (B, T, D) tensors (norms, q/k/v and their
@@ -687,30 +804,11 @@ bool model_memory_check(const tg_transformer_config *mc, tg_dtype dt, int64_t ba
     return true;
 }
 
-/* model.decoder_layers: the encoder-decoder model's decoder layers (tg_transformer_config.
- * n_decoder_layers); absent in older checkpoints, which are the decoder-only or encoder models
- * (0). Sequence-to-sequence checkpoints are not trained, sampled or exported yet. */
-static bool decoder_layers_ok(const tg_safetensors *st, char *err, size_t n)
-{
-    const char *v = tg_safetensors_meta_get(st, "model.decoder_layers");
-    int64_t nd = 0;
-    if (v && !parse_int_field("model.decoder_layers", v, 0, TG_TRANSFORMER_MAX_LAYERS, &nd, err,
-                              n))
-        return false;
-    if (nd > 0) {
-        snprintf(err, n, "checkpoint field 'model.decoder_layers' is %" PRId64 ": an "
-                 "encoder-decoder (seq2seq) checkpoint, which this version of tgrad cannot "
-                 "resume, sample or export", nd);
-        return false;
-    }
-    return true;
-}
-
 static bool validate(const tg_safetensors *st, train_args *a, const cli_result *given,
                      ckpt_use use, double limit_bytes, ckpt_info *info,
                      tg_transformer_config *mc, char *err, size_t n)
 {
-    if (!decoder_layers_ok(st, err, n) || !apply(st, a, given, use, info, err, n))
+    if (!apply(st, a, given, use, info, err, n))
         return false;
     if (use == USE_TRAIN) {
         bool text = a->text.n > 0;

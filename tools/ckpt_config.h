@@ -26,7 +26,9 @@
 /* What the checkpoint says beyond the options (which go into train_args). */
 typedef struct ckpt_info {
     bool text;                 /* data.mode: "text" (LM) or "task" */
-    int vocab_size;            /* model.vocab_size: data.vocab's length (text) or 10 (task) */
+    bool seq2seq;              /* model.arch seq2seq: the encoder-decoder on a task */
+    int vocab_size;            /* model.vocab_size: data.vocab's length (text), 10 (task),
+                                * 11 (seq2seq task: the digits and BOS) */
     unsigned char vocab[256];  /* text: data.vocab, strictly increasing bytes */
     int64_t step;              /* optim.step: steps already taken */
     int64_t text_bytes;        /* data.bytes: the size of the text trained on (0: unknown) */
@@ -48,14 +50,15 @@ typedef struct ckpt_info {
 bool ckpt_apply(const tg_safetensors *st, train_args *a, const cli_result *given, bool sample,
                 ckpt_info *info, char *err, size_t n);
 
-/* The transformer config of resolved options @p a with vocabulary @p vocab_size. */
+/* The transformer config of resolved options @p a with vocabulary @p vocab_size
+ * (a->arch seq2seq: n_decoder_layers = a->decoder_layers). */
 void train_model_config(const train_args *a, bool text, int64_t vocab_size,
                         tg_transformer_config *mc);
 /* The parameter dtype of @p a. */
 tg_dtype train_dtype(const train_args *a);
 
 /* A parameter of a transformer config: its state_dict name and shape. */
-#define CKPT_PARAM_NAME 64 /* "layers.1023.self_attn.out_proj.weight" needs 38 */
+#define CKPT_PARAM_NAME 64 /* "decoder.layers.1023.multihead_attn.out_proj.weight": 51 */
 typedef struct ckpt_param {
     char name[CKPT_PARAM_NAME];
     int rank;         /* 1 or 2 */
@@ -63,7 +66,8 @@ typedef struct ckpt_param {
 } ckpt_param;
 
 /* The number of parameters of @p mc: 4 + 12 per layer, + 1 for learned positions, + 1 unless
- * the output projection is tied. */
+ * the output projection is tied; the encoder-decoder (n_decoder_layers > 0): 6 + 12 per
+ * encoder layer + 18 per decoder layer, + the same two. */
 int64_t ckpt_n_params(const tg_transformer_config *mc);
 /*
  * The parameters of @p mc in the reference model's state_dict order (tools/train_reference.py,
@@ -72,8 +76,12 @@ int64_t ckpt_n_params(const tg_transformer_config *mc);
  * .self_attn.in_proj_bias (3D), .self_attn.out_proj.weight (D, D), .self_attn.out_proj.bias
  * (D), .linear1.weight (F, D), .linear1.bias (F), .linear2.weight (D, F), .linear2.bias (D),
  * .norm1.weight (D), .norm1.bias (D), .norm2.weight (D), .norm2.bias (D); norm.weight (D),
- * norm.bias (D), head.weight (V, D) unless tied, head.bias (V). @p out has room for
- * ckpt_n_params(mc); returns the count written.
+ * norm.bias (D), head.weight (V, D) unless tied, head.bias (V). The encoder-decoder
+ * (n_decoder_layers > 0) has nn.Transformer's names instead of layers.* and norm.*:
+ * encoder.layers.<i>.* (the 12 above), encoder.norm.weight, encoder.norm.bias, then
+ * decoder.layers.<i>.self_attn.* (4 as above), .multihead_attn.* (the same 4), linear1.*,
+ * linear2.*, norm1.*, norm2.*, norm3.* (weight, bias), decoder.norm.weight, decoder.norm.bias.
+ * @p out has room for ckpt_n_params(mc); returns the count written.
  */
 int64_t ckpt_params(const tg_transformer_config *mc, ckpt_param *out);
 

@@ -5,6 +5,9 @@
  * logits at its last position give the next token. Only the last seq_len tokens are kept, so
  * memory does not grow with --tokens.
  *
+ * On a checkpoint of `tgrad train --arch seq2seq`, --source DIGITS is decoded greedily
+ * (seq2seq.c) and the target sequence printed as digits.
+ *
  * parse (sample_parse, train_args.c) -> load (checkpoint validated by ckpt_config_load before
  * the model is built) -> generate (every library status checked; non-finite logits are an
  * error, never an index).
@@ -13,6 +16,7 @@
 #include "cli.h"
 #include "climsg.h"
 #include "data.h"
+#include "seq2seq.h"
 #include "tgrad_train.h"
 #include "train_args.h"
 
@@ -31,6 +35,9 @@ typedef struct {
     int nv;            /* vocabulary size */
     unsigned char vocab[256];
     int id_of[256];    /* byte -> id, -1 if absent */
+    bool s2s;          /* a seq2seq checkpoint: decode --source */
+    s2s_decoder dec;
+    int32_t *src, *out; /* (1, T) --source, decoded */
 } sampler;
 
 static void fail(const char *fmt, const char *a, const char *b)
@@ -38,6 +45,73 @@ static void fail(const char *fmt, const char *a, const char *b)
     fprintf(stderr, "tgrad sample: ");
     fprintf(stderr, fmt, a, b);
     fputc('\n', stderr);
+}
+
+/* --source against the checkpoint: required by a seq2seq one (exactly T digits), refused by
+ * a text one; --prompt only for text. */
+static bool check_source(sampler *s, const sample_args *a, char *err, size_t n)
+{
+    char shown[80];
+    if (!s->s2s) {
+        if (a->source)
+            snprintf(err, n, "--source: '%s' is a text model (model.arch lm), not a seq2seq "
+                     "checkpoint; continue text with --prompt", a->checkpoint);
+        return !a->source;
+    }
+    if (!a->source || a->prompt[0]) {
+        snprintf(err, n, "%s: '%s' is a seq2seq checkpoint (model.arch seq2seq): give --source "
+                 "with %" PRId64 " digits to decode%s", a->source ? "--prompt" : "--source",
+                 a->checkpoint, s->T, a->source ? ", not --prompt" : "");
+        return false;
+    }
+    size_t len = strlen(a->source);
+    for (size_t i = 0; i < len; i++)
+        if (a->source[i] < '0' || a->source[i] > '9') {
+            unsigned char c = (unsigned char)a->source[i];
+            if (c >= 0x20 && c < 0x7f)
+                snprintf(shown, sizeof shown, "'%c'", c);
+            else
+                snprintf(shown, sizeof shown, "byte %u", c);
+            snprintf(err, n, "--source: %s at offset %zu is not a digit 0-9", shown, i);
+            return false;
+        }
+    if ((int64_t)len != s->T) {
+        snprintf(err, n, "--source has %zu digit%s; the model decodes sequences of exactly %"
+                 PRId64 " (model.seq_len)", len, len == 1 ? "" : "s", s->T);
+        return false;
+    }
+    s->src = malloc(sizeof(int32_t) * len);
+    s->out = malloc(sizeof(int32_t) * len);
+    if (!s->src || !s->out) {
+        snprintf(err, n, "out of memory");
+        return false;
+    }
+    for (size_t i = 0; i < len; i++)
+        s->src[i] = a->source[i] - '0';
+    return true;
+}
+
+/* Greedy decoding of --source; the digits on stdout. */
+static int sample_seq2seq(sampler *s, const sample_args *a)
+{
+    s2s_status st = s2s_greedy(&s->dec, s->src, s->out);
+    if (st == S2S_NONFINITE) {
+        fprintf(stderr, "tgrad sample: --checkpoint '%s': the model's logits are not finite; "
+                "its parameters hold NaN or inf\n", a->checkpoint);
+        return 1;
+    }
+    if (st != S2S_OK) {
+        cli_report("sample", NULL, NULL, s->ctx);
+        return 1;
+    }
+    for (int64_t i = 0; i < s->T; i++) {
+        if (s->out[i] == SEQ2SEQ_BOS)
+            fputs("<bos>", stdout); /* an untrained model may predict it */
+        else
+            fputc('0' + s->out[i], stdout);
+    }
+    fputc('\n', stdout);
+    return 0;
 }
 
 /* Read, validate and build the model of checkpoint @p path. */
@@ -64,12 +138,26 @@ static bool sample_load(sampler *s, const sample_args *a)
     }
     s->T = mc.max_seq_len;
     s->nv = info.vocab_size;
+    s->s2s = info.seq2seq;
+    if (!check_source(s, a, err, sizeof err)) {
+        fail("%s%s", err, "");
+        return false;
+    }
     memcpy(s->vocab, info.vocab, sizeof s->vocab);
     for (int b = 0; b < 256; b++)
         s->id_of[b] = -1;
     for (int i = 0; i < s->nv; i++)
         s->id_of[s->vocab[i]] = i;
     tg_dtype dt = train_dtype(&ta);
+    if (s->s2s) {
+        if (tg_transformer_init(s->ctx, &s->model, dt, &mc) != TG_OK ||
+            !s2s_decoder_init(&s->dec, s->ctx, &s->model, 1, s->T) ||
+            tg_params_load_from(s->ctx, st, 0, NULL, false) != TG_OK) {
+            cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
+            return false;
+        }
+        return true;
+    }
     if (tg_transformer_init(s->ctx, &s->model, dt, &mc) == TG_OK) {
         s->ids = tg_input(s->ctx, TG_I32, TG_DIMS(1, s->T), "ids");
         s->logits = tg_transformer_forward(s->ctx, &s->model, s->ids, NULL);
@@ -219,8 +307,11 @@ int cmd_sample(int argc, char **argv)
         if (a.threads)
             tg_ctx_set_threads(s.ctx, (int)a.threads);
         tg_ctx_seed(s.ctx, (uint64_t)a.seed);
-        rc = sample_generate(&s, &a);
+        rc = s.s2s ? sample_seq2seq(&s, &a) : sample_generate(&s, &a);
     }
+    s2s_decoder_free(&s.dec);
+    free(s.src);
+    free(s.out);
     tg_ctx_free(s.ctx);
     sample_free(&a, &r);
     return rc;

@@ -1,7 +1,9 @@
 /*
  * cmd_train.c - `tgrad train`: train a transformer on a built-in algorithmic task (the
- * default: an encoder predicting the reversed digit sequence) or, with --text, a byte-level
- * language model; progress, CSV log, SVG plot, atomic checkpoints and bit-exact resume.
+ * default: an encoder predicting the reversed digit sequence; --arch seq2seq: an
+ * encoder-decoder with teacher forcing, evaluated by greedy decoding) or, with --text, a
+ * byte-level language model; progress, CSV log, SVG plot, atomic checkpoints and bit-exact
+ * resume.
  *
  * parse (train_parse, train_args.c: one option table) -> plan (the checkpoint validated by
  * ckpt_config_load, defaults, memory estimate, every output path checked) -> data -> build ->
@@ -12,6 +14,7 @@
 #include "cli.h"
 #include "climsg.h"
 #include "data.h"
+#include "seq2seq.h"
 #include "svgplot.h"
 #include "tgrad_train.h"
 #include "train_args.h"
@@ -38,6 +41,7 @@ typedef struct {
     int argc;
     char **argv;
     bool text;
+    bool s2s; /* --arch seq2seq */
     task_kind task;
     tg_ctx *ctx;
     tg_safetensors *ck; /* the --resume checkpoint, or NULL */
@@ -46,11 +50,14 @@ typedef struct {
     tg_transformer_config mc;
     tg_transformer model;
     tg_tensor *ids, *tgt, *logits, *loss;
+    tg_tensor *dec;     /* seq2seq: (B, T) decoder inputs (BOS, labels shifted right) */
+    s2s_decoder greedy; /* seq2seq: held-out greedy decoding */
     tg_graph *g;
     tg_optim *opt;
     int64_t V, T, B, n_params, start;
     FILE *logf;
-    int32_t *ids_buf, *tgt_buf; /* (B, T) token ids and targets */
+    int32_t *ids_buf, *tgt_buf; /* (B, T) token ids (seq2seq: source) and targets */
+    int32_t *dec_buf, *out_buf; /* seq2seq (B, T): decoder inputs; greedy decoding's output */
     svg_series train_curve, val_curve;
     /* progress and results */
     bool tty;
@@ -58,6 +65,7 @@ typedef struct {
     size_t last_len; /* length of the last live line, to blank its rest */
     int64_t step, end, trained;
     double t0, tok_s, last_val, best_val, acc, last_draw;
+    double tok_acc; /* seq2seq: held-out token accuracy of greedy decoding (acc: sequences) */
     bool reached;
 } trainer;
 
@@ -273,7 +281,7 @@ static bool load_data(trainer *t)
 {
     t->T = t->a.seq_len;
     t->B = t->a.batch;
-    t->V = 10;
+    t->V = t->s2s ? SEQ2SEQ_VOCAB : 10;
     if (!t->text)
         return true;
     char err[4400];
@@ -326,15 +334,25 @@ static bool build(trainer *t)
     if (ok == TG_OPTIM_SGD)
         oc.momentum = a->momentum;
     if (tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
-        t->ids = tg_input(ctx, TG_I32, TG_DIMS(t->B, t->T), "ids");
+        t->ids = tg_input(ctx, TG_I32, TG_DIMS(t->B, t->T), t->s2s ? "src_ids" : "ids");
         t->tgt = tg_input(ctx, TG_I32, TG_DIMS(t->B, t->T), "targets");
-        t->logits = tg_transformer_forward(ctx, &t->model, t->ids, NULL);
-        t->loss = tg_cross_entropy(ctx, t->logits, t->tgt, -1);
+        if (t->s2s) { /* teacher forcing: decoder input = BOS + the target shifted right */
+            t->dec = tg_input(ctx, TG_I32, TG_DIMS(t->B, t->T), "tgt_ids");
+            t->logits = tg_transformer_forward_seq2seq(ctx, &t->model, t->ids, t->dec, NULL,
+                                                       NULL);                /* (B, T, V) */
+        } else {
+            t->logits = tg_transformer_forward(ctx, &t->model, t->ids, NULL);
+        }
+        t->loss = tg_cross_entropy(ctx, t->logits, t->tgt, -1); /* mean over B T targets */
         /* one backward per forward: what backward reads is freed as soon as it was read */
         tg_graph_opts go = {.one_backward = true};
         go.detect_anomaly = a->detect_anomaly; /* first NaN/inf named by op and tensor */
         t->g = tg_graph_new_opts(ctx, &t->loss, 1, &go);
         t->opt = tg_optim_new(ctx, &oc, 0, NULL);
+        /* the held-out greedy decoder: its own no_grad graph over the same parameters */
+        if (t->g && t->opt && t->s2s && !a->dry_run &&
+            !s2s_decoder_init(&t->greedy, ctx, &t->model, t->B, t->T))
+            t->opt = NULL;
     }
     if (!t->g || !t->opt) {
         cli_report("train", "building the model", NULL, ctx);
@@ -354,7 +372,11 @@ static bool build(trainer *t)
     size_t bt = (size_t)(t->B * t->T); /* bounded by the memory estimate */
     t->ids_buf = malloc(sizeof(int32_t) * bt);
     t->tgt_buf = malloc(sizeof(int32_t) * bt);
-    if (!t->ids_buf || !t->tgt_buf) {
+    if (t->s2s) {
+        t->dec_buf = malloc(sizeof(int32_t) * bt);
+        t->out_buf = malloc(sizeof(int32_t) * bt);
+    }
+    if (!t->ids_buf || !t->tgt_buf || (t->s2s && (!t->dec_buf || !t->out_buf))) {
         errf("out of memory");
         return false;
     }
@@ -412,7 +434,10 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     }
     char c1[16], c2[16], c3[16];
     meta_add(m, "format", "tgrad-checkpoint-1");
+    meta_add(m, "model.arch", "%s", choice_name("arch", a->arch, c1, 16));
     meta_add(m, "model.layers", "%" PRId64, a->layers);
+    if (t->s2s)
+        meta_add(m, "model.decoder_layers", "%" PRId64, a->decoder_layers);
     meta_add(m, "model.d_model", "%" PRId64, a->d_model);
     meta_add(m, "model.heads", "%" PRId64, a->heads);
     meta_add(m, "model.d_ff", "%" PRId64, a->d_ff);
@@ -514,6 +539,10 @@ static void progress_text(const trainer *t, int64_t s, double l, double lr, bool
     if (t->text && isfinite(t->last_val)) {
         snprintf(vbuf, sizeof vbuf, "%.4f", t->last_val);
         snprintf(vshort, sizeof vshort, "%.3f", t->last_val);
+    } else if (t->s2s && isfinite(t->acc)) {
+        snprintf(vbuf, sizeof vbuf, "%.4f seq %.2f%% tok %.2f%%", t->last_val, 100 * t->acc,
+                 100 * t->tok_acc);
+        snprintf(vshort, sizeof vshort, "seq %.1f%%", 100 * t->acc);
     } else if (!t->text && isfinite(t->acc)) {
         snprintf(vbuf, sizeof vbuf, "%.4f acc %.2f%%", t->last_val, 100 * t->acc);
         snprintf(vshort, sizeof vshort, "acc %.1f%%", 100 * t->acc);
@@ -588,9 +617,51 @@ static void on_signal(int sig)
 static bool set_batch(trainer *t)
 {
     size_t bt = (size_t)(t->B * t->T);
+    if (t->s2s) { /* teacher forcing */
+        s2s_shift_right(t->B, t->T, t->tgt_buf, t->dec_buf);
+        if (tg_tensor_set_data(t->dec, t->dec_buf, TG_I32, bt) != TG_OK)
+            return false;
+    }
     if (tg_tensor_set_data(t->ids, t->ids_buf, TG_I32, bt) != TG_OK ||
         tg_tensor_set_data(t->tgt, t->tgt_buf, TG_I32, bt) != TG_OK)
         return false;
+    return true;
+}
+
+/* seq2seq: held-out loss (teacher forcing), and exact-sequence and token accuracy of greedy
+ * decoding, over 8 fixed batches of unseen random sequences. */
+static bool evaluate_seq2seq(trainer *t, double *val)
+{
+    uint64_t rs = (uint64_t)t->a.seed ^ 0x5eed5eedULL;
+    int64_t B = t->B, T = t->T, exact = 0, right = 0;
+    double sum = 0;
+    for (int k = 0; k < 8; k++) {
+        task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
+        if (!set_batch(t) || tg_graph_forward(t->g) != TG_OK)
+            return false;
+        sum += tg_get(t->loss, 0);
+        s2s_status st = s2s_greedy(&t->greedy, t->ids_buf, t->out_buf);
+        if (st == S2S_NONFINITE) {
+            tg_ctx_clear_error(t->ctx);
+            *val = NAN; /* reported as a non-finite loss by the caller's checks */
+            t->acc = t->tok_acc = 0;
+            return true;
+        }
+        if (st != S2S_OK)
+            return false;
+        for (int64_t b = 0; b < B; b++) {
+            int64_t ok = 0;
+            for (int64_t i = 0; i < T; i++)
+                ok += t->out_buf[b * T + i] == t->tgt_buf[b * T + i];
+            right += ok;
+            exact += ok == T;
+        }
+    }
+    *val = sum / 8;
+    t->acc = (double)exact / (double)(8 * B);
+    t->tok_acc = (double)right / (double)(8 * B * T);
+    if (t->acc >= t->a.target_acc && t->a.target_acc > 0)
+        t->reached = true;
     return true;
 }
 
@@ -600,7 +671,10 @@ static bool evaluate(trainer *t, double *val)
     tg_ctx_set_training(t->ctx, false);
     *val = NAN;
     int64_t B = t->B, T = t->T, V = t->V;
-    if (t->text) {
+    if (t->s2s) {
+        if (!evaluate_seq2seq(t, val))
+            return false;
+    } else if (t->text) {
         double sum = 0;
         int64_t nb = corpus_val_batches(&t->corp, B, T), tokens = 0;
         for (int64_t k = 0; k < nb; k++) {
@@ -821,6 +895,10 @@ static int report(trainer *t)
         printf("  no validation loss (--val-fraction 0)\n");
     else if (t->text)
         printf("  validation loss %.4f nats/char (best %.4f)\n", t->last_val, t->best_val);
+    else if (t->s2s)
+        printf("  held-out exact-sequence accuracy %.2f%% (token accuracy %.2f%%, greedy "
+               "decoding)%s\n", 100 * t->acc, 100 * t->tok_acc,
+               t->reached ? "" : " (target not reached)");
     else
         printf("  held-out token accuracy %.2f%%%s\n", 100 * t->acc,
                t->reached ? "" : " (target not reached)");
@@ -853,6 +931,9 @@ static void trainer_free(trainer *t)
         fclose(t->logf);
     free(t->ids_buf);
     free(t->tgt_buf);
+    free(t->dec_buf);
+    free(t->out_buf);
+    s2s_decoder_free(&t->greedy);
     svg_series_free(&t->train_curve);
     svg_series_free(&t->val_curve);
     corpus_free(&t->corp);
@@ -917,6 +998,7 @@ int cmd_train(int argc, char **argv)
         errf("out of memory");
     } else if ((t->a.resume ? plan_resume(t) : plan_fresh(t)) && plan_outputs(t)) {
         t->task = (task_kind)t->a.task;
+        t->s2s = t->a.arch == ARCH_SEQ2SEQ;
         if (load_data(t) && build(t)) {
             if (!t->a.quiet) {
                 if (t->text)
@@ -925,11 +1007,16 @@ int cmd_train(int argc, char **argv)
                             "\n", t->corp.n_files, t->corp.n_files == 1 ? "" : "s", t->corp.n,
                             t->corp.n_train, t->corp.n - t->corp.n_train, t->corp.vocab_size);
                 else
-                    fprintf(stderr, "tgrad train: task '%s' on %" PRId64 "-digit sequences\n",
-                            task_name(t->task), t->T);
-                fprintf(stderr, "tgrad train: %" PRId64 " layer%s, d_model %" PRId64 ", %" PRId64
+                    fprintf(stderr, "tgrad train: task '%s' on %" PRId64 "-digit sequences%s\n",
+                            task_name(t->task), t->T, t->s2s ? ", encoder-decoder (teacher "
+                            "forcing; greedy decoding evaluated)" : "");
+                char dl[48] = "";
+                if (t->s2s)
+                    snprintf(dl, sizeof dl, " + %" PRId64 " decoder", t->a.decoder_layers);
+                fprintf(stderr, "tgrad train: %" PRId64 "%s layer%s, d_model %" PRId64 ", %" PRId64
                         " head%s, d_ff %" PRId64 ", %s, %" PRId64 " parameters, batch %" PRId64
-                        ", %d thread%s%s\n", t->a.layers, t->a.layers == 1 ? "" : "s",
+                        ", %d thread%s%s\n", t->a.layers, dl,
+                        t->a.layers == 1 && !t->s2s ? "" : "s",
                         t->a.d_model, t->a.heads, t->a.heads == 1 ? "" : "s", t->a.d_ff,
                         t->a.post_norm ? "post-norm" : "pre-norm", t->n_params, t->B,
                         tg_ctx_threads(t->ctx), tg_ctx_threads(t->ctx) == 1 ? "" : "s",

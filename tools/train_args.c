@@ -30,7 +30,11 @@ static const char *const G_DATA = "data:";
 static const char *const G_FILES = "files:";
 
 static const cli_option train_opts[] = {
+    CHOICE("arch", arch, "encoder|lm|seq2seq", "architecture: encoder (task default), lm "
+           "(decoder-only, --text), seq2seq (encoder-decoder, a task)", G_MODEL),
     INT("layers", layers, "N", 1, TRAIN_MAX_LAYERS, "encoder layers (2)", G_MODEL),
+    INT("decoder-layers", decoder_layers, "M", 1, TRAIN_MAX_LAYERS, "seq2seq: decoder layers "
+        "(as --layers)", G_MODEL),
     INT("d-model", d_model, "D", 1, TRAIN_MAX_D_MODEL, "model width (text 128, task 64)",
         G_MODEL),
     INT("heads", heads, "H", 1, TRAIN_MAX_HEADS, "attention heads, must divide D (4)", G_MODEL),
@@ -43,7 +47,8 @@ static const cli_option train_opts[] = {
     FLAG("tie-weights", tie, "output projection = token embedding", G_MODEL),
     CHOICE("dtype", dtype, "f32|f64", "parameter and activation dtype (f32)", G_MODEL),
     NUM("dropout", dropout, "P", 0, 1, CLI_FMAX_OPEN, "dropout probability (0)", G_TRAIN),
-    INT("batch", batch, "B", 1, TRAIN_MAX_BATCH, "sequences per step (32)", G_TRAIN),
+    INT("batch", batch, "B", 1, TRAIN_MAX_BATCH, "sequences per step (32, seq2seq 64)",
+        G_TRAIN),
     INT("steps", steps, "N", 1, TRAIN_MAX_STEPS, "training steps (text 1500, task 2000 max)",
         G_TRAIN),
     NUM("lr", lr, "LR", 0, 10, 0, "peak learning rate (3e-3)", G_TRAIN),
@@ -57,11 +62,12 @@ static const cli_option train_opts[] = {
         G_TRAIN),
     INT("seed", seed, "S", 0, INT64_MAX, "random seed (0)", G_TRAIN),
     INT("eval-every", eval_every, "N", 1, TRAIN_MAX_STEPS, "evaluate every N steps (text 100, "
-        "task 50)", G_TRAIN),
+        "task 50, seq2seq 100)", G_TRAIN),
     NUM("val-fraction", val_fraction, "F", 0, 1, CLI_FMAX_OPEN,
         "text: the last F of the bytes validate (0.1)", G_TRAIN),
     NUM("target-acc", target_acc, "A", 0, 1, 0,
-        "task: stop at this held-out accuracy (0.99, 0 = never)", G_TRAIN),
+        "task: stop at this held-out accuracy (token accuracy; seq2seq: exact-sequence "
+        "accuracy of greedy decoding) (0.99, 0 = never)", G_TRAIN),
     INT("threads", threads, "N", 1, TRAIN_MAX_THREADS, "worker threads (all cores)", G_TRAIN),
     FLAG("dry-run", dry_run, "build the model and print its memory plan (tg_graph_memory), "
          "then exit without training or writing anything", G_TRAIN),
@@ -98,7 +104,9 @@ static const cli_command train_cmd = {
         "sequences, predict the reversed sequence at each position) until 99% token accuracy\n"
         "on held-out sequences. With --text, trains a byte-level decoder-only language model\n"
         "on the concatenated files (symlinked duplicates and directories skipped); the last\n"
-        "10% is validation.\n"
+        "10% is validation. --arch seq2seq --task T trains an encoder-decoder with teacher\n"
+        "forcing (source: the digits; decoder input: BOS and the target shifted right) until\n"
+        "99% of held-out sequences are decoded exactly right (greedy decoding).\n"
         "\n"
         "--resume CK takes the model from CK, restores every training option not given again,\n"
         "continues bit-exactly and saves back to CK (atomically); --checkpoint OTHER saves to\n"
@@ -111,9 +119,11 @@ static const cli_command train_cmd = {
 
 static const cli_option sample_opts[] = {
     {.name = "checkpoint", .kind = CLI_PATH, .offset = SA(checkpoint), .metavar = "PATH",
-     .help = "checkpoint of 'tgrad train --text' (required)"},
+     .help = "checkpoint of 'tgrad train --text' or '--arch seq2seq' (required)"},
     {.name = "prompt", .kind = CLI_STR, .offset = SA(prompt), .metavar = "TEXT",
      .help = "text to continue (default: a newline)"},
+    {.name = "source", .kind = CLI_STR, .offset = SA(source), .metavar = "DIGITS",
+     .help = "seq2seq checkpoint: the source sequence (seq_len digits 0-9) to decode"},
     {.name = "tokens", .kind = CLI_INT, .offset = SA(tokens), .metavar = "N",
      .help = "bytes to generate (200)", .imin = 0, .imax = SAMPLE_MAX_TOKENS},
     {.name = "temperature", .kind = CLI_NUM, .offset = SA(temperature), .metavar = "T",
@@ -132,7 +142,9 @@ static const cli_command sample_cmd = {
     .name = "sample",
     .usage = "--checkpoint PATH [options]",
     .description = "Generates text from a checkpoint of 'tgrad train --text'. Temperature 0 is\n"
-                   "greedy decoding.",
+                   "greedy decoding. On a checkpoint of 'tgrad train --arch seq2seq', --source\n"
+                   "DIGITS (exactly the model's seq_len digits) is encoded and the target\n"
+                   "sequence is decoded greedily and printed as digits.",
     .opts = sample_opts,
 };
 
@@ -154,7 +166,9 @@ void train_defaults(train_args *a)
     a->activation = ACT_RELU;
     a->pos = POS_LEARNED;
     a->dtype = DT_F32;
-    a->batch = 32;
+    a->batch = -1;
+    a->arch = -1;
+    a->decoder_layers = -1;
     a->lr = 3e-3;
     a->warmup = 100;
     a->weight_decay = 0.01;
@@ -178,6 +192,17 @@ int train_parse(int argc, char **argv, train_args *a, cli_result *r, char *err, 
         snprintf(err, n, "--text and --task exclude each other (give one)");
         return CLI_ERROR;
     }
+    if (a->text.n > 0 && (a->arch == ARCH_ENCODER || a->arch == ARCH_SEQ2SEQ)) {
+        snprintf(err, n, "--arch %s trains on a built-in --task, not on --text (--text trains "
+                 "the decoder-only LM, --arch lm)", a->arch == ARCH_ENCODER ? "encoder" :
+                 "seq2seq");
+        return CLI_ERROR;
+    }
+    if (a->arch == ARCH_LM && cli_given(&train_cmd, r, "task")) {
+        snprintf(err, n, "--arch lm is the byte-level language model of --text, not a --task "
+                 "(tasks train --arch encoder or seq2seq)");
+        return CLI_ERROR;
+    }
     return CLI_OK;
 }
 
@@ -188,6 +213,26 @@ void train_free(train_args *a, cli_result *r)
 
 bool train_resolve(train_args *a, bool text, char *err, size_t n)
 {
+    if (a->arch < 0)
+        a->arch = text ? ARCH_LM : ARCH_ENCODER;
+    if (text != (a->arch == ARCH_LM)) {
+        snprintf(err, n, text ? "--arch %s trains on a built-in --task, not on --text"
+                              : "--arch %s needs --text FILE (the byte-level language model)",
+                 a->arch == ARCH_ENCODER ? "encoder" : a->arch == ARCH_LM ? "lm" : "seq2seq");
+        return false;
+    }
+    bool s2s = a->arch == ARCH_SEQ2SEQ;
+    if (!s2s && a->decoder_layers > 0) {
+        snprintf(err, n, "--decoder-layers %" PRId64 " needs --arch seq2seq (the %s has no "
+                 "decoder stack)", a->decoder_layers, text ? "language model" : "encoder");
+        return false;
+    }
+    if (s2s && a->decoder_layers < 0)
+        a->decoder_layers = a->layers;
+    if (!s2s)
+        a->decoder_layers = 0;
+    if (a->batch < 0)
+        a->batch = s2s ? 64 : 32;
     if (a->d_model < 0)
         a->d_model = text ? 128 : 64;
     if (a->d_ff < 0)
@@ -197,7 +242,7 @@ bool train_resolve(train_args *a, bool text, char *err, size_t n)
     if (a->steps < 0)
         a->steps = text ? 1500 : 2000;
     if (a->eval_every < 0)
-        a->eval_every = text ? 100 : 50;
+        a->eval_every = text || s2s ? 100 : 50;
     if (a->min_lr < 0)
         a->min_lr = a->lr / 10;
     if (a->heads > a->d_model || a->d_model % a->heads != 0) {

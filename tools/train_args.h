@@ -35,6 +35,12 @@ enum { ACT_RELU = 0, ACT_GELU = 1 };
 enum { POS_LEARNED = 0, POS_SINUSOIDAL = 1 };
 enum { OPT_ADAMW = 0, OPT_ADAM = 1, OPT_SGD = 2 };
 enum { DT_F32 = 0, DT_F64 = 1 };
+/* --arch: -1 (not given) is the mode's own: text -> ARCH_LM, a task -> ARCH_ENCODER. */
+enum { ARCH_ENCODER = 0, ARCH_LM = 1, ARCH_SEQ2SEQ = 2 };
+/* The sequence-to-sequence task's vocabulary: the 10 digits and BOS (id 10), which starts
+ * every decoder input (docs/transformer.md, "The sequence-to-sequence task"). */
+#define SEQ2SEQ_BOS 10
+#define SEQ2SEQ_VOCAB 11
 /* --task uses task_kind's order (data.h): copy, reverse, sort. */
 
 /* `tgrad train` options. Integers are int64_t, numbers double, choices int, flags bool.
@@ -43,6 +49,8 @@ enum { DT_F32 = 0, DT_F64 = 1 };
 typedef struct train_args {
     /* model */
     int64_t layers, d_model, heads, d_ff, seq_len;
+    int arch;               /* ARCH_*, -1: the mode's own (resolved by train_resolve) */
+    int64_t decoder_layers; /* seq2seq decoder layers; -1: as --layers (train_resolve) */
     bool post_norm, tie;
     int activation, pos, dtype;
     double dropout;
@@ -66,6 +74,7 @@ typedef struct train_args {
 /* `tgrad sample` options. */
 typedef struct sample_args {
     const char *checkpoint, *prompt;
+    const char *source; /* --source DIGITS: a seq2seq checkpoint's source sequence */
     int64_t tokens, top_k, seed, threads;
     double temperature;
 } sample_args;
@@ -89,7 +98,8 @@ void train_free(train_args *a, cli_result *r);
 
 /*
  * After the checkpoint (if any) has been applied: fill in the defaults that depend on the mode
- * (text or task), check the options against each other (--heads divides --d-model, ...), and
+ * (text or task) and the architecture (--arch: the mode's own unless given; seq2seq has its
+ * own defaults: batch 64, eval every 100 steps, decoder layers = --layers), check the options against each other (--heads divides --d-model, ...), and
  * make a resumed run save back to the file it resumed from unless --checkpoint says otherwise.
  * Returns false with one line in @p err. No I/O.
  */
