@@ -329,8 +329,8 @@ START_TEST(test_checkpoint_reproducers)
         {"optim.step", "-5", "optim.step"},
         {"model.vocab_size", "7", "model.vocab_size"},
         {"model.causal", "0", "model.causal"},
-        /* issue 10: n_decoder_layers (absent = 0); seq2seq checkpoints not loadable yet */
-        {"model.decoder_layers", "2", "'model.decoder_layers' is 2: an encoder-decoder"},
+        /* issue 10: n_decoder_layers (absent = 0) only in a seq2seq checkpoint */
+        {"model.decoder_layers", "2", "model.decoder_layers 2 but model.arch"},
         {"model.decoder_layers", "-1", "model.decoder_layers"},
         {"data.vocab", "2020", "data.vocab"},     /* a byte twice */
         {"data.vocab", "zz", "data.vocab"},

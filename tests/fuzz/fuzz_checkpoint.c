@@ -99,7 +99,8 @@ static void check_resolved(const train_args *a, const ckpt_info *info,
             memcpy(&v, p, sizeof v);
             bool unset = v == 0 && (!strcmp(o->name, "threads") ||
                                     !strcmp(o->name, "save-every") ||
-                                    !strcmp(o->name, "stop-after"));
+                                    !strcmp(o->name, "stop-after") ||
+                                    (!strcmp(o->name, "decoder-layers") && !info->seq2seq));
             if (!unset && (v < o->imin || v > o->imax))
                 fz_die(NULL, "restored --%s %" PRId64 " outside [%" PRId64 ", %" PRId64 "]",
                        o->name, v, o->imin, o->imax);
@@ -121,7 +122,9 @@ static void check_resolved(const train_args *a, const ckpt_info *info,
                info->step, info->best_val);
     if (mc->vocab_size != info->vocab_size || mc->max_seq_len != a->seq_len ||
         mc->n_layers != a->layers || mc->layer.d_model != a->d_model ||
-        mc->layer.n_heads != a->heads || mc->layer.d_ff != a->d_ff || mc->causal != info->text)
+        mc->layer.n_heads != a->heads || mc->layer.d_ff != a->d_ff || mc->causal != info->text ||
+        (info->seq2seq != (a->arch == ARCH_SEQ2SEQ)) ||
+        mc->n_decoder_layers != (info->seq2seq ? a->decoder_layers : 0))
         fz_die(NULL, "the model config differs from the resolved options");
 }
 
@@ -167,8 +170,8 @@ static void sample_path(const uint8_t *data, size_t size)
         return;
     }
     check_resolved(&ta, &info, &mc);
-    if (!info.text)
-        fz_die(NULL, "ckpt_config_load (sample) accepted a task checkpoint");
+    if (!info.text && !info.seq2seq)
+        fz_die(NULL, "ckpt_config_load (sample) accepted an encoder task checkpoint");
     tg_dtype dt = train_dtype(&ta);
     int64_t T = mc.max_seq_len, V = mc.vocab_size;
     size_t live0 = fz_peak_start(&A);
@@ -178,7 +181,9 @@ static void sample_path(const uint8_t *data, size_t size)
     tg_graph *g = NULL;
     if (tg_transformer_init(ctx, &model, dt, &mc) == TG_OK) {
         ids = tg_input(ctx, TG_I32, TG_DIMS(1, T), "ids");
-        logits = tg_transformer_forward(ctx, &model, ids, NULL);
+        /* seq2seq (seq2seq.c's greedy decoder): the same ids as source and target prefix */
+        logits = info.seq2seq ? tg_transformer_forward_seq2seq(ctx, &model, ids, ids, NULL, NULL)
+                              : tg_transformer_forward(ctx, &model, ids, NULL);
         g = tg_graph_new(ctx, &logits, 1);
     }
     if (!g)
@@ -298,7 +303,9 @@ static tp_result train_path(const uint8_t *data, size_t size, bool flip, int var
     if (tg_transformer_init(ctx, &model, dt, &mc) == TG_OK) {
         ids = tg_input(ctx, TG_I32, TG_DIMS(1, T), "ids");
         tgt = tg_input(ctx, TG_I32, TG_DIMS(1, T), "targets");
-        tg_tensor *logits = tg_transformer_forward(ctx, &model, ids, NULL);
+        tg_tensor *logits = info.seq2seq
+                                ? tg_transformer_forward_seq2seq(ctx, &model, ids, tgt, NULL, NULL)
+                                : tg_transformer_forward(ctx, &model, ids, NULL);
         loss = tg_cross_entropy(ctx, logits, tgt, -1);
         tg_graph_opts go = {.one_backward = true, .detect_anomaly = ta.detect_anomaly};
         g = tg_graph_new_opts(ctx, &loss, 1, &go);
