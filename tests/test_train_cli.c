@@ -306,6 +306,17 @@ START_TEST(test_checkpoint_fields_task)
 }
 END_TEST
 
+/* issue 10: a seq2seq checkpoint (model.arch, model.decoder_layers too), resumed and sampled */
+START_TEST(test_checkpoint_fields_seq2seq)
+{
+    ck_assert_msg(run("train --arch seq2seq " TASK_MODEL " --steps 3 --eval-every 2 "
+                      "--target-acc 0 --quiet --checkpoint s.ckpt") == 0, "%s",
+                  slurp("err.txt", NULL));
+    check_all_fields("s.ckpt", "train --resume %s --steps 6 --quiet");
+    check_all_fields("s.ckpt", "sample --checkpoint %s --source 1234");
+}
+END_TEST
+
 /* The issue's reproducers and values valid in isolation but wrong for the file. */
 START_TEST(test_checkpoint_reproducers)
 {
@@ -912,6 +923,7 @@ int main(void)
     tcase_add_test(tc, test_checkpoint_fields_text);
     tcase_add_test(tc, test_checkpoint_fields_sample);
     tcase_add_test(tc, test_checkpoint_fields_task);
+    tcase_add_test(tc, test_checkpoint_fields_seq2seq);
     tcase_add_test(tc, test_checkpoint_reproducers);
     tcase_add_test(tc, test_memory_estimate);
     tcase_add_test(tc, test_sample_nan_weights);
