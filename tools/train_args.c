@@ -30,8 +30,8 @@ static const char *const G_DATA = "data:";
 static const char *const G_FILES = "files:";
 
 static const cli_option train_opts[] = {
-    CHOICE("arch", arch, "encoder|lm|seq2seq", "architecture: encoder (task default), lm "
-           "(decoder-only, --text), seq2seq (encoder-decoder, a task)", G_MODEL),
+    CHOICE("arch", arch, "encoder|lm|seq2seq", "task: encoder or seq2seq; --text: lm (encoder "
+           "/ lm)", G_MODEL),
     INT("layers", layers, "N", 1, TRAIN_MAX_LAYERS, "encoder layers (2)", G_MODEL),
     INT("decoder-layers", decoder_layers, "M", 1, TRAIN_MAX_LAYERS, "seq2seq: decoder layers "
         "(as --layers)", G_MODEL),
@@ -66,8 +66,8 @@ static const cli_option train_opts[] = {
     NUM("val-fraction", val_fraction, "F", 0, 1, CLI_FMAX_OPEN,
         "text: the last F of the bytes validate (0.1)", G_TRAIN),
     NUM("target-acc", target_acc, "A", 0, 1, 0,
-        "task: stop at this held-out accuracy (token accuracy; seq2seq: exact-sequence "
-        "accuracy of greedy decoding) (0.99, 0 = never)", G_TRAIN),
+        "task: stop at this held-out accuracy (seq2seq: of exact sequences) (0.99, 0 = never)",
+        G_TRAIN),
     INT("threads", threads, "N", 1, TRAIN_MAX_THREADS, "worker threads (all cores)", G_TRAIN),
     FLAG("dry-run", dry_run, "build the model and print its memory plan (tg_graph_memory), "
          "then exit without training or writing anything", G_TRAIN),
