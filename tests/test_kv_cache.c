@@ -163,6 +163,53 @@ START_TEST(test_op_matches_flash)
 }
 END_TEST
 
+/* ---- dense at a few rows (the GEMV path of a decoding step) ------------------------------- */
+
+/* dense / dense_act with 1..6 rows (the GEMV below TG__GEMV_MAX_ROWS + 1, the GEMM above)
+ * against a long-double loop: K not a multiple of 16, N not a multiple of 4, with and without
+ * bias, each activation; GELU's saved pre-activation feeds a correct backward. */
+START_TEST(test_dense_few_rows)
+{
+    tg_dtype dt = tu_dtypes[_i];
+    double tol = dt == TG_F64 ? 1e-13 : 2e-6;
+    int64_t K = 37, N = 11;
+    for (int64_t M = 1; M <= 6; M++)
+        for (int act = 0; act < 3; act++)
+            for (int hb = 0; hb < 2; hb++) {
+                tg_ctx *ctx = tu_ctx_new();
+                tg_ctx_seed(ctx, (uint64_t)(M * 10 + act));
+                tg_tensor *x = tu_input(ctx, dt, TG_DIMS(M, K), "x", -1, 1);
+                tg_tensor *w = tu_input(ctx, dt, TG_DIMS(N, K), "w", -1, 1);
+                tg_tensor *b = hb ? tu_input(ctx, dt, TG_DIMS(N), "b", -1, 1) : NULL;
+                tg_tensor *y = act == 0 ? tg_dense(ctx, x, w, b)
+                                        : tg_dense_act(ctx, x, w, b,
+                                                       act == 1 ? TG_ACT_RELU : TG_ACT_GELU);
+                ck_assert_msg(y != NULL, "%s", tg_ctx_message(ctx));
+                tg_graph *g = tu_fwd(ctx, y);
+                ck_assert_ptr_nonnull(g);
+                for (int64_t r = 0; r < M; r++)
+                    for (int64_t j = 0; j < N; j++) {
+                        long double z = hb ? tg_get(b, j) : 0;
+                        for (int64_t k = 0; k < K; k++)
+                            z += (long double)tg_get(x, r * K + k) * tg_get(w, j * K + k);
+                        double want = (double)z;
+                        if (act == 1)
+                            want = want > 0 ? want : 0;
+                        else if (act == 2)
+                            want = 0.5 * want * (1.0 + erf(want / sqrt(2.0)));
+                        double got = tg_get(y, r * N + j);
+                        ck_assert_msg(fabs(got - want) <= tol * (1 + fabs(want)),
+                                      "M %lld act %d bias %d [%lld, %lld]: %.17g vs %.17g",
+                                      (long long)M, act, hb, (long long)r, (long long)j, got,
+                                      want);
+                    }
+                if (dt == TG_F64 && act == 2)
+                    tu_assert_gradcheck(ctx, y); /* backward reads the saved z */
+                tu_ctx_free(ctx);
+            }
+}
+END_TEST
+
 /* ---- the generator against the uncached forward ---------------------------------------- */
 
 /* Prefill P tokens, then greedy decoding one token at a time up to max_seq_len: the logits
@@ -562,6 +609,7 @@ static Suite *kv_suite(void)
     TCase *tc = tu_tcase(s, "op", 60);
     tcase_add_loop_test(tc, test_op_matches_flash, 0, 2);
     tcase_add_test(tc, test_op_errors);
+    tcase_add_loop_test(tc, test_dense_few_rows, 0, 2);
     tc = tu_tcase(s, "generator", 120);
     tcase_add_loop_test(tc, test_generator_matches_forward, 0, 2 * N_CASES);
     tcase_add_loop_test(tc, test_wrap_at_max_len, 0, 2);
