@@ -476,7 +476,8 @@ int cmd_bench(int argc, char **argv)
             rc = bench_modules(&secs[only - SEC_SDPA], 1, threads, samples, a.tiny, a.unfused);
     }
     if (!rc && (all || only == SEC_SAMPLE)) {
-        printf("\n");
+        if (all)
+            printf("\n");
         rc = bench_sample(threads, samples, a.tiny);
     }
     fflush(stdout);
