@@ -470,7 +470,7 @@ START_TEST(test_hostile_numbers)
     hostile("bench", "--threads", "", bad_ints, ni, "from 1 to 256");
     hostile("bench", "--samples", "", bad_ints, ni, "from 1 to 1000");
     expect_usage_error("bench --only gemmm",
-                       "all, peak, gemm, dense, sdpa, mha, encoder or train");
+                       "all, peak, gemm, dense, sdpa, mha, encoder, train or sample");
     hostile("run mha --weights w.safetensors --x x.npy", "--heads", "", bad_ints, ni,
             "from 1 to 65536");
     hostile("run encoder --weights w.safetensors --x x.npy", "--heads", "", bad_ints, ni,
