@@ -68,6 +68,7 @@ typedef struct sample_args {
     const char *checkpoint, *prompt;
     int64_t tokens, top_k, seed, threads;
     double temperature;
+    bool no_cache; /* --no-cache: recompute the whole window per token (the old path) */
 } sample_args;
 
 /* The option tables (static, valid for the whole program). */
