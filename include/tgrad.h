@@ -555,6 +555,39 @@ TG_API tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x);
 TG_API tg_tensor *tg_flash_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v,
                                      tg_tensor *mask, tg_mask_kind mask_kind,
                                      tg_tensor *block_mask, bool causal, double scale);
+/**
+ * Causal attention over a KV cache (one step of incremental decoding; inference only).
+ * At each run, with p = pos[0] read from the data: writes the n new keys and values into the
+ * caches, k_cache[b, h, :, p + i] = k[b, h, i, :] and v_cache[b, h, p + i, :] = v[b, h, i, :],
+ * then attends causally over cache rows 0..p+i (query i sits at absolute position p + i):
+ * out[b, h, i] = sum_j softmax_j(scale q[b, h, i] . k_j) v_j, j = 0..p+i. This equals
+ * tg_flash_attention() with `causal` on the whole sequence so far, restricted to the last n
+ * query rows, to rounding (about 1e-15 relative in f64), at O(p + n) work per query row instead
+ * of recomputing every key and value (the "KV cache" of autoregressive decoders: Pope et al.
+ * 2022, "Efficiently Scaling Transformer Inference", sec. 2; attention as Vaswani et al. 2017,
+ * eq. (1)). The generator of tgrad_train.h (tg_generator_new()) builds it for every layer.
+ *
+ * Shapes: q, k (B, H, n, d_k), v (B, H, n, d_v) (strided views allowed, e.g. heads split from
+ * one in_proj product; a non-contiguous last axis is copied); k_cache (B, H, d_k, max_len)
+ * (keys stored **transposed**, so the scores of a query are one unit-stride loop over keys);
+ * v_cache (B, H, max_len, d_v); pos (1) ::TG_I32 -> out (B, H, n, d_v).
+ * The caches and pos must be contiguous leaves that do not require a gradient (inputs or
+ * constants, owned by the caller, who keeps them alive as long as the graph); the op writes
+ * the caches in place when it runs, rows p..p+n-1 only. Rows >= p + n are neither read nor
+ * written.
+ * @param scale factor on q . k; 0 means 1/sqrt(d_k).
+ * Dtypes: f32 or f64 for q, k, v and the caches (one dtype), pos ::TG_I32.
+ * Errors (build): ::TG_ERR_SHAPE (ranks, shapes disagree, n > max_len, pos not one element),
+ * ::TG_ERR_ARG (a cache or pos is not a contiguous leaf without gradient, scale not finite),
+ * ::TG_ERR_DTYPE. A graph that would differentiate through the op is refused by
+ * tg_graph_new() with ::TG_ERR_NOGRAD ("op 'kv_attention' (...) has no backward rule"): build
+ * it with tg_graph_opts::no_grad. Errors (run, nothing written): ::TG_ERR_ARG if p < 0 or
+ * p + n > max_len. Results are bitwise identical for any thread count ((batch, head) items in
+ * one parallel region, each summed in a fixed order).
+ */
+TG_API tg_tensor *tg_kv_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v,
+                                  tg_tensor *k_cache, tg_tensor *v_cache, tg_tensor *pos,
+                                  double scale);
 /** max(0, x); gradient 1 where x > 0, else 0 (PyTorch's choice at 0). */
 TG_API tg_tensor *tg_relu(tg_ctx *ctx, tg_tensor *x);
 /** Exact GELU, x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (PyTorch default, Hendrycks &

@@ -196,6 +196,82 @@ TG_API tg_tensor *tg_sinusoidal_encoding(tg_ctx *ctx, tg_dtype dt, int64_t t, in
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */
+/** @name Incremental decoding (KV cache) */
+/**@{*/
+/**
+ * A generator: incremental decoding of a decoder-only LM through a KV cache. Opaque; made by
+ * tg_generator_new(), owned by the context.
+ */
+typedef struct tg_generator tg_generator;
+
+/**
+ * Prepare incremental decoding of @p m (a decoder-only LM: cfg.causal) for @p batch sequences
+ * decoded side by side. Allocates per layer a key cache (B, H, Dh, max_seq_len) (keys stored
+ * transposed, see tg_kv_attention()) and a value cache (B, H, max_seq_len, Dh) in the model's
+ * dtype, and builds two inference graphs once: the step graph (1 new token per sequence: M = B
+ * rows through every dense layer, attention O(current length)) and the refill graph (max(1,
+ * max_seq_len / 2) tokens, used at the wrap below). Memory: 2 n_layers B max_seq_len D
+ * elements of cache, plus the two graphs' arenas (tg_graph_memory()).
+ *
+ * The model is borrowed: it must outlive the generator and keep its shapes; its parameter
+ * values are read at each feed (load a checkpoint before or after this call, then
+ * tg_generator_reset()). The logits are those of tg_transformer_forward() on the whole
+ * sequence so far, to rounding (tested: 1e-5 relative in f32, 1e-12 in f64); dropout is never
+ * applied. Results are bitwise identical for any thread count.
+ *
+ * Ownership: the generator and its tensors belong to @p ctx (released by tg_ctx_free(), or by
+ * tg_ctx_rewind() to a mark taken before this call, after which it must not be used).
+ * Errors (build errors, recorded on the context; NULL returned, nothing left allocated):
+ * ::TG_ERR_ARG (model NULL or not initialised, not causal, batch < 1), ::TG_ERR_OVERFLOW
+ * (caches too large), ::TG_ERR_NOMEM, or the pending build error.
+ * Source: the KV cache of autoregressive Transformer decoding (Pope et al. 2022, sec. 2).
+ */
+TG_API tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t batch);
+
+/**
+ * Feed @p n new tokens per sequence and compute the logits of the last one.
+ * @p ids (B, n) ::TG_I32 ids in [0, vocab_size), row-major (sequence b's tokens at
+ * ids[b n .. b n + n - 1]), copied. The first feed after tg_generator_new() or
+ * tg_generator_reset() is the prompt (prefill, positions 0..n-1); later feeds append (usually
+ * n = 1, the token just sampled). Afterwards tg_generator_logits() holds the logits (B, V) of
+ * the last position, i.e. of the next token.
+ *
+ * **At max_seq_len.** When length + n would exceed max_seq_len, the generator keeps the last
+ * h = max(1, max_seq_len / 2) tokens of the context followed by the new ones (of the new ones
+ * alone if n > h: the last h of them), and prefills them again at positions 0..h-1, so the
+ * length becomes h and decoding goes on (a prompt longer than max_seq_len keeps its last h
+ * tokens). The logits are then those of tg_transformer_forward() on those h tokens. (A sliding
+ * window of max_seq_len would recompute the whole window for every token; re-prefilling half
+ * costs one h-token forward every max_seq_len - h tokens.)
+ *
+ * Cost: n = 1 runs the prebuilt step graph; n = h the prebuilt refill graph; any other n
+ * builds a graph for n, runs it and releases it (tg_ctx_mark() / tg_ctx_rewind()), so feeding
+ * any number of tokens leaves tg_ctx_bytes() unchanged.
+ * Errors (run-time: they do not stick): ::TG_ERR_ARG (@p gen NULL or freed, @p ids NULL, n <
+ * 1, an id out of range: nothing changes, the message names the element), and those of
+ * building or running a graph (e.g. ::TG_ERR_NOMEM for a new prompt length); after such a
+ * failure the length is unchanged, or 0 if the feed was re-prefilling at the wrap.
+ */
+TG_API tg_status tg_generator_feed(tg_generator *gen, const int32_t *ids, int64_t n);
+
+/** The last-position logits (B, V) of the last successful feed, in the model's dtype (zeros
+ *  before the first). A leaf owned by the generator, overwritten by each feed; read it with
+ *  tg_get() or tg_tensor_get_data(). NULL if @p gen is NULL or freed. */
+TG_API tg_tensor *tg_generator_logits(const tg_generator *gen);
+
+/** Positions the cache holds (the current context length, <= max_seq_len); 0 if NULL. */
+TG_API int64_t tg_generator_length(const tg_generator *gen);
+
+/** Forget the context (length 0); the next feed is a new prompt. NULL is a no-op. */
+TG_API void tg_generator_reset(tg_generator *gen);
+
+/** Release the generator's graphs (their arenas), caches and buffers at once; the small
+ *  tensor records stay in the context until tg_ctx_free() (or a rewind past the generator).
+ *  The generator must not be fed again. NULL or a second call is a no-op. */
+TG_API void tg_generator_free(tg_generator *gen);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
 /** @name Checkpoints */
 /**@{*/
 /**

@@ -10,6 +10,7 @@
  * runs dense's rules on dz. With the same GEMM order, dense_act and dense followed by
  * relu/gelu give the same bits.
  */
+#include "gemv.h"
 #include "registry.h"
 #include "vec.h"
 
@@ -80,12 +81,21 @@ static size_t gemm_ws(const tg_tensor *y, int nt)
 #define INV_SQRT2PI 0.39894228040143267794
 
 /* Forward: one GEMM whose epilogue adds the bias (each chain starts at b[o]) and applies the
- * activation (dense_act), so y is written once. Backward from G = dL/dz (z = x W^T + b). */
+ * activation (dense_act), so y is written once; with at most TG__GEMV_MAX_ROWS rows (a decoding
+ * step) the matrix-vector kernel of gemv.c instead, which streams W without packing it (its
+ * sums are in 16 fixed lanes, so the last bits differ from the GEMM's). Backward from
+ * G = dL/dz (z = x W^T + b). */
 #define DEFINE_DENSE(T, SUF)                                                                   \
     static void fwd_##SUF(tg_tensor *y, int act)                                               \
     {                                                                                          \
         const tg_tensor *x = y->src[0], *w = y->src[1], *b = y->n_src > 2 ? y->src[2] : NULL;  \
         int64_t I = w->shape[1], O = w->shape[0], R = x->numel / I;                            \
+        if (R <= TG__GEMV_MAX_ROWS) {                                                          \
+            tg__gemv_##SUF(tg__threads(y->ctx), R, O, I, x->data, I, w->data, I,               \
+                           b ? b->data : NULL, y->data, O, act,                                \
+                           act == TG__EPI_GELU ? y->saved : NULL);                             \
+            return;                                                                            \
+        }                                                                                      \
         tg__gemm_epi epi = {b ? b->data : NULL, act, act == TG__EPI_GELU ? y->saved : NULL};   \
         tg__gemm_ex_##SUF(tg__threads(y->ctx), false, true, R, O, I, x->data, I, w->data, I,   \
                           y->data, O, false, y->ws, &epi);                                     \

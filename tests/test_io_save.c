@@ -531,7 +531,7 @@ END_TEST
 /* A process saving in a loop, killed at random moments: the file is always a complete old or
  * new one, at most one temporary is ever left, and the next save removes it. Both temporary
  * kinds (with the named one, most kills leave litter). */
-static void save_forever(const char *path, bool named, int id)
+static void save_forever(const char *path, bool named, int id, int ready_fd)
 {
     tg_ctx *ctx = tg_ctx_new();
     int64_t n = 1 << 17;
@@ -546,6 +546,13 @@ static void save_forever(const char *path, bool named, int id)
         tg_write_opts o = {.no_tmpfile = named};
         if (tg_safetensors_write_items(ctx, path, 1, &it, 1, &k, &vv, &o) != TG_OK)
             _exit(3);
+        if (i == 0) { /* saving is under way: the parent's random delay starts now (under
+                         valgrind, start-up alone outlasts any fixed delay) */
+            char one = 1;
+            if (write(ready_fd, &one, 1) != 1)
+                _exit(4);
+            close(ready_fd);
+        }
     }
 }
 
@@ -559,10 +566,18 @@ START_TEST(test_sigkill_during_saves)
     for (int named = 0; named < 2; named++) {
         int littered = 0;
         for (int i = 0; i < kills; i++) {
+            int ready[2];
+            ck_assert_int_eq(pipe(ready), 0);
             pid_t pid = fork();
             ck_assert_int_ge(pid, 0);
-            if (pid == 0)
-                save_forever(path, named, i);
+            if (pid == 0) {
+                close(ready[0]);
+                save_forever(path, named, i, ready[1]);
+            }
+            close(ready[1]);
+            char one;
+            ck_assert_msg(read(ready[0], &one, 1) == 1, "the saver failed before its first save");
+            close(ready[0]);
             struct timespec ts = {0, (long)(1 + rand() % 40) * 1000000L};
             nanosleep(&ts, NULL);
             kill(pid, SIGKILL);

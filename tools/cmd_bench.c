@@ -7,7 +7,10 @@
  *   dense   - tgrad's dense op against a plain triple loop in C;
  *   sdpa, mha, encoder, train - the module and training workloads of bench_work.c (the same
  *             code tools/bench_torch.py times through libtgbench.so against PyTorch): median
- *             (min-max) ms per call, 1 and N threads interleaved sample by sample.
+ *             (min-max) ms per call, 1 and N threads interleaved sample by sample;
+ *   sample  - greedy generation of 500 bytes on the default text model (random weights):
+ *             through the KV cache (tg_generator, what `tgrad sample` does) against the
+ *             window path of `tgrad sample --no-cache`, samples interleaved; the speedup.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
@@ -211,14 +214,173 @@ static int bench_modules(const char *const *prefixes, int np, int threads_all, i
     return rc;
 }
 
+
+/* ---- sample: 500 tokens through the KV cache vs the window path ---------------------------- */
+
+/* The index of the largest of n f32 logits (the first on ties). */
+static int argmax_f32(const float *x, int64_t n)
+{
+    int best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = (int)i;
+    return best;
+}
+
+typedef struct {
+    tg_ctx *ctx;
+    tg_transformer m;
+    tg_generator *gen;       /* cached path */
+    tg_tensor *ids, *logits; /* window path: ids (1, T) -> logits (1, T, V) */
+    tg_graph *g;
+    int64_t T, V;
+} sample_bench;
+
+/* Seconds to generate @p n_tok bytes greedily after a prompt of @p n_prompt, through the
+ * generator (cached) or the window graph; NAN on failure. Both paths do what cmd_sample.c does
+ * per byte (the window path: set the window, forward, read the last row). */
+static double sample_run(sample_bench *b, bool cached, const int32_t *prompt, int64_t n_prompt,
+                         int64_t n_tok)
+{
+    int32_t win[4096], buf[4096];
+    int64_t n = n_prompt, T = b->T;
+    memcpy(win, prompt, sizeof(int32_t) * (size_t)n);
+    double t0 = now_s();
+    if (cached) {
+        tg_generator_reset(b->gen);
+        if (tg_generator_feed(b->gen, win, n) != TG_OK)
+            return NAN;
+    }
+    for (int64_t k = 0; k < n_tok; k++) {
+        const float *lg;
+        if (cached) {
+            if (k > 0 && tg_generator_feed(b->gen, win + n - 1, 1) != TG_OK)
+                return NAN;
+            lg = tg_tensor_data(tg_generator_logits(b->gen));
+        } else {
+            for (int64_t t = 0; t < T; t++)
+                buf[t] = t < n ? win[t] : 0;
+            if (tg_tensor_set_data(b->ids, buf, TG_I32, (size_t)T) != TG_OK ||
+                tg_graph_forward(b->g) != TG_OK)
+                return NAN;
+            lg = (const float *)tg_tensor_data(b->logits) + (n - 1) * b->V;
+        }
+        int next = argmax_f32(lg, b->V);
+        if (n == T) {
+            memmove(win, win + 1, sizeof(int32_t) * (size_t)(T - 1));
+            n--;
+        }
+        win[n++] = next;
+    }
+    return now_s() - t0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int bench_sample(int threads_all, int samples, bool tiny)
+{
+    int64_t T = tiny ? 8 : 64, V = 86, n_tok = tiny ? 20 : 500, n_prompt = tiny ? 3 : 16;
+    sample_bench b;
+    memset(&b, 0, sizeof b);
+    b.ctx = tg_ctx_new();
+    if (!b.ctx) {
+        fprintf(stderr, "tgrad bench: out of memory\n");
+        return 1;
+    }
+    tg_ctx_seed(b.ctx, 1);
+    tg_ctx_set_training(b.ctx, false);
+    tg_transformer_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab_size = V;
+    c.max_seq_len = T;
+    c.n_layers = tiny ? 1 : 2;
+    c.layer = tg_encoder_config_default(tiny ? 16 : 128, tiny ? 2 : 4);
+    c.layer.d_ff = tiny ? 32 : 512;
+    c.layer.norm_first = true;
+    c.pos = TG_POS_LEARNED;
+    c.causal = true;
+    b.T = T;
+    b.V = V;
+    tg_graph_opts go = {.no_grad = true};
+    if (tg_transformer_init(b.ctx, &b.m, TG_F32, &c) == TG_OK) {
+        b.gen = tg_generator_new(b.ctx, &b.m, 1);
+        b.ids = tg_input(b.ctx, TG_I32, TG_DIMS(1, T), "ids");
+        b.logits = tg_transformer_forward(b.ctx, &b.m, b.ids, NULL);
+        b.g = b.logits ? tg_graph_new_opts(b.ctx, &b.logits, 1, &go) : NULL;
+    }
+    if (!b.gen || !b.g) {
+        cli_report("bench", NULL, NULL, b.ctx);
+        tg_ctx_free(b.ctx);
+        return 1;
+    }
+    int32_t prompt[16];
+    for (int64_t i = 0; i < n_prompt; i++)
+        prompt[i] = (int32_t)((i * 37 + 11) % V);
+    printf("sample: greedy generation of %lld bytes after a %lld-byte prompt, the default text "
+           "model\n(2 pre-norm layers, d_model 128, 4 heads, d_ff 512, seq_len 64, vocab 86, "
+           "random weights, f32);\nms per %lld bytes, median (min-max) of %d samples, the two "
+           "paths interleaved\n", (long long)n_tok, (long long)n_prompt, (long long)n_tok,
+           samples);
+    printf("%-8s %26s %26s %12s %12s\n", "threads", "KV cache", "--no-cache (window)",
+           "speedup", "cached B/s");
+    int nts[2] = {1, threads_all}, ntc = threads_all > 1 ? 2 : 1, rc = 0;
+    double *v = malloc(sizeof(double) * 3 * (size_t)samples);
+    if (!v) {
+        tg_ctx_free(b.ctx);
+        return 1;
+    }
+    for (int ti = 0; ti < ntc && !rc; ti++) {
+        tg_ctx_set_threads(b.ctx, nts[ti]);
+        /* warm-up, and the same tokens both ways while the text fits the window */
+        if (isnan(sample_run(&b, true, prompt, n_prompt, 4)) ||
+            isnan(sample_run(&b, false, prompt, n_prompt, 4))) {
+            cli_report("bench", NULL, NULL, b.ctx);
+            rc = 1;
+            break;
+        }
+        double *vc = v, *vw = v + samples, *vr = v + 2 * samples;
+        for (int s = 0; s < samples && !rc; s++) {
+            vc[s] = sample_run(&b, true, prompt, n_prompt, n_tok);
+            vw[s] = sample_run(&b, false, prompt, n_prompt, n_tok);
+            vr[s] = vw[s] / vc[s];
+            if (isnan(vr[s])) {
+                cli_report("bench", NULL, NULL, b.ctx);
+                rc = 1;
+            }
+        }
+        if (rc)
+            break;
+        qsort(vc, (size_t)samples, sizeof *vc, cmp_double);
+        qsort(vw, (size_t)samples, sizeof *vw, cmp_double);
+        qsort(vr, (size_t)samples, sizeof *vr, cmp_double);
+        char c1[64], c2[64];
+        int mid = samples / 2;
+        snprintf(c1, sizeof c1, "%.2f (%.2f-%.2f)", 1e3 * vc[mid], 1e3 * vc[0],
+                 1e3 * vc[samples - 1]);
+        snprintf(c2, sizeof c2, "%.2f (%.2f-%.2f)", 1e3 * vw[mid], 1e3 * vw[0],
+                 1e3 * vw[samples - 1]);
+        printf("%-8d %26s %26s %11.1fx %12.0f\n", nts[ti], c1, c2, vr[mid],
+               (double)n_tok / vc[mid]);
+        fflush(stdout);
+    }
+    printf("(speedup: the median of the per-sample ratios window / cached)\n");
+    free(v);
+    tg_ctx_free(b.ctx);
+    return rc;
+}
+
 /* ---- parse ---------------------------------------------------------------------------------- */
 static const cli_option bench_opts[] = {
     {.name = "threads", .kind = CLI_INT, .offset = offsetof(bench_args, threads), .metavar = "N",
      .help = "measure on 1 thread and on N threads (default: OpenMP's, all CPUs)", .imin = 1,
      .imax = CLI_MAX_THREADS},
     {.name = "only", .kind = CLI_CHOICE, .offset = offsetof(bench_args, only),
-     .metavar = "SECTION", .choices = "all|peak|gemm|dense|sdpa|mha|encoder|train",
-     .help = "all, peak, gemm, dense, sdpa, mha, encoder or train (default: all)"},
+     .metavar = "SECTION", .choices = "all|peak|gemm|dense|sdpa|mha|encoder|train|sample",
+     .help = "all, peak, gemm, dense, sdpa, mha, encoder, train or sample (default: all)"},
     {.name = "samples", .kind = CLI_INT, .offset = offsetof(bench_args, samples),
      .metavar = "N", .help = "samples per number, reported as median (min-max) (default: 7)",
      .imin = 1, .imax = 1000},
@@ -247,7 +409,9 @@ static const cli_command bench_cmd = {
         "           d_k), forward and forward + backward;\n"
         "  mha      self-attention, d_model 512, 8 heads, (batch, seq) (8, 128) and (64, 5);\n"
         "  encoder  encoder layer, d_model 512, 8 heads, d_ff 2048, at (8, 128) and (64, 5);\n"
-        "  train    a training step of the default text model (tokens/s).\n"
+        "  train    a training step of the default text model (tokens/s);\n"
+        "  sample   greedy generation of 500 bytes on the default text model through the\n"
+        "           KV cache against `tgrad sample --no-cache`'s window path: the speedup.\n"
         "Ratios only against references measured in the same run; tools/bench_torch.py runs\n"
         "the sdpa, mha, encoder and train workloads against PyTorch. All sections take a few\n"
         "minutes.",
@@ -264,7 +428,8 @@ void bench_free(bench_args *a, cli_result *r) { cli_free(&bench_cmd, a, r); }
 
 
 /* ---- run and report (each section prints its own rows) -------------------------------------- */
-enum { SEC_ALL, SEC_PEAK, SEC_GEMM, SEC_DENSE, SEC_SDPA, SEC_MHA, SEC_ENCODER, SEC_TRAIN };
+enum { SEC_ALL, SEC_PEAK, SEC_GEMM, SEC_DENSE, SEC_SDPA, SEC_MHA, SEC_ENCODER, SEC_TRAIN,
+       SEC_SAMPLE };
 
 int cmd_bench(int argc, char **argv)
 {
@@ -304,11 +469,16 @@ int cmd_bench(int argc, char **argv)
         printf("\n");
     }
     static const char *const secs[] = {"sdpa", "mha", "encoder", "train"};
-    if (!rc && (all || only >= SEC_SDPA)) {
+    if (!rc && (all || (only >= SEC_SDPA && only <= SEC_TRAIN))) {
         if (all)
             rc = bench_modules(secs, 4, threads, samples, a.tiny, a.unfused);
         else
             rc = bench_modules(&secs[only - SEC_SDPA], 1, threads, samples, a.tiny, a.unfused);
+    }
+    if (!rc && (all || only == SEC_SAMPLE)) {
+        if (all)
+            printf("\n");
+        rc = bench_sample(threads, samples, a.tiny);
     }
     fflush(stdout);
     return rc;

@@ -1,9 +1,14 @@
 /*
  * cmd_sample.c - `tgrad sample`: generate text from a byte-level LM checkpoint written by
- * `tgrad train --text`. The model runs on a window of seq_len positions; the causal mask makes
- * position i depend only on tokens <= i, so the context is left-aligned in the window and the
- * logits at its last position give the next token. Only the last seq_len tokens are kept, so
- * memory does not grow with --tokens.
+ * `tgrad train --text`.
+ * By default through the KV cache (tg_generator, tgrad_train.h): the prompt is prefilled once,
+ * then each byte is one step of one position; at the model's seq_len the generator keeps the
+ * last seq_len / 2 bytes and prefills them again. Memory does not grow with --tokens.
+ * --no-cache (the path before the cache): the model runs on a window of seq_len positions for
+ * every byte; the causal mask makes position i depend only on tokens <= i, so the context is
+ * left-aligned in the window and the logits at its last position give the next token; only
+ * the last seq_len tokens are kept (a sliding window, so past the window the two paths see
+ * different contexts).
  *
  * On a checkpoint of `tgrad train --arch seq2seq`, --source DIGITS is decoded greedily
  * (seq2seq.c) and the target sequence printed as digits.
@@ -29,8 +34,9 @@
 typedef struct {
     tg_ctx *ctx;
     tg_transformer model;
-    tg_tensor *ids, *logits;
+    tg_tensor *ids, *logits;       /* --no-cache: the window graph */
     tg_graph *g;
+    tg_generator *gen;             /* default: the KV cache */
     int64_t T;         /* window (model.seq_len) */
     int nv;            /* vocabulary size */
     unsigned char vocab[256];
@@ -159,12 +165,16 @@ static bool sample_load(sampler *s, const sample_args *a)
         return true;
     }
     if (tg_transformer_init(s->ctx, &s->model, dt, &mc) == TG_OK) {
-        s->ids = tg_input(s->ctx, TG_I32, TG_DIMS(1, s->T), "ids");
-        s->logits = tg_transformer_forward(s->ctx, &s->model, s->ids, NULL);
-        tg_graph_opts go = {.no_grad = true}; /* inference: no gradients, nothing saved */
-        s->g = tg_graph_new_opts(s->ctx, &s->logits, 1, &go);
+        if (a->no_cache) {
+            s->ids = tg_input(s->ctx, TG_I32, TG_DIMS(1, s->T), "ids");
+            s->logits = tg_transformer_forward(s->ctx, &s->model, s->ids, NULL);
+            tg_graph_opts go = {.no_grad = true}; /* inference: no gradients, nothing saved */
+            s->g = tg_graph_new_opts(s->ctx, &s->logits, 1, &go);
+        } else {
+            s->gen = tg_generator_new(s->ctx, &s->model, 1);
+        }
     }
-    if (!s->g || tg_params_load_from(s->ctx, st, 0, NULL, false) != TG_OK) {
+    if ((!s->g && !s->gen) || tg_params_load_from(s->ctx, st, 0, NULL, false) != TG_OK) {
         cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
         return false;
     }
@@ -214,6 +224,16 @@ static int pick(const double *lg, int nv, double temp, int64_t top_k, double u, 
     return best;
 }
 
+/* Feed n ids to the generator (the prompt, or the byte just picked). */
+static bool gen_feed(sampler *s, const int32_t *ids, int64_t n)
+{
+    if (tg_generator_feed(s->gen, ids, n) == TG_OK)
+        return true;
+    fflush(stdout);
+    cli_report("sample", NULL, NULL, s->ctx);
+    return false;
+}
+
 static int sample_generate(sampler *s, const sample_args *a)
 {
     size_t plen = strlen(a->prompt);
@@ -246,18 +266,33 @@ static int sample_generate(sampler *s, const sample_args *a)
     if (n == 0) /* no prompt: start from a newline if known, else the first symbol */
         win[n++] = s->id_of['\n'] >= 0 ? s->id_of['\n'] : 0;
     fwrite(a->prompt, 1, plen, stdout);
+    /* cached: the prompt (or its last seq_len / 2 bytes if longer) is prefilled once */
+    if (s->gen && a->tokens > 0 && !gen_feed(s, win, n))
+        goto out;
     for (int64_t k = 0; k < a->tokens; k++) {
-        for (int64_t t = 0; t < s->T; t++)
-            buf[t] = t < n ? win[t] : 0;
-        if (tg_tensor_set_data(s->ids, buf, TG_I32, (size_t)s->T) != TG_OK ||
-            tg_graph_forward(s->g) != TG_OK) {
-            fflush(stdout);
-            cli_report("sample", NULL, NULL, s->ctx);
-            goto out;
+        if (s->gen) {
+            if (k > 0 && !gen_feed(s, win + n - 1, 1)) /* the byte picked last */
+                goto out;
+            if (tg_tensor_get_data(tg_generator_logits(s->gen), lg, TG_F64,
+                                   (size_t)s->nv) != TG_OK) {
+                fflush(stdout);
+                cli_report("sample", NULL, NULL, s->ctx);
+                goto out;
+            }
+        } else {
+            for (int64_t t = 0; t < s->T; t++)
+                buf[t] = t < n ? win[t] : 0;
+            if (tg_tensor_set_data(s->ids, buf, TG_I32, (size_t)s->T) != TG_OK ||
+                tg_graph_forward(s->g) != TG_OK) {
+                fflush(stdout);
+                cli_report("sample", NULL, NULL, s->ctx);
+                goto out;
+            }
+            int64_t row = (n - 1) * s->nv;
+            for (int v = 0; v < s->nv; v++)
+                lg[v] = tg_get(s->logits, row + v);
         }
-        int64_t row = (n - 1) * s->nv;
         for (int v = 0; v < s->nv; v++) {
-            lg[v] = tg_get(s->logits, row + v);
             if (!isfinite(lg[v])) {
                 fputc('\n', stdout); /* end the text printed so far */
                 fflush(stdout);

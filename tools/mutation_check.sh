@@ -99,7 +99,9 @@ selected() {
 }
 
 FAILED=0
-OPS=$(sed -n 's/^TG_OP([A-Z_0-9]*, *"\([a-z_0-9]*\)".*/\1/p' "$ROOT/ops/ops.def")
+# (inference-only ops, TG_OPF_NO_BACKWARD, have no backward rule to break)
+OPS=$(grep -v TG_OPF_NO_BACKWARD "$ROOT/ops/ops.def" |
+      sed -n 's/^TG_OP([A-Z_0-9]*, *"\([a-z_0-9]*\)".*/\1/p')
 for op in $OPS; do
     selected "$op" || continue
     found=0

@@ -135,6 +135,8 @@ static const cli_option sample_opts[] = {
      .help = "random seed (0)", .imin = 0, .imax = INT64_MAX},
     {.name = "threads", .kind = CLI_INT, .offset = SA(threads), .metavar = "N",
      .help = "worker threads (all cores)", .imin = 1, .imax = TRAIN_MAX_THREADS},
+    {.name = "no-cache", .kind = CLI_FLAG, .offset = SA(no_cache),
+     .help = "no KV cache: run the whole window for every byte (slower; for comparison)"},
     {.name = NULL},
 };
 
@@ -142,9 +144,15 @@ static const cli_command sample_cmd = {
     .name = "sample",
     .usage = "--checkpoint PATH [options]",
     .description = "Generates text from a checkpoint of 'tgrad train --text'. Temperature 0 is\n"
-                   "greedy decoding. On a checkpoint of 'tgrad train --arch seq2seq', --source\n"
-                   "DIGITS (exactly the model's seq_len digits) is encoded and the target\n"
-                   "sequence is decoded greedily and printed as digits.",
+                   "greedy decoding. The prompt is prefilled once and each byte then costs one\n"
+                   "position through the model (KV cache); when the context reaches the model's\n"
+                   "seq_len, its last seq_len/2 bytes are prefilled again and generation goes\n"
+                   "on. --no-cache runs the whole window of the last seq_len bytes for every\n"
+                   "byte instead (the same bytes while the text fits in one window).\n"
+                   "On a checkpoint of 'tgrad train --arch seq2seq', --source DIGITS (exactly\n"
+                   "the model's seq_len digits) is encoded once and the target decoded greedily\n"
+                   "through the cache (--no-cache: the whole prefix for every digit), printed\n"
+                   "as digits.",
     .opts = sample_opts,
 };
 

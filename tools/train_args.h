@@ -77,6 +77,7 @@ typedef struct sample_args {
     const char *source; /* --source DIGITS: a seq2seq checkpoint's source sequence */
     int64_t tokens, top_k, seed, threads;
     double temperature;
+    bool no_cache; /* --no-cache: recompute the whole window per token (the old path) */
 } sample_args;
 
 /* The option tables (static, valid for the whole program). */

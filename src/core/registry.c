@@ -4,7 +4,7 @@
 const tg_op_def tg__op_table[TG_OP_COUNT_] = {
     [TG_OP_NONE] = {"leaf", NULL, NULL, NULL, 0, NULL},
 #define TG_OP(id, name, fwd, bwd, check, flags, ws)                                             \
-    [TG_OP_##id] = {name, fwd, bwd, check, flags, ws},
+    [TG_OP_##id] = {name, fwd, ((flags) & TG_OPF_NO_BACKWARD) ? NULL : bwd, check, flags, ws},
 #include "../../ops/ops.def"
 #undef TG_OP
 };
@@ -13,6 +13,11 @@ tg_status tg__no_check(tg_tensor *y)
 {
     (void)y;
     return TG_OK;
+}
+
+void tg__no_backward(tg_tensor *y)
+{
+    (void)y; /* never called: a TG_OPF_NO_BACKWARD op's table entry has a NULL backward */
 }
 
 size_t tg__no_ws(const tg_tensor *y, int nt, bool backward)

@@ -41,6 +41,9 @@ enum {
                                 put src[0]'s gradient over y's, which dies here): the rule then
                                 WRITES dx[i] = 0 + f(dy[i]) in place (element i of dx depends
                                 only on element i of dy), instead of accumulating */
+    TG_OPF_NO_BACKWARD = 1u << 10, /* inference only (kv_attention): the table's backward is
+                                NULL whatever ops.def names (tg__no_backward), so a graph that
+                                would differentiate through it is refused (TG_ERR_NOGRAD) */
 };
 #define TG_OPF_SRCS (TG_OPF_SRC0 | TG_OPF_SRC1 | TG_OPF_SRC2 | TG_OPF_SRC3)
 /* Does backward read source k's data (flags fl)? */
@@ -67,6 +70,9 @@ typedef struct tg_op_def {
 
 #include "../../ops/ops.def"
 #undef TG_OP
+
+/* The backward column of an inference-only op (TG_OPF_NO_BACKWARD); never called. */
+void tg__no_backward(tg_tensor *y);
 
 extern const tg_op_def tg__op_table[TG_OP_COUNT_];
 

@@ -1,0 +1,101 @@
+/*
+ * gemv.c - the dense forward for a few rows (matrix-vector products): y = act(x W^T + b).
+ *
+ * Shapes: x (M, K) (row stride ldx), W (N, K) row-major as nn.Linear stores it (row stride
+ * ldw), b (N) or NULL -> y (M, N) (row stride ldy); pre (M, N) (row stride ldy), if not NULL,
+ * receives x W^T + b before the activation (GELU's backward reads it).
+ *
+ * Why: at M = 1 (a decoding step of the generator: B rows through every dense layer) the GEMM
+ * (gemm.c) packs the whole W^T into panels on every call and runs its 12-row micro-kernel on one
+ * real row; perf showed ~80% of a step there. Here each output is a dot product of x's row with
+ * W's row j, both contiguous: W is streamed once, nothing is packed.
+ *
+ * Order of operations (determinism): y[r, j] = T(lane tree of s_0..s_15) + b[j], where lane l
+ * sums x[r, k] W[j, k] for k = l, l + 16, l + 32, ... in increasing k (a multiply, then an add:
+ * -ffp-contract=off, no FMA), and the 16 lanes are added in the fixed tree (l, l + 8), then
+ * (l, l + 4), (l, l + 2), (l, l + 1), as tg__row_dot (src/core/vec.c). The result depends on
+ * neither the thread count, the SIMD clone nor M, but it is not the GEMM's FMA chain: the last
+ * bits differ from the GEMM's for the same product (dense's tests compare to rounding).
+ * Threading: outputs split into static column blocks per thread (each y[r, j] computed by one
+ * thread); one region only when the product is large enough to pay for it.
+ */
+#include "gemv.h"
+#include "vec.h"
+
+#define GV_LANES 16
+
+static double gv_gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.70710678118654752440)); }
+
+#define DEFINE_GEMV(T, SUF)                                                                    \
+    /* Columns [j0, j1) of every row: four columns at a time share each load of x. */          \
+    TG_SIMD_CLONES static void gv_cols_##SUF(int64_t M, int64_t j0, int64_t j1, int64_t K,      \
+                                             const T *x, int64_t ldx, const T *W, int64_t ldw, \
+                                             const T *bias, T *y, int64_t ldy, int act, T *pre) \
+    {                                                                                          \
+        int64_t K16 = K / GV_LANES * GV_LANES;                                                 \
+        for (int64_t r = 0; r < M; r++) {                                                      \
+            const T *xr = x + r * ldx;                                                         \
+            for (int64_t j = j0; j < j1; j += 4) {                                             \
+                int nj = j1 - j < 4 ? (int)(j1 - j) : 4;                                       \
+                T acc[4][GV_LANES];                                                            \
+                const T *w[4];                                                                 \
+                for (int c = 0; c < 4; c++) {                                                  \
+                    w[c] = W + (j + (c < nj ? c : 0)) * ldw;                                   \
+                    for (int l = 0; l < GV_LANES; l++)                                         \
+                        acc[c][l] = 0;                                                         \
+                }                                                                              \
+                for (int64_t k = 0; k < K16; k += GV_LANES)                                    \
+                    for (int l = 0; l < GV_LANES; l++) {                                       \
+                        T xv = xr[k + l];                                                      \
+                        acc[0][l] += xv * w[0][k + l];                                         \
+                        acc[1][l] += xv * w[1][k + l];                                         \
+                        acc[2][l] += xv * w[2][k + l];                                         \
+                        acc[3][l] += xv * w[3][k + l];                                         \
+                    }                                                                          \
+                for (int l = 0; K16 + l < K; l++) /* the tail, in the same lanes */            \
+                    for (int c = 0; c < 4; c++)                                                \
+                        acc[c][l] += xr[K16 + l] * w[c][K16 + l];                              \
+                /* the lane trees of the four columns, level by level (whole vectors) */       \
+                for (int c = 0; c < 4; c++)                                                    \
+                    for (int l = 0; l < 8; l++)                                                \
+                        acc[c][l] += acc[c][l + 8];                                            \
+                for (int c = 0; c < 4; c++)                                                    \
+                    for (int l = 0; l < 4; l++)                                                \
+                        acc[c][l] += acc[c][l + 4];                                            \
+                for (int c = 0; c < 4; c++)                                                    \
+                    for (int l = 0; l < 2; l++)                                                \
+                        acc[c][l] += acc[c][l + 2];                                            \
+                T z[4];                                                                        \
+                for (int c = 0; c < 4; c++)                                                    \
+                    z[c] = acc[c][0] + acc[c][1];                                              \
+                T *yr = y + r * ldy + j;                                                       \
+                if (bias)                                                                      \
+                    for (int c = 0; c < nj; c++)                                               \
+                        z[c] = z[c] + bias[j + c];                                             \
+                if (pre)                                                                       \
+                    for (int c = 0; c < nj; c++)                                               \
+                        pre[r * ldy + j + c] = z[c];                                           \
+                if (act == TG__EPI_GELU)                                                       \
+                    for (int c = 0; c < nj; c++)                                               \
+                        yr[c] = (T)gv_gelu((double)z[c]);                                      \
+                else if (act == TG__EPI_RELU)                                                  \
+                    for (int c = 0; c < nj; c++)                                               \
+                        yr[c] = z[c] > 0 ? z[c] : (z[c] != z[c] ? z[c] : 0);                   \
+                else                                                                           \
+                    for (int c = 0; c < nj; c++)                                               \
+                        yr[c] = z[c];                                                          \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+    void tg__gemv_##SUF(int nt, int64_t M, int64_t N, int64_t K, const T *x, int64_t ldx,       \
+                        const T *W, int64_t ldw, const T *bias, T *y, int64_t ldy, int act,    \
+                        T *pre)                                                                \
+    {                                                                                          \
+        /* W streamed once: fork above 32 KiB of weights (with a static split each core streams the
+     * same part of W at every call, which then stays in its own cache) */                      \
+        bool par = (int64_t)sizeof(T) * N * K > TG_PAR_WORK(32768);                       \
+        TG_PAR_RANGE(nt, par, N, 4,                                                            \
+                     gv_cols_##SUF(M, lo, hi, K, x, ldx, W, ldw, bias, y, ldy, act, pre));     \
+    }
+DEFINE_GEMV(float, f32)
+DEFINE_GEMV(double, f64)
