@@ -199,19 +199,29 @@ TG_API tg_tensor *tg_sinusoidal_encoding(tg_ctx *ctx, tg_dtype dt, int64_t t, in
 /** @name Incremental decoding (KV cache) */
 /**@{*/
 /**
- * A generator: incremental decoding of a decoder-only LM through a KV cache. Opaque; made by
- * tg_generator_new(), owned by the context.
+ * A generator: incremental decoding of a decoder-only LM or of the encoder-decoder model
+ * through a KV cache. Opaque; made by tg_generator_new(), owned by the context.
  */
 typedef struct tg_generator tg_generator;
 
 /**
- * Prepare incremental decoding of @p m (a decoder-only LM: cfg.causal) for @p batch sequences
- * decoded side by side. Allocates per layer a key cache (B, H, Dh, max_seq_len) (keys stored
+ * Prepare incremental decoding of @p m (a decoder-only LM: cfg.causal, or the encoder-decoder
+ * model: cfg.n_decoder_layers > 0) for @p batch sequences decoded side by side. Allocates per layer a key cache (B, H, Dh, max_seq_len) (keys stored
  * transposed, see tg_kv_attention()) and a value cache (B, H, max_seq_len, Dh) in the model's
  * dtype, and builds two inference graphs once: the step graph (1 new token per sequence: M = B
  * rows through every dense layer, attention O(current length)) and the refill graph (max(1,
  * max_seq_len / 2) tokens, used at the wrap below). Memory: 2 n_layers B max_seq_len D
  * elements of cache, plus the two graphs' arenas (tg_graph_memory()).
+ *
+ * **Encoder-decoder.** The caches are the decoder layers' (masked self-attention). Each
+ * decoder layer also gets a leaf holding its memory keys and values (B, max_seq_len, 2D) =
+ * [memory W_k^T + b_k | memory W_v^T + b_v] (rows [D, 3D) of `multihead_attn.in_proj_*`),
+ * written by tg_generator_set_source(), which must come before the first feed; a third graph,
+ * the encoder over sources of max_seq_len tokens, is built here. A feed runs only the decoder:
+ * per layer the cached self-attention, the cross-attention of the new positions over the
+ * stored memory keys and values (never recomputed), the FFN; then decoder.norm and the head.
+ * The logits are those of tg_transformer_forward_seq2seq() on (source, the target so far), to
+ * rounding (tested as below). Memory: 4 n_decoder_layers B max_seq_len D elements.
  *
  * The model is borrowed: it must outlive the generator and keep its shapes; its parameter
  * values are read at each feed (load a checkpoint before or after this call, then
@@ -222,7 +232,8 @@ typedef struct tg_generator tg_generator;
  * Ownership: the generator and its tensors belong to @p ctx (released by tg_ctx_free(), or by
  * tg_ctx_rewind() to a mark taken before this call, after which it must not be used).
  * Errors (build errors, recorded on the context; NULL returned, nothing left allocated):
- * ::TG_ERR_ARG (model NULL or not initialised, not causal, batch < 1), ::TG_ERR_OVERFLOW
+ * ::TG_ERR_ARG (model NULL or not initialised, an encoder classifier (neither causal nor
+ * with decoder layers), batch < 1), ::TG_ERR_OVERFLOW
  * (caches too large), ::TG_ERR_NOMEM, or the pending build error.
  * Source: the KV cache of autoregressive Transformer decoding (Pope et al. 2022, sec. 2).
  */
@@ -248,11 +259,30 @@ TG_API tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int6
  * builds a graph for n, runs it and releases it (tg_ctx_mark() / tg_ctx_rewind()), so feeding
  * any number of tokens leaves tg_ctx_bytes() unchanged.
  * Errors (run-time: they do not stick): ::TG_ERR_ARG (@p gen NULL or freed, @p ids NULL, n <
- * 1, an id out of range: nothing changes, the message names the element), and those of
+ * 1, an id out of range: nothing changes, the message names the element), ::TG_ERR_STATE (an
+ * encoder-decoder generator without a source: call tg_generator_set_source()), and those of
  * building or running a graph (e.g. ::TG_ERR_NOMEM for a new prompt length); after such a
  * failure the length is unchanged, or 0 if the feed was re-prefilling at the wrap.
  */
 TG_API tg_status tg_generator_feed(tg_generator *gen, const int32_t *ids, int64_t n);
+
+/**
+ * Encoder-decoder generators: encode the source and start a new target (length 0).
+ * @p src_ids (B, s) ::TG_I32 ids in [0, vocab_size), row-major, 1 <= s <= max_seq_len, copied.
+ * Runs the encoder once (tok_emb + positions 0..s-1, `encoder.*` and its final norm, no
+ * dropout) and stores, for every decoder layer, the memory's keys and values; a source
+ * shorter than max_seq_len leaves the rows beyond it blocked for the cross-attention (no
+ * source padding mask otherwise: every source position is attended). The next feed is the
+ * target's prompt, usually the BOS token. tg_generator_reset() keeps the source. s =
+ * max_seq_len runs the encoder graph built by tg_generator_new(); another s builds one and
+ * releases it (tg_ctx_mark() / tg_ctx_rewind()), so tg_ctx_bytes() does not grow.
+ * Errors (run-time): ::TG_ERR_ARG (@p gen NULL or freed, not an encoder-decoder, @p src_ids
+ * NULL, s out of range, an id out of range: nothing changes, the message names the element),
+ * those of building or running the encoder (after which the generator has no source).
+ * Source: Vaswani et al. 2017, sec. 3.2.3 ("encoder-decoder attention ... the memory keys and
+ * values come from the output of the encoder").
+ */
+TG_API tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_ids, int64_t s);
 
 /** The last-position logits (B, V) of the last successful feed, in the model's dtype (zeros
  *  before the first). A leaf owned by the generator, overwritten by each feed; read it with
@@ -262,7 +292,8 @@ TG_API tg_tensor *tg_generator_logits(const tg_generator *gen);
 /** Positions the cache holds (the current context length, <= max_seq_len); 0 if NULL. */
 TG_API int64_t tg_generator_length(const tg_generator *gen);
 
-/** Forget the context (length 0); the next feed is a new prompt. NULL is a no-op. */
+/** Forget the context (length 0); the next feed is a new prompt (an encoder-decoder generator
+ *  keeps its source). NULL is a no-op. */
 TG_API void tg_generator_reset(tg_generator *gen);
 
 /** Release the generator's graphs (their arenas), caches and buffers at once; the small

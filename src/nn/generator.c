@@ -1,6 +1,7 @@
 /*
- * generator.c - incremental decoding of the decoder-only LM (tg_transformer with cfg.causal)
- * through a KV cache: prefill a prompt, then one token at a time.
+ * generator.c - incremental decoding through a KV cache: prefill a prompt, then one token at a
+ * time, for the decoder-only LM (tg_transformer with cfg.causal) and the encoder-decoder model
+ * (cfg.n_decoder_layers > 0; see "The encoder-decoder model" below).
  *
  * Graphs have static shapes, so a feed of n tokens runs a graph built for n:
  *   ids (B, n) i32, pos_ids (n) i32 = pos..pos+n-1, pos (1) i32
@@ -16,6 +17,19 @@
  * at max_len re-prefills) are built once by tg_generator_new(); a prompt of any other length
  * gets a graph built after tg_ctx_mark() and released by tg_ctx_rewind() once its logits are
  * copied, so feeding any number of tokens does not grow the context.
+ *
+ * The encoder-decoder model. tg_generator_set_source() runs the encode graph once per source:
+ *   src (B, s) i32, src_pos_ids (s) i32 = 0..s-1
+ *   memory = encoder(tok_emb[src] + P[src_pos_ids])  (B, s, D)  nn.Transformer's encoder.*,
+ *                                                               its final norm, no dropout
+ *   kv_i   = memory [W_k; W_v]_i^T + [b_k; b_v]_i    (B, s, 2D) rows [D, 3D) of decoder layer
+ *                                                               i's multihead_attn.in_proj
+ * and copies each kv_i into the leaf mkv_i (B, max_len, 2D) (rows >= s: blocked by mem_mask
+ * (B, 1, 1, max_len)), so no step recomputes W_k memory or W_v memory. A feed then runs the
+ * decoder layers (tg_decoder_layer_forward's sublayers) with the cached self-attention and the
+ * cross-attention of the new positions over the stored memory keys and values, the decoder's
+ * final norm (m->norm_w) and the head. The encode graph for s = max_len (the usual source) is
+ * built once by tg_generator_new(); another s builds one after a mark and rewinds it.
  */
 #include "nn_internal.h"
 #include "tgrad_train.h"
@@ -45,6 +59,17 @@ struct tg_generator {
     int32_t *pbuf;                      /* (L): position ids */
     gen_graph step, refill;
     bool freed;
+    /* the encoder-decoder model (s2s); n_layers above counts its decoder layers */
+    bool s2s;
+    int64_t src_len;                    /* the source's length; 0: none set yet */
+    tg_tensor **mkv;                    /* per decoder layer (B, L, 2D): memory [K | V] */
+    tg_tensor *mem_mask;                /* (B, 1, 1, L) block mask: 1 at positions >= src_len */
+    struct enc_graph {
+        int64_t s;                      /* source length */
+        tg_tensor *ids, *pos_ids;       /* (B, s), (s) i32 inputs */
+        tg_tensor **kv;                 /* per decoder layer (B, s, 2D) outputs */
+        tg_graph *g;
+    } enc;
 };
 
 /* Self-attention of one layer over its cache: one in_proj product read as q, k, v head views
@@ -79,6 +104,88 @@ static tg_tensor *layer_cached(tg_ctx *ctx, const tg_encoder_layer *l, tg_tensor
     return tg__nn_sublayer_out(ctx, &c, x, ff, l->norm2_weight, l->norm2_bias);
 }
 
+/* Cross-attention of the new positions x (B, n, D) over one decoder layer's stored memory
+ * keys and values kv (B, L, 2D) = [memory W_k^T + b_k | memory W_v^T + b_v], with the rows
+ * beyond the source blocked by mem_mask (B, 1, 1, L): q from rows [0, D) of in_proj (as
+ * tg_mha_forward's cross-attention), heads as views, SDPA, heads merged, out_proj. */
+static tg_tensor *cross_attn_cached(tg_ctx *ctx, const tg_mha *a, tg_tensor *x, tg_tensor *kv,
+                                    tg_tensor *mem_mask)
+{
+    int64_t B = tg_tensor_dim(x, 0), n = tg_tensor_dim(x, 1), D = a->d_model, H = a->n_heads;
+    int64_t Dh = D / H, L = tg_tensor_dim(kv, 1);
+    tg_tensor *q = tg_dense(ctx, x, tg_narrow(ctx, a->in_proj_weight, 0, 0, D),
+                            tg_narrow(ctx, a->in_proj_bias, 0, 0, D));    /* (B, n, D) */
+    q = tg_transpose(ctx, tg_reshape(ctx, q, TG_DIMS(B, n, H, Dh)), 1, 2); /* (B, H, n, Dh) */
+    tg_tensor *m = tg_transpose(ctx, tg_reshape(ctx, kv, TG_DIMS(B, L, 2 * H, Dh)), 1, 2);
+    tg_tensor *k = tg_narrow(ctx, m, 1, 0, H);                           /* (B, H, L, Dh) each */
+    tg_tensor *v = tg_narrow(ctx, m, 1, H, H);
+    tg_attn_masks mm;
+    memset(&mm, 0, sizeof mm);
+    mm.attn_mask = mem_mask; /* positions beyond the source are never attended */
+    mm.attn_mask_kind = TG_MASK_BLOCK;
+    tg_tensor *o = tg_sdpa(ctx, q, k, v, &mm, 1.0 / sqrt((double)Dh), NULL); /* (B, H, n, Dh) */
+    o = tg_reshape(ctx, tg_transpose(ctx, o, 1, 2), TG_DIMS(B, n, D));  /* (B, n, D) */
+    return tg_dense(ctx, o, a->out_proj_weight, a->out_proj_bias);
+}
+
+/* tg_decoder_layer_forward() (its sublayer pieces) with the cached self-attention, the
+ * cross-attention over the stored memory keys and values, and no dropout. */
+static tg_tensor *dec_layer_cached(tg_ctx *ctx, const tg_decoder_layer *l, tg_tensor *x,
+                                   tg_tensor *kc, tg_tensor *vc, tg_tensor *pos, tg_tensor *kv,
+                                   tg_tensor *mem_mask)
+{
+    tg_encoder_config c = l->cfg;
+    c.dropout = 0; /* inference */
+    tg_tensor *h = tg__nn_sublayer_in(ctx, &c, x, l->norm1_weight, l->norm1_bias);
+    tg_tensor *y = self_attn_cached(ctx, &l->self_attn, h, kc, vc, pos);
+    x = tg__nn_sublayer_out(ctx, &c, x, y, l->norm1_weight, l->norm1_bias); /* (B, n, D) */
+    h = tg__nn_sublayer_in(ctx, &c, x, l->norm2_weight, l->norm2_bias);
+    y = cross_attn_cached(ctx, &l->multihead_attn, h, kv, mem_mask);
+    x = tg__nn_sublayer_out(ctx, &c, x, y, l->norm2_weight, l->norm2_bias);
+    h = tg__nn_sublayer_in(ctx, &c, x, l->norm3_weight, l->norm3_bias);
+    y = tg__nn_ff_block(ctx, &l->ffn, h, 0);
+    return tg__nn_sublayer_out(ctx, &c, x, y, l->norm3_weight, l->norm3_bias);
+}
+
+/* Build the encode graph for sources of length s (no_grad): the encoder stack without dropout,
+ * then each decoder layer's memory keys and values. Returns the status (error recorded). */
+static tg_status build_encoder(tg_generator *gen, int64_t s, struct enc_graph *eg)
+{
+    static const char *fn = "tg_generator_set_source";
+    tg_ctx *ctx = gen->ctx;
+    const tg_transformer *m = gen->m;
+    const tg_encoder *enc = &m->seq2seq.encoder;
+    int64_t D = gen->D;
+    memset(eg, 0, sizeof *eg);
+    eg->s = s;
+    eg->kv = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)gen->n_layers, fn);
+    eg->ids = tg_input(ctx, TG_I32, TG_DIMS(gen->B, s), "generator.src_ids");
+    eg->pos_ids = tg_input(ctx, TG_I32, TG_DIMS(s), "generator.src_pos_ids");
+    if (!eg->kv || !eg->ids || !eg->pos_ids)
+        return tg_ctx_status(ctx) != TG_OK ? tg_ctx_status(ctx) : TG_ERR_NOMEM;
+    tg_tensor *x = tg_embedding(ctx, eg->ids, m->tok_emb);               /* (B, s, D) */
+    x = tg_add(ctx, x, tg_embedding(ctx, eg->pos_ids, m->pos_emb ? m->pos_emb : gen->pe));
+    for (int64_t i = 0; i < enc->n_layers; i++) {
+        tg_encoder_layer l = enc->layers[i]; /* a copy without dropout (inference) */
+        l.cfg.dropout = 0;
+        x = tg_encoder_layer_forward(ctx, &l, x, NULL);                  /* (B, s, D) */
+    }
+    if (enc->norm_weight)
+        x = tg_layer_norm(ctx, x, enc->norm_weight, enc->norm_bias, enc->cfg.layer_norm_eps);
+    for (int64_t i = 0; i < gen->n_layers; i++) {
+        const tg_mha *a = &m->seq2seq.decoder.layers[i].multihead_attn;
+        eg->kv[i] = tg_dense(ctx, x, tg_narrow(ctx, a->in_proj_weight, 0, D, 2 * D),
+                             tg_narrow(ctx, a->in_proj_bias, 0, D, 2 * D)); /* (B, s, 2D) */
+    }
+    if (tg__build_failed(ctx))
+        return tg_ctx_status(ctx);
+    tg_graph_opts go;
+    memset(&go, 0, sizeof go);
+    go.no_grad = true;
+    eg->g = tg_graph_new_opts(ctx, eg->kv, gen->n_layers, &go);
+    return eg->g ? TG_OK : tg_ctx_status(ctx);
+}
+
 /* Build the graph that feeds n tokens (no_grad). Returns the status (error recorded). */
 static tg_status build_graph(tg_generator *gen, int64_t n, gen_graph *gg)
 {
@@ -94,8 +201,11 @@ static tg_status build_graph(tg_generator *gen, int64_t n, gen_graph *gg)
     tg_tensor *x = tg_embedding(ctx, gg->ids, m->tok_emb);               /* (B, n, D) */
     x = tg_add(ctx, x, tg_embedding(ctx, gg->pos_ids, m->pos_emb ? m->pos_emb : gen->pe));
     for (int64_t i = 0; i < gen->n_layers; i++)
-        x = layer_cached(ctx, &m->layers[i], x, gen->kc[i], gen->vc[i], gg->pos);
+        x = gen->s2s ? dec_layer_cached(ctx, &m->seq2seq.decoder.layers[i], x, gen->kc[i],
+                                        gen->vc[i], gg->pos, gen->mkv[i], gen->mem_mask)
+                     : layer_cached(ctx, &m->layers[i], x, gen->kc[i], gen->vc[i], gg->pos);
     x = tg_narrow(ctx, x, 1, n - 1, 1);                                  /* (B, 1, D) */
+    /* the final norm: the LM's norm.*, the encoder-decoder's decoder.norm.* */
     x = tg_layer_norm(ctx, x, m->norm_w, m->norm_b, m->cfg.layer.layer_norm_eps);
     gg->logits = tg_dense(ctx, x, m->head_w, m->head_b);                 /* (B, 1, V) */
     if (!gg->logits)
@@ -115,26 +225,28 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
     tg__begin(ctx);
     if (tg__build_failed(ctx))
         return NULL; /* a build error is pending: keep it, allocate nothing */
+    bool s2s = m && m->cfg.n_decoder_layers > 0;
     if (!m || !m->tok_emb || !m->head_w || !m->norm_w || m->cfg.n_layers < 0 ||
-        m->cfg.n_layers > TG_TRANSFORMER_MAX_LAYERS || (m->cfg.n_layers > 0 && !m->layers))
+        m->cfg.n_layers > TG_TRANSFORMER_MAX_LAYERS ||
+        (!s2s && m->cfg.n_layers > 0 && !m->layers) ||
+        (s2s && (m->cfg.n_decoder_layers > TG_TRANSFORMER_MAX_LAYERS ||
+                 !m->seq2seq.encoder.layers || !m->seq2seq.decoder.layers ||
+                 m->seq2seq.decoder.n_layers != m->cfg.n_decoder_layers)))
         return tg__err(ctx, TG_ERR_ARG, fn, "model is NULL or not initialised");
-    if (m->cfg.n_decoder_layers > 0)
-        return tg__err(ctx, TG_ERR_ARG, fn,
-                       "the model is an encoder-decoder (seq2seq): this generator decodes the "
-                       "decoder-only LM (cfg.causal) only");
-    if (!m->cfg.causal)
+    if (!s2s && !m->cfg.causal)
         return tg__err(ctx, TG_ERR_ARG, fn,
                        "the model is not causal (an encoder classifier): only the decoder-only "
                        "LM (cfg.causal) generates");
     if (batch < 1 || batch > TG_MAX_NUMEL)
         return tg__err(ctx, TG_ERR_ARG, fn, "batch %lld must be >= 1", (long long)batch);
     int64_t L = m->cfg.max_seq_len, D = m->cfg.layer.d_model, V = m->cfg.vocab_size;
-    int64_t H = m->cfg.n_layers > 0 ? m->cfg.layer.n_heads : 1, NL = m->cfg.n_layers;
+    int64_t H = m->cfg.n_layers > 0 ? m->cfg.layer.n_heads : 1;
+    int64_t NL = s2s ? m->cfg.n_decoder_layers : m->cfg.n_layers; /* layers with a cache */
     tg_dtype dt = tg_tensor_dtype(m->tok_emb);
     int64_t cells, hb;
     size_t hist_bytes;
     if (!tg__mul_i64(batch, L, &cells) || !tg__bytes(cells, sizeof(int32_t), &hist_bytes) ||
-        !tg__mul_i64(batch, D, &hb) || !tg__mul_i64(hb, L, &hb) || hb > TG_MAX_NUMEL)
+        !tg__mul_i64(batch, D, &hb) || !tg__mul_i64(hb, L, &hb) || hb > TG_MAX_NUMEL / 2)
         return tg__err(ctx, TG_ERR_OVERFLOW, fn,
                        "batch %lld with max_seq_len %lld and d_model %lld: caches too large",
                        (long long)batch, (long long)L, (long long)D);
@@ -150,6 +262,7 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
     gen->D = D;
     gen->H = H;
     gen->n_layers = NL;
+    gen->s2s = s2s;
     gen->refill_n = L / 2 > 1 ? L / 2 : 1;
     gen->hist = tg__alloc(ctx, hist_bytes, fn);
     gen->buf = tg__alloc(ctx, hist_bytes, fn);
@@ -172,6 +285,20 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
     }
     if (!m->pos_emb && !(gen->pe = tg_sinusoidal_encoding(ctx, dt, L, D)))
         goto fail;
+    if (s2s) { /* memory keys/values per decoder layer (zero until a source is set) */
+        gen->mkv = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)NL, fn);
+        gen->mem_mask = tg_input(ctx, dt, TG_DIMS(batch, 1, 1, L), "generator.memory_mask");
+        if (!gen->mkv || !gen->mem_mask)
+            goto fail;
+        for (int64_t i = 0; i < NL; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "generator.memory_kv.%lld", (long long)i);
+            if (!(gen->mkv[i] = tg_input(ctx, dt, TG_DIMS(batch, L, 2 * D), name)))
+                goto fail;
+        }
+        if (build_encoder(gen, L, &gen->enc) != TG_OK)
+            goto fail;
+    }
     gen->logits = tg_input(ctx, dt, TG_DIMS(batch, V), "generator.logits");
     if (!gen->logits || build_graph(gen, 1, &gen->step) != TG_OK ||
         (gen->refill_n > 1 && build_graph(gen, gen->refill_n, &gen->refill) != TG_OK))
@@ -224,6 +351,81 @@ static tg_status run_tokens(tg_generator *gen, const int32_t *tokens, int64_t n,
     return s;
 }
 
+/* Run encode graph @p eg on src (B, eg->s) and store each decoder layer's memory keys and
+ * values in its leaf, rows 0..s-1 of every batch row. */
+static tg_status run_encoder(tg_generator *gen, struct enc_graph *eg, const int32_t *src)
+{
+    int64_t s = eg->s, B = gen->B, L = gen->L, D = gen->D;
+    for (int64_t i = 0; i < s; i++)
+        gen->pbuf[i] = (int32_t)i;
+    tg_status st = tg_tensor_set_data(eg->ids, src, TG_I32, (size_t)(B * s));
+    if (st == TG_OK)
+        st = tg_tensor_set_data(eg->pos_ids, gen->pbuf, TG_I32, (size_t)s);
+    if (st == TG_OK)
+        st = tg_graph_forward(eg->g);
+    if (st != TG_OK)
+        return st;
+    size_t es = tg_dtype_size(tg_tensor_dtype(gen->mkv[0])), row = (size_t)(2 * D) * es;
+    for (int64_t i = 0; i < gen->n_layers; i++) {
+        char *dst = tg_tensor_data(gen->mkv[i]);
+        const char *srcp = tg_tensor_data(eg->kv[i]);             /* (B, s, 2D) contiguous */
+        for (int64_t b = 0; b < B; b++)
+            memcpy(dst + (size_t)(b * L) * row, srcp + (size_t)(b * s) * row, (size_t)s * row);
+    }
+    return TG_OK;
+}
+
+tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_ids, int64_t s)
+{
+    static const char *fn = "tg_generator_set_source";
+    if (!gen || gen->freed)
+        return TG_ERR_ARG;
+    tg_ctx *ctx = gen->ctx;
+    tg__begin(ctx);
+    if (!gen->s2s) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "the model is not an encoder-decoder (n_decoder_layers "
+                    "0): a decoder-only LM has no source");
+        return TG_ERR_ARG;
+    }
+    if (!src_ids || s < 1 || s > gen->L) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "src_ids %s with s = %lld (need 1 <= s <= max_seq_len "
+                    "%lld)", src_ids ? "given" : "is NULL", (long long)s, (long long)gen->L);
+        return TG_ERR_ARG;
+    }
+    for (int64_t r = 0; r < gen->B; r++) /* every id checked first: a bad one changes nothing */
+        for (int64_t i = 0; i < s; i++) {
+            int32_t id = src_ids[r * s + i];
+            if (id < 0 || id >= gen->V) {
+                tg__run_err(ctx, TG_ERR_ARG, fn,
+                            "src_ids[%lld][%lld] = %lld is not a token id in [0, %lld)",
+                            (long long)r, (long long)i, (long long)id, (long long)gen->V);
+                return TG_ERR_ARG;
+            }
+        }
+    gen->src_len = 0; /* until the new memory is stored */
+    gen->len = 0;     /* a new source starts a new target */
+    tg_status st;
+    if (s == gen->enc.s) {
+        st = run_encoder(gen, &gen->enc, src_ids);
+    } else { /* another length: an encode graph of its own, released before returning */
+        tg_mark mark = tg_ctx_mark(ctx);
+        struct enc_graph eg;
+        st = build_encoder(gen, s, &eg);
+        if (st == TG_OK)
+            st = run_encoder(gen, &eg, src_ids);
+        tg_ctx_rewind(ctx, mark); /* keeps the error state */
+    }
+    if (st != TG_OK)
+        return st;
+    /* cross-attention sees source positions 0..s-1 only */
+    int64_t L = gen->L;
+    for (int64_t r = 0; r < gen->B; r++)
+        for (int64_t j = 0; j < L; j++)
+            tg_set(gen->mem_mask, r * L + j, j >= s ? 1.0 : 0.0);
+    gen->src_len = s;
+    return TG_OK;
+}
+
 tg_status tg_generator_feed(tg_generator *gen, const int32_t *ids, int64_t n)
 {
     static const char *fn = "tg_generator_feed";
@@ -231,6 +433,11 @@ tg_status tg_generator_feed(tg_generator *gen, const int32_t *ids, int64_t n)
         return TG_ERR_ARG;
     tg_ctx *ctx = gen->ctx;
     tg__begin(ctx);
+    if (gen->s2s && gen->src_len == 0) {
+        tg__run_err(ctx, TG_ERR_STATE, fn, "no source: an encoder-decoder generator decodes "
+                    "after tg_generator_set_source()");
+        return TG_ERR_STATE;
+    }
     if (!ids || n < 1 || n > TG_MAX_NUMEL / gen->B) {
         tg__run_err(ctx, TG_ERR_ARG, fn, "ids %s with n = %lld (need n >= 1 tokens per row)",
                     ids ? "given" : "is NULL", (long long)n);
@@ -299,7 +506,17 @@ void tg_generator_free(tg_generator *gen)
     tg_ctx *ctx = gen->ctx;
     tg_graph_free(gen->step.g);
     tg_graph_free(gen->refill.g);
-    gen->step.g = gen->refill.g = NULL;
+    tg_graph_free(gen->enc.g);
+    gen->step.g = gen->refill.g = gen->enc.g = NULL;
+    for (int64_t i = 0; gen->s2s && i < gen->n_layers; i++) {
+        tg__free(ctx, gen->mkv[i]->data);
+        gen->mkv[i]->data = NULL;
+    }
+    if (gen->mem_mask) {
+        tg__free(ctx, gen->mem_mask->data);
+        gen->mem_mask->data = NULL;
+    }
+    gen->src_len = 0;
     for (int64_t i = 0; i < gen->n_layers; i++) {
         tg__free(ctx, gen->kc[i]->data);
         tg__free(ctx, gen->vc[i]->data);
