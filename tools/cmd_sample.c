@@ -157,7 +157,7 @@ static bool sample_load(sampler *s, const sample_args *a)
     tg_dtype dt = train_dtype(&ta);
     if (s->s2s) {
         if (tg_transformer_init(s->ctx, &s->model, dt, &mc) != TG_OK ||
-            !s2s_decoder_init(&s->dec, s->ctx, &s->model, 1, s->T) ||
+            !s2s_decoder_init(&s->dec, s->ctx, &s->model, 1, s->T, a->no_cache) ||
             tg_params_load_from(s->ctx, st, 0, NULL, false) != TG_OK) {
             cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
             return false;

@@ -351,7 +351,7 @@ static bool build(trainer *t)
         t->opt = tg_optim_new(ctx, &oc, 0, NULL);
         /* the held-out greedy decoder: its own no_grad graph over the same parameters */
         if (t->g && t->opt && t->s2s && !a->dry_run &&
-            !s2s_decoder_init(&t->greedy, ctx, &t->model, t->B, t->T))
+            !s2s_decoder_init(&t->greedy, ctx, &t->model, t->B, t->T, a->no_cache))
             t->opt = NULL;
     }
     if (!t->g || !t->opt) {

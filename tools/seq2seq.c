@@ -16,7 +16,7 @@ void s2s_shift_right(int64_t B, int64_t T, const int32_t *labels, int32_t *dec)
 }
 
 bool s2s_decoder_init(s2s_decoder *d, tg_ctx *ctx, const tg_transformer *m, int64_t B,
-                      int64_t T)
+                      int64_t T, bool no_cache)
 {
     memset(d, 0, sizeof *d);
     d->ctx = ctx;
@@ -24,6 +24,16 @@ bool s2s_decoder_init(s2s_decoder *d, tg_ctx *ctx, const tg_transformer *m, int6
     d->B = B;
     d->T = T;
     d->V = m->cfg.vocab_size;
+    if (!no_cache) {
+        d->gen = tg_generator_new(ctx, m, B);
+        d->dec = malloc(sizeof(int32_t) * (size_t)B);
+        d->row = malloc(sizeof(double) * (size_t)(B * d->V));
+        if (!d->gen || !d->dec || !d->row) {
+            s2s_decoder_free(d);
+            return false;
+        }
+        return true;
+    }
     d->src = tg_input(ctx, TG_I32, TG_DIMS(B, T), "src_ids");
     d->tgt = tg_input(ctx, TG_I32, TG_DIMS(B, T), "tgt_ids");
     d->logits = tg_transformer_forward_seq2seq(ctx, m, d->src, d->tgt, NULL, NULL);
@@ -61,9 +71,35 @@ static int argmax_finite(const double *v, int64_t n)
     return (int)best;
 }
 
+/* Greedy decoding through the generator: the source once, then one token per step. */
+static s2s_status greedy_cached(s2s_decoder *d, const int32_t *src, int32_t *out)
+{
+    int64_t B = d->B, T = d->T, V = d->V;
+    if (tg_generator_set_source(d->gen, src, T) != TG_OK)
+        return S2S_ERROR;
+    for (int64_t b = 0; b < B; b++)
+        d->dec[b] = SEQ2SEQ_BOS;
+    for (int64_t i = 0; i < T; i++) {
+        if (tg_generator_feed(d->gen, d->dec, 1) != TG_OK ||
+            tg_tensor_get_data(tg_generator_logits(d->gen), d->row, TG_F64,
+                               (size_t)(B * V)) != TG_OK)
+            return S2S_ERROR;
+        for (int64_t b = 0; b < B; b++) {
+            int next = argmax_finite(d->row + b * V, V);
+            if (next < 0)
+                return S2S_NONFINITE;
+            out[b * T + i] = next;
+            d->dec[b] = next;
+        }
+    }
+    return S2S_OK;
+}
+
 s2s_status s2s_greedy(s2s_decoder *d, const int32_t *src, int32_t *out)
 {
     int64_t B = d->B, T = d->T, V = d->V;
+    if (d->gen)
+        return greedy_cached(d, src, out);
     if (!d->g || !d->dec)
         return S2S_ERROR;
     size_t bt = (size_t)(B * T);

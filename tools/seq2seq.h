@@ -2,11 +2,15 @@
  * seq2seq.h - greedy decoding of the encoder-decoder model for `tgrad train --arch seq2seq`
  * (held-out exact-sequence accuracy) and `tgrad sample --source` (layer 6: public headers only).
  *
- * Uncached path: one no_grad graph over a batch of sources (B, T) and target prefixes (B, T)
- * -> logits (B, T, V), built once. Step i runs the whole graph and takes the argmax at target
- * position i; the causal target mask makes position i depend only on decoder inputs <= i, so
- * the not yet decoded positions (filled with BOS) do not matter. Each step costs a whole
- * forward pass (the encoder included).
+ * Cached path (the default): a tg_generator (tgrad_train.h) encodes the sources once
+ * (tg_generator_set_source: the encoder and every decoder layer's memory keys and values),
+ * then each step feeds the previous token of every row (BOS first) and takes the argmax of
+ * the last position's logits: one position through the decoder per step.
+ * Uncached path (--no-cache): one no_grad graph over a batch of sources (B, T) and target
+ * prefixes (B, T) -> logits (B, T, V), built once. Step i runs the whole graph and takes the
+ * argmax at target position i; the causal target mask makes position i depend only on decoder
+ * inputs <= i, so the not yet decoded positions (filled with BOS) do not matter. Each step
+ * costs a whole forward pass (the encoder included). Both give the same tokens (tested).
  */
 #ifndef TG_SEQ2SEQ_H
 #define TG_SEQ2SEQ_H
@@ -23,14 +27,16 @@ typedef struct s2s_decoder {
     tg_tensor *src, *tgt;    /* (B, T) i32 inputs of the uncached graph */
     tg_tensor *logits;       /* (B, T, V) */
     tg_graph *g;
+    tg_generator *gen;       /* the cached path, or NULL */
     int32_t *dec;            /* (B, T) decoder inputs */
-    double *row;             /* (V) logits of one position */
+    double *row;             /* (B V) logits of one step (cached), or (V) of one position */
 } s2s_decoder;
 
-/* Build the decoder for @p B sources of length @p T over model @p m (n_decoder_layers > 0).
- * False with the context's error (report with cli_report) on failure. */
+/* Build the decoder for @p B sources of length @p T over model @p m (n_decoder_layers > 0),
+ * through the KV cache unless @p no_cache. False with the context's error (report with
+ * cli_report) on failure. */
 bool s2s_decoder_init(s2s_decoder *d, tg_ctx *ctx, const tg_transformer *m, int64_t B,
-                      int64_t T);
+                      int64_t T, bool no_cache);
 /* Release the buffers (the graph belongs to the context). */
 void s2s_decoder_free(s2s_decoder *d);
 

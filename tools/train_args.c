@@ -73,6 +73,8 @@ static const cli_option train_opts[] = {
          "then exit without training or writing anything", G_TRAIN),
     FLAG("detect-anomaly", detect_anomaly, "stop at the first NaN or inf of any op, forward or "
          "backward", G_TRAIN),
+    FLAG("no-cache", no_cache, "seq2seq: decode the held-out set without the KV cache (the "
+         "whole prefix per token; the same tokens, slower)", G_TRAIN),
     FLAG("unfused", unfused, "build the unfused graph of elementary ops (no flash attention or "
          "other fused kernels; same results to rounding)", G_TRAIN),
     {.name = "text", .kind = CLI_LIST, .offset = TA(text), .metavar = "FILE",

@@ -61,6 +61,7 @@ typedef struct train_args {
     bool detect_anomaly;
     bool dry_run;
     bool unfused; /* --unfused: tg_ctx_set_fusion(ctx, false) */
+    bool no_cache; /* --no-cache: seq2seq greedy evaluation without the KV cache */
     /* data */
     cli_list text;
     int task;
