@@ -215,6 +215,21 @@ static void sample_path(const uint8_t *data, size_t size)
                            temps[i], ks[j], id, V);
             }
     }
+    if (info.seq2seq) { /* seq2seq.c's default path (the above is --no-cache): the generator
+                         * (KV cache), batch 1, after the uncached graph is released */
+        tg_graph_free(g);
+        tg_generator *gen = tg_generator_new(ctx, &model, 1);
+        if (!gen)
+            fz_die(ctx, "sample: tg_generator_new on a model ckpt_config_load accepted failed");
+        int32_t *src = ids_for(T, 10), bos = (int32_t)(V - 1);
+        s = tg_generator_set_source(gen, src, T);
+        free(src);
+        if (s != TG_OK || (s = tg_generator_feed(gen, &bos, 1)) != TG_OK)
+            fz_die(ctx, "sample: the generator failed (%s)", tg_status_str(s));
+        for (int64_t v = 0; v < V; v++) /* NaN or inf parameters give non-finite logits */
+            (void)tg_get(tg_generator_logits(gen), v);
+        check_estimate(&A, live0, model_memory_estimate(&mc, dt, 1, 0, false), "sample (cached)");
+    }
     fz_ctx_free(ctx, &A);
 }
 
