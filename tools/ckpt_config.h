@@ -37,15 +37,18 @@ typedef struct ckpt_info {
 
 /*
  * Apply checkpoint @p st to @p a (which holds the defaults and the command line):
- * - model.* (layers, d_model, heads, d_ff, seq_len, norm_first, activation, pos, tie_weights,
- *   dtype), data.task and train.optimizer are the run's identity: they always come from the
- *   checkpoint; one that was given on the command line (@p given, NULL: none) with another value
- *   is an error ("a different config").
+ * - model.* (arch, layers, decoder_layers, d_model, heads, d_ff, seq_len, norm_first,
+ *   activation, pos, tie_weights, dtype), data.task and train.optimizer are the run's identity:
+ *   they always come from the checkpoint; one that was given on the command line (@p given,
+ *   NULL: none) with another value is an error ("a different config"). model.arch absent (older
+ *   checkpoints) is the mode's own (text: lm, task: encoder); model.decoder_layers is required
+ *   by a seq2seq checkpoint and absent or 0 in the others.
  * - train.* options, model.dropout and data.val_fraction are restored unless given again.
  * - every field, used or not, is validated: unknown "format", missing model fields, values out
  *   of the option's bounds, NaN, inf, non-numbers, inconsistencies (model.causal vs data.mode,
  *   model.vocab_size vs data.vocab) are errors naming the field and the value.
- * @p sample: the caller is `tgrad sample` (a task checkpoint is then an error).
+ * @p sample: the caller is `tgrad sample` (an encoder task checkpoint is then an error; a
+ * seq2seq one is sampled with --source).
  */
 bool ckpt_apply(const tg_safetensors *st, train_args *a, const cli_result *given, bool sample,
                 ckpt_info *info, char *err, size_t n);
