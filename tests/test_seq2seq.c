@@ -78,6 +78,16 @@ START_TEST(test_tiny_reverse_learns_and_samples)
 }
 END_TEST
 
+/* The issue's acceptance command with its defaults: >= 99% of held-out sequences decoded
+ * exactly (it stops at the first evaluation that reaches it; ~3 s of CPU on 2 threads). */
+START_TEST(test_default_reverse_reaches_target)
+{
+    ck_assert_int_eq(run("train --arch seq2seq --task reverse --quiet"), 0);
+    double acc = summary_accuracy();
+    ck_assert_msg(acc >= 99.0, "reverse: exact-sequence accuracy %g%%", acc);
+}
+END_TEST
+
 /* The target is not reached in 3 steps: exit 3, as the other tasks. */
 START_TEST(test_target_not_reached)
 {
@@ -324,6 +334,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_tiny_copy_learns);
     tcase_add_test(tc, test_tiny_reverse_learns_and_samples);
+    tcase_add_test(tc, test_default_reverse_reaches_target);
     tcase_add_test(tc, test_target_not_reached);
     tcase_add_test(tc, test_resume_bit_exact);
     tcase_add_test(tc, test_cache_matches_no_cache);
