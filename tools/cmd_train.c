@@ -349,7 +349,8 @@ static bool build(trainer *t)
         go.detect_anomaly = a->detect_anomaly; /* first NaN/inf named by op and tensor */
         t->g = tg_graph_new_opts(ctx, &t->loss, 1, &go);
         t->opt = tg_optim_new(ctx, &oc, 0, NULL);
-        /* the held-out greedy decoder: its own no_grad graph over the same parameters */
+        /* the held-out greedy decoder over the same parameters: a generator (KV cache), or
+         * with --no-cache a no_grad graph over the whole target prefix (seq2seq.c) */
         if (t->g && t->opt && t->s2s && !a->dry_run &&
             !s2s_decoder_init(&t->greedy, ctx, &t->model, t->B, t->T, a->no_cache))
             t->opt = NULL;
@@ -641,9 +642,8 @@ static bool evaluate_seq2seq(trainer *t, double *val)
             return false;
         sum += tg_get(t->loss, 0);
         s2s_status st = s2s_greedy(&t->greedy, t->ids_buf, t->out_buf);
-        if (st == S2S_NONFINITE) {
-            tg_ctx_clear_error(t->ctx);
-            *val = NAN; /* reported as a non-finite loss by the caller's checks */
+        if (st == S2S_NONFINITE) { /* NaN or inf logits: nothing counts as decoded */
+            *val = NAN;
             t->acc = t->tok_acc = 0;
             return true;
         }
