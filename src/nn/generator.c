@@ -246,7 +246,8 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
     int64_t cells, hb;
     size_t hist_bytes;
     if (!tg__mul_i64(batch, L, &cells) || !tg__bytes(cells, sizeof(int32_t), &hist_bytes) ||
-        !tg__mul_i64(batch, D, &hb) || !tg__mul_i64(hb, L, &hb) || hb > TG_MAX_NUMEL / 2)
+        !tg__mul_i64(batch, D, &hb) || !tg__mul_i64(hb, L, &hb) ||
+        hb > (s2s ? TG_MAX_NUMEL / 2 : TG_MAX_NUMEL)) /* s2s: memory [K | V] (B, L, 2D) */
         return tg__err(ctx, TG_ERR_OVERFLOW, fn,
                        "batch %lld with max_seq_len %lld and d_model %lld: caches too large",
                        (long long)batch, (long long)L, (long long)D);
