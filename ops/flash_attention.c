@@ -33,10 +33,20 @@
 
 #include <stdio.h>
 
+#if defined(__GNUC__) && !defined(__clang__)
+/* The small-T helpers pass 64-byte vectors between always-inline functions (no call ABI is
+ * involved); GCC warns about the ABI of such returns in the baseline clone. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 /* Tile sizes: FA_BQ query rows by FA_BK keys. FA_BK is the vector length of the score loops
  * (two AVX-512 vectors of f32, four of f64); results depend on neither. */
 #define FA_BQ 32
 #define FA_BK 32
+/* Rows per group of the small-T path's phases */
+#define FA_SR 8
+/* fa_work units (about one multiply-add each) worth ~20 us on the small-T path */
+#define FA_SMALL_PAR_UNITS 400000
 
 /* Builder metadata (y->aux, owned by the node). Per output batch o (the broadcast leading
  * dims flattened): the element offset of q's, k's and v's matrix in their data (through
@@ -77,6 +87,21 @@ static size_t fa_round64(size_t b) { return (b + 63) / 64 * 64; }
 static bool fa_one_pass(const fa_meta *m)
 {
     return m->n[0] == m->nb && m->n[1] == m->nb && m->kv_same && m->nb >= 4;
+}
+
+/* The small-T path (flash_attention_kernel.h): every key in one block. Its backward needs
+ * batches that own their matrices (no broadcast q, k or v), like fa_one_pass. */
+static bool fa_small(const fa_meta *m) { return m->Tk <= FA_BK; }
+
+static bool fa_small_bwd_ok(const fa_meta *m)
+{
+    return fa_small(m) && m->n[0] == m->nb && m->n[1] == m->nb && m->kv_same;
+}
+
+/* Fork for the small-T path: about 20 us of work on one core. */
+static bool fa_small_par(const fa_meta *m)
+{
+    return fa_work(m) > (double)TG_PAR_WORK(FA_SMALL_PAR_UNITS);
 }
 
 /* Elements of the two-pass backward layout (before the one-pass extras). */
