@@ -3,18 +3,166 @@
  * Included twice by flash_attention.c with FA_T (float / double), FA_SUF (f32 / f64), FA_EXP
  * and FA_LOG defined; see that file for the math, the layout (fa_meta) and the threading.
  *
- * Every sum below runs in a fixed order (over the head dimension c ascending for dot
- * products, over keys j ascending for row sums, over batches, query blocks and rows ascending
- * for dK and dV, over key blocks and keys ascending for dQ); loops vectorize only across
- * independent outputs (keys j of a score row, columns c of an output row), so each result is
- * the same for every thread count and every SIMD clone (-ffp-contract=off; the block products
- * are the GEMM's FMA chains, the same on its AVX-512 and AVX2 kernels).
+ * Every sum below runs in a fixed order (dot products along the head dimension in FA_W fixed
+ * lanes added in a fixed tree (fa_dot) or, in the tiled path's block products, c ascending;
+ * over keys j ascending for row sums, over batches, query blocks and rows ascending for dK and
+ * dV, over key blocks and keys ascending for dQ); other loops vectorize only across independent
+ * outputs (keys j of a score row, columns c of an output row), so each result is the same for
+ * every thread count and every SIMD clone (-ffp-contract=off; the block products are the
+ * GEMM's FMA chains, the same on its AVX-512 and AVX2 kernels).
  */
 #define FA_CAT_(a, b) a##_##b
 #define FA_CAT(a, b) FA_CAT_(a, b)
 #define FA_FN(name) FA_CAT(name, FA_SUF)
 
 #define FA_INLINE static inline __attribute__((always_inline))
+
+/* ---- vector helpers (the small-T path and the backward's D = rowsum(dO O)) ---------------- */
+
+/* A 32-byte vector of FA_VL = FA_W / 2 elements (GCC/Clang vector extension, as ops/gemm.c's
+ * portable kernel: element-wise IEEE operations, so every clone computes the same bits; one
+ * ymm on the v4 and v3 clones, which on Zen 4 is as fast as a zmm). The FA_W lanes of a dot
+ * product are two such vectors: lanes [0, FA_VL) and [FA_VL, FA_W). Loads and stores go
+ * through memcpy (unaligned). */
+#define FA_VL (FA_W / 2)
+typedef FA_T FA_FN(fa_vec) __attribute__((vector_size(32)));
+#define FA_V FA_FN(fa_vec)
+
+FA_INLINE FA_V FA_FN(fa_ld)(const FA_T *p)
+{
+    FA_V v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+}
+
+FA_INLINE void FA_FN(fa_st)(FA_T *p, FA_V v) { __builtin_memcpy(p, &v, sizeof v); }
+
+/* Elements [lo, lo + FA_VL) of p with those at or past r replaced by 0. */
+FA_INLINE FA_V FA_FN(fa_ld_part)(const FA_T *p, int lo, int64_t r)
+{
+    FA_T t[FA_VL];
+    for (int u = 0; u < FA_VL; u++)
+        t[u] = lo + u < r ? p[lo + u] : 0;
+    return FA_FN(fa_ld)(t);
+}
+
+/* Sum of the FA_W lanes (a: lanes 0.., b: lanes FA_VL..) in a fixed tree: lanes u and u + h
+ * added for h = FA_W / 2, ..., 1. */
+FA_INLINE FA_T FA_FN(fa_hsum)(FA_V a, FA_V b)
+{
+    FA_V v = a + b;
+    FA_T l[FA_VL];
+    __builtin_memcpy(l, &v, sizeof v);
+#if FA_VL == 8
+    for (int u = 0; u < 4; u++)
+        l[u] = l[u] + l[u + 4];
+#endif
+    for (int u = 0; u < 2; u++)
+        l[u] = l[u] + l[u + 2];
+    return l[0] + l[1];
+}
+
+/* a . b over n elements: term c into lane c mod FA_W (ascending c per lane; the last partial
+ * chunk's missing lanes add 0), then fa_hsum. */
+FA_INLINE FA_T FA_FN(fa_dot)(const FA_T *a, const FA_T *b, int64_t n)
+{
+    FA_V l = {0}, h = {0};
+    int64_t c = 0;
+    for (; c + FA_W <= n; c += FA_W) {
+        l += FA_FN(fa_ld)(a + c) * FA_FN(fa_ld)(b + c);
+        h += FA_FN(fa_ld)(a + c + FA_VL) * FA_FN(fa_ld)(b + c + FA_VL);
+    }
+    if (c < n) {
+        l += FA_FN(fa_ld_part)(a + c, 0, n - c) * FA_FN(fa_ld_part)(b + c, 0, n - c);
+        h += FA_FN(fa_ld_part)(a + c, FA_VL, n - c) * FA_FN(fa_ld_part)(b + c, FA_VL, n - c);
+    }
+    return FA_FN(fa_hsum)(l, h);
+}
+
+/* s[j] = a . B_j for the nk rows B_j = B + j bs; four rows at a time share the loads of a
+ * (each s[j] is exactly fa_dot(a, B_j, n)). */
+FA_INLINE void FA_FN(fa_dots)(const FA_T *a, const FA_T *B, int64_t bs, int64_t nk, int64_t n,
+                              FA_T *s)
+{
+    int64_t j = 0;
+    for (; j + 4 <= nk; j += 4) {
+        const FA_T *b0 = B + j * bs, *b1 = b0 + bs, *b2 = b1 + bs, *b3 = b2 + bs;
+        FA_V l0 = {0}, l1 = {0}, l2 = {0}, l3 = {0}, h0 = {0}, h1 = {0}, h2 = {0}, h3 = {0};
+        int64_t c = 0;
+        for (; c + FA_W <= n; c += FA_W) {
+            FA_V x = FA_FN(fa_ld)(a + c), y = FA_FN(fa_ld)(a + c + FA_VL);
+            l0 += x * FA_FN(fa_ld)(b0 + c);
+            h0 += y * FA_FN(fa_ld)(b0 + c + FA_VL);
+            l1 += x * FA_FN(fa_ld)(b1 + c);
+            h1 += y * FA_FN(fa_ld)(b1 + c + FA_VL);
+            l2 += x * FA_FN(fa_ld)(b2 + c);
+            h2 += y * FA_FN(fa_ld)(b2 + c + FA_VL);
+            l3 += x * FA_FN(fa_ld)(b3 + c);
+            h3 += y * FA_FN(fa_ld)(b3 + c + FA_VL);
+        }
+        if (c < n) {
+            int64_t r = n - c;
+            FA_V x = FA_FN(fa_ld_part)(a + c, 0, r), y = FA_FN(fa_ld_part)(a + c, FA_VL, r);
+            l0 += x * FA_FN(fa_ld_part)(b0 + c, 0, r);
+            h0 += y * FA_FN(fa_ld_part)(b0 + c, FA_VL, r);
+            l1 += x * FA_FN(fa_ld_part)(b1 + c, 0, r);
+            h1 += y * FA_FN(fa_ld_part)(b1 + c, FA_VL, r);
+            l2 += x * FA_FN(fa_ld_part)(b2 + c, 0, r);
+            h2 += y * FA_FN(fa_ld_part)(b2 + c, FA_VL, r);
+            l3 += x * FA_FN(fa_ld_part)(b3 + c, 0, r);
+            h3 += y * FA_FN(fa_ld_part)(b3 + c, FA_VL, r);
+        }
+        s[j] = FA_FN(fa_hsum)(l0, h0);
+        s[j + 1] = FA_FN(fa_hsum)(l1, h1);
+        s[j + 2] = FA_FN(fa_hsum)(l2, h2);
+        s[j + 3] = FA_FN(fa_hsum)(l3, h3);
+    }
+    for (; j < nk; j++)
+        s[j] = FA_FN(fa_dot)(a, B + j * bs, n);
+}
+
+/* y (n) = (acc ? y + : ) (sum_j w_j B_j) (* mul when mul != NULL): per element the sum over
+ * j < nk ascending starts at 0, is scaled, then added to y once. B_j = B + j bs. */
+FA_INLINE void FA_FN(fa_wsum)(const FA_T *w, const FA_T *B, int64_t bs, int64_t nk, int64_t n,
+                              const FA_T *mul, bool acc, FA_T *y)
+{
+    int64_t c = 0;
+    for (; c + 2 * FA_VL <= n; c += 2 * FA_VL) {
+        FA_V a = {0}, b = {0};
+        for (int64_t j = 0; j < nk; j++) {
+            a += w[j] * FA_FN(fa_ld)(B + j * bs + c);
+            b += w[j] * FA_FN(fa_ld)(B + j * bs + c + FA_VL);
+        }
+        if (mul) {
+            a = a * *mul;
+            b = b * *mul;
+        }
+        if (acc) {
+            a = FA_FN(fa_ld)(y + c) + a;
+            b = FA_FN(fa_ld)(y + c + FA_VL) + b;
+        }
+        FA_FN(fa_st)(y + c, a);
+        FA_FN(fa_st)(y + c + FA_VL, b);
+    }
+    for (; c < n; c++) {
+        FA_T a = 0;
+        for (int64_t j = 0; j < nk; j++)
+            a = a + w[j] * B[j * bs + c];
+        if (mul)
+            a = a * *mul;
+        y[c] = acc ? y[c] + a : a;
+    }
+}
+
+/* y (n) += w x, element-wise. */
+FA_INLINE void FA_FN(fa_axpy)(FA_T w, const FA_T *x, int64_t n, FA_T *y)
+{
+    int64_t c = 0;
+    for (; c + FA_VL <= n; c += FA_VL)
+        FA_FN(fa_st)(y + c, FA_FN(fa_ld)(y + c) + w * FA_FN(fa_ld)(x + c));
+    for (; c < n; c++)
+        y[c] = y[c] + w * x[c];
+}
 
 /* Kt (d, FA_BK) = the nk rows of X (row stride xs, columns contiguous) transposed; columns
  * nk..FA_BK-1 are not written (no block product reads them). */
@@ -314,18 +462,14 @@ FA_INLINE void FA_FN(fa_tile)(const fa_meta *m, const tg_tensor *y, int64_t o, i
     }
 }
 
-/* D (nq) = rowsum(dO O) of rows [i0, +nq) of batch o, c ascending. */
+/* D (nq) = rowsum(dO O) of rows [i0, +nq) of batch o: fa_dot (fixed lanes, vectorized). */
 FA_INLINE void FA_FN(fa_rowdot)(const fa_meta *m, const tg_tensor *y, int64_t o, int64_t i0,
                                 int64_t nq, FA_T *D)
 {
     const FA_T *dO = (const FA_T *)y->grad + (o * m->Tq + i0) * m->dv;
     const FA_T *O = (const FA_T *)y->data + (o * m->Tq + i0) * m->dv;
-    for (int64_t i = 0; i < nq; i++) {
-        FA_T s = 0;
-        for (int64_t c = 0; c < m->dv; c++)
-            s += dO[i * m->dv + c] * O[i * m->dv + c];
-        D[i] = s;
-    }
+    for (int64_t i = 0; i < nq; i++)
+        D[i] = FA_FN(fa_dot)(dO + i * m->dv, O + i * m->dv, m->dv);
 }
 
 /* dK and/or dV of keys [kb BK, +nk) of one k (or v) matrix: sum over the batches of its group
@@ -514,151 +658,6 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_one_item)(const fa_meta *m, const tg_ten
  * ascending with the columns c vectorized. Items are whole batches, many per region. The path
  * is chosen by the shapes only (fa_small), so results are the same bits for any thread count;
  * they differ from the tiled path's in the order of the dot products' terms. */
-
-/* A 32-byte vector of FA_VL = FA_W / 2 elements (GCC/Clang vector extension, as ops/gemm.c's
- * portable kernel: element-wise IEEE operations, so every clone computes the same bits; one
- * ymm on the v4 and v3 clones, which on Zen 4 is as fast as a zmm). The FA_W lanes of a dot
- * product are two such vectors: lanes [0, FA_VL) and [FA_VL, FA_W). Loads and stores go
- * through memcpy (unaligned). */
-#define FA_VL (FA_W / 2)
-typedef FA_T FA_FN(fa_vec) __attribute__((vector_size(32)));
-#define FA_V FA_FN(fa_vec)
-
-FA_INLINE FA_V FA_FN(fa_ld)(const FA_T *p)
-{
-    FA_V v;
-    __builtin_memcpy(&v, p, sizeof v);
-    return v;
-}
-
-FA_INLINE void FA_FN(fa_st)(FA_T *p, FA_V v) { __builtin_memcpy(p, &v, sizeof v); }
-
-/* Elements [lo, lo + FA_VL) of p with those at or past r replaced by 0. */
-FA_INLINE FA_V FA_FN(fa_ld_part)(const FA_T *p, int lo, int64_t r)
-{
-    FA_T t[FA_VL];
-    for (int u = 0; u < FA_VL; u++)
-        t[u] = lo + u < r ? p[lo + u] : 0;
-    return FA_FN(fa_ld)(t);
-}
-
-/* Sum of the FA_W lanes (a: lanes 0.., b: lanes FA_VL..) in a fixed tree: lanes u and u + h
- * added for h = FA_W / 2, ..., 1. */
-FA_INLINE FA_T FA_FN(fa_hsum)(FA_V a, FA_V b)
-{
-    FA_V v = a + b;
-    FA_T l[FA_VL];
-    __builtin_memcpy(l, &v, sizeof v);
-#if FA_VL == 8
-    for (int u = 0; u < 4; u++)
-        l[u] = l[u] + l[u + 4];
-#endif
-    for (int u = 0; u < 2; u++)
-        l[u] = l[u] + l[u + 2];
-    return l[0] + l[1];
-}
-
-/* a . b over n elements: term c into lane c mod FA_W (ascending c per lane; the last partial
- * chunk's missing lanes add 0), then fa_hsum. */
-FA_INLINE FA_T FA_FN(fa_dot)(const FA_T *a, const FA_T *b, int64_t n)
-{
-    FA_V l = {0}, h = {0};
-    int64_t c = 0;
-    for (; c + FA_W <= n; c += FA_W) {
-        l += FA_FN(fa_ld)(a + c) * FA_FN(fa_ld)(b + c);
-        h += FA_FN(fa_ld)(a + c + FA_VL) * FA_FN(fa_ld)(b + c + FA_VL);
-    }
-    if (c < n) {
-        l += FA_FN(fa_ld_part)(a + c, 0, n - c) * FA_FN(fa_ld_part)(b + c, 0, n - c);
-        h += FA_FN(fa_ld_part)(a + c, FA_VL, n - c) * FA_FN(fa_ld_part)(b + c, FA_VL, n - c);
-    }
-    return FA_FN(fa_hsum)(l, h);
-}
-
-/* s[j] = a . B_j for the nk rows B_j = B + j bs; four rows at a time share the loads of a
- * (each s[j] is exactly fa_dot(a, B_j, n)). */
-FA_INLINE void FA_FN(fa_dots)(const FA_T *a, const FA_T *B, int64_t bs, int64_t nk, int64_t n,
-                              FA_T *s)
-{
-    int64_t j = 0;
-    for (; j + 4 <= nk; j += 4) {
-        const FA_T *b0 = B + j * bs, *b1 = b0 + bs, *b2 = b1 + bs, *b3 = b2 + bs;
-        FA_V l0 = {0}, l1 = {0}, l2 = {0}, l3 = {0}, h0 = {0}, h1 = {0}, h2 = {0}, h3 = {0};
-        int64_t c = 0;
-        for (; c + FA_W <= n; c += FA_W) {
-            FA_V x = FA_FN(fa_ld)(a + c), y = FA_FN(fa_ld)(a + c + FA_VL);
-            l0 += x * FA_FN(fa_ld)(b0 + c);
-            h0 += y * FA_FN(fa_ld)(b0 + c + FA_VL);
-            l1 += x * FA_FN(fa_ld)(b1 + c);
-            h1 += y * FA_FN(fa_ld)(b1 + c + FA_VL);
-            l2 += x * FA_FN(fa_ld)(b2 + c);
-            h2 += y * FA_FN(fa_ld)(b2 + c + FA_VL);
-            l3 += x * FA_FN(fa_ld)(b3 + c);
-            h3 += y * FA_FN(fa_ld)(b3 + c + FA_VL);
-        }
-        if (c < n) {
-            int64_t r = n - c;
-            FA_V x = FA_FN(fa_ld_part)(a + c, 0, r), y = FA_FN(fa_ld_part)(a + c, FA_VL, r);
-            l0 += x * FA_FN(fa_ld_part)(b0 + c, 0, r);
-            h0 += y * FA_FN(fa_ld_part)(b0 + c, FA_VL, r);
-            l1 += x * FA_FN(fa_ld_part)(b1 + c, 0, r);
-            h1 += y * FA_FN(fa_ld_part)(b1 + c, FA_VL, r);
-            l2 += x * FA_FN(fa_ld_part)(b2 + c, 0, r);
-            h2 += y * FA_FN(fa_ld_part)(b2 + c, FA_VL, r);
-            l3 += x * FA_FN(fa_ld_part)(b3 + c, 0, r);
-            h3 += y * FA_FN(fa_ld_part)(b3 + c, FA_VL, r);
-        }
-        s[j] = FA_FN(fa_hsum)(l0, h0);
-        s[j + 1] = FA_FN(fa_hsum)(l1, h1);
-        s[j + 2] = FA_FN(fa_hsum)(l2, h2);
-        s[j + 3] = FA_FN(fa_hsum)(l3, h3);
-    }
-    for (; j < nk; j++)
-        s[j] = FA_FN(fa_dot)(a, B + j * bs, n);
-}
-
-/* y (n) = (acc ? y + : ) (sum_j w_j B_j) (* mul when mul != NULL): per element the sum over
- * j < nk ascending starts at 0, is scaled, then added to y once. B_j = B + j bs. */
-FA_INLINE void FA_FN(fa_wsum)(const FA_T *w, const FA_T *B, int64_t bs, int64_t nk, int64_t n,
-                              const FA_T *mul, bool acc, FA_T *y)
-{
-    int64_t c = 0;
-    for (; c + 2 * FA_VL <= n; c += 2 * FA_VL) {
-        FA_V a = {0}, b = {0};
-        for (int64_t j = 0; j < nk; j++) {
-            a += w[j] * FA_FN(fa_ld)(B + j * bs + c);
-            b += w[j] * FA_FN(fa_ld)(B + j * bs + c + FA_VL);
-        }
-        if (mul) {
-            a = a * *mul;
-            b = b * *mul;
-        }
-        if (acc) {
-            a = FA_FN(fa_ld)(y + c) + a;
-            b = FA_FN(fa_ld)(y + c + FA_VL) + b;
-        }
-        FA_FN(fa_st)(y + c, a);
-        FA_FN(fa_st)(y + c + FA_VL, b);
-    }
-    for (; c < n; c++) {
-        FA_T a = 0;
-        for (int64_t j = 0; j < nk; j++)
-            a = a + w[j] * B[j * bs + c];
-        if (mul)
-            a = a * *mul;
-        y[c] = acc ? y[c] + a : a;
-    }
-}
-
-/* y (n) += w x, element-wise. */
-FA_INLINE void FA_FN(fa_axpy)(FA_T w, const FA_T *x, int64_t n, FA_T *y)
-{
-    int64_t c = 0;
-    for (; c + FA_VL <= n; c += FA_VL)
-        FA_FN(fa_st)(y + c, FA_FN(fa_ld)(y + c) + w * FA_FN(fa_ld)(x + c));
-    for (; c < n; c++)
-        y[c] = y[c] + w * x[c];
-}
 
 /* s[j] = exp(s[j] - sub) for j < nk, in whole blocks of 8 (s has room for FA_BK, a multiple
  * of 8): one vector operation per block, no scalar tail (entries nk.. up to the block's end
