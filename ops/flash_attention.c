@@ -23,6 +23,12 @@
  * block), dQ by (q matrix, query block); an item sums every batch that reads its matrix
  * (broadcast q, k or v) in ascending order. Each gradient row is written by one item, in a
  * fixed order, so results are bitwise equal for any thread count.
+ * Small-T path (T_k <= FA_BK: one key block; flash_attention_kernel.h, fa_small_*): no tiles,
+ * no block products. Per query row, s_j are dot products along d (fixed lanes, vectorized),
+ * then the softmax and out_i = sum_j p_j v_j with the columns vectorized; backward computes
+ * p_j once per score and D_i, dP_j by the same dots. Items are ranges of whole batches (one
+ * region per op, TG_PAR_RANGE: one thread below ~20 us of work); its backward needs batches
+ * owning their matrices (no broadcast q, k, v), else the tiled backward runs.
  * Layout: q, k, v are read through their strides (heads split by views are not copied); the
  * last axis must be contiguous (the builder copies otherwise). Masks are read through their
  * strides with stride 0 on broadcast dims. Output, its gradient and the sources' gradients are
