@@ -749,11 +749,13 @@ TG_SIMD_CLONES static void FA_FN(fa_small_fwd)(const fa_meta *m, const tg_tensor
 }
 
 /* Backward of batches [o0, o1) when no matrix of q, k, v is shared between batches (item o
- * owns every gradient row of its matrices). Per query row i ascending: p_j = exp(s_j - lse_i)
- * (one exp per score), D_i = dO_i . O_i, dP_j = dO_i . v_j, dS_j = p_j (dP_j - D_i);
- * dV_j += p_j dO_i and dK_j += (scale dS_j) q_i summed over i ascending in w (T_k (d_k + d_v)
- * elements of this thread's workspace), then added to the gradients; dQ_i += sum_j
- * (scale dS_j) k_j. */
+ * owns every gradient row of its matrices). Per query row i: p_j = exp(s_j - lse_i) (one exp
+ * per score), D_i = dO_i . O_i, dP_j = dO_i . v_j, dS_j = p_j (dP_j - D_i), and
+ * dQ_i += sum_j (scale dS_j) k_j. P and scale dS of up to FA_BQ rows are kept transposed
+ * (Pt, dSt: FA_BK x FA_BQ), then per key j dV_j += sum_i P_ij dO_i and dK_j += sum_i
+ * (scale dS_ij) q_i (rows ascending, accumulated in registers, added to the batch's sums in
+ * w, which are added to the gradients at the end). w: this thread's workspace,
+ * T_k (d_k + d_v) + 2 FA_BK FA_BQ elements. Masked keys and fully masked rows hold 0. */
 TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg_tensor *y, int64_t o0,
                                                int64_t o1, bool do_q, bool do_k, bool do_v,
                                                FA_T *dM, FA_T *w)
@@ -763,7 +765,7 @@ TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg_tensor
     const FA_T *M1 = m->src_mask[1] >= 0 ? y->src[m->src_mask[1]]->data : NULL;
     const FA_T scale = (FA_T)m->scale;
     const bool need_ds = do_k || do_q || dM;
-    FA_T *dKb = w, *dVb = w + Tk * dk;
+    FA_T *dKb = w, *dVb = w + Tk * dk, *Pt = dVb + Tk * dv, *dSt = Pt + FA_BK * FA_BQ;
     for (int64_t o = o0; o < o1; o++) {
         const FA_T *Q = (const FA_T *)y->src[0]->data + m->off[0][o];
         const FA_T *K = (const FA_T *)y->src[1]->data + m->off[1][o];
@@ -778,36 +780,50 @@ TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg_tensor
         if (do_v)
             for (int64_t e = 0; e < Tk * dv; e++)
                 dVb[e] = 0;
-        for (int64_t i = 0; i < Tq; i++) {
-            const FA_T L = lse[i];
-            if (L == (FA_T)-INFINITY) /* fully masked row: P = 0, nothing to add */
-                continue;
-            FA_T p[FA_BK], ds[FA_BK];
-            const int64_t nk = FA_FN(fa_small_nk)(m, i);
-            const FA_T *qi = Q + i * m->rs[0], *doi = dO + i * dv;
-            FA_FN(fa_small_scores)(m, M0, M1, o, i, qi, K, nk, p);
-            FA_FN(fa_small_exp)(p, nk, L);
-            if (need_ds) {
-                const FA_T Di = FA_FN(fa_dot)(doi, O + i * dv, dv);
-                FA_FN(fa_dots)(doi, V, m->rs[2], nk, dv, ds); /* dP */
-                for (int64_t j = 0; j < nk; j++)
-                    ds[j] = p[j] * (ds[j] - Di);
-                if (dM) {
-                    FA_T *dm = dM + (o * Tq + i) * Tk;
-                    for (int64_t j = 0; j < nk; j++)
-                        dm[j] = ds[j];
+        for (int64_t i0 = 0; i0 < Tq; i0 += FA_BQ) {
+            const int64_t nr = Tq - i0 < FA_BQ ? Tq - i0 : FA_BQ;
+            for (int64_t r = 0; r < nr; r++) {
+                const int64_t i = i0 + r;
+                const FA_T L = lse[i];
+                FA_T p[FA_BK], ds[FA_BK];
+                int64_t nk = FA_FN(fa_small_nk)(m, i);
+                if (L == (FA_T)-INFINITY) /* fully masked row: P = 0, dS = 0 */
+                    nk = 0;
+                const FA_T *qi = Q + i * m->rs[0], *doi = dO + i * dv;
+                if (nk > 0) {
+                    FA_FN(fa_small_scores)(m, M0, M1, o, i, qi, K, nk, p);
+                    FA_FN(fa_small_exp)(p, nk, L);
                 }
-                for (int64_t j = 0; j < nk; j++)
-                    ds[j] *= scale;
+                if (need_ds && nk > 0) {
+                    const FA_T Di = FA_FN(fa_dot)(doi, O + i * dv, dv);
+                    FA_FN(fa_dots)(doi, V, m->rs[2], nk, dv, ds); /* dP */
+                    for (int64_t j = 0; j < nk; j++)
+                        ds[j] = p[j] * (ds[j] - Di);
+                    if (dM) {
+                        FA_T *dm = dM + i * Tk + o * Tq * Tk;
+                        for (int64_t j = 0; j < nk; j++)
+                            dm[j] = ds[j];
+                    }
+                    for (int64_t j = 0; j < nk; j++)
+                        ds[j] *= scale;
+                    if (do_q)
+                        FA_FN(fa_wsum)(ds, K, m->rs[1], nk, dk, NULL, true, dQ + i * dk);
+                }
+                for (int64_t j = 0; j < nk; j++) {
+                    Pt[j * FA_BQ + r] = p[j];
+                    dSt[j * FA_BQ + r] = need_ds ? ds[j] : 0;
+                }
+                for (int64_t j = nk; j < Tk; j++)
+                    Pt[j * FA_BQ + r] = dSt[j * FA_BQ + r] = 0;
             }
             if (do_v)
-                for (int64_t j = 0; j < nk; j++)
-                    FA_FN(fa_axpy)(p[j], doi, dv, dVb + j * dv);
+                for (int64_t j = 0; j < Tk; j++)
+                    FA_FN(fa_wsum)(Pt + j * FA_BQ, dO + i0 * dv, dv, nr, dv, NULL, true,
+                                   dVb + j * dv);
             if (do_k)
-                for (int64_t j = 0; j < nk; j++)
-                    FA_FN(fa_axpy)(ds[j], qi, dk, dKb + j * dk);
-            if (do_q)
-                FA_FN(fa_wsum)(ds, K, m->rs[1], nk, dk, NULL, true, dQ + i * dk);
+                for (int64_t j = 0; j < Tk; j++)
+                    FA_FN(fa_wsum)(dSt + j * FA_BQ, Q + i0 * m->rs[0], m->rs[0], nr, dk, NULL,
+                                   true, dKb + j * dk);
         }
         if (do_k) {
             FA_T *dK = (FA_T *)y->src[1]->grad + m->idx[1][o] * Tk * dk;
