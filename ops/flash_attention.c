@@ -27,7 +27,7 @@
  * no block products. Per query row, s_j are dot products along d (fixed lanes, vectorized),
  * then the softmax and out_i = sum_j p_j v_j with the columns vectorized; backward computes
  * p_j once per score and D_i, dP_j by the same dots. Items are ranges of whole batches (one
- * region per op, TG_PAR_RANGE: one thread below ~20 us of work); its backward needs batches
+ * region per op, TG_PAR_RANGE: one thread below ~50 us of work); its backward needs batches
  * owning their matrices (no broadcast q, k, v), else the tiled backward runs.
  * Layout: q, k, v are read through their strides (heads split by views are not copied); the
  * last axis must be contiguous (the builder copies otherwise). Masks are read through their
@@ -51,9 +51,12 @@
 #define FA_BK 32
 /* Rows per group of the small-T path's phases */
 #define FA_SR 8
-/* fa_work units worth ~20 us on one core on the small-T path (measured: SDPA (64, 5, 64),
- * 204,800 units, takes ~27 us forward on this project's AVX-512 machine) */
-#define FA_SMALL_PAR_UNITS 120000
+/* Fork the small-T path above this many fa_work units, ~50 us on one core (SDPA (64, 5, 64),
+ * 204,800 units, takes ~27 us forward on this project's AVX-512 machine). Not ~20 us: a
+ * region that short is dominated by waking the other thread when its core is busy; with
+ * 120,000 units SDPA (64, 5, 64) at 2 threads measured 0.018 ms in `tgrad bench` but a median
+ * of 0.28 ms (0.04-5.4) in tools/bench_torch.py, whose pauses let the worker sleep. */
+#define FA_SMALL_PAR_UNITS 400000
 
 /* Builder metadata (y->aux, owned by the node). Per output batch o (the broadcast leading
  * dims flattened): the element offset of q's, k's and v's matrix in their data (through
@@ -105,7 +108,7 @@ static bool fa_small_bwd_ok(const fa_meta *m)
     return fa_small(m) && m->n[0] == m->nb && m->n[1] == m->nb && m->kv_same;
 }
 
-/* Fork for the small-T path: about 20 us of work on one core. */
+/* Fork for the small-T path: about 50 us of work on one core (FA_SMALL_PAR_UNITS). */
 static bool fa_small_par(const fa_meta *m)
 {
     return fa_work(m) > (double)TG_PAR_WORK(FA_SMALL_PAR_UNITS);
