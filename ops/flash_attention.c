@@ -23,6 +23,12 @@
  * block), dQ by (q matrix, query block); an item sums every batch that reads its matrix
  * (broadcast q, k or v) in ascending order. Each gradient row is written by one item, in a
  * fixed order, so results are bitwise equal for any thread count.
+ * Small-T path (T_k <= FA_BK: one key block; flash_attention_kernel.h, fa_small_*): no tiles,
+ * no block products. Per query row, s_j are dot products along d (fixed lanes, vectorized),
+ * then the softmax and out_i = sum_j p_j v_j with the columns vectorized; backward computes
+ * p_j once per score and D_i, dP_j by the same dots. Items are ranges of whole batches (one
+ * region per op, TG_PAR_RANGE: one thread below ~50 us of work); its backward needs batches
+ * owning their matrices (no broadcast q, k, v), else the tiled backward runs.
  * Layout: q, k, v are read through their strides (heads split by views are not copied); the
  * last axis must be contiguous (the builder copies otherwise). Masks are read through their
  * strides with stride 0 on broadcast dims. Output, its gradient and the sources' gradients are
@@ -33,10 +39,24 @@
 
 #include <stdio.h>
 
+#if defined(__GNUC__) && !defined(__clang__)
+/* The small-T helpers pass 64-byte vectors between always-inline functions (no call ABI is
+ * involved); GCC warns about the ABI of such returns in the baseline clone. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 /* Tile sizes: FA_BQ query rows by FA_BK keys. FA_BK is the vector length of the score loops
  * (two AVX-512 vectors of f32, four of f64); results depend on neither. */
 #define FA_BQ 32
 #define FA_BK 32
+/* Rows per group of the small-T path's phases */
+#define FA_SR 8
+/* Fork the small-T path above this many fa_work units, ~50 us on one core (SDPA (64, 5, 64),
+ * 204,800 units, takes ~27 us forward on this project's AVX-512 machine). Not ~20 us: a
+ * region that short is dominated by waking the other thread when its core is busy; with
+ * 120,000 units SDPA (64, 5, 64) at 2 threads measured 0.018 ms in `tgrad bench` but a median
+ * of 0.28 ms (0.04-5.4) in tools/bench_torch.py, whose pauses let the worker sleep. */
+#define FA_SMALL_PAR_UNITS 400000
 
 /* Builder metadata (y->aux, owned by the node). Per output batch o (the broadcast leading
  * dims flattened): the element offset of q's, k's and v's matrix in their data (through
@@ -77,6 +97,21 @@ static size_t fa_round64(size_t b) { return (b + 63) / 64 * 64; }
 static bool fa_one_pass(const fa_meta *m)
 {
     return m->n[0] == m->nb && m->n[1] == m->nb && m->kv_same && m->nb >= 4;
+}
+
+/* The small-T path (flash_attention_kernel.h): every key in one block. Its backward needs
+ * batches that own their matrices (no broadcast q, k or v), like fa_one_pass. */
+static bool fa_small(const fa_meta *m) { return m->Tk <= FA_BK; }
+
+static bool fa_small_bwd_ok(const fa_meta *m)
+{
+    return fa_small(m) && m->n[0] == m->nb && m->n[1] == m->nb && m->kv_same;
+}
+
+/* Fork for the small-T path: about 50 us of work on one core (FA_SMALL_PAR_UNITS). */
+static bool fa_small_par(const fa_meta *m)
+{
+    return fa_work(m) > (double)TG_PAR_WORK(FA_SMALL_PAR_UNITS);
 }
 
 /* Elements of the two-pass backward layout (before the one-pass extras). */

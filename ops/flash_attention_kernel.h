@@ -3,18 +3,166 @@
  * Included twice by flash_attention.c with FA_T (float / double), FA_SUF (f32 / f64), FA_EXP
  * and FA_LOG defined; see that file for the math, the layout (fa_meta) and the threading.
  *
- * Every sum below runs in a fixed order (over the head dimension c ascending for dot
- * products, over keys j ascending for row sums, over batches, query blocks and rows ascending
- * for dK and dV, over key blocks and keys ascending for dQ); loops vectorize only across
- * independent outputs (keys j of a score row, columns c of an output row), so each result is
- * the same for every thread count and every SIMD clone (-ffp-contract=off; the block products
- * are the GEMM's FMA chains, the same on its AVX-512 and AVX2 kernels).
+ * Every sum below runs in a fixed order (dot products along the head dimension in FA_W fixed
+ * lanes added in a fixed tree (fa_dot) or, in the tiled path's block products, c ascending;
+ * over keys j ascending for row sums, over batches, query blocks and rows ascending for dK and
+ * dV, over key blocks and keys ascending for dQ); other loops vectorize only across independent
+ * outputs (keys j of a score row, columns c of an output row), so each result is the same for
+ * every thread count and every SIMD clone (-ffp-contract=off; the block products are the
+ * GEMM's FMA chains, the same on its AVX-512 and AVX2 kernels).
  */
 #define FA_CAT_(a, b) a##_##b
 #define FA_CAT(a, b) FA_CAT_(a, b)
 #define FA_FN(name) FA_CAT(name, FA_SUF)
 
 #define FA_INLINE static inline __attribute__((always_inline))
+
+/* ---- vector helpers (the small-T path and the backward's D = rowsum(dO O)) ---------------- */
+
+/* A 32-byte vector of FA_VL = FA_W / 2 elements (GCC/Clang vector extension, as ops/gemm.c's
+ * portable kernel: element-wise IEEE operations, so every clone computes the same bits; one
+ * ymm on the v4 and v3 clones, which on Zen 4 is as fast as a zmm). The FA_W lanes of a dot
+ * product are two such vectors: lanes [0, FA_VL) and [FA_VL, FA_W). Loads and stores go
+ * through memcpy (unaligned). */
+#define FA_VL (FA_W / 2)
+typedef FA_T FA_FN(fa_vec) __attribute__((vector_size(32)));
+#define FA_V FA_FN(fa_vec)
+
+FA_INLINE FA_V FA_FN(fa_ld)(const FA_T *p)
+{
+    FA_V v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+}
+
+FA_INLINE void FA_FN(fa_st)(FA_T *p, FA_V v) { __builtin_memcpy(p, &v, sizeof v); }
+
+/* Elements [lo, lo + FA_VL) of p with those at or past r replaced by 0. */
+FA_INLINE FA_V FA_FN(fa_ld_part)(const FA_T *p, int lo, int64_t r)
+{
+    FA_T t[FA_VL];
+    for (int u = 0; u < FA_VL; u++)
+        t[u] = lo + u < r ? p[lo + u] : 0;
+    return FA_FN(fa_ld)(t);
+}
+
+/* Sum of the FA_W lanes (a: lanes 0.., b: lanes FA_VL..) in a fixed tree: lanes u and u + h
+ * added for h = FA_W / 2, ..., 1. */
+FA_INLINE FA_T FA_FN(fa_hsum)(FA_V a, FA_V b)
+{
+    FA_V v = a + b;
+    FA_T l[FA_VL];
+    __builtin_memcpy(l, &v, sizeof v);
+#if FA_VL == 8
+    for (int u = 0; u < 4; u++)
+        l[u] = l[u] + l[u + 4];
+#endif
+    for (int u = 0; u < 2; u++)
+        l[u] = l[u] + l[u + 2];
+    return l[0] + l[1];
+}
+
+/* a . b over n elements: term c into lane c mod FA_W (ascending c per lane; the last partial
+ * chunk's missing lanes add 0), then fa_hsum. */
+FA_INLINE FA_T FA_FN(fa_dot)(const FA_T *a, const FA_T *b, int64_t n)
+{
+    FA_V l = {0}, h = {0};
+    int64_t c = 0;
+    for (; c + FA_W <= n; c += FA_W) {
+        l += FA_FN(fa_ld)(a + c) * FA_FN(fa_ld)(b + c);
+        h += FA_FN(fa_ld)(a + c + FA_VL) * FA_FN(fa_ld)(b + c + FA_VL);
+    }
+    if (c < n) {
+        l += FA_FN(fa_ld_part)(a + c, 0, n - c) * FA_FN(fa_ld_part)(b + c, 0, n - c);
+        h += FA_FN(fa_ld_part)(a + c, FA_VL, n - c) * FA_FN(fa_ld_part)(b + c, FA_VL, n - c);
+    }
+    return FA_FN(fa_hsum)(l, h);
+}
+
+/* s[j] = a . B_j for the nk rows B_j = B + j bs; four rows at a time share the loads of a
+ * (each s[j] is exactly fa_dot(a, B_j, n)). */
+FA_INLINE void FA_FN(fa_dots)(const FA_T *a, const FA_T *B, int64_t bs, int64_t nk, int64_t n,
+                              FA_T *s)
+{
+    int64_t j = 0;
+    for (; j + 4 <= nk; j += 4) {
+        const FA_T *b0 = B + j * bs, *b1 = b0 + bs, *b2 = b1 + bs, *b3 = b2 + bs;
+        FA_V l0 = {0}, l1 = {0}, l2 = {0}, l3 = {0}, h0 = {0}, h1 = {0}, h2 = {0}, h3 = {0};
+        int64_t c = 0;
+        for (; c + FA_W <= n; c += FA_W) {
+            FA_V x = FA_FN(fa_ld)(a + c), y = FA_FN(fa_ld)(a + c + FA_VL);
+            l0 += x * FA_FN(fa_ld)(b0 + c);
+            h0 += y * FA_FN(fa_ld)(b0 + c + FA_VL);
+            l1 += x * FA_FN(fa_ld)(b1 + c);
+            h1 += y * FA_FN(fa_ld)(b1 + c + FA_VL);
+            l2 += x * FA_FN(fa_ld)(b2 + c);
+            h2 += y * FA_FN(fa_ld)(b2 + c + FA_VL);
+            l3 += x * FA_FN(fa_ld)(b3 + c);
+            h3 += y * FA_FN(fa_ld)(b3 + c + FA_VL);
+        }
+        if (c < n) {
+            int64_t r = n - c;
+            FA_V x = FA_FN(fa_ld_part)(a + c, 0, r), y = FA_FN(fa_ld_part)(a + c, FA_VL, r);
+            l0 += x * FA_FN(fa_ld_part)(b0 + c, 0, r);
+            h0 += y * FA_FN(fa_ld_part)(b0 + c, FA_VL, r);
+            l1 += x * FA_FN(fa_ld_part)(b1 + c, 0, r);
+            h1 += y * FA_FN(fa_ld_part)(b1 + c, FA_VL, r);
+            l2 += x * FA_FN(fa_ld_part)(b2 + c, 0, r);
+            h2 += y * FA_FN(fa_ld_part)(b2 + c, FA_VL, r);
+            l3 += x * FA_FN(fa_ld_part)(b3 + c, 0, r);
+            h3 += y * FA_FN(fa_ld_part)(b3 + c, FA_VL, r);
+        }
+        s[j] = FA_FN(fa_hsum)(l0, h0);
+        s[j + 1] = FA_FN(fa_hsum)(l1, h1);
+        s[j + 2] = FA_FN(fa_hsum)(l2, h2);
+        s[j + 3] = FA_FN(fa_hsum)(l3, h3);
+    }
+    for (; j < nk; j++)
+        s[j] = FA_FN(fa_dot)(a, B + j * bs, n);
+}
+
+/* y (n) = (acc ? y + : ) (sum_j w_j B_j) (* mul when mul != NULL): per element the sum over
+ * j < nk ascending starts at 0, is scaled, then added to y once. B_j = B + j bs. */
+FA_INLINE void FA_FN(fa_wsum)(const FA_T *w, const FA_T *B, int64_t bs, int64_t nk, int64_t n,
+                              const FA_T *mul, bool acc, FA_T *y)
+{
+    int64_t c = 0;
+    for (; c + 2 * FA_VL <= n; c += 2 * FA_VL) {
+        FA_V a = {0}, b = {0};
+        for (int64_t j = 0; j < nk; j++) {
+            a += w[j] * FA_FN(fa_ld)(B + j * bs + c);
+            b += w[j] * FA_FN(fa_ld)(B + j * bs + c + FA_VL);
+        }
+        if (mul) {
+            a = a * *mul;
+            b = b * *mul;
+        }
+        if (acc) {
+            a = FA_FN(fa_ld)(y + c) + a;
+            b = FA_FN(fa_ld)(y + c + FA_VL) + b;
+        }
+        FA_FN(fa_st)(y + c, a);
+        FA_FN(fa_st)(y + c + FA_VL, b);
+    }
+    for (; c < n; c++) {
+        FA_T a = 0;
+        for (int64_t j = 0; j < nk; j++)
+            a = a + w[j] * B[j * bs + c];
+        if (mul)
+            a = a * *mul;
+        y[c] = acc ? y[c] + a : a;
+    }
+}
+
+/* y (n) += w x, element-wise. */
+FA_INLINE void FA_FN(fa_axpy)(FA_T w, const FA_T *x, int64_t n, FA_T *y)
+{
+    int64_t c = 0;
+    for (; c + FA_VL <= n; c += FA_VL)
+        FA_FN(fa_st)(y + c, FA_FN(fa_ld)(y + c) + w * FA_FN(fa_ld)(x + c));
+    for (; c < n; c++)
+        y[c] = y[c] + w * x[c];
+}
 
 /* Kt (d, FA_BK) = the nk rows of X (row stride xs, columns contiguous) transposed; columns
  * nk..FA_BK-1 are not written (no block product reads them). */
@@ -314,18 +462,14 @@ FA_INLINE void FA_FN(fa_tile)(const fa_meta *m, const tg_tensor *y, int64_t o, i
     }
 }
 
-/* D (nq) = rowsum(dO O) of rows [i0, +nq) of batch o, c ascending. */
+/* D (nq) = rowsum(dO O) of rows [i0, +nq) of batch o: fa_dot (fixed lanes, vectorized). */
 FA_INLINE void FA_FN(fa_rowdot)(const fa_meta *m, const tg_tensor *y, int64_t o, int64_t i0,
                                 int64_t nq, FA_T *D)
 {
     const FA_T *dO = (const FA_T *)y->grad + (o * m->Tq + i0) * m->dv;
     const FA_T *O = (const FA_T *)y->data + (o * m->Tq + i0) * m->dv;
-    for (int64_t i = 0; i < nq; i++) {
-        FA_T s = 0;
-        for (int64_t c = 0; c < m->dv; c++)
-            s += dO[i * m->dv + c] * O[i * m->dv + c];
-        D[i] = s;
-    }
+    for (int64_t i = 0; i < nq; i++)
+        D[i] = FA_FN(fa_dot)(dO + i * m->dv, O + i * m->dv, m->dv);
 }
 
 /* dK and/or dV of keys [kb BK, +nk) of one k (or v) matrix: sum over the batches of its group
@@ -507,6 +651,193 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_one_item)(const fa_meta *m, const tg_ten
     }
 }
 
+/* ---- small-T path (T_k <= FA_BK: every key in one block) ----------------------------------
+ * Short sequences (SDPA on (64, 5, 64), the encoder at T 5) spend nothing on tiles: per query
+ * row the scores are dot products along d in FA_W fixed lanes (term c into lane c mod FA_W,
+ * the lanes then added in a fixed halving tree), and the weighted sums run over keys j
+ * ascending with the columns c vectorized. Items are whole batches, many per region. The path
+ * is chosen by the shapes only (fa_small), so results are the same bits for any thread count;
+ * they differ from the tiled path's in the order of the dot products' terms. */
+
+/* s[j] = exp(s[j] - sub) for j < nk, in whole blocks of 8 (s has room for FA_BK, a multiple
+ * of 8): one vector operation per block, no scalar tail (entries nk.. up to the block's end
+ * become exp(0) = 1 and are not used). */
+FA_INLINE void FA_FN(fa_small_exp)(FA_T *s, int64_t nk, FA_T sub)
+{
+    for (int64_t j = nk; j < (nk + 7) / 8 * 8; j++)
+        s[j] = sub;
+    for (int64_t j = 0; j < nk; j += 8)
+        for (int u = 0; u < 8; u++)
+            s[j + u] = FA_EXP(s[j + u] - sub);
+}
+
+/* Keys of query row i that can be unblocked: all T_k, or j <= i under the causal mask (the
+ * later keys have p = 0 and add nothing). */
+FA_INLINE int64_t FA_FN(fa_small_nk)(const fa_meta *m, int64_t i)
+{
+    return m->causal && i + 1 < m->Tk ? i + 1 : m->Tk;
+}
+
+/* Scores of row i of batch o (nk keys): s_j = scale (q_i . k_j), then the masks. */
+FA_INLINE void FA_FN(fa_small_scores)(const fa_meta *m, const FA_T *M0, const FA_T *M1,
+                                      int64_t o, int64_t i, const FA_T *q, const FA_T *K,
+                                      int64_t nk, FA_T *s)
+{
+    const FA_T scale = (FA_T)m->scale;
+    FA_FN(fa_dots)(q, K, m->rs[1], nk, m->dk, s);
+    if (scale != 1)
+        for (int64_t j = 0; j < nk; j++)
+            s[j] *= scale;
+    FA_FN(fa_mask)(m, M0, M1, o, i, 1, 0, nk, s);
+}
+
+/* Forward of batches [o0, o1): out rows and lse. Rows go in groups of FA_SR through three
+ * phases (scores, softmax, weighted sums), so the short dependency chains of different rows
+ * overlap. */
+TG_SIMD_CLONES static void FA_FN(fa_small_fwd)(const fa_meta *m, const tg_tensor *y, int64_t o0,
+                                               int64_t o1)
+{
+    const int64_t dv = m->dv, Tq = m->Tq;
+    const FA_T *M0 = m->src_mask[0] >= 0 ? y->src[m->src_mask[0]]->data : NULL;
+    const FA_T *M1 = m->src_mask[1] >= 0 ? y->src[m->src_mask[1]]->data : NULL;
+    FA_T S[FA_SR][FA_BK], inv[FA_SR];
+    int64_t nk[FA_SR];
+    for (int64_t o = o0; o < o1; o++) {
+        const FA_T *Q = (const FA_T *)y->src[0]->data + m->off[0][o];
+        const FA_T *K = (const FA_T *)y->src[1]->data + m->off[1][o];
+        const FA_T *V = (const FA_T *)y->src[2]->data + m->off[2][o];
+        FA_T *out = (FA_T *)y->data + o * Tq * dv;
+        FA_T *lse = (FA_T *)y->saved + o * Tq;
+        for (int64_t i0 = 0; i0 < Tq; i0 += FA_SR) {
+            const int nr = Tq - i0 < FA_SR ? (int)(Tq - i0) : FA_SR;
+            for (int r = 0; r < nr; r++) {
+                nk[r] = FA_FN(fa_small_nk)(m, i0 + r);
+                FA_FN(fa_small_scores)(m, M0, M1, o, i0 + r, Q + (i0 + r) * m->rs[0], K, nk[r],
+                                       S[r]);
+            }
+            for (int r = 0; r < nr; r++) {
+                FA_T *s = S[r], mx = (FA_T)-INFINITY;
+                bool nan = false;
+                for (int64_t j = 0; j < nk[r]; j++) {
+                    nan |= s[j] != s[j];
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                if (nan)
+                    mx = (FA_T)NAN;
+                if (mx == (FA_T)-INFINITY) { /* fully masked row: zeros, as the safe softmax */
+                    lse[i0 + r] = (FA_T)-INFINITY;
+                    nk[r] = 0;
+                    continue;
+                }
+                FA_FN(fa_small_exp)(s, nk[r], mx);
+                FA_T l = 0;
+                for (int64_t j = 0; j < nk[r]; j++)
+                    l += s[j];
+                inv[r] = (FA_T)1 / l;
+                lse[i0 + r] = mx + FA_LOG(l);
+            }
+            for (int r = 0; r < nr; r++) {
+                FA_T *yo = out + (i0 + r) * dv;
+                if (nk[r] == 0)
+                    for (int64_t c = 0; c < dv; c++)
+                        yo[c] = 0;
+                else /* (sum_j p_j v_j) / l */
+                    FA_FN(fa_wsum)(S[r], V, m->rs[2], nk[r], dv, &inv[r], false, yo);
+            }
+        }
+    }
+}
+
+/* Backward of batches [o0, o1) when no matrix of q, k, v is shared between batches (item o
+ * owns every gradient row of its matrices). Per query row i: p_j = exp(s_j - lse_i) (one exp
+ * per score), D_i = dO_i . O_i, dP_j = dO_i . v_j, dS_j = p_j (dP_j - D_i), and
+ * dQ_i += sum_j (scale dS_j) k_j. P and scale dS of up to FA_BQ rows are kept transposed
+ * (Pt, dSt: FA_BK x FA_BQ), then per key j dV_j += sum_i P_ij dO_i and dK_j += sum_i
+ * (scale dS_ij) q_i (rows ascending, accumulated in registers, added to the batch's sums in
+ * w, which are added to the gradients at the end). w: this thread's workspace,
+ * T_k (d_k + d_v) + 2 FA_BK FA_BQ elements. Masked keys and fully masked rows hold 0. */
+TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg_tensor *y, int64_t o0,
+                                               int64_t o1, bool do_q, bool do_k, bool do_v,
+                                               FA_T *dM, FA_T *w)
+{
+    const int64_t dk = m->dk, dv = m->dv, Tq = m->Tq, Tk = m->Tk;
+    const FA_T *M0 = m->src_mask[0] >= 0 ? y->src[m->src_mask[0]]->data : NULL;
+    const FA_T *M1 = m->src_mask[1] >= 0 ? y->src[m->src_mask[1]]->data : NULL;
+    const FA_T scale = (FA_T)m->scale;
+    const bool need_ds = do_k || do_q || dM;
+    FA_T *dKb = w, *dVb = w + Tk * dk, *Pt = dVb + Tk * dv, *dSt = Pt + FA_BK * FA_BQ;
+    for (int64_t o = o0; o < o1; o++) {
+        const FA_T *Q = (const FA_T *)y->src[0]->data + m->off[0][o];
+        const FA_T *K = (const FA_T *)y->src[1]->data + m->off[1][o];
+        const FA_T *V = (const FA_T *)y->src[2]->data + m->off[2][o];
+        const FA_T *O = (const FA_T *)y->data + o * Tq * dv;
+        const FA_T *dO = (const FA_T *)y->grad + o * Tq * dv;
+        const FA_T *lse = (const FA_T *)y->saved + o * Tq;
+        FA_T *dQ = do_q ? (FA_T *)y->src[0]->grad + m->idx[0][o] * Tq * dk : NULL;
+        if (do_k)
+            for (int64_t e = 0; e < Tk * dk; e++)
+                dKb[e] = 0;
+        if (do_v)
+            for (int64_t e = 0; e < Tk * dv; e++)
+                dVb[e] = 0;
+        for (int64_t i0 = 0; i0 < Tq; i0 += FA_BQ) {
+            const int64_t nr = Tq - i0 < FA_BQ ? Tq - i0 : FA_BQ;
+            for (int64_t r = 0; r < nr; r++) {
+                const int64_t i = i0 + r;
+                const FA_T L = lse[i];
+                FA_T p[FA_BK], ds[FA_BK];
+                int64_t nk = FA_FN(fa_small_nk)(m, i);
+                if (L == (FA_T)-INFINITY) /* fully masked row: P = 0, dS = 0 */
+                    nk = 0;
+                const FA_T *qi = Q + i * m->rs[0], *doi = dO + i * dv;
+                if (nk > 0) {
+                    FA_FN(fa_small_scores)(m, M0, M1, o, i, qi, K, nk, p);
+                    FA_FN(fa_small_exp)(p, nk, L);
+                }
+                if (need_ds && nk > 0) {
+                    const FA_T Di = FA_FN(fa_dot)(doi, O + i * dv, dv);
+                    FA_FN(fa_dots)(doi, V, m->rs[2], nk, dv, ds); /* dP */
+                    for (int64_t j = 0; j < nk; j++)
+                        ds[j] = p[j] * (ds[j] - Di);
+                    if (dM) {
+                        FA_T *dm = dM + i * Tk + o * Tq * Tk;
+                        for (int64_t j = 0; j < nk; j++)
+                            dm[j] = ds[j];
+                    }
+                    for (int64_t j = 0; j < nk; j++)
+                        ds[j] *= scale;
+                    if (do_q)
+                        FA_FN(fa_wsum)(ds, K, m->rs[1], nk, dk, NULL, true, dQ + i * dk);
+                }
+                for (int64_t j = 0; j < nk; j++) {
+                    Pt[j * FA_BQ + r] = p[j];
+                    dSt[j * FA_BQ + r] = need_ds ? ds[j] : 0;
+                }
+                for (int64_t j = nk; j < Tk; j++)
+                    Pt[j * FA_BQ + r] = dSt[j * FA_BQ + r] = 0;
+            }
+            if (do_v)
+                for (int64_t j = 0; j < Tk; j++)
+                    FA_FN(fa_wsum)(Pt + j * FA_BQ, dO + i0 * dv, dv, nr, dv, NULL, true,
+                                   dVb + j * dv);
+            if (do_k)
+                for (int64_t j = 0; j < Tk; j++)
+                    FA_FN(fa_wsum)(dSt + j * FA_BQ, Q + i0 * m->rs[0], m->rs[0], nr, dk, NULL,
+                                   true, dKb + j * dk);
+        }
+        if (do_k) {
+            FA_T *dK = (FA_T *)y->src[1]->grad + m->idx[1][o] * Tk * dk;
+            for (int64_t e = 0; e < Tk * dk; e++)
+                dK[e] += dKb[e];
+        }
+        if (do_v) {
+            FA_T *dV = (FA_T *)y->src[2]->grad + m->idx[2][o] * Tk * dv;
+            for (int64_t e = 0; e < Tk * dv; e++)
+                dV[e] += dVb[e];
+        }
+    }
+}
+
 static void FA_FN(fa_forward)(tg_tensor *y)
 {
     const fa_meta *m = y->aux;
@@ -514,6 +845,10 @@ static void FA_FN(fa_forward)(tg_tensor *y)
     size_t per = (fa_ws_per_thread(m, false) + fa_gemm_ws(m, y->dtype)) / sizeof(FA_T);
     FA_T *ws = y->ws;
     int nt = tg__threads(y->ctx);
+    if (fa_small(m)) { /* batches [lo, hi) per thread, each owning its out rows and lse */
+        TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1, FA_FN(fa_small_fwd)(m, y, lo, hi));
+        return;
+    }
     /* Item (o, qb) owns out rows and lse of query block qb of batch o: race-free, each
      * computed by one thread in a fixed order whatever the thread count. */
     TG_OMP_FOR(nt, fa_work(m) > TG_PAR_MIN)
@@ -538,6 +873,15 @@ static void FA_FN(fa_backward)(tg_tensor *y)
     bool par = fa_work(m) > TG_PAR_MIN;
     int64_t nkb = (m->Tk + FA_BK - 1) / FA_BK, nqb = (m->Tq + FA_BQ - 1) / FA_BQ;
     bool do_k = k->grad != NULL, do_v = v->grad != NULL;
+    if (fa_small_bwd_ok(m)) {
+        /* batches [lo, hi) per thread; batch o owns every gradient row of its matrices */
+        TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1,
+                     FA_FN(fa_small_bwd)(m, y, lo, hi, q->grad != NULL, do_k, do_v, dM,
+                                         ws + (size_t)TG_THREAD_NUM() * per));
+        if (dM)
+            tg__reduce_to(y->ctx, y->dtype, dM, m->rank, m->sshape, mk, mk->grad);
+        return;
+    }
     if (fa_one_pass(m)) {
         /* Item o owns every gradient row of batch o's matrices (a bijection): race-free. */
         TG_OMP_FOR(nt, par)
@@ -577,6 +921,8 @@ static void FA_FN(fa_backward)(tg_tensor *y)
         tg__reduce_to(y->ctx, y->dtype, dM, m->rank, m->sshape, mk, mk->grad);
 }
 
+#undef FA_V
+#undef FA_VL
 #undef FA_INLINE
 #undef FA_FN
 #undef FA_CAT

@@ -3,8 +3,9 @@
  * graph it replaces (matmul -> scale -> add_mask... -> softmax -> matmul): forward and every
  * gradient within 1e-12 relative (f64) / 1e-5 (f32) over many shapes (T_q != T_k, d_k != d_v,
  * T = 1, T not a multiple of the tiles, broadcast leading dims), every mask kind, causal, fully
- * masked rows (zeros and zero gradients, never NaN), strided views; SDPA and MHA with fusion on
- * and off; bitwise thread invariance for 1, 2, 3 and 8 threads; build errors.
+ * masked rows (zeros and zero gradients, never NaN), strided views; the small-T path for every
+ * T = 1..33; SDPA and MHA with fusion on and off (long and short sequences); bitwise thread
+ * invariance for 1, 2, 3 and 8 threads; build errors.
  */
 #include "testutil.h"
 #include "tgrad_nn.h"
@@ -311,6 +312,44 @@ START_TEST(test_random_shapes)
 }
 END_TEST
 
+/* The small-T path (T_k <= 32: ops/flash_attention_kernel.h's fa_small_*) for T = 1..33 (33:
+ * the tiled path next to it): T_q != T_k both ways, d_k and d_v with full and partial 16-lane
+ * chunks, every mask kind, causal, fully masked rows, a learned additive mask's gradient,
+ * MHA-like views, and broadcast k / v (small-T forward, tiled backward). */
+START_TEST(test_small_t)
+{
+    const int64_t T = 1 + _i, T2 = 1 + (T * 7) % 33;
+    const int64_t d1 = 1 + (T * 5) % 40, d2 = 1 + (T * 11) % 70;
+    if (tu_under_valgrind() && T % 5 != 1 && T < 32)
+        return; /* T 1, 6, ..., 31, 32, 33 */
+    const fa_case cs[] = {
+        {.rq = 1, .rk = 1, .rv = 1, .lq = {3}, .lk = {3}, .lv = {3}, .Tq = T, .Tk = T, .dk = d1,
+         .dv = d2},
+        {.rq = 2, .rk = 2, .rv = 2, .lq = {2, 2}, .lk = {2, 2}, .lv = {2, 2}, .Tq = T2, .Tk = T,
+         .dk = d2, .dv = d1, .causal = true, .pad = true, .full_row = true, .mask = 2},
+        {.rq = 2, .rk = 2, .rv = 2, .lq = {2, 2}, .lk = {2, 2}, .lv = {2, 2}, .Tq = T, .Tk = T2,
+         .dk = d1, .dv = d1, .mask = 1, .causal = T % 2 == 0, .scale = 0.4},
+        {.rq = 2, .rk = 2, .rv = 2, .lq = {1, 2}, .lk = {1, 2}, .lv = {1, 2}, .Tq = T, .Tk = T,
+         .dk = d1, .dv = d2, .mask = 3, .full_row = true},
+        {.rq = 1, .rk = 1, .rv = 1, .lq = {2}, .lk = {2}, .lv = {2}, .Tq = T2, .Tk = T, .dk = d2,
+         .dv = 3, .mask = 4, .causal = true},
+        {.rq = 1, .lq = {2}, .Tq = T, .Tk = T, .dk = d1, .dv = d1, .views = 2, .causal = true},
+        {.rq = 2, .rk = 2, .rv = 2, .lq = {2, 3}, .lk = {2, 3}, .lv = {2, 3}, .Tq = T, .Tk = T2,
+         .dk = d1, .dv = d2, .views = 1, .pad = true},
+        {.rq = 2, .rk = 2, .rv = 1, .lq = {2, 3}, .lk = {2, 1}, .lv = {3}, .Tq = T2, .Tk = T,
+         .dk = d2, .dv = d1, .mask = 1},
+        {.rq = 1, .rk = 1, .rv = 1, .lq = {2}, .lk = {2}, .lv = {2}, .Tq = T, .Tk = T2, .dk = d1,
+         .dv = d1, .views = 3, .causal = true},
+    };
+    for (int k = 0; k < (int)(sizeof cs / sizeof cs[0]); k++) {
+        char what[48];
+        snprintf(what, sizeof what, "small T %lld case %d", (long long)T, k);
+        compare(&cs[k], TG_F64, 300 + (uint64_t)(T * 16 + k), what);
+        compare(&cs[k], TG_F32, 300 + (uint64_t)(T * 16 + k), what);
+    }
+}
+END_TEST
+
 /* A fully masked row: output zeros, zero gradients for its query, no NaN anywhere. */
 START_TEST(test_fully_masked_rows)
 {
@@ -384,7 +423,9 @@ static bool has_op(tg_graph *g, const char *op)
 START_TEST(test_modules_fused_vs_unfused)
 {
     tg_dtype dt = tu_dtypes[_i % 2];
-    int which = _i / 2; /* 0 sdpa, 1 mha self with masks, 2 mha cross, 3 encoder */
+    int which = _i / 2 % 4; /* 0 sdpa, 1 mha self with masks, 2 mha cross, 3 encoder */
+    bool small = _i >= 8;   /* short sequences: the small-T path */
+    const int64_t Tl = small ? 5 : 35, Tk = small ? 6 : 41, Tx = small ? 9 : 40;
     double tol = dt == TG_F64 ? 1e-12 : 1e-5;
     tg_ctx *ctx[2];
     tg_tensor *y[2], *x[2][3];
@@ -395,13 +436,13 @@ START_TEST(test_modules_fused_vs_unfused)
         tg_ctx_seed(c, 77);
         tg_attn_masks mk = {0};
         if (which == 0) {
-            x[f][0] = rnd(c, dt, TG_DIMS(2, 3, 37, 8), "q", true);
-            x[f][1] = rnd(c, dt, TG_DIMS(2, 1, 41, 8), "k", true);
-            x[f][2] = rnd(c, dt, TG_DIMS(3, 41, 5), "v", true);
+            x[f][0] = rnd(c, dt, TG_DIMS(2, 3, small ? 4 : 37, 8), "q", true);
+            x[f][1] = rnd(c, dt, TG_DIMS(2, 1, Tk, 8), "k", true);
+            x[f][2] = rnd(c, dt, TG_DIMS(3, Tk, 5), "v", true);
             nx = 3;
-            mk.attn_mask = tg_const(c, dt, TG_DIMS(2, 1, 1, 41), "pad");
-            tg_set(mk.attn_mask, 40, 1);
-            tg_set(mk.attn_mask, 41 + 3, 1);
+            mk.attn_mask = tg_const(c, dt, TG_DIMS(2, 1, 1, Tk), "pad");
+            tg_set(mk.attn_mask, Tk - 1, 1);
+            tg_set(mk.attn_mask, Tk + 3, 1);
             mk.attn_mask_kind = TG_MASK_BLOCK;
             mk.causal = true;
             y[f] = tg_sdpa(c, x[f][0], x[f][1], x[f][2], &mk, 0, NULL);
@@ -410,20 +451,20 @@ START_TEST(test_modules_fused_vs_unfused)
             ck_assert_int_eq(tg_mha_init(c, &m, dt, 16, 4, NULL), TG_OK);
             tg_fill_uniform(m.in_proj_bias, -0.5, 0.5);
             if (which == 1) {
-                x[f][0] = rnd(c, dt, TG_DIMS(2, 35, 16), "x", true);
+                x[f][0] = rnd(c, dt, TG_DIMS(2, Tl, 16), "x", true);
                 nx = 1;
-                mk.key_padding_mask = tg_const(c, dt, TG_DIMS(2, 35), "kpm");
-                tg_set(mk.key_padding_mask, 35 + 0, 1); /* batch 1, row 0: fully masked */
-                tg_set(mk.key_padding_mask, 34, 1);
-                mk.attn_mask = tg_const(c, dt, TG_DIMS(2, 35, 35), "am");
+                mk.key_padding_mask = tg_const(c, dt, TG_DIMS(2, Tl), "kpm");
+                tg_set(mk.key_padding_mask, Tl + 0, 1); /* batch 1, row 0: fully masked */
+                tg_set(mk.key_padding_mask, Tl - 1, 1);
+                mk.attn_mask = tg_const(c, dt, TG_DIMS(2, Tl, Tl), "am");
                 tg_fill_uniform(mk.attn_mask, -1, 1);
                 mk.attn_mask_kind = TG_MASK_ADDITIVE;
                 mk.causal = true;
                 y[f] = tg_mha_forward(c, &m, x[f][0], x[f][0], x[f][0], &mk, NULL);
             } else {
-                x[f][0] = rnd(c, dt, TG_DIMS(3, 7, 16), "query", true);
-                x[f][1] = rnd(c, dt, TG_DIMS(3, 40, 16), "key", true);
-                x[f][2] = rnd(c, dt, TG_DIMS(3, 40, 16), "value", true);
+                x[f][0] = rnd(c, dt, TG_DIMS(3, small ? 3 : 7, 16), "query", true);
+                x[f][1] = rnd(c, dt, TG_DIMS(3, Tx, 16), "key", true);
+                x[f][2] = rnd(c, dt, TG_DIMS(3, Tx, 16), "value", true);
                 nx = 3;
                 y[f] = tg_mha_forward(c, &m, x[f][0], x[f][1], x[f][2], NULL, NULL);
             }
@@ -432,7 +473,7 @@ START_TEST(test_modules_fused_vs_unfused)
             cfg.d_ff = 24;
             tg_encoder_layer l;
             ck_assert_int_eq(tg_encoder_layer_init(c, &l, dt, &cfg, NULL), TG_OK);
-            x[f][0] = rnd(c, dt, TG_DIMS(2, 33, 16), "x", true);
+            x[f][0] = rnd(c, dt, TG_DIMS(2, small ? 5 : 33, 16), "x", true);
             nx = 1;
             mk.causal = true;
             y[f] = tg_encoder_layer_forward(c, &l, x[f][0], &mk);
@@ -474,6 +515,10 @@ static const fa_case thread_cases[] = {
      .dk = 8, .dv = 8, .mask = 3, .views = 0},
     {.rq = 2, .rk = 2, .rv = 2, .lq = {2, 4}, .lk = {2, 4}, .lv = {2, 4}, .Tq = 64, .Tk = 64,
      .dk = 16, .dv = 16, .views = 1, .causal = true},
+    /* the small-T path (T_k <= 32) with enough batches to fork: 128 x 20 x 20 x 32 */
+    {.rq = 2, .rk = 2, .rv = 2, .lq = {4, 32}, .lk = {4, 32}, .lv = {4, 32}, .Tq = 20, .Tk = 20,
+     .dk = 16, .dv = 16, .causal = true, .mask = 1, .pad = true, .full_row = true},
+    {.rq = 1, .lq = {96}, .Tq = 12, .Tk = 12, .dk = 40, .dv = 40, .views = 2, .mask = 3},
 };
 
 START_TEST(test_thread_invariance)
@@ -603,8 +648,9 @@ static Suite *fa_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_loop_test(tc, test_fused_matches_unfused, 0, N_CASES);
     tcase_add_loop_test(tc, test_random_shapes, 0, 4);
+    tcase_add_loop_test(tc, test_small_t, 0, 33);
     tcase_add_loop_test(tc, test_fully_masked_rows, 0, 2);
-    tcase_add_loop_test(tc, test_modules_fused_vs_unfused, 0, 8);
+    tcase_add_loop_test(tc, test_modules_fused_vs_unfused, 0, 16);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_memory_smaller);
     suite_add_tcase(s, tc);

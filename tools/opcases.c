@@ -321,6 +321,29 @@ static tg_tensor *fa_one(tg_ctx *ctx, tg_dtype dt)
     return tg_flash_attention(ctx, IN("q", 1, 1), IN("k", 1, 1), IN("v", 1, 2), NULL,
                               TG_MASK_ADDITIVE, NULL, false, 0);
 }
+static tg_tensor *fa_small_lanes(tg_ctx *ctx, tg_dtype dt)
+{
+    /* the small-T path (T_k <= 32) with d_k 19 and d_v 17 (full and partial 16-lane chunks of
+     * the dot products), T_q > T_k, a learned additive mask and causal */
+    return tg_flash_attention(ctx, IN("q", 2, 6, 19), IN("k", 2, 4, 19), IN("v", 2, 4, 17),
+                              IN("bias", 6, 4), TG_MASK_ADDITIVE, NULL, true, 0.3);
+}
+static tg_tensor *fa_small_self(tg_ctx *ctx, tg_dtype dt)
+{
+    /* MHA's self-attention layout on the small-T path: q, k, v narrow views of one
+     * (B, T, 3 d) tensor; a boolean key mask blocks every key of query row 0 in batch 1 */
+    static const int mk[] = {0, 0, 1, 0, 0, 0, 1, 0, 0, 1, 1, 1, 0, 1, 0, 0, 0, 0};
+    tg_tensor *x = IN("x", 2, 3, 12);
+    tg_tensor *m = tg_scale(ctx, block_mask(ctx, dt, TG_DIMS(2, 3, 3), mk), 1.0);
+    return tg_flash_attention(ctx, tg_narrow(ctx, x, -1, 0, 4), tg_narrow(ctx, x, -1, 4, 4),
+                              tg_narrow(ctx, x, -1, 8, 4), m, TG_MASK_BLOCK, NULL, false, 0);
+}
+static tg_tensor *fa_tiled(tg_ctx *ctx, tg_dtype dt)
+{
+    /* T_k 33 > 32: the tiled path (two key blocks), causal, T_q 34 (two query blocks) */
+    return tg_flash_attention(ctx, IN("q", 34, 2), IN("k", 33, 2), IN("v", 33, 1), NULL,
+                              TG_MASK_ADDITIVE, NULL, true, 0);
+}
 
 /* ---- modules: every input and parameter is checked ---- */
 static tg_tensor *sdpa_plain(tg_ctx *ctx, tg_dtype dt)
@@ -1021,6 +1044,11 @@ const tg_opcase tg_opcases[] = {
     {"flash_attention", "views", "q (2, 2, 3, 2) kv (2, 2, 4, 2) transposed views, causal",
      fa_views},
     {"flash_attention", "size1", "q k (1, 1) v (1, 2)", fa_one},
+    {"flash_attention", "small-lanes", "q (2, 6, 19) k (2, 4, 19) v (2, 4, 17) bias (6, 4) "
+     "causal", fa_small_lanes},
+    {"flash_attention", "small-self", "x (2, 3, 12) narrowed to q k v, bool mask (2, 3, 3), "
+     "a row fully masked", fa_small_self},
+    {"flash_attention", "tiled", "q (34, 2) k (33, 2) v (33, 1) causal", fa_tiled},
 };
 const int tg_n_opcases = (int)(sizeof tg_opcases / sizeof tg_opcases[0]);
 
