@@ -16,6 +16,9 @@
 #define FA_FN(name) FA_CAT(name, FA_SUF)
 
 #define FA_INLINE static inline __attribute__((always_inline))
+/* Block products stay out of line: inlined into every cloned caller they made this file take
+ * about a minute to compile; a call per block costs nothing next to the block's work. */
+#define FA_OUTLINE TG_SIMD_CLONES static __attribute__((noinline))
 
 /* ---- vector helpers (the small-T path and the backward's D = rowsum(dO O)) ---------------- */
 
@@ -179,7 +182,7 @@ FA_INLINE void FA_FN(fa_load_t)(const FA_T *X, int64_t xs, int64_t nk, int64_t d
  * C[r][c] at C[r ldc + c]: each C element adds its products over k ascending to its start
  * value (the order of a plain triple loop; no FMA). Register tiles of 4 rows by FA_W columns
  * (one 64-byte vector per row): every load of B serves four rows. */
-FA_INLINE void FA_FN(fa_mm_direct)(int64_t M, int64_t N, int64_t K, const FA_T *A, int64_t ars,
+FA_OUTLINE void FA_FN(fa_mm_direct)(int64_t M, int64_t N, int64_t K, const FA_T *A, int64_t ars,
                             int64_t aks, const FA_T *B, int64_t ldb, FA_T *C, int64_t ldc,
                             bool zero)
 {
@@ -292,7 +295,7 @@ FA_INLINE void FA_FN(fa_qkt)(int64_t nq, int64_t nk, int64_t d, const FA_T *Q, i
 /* The masks of scores S (nq, FA_BK) for query rows i0.., keys j0.. (nk valid) of batch o,
  * in the unfused graph's order: additive mask added, then every block (mask, block mask,
  * causal) sets -inf. */
-FA_INLINE void FA_FN(fa_mask)(const fa_meta *m, const FA_T *M0, const FA_T *M1, int64_t o,
+FA_OUTLINE void FA_FN(fa_mask)(const fa_meta *m, const FA_T *M0, const FA_T *M1, int64_t o,
                               int64_t i0, int64_t nq, int64_t j0, int64_t nk, FA_T *S)
 {
     if (M0) {
@@ -924,6 +927,7 @@ static void FA_FN(fa_backward)(tg_tensor *y)
 #undef FA_V
 #undef FA_VL
 #undef FA_INLINE
+#undef FA_OUTLINE
 #undef FA_FN
 #undef FA_CAT
 #undef FA_CAT_
