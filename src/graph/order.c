@@ -7,6 +7,7 @@
  * tg_graph_zero_grad -> tg_graph_free (or tg_ctx_rewind / tg_ctx_free).
  */
 #include "graph_internal.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -281,8 +282,17 @@ void tg_graph_zero_grad(tg_graph *g)
 {
     if (!g)
         return;
-    for (int64_t i = 0; i < g->n_leaves; i++)
-        tg_zero_grad(g->leaves[i]);
+    int nt = tg__threads(g->ctx);
+    for (int64_t i = 0; i < g->n_leaves; i++) {
+        tg_tensor *t = g->leaves[i];
+        if (!t->grad)
+            continue;
+        /* large gradients (the weight matrices) zeroed over the threads */
+        int64_t bytes = t->numel * (int64_t)tg_dtype_size(t->dtype);
+        char *c = t->grad;
+        TG_PAR_RANGE(nt, bytes > TG_PAR_BYTES, bytes, 4096,
+                     { memset(c + lo, 0, (size_t)(hi - lo)); });
+    }
 }
 
 tg_status tg_keep(tg_tensor *t)
