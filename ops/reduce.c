@@ -6,6 +6,7 @@
  * (x viewed as (outer, A, inner); "all" is outer = inner = 1, A = numel.)
  */
 #include "registry.h"
+#include "vec.h"
 
 #include <stdio.h>
 
@@ -90,6 +91,9 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner
             out[oi] = mean ? acc / (T)A : acc;                                                 \
         }                                                                                      \
     }                                                                                          \
+    /* dx[o, a, i] += dy[o, i] (/ A for mean), each element once, the same expression whatever \
+     * the split: the (o, i) of a chunk's first element is found once, then walked (no integer  \
+     * division per element). */                                                             \
     static void bwd_##SUF(tg_tensor *y, bool mean)                                             \
     {                                                                                          \
         int64_t outer, A, inner;                                                               \
@@ -98,12 +102,32 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner
         const T *dy = y->grad;                                                                 \
         int nt = tg__threads(y->ctx);                                                          \
         int64_t n = y->src[0]->numel;                                                          \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
-        for (int64_t j = 0; j < n; j++) {                                                      \
-            int64_t o = j / (A * inner), i = j % inner;                                        \
-            T g = dy[o * inner + i];                                                           \
-            dx[j] += mean ? g / (T)A : g;                                                      \
-        }                                                                                      \
+        TG_PAR_RANGE(nt, n > TG_PAR_MIN, n, 16, {                                              \
+            if (inner == 1) { /* runs of A elements share dy[o] */                             \
+                int64_t o = lo / A, a = lo % A;                                                \
+                for (int64_t j = lo; j < hi; o++, a = 0) {                                     \
+                    int64_t len = A - a < hi - j ? A - a : hi - j;                             \
+                    T g = mean ? dy[o] / (T)A : dy[o];                                         \
+                    for (int64_t k = 0; k < len; k++)                                          \
+                        dx[j + k] += g;                                                        \
+                    j += len;                                                                  \
+                }                                                                              \
+            } else { /* rows of inner elements, row = o A + a */                               \
+                int64_t row = lo / inner, i = lo % inner;                                      \
+                for (int64_t j = lo; j < hi; row++, i = 0) {                                   \
+                    int64_t len = inner - i < hi - j ? inner - i : hi - j;                      \
+                    const T *g = dy + (row / A) * inner + i;                                   \
+                    T *d = dx + j;                                                             \
+                    if (mean)                                                                  \
+                        for (int64_t k = 0; k < len; k++)                                      \
+                            d[k] += g[k] / (T)A;                                               \
+                    else                                                                       \
+                        for (int64_t k = 0; k < len; k++)                                      \
+                            d[k] += g[k];                                                      \
+                    j += len;                                                                  \
+                }                                                                              \
+            }                                                                                  \
+        });                                                                                    \
     }
 DEFINE_REDUCE(float, f32)
 DEFINE_REDUCE(double, f64)
