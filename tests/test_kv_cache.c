@@ -70,35 +70,6 @@ static void reference(tg_ctx *ctx, const tg_transformer *m, int64_t B, const int
     ck_assert_int_eq(tg_ctx_rewind(ctx, mk), TG_OK);
 }
 
-/* max |a - b| / max(1e-3, max |b|) over B rows of V */
-static double rel_err(const double *a, const double *b, int64_t n)
-{
-    double d = 0, s = 1e-3;
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs(a[i] - b[i]);
-        d = e > d ? e : d;
-        s = fabs(b[i]) > s ? fabs(b[i]) : s;
-    }
-    return d / s;
-}
-
-static void gen_logits(tg_generator *gen, int64_t n, double *out)
-{
-    tg_tensor *lg = tg_generator_logits(gen);
-    ck_assert_ptr_nonnull(lg);
-    ck_assert_int_eq(tg_tensor_numel(lg), n);
-    ck_assert_int_eq(tg_tensor_get_data(lg, out, TG_F64, (size_t)n), TG_OK);
-}
-
-static int argmax(const double *x, int64_t n)
-{
-    int best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = (int)i;
-    return best;
-}
-
 /* ---- the op against the fused attention ------------------------------------------------- */
 
 /* kv_attention fed in chunks (sizes @p chunks) equals flash_attention (causal) on the whole
@@ -244,9 +215,9 @@ START_TEST(test_generator_matches_forward)
     double got[4 * 13], want[4 * 13], worst = 0;
     for (int64_t T = P; T <= L; T++) {
         ck_assert_int_eq(tg_generator_length(gen), T);
-        gen_logits(gen, B * V, got);
+        tu_generator_logits(gen, B * V, got);
         reference(ctx, &m, B, ids, L, T, want);
-        double e = rel_err(got, want, B * V);
+        double e = tu_rel_err(got, want, B * V);
         worst = e > worst ? e : worst;
         ck_assert_msg(e <= tol, "case %d %s, length %lld: relative error %.3g > %.0e", _i / 2,
                       tg_dtype_str(dt), (long long)T, e, tol);
@@ -254,8 +225,8 @@ START_TEST(test_generator_matches_forward)
             break;
         int32_t next[4];
         for (int64_t b = 0; b < B; b++) {
-            next[b] = (int32_t)argmax(got + b * V, V);
-            ck_assert_int_eq(next[b], argmax(want + b * V, V)); /* greedy tokens agree */
+            next[b] = (int32_t)tu_argmax(got + b * V, V);
+            ck_assert_int_eq(next[b], tu_argmax(want + b * V, V)); /* greedy tokens agree */
             ids[b * L + T] = next[b];
         }
         ck_assert_int_eq(tg_generator_feed(gen, next, 1), TG_OK);
@@ -309,9 +280,9 @@ START_TEST(test_wrap_at_max_len)
         ck_assert_int_eq(tg_generator_length(gen), clen);
         for (int64_t b = 0; b < B; b++)
             memcpy(win + b * 64, stream[b] + ctx_start, sizeof(int32_t) * (size_t)clen);
-        gen_logits(gen, B * V, got);
+        tu_generator_logits(gen, B * V, got);
         reference(ctx, &m, B, win, 64, clen, want);
-        double e = rel_err(got, want, B * V);
+        double e = tu_rel_err(got, want, B * V);
         ck_assert_msg(e <= tol, "feed %zu (n %lld, length %lld): relative error %.3g", f,
                       (long long)n, (long long)clen, e);
     }
@@ -326,9 +297,9 @@ START_TEST(test_wrap_at_max_len)
     ck_assert_int_eq(tg_generator_length(gen), h);
     for (int64_t b = 0; b < B; b++)
         memcpy(win + b * 64, longp + b * 11 + 11 - h, sizeof(int32_t) * (size_t)h);
-    gen_logits(gen, B * V, got);
+    tu_generator_logits(gen, B * V, got);
     reference(ctx, &m, B, win, 64, h, want);
-    ck_assert(rel_err(got, want, B * V) <= tol);
+    ck_assert(tu_rel_err(got, want, B * V) <= tol);
     tu_ctx_free(ctx);
 }
 END_TEST
@@ -348,10 +319,10 @@ START_TEST(test_wrap_tiny)
             ck_assert_int_eq(tg_generator_feed(gen, &t, 1), TG_OK);
             int64_t len = tg_generator_length(gen);
             ck_assert_int_eq(len, L == 1 ? 1 : (t == 0 ? 1 : (t % 2 ? 2 : 1)));
-            gen_logits(gen, 13, got);
+            tu_generator_logits(gen, 13, got);
             int32_t w[2] = {len == 2 ? t - 1 : t, t};
             reference(ctx, &m, 1, len == 2 ? w : &t, 2, len, want);
-            ck_assert(rel_err(got, want, 13) <= 1e-12);
+            ck_assert(tu_rel_err(got, want, 13) <= 1e-12);
         }
         tu_ctx_free(ctx);
     }

@@ -81,35 +81,6 @@ static void reference(tg_ctx *ctx, const tg_transformer *m, int64_t B, const int
     ck_assert_int_eq(tg_ctx_rewind(ctx, mk), TG_OK);
 }
 
-/* max |a - b| / max(1e-3, max |b|) */
-static double rel_err(const double *a, const double *b, int64_t n)
-{
-    double d = 0, s = 1e-3;
-    for (int64_t i = 0; i < n; i++) {
-        double e = fabs(a[i] - b[i]);
-        d = e > d ? e : d;
-        s = fabs(b[i]) > s ? fabs(b[i]) : s;
-    }
-    return d / s;
-}
-
-static void gen_logits(tg_generator *gen, int64_t n, double *out)
-{
-    tg_tensor *lg = tg_generator_logits(gen);
-    ck_assert_ptr_nonnull(lg);
-    ck_assert_int_eq(tg_tensor_numel(lg), n);
-    ck_assert_int_eq(tg_tensor_get_data(lg, out, TG_F64, (size_t)n), TG_OK);
-}
-
-static int argmax(const double *x, int64_t n)
-{
-    int best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = (int)i;
-    return best;
-}
-
 /* For every case and dtype: source lengths L and L - 3; target prefix [BOS, 3 tokens]
  * prefilled, then greedy decoding one token at a time to max_seq_len, then two feeds past it
  * (the wrap). At every feed the cached logits equal the reference on the same prefix, and the
@@ -150,13 +121,13 @@ START_TEST(test_cached_matches_uncached)
                 memcpy(pre + b * 4, hist + b * ld, 4 * sizeof(int32_t));
             ck_assert_int_eq(tg_generator_feed(gen, pre, 4), TG_OK);
             for (int64_t T = 4; T <= L; T++) {
-                gen_logits(gen, B * V, got);
+                tu_generator_logits(gen, B * V, got);
                 reference(ctx, &m, B, src, S, hist, ld, T, want);
-                double e = rel_err(got, want, B * V);
+                double e = tu_rel_err(got, want, B * V);
                 ck_assert_msg(e <= tol, "case %d %s S %lld T %lld: rel err %g", ci,
                               tg_dtype_str(dt), (long long)S, (long long)T, e);
                 for (int64_t b = 0; b < B; b++) {
-                    int a = argmax(got + b * V, V), r = argmax(want + b * V, V);
+                    int a = tu_argmax(got + b * V, V), r = tu_argmax(want + b * V, V);
                     ck_assert_msg(a == r, "case %d T %lld row %lld: greedy %d vs %d", ci,
                                   (long long)T, (long long)b, a, r);
                     step[b] = (int32_t)a;
@@ -172,9 +143,9 @@ START_TEST(test_cached_matches_uncached)
             int32_t win[3 * 4];
             for (int64_t b = 0; b < B; b++)
                 memcpy(win + b * h, hist + b * ld + L + 1 - h, sizeof(int32_t) * (size_t)h);
-            gen_logits(gen, B * V, got);
+            tu_generator_logits(gen, B * V, got);
             reference(ctx, &m, B, src, S, win, h, h, want);
-            ck_assert_msg(rel_err(got, want, B * V) <= tol, "case %d: after the wrap", ci);
+            ck_assert_msg(tu_rel_err(got, want, B * V) <= tol, "case %d: after the wrap", ci);
         }
         tu_ctx_free(ctx);
     }
@@ -204,9 +175,9 @@ static void decode_all(int threads, tg_dtype dt, double *out, int64_t n_out)
     for (int64_t t = 0; t < L; t++) {
         ck_assert_int_eq(tg_generator_feed(gen, tok, 1), TG_OK);
         ck_assert(k + B * V <= n_out);
-        gen_logits(gen, B * V, out + k);
+        tu_generator_logits(gen, B * V, out + k);
         for (int64_t b = 0; b < B; b++)
-            tok[b] = (int32_t)argmax(out + k + b * V, V);
+            tok[b] = (int32_t)tu_argmax(out + k + b * V, V);
         k += B * V;
     }
     tu_ctx_free(ctx);

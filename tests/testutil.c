@@ -2,6 +2,7 @@
 #define _GNU_SOURCE /* mkdtemp, setpgid, nanosleep */
 #include "testutil.h"
 #include "tgrad_io.h"
+#include "tgrad_train.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -609,4 +610,32 @@ void tu_write_npy_raw(const char *path, const char *descr, const char *shape, co
     if (n)
         fwrite(data, 1, n, f);
     ck_assert_int_eq(fclose(f), 0);
+}
+
+double tu_rel_err(const double *a, const double *b, int64_t n)
+{
+    double d = 0, s = 1e-3;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs(a[i] - b[i]);
+        d = e > d ? e : d;
+        s = fabs(b[i]) > s ? fabs(b[i]) : s;
+    }
+    return d / s;
+}
+
+int tu_argmax(const double *x, int64_t n)
+{
+    int best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = (int)i;
+    return best;
+}
+
+void tu_generator_logits(struct tg_generator *gen, int64_t n, double *out)
+{
+    tg_tensor *lg = tg_generator_logits(gen);
+    ck_assert_ptr_nonnull(lg);
+    ck_assert_int_eq(tg_tensor_numel(lg), n);
+    ck_assert_int_eq(tg_tensor_get_data(lg, out, TG_F64, (size_t)n), TG_OK);
 }

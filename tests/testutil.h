@@ -186,4 +186,12 @@ int tu_run_sh(const char *dir, const char *cmd, double timeout_s, double *secs);
 /* tu_run_sh of `'<tu_tgrad_exe()>' ARGS` (ARGS: shell words). */
 int tu_run_tgrad(const char *dir, const char *args, double timeout_s, double *secs);
 
+/* max |a - b| / max(1e-3, max |b|) over n values (relative to b's scale). */
+double tu_rel_err(const double *a, const double *b, int64_t n);
+/* Index of the largest of x[0..n) (the first on ties). */
+int tu_argmax(const double *x, int64_t n);
+/* The generator's last logits (n values, checked) as doubles into out. */
+struct tg_generator;
+void tu_generator_logits(struct tg_generator *gen, int64_t n, double *out);
+
 #endif
