@@ -146,16 +146,7 @@ BW_EXPORT bw_work *bw_new(const char *name, int threads, int unfused, int tiny, 
                  (long long)B, (long long)T, bwd ? "fwd+bwd" : "fwd");
     } else { /* train */
         int64_t B = tiny ? 2 : 32, T = tiny ? 8 : 64, V = 86;
-        tg_transformer_config c;
-        memset(&c, 0, sizeof c);
-        c.vocab_size = V;
-        c.max_seq_len = T;
-        c.n_layers = tiny ? 1 : 2;
-        c.layer = tg_encoder_config_default(tiny ? 16 : 128, tiny ? 2 : 4);
-        c.layer.d_ff = tiny ? 32 : 512;
-        c.layer.norm_first = true;
-        c.pos = TG_POS_LEARNED;
-        c.causal = true;
+        tg_transformer_config c = bw_text_model_config(V, T, tiny);
         tg_transformer m;
         if (tg_transformer_init(ctx, &m, TG_F32, &c) == TG_OK) {
             tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(B, T), "ids");
@@ -231,4 +222,19 @@ BW_EXPORT void bw_free(bw_work *w)
         return;
     tg_ctx_free(w->ctx);
     free(w);
+}
+
+tg_transformer_config bw_text_model_config(int64_t vocab, int64_t seq_len, int tiny)
+{
+    tg_transformer_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab_size = vocab;
+    c.max_seq_len = seq_len;
+    c.n_layers = tiny ? 1 : 2;
+    c.layer = tg_encoder_config_default(tiny ? 16 : 128, tiny ? 2 : 4);
+    c.layer.d_ff = tiny ? 32 : 512;
+    c.layer.norm_first = true;
+    c.pos = TG_POS_LEARNED;
+    c.causal = true;
+    return c;
 }

@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tgrad_train.h"
+
 typedef struct bw_work bw_work;
 
 /* Number of workloads; the i-th one's name (NULL past the end). */
@@ -55,5 +57,10 @@ const char *bw_label(const bw_work *w);
 const char *bw_error(const bw_work *w);
 
 void bw_free(bw_work *w);
+
+/* The default text model of `tgrad train --text` with vocabulary @p vocab and seq_len @p seq_len
+ * (2 pre-norm layers, d_model 128, 4 heads, d_ff 512, learned positions, causal); @p tiny
+ * shrinks it (1 layer, d_model 16, 2 heads, d_ff 32). Used by the train and sample workloads. */
+tg_transformer_config bw_text_model_config(int64_t vocab, int64_t seq_len, int tiny);
 
 #endif

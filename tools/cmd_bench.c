@@ -293,16 +293,7 @@ static int bench_sample(int threads_all, int samples, bool tiny)
     }
     tg_ctx_seed(b.ctx, 1);
     tg_ctx_set_training(b.ctx, false);
-    tg_transformer_config c;
-    memset(&c, 0, sizeof c);
-    c.vocab_size = V;
-    c.max_seq_len = T;
-    c.n_layers = tiny ? 1 : 2;
-    c.layer = tg_encoder_config_default(tiny ? 16 : 128, tiny ? 2 : 4);
-    c.layer.d_ff = tiny ? 32 : 512;
-    c.layer.norm_first = true;
-    c.pos = TG_POS_LEARNED;
-    c.causal = true;
+    tg_transformer_config c = bw_text_model_config(V, T, tiny);
     b.T = T;
     b.V = V;
     tg_graph_opts go = {.no_grad = true};
