@@ -203,6 +203,10 @@ TG_API double tg_rng_normal(tg_ctx *ctx);
 TG_API void tg_rng_get_state(const tg_ctx *ctx, uint64_t state[4]);
 /** Restore a state produced by tg_rng_get_state(). */
 TG_API void tg_rng_set_state(tg_ctx *ctx, const uint64_t state[4]);
+/** Advance the context RNG by 2^128 outputs (xoshiro256**'s jump function, Blackman & Vigna
+ *  2018): from one state, 0, 1, 2, ... jumps give 2^128 non-overlapping streams. `tgrad train
+ *  --grad-accum` draws micro-batch i's dropout masks from the step's state jumped i times. */
+TG_API void tg_rng_jump(tg_ctx *ctx);
 
 /**
  * Training mode (default true). Ops that behave differently at evaluation (dropout) read it

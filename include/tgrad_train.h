@@ -102,6 +102,113 @@ TG_API double tg_lr_warmup_cosine(int64_t step, int64_t total, int64_t warmup, d
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */
+/** @name Gradient accumulation over micro-batches
+ * An optimizer step over a global batch split into K micro-batches: run forward and backward on
+ * each micro-batch (its loss scaled by its share of the global batch, 1/K for equal ones, so
+ * the sum is the gradient of the global mean), pack its gradients with tg_grad_accum_push(),
+ * and let tg_grad_accum_finish() write the sum into the parameters' gradients, then clip and
+ * step as usual:
+ * @code
+ *   tg_grad_accum *acc = tg_grad_accum_new(ctx, 0, NULL, K, 0, K);
+ *   for (int64_t i = 0; i < K; i++) {
+ *       tg_graph_zero_grad(g);              // set micro-batch i's inputs first
+ *       tg_graph_forward(g); tg_graph_backward(g, loss, NULL);
+ *       tg_grad_accum_push(acc, tg_get(loss, 0));
+ *   }
+ *   double l; tg_grad_accum_finish(acc, &l); // gradients = the tree sum; l = the global loss
+ *   tg_optim_step(opt, lr);
+ * @endcode
+ *
+ * **Summation order.** The K gradients are summed in a fixed binary tree over the micro-batch
+ * index, never in arrival order: node(a, n) (micro-batches a .. a+n-1) is a leaf for n = 1 and
+ * otherwise node(a, s) + node(a+s, n-s), s the largest power of two below n. For K = 4:
+ * (g0 + g1) + (g2 + g3); for K = 6: ((g0 + g1) + (g2 + g3)) + (g4 + g5); for K = 3:
+ * (g0 + g1) + g2. Pairs (0,1), (2,3), ... are added first, then pairs of pairs, an odd last
+ * node carried up. Each element is summed by one thread, so the result does not depend on the
+ * thread count, and K = 1 leaves the gradients exactly as backward wrote them.
+ * An accumulator keeps at most log2(K) + 2 packed copies of the gradients.
+ *
+ * **Several processes.** A process that holds micro-batches [first, first+count) of the K
+ * (part p of P holds [p K/P, (p+1) K/P)) pushes only those and combines with the others through
+ * tg_grad_accum_combine() and a ::tg_grad_transport (tgrad_dist.h gives one over MPI); the
+ * result is bitwise the single-process tree sum for every P that divides K.
+ */
+/**@{*/
+typedef struct tg_grad_accum tg_grad_accum;
+
+/**
+ * An accumulator over the gradients of @p n parameters (@p params NULL: every parameter of the
+ * context, in creation order; all of one float dtype) for @p k micro-batches per step, of which
+ * this process pushes micro-batches @p first .. @p first + @p count - 1 (one process: 0, k).
+ * Errors (NULL, message on the context): ::TG_ERR_ARG (k < 1, a range outside [0, k), count < 1,
+ * no parameters, NULL entries), ::TG_ERR_DTYPE (mixed or i32 parameters), ::TG_ERR_NOMEM.
+ * Owned by the context; tg_grad_accum_free() releases its buffers early.
+ */
+TG_API tg_grad_accum *tg_grad_accum_new(tg_ctx *ctx, int64_t n, tg_tensor *const *params,
+                                        int64_t k, int64_t first, int64_t count);
+/**
+ * Pack the parameters' current gradients (a parameter without a gradient buffer counts as
+ * zero) and @p loss as the next micro-batch (first, first + 1, ...), and add every pair of
+ * tree siblings now complete. Read-only on the gradients: zero them before the next backward.
+ * Errors (run-time): ::TG_ERR_STATE if all @p count micro-batches of the step were pushed
+ * (finish or combine first), ::TG_ERR_NOMEM (nothing pushed).
+ */
+TG_API tg_status tg_grad_accum_push(tg_grad_accum *acc, double loss);
+/**
+ * End a single-process step: write the tree sum of the K pushed gradients into the parameters'
+ * gradient buffers (parameters without one are skipped) and the tree sum of the pushed losses
+ * into @p loss (may be NULL); the accumulator is then empty for the next step.
+ * Errors (run-time): ::TG_ERR_STATE unless this accumulator holds all K micro-batches and all
+ * were pushed.
+ */
+TG_API tg_status tg_grad_accum_finish(tg_grad_accum *acc, double *loss);
+/** Micro-batches per step (k), and the first and count of this process's. */
+TG_API int64_t tg_grad_accum_k(const tg_grad_accum *acc);
+TG_API int64_t tg_grad_accum_first(const tg_grad_accum *acc);
+TG_API int64_t tg_grad_accum_count(const tg_grad_accum *acc);
+/** Bytes of one packed copy: the gradients in their dtype, then the loss as a double. */
+TG_API size_t tg_grad_accum_bytes(const tg_grad_accum *acc);
+/** Release the accumulator's buffers (NULL: no-op). */
+TG_API void tg_grad_accum_free(tg_grad_accum *acc);
+
+/**
+ * Point-to-point byte transport between the P parts of a step (processes, hosts). Each call
+ * blocks until its buffer may be reused (send) or is filled (recv, sendrecv) and returns 0, or
+ * non-zero after a failure (a peer died, a network error), with a line in @p err of @p n bytes.
+ * Messages between two parts arrive in the order they were sent.
+ */
+typedef struct tg_grad_transport {
+    void *user;       /**< passed to the callbacks */
+    int part;         /**< this process's part p, in [0, n_parts) */
+    int n_parts;      /**< P, which must divide k */
+    size_t bucket_bytes; /**< largest message; 0: 4 MiB. Buffers go out in buckets of this size */
+    int (*send)(void *user, int to, const void *buf, size_t bytes, char *err, size_t n);
+    int (*recv)(void *user, int from, void *buf, size_t bytes, char *err, size_t n);
+    /** Send @p sbuf to @p peer and receive as many bytes from it into @p rbuf at once. */
+    int (*sendrecv)(void *user, int peer, const void *sbuf, void *rbuf, size_t bytes, char *err,
+                    size_t n);
+} tg_grad_transport;
+
+/**
+ * End a step over P parts: every part calls this after pushing its count = k/P micro-batches;
+ * on return every part holds, in its parameters' gradients and @p loss, the same bits as
+ * tg_grad_accum_finish() of one process that pushed all k.
+ * - P and k/P powers of two: recursive doubling. In round l part p exchanges its whole buffer
+ *   with part p XOR 2^l and both add (lower part's sum on the left): log2(P) rounds, each
+ *   sending tg_grad_accum_bytes() per part.
+ * - otherwise: the tree nodes that span parts are added at the part holding their first
+ *   micro-batch (the right child is sent there), and part 0 then broadcasts the root along a
+ *   binomial tree. Every part walks the same schedule, so the blocking calls pair up.
+ * @p bytes_sent (may be NULL): bytes this part sent.
+ * Errors (run-time): ::TG_ERR_ARG (P does not divide k, or this part's range is not
+ * [p k/P, (p+1) k/P)), ::TG_ERR_STATE (not all count pushed), ::TG_ERR_IO (a transport call
+ * failed: its message; gradients unchanged), ::TG_ERR_NOMEM.
+ */
+TG_API tg_status tg_grad_accum_combine(tg_grad_accum *acc, const tg_grad_transport *tr,
+                                       double *loss, size_t *bytes_sent);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
 /** @name Transformer model */
 /**@{*/
 /** Positional information. */

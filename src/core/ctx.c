@@ -438,6 +438,24 @@ double tg_rng_normal(tg_ctx *ctx)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2);
 }
 
+void tg_rng_jump(tg_ctx *ctx)
+{
+    /* the reference implementation's polynomial for 2^128 steps */
+    static const uint64_t jump[4] = {0x180ec6d33cfd0abaULL, 0xd5a61266f0c9392cULL,
+                                     0xa9582618e03fc9aaULL, 0x39abdc4529b1661cULL};
+    if (!ctx)
+        return;
+    uint64_t s[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 4; i++)
+        for (int b = 0; b < 64; b++) {
+            if (jump[i] & (UINT64_C(1) << b))
+                for (int w = 0; w < 4; w++)
+                    s[w] ^= ctx->rng[w];
+            (void)tg_rng_u64(ctx);
+        }
+    memcpy(ctx->rng, s, sizeof s);
+}
+
 void tg_rng_get_state(const tg_ctx *ctx, uint64_t state[4])
 {
     if (!ctx || !state)
