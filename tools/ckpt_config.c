@@ -44,6 +44,7 @@ static const field fields[] = {
     {"train.steps", "steps", F_RESTORE, false},
     {"train.seed", "seed", F_RESTORE, false},
     {"train.batch", "batch", F_RESTORE, false},
+    {"train.grad_accum", "grad-accum", F_RESTORE, false},
     {"train.warmup", "warmup", F_RESTORE, false},
     {"train.eval_every", "eval-every", F_RESTORE, false},
     {"train.save_every", "save-every", F_RESTORE, false},
@@ -458,7 +459,14 @@ tg_dtype train_dtype(const train_args *a)
 
 int train_n_state(const train_args *a)
 {
-    return a->optimizer == OPT_SGD ? 1 : 2;
+    int n = a->optimizer == OPT_SGD ? 1 : 2;
+    /* --grad-accum K > 1: at most log2(K) + 2 packed gradient copies (tg_grad_accum) */
+    if (a->grad_accum > 1) {
+        n += 2;
+        for (int64_t k = 1; k < a->grad_accum; k *= 2)
+            n++;
+    }
+    return n;
 }
 
 void train_model_config(const train_args *a, bool text, int64_t vocab_size,
@@ -826,7 +834,7 @@ static bool validate(const tg_safetensors *st, train_args *a, const cli_result *
     if (use == USE_EXPORT)
         return true;
     bool sample = use == USE_SAMPLE;
-    return model_memory_check(mc, train_dtype(a), sample ? 1 : a->batch,
+    return model_memory_check(mc, train_dtype(a), sample ? 1 : a->batch / a->grad_accum,
                               sample ? 0 : train_n_state(a), !sample, limit_bytes, err, n);
 }
 

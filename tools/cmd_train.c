@@ -55,6 +55,11 @@ typedef struct {
     tg_graph *g;
     tg_optim *opt;
     int64_t V, T, B, n_params, start;
+    /* --grad-accum K: the graph runs Bm = B / K rows; this process runs micro-batches
+     * first .. first+count-1 of each step (one process: 0 .. K-1) */
+    int64_t K, Bm, first, count;
+    tg_tensor *dy;      /* K > 1: the backward seed 1/K (the micro-batch's share of the mean) */
+    tg_grad_accum *accum; /* K > 1: the tree sum of the micro-batches' gradients */
     FILE *logf;
     int32_t *ids_buf, *tgt_buf; /* (B, T) token ids (seq2seq: source) and targets */
     int32_t *dec_buf, *out_buf; /* seq2seq (B, T): decoder inputs; greedy decoding's output */
@@ -129,7 +134,8 @@ static bool plan_fresh(trainer *t)
         return false;
     }
     train_model_config(&t->a, t->text, t->text ? 256 : 10, &t->mc);
-    if (!model_memory_check(&t->mc, train_dtype(&t->a), t->a.batch, train_n_state(&t->a), true,
+    if (!model_memory_check(&t->mc, train_dtype(&t->a), t->a.batch / t->a.grad_accum,
+                            train_n_state(&t->a), true,
                             phys_memory_bytes(), err, sizeof err)) {
         errf("%s", err);
         return false;
@@ -281,6 +287,10 @@ static bool load_data(trainer *t)
 {
     t->T = t->a.seq_len;
     t->B = t->a.batch;
+    t->K = t->a.grad_accum; /* divides B (train_resolve) */
+    t->Bm = t->B / t->K;
+    t->first = 0;
+    t->count = t->K;
     t->V = t->s2s ? SEQ2SEQ_VOCAB : 10;
     if (!t->text)
         return true;
@@ -334,10 +344,10 @@ static bool build(trainer *t)
     if (ok == TG_OPTIM_SGD)
         oc.momentum = a->momentum;
     if (tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
-        t->ids = tg_input(ctx, TG_I32, TG_DIMS(t->B, t->T), t->s2s ? "src_ids" : "ids");
-        t->tgt = tg_input(ctx, TG_I32, TG_DIMS(t->B, t->T), "targets");
+        t->ids = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), t->s2s ? "src_ids" : "ids");
+        t->tgt = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), "targets");
         if (t->s2s) { /* teacher forcing: decoder input = BOS + the target shifted right */
-            t->dec = tg_input(ctx, TG_I32, TG_DIMS(t->B, t->T), "tgt_ids");
+            t->dec = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), "tgt_ids");
             t->logits = tg_transformer_forward_seq2seq(ctx, &t->model, t->ids, t->dec, NULL,
                                                        NULL);                /* (B, T, V) */
         } else {
@@ -349,6 +359,15 @@ static bool build(trainer *t)
         go.detect_anomaly = a->detect_anomaly; /* first NaN/inf named by op and tensor */
         t->g = tg_graph_new_opts(ctx, &t->loss, 1, &go);
         t->opt = tg_optim_new(ctx, &oc, 0, NULL);
+        if (t->K > 1 && t->g && t->opt) {
+            /* each micro-batch's mean loss counts 1/K of the global batch's mean */
+            t->dy = tg_const(ctx, dt, 0, NULL, "loss_share");
+            if (t->dy)
+                tg_fill(t->dy, 1.0 / (double)t->K);
+            t->accum = tg_grad_accum_new(ctx, 0, NULL, t->K, t->first, t->count);
+            if (!t->dy || !t->accum)
+                t->opt = NULL;
+        }
         /* the held-out greedy decoder over the same parameters: a generator (KV cache), or
          * with --no-cache a no_grad graph over the whole target prefix (seq2seq.c) */
         if (t->g && t->opt && t->s2s && !a->dry_run &&
@@ -466,6 +485,7 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     meta_add(m, "train.seed", "%" PRId64, a->seed);
     meta_add(m, "train.optimizer", "%s", choice_name("optimizer", a->optimizer, c3, 16));
     meta_add(m, "train.batch", "%" PRId64, t->B);
+    meta_add(m, "train.grad_accum", "%" PRId64, t->K);
     meta_add(m, "train.warmup", "%" PRId64, a->warmup);
     meta_add(m, "train.eval_every", "%" PRId64, a->eval_every);
     if (a->save_every > 0)
@@ -615,16 +635,17 @@ static void on_signal(int sig)
     signal(sig, SIG_DFL);
 }
 
-static bool set_batch(trainer *t)
+/* The graph's inputs from rows @p row .. row + Bm - 1 of the batch buffers. */
+static bool set_batch(trainer *t, int64_t row)
 {
-    size_t bt = (size_t)(t->B * t->T);
+    size_t bt = (size_t)(t->Bm * t->T), off = (size_t)(row * t->T);
     if (t->s2s) { /* teacher forcing */
-        s2s_shift_right(t->B, t->T, t->tgt_buf, t->dec_buf);
-        if (tg_tensor_set_data(t->dec, t->dec_buf, TG_I32, bt) != TG_OK)
+        s2s_shift_right(t->Bm, t->T, t->tgt_buf + off, t->dec_buf + off);
+        if (tg_tensor_set_data(t->dec, t->dec_buf + off, TG_I32, bt) != TG_OK)
             return false;
     }
-    if (tg_tensor_set_data(t->ids, t->ids_buf, TG_I32, bt) != TG_OK ||
-        tg_tensor_set_data(t->tgt, t->tgt_buf, TG_I32, bt) != TG_OK)
+    if (tg_tensor_set_data(t->ids, t->ids_buf + off, TG_I32, bt) != TG_OK ||
+        tg_tensor_set_data(t->tgt, t->tgt_buf + off, TG_I32, bt) != TG_OK)
         return false;
     return true;
 }
@@ -638,9 +659,11 @@ static bool evaluate_seq2seq(trainer *t, double *val)
     double sum = 0;
     for (int k = 0; k < 8; k++) {
         task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
-        if (!set_batch(t) || tg_graph_forward(t->g) != TG_OK)
-            return false;
-        sum += tg_get(t->loss, 0);
+        for (int64_t c = 0; c < t->K; c++) { /* the graph runs Bm rows at a time */
+            if (!set_batch(t, c * t->Bm) || tg_graph_forward(t->g) != TG_OK)
+                return false;
+            sum += t->K == 1 ? tg_get(t->loss, 0) : tg_get(t->loss, 0) / (double)t->K;
+        }
         s2s_status st = s2s_greedy(&t->greedy, t->ids_buf, t->out_buf);
         if (st == S2S_NONFINITE) { /* NaN or inf logits: nothing counts as decoded */
             *val = NAN;
@@ -679,9 +702,13 @@ static bool evaluate(trainer *t, double *val)
         int64_t nb = corpus_val_batches(&t->corp, B, T), tokens = 0;
         for (int64_t k = 0; k < nb; k++) {
             int64_t w = corpus_val_batch(&t->corp, k, B, T, t->ids_buf, t->tgt_buf);
-            if (!set_batch(t) || tg_graph_forward(t->g) != TG_OK)
-                return false;
-            sum += tg_get(t->loss, 0) * (double)(w * T);
+            /* the graph runs Bm rows at a time; rows past w are padding (targets ignored) */
+            for (int64_t r = 0; r < w; r += t->Bm) {
+                int64_t wc = w - r < t->Bm ? w - r : t->Bm;
+                if (!set_batch(t, r) || tg_graph_forward(t->g) != TG_OK)
+                    return false;
+                sum += tg_get(t->loss, 0) * (double)(wc * T);
+            }
             tokens += w * T;
         }
         if (tokens)
@@ -693,21 +720,24 @@ static bool evaluate(trainer *t, double *val)
         double sum = 0;
         for (int k = 0; k < 8; k++) {
             task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
-            if (!set_batch(t) || tg_graph_forward(t->g) != TG_OK)
-                return false;
-            sum += tg_get(t->loss, 0);
-            for (int64_t r = 0; r < B * T; r++) {
-                int64_t arg = 0;
-                double bestv = -INFINITY;
-                for (int64_t v = 0; v < V; v++) {
-                    double x = tg_get(t->logits, r * V + v);
-                    if (x > bestv) {
-                        bestv = x;
-                        arg = v;
+            for (int64_t c = 0; c < t->K; c++) { /* the graph runs Bm rows at a time */
+                if (!set_batch(t, c * t->Bm) || tg_graph_forward(t->g) != TG_OK)
+                    return false;
+                sum += t->K == 1 ? tg_get(t->loss, 0) : tg_get(t->loss, 0) / (double)t->K;
+                const int32_t *tg = t->tgt_buf + c * t->Bm * T;
+                for (int64_t r = 0; r < t->Bm * T; r++) {
+                    int64_t arg = 0;
+                    double bestv = -INFINITY;
+                    for (int64_t v = 0; v < V; v++) {
+                        double x = tg_get(t->logits, r * V + v);
+                        if (x > bestv) {
+                            bestv = x;
+                            arg = v;
+                        }
                     }
+                    correct += arg == tg[r];
+                    total++;
                 }
-                correct += arg == t->tgt_buf[r];
-                total++;
             }
         }
         *val = sum / 8;
@@ -719,6 +749,50 @@ static bool evaluate(trainer *t, double *val)
     return true;
 }
 
+/*
+ * Forward and backward over this process's micro-batches of the batch in ids_buf/tgt_buf; the
+ * parameters' gradients then hold the gradient of the global batch's mean loss, @p l the loss.
+ * K = 1 is one forward and backward, exactly as without accumulation. K > 1: micro-batch i
+ * runs rows i Bm .. (i+1) Bm - 1 with its backward seeded 1/K, its gradients go into the
+ * tree sum (tg_grad_accum), and its dropout masks come from the RNG state S after the batch
+ * was drawn, jumped i times (tg_rng_jump): they depend on i, never on which process runs it.
+ * The RNG then continues from where micro-batch 0 left it (with K = 1: as without
+ * accumulation).
+ */
+static bool micro_batches(trainer *t, double *l)
+{
+    if (t->K == 1) {
+        tg_graph_zero_grad(t->g);
+        if (!set_batch(t, 0) || tg_graph_forward(t->g) != TG_OK ||
+            tg_graph_backward(t->g, t->loss, NULL) != TG_OK)
+            return false;
+        *l = tg_get(t->loss, 0);
+        return true;
+    }
+    uint64_t s[4], after0[4];
+    tg_rng_get_state(t->ctx, s);
+    tg_rng_get_state(t->ctx, after0);
+    for (int64_t j = 0; j < t->first; j++)
+        tg_rng_jump(t->ctx);
+    for (int64_t i = t->first; i < t->first + t->count; i++) {
+        uint64_t cur[4];
+        tg_rng_get_state(t->ctx, cur); /* S jumped i times */
+        tg_graph_zero_grad(t->g);
+        if (!set_batch(t, i * t->Bm) || tg_graph_forward(t->g) != TG_OK ||
+            tg_graph_backward(t->g, t->loss, t->dy) != TG_OK ||
+            tg_grad_accum_push(t->accum, tg_get(t->loss, 0) / (double)t->K) != TG_OK)
+            return false;
+        if (i == 0)
+            tg_rng_get_state(t->ctx, after0);
+        tg_rng_set_state(t->ctx, cur);
+        tg_rng_jump(t->ctx);
+    }
+    if (tg_grad_accum_finish(t->accum, l) != TG_OK)
+        return false;
+    tg_rng_set_state(t->ctx, after0);
+    return true;
+}
+
 /* One training step at index @p step (0-based); the loss in @p l. */
 static bool train_step(trainer *t, int64_t step, double lr, double *l)
 {
@@ -727,15 +801,12 @@ static bool train_step(trainer *t, int64_t step, double lr, double *l)
     else
         task_train_batch(t->ctx, t->task, t->B, t->T, t->ids_buf, t->tgt_buf);
     tg_ctx_set_training(t->ctx, true);
-    tg_graph_zero_grad(t->g);
-    if (!set_batch(t) || tg_graph_forward(t->g) != TG_OK ||
-        tg_graph_backward(t->g, t->loss, NULL) != TG_OK) {
+    if (!micro_batches(t, l)) {
         char msg[1200];
         end_live(t);
         errf("step %" PRId64 ": %s", step + 1, cli_message(t->ctx, NULL, msg, sizeof msg));
         return false;
     }
-    *l = tg_get(t->loss, 0);
     double norm = 0;
     tg_status s = TG_OK;
     if (t->a.clip > 0)

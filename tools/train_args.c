@@ -49,6 +49,8 @@ static const cli_option train_opts[] = {
     NUM("dropout", dropout, "P", 0, 1, CLI_FMAX_OPEN, "dropout probability (0)", G_TRAIN),
     INT("batch", batch, "B", 1, TRAIN_MAX_BATCH, "sequences per step (32, seq2seq 64)",
         G_TRAIN),
+    INT("grad-accum", grad_accum, "K", 1, TRAIN_MAX_BATCH, "split each step's batch into K "
+        "micro-batches, gradients summed in a fixed tree; K must divide --batch (1)", G_TRAIN),
     INT("steps", steps, "N", 1, TRAIN_MAX_STEPS, "training steps (text 1500, task 2000 max)",
         G_TRAIN),
     NUM("lr", lr, "LR", 0, 10, 0, "peak learning rate (3e-3)", G_TRAIN),
@@ -177,6 +179,7 @@ void train_defaults(train_args *a)
     a->pos = POS_LEARNED;
     a->dtype = DT_F32;
     a->batch = -1;
+    a->grad_accum = 1;
     a->arch = -1;
     a->decoder_layers = -1;
     a->lr = 3e-3;
@@ -255,6 +258,11 @@ bool train_resolve(train_args *a, bool text, char *err, size_t n)
         a->eval_every = text || s2s ? 100 : 50;
     if (a->min_lr < 0)
         a->min_lr = a->lr / 10;
+    if (a->grad_accum > a->batch || a->batch % a->grad_accum != 0) {
+        snprintf(err, n, "--batch %" PRId64 " does not split into --grad-accum %" PRId64
+                 " equal micro-batches (K must divide the batch)", a->batch, a->grad_accum);
+        return false;
+    }
     if (a->heads > a->d_model || a->d_model % a->heads != 0) {
         snprintf(err, n, "--heads %" PRId64 " does not divide --d-model %" PRId64
                  " (choose heads among the divisors of d_model)", a->heads, a->d_model);

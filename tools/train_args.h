@@ -56,6 +56,7 @@ typedef struct train_args {
     double dropout;
     /* optimisation */
     int64_t batch, steps, warmup, eval_every, seed, threads;
+    int64_t grad_accum; /* --grad-accum K: micro-batches per step (K divides batch) */
     double lr, weight_decay, clip, min_lr, val_fraction, target_acc, momentum;
     int optimizer;
     bool detect_anomaly;
