@@ -18,6 +18,7 @@
 #include "svgplot.h"
 #include "tgrad_train.h"
 #include "train_args.h"
+#include "train_mpi.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,6 +61,8 @@ typedef struct {
     int64_t K, Bm, first, count;
     tg_tensor *dy;      /* K > 1: the backward seed 1/K (the micro-batch's share of the mean) */
     tg_grad_accum *accum; /* K > 1: the tree sum of the micro-batches' gradients */
+    train_mpi mp;         /* under mpirun: rank r of P runs micro-batches r K/P .. */
+    bool interrupted;     /* a rank got SIGINT/SIGTERM (agreed by all ranks) */
     FILE *logf;
     int32_t *ids_buf, *tgt_buf; /* (B, T) token ids (seq2seq: source) and targets */
     int32_t *dec_buf, *out_buf; /* seq2seq (B, T): decoder inputs; greedy decoding's output */
@@ -289,8 +292,8 @@ static bool load_data(trainer *t)
     t->B = t->a.batch;
     t->K = t->a.grad_accum; /* divides B (train_resolve) */
     t->Bm = t->B / t->K;
-    t->first = 0;
-    t->count = t->K;
+    t->first = t->mp.rank * (t->K / t->mp.size); /* P divides K (plan_parallel) */
+    t->count = t->K / t->mp.size;
     t->V = t->s2s ? SEQ2SEQ_VOCAB : 10;
     if (!t->text)
         return true;
@@ -787,10 +790,38 @@ static bool micro_batches(trainer *t, double *l)
         tg_rng_set_state(t->ctx, cur);
         tg_rng_jump(t->ctx);
     }
-    if (tg_grad_accum_finish(t->accum, l) != TG_OK)
+    if (tmpi_reduce(&t->mp, t->accum, l) != TG_OK)
+        return false;
+    /* rank 0 ran micro-batch 0: its RNG state continues the stream on every rank */
+    if (tmpi_bcast(&t->mp, after0, sizeof after0) != TG_OK)
         return false;
     tg_rng_set_state(t->ctx, after0);
     return true;
+}
+
+/* evaluate() on rank 0, its results copied to every rank (they decide when training stops:
+ * --target-acc, and go into the checkpoint: best_val). */
+static bool evaluate_all(trainer *t, double *val)
+{
+    struct {
+        double ok, val, acc, tok_acc, reached;
+    } r = {1, NAN, NAN, NAN, 0};
+    if (t->mp.rank == 0) {
+        r.ok = evaluate(t, val);
+        r.val = *val;
+        r.acc = t->acc;
+        r.tok_acc = t->tok_acc;
+        r.reached = t->reached;
+    }
+    if (t->mp.size == 1)
+        return r.ok != 0;
+    if (tmpi_bcast(&t->mp, &r, sizeof r) != TG_OK)
+        return false;
+    *val = r.val;
+    t->acc = r.acc;
+    t->tok_acc = r.tok_acc;
+    t->reached = r.reached != 0;
+    return r.ok != 0;
 }
 
 /* One training step at index @p step (0-based); the loss in @p l. */
@@ -851,11 +882,15 @@ static int train_loop(trainer *t)
         }
         double el = now_s() - t->t0;
         t->tok_s = (double)t->trained * (double)(t->B * t->T) / (el > 0 ? el : 1e-9);
-        bool last = step + 1 == t->end || g_interrupted;
+        if (!tmpi_any(&t->mp, g_interrupted != 0, &t->interrupted)) { /* every rank stops */
+            errf("step %" PRId64 ": %s", step + 1, tg_ctx_message(t->ctx));
+            return 1;
+        }
+        bool last = step + 1 == t->end || t->interrupted;
         bool eval = (step + 1) % a->eval_every == 0 || last;
         double val = NAN;
         if (eval) {
-            if (!evaluate(t, &val)) {
+            if (!evaluate_all(t, &val)) {
                 char msg[1200];
                 end_live(t);
                 errf("evaluation at step %" PRId64 ": %s", step + 1,
@@ -950,6 +985,14 @@ static void resume_command(const trainer *t, char *buf, size_t n)
         snprintf(buf + w, n - w, " --resume %s", q);
 }
 
+/* The exit status of a run that trained: 130 interrupted, 3 accuracy target missed, else 0. */
+static int report_rc(const trainer *t)
+{
+    if (t->interrupted)
+        return 130;
+    return (!t->text && t->a.target_acc > 0 && !t->reached && t->step == t->a.steps) ? 3 : 0;
+}
+
 static int report(trainer *t)
 {
     const train_args *a = &t->a;
@@ -976,8 +1019,17 @@ static int report(trainer *t)
     if (a->checkpoint)
         printf("checkpoint %s\n", a->checkpoint);
     fflush(stdout);
-    int rc = (!t->text && a->target_acc > 0 && !t->reached && t->step == a->steps) ? 3 : 0;
-    if (g_interrupted) {
+    int rc = report_rc(t);
+    if (t->mp.size > 1) {
+        double bytes, sec;
+        tmpi_stats(&t->mp, &bytes, &sec);
+        printf("data parallel: %d processes x %d thread%s, %" PRId64 " micro-batches of %" PRId64
+               " sequences per step; gradient exchange %.2f ms and %.2f MB sent per process per "
+               "step\n", t->mp.size, tg_ctx_threads(t->ctx),
+               tg_ctx_threads(t->ctx) == 1 ? "" : "s", t->K, t->Bm, 1e3 * sec, bytes / 1e6);
+        fflush(stdout);
+    }
+    if (t->interrupted) {
         if (a->checkpoint) {
             char cmd[8192];
             resume_command(t, cmd, sizeof cmd);
@@ -986,7 +1038,6 @@ static int report(trainer *t)
             errf("interrupted at step %" PRId64 " (no --checkpoint: this run cannot be resumed)",
                  t->step);
         }
-        rc = 130;
     }
     if (rc == 3)
         errf("accuracy target %.2f%% not reached in %" PRId64 " steps", 100 * a->target_acc,
@@ -1013,6 +1064,23 @@ static void trainer_free(trainer *t)
 }
 
 /* ---- the command -------------------------------------------------------------------------- */
+/* Under mpirun: P must divide K; ranks > 0 write nothing (rank 0 writes the checkpoint, the
+ * log, the plot and the DOT file). */
+static bool plan_parallel(trainer *t)
+{
+    train_args *a = &t->a;
+    if (a->grad_accum % t->mp.size != 0) {
+        errf("--grad-accum %" PRId64 " does not split over %d processes: each process runs "
+             "K/P micro-batches of every step, so the number of processes must divide K (try "
+             "--grad-accum %" PRId64 ")", a->grad_accum, t->mp.size,
+             ((a->grad_accum + t->mp.size - 1) / t->mp.size) * t->mp.size);
+        return false;
+    }
+    if (t->mp.rank > 0)
+        a->checkpoint = a->log = a->plot = a->dot = NULL;
+    return true;
+}
+
 /* --dry-run: the training graph's memory plan, then exit (nothing is trained or written). */
 static int dry_run(trainer *t)
 {
@@ -1051,13 +1119,22 @@ int cmd_train(int argc, char **argv)
         return 1;
     }
     char err[1200];
+    if (!tmpi_begin(&t->mp, err, sizeof err)) {
+        errf("%s", err);
+        free(t);
+        return 1;
+    }
     int ex = cli_parse_exit(train_parse(argc, argv, &t->a, &t->r, err, sizeof err),
                             train_command(), err);
     if (ex >= 0) {
+        tmpi_agree(&t->mp, ex == 0, NULL, 1);
+        tmpi_end(&t->mp, true);
         train_free(&t->a, &t->r);
         free(t);
         return ex;
     }
+    if (t->mp.rank > 0)
+        t->a.quiet = true; /* rank 0 prints progress, the summary and the errors all share */
     t->argc = argc;
     t->argv = argv;
     t->text = t->a.text.n > 0;
@@ -1065,12 +1142,23 @@ int cmd_train(int argc, char **argv)
     svg_series_init(&t->val_curve);
     t->ctx = tg_ctx_new();
     int rc = 1;
+    bool ready = false;
     if (!t->ctx) {
         errf("out of memory");
-    } else if ((t->a.resume ? plan_resume(t) : plan_fresh(t)) && plan_outputs(t)) {
+    } else if ((t->a.resume ? plan_resume(t) : plan_fresh(t)) && plan_parallel(t) &&
+               plan_outputs(t)) {
         t->task = (task_kind)t->a.task;
         t->s2s = t->a.arch == ARCH_SEQ2SEQ;
-        if (load_data(t) && build(t)) {
+        ready = load_data(t) && build(t);
+    }
+    /* under mpirun: every rank's setup succeeded, or all stop here */
+    if (!tmpi_agree(&t->mp, ready, t->ctx, t->K)) {
+        if (ready)
+            cli_report("train", "joining the MPI job", NULL, t->ctx);
+        ready = false;
+    }
+    if (ready) {
+        {
             if (!t->a.quiet) {
                 if (t->text)
                     fprintf(stderr, "tgrad train: byte-level LM on %d file%s, %" PRId64
@@ -1084,19 +1172,26 @@ int cmd_train(int argc, char **argv)
                 char dl[48] = "";
                 if (t->s2s)
                     snprintf(dl, sizeof dl, " + %" PRId64 " decoder", t->a.decoder_layers);
+                char par[96] = "";
+                if (t->K > 1)
+                    snprintf(par, sizeof par, " (%" PRId64 " micro-batches of %" PRId64 ")",
+                             t->K, t->Bm);
+                char procs[64] = "";
+                if (t->mp.size > 1)
+                    snprintf(procs, sizeof procs, " per process, %d processes", t->mp.size);
                 fprintf(stderr, "tgrad train: %" PRId64 "%s layer%s, d_model %" PRId64 ", %" PRId64
                         " head%s, d_ff %" PRId64 ", %s, %" PRId64 " parameters, batch %" PRId64
-                        ", %d thread%s%s\n", t->a.layers, dl,
+                        "%s, %d thread%s%s%s\n", t->a.layers, dl,
                         t->a.layers == 1 && !t->s2s ? "" : "s",
                         t->a.d_model, t->a.heads, t->a.heads == 1 ? "" : "s", t->a.d_ff,
-                        t->a.post_norm ? "post-norm" : "pre-norm", t->n_params, t->B,
-                        tg_ctx_threads(t->ctx), tg_ctx_threads(t->ctx) == 1 ? "" : "s",
+                        t->a.post_norm ? "post-norm" : "pre-norm", t->n_params, t->B, par,
+                        tg_ctx_threads(t->ctx), tg_ctx_threads(t->ctx) == 1 ? "" : "s", procs,
                         t->ck ? ", resumed" : "");
             }
             if (t->a.dry_run)
-                rc = dry_run(t);
+                rc = t->mp.rank == 0 ? dry_run(t) : 0;
             else if (train_loop(t) == 0)
-                rc = report(t);
+                rc = t->mp.rank == 0 ? report(t) : report_rc(t);
         }
     }
     if (t->logf) {
@@ -1107,6 +1202,9 @@ int cmd_train(int argc, char **argv)
             rc = 1;
         }
     }
+    /* a failure after the setup agreement ends the whole job (MPI_Abort): no rank waits on
+     * this one */
+    tmpi_end(&t->mp, !ready || rc == 0 || rc == 3 || rc == 130);
     trainer_free(t);
     free(t);
     return rc;
