@@ -1,0 +1,232 @@
+/*
+ * test_dist.c - `mpirun -np P tgrad train --grad-accum K` (built with -Dmpi): the final
+ * checkpoints of P = 1, 2, 4 processes are byte-identical to one process without mpirun
+ * (parameters, optimizer state, RNG, metadata); P that are not powers of two (K = 6 over 2 and
+ * 3), the text LM with dropout and the seq2seq model; resume with another P; a killed rank
+ * ends the job with an error and leaves the last checkpoint intact; errors printed once.
+ *
+ * Open MPI refuses to run as root unless told; containers often are root, so the two
+ * variables it documents for that are set here (never in README commands). Single-copy
+ * (CMA) transfers are turned off: containers usually forbid ptrace-style reads.
+ */
+#define _GNU_SOURCE
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char g_dir[256];
+
+static void setup(void)
+{
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    /* Open MPI's own allocations are not ours to check (sanitizer builds) */
+    setenv("LSAN_OPTIONS", "detect_leaks=0", 1);
+    tu_mkdtemp(g_dir, sizeof g_dir, "dist");
+}
+
+static void teardown(void) { tu_rm_tree(g_dir); }
+
+/* Run `mpirun -np P tgrad ARGS` (P = 0: tgrad alone) in g_dir; the exit status. */
+static int run(int np, const char *args, double timeout_s)
+{
+    char cmd[4096];
+    if (np > 0)
+        snprintf(cmd, sizeof cmd, "mpirun --oversubscribe -np %d '%s' %s", np, tu_tgrad_exe(),
+                 args);
+    else
+        snprintf(cmd, sizeof cmd, "'%s' %s", tu_tgrad_exe(), args);
+    return tu_run_sh(g_dir, cmd, timeout_s, NULL);
+}
+
+static char *err_text(void) { return tu_slurp_in(g_dir, "err.txt", NULL); }
+static char *out_text(void) { return tu_slurp_in(g_dir, "out.txt", NULL); }
+
+static void expect_rc(int rc, int want, const char *what)
+{
+    if (rc != want) {
+        char *e = err_text(), *o = out_text();
+        ck_abort_msg("%s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", what, rc, want,
+                     o ? o : "", e ? e : "");
+    }
+}
+
+/* Two files byte for byte. */
+static void expect_same_file(const char *a, const char *b)
+{
+    size_t na = 0, nb = 0;
+    char *x = tu_slurp_in(g_dir, a, &na), *y = tu_slurp_in(g_dir, b, &nb);
+    ck_assert_msg(x && y, "missing %s or %s", a, b);
+    ck_assert_msg(na == nb && memcmp(x, y, na) == 0, "%s and %s differ (%zu and %zu bytes)", a,
+                  b, na, nb);
+    free(x);
+    free(y);
+}
+
+/* The default task (exit 3: 30 steps do not reach 99%; --target-acc 0 never stops early) with
+ * dropout, so the micro-batch streams of the RNG matter. */
+#define TASK_T "train --steps 30 --grad-accum 4 --dropout 0.1 --target-acc 0 --eval-every 10 " \
+               "--quiet"
+#define TASK TASK_T " --threads 1"
+
+START_TEST(p124_byte_identical)
+{
+    expect_rc(run(0, TASK " --checkpoint one.st", 120), 0, "one process");
+    expect_rc(run(1, TASK " --checkpoint p1.st", 120), 0, "mpirun -np 1");
+    expect_rc(run(2, TASK " --checkpoint p2.st", 120), 0, "mpirun -np 2");
+    expect_rc(run(4, TASK_T " --checkpoint p4.st --threads 2", 180), 0, "mpirun -np 4");
+    expect_same_file("one.st", "p1.st");
+    expect_same_file("one.st", "p2.st");
+    expect_same_file("one.st", "p4.st");
+    char *o = out_text();
+    ck_assert_msg(strstr(o, "data parallel: 4 processes x 2 threads") &&
+                  strstr(o, "MB sent per process per step"), "%s", o);
+    free(o);
+}
+END_TEST
+
+/* K = 6 over 2 and 3 processes (not powers of two: the spanning-node schedule), f64. */
+START_TEST(non_power_of_two)
+{
+    const char *a = "train --steps 8 --grad-accum 6 --batch 12 --dtype f64 --target-acc 0 "
+                    "--eval-every 4 --threads 1 --quiet --dropout 0.2";
+    char args[512];
+    snprintf(args, sizeof args, "%s --checkpoint one.st", a);
+    expect_rc(run(0, args, 120), 0, "one process");
+    for (int np = 2; np <= 3; np++) {
+        snprintf(args, sizeof args, "%s --checkpoint p%d.st", a, np);
+        expect_rc(run(np, args, 120), 0, "mpirun");
+        char name[16];
+        snprintf(name, sizeof name, "p%d.st", np);
+        expect_same_file("one.st", name);
+    }
+}
+END_TEST
+
+/* The byte-level LM (text, validation) and the encoder-decoder model. */
+START_TEST(text_and_seq2seq)
+{
+    tu_write_corpus(g_dir, "corpus.txt", 3000);
+    const char *lm = "train --text corpus.txt --steps 10 --batch 8 --grad-accum 2 --d-model 32 "
+                     "--seq-len 16 --eval-every 5 --dropout 0.1 --threads 1 --quiet";
+    char args[512];
+    snprintf(args, sizeof args, "%s --checkpoint lm1.st --log lm1.csv", lm);
+    expect_rc(run(0, args, 120), 0, "LM, one process");
+    snprintf(args, sizeof args, "%s --checkpoint lm2.st --log lm2.csv", lm);
+    expect_rc(run(2, args, 120), 0, "LM, 2 processes");
+    expect_same_file("lm1.st", "lm2.st");
+    /* the log: same losses (tokens/s differ) */
+    char *l1 = tu_slurp_in(g_dir, "lm1.csv", NULL), *l2 = tu_slurp_in(g_dir, "lm2.csv", NULL);
+    ck_assert_int_eq(tu_count_lines(l1), 11);
+    ck_assert_int_eq(tu_count_lines(l2), 11);
+    free(l1);
+    free(l2);
+    const char *s2s = "train --arch seq2seq --task copy --steps 6 --batch 16 --grad-accum 4 "
+                      "--d-model 32 --layers 1 --eval-every 3 --target-acc 0 --threads 1 --quiet";
+    snprintf(args, sizeof args, "%s --checkpoint s1.st", s2s);
+    expect_rc(run(0, args, 120), 0, "seq2seq, one process");
+    snprintf(args, sizeof args, "%s --checkpoint s4.st", s2s);
+    expect_rc(run(4, args, 180), 0, "seq2seq, 4 processes");
+    expect_same_file("s1.st", "s4.st");
+}
+END_TEST
+
+/* Stop at step 12 on P processes, resume to 30 on Q: the same file as 30 steps straight. */
+START_TEST(resume_across_p)
+{
+    expect_rc(run(0, TASK " --checkpoint straight.st", 120), 0, "straight");
+    static const int pq[][2] = {{0, 2}, {2, 0}, {4, 2}};
+    for (int i = 0; i < 3; i++) {
+        char args[512], name[32];
+        snprintf(name, sizeof name, "r%d.st", i);
+        snprintf(args, sizeof args, TASK " --checkpoint %s --stop-after 12", name);
+        expect_rc(run(pq[i][0], args, 120), 0, "first part");
+        snprintf(args, sizeof args, "train --resume %s --threads 1 --quiet", name);
+        expect_rc(run(pq[i][1], args, 120), 0, "resumed part");
+        expect_same_file("straight.st", name);
+    }
+}
+END_TEST
+
+/* Kill rank 1 once a checkpoint exists: mpirun ends the job with an error naming the rank,
+ * the checkpoint is whole, and resuming it (one process) ends exactly where a straight run
+ * does. */
+START_TEST(killed_rank)
+{
+    const char *a = "train --steps 400 --grad-accum 2 --target-acc 0 --eval-every 400 "
+                    "--save-every 5 --threads 1 --quiet";
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "(mpirun --oversubscribe -np 2 '%s' %s --checkpoint k.st & mp=$!; "
+             "i=0; while [ ! -f k.st ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+             "for d in /proc/[0-9]*; do "
+             "  if tr '\\0' '\\n' < $d/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && "
+             "     tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q -- '--checkpoint k.st'; then "
+             "    kill -9 ${d#/proc/}; fi; done; "
+             "wait $mp; echo \"mpirun exit $?\" >&2)",
+             tu_tgrad_exe(), a);
+    ck_assert_int_eq(tu_run_sh(g_dir, cmd, 120, NULL), 0);
+    char *e = err_text();
+    ck_assert_msg(!strstr(e, "mpirun exit 0"), "the job must fail:\n%s", e);
+    ck_assert_msg(strstr(e, "rank 1") && strstr(e, "signal 9"), "mpirun names the rank:\n%s", e);
+    free(e);
+    /* the checkpoint is whole: info reads it, and resuming gives the straight run's file */
+    expect_rc(run(0, "info k.st", 60), 0, "info");
+    char *o = out_text();
+    ck_assert_msg(strstr(o, "optim.step"), "%s", o);
+    free(o);
+    expect_rc(run(0, "train --resume k.st --threads 1 --quiet", 300), 0, "resume");
+    char args[512];
+    snprintf(args, sizeof args, "%s --checkpoint straight.st", a);
+    expect_rc(run(0, args, 300), 0, "straight");
+    expect_same_file("straight.st", "k.st");
+}
+END_TEST
+
+/* P must divide K and the batch must split: one clear line, not one per process. */
+START_TEST(errors_once)
+{
+    expect_rc(run(3, "train --grad-accum 4 --steps 2 --checkpoint x.st", 120), 1, "P=3, K=4");
+    char *e = err_text();
+    ck_assert_msg(strstr(e, "--grad-accum 4 does not split over 3 processes") &&
+                  strstr(e, "try --grad-accum 6"), "%s", e);
+    const char *first = strstr(e, "does not split");
+    ck_assert_msg(!strstr(first + 1, "does not split"), "printed more than once:\n%s", e);
+    free(e);
+    ck_assert_ptr_null(tu_slurp_in(g_dir, "x.st", NULL));
+    expect_rc(run(2, "train --grad-accum 2 --batch 5 --steps 2", 120), 1, "batch 5, K=2");
+    e = err_text();
+    ck_assert_msg(strstr(e, "--batch 5 does not split into --grad-accum 2"), "%s", e);
+    ck_assert_msg(!strstr(strstr(e, "does not split") + 1, "does not split"), "twice:\n%s", e);
+    free(e);
+    /* a file only some ranks could read would fail on those ranks; every rank fails alike on a
+     * missing one, and rank 0 says so once */
+    expect_rc(run(2, "train --resume missing.st --grad-accum 2", 120), 1, "missing resume");
+    e = err_text();
+    ck_assert_msg(strstr(e, "missing.st"), "%s", e);
+    ck_assert_msg(!strstr(strstr(e, "missing.st") + 1, "--resume"), "twice:\n%s", e);
+    free(e);
+}
+END_TEST
+
+static Suite *dist_suite(void)
+{
+    Suite *s = suite_create("dist");
+    TCase *tc = tcase_create("dist");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, p124_byte_identical);
+    tcase_add_test(tc, non_power_of_two);
+    tcase_add_test(tc, text_and_seq2seq);
+    tcase_add_test(tc, resume_across_p);
+    tcase_add_test(tc, killed_rank);
+    tcase_add_test(tc, errors_once);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(dist_suite()); }
