@@ -550,6 +550,88 @@ START_TEST(test_resume_saves_back)
 }
 END_TEST
 
+/* Largest |a - b| / max(1, |b|) over every tensor of two checkpoints with the same names. */
+static double ckpt_max_rel_diff(const char *a, const char *b)
+{
+    char pa[512], pb[512];
+    path_of(a, pa, sizeof pa);
+    path_of(b, pb, sizeof pb);
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *x = tg_safetensors_read(ctx, pa), *y = tg_safetensors_read(ctx, pb);
+    ck_assert_ptr_nonnull(x);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_int_eq(tg_safetensors_count(x), tg_safetensors_count(y));
+    double worst = 0;
+    for (int64_t i = 0; i < tg_safetensors_count(x); i++) {
+        tg_tensor *u = tg_safetensors_tensor(x, i);
+        tg_tensor *v = tg_safetensors_find(y, tg_safetensors_name(x, i));
+        ck_assert_ptr_nonnull(v);
+        for (int64_t e = 0; e < tg_tensor_numel(u); e++) {
+            double d = fabs(tg_get(u, e) - tg_get(v, e)) / fmax(1, fabs(tg_get(v, e)));
+            worst = d > worst ? d : worst;
+        }
+    }
+    tg_ctx_free(ctx);
+    return worst;
+}
+
+/* --grad-accum: K = 1 is the run without it, byte for byte; K = 4 computes the same mean-loss
+ * gradients (f64: equal up to rounding, the log's losses too); K is recorded and restored;
+ * K must divide the batch. */
+START_TEST(test_grad_accum)
+{
+    const char *base = "train --eval-every 3 --dtype f64 --optimizer sgd --momentum 0 "
+                       "--lr 0.05 --warmup 0 --target-acc 0 --quiet";
+    char args[512];
+    snprintf(args, sizeof args, "%s --steps 6 --checkpoint none.ckpt --log none.csv", base);
+    ck_assert_int_eq(run(args), 0);
+    snprintf(args, sizeof args, "%s --steps 6 --grad-accum 1 --checkpoint k1.ckpt", base);
+    ck_assert_int_eq(run(args), 0);
+    size_t n0, n1;
+    char *f0 = slurp("none.ckpt", &n0), *f1 = slurp("k1.ckpt", &n1);
+    ck_assert(n0 == n1 && memcmp(f0, f1, n0) == 0);
+    free(f0);
+    free(f1);
+    snprintf(args, sizeof args, "%s --steps 6 --grad-accum 4 --checkpoint k4.ckpt --log k4.csv",
+             base);
+    ck_assert_int_eq(run(args), 0);
+    double d = ckpt_max_rel_diff("k4.ckpt", "none.ckpt");
+    ck_assert_msg(d < 1e-12, "K = 4 vs K = 1: %g", d);
+    char *l0 = slurp("none.csv", NULL), *l4 = slurp("k4.csv", NULL);
+    for (const char *p = l0, *q = l4; p && q; p = strchr(p, '\n'), q = strchr(q, '\n')) {
+        p++, q++;
+        double a0, a4;
+        if (sscanf(p, "%*d,%lf", &a0) == 1) {
+            ck_assert(sscanf(q, "%*d,%lf", &a4) == 1);
+            ck_assert_msg(fabs(a0 - a4) < 1e-9, "loss %g vs %g", a0, a4);
+        }
+    }
+    free(l0);
+    free(l4);
+    char v[64];
+    ck_assert_str_eq(meta_of("k4.ckpt", "train.grad_accum", v, sizeof v), "4");
+    ck_assert_str_eq(meta_of("k1.ckpt", "train.grad_accum", v, sizeof v), "1");
+    /* resume restores K (the continued file equals a straight run with K = 4) */
+    snprintf(args, sizeof args, "%s --grad-accum 4 --steps 10 --checkpoint s.ckpt", base);
+    ck_assert_int_eq(run(args), 0);
+    snprintf(args, sizeof args, "%s --grad-accum 4 --steps 10 --stop-after 4 --checkpoint r.ckpt",
+             base);
+    ck_assert_int_eq(run(args), 0);
+    ck_assert_int_eq(run("train --resume r.ckpt --quiet"), 0);
+    f0 = slurp("s.ckpt", &n0);
+    f1 = slurp("r.ckpt", &n1);
+    ck_assert(n0 == n1 && memcmp(f0, f1, n0) == 0);
+    free(f0);
+    free(f1);
+    expect_refusal("train --grad-accum 3", "--batch 32 does not split into --grad-accum 3");
+    expect_refusal("train --batch 4 --grad-accum 8", "--batch 4 does not split");
+    expect_refusal("train --grad-accum 0", "--grad-accum");
+    /* a resumed K that does not divide a new --batch */
+    expect_refusal("train --resume r.ckpt --batch 6", "--batch 6 does not split into "
+                   "--grad-accum 4");
+}
+END_TEST
+
 START_TEST(test_interrupt_prints_resume_command)
 {
     write_corpus("c.txt");
@@ -930,6 +1012,7 @@ int main(void)
     tcase_add_test(tc, test_detect_anomaly);
     tcase_add_test(tc, test_fifo_never_blocks);
     tcase_add_test(tc, test_resume_saves_back);
+    tcase_add_test(tc, test_grad_accum);
     tcase_add_test(tc, test_interrupt_prints_resume_command);
     tcase_add_test(tc, test_save_every);
     tcase_add_test(tc, test_checkpoint_not_replaced);
