@@ -1105,9 +1105,21 @@ static int dry_run(trainer *t)
                (double)rows[i].bytes / 1048576.0, i >= 4 ? " (planned, before sharing)" : "");
     printf("  %-22s %12zu bytes  %8.2f MiB (activations + saved + gradients + workspace, "
            "shared)\n", "arena", r.arena, (double)r.arena / 1048576.0);
-    size_t peak = r.peak + opt;
+    /* --grad-accum K > 1: at most log2(K) + 2 packed gradient copies live at once */
+    size_t copies = 0;
+    if (t->accum) {
+        int64_t depth = 1;
+        for (int64_t k = 1; k < t->count; k *= 2)
+            depth++;
+        copies = (size_t)(depth + 1) * tg_grad_accum_bytes(t->accum);
+        printf("  %-22s %12zu bytes  %8.2f MiB (--grad-accum %" PRId64 ": micro-batches of %"
+               PRId64 ", at most %" PRId64 " packed copies of the gradients)\n",
+               "accumulation", copies, (double)copies / 1048576.0, t->K, t->Bm, depth + 1);
+    }
+    size_t peak = r.peak + opt + copies;
     printf("  %-22s %12zu bytes  %8.2f MiB (parameters, their gradients, optimizer state, "
-           "inputs, arena)\n", "peak", peak, (double)peak / 1048576.0);
+           "inputs, arena%s)\n", "peak", peak, (double)peak / 1048576.0,
+           copies ? ", accumulation" : "");
     return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
 }
 

@@ -252,8 +252,9 @@ tg_status tg_grad_accum_push(tg_grad_accum *acc, double loss)
     return TG_OK;
 }
 
-/* Unpack @p b into the parameters' gradients; reset the accumulator for the next step. */
-static void unpack_and_reset(tg_grad_accum *acc, const void *b, double *loss)
+/* Packed copy @p b into the parameters' gradient buffers (those without one are skipped) and
+ * its loss into @p loss (may be NULL). */
+static void unpack(const tg_grad_accum *acc, const void *b, double *loss)
 {
     size_t es = tg_dtype_size(acc->dt), off = 0;
     for (int64_t i = 0; i < acc->np; i++) {
@@ -265,6 +266,12 @@ static void unpack_and_reset(tg_grad_accum *acc, const void *b, double *loss)
     }
     if (loss)
         *loss = buf_loss(acc, b);
+}
+
+/* Unpack @p b; reset the accumulator for the next step. */
+static void unpack_and_reset(tg_grad_accum *acc, const void *b, double *loss)
+{
+    unpack(acc, b, loss);
     for (int i = 0; i < acc->depth; i++)
         put_buf(acc, acc->stack[i].buf);
     acc->depth = 0;
@@ -481,18 +488,7 @@ tg_status tg_grad_accum_combine(tg_grad_accum *acc, const tg_grad_transport *tr,
         }
     }
     if (ok) {
-        /* give every buffer back to the accumulator; the root's bits go to the gradients */
-        acc->depth = 0;
-        size_t es = tg_dtype_size(acc->dt), off = 0;
-        for (int64_t i = 0; i < acc->np; i++) {
-            tg_tensor *p = acc->params[i];
-            size_t nb = (size_t)p->numel * es;
-            if (p->grad)
-                memcpy(p->grad, (const char *)root + off, nb);
-            off += nb;
-        }
-        if (loss)
-            *loss = buf_loss(acc, root);
+        unpack(acc, root, loss); /* the buffers go back to the accumulator below */
     } else {
         tg__run_err(ctx, TG_ERR_IO, fn, "part %d of %d: %s", me, P,
                     c->err[0] ? c->err : "the transport failed");
