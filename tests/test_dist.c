@@ -217,6 +217,27 @@ START_TEST(errors_once)
 }
 END_TEST
 
+/* examples/data_parallel.c, the library side (tg_dist_* with an embedder's own loop), checks
+ * itself against one process: bitwise agreement or exit 1. */
+START_TEST(embedder_example)
+{
+    char cmd[1024];
+    for (int np = 2; np <= 4; np += 2) {
+        snprintf(cmd, sizeof cmd, "mpirun --oversubscribe -np %d -x OMP_NUM_THREADS=1 '%s'", np,
+                 TG_DATA_PARALLEL_EXE);
+        expect_rc(tu_run_sh(g_dir, cmd, 300, NULL), 0, "examples/data_parallel");
+        char *o = out_text();
+        ck_assert_msg(strstr(o, "bitwise identical to one process"), "%s", o);
+        free(o);
+    }
+    snprintf(cmd, sizeof cmd, "mpirun --oversubscribe -np 3 '%s'", TG_DATA_PARALLEL_EXE);
+    expect_rc(tu_run_sh(g_dir, cmd, 300, NULL), 1, "3 processes, k = 4");
+    char *e = err_text();
+    ck_assert_msg(strstr(e, "do not split evenly over 3 processes"), "%s", e);
+    free(e);
+}
+END_TEST
+
 static Suite *dist_suite(void)
 {
     Suite *s = suite_create("dist");
@@ -229,6 +250,7 @@ static Suite *dist_suite(void)
     tcase_add_test(tc, resume_across_p);
     tcase_add_test(tc, killed_rank);
     tcase_add_test(tc, errors_once);
+    tcase_add_test(tc, embedder_example);
     suite_add_tcase(s, tc);
     return s;
 }
