@@ -191,6 +191,38 @@ START_TEST(killed_rank)
 }
 END_TEST
 
+/* Ctrl-C to mpirun: every rank stops after the same step, rank 0 saves and prints the resume
+ * command once; resuming (here on one process) continues exactly as a straight run. */
+START_TEST(interrupt_agreed)
+{
+    const char *a = "train --steps 100000 --grad-accum 2 --target-acc 0 --eval-every 100000 "
+                    "--threads 1";
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "(mpirun --oversubscribe -np 2 '%s' %s --checkpoint i.st --save-every 20 & mp=$!; "
+             "i=0; while [ ! -f i.st ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+             "sleep 0.3; kill -INT $mp; wait $mp; echo \"mpirun exit $?\" >&2)",
+             tu_tgrad_exe(), a);
+    ck_assert_int_eq(tu_run_sh(g_dir, cmd, 120, NULL), 0);
+    char *e = err_text();
+    const char *at = strstr(e, "interrupted at step ");
+    ck_assert_msg(at && strstr(at, "resume with:"), "%s", e);
+    ck_assert_msg(!strstr(at + 1, "interrupted at step"), "printed twice:\n%s", e);
+    long step = atol(at + strlen("interrupted at step "));
+    ck_assert_int_gt(step, 0);
+    free(e);
+    char args[1024];
+    snprintf(args, sizeof args, "train --resume i.st --stop-after %ld --threads 1 --quiet",
+             step + 5);
+    expect_rc(run(0, args, 300), 0, "resume");
+    snprintf(args, sizeof args, "%s --stop-after %ld --save-every 20 --checkpoint straight.st "
+             "--quiet", a,
+             step + 5);
+    expect_rc(run(0, args, 300), 0, "straight");
+    expect_same_file("straight.st", "i.st");
+}
+END_TEST
+
 /* P must divide K and the batch must split: one clear line, not one per process. */
 START_TEST(errors_once)
 {
@@ -249,6 +281,7 @@ static Suite *dist_suite(void)
     tcase_add_test(tc, text_and_seq2seq);
     tcase_add_test(tc, resume_across_p);
     tcase_add_test(tc, killed_rank);
+    tcase_add_test(tc, interrupt_agreed);
     tcase_add_test(tc, errors_once);
     tcase_add_test(tc, embedder_example);
     suite_add_tcase(s, tc);
