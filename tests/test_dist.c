@@ -93,6 +93,23 @@ START_TEST(p124_byte_identical)
 }
 END_TEST
 
+/* Without --grad-accum, K is the number of processes: mpirun -np 2 is --grad-accum 2. */
+START_TEST(k_defaults_to_p)
+{
+    const char *a = "train --steps 6 --eval-every 3 --target-acc 0 --threads 1 --quiet";
+    char args[512];
+    snprintf(args, sizeof args, "%s --grad-accum 2 --checkpoint one.st", a);
+    expect_rc(run(0, args, 120), 0, "one process, K = 2");
+    snprintf(args, sizeof args, "%s --checkpoint p2.st", a);
+    expect_rc(run(2, args, 120), 0, "mpirun -np 2, no --grad-accum");
+    expect_same_file("one.st", "p2.st");
+    expect_rc(run(2, "train --batch 7 --steps 2", 120), 1, "batch 7 over 2");
+    char *e = err_text();
+    ck_assert_msg(strstr(e, "--batch 7 does not split over 2 processes"), "%s", e);
+    free(e);
+}
+END_TEST
+
 /* K = 6 over 2 and 3 processes (not powers of two: the spanning-node schedule), f64. */
 START_TEST(non_power_of_two)
 {
@@ -277,6 +294,7 @@ static Suite *dist_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, p124_byte_identical);
+    tcase_add_test(tc, k_defaults_to_p);
     tcase_add_test(tc, non_power_of_two);
     tcase_add_test(tc, text_and_seq2seq);
     tcase_add_test(tc, resume_across_p);

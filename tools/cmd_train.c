@@ -1064,11 +1064,21 @@ static void trainer_free(trainer *t)
 }
 
 /* ---- the command -------------------------------------------------------------------------- */
-/* Under mpirun: P must divide K; ranks > 0 write nothing (rank 0 writes the checkpoint, the
- * log, the plot and the DOT file). */
+/* Under mpirun: K defaults to P on a fresh run, P must divide K; ranks > 0 write nothing
+ * (rank 0 writes the checkpoint, the log, the plot and the DOT file). */
 static bool plan_parallel(trainer *t)
 {
     train_args *a = &t->a;
+    /* a fresh run without --grad-accum: one micro-batch per process (K = P) */
+    if (t->mp.size > 1 && !a->resume && !cli_given(train_command(), &t->r, "grad-accum")) {
+        a->grad_accum = t->mp.size;
+        if (a->batch % a->grad_accum != 0) {
+            errf("--batch %" PRId64 " does not split over %d processes (one micro-batch each "
+                 "without --grad-accum); choose a batch the number of processes divides",
+                 a->batch, t->mp.size);
+            return false;
+        }
+    }
     if (a->grad_accum % t->mp.size != 0) {
         errf("--grad-accum %" PRId64 " does not split over %d processes: each process runs "
              "K/P micro-batches of every step, so the number of processes must divide K (try "
