@@ -223,7 +223,7 @@ START_TEST(interrupt_agreed)
     ck_assert_int_eq(tu_run_sh(g_dir, cmd, 120, NULL), 0);
     char *e = err_text();
     const char *at = strstr(e, "interrupted at step ");
-    ck_assert_msg(at && strstr(at, "resume with:"), "%s", e);
+    ck_assert_msg(at && strstr(at, "resume with: mpirun -np 2 "), "%s", e);
     ck_assert_msg(!strstr(at + 1, "interrupted at step"), "printed twice:\n%s", e);
     long step = atol(at + strlen("interrupted at step "));
     ck_assert_int_gt(step, 0);

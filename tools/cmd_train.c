@@ -967,7 +967,10 @@ static void resume_command(const trainer *t, char *buf, size_t n)
     char q[1100];
     const char *prog = program_invocation_name ? program_invocation_name : "tgrad";
     shell_quote(prog, q, sizeof q);
-    size_t w = (size_t)snprintf(buf, n, "%s train", q);
+    char launcher[48] = ""; /* under mpirun: the same number of processes (any P dividing K) */
+    if (t->mp.size > 1)
+        snprintf(launcher, sizeof launcher, "mpirun -np %d ", t->mp.size);
+    size_t w = (size_t)snprintf(buf, n, "%s%s train", launcher, q);
     for (int i = 1; i < t->argc && w < n; i++) {
         const char *s = t->argv[i];
         if (!strcmp(s, "--resume") || !strcmp(s, "--checkpoint")) {
