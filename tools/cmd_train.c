@@ -334,6 +334,8 @@ static bool build(trainer *t)
     tg_ctx_seed(ctx, (uint64_t)a->seed);
     if (a->threads)
         tg_ctx_set_threads(ctx, (int)a->threads);
+    else if (t->mp.size > 1) /* ranks sharing a host split its CPUs */
+        tg_ctx_set_threads(ctx, tmpi_default_threads(&t->mp, tg_ctx_threads(ctx)));
     if (a->unfused)
         tg_ctx_set_fusion(ctx, false); /* before any module is built */
     train_model_config(a, t->text, t->V, &t->mc);

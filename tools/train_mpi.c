@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef TG_HAVE_MPI
 #include "tgrad_dist.h"
@@ -149,6 +150,18 @@ void tmpi_stats(const train_mpi *m, double *bytes_per_step, double *seconds_per_
 #else
     (void)m;
 #endif
+}
+
+int tmpi_default_threads(const train_mpi *m, int omp_default)
+{
+    if (m->size <= 1)
+        return omp_default;
+    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long local = v ? atol(v) : 0, cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (local < 1 || cpus < 1)
+        return omp_default;
+    long share = cpus / local > 0 ? cpus / local : 1;
+    return share < omp_default ? (int)share : omp_default;
 }
 
 void tmpi_end(train_mpi *m, bool clean)

@@ -43,6 +43,10 @@ tg_status tmpi_bcast(train_mpi *m, void *buf, size_t bytes);
 bool tmpi_any(train_mpi *m, bool flag, bool *any);
 /* Bytes this rank sent and seconds it spent in the gradient exchange, per step so far. */
 void tmpi_stats(const train_mpi *m, double *bytes_per_step, double *seconds_per_step);
+/* Threads per process when --threads is not given: @p omp_default (OpenMP's, which follows the
+ * CPU binding mpirun chose) capped at the host's CPUs divided by the processes on this host
+ * (OMPI_COMM_WORLD_LOCAL_SIZE), so ranks sharing a host never oversubscribe it. */
+int tmpi_default_threads(const train_mpi *m, int omp_default);
 /* Leave the job: MPI_Finalize after a run every rank finished (@p clean); after a failure on
  * this rank with P > 1, abort the job (MPI_Abort) so no peer waits on it. */
 void tmpi_end(train_mpi *m, bool clean);
