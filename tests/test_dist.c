@@ -240,6 +240,30 @@ START_TEST(interrupt_agreed)
 }
 END_TEST
 
+/* A NaN weight: every rank holds the same non-finite loss and stops at the same step; rank 0
+ * says so once and the job ends without an abort; the checkpoint is left as it was. */
+START_TEST(nonfinite_stops_all_ranks_once)
+{
+    expect_rc(run(0, TASK " --checkpoint good.st --stop-after 3", 120), 0, "3 steps");
+    char src[512], dst[512];
+    tu_path(src, sizeof src, g_dir, "good.st");
+    tu_path(dst, sizeof dst, g_dir, "bad.st");
+    tu_st_rewrite(src, dst, &(tu_st_edit){.poison = "layers.0.linear1.weight"});
+    size_t n0, n1;
+    char *before = tu_slurp_in(g_dir, "bad.st", &n0);
+    expect_rc(run(2, "train --resume bad.st --threads 1 --quiet", 120), 1, "NaN weights");
+    char *e = err_text();
+    const char *at = strstr(e, "non-finite loss or gradients");
+    ck_assert_msg(at && !strstr(at + 1, "non-finite loss"), "once:\n%s", e);
+    ck_assert_msg(!strstr(e, "MPI_ABORT"), "an agreed stop is not an abort:\n%s", e);
+    free(e);
+    char *after = tu_slurp_in(g_dir, "bad.st", &n1);
+    ck_assert(n0 == n1 && memcmp(before, after, n0) == 0);
+    free(before);
+    free(after);
+}
+END_TEST
+
 /* P must divide K and the batch must split: one clear line, not one per process. */
 START_TEST(errors_once)
 {
@@ -300,6 +324,7 @@ static Suite *dist_suite(void)
     tcase_add_test(tc, resume_across_p);
     tcase_add_test(tc, killed_rank);
     tcase_add_test(tc, interrupt_agreed);
+    tcase_add_test(tc, nonfinite_stops_all_ranks_once);
     tcase_add_test(tc, errors_once);
     tcase_add_test(tc, embedder_example);
     suite_add_tcase(s, tc);

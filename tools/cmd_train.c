@@ -63,6 +63,8 @@ typedef struct {
     tg_grad_accum *accum; /* K > 1: the tree sum of the micro-batches' gradients */
     train_mpi mp;         /* under mpirun: rank r of P runs micro-batches r K/P .. */
     bool interrupted;     /* a rank got SIGINT/SIGTERM (agreed by all ranks) */
+    bool agreed_failure;  /* every rank stopped on the same error (rank 0 printed it) */
+    bool comm_failed;     /* an MPI call failed: the ranks may disagree */
     FILE *logf;
     int32_t *ids_buf, *tgt_buf; /* (B, T) token ids (seq2seq: source) and targets */
     int32_t *dec_buf, *out_buf; /* seq2seq (B, T): decoder inputs; greedy decoding's output */
@@ -817,8 +819,10 @@ static bool evaluate_all(trainer *t, double *val)
     }
     if (t->mp.size == 1)
         return r.ok != 0;
-    if (tmpi_bcast(&t->mp, &r, sizeof r) != TG_OK)
+    if (tmpi_bcast(&t->mp, &r, sizeof r) != TG_OK) {
+        t->comm_failed = true; /* not an agreed stop: the job must be aborted */
         return false;
+    }
     *val = r.val;
     t->acc = r.acc;
     t->tok_acc = r.tok_acc;
@@ -849,9 +853,13 @@ static bool train_step(trainer *t, int64_t step, double lr, double *l)
     if (s != TG_OK || !isfinite(*l)) {
         char msg[1200];
         end_live(t);
-        errf("step %" PRId64 ": non-finite loss or gradients (%s); parameters left unchanged, "
-             "stopping", step + 1, isfinite(*l) ? cli_message(t->ctx, NULL, msg, sizeof msg)
-                                                 : "loss is not finite");
+        /* every rank holds the same loss and gradients: all stop here, rank 0 says why */
+        t->agreed_failure = true;
+        if (t->mp.rank == 0)
+            errf("step %" PRId64 ": non-finite loss or gradients (%s); parameters left "
+                 "unchanged, stopping", step + 1,
+                 isfinite(*l) ? cli_message(t->ctx, NULL, msg, sizeof msg)
+                              : "loss is not finite");
         tg_ctx_clear_error(t->ctx);
         return false;
     }
@@ -892,11 +900,13 @@ static int train_loop(trainer *t)
         bool eval = (step + 1) % a->eval_every == 0 || last;
         double val = NAN;
         if (eval) {
-            if (!evaluate_all(t, &val)) {
+            if (!evaluate_all(t, &val)) { /* rank 0's failure, known to every rank */
                 char msg[1200];
                 end_live(t);
-                errf("evaluation at step %" PRId64 ": %s", step + 1,
-                     cli_message(t->ctx, NULL, msg, sizeof msg));
+                t->agreed_failure = !t->comm_failed;
+                if (t->mp.rank == 0 || t->comm_failed)
+                    errf("evaluation at step %" PRId64 ": %s", step + 1,
+                         cli_message(t->ctx, NULL, msg, sizeof msg));
                 return 1;
             }
             t->last_val = val;
@@ -1231,7 +1241,7 @@ int cmd_train(int argc, char **argv)
     }
     /* a failure after the setup agreement ends the whole job (MPI_Abort): no rank waits on
      * this one */
-    tmpi_end(&t->mp, !ready || rc == 0 || rc == 3 || rc == 130);
+    tmpi_end(&t->mp, !ready || t->agreed_failure || rc == 0 || rc == 3 || rc == 130);
     trainer_free(t);
     free(t);
     return rc;
