@@ -677,7 +677,7 @@ TG_API tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *ta
 
 /* ------------------------------------------------------------------------------------------ */
 /** @name Op builders: arithmetic, math functions, activations, max, concat, losses
- * More elementwise ops and reductions (issue 8). Same conventions as the op builders above:
+ * More elementwise ops and reductions. Same conventions as the op builders above:
  * f32 and f64 (all operands of one dtype, else ::TG_ERR_DTYPE), results bitwise identical for
  * any thread count, a NULL operand gives NULL without a new error. Values outside an op's
  * domain are not errors: they give the IEEE-754 result (inf or NaN) exactly as PyTorch does,

@@ -7,7 +7,7 @@
  *   counting sort (serial, O(N + V)) and saves it; backward gives each vocabulary row v to one
  *   thread, which sums its positions in increasing n. ids carry no gradient.
  *   Backward reads only the saved sort and dy, never the ids: changing the ids between forward
- *   and backward cannot change the gradient of the forward that ran (issue 8, item 9).
+ *   and backward cannot change the gradient of the forward that ran.
  * Check (before each forward): every id is in [0, V).
  * saved: int64 order[N] (positions grouped by id, increasing within an id), start[V + 1]
  *        (positions of id v are order[start[v] .. start[v + 1])).

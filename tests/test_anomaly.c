@@ -121,7 +121,7 @@ START_TEST(test_forward_inf_from_op)
 END_TEST
 
 /* A NaN made inside softmax (a +inf score) is found at softmax, the first node holding it,
- * in a rank-4 attention-shaped tensor; the message has the issue's form. */
+ * in a rank-4 attention-shaped tensor; the message has the documented form. */
 START_TEST(test_forward_softmax_nan)
 {
     tg_dtype dt = tu_dtypes[_i];

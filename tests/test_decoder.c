@@ -1,6 +1,6 @@
 /*
  * test_decoder.c - the decoder layer, the encoder / decoder stacks, the encoder-decoder model
- * and the seq2seq tg_transformer (issue 10) beyond PyTorch parity (tests/test_fixtures.c):
+ * and the seq2seq tg_transformer beyond PyTorch parity (tests/test_fixtures.c):
  * parameter names, fused and unfused graphs agree, thread invariance, fully masked memory
  * rows, and clear errors for bad input.
  */

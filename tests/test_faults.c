@@ -412,7 +412,7 @@ static tg_status op_graph_shared(tg_ctx *ctx, fx *f)
 static void res_graph(tg_ctx *ctx, fx *f, buf *out) { fp_run(ctx, f, out); }
 
 /* tg_graph_forward and tg_graph_backward (memory is planned at build: no allocation is
- * expected, so k = 0 already succeeds; the sweep keeps them honest after a redesign) */
+ * expected, so k = 0 already succeeds; the sweep keeps them honest after any change) */
 static tg_status op_forward(tg_ctx *ctx, fx *f)
 {
     (void)ctx;

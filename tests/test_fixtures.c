@@ -20,7 +20,7 @@ static const char *const cases[] = {
     "mha_key_padding", "mha_attn_mask_3d", "mha_combined", "mha_additive_mask", "ffn_relu",
     "ffn_gelu", "enc_post_relu", "enc_pre_relu", "enc_post_gelu", "enc_pre_gelu_eps",
     "enc_key_padding", "enc_causal",
-    /* issue 10: decoder layer, stacks, nn.Transformer */
+    /* decoder layer, stacks, nn.Transformer */
     "dec_post_relu", "dec_pre_gelu_eps", "dec_causal_tgt_kpm", "dec_memory_kpm", "dec_masks",
     "dec_masked_memory_row", "dec_stack2", "enc_stack2_norm", "transformer_2_2",
     "transformer_pre_gelu",

@@ -1,5 +1,5 @@
 /*
- * test_fused.c - fused ops against the unfused graphs they replace (issue 9): dense_act (dense
+ * test_fused.c - fused ops against the unfused graphs they replace: dense_act (dense
  * with ReLU/GELU in the GEMM epilogue) against dense + relu/gelu, and the modules that use the
  * fused ops (FFN, encoder layer) with tg_ctx_set_fusion on and off: values and every gradient,
  * f32 and f64, 1/2/3 threads; ReLU bitwise, GELU and modules within 1e-12 relative (f64).

@@ -857,7 +857,7 @@ START_TEST(test_const_only_graph)
 END_TEST
 
 
-/* ---- the error rule (issue 7, defect 12) ---------------------------------------------------
+/* ---- the error rule ---------------------------------------------------
  * Build errors stick until tg_ctx_clear_error; a run-time error is reported by the failing
  * call and described by the context right after it, but does not poison later builds. */
 START_TEST(test_runtime_error_does_not_stick)

@@ -1,5 +1,5 @@
 /*
- * test_int.c - integer tensors (TG_I32, issue 8 item 4): creation and the rules that keep them
+ * test_int.c - integer tensors (TG_I32): creation and the rules that keep them
  * out of gradients, the one float <-> i32 conversion rule in every copy and accessor, every
  * float op refusing them, embedding and cross_entropy taking them (and refusing float ids),
  * backward reading only what forward saved (item 9: changing ids or targets between forward and
@@ -374,7 +374,7 @@ START_TEST(test_cross_entropy_i32)
 }
 END_TEST
 
-/* Issue 8, item 9: embedding's backward reads only what its forward saved, so ids changed
+/* embedding's backward reads only what its forward saved, so ids changed
  * between forward and backward do not change the gradient: it is the one of the forward's ids.
  * Likewise for cross_entropy's targets. Compared bitwise with a graph whose ids never change. */
 START_TEST(test_backward_uses_forward_ids)

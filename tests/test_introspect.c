@@ -433,7 +433,7 @@ START_TEST(test_dot_out_of_memory)
 }
 END_TEST
 
-/* ---- tg_set_requires_grad once an op reads the tensor (issue 8, item 9) -------------------- */
+/* ---- tg_set_requires_grad once an op reads the tensor -------------------- */
 START_TEST(test_requires_grad_after_use_refused)
 {
     tg_ctx *ctx = tu_ctx_new();

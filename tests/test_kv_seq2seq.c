@@ -1,5 +1,5 @@
 /*
- * test_kv_seq2seq.c - incremental decoding of the encoder-decoder model (issue 10, item 4,
+ * test_kv_seq2seq.c - incremental decoding of the encoder-decoder model (
  * the seq2seq side): tg_generator_set_source() encodes the source once and stores each decoder
  * layer's memory keys and values; each feed then runs the decoder over the new target tokens
  * only (cached self-attention, cross-attention over the stored memory). Checked against

@@ -1,5 +1,5 @@
 /*
- * test_memory.c - inference graphs and bounded memory (issue 8, item 5), tested as an embedder
+ * test_memory.c - inference graphs and bounded memory, tested as an embedder
  * would use them, and as an adversary would:
  * - the embedder loop: a counting allocator under the context, a mark, then >= 10,000
  *   iterations of build a fresh no_grad graph over fresh inputs / forward / read / rewind;
@@ -116,7 +116,7 @@ static void assert_snap_eq(snapshot a, snapshot b, const char *what, long iter)
                   a.blocks, b.blocks);
 }
 
-/* Iterations of the embedder loops: >= 10,000 (the issue's bar), far fewer under valgrind. */
+/* Iterations of the embedder loops: >= 10,000, far fewer under valgrind. */
 static long loop_iters(void) { return tu_under_valgrind() ? 200 : 10000; }
 
 /* ---- the embedder loop ------------------------------------------------------------------- */

@@ -274,7 +274,7 @@ START_TEST(test_cross_entropy_large_logits)
 END_TEST
 
 
-/* ---- sizes the library cannot represent (issue 7, defects 1, 4 and 5) ---------------------- */
+/* ---- sizes the library cannot represent ---------------------- */
 #define HUGE62 4611686018427387904LL /* 2^62 */
 
 /* Each init function refuses a size it cannot represent with one message naming the value

@@ -1,5 +1,5 @@
 /*
- * test_ops_vec.c - the vectorized kernels of issue 9 (src/core/vec.h) against plain scalar
+ * test_ops_vec.c - the vectorized kernels (src/core/vec.h) against plain scalar
  * references: the vectorizable exp against libm (a dense sweep, special values), the row
  * kernels (max, exp-sum, dot) at odd sizes with inf, -inf, NaN, subnormals and huge values,
  * the fixed-order column sums (bitwise equal to the scalar column loop, for 1, 2, 3 and 8

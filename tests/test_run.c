@@ -516,7 +516,7 @@ START_TEST(test_dot)
 END_TEST
 
 
-/* ---- issue 10: decoder, stacks, nn.Transformer ------------------------------------------ */
+/* ---- decoder, stacks, nn.Transformer ------------------------------------------ */
 
 /* Write every parameter of the fixture (everything but inputs, masks, grad_out, out and the
  * gradients) as the weights file; returns how many. */

@@ -1,6 +1,6 @@
 #define _DEFAULT_SOURCE
 /*
- * test_seq2seq.c - the sequence-to-sequence task (issue 10 item 5) end to end, through the
+ * test_seq2seq.c - the sequence-to-sequence task end to end, through the
  * tgrad program: `tgrad train --arch seq2seq` learns a tiny task in well under a second, its
  * checkpoints resume bit-exactly (losses and every tensor), `tgrad sample --source` decodes,
  * and mistakes (architecture/task combinations, --source on other checkpoints, bad digits,
@@ -78,7 +78,7 @@ START_TEST(test_tiny_reverse_learns_and_samples)
 }
 END_TEST
 
-/* The issue's acceptance command with its defaults: >= 99% of held-out sequences decoded
+/* The documented command with its defaults: >= 99% of held-out sequences decoded
  * exactly (it stops at the first evaluation that reaches it; ~3 s of CPU on 2 threads). */
 START_TEST(test_default_reverse_reaches_target)
 {

@@ -5,13 +5,12 @@
  * variable of the same name). Every refusal must be exactly one line on stderr, a non-zero exit,
  * and quick: each run has a timeout and is killed (and the test failed) if it hangs.
  *
- * Issue 7 defects covered: 1 and 4 (huge sizes: bounded options, no wrap of the loss-curve
- * buffer), 2 (NaN logits in sample), 3 (checkpoint fields validated like the command line),
- * 5 (a checkpoint's claimed config checked against its tensors; memory estimate), 6 (FIFOs and
- * devices never block), 9 (resume saves back; the interrupt prints the resume command),
- * 10 (--checkpoint never silently replaces another file), 11 (output paths checked up front;
- * the plot respects the umask), 13 (the live line fits the terminal), 14 (option tables:
- * messages, --help), and --save-every.
+ * Hostile inputs covered: huge sizes (bounded options, no wrap of the loss-curve buffer), NaN
+ * logits in sample, checkpoint fields validated like the command line, a checkpoint's claimed
+ * config checked against its tensors (memory estimate), FIFOs and devices that never block,
+ * resume saving back (the interrupt prints the resume command), --checkpoint never silently
+ * replacing another file, output paths checked up front (the plot respects the umask), the live
+ * line fitting the terminal, option tables (messages, --help), and --save-every.
  */
 #include "testutil.h"
 #include "tgrad_train.h"
@@ -181,7 +180,7 @@ START_TEST(test_numeric_options_bounded)
             free(err);
         }
     }
-    /* and the issue's reproducers, by name */
+    /* and the known reproducers, by name */
     expect_refusal_t("train --layers 4611686018427387904", "from 1 to 1024", 5);
     expect_refusal_t("train --steps 4611686018427387904", "'4611686018427387904'", 5);
     expect_refusal_t("sample --checkpoint x.ckpt --tokens 4611686018427387904",
@@ -306,7 +305,7 @@ START_TEST(test_checkpoint_fields_task)
 }
 END_TEST
 
-/* issue 10: a seq2seq checkpoint (model.arch, model.decoder_layers too), resumed and sampled */
+/* a seq2seq checkpoint (model.arch, model.decoder_layers too), resumed and sampled */
 START_TEST(test_checkpoint_fields_seq2seq)
 {
     ck_assert_msg(run("train --arch seq2seq " TASK_MODEL " --steps 3 --eval-every 2 "
@@ -317,7 +316,7 @@ START_TEST(test_checkpoint_fields_seq2seq)
 }
 END_TEST
 
-/* The issue's reproducers and values valid in isolation but wrong for the file. */
+/* Known reproducers and values valid in isolation but wrong for the file. */
 START_TEST(test_checkpoint_reproducers)
 {
     make_text_ckpt("t.ckpt", NULL);
@@ -340,7 +339,7 @@ START_TEST(test_checkpoint_reproducers)
         {"optim.step", "-5", "optim.step"},
         {"model.vocab_size", "7", "model.vocab_size"},
         {"model.causal", "0", "model.causal"},
-        /* issue 10: n_decoder_layers (absent = 0) only in a seq2seq checkpoint */
+        /* n_decoder_layers (absent = 0) only in a seq2seq checkpoint */
         {"model.decoder_layers", "2", "model.decoder_layers 2 but model.arch"},
         {"model.decoder_layers", "-1", "model.decoder_layers"},
         {"data.vocab", "2020", "data.vocab"},     /* a byte twice */

@@ -1,5 +1,5 @@
 /*
- * test_views.c - views (issue 8, item 3), tested against references computed here by hand:
+ * test_views.c - views, tested against references computed here by hand:
  *
  * - random chains (seeded) of permute / transpose / narrow / reshape, ranks 1..4, depth 1..4,
  *   f32 and f64: every link is a view (no copy; data pointing into the leaf, readable before

@@ -1,10 +1,10 @@
 /*
- * bench_gemm.c - the GEMM section of `tgrad bench` (issue 9, item 6):
+ * bench_gemm.c - the GEMM section of `tgrad bench`:
  *   - an FMA peak probe: independent FMA chains in registers (AVX-512, AVX2 or portable C,
  *     chosen at run time), f32 and f64, on 1 and N threads (pthreads, each thread its own
  *     chains), GFLOP/s;
  *   - sgemm and dgemm through tgrad (tg_matmul on a one-op graph), C (M, N) = A (M, K) B (K, N)
- *     ("NN") and A (M, K) B^T with B (N, K) ("NT"), on the shapes of issue 9, 1 and N threads;
+ *     ("NN") and A (M, K) B^T with B (N, K) ("NT"), on the benchmark shapes, 1 and N threads;
  *   - OpenBLAS as the reference when libopenblas.so.0 can be dlopen()ed (no link dependency),
  *     with OPENBLAS_CORETYPE removed from the environment first so it picks its best kernels;
  *     tgrad and OpenBLAS alternate sample by sample in this process.

@@ -2,7 +2,7 @@
  * cmd_bench.c - `tgrad bench`: speed measured in a benchmark, never in a test. Every number is
  * printed beside a reference measured in the same run, each at 1 thread and at N threads:
  *   peak    - the machine's FMA peak (its own probe, bench_gemm.c);
- *   gemm    - the probe, then sgemm and dgemm through tg_matmul (NN, NT) on issue 9's shapes
+ *   gemm    - the probe, then sgemm and dgemm through tg_matmul (NN, NT) on the benchmark shapes
  *             against OpenBLAS when it can be dlopen()ed, samples interleaved (bench_gemm.c);
  *   dense   - tgrad's dense op against a plain triple loop in C;
  *   sdpa, mha, encoder, train - the module and training workloads of bench_work.c (the same
@@ -392,7 +392,7 @@ static const cli_command bench_cmd = {
         "  peak     the FMA peak of this machine: its own probe of 512-bit and 256-bit FMA\n"
         "           with 12 and 24 independent chains; the fastest form is the peak;\n"
         "  gemm     the probe, then sgemm and dgemm through tg_matmul, C = A B (NN) and\n"
-        "           C = A B^T (NT), on issue 9's shapes: GFLOP/s, % of the peak, and the\n"
+        "           C = A B^T (NT), on the benchmark shapes: GFLOP/s, % of the peak, and the\n"
         "           ratio to OpenBLAS (libopenblas.so.0 loaded with dlopen when installed,\n"
         "           with OPENBLAS_CORETYPE unset; samples interleaved in this process);\n"
         "  dense    the dense kernel against a naive loop;\n"

@@ -448,7 +448,7 @@ def gen_encoder(seed, B, T, D, H, Fdim, description, norm_first=False, activatio
 
 
 # --------------------------------------------------------------------------------------------
-# Decoder layer, stacks and nn.Transformer (issue 10)
+# Decoder layer, stacks and nn.Transformer
 # --------------------------------------------------------------------------------------------
 
 
@@ -476,7 +476,7 @@ def finish(model, inputs, out, grad_out, tensors_in, masks, md):
 
 
 def meta_v2(module, description, H, norm_first, activation, eps, causal=False, **extra):
-    """meta() plus the issue 10 keys: layers, tgt/memory mask kinds, masked_row."""
+    """meta() plus the decoder keys: layers, tgt/memory mask kinds, masked_row."""
     md = meta(module, description, heads=H, causal=causal, mask_kind="block",
               norm_first="1" if norm_first else "0", activation=activation,
               eps=repr(float(eps)), self_attention="1")
@@ -726,7 +726,7 @@ CASES = {
     "enc_causal": lambda: gen_encoder(
         406, 2, 5, 8, 2, 16, "TransformerEncoderLayer pre-norm, relu, bool causal src_mask "
         "(T,T)", norm_first=True, causal=True),
-    # ---- Decoder layer, stacks, nn.Transformer (issue 10) ----
+    # ---- Decoder layer, stacks, nn.Transformer ----
     "dec_post_relu": lambda: gen_decoder(
         501, 2, 4, 5, 8, 2, 16, "TransformerDecoderLayer post-norm, relu, T 4, S 5, no masks"),
     "dec_pre_gelu_eps": lambda: gen_decoder(

@@ -69,7 +69,7 @@ mut dropout    ops/dropout.c     's/out\[i\] = acc ? out\[i\] + v : v;/out[i] = 
 mut dropout    ops/dropout.c     '/^void tg__dropout_backward/,/^}/s/dx\[i\] += dy\[i\];/dx[i] -= dy[i];/' 'eval dx sign flipped'
 mut embedding  ops/embedding.c   's/row\[d\] += g\[d\];/row[d] += (T)1.1 * g[d];/'          'dW rows scaled by 1.1'
 mut cross_entropy ops/cross_entropy.c 's/(EXP(x\[j\] - lse) - (j == t ? (T)1 : (T)0))/EXP(x[j] - lse)/' 'one-hot term dropped'
-# newops (issue 8)
+# more elementwise ops, reductions and losses
 mut sub        ops/arith.c       's/db\[i\] -= v\[i\];/db[i] += v[i];/'                    'db sign flipped'
 mut sub        ops/arith.c       '/^void tg__sub_backward/,/^}/s/if (a->grad)/if (a->grad \&\& 0)/' 'da skipped'
 mut div        ops/arith.c       's/T v = s == 0 ? g \/ vb : -(g \* (va \/ vb)) \/ vb;/T v = s == 0 ? g \/ vb : (g * (va \/ vb)) \/ vb;/' 'db sign flipped'

@@ -283,7 +283,7 @@ static tg_tensor *do_eval(tg_ctx *ctx, tg_dtype dt)
     return tg_dropout(ctx, IN("x", 3, 2), 0.5);
 }
 
-/* ---- flash_attention (issue 9) ---- */
+/* ---- flash_attention ---- */
 static tg_tensor *fa_plain(tg_ctx *ctx, tg_dtype dt)
 {
     return tg_flash_attention(ctx, IN("q", 2, 3, 4), IN("k", 2, 5, 4), IN("v", 2, 5, 3), NULL,
@@ -436,7 +436,7 @@ static tg_tensor *enc_post(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, 
 static tg_tensor *enc_pre(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, true, TG_ACT_GELU, false); }
 static tg_tensor *enc_masked(tg_ctx *ctx, tg_dtype dt) { return enc_case(ctx, dt, true, TG_ACT_RELU, true); }
 
-/* ---- decoder layer and encoder-decoder (issue 10) ---- */
+/* ---- decoder layer and encoder-decoder ---- */
 static void dec_randomise(tg_decoder_layer *l)
 {
     /* non-trivial norms and biases so their gradients are exercised like the weights' */
@@ -590,7 +590,7 @@ static tg_tensor *tf_seq2seq(tg_ctx *ctx, tg_dtype dt)
                                      NULL), y, -1);
 }
 
-/* ---- newops (issue 8): sub, div, neg, exp, log, sqrt, tanh, sigmoid, silu, gelu_tanh,
+/* ---- more elementwise ops, reductions and losses: sub, div, neg, exp, log, sqrt, tanh, sigmoid, silu, gelu_tanh,
  * log_softmax, max, concat, mse_loss ---- */
 /* A differentiable input uniform in [lo, hi). */
 #define INR(name, lo, hi, ...) leaf(ctx, dt, TG_DIMS(__VA_ARGS__), name, lo, hi)
@@ -968,7 +968,7 @@ const tg_opcase tg_opcases[] = {
     {"transformer", "lm", "ids (2, 3) V 5 D 4, causal, learned pos, loss", tf_lm},
     {"transformer", "tied", "ids (2, 3) V 5 D 4, tied head, sinusoidal", tf_tied},
     {"transformer", "encoder", "ids (2, 3) V 5 D 4, bidirectional", tf_enc},
-    /* issue 10 */
+    /* decoder layer and encoder-decoder */
     {"decoder", "post-norm", "x (2, 3, 4) memory (2, 4, 4) H 2 F 6 relu", dec_post},
     {"decoder", "pre-norm", "x (2, 3, 4) memory (2, 4, 4) H 2 F 6 gelu", dec_pre},
     {"decoder", "masked", "pre-norm causal+padding, memory padding, memory_mask row 1 fully "
@@ -976,7 +976,7 @@ const tg_opcase tg_opcases[] = {
     {"encoder_decoder", "1+2", "src (2, 3, 4) tgt (2, 2, 4) causal, source padding", encdec_case},
     {"transformer", "seq2seq", "src (2, 4) tgt (2, 3) V 5 D 4, 1+1 layers, padding, loss",
      tf_seq2seq},
-    /* newops (issue 8) */
+    /* more elementwise ops, reductions and losses */
     {"sub", "same", "a (2, 3) b (2, 3)", sub_same},
     {"sub", "broadcast", "a (2, 3, 4) b (3, 1)", sub_bcast},
     {"sub", "size1", "a (1) b (2, 2)", sub_left},
@@ -1035,7 +1035,7 @@ const tg_opcase tg_opcases[] = {
     {"custom", "reads-output", "x (2, 3, 2) exp, backward reads y", cu_exp},
     {"custom", "two-inputs", "a b (2, 3, 4) -> (2, 3), shape fn", cu_rowdot},
     {"custom", "shared", "x (3, 2) rowdot(x, x)", cu_rowdot_self},
-    /* issue 9 (appended: the seeds of the cases above, derived from their index, stay) */
+    /* fused attention (appended: the seeds of the cases above, derived from their index, stay) */
     {"flash_attention", "plain", "q (2, 3, 4) k (2, 5, 4) v (2, 5, 3)", fa_plain},
     {"flash_attention", "masks", "q k (2, 2, 4, 3) v (.., 2) bias (4, 4) pad causal, a row "
      "fully masked", fa_masks},

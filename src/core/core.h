@@ -41,7 +41,7 @@ typedef union tg_op_params {
     struct { int act; } dense;                  /* dense_act: TG_ACT_* */
     struct { double p; double scale; } dropout; /* scale: used by the last forward */
     struct { int64_t ignore_index; } xent;
-    /* newops (issue 8) */
+    /* more elementwise ops, reductions and losses */
     struct { int axis; } max;                   /* max over one axis (ops/max.c) */
     struct { int axis; } concat;                /* ops/concat.c */
     struct { tg_reduction reduction; } mse;     /* ops/loss.c */
@@ -56,7 +56,7 @@ struct tg_op_def; /* src/core/registry.h */
  * params, kind, flags). Leaves (params, inputs, constants) own their data; every other buffer
  * (op outputs, values saved for backward, gradients of non-leaves, kernel workspace) belongs to
  * the graph that runs the node, which binds `data`, `grad`, `saved` and `ws` into its planned
- * arena before each kernel call (docs/core-v2.md). */
+ * arena before each kernel call (docs/graph.md). */
 struct tg_tensor {
     tg_ctx *ctx;
     uint64_t id;         /* creation number, unique per context */

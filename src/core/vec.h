@@ -1,5 +1,5 @@
 /*
- * vec.h - internal helpers for the vectorized non-GEMM kernels (issue 9): parallel regions
+ * vec.h - internal helpers for the vectorized non-GEMM kernels: parallel regions
  * only for work that pays for the fork, fixed-order row-blocked column sums, a vectorizable
  * exp, and the row kernels shared by softmax, log_softmax and cross-entropy.
  *

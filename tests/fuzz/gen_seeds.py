@@ -7,7 +7,7 @@ written only when --tgrad is given.
 The seeds cover each format's features (every dtype, rank 0 to 6, metadata, escapes, every .npy
 version) plus a few near misses (one check away from valid) that give the fuzzer a head start.
 It also copies a few tests/fixtures files (PyTorch-written safetensors) and their JSON headers.
-Besides these, the corpora hold inputs found by fuzzing (kept with -merge=1; README "Fuzzing").
+Besides these, the corpora hold inputs found by fuzzing (kept with -merge=1; docs/fuzzing.md).
 """
 import json
 import os
