@@ -199,6 +199,17 @@ START_TEST(test_lm_sgd_tied_sinusoidal)
     ck_assert_int_eq(tg_model_encode(a, text, 4, ids, 8), 4);
     check_generator(ctx, a, ids, 4);
     tg_ctx_free(ctx);
+    /* `tgrad sample` reads both through the same loader: the same text */
+    run_ok("sample --checkpoint lm.ckpt --prompt 'the ' --tokens 30 --temperature 0");
+    char *from_ckpt = tu_slurp_in(dir, "out.txt", NULL);
+    run_ok("sample --checkpoint lm.safetensors --prompt 'the ' --tokens 30 --temperature 0");
+    char *from_export = tu_slurp_in(dir, "out.txt", NULL);
+    ck_assert_ptr_nonnull(from_ckpt);
+    ck_assert_ptr_nonnull(from_export);
+    ck_assert_int_eq((int)strlen(from_ckpt), 4 + 30 + 1);
+    ck_assert_str_eq(from_ckpt, from_export);
+    free(from_ckpt);
+    free(from_export);
 }
 END_TEST
 
