@@ -562,6 +562,60 @@ static bool same_spec(const spec *a, const spec *b)
            !memcmp(a->byte_of, b->byte_of, sizeof a->byte_of);
 }
 
+/* Parameter tensors tg_transformer_init creates for @p c: 12 per encoder layer and 18 per
+ * decoder layer, the embeddings, final norms and head. */
+static int64_t config_params(const tg_transformer_config *c)
+{
+    int64_t common = (c->pos == TG_POS_LEARNED) + !c->tie_weights;
+    if (c->n_decoder_layers > 0)
+        return 6 + 12 * c->n_layers + 18 * c->n_decoder_layers + common;
+    return 4 + 12 * c->n_layers + common;
+}
+
+/* The context's parameter list before reserve_params moved it (restored by a failed load). */
+typedef struct saved_list {
+    tg_tensor **old;
+    int64_t old_cap;
+    bool moved;
+} saved_list;
+
+/* Grow the context's parameter list for @p more parameters now, before the mark (a rewind
+ * keeps a list that grew after its mark). The old list is kept until finish_params. */
+static bool reserve_params(tg_ctx *ctx, const char *fn, int64_t more, saved_list *sv)
+{
+    sv->moved = false;
+    if (ctx->cap_params - ctx->n_params >= more)
+        return true;
+    int64_t nc = ctx->cap_params ? ctx->cap_params : 32;
+    while (nc - ctx->n_params < more)
+        nc *= 2; /* more <= 6 + 30 * 65536: no overflow */
+    tg_tensor **np = tg__alloc_owned(ctx, sizeof *np * (size_t)nc, fn, TG__OWNER_CTX);
+    if (!np)
+        return false;
+    if (ctx->params)
+        memcpy(np, ctx->params, sizeof *np * (size_t)ctx->n_params);
+    *sv = (saved_list){ctx->params, ctx->cap_params, true};
+    ctx->params = np;
+    ctx->cap_params = nc;
+    return true;
+}
+
+/* After the load: free the old list (@p ok), or go back to it (the failed load's parameters
+ * were rewound, so the old list holds every parameter left), so the context holds exactly
+ * the bytes it held before the call. */
+static void finish_params(tg_ctx *ctx, const saved_list *sv, bool ok)
+{
+    if (!sv->moved)
+        return;
+    if (ok) {
+        tg__free(ctx, sv->old);
+        return;
+    }
+    tg__free(ctx, ctx->params);
+    ctx->params = sv->old;
+    ctx->cap_params = sv->old_cap;
+}
+
 /* ---- the model ------------------------------------------------------------------------------ */
 static tg_model *build(tg_ctx *ctx, const char *fn, const spec *s)
 {
@@ -607,15 +661,16 @@ tg_model *tg_model_load_from(tg_ctx *ctx, const tg_safetensors *st, const char *
         return tg__err(ctx, TG_ERR_ARG, fn, "the file is NULL");
     rd r = {ctx, fn, label ? label : "<memory>", st};
     spec s;
-    if (!read_spec(&r, &s))
+    saved_list sv = {NULL, 0, false};
+    if (!read_spec(&r, &s) || !reserve_params(ctx, fn, config_params(&s.info.config), &sv))
         return NULL;
     tg_mark mk = tg_ctx_mark(ctx);
     tg_model *m = build(ctx, fn, &s);
-    if (!m || !fill(&r, m, s.tied_head_copy)) {
+    bool ok = m && fill(&r, m, s.tied_head_copy);
+    if (!ok)
         tg_ctx_rewind(ctx, mk);
-        return NULL;
-    }
-    return m;
+    finish_params(ctx, &sv, ok);
+    return ok ? m : NULL;
 }
 
 tg_model *tg_model_load(tg_ctx *ctx, const char *path)
@@ -635,8 +690,10 @@ tg_model *tg_model_load(tg_ctx *ctx, const char *path)
     spec s, again;
     bool ok = read_spec(&r, &s);
     tg_ctx_rewind(ctx, m0);
-    if (!ok)
+    saved_list sv = {NULL, 0, false};
+    if (!ok || !reserve_params(ctx, fn, config_params(&s.info.config), &sv))
         return NULL;
+    m0 = tg_ctx_mark(ctx);
     tg_model *m = build(ctx, fn, &s);
     tg_mark m1 = tg_ctx_mark(ctx);
     r.st = m ? tg_safetensors_read(ctx, path) : NULL;
@@ -645,11 +702,10 @@ tg_model *tg_model_load(tg_ctx *ctx, const char *path)
         ok = (tg__err(ctx, TG_ERR_IO, fn, "%s: the file changed while it was read", path), false);
     ok = ok && fill(&r, m, s.tied_head_copy);
     tg_ctx_rewind(ctx, m1);
-    if (!ok) {
+    if (!ok)
         tg_ctx_rewind(ctx, m0);
-        return NULL;
-    }
-    return m;
+    finish_params(ctx, &sv, ok);
+    return ok ? m : NULL;
 }
 
 /* ---- accessors ------------------------------------------------------------------------------ */
