@@ -292,36 +292,6 @@ START_TEST(test_oom_then_recover)
 END_TEST
 
 /* ---- errors ------------------------------------------------------------------------------- */
-/* tg_ctx_set_error: the public way a library built on tgrad (libtgrad_dist) reports. */
-START_TEST(test_set_error_kinds)
-{
-    tg_ctx *ctx = tg_ctx_new();
-    tg_tensor *a = tg_input(ctx, TG_F64, TG_DIMS(2, 3), "a");
-    ck_assert_int_eq(tg_ctx_set_error(NULL, TG_ERROR_BUILD, TG_ERR_IO, "f", "x"), TG_ERR_ARG);
-    /* a run-time error: recorded, blocks nothing, dropped by the next call that runs */
-    ck_assert_int_eq(tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, "my_save", "disk %d full",
-                                      3), TG_ERR_IO);
-    tu_assert_error(ctx, TG_ERR_IO, "my_save: disk 3 full");
-    tg_tensor *s = tg_sum_all(ctx, a);
-    ck_assert_ptr_nonnull(s);
-    tg_graph *g = tg_graph_new(ctx, &s, 1);
-    ck_assert_ptr_nonnull(g);
-    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
-    ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
-    /* a build error sticks and blocks builders; a later one (of either kind) is ignored */
-    ck_assert_int_eq(tg_ctx_set_error(ctx, TG_ERROR_BUILD, TG_OK, NULL, "bad %s", "k"),
-                     TG_ERR_ARG); /* OK is never a failure */
-    tu_assert_error(ctx, TG_ERR_ARG, "tgrad: bad k");
-    ck_assert_ptr_null(tg_sum_all(ctx, a));
-    tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, "late", "ignored");
-    tg_ctx_set_error(ctx, TG_ERROR_BUILD, TG_ERR_SHAPE, "late", "ignored");
-    tu_assert_error(ctx, TG_ERR_ARG, "tgrad: bad k");
-    tg_ctx_clear_error(ctx);
-    ck_assert_ptr_nonnull(tg_sum_all(ctx, a));
-    tg_ctx_free(ctx);
-}
-END_TEST
-
 START_TEST(test_first_error_sticks)
 {
     tg_ctx *ctx = tg_ctx_new();
@@ -668,7 +638,6 @@ static Suite *ctx_suite(void)
 
     tc = tcase_create("errors");
     tcase_add_test(tc, test_first_error_sticks);
-    tcase_add_test(tc, test_set_error_kinds);
     tcase_add_test(tc, test_status_str);
     tcase_add_test(tc, test_memory_limit);
     tcase_add_test(tc, test_null_entry_points);
