@@ -181,6 +181,31 @@ TG_API const char *tg_ctx_message(const tg_ctx *ctx);
 /** Forget the recorded error (build or run-time); building works again. */
 TG_API void tg_ctx_clear_error(tg_ctx *ctx);
 
+/** Which of the two kinds of error tg_ctx_set_error() records (see "Errors come in two kinds"
+ *  above). */
+typedef enum tg_error_kind {
+    TG_ERROR_BUILD = 0, /**< sticks until tg_ctx_clear_error(); blocks later builders */
+    TG_ERROR_RUN = 1    /**< describes one failed call; dropped by the next call that runs */
+} tg_error_kind;
+
+/**
+ * Record an error on @p ctx exactly as tgrad's own calls do, for code built on tgrad (the
+ * libtgrad_dist library, an embedder's own modules) that reports through the same context.
+ * The message becomes `fn: <formatted>` (printf-style @p fmt; @p fn NULL gives "tgrad"),
+ * truncated to the context's message buffer. The rules of the two kinds apply: nothing is
+ * recorded while a build error is pending, and a build error replaces a run-time one.
+ * @p status ::TG_OK is recorded as ::TG_ERR_ARG (a failure is never OK).
+ * @return the status recorded (or that would have been), so a caller can
+ *         `return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, "my_save", "...")`.
+ *         NULL @p ctx: nothing happens, ::TG_ERR_ARG is returned.
+ */
+TG_API tg_status tg_ctx_set_error(tg_ctx *ctx, tg_error_kind kind, tg_status status,
+                                  const char *fn, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
 /** Most threads a context uses (kernels' OpenMP teams): tg_ctx_set_threads() and the default
  *  (OpenMP's, e.g. from OMP_NUM_THREADS) are capped here, so a huge value cannot crash the
  *  OpenMP runtime (OMP_NUM_THREADS=100000 made libgomp overflow its stack). */

@@ -5,7 +5,11 @@
  *        the parameters after N steps on P processes are bitwise those of one process.
  *
  * Built only with the meson feature `-Dmpi=enabled` (or `auto` when Open MPI's development
- * files are installed); link `tgrad_dist` and `tgrad`. The core library never depends on MPI.
+ * files are installed) as libtgrad_dist.so and libtgrad_dist.a, described by `tgrad-dist.pc`
+ * (which requires `tgrad` and Open MPI's `ompi-c`):
+ * `cc app.c $(pkg-config --cflags --libs tgrad-dist)` links the shared libraries,
+ * `cc -static app.c $(pkg-config --static --cflags --libs tgrad-dist)` (or `-Wl,-Bstatic`
+ * around the tgrad libraries) the static ones. The core library never depends on MPI.
  *
  * The pattern, per optimizer step of k micro-batches (tgrad_train.h, "Gradient accumulation"):
  * @code
@@ -49,7 +53,8 @@ typedef struct tg_dist tg_dist;
  * Join @p comm (duplicated; MPI must be initialized) for steps of @p k micro-batches: rank r of
  * P holds micro-batches r k/P .. (r+1) k/P - 1. Collective over @p comm.
  * Errors (NULL, message on @p ctx): ::TG_ERR_ARG (k < 1, P does not divide k),
- * ::TG_ERR_IO (an MPI call failed: its message), ::TG_ERR_NOMEM. Free with tg_dist_free().
+ * ::TG_ERR_IO (an MPI call failed: its message), ::TG_ERR_NOMEM. Free with tg_dist_free()
+ * (before or after tg_ctx_free(): the record comes from malloc, not from the context).
  */
 TG_API tg_dist *tg_dist_new(tg_ctx *ctx, MPI_Comm comm, int64_t k);
 /** This process's rank r and the number of processes P. */

@@ -403,10 +403,15 @@ TG_API tg_status tg_npy_write_to(tg_ctx *ctx, const tg_writer *w, const tg_io_it
  * `state_dict` keys given by the module builders); @p params NULL means every parameter of the
  * context. File values of any dtype are converted into a float parameter (by the rule of
  * ::tg_dtype); an i32 tensor in @p params loads only from an integer tensor in the file.
- * Nothing is modified unless everything matches. Errors (message names the tensor):
+ * Nothing is modified unless everything matches. A training checkpoint's optimizer state of
+ * the loaded parameters (`adam.m.<name>`, `adam.v.<name>`, `sgd.momentum.<name>`, as
+ * tg_checkpoint_save() writes it) is skipped, so a checkpoint loads strictly into a model
+ * (tg_checkpoint_restore() restores that state into an optimizer). To build a whole model
+ * from a checkpoint or an export, see tg_model_load() (tgrad_model.h).
+ * Errors (message names the tensor):
  * ::TG_ERR_MISMATCH for a missing tensor, a shape different from the parameter's, a float
- * tensor for an i32 one, or (with @p strict) a tensor in the file that no parameter takes;
- * ::TG_ERR_ARG.
+ * tensor for an i32 one, or (with @p strict) a tensor in the file that no parameter takes
+ * (optimizer state of a parameter that is not loaded included); ::TG_ERR_ARG.
  */
 TG_API tg_status tg_params_load_from(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
                                      tg_tensor *const *params, bool strict);

@@ -604,6 +604,36 @@ START_TEST(test_out_of_memory)
 }
 END_TEST
 
+/* tg_ctx_set_error: the public way a library built on tgrad (libtgrad_dist) reports. */
+START_TEST(test_set_error_kinds)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_tensor *a = tg_input(ctx, TG_F64, TG_DIMS(2, 3), "a");
+    ck_assert_int_eq(tg_ctx_set_error(NULL, TG_ERROR_BUILD, TG_ERR_IO, "f", "x"), TG_ERR_ARG);
+    /* a run-time error: recorded, blocks nothing, dropped by the next call that runs */
+    ck_assert_int_eq(tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, "my_save", "disk %d full",
+                                      3), TG_ERR_IO);
+    tu_assert_error(ctx, TG_ERR_IO, "my_save: disk 3 full");
+    tg_tensor *s = tg_sum_all(ctx, a);
+    ck_assert_ptr_nonnull(s);
+    tg_graph *g = tg_graph_new(ctx, &s, 1);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
+    /* a build error sticks and blocks builders; a later one (of either kind) is ignored */
+    ck_assert_int_eq(tg_ctx_set_error(ctx, TG_ERROR_BUILD, TG_OK, NULL, "bad %s", "k"),
+                     TG_ERR_ARG); /* OK is never a failure */
+    tu_assert_error(ctx, TG_ERR_ARG, "tgrad: bad k");
+    ck_assert_ptr_null(tg_sum_all(ctx, a));
+    tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, "late", "ignored");
+    tg_ctx_set_error(ctx, TG_ERROR_BUILD, TG_ERR_SHAPE, "late", "ignored");
+    tu_assert_error(ctx, TG_ERR_ARG, "tgrad: bad k");
+    tg_ctx_clear_error(ctx);
+    ck_assert_ptr_nonnull(tg_sum_all(ctx, a));
+    tg_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *custom_suite(void)
 {
     Suite *s = suite_create("custom");
@@ -624,6 +654,7 @@ static Suite *custom_suite(void)
     tcase_add_test(tc, test_shapes);
     tcase_add_test(tc, test_build_errors);
     tcase_add_test(tc, test_custom_error_api);
+    tcase_add_test(tc, test_set_error_kinds);
     tcase_add_test(tc, test_out_of_memory);
     return s;
 }

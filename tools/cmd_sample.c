@@ -13,15 +13,18 @@
  * On a checkpoint of `tgrad train --arch seq2seq`, --source DIGITS is decoded greedily
  * (seq2seq.c) and the target sequence printed as digits.
  *
- * parse (sample_parse, train_args.c) -> load (checkpoint validated by ckpt_config_load before
- * the model is built) -> generate (every library status checked; non-finite logits are an
- * error, never an index).
+ * parse (sample_parse, train_args.c) -> load (a checkpoint is validated by ckpt_config_load
+ * before the model is built; the model itself, config, vocabulary and weights, comes from
+ * tg_model_load_from (tgrad_model.h), the loader embedders use, which also reads an export of
+ * `tgrad export`) -> generate (every library status checked; non-finite logits are an error,
+ * never an index).
  */
 #include "ckpt_config.h"
 #include "cli.h"
 #include "climsg.h"
 #include "data.h"
 #include "seq2seq.h"
+#include "tgrad_model.h"
 #include "tgrad_train.h"
 #include "train_args.h"
 
@@ -33,7 +36,8 @@
 
 typedef struct {
     tg_ctx *ctx;
-    tg_transformer model;
+    tg_model *m;
+    const tg_transformer *model;
     tg_tensor *ids, *logits;       /* --no-cache: the window graph */
     tg_graph *g;
     tg_generator *gen;             /* default: the KV cache */
@@ -133,48 +137,64 @@ static bool sample_load(sampler *s, const sample_args *a)
         cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
         return false;
     }
-    train_args ta;
-    train_defaults(&ta);
-    ckpt_info info;
-    tg_transformer_config mc;
-    if (!ckpt_config_load(st, &ta, NULL, true, phys_memory_bytes(), &info, &mc, err,
-                          sizeof err)) {
+    /* a checkpoint: every field validated with the train option table (its messages); an
+     * export (`tgrad export`): validated by the library loader, memory estimated here */
+    const char *format = tg_safetensors_meta_get(st, "format");
+    bool is_export = format && !strcmp(format, "tgrad-export-1");
+    if (!is_export) {
+        train_args ta;
+        train_defaults(&ta);
+        ckpt_info info;
+        tg_transformer_config mc;
+        if (!ckpt_config_load(st, &ta, NULL, true, phys_memory_bytes(), &info, &mc, err,
+                              sizeof err)) {
+            fail("--checkpoint '%s': %s", a->checkpoint, err);
+            return false;
+        }
+    }
+    s->m = tg_model_load_from(s->ctx, st, a->checkpoint);
+    if (!s->m) {
+        cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
+        return false;
+    }
+    const tg_model_info *mi = tg_model_get_info(s->m);
+    if (is_export && (mi->kind != TG_MODEL_LM ||
+                      !model_memory_check(&mi->config, mi->dtype, 1, 0, false,
+                                          phys_memory_bytes(), err, sizeof err))) {
+        if (mi->kind != TG_MODEL_LM)
+            snprintf(err, sizeof err, "an export of a built-in task's encoder (data '%s'): "
+                     "nothing to sample", tg_safetensors_meta_get(st, "data"));
         fail("--checkpoint '%s': %s", a->checkpoint, err);
         return false;
     }
-    s->T = mc.max_seq_len;
-    s->nv = info.vocab_size;
-    s->s2s = info.seq2seq;
+    s->model = tg_model_transformer(s->m);
+    s->T = mi->config.max_seq_len;
+    s->nv = (int)mi->config.vocab_size;
+    s->s2s = mi->kind == TG_MODEL_SEQ2SEQ;
     if (!check_source(s, a, err, sizeof err)) {
         fail("%s%s", err, "");
         return false;
     }
-    memcpy(s->vocab, info.vocab, sizeof s->vocab);
     for (int b = 0; b < 256; b++)
-        s->id_of[b] = -1;
-    for (int i = 0; i < s->nv; i++)
-        s->id_of[s->vocab[i]] = i;
-    tg_dtype dt = train_dtype(&ta);
+        s->id_of[b] = tg_model_byte_token(s->m, b);
+    for (int i = 0; i < s->nv; i++) /* BOS (seq2seq only) stands for no byte */
+        s->vocab[i] = (unsigned char)(tg_model_token_byte(s->m, i) & 0xff);
     if (s->s2s) {
-        if (tg_transformer_init(s->ctx, &s->model, dt, &mc) != TG_OK ||
-            !s2s_decoder_init(&s->dec, s->ctx, &s->model, 1, s->T, a->no_cache) ||
-            tg_params_load_from(s->ctx, st, 0, NULL, false) != TG_OK) {
+        if (!s2s_decoder_init(&s->dec, s->ctx, s->model, 1, s->T, a->no_cache)) {
             cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
             return false;
         }
         return true;
     }
-    if (tg_transformer_init(s->ctx, &s->model, dt, &mc) == TG_OK) {
-        if (a->no_cache) {
-            s->ids = tg_input(s->ctx, TG_I32, TG_DIMS(1, s->T), "ids");
-            s->logits = tg_transformer_forward(s->ctx, &s->model, s->ids, NULL);
-            tg_graph_opts go = {.no_grad = true}; /* inference: no gradients, nothing saved */
-            s->g = tg_graph_new_opts(s->ctx, &s->logits, 1, &go);
-        } else {
-            s->gen = tg_generator_new(s->ctx, &s->model, 1);
-        }
+    if (a->no_cache) {
+        s->ids = tg_input(s->ctx, TG_I32, TG_DIMS(1, s->T), "ids");
+        s->logits = tg_transformer_forward(s->ctx, s->model, s->ids, NULL);
+        tg_graph_opts go = {.no_grad = true}; /* inference: no gradients, nothing saved */
+        s->g = tg_graph_new_opts(s->ctx, &s->logits, 1, &go);
+    } else {
+        s->gen = tg_model_generator(s->m, 1);
     }
-    if ((!s->g && !s->gen) || tg_params_load_from(s->ctx, st, 0, NULL, false) != TG_OK) {
+    if (!s->g && !s->gen) {
         cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
         return false;
     }

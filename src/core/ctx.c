@@ -321,6 +321,20 @@ void *tg__run_err(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...
     return NULL;
 }
 
+tg_status tg_ctx_set_error(tg_ctx *ctx, tg_error_kind kind, tg_status status, const char *fn,
+                           const char *fmt, ...)
+{
+    if (!ctx)
+        return TG_ERR_ARG;
+    if (status == TG_OK)
+        status = TG_ERR_ARG; /* a failure is never OK */
+    va_list ap;
+    va_start(ap, fmt);
+    record(ctx, kind != TG_ERROR_RUN, status, fn, fmt ? fmt : "", ap);
+    va_end(ap);
+    return status;
+}
+
 void tg__kernel_fail(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
 {
     if (!ctx)

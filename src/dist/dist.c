@@ -3,13 +3,18 @@
  * point-to-point calls on a duplicated communicator that returns errors instead of aborting.
  * The summation schedule itself is tg_grad_accum_combine()'s (src/train/accum.c); this file
  * only moves bytes. Built into libtgrad_dist with the meson feature `mpi`.
+ *
+ * This file uses only the public headers (errors through tg_ctx_set_error(), memory from
+ * malloc), so libtgrad_dist links against the shared libtgrad.so as well as the static
+ * libtgrad.a: the library's internal symbols are hidden in the shared object.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "tgrad_dist.h"
-#include "core.h"
 
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -70,29 +75,39 @@ tg_dist *tg_dist_new(tg_ctx *ctx, MPI_Comm comm, int64_t k)
     static const char *fn = "tg_dist_new";
     if (!ctx)
         return NULL;
-    tg__begin(ctx);
     int inited = 0;
     MPI_Initialized(&inited);
-    if (!inited)
-        return tg__err(ctx, TG_ERR_STATE, fn, "MPI is not initialized (call MPI_Init first)");
-    int size = 0, rank = 0;
-    if (MPI_Comm_size(comm, &size) != MPI_SUCCESS || MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
-        return tg__err(ctx, TG_ERR_ARG, fn, "not a valid communicator");
-    if (k < 1 || k % size != 0)
-        return tg__err(ctx, TG_ERR_ARG, fn,
-                       "%" PRId64 " micro-batches per step do not split evenly over %d "
-                       "processes (the number of processes must divide k)", k, size);
-    tg_dist *d = tg__alloc_owned(ctx, sizeof *d, fn, TG__OWNER_CTX);
-    if (!d)
+    if (!inited) {
+        tg_ctx_set_error(ctx, TG_ERROR_BUILD, TG_ERR_STATE, fn,
+                         "MPI is not initialized (call MPI_Init first)");
         return NULL;
+    }
+    int size = 0, rank = 0;
+    if (MPI_Comm_size(comm, &size) != MPI_SUCCESS || MPI_Comm_rank(comm, &rank) != MPI_SUCCESS) {
+        tg_ctx_set_error(ctx, TG_ERROR_BUILD, TG_ERR_ARG, fn, "not a valid communicator");
+        return NULL;
+    }
+    if (k < 1 || k % size != 0) {
+        tg_ctx_set_error(ctx, TG_ERROR_BUILD, TG_ERR_ARG, fn,
+                         "%" PRId64 " micro-batches per step do not split evenly over %d "
+                         "processes (the number of processes must divide k)", k, size);
+        return NULL;
+    }
+    tg_dist *d = calloc(1, sizeof *d);
+    if (!d) {
+        tg_ctx_set_error(ctx, TG_ERROR_BUILD, TG_ERR_NOMEM, fn, "allocating %zu bytes failed",
+                         sizeof *d);
+        return NULL;
+    }
     int rc = MPI_Comm_dup(comm, &d->comm);
     if (rc == MPI_SUCCESS)
         rc = MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_RETURN);
     if (rc != MPI_SUCCESS) {
         char err[600];
         mpi_fail(rc, "MPI_Comm_dup", rank, err, sizeof err);
-        tg__free(ctx, d);
-        return tg__err(ctx, TG_ERR_IO, fn, "%s", err);
+        free(d);
+        tg_ctx_set_error(ctx, TG_ERROR_BUILD, TG_ERR_IO, fn, "%s", err);
+        return NULL;
     }
     d->ctx = ctx;
     d->rank = rank;
@@ -139,8 +154,7 @@ tg_status tg_dist_bcast(tg_dist *d, void *buf, size_t bytes)
     if (rc != MPI_SUCCESS) {
         char err[600];
         mpi_fail(rc, "MPI_Bcast", 0, err, sizeof err);
-        tg__run_err(d->ctx, TG_ERR_IO, "tg_dist_bcast", "%s", err);
-        return TG_ERR_IO;
+        return tg_ctx_set_error(d->ctx, TG_ERROR_RUN, TG_ERR_IO, "tg_dist_bcast", "%s", err);
     }
     return TG_OK;
 }
@@ -154,8 +168,7 @@ tg_status tg_dist_any(tg_dist *d, bool flag, bool *any)
     if (rc != MPI_SUCCESS) {
         char err[600];
         mpi_fail(rc, "MPI_Allreduce", -1, err, sizeof err);
-        tg__run_err(d->ctx, TG_ERR_IO, "tg_dist_any", "%s", err);
-        return TG_ERR_IO;
+        return tg_ctx_set_error(d->ctx, TG_ERROR_RUN, TG_ERR_IO, "tg_dist_any", "%s", err);
     }
     *any = out != 0;
     return TG_OK;
@@ -173,5 +186,5 @@ void tg_dist_free(tg_dist *d)
     if (!d)
         return;
     MPI_Comm_free(&d->comm);
-    tg__free(d->ctx, d);
+    free(d);
 }

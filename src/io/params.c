@@ -17,8 +17,26 @@ static tg_tensor *const *all_params(tg_ctx *ctx, int64_t *n, tg_tensor *const *p
     return ctx->params;
 }
 
-tg_status tg__params_load_from(tg_ctx *ctx, const char *fn, const tg_safetensors *st, int64_t n,
-                               tg_tensor *const *params, bool strict)
+/* Is @p name optimizer state of one of @p params (n of them): "adam.m.<p>", "adam.v.<p>" or
+ * "sgd.momentum.<p>", as tg_checkpoint_save() writes it? */
+static bool is_optim_state(const char *name, int64_t n, tg_tensor *const *params)
+{
+    static const char *const prefixes[] = {"adam.m.", "adam.v.", "sgd.momentum."};
+    for (size_t k = 0; k < sizeof prefixes / sizeof prefixes[0]; k++) {
+        size_t pl = strlen(prefixes[k]);
+        if (strncmp(name, prefixes[k], pl) != 0)
+            continue;
+        for (int64_t i = 0; i < n; i++)
+            if (!strcmp(params[i]->name, name + pl))
+                return true;
+    }
+    return false;
+}
+
+/* The loader; @p skip_optim: with @p strict, a file tensor that is optimizer state of a
+ * loaded parameter is not unexpected (it is skipped). */
+static tg_status load_from(tg_ctx *ctx, const char *fn, const tg_safetensors *st, int64_t n,
+                           tg_tensor *const *params, bool strict, bool skip_optim)
 {
     if (!ctx || !st || n < 0)
         return TG_ERR_ARG;
@@ -51,6 +69,8 @@ tg_status tg__params_load_from(tg_ctx *ctx, const char *fn, const tg_safetensors
             bool found = false;
             for (int64_t i = 0; i < n && !found; i++)
                 found = strcmp(params[i]->name, name) == 0;
+            if (!found && skip_optim)
+                found = is_optim_state(name, n, params);
             if (!found) {
                 char b[112];
                 tg__err(ctx, TG_ERR_MISMATCH, fn, "unexpected tensor '%s' in the file",
@@ -66,10 +86,16 @@ tg_status tg__params_load_from(tg_ctx *ctx, const char *fn, const tg_safetensors
     return TG_OK;
 }
 
+tg_status tg__params_load_from(tg_ctx *ctx, const char *fn, const tg_safetensors *st, int64_t n,
+                               tg_tensor *const *params, bool strict)
+{
+    return load_from(ctx, fn, st, n, params, strict, false);
+}
+
 tg_status tg_params_load_from(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
                               tg_tensor *const *params, bool strict)
 {
-    return tg__params_load_from(ctx, "tg_params_load_from", st, n, params, strict);
+    return load_from(ctx, "tg_params_load_from", st, n, params, strict, true);
 }
 
 tg_status tg_params_load(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *const *params,
@@ -80,7 +106,7 @@ tg_status tg_params_load(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *co
     tg_safetensors *st = tg_safetensors_read(ctx, path);
     if (!st)
         return tg_ctx_status(ctx);
-    return tg__params_load_from(ctx, "tg_params_load", st, n, params, strict);
+    return load_from(ctx, "tg_params_load", st, n, params, strict, true);
 }
 
 tg_status tg_params_save(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *const *params,

@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+"""Load a tgrad model into PyTorch with nothing but torch and numpy (Debian 12's python3-torch
+and python3-numpy; the `safetensors` package is not needed).
+
+Reads any file tgrad writes for a decoder-only LM or a task encoder:
+  - an export of `tgrad export` (format tgrad-export-1: metadata `config`, `vocab`), or
+  - a training checkpoint of `tgrad train --checkpoint` (format tgrad-checkpoint-1: metadata
+    model.*, data.*; its optimizer state adam.* / sgd.momentum.* is left out),
+into the reference model class LM of tools/train_reference.py with
+load_state_dict(strict=True): every parameter key must match, none missing or extra.
+
+As a module (put tools/ on sys.path):
+
+    import torch, load_tgrad
+    model, vocab, config = load_tgrad.load("lic.safetensors")     # eval mode, file's dtype
+    ids = torch.tensor([load_tgrad.encode(vocab, b"This program is ")])
+    next_byte = vocab[model(ids)[0, -1].argmax().item()]
+    tensors, meta = load_tgrad.read_safetensors("any.safetensors")  # {name: tensor}, {key: str}
+
+As a program:
+
+    /usr/bin/python3 tools/load_tgrad.py MODEL [--prompt TEXT] [--tokens N]
+        describe the model, load it strictly, continue TEXT greedily for N bytes
+    /usr/bin/python3 tools/load_tgrad.py MODEL --check LOGITS.safetensors
+        compare the model's logits on LOGITS' "ids" with its "logits" (the files
+        tools/check_export.py writes, tests/fixtures/export_*_logits.safetensors); exit 1 if
+        max |diff| > 1e-4 (1 + max |logit|) (1e-10 in float64)
+
+Exit status: 0, 1 for a failed check or a file that cannot be loaded (one line on stderr), 2
+for a usage error.
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_reference import LM  # noqa: E402
+
+__all__ = ["read_safetensors", "load", "config_of", "encode", "decode", "LM"]
+
+# safetensors dtype -> numpy dtype (little-endian, as the format stores every value)
+_NP = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
+       "I8": "i1", "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?"}
+_MAX_HEADER = 100 * 1024 * 1024
+
+
+def read_safetensors(path):
+    """The file at `path` as ({name: tensor}, {metadata key: value}), with the checks of the
+    reference reader: header length, JSON object, known dtypes, offsets in order, inside the
+    data section, covering it exactly, and sized for each tensor's shape. BF16 is read as
+    torch.bfloat16. Raises ValueError naming the file and the problem."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8:
+        raise ValueError(f"{path}: not a safetensors file (shorter than 8 bytes)")
+    (n,) = struct.unpack("<Q", data[:8])
+    if n > min(_MAX_HEADER, len(data) - 8):
+        raise ValueError(f"{path}: not a safetensors file (header length {n} does not fit "
+                         f"the file of {len(data)} bytes)")
+    try:
+        header = json.loads(data[8:8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path}: not a safetensors file (header is not JSON: {e})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: not a safetensors file (header is not a JSON object)")
+    meta = header.pop("__metadata__", None) or {}
+    body = memoryview(data)[8 + n:]
+    tensors, end_prev = {}, 0
+    for name, e in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        dt, shape, (b, end) = e["dtype"], e["shape"], e["data_offsets"]
+        if dt not in _NP and dt != "BF16":
+            raise ValueError(f"{path}: tensor {name!r}: unsupported dtype {dt}")
+        size = 2 if dt == "BF16" else np.dtype(_NP[dt]).itemsize
+        numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if b != end_prev or end < b or end > len(body) or end - b != numel * size:
+            raise ValueError(f"{path}: tensor {name!r}: data_offsets [{b}, {end}] do not hold "
+                             f"{dt} {shape}")
+        end_prev = end
+        raw = body[b:end]
+        if dt == "BF16":  # numpy has no bfloat16: the bits as int16, viewed by torch
+            t = torch.from_numpy(np.frombuffer(raw, dtype="<i2").copy()).view(torch.bfloat16)
+        else:
+            t = torch.from_numpy(np.frombuffer(raw, dtype=_NP[dt]).copy())
+        tensors[name] = t.reshape(shape)
+    if end_prev != len(body):
+        raise ValueError(f"{path}: {len(body) - end_prev} bytes after the last tensor")
+    return tensors, meta
+
+
+def _bool01(meta, key, default=None):
+    v = meta.get(key)
+    if v is None and default is not None:
+        return default
+    if v not in ("0", "1"):
+        raise ValueError(f"metadata {key!r} is {v!r} (expected 0 or 1)")
+    return v == "1"
+
+
+def config_of(meta):
+    """(config, vocab) of a tgrad export or training checkpoint's metadata: config holds LM's
+    keyword arguments plus "dtype"; vocab[i] is the byte token id i stands for."""
+    fmt = meta.get("format")
+    if fmt == "tgrad-export-1":
+        return json.loads(meta["config"]), json.loads(meta["vocab"])
+    if fmt != "tgrad-checkpoint-1":
+        raise ValueError(f"not a tgrad export or checkpoint (metadata 'format' is {fmt!r})")
+    arch = meta.get("model.arch", "lm" if meta.get("data.mode") == "text" else "encoder")
+    if arch == "seq2seq":
+        raise ValueError("an encoder-decoder (model.arch seq2seq) checkpoint: LM holds the "
+                         "decoder-only and encoder models only")
+    text = meta["data.mode"] == "text"
+    vocab = list(bytes.fromhex(meta["data.vocab"])) if text else list(b"0123456789")
+    config = {
+        "vocab_size": int(meta["model.vocab_size"]), "max_seq_len": int(meta["model.seq_len"]),
+        "n_layers": int(meta["model.layers"]), "d_model": int(meta["model.d_model"]),
+        "n_heads": int(meta["model.heads"]), "d_ff": int(meta["model.d_ff"]),
+        "activation": meta["model.activation"], "norm_first": _bool01(meta, "model.norm_first"),
+        "pos": meta["model.pos"], "causal": text,
+        "tie_weights": _bool01(meta, "model.tie_weights", False),
+        "layer_norm_eps": 1e-5, "dropout": float(meta.get("model.dropout", "0")),
+        "dtype": "float64" if meta.get("model.dtype") == "f64" else "float32"}
+    if len(vocab) != config["vocab_size"]:
+        raise ValueError(f"metadata disagrees: model.vocab_size {config['vocab_size']} but the "
+                         f"vocabulary has {len(vocab)}")
+    return config, vocab
+
+
+_OPTIM_PREFIXES = ("adam.m.", "adam.v.", "sgd.momentum.")
+
+
+def load(path, dtype=None):
+    """Load a tgrad export or checkpoint into LM with strict=True. Returns (model in eval mode,
+    vocab, config): vocab[i] is the byte token id i stands for. dtype: None keeps the file's
+    (config["dtype"]), or e.g. torch.float64. A checkpoint's optimizer state is left out; a
+    tied model's head.weight is tok_emb.weight (PyTorch's state_dict lists both keys)."""
+    tensors, meta = read_safetensors(path)
+    config, vocab = config_of(meta)
+    state = {k: v for k, v in tensors.items() if not k.startswith(_OPTIM_PREFIXES)}
+    if config["tie_weights"] and "head.weight" not in state and "tok_emb.weight" in state:
+        state["head.weight"] = state["tok_emb.weight"]
+    model = LM.from_config(config)
+    model.to(dtype or getattr(torch, config["dtype"]))
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    return model, vocab, config
+
+
+def encode(vocab, data):
+    """Token ids of the bytes `data`; ValueError naming a byte the vocabulary lacks."""
+    index = {b: i for i, b in enumerate(vocab)}
+    try:
+        return [index[b] for b in data]
+    except KeyError as e:
+        raise ValueError(f"byte {e.args[0]} is not in the model's vocabulary of "
+                         f"{len(vocab)} bytes") from None
+
+
+def decode(vocab, ids):
+    """The bytes token ids `ids` stand for."""
+    return bytes(vocab[i] for i in ids)
+
+
+def _greedy(model, vocab, config, prompt, n):
+    ids = encode(vocab, prompt) or [0]
+    with torch.no_grad():
+        for _ in range(n):
+            window = ids[-config["max_seq_len"]:]
+            ids.append(int(model(torch.tensor([window]))[0, -1].argmax()))
+    return decode(vocab, ids[len(encode(vocab, prompt)):])
+
+
+def _check(model, path):
+    ref, _ = read_safetensors(path)
+    ids, want = ref["ids"].long(), ref["logits"]
+    with torch.no_grad():
+        got = model(ids).double()
+    diff = (got - want).abs().max().item() / (1 + want.abs().max().item())
+    tol = 1e-10 if next(model.parameters()).dtype == torch.float64 else 1e-4
+    return diff, tol
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Load a tgrad export or checkpoint into PyTorch "
+                                "(torch + numpy only).")
+    p.add_argument("model", help="a file of `tgrad export` or `tgrad train --checkpoint`")
+    p.add_argument("--prompt", default="", help="text to continue greedily")
+    p.add_argument("--tokens", type=int, default=0, help="bytes to generate (default 0)")
+    p.add_argument("--check", metavar="LOGITS", help="compare with this file's ids and logits")
+    a = p.parse_args(argv)
+    try:
+        model, vocab, config = load(a.model)
+        n = sum(t.numel() for t in model.state_dict().values())
+        print(f"{a.model}: {'LM' if config['causal'] else 'encoder'}, "
+              f"{config['n_layers']} layer(s), d_model {config['d_model']}, "
+              f"{config['n_heads']} heads, vocabulary {config['vocab_size']}, {config['dtype']}; "
+              f"{n} values loaded with strict=True")
+        if a.tokens > 0:
+            out = _greedy(model, vocab, config, a.prompt.encode(), a.tokens)
+            print(json.dumps(a.prompt + out.decode("latin-1")))
+        if a.check:
+            diff, tol = _check(model, a.check)
+            ok = diff <= tol
+            print(f"{a.check}: max |diff| / (1 + max |logit|) = {diff:.3g} (tol {tol:g}): "
+                  f"{'ok' if ok else 'FAILED'}")
+            return 0 if ok else 1
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        print(f"load_tgrad: {a.model}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
