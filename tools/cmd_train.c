@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "climsg.h"
 #include "data.h"
+#include "outpath.h"
 #include "seq2seq.h"
 #include "svgplot.h"
 #include "tgrad_train.h"
@@ -65,7 +66,11 @@ typedef struct {
     bool interrupted;     /* a rank got SIGINT/SIGTERM (agreed by all ranks) */
     bool agreed_failure;  /* every rank stopped on the same error (rank 0 printed it) */
     bool comm_failed;     /* an MPI call failed: the ranks may disagree */
-    FILE *logf;
+    int logfd;           /* --log, open for writing (-1: none) */
+    int64_t log_len;     /* --log: its length, always at the end of a whole line */
+    bool usage;          /* the setup failed on a usage error (exit 2) */
+    char *plot_path;     /* --plot's file (through a symbolic link: its target) */
+    outpath_lock lock;   /* --checkpoint's lock, held for the whole run */
     int32_t *ids_buf, *tgt_buf; /* (B, T) token ids (seq2seq: source) and targets */
     int32_t *dec_buf, *out_buf; /* seq2seq (B, T): decoder inputs; greedy decoding's output */
     svg_series train_curve, val_curve;
@@ -182,6 +187,17 @@ static bool dir_writable(const char *opt, const char *path)
     return true;
 }
 
+/* One writer per checkpoint (outpath.h): held until the run ends. */
+static bool lock_checkpoint(trainer *t)
+{
+    char err[1400];
+    if (!outpath_lock_take(&t->lock, "--checkpoint", t->a.checkpoint, err, sizeof err)) {
+        errf("%s", err);
+        return false;
+    }
+    return true;
+}
+
 /* What the existing file @p path holds, for the refusal message. */
 static void describe_existing(const char *path, const struct stat *sb, char *buf, size_t n)
 {
@@ -203,41 +219,59 @@ static void describe_existing(const char *path, const struct stat *sb, char *buf
     tg_ctx_free(c);
 }
 
-/* --checkpoint: never replace a non-regular file; replace another file only with --force. */
-static bool check_checkpoint_path(const train_args *a)
+/* --checkpoint: never replace a non-regular file; replace another file only with --force (or
+ * when it is the resumed checkpoint). A usage error sets t->usage (exit 2). */
+static bool check_checkpoint_path(trainer *t)
 {
+    const train_args *a = &t->a;
     const char *p = a->checkpoint;
-    struct stat sb;
-    if (lstat(p, &sb) == 0) {
-        bool resumed = a->resume && cli_same_file(p, a->resume);
-        if (!S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
-            errf("--checkpoint '%s' is %s, not a regular file; refusing to replace it", p,
-                 cli_file_kind(sb.st_mode));
-            return false;
-        }
-        if (!resumed && !a->force) {
-            char what[400];
-            if (S_ISLNK(sb.st_mode))
-                snprintf(what, sizeof what, "a symbolic link");
-            else
-                describe_existing(p, &sb, what, sizeof what);
-            errf("--checkpoint '%s' exists: %s; pass --resume '%s' to continue it, --force to "
-                 "replace it, or another --checkpoint", p, what, p);
-            return false;
-        }
+    bool resumed = a->resume && cli_same_file(p, a->resume), exists;
+    char err[1200];
+    outpath_status os = outpath_check("--checkpoint", p, true, &exists, err, sizeof err);
+    if (os != OUTPATH_OK) {
+        errf("%s", err);
+        return false;
     }
-    return dir_writable("--checkpoint", p);
+    if (!dir_writable("--checkpoint", p))
+        return false;
+    if (!a->dry_run && !lock_checkpoint(t))
+        return false;
+    if (exists && !resumed && !a->force) {
+        struct stat ls, sb;
+        char what[400];
+        if (lstat(p, &ls) == 0 && S_ISLNK(ls.st_mode))
+            snprintf(what, sizeof what, "a symbolic link");
+        else if (stat(p, &sb) == 0)
+            describe_existing(p, &sb, what, sizeof what);
+        else
+            snprintf(what, sizeof what, "a file");
+        errf("--checkpoint '%s' exists: %s; pass --resume '%s' to continue it, --force to "
+             "replace it, or another --checkpoint", p, what, p);
+        t->usage = true;
+        return false;
+    }
+    return true;
 }
 
-/* --log, --plot: a regular file we may write (or a new one in a writable directory). */
-static bool check_output(const char *opt, const char *path, bool replaced_by_rename)
+/* --log, --plot, --dot: absent (in a writable directory), or an existing regular file we may
+ * write and replace: with --force, or when resuming (the run's own files). */
+static bool check_output(trainer *t, const char *opt, const char *path, bool replaced_by_rename)
 {
-    struct stat sb;
-    if (stat(path, &sb) == 0) {
-        if (!S_ISREG(sb.st_mode)) {
-            errf("%s '%s' is %s, not a regular file", opt, path, cli_file_kind(sb.st_mode));
-            return false;
+    const train_args *a = &t->a;
+    char err[1200];
+    bool exists;
+    outpath_status os = outpath_check(opt, path, a->force || a->resume, &exists, err,
+                                      sizeof err);
+    if (os != OUTPATH_OK) {
+        if (os == OUTPATH_EXISTS) {
+            errf("%s; --resume continues a run's own log and plot", err);
+            t->usage = true;
+        } else {
+            errf("%s", err);
         }
+        return false;
+    }
+    if (exists) {
         if (access(path, W_OK) != 0) {
             errf("%s '%s': %s", opt, path, strerror(errno));
             return false;
@@ -276,13 +310,18 @@ static bool plan_outputs(trainer *t)
             return false;
         }
     }
-    if (a->checkpoint && !check_checkpoint_path(a))
+    if (a->log && !check_output(t, "--log", a->log, false))
         return false;
-    if (a->log && !check_output("--log", a->log, false))
+    if (a->plot && !check_output(t, "--plot", a->plot, true))
         return false;
-    if (a->plot && !check_output("--plot", a->plot, true))
+    if (a->dot && !check_output(t, "--dot", a->dot, true))
         return false;
-    if (a->dot && !check_output("--dot", a->dot, true))
+    if (a->plot && !(t->plot_path = outpath_target(a->plot))) {
+        errf("out of memory");
+        return false;
+    }
+    /* last: the lock is taken once every other output is known to be fine */
+    if (a->checkpoint && !check_checkpoint_path(t))
         return false;
     return true;
 }
@@ -327,6 +366,149 @@ static bool load_data(trainer *t)
         return false;
     }
     return true;
+}
+
+static void end_live(trainer *t);
+
+#define LOG_HEADER "step,train_loss,val_loss,lr,tokens_per_s\n"
+
+/* Append @p len bytes (whole lines) to the log with one write(2); a failed or short write is
+ * cut back, so the log never ends in a partial line. */
+static bool log_write(trainer *t, const char *line, size_t len)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t k = write(t->logfd, line + done, len - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            int e = k < 0 ? errno : ENOSPC;
+            if (ftruncate(t->logfd, (off_t)t->log_len) != 0 ||
+                lseek(t->logfd, (off_t)t->log_len, SEEK_SET) < 0) {
+                /* cannot cut the partial line off: said in the message */
+                end_live(t);
+                errf("--log '%s': %s (and its last line could not be removed: %s)", t->a.log,
+                     strerror(e), strerror(errno));
+                return false;
+            }
+            end_live(t);
+            errf("--log '%s': %s", t->a.log, strerror(e));
+            return false;
+        }
+        done += (size_t)k;
+    }
+    t->log_len += (int64_t)len;
+    return true;
+}
+
+/* One CSV field of a log line: the @p i-th (0-based) as a number, false when empty or not a
+ * number. */
+static bool log_field(const char *line, int i, double *v)
+{
+    const char *p = line;
+    for (int k = 0; k < i; k++) {
+        p = strchr(p, ',');
+        if (!p)
+            return false;
+        p++;
+    }
+    char buf[64];
+    size_t len = strcspn(p, ",\n");
+    if (len == 0 || len >= sizeof buf)
+        return false;
+    memcpy(buf, p, len);
+    buf[len] = 0;
+    return cli_parse_f64(buf, v) && isfinite(*v);
+}
+
+/*
+ * A resumed run's own log: keep its header and the whole rows of steps up to the checkpoint's
+ * step, drop the rest (rows a killed run wrote after its last save, a partial last line), and
+ * give the kept rows to the plot, so the plot shows the whole run. A file that does not start
+ * with the header is not a log of ours: with --force it is replaced, else refused.
+ */
+static bool trim_log(trainer *t, bool *fresh)
+{
+    FILE *r = NULL;
+    int fd2 = dup(t->logfd);
+    if (fd2 >= 0 && !(r = fdopen(fd2, "r")))
+        close(fd2);
+    if (!r) {
+        errf("--log '%s': %s", t->a.log, strerror(errno));
+        return false;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int64_t keep = 0, rows = 0;
+    bool ok = true;
+    *fresh = false;
+    while ((len = getline(&line, &cap, r)) > 0) {
+        if (line[len - 1] != '\n')
+            break; /* a partial last line */
+        if (keep == 0) {
+            if (strcmp(line, LOG_HEADER) != 0) {
+                if (!t->a.force) {
+                    errf("--log '%s' is not a tgrad training log (its first line is not '%.*s'); "
+                         "pass --force to replace it, or choose another --log", t->a.log,
+                         (int)strlen(LOG_HEADER) - 1, LOG_HEADER);
+                    t->usage = true;
+                    ok = false;
+                }
+                *fresh = true;
+                break;
+            }
+            keep = len;
+            continue;
+        }
+        double step, loss, val;
+        if (!log_field(line, 0, &step) || step < 1 || step > (double)t->start)
+            break;
+        keep += len;
+        rows++;
+        if (t->a.plot && log_field(line, 1, &loss) &&
+            !svg_series_add(&t->train_curve, step, loss))
+            ok = false;
+        if (t->a.plot && log_field(line, 2, &val) && !svg_series_add(&t->val_curve, step, val))
+            ok = false;
+    }
+    bool rerr = ferror(r);
+    free(line);
+    fclose(r);
+    if (!ok) {
+        if (!t->usage)
+            errf("out of memory");
+        return false;
+    }
+    if (rerr) {
+        errf("--log '%s': %s", t->a.log, strerror(errno));
+        return false;
+    }
+    (void)rows;
+    if (keep == 0)
+        *fresh = true;
+    if (ftruncate(t->logfd, *fresh ? 0 : (off_t)keep) != 0 ||
+        lseek(t->logfd, *fresh ? 0 : (off_t)keep, SEEK_SET) < 0) {
+        errf("--log '%s': %s", t->a.log, strerror(errno));
+        return false;
+    }
+    t->log_len = *fresh ? 0 : keep;
+    return true;
+}
+
+/* --log: a new log with its header, or (--resume) the run's own log cut at the checkpoint. */
+static bool open_log(trainer *t)
+{
+    t->logfd = open(t->a.log, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY | (t->ck ? 0 : O_TRUNC),
+                    0666);
+    if (t->logfd < 0) {
+        errf("--log '%s': %s", t->a.log, strerror(errno));
+        return false;
+    }
+    bool fresh = true;
+    if (t->ck && !trim_log(t, &fresh))
+        return false;
+    return !fresh || log_write(t, LOG_HEADER, strlen(LOG_HEADER));
 }
 
 static bool build(trainer *t)
@@ -407,15 +589,8 @@ static bool build(trainer *t)
         errf("out of memory");
         return false;
     }
-    if (a->log && !a->dry_run) {
-        t->logf = fopen(a->log, t->ck ? "a" : "w");
-        if (!t->logf) {
-            errf("--log '%s': %s", a->log, strerror(errno));
-            return false;
-        }
-        if (!t->ck)
-            fprintf(t->logf, "step,train_loss,val_loss,lr,tokens_per_s\n");
-    }
+    if (a->log && !a->dry_run && !open_log(t))
+        return false;
     return true;
 }
 
@@ -917,12 +1092,17 @@ static int train_loop(trainer *t)
             if (val < t->best_val)
                 t->best_val = val;
         }
-        if (t->logf) {
+        if (t->logfd >= 0) { /* the whole line, then one write */
+            char row[200];
+            int k;
             if (eval && isfinite(val))
-                fprintf(t->logf, "%" PRId64 ",%.6f,%.6f,%.6g,%.1f\n", step + 1, l, val, lr,
-                        t->tok_s);
+                k = snprintf(row, sizeof row, "%" PRId64 ",%.6f,%.6f,%.6g,%.1f\n", step + 1, l,
+                             val, lr, t->tok_s);
             else
-                fprintf(t->logf, "%" PRId64 ",%.6f,,%.6g,%.1f\n", step + 1, l, lr, t->tok_s);
+                k = snprintf(row, sizeof row, "%" PRId64 ",%.6f,,%.6g,%.1f\n", step + 1, l, lr,
+                             t->tok_s);
+            if (k > 0 && (size_t)k < sizeof row && !log_write(t, row, (size_t)k))
+                return 1;
         }
         bool stop = t->reached || last;
         bool save = eval || stop || (a->save_every > 0 && (step + 1) % a->save_every == 0);
@@ -1013,7 +1193,7 @@ static int report(trainer *t)
     const train_args *a = &t->a;
     double wall = now_s() - t->t0;
     end_live(t);
-    if (a->plot && svg_loss_plot(a->plot, &t->train_curve, &t->val_curve,
+    if (a->plot && svg_loss_plot(t->plot_path, &t->train_curve, &t->val_curve,
                                  t->text ? "validation loss" : "held-out loss") != 0) {
         errf("--plot '%s': %s", a->plot, strerror(errno));
         return 1;
@@ -1064,8 +1244,8 @@ static void trainer_free(trainer *t)
 {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    if (t->logf)
-        fclose(t->logf);
+    if (t->logfd >= 0)
+        close(t->logfd);
     free(t->ids_buf);
     free(t->tgt_buf);
     free(t->dec_buf);
@@ -1074,6 +1254,8 @@ static void trainer_free(trainer *t)
     svg_series_free(&t->train_curve);
     svg_series_free(&t->val_curve);
     corpus_free(&t->corp);
+    free(t->plot_path);
+    outpath_lock_release(&t->lock);
     tg_ctx_free(t->ctx);
     train_free(&t->a, &t->r);
 }
@@ -1178,6 +1360,8 @@ int cmd_train(int argc, char **argv)
     svg_series_init(&t->train_curve);
     svg_series_init(&t->val_curve);
     t->ctx = tg_ctx_new();
+    t->lock.fd = -1;
+    t->logfd = -1;
     int rc = 1;
     bool ready = false;
     if (!t->ctx) {
@@ -1188,6 +1372,8 @@ int cmd_train(int argc, char **argv)
         t->s2s = t->a.arch == ARCH_SEQ2SEQ;
         ready = load_data(t) && build(t);
     }
+    if (!ready && t->usage)
+        rc = 2;
     /* under mpirun: every rank's setup succeeded, or all stop here */
     if (!tmpi_agree(&t->mp, ready, t->ctx, t->K)) {
         if (ready)
@@ -1231,11 +1417,11 @@ int cmd_train(int argc, char **argv)
                 rc = t->mp.rank == 0 ? report(t) : report_rc(t);
         }
     }
-    if (t->logf) {
-        FILE *f = t->logf;
-        t->logf = NULL;
-        if (fclose(f) != 0 && (rc == 0 || rc == 3 || rc == 130)) {
-            errf("--log '%s': write failed", t->a.log);
+    if (t->logfd >= 0) {
+        int fd = t->logfd;
+        t->logfd = -1;
+        if (close(fd) != 0 && (rc == 0 || rc == 3 || rc == 130)) {
+            errf("--log '%s': %s", t->a.log, strerror(errno));
             rc = 1;
         }
     }
