@@ -374,6 +374,33 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
                      "field 'data.bytes' of a text checkpoint");
         return false;
     }
+    /* data.text_hash, data.files: what text a text checkpoint was trained on (absent in
+     * older checkpoints) */
+    const char *th = tg_safetensors_meta_get(st, "data.text_hash");
+    const char *tf = tg_safetensors_meta_get(st, "data.files");
+    if ((th || tf) && !info->text) {
+        snprintf(err, n, "checkpoint fields disagree: data.mode task but the file has the "
+                 "field '%s' of a text checkpoint", th ? "data.text_hash" : "data.files");
+        return false;
+    }
+    if (th) {
+        bool ok = strlen(th) == 24 && !strncmp(th, "fnv1a64:", 8);
+        uint64_t h = 0;
+        for (int i = 8; ok && i < 24; i++) {
+            int d = hex_digit(th[i]);
+            ok = d >= 0 && !(th[i] >= 'A' && th[i] <= 'F');
+            h = h << 4 | (uint64_t)(d < 0 ? 0 : d);
+        }
+        if (!ok) {
+            snprintf(err, n, "checkpoint field 'data.text_hash' '%s': expected 'fnv1a64:' and 16 "
+                     "lowercase hex digits", cli_show(th, s, sizeof s));
+            return false;
+        }
+        info->has_text_hash = true;
+        info->text_hash = h;
+    }
+    if (tf && !parse_int_field("data.files", tf, 1, INT32_MAX, &info->text_files, err, n))
+        return false;
     const char *p = tg_safetensors_meta_get(st, "data.position");
     if (p && !parse_int_field("data.position", p, 0, INT64_MAX, &v, err, n))
         return false;

@@ -32,6 +32,9 @@ typedef struct ckpt_info {
     unsigned char vocab[256];  /* text: data.vocab, strictly increasing bytes */
     int64_t step;              /* optim.step: steps already taken */
     int64_t text_bytes;        /* data.bytes: the size of the text trained on (0: unknown) */
+    bool has_text_hash;        /* data.text_hash present (checkpoints before it have none) */
+    uint64_t text_hash;        /* data.text_hash: corpus_hash of the text ("fnv1a64:" + 16 hex) */
+    int64_t text_files;        /* data.files: the number of text files (0: unknown) */
     double best_val;           /* train.best_val (INFINITY when absent) */
 } ckpt_info;
 

@@ -358,6 +358,24 @@ static bool load_data(trainer *t)
              t->info.text_bytes, c->n);
         return false;
     }
+    if (t->ck && t->info.text_files > 0 && t->info.text_files != c->n_files) {
+        errf("--resume '%s' was trained on %" PRId64 " text file%s, %d given; pass the same "
+             "--text files (in the same order)", t->a.resume, t->info.text_files,
+             t->info.text_files == 1 ? "" : "s", c->n_files);
+        return false;
+    }
+    if (t->ck && t->info.has_text_hash && t->info.text_hash != c->hash) {
+        errf("--resume '%s' was trained on other text: the same %" PRId64 " bytes in %d "
+             "file%s, but their content or order differs (data.text_hash fnv1a64:%016" PRIx64
+             " there, fnv1a64:%016" PRIx64 " here); pass the same --text files in the same "
+             "order", t->a.resume, c->n, c->n_files, c->n_files == 1 ? "" : "s",
+             t->info.text_hash, c->hash);
+        return false;
+    }
+    if (t->ck && !t->info.has_text_hash && !t->a.quiet)
+        fprintf(stderr, "tgrad train: note: --resume '%s' records no hash of its text (an older "
+                "checkpoint): only the text's size and vocabulary can be checked\n",
+                t->a.resume);
     if (t->ck && (t->info.vocab_size != c->vocab_size ||
                   memcmp(t->info.vocab, c->vocab, (size_t)c->vocab_size) != 0)) {
         errf("--resume '%s' was trained on text with a different vocabulary (%d bytes, these "
@@ -597,8 +615,8 @@ static bool build(trainer *t)
 /* ---- checkpoint --------------------------------------------------------------------------- */
 typedef struct {
     int n;
-    char key[40][32];
-    char val[40][600];
+    char key[48][32];
+    char val[48][600];
 } meta;
 
 static void meta_add(meta *m, const char *k, const char *fmt, ...)
@@ -608,7 +626,7 @@ static void meta_add(meta *m, const char *k, const char *fmt, ...)
     ;
 static void meta_add(meta *m, const char *k, const char *fmt, ...)
 {
-    if (m->n >= 40)
+    if (m->n >= 48)
         return;
     snprintf(m->key[m->n], sizeof m->key[0], "%s", k);
     va_list ap;
@@ -658,6 +676,8 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
         vocab_to_hex(t->corp.vocab, t->corp.vocab_size, hex);
         meta_add(m, "data.vocab", "%s", hex);
         meta_add(m, "data.bytes", "%" PRId64, t->corp.n);
+        meta_add(m, "data.files", "%d", t->corp.n_files);
+        meta_add(m, "data.text_hash", "fnv1a64:%016" PRIx64, t->corp.hash);
     } else {
         meta_add(m, "data.task", "%s", task_name(t->task));
     }
@@ -679,7 +699,7 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     meta_add(m, "train.momentum", "%.17g", a->momentum);
     meta_add(m, "data.val_fraction", "%.17g", a->val_fraction);
     meta_add(m, "train.target_acc", "%.17g", a->target_acc);
-    const char *keys[40], *vals[40];
+    const char *keys[48], *vals[48];
     for (int i = 0; i < m->n; i++) {
         keys[i] = m->key[i];
         vals[i] = m->val[i];
