@@ -789,7 +789,8 @@ END_TEST
  * directory of its outputs but the outputs themselves and the checkpoint's temporary (named
  * only between its link and its rename). A probe file (the old writability check created and
  * removed .tgrad-probe-XXXXXX) would be left behind by a SIGKILL at that moment; watched here
- * with inotify, so the test does not depend on hitting that moment. */
+ * with inotify, so the test does not depend on hitting that moment. The checkpoint's lock file
+ * (CK.lock, held for the run: one writer per checkpoint) is removed when the run ends. */
 START_TEST(test_no_probe_files)
 {
     write_corpus("c.txt");
@@ -808,7 +809,8 @@ START_TEST(test_no_probe_files)
         for (char *p = buf; p < buf + len;) {
             const struct inotify_event *ev = (const struct inotify_event *)p;
             const char *name = ev->len ? ev->name : "";
-            bool ok = !strcmp(name, "ck.ckpt") || !strcmp(name, "l.csv") ||
+            bool ok = !strcmp(name, "ck.ckpt") || !strcmp(name, "ck.ckpt.lock") ||
+                      !strcmp(name, "l.csv") ||
                       !strcmp(name, "p.svg") || !strncmp(name, "ck.ckpt.tmp.", 12) ||
                       !strncmp(name, "p.svg.tmp.", 10);
             ck_assert_msg(ok, "tgrad created '%s' in the output directory", name);
@@ -818,6 +820,11 @@ START_TEST(test_no_probe_files)
     }
     ck_assert_int_ge(seen, 3);
     close(in);
+    /* the checkpoint's lock (held while the run lives) is gone once it ended */
+    char lk[600];
+    struct stat sb;
+    snprintf(lk, sizeof lk, "%s/ck.ckpt.lock", sub);
+    ck_assert_int_ne(stat(lk, &sb), 0);
 }
 END_TEST
 

@@ -759,6 +759,57 @@ out:
     return ok;
 }
 
+/* The optimizer state a training checkpoint of train.optimizer holds: adam.m.<p> and
+ * adam.v.<p> for every parameter (adam, adamw), sgd.momentum.<p> (sgd with a momentum other
+ * than 0), nothing (sgd without momentum). Every command holds a checkpoint to what
+ * `tgrad train --resume` restores, so sample and export never accept a file resume refuses. */
+static bool check_optim_state(const tg_safetensors *st, const tg_transformer_config *mc,
+                              const train_args *a, char *err, size_t n)
+{
+    bool adam = a->optimizer != OPT_SGD, sgd_m = a->optimizer == OPT_SGD && a->momentum != 0;
+    char on[16];
+    cli_choice_name(cli_find(train_command(), "optimizer"), a->optimizer, on, sizeof on);
+    /* none of another optimizer's state (shapes were checked by ckpt_check_shapes) */
+    for (int64_t j = 0; j < tg_safetensors_count(st); j++) {
+        const char *pre = optim_prefix(tg_safetensors_name(st, j));
+        bool want = pre && (!strcmp(pre, "sgd.momentum.") ? sgd_m : adam);
+        if (pre && !want) {
+            char s[80];
+            snprintf(err, n, "optimizer state '%s' does not belong to train.optimizer %s%s",
+                     cli_show(tg_safetensors_name(st, j), s, sizeof s), on,
+                     a->optimizer == OPT_SGD && !sgd_m ? " with momentum 0" : "");
+            return false;
+        }
+    }
+    if (!adam && !sgd_m)
+        return true;
+    int64_t np = ckpt_n_params(mc);
+    ckpt_param *ps = malloc(sizeof *ps * (size_t)np);
+    if (!ps) {
+        snprintf(err, n, "out of memory");
+        return false;
+    }
+    ckpt_params(mc, ps);
+    static const char *const adam_pre[] = {"adam.m.", "adam.v."}, *const sgd_pre[] = {
+        "sgd.momentum."};
+    const char *const *pres = adam ? adam_pre : sgd_pre;
+    int npre = adam ? 2 : 1;
+    bool ok = true;
+    for (int64_t i = 0; i < np && ok; i++)
+        for (int k = 0; k < npre && ok; k++) {
+            char name[CKPT_PARAM_NAME + 16];
+            snprintf(name, sizeof name, "%s%s", pres[k], ps[i].name);
+            if (!tg_safetensors_find(st, name)) {
+                snprintf(err, n, "the file lacks optimizer state '%s' that train.optimizer %s "
+                         "keeps for every parameter (a training checkpoint holds it; 'tgrad "
+                         "train --resume' restores it)", name, on);
+                ok = false;
+            }
+        }
+    free(ps);
+    return ok;
+}
+
 /* Every tensor of the file in the parameter dtype of model.dtype (f32 unless given). */
 static bool check_dtypes(const tg_safetensors *st, const train_args *a, char *err, size_t n)
 {
@@ -856,7 +907,8 @@ static bool validate(const tg_safetensors *st, train_args *a, const cli_result *
     if (!train_resolve(a, info->text, err, n))
         return false;
     train_model_config(a, info->text, info->vocab_size, mc);
-    if (!ckpt_check_shapes(st, mc, err, n) || !check_dtypes(st, a, err, n))
+    if (!ckpt_check_shapes(st, mc, err, n) || !check_dtypes(st, a, err, n) ||
+        !check_optim_state(st, mc, a, err, n))
         return false;
     if (use == USE_EXPORT)
         return true;

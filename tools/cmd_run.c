@@ -544,9 +544,10 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
     /* an existing output is replaced only with --force (outpath.h) */
     for (int i = 0; i < 4; i++)
         if (out_paths[i]) {
-            outpath_status os = outpath_check(out_flags[i], out_paths[i], a->force, NULL, err, n);
-            if (os != OUTPATH_OK) {
-                rc = os == OUTPATH_EXISTS ? 2 : 1;
+            /* (a directory or device is refused by the writer, which names it) */
+            if (outpath_check(out_flags[i], out_paths[i], a->force, NULL, err, n) ==
+                OUTPATH_EXISTS) {
+                rc = 2;
                 goto done;
             }
         }

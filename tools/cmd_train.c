@@ -25,7 +25,9 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -68,6 +70,7 @@ typedef struct {
     bool comm_failed;     /* an MPI call failed: the ranks may disagree */
     int logfd;           /* --log, open for writing (-1: none) */
     int64_t log_len;     /* --log: its length, always at the end of a whole line */
+    bool saved;          /* a checkpoint was saved by this run */
     bool usage;          /* the setup failed on a usage error (exit 2) */
     char *plot_path;     /* --plot's file (through a symbolic link: its target) */
     outpath_lock lock;   /* --checkpoint's lock, held for the whole run */
@@ -647,9 +650,14 @@ static void end_live(trainer *t);
 static bool save_checkpoint(trainer *t, int64_t steps_done)
 {
     const train_args *a = &t->a;
+    struct stat sb; /* what a failed save leaves: the previous checkpoint, or none */
+    bool resumed = a->resume && cli_same_file(a->checkpoint, a->resume);
+    const char *kept = stat(a->checkpoint, &sb) != 0 ? "no checkpoint was written"
+                       : t->saved || resumed         ? "previous checkpoint kept"
+                                                     : "the existing file is unchanged";
     meta *m = calloc(1, sizeof *m);
     if (!m) {
-        errf("saving checkpoint: out of memory (previous checkpoint kept)");
+        errf("saving checkpoint: out of memory (%s)", kept);
         return false;
     }
     char c1[16], c2[16], c3[16];
@@ -704,13 +712,22 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
         keys[i] = m->key[i];
         vals[i] = m->val[i];
     }
+    /* SIGINT and SIGTERM wait until the save is done (their handler only sets a flag; this
+     * keeps even that from touching the save's system calls) */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
     bool ok = tg_checkpoint_save(t->ctx, a->checkpoint, t->opt, m->n, keys, vals, NULL) == TG_OK;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     free(m);
+    t->saved |= ok;
     if (!ok) {
         char msg[1200];
         end_live(t);
-        errf("--checkpoint '%s': %s (previous checkpoint kept)", a->checkpoint,
-             cli_message(t->ctx, a->checkpoint, msg, sizeof msg));
+        errf("--checkpoint '%s': %s (%s)", a->checkpoint,
+             cli_message(t->ctx, a->checkpoint, msg, sizeof msg), kept);
     }
     return ok;
 }
@@ -827,14 +844,61 @@ static void end_live(trainer *t)
 
 /* ---- the loop ----------------------------------------------------------------------------- */
 
-/* Ctrl-C (SIGINT) or SIGTERM: finish the current step, save the checkpoint, print the summary,
- * exit 130. A second signal falls back to the default action. */
+/*
+ * Ctrl-C (SIGINT) or SIGTERM: finish the current step, save the checkpoint, print the summary,
+ * exit 130. The handler only sets a flag and write(2)s a message prepared by the loop before
+ * each step ("stopping after step N, saving..."), so the user hears at once; a second signal
+ * says the save is under way and changes nothing (SIGKILL still stops at once). The message
+ * is double-buffered: the loop writes the buffer the handler is not reading, then switches.
+ */
 static volatile sig_atomic_t g_interrupted;
+static volatile sig_atomic_t g_msg_cur;    /* the buffer the handler prints */
+static volatile sig_atomic_t g_msg_len[2]; /* 0: print nothing (ranks > 0) */
+static char g_msg[2][192];
 
 static void on_signal(int sig)
 {
+    (void)sig;
+    int saved = errno;
+    int i = g_msg_cur;
+    static const char again[] = "tgrad train: already stopping; the checkpoint is being saved "
+                                "(a second signal does not interrupt it)\n";
+    if (g_msg_len[i] > 0) {
+        if (!g_interrupted)
+            (void)!write(STDERR_FILENO, g_msg[i], (size_t)g_msg_len[i]);
+        else
+            (void)!write(STDERR_FILENO, again, sizeof again - 1);
+    }
     g_interrupted = 1;
-    signal(sig, SIG_DFL);
+    errno = saved;
+}
+
+/* The handler's message for step @p s (1-based), printed by rank 0 only. */
+static void arm_message(const trainer *t, int64_t s)
+{
+    if (t->mp.rank != 0)
+        return;
+    int next = !g_msg_cur;
+    int k = snprintf(g_msg[next], sizeof g_msg[next], "%stgrad train: stopping after step %"
+                     PRId64 ", %s\n", t->tty ? "\n" : "", s,
+                     t->a.checkpoint ? "saving the checkpoint..."
+                                     : "then exiting (no --checkpoint: nothing is saved)");
+    g_msg_len[next] = k > 0 && (size_t)k < sizeof g_msg[next] ? k : 0;
+    atomic_signal_fence(memory_order_seq_cst); /* the text before the switch */
+    g_msg_cur = next;
+}
+
+static void install_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART; /* a save's system calls go on as if nothing happened */
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGINT);
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 /* The graph's inputs from rows @p row .. row + Bm - 1 of the batch buffers. */
@@ -1068,8 +1132,8 @@ static int train_loop(trainer *t)
     t->tty = isatty(STDERR_FILENO) && !a->quiet;
     t->width = line_width();
     g_interrupted = 0;
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    g_msg_len[0] = g_msg_len[1] = 0;
+    install_handlers();
     t->t0 = now_s();
     t->last_val = t->acc = NAN;
     t->last_draw = -1;
@@ -1078,6 +1142,8 @@ static int train_loop(trainer *t)
     int64_t step = t->start;
     for (; step < t->end; step++) {
         double lr = tg_lr_warmup_cosine(step, a->steps, a->warmup, a->lr, a->min_lr), l;
+        if (step == t->start)
+            arm_message(t, step + 1);
         if (!train_step(t, step, lr, &l))
             return 1;
         t->trained++;
@@ -1091,6 +1157,9 @@ static int train_loop(trainer *t)
             errf("step %" PRId64 ": %s", step + 1, tg_ctx_message(t->ctx));
             return 1;
         }
+        /* from here a signal stops the run after the next step (saved then) */
+        if (!t->interrupted && step + 1 < t->end)
+            arm_message(t, step + 2);
         bool last = step + 1 == t->end || t->interrupted;
         bool eval = (step + 1) % a->eval_every == 0 || last;
         double val = NAN;

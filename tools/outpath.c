@@ -45,7 +45,7 @@ outpath_status outpath_check(const char *opt, const char *path, bool replace, bo
         }
     }
     if (!S_ISREG(sb.st_mode)) {
-        snprintf(err, n, "%s '%s' exists and is %s; refusing to replace it", opt, path,
+        snprintf(err, n, "%s '%s' is %s, not a regular file; refusing to replace it", opt, path,
                  cli_file_kind(sb.st_mode));
         return OUTPATH_ERROR;
     }
