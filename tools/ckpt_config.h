@@ -117,7 +117,10 @@ int train_n_state(const train_args *a);
 
 /*
  * Everything above for a checkpoint about to be loaded: ckpt_apply, train_resolve, the model
- * config, ckpt_check_shapes, every tensor's dtype against model.dtype, and model_memory_check
+ * config, ckpt_check_shapes, every tensor's dtype against model.dtype, the optimizer state
+ * (complete for train.optimizer: adam.m.* and adam.v.* of every parameter for adam/adamw,
+ * sgd.momentum.* for SGD with momentum, none otherwise; so `tgrad sample` and `tgrad export`
+ * accept exactly the files `tgrad train --resume` restores), and model_memory_check
  * against @p limit_bytes (batch 1 and no optimizer for @p sample, the run's batch and optimizer
  * otherwise). With --resume, the
  * checkpoint's mode must match the command line's (--text given or not).

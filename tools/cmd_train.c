@@ -6,8 +6,11 @@
  * resume.
  *
  * parse (train_parse, train_args.c: one option table) -> plan (the checkpoint validated by
- * ckpt_config_load, defaults, memory estimate, every output path checked) -> data -> build ->
- * loop (step, evaluate, save, progress) -> report. Every error is one line on stderr.
+ * ckpt_config_load, defaults, memory estimate, every output path checked by the rule of
+ * outpath.h, the checkpoint's lock taken) -> data (a resumed run's text checked against the
+ * checkpoint's size, file count and content hash) -> build (a resumed run's log cut at the
+ * checkpoint's step) -> loop (step, evaluate, log row, save, progress) -> report. Every error
+ * is one line on stderr.
  */
 #define _GNU_SOURCE /* program_invocation_name */
 #include "ckpt_config.h"
@@ -461,7 +464,7 @@ static bool trim_log(trainer *t, bool *fresh)
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
-    int64_t keep = 0, rows = 0;
+    int64_t keep = 0;
     bool ok = true;
     *fresh = false;
     while ((len = getline(&line, &cap, r)) > 0) {
@@ -486,7 +489,6 @@ static bool trim_log(trainer *t, bool *fresh)
         if (!log_field(line, 0, &step) || step < 1 || step > (double)t->start)
             break;
         keep += len;
-        rows++;
         if (t->a.plot && log_field(line, 1, &loss) &&
             !svg_series_add(&t->train_curve, step, loss))
             ok = false;
@@ -505,7 +507,6 @@ static bool trim_log(trainer *t, bool *fresh)
         errf("--log '%s': %s", t->a.log, strerror(errno));
         return false;
     }
-    (void)rows;
     if (keep == 0)
         *fresh = true;
     if (ftruncate(t->logfd, *fresh ? 0 : (off_t)keep) != 0 ||
