@@ -1247,7 +1247,7 @@ START_TEST(test_interrupt_twice)
 }
 END_TEST
 
-/* sample and export hold a checkpoint to what resume restores: the optimizer state complete and
+/* sample, export and info hold a checkpoint to what resume restores: the optimizer state complete and
  * of the checkpoint's optimizer; sample --source refuses the sampling options (exit 2). */
 START_TEST(test_sample_like_resume)
 {
@@ -1269,6 +1269,7 @@ START_TEST(test_sample_like_resume)
         expect_refusal("sample --checkpoint bad.ckpt --tokens 3", cases[i].needle);
         expect_refusal("train --text c.txt --resume bad.ckpt --steps 6 --quiet", NULL);
         expect_refusal("export --checkpoint bad.ckpt --out e.safetensors", cases[i].needle);
+        expect_refusal("info bad.ckpt", cases[i].needle);
     }
     /* no optimizer state at all: every adam.* tensor dropped, one at a time */
     char ps[512], pd[512], pn[512];
@@ -1286,11 +1287,14 @@ START_TEST(test_sample_like_resume)
         }
     tg_ctx_free(ctx);
     expect_refusal("sample --checkpoint bare.ckpt --tokens 3", "lacks optimizer state");
+    expect_refusal("info bare.ckpt", "not a valid tgrad checkpoint");
+    ck_assert_int_eq(run("info t.ckpt"), 0);
     /* seq2seq: --source decodes exactly seq_len digits greedily */
     ck_assert_int_eq(run("train --arch seq2seq --task copy --d-model 8 --heads 2 --d-ff 16 "
                          "--seq-len 4 --batch 4 --layers 1 --threads 1 --steps 2 --target-acc 0 "
                          "--quiet --checkpoint s.ckpt"), 0);
     ck_assert_int_eq(run("sample --checkpoint s.ckpt --source 1234"), 0);
+    ck_assert_int_eq(run("info s.ckpt"), 0);
     static const char *const extra[] = {"--tokens 9", "--temperature 0.5", "--top-k 3",
                                         "--seed 4"};
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {

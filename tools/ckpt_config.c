@@ -447,7 +447,8 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
 typedef enum {
     USE_TRAIN,  /* tgrad train --resume: the mode must match --text; memory for training */
     USE_SAMPLE, /* tgrad sample: a text checkpoint; memory for inference */
-    USE_EXPORT  /* tgrad export: text or task; nothing is built, so no memory check */
+    USE_EXPORT, /* tgrad export: text or task; nothing is built, so no memory check */
+    USE_INFO    /* tgrad info: any checkpoint; nothing is built */
 } ckpt_use;
 
 static bool apply(const tg_safetensors *st, train_args *a, const cli_result *given,
@@ -910,7 +911,7 @@ static bool validate(const tg_safetensors *st, train_args *a, const cli_result *
     if (!ckpt_check_shapes(st, mc, err, n) || !check_dtypes(st, a, err, n) ||
         !check_optim_state(st, mc, a, err, n))
         return false;
-    if (use == USE_EXPORT)
+    if (use == USE_EXPORT || use == USE_INFO)
         return true;
     bool sample = use == USE_SAMPLE;
     return model_memory_check(mc, train_dtype(a), sample ? 1 : a->batch / a->grad_accum,
@@ -929,4 +930,10 @@ bool ckpt_config_export(const tg_safetensors *st, train_args *a, ckpt_info *info
                         tg_transformer_config *mc, char *err, size_t n)
 {
     return validate(st, a, NULL, USE_EXPORT, 0, info, mc, err, n);
+}
+
+bool ckpt_config_check(const tg_safetensors *st, train_args *a, ckpt_info *info,
+                       tg_transformer_config *mc, char *err, size_t n)
+{
+    return validate(st, a, NULL, USE_INFO, 0, info, mc, err, n);
 }

@@ -138,4 +138,13 @@ bool ckpt_config_load(const tg_safetensors *st, train_args *a, const cli_result 
 bool ckpt_config_export(const tg_safetensors *st, train_args *a, ckpt_info *info,
                         tg_transformer_config *mc, char *err, size_t n);
 
+/*
+ * For `tgrad info` on a file that claims to be a training checkpoint (metadata format
+ * "tgrad-checkpoint-..."): everything ckpt_config_export checks, for any architecture (seq2seq
+ * included), so info says whether train --resume, sample and export will accept it. @p a
+ * holds train_defaults().
+ */
+bool ckpt_config_check(const tg_safetensors *st, train_args *a, ckpt_info *info,
+                       tg_transformer_config *mc, char *err, size_t n);
+
 #endif
