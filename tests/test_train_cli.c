@@ -16,6 +16,7 @@
 #include "testutil.h"
 #include "tgrad_train.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pty.h>
@@ -789,8 +790,7 @@ END_TEST
  * directory of its outputs but the outputs themselves and the checkpoint's temporary (named
  * only between its link and its rename). A probe file (the old writability check created and
  * removed .tgrad-probe-XXXXXX) would be left behind by a SIGKILL at that moment; watched here
- * with inotify, so the test does not depend on hitting that moment. The checkpoint's lock file
- * (CK.lock, held for the run: one writer per checkpoint) is removed when the run ends. */
+ * with inotify, so the test does not depend on hitting that moment. */
 START_TEST(test_no_probe_files)
 {
     write_corpus("c.txt");
@@ -809,8 +809,7 @@ START_TEST(test_no_probe_files)
         for (char *p = buf; p < buf + len;) {
             const struct inotify_event *ev = (const struct inotify_event *)p;
             const char *name = ev->len ? ev->name : "";
-            bool ok = !strcmp(name, "ck.ckpt") || !strcmp(name, "ck.ckpt.lock") ||
-                      !strcmp(name, "l.csv") ||
+            bool ok = !strcmp(name, "ck.ckpt") || !strcmp(name, "l.csv") ||
                       !strcmp(name, "p.svg") || !strncmp(name, "ck.ckpt.tmp.", 12) ||
                       !strncmp(name, "p.svg.tmp.", 10);
             ck_assert_msg(ok, "tgrad created '%s' in the output directory", name);
@@ -820,11 +819,6 @@ START_TEST(test_no_probe_files)
     }
     ck_assert_int_ge(seen, 3);
     close(in);
-    /* the checkpoint's lock (held while the run lives) is gone once it ended */
-    char lk[600];
-    struct stat sb;
-    snprintf(lk, sizeof lk, "%s/ck.ckpt.lock", sub);
-    ck_assert_int_ne(stat(lk, &sb), 0);
 }
 END_TEST
 
@@ -1196,24 +1190,33 @@ START_TEST(test_checkpoint_lock)
              "'%s' train " TEXT_MODEL " --steps 5 --checkpoint l.ckpt --force --quiet "
              "2> second.txt; echo \"fresh $? $pid\" > rc.txt; "
              "'%s' train --text c.txt --resume l.ckpt --steps 2000000 --quiet 2>> second.txt; "
-             "echo \"resume $?\" >> rc.txt; kill -INT $pid; wait $pid)", exe(), exe(), exe());
+             "echo \"resume $?\" >> rc.txt; ln -s l.ckpt link.ckpt; "
+             "'%s' train --text c.txt --resume link.ckpt --steps 2000000 --quiet "
+             "2>> second.txt; echo \"link $?\" >> rc.txt; kill -INT $pid; wait $pid)",
+             exe(), exe(), exe(), exe());
     ck_assert_int_eq(run_sh(cmd, 60, NULL), 130);
     char *rc = slurp("rc.txt", NULL), *second = slurp("second.txt", NULL);
     long pid = 0;
-    ck_assert_msg(sscanf(rc, "fresh 1 %ld", &pid) == 1 && strstr(rc, "resume 1"), "%s: %s", rc,
-                  second);
+    ck_assert_msg(sscanf(rc, "fresh 1 %ld", &pid) == 1 && strstr(rc, "resume 1") &&
+                  strstr(rc, "link 1"), "%s: %s", rc, second);
     char want[160];
-    snprintf(want, sizeof want, "--checkpoint 'l.ckpt' is in use by another tgrad run (pid %ld)",
-             pid);
-    ck_assert_int_eq(count_lines(second), 2);
-    ck_assert_msg(strstr(second, want) && strstr(strchr(second, '\n'), want), "%s", second);
+    snprintf(want, sizeof want, "'l.ckpt' is in use by another tgrad run (pid %ld)", pid);
+    ck_assert_int_eq(count_lines(second), 3);
+    const char *l2 = strchr(second, '\n') + 1;
+    ck_assert_msg(strstr(second, want) && strstr(l2, want), "%s", second);
+    snprintf(want, sizeof want, "'link.ckpt' is in use by another tgrad run (pid %ld)", pid);
+    ck_assert_msg(strstr(strchr(l2, '\n') + 1, want), "%s", second);
     free(rc);
     free(second);
-    char lk[512];
-    struct stat sb;
-    path_of("l.ckpt.lock", lk, sizeof lk);
-    ck_assert_int_ne(stat(lk, &sb), 0);
-    /* free again: resumed */
+    /* nothing left next to the checkpoint (a lock file would outlive a killed run) */
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        ck_assert_msg(!strstr(e->d_name, "lock") && !strstr(e->d_name, ".tmp."), "left: %s",
+                      e->d_name);
+    closedir(d);
+    /* free again (the lock went with its process): resumed */
     char v[64], a[512];
     snprintf(a, sizeof a, "train --text c.txt --resume l.ckpt --stop-after %ld --quiet",
              atol(meta_of("l.ckpt", "optim.step", v, sizeof v)) + 1);

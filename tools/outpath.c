@@ -8,11 +8,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 outpath_status outpath_check(const char *opt, const char *path, bool replace, bool *exists,
@@ -70,111 +74,93 @@ char *outpath_target(const char *path)
     return strdup(path);
 }
 
-/* The sidecar's name: "<real path>.lock" (an absent checkpoint: its real directory + name). */
-static char *lock_name(const char *path)
+/* The checkpoint's real path (an absent one: its real directory + its name), malloc'd. */
+static char *canonical_path(const char *path)
 {
     char *real = realpath(path, NULL);
-    if (!real) {
-        const char *slash = strrchr(path, '/');
-        char dir[PATH_MAX];
-        if (!slash)
-            snprintf(dir, sizeof dir, ".");
-        else if (slash == path)
-            snprintf(dir, sizeof dir, "/");
-        else
-            snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-        char *rd = realpath(dir, NULL);
-        const char *base = slash ? slash + 1 : path;
-        size_t len = (rd ? strlen(rd) : strlen(dir)) + strlen(base) + 2;
-        real = malloc(len);
-        if (real)
-            snprintf(real, len, "%s/%s", rd ? rd : dir, base);
-        free(rd);
-        if (!real)
-            return NULL;
+    if (real)
+        return real;
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    char *rd = realpath(dir, NULL);
+    const char *base = slash ? slash + 1 : path;
+    size_t len = (rd ? strlen(rd) : strlen(dir)) + strlen(base) + 2;
+    real = malloc(len);
+    if (real)
+        snprintf(real, len, "%s/%s", rd ? rd : dir, base);
+    free(rd);
+    return real;
+}
+
+/* The lock's address: an abstract Unix socket (Linux: no file, gone with its process)
+ * "\0tgrad-checkpoint-<64-bit FNV-1a of the real path>". */
+static socklen_t lock_address(const char *real, struct sockaddr_un *sa)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *p = (const unsigned char *)real; *p; p++) {
+        h ^= *p;
+        h *= 0x100000001b3ULL;
     }
-    size_t len = strlen(real) + 6;
-    char *name = malloc(len);
-    if (name)
-        snprintf(name, len, "%s.lock", real);
-    free(real);
-    return name;
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    int k = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "tgrad-checkpoint-%016llx",
+                     (unsigned long long)h);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)k);
 }
 
 bool outpath_lock_take(outpath_lock *l, const char *opt, const char *path, char *err, size_t n)
 {
     l->fd = -1;
-    if (n)
-        err[0] = 0;
-    l->path = lock_name(path);
-    if (!l->path) {
+    char *real = canonical_path(path);
+    if (!real) {
         snprintf(err, n, "out of memory");
         return false;
     }
-    for (int attempt = 0; attempt < 8; attempt++) {
-        int fd = open(l->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0666);
-        if (fd < 0) {
-            snprintf(err, n, "%s '%s': cannot create the lock file '%s': %s", opt, path, l->path,
-                     strerror(errno));
-            break;
-        }
-        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
-        if (fcntl(fd, F_SETLK, &fl) != 0) {
-            int e = errno;
-            if (e != EACCES && e != EAGAIN) {
-                snprintf(err, n, "%s '%s': cannot lock '%s': %s", opt, path, l->path,
-                         strerror(e));
-                close(fd);
-                break;
-            }
-            /* the holder's pid: from the kernel, else what the holder wrote */
-            struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-            long pid = 0;
-            if (fcntl(fd, F_GETLK, &q) == 0 && q.l_type != F_UNLCK && q.l_pid > 0)
-                pid = (long)q.l_pid;
-            if (pid <= 0) {
-                char buf[32] = "";
-                ssize_t k = pread(fd, buf, sizeof buf - 1, 0);
-                pid = k > 0 ? strtol(buf, NULL, 10) : 0;
-            }
-            close(fd);
-            if (pid > 0)
-                snprintf(err, n, "%s '%s' is in use by another tgrad run (pid %ld)", opt, path,
-                         pid);
-            else
-                snprintf(err, n, "%s '%s' is in use by another tgrad run", opt, path);
-            break;
-        }
-        /* locked; but the file may have been removed (by its releasing owner) after we opened
-         * it: then lock the new one */
-        struct stat a, b;
-        if (fstat(fd, &a) != 0 || stat(l->path, &b) != 0 || a.st_dev != b.st_dev ||
-            a.st_ino != b.st_ino) {
-            close(fd);
-            continue;
-        }
-        char buf[32];
-        int k = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
-        if (ftruncate(fd, 0) != 0 || pwrite(fd, buf, (size_t)k, 0) != k) {
-            /* the pid is only for the message: the lock itself is held */
-        }
+    struct sockaddr_un sa;
+    socklen_t sl = lock_address(real, &sa);
+    free(real);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, n, "%s '%s': cannot create its lock: %s", opt, path, strerror(errno));
+        return false;
+    }
+    if (bind(fd, (const struct sockaddr *)&sa, sl) == 0 && listen(fd, 16) == 0) {
         l->fd = fd;
         return true;
     }
-    if (n && !err[0])
-        snprintf(err, n, "%s '%s': the lock file '%s' keeps changing", opt, path, l->path);
-    free(l->path);
-    l->path = NULL;
+    int e = errno;
+    close(fd);
+    if (e != EADDRINUSE) {
+        snprintf(err, n, "%s '%s': cannot take its lock: %s", opt, path, strerror(e));
+        return false;
+    }
+    /* held: the holder's pid from the kernel (the credentials of the listening process) */
+    long pid = 0;
+    int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c >= 0) {
+        struct ucred cr;
+        socklen_t cl = sizeof cr;
+        if (connect(c, (const struct sockaddr *)&sa, sl) == 0 &&
+            getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 && cr.pid > 0)
+            pid = (long)cr.pid;
+        close(c);
+    }
+    if (pid > 0)
+        snprintf(err, n, "%s '%s' is in use by another tgrad run (pid %ld)", opt, path, pid);
+    else
+        snprintf(err, n, "%s '%s' is in use by another tgrad run", opt, path);
     return false;
 }
 
 void outpath_lock_release(outpath_lock *l)
 {
-    if (l->fd >= 0) {
-        (void)unlink(l->path); /* while still holding it: the next owner locks a new file */
+    if (l->fd >= 0)
         close(l->fd);
-    }
     l->fd = -1;
-    free(l->path);
-    l->path = NULL;
 }

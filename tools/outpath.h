@@ -36,21 +36,23 @@ char *outpath_target(const char *path);
 
 
 /*
- * One writer per checkpoint: an exclusive advisory lock (fcntl F_SETLK write lock on the whole
- * file) on the sidecar "<checkpoint>.lock", next to the checkpoint's real path (a symbolic link
- * is resolved, so two names of one file share one lock). The checkpoint itself cannot carry the
- * lock: every save renames a new file over it. The sidecar holds the owner's pid; it is removed
- * when the lock is released (a killed run leaves it behind, unlocked: the next run takes it).
+ * One writer per checkpoint: an exclusive lock, held from the output checks to the end of the
+ * run, named by the checkpoint's real path (symbolic links resolved, so two names of one file
+ * share one lock). The checkpoint file cannot carry it (each save renames a new inode over
+ * it), and a sidecar lock file would outlive a killed run as litter next to the checkpoint; so
+ * the lock is a bound abstract Unix socket (Linux) "tgrad-checkpoint-<FNV-1a of the real
+ * path>": binding is atomic (a second binder gets EADDRINUSE), nothing is created on disk, and
+ * the kernel releases it when its process ends, however it ends. The holder's pid comes from
+ * SO_PEERCRED. Its scope is one host (one network namespace).
  */
 typedef struct outpath_lock {
-    int fd;     /* -1: not held */
-    char *path; /* the sidecar (malloc'd) */
+    int fd; /* the bound socket; -1: not held */
 } outpath_lock;
 
 /* Take the lock of checkpoint @p path for option @p opt. false with one line in @p err, e.g.
- * "--checkpoint 'r.ckpt' is in use by another tgrad run (pid 4242)". Zero @p l before. */
+ * "--checkpoint 'r.ckpt' is in use by another tgrad run (pid 4242)". */
 bool outpath_lock_take(outpath_lock *l, const char *opt, const char *path, char *err, size_t n);
-/* Remove the sidecar and release the lock (nothing when not held). */
+/* Release the lock (nothing when not held). */
 void outpath_lock_release(outpath_lock *l);
 
 #endif
