@@ -201,6 +201,8 @@ static bool lock_checkpoint(trainer *t)
         errf("%s", err);
         return false;
     }
+    if (err[0]) /* no lock to be had: a note, and the run goes on */
+        errf("%s", err);
     return true;
 }
 

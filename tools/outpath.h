@@ -50,7 +50,8 @@ typedef struct outpath_lock {
 } outpath_lock;
 
 /* Take the lock of checkpoint @p path for option @p opt. false with one line in @p err, e.g.
- * "--checkpoint 'r.ckpt' is in use by another tgrad run (pid 4242)". */
+ * "--checkpoint 'r.ckpt' is in use by another tgrad run (pid 4242)". When no lock can be had
+ * at all (no Unix sockets here), true with a note in @p err (print it) and l->fd = -1. */
 bool outpath_lock_take(outpath_lock *l, const char *opt, const char *path, char *err, size_t n);
 /* Release the lock (nothing when not held). */
 void outpath_lock_release(outpath_lock *l);
