@@ -311,6 +311,41 @@ START_TEST(embedder_example)
 }
 END_TEST
 
+/* SIGINT to a rank (what `kill -INT` of rank 0 does; Ctrl-C reaches only mpirun, which aborts
+ * the job itself with status 1): rank 0 says at once which step it stops after, every rank
+ * stops after that step, rank 0 saves, and every rank exits 130, so mpirun does too. */
+START_TEST(interrupt_rank_exits_130)
+{
+    const char *a = "train --steps 100000 --grad-accum 2 --target-acc 0 --eval-every 100000 "
+                    "--threads 1 --quiet";
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "(mpirun --oversubscribe -np 2 '%s' %s --checkpoint r.st --save-every 20 & mp=$!; "
+             "i=0; while [ ! -f r.st ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+             "for d in /proc/[0-9]*; do "
+             "  if tr '\\0' '\\n' < $d/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && "
+             "     tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q -- '--checkpoint r.st'; then "
+             "    kill -INT ${d#/proc/}; fi; done; "
+             "wait $mp; echo \"mpirun exit $?\" >&2)",
+             tu_tgrad_exe(), a);
+    ck_assert_int_eq(tu_run_sh(g_dir, cmd, 120, NULL), 0);
+    char *e = err_text();
+    ck_assert_msg(strstr(e, "mpirun exit 130"), "%s", e);
+    const char *s = strstr(e, "stopping after step ");
+    ck_assert_msg(s && !strstr(s + 1, "stopping after step "), "once:\n%s", e);
+    long at = atol(s + strlen("stopping after step "));
+    char want[64];
+    snprintf(want, sizeof want, "interrupted at step %ld;", at);
+    ck_assert_msg(strstr(e, want), "%s", e);
+    free(e);
+    expect_rc(run(0, "info r.st", 60), 0, "info");
+    char *o = out_text();
+    const char *st = strstr(o, "optim.step");
+    ck_assert_msg(st && atol(st + strspn(st + 10, " ") + 10) == at, "step %ld: %s", at, o);
+    free(o);
+}
+END_TEST
+
 static Suite *dist_suite(void)
 {
     Suite *s = suite_create("dist");
@@ -324,6 +359,7 @@ static Suite *dist_suite(void)
     tcase_add_test(tc, resume_across_p);
     tcase_add_test(tc, killed_rank);
     tcase_add_test(tc, interrupt_agreed);
+    tcase_add_test(tc, interrupt_rank_exits_130);
     tcase_add_test(tc, nonfinite_stops_all_ranks_once);
     tcase_add_test(tc, errors_once);
     tcase_add_test(tc, embedder_example);

@@ -8,7 +8,8 @@
  * Checked: today's export is byte-identical to the file PyTorch verified; every tensor equals
  * the checkpoint's, no optimizer state; the metadata (config, vocabulary) is complete: a tgrad
  * model built from it alone reproduces PyTorch's logits (1e-10 in f64, 1e-4 in f32); every
- * refusal (existing --out without --force, a directory, a symbolic link, the checkpoint itself,
+ * refusal (existing --out without --force: exit 2, a directory, a symbolic link to nothing or to a
+ * directory (a link to a regular file is written through with --force), the checkpoint itself,
  * a FIFO, a file that is not a checkpoint) and every hostile metadata value (huge, negative,
  * NaN, inf, non-numeric, inconsistent with the tensors) is one line and a non-zero exit, and
  * leaves no file behind.
@@ -272,21 +273,39 @@ START_TEST(test_refusals)
     int entries = n_entries(); /* m.safetensors, out.txt, err.txt */
     ck_assert_int_eq(entries, 3);
 
-    /* never replaced, even with --force: a directory, a symbolic link, the checkpoint itself */
+    /* never replaced, even with --force: a directory, the checkpoint itself; a symbolic link
+     * to a regular file is written through like every output (train --checkpoint too): it
+     * needs --force, and the link stays a link */
     snprintf(p, sizeof p, "%s/d", dir);
     ck_assert_int_eq(mkdir(p, 0700), 0);
     snprintf(a, sizeof a, "export --checkpoint '%s' --out d --force", ck);
-    expect_fail(a, "--out 'd' exists and is a directory; refusing to replace it");
+    expect_fail(a, "--out 'd' is a directory, not a regular file; refusing to replace it");
     snprintf(p, sizeof p, "%s/link", dir);
     ck_assert_int_eq(symlink("m.safetensors", p), 0);
+    snprintf(a, sizeof a, "export --checkpoint '%s' --out link", ck);
+    expect_fail(a, "--out 'link' exists (pass --force to replace it)");
+    ck_assert_int_eq(run(a), 2); /* a usage error */
     snprintf(a, sizeof a, "export --checkpoint '%s' --out link --force", ck);
-    expect_fail(a, "is a symbolic link; refusing");
+    ck_assert_int_eq(run(a), 0);
+    struct stat lsb;
+    ck_assert_int_eq(lstat(p, &lsb), 0);
+    ck_assert(S_ISLNK(lsb.st_mode));
+    snprintf(p, sizeof p, "%s/m.safetensors", dir);
+    ck_assert(same_file(p, ref));
+    snprintf(p, sizeof p, "%s/dangling", dir);
+    ck_assert_int_eq(symlink("nothere", p), 0);
+    snprintf(a, sizeof a, "export --checkpoint '%s' --out dangling --force", ck);
+    expect_fail(a, "a symbolic link to a file that does not exist");
+    snprintf(p, sizeof p, "%s/dirlink", dir);
+    ck_assert_int_eq(symlink("d", p), 0);
+    snprintf(a, sizeof a, "export --checkpoint '%s' --out dirlink --force", ck);
+    expect_fail(a, "a symbolic link to a directory, not to a regular file");
     snprintf(a, sizeof a, "cp '%s' '%s/ck.ckpt'", ck, dir);
     ck_assert_int_eq(system(a), 0);
     expect_fail("export --checkpoint ck.ckpt --out ck.ckpt --force", "the checkpoint itself");
     expect_fail("export --checkpoint ck.ckpt --out ./ck.ckpt --force", "the checkpoint itself");
-    entries = n_entries(); /* + d, link, ck.ckpt */
-    ck_assert_int_eq(entries, 6);
+    entries = n_entries(); /* + d, link, dangling, dirlink, ck.ckpt */
+    ck_assert_int_eq(entries, 8);
 
     /* not a checkpoint */
     char other[512];

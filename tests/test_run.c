@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -165,7 +166,7 @@ START_TEST(test_sdpa)
     bool_npy(&f, "attn_mask", "m.npy");
     char a[1024];
     snprintf(a, sizeof a, "sdpa --q q.npy --k k.npy --v v.npy --mask m.npy --dtype %s "
-             "--out o.npy --attn-out a.npy --grad-out dy.npy --grads g.safetensors", dtype_arg(_i));
+             "--out o.npy --force --attn-out a.npy --grad-out dy.npy --grads g.safetensors", dtype_arg(_i));
     ck_assert_int_eq(run(a), 0);
     check_out(&f, tol_of(_i));
     char p[512];
@@ -185,7 +186,7 @@ START_TEST(test_sdpa_causal_forward_only)
     npy(&f, "k", "k.npy");
     npy(&f, "v", "v.npy");
     char a[512];
-    snprintf(a, sizeof a, "sdpa --q q.npy --k k.npy --v v.npy --causal --dtype %s --out o.npy",
+    snprintf(a, sizeof a, "sdpa --q q.npy --k k.npy --v v.npy --causal --dtype %s --out o.npy --force",
              dtype_arg(_i));
     ck_assert_int_eq(run(a), 0);
     check_out(&f, tol_of(_i));
@@ -205,7 +206,7 @@ START_TEST(test_mha_self_masks)
     bool_npy(&f, "key_padding_mask", "p.npy");
     char a[1024];
     snprintf(a, sizeof a, "mha --weights w.safetensors --heads 3 --x x.npy "
-             "--key-padding-mask p.npy --causal --dtype %s --out o.npy --grad-out dy.npy "
+             "--key-padding-mask p.npy --causal --dtype %s --out o.npy --force --grad-out dy.npy "
              "--grads g.safetensors", dtype_arg(_i));
     ck_assert_int_eq(run(a), 0);
     check_out(&f, tol_of(_i));
@@ -224,7 +225,7 @@ START_TEST(test_mha_cross)
     npy(&f, "grad_out", "dy.npy");
     char a[1024];
     snprintf(a, sizeof a, "mha --weights w.safetensors --heads 3 --q q.npy --k k.npy --v v.npy "
-             "--dtype %s --out o.npy --grad-out dy.npy --grads g.safetensors", dtype_arg(_i));
+             "--dtype %s --out o.npy --force --grad-out dy.npy --grads g.safetensors", dtype_arg(_i));
     ck_assert_int_eq(run(a), 0);
     check_out(&f, tol_of(_i));
     check_grads(&f, tol_of(_i), 7);
@@ -240,7 +241,7 @@ START_TEST(test_mha_additive_3d)
     bool_npy(&f, "attn_mask", "m.npy");
     char a[512];
     snprintf(a, sizeof a, "mha --weights w.safetensors --heads 2 --x x.npy --attn-mask m.npy "
-             "--dtype %s --out o.npy", dtype_arg(_i));
+             "--dtype %s --out o.npy --force", dtype_arg(_i));
     ck_assert_int_eq(run(a), 0);
     check_out(&f, tol_of(_i));
     tg_ctx_free(f.ctx);
@@ -265,7 +266,7 @@ START_TEST(test_ffn)
     npy(&f, "grad_out", "dy.npy");
     char a[512];
     snprintf(a, sizeof a, "ffn --weights w.safetensors --x x.npy --activation gelu --dtype %s "
-             "--out o.npy --grad-out dy.npy --grads g.safetensors", dtype_arg(_i));
+             "--out o.npy --force --grad-out dy.npy --grads g.safetensors", dtype_arg(_i));
     ck_assert_int_eq(run(a), 0);
     check_out(&f, tol_of(_i));
     check_grads(&f, tol_of(_i), 5);
@@ -286,7 +287,7 @@ START_TEST(test_encoder)
     npy(&f, "grad_out", "dy.npy");
     char a[1024];
     snprintf(a, sizeof a, "encoder --weights w.safetensors --heads 4 --x x.npy --norm-first "
-             "--eps 1e-6 --activation gelu --dtype %s --out o.npy --grad-out dy.npy "
+             "--eps 1e-6 --activation gelu --dtype %s --out o.npy --force --grad-out dy.npy "
              "--grads g.safetensors", dtype_arg(_i));
     ck_assert_int_eq(run(a), 0);
     check_out(&f, tol_of(_i));
@@ -297,7 +298,7 @@ START_TEST(test_encoder)
     npy(&f, "x", "x.npy");
     bool_npy(&f, "key_padding_mask", "p.npy");
     snprintf(a, sizeof a, "encoder --weights w.safetensors --heads 2 --x x.npy "
-             "--key-padding-mask p.npy --dtype %s --out o.npy", dtype_arg(_i));
+             "--key-padding-mask p.npy --dtype %s --out o.npy --force", dtype_arg(_i));
     ck_assert_int_eq(run(a), 0);
     check_out(&f, tol_of(_i));
     tg_ctx_free(f.ctx);
@@ -318,7 +319,7 @@ START_TEST(test_integer_masks)
     for (int d = 0; d < 3; d++) {
         mask_npy(&f, "attn_mask", "m.npy", descrs[d], -1);
         snprintf(a, sizeof a, "sdpa --q q.npy --k k.npy --v v.npy --mask m.npy --dtype %s "
-                 "--out o.npy --grad-out dy.npy --grads g.safetensors", dtype_arg(_i));
+                 "--out o.npy --force --grad-out dy.npy --grads g.safetensors", dtype_arg(_i));
         ck_assert_msg(run(a) == 0, "%s mask", descrs[d]);
         check_out(&f, tol_of(_i));
         check_grads(&f, tol_of(_i), 3);
@@ -330,7 +331,7 @@ START_TEST(test_integer_masks)
     for (int d = 0; d < 3; d++) {
         mask_npy(&f, "key_padding_mask", "p.npy", descrs[d], -1);
         snprintf(a, sizeof a, "encoder --weights w.safetensors --heads 2 --x x.npy "
-                 "--key-padding-mask p.npy --dtype %s --out o.npy", dtype_arg(_i));
+                 "--key-padding-mask p.npy --dtype %s --out o.npy --force", dtype_arg(_i));
         ck_assert_msg(run(a) == 0, "%s key padding mask", descrs[d]);
         check_out(&f, tol_of(_i));
     }
@@ -476,7 +477,7 @@ START_TEST(test_dot)
     if (system("command -v dot >/dev/null 2>&1") == 0) {
         char cmd[2048];
         snprintf(cmd, sizeof cmd, "('%s' run encoder --weights w.safetensors --heads 4 --x x.npy "
-                 "--dot g.dot && dot -Tsvg g.dot)", tu_tgrad_exe());
+                 "--dot g.dot --force && dot -Tsvg g.dot)", tu_tgrad_exe());
         ck_assert_int_eq(tu_run_sh(dir, cmd, 300, NULL), 0);
         char *svg = tu_slurp_in(dir, "out.txt", NULL);
         ck_assert_ptr_nonnull(svg);
@@ -500,6 +501,9 @@ START_TEST(test_dot)
         {"encoder --weights w.safetensors --heads 4 --x x.npy --dot .",
          "--dot: '.' is not a regular file (a directory): refusing to replace it"},
         {"encoder --weights w.safetensors --heads 4 --x x.npy --dot", "--dot"},
+        /* an existing output is replaced only with --force */
+        {"encoder --weights w.safetensors --heads 4 --x x.npy --dot g.dot",
+         "--dot 'g.dot' exists (pass --force to replace it)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = run(bad[i].args);
@@ -511,6 +515,29 @@ START_TEST(test_dot)
         ck_assert_msg(strstr(err, bad[i].needle) != NULL, "'%s': '%s' lacks '%s'", bad[i].args,
                       err, bad[i].needle);
     }
+    /* every output: refused before anything is written (usage error, exit 2), kept as it was */
+    tu_write_file(dir, "keep.npy", "precious\n");
+    static const char *const outs[] = {"--out keep.npy", "--dot keep.npy",
+                                       "--grad-out dy.npy --grads keep.npy",
+                                       "--out o9.npy --grad-out dy.npy --grads keep.npy"};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+        char a[512];
+        snprintf(a, sizeof a, "encoder --weights w.safetensors --heads 4 --x x.npy --dtype f64 %s",
+                 outs[i]);
+        ck_assert_int_eq(run(a), 2);
+        char *kept = tu_slurp_in(dir, "keep.npy", NULL);
+        ck_assert_str_eq(kept, "precious\n");
+        free(kept);
+        char err[4096];
+        read_file("err.txt", err, sizeof err);
+        ck_assert_msg(strstr(err, "'keep.npy' exists (pass --force to replace it)"), "%s", err);
+    }
+    struct stat sb;
+    char o9[512];
+    snprintf(o9, sizeof o9, "%s/o9.npy", dir);
+    ck_assert_int_ne(stat(o9, &sb), 0); /* nothing written before the refusal */
+    ck_assert_int_eq(run("encoder --weights w.safetensors --heads 4 --x x.npy --out keep.npy "
+                         "--force"), 0);
     tg_ctx_free(f.ctx);
 }
 END_TEST
@@ -546,13 +573,13 @@ static int weights_all(fixture *f)
     return (int)k;
 }
 
-/* Run `tgrad run ARGS --dtype .. --out o.npy [--grad-out dy.npy --grads g.safetensors]` on a
+/* Run `tgrad run ARGS --dtype .. --out o.npy --force [--grad-out dy.npy --grads g.safetensors]` on a
  * fixture whose inputs and masks were written, and compare with PyTorch. */
 static void run_and_check(fixture *f, const char *args, int dtype_i, int n_inputs, int n_params)
 {
     char a[2048];
     bool grads = n_inputs > 0;
-    snprintf(a, sizeof a, "%s --dtype %s --out o.npy%s", args, dtype_arg(dtype_i),
+    snprintf(a, sizeof a, "%s --dtype %s --out o.npy --force%s", args, dtype_arg(dtype_i),
              grads ? " --grad-out dy.npy --grads g.safetensors" : "");
     int rc = run(a);
     char err[4096];

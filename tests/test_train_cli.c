@@ -15,6 +15,7 @@
 #include "testutil.h"
 #include "tgrad_train.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pty.h>
@@ -993,6 +994,320 @@ START_TEST(test_dot)
 }
 END_TEST
 
+/* ---- outputs: one rule; the log and plot of a resumed run; one writer per checkpoint ------ */
+
+/* An existing --log, --plot or --dot is replaced only with --force (a usage error, exit 2,
+ * naming the file and --force; the file untouched); a resumed run continues its own. */
+START_TEST(test_outputs_need_force)
+{
+    write_corpus("c.txt");
+    static const char *const opts[] = {"--log", "--plot", "--dot"};
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+        write_file("keep.txt", "precious\n");
+        char a[1024], needle[128];
+        snprintf(a, sizeof a, "train " TEXT_MODEL " --steps 2 --quiet %s keep.txt", opts[i]);
+        snprintf(needle, sizeof needle, "%s 'keep.txt' exists (pass --force to replace it)",
+                 opts[i]);
+        expect_refusal(a, needle);
+        ck_assert_int_eq(run(a), 2);
+        char *kept = slurp("keep.txt", NULL);
+        ck_assert_str_eq(kept, "precious\n");
+        free(kept);
+        snprintf(a, sizeof a, "train " TEXT_MODEL " --steps 2 --quiet %s keep.txt --force",
+                 opts[i]);
+        ck_assert_int_eq(run(a), 0);
+        kept = slurp("keep.txt", NULL);
+        ck_assert_ptr_null(strstr(kept, "precious"));
+        free(kept);
+    }
+    /* --checkpoint: the same rule, the same exit status */
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 2 --quiet --checkpoint c1.ckpt"), 0);
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 2 --quiet --checkpoint c1.ckpt"), 2);
+    /* a resumed run's own log and plot need no --force; another file at --log does */
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 6 --stop-after 3 --quiet --checkpoint "
+                         "r.ckpt --log r.csv --plot r.svg"), 0);
+    ck_assert_int_eq(run("train --text c.txt --resume r.ckpt --quiet --log r.csv --plot r.svg"),
+                     0);
+    char *log = slurp("r.csv", NULL);
+    ck_assert_int_eq(count_lines(log), 7);
+    free(log);
+    write_file("notes.csv", "my notes\n");
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 4 --stop-after 2 --quiet --checkpoint "
+                         "n.ckpt"), 0);
+    expect_refusal("train --text c.txt --resume n.ckpt --quiet --log notes.csv",
+                   "is not a tgrad training log");
+    char *notes = slurp("notes.csv", NULL);
+    ck_assert_str_eq(notes, "my notes\n");
+    free(notes);
+}
+END_TEST
+
+/* The points of the first polyline of an SVG (the train curve). */
+static int polyline_points(const char *svg)
+{
+    const char *p = strstr(svg, "<polyline");
+    ck_assert_ptr_nonnull(p);
+    p = strstr(p, "points=\"");
+    ck_assert_ptr_nonnull(p);
+    p += 8;
+    int n = 0;
+    for (; *p && *p != '"'; p++)
+        n += *p == ',';
+    return n;
+}
+
+/* A run killed after its last save wrote log rows past it (and maybe half a row): resume cuts
+ * the log at the checkpoint's step, then goes on, so every step is logged once, in order, each
+ * row whole; the plot of the resumed run draws every step from the first. */
+START_TEST(test_log_cut_at_checkpoint)
+{
+    write_corpus("c.txt");
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 10 --eval-every 5 --stop-after 5 "
+                         "--quiet --checkpoint k.ckpt --log k.csv"), 0);
+    /* what a SIGKILL at step 8 leaves: rows 6, 7 and half of row 8 after the save at 5 */
+    char p[512];
+    path_of("k.csv", p, sizeof p);
+    FILE *f = fopen(p, "a");
+    ck_assert_ptr_nonnull(f);
+    fputs("6,2.000000,,0.003,100.0\n7,2.000000,,0.003,100.0\n8,0.0001", f);
+    fclose(f);
+    ck_assert_int_eq(run("train --text c.txt --resume k.ckpt --quiet --log k.csv --plot k.svg"),
+                     0);
+    char *log = slurp("k.csv", NULL);
+    ck_assert_msg(!strncmp(log, "step,train_loss,val_loss,lr,tokens_per_s\n", 41), "%s", log);
+    int rows = 0;
+    for (const char *l = strchr(log, '\n') + 1; *l; l = strchr(l, '\n') + 1) {
+        rows++;
+        ck_assert_int_eq(atoi(l), rows);
+        int commas = 0;
+        for (const char *c = l; *c != '\n'; c++) {
+            ck_assert_msg(*c, "a partial last line: %s", l);
+            commas += *c == ',';
+        }
+        ck_assert_int_eq(commas, 4);
+        ck_assert_ptr_null(strstr(l, "2.000000,,0.003,100.0")); /* the killed run's rows */
+    }
+    ck_assert_int_eq(rows, 10);
+    free(log);
+    char *svg = slurp("k.svg", NULL);
+    ck_assert_int_eq(polyline_points(svg), 10);
+    free(svg);
+    /* a real SIGKILL while saving every step: the resumed log still has each step once */
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "('%s' train " TEXT_MODEL " --steps 1000000 --eval-every 1000000 "
+             "--save-every 3 --checkpoint s.ckpt --log s.csv --quiet & pid=$!; sleep 1; "
+             "kill -KILL $pid; wait $pid; exit 0)", exe());
+    ck_assert_int_eq(run_sh(cmd, 60, NULL), 0);
+    char v[64];
+    long at = atol(meta_of("s.ckpt", "optim.step", v, sizeof v));
+    char a[512];
+    snprintf(a, sizeof a, "train --text c.txt --resume s.ckpt --quiet --log s.csv "
+             "--stop-after %ld", at + 2);
+    ck_assert_int_eq(run(a), 0);
+    log = slurp("s.csv", NULL);
+    rows = 0;
+    for (const char *l = strchr(log, '\n') + 1; *l; l = strchr(l, '\n') + 1)
+        ck_assert_int_eq(atoi(l), ++rows);
+    ck_assert_int_eq(rows, at + 2);
+    free(log);
+}
+END_TEST
+
+/* A write that fails (here: the file size limit, as on a full disk) gives the reason and
+ * never leaves a partial row; the first save failing says no checkpoint was written. */
+START_TEST(test_write_failures)
+{
+    write_corpus("c.txt");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "(trap '' XFSZ; ulimit -f 2; exec '%s' train " TEXT_MODEL
+             " --steps 1000 --eval-every 1000 --quiet --log big.csv)", exe());
+    ck_assert_int_eq(run_sh(cmd, 60, NULL), 1);
+    char *err = slurp("err.txt", NULL);
+    ck_assert_msg(strstr(err, "--log 'big.csv': File too large") && count_lines(err) == 1, "%s",
+                  err);
+    free(err);
+    size_t len;
+    char *log = slurp("big.csv", &len);
+    ck_assert(len > 0 && log[len - 1] == '\n');
+    free(log);
+    snprintf(cmd, sizeof cmd, "(trap '' XFSZ; ulimit -f 2; exec '%s' train " TEXT_MODEL
+             " --steps 4 --quiet --checkpoint f.ckpt)", exe());
+    ck_assert_int_eq(run_sh(cmd, 60, NULL), 1);
+    err = slurp("err.txt", NULL);
+    ck_assert_msg(strstr(err, "(no checkpoint was written)") && !strstr(err, "kept"), "%s", err);
+    free(err);
+}
+END_TEST
+
+/* The same files in another order, or other content of the same size: refused, saying so; a
+ * checkpoint from before the text hash: resumed with a note. */
+START_TEST(test_resume_other_text)
+{
+    tu_write_corpus(dir, "a.txt", 1000);
+    write_file("b.txt", "Another text, with other words in it, long enough to train on and to "
+               "validate on as well: quite some bytes of it in the end.\n");
+    const char *m = "--d-model 16 --heads 2 --d-ff 32 --seq-len 8 --batch 4 --layers 1 "
+                    "--threads 1 --quiet";
+    char a[1024];
+    snprintf(a, sizeof a, "train --text a.txt b.txt %s --steps 6 --stop-after 2 --checkpoint "
+             "h.ckpt", m);
+    ck_assert_int_eq(run(a), 0);
+    char v[64];
+    ck_assert_ptr_nonnull(meta_of("h.ckpt", "data.text_hash", v, sizeof v));
+    ck_assert_str_eq(meta_of("h.ckpt", "data.files", v, sizeof v), "2");
+    expect_refusal("train --text b.txt a.txt --resume h.ckpt --quiet",
+                   "content or order differs");
+    expect_refusal("train --text a.txt --resume h.ckpt --quiet", "was trained on");
+    /* the same size, one byte changed */
+    char *txt = slurp("a.txt", NULL);
+    txt[10] = txt[10] == 'e' ? 'o' : 'e';
+    write_file("a2.txt", txt);
+    free(txt);
+    expect_refusal("train --text a2.txt b.txt --resume h.ckpt --quiet",
+                   "content or order differs");
+    ck_assert_int_eq(run("train --text a.txt b.txt --resume h.ckpt --stop-after 3 --quiet"), 0);
+    /* an older checkpoint: no hash, accepted with a note (quiet or not, one line) */
+    rewrite("h.ckpt", "old.ckpt", "data.text_hash", NULL, NULL, NULL);
+    rewrite("old.ckpt", "old.ckpt", "data.files", NULL, NULL, NULL);
+    ck_assert_int_eq(run("train --text b.txt a.txt --resume old.ckpt --stop-after 4"), 0);
+    char *err = slurp("err.txt", NULL);
+    ck_assert_msg(strstr(err, "records no hash of its text"), "%s", err);
+    free(err);
+}
+END_TEST
+
+/* One writer per checkpoint: a second run on a checkpoint in use is refused in one line naming
+ * the first run's pid; the lock goes with the run. */
+START_TEST(test_checkpoint_lock)
+{
+    write_corpus("c.txt");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "('%s' train " TEXT_MODEL " --steps 1000000 --eval-every 1000000 --save-every 1 "
+             "--checkpoint l.ckpt --quiet & pid=$!; "
+             "i=0; while [ ! -e l.ckpt ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
+             "'%s' train " TEXT_MODEL " --steps 5 --checkpoint l.ckpt --force --quiet "
+             "2> second.txt; echo \"fresh $? $pid\" > rc.txt; "
+             "'%s' train --text c.txt --resume l.ckpt --steps 2000000 --quiet 2>> second.txt; "
+             "echo \"resume $?\" >> rc.txt; ln -s l.ckpt link.ckpt; "
+             "'%s' train --text c.txt --resume link.ckpt --steps 2000000 --quiet "
+             "2>> second.txt; echo \"link $?\" >> rc.txt; kill -INT $pid; wait $pid)",
+             exe(), exe(), exe(), exe());
+    ck_assert_int_eq(run_sh(cmd, 60, NULL), 130);
+    char *rc = slurp("rc.txt", NULL), *second = slurp("second.txt", NULL);
+    long pid = 0;
+    ck_assert_msg(sscanf(rc, "fresh 1 %ld", &pid) == 1 && strstr(rc, "resume 1") &&
+                  strstr(rc, "link 1"), "%s: %s", rc, second);
+    char want[160];
+    snprintf(want, sizeof want, "'l.ckpt' is in use by another tgrad run (pid %ld)", pid);
+    ck_assert_int_eq(count_lines(second), 3);
+    const char *l2 = strchr(second, '\n') + 1;
+    ck_assert_msg(strstr(second, want) && strstr(l2, want), "%s", second);
+    snprintf(want, sizeof want, "'link.ckpt' is in use by another tgrad run (pid %ld)", pid);
+    ck_assert_msg(strstr(strchr(l2, '\n') + 1, want), "%s", second);
+    free(rc);
+    free(second);
+    /* nothing left next to the checkpoint (a lock file would outlive a killed run) */
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        ck_assert_msg(!strstr(e->d_name, "lock") && !strstr(e->d_name, ".tmp."), "left: %s",
+                      e->d_name);
+    closedir(d);
+    /* free again (the lock went with its process): resumed */
+    char v[64], a[512];
+    snprintf(a, sizeof a, "train --text c.txt --resume l.ckpt --stop-after %ld --quiet",
+             atol(meta_of("l.ckpt", "optim.step", v, sizeof v)) + 1);
+    ck_assert_int_eq(run(a), 0);
+}
+END_TEST
+
+/* Ctrl-C: acknowledged at once with the step it stops after; further SIGINT/SIGTERM while it
+ * finishes and saves change nothing: that step is saved, exit 130. */
+START_TEST(test_interrupt_twice)
+{
+    /* steps of ~0.3 s: the second and third signal arrive while the step still runs */
+    const char *big = "--task copy --target-acc 0 --d-model 256 --layers 2 --seq-len 32 "
+                      "--batch 32 --threads 1 --eval-every 1000000 --steps 1000000";
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "('%s' train %s --checkpoint i.ckpt --quiet & pid=$!; sleep 1.5; "
+             "kill -INT $pid; sleep 0.05; kill -INT $pid; kill -TERM $pid; wait $pid)", exe(),
+             big);
+    ck_assert_int_eq(run_sh(cmd, 120, NULL), 130);
+    char *err = slurp("err.txt", NULL);
+    const char *s = strstr(err, "stopping after step ");
+    ck_assert_msg(s && strstr(err, "already stopping"), "%s", err);
+    long at = atol(s + 20);
+    char v[64];
+    ck_assert_msg(meta_of("i.ckpt", "optim.step", v, sizeof v), "no checkpoint: %s", err);
+    ck_assert_int_eq(atol(v), at);
+    char want[64];
+    snprintf(want, sizeof want, "interrupted at step %ld;", at);
+    ck_assert_msg(strstr(err, want), "%s", err);
+    free(err);
+}
+END_TEST
+
+/* sample, export and info hold a checkpoint to what resume restores: the optimizer state complete and
+ * of the checkpoint's optimizer; sample --source refuses the sampling options (exit 2). */
+START_TEST(test_sample_like_resume)
+{
+    make_text_ckpt("t.ckpt", NULL);
+    struct {
+        const char *drop, *rename, *to, *needle;
+    } cases[] = {
+        {"adam.m.tok_emb.weight", NULL, NULL, "lacks optimizer state 'adam.m.tok_emb.weight'"},
+        {"adam.v.head.bias", NULL, NULL, "lacks optimizer state 'adam.v.head.bias'"},
+        {NULL, "adam.m.head.bias", "sgd.momentum.head.bias",
+         "'sgd.momentum.head.bias' does not belong to train.optimizer adamw"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char ps[512], pd[512];
+        path_of("t.ckpt", ps, sizeof ps);
+        path_of("bad.ckpt", pd, sizeof pd);
+        tu_st_rewrite(ps, pd, &(tu_st_edit){.drop = cases[i].drop, .rename = cases[i].rename,
+                                            .to = cases[i].to});
+        expect_refusal("sample --checkpoint bad.ckpt --tokens 3", cases[i].needle);
+        expect_refusal("train --text c.txt --resume bad.ckpt --steps 6 --quiet", NULL);
+        expect_refusal("export --checkpoint bad.ckpt --out e.safetensors", cases[i].needle);
+        expect_refusal("info bad.ckpt", cases[i].needle);
+    }
+    /* no optimizer state at all: every adam.* tensor dropped, one at a time */
+    char ps[512], pd[512], pn[512];
+    path_of("t.ckpt", ps, sizeof ps);
+    path_of("bare.ckpt", pd, sizeof pd);
+    path_of("next.ckpt", pn, sizeof pn);
+    tu_st_rewrite(ps, pd, &(tu_st_edit){0});
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, ps);
+    ck_assert_ptr_nonnull(st);
+    for (int64_t j = 0; j < tg_safetensors_count(st); j++)
+        if (!strncmp(tg_safetensors_name(st, j), "adam.", 5)) {
+            tu_st_rewrite(pd, pn, &(tu_st_edit){.drop = tg_safetensors_name(st, j)});
+            ck_assert_int_eq(rename(pn, pd), 0);
+        }
+    tg_ctx_free(ctx);
+    expect_refusal("sample --checkpoint bare.ckpt --tokens 3", "lacks optimizer state");
+    expect_refusal("info bare.ckpt", "not a valid tgrad checkpoint");
+    ck_assert_int_eq(run("info t.ckpt"), 0);
+    /* seq2seq: --source decodes exactly seq_len digits greedily */
+    ck_assert_int_eq(run("train --arch seq2seq --task copy --d-model 8 --heads 2 --d-ff 16 "
+                         "--seq-len 4 --batch 4 --layers 1 --threads 1 --steps 2 --target-acc 0 "
+                         "--quiet --checkpoint s.ckpt"), 0);
+    ck_assert_int_eq(run("sample --checkpoint s.ckpt --source 1234"), 0);
+    ck_assert_int_eq(run("info s.ckpt"), 0);
+    static const char *const extra[] = {"--tokens 9", "--temperature 0.5", "--top-k 3",
+                                        "--seed 4"};
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+        char a[256];
+        snprintf(a, sizeof a, "sample --checkpoint s.ckpt --source 1234 %s", extra[i]);
+        expect_refusal(a, "do not apply");
+        ck_assert_int_eq(run(a), 2);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train_cli");
@@ -1023,6 +1338,13 @@ int main(void)
     tcase_add_test(tc, test_huge_steps_bounded_memory);
     tcase_add_test(tc, test_progress_fits_terminal);
     tcase_add_test(tc, test_dot);
+    tcase_add_test(tc, test_outputs_need_force);
+    tcase_add_test(tc, test_log_cut_at_checkpoint);
+    tcase_add_test(tc, test_write_failures);
+    tcase_add_test(tc, test_resume_other_text);
+    tcase_add_test(tc, test_checkpoint_lock);
+    tcase_add_test(tc, test_interrupt_twice);
+    tcase_add_test(tc, test_sample_like_resume);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

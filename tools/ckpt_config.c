@@ -374,6 +374,33 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
                      "field 'data.bytes' of a text checkpoint");
         return false;
     }
+    /* data.text_hash, data.files: what text a text checkpoint was trained on (absent in
+     * older checkpoints) */
+    const char *th = tg_safetensors_meta_get(st, "data.text_hash");
+    const char *tf = tg_safetensors_meta_get(st, "data.files");
+    if ((th || tf) && !info->text) {
+        snprintf(err, n, "checkpoint fields disagree: data.mode task but the file has the "
+                 "field '%s' of a text checkpoint", th ? "data.text_hash" : "data.files");
+        return false;
+    }
+    if (th) {
+        bool ok = strlen(th) == 24 && !strncmp(th, "fnv1a64:", 8);
+        uint64_t h = 0;
+        for (int i = 8; ok && i < 24; i++) {
+            int d = hex_digit(th[i]);
+            ok = d >= 0 && !(th[i] >= 'A' && th[i] <= 'F');
+            h = h << 4 | (uint64_t)(d < 0 ? 0 : d);
+        }
+        if (!ok) {
+            snprintf(err, n, "checkpoint field 'data.text_hash' '%s': expected 'fnv1a64:' and 16 "
+                     "lowercase hex digits", cli_show(th, s, sizeof s));
+            return false;
+        }
+        info->has_text_hash = true;
+        info->text_hash = h;
+    }
+    if (tf && !parse_int_field("data.files", tf, 1, INT32_MAX, &info->text_files, err, n))
+        return false;
     const char *p = tg_safetensors_meta_get(st, "data.position");
     if (p && !parse_int_field("data.position", p, 0, INT64_MAX, &v, err, n))
         return false;
@@ -420,7 +447,8 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
 typedef enum {
     USE_TRAIN,  /* tgrad train --resume: the mode must match --text; memory for training */
     USE_SAMPLE, /* tgrad sample: a text checkpoint; memory for inference */
-    USE_EXPORT  /* tgrad export: text or task; nothing is built, so no memory check */
+    USE_EXPORT, /* tgrad export: text or task; nothing is built, so no memory check */
+    USE_INFO    /* tgrad info: any checkpoint; nothing is built */
 } ckpt_use;
 
 static bool apply(const tg_safetensors *st, train_args *a, const cli_result *given,
@@ -732,6 +760,57 @@ out:
     return ok;
 }
 
+/* The optimizer state a training checkpoint of train.optimizer holds: adam.m.<p> and
+ * adam.v.<p> for every parameter (adam, adamw), sgd.momentum.<p> (sgd with a momentum other
+ * than 0), nothing (sgd without momentum). Every command holds a checkpoint to what
+ * `tgrad train --resume` restores, so sample and export never accept a file resume refuses. */
+static bool check_optim_state(const tg_safetensors *st, const tg_transformer_config *mc,
+                              const train_args *a, char *err, size_t n)
+{
+    bool adam = a->optimizer != OPT_SGD, sgd_m = a->optimizer == OPT_SGD && a->momentum != 0;
+    char on[16];
+    cli_choice_name(cli_find(train_command(), "optimizer"), a->optimizer, on, sizeof on);
+    /* none of another optimizer's state (shapes were checked by ckpt_check_shapes) */
+    for (int64_t j = 0; j < tg_safetensors_count(st); j++) {
+        const char *pre = optim_prefix(tg_safetensors_name(st, j));
+        bool want = pre && (!strcmp(pre, "sgd.momentum.") ? sgd_m : adam);
+        if (pre && !want) {
+            char s[80];
+            snprintf(err, n, "optimizer state '%s' does not belong to train.optimizer %s%s",
+                     cli_show(tg_safetensors_name(st, j), s, sizeof s), on,
+                     a->optimizer == OPT_SGD && !sgd_m ? " with momentum 0" : "");
+            return false;
+        }
+    }
+    if (!adam && !sgd_m)
+        return true;
+    int64_t np = ckpt_n_params(mc);
+    ckpt_param *ps = malloc(sizeof *ps * (size_t)np);
+    if (!ps) {
+        snprintf(err, n, "out of memory");
+        return false;
+    }
+    ckpt_params(mc, ps);
+    static const char *const adam_pre[] = {"adam.m.", "adam.v."}, *const sgd_pre[] = {
+        "sgd.momentum."};
+    const char *const *pres = adam ? adam_pre : sgd_pre;
+    int npre = adam ? 2 : 1;
+    bool ok = true;
+    for (int64_t i = 0; i < np && ok; i++)
+        for (int k = 0; k < npre && ok; k++) {
+            char name[CKPT_PARAM_NAME + 16];
+            snprintf(name, sizeof name, "%s%s", pres[k], ps[i].name);
+            if (!tg_safetensors_find(st, name)) {
+                snprintf(err, n, "the file lacks optimizer state '%s' that train.optimizer %s "
+                         "keeps for every parameter (a training checkpoint holds it; 'tgrad "
+                         "train --resume' restores it)", name, on);
+                ok = false;
+            }
+        }
+    free(ps);
+    return ok;
+}
+
 /* Every tensor of the file in the parameter dtype of model.dtype (f32 unless given). */
 static bool check_dtypes(const tg_safetensors *st, const train_args *a, char *err, size_t n)
 {
@@ -829,9 +908,10 @@ static bool validate(const tg_safetensors *st, train_args *a, const cli_result *
     if (!train_resolve(a, info->text, err, n))
         return false;
     train_model_config(a, info->text, info->vocab_size, mc);
-    if (!ckpt_check_shapes(st, mc, err, n) || !check_dtypes(st, a, err, n))
+    if (!ckpt_check_shapes(st, mc, err, n) || !check_dtypes(st, a, err, n) ||
+        !check_optim_state(st, mc, a, err, n))
         return false;
-    if (use == USE_EXPORT)
+    if (use == USE_EXPORT || use == USE_INFO)
         return true;
     bool sample = use == USE_SAMPLE;
     return model_memory_check(mc, train_dtype(a), sample ? 1 : a->batch / a->grad_accum,
@@ -850,4 +930,10 @@ bool ckpt_config_export(const tg_safetensors *st, train_args *a, ckpt_info *info
                         tg_transformer_config *mc, char *err, size_t n)
 {
     return validate(st, a, NULL, USE_EXPORT, 0, info, mc, err, n);
+}
+
+bool ckpt_config_check(const tg_safetensors *st, train_args *a, ckpt_info *info,
+                       tg_transformer_config *mc, char *err, size_t n)
+{
+    return validate(st, a, NULL, USE_INFO, 0, info, mc, err, n);
 }

@@ -32,6 +32,9 @@ typedef struct ckpt_info {
     unsigned char vocab[256];  /* text: data.vocab, strictly increasing bytes */
     int64_t step;              /* optim.step: steps already taken */
     int64_t text_bytes;        /* data.bytes: the size of the text trained on (0: unknown) */
+    bool has_text_hash;        /* data.text_hash present (checkpoints before it have none) */
+    uint64_t text_hash;        /* data.text_hash: corpus_hash of the text ("fnv1a64:" + 16 hex) */
+    int64_t text_files;        /* data.files: the number of text files (0: unknown) */
     double best_val;           /* train.best_val (INFINITY when absent) */
 } ckpt_info;
 
@@ -114,7 +117,10 @@ int train_n_state(const train_args *a);
 
 /*
  * Everything above for a checkpoint about to be loaded: ckpt_apply, train_resolve, the model
- * config, ckpt_check_shapes, every tensor's dtype against model.dtype, and model_memory_check
+ * config, ckpt_check_shapes, every tensor's dtype against model.dtype, the optimizer state
+ * (complete for train.optimizer: adam.m.* and adam.v.* of every parameter for adam/adamw,
+ * sgd.momentum.* for SGD with momentum, none otherwise; so `tgrad sample` and `tgrad export`
+ * accept exactly the files `tgrad train --resume` restores), and model_memory_check
  * against @p limit_bytes (batch 1 and no optimizer for @p sample, the run's batch and optimizer
  * otherwise). With --resume, the
  * checkpoint's mode must match the command line's (--text given or not).
@@ -131,5 +137,14 @@ bool ckpt_config_load(const tg_safetensors *st, train_args *a, const cli_result 
  */
 bool ckpt_config_export(const tg_safetensors *st, train_args *a, ckpt_info *info,
                         tg_transformer_config *mc, char *err, size_t n);
+
+/*
+ * For `tgrad info` on a file that claims to be a training checkpoint (metadata format
+ * "tgrad-checkpoint-..."): everything ckpt_config_export checks, for any architecture (seq2seq
+ * included), so info says whether train --resume, sample and export will accept it. @p a
+ * holds train_defaults().
+ */
+bool ckpt_config_check(const tg_safetensors *st, train_args *a, ckpt_info *info,
+                       tg_transformer_config *mc, char *err, size_t n);
 
 #endif

@@ -67,6 +67,7 @@ typedef struct run_args {
     int dtype;      /* 0 f32, 1 f64 */
     int64_t heads;  /* [1, CLI_MAX_HEADS] */
     bool causal, norm_first, has_eps;
+    bool force;     /* --force: replace existing output files */
     bool unfused;   /* --unfused: tg_ctx_set_fusion(ctx, false) */
     double eps;     /* [0, 1] */
 } run_args;

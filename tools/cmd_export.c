@@ -28,8 +28,9 @@
  * ckpt_config_export (tools/ckpt_config.c), exactly as `tgrad train --resume` and `tgrad
  * sample` validate it: every metadata field with the train option table's bounds, each tensor's
  * shape and dtype against the config, and no tensor but parameters and their optimizer state;
- * --out is never replaced without --force, and never if it is not a regular file or is the
- * checkpoint itself.
+ * --out follows the rule of every output (outpath.h): never replaced without --force, a
+ * symbolic link to a regular file written through, never a directory or other special file,
+ * never the checkpoint itself.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "ckpt_config.h"
@@ -37,6 +38,7 @@
 #include "climsg.h"
 #include "data.h"
 #include "tgrad_io.h"
+#include "outpath.h"
 #include "train_args.h"
 
 #include <errno.h>
@@ -91,38 +93,32 @@ typedef struct {
     int64_t n_tensors, n_values, n_dropped, step;
 } export_result;
 
-/* --out: absent, or (with --force) a regular file that is not the checkpoint. */
-static bool check_out(const export_args *a, char *err, size_t n)
+/* --out: absent, or (with --force) a regular file, or a link to one (written through), that is
+ * not the checkpoint (outpath.h). Returns 0, or the exit status with one line in @p err. */
+static int check_out(const export_args *a, char *err, size_t n)
 {
-    struct stat so;
-    if (lstat(a->out, &so) != 0) {
-        if (errno == ENOENT)
-            return true;
-        snprintf(err, n, "--out '%s': %s", a->out, strerror(errno));
-        return false;
-    }
-    if (!S_ISREG(so.st_mode)) {
-        snprintf(err, n, "--out '%s' exists and is %s; refusing to replace it", a->out,
-                 cli_file_kind(so.st_mode));
-        return false;
-    }
-    if (cli_same_file(a->checkpoint, a->out)) {
+    bool exists;
+    outpath_status os = outpath_check("--out", a->out, true, &exists, err, n);
+    if (os != OUTPATH_OK)
+        return 1;
+    if (exists && cli_same_file(a->checkpoint, a->out)) {
         snprintf(err, n, "--out '%s' is the checkpoint itself (choose another file)", a->out);
-        return false;
+        return 1;
     }
-    if (!a->force) {
+    if (exists && !a->force) {
         snprintf(err, n, "--out '%s' exists (pass --force to replace it)", a->out);
-        return false;
+        return 2;
     }
-    return true;
+    return 0;
 }
 
 static int export_exec(const export_args *a, export_result *res, char *err, size_t n)
 {
     memset(res, 0, sizeof *res);
     char e[1200];
-    if (!check_out(a, err, n))
-        return 1;
+    int co = check_out(a, err, n);
+    if (co)
+        return co;
     if (!cli_regular_file(a->checkpoint, e, sizeof e)) {
         snprintf(err, n, "--checkpoint %s", e);
         return 1;

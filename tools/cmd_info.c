@@ -6,6 +6,7 @@
  * described, and the exit status is 1 if any file failed.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "ckpt_config.h"
 #include "cli.h"
 #include "climsg.h"
 #include "tgrad_io.h"
@@ -157,6 +158,25 @@ static void describe_safetensors(const char *path, const tg_safetensors *st, FIL
     }
 }
 
+/* A file whose metadata claims a training checkpoint is held to what train --resume, sample
+ * and export accept (ckpt_config.c): false with one line in @p err when they would refuse it. */
+static bool check_checkpoint(const char *path, const tg_safetensors *st, char *err, size_t n)
+{
+    const char *format = tg_safetensors_meta_get(st, "format");
+    if (!format || strncmp(format, "tgrad-checkpoint", 16) != 0)
+        return true;
+    train_args ta;
+    train_defaults(&ta);
+    ckpt_info info;
+    tg_transformer_config mc;
+    char e[1200];
+    if (ckpt_config_check(st, &ta, &info, &mc, e, sizeof e))
+        return true;
+    snprintf(err, n, "'%s': not a valid tgrad checkpoint (train --resume, sample and export "
+             "refuse it): %s", path, e);
+    return false;
+}
+
 /* Describe one file to @p out; on failure write one line (without the command prefix) to
  * @p err and return false. */
 static bool info_file(const char *path, FILE *out, char *err, size_t n)
@@ -190,7 +210,7 @@ static bool info_file(const char *path, FILE *out, char *err, size_t n)
         tg_safetensors *st = tg_safetensors_read(ctx, path);
         if (st) {
             describe_safetensors(path, st, out);
-            ok = true;
+            ok = check_checkpoint(path, st, err, n);
         } else if (got >= 9 && magic[8] != '{' && magic[8] != ' ') {
             /* not even the start of a safetensors JSON header */
             snprintf(err, n, "'%s': not a safetensors, checkpoint or .npy file", path);

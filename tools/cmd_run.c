@@ -29,6 +29,7 @@
  */
 #include "cli.h"
 #include "climsg.h"
+#include "outpath.h"
 #include "tgrad_io.h"
 #include "tgrad_nn.h"
 
@@ -71,6 +72,8 @@
                  "with --grad-out: every parameter's and input's gradient", 0),              \
         OPT_PATH("dot", dot, "G.dot",                                                        \
                  "write the graph as Graphviz DOT (backward edges with --grad-out)", 0),     \
+        {.name = "force", .kind = CLI_FLAG, .offset = offsetof(run_args, force),             \
+         .help = "replace output files that exist"},                                         \
         {.name = "unfused", .kind = CLI_FLAG, .offset = offsetof(run_args, unfused),         \
          .help = "build the unfused graph of elementary ops (matmul, softmax, ...) instead of " \
                  "fused kernels (flash attention); same results to rounding"}
@@ -538,6 +541,16 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
                          out_flags[i], out_paths[i], in_flags[j], ins[j]);
                 goto done;
             }
+    /* an existing output is replaced only with --force (outpath.h) */
+    for (int i = 0; i < 4; i++)
+        if (out_paths[i]) {
+            /* (a directory or device is refused by the writer, which names it) */
+            if (outpath_check(out_flags[i], out_paths[i], a->force, NULL, err, n) ==
+                OUTPATH_EXISTS) {
+                rc = 2;
+                goto done;
+            }
+        }
     if (a->weights) {
         if (!cli_regular_file(a->weights, e, sizeof e)) {
             snprintf(err, n, "--weights %s", e);

@@ -48,6 +48,7 @@ typedef struct {
     bool s2s;          /* a seq2seq checkpoint: decode --source */
     s2s_decoder dec;
     int32_t *src, *out; /* (1, T) --source, decoded */
+    bool usage;         /* refused as a usage error (exit 2) */
 } sampler;
 
 static void fail(const char *fmt, const char *a, const char *b)
@@ -125,7 +126,7 @@ static int sample_seq2seq(sampler *s, const sample_args *a)
 }
 
 /* Read, validate and build the model of checkpoint @p path. */
-static bool sample_load(sampler *s, const sample_args *a)
+static bool sample_load(sampler *s, const sample_args *a, const cli_result *r)
 {
     char err[1024];
     if (!data_check_regular(a->checkpoint, phys_memory_bytes(), err, sizeof err)) {
@@ -175,6 +176,19 @@ static bool sample_load(sampler *s, const sample_args *a)
         fail("%s%s", err, "");
         return false;
     }
+    /* greedy decoding of exactly seq_len digits: the sampling options have nothing to do */
+    static const char *const sampling[] = {"tokens", "temperature", "top-k", "seed"};
+    for (size_t i = 0; s->s2s && i < sizeof sampling / sizeof sampling[0]; i++)
+        if (cli_given(sample_command(), r, sampling[i])) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "--%s: '%s' is a seq2seq checkpoint: --source is decoded "
+                     "greedily into exactly %" PRId64 " digits (model.seq_len), so --tokens, "
+                     "--temperature, --top-k and --seed do not apply", sampling[i],
+                     a->checkpoint, s->T);
+            fail("%s%s", msg, "");
+            s->usage = true;
+            return false;
+        }
     for (int b = 0; b < 256; b++)
         s->id_of[b] = tg_model_byte_token(s->m, b);
     for (int i = 0; i < s->nv; i++) /* BOS (seq2seq only) stands for no byte */
@@ -357,13 +371,15 @@ int cmd_sample(int argc, char **argv)
     int rc = 1;
     if (!s.ctx) {
         fprintf(stderr, "tgrad sample: out of memory\n");
-    } else if (sample_load(&s, &a)) {
+    } else if (sample_load(&s, &a, &r)) {
         tg_ctx_set_training(s.ctx, false);
         if (a.threads)
             tg_ctx_set_threads(s.ctx, (int)a.threads);
         tg_ctx_seed(s.ctx, (uint64_t)a.seed);
         rc = s.s2s ? sample_seq2seq(&s, &a) : sample_generate(&s, &a);
     }
+    if (s.usage)
+        rc = 2;
     s2s_decoder_free(&s.dec);
     free(s.src);
     free(s.out);

@@ -6,14 +6,18 @@
  * resume.
  *
  * parse (train_parse, train_args.c: one option table) -> plan (the checkpoint validated by
- * ckpt_config_load, defaults, memory estimate, every output path checked) -> data -> build ->
- * loop (step, evaluate, save, progress) -> report. Every error is one line on stderr.
+ * ckpt_config_load, defaults, memory estimate, every output path checked by the rule of
+ * outpath.h, the checkpoint's lock taken) -> data (a resumed run's text checked against the
+ * checkpoint's size, file count and content hash) -> build (a resumed run's log cut at the
+ * checkpoint's step) -> loop (step, evaluate, log row, save, progress) -> report. Every error
+ * is one line on stderr.
  */
 #define _GNU_SOURCE /* program_invocation_name */
 #include "ckpt_config.h"
 #include "cli.h"
 #include "climsg.h"
 #include "data.h"
+#include "outpath.h"
 #include "seq2seq.h"
 #include "svgplot.h"
 #include "tgrad_train.h"
@@ -24,7 +28,9 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -65,7 +71,12 @@ typedef struct {
     bool interrupted;     /* a rank got SIGINT/SIGTERM (agreed by all ranks) */
     bool agreed_failure;  /* every rank stopped on the same error (rank 0 printed it) */
     bool comm_failed;     /* an MPI call failed: the ranks may disagree */
-    FILE *logf;
+    int logfd;           /* --log, open for writing (-1: none) */
+    int64_t log_len;     /* --log: its length, always at the end of a whole line */
+    bool saved;          /* a checkpoint was saved by this run */
+    bool usage;          /* the setup failed on a usage error (exit 2) */
+    char *plot_path;     /* --plot's file (through a symbolic link: its target) */
+    outpath_lock lock;   /* --checkpoint's lock, held for the whole run */
     int32_t *ids_buf, *tgt_buf; /* (B, T) token ids (seq2seq: source) and targets */
     int32_t *dec_buf, *out_buf; /* seq2seq (B, T): decoder inputs; greedy decoding's output */
     svg_series train_curve, val_curve;
@@ -182,6 +193,19 @@ static bool dir_writable(const char *opt, const char *path)
     return true;
 }
 
+/* One writer per checkpoint (outpath.h): held until the run ends. */
+static bool lock_checkpoint(trainer *t)
+{
+    char err[1400];
+    if (!outpath_lock_take(&t->lock, "--checkpoint", t->a.checkpoint, err, sizeof err)) {
+        errf("%s", err);
+        return false;
+    }
+    if (err[0]) /* no lock to be had: a note, and the run goes on */
+        errf("%s", err);
+    return true;
+}
+
 /* What the existing file @p path holds, for the refusal message. */
 static void describe_existing(const char *path, const struct stat *sb, char *buf, size_t n)
 {
@@ -203,41 +227,59 @@ static void describe_existing(const char *path, const struct stat *sb, char *buf
     tg_ctx_free(c);
 }
 
-/* --checkpoint: never replace a non-regular file; replace another file only with --force. */
-static bool check_checkpoint_path(const train_args *a)
+/* --checkpoint: never replace a non-regular file; replace another file only with --force (or
+ * when it is the resumed checkpoint). A usage error sets t->usage (exit 2). */
+static bool check_checkpoint_path(trainer *t)
 {
+    const train_args *a = &t->a;
     const char *p = a->checkpoint;
-    struct stat sb;
-    if (lstat(p, &sb) == 0) {
-        bool resumed = a->resume && cli_same_file(p, a->resume);
-        if (!S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
-            errf("--checkpoint '%s' is %s, not a regular file; refusing to replace it", p,
-                 cli_file_kind(sb.st_mode));
-            return false;
-        }
-        if (!resumed && !a->force) {
-            char what[400];
-            if (S_ISLNK(sb.st_mode))
-                snprintf(what, sizeof what, "a symbolic link");
-            else
-                describe_existing(p, &sb, what, sizeof what);
-            errf("--checkpoint '%s' exists: %s; pass --resume '%s' to continue it, --force to "
-                 "replace it, or another --checkpoint", p, what, p);
-            return false;
-        }
+    bool resumed = a->resume && cli_same_file(p, a->resume), exists;
+    char err[1200];
+    outpath_status os = outpath_check("--checkpoint", p, true, &exists, err, sizeof err);
+    if (os != OUTPATH_OK) {
+        errf("%s", err);
+        return false;
     }
-    return dir_writable("--checkpoint", p);
+    if (!dir_writable("--checkpoint", p))
+        return false;
+    if (!a->dry_run && !lock_checkpoint(t))
+        return false;
+    if (exists && !resumed && !a->force) {
+        struct stat ls, sb;
+        char what[400];
+        if (lstat(p, &ls) == 0 && S_ISLNK(ls.st_mode))
+            snprintf(what, sizeof what, "a symbolic link");
+        else if (stat(p, &sb) == 0)
+            describe_existing(p, &sb, what, sizeof what);
+        else
+            snprintf(what, sizeof what, "a file");
+        errf("--checkpoint '%s' exists: %s; pass --resume '%s' to continue it, --force to "
+             "replace it, or another --checkpoint", p, what, p);
+        t->usage = true;
+        return false;
+    }
+    return true;
 }
 
-/* --log, --plot: a regular file we may write (or a new one in a writable directory). */
-static bool check_output(const char *opt, const char *path, bool replaced_by_rename)
+/* --log, --plot, --dot: absent (in a writable directory), or an existing regular file we may
+ * write and replace: with --force, or when resuming (the run's own files). */
+static bool check_output(trainer *t, const char *opt, const char *path, bool replaced_by_rename)
 {
-    struct stat sb;
-    if (stat(path, &sb) == 0) {
-        if (!S_ISREG(sb.st_mode)) {
-            errf("%s '%s' is %s, not a regular file", opt, path, cli_file_kind(sb.st_mode));
-            return false;
+    const train_args *a = &t->a;
+    char err[1200];
+    bool exists;
+    outpath_status os = outpath_check(opt, path, a->force || a->resume, &exists, err,
+                                      sizeof err);
+    if (os != OUTPATH_OK) {
+        if (os == OUTPATH_EXISTS) {
+            errf("%s; --resume continues a run's own log and plot", err);
+            t->usage = true;
+        } else {
+            errf("%s", err);
         }
+        return false;
+    }
+    if (exists) {
         if (access(path, W_OK) != 0) {
             errf("%s '%s': %s", opt, path, strerror(errno));
             return false;
@@ -276,13 +318,18 @@ static bool plan_outputs(trainer *t)
             return false;
         }
     }
-    if (a->checkpoint && !check_checkpoint_path(a))
+    if (a->log && !check_output(t, "--log", a->log, false))
         return false;
-    if (a->log && !check_output("--log", a->log, false))
+    if (a->plot && !check_output(t, "--plot", a->plot, true))
         return false;
-    if (a->plot && !check_output("--plot", a->plot, true))
+    if (a->dot && !check_output(t, "--dot", a->dot, true))
         return false;
-    if (a->dot && !check_output("--dot", a->dot, true))
+    if (a->plot && !(t->plot_path = outpath_target(a->plot))) {
+        errf("out of memory");
+        return false;
+    }
+    /* last: the lock is taken once every other output is known to be fine */
+    if (a->checkpoint && !check_checkpoint_path(t))
         return false;
     return true;
 }
@@ -319,6 +366,24 @@ static bool load_data(trainer *t)
              t->info.text_bytes, c->n);
         return false;
     }
+    if (t->ck && t->info.text_files > 0 && t->info.text_files != c->n_files) {
+        errf("--resume '%s' was trained on %" PRId64 " text file%s, %d given; pass the same "
+             "--text files (in the same order)", t->a.resume, t->info.text_files,
+             t->info.text_files == 1 ? "" : "s", c->n_files);
+        return false;
+    }
+    if (t->ck && t->info.has_text_hash && t->info.text_hash != c->hash) {
+        errf("--resume '%s' was trained on other text: the same %" PRId64 " bytes in %d "
+             "file%s, but their content or order differs (data.text_hash fnv1a64:%016" PRIx64
+             " there, fnv1a64:%016" PRIx64 " here); pass the same --text files in the same "
+             "order", t->a.resume, c->n, c->n_files, c->n_files == 1 ? "" : "s",
+             t->info.text_hash, c->hash);
+        return false;
+    }
+    if (t->ck && !t->info.has_text_hash && !t->a.quiet)
+        fprintf(stderr, "tgrad train: note: --resume '%s' records no hash of its text (an older "
+                "checkpoint): only the text's size and vocabulary can be checked\n",
+                t->a.resume);
     if (t->ck && (t->info.vocab_size != c->vocab_size ||
                   memcmp(t->info.vocab, c->vocab, (size_t)c->vocab_size) != 0)) {
         errf("--resume '%s' was trained on text with a different vocabulary (%d bytes, these "
@@ -327,6 +392,147 @@ static bool load_data(trainer *t)
         return false;
     }
     return true;
+}
+
+static void end_live(trainer *t);
+
+#define LOG_HEADER "step,train_loss,val_loss,lr,tokens_per_s\n"
+
+/* Append @p len bytes (whole lines) to the log with one write(2); a failed or short write is
+ * cut back, so the log never ends in a partial line. */
+static bool log_write(trainer *t, const char *line, size_t len)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t k = write(t->logfd, line + done, len - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            int e = k < 0 ? errno : ENOSPC;
+            if (ftruncate(t->logfd, (off_t)t->log_len) != 0 ||
+                lseek(t->logfd, (off_t)t->log_len, SEEK_SET) < 0) {
+                /* cannot cut the partial line off: said in the message */
+                end_live(t);
+                errf("--log '%s': %s (and its last line could not be removed: %s)", t->a.log,
+                     strerror(e), strerror(errno));
+                return false;
+            }
+            end_live(t);
+            errf("--log '%s': %s", t->a.log, strerror(e));
+            return false;
+        }
+        done += (size_t)k;
+    }
+    t->log_len += (int64_t)len;
+    return true;
+}
+
+/* One CSV field of a log line: the @p i-th (0-based) as a number, false when empty or not a
+ * number. */
+static bool log_field(const char *line, int i, double *v)
+{
+    const char *p = line;
+    for (int k = 0; k < i; k++) {
+        p = strchr(p, ',');
+        if (!p)
+            return false;
+        p++;
+    }
+    char buf[64];
+    size_t len = strcspn(p, ",\n");
+    if (len == 0 || len >= sizeof buf)
+        return false;
+    memcpy(buf, p, len);
+    buf[len] = 0;
+    return cli_parse_f64(buf, v) && isfinite(*v);
+}
+
+/*
+ * A resumed run's own log: keep its header and the whole rows of steps up to the checkpoint's
+ * step, drop the rest (rows a killed run wrote after its last save, a partial last line), and
+ * give the kept rows to the plot, so the plot shows the whole run. A file that does not start
+ * with the header is not a log of ours: with --force it is replaced, else refused.
+ */
+static bool trim_log(trainer *t, bool *fresh)
+{
+    FILE *r = NULL;
+    int fd2 = dup(t->logfd);
+    if (fd2 >= 0 && !(r = fdopen(fd2, "r")))
+        close(fd2);
+    if (!r) {
+        errf("--log '%s': %s", t->a.log, strerror(errno));
+        return false;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int64_t keep = 0;
+    bool ok = true;
+    *fresh = false;
+    while ((len = getline(&line, &cap, r)) > 0) {
+        if (line[len - 1] != '\n')
+            break; /* a partial last line */
+        if (keep == 0) {
+            if (strcmp(line, LOG_HEADER) != 0) {
+                if (!t->a.force) {
+                    errf("--log '%s' is not a tgrad training log (its first line is not '%.*s'); "
+                         "pass --force to replace it, or choose another --log", t->a.log,
+                         (int)strlen(LOG_HEADER) - 1, LOG_HEADER);
+                    t->usage = true;
+                    ok = false;
+                }
+                *fresh = true;
+                break;
+            }
+            keep = len;
+            continue;
+        }
+        double step, loss, val;
+        if (!log_field(line, 0, &step) || step < 1 || step > (double)t->start)
+            break;
+        keep += len;
+        if (t->a.plot && log_field(line, 1, &loss) &&
+            !svg_series_add(&t->train_curve, step, loss))
+            ok = false;
+        if (t->a.plot && log_field(line, 2, &val) && !svg_series_add(&t->val_curve, step, val))
+            ok = false;
+    }
+    bool rerr = ferror(r);
+    free(line);
+    fclose(r);
+    if (!ok) {
+        if (!t->usage)
+            errf("out of memory");
+        return false;
+    }
+    if (rerr) {
+        errf("--log '%s': %s", t->a.log, strerror(errno));
+        return false;
+    }
+    if (keep == 0)
+        *fresh = true;
+    if (ftruncate(t->logfd, *fresh ? 0 : (off_t)keep) != 0 ||
+        lseek(t->logfd, *fresh ? 0 : (off_t)keep, SEEK_SET) < 0) {
+        errf("--log '%s': %s", t->a.log, strerror(errno));
+        return false;
+    }
+    t->log_len = *fresh ? 0 : keep;
+    return true;
+}
+
+/* --log: a new log with its header, or (--resume) the run's own log cut at the checkpoint. */
+static bool open_log(trainer *t)
+{
+    t->logfd = open(t->a.log, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY | (t->ck ? 0 : O_TRUNC),
+                    0666);
+    if (t->logfd < 0) {
+        errf("--log '%s': %s", t->a.log, strerror(errno));
+        return false;
+    }
+    bool fresh = true;
+    if (t->ck && !trim_log(t, &fresh))
+        return false;
+    return !fresh || log_write(t, LOG_HEADER, strlen(LOG_HEADER));
 }
 
 static bool build(trainer *t)
@@ -407,23 +613,16 @@ static bool build(trainer *t)
         errf("out of memory");
         return false;
     }
-    if (a->log && !a->dry_run) {
-        t->logf = fopen(a->log, t->ck ? "a" : "w");
-        if (!t->logf) {
-            errf("--log '%s': %s", a->log, strerror(errno));
-            return false;
-        }
-        if (!t->ck)
-            fprintf(t->logf, "step,train_loss,val_loss,lr,tokens_per_s\n");
-    }
+    if (a->log && !a->dry_run && !open_log(t))
+        return false;
     return true;
 }
 
 /* ---- checkpoint --------------------------------------------------------------------------- */
 typedef struct {
     int n;
-    char key[40][32];
-    char val[40][600];
+    char key[48][32];
+    char val[48][600];
 } meta;
 
 static void meta_add(meta *m, const char *k, const char *fmt, ...)
@@ -433,7 +632,7 @@ static void meta_add(meta *m, const char *k, const char *fmt, ...)
     ;
 static void meta_add(meta *m, const char *k, const char *fmt, ...)
 {
-    if (m->n >= 40)
+    if (m->n >= 48)
         return;
     snprintf(m->key[m->n], sizeof m->key[0], "%s", k);
     va_list ap;
@@ -454,9 +653,14 @@ static void end_live(trainer *t);
 static bool save_checkpoint(trainer *t, int64_t steps_done)
 {
     const train_args *a = &t->a;
+    struct stat sb; /* what a failed save leaves: the previous checkpoint, or none */
+    bool resumed = a->resume && cli_same_file(a->checkpoint, a->resume);
+    const char *kept = stat(a->checkpoint, &sb) != 0 ? "no checkpoint was written"
+                       : t->saved || resumed         ? "previous checkpoint kept"
+                                                     : "the existing file is unchanged";
     meta *m = calloc(1, sizeof *m);
     if (!m) {
-        errf("saving checkpoint: out of memory (previous checkpoint kept)");
+        errf("saving checkpoint: out of memory (%s)", kept);
         return false;
     }
     char c1[16], c2[16], c3[16];
@@ -483,6 +687,8 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
         vocab_to_hex(t->corp.vocab, t->corp.vocab_size, hex);
         meta_add(m, "data.vocab", "%s", hex);
         meta_add(m, "data.bytes", "%" PRId64, t->corp.n);
+        meta_add(m, "data.files", "%d", t->corp.n_files);
+        meta_add(m, "data.text_hash", "fnv1a64:%016" PRIx64, t->corp.hash);
     } else {
         meta_add(m, "data.task", "%s", task_name(t->task));
     }
@@ -504,18 +710,27 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     meta_add(m, "train.momentum", "%.17g", a->momentum);
     meta_add(m, "data.val_fraction", "%.17g", a->val_fraction);
     meta_add(m, "train.target_acc", "%.17g", a->target_acc);
-    const char *keys[40], *vals[40];
+    const char *keys[48], *vals[48];
     for (int i = 0; i < m->n; i++) {
         keys[i] = m->key[i];
         vals[i] = m->val[i];
     }
+    /* SIGINT and SIGTERM wait until the save is done (their handler only sets a flag; this
+     * keeps even that from touching the save's system calls) */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
     bool ok = tg_checkpoint_save(t->ctx, a->checkpoint, t->opt, m->n, keys, vals, NULL) == TG_OK;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     free(m);
+    t->saved |= ok;
     if (!ok) {
         char msg[1200];
         end_live(t);
-        errf("--checkpoint '%s': %s (previous checkpoint kept)", a->checkpoint,
-             cli_message(t->ctx, a->checkpoint, msg, sizeof msg));
+        errf("--checkpoint '%s': %s (%s)", a->checkpoint,
+             cli_message(t->ctx, a->checkpoint, msg, sizeof msg), kept);
     }
     return ok;
 }
@@ -632,14 +847,61 @@ static void end_live(trainer *t)
 
 /* ---- the loop ----------------------------------------------------------------------------- */
 
-/* Ctrl-C (SIGINT) or SIGTERM: finish the current step, save the checkpoint, print the summary,
- * exit 130. A second signal falls back to the default action. */
+/*
+ * Ctrl-C (SIGINT) or SIGTERM: finish the current step, save the checkpoint, print the summary,
+ * exit 130. The handler only sets a flag and write(2)s a message prepared by the loop before
+ * each step ("stopping after step N, saving..."), so the user hears at once; a second signal
+ * says the save is under way and changes nothing (SIGKILL still stops at once). The message
+ * is double-buffered: the loop writes the buffer the handler is not reading, then switches.
+ */
 static volatile sig_atomic_t g_interrupted;
+static volatile sig_atomic_t g_msg_cur;    /* the buffer the handler prints */
+static volatile sig_atomic_t g_msg_len[2]; /* 0: print nothing (ranks > 0) */
+static char g_msg[2][192];
 
 static void on_signal(int sig)
 {
+    (void)sig;
+    int saved = errno;
+    int i = g_msg_cur;
+    static const char again[] = "tgrad train: already stopping; the checkpoint is being saved "
+                                "(a second signal does not interrupt it)\n";
+    if (g_msg_len[i] > 0) {
+        if (!g_interrupted)
+            (void)!write(STDERR_FILENO, g_msg[i], (size_t)g_msg_len[i]);
+        else
+            (void)!write(STDERR_FILENO, again, sizeof again - 1);
+    }
     g_interrupted = 1;
-    signal(sig, SIG_DFL);
+    errno = saved;
+}
+
+/* The handler's message for step @p s (1-based), printed by rank 0 only. */
+static void arm_message(const trainer *t, int64_t s)
+{
+    if (t->mp.rank != 0)
+        return;
+    int next = !g_msg_cur;
+    int k = snprintf(g_msg[next], sizeof g_msg[next], "%stgrad train: stopping after step %"
+                     PRId64 ", %s\n", t->tty ? "\n" : "", s,
+                     t->a.checkpoint ? "saving the checkpoint..."
+                                     : "then exiting (no --checkpoint: nothing is saved)");
+    g_msg_len[next] = k > 0 && (size_t)k < sizeof g_msg[next] ? k : 0;
+    atomic_signal_fence(memory_order_seq_cst); /* the text before the switch */
+    g_msg_cur = next;
+}
+
+static void install_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART; /* a save's system calls go on as if nothing happened */
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGINT);
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 /* The graph's inputs from rows @p row .. row + Bm - 1 of the batch buffers. */
@@ -873,8 +1135,8 @@ static int train_loop(trainer *t)
     t->tty = isatty(STDERR_FILENO) && !a->quiet;
     t->width = line_width();
     g_interrupted = 0;
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    g_msg_len[0] = g_msg_len[1] = 0;
+    install_handlers();
     t->t0 = now_s();
     t->last_val = t->acc = NAN;
     t->last_draw = -1;
@@ -883,6 +1145,8 @@ static int train_loop(trainer *t)
     int64_t step = t->start;
     for (; step < t->end; step++) {
         double lr = tg_lr_warmup_cosine(step, a->steps, a->warmup, a->lr, a->min_lr), l;
+        if (step == t->start)
+            arm_message(t, step + 1);
         if (!train_step(t, step, lr, &l))
             return 1;
         t->trained++;
@@ -896,6 +1160,9 @@ static int train_loop(trainer *t)
             errf("step %" PRId64 ": %s", step + 1, tg_ctx_message(t->ctx));
             return 1;
         }
+        /* from here a signal stops the run after the next step (saved then) */
+        if (!t->interrupted && step + 1 < t->end)
+            arm_message(t, step + 2);
         bool last = step + 1 == t->end || t->interrupted;
         bool eval = (step + 1) % a->eval_every == 0 || last;
         double val = NAN;
@@ -917,12 +1184,17 @@ static int train_loop(trainer *t)
             if (val < t->best_val)
                 t->best_val = val;
         }
-        if (t->logf) {
+        if (t->logfd >= 0) { /* the whole line, then one write */
+            char row[200];
+            int k;
             if (eval && isfinite(val))
-                fprintf(t->logf, "%" PRId64 ",%.6f,%.6f,%.6g,%.1f\n", step + 1, l, val, lr,
-                        t->tok_s);
+                k = snprintf(row, sizeof row, "%" PRId64 ",%.6f,%.6f,%.6g,%.1f\n", step + 1, l,
+                             val, lr, t->tok_s);
             else
-                fprintf(t->logf, "%" PRId64 ",%.6f,,%.6g,%.1f\n", step + 1, l, lr, t->tok_s);
+                k = snprintf(row, sizeof row, "%" PRId64 ",%.6f,,%.6g,%.1f\n", step + 1, l, lr,
+                             t->tok_s);
+            if (k > 0 && (size_t)k < sizeof row && !log_write(t, row, (size_t)k))
+                return 1;
         }
         bool stop = t->reached || last;
         bool save = eval || stop || (a->save_every > 0 && (step + 1) % a->save_every == 0);
@@ -1013,7 +1285,7 @@ static int report(trainer *t)
     const train_args *a = &t->a;
     double wall = now_s() - t->t0;
     end_live(t);
-    if (a->plot && svg_loss_plot(a->plot, &t->train_curve, &t->val_curve,
+    if (a->plot && svg_loss_plot(t->plot_path, &t->train_curve, &t->val_curve,
                                  t->text ? "validation loss" : "held-out loss") != 0) {
         errf("--plot '%s': %s", a->plot, strerror(errno));
         return 1;
@@ -1064,8 +1336,8 @@ static void trainer_free(trainer *t)
 {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    if (t->logf)
-        fclose(t->logf);
+    if (t->logfd >= 0)
+        close(t->logfd);
     free(t->ids_buf);
     free(t->tgt_buf);
     free(t->dec_buf);
@@ -1074,6 +1346,8 @@ static void trainer_free(trainer *t)
     svg_series_free(&t->train_curve);
     svg_series_free(&t->val_curve);
     corpus_free(&t->corp);
+    free(t->plot_path);
+    outpath_lock_release(&t->lock);
     tg_ctx_free(t->ctx);
     train_free(&t->a, &t->r);
 }
@@ -1178,6 +1452,8 @@ int cmd_train(int argc, char **argv)
     svg_series_init(&t->train_curve);
     svg_series_init(&t->val_curve);
     t->ctx = tg_ctx_new();
+    t->lock.fd = -1;
+    t->logfd = -1;
     int rc = 1;
     bool ready = false;
     if (!t->ctx) {
@@ -1188,6 +1464,8 @@ int cmd_train(int argc, char **argv)
         t->s2s = t->a.arch == ARCH_SEQ2SEQ;
         ready = load_data(t) && build(t);
     }
+    if (!ready && t->usage)
+        rc = 2;
     /* under mpirun: every rank's setup succeeded, or all stop here */
     if (!tmpi_agree(&t->mp, ready, t->ctx, t->K)) {
         if (ready)
@@ -1231,11 +1509,11 @@ int cmd_train(int argc, char **argv)
                 rc = t->mp.rank == 0 ? report(t) : report_rc(t);
         }
     }
-    if (t->logf) {
-        FILE *f = t->logf;
-        t->logf = NULL;
-        if (fclose(f) != 0 && (rc == 0 || rc == 3 || rc == 130)) {
-            errf("--log '%s': write failed", t->a.log);
+    if (t->logfd >= 0) {
+        int fd = t->logfd;
+        t->logfd = -1;
+        if (close(fd) != 0 && (rc == 0 || rc == 3 || rc == 130)) {
+            errf("--log '%s': %s", t->a.log, strerror(errno));
             rc = 1;
         }
     }

@@ -110,6 +110,31 @@ static bool read_one(corpus *c, const char *path, const char *real, size_t *cap,
     return true;
 }
 
+static uint64_t fnv1a(uint64_t h, const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL; /* the 64-bit FNV prime */
+    }
+    return h;
+}
+
+static uint64_t fnv1a_u64(uint64_t h, uint64_t v)
+{
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+    return fnv1a(h, b, 8);
+}
+
+uint64_t corpus_hash(const unsigned char *bytes, int64_t n, const int64_t *ends, int n_files)
+{
+    uint64_t h = fnv1a(0xcbf29ce484222325ULL, bytes, (size_t)n); /* the FNV offset basis */
+    for (int i = 0; i < n_files; i++)
+        h = fnv1a_u64(h, (uint64_t)ends[i]);
+    return fnv1a_u64(h, (uint64_t)n_files);
+}
+
 static void free_seen(char **seen, int n)
 {
     for (int i = 0; seen && i < n; i++)
@@ -126,10 +151,13 @@ bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fr
         return false;
     }
     char **seen = calloc((size_t)n_paths + 1, sizeof *seen); /* real paths read so far */
+    int64_t *ends = calloc((size_t)n_paths + 1, sizeof *ends); /* each file's end offset */
     int n_seen = 0;
     size_t cap = 0;
     const char *a_dir = NULL;
-    if (!seen) {
+    if (!seen || !ends) {
+        free(seen);
+        free(ends);
         snprintf(err, err_size, "out of memory");
         return false;
     }
@@ -162,9 +190,13 @@ bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fr
         n_seen++;
         if (!read_one(c, paths[i], real, &cap, err, err_size))
             goto fail;
+        ends[c->n_files - 1] = c->n;
     }
     free_seen(seen, n_seen);
     seen = NULL;
+    c->hash = corpus_hash(c->bytes, c->n, ends, c->n_files);
+    free(ends);
+    ends = NULL;
     if (c->n_files == 0 && a_dir) {
         snprintf(err, err_size, "--text '%s' is a directory; give the files in it (e.g. "
                  "'%s'/*)", a_dir, a_dir);
@@ -189,6 +221,7 @@ bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fr
     return true;
 fail:
     free_seen(seen, n_seen);
+    free(ends);
     free(c->bytes);
     c->bytes = NULL;
     c->n = 0;

@@ -21,6 +21,7 @@ typedef struct {
     int id_of[256];           /* byte -> id, -1 if absent */
     int n_files;              /* files read (duplicates by real path skipped) */
     int n_dirs;               /* directories skipped */
+    uint64_t hash;            /* corpus_hash: the text's content, file boundaries and count */
 } corpus;
 
 /* Largest corpus read (bytes, all files together). */
@@ -34,6 +35,11 @@ typedef struct {
 bool corpus_load(corpus *c, const char *const *paths, int n_paths, double val_fraction,
                  char *err, size_t err_size);
 void corpus_free(corpus *c);
+/* 64-bit FNV-1a over the concatenated bytes in the order read, then over each file's end
+ * offset (8 bytes, little-endian) and the number of files: the same files in another order or
+ * split differently hash differently. corpus_load sets c->hash with it; @p ends holds the
+ * cumulative end offset of each of the @p n_files files. */
+uint64_t corpus_hash(const unsigned char *bytes, int64_t n, const int64_t *ends, int n_files);
 /* Is @p path a regular file (cli_regular_file) of at most @p max_bytes (<= 0: any size)?
  * (stat only: never blocks.) Otherwise one line in @p err saying what it is ("'p': is a FIFO,
  * not a regular file"), why it cannot be read ("'p': No such file or directory") or how big it

@@ -88,7 +88,8 @@ static const cli_option train_opts[] = {
          G_FILES),
     INT("save-every", save_every, "N", 1, TRAIN_MAX_STEPS, "also save the checkpoint every N "
         "steps", G_FILES),
-    FLAG("force", force, "let --checkpoint replace an existing file that is not resumed",
+    FLAG("force", force, "let --checkpoint, --log, --plot, --dot replace existing files "
+         "(a resumed run continues its own without it)",
          G_FILES),
     INT("stop-after", stop_after, "N", 1, TRAIN_MAX_STEPS, "stop after step N (to resume "
         "later)", G_FILES),
