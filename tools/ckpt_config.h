@@ -33,6 +33,9 @@ typedef struct ckpt_info {
     int64_t step;              /* optim.step: steps already taken */
     int64_t text_bytes;        /* data.bytes: the size of the text trained on (0: unknown) */
     double best_val;           /* train.best_val (INFINITY when absent) */
+    bool usage;                /* after a failure: the command line is at fault (options that
+                                * contradict the checkpoint, the wrong kind of checkpoint for
+                                * the command), not the file: exit status 2, not 1 */
 } ckpt_info;
 
 /*

@@ -46,6 +46,24 @@ bool cli_parse_f64(const char *s, double *out)
     return true;
 }
 
+const char *cli_fmt_double(double v, char *buf, size_t n)
+{
+    if (!n)
+        return buf;
+    if (!isfinite(v)) {
+        snprintf(buf, n, "%g", v);
+        return buf;
+    }
+    char t[40];
+    for (int p = 1; p <= 17; p++) { /* %.17g always round-trips a double */
+        snprintf(t, sizeof t, "%.*g", p, v);
+        if (strtod(t, NULL) == v)
+            break;
+    }
+    snprintf(buf, n, "%s", t);
+    return buf;
+}
+
 const char *cli_show(const char *s, char *buf, size_t n)
 {
     return cli_show_max(s, 60, buf, n);
@@ -216,9 +234,6 @@ bool cli_set(const cli_command *cmd, const cli_option *o, const char *value, voi
         if (!ok) {
             if (ints_unbounded(o))
                 snprintf(err, err_size, "%s '%s': expected an integer", source, vs);
-            else if (o->imax == INT64_MAX)
-                snprintf(err, err_size, "%s '%s': expected an integer >= %" PRId64, source,
-                         vs, o->imin);
             else
                 snprintf(err, err_size, "%s '%s': expected an integer from %" PRId64
                          " to %" PRId64, source, vs, o->imin, o->imax);
@@ -501,12 +516,8 @@ void cli_help(const cli_command *cmd, FILE *f)
         else
             snprintf(lhs, sizeof lhs, "--%s %s%s", o->name, mv, o->kind == CLI_LIST ? "..." : "");
         char range[160] = "";
-        if (o->kind == CLI_INT && !ints_unbounded(o)) {
-            if (o->imax == INT64_MAX)
-                snprintf(range, sizeof range, "  [>= %" PRId64 "]", o->imin);
-            else
-                snprintf(range, sizeof range, "  [%" PRId64 "..%" PRId64 "]", o->imin, o->imax);
-        } else if (o->kind == CLI_NUM && !nums_unbounded(o)) {
+        if (o->kind == CLI_INT && !ints_unbounded(o))
+            snprintf(range, sizeof range, "  [%" PRId64 "..%" PRId64 "]", o->imin, o->imax); else if (o->kind == CLI_NUM && !nums_unbounded(o)) {
             char r[100];
             num_range(o, r, sizeof r);
             snprintf(range, sizeof range, "  %s", r);

@@ -66,7 +66,10 @@ static const cli_command export_cmd = {
         "tools/train_reference.py: the parameters only (no optimizer state) under their\n"
         "PyTorch state_dict names, with the model config (metadata 'config', JSON: LM's\n"
         "keyword arguments) and the vocabulary (metadata 'vocab', JSON: the byte of each\n"
-        "token id). See README, 'Exporting to PyTorch'.",
+        "token id). See README, 'Exporting to PyTorch'.\n"
+        "\n"
+        "Exit status: 0; 2 for a usage error (options, or a checkpoint export does not\n"
+        "take: seq2seq); 1 for a run-time failure (a file missing, corrupt or unwritable).",
     .opts = export_opts,
 };
 
@@ -92,7 +95,7 @@ typedef struct {
 } export_result;
 
 /* --out: absent, or (with --force) a regular file that is not the checkpoint. */
-static bool check_out(const export_args *a, char *err, size_t n)
+static bool check_out(const export_args *a, bool *usage, char *err, size_t n)
 {
     struct stat so;
     if (lstat(a->out, &so) != 0) {
@@ -108,6 +111,7 @@ static bool check_out(const export_args *a, char *err, size_t n)
     }
     if (cli_same_file(a->checkpoint, a->out)) {
         snprintf(err, n, "--out '%s' is the checkpoint itself (choose another file)", a->out);
+        *usage = true;
         return false;
     }
     if (!a->force) {
@@ -121,8 +125,9 @@ static int export_exec(const export_args *a, export_result *res, char *err, size
 {
     memset(res, 0, sizeof *res);
     char e[1200];
-    if (!check_out(a, err, n))
-        return 1;
+    bool usage = false;
+    if (!check_out(a, &usage, err, n))
+        return usage ? 2 : 1;
     if (!cli_regular_file(a->checkpoint, e, sizeof e)) {
         snprintf(err, n, "--checkpoint %s", e);
         return 1;
@@ -147,6 +152,8 @@ static int export_exec(const export_args *a, export_result *res, char *err, size
     tg_transformer_config mc;
     if (!ckpt_config_export(st, &ta, &info, &mc, e, sizeof e)) {
         snprintf(err, n, "--checkpoint '%s': %s", a->checkpoint, e);
+        if (info.usage)
+            rc = 2; /* a checkpoint export does not take (seq2seq): a usage error */
         goto done;
     }
     int64_t np = ckpt_n_params(&mc), count = tg_safetensors_count(st);

@@ -44,6 +44,7 @@ typedef struct {
     bool s2s;          /* a seq2seq checkpoint: decode --source */
     s2s_decoder dec;
     int32_t *src, *out; /* (1, T) --source, decoded */
+    bool nomem;         /* check_source failed for want of memory (not a usage error) */
 } sampler;
 
 static void fail(const char *fmt, const char *a, const char *b)
@@ -60,14 +61,18 @@ static bool check_source(sampler *s, const sample_args *a, char *err, size_t n)
     char shown[80];
     if (!s->s2s) {
         if (a->source)
-            snprintf(err, n, "--source: '%s' is a text model (model.arch lm), not a seq2seq "
-                     "checkpoint; continue text with --prompt", a->checkpoint);
+            snprintf(err, n, "'%s' is a text model (model.arch lm), not a seq2seq checkpoint: "
+                     "it continues --prompt text, not --source digits", a->checkpoint);
         return !a->source;
     }
     if (!a->source || a->prompt[0]) {
-        snprintf(err, n, "%s: '%s' is a seq2seq checkpoint (model.arch seq2seq): give --source "
-                 "with %" PRId64 " digits to decode%s", a->source ? "--prompt" : "--source",
-                 a->checkpoint, s->T, a->source ? ", not --prompt" : "");
+        if (a->prompt[0])
+            snprintf(err, n, "'%s' is a seq2seq checkpoint (model.arch seq2seq): it decodes "
+                     "--source DIGITS (%" PRId64 " digits 0-9), not --prompt text",
+                     a->checkpoint, s->T);
+        else
+            snprintf(err, n, "'%s' is a seq2seq checkpoint (model.arch seq2seq): give --source "
+                     "DIGITS (%" PRId64 " digits 0-9) to decode", a->checkpoint, s->T);
         return false;
     }
     size_t len = strlen(a->source);
@@ -89,6 +94,7 @@ static bool check_source(sampler *s, const sample_args *a, char *err, size_t n)
     s->src = malloc(sizeof(int32_t) * len);
     s->out = malloc(sizeof(int32_t) * len);
     if (!s->src || !s->out) {
+        s->nomem = true;
         snprintf(err, n, "out of memory");
         return false;
     }
@@ -120,18 +126,20 @@ static int sample_seq2seq(sampler *s, const sample_args *a)
     return 0;
 }
 
-/* Read, validate and build the model of checkpoint @p path. */
-static bool sample_load(sampler *s, const sample_args *a)
+/* Read, validate and build the model of checkpoint @p path. Returns 0, or the exit status
+ * after printing why: 2 when the command line is at fault (the wrong kind of checkpoint for
+ * the options given, a bad --source), 1 when the file is (missing, corrupt). */
+static int sample_load(sampler *s, const sample_args *a)
 {
     char err[1024];
     if (!data_check_regular(a->checkpoint, phys_memory_bytes(), err, sizeof err)) {
         fail("--checkpoint %s%s", err, "");
-        return false;
+        return 1;
     }
     tg_safetensors *st = tg_safetensors_read(s->ctx, a->checkpoint);
     if (!st) {
         cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
-        return false;
+        return 1;
     }
     train_args ta;
     train_defaults(&ta);
@@ -140,14 +148,14 @@ static bool sample_load(sampler *s, const sample_args *a)
     if (!ckpt_config_load(st, &ta, NULL, true, phys_memory_bytes(), &info, &mc, err,
                           sizeof err)) {
         fail("--checkpoint '%s': %s", a->checkpoint, err);
-        return false;
+        return info.usage ? 2 : 1;
     }
     s->T = mc.max_seq_len;
     s->nv = info.vocab_size;
     s->s2s = info.seq2seq;
     if (!check_source(s, a, err, sizeof err)) {
         fail("%s%s", err, "");
-        return false;
+        return s->nomem ? 1 : 2; /* --source or --prompt does not fit the checkpoint */
     }
     memcpy(s->vocab, info.vocab, sizeof s->vocab);
     for (int b = 0; b < 256; b++)
@@ -160,9 +168,9 @@ static bool sample_load(sampler *s, const sample_args *a)
             !s2s_decoder_init(&s->dec, s->ctx, &s->model, 1, s->T, a->no_cache) ||
             tg_params_load_from(s->ctx, st, 0, NULL, false) != TG_OK) {
             cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
-            return false;
+            return 1;
         }
-        return true;
+        return 0;
     }
     if (tg_transformer_init(s->ctx, &s->model, dt, &mc) == TG_OK) {
         if (a->no_cache) {
@@ -176,9 +184,9 @@ static bool sample_load(sampler *s, const sample_args *a)
     }
     if ((!s->g && !s->gen) || tg_params_load_from(s->ctx, st, 0, NULL, false) != TG_OK) {
         cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
-        return false;
+        return 1;
     }
-    return true;
+    return 0;
 }
 
 /*
@@ -255,6 +263,7 @@ static int sample_generate(sampler *s, const sample_args *a)
                 snprintf(shown, sizeof shown, " '%c'", c);
             fprintf(stderr, "tgrad sample: --prompt: byte %u%s at offset %zu is not in the "
                     "model's vocabulary of %d bytes\n", c, shown, i, s->nv);
+            rc = 2; /* a value the model cannot take: a usage error */
             goto out;
         }
         if (n == s->T) {
@@ -337,7 +346,7 @@ int cmd_sample(int argc, char **argv)
     int rc = 1;
     if (!s.ctx) {
         fprintf(stderr, "tgrad sample: out of memory\n");
-    } else if (sample_load(&s, &a)) {
+    } else if ((rc = sample_load(&s, &a)) == 0) {
         tg_ctx_set_training(s.ctx, false);
         if (a.threads)
             tg_ctx_set_threads(s.ctx, (int)a.threads);

@@ -77,6 +77,7 @@ typedef struct {
     double t0, tok_s, last_val, best_val, acc, last_draw;
     double tok_acc; /* seq2seq: held-out token accuracy of greedy decoding (acc: sequences) */
     bool reached;
+    bool usage; /* the setup failed on the command line (exit 2), not on a file (exit 1) */
 } trainer;
 
 static void errf(const char *fmt, ...)
@@ -113,16 +114,19 @@ static bool plan_resume(trainer *t)
     if (!ckpt_config_load(t->ck, a, &t->r, false, phys_memory_bytes(), &t->info, &t->mc, err,
                           sizeof err)) {
         errf("--resume '%s': %s", a->resume, err);
+        t->usage = t->info.usage;
         return false;
     }
     t->start = t->info.step;
     t->best_val = t->info.best_val;
     if (a->stop_after > 0 && a->stop_after <= t->start) {
+        t->usage = true;
         errf("--resume '%s' is at step %" PRId64 " already; --stop-after %" PRId64
              " must be later", a->resume, t->start, a->stop_after);
         return false;
     }
     if (t->start >= a->steps) {
+        t->usage = true;
         errf("--resume '%s' is at step %" PRId64 " already; raise --steps (now %" PRId64 ")",
              a->resume, t->start, a->steps);
         return false;
@@ -136,6 +140,7 @@ static bool plan_fresh(trainer *t)
     char err[1200];
     if (!train_resolve(&t->a, t->text, err, sizeof err)) {
         errf("%s", err);
+        t->usage = true;
         return false;
     }
     train_model_config(&t->a, t->text, t->text ? 256 : 10, &t->mc);
@@ -443,6 +448,14 @@ static void meta_add(meta *m, const char *k, const char *fmt, ...)
     m->n++;
 }
 
+/* A number as the shortest decimal that reads back as the same double (0.003, not
+ * 0.0030000000000000001), so a resumed run gets exactly the value saved. */
+static void meta_num(meta *m, const char *k, double v)
+{
+    char b[40];
+    meta_add(m, k, "%s", cli_fmt_double(v, b, sizeof b));
+}
+
 /* The name of choice @p i of train option @p option ("gelu"). */
 static const char *choice_name(const char *option, int i, char *buf, size_t n)
 {
@@ -475,7 +488,7 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     meta_add(m, "model.pos", "%s", choice_name("pos", a->pos, c2, 16));
     meta_add(m, "model.causal", "%d", t->text ? 1 : 0);
     meta_add(m, "model.tie_weights", "%d", a->tie ? 1 : 0);
-    meta_add(m, "model.dropout", "%.17g", a->dropout);
+    meta_num(m, "model.dropout", a->dropout);
     meta_add(m, "model.dtype", "%s", tg_dtype_str(train_dtype(a)));
     meta_add(m, "data.mode", "%s", t->text ? "text" : "task");
     if (t->text) {
@@ -488,7 +501,7 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     }
     meta_add(m, "data.position", "%" PRId64, steps_done * t->B);
     meta_add(m, "train.steps", "%" PRId64, a->steps);
-    meta_add(m, "train.best_val", "%.17g", t->best_val);
+    meta_num(m, "train.best_val", t->best_val);
     meta_add(m, "train.seed", "%" PRId64, a->seed);
     meta_add(m, "train.optimizer", "%s", choice_name("optimizer", a->optimizer, c3, 16));
     meta_add(m, "train.batch", "%" PRId64, t->B);
@@ -497,13 +510,13 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     meta_add(m, "train.eval_every", "%" PRId64, a->eval_every);
     if (a->save_every > 0)
         meta_add(m, "train.save_every", "%" PRId64, a->save_every);
-    meta_add(m, "train.lr", "%.17g", a->lr);
-    meta_add(m, "train.min_lr", "%.17g", a->min_lr);
-    meta_add(m, "train.weight_decay", "%.17g", a->weight_decay);
-    meta_add(m, "train.clip", "%.17g", a->clip);
-    meta_add(m, "train.momentum", "%.17g", a->momentum);
-    meta_add(m, "data.val_fraction", "%.17g", a->val_fraction);
-    meta_add(m, "train.target_acc", "%.17g", a->target_acc);
+    meta_num(m, "train.lr", a->lr);
+    meta_num(m, "train.min_lr", a->min_lr);
+    meta_num(m, "train.weight_decay", a->weight_decay);
+    meta_num(m, "train.clip", a->clip);
+    meta_num(m, "train.momentum", a->momentum);
+    meta_num(m, "data.val_fraction", a->val_fraction);
+    meta_num(m, "train.target_acc", a->target_acc);
     const char *keys[40], *vals[40];
     for (int i = 0; i < m->n; i++) {
         keys[i] = m->key[i];
@@ -1088,6 +1101,7 @@ static bool plan_parallel(trainer *t)
     if (t->mp.size > 1 && !a->resume && !cli_given(train_command(), &t->r, "grad-accum")) {
         a->grad_accum = t->mp.size;
         if (a->batch % a->grad_accum != 0) {
+            t->usage = true;
             errf("--batch %" PRId64 " does not split over %d processes (one micro-batch each "
                  "without --grad-accum); choose a batch the number of processes divides",
                  a->batch, t->mp.size);
@@ -1095,6 +1109,7 @@ static bool plan_parallel(trainer *t)
         }
     }
     if (a->grad_accum % t->mp.size != 0) {
+        t->usage = true;
         errf("--grad-accum %" PRId64 " does not split over %d processes: each process runs "
              "K/P micro-batches of every step, so the number of processes must divide K (try "
              "--grad-accum %" PRId64 ")", a->grad_accum, t->mp.size,
@@ -1194,6 +1209,8 @@ int cmd_train(int argc, char **argv)
             cli_report("train", "joining the MPI job", NULL, t->ctx);
         ready = false;
     }
+    if (!ready && t->usage)
+        rc = 2; /* the command line, not a file or the run, is at fault */
     if (ready) {
         {
             if (!t->a.quiet) {

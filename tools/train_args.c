@@ -116,8 +116,10 @@ static const cli_command train_cmd = {
         "continues bit-exactly and saves back to CK (atomically); --checkpoint OTHER saves to\n"
         "OTHER instead and leaves CK as it is.\n"
         "\n"
-        "Exit status: 0, 1 on an error, 2 for a malformed command line, 3 when a task run ends\n"
-        "below --target-acc, 130 when interrupted (Ctrl-C saves the checkpoint first).",
+        "Exit status: 0; 2 for a usage error (an unknown option, a value out of range,\n"
+        "options that exclude each other or contradict the resumed checkpoint); 1 for a\n"
+        "run-time failure (a file missing or corrupt, memory, a non-finite loss); 3 when a\n"
+        "task run ends below --target-acc; 130 when interrupted (Ctrl-C saves first).",
     .opts = train_opts,
 };
 
@@ -156,7 +158,12 @@ static const cli_command sample_cmd = {
                    "On a checkpoint of 'tgrad train --arch seq2seq', --source DIGITS (exactly\n"
                    "the model's seq_len digits) is encoded once and the target decoded greedily\n"
                    "through the cache (--no-cache: the whole prefix for every digit), printed\n"
-                   "as digits.",
+                   "as digits.\n"
+                   "\n"
+                   "Exit status: 0; 2 for a usage error (a bad option, a checkpoint of the\n"
+                   "wrong kind for the options: --prompt on a seq2seq one, --source on a text\n"
+                   "one, an encoder task; a prompt byte outside the vocabulary); 1 for a\n"
+                   "run-time failure (a file missing or corrupt, non-finite logits).",
     .opts = sample_opts,
 };
 
