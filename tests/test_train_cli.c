@@ -994,6 +994,105 @@ START_TEST(test_dot)
 }
 END_TEST
 
+/* ---- exit statuses: one rule for every command ------------------------------------------ */
+/* 2: the command line is at fault (an unknown option, a value out of range, options that
+ * exclude each other or contradict the checkpoint, the wrong kind of checkpoint for the
+ * command); 1: a run-time failure (a file missing, not a checkpoint, corrupt); 0: success.
+ * Every failure is one line on stderr; `needle` (NULL: any) must be in it, `absent` not. */
+static const struct {
+    const char *args;
+    int rc;
+    const char *needle, *absent;
+} exit_table[] = {
+    /* top level */
+    {"", 2, NULL, NULL},
+    {"frobnicate", 2, "unknown command", NULL},
+    {"help frobnicate", 2, "unknown command", NULL},
+    /* train */
+    {"train --steps 0", 2, "--steps '0'", NULL},
+    {"train --seed 9223372036854775808", 2, "from 0 to 9223372036854775807", NULL},
+    {"train --task copy --heads 3 --steps 1", 2, "--heads 3 does not divide", NULL},
+    {"train " TASK_MODEL " --grad-accum 3 --steps 1", 2, "--grad-accum 3", NULL},
+    {"train --text c.txt --task copy", 2, "exclude each other", NULL},
+    {"train --task copy --arch lm", 2, "--arch lm", NULL},
+    {"train --text c.txt --arch seq2seq", 2, "--arch seq2seq", NULL},
+    {"train --text c.txt --resume task.ckpt", 2, "task run", NULL},
+    {"train --task copy --resume text.ckpt", 2, "--text run", NULL},
+    {"train --text c.txt --resume text.ckpt --d-model 32", 2, "different config", NULL},
+    {"train --text c.txt --resume text.ckpt --steps 2", 2, "raise --steps", NULL},
+    {"train --text c.txt --resume text.ckpt --steps 9 --stop-after 2", 2, "--stop-after",
+     NULL},
+    {"train --task copy --resume s2s.ckpt --arch encoder --steps 9", 2, "different config",
+     NULL},
+    {"train --text missing.txt --steps 1", 1, "missing.txt", NULL},
+    {"train --text c.txt --resume missing.ckpt", 1, "missing.ckpt", NULL},
+    {"train --text c.txt --resume c.txt", 1, NULL, NULL},
+    /* sample */
+    {"sample", 2, "--checkpoint", NULL},
+    {"sample --checkpoint text.ckpt --tokens -1", 2, "--tokens", NULL},
+    {"sample --checkpoint s2s.ckpt --prompt hi", 2, "is a seq2seq checkpoint", "--source:"},
+    {"sample --checkpoint s2s.ckpt", 2, "give --source", NULL},
+    {"sample --checkpoint s2s.ckpt --source 12", 2, "exactly 4", NULL},
+    {"sample --checkpoint s2s.ckpt --source 12a4", 2, "not a digit", NULL},
+    {"sample --checkpoint text.ckpt --source 1234", 2, "not a seq2seq checkpoint", "--source:"},
+    {"sample --checkpoint task.ckpt", 2, "nothing to sample", NULL},
+    {"sample --checkpoint text.ckpt --prompt '#' --tokens 1", 2, "not in the model's vocabulary",
+     NULL},
+    {"sample --checkpoint missing.ckpt", 1, "missing.ckpt", NULL},
+    {"sample --checkpoint c.txt", 1, NULL, NULL},
+    {"sample --checkpoint text.ckpt --tokens 3", 0, NULL, NULL},
+    /* export */
+    {"export --checkpoint text.ckpt", 2, "--out", NULL},
+    {"export --checkpoint text.ckpt --out text.ckpt", 2, "the checkpoint itself", NULL},
+    {"export --checkpoint s2s.ckpt --out e.st", 2, "seq2seq", NULL},
+    {"export --checkpoint missing.ckpt --out e.st", 1, "missing.ckpt", NULL},
+    {"export --checkpoint c.txt --out e.st", 1, NULL, NULL},
+    {"export --checkpoint text.ckpt --out e.st", 0, NULL, NULL},
+    /* info */
+    {"info", 2, NULL, NULL},
+    {"info --bogus text.ckpt", 2, "--bogus", NULL},
+    {"info missing.ckpt", 1, "missing.ckpt", NULL},
+    {"info text.ckpt", 0, NULL, NULL},
+    /* run */
+    {"run", 2, "missing MODULE", NULL},
+    {"run attention", 2, "unknown module", NULL},
+    {"run sdpa --q q.npy", 2, "--k", NULL},
+    {"run mha --weights w.st --heads 2 --x x.npy --q q.npy", 2, "not both", NULL},
+    {"run sdpa --q missing.npy --k missing.npy --v missing.npy", 1, "missing.npy", NULL},
+    /* gradcheck, bench */
+    {"gradcheck --op no_such_op", 2, "no_such_op", NULL},
+    {"gradcheck --dtype f16", 2, "--dtype", NULL},
+    {"bench --samples 0", 2, "--samples", NULL},
+    {"bench --only nothing", 2, "--only", NULL},
+};
+
+START_TEST(test_exit_status_table)
+{
+    make_text_ckpt("text.ckpt", NULL);
+    make_task_ckpt("task.ckpt");
+    ck_assert_msg(run("train --arch seq2seq " TASK_MODEL " --steps 2 --eval-every 2 "
+                      "--target-acc 0 --quiet --checkpoint s2s.ckpt") == 0, "%s",
+                  slurp("err.txt", NULL));
+    for (size_t i = 0; i < sizeof exit_table / sizeof exit_table[0]; i++) {
+        const char *args = exit_table[i].args;
+        int rc = run_t(args, 60, NULL);
+        char *err = slurp("err.txt", NULL);
+        ck_assert_ptr_nonnull(err);
+        ck_assert_msg(rc == exit_table[i].rc, "'tgrad %s' exited %d, want %d: %s", args, rc,
+                      exit_table[i].rc, err);
+        if (rc != 0) {
+            ck_assert_msg(count_lines(err) == 1 || (rc == 2 && !*args),
+                          "'tgrad %s': %d lines on stderr: %s", args, count_lines(err), err);
+            ck_assert_msg(!exit_table[i].needle || strstr(err, exit_table[i].needle),
+                          "'tgrad %s': '%s' lacks '%s'", args, err, exit_table[i].needle);
+            ck_assert_msg(!exit_table[i].absent || !strstr(err, exit_table[i].absent),
+                          "'tgrad %s': '%s' has '%s'", args, err, exit_table[i].absent);
+        }
+        free(err);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train_cli");
@@ -1024,6 +1123,7 @@ int main(void)
     tcase_add_test(tc, test_huge_steps_bounded_memory);
     tcase_add_test(tc, test_progress_fits_terminal);
     tcase_add_test(tc, test_dot);
+    tcase_add_test(tc, test_exit_status_table);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
