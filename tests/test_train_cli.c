@@ -994,6 +994,46 @@ START_TEST(test_dot)
 }
 END_TEST
 
+/* Every line of @p text fits in 80 columns (bytes: the text is ASCII). */
+static void expect_width_80(const char *what, const char *text)
+{
+    for (const char *p = text; p && *p;) {
+        size_t len = strcspn(p, "\n");
+        ck_assert_msg(len <= 80, "%s: a line of %zu columns: %.*s", what, len, (int)len, p);
+        p += len;
+        if (*p)
+            p++;
+    }
+}
+
+/* The graph of a task run without training it: --dry-run --dot writes the DOT file and the
+ * memory plan and nothing else, exit 0 (a one-step run would end below --target-acc, exit 3);
+ * --help says so, in 80 columns. */
+START_TEST(test_dry_run_dot)
+{
+    ck_assert_msg(run("train --task reverse --dry-run --dot g.dot --log l.csv --plot p.svg "
+                      "--checkpoint c.ckpt") == 0, "%s", slurp("err.txt", NULL));
+    char *g = slurp("g.dot", NULL), *out = slurp("out.txt", NULL);
+    ck_assert_msg(g && strstr(g, "digraph tgrad {"), "no graph");
+    ck_assert_msg(strstr(out, "memory plan of the training graph"), "%s", out);
+    struct stat sb;
+    char p[512];
+    static const char *const none[] = {"l.csv", "p.svg", "c.ckpt"};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) {
+        path_of(none[i], p, sizeof p);
+        ck_assert_msg(stat(p, &sb) != 0, "--dry-run wrote %s", none[i]);
+    }
+    free(g);
+    free(out);
+    ck_assert_int_eq(run("train --help"), 0);
+    out = slurp("out.txt", NULL);
+    ck_assert_msg(strstr(out, "write --dot if given") && strstr(out, "--dry-run: the graph only"),
+                  "%s", out);
+    expect_width_80("train --help", out);
+    free(out);
+}
+END_TEST
+
 /* ---- exit statuses: one rule for every command ------------------------------------------ */
 /* 2: the command line is at fault (an unknown option, a value out of range, options that
  * exclude each other or contradict the checkpoint, the wrong kind of checkpoint for the
@@ -1124,6 +1164,7 @@ int main(void)
     tcase_add_test(tc, test_progress_fits_terminal);
     tcase_add_test(tc, test_dot);
     tcase_add_test(tc, test_exit_status_table);
+    tcase_add_test(tc, test_dry_run_dot);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -491,12 +491,56 @@ void cli_free(const cli_command *cmd, void *args, cli_result *res)
     }
 }
 
+/* @p n bytes of @p p, with CLI_NBSP shown as a space. */
+#define CLI_NBSP '\x01' /* a space print_wrapped never breaks at */
+static void print_span(FILE *f, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        fputc(p[i] == CLI_NBSP ? ' ' : p[i], f);
+}
+
+/* Print @p text (lines separated by '\n') so that no line exceeds 80 columns: a longer line
+ * is broken at its last space before column 80, the rest indented by @p indent columns; the
+ * first line starts at column @p col (already printed). */
+static void print_wrapped(FILE *f, const char *text, int col, int indent)
+{
+    const int width = 80;
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, "\n");
+        while ((int)len > width - col) {
+            int cut = width - col;
+            while (cut > 0 && p[cut] != ' ')
+                cut--;
+            if (cut <= 0)
+                break; /* one word longer than the line: printed as it is */
+            int end = cut;
+            while (end > 0 && p[end - 1] == ' ')
+                end--;
+            print_span(f, p, (size_t)end);
+            fprintf(f, "\n%*s", indent, "");
+            while (p[cut] == ' ')
+                cut++;
+            p += cut;
+            len -= (size_t)cut;
+            col = indent;
+        }
+        print_span(f, p, len);
+        fputc('\n', f);
+        p += len;
+        if (*p == '\n')
+            p++;
+        col = 0;
+    }
+}
+
 void cli_help(const cli_command *cmd, FILE *f)
 {
     char pg[96];
     fprintf(f, "usage: %s %s\n", prog(cmd, pg, sizeof pg), cmd->usage ? cmd->usage : "[options]");
-    if (cmd->description)
-        fprintf(f, "\n%s\n", cmd->description);
+    if (cmd->description) {
+        fputc('\n', f);
+        print_wrapped(f, cmd->description, 0, 0);
+    }
     const char *group = NULL;
     bool first = true;
     for (const cli_option *o = cmd->opts; o->name; o++) {
@@ -526,10 +570,16 @@ void cli_help(const cli_command *cmd, FILE *f)
             size_t l = strlen(range);
             snprintf(range + l, sizeof range - l, "  (required)");
         }
+        char text[600];
+        for (char *c = range + 2; *c; c++) /* "[0, 1e+06]" stays on one line */
+            if (*c == ' ')
+                *c = CLI_NBSP;
+        snprintf(text, sizeof text, "%s%s", o->help ? o->help : "", range);
         if (strlen(lhs) > 24)
-            fprintf(f, "  %s\n  %-24s  %s%s\n", lhs, "", o->help ? o->help : "", range);
+            fprintf(f, "  %s\n  %-24s  ", lhs, "");
         else
-            fprintf(f, "  %-24s  %s%s\n", lhs, o->help ? o->help : "", range);
+            fprintf(f, "  %-24s  ", lhs);
+        print_wrapped(f, text, 28, 28);
     }
     fprintf(f, "  %-24s  %s\n", "--help, -h", "print this help and exit");
 }
