@@ -157,6 +157,20 @@ START_TEST(test_gradcheck_all)
             seen = strcmp(rows[i].op, tg_op_name(k)) == 0 && strcmp(rows[i].result, "PASS") == 0;
         ck_assert_msg(seen, "no PASS row for op '%s'", tg_op_name(k));
     }
+    /* aligned columns, whatever the length of a case's name or shapes: every row's dtype and
+     * result start where the header's do */
+    const char *hdr = r.out;
+    size_t hl = strcspn(hdr, "\n");
+    char *h = strndup(hdr, hl);
+    size_t dtype_at = (size_t)(strstr(h, "dtype") - h), result_at = (size_t)(strstr(h, "result") - h);
+    for (const char *p = hdr + hl + 1; *p && strncmp(p, "\n", 1); p += strcspn(p, "\n") + 1) {
+        if (p[0] == ' ')
+            continue; /* failure detail */
+        ck_assert_msg(strlen(p) > result_at && !strncmp(p + dtype_at, "f64", 3) &&
+                          !strncmp(p + result_at, "PASS", 4),
+                      "misaligned row: %.*s", (int)strcspn(p, "\n"), p);
+    }
+    free(h);
     char summary[96];
     snprintf(summary, sizeof summary, "%d cases, %d passed, 0 failed", n, n);
     ck_assert_msg(strstr(r.out, summary) != NULL, "no summary '%s'", summary);

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pty.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1034,6 +1035,45 @@ START_TEST(test_dry_run_dot)
 }
 END_TEST
 
+/* Every line `tgrad train` prints (the header, the progress lines of a log, the summary) fits
+ * in 80 columns, for a text, a task and a seq2seq run; --threads above the CPUs this process
+ * may use is lowered to their number with one warning line. */
+START_TEST(test_lines_fit_80_columns)
+{
+    write_corpus("c.txt");
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    int cpus = CPU_COUNT(&set);
+    static const char *const runs[] = {
+        "train --text c.txt --d-model 32 --heads 2 --seq-len 16 --batch 8 --steps 3 "
+        "--eval-every 2 --threads 1024",
+        "train --task reverse --d-model 16 --heads 2 --seq-len 6 --batch 8 --steps 3 "
+        "--eval-every 2 --target-acc 0 --grad-accum 2 --threads 1024",
+        "train --arch seq2seq --task copy --d-model 16 --heads 2 --seq-len 4 --batch 8 "
+        "--steps 3 --eval-every 2 --target-acc 0.5 --threads 1024",
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        int rc = run(runs[i]);
+        char *out = slurp("out.txt", NULL), *err = slurp("err.txt", NULL);
+        ck_assert_msg(rc == 0 || rc == 3, "%s: exit %d: %s", runs[i], rc, err);
+        expect_width_80(runs[i], out);
+        expect_width_80(runs[i], err);
+        char want[160];
+        snprintf(want, sizeof want, "--threads 1024: only %d CPU%s available to this process; "
+                 "using %d\n", cpus, cpus == 1 ? "" : "s", cpus);
+        if (cpus < 1024)
+            ck_assert_msg(strstr(err, want), "%s: no warning '%s' in: %s", runs[i], want, err);
+        snprintf(want, sizeof want, " %d thread%s", cpus < 1024 ? cpus : 1024,
+                 cpus == 1 ? "" : "s");
+        ck_assert_msg(strstr(err, want), "%s: the header lacks '%s': %s", runs[i], want, err);
+        ck_assert_msg(strstr(err, "step 3/3"), "%s: no progress: %s", runs[i], err);
+        free(out);
+        free(err);
+    }
+}
+END_TEST
+
 /* ---- exit statuses: one rule for every command ------------------------------------------ */
 /* 2: the command line is at fault (an unknown option, a value out of range, options that
  * exclude each other or contradict the checkpoint, the wrong kind of checkpoint for the
@@ -1165,6 +1205,7 @@ int main(void)
     tcase_add_test(tc, test_dot);
     tcase_add_test(tc, test_exit_status_table);
     tcase_add_test(tc, test_dry_run_dot);
+    tcase_add_test(tc, test_lines_fit_80_columns);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -349,7 +349,7 @@ int cmd_sample(int argc, char **argv)
     } else if ((rc = sample_load(&s, &a)) == 0) {
         tg_ctx_set_training(s.ctx, false);
         if (a.threads)
-            tg_ctx_set_threads(s.ctx, (int)a.threads);
+            tg_ctx_set_threads(s.ctx, cli_threads_cap("sample", a.threads));
         tg_ctx_seed(s.ctx, (uint64_t)a.seed);
         rc = s.s2s ? sample_seq2seq(&s, &a) : sample_generate(&s, &a);
     }

@@ -87,12 +87,14 @@ static void errf(const char *fmt, ...)
     ;
 static void errf(const char *fmt, ...)
 {
+    char line[8192];
     va_list ap;
     va_start(ap, fmt);
-    fputs("tgrad train: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    int k = snprintf(line, sizeof line, "tgrad train: ");
+    vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
     va_end(ap);
+    strcat(line, "\n");
+    fputs(line, stderr); /* one write: never split by another rank's or stream's output */
 }
 
 /* ---- plan: checkpoint, defaults, memory, outputs ------------------------------------------ */
@@ -340,7 +342,7 @@ static bool build(trainer *t)
     tg_ctx *ctx = t->ctx;
     tg_ctx_seed(ctx, (uint64_t)a->seed);
     if (a->threads)
-        tg_ctx_set_threads(ctx, (int)a->threads);
+        tg_ctx_set_threads(ctx, cli_threads_cap("train", a->threads));
     else if (t->mp.size > 1) /* ranks sharing a host split its CPUs */
         tg_ctx_set_threads(ctx, tmpi_default_threads(&t->mp, tg_ctx_threads(ctx)));
     if (a->unfused)
@@ -592,17 +594,21 @@ static void progress_text(const trainer *t, int64_t s, double l, double lr, bool
     if (with_lr)
         snprintf(lrs, sizeof lrs, "lr %.2e  ", lr);
     int64_t total = t->a.steps;
-    char forms[4][256];
+    char forms[6][256];
     snprintf(forms[0], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %s%.0f tok/s  %s "
              "elapsed  ETA %s", s, total, l, vbuf, lrs, t->tok_s, el_s, eta_s);
-    snprintf(forms[1], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %.0f tok/s  ETA %s",
+    snprintf(forms[1], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %s%.0f tok/s  ETA %s",
+             s, total, l, vbuf, lrs, t->tok_s, eta_s);
+    snprintf(forms[2], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %.0f tok/s  ETA %s",
              s, total, l, vbuf, t->tok_s, eta_s);
-    snprintf(forms[2], 256, "%" PRId64 "/%" PRId64 " loss %.3f val %s ETA %s", s, total, l,
+    snprintf(forms[3], 256, "%" PRId64 "/%" PRId64 " loss %.4f val %s %s%.0f tok/s ETA %s", s,
+             total, l, vshort, lrs, t->tok_s, eta_s);
+    snprintf(forms[4], 256, "%" PRId64 "/%" PRId64 " loss %.3f val %s ETA %s", s, total, l,
              vshort, eta_s);
-    snprintf(forms[3], 256, "%" PRId64 "/%" PRId64 " loss %.3f", s, total, l);
+    snprintf(forms[5], 256, "%" PRId64 "/%" PRId64 " loss %.3f", s, total, l);
     int k = 0;
     if (width > 0)
-        while (k < 3 && strlen(forms[k]) > (size_t)width)
+        while (k < 5 && strlen(forms[k]) > (size_t)width)
             k++;
     size_t len = strlen(forms[k]);
     if (width > 0 && len > (size_t)width)
@@ -617,9 +623,10 @@ static void progress_text(const trainer *t, int64_t s, double l, double lr, bool
 static void progress(trainer *t, int64_t s, double l, double lr, bool final)
 {
     char line[300];
-    if (!t->tty) {
-        progress_text(t, s, l, lr, true, 0, line, sizeof line);
-        fprintf(stderr, "%s\n", line);
+    if (!t->tty) { /* a log or mpirun: the longest form within 80 columns, one write */
+        progress_text(t, s, l, lr, true, 80, line, sizeof line - 1);
+        strcat(line, "\n");
+        fputs(line, stderr);
         return;
     }
     progress_text(t, s, l, lr, final, t->width, line, sizeof line);
@@ -1031,19 +1038,23 @@ static int report(trainer *t)
         errf("--plot '%s': %s", a->plot, strerror(errno));
         return 1;
     }
-    printf("parameters %" PRId64 "  steps %" PRId64 "  wall %.1f s  %.0f tokens/s", t->n_params,
-           t->step, wall, t->tok_s);
+    char line[400];
+    snprintf(line, sizeof line, "parameters %" PRId64 "  steps %" PRId64 "  wall %.1f s  %.0f "
+             "tokens/s", t->n_params, t->step, wall, t->tok_s);
+    cli_say(stdout, "", line);
     if (t->text && !isfinite(t->last_val)) /* --val-fraction 0: nothing to validate on */
-        printf("  no validation loss (--val-fraction 0)\n");
+        snprintf(line, sizeof line, "no validation loss (--val-fraction 0)");
     else if (t->text)
-        printf("  validation loss %.4f nats/char (best %.4f)\n", t->last_val, t->best_val);
+        snprintf(line, sizeof line, "validation loss %.4f nats/char (best %.4f)", t->last_val,
+                 t->best_val);
     else if (t->s2s)
-        printf("  held-out exact-sequence accuracy %.2f%% (token accuracy %.2f%%, greedy "
-               "decoding)%s\n", 100 * t->acc, 100 * t->tok_acc,
-               t->reached ? "" : " (target not reached)");
+        snprintf(line, sizeof line, "held-out exact-sequence accuracy %.2f%% (token accuracy "
+                 "%.2f%%, greedy decoding)%s", 100 * t->acc, 100 * t->tok_acc,
+                 t->reached ? "" : ", target not reached");
     else
-        printf("  held-out token accuracy %.2f%%%s\n", 100 * t->acc,
-               t->reached ? "" : " (target not reached)");
+        snprintf(line, sizeof line, "held-out token accuracy %.2f%%%s", 100 * t->acc,
+                 t->reached ? "" : " (target not reached)");
+    cli_say(stdout, "", line);
     if (a->checkpoint)
         printf("checkpoint %s\n", a->checkpoint);
     fflush(stdout);
@@ -1051,11 +1062,13 @@ static int report(trainer *t)
     if (t->mp.size > 1) {
         double bytes, sec;
         tmpi_stats(&t->mp, &bytes, &sec);
-        printf("data parallel: %d processes x %d thread%s, %" PRId64 " micro-batches of %" PRId64
-               " sequences per step; gradient exchange %.2f ms and %.2f MB sent per process per "
-               "step\n", t->mp.size, tg_ctx_threads(t->ctx),
-               tg_ctx_threads(t->ctx) == 1 ? "" : "s", t->K, t->Bm, 1e3 * sec, bytes / 1e6);
-        fflush(stdout);
+        snprintf(line, sizeof line, "%d processes x %d thread%s, %" PRId64 " micro-batches of %"
+                 PRId64 " sequences per step", t->mp.size, tg_ctx_threads(t->ctx),
+                 tg_ctx_threads(t->ctx) == 1 ? "" : "s", t->K, t->Bm);
+        cli_say(stdout, "data parallel: ", line);
+        snprintf(line, sizeof line, "%.2f ms and %.2f MB sent per process per step", 1e3 * sec,
+                 bytes / 1e6);
+        cli_say(stdout, "data parallel: gradient exchange ", line);
     }
     if (t->interrupted) {
         if (a->checkpoint) {
@@ -1165,6 +1178,9 @@ static int dry_run(trainer *t)
 
 int cmd_train(int argc, char **argv)
 {
+    /* whole lines, each as it is printed: under mpirun the launcher forwards stdout and stderr
+     * separately, and a line never mixes with the other stream's */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     trainer *t = calloc(1, sizeof *t);
     if (!t) {
         errf("out of memory");
@@ -1214,15 +1230,17 @@ int cmd_train(int argc, char **argv)
     if (ready) {
         {
             if (!t->a.quiet) {
+                char line[600];
                 if (t->text)
-                    fprintf(stderr, "tgrad train: byte-level LM on %d file%s, %" PRId64
-                            " bytes (%" PRId64 " train, %" PRId64 " validation), vocabulary %d"
-                            "\n", t->corp.n_files, t->corp.n_files == 1 ? "" : "s", t->corp.n,
-                            t->corp.n_train, t->corp.n - t->corp.n_train, t->corp.vocab_size);
+                    snprintf(line, sizeof line, "byte-level LM on %d file%s, %" PRId64
+                             " bytes (%" PRId64 " train, %" PRId64 " validation), vocabulary %d",
+                             t->corp.n_files, t->corp.n_files == 1 ? "" : "s", t->corp.n,
+                             t->corp.n_train, t->corp.n - t->corp.n_train, t->corp.vocab_size);
                 else
-                    fprintf(stderr, "tgrad train: task '%s' on %" PRId64 "-digit sequences%s\n",
-                            task_name(t->task), t->T, t->s2s ? ", encoder-decoder (teacher "
-                            "forcing; greedy decoding evaluated)" : "");
+                    snprintf(line, sizeof line, "task '%s' on %" PRId64 "-digit sequences%s",
+                             task_name(t->task), t->T, t->s2s ? ", encoder-decoder (teacher "
+                             "forcing; greedy decoding evaluated)" : "");
+                cli_say(stderr, "tgrad train: ", line);
                 char dl[48] = "";
                 if (t->s2s)
                     snprintf(dl, sizeof dl, " + %" PRId64 " decoder", t->a.decoder_layers);
@@ -1233,14 +1251,15 @@ int cmd_train(int argc, char **argv)
                 char procs[64] = "";
                 if (t->mp.size > 1)
                     snprintf(procs, sizeof procs, " per process, %d processes", t->mp.size);
-                fprintf(stderr, "tgrad train: %" PRId64 "%s layer%s, d_model %" PRId64 ", %" PRId64
-                        " head%s, d_ff %" PRId64 ", %s, %" PRId64 " parameters, batch %" PRId64
-                        "%s, %d thread%s%s%s\n", t->a.layers, dl,
+                snprintf(line, sizeof line, "%" PRId64 "%s layer%s, d_model %" PRId64 ", %"
+                        PRId64 " head%s, d_ff %" PRId64 ", %s, %" PRId64 " parameters, batch %"
+                        PRId64 "%s, %d thread%s%s%s", t->a.layers, dl,
                         t->a.layers == 1 && !t->s2s ? "" : "s",
                         t->a.d_model, t->a.heads, t->a.heads == 1 ? "" : "s", t->a.d_ff,
                         t->a.post_norm ? "post-norm" : "pre-norm", t->n_params, t->B, par,
                         tg_ctx_threads(t->ctx), tg_ctx_threads(t->ctx) == 1 ? "" : "s", procs,
                         t->ck ? ", resumed" : "");
+                cli_say(stderr, "tgrad train: ", line);
             }
             if (t->a.dry_run)
                 rc = t->mp.rank == 0 ? dry_run(t) : 0;
