@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pty.h>
 #include <sched.h>
 #include <signal.h>
@@ -1074,6 +1075,96 @@ START_TEST(test_lines_fit_80_columns)
 }
 END_TEST
 
+/* The numbers of the `<text class="CLS" ...>N</text>` elements of an SVG (at most cap). */
+static int svg_numbers(const char *svg, const char *cls, double *v, int cap)
+{
+    char key[64];
+    snprintf(key, sizeof key, "class=\"%s\"", cls);
+    int n = 0;
+    for (const char *p = strstr(svg, key); p && n < cap; p = strstr(p + 1, key)) {
+        const char *gt = strchr(p, '>');
+        ck_assert_ptr_nonnull(gt);
+        char *end;
+        v[n++] = strtod(gt + 1, &end);
+        ck_assert_msg(*end == '<', "tick '%.20s' is not a number", gt + 1);
+    }
+    return n;
+}
+
+/* Occurrences of @p needle in @p s. */
+static int occurrences(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* Is @p x (> 0) 1, 2 or 5 times a power of ten? */
+static bool round_125(double x)
+{
+    double p = pow(10, floor(log10(x) + 1e-9)), m = x / p;
+    return fabs(m - 1) < 1e-6 || fabs(m - 2) < 1e-6 || fabs(m - 5) < 1e-6;
+}
+
+/* --plot: round ticks (steps of 1, 2 or 5 x 10^k), a loss axis from 0, never below; a marker
+ * on every validation point; a task run's accuracy (what it stops on) in a second panel with
+ * its target; --plot-log: ticks at 1, 2, 5 x 10^k. */
+START_TEST(test_plot)
+{
+    ck_assert_int_eq(run("train " TASK_MODEL " --steps 6 --eval-every 2 --target-acc 0.95 "
+                         "--plot p.svg --quiet"), 3);
+    char *svg = slurp("p.svg", NULL);
+    ck_assert_ptr_nonnull(svg);
+    double y[64], x[64];
+    int ny = svg_numbers(svg, "ytick", y, 64);
+    ck_assert_int_ge(ny, 2 + 2); /* the loss panel's and the accuracy panel's */
+    int nl = 0; /* the loss panel's ticks: up to the first repeated 0 (the accuracy panel) */
+    while (nl < ny && (nl == 0 || y[nl] > y[nl - 1]))
+        nl++;
+    ck_assert_int_ge(nl, 2);
+    ck_assert_msg(y[0] >= 0, "the loss axis starts below 0: %g", y[0]);
+    double step = y[1] - y[0];
+    ck_assert_msg(round_125(step), "tick step %g is not 1, 2 or 5 x 10^k", step);
+    for (int i = 1; i < nl; i++)
+        ck_assert_msg(fabs(y[i] - y[i - 1] - step) < 1e-9 * fmax(1, step) &&
+                          fabs(y[i] / step - round(y[i] / step)) < 1e-6,
+                      "tick %g is not a multiple of %g", y[i], step);
+    ck_assert_msg(ny - nl == 6 && y[nl] == 0 && y[ny - 1] == 100, "accuracy ticks 0-100: "
+                  "%d of them", ny - nl);
+    int nx = svg_numbers(svg, "xtick", x, 64);
+    ck_assert_int_ge(nx, 2);
+    ck_assert_msg(round_125(x[1] - x[0]), "step ticks %g, %g", x[0], x[1]);
+    ck_assert_int_eq(occurrences(svg, "class=\"val-marker\""), 3);    /* steps 2, 4, 6 */
+    ck_assert_int_eq(occurrences(svg, "class=\"metric-marker\""), 3);
+    ck_assert_ptr_nonnull(strstr(svg, "held-out token accuracy"));
+    ck_assert_int_eq(occurrences(svg, "class=\"target\""), 1);
+    free(svg);
+    /* log scale */
+    ck_assert_int_eq(run("train " TASK_MODEL " --steps 6 --eval-every 2 --target-acc 0 "
+                         "--plot q.svg --plot-log --quiet"), 0);
+    svg = slurp("q.svg", NULL);
+    ck_assert_ptr_nonnull(strstr(svg, "(log scale)"));
+    ny = svg_numbers(svg, "ytick", y, 64);
+    for (int i = 0; i < ny && (i == 0 || y[i] > y[i - 1]); i++)
+        ck_assert_msg(y[i] > 0 && round_125(y[i]), "log tick %g", y[i]);
+    ck_assert_int_eq(occurrences(svg, "class=\"target\""), 0); /* --target-acc 0: none */
+    free(svg);
+    /* a text run stops on its steps: the losses only */
+    write_corpus("c.txt");
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 4 --eval-every 2 --plot t.svg --quiet"),
+                     0);
+    svg = slurp("t.svg", NULL);
+    ck_assert_ptr_null(strstr(svg, "id=\"metric\""));
+    ck_assert_int_eq(occurrences(svg, "class=\"val-marker\""), 2);
+    free(svg);
+    ck_assert_int_eq(run("train --help"), 0);
+    char *out = slurp("out.txt", NULL);
+    ck_assert_ptr_nonnull(strstr(out, "--plot-log"));
+    free(out);
+}
+END_TEST
+
 /* ---- exit statuses: one rule for every command ------------------------------------------ */
 /* 2: the command line is at fault (an unknown option, a value out of range, options that
  * exclude each other or contradict the checkpoint, the wrong kind of checkpoint for the
@@ -1206,6 +1297,7 @@ int main(void)
     tcase_add_test(tc, test_exit_status_table);
     tcase_add_test(tc, test_dry_run_dot);
     tcase_add_test(tc, test_lines_fit_80_columns);
+    tcase_add_test(tc, test_plot);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

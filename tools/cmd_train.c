@@ -69,6 +69,7 @@ typedef struct {
     int32_t *ids_buf, *tgt_buf; /* (B, T) token ids (seq2seq: source) and targets */
     int32_t *dec_buf, *out_buf; /* seq2seq (B, T): decoder inputs; greedy decoding's output */
     svg_series train_curve, val_curve;
+    svg_series acc_curve; /* a task run: the held-out accuracy it stops on */
     /* progress and results */
     bool tty;
     int width;       /* columns of the live line (terminal width - 1) */
@@ -930,7 +931,9 @@ static int train_loop(trainer *t)
                 return 1;
             }
             t->last_val = val;
-            if (a->plot && !svg_series_add(&t->val_curve, (double)(step + 1), val)) {
+            if (a->plot && ((!t->text && !svg_series_add(&t->acc_curve, (double)(step + 1),
+                                                          t->acc)) ||
+                            !svg_series_add(&t->val_curve, (double)(step + 1), val))) {
                 errf("out of memory");
                 return 1;
             }
@@ -1033,8 +1036,13 @@ static int report(trainer *t)
     const train_args *a = &t->a;
     double wall = now_s() - t->t0;
     end_live(t);
-    if (a->plot && svg_loss_plot(a->plot, &t->train_curve, &t->val_curve,
-                                 t->text ? "validation loss" : "held-out loss") != 0) {
+    svg_plot sp = {.train = &t->train_curve, .val = &t->val_curve,
+                   .val_label = t->text ? "validation loss" : "held-out loss",
+                   .log_y = a->plot_log, .metric = t->text ? NULL : &t->acc_curve,
+                   .metric_label = t->s2s ? "held-out exact-sequence accuracy"
+                                          : "held-out token accuracy",
+                   .metric_target = a->target_acc};
+    if (a->plot && svg_training_plot(a->plot, &sp) != 0) {
         errf("--plot '%s': %s", a->plot, strerror(errno));
         return 1;
     }
@@ -1099,6 +1107,7 @@ static void trainer_free(trainer *t)
     s2s_decoder_free(&t->greedy);
     svg_series_free(&t->train_curve);
     svg_series_free(&t->val_curve);
+    svg_series_free(&t->acc_curve);
     corpus_free(&t->corp);
     tg_ctx_free(t->ctx);
     train_free(&t->a, &t->r);
@@ -1208,6 +1217,7 @@ int cmd_train(int argc, char **argv)
     t->text = t->a.text.n > 0;
     svg_series_init(&t->train_curve);
     svg_series_init(&t->val_curve);
+    svg_series_init(&t->acc_curve);
     t->ctx = tg_ctx_new();
     int rc = 1;
     bool ready = false;
