@@ -311,6 +311,38 @@ START_TEST(embedder_example)
 }
 END_TEST
 
+/* Under mpirun, stdout and stderr merged: every line whole (no line of one stream cut by the
+ * other's) and within 80 columns: the header, every progress line, the summary and the
+ * data-parallel lines. */
+START_TEST(lines_whole_and_80_columns)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "(mpirun --oversubscribe -np 2 '%s' train --task copy --d-model 16 "
+             "--heads 2 --seq-len 4 --batch 8 --steps 40 --eval-every 4 --target-acc 0 "
+             "--threads 1 2>&1)", tu_tgrad_exe());
+    int rc = tu_run_sh(g_dir, cmd, 300, NULL);
+    char *o = out_text();
+    ck_assert_msg(rc == 0, "exit %d:\n%s", rc, o);
+    static const char *const starts[] = {"tgrad train: ", "step ", "parameters ",
+                                         "held-out token accuracy", "data parallel: ", "  "};
+    int steps = 0;
+    for (const char *p = o; *p;) {
+        size_t len = strcspn(p, "\n");
+        ck_assert_msg(len <= 80, "a line of %zu columns: %.*s", len, (int)len, p);
+        bool known = false;
+        for (size_t k = 0; k < sizeof starts / sizeof starts[0] && !known; k++)
+            known = strncmp(p, starts[k], strlen(starts[k])) == 0;
+        ck_assert_msg(known, "not a whole line of tgrad's: '%.*s'\nin:\n%s", (int)len, p, o);
+        steps += strncmp(p, "step ", 5) == 0;
+        p += len;
+        if (*p)
+            p++;
+    }
+    ck_assert_msg(steps >= 10, "%d progress lines:\n%s", steps, o);
+    free(o);
+}
+END_TEST
+
 static Suite *dist_suite(void)
 {
     Suite *s = suite_create("dist");
@@ -328,6 +360,11 @@ static Suite *dist_suite(void)
     tcase_add_test(tc, errors_once);
     tcase_add_test(tc, embedder_example);
     suite_add_tcase(s, tc);
+    TCase *lines = tcase_create("lines");
+    tcase_add_checked_fixture(lines, setup, teardown);
+    tcase_set_timeout(lines, 300);
+    tcase_add_test(lines, lines_whole_and_80_columns);
+    suite_add_tcase(s, lines);
     return s;
 }
 

@@ -1165,6 +1165,39 @@ START_TEST(test_plot)
 }
 END_TEST
 
+/* Numbers in checkpoints and in `tgrad info` are the shortest decimal that reads back as the
+ * same double: train.lr 0.003, not 0.0030000000000000001 (also for a checkpoint that stored
+ * the 17 digits); --seed names its maximum in the message and in --help. */
+START_TEST(test_shortest_numbers)
+{
+    make_text_ckpt("a.ckpt", "--lr 0.003 --min-lr 0.0003 --dropout 0.1");
+    char v[64];
+    ck_assert_str_eq(meta_of("a.ckpt", "train.lr", v, sizeof v), "0.003");
+    ck_assert_str_eq(meta_of("a.ckpt", "train.min_lr", v, sizeof v), "0.0003");
+    ck_assert_str_eq(meta_of("a.ckpt", "model.dropout", v, sizeof v), "0.1");
+    rewrite("a.ckpt", "b.ckpt", "train.lr", "0.0030000000000000001", NULL, NULL);
+    ck_assert_int_eq(run("info b.ckpt"), 0);
+    char *out = slurp("out.txt", NULL);
+    const char *at = strstr(out, "train.lr");
+    ck_assert_msg(at, "%s", out);
+    ck_assert_msg(!strncmp(at + strcspn(at, " "), " ", 1) && strstr(at, " 0.003\n") &&
+                      !strstr(out, "0.0030000000000000001"), "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, "train.min_lr             0.0003\n"));
+    free(out);
+    /* the resumed run reads the same double back: it goes on from the same learning rate */
+    ck_assert_int_eq(run("train --text c.txt --resume b.ckpt --steps 4 --quiet"), 0);
+    ck_assert_str_eq(meta_of("b.ckpt", "train.lr", v, sizeof v), "0.003");
+    ck_assert_int_eq(run("train --help"), 0);
+    out = slurp("out.txt", NULL);
+    ck_assert_msg(strstr(out, "random seed (0)  [0..9223372036854775807]"), "%s", out);
+    free(out);
+    expect_refusal("train --seed 9223372036854775808",
+                   "--seed '9223372036854775808': expected an integer from 0 to "
+                   "9223372036854775807");
+    expect_refusal("sample --checkpoint a.ckpt --seed -1", "from 0 to 9223372036854775807");
+}
+END_TEST
+
 /* ---- exit statuses: one rule for every command ------------------------------------------ */
 /* 2: the command line is at fault (an unknown option, a value out of range, options that
  * exclude each other or contradict the checkpoint, the wrong kind of checkpoint for the
@@ -1298,6 +1331,7 @@ int main(void)
     tcase_add_test(tc, test_dry_run_dot);
     tcase_add_test(tc, test_lines_fit_80_columns);
     tcase_add_test(tc, test_plot);
+    tcase_add_test(tc, test_shortest_numbers);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
