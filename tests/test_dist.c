@@ -103,7 +103,7 @@ START_TEST(k_defaults_to_p)
     snprintf(args, sizeof args, "%s --checkpoint p2.st", a);
     expect_rc(run(2, args, 120), 0, "mpirun -np 2, no --grad-accum");
     expect_same_file("one.st", "p2.st");
-    expect_rc(run(2, "train --batch 7 --steps 2", 120), 1, "batch 7 over 2");
+    expect_rc(run(2, "train --batch 7 --steps 2", 120), 2, "batch 7 over 2");
     char *e = err_text();
     ck_assert_msg(strstr(e, "--batch 7 does not split over 2 processes"), "%s", e);
     free(e);
@@ -267,7 +267,7 @@ END_TEST
 /* P must divide K and the batch must split: one clear line, not one per process. */
 START_TEST(errors_once)
 {
-    expect_rc(run(3, "train --grad-accum 4 --steps 2 --checkpoint x.st", 120), 1, "P=3, K=4");
+    expect_rc(run(3, "train --grad-accum 4 --steps 2 --checkpoint x.st", 120), 2, "P=3, K=4");
     char *e = err_text();
     ck_assert_msg(strstr(e, "--grad-accum 4 does not split over 3 processes") &&
                   strstr(e, "try --grad-accum 6"), "%s", e);
@@ -275,7 +275,7 @@ START_TEST(errors_once)
     ck_assert_msg(!strstr(first + 1, "does not split"), "printed more than once:\n%s", e);
     free(e);
     ck_assert_ptr_null(tu_slurp_in(g_dir, "x.st", NULL));
-    expect_rc(run(2, "train --grad-accum 2 --batch 5 --steps 2", 120), 1, "batch 5, K=2");
+    expect_rc(run(2, "train --grad-accum 2 --batch 5 --steps 2", 120), 2, "batch 5, K=2");
     e = err_text();
     ck_assert_msg(strstr(e, "--batch 5 does not split into --grad-accum 2"), "%s", e);
     ck_assert_msg(!strstr(strstr(e, "does not split") + 1, "does not split"), "twice:\n%s", e);
