@@ -162,7 +162,8 @@ START_TEST(test_gradcheck_all)
     const char *hdr = r.out;
     size_t hl = strcspn(hdr, "\n");
     char *h = strndup(hdr, hl);
-    size_t dtype_at = (size_t)(strstr(h, "dtype") - h), result_at = (size_t)(strstr(h, "result") - h);
+    size_t dtype_at = (size_t)(strstr(h, "dtype") - h);
+    size_t result_at = (size_t)(strstr(h, "result") - h);
     for (const char *p = hdr + hl + 1; *p && strncmp(p, "\n", 1); p += strcspn(p, "\n") + 1) {
         if (p[0] == ' ')
             continue; /* failure detail */

@@ -61,8 +61,8 @@ int cli_threads_cap(const char *cmd, int64_t requested);
 
 /* Write @p text (one logical line, without '\n') to @p f as lines of at most 80 columns:
  * @p prefix first, then the text broken at spaces, each continuation indented by the
- * prefix's width (2 columns without a prefix); all in one write, so lines of concurrent writers (ranks under mpirun, stdout
- * and stderr merged) never interleave within a line. */
+ * prefix's width (2 columns without a prefix); all in one write, so lines of concurrent
+ * writers (ranks under mpirun, stdout and stderr merged) never interleave within a line. */
 void cli_say(FILE *f, const char *prefix, const char *text);
 
 #endif

@@ -560,8 +560,9 @@ void cli_help(const cli_command *cmd, FILE *f)
         else
             snprintf(lhs, sizeof lhs, "--%s %s%s", o->name, mv, o->kind == CLI_LIST ? "..." : "");
         char range[160] = "";
-        if (o->kind == CLI_INT && !ints_unbounded(o))
-            snprintf(range, sizeof range, "  [%" PRId64 "..%" PRId64 "]", o->imin, o->imax); else if (o->kind == CLI_NUM && !nums_unbounded(o)) {
+        if (o->kind == CLI_INT && !ints_unbounded(o)) {
+            snprintf(range, sizeof range, "  [%" PRId64 "..%" PRId64 "]", o->imin, o->imax);
+        } else if (o->kind == CLI_NUM && !nums_unbounded(o)) {
             char r[100];
             num_range(o, r, sizeof r);
             snprintf(range, sizeof range, "  %s", r);
@@ -571,7 +572,7 @@ void cli_help(const cli_command *cmd, FILE *f)
             snprintf(range + l, sizeof range - l, "  (required)");
         }
         char text[600];
-        for (char *c = range + 2; *c; c++) /* "[0, 1e+06]" stays on one line */
+        for (char *c = range[0] ? range + 2 : range; *c; c++) /* "[0, 1e+06]": one line */
             if (*c == ' ')
                 *c = CLI_NBSP;
         snprintf(text, sizeof text, "%s%s", o->help ? o->help : "", range);
