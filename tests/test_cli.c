@@ -157,6 +157,21 @@ START_TEST(test_gradcheck_all)
             seen = strcmp(rows[i].op, tg_op_name(k)) == 0 && strcmp(rows[i].result, "PASS") == 0;
         ck_assert_msg(seen, "no PASS row for op '%s'", tg_op_name(k));
     }
+    /* aligned columns, whatever the length of a case's name or shapes: every row's dtype and
+     * result start where the header's do */
+    const char *hdr = r.out;
+    size_t hl = strcspn(hdr, "\n");
+    char *h = strndup(hdr, hl);
+    size_t dtype_at = (size_t)(strstr(h, "dtype") - h);
+    size_t result_at = (size_t)(strstr(h, "result") - h);
+    for (const char *p = hdr + hl + 1; *p && strncmp(p, "\n", 1); p += strcspn(p, "\n") + 1) {
+        if (p[0] == ' ')
+            continue; /* failure detail */
+        ck_assert_msg(strlen(p) > result_at && !strncmp(p + dtype_at, "f64", 3) &&
+                          !strncmp(p + result_at, "PASS", 4),
+                      "misaligned row: %.*s", (int)strcspn(p, "\n"), p);
+    }
+    free(h);
     char summary[96];
     snprintf(summary, sizeof summary, "%d cases, %d passed, 0 failed", n, n);
     ck_assert_msg(strstr(r.out, summary) != NULL, "no summary '%s'", summary);
@@ -370,6 +385,32 @@ START_TEST(test_top_level)
         result_free(&r1);
         result_free(&r2);
     }
+    /* the top-level help lists every module of run, from run's own table, within 80
+     * columns; `help run MODULE` is `run MODULE --help` */
+    cmd_result h = run_tgrad("--help");
+    static const char *const modules[] = {"sdpa", "mha", "ffn", "encoder", "decoder",
+                                          "transformer"};
+    for (size_t i = 0; i < sizeof modules / sizeof modules[0]; i++) {
+        char a[64], b[64];
+        ck_assert_msg(strstr(h.out, modules[i]) != NULL, "--help lacks '%s': %s", modules[i],
+                      h.out);
+        snprintf(a, sizeof a, "help run %s", modules[i]);
+        snprintf(b, sizeof b, "run %s --help", modules[i]);
+        cmd_result r1 = run_tgrad(a), r2 = run_tgrad(b);
+        ck_assert_msg(r1.exited && r1.code == 0 && r2.code == 0, "%s: %d %s", a, r1.code,
+                      r1.err);
+        ck_assert_str_eq(r1.out, r2.out);
+        ck_assert_str_eq(r1.err, "");
+        result_free(&r1);
+        result_free(&r2);
+    }
+    for (const char *p = h.out; *p; p = strchr(p, '\n') + 1) {
+        ck_assert_msg(strcspn(p, "\n") <= 80, "--help line over 80 columns: %.*s",
+                      (int)strcspn(p, "\n"), p);
+        if (!strchr(p, '\n'))
+            break;
+    }
+    result_free(&h);
     /* the help of table-driven commands lists their options with ranges */
     cmd_result r = run_tgrad("gradcheck --help");
     ck_assert_msg(strstr(r.out, "--threads N") && strstr(r.out, "[1..256]"), "'%s'", r.out);

@@ -103,7 +103,7 @@ START_TEST(k_defaults_to_p)
     snprintf(args, sizeof args, "%s --checkpoint p2.st", a);
     expect_rc(run(2, args, 120), 0, "mpirun -np 2, no --grad-accum");
     expect_same_file("one.st", "p2.st");
-    expect_rc(run(2, "train --batch 7 --steps 2", 120), 1, "batch 7 over 2");
+    expect_rc(run(2, "train --batch 7 --steps 2", 120), 2, "batch 7 over 2");
     char *e = err_text();
     ck_assert_msg(strstr(e, "--batch 7 does not split over 2 processes"), "%s", e);
     free(e);
@@ -267,7 +267,7 @@ END_TEST
 /* P must divide K and the batch must split: one clear line, not one per process. */
 START_TEST(errors_once)
 {
-    expect_rc(run(3, "train --grad-accum 4 --steps 2 --checkpoint x.st", 120), 1, "P=3, K=4");
+    expect_rc(run(3, "train --grad-accum 4 --steps 2 --checkpoint x.st", 120), 2, "P=3, K=4");
     char *e = err_text();
     ck_assert_msg(strstr(e, "--grad-accum 4 does not split over 3 processes") &&
                   strstr(e, "try --grad-accum 6"), "%s", e);
@@ -275,7 +275,7 @@ START_TEST(errors_once)
     ck_assert_msg(!strstr(first + 1, "does not split"), "printed more than once:\n%s", e);
     free(e);
     ck_assert_ptr_null(tu_slurp_in(g_dir, "x.st", NULL));
-    expect_rc(run(2, "train --grad-accum 2 --batch 5 --steps 2", 120), 1, "batch 5, K=2");
+    expect_rc(run(2, "train --grad-accum 2 --batch 5 --steps 2", 120), 2, "batch 5, K=2");
     e = err_text();
     ck_assert_msg(strstr(e, "--batch 5 does not split into --grad-accum 2"), "%s", e);
     ck_assert_msg(!strstr(strstr(e, "does not split") + 1, "does not split"), "twice:\n%s", e);
@@ -346,6 +346,38 @@ START_TEST(interrupt_rank_exits_130)
 }
 END_TEST
 
+/* Under mpirun, stdout and stderr merged: every line whole (no line of one stream cut by the
+ * other's) and within 80 columns: the header, every progress line, the summary and the
+ * data-parallel lines. */
+START_TEST(lines_whole_and_80_columns)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "(mpirun --oversubscribe -np 2 '%s' train --task copy --d-model 16 "
+             "--heads 2 --seq-len 4 --batch 8 --steps 40 --eval-every 4 --target-acc 0 "
+             "--threads 1 2>&1)", tu_tgrad_exe());
+    int rc = tu_run_sh(g_dir, cmd, 300, NULL);
+    char *o = out_text();
+    ck_assert_msg(rc == 0, "exit %d:\n%s", rc, o);
+    static const char *const starts[] = {"tgrad train: ", "step ", "parameters ",
+                                         "held-out token accuracy", "data parallel: ", "  "};
+    int steps = 0;
+    for (const char *p = o; *p;) {
+        size_t len = strcspn(p, "\n");
+        ck_assert_msg(len <= 80, "a line of %zu columns: %.*s", len, (int)len, p);
+        bool known = false;
+        for (size_t k = 0; k < sizeof starts / sizeof starts[0] && !known; k++)
+            known = strncmp(p, starts[k], strlen(starts[k])) == 0;
+        ck_assert_msg(known, "not a whole line of tgrad's: '%.*s'\nin:\n%s", (int)len, p, o);
+        steps += strncmp(p, "step ", 5) == 0;
+        p += len;
+        if (*p)
+            p++;
+    }
+    ck_assert_msg(steps >= 10, "%d progress lines:\n%s", steps, o);
+    free(o);
+}
+END_TEST
+
 static Suite *dist_suite(void)
 {
     Suite *s = suite_create("dist");
@@ -364,6 +396,11 @@ static Suite *dist_suite(void)
     tcase_add_test(tc, errors_once);
     tcase_add_test(tc, embedder_example);
     suite_add_tcase(s, tc);
+    TCase *lines = tcase_create("lines");
+    tcase_add_checked_fixture(lines, setup, teardown);
+    tcase_set_timeout(lines, 300);
+    tcase_add_test(lines, lines_whole_and_80_columns);
+    suite_add_tcase(s, lines);
     return s;
 }
 

@@ -166,6 +166,43 @@ START_TEST(test_execution_order)
 }
 END_TEST
 
+/* Generated names are unique in a graph: an op whose input needed a contiguous copy first is
+ * named after its own id, not the copy's ("contiguous5" then "reshape6", never two nodes
+ * numbered 5), so DOT labels and messages never show two nodes with one name. */
+START_TEST(test_auto_names_unique)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 3, 4), "x");
+    tg_tensor *t = tg_transpose(ctx, x, 0, 2);                  /* a strided view (4, 3, 2) */
+    tg_tensor *r = tg_reshape(ctx, t, TG_DIMS(4, 6));            /* needs a contiguous copy */
+    tg_tensor *y = tg_sum(ctx, tg_mul(ctx, r, r), 1, false);   /* (4) */
+    ck_assert_ptr_nonnull(y);
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    ck_assert_ptr_nonnull(g);
+    int64_t n = tg_graph_size(g);
+    bool copied = false;
+    for (int64_t i = 0; i < n; i++) {
+        const char *a = tg_tensor_name(tg_graph_node(g, i));
+        copied = copied || strncmp(a, "contiguous", 10) == 0;
+        for (int64_t j = i + 1; j < n; j++)
+            ck_assert_msg(strcmp(a, tg_tensor_name(tg_graph_node(g, j))) != 0,
+                          "nodes %lld and %lld are both named '%s'", (long long)i,
+                          (long long)j, a);
+        /* the number in a generated name is unique too */
+        const char *d = a + strcspn(a, "0123456789");
+        for (int64_t j = 0; j < n && *d; j++) {
+            const char *b = tg_tensor_name(tg_graph_node(g, j));
+            const char *e = b + strcspn(b, "0123456789");
+            ck_assert_msg(j == i || strcmp(d, e) != 0, "'%s' and '%s' share a number", a, b);
+        }
+    }
+    ck_assert_msg(copied, "no contiguous copy: the case does not test what it should");
+    char *s = dot_text(g, 0);
+    ck_assert_ptr_nonnull(s);
+    free(s);
+}
+END_TEST
+
 /* ---- DOT ------------------------------------------------------------------------------------ */
 START_TEST(test_dot_mha_every_node)
 {
@@ -498,6 +535,7 @@ static Suite *introspect_suite(void)
     tc = tu_tcase(s, "dot", 120);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_dot_mha_every_node);
+    tcase_add_test(tc, test_auto_names_unique);
     tcase_add_test(tc, test_dot_styles);
     tcase_add_test(tc, test_dot_hostile_names);
     tcase_add_test(tc, test_dot_errors);

@@ -18,7 +18,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pty.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1308,6 +1310,307 @@ START_TEST(test_sample_like_resume)
 }
 END_TEST
 
+/* Every line of @p text fits in 80 columns (bytes: the text is ASCII). */
+static void expect_width_80(const char *what, const char *text)
+{
+    for (const char *p = text; p && *p;) {
+        size_t len = strcspn(p, "\n");
+        ck_assert_msg(len <= 80, "%s: a line of %zu columns: %.*s", what, len, (int)len, p);
+        p += len;
+        if (*p)
+            p++;
+    }
+}
+
+/* The graph of a task run without training it: --dry-run --dot writes the DOT file and the
+ * memory plan and nothing else, exit 0 (a one-step run would end below --target-acc, exit 3);
+ * --help says so, in 80 columns. */
+START_TEST(test_dry_run_dot)
+{
+    ck_assert_msg(run("train --task reverse --dry-run --dot g.dot --log l.csv --plot p.svg "
+                      "--checkpoint c.ckpt") == 0, "%s", slurp("err.txt", NULL));
+    char *g = slurp("g.dot", NULL), *out = slurp("out.txt", NULL);
+    ck_assert_msg(g && strstr(g, "digraph tgrad {"), "no graph");
+    ck_assert_msg(strstr(out, "memory plan of the training graph"), "%s", out);
+    struct stat sb;
+    char p[512];
+    static const char *const none[] = {"l.csv", "p.svg", "c.ckpt"};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) {
+        path_of(none[i], p, sizeof p);
+        ck_assert_msg(stat(p, &sb) != 0, "--dry-run wrote %s", none[i]);
+    }
+    free(g);
+    free(out);
+    ck_assert_int_eq(run("train --help"), 0);
+    out = slurp("out.txt", NULL);
+    ck_assert_msg(strstr(out, "write --dot if given") && strstr(out, "--dry-run: the graph only"),
+                  "%s", out);
+    expect_width_80("train --help", out);
+    free(out);
+}
+END_TEST
+
+/* Every line `tgrad train` prints (the header, the progress lines of a log, the summary) fits
+ * in 80 columns, for a text, a task and a seq2seq run; --threads above the CPUs this process
+ * may use is lowered to their number with one warning line. */
+START_TEST(test_lines_fit_80_columns)
+{
+    write_corpus("c.txt");
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    int cpus = CPU_COUNT(&set);
+    static const char *const runs[] = {
+        "train --text c.txt --d-model 32 --heads 2 --seq-len 16 --batch 8 --steps 3 "
+        "--eval-every 2 --threads 1024",
+        "train --task reverse --d-model 16 --heads 2 --seq-len 6 --batch 8 --steps 3 "
+        "--eval-every 2 --target-acc 0 --grad-accum 2 --threads 1024",
+        "train --arch seq2seq --task copy --d-model 16 --heads 2 --seq-len 4 --batch 8 "
+        "--steps 3 --eval-every 2 --target-acc 0.5 --threads 1024",
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        int rc = run(runs[i]);
+        char *out = slurp("out.txt", NULL), *err = slurp("err.txt", NULL);
+        ck_assert_msg(rc == 0 || rc == 3, "%s: exit %d: %s", runs[i], rc, err);
+        expect_width_80(runs[i], out);
+        expect_width_80(runs[i], err);
+        char want[160];
+        snprintf(want, sizeof want, "--threads 1024: only %d CPU%s available to this process; "
+                 "using %d\n", cpus, cpus == 1 ? "" : "s", cpus);
+        if (cpus < 1024)
+            ck_assert_msg(strstr(err, want), "%s: no warning '%s' in: %s", runs[i], want, err);
+        snprintf(want, sizeof want, " %d thread%s", cpus < 1024 ? cpus : 1024,
+                 cpus == 1 ? "" : "s");
+        ck_assert_msg(strstr(err, want), "%s: the header lacks '%s': %s", runs[i], want, err);
+        ck_assert_msg(strstr(err, "step 3/3"), "%s: no progress: %s", runs[i], err);
+        free(out);
+        free(err);
+    }
+}
+END_TEST
+
+/* The numbers of the `<text class="CLS" ...>N</text>` elements of an SVG (at most cap). */
+static int svg_numbers(const char *svg, const char *cls, double *v, int cap)
+{
+    char key[64];
+    snprintf(key, sizeof key, "class=\"%s\"", cls);
+    int n = 0;
+    for (const char *p = strstr(svg, key); p && n < cap; p = strstr(p + 1, key)) {
+        const char *gt = strchr(p, '>');
+        ck_assert_ptr_nonnull(gt);
+        char *end;
+        v[n++] = strtod(gt + 1, &end);
+        ck_assert_msg(*end == '<', "tick '%.20s' is not a number", gt + 1);
+    }
+    return n;
+}
+
+/* Occurrences of @p needle in @p s. */
+static int occurrences(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* Is @p x (> 0) 1, 2 or 5 times a power of ten? */
+static bool round_125(double x)
+{
+    double p = pow(10, floor(log10(x) + 1e-9)), m = x / p;
+    return fabs(m - 1) < 1e-6 || fabs(m - 2) < 1e-6 || fabs(m - 5) < 1e-6;
+}
+
+/* --plot: round ticks (steps of 1, 2 or 5 x 10^k), a loss axis from 0, never below; a marker
+ * on every validation point; a task run's accuracy (what it stops on) in a second panel with
+ * its target; --plot-log: ticks at 1, 2, 5 x 10^k. */
+START_TEST(test_plot)
+{
+    ck_assert_int_eq(run("train " TASK_MODEL " --steps 6 --eval-every 2 --target-acc 0.95 "
+                         "--plot p.svg --quiet"), 3);
+    char *svg = slurp("p.svg", NULL);
+    ck_assert_ptr_nonnull(svg);
+    double y[64], x[64];
+    int ny = svg_numbers(svg, "ytick", y, 64);
+    ck_assert_int_ge(ny, 2 + 2); /* the loss panel's and the accuracy panel's */
+    int nl = 0; /* the loss panel's ticks: up to the first repeated 0 (the accuracy panel) */
+    while (nl < ny && (nl == 0 || y[nl] > y[nl - 1]))
+        nl++;
+    ck_assert_int_ge(nl, 2);
+    ck_assert_msg(y[0] >= 0, "the loss axis starts below 0: %g", y[0]);
+    double step = y[1] - y[0];
+    ck_assert_msg(round_125(step), "tick step %g is not 1, 2 or 5 x 10^k", step);
+    for (int i = 1; i < nl; i++)
+        ck_assert_msg(fabs(y[i] - y[i - 1] - step) < 1e-9 * fmax(1, step) &&
+                          fabs(y[i] / step - round(y[i] / step)) < 1e-6,
+                      "tick %g is not a multiple of %g", y[i], step);
+    ck_assert_msg(ny - nl == 6 && y[nl] == 0 && y[ny - 1] == 100, "accuracy ticks 0-100: "
+                  "%d of them", ny - nl);
+    int nx = svg_numbers(svg, "xtick", x, 64);
+    ck_assert_int_ge(nx, 2);
+    ck_assert_msg(round_125(x[1] - x[0]), "step ticks %g, %g", x[0], x[1]);
+    ck_assert_int_eq(occurrences(svg, "class=\"val-marker\""), 3);    /* steps 2, 4, 6 */
+    ck_assert_int_eq(occurrences(svg, "class=\"metric-marker\""), 3);
+    ck_assert_ptr_nonnull(strstr(svg, "held-out token accuracy"));
+    ck_assert_int_eq(occurrences(svg, "class=\"target\""), 1);
+    free(svg);
+    /* log scale */
+    ck_assert_int_eq(run("train " TASK_MODEL " --steps 6 --eval-every 2 --target-acc 0 "
+                         "--plot q.svg --plot-log --quiet"), 0);
+    svg = slurp("q.svg", NULL);
+    ck_assert_ptr_nonnull(strstr(svg, "(log scale)"));
+    ny = svg_numbers(svg, "ytick", y, 64);
+    for (int i = 0; i < ny && (i == 0 || y[i] > y[i - 1]); i++)
+        ck_assert_msg(y[i] > 0 && round_125(y[i]), "log tick %g", y[i]);
+    ck_assert_int_eq(occurrences(svg, "class=\"target\""), 0); /* --target-acc 0: none */
+    free(svg);
+    /* a text run stops on its steps: the losses only */
+    write_corpus("c.txt");
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 4 --eval-every 2 --plot t.svg --quiet"),
+                     0);
+    svg = slurp("t.svg", NULL);
+    ck_assert_ptr_null(strstr(svg, "id=\"metric\""));
+    ck_assert_int_eq(occurrences(svg, "class=\"val-marker\""), 2);
+    free(svg);
+    ck_assert_int_eq(run("train --help"), 0);
+    char *out = slurp("out.txt", NULL);
+    ck_assert_ptr_nonnull(strstr(out, "--plot-log"));
+    free(out);
+}
+END_TEST
+
+/* Numbers in checkpoints and in `tgrad info` are the shortest decimal that reads back as the
+ * same double: train.lr 0.003, not 0.0030000000000000001 (also for a checkpoint that stored
+ * the 17 digits); --seed names its maximum in the message and in --help. */
+START_TEST(test_shortest_numbers)
+{
+    make_text_ckpt("a.ckpt", "--lr 0.003 --min-lr 0.0003 --dropout 0.1");
+    char v[64];
+    ck_assert_str_eq(meta_of("a.ckpt", "train.lr", v, sizeof v), "0.003");
+    ck_assert_str_eq(meta_of("a.ckpt", "train.min_lr", v, sizeof v), "0.0003");
+    ck_assert_str_eq(meta_of("a.ckpt", "model.dropout", v, sizeof v), "0.1");
+    rewrite("a.ckpt", "b.ckpt", "train.lr", "0.0030000000000000001", NULL, NULL);
+    ck_assert_int_eq(run("info b.ckpt"), 0);
+    char *out = slurp("out.txt", NULL);
+    const char *at = strstr(out, "train.lr");
+    ck_assert_msg(at, "%s", out);
+    ck_assert_msg(!strncmp(at + strcspn(at, " "), " ", 1) && strstr(at, " 0.003\n") &&
+                      !strstr(out, "0.0030000000000000001"), "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, "train.min_lr             0.0003\n"));
+    free(out);
+    /* the resumed run reads the same double back: it goes on from the same learning rate */
+    ck_assert_int_eq(run("train --text c.txt --resume b.ckpt --steps 4 --quiet"), 0);
+    ck_assert_str_eq(meta_of("b.ckpt", "train.lr", v, sizeof v), "0.003");
+    ck_assert_int_eq(run("train --help"), 0);
+    out = slurp("out.txt", NULL);
+    ck_assert_msg(strstr(out, "random seed (0)  [0..9223372036854775807]"), "%s", out);
+    free(out);
+    expect_refusal("train --seed 9223372036854775808",
+                   "--seed '9223372036854775808': expected an integer from 0 to "
+                   "9223372036854775807");
+    expect_refusal("sample --checkpoint a.ckpt --seed -1", "from 0 to 9223372036854775807");
+}
+END_TEST
+
+/* ---- exit statuses: one rule for every command ------------------------------------------ */
+/* 2: the command line is at fault (an unknown option, a value out of range, options that
+ * exclude each other or contradict the checkpoint, the wrong kind of checkpoint for the
+ * command); 1: a run-time failure (a file missing, not a checkpoint, corrupt); 0: success.
+ * Every failure is one line on stderr; `needle` (NULL: any) must be in it, `absent` not. */
+static const struct {
+    const char *args;
+    int rc;
+    const char *needle, *absent;
+} exit_table[] = {
+    /* top level */
+    {"", 2, NULL, NULL},
+    {"frobnicate", 2, "unknown command", NULL},
+    {"help frobnicate", 2, "unknown command", NULL},
+    /* train */
+    {"train --steps 0", 2, "--steps '0'", NULL},
+    {"train --seed 9223372036854775808", 2, "from 0 to 9223372036854775807", NULL},
+    {"train --task copy --heads 3 --steps 1", 2, "--heads 3 does not divide", NULL},
+    {"train " TASK_MODEL " --grad-accum 3 --steps 1", 2, "--grad-accum 3", NULL},
+    {"train --text c.txt --task copy", 2, "exclude each other", NULL},
+    {"train --task copy --arch lm", 2, "--arch lm", NULL},
+    {"train --text c.txt --arch seq2seq", 2, "--arch seq2seq", NULL},
+    {"train --text c.txt --resume task.ckpt", 2, "task run", NULL},
+    {"train --task copy --resume text.ckpt", 2, "--text run", NULL},
+    {"train --text c.txt --resume text.ckpt --d-model 32", 2, "different config", NULL},
+    {"train --text c.txt --resume text.ckpt --steps 2", 2, "raise --steps", NULL},
+    {"train --text c.txt --resume text.ckpt --steps 9 --stop-after 2", 2, "--stop-after",
+     NULL},
+    {"train --task copy --resume s2s.ckpt --arch encoder --steps 9", 2, "different config",
+     NULL},
+    {"train --text missing.txt --steps 1", 1, "missing.txt", NULL},
+    {"train --text c.txt --resume missing.ckpt", 1, "missing.ckpt", NULL},
+    {"train --text c.txt --resume c.txt", 1, NULL, NULL},
+    /* sample */
+    {"sample", 2, "--checkpoint", NULL},
+    {"sample --checkpoint text.ckpt --tokens -1", 2, "--tokens", NULL},
+    {"sample --checkpoint s2s.ckpt --prompt hi", 2, "is a seq2seq checkpoint", "--source:"},
+    {"sample --checkpoint s2s.ckpt", 2, "give --source", NULL},
+    {"sample --checkpoint s2s.ckpt --source 12", 2, "exactly 4", NULL},
+    {"sample --checkpoint s2s.ckpt --source 12a4", 2, "not a digit", NULL},
+    {"sample --checkpoint text.ckpt --source 1234", 2, "not a seq2seq checkpoint", "--source:"},
+    {"sample --checkpoint task.ckpt", 2, "nothing to sample", NULL},
+    {"sample --checkpoint text.ckpt --prompt '#' --tokens 1", 2, "not in the model's vocabulary",
+     NULL},
+    {"sample --checkpoint missing.ckpt", 1, "missing.ckpt", NULL},
+    {"sample --checkpoint c.txt", 1, NULL, NULL},
+    {"sample --checkpoint text.ckpt --tokens 3", 0, NULL, NULL},
+    /* export */
+    {"export --checkpoint text.ckpt", 2, "--out", NULL},
+    {"export --checkpoint text.ckpt --out text.ckpt", 2, "the checkpoint itself", NULL},
+    {"export --checkpoint s2s.ckpt --out e.st", 2, "seq2seq", NULL},
+    {"export --checkpoint missing.ckpt --out e.st", 1, "missing.ckpt", NULL},
+    {"export --checkpoint c.txt --out e.st", 1, NULL, NULL},
+    {"export --checkpoint text.ckpt --out e.st", 0, NULL, NULL},
+    /* info */
+    {"info", 2, NULL, NULL},
+    {"info --bogus text.ckpt", 2, "--bogus", NULL},
+    {"info missing.ckpt", 1, "missing.ckpt", NULL},
+    {"info text.ckpt", 0, NULL, NULL},
+    /* run */
+    {"run", 2, "missing MODULE", NULL},
+    {"run attention", 2, "unknown module", NULL},
+    {"run sdpa --q q.npy", 2, "--k", NULL},
+    {"run mha --weights w.st --heads 2 --x x.npy --q q.npy", 2, "not both", NULL},
+    {"run sdpa --q missing.npy --k missing.npy --v missing.npy", 1, "missing.npy", NULL},
+    /* gradcheck, bench */
+    {"gradcheck --op no_such_op", 2, "no_such_op", NULL},
+    {"gradcheck --dtype f16", 2, "--dtype", NULL},
+    {"bench --samples 0", 2, "--samples", NULL},
+    {"bench --only nothing", 2, "--only", NULL},
+};
+
+START_TEST(test_exit_status_table)
+{
+    make_text_ckpt("text.ckpt", NULL);
+    make_task_ckpt("task.ckpt");
+    ck_assert_msg(run("train --arch seq2seq " TASK_MODEL " --steps 2 --eval-every 2 "
+                      "--target-acc 0 --quiet --checkpoint s2s.ckpt") == 0, "%s",
+                  slurp("err.txt", NULL));
+    for (size_t i = 0; i < sizeof exit_table / sizeof exit_table[0]; i++) {
+        const char *args = exit_table[i].args;
+        int rc = run_t(args, 60, NULL);
+        char *err = slurp("err.txt", NULL);
+        ck_assert_ptr_nonnull(err);
+        ck_assert_msg(rc == exit_table[i].rc, "'tgrad %s' exited %d, want %d: %s", args, rc,
+                      exit_table[i].rc, err);
+        if (rc != 0) {
+            ck_assert_msg(count_lines(err) == 1 || (rc == 2 && !*args),
+                          "'tgrad %s': %d lines on stderr: %s", args, count_lines(err), err);
+            ck_assert_msg(!exit_table[i].needle || strstr(err, exit_table[i].needle),
+                          "'tgrad %s': '%s' lacks '%s'", args, err, exit_table[i].needle);
+            ck_assert_msg(!exit_table[i].absent || !strstr(err, exit_table[i].absent),
+                          "'tgrad %s': '%s' has '%s'", args, err, exit_table[i].absent);
+        }
+        free(err);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train_cli");
@@ -1345,6 +1648,11 @@ int main(void)
     tcase_add_test(tc, test_checkpoint_lock);
     tcase_add_test(tc, test_interrupt_twice);
     tcase_add_test(tc, test_sample_like_resume);
+    tcase_add_test(tc, test_exit_status_table);
+    tcase_add_test(tc, test_dry_run_dot);
+    tcase_add_test(tc, test_lines_fit_80_columns);
+    tcase_add_test(tc, test_plot);
+    tcase_add_test(tc, test_shortest_numbers);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

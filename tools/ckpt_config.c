@@ -114,12 +114,8 @@ static bool parse_int_field(const char *key, const char *v, int64_t lo, int64_t 
     char s[80];
     int64_t x;
     if (!cli_parse_i64(v, &x) || x < lo || x > hi) {
-        if (hi == INT64_MAX)
-            snprintf(err, n, "checkpoint field '%s' '%s': expected an integer >= %" PRId64, key,
-                     cli_show(v, s, sizeof s), lo);
-        else
-            snprintf(err, n, "checkpoint field '%s' '%s': expected an integer from %" PRId64
-                     " to %" PRId64, key, cli_show(v, s, sizeof s), lo, hi);
+        snprintf(err, n, "checkpoint field '%s' '%s': expected an integer from %" PRId64
+                 " to %" PRId64, key, cli_show(v, s, sizeof s), lo, hi);
         return false;
     }
     *out = x;
@@ -128,7 +124,7 @@ static bool parse_int_field(const char *key, const char *v, int64_t lo, int64_t 
 
 /* model.*, data.* and train.* fields that map to options. */
 static bool apply_options(const tg_safetensors *st, train_args *a, const cli_result *given,
-                          char *err, size_t n)
+                          ckpt_info *info, char *err, size_t n)
 {
     const cli_command *cmd = train_command();
     char src[96], gv[96], s[80];
@@ -152,6 +148,7 @@ static bool apply_options(const tg_safetensors *st, train_args *a, const cli_res
                 const char *def = (const char *)&defaults + o->offset;
                 bool on_cmdline = given && given->given[cli_index(cmd, o)];
                 if (on_cmdline && memcmp(dst, def, value_size(o)) != 0) {
+                    info->usage = true; /* the command line contradicts the file */
                     snprintf(err, n, "checkpoint is from a different config: it has no '%s' "
                              "(the default, %s), %s given", f->key,
                              given_value(o, &defaults, s, sizeof s),
@@ -170,6 +167,7 @@ static bool apply_options(const tg_safetensors *st, train_args *a, const cli_res
         const char *got = (const char *)&tmp + o->offset;
         bool on_cmdline = given && given->given[cli_index(cmd, o)];
         if (f->role == F_IDENTITY && on_cmdline && memcmp(dst, got, value_size(o)) != 0) {
+            info->usage = true; /* the command line contradicts the file */
             snprintf(err, n, "checkpoint is from a different config: %s '%s' there, %s given",
                      f->key, cli_show(v, s, sizeof s), given_value(o, a, gv, sizeof gv));
             return false;
@@ -183,6 +181,7 @@ static bool apply_options(const tg_safetensors *st, train_args *a, const cli_res
      * run may change the momentum, but not to or from 0, or the optimizer state in the file
      * would not be the one the run has */
     if (a->optimizer == OPT_SGD && (ck_momentum == 0) != (a->momentum == 0)) {
+        info->usage = true; /* the command line contradicts the file */
         snprintf(err, n, "checkpoint is from SGD with momentum %.6g (train.momentum), --momentum "
                  "%.6g given: a momentum of 0 keeps no momentum buffers, so it cannot change to "
                  "or from 0 on resume", ck_momentum, a->momentum);
@@ -198,6 +197,7 @@ static bool apply_options(const tg_safetensors *st, train_args *a, const cli_res
     if (!parse_bool01("model.norm_first", nf, &pre, err, n))
         return false;
     if (given && cli_given(cmd, given, "post-norm") && pre) {
+        info->usage = true; /* the command line contradicts the file */
         snprintf(err, n, "checkpoint is from a different config: model.norm_first 1 (pre-norm) "
                  "there, --post-norm given");
         return false;
@@ -259,6 +259,7 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
     }
     if (given && cli_given(cmd, given, "arch") && at.arch != a->arch) {
         char gv[96], c2[32];
+        info->usage = true; /* the command line contradicts the file */
         snprintf(err, n, "checkpoint is from a different config: model.arch '%s' there, %s "
                  "given", cli_choice_name(ao, at.arch, c2, sizeof c2),
                  given_value(ao, a, gv, sizeof gv));
@@ -281,6 +282,7 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
         if (given && cli_given(cmd, given, "decoder-layers") &&
             dt.decoder_layers != a->decoder_layers) {
             char gv[96];
+            info->usage = true; /* the command line contradicts the file */
             snprintf(err, n, "checkpoint is from a different config: model.decoder_layers '%s' "
                      "there, %s given", cli_show(dl, s, sizeof s),
                      given_value(o, a, gv, sizeof gv));
@@ -345,6 +347,7 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
             return false;
         if (given && cli_given(cmd, given, "task") && tmp.task != a->task) {
             char gv[96];
+            info->usage = true; /* the command line contradicts the file */
             snprintf(err, n, "checkpoint is from a different config: data.task '%s' there, %s "
                      "given", cli_show(tk, s, sizeof s), given_value(o, a, gv, sizeof gv));
             return false;
@@ -462,16 +465,18 @@ static bool apply(const tg_safetensors *st, train_args *a, const cli_result *giv
     if (!apply_data(st, a, given, info, err, n))
         return false;
     if (use == USE_SAMPLE && !info->text && !info->seq2seq) {
+        info->usage = true; /* the wrong kind of checkpoint for the command */
         snprintf(err, n, "a checkpoint of a built-in task's encoder, not of 'tgrad train --text' "
                  "or '--arch seq2seq' (data.mode task, model.arch encoder): nothing to sample");
         return false;
     }
     if (use == USE_EXPORT && info->seq2seq) {
+        info->usage = true;
         snprintf(err, n, "an encoder-decoder (model.arch seq2seq) checkpoint: export writes the "
                  "decoder-only or encoder model of tools/train_reference.py only");
         return false;
     }
-    return apply_options(st, a, given, err, n);
+    return apply_options(st, a, given, info, err, n);
 }
 
 bool ckpt_apply(const tg_safetensors *st, train_args *a, const cli_result *given, bool sample,
@@ -900,13 +905,16 @@ static bool validate(const tg_safetensors *st, train_args *a, const cli_result *
     if (use == USE_TRAIN) {
         bool text = a->text.n > 0;
         if (info->text != text) {
+            info->usage = true; /* the command line contradicts the file */
             snprintf(err, n, "checkpoint is from a %s run; pass %s", info->text ? "--text" : "task",
                      info->text ? "the same --text files (not --task)" : "no --text");
             return false;
         }
     }
-    if (!train_resolve(a, info->text, err, n))
+    if (!train_resolve(a, info->text, err, n)) {
+        info->usage = true; /* options that do not fit the checkpoint's model */
         return false;
+    }
     train_model_config(a, info->text, info->vocab_size, mc);
     if (!ckpt_check_shapes(st, mc, err, n) || !check_dtypes(st, a, err, n) ||
         !check_optim_state(st, mc, a, err, n))

@@ -76,6 +76,8 @@ int run_parse(int argc, char **argv, run_args *a, cli_result *r, char *err, size
 void run_free(run_args *a, cli_result *r);
 /* The run help (no module) or the module's table help. */
 void run_help(const run_args *a, FILE *f);
+/* The modules of `tgrad run`, for messages: "sdpa, mha, ffn, encoder, decoder, transformer". */
+const char *run_module_list(void);
 
 /* ---- tgrad info ---------------------------------------------------------------------------- */
 typedef struct info_args {

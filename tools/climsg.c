@@ -1,12 +1,16 @@
 /*
  * climsg.c - library errors as one line for the user; see climsg.h.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "climsg.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* Skip `tg_<identifier>: ` at the start of @p s. */
 static const char *skip_fn(const char *s)
@@ -96,4 +100,71 @@ bool cli_regular_file(const char *path, char *err, size_t n)
         return true;
     snprintf(err, n, "'%s': is %s, not a regular file", path, cli_file_kind(st.st_mode));
     return false;
+}
+
+int cli_cpus_available(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+int cli_threads_cap(const char *cmd, int64_t requested)
+{
+    int cpus = cli_cpus_available();
+    const char *o = getenv("TGRAD_OVERSUBSCRIBE");
+    if (requested <= cpus || (o && !strcmp(o, "1")))
+        return (int)requested;
+    fprintf(stderr, "tgrad %s: --threads %" PRId64 ": only %d CPU%s available to this process; "
+            "using %d\n", cmd, requested, cpus, cpus == 1 ? "" : "s", cpus);
+    return cpus;
+}
+
+void cli_say(FILE *f, const char *prefix, const char *text)
+{
+    char out[4096];
+    size_t w = 0, indent = strlen(prefix), col;
+    const size_t width = 80;
+    if (indent == 0 || indent > 40)
+        indent = 2;
+    w += (size_t)snprintf(out, sizeof out, "%s", prefix);
+    col = strlen(prefix);
+    const char *p = text;
+    while (*p && w + 2 < sizeof out) {
+        size_t len = strlen(p);
+        if (col + len <= width) {
+            w += (size_t)snprintf(out + w, sizeof out - w, "%s", p);
+            break;
+        }
+        size_t cut = width > col ? width - col : 0;
+        while (cut > 0 && p[cut] != ' ')
+            cut--;
+        if (cut == 0) { /* a word longer than the line: up to the next space */
+            cut = strcspn(p, " ");
+            if (!p[cut]) {
+                w += (size_t)snprintf(out + w, sizeof out - w, "%s", p);
+                break;
+            }
+        }
+        size_t end = cut;
+        while (end > 0 && p[end - 1] == ' ')
+            end--;
+        w += (size_t)snprintf(out + w, sizeof out - w, "%.*s\n%*s", (int)end, p, (int)indent,
+                              "");
+        if (w >= sizeof out)
+            w = sizeof out - 1;
+        col = indent;
+        p += cut;
+        while (*p == ' ')
+            p++;
+    }
+    if (w >= sizeof out - 1)
+        w = sizeof out - 2;
+    out[w++] = '\n';
+    out[w] = 0;
+    fputs(out, f);
+    fflush(f);
 }

@@ -47,4 +47,22 @@ bool cli_same_file(const char *p, const char *q);
  */
 bool cli_regular_file(const char *path, char *err, size_t n);
 
+/* The CPUs this process may run on (sched_getaffinity; the online CPUs if that fails). */
+int cli_cpus_available(void);
+
+/*
+ * --threads @p requested of `tgrad <cmd>` capped at cli_cpus_available(): more threads than
+ * CPUs only wait on each other (a step slowed down many times). A lowered count prints one
+ * warning line `tgrad <cmd>: --threads N: only M CPUs available to this process; using M`.
+ * The environment variable TGRAD_OVERSUBSCRIBE=1 keeps the count as given (for tests of
+ * thread invariance on small machines).
+ */
+int cli_threads_cap(const char *cmd, int64_t requested);
+
+/* Write @p text (one logical line, without '\n') to @p f as lines of at most 80 columns:
+ * @p prefix first, then the text broken at spaces, each continuation indented by the
+ * prefix's width (2 columns without a prefix); all in one write, so lines of concurrent
+ * writers (ranks under mpirun, stdout and stderr merged) never interleave within a line. */
+void cli_say(FILE *f, const char *prefix, const char *text);
+
 #endif

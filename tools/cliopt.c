@@ -46,6 +46,24 @@ bool cli_parse_f64(const char *s, double *out)
     return true;
 }
 
+const char *cli_fmt_double(double v, char *buf, size_t n)
+{
+    if (!n)
+        return buf;
+    if (!isfinite(v)) {
+        snprintf(buf, n, "%g", v);
+        return buf;
+    }
+    char t[40];
+    for (int p = 1; p <= 17; p++) { /* %.17g always round-trips a double */
+        snprintf(t, sizeof t, "%.*g", p, v);
+        if (strtod(t, NULL) == v)
+            break;
+    }
+    snprintf(buf, n, "%s", t);
+    return buf;
+}
+
 const char *cli_show(const char *s, char *buf, size_t n)
 {
     return cli_show_max(s, 60, buf, n);
@@ -216,9 +234,6 @@ bool cli_set(const cli_command *cmd, const cli_option *o, const char *value, voi
         if (!ok) {
             if (ints_unbounded(o))
                 snprintf(err, err_size, "%s '%s': expected an integer", source, vs);
-            else if (o->imax == INT64_MAX)
-                snprintf(err, err_size, "%s '%s': expected an integer >= %" PRId64, source,
-                         vs, o->imin);
             else
                 snprintf(err, err_size, "%s '%s': expected an integer from %" PRId64
                          " to %" PRId64, source, vs, o->imin, o->imax);
@@ -476,12 +491,56 @@ void cli_free(const cli_command *cmd, void *args, cli_result *res)
     }
 }
 
+/* @p n bytes of @p p, with CLI_NBSP shown as a space. */
+#define CLI_NBSP '\x01' /* a space print_wrapped never breaks at */
+static void print_span(FILE *f, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        fputc(p[i] == CLI_NBSP ? ' ' : p[i], f);
+}
+
+/* Print @p text (lines separated by '\n') so that no line exceeds 80 columns: a longer line
+ * is broken at its last space before column 80, the rest indented by @p indent columns; the
+ * first line starts at column @p col (already printed). */
+static void print_wrapped(FILE *f, const char *text, int col, int indent)
+{
+    const int width = 80;
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, "\n");
+        while ((int)len > width - col) {
+            int cut = width - col;
+            while (cut > 0 && p[cut] != ' ')
+                cut--;
+            if (cut <= 0)
+                break; /* one word longer than the line: printed as it is */
+            int end = cut;
+            while (end > 0 && p[end - 1] == ' ')
+                end--;
+            print_span(f, p, (size_t)end);
+            fprintf(f, "\n%*s", indent, "");
+            while (p[cut] == ' ')
+                cut++;
+            p += cut;
+            len -= (size_t)cut;
+            col = indent;
+        }
+        print_span(f, p, len);
+        fputc('\n', f);
+        p += len;
+        if (*p == '\n')
+            p++;
+        col = 0;
+    }
+}
+
 void cli_help(const cli_command *cmd, FILE *f)
 {
     char pg[96];
     fprintf(f, "usage: %s %s\n", prog(cmd, pg, sizeof pg), cmd->usage ? cmd->usage : "[options]");
-    if (cmd->description)
-        fprintf(f, "\n%s\n", cmd->description);
+    if (cmd->description) {
+        fputc('\n', f);
+        print_wrapped(f, cmd->description, 0, 0);
+    }
     const char *group = NULL;
     bool first = true;
     for (const cli_option *o = cmd->opts; o->name; o++) {
@@ -502,10 +561,7 @@ void cli_help(const cli_command *cmd, FILE *f)
             snprintf(lhs, sizeof lhs, "--%s %s%s", o->name, mv, o->kind == CLI_LIST ? "..." : "");
         char range[160] = "";
         if (o->kind == CLI_INT && !ints_unbounded(o)) {
-            if (o->imax == INT64_MAX)
-                snprintf(range, sizeof range, "  [>= %" PRId64 "]", o->imin);
-            else
-                snprintf(range, sizeof range, "  [%" PRId64 "..%" PRId64 "]", o->imin, o->imax);
+            snprintf(range, sizeof range, "  [%" PRId64 "..%" PRId64 "]", o->imin, o->imax);
         } else if (o->kind == CLI_NUM && !nums_unbounded(o)) {
             char r[100];
             num_range(o, r, sizeof r);
@@ -515,10 +571,16 @@ void cli_help(const cli_command *cmd, FILE *f)
             size_t l = strlen(range);
             snprintf(range + l, sizeof range - l, "  (required)");
         }
+        char text[600];
+        for (char *c = range[0] ? range + 2 : range; *c; c++) /* "[0, 1e+06]": one line */
+            if (*c == ' ')
+                *c = CLI_NBSP;
+        snprintf(text, sizeof text, "%s%s", o->help ? o->help : "", range);
         if (strlen(lhs) > 24)
-            fprintf(f, "  %s\n  %-24s  %s%s\n", lhs, "", o->help ? o->help : "", range);
+            fprintf(f, "  %s\n  %-24s  ", lhs, "");
         else
-            fprintf(f, "  %-24s  %s%s\n", lhs, o->help ? o->help : "", range);
+            fprintf(f, "  %-24s  ", lhs);
+        print_wrapped(f, text, 28, 28);
     }
     fprintf(f, "  %-24s  %s\n", "--help, -h", "print this help and exit");
 }

@@ -124,6 +124,11 @@ void cli_free(const cli_command *cmd, void *args, cli_result *res);
 bool cli_parse_i64(const char *s, int64_t *out);  /* base 10, whole string, no overflow */
 bool cli_parse_f64(const char *s, double *out);   /* whole string, finite */
 
+/* The shortest decimal (%.{1..17}g) that strtod() reads back as exactly @p v: 0.003, not
+ * 0.0030000000000000001; 1e-05; 0.1. Non-finite values as %g ("inf", "nan"). Written to
+ * @p buf (32 bytes are enough), which is returned. */
+const char *cli_fmt_double(double v, char *buf, size_t n);
+
 /* @p s made safe for a one-line message: control characters (C0, DEL, and C1 as UTF-8) shown
  * as '?', cut after 60 bytes (on a UTF-8 character boundary) with "...". Written to @p buf
  * (80 bytes are enough), which is returned. Every message of cli_parse and cli_set quotes

@@ -68,7 +68,10 @@ static const cli_command export_cmd = {
         "tools/train_reference.py: the parameters only (no optimizer state) under their\n"
         "PyTorch state_dict names, with the model config (metadata 'config', JSON: LM's\n"
         "keyword arguments) and the vocabulary (metadata 'vocab', JSON: the byte of each\n"
-        "token id). See README, 'Exporting to PyTorch'.",
+        "token id). See README, 'Exporting to PyTorch'.\n"
+        "\n"
+        "Exit status: 0; 2 for a usage error (options, or a checkpoint export does not\n"
+        "take: seq2seq); 1 for a run-time failure (a file missing, corrupt or unwritable).",
     .opts = export_opts,
 };
 
@@ -100,10 +103,10 @@ static int check_out(const export_args *a, char *err, size_t n)
     bool exists;
     outpath_status os = outpath_check("--out", a->out, true, &exists, err, n);
     if (os != OUTPATH_OK)
-        return 1;
+        return (int)os;
     if (exists && cli_same_file(a->checkpoint, a->out)) {
         snprintf(err, n, "--out '%s' is the checkpoint itself (choose another file)", a->out);
-        return 1;
+        return 2; /* a usage error */
     }
     if (exists && !a->force) {
         snprintf(err, n, "--out '%s' exists (pass --force to replace it)", a->out);
@@ -143,6 +146,8 @@ static int export_exec(const export_args *a, export_result *res, char *err, size
     tg_transformer_config mc;
     if (!ckpt_config_export(st, &ta, &info, &mc, e, sizeof e)) {
         snprintf(err, n, "--checkpoint '%s': %s", a->checkpoint, e);
+        if (info.usage)
+            rc = 2; /* a checkpoint export does not take (seq2seq): a usage error */
         goto done;
     }
     int64_t np = ckpt_n_params(&mc), count = tg_safetensors_count(st);

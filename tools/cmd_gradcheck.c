@@ -3,6 +3,7 @@
  * print a table; exit 1 if any case fails.
  */
 #include "cli.h"
+#include "climsg.h"
 #include "opcases.h"
 
 #include <stdio.h>
@@ -73,9 +74,21 @@ static void report_list(FILE *f)
                 tg_opcases[i].shapes);
 }
 
+/* Column widths of the table: the longest op name, case name and shapes among the cases run
+ * (at least the header's), so a long name never shifts the columns after it. */
+typedef struct {
+    int op, name, shapes;
+} columns;
+
+static int widest(int w, const char *s)
+{
+    int l = (int)strlen(s);
+    return l > w ? l : w;
+}
+
 /* One case: its table row (and failure detail) to @p f. Returns 1 if it failed, 0 if it passed,
  * -1 if the context could not be created. */
-static int check_case(const gradcheck_args *a, int i, FILE *f)
+static int check_case(const gradcheck_args *a, const columns *w, int i, FILE *f)
 {
     const tg_opcase *c = &tg_opcases[i];
     tg_dtype dt = a->dtype == 1 ? TG_F32 : TG_F64;
@@ -83,23 +96,24 @@ static int check_case(const gradcheck_args *a, int i, FILE *f)
     if (!ctx)
         return -1;
     if (a->threads)
-        tg_ctx_set_threads(ctx, (int)a->threads);
+        tg_ctx_set_threads(ctx, (int)a->threads); /* capped once (cmd_gradcheck) */
     tg_ctx_seed(ctx, 1234 + (uint64_t)i);
     tg_tensor *y = c->build(ctx, dt);
     tg_gradcheck_report rep;
     tg_status s = y ? tg_gradcheck(ctx, y, NULL, &rep) : tg_ctx_status(ctx);
     int failed = 0;
     if (s == TG_OK || s == TG_ERR_GRADCHECK) {
-        fprintf(f, "%-12s %-16s %-46s %-5s %-10.2e %-10.2e %s\n", c->op, c->name, c->shapes,
-                tg_dtype_str(dt), rep.max_abs_err, rep.max_rel_err,
+        fprintf(f, "%-*s %-*s %-*s %-5s %-10.2e %-10.2e %s\n", w->op, c->op, w->name, c->name,
+                w->shapes, c->shapes, tg_dtype_str(dt), rep.max_abs_err, rep.max_rel_err,
                 s == TG_OK ? "PASS" : "FAIL");
         if (s != TG_OK) {
             fprintf(f, "    %s\n", rep.message);
             failed = 1;
         }
     } else {
-        fprintf(f, "%-12s %-16s %-46s %-5s %-10s %-10s ERROR\n    %s: %s\n", c->op, c->name,
-                c->shapes, tg_dtype_str(dt), "-", "-", tg_status_str(s), tg_ctx_message(ctx));
+        fprintf(f, "%-*s %-*s %-*s %-5s %-10s %-10s ERROR\n    %s: %s\n", w->op, c->op, w->name,
+                c->name, w->shapes, c->shapes, tg_dtype_str(dt), "-", "-", tg_status_str(s),
+                tg_ctx_message(ctx));
         failed = 1;
     }
     tg_ctx_free(ctx);
@@ -122,14 +136,23 @@ int cmd_gradcheck(int argc, char **argv)
         gradcheck_free(&a, &r);
         return 0;
     }
-    printf("%-12s %-16s %-46s %-5s %-10s %-10s %s\n", "op", "case", "shapes", "dtype",
-           "max_abs", "max_rel", "result");
+    if (a.threads) /* above the CPUs: lowered once, with one warning */
+        a.threads = cli_threads_cap("gradcheck", a.threads);
+    columns w = {12, 16, 6};
+    for (int i = 0; i < tg_n_opcases; i++)
+        if (wanted(&a, &tg_opcases[i])) {
+            w.op = widest(w.op, tg_opcases[i].op);
+            w.name = widest(w.name, tg_opcases[i].name);
+            w.shapes = widest(w.shapes, tg_opcases[i].shapes);
+        }
+    printf("%-*s %-*s %-*s %-5s %-10s %-10s %s\n", w.op, "op", w.name, "case", w.shapes,
+           "shapes", "dtype", "max_abs", "max_rel", "result");
     int failed = 0, run = 0, rc = 0;
     for (int i = 0; i < tg_n_opcases && !rc; i++) {
         if (!wanted(&a, &tg_opcases[i]))
             continue;
         run++;
-        int f = check_case(&a, i, stdout);
+        int f = check_case(&a, &w, i, stdout);
         if (f < 0) {
             fflush(stdout);
             fprintf(stderr, "tgrad gradcheck: out of memory\n");

@@ -128,6 +128,18 @@ static void describe_npy(const char *path, const tg_tensor *t, FILE *f)
             tg_tensor_numel(t));
 }
 
+/* A metadata value that is a decimal fraction (a '.' in it, e.g. "0.0030000000000000001" as
+ * older checkpoints wrote %.17g) as the shortest decimal that reads back as the same double
+ * ("0.003"); any other value as it is. */
+static const char *shortest_number(const char *v, char *buf, size_t n)
+{
+    double d;
+    if (!v || !strchr(v, '.') || strlen(v) >= n || !cli_parse_f64(v, &d))
+        return v;
+    cli_fmt_double(d, buf, n);
+    return strlen(buf) < strlen(v) ? buf : v;
+}
+
 static void describe_safetensors(const char *path, const tg_safetensors *st, FILE *f)
 {
     char b[160], name[260], value[80];
@@ -151,9 +163,11 @@ static void describe_safetensors(const char *path, const tg_safetensors *st, FIL
     if (tg_safetensors_meta_count(st)) {
         fprintf(f, "metadata:\n");
         for (int64_t i = 0; i < tg_safetensors_meta_count(st); i++) {
+            char num[40];
             fprintf(f, "  %-24s %s\n",
                     cli_show_max(tg_safetensors_meta_key(st, i), 256, name, sizeof name),
-                    cli_show_max(tg_safetensors_meta_value(st, i), 72, value, sizeof value));
+                    cli_show_max(shortest_number(tg_safetensors_meta_value(st, i), num,
+                                                 sizeof num), 72, value, sizeof value));
         }
     }
 }

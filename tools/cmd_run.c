@@ -217,6 +217,18 @@ static const cli_command run_cmds[RUN_N_MODULES] = {
      .opts = transformer_opts},
 };
 
+const char *run_module_list(void)
+{
+    static char list[128];
+    if (!list[0]) {
+        size_t w = 0;
+        for (int i = 0; i < RUN_N_MODULES && w < sizeof list; i++)
+            w += (size_t)snprintf(list + w, sizeof list - w, "%s%s", i ? ", " : "",
+                                  module_names[i]);
+    }
+    return list;
+}
+
 void run_help(const run_args *a, FILE *f)
 {
     if (a && a->module >= 0 && a->module < RUN_N_MODULES) {

@@ -48,7 +48,7 @@ typedef struct {
     bool s2s;          /* a seq2seq checkpoint: decode --source */
     s2s_decoder dec;
     int32_t *src, *out; /* (1, T) --source, decoded */
-    bool usage;         /* refused as a usage error (exit 2) */
+    bool nomem;         /* check_source failed for want of memory (not a usage error) */
 } sampler;
 
 static void fail(const char *fmt, const char *a, const char *b)
@@ -65,14 +65,18 @@ static bool check_source(sampler *s, const sample_args *a, char *err, size_t n)
     char shown[80];
     if (!s->s2s) {
         if (a->source)
-            snprintf(err, n, "--source: '%s' is a text model (model.arch lm), not a seq2seq "
-                     "checkpoint; continue text with --prompt", a->checkpoint);
+            snprintf(err, n, "'%s' is a text model (model.arch lm), not a seq2seq checkpoint: "
+                     "it continues --prompt text, not --source digits", a->checkpoint);
         return !a->source;
     }
     if (!a->source || a->prompt[0]) {
-        snprintf(err, n, "%s: '%s' is a seq2seq checkpoint (model.arch seq2seq): give --source "
-                 "with %" PRId64 " digits to decode%s", a->source ? "--prompt" : "--source",
-                 a->checkpoint, s->T, a->source ? ", not --prompt" : "");
+        if (a->prompt[0])
+            snprintf(err, n, "'%s' is a seq2seq checkpoint (model.arch seq2seq): it decodes "
+                     "--source DIGITS (%" PRId64 " digits 0-9), not --prompt text",
+                     a->checkpoint, s->T);
+        else
+            snprintf(err, n, "'%s' is a seq2seq checkpoint (model.arch seq2seq): give --source "
+                     "DIGITS (%" PRId64 " digits 0-9) to decode", a->checkpoint, s->T);
         return false;
     }
     size_t len = strlen(a->source);
@@ -94,6 +98,7 @@ static bool check_source(sampler *s, const sample_args *a, char *err, size_t n)
     s->src = malloc(sizeof(int32_t) * len);
     s->out = malloc(sizeof(int32_t) * len);
     if (!s->src || !s->out) {
+        s->nomem = true;
         snprintf(err, n, "out of memory");
         return false;
     }
@@ -125,18 +130,20 @@ static int sample_seq2seq(sampler *s, const sample_args *a)
     return 0;
 }
 
-/* Read, validate and build the model of checkpoint @p path. */
-static bool sample_load(sampler *s, const sample_args *a, const cli_result *r)
+/* Read, validate and build the model of checkpoint @p path. Returns 0, or the exit status
+ * after printing why: 2 when the command line is at fault (the wrong kind of checkpoint for
+ * the options given, a bad --source), 1 when the file is (missing, corrupt). */
+static int sample_load(sampler *s, const sample_args *a, const cli_result *r)
 {
     char err[1024];
     if (!data_check_regular(a->checkpoint, phys_memory_bytes(), err, sizeof err)) {
         fail("--checkpoint %s%s", err, "");
-        return false;
+        return 1;
     }
     tg_safetensors *st = tg_safetensors_read(s->ctx, a->checkpoint);
     if (!st) {
         cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
-        return false;
+        return 1;
     }
     /* a checkpoint: every field validated with the train option table (its messages); an
      * export (`tgrad export`): validated by the library loader, memory estimated here */
@@ -150,13 +157,13 @@ static bool sample_load(sampler *s, const sample_args *a, const cli_result *r)
         if (!ckpt_config_load(st, &ta, NULL, true, phys_memory_bytes(), &info, &mc, err,
                               sizeof err)) {
             fail("--checkpoint '%s': %s", a->checkpoint, err);
-            return false;
+            return info.usage ? 2 : 1;
         }
     }
     s->m = tg_model_load_from(s->ctx, st, a->checkpoint);
     if (!s->m) {
         cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
-        return false;
+        return 1;
     }
     const tg_model_info *mi = tg_model_get_info(s->m);
     if (is_export && (mi->kind != TG_MODEL_LM ||
@@ -166,7 +173,7 @@ static bool sample_load(sampler *s, const sample_args *a, const cli_result *r)
             snprintf(err, sizeof err, "an export of a built-in task's encoder (data '%s'): "
                      "nothing to sample", tg_safetensors_meta_get(st, "data"));
         fail("--checkpoint '%s': %s", a->checkpoint, err);
-        return false;
+        return mi->kind != TG_MODEL_LM ? 2 : 1; /* the wrong kind of file for sample: usage */
     }
     s->model = tg_model_transformer(s->m);
     s->T = mi->config.max_seq_len;
@@ -174,7 +181,7 @@ static bool sample_load(sampler *s, const sample_args *a, const cli_result *r)
     s->s2s = mi->kind == TG_MODEL_SEQ2SEQ;
     if (!check_source(s, a, err, sizeof err)) {
         fail("%s%s", err, "");
-        return false;
+        return s->nomem ? 1 : 2; /* --source or --prompt does not fit the checkpoint */
     }
     /* greedy decoding of exactly seq_len digits: the sampling options have nothing to do */
     static const char *const sampling[] = {"tokens", "temperature", "top-k", "seed"};
@@ -186,8 +193,7 @@ static bool sample_load(sampler *s, const sample_args *a, const cli_result *r)
                      "--temperature, --top-k and --seed do not apply", sampling[i],
                      a->checkpoint, s->T);
             fail("%s%s", msg, "");
-            s->usage = true;
-            return false;
+            return 2;
         }
     for (int b = 0; b < 256; b++)
         s->id_of[b] = tg_model_byte_token(s->m, b);
@@ -196,9 +202,9 @@ static bool sample_load(sampler *s, const sample_args *a, const cli_result *r)
     if (s->s2s) {
         if (!s2s_decoder_init(&s->dec, s->ctx, s->model, 1, s->T, a->no_cache)) {
             cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
-            return false;
+            return 1;
         }
-        return true;
+        return 0;
     }
     if (a->no_cache) {
         s->ids = tg_input(s->ctx, TG_I32, TG_DIMS(1, s->T), "ids");
@@ -210,9 +216,9 @@ static bool sample_load(sampler *s, const sample_args *a, const cli_result *r)
     }
     if (!s->g && !s->gen) {
         cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
-        return false;
+        return 1;
     }
-    return true;
+    return 0;
 }
 
 /*
@@ -289,6 +295,7 @@ static int sample_generate(sampler *s, const sample_args *a)
                 snprintf(shown, sizeof shown, " '%c'", c);
             fprintf(stderr, "tgrad sample: --prompt: byte %u%s at offset %zu is not in the "
                     "model's vocabulary of %d bytes\n", c, shown, i, s->nv);
+            rc = 2; /* a value the model cannot take: a usage error */
             goto out;
         }
         if (n == s->T) {
@@ -371,15 +378,13 @@ int cmd_sample(int argc, char **argv)
     int rc = 1;
     if (!s.ctx) {
         fprintf(stderr, "tgrad sample: out of memory\n");
-    } else if (sample_load(&s, &a, &r)) {
+    } else if ((rc = sample_load(&s, &a, &r)) == 0) {
         tg_ctx_set_training(s.ctx, false);
         if (a.threads)
-            tg_ctx_set_threads(s.ctx, (int)a.threads);
+            tg_ctx_set_threads(s.ctx, cli_threads_cap("sample", a.threads));
         tg_ctx_seed(s.ctx, (uint64_t)a.seed);
         rc = s.s2s ? sample_seq2seq(&s, &a) : sample_generate(&s, &a);
     }
-    if (s.usage)
-        rc = 2;
     s2s_decoder_free(&s.dec);
     free(s.src);
     free(s.out);

@@ -74,12 +74,12 @@ typedef struct {
     int logfd;           /* --log, open for writing (-1: none) */
     int64_t log_len;     /* --log: its length, always at the end of a whole line */
     bool saved;          /* a checkpoint was saved by this run */
-    bool usage;          /* the setup failed on a usage error (exit 2) */
     char *plot_path;     /* --plot's file (through a symbolic link: its target) */
     outpath_lock lock;   /* --checkpoint's lock, held for the whole run */
     int32_t *ids_buf, *tgt_buf; /* (B, T) token ids (seq2seq: source) and targets */
     int32_t *dec_buf, *out_buf; /* seq2seq (B, T): decoder inputs; greedy decoding's output */
     svg_series train_curve, val_curve;
+    svg_series acc_curve; /* a task run: the held-out accuracy it stops on */
     /* progress and results */
     bool tty;
     int width;       /* columns of the live line (terminal width - 1) */
@@ -88,6 +88,7 @@ typedef struct {
     double t0, tok_s, last_val, best_val, acc, last_draw;
     double tok_acc; /* seq2seq: held-out token accuracy of greedy decoding (acc: sequences) */
     bool reached;
+    bool usage; /* the setup failed on the command line (exit 2), not on a file (exit 1) */
 } trainer;
 
 static void errf(const char *fmt, ...)
@@ -97,12 +98,14 @@ static void errf(const char *fmt, ...)
     ;
 static void errf(const char *fmt, ...)
 {
+    char line[8192];
     va_list ap;
     va_start(ap, fmt);
-    fputs("tgrad train: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    int k = snprintf(line, sizeof line, "tgrad train: ");
+    vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
     va_end(ap);
+    strcat(line, "\n");
+    fputs(line, stderr); /* one write: never split by another rank's or stream's output */
 }
 
 /* ---- plan: checkpoint, defaults, memory, outputs ------------------------------------------ */
@@ -124,16 +127,19 @@ static bool plan_resume(trainer *t)
     if (!ckpt_config_load(t->ck, a, &t->r, false, phys_memory_bytes(), &t->info, &t->mc, err,
                           sizeof err)) {
         errf("--resume '%s': %s", a->resume, err);
+        t->usage = t->info.usage;
         return false;
     }
     t->start = t->info.step;
     t->best_val = t->info.best_val;
     if (a->stop_after > 0 && a->stop_after <= t->start) {
+        t->usage = true;
         errf("--resume '%s' is at step %" PRId64 " already; --stop-after %" PRId64
              " must be later", a->resume, t->start, a->stop_after);
         return false;
     }
     if (t->start >= a->steps) {
+        t->usage = true;
         errf("--resume '%s' is at step %" PRId64 " already; raise --steps (now %" PRId64 ")",
              a->resume, t->start, a->steps);
         return false;
@@ -147,6 +153,7 @@ static bool plan_fresh(trainer *t)
     char err[1200];
     if (!train_resolve(&t->a, t->text, err, sizeof err)) {
         errf("%s", err);
+        t->usage = true;
         return false;
     }
     train_model_config(&t->a, t->text, t->text ? 256 : 10, &t->mc);
@@ -541,7 +548,7 @@ static bool build(trainer *t)
     tg_ctx *ctx = t->ctx;
     tg_ctx_seed(ctx, (uint64_t)a->seed);
     if (a->threads)
-        tg_ctx_set_threads(ctx, (int)a->threads);
+        tg_ctx_set_threads(ctx, cli_threads_cap("train", a->threads));
     else if (t->mp.size > 1) /* ranks sharing a host split its CPUs */
         tg_ctx_set_threads(ctx, tmpi_default_threads(&t->mp, tg_ctx_threads(ctx)));
     if (a->unfused)
@@ -642,6 +649,14 @@ static void meta_add(meta *m, const char *k, const char *fmt, ...)
     m->n++;
 }
 
+/* A number as the shortest decimal that reads back as the same double (0.003, not
+ * 0.0030000000000000001), so a resumed run gets exactly the value saved. */
+static void meta_num(meta *m, const char *k, double v)
+{
+    char b[40];
+    meta_add(m, k, "%s", cli_fmt_double(v, b, sizeof b));
+}
+
 /* The name of choice @p i of train option @p option ("gelu"). */
 static const char *choice_name(const char *option, int i, char *buf, size_t n)
 {
@@ -679,7 +694,7 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     meta_add(m, "model.pos", "%s", choice_name("pos", a->pos, c2, 16));
     meta_add(m, "model.causal", "%d", t->text ? 1 : 0);
     meta_add(m, "model.tie_weights", "%d", a->tie ? 1 : 0);
-    meta_add(m, "model.dropout", "%.17g", a->dropout);
+    meta_num(m, "model.dropout", a->dropout);
     meta_add(m, "model.dtype", "%s", tg_dtype_str(train_dtype(a)));
     meta_add(m, "data.mode", "%s", t->text ? "text" : "task");
     if (t->text) {
@@ -694,7 +709,7 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     }
     meta_add(m, "data.position", "%" PRId64, steps_done * t->B);
     meta_add(m, "train.steps", "%" PRId64, a->steps);
-    meta_add(m, "train.best_val", "%.17g", t->best_val);
+    meta_num(m, "train.best_val", t->best_val);
     meta_add(m, "train.seed", "%" PRId64, a->seed);
     meta_add(m, "train.optimizer", "%s", choice_name("optimizer", a->optimizer, c3, 16));
     meta_add(m, "train.batch", "%" PRId64, t->B);
@@ -703,13 +718,13 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     meta_add(m, "train.eval_every", "%" PRId64, a->eval_every);
     if (a->save_every > 0)
         meta_add(m, "train.save_every", "%" PRId64, a->save_every);
-    meta_add(m, "train.lr", "%.17g", a->lr);
-    meta_add(m, "train.min_lr", "%.17g", a->min_lr);
-    meta_add(m, "train.weight_decay", "%.17g", a->weight_decay);
-    meta_add(m, "train.clip", "%.17g", a->clip);
-    meta_add(m, "train.momentum", "%.17g", a->momentum);
-    meta_add(m, "data.val_fraction", "%.17g", a->val_fraction);
-    meta_add(m, "train.target_acc", "%.17g", a->target_acc);
+    meta_num(m, "train.lr", a->lr);
+    meta_num(m, "train.min_lr", a->min_lr);
+    meta_num(m, "train.weight_decay", a->weight_decay);
+    meta_num(m, "train.clip", a->clip);
+    meta_num(m, "train.momentum", a->momentum);
+    meta_num(m, "data.val_fraction", a->val_fraction);
+    meta_num(m, "train.target_acc", a->target_acc);
     const char *keys[48], *vals[48];
     for (int i = 0; i < m->n; i++) {
         keys[i] = m->key[i];
@@ -794,17 +809,21 @@ static void progress_text(const trainer *t, int64_t s, double l, double lr, bool
     if (with_lr)
         snprintf(lrs, sizeof lrs, "lr %.2e  ", lr);
     int64_t total = t->a.steps;
-    char forms[4][256];
+    char forms[6][256];
     snprintf(forms[0], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %s%.0f tok/s  %s "
              "elapsed  ETA %s", s, total, l, vbuf, lrs, t->tok_s, el_s, eta_s);
-    snprintf(forms[1], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %.0f tok/s  ETA %s",
+    snprintf(forms[1], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %s%.0f tok/s  ETA %s",
+             s, total, l, vbuf, lrs, t->tok_s, eta_s);
+    snprintf(forms[2], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %.0f tok/s  ETA %s",
              s, total, l, vbuf, t->tok_s, eta_s);
-    snprintf(forms[2], 256, "%" PRId64 "/%" PRId64 " loss %.3f val %s ETA %s", s, total, l,
+    snprintf(forms[3], 256, "%" PRId64 "/%" PRId64 " loss %.4f val %s %s%.0f tok/s ETA %s", s,
+             total, l, vshort, lrs, t->tok_s, eta_s);
+    snprintf(forms[4], 256, "%" PRId64 "/%" PRId64 " loss %.3f val %s ETA %s", s, total, l,
              vshort, eta_s);
-    snprintf(forms[3], 256, "%" PRId64 "/%" PRId64 " loss %.3f", s, total, l);
+    snprintf(forms[5], 256, "%" PRId64 "/%" PRId64 " loss %.3f", s, total, l);
     int k = 0;
     if (width > 0)
-        while (k < 3 && strlen(forms[k]) > (size_t)width)
+        while (k < 5 && strlen(forms[k]) > (size_t)width)
             k++;
     size_t len = strlen(forms[k]);
     if (width > 0 && len > (size_t)width)
@@ -819,9 +838,10 @@ static void progress_text(const trainer *t, int64_t s, double l, double lr, bool
 static void progress(trainer *t, int64_t s, double l, double lr, bool final)
 {
     char line[300];
-    if (!t->tty) {
-        progress_text(t, s, l, lr, true, 0, line, sizeof line);
-        fprintf(stderr, "%s\n", line);
+    if (!t->tty) { /* a log or mpirun: the longest form within 80 columns, one write */
+        progress_text(t, s, l, lr, true, 80, line, sizeof line - 1);
+        strcat(line, "\n");
+        fputs(line, stderr);
         return;
     }
     progress_text(t, s, l, lr, final, t->width, line, sizeof line);
@@ -1177,7 +1197,9 @@ static int train_loop(trainer *t)
                 return 1;
             }
             t->last_val = val;
-            if (a->plot && !svg_series_add(&t->val_curve, (double)(step + 1), val)) {
+            if (a->plot && ((!t->text && !svg_series_add(&t->acc_curve, (double)(step + 1),
+                                                          t->acc)) ||
+                            !svg_series_add(&t->val_curve, (double)(step + 1), val))) {
                 errf("out of memory");
                 return 1;
             }
@@ -1285,24 +1307,33 @@ static int report(trainer *t)
     const train_args *a = &t->a;
     double wall = now_s() - t->t0;
     end_live(t);
-    if (a->plot && svg_loss_plot(t->plot_path, &t->train_curve, &t->val_curve,
-                                 t->text ? "validation loss" : "held-out loss") != 0) {
+    svg_plot sp = {.train = &t->train_curve, .val = &t->val_curve,
+                   .val_label = t->text ? "validation loss" : "held-out loss",
+                   .log_y = a->plot_log, .metric = t->text ? NULL : &t->acc_curve,
+                   .metric_label = t->s2s ? "held-out exact-sequence accuracy"
+                                          : "held-out token accuracy",
+                   .metric_target = a->target_acc};
+    if (a->plot && svg_training_plot(t->plot_path, &sp) != 0) {
         errf("--plot '%s': %s", a->plot, strerror(errno));
         return 1;
     }
-    printf("parameters %" PRId64 "  steps %" PRId64 "  wall %.1f s  %.0f tokens/s", t->n_params,
-           t->step, wall, t->tok_s);
+    char line[400];
+    snprintf(line, sizeof line, "parameters %" PRId64 "  steps %" PRId64 "  wall %.1f s  %.0f "
+             "tokens/s", t->n_params, t->step, wall, t->tok_s);
+    cli_say(stdout, "", line);
     if (t->text && !isfinite(t->last_val)) /* --val-fraction 0: nothing to validate on */
-        printf("  no validation loss (--val-fraction 0)\n");
+        snprintf(line, sizeof line, "no validation loss (--val-fraction 0)");
     else if (t->text)
-        printf("  validation loss %.4f nats/char (best %.4f)\n", t->last_val, t->best_val);
+        snprintf(line, sizeof line, "validation loss %.4f nats/char (best %.4f)", t->last_val,
+                 t->best_val);
     else if (t->s2s)
-        printf("  held-out exact-sequence accuracy %.2f%% (token accuracy %.2f%%, greedy "
-               "decoding)%s\n", 100 * t->acc, 100 * t->tok_acc,
-               t->reached ? "" : " (target not reached)");
+        snprintf(line, sizeof line, "held-out exact-sequence accuracy %.2f%% (token accuracy "
+                 "%.2f%%, greedy decoding)%s", 100 * t->acc, 100 * t->tok_acc,
+                 t->reached ? "" : ", target not reached");
     else
-        printf("  held-out token accuracy %.2f%%%s\n", 100 * t->acc,
-               t->reached ? "" : " (target not reached)");
+        snprintf(line, sizeof line, "held-out token accuracy %.2f%%%s", 100 * t->acc,
+                 t->reached ? "" : " (target not reached)");
+    cli_say(stdout, "", line);
     if (a->checkpoint)
         printf("checkpoint %s\n", a->checkpoint);
     fflush(stdout);
@@ -1310,11 +1341,13 @@ static int report(trainer *t)
     if (t->mp.size > 1) {
         double bytes, sec;
         tmpi_stats(&t->mp, &bytes, &sec);
-        printf("data parallel: %d processes x %d thread%s, %" PRId64 " micro-batches of %" PRId64
-               " sequences per step; gradient exchange %.2f ms and %.2f MB sent per process per "
-               "step\n", t->mp.size, tg_ctx_threads(t->ctx),
-               tg_ctx_threads(t->ctx) == 1 ? "" : "s", t->K, t->Bm, 1e3 * sec, bytes / 1e6);
-        fflush(stdout);
+        snprintf(line, sizeof line, "%d processes x %d thread%s, %" PRId64 " micro-batches of %"
+                 PRId64 " sequences per step", t->mp.size, tg_ctx_threads(t->ctx),
+                 tg_ctx_threads(t->ctx) == 1 ? "" : "s", t->K, t->Bm);
+        cli_say(stdout, "data parallel: ", line);
+        snprintf(line, sizeof line, "%.2f ms and %.2f MB sent per process per step", 1e3 * sec,
+                 bytes / 1e6);
+        cli_say(stdout, "data parallel: gradient exchange ", line);
     }
     if (t->interrupted) {
         if (a->checkpoint) {
@@ -1345,6 +1378,7 @@ static void trainer_free(trainer *t)
     s2s_decoder_free(&t->greedy);
     svg_series_free(&t->train_curve);
     svg_series_free(&t->val_curve);
+    svg_series_free(&t->acc_curve);
     corpus_free(&t->corp);
     free(t->plot_path);
     outpath_lock_release(&t->lock);
@@ -1362,6 +1396,7 @@ static bool plan_parallel(trainer *t)
     if (t->mp.size > 1 && !a->resume && !cli_given(train_command(), &t->r, "grad-accum")) {
         a->grad_accum = t->mp.size;
         if (a->batch % a->grad_accum != 0) {
+            t->usage = true;
             errf("--batch %" PRId64 " does not split over %d processes (one micro-batch each "
                  "without --grad-accum); choose a batch the number of processes divides",
                  a->batch, t->mp.size);
@@ -1369,6 +1404,7 @@ static bool plan_parallel(trainer *t)
         }
     }
     if (a->grad_accum % t->mp.size != 0) {
+        t->usage = true;
         errf("--grad-accum %" PRId64 " does not split over %d processes: each process runs "
              "K/P micro-batches of every step, so the number of processes must divide K (try "
              "--grad-accum %" PRId64 ")", a->grad_accum, t->mp.size,
@@ -1424,6 +1460,9 @@ static int dry_run(trainer *t)
 
 int cmd_train(int argc, char **argv)
 {
+    /* whole lines, each as it is printed: under mpirun the launcher forwards stdout and stderr
+     * separately, and a line never mixes with the other stream's */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     trainer *t = calloc(1, sizeof *t);
     if (!t) {
         errf("out of memory");
@@ -1451,6 +1490,7 @@ int cmd_train(int argc, char **argv)
     t->text = t->a.text.n > 0;
     svg_series_init(&t->train_curve);
     svg_series_init(&t->val_curve);
+    svg_series_init(&t->acc_curve);
     t->ctx = tg_ctx_new();
     t->lock.fd = -1;
     t->logfd = -1;
@@ -1464,26 +1504,28 @@ int cmd_train(int argc, char **argv)
         t->s2s = t->a.arch == ARCH_SEQ2SEQ;
         ready = load_data(t) && build(t);
     }
-    if (!ready && t->usage)
-        rc = 2;
     /* under mpirun: every rank's setup succeeded, or all stop here */
     if (!tmpi_agree(&t->mp, ready, t->ctx, t->K)) {
         if (ready)
             cli_report("train", "joining the MPI job", NULL, t->ctx);
         ready = false;
     }
+    if (!ready && t->usage)
+        rc = 2; /* the command line, not a file or the run, is at fault */
     if (ready) {
         {
             if (!t->a.quiet) {
+                char line[600];
                 if (t->text)
-                    fprintf(stderr, "tgrad train: byte-level LM on %d file%s, %" PRId64
-                            " bytes (%" PRId64 " train, %" PRId64 " validation), vocabulary %d"
-                            "\n", t->corp.n_files, t->corp.n_files == 1 ? "" : "s", t->corp.n,
-                            t->corp.n_train, t->corp.n - t->corp.n_train, t->corp.vocab_size);
+                    snprintf(line, sizeof line, "byte-level LM on %d file%s, %" PRId64
+                             " bytes (%" PRId64 " train, %" PRId64 " validation), vocabulary %d",
+                             t->corp.n_files, t->corp.n_files == 1 ? "" : "s", t->corp.n,
+                             t->corp.n_train, t->corp.n - t->corp.n_train, t->corp.vocab_size);
                 else
-                    fprintf(stderr, "tgrad train: task '%s' on %" PRId64 "-digit sequences%s\n",
-                            task_name(t->task), t->T, t->s2s ? ", encoder-decoder (teacher "
-                            "forcing; greedy decoding evaluated)" : "");
+                    snprintf(line, sizeof line, "task '%s' on %" PRId64 "-digit sequences%s",
+                             task_name(t->task), t->T, t->s2s ? ", encoder-decoder (teacher "
+                             "forcing; greedy decoding evaluated)" : "");
+                cli_say(stderr, "tgrad train: ", line);
                 char dl[48] = "";
                 if (t->s2s)
                     snprintf(dl, sizeof dl, " + %" PRId64 " decoder", t->a.decoder_layers);
@@ -1494,14 +1536,15 @@ int cmd_train(int argc, char **argv)
                 char procs[64] = "";
                 if (t->mp.size > 1)
                     snprintf(procs, sizeof procs, " per process, %d processes", t->mp.size);
-                fprintf(stderr, "tgrad train: %" PRId64 "%s layer%s, d_model %" PRId64 ", %" PRId64
-                        " head%s, d_ff %" PRId64 ", %s, %" PRId64 " parameters, batch %" PRId64
-                        "%s, %d thread%s%s%s\n", t->a.layers, dl,
+                snprintf(line, sizeof line, "%" PRId64 "%s layer%s, d_model %" PRId64 ", %"
+                        PRId64 " head%s, d_ff %" PRId64 ", %s, %" PRId64 " parameters, batch %"
+                        PRId64 "%s, %d thread%s%s%s", t->a.layers, dl,
                         t->a.layers == 1 && !t->s2s ? "" : "s",
                         t->a.d_model, t->a.heads, t->a.heads == 1 ? "" : "s", t->a.d_ff,
                         t->a.post_norm ? "post-norm" : "pre-norm", t->n_params, t->B, par,
                         tg_ctx_threads(t->ctx), tg_ctx_threads(t->ctx) == 1 ? "" : "s", procs,
                         t->ck ? ", resumed" : "");
+                cli_say(stderr, "tgrad train: ", line);
             }
             if (t->a.dry_run)
                 rc = t->mp.rank == 0 ? dry_run(t) : 0;

@@ -22,9 +22,30 @@ void svg_series_init(svg_series *s);
 bool svg_series_add(svg_series *s, double x, double y);
 void svg_series_free(svg_series *s);
 
-/* Write an SVG with the train and validation curves, axes, ticks and a legend. Returns 0, or -1
- * with errno set. Written to a temporary name and renamed (atomic); the file gets the mode of
- * the one it replaces, or 0666 minus the umask like any new file. */
+/* What svg_training_plot draws. */
+typedef struct {
+    const svg_series *train, *val; /* loss curves (val may be empty) */
+    const char *val_label;         /* "validation loss", "held-out loss" */
+    bool log_y;                    /* the loss axis on a log scale (values <= 0 left out) */
+    /* the metric the run stops on (task accuracy, as a fraction in [0, 1]), drawn in a second
+     * panel below the losses with the same step axis; NULL or empty: no second panel */
+    const svg_series *metric;
+    const char *metric_label;      /* "held-out token accuracy" */
+    double metric_target;          /* drawn as a dashed line when in (0, 1] (--target-acc) */
+} svg_plot;
+
+/*
+ * Write an SVG of the training curves: the train loss (a line) and the validation loss (a line
+ * with a marker on each point while there are at most 200 of them), round tick values (1, 2
+ * or 5 x 10^k; decades and their 2s and 5s on a log axis), a loss axis from 0 (never below: a
+ * loss is >= 0) or, with log_y, from the decade below the smallest loss; then, with a metric,
+ * a second panel (0-100%, the target dashed). Returns 0, or -1 with errno set. Written to a
+ * temporary name and renamed (atomic); the file gets the mode of the one it replaces, or 0666
+ * minus the umask like any new file.
+ */
+int svg_training_plot(const char *path, const svg_plot *p);
+
+/* svg_training_plot of the two loss curves alone (linear axis, no metric). */
 int svg_loss_plot(const char *path, const svg_series *train, const svg_series *val,
                   const char *val_label);
 

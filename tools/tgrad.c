@@ -18,24 +18,52 @@ typedef struct {
 
 static const command commands[] = {
     {"train", cmd_train, "train a transformer (built-in task, or --text FILE... for an LM)"},
-    {"sample", cmd_sample, "generate text from a language-model checkpoint"},
+    {"sample", cmd_sample, "generate text from a language-model checkpoint (or decode a "
+                           "sequence with a seq2seq one)"},
     {"export", cmd_export, "write a checkpoint's parameters as a PyTorch-loadable safetensors"},
     {"info", cmd_info, "describe checkpoints, safetensors and .npy files"},
     {"bench", cmd_bench, "benchmark kernels and a training step against references"},
     {"gradcheck", cmd_gradcheck, "check every op's gradients against central differences"},
-    {"run", cmd_run, "run one module (sdpa, mha, ffn, encoder) on .npy inputs"},
+    {"run", cmd_run, "run one module on .npy inputs (modules: %s)"},
     {"version", cmd_version, "print the version"},
-    {"help", NULL, "describe a command: 'tgrad help COMMAND' (= 'tgrad COMMAND --help')"},
+    {"help", NULL, "describe a command ('tgrad help COMMAND' = 'tgrad COMMAND --help') or a "
+                   "module of run ('tgrad help run MODULE')"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
 /* ---- report --------------------------------------------------------------------------------- */
+/* One command's line; `%s` in its help is the list of run's modules (from cmd_run.c's own
+ * table, so it cannot go stale), and a line longer than 80 columns goes on at the next space
+ * before column 80, indented under the help. */
+static void usage_line(FILE *f, const command *c)
+{
+    char help[400];
+    if (strstr(c->help, "%s"))
+        snprintf(help, sizeof help, c->help, run_module_list());
+    else
+        snprintf(help, sizeof help, "%s", c->help);
+    const int indent = 13, width = 80 - indent;
+    const char *p = help;
+    fprintf(f, "  %-10s ", c->name);
+    while ((int)strlen(p) > width) {
+        int cut = width;
+        while (cut > 0 && p[cut] != ' ')
+            cut--;
+        if (cut == 0)
+            break;
+        fprintf(f, "%.*s\n%*s", cut, p, indent, "");
+        p += cut + 1;
+    }
+    fprintf(f, "%s\n", p);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tgrad [--version | --help] <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\n'tgrad <command> --help' describes a command's options.\n");
+        usage_line(f, &commands[i]);
+    fprintf(f, "\n'tgrad <command> --help' describes a command's options; 'tgrad help run "
+            "MODULE'\n(= 'tgrad run MODULE --help') a module's.\n");
 }
 
 /* The command line's command, or the top level's usage, help or version. */
@@ -75,6 +103,11 @@ static int dispatch(int argc, char **argv)
         }
         for (int i = 0; i < N_COMMANDS; i++)
             if (commands[i].run && !strcmp(a.cmd_argv[1], commands[i].name)) {
+                if (commands[i].run == cmd_run && a.cmd_argc == 3) { /* help run MODULE */
+                    char help_flag[] = "--help";
+                    char *hv[4] = {a.cmd_argv[1], a.cmd_argv[2], help_flag, NULL};
+                    return cmd_run(3, hv);
+                }
                 if (a.cmd_argc > 2) {
                     char sh[80];
                     fprintf(stderr, "tgrad help: unexpected argument '%s' (usage: tgrad help "

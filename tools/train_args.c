@@ -71,8 +71,9 @@ static const cli_option train_opts[] = {
         "task: stop at this held-out accuracy (seq2seq: of exact sequences) (0.99, 0 = never)",
         G_TRAIN),
     INT("threads", threads, "N", 1, TRAIN_MAX_THREADS, "worker threads (all cores)", G_TRAIN),
-    FLAG("dry-run", dry_run, "build the model and print its memory plan (tg_graph_memory), "
-         "then exit without training or writing anything", G_TRAIN),
+    FLAG("dry-run", dry_run, "build the model, print its memory plan (tg_graph_memory) and "
+         "write --dot if given, then exit without training or writing anything else",
+         G_TRAIN),
     FLAG("detect-anomaly", detect_anomaly, "stop at the first NaN or inf of any op, forward or "
          "backward", G_TRAIN),
     FLAG("no-cache", no_cache, "seq2seq: decode the held-out set without the KV cache (the "
@@ -94,9 +95,11 @@ static const cli_option train_opts[] = {
     INT("stop-after", stop_after, "N", 1, TRAIN_MAX_STEPS, "stop after step N (to resume "
         "later)", G_FILES),
     PATH("log", log, "CSV", "write step,train_loss,val_loss,lr,tokens_per_s", G_FILES),
-    PATH("plot", plot, "SVG", "write the loss curves as SVG", G_FILES),
-    PATH("dot", dot, "G.dot", "write the training graph as Graphviz DOT, then train",
-         G_FILES),
+    PATH("plot", plot, "SVG", "write the loss curves as SVG (a task run: and the held-out "
+         "accuracy it stops on, in a second panel)", G_FILES),
+    FLAG("plot-log", plot_log, "--plot: the loss axis on a log scale", G_FILES),
+    PATH("dot", dot, "G.dot", "write the training graph as Graphviz DOT, then train (with "
+         "--dry-run: the graph only)", G_FILES),
     FLAG("quiet", quiet, "print only the summary", G_FILES),
     {.name = NULL},
 };
@@ -105,20 +108,27 @@ static const cli_command train_cmd = {
     .name = "train",
     .usage = "[--task copy|reverse|sort | --text FILE...] [options]",
     .description =
-        "With no arguments, trains an encoder on the built-in 'reverse' task (random digit\n"
-        "sequences, predict the reversed sequence at each position) until 99% token accuracy\n"
-        "on held-out sequences. With --text, trains a byte-level decoder-only language model\n"
-        "on the concatenated files (symlinked duplicates and directories skipped); the last\n"
-        "10% is validation. --arch seq2seq --task T trains an encoder-decoder with teacher\n"
-        "forcing (source: the digits; decoder input: BOS and the target shifted right) until\n"
-        "99% of held-out sequences are decoded exactly right (greedy decoding).\n"
+        "With no arguments, trains an encoder on the built-in 'reverse' task (random\n"
+        "digit sequences, predict the reversed sequence at each position) until 99%\n"
+        "token accuracy on held-out sequences. With --text, trains a byte-level\n"
+        "decoder-only language model on the concatenated files (symlinked duplicates\n"
+        "and directories skipped); the last 10% is validation. --arch seq2seq --task T\n"
+        "trains an encoder-decoder with teacher forcing (source: the digits; decoder\n"
+        "input: BOS and the target shifted right) until 99% of held-out sequences are\n"
+        "decoded exactly right (greedy decoding).\n"
         "\n"
-        "--resume CK takes the model from CK, restores every training option not given again,\n"
-        "continues bit-exactly and saves back to CK (atomically); --checkpoint OTHER saves to\n"
-        "OTHER instead and leaves CK as it is.\n"
+        "--resume CK takes the model from CK, restores every training option not given\n"
+        "again, continues bit-exactly and saves back to CK (atomically); --checkpoint\n"
+        "OTHER saves to OTHER instead and leaves CK as it is.\n"
         "\n"
-        "Exit status: 0, 1 on an error, 2 for a malformed command line, 3 when a task run ends\n"
-        "below --target-acc, 130 when interrupted (Ctrl-C saves the checkpoint first).",
+        "--threads N above the CPUs this process may use is lowered to their number,\n"
+        "with a warning: more threads than CPUs only wait on each other.\n"
+        "\n"
+        "Exit status: 0; 2 for a usage error (an unknown option, a value out of range,\n"
+        "options that exclude each other or contradict the resumed checkpoint); 1 for a\n"
+        "run-time failure (a file missing or corrupt, memory, a non-finite loss); 3\n"
+        "when a task run ends below --target-acc; 130 when interrupted (Ctrl-C saves\n"
+        "the checkpoint first).",
     .opts = train_opts,
 };
 
@@ -157,7 +167,12 @@ static const cli_command sample_cmd = {
                    "On a checkpoint of 'tgrad train --arch seq2seq', --source DIGITS (exactly\n"
                    "the model's seq_len digits) is encoded once and the target decoded greedily\n"
                    "through the cache (--no-cache: the whole prefix for every digit), printed\n"
-                   "as digits.",
+                   "as digits.\n"
+                   "\n"
+                   "Exit status: 0; 2 for a usage error (a bad option, a checkpoint of the\n"
+                   "wrong kind for the options: --prompt on a seq2seq one, --source on a text\n"
+                   "one, an encoder task; a prompt byte outside the vocabulary); 1 for a\n"
+                   "run-time failure (a file missing or corrupt, non-finite logits).",
     .opts = sample_opts,
 };
 

@@ -69,6 +69,7 @@ typedef struct train_args {
     /* files */
     const char *checkpoint, *resume, *log, *plot;
     const char *dot; /* --dot: the training graph as Graphviz DOT, written once built */
+    bool plot_log;   /* --plot-log: the plot's loss axis on a log scale */
     int64_t save_every, stop_after;
     bool force, quiet;
 } train_args;

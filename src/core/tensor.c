@@ -198,8 +198,6 @@ tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t 
                       int n_src, tg_tensor *const *src)
 {
     const tg_op_def *def = &tg__op_table[op];
-    char name[TG_NAME_MAX];
-    snprintf(name, sizeof name, "%s%llu", def->name, (unsigned long long)ctx->next_id);
     char fn[64]; /* errors name the builder, e.g. "tg_matmul" */
     snprintf(fn, sizeof fn, "tg_%s", def->name);
     if (tg__build_failed(ctx))
@@ -215,9 +213,13 @@ tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t 
         }
     }
     /* The output buffer belongs to the graph that runs the node (planned, bound at run). */
-    tg_tensor *t = tensor_new(ctx, fn, TG_KIND_OP, dt, rank, shape, name, false);
+    tg_tensor *t = tensor_new(ctx, fn, TG_KIND_OP, dt, rank, shape, NULL, false);
     if (!t)
         return NULL;
+    /* the op's name and the tensor's own id, unique in the context: taken after the
+     * contiguous copies above, which have ids of their own ("contiguous19" then
+     * "reshape20", never two nodes numbered 19) */
+    snprintf(t->name, sizeof t->name, "%s%llu", def->name, (unsigned long long)t->id);
     t->auto_name = true;
     t->op = op;
     t->def = def;
