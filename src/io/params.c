@@ -26,6 +26,11 @@ tg_status tg__params_load_from(tg_ctx *ctx, const char *fn, const tg_safetensors
     /* validate everything first so that a mismatch leaves every parameter untouched */
     for (int64_t i = 0; i < n; i++) {
         tg_tensor *p = params[i];
+        if (!p || p->ctx != ctx) {
+            tg__err(ctx, TG_ERR_ARG, fn, "entry %lld %s", (long long)i,
+                    p ? "belongs to another context" : "is NULL");
+            return TG_ERR_ARG;
+        }
         tg_tensor *f = tg_safetensors_find(st, p->name);
         if (!f) {
             tg__err(ctx, TG_ERR_MISMATCH, fn, "missing tensor '%s' (expected shape %s)", p->name,
@@ -66,14 +71,23 @@ tg_status tg__params_load_from(tg_ctx *ctx, const char *fn, const tg_safetensors
     return TG_OK;
 }
 
-tg_status tg_params_load_from(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
-                              tg_tensor *const *params, bool strict)
+static tg_status tg_params_load_from_io(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
+                                        tg_tensor *const *params, bool strict)
 {
     return tg__params_load_from(ctx, "tg_params_load_from", st, n, params, strict);
 }
 
-tg_status tg_params_load(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *const *params,
-                         bool strict)
+tg_status tg_params_load_from(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
+                              tg_tensor *const *params, bool strict)
+{
+    tg__io_enter(ctx);
+    tg_status r = tg_params_load_from_io(ctx, st, n, params, strict);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_status tg_params_load_io(tg_ctx *ctx, const char *path, int64_t n,
+                                   tg_tensor *const *params, bool strict)
 {
     if (!ctx || !path)
         return TG_ERR_ARG;
@@ -83,13 +97,32 @@ tg_status tg_params_load(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *co
     return tg__params_load_from(ctx, "tg_params_load", st, n, params, strict);
 }
 
-tg_status tg_params_save(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *const *params,
-                         int64_t n_meta, const char *const *meta_keys,
-                         const char *const *meta_values)
+tg_status tg_params_load(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *const *params,
+                         bool strict)
+{
+    tg__io_enter(ctx);
+    tg_status r = tg_params_load_io(ctx, path, n, params, strict);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_status tg_params_save_io(tg_ctx *ctx, const char *path, int64_t n,
+                                   tg_tensor *const *params, int64_t n_meta,
+                                   const char *const *meta_keys, const char *const *meta_values)
 {
     if (!ctx || !path || n < 0)
         return TG_ERR_ARG;
     params = all_params(ctx, &n, params);
     return tg_safetensors_write(ctx, path, n, (const tg_tensor *const *)params, NULL, n_meta,
                                 meta_keys, meta_values);
+}
+
+tg_status tg_params_save(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *const *params,
+                         int64_t n_meta, const char *const *meta_keys,
+                         const char *const *meta_values)
+{
+    tg__io_enter(ctx);
+    tg_status r = tg_params_save_io(ctx, path, n, params, n_meta, meta_keys, meta_values);
+    tg__io_leave(ctx);
+    return r;
 }

@@ -541,6 +541,31 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
     if (tg__src_read(ctx, src, szb, 8, "header size field") != TG_OK)
         goto done;
     uint64_t N = tg__le64(szb);
+    /* The header (JSON) starts with '{' (as the reference implementation requires): peek at
+     * that byte, so that another kind of file (text, an image, .npy) is named as such rather
+     * than by the size its first 8 bytes happen to spell. A file source consumes it. */
+    int first = -1;
+    if (tg__src_left(src) > 0) {
+        unsigned char c;
+        if (src->mem)
+            c = src->mem[src->pos];
+        else if (tg__src_read(ctx, src, &c, 1, "header") != TG_OK)
+            goto done;
+        first = c;
+    }
+    uint64_t peeked = first >= 0 && !src->mem ? 1 : 0;
+    bool bad_size = N > TG_SAFETENSORS_MAX_HEADER || N < 2 || N > tg__src_left(src) + peeked;
+    if (first >= 0 && first != '{') {
+        char q[8];
+        if (first >= 0x20 && first < 0x7f)
+            snprintf(q, sizeof q, "'%c'", first);
+        else
+            snprintf(q, sizeof q, "0x%02x", (unsigned)first);
+        tg__err(ctx, bad_size ? TG_ERR_HEADER_SIZE : TG_ERR_JSON, fn,
+                "%s: not a safetensors file (one starts with an 8-byte header size, then a JSON "
+                "header '{'; here byte 8 is %s)", label, q);
+        goto done;
+    }
     if (N > TG_SAFETENSORS_MAX_HEADER || N < 2) {
         tg__err(ctx, TG_ERR_HEADER_SIZE, fn,
                 "%s: header size %llu is %s (a header is 2 to %u bytes)", label,
@@ -548,10 +573,10 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
                 TG_SAFETENSORS_MAX_HEADER);
         goto done;
     }
-    if (N > tg__src_left(src)) {
+    if (N > tg__src_left(src) + peeked) {
         tg__err(ctx, TG_ERR_TRUNCATED, fn,
                 "%s: header size is %llu bytes but only %llu bytes follow the size field", label,
-                (unsigned long long)N, (unsigned long long)tg__src_left(src));
+                (unsigned long long)N, (unsigned long long)(tg__src_left(src) + peeked));
         goto done;
     }
     const char *hdr;
@@ -562,7 +587,8 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
         hdr_owned = tg__alloc(ctx, (size_t)N, fn);
         if (!hdr_owned)
             goto done;
-        if (tg__src_read(ctx, src, hdr_owned, (size_t)N, "header") != TG_OK)
+        hdr_owned[0] = (char)first; /* peeked above (N >= 2, so first >= 0) */
+        if (tg__src_read(ctx, src, hdr_owned + 1, (size_t)N - 1, "header") != TG_OK)
             goto done;
         hdr = hdr_owned;
     }
@@ -730,7 +756,7 @@ done:
     return st;
 }
 
-tg_safetensors *tg_safetensors_read(tg_ctx *ctx, const char *path)
+static tg_safetensors *tg_safetensors_read_io(tg_ctx *ctx, const char *path)
 {
     static const char fn[] = "tg_safetensors_read";
     if (!ctx)
@@ -745,8 +771,16 @@ tg_safetensors *tg_safetensors_read(tg_ctx *ctx, const char *path)
     return st;
 }
 
-tg_safetensors *tg_safetensors_read_fd(tg_ctx *ctx, int fd, const char *label,
-                                       uint64_t max_bytes)
+tg_safetensors *tg_safetensors_read(tg_ctx *ctx, const char *path)
+{
+    tg__io_enter(ctx);
+    tg_safetensors *r = tg_safetensors_read_io(ctx, path);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_safetensors *tg_safetensors_read_fd_io(tg_ctx *ctx, int fd, const char *label,
+                                                 uint64_t max_bytes)
 {
     static const char fn[] = "tg_safetensors_read_fd";
     if (!ctx)
@@ -759,7 +793,16 @@ tg_safetensors *tg_safetensors_read_fd(tg_ctx *ctx, int fd, const char *label,
     return st;
 }
 
-tg_safetensors *tg_safetensors_read_mem(tg_ctx *ctx, const void *data, size_t size)
+tg_safetensors *tg_safetensors_read_fd(tg_ctx *ctx, int fd, const char *label,
+                                       uint64_t max_bytes)
+{
+    tg__io_enter(ctx);
+    tg_safetensors *r = tg_safetensors_read_fd_io(ctx, fd, label, max_bytes);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_safetensors *tg_safetensors_read_mem_io(tg_ctx *ctx, const void *data, size_t size)
 {
     static const char fn[] = "tg_safetensors_read_mem";
     if (!ctx)
@@ -769,6 +812,14 @@ tg_safetensors *tg_safetensors_read_mem(tg_ctx *ctx, const void *data, size_t si
     tg__src src;
     tg__src_open_mem(&src, fn, data ? data : "", size);
     return st_read(ctx, &src);
+}
+
+tg_safetensors *tg_safetensors_read_mem(tg_ctx *ctx, const void *data, size_t size)
+{
+    tg__io_enter(ctx);
+    tg_safetensors *r = tg_safetensors_read_mem_io(ctx, data, size);
+    tg__io_leave(ctx);
+    return r;
 }
 
 /* ----- writing -------------------------------------------------------------------------------- */
@@ -1035,10 +1086,11 @@ tg_status tg__st_write_items(tg_ctx *ctx, const char *fn, const char *path, int6
     return st_write_items(ctx, fn, path, NULL, n, items, n_meta, keys, vals, opts);
 }
 
-tg_status tg_safetensors_write_items(tg_ctx *ctx, const char *path, int64_t n,
-                                     const tg_io_item *items, int64_t n_meta,
-                                     const char *const *meta_keys,
-                                     const char *const *meta_values, const tg_write_opts *opts)
+static tg_status tg_safetensors_write_items_io(tg_ctx *ctx, const char *path, int64_t n,
+                                               const tg_io_item *items, int64_t n_meta,
+                                               const char *const *meta_keys,
+                                               const char *const *meta_values,
+                                               const tg_write_opts *opts)
 {
     static const char fn[] = "tg_safetensors_write_items";
     if (!ctx)
@@ -1050,9 +1102,22 @@ tg_status tg_safetensors_write_items(tg_ctx *ctx, const char *path, int64_t n,
     return st_write_items(ctx, fn, path, NULL, n, items, n_meta, meta_keys, meta_values, opts);
 }
 
-tg_status tg_safetensors_write_to(tg_ctx *ctx, const tg_writer *w, int64_t n,
-                                  const tg_io_item *items, int64_t n_meta,
-                                  const char *const *meta_keys, const char *const *meta_values)
+tg_status tg_safetensors_write_items(tg_ctx *ctx, const char *path, int64_t n,
+                                     const tg_io_item *items, int64_t n_meta,
+                                     const char *const *meta_keys,
+                                     const char *const *meta_values, const tg_write_opts *opts)
+{
+    tg__io_enter(ctx);
+    tg_status r =
+        tg_safetensors_write_items_io(ctx, path, n, items, n_meta, meta_keys, meta_values, opts);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_status tg_safetensors_write_to_io(tg_ctx *ctx, const tg_writer *w, int64_t n,
+                                            const tg_io_item *items, int64_t n_meta,
+                                            const char *const *meta_keys,
+                                            const char *const *meta_values)
 {
     static const char fn[] = "tg_safetensors_write_to";
     if (!ctx)
@@ -1062,6 +1127,16 @@ tg_status tg_safetensors_write_to(tg_ctx *ctx, const tg_writer *w, int64_t n,
         return TG_ERR_ARG;
     }
     return st_write_items(ctx, fn, NULL, w, n, items, n_meta, meta_keys, meta_values, NULL);
+}
+
+tg_status tg_safetensors_write_to(tg_ctx *ctx, const tg_writer *w, int64_t n,
+                                  const tg_io_item *items, int64_t n_meta,
+                                  const char *const *meta_keys, const char *const *meta_values)
+{
+    tg__io_enter(ctx);
+    tg_status r = tg_safetensors_write_to_io(ctx, w, n, items, n_meta, meta_keys, meta_values);
+    tg__io_leave(ctx);
+    return r;
 }
 
 /* Items for tensors' values or gradients, then the item writer. */
@@ -1117,13 +1192,35 @@ static tg_status st_write_tensors(tg_ctx *ctx, const char *fn, const char *path,
     return s;
 }
 
+static tg_status tg_safetensors_write_io(tg_ctx *ctx, const char *path, int64_t n,
+                                         const tg_tensor *const *tensors, const char *const *names,
+                                         int64_t n_meta, const char *const *meta_keys,
+                                         const char *const *meta_values)
+{
+    return st_write_tensors(ctx, "tg_safetensors_write", path, n, tensors, names, false, n_meta,
+                            meta_keys, meta_values);
+}
+
 tg_status tg_safetensors_write(tg_ctx *ctx, const char *path, int64_t n,
                                const tg_tensor *const *tensors, const char *const *names,
                                int64_t n_meta, const char *const *meta_keys,
                                const char *const *meta_values)
 {
-    return st_write_tensors(ctx, "tg_safetensors_write", path, n, tensors, names, false, n_meta,
-                            meta_keys, meta_values);
+    tg__io_enter(ctx);
+    tg_status r =
+        tg_safetensors_write_io(ctx, path, n, tensors, names, n_meta, meta_keys, meta_values);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_status tg_safetensors_write_grads_io(tg_ctx *ctx, const char *path, int64_t n,
+                                               const tg_tensor *const *tensors,
+                                               const char *const *names, int64_t n_meta,
+                                               const char *const *meta_keys,
+                                               const char *const *meta_values)
+{
+    return st_write_tensors(ctx, "tg_safetensors_write_grads", path, n, tensors, names, true,
+                            n_meta, meta_keys, meta_values);
 }
 
 tg_status tg_safetensors_write_grads(tg_ctx *ctx, const char *path, int64_t n,
@@ -1131,6 +1228,9 @@ tg_status tg_safetensors_write_grads(tg_ctx *ctx, const char *path, int64_t n,
                                      int64_t n_meta, const char *const *meta_keys,
                                      const char *const *meta_values)
 {
-    return st_write_tensors(ctx, "tg_safetensors_write_grads", path, n, tensors, names, true,
-                            n_meta, meta_keys, meta_values);
+    tg__io_enter(ctx);
+    tg_status r =
+        tg_safetensors_write_grads_io(ctx, path, n, tensors, names, n_meta, meta_keys, meta_values);
+    tg__io_leave(ctx);
+    return r;
 }
