@@ -49,6 +49,17 @@ tg_status tg__params_load_from(tg_ctx *ctx, const char *fn, const tg_safetensors
                     p->name, tg_dtype_str(f->dtype), p->name, tg_dtype_str(p->dtype));
             return TG_ERR_MISMATCH;
         }
+        if (p->dtype == TG_F32 && f->dtype == TG_F64) { /* f64 -> f32: within the f32 range */
+            const double *v = f->data;
+            for (int64_t k = 0; k < f->numel; k++)
+                if (!tg__f32_ok(v[k])) {
+                    tg__err(ctx, TG_ERR_FORMAT, fn, "tensor '%s' element %lld is %.17g in the "
+                            "file, beyond the f32 range of '%s' (largest finite "
+                            "3.4028234663852886e+38); nothing was loaded", p->name,
+                            (long long)k, v[k], p->name);
+                    return TG_ERR_FORMAT;
+                }
+        }
     }
     if (strict) {
         for (int64_t k = 0; k < tg_safetensors_count(st); k++) {
@@ -64,9 +75,11 @@ tg_status tg__params_load_from(tg_ctx *ctx, const char *fn, const tg_safetensors
             }
         }
     }
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) { /* cannot fail after the checks above */
         tg_tensor *f = tg_safetensors_find(st, params[i]->name);
-        tg_tensor_copy(params[i], f);
+        tg_status s = tg_tensor_copy(params[i], f);
+        if (s != TG_OK)
+            return s;
     }
     return TG_OK;
 }

@@ -541,9 +541,10 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
     if (tg__src_read(ctx, src, szb, 8, "header size field") != TG_OK)
         goto done;
     uint64_t N = tg__le64(szb);
-    /* The header (JSON) starts with '{' (as the reference implementation requires): peek at
-     * that byte, so that another kind of file (text, an image, .npy) is named as such rather
-     * than by the size its first 8 bytes happen to spell. A file source consumes it. */
+    /* The header (JSON) starts with '{' (or JSON whitespace): when the size field is
+     * impossible, peek at that byte, so that another kind of file (text, an image, .npy) is
+     * named as such rather than by the size its first 8 bytes happen to spell. A file source
+     * consumes the byte (the header is then read after it). */
     int first = -1;
     if (tg__src_left(src) > 0) {
         unsigned char c;
@@ -555,13 +556,15 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
     }
     uint64_t peeked = first >= 0 && !src->mem ? 1 : 0;
     bool bad_size = N > TG_SAFETENSORS_MAX_HEADER || N < 2 || N > tg__src_left(src) + peeked;
-    if (first >= 0 && first != '{') {
+    bool json_start = first == '{' || first == ' ' || first == '\t' || first == '\r' ||
+                      first == '\n';
+    if (bad_size && first >= 0 && !json_start) {
         char q[8];
         if (first >= 0x20 && first < 0x7f)
             snprintf(q, sizeof q, "'%c'", first);
         else
             snprintf(q, sizeof q, "0x%02x", (unsigned)first);
-        tg__err(ctx, bad_size ? TG_ERR_HEADER_SIZE : TG_ERR_JSON, fn,
+        tg__err(ctx, TG_ERR_HEADER_SIZE, fn,
                 "%s: not a safetensors file (one starts with an 8-byte header size, then a JSON "
                 "header '{'; here byte 8 is %s)", label, q);
         goto done;
