@@ -21,8 +21,12 @@
  *   builder, module init function (and the module builders of tgrad_nn.h), tg_graph_new() and
  *   tg_optim_new() returns NULL (or the pending status) at once without allocating, so a
  *   failed build stops at its first failure. Leaf constructors (tg_param(), tg_input(),
- *   tg_const()) still work: they only hold data (inputs to fill, files being read). A *run-time error* (tg_graph_forward(), tg_graph_backward(), tg_optim_step(),
- *   tg_clip_grad_norm(), the tensor data copies) is reported by the failing call's status, and
+ *   tg_const()) still work: they only hold data (inputs to fill, files being read). A
+ *   *run-time error* (tg_graph_forward(), tg_graph_backward(), tg_optim_step(),
+ *   tg_clip_grad_norm(), tg_gradcheck(), the tensor data copies, and every file call: the
+ *   safetensors and .npy readers and writers, tg_params_load() / tg_params_save(),
+ *   tg_checkpoint_save() / tg_checkpoint_restore(), tg_graph_write_dot(); so a missing file or
+ *   a full disk never blocks later builds) is reported by the failing call's status, and
  *   tg_ctx_status() / tg_ctx_message() describe it right after that call; it does **not**
  *   stick: it never blocks a later build, and it is dropped when the next call that builds or
  *   runs begins (or by tg_ctx_clear_error()). A run-time error never replaces a pending build
@@ -1127,8 +1131,8 @@ enum {
  * file, so after an error (a full disk: ::TG_ERR_IO) @p path holds the old file or nothing,
  * never a partial one; anything but a regular file is refused. tg_graph_write_dot_to() and
  * tg_graph_write_dot_opts() in tgrad_io.h write to a stream or inject failures.
- * Errors (build errors, as the other writers'): ::TG_ERR_ARG (NULL, unknown flag bits),
- * ::TG_ERR_IO, ::TG_ERR_NOMEM.
+ * Errors (run-time errors, as the other writers': they do not stick): ::TG_ERR_ARG (NULL,
+ * unknown flag bits), ::TG_ERR_IO (e.g. @p path is a directory), ::TG_ERR_NOMEM.
  */
 TG_API tg_status tg_graph_write_dot(const tg_graph *g, const char *path, int flags);
 /**@}*/

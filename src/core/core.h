@@ -119,9 +119,10 @@ void tg__free(tg_ctx *ctx, void *p);
  *   while it is pending every op builder (tg__check_srcs, tg__op_new), module init function,
  *   tg_graph_new and tg_optim_new refuses (returns NULL or the pending status) without
  *   allocating; leaf constructors still work (they hold data: inputs, files being read);
- * - a RUN error (tg__run_err: forward, backward, optimizer step, data copies) describes the
- *   failing call only: it never blocks a build, is dropped when the next call that builds or
- *   runs begins (tg__begin), and never replaces a pending build error. */
+ * - a RUN error (tg__run_err: forward, backward, optimizer step, data copies; and anything a
+ *   public file call records, tg__err included: see tg__io_enter) describes the failing call
+ *   only: it never blocks a build, is dropped when the next call that builds or runs begins
+ *   (tg__begin), and never replaces a pending build error. */
 /* Record a build error as "fn: message" (ignored if a build error is pending; replaces a run
  * error). Returns NULL so builders can `return tg__err(...)`. printf-style. */
 void *tg__err(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
