@@ -382,8 +382,8 @@ TG_API tg_tensor *tg_npy_read_fd(tg_ctx *ctx, int fd, const char *label, uint64_
  * atomically.
  * The header is what `numpy.save` writes: keys in sorted order, the spare spaces NumPy adds so
  * the first dim can grow in place, then spaces and '\n' so the data starts at a multiple of 64
- * bytes. Errors: ::TG_ERR_ARG, ::TG_ERR_IO (temporary file removed, old file untouched),
- * ::TG_ERR_NOMEM.
+ * bytes. Errors: ::TG_ERR_ARG (NULL, or @p t of another context), ::TG_ERR_IO (temporary
+ * file removed, old file untouched), ::TG_ERR_NOMEM.
  */
 TG_API tg_status tg_npy_write(tg_ctx *ctx, const char *path, const tg_tensor *t);
 /**

@@ -572,6 +572,10 @@ static tg_status tg_npy_write_io(tg_ctx *ctx, const char *path, const tg_tensor 
         tg__err(ctx, TG_ERR_ARG, fn, "tensor is NULL");
         return TG_ERR_ARG;
     }
+    if (t->ctx != ctx) {
+        tg__err(ctx, TG_ERR_ARG, fn, "tensor '%s' belongs to another context", t->name);
+        return TG_ERR_ARG;
+    }
     tg_io_item it = tg_io_item_data(t, NULL);
     return npy_write(ctx, fn, path, NULL, &it, NULL);
 }
