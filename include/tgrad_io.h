@@ -183,9 +183,10 @@ typedef struct tg_safetensors tg_safetensors;
  *
  * Checks, in this order (the first failing one is reported), with their status:
  * 1. file shorter than the 8-byte size field: ::TG_ERR_TRUNCATED;
- * 2. N impossible for this file (checks 3 and 4 would fail) and the byte after the size field
- *    neither '{' nor JSON whitespace: ::TG_ERR_HEADER_SIZE with `<file>: not a safetensors
- *    file (...)` (a text file, an image or an .npy file given by mistake);
+ * 2. N impossible for this file (checks 3 or 4 would fail) and, within the 64 bytes after
+ *    the size field, the first one that is not JSON whitespace is not '{':
+ *    ::TG_ERR_HEADER_SIZE with `<file>: not a safetensors file (...)` (a text file, an image
+ *    or an .npy file given by mistake);
  * 3. N < 2 or N > ::TG_SAFETENSORS_MAX_HEADER: ::TG_ERR_HEADER_SIZE (an absurd length field);
  * 4. fewer than N bytes after the size field: ::TG_ERR_TRUNCATED (the file was cut short);
  * 5. while parsing the header, in text order: not strict RFC 8259 JSON (strings with every

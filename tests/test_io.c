@@ -761,7 +761,8 @@ END_TEST
 START_TEST(test_st_not_safetensors)
 {
     make_tmpdir();
-    const char *texts[] = {"GNU GENERAL PUBLIC LICENSE\n   Version 3, 29 June 2007\n",
+    const char *texts[] = {"                    GNU GENERAL PUBLIC LICENSE\n"
+                           "                       Version 3, 29 June 2007\n",
                            "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, "
                            "'shape': (1,), }      \n\x00\x00\x80?"};
     for (int i = 0; i < 2; i++) {

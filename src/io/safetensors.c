@@ -541,33 +541,32 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
     if (tg__src_read(ctx, src, szb, 8, "header size field") != TG_OK)
         goto done;
     uint64_t N = tg__le64(szb);
-    /* The header (JSON) starts with '{' (or JSON whitespace): when the size field is
-     * impossible, peek at that byte, so that another kind of file (text, an image, .npy) is
-     * named as such rather than by the size its first 8 bytes happen to spell. A file source
-     * consumes the byte (the header is then read after it). */
-    int first = -1;
-    if (tg__src_left(src) > 0) {
-        unsigned char c;
+    /* The header (JSON) starts with '{', possibly after JSON whitespace. When the size field
+     * is impossible for this file (the read fails below anyway), look at the first bytes after
+     * it, so that another kind of file (text, an image, .npy) is named as such rather than by
+     * the size its first 8 bytes happen to spell. */
+    uint64_t left = tg__src_left(src); /* (a file source consumes what is looked at) */
+    if ((N > TG_SAFETENSORS_MAX_HEADER || N < 2 || N > left) && left > 0) {
+        unsigned char look[64];
+        size_t k = left < sizeof look ? (size_t)left : sizeof look, i = 0;
         if (src->mem)
-            c = src->mem[src->pos];
-        else if (tg__src_read(ctx, src, &c, 1, "header") != TG_OK)
+            memcpy(look, src->mem + src->pos, k);
+        else if (tg__src_read(ctx, src, look, k, "header") != TG_OK)
             goto done;
-        first = c;
-    }
-    uint64_t peeked = first >= 0 && !src->mem ? 1 : 0;
-    bool bad_size = N > TG_SAFETENSORS_MAX_HEADER || N < 2 || N > tg__src_left(src) + peeked;
-    bool json_start = first == '{' || first == ' ' || first == '\t' || first == '\r' ||
-                      first == '\n';
-    if (bad_size && first >= 0 && !json_start) {
-        char q[8];
-        if (first >= 0x20 && first < 0x7f)
-            snprintf(q, sizeof q, "'%c'", first);
-        else
-            snprintf(q, sizeof q, "0x%02x", (unsigned)first);
-        tg__err(ctx, TG_ERR_HEADER_SIZE, fn,
-                "%s: not a safetensors file (one starts with an 8-byte header size, then a JSON "
-                "header '{'; here byte 8 is %s)", label, q);
-        goto done;
+        while (i < k && (look[i] == ' ' || look[i] == '\t' || look[i] == '\r' ||
+                         look[i] == '\n'))
+            i++;
+        if (i < k && look[i] != '{') {
+            char q[8];
+            if (look[i] >= 0x20 && look[i] < 0x7f)
+                snprintf(q, sizeof q, "'%c'", look[i]);
+            else
+                snprintf(q, sizeof q, "0x%02x", (unsigned)look[i]);
+            tg__err(ctx, TG_ERR_HEADER_SIZE, fn,
+                    "%s: not a safetensors file (one starts with an 8-byte header size, then a "
+                    "JSON header '{'; here byte %zu is %s)", label, 8 + i, q);
+            goto done;
+        }
     }
     if (N > TG_SAFETENSORS_MAX_HEADER || N < 2) {
         tg__err(ctx, TG_ERR_HEADER_SIZE, fn,
@@ -576,10 +575,10 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
                 TG_SAFETENSORS_MAX_HEADER);
         goto done;
     }
-    if (N > tg__src_left(src) + peeked) {
+    if (N > left) {
         tg__err(ctx, TG_ERR_TRUNCATED, fn,
                 "%s: header size is %llu bytes but only %llu bytes follow the size field", label,
-                (unsigned long long)N, (unsigned long long)(tg__src_left(src) + peeked));
+                (unsigned long long)N, (unsigned long long)left);
         goto done;
     }
     const char *hdr;
@@ -590,8 +589,7 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
         hdr_owned = tg__alloc(ctx, (size_t)N, fn);
         if (!hdr_owned)
             goto done;
-        hdr_owned[0] = (char)first; /* peeked above (N >= 2, so first >= 0) */
-        if (tg__src_read(ctx, src, hdr_owned + 1, (size_t)N - 1, "header") != TG_OK)
+        if (tg__src_read(ctx, src, hdr_owned, (size_t)N, "header") != TG_OK)
             goto done;
         hdr = hdr_owned;
     }
