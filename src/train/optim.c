@@ -221,22 +221,6 @@ tg_tensor *tg_optim_state(const tg_optim *o, int64_t i)
     return NULL;
 }
 
-/* Is every gradient element finite? (parameters without a gradient count as zero) */
-static bool all_finite(const tg_tensor *p)
-{
-    if (p->dtype == TG_F32)
-        return tg__first_nonfinite_f32(p->grad, p->numel, false) < 0;
-    return tg__first_nonfinite_f64(p->grad, p->numel, false) < 0;
-}
-
-static tg_tensor *first_nonfinite(tg_tensor *const *params, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        if (params[i]->grad && !all_finite(params[i]))
-            return params[i];
-    return NULL;
-}
-
 /* A step that would make a parameter or its state non-finite (finite gradients, but a huge
  * learning rate, state or parameter) is refused like a non-finite gradient: a first pass runs
  * the same arithmetic without writing and ORs a per-element "not finite" flag. */
@@ -394,15 +378,11 @@ tg_status tg_optim_step(tg_optim *o, double lr)
         tg__run_err(o->ctx, TG_ERR_STATE, fn, "step count %lld cannot grow", (long long)o->t);
         return TG_ERR_STATE;
     }
-    tg_tensor *bad = first_nonfinite(o->params, o->n);
-    if (bad) {
-        tg__run_err(o->ctx, TG_ERR_NONFINITE, fn,
-                    "gradient of '%s' is not finite; parameters left unchanged", bad->name);
-        return TG_ERR_NONFINITE;
-    }
     int64_t t = o->t + 1;
     int nt = tg__threads(o->ctx);
-    /* two passes: check every parameter's update, then apply them all (or none) */
+    /* Two passes: check every parameter's update, then apply them all (or none). A non-finite
+     * gradient makes its update non-finite, so the check also finds those (and names them as
+     * such) without a separate scan of the gradients. */
     for (int pass = 0; pass < 2; pass++) {
         bool check = pass == 0;
         for (int64_t i = 0; i < o->n; i++) {
@@ -419,6 +399,12 @@ tg_status tg_optim_step(tg_optim *o, double lr)
                 k = p->dtype == TG_F32
                         ? adam_f32(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, v, check)
                         : adam_f64(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, v, check);
+            if (k >= 0 && !isfinite(elem(p->grad, p->dtype, k))) {
+                tg__run_err(o->ctx, TG_ERR_NONFINITE, fn, "gradient of '%s' is not finite "
+                            "(element %lld is %g); parameters left unchanged", p->name,
+                            (long long)k, elem(p->grad, p->dtype, k));
+                return TG_ERR_NONFINITE;
+            }
             if (k >= 0) {
                 tg__run_err(o->ctx, TG_ERR_NONFINITE, fn,
                             "the update of '%s' is not finite at element %lld (parameter %g, "
