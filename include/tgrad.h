@@ -21,8 +21,12 @@
  *   builder, module init function (and the module builders of tgrad_nn.h), tg_graph_new() and
  *   tg_optim_new() returns NULL (or the pending status) at once without allocating, so a
  *   failed build stops at its first failure. Leaf constructors (tg_param(), tg_input(),
- *   tg_const()) still work: they only hold data (inputs to fill, files being read). A *run-time error* (tg_graph_forward(), tg_graph_backward(), tg_optim_step(),
- *   tg_clip_grad_norm(), the tensor data copies) is reported by the failing call's status, and
+ *   tg_const()) still work: they only hold data (inputs to fill, files being read). A
+ *   *run-time error* (tg_graph_forward(), tg_graph_backward(), tg_optim_step(),
+ *   tg_clip_grad_norm(), tg_gradcheck(), the tensor data copies, and every file call: the
+ *   safetensors and .npy readers and writers, tg_params_load() / tg_params_save(),
+ *   tg_checkpoint_save() / tg_checkpoint_restore(), tg_graph_write_dot(); so a missing file or
+ *   a full disk never blocks later builds) is reported by the failing call's status, and
  *   tg_ctx_status() / tg_ctx_message() describe it right after that call; it does **not**
  *   stick: it never blocks a later build, and it is dropped when the next call that builds or
  *   runs begins (or by tg_ctx_clear_error()). A run-time error never replaces a pending build
@@ -130,7 +134,10 @@ typedef struct tg_graph tg_graph;
  * tg_fill(), the .npy and safetensors readers) follow one rule: i32 to a float is exact in f64
  * and rounds to nearest in f32 (exact up to 2^24 in magnitude); a float to i32 must be an
  * integer in [-2^31, 2^31 - 1]: a fraction, NaN, an infinity or a value out of that range is an
- * error (::TG_ERR_ARG, nothing written), never a silent truncation or undefined behaviour.
+ * error (::TG_ERR_ARG, nothing written), never a silent truncation or undefined behaviour;
+ * f64 to f32 rounds to nearest, but a finite value that would round to an infinity
+ * (|v| >= 2^128 - 2^103, about 3.4028235e38, e.g. 1e308) is an error the same way (the file
+ * readers: ::TG_ERR_FORMAT), while NaN and the infinities stay what they are.
  * There is no 64-bit integer dtype: token ids, targets and masks fit in 32 bits, and 64-bit
  * integer files (NumPy's default `<i8`, PyTorch's int64) are read into i32 with a range check.
  */
@@ -226,8 +233,10 @@ TG_API double tg_rng_uniform(tg_ctx *ctx);
 TG_API double tg_rng_normal(tg_ctx *ctx);
 /** Copy the 256-bit RNG state out (4 words), e.g. to store in a checkpoint. */
 TG_API void tg_rng_get_state(const tg_ctx *ctx, uint64_t state[4]);
-/** Restore a state produced by tg_rng_get_state(). */
-TG_API void tg_rng_set_state(tg_ctx *ctx, const uint64_t state[4]);
+/** Restore a state produced by tg_rng_get_state(). Errors (run-time, state unchanged):
+ *  ::TG_ERR_ARG for NULL or the all-zero state (a fixed point of xoshiro256**: the generator
+ *  would return 0 for ever; tg_rng_get_state() never gives it). */
+TG_API tg_status tg_rng_set_state(tg_ctx *ctx, const uint64_t state[4]);
 /** Advance the context RNG by 2^128 outputs (xoshiro256**'s jump function, Blackman & Vigna
  *  2018): from one state, 0, 1, 2, ... jumps give 2^128 non-overlapping streams. `tgrad train
  *  --grad-accum` draws micro-batch i's dropout masks from the step's state jumped i times. */
@@ -1047,13 +1056,18 @@ TG_API int tg_op_find(const char *name);
 /* ------------------------------------------------------------------------------------------ */
 /** @name Gradient checking */
 /**@{*/
+/** Most random projections tg_gradcheck() checks (tg_gradcheck_opts::n_projections); each
+ *  costs two forward passes. */
+#define TG_GRADCHECK_MAX_PROJECTIONS 100000
+
 /** Options for tg_gradcheck(). Fill with tg_gradcheck_defaults(). */
 typedef struct tg_gradcheck_opts {
     double eps;           /**< central-difference step (f64: 1e-6, f32: 1e-3) */
     double atol;          /**< absolute tolerance (f64: 1e-5, f32: 1e-2) */
     double rtol;          /**< relative tolerance (f64: 1e-3, f32: 1e-2) */
-    int n_projections;    /**< 0: check every element; k > 0: check k random projections
-                               v^T J u instead (cheap for large tensors) */
+    int n_projections;    /**< 0: check every element; k in 1..::TG_GRADCHECK_MAX_PROJECTIONS:
+                               check k random projections v^T J u instead (cheap for large
+                               tensors) */
     uint64_t seed;        /**< seed of r (loss weights) and of the projections */
     int64_t max_elements; /**< 0: no limit; else check at most this many elements per tensor
                                (spread evenly), a cheaper middle ground */
@@ -1091,7 +1105,10 @@ typedef struct tg_gradcheck_report {
  * gradient gives zero gradients. Leaf data and gradients are restored afterwards.
  * The graph is built internally (context memory). @p opts NULL means defaults for y's dtype.
  * Returns ::TG_OK if passed, ::TG_ERR_GRADCHECK if not (see @p report), or another error
- * (::TG_ERR_ARG for NULL, ::TG_ERR_NOGRAD if nothing is differentiable, build errors).
+ * (::TG_ERR_ARG for NULL, @p y of another context, or invalid options: eps not finite and
+ * > 0, a negative tolerance or max_elements, n_projections outside 0..
+ * ::TG_GRADCHECK_MAX_PROJECTIONS; ::TG_ERR_NOGRAD if nothing is differentiable; a pending
+ * build error). These are run-time errors: they do not stick.
  */
 TG_API tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
                               tg_gradcheck_report *report);
@@ -1139,8 +1156,8 @@ enum {
  * file, so after an error (a full disk: ::TG_ERR_IO) @p path holds the old file or nothing,
  * never a partial one; anything but a regular file is refused. tg_graph_write_dot_to() and
  * tg_graph_write_dot_opts() in tgrad_io.h write to a stream or inject failures.
- * Errors (build errors, as the other writers'): ::TG_ERR_ARG (NULL, unknown flag bits),
- * ::TG_ERR_IO, ::TG_ERR_NOMEM.
+ * Errors (run-time errors, as the other writers': they do not stick): ::TG_ERR_ARG (NULL,
+ * unknown flag bits), ::TG_ERR_IO (e.g. @p path is a directory), ::TG_ERR_NOMEM.
  */
 TG_API tg_status tg_graph_write_dot(const tg_graph *g, const char *path, int flags);
 /**@}*/
@@ -1261,7 +1278,9 @@ TG_API tg_tensor *tg_custom_op(tg_ctx *ctx, const tg_custom_def *def, int n_inpu
 /**
  * Inside a callback: record why it fails and return @p status, so that
  * `return tg_custom_error(call, TG_ERR_ARG, "x[%lld] = %g is negative", i, v);` ends it.
- * The message (printf-style, one line, truncated to 300 bytes) becomes the run's error message.
+ * The message (printf-style, truncated to 300 bytes) becomes the run's error message, as one
+ * printable line: a newline, carriage return or tab becomes a space; any other control
+ * character (C0, DEL, C1) and every byte that is not valid UTF-8 becomes '?'.
  * @p status should be an error code (::TG_OK is turned into ::TG_ERR_ARG).
  */
 TG_API tg_status tg_custom_error(tg_custom_call *call, tg_status status, const char *fmt, ...)

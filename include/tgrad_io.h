@@ -8,11 +8,13 @@
  *   way is rejected with a specific status (::TG_ERR_TRUNCATED, ::TG_ERR_JSON, ::TG_ERR_GAP, ...)
  *   and a message naming the file, the tensor and the offending value. They never crash on
  *   hostile input.
- * - Failures follow the rest of tgrad: functions returning a pointer return NULL, functions
- *   returning ::tg_status return the code; either way the **first** error is recorded on the
- *   context (tg_ctx_status(), tg_ctx_message()). If an earlier error is still recorded, the
- *   message of the new one is not kept, so call tg_ctx_clear_error() before a read whose exact
- *   status you need.
+ * - Failures are **run-time errors** (tgrad.h, "Errors come in two kinds"): functions
+ *   returning a pointer return NULL, functions returning ::tg_status return the code, and
+ *   tg_ctx_status() / tg_ctx_message() describe the call's first failure right after it. Such
+ *   an error does not stick: a missing file, a full disk or a malformed file never blocks later
+ *   builders, graphs or tg_gradcheck(), and the next call that builds or runs drops it. Every
+ *   call here starts by dropping an earlier run-time error; a pending build error is never
+ *   replaced (the call then still runs, but its own failure is not recorded over it).
  * - Everything a reader returns (tensors, names, metadata strings, the ::tg_safetensors record)
  *   is owned by the context and stays valid until tg_ctx_free(). On failure nothing stays
  *   allocated: the context holds the same number of bytes as before the call.
@@ -175,15 +177,19 @@ typedef struct tg_safetensors tg_safetensors;
  * ::TG_NAME_MAX - 1 bytes; tg_safetensors_name() keeps the full key). Dtypes:
  * F32 and F64 are kept; F16 and BF16 are converted exactly to f32; BOOL (0 and 1) and every
  * integer dtype (U8, I8, U16, I16, I32, U32, I64, U64) become ::TG_I32, values checked to fit
- * (check 11: a 64-bit id file from PyTorch reads exactly as long as its values are 32-bit).
+ * (check 12: a 64-bit id file from PyTorch reads exactly as long as its values are 32-bit).
  * tg_safetensors_file_dtype() tells which dtype the file stored. Rank-0 tensors (shape [])
  * are read; tgrad tensors have no zero-size dims, so a dim of 0 is rejected.
  *
  * Checks, in this order (the first failing one is reported), with their status:
  * 1. file shorter than the 8-byte size field: ::TG_ERR_TRUNCATED;
- * 2. N < 2 or N > ::TG_SAFETENSORS_MAX_HEADER: ::TG_ERR_HEADER_SIZE (an absurd length field);
- * 3. fewer than N bytes after the size field: ::TG_ERR_TRUNCATED (the file was cut short);
- * 4. while parsing the header, in text order: not strict RFC 8259 JSON (strings with every
+ * 2. N impossible for this file (checks 3 or 4 would fail) and, within the 64 bytes after
+ *    the size field, the first one that is not JSON whitespace is not '{':
+ *    ::TG_ERR_HEADER_SIZE with `<file>: not a safetensors file (...)` (a text file, an image
+ *    or an .npy file given by mistake);
+ * 3. N < 2 or N > ::TG_SAFETENSORS_MAX_HEADER: ::TG_ERR_HEADER_SIZE (an absurd length field);
+ * 4. fewer than N bytes after the size field: ::TG_ERR_TRUNCATED (the file was cut short);
+ * 5. while parsing the header, in text order: not strict RFC 8259 JSON (strings with every
  *    escape incl. surrogate pairs and valid UTF-8, no trailing commas or garbage, nesting
  *    <= 64), not an object, a tensor entry not an object, a missing or unknown field, dtype
  *    not a string, shape or data_offsets not arrays of non-negative integers (negative,
@@ -192,19 +198,19 @@ typedef struct tg_safetensors tg_safetensors;
  *    ::TG_ERR_DUPLICATE; a name or metadata string containing NUL, or more than
  *    ::TG_SAFETENSORS_MAX_META metadata entries: ::TG_ERR_UNSUPPORTED; more than 1024 tensors
  *    and more tensors than the data section has bytes (each needs at least one):
- *    ::TG_ERR_TRUNCATED at once (for fewer tensors that case is reported by check 7);
- * 5. for each tensor in header order: unknown or unreadable dtype (e.g. "F8_E4M3"), rank >
+ *    ::TG_ERR_TRUNCATED at once (for fewer tensors that case is reported by check 8);
+ * 6. for each tensor in header order: unknown or unreadable dtype (e.g. "F8_E4M3"), rank >
  *    ::TG_MAX_RANK, a dim of 0: ::TG_ERR_UNSUPPORTED; a dim or the element count overflowing
  *    64-bit sizes (or tgrad's tensor limit): ::TG_ERR_OVERFLOW; begin > end or an offset
  *    beyond 2^63: ::TG_ERR_OUT_OF_BOUNDS; end - begin != numel * dtype size:
  *    ::TG_ERR_SIZE_MISMATCH;
- * 6. a tensor name twice: ::TG_ERR_DUPLICATE;
- * 7. data section shorter than the tensors' total byte size: ::TG_ERR_TRUNCATED;
- * 8. a range ending past the data section: ::TG_ERR_OUT_OF_BOUNDS;
- * 9. ranges sorted by offset overlapping: ::TG_ERR_OVERLAP; leaving a hole, or the first not
+ * 7. a tensor name twice: ::TG_ERR_DUPLICATE;
+ * 8. data section shorter than the tensors' total byte size: ::TG_ERR_TRUNCATED;
+ * 9. a range ending past the data section: ::TG_ERR_OUT_OF_BOUNDS;
+ * 10. ranges sorted by offset overlapping: ::TG_ERR_OVERLAP; leaving a hole, or the first not
  *    starting at 0: ::TG_ERR_GAP;
- * 10. bytes after the last range: ::TG_ERR_TRAILING;
- * 11. while reading the data (in file order): an integer element outside the i32 range
+ * 11. bytes after the last range: ::TG_ERR_TRAILING;
+ * 12. while reading the data (in file order): an integer element outside the i32 range
  *    [-2^31, 2^31 - 1]: ::TG_ERR_UNSUPPORTED (`tg_safetensors_read: ids.st: data of tensor
  *    'ids': element 3 (I64) is 4294967296, not an integer in the i32 range [...]`).
  * Also: open/read failure, or a path that is not a regular file, ::TG_ERR_IO (with strerror);
@@ -353,7 +359,8 @@ typedef enum tg_npy_kind {
  * (header longer than ::TG_NPY_MAX_HEADER), ::TG_ERR_TRUNCATED (file ends inside the preamble,
  * header or data), ::TG_ERR_TRAILING (bytes after the data), ::TG_ERR_OVERFLOW (a dim or the
  * shape product overflows), ::TG_ERR_UNSUPPORTED also for a value that does not fit an i32
- * @p want, ::TG_ERR_DTYPE (@p want not f32/f64/i32), ::TG_ERR_IO, ::TG_ERR_NOMEM,
+ * @p want, ::TG_ERR_FORMAT also for a finite `<f8` value beyond the f32 range (e.g. 1e308)
+ * read as ::TG_F32 (`element 3 (F64) is 1e+308, beyond the f32 range ...`), ::TG_ERR_DTYPE (@p want not f32/f64/i32), ::TG_ERR_IO, ::TG_ERR_NOMEM,
  * ::TG_ERR_ARG; ::TG_ERR_IO also for a path that is not a regular file (read a stream with
  * tg_npy_read_fd()). Source: NumPy NEP 1 and `numpy.lib.format`.
  *
@@ -376,8 +383,8 @@ TG_API tg_tensor *tg_npy_read_fd(tg_ctx *ctx, int fd, const char *label, uint64_
  * atomically.
  * The header is what `numpy.save` writes: keys in sorted order, the spare spaces NumPy adds so
  * the first dim can grow in place, then spaces and '\n' so the data starts at a multiple of 64
- * bytes. Errors: ::TG_ERR_ARG, ::TG_ERR_IO (temporary file removed, old file untouched),
- * ::TG_ERR_NOMEM.
+ * bytes. Errors: ::TG_ERR_ARG (NULL, or @p t of another context), ::TG_ERR_IO (temporary
+ * file removed, old file untouched), ::TG_ERR_NOMEM.
  */
 TG_API tg_status tg_npy_write(tg_ctx *ctx, const char *path, const tg_tensor *t);
 /**
@@ -411,7 +418,10 @@ TG_API tg_status tg_npy_write_to(tg_ctx *ctx, const tg_writer *w, const tg_io_it
  * Errors (message names the tensor):
  * ::TG_ERR_MISMATCH for a missing tensor, a shape different from the parameter's, a float
  * tensor for an i32 one, or (with @p strict) a tensor in the file that no parameter takes
- * (optimizer state of a parameter that is not loaded included); ::TG_ERR_ARG.
+ * (optimizer state of a parameter that is loaded is skipped, not unexpected);
+ * ::TG_ERR_FORMAT for a finite f64 value beyond the f32 range of an f32 parameter (`tensor 'w'
+ * element 1 is -1e+308 in the file, beyond the f32 range ...`); ::TG_ERR_ARG (an entry of
+ * @p params NULL or of another context). @p st may come from any context (it is only data).
  */
 TG_API tg_status tg_params_load_from(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
                                      tg_tensor *const *params, bool strict);

@@ -88,8 +88,8 @@ typedef struct tg_model tg_model;
  * the context keeps only the model.
  * Ownership: the model and its tensors belong to @p ctx (tg_ctx_free(), or tg_ctx_rewind() to
  * a mark taken before this call). On failure NULL is returned, the error is recorded on
- * @p ctx (a build error, as tg_transformer_init()'s: it sticks until tg_ctx_clear_error())
- * and the context holds exactly the bytes it held before the call (tg_ctx_bytes()).
+ * @p ctx as a run-time error, like every file call's (it does not stick: the next call
+ * starts afresh, see "Errors" in tgrad.h) and the context holds exactly the bytes it held before the call (tg_ctx_bytes()).
  * Errors: those of tg_safetensors_read() (::TG_ERR_IO, ::TG_ERR_TRUNCATED, ...);
  * ::TG_ERR_FORMAT (not a tgrad checkpoint or export, a missing or malformed field, fields
  * that disagree, e.g. `tg_model_load: lm.ckpt: metadata 'model.heads' is 3, which does not

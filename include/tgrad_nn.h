@@ -75,7 +75,7 @@ TG_API tg_tensor *tg_causal_mask(tg_ctx *ctx, tg_dtype dt, int64_t t_q, int64_t 
  * @param scale 0 means 1/sqrt(d_k) (the paper's); otherwise the factor used.
  * @param attn_weights if not NULL, receives the softmax weights tensor (part of the graph).
  * Errors: ::TG_ERR_SHAPE (d_k differ, T_k of k and v differ, mask not broadcastable),
- * ::TG_ERR_ARG (scale not finite), ::TG_ERR_DTYPE.
+ * ::TG_ERR_ARG (scale not finite), ::TG_ERR_DTYPE (an integer attn_mask is named as such).
  * Source: Vaswani et al. 2017, "Attention Is All You Need", sec. 3.2.1, eq. (1).
  */
 TG_API tg_tensor *tg_sdpa(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v,
@@ -114,7 +114,8 @@ TG_API tg_status tg_mha_init(tg_ctx *ctx, tg_mha *m, tg_dtype dt, int64_t d_mode
  * Shapes: query (B, T_q, D), key (B, T_k, D), value (B, T_k, D) -> (B, T_q, D);
  * attention weights per head (B, H, T_q, T_k) (PyTorch averages over heads by default).
  * Errors: ::TG_ERR_SHAPE (widths differ from d_model, batch or T_k mismatch, mask shapes),
- * ::TG_ERR_ARG (m NULL or uninitialised), ::TG_ERR_DTYPE.
+ * ::TG_ERR_ARG (m NULL or uninitialised), ::TG_ERR_DTYPE (inputs of different dtypes, or an
+ * integer attn_mask or key_padding_mask: the message names the mask and its dtype).
  */
 TG_API tg_tensor *tg_mha_forward(tg_ctx *ctx, const tg_mha *m, tg_tensor *query,
                                  tg_tensor *key, tg_tensor *value, const tg_attn_masks *masks,

@@ -47,7 +47,9 @@ typedef struct tg_optim tg_optim;
  * creation order). State tensors (same shape and dtype as each parameter, zero) are created in
  * the context and named `sgd.momentum.<name>`, `adam.m.<name>`, `adam.v.<name>`.
  * Errors: ::TG_ERR_ARG (bad hyperparameters: lr < 0, betas outside [0, 1), eps <= 0, nesterov
- * without momentum or with dampening), ::TG_ERR_NOMEM. Owned by the context.
+ * without momentum or with dampening; an entry of @p params NULL, not a parameter, of another
+ * context, or listed twice: `parameter 'w' is listed twice (entries 0 and 2)`),
+ * ::TG_ERR_NOMEM. Owned by the context.
  */
 TG_API tg_optim *tg_optim_new(tg_ctx *ctx, const tg_optim_config *cfg, int64_t n,
                               tg_tensor *const *params);
@@ -62,6 +64,10 @@ TG_API tg_optim *tg_optim_new(tg_ctx *ctx, const tg_optim_config *cfg, int64_t n
  * A parameter without a gradient buffer (in no graph built for backward) is skipped, as PyTorch
  * skips `grad is None`. If any gradient is NaN or infinite nothing is changed (parameters,
  * state, step count) and ::TG_ERR_NONFINITE is returned with a message naming the parameter.
+ * The same holds when the gradients are finite but the update is not: a new parameter value
+ * or optimizer state would be NaN or infinite (a huge learning rate or gradient, a NaN
+ * already in the state): `the update of 'w' is not finite at element 3 (...); parameters
+ * left unchanged`. (The step computes every update once without writing, then applies them.)
  */
 TG_API tg_status tg_optim_step(tg_optim *opt, double lr);
 /** Number of successful steps taken (t). */
@@ -80,7 +86,9 @@ TG_API tg_tensor *tg_optim_param(const tg_optim *opt, int64_t i);
 
 /**
  * Global L2 norm of the gradients of @p n parameters (NULL: all of the context's), summed in a
- * fixed order in double. Parameters without a gradient buffer count as zero.
+ * fixed order in double. Parameters without a gradient buffer (and NULL entries) count as zero.
+ * Errors: NaN is returned with a run-time ::TG_ERR_ARG recorded for n < 0 or an entry of
+ * another context (`entry 0 ('w') belongs to another context`).
  */
 TG_API double tg_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params);
 /**
@@ -88,7 +96,8 @@ TG_API double tg_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params);
  * max_norm / (norm + 1e-6) < 1 (the norm exceeds max_norm, up to the 1e-6), scale every
  * gradient by that factor. Returns the norm before
  * clipping in @p norm_out. A non-finite norm leaves the gradients alone and returns
- * ::TG_ERR_NONFINITE. Errors: ::TG_ERR_ARG (max_norm <= 0).
+ * ::TG_ERR_NONFINITE. Errors (run-time): ::TG_ERR_ARG (max_norm <= 0, n < 0, an entry of
+ * another context: nothing is scaled).
  */
 TG_API tg_status tg_clip_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params,
                                    double max_norm, double *norm_out);
@@ -365,8 +374,9 @@ TG_API tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int6
  * Cost: n = 1 runs the prebuilt step graph; n = h the prebuilt refill graph; any other n
  * builds a graph for n, runs it and releases it (tg_ctx_mark() / tg_ctx_rewind()), so feeding
  * any number of tokens leaves tg_ctx_bytes() unchanged.
- * Errors (run-time: they do not stick): ::TG_ERR_ARG (@p gen NULL or freed, @p ids NULL, n <
- * 1, an id out of range: nothing changes, the message names the element), ::TG_ERR_STATE (an
+ * Errors (run-time: they do not stick): ::TG_ERR_ARG (@p gen freed: `the generator was
+ * freed`; @p ids NULL, n < 1, an id out of range: nothing changes, the message names the
+ * element; @p gen NULL: returned only, there is no context to record it on), ::TG_ERR_STATE (an
  * encoder-decoder generator without a source: call tg_generator_set_source()), and those of
  * building or running a graph (e.g. ::TG_ERR_NOMEM for a new prompt length); after such a
  * failure the length is unchanged, or 0 if the feed was re-prefilling at the wrap.
@@ -383,8 +393,9 @@ TG_API tg_status tg_generator_feed(tg_generator *gen, const int32_t *ids, int64_
  * target's prompt, usually the BOS token. tg_generator_reset() keeps the source. s =
  * max_seq_len runs the encoder graph built by tg_generator_new(); another s builds one and
  * releases it (tg_ctx_mark() / tg_ctx_rewind()), so tg_ctx_bytes() does not grow.
- * Errors (run-time): ::TG_ERR_ARG (@p gen NULL or freed, not an encoder-decoder, @p src_ids
- * NULL, s out of range, an id out of range: nothing changes, the message names the element),
+ * Errors (run-time): ::TG_ERR_ARG (@p gen freed, or NULL: returned only; not an
+ * encoder-decoder, @p src_ids NULL, s out of range, an id out of range: nothing changes, the
+ * message names the element),
  * those of building or running the encoder (after which the generator has no source).
  * Source: Vaswani et al. 2017, sec. 3.2.3 ("encoder-decoder attention ... the memory keys and
  * values come from the output of the encoder").
@@ -419,7 +430,9 @@ TG_API void tg_generator_free(tg_generator *gen);
  * `sgd.momentum.*`) if @p opt is not NULL, and metadata: the caller's key/value pairs plus
  * `optim.step` and `rng` (the context RNG state, hex). A failure leaves @p path as it was.
  * @p opts: NULL, or write options (fault injection for tests).
- * Errors: those of tg_safetensors_write_items().
+ * Errors (run-time, like every file call): those of tg_safetensors_write_items();
+ * ::TG_ERR_ARG for an optimizer of another context (`the optimizer belongs to another
+ * context`).
  */
 TG_API tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_optim *opt,
                                     int64_t n_meta, const char *const *keys,
@@ -429,11 +442,17 @@ TG_API tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_opti
  * parsed checkpoint. Nothing is modified unless every tensor matches and the metadata is valid.
  * The metadata is checked strictly, as written by tg_checkpoint_save(): `optim.step` is decimal
  * digits only (no sign, space, leading zero or trailing text), 0 to 2^53; `rng` is exactly 64
- * hex digits, not all zero (the generator's fixed point).
- * Errors: ::TG_ERR_MISMATCH (names or shapes differ: a different config), ::TG_ERR_FORMAT
- * (missing or malformed `optim.step` / `rng`, e.g. `tg_checkpoint_restore: metadata
- * 'optim.step' is '-1' (expected a step count: decimal digits, 0 to 9007199254740992)`),
- * ::TG_ERR_ARG (NULL @p st).
+ * hex digits, not all zero (the generator's fixed point). The optimizer state's values are
+ * checked too: every element finite, and Adam's second moments (`adam.v.*`) >= 0, since one
+ * NaN there would silently turn every later update of that parameter into NaN.
+ * @p st may have been read in any context (it is only data); @p opt must belong to @p ctx.
+ * Errors (run-time, like every file call): ::TG_ERR_MISMATCH (names or shapes differ: a
+ * different config), ::TG_ERR_FORMAT (missing or malformed `optim.step` / `rng`, e.g.
+ * `tg_checkpoint_restore: metadata 'optim.step' is '-1' (expected a step count: decimal
+ * digits, 0 to 9007199254740992)`; optimizer state out of range: `optimizer state
+ * 'adam.v.w' element 5 is -1 (expected a finite value >= 0, as a second moment is); nothing
+ * was restored`; a finite f64 value beyond an f32 tensor's range), ::TG_ERR_ARG (NULL @p st,
+ * an optimizer of another context).
  */
 TG_API tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim *opt);
 /**@}*/

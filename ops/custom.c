@@ -39,6 +39,51 @@ typedef struct {
     char msg[301];
 } custom_run;
 
+/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 (overlong, surrogate, beyond
+ * U+10FFFF, truncated, a stray continuation byte). */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
+                               : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (len == 0 || len > n)
+        return 0;
+    uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+/* A callback's message as one printable line, in place: a newline or tab becomes a space,
+ * another control character (C0, DEL, C1) or a byte that is not valid UTF-8 becomes '?'. */
+static void one_line(char *msg)
+{
+    unsigned char *s = (unsigned char *)msg;
+    size_t n = strlen(msg);
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_len(s + i, n - i);
+        if (len == 0) {
+            s[i++] = '?';
+        } else if (len == 1) {
+            if (s[i] == '\n' || s[i] == '\r' || s[i] == '\t')
+                s[i] = ' ';
+            else if (s[i] < 0x20 || s[i] == 0x7f)
+                s[i] = '?';
+            i++;
+        } else {
+            if (len == 2 && s[i] == 0xc2 && s[i + 1] < 0xa0) /* C1: U+0080..U+009F */
+                s[i] = s[i + 1] = '?';
+            i += len;
+        }
+    }
+}
+
 tg_status tg_custom_error(tg_custom_call *call, tg_status status, const char *fmt, ...)
 {
     if (status == TG_OK)
@@ -50,6 +95,7 @@ tg_status tg_custom_error(tg_custom_call *call, tg_status status, const char *fm
     va_start(ap, fmt);
     vsnprintf(r->msg, sizeof r->msg, fmt, ap);
     va_end(ap);
+    one_line(r->msg);
     return status;
 }
 
@@ -140,6 +186,7 @@ tg_tensor *tg_custom_op(tg_ctx *ctx, const tg_custom_def *def, int n_inputs,
         tg_status s = def->shape(n_inputs, (const tg_tensor *const *)inputs, &rank, shape, msg,
                                  sizeof msg, def->user);
         msg[sizeof msg - 1] = '\0';
+        one_line(msg);
         if (s != TG_OK) {
             if ((int)s < 0 || s >= TG_STATUS_COUNT_)
                 s = TG_ERR_SHAPE;
@@ -217,6 +264,14 @@ static bool bind_ws(tg_tensor *y, tg__custom *r, tg_custom_call *c, const char *
     if (bytes == 0)
         return true;
     if (y->ws) {
+        if (bytes > y->ws_bytes) { /* the callback's size changed since the graph was planned */
+            tg__kernel_fail(y->ctx, TG_ERR_ARG, fn, "custom op '%s' ('%s'): the workspace "
+                            "callback asked for %zu bytes of %s workspace, but %zu when the "
+                            "graph was planned (it must depend only on the shapes and "
+                            "n_threads)", r->name, y->name, bytes,
+                            c->backward ? "backward" : "forward", y->ws_bytes);
+            return false;
+        }
         c->workspace = y->ws;
         return true;
     }

@@ -538,6 +538,31 @@ START_TEST(test_rng_state_roundtrip)
 }
 END_TEST
 
+/* The all-zero state is a fixed point of xoshiro256** (it would return 0 for ever): refused,
+ * the state unchanged, as a run-time error. */
+START_TEST(test_rng_zero_state_refused)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_ctx_seed(ctx, 4);
+    uint64_t before[4], after[4], zero[4] = {0, 0, 0, 0};
+    tg_rng_get_state(ctx, before);
+    ck_assert_int_eq(tg_rng_set_state(ctx, zero), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "tg_rng_set_state: the all-zero state");
+    tg_rng_get_state(ctx, after);
+    ck_assert_mem_eq(before, after, sizeof before);
+    ck_assert_uint_ne(tg_rng_u64(ctx), 0);
+    ck_assert_int_eq(tg_rng_set_state(ctx, NULL), TG_ERR_ARG);
+    ck_assert_int_eq(tg_rng_set_state(NULL, before), TG_ERR_ARG);
+    /* one non-zero bit anywhere is a valid state */
+    uint64_t one[4] = {0, 0, 0, 1};
+    ck_assert_int_eq(tg_rng_set_state(ctx, one), TG_OK);
+    tg_rng_get_state(ctx, after);
+    ck_assert_mem_eq(one, after, sizeof one);
+    ck_assert_ptr_nonnull(tg_input(ctx, TG_F32, TG_DIMS(2), "x")); /* not sticky */
+    tg_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_rng_uniform_range)
 {
     tg_ctx *ctx = tg_ctx_new();
@@ -648,6 +673,7 @@ static Suite *ctx_suite(void)
     tcase_add_test(tc, test_rng_seed_reproducible);
     tcase_add_test(tc, test_rng_seeds_differ);
     tcase_add_test(tc, test_rng_state_roundtrip);
+    tcase_add_test(tc, test_rng_zero_state_refused);
     tcase_add_test(tc, test_rng_uniform_range);
     tcase_add_test(tc, test_rng_normal_moments);
     tcase_add_test(tc, test_rng_per_context);

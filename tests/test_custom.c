@@ -364,6 +364,80 @@ START_TEST(test_workspace)
 }
 END_TEST
 
+/* A workspace callback's size is checked like a shape: a size no arena can hold (up to
+ * SIZE_MAX, or a sum of sizes that would wrap) is refused by tg_graph_new with a message naming
+ * the op, and a callback that asks for more at run time than it did when the graph was planned
+ * fails that run instead of writing past its buffer. */
+static size_t huge_ws_value;
+static bool huge_ws_backward_only;
+static bool huge_ws_later, huge_ws_armed; /* later: 64 bytes until armed */
+static size_t ws_huge(const tg_custom_call *c)
+{
+    if (huge_ws_later)
+        return huge_ws_armed ? huge_ws_value : 64;
+    if (huge_ws_backward_only && !c->backward)
+        return 64;
+    return huge_ws_value;
+}
+
+START_TEST(test_workspace_huge)
+{
+    const size_t sizes[] = {SIZE_MAX,
+                            SIZE_MAX - 62,
+                            (size_t)INT64_MAX - 62, /* 2^63 - 63: rounds up past INT64_MAX */
+                            (size_t)INT64_MAX,
+                            (size_t)1 << 63,
+                            ((size_t)1 << 62) + 1};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        for (int bwd = 0; bwd < 2; bwd++) {
+            tg_ctx *ctx = tu_ctx_new();
+            tg_tensor *x = tu_in(ctx, TG_F32, TG_DIMS(4), "x", VALS(1, 2, 3, 4));
+            tg_set_requires_grad(x, true);
+            probe p = {0};
+            tg_custom_def d = softplus_def(&p);
+            d.workspace = ws_huge;
+            huge_ws_value = sizes[k];
+            huge_ws_backward_only = bwd;
+            huge_ws_later = false;
+            tg_tensor *y = tg_custom_op(ctx, &d, 1, &x);
+            tg_tensor *y2 = tg_custom_op(ctx, &d, 1, &y); /* two of them: sums wrap too */
+            ck_assert_ptr_nonnull(y2);
+            tg_graph *g = tg_graph_new(ctx, &y2, 1);
+            ck_assert_msg(g == NULL, "size %zu (backward only: %d) accepted", sizes[k], bwd);
+            tg_status s = tg_ctx_status(ctx);
+            ck_assert_msg(s == TG_ERR_NOMEM || s == TG_ERR_ARG, "%s", tg_status_str(s));
+            ck_assert_msg(strstr(tg_ctx_message(ctx), "workspace") != NULL &&
+                              strstr(tg_ctx_message(ctx), "softplus") != NULL,
+                          "%s", tg_ctx_message(ctx));
+            ck_assert_int_eq(p.n_fwd, 0);
+            tu_ctx_free(ctx);
+        }
+    }
+    /* planned small, asks for more when it runs: that run fails, nothing is written */
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, TG_F32, TG_DIMS(4), "x", VALS(1, 2, 3, 4));
+    probe p = {0};
+    tg_custom_def d = softplus_def(&p);
+    d.workspace = ws_huge;
+    huge_ws_value = SIZE_MAX;
+    huge_ws_backward_only = false;
+    huge_ws_later = true; /* the planner's queries get 64 bytes, every later one SIZE_MAX */
+    huge_ws_armed = false;
+    tg_tensor *y = tg_custom_op(ctx, &d, 1, &x);
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    ck_assert_msg(g != NULL, "%s", tg_ctx_message(ctx));
+    huge_ws_armed = true;
+    ck_assert_int_ne(tg_graph_forward(g), TG_OK);
+    ck_assert_int_eq(p.n_fwd, 0);
+    ck_assert_msg(strstr(tg_ctx_message(ctx), "workspace") != NULL, "%s", tg_ctx_message(ctx));
+    /* a run-time error: building still works */
+    huge_ws_later = false;
+    huge_ws_value = 64;
+    ck_assert_ptr_nonnull(tg_add(ctx, x, x));
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* backward sees only what it declared: undeclared inputs (and the output) arrive as NULL */
 static tg_status two_fwd(tg_custom_call *c)
 {
@@ -572,6 +646,32 @@ START_TEST(test_custom_error_api)
 }
 END_TEST
 
+/* A callback's message becomes one printable line of valid UTF-8: newlines and tabs become
+ * spaces; ESC, DEL, C1 controls and bytes that are not UTF-8 become '?'; valid UTF-8 stays. */
+static tg_status ugly_fwd(tg_custom_call *c)
+{
+    return tg_custom_error(c, TG_ERR_ARG, "line1\nline2\r\tx \x1b[31mred\x7f \xff\xfe \xc2\x85 "
+                                          "caf\xc3\xa9 \xe2\x82 end");
+}
+
+START_TEST(test_custom_error_one_line)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tu_in(ctx, TG_F64, TG_DIMS(2), "x", VALS(1, 2));
+    tg_custom_def d = softplus_def(NULL);
+    d.forward_f64 = ugly_fwd;
+    tg_tensor *y = tg_custom_op(ctx, &d, 1, &x);
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    ck_assert_int_eq(tg_graph_forward(g), TG_ERR_ARG);
+    const char *m = tg_ctx_message(ctx);
+    ck_assert_msg(strstr(m, "line1 line2  x ?[31mred? ?? ?? caf\xc3\xa9 ?? end") != NULL,
+                  "message: '%s'", m);
+    for (const unsigned char *p = (const unsigned char *)m; *p; p++)
+        ck_assert_msg(*p >= 0x20 && *p != 0x7f, "control byte 0x%02x in '%s'", *p, m);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* Out of memory at every allocation of building and running a custom op. */
 START_TEST(test_out_of_memory)
 {
@@ -650,11 +750,13 @@ static Suite *custom_suite(void)
     tcase_add_test(tc, test_error_inside_gradcheck);
     tcase_add_test(tc, test_thread_count_passed);
     tcase_add_test(tc, test_workspace);
+    tcase_add_test(tc, test_workspace_huge);
     tcase_add_test(tc, test_backward_reads);
     tcase_add_test(tc, test_shapes);
     tcase_add_test(tc, test_build_errors);
     tcase_add_test(tc, test_custom_error_api);
     tcase_add_test(tc, test_set_error_kinds);
+    tcase_add_test(tc, test_custom_error_one_line);
     tcase_add_test(tc, test_out_of_memory);
     return s;
 }

@@ -7,6 +7,7 @@
  */
 #include "testutil.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,6 +298,37 @@ START_TEST(test_invalid_options)
 }
 END_TEST
 
+/* n_projections is bounded: INT_MAX would run for ever; refused at once. */
+START_TEST(test_projection_bound)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_tensor *x = tu_input(ctx, TG_F64, TG_DIMS(3), "x", -1, 1);
+    tg_tensor *y = tg_gelu(ctx, x);
+    tg_gradcheck_report rep;
+    const int bad[] = {INT_MAX, TG_GRADCHECK_MAX_PROJECTIONS + 1};
+    for (int i = 0; i < 2; i++) {
+        tg_gradcheck_opts o = tg_gradcheck_defaults(TG_F64);
+        o.n_projections = bad[i];
+        ck_assert_int_eq(tg_gradcheck(ctx, y, &o, &rep), TG_ERR_ARG);
+        char want[96];
+        snprintf(want, sizeof want, "tg_gradcheck: n_projections %d is more than the most, %d",
+                 bad[i], TG_GRADCHECK_MAX_PROJECTIONS);
+        tu_assert_error(ctx, TG_ERR_ARG, want);
+        ck_assert(!rep.passed);
+    }
+    tg_gradcheck_opts o = tg_gradcheck_defaults(TG_F64);
+    o.n_projections = 3;
+    ck_assert_int_eq(tg_gradcheck(ctx, y, &o, &rep), TG_OK); /* the error did not stick */
+    /* y from another context, named */
+    tg_ctx *other = tg_ctx_new();
+    tg_tensor *yo = tg_gelu(other, tu_input(other, TG_F64, TG_DIMS(3), "xo", -1, 1));
+    ck_assert_int_eq(tg_gradcheck(ctx, yo, NULL, &rep), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "belongs to another context");
+    tg_ctx_free(other);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_nograd)
 {
     tg_ctx *ctx = tg_ctx_new();
@@ -542,6 +574,7 @@ static Suite *gradcheck_suite(void)
 
     tc = tcase_create("errors");
     tcase_add_test(tc, test_invalid_options);
+    tcase_add_test(tc, test_projection_bound);
     tcase_add_test(tc, test_nograd);
     tcase_add_test(tc, test_forward_error_propagates);
     suite_add_tcase(s, tc);

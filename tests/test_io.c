@@ -9,6 +9,7 @@
 
 #include "testutil.h"
 #include "tgrad_io.h"
+#include "tgrad_train.h"
 
 #include "io/json.h"
 
@@ -750,6 +751,120 @@ START_TEST(test_st_read_errors)
     assert_fails(ctx, TG_ERR_ARG, "tg_safetensors_read_mem: ", "NULL data");
     ck_assert_ptr_null(tg_safetensors_read(NULL, "x"));
     ck_assert_ptr_null(tg_safetensors_read_mem(NULL, "x", 1));
+    tg_ctx_free(ctx);
+    rm_tmpdir();
+}
+END_TEST
+
+/* Another kind of file (text, .npy) given to the safetensors reader is named as such, not by
+ * the header size its first 8 bytes happen to spell. */
+START_TEST(test_st_not_safetensors)
+{
+    make_tmpdir();
+    const char *texts[] = {"                    GNU GENERAL PUBLIC LICENSE\n"
+                           "                       Version 3, 29 June 2007\n",
+                           "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, "
+                           "'shape': (1,), }      \n\x00\x00\x80?"};
+    for (int i = 0; i < 2; i++) {
+        tg_ctx *ctx = tg_ctx_new();
+        size_t n = i ? 78 : strlen(texts[i]); /* the .npy file holds NUL bytes */
+        write_file(tpath("text.safetensors"), texts[i], n);
+        ck_assert_ptr_null(tg_safetensors_read(ctx, tpath("text.safetensors")));
+        const char *m = tg_ctx_message(ctx);
+        ck_assert_msg(strstr(m, "text.safetensors: not a safetensors file") && !strstr(m, "size "),
+                      "%s", m);
+        ck_assert_uint_eq(tg_ctx_bytes(ctx), 0);
+        ck_assert_ptr_null(tg_safetensors_read_mem(ctx, texts[i], n));
+        ck_assert_msg(strstr(tg_ctx_message(ctx), "<memory>: not a safetensors file"), "%s",
+                      tg_ctx_message(ctx));
+        tg_ctx_free(ctx);
+    }
+    rm_tmpdir();
+}
+END_TEST
+
+/* I/O failures are run-time errors: they do not block later builders, graphs or tg_gradcheck
+ * (no tg_ctx_clear_error), and they never replace a pending build error. */
+START_TEST(test_io_errors_do_not_stick)
+{
+    make_tmpdir();
+    tg_ctx *ctx = tg_ctx_new();
+    tg_tensor *x = tg_param(ctx, TG_F64, TG_DIMS(3), "x");
+    tg_fill_uniform(x, -1, 1);
+    tg_tensor *y = tg_sum_all(ctx, tg_mul(ctx, x, x));
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    ck_assert_ptr_nonnull(g);
+    for (int k = 0; k < 5; k++) {
+        tg_status s = TG_OK;
+        if (k == 0) {
+            ck_assert_ptr_null(tg_safetensors_read(ctx, tpath("missing.safetensors")));
+            s = tg_ctx_status(ctx);
+        } else if (k == 1) {
+            s = tg_graph_write_dot(g, tmpdir, 0); /* a directory */
+        } else if (k == 2) {
+            s = tg_params_save(ctx, tpath("no/such/dir/p.safetensors"), 0, NULL, 0, NULL, NULL);
+        } else if (k == 3) {
+            s = tg_checkpoint_save(ctx, tpath("no/such/dir/c.ckpt"), NULL, 0, NULL, NULL, NULL);
+        } else {
+            ck_assert_ptr_null(tg_npy_read(ctx, tpath("missing.npy"), TG_F32, NULL));
+            s = tg_ctx_status(ctx);
+        }
+        ck_assert_msg(s == TG_ERR_IO, "case %d: %s", k, tg_status_str(s));
+        tu_assert_error(ctx, TG_ERR_IO, NULL); /* described right after the call */
+        /* then building, running and gradcheck go on */
+        tg_tensor *z = tg_scale(ctx, y, 2);
+        ck_assert_msg(z != NULL, "case %d: %s", k, tg_ctx_message(ctx));
+        ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
+        tg_gradcheck_report rep;
+        ck_assert_int_eq(tg_gradcheck(ctx, y, NULL, &rep), TG_OK);
+        ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    }
+    /* a pending build error stays what it was */
+    ck_assert_ptr_null(tg_add(ctx, x, tg_param(ctx, TG_F64, TG_DIMS(4), "w")));
+    tu_assert_error(ctx, TG_ERR_SHAPE, "tg_add");
+    ck_assert_ptr_null(tg_safetensors_read(ctx, tpath("missing.safetensors")));
+    tu_assert_error(ctx, TG_ERR_SHAPE, "tg_add");
+    ck_assert_ptr_null(tg_scale(ctx, y, 2));
+    tg_ctx_free(ctx);
+    rm_tmpdir();
+}
+END_TEST
+
+/* A finite f64 beyond the f32 range (1e308) is refused where it would become an f32 (loading a
+ * parameter, reading .npy as f32), naming the value; nothing is written. */
+START_TEST(test_f64_beyond_f32)
+{
+    make_tmpdir();
+    tg_ctx *ctx = tg_ctx_new();
+    tg_tensor *w64 = tg_param(ctx, TG_F64, TG_DIMS(3), "w");
+    tg_set(w64, 0, 1);
+    tg_set(w64, 1, -1e308);
+    tg_set(w64, 2, 2);
+    ck_assert_int_eq(tg_params_save(ctx, tpath("w.safetensors"), 1, &w64, 0, NULL, NULL), TG_OK);
+    ck_assert_int_eq(tg_npy_write(ctx, tpath("w.npy"), w64), TG_OK);
+    tg_ctx *c32 = tg_ctx_new();
+    tg_tensor *w = tg_param(c32, TG_F32, TG_DIMS(3), "w");
+    tg_fill(w, 7);
+    ck_assert_int_eq(tg_params_load(c32, tpath("w.safetensors"), 1, &w, true), TG_ERR_FORMAT);
+    tu_assert_error(c32, TG_ERR_FORMAT, "tensor 'w' element 1 is -1e+308 in the file, beyond the "
+                                        "f32 range");
+    for (int i = 0; i < 3; i++)
+        ck_assert_double_eq(tg_get(w, i), 7);
+    ck_assert_ptr_null(tg_npy_read(c32, tpath("w.npy"), TG_F32, NULL));
+    tu_assert_error(c32, TG_ERR_FORMAT, "element 1 (F64) is -1e+308, beyond "
+                                        "the f32 range");
+    ck_assert_int_eq(tg_npy_write(c32, tpath("x.npy"), w64), TG_ERR_ARG); /* ctx's tensors only */
+    tu_assert_error(c32, TG_ERR_ARG, "tg_npy_write: tensor 'w' belongs to another context");
+    tg_tensor *r = tg_npy_read(c32, tpath("w.npy"), TG_F64, NULL); /* as f64: fine */
+    ck_assert_ptr_nonnull(r);
+    ck_assert_double_eq(tg_get(r, 1), -1e308);
+    /* NaN and the infinities are values of f32 too */
+    tg_set(w64, 1, INFINITY);
+    ck_assert_int_eq(tg_npy_write(ctx, tpath("inf.npy"), w64), TG_OK);
+    r = tg_npy_read(c32, tpath("inf.npy"), TG_F32, NULL);
+    ck_assert_msg(r != NULL, "%s", tg_ctx_message(c32));
+    ck_assert(isinf(tg_get(r, 1)));
+    tg_ctx_free(c32);
     tg_ctx_free(ctx);
     rm_tmpdir();
 }
@@ -1901,6 +2016,9 @@ static Suite *io_suite(void)
     tcase_add_test(tc, test_st_dtype_conversions);
     tcase_add_test(tc, test_st_malformed);
     tcase_add_test(tc, test_st_read_errors);
+    tcase_add_test(tc, test_st_not_safetensors);
+    tcase_add_test(tc, test_io_errors_do_not_stick);
+    tcase_add_test(tc, test_f64_beyond_f32);
     tcase_add_test(tc, test_read_refuses_non_regular);
     tcase_add_test(tc, test_read_fd_streams);
     tcase_add_test(tc, test_st_writer_refusals);

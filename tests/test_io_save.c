@@ -808,6 +808,134 @@ START_TEST(test_checkpoint_restore_metadata)
 }
 END_TEST
 
+/* The first optimizer state tensor whose name starts with prefix. */
+static tg_tensor *state_named(const tg_optim *o, const char *prefix)
+{
+    for (int64_t i = 0; i < tg_optim_n_state(o); i++)
+        if (strncmp(tg_tensor_name(tg_optim_state(o, i)), prefix, strlen(prefix)) == 0)
+            return tg_optim_state(o, i);
+    ck_abort_msg("no state named %s...", prefix);
+    return NULL;
+}
+
+/* Optimizer state from a checkpoint must be finite, and Adam's v >= 0: a NaN, an infinity or a
+ * negative second moment is refused naming the tensor, the element and the value, and nothing
+ * (parameters, state, step, RNG) changes. Negative first moments and -0 second moments are
+ * fine. */
+START_TEST(test_checkpoint_restore_state_values)
+{
+    make_tmpdir();
+    struct {
+        const char *prefix;
+        int64_t k;
+        double v;
+        const char *msg; /* NULL: accepted */
+    } cases[] = {
+        {"adam.m.", 3, NAN, "element 3 is nan (expected a finite value)"},
+        {"adam.m.", 2, -INFINITY, "element 2 is -inf (expected a finite value)"},
+        {"adam.v.", 0, NAN, "element 0 is nan (expected a finite value >= 0"},
+        {"adam.v.", 1, INFINITY, "element 1 is inf (expected a finite value >= 0"},
+        {"adam.v.", 5, -1e-30, "element 5 is -1e-30 (expected a finite value >= 0"},
+        {"adam.m.", 4, -2.5, NULL},
+        {"adam.v.", 4, -0.0, NULL},
+    };
+    model b;
+    model_init(&b, 8);
+    tg_fill(b.m.tok_emb, 0.25);
+    tg_optim_set_steps(b.opt, 3);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model a;
+        model_init(&a, 8);
+        tg_optim_set_steps(a.opt, 7);
+        tg_tensor *st = state_named(a.opt, cases[i].prefix);
+        tg_set(st, cases[i].k, cases[i].v);
+        ck_assert_int_eq(tg_checkpoint_save(a.ctx, tpath("s.ckpt"), a.opt, 0, NULL, NULL, NULL),
+                         TG_OK);
+        tg_safetensors *f = tg_safetensors_read(b.ctx, tpath("s.ckpt"));
+        ck_assert_ptr_nonnull(f);
+        uint64_t rng0[4], rng1[4];
+        tg_rng_get_state(b.ctx, rng0);
+        tg_status s = tg_checkpoint_restore(b.ctx, f, b.opt);
+        if (!cases[i].msg) {
+            ck_assert_msg(s == TG_OK, "case %zu: %s", i, tg_ctx_message(b.ctx));
+            ck_assert_double_eq(tg_get(state_named(b.opt, cases[i].prefix), cases[i].k),
+                                cases[i].v);
+            tg_fill(b.m.tok_emb, 0.25);
+            tg_optim_set_steps(b.opt, 3);
+        } else {
+            ck_assert_int_eq(s, TG_ERR_FORMAT);
+            char want[256];
+            snprintf(want, sizeof want, "tg_checkpoint_restore: optimizer state '%s' %s",
+                     tg_tensor_name(st), cases[i].msg);
+            tu_assert_error(b.ctx, TG_ERR_FORMAT, want);
+            tu_assert_error(b.ctx, TG_ERR_FORMAT, "nothing was restored");
+            ck_assert_double_eq(tg_get(b.m.tok_emb, 0), 0.25);
+            ck_assert_int_eq(tg_optim_steps(b.opt), 3);
+            tg_rng_get_state(b.ctx, rng1);
+            ck_assert(memcmp(rng0, rng1, sizeof rng0) == 0);
+            for (int64_t j = 0; j < tg_optim_n_state(b.opt); j++)
+                ck_assert(isfinite(tg_get(tg_optim_state(b.opt, j), cases[i].k)));
+            /* a run-time error: building goes on */
+            ck_assert_ptr_nonnull(tg_sum_all(b.ctx, b.m.tok_emb));
+        }
+        tg_ctx_free(a.ctx);
+    }
+    /* SGD momentum: finite only */
+    tg_ctx *ctx = tg_ctx_new();
+    tg_tensor *w = tg_param(ctx, TG_F64, TG_DIMS(3), "w");
+    tg_optim_config oc = tg_optim_defaults(TG_OPTIM_SGD);
+    oc.momentum = 0.9;
+    tg_optim *o = tg_optim_new(ctx, &oc, 0, NULL);
+    tg_tensor *mom = state_named(o, "sgd.momentum.");
+    tg_set(mom, 1, -3);
+    ck_assert_int_eq(tg_checkpoint_save(ctx, tpath("sgd.ckpt"), o, 0, NULL, NULL, NULL), TG_OK);
+    tg_safetensors *f = tg_safetensors_read(ctx, tpath("sgd.ckpt"));
+    ck_assert_int_eq(tg_checkpoint_restore(ctx, f, o), TG_OK);
+    tg_set(mom, 1, INFINITY);
+    ck_assert_int_eq(tg_checkpoint_save(ctx, tpath("sgd.ckpt"), o, 0, NULL, NULL, NULL), TG_OK);
+    f = tg_safetensors_read(ctx, tpath("sgd.ckpt"));
+    tg_set(mom, 1, 5);
+    ck_assert_int_eq(tg_checkpoint_restore(ctx, f, o), TG_ERR_FORMAT);
+    tu_assert_error(ctx, TG_ERR_FORMAT, "optimizer state 'sgd.momentum.w' element 1 is inf");
+    ck_assert_double_eq(tg_get(mom, 1), 5);
+    (void)w;
+    tg_ctx_free(ctx);
+    tg_ctx_free(b.ctx);
+    rm_tmpdir();
+}
+END_TEST
+
+/* Checkpoints take the optimizer of their own context: another context's is refused (it would
+ * write one model's parameters with another's optimizer state). */
+START_TEST(test_checkpoint_other_context)
+{
+    make_tmpdir();
+    model a, b;
+    model_init(&a, 8);
+    model_init(&b, 8);
+    ck_assert_int_eq(tg_checkpoint_save(b.ctx, tpath("x.ckpt"), a.opt, 0, NULL, NULL, NULL),
+                     TG_ERR_ARG);
+    tu_assert_error(b.ctx, TG_ERR_ARG,
+                    "tg_checkpoint_save: the optimizer belongs to another context");
+    ck_assert(!exists(tpath("x.ckpt")));
+    ck_assert_int_eq(tg_checkpoint_save(b.ctx, tpath("b.ckpt"), b.opt, 0, NULL, NULL, NULL),
+                     TG_OK);
+    tg_safetensors *f = tg_safetensors_read(b.ctx, tpath("b.ckpt"));
+    ck_assert_ptr_nonnull(f);
+    tg_optim_set_steps(a.opt, 5);
+    ck_assert_int_eq(tg_checkpoint_restore(b.ctx, f, a.opt), TG_ERR_ARG);
+    tu_assert_error(b.ctx, TG_ERR_ARG,
+                    "tg_checkpoint_restore: the optimizer belongs to another context");
+    ck_assert_int_eq(tg_optim_steps(a.opt), 5);
+    /* a file read in another context is only data: restoring it is fine */
+    ck_assert_int_eq(tg_checkpoint_restore(a.ctx, f, a.opt), TG_OK);
+    ck_assert_int_eq(tg_optim_steps(a.opt), 0);
+    tg_ctx_free(a.ctx);
+    tg_ctx_free(b.ctx);
+    rm_tmpdir();
+}
+END_TEST
+
 static Suite *io_save_suite(void)
 {
     Suite *s = suite_create("io_save");
@@ -831,6 +959,8 @@ static Suite *io_save_suite(void)
     tc = tcase_create("checkpoint");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_checkpoint_restore_metadata);
+    tcase_add_test(tc, test_checkpoint_restore_state_values);
+    tcase_add_test(tc, test_checkpoint_other_context);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -235,6 +235,14 @@ START_TEST(test_generator_matches_forward)
     tg_generator_free(gen);
     tg_generator_free(gen); /* a second call is a no-op */
     ck_assert_ptr_null(tg_generator_logits(gen));
+    /* feeding a freed generator fails, and the context says why (a run-time error) */
+    int32_t one[4] = {1, 1, 1, 1};
+    ck_assert_int_eq(tg_generator_feed(gen, one, 1), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "tg_generator_feed: the generator was freed");
+    ck_assert_int_eq(tg_generator_set_source(gen, one, 1), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "tg_generator_set_source: the generator was freed");
+    ck_assert_ptr_nonnull(tg_input(ctx, TG_F32, TG_DIMS(2), "after"));
+    ck_assert_ptr_nonnull(tg_scale(ctx, tg_input(ctx, TG_F32, TG_DIMS(2), "z"), 2));
     tu_ctx_free(ctx);
 }
 END_TEST

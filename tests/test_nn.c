@@ -36,6 +36,25 @@ START_TEST(test_module_errors)
     ck_assert_ptr_null(tg_mha_forward(ctx, &m, x8, x8, x8, &mk, NULL));
     tu_assert_error(ctx, TG_ERR_SHAPE, "key_padding_mask (3, 3)");
     tg_ctx_clear_error(ctx);
+    /* integer masks are named by MHA (not by an op inside it), with their dtype */
+    for (int which = 0; which < 2; which++) {
+        memset(&mk, 0, sizeof mk);
+        if (which)
+            mk.attn_mask = tg_const(ctx, TG_I32, TG_DIMS(3, 3), "attn_i32");
+        else
+            mk.key_padding_mask = tg_const(ctx, TG_I32, TG_DIMS(2, 3), "pad_i32");
+        ck_assert_ptr_null(tg_mha_forward(ctx, &m, x8, x8, x8, &mk, NULL));
+        tu_assert_error(ctx, TG_ERR_DTYPE,
+                        which ? "tg_mha_forward: attn_mask 'attn_i32' is i32; masks are float"
+                              : "tg_mha_forward: key_padding_mask 'pad_i32' is i32; masks are "
+                                "float");
+        tg_ctx_clear_error(ctx);
+    }
+    memset(&mk, 0, sizeof mk);
+    mk.attn_mask = tg_const(ctx, TG_I32, TG_DIMS(3, 3), "attn_i32");
+    ck_assert_ptr_null(tg_sdpa(ctx, x8, x8, x8, &mk, 0, NULL));
+    tu_assert_error(ctx, TG_ERR_DTYPE, "tg_sdpa: attn_mask 'attn_i32' is i32");
+    tg_ctx_clear_error(ctx);
     /* key padding is an MHA option: SDPA refuses it rather than ignoring it */
     memset(&mk, 0, sizeof mk);
     mk.key_padding_mask = tg_const(ctx, TG_F32, TG_DIMS(2, 3), "pad");

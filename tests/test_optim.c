@@ -409,6 +409,89 @@ START_TEST(test_nonfinite_grad)
 }
 END_TEST
 
+/* Finite gradients whose update is not finite (a huge gradient squared, a huge learning rate,
+ * a NaN already in the state) are refused like a non-finite gradient: TG_ERR_NONFINITE naming
+ * the parameter, nothing changed (parameters, state, step count). _i = kind x dtype. */
+START_TEST(test_nonfinite_update)
+{
+    int kind = _i % 3;
+    tg_dtype dt = _i / 3 ? TG_F32 : TG_F64;
+    double huge = dt == TG_F32 ? 1e30 : 1e200; /* finite; its square (or lr times it) is not */
+    for (int how = 0; how < 3; how++) {
+        tg_ctx *ctx = tg_ctx_new();
+        tg_ctx_seed(ctx, 3);
+        tg_tensor *p[2] = {tg_param(ctx, dt, TG_DIMS(3, 4), "enc.weight"),
+                           tg_param(ctx, dt, TG_DIMS(5), "enc.bias")};
+        tg_fill_normal(p[0], 0, 1);
+        tg_fill_normal(p[1], 0, 1);
+        grad_graph(ctx, 2, p);
+        tg_optim_config c = nonfinite_cfg(kind);
+        tg_optim *o = tg_optim_new(ctx, &c, 2, p);
+        ck_assert_ptr_nonnull(o);
+        for (int st = 0; st < 2; st++) { /* non-trivial state */
+            grad_randn(p[0]);
+            grad_randn(p[1]);
+            ck_assert_int_eq(tg_optim_step(o, 0.05), TG_OK);
+        }
+        grad_randn(p[0]);
+        grad_randn(p[1]);
+        double lr = 0.05;
+        if (how == 0) {
+            grad_set(p[1], 2, huge);
+            lr = huge;
+        } else if (how == 1) {
+            grad_set(p[1], 2, -huge);
+            lr = kind == TG_OPTIM_SGD ? huge : 0.05; /* Adam: v = (1 - b2) g^2 overflows */
+        } else { /* a NaN in the state (say, restored from a damaged file) */
+            tg_tensor *m = NULL;
+            for (int64_t i = 0; i < tg_optim_n_state(o); i++)
+                if (strstr(tg_tensor_name(tg_optim_state(o, i)), "enc.bias"))
+                    m = tg_optim_state(o, i);
+            ck_assert_ptr_nonnull(m);
+            tg_set(m, 2, NAN);
+        }
+        size_t n0, n1;
+        unsigned char *before = snapshot(o, &n0);
+        ck_assert_int_eq(tg_optim_step(o, lr), TG_ERR_NONFINITE);
+        const char *msg = tg_ctx_message(ctx);
+        ck_assert_msg(contains(msg, "tg_optim_step: the update of 'enc.bias' is not finite at "
+                                    "element 2") &&
+                          contains(msg, "parameters left unchanged"),
+                      "how %d: %s", how, msg);
+        unsigned char *after = snapshot(o, &n1);
+        ck_assert_msg(n0 == n1 && memcmp(before, after, n0) == 0,
+                      "how %d: a refused step changed parameters or state", how);
+        ck_assert_int_eq(tg_optim_steps(o), 2);
+        free(before);
+        free(after);
+        /* a run-time error: building goes on without tg_ctx_clear_error */
+        ck_assert_ptr_nonnull(tg_sum_all(ctx, p[0]));
+        tg_ctx_free(ctx);
+    }
+}
+END_TEST
+
+/* A parameter listed twice would be stepped twice with two states: refused. */
+START_TEST(test_duplicate_param)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_tensor *a = tg_param(ctx, TG_F32, TG_DIMS(2), "a");
+    tg_tensor *b = tg_param(ctx, TG_F32, TG_DIMS(2), "b");
+    tg_optim_config c = tg_optim_defaults(TG_OPTIM_ADAMW);
+    ck_assert_ptr_null(tg_optim_new(ctx, &c, 3, (tg_tensor *[]){a, b, a}));
+    tu_assert_error(ctx, TG_ERR_ARG,
+                    "tg_optim_new: parameter 'a' is listed twice (entries 0 and 2)");
+    tg_ctx_clear_error(ctx);
+    size_t bytes = tg_ctx_bytes(ctx);
+    ck_assert_ptr_null(tg_optim_new(ctx, &c, 2, (tg_tensor *[]){b, b}));
+    tu_assert_error(ctx, TG_ERR_ARG, "'b' is listed twice");
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), bytes); /* nothing kept */
+    tg_ctx_clear_error(ctx);
+    ck_assert_ptr_nonnull(tg_optim_new(ctx, &c, 2, (tg_tensor *[]){b, a}));
+    tg_ctx_free(ctx);
+}
+END_TEST
+
 /* A rejected first step must not count as SGD's first step (where the momentum buffer is a
  * plain copy of the gradient): NaN step + good step == good step alone, bitwise. */
 START_TEST(test_nonfinite_first_step)
@@ -482,6 +565,34 @@ static void assert_grads(const clip_fix *f, double s, double tol)
         ck_assert_msg(fabs(got[k] - want[k]) <= tol, "grad %d = %.17g, want %.17g (tol %g)", k,
                       got[k], want[k], tol);
 }
+
+/* Parameters of another context are refused like builders refuse them, and nothing of theirs
+ * changes. */
+START_TEST(test_other_context)
+{
+    clip_fix f = clip_setup(TG_F64);
+    tg_ctx *other = tg_ctx_new();
+    tg_tensor *mine = tg_param(other, TG_F64, TG_DIMS(2), "mine");
+    double norm = -1;
+    tg_tensor *fa[2] = {f.a, f.b};
+    ck_assert_int_eq(tg_clip_grad_norm(other, 2, fa, 1, &norm), TG_ERR_ARG);
+    tu_assert_error(other, TG_ERR_ARG,
+                    "tg_clip_grad_norm: entry 0 ('a') belongs to another context");
+    assert_grads(&f, 1, 0); /* not rescaled */
+    ck_assert(isnan(tg_grad_norm(other, 2, fa)));
+    tu_assert_error(other, TG_ERR_ARG, "tg_grad_norm: entry 0 ('a') belongs to another context");
+    ck_assert_double_eq(tg_grad_norm(f.ctx, 2, fa), 13);
+    /* a run-time error: building in `other` goes on */
+    ck_assert_ptr_nonnull(tg_sum_all(other, mine));
+    tg_optim_config c = tg_optim_defaults(TG_OPTIM_SGD);
+    ck_assert_ptr_null(tg_optim_new(other, &c, 2, fa));
+    tu_assert_error(other, TG_ERR_ARG,
+                    "tg_optim_new: entry 0 is not a parameter of this context (it belongs to another "
+                    "context)");
+    tg_ctx_free(other);
+    tg_ctx_free(f.ctx);
+}
+END_TEST
 
 START_TEST(test_clip_grad_norm)
 {
@@ -1192,6 +1303,8 @@ int main(void)
     tcase_add_test(tc, test_adam_by_hand);
     tcase_add_loop_test(tc, test_nonfinite_grad, 0, 6);
     tcase_add_test(tc, test_nonfinite_first_step);
+    tcase_add_loop_test(tc, test_nonfinite_update, 0, 6);
+    tcase_add_test(tc, test_duplicate_param);
     tcase_add_test(tc, test_bad_config);
     tcase_add_test(tc, test_state_naming);
     tcase_add_loop_test(tc, test_thread_invariance, 0, 6);
@@ -1201,6 +1314,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_clip_grad_norm);
     tcase_add_test(tc, test_clip_grad_norm_errors);
+    tcase_add_test(tc, test_other_context);
     tcase_add_test(tc, test_lr_warmup_cosine);
     tcase_add_test(tc, test_lr_schedule_extremes);
     tcase_add_test(tc, test_step_limits_and_runtime_error);

@@ -5,6 +5,7 @@
  */
 #include "testutil.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -415,6 +416,53 @@ START_TEST(test_fill)
 }
 END_TEST
 
+/* A finite f64 that would round to an infinity in f32 (1e308) is refused wherever it would
+ * become an f32, naming the value; nothing is written. NaN, the infinities, FLT_MAX and values
+ * that round down to FLT_MAX stay allowed. */
+START_TEST(test_f32_range)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_tensor *t = tg_input(ctx, TG_F32, TG_DIMS(3), "mask");
+    tg_fill(t, 1);
+    const double bad[] = {1e308, -1e308, 3.5e38, 0x1.ffffffp+127, DBL_MAX};
+    for (int i = 0; i < 5; i++) {
+        tg_set(t, 1, bad[i]);
+        tu_assert_error(ctx, TG_ERR_ARG, "tg_set: ");
+        tu_assert_error(ctx, TG_ERR_ARG, "is beyond the f32 range");
+        tg_fill(t, bad[i]);
+        tu_assert_error(ctx, TG_ERR_ARG, "tg_fill: ");
+        const double src[3] = {0, 2, bad[i]};
+        ck_assert_int_eq(tg_tensor_set_data(t, src, TG_F64, 3), TG_ERR_ARG);
+        tu_assert_error(ctx, TG_ERR_ARG, "element 2 of the source is");
+        tu_assert_error(ctx, TG_ERR_ARG, "beyond the f32 range");
+        tg_tensor *s64 = tg_const(ctx, TG_F64, TG_DIMS(3), "big");
+        tg_tensor_set_data(s64, src, TG_F64, 3);
+        ck_assert_int_eq(tg_tensor_copy(t, s64), TG_ERR_ARG);
+        tu_assert_error(ctx, TG_ERR_ARG, "tg_tensor_copy: element 2 of the source is");
+        float out[3];
+        ck_assert_int_eq(tg_tensor_get_data(s64, out, TG_F32, 3), TG_ERR_ARG);
+        tu_assert_error(ctx, TG_ERR_ARG, "'big' is read as f32");
+        for (int k = 0; k < 3; k++)
+            ck_assert(tg_get(t, k) == 1);
+    }
+    char msg[64];
+    snprintf(msg, sizeof msg, "%.17g is beyond", 1e308);
+    tg_set(t, 0, 1e308);
+    tu_assert_error(ctx, TG_ERR_ARG, msg);
+    tg_ctx_clear_error(ctx);
+    const double ok[] = {FLT_MAX, -FLT_MAX, 0x1.fffffefffffffp+127, INFINITY, -INFINITY, 1e-300};
+    for (int i = 0; i < 6; i++) {
+        tg_set(t, 0, ok[i]);
+        ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
+        ck_assert(tg_get(t, 0) == (double)(float)ok[i]);
+    }
+    tg_set(t, 0, NAN);
+    ck_assert(isnan(tg_get(t, 0)));
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_fill_uniform)
 {
     tg_ctx *ctx = tg_ctx_new();
@@ -622,6 +670,7 @@ static Suite *tensor_suite(void)
     tcase_add_test(tc, test_get_grad);
     tcase_add_test(tc, test_element_access);
     tcase_add_test(tc, test_fill);
+    tcase_add_test(tc, test_f32_range);
     tcase_add_test(tc, test_fill_uniform);
     tcase_add_test(tc, test_fill_normal);
     tcase_add_test(tc, test_tensor_copy);

@@ -91,6 +91,7 @@ struct tg_tensor {
     size_t saved_bytes;
     void *aux;           /* builder metadata owned by the node (never planned), or NULL */
     void *ws;            /* kernel workspace, bound for each call (def->workspace bytes) */
+    size_t ws_bytes;     /* its planned size (bytes; 0 when ws is NULL) */
 
     uint64_t mark;       /* visit stamp used by graph construction */
     int64_t topo;        /* position in the last graph built over it (scratch) */
@@ -118,9 +119,10 @@ void tg__free(tg_ctx *ctx, void *p);
  *   while it is pending every op builder (tg__check_srcs, tg__op_new), module init function,
  *   tg_graph_new and tg_optim_new refuses (returns NULL or the pending status) without
  *   allocating; leaf constructors still work (they hold data: inputs, files being read);
- * - a RUN error (tg__run_err: forward, backward, optimizer step, data copies) describes the
- *   failing call only: it never blocks a build, is dropped when the next call that builds or
- *   runs begins (tg__begin), and never replaces a pending build error. */
+ * - a RUN error (tg__run_err: forward, backward, optimizer step, data copies; and anything a
+ *   public file call records, tg__err included: see tg__io_enter) describes the failing call
+ *   only: it never blocks a build, is dropped when the next call that builds or runs begins
+ *   (tg__begin), and never replaces a pending build error. */
 /* Record a build error as "fn: message" (ignored if a build error is pending; replaces a run
  * error). Returns NULL so builders can `return tg__err(...)`. printf-style. */
 void *tg__err(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
@@ -139,6 +141,12 @@ bool tg__build_failed(const tg_ctx *ctx);
 /* Start of a call that builds or runs: drop a run error left by an earlier call (a pending
  * build error stays). */
 void tg__begin(tg_ctx *ctx);
+/* Public I/O calls (safetensors, .npy, parameters, checkpoints, DOT files) report RUN errors:
+ * tg__io_enter (at depth 0 it is tg__begin) makes every error recorded until the matching
+ * tg__io_leave a run error, the first one of the call kept (tg__err included, so shared
+ * helpers and allocation failures never leave a build error behind an I/O call). Calls nest. */
+void tg__io_enter(tg_ctx *ctx);
+void tg__io_leave(tg_ctx *ctx);
 /* A kernel that can fail (a custom op's callback) reports it here: records a run error
  * (tg__run_err) and keeps the first failing status in ctx->kernel_status, which the executor
  * reads with tg__kernel_take after every forward and backward kernel call. */
@@ -197,6 +205,14 @@ const char *tg__dims_str(int rank, const int64_t *shape, char *buf, size_t n);
 static inline bool tg__i32_ok(double v)
 {
     return v >= -2147483648.0 && v <= 2147483647.0 && v == floor(v);
+}
+/* Does v keep its meaning as an f32? (The one rule for converting an f64 into TG_F32: a
+ * finite value that would round to an infinity, |v| >= 2^128 - 2^103, is refused; NaN and the
+ * infinities stay what they are, and small values round (possibly to 0) as usual.) */
+#define TG__F32_OVERFLOW 0x1.ffffffp+127
+static inline bool tg__f32_ok(double v)
+{
+    return !(fabs(v) >= TG__F32_OVERFLOW) || isinf(v);
 }
 
 /* ----- builder helpers ---------------------------------------------------------------------- */
@@ -346,6 +362,7 @@ struct tg_ctx {
     size_t bytes;
     tg_status status;
     bool sticky;             /* status is a build error (see "errors" above) */
+    int io_depth;            /* > 0 inside a public I/O call (tg__io_enter) */
     char msg[512];
     size_t mem_limit;        /* 0: none; else tg__alloc fails beyond this many bytes */
     int n_threads;

@@ -293,10 +293,10 @@ size_t tg_ctx_memory_limit(const tg_ctx *ctx) { return ctx ? ctx->mem_limit : 0;
 static void record(tg_ctx *ctx, bool sticky, tg_status s, const char *fn, const char *fmt,
                    va_list ap)
 {
-    if (!ctx || (ctx->status != TG_OK && ctx->sticky))
-        return;
+    if (!ctx || (ctx->status != TG_OK && (ctx->sticky || ctx->io_depth > 0)))
+        return; /* a pending build error, or the first error of an I/O call, stays */
     ctx->status = s;
-    ctx->sticky = sticky;
+    ctx->sticky = sticky && ctx->io_depth == 0;
     int n = snprintf(ctx->msg, sizeof ctx->msg, "%s: ", fn ? fn : "tgrad");
     if (n < 0 || (size_t)n >= sizeof ctx->msg)
         return;
@@ -360,6 +360,21 @@ void tg__begin(tg_ctx *ctx)
         ctx->status = TG_OK;
         ctx->msg[0] = '\0';
     }
+}
+
+void tg__io_enter(tg_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    if (ctx->io_depth == 0)
+        tg__begin(ctx);
+    ctx->io_depth++;
+}
+
+void tg__io_leave(tg_ctx *ctx)
+{
+    if (ctx && ctx->io_depth > 0)
+        ctx->io_depth--;
 }
 
 tg_status tg_ctx_status(const tg_ctx *ctx) { return ctx ? ctx->status : TG_ERR_ARG; }
@@ -477,9 +492,17 @@ void tg_rng_get_state(const tg_ctx *ctx, uint64_t state[4])
     memcpy(state, ctx->rng, sizeof ctx->rng);
 }
 
-void tg_rng_set_state(tg_ctx *ctx, const uint64_t state[4])
+tg_status tg_rng_set_state(tg_ctx *ctx, const uint64_t state[4])
 {
-    if (!ctx || !state)
-        return;
+    if (!ctx)
+        return TG_ERR_ARG;
+    if (!state || (state[0] | state[1] | state[2] | state[3]) == 0) {
+        /* all zero: a fixed point of xoshiro256** (it would return 0 for ever) */
+        tg__run_err(ctx, TG_ERR_ARG, "tg_rng_set_state", "%s; the state is unchanged",
+                    state ? "the all-zero state is not a valid xoshiro256** state"
+                          : "state is NULL");
+        return TG_ERR_ARG;
+    }
     memcpy(ctx->rng, state, sizeof ctx->rng);
+    return TG_OK;
 }

@@ -568,8 +568,9 @@ static void store(void *p, tg_dtype dt, int64_t i, double v)
 }
 
 /* Convert n elements of sdt at src to ddt at dst (the conversion rule of tg_dtype in tgrad.h).
- * A float to i32 must be an integer in range: every element is checked before anything is
- * written, and the index of the first bad one is returned (nothing written); -1 on success.
+ * A float to i32 must be an integer in range, an f64 to f32 within the f32 range (tg__f32_ok):
+ * every element is checked before anything is written, and the index of the first bad one is
+ * returned (nothing written); -1 on success.
  * view: NULL, or a strided view whose data src is: element i is read through its strides. */
 static int64_t convert(void *dst, tg_dtype ddt, const void *src, tg_dtype sdt, size_t n,
                        const tg_tensor *view)
@@ -583,22 +584,34 @@ static int64_t convert(void *dst, tg_dtype ddt, const void *src, tg_dtype sdt, s
         for (size_t i = 0; i < n; i++)
             if (!tg__i32_ok(load(src, sdt, SRC_AT(i))))
                 return (int64_t)i;
+    if (ddt == TG_F32 && sdt == TG_F64) /* a finite f64 beyond the f32 range: refused */
+        for (size_t i = 0; i < n; i++)
+            if (!tg__f32_ok(load(src, sdt, SRC_AT(i))))
+                return (int64_t)i;
     for (size_t i = 0; i < n; i++)
         store(dst, ddt, (int64_t)i, load(src, sdt, SRC_AT(i)));
 #undef SRC_AT
     return -1;
 }
 
-/* Record the run error of a failed float -> i32 conversion: element `bad` of the values copied
- * (from `whose`, e.g. "the source") is not an integer in the i32 range. */
+/* Record the run error of a failed conversion into ddt: element `bad` of the values copied
+ * (from `whose`, e.g. "the source") is not an integer in the i32 range (ddt TG_I32), or is a
+ * finite value beyond the f32 range (ddt TG_F32). */
 static tg_status convert_err(const tg_tensor *t, const char *fn, const char *whose, int64_t bad,
-                             double v)
+                             double v, tg_dtype ddt)
 {
-    tg__run_err(t->ctx, TG_ERR_ARG, fn,
-                "element %lld of %s is %.17g, not an integer in the i32 range [-2147483648, "
-                "2147483647] ('%s' %s); nothing was copied",
-                (long long)bad, whose, v, t->name,
-                t->dtype == TG_I32 ? "is i32" : "is read as i32");
+    if (ddt == TG_F32)
+        tg__run_err(t->ctx, TG_ERR_ARG, fn,
+                    "element %lld of %s is %.17g, beyond the f32 range (largest finite "
+                    "3.4028234663852886e+38) ('%s' %s); nothing was copied",
+                    (long long)bad, whose, v, t->name,
+                    t->dtype == TG_F32 ? "is f32" : "is read as f32");
+    else
+        tg__run_err(t->ctx, TG_ERR_ARG, fn,
+                    "element %lld of %s is %.17g, not an integer in the i32 range [-2147483648, "
+                    "2147483647] ('%s' %s); nothing was copied",
+                    (long long)bad, whose, v, t->name,
+                    t->dtype == TG_I32 ? "is i32" : "is read as i32");
     return TG_ERR_ARG;
 }
 
@@ -628,7 +641,7 @@ static tg_status set_data(tg_tensor *t, const void *src, tg_dtype src_dtype, siz
     int64_t bad = convert(t->data, t->dtype, src, src_dtype, n, view);
     if (bad >= 0)
         return convert_err(t, fn, "the source", bad,
-                           load(src, src_dtype, view ? tg__elem(view, bad) : bad));
+                           load(src, src_dtype, view ? tg__elem(view, bad) : bad), t->dtype);
     return TG_OK;
 }
 
@@ -671,15 +684,18 @@ tg_status tg_tensor_get_data(const tg_tensor *t, void *dst, tg_dtype dst_dtype, 
     if (!tg__is_contiguous(t)) { /* a strided view: element by element */
         for (size_t i = 0; i < n; i++) {
             double v = load(t->data, t->dtype, tg__elem(t, (int64_t)i));
-            if (dst_dtype == TG_I32 && !tg__i32_ok(v))
-                return convert_err(t, "tg_tensor_get_data", "the data", (int64_t)i, v);
+            if ((dst_dtype == TG_I32 && !tg__i32_ok(v)) ||
+                (dst_dtype == TG_F32 && t->dtype == TG_F64 && !tg__f32_ok(v)))
+                return convert_err(t, "tg_tensor_get_data", "the data", (int64_t)i, v,
+                                   dst_dtype);
             store(dst, dst_dtype, (int64_t)i, v);
         }
         return TG_OK;
     }
     int64_t bad = convert(dst, dst_dtype, t->data, t->dtype, n, NULL);
     if (bad >= 0)
-        return convert_err(t, "tg_tensor_get_data", "the data", bad, load(t->data, t->dtype, bad));
+        return convert_err(t, "tg_tensor_get_data", "the data", bad, load(t->data, t->dtype, bad),
+                           dst_dtype);
     return TG_OK;
 }
 
@@ -696,7 +712,7 @@ tg_status tg_tensor_get_grad(const tg_tensor *t, void *dst, tg_dtype dst_dtype, 
     int64_t bad = convert(dst, dst_dtype, t->grad, t->dtype, n, NULL);
     if (bad >= 0)
         return convert_err(t, "tg_tensor_get_grad", "the gradient", bad,
-                           load(t->grad, t->dtype, bad));
+                           load(t->grad, t->dtype, bad), dst_dtype);
     return TG_OK;
 }
 
@@ -738,10 +754,16 @@ int64_t tg__elem(const tg_tensor *t, int64_t flat)
     return off;
 }
 
-/* Can v be stored in t? (Integer tensors take integers in range; records a run error naming
- * fn otherwise.) */
+/* Can v be stored in t? (Integer tensors take integers in range, f32 tensors values within the
+ * f32 range (tg__f32_ok); records a run error naming fn otherwise.) */
 static bool value_ok(tg_tensor *t, const char *fn, double v)
 {
+    if (t->dtype == TG_F32 && !tg__f32_ok(v)) {
+        tg__run_err(t->ctx, TG_ERR_ARG, fn,
+                    "%.17g is beyond the f32 range (largest finite 3.4028234663852886e+38; "
+                    "'%s' is f32); nothing was changed", v, t->name);
+        return false;
+    }
     if (t->dtype != TG_I32 || tg__i32_ok(v))
         return true;
     tg__run_err(t->ctx, TG_ERR_ARG, fn,

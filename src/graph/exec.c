@@ -50,7 +50,9 @@ tg_status tg__run_kernel(tg_graph *g, int64_t i, bool backward)
 {
     tg_tensor *t = g->nodes[i];
     tg_ctx *ctx = g->ctx;
-    t->ws = tg__buf_ptr(g, backward ? g->wsb_buf[i] : g->wsf_buf[i]);
+    int64_t wb = backward ? g->wsb_buf[i] : g->wsf_buf[i];
+    t->ws = tg__buf_ptr(g, wb);
+    t->ws_bytes = wb >= 0 ? (size_t)g->bufs[wb].size : 0;
     if (backward)
         t->grad_scratch = !g->persist[i]; /* as when the workspace was planned */
     ctx->kernel_status = TG_OK;
@@ -61,6 +63,7 @@ tg_status tg__run_kernel(tg_graph *g, int64_t i, bool backward)
         t->def->forward(t);
     ctx->run_threads = 0;
     t->ws = NULL;
+    t->ws_bytes = 0;
     return ctx->kernel_status;
 }
 

@@ -139,7 +139,16 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
     tg__begin(ctx);
     if (tg__build_failed(ctx))
         return ctx->status;
+    if (y->ctx != ctx) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "'%s' belongs to another context", y->name);
+        return TG_ERR_ARG;
+    }
     tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults(y->dtype);
+    if (o.n_projections > TG_GRADCHECK_MAX_PROJECTIONS) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "n_projections %d is more than the most, %d",
+                    o.n_projections, TG_GRADCHECK_MAX_PROJECTIONS);
+        return TG_ERR_ARG;
+    }
     if (!(o.eps > 0) || !isfinite(o.eps) || !(o.atol >= 0) || !(o.rtol >= 0) ||
         o.n_projections < 0 || o.max_elements < 0) {
         tg__run_err(ctx, TG_ERR_ARG, fn,

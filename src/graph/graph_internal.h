@@ -58,11 +58,6 @@ struct tg_graph {
     tg_memory_report mem;
 };
 
-/* Bytes of t's buffer rounded up to 64. */
-static inline int64_t tg__buf_bytes(const tg_tensor *t)
-{
-    return ((int64_t)((size_t)t->numel * tg_dtype_size(t->dtype)) + 63) / 64 * 64;
-}
 static inline int64_t tg__bwd_step(const tg_graph *g, int64_t i) { return 2 * g->n - 1 - i; }
 static inline void *tg__buf_ptr(const tg_graph *g, int64_t b)
 {

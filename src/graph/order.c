@@ -69,6 +69,7 @@ void tg__unbind(tg_graph *g)
         if (t->saved && (char *)t->saved >= lo && (char *)t->saved < hi)
             t->saved = NULL;
         t->ws = NULL;
+        t->ws_bytes = 0;
     }
     for (int64_t i = 0; i < g->n; i++) { /* views of unbound bases */
         tg_tensor *t = g->nodes[i];

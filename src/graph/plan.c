@@ -164,13 +164,60 @@ static bool place_greedy(tg_graph *g, int64_t *high, const char *fn)
     return ok;
 }
 
-static int64_t add_buf(tg_graph *g, int kind, int64_t node, int64_t bytes, int64_t start,
-                       int64_t end)
+/* Largest arena (and so largest buffer, and largest sum of a graph's buffers): offsets and
+ * sums of sizes up to it never wrap in int64_t, and it fits in size_t with the allocator's
+ * overhead. Sizes come from shapes, from ops and from user callbacks (a custom op's
+ * workspace), so each one is checked before it is used. */
+static uint64_t arena_max(void)
 {
+    uint64_t m = (uint64_t)INT64_MAX;
+    if ((uint64_t)SIZE_MAX / 2 < m)
+        m = (uint64_t)SIZE_MAX / 2;
+    return m & ~(uint64_t)63;
+}
+
+static const char *buf_what(int kind)
+{
+    switch (kind) {
+    case TG__BUF_OUT: return "output";
+    case TG__BUF_SAVED: return "values saved for backward";
+    case TG__BUF_GRAD: return "gradient";
+    case TG__BUF_FRESH: return "gradient";
+    case TG__BUF_WSF: return "forward workspace";
+    default: return "backward workspace";
+    }
+}
+
+/* Add a buffer of `bytes` (rounded up to 64) to the plan, or record why it cannot be (a size,
+ * or the sum of the graph's sizes in *total, beyond arena_max(): TG_ERR_NOMEM naming the node
+ * and the buffer) and return -1. */
+static int64_t add_buf(tg_graph *g, uint64_t *total, const char *fn, int kind, int64_t node,
+                       uint64_t bytes, int64_t start, int64_t end)
+{
+    const tg_tensor *t = g->nodes[node];
+    uint64_t max = arena_max();
+    const char *custom = t->op == TG_OP_CUSTOM ? "custom op" : "op";
+    bool ws = kind == TG__BUF_WSF || kind == TG__BUF_WSB;
+    if (bytes > max) {
+        tg__err(g->ctx, TG_ERR_NOMEM, fn, "%s '%s' ('%s'): %s of %llu bytes is more than an "
+                "arena can hold (at most %llu bytes)%s", custom, tg_tensor_op_name(t), t->name,
+                buf_what(kind), (unsigned long long)bytes, (unsigned long long)max,
+                t->op == TG_OP_CUSTOM && ws ? "; its workspace callback returned this size" : "");
+        return -1;
+    }
+    uint64_t size = (bytes + 63) / 64 * 64;
+    if (size > max - *total) {
+        tg__err(g->ctx, TG_ERR_NOMEM, fn, "%s '%s' ('%s'): %s of %llu bytes brings the graph's "
+                "buffers to more than an arena can hold (%llu bytes)", custom,
+                tg_tensor_op_name(t), t->name, buf_what(kind), (unsigned long long)bytes,
+                (unsigned long long)max);
+        return -1;
+    }
+    *total += size;
     tg__buf *b = &g->bufs[g->n_bufs];
     b->kind = kind;
     b->node = node;
-    b->size = (bytes + 63) / 64 * 64;
+    b->size = (int64_t)size;
     b->start = start;
     b->end = end;
     b->off = -1;
@@ -181,6 +228,12 @@ static int64_t add_buf(tg_graph *g, int kind, int64_t node, int64_t bytes, int64
 static size_t ws_bytes(const tg_tensor *t, int nt, bool backward)
 {
     return t->def && t->def->workspace ? t->def->workspace(t, nt, backward) : 0;
+}
+
+/* Bytes of t's data (numel <= TG_MAX_NUMEL, so this never wraps). */
+static uint64_t data_bytes(const tg_tensor *t)
+{
+    return (uint64_t)t->numel * (uint64_t)tg_dtype_size(t->dtype);
 }
 
 /* The tensor whose buffer t's data lives in (t itself unless t is a view). */
@@ -307,9 +360,11 @@ bool tg__plan(tg_graph *g, const char *fn)
         }
     /* The buffers, in node order (placement order within a step follows it). */
     memset(&g->mem, 0, sizeof g->mem);
+    uint64_t total = 0; /* sum of the buffers' sizes so far (add_buf) */
+    bool failed = false;
     for (int64_t i = 0; i < n; i++) {
         tg_tensor *t = g->nodes[i];
-        size_t bytes = (size_t)t->numel * tg_dtype_size(t->dtype);
+        size_t bytes = (size_t)data_bytes(t);
         if (t->op == TG_OP_NONE) {
             if (t->kind == TG_KIND_PARAM) {
                 g->mem.parameters += bytes;
@@ -324,17 +379,29 @@ bool tg__plan(tg_graph *g, const char *fn)
         }
         bool bw = grads && t->requires_grad;
         if (!t->base) {
-            g->out_buf[i] = add_buf(g, TG__BUF_OUT, i, (int64_t)bytes, i, end[i]);
+            g->out_buf[i] = add_buf(g, &total, fn, TG__BUF_OUT, i, bytes, i, end[i]);
+            if (g->out_buf[i] < 0) {
+                failed = true; /* the error is recorded */
+                goto lifetimes_done;
+            }
             g->mem.activations += (size_t)g->bufs[g->out_buf[i]].size;
         }
         if (t->saved_bytes) {
-            g->saved_buf[i] = add_buf(g, TG__BUF_SAVED, i, (int64_t)t->saved_bytes, i,
+            g->saved_buf[i] = add_buf(g, &total, fn, TG__BUF_SAVED, i, t->saved_bytes, i,
                                       !bw ? i : g->retain ? TG__FOREVER : tg__bwd_step(g, i));
+            if (g->saved_buf[i] < 0) {
+                failed = true; /* the error is recorded */
+                goto lifetimes_done;
+            }
             g->mem.saved += (size_t)g->bufs[g->saved_buf[i]].size;
         }
         size_t w = ws_bytes(t, g->nt, false);
         if (w) {
-            g->wsf_buf[i] = add_buf(g, TG__BUF_WSF, i, (int64_t)w, i, i);
+            g->wsf_buf[i] = add_buf(g, &total, fn, TG__BUF_WSF, i, w, i, i);
+            if (g->wsf_buf[i] < 0) {
+                failed = true; /* the error is recorded */
+                goto lifetimes_done;
+            }
             g->mem.workspace += (size_t)g->bufs[g->wsf_buf[i]].size;
         }
     }
@@ -344,7 +411,11 @@ bool tg__plan(tg_graph *g, const char *fn)
             if (!t->requires_grad || t->op == TG_OP_NONE || gstart[i] < 0)
                 continue;
             int64_t e = g->persist[i] ? TG__FOREVER : tg__bwd_step(g, i);
-            g->grad_buf[i] = add_buf(g, TG__BUF_GRAD, i, tg__buf_bytes(t), gstart[i], e);
+            g->grad_buf[i] = add_buf(g, &total, fn, TG__BUF_GRAD, i, data_bytes(t), gstart[i], e);
+            if (g->grad_buf[i] < 0) {
+                failed = true; /* the error is recorded */
+                goto lifetimes_done;
+            }
             g->mem.gradients += (size_t)g->bufs[g->grad_buf[i]].size;
             /* Backward in place: take the gradient of the consumer c that writes this one first
              * when c's own gradient dies at that very step (src[0] of a TG_OPF_BWD_INPLACE rule,
@@ -378,8 +449,12 @@ bool tg__plan(tg_graph *g, const char *fn)
         for (int64_t l = 0; l < g->n_leaves; l++) {
             int64_t i = g->leaf_node[l];
             int64_t s = gstart[i] >= 0 ? gstart[i] : n;
-            g->fresh_buf[l] = add_buf(g, TG__BUF_FRESH, i, tg__buf_bytes(g->nodes[i]), s,
-                                      TG__FOREVER);
+            g->fresh_buf[l] = add_buf(g, &total, fn, TG__BUF_FRESH, i, data_bytes(g->nodes[i]),
+                                      s, TG__FOREVER);
+            if (g->fresh_buf[l] < 0) {
+                failed = true; /* the error is recorded */
+                goto lifetimes_done;
+            }
             g->leaf_buf[i] = g->fresh_buf[l];
             g->mem.gradients += (size_t)g->bufs[g->fresh_buf[l]].size;
         }
@@ -391,7 +466,11 @@ bool tg__plan(tg_graph *g, const char *fn)
             size_t w = ws_bytes(t, g->nt, true);
             if (w) {
                 int64_t s = tg__bwd_step(g, i);
-                g->wsb_buf[i] = add_buf(g, TG__BUF_WSB, i, (int64_t)w, s, s);
+                g->wsb_buf[i] = add_buf(g, &total, fn, TG__BUF_WSB, i, w, s, s);
+                if (g->wsb_buf[i] < 0) {
+                    failed = true; /* the error is recorded */
+                    goto lifetimes_done;
+                }
                 g->mem.workspace += (size_t)g->bufs[g->wsb_buf[i]].size;
             }
         }
@@ -415,12 +494,15 @@ bool tg__plan(tg_graph *g, const char *fn)
                 g->bufs[g->out_buf[i]].alias = g->out_buf[x->topo];
         }
     }
+lifetimes_done:
     tg__free(ctx, end);
     tg__free(ctx, gstart);
     tg__free(ctx, lastc);
     tg__free(ctx, prevc);
     tg__free(ctx, ncons);
     tg__free(ctx, shared);
+    if (failed)
+        return false;
 
     /* Placement: buckets by start step and by end step (counting sort keeps node order). */
     int64_t nb = g->n_bufs;

@@ -6,14 +6,59 @@
  */
 #include "tgrad_train.h"
 #include "io.h"
+#include "vec.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_optim *opt, int64_t n_meta,
-                             const char *const *keys, const char *const *values,
-                             const tg_write_opts *opts)
+/* Are opt's parameters (and so its state) ctx's? Otherwise a run error (the I/O calls'
+ * kind) naming fn. NULL opt: yes. */
+static bool optim_of(tg_ctx *ctx, const char *fn, const tg_optim *opt)
+{
+    for (int64_t i = 0; i < tg_optim_n_params(opt); i++) {
+        const tg_tensor *p = tg_optim_param(opt, i);
+        if (tg_tensor_ctx(p) != ctx) {
+            tg__err(ctx, TG_ERR_ARG, fn, "the optimizer belongs to another context (its "
+                    "parameter %lld, '%s')", (long long)i, tg_tensor_name(p));
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Optimizer state from a file must be finite, and Adam's second moments (adam.v.*) >= 0:
+ * one NaN would silently turn every later step of that parameter into NaN. Records
+ * TG_ERR_FORMAT naming the tensor, the element and its value; false if any is refused. */
+static bool state_values_ok(tg_ctx *ctx, const char *fn, const tg_safetensors *st,
+                            const tg_optim *opt)
+{
+    for (int64_t i = 0; i < tg_optim_n_state(opt); i++) {
+        const tg_tensor *s = tg_optim_state(opt, i);
+        const tg_tensor *f = tg_safetensors_find(st, s->name);
+        if (!f || f->dtype == TG_I32)
+            continue; /* missing: refused by the loader; integers are finite */
+        bool nonneg = strncmp(s->name, "adam.v.", 7) == 0;
+        int64_t bad = f->dtype == TG_F32 ? tg__first_nonfinite_f32(f->data, f->numel, false)
+                                         : tg__first_nonfinite_f64(f->data, f->numel, false);
+        for (int64_t k = 0; nonneg && k < (bad < 0 ? f->numel : bad); k++)
+            if (tg_get(f, k) < 0) {
+                bad = k;
+                break;
+            }
+        if (bad >= 0) {
+            tg__err(ctx, TG_ERR_FORMAT, fn, "optimizer state '%s' element %lld is %g (expected "
+                    "a finite value%s); nothing was restored", s->name, (long long)bad,
+                    tg_get(f, bad), nonneg ? " >= 0, as a second moment is" : "");
+            return false;
+        }
+    }
+    return true;
+}
+
+static tg_status tg_checkpoint_save_io(tg_ctx *ctx, const char *path, const tg_optim *opt,
+                                       int64_t n_meta, const char *const *keys,
+                                       const char *const *values, const tg_write_opts *opts)
 {
     static const char *fn = "tg_checkpoint_save";
     if (!ctx)
@@ -27,6 +72,8 @@ tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_optim *opt,
                                                    : "n_meta is too large");
         return TG_ERR_ARG;
     }
+    if (!optim_of(ctx, fn, opt))
+        return TG_ERR_ARG;
     int64_t np = ctx->n_params, ns = tg_optim_n_state(opt), n = np + ns;
     tg_io_item *items = tg__alloc(ctx, sizeof *items * (size_t)(n ? n : 1), fn);
     const char **mk = tg__alloc(ctx, sizeof *mk * (size_t)(n_meta + 2), fn);
@@ -60,6 +107,16 @@ tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_optim *opt,
     tg__free(ctx, mk);
     tg__free(ctx, mv);
     return s;
+}
+
+tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_optim *opt, int64_t n_meta,
+                             const char *const *keys, const char *const *values,
+                             const tg_write_opts *opts)
+{
+    tg__io_enter(ctx);
+    tg_status r = tg_checkpoint_save_io(ctx, path, opt, n_meta, keys, values, opts);
+    tg__io_leave(ctx);
+    return r;
 }
 
 /* Largest step count a checkpoint may claim: 2^53, so that it is exact as a double (the Adam
@@ -105,7 +162,7 @@ static bool parse_rng(const char *s, uint64_t st[4])
     return any != 0;
 }
 
-tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim *opt)
+static tg_status tg_checkpoint_restore_io(tg_ctx *ctx, const tg_safetensors *st, tg_optim *opt)
 {
     static const char *fn = "tg_checkpoint_restore";
     if (!ctx)
@@ -137,6 +194,8 @@ tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim 
                 tg__quote(rng_s, 40, q));
         return TG_ERR_FORMAT;
     }
+    if (!optim_of(ctx, fn, opt) || !state_values_ok(ctx, fn, st, opt))
+        return tg_ctx_status(ctx);
     /* parameters and optimizer state together, strictly: validate all, then copy */
     int64_t np = ctx->n_params, ns = tg_optim_n_state(opt);
     tg_tensor **all = tg__alloc(ctx, sizeof *all * (size_t)(np + ns + 1), fn);
@@ -155,4 +214,12 @@ tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim 
         tg_optim_set_steps(opt, step);
     tg_rng_set_state(ctx, rng);
     return TG_OK;
+}
+
+tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim *opt)
+{
+    tg__io_enter(ctx);
+    tg_status r = tg_checkpoint_restore_io(ctx, st, opt);
+    tg__io_leave(ctx);
+    return r;
 }

@@ -24,14 +24,11 @@ static tg_status dot_emit(tg_ctx *ctx, const tg_writer *w, void *user)
     return s;
 }
 
-/* Common entry: exactly one of path and w. */
-static tg_status write_dot(const tg_graph *g, const char *path, const tg_writer *w, int flags,
-                           const tg_write_opts *opts, const char *fn)
+/* Exactly one of path and w. */
+static tg_status write_dot_io(tg_ctx *ctx, const tg_graph *g, const char *path,
+                              const tg_writer *w, int flags, const tg_write_opts *opts,
+                              const char *fn)
 {
-    tg_ctx *ctx = tg__dot_ctx(g);
-    if (!ctx)
-        return TG_ERR_ARG;
-    tg__begin(ctx);
     tg_status s = tg__dot_check(g, flags, fn);
     if (s != TG_OK)
         return s;
@@ -50,6 +47,19 @@ static tg_status write_dot(const tg_graph *g, const char *path, const tg_writer 
     return tg__write_atomic(ctx, fn, path, opts, dot_emit, &a);
 }
 
+/* Common entry; its errors are run-time errors (tg__io_enter). */
+static tg_status write_dot(const tg_graph *g, const char *path, const tg_writer *w, int flags,
+                           const tg_write_opts *opts, const char *fn)
+{
+    tg_ctx *ctx = tg__dot_ctx(g);
+    if (!ctx)
+        return TG_ERR_ARG;
+    tg__io_enter(ctx);
+    tg_status s = write_dot_io(ctx, g, path, w, flags, opts, fn);
+    tg__io_leave(ctx);
+    return s;
+}
+
 tg_status tg_graph_write_dot(const tg_graph *g, const char *path, int flags)
 {
     return write_dot(g, path, NULL, flags, NULL, "tg_graph_write_dot");
@@ -66,8 +76,9 @@ tg_status tg_graph_write_dot_to(const tg_graph *g, const tg_writer *w, int flags
     if (!w) {
         tg_ctx *ctx = tg__dot_ctx(g);
         if (ctx) {
-            tg__begin(ctx);
+            tg__io_enter(ctx);
             tg__err(ctx, TG_ERR_ARG, "tg_graph_write_dot_to", "writer is NULL");
+            tg__io_leave(ctx);
         }
         return TG_ERR_ARG;
     }

@@ -526,8 +526,12 @@ int64_t tg__convert_le(void *dst, tg_dtype dt, const unsigned char *src, tg__efm
     }
     if (dt == TG_F32) {
         float *d = dst;
-        for (size_t i = 0; i < n; i++)
-            d[i] = (float)load_le(src + es * i, e);
+        for (size_t i = 0; i < n; i++) {
+            double v = load_le(src + es * i, e);
+            if (!tg__f32_ok(v)) /* only F64 can be beyond the f32 range */
+                return (int64_t)i;
+            d[i] = (float)v;
+        }
     } else {
         double *d = dst;
         for (size_t i = 0; i < n; i++)
@@ -544,10 +548,18 @@ static const char *efmt_name(tg__efmt e)
     return (unsigned)e < sizeof names / sizeof names[0] ? names[e] : "?";
 }
 
-/* Record the error of element `idx` (at p, format e) not fitting i32. */
-static tg_status not_i32(tg_ctx *ctx, const tg__src *s, const char *what, uint64_t idx,
-                         const unsigned char *p, tg__efmt e)
+/* Record the error of element `idx` (at p, format e) not fitting dt: i32, or (a finite F64
+ * beyond the f32 range) f32. */
+static tg_status not_dtype(tg_ctx *ctx, const tg__src *s, const char *what, uint64_t idx,
+                         const unsigned char *p, tg__efmt e, tg_dtype dt)
 {
+    if (dt == TG_F32) {
+        tg__err(ctx, TG_ERR_FORMAT, s->fn,
+                "%s: %s: element %llu (%s) is %.17g, beyond the f32 range (largest finite "
+                "3.4028234663852886e+38) it is read as", s->label, what,
+                (unsigned long long)idx, efmt_name(e), load_le(p, e));
+        return TG_ERR_FORMAT;
+    }
     char v[48];
     if (efmt_is_int(e)) {
         bool big;
@@ -577,7 +589,8 @@ tg_status tg__src_read_elems(tg_ctx *ctx, tg__src *s, void *dst, tg_dtype dt, tg
     if (s->mem) {
         int64_t bad = tg__convert_le(dst, dt, s->mem + s->pos, e, (size_t)n);
         if (bad >= 0)
-            return not_i32(ctx, s, what, (uint64_t)bad, s->mem + s->pos + (size_t)bad * es, e);
+            return not_dtype(ctx, s, what, (uint64_t)bad, s->mem + s->pos + (size_t)bad * es, e,
+                           dt);
         s->pos += bytes;
         return TG_OK;
     }
@@ -599,7 +612,7 @@ tg_status tg__src_read_elems(tg_ctx *ctx, tg__src *s, void *dst, tg_dtype dt, tg
             break;
         int64_t bad = tg__convert_le(out + done * ds, dt, buf, e, k);
         if (bad >= 0) {
-            st = not_i32(ctx, s, what, done + (uint64_t)bad, buf + (size_t)bad * es, e);
+            st = not_dtype(ctx, s, what, done + (uint64_t)bad, buf + (size_t)bad * es, e, dt);
             break;
         }
         done += k;

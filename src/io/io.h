@@ -90,12 +90,13 @@ typedef enum tg__efmt {
 size_t tg__efmt_size(tg__efmt e);
 /* Convert n elements of e (little-endian bytes at src) to dt at dst. Into TG_I32 every element
  * must be an integer in the i32 range (integer formats by value, bools as 0/1, floats by the
- * rule of tg_dtype): returns the index of the first that is not (the conversion stops there),
- * or -1 when all converted. */
+ * rule of tg_dtype), into TG_F32 an F64 must be within the f32 range (tg__f32_ok): returns
+ * the index of the first that is not (the conversion stops there), or -1 when all converted. */
 int64_t tg__convert_le(void *dst, tg_dtype dt, const unsigned char *src, tg__efmt e, size_t n);
 /* Read n elements of format e from s into dst (dtype dt), converting, in bounded chunks. An
  * element that does not fit TG_I32 is TG_ERR_UNSUPPORTED "label: what: element 3 (I64) is
- * 4294967296, not an integer in the i32 range [...]". */
+ * 4294967296, not an integer in the i32 range [...]"; an F64 beyond the f32 range read as
+ * TG_F32 is TG_ERR_FORMAT "label: what: element 3 (F64) is 1e+308, beyond the f32 range". */
 tg_status tg__src_read_elems(tg_ctx *ctx, tg__src *s, void *dst, tg_dtype dt, tg__efmt e,
                              uint64_t n, const char *what);
 

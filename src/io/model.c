@@ -651,12 +651,9 @@ static bool fill(const rd *r, tg_model *m, bool tied_copy)
     return tg__params_load_from(r->ctx, r->fn, r->st, m->n_params, m->params, false) == TG_OK;
 }
 
-tg_model *tg_model_load_from(tg_ctx *ctx, const tg_safetensors *st, const char *label)
+static tg_model *load_from_io(tg_ctx *ctx, const tg_safetensors *st, const char *label)
 {
     static const char *fn = "tg_model_load_from";
-    if (!ctx)
-        return NULL;
-    tg__begin(ctx);
     if (!st)
         return tg__err(ctx, TG_ERR_ARG, fn, "the file is NULL");
     rd r = {ctx, fn, label ? label : "<memory>", st};
@@ -673,12 +670,9 @@ tg_model *tg_model_load_from(tg_ctx *ctx, const tg_safetensors *st, const char *
     return ok ? m : NULL;
 }
 
-tg_model *tg_model_load(tg_ctx *ctx, const char *path)
+static tg_model *load_io(tg_ctx *ctx, const char *path)
 {
     static const char *fn = "tg_model_load";
-    if (!ctx)
-        return NULL;
-    tg__begin(ctx);
     if (!path)
         return tg__err(ctx, TG_ERR_ARG, fn, "path is NULL");
     /* read once for the spec and release it, build, read again for the values and release
@@ -706,6 +700,28 @@ tg_model *tg_model_load(tg_ctx *ctx, const char *path)
         tg_ctx_rewind(ctx, m0);
     finish_params(ctx, &sv, ok);
     return ok ? m : NULL;
+}
+
+/* Loading is a file call: its errors are run-time errors (they never stick), like every
+ * other file call's (tg__io_enter). */
+tg_model *tg_model_load_from(tg_ctx *ctx, const tg_safetensors *st, const char *label)
+{
+    if (!ctx)
+        return NULL;
+    tg__io_enter(ctx);
+    tg_model *m = load_from_io(ctx, st, label);
+    tg__io_leave(ctx);
+    return m;
+}
+
+tg_model *tg_model_load(tg_ctx *ctx, const char *path)
+{
+    if (!ctx)
+        return NULL;
+    tg__io_enter(ctx);
+    tg_model *m = load_io(ctx, path);
+    tg__io_leave(ctx);
+    return m;
 }
 
 /* ---- accessors ------------------------------------------------------------------------------ */

@@ -405,7 +405,8 @@ static tg_tensor *npy_read(tg_ctx *ctx, tg__src *src, tg_dtype want, tg_npy_kind
     return t;
 }
 
-tg_tensor *tg_npy_read(tg_ctx *ctx, const char *path, tg_dtype want, tg_npy_kind *kind_out)
+static tg_tensor *tg_npy_read_io(tg_ctx *ctx, const char *path, tg_dtype want,
+                                 tg_npy_kind *kind_out)
 {
     static const char fn[] = "tg_npy_read";
     if (!ctx)
@@ -431,8 +432,16 @@ tg_tensor *tg_npy_read(tg_ctx *ctx, const char *path, tg_dtype want, tg_npy_kind
     return t;
 }
 
-tg_tensor *tg_npy_read_fd(tg_ctx *ctx, int fd, const char *label, uint64_t max_bytes,
-                          tg_dtype want, tg_npy_kind *kind_out)
+tg_tensor *tg_npy_read(tg_ctx *ctx, const char *path, tg_dtype want, tg_npy_kind *kind_out)
+{
+    tg__io_enter(ctx);
+    tg_tensor *r = tg_npy_read_io(ctx, path, want, kind_out);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_tensor *tg_npy_read_fd_io(tg_ctx *ctx, int fd, const char *label, uint64_t max_bytes,
+                                    tg_dtype want, tg_npy_kind *kind_out)
 {
     static const char fn[] = "tg_npy_read_fd";
     if (!ctx)
@@ -445,8 +454,17 @@ tg_tensor *tg_npy_read_fd(tg_ctx *ctx, int fd, const char *label, uint64_t max_b
     return t;
 }
 
-tg_tensor *tg_npy_read_mem(tg_ctx *ctx, const void *data, size_t size, tg_dtype want,
-                           tg_npy_kind *kind_out)
+tg_tensor *tg_npy_read_fd(tg_ctx *ctx, int fd, const char *label, uint64_t max_bytes,
+                          tg_dtype want, tg_npy_kind *kind_out)
+{
+    tg__io_enter(ctx);
+    tg_tensor *r = tg_npy_read_fd_io(ctx, fd, label, max_bytes, want, kind_out);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_tensor *tg_npy_read_mem_io(tg_ctx *ctx, const void *data, size_t size, tg_dtype want,
+                                     tg_npy_kind *kind_out)
 {
     static const char fn[] = "tg_npy_read_mem";
     if (!ctx)
@@ -456,6 +474,15 @@ tg_tensor *tg_npy_read_mem(tg_ctx *ctx, const void *data, size_t size, tg_dtype 
     tg__src src;
     tg__src_open_mem(&src, fn, data ? data : "", size);
     return npy_read(ctx, &src, want, kind_out, NULL);
+}
+
+tg_tensor *tg_npy_read_mem(tg_ctx *ctx, const void *data, size_t size, tg_dtype want,
+                           tg_npy_kind *kind_out)
+{
+    tg__io_enter(ctx);
+    tg_tensor *r = tg_npy_read_mem_io(ctx, data, size, want, kind_out);
+    tg__io_leave(ctx);
+    return r;
 }
 
 /* ----- writing -------------------------------------------------------------------------------- */
@@ -536,7 +563,7 @@ static tg_status npy_write(tg_ctx *ctx, const char *fn, const char *path, const 
     return tg__write_atomic(ctx, fn, path, opts, npy_emit, &o);
 }
 
-tg_status tg_npy_write(tg_ctx *ctx, const char *path, const tg_tensor *t)
+static tg_status tg_npy_write_io(tg_ctx *ctx, const char *path, const tg_tensor *t)
 {
     static const char fn[] = "tg_npy_write";
     if (!ctx)
@@ -545,24 +572,54 @@ tg_status tg_npy_write(tg_ctx *ctx, const char *path, const tg_tensor *t)
         tg__err(ctx, TG_ERR_ARG, fn, "tensor is NULL");
         return TG_ERR_ARG;
     }
+    if (t->ctx != ctx) {
+        tg__err(ctx, TG_ERR_ARG, fn, "tensor '%s' belongs to another context", t->name);
+        return TG_ERR_ARG;
+    }
     tg_io_item it = tg_io_item_data(t, NULL);
     return npy_write(ctx, fn, path, NULL, &it, NULL);
 }
 
-tg_status tg_npy_write_data(tg_ctx *ctx, const char *path, tg_dtype dtype, int rank,
-                            const int64_t *shape, const void *data)
+tg_status tg_npy_write(tg_ctx *ctx, const char *path, const tg_tensor *t)
+{
+    tg__io_enter(ctx);
+    tg_status r = tg_npy_write_io(ctx, path, t);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_status tg_npy_write_data_io(tg_ctx *ctx, const char *path, tg_dtype dtype, int rank,
+                                      const int64_t *shape, const void *data)
 {
     tg_io_item it = {NULL, dtype, rank, shape, data};
     return npy_write(ctx, "tg_npy_write_data", path, NULL, &it, NULL);
 }
 
-tg_status tg_npy_write_item(tg_ctx *ctx, const char *path, const tg_io_item *item,
-                            const tg_write_opts *opts)
+tg_status tg_npy_write_data(tg_ctx *ctx, const char *path, tg_dtype dtype, int rank,
+                            const int64_t *shape, const void *data)
+{
+    tg__io_enter(ctx);
+    tg_status r = tg_npy_write_data_io(ctx, path, dtype, rank, shape, data);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_status tg_npy_write_item_io(tg_ctx *ctx, const char *path, const tg_io_item *item,
+                                      const tg_write_opts *opts)
 {
     return npy_write(ctx, "tg_npy_write_item", path, NULL, item, opts);
 }
 
-tg_status tg_npy_write_to(tg_ctx *ctx, const tg_writer *w, const tg_io_item *item)
+tg_status tg_npy_write_item(tg_ctx *ctx, const char *path, const tg_io_item *item,
+                            const tg_write_opts *opts)
+{
+    tg__io_enter(ctx);
+    tg_status r = tg_npy_write_item_io(ctx, path, item, opts);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_status tg_npy_write_to_io(tg_ctx *ctx, const tg_writer *w, const tg_io_item *item)
 {
     static const char fn[] = "tg_npy_write_to";
     if (!ctx)
@@ -572,4 +629,12 @@ tg_status tg_npy_write_to(tg_ctx *ctx, const tg_writer *w, const tg_io_item *ite
         return TG_ERR_ARG;
     }
     return npy_write(ctx, fn, NULL, w, item, NULL);
+}
+
+tg_status tg_npy_write_to(tg_ctx *ctx, const tg_writer *w, const tg_io_item *item)
+{
+    tg__io_enter(ctx);
+    tg_status r = tg_npy_write_to_io(ctx, w, item);
+    tg__io_leave(ctx);
+    return r;
 }

@@ -44,6 +44,11 @@ static tg_status load_from(tg_ctx *ctx, const char *fn, const tg_safetensors *st
     /* validate everything first so that a mismatch leaves every parameter untouched */
     for (int64_t i = 0; i < n; i++) {
         tg_tensor *p = params[i];
+        if (!p || p->ctx != ctx) {
+            tg__err(ctx, TG_ERR_ARG, fn, "entry %lld %s", (long long)i,
+                    p ? "belongs to another context" : "is NULL");
+            return TG_ERR_ARG;
+        }
         tg_tensor *f = tg_safetensors_find(st, p->name);
         if (!f) {
             tg__err(ctx, TG_ERR_MISMATCH, fn, "missing tensor '%s' (expected shape %s)", p->name,
@@ -62,6 +67,17 @@ static tg_status load_from(tg_ctx *ctx, const char *fn, const tg_safetensors *st
                     p->name, tg_dtype_str(f->dtype), p->name, tg_dtype_str(p->dtype));
             return TG_ERR_MISMATCH;
         }
+        if (p->dtype == TG_F32 && f->dtype == TG_F64) { /* f64 -> f32: within the f32 range */
+            const double *v = f->data;
+            for (int64_t k = 0; k < f->numel; k++)
+                if (!tg__f32_ok(v[k])) {
+                    tg__err(ctx, TG_ERR_FORMAT, fn, "tensor '%s' element %lld is %.17g in the "
+                            "file, beyond the f32 range of '%s' (largest finite "
+                            "3.4028234663852886e+38); nothing was loaded", p->name,
+                            (long long)k, v[k], p->name);
+                    return TG_ERR_FORMAT;
+                }
+        }
     }
     if (strict) {
         for (int64_t k = 0; k < tg_safetensors_count(st); k++) {
@@ -79,9 +95,11 @@ static tg_status load_from(tg_ctx *ctx, const char *fn, const tg_safetensors *st
             }
         }
     }
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) { /* cannot fail after the checks above */
         tg_tensor *f = tg_safetensors_find(st, params[i]->name);
-        tg_tensor_copy(params[i], f);
+        tg_status s = tg_tensor_copy(params[i], f);
+        if (s != TG_OK)
+            return s;
     }
     return TG_OK;
 }
@@ -92,14 +110,23 @@ tg_status tg__params_load_from(tg_ctx *ctx, const char *fn, const tg_safetensors
     return load_from(ctx, fn, st, n, params, strict, false);
 }
 
-tg_status tg_params_load_from(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
-                              tg_tensor *const *params, bool strict)
+static tg_status tg_params_load_from_io(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
+                                        tg_tensor *const *params, bool strict)
 {
     return load_from(ctx, "tg_params_load_from", st, n, params, strict, true);
 }
 
-tg_status tg_params_load(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *const *params,
-                         bool strict)
+tg_status tg_params_load_from(tg_ctx *ctx, const tg_safetensors *st, int64_t n,
+                              tg_tensor *const *params, bool strict)
+{
+    tg__io_enter(ctx);
+    tg_status r = tg_params_load_from_io(ctx, st, n, params, strict);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_status tg_params_load_io(tg_ctx *ctx, const char *path, int64_t n,
+                                   tg_tensor *const *params, bool strict)
 {
     if (!ctx || !path)
         return TG_ERR_ARG;
@@ -109,13 +136,32 @@ tg_status tg_params_load(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *co
     return load_from(ctx, "tg_params_load", st, n, params, strict, true);
 }
 
-tg_status tg_params_save(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *const *params,
-                         int64_t n_meta, const char *const *meta_keys,
-                         const char *const *meta_values)
+tg_status tg_params_load(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *const *params,
+                         bool strict)
+{
+    tg__io_enter(ctx);
+    tg_status r = tg_params_load_io(ctx, path, n, params, strict);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_status tg_params_save_io(tg_ctx *ctx, const char *path, int64_t n,
+                                   tg_tensor *const *params, int64_t n_meta,
+                                   const char *const *meta_keys, const char *const *meta_values)
 {
     if (!ctx || !path || n < 0)
         return TG_ERR_ARG;
     params = all_params(ctx, &n, params);
     return tg_safetensors_write(ctx, path, n, (const tg_tensor *const *)params, NULL, n_meta,
                                 meta_keys, meta_values);
+}
+
+tg_status tg_params_save(tg_ctx *ctx, const char *path, int64_t n, tg_tensor *const *params,
+                         int64_t n_meta, const char *const *meta_keys,
+                         const char *const *meta_values)
+{
+    tg__io_enter(ctx);
+    tg_status r = tg_params_save_io(ctx, path, n, params, n_meta, meta_keys, meta_values);
+    tg__io_leave(ctx);
+    return r;
 }

@@ -541,6 +541,33 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
     if (tg__src_read(ctx, src, szb, 8, "header size field") != TG_OK)
         goto done;
     uint64_t N = tg__le64(szb);
+    /* The header (JSON) starts with '{', possibly after JSON whitespace. When the size field
+     * is impossible for this file (the read fails below anyway), look at the first bytes after
+     * it, so that another kind of file (text, an image, .npy) is named as such rather than by
+     * the size its first 8 bytes happen to spell. */
+    uint64_t left = tg__src_left(src); /* (a file source consumes what is looked at) */
+    if ((N > TG_SAFETENSORS_MAX_HEADER || N < 2 || N > left) && left > 0) {
+        unsigned char look[64];
+        size_t k = left < sizeof look ? (size_t)left : sizeof look, i = 0;
+        if (src->mem)
+            memcpy(look, src->mem + src->pos, k);
+        else if (tg__src_read(ctx, src, look, k, "header") != TG_OK)
+            goto done;
+        while (i < k && (look[i] == ' ' || look[i] == '\t' || look[i] == '\r' ||
+                         look[i] == '\n'))
+            i++;
+        if (i < k && look[i] != '{') {
+            char q[8];
+            if (look[i] >= 0x20 && look[i] < 0x7f)
+                snprintf(q, sizeof q, "'%c'", look[i]);
+            else
+                snprintf(q, sizeof q, "0x%02x", (unsigned)look[i]);
+            tg__err(ctx, TG_ERR_HEADER_SIZE, fn,
+                    "%s: not a safetensors file (one starts with an 8-byte header size, then a "
+                    "JSON header '{'; here byte %zu is %s)", label, 8 + i, q);
+            goto done;
+        }
+    }
     if (N > TG_SAFETENSORS_MAX_HEADER || N < 2) {
         tg__err(ctx, TG_ERR_HEADER_SIZE, fn,
                 "%s: header size %llu is %s (a header is 2 to %u bytes)", label,
@@ -548,10 +575,10 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
                 TG_SAFETENSORS_MAX_HEADER);
         goto done;
     }
-    if (N > tg__src_left(src)) {
+    if (N > left) {
         tg__err(ctx, TG_ERR_TRUNCATED, fn,
                 "%s: header size is %llu bytes but only %llu bytes follow the size field", label,
-                (unsigned long long)N, (unsigned long long)tg__src_left(src));
+                (unsigned long long)N, (unsigned long long)left);
         goto done;
     }
     const char *hdr;
@@ -730,7 +757,7 @@ done:
     return st;
 }
 
-tg_safetensors *tg_safetensors_read(tg_ctx *ctx, const char *path)
+static tg_safetensors *tg_safetensors_read_io(tg_ctx *ctx, const char *path)
 {
     static const char fn[] = "tg_safetensors_read";
     if (!ctx)
@@ -745,8 +772,16 @@ tg_safetensors *tg_safetensors_read(tg_ctx *ctx, const char *path)
     return st;
 }
 
-tg_safetensors *tg_safetensors_read_fd(tg_ctx *ctx, int fd, const char *label,
-                                       uint64_t max_bytes)
+tg_safetensors *tg_safetensors_read(tg_ctx *ctx, const char *path)
+{
+    tg__io_enter(ctx);
+    tg_safetensors *r = tg_safetensors_read_io(ctx, path);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_safetensors *tg_safetensors_read_fd_io(tg_ctx *ctx, int fd, const char *label,
+                                                 uint64_t max_bytes)
 {
     static const char fn[] = "tg_safetensors_read_fd";
     if (!ctx)
@@ -759,7 +794,16 @@ tg_safetensors *tg_safetensors_read_fd(tg_ctx *ctx, int fd, const char *label,
     return st;
 }
 
-tg_safetensors *tg_safetensors_read_mem(tg_ctx *ctx, const void *data, size_t size)
+tg_safetensors *tg_safetensors_read_fd(tg_ctx *ctx, int fd, const char *label,
+                                       uint64_t max_bytes)
+{
+    tg__io_enter(ctx);
+    tg_safetensors *r = tg_safetensors_read_fd_io(ctx, fd, label, max_bytes);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_safetensors *tg_safetensors_read_mem_io(tg_ctx *ctx, const void *data, size_t size)
 {
     static const char fn[] = "tg_safetensors_read_mem";
     if (!ctx)
@@ -769,6 +813,14 @@ tg_safetensors *tg_safetensors_read_mem(tg_ctx *ctx, const void *data, size_t si
     tg__src src;
     tg__src_open_mem(&src, fn, data ? data : "", size);
     return st_read(ctx, &src);
+}
+
+tg_safetensors *tg_safetensors_read_mem(tg_ctx *ctx, const void *data, size_t size)
+{
+    tg__io_enter(ctx);
+    tg_safetensors *r = tg_safetensors_read_mem_io(ctx, data, size);
+    tg__io_leave(ctx);
+    return r;
 }
 
 /* ----- writing -------------------------------------------------------------------------------- */
@@ -1035,10 +1087,11 @@ tg_status tg__st_write_items(tg_ctx *ctx, const char *fn, const char *path, int6
     return st_write_items(ctx, fn, path, NULL, n, items, n_meta, keys, vals, opts);
 }
 
-tg_status tg_safetensors_write_items(tg_ctx *ctx, const char *path, int64_t n,
-                                     const tg_io_item *items, int64_t n_meta,
-                                     const char *const *meta_keys,
-                                     const char *const *meta_values, const tg_write_opts *opts)
+static tg_status tg_safetensors_write_items_io(tg_ctx *ctx, const char *path, int64_t n,
+                                               const tg_io_item *items, int64_t n_meta,
+                                               const char *const *meta_keys,
+                                               const char *const *meta_values,
+                                               const tg_write_opts *opts)
 {
     static const char fn[] = "tg_safetensors_write_items";
     if (!ctx)
@@ -1050,9 +1103,22 @@ tg_status tg_safetensors_write_items(tg_ctx *ctx, const char *path, int64_t n,
     return st_write_items(ctx, fn, path, NULL, n, items, n_meta, meta_keys, meta_values, opts);
 }
 
-tg_status tg_safetensors_write_to(tg_ctx *ctx, const tg_writer *w, int64_t n,
-                                  const tg_io_item *items, int64_t n_meta,
-                                  const char *const *meta_keys, const char *const *meta_values)
+tg_status tg_safetensors_write_items(tg_ctx *ctx, const char *path, int64_t n,
+                                     const tg_io_item *items, int64_t n_meta,
+                                     const char *const *meta_keys,
+                                     const char *const *meta_values, const tg_write_opts *opts)
+{
+    tg__io_enter(ctx);
+    tg_status r =
+        tg_safetensors_write_items_io(ctx, path, n, items, n_meta, meta_keys, meta_values, opts);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_status tg_safetensors_write_to_io(tg_ctx *ctx, const tg_writer *w, int64_t n,
+                                            const tg_io_item *items, int64_t n_meta,
+                                            const char *const *meta_keys,
+                                            const char *const *meta_values)
 {
     static const char fn[] = "tg_safetensors_write_to";
     if (!ctx)
@@ -1062,6 +1128,16 @@ tg_status tg_safetensors_write_to(tg_ctx *ctx, const tg_writer *w, int64_t n,
         return TG_ERR_ARG;
     }
     return st_write_items(ctx, fn, NULL, w, n, items, n_meta, meta_keys, meta_values, NULL);
+}
+
+tg_status tg_safetensors_write_to(tg_ctx *ctx, const tg_writer *w, int64_t n,
+                                  const tg_io_item *items, int64_t n_meta,
+                                  const char *const *meta_keys, const char *const *meta_values)
+{
+    tg__io_enter(ctx);
+    tg_status r = tg_safetensors_write_to_io(ctx, w, n, items, n_meta, meta_keys, meta_values);
+    tg__io_leave(ctx);
+    return r;
 }
 
 /* Items for tensors' values or gradients, then the item writer. */
@@ -1117,13 +1193,35 @@ static tg_status st_write_tensors(tg_ctx *ctx, const char *fn, const char *path,
     return s;
 }
 
+static tg_status tg_safetensors_write_io(tg_ctx *ctx, const char *path, int64_t n,
+                                         const tg_tensor *const *tensors, const char *const *names,
+                                         int64_t n_meta, const char *const *meta_keys,
+                                         const char *const *meta_values)
+{
+    return st_write_tensors(ctx, "tg_safetensors_write", path, n, tensors, names, false, n_meta,
+                            meta_keys, meta_values);
+}
+
 tg_status tg_safetensors_write(tg_ctx *ctx, const char *path, int64_t n,
                                const tg_tensor *const *tensors, const char *const *names,
                                int64_t n_meta, const char *const *meta_keys,
                                const char *const *meta_values)
 {
-    return st_write_tensors(ctx, "tg_safetensors_write", path, n, tensors, names, false, n_meta,
-                            meta_keys, meta_values);
+    tg__io_enter(ctx);
+    tg_status r =
+        tg_safetensors_write_io(ctx, path, n, tensors, names, n_meta, meta_keys, meta_values);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_status tg_safetensors_write_grads_io(tg_ctx *ctx, const char *path, int64_t n,
+                                               const tg_tensor *const *tensors,
+                                               const char *const *names, int64_t n_meta,
+                                               const char *const *meta_keys,
+                                               const char *const *meta_values)
+{
+    return st_write_tensors(ctx, "tg_safetensors_write_grads", path, n, tensors, names, true,
+                            n_meta, meta_keys, meta_values);
 }
 
 tg_status tg_safetensors_write_grads(tg_ctx *ctx, const char *path, int64_t n,
@@ -1131,6 +1229,9 @@ tg_status tg_safetensors_write_grads(tg_ctx *ctx, const char *path, int64_t n,
                                      int64_t n_meta, const char *const *meta_keys,
                                      const char *const *meta_values)
 {
-    return st_write_tensors(ctx, "tg_safetensors_write_grads", path, n, tensors, names, true,
-                            n_meta, meta_keys, meta_values);
+    tg__io_enter(ctx);
+    tg_status r =
+        tg_safetensors_write_grads_io(ctx, path, n, tensors, names, n_meta, meta_keys, meta_values);
+    tg__io_leave(ctx);
+    return r;
 }

@@ -379,10 +379,15 @@ static tg_status run_encoder(tg_generator *gen, struct enc_graph *eg, const int3
 tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_ids, int64_t s)
 {
     static const char *fn = "tg_generator_set_source";
-    if (!gen || gen->freed)
-        return TG_ERR_ARG;
+    if (!gen)
+        return TG_ERR_ARG; /* no context to record on */
     tg_ctx *ctx = gen->ctx;
     tg__begin(ctx);
+    if (gen->freed) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "the generator was freed (tg_generator_free); make a "
+                    "new one with tg_generator_new");
+        return TG_ERR_ARG;
+    }
     if (!gen->s2s) {
         tg__run_err(ctx, TG_ERR_ARG, fn, "the model is not an encoder-decoder (n_decoder_layers "
                     "0): a decoder-only LM has no source");
@@ -430,10 +435,15 @@ tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_ids, int
 tg_status tg_generator_feed(tg_generator *gen, const int32_t *ids, int64_t n)
 {
     static const char *fn = "tg_generator_feed";
-    if (!gen || gen->freed)
-        return TG_ERR_ARG;
+    if (!gen)
+        return TG_ERR_ARG; /* no context to record on */
     tg_ctx *ctx = gen->ctx;
     tg__begin(ctx);
+    if (gen->freed) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "the generator was freed (tg_generator_free); make a "
+                    "new one with tg_generator_new");
+        return TG_ERR_ARG;
+    }
     if (gen->s2s && gen->src_len == 0) {
         tg__run_err(ctx, TG_ERR_STATE, fn, "no source: an encoder-decoder generator decodes "
                     "after tg_generator_set_source()");

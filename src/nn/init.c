@@ -150,6 +150,18 @@ bool tg__nn_prepare_masks(tg_ctx *ctx, const char *fn, const tg_attn_masks *mask
                 "shaped to broadcast over the scores, e.g. (B, 1, T_k)");
         return false;
     }
+    /* Masks are float tensors (tgrad_nn.h): an integer mask is named here, not by the op that
+     * would first refuse it (a reshape inside this module). */
+    tg_tensor *const given[2] = {masks->attn_mask, mha ? masks->key_padding_mask : NULL};
+    static const char *const field[2] = {"attn_mask", "key_padding_mask"};
+    for (int i = 0; i < 2; i++)
+        if (given[i] && !tg_dtype_is_float(tg_tensor_dtype(given[i]))) {
+            tg__err(ctx, TG_ERR_DTYPE, fn, "%s '%s' is %s; masks are float tensors in the "
+                    "inputs' dtype (convert a 0/1 integer mask with tg_tensor_copy() into a "
+                    "float constant)", field[i], tg_tensor_name(given[i]),
+                    tg_dtype_str(tg_tensor_dtype(given[i])));
+            return false;
+        }
     if (masks->attn_mask) {
         tg_tensor *m = masks->attn_mask;
         if (mha) {

@@ -10,6 +10,7 @@
 #include "vec.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 struct tg_optim {
     tg_ctx *ctx;
@@ -52,6 +53,43 @@ static tg_tensor *state_like(tg_ctx *ctx, const tg_tensor *p, const char *prefix
     char name[2 * TG_NAME_MAX]; /* tg_const truncates to TG_NAME_MAX - 1 */
     snprintf(name, sizeof name, "%s%s", prefix, p->name);
     return tg_const(ctx, p->dtype, p->rank, p->shape, name);
+}
+
+static int by_id(const void *a, const void *b)
+{
+    uint64_t x = (*(tg_tensor *const *)a)->id, y = (*(tg_tensor *const *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+/* Refuse a parameter listed twice (it would be stepped twice per step, with two states).
+ * Sorts a copy by creation number: O(n log n). Records the error; false on failure. */
+static bool check_distinct(tg_ctx *ctx, const char *fn, int64_t n, tg_tensor *const *params)
+{
+    if (n < 2)
+        return true;
+    tg_tensor **s = tg__alloc(ctx, sizeof *s * (size_t)n, fn);
+    if (!s)
+        return false;
+    memcpy(s, params, sizeof *s * (size_t)n);
+    qsort(s, (size_t)n, sizeof *s, by_id);
+    const tg_tensor *dup = NULL;
+    for (int64_t i = 1; i < n && !dup; i++)
+        if (s[i] == s[i - 1])
+            dup = s[i];
+    tg__free(ctx, s);
+    if (!dup)
+        return true;
+    int64_t first = -1, second = -1;
+    for (int64_t i = 0; i < n && second < 0; i++)
+        if (params[i] == dup) {
+            if (first < 0)
+                first = i;
+            else
+                second = i;
+        }
+    tg__err(ctx, TG_ERR_ARG, fn, "parameter '%s' is listed twice (entries %lld and %lld); each "
+            "parameter may appear once", dup->name, (long long)first, (long long)second);
+    return false;
 }
 
 tg_optim *tg_optim_new(tg_ctx *ctx, const tg_optim_config *cfg, int64_t n,
@@ -109,10 +147,17 @@ tg_optim *tg_optim_new(tg_ctx *ctx, const tg_optim_config *cfg, int64_t n,
         goto fail;
     for (int64_t i = 0; i < n; i++) {
         if (!params[i] || params[i]->ctx != ctx || params[i]->kind != TG_KIND_PARAM) {
-            tg__err(ctx, TG_ERR_ARG, fn, "entry %lld is not a parameter of this context",
-                    (long long)i);
+            tg__err(ctx, TG_ERR_ARG, fn, "entry %lld is %s", (long long)i,
+                    !params[i] ? "NULL"
+                    : params[i]->ctx != ctx ? "not a parameter of this context (it belongs to "
+                                              "another context)"
+                                            : "not a parameter of this context");
             goto fail;
         }
+    }
+    if (!check_distinct(ctx, fn, n, params))
+        goto fail;
+    for (int64_t i = 0; i < n; i++) {
         o->params[i] = params[i];
         bool sgd = c->kind == TG_OPTIM_SGD;
         if (sgd && c->momentum == 0)
@@ -176,21 +221,18 @@ tg_tensor *tg_optim_state(const tg_optim *o, int64_t i)
     return NULL;
 }
 
-/* Is every gradient element finite? (parameters without a gradient count as zero) */
-static bool all_finite(const tg_tensor *p)
-{
-    if (p->dtype == TG_F32)
-        return tg__first_nonfinite_f32(p->grad, p->numel, false) < 0;
-    return tg__first_nonfinite_f64(p->grad, p->numel, false) < 0;
-}
-
-static tg_tensor *first_nonfinite(tg_tensor *const *params, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        if (params[i]->grad && !all_finite(params[i]))
-            return params[i];
-    return NULL;
-}
+/* A step that would make a parameter or its state non-finite (finite gradients, but a huge
+ * learning rate, state or parameter) is refused like a non-finite gradient: a first pass runs
+ * the same arithmetic without writing and ORs a per-element "not finite" flag. */
+#define CHECK_BLOCK 4096
+#ifdef TG_HAVE_OPENMP
+/* Race-free: each iteration ORs into its thread's private copy of var (an integer, so the
+ * combined result does not depend on the order). */
+#define OMP_FOR_OR(nt, cond, var)                                                              \
+    TG__PRAGMA(omp parallel for schedule(static) num_threads(nt) if (cond) reduction(| : var))
+#else
+#define OMP_FOR_OR(nt, cond, var) (void)(nt); (void)(cond);
+#endif
 
 /* Adam/AdamW on elements [lo, hi): branch-free per element (the optimizer kind and weight-decay
  * mode are loop-invariant), compiled per SIMD level; the same arithmetic as the scalar form, so
@@ -221,24 +263,86 @@ static tg_tensor *first_nonfinite(tg_tensor *const *params, int64_t n)
             }                                                                                  \
         }                                                                                      \
     }                                                                                          \
-    static void adam_##SUF(int nt, const tg_optim_config *c, double lr, int64_t t, int64_t n,  \
-                           T *p, const T *g, T *m, T *v)                                       \
+    /* The same arithmetic without writing: 1 if any element's new p, m or v is not finite. */ \
+    TG_SIMD_CLONES static int adam_bad_range_##SUF(int64_t lo, int64_t hi, T step, T bc2s,     \
+                                                   T b1, T b2, T wd, T eps, T decay,           \
+                                                   bool decoupled, const T *p, const T *g,     \
+                                                   const T *m, const T *v)                     \
+    {                                                                                          \
+        int bad = 0;                                                                           \
+        for (int64_t i = lo; i < hi; i++) {                                                    \
+            T gi = g[i], pi = p[i];                                                            \
+            if (decoupled)                                                                     \
+                pi *= decay;                                                                   \
+            else if (wd != 0)                                                                  \
+                gi += wd * pi;                                                                 \
+            T mi = m[i] * b1 + (1 - b1) * gi;                                                  \
+            T vi = v[i] * b2 + (1 - b2) * gi * gi;                                             \
+            T denom = sqrt(vi) / bc2s + eps;                                                   \
+            pi -= step * (mi / denom);                                                         \
+            bad |= !isfinite(pi) | !isfinite(mi) | !isfinite(vi);                              \
+        }                                                                                      \
+        return bad;                                                                            \
+    }                                                                                          \
+    /* Adam or AdamW over n elements; check: only return the index of the first element whose \
+     * update would not be finite (-1: none), changing nothing. */                             \
+    static int64_t adam_##SUF(int nt, const tg_optim_config *c, double lr, int64_t t,          \
+                              int64_t n, T *p, const T *g, T *m, T *v, bool check)             \
     {                                                                                          \
         double bc1 = 1.0 - pow(c->beta1, (double)t), bc2 = 1.0 - pow(c->beta2, (double)t);     \
         T step = (T)(lr / bc1), bc2s = (T)sqrt(bc2), b1 = (T)c->beta1, b2 = (T)c->beta2;       \
         T wd = (T)c->weight_decay, eps = (T)c->eps, decay = (T)(1.0 - lr * c->weight_decay);   \
         bool decoupled = c->kind == TG_OPTIM_ADAMW;                                            \
+        if (check) {                                                                           \
+            /* Blocks of CHECK_BLOCK elements, OR-ed (an integer reduction: exact, any order). \
+             * Then, only on failure, the first bad element, serially. */                      \
+            int64_t nb = (n + CHECK_BLOCK - 1) / CHECK_BLOCK;                                  \
+            int bad = 0;                                                                       \
+            OMP_FOR_OR(nt, n * 4 * (int64_t)sizeof(T) > TG_PAR_BYTES, bad)                     \
+            for (int64_t b = 0; b < nb; b++)                                                   \
+                bad |= adam_bad_range_##SUF(b * CHECK_BLOCK,                                   \
+                                            b + 1 < nb ? (b + 1) * CHECK_BLOCK : n, step, bc2s, \
+                                            b1, b2, wd, eps, decay, decoupled, p, g, m, v);    \
+            for (int64_t i = 0; bad && i < n; i++)                                             \
+                if (adam_bad_range_##SUF(i, i + 1, step, bc2s, b1, b2, wd, eps, decay,         \
+                                         decoupled, p, g, m, v))                               \
+                    return i;                                                                  \
+            return -1;                                                                         \
+        }                                                                                      \
         /* Race-free: element i of p, m, v is owned by one range. (g is never NULL: a        \
          * parameter without a gradient is not stepped.) */                                    \
         TG_PAR_RANGE(nt, n * 4 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,                     \
                      adam_range_##SUF(lo, hi, step, bc2s, b1, b2, wd, eps, decay, decoupled,   \
                                       p, g, m, v));                                            \
+        return -1;                                                                             \
     }                                                                                          \
-    static void sgd_##SUF(int nt, const tg_optim_config *c, double lr, int64_t t, int64_t n,   \
-                          T *p, const T *g, T *buf)                                            \
+    static int64_t sgd_##SUF(int nt, const tg_optim_config *c, double lr, int64_t t,           \
+                             int64_t n, T *p, const T *g, T *buf, bool check)                  \
     {                                                                                          \
         T wd = (T)c->weight_decay, mom = (T)c->momentum, damp = (T)(1.0 - c->dampening);       \
         T l = (T)lr;                                                                           \
+        if (check) { /* as adam_: the first element whose update would not be finite */       \
+            int bad = 0;                                                                       \
+            OMP_FOR_OR(nt, n > TG_PAR_MIN / 8, bad)                                            \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                T d = (g ? g[i] : 0) + wd * p[i], b = 0;                                       \
+                if (buf) {                                                                     \
+                    b = t == 1 ? d : mom * buf[i] + damp * d;                                  \
+                    d = c->nesterov ? d + mom * b : b;                                         \
+                }                                                                              \
+                bad |= !isfinite(p[i] - l * d) | !isfinite(b);                                 \
+            }                                                                                  \
+            for (int64_t i = 0; bad && i < n; i++) {                                           \
+                T d = (g ? g[i] : 0) + wd * p[i], b = 0;                                       \
+                if (buf) {                                                                     \
+                    b = t == 1 ? d : mom * buf[i] + damp * d;                                  \
+                    d = c->nesterov ? d + mom * b : b;                                         \
+                }                                                                              \
+                if (!isfinite(p[i] - l * d) || !isfinite(b))                                   \
+                    return i;                                                                  \
+            }                                                                                  \
+            return -1;                                                                         \
+        }                                                                                      \
         TG_OMP_FOR(nt, n > TG_PAR_MIN / 8)                                                     \
         for (int64_t i = 0; i < n; i++) {                                                      \
             T d = (g ? g[i] : 0) + wd * p[i];                                                  \
@@ -248,9 +352,15 @@ static tg_tensor *first_nonfinite(tg_tensor *const *params, int64_t n)
             }                                                                                  \
             p[i] -= l * d;                                                                     \
         }                                                                                      \
+        return -1;                                                                             \
     }
 DEFINE_UPDATE(float, f32)
 DEFINE_UPDATE(double, f64)
+
+static double elem(const void *p, tg_dtype dt, int64_t i)
+{
+    return dt == TG_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+}
 
 tg_status tg_optim_step(tg_optim *o, double lr)
 {
@@ -268,42 +378,66 @@ tg_status tg_optim_step(tg_optim *o, double lr)
         tg__run_err(o->ctx, TG_ERR_STATE, fn, "step count %lld cannot grow", (long long)o->t);
         return TG_ERR_STATE;
     }
-    tg_tensor *bad = first_nonfinite(o->params, o->n);
-    if (bad) {
-        tg__run_err(o->ctx, TG_ERR_NONFINITE, fn,
-                    "gradient of '%s' is not finite; parameters left unchanged", bad->name);
-        return TG_ERR_NONFINITE;
-    }
-    int64_t t = ++o->t;
+    int64_t t = o->t + 1;
     int nt = tg__threads(o->ctx);
-    for (int64_t i = 0; i < o->n; i++) {
-        tg_tensor *p = o->params[i];
-        if (!p->grad)
-            continue; /* like PyTorch, a parameter without a gradient is not stepped */
-        void *m = o->m[i] ? o->m[i]->data : NULL, *v = o->v[i] ? o->v[i]->data : NULL;
-        if (o->cfg.kind == TG_OPTIM_SGD) {
-            if (p->dtype == TG_F32)
-                sgd_f32(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m);
+    /* Two passes: check every parameter's update, then apply them all (or none). A non-finite
+     * gradient makes its update non-finite, so the check also finds those (and names them as
+     * such) without a separate scan of the gradients. */
+    for (int pass = 0; pass < 2; pass++) {
+        bool check = pass == 0;
+        for (int64_t i = 0; i < o->n; i++) {
+            tg_tensor *p = o->params[i];
+            if (!p->grad)
+                continue; /* like PyTorch, a parameter without a gradient is not stepped */
+            void *m = o->m[i] ? o->m[i]->data : NULL, *v = o->v[i] ? o->v[i]->data : NULL;
+            int64_t k;
+            if (o->cfg.kind == TG_OPTIM_SGD)
+                k = p->dtype == TG_F32
+                        ? sgd_f32(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, check)
+                        : sgd_f64(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, check);
             else
-                sgd_f64(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m);
-        } else {
-            if (p->dtype == TG_F32)
-                adam_f32(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, v);
-            else
-                adam_f64(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, v);
+                k = p->dtype == TG_F32
+                        ? adam_f32(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, v, check)
+                        : adam_f64(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, v, check);
+            if (k >= 0 && !isfinite(elem(p->grad, p->dtype, k))) {
+                tg__run_err(o->ctx, TG_ERR_NONFINITE, fn, "gradient of '%s' is not finite "
+                            "(element %lld is %g); parameters left unchanged", p->name,
+                            (long long)k, elem(p->grad, p->dtype, k));
+                return TG_ERR_NONFINITE;
+            }
+            if (k >= 0) {
+                tg__run_err(o->ctx, TG_ERR_NONFINITE, fn,
+                            "the update of '%s' is not finite at element %lld (parameter %g, "
+                            "gradient %g, learning rate %g); parameters left unchanged",
+                            p->name, (long long)k, elem(p->data, p->dtype, k),
+                            elem(p->grad, p->dtype, k), lr);
+                return TG_ERR_NONFINITE;
+            }
         }
     }
+    o->t = t;
     return TG_OK;
 }
 
-double tg_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params)
+/* Every entry of params (n of them) is NULL or a tensor of ctx (tg_grad_norm and
+ * tg_clip_grad_norm skip NULL entries); otherwise a run error naming fn and the entry. */
+static bool params_of(tg_ctx *ctx, const char *fn, int64_t n, tg_tensor *const *params)
 {
-    if (!ctx)
-        return 0;
-    if (!params) {
-        n = ctx->n_params;
-        params = ctx->params;
+    if (n < 0) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "negative parameter count %lld", (long long)n);
+        return false;
     }
+    for (int64_t i = 0; i < n; i++)
+        if (params[i] && params[i]->ctx != ctx) {
+            tg__run_err(ctx, TG_ERR_ARG, fn, "entry %lld ('%s') belongs to another context",
+                        (long long)i, params[i]->name);
+            return false;
+        }
+    return true;
+}
+
+static double norm_of(int64_t n, tg_tensor *const *params)
+{
     double s = 0;
     for (int64_t i = 0; i < n; i++) {
         const tg_tensor *p = params[i];
@@ -322,6 +456,19 @@ double tg_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params)
     return sqrt(s);
 }
 
+double tg_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params)
+{
+    if (!ctx)
+        return 0;
+    if (!params) {
+        n = ctx->n_params;
+        params = ctx->params;
+    }
+    if (!params_of(ctx, "tg_grad_norm", n, params))
+        return NAN;
+    return norm_of(n, params);
+}
+
 tg_status tg_clip_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params, double max_norm,
                             double *norm_out)
 {
@@ -337,7 +484,9 @@ tg_status tg_clip_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params, do
         n = ctx->n_params;
         params = ctx->params;
     }
-    double norm = tg_grad_norm(ctx, n, params);
+    if (!params_of(ctx, fn, n, params))
+        return TG_ERR_ARG;
+    double norm = norm_of(n, params);
     if (norm_out)
         *norm_out = norm;
     if (!isfinite(norm)) {
