@@ -4,6 +4,7 @@
  * The summation schedule itself is tg_grad_accum_combine()'s (src/train/accum.c); this file
  * only moves bytes. Built into libtgrad_dist with the meson feature `mpi`.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime (mpi.h defines it only with some compilers) */
 #include "tgrad_dist.h"
 #include "core.h"
 
