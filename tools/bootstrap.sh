@@ -46,5 +46,5 @@ if [ ! -f build/build.ninja ]; then
     meson setup build --buildtype=release -Dtests=$tests "$@"
 elif [ "$tests" = true ] &&
     ! meson introspect build --buildoptions | grep -q '"name": "tests", "value": true'; then
-    meson configure build -Dtests=true
+    meson setup --reconfigure build -Dtests=true
 fi

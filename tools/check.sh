@@ -46,7 +46,7 @@ build_dir() {
     if [ ! -f build/build.ninja ]; then
         meson setup build --buildtype=release
     elif ! meson introspect build --buildoptions | grep -q '"name": "tests", "value": true'; then
-        meson configure build -Dtests=true
+        meson setup --reconfigure build -Dtests=true
     fi
 }
 
