@@ -3,15 +3,16 @@
 #   fast     the suite without the slow tests, with the examples and the fuzz regression
 #            replay, on ./build: meson test -C build --no-suite slow (a few minutes on 2 cores,
 #            builds included; meson builds only what these tests need)
-#   slow     the slow tests (suite 'slow': whole training runs, kills, MPI, every parallel
-#            loop engaged) on ./build: meson test -C build --suite slow
+#   slow     the slow tests on ./build (suite 'slow': train_cli's whole training runs, dist's
+#            mpirun runs, threads and plan_random on the library built with every parallel
+#            loop engaged): meson test -C build --suite slow
 #   valgrind the whole suite under valgrind: meson test -C build --setup=valgrind
 #   asan     the whole suite built with ASan+UBSan: meson test -C build-asan --setup=asan
 #            (configures ./build-asan with -Db_sanitize=address,undefined if needed)
 #   fuzz     every libFuzzer harness for 60 s: tests/fuzz/ci.sh 60
 #   clang    the library and the whole suite built with clang (./build-clang), run once
 #   plain    fast and slow in one run: the whole suite on ./build (meson test -C build)
-# `all` is every stage in the order above (what CI runs, .ci/run). Every stage named runs even
+# `all` is fast slow valgrind asan fuzz clang (what CI runs, .ci/run). Every stage named runs even
 # if an earlier one failed; a summary with each stage's result and duration is printed at the
 # end, and the exit status is 1 if any stage failed.
 # Usage: tools/check.sh [STAGE...]   (default: fast; tools/bootstrap.sh --tests installs what
