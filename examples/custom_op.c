@@ -24,7 +24,7 @@
 #ifdef _OPENMP
 #define PARALLEL_FOR(nt) _Pragma("omp parallel for schedule(static) num_threads(nt)")
 #else
-#define PARALLEL_FOR(nt)
+#define PARALLEL_FOR(nt) (void)(nt); /* serial: the thread count is unused */
 #endif
 
 #define DEFINE_SOFTPLUS(T, SUF)                                                                \

@@ -84,8 +84,9 @@ tg_status tg__xent_check(tg_tensor *y)
  * (max, exp-sum in 16 fixed lanes, the vectorizable exp): race-free (row r owns lse[r],
  * row_loss[r], cls[r] and dx[r, :]), independent of the thread count and of the clone. */
 #define DEFINE_XENT(T, SUF, EXP)                                                               \
-    TG_SIMD_CLONES static void fwd_rows_##SUF(const T *X, const int32_t *tg, int64_t ign,     \
-                                              xent_saved s, int64_t V, int64_t lo, int64_t hi) \
+    TG_SIMD_CLONES static void xent_fwd_rows_##SUF(const T *X, const int32_t *tg,              \
+                                                   int64_t ign, xent_saved s, int64_t V,       \
+                                                   int64_t lo, int64_t hi)                     \
     {                                                                                          \
         for (int64_t r = lo; r < hi; r++) {                                                    \
             const T *x = X + r * V;                                                            \
@@ -98,8 +99,8 @@ tg_status tg__xent_check(tg_tensor *y)
             s.cls[r] = ignored ? -1 : tg[r];                                                   \
         }                                                                                      \
     }                                                                                          \
-    TG_SIMD_CLONES static void bwd_rows_##SUF(const T *X, T *DX, xent_saved s, T scale,       \
-                                              int64_t V, int64_t lo, int64_t hi)               \
+    TG_SIMD_CLONES static void xent_bwd_rows_##SUF(const T *X, T *DX, xent_saved s, T scale,  \
+                                                   int64_t V, int64_t lo, int64_t hi)          \
     {                                                                                          \
         for (int64_t r = lo; r < hi; r++) {                                                    \
             if (s.cls[r] < 0)                                                                  \
@@ -118,8 +119,8 @@ tg_status tg__xent_check(tg_tensor *y)
         int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;                                \
         xent_saved s = saved_of(y, R);                                                         \
         TG_PAR_RANGE(tg__threads(y->ctx), lg->numel * (int64_t)sizeof(T) > TG_PAR_BYTES, R, 1, \
-                     fwd_rows_##SUF(lg->data, y->src[1]->data, y->p.xent.ignore_index, s, V,  \
-                                    lo, hi));                                                  \
+                     xent_fwd_rows_##SUF(lg->data, y->src[1]->data, y->p.xent.ignore_index,    \
+                                         s, V, lo, hi));                                       \
         int64_t nv = 0;                                                                        \
         double total = 0;                                                                      \
         for (int64_t r = 0; r < R; r++) { /* fixed order */                                    \
@@ -139,7 +140,7 @@ tg_status tg__xent_check(tg_tensor *y)
             return;                                                                            \
         T scale = (T)((double)*(const T *)y->grad / (double)*s.n_valid);                       \
         TG_PAR_RANGE(tg__threads(y->ctx), lg->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
-                     R, 1, bwd_rows_##SUF(lg->data, lg->grad, s, scale, V, lo, hi));           \
+                     R, 1, xent_bwd_rows_##SUF(lg->data, lg->grad, s, scale, V, lo, hi));      \
     }
 DEFINE_XENT(float, f32, tg__expf)
 DEFINE_XENT(double, f64, tg__exp)

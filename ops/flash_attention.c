@@ -39,11 +39,8 @@
 
 #include <stdio.h>
 
-#if defined(__GNUC__) && !defined(__clang__)
-/* The small-T helpers pass 64-byte vectors between always-inline functions (no call ABI is
- * involved); GCC warns about the ABI of such returns in the baseline clone. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
+/* The small-T helpers pass 32- and 64-byte vectors between always-inline functions (no call
+ * ABI is involved); meson.build compiles the library with -Wno-psabi for GCC's note on them. */
 
 /* Tile sizes: FA_BQ query rows by FA_BK keys. FA_BK is the vector length of the score loops
  * (two AVX-512 vectors of f32, four of f64); results depend on neither. */

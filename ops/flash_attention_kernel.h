@@ -18,7 +18,13 @@
 #define FA_INLINE static inline __attribute__((always_inline))
 /* Block products stay out of line: inlined into every cloned caller they made this file take
  * about a minute to compile; a call per block costs nothing next to the block's work. */
+#if defined(__clang__)
+/* clang never inlines a target_clones function (it is called through the resolver) and
+ * refuses noinline on one */
+#define FA_OUTLINE TG_SIMD_CLONES static
+#else
 #define FA_OUTLINE TG_SIMD_CLONES static __attribute__((noinline))
+#endif
 
 /* ---- vector helpers (the small-T path and the backward's D = rowsum(dO O)) ---------------- */
 

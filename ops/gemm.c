@@ -30,7 +30,7 @@
 #include <assert.h>
 #include <math.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#if defined(__GNUC__) && defined(__x86_64__) /* GCC and clang */
 #define TG_X86_KERNELS 1
 #include <immintrin.h>
 #endif

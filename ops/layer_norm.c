@@ -75,9 +75,9 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
  * of D elements stays in L1 across its passes) or columns [lo, hi) of dgamma, dbeta (rows walked
  * in order over contiguous row segments). Race-free: a range owns its outputs. */
 #define DEFINE_LN(T, SUF)                                                                      \
-    TG_SIMD_CLONES static void fwd_rows_##SUF(const T *X, const T *G, const T *B, T *Y,        \
-                                              T *mean, T *rstd, T eps, int64_t D, int64_t lo,  \
-                                              int64_t hi)                                      \
+    TG_SIMD_CLONES static void ln_fwd_rows_##SUF(const T *X, const T *G, const T *B, T *Y,     \
+                                                 T *mean, T *rstd, T eps, int64_t D,           \
+                                                 int64_t lo, int64_t hi)                       \
     {                                                                                          \
         for (int64_t r = lo; r < hi; r++) {                                                    \
             const T *xr = X + r * D;                                                           \
@@ -117,9 +117,9 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
             }                                                                                  \
         }                                                                                      \
     }                                                                                          \
-    TG_SIMD_CLONES static void bwd_rows_##SUF(const T *X, const T *G, const T *DY,             \
-                                              const T *mean, const T *rstd, T *DX, int64_t D,  \
-                                              int64_t lo, int64_t hi)                          \
+    TG_SIMD_CLONES static void ln_bwd_rows_##SUF(const T *X, const T *G, const T *DY,          \
+                                                 const T *mean, const T *rstd, T *DX,          \
+                                                 int64_t D, int64_t lo, int64_t hi)            \
     {                                                                                          \
         for (int64_t r = lo; r < hi; r++) {                                                    \
             const T *xr = X + r * D, *dy = DY + r * D;                                         \
@@ -181,7 +181,8 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
         T *mean = y->saved, *rstd = mean + R;                                                  \
         T eps = (T)y->p.layer_norm.eps;                                                        \
         TG_PAR_RANGE(tg__threads(y->ctx), x->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,   \
-                     R, 1, fwd_rows_##SUF(x->data, G, B, y->data, mean, rstd, eps, D, lo, hi)); \
+                     R, 1,                                                                    \
+                     ln_fwd_rows_##SUF(x->data, G, B, y->data, mean, rstd, eps, D, lo, hi));  \
     }                                                                                          \
     static void bwd_##SUF(tg_tensor *y)                                                        \
     {                                                                                          \
@@ -192,7 +193,8 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
         int nt = tg__threads(y->ctx);                                                          \
         if (x->grad)                                                                           \
             TG_PAR_RANGE(nt, x->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, R, 1,          \
-                         bwd_rows_##SUF(x->data, G, y->grad, mean, rstd, x->grad, D, lo, hi)); \
+                         ln_bwd_rows_##SUF(x->data, G, y->grad, mean, rstd, x->grad, D, lo,   \
+                                           hi));                                              \
         T *DG = gm ? gm->grad : NULL, *DB = bt ? bt->grad : NULL;                              \
         if (DG || DB) /* columns walked by blocks, rows in order: fixed order per column */   \
             TG_PAR_RANGE(nt, x->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, D, 16,         \

@@ -29,8 +29,8 @@ tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x)
  * row kernels softmax shares (src/core/vec.h: NaN-propagating max, exp-sum and sums in 16
  * fixed lanes, the vectorizable exp): race-free, independent of the thread count and clone. */
 #define DEFINE_LOG_SOFTMAX(T, SUF, EXP, LOG)                                                   \
-    TG_SIMD_CLONES static void fwd_rows_##SUF(const T *X, T *Y, int64_t L, int64_t lo,        \
-                                              int64_t hi)                                      \
+    TG_SIMD_CLONES static void lsm_fwd_rows_##SUF(const T *X, T *Y, int64_t L, int64_t lo,    \
+                                                  int64_t hi)                                  \
     {                                                                                          \
         for (int64_t r = lo; r < hi; r++) {                                                    \
             const T *x = X + r * L;                                                            \
@@ -46,8 +46,8 @@ tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x)
                 o[j] = (x[j] - m) - lse;                                                       \
         }                                                                                      \
     }                                                                                          \
-    TG_SIMD_CLONES static void bwd_rows_##SUF(const T *Y, const T *G, T *DX, int64_t L,       \
-                                              int64_t lo, int64_t hi)                          \
+    TG_SIMD_CLONES static void lsm_bwd_rows_##SUF(const T *Y, const T *G, T *DX, int64_t L,   \
+                                                  int64_t lo, int64_t hi)                      \
     {                                                                                          \
         for (int64_t r = lo; r < hi; r++) {                                                    \
             const T *o = Y + r * L, *g = G + r * L;                                            \
@@ -65,14 +65,15 @@ tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x)
         int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
         /* Race-free: a thread owns the rows [lo, hi) of y. */                                 \
         TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
-                     rows, 1, fwd_rows_##SUF(y->src[0]->data, y->data, L, lo, hi));            \
+                     rows, 1, lsm_fwd_rows_##SUF(y->src[0]->data, y->data, L, lo, hi));        \
     }                                                                                          \
     static void bwd_##SUF(tg_tensor *y)                                                        \
     {                                                                                          \
         int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
         /* Race-free: a thread owns the rows [lo, hi) of dx. */                                \
         TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
-                     rows, 1, bwd_rows_##SUF(y->data, y->grad, y->src[0]->grad, L, lo, hi));  \
+                     rows, 1,                                                                \
+                     lsm_bwd_rows_##SUF(y->data, y->grad, y->src[0]->grad, L, lo, hi));      \
     }
 DEFINE_LOG_SOFTMAX(float, f32, tg__expf, logf)
 DEFINE_LOG_SOFTMAX(double, f64, tg__exp, log)

@@ -8,10 +8,13 @@
  *   - hostile numbers (huge, negative, NaN, inf, non-numeric, empty) on every numeric option of
  *     run, gradcheck and bench: one line on stderr naming the value and what is allowed, a
  *     non-zero exit, no signal (a sanitizer report would add lines), no hang;
+ *   - bench: the %peak cells (never above 100: a rate above the probed peak means the probe
+ *     failed, and the cell says n/a), in the printed tables and as a unit;
  *   - info on several files (.npy dtypes and shapes, safetensors), with bad files among them,
  *     and on a FIFO, a device and a directory (refused at once, not read).
  */
 #define _POSIX_C_SOURCE 200809L
+#include "bench_gemm.h"
 #include "opcases.h"
 #include "testutil.h"
 
@@ -64,6 +67,19 @@ static void result_free(cmd_result *r)
 {
     free(r->out);
     free(r->err);
+}
+
+/* Every "N%" in @p out (a number right before a '%') is at most 100. */
+static void assert_pct_at_most_100(const char *out)
+{
+    for (const char *p = strchr(out, '%'); p; p = strchr(p + 1, '%')) {
+        const char *b = p;
+        while (b > out && (b[-1] == '.' || (b[-1] >= '0' && b[-1] <= '9')))
+            b--;
+        if (b < p)
+            ck_assert_msg(strtod(b, NULL) <= 100, "%.*s%% of peak in '%s'", (int)(p - b), b,
+                          out);
+    }
 }
 
 #define count_lines tu_count_lines
@@ -426,11 +442,41 @@ START_TEST(test_top_level)
     ck_assert_msg(strstr(r.out, "FMA peak probe") && strstr(r.out, "OpenBLAS") &&
                       strstr(r.out, "sgemm, 1 thread") && strstr(r.out, "dgemm, 2 threads") &&
                       strstr(r.out, "(M, N, K)") && strstr(r.out, "(16, 8, 4)"), "'%s'", r.out);
+    assert_pct_at_most_100(r.out);
     result_free(&r);
     r = run_tgrad("run encoder --help");
     ck_assert_msg(strstr(r.out, "--eps E") && strstr(r.out, "[0, 1]") &&
                       strstr(r.out, "[1..65536]") && strstr(r.out, "(required)"), "'%s'", r.out);
     result_free(&r);
+}
+END_TEST
+
+/* The %peak cell: a percentage only when 0 <= GFLOP/s <= peak and the peak is positive and
+ * finite; else n/a (the probe failed). 100 * g / p never rounds above 100. */
+START_TEST(test_bench_pct_cell)
+{
+    static const struct {
+        double gflops, peak;
+        bool ok;
+        const char *cell;
+    } rows[] = {
+        {50, 100, true, "   50%"},    {100, 100, true, "  100%"},
+        {99.6, 100, true, "  100%"},  {0, 58.8, true, "    0%"},
+        {86.4, 58.8, false, "   n/a"}, /* the report's 2-thread dgemm at 147% */
+        {100.0000001, 100, false, "   n/a"}, {1, 0, false, "   n/a"},
+        {1, -5, false, "   n/a"},    {1, NAN, false, "   n/a"},
+        {NAN, 10, false, "   n/a"},  {1, INFINITY, false, "   n/a"},
+        {INFINITY, INFINITY, false, "   n/a"}, {-1, 10, false, "   n/a"},
+        {58.8 * (1 - 1e-16), 58.8, true, "  100%"}, {0x1p-1074, 0x1p-1074, true, "  100%"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char cell[16];
+        bool ok = bench_pct_cell(rows[i].gflops, rows[i].peak, cell, sizeof cell);
+        ck_assert_msg(ok == rows[i].ok && strcmp(cell, rows[i].cell) == 0,
+                      "row %zu: %g of %g gave %d '%s'", i, rows[i].gflops, rows[i].peak, ok,
+                      cell);
+        assert_pct_at_most_100(cell);
+    }
 }
 END_TEST
 
@@ -441,6 +487,7 @@ START_TEST(test_bench_tiny)
 {
     cmd_result r = run_tgrad("bench --tiny --samples 1 --threads 2");
     ck_assert_msg(r.exited && r.code == 0, "bench --tiny: %d '%s'", r.code, r.err);
+    assert_pct_at_most_100(r.out);
     static const char *const want[] = {
         "Machine: ", "OpenBLAS", "Threads: 1 and 2", "FMA peak probe", "instruction form",
         "same, f64", /* the forms depend on the CPU (and valgrind hides AVX-512) */ "Peak (used for %peak below)", "sgemm, 1 thread",
@@ -653,6 +700,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_version);
     tcase_add_test(tc, test_top_level);
     tcase_add_test(tc, test_bench_tiny);
+    tcase_add_test(tc, test_bench_pct_cell);
     tcase_add_test(tc, test_output_write_errors);
     tcase_add_test(tc, test_hostile_numbers);
     suite_add_tcase(s, tc);

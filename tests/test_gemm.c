@@ -242,6 +242,22 @@ START_TEST(test_kernel_families)
 }
 END_TEST
 
+/* The SIMD kernels are compiled by every x86-64 compiler the project builds with (GCC and
+ * clang) and picked from CPUID: a CPU with AVX2 and FMA never runs the portable kernels. */
+START_TEST(test_simd_selected)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    bool fma = __builtin_cpu_supports("fma");
+    int want = fma && __builtin_cpu_supports("avx512f") ? TG__ISA_AVX512
+               : fma && __builtin_cpu_supports("avx2") ? TG__ISA_AVX2
+                                                       : TG__ISA_PORTABLE;
+    ck_assert_msg(tg__gemm_isa() == want, "kernel family %d on a CPU that runs %d",
+                  tg__gemm_isa(), want);
+#endif
+}
+END_TEST
+
 /* Large enough to be split between threads (by columns and by rows). */
 START_TEST(test_thread_invariance)
 {
@@ -385,5 +401,6 @@ int main(void)
     tcase_add_loop_test(tc, test_accumulate_equals_add, 0, 2);
     tcase_add_loop_test(tc, test_epilogue, 0, 2);
     tcase_add_test(tc, test_degenerate);
+    tcase_add_test(tc, test_simd_selected);
     return tu_run(s);
 }

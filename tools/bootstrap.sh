@@ -1,15 +1,36 @@
 #!/bin/sh
-# bootstrap.sh - install missing build dependencies (Debian/Ubuntu; clang and libclang-rt-14-dev
-# are for the libFuzzer harnesses that tools/check.sh runs, graphviz for the tests that draw
-# DOT files with `dot`, Open MPI for data-parallel training and its tests) and configure ./build.
-# Idempotent: installs only what is missing, configures only if ./build is not configured.
-# Usage: tools/bootstrap.sh [extra meson setup options]
+# bootstrap.sh - install missing dependencies (Debian/Ubuntu, via sudo when not root) and
+# configure ./build. Idempotent: installs only what is missing, configures ./build only if it is
+# not configured yet (else just switches the test suite on when --tests asks for it).
+#
+# Usage: tools/bootstrap.sh [--tests | --ci] [extra meson setup options]
+#   (none)   what the library and the `tgrad` program need: gcc, meson, ninja, pkg-config;
+#            ./build is configured without the test suite (-Dtests=false), so
+#            `ninja -C build tools/tgrad` compiles the library and the program only
+#   --tests  also what the fast test suite (tools/check.sh) needs: Check, graphviz (tests that
+#            draw DOT files with `dot`); ./build gets -Dtests=true
+#   --ci     also what the slow stages of tools/check.sh need: valgrind, clang with libFuzzer
+#            (libclang-rt-14-dev) and OpenMP (libomp-dev), Open MPI (data-parallel training
+#            and its tests)
 set -eu
 cd "$(dirname "$0")/.."
 
+level=main
+case ${1:-} in
+--tests) level=tests; shift ;;
+--ci) level=ci; shift ;;
+esac
+
+pkgs="gcc meson ninja-build pkg-config"
+if [ "$level" != main ]; then
+    pkgs="$pkgs check graphviz"
+fi
+if [ "$level" = ci ]; then
+    pkgs="$pkgs valgrind clang libclang-rt-14-dev libomp-dev libopenmpi-dev openmpi-bin"
+fi
+
 need=""
-for pkg in gcc meson ninja-build pkg-config check valgrind clang libclang-rt-14-dev graphviz \
-    libopenmpi-dev openmpi-bin; do
+for pkg in $pkgs; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 if [ -n "$need" ]; then
@@ -20,6 +41,10 @@ if [ -n "$need" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $need
 fi
 
+if [ "$level" = main ]; then tests=false; else tests=true; fi
 if [ ! -f build/build.ninja ]; then
-    meson setup build --buildtype=release "$@"
+    meson setup build --buildtype=release -Dtests=$tests "$@"
+elif [ "$tests" = true ] &&
+    ! meson introspect build --buildoptions | grep -q '"name": "tests", "value": true'; then
+    meson setup --reconfigure build -Dtests=true
 fi

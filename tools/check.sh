@@ -1,17 +1,27 @@
 #!/bin/sh
-# check.sh - every check CI runs, in order:
-#   1. plain    the test suite on ./build          meson test -C build
-#   2. valgrind the same suite under valgrind      meson test -C build --setup=valgrind
-#   3. asan     the suite built with ASan+UBSan    meson test -C build-asan --setup=asan
-#               (configures ./build-asan with -Db_sanitize=address,undefined if needed)
-#   4. fuzz     every libFuzzer harness for 60 s   tests/fuzz/ci.sh 60 (when that file exists)
-# Every stage runs even if an earlier one failed; a summary with each stage's result and
-# duration is printed at the end, and the exit status is 1 if any stage failed.
-# Usage: tools/check.sh [STAGE...]   (default: all four, in the order above)
+# check.sh - the test stages, fast first:
+#   fast     the suite without the slow tests, with the examples and the fuzz regression
+#            replay, on ./build: meson test -C build --no-suite slow (a few minutes on 2 cores,
+#            builds included; meson builds only what these tests need)
+#   slow     the slow tests on ./build (suite 'slow': train_cli's whole training runs, dist's
+#            mpirun runs, threads and plan_random on the library built with every parallel
+#            loop engaged): meson test -C build --suite slow
+#   valgrind the whole suite under valgrind: meson test -C build --setup=valgrind
+#   asan     the whole suite built with ASan+UBSan: meson test -C build-asan --setup=asan
+#            (configures ./build-asan with -Db_sanitize=address,undefined if needed)
+#   fuzz     every libFuzzer harness for 60 s: tests/fuzz/ci.sh 60
+#   clang    the library and the whole suite built with clang (./build-clang), run once
+#   plain    fast and slow in one run: the whole suite on ./build (meson test -C build)
+# `all` is fast slow valgrind asan fuzz clang (what CI runs, .ci/run). Every stage named runs even
+# if an earlier one failed; a summary with each stage's result and duration is printed at the
+# end, and the exit status is 1 if any stage failed.
+# Usage: tools/check.sh [STAGE...]   (default: fast; tools/bootstrap.sh --tests installs what
+#        fast needs, tools/bootstrap.sh --ci what every stage needs)
 set -u
 cd "$(dirname "$0")/.." || exit 2
 
-stages=${*:-plain valgrind asan fuzz}
+stages=${*:-fast}
+[ "$stages" = all ] && stages="fast slow valgrind asan fuzz clang"
 summary=""
 failed=0
 t_all=$(date +%s)
@@ -32,15 +42,22 @@ run_stage() {
 "
 }
 
-plain() {
-    { [ -f build/build.ninja ] || meson setup build --buildtype=release; } &&
-        meson test -C build --print-errorlogs
+# ./build with the test suite (configured by tools/bootstrap.sh; switched on here if needed).
+build_dir() {
+    if [ ! -f build/build.ninja ]; then
+        meson setup build --buildtype=release
+    elif ! meson introspect build --buildoptions | grep -q '"name": "tests", "value": true'; then
+        meson setup --reconfigure build -Dtests=true
+    fi
 }
 
-valgrind_suite() {
-    { [ -f build/build.ninja ] || meson setup build --buildtype=release; } &&
-        meson test -C build --setup=valgrind --print-errorlogs
-}
+fast() { build_dir && meson test -C build --no-suite slow --print-errorlogs; }
+
+slow() { build_dir && meson test -C build --suite slow --print-errorlogs; }
+
+plain() { build_dir && meson test -C build --print-errorlogs; }
+
+valgrind_suite() { build_dir && meson test -C build --setup=valgrind --print-errorlogs; }
 
 asan() {
     { [ -f build-asan/build.ninja ] ||
@@ -49,20 +66,24 @@ asan() {
         meson test -C build-asan --setup=asan --print-errorlogs
 }
 
+# clang: the SIMD kernels are compiled by clang too (target attributes), so this runs them
+clang_suite() {
+    { [ -f build-clang/build.ninja ] ||
+        CC=clang meson setup build-clang --buildtype=release; } &&
+        meson test -C build-clang --print-errorlogs
+}
+
 for s in $stages; do
     case $s in
+    fast) run_stage fast fast ;;
+    slow) run_stage slow slow ;;
     plain) run_stage plain plain ;;
     valgrind) run_stage valgrind valgrind_suite ;;
     asan) run_stage asan asan ;;
-    fuzz)
-        if [ -f tests/fuzz/ci.sh ]; then
-            run_stage fuzz bash tests/fuzz/ci.sh 60
-        else
-            summary="$summary$(printf '%-9s %-7s' fuzz skipped) (no tests/fuzz/ci.sh)
-"
-        fi ;;
+    fuzz) run_stage fuzz bash tests/fuzz/ci.sh 60 ;;
+    clang) run_stage clang clang_suite ;;
     *)
-        echo "check: unknown stage '$s' (stages: plain valgrind asan fuzz)" >&2
+        echo "check: unknown stage '$s' (stages: fast slow plain valgrind asan fuzz clang, or all)" >&2
         exit 2 ;;
     esac
 done

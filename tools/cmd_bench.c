@@ -449,10 +449,10 @@ int cmd_bench(int argc, char **argv)
     fflush(stdout);
     int rc = 0;
     if (all || only == SEC_PEAK || only == SEC_GEMM) {
-        double peak[2][2];
-        rc = bench_peak(threads, samples, a.tiny, peak);
+        bench_peaks pk;
+        rc = bench_peak(threads, samples, a.tiny, &pk);
         if (!rc && (all || only == SEC_GEMM))
-            rc = bench_gemm(threads, samples, a.tiny, peak);
+            rc = bench_gemm(threads, samples, a.tiny, &pk);
         printf("\n");
     }
     if (!rc && (all || only == SEC_DENSE)) {

@@ -296,8 +296,17 @@ int tg__threads(const tg_ctx *ctx);
  * (fma(), __builtin_fma, intrinsics); plain vectorized multiply/add rounds exactly as the scalar
  * code does, and results do not depend on the clone. Never name a CPU model (arch=haswell,
  * arch=skylake-avx512): those resolvers test the vendor/model, not the features. Under valgrind
- * (no AVX-512) the v3 clone runs. Non-GCC or non-x86 builds get the portable code. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+ * (no AVX-512) the v3 clone runs. clang (14) has no x86-64-vN resolver (its "arch=" clones test
+ * the CPU model), so with clang the clones are named by feature: avx512f (which implies AVX2
+ * and FMA there) and avx2 (the code asks for no FMA, so that clone needs none). Two clang 14
+ * rules: a cloned function's resolver is a global symbol, so cloned static functions need
+ * names unique in the library (ln_fwd_rows, xent_fwd_rows, ...); and a call from another file
+ * goes to the wrong symbol, so a cloned function other files call sits behind a plain one
+ * (src/core/vec.c). The clang CI stage (tools/check.sh clang) links and runs it all. Other
+ * compilers or non-x86 builds get the portable code. */
+#if defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define TG_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#elif defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
 #define TG_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define TG_SIMD_CLONES

@@ -31,7 +31,7 @@
     }                                                                                          \
     void tg__sum_rows_##SUF(int nt, int64_t R, int64_t C, const T *x, int64_t ld, T *out)      \
     {                                                                                          \
-        /* Race-free: a thread owns the columns [lo, hi) of out; each column's sum runs over  \
+        /* Race-free: a thread owns the columns [lo, hi) of out; each column's sum runs over   \
          * r = 0..R-1 in order whatever the chunking. */                                       \
         TG_PAR_RANGE(nt, R * C * (int64_t)sizeof(T) > TG_PAR_BYTES, C, 16,                     \
                      sum_rows_range_##SUF(R, lo, hi, x, ld, out));                             \
@@ -79,7 +79,7 @@ DEFINE_FINITE(double, f64, -(double)INFINITY)
     } while (0)
 
 #define DEFINE_ROWS(T, SUF, EXP, NINF)                                                         \
-    TG_SIMD_CLONES T tg__row_max_##SUF(const T *x, int64_t L)                                  \
+    TG_SIMD_CLONES static T row_max_##SUF(const T *x, int64_t L)                               \
     {                                                                                          \
         T m[LANES];                                                                            \
         for (int k = 0; k < LANES; k++)                                                        \
@@ -88,7 +88,7 @@ DEFINE_FINITE(double, f64, -(double)INFINITY)
         for (; j + LANES <= L; j += LANES)                                                     \
             for (int k = 0; k < LANES; k++) {                                                  \
                 T v = x[j + k];                                                                \
-                m[k] = ((v > m[k]) | (v != v)) ? v : m[k]; /* NaN sticks */                       \
+                m[k] = ((v > m[k]) | (v != v)) ? v : m[k]; /* NaN sticks */                    \
             }                                                                                  \
         for (int k = 0; j + k < L; k++) {                                                      \
             T v = x[j + k];                                                                    \
@@ -96,10 +96,10 @@ DEFINE_FINITE(double, f64, -(double)INFINITY)
         }                                                                                      \
         T r = m[0];                                                                            \
         for (int k = 1; k < LANES; k++)                                                        \
-            r = ((m[k] > r) | (m[k] != m[k])) ? m[k] : r;                                         \
+            r = ((m[k] > r) | (m[k] != m[k])) ? m[k] : r;                                      \
         return r;                                                                              \
     }                                                                                          \
-    TG_SIMD_CLONES T tg__row_expsum_##SUF(const T *x, int64_t L, T mx, T *e)                   \
+    TG_SIMD_CLONES static T row_expsum_##SUF(const T *x, int64_t L, T mx, T *e)                \
     {                                                                                          \
         T acc[LANES] = {0};                                                                    \
         int64_t j = 0;                                                                         \
@@ -125,7 +125,7 @@ DEFINE_FINITE(double, f64, -(double)INFINITY)
         LANE_TREE(acc);                                                                        \
         return acc[0];                                                                         \
     }                                                                                          \
-    TG_SIMD_CLONES T tg__row_dot_##SUF(const T *a, const T *b, int64_t L)                      \
+    TG_SIMD_CLONES static T row_dot_##SUF(const T *a, const T *b, int64_t L)                   \
     {                                                                                          \
         T acc[LANES] = {0};                                                                    \
         int64_t j = 0;                                                                         \
@@ -144,6 +144,15 @@ DEFINE_FINITE(double, f64, -(double)INFINITY)
         }                                                                                      \
         LANE_TREE(acc);                                                                        \
         return acc[0];                                                                         \
-    }
+    }                                                                                          \
+    /* The entry points of the other files: plain functions, so a caller elsewhere never       \
+     * names a cloned one (clang 14 calls a cloned function of another file by the wrong       \
+     * symbol; the clones are resolved here, in this file). */                                 \
+    T tg__row_max_##SUF(const T *x, int64_t L) { return row_max_##SUF(x, L); }                 \
+    T tg__row_expsum_##SUF(const T *x, int64_t L, T mx, T *e)                                  \
+    {                                                                                          \
+        return row_expsum_##SUF(x, L, mx, e);                                                  \
+    }                                                                                          \
+    T tg__row_dot_##SUF(const T *a, const T *b, int64_t L) { return row_dot_##SUF(a, b, L); }
 DEFINE_ROWS(float, f32, tg__expf, -INFINITY)
 DEFINE_ROWS(double, f64, tg__exp, -(double)INFINITY)

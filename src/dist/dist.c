@@ -8,7 +8,7 @@
  * malloc), so libtgrad_dist links against the shared libtgrad.so as well as the static
  * libtgrad.a: the library's internal symbols are hidden in the shared object.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _POSIX_C_SOURCE 200809L /* clock_gettime (mpi.h defines it only with some compilers) */
 #include "tgrad_dist.h"
 
 #include <inttypes.h>
