@@ -2,15 +2,20 @@
 # seed_study.sh - train the character LM with tgrad and with PyTorch (tools/train_reference.py)
 # on the same recipe for several seeds, one run at a time on one thread each, and print a
 # Markdown table of the final and best validation losses (per seed, mean, std, min, max) with
-# Welch's t-test on the final losses.
+# Welch's t-test of tgrad against PyTorch.
+#
+# A third row, "lockstep", is PyTorch started from tgrad's initialisation of the same seed and
+# fed tgrad's batches (train_reference.py --tgrad-init): it differs from tgrad's run only by
+# floating-point rounding, so it separates implementation differences from seed noise.
 #
 #     tools/seed_study.sh [-o DIR] [-s "0 1 2"] [-n STEPS] [-w which] [-- TRAIN OPTIONS] [TEXT ...]
 #
 #   -o DIR    where the logs and results.csv go (default: seed-study)
 #   -s SEEDS  the seeds (default "0 1 2")
 #   -n STEPS  training steps (default 1500, the README recipe)
-#   -w WHICH  "both" (default), "tgrad" or "torch": run only one side; the table reads every
-#             result already in DIR/results.csv, so a side can be rerun after a change
+#   -w WHICH  what to run: "all" (default: tgrad, torch, lockstep), "both" (tgrad, torch),
+#             "tgrad", "torch" or "lockstep"; the table reads every result already in
+#             DIR/results.csv, so one side can be rerun after a change
 #   -t        print the table from DIR/results.csv without training
 #   TEXT      the training files (default /usr/share/common-licenses/*)
 #
@@ -26,7 +31,7 @@ py=${PYTHON:-/usr/bin/python3}
 out=seed-study
 seeds="0 1 2"
 steps=1500
-which=both
+which=all
 table_only=0
 while getopts o:s:n:w:t opt; do
     case $opt in
@@ -40,7 +45,8 @@ while getopts o:s:n:w:t opt; do
 done
 shift $((OPTIND - 1))
 [ $# -gt 0 ] || set -- /usr/share/common-licenses/*
-case $which in both|tgrad|torch) ;; *) echo "seed_study.sh: -w must be both, tgrad or torch" >&2; exit 2 ;; esac
+case $which in all|both|tgrad|torch|lockstep) ;;
+*) echo "seed_study.sh: -w must be all, both, tgrad, torch or lockstep" >&2; exit 2 ;; esac
 mkdir -p "$out"
 csv=$out/results.csv
 [ -f "$csv" ] || echo "impl,seed,steps,final_val,best_val,wall_s" > "$csv"
@@ -62,16 +68,28 @@ record() {
 
 if [ $table_only = 0 ]; then
     for s in $seeds; do
-        if [ $which != torch ]; then
+        if [ $which = all ] || [ $which = both ] || [ $which = tgrad ]; then
             log=$out/tgrad-seed$s.log
             "$tgrad" train --text "$@" --steps "$steps" --seed "$s" --threads 1 > "$log" 2>&1
             record tgrad "$s" "$log"
         fi
-        if [ $which != tgrad ]; then
+        if [ $which = all ] || [ $which = both ] || [ $which = torch ]; then
             log=$out/torch-seed$s.log
             "$py" "$here/tools/train_reference.py" --text "$@" --steps "$steps" --seed "$s" \
                 --threads 1 > "$log" 2>&1
             record torch "$s" "$log"
+        fi
+        if [ $which = all ] || [ $which = lockstep ]; then
+            # tgrad's initialisation of seed s: one step at learning rate 0 changes nothing
+            ck=$out/init-seed$s.ckpt
+            rm -f "$ck"
+            "$tgrad" train --text "$@" --steps 1 --lr 0 --seed "$s" --threads 1 \
+                --checkpoint "$ck" > /dev/null 2>&1
+            log=$out/lockstep-seed$s.log
+            "$py" "$here/tools/train_reference.py" --text "$@" --steps "$steps" --seed "$s" \
+                --threads 1 --tgrad-init "$ck" > "$log" 2>&1
+            rm -f "$ck"
+            record lockstep "$s" "$log"
         fi
     done
 fi
@@ -92,8 +110,9 @@ def t_sf(t, df):
     s = f(0) + f(a) + sum((4 if i % 2 else 2) * f(i * h) for i in range(1, n))
     p = 0.5 - s * h / 3
     return p if t >= 0 else 1 - p
-impls = [i for i in ("tgrad", "torch") if any(r["impl"] == i for r in rows)]
-name = {"tgrad": "tgrad (f32)", "torch": "PyTorch 1.13 (`tools/train_reference.py`)"}
+impls = [i for i in ("tgrad", "torch", "lockstep") if any(r["impl"] == i for r in rows)]
+name = {"tgrad": "tgrad (f32)", "torch": "PyTorch 1.13 (`tools/train_reference.py`)",
+        "lockstep": "PyTorch from tgrad's init and batches"}
 seeds = sorted({int(r["seed"]) for r in rows})
 print(f"| {sys.argv[2]} steps, 1 thread | " + " | ".join(f"seed {s}" for s in seeds) +
       " | mean | std | min | max |")
@@ -103,21 +122,27 @@ for key, label in (("final_val", "final"), ("best_val", "best")):
     for i in impls:
         by = {int(r["seed"]): float(r[key]) for r in rows if r["impl"] == i}
         n, m, sd, lo, hi = stats(list(by.values()))
-        res[(i, key)] = list(by.values())
+        res[(i, key)] = by
         cells = [f"{by[s]:.4f}" if s in by else "-" for s in seeds]
         print(f"| {name[i]}, {label} validation | " + " | ".join(cells) +
               f" | {m:.4f} | {sd:.4f} | {lo:.4f} | {hi:.4f} |")
-if len(impls) == 2:
-    for key in ("final_val", "best_val"):
+for key in ("final_val", "best_val"):
+    what = key.split("_")[0]
+    if "tgrad" in impls and "torch" in impls:
         a, b = res[("tgrad", key)], res[("torch", key)]
-        if len(a) < 2 or len(b) < 2:
-            continue
-        _, ma, sa, _, _ = stats(a)
-        _, mb, sb, _, _ = stats(b)
-        va, vb = sa * sa / len(a), sb * sb / len(b)
-        t = (ma - mb) / math.sqrt(va + vb) if va + vb > 0 else float("inf")
-        df = (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1)) if va + vb > 0 else 1
-        p = 2 * t_sf(abs(t), df) if math.isfinite(t) else 0.0
-        print(f"\n{key.split('_')[0]} validation: tgrad - PyTorch = {ma - mb:+.4f} nats/char; "
-              f"Welch's t = {t:.2f}, df = {df:.1f}, two-sided p = {p:.3f}")
+        if len(a) >= 2 and len(b) >= 2:
+            _, ma, sa, _, _ = stats(list(a.values()))
+            _, mb, sb, _, _ = stats(list(b.values()))
+            va, vb = sa * sa / len(a), sb * sb / len(b)
+            if va + vb > 0:
+                t = (ma - mb) / math.sqrt(va + vb)
+                df = (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
+                print(f"\n{what} validation, tgrad - PyTorch: {ma - mb:+.4f} nats/char; "
+                      f"Welch's t = {t:.2f}, df = {df:.1f}, two-sided p = {2 * t_sf(abs(t), df):.2f}")
+    if "tgrad" in impls and "lockstep" in impls:
+        a, b = res[("tgrad", key)], res[("lockstep", key)]
+        d = [a[s] - b[s] for s in seeds if s in a and s in b]
+        if d:
+            print(f"\n{what} validation, tgrad - lockstep PyTorch (same seed): " +
+                  ", ".join(f"{x:+.4f}" for x in d) + f" (mean {sum(d) / len(d):+.4f})")
 EOF
