@@ -52,6 +52,23 @@ csv=$out/results.csv
 [ -f "$csv" ] || echo "impl,seed,steps,final_val,best_val,wall_s" > "$csv"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 
+# run LOG COMMAND...: COMMAND's output into LOG; a run stopped by a signal from outside (exit
+# 130 or 143, or killed: 137) is started again, at most twice more
+run() {
+    log=$1
+    shift
+    for attempt in 1 2 3; do
+        rc=0
+        "$@" > "$log" 2>&1 || rc=$?
+        case $rc in
+        0) return 0 ;;
+        130|137|143) echo "seed_study.sh: $log: stopped by a signal (exit $rc), running it again" >&2 ;;
+        *) echo "seed_study.sh: $log: exit status $rc" >&2; exit 1 ;;
+        esac
+    done
+    exit 1
+}
+
 # record IMPL SEED LOG: append the last evaluation's and the best validation loss to the CSV
 record() {
     final=$(sed -n 's/.*step \([0-9]*\)\/\([0-9]*\) .*val \([0-9][0-9.]*\).*/\1 \2 \3/p' "$3" |
@@ -70,24 +87,23 @@ if [ $table_only = 0 ]; then
     for s in $seeds; do
         if [ $which = all ] || [ $which = both ] || [ $which = tgrad ]; then
             log=$out/tgrad-seed$s.log
-            "$tgrad" train --text "$@" --steps "$steps" --seed "$s" --threads 1 > "$log" 2>&1
+            run "$log" "$tgrad" train --text "$@" --steps "$steps" --seed "$s" --threads 1
             record tgrad "$s" "$log"
         fi
         if [ $which = all ] || [ $which = both ] || [ $which = torch ]; then
             log=$out/torch-seed$s.log
-            "$py" "$here/tools/train_reference.py" --text "$@" --steps "$steps" --seed "$s" \
-                --threads 1 > "$log" 2>&1
+            run "$log" "$py" "$here/tools/train_reference.py" --text "$@" --steps "$steps" \
+                --seed "$s" --threads 1
             record torch "$s" "$log"
         fi
         if [ $which = all ] || [ $which = lockstep ]; then
             # tgrad's initialisation of seed s: one step at learning rate 0 changes nothing
             ck=$out/init-seed$s.ckpt
-            rm -f "$ck"
-            "$tgrad" train --text "$@" --steps 1 --lr 0 --seed "$s" --threads 1 \
-                --checkpoint "$ck" > /dev/null 2>&1
+            run "$out/init-seed$s.log" "$tgrad" train --text "$@" --steps 1 --lr 0 --seed "$s" \
+                --threads 1 --checkpoint "$ck" --force
             log=$out/lockstep-seed$s.log
-            "$py" "$here/tools/train_reference.py" --text "$@" --steps "$steps" --seed "$s" \
-                --threads 1 --tgrad-init "$ck" > "$log" 2>&1
+            run "$log" "$py" "$here/tools/train_reference.py" --text "$@" --steps "$steps" \
+                --seed "$s" --threads 1 --tgrad-init "$ck"
             rm -f "$ck"
             record lockstep "$s" "$log"
         fi
