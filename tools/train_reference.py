@@ -10,7 +10,7 @@ embedding -> N x nn.TransformerEncoderLayer (pre-norm, relu, dropout 0, causal m
 LayerNorm -> Linear head. AdamW (lr 3e-3, weight decay 0.01),
 linear warmup (100 steps) then cosine decay to lr/10, gradient clipping at 1.0, batch 32,
 seq_len 64; the last 10% of the bytes is the validation split, evaluated on non-overlapping
-windows exactly as tgrad does. Prints a line per evaluation and a final summary with tokens/s.
+windows exactly as tgrad does (all of them, or 4096 spread evenly over a larger split). Prints a line per evaluation and a final summary with tokens/s.
 
 Lockstep with tgrad (the same initialisation and the same batches, so the two runs differ only
 by floating-point rounding):
@@ -152,6 +152,20 @@ def load_export(path, dtype=None):
     return model, vocab, config
 
 
+MAX_VAL_WINDOWS = 4096  # tools/data.c, CORPUS_MAX_VAL_WINDOWS
+
+
+def val_windows(n, n_train, seq_len):
+    """tgrad's validation windows (tools/data.c, val_windows): the non-overlapping windows of
+    seq_len bytes of the split [n_train, n), or, when there are more than 4096 of them, 4096
+    spread evenly over it: window w starts at byte n_train + w * stride * seq_len. Returns
+    (windows, stride)."""
+    all_windows = (n - n_train - 1) // seq_len
+    if all_windows > MAX_VAL_WINDOWS:
+        return MAX_VAL_WINDOWS, all_windows // MAX_VAL_WINDOWS
+    return all_windows, 1
+
+
 class TgradRng:
     """tgrad's generator (tg_ctx_seed, tg_rng_u64): xoshiro256** seeded by four splitmix64
     outputs of the seed, so --tgrad-init can draw the very batches `tgrad train` draws."""
@@ -255,9 +269,9 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     print(f"reference: {len(ids)} bytes ({n_train} train), vocabulary {vocab}, "
           f"{n_params} parameters, {a.threads} threads", file=sys.stderr)
-    windows = (len(ids) - n_train - 1) // T
-    val_x = torch.stack([ids[n_train + w * T:n_train + w * T + T] for w in range(windows)])
-    val_y = torch.stack([ids[n_train + w * T + 1:n_train + w * T + T + 1] for w in range(windows)])
+    windows, stride = val_windows(len(ids), n_train, T)
+    val_x = torch.stack([ids[n_train + w * stride * T:][:T] for w in range(windows)])
+    val_y = torch.stack([ids[n_train + w * stride * T + 1:][:T] for w in range(windows)])
     lossf = nn.CrossEntropyLoss()
     best, t0, trained = float("inf"), time.time(), 0
     for step in range(a.steps):
