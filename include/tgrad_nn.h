@@ -89,6 +89,10 @@ typedef struct tg_mha {
     tg_tensor *in_proj_bias;    /**< (3D)     `in_proj_bias` */
     tg_tensor *out_proj_weight; /**< (D, D)   `out_proj.weight` */
     tg_tensor *out_proj_bias;   /**< (D)      `out_proj.bias` */
+    /** Dropout probability on the attention weights in training mode, in [0, 1)
+     *  (`nn.MultiheadAttention(dropout=)`); 0 after tg_mha_init(). The encoder and decoder
+     *  layers set it to their config's dropout, as `nn.TransformerEncoderLayer` does. */
+    double dropout;
 } tg_mha;
 
 /**
@@ -107,9 +111,13 @@ TG_API tg_status tg_mha_init(tg_ctx *ctx, tg_mha *m, tg_dtype dt, int64_t d_mode
 
 /**
  * Multi-head attention (Vaswani et al. 2017, sec. 3.2.2; PyTorch `nn.MultiheadAttention`
- * with batch_first=True, dropout 0):
+ * with batch_first=True, dropout = m->dropout):
  *   q_h = (query W_q^T + b_q) split into H heads, likewise k_h, v_h (reshape + transpose);
- *   o_h = softmax(q_h k_h^T / sqrt(Dh) + masks) v_h;  out = concat_h(o_h) W_o^T + b_o.
+ *   a_h = dropout(softmax(q_h k_h^T / sqrt(Dh) + masks), m->dropout);
+ *   o_h = a_h v_h;  out = concat_h(o_h) W_o^T + b_o.
+ * The dropout acts in training mode only (tg_ctx_set_training()); with m->dropout > 0 the
+ * attention runs unfused (scores, softmax, dropout, product) whatever tg_ctx_fusion() says,
+ * and the returned weights are those after dropout, as PyTorch's.
  * Self-attention: pass the same tensor as query, key and value (its gradient sums all uses).
  * Shapes: query (B, T_q, D), key (B, T_k, D), value (B, T_k, D) -> (B, T_q, D);
  * attention weights per head (B, H, T_q, T_k) (PyTorch averages over heads by default).
