@@ -196,8 +196,9 @@ TG_API tg_status tg_encoder_layer_init(tg_ctx *ctx, tg_encoder_layer *l, tg_dtyp
  * `nn.TransformerEncoderLayer(batch_first=True)`):
  *   post-norm: x = norm1(x + SA(x)); x = norm2(x + FFN(x))
  *   pre-norm:  x = x + SA(norm1(x)); x = x + FFN(norm2(x))
- * with dropout after attention, inside the FFN and after the FFN when cfg.dropout > 0 and the
- * context is in training mode. Shapes: x (B, T, D) -> (B, T, D). Masks as tg_mha_forward().
+ * with dropout on the attention weights (self_attn.dropout, set by tg_encoder_layer_init()),
+ * after attention, inside the FFN and after the FFN when cfg.dropout > 0 and the context is in
+ * training mode. Shapes: x (B, T, D) -> (B, T, D). Masks as tg_mha_forward().
  * Errors: ::TG_ERR_SHAPE, ::TG_ERR_ARG.
  */
 TG_API tg_tensor *tg_encoder_layer_forward(tg_ctx *ctx, const tg_encoder_layer *l, tg_tensor *x,
@@ -243,9 +244,10 @@ TG_API tg_status tg_decoder_layer_init(tg_ctx *ctx, tg_decoder_layer *l, tg_dtyp
  * cross-attention (queries from the target, keys and values from @p memory):
  *   post-norm: x = norm1(x + SA(x)); x = norm2(x + CA(x, memory)); x = norm3(x + FFN(x))
  *   pre-norm:  x = x + SA(norm1(x)); x = x + CA(norm2(x), memory); x = x + FFN(norm3(x))
- * with dropout after each sublayer and inside the FFN when cfg.dropout > 0 and the context is
- * in training mode (as the encoder layer). Attention and the FFN take the same fused paths as
- * tg_encoder_layer_forward() (flash attention, tg_dense_act) when tg_ctx_fusion() is on.
+ * with dropout on both attentions' weights, after each sublayer and inside the FFN when
+ * cfg.dropout > 0 and the context is in training mode (as the encoder layer). Attention and the
+ * FFN take the same fused paths as tg_encoder_layer_forward() (flash attention, tg_dense_act)
+ * when tg_ctx_fusion() is on (attention unfused when dropout > 0).
  *
  * **Shapes:** x (B, T, D) (the target), memory (B, S, D) (the encoder output) -> (B, T, D).
  * @param tgt_masks NULL or the self-attention masks: attn_mask = PyTorch `tgt_mask` (T, T)
