@@ -8,7 +8,9 @@
 # fed tgrad's batches (train_reference.py --tgrad-init): it differs from tgrad's run only by
 # floating-point rounding, so it separates implementation differences from seed noise.
 #
-#     tools/seed_study.sh [-o DIR] [-s "0 1 2"] [-n STEPS] [-w which] [-- TRAIN OPTIONS] [TEXT ...]
+#     tools/seed_study.sh [-o DIR] [-s "0 1 2"] [-n STEPS] [-w WHICH] [-t] [TEXT ...]
+#
+# The table in docs/training.md:  tools/seed_study.sh -s "0 1 2" && tools/seed_study.sh -s "3 4" -w both
 #
 #   -o DIR    where the logs and results.csv go (default: seed-study)
 #   -s SEEDS  the seeds (default "0 1 2")
@@ -23,7 +25,8 @@
 # d_model 128, 4 heads, d_ff 512, seq 64, batch 32, AdamW lr 3e-3, 100 warmup steps, cosine to
 # lr/10, weight decay 0.01, clip 1.0, the last 10% of the bytes for validation, evaluated every
 # 100 steps on its non-overlapping windows). Needs build/tools/tgrad and Debian's python3-torch;
-# with libopenblas0-pthread PyTorch runs ~5x faster than on the reference BLAS.
+# with libopenblas0-pthread PyTorch runs ~5x faster than on the reference BLAS. TGRAD and
+# PYTHON override the programs (default build/tools/tgrad, /usr/bin/python3).
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 tgrad=${TGRAD:-$here/build/tools/tgrad}
@@ -40,7 +43,7 @@ while getopts o:s:n:w:t opt; do
     n) steps=$OPTARG ;;
     w) which=$OPTARG ;;
     t) table_only=1 ;;
-    *) sed -n 2,20p "$0" >&2; exit 2 ;;
+    *) sed -n 2,30p "$0" >&2; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
