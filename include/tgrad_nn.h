@@ -89,6 +89,10 @@ typedef struct tg_mha {
     tg_tensor *in_proj_bias;    /**< (3D)     `in_proj_bias` */
     tg_tensor *out_proj_weight; /**< (D, D)   `out_proj.weight` */
     tg_tensor *out_proj_bias;   /**< (D)      `out_proj.bias` */
+    /** Dropout probability on the attention weights in training mode, in [0, 1)
+     *  (`nn.MultiheadAttention(dropout=)`); 0 after tg_mha_init(). The encoder and decoder
+     *  layers set it to their config's dropout, as `nn.TransformerEncoderLayer` does. */
+    double dropout;
 } tg_mha;
 
 /**
@@ -107,9 +111,13 @@ TG_API tg_status tg_mha_init(tg_ctx *ctx, tg_mha *m, tg_dtype dt, int64_t d_mode
 
 /**
  * Multi-head attention (Vaswani et al. 2017, sec. 3.2.2; PyTorch `nn.MultiheadAttention`
- * with batch_first=True, dropout 0):
+ * with batch_first=True, dropout = m->dropout):
  *   q_h = (query W_q^T + b_q) split into H heads, likewise k_h, v_h (reshape + transpose);
- *   o_h = softmax(q_h k_h^T / sqrt(Dh) + masks) v_h;  out = concat_h(o_h) W_o^T + b_o.
+ *   a_h = dropout(softmax(q_h k_h^T / sqrt(Dh) + masks), m->dropout);
+ *   o_h = a_h v_h;  out = concat_h(o_h) W_o^T + b_o.
+ * The dropout acts in training mode only (tg_ctx_set_training()); with m->dropout > 0 the
+ * attention runs unfused (scores, softmax, dropout, product) whatever tg_ctx_fusion() says,
+ * and the returned weights are those after dropout, as PyTorch's.
  * Self-attention: pass the same tensor as query, key and value (its gradient sums all uses).
  * Shapes: query (B, T_q, D), key (B, T_k, D), value (B, T_k, D) -> (B, T_q, D);
  * attention weights per head (B, H, T_q, T_k) (PyTorch averages over heads by default).
@@ -189,8 +197,9 @@ TG_API tg_status tg_encoder_layer_init(tg_ctx *ctx, tg_encoder_layer *l, tg_dtyp
  * `nn.TransformerEncoderLayer(batch_first=True)`):
  *   post-norm: x = norm1(x + SA(x)); x = norm2(x + FFN(x))
  *   pre-norm:  x = x + SA(norm1(x)); x = x + FFN(norm2(x))
- * with dropout after attention, inside the FFN and after the FFN when cfg.dropout > 0 and the
- * context is in training mode. Shapes: x (B, T, D) -> (B, T, D). Masks as tg_mha_forward().
+ * with dropout on the attention weights (self_attn.dropout, set by tg_encoder_layer_init()),
+ * after attention, inside the FFN and after the FFN when cfg.dropout > 0 and the context is in
+ * training mode. Shapes: x (B, T, D) -> (B, T, D). Masks as tg_mha_forward().
  * Errors: ::TG_ERR_SHAPE, ::TG_ERR_ARG.
  */
 TG_API tg_tensor *tg_encoder_layer_forward(tg_ctx *ctx, const tg_encoder_layer *l, tg_tensor *x,
@@ -236,9 +245,10 @@ TG_API tg_status tg_decoder_layer_init(tg_ctx *ctx, tg_decoder_layer *l, tg_dtyp
  * cross-attention (queries from the target, keys and values from @p memory):
  *   post-norm: x = norm1(x + SA(x)); x = norm2(x + CA(x, memory)); x = norm3(x + FFN(x))
  *   pre-norm:  x = x + SA(norm1(x)); x = x + CA(norm2(x), memory); x = x + FFN(norm3(x))
- * with dropout after each sublayer and inside the FFN when cfg.dropout > 0 and the context is
- * in training mode (as the encoder layer). Attention and the FFN take the same fused paths as
- * tg_encoder_layer_forward() (flash attention, tg_dense_act) when tg_ctx_fusion() is on.
+ * with dropout on both attentions' weights, after each sublayer and inside the FFN when
+ * cfg.dropout > 0 and the context is in training mode (as the encoder layer). Attention and the
+ * FFN take the same fused paths as tg_encoder_layer_forward() (flash attention, tg_dense_act)
+ * when tg_ctx_fusion() is on (attention unfused when dropout > 0).
  *
  * **Shapes:** x (B, T, D) (the target), memory (B, S, D) (the encoder output) -> (B, T, D).
  * @param tgt_masks NULL or the self-attention masks: attn_mask = PyTorch `tgt_mask` (T, T)

@@ -7,6 +7,7 @@
 #include "testutil.h"
 #include "tgrad_train.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,6 +261,82 @@ static tg_tensor *big_encoder(tg_ctx *ctx, tg_dtype dt)
     return tg_encoder_layer_forward(ctx, &l, tu_input(ctx, dt, TG_DIMS(8, 32, 64), "x", -1, 1),
                                     &mk);
 }
+
+/* The attention weights' dropout of nn.MultiheadAttention(dropout=p), built from the ops by
+ * hand: heads of x W^T + b, softmax(q k^T / sqrt(Dh)), dropout p, times v, out_proj. */
+static tg_tensor *mha_by_hand(tg_ctx *ctx, const tg_mha *m, tg_tensor *x, double p)
+{
+    int64_t B = tg_tensor_dim(x, 0), T = tg_tensor_dim(x, 1), D = m->d_model, H = m->n_heads;
+    tg_tensor *h[3];
+    for (int i = 0; i < 3; i++) {
+        tg_tensor *y = tg_dense(ctx, x, tg_narrow(ctx, m->in_proj_weight, 0, i * D, D),
+                                tg_narrow(ctx, m->in_proj_bias, 0, i * D, D));
+        h[i] = tg_transpose(ctx, tg_reshape(ctx, y, TG_DIMS(B, T, H, D / H)), 1, 2);
+    }
+    tg_tensor *s = tg_scale(ctx, tg_matmul(ctx, h[0], h[1], false, true), 1.0 / sqrt(D / H));
+    tg_tensor *o = tg_matmul(ctx, tg_dropout(ctx, tg_softmax(ctx, s), p), h[2], false, false);
+    o = tg_reshape(ctx, tg_transpose(ctx, o, 1, 2), TG_DIMS(B, T, D));
+    return tg_dense(ctx, o, m->out_proj_weight, m->out_proj_bias);
+}
+
+/* tg_mha.dropout drops attention weights in training mode (the same mask as the hand-built
+ * graph from the same RNG state), nothing in eval mode; the encoder and decoder layers set it
+ * from their config, as PyTorch's layers pass dropout to their MultiheadAttention. */
+START_TEST(test_mha_attention_dropout)
+{
+    tg_tensor *y[2];
+    tg_ctx *ctx[2];
+    tg_graph *g[2];
+    for (int k = 0; k < 2; k++) {
+        ctx[k] = tg_ctx_new();
+        tg_ctx_seed(ctx[k], 11);
+        tg_mha m;
+        ck_assert_int_eq(tg_mha_init(ctx[k], &m, TG_F64, 8, 2, NULL), TG_OK);
+        ck_assert(m.dropout == 0);
+        tg_tensor *x = tu_input(ctx[k], TG_F64, TG_DIMS(2, 5, 8), "x", -1, 1);
+        m.dropout = 0.5;
+        y[k] = k == 0 ? tg_mha_forward(ctx[k], &m, x, x, x, NULL, NULL)
+                      : mha_by_hand(ctx[k], &m, x, 0.5);
+        ck_assert_ptr_nonnull(y[k]);
+        g[k] = tg_graph_new(ctx[k], &y[k], 1);
+        ck_assert_ptr_nonnull(g[k]);
+        tg_ctx_set_training(ctx[k], true);
+        ck_assert_int_eq(tg_graph_forward(g[k]), TG_OK);
+    }
+    ck_assert_double_le(tu_max_abs_diff(y[0], y[1]), 1e-12);
+    /* eval mode: no dropout, the output of dropout 0 */
+    tg_mha m0;
+    tg_ctx *c = tg_ctx_new();
+    tg_ctx_seed(c, 11);
+    ck_assert_int_eq(tg_mha_init(c, &m0, TG_F64, 8, 2, NULL), TG_OK);
+    tg_tensor *x0 = tu_input(c, TG_F64, TG_DIMS(2, 5, 8), "x", -1, 1);
+    tg_tensor *y0 = tg_mha_forward(c, &m0, x0, x0, x0, NULL, NULL);
+    tg_graph *g0 = tg_graph_new(c, &y0, 1);
+    ck_assert_int_eq(tg_graph_forward(g0), TG_OK);
+    tg_ctx_set_training(ctx[0], false);
+    ck_assert_int_eq(tg_graph_forward(g[0]), TG_OK);
+    ck_assert_double_le(tu_max_abs_diff(y[0], y0), 1e-12);
+    ck_assert_double_gt(tu_max_abs_diff(y[1], y0), 1e-3); /* the dropout did act */
+    /* out of range */
+    m0.dropout = 1;
+    ck_assert_ptr_null(tg_mha_forward(c, &m0, x0, x0, x0, NULL, NULL));
+    tu_assert_error(c, TG_ERR_ARG, "dropout 1 must be in [0, 1)");
+    tg_ctx_clear_error(c);
+    /* the layers pass their dropout on */
+    tg_encoder_config cfg = tg_encoder_config_default(8, 2);
+    cfg.d_ff = 16;
+    cfg.dropout = 0.25;
+    tg_encoder_layer el;
+    tg_decoder_layer dl;
+    ck_assert_int_eq(tg_encoder_layer_init(c, &el, TG_F64, &cfg, "enc."), TG_OK);
+    ck_assert_int_eq(tg_decoder_layer_init(c, &dl, TG_F64, &cfg, "dec."), TG_OK);
+    ck_assert(el.self_attn.dropout == 0.25);
+    ck_assert(dl.self_attn.dropout == 0.25 && dl.multihead_attn.dropout == 0.25);
+    for (int k = 0; k < 2; k++)
+        tg_ctx_free(ctx[k]);
+    tg_ctx_free(c);
+}
+END_TEST
 
 START_TEST(test_encoder_thread_invariance)
 {
@@ -573,6 +650,7 @@ int main(void)
     TCase *tc = tcase_create("nn");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_module_errors);
+    tcase_add_test(tc, test_mha_attention_dropout);
     tcase_add_loop_test(tc, test_fully_masked_row, 0, 2);
     tcase_add_test(tc, test_init);
     tcase_add_test(tc, test_transformer_names_and_tying);

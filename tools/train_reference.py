@@ -10,7 +10,15 @@ embedding -> N x nn.TransformerEncoderLayer (pre-norm, relu, dropout 0, causal m
 LayerNorm -> Linear head. AdamW (lr 3e-3, weight decay 0.01),
 linear warmup (100 steps) then cosine decay to lr/10, gradient clipping at 1.0, batch 32,
 seq_len 64; the last 10% of the bytes is the validation split, evaluated on non-overlapping
-windows exactly as tgrad does. Prints a line per evaluation and a final summary with tokens/s.
+windows exactly as tgrad does (all of them, or 4096 spread evenly over a larger split). Prints a line per evaluation and a final summary with tokens/s.
+
+Lockstep with tgrad (the same initialisation and the same batches, so the two runs differ only
+by floating-point rounding):
+
+    build/tools/tgrad train --text F... --seed S --steps 1 --lr 0 --checkpoint init.ckpt
+    build/tools/tgrad train --text F... --seed S --log tgrad.csv
+    /usr/bin/python3 tools/train_reference.py --text F... --seed S --tgrad-init init.ckpt \
+        --log torch.csv
 """
 import argparse
 import math
@@ -144,6 +152,79 @@ def load_export(path, dtype=None):
     return model, vocab, config
 
 
+MAX_VAL_WINDOWS = 4096  # tools/data.c, CORPUS_MAX_VAL_WINDOWS
+
+
+def val_windows(n, n_train, seq_len):
+    """tgrad's validation windows (tools/data.c, val_windows): the non-overlapping windows of
+    seq_len bytes of the split [n_train, n), or, when there are more than 4096 of them, 4096
+    spread evenly over it: window w starts at byte n_train + w * stride * seq_len. Returns
+    (windows, stride)."""
+    all_windows = (n - n_train - 1) // seq_len
+    if all_windows > MAX_VAL_WINDOWS:
+        return MAX_VAL_WINDOWS, all_windows // MAX_VAL_WINDOWS
+    return all_windows, 1
+
+
+class TgradRng:
+    """tgrad's generator (tg_ctx_seed, tg_rng_u64): xoshiro256** seeded by four splitmix64
+    outputs of the seed, so --tgrad-init can draw the very batches `tgrad train` draws."""
+    M = (1 << 64) - 1
+
+    def __init__(self, seed):
+        x, self.s = seed & self.M, []
+        for _ in range(4):
+            x = (x + 0x9E3779B97F4A7C15) & self.M
+            z = x
+            z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & self.M
+            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & self.M
+            self.s.append(z ^ (z >> 31))
+
+    @staticmethod
+    def _rotl(x, k):
+        return ((x << k) | (x >> (64 - k))) & TgradRng.M
+
+    def u64(self):
+        s, M = self.s, self.M
+        result = (self._rotl((s[1] * 5) & M, 7) * 9) & M
+        t = (s[1] << 17) & M
+        s[2] ^= s[0]
+        s[3] ^= s[1]
+        s[1] ^= s[2]
+        s[0] ^= s[3]
+        s[2] ^= t
+        s[3] = self._rotl(s[3], 45)
+        return result
+
+    def state_hex(self):
+        return "".join(f"{w:016x}" for w in self.s)
+
+
+def tgrad_init(model, path, seed, batch, limit=1 << 24):
+    """Load the parameters of a tgrad checkpoint saved after one step at learning rate 0
+    (`tgrad train --text ... --seed S --steps 1 --lr 0 --checkpoint CK`: its parameters are the
+    initialisation of seed S) and return tgrad's generator positioned where a fresh `tgrad train
+    --seed S` draws its first batch: after the initialisation's draws, found as the position
+    whose state, `batch` draws later, is the checkpoint's `rng`."""
+    tensors, meta = read_safetensors(path)
+    params = {k: v for k, v in tensors.items() if not k.startswith(("adam.", "sgd."))}
+    model.load_state_dict(params, strict=True)
+    if meta.get("optim.step") != "1" or float(meta.get("train.lr", "nan")) != 0:
+        raise ValueError(f"{path}: not saved after one step at lr 0 (step "
+                         f"{meta.get('optim.step')}, lr {meta.get('train.lr')})")
+    target, rng, n = meta["rng"], TgradRng(seed), 0
+    ahead = TgradRng(seed)
+    for _ in range(batch):
+        ahead.u64()
+    while ahead.state_hex() != target:
+        if n == limit:
+            raise ValueError(f"{path}: its rng state is not {limit} draws from seed {seed}")
+        rng.u64()
+        ahead.u64()
+        n += 1
+    return rng
+
+
 def lr_at(step, total, warmup, base, min_lr):
     if warmup > 0 and step < warmup:
         return base * (step + 1) / warmup
@@ -168,6 +249,11 @@ def main():
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--log", help="CSV of every step: step,train_loss,val_loss,lr (as tgrad's)")
+    ap.add_argument("--tgrad-init", metavar="CK",
+                    help="start from tgrad's initialisation and draw tgrad's batches: CK from "
+                         "`tgrad train --text ... --seed S --steps 1 --lr 0 --checkpoint CK`, "
+                         "with the same --seed S")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -175,20 +261,27 @@ def main():
     T, B = a.seq_len, a.batch
     model = LM(vocab, d_model=a.d_model, n_heads=a.heads, d_ff=a.d_ff, n_layers=a.layers,
                max_seq_len=T)
+    trng = tgrad_init(model, a.tgrad_init, a.seed, a.batch) if a.tgrad_init else None
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+    logf = open(a.log, "w") if a.log else None
+    if logf:
+        logf.write("step,train_loss,val_loss,lr\n")
     n_params = sum(p.numel() for p in model.parameters())
     print(f"reference: {len(ids)} bytes ({n_train} train), vocabulary {vocab}, "
           f"{n_params} parameters, {a.threads} threads", file=sys.stderr)
-    windows = (len(ids) - n_train - 1) // T
-    val_x = torch.stack([ids[n_train + w * T:n_train + w * T + T] for w in range(windows)])
-    val_y = torch.stack([ids[n_train + w * T + 1:n_train + w * T + T + 1] for w in range(windows)])
+    windows, stride = val_windows(len(ids), n_train, T)
+    val_x = torch.stack([ids[n_train + w * stride * T:][:T] for w in range(windows)])
+    val_y = torch.stack([ids[n_train + w * stride * T + 1:][:T] for w in range(windows)])
     lossf = nn.CrossEntropyLoss()
     best, t0, trained = float("inf"), time.time(), 0
     for step in range(a.steps):
         lr = lr_at(step, a.steps, a.warmup, a.lr, a.lr / 10)
         for g in opt.param_groups:
             g["lr"] = lr
-        starts = torch.randint(0, n_train - T, (B,))
+        if trng:  # tgrad's corpus_train_batch: starts in [0, n_train - T - 1]
+            starts = [trng.u64() % (n_train - T) for _ in range(B)]
+        else:
+            starts = torch.randint(0, n_train - T, (B,))
         x = torch.stack([ids[s:s + T] for s in starts])
         y = torch.stack([ids[s + 1:s + T + 1] for s in starts])
         model.train()
@@ -199,6 +292,7 @@ def main():
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         opt.step()
         trained += 1
+        val = None
         if (step + 1) % a.eval_every == 0 or step + 1 == a.steps:
             model.eval()
             with torch.no_grad():
@@ -211,6 +305,11 @@ def main():
             el = time.time() - t0
             print(f"step {step + 1}/{a.steps}  loss {loss.item():.4f}  val {val:.4f}  "
                   f"{trained * B * T / el:.0f} tok/s", file=sys.stderr)
+        if logf:
+            logf.write(f"{step + 1},{loss.item():.6f},{'' if val is None else f'{val:.6f}'},"
+                       f"{lr:.6g}\n")
+    if logf:
+        logf.close()
     el = time.time() - t0
     print(f"parameters {n_params}  steps {a.steps}  wall {el:.1f} s  "
           f"{a.steps * B * T / el:.0f} tokens/s  best validation loss {best:.4f} nats/char")

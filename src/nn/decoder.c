@@ -33,6 +33,8 @@ tg_status tg_decoder_layer_init(tg_ctx *ctx, tg_decoder_layer *l, tg_dtype dt,
         tg_mha_init(ctx, &l->multihead_attn, dt, cfg->d_model, cfg->n_heads, ca) != TG_OK ||
         tg_ffn_init(ctx, &l->ffn, dt, cfg->d_model, cfg->d_ff, cfg->activation, p) != TG_OK)
         return tg__nn_status(ctx); /* stop at the first failure */
+    /* both attentions drop their weights, as nn.TransformerDecoderLayer's */
+    l->self_attn.dropout = l->multihead_attn.dropout = cfg->dropout;
     int64_t D = cfg->d_model;
     tg__nn_norm_params(ctx, dt, D, p, "norm1", &l->norm1_weight, &l->norm1_bias);
     tg__nn_norm_params(ctx, dt, D, p, "norm2", &l->norm2_weight, &l->norm2_bias);

@@ -5,7 +5,8 @@
  *                                                 x = norm2(x + drop(FFN(x)))
  *   pre-norm  (norm_first = true):                x = x + drop(SA(norm1(x)))
  *                                                 x = x + drop(FFN(norm2(x)))
- * FFN here is linear2(drop(act(linear1(x)))), as PyTorch's _ff_block.
+ * FFN here is linear2(drop(act(linear1(x)))), as PyTorch's _ff_block, and SA drops its
+ * attention weights (nn.MultiheadAttention(dropout=cfg.dropout)).
  */
 #include "nn_internal.h"
 #include "core.h"
@@ -102,6 +103,7 @@ tg_status tg_encoder_layer_init(tg_ctx *ctx, tg_encoder_layer *l, tg_dtype dt,
     if (tg_mha_init(ctx, &l->self_attn, dt, cfg->d_model, cfg->n_heads, sub) != TG_OK ||
         tg_ffn_init(ctx, &l->ffn, dt, cfg->d_model, cfg->d_ff, cfg->activation, p) != TG_OK)
         return tg__nn_status(ctx); /* stop at the first failure */
+    l->self_attn.dropout = cfg->dropout; /* on the attention weights, as PyTorch's layer */
     tg__nn_norm_params(ctx, dt, cfg->d_model, p, "norm1", &l->norm1_weight, &l->norm1_bias);
     tg__nn_norm_params(ctx, dt, cfg->d_model, p, "norm2", &l->norm2_weight, &l->norm2_bias);
     return tg__nn_status(ctx);

@@ -168,6 +168,7 @@ static tg_status build_encoder(tg_generator *gen, int64_t s, struct enc_graph *e
     for (int64_t i = 0; i < enc->n_layers; i++) {
         tg_encoder_layer l = enc->layers[i]; /* a copy without dropout (inference) */
         l.cfg.dropout = 0;
+        l.self_attn.dropout = 0;
         x = tg_encoder_layer_forward(ctx, &l, x, NULL);                  /* (B, s, D) */
     }
     if (enc->norm_weight)

@@ -101,6 +101,8 @@ tg_tensor *tg_mha_forward(tg_ctx *ctx, const tg_mha *m, tg_tensor *query, tg_ten
                        tg_tensor_shape_str(key, b2, sizeof b2),
                        tg_tensor_shape_str(value, b3, sizeof b3));
     int64_t B = tg_tensor_dim(query, 0), Tq = tg_tensor_dim(query, 1), Tk = tg_tensor_dim(key, 1);
+    if (!(m->dropout >= 0 && m->dropout < 1))
+        return tg__err(ctx, TG_ERR_ARG, fn, "dropout %g must be in [0, 1)", m->dropout);
     tg_tensor *q, *k, *v;
     if (tg_ctx_fusion(ctx) && !attn_weights && query == key && key == value) {
         /* self-attention: one in_proj product (B, T, 3D) read as q, k, v head views */
@@ -129,7 +131,7 @@ tg_tensor *tg_mha_forward(tg_ctx *ctx, const tg_mha *m, tg_tensor *query, tg_ten
     }
     tg_tensor *o;
     tg_tensor *w = NULL;
-    if (tg_ctx_fusion(ctx) && !attn_weights) {
+    if (tg_ctx_fusion(ctx) && !attn_weights && m->dropout == 0) {
         tg__nn_masks pm;
         if (!tg__nn_prepare_masks(ctx, fn, masks, true, B, Tq, Tk, &pm))
             return NULL;
@@ -140,7 +142,7 @@ tg_tensor *tg_mha_forward(tg_ctx *ctx, const tg_mha *m, tg_tensor *query, tg_ten
         tg_tensor *s = tg_scale(ctx, tg_matmul(ctx, q, k, false, true),
                                 1.0 / sqrt((double)Dh));
         s = tg__nn_apply_masks(ctx, fn, s, masks, true);           /* (B, H, T_q, T_k) */
-        w = tg_softmax(ctx, s);
+        w = tg__nn_drop(ctx, tg_softmax(ctx, s), m->dropout);       /* (B, H, T_q, T_k) */
         o = tg_matmul(ctx, w, v, false, false);                    /* (B, H, T_q, Dh) */
     }
     o = tg_reshape(ctx, tg_transpose(ctx, o, 1, 2), TG_DIMS(B, Tq, D)); /* (B, T_q, D) */
