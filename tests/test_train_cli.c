@@ -1076,7 +1076,8 @@ START_TEST(test_log_cut_at_checkpoint)
     ck_assert_int_eq(run("train --text c.txt --resume k.ckpt --quiet --log k.csv --plot k.svg"),
                      0);
     char *log = slurp("k.csv", NULL);
-    ck_assert_msg(!strncmp(log, "step,train_loss,val_loss,lr,tokens_per_s\n", 41), "%s", log);
+    ck_assert_msg(!strncmp(log, "step,train_loss,val_loss,lr,tokens_per_s,val_acc\n", 49), "%s",
+                  log);
     int rows = 0;
     for (const char *l = strchr(log, '\n') + 1; *l; l = strchr(l, '\n') + 1) {
         rows++;
@@ -1086,7 +1087,8 @@ START_TEST(test_log_cut_at_checkpoint)
             ck_assert_msg(*c, "a partial last line: %s", l);
             commas += *c == ',';
         }
-        ck_assert_int_eq(commas, 4);
+        ck_assert_int_eq(commas, 5);
+        ck_assert_msg(l[strcspn(l, "\n") - 1] == ',', "a text run's val_acc is empty: %s", l);
         ck_assert_ptr_null(strstr(l, "2.000000,,0.003,100.0")); /* the killed run's rows */
     }
     ck_assert_int_eq(rows, 10);
@@ -1112,6 +1114,71 @@ START_TEST(test_log_cut_at_checkpoint)
         ck_assert_int_eq(atoi(l), ++rows);
     ck_assert_int_eq(rows, at + 2);
     free(log);
+}
+END_TEST
+
+static int occurrences(const char *s, const char *needle);
+
+/* A task run logs its held-out accuracy (val_acc, the last column, on evaluation rows only);
+ * resume restores it from the log, so the plot's accuracy panel covers the whole run. A log
+ * with the older 5-column header is continued with 5-column rows. */
+START_TEST(test_log_accuracy_resume)
+{
+    ck_assert_int_eq(run("train " TASK_MODEL " --steps 8 --eval-every 2 --target-acc 0 "
+                         "--stop-after 4 --quiet --checkpoint k.ckpt --log k.csv"), 0);
+    ck_assert_int_eq(run("train --resume k.ckpt --quiet --log k.csv --plot k.svg"), 0);
+    char *out = slurp("out.txt", NULL); /* --target-acc 0: no target to miss */
+    ck_assert_msg(strstr(out, "held-out token accuracy") && !strstr(out, "target not reached"),
+                  "%s", out);
+    free(out);
+    char *log = slurp("k.csv", NULL);
+    ck_assert_msg(!strncmp(log, "step,train_loss,val_loss,lr,tokens_per_s,val_acc\n", 49), "%s",
+                  log);
+    int rows = 0;
+    for (const char *l = strchr(log, '\n') + 1; *l; l = strchr(l, '\n') + 1) {
+        ck_assert_int_eq(atoi(l), ++rows);
+        const char *acc = l;
+        for (int i = 0; i < 5; i++) {
+            acc = strchr(acc, ',');
+            ck_assert_msg(acc && acc < strchr(l, '\n'), "%s", l);
+            acc++;
+        }
+        if (rows % 2 == 0) {
+            double a = atof(acc);
+            ck_assert_msg(*acc >= '0' && *acc <= '9' && a >= 0 && a <= 1, "%s", l);
+        } else {
+            ck_assert_msg(*acc == '\n', "val_acc on a row without evaluation: %s", l);
+        }
+    }
+    ck_assert_int_eq(rows, 8);
+    free(log);
+    char *svg = slurp("k.svg", NULL);
+    ck_assert_int_eq(occurrences(svg, "class=\"val-marker\""), 4);    /* steps 2, 4, 6, 8 */
+    ck_assert_int_eq(occurrences(svg, "class=\"metric-marker\""), 4); /* from the first */
+    free(svg);
+    /* the older header: continued as it is (5 columns), the losses still plotted whole */
+    ck_assert_int_eq(run("train " TASK_MODEL " --steps 8 --eval-every 2 --target-acc 0 "
+                         "--stop-after 4 --quiet --checkpoint o.ckpt"), 0);
+    write_file("o.csv", "step,train_loss,val_loss,lr,tokens_per_s\n"
+                        "1,2.0,,0.001,10.0\n2,2.0,2.1,0.001,10.0\n"
+                        "3,2.0,,0.001,10.0\n4,2.0,2.1,0.001,10.0\n");
+    ck_assert_int_eq(run("train --resume o.ckpt --quiet --log o.csv --plot o.svg"), 0);
+    log = slurp("o.csv", NULL);
+    ck_assert_msg(!strncmp(log, "step,train_loss,val_loss,lr,tokens_per_s\n1,", 43), "%s", log);
+    rows = 0;
+    for (const char *l = strchr(log, '\n') + 1; *l; l = strchr(l, '\n') + 1) {
+        ck_assert_int_eq(atoi(l), ++rows);
+        int commas = 0;
+        for (const char *c = l; *c != '\n'; c++)
+            commas += *c == ',';
+        ck_assert_msg(commas == 4, "%s", l);
+    }
+    ck_assert_int_eq(rows, 8);
+    free(log);
+    svg = slurp("o.svg", NULL);
+    ck_assert_int_eq(occurrences(svg, "class=\"val-marker\""), 4);
+    ck_assert_int_eq(polyline_points(svg), 8);
+    free(svg);
 }
 END_TEST
 
@@ -1643,6 +1710,7 @@ int main(void)
     tcase_add_test(tc, test_dot);
     tcase_add_test(tc, test_outputs_need_force);
     tcase_add_test(tc, test_log_cut_at_checkpoint);
+    tcase_add_test(tc, test_log_accuracy_resume);
     tcase_add_test(tc, test_write_failures);
     tcase_add_test(tc, test_resume_other_text);
     tcase_add_test(tc, test_checkpoint_lock);

@@ -73,6 +73,7 @@ typedef struct {
     bool comm_failed;     /* an MPI call failed: the ranks may disagree */
     int logfd;           /* --log, open for writing (-1: none) */
     int64_t log_len;     /* --log: its length, always at the end of a whole line */
+    bool log_no_acc;     /* --log: a resumed log with the older 5-column header (no val_acc) */
     bool saved;          /* a checkpoint was saved by this run */
     char *plot_path;     /* --plot's file (through a symbolic link: its target) */
     outpath_lock lock;   /* --checkpoint's lock, held for the whole run */
@@ -403,7 +404,9 @@ static bool load_data(trainer *t)
 
 static void end_live(trainer *t);
 
-#define LOG_HEADER "step,train_loss,val_loss,lr,tokens_per_s\n"
+#define LOG_HEADER "step,train_loss,val_loss,lr,tokens_per_s,val_acc\n"
+/* The header before val_acc: such a log is resumed with 5-column rows. */
+#define LOG_HEADER_5 "step,train_loss,val_loss,lr,tokens_per_s\n"
 
 /* Append @p len bytes (whole lines) to the log with one write(2); a failed or short write is
  * cut back, so the log never ends in a partial line. */
@@ -480,7 +483,8 @@ static bool trim_log(trainer *t, bool *fresh)
         if (line[len - 1] != '\n')
             break; /* a partial last line */
         if (keep == 0) {
-            if (strcmp(line, LOG_HEADER) != 0) {
+            t->log_no_acc = strcmp(line, LOG_HEADER_5) == 0;
+            if (strcmp(line, LOG_HEADER) != 0 && !t->log_no_acc) {
                 if (!t->a.force) {
                     errf("--log '%s' is not a tgrad training log (its first line is not '%.*s'); "
                          "pass --force to replace it, or choose another --log", t->a.log,
@@ -494,7 +498,7 @@ static bool trim_log(trainer *t, bool *fresh)
             keep = len;
             continue;
         }
-        double step, loss, val;
+        double step, loss, val, acc;
         if (!log_field(line, 0, &step) || step < 1 || step > (double)t->start)
             break;
         keep += len;
@@ -502,6 +506,9 @@ static bool trim_log(trainer *t, bool *fresh)
             !svg_series_add(&t->train_curve, step, loss))
             ok = false;
         if (t->a.plot && log_field(line, 2, &val) && !svg_series_add(&t->val_curve, step, val))
+            ok = false;
+        if (t->a.plot && !t->text && !t->log_no_acc && log_field(line, 5, &acc) &&
+            !svg_series_add(&t->acc_curve, step, acc))
             ok = false;
     }
     bool rerr = ferror(r);
@@ -518,6 +525,8 @@ static bool trim_log(trainer *t, bool *fresh)
     }
     if (keep == 0)
         *fresh = true;
+    if (*fresh)
+        t->log_no_acc = false; /* written anew, with the current header */
     if (ftruncate(t->logfd, *fresh ? 0 : (off_t)keep) != 0 ||
         lseek(t->logfd, *fresh ? 0 : (off_t)keep, SEEK_SET) < 0) {
         errf("--log '%s': %s", t->a.log, strerror(errno));
@@ -1207,14 +1216,14 @@ static int train_loop(trainer *t)
                 t->best_val = val;
         }
         if (t->logfd >= 0) { /* the whole line, then one write */
-            char row[200];
-            int k;
+            char row[200], vs[32] = "", as[32] = "";
             if (eval && isfinite(val))
-                k = snprintf(row, sizeof row, "%" PRId64 ",%.6f,%.6f,%.6g,%.1f\n", step + 1, l,
-                             val, lr, t->tok_s);
-            else
-                k = snprintf(row, sizeof row, "%" PRId64 ",%.6f,,%.6g,%.1f\n", step + 1, l, lr,
-                             t->tok_s);
+                snprintf(vs, sizeof vs, "%.6f", val);
+            if (eval && !t->text && isfinite(t->acc)) /* val_acc: a task run's evaluations */
+                snprintf(as, sizeof as, "%.6f", t->acc);
+            int k = snprintf(row, sizeof row, "%" PRId64 ",%.6f,%s,%.6g,%.1f%s%s\n", step + 1, l,
+                             vs, lr, t->tok_s, t->log_no_acc ? "" : ",",
+                             t->log_no_acc ? "" : as);
             if (k > 0 && (size_t)k < sizeof row && !log_write(t, row, (size_t)k))
                 return 1;
         }
@@ -1329,10 +1338,10 @@ static int report(trainer *t)
     else if (t->s2s)
         snprintf(line, sizeof line, "held-out exact-sequence accuracy %.2f%% (token accuracy "
                  "%.2f%%, greedy decoding)%s", 100 * t->acc, 100 * t->tok_acc,
-                 t->reached ? "" : ", target not reached");
+                 t->reached || !(a->target_acc > 0) ? "" : ", target not reached");
     else
         snprintf(line, sizeof line, "held-out token accuracy %.2f%%%s", 100 * t->acc,
-                 t->reached ? "" : " (target not reached)");
+                 t->reached || !(a->target_acc > 0) ? "" : " (target not reached)");
     cli_say(stdout, "", line);
     if (a->checkpoint)
         printf("checkpoint %s\n", a->checkpoint);
