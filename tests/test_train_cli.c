@@ -1399,6 +1399,7 @@ START_TEST(test_dry_run_dot)
     char *g = slurp("g.dot", NULL), *out = slurp("out.txt", NULL);
     ck_assert_msg(g && strstr(g, "digraph tgrad {"), "no graph");
     ck_assert_msg(strstr(out, "memory plan of the training graph"), "%s", out);
+    expect_width_80("train --dry-run", out);
     struct stat sb;
     char p[512];
     static const char *const none[] = {"l.csv", "p.svg", "c.ckpt"};
@@ -1413,6 +1414,12 @@ START_TEST(test_dry_run_dot)
     ck_assert_msg(strstr(out, "write --dot if given") && strstr(out, "--dry-run: the graph only"),
                   "%s", out);
     expect_width_80("train --help", out);
+    free(out);
+    write_corpus("c.txt"); /* with --grad-accum: the accumulation row and its note */
+    ck_assert_int_eq(run("train " TEXT_MODEL " --grad-accum 2 --dry-run"), 0);
+    out = slurp("out.txt", NULL);
+    ck_assert_msg(strstr(out, "packed copies of the gradients"), "%s", out);
+    expect_width_80("train --dry-run --grad-accum 2", out);
     free(out);
 }
 END_TEST

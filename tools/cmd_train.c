@@ -1444,26 +1444,30 @@ static int dry_run(trainer *t)
     printf("memory plan of the training graph (batch %" PRId64 ", seq_len %" PRId64 ", %d "
            "thread%s, %" PRId64 " nodes)\n", t->B, t->T, tg_ctx_threads(t->ctx),
            tg_ctx_threads(t->ctx) == 1 ? "" : "s", tg_graph_size(t->g));
+    /* every line within 80 columns: what a row holds is said below the table */
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         printf("  %-22s %12zu bytes  %8.2f MiB%s\n", rows[i].name, rows[i].bytes,
-               (double)rows[i].bytes / 1048576.0, i >= 4 ? " (planned, before sharing)" : "");
-    printf("  %-22s %12zu bytes  %8.2f MiB (activations + saved + gradients + workspace, "
-           "shared)\n", "arena", r.arena, (double)r.arena / 1048576.0);
+               (double)rows[i].bytes / 1048576.0, i >= 4 ? " (planned)" : "");
+    printf("  %-22s %12zu bytes  %8.2f MiB (shared)\n", "arena", r.arena,
+           (double)r.arena / 1048576.0);
     /* --grad-accum K > 1: at most log2(K) + 2 packed gradient copies live at once */
     size_t copies = 0;
+    int64_t depth = 1;
     if (t->accum) {
-        int64_t depth = 1;
         for (int64_t k = 1; k < t->count; k *= 2)
             depth++;
         copies = (size_t)(depth + 1) * tg_grad_accum_bytes(t->accum);
-        printf("  %-22s %12zu bytes  %8.2f MiB (--grad-accum %" PRId64 ": micro-batches of %"
-               PRId64 ", at most %" PRId64 " packed copies of the gradients)\n",
-               "accumulation", copies, (double)copies / 1048576.0, t->K, t->Bm, depth + 1);
+        printf("  %-22s %12zu bytes  %8.2f MiB (--grad-accum %" PRId64 ")\n", "accumulation",
+               copies, (double)copies / 1048576.0, t->K);
     }
     size_t peak = r.peak + opt + copies;
-    printf("  %-22s %12zu bytes  %8.2f MiB (parameters, their gradients, optimizer state, "
-           "inputs, arena%s)\n", "peak", peak, (double)peak / 1048576.0,
+    printf("  %-22s %12zu bytes  %8.2f MiB\n", "peak", peak, (double)peak / 1048576.0);
+    printf("planned: before sharing; the arena holds all of them, shared\n"
+           "peak: parameters and gradients, optimizer state, inputs, arena%s\n",
            copies ? ", accumulation" : "");
+    if (copies)
+        printf("accumulation: at most %" PRId64 " packed copies of the gradients (micro-batches"
+               " of %" PRId64 ")\n", depth + 1, t->Bm);
     return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
 }
 
