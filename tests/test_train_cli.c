@@ -480,6 +480,30 @@ START_TEST(test_detect_anomaly)
 }
 END_TEST
 
+/* Finite optimizer state whose update is not finite (a huge first moment over a zero second
+ * moment): the run stops at that step, naming the update once, and the checkpoint keeps its
+ * step. */
+START_TEST(test_nonfinite_update)
+{
+    make_text_ckpt("t.ckpt", NULL);
+    char src[512], mid[512], dst[512];
+    path_of("t.ckpt", src, sizeof src);
+    path_of("m.ckpt", mid, sizeof mid);
+    path_of("u.ckpt", dst, sizeof dst);
+    tu_st_rewrite(src, mid, &(tu_st_edit){.fill = "adam.m.head.weight", .fill_value = 3e38});
+    tu_st_rewrite(mid, dst, &(tu_st_edit){.fill = "adam.v.head.weight", .fill_value = 0});
+    char v[64], step[64];
+    snprintf(step, sizeof step, "%s", meta_of("u.ckpt", "optim.step", v, sizeof v));
+    expect_refusal("train --text c.txt --resume u.ckpt --steps 100 --quiet",
+                   "non-finite update (the update of 'head.weight' is not finite");
+    char *err = slurp("err.txt", NULL);
+    const char *at = strstr(err, "left unchanged");
+    ck_assert_msg(at && !strstr(at + 1, "left unchanged"), "said once: %s", err);
+    free(err);
+    ck_assert_str_eq(meta_of("u.ckpt", "optim.step", v, sizeof v), step);
+}
+END_TEST
+
 /* ---- defect 6: FIFOs and devices -------------------------------------------------------- */
 START_TEST(test_fifo_never_blocks)
 {
@@ -1701,6 +1725,7 @@ int main(void)
     tcase_add_test(tc, test_memory_estimate);
     tcase_add_test(tc, test_sample_nan_weights);
     tcase_add_test(tc, test_detect_anomaly);
+    tcase_add_test(tc, test_nonfinite_update);
     tcase_add_test(tc, test_fifo_never_blocks);
     tcase_add_test(tc, test_resume_saves_back);
     tcase_add_test(tc, test_grad_accum);

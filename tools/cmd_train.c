@@ -1146,11 +1146,13 @@ static bool train_step(trainer *t, int64_t step, double lr, double *l)
         end_live(t);
         /* every rank holds the same loss and gradients: all stop here, rank 0 says why */
         t->agreed_failure = true;
-        if (t->mp.rank == 0)
-            errf("step %" PRId64 ": non-finite loss or gradients (%s); parameters left "
-                 "unchanged, stopping", step + 1,
-                 isfinite(*l) ? cli_message(t->ctx, NULL, msg, sizeof msg)
-                              : "loss is not finite");
+        const char *why = isfinite(*l) ? cli_message(t->ctx, NULL, msg, sizeof msg)
+                                       : "loss is not finite";
+        if (t->mp.rank == 0) /* the optimizer's message says what it left unchanged */
+            errf("step %" PRId64 ": %s (%s)%s, stopping", step + 1,
+                 strstr(why, "the update of") ? "non-finite update"
+                                              : "non-finite loss or gradients",
+                 why, strstr(why, "left unchanged") ? "" : "; parameters left unchanged");
         tg_ctx_clear_error(t->ctx);
         return false;
     }
