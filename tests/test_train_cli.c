@@ -1251,6 +1251,9 @@ START_TEST(test_resume_other_text)
     expect_refusal("train --text b.txt a.txt --resume h.ckpt --quiet",
                    "content or order differs");
     expect_refusal("train --text a.txt --resume h.ckpt --quiet", "was trained on");
+    /* --text that contradicts the checkpoint is a usage error, as other contradicting options */
+    ck_assert_int_eq(run("train --text b.txt a.txt --resume h.ckpt --quiet"), 2);
+    ck_assert_int_eq(run("train --text a.txt --resume h.ckpt --quiet"), 2);
     /* the same size, one byte changed */
     char *txt = slurp("a.txt", NULL);
     txt[10] = txt[10] == 'e' ? 'o' : 'e';

@@ -372,12 +372,14 @@ static bool load_data(trainer *t)
         errf("--resume '%s' was trained on %" PRId64 " bytes of text, these files hold %" PRId64
              "; pass the same --text files (in the same order)", t->a.resume,
              t->info.text_bytes, c->n);
+        t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
         return false;
     }
     if (t->ck && t->info.text_files > 0 && t->info.text_files != c->n_files) {
         errf("--resume '%s' was trained on %" PRId64 " text file%s, %d given; pass the same "
              "--text files (in the same order)", t->a.resume, t->info.text_files,
              t->info.text_files == 1 ? "" : "s", c->n_files);
+        t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
         return false;
     }
     if (t->ck && t->info.has_text_hash && t->info.text_hash != c->hash) {
@@ -386,6 +388,7 @@ static bool load_data(trainer *t)
              " there, fnv1a64:%016" PRIx64 " here); pass the same --text files in the same "
              "order", t->a.resume, c->n, c->n_files, c->n_files == 1 ? "" : "s",
              t->info.text_hash, c->hash);
+        t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
         return false;
     }
     if (t->ck && !t->info.has_text_hash && !t->a.quiet)
@@ -397,6 +400,7 @@ static bool load_data(trainer *t)
         errf("--resume '%s' was trained on text with a different vocabulary (%d bytes, these "
              "files have %d); pass the same --text files", t->a.resume, t->info.vocab_size,
              c->vocab_size);
+        t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
         return false;
     }
     return true;
