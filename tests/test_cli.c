@@ -427,6 +427,26 @@ START_TEST(test_top_level)
             break;
     }
     result_free(&h);
+    /* every command's description fits in 80 columns as written: the wrapping never breaks
+     * a word off onto a line of its own */
+    static const char *const helps[] = {"train", "sample", "run", "info", "gradcheck",
+                                        "bench", "export", "run mha"};
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
+        char a[64];
+        snprintf(a, sizeof a, "%s --help", helps[i]);
+        cmd_result r1 = run_tgrad(a);
+        size_t prev = 0;
+        for (const char *p = r1.out; *p; p = strchr(p, '\n') + 1) {
+            size_t len = strcspn(p, "\n");
+            ck_assert_msg(prev < 76 || len == 0 || p[0] == ' ' || memchr(p, ' ', len) != NULL,
+                          "%s: a word broken off onto a line of its own: '%.*s'", a, (int)len,
+                          p);
+            prev = len;
+            if (!p[len])
+                break;
+        }
+        result_free(&r1);
+    }
     /* the help of table-driven commands lists their options with ranges */
     cmd_result r = run_tgrad("gradcheck --help");
     ck_assert_msg(strstr(r.out, "--threads N") && strstr(r.out, "[1..256]"), "'%s'", r.out);

@@ -853,6 +853,8 @@ START_TEST(test_f64_beyond_f32)
     ck_assert_ptr_null(tg_npy_read(c32, tpath("w.npy"), TG_F32, NULL));
     tu_assert_error(c32, TG_ERR_FORMAT, "element 1 (F64) is -1e+308, beyond "
                                         "the f32 range");
+    ck_assert_msg(strstr(tg_ctx_message(c32), "and it is read as f32"), "says why f32: %s",
+                  tg_ctx_message(c32));
     ck_assert_int_eq(tg_npy_write(c32, tpath("x.npy"), w64), TG_ERR_ARG); /* ctx's tensors only */
     tu_assert_error(c32, TG_ERR_ARG, "tg_npy_write: tensor 'w' belongs to another context");
     tg_tensor *r = tg_npy_read(c32, tpath("w.npy"), TG_F64, NULL); /* as f64: fine */

@@ -480,6 +480,30 @@ START_TEST(test_detect_anomaly)
 }
 END_TEST
 
+/* Finite optimizer state whose update is not finite (a huge first moment over a zero second
+ * moment): the run stops at that step, naming the update once, and the checkpoint keeps its
+ * step. */
+START_TEST(test_nonfinite_update)
+{
+    make_text_ckpt("t.ckpt", NULL);
+    char src[512], mid[512], dst[512];
+    path_of("t.ckpt", src, sizeof src);
+    path_of("m.ckpt", mid, sizeof mid);
+    path_of("u.ckpt", dst, sizeof dst);
+    tu_st_rewrite(src, mid, &(tu_st_edit){.fill = "adam.m.head.weight", .fill_value = 3e38});
+    tu_st_rewrite(mid, dst, &(tu_st_edit){.fill = "adam.v.head.weight", .fill_value = 0});
+    char v[64], step[64];
+    snprintf(step, sizeof step, "%s", meta_of("u.ckpt", "optim.step", v, sizeof v));
+    expect_refusal("train --text c.txt --resume u.ckpt --steps 100 --quiet",
+                   "non-finite update (the update of 'head.weight' is not finite");
+    char *err = slurp("err.txt", NULL);
+    const char *at = strstr(err, "left unchanged");
+    ck_assert_msg(at && !strstr(at + 1, "left unchanged"), "said once: %s", err);
+    free(err);
+    ck_assert_str_eq(meta_of("u.ckpt", "optim.step", v, sizeof v), step);
+}
+END_TEST
+
 /* ---- defect 6: FIFOs and devices -------------------------------------------------------- */
 START_TEST(test_fifo_never_blocks)
 {
@@ -1076,7 +1100,8 @@ START_TEST(test_log_cut_at_checkpoint)
     ck_assert_int_eq(run("train --text c.txt --resume k.ckpt --quiet --log k.csv --plot k.svg"),
                      0);
     char *log = slurp("k.csv", NULL);
-    ck_assert_msg(!strncmp(log, "step,train_loss,val_loss,lr,tokens_per_s\n", 41), "%s", log);
+    ck_assert_msg(!strncmp(log, "step,train_loss,val_loss,lr,tokens_per_s,val_acc\n", 49), "%s",
+                  log);
     int rows = 0;
     for (const char *l = strchr(log, '\n') + 1; *l; l = strchr(l, '\n') + 1) {
         rows++;
@@ -1086,7 +1111,8 @@ START_TEST(test_log_cut_at_checkpoint)
             ck_assert_msg(*c, "a partial last line: %s", l);
             commas += *c == ',';
         }
-        ck_assert_int_eq(commas, 4);
+        ck_assert_int_eq(commas, 5);
+        ck_assert_msg(l[strcspn(l, "\n") - 1] == ',', "a text run's val_acc is empty: %s", l);
         ck_assert_ptr_null(strstr(l, "2.000000,,0.003,100.0")); /* the killed run's rows */
     }
     ck_assert_int_eq(rows, 10);
@@ -1112,6 +1138,71 @@ START_TEST(test_log_cut_at_checkpoint)
         ck_assert_int_eq(atoi(l), ++rows);
     ck_assert_int_eq(rows, at + 2);
     free(log);
+}
+END_TEST
+
+static int occurrences(const char *s, const char *needle);
+
+/* A task run logs its held-out accuracy (val_acc, the last column, on evaluation rows only);
+ * resume restores it from the log, so the plot's accuracy panel covers the whole run. A log
+ * with the older 5-column header is continued with 5-column rows. */
+START_TEST(test_log_accuracy_resume)
+{
+    ck_assert_int_eq(run("train " TASK_MODEL " --steps 8 --eval-every 2 --target-acc 0 "
+                         "--stop-after 4 --quiet --checkpoint k.ckpt --log k.csv"), 0);
+    ck_assert_int_eq(run("train --resume k.ckpt --quiet --log k.csv --plot k.svg"), 0);
+    char *out = slurp("out.txt", NULL); /* --target-acc 0: no target to miss */
+    ck_assert_msg(strstr(out, "held-out token accuracy") && !strstr(out, "target not reached"),
+                  "%s", out);
+    free(out);
+    char *log = slurp("k.csv", NULL);
+    ck_assert_msg(!strncmp(log, "step,train_loss,val_loss,lr,tokens_per_s,val_acc\n", 49), "%s",
+                  log);
+    int rows = 0;
+    for (const char *l = strchr(log, '\n') + 1; *l; l = strchr(l, '\n') + 1) {
+        ck_assert_int_eq(atoi(l), ++rows);
+        const char *acc = l;
+        for (int i = 0; i < 5; i++) {
+            acc = strchr(acc, ',');
+            ck_assert_msg(acc && acc < strchr(l, '\n'), "%s", l);
+            acc++;
+        }
+        if (rows % 2 == 0) {
+            double a = atof(acc);
+            ck_assert_msg(*acc >= '0' && *acc <= '9' && a >= 0 && a <= 1, "%s", l);
+        } else {
+            ck_assert_msg(*acc == '\n', "val_acc on a row without evaluation: %s", l);
+        }
+    }
+    ck_assert_int_eq(rows, 8);
+    free(log);
+    char *svg = slurp("k.svg", NULL);
+    ck_assert_int_eq(occurrences(svg, "class=\"val-marker\""), 4);    /* steps 2, 4, 6, 8 */
+    ck_assert_int_eq(occurrences(svg, "class=\"metric-marker\""), 4); /* from the first */
+    free(svg);
+    /* the older header: continued as it is (5 columns), the losses still plotted whole */
+    ck_assert_int_eq(run("train " TASK_MODEL " --steps 8 --eval-every 2 --target-acc 0 "
+                         "--stop-after 4 --quiet --checkpoint o.ckpt"), 0);
+    write_file("o.csv", "step,train_loss,val_loss,lr,tokens_per_s\n"
+                        "1,2.0,,0.001,10.0\n2,2.0,2.1,0.001,10.0\n"
+                        "3,2.0,,0.001,10.0\n4,2.0,2.1,0.001,10.0\n");
+    ck_assert_int_eq(run("train --resume o.ckpt --quiet --log o.csv --plot o.svg"), 0);
+    log = slurp("o.csv", NULL);
+    ck_assert_msg(!strncmp(log, "step,train_loss,val_loss,lr,tokens_per_s\n1,", 43), "%s", log);
+    rows = 0;
+    for (const char *l = strchr(log, '\n') + 1; *l; l = strchr(l, '\n') + 1) {
+        ck_assert_int_eq(atoi(l), ++rows);
+        int commas = 0;
+        for (const char *c = l; *c != '\n'; c++)
+            commas += *c == ',';
+        ck_assert_msg(commas == 4, "%s", l);
+    }
+    ck_assert_int_eq(rows, 8);
+    free(log);
+    svg = slurp("o.svg", NULL);
+    ck_assert_int_eq(occurrences(svg, "class=\"val-marker\""), 4);
+    ck_assert_int_eq(polyline_points(svg), 8);
+    free(svg);
 }
 END_TEST
 
@@ -1160,6 +1251,9 @@ START_TEST(test_resume_other_text)
     expect_refusal("train --text b.txt a.txt --resume h.ckpt --quiet",
                    "content or order differs");
     expect_refusal("train --text a.txt --resume h.ckpt --quiet", "was trained on");
+    /* --text that contradicts the checkpoint is a usage error, as other contradicting options */
+    ck_assert_int_eq(run("train --text b.txt a.txt --resume h.ckpt --quiet"), 2);
+    ck_assert_int_eq(run("train --text a.txt --resume h.ckpt --quiet"), 2);
     /* the same size, one byte changed */
     char *txt = slurp("a.txt", NULL);
     txt[10] = txt[10] == 'e' ? 'o' : 'e';
@@ -1332,6 +1426,7 @@ START_TEST(test_dry_run_dot)
     char *g = slurp("g.dot", NULL), *out = slurp("out.txt", NULL);
     ck_assert_msg(g && strstr(g, "digraph tgrad {"), "no graph");
     ck_assert_msg(strstr(out, "memory plan of the training graph"), "%s", out);
+    expect_width_80("train --dry-run", out);
     struct stat sb;
     char p[512];
     static const char *const none[] = {"l.csv", "p.svg", "c.ckpt"};
@@ -1346,6 +1441,12 @@ START_TEST(test_dry_run_dot)
     ck_assert_msg(strstr(out, "write --dot if given") && strstr(out, "--dry-run: the graph only"),
                   "%s", out);
     expect_width_80("train --help", out);
+    free(out);
+    write_corpus("c.txt"); /* with --grad-accum: the accumulation row and its note */
+    ck_assert_int_eq(run("train " TEXT_MODEL " --grad-accum 2 --dry-run"), 0);
+    out = slurp("out.txt", NULL);
+    ck_assert_msg(strstr(out, "packed copies of the gradients"), "%s", out);
+    expect_width_80("train --dry-run --grad-accum 2", out);
     free(out);
 }
 END_TEST
@@ -1627,6 +1728,7 @@ int main(void)
     tcase_add_test(tc, test_memory_estimate);
     tcase_add_test(tc, test_sample_nan_weights);
     tcase_add_test(tc, test_detect_anomaly);
+    tcase_add_test(tc, test_nonfinite_update);
     tcase_add_test(tc, test_fifo_never_blocks);
     tcase_add_test(tc, test_resume_saves_back);
     tcase_add_test(tc, test_grad_accum);
@@ -1643,6 +1745,7 @@ int main(void)
     tcase_add_test(tc, test_dot);
     tcase_add_test(tc, test_outputs_need_force);
     tcase_add_test(tc, test_log_cut_at_checkpoint);
+    tcase_add_test(tc, test_log_accuracy_resume);
     tcase_add_test(tc, test_write_failures);
     tcase_add_test(tc, test_resume_other_text);
     tcase_add_test(tc, test_checkpoint_lock);

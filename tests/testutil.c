@@ -561,6 +561,8 @@ bool tu_st_rewrite(const char *src, const char *dst, const tu_st_edit *e)
         tg_tensor *t = tg_safetensors_tensor(st, i);
         if (e->poison && !strcmp(name, e->poison))
             tg_fill(t, NAN);
+        if (e->fill && !strcmp(name, e->fill))
+            tg_fill(t, e->fill_value);
         items[ni++] = tg_io_item_data(t, e->rename && !strcmp(name, e->rename) ? e->to : name);
     }
     for (int64_t i = 0; i < nm; i++) {

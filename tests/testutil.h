@@ -169,6 +169,8 @@ typedef struct {
     const char *key, *value;   /* metadata @p key set to @p value (NULL: removed; added if new) */
     const char *drop;          /* this tensor left out */
     const char *poison;        /* every element of this tensor set to NaN */
+    const char *fill;          /* every element of this tensor set to fill_value */
+    double fill_value;
     const char *rename, *to;   /* tensor @p rename written under the name @p to */
 } tu_st_edit;
 /* Copy safetensors file @p src to @p dst (paths) with edit @p e, through the library's own

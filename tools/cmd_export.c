@@ -63,15 +63,16 @@ static const cli_command export_cmd = {
     .name = "export",
     .usage = "--checkpoint CK --out FILE [--force]",
     .description =
-        "Writes the model of a 'tgrad train' checkpoint as a safetensors file that PyTorch\n"
-        "loads with load_state_dict(..., strict=True) into the LM class of\n"
+        "Writes the model of a 'tgrad train' checkpoint as a safetensors file that\n"
+        "PyTorch loads with load_state_dict(..., strict=True) into the LM class of\n"
         "tools/train_reference.py: the parameters only (no optimizer state) under their\n"
         "PyTorch state_dict names, with the model config (metadata 'config', JSON: LM's\n"
         "keyword arguments) and the vocabulary (metadata 'vocab', JSON: the byte of each\n"
         "token id). See README, 'Exporting to PyTorch'.\n"
         "\n"
         "Exit status: 0; 2 for a usage error (options, or a checkpoint export does not\n"
-        "take: seq2seq); 1 for a run-time failure (a file missing, corrupt or unwritable).",
+        "take: seq2seq); 1 for a run-time failure (a file missing, corrupt or\n"
+        "unwritable).",
     .opts = export_opts,
 };
 

@@ -23,12 +23,12 @@ static const cli_command info_cmd = {
     .name = "info",
     .usage = "FILE...",
     .description =
-        "Describes each FILE: a safetensors file or tgrad checkpoint (every tensor with the\n"
-        "dtype the file stores and its shape, the element count, the metadata) or an .npy\n"
-        "file (its dtype as NumPy writes it, e.g. <f4, |b1, <i8, and its shape). Only\n"
-        "regular files are read (a FIFO or device is refused, not waited on). A file that\n"
-        "cannot be read is one line on stderr; the others are still described, and the\n"
-        "exit status is 1.",
+        "Describes each FILE: a safetensors file or tgrad checkpoint (every tensor with\n"
+        "the dtype the file stores and its shape, the element count, the metadata) or an\n"
+        ".npy file (its dtype as NumPy writes it, e.g. <f4, |b1, <i8, and its shape).\n"
+        "Only regular files are read (a FIFO or device is refused, not waited on). A file\n"
+        "that cannot be read is one line on stderr; the others are still described, and\n"
+        "the exit status is 1.",
     .opts = info_opts,
     .positional = "FILE...",
     .min_positional = 1,

@@ -73,6 +73,7 @@ typedef struct {
     bool comm_failed;     /* an MPI call failed: the ranks may disagree */
     int logfd;           /* --log, open for writing (-1: none) */
     int64_t log_len;     /* --log: its length, always at the end of a whole line */
+    bool log_no_acc;     /* --log: a resumed log with the older 5-column header (no val_acc) */
     bool saved;          /* a checkpoint was saved by this run */
     char *plot_path;     /* --plot's file (through a symbolic link: its target) */
     outpath_lock lock;   /* --checkpoint's lock, held for the whole run */
@@ -371,12 +372,14 @@ static bool load_data(trainer *t)
         errf("--resume '%s' was trained on %" PRId64 " bytes of text, these files hold %" PRId64
              "; pass the same --text files (in the same order)", t->a.resume,
              t->info.text_bytes, c->n);
+        t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
         return false;
     }
     if (t->ck && t->info.text_files > 0 && t->info.text_files != c->n_files) {
         errf("--resume '%s' was trained on %" PRId64 " text file%s, %d given; pass the same "
              "--text files (in the same order)", t->a.resume, t->info.text_files,
              t->info.text_files == 1 ? "" : "s", c->n_files);
+        t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
         return false;
     }
     if (t->ck && t->info.has_text_hash && t->info.text_hash != c->hash) {
@@ -385,6 +388,7 @@ static bool load_data(trainer *t)
              " there, fnv1a64:%016" PRIx64 " here); pass the same --text files in the same "
              "order", t->a.resume, c->n, c->n_files, c->n_files == 1 ? "" : "s",
              t->info.text_hash, c->hash);
+        t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
         return false;
     }
     if (t->ck && !t->info.has_text_hash && !t->a.quiet)
@@ -396,6 +400,7 @@ static bool load_data(trainer *t)
         errf("--resume '%s' was trained on text with a different vocabulary (%d bytes, these "
              "files have %d); pass the same --text files", t->a.resume, t->info.vocab_size,
              c->vocab_size);
+        t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
         return false;
     }
     return true;
@@ -403,7 +408,9 @@ static bool load_data(trainer *t)
 
 static void end_live(trainer *t);
 
-#define LOG_HEADER "step,train_loss,val_loss,lr,tokens_per_s\n"
+#define LOG_HEADER "step,train_loss,val_loss,lr,tokens_per_s,val_acc\n"
+/* The header before val_acc: such a log is resumed with 5-column rows. */
+#define LOG_HEADER_5 "step,train_loss,val_loss,lr,tokens_per_s\n"
 
 /* Append @p len bytes (whole lines) to the log with one write(2); a failed or short write is
  * cut back, so the log never ends in a partial line. */
@@ -480,7 +487,8 @@ static bool trim_log(trainer *t, bool *fresh)
         if (line[len - 1] != '\n')
             break; /* a partial last line */
         if (keep == 0) {
-            if (strcmp(line, LOG_HEADER) != 0) {
+            t->log_no_acc = strcmp(line, LOG_HEADER_5) == 0;
+            if (strcmp(line, LOG_HEADER) != 0 && !t->log_no_acc) {
                 if (!t->a.force) {
                     errf("--log '%s' is not a tgrad training log (its first line is not '%.*s'); "
                          "pass --force to replace it, or choose another --log", t->a.log,
@@ -494,7 +502,7 @@ static bool trim_log(trainer *t, bool *fresh)
             keep = len;
             continue;
         }
-        double step, loss, val;
+        double step, loss, val, acc;
         if (!log_field(line, 0, &step) || step < 1 || step > (double)t->start)
             break;
         keep += len;
@@ -502,6 +510,9 @@ static bool trim_log(trainer *t, bool *fresh)
             !svg_series_add(&t->train_curve, step, loss))
             ok = false;
         if (t->a.plot && log_field(line, 2, &val) && !svg_series_add(&t->val_curve, step, val))
+            ok = false;
+        if (t->a.plot && !t->text && !t->log_no_acc && log_field(line, 5, &acc) &&
+            !svg_series_add(&t->acc_curve, step, acc))
             ok = false;
     }
     bool rerr = ferror(r);
@@ -518,6 +529,8 @@ static bool trim_log(trainer *t, bool *fresh)
     }
     if (keep == 0)
         *fresh = true;
+    if (*fresh)
+        t->log_no_acc = false; /* written anew, with the current header */
     if (ftruncate(t->logfd, *fresh ? 0 : (off_t)keep) != 0 ||
         lseek(t->logfd, *fresh ? 0 : (off_t)keep, SEEK_SET) < 0) {
         errf("--log '%s': %s", t->a.log, strerror(errno));
@@ -1137,11 +1150,13 @@ static bool train_step(trainer *t, int64_t step, double lr, double *l)
         end_live(t);
         /* every rank holds the same loss and gradients: all stop here, rank 0 says why */
         t->agreed_failure = true;
-        if (t->mp.rank == 0)
-            errf("step %" PRId64 ": non-finite loss or gradients (%s); parameters left "
-                 "unchanged, stopping", step + 1,
-                 isfinite(*l) ? cli_message(t->ctx, NULL, msg, sizeof msg)
-                              : "loss is not finite");
+        const char *why = isfinite(*l) ? cli_message(t->ctx, NULL, msg, sizeof msg)
+                                       : "loss is not finite";
+        if (t->mp.rank == 0) /* the optimizer's message says what it left unchanged */
+            errf("step %" PRId64 ": %s (%s)%s, stopping", step + 1,
+                 strstr(why, "the update of") ? "non-finite update"
+                                              : "non-finite loss or gradients",
+                 why, strstr(why, "left unchanged") ? "" : "; parameters left unchanged");
         tg_ctx_clear_error(t->ctx);
         return false;
     }
@@ -1207,14 +1222,14 @@ static int train_loop(trainer *t)
                 t->best_val = val;
         }
         if (t->logfd >= 0) { /* the whole line, then one write */
-            char row[200];
-            int k;
+            char row[200], vs[32] = "", as[32] = "";
             if (eval && isfinite(val))
-                k = snprintf(row, sizeof row, "%" PRId64 ",%.6f,%.6f,%.6g,%.1f\n", step + 1, l,
-                             val, lr, t->tok_s);
-            else
-                k = snprintf(row, sizeof row, "%" PRId64 ",%.6f,,%.6g,%.1f\n", step + 1, l, lr,
-                             t->tok_s);
+                snprintf(vs, sizeof vs, "%.6f", val);
+            if (eval && !t->text && isfinite(t->acc)) /* val_acc: a task run's evaluations */
+                snprintf(as, sizeof as, "%.6f", t->acc);
+            int k = snprintf(row, sizeof row, "%" PRId64 ",%.6f,%s,%.6g,%.1f%s%s\n", step + 1, l,
+                             vs, lr, t->tok_s, t->log_no_acc ? "" : ",",
+                             t->log_no_acc ? "" : as);
             if (k > 0 && (size_t)k < sizeof row && !log_write(t, row, (size_t)k))
                 return 1;
         }
@@ -1329,10 +1344,10 @@ static int report(trainer *t)
     else if (t->s2s)
         snprintf(line, sizeof line, "held-out exact-sequence accuracy %.2f%% (token accuracy "
                  "%.2f%%, greedy decoding)%s", 100 * t->acc, 100 * t->tok_acc,
-                 t->reached ? "" : ", target not reached");
+                 t->reached || !(a->target_acc > 0) ? "" : ", target not reached");
     else
         snprintf(line, sizeof line, "held-out token accuracy %.2f%%%s", 100 * t->acc,
-                 t->reached ? "" : " (target not reached)");
+                 t->reached || !(a->target_acc > 0) ? "" : " (target not reached)");
     cli_say(stdout, "", line);
     if (a->checkpoint)
         printf("checkpoint %s\n", a->checkpoint);
@@ -1435,26 +1450,30 @@ static int dry_run(trainer *t)
     printf("memory plan of the training graph (batch %" PRId64 ", seq_len %" PRId64 ", %d "
            "thread%s, %" PRId64 " nodes)\n", t->B, t->T, tg_ctx_threads(t->ctx),
            tg_ctx_threads(t->ctx) == 1 ? "" : "s", tg_graph_size(t->g));
+    /* every line within 80 columns: what a row holds is said below the table */
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         printf("  %-22s %12zu bytes  %8.2f MiB%s\n", rows[i].name, rows[i].bytes,
-               (double)rows[i].bytes / 1048576.0, i >= 4 ? " (planned, before sharing)" : "");
-    printf("  %-22s %12zu bytes  %8.2f MiB (activations + saved + gradients + workspace, "
-           "shared)\n", "arena", r.arena, (double)r.arena / 1048576.0);
+               (double)rows[i].bytes / 1048576.0, i >= 4 ? " (planned)" : "");
+    printf("  %-22s %12zu bytes  %8.2f MiB (shared)\n", "arena", r.arena,
+           (double)r.arena / 1048576.0);
     /* --grad-accum K > 1: at most log2(K) + 2 packed gradient copies live at once */
     size_t copies = 0;
+    int64_t depth = 1;
     if (t->accum) {
-        int64_t depth = 1;
         for (int64_t k = 1; k < t->count; k *= 2)
             depth++;
         copies = (size_t)(depth + 1) * tg_grad_accum_bytes(t->accum);
-        printf("  %-22s %12zu bytes  %8.2f MiB (--grad-accum %" PRId64 ": micro-batches of %"
-               PRId64 ", at most %" PRId64 " packed copies of the gradients)\n",
-               "accumulation", copies, (double)copies / 1048576.0, t->K, t->Bm, depth + 1);
+        printf("  %-22s %12zu bytes  %8.2f MiB (--grad-accum %" PRId64 ")\n", "accumulation",
+               copies, (double)copies / 1048576.0, t->K);
     }
     size_t peak = r.peak + opt + copies;
-    printf("  %-22s %12zu bytes  %8.2f MiB (parameters, their gradients, optimizer state, "
-           "inputs, arena%s)\n", "peak", peak, (double)peak / 1048576.0,
+    printf("  %-22s %12zu bytes  %8.2f MiB\n", "peak", peak, (double)peak / 1048576.0);
+    printf("planned: before sharing; the arena holds all of them, shared\n"
+           "peak: parameters and gradients, optimizer state, inputs, arena%s\n",
            copies ? ", accumulation" : "");
+    if (copies)
+        printf("accumulation: at most %" PRId64 " packed copies of the gradients (micro-batches"
+               " of %" PRId64 ")\n", depth + 1, t->Bm);
     return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
 }
 

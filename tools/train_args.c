@@ -94,7 +94,7 @@ static const cli_option train_opts[] = {
          G_FILES),
     INT("stop-after", stop_after, "N", 1, TRAIN_MAX_STEPS, "stop after step N (to resume "
         "later)", G_FILES),
-    PATH("log", log, "CSV", "write step,train_loss,val_loss,lr,tokens_per_s", G_FILES),
+    PATH("log", log, "CSV", "write step,train_loss,val_loss,lr,tokens_per_s,val_acc", G_FILES),
     PATH("plot", plot, "SVG", "write the loss curves as SVG (a task run: and the held-out "
          "accuracy it stops on, in a second panel)", G_FILES),
     FLAG("plot-log", plot_log, "--plot: the loss axis on a log scale", G_FILES),

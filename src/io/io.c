@@ -556,7 +556,7 @@ static tg_status not_dtype(tg_ctx *ctx, const tg__src *s, const char *what, uint
     if (dt == TG_F32) {
         tg__err(ctx, TG_ERR_FORMAT, s->fn,
                 "%s: %s: element %llu (%s) is %.17g, beyond the f32 range (largest finite "
-                "3.4028234663852886e+38) it is read as", s->label, what,
+                "3.4028234663852886e+38), and it is read as f32", s->label, what,
                 (unsigned long long)idx, efmt_name(e), load_le(p, e));
         return TG_ERR_FORMAT;
     }
