@@ -432,10 +432,14 @@ TG_API double tg_get_at(const tg_tensor *t, const int64_t *idx);
  *  a @p v tg_set() refuses leaves the tensor unchanged (run-time ::TG_ERR_ARG recorded). */
 TG_API void tg_fill(tg_tensor *t, double v);
 /** Fill with uniform values in [lo, hi) from the context RNG. An i32 tensor is refused
- *  (unchanged, run-time ::TG_ERR_DTYPE recorded): random floats are not integers. */
+ *  (unchanged, run-time ::TG_ERR_DTYPE recorded): random floats are not integers. Bounds that
+ *  are not finite, or whose values or width (hi - lo) do not fit the tensor's dtype (f32:
+ *  |v| < 3.4e38), are refused before any value is drawn (tensor and RNG unchanged, run-time
+ *  ::TG_ERR_ARG). */
 TG_API void tg_fill_uniform(tg_tensor *t, double lo, double hi);
 /** Fill with normal values (mean, std) from the context RNG. i32: refused as
- *  tg_fill_uniform(). */
+ *  tg_fill_uniform(); so are a non-finite mean or std and |mean| + 40 |std| beyond the
+ *  dtype's finite range (a draw never passes ~38.5 std), before any value is drawn. */
 TG_API void tg_fill_normal(tg_tensor *t, double mean, double std);
 /** Set the gradient buffer to zero (no-op without one). */
 TG_API void tg_zero_grad(tg_tensor *t);

@@ -445,6 +445,34 @@ START_TEST(test_f32_range)
         for (int k = 0; k < 3; k++)
             ck_assert(tg_get(t, k) == 1);
     }
+    /* random fills: bounds whose values cannot be f32 are refused before drawing (the
+     * tensor and the RNG unchanged: the next draw is the one a clean context makes) */
+    uint64_t st0[4], st1[4];
+    tg_rng_get_state(ctx, st0);
+    const double lohi[][2] = {{-1e308, 1e308}, {0, 1e39}, {-3.5e38, 0}, {0, INFINITY},
+                              {NAN, 1}};
+    const double means[] = {1e308, -3.5e38, INFINITY, NAN, 0};
+    const double stds[] = {1, 1, 1, 1, INFINITY};
+    for (int i = 0; i < 5; i++) {
+        tg_fill_uniform(t, lohi[i][0], lohi[i][1]);
+        tu_assert_error(ctx, TG_ERR_ARG, "tg_fill_uniform: bounds");
+        tg_fill_normal(t, means[i], stds[i]);
+        tu_assert_error(ctx, TG_ERR_ARG, "tg_fill_normal: mean and std");
+    }
+    tg_fill_normal(t, 0, 1e37); /* 40 std reach 4e38: an f32 draw could overflow */
+    tu_assert_error(ctx, TG_ERR_ARG, "beyond the f32 range of 'mask'");
+    tg_rng_get_state(ctx, st1);
+    ck_assert(memcmp(st0, st1, sizeof st0) == 0);
+    for (int k = 0; k < 3; k++)
+        ck_assert(tg_get(t, k) == 1);
+    tg_tensor *d = tg_input(ctx, TG_F64, TG_DIMS(3), "d");
+    tg_fill_uniform(d, -1e308, 1e308); /* finite bounds, but hi - lo overflows f64 */
+    tu_assert_error(ctx, TG_ERR_ARG, "beyond the f64 range of 'd'");
+    tg_ctx_clear_error(ctx);
+    tg_fill_uniform(t, -3e38, 3e38); /* within f32, width 6e38 is finite in f64: fine */
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
+    for (int k = 0; k < 3; k++)
+        ck_assert(isfinite(tg_get(t, k)));
     char msg[64];
     snprintf(msg, sizeof msg, "%.17g is beyond", 1e308);
     tg_set(t, 0, 1e308);

@@ -828,9 +828,30 @@ static bool fill_float_ok(tg_tensor *t, const char *fn)
     return false;
 }
 
+/* The random values must be finite in the tensor's dtype: @p lo and @p hi (uniform) or the
+ * reach of a normal draw, |mean| + 40 std (tg_rng_normal never goes past ~38.5 std), within
+ * the dtype's finite range, and the width hi - lo finite in f64. Checked before any value is drawn, so a
+ * refusal changes neither the tensor nor the RNG (run error TG_ERR_ARG). */
+static bool fill_range_ok(tg_tensor *t, const char *fn, const char *what, double a, double b,
+                          double reach, double width)
+{
+    bool f32 = t->dtype == TG_F32;
+    if (isfinite(a) && isfinite(b) && isfinite(reach) && isfinite(width) &&
+        (!f32 || tg__f32_ok(reach)))
+        return true;
+    tg__run_err(t->ctx, TG_ERR_ARG, fn,
+                "%s %.17g, %.17g give values beyond the %s range of '%s' (largest finite %s); "
+                "nothing was changed", what, a, b, tg_dtype_str(t->dtype), t->name,
+                f32 ? "3.4028234663852886e+38" : "1.7976931348623157e+308");
+    return false;
+}
+
 void tg_fill_uniform(tg_tensor *t, double lo, double hi)
 {
     if (!t || !t->data || !fill_float_ok(t, "tg_fill_uniform"))
+        return;
+    if (!fill_range_ok(t, "tg_fill_uniform", "bounds", lo, hi,
+                       fabs(lo) > fabs(hi) ? fabs(lo) : fabs(hi), hi - lo))
         return;
     for (int64_t i = 0; i < t->numel; i++)
         store(t->data, t->dtype, tg__elem(t, i), lo + (hi - lo) * tg_rng_uniform(t->ctx));
@@ -839,6 +860,9 @@ void tg_fill_uniform(tg_tensor *t, double lo, double hi)
 void tg_fill_normal(tg_tensor *t, double mean, double std)
 {
     if (!t || !t->data || !fill_float_ok(t, "tg_fill_normal"))
+        return;
+    if (!fill_range_ok(t, "tg_fill_normal", "mean and std", mean, std,
+                       fabs(mean) + 40 * fabs(std), 0))
         return;
     for (int64_t i = 0; i < t->numel; i++)
         store(t->data, t->dtype, tg__elem(t, i), mean + std * tg_rng_normal(t->ctx));
