@@ -112,6 +112,15 @@ void tg__set_owner(void *p, uint64_t owner);
 /* Free one block early (optional; everything is freed by tg_ctx_free anyway). */
 void tg__free(tg_ctx *ctx, void *p);
 
+/* ----- UTF-8 (utf8.c) -------------------------------------------------------------------
+ * tg__utf8_next: decode one code point of s[0..n) into *cp and return its length in bytes, or
+ * 0 if s does not start with a valid sequence (strict RFC 3629: no overlong forms, surrogates
+ * or values above U+10FFFF) or n is 0. tg__utf8_valid: true if s[0..n) is valid UTF-8; else
+ * false and *bad (if not NULL) is the offset of the first invalid byte. NUL bytes are valid
+ * UTF-8 here; callers that refuse them check separately. */
+size_t tg__utf8_next(const unsigned char *s, size_t n, uint32_t *cp);
+bool tg__utf8_valid(const char *s, size_t n, size_t *bad);
+
 /* ----- errors ------------------------------------------------------------------------------
  * Two kinds (include/tgrad.h, "Errors"):
  * - a BUILD error (tg__err: constructors, op builders, module init, tg_graph_new, tg_optim_new,

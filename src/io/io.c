@@ -336,32 +336,8 @@ float tg__bf16_to_f32(uint16_t h)
 
 size_t tg__utf8_len(const unsigned char *s, size_t n)
 {
-    if (n == 0)
-        return 0;
-    unsigned c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t len;
-    uint32_t cp, min;
-    if (c >= 0xc2 && c <= 0xdf) {
-        len = 2, cp = c & 0x1f, min = 0x80;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3, cp = c & 0x0f, min = 0x800;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4, cp = c & 0x07, min = 0x10000;
-    } else {
-        return 0; /* continuation byte, overlong C0/C1 lead, or > U+10FFFF lead */
-    }
-    if (n < len)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
+    uint32_t cp;
+    return tg__utf8_next(s, n, &cp);
 }
 
 int tg__hex_digit(int c)
@@ -394,19 +370,6 @@ const char *tg__quote(const char *s, size_t max, char *buf)
         memcpy(buf + w, "...", 3), w += 3;
     buf[w] = '\0';
     return buf;
-}
-
-bool tg__utf8_valid(const char *s, size_t n)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        size_t k = tg__utf8_len(p + i, n - i);
-        if (!k)
-            return false;
-        i += k;
-    }
-    return true;
 }
 
 size_t tg__efmt_size(tg__efmt e)

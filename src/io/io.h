@@ -72,7 +72,7 @@ float tg__bf16_to_f32(uint16_t h);
 /* Length of the valid UTF-8 sequence starting at s[0] (of at most n bytes), or 0 if invalid
  * (overlong, surrogate, > U+10FFFF, truncated). */
 size_t tg__utf8_len(const unsigned char *s, size_t n);
-bool tg__utf8_valid(const char *s, size_t n);
+/* tg__utf8_valid (core.h) checks a whole string. */
 /* The value of hex digit @p c (0-9, a-f, A-F), or -1. */
 int tg__hex_digit(int c);
 /* @p s (a name or value from a file) as one short printable line for a message: at most

@@ -938,7 +938,7 @@ static tg_status st_prepare(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_
                     (long long)i);
             return TG_ERR_ARG;
         }
-        if (!tg__utf8_valid(nm, strlen(nm))) {
+        if (!tg__utf8_valid(nm, strlen(nm), NULL)) {
             tg__err(ctx, TG_ERR_ARG, fn, "item %lld: name is not valid UTF-8", (long long)i);
             return TG_ERR_ARG;
         }
@@ -952,8 +952,8 @@ static tg_status st_prepare(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_
                     keys[i] ? "value" : "key");
             return TG_ERR_ARG;
         }
-        if (!tg__utf8_valid(keys[i], strlen(keys[i])) ||
-            !tg__utf8_valid(vals[i], strlen(vals[i]))) {
+        if (!tg__utf8_valid(keys[i], strlen(keys[i]), NULL) ||
+            !tg__utf8_valid(vals[i], strlen(vals[i]), NULL)) {
             tg__err(ctx, TG_ERR_ARG, fn, "metadata entry %lld is not valid UTF-8", (long long)i);
             return TG_ERR_ARG;
         }

@@ -25,7 +25,7 @@ static void check_string(const tg__jp *jp, tg__jstr s, size_t src_pos, size_t sr
 {
     if (s.p[s.len] != '\0')
         fz_die(jp->ctx, "string at byte %zu: not NUL-terminated", src_pos);
-    if (!tg__utf8_valid(s.p, s.len))
+    if (!tg__utf8_valid(s.p, s.len, NULL))
         fz_die(jp->ctx, "string at byte %zu: decoded to invalid UTF-8", src_pos);
     size_t inner = src_end - src_pos - 2; /* without the quotes */
     if (s.len > inner)
@@ -103,7 +103,7 @@ static bool walk(tg__jp *jp)
             size_t kat = jp->pos;
             if (!tg__jp_obj_next(jp, &s))
                 break;
-            if (s.p[s.len] != '\0' || !tg__utf8_valid(s.p, s.len))
+            if (s.p[s.len] != '\0' || !tg__utf8_valid(s.p, s.len, NULL))
                 fz_die(jp->ctx, "object key after byte %zu: bad decoded key", kat);
             if (!walk(jp))
                 return false;
