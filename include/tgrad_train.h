@@ -240,6 +240,11 @@ typedef struct tg_transformer_config {
      *  decoder layers (Vaswani et al. 2017, sec. 3.1), run with
      *  tg_transformer_forward_seq2seq(); causal is then ignored (the target is always causal). */
     int64_t n_decoder_layers;
+    /** Multiply the token embeddings by sqrt(d_model) before adding the positions (Vaswani
+     *  et al. 2017, sec. 3.4: "we multiply those weights by sqrt(d_model)"); `tok_emb.weight`
+     *  is then initialised N(0, 1/d_model), so the scaled embedding has unit variance like
+     *  the positions (fairseq's transformer). false: no scaling, N(0, 1) as nn.Embedding. */
+    bool scale_embeddings;
 } tg_transformer_config;
 
 /** A transformer: token (+ position) embeddings, n encoder layers, final layer norm, output
@@ -283,8 +288,8 @@ TG_API tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt
  *   y = tok_emb[tgt_ids] + pos(T);  y = decoder(y, memory) with the causal target mask,
  *       tgt_key_padding_mask, and memory_key_padding_mask = src_key_padding_mask
  *   logits = decoder.norm(y) head_w^T + head_b     (the decoder's final norm, then the head)
- * (Vaswani et al. 2017, sec. 3.1, 3.4 (shared embeddings; tgrad does not scale them by
- * sqrt(d_model)), 3.5; dropout after the embeddings as tg_transformer_forward()).
+ * (Vaswani et al. 2017, sec. 3.1, 3.4 (shared embeddings, times sqrt(d_model) if
+ * cfg.scale_embeddings), 3.5; dropout after the embeddings as tg_transformer_forward()).
  * Shapes: src_ids (B, S), tgt_ids (B, T) ::TG_I32 with S, T <= max_seq_len, ids in [0, V);
  * the key padding masks (B, S), (B, T) (1 = padding) or NULL -> logits (B, T, V).
  * Errors: ::TG_ERR_ARG (a model without decoder layers: use tg_transformer_forward()),

@@ -47,6 +47,7 @@ static void init_model(tg_ctx *ctx, tg_transformer *m, tg_dtype dt, const s2s_ca
     mc.layer.activation = c->gelu ? TG_ACT_GELU : TG_ACT_RELU;
     mc.pos = c->pos;
     mc.tie_weights = c->tie;
+    mc.scale_embeddings = c->enc != c->dec; /* sqrt(d_model) scaling in cases 2-4 */
     ck_assert_msg(tg_transformer_init(ctx, m, dt, &mc) == TG_OK, "%s", tg_ctx_message(ctx));
     /* sharper distributions than the default init, so greedy choices are well separated */
     for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++) {

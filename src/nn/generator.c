@@ -164,6 +164,8 @@ static tg_status build_encoder(tg_generator *gen, int64_t s, struct enc_graph *e
     if (!eg->kv || !eg->ids || !eg->pos_ids)
         return tg_ctx_status(ctx) != TG_OK ? tg_ctx_status(ctx) : TG_ERR_NOMEM;
     tg_tensor *x = tg_embedding(ctx, eg->ids, m->tok_emb);               /* (B, s, D) */
+    if (m->cfg.scale_embeddings)
+        x = tg_scale(ctx, x, sqrt((double)m->cfg.layer.d_model));
     x = tg_add(ctx, x, tg_embedding(ctx, eg->pos_ids, m->pos_emb ? m->pos_emb : gen->pe));
     for (int64_t i = 0; i < enc->n_layers; i++) {
         tg_encoder_layer l = enc->layers[i]; /* a copy without dropout (inference) */
@@ -200,6 +202,8 @@ static tg_status build_graph(tg_generator *gen, int64_t n, gen_graph *gg)
     if (!gg->ids || !gg->pos_ids || !gg->pos)
         return tg_ctx_status(ctx);
     tg_tensor *x = tg_embedding(ctx, gg->ids, m->tok_emb);               /* (B, n, D) */
+    if (m->cfg.scale_embeddings)
+        x = tg_scale(ctx, x, sqrt((double)m->cfg.layer.d_model));
     x = tg_add(ctx, x, tg_embedding(ctx, gg->pos_ids, m->pos_emb ? m->pos_emb : gen->pe));
     for (int64_t i = 0; i < gen->n_layers; i++)
         x = gen->s2s ? dec_layer_cached(ctx, &m->seq2seq.decoder.layers[i], x, gen->kc[i],

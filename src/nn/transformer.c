@@ -106,7 +106,7 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
     m->tok_emb = tg_param(ctx, dt, TG_DIMS(V, D), "tok_emb.weight");
     if (!m->tok_emb)
         return ctx->status; /* stop at the first failure */
-    tg_fill_normal(m->tok_emb, 0, 1);
+    tg_fill_normal(m->tok_emb, 0, cfg->scale_embeddings ? 1.0 / sqrt((double)D) : 1.0);
     if (cfg->pos == TG_POS_LEARNED) {
         m->pos_emb = tg_param(ctx, dt, TG_DIMS(S, D), "pos_emb.weight");
         if (m->pos_emb)
@@ -143,11 +143,14 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
     return tg__nn_status(ctx);
 }
 
-/* x = tok_emb[ids] + pos(T), then dropout: (B, T) -> (B, T, D). */
+/* x = tok_emb[ids] (times sqrt(D) if cfg.scale_embeddings) + pos(T), then dropout:
+ * (B, T) -> (B, T, D). */
 static tg_tensor *embed(tg_ctx *ctx, const tg_transformer *m, tg_tensor *ids)
 {
     int64_t T = tg_tensor_dim(ids, 1), D = m->cfg.layer.d_model;
     tg_tensor *x = tg_embedding(ctx, ids, m->tok_emb);                 /* (B, T, D) */
+    if (m->cfg.scale_embeddings)
+        x = tg_scale(ctx, x, sqrt((double)D));
     tg_tensor *pos = m->pos_emb ? tg_narrow(ctx, m->pos_emb, 0, 0, T)  /* (T, D) */
                                 : tg_sinusoidal_encoding(ctx, tg_tensor_dtype(m->tok_emb), T, D);
     x = tg_add(ctx, x, pos);
