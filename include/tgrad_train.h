@@ -426,6 +426,82 @@ TG_API void tg_generator_free(tg_generator *gen);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */
+/** @name Sequence-to-sequence batches of any shape */
+/**@{*/
+/**
+ * One padded batch of sentence pairs (the arrays are borrowed for the call):
+ * @c src (n, S) source ids, row i's real tokens at positions < src_len[i] (the rest padding:
+ * any id in range, masked by the source key padding mask, which also masks the memory);
+ * @c tgt_in (n, T) decoder inputs (BOS, then the target; padding: any id in range);
+ * @c labels (n, T) the target followed by EOS, and the loss's ignore_index at padding (no
+ * target key padding mask is needed: the causal mask keeps real positions from attending to
+ * the later, padded ones). tgrad_data.h's batches fill exactly this.
+ */
+typedef struct tg_seq2seq_batch {
+    int64_t n, S, T;         /**< sentences, source length, target length (both padded) */
+    const int32_t *src;      /**< (n, S) */
+    const int64_t *src_len;  /**< (n) real source lengths, each in [1, S] */
+    const int32_t *tgt_in;   /**< (n, T) */
+    const int32_t *labels;   /**< (n, T) */
+} tg_seq2seq_batch;
+
+/** Options of tg_seq2seq_loss_new(). */
+typedef struct tg_seq2seq_opts {
+    /** Label smoothing of the training loss, in [0, 1] (tg_cross_entropy_smoothed());
+     *  evaluation never smooths. */
+    double label_smoothing;
+    /** The label value of padded positions: outside [0, vocab_size) (PyTorch's -100). */
+    int64_t ignore_index;
+} tg_seq2seq_opts;
+
+/** The defaults: no label smoothing, ignore_index -100. */
+TG_API tg_seq2seq_opts tg_seq2seq_defaults(void);
+
+/**
+ * The loss of an encoder-decoder model (cfg.n_decoder_layers > 0) on batches of any shape.
+ * Opaque; made by tg_seq2seq_loss_new(), released by tg_seq2seq_loss_free().
+ *
+ * Graphs have static shapes; this object builds a graph the first time a batch shape
+ * (n, S, T) is seen (one for training: gradients, the smoothed loss; one for evaluation:
+ * no_grad, unsmoothed) and keeps it: length-bucketed batches (tgrad_data.h) come in a fixed
+ * set of shapes, the same every epoch, so after the first epoch nothing is built. Per graph:
+ * logits = tg_transformer_forward_seq2seq(src, tgt_in, src_key_padding_mask from src_len),
+ * loss = mean over the non-ignored labels of the (smoothed) cross-entropy.
+ * Memory: each graph's records and arena (tg_graph_memory()); the model is borrowed and must
+ * outlive the object; the graphs belong to the context.
+ */
+typedef struct tg_seq2seq_loss tg_seq2seq_loss;
+
+/** Make the loss object. Errors (run-time, NULL returned): ::TG_ERR_ARG (not an initialised
+ *  encoder-decoder model, label_smoothing outside [0, 1], ignore_index a token id),
+ *  ::TG_ERR_NOMEM. */
+TG_API tg_seq2seq_loss *tg_seq2seq_loss_new(tg_ctx *ctx, const tg_transformer *m,
+                                            const tg_seq2seq_opts *opts);
+/**
+ * Training: forward (in the context's training mode, so dropout applies if enabled) and
+ * backward of the batch's mean loss; the parameters' gradients are replaced by this batch's
+ * (zeroed first). @p loss (may be NULL): the smoothed mean loss.
+ * Errors (run-time): ::TG_ERR_ARG (NULL arrays, a src_len out of range), ::TG_ERR_SHAPE (n,
+ * S, T < 1 or S, T > max_seq_len), those of building the graph (named with the shape) and of
+ * forward/backward (e.g. an id out of range).
+ */
+TG_API tg_status tg_seq2seq_loss_backward(tg_seq2seq_loss *L, const tg_seq2seq_batch *b,
+                                          double *loss);
+/**
+ * Evaluation: forward only (no_grad graph; set tg_ctx_set_training(ctx, false) for no
+ * dropout), unsmoothed. @p sum: the summed cross-entropy over the batch's non-ignored labels
+ * (nats); @p tokens: their number (validation loss per token = sum of sums / sum of tokens).
+ * Errors as tg_seq2seq_loss_backward().
+ */
+TG_API tg_status tg_seq2seq_loss_eval(tg_seq2seq_loss *L, const tg_seq2seq_batch *b,
+                                      double *sum, int64_t *tokens);
+/** Graphs built so far (0 for NULL). */
+TG_API int64_t tg_seq2seq_loss_graphs(const tg_seq2seq_loss *L);
+/** Release the graphs (their arenas) and the object; NULL is a no-op. */
+TG_API void tg_seq2seq_loss_free(tg_seq2seq_loss *L);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
 /** @name Checkpoints */
 /**@{*/
 /**
