@@ -706,11 +706,34 @@ TG_API tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *ids, tg_tensor *weight);
  * dtype). Gradient: (softmax(x_r) - onehot(t_r)) / N_valid (forward saves each row's class,
  * so backward never reads the targets). If every target is ignored the loss and gradient are
  * 0 (PyTorch gives NaN). Targets are checked at each forward run (::TG_ERR_ARG).
+ * tg_cross_entropy_smoothed() with label_smoothing 0 (label smoothing: see there).
  * Errors: ::TG_ERR_SHAPE (leading dims differ), ::TG_ERR_DTYPE (targets not i32 — float
  * targets are refused, convert as for tg_embedding() — or logits not f32/f64).
  */
 TG_API tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *targets,
                                    int64_t ignore_index);
+
+/**
+ * Cross-entropy with label smoothing (PyTorch `F.cross_entropy(logits.view(-1, V),
+ * targets.view(-1), ignore_index=..., label_smoothing=eps)`; label smoothing: Szegedy et al.
+ * 2016, "Rethinking the Inception Architecture for Computer Vision", sec. 7; used by Vaswani
+ * et al. 2017, sec. 5.4, with eps = 0.1). Each row r whose target t_r is not ignore_index is
+ * scored against the target distribution q_r = (1 - eps) onehot(t_r) + eps / V, V classes:
+ *   loss_r = -sum_c q_rc log softmax(x_r)_c
+ *          = (1 - eps) (lse_r - x_{r, t_r}) + eps (lse_r - (1/V) sum_c x_rc),
+ *   lse_r = logsumexp(x_r),   loss = (1 / N_valid) sum_r loss_r,
+ * N_valid the number of rows not ignored. Fused and max-subtracted as tg_cross_entropy()
+ * (finite for logits of +-1e4); eps = 0 gives exactly tg_cross_entropy()'s values and
+ * gradients. Shapes: logits (..., V) f32 or f64, targets (...) ::TG_I32 class ids -> ()
+ * (rank 0, logits' dtype). Gradient: dx_r = (softmax(x_r) - q_r) / N_valid for a row not
+ * ignored, 0 for an ignored row (forward saves each row's class, so backward never reads the
+ * targets). If every target is ignored the loss and gradient are 0 (PyTorch gives NaN: 0/0).
+ * Targets are checked at each forward run (::TG_ERR_ARG). Results are bitwise identical for
+ * any thread count. Errors: ::TG_ERR_ARG (@p label_smoothing outside [0, 1] or NaN),
+ * ::TG_ERR_SHAPE (leading dims differ), ::TG_ERR_DTYPE (as tg_cross_entropy()).
+ */
+TG_API tg_tensor *tg_cross_entropy_smoothed(tg_ctx *ctx, tg_tensor *logits, tg_tensor *targets,
+                                            int64_t ignore_index, double label_smoothing);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */

@@ -108,6 +108,25 @@ TG_API tg_status tg_clip_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *par
  */
 TG_API double tg_lr_warmup_cosine(int64_t step, int64_t total, int64_t warmup, double base,
                                   double min_lr);
+/**
+ * The Transformer's learning rate schedule (Vaswani et al. 2017, "Attention Is All You Need",
+ * sec. 5.3, eq. 3; the "Noam" schedule of tensor2tensor and the Annotated Transformer):
+ *   lr = factor * d_model^-0.5 * min(n^-0.5, n * warmup^-1.5),   n = step + 1,
+ * a linear rise for the first @p warmup updates to factor * (d_model * warmup)^-0.5 at
+ * n = warmup, then decay proportional to n^-0.5 (the paper: factor 1, warmup 4000).
+ * @p step is the 0-based index of the update, as for tg_lr_warmup_cosine() (the two are
+ * interchangeable in a loop `for (step = 0; ...) tg_optim_step(opt, lr(step))`); the paper's
+ * step_num n counts from 1, so the first update (step 0) gets the value at n = 1, never 0 and
+ * never a division by zero. In PyTorch terms: `LambdaLR(opt, lambda e: d_model**-0.5 *
+ * min((e + 1)**-0.5, (e + 1) * warmup**-1.5))` with the optimizer's lr = factor, read before
+ * each `optimizer.step()`. A negative @p step counts as 0; @p warmup <= 0 means no warmup
+ * (lr = factor * (d_model n)^-0.5, the formula's limit). Computed with pow() in the order
+ * written, so it matches Python's `factor * d_model ** -0.5 * min(n ** -0.5, n * warmup **
+ * -1.5)` to the last bit on the same C library.
+ * Errors (no context): NaN for d_model < 1 or factor negative, NaN or infinite (tg_optim_step()
+ * refuses a NaN learning rate, where a negative one would mean "the configured lr").
+ */
+TG_API double tg_lr_noam(int64_t step, int64_t d_model, int64_t warmup, double factor);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */

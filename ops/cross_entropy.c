@@ -1,11 +1,15 @@
 /*
  * cross_entropy.c - fused log-softmax + negative log-likelihood over the last axis, mean over
- * the non-ignored tokens (PyTorch F.cross_entropy, reduction='mean', ignore_index).
+ * the non-ignored tokens, with optional label smoothing (PyTorch F.cross_entropy,
+ * reduction='mean', ignore_index, label_smoothing; label smoothing: Szegedy et al. 2016,
+ * "Rethinking the Inception Architecture", sec. 7).
  *
- * Per row r with target t_r != ignore_index (targets are i32):
+ * Per row r with target t_r != ignore_index (targets are i32), V classes, smoothing eps:
  *   lse_r = m_r + log(sum_j exp(x_rj - m_r)),  m_r = max_j x_rj      (finite for |x| ~ 1e4)
- *   loss  = (1 / N_valid) sum_r (lse_r - x_{r, t_r})
- * Backward: dx_rj += dy (exp(x_rj - lse_r) - [j == t_r]) / N_valid; ignored rows get 0.
+ *   loss_r = (1 - eps) (lse_r - x_{r, t_r}) + eps (lse_r - (1/V) sum_j x_rj)
+ *          = -sum_j q_rj log softmax(x_r)_j,  q_r = (1 - eps) onehot(t_r) + eps / V
+ *   loss  = (1 / N_valid) sum_r loss_r                    (eps = 0: exactly the plain loss)
+ * Backward: dx_rj += dy (exp(x_rj - lse_r) - q_rj) / N_valid; ignored rows get 0.
  * If every target is ignored, loss = 0 and the gradient is 0 (PyTorch returns NaN).
  * Check (before each forward): targets are in [0, V) or equal to ignore_index.
  * saved: N_valid (int64), lse (R) and per-row loss (R) in double, and each row's class (R, i32;
@@ -35,10 +39,9 @@ static xent_saved saved_of(const tg_tensor *y, int64_t R)
     return s;
 }
 
-tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *targets,
-                            int64_t ignore_index)
+static tg_tensor *xent_build(tg_ctx *ctx, const char *fn, tg_tensor *logits, tg_tensor *targets,
+                             int64_t ignore_index, double label_smoothing)
 {
-    static const char *fn = "tg_cross_entropy";
     tg_tensor *src[2] = {logits, targets};
     if (!tg__check_srcs_ids(ctx, fn, 2, src, 1, "targets"))
         return NULL;
@@ -50,15 +53,32 @@ tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *targets,
         return tg__err(ctx, TG_ERR_SHAPE, fn,
                        "need logits (..., V) and targets (...): got logits %s, targets %s",
                        tg__shape_str(logits, bl, sizeof bl), tg__shape_str(targets, bt, sizeof bt));
+    if (!(label_smoothing >= 0 && label_smoothing <= 1)) /* NaN fails too */
+        return tg__err(ctx, TG_ERR_ARG, fn, "label_smoothing = %g must be in [0, 1]",
+                       label_smoothing);
     tg_tensor *y = tg__op_new(ctx, TG_OP_XENT, logits->dtype, 0, NULL, 2, src);
     if (!y)
         return NULL;
     y->requires_grad = logits->requires_grad;
     y->p.xent.ignore_index = ignore_index;
+    y->p.xent.label_smoothing = label_smoothing;
     int64_t R = targets->numel;
     if (!tg__op_save_n(y, R, 2 * sizeof(double) + sizeof(int32_t), sizeof(double)))
         return NULL;
     return y;
+}
+
+tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, tg_tensor *targets,
+                            int64_t ignore_index)
+{
+    return xent_build(ctx, "tg_cross_entropy", logits, targets, ignore_index, 0.0);
+}
+
+tg_tensor *tg_cross_entropy_smoothed(tg_ctx *ctx, tg_tensor *logits, tg_tensor *targets,
+                                     int64_t ignore_index, double label_smoothing)
+{
+    return xent_build(ctx, "tg_cross_entropy_smoothed", logits, targets, ignore_index,
+                      label_smoothing);
 }
 
 tg_status tg__xent_check(tg_tensor *y)
@@ -81,12 +101,13 @@ tg_status tg__xent_check(tg_tensor *y)
 }
 
 /* Rows [lo, hi) per call, each from its own row alone with the row kernels of src/core/vec.h
- * (max, exp-sum in 16 fixed lanes, the vectorizable exp): race-free (row r owns lse[r],
- * row_loss[r], cls[r] and dx[r, :]), independent of the thread count and of the clone. */
+ * (max, exp-sum and, with smoothing, the row sum in 16 fixed lanes, the vectorizable exp):
+ * race-free (row r owns lse[r], row_loss[r], cls[r] and dx[r, :]), independent of the thread
+ * count and of the clone. eps = 0 computes exactly the unsmoothed loss (no row sum). */
 #define DEFINE_XENT(T, SUF, EXP)                                                               \
     TG_SIMD_CLONES static void xent_fwd_rows_##SUF(const T *X, const int32_t *tg,              \
-                                                   int64_t ign, xent_saved s, int64_t V,       \
-                                                   int64_t lo, int64_t hi)                     \
+                                                   int64_t ign, double eps, xent_saved s,      \
+                                                   int64_t V, int64_t lo, int64_t hi)          \
     {                                                                                          \
         for (int64_t r = lo; r < hi; r++) {                                                    \
             const T *x = X + r * V;                                                            \
@@ -95,12 +116,21 @@ tg_status tg__xent_check(tg_tensor *y)
             double lse = (double)m + log((double)sum);                                         \
             bool ignored = tg[r] == ign;                                                       \
             s.lse[r] = lse;                                                                    \
-            s.row_loss[r] = ignored ? 0.0 : lse - (double)x[tg[r]];                            \
             s.cls[r] = ignored ? -1 : tg[r];                                                   \
+            if (ignored) {                                                                     \
+                s.row_loss[r] = 0.0;                                                           \
+            } else if (eps == 0) {                                                             \
+                s.row_loss[r] = lse - (double)x[tg[r]];                                        \
+            } else { /* -(1/V) sum_j log softmax(x)_j = lse - mean_j x_j */                    \
+                double mean = (double)tg__row_dot_##SUF(x, NULL, V) / (double)V;               \
+                s.row_loss[r] = (1 - eps) * (lse - (double)x[tg[r]]) + eps * (lse - mean);     \
+            }                                                                                  \
         }                                                                                      \
     }                                                                                          \
+    /* q_j = off for j != t, hit = 1 - eps + eps / V for j == t (eps = 0: 0 and 1) */          \
     TG_SIMD_CLONES static void xent_bwd_rows_##SUF(const T *X, T *DX, xent_saved s, T scale,  \
-                                                   int64_t V, int64_t lo, int64_t hi)          \
+                                                   T hit, T off, int64_t V, int64_t lo,        \
+                                                   int64_t hi)                                 \
     {                                                                                          \
         for (int64_t r = lo; r < hi; r++) {                                                    \
             if (s.cls[r] < 0)                                                                  \
@@ -110,7 +140,7 @@ tg_status tg__xent_check(tg_tensor *y)
             T lse = (T)s.lse[r];                                                               \
             int64_t t = s.cls[r];                                                              \
             for (int64_t j = 0; j < V; j++)                                                    \
-                dx[j] += scale * (EXP(x[j] - lse) - (j == t ? (T)1 : (T)0));                   \
+                dx[j] += scale * (EXP(x[j] - lse) - (j == t ? hit : off));                     \
         }                                                                                      \
     }                                                                                          \
     static void fwd_##SUF(tg_tensor *y)                                                        \
@@ -120,7 +150,7 @@ tg_status tg__xent_check(tg_tensor *y)
         xent_saved s = saved_of(y, R);                                                         \
         TG_PAR_RANGE(tg__threads(y->ctx), lg->numel * (int64_t)sizeof(T) > TG_PAR_BYTES, R, 1, \
                      xent_fwd_rows_##SUF(lg->data, y->src[1]->data, y->p.xent.ignore_index,    \
-                                         s, V, lo, hi));                                       \
+                                         y->p.xent.label_smoothing, s, V, lo, hi));            \
         int64_t nv = 0;                                                                        \
         double total = 0;                                                                      \
         for (int64_t r = 0; r < R; r++) { /* fixed order */                                    \
@@ -139,8 +169,11 @@ tg_status tg__xent_check(tg_tensor *y)
         if (*s.n_valid == 0)                                                                   \
             return;                                                                            \
         T scale = (T)((double)*(const T *)y->grad / (double)*s.n_valid);                       \
+        double eps = y->p.xent.label_smoothing;                                                \
+        T off = (T)(eps / (double)V), hit = (T)(1 - eps + eps / (double)V);                    \
         TG_PAR_RANGE(tg__threads(y->ctx), lg->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
-                     R, 1, xent_bwd_rows_##SUF(lg->data, lg->grad, s, scale, V, lo, hi));      \
+                     R, 1, xent_bwd_rows_##SUF(lg->data, lg->grad, s, scale, hit, off, V, lo,  \
+                                               hi));                                           \
     }
 DEFINE_XENT(float, f32, tg__expf)
 DEFINE_XENT(double, f64, tg__exp)

@@ -744,6 +744,83 @@ START_TEST(test_lr_warmup_cosine)
 }
 END_TEST
 
+/* The Transformer's schedule against tests/fixtures/sched_noam_<case>.safetensors
+ * (tools/gen_train_fixtures.py): `lr` is the formula in Python floats, `lr_torch` the lr
+ * torch.optim.lr_scheduler.LambdaLR gives before each optimizer.step(); both within 1e-15
+ * relative of tg_lr_noam(step) for the 0-based update index step. */
+static const char *const noam_cases[] = {"paper", "small", "warmup1"};
+
+START_TEST(test_lr_noam_fixture)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/sched_noam_%s.safetensors", TG_FIXTURES, noam_cases[_i]);
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, path);
+    ck_assert_msg(st != NULL, "%s: %s", path, tg_ctx_message(ctx));
+    int64_t d = (int64_t)meta_num(st, "d_model"), w = (int64_t)meta_num(st, "warmup");
+    double f = meta_num(st, "factor");
+    tg_tensor *step = tg_safetensors_find(st, "step"), *lr = tg_safetensors_find(st, "lr");
+    tg_tensor *lt = tg_safetensors_find(st, "lr_torch");
+    ck_assert(step && lr && lt && tg_tensor_numel(step) > 64);
+    ck_assert_int_eq(tg_tensor_numel(lr), tg_tensor_numel(step));
+    ck_assert_int_eq(tg_tensor_numel(lt), tg_tensor_numel(step));
+    for (int64_t i = 0; i < tg_tensor_numel(step); i++) {
+        int64_t s = (int64_t)tg_get(step, i);
+        double got = tg_lr_noam(s, d, w, f);
+        double e1 = fabs(got - tg_get(lr, i)) / tg_get(lr, i);
+        double e2 = fabs(got - tg_get(lt, i)) / tg_get(lt, i);
+        ck_assert_msg(e1 <= 1e-15 && e2 <= 1e-15, "%s step %lld: %.17g, formula %.17g, "
+                      "LambdaLR %.17g", noam_cases[_i], (long long)s, got, tg_get(lr, i),
+                      tg_get(lt, i));
+    }
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* The Transformer's schedule by its definition: a linear rise to the peak
+ * factor (d_model warmup)^-0.5 at update index warmup - 1 (n = warmup), then n^-0.5 decay;
+ * the first update (step 0) gets the value at n = 1; negative steps count as 0; warmup <= 0
+ * is no warmup; invalid d_model or factor give NaN. */
+START_TEST(test_lr_noam)
+{
+    const int64_t D = 512, W = 4000;
+    double first = pow(512.0, -0.5) * pow(4000.0, -1.5);
+    ck_assert_double_eq_tol(tg_lr_noam(0, D, W, 1.0), first, 1e-15 * first);
+    ck_assert(tg_lr_noam(-7, D, W, 1.0) == tg_lr_noam(0, D, W, 1.0));
+    ck_assert(tg_lr_noam(INT64_MIN, D, W, 1.0) == tg_lr_noam(0, D, W, 1.0));
+    double peak = 1.0 / sqrt(512.0 * 4000.0);
+    ck_assert_double_eq_tol(tg_lr_noam(W - 1, D, W, 1.0), peak, 1e-15 * peak);
+    for (int64_t s = 1; s < 3 * W; s++) {
+        double a = tg_lr_noam(s - 1, D, W, 1.0), b = tg_lr_noam(s, D, W, 1.0);
+        if (s < W) /* linear: lr(s) = (s + 1) lr(0) */
+            ck_assert_double_eq_tol(b, (double)(s + 1) * first, 1e-13 * b);
+        ck_assert_msg(s < W ? b > a : b < a, "not %s at step %lld",
+                      s < W ? "increasing" : "decreasing", (long long)s);
+    }
+    /* after the peak: (n / warmup)^-0.5 of it; the factor scales everything */
+    ck_assert_double_eq_tol(tg_lr_noam(4 * W - 1, D, W, 1.0), peak / 2, 1e-15 * peak);
+    ck_assert_double_eq_tol(tg_lr_noam(99, D, W, 2.5), 2.5 * tg_lr_noam(99, D, W, 1.0),
+                            1e-15 * tg_lr_noam(99, D, W, 2.5));
+    ck_assert(tg_lr_noam(99, D, W, 0.0) == 0.0);
+    /* no warmup: factor (d_model n)^-0.5 from the first update */
+    ck_assert_double_eq_tol(tg_lr_noam(0, 64, 0, 1.0), 0.125, 1e-16);
+    ck_assert_double_eq_tol(tg_lr_noam(3, 64, -5, 1.0), 0.0625, 1e-16);
+    /* warmup 1: no rise at all */
+    ck_assert_double_eq_tol(tg_lr_noam(0, 64, 1, 1.0), 0.125, 1e-16);
+    /* extremes stay finite and positive */
+    ck_assert(isfinite(tg_lr_noam(INT64_MAX, 1, INT64_MAX, 1.0)) &&
+              tg_lr_noam(INT64_MAX, 1, INT64_MAX, 1.0) > 0);
+    ck_assert(isfinite(tg_lr_noam(0, INT64_MAX, INT64_MAX, 1.0)) &&
+              tg_lr_noam(0, INT64_MAX, INT64_MAX, 1.0) >= 0);
+    /* invalid: NaN (tg_optim_step refuses it; a negative lr would mean "the configured") */
+    ck_assert(isnan(tg_lr_noam(0, 0, W, 1.0)));
+    ck_assert(isnan(tg_lr_noam(0, -512, W, 1.0)));
+    ck_assert(isnan(tg_lr_noam(0, D, W, -1.0)));
+    ck_assert(isnan(tg_lr_noam(0, D, W, NAN)));
+    ck_assert(isnan(tg_lr_noam(0, D, W, INFINITY)));
+}
+END_TEST
+
 /* ------------------------------------------------------------------------------------------ */
 /* (f) bad configurations and arguments                                                        */
 /* ------------------------------------------------------------------------------------------ */
@@ -1317,6 +1394,8 @@ int main(void)
     tcase_add_test(tc, test_other_context);
     tcase_add_test(tc, test_lr_warmup_cosine);
     tcase_add_test(tc, test_lr_schedule_extremes);
+    tcase_add_test(tc, test_lr_noam);
+    tcase_add_loop_test(tc, test_lr_noam_fixture, 0, 3);
     tcase_add_test(tc, test_step_limits_and_runtime_error);
     suite_add_tcase(s, tc);
 

@@ -157,7 +157,9 @@ static const struct {
     {"train", "min-lr", "11"},          {"train", "weight-decay", "11"},
     {"train", "clip", "2e6"},           {"train", "momentum", "1.5"},
     {"train", "dropout", "1"},          {"train", "val-fraction", "1"},
-    {"train", "target-acc", "1.01"},    {"sample", "tokens", "1000000001"},
+    {"train", "target-acc", "1.01"},    {"train", "beta2", "1"},
+    {"train", "eps", "0"},              {"train", "eps", "1.5"},
+    {"train", "label-smoothing", "1.01"}, {"sample", "tokens", "1000000001"},
     {"sample", "temperature", "101"},   {"sample", "top-k", "257"},
     {"sample", "seed", "9223372036854775808"}, {"sample", "threads", "0"},
 };
@@ -214,6 +216,7 @@ START_TEST(test_option_messages)
     expect_refusal("train --activation tanh", "relu or gelu");
     expect_refusal("train --pos rotary", "learned or sinusoidal");
     expect_refusal("train --dtype f16", "f32 or f64");
+    expect_refusal("train --schedule linear", "cosine or noam");
     expect_refusal("train --d-model 30 --heads 4", "does not divide");
     expect_refusal("sample", "--checkpoint");
     expect_refusal("sample --checkpoint", "needs a value");
@@ -225,6 +228,7 @@ START_TEST(test_option_messages)
         "--layers", "--d-model", "--heads", "--d-ff", "--seq-len", "--post-norm", "--activation",
         "--pos", "--tie-weights", "--dtype", "--dropout", "--batch", "--steps", "--lr",
         "--optimizer", "--momentum", "--warmup", "--weight-decay", "--clip", "--min-lr",
+        "--schedule", "--beta2", "--eps", "--label-smoothing",
         "--seed", "--eval-every", "--val-fraction", "--target-acc", "--threads",
         "--detect-anomaly", "--unfused", "--text", "--task", "--checkpoint", "--resume", "--save-every",
         "--force", "--stop-after", "--log", "--plot", "--dot", "--quiet", "--help"};
@@ -1613,6 +1617,126 @@ START_TEST(test_shortest_numbers)
 }
 END_TEST
 
+/* ---- the schedule, Adam's beta2 and eps, label smoothing ---------------------------------- */
+
+/* The lr column of a --log, one value per step (rows 1..n), into lr[]; returns the count. */
+static int log_lrs(const char *name, double *lr, int cap)
+{
+    char *l = slurp(name, NULL);
+    ck_assert_ptr_nonnull(l);
+    int n = 0;
+    for (const char *p = strchr(l, '\n'); p && p[1] && n < cap; p = strchr(p + 1, '\n')) {
+        long long step;
+        double v;
+        ck_assert_msg(sscanf(p + 1, "%lld,%*[^,],%*[^,],%lf", &step, &v) == 2 ||
+                          sscanf(p + 1, "%lld,%*[^,],,%lf", &step, &v) == 2, "%s", p + 1);
+        ck_assert_int_eq(step, n + 1);
+        lr[n++] = v;
+    }
+    free(l);
+    return n;
+}
+
+/* --schedule noam (--lr is the factor, 1 by default), --beta2, --eps and --label-smoothing:
+ * used (the log's learning rates are tg_lr_noam's), recorded in the checkpoint, shown by
+ * `tgrad info`, restored by --resume (the continued run equals a straight one byte for byte),
+ * overridden by giving them again; a checkpoint without the fields (older tgrad) resumes with
+ * the old defaults (cosine, 0.999, 1e-8, no smoothing). */
+START_TEST(test_schedule_adam_smoothing)
+{
+    const char *opts = TASK_MODEL " --target-acc 0 --eval-every 2 --quiet --schedule noam "
+                       "--warmup 3 --beta2 0.98 --eps 1e-9 --label-smoothing 0.1";
+    char a[1024], v[64];
+    snprintf(a, sizeof a, "train %s --steps 8 --checkpoint s.ckpt --log s.csv", opts);
+    ck_assert_msg(run(a) == 0, "%s", slurp("err.txt", NULL));
+    double lr[16];
+    ck_assert_int_eq(log_lrs("s.csv", lr, 16), 8);
+    for (int i = 0; i < 8; i++) /* the log prints 6 significant digits */
+        ck_assert_msg(fabs(lr[i] - tg_lr_noam(i, 8, 3, 1.0)) <= 1e-5 * lr[i], "step %d: %g",
+                      i + 1, lr[i]);
+    ck_assert_str_eq(meta_of("s.ckpt", "train.schedule", v, sizeof v), "noam");
+    ck_assert_str_eq(meta_of("s.ckpt", "train.lr", v, sizeof v), "1");
+    ck_assert_str_eq(meta_of("s.ckpt", "train.beta2", v, sizeof v), "0.98");
+    ck_assert_str_eq(meta_of("s.ckpt", "train.eps", v, sizeof v), "1e-09");
+    ck_assert_str_eq(meta_of("s.ckpt", "train.label_smoothing", v, sizeof v), "0.1");
+    ck_assert_int_eq(run("info s.ckpt"), 0);
+    char *out = slurp("out.txt", NULL);
+    ck_assert_msg(strstr(out, "train.schedule           noam\n") &&
+                      strstr(out, "train.beta2              0.98\n") &&
+                      strstr(out, "train.eps                1e-09\n") &&
+                      strstr(out, "train.label_smoothing    0.1\n"), "%s", out);
+    free(out);
+    /* resumed without the options: every one restored, the same bytes as the straight run */
+    snprintf(a, sizeof a, "train %s --steps 8 --stop-after 3 --checkpoint r.ckpt", opts);
+    ck_assert_int_eq(run(a), 0);
+    ck_assert_msg(run("train --resume r.ckpt --quiet") == 0, "%s", slurp("err.txt", NULL));
+    size_t n0, n1;
+    char *f0 = slurp("s.ckpt", &n0), *f1 = slurp("r.ckpt", &n1);
+    ck_assert(n0 == n1 && memcmp(f0, f1, n0) == 0);
+    free(f0);
+    free(f1);
+    /* given again: the command line wins, and is what the checkpoint keeps */
+    ck_assert_int_eq(run("train --resume r.ckpt --steps 10 --schedule cosine --lr 0.002 "
+                         "--beta2 0.99 --eps 1e-7 --label-smoothing 0 --quiet"), 0);
+    ck_assert_str_eq(meta_of("r.ckpt", "train.schedule", v, sizeof v), "cosine");
+    ck_assert_str_eq(meta_of("r.ckpt", "train.beta2", v, sizeof v), "0.99");
+    ck_assert_str_eq(meta_of("r.ckpt", "train.eps", v, sizeof v), "1e-07");
+    ck_assert_str_eq(meta_of("r.ckpt", "train.label_smoothing", v, sizeof v), "0");
+    /* the defaults: cosine at 3e-3, 0.999, 1e-8, 0 */
+    ck_assert_int_eq(run("train " TASK_MODEL " --target-acc 0 --eval-every 2 --quiet "
+                         "--steps 6 --checkpoint d.ckpt"), 0);
+    ck_assert_str_eq(meta_of("d.ckpt", "train.schedule", v, sizeof v), "cosine");
+    ck_assert_str_eq(meta_of("d.ckpt", "train.lr", v, sizeof v), "0.003");
+    ck_assert_str_eq(meta_of("d.ckpt", "train.beta2", v, sizeof v), "0.999");
+    ck_assert_str_eq(meta_of("d.ckpt", "train.eps", v, sizeof v), "1e-08");
+    ck_assert_str_eq(meta_of("d.ckpt", "train.label_smoothing", v, sizeof v), "0");
+    /* an older checkpoint (none of the four fields) resumes with those defaults: the same
+     * bytes as the straight default run */
+    ck_assert_int_eq(run("train " TASK_MODEL " --target-acc 0 --eval-every 2 --quiet "
+                         "--steps 6 --stop-after 3 --checkpoint o.ckpt"), 0);
+    rewrite("o.ckpt", "o1.ckpt", "train.schedule", NULL, NULL, NULL);
+    rewrite("o1.ckpt", "o2.ckpt", "train.beta2", NULL, NULL, NULL);
+    rewrite("o2.ckpt", "o1.ckpt", "train.eps", NULL, NULL, NULL);
+    rewrite("o1.ckpt", "old.ckpt", "train.label_smoothing", NULL, NULL, NULL);
+    ck_assert_ptr_null(meta_of("old.ckpt", "train.beta2", v, sizeof v));
+    ck_assert_msg(run("train --resume old.ckpt --quiet") == 0, "%s", slurp("err.txt", NULL));
+    f0 = slurp("d.ckpt", &n0);
+    f1 = slurp("old.ckpt", &n1);
+    ck_assert(n0 == n1 && memcmp(f0, f1, n0) == 0);
+    free(f0);
+    free(f1);
+}
+END_TEST
+
+/* --label-smoothing changes the training loss only: with --lr 0 (the parameters never move)
+ * the validation losses of runs with and without it are identical, the training losses not. */
+START_TEST(test_label_smoothing_validation_unsmoothed)
+{
+    const char *base = "train " TASK_MODEL " --target-acc 0 --eval-every 2 --steps 4 --lr 0 "
+                       "--quiet";
+    char a[512];
+    snprintf(a, sizeof a, "%s --log plain.csv", base);
+    ck_assert_int_eq(run(a), 0);
+    snprintf(a, sizeof a, "%s --label-smoothing 0.3 --log ls.csv", base);
+    ck_assert_int_eq(run(a), 0);
+    char *p = slurp("plain.csv", NULL), *q = slurp("ls.csv", NULL);
+    int vals = 0;
+    for (const char *x = strchr(p, '\n'), *y = strchr(q, '\n'); x && y && x[1] && y[1];
+         x = strchr(x + 1, '\n'), y = strchr(y + 1, '\n')) {
+        double tx, ty;
+        char vx[32] = "", vy[32] = "";
+        ck_assert(sscanf(x + 1, "%*d,%lf,%31[^,]", &tx, vx) >= 1);
+        ck_assert(sscanf(y + 1, "%*d,%lf,%31[^,]", &ty, vy) >= 1);
+        ck_assert_msg(tx != ty, "training loss %g unchanged by smoothing", tx);
+        ck_assert_str_eq(vx, vy); /* empty between evaluations */
+        vals += vx[0] != 0;
+    }
+    ck_assert_int_eq(vals, 2);
+    free(p);
+    free(q);
+}
+END_TEST
+
 /* ---- exit statuses: one rule for every command ------------------------------------------ */
 /* 2: the command line is at fault (an unknown option, a value out of range, options that
  * exclude each other or contradict the checkpoint, the wrong kind of checkpoint for the
@@ -1756,6 +1880,8 @@ int main(void)
     tcase_add_test(tc, test_lines_fit_80_columns);
     tcase_add_test(tc, test_plot);
     tcase_add_test(tc, test_shortest_numbers);
+    tcase_add_test(tc, test_schedule_adam_smoothing);
+    tcase_add_test(tc, test_label_smoothing_validation_unsmoothed);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

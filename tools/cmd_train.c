@@ -57,6 +57,8 @@ typedef struct {
     tg_transformer_config mc;
     tg_transformer model;
     tg_tensor *ids, *tgt, *logits, *loss;
+    tg_tensor *val_loss; /* unsmoothed loss for evaluation (the loss itself without
+                          * --label-smoothing; otherwise a second output of the graph) */
     tg_tensor *dec;     /* seq2seq: (B, T) decoder inputs (BOS, labels shifted right) */
     s2s_decoder greedy; /* seq2seq: held-out greedy decoding */
     tg_graph *g;
@@ -574,8 +576,12 @@ static bool build(trainer *t)
     tg_optim_config oc = tg_optim_defaults(ok);
     oc.lr = a->lr;
     oc.weight_decay = a->weight_decay;
-    if (ok == TG_OPTIM_SGD)
+    if (ok == TG_OPTIM_SGD) {
         oc.momentum = a->momentum;
+    } else {
+        oc.beta2 = a->beta2;
+        oc.eps = a->eps;
+    }
     if (tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
         t->ids = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), t->s2s ? "src_ids" : "ids");
         t->tgt = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), "targets");
@@ -586,11 +592,15 @@ static bool build(trainer *t)
         } else {
             t->logits = tg_transformer_forward(ctx, &t->model, t->ids, NULL);
         }
-        t->loss = tg_cross_entropy(ctx, t->logits, t->tgt, -1); /* mean over B T targets */
+        /* mean over B T targets; with --label-smoothing, evaluation reads the plain loss */
+        t->loss = t->val_loss = tg_cross_entropy(ctx, t->logits, t->tgt, -1);
+        if (a->label_smoothing > 0)
+            t->loss = tg_cross_entropy_smoothed(ctx, t->logits, t->tgt, -1, a->label_smoothing);
+        tg_tensor *outs[2] = {t->loss, t->val_loss};
         /* one backward per forward: what backward reads is freed as soon as it was read */
         tg_graph_opts go = {.one_backward = true};
         go.detect_anomaly = a->detect_anomaly; /* first NaN/inf named by op and tensor */
-        t->g = tg_graph_new_opts(ctx, &t->loss, 1, &go);
+        t->g = tg_graph_new_opts(ctx, outs, t->loss == t->val_loss ? 1 : 2, &go);
         t->opt = tg_optim_new(ctx, &oc, 0, NULL);
         if (t->K > 1 && t->g && t->opt) {
             /* each micro-batch's mean loss counts 1/K of the global batch's mean */
@@ -738,6 +748,10 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     meta_num(m, "train.momentum", a->momentum);
     meta_num(m, "data.val_fraction", a->val_fraction);
     meta_num(m, "train.target_acc", a->target_acc);
+    meta_add(m, "train.schedule", "%s", choice_name("schedule", a->schedule, c1, 16));
+    meta_num(m, "train.beta2", a->beta2);
+    meta_num(m, "train.eps", a->eps);
+    meta_num(m, "train.label_smoothing", a->label_smoothing);
     const char *keys[48], *vals[48];
     for (int i = 0; i < m->n; i++) {
         keys[i] = m->key[i];
@@ -964,7 +978,7 @@ static bool evaluate_seq2seq(trainer *t, double *val)
         for (int64_t c = 0; c < t->K; c++) { /* the graph runs Bm rows at a time */
             if (!set_batch(t, c * t->Bm) || tg_graph_forward(t->g) != TG_OK)
                 return false;
-            sum += t->K == 1 ? tg_get(t->loss, 0) : tg_get(t->loss, 0) / (double)t->K;
+            sum += t->K == 1 ? tg_get(t->val_loss, 0) : tg_get(t->val_loss, 0) / (double)t->K;
         }
         s2s_status st = s2s_greedy(&t->greedy, t->ids_buf, t->out_buf);
         if (st == S2S_NONFINITE) { /* NaN or inf logits: nothing counts as decoded */
@@ -1009,7 +1023,7 @@ static bool evaluate(trainer *t, double *val)
                 int64_t wc = w - r < t->Bm ? w - r : t->Bm;
                 if (!set_batch(t, r) || tg_graph_forward(t->g) != TG_OK)
                     return false;
-                sum += tg_get(t->loss, 0) * (double)(wc * T);
+                sum += tg_get(t->val_loss, 0) * (double)(wc * T);
             }
             tokens += w * T;
         }
@@ -1025,7 +1039,7 @@ static bool evaluate(trainer *t, double *val)
             for (int64_t c = 0; c < t->K; c++) { /* the graph runs Bm rows at a time */
                 if (!set_batch(t, c * t->Bm) || tg_graph_forward(t->g) != TG_OK)
                     return false;
-                sum += t->K == 1 ? tg_get(t->loss, 0) : tg_get(t->loss, 0) / (double)t->K;
+                sum += t->K == 1 ? tg_get(t->val_loss, 0) : tg_get(t->val_loss, 0) / (double)t->K;
                 const int32_t *tg = t->tgt_buf + c * t->Bm * T;
                 for (int64_t r = 0; r < t->Bm * T; r++) {
                     int64_t arg = 0;
@@ -1179,7 +1193,10 @@ static int train_loop(trainer *t)
     int64_t print_every = a->steps / 20 > 0 ? a->steps / 20 : 1;
     int64_t step = t->start;
     for (; step < t->end; step++) {
-        double lr = tg_lr_warmup_cosine(step, a->steps, a->warmup, a->lr, a->min_lr), l;
+        double lr = a->schedule == SCHED_NOAM
+                        ? tg_lr_noam(step, a->d_model, a->warmup, a->lr)
+                        : tg_lr_warmup_cosine(step, a->steps, a->warmup, a->lr, a->min_lr);
+        double l;
         if (step == t->start)
             arm_message(t, step + 1);
         if (!train_step(t, step, lr, &l))

@@ -68,7 +68,7 @@ mut layer_norm ops/layer_norm.c  's/DB\[j\] += ab;/DB[j] += (T)1.1 * ab;/'      
 mut dropout    ops/dropout.c     's/out\[i\] = acc ? out\[i\] + v : v;/out[i] = acc ? out[i] + (T)1.1 * v : v;/' 'training dx scaled by 1.1'
 mut dropout    ops/dropout.c     '/^void tg__dropout_backward/,/^}/s/dx\[i\] += dy\[i\];/dx[i] -= dy[i];/' 'eval dx sign flipped'
 mut embedding  ops/embedding.c   's/row\[d\] += g\[d\];/row[d] += (T)1.1 * g[d];/'          'dW rows scaled by 1.1'
-mut cross_entropy ops/cross_entropy.c 's/(EXP(x\[j\] - lse) - (j == t ? (T)1 : (T)0))/EXP(x[j] - lse)/' 'one-hot term dropped'
+mut cross_entropy ops/cross_entropy.c 's/(EXP(x\[j\] - lse) - (j == t ? hit : off))/EXP(x[j] - lse)/' 'target distribution dropped'
 # more elementwise ops, reductions and losses
 mut sub        ops/arith.c       's/db\[i\] -= v\[i\];/db[i] += v[i];/'                    'db sign flipped'
 mut sub        ops/arith.c       '/^void tg__sub_backward/,/^}/s/if (a->grad)/if (a->grad \&\& 0)/' 'da skipped'

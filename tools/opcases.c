@@ -542,6 +542,43 @@ static tg_tensor *xent_large(tg_ctx *ctx, tg_dtype dt)
     return tg_cross_entropy(ctx, x, ids_const(ctx, TG_DIMS(3), 4, "targets"), -100);
 }
 
+/* label smoothing (tg_cross_entropy_smoothed) */
+static tg_tensor *xent_ls(tg_ctx *ctx, tg_dtype dt)
+{
+    return tg_cross_entropy_smoothed(ctx, IN("logits", 4, 5),
+                                     ids_const(ctx, TG_DIMS(4), 5, "targets"), -100, 0.1);
+}
+static tg_tensor *xent_ls_ignore(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *t = ids_const(ctx, TG_DIMS(2, 3), 6, "targets");
+    tg_set(t, 1, -100);
+    tg_set(t, 4, -100);
+    return tg_cross_entropy_smoothed(ctx, IN("logits", 2, 3, 6), t, -100, 0.3);
+}
+static tg_tensor *xent_ls_class_ignored(tg_ctx *ctx, tg_dtype dt)
+{
+    /* ignore_index 2 is also a class: rows with target 2 are skipped */
+    tg_tensor *t = ids_const(ctx, TG_DIMS(5), 4, "targets");
+    tg_set(t, 0, 2);
+    tg_set(t, 3, 1);
+    return tg_cross_entropy_smoothed(ctx, IN("logits", 5, 4), t, 2, 1.0);
+}
+static tg_tensor *xent_ls_all_ignored(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *t = ids_const(ctx, TG_DIMS(2), 3, "targets");
+    tg_fill(t, -1);
+    return tg_cross_entropy_smoothed(ctx, IN("logits", 2, 3), t, -1, 0.2);
+}
+static tg_tensor *xent_ls_large(tg_ctx *ctx, tg_dtype dt)
+{
+    double big = dt == TG_F64 ? 1e4 : 30; /* as the "large" case above */
+    tg_tensor *x = IN("logits", 3, 4);
+    for (int64_t i = 0; i < 12; i++)
+        tg_set(x, i, tg_get(x, i) + (i % 2 ? big : -big));
+    return tg_cross_entropy_smoothed(ctx, x, ids_const(ctx, TG_DIMS(3), 4, "targets"), -100,
+                                     0.1);
+}
+
 /* ---- transformer (embedding, layers, final norm, head; ids are constants) ---- */
 static tg_tensor *tf_case(tg_ctx *ctx, tg_dtype dt, bool causal, bool tied, tg_pos_kind pos)
 {
@@ -1049,6 +1086,16 @@ const tg_opcase tg_opcases[] = {
     {"flash_attention", "small-self", "x (2, 3, 12) narrowed to q k v, bool mask (2, 3, 3), "
      "a row fully masked", fa_small_self},
     {"flash_attention", "tiled", "q (34, 2) k (33, 2) v (33, 1) causal", fa_tiled},
+    /* label smoothing (appended, as above) */
+    {"cross_entropy", "smooth", "logits (4, 5) targets (4), label_smoothing 0.1", xent_ls},
+    {"cross_entropy", "smooth-ignore", "logits (2, 3, 6) targets (2, 3), 2 ignored, "
+     "label_smoothing 0.3", xent_ls_ignore},
+    {"cross_entropy", "smooth-class-ignored", "logits (5, 4), ignore_index 2 (a class), "
+     "label_smoothing 1", xent_ls_class_ignored},
+    {"cross_entropy", "smooth-all-ignored", "logits (2, 3), every target ignored, "
+     "label_smoothing 0.2", xent_ls_all_ignored},
+    {"cross_entropy", "smooth-large", "logits (3, 4) +-1e4 (f32: +-30), label_smoothing 0.1",
+     xent_ls_large},
 };
 const int tg_n_opcases = (int)(sizeof tg_opcases / sizeof tg_opcases[0]);
 

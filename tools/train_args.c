@@ -53,10 +53,20 @@ static const cli_option train_opts[] = {
         "micro-batches, gradients summed in a fixed tree; K must divide --batch (1)", G_TRAIN),
     INT("steps", steps, "N", 1, TRAIN_MAX_STEPS, "training steps (text 1500, task 2000 max)",
         G_TRAIN),
-    NUM("lr", lr, "LR", 0, 10, 0, "peak learning rate (3e-3)", G_TRAIN),
+    NUM("lr", lr, "LR", 0, 10, 0, "peak learning rate (3e-3); --schedule noam: the factor "
+        "(1)", G_TRAIN),
+    CHOICE("schedule", schedule, "cosine|noam", "learning rate schedule: cosine = linear "
+           "warmup, then cosine decay to --min-lr; noam = LR D^-0.5 min(n^-0.5, n W^-1.5) at "
+           "update n, W = --warmup (Vaswani et al. 2017) (cosine)", G_TRAIN),
     CHOICE("optimizer", optimizer, "adamw|adam|sgd", "optimizer (adamw)", G_TRAIN),
     NUM("momentum", momentum, "M", 0, 1, 0, "SGD momentum (0.9)", G_TRAIN),
-    INT("warmup", warmup, "N", 0, TRAIN_MAX_STEPS, "linear warmup steps (100)", G_TRAIN),
+    NUM("beta2", beta2, "B", 0, 1, CLI_FMAX_OPEN, "Adam/AdamW second-moment decay (0.999)",
+        G_TRAIN),
+    NUM("eps", eps, "E", 0, 1, CLI_FMIN_OPEN, "Adam/AdamW epsilon (1e-8)", G_TRAIN),
+    INT("warmup", warmup, "N", 0, TRAIN_MAX_STEPS, "warmup steps of the schedule (100)",
+        G_TRAIN),
+    NUM("label-smoothing", label_smoothing, "X", 0, 1, 0, "smooth the training loss's "
+        "targets to (1 - X) one-hot + X / V; validation loss is not smoothed (0)", G_TRAIN),
     NUM("weight-decay", weight_decay, "W", 0, 10, 0, "weight decay (0.01)", G_TRAIN),
     NUM("clip", clip, "C", 0, 1e6, 0, "clip gradients to this global norm (1.0, 0 = off)",
         G_TRAIN),
@@ -198,7 +208,10 @@ void train_defaults(train_args *a)
     a->grad_accum = 1;
     a->arch = -1;
     a->decoder_layers = -1;
-    a->lr = 3e-3;
+    a->lr = -1; /* 3e-3; noam: 1 (train_resolve) */
+    a->beta2 = 0.999;
+    a->eps = 1e-8;
+    a->schedule = SCHED_COSINE;
     a->warmup = 100;
     a->weight_decay = 0.01;
     a->clip = 1.0;
@@ -272,6 +285,8 @@ bool train_resolve(train_args *a, bool text, char *err, size_t n)
         a->steps = text ? 1500 : 2000;
     if (a->eval_every < 0)
         a->eval_every = text || s2s ? 100 : 50;
+    if (a->lr < 0)
+        a->lr = a->schedule == SCHED_NOAM ? 1.0 : 3e-3;
     if (a->min_lr < 0)
         a->min_lr = a->lr / 10;
     if (a->grad_accum > a->batch || a->batch % a->grad_accum != 0) {

@@ -34,6 +34,7 @@
 enum { ACT_RELU = 0, ACT_GELU = 1 };
 enum { POS_LEARNED = 0, POS_SINUSOIDAL = 1 };
 enum { OPT_ADAMW = 0, OPT_ADAM = 1, OPT_SGD = 2 };
+enum { SCHED_COSINE = 0, SCHED_NOAM = 1 }; /* --schedule */
 enum { DT_F32 = 0, DT_F64 = 1 };
 /* --arch: -1 (not given) is the mode's own: text -> ARCH_LM, a task -> ARCH_ENCODER. */
 enum { ARCH_ENCODER = 0, ARCH_LM = 1, ARCH_SEQ2SEQ = 2 };
@@ -44,7 +45,7 @@ enum { ARCH_ENCODER = 0, ARCH_LM = 1, ARCH_SEQ2SEQ = 2 };
 /* --task uses task_kind's order (data.h): copy, reverse, sort. */
 
 /* `tgrad train` options. Integers are int64_t, numbers double, choices int, flags bool.
- * -1 in d_model, d_ff, seq_len, steps, eval_every, min_lr means "the mode's default", filled
+ * -1 in d_model, d_ff, seq_len, steps, eval_every, lr, min_lr means "the mode's default", filled
  * in by train_resolve(); 0 in threads, save_every, stop_after means "not set". */
 typedef struct train_args {
     /* model */
@@ -59,6 +60,9 @@ typedef struct train_args {
     int64_t grad_accum; /* --grad-accum K: micro-batches per step (K divides batch) */
     double lr, weight_decay, clip, min_lr, val_fraction, target_acc, momentum;
     int optimizer;
+    double beta2, eps;      /* --beta2, --eps: Adam/AdamW (0.999, 1e-8) */
+    int schedule;           /* SCHED_*: --schedule cosine|noam; noam: lr is the factor */
+    double label_smoothing; /* --label-smoothing: the training loss only (0) */
     bool detect_anomaly;
     bool dry_run;
     bool unfused; /* --unfused: tg_ctx_set_fusion(ctx, false) */

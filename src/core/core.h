@@ -40,7 +40,7 @@ typedef union tg_op_params {
     struct { double eps; } layer_norm;
     struct { int act; } dense;                  /* dense_act: TG_ACT_* */
     struct { double p; double scale; } dropout; /* scale: used by the last forward */
-    struct { int64_t ignore_index; } xent;
+    struct { int64_t ignore_index; double label_smoothing; } xent; /* label_smoothing in [0, 1] */
     /* more elementwise ops, reductions and losses */
     struct { int axis; } max;                   /* max over one axis (ops/max.c) */
     struct { int axis; } concat;                /* ops/concat.c */

@@ -534,3 +534,13 @@ double tg_lr_warmup_cosine(int64_t step, int64_t total, int64_t warmup, double b
         progress = 1;
     return min_lr + 0.5 * (base - min_lr) * (1.0 + cos(3.14159265358979323846 * progress));
 }
+
+double tg_lr_noam(int64_t step, int64_t d_model, int64_t warmup, double factor)
+{
+    if (d_model < 1 || !(factor >= 0) || !isfinite(factor))
+        return NAN;
+    double n = step < 0 ? 1.0 : (double)step + 1.0; /* the paper's step_num, from 1 */
+    double decay = pow(n, -0.5);
+    double rate = warmup > 0 ? fmin(decay, n * pow((double)warmup, -1.5)) : decay;
+    return factor * pow((double)d_model, -0.5) * rate;
+}

@@ -26,7 +26,8 @@
  *    options given again must never turn a checkpoint that restores without them into one
  *    that fails with TG_ERR_MISMATCH (a changed training option the validation let through);
  *    then forward, backward, gradient clipping and one optimizer step at the learning rate
- *    tg_lr_warmup_cosine gives for the restored step (finite and within [0, max(lr, min_lr)]):
+ *    tg_lr_warmup_cosine (or tg_lr_noam, train.schedule noam) gives for the restored step
+ *    (finite and within [0, max(lr, min_lr)]; noam: [0, lr]):
  *    each succeeds, or fails with TG_ERR_NONFINITE (restored NaN/inf) in one clean line.
  *    Each path's peak memory (beyond the parsed file) must stay within the estimate
  *    ckpt_config made for it (model_memory_estimate for batch 1) plus 1 MB.
@@ -309,8 +310,12 @@ static tp_result train_path(const uint8_t *data, size_t size, bool flip, int var
     tg_optim_config oc = tg_optim_defaults(ok);
     oc.lr = ta.lr;
     oc.weight_decay = ta.weight_decay;
-    if (ok == TG_OPTIM_SGD)
+    if (ok == TG_OPTIM_SGD) {
         oc.momentum = ta.momentum;
+    } else {
+        oc.beta2 = ta.beta2;
+        oc.eps = ta.eps;
+    }
     tg_transformer model;
     tg_tensor *ids = NULL, *tgt = NULL, *loss = NULL;
     tg_graph *g = NULL;
@@ -322,8 +327,11 @@ static tp_result train_path(const uint8_t *data, size_t size, bool flip, int var
                                 ? tg_transformer_forward_seq2seq(ctx, &model, ids, tgt, NULL, NULL)
                                 : tg_transformer_forward(ctx, &model, ids, NULL);
         loss = tg_cross_entropy(ctx, logits, tgt, -1);
+        tg_tensor *outs[2] = {loss, loss};
+        if (ta.label_smoothing > 0)
+            outs[0] = loss = tg_cross_entropy_smoothed(ctx, logits, tgt, -1, ta.label_smoothing);
         tg_graph_opts go = {.one_backward = true, .detect_anomaly = ta.detect_anomaly};
-        g = tg_graph_new_opts(ctx, &loss, 1, &go);
+        g = tg_graph_new_opts(ctx, outs, outs[0] == outs[1] ? 1 : 2, &go);
         opt = tg_optim_new(ctx, &oc, 0, NULL);
     }
     if (!g || !opt)
@@ -363,11 +371,14 @@ static tp_result train_path(const uint8_t *data, size_t size, bool flip, int var
         check_run_failure(ctx, "tg_clip_grad_norm", s, run_errors);
         goto out;
     }
-    double lr = tg_lr_warmup_cosine(info.step, ta.steps, ta.warmup, ta.lr, ta.min_lr);
-    double top = ta.lr > ta.min_lr ? ta.lr : ta.min_lr;
+    bool noam = ta.schedule == SCHED_NOAM;
+    double lr = noam ? tg_lr_noam(info.step, ta.d_model, ta.warmup, ta.lr)
+                     : tg_lr_warmup_cosine(info.step, ta.steps, ta.warmup, ta.lr, ta.min_lr);
+    double top = noam ? ta.lr : ta.lr > ta.min_lr ? ta.lr : ta.min_lr; /* noam: <= factor */
     if (!(lr >= 0 && lr <= top * (1 + 1e-12)))
-        fz_die(NULL, "tg_lr_warmup_cosine(step %" PRId64 ", steps %" PRId64 ", warmup %" PRId64
-               ", lr %g, min_lr %g) = %g", info.step, ta.steps, ta.warmup, ta.lr, ta.min_lr, lr);
+        fz_die(NULL, "%s(step %" PRId64 ", steps %" PRId64 ", warmup %" PRId64 ", lr %g, "
+               "min_lr %g) = %g", noam ? "tg_lr_noam" : "tg_lr_warmup_cosine", info.step,
+               ta.steps, ta.warmup, ta.lr, ta.min_lr, lr);
     if ((s = tg_optim_step(opt, lr)) != TG_OK)
         check_run_failure(ctx, "tg_optim_step", s, run_errors);
     check_estimate(&A, live0, model_memory_estimate(&mc, dt, 1, train_n_state(&ta), true),

@@ -345,11 +345,11 @@ static void do_train(int argc, char **argv)
         } else {
             if (a.d_model < 1 || a.heads < 1 || a.heads > a.d_model || a.d_model % a.heads ||
                 a.d_ff < 1 || a.seq_len < 2 || a.steps < 1 || a.eval_every < 1 ||
-                !(a.min_lr >= 0 && a.min_lr <= 10))
+                !(a.min_lr >= 0 && a.min_lr <= 10) || !(a.lr >= 0 && a.lr <= 10))
                 fz_die(NULL, "train_resolve left d_model %" PRId64 " heads %" PRId64 " d_ff %"
                        PRId64 " seq_len %" PRId64 " steps %" PRId64 " eval_every %" PRId64
-                       " min_lr %g", a.d_model, a.heads, a.d_ff, a.seq_len, a.steps,
-                       a.eval_every, a.min_lr);
+                       " min_lr %g lr %g", a.d_model, a.heads, a.d_ff, a.seq_len, a.steps,
+                       a.eval_every, a.min_lr, a.lr);
             if (resume && a.checkpoint != (ck ? ck : resume))
                 fz_die(NULL, "train_resolve: a resumed run does not save to %s",
                        ck ? "--checkpoint" : "the resumed file");
