@@ -147,9 +147,9 @@ TG_API void tg_bleu_stats_score(const tg_bleu_stats *st, tg_bleu *out);
  * @param hyps, refs          arrays of @p n strings
  * @param hyp_lens, ref_lens  their byte lengths, or NULL when the strings are NUL-terminated
  * @param out                 receives the score
- * Errors: as tg_bleu_stats_add() (the message names the pair: `pair 12: the hypothesis is not
- * valid UTF-8 at byte 3`), ::TG_ERR_ARG for NULL arrays with @p n > 0 or NULL @p out. @p out
- * is written only on success.
+ * Errors: as tg_bleu_stats_add() (the message names the pair by its index from 0: `pair 12:
+ * the hypothesis is not valid UTF-8 at byte 3`), ::TG_ERR_ARG for NULL arrays with @p n > 0, a
+ * NULL string where no length is given, or NULL @p out. @p out is written only on success.
  */
 TG_API tg_status tg_bleu_corpus(tg_ctx *ctx, size_t n, const char *const *hyps,
                                 const size_t *hyp_lens, const char *const *refs,
