@@ -268,6 +268,45 @@ START_TEST(test_pairs_read_ok)
 }
 END_TEST
 
+/* A file is streamed: reading 8 MB of pairs stays under a 256 KiB memory limit (64 KiB chunk
+ * + 64 KiB line buffer), and the tokenized data holds ids, not text. */
+START_TEST(test_pairs_bounded_memory)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    char dir[64], path[4400];
+    tu_mkdtemp(dir, sizeof dir, "pairs");
+    tu_path(path, sizeof path, dir, "big.tsv");
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    static const char line[] = "The quick brown fox jumps over the lazy dog, again and again.\t"
+                               "Der schnelle braune Fuchs springt immer wieder.\n";
+    int64_t lines = 8 * 1024 * 1024 / (int64_t)(sizeof line - 1) + 1;
+    for (int64_t i = 0; i < lines; i++)
+        ck_assert_int_eq(fputs(line, f) >= 0, 1);
+    ck_assert_int_eq(fclose(f), 0);
+    tg_ctx_set_memory_limit(ctx, 256 << 10);
+    tg_pairs_info info;
+    ck_assert_msg(tg_pairs_read(ctx, path, 0, NULL, NULL, &info) == TG_OK, "%s",
+                  tg_ctx_message(ctx));
+    ck_assert_int_eq(info.pairs, lines);
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), 0);
+    /* tokenized: per pair 8 + 1 source ids and 8 target ids (4 bytes each), two offsets and a
+     * line number (8 bytes each), each array at most twice its length (growth by doubling) */
+    tg_ctx_set_memory_limit(ctx, 0);
+    tg_tokenizer *tok = tg_tokenizer_bytes(ctx);
+    tg_seq2seq_opts o = {.max_len = 9};
+    tg_seq2seq_data *d = tg_seq2seq_load(ctx, path, tok, &o);
+    ck_assert_ptr_nonnull(d);
+    ck_assert_int_eq(tg_seq2seq_get_info(d).truncated_src, lines);
+    ck_assert_int_le(tg_ctx_bytes(ctx), (size_t)lines * (17 * 4 + 3 * 8) * 2 + (256 << 10));
+    tg_seq2seq_free(d);
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), 0);
+    tg_tokenizer_free(tok);
+    tu_rm_tree(dir);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* Every refusal names the file and the line; a refusal is a run-time error. */
 START_TEST(test_pairs_refusals)
 {
@@ -477,6 +516,10 @@ START_TEST(test_seq2seq_fill)
     tu_assert_error(ctx, TG_ERR_DTYPE, "src_pad_mask must be f32 or f64");
     ck_assert_int_eq(tg_seq2seq_fill(d, ex, 2, src, mask4, NULL, NULL), TG_ERR_SHAPE);
     tu_assert_error(ctx, TG_ERR_SHAPE, "differ in length");
+    tg_tensor *op = tg_scale(ctx, mask, 2.0);
+    ck_assert_ptr_nonnull(op);
+    ck_assert_int_eq(tg_seq2seq_fill(d, ex, 2, NULL, op, NULL, NULL), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "src_pad_mask must be a leaf (tg_input) with its own data");
     const int64_t bad[2] = {0, 3};
     ck_assert_int_eq(tg_seq2seq_fill(d, bad, 2, src, NULL, NULL, NULL), TG_ERR_ARG);
     tu_assert_error(ctx, TG_ERR_ARG, "example 3 (row 1) is outside [0, 3)");
@@ -693,6 +736,7 @@ int main(void)
     tc = tu_tcase(s, "pairs", 0);
     tcase_add_test(tc, test_pairs_read_ok);
     tcase_add_test(tc, test_pairs_refusals);
+    tcase_add_test(tc, test_pairs_bounded_memory);
     tcase_add_test(tc, test_seq2seq_load);
     tcase_add_test(tc, test_seq2seq_tokenizer_error);
     tcase_add_test(tc, test_seq2seq_fill);

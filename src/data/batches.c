@@ -561,7 +561,8 @@ static bool check_2d(tg_ctx *ctx, const char *fn, const tg_tensor *t, const char
         *st = TG_ERR_DTYPE;
         return false;
     }
-    if (tg_tensor_kind(t) == TG_KIND_OP || tg_tensor_data((tg_tensor *)t) == NULL) {
+    if (tg_tensor_kind(t) == TG_KIND_OP || tg_tensor_is_view(t) ||
+        tg_tensor_data((tg_tensor *)t) == NULL) {
         tg__run_err(ctx, TG_ERR_ARG, fn, "%s must be a leaf (tg_input) with its own data", what);
         *st = TG_ERR_ARG;
         return false;
