@@ -108,6 +108,207 @@ TG_API tg_ctx *tg_tokenizer_ctx(const tg_tokenizer *tok);
 TG_API void tg_tokenizer_free(tg_tokenizer *tok);
 /**@}*/
 
+/* ------------------------------------------------------------------------------------------ */
+/** @name Sentence-pair files
+ * A pairs file is UTF-8 text, one pair per line: `source<TAB>target` (for tgrad's translation
+ * data, English<TAB>German), each line ended by `\n` or `\r\n` (the last line may lack it).
+ * Refused, each with the file name and line number (`train.tsv:12: ...`, ::TG_ERR_FORMAT): a
+ * line without exactly one tab (an empty line too), an empty side, invalid UTF-8 (strict RFC
+ * 3629), a NUL byte, a line longer than the limit (::TG_PAIRS_MAX_LINE bytes by default,
+ * without its line end); and a file without any pair (empty). The file is read in bounded
+ * chunks: memory does not grow with its size (only with the longest line). */
+/**@{*/
+
+/** Default longest line of a pairs file, in bytes without the line end (64 KiB). */
+#define TG_PAIRS_MAX_LINE 65536
+
+/** One pair, as tg_pairs_read() hands it to its callback. The strings are NUL-terminated
+ *  (they hold no NUL), valid UTF-8 and borrowed: valid only during the call. */
+typedef struct tg_pair {
+    const char *source; /**< the text before the tab */
+    size_t source_len;  /**< its bytes (> 0) */
+    const char *target; /**< the text after the tab, without the line end */
+    size_t target_len;  /**< its bytes (> 0) */
+    int64_t line;       /**< line number in the file, from 1 */
+} tg_pair;
+
+/** Called for each pair in file order. Return ::TG_OK to go on; anything else stops the read,
+ *  which returns that status (recorded on the context as "callback stopped at FILE:LINE"
+ *  unless the callback recorded an error of its own there). */
+typedef tg_status (*tg_pair_fn)(void *user, const tg_pair *pair);
+
+/** What a read saw (tg_pairs_read()). */
+typedef struct tg_pairs_info {
+    int64_t pairs;  /**< pairs (= lines) read */
+    uint64_t bytes; /**< bytes read */
+    uint64_t hash;  /**< FNV-1a 64 of those bytes in file order (offset basis
+                         0xcbf29ce484222325, prime 0x100000001b3): a resumed run checks it is
+                         training on the same file */
+} tg_pairs_info;
+
+/**
+ * Stream the pairs of the file at @p path to @p fn (may be NULL: only validate and count).
+ * @p max_line: the longest line allowed (bytes, without the line end); 0 means
+ * ::TG_PAIRS_MAX_LINE. Memory: one line buffer of max_line bytes and a 64 KiB read buffer.
+ * @p info (may be NULL) receives the counts and the hash, also after a failure (what was read
+ * until then).
+ * Errors (run-time, like every file call): ::TG_ERR_IO (missing, not a regular file,
+ * unreadable: "cannot open 'x.tsv': No such file or directory"), ::TG_ERR_FORMAT (the
+ * refusals above: "tg_pairs_read: x.tsv:3: 2 tabs; a pair is source<TAB>target with exactly
+ * one tab"), ::TG_ERR_ARG (NULL path), ::TG_ERR_NOMEM, or the callback's status.
+ */
+TG_API tg_status tg_pairs_read(tg_ctx *ctx, const char *path, size_t max_line, tg_pair_fn fn,
+                               void *user, tg_pairs_info *info);
+/** tg_pairs_read() over @p size bytes at @p data; @p label (NULL: "<memory>") names it in
+ *  messages. */
+TG_API tg_status tg_pairs_read_mem(tg_ctx *ctx, const void *data, size_t size,
+                                   const char *label, size_t max_line, tg_pair_fn fn,
+                                   void *user, tg_pairs_info *info);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Tokenized sequence-to-sequence data
+ * The pairs of a file tokenized once, stored as token ids only (one id array and offsets). For
+ * pair i, with L = max_len and tok() the tokenizer (no specials):
+ * - source ids  = tok(source)[:L-1] + [EOS]                 S_i = their count (1..L)
+ * - decoder input = [BOS] + tok(target)[:L-1]               T_i = their count (1..L)
+ * - labels      = tok(target)[:L-1] + [EOS]                 (T_i as well)
+ * (the same rule as fairseq's truncation, the PyTorch reference's and `tgrad translate`'s). */
+/**@{*/
+
+/** Tokenized pairs (opaque): tg_seq2seq_load(); released by tg_seq2seq_free(). */
+typedef struct tg_seq2seq_data tg_seq2seq_data;
+
+/** Options of tg_seq2seq_load(). Zero-initialised fields take the defaults. */
+typedef struct tg_seq2seq_opts {
+    int64_t max_len;  /**< tokens per sequence including EOS / BOS, >= 2 (0: 256) */
+    size_t max_line;  /**< the pairs file's line limit (0: ::TG_PAIRS_MAX_LINE) */
+    bool keep_text;   /**< keep each pair's source and target text (evaluation sets: BLEU
+                           needs the reference text); the training set does not need it */
+} tg_seq2seq_opts;
+
+/** Counts of a loaded data set. */
+typedef struct tg_seq2seq_info {
+    int64_t pairs;          /**< N */
+    int64_t max_len;        /**< the L it was built with */
+    int64_t max_src;        /**< max S_i */
+    int64_t max_tgt;        /**< max T_i */
+    int64_t src_tokens;     /**< sum of S_i */
+    int64_t tgt_tokens;     /**< sum of T_i */
+    int64_t truncated_src;  /**< pairs whose source had more than L - 1 tokens */
+    int64_t truncated_tgt;  /**< pairs whose target had more than L - 1 tokens */
+    int32_t pad_id;         /**< id of padded positions (the tokenizer's pad, else its unk,
+                                 else 0: padding is always masked) */
+    uint64_t hash;          /**< the file's FNV-1a 64 (::tg_pairs_info) */
+    uint64_t bytes;         /**< the file's size */
+} tg_seq2seq_info;
+
+/**
+ * Read the pairs file at @p path (tg_pairs_read() rules) and tokenize both sides with @p tok.
+ * The tokenizer must outlive nothing: the data keeps only ids (and the texts with keep_text).
+ * Errors (run-time, NULL returned): those of tg_pairs_read(); ::TG_ERR_ARG (NULL arguments,
+ * max_len < 2 or > 2^30; a side the tokenizer refuses: "x.tsv:7: source: <its message>"),
+ * ::TG_ERR_NOMEM.
+ */
+TG_API tg_seq2seq_data *tg_seq2seq_load(tg_ctx *ctx, const char *path, const tg_tokenizer *tok,
+                                        const tg_seq2seq_opts *opts);
+/** tg_seq2seq_load() over a buffer (@p label as in tg_pairs_read_mem()). */
+TG_API tg_seq2seq_data *tg_seq2seq_load_mem(tg_ctx *ctx, const void *data, size_t size,
+                                            const char *label, const tg_tokenizer *tok,
+                                            const tg_seq2seq_opts *opts);
+/** Release (NULL is a no-op). */
+TG_API void tg_seq2seq_free(tg_seq2seq_data *d);
+/** Counts (all zero for NULL). */
+TG_API tg_seq2seq_info tg_seq2seq_get_info(const tg_seq2seq_data *d);
+/** Number of pairs N (0 for NULL). */
+TG_API int64_t tg_seq2seq_count(const tg_seq2seq_data *d);
+/** Source ids of pair @p i (S_i of them, the last EOS) and *len = S_i; NULL if out of range.
+ *  Owned by @p d. */
+TG_API const int32_t *tg_seq2seq_source(const tg_seq2seq_data *d, int64_t i, int64_t *len);
+/** Target ids of pair @p i without BOS and EOS: tok(target)[:L-1], T_i - 1 of them (decoder
+ *  input = BOS + these, labels = these + EOS); *len = T_i - 1. NULL if out of range. */
+TG_API const int32_t *tg_seq2seq_target(const tg_seq2seq_data *d, int64_t i, int64_t *len);
+/** S_i and T_i of pair @p i (0 out of range). */
+TG_API int64_t tg_seq2seq_src_len(const tg_seq2seq_data *d, int64_t i);
+TG_API int64_t tg_seq2seq_tgt_len(const tg_seq2seq_data *d, int64_t i);
+/** Line number of pair @p i in its file (0 out of range). */
+TG_API int64_t tg_seq2seq_line(const tg_seq2seq_data *d, int64_t i);
+/** Source / target text of pair @p i (NUL-terminated, owned by @p d), if loaded with
+ *  keep_text; else (or out of range) NULL. */
+TG_API const char *tg_seq2seq_source_text(const tg_seq2seq_data *d, int64_t i);
+TG_API const char *tg_seq2seq_target_text(const tg_seq2seq_data *d, int64_t i);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Length-bucketed batches
+ * The batches of one epoch, a function of the lengths (S_i, T_i), the token budget, the seed
+ * and the epoch e >= 0 (what fairseq's --max-tokens does, made exactly reproducible; the
+ * PyTorch reference tools/translate_reference.py implements the same):
+ * 1. RNG: splitmix64 with state s = seed XOR (0x9E3779B97F4A7C15 * (e + 1)) (mod 2^64);
+ *    next(): s += 0x9E3779B97F4A7C15; z = s; z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
+ *    z = (z ^ (z >> 27)) * 0x94D049BB133111EB; return z ^ (z >> 31).
+ * 2. perm = [0, N); for i = N-1 down to 1: j = next() % (i + 1), swap perm[i], perm[j];
+ *    rank[perm[k]] = k.
+ * 3. Examples sorted by (T_i, S_i, rank[i]) ascending.
+ * 4. Greedy packing in that order: a batch takes the next example while
+ *    n * max(max S, max T) <= batch_tokens (padded positions counted).
+ * 5. The list of batches shuffled by Fisher-Yates (as in 2) with the same RNG continuing;
+ *    inside a batch the examples stay in sorted order.
+ * Every example is in exactly one batch per epoch. */
+/**@{*/
+
+/** The batches of one epoch (opaque); released by tg_batches_free(). */
+typedef struct tg_batches tg_batches;
+
+/** One batch: @p n examples (indices into the data, in order), padded to (n, src_len) and
+ *  (n, tgt_len). */
+typedef struct tg_batch {
+    int64_t n;               /**< examples */
+    int64_t src_len;         /**< S = max S_i over them */
+    int64_t tgt_len;         /**< T = max T_i over them */
+    const int64_t *examples; /**< (n) indices, owned by the tg_batches */
+} tg_batch;
+
+/**
+ * Plan the batches of epoch @p epoch for @p n examples with lengths @p src_len[i] and
+ * @p tgt_len[i] (each >= 1), rule above.
+ * Errors (run-time, NULL returned): ::TG_ERR_ARG (n < 1, NULL arrays, a length < 1, epoch < 0,
+ * batch_tokens < 1, or an example longer than the budget: "batch_tokens 64 is smaller than
+ * example 5's length 80 (max of S and T)"), ::TG_ERR_NOMEM.
+ */
+TG_API tg_batches *tg_batches_plan(tg_ctx *ctx, const int64_t *src_len, const int64_t *tgt_len,
+                                   int64_t n, int64_t batch_tokens, uint64_t seed,
+                                   int64_t epoch);
+/** tg_batches_plan() over the lengths of @p d (an example too long names its line). */
+TG_API tg_batches *tg_seq2seq_batches(const tg_seq2seq_data *d, int64_t batch_tokens,
+                                      uint64_t seed, int64_t epoch);
+/** Number of batches (0 for NULL). */
+TG_API int64_t tg_batches_count(const tg_batches *b);
+/** Batch @p i (0 <= i < count) in epoch order; all zero / NULL out of range. */
+TG_API tg_batch tg_batches_get(const tg_batches *b, int64_t i);
+/** Release (NULL is a no-op). */
+TG_API void tg_batches_free(tg_batches *b);
+
+/**
+ * Fill the model inputs of @p n examples (e.g. a tg_batch's) of @p d, padded (SPEC rule above):
+ * - @p src_ids (n, S) ::TG_I32: source ids, then the pad id;
+ * - @p src_pad_mask (n, S) ::TG_F32 or ::TG_F64: 1 at padded positions, 0 elsewhere (the
+ *   source key padding mask, also the memory key padding mask; True = padding as PyTorch);
+ * - @p dec_in (n, T) ::TG_I32: BOS + target ids, then the pad id;
+ * - @p labels (n, T) ::TG_I32: target ids + EOS, then -100 (the ignore_index of
+ *   tg_cross_entropy, PyTorch's default).
+ * S must be >= every S_i and T >= every T_i (a graph of a fixed larger shape works too); any
+ * of the four tensors may be NULL (skipped). The tensors are leaves (tg_input()) whose data is
+ * written in place.
+ * Errors (run-time, on d's context; nothing written): ::TG_ERR_ARG (NULL d or examples, n < 1,
+ * an index out of range), ::TG_ERR_SHAPE (not rank 2, rows != n, S or T too small, the mask's
+ * shape differs from src_ids'), ::TG_ERR_DTYPE.
+ */
+TG_API tg_status tg_seq2seq_fill(const tg_seq2seq_data *d, const int64_t *examples, int64_t n,
+                                 tg_tensor *src_ids, tg_tensor *src_pad_mask,
+                                 tg_tensor *dec_in, tg_tensor *labels);
+/**@}*/
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,652 @@
+/*
+ * batches.c - tokenized sequence-to-sequence data and length-bucketed batches (tgrad_data.h).
+ *
+ * tg_seq2seq_data holds only token ids: for pair i, ids[off[2i] .. off[2i+1]) is the source
+ * (truncated to L - 1 tokens, then EOS) and ids[off[2i+1] .. off[2i+2]) the target tokens
+ * (truncated to L - 1, no BOS/EOS: the decoder input adds BOS in front, the labels EOS at the
+ * end). Texts are kept only on request (evaluation sets). All memory comes from the context
+ * allocator (tg__alloc_owned, owned by the context so a tg_ctx_rewind never frees it) and
+ * grows by doubling.
+ *
+ * The batch plan follows the rule in tgrad_data.h ("Length-bucketed batches") step by step.
+ */
+#include "data.h"
+
+#include <stdlib.h>
+
+/* ----- growable arrays in context memory ---------------------------------------------------- */
+typedef struct grow {
+    void *p;
+    size_t len, cap; /* elements */
+    size_t elem;
+} grow;
+
+static bool grow_reserve(tg_ctx *ctx, const char *fn, grow *g, size_t more)
+{
+    if (g->len + more <= g->cap)
+        return true;
+    size_t cap = g->cap ? g->cap : 1024;
+    while (cap < g->len + more) {
+        if (cap > SIZE_MAX / 2 / g->elem) {
+            tg__run_err(ctx, TG_ERR_NOMEM, fn, "data too large");
+            return false;
+        }
+        cap *= 2;
+    }
+    void *p = tg__alloc_owned(ctx, cap * g->elem, fn, TG__OWNER_CTX);
+    if (!p)
+        return false;
+    if (g->len)
+        memcpy(p, g->p, g->len * g->elem);
+    tg__free(ctx, g->p);
+    g->p = p;
+    g->cap = cap;
+    return true;
+}
+
+struct tg_seq2seq_data {
+    tg_ctx *ctx;
+    tg_seq2seq_info info;
+    grow ids;   /* int32_t: all sequences */
+    grow off;   /* int64_t: 2N + 1 offsets into ids */
+    grow lines; /* int64_t: N line numbers */
+    grow text;  /* char: keep_text: source NUL target NUL, per pair */
+    grow toff;  /* int64_t: keep_text: 2N offsets into text */
+    bool keep_text;
+    int32_t bos, eos; /* the tokenizer's */
+};
+
+/* ----- loading ------------------------------------------------------------------------------- */
+typedef struct loader {
+    tg_seq2seq_data *d;
+    const tg_tokenizer *tok;
+    const char *fn, *label;
+    int32_t *scratch; /* max_len ids */
+} loader;
+
+/* Tokenize one side into d->ids: at most L - 1 ids, then EOS if @p eos. */
+static tg_status add_side(loader *l, const tg_pair *p, const char *s, size_t n, bool eos,
+                          const char *side, bool *truncated)
+{
+    tg_seq2seq_data *d = l->d;
+    int64_t cap = d->info.max_len - 1;
+    int64_t k = tg_tokenizer_encode(l->tok, s, n, l->scratch, cap);
+    if (k < 0) {
+        tg__err_replace(d->ctx, TG_ERR_ARG, l->fn, "%s:%lld: %s: %s", l->label,
+                        (long long)p->line, side,
+                        tg_ctx_message(tg_tokenizer_ctx(l->tok)));
+        return TG_ERR_ARG;
+    }
+    *truncated = k > cap;
+    int64_t m = k < cap ? k : cap;
+    if (!grow_reserve(d->ctx, l->fn, &d->ids, (size_t)m + 1))
+        return TG_ERR_NOMEM;
+    int32_t *ids = (int32_t *)d->ids.p + d->ids.len;
+    memcpy(ids, l->scratch, (size_t)m * sizeof *ids);
+    if (eos)
+        ids[m++] = d->eos;
+    d->ids.len += (size_t)m;
+    return TG_OK;
+}
+
+static bool put_text(tg_seq2seq_data *d, const char *fn, const char *s, size_t n)
+{
+    if (!grow_reserve(d->ctx, fn, &d->text, n + 1) || !grow_reserve(d->ctx, fn, &d->toff, 1))
+        return false;
+    ((int64_t *)d->toff.p)[d->toff.len++] = (int64_t)d->text.len;
+    memcpy((char *)d->text.p + d->text.len, s, n);
+    d->text.len += n;
+    ((char *)d->text.p)[d->text.len++] = '\0';
+    return true;
+}
+
+static tg_status load_pair(void *user, const tg_pair *p)
+{
+    loader *l = user;
+    tg_seq2seq_data *d = l->d;
+    if (!grow_reserve(d->ctx, l->fn, &d->off, 2) || !grow_reserve(d->ctx, l->fn, &d->lines, 1))
+        return TG_ERR_NOMEM;
+    bool ts, tt;
+    tg_status st = add_side(l, p, p->source, p->source_len, true, "source", &ts);
+    if (st != TG_OK)
+        return st;
+    int64_t *off = d->off.p;
+    off[d->off.len++] = (int64_t)d->ids.len;
+    st = add_side(l, p, p->target, p->target_len, false, "target", &tt);
+    if (st != TG_OK)
+        return st;
+    off[d->off.len++] = (int64_t)d->ids.len;
+    ((int64_t *)d->lines.p)[d->lines.len++] = p->line;
+    if (d->keep_text && (!put_text(d, l->fn, p->source, p->source_len) ||
+                         !put_text(d, l->fn, p->target, p->target_len)))
+        return TG_ERR_NOMEM;
+    int64_t i = (int64_t)d->lines.len - 1;
+    int64_t S = off[2 * i + 1] - off[2 * i], T = off[2 * i + 2] - off[2 * i + 1] + 1;
+    tg_seq2seq_info *in = &d->info;
+    in->pairs++;
+    in->truncated_src += ts;
+    in->truncated_tgt += tt;
+    in->src_tokens += S;
+    in->tgt_tokens += T;
+    if (S > in->max_src)
+        in->max_src = S;
+    if (T > in->max_tgt)
+        in->max_tgt = T;
+    return TG_OK;
+}
+
+static void data_release(tg_seq2seq_data *d)
+{
+    tg_ctx *ctx = d->ctx;
+    tg__free(ctx, d->ids.p);
+    tg__free(ctx, d->off.p);
+    tg__free(ctx, d->lines.p);
+    tg__free(ctx, d->text.p);
+    tg__free(ctx, d->toff.p);
+    tg__free(ctx, d);
+}
+
+/* path != NULL: the file; else the buffer. */
+static tg_seq2seq_data *load(tg_ctx *ctx, const char *fn, const char *path, const void *data,
+                             size_t size, const char *label, const tg_tokenizer *tok,
+                             const tg_seq2seq_opts *opts)
+{
+    tg_seq2seq_opts o = opts ? *opts : (tg_seq2seq_opts){0};
+    if (!o.max_len)
+        o.max_len = 256;
+    if (!tok || (!path && !data && size)) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "NULL %s", tok ? "data" : "tokenizer");
+        return NULL;
+    }
+    if (o.max_len < 2 || o.max_len > ((int64_t)1 << 30)) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "max_len %lld is outside [2, 2^30]",
+                    (long long)o.max_len);
+        return NULL;
+    }
+    tg_seq2seq_data *d = tg__alloc_owned(ctx, sizeof *d, fn, TG__OWNER_CTX);
+    int32_t *scratch = tg__alloc(ctx, (size_t)o.max_len * sizeof *scratch, fn);
+    if (!d || !scratch) {
+        tg__free(ctx, d);
+        tg__free(ctx, scratch);
+        return NULL;
+    }
+    d->ctx = ctx;
+    d->keep_text = o.keep_text;
+    d->ids.elem = sizeof(int32_t);
+    d->off.elem = d->lines.elem = d->toff.elem = sizeof(int64_t);
+    d->text.elem = 1;
+    d->info.max_len = o.max_len;
+    tg_token_ids sp = tg_tokenizer_special(tok);
+    d->bos = sp.bos;
+    d->eos = sp.eos;
+    d->info.pad_id = sp.pad >= 0 ? sp.pad : sp.unk >= 0 ? sp.unk : 0;
+    tg_status st = TG_OK;
+    if (grow_reserve(ctx, fn, &d->off, 1))
+        ((int64_t *)d->off.p)[d->off.len++] = 0;
+    else
+        st = TG_ERR_NOMEM;
+    tg__src src;
+    loader l = {d, tok, fn, NULL, scratch};
+    tg_pairs_info pi = {0, 0, 0};
+    if (st == TG_OK) {
+        if (path)
+            st = tg__src_open_file(ctx, &src, fn, path);
+        else {
+            tg__src_open_mem(&src, fn, data ? data : "", size);
+            if (label)
+                src.label = label;
+        }
+    }
+    if (st == TG_OK) {
+        l.label = src.label;
+        st = tg__pairs_read_src(ctx, fn, &src, o.max_line, load_pair, &l, &pi);
+        tg__src_close(ctx, &src);
+    }
+    tg__free(ctx, scratch);
+    if (st != TG_OK) {
+        data_release(d);
+        return NULL;
+    }
+    d->info.hash = pi.hash;
+    d->info.bytes = pi.bytes;
+    return d;
+}
+
+tg_seq2seq_data *tg_seq2seq_load(tg_ctx *ctx, const char *path, const tg_tokenizer *tok,
+                                 const tg_seq2seq_opts *opts)
+{
+    static const char fn[] = "tg_seq2seq_load";
+    if (!ctx)
+        return NULL;
+    tg__io_enter(ctx);
+    tg_seq2seq_data *d = NULL;
+    if (!path)
+        tg__run_err(ctx, TG_ERR_ARG, fn, "path is NULL");
+    else
+        d = load(ctx, fn, path, NULL, 0, NULL, tok, opts);
+    tg__io_leave(ctx);
+    return d;
+}
+
+tg_seq2seq_data *tg_seq2seq_load_mem(tg_ctx *ctx, const void *data, size_t size,
+                                     const char *label, const tg_tokenizer *tok,
+                                     const tg_seq2seq_opts *opts)
+{
+    static const char fn[] = "tg_seq2seq_load_mem";
+    if (!ctx)
+        return NULL;
+    tg__io_enter(ctx);
+    tg_seq2seq_data *d = load(ctx, fn, NULL, data, size, label, tok, opts);
+    tg__io_leave(ctx);
+    return d;
+}
+
+void tg_seq2seq_free(tg_seq2seq_data *d)
+{
+    if (d)
+        data_release(d);
+}
+
+tg_seq2seq_info tg_seq2seq_get_info(const tg_seq2seq_data *d)
+{
+    tg_seq2seq_info z;
+    memset(&z, 0, sizeof z);
+    return d ? d->info : z;
+}
+
+int64_t tg_seq2seq_count(const tg_seq2seq_data *d) { return d ? d->info.pairs : 0; }
+
+static bool in_range(const tg_seq2seq_data *d, int64_t i)
+{
+    return d && i >= 0 && i < d->info.pairs;
+}
+
+const int32_t *tg_seq2seq_source(const tg_seq2seq_data *d, int64_t i, int64_t *len)
+{
+    if (len)
+        *len = 0;
+    if (!in_range(d, i))
+        return NULL;
+    const int64_t *off = d->off.p;
+    if (len)
+        *len = off[2 * i + 1] - off[2 * i];
+    return (const int32_t *)d->ids.p + off[2 * i];
+}
+
+const int32_t *tg_seq2seq_target(const tg_seq2seq_data *d, int64_t i, int64_t *len)
+{
+    if (len)
+        *len = 0;
+    if (!in_range(d, i))
+        return NULL;
+    const int64_t *off = d->off.p;
+    if (len)
+        *len = off[2 * i + 2] - off[2 * i + 1];
+    return (const int32_t *)d->ids.p + off[2 * i + 1];
+}
+
+int64_t tg_seq2seq_src_len(const tg_seq2seq_data *d, int64_t i)
+{
+    if (!in_range(d, i))
+        return 0;
+    const int64_t *off = d->off.p;
+    return off[2 * i + 1] - off[2 * i];
+}
+
+int64_t tg_seq2seq_tgt_len(const tg_seq2seq_data *d, int64_t i)
+{
+    if (!in_range(d, i))
+        return 0;
+    const int64_t *off = d->off.p;
+    return off[2 * i + 2] - off[2 * i + 1] + 1;
+}
+
+int64_t tg_seq2seq_line(const tg_seq2seq_data *d, int64_t i)
+{
+    return in_range(d, i) ? ((const int64_t *)d->lines.p)[i] : 0;
+}
+
+const char *tg_seq2seq_source_text(const tg_seq2seq_data *d, int64_t i)
+{
+    if (!in_range(d, i) || !d->keep_text)
+        return NULL;
+    return (const char *)d->text.p + ((const int64_t *)d->toff.p)[2 * i];
+}
+
+const char *tg_seq2seq_target_text(const tg_seq2seq_data *d, int64_t i)
+{
+    if (!in_range(d, i) || !d->keep_text)
+        return NULL;
+    return (const char *)d->text.p + ((const int64_t *)d->toff.p)[2 * i + 1];
+}
+
+/* ----- the batch plan ------------------------------------------------------------------------ */
+#define GOLDEN 0x9E3779B97F4A7C15ULL
+
+static uint64_t splitmix64_next(uint64_t *s)
+{
+    *s += GOLDEN;
+    uint64_t z = *s;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+struct tg_batches {
+    tg_ctx *ctx;
+    int64_t n_batches, n;
+    int64_t *order;  /* (n) example indices, batch by batch in epoch order */
+    int64_t *start;  /* (n_batches + 1) */
+    int64_t *S, *T;  /* (n_batches) */
+};
+
+typedef struct key {
+    int64_t T, S, rank, idx;
+} key;
+
+static int cmp_key(const void *a, const void *b)
+{
+    const key *x = a, *y = b;
+    if (x->T != y->T)
+        return x->T < y->T ? -1 : 1;
+    if (x->S != y->S)
+        return x->S < y->S ? -1 : 1;
+    return x->rank < y->rank ? -1 : x->rank > y->rank; /* ranks are distinct */
+}
+
+void tg_batches_free(tg_batches *b)
+{
+    if (!b)
+        return;
+    tg_ctx *ctx = b->ctx;
+    tg__free(ctx, b->order);
+    tg__free(ctx, b->start);
+    tg__free(ctx, b->S);
+    tg__free(ctx, b->T);
+    tg__free(ctx, b);
+}
+
+/* lines: NULL, or the line of each example (messages). */
+static tg_batches *plan(tg_ctx *ctx, const char *fn, const int64_t *S, const int64_t *T,
+                        const int64_t *lines, int64_t n, int64_t budget, uint64_t seed,
+                        int64_t epoch)
+{
+    if (!S || !T || n < 1 || epoch < 0 || budget < 1) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "%s",
+                    !S || !T ? "NULL lengths" : n < 1 ? "no examples"
+                    : epoch < 0 ? "epoch < 0" : "batch_tokens < 1");
+        return NULL;
+    }
+    if ((uint64_t)n > SIZE_MAX / sizeof(key)) {
+        tg__run_err(ctx, TG_ERR_NOMEM, fn, "too many examples");
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (S[i] < 1 || T[i] < 1) {
+            tg__run_err(ctx, TG_ERR_ARG, fn, "example %lld has a length < 1", (long long)i);
+            return NULL;
+        }
+        int64_t m = S[i] > T[i] ? S[i] : T[i];
+        if (m > budget) {
+            if (lines)
+                tg__run_err(ctx, TG_ERR_ARG, fn,
+                            "batch_tokens %lld is smaller than the pair on line %lld (length "
+                            "%lld, the max of source and target)",
+                            (long long)budget, (long long)lines[i], (long long)m);
+            else
+                tg__run_err(ctx, TG_ERR_ARG, fn,
+                            "batch_tokens %lld is smaller than example %lld's length %lld (the "
+                            "max of source and target)",
+                            (long long)budget, (long long)i, (long long)m);
+            return NULL;
+        }
+    }
+    tg_batches *b = tg__alloc_owned(ctx, sizeof *b, fn, TG__OWNER_CTX);
+    key *k = tg__alloc(ctx, (size_t)n * sizeof *k, fn);
+    if (!b || !k) {
+        tg__free(ctx, b);
+        tg__free(ctx, k);
+        return NULL;
+    }
+    b->ctx = ctx;
+    b->n = n;
+    /* 1-2: the RNG and the permutation; k[].idx holds perm for now */
+    uint64_t s = seed ^ (GOLDEN * ((uint64_t)epoch + 1));
+    for (int64_t i = 0; i < n; i++)
+        k[i].idx = i;
+    for (int64_t i = n - 1; i >= 1; i--) {
+        int64_t j = (int64_t)(splitmix64_next(&s) % (uint64_t)(i + 1));
+        int64_t t = k[i].idx;
+        k[i].idx = k[j].idx;
+        k[j].idx = t;
+    }
+    /* rank[perm[r]] = r: the keys are made in a second array order (idx = example) */
+    for (int64_t r = 0; r < n; r++)
+        k[r].rank = r; /* k[r].idx = perm[r], whose rank is r */
+    for (int64_t r = 0; r < n; r++) {
+        k[r].S = S[k[r].idx];
+        k[r].T = T[k[r].idx];
+    }
+    /* 3: sort by (T, S, rank) */
+    qsort(k, (size_t)n, sizeof *k, cmp_key);
+    /* 4: greedy packing; count the batches first */
+    int64_t nb = 0;
+    for (int64_t i = 0, cnt = 0, ms = 0, mt = 0; i < n; i++) {
+        int64_t s2 = k[i].S > ms ? k[i].S : ms, t2 = k[i].T > mt ? k[i].T : mt;
+        int64_t w = s2 > t2 ? s2 : t2;
+        if (cnt > 0 && (cnt + 1) > budget / w) { /* (cnt + 1) * w > budget, without overflow */
+            nb++;
+            cnt = 0, s2 = k[i].S, t2 = k[i].T;
+        }
+        cnt++, ms = s2, mt = t2;
+    }
+    nb++;
+    int64_t *sorted_start = tg__alloc(ctx, (size_t)(nb + 1) * sizeof(int64_t), fn);
+    b->order = tg__alloc_owned(ctx, (size_t)n * sizeof(int64_t), fn, TG__OWNER_CTX);
+    b->start = tg__alloc_owned(ctx, (size_t)(nb + 1) * sizeof(int64_t), fn, TG__OWNER_CTX);
+    b->S = tg__alloc_owned(ctx, (size_t)nb * sizeof(int64_t), fn, TG__OWNER_CTX);
+    b->T = tg__alloc_owned(ctx, (size_t)nb * sizeof(int64_t), fn, TG__OWNER_CTX);
+    int64_t *bs = tg__alloc(ctx, (size_t)nb * sizeof(int64_t), fn);
+    int64_t *bt = tg__alloc(ctx, (size_t)nb * sizeof(int64_t), fn);
+    int64_t *border = tg__alloc(ctx, (size_t)nb * sizeof(int64_t), fn);
+    if (!sorted_start || !b->order || !b->start || !b->S || !b->T || !bs || !bt || !border) {
+        tg__free(ctx, sorted_start);
+        tg__free(ctx, bs);
+        tg__free(ctx, bt);
+        tg__free(ctx, border);
+        tg__free(ctx, k);
+        tg_batches_free(b);
+        return NULL;
+    }
+    int64_t cur = 0;
+    sorted_start[0] = 0;
+    for (int64_t i = 0, cnt = 0, ms = 0, mt = 0; i < n; i++) {
+        int64_t s2 = k[i].S > ms ? k[i].S : ms, t2 = k[i].T > mt ? k[i].T : mt;
+        int64_t w = s2 > t2 ? s2 : t2;
+        if (cnt > 0 && (cnt + 1) > budget / w) {
+            bs[cur] = ms, bt[cur] = mt;
+            sorted_start[++cur] = i;
+            cnt = 0, s2 = k[i].S, t2 = k[i].T;
+        }
+        cnt++, ms = s2, mt = t2;
+        if (i == n - 1)
+            bs[cur] = ms, bt[cur] = mt;
+    }
+    sorted_start[nb] = n;
+    /* 5: shuffle the batches, the RNG continuing */
+    for (int64_t i = 0; i < nb; i++)
+        border[i] = i;
+    for (int64_t i = nb - 1; i >= 1; i--) {
+        int64_t j = (int64_t)(splitmix64_next(&s) % (uint64_t)(i + 1));
+        int64_t t = border[i];
+        border[i] = border[j];
+        border[j] = t;
+    }
+    int64_t pos = 0;
+    for (int64_t q = 0; q < nb; q++) {
+        int64_t src = border[q];
+        b->start[q] = pos;
+        b->S[q] = bs[src];
+        b->T[q] = bt[src];
+        for (int64_t i = sorted_start[src]; i < sorted_start[src + 1]; i++)
+            b->order[pos++] = k[i].idx;
+    }
+    b->start[nb] = pos;
+    b->n_batches = nb;
+    tg__free(ctx, sorted_start);
+    tg__free(ctx, bs);
+    tg__free(ctx, bt);
+    tg__free(ctx, border);
+    tg__free(ctx, k);
+    return b;
+}
+
+tg_batches *tg_batches_plan(tg_ctx *ctx, const int64_t *src_len, const int64_t *tgt_len,
+                            int64_t n, int64_t batch_tokens, uint64_t seed, int64_t epoch)
+{
+    if (!ctx)
+        return NULL;
+    tg__begin(ctx);
+    return plan(ctx, "tg_batches_plan", src_len, tgt_len, NULL, n, batch_tokens, seed, epoch);
+}
+
+tg_batches *tg_seq2seq_batches(const tg_seq2seq_data *d, int64_t batch_tokens, uint64_t seed,
+                               int64_t epoch)
+{
+    static const char fn[] = "tg_seq2seq_batches";
+    if (!d)
+        return NULL;
+    tg_ctx *ctx = d->ctx;
+    tg__begin(ctx);
+    int64_t n = d->info.pairs;
+    int64_t *S = tg__alloc(ctx, (size_t)n * sizeof *S, fn);
+    int64_t *T = tg__alloc(ctx, (size_t)n * sizeof *T, fn);
+    tg_batches *b = NULL;
+    if (S && T) {
+        for (int64_t i = 0; i < n; i++) {
+            S[i] = tg_seq2seq_src_len(d, i);
+            T[i] = tg_seq2seq_tgt_len(d, i);
+        }
+        b = plan(ctx, fn, S, T, d->lines.p, n, batch_tokens, seed, epoch);
+    }
+    tg__free(ctx, S);
+    tg__free(ctx, T);
+    return b;
+}
+
+int64_t tg_batches_count(const tg_batches *b) { return b ? b->n_batches : 0; }
+
+tg_batch tg_batches_get(const tg_batches *b, int64_t i)
+{
+    tg_batch r = {0, 0, 0, NULL};
+    if (!b || i < 0 || i >= b->n_batches)
+        return r;
+    r.n = b->start[i + 1] - b->start[i];
+    r.src_len = b->S[i];
+    r.tgt_len = b->T[i];
+    r.examples = b->order + b->start[i];
+    return r;
+}
+
+/* ----- filling a batch's tensors -------------------------------------------------------------- */
+static bool check_2d(tg_ctx *ctx, const char *fn, const tg_tensor *t, const char *what,
+                     int64_t n, int64_t min_cols, bool ints, tg_status *st)
+{
+    if (!t)
+        return true;
+    char sh[64];
+    tg_dtype dt = tg_tensor_dtype(t);
+    if (ints ? dt != TG_I32 : (dt != TG_F32 && dt != TG_F64)) {
+        tg__run_err(ctx, TG_ERR_DTYPE, fn, "%s must be %s", what, ints ? "i32" : "f32 or f64");
+        *st = TG_ERR_DTYPE;
+        return false;
+    }
+    if (tg_tensor_kind(t) == TG_KIND_OP || tg_tensor_is_view(t) ||
+        tg_tensor_data((tg_tensor *)t) == NULL) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "%s must be a leaf (tg_input) with its own data", what);
+        *st = TG_ERR_ARG;
+        return false;
+    }
+    if (tg_tensor_rank(t) != 2 || tg_tensor_dim(t, 0) != n || tg_tensor_dim(t, 1) < min_cols) {
+        tg__run_err(ctx, TG_ERR_SHAPE, fn,
+                    "%s is %s; it must be (%lld, L) with L >= %lld (the longest sequence)", what,
+                    tg_tensor_shape_str(t, sh, sizeof sh), (long long)n, (long long)min_cols);
+        *st = TG_ERR_SHAPE;
+        return false;
+    }
+    return true;
+}
+
+tg_status tg_seq2seq_fill(const tg_seq2seq_data *d, const int64_t *examples, int64_t n,
+                          tg_tensor *src_ids, tg_tensor *src_pad_mask, tg_tensor *dec_in,
+                          tg_tensor *labels)
+{
+    static const char fn[] = "tg_seq2seq_fill";
+    if (!d)
+        return TG_ERR_ARG;
+    tg_ctx *ctx = d->ctx;
+    tg__begin(ctx);
+    if (!examples || n < 1) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "no examples");
+        return TG_ERR_ARG;
+    }
+    int64_t ms = 0, mt = 0;
+    for (int64_t r = 0; r < n; r++) {
+        if (!in_range(d, examples[r])) {
+            tg__run_err(ctx, TG_ERR_ARG, fn, "example %lld (row %lld) is outside [0, %lld)",
+                        (long long)examples[r], (long long)r, (long long)d->info.pairs);
+            return TG_ERR_ARG;
+        }
+        int64_t s = tg_seq2seq_src_len(d, examples[r]), t = tg_seq2seq_tgt_len(d, examples[r]);
+        ms = s > ms ? s : ms;
+        mt = t > mt ? t : mt;
+    }
+    tg_status st = TG_OK;
+    if (!check_2d(ctx, fn, src_ids, "src_ids", n, ms, true, &st) ||
+        !check_2d(ctx, fn, src_pad_mask, "src_pad_mask", n, ms, false, &st) ||
+        !check_2d(ctx, fn, dec_in, "dec_in", n, mt, true, &st) ||
+        !check_2d(ctx, fn, labels, "labels", n, mt, true, &st))
+        return st;
+    if (src_ids && src_pad_mask && tg_tensor_dim(src_pad_mask, 1) != tg_tensor_dim(src_ids, 1)) {
+        tg__run_err(ctx, TG_ERR_SHAPE, fn, "src_pad_mask and src_ids differ in length (%lld, %lld)",
+                    (long long)tg_tensor_dim(src_pad_mask, 1), (long long)tg_tensor_dim(src_ids, 1));
+        return TG_ERR_SHAPE;
+    }
+    const int32_t pad = d->info.pad_id;
+    for (int64_t r = 0; r < n; r++) {
+        int64_t sl, tl;
+        const int32_t *s = tg_seq2seq_source(d, examples[r], &sl);
+        const int32_t *t = tg_seq2seq_target(d, examples[r], &tl);
+        if (src_ids) {
+            int64_t S = tg_tensor_dim(src_ids, 1);
+            int32_t *o = (int32_t *)tg_tensor_data(src_ids) + r * S;
+            for (int64_t j = 0; j < S; j++)
+                o[j] = j < sl ? s[j] : pad;
+        }
+        if (src_pad_mask) {
+            int64_t S = tg_tensor_dim(src_pad_mask, 1);
+            if (tg_tensor_dtype(src_pad_mask) == TG_F32) {
+                float *o = (float *)tg_tensor_data(src_pad_mask) + r * S;
+                for (int64_t j = 0; j < S; j++)
+                    o[j] = j < sl ? 0.0f : 1.0f;
+            } else {
+                double *o = (double *)tg_tensor_data(src_pad_mask) + r * S;
+                for (int64_t j = 0; j < S; j++)
+                    o[j] = j < sl ? 0.0 : 1.0;
+            }
+        }
+        if (dec_in) {
+            int64_t T = tg_tensor_dim(dec_in, 1);
+            int32_t *o = (int32_t *)tg_tensor_data(dec_in) + r * T;
+            for (int64_t j = 0; j < T; j++)
+                o[j] = j == 0 ? d->bos : j <= tl ? t[j - 1] : pad;
+        }
+        if (labels) {
+            int64_t T = tg_tensor_dim(labels, 1);
+            int32_t *o = (int32_t *)tg_tensor_data(labels) + r * T;
+            for (int64_t j = 0; j < T; j++)
+                o[j] = j < tl ? t[j] : j == tl ? d->eos : -100;
+        }
+    }
+    return TG_OK;
+}

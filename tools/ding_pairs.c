@@ -1,0 +1,604 @@
+/*
+ * ding_pairs.c - English-German sentence pairs from the Ding dictionary (Debian's trans-de-en,
+ * /usr/share/trans/de-en; GPL-2+, Frank Richter) as train.tsv, valid.tsv and test.tsv.
+ *
+ *   ding-pairs [--seed N] [--valid N] [--test N] [--source FILE] [--force] OUTDIR
+ *
+ * The dictionary has one entry per line, `German :: English`; ` | ` separates aligned
+ * sub-entries on both sides (the same count on each). A sub-entry pair is a candidate when
+ * both sides end in '.', '!' or '?'. Each side is then cleaned, in this order (the first rule
+ * that applies to the English side, else to the German side, is the one counted):
+ *   1. control characters (a tab, ...) or '~':                      dropped ("tilde/control")
+ *   2. variants: "; " outside brackets separates alternatives. The first variant is kept; if
+ *      it does not end in . ! ? itself, the next variant must start with a character that is
+ *      not a lowercase ASCII letter (a new sentence), and the side's final punctuation is
+ *      appended; otherwise (a ';' inside a sentence or a word list):  dropped ("semicolon")
+ *   3. annotations removed with the space before them: {...} grammar, [...] labels (Br., ugs.),
+ *      <...> spelling variants, (...) optional words and comments; a (...) that opens the
+ *      side keeps its words ("(The) markets ..." -> "The markets ..."). Unbalanced or nested
+ *      brackets:                                                     dropped ("brackets")
+ *   4. spaces collapsed and trimmed, no space before . , ! ? ; :
+ *   5. '/' between two non-digits (alternatives such as "argue/quarrel" or "a / b"):
+ *                                                                     dropped ("slash")
+ *   6. a placeholder word sth, sb, etw, jd, jdn, jdm, jds, jmd, jmdn, jmdm, jmds
+ *      (dictionary phrases, not sentences):                           dropped ("placeholder")
+ *   7. a side that starts with a lowercase letter (a-z, ä, ö, ü, ß: verb tables such as
+ *      "swim!" / "schwimme!", fragments such as "and what then?"):    dropped ("lowercase start")
+ *   8. the result must still end in . ! ? and hold a letter:          dropped ("not a sentence")
+ *   0. invalid UTF-8 (checked first, with rule 1):                    dropped ("utf-8")
+ * Pairs are deduplicated on the exact cleaned (English, German). The same English with two
+ * German translations keeps both, and both go to the same split: the unique English sentences
+ * (groups) are shuffled (splitmix64 + Fisher-Yates, the state seeded as in SPEC's batches with
+ * epoch 0: seed XOR 0x9E3779B97F4A7C15), then test takes groups in that order until it holds
+ * --test pairs (a group larger than the room left goes to train), valid likewise, the rest is
+ * train. Every file lists its pairs in the shuffled group order (a group's pairs sorted by
+ * German, bytewise). The three files are written to temporaries in OUTDIR, then renamed.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PROG "ding-pairs"
+
+enum { R_TILDE, R_SEMI, R_BRACKETS, R_SLASH, R_PLACEHOLDER, R_LOWER, R_NOT_SENTENCE, R_UTF8,
+       R_COUNT };
+static const char *rule_names[R_COUNT] = {"tilde/control", "semicolon", "brackets", "slash",
+                                          "placeholder", "lowercase start", "not a sentence",
+                                          "utf-8"};
+
+typedef struct pair {
+    char *en, *de;
+} pair;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2), noreturn))
+#endif
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, PROG ": ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        die("out of memory");
+    return p;
+}
+
+static bool is_end(char c) { return c == '.' || c == '!' || c == '?'; }
+
+/* Strict UTF-8 (RFC 3629): no overlong forms, surrogates, or values above U+10FFFF. */
+static bool utf8_ok(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t need;
+        unsigned lo = 0x80, hi = 0xBF;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if (c >= 0xC2 && c <= 0xDF)
+            need = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            lo = c == 0xE0 ? 0xA0 : 0x80;
+            hi = c == 0xED ? 0x9F : 0xBF;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            lo = c == 0xF0 ? 0x90 : 0x80;
+            hi = c == 0xF4 ? 0x8F : 0xBF;
+        } else
+            return false;
+        if (n - i <= need || s[i + 1] < lo || s[i + 1] > hi)
+            return false;
+        for (size_t k = 2; k <= need; k++)
+            if ((s[i + k] & 0xC0) != 0x80)
+                return false;
+        i += need + 1;
+    }
+    return true;
+}
+
+static bool is_word_char(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c >= 0x80;
+}
+
+static bool has_placeholder(const char *s)
+{
+    static const char *words[] = {"sth", "sb", "etw", "jd", "jdn", "jdm", "jds",
+                                  "jmd", "jmdn", "jmdm", "jmds"};
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        if (!is_word_char((unsigned char)s[i])) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < n && is_word_char((unsigned char)s[j]))
+            j++;
+        for (size_t w = 0; w < sizeof words / sizeof *words; w++)
+            if (strlen(words[w]) == j - i && memcmp(s + i, words[w], j - i) == 0)
+                return true;
+        i = j;
+    }
+    return false;
+}
+
+static int close_of(char c)
+{
+    switch (c) {
+    case '(': return ')';
+    case '[': return ']';
+    case '{': return '}';
+    case '<': return '>';
+    default: return 0;
+    }
+}
+
+static bool is_close(char c) { return c == ')' || c == ']' || c == '}' || c == '>'; }
+
+/* Clean one side (n bytes at s) into out (at least n + 2 bytes). Returns -1 if kept, else
+ * the rule that drops it. */
+static int clean_side(const char *s, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f || s[i] == '~')
+            return R_TILDE;
+    if (!utf8_ok((const unsigned char *)s, n))
+        return R_UTF8;
+    /* 2. variants */
+    size_t end = n;
+    int depth = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (close_of(s[i]))
+            depth++;
+        else if (is_close(s[i]))
+            depth--;
+        else if (s[i] == ';' && depth == 0) {
+            size_t k = i;
+            while (k > 0 && s[k - 1] == ' ')
+                k--;
+            size_t nx = i + 1;
+            while (nx < n && s[nx] == ' ')
+                nx++;
+            if (k == 0 || nx >= n)
+                return R_SEMI;
+            if (!is_end(s[k - 1]) && s[nx] >= 'a' && s[nx] <= 'z')
+                return R_SEMI;
+            end = k;
+            break;
+        }
+    }
+    char final = s[n - 1];
+    /* 3. annotations */
+    char *tmp = xmalloc(n + 2);
+    size_t t = 0, i = 0;
+    size_t lead = 0;
+    while (lead < end && s[lead] == ' ')
+        lead++;
+    while (i < end) {
+        char c = s[i];
+        if (is_close(c)) {
+            free(tmp);
+            return R_BRACKETS;
+        }
+        int cl = close_of(c);
+        if (!cl) {
+            tmp[t++] = c;
+            i++;
+            continue;
+        }
+        size_t j = i + 1;
+        while (j < end && s[j] != cl) {
+            if (close_of(s[j]) || is_close(s[j])) {
+                free(tmp);
+                return R_BRACKETS;
+            }
+            j++;
+        }
+        if (j >= end) {
+            free(tmp);
+            return R_BRACKETS;
+        }
+        if (c == '(' && i == lead) { /* "(The) markets": keep the words */
+            memcpy(tmp + t, s + i + 1, j - i - 1);
+            t += j - i - 1;
+        } else {
+            while (t > 0 && tmp[t - 1] == ' ')
+                t--;
+            tmp[t++] = ' ';
+        }
+        i = j + 1;
+    }
+    /* 4. spaces */
+    size_t o = 0;
+    for (size_t k = 0; k < t; k++) {
+        char c = tmp[k];
+        if (c == ' ' && (o == 0 || out[o - 1] == ' '))
+            continue;
+        if ((is_end(c) || c == ',' || c == ';' || c == ':') && o > 0 && out[o - 1] == ' ')
+            o--;
+        out[o++] = c;
+    }
+    while (o > 0 && out[o - 1] == ' ')
+        o--;
+    free(tmp);
+    if (o > 0 && !is_end(out[o - 1]) && is_end(final) && end < n)
+        out[o++] = final; /* the first variant without its own punctuation */
+    out[o] = '\0';
+    /* 5. slash */
+    for (size_t k = 0; k < o; k++)
+        if (out[k] == '/' &&
+            !(k > 0 && k + 1 < o && out[k - 1] >= '0' && out[k - 1] <= '9' &&
+              out[k + 1] >= '0' && out[k + 1] <= '9'))
+            return R_SLASH;
+    /* 6. placeholders */
+    if (has_placeholder(out))
+        return R_PLACEHOLDER;
+    /* 7. a sentence starts with no lowercase letter (verb tables: "swim!", "schwimme!") */
+    const unsigned char *u = (const unsigned char *)out;
+    if ((u[0] >= 'a' && u[0] <= 'z') ||
+        (u[0] == 0xC3 && (u[1] == 0xA4 || u[1] == 0xB6 || u[1] == 0xBC || u[1] == 0x9F)))
+        return R_LOWER;
+    /* 8. still a sentence */
+    bool letter = false;
+    for (size_t k = 0; k < o; k++)
+        if ((out[k] >= 'a' && out[k] <= 'z') || (out[k] >= 'A' && out[k] <= 'Z') ||
+            (unsigned char)out[k] >= 0xC0)
+            letter = true;
+    if (o < 2 || !is_end(out[o - 1]) || !letter)
+        return R_NOT_SENTENCE;
+    return -1;
+}
+
+/* ----- splitmix64 (SPEC: the batches' RNG) ----------------------------------------------- */
+static uint64_t sm_next(uint64_t *s)
+{
+    *s += 0x9E3779B97F4A7C15ULL;
+    uint64_t z = *s;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static int cmp_pair(const void *a, const void *b)
+{
+    const pair *x = a, *y = b;
+    int c = strcmp(x->en, y->en);
+    return c ? c : strcmp(x->de, y->de);
+}
+
+/* ----- output ------------------------------------------------------------------------------ */
+typedef struct outfile {
+    const char *name;
+    char path[4096], tmp[4096];
+    FILE *f;
+    size_t count;
+} outfile;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: " PROG " [--seed N] [--valid N] [--test N] [--source FILE] [--force] OUTDIR\n"
+            "Writes OUTDIR/train.tsv, valid.tsv and test.tsv (English<TAB>German, UTF-8) from\n"
+            "the Ding dictionary (default source /usr/share/trans/de-en, Debian's trans-de-en;\n"
+            "GPL-2+, Frank Richter). Defaults: --seed 1 --valid 500 --test 1000.\n"
+            "--force replaces existing files.\n");
+}
+
+static bool parse_u64(const char *s, uint64_t max, uint64_t *v)
+{
+    if (!s || !*s || *s == '-' || *s == '+')
+        return false;
+    errno = 0;
+    char *e;
+    unsigned long long x = strtoull(s, &e, 10);
+    if (errno || *e || x > max)
+        return false;
+    *v = x;
+    return true;
+}
+
+static void usage_err(const char *msg, const char *arg)
+{
+    fprintf(stderr, PROG ": %s%s%s\n", msg, arg ? " " : "", arg ? arg : "");
+    fprintf(stderr, "Try '" PROG " --help'.\n");
+    exit(2);
+}
+
+static char *read_all(const char *path, size_t *n)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        die("cannot open '%s': %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        die("'%s' is not a regular file", path);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        die("cannot open '%s': %s", path, strerror(errno));
+    size_t cap = (size_t)st.st_size + 1, len = 0;
+    char *buf = xmalloc(cap + 1);
+    for (;;) {
+        if (len == cap) {
+            cap *= 2;
+            char *nb = realloc(buf, cap + 1);
+            if (!nb)
+                die("out of memory reading '%s'", path);
+            buf = nb;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    if (ferror(f))
+        die("cannot read '%s': %s", path, strerror(errno));
+    fclose(f);
+    buf[len] = '\0';
+    *n = len;
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t seed = 1, n_valid = 500, n_test = 1000;
+    const char *source = "/usr/share/trans/de-en", *outdir = NULL;
+    bool force = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        uint64_t *num = NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--force"))
+            force = true;
+        else if (!strcmp(a, "--seed"))
+            num = &seed;
+        else if (!strcmp(a, "--valid"))
+            num = &n_valid;
+        else if (!strcmp(a, "--test"))
+            num = &n_test;
+        else if (!strcmp(a, "--source")) {
+            if (i + 1 >= argc)
+                usage_err("--source needs a file", NULL);
+            source = argv[++i];
+        } else if (a[0] == '-' && a[1])
+            usage_err("unknown option", a);
+        else if (outdir)
+            usage_err("more than one output directory:", a);
+        else
+            outdir = a;
+        if (num) {
+            if (i + 1 >= argc)
+                usage_err("option needs a number:", a);
+            uint64_t max = num == &seed ? UINT64_MAX : 100000000;
+            if (!parse_u64(argv[i + 1], max, num))
+                usage_err(num == &seed ? "--seed needs an integer in [0, 2^64):"
+                                       : "--valid/--test need an integer in [0, 1e8]:",
+                          argv[i + 1]);
+            i++;
+        }
+    }
+    if (!outdir)
+        usage_err("no output directory given", NULL);
+    struct stat st;
+    if (stat(outdir, &st) != 0 || !S_ISDIR(st.st_mode))
+        die("'%s' is not a directory", outdir);
+
+    outfile out[3] = {{.name = "train.tsv"}, {.name = "valid.tsv"}, {.name = "test.tsv"}};
+    for (int k = 0; k < 3; k++) {
+        snprintf(out[k].path, sizeof out[k].path, "%s/%s", outdir, out[k].name);
+        snprintf(out[k].tmp, sizeof out[k].tmp, "%s/.%s.tmp%ld", outdir, out[k].name,
+                 (long)getpid());
+        if (!force && lstat(out[k].path, &st) == 0)
+            die("'%s' exists; give --force to replace it", out[k].path);
+    }
+
+    size_t n;
+    char *text = read_all(source, &n);
+    size_t cap = 1024, np = 0;
+    pair *pairs = xmalloc(cap * sizeof *pairs);
+    size_t lines = 0, entries = 0, misaligned = 0, candidates = 0, dropped[R_COUNT] = {0};
+    char *line = text;
+    while (line < text + n) {
+        char *nl = memchr(line, '\n', (size_t)(text + n - line));
+        char *le = nl ? nl : text + n;
+        char *next = nl ? nl + 1 : text + n;
+        if (le > line && le[-1] == '\r')
+            le--;
+        *le = '\0';
+        lines++;
+        char *sep = strstr(line, " :: ");
+        if (line[0] == '#' || !sep) {
+            line = next;
+            continue;
+        }
+        entries++;
+        *sep = '\0';
+        char *de = line, *en = sep + 4;
+        /* aligned sub-entries: the same number of " | " on both sides */
+        size_t cd = 1, ce = 1;
+        for (char *p = de; (p = strstr(p, " | ")); p += 3)
+            cd++;
+        for (char *p = en; (p = strstr(p, " | ")); p += 3)
+            ce++;
+        if (cd != ce) {
+            misaligned++;
+            line = next;
+            continue;
+        }
+        for (size_t k = 0; k < cd; k++) {
+            char *de_end = strstr(de, " | "), *en_end = strstr(en, " | ");
+            size_t dn = de_end ? (size_t)(de_end - de) : strlen(de);
+            size_t enn = en_end ? (size_t)(en_end - en) : strlen(en);
+            const char *d = de, *e = en;
+            while (dn && *d == ' ')
+                d++, dn--;
+            while (enn && *e == ' ')
+                e++, enn--;
+            while (dn && d[dn - 1] == ' ')
+                dn--;
+            while (enn && e[enn - 1] == ' ')
+                enn--;
+            if (dn && enn && is_end(d[dn - 1]) && is_end(e[enn - 1])) {
+                candidates++;
+                char *ce_ = xmalloc(enn + 2), *cde = xmalloc(dn + 2);
+                int r = clean_side(e, enn, ce_);
+                if (r < 0)
+                    r = clean_side(d, dn, cde);
+                if (r >= 0) {
+                    dropped[r]++;
+                    free(ce_);
+                    free(cde);
+                } else {
+                    if (np == cap) {
+                        cap *= 2;
+                        pair *nbuf = realloc(pairs, cap * sizeof *pairs);
+                        if (!nbuf)
+                            die("out of memory");
+                        pairs = nbuf;
+                    }
+                    pairs[np].en = ce_;
+                    pairs[np].de = cde;
+                    np++;
+                }
+            }
+            if (de_end)
+                de = de_end + 3;
+            if (en_end)
+                en = en_end + 3;
+        }
+        line = next;
+    }
+    free(text);
+    if (entries == 0)
+        die("'%s' holds no dictionary entries (lines 'German :: English')", source);
+
+    /* deduplicate exact pairs; group by English */
+    size_t kept = np;
+    if (np)
+        qsort(pairs, np, sizeof *pairs, cmp_pair);
+    size_t u = 0;
+    for (size_t k = 0; k < np; k++) {
+        if (u > 0 && !strcmp(pairs[u - 1].en, pairs[k].en) && !strcmp(pairs[u - 1].de, pairs[k].de)) {
+            free(pairs[k].en);
+            free(pairs[k].de);
+            continue;
+        }
+        pairs[u++] = pairs[k];
+    }
+    size_t duplicates = np - u;
+    np = u;
+    size_t ng = 0;
+    size_t *gstart = xmalloc((np + 1) * sizeof *gstart);
+    for (size_t k = 0; k < np; k++)
+        if (k == 0 || strcmp(pairs[k - 1].en, pairs[k].en))
+            gstart[ng++] = k;
+    gstart[ng] = np;
+    size_t *order = xmalloc((ng + 1) * sizeof *order);
+    for (size_t g = 0; g < ng; g++)
+        order[g] = g;
+    uint64_t s = seed ^ 0x9E3779B97F4A7C15ULL; /* SPEC: seed XOR golden * (epoch + 1), epoch 0 */
+    for (size_t g = ng; g > 1; g--) {
+        size_t j = (size_t)(sm_next(&s) % (uint64_t)g);
+        size_t t = order[g - 1];
+        order[g - 1] = order[j];
+        order[j] = t;
+    }
+    if (n_valid + n_test > np)
+        die("only %zu unique pairs: too few for --valid %llu and --test %llu", np,
+            (unsigned long long)n_valid, (unsigned long long)n_test);
+
+    /* assign: test, then valid, then train */
+    int *split = xmalloc((ng + 1) * sizeof *split);
+    size_t room[3] = {0, n_valid, n_test};
+    for (size_t k = 0; k < ng; k++) {
+        size_t g = order[k], sz = gstart[g + 1] - gstart[g];
+        int to = 0;
+        if (sz <= room[2])
+            to = 2;
+        else if (sz <= room[1])
+            to = 1;
+        room[to] -= to ? sz : 0;
+        split[k] = to;
+    }
+    if (room[1] || room[2])
+        die("could not fill --valid and --test exactly from the groups of equal English "
+            "sentences");
+
+    for (int k = 0; k < 3; k++) {
+        out[k].f = fopen(out[k].tmp, "wb");
+        if (!out[k].f)
+            die("cannot create '%s': %s", out[k].tmp, strerror(errno));
+    }
+    double words = 0;
+    for (size_t k = 0; k < ng; k++) {
+        size_t g = order[k];
+        outfile *of = &out[split[k]];
+        for (size_t p = gstart[g]; p < gstart[g + 1]; p++) {
+            fprintf(of->f, "%s\t%s\n", pairs[p].en, pairs[p].de);
+            of->count++;
+            const char *e = pairs[p].en;
+            for (size_t c = 0; e[c]; c++)
+                if (e[c] != ' ' && (c == 0 || e[c - 1] == ' '))
+                    words++;
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        if (fflush(out[k].f) != 0 || ferror(out[k].f) || fsync(fileno(out[k].f)) != 0 ||
+            fclose(out[k].f) != 0) {
+            int e = errno;
+            for (int j = 0; j < 3; j++)
+                unlink(out[j].tmp);
+            die("cannot write '%s': %s", out[k].tmp, strerror(e));
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        if (rename(out[k].tmp, out[k].path) != 0) {
+            int e = errno;
+            for (int j = k; j < 3; j++)
+                unlink(out[j].tmp);
+            die("cannot rename to '%s': %s", out[k].path, strerror(e));
+        }
+
+    printf("%s: %zu lines, %zu entries (%zu with unequal ' | ' counts, skipped)\n", source,
+           lines, entries, misaligned);
+    printf("sentence pairs: %zu candidates, %zu kept, %zu dropped", candidates, kept,
+           candidates - kept);
+    for (int r = 0; r < R_COUNT; r++)
+        printf("%s%s %zu", r ? ", " : " (", rule_names[r], dropped[r]);
+    printf(")\n");
+    printf("unique pairs: %zu (%zu duplicates removed), %zu distinct English sentences, "
+           "%.2f English words per pair\n",
+           np, duplicates, ng, np ? words / (double)np : 0.0);
+    printf("seed %llu: %s %zu, %s %zu, %s %zu pairs in '%s'\n", (unsigned long long)seed,
+           out[0].name, out[0].count, out[1].name, out[1].count, out[2].name, out[2].count,
+           outdir);
+    for (size_t k = 0; k < np; k++) {
+        free(pairs[k].en);
+        free(pairs[k].de);
+    }
+    free(pairs);
+    free(gstart);
+    free(order);
+    free(split);
+    return 0;
+}
