@@ -47,7 +47,7 @@ static void check_tokens(tg_ctx *ctx, const char *s, size_t n, bool valid)
         free(out);
         return;
     }
-    if (len > 2 * n || out[len] != '\0' || !tg__utf8_valid(out, len))
+    if (len > 2 * n || out[len] != '\0' || !tg__utf8_valid(out, len, NULL))
         fz_die(ctx, "tokenize: %zu bytes from %zu, or not NUL-terminated valid UTF-8", len, n);
     for (size_t i = 0; i < len; i++)
         if (out[i] == ' ' && (i == 0 || i + 1 == len || out[i + 1] == ' '))
@@ -155,7 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *text = (const char *)data + 1;
     size_t n = size - 1, hn = (size_t)(((uint64_t)n * data[0]) / 255), rn = n - hn;
     const char *h = text, *r = text + hn;
-    bool hv = tg__utf8_valid(h, hn), rv = tg__utf8_valid(r, rn);
+    bool hv = tg__utf8_valid(h, hn, NULL), rv = tg__utf8_valid(r, rn, NULL);
 
     fz_alloc A;
     tg_ctx *ctx = fz_ctx_new(&A, FZ_CAP);
