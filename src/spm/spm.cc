@@ -101,6 +101,21 @@ size_t utf8_bad(const unsigned char *s, size_t n)
     return n;
 }
 
+/* A message of SentencePiece's for the context: it may quote a piece of a hostile model, so
+ * one clean line: printable ASCII only (other bytes become '?'), at most 200 bytes. */
+std::string clean(const std::string &m)
+{
+    std::string out;
+    for (unsigned char c : m) {
+        if (out.size() >= 200) {
+            out += "...";
+            break;
+        }
+        out += c >= 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    return out;
+}
+
 /* A verdict: status + message (no context yet: the validator is also run without one). */
 struct Verdict {
     tg_status status = TG_OK;
@@ -460,7 +475,7 @@ int64_t spm_encode(void *impl, const char *text, size_t n, int32_t *ids, int64_t
         std::vector<int> out;
         auto st = static_cast<Impl *>(impl)->sp.Encode(absl::string_view(text, n), &out);
         if (!st.ok()) {
-            put_err(err, err_size, st.ToString());
+            put_err(err, err_size, clean(st.ToString()));
             return -1;
         }
         int64_t k = (int64_t)out.size();
@@ -483,7 +498,7 @@ int64_t spm_decode(void *impl, const int32_t *ids, int64_t n, char *out, size_t 
         std::string text;
         auto st = static_cast<Impl *>(impl)->sp.Decode(in, &text);
         if (!st.ok()) {
-            put_err(err, err_size, st.ToString());
+            put_err(err, err_size, clean(st.ToString()));
             return -1;
         }
         std::memcpy(out, text.data(), text.size() < cap ? text.size() : cap);
@@ -526,7 +541,7 @@ tg_tokenizer *load(tg_ctx *ctx, const char *fn, const void *model, size_t size)
         if (!st.ok()) {
             delete impl;
             tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_FORMAT, fn,
-                             "SentencePiece refuses the model: %s", st.ToString().c_str());
+                             "SentencePiece refuses the model: %s", clean(st.ToString()).c_str());
             return NULL;
         }
         int64_t vocab = impl->sp.GetPieceSize();
@@ -713,7 +728,7 @@ tg_tokenizer *tg_spm_train(tg_ctx *ctx, const tg_spm_train_opts *opts, tg_spm_ne
         }
         if (!st.ok()) {
             tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn, "SentencePiece: %s",
-                             st.ToString().c_str());
+                             clean(st.ToString()).c_str());
             return NULL;
         }
         return load(ctx, fn, model.data(), model.size());
