@@ -24,8 +24,9 @@
  * **Untrusted bytes.** Checkpoints store the model's bytes, so tg_spm_load() treats them as
  * hostile: it validates the protobuf wire format itself before SentencePiece parses anything
  * (docs/io.md, "Tokenizers", lists every check). SentencePiece 0.1.97 trusts its input: a
- * hand-made normalization table (`precompiled_charsmap`) makes it read outside its buffers,
- * an unknown model type makes it dereference NULL, and its CHECK failures call exit().
+ * hand-made normalization table (`precompiled_charsmap`) loads fine and then makes the first
+ * encoding read outside its buffers (a crash or a silent over-read), and a piece starting
+ * with a NUL byte makes the load throw a C++ exception out of SentencePiece.
  *
  * **Global state.** SentencePiece logs to stderr through a process-wide level; the first call
  * of this library sets that level so that it logs nothing (library code never prints).
