@@ -92,13 +92,22 @@ typedef int (*tg_spm_next_fn)(void *user, const char **text, size_t *n);
  * Empty sentences are skipped; a sentence that is not valid UTF-8 or has a NUL byte is an
  * error (::TG_ERR_ARG with its index).
  *
+ * **How.** @p next is called in the caller's thread until it returns 0, and the sentences are
+ * kept in memory (SentencePiece's trainer holds them all anyway). SentencePiece's trainer then
+ * runs in a child process (fork()) with its output on a pipe: on some inputs it stops the
+ * process (its CHECK failures call exit()), so only the child can end that way, and what it
+ * printed becomes the error message. The caller's process prints nothing and is never
+ * stopped. The child's memory is copy-on-write; training uses one thread.
+ *
  * @return the tokenizer (kind "sentencepiece", vocabulary @c opts->vocab_size or fewer when
  *         @c hard_vocab_limit is 0), holding the serialized model (tg_tokenizer_model(): the
  *         bytes of a `.model` file, e.g. for tg_spm_save()); owned by the caller, released by
  *         tg_tokenizer_free(). NULL on error.
  * **Errors** (run-time, on @p ctx): ::TG_ERR_ARG (NULL @p next, options out of range, no
- * sentences, a bad sentence, @p next returned -1, vocabulary too large for the data: the
- * trainer's message), ::TG_ERR_NOMEM. The model is then not made.
+ * sentences, none with a letter or digit, a bad sentence, @p next returned -1, vocabulary too
+ * large for the data or any other refusal of the trainer: its message; the trainer stopping
+ * or dying: its exit status or signal and last message), ::TG_ERR_IO (pipe() or fork()
+ * failed), ::TG_ERR_NOMEM. The model is then not made.
  * Source: Kudo & Richardson 2018 (SentencePiece), Kudo 2018 (unigram training: EM with pruning).
  */
 TG_API tg_tokenizer *tg_spm_train(tg_ctx *ctx, const tg_spm_train_opts *opts,

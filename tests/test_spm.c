@@ -217,6 +217,17 @@ START_TEST(test_train_errors)
     const char *bad[] = {"gut", "schlecht \xff"};
     ck_assert_ptr_null(tg_spm_train_strings(ctx, &o, bad, NULL, 2));
     tu_assert_error(ctx, TG_ERR_ARG, "sentence 1 is not UTF-8");
+    /* only spaces: SentencePiece's trainer would exit the process (a CHECK failure) */
+    const char *spaces[] = {" ", "   ", "\t"};
+    ck_assert_ptr_null(tg_spm_train_strings(ctx, &o, spaces, NULL, 3));
+    tu_assert_error(ctx, TG_ERR_ARG, "letter or digit");
+    /* nothing but a character the normalization removes (U+200B zero width space, a
+     * format character): passes the check above, and the trainer, in its child process,
+     * stops; the caller gets its message */
+    const char *zw[] = {"\xe2\x80\x8b", "\xe2\x80\x8b\xe2\x80\x8b"};
+    ck_assert_ptr_null(tg_spm_train_strings(ctx, &o, zw, NULL, 2));
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_ARG);
+    ck_assert_msg(strstr(tg_ctx_message(ctx), "SentencePiece"), "%s", tg_ctx_message(ctx));
     int i = 0;
     ck_assert_ptr_null(tg_spm_train(ctx, &o, fail_at_3, &i));
     tu_assert_error(ctx, TG_ERR_ARG, "source failed");

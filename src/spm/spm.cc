@@ -21,6 +21,10 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -568,70 +572,169 @@ tg_tokenizer *load(tg_ctx *ctx, const char *fn, const void *model, size_t size)
     return NULL;
 }
 
-/* ----- training ----------------------------------------------------------------------------------- */
-class Iter : public sentencepiece::SentenceIterator {
+/* ----- training -----------------------------------------------------------------------------------
+ * SentencePiece's trainer stops the process on some inputs (CHECK failures call exit(), e.g.
+ * when every sentence normalizes to nothing: a corpus of spaces) and prints as it does. So the
+ * sentences are collected here, in the caller's process (the callback runs where the caller
+ * expects it), and the trainer runs in a forked child with its stderr on a pipe: the child
+ * sends the model bytes back on a second pipe; whatever it printed becomes the error message
+ * if it fails, exits or dies. */
+
+/* The collected sentences, fed to the trainer in order. */
+class VecIter : public sentencepiece::SentenceIterator {
   public:
-    Iter(tg_spm_next_fn next, void *user) : next_(next), user_(user) { Next(); }
-    bool done() const override { return done_; }
-    void Next() override
-    {
-        for (;;) {
-            const char *text = NULL;
-            size_t n = 0;
-            int r = next_(user_, &text, &n);
-            if (r == 0) {
-                done_ = true;
-                return;
-            }
-            if (r != 1 || (!text && n)) {
-                fail(TG_ERR_ARG, r != 1 ? "the sentence source failed (returned " +
-                                              std::to_string(r) + ") at sentence " +
-                                              std::to_string(index_)
-                                        : "sentence " + std::to_string(index_) + " is NULL");
-                return;
-            }
-            size_t bad = utf8_bad((const unsigned char *)text, n);
-            if (bad != n) {
-                fail(TG_ERR_ARG, "sentence " + std::to_string(index_) +
-                                     " is not UTF-8 without NUL (byte " + std::to_string(bad) +
-                                     ")");
-                return;
-            }
-            index_++;
-            if (n == 0)
-                continue;
-            value_.assign(text, n);
-            used_++;
-            return;
-        }
-    }
-    const std::string &value() const override { return value_; }
-    sentencepiece::util::Status status() const override
-    {
-        if (status_ == TG_OK)
-            return sentencepiece::util::Status();
-        return sentencepiece::util::Status(sentencepiece::util::StatusCode::kInvalidArgument,
-                                           msg_);
-    }
-    tg_status tg() const { return status_; }
-    const std::string &message() const { return msg_; }
-    int64_t used() const { return used_; }
+    explicit VecIter(const std::vector<std::string> &v) : v_(v) {}
+    bool done() const override { return i_ >= v_.size(); }
+    void Next() override { i_++; }
+    const std::string &value() const override { return v_[i_]; }
+    sentencepiece::util::Status status() const override { return sentencepiece::util::Status(); }
 
   private:
-    void fail(tg_status s, std::string m)
-    {
-        status_ = s;
-        msg_ = std::move(m);
-        done_ = true;
-    }
-    tg_spm_next_fn next_;
-    void *user_;
-    std::string value_;
-    bool done_ = false;
-    tg_status status_ = TG_OK;
-    std::string msg_;
-    int64_t index_ = 0, used_ = 0;
+    const std::vector<std::string> &v_;
+    size_t i_ = 0;
 };
+
+bool write_all(int fd, const void *p, size_t n)
+{
+    const char *c = static_cast<const char *>(p);
+    while (n) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return false;
+        c += k, n -= (size_t)k;
+    }
+    return true;
+}
+
+/* In the child: train, send "8-byte length + model" on out, exit 0; on a refusal print the
+ * message on stderr (the pipe) and exit 3. Never returns. */
+[[noreturn]] void train_child(const std::unordered_map<std::string, std::string> &kw,
+                              const std::vector<std::string> &sentences, int out)
+{
+    int code = 4;
+    try {
+        VecIter it(sentences);
+        std::string model;
+        auto st = sentencepiece::SentencePieceTrainer::Train(kw, &it, &model);
+        if (st.ok()) {
+            uint64_t n = model.size();
+            code = write_all(out, &n, sizeof n) && write_all(out, model.data(), model.size())
+                       ? 0
+                       : 5;
+        } else {
+            std::string m = st.ToString();
+            write_all(2, m.data(), m.size());
+            code = 3;
+        }
+    } catch (const std::bad_alloc &) {
+        write_all(2, "out of memory", 13);
+    } catch (...) {
+        write_all(2, "an exception", 12);
+    }
+    _exit(code);
+}
+
+/* Run the trainer in a child; the model bytes in *model, or false with *err. */
+bool train_forked(const std::unordered_map<std::string, std::string> &kw,
+                  const std::vector<std::string> &sentences, std::string *model,
+                  tg_status *status, std::string *err)
+{
+    int out[2], msg[2];
+    if (pipe(out) != 0) {
+        *status = TG_ERR_IO, *err = std::string("pipe failed: ") + std::strerror(errno);
+        return false;
+    }
+    if (pipe(msg) != 0) {
+        *status = TG_ERR_IO, *err = std::string("pipe failed: ") + std::strerror(errno);
+        close(out[0]), close(out[1]);
+        return false;
+    }
+    std::fflush(NULL); /* nothing buffered is written twice */
+    pid_t pid = fork();
+    if (pid < 0) {
+        *status = TG_ERR_IO, *err = std::string("fork failed: ") + std::strerror(errno);
+        close(out[0]), close(out[1]), close(msg[0]), close(msg[1]);
+        return false;
+    }
+    if (pid == 0) {
+        close(out[0]);
+        close(msg[0]);
+        dup2(msg[1], 2);
+        dup2(msg[1], 1); /* nothing of SentencePiece's reaches the caller's terminal */
+        close(msg[1]);
+        train_child(kw, sentences, out[1]);
+    }
+    close(out[1]);
+    close(msg[1]);
+    /* Read both pipes until both close (poll: the child may fill either first). */
+    std::string bytes, text;
+    struct pollfd fds[2] = {{out[0], POLLIN, 0}, {msg[0], POLLIN, 0}};
+    int open_fds = 2;
+    char buf[65536];
+    while (open_fds > 0) {
+        int r = poll(fds, 2, -1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            break;
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t k = read(fds[i].fd, buf, sizeof buf);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0) {
+                close(fds[i].fd);
+                fds[i].fd = -1;
+                open_fds--;
+            } else if (i == 0) {
+                bytes.append(buf, (size_t)k);
+            } else if (text.size() < 4096) {
+                text.append(buf, (size_t)k);
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (fds[i].fd >= 0)
+            close(fds[i].fd);
+    int wst = 0;
+    while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
+    }
+    /* The last non-empty line the child printed: SentencePiece's message. */
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+        text.pop_back();
+    size_t nl = text.find_last_of('\n');
+    std::string last = nl == std::string::npos ? text : text.substr(nl + 1);
+    if (last == "Program terminated with an unrecoverable error." && nl != std::string::npos) {
+        text.resize(nl);
+        nl = text.find_last_of('\n');
+        last = nl == std::string::npos ? text : text.substr(nl + 1);
+    }
+    while (!last.empty() && (last.back() == ' ' || last.back() == '\r'))
+        last.pop_back();
+    uint64_t n = 0;
+    if (WIFEXITED(wst) && WEXITSTATUS(wst) == 0 && bytes.size() >= sizeof n) {
+        std::memcpy(&n, bytes.data(), sizeof n);
+        if (n == bytes.size() - sizeof n) {
+            model->assign(bytes, sizeof n, std::string::npos);
+            return true;
+        }
+    }
+    *status = TG_ERR_ARG;
+    if (WIFEXITED(wst) && WEXITSTATUS(wst) == 3)
+        *err = "SentencePiece: " + clean(last);
+    else if (WIFEXITED(wst))
+        *err = "SentencePiece's trainer stopped (exit status " +
+               std::to_string(WEXITSTATUS(wst)) + ")" + (last.empty() ? "" : ": " + clean(last));
+    else if (WIFSIGNALED(wst))
+        *err = "SentencePiece's trainer died (signal " + std::to_string(WTERMSIG(wst)) + ")" +
+               (last.empty() ? "" : ": " + clean(last));
+    else
+        *err = "SentencePiece's trainer failed";
+    return false;
+}
 
 struct Strings {
     const char *const *texts;
@@ -709,26 +812,56 @@ tg_tokenizer *tg_spm_train(tg_ctx *ctx, const tg_spm_train_opts *opts, tg_spm_ne
             {"num_threads", "1"},
             {"minloglevel", "4"},
         };
-        Iter it(next, user);
-        /* SentencePiece's trainer CHECK-fails (exits the process) on an empty corpus: look
-         * at the first sentence first. */
-        if (it.tg() != TG_OK) {
-            tg_ctx_set_error(ctx, TG_ERROR_RUN, it.tg(), fn, "%s", it.message().c_str());
-            return NULL;
+        /* The sentences, in the caller's process. */
+        std::vector<std::string> sentences;
+        int64_t index = 0;
+        bool letter = false; /* an ASCII letter or digit, or any non-ASCII character */
+        for (;; index++) {
+            const char *text = NULL;
+            size_t n = 0;
+            int r = next(user, &text, &n);
+            if (r == 0)
+                break;
+            if (r != 1) {
+                tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn,
+                                 "the sentence source failed (returned %d) at sentence %lld", r,
+                                 (long long)index);
+                return NULL;
+            }
+            if (!text && n) {
+                tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn, "sentence %lld is NULL",
+                                 (long long)index);
+                return NULL;
+            }
+            size_t bad = utf8_bad((const unsigned char *)text, n);
+            if (bad != n) {
+                tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn,
+                                 "sentence %lld is not UTF-8 without NUL (byte %zu)",
+                                 (long long)index, bad);
+                return NULL;
+            }
+            if (n == 0)
+                continue;
+            for (size_t i = 0; i < n && !letter && (int64_t)n <= o.max_sentence_bytes; i++) {
+                unsigned char c = (unsigned char)text[i];
+                letter = c >= 0x80 || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+            }
+            sentences.emplace_back(text, n);
         }
-        if (it.done()) {
+        if (sentences.empty()) {
             tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn, "no sentences to train on");
             return NULL;
         }
-        std::string model;
-        auto st = sentencepiece::SentencePieceTrainer::Train(kw, &it, &model);
-        if (it.tg() != TG_OK) {
-            tg_ctx_set_error(ctx, TG_ERROR_RUN, it.tg(), fn, "%s", it.message().c_str());
+        if (!letter) {
+            tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn,
+                             "no sentence of at most %lld bytes has a letter or digit",
+                             (long long)o.max_sentence_bytes);
             return NULL;
         }
-        if (!st.ok()) {
-            tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn, "SentencePiece: %s",
-                             clean(st.ToString()).c_str());
+        std::string model, err;
+        tg_status status = TG_OK;
+        if (!train_forked(kw, sentences, &model, &status, &err)) {
+            tg_ctx_set_error(ctx, TG_ERROR_RUN, status, fn, "%s", err.c_str());
             return NULL;
         }
         return load(ctx, fn, model.data(), model.size());
