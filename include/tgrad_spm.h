@@ -28,6 +28,10 @@
  * encoding read outside its buffers (a crash or a silent over-read), and a piece starting
  * with a NUL byte makes the load throw a C++ exception out of SentencePiece.
  *
+ * **Memory.** SentencePiece allocates with C++'s operator new and the tokenizer with malloc,
+ * not through the context's allocator (tg_ctx_new_with()), so the context's memory limit does
+ * not cover them; the model size and vocabulary limits below bound what a model can claim.
+ *
  * **Global state.** SentencePiece logs to stderr through a process-wide level; the first call
  * of this library sets that level so that it logs nothing (library code never prints).
  * Training and loading are otherwise independent per call and thread-safe.

@@ -307,11 +307,21 @@ START_TEST(test_hostile_bytes)
     const unsigned char *m = tg_tokenizer_model(t, &n);
     ck_assert_int_eq(tg_spm_validate(ctx, m, n), TG_OK);
     refused(ctx, m, 0, TG_ERR_FORMAT, "empty");
-    /* every truncation is refused (a cut inside a field, or a model without its tail) */
-    for (size_t k = 1; k < n; k += 1 + k / 4) {
-        ck_assert_ptr_null(tg_spm_load(ctx, m, k));
-        ck_assert(tg_ctx_status(ctx) != TG_OK);
+    /* truncations: a cut inside a field is refused; a cut between fields is a smaller
+     * model, which may load (then with fewer pieces) */
+    int refused_cuts = 0;
+    for (size_t k = 1; k < n; k += 1 + k / 8) {
+        tg_tokenizer *cut = tg_spm_load(ctx, m, k);
+        if (cut) {
+            ck_assert_int_lt(tg_tokenizer_vocab_size(cut), tg_tokenizer_vocab_size(t));
+            tg_tokenizer_free(cut);
+        } else {
+            ck_assert(tg_ctx_status(ctx) == TG_ERR_FORMAT ||
+                      tg_ctx_status(ctx) == TG_ERR_UNSUPPORTED);
+            refused_cuts++;
+        }
     }
+    ck_assert_int_gt(refused_cuts, 10);
     unsigned char *c = model_copy(t, 64, &n);
     /* a custom normalization table (a double-array trie SentencePiece follows unchecked) */
     size_t off, len, o2, l2;
