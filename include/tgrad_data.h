@@ -34,7 +34,8 @@ enum {
 #define TG_BYTE_VOCAB 260
 
 /** A tokenizer: text (UTF-8) <-> token ids. Opaque; made by tg_tokenizer_bytes(),
- *  tg_tokenizer_new() or tg_spm_tokenizer() (tgrad_spm.h); released by tg_tokenizer_free(). */
+ *  tg_tokenizer_new() or tg_spm_load() / tg_spm_train() (tgrad_spm.h); released by
+ *  tg_tokenizer_free(). */
 typedef struct tg_tokenizer tg_tokenizer;
 
 /** The special ids of a tokenizer; -1 where the tokenizer has none. */

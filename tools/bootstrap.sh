@@ -4,8 +4,10 @@
 # not configured yet (else just switches the test suite on when --tests asks for it).
 #
 # Usage: tools/bootstrap.sh [--tests | --ci] [extra meson setup options]
-#   (none)   what the library and the `tgrad` program need: gcc, meson, ninja, pkg-config;
-#            ./build is configured without the test suite (-Dtests=false), so
+#   (none)   what the library and the `tgrad` program need: gcc, meson, ninja, pkg-config,
+#            and for SentencePiece subword tokenizers (meson feature `sentencepiece`, on when
+#            found) g++ and libsentencepiece-dev; ./build is configured without the test
+#            suite (-Dtests=false), so
 #            `ninja -C build tools/tgrad` compiles the library and the program only
 #   --tests  also what the fast test suite (tools/check.sh) needs: Check, graphviz (tests that
 #            draw DOT files with `dot`); ./build gets -Dtests=true
@@ -21,7 +23,7 @@ case ${1:-} in
 --ci) level=ci; shift ;;
 esac
 
-pkgs="gcc meson ninja-build pkg-config"
+pkgs="gcc meson ninja-build pkg-config g++ libsentencepiece-dev"
 if [ "$level" != main ]; then
     pkgs="$pkgs check graphviz"
 fi

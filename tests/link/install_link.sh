@@ -1,10 +1,11 @@
 #!/bin/sh
-# install_link.sh BUILD_DIR CC core|dist - install the build into a temporary directory
+# install_link.sh BUILD_DIR CC core|dist|spm - install the build into a temporary directory
 # (meson install --destdir) and compile and link a small program against the installed
 # headers and libraries with pkg-config, both ways:
-#   shared: cc app.c $(pkg-config --cflags --libs tgrad[-dist])
+#   shared: cc app.c $(pkg-config --cflags --libs tgrad[-dist|-spm])
 #   static: the same with --static and only the .a files of tgrad on the library path
-# then run each. `dist` exits 77 (skipped) when the build has no MPI library.
+# then run each. `dist` exits 77 (skipped) when the build has no MPI library, `spm` when it has
+# no SentencePiece.
 set -eu
 build=$1 cc=$2 what=$3   # cc: the compiler command, words split
 src=$(cd "$(dirname "$0")" && pwd)
@@ -20,6 +21,10 @@ if [ "$what" = dist ] && [ ! -f "$pcdir/tgrad-dist.pc" ]; then
     echo "install_link: built without MPI (no tgrad-dist.pc): skipped"
     exit 77
 fi
+if [ "$what" = spm ] && [ ! -f "$pcdir/tgrad-spm.pc" ]; then
+    echo "install_link: built without SentencePiece (no tgrad-spm.pc): skipped"
+    exit 77
+fi
 # The .pc files name the configured prefix; point them at the temporary root (as if installed
 # there), leaving every other package's .pc (ompi-c) as it is.
 mkdir "$tmp/pc"
@@ -31,8 +36,9 @@ PKG_CONFIG_PATH="$tmp/pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 export PKG_CONFIG_PATH
 pkg=tgrad
 [ "$what" = dist ] && pkg=tgrad-dist
+[ "$what" = spm ] && pkg=tgrad-spm
 libdir=$(pkg-config --variable=libdir $pkg)
-# Only the static archives of tgrad, so -ltgrad and -ltgrad_dist cannot pick the .so files.
+# Only the static archives of tgrad, so -ltgrad, -ltgrad_dist and -ltgrad_spm cannot pick the .so files.
 mkdir "$tmp/static"
 ln -s "$libdir"/libtgrad*.a "$tmp/static/"
 
