@@ -30,6 +30,14 @@
  * cross-attention of the new positions over the stored memory keys and values, the decoder's
  * final norm (m->norm_w) and the head. The encode graph for s = max_len (the usual source) is
  * built once by tg_generator_new(); another s builds one after a mark and rewinds it.
+ * Sources of different lengths (tg_generator_set_sources): the encode graph takes a key
+ * padding mask pad (B, s) (1 at row b's positions >= src_len[b], as nn.Transformer's
+ * src_key_padding_mask) and mem_mask blocks each row's own padded positions.
+ *
+ * Row reordering (tg_generator_select, beam search): row b takes row rows[b]'s cache positions
+ * 0..len-1, token history and, if the rows hold different sources (src_id), its memory keys,
+ * values and mask. Each tensor is gathered through a scratch buffer (every source row read
+ * before any destination is written), so rows may repeat or be permuted in cycles.
  */
 #include "nn_internal.h"
 #include "tgrad_train.h"
@@ -61,15 +69,25 @@ struct tg_generator {
     bool freed;
     /* the encoder-decoder model (s2s); n_layers above counts its decoder layers */
     bool s2s;
-    int64_t src_len;                    /* the source's length; 0: none set yet */
+    bool has_src;                       /* a source is set (every row holds one) */
+    int64_t *src_len;                   /* (B): each row's source length */
+    uint64_t *src_id;                   /* (B): which encoded source each row holds */
+    uint64_t next_src_id;               /* the next source's id (unique per generator) */
     tg_tensor **mkv;                    /* per decoder layer (B, L, 2D): memory [K | V] */
-    tg_tensor *mem_mask;                /* (B, 1, 1, L) block mask: 1 at positions >= src_len */
+    tg_tensor *mem_mask;                /* (B, 1, 1, L) block mask: 1 at row b's positions
+                                         * >= src_len[b] */
     struct enc_graph {
-        int64_t s;                      /* source length */
+        int64_t s;                      /* source length (padded width) */
         tg_tensor *ids, *pos_ids;       /* (B, s), (s) i32 inputs */
+        tg_tensor *pad;                 /* (B, s) key padding mask (1 = padding) */
         tg_tensor **kv;                 /* per decoder layer (B, s, 2D) outputs */
         tg_graph *g;
     } enc;
+    /* tg_generator_select's gather buffer (grown on demand, released with the generator) */
+    void *scratch;
+    size_t scratch_bytes;
+    int64_t *sel_rows;                  /* (B): scratch row lists */
+    int64_t *sel_mem, *sel_src;         /* (B) */
 };
 
 /* Self-attention of one layer over its cache: one in_proj product read as q, k, v head views
@@ -161,15 +179,20 @@ static tg_status build_encoder(tg_generator *gen, int64_t s, struct enc_graph *e
     eg->kv = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)gen->n_layers, fn);
     eg->ids = tg_input(ctx, TG_I32, TG_DIMS(gen->B, s), "generator.src_ids");
     eg->pos_ids = tg_input(ctx, TG_I32, TG_DIMS(s), "generator.src_pos_ids");
-    if (!eg->kv || !eg->ids || !eg->pos_ids)
+    eg->pad = tg_input(ctx, tg_tensor_dtype(m->tok_emb), TG_DIMS(gen->B, s),
+                       "generator.src_key_padding_mask");
+    if (!eg->kv || !eg->ids || !eg->pos_ids || !eg->pad)
         return tg_ctx_status(ctx) != TG_OK ? tg_ctx_status(ctx) : TG_ERR_NOMEM;
     tg_tensor *x = tg_embedding(ctx, eg->ids, m->tok_emb);               /* (B, s, D) */
     x = tg_add(ctx, x, tg_embedding(ctx, eg->pos_ids, m->pos_emb ? m->pos_emb : gen->pe));
+    tg_attn_masks sm; /* the source key padding mask, as tg_transformer_forward_seq2seq's */
+    memset(&sm, 0, sizeof sm);
+    sm.key_padding_mask = eg->pad;
     for (int64_t i = 0; i < enc->n_layers; i++) {
         tg_encoder_layer l = enc->layers[i]; /* a copy without dropout (inference) */
         l.cfg.dropout = 0;
         l.self_attn.dropout = 0;
-        x = tg_encoder_layer_forward(ctx, &l, x, NULL);                  /* (B, s, D) */
+        x = tg_encoder_layer_forward(ctx, &l, x, &sm);                   /* (B, s, D) */
     }
     if (enc->norm_weight)
         x = tg_layer_norm(ctx, x, enc->norm_weight, enc->norm_bias, enc->cfg.layer_norm_eps);
@@ -290,7 +313,9 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
     if (s2s) { /* memory keys/values per decoder layer (zero until a source is set) */
         gen->mkv = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)NL, fn);
         gen->mem_mask = tg_input(ctx, dt, TG_DIMS(batch, 1, 1, L), "generator.memory_mask");
-        if (!gen->mkv || !gen->mem_mask)
+        gen->src_len = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
+        gen->src_id = tg__alloc(ctx, sizeof(uint64_t) * (size_t)batch, fn);
+        if (!gen->mkv || !gen->mem_mask || !gen->src_len || !gen->src_id)
             goto fail;
         for (int64_t i = 0; i < NL; i++) {
             char name[64];
@@ -302,7 +327,10 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
             goto fail;
     }
     gen->logits = tg_input(ctx, dt, TG_DIMS(batch, V), "generator.logits");
-    if (!gen->logits || build_graph(gen, 1, &gen->step) != TG_OK ||
+    gen->sel_rows = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
+    gen->sel_mem = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
+    gen->sel_src = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
+    if (!gen->logits || !gen->sel_rows || !gen->sel_mem || !gen->sel_src || build_graph(gen, 1, &gen->step) != TG_OK ||
         (gen->refill_n > 1 && build_graph(gen, gen->refill_n, &gen->refill) != TG_OK))
         goto fail;
     return gen;
@@ -353,13 +381,18 @@ static tg_status run_tokens(tg_generator *gen, const int32_t *tokens, int64_t n,
     return s;
 }
 
-/* Run encode graph @p eg on src (B, eg->s) and store each decoder layer's memory keys and
+/* Run encode graph @p eg on src (B, eg->s) (padding already replaced by id 0) with row b's
+ * positions >= len[b] masked as padding, and store each decoder layer's memory keys and
  * values in its leaf, rows 0..s-1 of every batch row. */
-static tg_status run_encoder(tg_generator *gen, struct enc_graph *eg, const int32_t *src)
+static tg_status run_encoder(tg_generator *gen, struct enc_graph *eg, const int32_t *src,
+                             const int64_t *len)
 {
     int64_t s = eg->s, B = gen->B, L = gen->L, D = gen->D;
     for (int64_t i = 0; i < s; i++)
         gen->pbuf[i] = (int32_t)i;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < s; j++)
+            tg_set(eg->pad, b * s + j, j >= len[b] ? 1.0 : 0.0);
     tg_status st = tg_tensor_set_data(eg->ids, src, TG_I32, (size_t)(B * s));
     if (st == TG_OK)
         st = tg_tensor_set_data(eg->pos_ids, gen->pbuf, TG_I32, (size_t)s);
@@ -378,6 +411,12 @@ static tg_status run_encoder(tg_generator *gen, struct enc_graph *eg, const int3
 }
 
 tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_ids, int64_t s)
+{
+    return tg_generator_set_sources(gen, src_ids, s, NULL);
+}
+
+tg_status tg_generator_set_sources(tg_generator *gen, const int32_t *src_ids, int64_t s,
+                                   const int64_t *src_len)
 {
     static const char *fn = "tg_generator_set_source";
     if (!gen)
@@ -399,8 +438,14 @@ tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_ids, int
                     "%lld)", src_ids ? "given" : "is NULL", (long long)s, (long long)gen->L);
         return TG_ERR_ARG;
     }
-    for (int64_t r = 0; r < gen->B; r++) /* every id checked first: a bad one changes nothing */
-        for (int64_t i = 0; i < s; i++) {
+    for (int64_t r = 0; r < gen->B; r++) /* everything checked first: an error changes nothing */
+        if (src_len && (src_len[r] < 1 || src_len[r] > s)) {
+            tg__run_err(ctx, TG_ERR_ARG, fn, "src_len[%lld] = %lld is not in [1, s = %lld]",
+                        (long long)r, (long long)src_len[r], (long long)s);
+            return TG_ERR_ARG;
+        }
+    for (int64_t r = 0; r < gen->B; r++)
+        for (int64_t i = 0; i < (src_len ? src_len[r] : s); i++) {
             int32_t id = src_ids[r * s + i];
             if (id < 0 || id >= gen->V) {
                 tg__run_err(ctx, TG_ERR_ARG, fn,
@@ -409,27 +454,152 @@ tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_ids, int
                 return TG_ERR_ARG;
             }
         }
-    gen->src_len = 0; /* until the new memory is stored */
-    gen->len = 0;     /* a new source starts a new target */
+    int64_t B = gen->B, L = gen->L;
+    /* the ids the encoder reads (padding as id 0: masked, so its value never matters) and the
+     * row lengths, in the generator's own buffers */
+    for (int64_t r = 0; r < B; r++) {
+        int64_t n = src_len ? src_len[r] : s;
+        gen->src_len[r] = n;
+        for (int64_t i = 0; i < s; i++)
+            gen->buf[r * s + i] = i < n ? src_ids[r * s + i] : 0;
+    }
+    gen->has_src = false; /* until the new memory is stored */
+    gen->len = 0;         /* a new source starts a new target */
     tg_status st;
     if (s == gen->enc.s) {
-        st = run_encoder(gen, &gen->enc, src_ids);
+        st = run_encoder(gen, &gen->enc, gen->buf, gen->src_len);
     } else { /* another length: an encode graph of its own, released before returning */
         tg_mark mark = tg_ctx_mark(ctx);
         struct enc_graph eg;
         st = build_encoder(gen, s, &eg);
         if (st == TG_OK)
-            st = run_encoder(gen, &eg, src_ids);
+            st = run_encoder(gen, &eg, gen->buf, gen->src_len);
         tg_ctx_rewind(ctx, mark); /* keeps the error state */
     }
     if (st != TG_OK)
         return st;
-    /* cross-attention sees source positions 0..s-1 only */
-    int64_t L = gen->L;
-    for (int64_t r = 0; r < gen->B; r++)
+    /* the cross-attention of row b sees its source positions 0..src_len[b]-1 only */
+    for (int64_t r = 0; r < B; r++) {
         for (int64_t j = 0; j < L; j++)
-            tg_set(gen->mem_mask, r * L + j, j >= s ? 1.0 : 0.0);
-    gen->src_len = s;
+            tg_set(gen->mem_mask, r * L + j, j >= gen->src_len[r] ? 1.0 : 0.0);
+        gen->src_id[r] = gen->next_src_id++;
+    }
+    gen->has_src = true;
+    return TG_OK;
+}
+
+/* Make room for @p bytes of gather buffer (owned like the generator's own leaves: a rewind
+ * past the generator releases it). */
+static bool scratch_reserve(tg_generator *gen, size_t bytes, const char *fn)
+{
+    if (bytes <= gen->scratch_bytes)
+        return true;
+    tg__free(gen->ctx, gen->scratch);
+    gen->scratch_bytes = 0;
+    gen->scratch = tg__alloc_owned(gen->ctx, bytes, fn, gen->logits->id + 1);
+    if (!gen->scratch)
+        return false;
+    gen->scratch_bytes = bytes;
+    return true;
+}
+
+/* dst rows[c] <- src rows from[c] for c < n of a tensor (B, ...) seen as B rows of @p nchunk
+ * chunks of @p chunk bytes, chunk k of a row at offset k * @p stride (bytes) in the row of
+ * @p row bytes: first gathered into scratch (the sources are read before any is written). */
+static void gather_rows(tg_generator *gen, char *base, size_t row, int64_t nchunk, size_t stride,
+                        size_t chunk, const int64_t *dst, const int64_t *from, int64_t n)
+{
+    char *tmp = gen->scratch;
+    size_t per = (size_t)nchunk * chunk;
+    int nt = tg__threads(gen->ctx);
+    bool par = (double)n * (double)per >= (double)TG_PAR_MIN * 8;
+    /* each iteration writes its own scratch slot, then its own destination row: any thread
+     * count copies the same bytes */
+    TG_OMP_FOR(nt, par)
+    for (int64_t c = 0; c < n; c++)
+        for (int64_t k = 0; k < nchunk; k++)
+            memcpy(tmp + (size_t)c * per + (size_t)k * chunk,
+                   base + (size_t)from[c] * row + (size_t)k * stride, chunk);
+    TG_OMP_FOR(nt, par)
+    for (int64_t c = 0; c < n; c++)
+        for (int64_t k = 0; k < nchunk; k++)
+            memcpy(base + (size_t)dst[c] * row + (size_t)k * stride,
+                   tmp + (size_t)c * per + (size_t)k * chunk, chunk);
+}
+
+tg_status tg_generator_select(tg_generator *gen, const int32_t *rows)
+{
+    static const char *fn = "tg_generator_select";
+    if (!gen)
+        return TG_ERR_ARG; /* no context to record on */
+    tg_ctx *ctx = gen->ctx;
+    tg__begin(ctx);
+    if (gen->freed) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "the generator was freed (tg_generator_free); make a "
+                    "new one with tg_generator_new");
+        return TG_ERR_ARG;
+    }
+    if (!rows) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "rows is NULL");
+        return TG_ERR_ARG;
+    }
+    int64_t B = gen->B, L = gen->L, D = gen->D, H = gen->H, Dh = D / H, len = gen->len;
+    for (int64_t b = 0; b < B; b++)
+        if (rows[b] < 0 || rows[b] >= B) {
+            tg__run_err(ctx, TG_ERR_ARG, fn, "rows[%lld] = %lld is not a row in [0, %lld)",
+                        (long long)b, (long long)rows[b], (long long)B);
+            return TG_ERR_ARG;
+        }
+    /* rows that change (n), and those whose source changes too (nm) */
+    int64_t n = 0, nm = 0;
+    int64_t *dst = gen->sel_rows, *src = gen->sel_src;
+    for (int64_t b = 0; b < B; b++)
+        if (rows[b] != b)
+            dst[n++] = b;
+    if (n == 0)
+        return TG_OK;
+    if (gen->s2s && gen->has_src)
+        for (int64_t c = 0; c < n; c++)
+            if (gen->src_id[dst[c]] != gen->src_id[rows[dst[c]]])
+                gen->sel_mem[nm++] = dst[c];
+    size_t es = tg_dtype_size(tg_tensor_dtype(gen->logits));
+    size_t need = (size_t)n * (size_t)(D * (len > 0 ? len : 1)) * es;
+    size_t need_m = (size_t)nm * (size_t)(L * 2 * D) * es;
+    size_t need_h = (size_t)n * (size_t)L * sizeof(int32_t) + (size_t)n * sizeof(uint64_t);
+    if (need_m > need)
+        need = need_m;
+    if (need_h > need)
+        need = need_h;
+    if (!scratch_reserve(gen, need, fn))
+        return tg_ctx_status(ctx) != TG_OK ? tg_ctx_status(ctx) : TG_ERR_NOMEM;
+    for (int64_t c = 0; c < n; c++)
+        src[c] = rows[dst[c]];
+    if (len > 0)
+        for (int64_t i = 0; i < gen->n_layers; i++) {
+            /* keys (B, H, Dh, L): per row D chunks of len positions; values (B, H, L, Dh):
+             * per row H chunks of len * Dh */
+            gather_rows(gen, tg_tensor_data(gen->kc[i]), (size_t)(D * L) * es, D,
+                        (size_t)L * es, (size_t)len * es, dst, src, n);
+            gather_rows(gen, tg_tensor_data(gen->vc[i]), (size_t)(D * L) * es, H,
+                        (size_t)(L * Dh) * es, (size_t)(len * Dh) * es, dst, src, n);
+        }
+    if (len > 0)
+        gather_rows(gen, (char *)gen->hist, (size_t)L * sizeof(int32_t), 1, 0,
+                    (size_t)len * sizeof(int32_t), dst, src, n);
+    if (nm > 0) {
+        int64_t *mdst = gen->sel_mem;
+        for (int64_t c = 0; c < nm; c++)
+            src[c] = rows[mdst[c]];
+        for (int64_t i = 0; i < gen->n_layers; i++)
+            gather_rows(gen, tg_tensor_data(gen->mkv[i]), (size_t)(L * 2 * D) * es, 1, 0,
+                        (size_t)(L * 2 * D) * es, mdst, src, nm);
+        gather_rows(gen, tg_tensor_data(gen->mem_mask), (size_t)L * es, 1, 0, (size_t)L * es,
+                    mdst, src, nm);
+        gather_rows(gen, (char *)gen->src_len, sizeof(int64_t), 1, 0, sizeof(int64_t), mdst,
+                    src, nm);
+        gather_rows(gen, (char *)gen->src_id, sizeof(uint64_t), 1, 0, sizeof(uint64_t), mdst,
+                    src, nm);
+    }
     return TG_OK;
 }
 
@@ -445,7 +615,7 @@ tg_status tg_generator_feed(tg_generator *gen, const int32_t *ids, int64_t n)
                     "new one with tg_generator_new");
         return TG_ERR_ARG;
     }
-    if (gen->s2s && gen->src_len == 0) {
+    if (gen->s2s && !gen->has_src) {
         tg__run_err(ctx, TG_ERR_STATE, fn, "no source: an encoder-decoder generator decodes "
                     "after tg_generator_set_source()");
         return TG_ERR_STATE;
@@ -528,7 +698,10 @@ void tg_generator_free(tg_generator *gen)
         tg__free(ctx, gen->mem_mask->data);
         gen->mem_mask->data = NULL;
     }
-    gen->src_len = 0;
+    gen->has_src = false;
+    tg__free(ctx, gen->scratch);
+    gen->scratch = NULL;
+    gen->scratch_bytes = 0;
     for (int64_t i = 0; i < gen->n_layers; i++) {
         tg__free(ctx, gen->kc[i]->data);
         tg__free(ctx, gen->vc[i]->data);
