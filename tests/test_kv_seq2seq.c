@@ -328,6 +328,47 @@ START_TEST(test_mixed_lengths)
 }
 END_TEST
 
+/* Sources of at most 16 and 32 tokens run step graphs whose cross-attention reads only the
+ * first 16 or 32 memory positions (max_seq_len 40): the same logits as the reference. */
+START_TEST(test_memory_widths)
+{
+    tg_dtype dt = tu_dtypes[_i];
+    double tol = dt == TG_F64 ? 1e-12 : 1e-5;
+    const int64_t L = 40, D = 8, B = 3, T_MAX = 6;
+    s2s_case c = cases[1];
+    c.B = B;
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_seed(ctx, 700);
+    tg_transformer m;
+    init_model(ctx, &m, dt, &c, L, D);
+    tg_ctx_set_training(ctx, false);
+    tg_generator *gen = tg_generator_new(ctx, &m, B);
+    ck_assert_ptr_nonnull(gen);
+    static const int64_t widths[4] = {16, 20, 32, 40};
+    int32_t src[3 * 40], hist[3 * 40], step[3];
+    double got[3 * V], want[3 * V];
+    for (int si = 0; si < 4; si++) {
+        int64_t S = widths[si];
+        int64_t len[3] = {S, 1 + S / 3, S - 1};
+        for (int64_t i = 0; i < B * S; i++)
+            src[i] = (int32_t)(tg_rng_u64(ctx) % 10);
+        ck_assert_int_eq(tg_generator_set_sources(gen, src, S, len), TG_OK);
+        for (int64_t b = 0; b < B; b++)
+            step[b] = hist[b * L] = BOS;
+        for (int64_t T = 1; T <= T_MAX; T++) {
+            ck_assert_int_eq(tg_generator_feed(gen, step, 1), TG_OK);
+            tu_generator_logits(gen, B * V, got);
+            reference_padded(ctx, &m, dt, B, src, S, len, hist, L, T, want);
+            ck_assert_msg(tu_rel_err(got, want, B * V) <= tol, "S %lld T %lld", (long long)S,
+                          (long long)T);
+            for (int64_t b = 0; b < B; b++)
+                step[b] = hist[b * L + T] = (int32_t)tu_argmax(got + b * V, V);
+        }
+    }
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* tg_generator_select: rows reordered (repeated, dropped, swapped; sources changing and not)
  * in the middle of decoding; every later step equals the reference on the selected rows'
  * sources and token histories, i.e. decoding them from scratch. */
@@ -502,6 +543,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_errors);
     tcase_add_loop_test(tc, test_mixed_lengths, 0, 2);
     tcase_add_loop_test(tc, test_select, 0, 2);
+    tcase_add_loop_test(tc, test_memory_widths, 0, 2);
     tcase_add_test(tc, test_select_errors);
     tcase_add_test(tc, test_memory_flat);
     suite_add_tcase(s, tc);

@@ -46,6 +46,9 @@
 #include <math.h>
 #include <stdio.h>
 
+/* Step graphs over shorter memory widths: 16, 32, ..., at most this many. */
+#define GEN_MAX_WSTEP 16
+
 typedef struct gen_graph {
     int64_t n;                          /* new positions per run */
     tg_tensor *ids, *pos_ids, *pos;     /* (B, n), (n), (1) i32 inputs */
@@ -66,6 +69,9 @@ struct tg_generator {
     int32_t *buf;                       /* (B, L): tokens of a wrap's re-prefill */
     int32_t *pbuf;                      /* (L): position ids */
     gen_graph step, refill;
+    gen_graph wstep[GEN_MAX_WSTEP];     /* s2s: step graphs over memory widths 16 << k < L */
+    int64_t n_wstep;
+    int64_t cur_w;                      /* the wstep graph the source fits (-1: step) */
     bool freed;
     /* the encoder-decoder model (s2s); n_layers above counts its decoder layers */
     bool s2s;
@@ -127,7 +133,7 @@ static tg_tensor *layer_cached(tg_ctx *ctx, const tg_encoder_layer *l, tg_tensor
  * beyond the source blocked by mem_mask (B, 1, 1, L): q from rows [0, D) of in_proj (as
  * tg_mha_forward's cross-attention), heads as views, SDPA, heads merged, out_proj. */
 static tg_tensor *cross_attn_cached(tg_ctx *ctx, const tg_mha *a, tg_tensor *x, tg_tensor *kv,
-                                    tg_tensor *mem_mask)
+                                    tg_tensor *mem_mask, int64_t w)
 {
     int64_t B = tg_tensor_dim(x, 0), n = tg_tensor_dim(x, 1), D = a->d_model, H = a->n_heads;
     int64_t Dh = D / H, L = tg_tensor_dim(kv, 1);
@@ -135,11 +141,14 @@ static tg_tensor *cross_attn_cached(tg_ctx *ctx, const tg_mha *a, tg_tensor *x, 
                             tg_narrow(ctx, a->in_proj_bias, 0, 0, D));    /* (B, n, D) */
     q = tg_transpose(ctx, tg_reshape(ctx, q, TG_DIMS(B, n, H, Dh)), 1, 2); /* (B, H, n, Dh) */
     tg_tensor *m = tg_transpose(ctx, tg_reshape(ctx, kv, TG_DIMS(B, L, 2 * H, Dh)), 1, 2);
-    tg_tensor *k = tg_narrow(ctx, m, 1, 0, H);                           /* (B, H, L, Dh) each */
+    if (w < L) /* the first w memory positions only (views: nothing copied) */
+        m = tg_narrow(ctx, m, 2, 0, w);
+    tg_tensor *k = tg_narrow(ctx, m, 1, 0, H);                           /* (B, H, w, Dh) each */
     tg_tensor *v = tg_narrow(ctx, m, 1, H, H);
     tg_attn_masks mm;
     memset(&mm, 0, sizeof mm);
-    mm.attn_mask = mem_mask; /* positions beyond the source are never attended */
+    /* positions beyond the source are never attended */
+    mm.attn_mask = w < L ? tg_narrow(ctx, mem_mask, 3, 0, w) : mem_mask;
     mm.attn_mask_kind = TG_MASK_BLOCK;
     tg_tensor *o = tg_sdpa(ctx, q, k, v, &mm, 1.0 / sqrt((double)Dh), NULL); /* (B, H, n, Dh) */
     o = tg_reshape(ctx, tg_transpose(ctx, o, 1, 2), TG_DIMS(B, n, D));  /* (B, n, D) */
@@ -150,7 +159,7 @@ static tg_tensor *cross_attn_cached(tg_ctx *ctx, const tg_mha *a, tg_tensor *x, 
  * cross-attention over the stored memory keys and values, and no dropout. */
 static tg_tensor *dec_layer_cached(tg_ctx *ctx, const tg_decoder_layer *l, tg_tensor *x,
                                    tg_tensor *kc, tg_tensor *vc, tg_tensor *pos, tg_tensor *kv,
-                                   tg_tensor *mem_mask)
+                                   tg_tensor *mem_mask, int64_t w)
 {
     tg_encoder_config c = l->cfg;
     c.dropout = 0; /* inference */
@@ -158,7 +167,7 @@ static tg_tensor *dec_layer_cached(tg_ctx *ctx, const tg_decoder_layer *l, tg_te
     tg_tensor *y = self_attn_cached(ctx, &l->self_attn, h, kc, vc, pos);
     x = tg__nn_sublayer_out(ctx, &c, x, y, l->norm1_weight, l->norm1_bias); /* (B, n, D) */
     h = tg__nn_sublayer_in(ctx, &c, x, l->norm2_weight, l->norm2_bias);
-    y = cross_attn_cached(ctx, &l->multihead_attn, h, kv, mem_mask);
+    y = cross_attn_cached(ctx, &l->multihead_attn, h, kv, mem_mask, w);
     x = tg__nn_sublayer_out(ctx, &c, x, y, l->norm2_weight, l->norm2_bias);
     h = tg__nn_sublayer_in(ctx, &c, x, l->norm3_weight, l->norm3_bias);
     y = tg__nn_ff_block(ctx, &l->ffn, h, 0);
@@ -210,8 +219,9 @@ static tg_status build_encoder(tg_generator *gen, int64_t s, struct enc_graph *e
     return eg->g ? TG_OK : tg_ctx_status(ctx);
 }
 
-/* Build the graph that feeds n tokens (no_grad). Returns the status (error recorded). */
-static tg_status build_graph(tg_generator *gen, int64_t n, gen_graph *gg)
+/* Build the graph that feeds n tokens (no_grad), its cross-attention over the first w memory
+ * positions (encoder-decoder). Returns the status (error recorded). */
+static tg_status build_graph(tg_generator *gen, int64_t n, int64_t w, gen_graph *gg)
 {
     tg_ctx *ctx = gen->ctx;
     const tg_transformer *m = gen->m;
@@ -226,7 +236,7 @@ static tg_status build_graph(tg_generator *gen, int64_t n, gen_graph *gg)
     x = tg_add(ctx, x, tg_embedding(ctx, gg->pos_ids, m->pos_emb ? m->pos_emb : gen->pe));
     for (int64_t i = 0; i < gen->n_layers; i++)
         x = gen->s2s ? dec_layer_cached(ctx, &m->seq2seq.decoder.layers[i], x, gen->kc[i],
-                                        gen->vc[i], gg->pos, gen->mkv[i], gen->mem_mask)
+                                        gen->vc[i], gg->pos, gen->mkv[i], gen->mem_mask, w)
                      : layer_cached(ctx, &m->layers[i], x, gen->kc[i], gen->vc[i], gg->pos);
     x = tg_narrow(ctx, x, 1, n - 1, 1);                                  /* (B, 1, D) */
     /* the final norm: the LM's norm.*, the encoder-decoder's decoder.norm.* */
@@ -330,9 +340,16 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
     gen->sel_rows = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
     gen->sel_mem = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
     gen->sel_src = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
-    if (!gen->logits || !gen->sel_rows || !gen->sel_mem || !gen->sel_src || build_graph(gen, 1, &gen->step) != TG_OK ||
-        (gen->refill_n > 1 && build_graph(gen, gen->refill_n, &gen->refill) != TG_OK))
+    if (!gen->logits || !gen->sel_rows || !gen->sel_mem || !gen->sel_src ||
+        build_graph(gen, 1, L, &gen->step) != TG_OK ||
+        (gen->refill_n > 1 && build_graph(gen, gen->refill_n, L, &gen->refill) != TG_OK))
         goto fail;
+    /* encoder-decoder: step graphs whose cross-attention reads only the first 16, 32, 64, ...
+     * (< L) memory positions, for sources that short */
+    for (int64_t w = 16; s2s && w < L && gen->n_wstep < GEN_MAX_WSTEP; w *= 2)
+        if (build_graph(gen, 1, w, &gen->wstep[gen->n_wstep++]) != TG_OK)
+            goto fail;
+    gen->cur_w = -1;
     return gen;
 fail:
     if (tg_ctx_status(ctx) == TG_OK)
@@ -367,14 +384,15 @@ static tg_status run_graph(tg_generator *gen, gen_graph *gg, const int32_t *toke
 static tg_status run_tokens(tg_generator *gen, const int32_t *tokens, int64_t n, int64_t start)
 {
     if (n == 1)
-        return run_graph(gen, &gen->step, tokens, start);
+        return run_graph(gen, gen->cur_w >= 0 ? &gen->wstep[gen->cur_w] : &gen->step, tokens,
+                         start);
     if (n == gen->refill_n)
         return run_graph(gen, &gen->refill, tokens, start);
     /* any other length: a graph of its own, released before returning */
     tg_ctx *ctx = gen->ctx;
     tg_mark mark = tg_ctx_mark(ctx);
     gen_graph gg;
-    tg_status s = build_graph(gen, n, &gg);
+    tg_status s = build_graph(gen, n, gen->L, &gg);
     if (s == TG_OK)
         s = run_graph(gen, &gg, tokens, start);
     tg_ctx_rewind(ctx, mark); /* keeps the error state */
@@ -408,6 +426,21 @@ static tg_status run_encoder(tg_generator *gen, struct enc_graph *eg, const int3
             memcpy(dst + (size_t)(b * L) * row, srcp + (size_t)(b * s) * row, (size_t)s * row);
     }
     return TG_OK;
+}
+
+/* The step graph for the longest source the rows hold: the narrowest memory width >= it. */
+static void set_width(tg_generator *gen)
+{
+    int64_t s = 1;
+    for (int64_t r = 0; r < gen->B; r++)
+        if (gen->src_len[r] > s)
+            s = gen->src_len[r];
+    gen->cur_w = -1;
+    for (int64_t k = 0, w = 16; k < gen->n_wstep; k++, w *= 2)
+        if (s <= w) {
+            gen->cur_w = k;
+            break;
+        }
 }
 
 tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_ids, int64_t s)
@@ -485,6 +518,7 @@ tg_status tg_generator_set_sources(tg_generator *gen, const int32_t *src_ids, in
         gen->src_id[r] = gen->next_src_id++;
     }
     gen->has_src = true;
+    set_width(gen);
     return TG_OK;
 }
 
@@ -599,6 +633,7 @@ tg_status tg_generator_select(tg_generator *gen, const int32_t *rows)
                     src, nm);
         gather_rows(gen, (char *)gen->src_id, sizeof(uint64_t), 1, 0, sizeof(uint64_t), mdst,
                     src, nm);
+        set_width(gen);
     }
     return TG_OK;
 }
@@ -687,6 +722,10 @@ void tg_generator_free(tg_generator *gen)
         return;
     tg_ctx *ctx = gen->ctx;
     tg_graph_free(gen->step.g);
+    for (int64_t k = 0; k < gen->n_wstep; k++) {
+        tg_graph_free(gen->wstep[k].g);
+        gen->wstep[k].g = NULL;
+    }
     tg_graph_free(gen->refill.g);
     tg_graph_free(gen->enc.g);
     gen->step.g = gen->refill.g = gen->enc.g = NULL;
