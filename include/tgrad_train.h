@@ -337,7 +337,10 @@ typedef struct tg_generator tg_generator;
  * per layer the cached self-attention, the cross-attention of the new positions over the
  * stored memory keys and values (never recomputed), the FFN; then decoder.norm and the head.
  * The logits are those of tg_transformer_forward_seq2seq() on (source, the target so far), to
- * rounding (tested as below). Memory: 4 n_decoder_layers B max_seq_len D elements.
+ * rounding (tested as below). Memory: 4 n_decoder_layers B max_seq_len D elements. Step
+ * graphs whose cross-attention reads only the first w = 16, 32, 64, ... (< max_seq_len)
+ * memory positions are built here too; a feed uses the narrowest one that holds the longest
+ * source the rows hold (short sources do not pay for max_seq_len).
  *
  * The model is borrowed: it must outlive the generator and keep its shapes; its parameter
  * values are read at each feed (load a checkpoint before or after this call, then

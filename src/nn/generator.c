@@ -604,6 +604,10 @@ tg_status tg_generator_select(tg_generator *gen, const int32_t *rows)
         need = need_m;
     if (need_h > need)
         need = need_h;
+    /* grown once to one layer's key cache (B D L), not step by step as len grows */
+    size_t full = (size_t)(B * D * L) * es;
+    if (need > gen->scratch_bytes && need < full)
+        need = full;
     if (!scratch_reserve(gen, need, fn))
         return tg_ctx_status(ctx) != TG_OK ? tg_ctx_status(ctx) : TG_ERR_NOMEM;
     for (int64_t c = 0; c < n; c++)
