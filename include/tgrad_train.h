@@ -414,8 +414,11 @@ TG_API tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_i
  * positions >= src_len[b]) and each row's cross-attention blocks its padded positions: the
  * logits equal tg_transformer_forward_seq2seq() with `src_key_padding_mask` (tested to 1e-5
  * relative in f32, 1e-12 in f64). @p src_len NULL: every row has length s (this is
- * tg_generator_set_source()). Each row then holds a source of its own (see
- * tg_generator_select()).
+ * tg_generator_set_source()). A row whose source (length and real tokens) equals the row
+ * before it shares that row's encoding: the encoder runs once per run of equal rows (a
+ * sentence's beams), and those rows count as holding the same source (see
+ * tg_generator_select()). A shape other than (B, max_seq_len) of distinct sources builds an
+ * encode graph for the call and releases it (tg_ctx_bytes() does not grow).
  * **Shapes:** src_ids (B, s), 1 <= s <= max_seq_len; src_len (B), 1 <= src_len[b] <= s.
  * Errors (run-time; nothing changes): ::TG_ERR_ARG (as tg_generator_set_source(), and
  * `src_len[b] = x is not in [1, s = ...]`; only the real tokens' ids are checked), those of

@@ -78,12 +78,14 @@ struct tg_generator {
     bool has_src;                       /* a source is set (every row holds one) */
     int64_t *src_len;                   /* (B): each row's source length */
     uint64_t *src_id;                   /* (B): which encoded source each row holds */
+    int64_t *uniq;                      /* (B): set_sources: each row's distinct source */
     uint64_t next_src_id;               /* the next source's id (unique per generator) */
     tg_tensor **mkv;                    /* per decoder layer (B, L, 2D): memory [K | V] */
     tg_tensor *mem_mask;                /* (B, 1, 1, L) block mask: 1 at row b's positions
                                          * >= src_len[b] */
     struct enc_graph {
         int64_t s;                      /* source length (padded width) */
+        int64_t nb;                     /* sources encoded (rows of ids) */
         tg_tensor *ids, *pos_ids;       /* (B, s), (s) i32 inputs */
         tg_tensor *pad;                 /* (B, s) key padding mask (1 = padding) */
         tg_tensor **kv;                 /* per decoder layer (B, s, 2D) outputs */
@@ -176,7 +178,7 @@ static tg_tensor *dec_layer_cached(tg_ctx *ctx, const tg_decoder_layer *l, tg_te
 
 /* Build the encode graph for sources of length s (no_grad): the encoder stack without dropout,
  * then each decoder layer's memory keys and values. Returns the status (error recorded). */
-static tg_status build_encoder(tg_generator *gen, int64_t s, struct enc_graph *eg)
+static tg_status build_encoder(tg_generator *gen, int64_t nb, int64_t s, struct enc_graph *eg)
 {
     static const char *fn = "tg_generator_set_source";
     tg_ctx *ctx = gen->ctx;
@@ -185,10 +187,11 @@ static tg_status build_encoder(tg_generator *gen, int64_t s, struct enc_graph *e
     int64_t D = gen->D;
     memset(eg, 0, sizeof *eg);
     eg->s = s;
+    eg->nb = nb;
     eg->kv = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)gen->n_layers, fn);
-    eg->ids = tg_input(ctx, TG_I32, TG_DIMS(gen->B, s), "generator.src_ids");
+    eg->ids = tg_input(ctx, TG_I32, TG_DIMS(nb, s), "generator.src_ids");
     eg->pos_ids = tg_input(ctx, TG_I32, TG_DIMS(s), "generator.src_pos_ids");
-    eg->pad = tg_input(ctx, tg_tensor_dtype(m->tok_emb), TG_DIMS(gen->B, s),
+    eg->pad = tg_input(ctx, tg_tensor_dtype(m->tok_emb), TG_DIMS(nb, s),
                        "generator.src_key_padding_mask");
     if (!eg->kv || !eg->ids || !eg->pos_ids || !eg->pad)
         return tg_ctx_status(ctx) != TG_OK ? tg_ctx_status(ctx) : TG_ERR_NOMEM;
@@ -325,7 +328,8 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
         gen->mem_mask = tg_input(ctx, dt, TG_DIMS(batch, 1, 1, L), "generator.memory_mask");
         gen->src_len = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
         gen->src_id = tg__alloc(ctx, sizeof(uint64_t) * (size_t)batch, fn);
-        if (!gen->mkv || !gen->mem_mask || !gen->src_len || !gen->src_id)
+        gen->uniq = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
+        if (!gen->mkv || !gen->mem_mask || !gen->src_len || !gen->src_id || !gen->uniq)
             goto fail;
         for (int64_t i = 0; i < NL; i++) {
             char name[64];
@@ -333,7 +337,7 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
             if (!(gen->mkv[i] = tg_input(ctx, dt, TG_DIMS(batch, L, 2 * D), name)))
                 goto fail;
         }
-        if (build_encoder(gen, L, &gen->enc) != TG_OK)
+        if (build_encoder(gen, batch, L, &gen->enc) != TG_OK)
             goto fail;
     }
     gen->logits = tg_input(ctx, dt, TG_DIMS(batch, V), "generator.logits");
@@ -399,19 +403,19 @@ static tg_status run_tokens(tg_generator *gen, const int32_t *tokens, int64_t n,
     return s;
 }
 
-/* Run encode graph @p eg on src (B, eg->s) (padding already replaced by id 0) with row b's
- * positions >= len[b] masked as padding, and store each decoder layer's memory keys and
- * values in its leaf, rows 0..s-1 of every batch row. */
+/* Run encode graph @p eg on the distinct sources src (nb, eg->s) (padding already replaced by
+ * id 0) with source u's positions >= len[u] masked as padding, and store each decoder layer's
+ * memory keys and values in its leaf: row b gets source gen->uniq[b]'s, rows 0..s-1. */
 static tg_status run_encoder(tg_generator *gen, struct enc_graph *eg, const int32_t *src,
                              const int64_t *len)
 {
-    int64_t s = eg->s, B = gen->B, L = gen->L, D = gen->D;
+    int64_t s = eg->s, nb = eg->nb, B = gen->B, L = gen->L, D = gen->D;
     for (int64_t i = 0; i < s; i++)
         gen->pbuf[i] = (int32_t)i;
-    for (int64_t b = 0; b < B; b++)
+    for (int64_t b = 0; b < nb; b++)
         for (int64_t j = 0; j < s; j++)
             tg_set(eg->pad, b * s + j, j >= len[b] ? 1.0 : 0.0);
-    tg_status st = tg_tensor_set_data(eg->ids, src, TG_I32, (size_t)(B * s));
+    tg_status st = tg_tensor_set_data(eg->ids, src, TG_I32, (size_t)(nb * s));
     if (st == TG_OK)
         st = tg_tensor_set_data(eg->pos_ids, gen->pbuf, TG_I32, (size_t)s);
     if (st == TG_OK)
@@ -423,7 +427,8 @@ static tg_status run_encoder(tg_generator *gen, struct enc_graph *eg, const int3
         char *dst = tg_tensor_data(gen->mkv[i]);
         const char *srcp = tg_tensor_data(eg->kv[i]);             /* (B, s, 2D) contiguous */
         for (int64_t b = 0; b < B; b++)
-            memcpy(dst + (size_t)(b * L) * row, srcp + (size_t)(b * s) * row, (size_t)s * row);
+            memcpy(dst + (size_t)(b * L) * row, srcp + (size_t)(gen->uniq[b] * s) * row,
+                   (size_t)s * row);
     }
     return TG_OK;
 }
@@ -496,17 +501,32 @@ tg_status tg_generator_set_sources(tg_generator *gen, const int32_t *src_ids, in
         for (int64_t i = 0; i < s; i++)
             gen->buf[r * s + i] = i < n ? src_ids[r * s + i] : 0;
     }
+    /* a row equal to the one before it (length and ids: a sentence's beams) shares its
+     * encoding: the distinct sources are moved to the front of buf, ulen their lengths */
+    int64_t nu = 0, *ulen = gen->sel_src;
+    for (int64_t r = 0; r < B; r++) {
+        if (r > 0 && gen->src_len[r] == gen->src_len[r - 1] &&
+            memcmp(gen->buf + r * s, gen->buf + gen->uniq[r - 1] * s,
+                   sizeof(int32_t) * (size_t)s) == 0) {
+            gen->uniq[r] = gen->uniq[r - 1];
+            continue;
+        }
+        if (nu != r)
+            memmove(gen->buf + nu * s, gen->buf + r * s, sizeof(int32_t) * (size_t)s);
+        ulen[nu] = gen->src_len[r];
+        gen->uniq[r] = nu++;
+    }
     gen->has_src = false; /* until the new memory is stored */
     gen->len = 0;         /* a new source starts a new target */
     tg_status st;
-    if (s == gen->enc.s) {
-        st = run_encoder(gen, &gen->enc, gen->buf, gen->src_len);
-    } else { /* another length: an encode graph of its own, released before returning */
+    if (s == gen->enc.s && nu == gen->enc.nb) {
+        st = run_encoder(gen, &gen->enc, gen->buf, ulen);
+    } else { /* another shape: an encode graph of its own, released before returning */
         tg_mark mark = tg_ctx_mark(ctx);
         struct enc_graph eg;
-        st = build_encoder(gen, s, &eg);
+        st = build_encoder(gen, nu, s, &eg);
         if (st == TG_OK)
-            st = run_encoder(gen, &eg, gen->buf, gen->src_len);
+            st = run_encoder(gen, &eg, gen->buf, ulen);
         tg_ctx_rewind(ctx, mark); /* keeps the error state */
     }
     if (st != TG_OK)
@@ -515,8 +535,9 @@ tg_status tg_generator_set_sources(tg_generator *gen, const int32_t *src_ids, in
     for (int64_t r = 0; r < B; r++) {
         for (int64_t j = 0; j < L; j++)
             tg_set(gen->mem_mask, r * L + j, j >= gen->src_len[r] ? 1.0 : 0.0);
-        gen->src_id[r] = gen->next_src_id++;
+        gen->src_id[r] = gen->next_src_id + (uint64_t)gen->uniq[r];
     }
+    gen->next_src_id += (uint64_t)nu;
     gen->has_src = true;
     set_width(gen);
     return TG_OK;
