@@ -560,23 +560,31 @@ static bool scratch_reserve(tg_generator *gen, size_t bytes, const char *fn)
 
 /* dst rows[c] <- src rows from[c] for c < n of a tensor (B, ...) seen as B rows of @p nchunk
  * chunks of @p chunk bytes, chunk k of a row at offset k * @p stride (bytes) in the row of
- * @p row bytes: first gathered into scratch (the sources are read before any is written). */
+ * @p row bytes. Entries c < @p nbuf (sources that are themselves destinations) go through
+ * scratch: gathered first, written last; the others (sources never written) are copied
+ * directly in between. */
 static void gather_rows(tg_generator *gen, char *base, size_t row, int64_t nchunk, size_t stride,
-                        size_t chunk, const int64_t *dst, const int64_t *from, int64_t n)
+                        size_t chunk, const int64_t *dst, const int64_t *from, int64_t n,
+                        int64_t nbuf)
 {
     char *tmp = gen->scratch;
     size_t per = (size_t)nchunk * chunk;
     int nt = tg__threads(gen->ctx);
     bool par = (double)n * (double)per >= (double)TG_PAR_MIN * 8;
-    /* each iteration writes its own scratch slot, then its own destination row: any thread
+    /* each iteration writes its own scratch slot or its own destination row: any thread
      * count copies the same bytes */
     TG_OMP_FOR(nt, par)
-    for (int64_t c = 0; c < n; c++)
+    for (int64_t c = 0; c < nbuf; c++)
         for (int64_t k = 0; k < nchunk; k++)
             memcpy(tmp + (size_t)c * per + (size_t)k * chunk,
                    base + (size_t)from[c] * row + (size_t)k * stride, chunk);
     TG_OMP_FOR(nt, par)
-    for (int64_t c = 0; c < n; c++)
+    for (int64_t c = nbuf; c < n; c++)
+        for (int64_t k = 0; k < nchunk; k++)
+            memcpy(base + (size_t)dst[c] * row + (size_t)k * stride,
+                   base + (size_t)from[c] * row + (size_t)k * stride, chunk);
+    TG_OMP_FOR(nt, par)
+    for (int64_t c = 0; c < nbuf; c++)
         for (int64_t k = 0; k < nchunk; k++)
             memcpy(base + (size_t)dst[c] * row + (size_t)k * stride,
                    tmp + (size_t)c * per + (size_t)k * chunk, chunk);
@@ -605,11 +613,16 @@ tg_status tg_generator_select(tg_generator *gen, const int32_t *rows)
                         (long long)b, (long long)rows[b], (long long)B);
             return TG_ERR_ARG;
         }
-    /* rows that change (n), and those whose source changes too (nm) */
-    int64_t n = 0, nm = 0;
+    /* rows that change (n: first the nbuf whose source row changes too, then those whose
+     * source row stays), and those whose source changes too (nm) */
+    int64_t n = 0, nbuf = 0, nm = 0;
     int64_t *dst = gen->sel_rows, *src = gen->sel_src;
     for (int64_t b = 0; b < B; b++)
-        if (rows[b] != b)
+        if (rows[b] != b && rows[rows[b]] != rows[b])
+            dst[n++] = b;
+    nbuf = n;
+    for (int64_t b = 0; b < B; b++)
+        if (rows[b] != b && rows[rows[b]] == rows[b])
             dst[n++] = b;
     if (n == 0)
         return TG_OK;
@@ -618,7 +631,7 @@ tg_status tg_generator_select(tg_generator *gen, const int32_t *rows)
             if (gen->src_id[dst[c]] != gen->src_id[rows[dst[c]]])
                 gen->sel_mem[nm++] = dst[c];
     size_t es = tg_dtype_size(tg_tensor_dtype(gen->logits));
-    size_t need = (size_t)n * (size_t)(D * (len > 0 ? len : 1)) * es;
+    size_t need = (size_t)nbuf * (size_t)(D * (len > 0 ? len : 1)) * es;
     size_t need_m = (size_t)nm * (size_t)(L * 2 * D) * es;
     size_t need_h = (size_t)n * (size_t)L * sizeof(int32_t) + (size_t)n * sizeof(uint64_t);
     if (need_m > need)
@@ -638,26 +651,26 @@ tg_status tg_generator_select(tg_generator *gen, const int32_t *rows)
             /* keys (B, H, Dh, L): per row D chunks of len positions; values (B, H, L, Dh):
              * per row H chunks of len * Dh */
             gather_rows(gen, tg_tensor_data(gen->kc[i]), (size_t)(D * L) * es, D,
-                        (size_t)L * es, (size_t)len * es, dst, src, n);
+                        (size_t)L * es, (size_t)len * es, dst, src, n, nbuf);
             gather_rows(gen, tg_tensor_data(gen->vc[i]), (size_t)(D * L) * es, H,
-                        (size_t)(L * Dh) * es, (size_t)(len * Dh) * es, dst, src, n);
+                        (size_t)(L * Dh) * es, (size_t)(len * Dh) * es, dst, src, n, nbuf);
         }
     if (len > 0)
         gather_rows(gen, (char *)gen->hist, (size_t)L * sizeof(int32_t), 1, 0,
-                    (size_t)len * sizeof(int32_t), dst, src, n);
+                    (size_t)len * sizeof(int32_t), dst, src, n, nbuf);
     if (nm > 0) {
         int64_t *mdst = gen->sel_mem;
         for (int64_t c = 0; c < nm; c++)
             src[c] = rows[mdst[c]];
         for (int64_t i = 0; i < gen->n_layers; i++)
             gather_rows(gen, tg_tensor_data(gen->mkv[i]), (size_t)(L * 2 * D) * es, 1, 0,
-                        (size_t)(L * 2 * D) * es, mdst, src, nm);
+                        (size_t)(L * 2 * D) * es, mdst, src, nm, nm);
         gather_rows(gen, tg_tensor_data(gen->mem_mask), (size_t)L * es, 1, 0, (size_t)L * es,
-                    mdst, src, nm);
+                    mdst, src, nm, nm);
         gather_rows(gen, (char *)gen->src_len, sizeof(int64_t), 1, 0, sizeof(int64_t), mdst,
-                    src, nm);
+                    src, nm, nm);
         gather_rows(gen, (char *)gen->src_id, sizeof(uint64_t), 1, 0, sizeof(uint64_t), mdst,
-                    src, nm);
+                    src, nm, nm);
         set_width(gen);
     }
     return TG_OK;
