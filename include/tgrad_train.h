@@ -361,7 +361,10 @@ typedef struct tg_generator tg_generator;
  * per layer the cached self-attention, the cross-attention of the new positions over the
  * stored memory keys and values (never recomputed), the FFN; then decoder.norm and the head.
  * The logits are those of tg_transformer_forward_seq2seq() on (source, the target so far), to
- * rounding (tested as below). Memory: 4 n_decoder_layers B max_seq_len D elements.
+ * rounding (tested as below). Memory: 4 n_decoder_layers B max_seq_len D elements. Step
+ * graphs whose cross-attention reads only the first w = 16, 32, 64, ... (< max_seq_len)
+ * memory positions are built here too; a feed uses the narrowest one that holds the longest
+ * source the rows hold (short sources do not pay for max_seq_len).
  *
  * The model is borrowed: it must outlive the generator and keep its shapes; its parameter
  * values are read at each feed (load a checkpoint before or after this call, then
@@ -412,8 +415,9 @@ TG_API tg_status tg_generator_feed(tg_generator *gen, const int32_t *ids, int64_
  * @p src_ids (B, s) ::TG_I32 ids in [0, vocab_size), row-major, 1 <= s <= max_seq_len, copied.
  * Runs the encoder once (tok_emb + positions 0..s-1, `encoder.*` and its final norm, no
  * dropout) and stores, for every decoder layer, the memory's keys and values; a source
- * shorter than max_seq_len leaves the rows beyond it blocked for the cross-attention (no
- * source padding mask otherwise: every source position is attended). The next feed is the
+ * shorter than max_seq_len leaves the rows beyond it blocked for the cross-attention (every
+ * source position is attended: for sources of different lengths see
+ * tg_generator_set_sources()). The next feed is the
  * target's prompt, usually the BOS token. tg_generator_reset() keeps the source. s =
  * max_seq_len runs the encoder graph built by tg_generator_new(); another s builds one and
  * releases it (tg_ctx_mark() / tg_ctx_rewind()), so tg_ctx_bytes() does not grow.
@@ -425,6 +429,45 @@ TG_API tg_status tg_generator_feed(tg_generator *gen, const int32_t *ids, int64_
  * values come from the output of the encoder").
  */
 TG_API tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_ids, int64_t s);
+
+/**
+ * Encoder-decoder generators: encode @p B sources of different lengths, padded to a common
+ * width @p s, and start a new target (length 0). Row b's source is src_ids[b s .. b s +
+ * src_len[b] - 1] (::TG_I32 ids in [0, vocab_size)); its positions src_len[b]..s-1 are padding
+ * (any value, read as id 0). The encoder runs with the source key padding mask (1 at row b's
+ * positions >= src_len[b]) and each row's cross-attention blocks its padded positions: the
+ * logits equal tg_transformer_forward_seq2seq() with `src_key_padding_mask` (tested to 1e-5
+ * relative in f32, 1e-12 in f64). @p src_len NULL: every row has length s (this is
+ * tg_generator_set_source()). A row whose source (length and real tokens) equals the row
+ * before it shares that row's encoding: the encoder runs once per run of equal rows (a
+ * sentence's beams), and those rows count as holding the same source (see
+ * tg_generator_select()). A shape other than (B, max_seq_len) of distinct sources builds an
+ * encode graph for the call and releases it (tg_ctx_bytes() does not grow).
+ * **Shapes:** src_ids (B, s), 1 <= s <= max_seq_len; src_len (B), 1 <= src_len[b] <= s.
+ * Errors (run-time; nothing changes): ::TG_ERR_ARG (as tg_generator_set_source(), and
+ * `src_len[b] = x is not in [1, s = ...]`; only the real tokens' ids are checked), those of
+ * building or running the encoder (after which the generator has no source).
+ * Source: PyTorch `nn.Transformer` (`src_key_padding_mask`, `memory_key_padding_mask`).
+ */
+TG_API tg_status tg_generator_set_sources(tg_generator *gen, const int32_t *src_ids, int64_t s,
+                                          const int64_t *src_len);
+
+/**
+ * Reorder the generator's rows (beam search's reordering of hypotheses): afterwards row b
+ * holds the state row @p rows[b] held before: its self-attention keys and values at positions
+ * 0..length-1, its token history and, for an encoder-decoder generator, its source (memory
+ * keys and values, padding mask, length). Rows may repeat or be dropped. Each row remembers
+ * which encoded source it holds, so a row that takes the state of a row with the same source
+ * (the usual case: the beams of one sentence) copies only its cache, never the memory.
+ * **Shapes:** rows (B) ::TG_I32 in [0, B). The length is unchanged. Decoding on equals
+ * decoding the selected rows from scratch (tested).
+ * Cost: copies 2 n_layers length D elements per changed row (plus 2 n_layers max_seq_len D
+ * for a row whose source changes); a gather buffer is grown on demand (owned by the
+ * generator).
+ * Errors (run-time; nothing changes): ::TG_ERR_ARG (@p gen NULL (returned only) or freed,
+ * @p rows NULL, `rows[b] = x is not a row in [0, B)`), ::TG_ERR_NOMEM (the gather buffer).
+ */
+TG_API tg_status tg_generator_select(tg_generator *gen, const int32_t *rows);
 
 /** The last-position logits (B, V) of the last successful feed, in the model's dtype (zeros
  *  before the first). A leaf owned by the generator, overwritten by each feed; read it with

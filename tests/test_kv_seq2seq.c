@@ -251,6 +251,266 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* reference() with a source key padding mask: row b's source is src[b S .. b S + len[b] - 1]. */
+static void reference_padded(tg_ctx *ctx, const tg_transformer *m, tg_dtype dt, int64_t B,
+                             const int32_t *src, int64_t S, const int64_t *len,
+                             const int32_t *tgt, int64_t ld, int64_t T, double *out)
+{
+    tg_mark mk = tg_ctx_mark(ctx);
+    tg_tensor *s = tg_input(ctx, TG_I32, TG_DIMS(B, S), "ref.src");
+    tg_tensor *t = tg_input(ctx, TG_I32, TG_DIMS(B, T), "ref.tgt");
+    tg_tensor *pad = tg_input(ctx, dt, TG_DIMS(B, S), "ref.pad");
+    int32_t *buf = malloc(sizeof(int32_t) * (size_t)(B * T));
+    for (int64_t b = 0; b < B; b++) {
+        memcpy(buf + b * T, tgt + b * ld, sizeof(int32_t) * (size_t)T);
+        for (int64_t j = 0; j < S; j++)
+            tg_set(pad, b * S + j, j >= len[b] ? 1.0 : 0.0);
+    }
+    ck_assert_int_eq(tg_tensor_set_data(s, src, TG_I32, (size_t)(B * S)), TG_OK);
+    ck_assert_int_eq(tg_tensor_set_data(t, buf, TG_I32, (size_t)(B * T)), TG_OK);
+    free(buf);
+    tg_tensor *lg = tg_transformer_forward_seq2seq(ctx, m, s, t, pad, NULL);
+    tg_graph_opts go = {.no_grad = true};
+    tg_graph *g = tg_graph_new_opts(ctx, &lg, 1, &go);
+    ck_assert_msg(g != NULL, "%s", tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t v = 0; v < V; v++)
+            out[b * V + v] = tg_get(lg, (b * T + T - 1) * V + v);
+    ck_assert_int_eq(tg_ctx_rewind(ctx, mk), TG_OK);
+}
+
+/* Sources of mixed lengths in one batch (tg_generator_set_sources): at every step the cached
+ * logits equal tg_transformer_forward_seq2seq with the source key padding mask, for every
+ * case (post-/pre-norm, learned/sinusoidal positions) and both widths (max_seq_len: the
+ * prebuilt encoder; shorter: one built for the call). Padding holds arbitrary ids. */
+START_TEST(test_mixed_lengths)
+{
+    tg_dtype dt = tu_dtypes[_i];
+    double tol = dt == TG_F64 ? 1e-12 : 1e-5;
+    const int64_t L = 9, D = 8, B = 3;
+    for (int ci = 0; ci < N_CASES; ci++) {
+        s2s_case c = cases[ci];
+        c.B = B;
+        tg_ctx *ctx = tu_ctx_new();
+        tg_ctx_seed(ctx, 300 + (uint64_t)ci);
+        if (c.unfused)
+            tg_ctx_set_fusion(ctx, false);
+        tg_transformer m;
+        init_model(ctx, &m, dt, &c, L, D);
+        tg_ctx_set_training(ctx, false);
+        tg_generator *gen = tg_generator_new(ctx, &m, B);
+        ck_assert_msg(gen != NULL, "case %d: %s", ci, tg_ctx_message(ctx));
+        int32_t src[3 * 9], hist[3 * 9], step[3];
+        double got[3 * V], want[3 * V];
+        for (int si = 0; si < 2; si++) {
+            int64_t S = si == 0 ? L : 6;
+            int64_t len[3] = {S, 2, S - 1};
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t j = 0; j < S; j++)
+                    src[b * S + j] = j < len[b] ? (int32_t)(tg_rng_u64(ctx) % 10) : 7;
+            ck_assert_msg(tg_generator_set_sources(gen, src, S, len) == TG_OK, "%s",
+                          tg_ctx_message(ctx));
+            for (int64_t b = 0; b < B; b++)
+                step[b] = hist[b * L] = BOS;
+            for (int64_t T = 1; T <= L; T++) {
+                ck_assert_int_eq(tg_generator_feed(gen, step, 1), TG_OK);
+                tu_generator_logits(gen, B * V, got);
+                reference_padded(ctx, &m, dt, B, src, S, len, hist, L, T, want);
+                double e = tu_rel_err(got, want, B * V);
+                ck_assert_msg(e <= tol, "case %d %s S %lld T %lld: rel err %g", ci,
+                              tg_dtype_str(dt), (long long)S, (long long)T, e);
+                for (int64_t b = 0; T < L && b < B; b++)
+                    step[b] = hist[b * L + T] = (int32_t)tu_argmax(got + b * V, V);
+            }
+        }
+        tu_ctx_free(ctx);
+    }
+}
+END_TEST
+
+/* Sources of at most 16 and 32 tokens run step graphs whose cross-attention reads only the
+ * first 16 or 32 memory positions (max_seq_len 40): the same logits as the reference. */
+START_TEST(test_memory_widths)
+{
+    tg_dtype dt = tu_dtypes[_i];
+    double tol = dt == TG_F64 ? 1e-12 : 1e-5;
+    const int64_t L = 40, D = 8, B = 3, T_MAX = 6;
+    s2s_case c = cases[1];
+    c.B = B;
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_seed(ctx, 700);
+    tg_transformer m;
+    init_model(ctx, &m, dt, &c, L, D);
+    tg_ctx_set_training(ctx, false);
+    tg_generator *gen = tg_generator_new(ctx, &m, B);
+    ck_assert_ptr_nonnull(gen);
+    static const int64_t widths[4] = {16, 20, 32, 40};
+    int32_t src[3 * 40], hist[3 * 40], step[3];
+    double got[3 * V], want[3 * V];
+    for (int si = 0; si < 4; si++) {
+        int64_t S = widths[si];
+        int64_t len[3] = {S, 1 + S / 3, S - 1};
+        for (int64_t i = 0; i < B * S; i++)
+            src[i] = (int32_t)(tg_rng_u64(ctx) % 10);
+        ck_assert_int_eq(tg_generator_set_sources(gen, src, S, len), TG_OK);
+        for (int64_t b = 0; b < B; b++)
+            step[b] = hist[b * L] = BOS;
+        for (int64_t T = 1; T <= T_MAX; T++) {
+            ck_assert_int_eq(tg_generator_feed(gen, step, 1), TG_OK);
+            tu_generator_logits(gen, B * V, got);
+            reference_padded(ctx, &m, dt, B, src, S, len, hist, L, T, want);
+            ck_assert_msg(tu_rel_err(got, want, B * V) <= tol, "S %lld T %lld", (long long)S,
+                          (long long)T);
+            for (int64_t b = 0; b < B; b++)
+                step[b] = hist[b * L + T] = (int32_t)tu_argmax(got + b * V, V);
+        }
+    }
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* tg_generator_select: rows reordered (repeated, dropped, swapped; sources changing and not)
+ * in the middle of decoding; every later step equals the reference on the selected rows'
+ * sources and token histories, i.e. decoding them from scratch. */
+START_TEST(test_select)
+{
+    tg_dtype dt = tu_dtypes[_i];
+    double tol = dt == TG_F64 ? 1e-12 : 1e-5;
+    const int64_t L = 9, D = 8, B = 4;
+    static const int32_t sel[3][4] = {{1, 1, 3, 0}, {0, 1, 2, 3}, {3, 2, 2, 2}};
+    for (int ci = 0; ci < 2; ci++) {
+        s2s_case c = cases[ci];
+        tg_ctx *ctx = tu_ctx_new();
+        tg_ctx_seed(ctx, 500 + (uint64_t)ci);
+        tg_transformer m;
+        init_model(ctx, &m, dt, &c, L, D);
+        tg_ctx_set_training(ctx, false);
+        tg_generator *gen = tg_generator_new(ctx, &m, B);
+        ck_assert_ptr_nonnull(gen);
+        const int64_t S = 5;
+        int32_t src[4 * 5], nsrc[4 * 5], hist[4 * 9], nhist[4 * 9], step[4];
+        int64_t len[4] = {5, 3, 1, 4}, nlen[4];
+        double got[4 * V], want[4 * V];
+        for (int64_t i = 0; i < B * S; i++)
+            src[i] = (int32_t)(tg_rng_u64(ctx) % 10);
+        /* rows 0 and 1 share a source */
+        memcpy(src + S, src, sizeof(int32_t) * S);
+        len[1] = len[0];
+        ck_assert_int_eq(tg_generator_set_sources(gen, src, S, len), TG_OK);
+        for (int64_t b = 0; b < B; b++)
+            step[b] = hist[b * L] = BOS;
+        int64_t T = 1;
+        for (int k = 0; k < 3; k++) {
+            for (int r = 0; r < (k == 2 ? 3 : 2); r++, T++) { /* the last select at length 7 */
+                ck_assert_int_eq(tg_generator_feed(gen, step, 1), TG_OK);
+                tu_generator_logits(gen, B * V, got);
+                reference_padded(ctx, &m, dt, B, src, S, len, hist, L, T, want);
+                ck_assert_msg(tu_rel_err(got, want, B * V) <= tol, "case %d sel %d T %lld", ci,
+                              k, (long long)T);
+                for (int64_t b = 0; b < B; b++) /* the second-best token: rows diverge */
+                    step[b] = hist[b * L + T] = (int32_t)((tu_argmax(got + b * V, V) + b) % V);
+            }
+            ck_assert_int_eq(tg_generator_select(gen, sel[k]), TG_OK);
+            ck_assert_int_eq(tg_generator_length(gen), T - 1);
+            for (int64_t b = 0; b < B; b++) {
+                int64_t r = sel[k][b];
+                memcpy(nsrc + b * S, src + r * S, sizeof(int32_t) * S);
+                memcpy(nhist + b * L, hist + r * L, sizeof(int32_t) * L);
+                nlen[b] = len[r];
+                step[b] = hist[r * L + T - 1]; /* the tokens not yet fed */
+            }
+            for (int64_t b = 0; b < B; b++) {
+                memcpy(hist + b * L, nhist + b * L, sizeof(int32_t) * L);
+                len[b] = nlen[b];
+            }
+            memcpy(src, nsrc, sizeof src);
+        }
+        /* on to max_seq_len and past it: the wrap re-prefills each row's own history */
+        for (; T <= L; T++) {
+            ck_assert_int_eq(tg_generator_feed(gen, step, 1), TG_OK);
+            tu_generator_logits(gen, B * V, got);
+            reference_padded(ctx, &m, dt, B, src, S, len, hist, L, T, want);
+            ck_assert_msg(tu_rel_err(got, want, B * V) <= tol, "case %d T %lld", ci,
+                          (long long)T);
+            for (int64_t b = 0; b < B; b++) {
+                step[b] = (int32_t)tu_argmax(got + b * V, V);
+                if (T < L)
+                    hist[b * L + T] = step[b];
+            }
+        }
+        ck_assert_int_eq(tg_generator_feed(gen, step, 1), TG_OK);
+        const int64_t h = L / 2;
+        int32_t win[4 * 4];
+        for (int64_t b = 0; b < B; b++) {
+            memcpy(win + b * h, hist + b * L + L + 1 - h, sizeof(int32_t) * (size_t)(h - 1));
+            win[b * h + h - 1] = step[b];
+        }
+        tu_generator_logits(gen, B * V, got);
+        reference_padded(ctx, &m, dt, B, src, S, len, win, h, h, want);
+        ck_assert_msg(tu_rel_err(got, want, B * V) <= tol, "case %d: after the wrap", ci);
+        tu_ctx_free(ctx);
+    }
+}
+END_TEST
+
+START_TEST(test_select_errors)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_transformer m;
+    init_model(ctx, &m, TG_F64, &cases[0], 6, 8);
+    tg_ctx_set_training(ctx, false);
+    tg_generator *gen = tg_generator_new(ctx, &m, 2);
+    ck_assert_ptr_nonnull(gen);
+    int32_t src[6] = {1, 2, 3, 4, 5, 6}, tok[2] = {BOS, BOS}, rows[2] = {1, 2};
+    int64_t len[2] = {3, 4};
+    ck_assert_int_eq(tg_generator_set_sources(gen, src, 3, len), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "src_len[1] = 4 is not in [1, s = 3]");
+    len[1] = 0;
+    ck_assert_int_eq(tg_generator_set_sources(gen, src, 3, len), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "src_len[1] = 0");
+    len[1] = 2;
+    src[5] = -1; /* padding is not checked */
+    ck_assert_int_eq(tg_generator_set_sources(gen, src, 3, len), TG_OK);
+    src[4] = 11;
+    ck_assert_int_eq(tg_generator_set_sources(gen, src, 3, len), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "src_ids[1][1] = 11");
+    /* gen2: the same decoding without the select calls below */
+    tg_generator *gen2 = tg_generator_new(ctx, &m, 2);
+    ck_assert_ptr_nonnull(gen2);
+    src[4] = 5;
+    ck_assert_int_eq(tg_generator_set_sources(gen, src, 3, len), TG_OK);
+    ck_assert_int_eq(tg_generator_set_sources(gen2, src, 3, len), TG_OK);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(tg_generator_feed(gen, tok, 1), TG_OK);
+        ck_assert_int_eq(tg_generator_feed(gen2, tok, 1), TG_OK);
+    }
+    ck_assert_int_eq(tg_generator_select(gen, rows), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "rows[1] = 2 is not a row in [0, 2)");
+    ck_assert_int_eq(tg_generator_select(gen, NULL), TG_ERR_ARG);
+    ck_assert_int_eq(tg_generator_length(gen), 2);
+    rows[0] = 0; /* the identity, then a swap twice: back as it was */
+    rows[1] = 1;
+    ck_assert_int_eq(tg_generator_select(gen, rows), TG_OK);
+    rows[0] = 1;
+    rows[1] = 0;
+    ck_assert_int_eq(tg_generator_select(gen, rows), TG_OK);
+    ck_assert_int_eq(tg_generator_select(gen, rows), TG_OK);
+    double a[2 * V], b[2 * V];
+    tok[0] = 4;
+    ck_assert_int_eq(tg_generator_feed(gen, tok, 1), TG_OK);
+    ck_assert_int_eq(tg_generator_feed(gen2, tok, 1), TG_OK);
+    tu_generator_logits(gen, 2 * V, a);
+    tu_generator_logits(gen2, 2 * V, b);
+    ck_assert(memcmp(a, b, sizeof a) == 0);
+    tg_generator_free(gen);
+    ck_assert_int_eq(tg_generator_select(gen, rows), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "freed");
+    ck_assert_int_eq(tg_generator_select(NULL, rows), TG_ERR_ARG);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* Many sources of different lengths and targets: the context does not grow. */
 START_TEST(test_memory_flat)
 {
@@ -282,6 +542,10 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_cached_matches_uncached, 0, 2);
     tcase_add_loop_test(tc, test_threads_bitwise, 0, 2);
     tcase_add_test(tc, test_errors);
+    tcase_add_loop_test(tc, test_mixed_lengths, 0, 2);
+    tcase_add_loop_test(tc, test_select, 0, 2);
+    tcase_add_loop_test(tc, test_memory_widths, 0, 2);
+    tcase_add_test(tc, test_select_errors);
     tcase_add_test(tc, test_memory_flat);
     suite_add_tcase(s, tc);
     return s;

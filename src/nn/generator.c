@@ -30,6 +30,14 @@
  * cross-attention of the new positions over the stored memory keys and values, the decoder's
  * final norm (m->norm_w) and the head. The encode graph for s = max_len (the usual source) is
  * built once by tg_generator_new(); another s builds one after a mark and rewinds it.
+ * Sources of different lengths (tg_generator_set_sources): the encode graph takes a key
+ * padding mask pad (B, s) (1 at row b's positions >= src_len[b], as nn.Transformer's
+ * src_key_padding_mask) and mem_mask blocks each row's own padded positions.
+ *
+ * Row reordering (tg_generator_select, beam search): row b takes row rows[b]'s cache positions
+ * 0..len-1, token history and, if the rows hold different sources (src_id), its memory keys,
+ * values and mask. Each tensor is gathered through a scratch buffer (every source row read
+ * before any destination is written), so rows may repeat or be permuted in cycles.
  */
 #include "nn_internal.h"
 #include "tgrad_train.h"
@@ -37,6 +45,9 @@
 
 #include <math.h>
 #include <stdio.h>
+
+/* Step graphs over shorter memory widths: 16, 32, ..., at most this many. */
+#define GEN_MAX_WSTEP 16
 
 typedef struct gen_graph {
     int64_t n;                          /* new positions per run */
@@ -58,18 +69,33 @@ struct tg_generator {
     int32_t *buf;                       /* (B, L): tokens of a wrap's re-prefill */
     int32_t *pbuf;                      /* (L): position ids */
     gen_graph step, refill;
+    gen_graph wstep[GEN_MAX_WSTEP];     /* s2s: step graphs over memory widths 16 << k < L */
+    int64_t n_wstep;
+    int64_t cur_w;                      /* the wstep graph the source fits (-1: step) */
     bool freed;
     /* the encoder-decoder model (s2s); n_layers above counts its decoder layers */
     bool s2s;
-    int64_t src_len;                    /* the source's length; 0: none set yet */
+    bool has_src;                       /* a source is set (every row holds one) */
+    int64_t *src_len;                   /* (B): each row's source length */
+    uint64_t *src_id;                   /* (B): which encoded source each row holds */
+    int64_t *uniq;                      /* (B): set_sources: each row's distinct source */
+    uint64_t next_src_id;               /* the next source's id (unique per generator) */
     tg_tensor **mkv;                    /* per decoder layer (B, L, 2D): memory [K | V] */
-    tg_tensor *mem_mask;                /* (B, 1, 1, L) block mask: 1 at positions >= src_len */
+    tg_tensor *mem_mask;                /* (B, 1, 1, L) block mask: 1 at row b's positions
+                                         * >= src_len[b] */
     struct enc_graph {
-        int64_t s;                      /* source length */
+        int64_t s;                      /* source length (padded width) */
+        int64_t nb;                     /* sources encoded (rows of ids) */
         tg_tensor *ids, *pos_ids;       /* (B, s), (s) i32 inputs */
+        tg_tensor *pad;                 /* (B, s) key padding mask (1 = padding) */
         tg_tensor **kv;                 /* per decoder layer (B, s, 2D) outputs */
         tg_graph *g;
     } enc;
+    /* tg_generator_select's gather buffer (grown on demand, released with the generator) */
+    void *scratch;
+    size_t scratch_bytes;
+    int64_t *sel_rows;                  /* (B): scratch row lists */
+    int64_t *sel_mem, *sel_src;         /* (B) */
 };
 
 /* Self-attention of one layer over its cache: one in_proj product read as q, k, v head views
@@ -109,7 +135,7 @@ static tg_tensor *layer_cached(tg_ctx *ctx, const tg_encoder_layer *l, tg_tensor
  * beyond the source blocked by mem_mask (B, 1, 1, L): q from rows [0, D) of in_proj (as
  * tg_mha_forward's cross-attention), heads as views, SDPA, heads merged, out_proj. */
 static tg_tensor *cross_attn_cached(tg_ctx *ctx, const tg_mha *a, tg_tensor *x, tg_tensor *kv,
-                                    tg_tensor *mem_mask)
+                                    tg_tensor *mem_mask, int64_t w)
 {
     int64_t B = tg_tensor_dim(x, 0), n = tg_tensor_dim(x, 1), D = a->d_model, H = a->n_heads;
     int64_t Dh = D / H, L = tg_tensor_dim(kv, 1);
@@ -117,11 +143,14 @@ static tg_tensor *cross_attn_cached(tg_ctx *ctx, const tg_mha *a, tg_tensor *x, 
                             tg_narrow(ctx, a->in_proj_bias, 0, 0, D));    /* (B, n, D) */
     q = tg_transpose(ctx, tg_reshape(ctx, q, TG_DIMS(B, n, H, Dh)), 1, 2); /* (B, H, n, Dh) */
     tg_tensor *m = tg_transpose(ctx, tg_reshape(ctx, kv, TG_DIMS(B, L, 2 * H, Dh)), 1, 2);
-    tg_tensor *k = tg_narrow(ctx, m, 1, 0, H);                           /* (B, H, L, Dh) each */
+    if (w < L) /* the first w memory positions only (views: nothing copied) */
+        m = tg_narrow(ctx, m, 2, 0, w);
+    tg_tensor *k = tg_narrow(ctx, m, 1, 0, H);                           /* (B, H, w, Dh) each */
     tg_tensor *v = tg_narrow(ctx, m, 1, H, H);
     tg_attn_masks mm;
     memset(&mm, 0, sizeof mm);
-    mm.attn_mask = mem_mask; /* positions beyond the source are never attended */
+    /* positions beyond the source are never attended */
+    mm.attn_mask = w < L ? tg_narrow(ctx, mem_mask, 3, 0, w) : mem_mask;
     mm.attn_mask_kind = TG_MASK_BLOCK;
     tg_tensor *o = tg_sdpa(ctx, q, k, v, &mm, 1.0 / sqrt((double)Dh), NULL); /* (B, H, n, Dh) */
     o = tg_reshape(ctx, tg_transpose(ctx, o, 1, 2), TG_DIMS(B, n, D));  /* (B, n, D) */
@@ -132,7 +161,7 @@ static tg_tensor *cross_attn_cached(tg_ctx *ctx, const tg_mha *a, tg_tensor *x, 
  * cross-attention over the stored memory keys and values, and no dropout. */
 static tg_tensor *dec_layer_cached(tg_ctx *ctx, const tg_decoder_layer *l, tg_tensor *x,
                                    tg_tensor *kc, tg_tensor *vc, tg_tensor *pos, tg_tensor *kv,
-                                   tg_tensor *mem_mask)
+                                   tg_tensor *mem_mask, int64_t w)
 {
     tg_encoder_config c = l->cfg;
     c.dropout = 0; /* inference */
@@ -140,7 +169,7 @@ static tg_tensor *dec_layer_cached(tg_ctx *ctx, const tg_decoder_layer *l, tg_te
     tg_tensor *y = self_attn_cached(ctx, &l->self_attn, h, kc, vc, pos);
     x = tg__nn_sublayer_out(ctx, &c, x, y, l->norm1_weight, l->norm1_bias); /* (B, n, D) */
     h = tg__nn_sublayer_in(ctx, &c, x, l->norm2_weight, l->norm2_bias);
-    y = cross_attn_cached(ctx, &l->multihead_attn, h, kv, mem_mask);
+    y = cross_attn_cached(ctx, &l->multihead_attn, h, kv, mem_mask, w);
     x = tg__nn_sublayer_out(ctx, &c, x, y, l->norm2_weight, l->norm2_bias);
     h = tg__nn_sublayer_in(ctx, &c, x, l->norm3_weight, l->norm3_bias);
     y = tg__nn_ff_block(ctx, &l->ffn, h, 0);
@@ -149,7 +178,7 @@ static tg_tensor *dec_layer_cached(tg_ctx *ctx, const tg_decoder_layer *l, tg_te
 
 /* Build the encode graph for sources of length s (no_grad): the encoder stack without dropout,
  * then each decoder layer's memory keys and values. Returns the status (error recorded). */
-static tg_status build_encoder(tg_generator *gen, int64_t s, struct enc_graph *eg)
+static tg_status build_encoder(tg_generator *gen, int64_t nb, int64_t s, struct enc_graph *eg)
 {
     static const char *fn = "tg_generator_set_source";
     tg_ctx *ctx = gen->ctx;
@@ -158,20 +187,26 @@ static tg_status build_encoder(tg_generator *gen, int64_t s, struct enc_graph *e
     int64_t D = gen->D;
     memset(eg, 0, sizeof *eg);
     eg->s = s;
+    eg->nb = nb;
     eg->kv = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)gen->n_layers, fn);
-    eg->ids = tg_input(ctx, TG_I32, TG_DIMS(gen->B, s), "generator.src_ids");
+    eg->ids = tg_input(ctx, TG_I32, TG_DIMS(nb, s), "generator.src_ids");
     eg->pos_ids = tg_input(ctx, TG_I32, TG_DIMS(s), "generator.src_pos_ids");
-    if (!eg->kv || !eg->ids || !eg->pos_ids)
+    eg->pad = tg_input(ctx, tg_tensor_dtype(m->tok_emb), TG_DIMS(nb, s),
+                       "generator.src_key_padding_mask");
+    if (!eg->kv || !eg->ids || !eg->pos_ids || !eg->pad)
         return tg_ctx_status(ctx) != TG_OK ? tg_ctx_status(ctx) : TG_ERR_NOMEM;
     tg_tensor *x = tg_embedding(ctx, eg->ids, m->tok_emb);               /* (B, s, D) */
     if (m->cfg.scale_embeddings)
         x = tg_scale(ctx, x, sqrt((double)m->cfg.layer.d_model));
     x = tg_add(ctx, x, tg_embedding(ctx, eg->pos_ids, m->pos_emb ? m->pos_emb : gen->pe));
+    tg_attn_masks sm; /* the source key padding mask, as tg_transformer_forward_seq2seq's */
+    memset(&sm, 0, sizeof sm);
+    sm.key_padding_mask = eg->pad;
     for (int64_t i = 0; i < enc->n_layers; i++) {
         tg_encoder_layer l = enc->layers[i]; /* a copy without dropout (inference) */
         l.cfg.dropout = 0;
         l.self_attn.dropout = 0;
-        x = tg_encoder_layer_forward(ctx, &l, x, NULL);                  /* (B, s, D) */
+        x = tg_encoder_layer_forward(ctx, &l, x, &sm);                   /* (B, s, D) */
     }
     if (enc->norm_weight)
         x = tg_layer_norm(ctx, x, enc->norm_weight, enc->norm_bias, enc->cfg.layer_norm_eps);
@@ -189,8 +224,9 @@ static tg_status build_encoder(tg_generator *gen, int64_t s, struct enc_graph *e
     return eg->g ? TG_OK : tg_ctx_status(ctx);
 }
 
-/* Build the graph that feeds n tokens (no_grad). Returns the status (error recorded). */
-static tg_status build_graph(tg_generator *gen, int64_t n, gen_graph *gg)
+/* Build the graph that feeds n tokens (no_grad), its cross-attention over the first w memory
+ * positions (encoder-decoder). Returns the status (error recorded). */
+static tg_status build_graph(tg_generator *gen, int64_t n, int64_t w, gen_graph *gg)
 {
     tg_ctx *ctx = gen->ctx;
     const tg_transformer *m = gen->m;
@@ -207,7 +243,7 @@ static tg_status build_graph(tg_generator *gen, int64_t n, gen_graph *gg)
     x = tg_add(ctx, x, tg_embedding(ctx, gg->pos_ids, m->pos_emb ? m->pos_emb : gen->pe));
     for (int64_t i = 0; i < gen->n_layers; i++)
         x = gen->s2s ? dec_layer_cached(ctx, &m->seq2seq.decoder.layers[i], x, gen->kc[i],
-                                        gen->vc[i], gg->pos, gen->mkv[i], gen->mem_mask)
+                                        gen->vc[i], gg->pos, gen->mkv[i], gen->mem_mask, w)
                      : layer_cached(ctx, &m->layers[i], x, gen->kc[i], gen->vc[i], gg->pos);
     x = tg_narrow(ctx, x, 1, n - 1, 1);                                  /* (B, 1, D) */
     /* the final norm: the LM's norm.*, the encoder-decoder's decoder.norm.* */
@@ -294,7 +330,10 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
     if (s2s) { /* memory keys/values per decoder layer (zero until a source is set) */
         gen->mkv = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)NL, fn);
         gen->mem_mask = tg_input(ctx, dt, TG_DIMS(batch, 1, 1, L), "generator.memory_mask");
-        if (!gen->mkv || !gen->mem_mask)
+        gen->src_len = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
+        gen->src_id = tg__alloc(ctx, sizeof(uint64_t) * (size_t)batch, fn);
+        gen->uniq = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
+        if (!gen->mkv || !gen->mem_mask || !gen->src_len || !gen->src_id || !gen->uniq)
             goto fail;
         for (int64_t i = 0; i < NL; i++) {
             char name[64];
@@ -302,13 +341,23 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
             if (!(gen->mkv[i] = tg_input(ctx, dt, TG_DIMS(batch, L, 2 * D), name)))
                 goto fail;
         }
-        if (build_encoder(gen, L, &gen->enc) != TG_OK)
+        if (build_encoder(gen, batch, L, &gen->enc) != TG_OK)
             goto fail;
     }
     gen->logits = tg_input(ctx, dt, TG_DIMS(batch, V), "generator.logits");
-    if (!gen->logits || build_graph(gen, 1, &gen->step) != TG_OK ||
-        (gen->refill_n > 1 && build_graph(gen, gen->refill_n, &gen->refill) != TG_OK))
+    gen->sel_rows = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
+    gen->sel_mem = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
+    gen->sel_src = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
+    if (!gen->logits || !gen->sel_rows || !gen->sel_mem || !gen->sel_src ||
+        build_graph(gen, 1, L, &gen->step) != TG_OK ||
+        (gen->refill_n > 1 && build_graph(gen, gen->refill_n, L, &gen->refill) != TG_OK))
         goto fail;
+    /* encoder-decoder: step graphs whose cross-attention reads only the first 16, 32, 64, ...
+     * (< L) memory positions, for sources that short */
+    for (int64_t w = 16; s2s && w < L && gen->n_wstep < GEN_MAX_WSTEP; w *= 2)
+        if (build_graph(gen, 1, w, &gen->wstep[gen->n_wstep++]) != TG_OK)
+            goto fail;
+    gen->cur_w = -1;
     return gen;
 fail:
     if (tg_ctx_status(ctx) == TG_OK)
@@ -343,28 +392,34 @@ static tg_status run_graph(tg_generator *gen, gen_graph *gg, const int32_t *toke
 static tg_status run_tokens(tg_generator *gen, const int32_t *tokens, int64_t n, int64_t start)
 {
     if (n == 1)
-        return run_graph(gen, &gen->step, tokens, start);
+        return run_graph(gen, gen->cur_w >= 0 ? &gen->wstep[gen->cur_w] : &gen->step, tokens,
+                         start);
     if (n == gen->refill_n)
         return run_graph(gen, &gen->refill, tokens, start);
     /* any other length: a graph of its own, released before returning */
     tg_ctx *ctx = gen->ctx;
     tg_mark mark = tg_ctx_mark(ctx);
     gen_graph gg;
-    tg_status s = build_graph(gen, n, &gg);
+    tg_status s = build_graph(gen, n, gen->L, &gg);
     if (s == TG_OK)
         s = run_graph(gen, &gg, tokens, start);
     tg_ctx_rewind(ctx, mark); /* keeps the error state */
     return s;
 }
 
-/* Run encode graph @p eg on src (B, eg->s) and store each decoder layer's memory keys and
- * values in its leaf, rows 0..s-1 of every batch row. */
-static tg_status run_encoder(tg_generator *gen, struct enc_graph *eg, const int32_t *src)
+/* Run encode graph @p eg on the distinct sources src (nb, eg->s) (padding already replaced by
+ * id 0) with source u's positions >= len[u] masked as padding, and store each decoder layer's
+ * memory keys and values in its leaf: row b gets source gen->uniq[b]'s, rows 0..s-1. */
+static tg_status run_encoder(tg_generator *gen, struct enc_graph *eg, const int32_t *src,
+                             const int64_t *len)
 {
-    int64_t s = eg->s, B = gen->B, L = gen->L, D = gen->D;
+    int64_t s = eg->s, nb = eg->nb, B = gen->B, L = gen->L, D = gen->D;
     for (int64_t i = 0; i < s; i++)
         gen->pbuf[i] = (int32_t)i;
-    tg_status st = tg_tensor_set_data(eg->ids, src, TG_I32, (size_t)(B * s));
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t j = 0; j < s; j++)
+            tg_set(eg->pad, b * s + j, j >= len[b] ? 1.0 : 0.0);
+    tg_status st = tg_tensor_set_data(eg->ids, src, TG_I32, (size_t)(nb * s));
     if (st == TG_OK)
         st = tg_tensor_set_data(eg->pos_ids, gen->pbuf, TG_I32, (size_t)s);
     if (st == TG_OK)
@@ -376,12 +431,34 @@ static tg_status run_encoder(tg_generator *gen, struct enc_graph *eg, const int3
         char *dst = tg_tensor_data(gen->mkv[i]);
         const char *srcp = tg_tensor_data(eg->kv[i]);             /* (B, s, 2D) contiguous */
         for (int64_t b = 0; b < B; b++)
-            memcpy(dst + (size_t)(b * L) * row, srcp + (size_t)(b * s) * row, (size_t)s * row);
+            memcpy(dst + (size_t)(b * L) * row, srcp + (size_t)(gen->uniq[b] * s) * row,
+                   (size_t)s * row);
     }
     return TG_OK;
 }
 
+/* The step graph for the longest source the rows hold: the narrowest memory width >= it. */
+static void set_width(tg_generator *gen)
+{
+    int64_t s = 1;
+    for (int64_t r = 0; r < gen->B; r++)
+        if (gen->src_len[r] > s)
+            s = gen->src_len[r];
+    gen->cur_w = -1;
+    for (int64_t k = 0, w = 16; k < gen->n_wstep; k++, w *= 2)
+        if (s <= w) {
+            gen->cur_w = k;
+            break;
+        }
+}
+
 tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_ids, int64_t s)
+{
+    return tg_generator_set_sources(gen, src_ids, s, NULL);
+}
+
+tg_status tg_generator_set_sources(tg_generator *gen, const int32_t *src_ids, int64_t s,
+                                   const int64_t *src_len)
 {
     static const char *fn = "tg_generator_set_source";
     if (!gen)
@@ -403,8 +480,14 @@ tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_ids, int
                     "%lld)", src_ids ? "given" : "is NULL", (long long)s, (long long)gen->L);
         return TG_ERR_ARG;
     }
-    for (int64_t r = 0; r < gen->B; r++) /* every id checked first: a bad one changes nothing */
-        for (int64_t i = 0; i < s; i++) {
+    for (int64_t r = 0; r < gen->B; r++) /* everything checked first: an error changes nothing */
+        if (src_len && (src_len[r] < 1 || src_len[r] > s)) {
+            tg__run_err(ctx, TG_ERR_ARG, fn, "src_len[%lld] = %lld is not in [1, s = %lld]",
+                        (long long)r, (long long)src_len[r], (long long)s);
+            return TG_ERR_ARG;
+        }
+    for (int64_t r = 0; r < gen->B; r++)
+        for (int64_t i = 0; i < (src_len ? src_len[r] : s); i++) {
             int32_t id = src_ids[r * s + i];
             if (id < 0 || id >= gen->V) {
                 tg__run_err(ctx, TG_ERR_ARG, fn,
@@ -413,27 +496,187 @@ tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_ids, int
                 return TG_ERR_ARG;
             }
         }
-    gen->src_len = 0; /* until the new memory is stored */
-    gen->len = 0;     /* a new source starts a new target */
+    int64_t B = gen->B, L = gen->L;
+    /* the ids the encoder reads (padding as id 0: masked, so its value never matters) and the
+     * row lengths, in the generator's own buffers */
+    for (int64_t r = 0; r < B; r++) {
+        int64_t n = src_len ? src_len[r] : s;
+        gen->src_len[r] = n;
+        for (int64_t i = 0; i < s; i++)
+            gen->buf[r * s + i] = i < n ? src_ids[r * s + i] : 0;
+    }
+    /* a row equal to the one before it (length and ids: a sentence's beams) shares its
+     * encoding: the distinct sources are moved to the front of buf, ulen their lengths */
+    int64_t nu = 0, *ulen = gen->sel_src;
+    for (int64_t r = 0; r < B; r++) {
+        if (r > 0 && gen->src_len[r] == gen->src_len[r - 1] &&
+            memcmp(gen->buf + r * s, gen->buf + gen->uniq[r - 1] * s,
+                   sizeof(int32_t) * (size_t)s) == 0) {
+            gen->uniq[r] = gen->uniq[r - 1];
+            continue;
+        }
+        if (nu != r)
+            memmove(gen->buf + nu * s, gen->buf + r * s, sizeof(int32_t) * (size_t)s);
+        ulen[nu] = gen->src_len[r];
+        gen->uniq[r] = nu++;
+    }
+    gen->has_src = false; /* until the new memory is stored */
+    gen->len = 0;         /* a new source starts a new target */
     tg_status st;
-    if (s == gen->enc.s) {
-        st = run_encoder(gen, &gen->enc, src_ids);
-    } else { /* another length: an encode graph of its own, released before returning */
+    if (s == gen->enc.s && nu == gen->enc.nb) {
+        st = run_encoder(gen, &gen->enc, gen->buf, ulen);
+    } else { /* another shape: an encode graph of its own, released before returning */
         tg_mark mark = tg_ctx_mark(ctx);
         struct enc_graph eg;
-        st = build_encoder(gen, s, &eg);
+        st = build_encoder(gen, nu, s, &eg);
         if (st == TG_OK)
-            st = run_encoder(gen, &eg, src_ids);
+            st = run_encoder(gen, &eg, gen->buf, ulen);
         tg_ctx_rewind(ctx, mark); /* keeps the error state */
     }
     if (st != TG_OK)
         return st;
-    /* cross-attention sees source positions 0..s-1 only */
-    int64_t L = gen->L;
-    for (int64_t r = 0; r < gen->B; r++)
+    /* the cross-attention of row b sees its source positions 0..src_len[b]-1 only */
+    for (int64_t r = 0; r < B; r++) {
         for (int64_t j = 0; j < L; j++)
-            tg_set(gen->mem_mask, r * L + j, j >= s ? 1.0 : 0.0);
-    gen->src_len = s;
+            tg_set(gen->mem_mask, r * L + j, j >= gen->src_len[r] ? 1.0 : 0.0);
+        gen->src_id[r] = gen->next_src_id + (uint64_t)gen->uniq[r];
+    }
+    gen->next_src_id += (uint64_t)nu;
+    gen->has_src = true;
+    set_width(gen);
+    return TG_OK;
+}
+
+/* Make room for @p bytes of gather buffer (owned like the generator's own leaves: a rewind
+ * past the generator releases it). */
+static bool scratch_reserve(tg_generator *gen, size_t bytes, const char *fn)
+{
+    if (bytes <= gen->scratch_bytes)
+        return true;
+    tg__free(gen->ctx, gen->scratch);
+    gen->scratch_bytes = 0;
+    gen->scratch = tg__alloc_owned(gen->ctx, bytes, fn, gen->logits->id + 1);
+    if (!gen->scratch)
+        return false;
+    gen->scratch_bytes = bytes;
+    return true;
+}
+
+/* dst rows[c] <- src rows from[c] for c < n of a tensor (B, ...) seen as B rows of @p nchunk
+ * chunks of @p chunk bytes, chunk k of a row at offset k * @p stride (bytes) in the row of
+ * @p row bytes. Entries c < @p nbuf (sources that are themselves destinations) go through
+ * scratch: gathered first, written last; the others (sources never written) are copied
+ * directly in between. */
+static void gather_rows(tg_generator *gen, char *base, size_t row, int64_t nchunk, size_t stride,
+                        size_t chunk, const int64_t *dst, const int64_t *from, int64_t n,
+                        int64_t nbuf)
+{
+    char *tmp = gen->scratch;
+    size_t per = (size_t)nchunk * chunk;
+    int nt = tg__threads(gen->ctx);
+    bool par = (double)n * (double)per >= (double)TG_PAR_MIN * 8;
+    /* each iteration writes its own scratch slot or its own destination row: any thread
+     * count copies the same bytes */
+    TG_OMP_FOR(nt, par)
+    for (int64_t c = 0; c < nbuf; c++)
+        for (int64_t k = 0; k < nchunk; k++)
+            memcpy(tmp + (size_t)c * per + (size_t)k * chunk,
+                   base + (size_t)from[c] * row + (size_t)k * stride, chunk);
+    TG_OMP_FOR(nt, par)
+    for (int64_t c = nbuf; c < n; c++)
+        for (int64_t k = 0; k < nchunk; k++)
+            memcpy(base + (size_t)dst[c] * row + (size_t)k * stride,
+                   base + (size_t)from[c] * row + (size_t)k * stride, chunk);
+    TG_OMP_FOR(nt, par)
+    for (int64_t c = 0; c < nbuf; c++)
+        for (int64_t k = 0; k < nchunk; k++)
+            memcpy(base + (size_t)dst[c] * row + (size_t)k * stride,
+                   tmp + (size_t)c * per + (size_t)k * chunk, chunk);
+}
+
+tg_status tg_generator_select(tg_generator *gen, const int32_t *rows)
+{
+    static const char *fn = "tg_generator_select";
+    if (!gen)
+        return TG_ERR_ARG; /* no context to record on */
+    tg_ctx *ctx = gen->ctx;
+    tg__begin(ctx);
+    if (gen->freed) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "the generator was freed (tg_generator_free); make a "
+                    "new one with tg_generator_new");
+        return TG_ERR_ARG;
+    }
+    if (!rows) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "rows is NULL");
+        return TG_ERR_ARG;
+    }
+    int64_t B = gen->B, L = gen->L, D = gen->D, H = gen->H, Dh = D / H, len = gen->len;
+    for (int64_t b = 0; b < B; b++)
+        if (rows[b] < 0 || rows[b] >= B) {
+            tg__run_err(ctx, TG_ERR_ARG, fn, "rows[%lld] = %lld is not a row in [0, %lld)",
+                        (long long)b, (long long)rows[b], (long long)B);
+            return TG_ERR_ARG;
+        }
+    /* rows that change (n: first the nbuf whose source row changes too, then those whose
+     * source row stays), and those whose source changes too (nm) */
+    int64_t n = 0, nbuf = 0, nm = 0;
+    int64_t *dst = gen->sel_rows, *src = gen->sel_src;
+    for (int64_t b = 0; b < B; b++)
+        if (rows[b] != b && rows[rows[b]] != rows[b])
+            dst[n++] = b;
+    nbuf = n;
+    for (int64_t b = 0; b < B; b++)
+        if (rows[b] != b && rows[rows[b]] == rows[b])
+            dst[n++] = b;
+    if (n == 0)
+        return TG_OK;
+    if (gen->s2s && gen->has_src)
+        for (int64_t c = 0; c < n; c++)
+            if (gen->src_id[dst[c]] != gen->src_id[rows[dst[c]]])
+                gen->sel_mem[nm++] = dst[c];
+    size_t es = tg_dtype_size(tg_tensor_dtype(gen->logits));
+    size_t need = (size_t)nbuf * (size_t)(D * (len > 0 ? len : 1)) * es;
+    size_t need_m = (size_t)nm * (size_t)(L * 2 * D) * es;
+    size_t need_h = (size_t)n * (size_t)L * sizeof(int32_t) + (size_t)n * sizeof(uint64_t);
+    if (need_m > need)
+        need = need_m;
+    if (need_h > need)
+        need = need_h;
+    /* grown once to one layer's key cache (B D L), not step by step as len grows */
+    size_t full = (size_t)(B * D * L) * es;
+    if (need > gen->scratch_bytes && need < full)
+        need = full;
+    if (!scratch_reserve(gen, need, fn))
+        return tg_ctx_status(ctx) != TG_OK ? tg_ctx_status(ctx) : TG_ERR_NOMEM;
+    for (int64_t c = 0; c < n; c++)
+        src[c] = rows[dst[c]];
+    if (len > 0)
+        for (int64_t i = 0; i < gen->n_layers; i++) {
+            /* keys (B, H, Dh, L): per row D chunks of len positions; values (B, H, L, Dh):
+             * per row H chunks of len * Dh */
+            gather_rows(gen, tg_tensor_data(gen->kc[i]), (size_t)(D * L) * es, D,
+                        (size_t)L * es, (size_t)len * es, dst, src, n, nbuf);
+            gather_rows(gen, tg_tensor_data(gen->vc[i]), (size_t)(D * L) * es, H,
+                        (size_t)(L * Dh) * es, (size_t)(len * Dh) * es, dst, src, n, nbuf);
+        }
+    if (len > 0)
+        gather_rows(gen, (char *)gen->hist, (size_t)L * sizeof(int32_t), 1, 0,
+                    (size_t)len * sizeof(int32_t), dst, src, n, nbuf);
+    if (nm > 0) {
+        int64_t *mdst = gen->sel_mem;
+        for (int64_t c = 0; c < nm; c++)
+            src[c] = rows[mdst[c]];
+        for (int64_t i = 0; i < gen->n_layers; i++)
+            gather_rows(gen, tg_tensor_data(gen->mkv[i]), (size_t)(L * 2 * D) * es, 1, 0,
+                        (size_t)(L * 2 * D) * es, mdst, src, nm, nm);
+        gather_rows(gen, tg_tensor_data(gen->mem_mask), (size_t)L * es, 1, 0, (size_t)L * es,
+                    mdst, src, nm, nm);
+        gather_rows(gen, (char *)gen->src_len, sizeof(int64_t), 1, 0, sizeof(int64_t), mdst,
+                    src, nm, nm);
+        gather_rows(gen, (char *)gen->src_id, sizeof(uint64_t), 1, 0, sizeof(uint64_t), mdst,
+                    src, nm, nm);
+        set_width(gen);
+    }
     return TG_OK;
 }
 
@@ -449,7 +692,7 @@ tg_status tg_generator_feed(tg_generator *gen, const int32_t *ids, int64_t n)
                     "new one with tg_generator_new");
         return TG_ERR_ARG;
     }
-    if (gen->s2s && gen->src_len == 0) {
+    if (gen->s2s && !gen->has_src) {
         tg__run_err(ctx, TG_ERR_STATE, fn, "no source: an encoder-decoder generator decodes "
                     "after tg_generator_set_source()");
         return TG_ERR_STATE;
@@ -521,6 +764,10 @@ void tg_generator_free(tg_generator *gen)
         return;
     tg_ctx *ctx = gen->ctx;
     tg_graph_free(gen->step.g);
+    for (int64_t k = 0; k < gen->n_wstep; k++) {
+        tg_graph_free(gen->wstep[k].g);
+        gen->wstep[k].g = NULL;
+    }
     tg_graph_free(gen->refill.g);
     tg_graph_free(gen->enc.g);
     gen->step.g = gen->refill.g = gen->enc.g = NULL;
@@ -532,7 +779,10 @@ void tg_generator_free(tg_generator *gen)
         tg__free(ctx, gen->mem_mask->data);
         gen->mem_mask->data = NULL;
     }
-    gen->src_len = 0;
+    gen->has_src = false;
+    tg__free(ctx, gen->scratch);
+    gen->scratch = NULL;
+    gen->scratch_bytes = 0;
     for (int64_t i = 0; i < gen->n_layers; i++) {
         tg__free(ctx, gen->kc[i]->data);
         tg__free(ctx, gen->vc[i]->data);

@@ -1,0 +1,485 @@
+/*
+ * search.c - greedy and beam search for the encoder-decoder Transformer through the KV cache.
+ *
+ * One tg_generator of R = N K rows (N sentences, K beams; K = 1 for greedy): sentence i owns
+ * rows i K .. i K + K - 1, all holding its source (tg_generator_set_sources, padded to the
+ * longest source of the call). Each step:
+ *   feed   tok (R) -> logits (R, V)                  one token per row through the cache
+ *   lse    lse[r] = m + log sum_v exp(x_rv - m)      double, per row (rows of live sentences)
+ *   search per sentence: greedy argmax, or beam      lp(v) = x_rv - lse[r]
+ *          search's top-2K candidates (fairseq's
+ *          sequence_generator.py / BeamSearch.step)
+ *   select rows[j] = the row beam j continues        tg_generator_select (beam only)
+ * The step loop ends when every sentence is done. Beam search's rules (tgrad_decode.h):
+ * candidates ranked by score, ties by the flat index beam V + token (lower first); an EOS in
+ * the first K candidates finishes a hypothesis (normalized score / len^alpha, len with EOS);
+ * the first K non-EOS candidates continue; at the maximum length every beam finishes with EOS.
+ *
+ * Threads: the log-sum-exp loop writes lse[r] of its own rows, the search loop the rows,
+ * buffers and finished lists of its own sentences; each sum runs over v in order on one
+ * thread, so any thread count gives the same bits.
+ */
+#include "tgrad_decode.h"
+#include "core.h"
+
+#include <math.h>
+#include <string.h>
+
+struct tg_translator {
+    tg_ctx *ctx;
+    tg_search_opts o;
+    int64_t N, K, R, L, V;  /* sentences, beams (1 for greedy), rows N K, max_seq_len, vocab */
+    tg_generator *gen;
+    double *x;              /* (R, V) the step's logits in double */
+    double *lse;            /* (R) log sum exp of each row's logits */
+    int64_t *bad;           /* (R) first non-finite logit of a row, or -1 */
+    double *score, *nscore; /* (R) each beam's summed log-probability; the next step's */
+    int32_t *hyp, *nhyp;    /* (R, L) each beam's tokens after BOS; the next step's */
+    int32_t *rows, *tok;    /* (R) the rows beams continue (select); the tokens to feed */
+    int32_t *src;           /* (R, L) the padded sources of a call */
+    int64_t *slen;          /* (R) their lengths */
+    int32_t *fin;           /* (N, K, L) finished hypotheses' tokens (without EOS) */
+    int64_t *fin_len;       /* (N, K) their token counts (without EOS) */
+    double *fin_score;      /* (N, K) their normalized scores */
+    int64_t *nfin;          /* (N) finished hypotheses per sentence */
+    int64_t *max_out;       /* (N) maximum output length M_i, EOS included */
+    bool *done;             /* (N) */
+    int64_t *cbeam;         /* (N, 2K) candidates: beam, token, score (sorted, best first) */
+    int32_t *ctok;
+    double *cscore;
+    int32_t *out;           /* (N, L) the results' tokens */
+    bool freed;
+};
+
+tg_search_opts tg_search_defaults(void)
+{
+    tg_search_opts o;
+    memset(&o, 0, sizeof o);
+    o.method = TG_SEARCH_BEAM;
+    o.beam = 5;
+    o.lenpen = 1.0;
+    o.max_len_a = 1.5;
+    o.max_len_b = 10;
+    o.bos = 1;
+    o.eos = 2;
+    o.pad = 3;
+    return o;
+}
+
+/* Options and model checks of tg_translator_new; false with the error recorded. */
+static bool opts_ok(tg_ctx *ctx, const char *fn, const tg_transformer *m,
+                    const tg_search_opts *o, int64_t n)
+{
+    if (!m || !m->tok_emb || m->cfg.n_decoder_layers < 1) {
+        tg__err(ctx, TG_ERR_ARG, fn, "the model is %s: translation needs an encoder-decoder "
+                "(cfg.n_decoder_layers > 0)", m && m->tok_emb ? "decoder-only" : "NULL or not "
+                "initialised");
+        return false;
+    }
+    int64_t V = m->cfg.vocab_size, L = m->cfg.max_seq_len;
+    const char *bad = NULL;
+    if (L < 2)
+        bad = "max_seq_len must be >= 2 (BOS and one output token)";
+    else if (n < 1 || n > TG_MAX_NUMEL)
+        bad = "max_sentences must be >= 1";
+    else if (o->method != TG_SEARCH_GREEDY && o->method != TG_SEARCH_BEAM)
+        bad = "method must be TG_SEARCH_GREEDY or TG_SEARCH_BEAM";
+    else if (o->method == TG_SEARCH_BEAM && (o->beam < 1 || o->beam > TG_MAX_NUMEL / n))
+        bad = "beam must be >= 1 (and max_sentences beam rows must fit)";
+    else if (!isfinite(o->lenpen) || !isfinite(o->max_len_a) || !isfinite(o->max_len_b))
+        bad = "lenpen, max_len_a and max_len_b must be finite";
+    else if (o->bos < 0 || o->bos >= V || o->eos < 0 || o->eos >= V)
+        bad = "bos and eos must be token ids in [0, vocab_size)";
+    else if (o->pad >= V || (o->pad >= 0 && (o->pad == o->bos || o->pad == o->eos)))
+        bad = "pad must be < 0 (none) or a token id other than bos and eos";
+    else if (o->method == TG_SEARCH_BEAM && V - (o->pad >= 0 ? 1 : 0) < 2 * o->beam)
+        bad = "the vocabulary (without pad) must hold at least 2 beam tokens (the candidates)";
+    if (bad) {
+        tg__err(ctx, TG_ERR_ARG, fn, "%s (max_sentences %lld, beam %lld, vocab_size %lld, "
+                "max_seq_len %lld, bos %d, eos %d, pad %d)", bad, (long long)n,
+                (long long)o->beam, (long long)V, (long long)L, (int)o->bos, (int)o->eos,
+                (int)o->pad);
+        return false;
+    }
+    return true;
+}
+
+tg_translator *tg_translator_new(tg_ctx *ctx, const tg_transformer *m, int64_t max_sentences,
+                                 const tg_search_opts *opts)
+{
+    static const char *fn = "tg_translator_new";
+    if (!ctx)
+        return NULL;
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return NULL;
+    tg_search_opts o = opts ? *opts : tg_search_defaults();
+    if (!opts_ok(ctx, fn, m, &o, max_sentences))
+        return NULL;
+    int64_t N = max_sentences, K = o.method == TG_SEARCH_BEAM ? o.beam : 1, R = N * K;
+    int64_t L = m->cfg.max_seq_len, V = m->cfg.vocab_size, rv, rl;
+    size_t b_rv, b_rl;
+    if (!tg__mul_i64(R, V, &rv) || !tg__bytes(rv, sizeof(double), &b_rv) ||
+        !tg__mul_i64(R, L, &rl) || !tg__bytes(rl, sizeof(int32_t), &b_rl))
+        return tg__err(ctx, TG_ERR_OVERFLOW, fn, "%lld rows of vocab_size %lld and max_seq_len "
+                       "%lld: buffers too large", (long long)R, (long long)V, (long long)L);
+    tg_mark mark = tg_ctx_mark(ctx);
+    tg_translator *tr = tg__alloc(ctx, sizeof *tr, fn);
+    if (!tr)
+        return NULL;
+    tr->ctx = ctx;
+    tr->o = o;
+    tr->o.beam = K;
+    tr->N = N;
+    tr->K = K;
+    tr->R = R;
+    tr->L = L;
+    tr->V = V;
+    size_t r8 = sizeof(double) * (size_t)R, n8 = sizeof(int64_t) * (size_t)N;
+    size_t nk = (size_t)N * (size_t)K;
+    tr->x = tg__alloc(ctx, b_rv, fn);
+    tr->lse = tg__alloc(ctx, r8, fn);
+    tr->bad = tg__alloc(ctx, r8, fn);
+    tr->score = tg__alloc(ctx, r8, fn);
+    tr->nscore = tg__alloc(ctx, r8, fn);
+    tr->hyp = tg__alloc(ctx, b_rl, fn);
+    tr->nhyp = tg__alloc(ctx, b_rl, fn);
+    tr->src = tg__alloc(ctx, b_rl, fn);
+    tr->fin = tg__alloc(ctx, b_rl, fn);
+    tr->rows = tg__alloc(ctx, sizeof(int32_t) * (size_t)R, fn);
+    tr->tok = tg__alloc(ctx, sizeof(int32_t) * (size_t)R, fn);
+    tr->slen = tg__alloc(ctx, r8, fn);
+    tr->fin_len = tg__alloc(ctx, sizeof(int64_t) * nk, fn);
+    tr->fin_score = tg__alloc(ctx, sizeof(double) * nk, fn);
+    tr->nfin = tg__alloc(ctx, n8, fn);
+    tr->max_out = tg__alloc(ctx, n8, fn);
+    tr->done = tg__alloc(ctx, sizeof(bool) * (size_t)N, fn);
+    tr->cbeam = tg__alloc(ctx, sizeof(int64_t) * 2 * nk, fn);
+    tr->ctok = tg__alloc(ctx, sizeof(int32_t) * 2 * nk, fn);
+    tr->cscore = tg__alloc(ctx, sizeof(double) * 2 * nk, fn);
+    tr->out = tg__alloc(ctx, sizeof(int32_t) * (size_t)(N * L), fn);
+    if (!tr->x || !tr->lse || !tr->bad || !tr->score || !tr->nscore || !tr->hyp || !tr->nhyp ||
+        !tr->src || !tr->fin || !tr->rows || !tr->tok || !tr->slen || !tr->fin_len ||
+        !tr->fin_score || !tr->nfin || !tr->max_out || !tr->done || !tr->cbeam || !tr->ctok ||
+        !tr->cscore || !tr->out)
+        goto fail;
+    tr->gen = tg_generator_new(ctx, m, R);
+    if (!tr->gen)
+        goto fail;
+    return tr;
+fail:
+    if (tg_ctx_status(ctx) == TG_OK)
+        tg__err(ctx, TG_ERR_NOMEM, fn, "out of memory");
+    tg_ctx_rewind(ctx, mark); /* the error stays recorded */
+    return NULL;
+}
+
+/* Arguments of tg_translate_batch; false with the run error recorded. */
+static bool batch_ok(tg_translator *tr, int64_t n, const int32_t *const *src,
+                     const int64_t *src_len, const tg_translation *out)
+{
+    static const char *fn = "tg_translate_batch";
+    tg_ctx *ctx = tr->ctx;
+    if (n < 1 || n > tr->N || !src || !src_len || !out) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "n = %lld (need 1 <= n <= max_sentences %lld), src %s, "
+                    "src_len %s, out %s", (long long)n, (long long)tr->N, src ? "given" : "NULL",
+                    src_len ? "given" : "NULL", out ? "given" : "NULL");
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (!src[i] || src_len[i] < 1 || src_len[i] > tr->L) {
+            tg__run_err(ctx, TG_ERR_ARG, fn, "sentence %lld: src %s with length %lld (need 1 <= "
+                        "length <= max_seq_len %lld)", (long long)i, src[i] ? "given" : "NULL",
+                        (long long)src_len[i], (long long)tr->L);
+            return false;
+        }
+        for (int64_t j = 0; j < src_len[i]; j++)
+            if (src[i][j] < 0 || src[i][j] >= tr->V) {
+                tg__run_err(ctx, TG_ERR_ARG, fn, "sentence %lld: src[%lld] = %lld is not a "
+                            "token id in [0, %lld)", (long long)i, (long long)j,
+                            (long long)src[i][j], (long long)tr->V);
+                return false;
+            }
+    }
+    return true;
+}
+
+/* Each row's logits in double and their log-sum-exp (rows of live sentences; at step 0 a
+ * sentence's first beam only); bad[r] = the first non-finite logit's token or -1. */
+static void row_lse(tg_translator *tr, int64_t t)
+{
+    int64_t R = tr->R, K = tr->K, V = tr->V;
+    tg_tensor *lg = tg_generator_logits(tr->gen);
+    bool f32 = tg_tensor_dtype(lg) == TG_F32;
+    const void *data = tg_tensor_data(lg);
+    int nt = tg__threads(tr->ctx);
+    bool par = (double)R * (double)V >= (double)TG_PAR_MIN;
+    /* each iteration writes x, lse and bad of its own row r; the sum runs over v in order */
+    TG_OMP_FOR(nt, par)
+    for (int64_t r = 0; r < R; r++) {
+        tr->bad[r] = -1;
+        if (tr->done[r / K] || (t == 0 && r % K != 0))
+            continue;
+        double *x = tr->x + r * V;
+        for (int64_t v = 0; v < V; v++)
+            x[v] = f32 ? (double)((const float *)data)[r * V + v] : ((const double *)data)[r * V + v];
+        double mx = -INFINITY;
+        for (int64_t v = 0; v < V; v++) {
+            if (!isfinite(x[v])) {
+                tr->bad[r] = v;
+                break;
+            }
+            if (x[v] > mx)
+                mx = x[v];
+        }
+        if (tr->bad[r] >= 0)
+            continue;
+        double s = 0;
+        for (int64_t v = 0; v < V; v++)
+            s += exp(x[v] - mx);
+        tr->lse[r] = mx + log(s);
+    }
+}
+
+/* Record a finished hypothesis of sentence i: tokens h[0..n-1] then EOS, summed score sc. */
+static void finish(tg_translator *tr, int64_t i, const int32_t *h, int64_t n, double sc)
+{
+    int64_t K = tr->K, L = tr->L, f = tr->nfin[i];
+    if (f >= K)
+        return;
+    memcpy(tr->fin + (i * K + f) * L, h, sizeof(int32_t) * (size_t)n);
+    tr->fin_len[i * K + f] = n;
+    tr->fin_score[i * K + f] = sc / pow((double)(n + 1), tr->o.lenpen);
+    tr->nfin[i] = f + 1;
+}
+
+/* Greedy step t of sentence i (row i): the argmax (lowest id on ties, never pad), or EOS at
+ * the maximum length. */
+static void greedy_step(tg_translator *tr, int64_t i, int64_t t)
+{
+    int64_t V = tr->V, L = tr->L;
+    const double *x = tr->x + i * V;
+    int32_t best = tr->o.eos;
+    if (t < tr->max_out[i] - 1) {
+        best = -1;
+        for (int64_t v = 0; v < V; v++)
+            if (v != tr->o.pad && (best < 0 || x[v] > x[best]))
+                best = (int32_t)v;
+    }
+    tr->score[i] += x[best] - tr->lse[i];
+    if (best == tr->o.eos) {
+        finish(tr, i, tr->hyp + i * L, t, tr->score[i]);
+        tr->done[i] = true;
+        return;
+    }
+    tr->hyp[i * L + t] = best;
+    tr->tok[i] = best;
+}
+
+/* Insert candidate (beam, token, score) into sentence i's list of at most k, best first; an
+ * equal score keeps the earlier (lower beam V + token) ahead. */
+static void cand_insert(int64_t *cb, int32_t *ct, double *cs, int64_t *nc, int64_t k,
+                        int64_t beam, int32_t token, double score)
+{
+    int64_t n = *nc;
+    if (n == k && !(score > cs[n - 1]))
+        return;
+    int64_t p = n < k ? n : k - 1; /* the slot freed at the end */
+    while (p > 0 && score > cs[p - 1]) {
+        cb[p] = cb[p - 1];
+        ct[p] = ct[p - 1];
+        cs[p] = cs[p - 1];
+        p--;
+    }
+    cb[p] = beam;
+    ct[p] = token;
+    cs[p] = score;
+    if (n < k)
+        *nc = n + 1;
+}
+
+/* Beam search step t of sentence i (rows i K ..): fairseq's BeamSearch.step and the
+ * finalization of sequence_generator.py. */
+static void beam_step(tg_translator *tr, int64_t i, int64_t t)
+{
+    int64_t K = tr->K, V = tr->V, L = tr->L, r0 = i * K, nb = t == 0 ? 1 : K;
+    int32_t eos = tr->o.eos, pad = tr->o.pad;
+    int64_t *cb = tr->cbeam + 2 * r0, nc = 0;
+    int32_t *ct = tr->ctok + 2 * r0;
+    double *cs = tr->cscore + 2 * r0;
+    if (t == tr->max_out[i] - 1) { /* the maximum length: every beam ends with EOS */
+        for (int64_t j = 0; j < nb; j++)
+            cand_insert(cb, ct, cs, &nc, nb, j, eos,
+                        tr->score[r0 + j] + (tr->x[(r0 + j) * V + eos] - tr->lse[r0 + j]));
+        for (int64_t c = 0; c < nc; c++)
+            finish(tr, i, tr->hyp + (r0 + cb[c]) * L, t, cs[c]);
+        tr->done[i] = true;
+        for (int64_t j = 0; j < K; j++) /* its rows stay as they are */
+            tr->rows[r0 + j] = (int32_t)(r0 + j);
+        return;
+    }
+    for (int64_t j = 0; j < nb; j++) { /* beams and tokens in flat order */
+        const double *x = tr->x + (r0 + j) * V;
+        double sc = tr->score[r0 + j], lse = tr->lse[r0 + j];
+        for (int64_t v = 0; v < V; v++)
+            if (v != pad)
+                cand_insert(cb, ct, cs, &nc, 2 * K, j, (int32_t)v, sc + (x[v] - lse));
+    }
+    int64_t next = 0;
+    for (int64_t c = 0; c < nc; c++) {
+        const int32_t *h = tr->hyp + (r0 + cb[c]) * L;
+        if (ct[c] == eos) {
+            if (c < K)
+                finish(tr, i, h, t, cs[c]);
+        } else if (next < K) {
+            int32_t *nh = tr->nhyp + (r0 + next) * L;
+            memcpy(nh, h, sizeof(int32_t) * (size_t)t);
+            nh[t] = ct[c];
+            tr->nscore[r0 + next] = cs[c];
+            tr->rows[r0 + next] = (int32_t)(r0 + cb[c]);
+            tr->tok[r0 + next] = ct[c];
+            next++;
+        }
+    }
+    if (tr->nfin[i] >= K) {
+        tr->done[i] = true;
+        for (int64_t j = 0; j < K; j++)
+            tr->rows[r0 + j] = (int32_t)(r0 + j);
+        return;
+    }
+    /* next == K: at most K of the 2K candidates end in EOS (one per beam) */
+    for (int64_t j = 0; j < K; j++) {
+        memcpy(tr->hyp + (r0 + j) * L, tr->nhyp + (r0 + j) * L, sizeof(int32_t) * (size_t)(t + 1));
+        tr->score[r0 + j] = tr->nscore[r0 + j];
+    }
+}
+
+/* Sources into the generator: sentence i's on its K rows, a one-token dummy (EOS) on the rows
+ * of sentences beyond n; the per-sentence state reset. */
+static tg_status start(tg_translator *tr, int64_t n, const int32_t *const *src,
+                       const int64_t *src_len)
+{
+    int64_t K = tr->K, R = tr->R, L = tr->L, s = 1;
+    for (int64_t i = 0; i < n; i++)
+        if (src_len[i] > s)
+            s = src_len[i];
+    for (int64_t r = 0; r < R; r++) {
+        int64_t i = r / K;
+        int64_t len = i < n ? src_len[i] : 1;
+        for (int64_t j = 0; j < s; j++)
+            tr->src[r * s + j] = i < n && j < len ? src[i][j] : tr->o.eos;
+        tr->slen[r] = len;
+        tr->score[r] = 0;
+        tr->rows[r] = (int32_t)r;
+        tr->tok[r] = tr->o.bos;
+    }
+    for (int64_t i = 0; i < tr->N; i++) {
+        tr->nfin[i] = 0;
+        tr->done[i] = i >= n;
+        double m = i < n ? floor(tr->o.max_len_a * (double)src_len[i] + tr->o.max_len_b) : 1;
+        tr->max_out[i] = m >= (double)(L - 1) ? L - 1 : m < 1 ? 1 : (int64_t)m;
+    }
+    return tg_generator_set_sources(tr->gen, tr->src, s, tr->slen);
+}
+
+/* The first non-finite logit of a live row as a run error, or TG_OK. */
+static tg_status check_finite(tg_translator *tr, int64_t t)
+{
+    for (int64_t r = 0; r < tr->R; r++)
+        if (tr->bad[r] >= 0) {
+            double v = tr->x[r * tr->V + tr->bad[r]];
+            tg__run_err(tr->ctx, TG_ERR_NONFINITE, "tg_translate_batch",
+                        "sentence %lld, step %lld: the logit of token %lld is %s (row %lld)",
+                        (long long)(r / tr->K), (long long)t, (long long)tr->bad[r],
+                        isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", (long long)r);
+            return TG_ERR_NONFINITE;
+        }
+    return TG_OK;
+}
+
+tg_status tg_translate_batch(tg_translator *tr, int64_t n, const int32_t *const *src,
+                             const int64_t *src_len, tg_translation *out)
+{
+    static const char *fn = "tg_translate_batch";
+    if (!tr)
+        return TG_ERR_ARG;
+    tg__begin(tr->ctx);
+    if (tr->freed) {
+        tg__run_err(tr->ctx, TG_ERR_ARG, fn, "the translator was freed (tg_translator_free)");
+        return TG_ERR_ARG;
+    }
+    if (!batch_ok(tr, n, src, src_len, out))
+        return TG_ERR_ARG;
+    tg_status st = start(tr, n, src, src_len);
+    int64_t steps = 0, N = tr->N, K = tr->K;
+    for (int64_t i = 0; i < n; i++)
+        if (tr->max_out[i] > steps)
+            steps = tr->max_out[i];
+    bool beam = tr->o.method == TG_SEARCH_BEAM;
+    int nt = tg__threads(tr->ctx);
+    bool par = (double)n * (double)K * (double)tr->V >= (double)TG_PAR_MIN;
+    for (int64_t t = 0; st == TG_OK && t < steps; t++) {
+        st = tg_generator_feed(tr->gen, tr->tok, 1);
+        if (st != TG_OK)
+            break;
+        row_lse(tr, t);
+        if ((st = check_finite(tr, t)) != TG_OK)
+            break;
+        /* each iteration reads and writes only sentence i's rows, candidates and results */
+        TG_OMP_FOR(nt, par)
+        for (int64_t i = 0; i < N; i++) {
+            if (tr->done[i])
+                continue;
+            if (beam)
+                beam_step(tr, i, t);
+            else
+                greedy_step(tr, i, t);
+        }
+        bool all = true;
+        for (int64_t i = 0; i < n; i++)
+            all = all && tr->done[i];
+        if (all)
+            break;
+        if (beam)
+            st = tg_generator_select(tr->gen, tr->rows);
+    }
+    if (st != TG_OK)
+        return st;
+    for (int64_t i = 0; i < n; i++) { /* the best finished hypothesis, the first on ties */
+        int64_t b = 0;
+        for (int64_t f = 1; f < tr->nfin[i]; f++)
+            if (tr->fin_score[i * K + f] > tr->fin_score[i * K + b])
+                b = f;
+        int32_t *o = tr->out + i * tr->L;
+        int64_t len = tr->fin_len[i * K + b];
+        memcpy(o, tr->fin + (i * K + b) * tr->L, sizeof(int32_t) * (size_t)len);
+        out[i].ids = o;
+        out[i].len = len;
+        out[i].score = tr->fin_score[i * K + b];
+    }
+    return TG_OK;
+}
+
+tg_search_opts tg_translator_opts(const tg_translator *tr)
+{
+    return tr ? tr->o : tg_search_defaults();
+}
+
+tg_generator *tg_translator_generator(const tg_translator *tr)
+{
+    return tr && !tr->freed ? tr->gen : NULL;
+}
+
+void tg_translator_free(tg_translator *tr)
+{
+    if (!tr || tr->freed)
+        return;
+    tg_ctx *ctx = tr->ctx;
+    tg_generator_free(tr->gen);
+    void *bufs[] = {tr->x, tr->lse, tr->bad, tr->score, tr->nscore, tr->hyp, tr->nhyp,
+                    tr->src, tr->fin, tr->rows, tr->tok, tr->slen, tr->fin_len, tr->fin_score,
+                    tr->nfin, tr->max_out, tr->done, tr->cbeam, tr->ctok, tr->cscore, tr->out};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        tg__free(ctx, bufs[k]);
+    tr->freed = true; /* the record itself stays (small) until the context goes */
+}
