@@ -62,6 +62,13 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
                                   : "run tg_graph_forward before backward");
         return TG_ERR_STATE;
     }
+    if (g->shared && g->shared->last != g) {
+        tg__run_err(ctx, TG_ERR_STATE, fn,
+                    "another graph sharing this graph's arena (tg_graph_opts.arena) ran after "
+                    "its forward and overwrote the values backward reads; run tg_graph_forward "
+                    "on this graph again first");
+        return TG_ERR_STATE;
+    }
     if (g->backwarded && !g->retain) {
         tg__run_err(ctx, TG_ERR_STATE, fn,
                     "backward already ran on this forward and its values may have been "
