@@ -305,7 +305,9 @@ TG_API tg_mark tg_ctx_mark(tg_ctx *ctx);
  * an earlier mark makes every later mark stale, even once the context has grown again) is
  * refused with ::TG_ERR_ARG (a run-time error; nothing is released). The context remembers one
  * small entry per distinct point rewound to that is still in use (a loop rewinding to one mark
- * keeps one; the first few are inside the context).
+ * keeps one; the first few are inside the context). A shared arena (tg_arena_new()) made
+ * before the mark stays usable, at the size graphs made after the mark may have grown it to
+ * (that growth counts as memory allocated for an object made before the mark).
  */
 TG_API tg_status tg_ctx_rewind(tg_ctx *ctx, tg_mark mark);
 /**@}*/
@@ -384,8 +386,9 @@ TG_API const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n);
 /**
  * Raw data pointer: numel elements of the tensor's dtype (float, double or int32_t). For a
  * leaf: its own buffer, row-major, valid until the context is freed (or rewound past it). For
- * an op result: memory of the graph that last ran it (NULL before any graph ran it or after
- * that graph was freed); it holds the last forward's value only if the tensor is an output of
+ * an op result: memory of the graph that last ran it (NULL before any graph ran it, after
+ * that graph was freed, or, for a graph built with a shared arena (tg_arena_new()), after
+ * another graph of that arena ran); it holds the last forward's value only if the tensor is an output of
  * that graph or was marked with tg_keep() before tg_graph_new() (others may be overwritten by
  * the planner). A view (tg_tensor_is_view()) points into its base's buffer with its own
  * strides: read it with tg_get() or tg_tensor_get_data(), which follow them.
@@ -393,7 +396,8 @@ TG_API const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n);
 TG_API void *tg_tensor_data(tg_tensor *t);
 /** Raw gradient pointer (row-major, the tensor's shape), or NULL if @p t has no gradient
  *  buffer. A leaf's is its own accumulated gradient; an op result's is graph memory, readable
- *  after backward only for outputs and tg_keep() tensors. */
+ *  after backward only for outputs and tg_keep() tensors (and, with a shared arena, NULL once
+ *  another graph of the arena ran). */
 TG_API void *tg_tensor_grad(tg_tensor *t);
 
 /**
@@ -970,6 +974,9 @@ TG_API tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n
  *   (forward A, backward A, forward B, backward B sums both into each parameter).
  * - tg_graph_memory(): tg_memory_report::arena (and peak) is the graph's own need;
  *   tg_memory_report::arena_shared the arena's current size, to count once for all its graphs.
+ *
+ * Inference graphs (tg_graph_opts::no_grad) may share the arena of training graphs too
+ * (evaluation between training steps then adds no memory unless its plan is the largest).
  *
  * Ownership: the context owns the arena; it is released by tg_ctx_free() or by a
  * tg_ctx_rewind() to a mark taken before tg_arena_new() (which also releases every graph built

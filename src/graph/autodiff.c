@@ -119,6 +119,12 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
                     tg_dtype_str(dy->dtype), y->name, tg_dtype_str(y->dtype));
             return TG_ERR_DTYPE;
         }
+        if (dy && tg__stale(dy)) {
+            tg__run_err(ctx, TG_ERR_STATE, fn, "upstream gradient '%s' was computed by a graph "
+                        "whose shared arena another graph has run in since: its values are "
+                        "gone", dy->name);
+            return TG_ERR_STATE;
+        }
         if (dy && !dy->data) {
             tg__run_err(ctx, TG_ERR_STATE, fn, "upstream gradient '%s' has no data (an op "
                         "result that no graph has computed)", dy->name);
