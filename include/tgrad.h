@@ -121,6 +121,7 @@ TG_API const char *tg_status_str(tg_status s);
 typedef struct tg_ctx tg_ctx;
 typedef struct tg_tensor tg_tensor;
 typedef struct tg_graph tg_graph;
+typedef struct tg_arena tg_arena;
 
 /**
  * Element type. Float dtypes (::TG_F32, ::TG_F64) are what every op computes in and what
@@ -304,7 +305,9 @@ TG_API tg_mark tg_ctx_mark(tg_ctx *ctx);
  * an earlier mark makes every later mark stale, even once the context has grown again) is
  * refused with ::TG_ERR_ARG (a run-time error; nothing is released). The context remembers one
  * small entry per distinct point rewound to that is still in use (a loop rewinding to one mark
- * keeps one; the first few are inside the context).
+ * keeps one; the first few are inside the context). A shared arena (tg_arena_new()) made
+ * before the mark stays usable, at the size graphs made after the mark may have grown it to
+ * (that growth counts as memory allocated for an object made before the mark).
  */
 TG_API tg_status tg_ctx_rewind(tg_ctx *ctx, tg_mark mark);
 /**@}*/
@@ -383,8 +386,9 @@ TG_API const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n);
 /**
  * Raw data pointer: numel elements of the tensor's dtype (float, double or int32_t). For a
  * leaf: its own buffer, row-major, valid until the context is freed (or rewound past it). For
- * an op result: memory of the graph that last ran it (NULL before any graph ran it or after
- * that graph was freed); it holds the last forward's value only if the tensor is an output of
+ * an op result: memory of the graph that last ran it (NULL before any graph ran it, after
+ * that graph was freed, or, for a graph built with a shared arena (tg_arena_new()), after
+ * another graph of that arena ran); it holds the last forward's value only if the tensor is an output of
  * that graph or was marked with tg_keep() before tg_graph_new() (others may be overwritten by
  * the planner). A view (tg_tensor_is_view()) points into its base's buffer with its own
  * strides: read it with tg_get() or tg_tensor_get_data(), which follow them.
@@ -392,7 +396,8 @@ TG_API const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n);
 TG_API void *tg_tensor_data(tg_tensor *t);
 /** Raw gradient pointer (row-major, the tensor's shape), or NULL if @p t has no gradient
  *  buffer. A leaf's is its own accumulated gradient; an op result's is graph memory, readable
- *  after backward only for outputs and tg_keep() tensors. */
+ *  after backward only for outputs and tg_keep() tensors (and, with a shared arena, NULL once
+ *  another graph of the arena ran). */
 TG_API void *tg_tensor_grad(tg_tensor *t);
 
 /**
@@ -951,11 +956,64 @@ typedef struct tg_graph_opts {
      * (the default), it costs nothing and NaN flows through as usual.
      */
     bool detect_anomaly;
+    /**
+     * Run in this shared arena (tg_arena_new()) instead of an arena of the graph's own; NULL
+     * (the default): the graph allocates its own. The graph allocates no arena: building it
+     * grows @p arena to its planned need if that is larger (so runs never allocate). Values
+     * the graph computes are then valid only until another graph of the arena runs (see
+     * tg_arena_new() for the rules). Errors of tg_graph_new_opts(): ::TG_ERR_ARG if the arena
+     * belongs to another context, ::TG_ERR_NOMEM if it cannot grow (the arena is unchanged).
+     */
+    tg_arena *arena;
 } tg_graph_opts;
 
 /** tg_graph_new() with options (@p opts NULL: the defaults). Errors: as tg_graph_new(). */
 TG_API tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs,
                                    const tg_graph_opts *opts);
+
+/**
+ * A memory arena that several graphs of @p ctx share (tg_graph_opts::arena), because only one
+ * of them runs at a time: a training loop over length-bucketed batches builds one graph per
+ * batch shape (n, S, T), and with an arena each they would hold the sum of their plans; with
+ * one shared arena they hold the largest. The arena starts empty; each tg_graph_new_opts()
+ * (and a re-plan for more threads, in tg_graph_forward()) grows it to that graph's planned
+ * need when it is larger, so its size is always the largest need of the graphs built with it
+ * (tg_arena_bytes()). Growing replaces the memory block: the bytes the last graph computed are
+ * carried over, so growing invalidates nothing. The arena never shrinks.
+ *
+ * Rules (every graph built with the arena):
+ * - Values a graph computes (outputs, tg_keep() tensors, saved values, gradients of op results)
+ *   are valid until another graph of the same arena runs (tg_graph_forward()). Reading an op
+ *   result afterwards through tg_tensor_data(), tg_tensor_grad() (NULL), tg_get(),
+ *   tg_grad_get() (NaN), tg_tensor_get_data(), tg_tensor_get_grad() or tg_tensor_copy()
+ *   (::TG_ERR_STATE, "... another graph sharing its arena ran since") is refused rather than
+ *   returning the other graph's bytes; run the graph again to read it. Copy out what you
+ *   keep (the loss) before running the next graph.
+ * - tg_graph_backward() must follow its own graph's tg_graph_forward() with no other graph of
+ *   the arena run in between; otherwise it fails with ::TG_ERR_STATE (nothing changed) and the
+ *   message says so. Run the forward again first.
+ * - Leaves are untouched by sharing: parameters' data and their accumulated gradients are the
+ *   leaves' own memory, so gradients accumulate across graphs of any shape
+ *   (forward A, backward A, forward B, backward B sums both into each parameter).
+ * - tg_graph_memory(): tg_memory_report::arena (and peak) is the graph's own need;
+ *   tg_memory_report::arena_shared the arena's current size, to count once for all its graphs.
+ *
+ * Inference graphs (tg_graph_opts::no_grad) may share the arena of training graphs too
+ * (evaluation between training steps then adds no memory unless its plan is the largest).
+ *
+ * Ownership: the context owns the arena; it is released by tg_ctx_free() or by a
+ * tg_ctx_rewind() to a mark taken before tg_arena_new() (which also releases every graph built
+ * with it, all being newer). A rewind to a later mark frees the graphs made after that mark
+ * and leaves the arena usable, at its grown size. Freeing a graph (tg_graph_free()) never
+ * frees the arena. Arena and graphs must belong to one context and run on one thread at a
+ * time (as the context does).
+ *
+ * Errors: NULL with ::TG_ERR_NOMEM recorded; NULL for a NULL @p ctx.
+ */
+TG_API tg_arena *tg_arena_new(tg_ctx *ctx);
+/** Bytes of @p arena's memory block: the largest planned need of the graphs built with it so
+ *  far (0 before the first; NULL gives 0). */
+TG_API size_t tg_arena_bytes(const tg_arena *arena);
 /** Bytes of planned gradient buffers (non-leaf gradients and this call's leaf gradients),
  *  before sharing: tg_memory_report::gradients. */
 TG_API size_t tg_graph_grad_bytes(const tg_graph *g);
@@ -976,8 +1034,12 @@ typedef struct tg_memory_report {
     size_t saved;           /**< values saved by forward for backward (or forward scratch) */
     size_t gradients;       /**< gradients of op results and this call's leaf gradients */
     size_t workspace;       /**< kernel workspace (GEMM packing, broadcast scratch) */
-    size_t arena;           /**< the arena: all of the four above after sharing */
+    size_t arena;           /**< the arena: all of the four above after sharing (with a
+                                 shared arena, the part of it this graph needs) */
     size_t peak;            /**< parameters + parameter_grads + inputs + input_grads + arena */
+    size_t arena_shared;    /**< graphs built with tg_graph_opts::arena: the shared arena's
+                                 current size (tg_arena_bytes(): the largest need of its graphs
+                                 so far; count it once for all of them); else 0 */
 } tg_memory_report;
 
 /** Fill @p report with @p g's memory plan. Errors: ::TG_ERR_ARG (NULL). */
@@ -994,7 +1056,8 @@ TG_API tg_status tg_keep(tg_tensor *t);
 
 /** Release the graph: its arena (every planned buffer) and its own arrays. Op results it ran
  *  lose their data binding (tg_tensor_data() gives NULL until another graph runs them);
- *  leaves and their gradients stay. NULL is a no-op. */
+ *  leaves and their gradients stay. A graph built with a shared arena (tg_graph_opts::arena)
+ *  leaves the arena's memory to the arena. NULL is a no-op. */
 TG_API void tg_graph_free(tg_graph *g);
 /** Number of tensors (leaves and ops) in topological order. */
 TG_API int64_t tg_graph_size(const tg_graph *g);
@@ -1021,7 +1084,8 @@ TG_API tg_status tg_graph_forward(tg_graph *g);
  * computed apart and then added, so two identical calls give exactly twice one); gradients of
  * intermediate tensors are reset by each call. Call tg_graph_zero_grad() between steps.
  * Errors (run-time: they do not stick): ::TG_ERR_STATE (forward not run, or the last forward
- * failed), ::TG_ERR_SHAPE (dy or y mismatched, y not scalar with dy NULL), ::TG_ERR_ARG (y not
+ * failed, or, with a shared arena, another graph of the arena ran since this graph's forward),
+ * ::TG_ERR_SHAPE (dy or y mismatched, y not scalar with dy NULL), ::TG_ERR_ARG (y not
  * in the graph, or, with shared gradients, not an output; dy of another context),
  * ::TG_ERR_NOGRAD (y does not require grad), ::TG_ERR_NONFINITE (tg_graph_opts::detect_anomaly
  * found a NaN or infinity). A failed call changes no leaf gradient.

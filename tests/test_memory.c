@@ -16,7 +16,12 @@
  * - no_grad graphs: forward bitwise equal to a training graph's for every op case, backward
  *   refused, no gradient memory, a smaller arena for a transformer, dropout following the
  *   context's training mode;
- * - tg_graph_memory on a graph small enough to compute by hand, planned and no_reuse.
+ * - tg_graph_memory on a graph small enough to compute by hand, planned and no_reuse;
+ * - shared arenas: graphs of several batch shapes over the same parameters in one arena give
+ *   bitwise the results of the same graphs with their own arenas, in any run order and debug
+ *   mode; the arena is the largest graph's need; backward after another graph of the arena
+ *   ran, and reading a stale output, are refused; growing keeps the last graph's values;
+ *   rewinds and tg_graph_free leave the arena usable.
  */
 #include "opcases.h"
 #include "testutil.h"
@@ -1059,6 +1064,389 @@ START_TEST(test_memory_report_input_grads)
 }
 END_TEST
 
+/* ---- shared arenas (tg_arena_new, tg_graph_opts.arena) -------------------------------------
+ * A small encoder-decoder trained on batches of three shapes (n, S, T), as the translation
+ * trainer's length buckets give: one graph per shape over the same parameters. */
+#define S2S_SHAPES 3
+static const int s2s_dims[S2S_SHAPES][3] = {{3, 5, 4}, {2, 7, 6}, {4, 3, 2}}; /* n, S, T */
+#define S2S_V 11
+
+typedef struct {
+    tg_tensor *loss;
+    tg_graph *g;
+} s2s_graph;
+
+/* The model (same seed: the same parameters in every context). */
+static void s2s_model(tg_ctx *ctx, tg_transformer *m)
+{
+    tg_ctx_seed(ctx, 5);
+    tg_transformer_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab_size = S2S_V;
+    c.max_seq_len = 8;
+    c.n_layers = 1;
+    c.n_decoder_layers = 1;
+    c.layer = tg_encoder_config_default(8, 2);
+    c.layer.d_ff = 16;
+    c.layer.dropout = 0.1;
+    c.pos = TG_POS_SINUSOIDAL;
+    c.tie_weights = true;
+    ck_assert_int_eq(tg_transformer_init(ctx, m, TG_F32, &c), TG_OK);
+}
+
+/* The graph of shape k (padded source positions, ignored targets) with options o. */
+static s2s_graph s2s_build(tg_ctx *ctx, const tg_transformer *m, int k, tg_graph_opts o)
+{
+    int n = s2s_dims[k][0], S = s2s_dims[k][1], T = s2s_dims[k][2];
+    tg_tensor *src = tg_input(ctx, TG_I32, TG_DIMS(n, S), "src");
+    tg_tensor *tgt = tg_input(ctx, TG_I32, TG_DIMS(n, T), "tgt");
+    tg_tensor *lab = tg_input(ctx, TG_I32, TG_DIMS(n, T), "lab");
+    tg_tensor *mask = tg_input(ctx, TG_F32, TG_DIMS(n, S), "mask");
+    for (int b = 0; b < n; b++) {
+        for (int s = 0; s < S; s++) {
+            bool pad = b > 0 && s >= S - b; /* row b has b padded positions */
+            tg_set(src, b * S + s, pad ? 0 : (b * 7 + s * 3 + k) % (S2S_V - 1) + 1);
+            tg_set(mask, b * S + s, pad ? 1.0 : 0.0);
+        }
+        for (int t = 0; t < T; t++) {
+            tg_set(tgt, b * T + t, (b * 5 + t * 2 + k) % S2S_V);
+            tg_set(lab, b * T + t, t == T - 1 && b % 2 ? -100 : (b + t * 3 + k) % S2S_V);
+        }
+    }
+    s2s_graph r;
+    r.loss = tg_cross_entropy(ctx, tg_transformer_forward_seq2seq(ctx, m, src, tgt, mask, NULL),
+                              lab, -100);
+    ck_assert_msg(r.loss != NULL, "%s", tg_ctx_message(ctx));
+    r.g = tg_graph_new_opts(ctx, &r.loss, 1, &o);
+    ck_assert_msg(r.g != NULL, "%s", tg_ctx_message(ctx));
+    return r;
+}
+
+/* Elements of every parameter's gradient. */
+static size_t s2s_n_grads(tg_ctx *ctx)
+{
+    size_t n = 0;
+    for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
+        n += (size_t)tg_tensor_numel(tg_ctx_param(ctx, i));
+    return n;
+}
+
+/* One training step of shape k on zeroed gradients (dropout seeded by k): out[0] the loss,
+ * then every parameter's gradient. */
+static void s2s_step(tg_ctx *ctx, s2s_graph *G, int k, float *out)
+{
+    for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
+        tg_zero_grad(tg_ctx_param(ctx, i));
+    tg_ctx_seed(ctx, 1000 + (uint64_t)k);
+    ck_assert_msg(tg_graph_forward(G->g) == TG_OK, "%s", tg_ctx_message(ctx));
+    ck_assert_msg(tg_graph_backward(G->g, G->loss, NULL) == TG_OK, "%s", tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_tensor_get_data(G->loss, out, TG_F32, 1), TG_OK);
+    size_t off = 1;
+    for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++) {
+        tg_tensor *p = tg_ctx_param(ctx, i);
+        size_t n = (size_t)tg_tensor_numel(p);
+        ck_assert_int_eq(tg_tensor_get_grad(p, out + off, TG_F32, n), TG_OK);
+        off += n;
+    }
+}
+
+/* Reference results of each shape's step, every graph with its own arena. */
+static float *s2s_reference(size_t *len)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_transformer m;
+    s2s_model(ctx, &m);
+    *len = 1 + s2s_n_grads(ctx);
+    float *ref = malloc(sizeof(float) * *len * S2S_SHAPES);
+    for (int k = 0; k < S2S_SHAPES; k++) {
+        s2s_graph G = s2s_build(ctx, &m, k, (tg_graph_opts){.one_backward = true});
+        s2s_step(ctx, &G, k, ref + (size_t)k * *len);
+        ck_assert(isfinite(ref[(size_t)k * *len]) && ref[(size_t)k * *len] > 0);
+    }
+    tu_ctx_free(ctx);
+    return ref;
+}
+
+static void assert_step_eq(const float *got, const float *want, size_t len, const char *what,
+                           int k)
+{
+    ck_assert_msg(memcmp(got, want, sizeof(float) * len) == 0,
+                  "%s: shape %d: loss %.9g vs %.9g (or a gradient) differs", what, k,
+                  (double)got[0], (double)want[0]);
+}
+
+/* Graphs of three shapes over the same parameters in one arena give bitwise the loss and
+ * parameter gradients of the same graphs with their own arenas, in several run orders, with
+ * each debug option (poison, no_reuse, detect_anomaly, several backward calls). */
+START_TEST(test_arena_matches_own)
+{
+    static const int orders[][6] = {{0, 1, 2, 0, 1, 2}, {2, 1, 0, 0, 2, 1}, {1, 1, 2, 0, 2, 0}};
+    size_t len;
+    float *ref = s2s_reference(&len);
+    float *got = malloc(sizeof(float) * len);
+    int mode = _i;
+    tg_ctx *ctx = tu_ctx_new();
+    tg_transformer m;
+    s2s_model(ctx, &m);
+    tg_arena *a = tg_arena_new(ctx);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_uint_eq(tg_arena_bytes(a), 0);
+    tg_graph_opts o = {.arena = a, .one_backward = mode != 1, .poison = mode == 1,
+                       .no_reuse = mode == 2, .detect_anomaly = mode == 3};
+    s2s_graph G[S2S_SHAPES];
+    for (int k = 0; k < S2S_SHAPES; k++)
+        G[k] = s2s_build(ctx, &m, k, o);
+    for (size_t r = 0; r < sizeof orders / sizeof orders[0]; r++)
+        for (int q = 0; q < 6; q++) {
+            int k = orders[r][q];
+            s2s_step(ctx, &G[k], k, got);
+            assert_step_eq(got, ref + (size_t)k * len, len, "shared arena", k);
+        }
+    /* Leaf gradients live outside the arena: they accumulate across graphs of any shape. */
+    for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
+        tg_zero_grad(tg_ctx_param(ctx, i));
+    for (int k = 0; k < 2; k++) {
+        tg_ctx_seed(ctx, 1000 + (uint64_t)k);
+        ck_assert_int_eq(tg_graph_forward(G[k].g), TG_OK);
+        ck_assert_int_eq(tg_graph_backward(G[k].g, G[k].loss, NULL), TG_OK);
+    }
+    size_t off = 1;
+    for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++) {
+        tg_tensor *p = tg_ctx_param(ctx, i);
+        for (int64_t e = 0; e < tg_tensor_numel(p); e++, off++) {
+            float want = ref[off] + ref[len + off];
+            ck_assert_msg(memcmp(&(float){(float)tg_grad_get(p, e)}, &want, sizeof want) == 0,
+                          "accumulated gradient of '%s'[%lld]", tg_tensor_name(p),
+                          (long long)e);
+        }
+    }
+    tu_ctx_free(ctx);
+    free(got);
+    free(ref);
+}
+END_TEST
+
+/* The arena is the largest graph's need (each graph's own plan is unchanged by sharing), the
+ * report says both, and the context holds one arena instead of three. */
+START_TEST(test_arena_size)
+{
+    tg_ctx *own = tu_ctx_new(), *ctx = tu_ctx_new();
+    tg_transformer mo, m;
+    s2s_model(own, &mo);
+    s2s_model(ctx, &m);
+    tg_arena *a = tg_arena_new(ctx);
+    size_t own0 = tg_ctx_bytes(own), sh0 = tg_ctx_bytes(ctx), sum = 0, max = 0;
+    for (int k = 0; k < S2S_SHAPES; k++) {
+        s2s_graph Go = s2s_build(own, &mo, k, (tg_graph_opts){.one_backward = true});
+        s2s_graph G = s2s_build(ctx, &m, k, (tg_graph_opts){.one_backward = true, .arena = a});
+        tg_memory_report ro, r;
+        ck_assert_int_eq(tg_graph_memory(Go.g, &ro), TG_OK);
+        ck_assert_int_eq(tg_graph_memory(G.g, &r), TG_OK);
+        ck_assert_uint_eq(r.arena, ro.arena);
+        ck_assert_uint_eq(r.peak, ro.peak);
+        ck_assert_uint_eq(ro.arena_shared, 0);
+        sum += ro.arena;
+        if (ro.arena > max)
+            max = ro.arena;
+        ck_assert_uint_eq(tg_arena_bytes(a), max); /* grown at build time */
+        ck_assert_uint_eq(r.arena_shared, max);
+    }
+    ck_assert_uint_gt(sum, max);
+    size_t saved = (tg_ctx_bytes(own) - own0) - (tg_ctx_bytes(ctx) - sh0);
+    /* three arenas against one, less the arena record itself */
+    ck_assert_msg(saved <= sum - max && saved + 256 > sum - max, "saved %zu, expected %zu",
+                  saved, sum - max);
+    tu_ctx_free(own);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* Forward A, forward B, backward A: refused (nothing accumulated); reading A's loss after B
+ * ran is refused; forward A again and all is well. A graph of another context's arena is
+ * refused. */
+START_TEST(test_arena_interleave_refused)
+{
+    size_t len;
+    float *ref = s2s_reference(&len);
+    float *got = malloc(sizeof(float) * len);
+    tg_ctx *ctx = tu_ctx_new();
+    tg_transformer m;
+    s2s_model(ctx, &m);
+    tg_arena *a = tg_arena_new(ctx);
+    tg_graph_opts o = {.arena = a, .one_backward = true};
+    s2s_graph A = s2s_build(ctx, &m, 0, o), B = s2s_build(ctx, &m, 1, o);
+    for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
+        tg_zero_grad(tg_ctx_param(ctx, i));
+    tg_ctx_seed(ctx, 3); /* (dropout) */
+    ck_assert_int_eq(tg_graph_forward(A.g), TG_OK);
+    double la = tg_get(A.loss, 0);
+    ck_assert(la > 0 && tg_tensor_data(A.loss) != NULL);
+    ck_assert_int_eq(tg_graph_forward(B.g), TG_OK);
+    ck_assert_int_eq(tg_graph_backward(A.g, A.loss, NULL), TG_ERR_STATE);
+    ck_assert_msg(strstr(tg_ctx_message(ctx), "another graph sharing this graph's arena") &&
+                  strstr(tg_ctx_message(ctx), "tg_graph_forward"), "%s", tg_ctx_message(ctx));
+    tg_tensor *w = tg_ctx_param(ctx, 0);
+    for (int64_t e = 0; e < tg_tensor_numel(w); e++)
+        ck_assert(tg_grad_get(w, e) == 0.0);
+    /* A's loss is B's bytes now: every reader refuses */
+    ck_assert_ptr_null(tg_tensor_data(A.loss));
+    ck_assert(isnan(tg_get(A.loss, 0)));
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_STATE);
+    ck_assert_msg(strstr(tg_ctx_message(ctx), "another graph sharing that arena ran since"),
+                  "%s", tg_ctx_message(ctx));
+    float v;
+    ck_assert_int_eq(tg_tensor_get_data(A.loss, &v, TG_F32, 1), TG_ERR_STATE);
+    tg_tensor *dst = tg_input(ctx, TG_F32, 0, NULL, "dst");
+    ck_assert_int_eq(tg_tensor_copy(dst, A.loss), TG_ERR_STATE);
+    ck_assert(tg_get(B.loss, 0) > 0); /* B's own output is fine */
+    ck_assert_int_eq(tg_tensor_copy(dst, B.loss), TG_OK);
+    /* run A again: readable, and backward works */
+    tg_ctx_seed(ctx, 3);
+    ck_assert_int_eq(tg_graph_forward(A.g), TG_OK);
+    ck_assert(tg_get(A.loss, 0) == la);
+    ck_assert_ptr_null(tg_tensor_data(B.loss));
+    ck_assert_int_eq(tg_graph_backward(A.g, A.loss, NULL), TG_OK);
+    s2s_step(ctx, &A, 0, got);
+    assert_step_eq(got, ref, len, "after the refusal", 0);
+    /* an arena of another context */
+    tg_ctx *other = tu_ctx_new();
+    tg_arena *oa = tg_arena_new(other);
+    tg_tensor *y = tg_sum_all(ctx, tg_ctx_param(ctx, 0));
+    ck_assert_ptr_null(tg_graph_new_opts(ctx, &y, 1, &(tg_graph_opts){.arena = oa}));
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_ERR_ARG);
+    ck_assert_msg(strstr(tg_ctx_message(ctx), "another context"), "%s", tg_ctx_message(ctx));
+    tu_ctx_free(other);
+    tu_ctx_free(ctx);
+    free(got);
+    free(ref);
+}
+END_TEST
+
+/* The arena grows when a larger graph is built after a smaller one ran: the smaller one's
+ * values survive the move (its loss still reads the same), and it runs correctly afterwards;
+ * also when more threads make a graph plan again (and grow the arena) inside forward. */
+START_TEST(test_arena_grow)
+{
+    size_t len;
+    float *ref = s2s_reference(&len);
+    float *got = malloc(sizeof(float) * len);
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_set_threads(ctx, 1);
+    tg_transformer m;
+    s2s_model(ctx, &m);
+    tg_arena *a = tg_arena_new(ctx);
+    tg_graph_opts o = {.arena = a, .one_backward = true};
+    s2s_graph small = s2s_build(ctx, &m, 2, o); /* (4, 3, 2): the smallest */
+    size_t b0 = tg_arena_bytes(a);
+    s2s_step(ctx, &small, 2, got);
+    assert_step_eq(got, ref + 2 * len, len, "small", 2);
+    s2s_graph big = s2s_build(ctx, &m, 1, o);
+    ck_assert_uint_gt(tg_arena_bytes(a), b0);
+    float l;
+    ck_assert_int_eq(tg_tensor_get_data(small.loss, &l, TG_F32, 1), TG_OK);
+    ck_assert(l == ref[2 * len]); /* carried over into the new block */
+    for (int r = 0; r < 2; r++) {
+        s2s_step(ctx, &small, 2, got);
+        assert_step_eq(got, ref + 2 * len, len, "small after growing", 2);
+        s2s_step(ctx, &big, 1, got);
+        assert_step_eq(got, ref + 1 * len, len, "big", 1);
+    }
+    /* more threads: forward plans again (workspace is per thread) and may grow the arena */
+    tg_ctx_set_threads(ctx, 3);
+    s2s_step(ctx, &small, 2, got);
+    assert_step_eq(got, ref + 2 * len, len, "small, 3 threads", 2);
+    s2s_step(ctx, &big, 1, got);
+    assert_step_eq(got, ref + 1 * len, len, "big, 3 threads", 1);
+    tg_memory_report r;
+    ck_assert_int_eq(tg_graph_memory(big.g, &r), TG_OK);
+    ck_assert_uint_ge(tg_arena_bytes(a), r.arena);
+    tu_ctx_free(ctx);
+    free(got);
+    free(ref);
+}
+END_TEST
+
+/* tg_ctx_rewind: graphs built after a mark (one of them growing the arena made before it) are
+ * freed; the arena stays usable at its grown size, and the graphs built before the mark still
+ * run correctly; a rewind past the arena's creation releases it, every byte. */
+START_TEST(test_arena_rewind)
+{
+    size_t len;
+    float *ref = s2s_reference(&len);
+    float *got = malloc(sizeof(float) * len);
+    counter c;
+    tg_ctx *ctx = counted_ctx(&c);
+    tg_transformer m;
+    s2s_model(ctx, &m);
+    tg_graph_free(s2s_build(ctx, &m, 0, (tg_graph_opts){0}).g); /* allocates the gradients */
+    snapshot s0 = snap(ctx, &c);
+    tg_mark m0 = tg_ctx_mark(ctx);
+    tg_arena *a = tg_arena_new(ctx);
+    tg_graph_opts o = {.arena = a, .one_backward = true};
+    s2s_graph small = s2s_build(ctx, &m, 2, o);
+    s2s_step(ctx, &small, 2, got);
+    tg_mark m1 = tg_ctx_mark(ctx);
+    size_t at_mark = tg_ctx_bytes(ctx), b_small = tg_arena_bytes(a);
+    for (int round = 0; round < 3; round++) {
+        s2s_graph G = s2s_build(ctx, &m, round % 2 ? 0 : 1, o); /* 1 grows the arena */
+        s2s_step(ctx, &G, round % 2 ? 0 : 1, got);
+        assert_step_eq(got, ref + (size_t)(round % 2 ? 0 : 1) * len, len, "after the mark",
+                       round);
+        ck_assert_int_eq(tg_ctx_rewind(ctx, m1), TG_OK);
+        ck_assert_uint_eq(tg_ctx_bytes(ctx), at_mark + tg_arena_bytes(a) - b_small);
+        s2s_step(ctx, &small, 2, got); /* the graph of before the mark runs on */
+        assert_step_eq(got, ref + 2 * len, len, "before the mark, after the rewind", round);
+    }
+    ck_assert_int_eq(c.bad_free, 0);
+    ck_assert_int_eq(tg_ctx_rewind(ctx, m0), TG_OK); /* past the arena: all of it released */
+    assert_snap_eq(snap(ctx, &c), s0, "rewound past the arena", 0);
+    free_counted(ctx, &c);
+    free(got);
+    free(ref);
+}
+END_TEST
+
+/* tg_graph_free of a sharing graph: the arena keeps its block (and size); the graph's op
+ * results lose their binding; the other graphs run on, and a new graph fits in the arena. */
+START_TEST(test_arena_graph_free)
+{
+    size_t len;
+    float *ref = s2s_reference(&len);
+    float *got = malloc(sizeof(float) * len);
+    tg_ctx *ctx = tu_ctx_new();
+    tg_transformer m;
+    s2s_model(ctx, &m);
+    tg_arena *a = tg_arena_new(ctx);
+    tg_graph_opts o = {.arena = a, .one_backward = true};
+    /* what freeing the same graph with its own arena gives back: its arrays and its arena */
+    s2s_graph own = s2s_build(ctx, &m, 1, (tg_graph_opts){.one_backward = true});
+    tg_memory_report r;
+    ck_assert_int_eq(tg_graph_memory(own.g, &r), TG_OK);
+    size_t before = tg_ctx_bytes(ctx);
+    tg_graph_free(own.g);
+    size_t own_freed = before - tg_ctx_bytes(ctx);
+    s2s_graph big = s2s_build(ctx, &m, 1, o), small = s2s_build(ctx, &m, 2, o);
+    size_t bytes = tg_arena_bytes(a);
+    ck_assert_uint_eq(bytes, r.arena);
+    s2s_step(ctx, &big, 1, got);
+    before = tg_ctx_bytes(ctx);
+    tg_graph_free(big.g); /* it ran last */
+    ck_assert_uint_eq(tg_arena_bytes(a), bytes);
+    ck_assert_uint_eq(before - tg_ctx_bytes(ctx), own_freed - r.arena); /* not the block */
+    ck_assert_ptr_null(tg_tensor_data(big.loss));
+    s2s_step(ctx, &small, 2, got);
+    assert_step_eq(got, ref + 2 * len, len, "after freeing the other graph", 2);
+    tg_graph_free(small.g); /* free a graph that did not run last, then one that did */
+    s2s_graph again = s2s_build(ctx, &m, 0, o);
+    ck_assert_uint_eq(tg_arena_bytes(a), bytes);
+    s2s_step(ctx, &again, 0, got);
+    assert_step_eq(got, ref, len, "a graph built after the frees", 0);
+    tu_ctx_free(ctx);
+    free(got);
+    free(ref);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("memory");
@@ -1089,5 +1477,12 @@ int main(void)
     tc = tu_tcase(s, "report", 60);
     tcase_add_test(tc, test_memory_report_by_hand);
     tcase_add_test(tc, test_memory_report_input_grads);
+    tc = tu_tcase(s, "arena", 60);
+    tcase_add_loop_test(tc, test_arena_matches_own, 0, 4);
+    tcase_add_test(tc, test_arena_size);
+    tcase_add_test(tc, test_arena_interleave_refused);
+    tcase_add_test(tc, test_arena_grow);
+    tcase_add_test(tc, test_arena_rewind);
+    tcase_add_test(tc, test_arena_graph_free);
     return tu_run(s);
 }

@@ -93,6 +93,11 @@ struct tg_tensor {
     void *ws;            /* kernel workspace, bound for each call (def->workspace bytes) */
     size_t ws_bytes;     /* its planned size (bytes; 0 when ws is NULL) */
 
+    const uint64_t *run_gen; /* op results bound by a graph with a shared arena (tg_arena):
+                            that arena's run generation (changes when another graph of it
+                            starts running); NULL: bound by a graph with its own arena */
+    uint64_t run_gen_at; /* ...its value when the binding was made: differing, the bytes at
+                            data, grad and saved are another graph's (tg__stale) */
     uint64_t mark;       /* visit stamp used by graph construction */
     int64_t topo;        /* position in the last graph built over it (scratch) */
 };
@@ -401,6 +406,7 @@ struct tg_ctx {
     struct tg__era { uint64_t seq, gen; } *eras, eras_inline[8];
     int64_t n_eras, cap_eras;
     tg_graph *graphs;        /* live graphs, newest first (tg_ctx_rewind frees newer ones) */
+    tg_arena *arenas;        /* live shared arenas, newest first (likewise, after the graphs) */
     int run_threads;         /* > 0 while a graph runs: tg__threads caps at this */
     tg_status kernel_status; /* first failure reported by a kernel (tg__kernel_fail), read and
                                 reset by the executor after each kernel call */
@@ -426,5 +432,15 @@ static inline bool tg__consumed(const tg_tensor *t)
  * (src/graph/order.c). */
 uint64_t tg__graph_seq(const tg_graph *g);
 void tg__graph_forget(tg_graph *g);
+/* The same for shared arenas (src/graph/arena.c); forgetting one frees its memory block. */
+uint64_t tg__arena_seq(const tg_arena *a);
+void tg__arena_forget(tg_arena *a);
+
+/* Are t's data, grad and saved bytes another graph's? (An op result last bound by a graph with
+ * a shared arena, after another graph of that arena started running.) */
+static inline bool tg__stale(const tg_tensor *t)
+{
+    return t->run_gen && *t->run_gen != t->run_gen_at;
+}
 
 #endif /* TG_CORE_H */

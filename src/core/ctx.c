@@ -259,6 +259,9 @@ tg_status tg_ctx_rewind(tg_ctx *ctx, tg_mark mark)
     /* Graphs made after the mark first (they unbind the tensors they ran). */
     while (ctx->graphs && tg__graph_seq(ctx->graphs) >= mark.alloc_seq_)
         tg__graph_forget(ctx->graphs);
+    /* Then shared arenas made after it (every graph using one is newer, so already gone). */
+    while (ctx->arenas && tg__arena_seq(ctx->arenas) >= mark.alloc_seq_)
+        tg__arena_forget(ctx->arenas);
     ctx->n_params = mark.n_params_;
     tg_block *b = ctx->blocks;
     while (b && b->seq >= mark.alloc_seq_) {

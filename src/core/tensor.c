@@ -467,8 +467,22 @@ const int64_t *tg_tensor_shape(const tg_tensor *t) { return t ? t->shape : NULL;
 int64_t tg_tensor_numel(const tg_tensor *t) { return t ? t->numel : 0; }
 bool tg_tensor_requires_grad(const tg_tensor *t) { return t && t->requires_grad; }
 const char *tg_tensor_name(const tg_tensor *t) { return t ? t->name : ""; }
-void *tg_tensor_data(tg_tensor *t) { return t ? t->data : NULL; }
-void *tg_tensor_grad(tg_tensor *t) { return t ? t->grad : NULL; }
+/* Op results whose bytes are another graph's (tg__stale) have no data to give. */
+void *tg_tensor_data(tg_tensor *t) { return t && !tg__stale(t) ? t->data : NULL; }
+void *tg_tensor_grad(tg_tensor *t) { return t && !tg__stale(t) ? t->grad : NULL; }
+
+/* Refuse reading an op result whose shared arena another graph has run in since (its bytes
+ * are that graph's): TG_ERR_STATE naming fn, or TG_OK. */
+static tg_status fresh_ok(const tg_tensor *t, const char *fn)
+{
+    if (!tg__stale(t))
+        return TG_OK;
+    tg__run_err(t->ctx, TG_ERR_STATE, fn,
+                "'%s' was computed by a graph whose arena is shared (tg_graph_opts.arena), and "
+                "another graph sharing that arena ran since: its values are gone; run its graph "
+                "again to read it", t->name);
+    return TG_ERR_STATE;
+}
 
 int64_t tg_tensor_dim(const tg_tensor *t, int axis)
 {
@@ -674,6 +688,8 @@ static tg_status copy_out_ok(const tg_tensor *t, const void *dst, tg_dtype dst_d
 tg_status tg_tensor_get_data(const tg_tensor *t, void *dst, tg_dtype dst_dtype, size_t n)
 {
     tg_status s = copy_out_ok(t, dst, dst_dtype, n, "tg_tensor_get_data");
+    if (s == TG_OK)
+        s = fresh_ok(t, "tg_tensor_get_data");
     if (s != TG_OK)
         return s;
     if (!t->data) {
@@ -702,6 +718,8 @@ tg_status tg_tensor_get_data(const tg_tensor *t, void *dst, tg_dtype dst_dtype, 
 tg_status tg_tensor_get_grad(const tg_tensor *t, void *dst, tg_dtype dst_dtype, size_t n)
 {
     tg_status s = copy_out_ok(t, dst, dst_dtype, n, "tg_tensor_get_grad");
+    if (s == TG_OK)
+        s = fresh_ok(t, "tg_tensor_get_grad");
     if (s != TG_OK)
         return s;
     if (!t->grad) {
@@ -729,6 +747,8 @@ tg_status tg_tensor_copy(tg_tensor *dst, const tg_tensor *src)
                 tg__shape_str(src, b, sizeof b));
         return TG_ERR_SHAPE;
     }
+    if (fresh_ok(src, "tg_tensor_copy") != TG_OK)
+        return TG_ERR_STATE;
     const tg_tensor *view = NULL;
     if (src->data && !tg__is_contiguous(src)) { /* a strided view: read through its strides */
         if (src->base == dst) { /* its elements would be overwritten while being read */
@@ -774,14 +794,14 @@ static bool value_ok(tg_tensor *t, const char *fn, double v)
 
 double tg_get(const tg_tensor *t, int64_t flat)
 {
-    if (!t || flat < 0 || flat >= t->numel || !t->data)
+    if (!t || flat < 0 || flat >= t->numel || !t->data || fresh_ok(t, "tg_get") != TG_OK)
         return NAN;
     return load(t->data, t->dtype, tg__elem(t, flat));
 }
 
 void tg_set(tg_tensor *t, int64_t flat, double v)
 {
-    if (!t || flat < 0 || flat >= t->numel || !t->data)
+    if (!t || flat < 0 || flat >= t->numel || !t->data || fresh_ok(t, "tg_set") != TG_OK)
         return;
     if (value_ok(t, "tg_set", v))
         store(t->data, t->dtype, tg__elem(t, flat), v);
@@ -789,7 +809,7 @@ void tg_set(tg_tensor *t, int64_t flat, double v)
 
 double tg_grad_get(const tg_tensor *t, int64_t flat)
 {
-    if (!t || flat < 0 || flat >= t->numel || !t->grad)
+    if (!t || flat < 0 || flat >= t->numel || !t->grad || fresh_ok(t, "tg_grad_get") != TG_OK)
         return NAN;
     return load(t->grad, t->dtype, flat);
 }

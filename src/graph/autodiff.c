@@ -62,6 +62,13 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
                                   : "run tg_graph_forward before backward");
         return TG_ERR_STATE;
     }
+    if (g->shared && g->shared->last != g) {
+        tg__run_err(ctx, TG_ERR_STATE, fn,
+                    "another graph sharing this graph's arena (tg_graph_opts.arena) ran after "
+                    "its forward and overwrote the values backward reads; run tg_graph_forward "
+                    "on this graph again first");
+        return TG_ERR_STATE;
+    }
     if (g->backwarded && !g->retain) {
         tg__run_err(ctx, TG_ERR_STATE, fn,
                     "backward already ran on this forward and its values may have been "
@@ -111,6 +118,12 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
             tg__run_err(ctx, TG_ERR_DTYPE, fn, "upstream gradient is %s but '%s' is %s",
                     tg_dtype_str(dy->dtype), y->name, tg_dtype_str(y->dtype));
             return TG_ERR_DTYPE;
+        }
+        if (dy && tg__stale(dy)) {
+            tg__run_err(ctx, TG_ERR_STATE, fn, "upstream gradient '%s' was computed by a graph "
+                        "whose shared arena another graph has run in since: its values are "
+                        "gone", dy->name);
+            return TG_ERR_STATE;
         }
         if (dy && !dy->data) {
             tg__run_err(ctx, TG_ERR_STATE, fn, "upstream gradient '%s' has no data (an op "

@@ -11,10 +11,16 @@
 
 void tg__bind(tg_graph *g, bool grads)
 {
+    if (g->shared) /* the arena's current base; g now owns its contents */
+        tg__arena_enter(g);
+    const uint64_t *gen = g->shared ? &g->shared->gen : NULL;
+    uint64_t gen_at = g->shared ? g->shared->gen : 0;
     for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
         if (t->op == TG_OP_NONE)
             continue;
+        t->run_gen = gen; /* (tg__stale: valid until another graph of the arena runs) */
+        t->run_gen_at = gen_at;
         if (t->base) /* base precedes t in topological order: already bound */
             t->data = t->base->data
                           ? (char *)t->base->data + t->offset * (int64_t)tg_dtype_size(t->dtype)

@@ -25,6 +25,21 @@ typedef struct tg__buf {
 
 enum { TG__BUF_OUT, TG__BUF_SAVED, TG__BUF_GRAD, TG__BUF_FRESH, TG__BUF_WSF, TG__BUF_WSB };
 
+/* A shared arena (tg_arena_new; arena.c): one memory block for several graphs of a context, of
+ * which one runs at a time. */
+struct tg_arena {
+    tg_ctx *ctx;
+    tg_arena *next, *prev;  /* the context's list of live arenas */
+    uint64_t seq;           /* allocation number at creation (tg_ctx_rewind) */
+    char *base;             /* the block (owned by the context: a rewind to a mark after the
+                               arena's creation keeps it), or NULL while empty */
+    size_t bytes;           /* its size: the largest planned need of the arena's graphs */
+    uint64_t gen;           /* run generation: +1 each time a graph other than `last` starts
+                               running (tensors record it when bound: tg__stale) */
+    tg_graph *last;         /* the graph whose values the block holds (it ran last), or NULL */
+    int64_t n_graphs;       /* live graphs built with it */
+};
+
 struct tg_graph {
     tg_ctx *ctx;
     tg_graph *next, *prev;  /* the context's list of live graphs */
@@ -53,8 +68,9 @@ struct tg_graph {
     int64_t *fresh_buf;     /* per leaf: this call's gradient, or -1 */
     int64_t *leaf_buf;      /* per node: fresh_buf of the leaf it is, or -1 */
     int64_t *end_ptr, *end_list; /* poison: buffers whose lifetime ends at each step (CSR) */
-    char *arena;
-    size_t arena_bytes;
+    char *arena;            /* own arena, or the shared one's base as of the last bind */
+    size_t arena_bytes;     /* the plan's need (with a shared arena: <= shared->bytes) */
+    tg_arena *shared;       /* tg_graph_opts.arena, or NULL */
     tg_memory_report mem;
 };
 
@@ -66,6 +82,18 @@ static inline void *tg__buf_ptr(const tg_graph *g, int64_t b)
 
 /* order.c: drop the bindings tensors hold into g's arena (before it is freed or replaced). */
 void tg__unbind(tg_graph *g);
+/* arena.c: grow g's shared arena to at least `bytes` (a new block; the old one's contents are
+ * carried over and every binding into it moved). false: TG_ERR_NOMEM recorded (naming fn),
+ * the arena unchanged. */
+bool tg__arena_reserve(tg_arena *a, size_t bytes, const char *fn);
+/* arena.c: g (with a shared arena) starts running: it becomes the arena's last graph (a new
+ * generation if it was not) and g->arena its current base. */
+void tg__arena_enter(tg_graph *g);
+/* arena.c: g (with a shared arena) is being freed: unbind what it bound, leave the arena. */
+void tg__arena_leave(tg_graph *g);
+/* arena.c: tg__unbind for a graph with a shared arena (bindings it made, unless they are also
+ * the last-run graph's current ones). */
+void tg__arena_unbind(tg_graph *g);
 /* plan.c: free the plan (its arrays and the arena; NULLs them), or give its blocks an owner
  * (tg__set_owner: TG__OWNER_CTX keeps them through a rewind). */
 void tg__plan_free(tg_graph *g);

@@ -55,6 +55,10 @@ static void unlink_graph(tg_graph *g)
 /* Drop the bindings other tensors hold into this graph's arena. */
 void tg__unbind(tg_graph *g)
 {
+    if (g->shared) { /* by the arena's run generation: the range is every graph's */
+        tg__arena_unbind(g);
+        return;
+    }
     if (!g->arena || !g->nodes)
         return;
     char *lo = g->arena, *hi = g->arena + g->arena_bytes;
@@ -83,7 +87,10 @@ void tg_graph_free(tg_graph *g)
     if (!g)
         return;
     tg_ctx *ctx = g->ctx;
-    tg__unbind(g);
+    if (g->shared)
+        tg__arena_leave(g); /* unbinds; the arena keeps its block */
+    else
+        tg__unbind(g);
     unlink_graph(g);
     tg__plan_free(g);
     void *arrays[] = {g->nodes,  g->leaves, g->leaf_node, g->own,
@@ -112,6 +119,9 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
         if (outputs[i]->ctx != ctx)
             return tg__err(ctx, TG_ERR_ARG, fn, "output %d belongs to another context", i);
     }
+    if (opts && opts->arena && opts->arena->ctx != ctx)
+        return tg__err(ctx, TG_ERR_ARG, fn, "the shared arena (opts.arena) belongs to another "
+                       "context");
     uint64_t seq = ctx->alloc_seq;
     tg_graph *g = tg__alloc(ctx, sizeof *g, fn);
     if (!g)
@@ -127,6 +137,10 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
     g->poison = opts && opts->poison;
     g->anomaly = opts && opts->detect_anomaly;
     g->retain = !(opts && opts->one_backward);
+    if (opts && opts->arena) {
+        g->shared = opts->arena;
+        g->shared->n_graphs++;
+    }
     g->nt = tg__threads(ctx);
     frame *stack = NULL;
     g->outputs = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)n_outputs, fn);
@@ -262,6 +276,7 @@ tg_status tg_graph_memory(const tg_graph *g, tg_memory_report *report)
     if (!g || !report)
         return TG_ERR_ARG;
     *report = g->mem;
+    report->arena_shared = g->shared ? g->shared->bytes : 0;
     return TG_OK;
 }
 

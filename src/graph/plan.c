@@ -21,6 +21,9 @@
  * released. An op declared TG_OPF_INPLACE writes its output over src[0] when src[0]'s output
  * dies at this very step, has the same size and is not read by another operand of the op.
  * tg_graph_opts.no_reuse gives every buffer its own slot (the reference for tests).
+ *
+ * The arena is the graph's own block, or, with tg_graph_opts.arena, a block shared with other
+ * graphs of the context (arena.c), grown here to this plan's need if it is larger.
  */
 #include "graph_internal.h"
 
@@ -244,7 +247,8 @@ static const tg_tensor *owner_of(const tg_tensor *t) { return t->base ? t->base 
 static void **plan_blocks(tg_graph *g, void **out, size_t *n)
 {
     void *b[] = {g->bufs,      g->out_buf,  g->saved_buf, g->grad_buf, g->wsf_buf, g->wsb_buf,
-                 g->fresh_buf, g->leaf_buf, g->end_ptr,   g->end_list, g->arena};
+                 g->fresh_buf, g->leaf_buf, g->end_ptr,   g->end_list,
+                 g->shared ? NULL : g->arena}; /* a shared arena's block is the arena's */
     memcpy(out, b, sizeof b);
     *n = sizeof b / sizeof b[0];
     return out;
@@ -580,6 +584,12 @@ lifetimes_done:
     g->mem.arena = g->arena_bytes;
     g->mem.peak = g->mem.parameters + g->mem.parameter_grads + g->mem.inputs +
                   g->mem.input_grads + g->mem.arena;
+    if (g->shared) { /* grow the shared arena to this plan (no arena of its own) */
+        if (!tg__arena_reserve(g->shared, g->arena_bytes, fn))
+            return false;
+        g->arena = g->shared->base;
+        return true;
+    }
     g->arena = tg__alloc(ctx, g->arena_bytes ? g->arena_bytes : 64, fn);
     return g->arena != NULL;
 }
