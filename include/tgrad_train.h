@@ -508,16 +508,16 @@ typedef struct tg_seq2seq_batch {
 } tg_seq2seq_batch;
 
 /** Options of tg_seq2seq_loss_new(). */
-typedef struct tg_seq2seq_opts {
+typedef struct tg_seq2seq_loss_opts {
     /** Label smoothing of the training loss, in [0, 1] (tg_cross_entropy_smoothed());
      *  evaluation never smooths. */
     double label_smoothing;
     /** The label value of padded positions: outside [0, vocab_size) (PyTorch's -100). */
     int64_t ignore_index;
-} tg_seq2seq_opts;
+} tg_seq2seq_loss_opts;
 
 /** The defaults: no label smoothing, ignore_index -100. */
-TG_API tg_seq2seq_opts tg_seq2seq_defaults(void);
+TG_API tg_seq2seq_loss_opts tg_seq2seq_loss_defaults(void);
 
 /**
  * The loss of an encoder-decoder model (cfg.n_decoder_layers > 0) on batches of any shape.
@@ -538,7 +538,7 @@ typedef struct tg_seq2seq_loss tg_seq2seq_loss;
  *  encoder-decoder model, label_smoothing outside [0, 1], ignore_index a token id),
  *  ::TG_ERR_NOMEM. */
 TG_API tg_seq2seq_loss *tg_seq2seq_loss_new(tg_ctx *ctx, const tg_transformer *m,
-                                            const tg_seq2seq_opts *opts);
+                                            const tg_seq2seq_loss_opts *opts);
 /**
  * Training: forward (in the context's training mode, so dropout applies if enabled) and
  * backward of the batch's mean loss; the parameters' gradients are replaced by this batch's

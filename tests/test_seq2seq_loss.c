@@ -72,7 +72,7 @@ START_TEST(test_padding_changes_nothing)
     tg_transformer m;
     init_model(ctx, &m, TG_F64, _i == 1);
     tg_ctx_set_training(ctx, false); /* no dropout configured anyway */
-    tg_seq2seq_opts o = tg_seq2seq_defaults();
+    tg_seq2seq_loss_opts o = tg_seq2seq_loss_defaults();
     tg_seq2seq_loss *Ls = tg_seq2seq_loss_new(ctx, &m, &o);
     ck_assert_ptr_nonnull(Ls);
     /* each sentence alone, unpadded: loss_i (mean over its tl[i] tokens), grads g_i */
@@ -137,7 +137,7 @@ START_TEST(test_label_smoothing_training_only)
     tg_ctx *ctx = tu_ctx_new();
     tg_transformer m;
     init_model(ctx, &m, TG_F64, false);
-    tg_seq2seq_opts o = tg_seq2seq_defaults();
+    tg_seq2seq_loss_opts o = tg_seq2seq_loss_defaults();
     o.label_smoothing = 0.1;
     tg_seq2seq_loss *Ls = tg_seq2seq_loss_new(ctx, &m, &o);
     tg_seq2seq_loss *L0 = tg_seq2seq_loss_new(ctx, &m, NULL);
@@ -178,11 +178,11 @@ START_TEST(test_bad_batches)
     ck_assert_int_eq(tg_seq2seq_loss_graphs(Ls), 1);
     lab[1] = 4;
     ck_assert_int_eq(tg_seq2seq_loss_backward(Ls, &b, NULL), TG_OK);
-    tg_seq2seq_opts o = tg_seq2seq_defaults();
+    tg_seq2seq_loss_opts o = tg_seq2seq_loss_defaults();
     o.ignore_index = 3;
     ck_assert_ptr_null(tg_seq2seq_loss_new(ctx, &m, &o));
     tu_assert_error(ctx, TG_ERR_ARG, "ignore_index 3 is a token id");
-    o = tg_seq2seq_defaults();
+    o = tg_seq2seq_loss_defaults();
     o.label_smoothing = 1.5;
     ck_assert_ptr_null(tg_seq2seq_loss_new(ctx, &m, &o));
     tu_assert_error(ctx, TG_ERR_ARG, "label_smoothing");

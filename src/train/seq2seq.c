@@ -31,28 +31,29 @@ typedef struct {
 struct tg_seq2seq_loss {
     tg_ctx *ctx;
     const tg_transformer *m;
-    tg_seq2seq_opts opts;
+    tg_seq2seq_loss_opts opts;
     s2s_graph *graphs;
     int64_t n_graphs, cap;
+    tg_arena *arena; /* shared by every graph: only one runs at a time */
     float *mask32;  /* (n S) mask staging, grown as needed */
     double *mask64;
     size_t mask_cap;
 };
 
-tg_seq2seq_opts tg_seq2seq_defaults(void)
+tg_seq2seq_loss_opts tg_seq2seq_loss_defaults(void)
 {
-    tg_seq2seq_opts o = {0.0, -100};
+    tg_seq2seq_loss_opts o = {0.0, -100};
     return o;
 }
 
 tg_seq2seq_loss *tg_seq2seq_loss_new(tg_ctx *ctx, const tg_transformer *m,
-                                     const tg_seq2seq_opts *opts)
+                                     const tg_seq2seq_loss_opts *opts)
 {
     static const char *fn = "tg_seq2seq_loss_new";
     if (!ctx)
         return NULL;
     tg__begin(ctx);
-    tg_seq2seq_opts o = opts ? *opts : tg_seq2seq_defaults();
+    tg_seq2seq_loss_opts o = opts ? *opts : tg_seq2seq_loss_defaults();
     if (!m || !m->tok_emb || m->cfg.n_decoder_layers < 1)
         return tg__run_err(ctx, TG_ERR_ARG, fn, "the model is not an initialised "
                            "encoder-decoder (cfg.n_decoder_layers > 0)");
@@ -69,6 +70,11 @@ tg_seq2seq_loss *tg_seq2seq_loss_new(tg_ctx *ctx, const tg_transformer *m,
     L->ctx = ctx;
     L->m = m;
     L->opts = o;
+    L->arena = tg_arena_new(ctx);
+    if (!L->arena) {
+        free(L);
+        return NULL;
+    }
     return L;
 }
 
@@ -127,6 +133,7 @@ static s2s_graph *graph_for(tg_seq2seq_loss *L, const char *fn, const tg_seq2seq
     tg_graph_opts go = {0};
     go.no_grad = !train;
     go.one_backward = train;
+    go.arena = L->arena;
     q.g = tg_graph_new_opts(ctx, &q.loss, 1, &go);
     if (!q.g) {
         /* a build error: keep it as this call's run-time error, so later builds still work */
