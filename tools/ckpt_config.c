@@ -244,19 +244,26 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
         snprintf(err, n, "not a tgrad training checkpoint: it lacks the field 'data.mode'");
         return false;
     }
-    if (strcmp(mode, "text") && strcmp(mode, "task")) {
-        snprintf(err, n, "checkpoint field 'data.mode' '%s': expected text or task",
+    if (strcmp(mode, "text") && strcmp(mode, "task") && strcmp(mode, "pairs")) {
+        snprintf(err, n, "checkpoint field 'data.mode' '%s': expected text, task or pairs",
                  cli_show(mode, s, sizeof s));
         return false;
     }
     info->text = !strcmp(mode, "text");
+    info->pairs = !strcmp(mode, "pairs");
     /* model.arch (absent in older checkpoints: the mode's own architecture) */
     const cli_option *ao = cli_find(cmd, "arch");
     const char *arch = tg_safetensors_meta_get(st, "model.arch");
     train_args at = *a;
-    at.arch = info->text ? ARCH_LM : ARCH_ENCODER;
+    at.arch = info->text ? ARCH_LM : info->pairs ? ARCH_SEQ2SEQ : ARCH_ENCODER;
     if (arch && !cli_set(cmd, ao, arch, &at, "checkpoint field 'model.arch'", err, n))
         return false;
+    if (info->pairs && at.arch != ARCH_SEQ2SEQ) {
+        snprintf(err, n, "checkpoint fields disagree: model.arch %s but data.mode pairs "
+                 "(translation trains the encoder-decoder, seq2seq)", cli_show(arch, s,
+                                                                              sizeof s));
+        return false;
+    }
     if (arch && info->text != (at.arch == ARCH_LM)) {
         snprintf(err, n, "checkpoint fields disagree: model.arch %s but data.mode %s",
                  cli_show(arch, s, sizeof s), mode);
@@ -319,13 +326,28 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
     }
     const char *vh = tg_safetensors_meta_get(st, "data.vocab");
     const char *tk = tg_safetensors_meta_get(st, "data.task");
-    if (info->text ? tk != NULL : vh != NULL) { /* a field of the other mode */
+    if (info->pairs && (tk || vh)) {
+        snprintf(err, n, "checkpoint fields disagree: data.mode pairs but the file has the "
+                 "field '%s' of a %s checkpoint", tk ? "data.task" : "data.vocab",
+                 tk ? "task" : "text");
+        return false;
+    }
+    if (info->pairs) {
+        /* the vocabulary is the tokenizer's (tokenizer.*, checked when it is loaded) */
+        const char *es = tg_safetensors_meta_get(st, "model.scale_embeddings");
+        bool sc = false;
+        if (es && !parse_bool01("model.scale_embeddings", es, &sc, err, n))
+            return false;
+        a->emb_scale = sc ? EMB_SQRT : EMB_NONE;
+    } else if (info->text ? tk != NULL : vh != NULL) { /* a field of the other mode */
         snprintf(err, n, "checkpoint fields disagree: data.mode %s but the file has the field "
                  "'%s' of a %s checkpoint", mode, info->text ? "data.task" : "data.vocab",
                  info->text ? "task" : "text");
         return false;
     }
-    if (info->text) {
+    if (info->pairs) {
+        info->vocab_size = 0; /* from model.vocab_size below */
+    } else if (info->text) {
         if (!vh) {
             snprintf(err, n, "not a tgrad text checkpoint: it lacks the field 'data.vocab'");
             return false;
@@ -365,8 +387,11 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
         snprintf(err, n, "not a tgrad training checkpoint: it lacks the field 'model.vocab_size'");
         return false;
     }
-    if (!parse_int_field("model.vocab_size", vs, 1, 256, &v, err, n))
+    if (!parse_int_field("model.vocab_size", vs, 1, info->pairs ? TRAIN_MAX_VOCAB : 256, &v,
+                         err, n))
         return false;
+    if (info->pairs)
+        info->vocab_size = (int)v;
     if (v != info->vocab_size) {
         snprintf(err, n, "checkpoint fields disagree: model.vocab_size %" PRId64 " but %s %d",
                  v, info->text      ? "data.vocab holds"
@@ -523,6 +548,7 @@ void train_model_config(const train_args *a, bool text, int64_t vocab_size,
     mc->causal = text;
     mc->tie_weights = a->tie;
     mc->n_decoder_layers = a->arch == ARCH_SEQ2SEQ ? a->decoder_layers : 0;
+    mc->scale_embeddings = a->emb_scale == EMB_SQRT;
 }
 
 /* ---- shapes ------------------------------------------------------------------------------- */

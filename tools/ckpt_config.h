@@ -26,7 +26,8 @@
 /* What the checkpoint says beyond the options (which go into train_args). */
 typedef struct ckpt_info {
     bool text;                 /* data.mode: "text" (LM) or "task" */
-    bool seq2seq;              /* model.arch seq2seq: the encoder-decoder on a task */
+    bool seq2seq;              /* model.arch seq2seq: the encoder-decoder */
+    bool pairs;                /* data.mode "pairs": translation (tokenizer.* fields) */
     int vocab_size;            /* model.vocab_size: data.vocab's length (text), 10 (task),
                                 * 11 (seq2seq task: the digits and BOS) */
     unsigned char vocab[256];  /* text: data.vocab, strictly increasing bytes */

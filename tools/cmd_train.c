@@ -23,6 +23,7 @@
 #include "tgrad_train.h"
 #include "train_args.h"
 #include "train_mpi.h"
+#include "train_pairs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,6 +50,10 @@ typedef struct {
     char **argv;
     bool text;
     bool s2s; /* --arch seq2seq */
+    bool pairs; /* --pairs: translation (train_pairs.c) */
+    pairs_run pr;
+    int64_t tokens_done; /* --pairs: real target tokens trained on by this run */
+    double train_s;      /* --pairs: seconds spent in training steps (not evaluating) */
     task_kind task;
     tg_ctx *ctx;
     tg_safetensors *ck; /* the --resume checkpoint, or NULL */
@@ -135,6 +140,19 @@ static bool plan_resume(trainer *t)
     }
     t->start = t->info.step;
     t->best_val = t->info.best_val;
+    t->pairs = t->info.pairs;
+    if (t->pairs && (!a->pairs || !a->valid)) {
+        t->usage = true;
+        errf("--resume '%s' is a translation checkpoint: pass its --pairs and --valid files "
+             "again", a->resume);
+        return false;
+    }
+    if (!t->pairs && a->pairs) {
+        t->usage = true;
+        errf("--resume '%s' is not a translation checkpoint; --pairs needs one of "
+             "'tgrad train --pairs'", a->resume);
+        return false;
+    }
     if (a->stop_after > 0 && a->stop_after <= t->start) {
         t->usage = true;
         errf("--resume '%s' is at step %" PRId64 " already; --stop-after %" PRId64
@@ -154,10 +172,23 @@ static bool plan_resume(trainer *t)
 static bool plan_fresh(trainer *t)
 {
     char err[1200];
+    if (t->pairs) {
+        train_pairs_defaults(&t->a, &t->r);
+        if (!t->a.valid) {
+            errf("--pairs needs --valid TSV (validation pairs: loss and BLEU at each "
+                 "evaluation)");
+            t->usage = true;
+            return false;
+        }
+    }
     if (!train_resolve(&t->a, t->text, err, sizeof err)) {
         errf("%s", err);
         t->usage = true;
         return false;
+    }
+    if (t->pairs) { /* the vocabulary is known once the tokenizer is (load_data) */
+        t->best_val = INFINITY;
+        return true;
     }
     train_model_config(&t->a, t->text, t->text ? 256 : 10, &t->mc);
     if (!model_memory_check(&t->mc, train_dtype(&t->a), t->a.batch / t->a.grad_accum,
@@ -354,9 +385,29 @@ static bool load_data(trainer *t)
     t->first = t->mp.rank * (t->K / t->mp.size); /* P divides K (plan_parallel) */
     t->count = t->K / t->mp.size;
     t->V = t->s2s ? SEQ2SEQ_VOCAB : 10;
+    char err[4400];
+    if (t->pairs) {
+        if (t->K != 1 || t->mp.size != 1) {
+            errf("--pairs trains in one process without --grad-accum (not supported yet)");
+            t->usage = true;
+            return false;
+        }
+        if (!pairs_tokenizer(&t->pr, t->ctx, &t->a, t->ck, t->a.quiet, err, sizeof err,
+                             &t->usage) ||
+            !pairs_load(&t->pr, t->ctx, &t->a, t->ck, err, sizeof err, &t->usage)) {
+            errf("%s", err);
+            return false;
+        }
+        t->V = tg_tokenizer_vocab_size(t->pr.tok);
+        if (t->ck && t->info.vocab_size != t->V) {
+            errf("--resume '%s': model.vocab_size %d but its tokenizer has %" PRId64 " ids",
+                 t->a.resume, t->info.vocab_size, t->V);
+            return false;
+        }
+        return true;
+    }
     if (!t->text)
         return true;
-    char err[4400];
     if (!corpus_load(&t->corp, t->a.text.v, t->a.text.n, t->a.val_fraction, err, sizeof err)) {
         errf("%s", err);
         return false;
@@ -411,6 +462,8 @@ static bool load_data(trainer *t)
 static void end_live(trainer *t);
 
 #define LOG_HEADER "step,train_loss,val_loss,lr,tokens_per_s,val_acc\n"
+/* --pairs: the last column is the validation set's greedy BLEU */
+#define LOG_HEADER_PAIRS "step,train_loss,val_loss,lr,tokens_per_s,val_bleu\n"
 /* The header before val_acc: such a log is resumed with 5-column rows. */
 #define LOG_HEADER_5 "step,train_loss,val_loss,lr,tokens_per_s\n"
 
@@ -490,11 +543,12 @@ static bool trim_log(trainer *t, bool *fresh)
             break; /* a partial last line */
         if (keep == 0) {
             t->log_no_acc = strcmp(line, LOG_HEADER_5) == 0;
-            if (strcmp(line, LOG_HEADER) != 0 && !t->log_no_acc) {
+            const char *want = t->pairs ? LOG_HEADER_PAIRS : LOG_HEADER;
+            if (strcmp(line, want) != 0 && !t->log_no_acc) {
                 if (!t->a.force) {
                     errf("--log '%s' is not a tgrad training log (its first line is not '%.*s'); "
                          "pass --force to replace it, or choose another --log", t->a.log,
-                         (int)strlen(LOG_HEADER) - 1, LOG_HEADER);
+                         (int)strlen(want) - 1, want);
                     t->usage = true;
                     ok = false;
                 }
@@ -514,7 +568,7 @@ static bool trim_log(trainer *t, bool *fresh)
         if (t->a.plot && log_field(line, 2, &val) && !svg_series_add(&t->val_curve, step, val))
             ok = false;
         if (t->a.plot && !t->text && !t->log_no_acc && log_field(line, 5, &acc) &&
-            !svg_series_add(&t->acc_curve, step, acc))
+            !svg_series_add(&t->acc_curve, step, t->pairs ? acc / 100 : acc))
             ok = false;
     }
     bool rerr = ferror(r);
@@ -554,7 +608,8 @@ static bool open_log(trainer *t)
     bool fresh = true;
     if (t->ck && !trim_log(t, &fresh))
         return false;
-    return !fresh || log_write(t, LOG_HEADER, strlen(LOG_HEADER));
+    const char *header = t->pairs ? LOG_HEADER_PAIRS : LOG_HEADER;
+    return !fresh || log_write(t, header, strlen(header));
 }
 
 static bool build(trainer *t)
@@ -582,7 +637,26 @@ static bool build(trainer *t)
         oc.beta2 = a->beta2;
         oc.eps = a->eps;
     }
-    if (tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
+    if (t->pairs && tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
+        /* graphs per batch shape (tg_seq2seq_loss); the optimizer over every parameter */
+        t->opt = tg_optim_new(ctx, &oc, 0, NULL);
+        if (t->opt && !pairs_build(&t->pr, ctx, &t->model, a))
+            t->opt = NULL;
+        if (!t->opt) {
+            cli_report("train", "building the model", NULL, ctx);
+            return false;
+        }
+        for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
+            t->n_params += tg_tensor_numel(tg_ctx_param(ctx, i));
+        if (t->ck && tg_checkpoint_restore(ctx, t->ck, t->opt) != TG_OK) {
+            cli_report("train", "--resume", a->resume, ctx);
+            return false;
+        }
+        if (a->log && !a->dry_run && !open_log(t))
+            return false;
+        return true;
+    }
+    if (!t->pairs && tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
         t->ids = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), t->s2s ? "src_ids" : "ids");
         t->tgt = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), "targets");
         if (t->s2s) { /* teacher forcing: decoder input = BOS + the target shifted right */
@@ -719,7 +793,11 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     meta_add(m, "model.tie_weights", "%d", a->tie ? 1 : 0);
     meta_num(m, "model.dropout", a->dropout);
     meta_add(m, "model.dtype", "%s", tg_dtype_str(train_dtype(a)));
-    meta_add(m, "data.mode", "%s", t->text ? "text" : "task");
+    meta_add(m, "data.mode", "%s", t->text ? "text" : t->pairs ? "pairs" : "task");
+    if (t->pairs) {
+        meta_add(m, "model.scale_embeddings", "%d", a->emb_scale == EMB_SQRT ? 1 : 0);
+        meta_num(m, "train.target_bleu", a->target_bleu);
+    }
     if (t->text) {
         char hex[513];
         vocab_to_hex(t->corp.vocab, t->corp.vocab_size, hex);
@@ -727,7 +805,7 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
         meta_add(m, "data.bytes", "%" PRId64, t->corp.n);
         meta_add(m, "data.files", "%d", t->corp.n_files);
         meta_add(m, "data.text_hash", "fnv1a64:%016" PRIx64, t->corp.hash);
-    } else {
+    } else if (!t->pairs) {
         meta_add(m, "data.task", "%s", task_name(t->task));
     }
     meta_add(m, "data.position", "%" PRId64, steps_done * t->B);
@@ -752,10 +830,17 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     meta_num(m, "train.beta2", a->beta2);
     meta_num(m, "train.eps", a->eps);
     meta_num(m, "train.label_smoothing", a->label_smoothing);
-    const char *keys[48], *vals[48];
+    const char *keys[64], *vals[64];
+    char *owned[8] = {NULL};
+    int nk = m->n;
     for (int i = 0; i < m->n; i++) {
         keys[i] = m->key[i];
         vals[i] = m->val[i];
+    }
+    if (t->pairs && !pairs_meta(&t->pr, a, keys, vals, owned, &nk)) {
+        free(m);
+        errf("saving checkpoint: out of memory (%s)", kept);
+        return false;
     }
     /* SIGINT and SIGTERM wait until the save is done (their handler only sets a flag; this
      * keeps even that from touching the save's system calls) */
@@ -764,7 +849,9 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &block, &old);
-    bool ok = tg_checkpoint_save(t->ctx, a->checkpoint, t->opt, m->n, keys, vals, NULL) == TG_OK;
+    bool ok = tg_checkpoint_save(t->ctx, a->checkpoint, t->opt, nk, keys, vals, NULL) == TG_OK;
+    for (int i = 0; i < 8; i++)
+        free(owned[i]);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     free(m);
     t->saved |= ok;
@@ -821,7 +908,10 @@ static void progress_text(const trainer *t, int64_t s, double l, double lr, bool
     fmt_time(el, el_s, sizeof el_s);
     fmt_time(t->trained ? el / (double)t->trained * (double)(t->end - s) : 0, eta_s,
              sizeof eta_s);
-    if (t->text && isfinite(t->last_val)) {
+    if (t->pairs && isfinite(t->pr.bleu)) {
+        snprintf(vbuf, sizeof vbuf, "%.4f BLEU %.2f", t->last_val, t->pr.bleu);
+        snprintf(vshort, sizeof vshort, "BLEU %.1f", t->pr.bleu);
+    } else if (t->text && isfinite(t->last_val)) {
         snprintf(vbuf, sizeof vbuf, "%.4f", t->last_val);
         snprintf(vshort, sizeof vshort, "%.3f", t->last_val);
     } else if (t->s2s && isfinite(t->acc)) {
@@ -839,6 +929,10 @@ static void progress_text(const trainer *t, int64_t s, double l, double lr, bool
     char forms[6][256];
     snprintf(forms[0], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %s%.0f tok/s  %s "
              "elapsed  ETA %s", s, total, l, vbuf, lrs, t->tok_s, el_s, eta_s);
+    if (t->pairs) /* the epoch, in the longest form */
+        snprintf(forms[0], 256, "step %" PRId64 "/%" PRId64 "  epoch %" PRId64 "  loss %.4f  "
+                 "val %s  %s%.0f tok/s  ETA %s", s, total, t->pr.epoch + 1, l, vbuf, lrs,
+                 t->tok_s, eta_s);
     snprintf(forms[1], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %s%.0f tok/s  ETA %s",
              s, total, l, vbuf, lrs, t->tok_s, eta_s);
     snprintf(forms[2], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %.0f tok/s  ETA %s",
@@ -1010,7 +1104,14 @@ static bool evaluate(trainer *t, double *val)
     tg_ctx_set_training(t->ctx, false);
     *val = NAN;
     int64_t B = t->B, T = t->T, V = t->V;
-    if (t->s2s) {
+    if (t->pairs) {
+        bool nonfinite;
+        if (!pairs_evaluate(&t->pr, t->ctx, &t->a, val, &nonfinite))
+            return false;
+        t->acc = t->pr.bleu; /* the metric the run may stop on (--target-bleu) */
+        if (t->a.target_bleu > 0 && t->pr.bleu >= t->a.target_bleu)
+            t->reached = true;
+    } else if (t->s2s) {
         if (!evaluate_seq2seq(t, val))
             return false;
     } else if (t->text) {
@@ -1144,10 +1245,10 @@ static bool train_step(trainer *t, int64_t step, double lr, double *l)
 {
     if (t->text)
         corpus_train_batch(t->ctx, &t->corp, t->B, t->T, t->ids_buf, t->tgt_buf);
-    else
+    else if (!t->pairs)
         task_train_batch(t->ctx, t->task, t->B, t->T, t->ids_buf, t->tgt_buf);
     tg_ctx_set_training(t->ctx, true);
-    if (!micro_batches(t, l)) {
+    if (t->pairs ? !pairs_step(&t->pr, t->ctx, &t->a, l) : !micro_batches(t, l)) {
         char msg[1200];
         end_live(t);
         errf("step %" PRId64 ": %s", step + 1, cli_message(t->ctx, NULL, msg, sizeof msg));
@@ -1199,15 +1300,22 @@ static int train_loop(trainer *t)
         double l;
         if (step == t->start)
             arm_message(t, step + 1);
+        double ts = now_s();
         if (!train_step(t, step, lr, &l))
             return 1;
+        t->train_s += now_s() - ts;
         t->trained++;
         if (a->plot && !svg_series_add(&t->train_curve, (double)(step + 1), l)) {
             errf("out of memory");
             return 1;
         }
         double el = now_s() - t->t0;
-        t->tok_s = (double)t->trained * (double)(t->B * t->T) / (el > 0 ? el : 1e-9);
+        if (t->pairs) { /* real target tokens per second of training */
+            t->tokens_done += t->pr.last_tokens;
+            t->tok_s = (double)t->tokens_done / (t->train_s > 0 ? t->train_s : 1e-9);
+        } else {
+            t->tok_s = (double)t->trained * (double)(t->B * t->T) / (el > 0 ? el : 1e-9);
+        }
         if (!tmpi_any(&t->mp, g_interrupted != 0, &t->interrupted)) { /* every rank stops */
             errf("step %" PRId64 ": %s", step + 1, tg_ctx_message(t->ctx));
             return 1;
@@ -1230,7 +1338,7 @@ static int train_loop(trainer *t)
             }
             t->last_val = val;
             if (a->plot && ((!t->text && !svg_series_add(&t->acc_curve, (double)(step + 1),
-                                                          t->acc)) ||
+                                                          t->pairs ? t->acc / 100 : t->acc)) ||
                             !svg_series_add(&t->val_curve, (double)(step + 1), val))) {
                 errf("out of memory");
                 return 1;
@@ -1331,6 +1439,8 @@ static int report_rc(const trainer *t)
 {
     if (t->interrupted)
         return 130;
+    if (t->pairs)
+        return (t->a.target_bleu > 0 && !t->reached && t->step == t->a.steps) ? 3 : 0;
     return (!t->text && t->a.target_acc > 0 && !t->reached && t->step == t->a.steps) ? 3 : 0;
 }
 
@@ -1342,9 +1452,10 @@ static int report(trainer *t)
     svg_plot sp = {.train = &t->train_curve, .val = &t->val_curve,
                    .val_label = t->text ? "validation loss" : "held-out loss",
                    .log_y = a->plot_log, .metric = t->text ? NULL : &t->acc_curve,
-                   .metric_label = t->s2s ? "held-out exact-sequence accuracy"
-                                          : "held-out token accuracy",
-                   .metric_target = a->target_acc};
+                   .metric_label = t->pairs ? "validation BLEU / 100 (greedy)"
+                                   : t->s2s ? "held-out exact-sequence accuracy"
+                                            : "held-out token accuracy",
+                   .metric_target = t->pairs ? a->target_bleu / 100 : a->target_acc};
     if (a->plot && svg_training_plot(t->plot_path, &sp) != 0) {
         errf("--plot '%s': %s", a->plot, strerror(errno));
         return 1;
@@ -1353,7 +1464,11 @@ static int report(trainer *t)
     snprintf(line, sizeof line, "parameters %" PRId64 "  steps %" PRId64 "  wall %.1f s  %.0f "
              "tokens/s", t->n_params, t->step, wall, t->tok_s);
     cli_say(stdout, "", line);
-    if (t->text && !isfinite(t->last_val)) /* --val-fraction 0: nothing to validate on */
+    if (t->pairs)
+        snprintf(line, sizeof line, "validation loss %.4f nats/token (best %.4f); greedy %s, "
+                 "chrF2 = %.2f%s", t->last_val, t->best_val, t->pr.bleu_line, t->pr.chrf,
+                 t->reached || !(a->target_bleu > 0) ? "" : " (target BLEU not reached)");
+    else if (t->text && !isfinite(t->last_val)) /* --val-fraction 0: nothing to validate on */
         snprintf(line, sizeof line, "no validation loss (--val-fraction 0)");
     else if (t->text)
         snprintf(line, sizeof line, "validation loss %.4f nats/char (best %.4f)", t->last_val,
@@ -1391,7 +1506,9 @@ static int report(trainer *t)
                  t->step);
         }
     }
-    if (rc == 3)
+    if (rc == 3 && t->pairs)
+        errf("BLEU target %.2f not reached in %" PRId64 " steps", a->target_bleu, a->steps);
+    else if (rc == 3)
         errf("accuracy target %.2f%% not reached in %" PRId64 " steps", 100 * a->target_acc,
              a->steps);
     return rc;
@@ -1412,6 +1529,7 @@ static void trainer_free(trainer *t)
     svg_series_free(&t->val_curve);
     svg_series_free(&t->acc_curve);
     corpus_free(&t->corp);
+    pairs_free(&t->pr);
     free(t->plot_path);
     outpath_lock_release(&t->lock);
     tg_ctx_free(t->ctx);
@@ -1494,6 +1612,26 @@ static int dry_run(trainer *t)
     return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
 }
 
+/* --dry-run --pairs: graphs are built per batch shape, so report the model and state. */
+static int dry_run_pairs(trainer *t)
+{
+    size_t params = 0;
+    for (int64_t i = 0; i < tg_ctx_n_params(t->ctx); i++) {
+        tg_tensor *p = tg_ctx_param(t->ctx, i);
+        params += (size_t)tg_tensor_numel(p) * tg_dtype_size(tg_tensor_dtype(p));
+    }
+    size_t opt = tg_optim_state_bytes(t->opt);
+    printf("memory of the translation model\n");
+    printf("  %-22s %12zu bytes  %8.2f MiB\n", "parameters", params, (double)params / 1048576.0);
+    printf("  %-22s %12zu bytes  %8.2f MiB\n", "parameter gradients", params,
+           (double)params / 1048576.0);
+    printf("  %-22s %12zu bytes  %8.2f MiB\n", "optimizer state", opt, (double)opt / 1048576.0);
+    printf("graphs: one per batch shape, built when first seen, sharing one arena\n"
+           "(the largest batch's plan); each batch holds at most %" PRId64 " tokens\n",
+           t->a.batch_tokens);
+    return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
+}
+
 int cmd_train(int argc, char **argv)
 {
     /* whole lines, each as it is printed: under mpirun the launcher forwards stdout and stderr
@@ -1524,6 +1662,7 @@ int cmd_train(int argc, char **argv)
     t->argc = argc;
     t->argv = argv;
     t->text = t->a.text.n > 0;
+    t->pairs = t->a.pairs != NULL;
     svg_series_init(&t->train_curve);
     svg_series_init(&t->val_curve);
     svg_series_init(&t->acc_curve);
@@ -1552,7 +1691,15 @@ int cmd_train(int argc, char **argv)
         {
             if (!t->a.quiet) {
                 char line[600];
-                if (t->text)
+                if (t->pairs) {
+                    tg_seq2seq_info ti = tg_seq2seq_get_info(t->pr.train);
+                    tg_seq2seq_info vi = tg_seq2seq_get_info(t->pr.valid);
+                    snprintf(line, sizeof line, "translation: %" PRId64 " training pairs (%"
+                             PRId64 " target tokens), %" PRId64 " validation; %s tokenizer, "
+                             "vocabulary %" PRId64 "; batches of %" PRId64 " tokens",
+                             ti.pairs, ti.tgt_tokens, vi.pairs, tg_tokenizer_kind(t->pr.tok),
+                             t->V, t->a.batch_tokens);
+                } else if (t->text)
                     snprintf(line, sizeof line, "byte-level LM on %d file%s, %" PRId64
                              " bytes (%" PRId64 " train, %" PRId64 " validation), vocabulary %d",
                              t->corp.n_files, t->corp.n_files == 1 ? "" : "s", t->corp.n,
@@ -1582,7 +1729,9 @@ int cmd_train(int argc, char **argv)
                         t->ck ? ", resumed" : "");
                 cli_say(stderr, "tgrad train: ", line);
             }
-            if (t->a.dry_run)
+            if (t->a.dry_run && t->pairs)
+                rc = dry_run_pairs(t);
+            else if (t->a.dry_run)
                 rc = t->mp.rank == 0 ? dry_run(t) : 0;
             else if (train_loop(t) == 0)
                 rc = t->mp.rank == 0 ? report(t) : report_rc(t);

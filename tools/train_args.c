@@ -93,6 +93,25 @@ static const cli_option train_opts[] = {
     {.name = "text", .kind = CLI_LIST, .offset = TA(text), .metavar = "FILE",
      .help = "train a byte-level language model on these files", .group = G_DATA},
     CHOICE("task", task, "copy|reverse|sort", "built-in task (reverse)", G_DATA),
+    PATH("pairs", pairs, "TSV", "translate: train the encoder-decoder on these sentence pairs "
+         "(one 'source<TAB>target' per line)", G_DATA),
+    PATH("valid", valid, "TSV", "--pairs: validation pairs (loss and greedy BLEU at each "
+         "evaluation; required)", G_DATA),
+    CHOICE("tokenizer", tokenizer, "sentencepiece|bytes", "--pairs: subwords (a SentencePiece "
+           "model trained on both sides of --pairs, or --spm) or UTF-8 bytes (sentencepiece "
+           "when built with it)", G_DATA),
+    PATH("spm", spm, "FILE.model", "--pairs: use this SentencePiece model instead of "
+         "training one", G_DATA),
+    INT("vocab-size", vocab_size, "V", 8, TRAIN_MAX_VOCAB, "--pairs: SentencePiece vocabulary "
+        "to train (8000)", G_DATA),
+    CHOICE("spm-type", spm_type, "unigram|bpe", "--pairs: SentencePiece model type (unigram)",
+           G_DATA),
+    INT("batch-tokens", batch_tokens, "N", 1, TRAIN_MAX_BATCH_TOKENS, "--pairs: tokens per "
+        "batch, padding counted; batches hold sentences of similar length (4096)", G_DATA),
+    CHOICE("emb-scale", emb_scale, "none|sqrt", "token embeddings times sqrt(d_model) (sec. "
+           "3.4) or not (--pairs: sqrt, else none)", G_MODEL),
+    NUM("target-bleu", target_bleu, "B", 0, 100, 0, "--pairs: stop at this validation BLEU "
+        "(greedy) (0 = never)", G_TRAIN),
     PATH("checkpoint", checkpoint, "PATH", "save at each evaluation and at the end (default "
          "with --resume: CK)", G_FILES),
     PATH("resume", resume, "PATH", "continue this checkpoint bit-exactly and save back to it",
@@ -116,7 +135,7 @@ static const cli_option train_opts[] = {
 
 static const cli_command train_cmd = {
     .name = "train",
-    .usage = "[--task copy|reverse|sort | --text FILE...] [options]",
+    .usage = "[--task copy|reverse|sort | --text FILE... | --pairs TSV --valid TSV] [options]",
     .description =
         "With no arguments, trains an encoder on the built-in 'reverse' task (random\n"
         "digit sequences, predict the reversed sequence at each position) until 99%\n"
@@ -125,7 +144,10 @@ static const cli_command train_cmd = {
         "and directories skipped); the last 10% is validation. --arch seq2seq --task T\n"
         "trains an encoder-decoder with teacher forcing (source: the digits; decoder\n"
         "input: BOS and the target shifted right) until 99% of held-out sequences are\n"
-        "decoded exactly right (greedy decoding).\n"
+        "decoded exactly right (greedy decoding). With --pairs TRAIN --valid VALID,\n"
+        "trains a translation model (the encoder-decoder, SentencePiece subwords,\n"
+        "length-bucketed batches of --batch-tokens, label smoothing, the paper's\n"
+        "schedule) and evaluates validation loss and greedy BLEU.\n"
         "\n"
         "--resume CK takes the model from CK, restores every training option not given\n"
         "again, continues bit-exactly and saves back to CK (atomically); --checkpoint\n"
@@ -222,6 +244,36 @@ void train_defaults(train_args *a)
     a->optimizer = OPT_ADAMW;
     a->task = 1; /* TASK_REVERSE */
     a->d_model = a->d_ff = a->seq_len = a->steps = a->eval_every = -1;
+    a->tokenizer = -1;
+    a->emb_scale = -1;
+    a->vocab_size = 8000;
+    a->batch_tokens = 4096;
+}
+
+void train_pairs_defaults(train_args *a, const cli_result *r)
+{
+#define UNLESS(opt) if (!cli_given(&train_cmd, r, opt))
+    UNLESS("arch") a->arch = ARCH_SEQ2SEQ;
+    UNLESS("layers") a->layers = 3;
+    UNLESS("d-model") a->d_model = 256;
+    UNLESS("heads") a->heads = 4;
+    UNLESS("d-ff") a->d_ff = 4 * a->d_model;
+    UNLESS("seq-len") a->seq_len = 128;
+    UNLESS("pos") a->pos = POS_SINUSOIDAL;
+    UNLESS("emb-scale") a->emb_scale = EMB_SQRT;
+    UNLESS("dropout") a->dropout = 0.1;
+    UNLESS("label-smoothing") a->label_smoothing = 0.1;
+    UNLESS("schedule") a->schedule = SCHED_NOAM;
+    UNLESS("warmup") a->warmup = 800;
+    UNLESS("beta2") a->beta2 = 0.98;
+    UNLESS("eps") a->eps = 1e-9;
+    UNLESS("optimizer") a->optimizer = OPT_ADAM;
+    UNLESS("weight-decay") a->weight_decay = 0;
+    UNLESS("steps") a->steps = 3000;
+    UNLESS("eval-every") a->eval_every = 500;
+    UNLESS("target-acc") a->target_acc = 0;
+    a->tie = true; /* shared source, target and output embedding (sec. 3.4) */
+#undef UNLESS
 }
 
 int train_parse(int argc, char **argv, train_args *a, cli_result *r, char *err, size_t n)
@@ -238,6 +290,34 @@ int train_parse(int argc, char **argv, train_args *a, cli_result *r, char *err, 
         snprintf(err, n, "--arch %s trains on a built-in --task, not on --text (--text trains "
                  "the decoder-only LM, --arch lm)", a->arch == ARCH_ENCODER ? "encoder" :
                  "seq2seq");
+        return CLI_ERROR;
+    }
+    if (a->pairs && (a->text.n > 0 || cli_given(&train_cmd, r, "task"))) {
+        snprintf(err, n, "--pairs and --%s exclude each other (give one)",
+                 a->text.n > 0 ? "text" : "task");
+        return CLI_ERROR;
+    }
+    if (a->pairs && (a->arch == ARCH_ENCODER || a->arch == ARCH_LM)) {
+        snprintf(err, n, "--pairs trains the encoder-decoder (--arch seq2seq), not --arch %s",
+                 a->arch == ARCH_ENCODER ? "encoder" : "lm");
+        return CLI_ERROR;
+    }
+    static const char *const pairs_only[] = {"valid", "tokenizer", "spm", "vocab-size",
+                                             "spm-type", "batch-tokens", "target-bleu"};
+    for (size_t i = 0; !a->pairs && !a->resume && i < sizeof pairs_only / sizeof *pairs_only;
+         i++)
+        if (cli_given(&train_cmd, r, pairs_only[i])) {
+            snprintf(err, n, "--%s needs --pairs (translation training)", pairs_only[i]);
+            return CLI_ERROR;
+        }
+    if (a->spm && a->tokenizer == TOK_BYTES) {
+        snprintf(err, n, "--spm is a SentencePiece model; it excludes --tokenizer bytes");
+        return CLI_ERROR;
+    }
+    if (a->spm && (cli_given(&train_cmd, r, "vocab-size") || cli_given(&train_cmd, r,
+                                                                        "spm-type"))) {
+        snprintf(err, n, "--spm gives the SentencePiece model; --vocab-size and --spm-type "
+                 "only apply when one is trained");
         return CLI_ERROR;
     }
     if (a->arch == ARCH_LM && cli_given(&train_cmd, r, "task")) {

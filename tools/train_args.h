@@ -36,6 +36,11 @@ enum { POS_LEARNED = 0, POS_SINUSOIDAL = 1 };
 enum { OPT_ADAMW = 0, OPT_ADAM = 1, OPT_SGD = 2 };
 enum { SCHED_COSINE = 0, SCHED_NOAM = 1 }; /* --schedule */
 enum { DT_F32 = 0, DT_F64 = 1 };
+enum { TOK_SENTENCEPIECE = 0, TOK_BYTES = 1 };
+enum { SPM_UNIGRAM = 0, SPM_BPE = 1 };
+enum { EMB_NONE = 0, EMB_SQRT = 1 };
+#define TRAIN_MAX_VOCAB 1000000
+#define TRAIN_MAX_BATCH_TOKENS 100000000
 /* --arch: -1 (not given) is the mode's own: text -> ARCH_LM, a task -> ARCH_ENCODER. */
 enum { ARCH_ENCODER = 0, ARCH_LM = 1, ARCH_SEQ2SEQ = 2 };
 /* The sequence-to-sequence task's vocabulary: the 10 digits and BOS (id 10), which starts
@@ -70,6 +75,14 @@ typedef struct train_args {
     /* data */
     cli_list text;
     int task;
+    /* translation (--pairs): sentence pairs, tokenizer, token-budget batches */
+    const char *pairs, *valid, *spm;
+    int tokenizer;          /* TOK_*, -1: SentencePiece when built with it, else bytes */
+    int spm_type;           /* SPM_UNIGRAM | SPM_BPE */
+    int emb_scale;          /* EMB_*, -1: the mode's own (pairs: sqrt) */
+    int64_t vocab_size;     /* SentencePiece vocabulary to train (8000) */
+    int64_t batch_tokens;   /* tokens per batch, padded positions counted (4096) */
+    double target_bleu;     /* stop at this validation BLEU (0 = never) */
     /* files */
     const char *checkpoint, *resume, *log, *plot;
     const char *dot; /* --dot: the training graph as Graphviz DOT, written once built */
@@ -112,6 +125,13 @@ void train_free(train_args *a, cli_result *r);
  * Returns false with one line in @p err. No I/O.
  */
 bool train_resolve(train_args *a, bool text, char *err, size_t n);
+
+/* --pairs: the translation defaults for every option not given on the command line (@p r):
+ * the encoder-decoder (3 + 3 layers, d_model 256, 4 heads, d_ff 1024, sinusoidal positions,
+ * tied embeddings scaled by sqrt(d_model)), dropout 0.1, label smoothing 0.1, Adam-style
+ * beta2 0.98 and eps 1e-9 with the noam schedule, 4096-token batches, sequences of at most
+ * 128 tokens. Call before train_resolve(). */
+void train_pairs_defaults(train_args *a, const cli_result *r);
 
 /* Parse `tgrad sample` arguments as train_parse does (--checkpoint is required). */
 int sample_parse(int argc, char **argv, sample_args *a, cli_result *r, char *err, size_t n);

@@ -1,0 +1,492 @@
+/*
+ * train_pairs.c - `tgrad train --pairs` (see train_pairs.h): the translation parts of the
+ * training run, over the library's tokenizers, tokenized data, batch plans, seq2seq loss,
+ * translator and metrics.
+ */
+#include "train_pairs.h"
+
+#include "climsg.h"
+#include "tgrad_metrics.h"
+#ifdef TG_HAVE_SPM
+#include "tgrad_spm.h"
+#endif
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the tokenizer ------------------------------------------------------------------------ */
+
+#ifdef TG_HAVE_SPM
+/* Both sides of every training pair, in file order, for SentencePiece training. */
+typedef struct {
+    char **s;
+    size_t *len;
+    int64_t n, cap;
+} sentences;
+
+static tg_status collect(void *user, const tg_pair *pr)
+{
+    sentences *c = user;
+    if (c->n + 2 > c->cap) {
+        int64_t cap = c->cap ? 2 * c->cap : 4096;
+        char **s = realloc(c->s, sizeof *s * (size_t)cap);
+        if (s)
+            c->s = s;
+        size_t *l = s ? realloc(c->len, sizeof *l * (size_t)cap) : NULL;
+        if (l)
+            c->len = l;
+        if (!s || !l)
+            return TG_ERR_NOMEM;
+        c->cap = cap;
+    }
+    const char *side[2] = {pr->source, pr->target};
+    size_t n[2] = {pr->source_len, pr->target_len};
+    for (int k = 0; k < 2; k++) {
+        char *d = malloc(n[k] + 1);
+        if (!d)
+            return TG_ERR_NOMEM;
+        memcpy(d, side[k], n[k] + 1);
+        c->s[c->n] = d;
+        c->len[c->n++] = n[k];
+    }
+    return TG_OK;
+}
+
+static void sentences_free(sentences *c)
+{
+    for (int64_t i = 0; i < c->n; i++)
+        free(c->s[i]);
+    free(c->s);
+    free(c->len);
+}
+#endif
+
+bool pairs_tokenizer(pairs_run *p, tg_ctx *ctx, const train_args *a, const tg_safetensors *ck,
+                     bool quiet, char *err, size_t n, bool *usage)
+{
+    p->bleu = p->chrf = NAN;
+    *usage = false;
+    if (ck) { /* the checkpoint's own tokenizer */
+        const char *kind;
+        void *model = NULL;
+        size_t size = 0;
+        if (tg_tokenizer_meta_read(ctx, ck, &kind, &model, &size) != TG_OK) {
+            cli_format("--resume", a->resume, ctx, err, n);
+            return false;
+        }
+        if (!strcmp(kind, "bytes")) {
+            p->tok = tg_tokenizer_bytes(ctx);
+        } else {
+#ifdef TG_HAVE_SPM
+            p->tok = tg_spm_load(ctx, model, size);
+#else
+            free(model);
+            snprintf(err, n, "--resume '%s' uses a SentencePiece tokenizer, and this tgrad was "
+                     "built without SentencePiece (install libsentencepiece-dev and rebuild: "
+                     "meson setup --reconfigure build -Dsentencepiece=enabled)", a->resume);
+            return false;
+#endif
+        }
+        free(model);
+        if (!p->tok) {
+            cli_format("--resume: its tokenizer", a->resume, ctx, err, n);
+            return false;
+        }
+        return true;
+    }
+    if (a->tokenizer == TOK_BYTES) {
+        p->tok = tg_tokenizer_bytes(ctx);
+        if (!p->tok)
+            snprintf(err, n, "out of memory");
+        return p->tok != NULL;
+    }
+#ifdef TG_HAVE_SPM
+    if (a->spm) {
+        p->tok = tg_spm_load_file(ctx, a->spm);
+        if (!p->tok) {
+            cli_format("--spm", a->spm, ctx, err, n);
+            return false;
+        }
+        return true;
+    }
+    sentences c = {0};
+    tg_status s = tg_pairs_read(ctx, a->pairs, 0, collect, &c, NULL);
+    if (s != TG_OK) {
+        sentences_free(&c);
+        cli_format("--pairs", a->pairs, ctx, err, n);
+        return false;
+    }
+    if (!quiet) {
+        char line[200];
+        snprintf(line, sizeof line, "training a SentencePiece %s model of %" PRId64 " pieces on "
+                 "%" PRId64 " sentences", a->spm_type == SPM_BPE ? "bpe" : "unigram",
+                 a->vocab_size, c.n);
+        cli_say(stderr, "tgrad train: ", line);
+    }
+    tg_spm_train_opts o = tg_spm_train_defaults();
+    o.vocab_size = a->vocab_size;
+    o.type = a->spm_type == SPM_BPE ? TG_SPM_BPE : TG_SPM_UNIGRAM;
+    p->tok = tg_spm_train_strings(ctx, &o, (const char *const *)c.s, c.len, c.n);
+    sentences_free(&c);
+    if (!p->tok) {
+        cli_format("training the SentencePiece model on --pairs", a->pairs, ctx, err, n);
+        return false;
+    }
+    return true;
+#else
+    if (a->spm || a->tokenizer == TOK_SENTENCEPIECE) {
+        *usage = true;
+        snprintf(err, n, "%s needs SentencePiece, and this tgrad was built without it: install "
+                 "libsentencepiece-dev and rebuild (meson setup --reconfigure build "
+                 "-Dsentencepiece=enabled), or train on UTF-8 bytes with --tokenizer bytes",
+                 a->spm ? "--spm" : "--tokenizer sentencepiece");
+        return false;
+    }
+    if (!quiet)
+        cli_say(stderr, "tgrad train: ", "note: built without SentencePiece: the tokenizer is "
+                "UTF-8 bytes (--tokenizer bytes)");
+    p->tok = tg_tokenizer_bytes(ctx);
+    if (!p->tok)
+        snprintf(err, n, "out of memory");
+    return p->tok != NULL;
+#endif
+}
+
+/* ---- data ------------------------------------------------------------------------------------ */
+
+static bool parse_hash(const char *s, uint64_t *h)
+{
+    if (!s || strncmp(s, "fnv1a64:", 8) != 0 || strlen(s) != 24)
+        return false;
+    uint64_t v = 0;
+    for (int i = 8; i < 24; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return false;
+        v = v << 4 | (uint64_t)d;
+    }
+    *h = v;
+    return true;
+}
+
+static bool meta_i64(const tg_safetensors *ck, const char *key, int64_t lo, int64_t hi,
+                     int64_t *v, char *err, size_t n)
+{
+    const char *s = tg_safetensors_meta_get(ck, key);
+    if (!s || !cli_parse_i64(s, v) || *v < lo || *v > hi) {
+        snprintf(err, n, "checkpoint field '%s' is %s (expected an integer %" PRId64 " to %"
+                 PRId64 ")", key, s ? s : "missing", lo, hi);
+        return false;
+    }
+    return true;
+}
+
+bool pairs_load(pairs_run *p, tg_ctx *ctx, const train_args *a, const tg_safetensors *ck,
+                char *err, size_t n, bool *usage)
+{
+    tg_seq2seq_opts o = {0};
+    o.max_len = a->seq_len;
+    p->train = tg_seq2seq_load(ctx, a->pairs, p->tok, &o);
+    if (!p->train) {
+        cli_format("--pairs", a->pairs, ctx, err, n);
+        return false;
+    }
+    o.keep_text = true;
+    p->valid = tg_seq2seq_load(ctx, a->valid, p->tok, &o);
+    if (!p->valid) {
+        cli_format("--valid", a->valid, ctx, err, n);
+        return false;
+    }
+    tg_seq2seq_info ti = tg_seq2seq_get_info(p->train), vi = tg_seq2seq_get_info(p->valid);
+    int64_t longest = ti.max_src > ti.max_tgt ? ti.max_src : ti.max_tgt;
+    if (vi.max_src > longest)
+        longest = vi.max_src;
+    if (vi.max_tgt > longest)
+        longest = vi.max_tgt;
+    if (a->batch_tokens < longest) {
+        *usage = true;
+        snprintf(err, n, "--batch-tokens %" PRId64 " is smaller than the longest sequence (%"
+                 PRId64 " tokens, at most --seq-len %" PRId64 "); raise it", a->batch_tokens,
+                 longest, a->seq_len);
+        return false;
+    }
+    p->max_sentences = 64;
+    if (!ck) {
+        p->epoch = p->cursor = 0;
+        return true;
+    }
+    /* resume: the same files, and where the run was */
+    const char *keys[2] = {"data.pairs_hash", "data.valid_hash"};
+    const uint64_t have[2] = {ti.hash, vi.hash};
+    const char *opt[2] = {"--pairs", "--valid"};
+    for (int k = 0; k < 2; k++) {
+        uint64_t h;
+        if (!parse_hash(tg_safetensors_meta_get(ck, keys[k]), &h)) {
+            snprintf(err, n, "checkpoint field '%s' is missing or malformed (expected "
+                     "fnv1a64: and 16 hex digits)", keys[k]);
+            return false;
+        }
+        if (h != have[k]) {
+            *usage = true;
+            snprintf(err, n, "--resume '%s' was trained with other %s data (%s fnv1a64:%016"
+                     PRIx64 " there, fnv1a64:%016" PRIx64 " here); pass the same file",
+                     a->resume, opt[k], keys[k], h, have[k]);
+            return false;
+        }
+    }
+    if (!meta_i64(ck, "data.epoch", 0, INT32_MAX, &p->epoch, err, n) ||
+        !meta_i64(ck, "data.batch", 0, INT32_MAX, &p->cursor, err, n))
+        return false;
+    p->plan = tg_seq2seq_batches(p->train, a->batch_tokens, (uint64_t)a->seed, p->epoch);
+    if (!p->plan) {
+        cli_format("--pairs", a->pairs, ctx, err, n);
+        return false;
+    }
+    if (p->cursor > tg_batches_count(p->plan)) {
+        snprintf(err, n, "checkpoint field 'data.batch' is %" PRId64 ", beyond the %" PRId64
+                 " batches of epoch %" PRId64, p->cursor, tg_batches_count(p->plan), p->epoch);
+        return false;
+    }
+    return true;
+}
+
+bool pairs_build(pairs_run *p, tg_ctx *ctx, const tg_transformer *m, const train_args *a)
+{
+    tg_seq2seq_loss_opts lo = tg_seq2seq_loss_defaults();
+    lo.label_smoothing = a->label_smoothing;
+    p->loss = tg_seq2seq_loss_new(ctx, m, &lo);
+    if (!p->loss)
+        return false;
+    tg_search_opts so = tg_search_defaults();
+    so.method = TG_SEARCH_GREEDY;
+    so.beam = 1;
+    p->greedy = tg_translator_new(ctx, m, p->max_sentences, &so);
+    return p->greedy != NULL;
+}
+
+/* Room for @p n examples of lengths S, T in the batch arrays. */
+static bool reserve(pairs_run *p, int64_t n, int64_t S, int64_t T)
+{
+    size_t ns = (size_t)(n * S), nt = (size_t)(n * T);
+    if (ns > p->cap_s) {
+        int32_t *s = realloc(p->src, ns * sizeof *s);
+        if (!s)
+            return false;
+        p->src = s;
+        p->cap_s = ns;
+    }
+    if (nt > p->cap_t) {
+        int32_t *a = realloc(p->tin, nt * sizeof *a);
+        if (a)
+            p->tin = a;
+        int32_t *b = a ? realloc(p->lab, nt * sizeof *b) : NULL;
+        if (b)
+            p->lab = b;
+        if (!a || !b)
+            return false;
+        p->cap_t = nt;
+    }
+    if ((size_t)n > p->cap_n) {
+        int64_t *l = realloc(p->slen, (size_t)n * sizeof *l);
+        if (!l)
+            return false;
+        p->slen = l;
+        p->cap_n = (size_t)n;
+    }
+    return true;
+}
+
+/* The batch of examples @p ex[0..n) of @p d into the arrays (SPEC: source + EOS; BOS + target;
+ * target + EOS; padding: pad id, labels -100). */
+static bool fill(pairs_run *p, tg_ctx *ctx, const tg_seq2seq_data *d, const int64_t *ex,
+                 int64_t n, int64_t S, int64_t T, tg_seq2seq_batch *b)
+{
+    if (!reserve(p, n, S, T)) {
+        tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_NOMEM, "tgrad train", "out of memory");
+        return false;
+    }
+    int32_t pad = tg_seq2seq_get_info(d).pad_id;
+    int64_t tokens = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t sl, tl;
+        const int32_t *s = tg_seq2seq_source(d, ex[i], &sl);
+        const int32_t *t = tg_seq2seq_target(d, ex[i], &tl);
+        p->slen[i] = sl;
+        for (int64_t j = 0; j < S; j++)
+            p->src[i * S + j] = j < sl ? s[j] : pad;
+        for (int64_t j = 0; j < T; j++) {
+            p->tin[i * T + j] = j == 0 ? TG_TOKEN_BOS : j <= tl ? t[j - 1] : pad;
+            p->lab[i * T + j] = j < tl ? t[j] : j == tl ? TG_TOKEN_EOS : -100;
+        }
+        tokens += tl + 1;
+    }
+    p->last_tokens = tokens;
+    *b = (tg_seq2seq_batch){n, S, T, p->src, p->slen, p->tin, p->lab};
+    return true;
+}
+
+bool pairs_step(pairs_run *p, tg_ctx *ctx, const train_args *a, double *loss)
+{
+    if (!p->plan || p->cursor >= tg_batches_count(p->plan)) {
+        if (p->plan) {
+            p->epoch++;
+            p->cursor = 0;
+        }
+        tg_batches_free(p->plan);
+        p->plan = tg_seq2seq_batches(p->train, a->batch_tokens, (uint64_t)a->seed, p->epoch);
+        if (!p->plan)
+            return false;
+    }
+    tg_batch bt = tg_batches_get(p->plan, p->cursor);
+    tg_seq2seq_batch b;
+    if (!fill(p, ctx, p->train, bt.examples, bt.n, bt.src_len, bt.tgt_len, &b))
+        return false;
+    p->cursor++;
+    return tg_seq2seq_loss_backward(p->loss, &b, loss) == TG_OK;
+}
+
+bool pairs_evaluate(pairs_run *p, tg_ctx *ctx, const train_args *a, double *val,
+                    bool *nonfinite)
+{
+    *nonfinite = false;
+    *val = NAN;
+    /* validation loss: the validation set in epoch 0's batches, unsmoothed, per token */
+    tg_batches *vb = tg_seq2seq_batches(p->valid, a->batch_tokens, (uint64_t)a->seed, 0);
+    if (!vb)
+        return false;
+    double sum = 0;
+    int64_t tokens = 0;
+    for (int64_t k = 0; k < tg_batches_count(vb); k++) {
+        tg_batch bt = tg_batches_get(vb, k);
+        tg_seq2seq_batch b;
+        double s;
+        int64_t t;
+        if (!fill(p, ctx, p->valid, bt.examples, bt.n, bt.src_len, bt.tgt_len, &b) ||
+            tg_seq2seq_loss_eval(p->loss, &b, &s, &t) != TG_OK) {
+            tg_batches_free(vb);
+            return false;
+        }
+        sum += s;
+        tokens += t;
+    }
+    tg_batches_free(vb);
+    *val = tokens ? sum / (double)tokens : NAN;
+    /* greedy translations of the validation set, in file order, scored against its targets */
+    int64_t N = tg_seq2seq_count(p->valid), B = p->max_sentences;
+    const int32_t **src = malloc(sizeof *src * (size_t)B);
+    int64_t *len = malloc(sizeof *len * (size_t)B);
+    tg_translation *out = malloc(sizeof *out * (size_t)B);
+    size_t cap = 4096;
+    char *hyp = malloc(cap);
+    tg_bleu_stats bs;
+    tg_chrf_stats cs;
+    memset(&bs, 0, sizeof bs);
+    memset(&cs, 0, sizeof cs);
+    bool ok = src && len && out && hyp;
+    if (!ok)
+        tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_NOMEM, "tgrad train", "out of memory");
+    for (int64_t i = 0; ok && i < N; i += B) {
+        int64_t nb = N - i < B ? N - i : B;
+        for (int64_t j = 0; j < nb; j++)
+            src[j] = tg_seq2seq_source(p->valid, i + j, &len[j]);
+        tg_status s = tg_translate_batch(p->greedy, nb, src, len, out);
+        if (s == TG_ERR_NONFINITE) {
+            *nonfinite = true;
+            tg_ctx_clear_error(ctx);
+            break;
+        }
+        if (s != TG_OK) {
+            ok = false;
+            break;
+        }
+        for (int64_t j = 0; ok && j < nb; j++) {
+            int64_t k = tg_tokenizer_decode(p->tok, out[j].ids, out[j].len, hyp, cap);
+            if (k >= 0 && (size_t)k >= cap) {
+                cap = (size_t)k + 1;
+                char *h = realloc(hyp, cap);
+                ok = h != NULL;
+                if (h)
+                    hyp = h;
+                if (ok)
+                    k = tg_tokenizer_decode(p->tok, out[j].ids, out[j].len, hyp, cap);
+            }
+            const char *ref = tg_seq2seq_target_text(p->valid, i + j);
+            ok = ok && k >= 0 &&
+                 tg_bleu_stats_add(ctx, &bs, hyp, (size_t)k, ref, strlen(ref)) == TG_OK &&
+                 tg_chrf_stats_add(ctx, &cs, hyp, (size_t)k, ref, strlen(ref)) == TG_OK;
+        }
+    }
+    free(src);
+    free(len);
+    free(out);
+    free(hyp);
+    if (!ok)
+        return false;
+    if (*nonfinite) {
+        *val = NAN;
+        p->bleu = p->chrf = 0;
+        snprintf(p->bleu_line, sizeof p->bleu_line, "BLEU = 0 (non-finite logits)");
+        return true;
+    }
+    tg_bleu bl;
+    tg_chrf cf;
+    tg_bleu_stats_score(&bs, &bl);
+    tg_chrf_stats_score(&cs, &cf);
+    p->bleu = bl.score;
+    p->chrf = cf.score;
+    tg_bleu_format(&bl, p->bleu_line, sizeof p->bleu_line);
+    return true;
+}
+
+bool pairs_meta(const pairs_run *p, const train_args *a, const char **keys, const char **vals,
+                char **owned, int *k)
+{
+    const char *tk[2];
+    char *tv[2];
+    int nt = tg_tokenizer_meta(p->tok, tk, tv);
+    if (nt < 0)
+        return false;
+    for (int i = 0; i < nt; i++) {
+        keys[*k] = tk[i];
+        vals[*k] = tv[i];
+        owned[i] = tv[i];
+        (*k)++;
+    }
+    tg_seq2seq_info ti = tg_seq2seq_get_info(p->train), vi = tg_seq2seq_get_info(p->valid);
+    char *buf = malloc(5 * 64);
+    if (!buf)
+        return false;
+    owned[nt] = buf;
+    snprintf(buf, 64, "fnv1a64:%016" PRIx64, ti.hash);
+    snprintf(buf + 64, 64, "fnv1a64:%016" PRIx64, vi.hash);
+    snprintf(buf + 128, 64, "%" PRId64, p->epoch);
+    snprintf(buf + 192, 64, "%" PRId64, p->cursor);
+    snprintf(buf + 256, 64, "%" PRId64, a->batch_tokens);
+    static const char *const mk[5] = {"data.pairs_hash", "data.valid_hash", "data.epoch",
+                                      "data.batch", "train.batch_tokens"};
+    for (int i = 0; i < 5; i++) {
+        keys[*k] = mk[i];
+        vals[*k] = buf + 64 * i;
+        (*k)++;
+    }
+    return true;
+}
+
+void pairs_free(pairs_run *p)
+{
+    tg_seq2seq_loss_free(p->loss);
+    tg_translator_free(p->greedy);
+    tg_batches_free(p->plan);
+    tg_seq2seq_free(p->train);
+    tg_seq2seq_free(p->valid);
+    tg_tokenizer_free(p->tok);
+    free(p->src);
+    free(p->tin);
+    free(p->lab);
+    free(p->slen);
+    memset(p, 0, sizeof *p);
+}
