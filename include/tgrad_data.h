@@ -11,6 +11,7 @@
 #define TGRAD_DATA_H
 
 #include "tgrad.h"
+#include "tgrad_io.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -107,6 +108,43 @@ TG_API const void *tg_tokenizer_model(const tg_tokenizer *tok, size_t *size);
 TG_API tg_ctx *tg_tokenizer_ctx(const tg_tokenizer *tok);
 /** Release the tokenizer (NULL is a no-op). */
 TG_API void tg_tokenizer_free(tg_tokenizer *tok);
+
+/** Largest serialized tokenizer model tg_tokenizer_meta_read() decodes (bytes; as
+ *  ::TG_SPM_MAX_MODEL_BYTES of tgrad_spm.h). */
+#define TG_TOKENIZER_MAX_MODEL_BYTES ((size_t)64 << 20)
+
+/**
+ * The checkpoint metadata of a tokenizer, for tg_checkpoint_save(): keys[0] =
+ * "tokenizer.kind" with values[0] = its kind (tg_tokenizer_kind()); for a tokenizer with a
+ * serialized model (tg_tokenizer_model(): SentencePiece) also keys[1] = "tokenizer.model" with
+ * values[1] = the model bytes in base64 (RFC 4648 section 4, standard alphabet, padded with
+ * '='; 4 ceil(size / 3) characters). The keys are static strings; the values are malloc'd
+ * (the caller frees both; unused entries are NULL).
+ * @return the number of pairs (1 or 2), or -1 with a run-time error on the tokenizer's
+ *         context (::TG_ERR_NOMEM; nothing is left allocated) or for NULL arguments.
+ */
+TG_API int tg_tokenizer_meta(const tg_tokenizer *tok, const char *keys[2], char *values[2]);
+
+/**
+ * The tokenizer a parsed checkpoint (tg_safetensors_read()) names, as tg_tokenizer_meta()
+ * wrote it. Untrusted input, checked strictly:
+ * - `tokenizer.kind` must be "bytes" or "sentencepiece"; *kind then points into @p st's
+ *   metadata (valid as long as @p st);
+ * - "bytes": no `tokenizer.model` may be present; *model = NULL, *size = 0;
+ * - "sentencepiece": `tokenizer.model` must be strict base64 (only the standard alphabet, a
+ *   length that is a multiple of 4, at most two '=' only at the end, the unused bits of the
+ *   last character 0: the one canonical encoding), of at most ::TG_TOKENIZER_MAX_MODEL_BYTES
+ *   decoded bytes (checked from the length before anything is allocated); *model = the
+ *   decoded bytes (malloc'd: the caller frees them), *size their count. The bytes are not
+ *   validated as a model here: tg_spm_load() (tgrad_spm.h) does that before SentencePiece
+ *   sees them.
+ * Errors (run-time, on @p ctx; the outputs are then NULL, 0): ::TG_ERR_FORMAT naming the key
+ * (`metadata 'tokenizer.kind' is missing`, `metadata 'tokenizer.model': byte 0x21 at offset
+ * 12 is not a base64 character`, a bad length, misplaced padding, non-canonical bits, too
+ * large), ::TG_ERR_NOMEM, ::TG_ERR_ARG (NULL arguments).
+ */
+TG_API tg_status tg_tokenizer_meta_read(tg_ctx *ctx, const tg_safetensors *st,
+                                        const char **kind, void **model, size_t *size);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */

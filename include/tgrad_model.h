@@ -21,8 +21,13 @@
  *   `model.activation` (relu | gelu), `model.pos` (learned | sinusoidal), and if present
  *   `model.arch` (encoder | lm | seq2seq; absent: lm for text, encoder for a task),
  *   `model.decoder_layers` (seq2seq), `model.causal`, `model.tie_weights`, `model.dtype`
- *   (f32 | f64), `data.mode` (text | task), `data.vocab` (text: the token bytes as hex, strictly
- *   increasing), `data.task`, `optim.step`. The training options (`train.*`) are not needed
+ *   (f32 | f64), `model.scale_embeddings` (0 | 1, absent 0), `data.mode` (text | task | pairs),
+ *   `data.vocab` (text: the token bytes as hex, strictly increasing), `data.task`,
+ *   `optim.step`; a translation checkpoint (`data.mode` pairs, written by `tgrad train
+ *   --pairs`; model.arch seq2seq) has `tokenizer.kind` (bytes | sentencepiece) and, for
+ *   sentencepiece, `tokenizer.model` (strict base64 of the serialized model, at most
+ *   ::TG_TOKENIZER_MAX_MODEL_BYTES decoded: tg_tokenizer_meta_read()); model.vocab_size must be
+ *   260 for bytes. The training options (`train.*`) are not needed
  *   for a model and are ignored. Tensors: the parameters, plus optimizer state
  *   (`adam.m.<p>`, `adam.v.<p>`, `sgd.momentum.<p>` of a parameter p, shaped like it), which is
  *   skipped.
@@ -34,7 +39,10 @@
  *
  * The vocabulary: a text model's ids stand for the bytes of `data.vocab` (the corpus's
  * distinct bytes, sorted); a task model's ids 0-9 for the digits '0'-'9'; the encoder-decoder
- * adds BOS (id 10, tg_model_info::bos_id), which stands for no byte.
+ * adds BOS (id 10, tg_model_info::bos_id), which stands for no byte. A translation model's
+ * ids are its tokenizer's (unk 0, bos 1, eos 2, pad 3, then pieces or bytes): tg_model_encode()
+ * and tg_model_decode() do not apply (every id stands for no byte); use
+ * tg_model_tokenizer() (bytes) or tg_spm_load() of tg_model_tokenizer_bytes() (sentencepiece).
  *
  * Loading is strict, as PyTorch's `load_state_dict(strict=True)`: every parameter of the
  * config must be in the file with its shape, and nothing else may be (but the optimizer state
@@ -44,6 +52,7 @@
 #ifndef TGRAD_MODEL_H
 #define TGRAD_MODEL_H
 
+#include "tgrad_data.h"
 #include "tgrad_io.h"
 #include "tgrad_train.h"
 
@@ -72,7 +81,10 @@ typedef struct tg_model_info {
     tg_model_kind kind;
     int64_t step;                 /**< optimizer steps trained (0 if the file does not say) */
     char task[16];                /**< built-in task ("copy", "reverse", "sort"); "" for text */
-    int32_t bos_id;               /**< the begin-of-sequence id (seq2seq: 10), or -1 */
+    int32_t bos_id;               /**< the begin-of-sequence id (seq2seq task: 10, translation:
+                                       ::TG_TOKEN_BOS = 1), or -1 */
+    char tokenizer[16];           /**< a translation model's tokenizer.kind ("bytes" or
+                                       "sentencepiece"); "" for the byte-vocabulary models */
 } tg_model_info;
 
 /** A loaded model: its transformer, parameters and vocabulary. Opaque; owned by the context. */
@@ -136,6 +148,24 @@ TG_API int64_t tg_model_encode(const tg_model *m, const char *text, size_t n, in
  * range).
  */
 TG_API int64_t tg_model_decode(const tg_model *m, const int32_t *ids, int64_t n, char *out);
+
+/**
+ * The serialized tokenizer model of a translation checkpoint (`tokenizer.model`, decoded from
+ * base64; sentencepiece only) and its size in *size; NULL, 0 for any other model (bytes
+ * tokenizer, LM, task, export). Owned by the model (the context's memory).
+ * The core library cannot load it (it does not depend on SentencePiece): with libtgrad_spm,
+ * `tg_spm_load(ctx, tg_model_tokenizer_bytes(m, &n), n)` (tgrad_spm.h) validates and loads it;
+ * check that its tg_tokenizer_vocab_size() equals tg_model_vocab_size().
+ */
+TG_API const void *tg_model_tokenizer_bytes(const tg_model *m, size_t *size);
+/**
+ * A ready tokenizer for a translation model whose tokenizer.kind is "bytes": tg_tokenizer_bytes()
+ * (vocabulary 260 = model.vocab_size). Owned by the caller (tg_tokenizer_free()).
+ * Errors (run-time, NULL returned): ::TG_ERR_UNSUPPORTED for kind "sentencepiece" (the message
+ * says to use tg_spm_load() on tg_model_tokenizer_bytes()), ::TG_ERR_ARG for a model that is
+ * not a translation model, ::TG_ERR_NOMEM.
+ */
+TG_API tg_tokenizer *tg_model_tokenizer(const tg_model *m);
 
 /** tg_generator_new() on the model's transformer (an LM or the encoder-decoder): incremental
  *  decoding through the KV cache for @p batch sequences. Errors: those of tg_generator_new(). */

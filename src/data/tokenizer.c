@@ -9,6 +9,7 @@
  */
 #include "tgrad_data.h"
 #include "core.h"
+#include "io/io.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,4 +301,167 @@ void tg_tokenizer_free(tg_tokenizer *tok)
         tok->ops.free(tok->impl);
     free(tok->model);
     free(tok);
+}
+
+/* ----- checkpoint metadata: tokenizer.kind, tokenizer.model (base64) ------------------------ */
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* RFC 4648 section 4 with padding: 4 characters per 3 bytes (the last group padded with '='). */
+static char *b64_encode(const unsigned char *p, size_t n)
+{
+    size_t groups = n / 3 + (n % 3 != 0);
+    if (groups > (SIZE_MAX - 1) / 4)
+        return NULL;
+    char *out = malloc(4 * groups + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16;
+        if (i + 1 < n)
+            v |= (uint32_t)p[i + 1] << 8;
+        if (i + 2 < n)
+            v |= p[i + 2];
+        *o++ = b64_alphabet[v >> 18 & 63];
+        *o++ = b64_alphabet[v >> 12 & 63];
+        *o++ = i + 1 < n ? b64_alphabet[v >> 6 & 63] : '=';
+        *o++ = i + 2 < n ? b64_alphabet[v & 63] : '=';
+    }
+    *o = '\0';
+    return out;
+}
+
+static int b64_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+int tg_tokenizer_meta(const tg_tokenizer *tok, const char *keys[2], char *values[2])
+{
+    static const char *fn = "tg_tokenizer_meta";
+    if (!tok || !keys || !values)
+        return -1;
+    tg__begin(tok->ctx);
+    values[0] = values[1] = NULL;
+    keys[0] = "tokenizer.kind";
+    keys[1] = NULL;
+    size_t kl = strlen(tok->ops.kind);
+    values[0] = malloc(kl + 1);
+    if (!values[0]) {
+        tg__run_err(tok->ctx, TG_ERR_NOMEM, fn, "out of memory");
+        return -1;
+    }
+    memcpy(values[0], tok->ops.kind, kl + 1);
+    if (!tok->model_size)
+        return 1;
+    values[1] = b64_encode(tok->model, tok->model_size);
+    if (!values[1]) {
+        free(values[0]);
+        values[0] = NULL;
+        tg__run_err(tok->ctx, TG_ERR_NOMEM, fn, "out of memory (base64 of %zu bytes of model)",
+                    tok->model_size);
+        return -1;
+    }
+    keys[1] = "tokenizer.model";
+    return 2;
+}
+
+/* Strict base64 of @p s (n characters) -> a malloc'd buffer in *out, *size bytes. */
+static tg_status b64_decode_strict(tg_ctx *ctx, const char *fn, const char *s, size_t n,
+                                   void **out, size_t *size)
+{
+    static const char *key = "metadata 'tokenizer.model'";
+    if (n == 0)
+        return tg__run_err(ctx, TG_ERR_FORMAT, fn, "%s is empty (expected the base64 of a "
+                           "serialized model)", key), TG_ERR_FORMAT;
+    if (n % 4 != 0)
+        return tg__run_err(ctx, TG_ERR_FORMAT, fn, "%s: base64 of %zu characters (expected a "
+                           "multiple of 4, padded with '=')", key, n), TG_ERR_FORMAT;
+    size_t pad = s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0;
+    size_t bytes = n / 4 * 3 - pad;
+    if (bytes > TG_TOKENIZER_MAX_MODEL_BYTES)
+        return tg__run_err(ctx, TG_ERR_FORMAT, fn, "%s: %zu bytes of model (at most %zu)", key,
+                           bytes, (size_t)TG_TOKENIZER_MAX_MODEL_BYTES), TG_ERR_FORMAT;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (b64_value(c) >= 0 || (c == '=' && i >= n - pad))
+            continue;
+        if (c == '=')
+            return tg__run_err(ctx, TG_ERR_FORMAT, fn, "%s: padding '=' at offset %zu before "
+                               "the end", key, i), TG_ERR_FORMAT;
+        return tg__run_err(ctx, TG_ERR_FORMAT, fn, "%s: byte 0x%02x at offset %zu is not a "
+                           "base64 character", key, c, i), TG_ERR_FORMAT;
+    }
+    /* the bits below the last byte must be 0 (RFC 4648 section 3.5: canonical encoding) */
+    if ((pad == 1 && (b64_value((unsigned char)s[n - 2]) & 3)) ||
+        (pad == 2 && (b64_value((unsigned char)s[n - 3]) & 15)))
+        return tg__run_err(ctx, TG_ERR_FORMAT, fn, "%s: non-canonical base64 (nonzero padding "
+                           "bits at offset %zu)", key, n - pad - 1), TG_ERR_FORMAT;
+    unsigned char *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        return tg__run_err(ctx, TG_ERR_NOMEM, fn, "out of memory (%zu bytes of model)", bytes),
+               TG_ERR_NOMEM;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 4) {
+        uint32_t v = 0;
+        for (int j = 0; j < 4; j++) {
+            int d = b64_value((unsigned char)s[i + (size_t)j]);
+            v = v << 6 | (uint32_t)(d < 0 ? 0 : d);
+        }
+        unsigned char g[3] = {(unsigned char)(v >> 16), (unsigned char)(v >> 8),
+                              (unsigned char)v};
+        for (int j = 0; j < 3 && o < bytes; j++)
+            p[o++] = g[j];
+    }
+    *out = p;
+    *size = bytes;
+    return TG_OK;
+}
+
+tg_status tg_tokenizer_meta_read(tg_ctx *ctx, const tg_safetensors *st, const char **kind,
+                                 void **model, size_t *size)
+{
+    static const char *fn = "tg_tokenizer_meta_read";
+    if (!ctx)
+        return TG_ERR_ARG;
+    tg__begin(ctx);
+    if (!st || !kind || !model || !size)
+        return tg__run_err(ctx, TG_ERR_ARG, fn, "NULL argument"), TG_ERR_ARG;
+    *kind = NULL;
+    *model = NULL;
+    *size = 0;
+    const char *k = tg_safetensors_meta_get(st, "tokenizer.kind");
+    const char *b64 = tg_safetensors_meta_get(st, "tokenizer.model");
+    if (!k)
+        return tg__run_err(ctx, TG_ERR_FORMAT, fn, "metadata 'tokenizer.kind' is missing "
+                           "(expected bytes or sentencepiece)"), TG_ERR_FORMAT;
+    bool spm = !strcmp(k, "sentencepiece");
+    if (!spm && strcmp(k, "bytes") != 0) {
+        char q[56];
+        return tg__run_err(ctx, TG_ERR_FORMAT, fn, "metadata 'tokenizer.kind' is '%s' "
+                           "(expected bytes or sentencepiece)", tg__quote(k, 48, q)),
+               TG_ERR_FORMAT;
+    }
+    if (!spm) {
+        if (b64)
+            return tg__run_err(ctx, TG_ERR_FORMAT, fn, "metadata 'tokenizer.model' is present "
+                               "but tokenizer.kind is bytes (which has no model)"),
+                   TG_ERR_FORMAT;
+        *kind = k;
+        return TG_OK;
+    }
+    if (!b64)
+        return tg__run_err(ctx, TG_ERR_FORMAT, fn, "metadata 'tokenizer.model' is missing "
+                           "(tokenizer.kind sentencepiece needs the serialized model)"),
+               TG_ERR_FORMAT;
+    tg_status s = b64_decode_strict(ctx, fn, b64, strlen(b64), model, size);
+    if (s == TG_OK)
+        *kind = k;
+    return s;
 }

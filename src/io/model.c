@@ -21,8 +21,11 @@
 
 /* The encoder-decoder's begin-of-sequence id (after the 10 digits). */
 #define MODEL_BOS 10
-/* Largest vocabulary: the models are byte-level. */
+/* Largest vocabulary of a byte-level model (text, task, export). */
 #define MODEL_MAX_VOCAB 256
+/* Largest vocabulary of a translation model (data.mode pairs): SentencePiece's limit in
+ * tgrad_spm.h (TG_SPM_MAX_VOCAB). */
+#define MODEL_MAX_PAIRS_VOCAB (1 << 20)
 
 struct tg_model {
     tg_ctx *ctx;
@@ -32,6 +35,9 @@ struct tg_model {
     tg_tensor **params;
     int16_t byte_of[MODEL_MAX_VOCAB]; /* id -> byte, -1 for BOS */
     int32_t id_of[256];               /* byte -> id, -1 if absent */
+    void *tok_model;                  /* pairs, sentencepiece: the decoded tokenizer.model
+                                         (context memory), else NULL */
+    size_t tok_size;
 };
 
 /* What the metadata says: the info and the vocabulary. */
@@ -39,6 +45,9 @@ typedef struct spec {
     tg_model_info info;
     int16_t byte_of[MODEL_MAX_VOCAB];
     bool tied_head_copy; /* an export of a tied model: head.weight is a copy of tok_emb */
+    void *tok_model;     /* pairs, sentencepiece: tokenizer.model decoded (malloc'd; the
+                            caller of read_spec frees it with spec_free) */
+    size_t tok_size;
 } spec;
 
 typedef struct rd {
@@ -136,18 +145,19 @@ static void task_vocab(spec *s)
 static bool spec_checkpoint_model(const rd *r, tg_transformer_config *c, bool *f64)
 {
     int act = 0, pos = 0, dt = 0;
-    bool nf = true, tie = false;
+    bool nf = true, tie = false, scale = false;
     int64_t heads = 1, dff = 1;
     if (!meta_int(r, "model.layers", true, 1, TG_TRANSFORMER_MAX_LAYERS, &c->n_layers) ||
         !meta_int(r, "model.d_model", true, 1, INT32_MAX, &c->layer.d_model) ||
         !meta_int(r, "model.heads", true, 1, INT32_MAX, &heads) ||
         !meta_int(r, "model.d_ff", true, 1, INT32_MAX, &dff) ||
         !meta_int(r, "model.seq_len", true, 1, INT32_MAX, &c->max_seq_len) ||
-        !meta_int(r, "model.vocab_size", true, 1, MODEL_MAX_VOCAB, &c->vocab_size) ||
+        !meta_int(r, "model.vocab_size", true, 1, MODEL_MAX_PAIRS_VOCAB, &c->vocab_size) ||
         !meta_bool(r, "model.norm_first", true, &nf) ||
         !meta_choice(r, "model.activation", true, "relu|gelu", &act) ||
         !meta_choice(r, "model.pos", true, "learned|sinusoidal", &pos) ||
         !meta_bool(r, "model.tie_weights", false, &tie) ||
+        !meta_bool(r, "model.scale_embeddings", false, &scale) ||
         !meta_choice(r, "model.dtype", false, "f32|f64", &dt))
         return false;
     int64_t d = c->layer.d_model;
@@ -157,10 +167,38 @@ static bool spec_checkpoint_model(const rd *r, tg_transformer_config *c, bool *f
     c->layer.activation = act ? TG_ACT_GELU : TG_ACT_RELU;
     c->pos = pos ? TG_POS_SINUSOIDAL : TG_POS_LEARNED;
     c->tie_weights = tie;
+    c->scale_embeddings = scale;
     *f64 = dt == 1;
     if (d % heads != 0)
         return FAIL(r, "%s: metadata 'model.heads' is %" PRId64 ", which does not divide "
                     "model.d_model %" PRId64, r->label, heads, d);
+    return true;
+}
+
+/* A translation model's vocabulary (data.mode pairs): its tokenizer (tokenizer.kind, and
+ * tokenizer.model decoded for sentencepiece); BOS is the tokenizers' id 1. A byte tokenizer
+ * fixes the vocabulary size; a SentencePiece model's size is checked by whoever loads it. */
+static bool spec_pairs_vocab(const rd *r, spec *s)
+{
+    const char *kind = NULL;
+    if (tg_tokenizer_meta_read(r->ctx, r->st, &kind, &s->tok_model, &s->tok_size) != TG_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", tg_ctx_message(r->ctx));
+        const char *m = strncmp(msg, "tg_tokenizer_meta_read: ", 24) ? msg : msg + 24;
+        return (tg__err(r->ctx, tg_ctx_status(r->ctx), r->fn, "%s: %s", r->label, m), false);
+    }
+    bool spm = !strcmp(kind, "sentencepiece");
+    snprintf(s->info.tokenizer, sizeof s->info.tokenizer, "%s", kind);
+    s->info.bos_id = TG_TOKEN_BOS;
+    for (int i = 0; i < MODEL_MAX_VOCAB; i++)
+        s->byte_of[i] = -1; /* ids stand for tokenizer pieces, not bytes */
+    int64_t V = s->info.config.vocab_size;
+    if (!spm && V != TG_BYTE_VOCAB)
+        return FAIL(r, "%s: metadata disagrees: model.vocab_size %" PRId64 " but the byte "
+                    "tokenizer (tokenizer.kind bytes) has %d", r->label, V, TG_BYTE_VOCAB);
+    if (spm && V < 4)
+        return FAIL(r, "%s: metadata 'model.vocab_size' is %" PRId64 " (a SentencePiece "
+                    "vocabulary has at least the 4 special pieces)", r->label, V);
     return true;
 }
 
@@ -169,15 +207,16 @@ static bool spec_checkpoint_data(const rd *r, spec *s)
 {
     tg_transformer_config *c = &s->info.config;
     int mode = 0, arch = -1, task = 0;
-    if (!meta_choice(r, "data.mode", true, "text|task", &mode) ||
+    if (!meta_choice(r, "data.mode", true, "text|task|pairs", &mode) ||
         !meta_choice(r, "model.arch", false, "encoder|lm|seq2seq", &arch))
         return false;
-    bool text = mode == 0;
+    bool text = mode == 0, pairs = mode == 2;
+    static const char *const modes[] = {"text", "task", "pairs"};
     if (arch < 0)
-        arch = text ? 1 : 0; /* older checkpoints: the mode's own */
-    if ((arch == 1) != text)
+        arch = text ? 1 : pairs ? 2 : 0; /* older checkpoints: the mode's own */
+    if ((arch == 1) != text || (pairs && arch != 2))
         return FAIL(r, "%s: metadata disagrees: model.arch %s but data.mode %s", r->label,
-                    arch == 1 ? "lm" : arch == 0 ? "encoder" : "seq2seq", text ? "text" : "task");
+                    arch == 1 ? "lm" : arch == 0 ? "encoder" : "seq2seq", modes[mode]);
     s->info.kind = arch == 1 ? TG_MODEL_LM : arch == 0 ? TG_MODEL_ENCODER : TG_MODEL_SEQ2SEQ;
     c->causal = text;
     bool causal = c->causal;
@@ -185,12 +224,15 @@ static bool spec_checkpoint_data(const rd *r, spec *s)
         return false;
     if (causal != c->causal)
         return FAIL(r, "%s: metadata disagrees: model.causal %d but data.mode %s", r->label,
-                    causal, text ? "text" : "task");
+                    causal, modes[mode]);
     int64_t nd = 0;
     if (!meta_int(r, "model.decoder_layers", arch == 2, arch == 2, TG_TRANSFORMER_MAX_LAYERS,
                   &nd))
         return false;
     c->n_decoder_layers = nd;
+    if (pairs)
+        return spec_pairs_vocab(r, s) &&
+               meta_int(r, "optim.step", false, 0, (int64_t)1 << 53, &s->info.step);
     int64_t want_v;
     if (text) {
         bool ok = true;
@@ -467,6 +509,13 @@ static double file_values(const rd *r, const spec *s)
     return n;
 }
 
+static void spec_free(spec *s)
+{
+    free(s->tok_model);
+    s->tok_model = NULL;
+    s->tok_size = 0;
+}
+
 static bool read_spec(const rd *r, spec *s)
 {
     memset(s, 0, sizeof *s);
@@ -483,13 +532,13 @@ static bool read_spec(const rd *r, spec *s)
                     "expected tgrad-checkpoint-1 or tgrad-export-1)", r->label, fmt ? "'" : "",
                     fmt ? tg__quote(fmt, 48, q) : "missing", fmt ? "'" : "");
     }
+    double need = ok ? config_values(&s->info.config) : 0, have = ok ? file_values(r, s) : 0;
+    if (ok && need > have)
+        ok = (tg__err(r->ctx, TG_ERR_MISMATCH, r->fn, "%s: the config needs %.17g parameter "
+                      "values but the file holds %.17g", r->label, need, have), false);
     if (!ok)
-        return false;
-    double need = config_values(&s->info.config), have = file_values(r, s);
-    if (need > have)
-        return (tg__err(r->ctx, TG_ERR_MISMATCH, r->fn, "%s: the config needs %.17g parameter "
-                        "values but the file holds %.17g", r->label, need, have), false);
-    return true;
+        spec_free(s);
+    return ok;
 }
 
 static bool same_shape(const tg_tensor *a, const tg_tensor *b)
@@ -556,6 +605,9 @@ static bool same_spec(const spec *a, const spec *b)
            x->layer.norm_first == y->layer.norm_first &&
            x->layer.layer_norm_eps == y->layer.layer_norm_eps && x->pos == y->pos &&
            x->causal == y->causal && x->tie_weights == y->tie_weights &&
+           x->scale_embeddings == y->scale_embeddings &&
+           !strcmp(a->info.tokenizer, b->info.tokenizer) && a->tok_size == b->tok_size &&
+           (!a->tok_size || !memcmp(a->tok_model, b->tok_model, a->tok_size)) &&
            a->info.dtype == b->info.dtype && a->info.kind == b->info.kind &&
            a->info.bos_id == b->info.bos_id && a->info.step == b->info.step &&
            !strcmp(a->info.task, b->info.task) && a->tied_head_copy == b->tied_head_copy &&
@@ -635,10 +687,17 @@ static tg_model *build(tg_ctx *ctx, const char *fn, const spec *s)
         m->params[i] = tg_ctx_param(ctx, m->first_param + i);
     for (int b = 0; b < 256; b++)
         m->id_of[b] = -1;
-    for (int64_t i = 0; i < s->info.config.vocab_size; i++) {
+    for (int64_t i = 0; i < s->info.config.vocab_size && i < MODEL_MAX_VOCAB; i++) {
         m->byte_of[i] = s->byte_of[i];
         if (s->byte_of[i] >= 0)
             m->id_of[s->byte_of[i]] = (int32_t)i;
+    }
+    if (s->tok_size) {
+        m->tok_model = tg__alloc(ctx, s->tok_size, fn);
+        if (!m->tok_model)
+            return NULL;
+        memcpy(m->tok_model, s->tok_model, s->tok_size);
+        m->tok_size = s->tok_size;
     }
     return m;
 }
@@ -659,14 +718,17 @@ static tg_model *load_from_io(tg_ctx *ctx, const tg_safetensors *st, const char 
     rd r = {ctx, fn, label ? label : "<memory>", st};
     spec s;
     saved_list sv = {NULL, 0, false};
-    if (!read_spec(&r, &s) || !reserve_params(ctx, fn, config_params(&s.info.config), &sv))
+    if (!read_spec(&r, &s))
         return NULL;
+    if (!reserve_params(ctx, fn, config_params(&s.info.config), &sv))
+        return (spec_free(&s), NULL);
     tg_mark mk = tg_ctx_mark(ctx);
     tg_model *m = build(ctx, fn, &s);
     bool ok = m && fill(&r, m, s.tied_head_copy);
     if (!ok)
         tg_ctx_rewind(ctx, mk);
     finish_params(ctx, &sv, ok);
+    spec_free(&s);
     return ok ? m : NULL;
 }
 
@@ -685,15 +747,21 @@ static tg_model *load_io(tg_ctx *ctx, const char *path)
     bool ok = read_spec(&r, &s);
     tg_ctx_rewind(ctx, m0);
     saved_list sv = {NULL, 0, false};
-    if (!ok || !reserve_params(ctx, fn, config_params(&s.info.config), &sv))
+    if (!ok)
         return NULL;
+    if (!reserve_params(ctx, fn, config_params(&s.info.config), &sv))
+        return (spec_free(&s), NULL);
     m0 = tg_ctx_mark(ctx);
     tg_model *m = build(ctx, fn, &s);
     tg_mark m1 = tg_ctx_mark(ctx);
     r.st = m ? tg_safetensors_read(ctx, path) : NULL;
-    ok = r.st && read_spec(&r, &again);
+    bool read2 = r.st && read_spec(&r, &again);
+    ok = read2;
     if (ok && !same_spec(&s, &again))
         ok = (tg__err(ctx, TG_ERR_IO, fn, "%s: the file changed while it was read", path), false);
+    if (read2)
+        spec_free(&again);
+    spec_free(&s);
     ok = ok && fill(&r, m, s.tied_head_copy);
     tg_ctx_rewind(ctx, m1);
     if (!ok)
@@ -740,7 +808,31 @@ int64_t tg_model_vocab_size(const tg_model *m) { return m ? m->info.config.vocab
 
 int tg_model_token_byte(const tg_model *m, int32_t id)
 {
-    return m && id >= 0 && id < m->info.config.vocab_size ? m->byte_of[id] : -1;
+    return m && id >= 0 && id < m->info.config.vocab_size && id < MODEL_MAX_VOCAB
+               ? m->byte_of[id] : -1;
+}
+
+const void *tg_model_tokenizer_bytes(const tg_model *m, size_t *size)
+{
+    if (size)
+        *size = m ? m->tok_size : 0;
+    return m ? m->tok_model : NULL;
+}
+
+tg_tokenizer *tg_model_tokenizer(const tg_model *m)
+{
+    static const char *fn = "tg_model_tokenizer";
+    if (!m)
+        return NULL;
+    tg__begin(m->ctx);
+    if (!strcmp(m->info.tokenizer, "bytes"))
+        return tg_tokenizer_bytes(m->ctx);
+    if (!m->info.tokenizer[0])
+        return tg__run_err(m->ctx, TG_ERR_ARG, fn, "not a translation model (its ids stand "
+                           "for bytes: tg_model_encode, tg_model_decode)");
+    return tg__run_err(m->ctx, TG_ERR_UNSUPPORTED, fn, "a %s tokenizer: load it with "
+                       "tg_spm_load(ctx, tg_model_tokenizer_bytes(m, &size), size) "
+                       "(tgrad_spm.h, libtgrad_spm)", m->info.tokenizer);
 }
 
 int32_t tg_model_byte_token(const tg_model *m, int byte)
