@@ -11,6 +11,7 @@
  * - bad options and bad files end in one line and a non-zero exit.
  */
 #include "testutil.h"
+#include "tgrad_io.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,8 +94,8 @@ START_TEST(test_trains_logs_and_saves)
               "--log log.csv --checkpoint ck");
     char *log = slurp("log.csv", NULL);
     ck_assert_ptr_nonnull(log);
-    ck_assert_msg(strncmp(log, "step,train_loss,val_loss,lr,tokens_per_s,val_bleu\n", 51) == 0,
-                  "%s", log);
+    const char *head = "step,train_loss,val_loss,lr,tokens_per_s,val_bleu\n";
+    ck_assert_msg(strncmp(log, head, strlen(head)) == 0, "%s", log);
     ck_assert_int_eq(tu_count_lines(log), 13);
     free(log);
     char v[128];
@@ -144,7 +145,8 @@ START_TEST(test_refusals)
     expect_fail("train --pairs train.tsv --valid valid.tsv --text train.tsv", 2,
                 "exclude each other");
     expect_fail("train --pairs train.tsv --valid valid.tsv --arch lm", 2, "encoder-decoder");
-    expect_fail("train --pairs train.tsv --valid valid.tsv " MODEL " --batch-tokens 10", 2,
+    expect_fail("train --pairs train.tsv --valid valid.tsv --tokenizer bytes --seq-len 40 "
+                "--batch-tokens 10", 2,
                 "--batch-tokens 10 is smaller than the longest sequence");
     tu_write_file(dir, "bad.tsv", "one\ttwo\nno tab here\n");
     expect_fail("train --pairs bad.tsv --valid valid.tsv " MODEL, 1, "bad.tsv:2");

@@ -59,6 +59,9 @@ static const field fields[] = {
     {"train.beta2", "beta2", F_RESTORE, false},
     {"train.eps", "eps", F_RESTORE, false},
     {"train.label_smoothing", "label-smoothing", F_RESTORE, false},
+    /* translation runs (data.mode pairs) */
+    {"train.batch_tokens", "batch-tokens", F_RESTORE, false},
+    {"train.target_bleu", "target-bleu", F_RESTORE, false},
 };
 
 static size_t value_size(const cli_option *o)
