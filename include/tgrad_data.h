@@ -194,7 +194,8 @@ typedef struct tg_pairs_info {
  * Errors (run-time, like every file call): ::TG_ERR_IO (missing, not a regular file,
  * unreadable: "cannot open 'x.tsv': No such file or directory"), ::TG_ERR_FORMAT (the
  * refusals above: "tg_pairs_read: x.tsv:3: 2 tabs; a pair is source<TAB>target with exactly
- * one tab"), ::TG_ERR_ARG (NULL path), ::TG_ERR_NOMEM, or the callback's status.
+ * one tab"), ::TG_ERR_TRUNCATED (the file shrank while being read), ::TG_ERR_ARG (NULL
+ * path), ::TG_ERR_NOMEM, or the callback's status.
  */
 TG_API tg_status tg_pairs_read(tg_ctx *ctx, const char *path, size_t max_line, tg_pair_fn fn,
                                void *user, tg_pairs_info *info);

@@ -29,9 +29,9 @@
  * Pairs are deduplicated on the exact cleaned (English, German). The same English with two
  * German translations keeps both, and both go to the same split: the unique English sentences
  * (groups) are shuffled (splitmix64 + Fisher-Yates, the state seeded as in SPEC's batches with
- * epoch 0: seed XOR 0x9E3779B97F4A7C15), then test takes groups in that order until it holds
- * --test pairs (a group larger than the room left goes to train), valid likewise, the rest is
- * train. Every file lists its pairs in the shuffled group order (a group's pairs sorted by
+ * epoch 0: seed XOR 0x9E3779B97F4A7C15) and dealt in that order: a group goes to test if it
+ * fits in the room test has left (--test pairs in all), else to valid if it fits there
+ * (--valid), else to train. Every file lists its pairs in the shuffled group order (a group's pairs sorted by
  * German, bytewise). The three files are written to temporaries in OUTDIR, then renamed.
  */
 #define _POSIX_C_SOURCE 200809L
