@@ -775,12 +775,16 @@ tg_tokenizer *tg_spm_train(tg_ctx *ctx, const tg_spm_train_opts *opts, tg_spm_ne
     if (!ctx)
         return NULL;
     tg_spm_train_opts o = opts ? *opts : tg_spm_train_defaults();
+    /* The type as an int: a C caller may pass any int, which C++ must not load as the enum. */
+    int type;
+    static_assert(sizeof type == sizeof o.type, "tg_spm_type is int-sized");
+    std::memcpy(&type, &o.type, sizeof type);
     const char *why = NULL;
     if (!next)
         why = "the sentence source is NULL";
     else if (o.vocab_size < 8 || o.vocab_size > TG_SPM_MAX_VOCAB)
         why = "vocab_size must be in [8, 2^20]";
-    else if (o.type != TG_SPM_UNIGRAM && o.type != TG_SPM_BPE)
+    else if (type != TG_SPM_UNIGRAM && type != TG_SPM_BPE)
         why = "type must be TG_SPM_UNIGRAM or TG_SPM_BPE";
     else if (!(o.character_coverage >= 0.98 && o.character_coverage <= 1.0))
         why = "character_coverage must be in [0.98, 1] (SentencePiece's range)";
@@ -795,7 +799,7 @@ tg_tokenizer *tg_spm_train(tg_ctx *ctx, const tg_spm_train_opts *opts, tg_spm_ne
         char cov[64];
         std::snprintf(cov, sizeof cov, "%.17g", o.character_coverage);
         const std::unordered_map<std::string, std::string> kw = {
-            {"model_type", o.type == TG_SPM_BPE ? "bpe" : "unigram"},
+            {"model_type", type == TG_SPM_BPE ? "bpe" : "unigram"},
             {"vocab_size", std::to_string(o.vocab_size)},
             {"character_coverage", cov},
             {"max_sentence_length", std::to_string(o.max_sentence_bytes)},
