@@ -1285,6 +1285,10 @@ START_TEST(test_arena_interleave_refused)
     ck_assert_int_eq(tg_graph_backward(A.g, A.loss, NULL), TG_ERR_STATE);
     ck_assert_msg(strstr(tg_ctx_message(ctx), "another graph sharing this graph's arena") &&
                   strstr(tg_ctx_message(ctx), "tg_graph_forward"), "%s", tg_ctx_message(ctx));
+    /* A's loss as B's upstream gradient: stale, refused */
+    ck_assert_int_eq(tg_graph_backward(B.g, B.loss, A.loss), TG_ERR_STATE);
+    ck_assert_msg(strstr(tg_ctx_message(ctx), "whose shared arena another graph"), "%s",
+                  tg_ctx_message(ctx));
     tg_tensor *w = tg_ctx_param(ctx, 0);
     for (int64_t e = 0; e < tg_tensor_numel(w); e++)
         ck_assert(tg_grad_get(w, e) == 0.0);
