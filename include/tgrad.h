@@ -895,9 +895,10 @@ TG_API tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *input, tg_tensor *target,
 /**
  * Build a graph computing @p outputs (and everything they depend on). Iterative topological
  * sort (no recursion, no size limit). Plans every buffer of forward and backward (op outputs,
- * saved values, gradients, workspace) by lifetime in one arena it allocates now, and the
- * accumulated gradient of every leaf that requires grad, so running cannot fail for lack of
- * memory (tg_graph_memory() reports the plan).
+ * saved values, gradients, workspace) by lifetime in one arena it allocates now (or grows a
+ * shared one to: tg_graph_opts::arena), and the accumulated gradient of every leaf that
+ * requires grad, so running cannot fail for lack of memory (tg_graph_memory() reports the
+ * plan).
  * Errors: ::TG_ERR_ARG (n_outputs < 1 or a NULL output), ::TG_ERR_NOMEM, or the context's
  * recorded build error if one is pending (a graph is never built over a failed builder). A
  * run-time error left by an earlier call (a failed forward, say) does not prevent it.
@@ -986,7 +987,8 @@ TG_API tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n
  *   are valid until another graph of the same arena runs (tg_graph_forward()). Reading an op
  *   result afterwards through tg_tensor_data(), tg_tensor_grad() (NULL), tg_get(),
  *   tg_grad_get() (NaN), tg_tensor_get_data(), tg_tensor_get_grad() or tg_tensor_copy()
- *   (::TG_ERR_STATE, "... another graph sharing its arena ran since") is refused rather than
+ *   (::TG_ERR_STATE, "... another graph sharing that arena ran since"; tg_set() changes
+ *   nothing) is refused rather than
  *   returning the other graph's bytes; run the graph again to read it. Copy out what you
  *   keep (the loss) before running the next graph.
  * - tg_graph_backward() must follow its own graph's tg_graph_forward() with no other graph of

@@ -1285,6 +1285,10 @@ START_TEST(test_arena_interleave_refused)
     ck_assert_int_eq(tg_graph_backward(A.g, A.loss, NULL), TG_ERR_STATE);
     ck_assert_msg(strstr(tg_ctx_message(ctx), "another graph sharing this graph's arena") &&
                   strstr(tg_ctx_message(ctx), "tg_graph_forward"), "%s", tg_ctx_message(ctx));
+    /* A's loss as B's upstream gradient: stale, refused */
+    ck_assert_int_eq(tg_graph_backward(B.g, B.loss, A.loss), TG_ERR_STATE);
+    ck_assert_msg(strstr(tg_ctx_message(ctx), "whose shared arena another graph"), "%s",
+                  tg_ctx_message(ctx));
     tg_tensor *w = tg_ctx_param(ctx, 0);
     for (int64_t e = 0; e < tg_tensor_numel(w); e++)
         ck_assert(tg_grad_get(w, e) == 0.0);
@@ -1447,6 +1451,35 @@ START_TEST(test_arena_graph_free)
 }
 END_TEST
 
+/* An inference graph (no_grad) shares the training graphs' arena: evaluation between training
+ * steps gives the training forward's loss bitwise and disturbs no training step. */
+START_TEST(test_arena_inference_graph)
+{
+    size_t len;
+    float *ref = s2s_reference(&len);
+    float *got = malloc(sizeof(float) * len);
+    tg_ctx *ctx = tu_ctx_new();
+    tg_transformer m;
+    s2s_model(ctx, &m);
+    tg_arena *a = tg_arena_new(ctx);
+    s2s_graph train = s2s_build(ctx, &m, 1, (tg_graph_opts){.arena = a, .one_backward = true});
+    size_t bytes = tg_arena_bytes(a);
+    s2s_graph eval = s2s_build(ctx, &m, 1, (tg_graph_opts){.arena = a, .no_grad = true});
+    ck_assert_uint_eq(tg_arena_bytes(a), bytes); /* a fraction of the training plan: no growth */
+    for (int r = 0; r < 2; r++) {
+        s2s_step(ctx, &train, 1, got);
+        assert_step_eq(got, ref + len, len, "training step between evaluations", r);
+        tg_ctx_seed(ctx, 1001);
+        ck_assert_int_eq(tg_graph_forward(eval.g), TG_OK);
+        ck_assert(tg_get(eval.loss, 0) == (double)ref[len]);
+        ck_assert_int_eq(tg_graph_backward(train.g, train.loss, NULL), TG_ERR_STATE);
+    }
+    tu_ctx_free(ctx);
+    free(got);
+    free(ref);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("memory");
@@ -1484,5 +1517,6 @@ int main(void)
     tcase_add_test(tc, test_arena_grow);
     tcase_add_test(tc, test_arena_rewind);
     tcase_add_test(tc, test_arena_graph_free);
+    tcase_add_test(tc, test_arena_inference_graph);
     return tu_run(s);
 }
