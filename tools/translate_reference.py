@@ -587,6 +587,7 @@ def main(argv=None):
                 log.flush()
         elif log:
             log.write(f"{step},{loss.item():.6f},,,{lr:.6g}\n")
+            log.flush()
     if log:
         log.close()
     print(f"training: {a.steps} steps in {train_time:.1f} s (forward, backward, update; "
