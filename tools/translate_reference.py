@@ -492,6 +492,9 @@ def main(argv=None):
     ap.add_argument("--pos", choices=["learned", "sinusoidal"], default="sinusoidal")
     ap.add_argument("--no-tie", action="store_true", help="separate output head weights")
     ap.add_argument("--scale-embedding", action="store_true", help="embeddings * sqrt(D)")
+    ap.add_argument("--embed-std", type=float, default=1.0,
+                    help="tok_emb initialised N(0, std^2) (1: nn.Embedding's and tgrad's; "
+                         "fairseq: d_model^-0.5 with --scale-embedding)")
     ap.add_argument("--label-smoothing", type=float, default=0.1)
     ap.add_argument("--lr", type=float, default=1.0, help="noam factor (1)")
     ap.add_argument("--warmup", type=int, default=400)
@@ -528,6 +531,8 @@ def main(argv=None):
                     d_ff=a.d_ff, activation=a.activation, norm_first=not a.post_norm,
                     pos=a.pos, tie_weights=not a.no_tie, scale_embedding=a.scale_embedding,
                     dropout=a.dropout)
+    if a.embed_std != 1.0:
+        nn.init.normal_(model.tok_emb.weight, std=a.embed_std)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, a.beta2), eps=a.eps)
     d_inv = a.d_model ** -0.5
