@@ -33,9 +33,12 @@
  *   skipped.
  * - **export** (`format` = "tgrad-export-1"): `config` (JSON: vocab_size, max_seq_len,
  *   n_layers, d_model, n_heads, d_ff, activation, norm_first, pos, causal, tie_weights,
- *   layer_norm_eps, dropout, dtype), `vocab` (JSON array: the byte of each id), `data`
- *   ("text" | "task:<name>"), `step`. Tensors: the parameters; a tied model's `head.weight`
- *   (PyTorch lists both keys) must equal `tok_emb.weight` and is otherwise skipped.
+ *   layer_norm_eps, dropout, dtype; an encoder-decoder's has n_decoder_layers and
+ *   scale_embedding (which must be false) instead of causal), `vocab` (JSON array: the byte of
+ *   each id; the encoder-decoder's last entry is null, its BOS), `bos_id` (encoder-decoder:
+ *   10), `data` ("text" | "task:<name>"), `step`. Tensors: the parameters; a tied model's
+ *   `head.weight` (PyTorch lists both keys) must equal `tok_emb.weight` and is otherwise
+ *   skipped.
  *
  * The vocabulary: a text model's ids stand for the bytes of `data.vocab` (the corpus's
  * distinct bytes, sorted); a task model's ids 0-9 for the digits '0'-'9'; the encoder-decoder

@@ -27,7 +27,23 @@
 #include <unistd.h>
 
 static char dir[256];
-static const char *const cases[2] = {"export_lm", "export_task"};
+/* The fixtures and what their exports hold: tied weights, f64, data, the JSON vocabulary
+ * (NULL: the text checkpoint's data.vocab), an encoder-decoder (nn.Transformer's names). */
+static const struct {
+    const char *name;
+    bool tied, f64;
+    const char *data, *vocab;
+    bool s2s;
+} cases[] = {
+    {"export_lm", false, false, "text", NULL, false},
+    {"export_task", true, true, "task:reverse", "[48, 49, 50, 51, 52, 53, 54, 55, 56, 57]",
+     false},
+    {"export_seq2seq", false, false, "task:reverse",
+     "[48, 49, 50, 51, 52, 53, 54, 55, 56, 57, null]", true},
+    {"export_seq2seq_tied", true, true, "task:sort",
+     "[48, 49, 50, 51, 52, 53, 54, 55, 56, 57, null]", true},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
 static void setup(void) { tu_mkdtemp(dir, sizeof dir, "export"); }
 static void teardown(void) { tu_rm_tree(dir); }
@@ -103,7 +119,7 @@ static bool is_optim(const char *name)
 
 START_TEST(test_round_trip)
 {
-    const char *c = cases[_i];
+    const char *c = cases[_i].name;
     char ck[512], ref[512], out[512], a[1200];
     fixture_path(ck, sizeof ck, c, ".ckpt");
     fixture_path(ref, sizeof ref, c, ".safetensors");
@@ -122,7 +138,7 @@ START_TEST(test_round_trip)
     tg_safetensors *m = tg_safetensors_read(ctx, out), *k = tg_safetensors_read(ctx, ck);
     ck_assert_msg(m && k, "%s", tg_ctx_message(ctx));
     bool tied = !strcmp(tg_safetensors_meta_get(k, "model.tie_weights"), "1");
-    ck_assert_int_eq(tied, _i == 1);
+    ck_assert_int_eq(tied, cases[_i].tied);
     int64_t n_params = 0;
     for (int64_t i = 0; i < tg_safetensors_count(k); i++)
         n_params += !is_optim(tg_safetensors_name(k, i));
@@ -133,7 +149,17 @@ START_TEST(test_round_trip)
         const char *src = tied && !strcmp(name, "head.weight") ? "tok_emb.weight" : name;
         tg_tensor *t = tg_safetensors_tensor(m, i), *u = tg_safetensors_find(k, src);
         ck_assert_msg(u != NULL, "%s is not in the checkpoint", src);
-        ck_assert_str_eq(tg_safetensors_file_dtype(m, i), tied ? "F64" : "F32");
+        ck_assert_str_eq(tg_safetensors_file_dtype(m, i), cases[_i].f64 ? "F64" : "F32");
+        /* an encoder-decoder: torch.nn.Transformer's own keys, and the embeddings and head */
+        if (cases[_i].s2s)
+            ck_assert_msg(!strncmp(name, "encoder.layers.", 15) ||
+                          !strncmp(name, "decoder.layers.", 15) ||
+                          !strcmp(name, "encoder.norm.weight") ||
+                          !strcmp(name, "encoder.norm.bias") ||
+                          !strcmp(name, "decoder.norm.weight") ||
+                          !strcmp(name, "decoder.norm.bias") || !strcmp(name, "tok_emb.weight") ||
+                          !strcmp(name, "pos_emb.weight") || !strncmp(name, "head.", 5),
+                          "%s is not an nn.Transformer name", name);
         ck_assert_int_eq(tg_tensor_dtype(t), tg_tensor_dtype(u));
         ck_assert_int_eq(tg_tensor_numel(t), tg_tensor_numel(u));
         ck_assert_int_eq(tg_tensor_rank(t), tg_tensor_rank(u));
@@ -145,7 +171,7 @@ START_TEST(test_round_trip)
     ck_assert_str_eq(tg_safetensors_meta_get(m, "tgrad_version"), TGRAD_VERSION_STRING);
     ck_assert_str_eq(tg_safetensors_meta_get(m, "step"), tg_safetensors_meta_get(k, "optim.step"));
     const char *vocab = tg_safetensors_meta_get(m, "vocab");
-    if (!tied) { /* text: the checkpoint's hex vocabulary as a JSON list of byte values */
+    if (!cases[_i].vocab) { /* text: the checkpoint's hex vocabulary as a JSON list of bytes */
         const char *hex = tg_safetensors_meta_get(k, "data.vocab");
         char want[2048] = "[";
         for (size_t i = 0; hex[i]; i += 2) {
@@ -158,8 +184,33 @@ START_TEST(test_round_trip)
         ck_assert_str_eq(vocab, want);
         ck_assert_str_eq(tg_safetensors_meta_get(m, "data"), "text");
     } else {
-        ck_assert_str_eq(vocab, "[48, 49, 50, 51, 52, 53, 54, 55, 56, 57]");
-        ck_assert_str_eq(tg_safetensors_meta_get(m, "data"), "task:reverse");
+        ck_assert_str_eq(vocab, cases[_i].vocab);
+        ck_assert_str_eq(tg_safetensors_meta_get(m, "data"), cases[_i].data);
+    }
+    const char *cfg = tg_safetensors_meta_get(m, "config"), *bos = tg_safetensors_meta_get(m,
+                                                                                       "bos_id");
+    if (cases[_i].s2s) { /* Seq2Seq's keyword arguments; the decoder input starts with BOS */
+        char want[64];
+        snprintf(want, sizeof want, "\"n_decoder_layers\": %s",
+                 tg_safetensors_meta_get(k, "model.decoder_layers"));
+        ck_assert_msg(strstr(cfg, want) && strstr(cfg, "\"scale_embedding\": false") &&
+                      !strstr(cfg, "\"causal\""), "%s", cfg);
+        ck_assert_str_eq(bos, "10");
+        /* tgrad reads the export back: sample decodes it exactly as the checkpoint */
+        char *from[2];
+        for (int f = 0; f < 2; f++) {
+            snprintf(a, sizeof a, "sample --checkpoint '%s' --source 123456789012",
+                     f ? out : ck);
+            ck_assert_int_eq(run(a), 0);
+            from[f] = slurp_in_dir("out.txt");
+        }
+        ck_assert_int_ge((int)strlen(from[0]), 13); /* 12 tokens (digits or <bos>), newline */
+        ck_assert_str_eq(from[0], from[1]);
+        free(from[0]);
+        free(from[1]);
+    } else {
+        ck_assert_msg(!strstr(cfg, "n_decoder_layers") && strstr(cfg, "\"causal\""), "%s", cfg);
+        ck_assert_ptr_null(bos);
     }
     tg_ctx_free(ctx);
 }
@@ -190,12 +241,30 @@ static bool json_str_is(const char *json, const char *key, const char *value)
     return strstr(json, k) != NULL;
 }
 
-/* A tgrad model built from the export's metadata alone reproduces PyTorch's logits. */
+/* Input @p name of the logits fixture as an i32 (ids) or @p dt (a mask) input. */
+static tg_tensor *fixture_input(tg_ctx *ctx, const tg_safetensors *ref, const char *name,
+                                tg_dtype dt)
+{
+    tg_tensor *r = tg_safetensors_find(ref, name);
+    ck_assert_msg(r != NULL, "the logits fixture lacks %s", name);
+    ck_assert_int_eq(tg_tensor_rank(r), 2);
+    tg_tensor *t = tg_input(ctx, dt, TG_DIMS(tg_tensor_shape(r)[0], tg_tensor_shape(r)[1]),
+                            name);
+    ck_assert_ptr_nonnull(t);
+    for (int64_t i = 0; i < tg_tensor_numel(r); i++)
+        tg_set(t, i, tg_get(r, i));
+    return t;
+}
+
+/* A tgrad model built from the export's metadata alone reproduces PyTorch's logits: an
+ * encoder-decoder's on a source with padding (src_key_padding_mask) within 1e-10 in f64 and,
+ * against PyTorch's float32 model, 1e-5 in f32. */
 START_TEST(test_logits_match_pytorch)
 {
-    const char *c = cases[_i / 2];
+    const char *c = cases[_i / 2].name;
+    bool s2s = cases[_i / 2].s2s;
     tg_dtype dt = _i % 2 ? TG_F32 : TG_F64;
-    double tol = dt == TG_F64 ? 1e-10 : 1e-4;
+    double tol = dt == TG_F64 ? 1e-10 : s2s ? 1e-5 : 1e-4;
     char ex[512], lg[512];
     fixture_path(ex, sizeof ex, c, ".safetensors");
     fixture_path(lg, sizeof lg, c, "_logits.safetensors");
@@ -219,7 +288,10 @@ START_TEST(test_logits_match_pytorch)
     mc.layer.activation = json_str_is(cfg, "activation", "gelu") ? TG_ACT_GELU : TG_ACT_RELU;
     ck_assert(json_str_is(cfg, "pos", "learned") || json_str_is(cfg, "pos", "sinusoidal"));
     mc.pos = json_str_is(cfg, "pos", "sinusoidal") ? TG_POS_SINUSOIDAL : TG_POS_LEARNED;
-    mc.causal = json_num(cfg, "causal") != 0;
+    if (s2s)
+        mc.n_decoder_layers = (int64_t)json_num(cfg, "n_decoder_layers");
+    else
+        mc.causal = json_num(cfg, "causal") != 0;
     mc.tie_weights = json_num(cfg, "tie_weights") != 0;
     tg_transformer model;
     ck_assert_int_eq(tg_transformer_init(ctx, &model, dt, &mc), TG_OK);
@@ -227,13 +299,23 @@ START_TEST(test_logits_match_pytorch)
      * of its own: the file's copy of tok_emb.weight is then the one extra key) */
     ck_assert_msg(tg_params_load_from(ctx, m, 0, NULL, !mc.tie_weights) == TG_OK, "%s",
                   tg_ctx_message(ctx));
-    tg_tensor *ids_ref = tg_safetensors_find(ref, "ids"), *want = tg_safetensors_find(ref, "logits");
-    ck_assert(ids_ref && want);
-    int64_t B = tg_tensor_shape(ids_ref)[0], T = tg_tensor_shape(ids_ref)[1];
-    tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(B, T), "ids");
-    for (int64_t i = 0; i < B * T; i++)
-        tg_set(ids, i, tg_get(ids_ref, i));
-    tg_tensor *logits = tg_transformer_forward(ctx, &model, ids, NULL);
+    tg_tensor *want = tg_safetensors_find(ref, s2s && dt == TG_F32 ? "logits_f32" : "logits");
+    ck_assert(want != NULL);
+    tg_tensor *logits;
+    if (s2s) {
+        tg_tensor *mask = fixture_input(ctx, ref, "src_key_padding_mask", dt);
+        bool padded = false;
+        for (int64_t i = 0; i < tg_tensor_numel(mask); i++)
+            padded = padded || tg_get(mask, i) != 0;
+        ck_assert_msg(padded, "the source has no padding");
+        logits = tg_transformer_forward_seq2seq(ctx, &model,
+                                                fixture_input(ctx, ref, "src_ids", TG_I32),
+                                                fixture_input(ctx, ref, "tgt_ids", TG_I32), mask,
+                                                NULL);
+    } else {
+        logits = tg_transformer_forward(ctx, &model, fixture_input(ctx, ref, "ids", TG_I32),
+                                        NULL);
+    }
     tg_graph *g = logits ? tg_graph_new(ctx, &logits, 1) : NULL;
     ck_assert_msg(g != NULL, "%s", tg_ctx_message(ctx));
     tg_ctx_set_training(ctx, false);
@@ -255,8 +337,8 @@ END_TEST
 START_TEST(test_refusals)
 {
     char ck[512], ref[512], p[512], a[1500];
-    fixture_path(ck, sizeof ck, cases[0], ".ckpt");
-    fixture_path(ref, sizeof ref, cases[0], ".safetensors");
+    fixture_path(ck, sizeof ck, cases[0].name, ".ckpt");
+    fixture_path(ref, sizeof ref, cases[0].name, ".safetensors");
     /* an existing --out is not replaced without --force, and stays as it was */
     snprintf(p, sizeof p, "%s/m.safetensors", dir);
     FILE *f = fopen(p, "w");
@@ -338,11 +420,13 @@ START_TEST(test_refusals)
 END_TEST
 
 /* ---- hostile checkpoint metadata ---------------------------------------------------------- */
-/* Write dir/h.ckpt: the LM fixture with metadata @p key set to @p value (NULL: removed). */
+static int edited_case; /* the fixture write_edited starts from: 0 the LM */
+
+/* Write dir/h.ckpt: the fixture with metadata @p key set to @p value (NULL: removed). */
 static void write_edited(const char *key, const char *value)
 {
     char ck[512], p[512];
-    fixture_path(ck, sizeof ck, cases[0], ".ckpt");
+    fixture_path(ck, sizeof ck, cases[edited_case].name, ".ckpt");
     snprintf(p, sizeof p, "%s/h.ckpt", dir);
     bool found = tu_st_rewrite(ck, p, &(tu_st_edit){.key = key, .value = value});
     ck_assert_msg(found, "the fixture has no metadata '%s'", key);
@@ -438,16 +522,34 @@ START_TEST(test_hostile_metadata)
 }
 END_TEST
 
+/* The encoder-decoder's own fields: model.decoder_layers against the tensors, and a
+ * vocabulary that is not the digits and BOS. */
+START_TEST(test_hostile_seq2seq_metadata)
+{
+    edited_case = 2;
+    expect_meta_fail("model.decoder_layers", NULL, "it lacks the field 'model.decoder_layers'");
+    expect_meta_fail("model.decoder_layers", "0", "'model.decoder_layers' '0'");
+    expect_meta_fail("model.decoder_layers", "abc", "'model.decoder_layers' 'abc'");
+    expect_meta_fail("model.decoder_layers", "3", "the file lacks tensor 'decoder.layers.2.");
+    expect_meta_fail("model.decoder_layers", "1", "the file has tensor 'decoder.layers.1.");
+    expect_meta_fail("model.layers", "2", "the file lacks tensor 'encoder.layers.1.");
+    expect_meta_fail("model.vocab_size", "10", "model.vocab_size");
+    expect_meta_fail("model.arch", "encoder", NULL);
+    edited_case = 0;
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("export");
     TCase *tc = tcase_create("export");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 240);
-    tcase_add_loop_test(tc, test_round_trip, 0, 2);
-    tcase_add_loop_test(tc, test_logits_match_pytorch, 0, 4);
+    tcase_add_loop_test(tc, test_round_trip, 0, N_CASES);
+    tcase_add_loop_test(tc, test_logits_match_pytorch, 0, 2 * N_CASES);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_hostile_metadata);
+    tcase_add_test(tc, test_hostile_seq2seq_metadata);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -113,6 +113,64 @@ START_TEST(test_fixtures_match_pytorch)
 }
 END_TEST
 
+/* Input @p name of a logits fixture as an i32 (ids) or @p dt (a mask) input. */
+static tg_tensor *fixture_input(tg_ctx *ctx, const tg_safetensors *ref, const char *name,
+                                tg_dtype dt)
+{
+    tg_tensor *r = tg_safetensors_find(ref, name);
+    ck_assert_msg(r != NULL, "the logits fixture lacks %s", name);
+    tg_tensor *t = tg_input(ctx, dt, TG_DIMS(tg_tensor_shape(r)[0], tg_tensor_shape(r)[1]),
+                            name);
+    ck_assert_ptr_nonnull(t);
+    for (int64_t i = 0; i < tg_tensor_numel(r); i++)
+        tg_set(t, i, tg_get(r, i));
+    return t;
+}
+
+/* The encoder-decoder fixtures: checkpoint and export each give the same model, which
+ * reproduces PyTorch's logits (nn.Transformer, a padded source) and decodes alike. */
+START_TEST(test_seq2seq_fixtures_match_pytorch)
+{
+    static const char *const cases[2] = {"export_seq2seq", "export_seq2seq_tied"};
+    const char *c = cases[_i / 2];
+    bool export = _i % 2;
+    char path[512], lg[512];
+    fixture(path, sizeof path, c, export ? ".safetensors" : ".ckpt");
+    fixture(lg, sizeof lg, c, "_logits.safetensors");
+    tg_ctx *ctx = tg_ctx_new();
+    tg_model *m = tg_model_load(ctx, path);
+    ck_assert_msg(m != NULL, "%s: %s", path, tg_ctx_message(ctx));
+    const tg_model_info *info = tg_model_get_info(m);
+    ck_assert_int_eq(info->format, export ? TG_MODEL_EXPORT : TG_MODEL_CHECKPOINT);
+    ck_assert_int_eq(info->kind, TG_MODEL_SEQ2SEQ);
+    ck_assert_int_eq(info->bos_id, 10);
+    ck_assert_int_eq(info->config.n_decoder_layers, _i < 2 ? 2 : 1);
+    ck_assert_int_eq(info->config.n_layers, _i < 2 ? 1 : 2);
+    ck_assert_str_eq(info->task, _i < 2 ? "reverse" : "sort");
+    ck_assert_int_eq(info->dtype, _i < 2 ? TG_F32 : TG_F64);
+    ck_assert_int_eq(info->step, 20);
+    ck_assert_int_eq(tg_model_token_byte(m, 10), -1);
+    for (int32_t d = 0; d < 10; d++)
+        ck_assert_int_eq(tg_model_token_byte(m, d), '0' + d);
+    tg_safetensors *ref = tg_safetensors_read(ctx, lg);
+    ck_assert_ptr_nonnull(ref);
+    tg_dtype dt = info->dtype;
+    tg_tensor *y = tg_transformer_forward_seq2seq(
+        ctx, tg_model_transformer(m), fixture_input(ctx, ref, "src_ids", TG_I32),
+        fixture_input(ctx, ref, "tgt_ids", TG_I32),
+        fixture_input(ctx, ref, "src_key_padding_mask", dt), NULL);
+    tg_graph_opts go = {.no_grad = true};
+    tg_graph *g = y ? tg_graph_new_opts(ctx, &y, 1, &go) : NULL;
+    ck_assert_msg(g != NULL, "%s", tg_ctx_message(ctx));
+    tg_ctx_set_training(ctx, false);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    double d = max_rel_diff(y, tg_safetensors_find(ref, dt == TG_F64 ? "logits" : "logits_f32"));
+    ck_assert_msg(d <= (dt == TG_F64 ? 1e-10 : 1e-5), "%s: logits differ from PyTorch's by %.3g",
+                  path, d);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
 /* tg_params_load() strict on a checkpoint: its adam.* tensors are skipped, not refused. */
 START_TEST(test_params_load_skips_optimizer_state)
 {
@@ -356,6 +414,53 @@ START_TEST(test_hostile)
 }
 END_TEST
 
+/* An encoder-decoder's export: its config keys and vocabulary are checked. */
+START_TEST(test_seq2seq_export_hostile)
+{
+    char ex[512];
+    fixture(ex, sizeof ex, "export_seq2seq", ".safetensors");
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, ex);
+    ck_assert_ptr_nonnull(st);
+    char cfg[1024], bad[1200];
+    snprintf(cfg, sizeof cfg, "%s", tg_safetensors_meta_get(st, "config"));
+    tg_ctx_free(ctx);
+    char *p = strstr(cfg, "\"scale_embedding\": false");
+    ck_assert_ptr_nonnull(p);
+    /* scale_embedding true: tgrad does not scale */
+    snprintf(bad, sizeof bad, "%.*s\"scale_embedding\": true%s", (int)(p - cfg), cfg,
+             p + strlen("\"scale_embedding\": false"));
+    expect_refused(rewrite(ex, "b.st", "config", bad, NULL), TG_ERR_FORMAT,
+                   "scale_embedding true is not supported");
+    /* causal beside n_decoder_layers */
+    snprintf(bad, sizeof bad, "{\"causal\": false, %s", cfg + 1);
+    expect_refused(rewrite(ex, "b.st", "config", bad, NULL), TG_ERR_FORMAT,
+                   "both \"n_decoder_layers\" and \"causal\"");
+    /* n_decoder_layers out of range */
+    p = strstr(cfg, "\"n_decoder_layers\": 2");
+    ck_assert_ptr_nonnull(p);
+    snprintf(bad, sizeof bad, "%.*s\"n_decoder_layers\": 0%s", (int)(p - cfg), cfg,
+             p + strlen("\"n_decoder_layers\": 2"));
+    expect_refused(rewrite(ex, "b.st", "config", bad, NULL), TG_ERR_FORMAT,
+                   "n_decoder_layers out of range");
+    snprintf(bad, sizeof bad, "%.*s\"n_decoder_layers\": 3%s", (int)(p - cfg), cfg,
+             p + strlen("\"n_decoder_layers\": 2"));
+    expect_refused(rewrite(ex, "b.st", "config", bad, NULL), TG_ERR_MISMATCH, NULL);
+    /* the vocabulary: BOS (null) only last, the digits before it; bos_id 10 */
+    expect_refused(rewrite(ex, "b.st", "vocab", "[null, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57]",
+                           NULL), TG_ERR_JSON, "metadata 'vocab'");
+    expect_refused(rewrite(ex, "b.st", "vocab", "[48, 49, 50, 51, 52, 53, 54, 55, 56, 58, null]",
+                           NULL), TG_ERR_FORMAT, "not an encoder-decoder task's");
+    expect_refused(rewrite(ex, "b.st", "vocab", "[48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58]",
+                           NULL), TG_ERR_FORMAT, "not an encoder-decoder task's");
+    expect_refused(rewrite(ex, "b.st", "bos_id", "3", NULL), TG_ERR_FORMAT,
+                   "not an encoder-decoder task's");
+    expect_refused(rewrite(ex, "b.st", "bos_id", NULL, NULL), TG_ERR_FORMAT,
+                   "metadata 'bos_id' is missing");
+    expect_refused(rewrite(ex, "b.st", "data", "text", NULL), TG_ERR_FORMAT, "metadata 'data'");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model");
@@ -363,6 +468,8 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 240);
     tcase_add_loop_test(tc, test_fixtures_match_pytorch, 0, 4);
+    tcase_add_loop_test(tc, test_seq2seq_fixtures_match_pytorch, 0, 4);
+    tcase_add_test(tc, test_seq2seq_export_hostile);
     tcase_add_test(tc, test_params_load_skips_optimizer_state);
     tcase_add_test(tc, test_lm_sgd_tied_sinusoidal);
     tcase_add_test(tc, test_seq2seq);

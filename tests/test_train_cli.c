@@ -1787,7 +1787,7 @@ static const struct {
     /* export */
     {"export --checkpoint text.ckpt", 2, "--out", NULL},
     {"export --checkpoint text.ckpt --out text.ckpt", 2, "the checkpoint itself", NULL},
-    {"export --checkpoint s2s.ckpt --out e.st", 2, "seq2seq", NULL},
+    {"export --checkpoint s2s.ckpt --out s2s.st", 0, NULL, NULL},
     {"export --checkpoint missing.ckpt --out e.st", 1, "missing.ckpt", NULL},
     {"export --checkpoint c.txt --out e.st", 1, NULL, NULL},
     {"export --checkpoint text.ckpt --out e.st", 0, NULL, NULL},

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Round trip of `tgrad export` into PyTorch: load each exported model fixture into the
-reference model class (tools/train_reference.py, LM) with load_state_dict(strict=True),
-compute its logits on fixed token ids in float64, and write them as a fixture that the C test
-(tests/test_cli.c) compares tgrad's own logits against.
+reference model class (tools/train_reference.py's LM, or tools/translate_reference.py's
+Seq2Seq for an encoder-decoder) with load_state_dict(strict=True), compute its logits on fixed
+token ids in float64 (and, for the encoder-decoder, in float32 too), and write them as a
+fixture that the C test (tests/test_export.c) compares tgrad's own logits against.
 
 Usage:
     /usr/bin/python3 tools/check_export.py [--out tests/fixtures]     # write <case>_logits.safetensors
@@ -16,10 +17,18 @@ Fixtures per case (tests/fixtures/):
     <case>.ckpt                   a tiny checkpoint written by `tgrad train` (command below)
     <case>.safetensors            `tgrad export --checkpoint <case>.ckpt --out ...` of it
     <case>_logits.safetensors     written here: "ids" (B, T) and "logits" (B, T, V), both F64:
-                                  the reference model's logits, in float64, for those ids
-Cases: export_lm (text LM: causal, pre-norm, relu, learned positions, untied, f32) and
+                                  the reference model's logits, in float64, for those ids.
+                                  An encoder-decoder's instead: "src_ids" (B, S), "tgt_ids"
+                                  (B, T) with T = S - 3, "src_key_padding_mask" (B, S) (1 =
+                                  padding: row b's last 3 b positions), "logits" (B, T, V) in
+                                  float64 and "logits_f32" (B, T, V): the model in float32
+                                  (the export's values rounded to float32), all stored as F64
+Cases: export_lm (text LM: causal, pre-norm, relu, learned positions, untied, f32),
 export_task (the reverse task's encoder: not causal, post-norm, gelu, sinusoidal positions,
-tied weights, f64), so every option of the exported config is exercised.
+tied weights, f64), export_seq2seq (the reverse task's encoder-decoder, 1 encoder + 2 decoder
+layers: pre-norm, relu, learned positions, untied, f32) and export_seq2seq_tied (2 + 1 layers:
+post-norm, gelu, sinusoidal positions, tied weights, f64), so every option of the exported
+configs is exercised.
 
 Checks made here (each a failure if it does not hold): the export's metadata is format
 tgrad-export-1 with a config and vocabulary; strict loading succeeds; strict loading of the
@@ -40,6 +49,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import load_tgrad  # noqa: E402
 import train_reference as ref  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,6 +64,16 @@ CASES = {
                     "2", "--d-ff", "16", "--post-norm", "--activation", "gelu", "--pos",
                     "sinusoidal", "--tie-weights", "--dtype", "f64", "--batch", "4", "--steps",
                     "4", "--eval-every", "2", "--warmup", "2", "--quiet"],
+    "export_seq2seq": ["train", "--arch", "seq2seq", "--task", "reverse", "--layers", "1",
+                       "--decoder-layers", "2", "--d-model", "8", "--heads", "2", "--d-ff", "16",
+                       "--batch", "4", "--steps", "20", "--eval-every", "10", "--warmup", "2",
+                       "--target-acc", "0", "--quiet"],
+    "export_seq2seq_tied": ["train", "--arch", "seq2seq", "--task", "sort", "--layers", "2",
+                            "--decoder-layers", "1", "--d-model", "8", "--heads", "2", "--d-ff",
+                            "16", "--post-norm", "--activation", "gelu", "--pos", "sinusoidal",
+                            "--tie-weights", "--dtype", "f64", "--batch", "4", "--steps", "20",
+                            "--eval-every", "10", "--warmup", "2", "--target-acc", "0",
+                            "--quiet"],
 }
 B = 2
 
@@ -63,6 +83,16 @@ def fixed_ids(config):
     v, t = config["vocab_size"], config["max_seq_len"]
     return torch.tensor([[(7 * b + 3 * i + 1) % v for i in range(t)] for b in range(B)],
                         dtype=torch.long)
+
+
+def fixed_seq2seq_inputs(config):
+    """src_ids (B, S), S = max_seq_len: (7 b + 3 s + 1) mod V; tgt_ids (B, S - 3): (5 b + 2 t
+    + 3) mod V; src_key_padding_mask (B, S) bool: row b's last 3 b positions are padding."""
+    v, s = config["vocab_size"], config["max_seq_len"]
+    src = torch.tensor([[(7 * b + 3 * i + 1) % v for i in range(s)] for b in range(B)])
+    tgt = torch.tensor([[(5 * b + 2 * i + 3) % v for i in range(s - 3)] for b in range(B)])
+    mask = torch.tensor([[i >= s - 3 * b for i in range(s)] for b in range(B)])
+    return src, tgt, mask
 
 
 def write_safetensors(path, tensors, meta):
@@ -81,12 +111,26 @@ def write_safetensors(path, tensors, meta):
 
 
 def logits_of(export_path):
-    model, vocab, config = ref.load_export(export_path, dtype=torch.float64)
-    ids = fixed_ids(config)
-    # grad enabled in eval mode: the layers take their ordinary (not the inference fast) path
-    with torch.enable_grad():
-        logits = model(ids)
-    return ids, logits.detach(), config, vocab
+    """{name: F64 tensor} of the logits fixture: the inputs and the reference's logits."""
+    _, meta = ref.read_safetensors(export_path)
+    if "n_decoder_layers" not in json.loads(meta["config"]):
+        model, vocab, config = ref.load_export(export_path, dtype=torch.float64)
+        ids = fixed_ids(config)
+        # grad enabled in eval mode: the layers take their ordinary (not the inference fast)
+        # path
+        with torch.enable_grad():
+            logits = model(ids)
+        return {"ids": ids.double(), "logits": logits.detach()}
+    out = {}
+    for dt, key in ((torch.float64, "logits"), (torch.float32, "logits_f32")):
+        model, vocab, config = load_tgrad.load(export_path, dtype=dt)
+        src, tgt, mask = fixed_seq2seq_inputs(config)
+        with torch.enable_grad():
+            out[key] = model(src, tgt, mask).detach().double()
+    out["src_ids"], out["tgt_ids"] = src.double(), tgt.double()
+    out["src_key_padding_mask"] = mask.double()
+    return {k: out[k] for k in ("src_ids", "tgt_ids", "src_key_padding_mask", "logits",
+                                "logits_f32")}
 
 
 def check_case(out_dir, case):
@@ -100,8 +144,24 @@ def check_case(out_dir, case):
         problems.append(f"format {meta.get('format')!r}")
     config = json.loads(meta["config"])
     vocab = json.loads(meta["vocab"])
-    if len(vocab) != config["vocab_size"] or sorted(set(vocab)) != sorted(vocab):
+    s2s = "n_decoder_layers" in config
+    byte_ids = [v for v in vocab if v is not None]
+    if len(vocab) != config["vocab_size"] or sorted(set(byte_ids)) != sorted(byte_ids):
         problems.append("vocab is not vocab_size distinct bytes")
+    if s2s and (vocab[-1] is not None or len(byte_ids) != len(vocab) - 1 or
+                meta.get("bos_id") != str(len(vocab) - 1)):
+        problems.append("an encoder-decoder's vocab must end with null for BOS = bos_id")
+    if s2s:  # nn.Transformer's own names, plus the embeddings and the head
+        want = set(torch.nn.Transformer(
+            d_model=config["d_model"], nhead=config["n_heads"],
+            num_encoder_layers=config["n_layers"],
+            num_decoder_layers=config["n_decoder_layers"], dim_feedforward=config["d_ff"],
+            batch_first=True).state_dict())
+        want |= {"tok_emb.weight", "head.weight", "head.bias"}
+        want |= {"pos_emb.weight"} if config["pos"] == "learned" else set()
+        if set(tensors) != want:
+            problems.append(f"names differ from nn.Transformer's: "
+                            f"{sorted(set(tensors) ^ want)[:4]}")
     if ck_meta.get("data.mode") == "text":
         if bytes(vocab).hex() != ck_meta.get("data.vocab"):
             problems.append("vocab differs from the checkpoint's data.vocab")
@@ -114,7 +174,7 @@ def check_case(out_dir, case):
     # strict loading must really check: one tensor missing, or one extra, is refused
     for label, broken in (("missing", dict(list(tensors.items())[1:])),
                           ("unexpected", dict(tensors, stray=torch.zeros(1)))):
-        model = ref.LM.from_config(config).double()
+        model = load_tgrad.model_class(config).from_config(config).double()
         try:
             model.load_state_dict(broken, strict=True)
             problems.append(f"strict load accepted a {label} key")
@@ -140,22 +200,35 @@ def run(out_dir, check=False, tgrad=None):
             subprocess.run([tgrad, "export", "--checkpoint", ck_path, "--out", ex_path,
                             "--force"], check=True)
         problems = check_case(out_dir, case)
-        ids, logits, config, _ = logits_of(ex_path)
+        got = logits_of(ex_path)
+        logits = got["logits"]
         if check:
             want, meta = ref.read_safetensors(lg_path)
-            if not torch.equal(want["ids"], ids.double()):
+            inputs = [k for k in got if not k.startswith("logits")]
+            if sorted(want) != sorted(got):
+                problems.append(f"tensors {sorted(want)}, expected {sorted(got)}")
+            elif not all(torch.equal(want[k], got[k]) for k in inputs):
                 problems.append("ids differ")
             else:
-                err = (want["logits"] - logits).abs().max().item()
-                tol = 1e-12 * (1 + want["logits"].abs().max().item())
-                if not err <= tol:
-                    problems.append(f"logits differ by {err:.3g} > {tol:.3g}")
+                for k in (k for k in got if k.startswith("logits")):
+                    err = (want[k] - got[k]).abs().max().item()
+                    tol = (1e-12 if k == "logits" else 1e-5) * (1 + want[k].abs().max().item())
+                    if not err <= tol:
+                        problems.append(f"{k} differ by {err:.3g} > {tol:.3g}")
         else:
-            write_safetensors(lg_path, [("ids", ids.double()), ("logits", logits)], {
-                "export": case + ".safetensors",
-                "description": "logits of tools/train_reference.py LM loaded from the export "
-                               "with strict=True, float64, eval mode",
-                "ids": "ids[b, t] = (7 b + 3 t + 1) mod vocab_size"})
+            if "ids" in got:
+                meta = {"description": "logits of tools/train_reference.py LM loaded from the "
+                                       "export with strict=True, float64, eval mode",
+                        "ids": "ids[b, t] = (7 b + 3 t + 1) mod vocab_size"}
+            else:
+                meta = {"description": "logits of tools/translate_reference.py Seq2Seq loaded "
+                                       "from the export with strict=True, eval mode: logits in "
+                                       "float64, logits_f32 in float32",
+                        "src_ids": "src_ids[b, s] = (7 b + 3 s + 1) mod vocab_size",
+                        "tgt_ids": "tgt_ids[b, t] = (5 b + 2 t + 3) mod vocab_size",
+                        "src_key_padding_mask": "1 = padding: the last 3 b positions of row b"}
+            write_safetensors(lg_path, list(got.items()),
+                              dict({"export": case + ".safetensors"}, **meta))
             print(f"wrote {lg_path}")
         status = "ok  " if not problems else "FAIL"
         print(f"{status} {case:20s} {tuple(logits.shape)}  " + "; ".join(problems))

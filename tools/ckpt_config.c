@@ -483,7 +483,7 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
 typedef enum {
     USE_TRAIN,  /* tgrad train --resume: the mode must match --text; memory for training */
     USE_SAMPLE, /* tgrad sample: a text checkpoint; memory for inference */
-    USE_EXPORT, /* tgrad export: text or task; nothing is built, so no memory check */
+    USE_EXPORT, /* tgrad export: any model; nothing is built, so no memory check */
     USE_INFO    /* tgrad info: any checkpoint; nothing is built */
 } ckpt_use;
 
@@ -501,12 +501,6 @@ static bool apply(const tg_safetensors *st, train_args *a, const cli_result *giv
         info->usage = true; /* the wrong kind of checkpoint for the command */
         snprintf(err, n, "a checkpoint of a built-in task's encoder, not of 'tgrad train --text' "
                  "or '--arch seq2seq' (data.mode task, model.arch encoder): nothing to sample");
-        return false;
-    }
-    if (use == USE_EXPORT && info->seq2seq) {
-        info->usage = true;
-        snprintf(err, n, "an encoder-decoder (model.arch seq2seq) checkpoint: export writes the "
-                 "decoder-only or encoder model of tools/train_reference.py only");
         return false;
     }
     return apply_options(st, a, given, info, err, n);

@@ -3,24 +3,39 @@
  * model as a safetensors file PyTorch loads directly.
  *
  * The file holds the model's parameters only (no optimizer state, step or RNG) under the
- * `state_dict` names of the reference model class in tools/train_reference.py (`LM`), which are
- * the names tgrad gives them:
+ * `state_dict` names of the reference model classes, which are the names tgrad gives them.
+ * The decoder-only LM and the task encoder (class LM of tools/train_reference.py):
  *   tok_emb.weight (V, D)        pos_emb.weight (T, D)   (learned positions only)
  *   layers.<i>.self_attn.in_proj_weight (3D, D)   .self_attn.in_proj_bias (3D)
  *   layers.<i>.self_attn.out_proj.weight (D, D)   .self_attn.out_proj.bias (D)
  *   layers.<i>.linear1.weight (F, D)  .linear1.bias (F)  .linear2.weight (D, F)  .linear2.bias (D)
  *   layers.<i>.norm1.weight (D)  .norm1.bias (D)  .norm2.weight (D)  .norm2.bias (D)
  *   norm.weight (D)  norm.bias (D)  head.weight (V, D)  head.bias (V)
+ * The encoder-decoder (class Seq2Seq of tools/translate_reference.py, an nn.Transformer with
+ * the embeddings and the head added): tok_emb.weight, pos_emb.weight as above (shared by
+ * source and target), torch.nn.Transformer's own state_dict keys
+ *   encoder.layers.<i>.{self_attn.*, linear1.*, linear2.*, norm1.*, norm2.*}  as layers.<i>.*
+ *   encoder.norm.weight (D)  encoder.norm.bias (D)
+ *   decoder.layers.<i>.{self_attn.*, multihead_attn.* (the same shapes), linear1.*, linear2.*,
+ *                       norm1.*, norm2.*, norm3.*}
+ *   decoder.norm.weight (D)  decoder.norm.bias (D)
+ * and head.weight (V, D), head.bias (V).
  * With tied weights head.weight is written too (a copy of tok_emb.weight), because PyTorch's
  * state_dict of a tied model lists both keys. Values keep the checkpoint's dtype.
  * Metadata (safetensors `__metadata__`, all strings):
  *   format         "tgrad-export-1"
- *   config         JSON object: the keyword arguments of LM(...) (vocab_size, max_seq_len,
- *                  n_layers, d_model, n_heads, d_ff, activation, norm_first, pos, causal,
- *                  tie_weights, layer_norm_eps, dropout) and dtype ("float32" | "float64")
- *   vocab          JSON array of V integers: element i is the byte token id i stands for
+ *   config         JSON object: the keyword arguments of the model class and dtype
+ *                  ("float32" | "float64"). LM: vocab_size, max_seq_len, n_layers, d_model,
+ *                  n_heads, d_ff, activation, norm_first, pos, causal, tie_weights,
+ *                  layer_norm_eps, dropout. Seq2Seq: vocab_size, max_seq_len, n_layers (the
+ *                  encoder's), n_decoder_layers, d_model, n_heads, d_ff, activation,
+ *                  norm_first, pos, tie_weights, scale_embedding (false: tgrad does not scale
+ *                  the embeddings by sqrt(d_model)), layer_norm_eps, dropout.
+ *   vocab          JSON array of V entries: element i is the byte token id i stands for
  *                  (text models: the corpus's distinct bytes, sorted; built-in tasks: the
- *                  digits '0'..'9', i.e. 48..57)
+ *                  digits '0'..'9', i.e. 48..57), null for an id that stands for no byte
+ *                  (the encoder-decoder's BOS, id 10)
+ *   bos_id         (encoder-decoder only) the id the decoder input starts with: "10"
  *   data           "text" or "task:<name>"
  *   step           optimizer steps taken by the checkpoint
  *   tgrad_version  TGRAD_VERSION_STRING of the exporting program
@@ -65,14 +80,16 @@ static const cli_command export_cmd = {
     .description =
         "Writes the model of a 'tgrad train' checkpoint as a safetensors file that\n"
         "PyTorch loads with load_state_dict(..., strict=True) into the LM class of\n"
-        "tools/train_reference.py: the parameters only (no optimizer state) under their\n"
-        "PyTorch state_dict names, with the model config (metadata 'config', JSON: LM's\n"
-        "keyword arguments) and the vocabulary (metadata 'vocab', JSON: the byte of each\n"
-        "token id). See README, 'Exporting to PyTorch'.\n"
+        "tools/train_reference.py (an LM or a task encoder) or the Seq2Seq class of\n"
+        "tools/translate_reference.py (an encoder-decoder: torch.nn.Transformer's\n"
+        "names encoder.* and decoder.*, plus tok_emb, pos_emb and head): the parameters\n"
+        "only (no optimizer state) under their PyTorch state_dict names, with the model\n"
+        "config (metadata 'config', JSON: the class's keyword arguments) and the\n"
+        "vocabulary (metadata 'vocab', JSON: the byte of each token id, null for BOS).\n"
+        "tools/load_tgrad.py loads either. See README, 'Exporting to PyTorch'.\n"
         "\n"
-        "Exit status: 0; 2 for a usage error (options, or a checkpoint export does not\n"
-        "take: seq2seq); 1 for a run-time failure (a file missing, corrupt or\n"
-        "unwritable).",
+        "Exit status: 0; 2 for a usage error (options); 1 for a run-time failure (a\n"
+        "file missing, corrupt or unwritable).",
     .opts = export_opts,
 };
 
@@ -174,35 +191,45 @@ static int export_exec(const export_args *a, export_result *res, char *err, size
     res->n_dropped = count - np; /* the rest is optimizer state (checked above) */
 
     /* metadata */
-    char config[1024], vjson[256 * 4 + 8], step[32], data[32];
+    bool s2s = mc.n_decoder_layers > 0;
+    char config[1024], vjson[256 * 6 + 8], step[32], data[32], bos[16], s2s_keys[96];
+    snprintf(s2s_keys, sizeof s2s_keys, ", \"n_decoder_layers\": %" PRId64,
+             mc.n_decoder_layers);
     snprintf(config, sizeof config,
              "{\"vocab_size\": %" PRId64 ", \"max_seq_len\": %" PRId64 ", \"n_layers\": %" PRId64
-             ", \"d_model\": %" PRId64 ", \"n_heads\": %" PRId64 ", \"d_ff\": %" PRId64
-             ", \"activation\": \"%s\", \"norm_first\": %s, \"pos\": \"%s\", \"causal\": %s"
-             ", \"tie_weights\": %s, \"layer_norm_eps\": %.17g, \"dropout\": %.17g"
+             "%s, \"d_model\": %" PRId64 ", \"n_heads\": %" PRId64 ", \"d_ff\": %" PRId64
+             ", \"activation\": \"%s\", \"norm_first\": %s, \"pos\": \"%s\"%s%s"
+             ", \"tie_weights\": %s%s, \"layer_norm_eps\": %.17g, \"dropout\": %.17g"
              ", \"dtype\": \"%s\"}",
-             mc.vocab_size, mc.max_seq_len, mc.n_layers, mc.layer.d_model, mc.layer.n_heads,
-             mc.layer.d_ff, mc.layer.activation == TG_ACT_GELU ? "gelu" : "relu",
+             mc.vocab_size, mc.max_seq_len, mc.n_layers, s2s ? s2s_keys : "", mc.layer.d_model,
+             mc.layer.n_heads, mc.layer.d_ff,
+             mc.layer.activation == TG_ACT_GELU ? "gelu" : "relu",
              mc.layer.norm_first ? "true" : "false",
              mc.pos == TG_POS_SINUSOIDAL ? "sinusoidal" : "learned",
-             mc.causal ? "true" : "false", mc.tie_weights ? "true" : "false",
+             s2s ? "" : ", \"causal\": ", s2s ? "" : mc.causal ? "true" : "false",
+             mc.tie_weights ? "true" : "false", s2s ? ", \"scale_embedding\": false" : "",
              mc.layer.layer_norm_eps, mc.layer.dropout,
              train_dtype(&ta) == TG_F64 ? "float64" : "float32");
-    unsigned char vocab[256];
-    for (int i = 0; i < info.vocab_size; i++) /* text: the corpus's bytes; task: the digits */
-        vocab[i] = info.text ? info.vocab[i] : (unsigned char)('0' + i);
     size_t w = 0;
     vjson[w++] = '[';
-    for (int i = 0; i < info.vocab_size; i++)
-        w += (size_t)snprintf(vjson + w, sizeof vjson - w, "%s%u", i ? ", " : "", vocab[i]);
+    for (int i = 0; i < info.vocab_size; i++) {
+        const char *sep = i ? ", " : "";
+        if (info.text) /* the corpus's bytes */
+            w += (size_t)snprintf(vjson + w, sizeof vjson - w, "%s%u", sep, info.vocab[i]);
+        else if (i < 10) /* a task: the digits */
+            w += (size_t)snprintf(vjson + w, sizeof vjson - w, "%s%u", sep, (unsigned)('0' + i));
+        else /* the encoder-decoder's BOS stands for no byte */
+            w += (size_t)snprintf(vjson + w, sizeof vjson - w, "%snull", sep);
+    }
     snprintf(vjson + w, sizeof vjson - w, "]");
     snprintf(step, sizeof step, "%" PRId64, info.step);
     snprintf(data, sizeof data, "%s%s", info.text ? "text" : "task:",
              info.text ? "" : task_name((task_kind)ta.task));
+    snprintf(bos, sizeof bos, "%d", SEQ2SEQ_BOS);
     res->step = info.step;
-    const char *keys[] = {"format", "config", "vocab", "data", "step", "tgrad_version"};
-    const char *vals[] = {"tgrad-export-1", config, vjson, data, step, TGRAD_VERSION_STRING};
-    if (tg_safetensors_write_items(ctx, a->out, k, items, 6, keys, vals, NULL) != TG_OK) {
+    const char *keys[] = {"format", "config", "vocab", "data", "step", "tgrad_version", "bos_id"};
+    const char *vals[] = {"tgrad-export-1", config, vjson, data, step, TGRAD_VERSION_STRING, bos};
+    if (tg_safetensors_write_items(ctx, a->out, k, items, s2s ? 7 : 6, keys, vals, NULL) != TG_OK) {
         cli_format("--out", a->out, ctx, err, n);
         goto done;
     }

@@ -166,14 +166,14 @@ static int sample_load(sampler *s, const sample_args *a, const cli_result *r)
         return 1;
     }
     const tg_model_info *mi = tg_model_get_info(s->m);
-    if (is_export && (mi->kind != TG_MODEL_LM ||
+    if (is_export && (mi->kind == TG_MODEL_ENCODER ||
                       !model_memory_check(&mi->config, mi->dtype, 1, 0, false,
                                           phys_memory_bytes(), err, sizeof err))) {
-        if (mi->kind != TG_MODEL_LM)
+        if (mi->kind == TG_MODEL_ENCODER)
             snprintf(err, sizeof err, "an export of a built-in task's encoder (data '%s'): "
                      "nothing to sample", tg_safetensors_meta_get(st, "data"));
         fail("--checkpoint '%s': %s", a->checkpoint, err);
-        return mi->kind != TG_MODEL_LM ? 2 : 1; /* the wrong kind of file for sample: usage */
+        return mi->kind == TG_MODEL_ENCODER ? 2 : 1; /* the wrong kind of file: usage */
     }
     s->model = tg_model_transformer(s->m);
     s->T = mi->config.max_seq_len;

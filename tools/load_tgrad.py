@@ -2,12 +2,16 @@
 """Load a tgrad model into PyTorch with nothing but torch and numpy (Debian 12's python3-torch
 and python3-numpy; the `safetensors` package is not needed).
 
-Reads any file tgrad writes for a decoder-only LM or a task encoder:
+Reads any file tgrad writes:
   - an export of `tgrad export` (format tgrad-export-1: metadata `config`, `vocab`), or
   - a training checkpoint of `tgrad train --checkpoint` (format tgrad-checkpoint-1: metadata
     model.*, data.*; its optimizer state adam.* / sgd.momentum.* is left out),
-into the reference model class LM of tools/train_reference.py with
-load_state_dict(strict=True): every parameter key must match, none missing or extra.
+into the reference model class with load_state_dict(strict=True): every parameter key must
+match, none missing or extra. A decoder-only LM or a task encoder becomes an LM
+(tools/train_reference.py); an encoder-decoder (config key n_decoder_layers) a Seq2Seq
+(tools/translate_reference.py): a torch.nn.Transformer (its own encoder.* / decoder.* keys)
+with tok_emb, pos_emb and head, whose forward(src, tgt, src_key_padding_mask) is tgrad's
+tg_transformer_forward_seq2seq.
 
 As a module (put tools/ on sys.path):
 
@@ -15,15 +19,22 @@ As a module (put tools/ on sys.path):
     model, vocab, config = load_tgrad.load("lic.safetensors")     # eval mode, file's dtype
     ids = torch.tensor([load_tgrad.encode(vocab, b"This program is ")])
     next_byte = vocab[model(ids)[0, -1].argmax().item()]
+    s2s, vocab, config = load_tgrad.load("reverse_s2s.safetensors")  # an encoder-decoder
+    src = torch.tensor([load_tgrad.encode(vocab, b"1234")])
+    logits = s2s(src, torch.tensor([[config["bos_id"]]]))          # (1, 1, V): first token
     tensors, meta = load_tgrad.read_safetensors("any.safetensors")  # {name: tensor}, {key: str}
 
 As a program:
 
     /usr/bin/python3 tools/load_tgrad.py MODEL [--prompt TEXT] [--tokens N]
         describe the model, load it strictly, continue TEXT greedily for N bytes
+    /usr/bin/python3 tools/load_tgrad.py MODEL --source TEXT
+        an encoder-decoder on a built-in task: decode TEXT's digits greedily (as many
+        output digits as input digits, as `tgrad sample --source`)
     /usr/bin/python3 tools/load_tgrad.py MODEL --check LOGITS.safetensors
-        compare the model's logits on LOGITS' "ids" with its "logits" (the files
-        tools/check_export.py writes, tests/fixtures/export_*_logits.safetensors); exit 1 if
+        compare the model's logits on LOGITS' "ids" (an encoder-decoder: "src_ids",
+        "tgt_ids", "src_key_padding_mask") with its "logits" (the files tools/check_export.py
+        writes, tests/fixtures/export_*_logits.safetensors); exit 1 if
         max |diff| > 1e-4 (1 + max |logit|) (1e-10 in float64)
 
 Exit status: 0, 1 for a failed check or a file that cannot be loaded (one line on stderr), 2
@@ -40,8 +51,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_reference import LM  # noqa: E402
+from translate_reference import Seq2Seq  # noqa: E402
 
-__all__ = ["read_safetensors", "load", "config_of", "encode", "decode", "LM"]
+__all__ = ["read_safetensors", "load", "config_of", "encode", "decode", "LM", "Seq2Seq"]
+
+# The encoder-decoder task models' begin-of-sequence id (after the digits 0-9).
+TASK_BOS = 10
 
 # safetensors dtype -> numpy dtype (little-endian, as the format stores every value)
 _NP = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
@@ -101,18 +116,24 @@ def _bool01(meta, key, default=None):
     return v == "1"
 
 
+def is_seq2seq(config):
+    """Is this config (of config_of) an encoder-decoder's (class Seq2Seq)?"""
+    return "n_decoder_layers" in config
+
+
 def config_of(meta):
-    """(config, vocab) of a tgrad export or training checkpoint's metadata: config holds LM's
-    keyword arguments plus "dtype"; vocab[i] is the byte token id i stands for."""
+    """(config, vocab) of a tgrad export or training checkpoint's metadata: config holds the
+    model class's keyword arguments plus "dtype" (and "bos_id" for an encoder-decoder: the id
+    the decoder input starts with); vocab[i] is the byte token id i stands for (None for BOS)."""
     fmt = meta.get("format")
     if fmt == "tgrad-export-1":
-        return json.loads(meta["config"]), json.loads(meta["vocab"])
+        config, vocab = json.loads(meta["config"]), json.loads(meta["vocab"])
+        if is_seq2seq(config):
+            config["bos_id"] = int(meta["bos_id"])
+        return config, vocab
     if fmt != "tgrad-checkpoint-1":
         raise ValueError(f"not a tgrad export or checkpoint (metadata 'format' is {fmt!r})")
     arch = meta.get("model.arch", "lm" if meta.get("data.mode") == "text" else "encoder")
-    if arch == "seq2seq":
-        raise ValueError("an encoder-decoder (model.arch seq2seq) checkpoint: LM holds the "
-                         "decoder-only and encoder models only")
     text = meta["data.mode"] == "text"
     vocab = list(bytes.fromhex(meta["data.vocab"])) if text else list(b"0123456789")
     config = {
@@ -124,6 +145,12 @@ def config_of(meta):
         "tie_weights": _bool01(meta, "model.tie_weights", False),
         "layer_norm_eps": 1e-5, "dropout": float(meta.get("model.dropout", "0")),
         "dtype": "float64" if meta.get("model.dtype") == "f64" else "float32"}
+    if arch == "seq2seq":  # the export's Seq2Seq keyword arguments
+        del config["causal"]
+        config["n_decoder_layers"] = int(meta["model.decoder_layers"])
+        config["scale_embedding"] = False
+        config["bos_id"] = TASK_BOS
+        vocab.append(None)
     if len(vocab) != config["vocab_size"]:
         raise ValueError(f"metadata disagrees: model.vocab_size {config['vocab_size']} but the "
                          f"vocabulary has {len(vocab)}")
@@ -133,17 +160,23 @@ def config_of(meta):
 _OPTIM_PREFIXES = ("adam.m.", "adam.v.", "sgd.momentum.")
 
 
+def model_class(config):
+    """Seq2Seq for an encoder-decoder's config, LM otherwise."""
+    return Seq2Seq if is_seq2seq(config) else LM
+
+
 def load(path, dtype=None):
-    """Load a tgrad export or checkpoint into LM with strict=True. Returns (model in eval mode,
-    vocab, config): vocab[i] is the byte token id i stands for. dtype: None keeps the file's
-    (config["dtype"]), or e.g. torch.float64. A checkpoint's optimizer state is left out; a
-    tied model's head.weight is tok_emb.weight (PyTorch's state_dict lists both keys)."""
+    """Load a tgrad export or checkpoint into LM or Seq2Seq with strict=True. Returns (model in
+    eval mode, vocab, config): vocab[i] is the byte token id i stands for (None: BOS of an
+    encoder-decoder, config["bos_id"]). dtype: None keeps the file's (config["dtype"]), or
+    e.g. torch.float64. A checkpoint's optimizer state is left out; a tied model's
+    head.weight is tok_emb.weight (PyTorch's state_dict lists both keys)."""
     tensors, meta = read_safetensors(path)
     config, vocab = config_of(meta)
     state = {k: v for k, v in tensors.items() if not k.startswith(_OPTIM_PREFIXES)}
     if config["tie_weights"] and "head.weight" not in state and "tok_emb.weight" in state:
         state["head.weight"] = state["tok_emb.weight"]
-    model = LM.from_config(config)
+    model = model_class(config).from_config({k: v for k, v in config.items() if k != "bos_id"})
     model.to(dtype or getattr(torch, config["dtype"]))
     model.load_state_dict(state, strict=True)
     model.eval()
@@ -152,7 +185,7 @@ def load(path, dtype=None):
 
 def encode(vocab, data):
     """Token ids of the bytes `data`; ValueError naming a byte the vocabulary lacks."""
-    index = {b: i for i, b in enumerate(vocab)}
+    index = {b: i for i, b in enumerate(vocab) if b is not None}
     try:
         return [index[b] for b in data]
     except KeyError as e:
@@ -161,8 +194,19 @@ def encode(vocab, data):
 
 
 def decode(vocab, ids):
-    """The bytes token ids `ids` stand for."""
-    return bytes(vocab[i] for i in ids)
+    """The bytes token ids `ids` stand for (BOS stands for none)."""
+    return bytes(vocab[i] for i in ids if vocab[i] is not None)
+
+
+def _greedy_seq2seq(model, vocab, config, source):
+    """A task encoder-decoder: as many output digits as source digits, greedily."""
+    src = torch.tensor([encode(vocab, source)])
+    dec = [config["bos_id"]]
+    with torch.no_grad():
+        memory = model.encode(src)
+        for _ in range(src.shape[1]):
+            dec.append(int(model.decode(torch.tensor([dec]), memory, last_only=True)[0].argmax()))
+    return decode(vocab, dec[1:])
 
 
 def _greedy(model, vocab, config, prompt, n):
@@ -176,9 +220,14 @@ def _greedy(model, vocab, config, prompt, n):
 
 def _check(model, path):
     ref, _ = read_safetensors(path)
-    ids, want = ref["ids"].long(), ref["logits"]
-    with torch.no_grad():
-        got = model(ids).double()
+    want = ref["logits"]
+    # grad enabled: the layers take their ordinary (not the inference fast) path
+    with torch.enable_grad():
+        if isinstance(model, Seq2Seq):
+            got = model(ref["src_ids"].long(), ref["tgt_ids"].long(),
+                        ref["src_key_padding_mask"] != 0).detach().double()
+        else:
+            got = model(ref["ids"].long()).detach().double()
     diff = (got - want).abs().max().item() / (1 + want.abs().max().item())
     tol = 1e-10 if next(model.parameters()).dtype == torch.float64 else 1e-4
     return diff, tol
@@ -190,16 +239,26 @@ def main(argv=None):
     p.add_argument("model", help="a file of `tgrad export` or `tgrad train --checkpoint`")
     p.add_argument("--prompt", default="", help="text to continue greedily")
     p.add_argument("--tokens", type=int, default=0, help="bytes to generate (default 0)")
+    p.add_argument("--source", help="encoder-decoder: the source digits to decode greedily")
     p.add_argument("--check", metavar="LOGITS", help="compare with this file's ids and logits")
     a = p.parse_args(argv)
     try:
         model, vocab, config = load(a.model)
         n = sum(t.numel() for t in model.state_dict().values())
-        print(f"{a.model}: {'LM' if config['causal'] else 'encoder'}, "
-              f"{config['n_layers']} layer(s), d_model {config['d_model']}, "
+        kind = ("encoder-decoder" if is_seq2seq(config) else
+                "LM" if config["causal"] else "encoder")
+        layers = (f"{config['n_layers']}+{config['n_decoder_layers']}" if is_seq2seq(config)
+                  else str(config["n_layers"]))
+        print(f"{a.model}: {kind}, {layers} layer(s), d_model {config['d_model']}, "
               f"{config['n_heads']} heads, vocabulary {config['vocab_size']}, {config['dtype']}; "
               f"{n} values loaded with strict=True")
+        if a.source is not None:
+            if not is_seq2seq(config):
+                raise ValueError("--source needs an encoder-decoder model")
+            print(_greedy_seq2seq(model, vocab, config, a.source.encode()).decode("latin-1"))
         if a.tokens > 0:
+            if is_seq2seq(config):
+                raise ValueError("--tokens continues an LM; an encoder-decoder takes --source")
             out = _greedy(model, vocab, config, a.prompt.encode(), a.tokens)
             print(json.dumps(a.prompt + out.decode("latin-1")))
         if a.check:

@@ -299,11 +299,20 @@ static double number_text(const tg__jp *jp, size_t start)
     return strtod(buf, NULL);
 }
 
-/* The keys of the export's config, in the order of the bit in `seen`. */
+/* The keys of the export's config, in the order of the bit in `seen`. An LM's or encoder's
+ * config has causal and not the last two; an encoder-decoder's has n_decoder_layers and
+ * scale_embedding (false) instead of causal. */
 static const char *const config_keys[] = {
     "vocab_size", "max_seq_len", "n_layers", "d_model", "n_heads", "d_ff", "activation",
-    "norm_first", "pos", "causal", "tie_weights", "layer_norm_eps", "dropout", "dtype"};
-enum { N_CONFIG_KEYS = 14, N_REQUIRED_KEYS = 11 }; /* all but eps, dropout, dtype required */
+    "norm_first", "pos", "causal", "tie_weights", "layer_norm_eps", "dropout", "dtype",
+    "n_decoder_layers", "scale_embedding"};
+enum {
+    N_CONFIG_KEYS = 16,
+    N_REQUIRED_KEYS = 11, /* the first 11 (but causal for an encoder-decoder) are required */
+    KEY_CAUSAL = 9,
+    KEY_DECODER_LAYERS = 14,
+    KEY_SCALE = 15
+};
 
 /* One member of the config object: key @p k (index into config_keys). */
 static bool config_member(tg__jp *jp, int k, spec *s, int64_t *heads)
@@ -324,6 +333,17 @@ static bool config_member(tg__jp *jp, int k, spec *s, int64_t *heads)
         *dst[k] = (int64_t)v.mag;
         return true;
     }
+    if (k == KEY_DECODER_LAYERS) {
+        tg__jnum v;
+        if (!tg__jp_number(jp, &v))
+            return false;
+        if (!v.is_int || v.neg || v.big || v.mag < 1 || v.mag > TG_TRANSFORMER_MAX_LAYERS) {
+            tg__jp_fail(jp, TG_ERR_FORMAT, "n_decoder_layers out of range");
+            return false;
+        }
+        c->n_decoder_layers = (int64_t)v.mag;
+        return true;
+    }
     if (k == 11 || k == 12) { /* layer_norm_eps > 0, dropout in [0, 1) */
         size_t start = jp->pos;
         tg__jnum v;
@@ -339,7 +359,7 @@ static bool config_member(tg__jp *jp, int k, spec *s, int64_t *heads)
             c->layer.layer_norm_eps = x;
         return true;
     }
-    if (k == 7 || k == 9 || k == 10) { /* booleans */
+    if (k == 7 || k == 9 || k == 10 || k == KEY_SCALE) { /* booleans */
         if (tg__jp_peek(jp) != TG__J_BOOL) {
             tg__jp_fail(jp, TG_ERR_FORMAT, "expected true or false");
             return false;
@@ -348,6 +368,11 @@ static bool config_member(tg__jp *jp, int k, spec *s, int64_t *heads)
         if (!tg__jp_skip(jp))
             return false;
         bool b = memchr(jp->s + start, 't', jp->pos - start) != NULL;
+        if (k == KEY_SCALE) { /* tgrad's embeddings are not scaled by sqrt(d_model) */
+            if (b)
+                tg__jp_fail(jp, TG_ERR_FORMAT, "scale_embedding true is not supported");
+            return !b;
+        }
         if (k == 7)
             c->layer.norm_first = b;
         else if (k == 9)
@@ -408,9 +433,16 @@ static bool spec_export_config(const rd *r, const char *text, spec *s)
     tg__jp_free(&jp);
     if (!ok)
         return false;
+    bool s2s = seen >> KEY_DECODER_LAYERS & 1u;
     for (int k = 0; k < N_REQUIRED_KEYS; k++)
-        if (!(seen >> k & 1u))
+        if (!(seen >> k & 1u) && !(s2s && k == KEY_CAUSAL))
             return FAIL(r, "%s: metadata 'config' lacks \"%s\"", r->label, config_keys[k]);
+    if (s2s && (seen >> KEY_CAUSAL & 1u))
+        return FAIL(r, "%s: metadata 'config' has both \"n_decoder_layers\" and \"causal\" "
+                    "(an encoder-decoder's target is always causal)", r->label);
+    if (!s2s && (seen >> KEY_SCALE & 1u))
+        return FAIL(r, "%s: metadata 'config' has \"scale_embedding\" without "
+                    "\"n_decoder_layers\"", r->label);
     c->layer.n_heads = heads;
     if (c->layer.d_model % heads != 0)
         return FAIL(r, "%s: metadata 'config': n_heads %" PRId64 " does not divide d_model %"
@@ -428,8 +460,14 @@ static bool spec_export_vocab(const rd *r, const char *text, spec *s)
         return false;
     bool used[256] = {false};
     int64_t n = 0, V = s->info.config.vocab_size;
+    bool s2s = s->info.config.n_decoder_layers > 0;
     bool ok = tg__jp_arr_begin(&jp);
     while (ok && tg__jp_arr_next(&jp)) {
+        if (s2s && n == V - 1 && tg__jp_peek(&jp) == TG__J_NULL) { /* BOS stands for no byte */
+            ok = tg__jp_skip(&jp);
+            s->byte_of[n++] = -1;
+            continue;
+        }
         tg__jnum v;
         ok = tg__jp_number(&jp, &v);
         if (ok && (!v.is_int || v.neg || v.big || v.mag > 255 || used[v.mag] || n >= V)) {
@@ -459,7 +497,22 @@ static bool spec_export(const rd *r, spec *s)
         !meta_int(r, "step", false, 0, (int64_t)1 << 53, &s->info.step))
         return false;
     s->info.format = TG_MODEL_EXPORT;
-    s->info.kind = s->info.config.causal ? TG_MODEL_LM : TG_MODEL_ENCODER;
+    bool s2s = s->info.config.n_decoder_layers > 0;
+    s->info.kind = s2s ? TG_MODEL_SEQ2SEQ : s->info.config.causal ? TG_MODEL_LM
+                                                                   : TG_MODEL_ENCODER;
+    if (s2s) { /* a task's encoder-decoder: the digits, then BOS */
+        int64_t bos = -1;
+        if (!meta_int(r, "bos_id", true, 0, MODEL_BOS, &bos))
+            return false;
+        spec want;
+        task_vocab(&want);
+        if (bos != MODEL_BOS || s->info.config.vocab_size != MODEL_BOS + 1 ||
+            memcmp(want.byte_of, s->byte_of, sizeof(int16_t) * (MODEL_BOS + 1)) != 0)
+            return FAIL(r, "%s: metadata 'vocab' and 'bos_id' are not an encoder-decoder "
+                        "task's (the digits 48-57, then null for BOS, bos_id %d)", r->label,
+                        MODEL_BOS);
+        s->info.bos_id = MODEL_BOS;
+    }
     if (!strncmp(data, "task:", 5) && !s->info.config.causal &&
         (!strcmp(data + 5, "copy") || !strcmp(data + 5, "reverse") || !strcmp(data + 5, "sort")))
         snprintf(s->info.task, sizeof s->info.task, "%s", data + 5);
