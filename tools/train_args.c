@@ -264,13 +264,14 @@ void train_pairs_defaults(train_args *a, const cli_result *r)
     UNLESS("dropout") a->dropout = 0.1;
     UNLESS("label-smoothing") a->label_smoothing = 0.1;
     UNLESS("schedule") a->schedule = SCHED_NOAM;
-    UNLESS("warmup") a->warmup = 800;
+    UNLESS("warmup") a->warmup = 400;
+    UNLESS("lr") a->lr = 0.5; /* noam factor: peak 0.5 (256 * 400)^-0.5 = 1.6e-3 */
     UNLESS("beta2") a->beta2 = 0.98;
     UNLESS("eps") a->eps = 1e-9;
     UNLESS("optimizer") a->optimizer = OPT_ADAM;
     UNLESS("weight-decay") a->weight_decay = 0;
-    UNLESS("steps") a->steps = 3000;
-    UNLESS("eval-every") a->eval_every = 500;
+    UNLESS("steps") a->steps = 1000;
+    UNLESS("eval-every") a->eval_every = 250;
     UNLESS("target-acc") a->target_acc = 0;
     a->tie = true; /* shared source, target and output embedding (sec. 3.4) */
 #undef UNLESS
