@@ -1696,9 +1696,8 @@ int cmd_train(int argc, char **argv)
                     tg_seq2seq_info vi = tg_seq2seq_get_info(t->pr.valid);
                     snprintf(line, sizeof line, "translation: %" PRId64 " training pairs (%"
                              PRId64 " target tokens), %" PRId64 " validation; %s tokenizer, "
-                             "vocabulary %" PRId64 "; batches of %" PRId64 " tokens",
-                             ti.pairs, ti.tgt_tokens, vi.pairs, tg_tokenizer_kind(t->pr.tok),
-                             t->V, t->a.batch_tokens);
+                             "vocabulary %" PRId64, ti.pairs, ti.tgt_tokens, vi.pairs,
+                             tg_tokenizer_kind(t->pr.tok), t->V);
                 } else if (t->text)
                     snprintf(line, sizeof line, "byte-level LM on %d file%s, %" PRId64
                              " bytes (%" PRId64 " train, %" PRId64 " validation), vocabulary %d",
@@ -1719,12 +1718,16 @@ int cmd_train(int argc, char **argv)
                 char procs[64] = "";
                 if (t->mp.size > 1)
                     snprintf(procs, sizeof procs, " per process, %d processes", t->mp.size);
+                char bs[64];
+                snprintf(bs, sizeof bs, t->pairs ? "batches of %" PRId64 " tokens"
+                                                 : "batch %" PRId64,
+                         t->pairs ? t->a.batch_tokens : t->B);
                 snprintf(line, sizeof line, "%" PRId64 "%s layer%s, d_model %" PRId64 ", %"
-                        PRId64 " head%s, d_ff %" PRId64 ", %s, %" PRId64 " parameters, batch %"
-                        PRId64 "%s, %d thread%s%s%s", t->a.layers, dl,
+                        PRId64 " head%s, d_ff %" PRId64 ", %s, %" PRId64 " parameters, %s"
+                        "%s, %d thread%s%s%s", t->a.layers, dl,
                         t->a.layers == 1 && !t->s2s ? "" : "s",
                         t->a.d_model, t->a.heads, t->a.heads == 1 ? "" : "s", t->a.d_ff,
-                        t->a.post_norm ? "post-norm" : "pre-norm", t->n_params, t->B, par,
+                        t->a.post_norm ? "post-norm" : "pre-norm", t->n_params, bs, par,
                         tg_ctx_threads(t->ctx), tg_ctx_threads(t->ctx) == 1 ? "" : "s", procs,
                         t->ck ? ", resumed" : "");
                 cli_say(stderr, "tgrad train: ", line);
