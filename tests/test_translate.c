@@ -33,7 +33,12 @@
 static char dir[256];
 
 static void setup(void) { tu_mkdtemp(dir, sizeof dir, "translate"); }
-static void teardown(void) { tu_rm_tree(dir); }
+/* TU_KEEP=1 keeps the scratch directory (to look at its checkpoints). */
+static void teardown(void)
+{
+    if (!getenv("TU_KEEP"))
+        tu_rm_tree(dir);
+}
 
 /* ---- checkpoints made through the library ---------------------------------------------------- */
 #define MAX_META 40
@@ -492,6 +497,22 @@ START_TEST(test_wrong_checkpoints)
 }
 END_TEST
 
+/* tgrad info accepts and summarizes translation checkpoints, and refuses broken ones. */
+START_TEST(test_info)
+{
+    make_ckpt("b.ckpt", NULL, 0, NULL);
+    expect_exit("info b.ckpt", 0, NULL);
+    char *o = out_txt();
+    ck_assert_msg(strstr(o, "translation model: 1+1 layers, d_model 16, tokenizer bytes, "
+                            "vocabulary 260, max length 24 tokens, step 0"), "%s", o);
+    ck_assert(strstr(o, "tokenizer.kind"));
+    free(o);
+    const char *e[] = {"model.vocab_size", "259"};
+    make_ckpt("h.ckpt", NULL, 1, e);
+    expect_exit("info h.ckpt", 1, "not a valid translation checkpoint (translate refuses it)");
+}
+END_TEST
+
 #ifdef TG_HAVE_SPM
 START_TEST(test_translate_spm)
 {
@@ -508,6 +529,10 @@ START_TEST(test_translate_spm)
     expect_exit("translate --checkpoint s.ckpt --beam 1 in.txt", 0, NULL);
     o = out_txt();
     ck_assert_int_eq(tu_count_lines(o), 3);
+    free(o);
+    expect_exit("info s.ckpt", 0, NULL);
+    o = out_txt();
+    ck_assert_msg(strstr(o, "tokenizer sentencepiece ("), "%s", o);
     free(o);
 }
 END_TEST
@@ -526,6 +551,7 @@ int main(void)
     tcase_add_test(tc, test_eval);
     tcase_add_test(tc, test_hostile_input);
     tcase_add_test(tc, test_wrong_checkpoints);
+    tcase_add_test(tc, test_info);
 #ifdef TG_HAVE_SPM
     tcase_add_test(tc, test_load_spm);
     tcase_add_test(tc, test_translate_spm);
