@@ -47,6 +47,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Most generator rows (sentences x beam) of one tg_translate_batch call: memory grows with
+ * them (measured: ~6 MB a row for d_model 256, 3 decoder layers, max length 256, f32), the
+ * speed per sentence hardly beyond. */
+#define TRANSLATE_MAX_ROWS 64
+
 /* Longest input line (bytes, without its line end), as the pairs reader's default. */
 #define TRANSLATE_MAX_LINE TG_PAIRS_MAX_LINE
 
@@ -69,7 +74,8 @@ static const cli_option translate_opts[] = {
     {.name = "max-len-b", .kind = CLI_NUM, .offset = TA(max_len_b), .metavar = "B",
      .help = "(10); never more than the model's max length - 1", .fmin = 0, .fmax = 1e6},
     {.name = "batch", .kind = CLI_INT, .offset = TA(batch), .metavar = "N",
-     .help = "sentences translated side by side (64)", .imin = 1,
+     .help = "lines per batch (64); decoded side by side in groups of at most 64 / K "
+             "sentences (K beams: 64 generator rows, a memory bound)", .imin = 1,
      .imax = TRANSLATE_MAX_BATCH},
     {.name = "threads", .kind = CLI_INT, .offset = TA(threads), .metavar = "N",
      .help = "worker threads (all cores)", .imin = 1, .imax = CLI_MAX_THREADS},
@@ -155,7 +161,8 @@ typedef struct translator_state {
     tg_translator *tr[TRANSLATORS];
     tg_search_opts opts;
     int64_t L;          /* the model's max_seq_len */
-    int64_t batch;      /* sentences per tg_translate_batch */
+    int64_t batch;      /* sentences per tg_translate_batch: --batch, at most
+                           max(1, TRANSLATE_MAX_ROWS / K) (the memory bound) */
     int32_t eos;
     char *text;         /* decoded output, grown as needed */
     size_t text_cap;
@@ -245,7 +252,10 @@ static int translate_load(translator_state *s, const translate_args *a)
     o.pad = sp.pad;
     s->eos = sp.eos;
     s->L = mi->config.max_seq_len;
-    s->batch = a->batch;
+    /* a generator row costs ~L D (4 n_decoder_layers + activations) values: bound the rows of
+     * one call, whatever --batch reads at a time */
+    int64_t per_call = TRANSLATE_MAX_ROWS / a->beam;
+    s->batch = a->batch < per_call ? a->batch : per_call > 0 ? per_call : 1;
     tg_ctx_set_training(s->ctx, false);
     if (a->threads)
         tg_ctx_set_threads(s->ctx, cli_threads_cap("translate", a->threads));
