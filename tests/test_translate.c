@@ -188,6 +188,8 @@ static void expect_refused(const char *path, tg_status status, const char *needl
     size_t bytes = tg_ctx_bytes(ctx);
     ck_assert_ptr_null(tg_model_load(ctx, path));
     tu_assert_error(ctx, status, needle);
+    ck_assert_msg(!strncmp(tg_ctx_message(ctx), "tg_model_load: ", 15) &&
+                  strstr(tg_ctx_message(ctx), path), "%s", tg_ctx_message(ctx));
     ck_assert_uint_eq(tg_ctx_bytes(ctx), bytes);
     tg_ctx_free(ctx);
 }

@@ -429,7 +429,6 @@ static int reader_take(line_reader *lr, const char **p, size_t *n)
 typedef struct pending {
     int32_t **ids;   /* (batch) arrays of L ids */
     int64_t *len;    /* 0: an empty line */
-    char **text;
     int64_t n;
 } pending;
 
@@ -438,7 +437,6 @@ static bool flush_pending(translator_state *s, pending *pd, const int32_t **src,
 {
     int64_t k = 0;
     for (int64_t i = 0; i < pd->n; i++) {
-        pd->text[i] = NULL;
         if (pd->len[i] > 0) {
             src[k] = pd->ids[i];
             slen[k++] = pd->len[i];
@@ -487,10 +485,9 @@ static int translate_stream(translator_state *s, const translate_args *a)
     lr.buf = malloc(lr.cap);
     pd.ids = calloc((size_t)B, sizeof *pd.ids);
     pd.len = calloc((size_t)B, sizeof *pd.len);
-    pd.text = calloc((size_t)B, sizeof *pd.text);
     const int32_t **src = calloc((size_t)B, sizeof *src);
     int64_t *slen = calloc((size_t)B, sizeof *slen);
-    bool ok = lr.buf && pd.ids && pd.len && pd.text && src && slen;
+    bool ok = lr.buf && pd.ids && pd.len && src && slen;
     for (int64_t i = 0; ok && i < B; i++)
         ok = (pd.ids[i] = malloc(sizeof(int32_t) * (size_t)s->L)) != NULL;
     int rc = 1;
@@ -544,7 +541,6 @@ out:
         free(pd.ids[i]);
     free(pd.ids);
     free(pd.len);
-    free(pd.text);
     free(src);
     free(slen);
     free(lr.buf);
