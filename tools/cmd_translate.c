@@ -285,25 +285,18 @@ static tg_translator *translator_for(translator_state *s, int64_t k)
 }
 
 /* ---- run: translating a batch --------------------------------------------------------------- */
-/* Translate @p n sources (ids with EOS) in chunks of s->batch; on success out[i] holds the
- * text of sentence i (pointing into @p text_of: malloc'd strings, the caller frees them). */
-static bool translate_ids(translator_state *s, int64_t n, const int32_t *const *src,
-                          const int64_t *len, char **text_of)
+/* Translate @p n sources (ids with EOS) in chunks of s->batch (@p res: room for s->batch
+ * results); text_of[i] receives the text of sentence i (malloc'd; also after a failure, the
+ * texts made so far: the caller frees them). */
+static bool translate_sorted(translator_state *s, int64_t n, const int32_t **src,
+                             const int64_t *len, tg_translation *res, char **text_of)
 {
-    tg_translation *res = malloc(sizeof *res * (size_t)(s->batch));
-    if (!res) {
-        fprintf(stderr, "tgrad translate: out of memory\n");
-        return false;
-    }
     for (int64_t i0 = 0; i0 < n; i0 += s->batch) {
         int64_t k = n - i0 < s->batch ? n - i0 : s->batch;
         tg_translator *tr = translator_for(s, k);
-        if (!tr) {
-            free(res);
+        if (!tr)
             return false;
-        }
         if (tg_translate_batch(tr, k, src + i0, len + i0, res) != TG_OK) {
-            free(res);
             cli_report("translate", NULL, NULL, s->ctx);
             return false;
         }
@@ -313,7 +306,6 @@ static bool translate_ids(translator_state *s, int64_t n, const int32_t *const *
             if (!t || tg_tokenizer_decode(s->tok, res[i].ids, res[i].len, t,
                                           (size_t)need + 1) != need) {
                 free(t);
-                free(res);
                 if (need < 0)
                     cli_report("translate", NULL, NULL, s->ctx);
                 else
@@ -326,8 +318,57 @@ static bool translate_ids(translator_state *s, int64_t n, const int32_t *const *
             text_of[i0 + i] = t;
         }
     }
-    free(res);
     return true;
+}
+
+typedef struct by_len {
+    int64_t len, index;
+} by_len;
+
+static int by_len_cmp(const void *a, const void *b)
+{
+    const by_len *x = a, *y = b;
+    if (x->len != y->len)
+        return x->len < y->len ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Translate @p n sources (ids with EOS); on success text_of[i] holds the text of sentence i
+ * (malloc'd strings, the caller frees them). */
+static bool translate_ids(translator_state *s, int64_t n, const int32_t *const *src_in,
+                          const int64_t *len_in, char **text_of)
+{
+    /* sentences of similar lengths side by side (a call runs until its longest is done):
+     * sorted by source length, each sentence's result is the same in any company */
+    tg_translation *res = malloc(sizeof *res * (size_t)(s->batch));
+    by_len *order = malloc(sizeof *order * (size_t)n);
+    const int32_t **src = malloc(sizeof *src * (size_t)n);
+    int64_t *len = malloc(sizeof *len * (size_t)n);
+    char **sorted_text = calloc((size_t)n, sizeof *sorted_text);
+    bool ok = res && order && src && len && sorted_text;
+    if (!ok)
+        fprintf(stderr, "tgrad translate: out of memory\n");
+    for (int64_t i = 0; ok && i < n; i++)
+        order[i] = (by_len){len_in[i], i};
+    if (ok)
+        qsort(order, (size_t)n, sizeof *order, by_len_cmp);
+    for (int64_t i = 0; ok && i < n; i++) {
+        src[i] = src_in[order[i].index];
+        len[i] = order[i].len;
+    }
+    ok = ok && translate_sorted(s, n, src, len, res, sorted_text);
+    for (int64_t i = 0; ok && i < n; i++) {
+        text_of[order[i].index] = sorted_text[i];
+        sorted_text[i] = NULL;
+    }
+    for (int64_t i = 0; sorted_text && i < n; i++)
+        free(sorted_text[i]);
+    free(sorted_text);
+    free(len);
+    free(src);
+    free(order);
+    free(res);
+    return ok;
 }
 
 /* Source ids of @p n bytes of @p text: tok(text)[:L-1] + EOS into @p ids (room for L);
@@ -599,8 +640,8 @@ static int translate_eval(translator_state *s, const translate_args *a)
         return 1;
     }
     int64_t n = tg_seq2seq_count(d);
-    const int32_t **src = malloc(sizeof *src * (size_t)n);
-    int64_t *len = malloc(sizeof *len * (size_t)n);
+    const int32_t **src = calloc((size_t)n, sizeof *src);
+    int64_t *len = calloc((size_t)n, sizeof *len);
     char **hyps = calloc((size_t)n, sizeof *hyps);
     const char **refs = malloc(sizeof *refs * (size_t)n);
     int rc = 1;
