@@ -169,6 +169,176 @@ START_TEST(test_custom_tokenizer)
 }
 END_TEST
 
+/* ===== checkpoint metadata: tokenizer.kind, tokenizer.model ================================= */
+typedef struct membuf {
+    char *p;
+    size_t n, cap;
+} membuf;
+
+static int membuf_write(void *user, const void *data, size_t size)
+{
+    membuf *m = user;
+    if (m->n + size > m->cap) {
+        m->cap = 2 * (m->n + size);
+        m->p = realloc(m->p, m->cap);
+        ck_assert_ptr_nonnull(m->p);
+    }
+    memcpy(m->p + m->n, data, size);
+    m->n += size;
+    return 0;
+}
+
+/* A safetensors file (one small tensor) with @p n metadata pairs, parsed in @p ctx (made in
+ * memory: no file). */
+static tg_safetensors *st_with_meta(tg_ctx *ctx, int64_t n, const char *const *keys,
+                                    const char *const *values)
+{
+    tg_tensor *t = tg_param(ctx, TG_F32, TG_DIMS(2), "w");
+    ck_assert_ptr_nonnull(t);
+    tg_io_item item = tg_io_item_data(t, "w");
+    membuf m = {0};
+    tg_writer w = {membuf_write, &m};
+    ck_assert_msg(tg_safetensors_write_to(ctx, &w, 1, &item, n, keys, values) == TG_OK, "%s",
+                  tg_ctx_message(ctx));
+    tg_safetensors *st = tg_safetensors_read_mem(ctx, m.p, m.n);
+    ck_assert_msg(st != NULL, "%s", tg_ctx_message(ctx));
+    free(m.p);
+    return st;
+}
+
+/* RFC 4648's test vectors, every byte value, every length mod 3: meta -> file -> meta_read. */
+START_TEST(test_tokenizer_meta_round_trip)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tokenizer_ops ops = {"sentencepiece", upper_encode, upper_decode, upper_free};
+    tg_token_ids sp = {0, 1, 2, 3};
+    static const char *const vec[][2] = {{"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"},
+                                         {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="},
+                                         {"foobar", "Zm9vYmFy"}};
+    unsigned char all[259];
+    for (int i = 0; i < 259; i++)
+        all[i] = (unsigned char)(i * 7 + 3);
+    for (int k = 0; k < 9; k++) {
+        const void *model = k < 6 ? (const void *)vec[k][0] : (const void *)all;
+        size_t size = k < 6 ? strlen(vec[k][0]) : (size_t)(257 + k - 6);
+        tg_tokenizer *t = tg_tokenizer_new(ctx, &ops, malloc(8), 12, sp, model, size);
+        ck_assert_ptr_nonnull(t);
+        const char *keys[2];
+        char *values[2];
+        ck_assert_int_eq(tg_tokenizer_meta(t, keys, values), 2);
+        ck_assert_str_eq(keys[0], "tokenizer.kind");
+        ck_assert_str_eq(values[0], "sentencepiece");
+        ck_assert_str_eq(keys[1], "tokenizer.model");
+        ck_assert_uint_eq(strlen(values[1]), 4 * ((size + 2) / 3));
+        if (k < 6)
+            ck_assert_str_eq(values[1], vec[k][1]);
+        tg_safetensors *st = st_with_meta(ctx, 2, keys, (const char *const *)values);
+        const char *kind;
+        void *back;
+        size_t n;
+        ck_assert_msg(tg_tokenizer_meta_read(ctx, st, &kind, &back, &n) == TG_OK, "%s",
+                      tg_ctx_message(ctx));
+        ck_assert_str_eq(kind, "sentencepiece");
+        ck_assert_uint_eq(n, size);
+        ck_assert_int_eq(memcmp(back, model, size), 0);
+        free(back);
+        free(values[0]);
+        free(values[1]);
+        tg_tokenizer_free(t);
+    }
+    /* the byte tokenizer: the kind only */
+    tg_tokenizer *b = tg_tokenizer_bytes(ctx);
+    const char *keys[2];
+    char *values[2];
+    ck_assert_int_eq(tg_tokenizer_meta(b, keys, values), 1);
+    ck_assert_str_eq(values[0], "bytes");
+    ck_assert_ptr_null(values[1]);
+    tg_safetensors *st = st_with_meta(ctx, 1, keys, (const char *const *)values);
+    const char *kind;
+    void *back = (void *)1;
+    size_t n = 9;
+    ck_assert_int_eq(tg_tokenizer_meta_read(ctx, st, &kind, &back, &n), TG_OK);
+    ck_assert_str_eq(kind, "bytes");
+    ck_assert_ptr_null(back);
+    ck_assert_uint_eq(n, 0);
+    free(values[0]);
+    tg_tokenizer_free(b);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(test_tokenizer_meta_refusals)
+{
+    static const struct {
+        const char *kind, *model, *needle;
+    } rows[] = {
+        {NULL, NULL, "'tokenizer.kind' is missing"},
+        {NULL, "Zg==", "'tokenizer.kind' is missing"},
+        {"wordpiece", NULL, "'tokenizer.kind' is 'wordpiece' (expected bytes or sentencepiece)"},
+        {"Bytes", NULL, "'tokenizer.kind' is 'Bytes'"},
+        {"bytes", "Zg==", "present but tokenizer.kind is bytes"},
+        {"sentencepiece", NULL, "'tokenizer.model' is missing"},
+        {"sentencepiece", "", "'tokenizer.model' is empty"},
+        {"sentencepiece", "Zm9", "base64 of 3 characters (expected a multiple of 4"},
+        {"sentencepiece", "Zm9vY", "base64 of 5 characters"},
+        {"sentencepiece", "Zm9v!A==", "byte 0x21 at offset 4 is not a base64 character"},
+        {"sentencepiece", "Zm9v-A==", "byte 0x2d at offset 4 is not a base64 character"},
+        {"sentencepiece", "Zm9 ", "byte 0x20 at offset 3"},
+        {"sentencepiece", "Zm9v\nZg=", "byte 0x0a at offset 4"},
+        {"sentencepiece", "Zg==Zm8=", "padding '=' at offset 2 before the end"},
+        {"sentencepiece", "Z===", "padding '=' at offset 1 before the end"},
+        {"sentencepiece", "====", "padding '=' at offset 0 before the end"},
+        {"sentencepiece", "Zh==", "non-canonical base64 (nonzero padding bits at offset 1)"},
+        {"sentencepiece", "Zm9=", "non-canonical base64 (nonzero padding bits at offset 2)"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        tg_ctx *ctx = tu_ctx_new();
+        const char *k[3] = {"other"}, *v[3] = {"1"};
+        int n = 1;
+        if (rows[i].kind) {
+            k[n] = "tokenizer.kind";
+            v[n++] = rows[i].kind;
+        }
+        if (rows[i].model) {
+            k[n] = "tokenizer.model";
+            v[n++] = rows[i].model;
+        }
+        tg_safetensors *st = st_with_meta(ctx, n, k, v);
+        const char *kind = "x";
+        void *model = (void *)1;
+        size_t size = 5;
+        ck_assert_int_eq(tg_tokenizer_meta_read(ctx, st, &kind, &model, &size), TG_ERR_FORMAT);
+        tu_assert_error(ctx, TG_ERR_FORMAT, rows[i].needle);
+        ck_assert_ptr_null(kind);
+        ck_assert_ptr_null(model);
+        ck_assert_uint_eq(size, 0);
+        tu_ctx_free(ctx);
+    }
+    /* over 64 MiB decoded: refused from the length, before anything is allocated or scanned */
+    tg_ctx *ctx = tu_ctx_new();
+    size_t len = 4 * ((TG_TOKENIZER_MAX_MODEL_BYTES + 3) / 3);
+    char *big = malloc(len + 1);
+    ck_assert_ptr_nonnull(big);
+    memset(big, '!', len);
+    big[len] = 0;
+    const char *k[2] = {"tokenizer.kind", "tokenizer.model"}, *v[2] = {"sentencepiece", big};
+    tg_safetensors *st = st_with_meta(ctx, 2, k, v);
+    free(big);
+    const char *kind;
+    void *model;
+    size_t size;
+    ck_assert_int_eq(tg_tokenizer_meta_read(ctx, st, &kind, &model, &size), TG_ERR_FORMAT);
+    tu_assert_error(ctx, TG_ERR_FORMAT, "bytes of model (at most 67108864)");
+    /* NULL arguments */
+    ck_assert_int_eq(tg_tokenizer_meta_read(ctx, NULL, &kind, &model, &size), TG_ERR_ARG);
+    ck_assert_int_eq(tg_tokenizer_meta_read(NULL, st, &kind, &model, &size), TG_ERR_ARG);
+    const char *keys[2];
+    char *values[2];
+    ck_assert_int_eq(tg_tokenizer_meta(NULL, keys, values), -1);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* ===== sentence-pair files ================================================================== */
 static void write_bytes(const char *dir, const char *name, const char *data, size_t n,
                         char *path, size_t path_size)
@@ -733,6 +903,8 @@ int main(void)
     tcase_add_test(tc, test_encode_refuses_bad_text);
     tcase_add_test(tc, test_decode_replaces_invalid);
     tcase_add_test(tc, test_custom_tokenizer);
+    tcase_add_test(tc, test_tokenizer_meta_round_trip);
+    tcase_add_test(tc, test_tokenizer_meta_refusals);
     tc = tu_tcase(s, "pairs", 0);
     tcase_add_test(tc, test_pairs_read_ok);
     tcase_add_test(tc, test_pairs_refusals);

@@ -29,6 +29,7 @@ int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_translate(int argc, char **argv);
 
 /* Limits shared by the commands' tables. */
 #define CLI_MAX_THREADS 256     /* --threads */
@@ -116,5 +117,21 @@ typedef struct export_args {
 } export_args;
 int export_parse(int argc, char **argv, export_args *a, cli_result *r, char *err, size_t n);
 void export_free(export_args *a, cli_result *r);
+
+/* ---- tgrad translate ----------------------------------------------------------------------- */
+#define TRANSLATE_MAX_BEAM 64     /* --beam */
+#define TRANSLATE_MAX_BATCH 4096  /* --batch */
+typedef struct translate_args {
+    const char *checkpoint; /* --checkpoint (required) */
+    const char *eval, *out; /* --eval PAIRS, --out FILE (with --eval) */
+    const char *input;      /* the positional FILE (NULL or "-": standard input) */
+    int64_t beam, batch, threads;
+    double lenpen, max_len_a, max_len_b;
+    bool force;
+} translate_args;
+int translate_parse(int argc, char **argv, translate_args *a, cli_result *r, char *err,
+                    size_t n);
+void translate_free(translate_args *a, cli_result *r);
+const cli_command *translate_command(void);
 
 #endif

@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "climsg.h"
 #include "tgrad_io.h"
+#include "tgrad_model.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -172,13 +173,48 @@ static void describe_safetensors(const char *path, const tg_safetensors *st, FIL
     }
 }
 
+/* A translation checkpoint (data.mode pairs, `tgrad train --pairs`) is held to what `tgrad
+ * translate` accepts (tg_model_load_from: the config, the tensors, the tokenizer metadata);
+ * its model is summarized on @p out. */
+static bool check_pairs(const char *path, const tg_safetensors *st, FILE *out, char *err,
+                        size_t n)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_model *m = ctx ? tg_model_load_from(ctx, st, path) : NULL;
+    if (!m) {
+        char msg[1024];
+        if (ctx)
+            cli_message(ctx, path, msg, sizeof msg);
+        snprintf(err, n, "'%s': not a valid translation checkpoint (translate refuses it): %s",
+                 path, ctx ? msg : "out of memory");
+        tg_ctx_free(ctx);
+        return false;
+    }
+    const tg_model_info *mi = tg_model_get_info(m);
+    size_t tok_bytes = 0;
+    tg_model_tokenizer_bytes(m, &tok_bytes);
+    fprintf(out, "translation model: %" PRId64 "+%" PRId64 " layers, d_model %" PRId64
+            ", tokenizer %s", mi->config.n_layers, mi->config.n_decoder_layers,
+            mi->config.layer.d_model, mi->tokenizer);
+    if (tok_bytes)
+        fprintf(out, " (%zu bytes of model)", tok_bytes);
+    fprintf(out, ", vocabulary %" PRId64 ", max length %" PRId64 " tokens, step %" PRId64 "\n",
+            mi->config.vocab_size, mi->config.max_seq_len, mi->step);
+    tg_ctx_free(ctx);
+    return true;
+}
+
 /* A file whose metadata claims a training checkpoint is held to what train --resume, sample
  * and export accept (ckpt_config.c): false with one line in @p err when they would refuse it. */
-static bool check_checkpoint(const char *path, const tg_safetensors *st, char *err, size_t n)
+static bool check_checkpoint(const char *path, const tg_safetensors *st, FILE *out, char *err,
+                             size_t n)
 {
     const char *format = tg_safetensors_meta_get(st, "format");
     if (!format || strncmp(format, "tgrad-checkpoint", 16) != 0)
         return true;
+    const char *mode = tg_safetensors_meta_get(st, "data.mode");
+    if (mode && !strcmp(mode, "pairs"))
+        return check_pairs(path, st, out, err, n);
     train_args ta;
     train_defaults(&ta);
     ckpt_info info;
@@ -224,7 +260,7 @@ static bool info_file(const char *path, FILE *out, char *err, size_t n)
         tg_safetensors *st = tg_safetensors_read(ctx, path);
         if (st) {
             describe_safetensors(path, st, out);
-            ok = check_checkpoint(path, st, err, n);
+            ok = check_checkpoint(path, st, out, err, n);
         } else if (got >= 9 && magic[8] != '{' && magic[8] != ' ') {
             /* not even the start of a safetensors JSON header */
             snprintf(err, n, "'%s': not a safetensors, checkpoint or .npy file", path);

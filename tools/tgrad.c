@@ -20,6 +20,8 @@ static const command commands[] = {
     {"train", cmd_train, "train a transformer (built-in task, or --text FILE... for an LM)"},
     {"sample", cmd_sample, "generate text from a language-model checkpoint (or decode a "
                            "sequence with a seq2seq one)"},
+    {"translate", cmd_translate, "translate sentences with a checkpoint of 'train --pairs' "
+                                 "(greedy or beam search; --eval: BLEU and chrF)"},
     {"export", cmd_export, "write a checkpoint's parameters as a PyTorch-loadable safetensors"},
     {"info", cmd_info, "describe checkpoints, safetensors and .npy files"},
     {"bench", cmd_bench, "benchmark kernels and a training step against references"},

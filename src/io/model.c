@@ -10,6 +10,7 @@
  */
 #include "tgrad_model.h"
 #include "core.h"
+#include "data/data.h"
 #include "io.h"
 #include "json.h"
 
@@ -185,7 +186,8 @@ static bool spec_pairs_vocab(const rd *r, spec *s)
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", tg_ctx_message(r->ctx));
         const char *m = strncmp(msg, "tg_tokenizer_meta_read: ", 24) ? msg : msg + 24;
-        return (tg__err(r->ctx, tg_ctx_status(r->ctx), r->fn, "%s: %s", r->label, m), false);
+        tg__err_replace(r->ctx, tg_ctx_status(r->ctx), r->fn, "%s: %s", r->label, m);
+        return false;
     }
     bool spm = !strcmp(kind, "sentencepiece");
     snprintf(s->info.tokenizer, sizeof s->info.tokenizer, "%s", kind);

@@ -40,8 +40,8 @@
 #include <string.h>
 
 /* tools/tgrad.c's command table, in its order (top_parse answers an index into it). */
-static const char *const commands[] = {"train", "sample", "export", "info", "bench",
-                                       "gradcheck", "run", "version", "help"};
+static const char *const commands[] = {"train", "sample", "translate", "export", "info",
+                                       "bench", "gradcheck", "run", "version", "help"};
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
 #define ERR_SIZE 4096 /* larger than any clean line (FZ_LINE_MAX): truncation would hide it */
@@ -389,6 +389,25 @@ static void do_sample(int argc, char **argv)
     free(v);
 }
 
+static void do_translate(int argc, char **argv)
+{
+    translate_args a;
+    cli_result r;
+    char err[ERR_SIZE];
+    char **v = argv_copy(argv, argc);
+    int rc = translate_parse(argc, v, &a, &r, err, sizeof err);
+    check_rc("translate_parse", rc, err);
+    if (rc == CLI_OK) {
+        check_given(translate_command(), &r, &a);
+        if (!a.checkpoint || !*a.checkpoint || a.beam < 1 || a.beam > TRANSLATE_MAX_BEAM ||
+            a.batch < 1 || a.batch > TRANSLATE_MAX_BATCH || (a.eval && a.input) ||
+            (!a.eval && (a.out || a.force)) || !(a.lenpen >= 0 && a.lenpen <= 10))
+            fz_die(NULL, "translate_parse accepted an invalid combination");
+    }
+    translate_free(&a, &r);
+    free(v);
+}
+
 static void do_run(int argc, char **argv)
 {
     run_args a;
@@ -487,6 +506,8 @@ static void dispatch(int c, int argc, char **argv)
         do_train(argc, argv);
     else if (!strcmp(name, "sample"))
         do_sample(argc, argv);
+    else if (!strcmp(name, "translate"))
+        do_translate(argc, argv);
     else if (!strcmp(name, "export"))
         do_export(argc, argv);
     else if (!strcmp(name, "info"))

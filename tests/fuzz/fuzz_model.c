@@ -12,7 +12,9 @@
  *    holds), the vocabulary maps each byte id back to itself, every id of the vocabulary
  *    decodes and encodes back, and one forward pass (a causal LM or encoder: (1, min(T, 4))
  *    zeros; the encoder-decoder: source and target of that length) in evaluation mode
- *    succeeds.
+ *    succeeds. A translation model (data.mode pairs): its tokenizer kind and model bytes are
+ *    consistent (bytes: vocabulary 260 and no model; sentencepiece: 1 to 64 MiB of model),
+ *    no id stands for a byte, and the forward pass succeeds.
  * 2. The same bytes as a file through tg_model_load (two reads, the first released): the same
  *    outcome (accepted or the same status).
  * 3. Once more with the allocation chosen by the input's hash failing: a clean failure or a
@@ -72,6 +74,20 @@ static void check_model(tg_ctx *ctx, tg_model *m, int64_t params_before, size_t 
     if (values > (double)size) /* every value came from at least one byte of the file */
         fz_die(ctx, "%g parameter values from a file of %zu bytes", values, size);
     int64_t V = tg_model_vocab_size(m);
+    if (info->tokenizer[0]) { /* a translation model: ids are its tokenizer's */
+        size_t n = 0;
+        const void *bytes = tg_model_tokenizer_bytes(m, &n);
+        bool spm = !strcmp(info->tokenizer, "sentencepiece");
+        if (V != info->config.vocab_size || V < 4 || V > (1 << 20) ||
+            (!spm && (strcmp(info->tokenizer, "bytes") || V != 260)) ||
+            info->bos_id != 1 || info->kind != TG_MODEL_SEQ2SEQ ||
+            spm != (bytes != NULL) || (spm && (n == 0 || n > TG_TOKENIZER_MAX_MODEL_BYTES)) ||
+            tg_model_token_byte(m, 0) != -1 || tg_model_token_byte(m, (int32_t)V - 1) != -1)
+            fz_die(ctx, "translation model: tokenizer %s, vocabulary %lld", info->tokenizer,
+                   (long long)V);
+        forward_once(ctx, m);
+        return;
+    }
     if (V != info->config.vocab_size || V < 1 || V > 256)
         fz_die(ctx, "vocabulary size %lld", (long long)V);
     for (int32_t id = 0; id < V; id++) {

@@ -36,6 +36,7 @@ static const fz_table_entry *tables(void)
         t[k++] = (fz_table_entry){&export_cmd, sizeof(export_args)};
         t[k++] = (fz_table_entry){train_command(), sizeof(train_args)};
         t[k++] = (fz_table_entry){sample_command(), sizeof(sample_args)};
+        t[k++] = (fz_table_entry){translate_command(), sizeof(translate_args)};
         n_tables = k;
     }
     return t;

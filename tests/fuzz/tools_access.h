@@ -4,7 +4,8 @@
  * command files. tools_access.c compiles those files into one translation unit (#include of
  * the .c files, so nothing in tools/ changes) and exposes them here; a harness linking
  * tools_access.c must therefore not also link tools/cmd_{top,run,info,gradcheck,bench,export,
- * sample}.c (tests/fuzz/meson.build: fuzz_tools lists what to link).
+ * sample}.c (tests/fuzz/meson.build: fuzz_tools lists what to link; cmd_translate.c is linked,
+ * its table reached through translate_command()).
  */
 #ifndef TG_FUZZ_TOOLS_ACCESS_H
 #define TG_FUZZ_TOOLS_ACCESS_H

@@ -1,0 +1,716 @@
+/*
+ * cmd_translate.c - `tgrad translate`: translate sentences with a translation checkpoint
+ * (`tgrad train --pairs`: data.mode pairs, the encoder-decoder with its tokenizer).
+ *
+ * Two modes:
+ * - streaming (FILE or standard input): one sentence per line in, one translation per line
+ *   out, in order. The input is read with read(2) into a buffer of our own; a batch is
+ *   translated as soon as it holds --batch lines, or no more input is available right now
+ *   (poll(2) with timeout 0), or at the end of the input; its translations are then written
+ *   and flushed. So `echo ... | tgrad translate` prints at once, and a line typed into an
+ *   interactive pipe is answered without waiting for --batch lines.
+ * - --eval PAIRS.tsv: the sources of a pairs file (tg_seq2seq_load) translated in batches,
+ *   the corpus BLEU and chrF of the hypotheses against the targets printed in sacreBLEU's
+ *   format (tgrad_metrics.h), with the wall time; --out writes the hypotheses.
+ *
+ * A line break the model generates (a byte tokenizer can) is written as a space, so every
+ * translation is one line.
+ * Sources are tokenized as in training (tgrad_data.h): tok(line)[:L-1] + EOS, L = the model's
+ * max_seq_len. Decoding is tg_translate_batch (tgrad_decode.h): greedy for --beam 1, else
+ * fairseq's beam search.
+ *
+ * parse (translate_parse) -> load (tg_model_load; the tokenizer from the checkpoint:
+ * tg_model_tokenizer for bytes, tg_spm_load of the stored model for sentencepiece) -> run ->
+ * report. Exit status: 0; 2 for a usage error (options, a checkpoint that is not a translation
+ * model); 1 for a run-time failure (a file missing or corrupt, bad input, a failed write).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+#include "climsg.h"
+#include "outpath.h"
+#include "tgrad_data.h"
+#include "tgrad_decode.h"
+#include "tgrad_metrics.h"
+#include "tgrad_model.h"
+#ifdef TG_HAVE_SPM
+#include "tgrad_spm.h"
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Most generator rows (sentences x beam) of one tg_translate_batch call: memory grows with
+ * them (measured: ~6 MB a row for d_model 256, 3 decoder layers, max length 256, f32), the
+ * speed per sentence hardly beyond. */
+#define TRANSLATE_MAX_ROWS 64
+
+/* Longest input line (bytes, without its line end), as the pairs reader's default. */
+#define TRANSLATE_MAX_LINE TG_PAIRS_MAX_LINE
+
+/* ---- parse ---------------------------------------------------------------------------------- */
+#define TA(f) offsetof(translate_args, f)
+
+static const cli_option translate_opts[] = {
+    {.name = "checkpoint", .kind = CLI_PATH, .offset = TA(checkpoint), .metavar = "CK",
+     .help = "a translation checkpoint of 'tgrad train --pairs'", .flags = CLI_REQUIRED,
+     .group = "model"},
+    {.name = "beam", .kind = CLI_INT, .offset = TA(beam), .metavar = "K",
+     .help = "beam size; 1 = greedy decoding (5)", .imin = 1, .imax = TRANSLATE_MAX_BEAM,
+     .group = "search"},
+    {.name = "lenpen", .kind = CLI_NUM, .offset = TA(lenpen), .metavar = "A",
+     .help = "length penalty: a hypothesis scores sum log p / len^A (1.0)", .fmin = 0,
+     .fmax = 10},
+    {.name = "max-len-a", .kind = CLI_NUM, .offset = TA(max_len_a), .metavar = "A",
+     .help = "maximum output length A * source length + B tokens (1.5)", .fmin = 0,
+     .fmax = 1000},
+    {.name = "max-len-b", .kind = CLI_NUM, .offset = TA(max_len_b), .metavar = "B",
+     .help = "(10); never more than the model's max length - 1", .fmin = 0, .fmax = 1e6},
+    {.name = "batch", .kind = CLI_INT, .offset = TA(batch), .metavar = "N",
+     .help = "lines per batch (64); decoded side by side in groups of at most 64 / K "
+             "sentences (K beams: 64 generator rows, a memory bound)", .imin = 1,
+     .imax = TRANSLATE_MAX_BATCH},
+    {.name = "threads", .kind = CLI_INT, .offset = TA(threads), .metavar = "N",
+     .help = "worker threads (all cores)", .imin = 1, .imax = CLI_MAX_THREADS},
+    {.name = "eval", .kind = CLI_PATH, .offset = TA(eval), .metavar = "PAIRS",
+     .help = "translate the sources of a pairs file (source<TAB>target lines) and print BLEU "
+             "and chrF against its targets", .group = "evaluation"},
+    {.name = "out", .kind = CLI_PATH, .offset = TA(out), .metavar = "FILE",
+     .help = "--eval: write the hypotheses, one per line"},
+    {.name = "force", .kind = CLI_FLAG, .offset = TA(force),
+     .help = "replace --out if it exists (a regular file only)"},
+    {0},
+};
+
+static const cli_command translate_cmd = {
+    .name = "translate",
+    .usage = "--checkpoint CK [options] [FILE|-]\n"
+             "       tgrad translate --checkpoint CK --eval PAIRS [--out FILE] [options]",
+    .description =
+        "Translates with a checkpoint of 'tgrad train --pairs' (the encoder-decoder\n"
+        "and its tokenizer: UTF-8 bytes, or the SentencePiece model the checkpoint\n"
+        "holds). Reads FILE (default or '-': standard input), one sentence per line\n"
+        "(UTF-8; CRLF accepted), and writes one translation per line, in order; an\n"
+        "empty line gives an empty line. Lines are translated in batches of --batch,\n"
+        "and a batch is also translated as soon as no more input is waiting, so a\n"
+        "pipe gets each answer at once. A source is cut to the model's max length - 1\n"
+        "tokens plus EOS, as in training. A line over 64 KiB, invalid UTF-8 or a NUL\n"
+        "byte stops the command with one line naming the line number (the earlier\n"
+        "lines' translations are written first).\n"
+        "--beam 1 is greedy decoding, otherwise fairseq's beam search with the length\n"
+        "penalty len^A; an output has at most min(A * S + B, max length - 1) tokens\n"
+        "(S: source tokens with EOS). Results do not depend on --threads.\n"
+        "--eval PAIRS prints sacreBLEU's lines 'BLEU = ...' (13a tokens, exp\n"
+        "smoothing) and 'chrF2 = ...' (character 6-grams, beta 2), and the speed.\n"
+        "\n"
+        "Exit status: 0; 2 for a usage error (a bad option, a checkpoint that is not a\n"
+        "translation model, --out that exists without --force); 1 for a run-time\n"
+        "failure (a file missing or corrupt, bad input, a failed write).",
+    .opts = translate_opts,
+    .positional = "FILE",
+    .min_positional = 0,
+    .max_positional = 1,
+};
+
+const cli_command *translate_command(void) { return &translate_cmd; }
+
+int translate_parse(int argc, char **argv, translate_args *a, cli_result *r, char *err,
+                    size_t n)
+{
+    memset(a, 0, sizeof *a);
+    a->beam = 5;
+    a->lenpen = 1.0;
+    a->max_len_a = 1.5;
+    a->max_len_b = 10;
+    a->batch = 64;
+    int pr = cli_parse(&translate_cmd, argc, argv, a, r, err, n);
+    if (pr != CLI_OK)
+        return pr;
+    if (a->eval && r->n_positional > 0) {
+        snprintf(err, n, "--eval translates the pairs file's sources: no input FILE too");
+        return CLI_ERROR;
+    }
+    if (!a->eval && (a->out || a->force)) {
+        snprintf(err, n, "%s needs --eval (translations of FILE go to standard output)",
+                 a->out ? "--out" : "--force");
+        return CLI_ERROR;
+    }
+    if (r->n_positional > 0)
+        a->input = r->positional[0];
+    return CLI_OK;
+}
+
+void translate_free(translate_args *a, cli_result *r) { cli_free(&translate_cmd, a, r); }
+
+/* ---- load ----------------------------------------------------------------------------------- */
+enum { TRANSLATORS = 14 }; /* sizes 1, 2, ..., 2^12 and `batch` (<= TRANSLATE_MAX_BATCH) */
+
+typedef struct translator_state {
+    tg_ctx *ctx;
+    tg_model *m;
+    tg_tokenizer *tok;
+    /* translators made on demand for 1, 2, 4, ... sentences and for `batch` (the cost of a
+     * step is that of the translator's rows, however few sentences it holds) */
+    tg_translator *tr[TRANSLATORS];
+    tg_search_opts opts;
+    int64_t L;          /* the model's max_seq_len */
+    int64_t batch;      /* sentences per tg_translate_batch: --batch, at most
+                           max(1, TRANSLATE_MAX_ROWS / K) (the memory bound) */
+    int32_t eos;
+    char *text;         /* decoded output, grown as needed */
+    size_t text_cap;
+} translator_state;
+
+static void say(const char *fmt, const char *a, const char *b)
+{
+    char line[2048];
+    snprintf(line, sizeof line, fmt, a, b);
+    fprintf(stderr, "tgrad translate: %s\n", line);
+}
+
+/* The tokenizer the checkpoint names; NULL after printing why. */
+static tg_tokenizer *load_tokenizer(translator_state *s, const translate_args *a)
+{
+    const tg_model_info *mi = tg_model_get_info(s->m);
+    char sh[80];
+    if (!strcmp(mi->tokenizer, "bytes")) {
+        tg_tokenizer *t = tg_model_tokenizer(s->m);
+        if (!t)
+            cli_report("translate", "--checkpoint", a->checkpoint, s->ctx);
+        return t;
+    }
+#ifdef TG_HAVE_SPM
+    size_t n = 0;
+    const void *bytes = tg_model_tokenizer_bytes(s->m, &n);
+    tg_tokenizer *t = tg_spm_load(s->ctx, bytes, n);
+    if (!t) {
+        char msg[1024];
+        say("--checkpoint '%s': its SentencePiece model (tokenizer.model) is refused: %s",
+            cli_show(a->checkpoint, sh, sizeof sh), cli_message(s->ctx, NULL, msg, sizeof msg));
+    }
+    return t;
+#else
+    say("--checkpoint '%s': its tokenizer is SentencePiece, but this tgrad was built without "
+        "it; install libsentencepiece-dev and rebuild with 'meson setup build "
+        "-Dsentencepiece=enabled'%s", cli_show(a->checkpoint, sh, sizeof sh), "");
+    return NULL;
+#endif
+}
+
+/* Read and check the checkpoint, its tokenizer, and make the translator. 0, or the exit
+ * status after printing why. */
+static int translate_load(translator_state *s, const translate_args *a)
+{
+    char err[1024], sh[80];
+    if (!cli_regular_file(a->checkpoint, err, sizeof err)) {
+        say("--checkpoint %s%s", err, "");
+        return 1;
+    }
+    s->m = tg_model_load(s->ctx, a->checkpoint);
+    if (!s->m) {
+        cli_report("translate", "--checkpoint", a->checkpoint, s->ctx);
+        return 1;
+    }
+    const tg_model_info *mi = tg_model_get_info(s->m);
+    if (!mi->tokenizer[0]) {
+        const char *what = mi->kind == TG_MODEL_LM        ? "a byte-level language model"
+                           : mi->kind == TG_MODEL_ENCODER ? "a built-in task's encoder"
+                                                          : "a built-in task's seq2seq model";
+        snprintf(err, sizeof err, "--checkpoint '%s' is %s, not a translation model (train "
+                 "one with 'tgrad train --arch seq2seq --pairs TSV')",
+                 cli_show(a->checkpoint, sh, sizeof sh), what);
+        say("%s%s", err, "");
+        return 2;
+    }
+    s->tok = load_tokenizer(s, a);
+    if (!s->tok)
+        return 1;
+    int64_t V = tg_model_vocab_size(s->m);
+    if (tg_tokenizer_vocab_size(s->tok) != V) {
+        snprintf(err, sizeof err, "--checkpoint '%s': its tokenizer has %" PRId64 " pieces "
+                 "but model.vocab_size is %" PRId64, cli_show(a->checkpoint, sh, sizeof sh),
+                 tg_tokenizer_vocab_size(s->tok), V);
+        say("%s%s", err, "");
+        return 1;
+    }
+    tg_token_ids sp = tg_tokenizer_special(s->tok);
+    tg_search_opts o = tg_search_defaults();
+    o.method = a->beam == 1 ? TG_SEARCH_GREEDY : TG_SEARCH_BEAM;
+    o.beam = a->beam;
+    o.lenpen = a->lenpen;
+    o.max_len_a = a->max_len_a;
+    o.max_len_b = a->max_len_b;
+    o.bos = sp.bos;
+    o.eos = sp.eos;
+    o.pad = sp.pad;
+    s->eos = sp.eos;
+    s->L = mi->config.max_seq_len;
+    /* a generator row costs ~L D (4 n_decoder_layers + activations) values: bound the rows of
+     * one call, whatever --batch reads at a time */
+    int64_t per_call = TRANSLATE_MAX_ROWS / a->beam;
+    s->batch = a->batch < per_call ? a->batch : per_call > 0 ? per_call : 1;
+    tg_ctx_set_training(s->ctx, false);
+    if (a->threads)
+        tg_ctx_set_threads(s->ctx, cli_threads_cap("translate", a->threads));
+    s->opts = o;
+    return 0;
+}
+
+/* The translator for @p k sentences (1 <= k <= batch): the smallest of 1, 2, 4, ... that holds
+ * them, or the one of `batch` sentences; made the first time it is needed. NULL after
+ * printing why. */
+static tg_translator *translator_for(translator_state *s, int64_t k)
+{
+    int i = 0;
+    int64_t size = 1;
+    while (size < k && size < s->batch) {
+        size *= 2;
+        i++;
+    }
+    if (size > s->batch)
+        size = s->batch;
+    if (!s->tr[i]) {
+        s->tr[i] = tg_translator_new(s->ctx, tg_model_transformer(s->m), size, &s->opts);
+        if (!s->tr[i])
+            cli_report("translate", NULL, NULL, s->ctx);
+    }
+    return s->tr[i];
+}
+
+/* ---- run: translating a batch --------------------------------------------------------------- */
+/* Translate @p n sources (ids with EOS) in chunks of s->batch (@p res: room for s->batch
+ * results); text_of[i] receives the text of sentence i (malloc'd; also after a failure, the
+ * texts made so far: the caller frees them). */
+static bool translate_sorted(translator_state *s, int64_t n, const int32_t **src,
+                             const int64_t *len, tg_translation *res, char **text_of)
+{
+    for (int64_t i0 = 0; i0 < n; i0 += s->batch) {
+        int64_t k = n - i0 < s->batch ? n - i0 : s->batch;
+        tg_translator *tr = translator_for(s, k);
+        if (!tr)
+            return false;
+        if (tg_translate_batch(tr, k, src + i0, len + i0, res) != TG_OK) {
+            cli_report("translate", NULL, NULL, s->ctx);
+            return false;
+        }
+        for (int64_t i = 0; i < k; i++) {
+            int64_t need = tg_tokenizer_decode(s->tok, res[i].ids, res[i].len, NULL, 0);
+            char *t = need >= 0 ? malloc((size_t)need + 1) : NULL;
+            if (!t || tg_tokenizer_decode(s->tok, res[i].ids, res[i].len, t,
+                                          (size_t)need + 1) != need) {
+                free(t);
+                if (need < 0)
+                    cli_report("translate", NULL, NULL, s->ctx);
+                else
+                    fprintf(stderr, "tgrad translate: out of memory\n");
+                return false;
+            }
+            for (int64_t c = 0; c < need; c++) /* one line per translation, always */
+                if (t[c] == '\n' || t[c] == '\r')
+                    t[c] = ' ';
+            text_of[i0 + i] = t;
+        }
+    }
+    return true;
+}
+
+typedef struct by_len {
+    int64_t len, index;
+} by_len;
+
+static int by_len_cmp(const void *a, const void *b)
+{
+    const by_len *x = a, *y = b;
+    if (x->len != y->len)
+        return x->len < y->len ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Translate @p n sources (ids with EOS); on success text_of[i] holds the text of sentence i
+ * (malloc'd strings, the caller frees them). */
+static bool translate_ids(translator_state *s, int64_t n, const int32_t *const *src_in,
+                          const int64_t *len_in, char **text_of)
+{
+    /* sentences of similar lengths side by side (a call runs until its longest is done):
+     * sorted by source length, each sentence's result is the same in any company */
+    tg_translation *res = malloc(sizeof *res * (size_t)(s->batch));
+    by_len *order = malloc(sizeof *order * (size_t)n);
+    const int32_t **src = malloc(sizeof *src * (size_t)n);
+    int64_t *len = malloc(sizeof *len * (size_t)n);
+    char **sorted_text = calloc((size_t)n, sizeof *sorted_text);
+    bool ok = res && order && src && len && sorted_text;
+    if (!ok)
+        fprintf(stderr, "tgrad translate: out of memory\n");
+    for (int64_t i = 0; ok && i < n; i++)
+        order[i] = (by_len){len_in[i], i};
+    if (ok)
+        qsort(order, (size_t)n, sizeof *order, by_len_cmp);
+    for (int64_t i = 0; ok && i < n; i++) {
+        src[i] = src_in[order[i].index];
+        len[i] = order[i].len;
+    }
+    ok = ok && translate_sorted(s, n, src, len, res, sorted_text);
+    for (int64_t i = 0; ok && i < n; i++) {
+        text_of[order[i].index] = sorted_text[i];
+        sorted_text[i] = NULL;
+    }
+    for (int64_t i = 0; sorted_text && i < n; i++)
+        free(sorted_text[i]);
+    free(sorted_text);
+    free(len);
+    free(src);
+    free(order);
+    free(res);
+    return ok;
+}
+
+/* Source ids of @p n bytes of @p text: tok(text)[:L-1] + EOS into @p ids (room for L);
+ * returns the count, or -1 (the tokenizer's message on the context). */
+static int64_t source_ids(translator_state *s, const char *text, size_t n, int32_t *ids)
+{
+    int64_t k = tg_tokenizer_encode(s->tok, text, n, ids, s->L - 1);
+    if (k < 0)
+        return -1;
+    if (k > s->L - 1)
+        k = s->L - 1;
+    ids[k] = s->eos;
+    return k + 1;
+}
+
+/* ---- run: streaming ------------------------------------------------------------------------- */
+typedef struct line_reader {
+    int fd;
+    char *buf;          /* [0, len): bytes read, not yet consumed from `start` */
+    size_t start, len, cap;
+    bool eof;
+    int64_t line_no;    /* lines handed out so far */
+} line_reader;
+
+/* Is more input available right now (without blocking)? */
+static bool input_ready(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int r;
+    do
+        r = poll(&p, 1, 0);
+    while (r < 0 && errno == EINTR);
+    return r != 0; /* an error: let read() say it */
+}
+
+/* Read more bytes (blocking). false on a read error (errno set). */
+static bool reader_fill(line_reader *lr)
+{
+    if (lr->start > 0 && lr->start == lr->len)
+        lr->start = lr->len = 0;
+    if (lr->start > 0 && lr->len - lr->start < lr->cap / 2) {
+        memmove(lr->buf, lr->buf + lr->start, lr->len - lr->start);
+        lr->len -= lr->start;
+        lr->start = 0;
+    }
+    if (lr->len == lr->cap) {
+        size_t nc = lr->cap * 2;
+        char *nb = realloc(lr->buf, nc);
+        if (!nb) {
+            errno = ENOMEM;
+            return false;
+        }
+        lr->buf = nb;
+        lr->cap = nc;
+    }
+    ssize_t got;
+    do
+        got = read(lr->fd, lr->buf + lr->len, lr->cap - lr->len);
+    while (got < 0 && errno == EINTR);
+    if (got < 0)
+        return false;
+    if (got == 0)
+        lr->eof = true;
+    lr->len += (size_t)got;
+    return true;
+}
+
+enum { LINE_OK, LINE_NONE, LINE_LONG, LINE_ERR };
+
+/* The next complete line in the buffer (or the last one at EOF), without its line end:
+ * LINE_OK with *p, *n; LINE_NONE if no complete line is buffered; LINE_LONG if the line
+ * exceeds the limit. */
+static int reader_take(line_reader *lr, const char **p, size_t *n)
+{
+    const char *b = lr->buf + lr->start;
+    size_t avail = lr->len - lr->start;
+    const char *nl = memchr(b, '\n', avail);
+    size_t ln;
+    if (nl)
+        ln = (size_t)(nl - b);
+    else if (lr->eof && avail > 0)
+        ln = avail;
+    else if (avail > TRANSLATE_MAX_LINE + 1) { /* even a '\r' cannot bring it back */
+        lr->line_no++;
+        return LINE_LONG;
+    } else
+        return LINE_NONE;
+    size_t content = ln > 0 && b[ln - 1] == '\r' ? ln - 1 : ln;
+    lr->line_no++;
+    if (content > TRANSLATE_MAX_LINE)
+        return LINE_LONG;
+    lr->start += ln + (nl != NULL);
+    *p = b;
+    *n = content;
+    return LINE_OK;
+}
+
+/* One batch of lines: their ids (or empty) until translated and written. */
+typedef struct pending {
+    int32_t **ids;   /* (batch) arrays of L ids */
+    int64_t *len;    /* 0: an empty line */
+    int64_t n;
+} pending;
+
+/* Translate and write the pending lines (empty lines stay empty). */
+static bool flush_pending(translator_state *s, pending *pd, const int32_t **src, int64_t *slen)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < pd->n; i++) {
+        if (pd->len[i] > 0) {
+            src[k] = pd->ids[i];
+            slen[k++] = pd->len[i];
+        }
+    }
+    char **out = calloc((size_t)(k ? k : 1), sizeof *out);
+    bool ok = out && (k == 0 || translate_ids(s, k, src, slen, out));
+    if (!out)
+        fprintf(stderr, "tgrad translate: out of memory\n");
+    for (int64_t i = 0, j = 0; ok && i < pd->n; i++) {
+        const char *t = pd->len[i] > 0 ? out[j++] : "";
+        fputs(t, stdout);
+        fputc('\n', stdout);
+    }
+    for (int64_t j = 0; out && j < k; j++)
+        free(out[j]);
+    free(out);
+    pd->n = 0;
+    if (ok && fflush(stdout) != 0) {
+        fprintf(stderr, "tgrad translate: writing the output failed: %s\n", strerror(errno));
+        return false;
+    }
+    return ok;
+}
+
+static int translate_stream(translator_state *s, const translate_args *a)
+{
+    const char *name = a->input && strcmp(a->input, "-") ? a->input : NULL;
+    char sh[80];
+    line_reader lr = {.fd = 0, .cap = 1 << 16};
+    if (name) {
+        char err[1024];
+        if (!cli_regular_file(name, err, sizeof err)) {
+            say("%s%s", err, "");
+            return 1;
+        }
+        lr.fd = open(name, O_RDONLY | O_CLOEXEC);
+        if (lr.fd < 0) {
+            say("cannot open '%s': %s", cli_show(name, sh, sizeof sh), strerror(errno));
+            return 1;
+        }
+    }
+    const char *label = name ? name : "<stdin>";
+    pending pd = {0};
+    int64_t B = a->batch;
+    lr.buf = malloc(lr.cap);
+    pd.ids = calloc((size_t)B, sizeof *pd.ids);
+    pd.len = calloc((size_t)B, sizeof *pd.len);
+    const int32_t **src = calloc((size_t)B, sizeof *src);
+    int64_t *slen = calloc((size_t)B, sizeof *slen);
+    bool ok = lr.buf && pd.ids && pd.len && src && slen;
+    for (int64_t i = 0; ok && i < B; i++)
+        ok = (pd.ids[i] = malloc(sizeof(int32_t) * (size_t)s->L)) != NULL;
+    int rc = 1;
+    if (!ok) {
+        fprintf(stderr, "tgrad translate: out of memory\n");
+        goto out;
+    }
+    char bad[1200] = "";
+    for (;;) {
+        const char *p;
+        size_t n;
+        int t = reader_take(&lr, &p, &n);
+        if (t == LINE_OK) {
+            int64_t k = n ? source_ids(s, p, n, pd.ids[pd.n]) : 0;
+            if (k < 0) {
+                char msg[1024];
+                snprintf(bad, sizeof bad, "%s:%" PRId64 ": %s", cli_show(label, sh, sizeof sh),
+                         lr.line_no, cli_message(s->ctx, NULL, msg, sizeof msg));
+                break;
+            }
+            pd.len[pd.n++] = k;
+            if (pd.n == B && !flush_pending(s, &pd, src, slen))
+                goto out;
+            continue;
+        }
+        if (t == LINE_LONG) {
+            snprintf(bad, sizeof bad, "%s:%" PRId64 ": the line is longer than %d bytes",
+                     cli_show(label, sh, sizeof sh), lr.line_no, TRANSLATE_MAX_LINE);
+            break;
+        }
+        if (lr.eof)
+            break;
+        /* no complete line buffered: translate what we have if nothing more is waiting */
+        if (pd.n > 0 && !input_ready(lr.fd) && !flush_pending(s, &pd, src, slen))
+            goto out;
+        if (!reader_fill(&lr)) {
+            snprintf(bad, sizeof bad, "reading %s failed: %s", cli_show(label, sh, sizeof sh),
+                     strerror(errno));
+            break;
+        }
+    }
+    if (pd.n > 0 && !flush_pending(s, &pd, src, slen))
+        goto out;
+    if (bad[0]) {
+        fprintf(stderr, "tgrad translate: %s\n", bad);
+        goto out;
+    }
+    rc = 0;
+out:
+    for (int64_t i = 0; pd.ids && i < B; i++)
+        free(pd.ids[i]);
+    free(pd.ids);
+    free(pd.len);
+    free(src);
+    free(slen);
+    free(lr.buf);
+    if (name && lr.fd >= 0)
+        close(lr.fd);
+    return rc;
+}
+
+/* ---- run: --eval ---------------------------------------------------------------------------- */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static bool write_hyps(const char *path, char *const *hyps, int64_t n)
+{
+    char *target = outpath_target(path);
+    FILE *f = target ? fopen(target, "w") : NULL;
+    char sh[80];
+    if (!f) {
+        say("--out '%s': %s", cli_show(path, sh, sizeof sh), target ? strerror(errno)
+                                                                     : "out of memory");
+        free(target);
+        return false;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        fputs(hyps[i], f);
+        fputc('\n', f);
+    }
+    bool ok = fflush(f) == 0 && !ferror(f);
+    int e = errno;
+    ok = fclose(f) == 0 && ok;
+    if (!ok)
+        say("--out '%s': writing failed: %s", cli_show(path, sh, sizeof sh), strerror(e));
+    free(target);
+    return ok;
+}
+
+static int translate_eval(translator_state *s, const translate_args *a)
+{
+    char sh[80], line[512];
+    if (a->out) {
+        char err[1024];
+        outpath_status os = outpath_check("--out", a->out, a->force, NULL, err, sizeof err);
+        if (os != OUTPATH_OK) {
+            say("%s%s", err, "");
+            return os == OUTPATH_EXISTS ? 2 : 1;
+        }
+    }
+    tg_seq2seq_opts so = {.max_len = s->L, .keep_text = true};
+    tg_seq2seq_data *d = tg_seq2seq_load(s->ctx, a->eval, s->tok, &so);
+    if (!d) {
+        cli_report("translate", "--eval", a->eval, s->ctx);
+        return 1;
+    }
+    int64_t n = tg_seq2seq_count(d);
+    const int32_t **src = calloc((size_t)n, sizeof *src);
+    int64_t *len = calloc((size_t)n, sizeof *len);
+    char **hyps = calloc((size_t)n, sizeof *hyps);
+    const char **refs = malloc(sizeof *refs * (size_t)n);
+    int rc = 1;
+    if (!src || !len || !hyps || !refs) {
+        fprintf(stderr, "tgrad translate: out of memory\n");
+        goto out;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        src[i] = tg_seq2seq_source(d, i, &len[i]);
+        refs[i] = tg_seq2seq_target_text(d, i);
+    }
+    double t0 = now_s();
+    if (!translate_ids(s, n, src, len, hyps))
+        goto out;
+    double secs = now_s() - t0;
+    tg_bleu bleu;
+    tg_chrf chrf;
+    if (tg_bleu_corpus(s->ctx, (size_t)n, (const char *const *)hyps, NULL, refs, NULL,
+                       &bleu) != TG_OK ||
+        tg_chrf_corpus(s->ctx, (size_t)n, (const char *const *)hyps, NULL, refs, NULL,
+                       &chrf) != TG_OK) {
+        cli_report("translate", NULL, NULL, s->ctx);
+        goto out;
+    }
+    if (a->out && !write_hyps(a->out, hyps, n))
+        goto out;
+    tg_bleu_format(&bleu, line, sizeof line);
+    printf("%s\n", line);
+    tg_chrf_format(&chrf, line, sizeof line);
+    printf("%s\n", line);
+    printf("sentences %" PRId64 ", %.2f s, %.1f sentences/s (%s, %s)\n", n, secs,
+           secs > 0 ? (double)n / secs : 0.0, a->beam == 1 ? "greedy" : "beam",
+           cli_show(a->eval, sh, sizeof sh));
+    rc = 0;
+out:
+    for (int64_t i = 0; hyps && i < n; i++)
+        free(hyps[i]);
+    free(hyps);
+    free(src);
+    free(len);
+    free(refs);
+    tg_seq2seq_free(d);
+    return rc;
+}
+
+/* ---- report --------------------------------------------------------------------------------- */
+int cmd_translate(int argc, char **argv)
+{
+    translate_args a;
+    cli_result r;
+    char err[1024];
+    int ex = cli_parse_exit(translate_parse(argc, argv, &a, &r, err, sizeof err),
+                            &translate_cmd, err);
+    if (ex >= 0) {
+        translate_free(&a, &r);
+        return ex;
+    }
+    translator_state s;
+    memset(&s, 0, sizeof s);
+    s.ctx = tg_ctx_new();
+    int rc = 1;
+    if (!s.ctx)
+        fprintf(stderr, "tgrad translate: out of memory\n");
+    else if ((rc = translate_load(&s, &a)) == 0)
+        rc = a.eval ? translate_eval(&s, &a) : translate_stream(&s, &a);
+    for (int i = 0; i < TRANSLATORS; i++)
+        tg_translator_free(s.tr[i]);
+    tg_tokenizer_free(s.tok);
+    tg_ctx_free(s.ctx);
+    translate_free(&a, &r);
+    return rc;
+}
