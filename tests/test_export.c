@@ -482,7 +482,7 @@ START_TEST(test_hostile_metadata)
     expect_meta_fail("train.lr", "-1", "'train.lr' '-1'");
     expect_meta_fail("data.val_fraction", "1", "'data.val_fraction' '1'");
     expect_meta_fail("data.position", "-1", "'data.position' '-1'");
-    expect_meta_fail("data.mode", "both", "expected text or task");
+    expect_meta_fail("data.mode", "both", "expected text, task or pairs");
     expect_meta_fail("data.mode", "task", "model.causal 1 but data.mode task");
     expect_meta_fail("data.vocab", "zz", "'data.vocab' 'zz': expected");
     expect_meta_fail("data.vocab", NULL, "it lacks the field 'data.vocab'");
