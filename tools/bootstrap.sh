@@ -6,7 +6,9 @@
 # Usage: tools/bootstrap.sh [--tests | --ci] [extra meson setup options]
 #   (none)   what the library and the `tgrad` program need: gcc, meson, ninja, pkg-config,
 #            and for SentencePiece subword tokenizers (meson feature `sentencepiece`, on when
-#            found) g++ and libsentencepiece-dev; ./build is configured without the test
+#            found) g++ and libsentencepiece-dev, and the English-German dictionary
+#            trans-de-en (the translation data, tools/ding_pairs.c); ./build is configured
+#            without the test
 #            suite (-Dtests=false), so
 #            `ninja -C build tools/tgrad` compiles the library and the program only
 #   --tests  also what the fast test suite (tools/check.sh) needs: Check, graphviz (tests that
@@ -23,7 +25,7 @@ case ${1:-} in
 --ci) level=ci; shift ;;
 esac
 
-pkgs="gcc meson ninja-build pkg-config g++ libsentencepiece-dev"
+pkgs="gcc meson ninja-build pkg-config g++ libsentencepiece-dev trans-de-en"
 if [ "$level" != main ]; then
     pkgs="$pkgs check graphviz"
 fi
