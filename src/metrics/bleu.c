@@ -456,11 +456,11 @@ void tg_bleu_stats_score(const tg_bleu_stats *st, tg_bleu *out)
     *out = r;
 }
 
-/* The pair's text and length from the corpus arrays. */
-static const char *corpus_item(const char *const *v, const size_t *lens, size_t i, size_t *len)
+/* tg__metric_corpus's view of bleu_add. */
+static tg_status bleu_add_any(tg_ctx *ctx, void *st, const char *hyp, size_t hyp_len,
+                          const char *ref, size_t ref_len, const char *fn, int64_t pair)
 {
-    *len = lens ? lens[i] : v[i] ? strlen(v[i]) : 0;
-    return v[i];
+    return bleu_add(ctx, (tg_bleu_stats *)st, hyp, hyp_len, ref, ref_len, fn, pair);
 }
 
 tg_status tg_bleu_corpus(tg_ctx *ctx, size_t n, const char *const *hyps, const size_t *hyp_lens,
@@ -468,25 +468,11 @@ tg_status tg_bleu_corpus(tg_ctx *ctx, size_t n, const char *const *hyps, const s
 {
     if (!ctx)
         return TG_ERR_ARG;
-    static const char fn[] = "tg_bleu_corpus";
     tg__io_enter(ctx);
-    tg_status s = TG_OK;
     tg_bleu_stats st;
     memset(&st, 0, sizeof st);
-    if (!out || (n > 0 && (!hyps || !refs))) {
-        s = TG_ERR_ARG;
-        tg__err(ctx, s, fn, "%s is NULL", !out ? "out" : !hyps ? "hyps" : "refs");
-    }
-    for (size_t i = 0; s == TG_OK && i < n; i++) {
-        size_t hl, rl;
-        const char *h = corpus_item(hyps, hyp_lens, i, &hl), *r = corpus_item(refs, ref_lens, i, &rl);
-        if ((!h && !hyp_lens) || (!r && !ref_lens)) {
-            s = TG_ERR_ARG;
-            tg__err(ctx, s, fn, "pair %zu: the %s is NULL", i, !h ? "hypothesis" : "reference");
-            break;
-        }
-        s = bleu_add(ctx, &st, h, hl, r, rl, fn, (int64_t)i);
-    }
+    tg_status s = tg__metric_corpus(ctx, "tg_bleu_corpus", n, hyps, hyp_lens, refs, ref_lens,
+                                    out != NULL, &st, bleu_add_any);
     if (s == TG_OK)
         tg_bleu_stats_score(&st, out);
     tg__io_leave(ctx);

@@ -55,4 +55,17 @@ void tg__ngram_match(const uint32_t *h, size_t hn, const uint32_t *r, size_t rn,
  * NULL with TG_ERR_NOMEM recorded (also when n * es overflows). */
 void *tg__metric_alloc(tg_ctx *ctx, size_t n, size_t es, const char *fn);
 
+
+/* One pair added to a metric's statistics @p st (bleu_add / chrf_add). */
+typedef tg_status (*tg__metric_add_fn)(tg_ctx *ctx, void *st, const char *hyp, size_t hyp_len,
+                                       const char *ref, size_t ref_len, const char *fn,
+                                       int64_t pair);
+/* The corpus functions' loop (tg_bleu_corpus, tg_chrf_corpus): the arguments checked, each pair
+ * added in order to @p st (zeroed by the caller) as a run-time error scope; TG_OK or the first
+ * failure (named with its pair). */
+tg_status tg__metric_corpus(tg_ctx *ctx, const char *fn, size_t n, const char *const *hyps,
+                            const size_t *hyp_lens, const char *const *refs,
+                            const size_t *ref_lens, bool have_out, void *st,
+                            tg__metric_add_fn add);
+
 #endif /* TG_METRICS_INTERNAL_H */

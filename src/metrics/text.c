@@ -157,3 +157,34 @@ void tg__ngram_match(const uint32_t *h, size_t hn, const uint32_t *r, size_t rn,
         match[n - 1] = m;
     }
 }
+
+/* The pair's text and length from the corpus arrays. */
+static const char *corpus_item(const char *const *v, const size_t *lens, size_t i, size_t *len)
+{
+    *len = lens ? lens[i] : v[i] ? strlen(v[i]) : 0;
+    return v[i];
+}
+
+tg_status tg__metric_corpus(tg_ctx *ctx, const char *fn, size_t n, const char *const *hyps,
+                            const size_t *hyp_lens, const char *const *refs,
+                            const size_t *ref_lens, bool have_out, void *st,
+                            tg__metric_add_fn add)
+{
+    if (!have_out || (n > 0 && (!hyps || !refs))) {
+        tg__err(ctx, TG_ERR_ARG, fn, "%s is NULL", !have_out ? "out" : !hyps ? "hyps" : "refs");
+        return TG_ERR_ARG;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t hl, rl;
+        const char *h = corpus_item(hyps, hyp_lens, i, &hl), *r = corpus_item(refs, ref_lens, i, &rl);
+        if ((!h && !hyp_lens) || (!r && !ref_lens)) {
+            tg__err(ctx, TG_ERR_ARG, fn, "pair %zu: the %s is NULL", i,
+                    !h ? "hypothesis" : "reference");
+            return TG_ERR_ARG;
+        }
+        tg_status s = add(ctx, st, h, hl, r, rl, fn, (int64_t)i);
+        if (s != TG_OK)
+            return s;
+    }
+    return TG_OK;
+}
