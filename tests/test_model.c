@@ -427,11 +427,22 @@ START_TEST(test_seq2seq_export_hostile)
     tg_ctx_free(ctx);
     char *p = strstr(cfg, "\"scale_embedding\": false");
     ck_assert_ptr_nonnull(p);
-    /* scale_embedding true: tgrad does not scale */
+    /* scale_embedding true: token embeddings times sqrt(d_model) */
     snprintf(bad, sizeof bad, "%.*s\"scale_embedding\": true%s", (int)(p - cfg), cfg,
              p + strlen("\"scale_embedding\": false"));
-    expect_refused(rewrite(ex, "b.st", "config", bad, NULL), TG_ERR_FORMAT,
-                   "scale_embedding true is not supported");
+    ctx = tg_ctx_new();
+    tg_model *m = tg_model_load(ctx, rewrite(ex, "b.st", "config", bad, NULL));
+    ck_assert_msg(m != NULL, "%s", tg_ctx_message(ctx));
+    ck_assert(tg_model_get_info(m)->config.scale_embeddings);
+    tg_ctx_free(ctx);
+    ctx = tg_ctx_new();
+    m = tg_model_load(ctx, ex);
+    ck_assert_msg(m != NULL, "%s", tg_ctx_message(ctx));
+    ck_assert(!tg_model_get_info(m)->config.scale_embeddings);
+    tg_ctx_free(ctx);
+    /* data pairs: the ids are a tokenizer's, so no byte vocabulary may be given */
+    expect_refused(rewrite(ex, "b.st", "data", "pairs", NULL), TG_ERR_FORMAT,
+                   "metadata 'vocab' in a translation model's export");
     /* causal beside n_decoder_layers */
     snprintf(bad, sizeof bad, "{\"causal\": false, %s", cfg + 1);
     expect_refused(rewrite(ex, "b.st", "config", bad, NULL), TG_ERR_FORMAT,
