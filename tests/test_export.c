@@ -657,6 +657,13 @@ START_TEST(test_hostile_seq2seq_metadata)
     expect_meta_fail("model.layers", "2", "the file lacks tensor 'encoder.layers.1.");
     expect_meta_fail("model.vocab_size", "10", "model.vocab_size");
     expect_meta_fail("model.arch", "encoder", NULL);
+    /* a translation checkpoint: its tokenizer is validated before it is copied */
+    edited_case = 5; /* export_pairs_spm */
+    expect_meta_fail("tokenizer.model", "AAA!", "tokenizer.model");
+    expect_meta_fail("tokenizer.model", NULL, "tokenizer.model");
+    expect_meta_fail("tokenizer.kind", NULL, "tokenizer.kind");
+    expect_meta_fail("tokenizer.kind", "words", "tokenizer.kind");
+    expect_meta_fail("model.scale_embeddings", "2", "model.scale_embeddings");
     edited_case = 0;
 }
 END_TEST
