@@ -307,6 +307,10 @@ def translate(model, tok, config, texts, max_len_a=1.5, max_len_b=10, beam=1, le
     tokens (at most max_seq_len - 1) then EOS; greedy (beam 1) or beam search from BOS, at most
     min(floor(a S + b), max_seq_len - 1) tokens with the EOS; batched, padded sources masked
     (tools/translate_reference.py's greedy and beam_search)."""
+    import warnings
+    # PyTorch 1.13's encoder fast path (eval, a padding mask) warns that nested tensors are
+    # a prototype; the results are the same
+    warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
     L = config["max_seq_len"]
     srcs = [tok.encode(t)[:L - 1] + [tok.eos] for t in texts]
     hyps = translate_reference.translate(model, tok, srcs, max_len_a, max_len_b, L, beam, lenpen,
@@ -392,6 +396,9 @@ def main(argv=None):
         if a.source is not None:
             if not is_seq2seq(config):
                 raise ValueError("--source needs an encoder-decoder model")
+            if vocab is None:
+                raise ValueError("--source decodes digits; a translation model takes "
+                                 "--translate TEXT")
             print(_greedy_seq2seq(model, vocab, config, a.source.encode()).decode("latin-1"))
         if a.tokens > 0:
             if is_seq2seq(config):
