@@ -40,9 +40,9 @@
  *   `data` ("text" | "task:<name>" | "pairs"), `step`. A translation model's export (`data`
  *   "pairs", an encoder-decoder config, vocab_size at most 2^20, byte-level exports at most
  *   256) has no `vocab` (refused if present) but the checkpoint's `tokenizer.kind` and
- *   `tokenizer.model`, read and checked exactly as a translation checkpoint's. Tensors: the parameters; a tied model's
- *   `head.weight` (PyTorch lists both keys) must equal `tok_emb.weight` and is otherwise
- *   skipped.
+ *   `tokenizer.model`, read and checked exactly as a translation checkpoint's. Tensors: the
+ *   parameters; a tied model's `head.weight` (PyTorch lists both keys) must equal
+ *   `tok_emb.weight` and is otherwise skipped.
  *
  * The vocabulary: a text model's ids stand for the bytes of `data.vocab` (the corpus's
  * distinct bytes, sorted); a task model's ids 0-9 for the digits '0'-'9'; the encoder-decoder

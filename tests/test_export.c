@@ -188,7 +188,7 @@ START_TEST(test_round_trip)
         ck_assert_int_eq(tm != NULL, tk != NULL);
         if (tm)
             ck_assert_str_eq(tm, tk);
-    } else if (!cases[_i].vocab) { /* text: the checkpoint's hex vocabulary as a JSON list of bytes */
+    } else if (!cases[_i].vocab) { /* text: the checkpoint's hex vocabulary as JSON bytes */
         const char *hex = tg_safetensors_meta_get(k, "data.vocab");
         char want[2048] = "[";
         for (size_t i = 0; hex[i]; i += 2) {
