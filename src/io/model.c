@@ -514,10 +514,12 @@ static bool spec_export(const rd *r, spec *s)
                         "its tokenizer's id %d)", r->label, bos, TG_TOKEN_BOS);
         return spec_pairs_vocab(r, s);
     }
-    if (s->info.config.vocab_size > MODEL_MAX_VOCAB)
+    if (s->info.config.vocab_size > MODEL_MAX_VOCAB) {
+        char q[56];
         return FAIL(r, "%s: metadata 'config': vocab_size %" PRId64 " is more than a byte "
                     "vocabulary's %d (data '%s')", r->label, s->info.config.vocab_size,
-                    MODEL_MAX_VOCAB, data);
+                    MODEL_MAX_VOCAB, tg__quote(data, 48, q));
+    }
     const char *vocab = meta(r, "vocab", true, &ok);
     if (!ok || !spec_export_vocab(r, vocab, s))
         return false;
