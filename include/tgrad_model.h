@@ -34,11 +34,15 @@
  * - **export** (`format` = "tgrad-export-1"): `config` (JSON: vocab_size, max_seq_len,
  *   n_layers, d_model, n_heads, d_ff, activation, norm_first, pos, causal, tie_weights,
  *   layer_norm_eps, dropout, dtype; an encoder-decoder's has n_decoder_layers and
- *   scale_embedding (which must be false) instead of causal), `vocab` (JSON array: the byte of
- *   each id; the encoder-decoder's last entry is null, its BOS), `bos_id` (encoder-decoder:
- *   10), `data` ("text" | "task:<name>"), `step`. Tensors: the parameters; a tied model's
- *   `head.weight` (PyTorch lists both keys) must equal `tok_emb.weight` and is otherwise
- *   skipped.
+ *   scale_embedding (true: token embeddings times sqrt(d_model); absent: false) instead of
+ *   causal), `vocab` (JSON array: the byte of each id; the task encoder-decoder's last entry
+ *   is null, its BOS), `bos_id` (encoder-decoder: 10 for a task, 1 for a translation model),
+ *   `data` ("text" | "task:<name>" | "pairs"), `step`. A translation model's export (`data`
+ *   "pairs", an encoder-decoder config, vocab_size at most 2^20, byte-level exports at most
+ *   256) has no `vocab` (refused if present) but the checkpoint's `tokenizer.kind` and
+ *   `tokenizer.model`, read and checked exactly as a translation checkpoint's. Tensors: the
+ *   parameters; a tied model's `head.weight` (PyTorch lists both keys) must equal
+ *   `tok_emb.weight` and is otherwise skipped.
  *
  * The vocabulary: a text model's ids stand for the bytes of `data.vocab` (the corpus's
  * distinct bytes, sorted); a task model's ids 0-9 for the digits '0'-'9'; the encoder-decoder

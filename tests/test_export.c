@@ -16,6 +16,7 @@
  */
 #include "testutil.h"
 #include "tgrad_io.h"
+#include "tgrad_model.h"
 #include "tgrad_train.h"
 
 #include <dirent.h>
@@ -28,20 +29,24 @@
 
 static char dir[256];
 /* The fixtures and what their exports hold: tied weights, f64, data, the JSON vocabulary
- * (NULL: the text checkpoint's data.vocab), an encoder-decoder (nn.Transformer's names). */
+ * (NULL: the text checkpoint's data.vocab, or none for a translation model), an
+ * encoder-decoder (nn.Transformer's names), a translation model (tgrad train --pairs: its
+ * tokenizer instead of a vocabulary). */
 static const struct {
     const char *name;
     bool tied, f64;
     const char *data, *vocab;
-    bool s2s;
+    bool s2s, pairs;
 } cases[] = {
-    {"export_lm", false, false, "text", NULL, false},
+    {"export_lm", false, false, "text", NULL, false, false},
     {"export_task", true, true, "task:reverse", "[48, 49, 50, 51, 52, 53, 54, 55, 56, 57]",
-     false},
+     false, false},
     {"export_seq2seq", false, false, "task:reverse",
-     "[48, 49, 50, 51, 52, 53, 54, 55, 56, 57, null]", true},
+     "[48, 49, 50, 51, 52, 53, 54, 55, 56, 57, null]", true, false},
     {"export_seq2seq_tied", true, true, "task:sort",
-     "[48, 49, 50, 51, 52, 53, 54, 55, 56, 57, null]", true},
+     "[48, 49, 50, 51, 52, 53, 54, 55, 56, 57, null]", true, false},
+    {"export_pairs_bytes", true, false, "pairs", NULL, true, true},
+    {"export_pairs_spm", true, false, "pairs", NULL, true, true},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -171,7 +176,19 @@ START_TEST(test_round_trip)
     ck_assert_str_eq(tg_safetensors_meta_get(m, "tgrad_version"), TGRAD_VERSION_STRING);
     ck_assert_str_eq(tg_safetensors_meta_get(m, "step"), tg_safetensors_meta_get(k, "optim.step"));
     const char *vocab = tg_safetensors_meta_get(m, "vocab");
-    if (!cases[_i].vocab) { /* text: the checkpoint's hex vocabulary as a JSON list of bytes */
+    if (cases[_i].pairs) { /* the checkpoint's tokenizer, verbatim; no byte vocabulary */
+        ck_assert_ptr_null(vocab);
+        ck_assert_str_eq(tg_safetensors_meta_get(m, "data"), "pairs");
+        const char *kind = tg_safetensors_meta_get(m, "tokenizer.kind");
+        ck_assert_ptr_nonnull(kind);
+        ck_assert_str_eq(kind, tg_safetensors_meta_get(k, "tokenizer.kind"));
+        const char *tm = tg_safetensors_meta_get(m, "tokenizer.model");
+        const char *tk = tg_safetensors_meta_get(k, "tokenizer.model");
+        ck_assert_int_eq(tm != NULL, !strcmp(kind, "sentencepiece"));
+        ck_assert_int_eq(tm != NULL, tk != NULL);
+        if (tm)
+            ck_assert_str_eq(tm, tk);
+    } else if (!cases[_i].vocab) { /* text: the checkpoint's hex vocabulary as JSON bytes */
         const char *hex = tg_safetensors_meta_get(k, "data.vocab");
         char want[2048] = "[";
         for (size_t i = 0; hex[i]; i += 2) {
@@ -193,18 +210,42 @@ START_TEST(test_round_trip)
         char want[64];
         snprintf(want, sizeof want, "\"n_decoder_layers\": %s",
                  tg_safetensors_meta_get(k, "model.decoder_layers"));
-        ck_assert_msg(strstr(cfg, want) && strstr(cfg, "\"scale_embedding\": false") &&
-                      !strstr(cfg, "\"causal\""), "%s", cfg);
-        ck_assert_str_eq(bos, "10");
-        /* tgrad reads the export back: sample decodes it exactly as the checkpoint */
-        char *from[2];
-        for (int f = 0; f < 2; f++) {
-            snprintf(a, sizeof a, "sample --checkpoint '%s' --source 123456789012",
-                     f ? out : ck);
+        /* the checkpoint's embedding scale (a task's: none) */
+        const char *sc = tg_safetensors_meta_get(k, "model.scale_embeddings");
+        bool scaled = sc && !strcmp(sc, "1");
+        ck_assert_msg(strstr(cfg, want) && !strstr(cfg, "\"causal\"") &&
+                      strstr(cfg, scaled ? "\"scale_embedding\": true"
+                                         : "\"scale_embedding\": false"), "%s", cfg);
+        ck_assert_str_eq(bos, cases[_i].pairs ? "1" : "10");
+        /* tgrad reads the export back: sample (a task) or translate (a translation model with
+         * the byte tokenizer: SentencePiece is optional in a build) decodes it exactly as the
+         * checkpoint */
+        bool spm = cases[_i].pairs && tg_safetensors_meta_get(m, "tokenizer.model");
+        char *from[2] = {NULL, NULL};
+        if (cases[_i].pairs) {
+            char ip[600];
+            snprintf(ip, sizeof ip, "%s/in.txt", dir);
+            FILE *f = fopen(ip, "w");
+            ck_assert_ptr_nonnull(f);
+            fputs("Hello.\nThe dog is small.\nWhere is the house?\nGute Nacht!\n", f);
+            fclose(f);
+        }
+        for (int f = 0; f < 2 && !spm; f++) {
+            if (cases[_i].pairs)
+                snprintf(a, sizeof a, "translate --checkpoint '%s' --beam 1 in.txt",
+                         f ? out : ck);
+            else
+                snprintf(a, sizeof a, "sample --checkpoint '%s' --source 123456789012",
+                         f ? out : ck);
             ck_assert_int_eq(run(a), 0);
             from[f] = slurp_in_dir("out.txt");
         }
-        ck_assert_int_ge((int)strlen(from[0]), 13); /* 12 tokens (digits or <bos>), newline */
+        if (spm)
+            goto done;
+        if (cases[_i].pairs) /* four translations, not all empty */
+            ck_assert_msg(count_lines(from[0]) == 4 && strlen(from[0]) > 8, "%s", from[0]);
+        else /* 12 tokens (digits or <bos>), newline */
+            ck_assert_int_ge((int)strlen(from[0]), 13);
         ck_assert_str_eq(from[0], from[1]);
         free(from[0]);
         free(from[1]);
@@ -212,6 +253,7 @@ START_TEST(test_round_trip)
         ck_assert_msg(!strstr(cfg, "n_decoder_layers") && strstr(cfg, "\"causal\""), "%s", cfg);
         ck_assert_ptr_null(bos);
     }
+done:
     tg_ctx_free(ctx);
 }
 END_TEST
@@ -288,9 +330,10 @@ START_TEST(test_logits_match_pytorch)
     mc.layer.activation = json_str_is(cfg, "activation", "gelu") ? TG_ACT_GELU : TG_ACT_RELU;
     ck_assert(json_str_is(cfg, "pos", "learned") || json_str_is(cfg, "pos", "sinusoidal"));
     mc.pos = json_str_is(cfg, "pos", "sinusoidal") ? TG_POS_SINUSOIDAL : TG_POS_LEARNED;
-    if (s2s)
+    if (s2s) {
         mc.n_decoder_layers = (int64_t)json_num(cfg, "n_decoder_layers");
-    else
+        mc.scale_embeddings = json_num(cfg, "scale_embedding") != 0;
+    } else
         mc.causal = json_num(cfg, "causal") != 0;
     mc.tie_weights = json_num(cfg, "tie_weights") != 0;
     tg_transformer model;
@@ -329,6 +372,85 @@ START_TEST(test_logits_match_pytorch)
     }
     ck_assert_msg(md / (1 + mr) <= tol, "%s %s: logits differ from PyTorch's by %.3g (tol %g)", c,
                   tg_dtype_str(dt), md / (1 + mr), tol);
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* The logits of model @p m on the logits fixture's padded source batch (its dtype). */
+static tg_tensor *model_logits(tg_ctx *ctx, tg_model *m, const tg_safetensors *ref)
+{
+    tg_dtype dt = tg_model_get_info(m)->dtype;
+    tg_tensor *y = tg_transformer_forward_seq2seq(
+        ctx, tg_model_transformer(m), fixture_input(ctx, ref, "src_ids", TG_I32),
+        fixture_input(ctx, ref, "tgt_ids", TG_I32),
+        fixture_input(ctx, ref, "src_key_padding_mask", dt), NULL);
+    tg_graph_opts go = {.no_grad = true};
+    tg_graph *g = y ? tg_graph_new_opts(ctx, &y, 1, &go) : NULL;
+    ck_assert_msg(g != NULL, "%s", tg_ctx_message(ctx));
+    tg_ctx_set_training(ctx, false);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    return y;
+}
+
+/* A translation model's export loads with tg_model_load exactly as its checkpoint: the same
+ * config (the embedding scale too), BOS 1, the same tokenizer (kind and SentencePiece bytes),
+ * and the same logits (bit for bit) on a padded source batch, which are PyTorch's (1e-5). */
+START_TEST(test_pairs_model_load)
+{
+    int c = 0;
+    for (int i = 0, seen = 0; i < N_CASES; i++)
+        if (cases[i].pairs && seen++ == _i)
+            c = i;
+    ck_assert(cases[c].pairs);
+    char ck[512], ex[512], lg[512];
+    fixture_path(ck, sizeof ck, cases[c].name, ".ckpt");
+    fixture_path(ex, sizeof ex, cases[c].name, ".safetensors");
+    fixture_path(lg, sizeof lg, cases[c].name, "_logits.safetensors");
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *ref = tg_safetensors_read(ctx, lg);
+    tg_model *mk = tg_model_load(ctx, ck), *me = mk ? tg_model_load(ctx, ex) : NULL;
+    ck_assert_msg(ref && mk && me, "%s", tg_ctx_message(ctx));
+    const tg_model_info *ik = tg_model_get_info(mk), *ie = tg_model_get_info(me);
+    ck_assert_int_eq(ie->format, TG_MODEL_EXPORT);
+    ck_assert_int_eq(ik->format, TG_MODEL_CHECKPOINT);
+    ck_assert_int_eq(ie->kind, TG_MODEL_SEQ2SEQ);
+    ck_assert_int_eq(ie->bos_id, TG_TOKEN_BOS);
+    ck_assert_int_eq(ik->bos_id, TG_TOKEN_BOS);
+    ck_assert_int_eq(ie->dtype, ik->dtype);
+    ck_assert_int_eq(ie->step, ik->step);
+    ck_assert_str_eq(ie->tokenizer, ik->tokenizer);
+    const tg_transformer_config *a = &ie->config, *b = &ik->config;
+    ck_assert(a->vocab_size == b->vocab_size && a->max_seq_len == b->max_seq_len &&
+              a->n_layers == b->n_layers && a->n_decoder_layers == b->n_decoder_layers &&
+              a->layer.d_model == b->layer.d_model && a->layer.n_heads == b->layer.n_heads &&
+              a->layer.d_ff == b->layer.d_ff && a->layer.norm_first == b->layer.norm_first &&
+              a->layer.activation == b->layer.activation && a->pos == b->pos &&
+              a->tie_weights == b->tie_weights && a->causal == b->causal);
+    ck_assert_int_eq(a->scale_embeddings, b->scale_embeddings);
+    /* the SentencePiece case has the scale, the byte case not: both values are exercised */
+    ck_assert_int_eq(a->scale_embeddings, !strcmp(ie->tokenizer, "sentencepiece"));
+    size_t nk = 0, ne = 0;
+    const void *tk = tg_model_tokenizer_bytes(mk, &nk), *te = tg_model_tokenizer_bytes(me, &ne);
+    ck_assert_int_eq((int64_t)nk, (int64_t)ne);
+    ck_assert_int_eq(tk != NULL, !strcmp(ie->tokenizer, "sentencepiece"));
+    ck_assert(!nk || !memcmp(tk, te, nk));
+    ck_assert_int_eq(tg_model_n_params(mk), tg_model_n_params(me));
+    tg_tensor *yk = model_logits(ctx, mk, ref), *ye = model_logits(ctx, me, ref);
+    ck_assert_int_eq(tg_tensor_numel(yk), tg_tensor_numel(ye));
+    for (int64_t i = 0; i < tg_tensor_numel(yk); i++)
+        ck_assert_msg(tg_get(yk, i) == tg_get(ye, i), "logit %lld: %.9g (checkpoint) but %.9g "
+                      "(export)", (long long)i, tg_get(yk, i), tg_get(ye, i));
+    const tg_tensor *want = tg_safetensors_find(ref, "logits_f32");
+    ck_assert_ptr_nonnull(want);
+    ck_assert_int_eq(tg_tensor_numel(want), tg_tensor_numel(ye));
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < tg_tensor_numel(want); i++) {
+        double d = fabs(tg_get(ye, i) - tg_get(want, i));
+        md = isnan(d) ? INFINITY : fmax(md, d);
+        mr = fmax(mr, fabs(tg_get(want, i)));
+    }
+    ck_assert_msg(md / (1 + mr) <= 1e-5, "%s: logits differ from PyTorch's by %.3g",
+                  cases[c].name, md / (1 + mr));
     tg_ctx_free(ctx);
 }
 END_TEST
@@ -535,6 +657,13 @@ START_TEST(test_hostile_seq2seq_metadata)
     expect_meta_fail("model.layers", "2", "the file lacks tensor 'encoder.layers.1.");
     expect_meta_fail("model.vocab_size", "10", "model.vocab_size");
     expect_meta_fail("model.arch", "encoder", NULL);
+    /* a translation checkpoint: its tokenizer is validated before it is copied */
+    edited_case = 5; /* export_pairs_spm */
+    expect_meta_fail("tokenizer.model", "AAA!", "tokenizer.model");
+    expect_meta_fail("tokenizer.model", NULL, "tokenizer.model");
+    expect_meta_fail("tokenizer.kind", NULL, "tokenizer.kind");
+    expect_meta_fail("tokenizer.kind", "words", "tokenizer.kind");
+    expect_meta_fail("model.scale_embeddings", "2", "model.scale_embeddings");
     edited_case = 0;
 }
 END_TEST
@@ -547,6 +676,7 @@ int main(void)
     tcase_set_timeout(tc, 240);
     tcase_add_loop_test(tc, test_round_trip, 0, N_CASES);
     tcase_add_loop_test(tc, test_logits_match_pytorch, 0, 2 * N_CASES);
+    tcase_add_loop_test(tc, test_pairs_model_load, 0, 2);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_hostile_metadata);
     tcase_add_test(tc, test_hostile_seq2seq_metadata);

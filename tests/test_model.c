@@ -427,11 +427,22 @@ START_TEST(test_seq2seq_export_hostile)
     tg_ctx_free(ctx);
     char *p = strstr(cfg, "\"scale_embedding\": false");
     ck_assert_ptr_nonnull(p);
-    /* scale_embedding true: tgrad does not scale */
+    /* scale_embedding true: token embeddings times sqrt(d_model) */
     snprintf(bad, sizeof bad, "%.*s\"scale_embedding\": true%s", (int)(p - cfg), cfg,
              p + strlen("\"scale_embedding\": false"));
-    expect_refused(rewrite(ex, "b.st", "config", bad, NULL), TG_ERR_FORMAT,
-                   "scale_embedding true is not supported");
+    ctx = tg_ctx_new();
+    tg_model *m = tg_model_load(ctx, rewrite(ex, "b.st", "config", bad, NULL));
+    ck_assert_msg(m != NULL, "%s", tg_ctx_message(ctx));
+    ck_assert(tg_model_get_info(m)->config.scale_embeddings);
+    tg_ctx_free(ctx);
+    ctx = tg_ctx_new();
+    m = tg_model_load(ctx, ex);
+    ck_assert_msg(m != NULL, "%s", tg_ctx_message(ctx));
+    ck_assert(!tg_model_get_info(m)->config.scale_embeddings);
+    tg_ctx_free(ctx);
+    /* data pairs: the ids are a tokenizer's, so no byte vocabulary may be given */
+    expect_refused(rewrite(ex, "b.st", "data", "pairs", NULL), TG_ERR_FORMAT,
+                   "metadata 'vocab' in a translation model's export");
     /* causal beside n_decoder_layers */
     snprintf(bad, sizeof bad, "{\"causal\": false, %s", cfg + 1);
     expect_refused(rewrite(ex, "b.st", "config", bad, NULL), TG_ERR_FORMAT,
@@ -461,6 +472,62 @@ START_TEST(test_seq2seq_export_hostile)
 }
 END_TEST
 
+/* A translation model's export (data pairs): its tokenizer is checked as a checkpoint's. */
+START_TEST(test_pairs_export_hostile)
+{
+    char ex[512], es[512];
+    fixture(ex, sizeof ex, "export_pairs_bytes", ".safetensors");
+    fixture(es, sizeof es, "export_pairs_spm", ".safetensors");
+    expect_refused(rewrite(ex, "b.st", "bos_id", "10", NULL), TG_ERR_FORMAT,
+                   "metadata 'bos_id' is 10 (a translation model's BOS is its tokenizer's id 1)");
+    expect_refused(rewrite(ex, "b.st", "bos_id", NULL, NULL), TG_ERR_FORMAT,
+                   "metadata 'bos_id' is missing");
+    expect_refused(rewrite(ex, "b.st", "vocab", "[48]", NULL), TG_ERR_FORMAT,
+                   "metadata 'vocab' in a translation model's export");
+    expect_refused(rewrite(ex, "b.st", "tokenizer.kind", NULL, NULL), TG_ERR_FORMAT,
+                   "'tokenizer.kind' is missing");
+    expect_refused(rewrite(ex, "b.st", "tokenizer.kind", "sentencepiece", NULL), TG_ERR_FORMAT,
+                   "tokenizer.model");
+    expect_refused(rewrite(ex, "b.st", "tokenizer.kind", "words", NULL), TG_ERR_FORMAT,
+                   "tokenizer.kind");
+    expect_refused(rewrite(es, "b.st", "tokenizer.model", "AAA!", NULL), TG_ERR_FORMAT,
+                   "tokenizer.model");
+    expect_refused(rewrite(es, "b.st", "tokenizer.kind", "bytes", NULL), TG_ERR_FORMAT,
+                   "tokenizer.model");
+    /* the byte tokenizer fixes the vocabulary: 260 ids */
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, ex);
+    ck_assert_ptr_nonnull(st);
+    char cfg[1024], bad[1200];
+    snprintf(cfg, sizeof cfg, "%s", tg_safetensors_meta_get(st, "config"));
+    tg_ctx_free(ctx);
+    char *p = strstr(cfg, "\"vocab_size\": 260");
+    ck_assert_ptr_nonnull(p);
+    snprintf(bad, sizeof bad, "%.*s\"vocab_size\": 259%s", (int)(p - cfg), cfg,
+             p + strlen("\"vocab_size\": 260"));
+    expect_refused(rewrite(ex, "b.st", "config", bad, NULL), TG_ERR_FORMAT,
+                   "model.vocab_size 259 but the byte tokenizer");
+    /* pairs needs an encoder-decoder's config; a task's data a byte-sized vocabulary */
+    char lm[512];
+    fixture(lm, sizeof lm, "export_lm", ".safetensors");
+    expect_refused(rewrite(lm, "b.st", "data", "pairs", NULL), TG_ERR_FORMAT,
+                   "is not an encoder-decoder's");
+    expect_refused(rewrite(ex, "b.st", "data", "task:copy", NULL), TG_ERR_FORMAT,
+                   "vocab_size 260 is more than a byte vocabulary's 256");
+    /* the loaded export: BOS 1, its tokenizer */
+    ctx = tg_ctx_new();
+    tg_model *m = tg_model_load(ctx, es);
+    ck_assert_msg(m != NULL, "%s", tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_model_get_info(m)->bos_id, 1);
+    ck_assert_str_eq(tg_model_get_info(m)->tokenizer, "sentencepiece");
+    ck_assert(tg_model_get_info(m)->config.scale_embeddings);
+    size_t nb = 0;
+    ck_assert_ptr_nonnull(tg_model_tokenizer_bytes(m, &nb));
+    ck_assert_int_eq((int64_t)nb, 716); /* tests/fixtures/export_pairs_spm.model */
+    tg_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model");
@@ -468,6 +535,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 240);
     tcase_add_loop_test(tc, test_fixtures_match_pytorch, 0, 4);
+    tcase_add_test(tc, test_pairs_export_hostile);
     tcase_add_loop_test(tc, test_seq2seq_fixtures_match_pytorch, 0, 4);
     tcase_add_test(tc, test_seq2seq_export_hostile);
     tcase_add_test(tc, test_params_load_skips_optimizer_state);

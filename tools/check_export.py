@@ -10,6 +10,9 @@ Usage:
     /usr/bin/python3 tools/check_export.py --check                    # verify the committed files
     /usr/bin/python3 tools/check_export.py --tgrad build/tools/tgrad  # first re-create the
                                                                       # checkpoints and exports
+    /usr/bin/python3 tools/check_export.py --check --translate-with build/tools/tgrad
+                    # also the translation models' greedy translations, PyTorch against tgrad
+    (--cases export_pairs_bytes ... limits any of these to some cases)
 Also run by tools/gen_fixtures.py (writing, or with --check). Needs Debian's python3-torch and
 python3-numpy; needs tgrad only with --tgrad.
 
@@ -27,14 +30,20 @@ Cases: export_lm (text LM: causal, pre-norm, relu, learned positions, untied, f3
 export_task (the reverse task's encoder: not causal, post-norm, gelu, sinusoidal positions,
 tied weights, f64), export_seq2seq (the reverse task's encoder-decoder, 1 encoder + 2 decoder
 layers: pre-norm, relu, learned positions, untied, f32) and export_seq2seq_tied (2 + 1 layers:
-post-norm, gelu, sinusoidal positions, tied weights, f64), so every option of the exported
-configs is exercised.
+post-norm, gelu, sinusoidal positions, tied weights, f64), export_pairs_bytes and
+export_pairs_spm (translation models of `tgrad train --pairs` on export_pairs_train.tsv: the
+byte tokenizer, and SentencePiece with the sqrt(d_model) embedding scale), so every option of
+the exported configs is exercised.
 
 Checks made here (each a failure if it does not hold): the export's metadata is format
 tgrad-export-1 with a config and vocabulary; strict loading succeeds; strict loading of the
 export minus one tensor, or plus a stray one, fails (so strict really checks every key); every
 exported tensor equals the checkpoint's tensor of the same name bit for bit (head.weight equals
-tok_emb.weight when tied) and no optimizer state is exported; with --check, the recomputed
+tok_emb.weight when tied) and no optimizer state is exported; a translation export has data
+pairs, bos_id 1, no vocab, the checkpoint's tokenizer.kind and tokenizer.model (its tokenizer's
+size is vocab_size) and scale_embedding; with --tgrad or --translate-with, load_tgrad.py's
+greedy translations of SENTENCES (PyTorch) equal `tgrad translate --beam 1` of the export and
+of the checkpoint; with --check, the recomputed
 logits match the committed ones (max |diff| <= 1e-12 (1 + max |logit|)).
 """
 import argparse
@@ -74,8 +83,30 @@ CASES = {
                             "--tie-weights", "--dtype", "f64", "--batch", "4", "--steps", "20",
                             "--eval-every", "10", "--warmup", "2", "--target-acc", "0",
                             "--quiet"],
+    # translation models (tgrad train --pairs): the byte tokenizer (no embedding scale,
+    # pre-norm, relu, sinusoidal positions, 2 + 1 layers) and a SentencePiece one (the
+    # committed 60-piece export_pairs_spm.model, trained by SentencePiece's Python trainer on
+    # both sides of export_pairs_train.tsv with vocab_size=60, unk/bos/eos/pad ids 0-3,
+    # normalization_rule_name=identity; sqrt(d_model) embedding scale, post-norm, gelu,
+    # learned positions, 1 + 2 layers)
+    "export_pairs_bytes": ["train", "--pairs", "tests/fixtures/export_pairs_train.tsv",
+                           "--valid", "tests/fixtures/export_pairs_valid.tsv", "--tokenizer",
+                           "bytes", "--d-model", "8", "--heads", "2", "--d-ff", "16", "--layers",
+                           "2", "--decoder-layers", "1", "--seq-len", "24", "--steps", "200",
+                           "--eval-every", "200", "--lr", "2", "--warmup", "30", "--dropout",
+                           "0", "--emb-scale", "none", "--quiet"],
+    "export_pairs_spm": ["train", "--pairs", "tests/fixtures/export_pairs_train.tsv", "--valid",
+                         "tests/fixtures/export_pairs_valid.tsv", "--spm",
+                         "tests/fixtures/export_pairs_spm.model", "--d-model", "8", "--heads",
+                         "2", "--d-ff", "16", "--layers", "1", "--decoder-layers", "2",
+                         "--seq-len", "16", "--steps", "200", "--eval-every", "200", "--lr", "2",
+                         "--warmup", "30", "--dropout", "0", "--post-norm", "--activation",
+                         "gelu", "--pos", "learned", "--quiet"],
 }
 B = 2
+# Sentences the translation models translate (tools/load_tgrad.py against tgrad translate)
+SENTENCES = ["Hello.", "The dog is small.", "Where is the house?", "I see the book.",
+             "Thank you very much.", "Gute Nacht, süßer Hund!"]
 
 
 def fixed_ids(config):
@@ -143,14 +174,26 @@ def check_case(out_dir, case):
     if meta.get("format") != "tgrad-export-1":
         problems.append(f"format {meta.get('format')!r}")
     config = json.loads(meta["config"])
-    vocab = json.loads(meta["vocab"])
     s2s = "n_decoder_layers" in config
-    byte_ids = [v for v in vocab if v is not None]
-    if len(vocab) != config["vocab_size"] or sorted(set(byte_ids)) != sorted(byte_ids):
-        problems.append("vocab is not vocab_size distinct bytes")
-    if s2s and (vocab[-1] is not None or len(byte_ids) != len(vocab) - 1 or
-                meta.get("bos_id") != str(len(vocab) - 1)):
-        problems.append("an encoder-decoder's vocab must end with null for BOS = bos_id")
+    if ck_meta.get("data.mode") == "pairs":  # a translation model: its tokenizer
+        if "vocab" in meta or meta.get("data") != "pairs" or meta.get("bos_id") != "1":
+            problems.append("a translation export needs data pairs, bos_id 1 and no vocab")
+        for key in ("tokenizer.kind", "tokenizer.model"):
+            if meta.get(key) != ck_meta.get(key):
+                problems.append(f"{key} differs from the checkpoint's")
+        if config.get("scale_embedding") != (ck_meta.get("model.scale_embeddings") == "1"):
+            problems.append("scale_embedding differs from the checkpoint's")
+        tok = load_tgrad.tokenizer_of(meta)
+        if tok.size != config["vocab_size"]:
+            problems.append(f"the tokenizer has {tok.size} ids, the config {config['vocab_size']}")
+    else:
+        vocab = json.loads(meta["vocab"])
+        byte_ids = [v for v in vocab if v is not None]
+        if len(vocab) != config["vocab_size"] or sorted(set(byte_ids)) != sorted(byte_ids):
+            problems.append("vocab is not vocab_size distinct bytes")
+        if s2s and (vocab[-1] is not None or len(byte_ids) != len(vocab) - 1 or
+                    meta.get("bos_id") != str(len(vocab) - 1)):
+            problems.append("an encoder-decoder's vocab must end with null for BOS = bos_id")
     if s2s:  # nn.Transformer's own names, plus the embeddings and the head
         want = set(torch.nn.Transformer(
             d_model=config["d_model"], nhead=config["n_heads"],
@@ -183,10 +226,29 @@ def check_case(out_dir, case):
     return problems
 
 
-def run(out_dir, check=False, tgrad=None):
+def check_translations(ex_path, tgrad):
+    """A translation export: load_tgrad.py's greedy translations of SENTENCES (PyTorch, the
+    sources in one padded batch) against `tgrad translate --beam 1` of the export and of the
+    checkpoint. Returns (problems, the translations)."""
+    model, tok, config = load_tgrad.load_translator(ex_path)
+    py = load_tgrad.translate(model, tok, config, SENTENCES)
+    problems = []
+    inp = "".join(t + "\n" for t in SENTENCES)
+    for path in (ex_path, ex_path[:-len(".safetensors")] + ".ckpt"):
+        res = subprocess.run([tgrad, "translate", "--checkpoint", path, "--beam", "1"],
+                             input=inp.encode(), capture_output=True, check=True)
+        got = res.stdout.decode("utf-8").split("\n")[:-1]
+        if got != py:
+            problems.append(f"tgrad translate {os.path.basename(path)}: {got} but PyTorch {py}")
+    return problems, py
+
+
+def run(out_dir, check=False, tgrad=None, cases=None, translate_with=None):
     """Write (or with check=True verify) every case's logits; returns the number of failures."""
     bad = 0
     for case, train in CASES.items():
+        if cases and case not in cases:
+            continue
         ck_path = os.path.join(out_dir, case + ".ckpt")
         ex_path = os.path.join(out_dir, case + ".safetensors")
         lg_path = os.path.join(out_dir, case + "_logits.safetensors")
@@ -200,6 +262,11 @@ def run(out_dir, check=False, tgrad=None):
             subprocess.run([tgrad, "export", "--checkpoint", ck_path, "--out", ex_path,
                             "--force"], check=True)
         problems = check_case(out_dir, case)
+        prog = tgrad or translate_with
+        if case.startswith("export_pairs") and prog:
+            more, hyps = check_translations(ex_path, prog)
+            problems += more
+            print(f"     {case}: greedy translations {hyps}")
         got = logits_of(ex_path)
         logits = got["logits"]
         if check:
@@ -242,9 +309,13 @@ def main():
                     help="fixture directory (default: tests/fixtures)")
     ap.add_argument("--check", action="store_true", help="verify instead of writing")
     ap.add_argument("--tgrad", help="tgrad program: re-create the checkpoints and exports first")
+    ap.add_argument("--translate-with", metavar="TGRAD",
+                    help="tgrad program: compare the translation models' greedy translations "
+                    "(PyTorch against tgrad translate --beam 1; also done with --tgrad)")
+    ap.add_argument("--cases", nargs="+", choices=list(CASES), help="only these cases")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    return 1 if run(os.path.normpath(a.out), a.check, a.tgrad) else 0
+    return 1 if run(os.path.normpath(a.out), a.check, a.tgrad, a.cases, a.translate_with) else 0
 
 
 if __name__ == "__main__":

@@ -29,14 +29,20 @@
  *                  n_heads, d_ff, activation, norm_first, pos, causal, tie_weights,
  *                  layer_norm_eps, dropout. Seq2Seq: vocab_size, max_seq_len, n_layers (the
  *                  encoder's), n_decoder_layers, d_model, n_heads, d_ff, activation,
- *                  norm_first, pos, tie_weights, scale_embedding (false: tgrad does not scale
- *                  the embeddings by sqrt(d_model)), layer_norm_eps, dropout.
- *   vocab          JSON array of V entries: element i is the byte token id i stands for
- *                  (text models: the corpus's distinct bytes, sorted; built-in tasks: the
- *                  digits '0'..'9', i.e. 48..57), null for an id that stands for no byte
- *                  (the encoder-decoder's BOS, id 10)
- *   bos_id         (encoder-decoder only) the id the decoder input starts with: "10"
- *   data           "text" or "task:<name>"
+ *                  norm_first, pos, tie_weights, scale_embedding (the checkpoint's
+ *                  model.scale_embeddings: token embeddings times sqrt(d_model); absent:
+ *                  false), layer_norm_eps, dropout.
+ *   vocab          (not for a translation model) JSON array of V entries: element i is the
+ *                  byte token id i stands for (text models: the corpus's distinct bytes,
+ *                  sorted; built-in tasks: the digits '0'..'9', i.e. 48..57), null for an id
+ *                  that stands for no byte (the task encoder-decoder's BOS, id 10)
+ *   bos_id         (encoder-decoder only) the id the decoder input starts with: "10" for a
+ *                  task, "1" for a translation model (its tokenizer's: unk 0, bos 1, eos 2,
+ *                  pad 3)
+ *   data           "text", "task:<name>" or "pairs" (a translation model)
+ *   tokenizer.kind, tokenizer.model   (translation models) the checkpoint's tokenizer,
+ *                  copied verbatim after validation: kind "bytes" (id 4 + b for byte b) or
+ *                  "sentencepiece" with the serialized model in base64
  *   step           optimizer steps taken by the checkpoint
  *   tgrad_version  TGRAD_VERSION_STRING of the exporting program
  * Every value read from the checkpoint is validated before anything is written, by
@@ -52,6 +58,7 @@
 #include "cli.h"
 #include "climsg.h"
 #include "data.h"
+#include "tgrad_data.h"
 #include "tgrad_io.h"
 #include "outpath.h"
 #include "train_args.h"
@@ -85,7 +92,9 @@ static const cli_command export_cmd = {
         "names encoder.* and decoder.*, plus tok_emb, pos_emb and head): the parameters\n"
         "only (no optimizer state) under their PyTorch state_dict names, with the model\n"
         "config (metadata 'config', JSON: the class's keyword arguments) and the\n"
-        "vocabulary (metadata 'vocab', JSON: the byte of each token id, null for BOS).\n"
+        "vocabulary (metadata 'vocab', JSON: the byte of each token id, null for BOS;\n"
+        "a translation model instead has its tokenizer: tokenizer.kind, and\n"
+        "tokenizer.model, the SentencePiece model in base64).\n"
         "tools/load_tgrad.py loads either. See README, 'Exporting to PyTorch'.\n"
         "\n"
         "Exit status: 0; 2 for a usage error (options); 1 for a run-time failure (a\n"
@@ -192,14 +201,13 @@ static int export_exec(const export_args *a, export_result *res, char *err, size
 
     /* metadata */
     bool s2s = mc.n_decoder_layers > 0;
-    char config[1024], vjson[256 * 6 + 8], step[32], data[32], bos[16], s2s_keys[96];
-    snprintf(s2s_keys, sizeof s2s_keys, ", \"n_decoder_layers\": %" PRId64,
-             mc.n_decoder_layers);
+    char config[1024], vjson[256 * 6 + 8], step[32], data[32], bos[16], s2s_keys[128];
+    snprintf(s2s_keys, sizeof s2s_keys, ", \"n_decoder_layers\": %" PRId64, mc.n_decoder_layers);
     snprintf(config, sizeof config,
              "{\"vocab_size\": %" PRId64 ", \"max_seq_len\": %" PRId64 ", \"n_layers\": %" PRId64
              "%s, \"d_model\": %" PRId64 ", \"n_heads\": %" PRId64 ", \"d_ff\": %" PRId64
              ", \"activation\": \"%s\", \"norm_first\": %s, \"pos\": \"%s\"%s%s"
-             ", \"tie_weights\": %s%s, \"layer_norm_eps\": %.17g, \"dropout\": %.17g"
+             ", \"tie_weights\": %s%s%s, \"layer_norm_eps\": %.17g, \"dropout\": %.17g"
              ", \"dtype\": \"%s\"}",
              mc.vocab_size, mc.max_seq_len, mc.n_layers, s2s ? s2s_keys : "", mc.layer.d_model,
              mc.layer.n_heads, mc.layer.d_ff,
@@ -207,12 +215,12 @@ static int export_exec(const export_args *a, export_result *res, char *err, size
              mc.layer.norm_first ? "true" : "false",
              mc.pos == TG_POS_SINUSOIDAL ? "sinusoidal" : "learned",
              s2s ? "" : ", \"causal\": ", s2s ? "" : mc.causal ? "true" : "false",
-             mc.tie_weights ? "true" : "false", s2s ? ", \"scale_embedding\": false" : "",
-             mc.layer.layer_norm_eps, mc.layer.dropout,
-             train_dtype(&ta) == TG_F64 ? "float64" : "float32");
+             mc.tie_weights ? "true" : "false", s2s ? ", \"scale_embedding\": " : "",
+             s2s ? (mc.scale_embeddings ? "true" : "false") : "", mc.layer.layer_norm_eps,
+             mc.layer.dropout, train_dtype(&ta) == TG_F64 ? "float64" : "float32");
     size_t w = 0;
     vjson[w++] = '[';
-    for (int i = 0; i < info.vocab_size; i++) {
+    for (int i = 0; !info.pairs && i < info.vocab_size; i++) {
         const char *sep = i ? ", " : "";
         if (info.text) /* the corpus's bytes */
             w += (size_t)snprintf(vjson + w, sizeof vjson - w, "%s%u", sep, info.vocab[i]);
@@ -223,13 +231,45 @@ static int export_exec(const export_args *a, export_result *res, char *err, size
     }
     snprintf(vjson + w, sizeof vjson - w, "]");
     snprintf(step, sizeof step, "%" PRId64, info.step);
-    snprintf(data, sizeof data, "%s%s", info.text ? "text" : "task:",
-             info.text ? "" : task_name((task_kind)ta.task));
-    snprintf(bos, sizeof bos, "%d", SEQ2SEQ_BOS);
+    snprintf(data, sizeof data, "%s%s",
+             info.pairs ? "pairs" : info.text ? "text" : "task:",
+             info.text || info.pairs ? "" : task_name((task_kind)ta.task));
+    snprintf(bos, sizeof bos, "%d", info.pairs ? TG_TOKEN_BOS : SEQ2SEQ_BOS);
     res->step = info.step;
-    const char *keys[] = {"format", "config", "vocab", "data", "step", "tgrad_version", "bos_id"};
-    const char *vals[] = {"tgrad-export-1", config, vjson, data, step, TGRAD_VERSION_STRING, bos};
-    if (tg_safetensors_write_items(ctx, a->out, k, items, s2s ? 7 : 6, keys, vals, NULL) != TG_OK) {
+    /* a translation model: its tokenizer instead of a byte vocabulary, the checkpoint's
+     * tokenizer.kind and tokenizer.model (base64) copied verbatim once they are validated */
+    const char *tok_kind = NULL, *tok_model = NULL;
+    if (info.pairs) {
+        void *mb = NULL;
+        size_t msz = 0;
+        if (tg_tokenizer_meta_read(ctx, st, &tok_kind, &mb, &msz) != TG_OK) {
+            cli_format("--checkpoint", a->checkpoint, ctx, err, n);
+            goto done;
+        }
+        free(mb);
+        tok_model = tg_safetensors_meta_get(st, "tokenizer.model");
+    }
+    const char *keys[9] = {"format", "config", "vocab", "data", "step", "tgrad_version"};
+    const char *vals[9] = {"tgrad-export-1", config, vjson, data, step, TGRAD_VERSION_STRING};
+    int nm = 6;
+    if (info.pairs) { /* no byte vocabulary: drop "vocab" */
+        memmove(keys + 2, keys + 3, 3 * sizeof *keys);
+        memmove(vals + 2, vals + 3, 3 * sizeof *vals);
+        nm = 5;
+    }
+    if (s2s) {
+        keys[nm] = "bos_id";
+        vals[nm++] = bos;
+    }
+    if (tok_kind) {
+        keys[nm] = "tokenizer.kind";
+        vals[nm++] = tok_kind;
+    }
+    if (tok_model) {
+        keys[nm] = "tokenizer.model";
+        vals[nm++] = tok_model;
+    }
+    if (tg_safetensors_write_items(ctx, a->out, k, items, nm, keys, vals, NULL) != TG_OK) {
         cli_format("--out", a->out, ctx, err, n);
         goto done;
     }

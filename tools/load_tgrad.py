@@ -23,6 +23,9 @@ As a module (put tools/ on sys.path):
     src = torch.tensor([load_tgrad.encode(vocab, b"1234")])
     logits = s2s(src, torch.tensor([[config["bos_id"]]]))          # (1, 1, V): first token
     tensors, meta = load_tgrad.read_safetensors("any.safetensors")  # {name: tensor}, {key: str}
+    mt, tok, config = load_tgrad.load_translator("en_de.safetensors")  # a translation model
+    load_tgrad.translate(mt, tok, config, ["Good morning."])        # ["Guten Morgen."]
+    sp = load_tgrad.spm_processor(meta)     # its sentencepiece.SentencePieceProcessor
 
 As a program:
 
@@ -31,6 +34,12 @@ As a program:
     /usr/bin/python3 tools/load_tgrad.py MODEL --source TEXT
         an encoder-decoder on a built-in task: decode TEXT's digits greedily (as many
         output digits as input digits, as `tgrad sample --source`)
+    /usr/bin/python3 tools/load_tgrad.py MODEL --translate TEXT [--translate TEXT2 ...]
+        a translation model (`tgrad train --pairs`): translate each TEXT greedily (or with
+        --beam K) as `tgrad translate --beam 1`, one line each
+    /usr/bin/python3 tools/load_tgrad.py MODEL --spm-out FILE.model
+        a translation model with a SentencePiece tokenizer: write its model (the bytes of
+        metadata tokenizer.model), which Python's sentencepiece loads
     /usr/bin/python3 tools/load_tgrad.py MODEL --check LOGITS.safetensors
         compare the model's logits on LOGITS' "ids" (an encoder-decoder: "src_ids",
         "tgt_ids", "src_key_padding_mask") with its "logits" (the files tools/check_export.py
@@ -51,12 +60,16 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_reference import LM  # noqa: E402
+import translate_reference  # noqa: E402
 from translate_reference import Seq2Seq  # noqa: E402
 
-__all__ = ["read_safetensors", "load", "config_of", "encode", "decode", "LM", "Seq2Seq"]
+__all__ = ["read_safetensors", "load", "config_of", "encode", "decode", "LM", "Seq2Seq",
+           "tokenizer_of", "spm_model_bytes", "spm_processor", "translate", "load_translator"]
 
 # The encoder-decoder task models' begin-of-sequence id (after the digits 0-9).
 TASK_BOS = 10
+# A translation model's special ids (both tokenizers); the byte tokenizer's byte b is 4 + b.
+UNK, BOS, EOS, PAD = 0, 1, 2, 3
 
 # safetensors dtype -> numpy dtype (little-endian, as the format stores every value)
 _NP = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
@@ -121,19 +134,29 @@ def is_seq2seq(config):
     return "n_decoder_layers" in config
 
 
+def is_translation(meta):
+    """Is this file (its metadata) a translation model's (`tgrad train --pairs`): token ids
+    of its tokenizer (tokenizer.kind) rather than of a byte vocabulary?"""
+    return meta.get("data") == "pairs" or meta.get("data.mode") == "pairs"
+
+
 def config_of(meta):
     """(config, vocab) of a tgrad export or training checkpoint's metadata: config holds the
     model class's keyword arguments plus "dtype" (and "bos_id" for an encoder-decoder: the id
-    the decoder input starts with); vocab[i] is the byte token id i stands for (None for BOS)."""
+    the decoder input starts with); vocab[i] is the byte token id i stands for (None for BOS).
+    A translation model's vocab is None: its ids are its tokenizer's (tokenizer_of)."""
     fmt = meta.get("format")
     if fmt == "tgrad-export-1":
-        config, vocab = json.loads(meta["config"]), json.loads(meta["vocab"])
+        config = json.loads(meta["config"])
+        vocab = None if is_translation(meta) else json.loads(meta["vocab"])
         if is_seq2seq(config):
             config["bos_id"] = int(meta["bos_id"])
         return config, vocab
     if fmt != "tgrad-checkpoint-1":
         raise ValueError(f"not a tgrad export or checkpoint (metadata 'format' is {fmt!r})")
-    arch = meta.get("model.arch", "lm" if meta.get("data.mode") == "text" else "encoder")
+    pairs = is_translation(meta)
+    arch = meta.get("model.arch", "lm" if meta.get("data.mode") == "text" else
+                    "seq2seq" if pairs else "encoder")
     text = meta["data.mode"] == "text"
     vocab = list(bytes.fromhex(meta["data.vocab"])) if text else list(b"0123456789")
     config = {
@@ -148,9 +171,12 @@ def config_of(meta):
     if arch == "seq2seq":  # the export's Seq2Seq keyword arguments
         del config["causal"]
         config["n_decoder_layers"] = int(meta["model.decoder_layers"])
-        config["scale_embedding"] = False
+        config["scale_embedding"] = _bool01(meta, "model.scale_embeddings", False)
         config["bos_id"] = TASK_BOS
         vocab.append(None)
+    if pairs:
+        config["bos_id"] = BOS
+        return config, None
     if len(vocab) != config["vocab_size"]:
         raise ValueError(f"metadata disagrees: model.vocab_size {config['vocab_size']} but the "
                          f"vocabulary has {len(vocab)}")
@@ -170,7 +196,8 @@ def load(path, dtype=None):
     eval mode, vocab, config): vocab[i] is the byte token id i stands for (None: BOS of an
     encoder-decoder, config["bos_id"]). dtype: None keeps the file's (config["dtype"]), or
     e.g. torch.float64. A checkpoint's optimizer state is left out; a tied model's
-    head.weight is tok_emb.weight (PyTorch's state_dict lists both keys)."""
+    head.weight is tok_emb.weight (PyTorch's state_dict lists both keys). A translation
+    model's vocab is None: tokenizer_of(read_safetensors(path)[1]) is its tokenizer."""
     tensors, meta = read_safetensors(path)
     config, vocab = config_of(meta)
     state = {k: v for k, v in tensors.items() if not k.startswith(_OPTIM_PREFIXES)}
@@ -181,6 +208,16 @@ def load(path, dtype=None):
     model.load_state_dict(state, strict=True)
     model.eval()
     return model, vocab, config
+
+
+def load_translator(path, dtype=None):
+    """A translation model (`tgrad train --pairs`, its export or checkpoint): (Seq2Seq in eval
+    mode, Tokenizer, config), as load()."""
+    model, _, config = load(path, dtype)
+    _, meta = read_safetensors(path)
+    if not is_translation(meta):
+        raise ValueError("not a translation model (data pairs, from tgrad train --pairs)")
+    return model, tokenizer_of(meta), config
 
 
 def encode(vocab, data):
@@ -196,6 +233,89 @@ def encode(vocab, data):
 def decode(vocab, ids):
     """The bytes token ids `ids` stand for (BOS stands for none)."""
     return bytes(vocab[i] for i in ids if vocab[i] is not None)
+
+
+# ---- translation models: the tokenizer ---------------------------------------------------------
+def spm_model_bytes(meta):
+    """The serialized SentencePiece model of a translation model's metadata (tokenizer.model,
+    strict base64), or None for the byte tokenizer. Write it to a .model file, or give it to
+    spm_processor()."""
+    import base64
+    import binascii
+    kind = meta.get("tokenizer.kind")
+    if kind == "bytes":
+        return None
+    if kind != "sentencepiece":
+        raise ValueError(f"metadata 'tokenizer.kind' is {kind!r} (expected bytes or "
+                         f"sentencepiece)")
+    try:
+        return base64.b64decode(meta["tokenizer.model"], validate=True)
+    except (KeyError, binascii.Error) as e:
+        raise ValueError(f"metadata 'tokenizer.model' is not base64 ({e!r})") from None
+
+
+def spm_processor(meta):
+    """A sentencepiece.SentencePieceProcessor of the model's tokenizer.model (Debian's
+    python3-sentencepiece)."""
+    import sentencepiece
+    return sentencepiece.SentencePieceProcessor(model_proto=spm_model_bytes(meta))
+
+
+class Tokenizer:
+    """A translation model's tokenizer, as tgrad's (tgrad_data.h): encode(text) -> ids,
+    decode(ids) -> text (the special ids dropped, invalid UTF-8 as U+FFFD), and the special ids
+    unk 0, bos 1, eos 2, pad 3 as attributes. kind "bytes": byte b is id 4 + b (vocabulary
+    260); "sentencepiece": sp, the SentencePieceProcessor."""
+
+    def __init__(self, meta):
+        self.kind = meta.get("tokenizer.kind")
+        self.sp = spm_processor(meta) if spm_model_bytes(meta) is not None else None
+        self.unk, self.bos, self.eos, self.pad = UNK, BOS, EOS, PAD
+        if self.sp is not None:
+            ids = (self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id(), self.sp.pad_id())
+            if ids[:3] != (UNK, BOS, EOS) or ids[3] not in (PAD, -1):
+                raise ValueError(f"tokenizer.model's special ids unk/bos/eos/pad are {ids}, "
+                                 f"expected {UNK}, {BOS}, {EOS}, {PAD}")
+            if ids[3] < 0:
+                self.pad = UNK  # padding is masked anyway
+        self.size = self.sp.get_piece_size() if self.sp is not None else 260
+
+    def encode(self, text):
+        if self.sp is not None:
+            return self.sp.encode(text, out_type=int)
+        return [4 + b for b in text.encode("utf-8")]
+
+    def decode(self, ids):
+        special = {UNK, BOS, EOS, PAD}
+        kept = [i for i in ids if i not in special]
+        if self.sp is not None:
+            raw = self.sp.decode(kept).encode("utf-8")
+        else:
+            raw = bytes(i - 4 for i in kept)
+        return raw.decode("utf-8", errors="replace").replace("\0", "\ufffd")
+
+
+def tokenizer_of(meta):
+    """The Tokenizer of a translation model's metadata (an export's or a checkpoint's)."""
+    return Tokenizer(meta)
+
+
+@torch.no_grad()
+def translate(model, tok, config, texts, max_len_a=1.5, max_len_b=10, beam=1, lenpen=1.0,
+              batch=64):
+    """Translations of the strings `texts` as `tgrad translate` makes them: source = the
+    tokens (at most max_seq_len - 1) then EOS; greedy (beam 1) or beam search from BOS, at most
+    min(floor(a S + b), max_seq_len - 1) tokens with the EOS; batched, padded sources masked
+    (tools/translate_reference.py's greedy and beam_search)."""
+    import warnings
+    # PyTorch 1.13's encoder fast path (eval, a padding mask) warns that nested tensors are
+    # a prototype; the results are the same
+    warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
+    L = config["max_seq_len"]
+    srcs = [tok.encode(t)[:L - 1] + [tok.eos] for t in texts]
+    hyps = translate_reference.translate(model, tok, srcs, max_len_a, max_len_b, L, beam, lenpen,
+                                         batch)
+    return [tok.decode(h) for h in hyps]
 
 
 def _greedy_seq2seq(model, vocab, config, source):
@@ -241,9 +361,19 @@ def main(argv=None):
     p.add_argument("--tokens", type=int, default=0, help="bytes to generate (default 0)")
     p.add_argument("--source", help="encoder-decoder: the source digits to decode greedily")
     p.add_argument("--check", metavar="LOGITS", help="compare with this file's ids and logits")
+    p.add_argument("--translate", metavar="TEXT", action="append", default=[],
+                   help="translation model: translate TEXT (greedy unless --beam; repeatable, "
+                   "one output line each)")
+    p.add_argument("--beam", type=int, default=1, help="--translate: beam size (1: greedy)")
+    p.add_argument("--spm-out", metavar="FILE.model",
+                   help="translation model with a SentencePiece tokenizer: write its model")
     a = p.parse_args(argv)
     try:
         model, vocab, config = load(a.model)
+        meta = read_safetensors(a.model)[1] if (a.translate or a.spm_out) else {}
+        if (a.translate or a.spm_out) and not is_translation(meta):
+            raise ValueError("--translate and --spm-out need a translation model (tgrad train "
+                             "--pairs)")
         n = sum(t.numel() for t in model.state_dict().values())
         kind = ("encoder-decoder" if is_seq2seq(config) else
                 "LM" if config["causal"] else "encoder")
@@ -252,9 +382,23 @@ def main(argv=None):
         print(f"{a.model}: {kind}, {layers} layer(s), d_model {config['d_model']}, "
               f"{config['n_heads']} heads, vocabulary {config['vocab_size']}, {config['dtype']}; "
               f"{n} values loaded with strict=True")
+        if a.spm_out:
+            blob = spm_model_bytes(meta)
+            if blob is None:
+                raise ValueError("--spm-out: the model's tokenizer is bytes, not sentencepiece")
+            with open(a.spm_out, "wb") as f:
+                f.write(blob)
+            print(f"wrote {a.spm_out} ({len(blob)} bytes)")
+        if a.translate:
+            tok = tokenizer_of(meta)
+            for line in translate(model, tok, config, a.translate, beam=a.beam):
+                print(line)
         if a.source is not None:
             if not is_seq2seq(config):
                 raise ValueError("--source needs an encoder-decoder model")
+            if vocab is None:
+                raise ValueError("--source decodes digits; a translation model takes "
+                                 "--translate TEXT")
             print(_greedy_seq2seq(model, vocab, config, a.source.encode()).decode("latin-1"))
         if a.tokens > 0:
             if is_seq2seq(config):

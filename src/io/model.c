@@ -303,7 +303,7 @@ static double number_text(const tg__jp *jp, size_t start)
 
 /* The keys of the export's config, in the order of the bit in `seen`. An LM's or encoder's
  * config has causal and not the last two; an encoder-decoder's has n_decoder_layers and
- * scale_embedding (false) instead of causal. */
+ * scale_embedding (absent: false) instead of causal. */
 static const char *const config_keys[] = {
     "vocab_size", "max_seq_len", "n_layers", "d_model", "n_heads", "d_ff", "activation",
     "norm_first", "pos", "causal", "tie_weights", "layer_norm_eps", "dropout", "dtype",
@@ -320,7 +320,7 @@ enum {
 static bool config_member(tg__jp *jp, int k, spec *s, int64_t *heads)
 {
     tg_transformer_config *c = &s->info.config;
-    static const int64_t hi[6] = {MODEL_MAX_VOCAB, INT32_MAX, TG_TRANSFORMER_MAX_LAYERS,
+    static const int64_t hi[6] = {MODEL_MAX_PAIRS_VOCAB, INT32_MAX, TG_TRANSFORMER_MAX_LAYERS,
                                   INT32_MAX, INT32_MAX, INT32_MAX};
     int64_t *dst[6] = {&c->vocab_size, &c->max_seq_len, &c->n_layers, &c->layer.d_model, heads,
                        &c->layer.d_ff};
@@ -370,12 +370,9 @@ static bool config_member(tg__jp *jp, int k, spec *s, int64_t *heads)
         if (!tg__jp_skip(jp))
             return false;
         bool b = memchr(jp->s + start, 't', jp->pos - start) != NULL;
-        if (k == KEY_SCALE) { /* tgrad's embeddings are not scaled by sqrt(d_model) */
-            if (b)
-                tg__jp_fail(jp, TG_ERR_FORMAT, "scale_embedding true is not supported");
-            return !b;
-        }
-        if (k == 7)
+        if (k == KEY_SCALE)
+            c->scale_embeddings = b; /* token embeddings times sqrt(d_model) */
+        else if (k == 7)
             c->layer.norm_first = b;
         else if (k == 9)
             c->causal = b;
@@ -493,15 +490,39 @@ static bool spec_export_vocab(const rd *r, const char *text, spec *s)
 static bool spec_export(const rd *r, spec *s)
 {
     bool ok = true;
-    const char *config = meta(r, "config", true, &ok), *vocab = meta(r, "vocab", true, &ok);
-    const char *data = meta(r, "data", true, &ok);
-    if (!ok || !spec_export_config(r, config, s) || !spec_export_vocab(r, vocab, s) ||
+    const char *config = meta(r, "config", true, &ok), *data = meta(r, "data", true, &ok);
+    if (!ok || !spec_export_config(r, config, s) ||
         !meta_int(r, "step", false, 0, (int64_t)1 << 53, &s->info.step))
         return false;
     s->info.format = TG_MODEL_EXPORT;
     bool s2s = s->info.config.n_decoder_layers > 0;
     s->info.kind = s2s ? TG_MODEL_SEQ2SEQ : s->info.config.causal ? TG_MODEL_LM
                                                                    : TG_MODEL_ENCODER;
+    s->tied_head_copy = s->info.config.tie_weights;
+    if (!strcmp(data, "pairs")) { /* a translation model: its tokenizer, no byte vocabulary */
+        int64_t bos = -1;
+        if (!s2s)
+            return FAIL(r, "%s: metadata 'data' is 'pairs' but 'config' is not an "
+                        "encoder-decoder's (it lacks \"n_decoder_layers\")", r->label);
+        if (tg_safetensors_meta_get(r->st, "vocab"))
+            return FAIL(r, "%s: metadata 'vocab' in a translation model's export (data "
+                        "'pairs': the ids are its tokenizer's)", r->label);
+        if (!meta_int(r, "bos_id", true, 0, MODEL_MAX_PAIRS_VOCAB, &bos))
+            return false;
+        if (bos != TG_TOKEN_BOS)
+            return FAIL(r, "%s: metadata 'bos_id' is %" PRId64 " (a translation model's BOS is "
+                        "its tokenizer's id %d)", r->label, bos, TG_TOKEN_BOS);
+        return spec_pairs_vocab(r, s);
+    }
+    if (s->info.config.vocab_size > MODEL_MAX_VOCAB) {
+        char q[56];
+        return FAIL(r, "%s: metadata 'config': vocab_size %" PRId64 " is more than a byte "
+                    "vocabulary's %d (data '%s')", r->label, s->info.config.vocab_size,
+                    MODEL_MAX_VOCAB, tg__quote(data, 48, q));
+    }
+    const char *vocab = meta(r, "vocab", true, &ok);
+    if (!ok || !spec_export_vocab(r, vocab, s))
+        return false;
     if (s2s) { /* a task's encoder-decoder: the digits, then BOS */
         int64_t bos = -1;
         if (!meta_int(r, "bos_id", true, 0, MODEL_BOS, &bos))
@@ -521,10 +542,9 @@ static bool spec_export(const rd *r, spec *s)
     else if (strcmp(data, "text") != 0 || !s->info.config.causal) {
         char q[56];
         return FAIL(r, "%s: metadata 'data' is '%s' (expected text for a causal model, "
-                    "task:copy, task:reverse or task:sort for an encoder)", r->label,
-                    tg__quote(data, 48, q));
+                    "task:copy, task:reverse or task:sort for an encoder, pairs for a "
+                    "translation model)", r->label, tg__quote(data, 48, q));
     }
-    s->tied_head_copy = s->info.config.tie_weights;
     return true;
 }
 
