@@ -135,7 +135,7 @@ static const cli_option train_opts[] = {
 
 static const cli_command train_cmd = {
     .name = "train",
-    .usage = "[--task copy|reverse|sort | --text FILE... | --pairs TSV --valid TSV] [options]",
+    .usage = "[--task T | --text FILE... | --pairs P --valid V] [options]",
     .description =
         "With no arguments, trains an encoder on the built-in 'reverse' task (random\n"
         "digit sequences, predict the reversed sequence at each position) until 99%\n"
