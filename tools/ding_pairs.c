@@ -301,7 +301,7 @@ static void usage(FILE *f)
             "Writes OUTDIR/train.tsv, valid.tsv and test.tsv (English<TAB>German, UTF-8) from\n"
             "the Ding dictionary (default source /usr/share/trans/de-en, Debian's trans-de-en;\n"
             "GPL-2+, Frank Richter). Defaults: --seed 1 --valid 500 --test 1000.\n"
-            "--force replaces existing files.\n");
+            "--force replaces existing files; a missing OUTDIR is created (one level).\n");
 }
 
 static bool parse_u64(const char *s, uint64_t max, uint64_t *v)
@@ -400,6 +400,8 @@ int main(int argc, char **argv)
     if (!outdir)
         usage_err("no output directory given", NULL);
     struct stat st;
+    if (stat(outdir, &st) != 0 && errno == ENOENT && mkdir(outdir, 0777) != 0)
+        die("cannot create the directory '%s': %s", outdir, strerror(errno));
     if (stat(outdir, &st) != 0 || !S_ISDIR(st.st_mode))
         die("'%s' is not a directory", outdir);
 
