@@ -1,0 +1,288 @@
+#!/usr/bin/python3
+"""Translation speed: tgrad against the PyTorch reference (tools/translate_reference.py).
+
+Usage (from the source tree, after building tgrad with SentencePiece; the machine otherwise idle):
+
+    /usr/bin/python3 tools/bench_translate.py [--tgrad build/tools/tgrad] [--rounds 7]
+        [--steps 40] [--train train.tsv --valid valid.tsv --test test.tsv --spm spm.model]
+        [--checkpoint CK.ckpt] [--sacrebleu-path DIR] [--workdir DIR] [--json out.json]
+
+Training speed (skipped with --no-train): --rounds rounds, each running, in alternating order
+(tgrad first in even rounds, last in odd ones, the reference settings reversed likewise):
+  - `tgrad train --pairs TRAIN --valid V --spm M --steps S --eval-every S+1 --threads N`
+    (every other option at its --pairs default); tokens/s from its summary line;
+  - `translate_reference.py --train TRAIN --valid V --test V --spm M --steps S --eval-every 0
+    --decode none --threads T` for each T of --ref-threads (default 1,2), with
+    OMP_NUM_THREADS=T (torch.set_num_threads(T) sets the same pool; the variable keeps OpenMP
+    from spawning idle threads); tokens/s from its JSON summary.
+  Both count tokens/s the same way: real target tokens (labels that are not padding, EOS
+  included) per second of training steps; tgrad's evaluation after its last step and the
+  data loading are excluded. V is the first --valid-lines (20) pairs of --valid (the
+  validation set does not change the training steps; a small one keeps tgrad's final
+  evaluation short).
+  Printed: per setting the median and min-max tokens/s over the rounds, the median process
+  wall time, and the ratio tgrad / fastest reference setting (by median).
+
+Decoding speed (skipped with --no-decode), on --checkpoint CK (a `tgrad train --pairs`
+checkpoint; without it, the checkpoint of the last training round: undertrained, its timings
+say little): --decode-rounds rounds (default 1) of
+  - `tgrad translate --checkpoint CK --eval TEST --beam 5` and `--beam 1` (greedy);
+  - the reference's greedy decoding of TEST with the same weights: `tgrad export` of CK loaded
+    by `translate_reference.py --load` (if the export fails, the reference loads CK itself:
+    checkpoints and exports use the same parameter names), at the fastest reference thread
+    setting of the training rounds (or the largest of --ref-threads); --ref-beam also times
+    the reference's beam search (slow).
+  Printed: decoding seconds (tgrad's own 'sentences N, X s' line; the reference's time of its
+  translate() call, model loading excluded in both), process wall time, BLEU/chrF, and how
+  many hypotheses of tgrad greedy and reference greedy are identical (equal weights and
+  decoding rules: all of them up to float rounding near ties).
+
+Also printed: the CPU model (lscpu), the thread settings, and at the end one JSON line with
+every measurement (also written to --json FILE).
+
+Tiny smoke test (seconds): --rounds 2 --steps 3 --model-args "--layers 1 --decoder-layers 1
+--d-model 32 --heads 2 --d-ff 64" with small TSVs. --model-args are given to both programs
+(they share the names --layers, --decoder-layers, --d-model, --heads, --d-ff, --dropout,
+--batch-tokens, --seed); --max-len sets tgrad's --seq-len and the reference's --max-len.
+
+Exit status: 0; 1 when a run fails (its stderr is shown).
+"""
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REF = os.path.join(HERE, "translate_reference.py")
+
+
+def cpu_model():
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        return "unknown"
+    for line in out.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+class RunError(Exception):
+    pass
+
+
+def run(cmd, env=None):
+    """(stdout, stderr, wall seconds) of cmd; RunError if it fails."""
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RunError(f"{' '.join(shlex.quote(c) for c in cmd)}: exit {p.returncode}\n"
+                       f"{p.stderr.strip()[-2000:]}")
+    return p.stdout, p.stderr, wall
+
+
+def last_json(text):
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RunError("no JSON summary in the reference's output")
+
+
+def summary(vals):
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals),
+            "values": vals}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tgrad", default="build/tools/tgrad", help="tgrad binary")
+    ap.add_argument("--python", default="/usr/bin/python3", help="python for the reference")
+    ap.add_argument("--train", default="/work/data/train.tsv")
+    ap.add_argument("--valid", default="/work/data/valid.tsv")
+    ap.add_argument("--test", default="/work/data/test.tsv")
+    ap.add_argument("--spm", default="/work/data/spm8k.model")
+    ap.add_argument("--sacrebleu-path", default=os.environ.get("SACREBLEU_PATH"),
+                    help="sacreBLEU source tree for the reference's decoding scores")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--valid-lines", type=int, default=20,
+                    help="validation pairs of the training runs (20)")
+    ap.add_argument("--tgrad-threads", type=int, default=os.cpu_count())
+    ap.add_argument("--ref-threads", default="1,2", help="reference thread settings (1,2)")
+    ap.add_argument("--no-omp-env", action="store_true",
+                    help="do not set OMP_NUM_THREADS for the reference runs")
+    ap.add_argument("--model-args", default="", help="options given to both programs")
+    ap.add_argument("--max-len", type=int, help="tgrad --seq-len / reference --max-len")
+    ap.add_argument("--no-train", action="store_true", help="skip the training rounds")
+    ap.add_argument("--no-decode", action="store_true", help="skip the decoding comparison")
+    ap.add_argument("--checkpoint", help="tgrad --pairs checkpoint to decode with")
+    ap.add_argument("--decode-rounds", type=int, default=1)
+    ap.add_argument("--beam", type=int, default=5)
+    ap.add_argument("--ref-beam", action="store_true", help="also time the reference's beam")
+    ap.add_argument("--workdir", default="/tmp/bench_translate")
+    ap.add_argument("--json", help="also write the JSON summary here")
+    a = ap.parse_args(argv)
+    ref_threads = [int(t) for t in a.ref_threads.split(",") if t]
+    margs = shlex.split(a.model_args)
+    os.makedirs(a.workdir, exist_ok=True)
+    wd = a.workdir
+    cpu = cpu_model()
+    print(f"CPU: {cpu}; {os.cpu_count()} CPUs; tgrad --threads {a.tgrad_threads}; reference "
+          f"threads {ref_threads}{'' if a.no_omp_env else ' (OMP_NUM_THREADS set to match)'}")
+    out = {"cpu": cpu, "cpus": os.cpu_count(), "steps": a.steps, "rounds": a.rounds,
+           "tgrad_threads": a.tgrad_threads, "model_args": a.model_args, "train": {},
+           "decode": {}}
+    base_env = dict(os.environ)
+    base_env.pop("OMP_NUM_THREADS", None)
+    ck_last = os.path.join(wd, "tgrad_bench.ckpt")
+    try:
+        if not a.no_train:
+            valid = os.path.join(wd, "valid_small.tsv")
+            with open(a.valid, encoding="utf-8") as f, open(valid, "w", encoding="utf-8") as g:
+                for k, line in enumerate(f):
+                    if k >= a.valid_lines:
+                        break
+                    g.write(line)
+            tg_cmd = [a.tgrad, "train", "--pairs", a.train, "--valid", valid, "--spm", a.spm,
+                      "--steps", str(a.steps), "--eval-every", str(a.steps + 1), "--threads",
+                      str(a.tgrad_threads), "--checkpoint", ck_last, "--force", "--quiet"]
+            tg_cmd += margs + (["--seq-len", str(a.max_len)] if a.max_len else [])
+
+            def ref_cmd(t):
+                c = [a.python, REF, "--train", a.train, "--valid", valid, "--test", valid,
+                     "--spm", a.spm, "--steps", str(a.steps), "--eval-every", "0", "--decode",
+                     "none", "--threads", str(t)]
+                return c + margs + (["--max-len", str(a.max_len)] if a.max_len else [])
+
+            settings = ["tgrad"] + [f"reference-{t}t" for t in ref_threads]
+            res = {s: {"tok": [], "wall": []} for s in settings}
+            for r in range(a.rounds):
+                order = settings if r % 2 == 0 else settings[::-1]
+                for s in order:
+                    if s == "tgrad":
+                        so, se, wall = run(tg_cmd, base_env)
+                        m = re.findall(r"([0-9.]+) tokens/s", so + se)
+                        if not m:
+                            raise RunError(f"no tokens/s in tgrad's output:\n{so}{se}")
+                        tok = float(m[-1])
+                    else:
+                        t = int(s.split("-")[1][:-1])
+                        env = dict(base_env)
+                        if not a.no_omp_env:
+                            env["OMP_NUM_THREADS"] = str(t)
+                        so, se, wall = run(ref_cmd(t), env)
+                        tok = last_json(so)["tokens_per_s"]
+                    res[s]["tok"].append(tok)
+                    res[s]["wall"].append(wall)
+                    print(f"round {r + 1}/{a.rounds}  {s:14s} {tok:9.0f} tokens/s  "
+                          f"(process {wall:.1f} s)", flush=True)
+            print(f"\ntraining, {a.steps} steps, {a.rounds} rounds (tokens/s: real target "
+                  f"tokens per second of training steps)")
+            print(f"{'setting':16s} {'median':>9s} {'min':>9s} {'max':>9s} {'wall s':>8s}")
+            for s in settings:
+                st = summary(res[s]["tok"])
+                st["wall_median"] = statistics.median(res[s]["wall"])
+                out["train"][s] = st
+                print(f"{s:16s} {st['median']:9.0f} {st['min']:9.0f} {st['max']:9.0f} "
+                      f"{st['wall_median']:8.1f}")
+            best = max(settings[1:], key=lambda s: out["train"][s]["median"])
+            ratio = out["train"]["tgrad"]["median"] / out["train"][best]["median"]
+            out["train"]["best_reference"] = best
+            out["train"]["ratio"] = ratio
+            print(f"tgrad / fastest reference ({best}): {ratio:.2f}x")
+
+        if not a.no_decode:
+            ck = a.checkpoint or ck_last
+            if not os.path.exists(ck):
+                raise RunError(f"{ck}: no checkpoint to decode with (give --checkpoint)")
+            if not a.checkpoint:
+                print(f"\nnote: decoding with {ck}, the last training round's "
+                      f"{a.steps}-step model; give --checkpoint for meaningful timings")
+            export = os.path.join(wd, "bench_export.safetensors")
+            p = subprocess.run([a.tgrad, "export", "--checkpoint", ck, "--out", export,
+                                "--force"], capture_output=True, text=True)
+            if p.returncode == 0 and os.path.exists(export):
+                weights, how = export, "tgrad export"
+            else:
+                weights, how = ck, (f"the checkpoint itself (tgrad export failed: exit "
+                                    f"{p.returncode} {p.stderr.strip()[:200]})")
+            print(f"\ndecoding {a.test} with {ck}; reference weights from {how}")
+            rt = (int(out["train"]["best_reference"].split("-")[1][:-1])
+                  if out["train"] else max(ref_threads, default=1))
+            dec = {"checkpoint": ck, "reference_weights": how, "reference_threads": rt}
+            times = {}
+            for r in range(a.decode_rounds):
+                for beam in (a.beam, 1):
+                    name = "tgrad-greedy" if beam == 1 else f"tgrad-beam{beam}"
+                    hyp = os.path.join(wd, f"{name}.txt")
+                    so, se, wall = run([a.tgrad, "translate", "--checkpoint", ck, "--eval",
+                                        a.test, "--beam", str(beam), "--threads",
+                                        str(a.tgrad_threads), "--out", hyp, "--force"],
+                                       base_env)
+                    m = re.search(r"sentences (\d+), ([0-9.]+) s", so + se)
+                    bleu = re.search(r"BLEU = ([0-9.]+)", so + se)
+                    chrf = re.search(r"chrF2 = ([0-9.]+)", so + se)
+                    times.setdefault(name, {"seconds": [], "wall": []})
+                    times[name]["seconds"].append(float(m.group(2)) if m else wall)
+                    times[name]["wall"].append(wall)
+                    times[name]["bleu"] = float(bleu.group(1)) if bleu else None
+                    times[name]["chrf"] = float(chrf.group(1)) if chrf else None
+                ref_modes = ["greedy"] + (["beam"] if a.ref_beam else [])
+                for mode in ref_modes:
+                    name = "reference-greedy" if mode == "greedy" else f"reference-beam{a.beam}"
+                    env = dict(base_env)
+                    if not a.no_omp_env:
+                        env["OMP_NUM_THREADS"] = str(rt)
+                    cmd = [a.python, REF, "--load", weights, "--test", a.test, "--spm", a.spm,
+                           "--decode", mode, "--beam", str(a.beam), "--threads", str(rt),
+                           "--out-prefix", os.path.join(wd, "reference")]
+                    if a.sacrebleu_path:
+                        cmd += ["--sacrebleu-path", a.sacrebleu_path]
+                    so, se, wall = run(cmd, env)
+                    j = next(iter(last_json(so)["test"].values()))
+                    times.setdefault(name, {"seconds": [], "wall": []})
+                    times[name]["seconds"].append(j["seconds"])
+                    times[name]["wall"].append(wall)
+                    times[name]["bleu"], times[name]["chrf"] = j["bleu"], j["chrf"]
+            print(f"{'decoder':20s} {'seconds':>8s} {'wall s':>8s} {'BLEU':>6s} {'chrF2':>6s}")
+            for name, t in times.items():
+                t["seconds_median"] = statistics.median(t["seconds"])
+                t["wall_median"] = statistics.median(t["wall"])
+                print(f"{name:20s} {t['seconds_median']:8.2f} {t['wall_median']:8.2f} "
+                      f"{t['bleu'] if t['bleu'] is not None else float('nan'):6.2f} "
+                      f"{t['chrf'] if t['chrf'] is not None else float('nan'):6.2f}")
+            dec.update(times)
+            with open(os.path.join(wd, "tgrad-greedy.txt"), encoding="utf-8") as f:
+                tg = f.read().splitlines()
+            with open(os.path.join(wd, "reference.greedy.txt"), encoding="utf-8") as f:
+                rf = f.read().splitlines()
+            same = sum(x == y for x, y in zip(tg, rf))
+            dec["greedy_identical"] = same
+            dec["sentences"] = len(rf)
+            tb = times[f"tgrad-beam{a.beam}"]["seconds_median"]
+            rg = times["reference-greedy"]["seconds_median"]
+            dec["ratio_reference_greedy_over_tgrad_beam"] = rg / tb if tb > 0 else None
+            print(f"greedy hypotheses identical (tgrad / reference): {same} of {len(rf)}")
+            print(f"reference greedy / tgrad beam {a.beam} decoding time: "
+                  f"{rg / tb if tb > 0 else float('inf'):.2f}x")
+            out["decode"] = dec
+    except (RunError, OSError) as e:
+        print(f"bench_translate: {e}", file=sys.stderr)
+        return 1
+    line = json.dumps(out)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(line + "\n")
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
