@@ -12,9 +12,11 @@ Training speed (skipped with --no-train): --rounds rounds, each running, in alte
   - `tgrad train --pairs TRAIN --valid V --spm M --steps S --eval-every S+1 --threads N`
     (every other option at its --pairs default); tokens/s from its summary line;
   - `translate_reference.py --train TRAIN --valid V --test V --spm M --steps S --eval-every 0
-    --decode none --threads T` for each T of --ref-threads (default 1,2), with
-    OMP_NUM_THREADS=T (torch.set_num_threads(T) sets the same pool; the variable keeps OpenMP
-    from spawning idle threads); tokens/s from its JSON summary.
+    --decode none --threads A` for each setting AxB of --ref-settings (default 1x1,1x2,2x2):
+    A torch threads (torch.set_num_threads(A), OMP_NUM_THREADS=A), B OpenBLAS threads
+    (OPENBLAS_NUM_THREADS=B: Debian's torch calls OpenBLAS, whose pthreads ignore
+    torch.set_num_threads), OMP_WAIT_POLICY=PASSIVE when A > 1, OPENBLAS_CORETYPE removed
+    (the settings of tools/bench_torch.py); tokens/s from its JSON summary.
   Both count tokens/s the same way: real target tokens (labels that are not padding, EOS
   included) per second of training steps; tgrad's evaluation after its last step and the
   data loading are excluded. V is the first --valid-lines (20) pairs of --valid (the
@@ -115,9 +117,9 @@ def main(argv=None):
     ap.add_argument("--valid-lines", type=int, default=20,
                     help="validation pairs of the training runs (20)")
     ap.add_argument("--tgrad-threads", type=int, default=os.cpu_count())
-    ap.add_argument("--ref-threads", default="1,2", help="reference thread settings (1,2)")
-    ap.add_argument("--no-omp-env", action="store_true",
-                    help="do not set OMP_NUM_THREADS for the reference runs")
+    ap.add_argument("--ref-settings", default="1x1,1x2,2x2",
+                    help="reference settings AxB: A torch threads, B OpenBLAS threads "
+                         "(1x1,1x2,2x2)")
     ap.add_argument("--model-args", default="", help="options given to both programs")
     ap.add_argument("--max-len", type=int, help="tgrad --seq-len / reference --max-len")
     ap.add_argument("--no-train", action="store_true", help="skip the training rounds")
@@ -129,18 +131,35 @@ def main(argv=None):
     ap.add_argument("--workdir", default="/tmp/bench_translate")
     ap.add_argument("--json", help="also write the JSON summary here")
     a = ap.parse_args(argv)
-    ref_threads = [int(t) for t in a.ref_threads.split(",") if t]
+    try:
+        ref_settings = [tuple(int(x) for x in t.split("x")) for t in a.ref_settings.split(",")
+                        if t]
+        if any(len(t) != 2 or min(t) < 1 for t in ref_settings) or not ref_settings:
+            raise ValueError
+    except ValueError:
+        ap.error("--ref-settings: a comma-separated list of AxB, e.g. 1x1,2x2")
     margs = shlex.split(a.model_args)
     os.makedirs(a.workdir, exist_ok=True)
     wd = a.workdir
     cpu = cpu_model()
     print(f"CPU: {cpu}; {os.cpu_count()} CPUs; tgrad --threads {a.tgrad_threads}; reference "
-          f"threads {ref_threads}{'' if a.no_omp_env else ' (OMP_NUM_THREADS set to match)'}")
+          f"settings (torch x OpenBLAS threads) "
+          f"{', '.join(f'{x}x{y}' for x, y in ref_settings)}")
     out = {"cpu": cpu, "cpus": os.cpu_count(), "steps": a.steps, "rounds": a.rounds,
            "tgrad_threads": a.tgrad_threads, "model_args": a.model_args, "train": {},
            "decode": {}}
     base_env = dict(os.environ)
-    base_env.pop("OMP_NUM_THREADS", None)
+    for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY",
+              "OPENBLAS_CORETYPE"):
+        base_env.pop(v, None)
+
+    def ref_env(setting):
+        env = dict(base_env)
+        env["OMP_NUM_THREADS"], env["OPENBLAS_NUM_THREADS"] = map(str, setting)
+        if setting[0] > 1:
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
+        return env
+
     ck_last = os.path.join(wd, "tgrad_bench.ckpt")
     try:
         if not a.no_train:
@@ -161,7 +180,8 @@ def main(argv=None):
                      "none", "--threads", str(t)]
                 return c + margs + (["--max-len", str(a.max_len)] if a.max_len else [])
 
-            settings = ["tgrad"] + [f"reference-{t}t" for t in ref_threads]
+            names = {f"reference-{x}x{y}": (x, y) for x, y in ref_settings}
+            settings = ["tgrad"] + list(names)
             res = {s: {"tok": [], "wall": []} for s in settings}
             for r in range(a.rounds):
                 order = settings if r % 2 == 0 else settings[::-1]
@@ -173,11 +193,7 @@ def main(argv=None):
                             raise RunError(f"no tokens/s in tgrad's output:\n{so}{se}")
                         tok = float(m[-1])
                     else:
-                        t = int(s.split("-")[1][:-1])
-                        env = dict(base_env)
-                        if not a.no_omp_env:
-                            env["OMP_NUM_THREADS"] = str(t)
-                        so, se, wall = run(ref_cmd(t), env)
+                        so, se, wall = run(ref_cmd(names[s][0]), ref_env(names[s]))
                         tok = last_json(so)["tokens_per_s"]
                     res[s]["tok"].append(tok)
                     res[s]["wall"].append(wall)
@@ -213,10 +229,13 @@ def main(argv=None):
             else:
                 weights, how = ck, (f"the checkpoint itself (tgrad export failed: exit "
                                     f"{p.returncode} {p.stderr.strip()[:200]})")
-            print(f"\ndecoding {a.test} with {ck}; reference weights from {how}")
-            rt = (int(out["train"]["best_reference"].split("-")[1][:-1])
-                  if out["train"] else max(ref_threads, default=1))
-            dec = {"checkpoint": ck, "reference_weights": how, "reference_threads": rt}
+            rs = (ref_settings[[f"reference-{x}x{y}" for x, y in ref_settings]
+                               .index(out["train"]["best_reference"])]
+                  if out["train"] else max(ref_settings))
+            print(f"\ndecoding {a.test} with {ck}; reference weights from {how}, setting "
+                  f"{rs[0]}x{rs[1]}")
+            dec = {"checkpoint": ck, "reference_weights": how,
+                   "reference_setting": f"{rs[0]}x{rs[1]}"}
             times = {}
             for r in range(a.decode_rounds):
                 for beam in (a.beam, 1):
@@ -237,11 +256,9 @@ def main(argv=None):
                 ref_modes = ["greedy"] + (["beam"] if a.ref_beam else [])
                 for mode in ref_modes:
                     name = "reference-greedy" if mode == "greedy" else f"reference-beam{a.beam}"
-                    env = dict(base_env)
-                    if not a.no_omp_env:
-                        env["OMP_NUM_THREADS"] = str(rt)
+                    env = ref_env(rs)
                     cmd = [a.python, REF, "--load", weights, "--test", a.test, "--spm", a.spm,
-                           "--decode", mode, "--beam", str(a.beam), "--threads", str(rt),
+                           "--decode", mode, "--beam", str(a.beam), "--threads", str(rs[0]),
                            "--out-prefix", os.path.join(wd, "reference")]
                     if a.sacrebleu_path:
                         cmd += ["--sacrebleu-path", a.sacrebleu_path]

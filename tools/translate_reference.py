@@ -606,6 +606,7 @@ def main(argv=None):
     need_bleu = a.decode != "none" or (a.load is None and a.eval_every > 0 and a.steps > 0)
     summary = {"tool": "translate_reference", "threads": a.threads,
                "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+               "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
                "torch": torch.__version__, "steps": 0, "train_s": 0.0, "tokens_per_s": None,
                "src_tgt_tokens_per_s": None, "padded_per_s": None, "val_loss": None,
                "val_bleu": None, "params": None, "peak_rss_mb": None, "test": {}}
