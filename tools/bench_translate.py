@@ -23,7 +23,8 @@ Training speed (skipped with --no-train): --rounds rounds, each running, in alte
   validation set does not change the training steps; a small one keeps tgrad's final
   evaluation short).
   Printed: per setting the median and min-max tokens/s over the rounds, the median process
-  wall time, and the ratio tgrad / fastest reference setting (by median).
+  wall time and peak RSS (wait4's ru_maxrss), and the ratio tgrad / fastest reference
+  setting (by median).
 
 Decoding speed (skipped with --no-decode), on --checkpoint CK (a `tgrad train --pairs`
 checkpoint; without it, the checkpoint of the last training round: undertrained, its timings
@@ -31,13 +32,13 @@ say little): --decode-rounds rounds (default 1) of
   - `tgrad translate --checkpoint CK --eval TEST --beam 5` and `--beam 1` (greedy);
   - the reference's greedy decoding of TEST with the same weights: `tgrad export` of CK loaded
     by `translate_reference.py --load` (if the export fails, the reference loads CK itself:
-    checkpoints and exports use the same parameter names), at the fastest reference thread
-    setting of the training rounds (or the largest of --ref-threads); --ref-beam also times
-    the reference's beam search (slow).
+    checkpoints and exports use the same parameter names), at the fastest reference setting
+    of the training rounds (with --no-train the largest of --ref-settings); --ref-beam also
+    times the reference's beam search (slow).
   Printed: decoding seconds (tgrad's own 'sentences N, X s' line; the reference's time of its
-  translate() call, model loading excluded in both), process wall time, BLEU/chrF, and how
-  many hypotheses of tgrad greedy and reference greedy are identical (equal weights and
-  decoding rules: all of them up to float rounding near ties).
+  translate() call; model loading excluded in both), process wall time and peak RSS,
+  BLEU/chrF, and how many hypotheses of tgrad greedy and reference greedy are identical
+  (equal weights and decoding rules: all of them, up to float rounding near ties).
 
 Also printed: the CPU model (lscpu), the thread settings, and at the end one JSON line with
 every measurement (also written to --json FILE).
@@ -57,6 +58,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -79,14 +81,27 @@ class RunError(Exception):
 
 
 def run(cmd, env=None):
-    """(stdout, stderr, wall seconds) of cmd; RunError if it fails."""
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - t0
+    """(stdout, stderr, wall seconds) of cmd; RunError if it fails. The process's peak RSS
+    (wait4's ru_maxrss) is in the module's last_rss_mb."""
+    global last_rss_mb
+    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=env)
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        fo.seek(0)
+        fe.seek(0)
+        so = fo.read().decode("utf-8", "replace")
+        se = fe.read().decode("utf-8", "replace")
+    last_rss_mb = ru.ru_maxrss / 1024.0
     if p.returncode != 0:
         raise RunError(f"{' '.join(shlex.quote(c) for c in cmd)}: exit {p.returncode}\n"
-                       f"{p.stderr.strip()[-2000:]}")
-    return p.stdout, p.stderr, wall
+                       f"{se.strip()[-2000:]}")
+    return so, se, wall
+
+
+last_rss_mb = None
 
 
 def last_json(text):
@@ -182,7 +197,7 @@ def main(argv=None):
 
             names = {f"reference-{x}x{y}": (x, y) for x, y in ref_settings}
             settings = ["tgrad"] + list(names)
-            res = {s: {"tok": [], "wall": []} for s in settings}
+            res = {s: {"tok": [], "wall": [], "rss": []} for s in settings}
             for r in range(a.rounds):
                 order = settings if r % 2 == 0 else settings[::-1]
                 for s in order:
@@ -197,17 +212,20 @@ def main(argv=None):
                         tok = last_json(so)["tokens_per_s"]
                     res[s]["tok"].append(tok)
                     res[s]["wall"].append(wall)
+                    res[s]["rss"].append(last_rss_mb)
                     print(f"round {r + 1}/{a.rounds}  {s:14s} {tok:9.0f} tokens/s  "
-                          f"(process {wall:.1f} s)", flush=True)
+                          f"(process {wall:.1f} s, peak RSS {last_rss_mb:.0f} MB)", flush=True)
             print(f"\ntraining, {a.steps} steps, {a.rounds} rounds (tokens/s: real target "
                   f"tokens per second of training steps)")
-            print(f"{'setting':16s} {'median':>9s} {'min':>9s} {'max':>9s} {'wall s':>8s}")
+            print(f"{'setting':16s} {'median':>9s} {'min':>9s} {'max':>9s} {'wall s':>8s} "
+                  f"{'RSS MB':>7s}")
             for s in settings:
                 st = summary(res[s]["tok"])
                 st["wall_median"] = statistics.median(res[s]["wall"])
+                st["peak_rss_mb_median"] = statistics.median(res[s]["rss"])
                 out["train"][s] = st
                 print(f"{s:16s} {st['median']:9.0f} {st['min']:9.0f} {st['max']:9.0f} "
-                      f"{st['wall_median']:8.1f}")
+                      f"{st['wall_median']:8.1f} {st['peak_rss_mb_median']:7.0f}")
             best = max(settings[1:], key=lambda s: out["train"][s]["median"])
             ratio = out["train"]["tgrad"]["median"] / out["train"][best]["median"]
             out["train"]["best_reference"] = best
@@ -248,9 +266,10 @@ def main(argv=None):
                     m = re.search(r"sentences (\d+), ([0-9.]+) s", so + se)
                     bleu = re.search(r"BLEU = ([0-9.]+)", so + se)
                     chrf = re.search(r"chrF2 = ([0-9.]+)", so + se)
-                    times.setdefault(name, {"seconds": [], "wall": []})
+                    times.setdefault(name, {"seconds": [], "wall": [], "rss": []})
                     times[name]["seconds"].append(float(m.group(2)) if m else wall)
                     times[name]["wall"].append(wall)
+                    times[name]["rss"].append(last_rss_mb)
                     times[name]["bleu"] = float(bleu.group(1)) if bleu else None
                     times[name]["chrf"] = float(chrf.group(1)) if chrf else None
                 ref_modes = ["greedy"] + (["beam"] if a.ref_beam else [])
@@ -264,17 +283,21 @@ def main(argv=None):
                         cmd += ["--sacrebleu-path", a.sacrebleu_path]
                     so, se, wall = run(cmd, env)
                     j = next(iter(last_json(so)["test"].values()))
-                    times.setdefault(name, {"seconds": [], "wall": []})
+                    times.setdefault(name, {"seconds": [], "wall": [], "rss": []})
                     times[name]["seconds"].append(j["seconds"])
                     times[name]["wall"].append(wall)
+                    times[name]["rss"].append(last_rss_mb)
                     times[name]["bleu"], times[name]["chrf"] = j["bleu"], j["chrf"]
-            print(f"{'decoder':20s} {'seconds':>8s} {'wall s':>8s} {'BLEU':>6s} {'chrF2':>6s}")
+            print(f"{'decoder':20s} {'seconds':>8s} {'wall s':>8s} {'BLEU':>6s} {'chrF2':>6s} "
+                  f"{'RSS MB':>7s}")
             for name, t in times.items():
                 t["seconds_median"] = statistics.median(t["seconds"])
                 t["wall_median"] = statistics.median(t["wall"])
+                t["peak_rss_mb_median"] = statistics.median(t["rss"])
                 print(f"{name:20s} {t['seconds_median']:8.2f} {t['wall_median']:8.2f} "
                       f"{t['bleu'] if t['bleu'] is not None else float('nan'):6.2f} "
-                      f"{t['chrf'] if t['chrf'] is not None else float('nan'):6.2f}")
+                      f"{t['chrf'] if t['chrf'] is not None else float('nan'):6.2f} "
+                      f"{t['peak_rss_mb_median']:7.0f}")
             dec.update(times)
             with open(os.path.join(wd, "tgrad-greedy.txt"), encoding="utf-8") as f:
                 tg = f.read().splitlines()
