@@ -45,8 +45,9 @@ beam search; writes the detokenized hypotheses to <out-prefix>.greedy.txt and
 <out-prefix>.beam<K>.txt (one line per test pair). The last line of standard output is the
 summary as one JSON object (also written to --json FILE if given):
   {"tool": "translate_reference", "threads", "steps", "train_s", "tokens_per_s" (real target
-   tokens: labels that are not padding, EOS included, per second of training steps:
-   collation, forward, backward, clipping, update; evaluations excluded), "src_tgt_tokens_per_s",
+   tokens: labels that are not padding, EOS included, per second of training steps: the
+   epoch's batch plan when an epoch starts, collation, forward, backward, clipping, update;
+   evaluations excluded, as tgrad counts), "src_tgt_tokens_per_s",
    "padded_per_s", "val_loss", "val_bleu" (last evaluation, or null), "params", "peak_rss_mb",
    "test": {"greedy"|"beam5": {"bleu", "chrf", "seconds", "sentences", "sentences_per_s"}}}
 
@@ -667,17 +668,17 @@ def main(argv=None):
         return BLEU().corpus_score([vocab.decode(h) for h in hyps],
                                    [[d for _, d in valid_pairs]]).score
 
-    if not a.load and a.steps > 0:
-        epoch, batches, bi = 0, epoch_batches(lengths, a.batch_tokens, a.seed, 0), 0
+    epoch, batches, bi = 0, None, 0
     real_tgt = real_all = padded = 0
     train_time = 0.0
     for step in range(1, a.steps + 1):
-        if bi == len(batches):
-            epoch, bi = epoch + 1, 0
+        t0 = time.perf_counter()  # a step: the epoch's plan when it starts, as tgrad's
+        if batches is None or bi == len(batches):
+            if batches is not None:
+                epoch, bi = epoch + 1, 0
             batches = epoch_batches(lengths, a.batch_tokens, a.seed, epoch)
         idx = batches[bi]
         bi += 1
-        t0 = time.perf_counter()
         model.train()
         src, mask, dec, lab = collate(train, idx, vocab.pad)
         logits = model(src, dec, mask)
@@ -711,8 +712,8 @@ def main(argv=None):
     if log:
         log.close()
     if a.steps > 0:
-        print(f"training: {a.steps} steps in {train_time:.1f} s (collation, forward, backward, "
-              f"update; evaluations excluded): {real_tgt / train_time:.0f} target tokens/s "
+        print(f"training: {a.steps} steps in {train_time:.1f} s (batch plan, collation, forward, "
+              f"backward, update; evaluations excluded): {real_tgt / train_time:.0f} target tokens/s "
               f"(real, no padding), {real_all / train_time:.0f} source+target tokens/s (real), "
               f"{padded / train_time:.0f} padded positions/s")
         summary.update(steps=a.steps, train_s=train_time, tokens_per_s=real_tgt / train_time,
