@@ -489,7 +489,8 @@ def load_model(path):
     try:
         tensors, meta = load_tgrad.read_safetensors(path)
     except (OSError, ValueError) as e:
-        raise InputError(f"{path}: {e}") from None
+        msg = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise InputError(msg if msg.startswith(path) else f"{path}: {msg}") from None
     try:
         if meta.get("format") == "tgrad-export-1":
             config = json.loads(meta["config"])
