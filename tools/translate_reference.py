@@ -517,7 +517,10 @@ def load_model(path):
     state = {k: v for k, v in tensors.items() if not k.startswith(("adam.", "sgd."))}
     if config.get("tie_weights") and "head.weight" not in state and "tok_emb.weight" in state:
         state["head.weight"] = state["tok_emb.weight"]
-    model = Seq2Seq(**config).float()
+    try:
+        model = Seq2Seq(**config).float()
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{path}: config {config} does not fit Seq2Seq ({e})") from None
     try:
         model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
     except RuntimeError as e:
