@@ -40,6 +40,12 @@ say little): --decode-rounds rounds (default 1) of
   BLEU/chrF, and how many hypotheses of tgrad greedy and reference greedy are identical
   (equal weights and decoding rules: all of them, up to float rounding near ties).
 
+Quality (only with --quality SEEDS, e.g. 0,1; long: full training runs): per seed
+`tgrad train --pairs TRAIN --valid VALID --spm M --seed S` (every other option at its
+default, --quality-steps to change the steps), `tgrad translate --eval TEST` greedy and beam,
+and `translate_reference.py` with the same files and seed (the same job; thread setting
+--quality-ref-setting, 1x2); test BLEU and chrF of each and the means over the seeds.
+
 Also printed: the CPU model (lscpu), the thread settings, and at the end one JSON line with
 every measurement (also written to --json FILE).
 
@@ -116,6 +122,68 @@ def summary(vals):
             "values": vals}
 
 
+def quality(a, wd, margs, base_env, ref_env):
+    """Per seed: `tgrad train --pairs` at its defaults (full --valid, evaluation every 250
+    steps as by default), `tgrad translate --eval TEST` greedy and beam, and the reference's
+    same job; test BLEU/chrF of each and their means over the seeds."""
+    seeds = [int(x) for x in a.quality.split(",") if x]
+    rs = tuple(int(x) for x in a.quality_ref_setting.split("x"))
+    steps = ["--steps", str(a.quality_steps)] if a.quality_steps else []
+    mlen = ["--max-len", str(a.max_len)] if a.max_len else []
+    rows = {}
+    print(f"\nquality: seeds {seeds}, {a.quality_steps or 'default'} steps")
+    for seed in seeds:
+        ck = os.path.join(wd, f"quality_seed{seed}.ckpt")
+        so, se, wall = run([a.tgrad, "train", "--pairs", a.train, "--valid", a.valid, "--spm",
+                            a.spm, "--seed", str(seed), "--threads", str(a.tgrad_threads),
+                            "--checkpoint", ck, "--force", "--quiet"] + steps + margs +
+                           (["--seq-len", str(a.max_len)] if a.max_len else []), base_env)
+        tok = re.findall(r"([0-9.]+) tokens/s", so + se)
+        row = {"train_wall": wall, "tokens_per_s": float(tok[-1]) if tok else None,
+               "peak_rss_mb": last_rss_mb}
+        for beam in (1, a.beam):
+            name = "greedy" if beam == 1 else f"beam{beam}"
+            so, se, w = run([a.tgrad, "translate", "--checkpoint", ck, "--eval", a.test,
+                             "--beam", str(beam), "--threads", str(a.tgrad_threads), "--out",
+                             os.path.join(wd, f"quality_seed{seed}.tgrad.{name}.txt"),
+                             "--force"], base_env)
+            b = re.search(r"BLEU = ([0-9.]+)", so + se)
+            c = re.search(r"chrF2 = ([0-9.]+)", so + se)
+            row[name] = {"bleu": float(b.group(1)) if b else None,
+                         "chrf": float(c.group(1)) if c else None, "wall": w}
+        rows[f"tgrad-seed{seed}"] = row
+        cmd = [a.python, REF, "--train", a.train, "--valid", a.valid, "--test", a.test,
+               "--spm", a.spm, "--seed", str(seed), "--threads", str(rs[0]), "--beam",
+               str(a.beam), "--out-prefix", os.path.join(wd, f"quality_seed{seed}.reference")]
+        if a.sacrebleu_path:
+            cmd += ["--sacrebleu-path", a.sacrebleu_path]
+        so, se, wall = run(cmd + steps + margs + mlen, ref_env(rs))
+        j = last_json(so)
+        row = {"train_wall": wall, "tokens_per_s": j["tokens_per_s"],
+               "peak_rss_mb": j["peak_rss_mb"]}
+        for name, t in j["test"].items():
+            row[name] = {"bleu": t["bleu"], "chrf": t["chrf"], "wall": t["seconds"]}
+        rows[f"reference-seed{seed}"] = row
+        for who in ("tgrad", "reference"):
+            r = rows[f"{who}-seed{seed}"]
+            print(f"seed {seed} {who:9s} greedy BLEU {r['greedy']['bleu']:6.2f} chrF2 "
+                  f"{r['greedy']['chrf']:6.2f}  beam{a.beam} BLEU "
+                  f"{r[f'beam{a.beam}']['bleu']:6.2f} chrF2 {r[f'beam{a.beam}']['chrf']:6.2f}"
+                  f"  process {r['train_wall']:.0f} s, {r['tokens_per_s']:.0f} tokens/s, "
+                  f"peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
+    mean = {}
+    for who in ("tgrad", "reference"):
+        for name in ("greedy", f"beam{a.beam}"):
+            for m in ("bleu", "chrf"):
+                mean[f"{who}.{name}.{m}"] = statistics.mean(
+                    rows[f"{who}-seed{s}"][name][m] for s in seeds)
+    for name in ("greedy", f"beam{a.beam}"):
+        print(f"mean over seeds, {name}: tgrad BLEU {mean[f'tgrad.{name}.bleu']:.2f} chrF2 "
+              f"{mean[f'tgrad.{name}.chrf']:.2f}; reference BLEU "
+              f"{mean[f'reference.{name}.bleu']:.2f} chrF2 {mean[f'reference.{name}.chrf']:.2f}")
+    return {"seeds": seeds, "runs": rows, "mean": mean}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -145,6 +213,13 @@ def main(argv=None):
     ap.add_argument("--ref-beam", action="store_true", help="also time the reference's beam")
     ap.add_argument("--workdir", default="/tmp/bench_translate")
     ap.add_argument("--json", help="also write the JSON summary here")
+    ap.add_argument("--quality", metavar="SEEDS",
+                    help="also the quality comparison: full training runs with these seeds "
+                         "(e.g. 0,1), test BLEU/chrF greedy and beam")
+    ap.add_argument("--quality-steps", type=int, help="steps of the quality runs (tgrad's "
+                    "default, 1000)")
+    ap.add_argument("--quality-ref-setting", default="1x2",
+                    help="reference threads of the quality runs, AxB (1x2)")
     a = ap.parse_args(argv)
     try:
         ref_settings = [tuple(int(x) for x in t.split("x")) for t in a.ref_settings.split(",")
@@ -313,6 +388,8 @@ def main(argv=None):
             print(f"reference greedy / tgrad beam {a.beam} decoding time: "
                   f"{rg / tb if tb > 0 else float('inf'):.2f}x")
             out["decode"] = dec
+        if a.quality:
+            out["quality"] = quality(a, wd, margs, base_env, ref_env)
     except (RunError, OSError) as e:
         print(f"bench_translate: {e}", file=sys.stderr)
         return 1
