@@ -31,8 +31,9 @@ checkpoint; without it, the checkpoint of the last training round: undertrained,
 say little): --decode-rounds rounds (default 1) of
   - `tgrad translate --checkpoint CK --eval TEST --beam 5` and `--beam 1` (greedy);
   - the reference's greedy decoding of TEST with the same weights: `tgrad export` of CK loaded
-    by `translate_reference.py --load` (if the export fails, the reference loads CK itself:
-    checkpoints and exports use the same parameter names), at the fastest reference setting
+    by `translate_reference.py --load` (if the export fails, or with --ref-weights
+    checkpoint, the reference loads CK itself: checkpoints and exports use the same parameter
+    names), at the fastest reference setting
     of the training rounds (with --no-train the largest of --ref-settings); --ref-beam also
     times the reference's beam search (slow).
   Printed: decoding seconds (tgrad's own 'sentences N, X s' line; the reference's time of its
@@ -211,6 +212,9 @@ def main(argv=None):
     ap.add_argument("--decode-rounds", type=int, default=1)
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--ref-beam", action="store_true", help="also time the reference's beam")
+    ap.add_argument("--ref-weights", choices=["export", "checkpoint"], default="export",
+                    help="the reference loads `tgrad export` of the checkpoint (falling back "
+                         "to the checkpoint if the export fails) or the checkpoint (export)")
     ap.add_argument("--workdir", default="/tmp/bench_translate")
     ap.add_argument("--json", help="also write the JSON summary here")
     ap.add_argument("--quality", metavar="SEEDS",
@@ -315,9 +319,12 @@ def main(argv=None):
                 print(f"\nnote: decoding with {ck}, the last training round's "
                       f"{a.steps}-step model; give --checkpoint for meaningful timings")
             export = os.path.join(wd, "bench_export.safetensors")
-            p = subprocess.run([a.tgrad, "export", "--checkpoint", ck, "--out", export,
-                                "--force"], capture_output=True, text=True)
-            if p.returncode == 0 and os.path.exists(export):
+            if a.ref_weights == "export":
+                p = subprocess.run([a.tgrad, "export", "--checkpoint", ck, "--out", export,
+                                    "--force"], capture_output=True, text=True)
+            if a.ref_weights == "checkpoint":
+                weights, how = ck, "the checkpoint itself (--ref-weights checkpoint)"
+            elif p.returncode == 0 and os.path.exists(export):
                 weights, how = export, "tgrad export"
             else:
                 weights, how = ck, (f"the checkpoint itself (tgrad export failed: exit "
@@ -385,6 +392,10 @@ def main(argv=None):
             rg = times["reference-greedy"]["seconds_median"]
             dec["ratio_reference_greedy_over_tgrad_beam"] = rg / tb if tb > 0 else None
             print(f"greedy hypotheses identical (tgrad / reference): {same} of {len(rf)}")
+            if same < 0.9 * len(rf):
+                print("WARNING: most greedy hypotheses differ: the reference does not decode "
+                      "with the same model (a wrong export config?); try --ref-weights "
+                      "checkpoint")
             print(f"reference greedy / tgrad beam {a.beam} decoding time: "
                   f"{rg / tb if tb > 0 else float('inf'):.2f}x")
             out["decode"] = dec
