@@ -35,6 +35,10 @@ Usage (Debian 12: python3-torch 1.13, python3-sentencepiece; sacreBLEU from its 
                                   options) with its weights; no training (--steps ignored)
   --decode both|greedy|beam|none  which test-set decodings to run (both)
   --eval-every 0                  no evaluation at all, not even after the last step
+  --threads N                     torch.set_num_threads(N) (default: all CPUs, as tgrad);
+                                  Debian's torch calls OpenBLAS, whose pthreads follow
+                                  OPENBLAS_NUM_THREADS instead (default: all CPUs);
+                                  tools/bench_translate.py sets both
 
 Prints a line per evaluation (validation loss per target token without smoothing, greedy
 BLEU on the validation set) and a summary: training tokens/s (real target tokens, i.e. label
