@@ -10,7 +10,9 @@ Usage (from the source tree, after building tgrad with SentencePiece; the machin
 Training speed (skipped with --no-train): --rounds rounds, each running, in alternating order
 (tgrad first in even rounds, last in odd ones, the reference settings reversed likewise):
   - `tgrad train --pairs TRAIN --valid V --spm M --steps S --eval-every S+1 --threads N`
-    (every other option at its --pairs default); tokens/s from its summary line;
+    (every other option at its --pairs default; the environment without OMP_NUM_THREADS,
+    OPENBLAS_NUM_THREADS, OMP_WAIT_POLICY, OPENBLAS_CORETYPE, plus any --tgrad-env VAR=VALUE);
+    tokens/s from its summary line;
   - `translate_reference.py --train TRAIN --valid V --test V --spm M --steps S --eval-every 0
     --decode none --threads A` for each setting AxB of --ref-settings (default 1x1,1x2,2x2):
     A torch threads (torch.set_num_threads(A), OMP_NUM_THREADS=A), B OpenBLAS threads
@@ -123,7 +125,7 @@ def summary(vals):
             "values": vals}
 
 
-def quality(a, wd, margs, base_env, ref_env):
+def quality(a, wd, margs, tg_env, ref_env):
     """Per seed: `tgrad train --pairs` at its defaults (full --valid, evaluation every 250
     steps as by default), `tgrad translate --eval TEST` greedy and beam, and the reference's
     same job; test BLEU/chrF of each and their means over the seeds."""
@@ -138,7 +140,7 @@ def quality(a, wd, margs, base_env, ref_env):
         so, se, wall = run([a.tgrad, "train", "--pairs", a.train, "--valid", a.valid, "--spm",
                             a.spm, "--seed", str(seed), "--threads", str(a.tgrad_threads),
                             "--checkpoint", ck, "--force", "--quiet"] + steps + margs +
-                           (["--seq-len", str(a.max_len)] if a.max_len else []), base_env)
+                           (["--seq-len", str(a.max_len)] if a.max_len else []), tg_env)
         tok = re.findall(r"([0-9.]+) tokens/s", so + se)
         row = {"train_wall": wall, "tokens_per_s": float(tok[-1]) if tok else None,
                "peak_rss_mb": last_rss_mb}
@@ -147,7 +149,7 @@ def quality(a, wd, margs, base_env, ref_env):
             so, se, w = run([a.tgrad, "translate", "--checkpoint", ck, "--eval", a.test,
                              "--beam", str(beam), "--threads", str(a.tgrad_threads), "--out",
                              os.path.join(wd, f"quality_seed{seed}.tgrad.{name}.txt"),
-                             "--force"], base_env)
+                             "--force"], tg_env)
             b = re.search(r"BLEU = ([0-9.]+)", so + se)
             c = re.search(r"chrF2 = ([0-9.]+)", so + se)
             row[name] = {"bleu": float(b.group(1)) if b else None,
@@ -201,6 +203,9 @@ def main(argv=None):
     ap.add_argument("--valid-lines", type=int, default=20,
                     help="validation pairs of the training runs (20)")
     ap.add_argument("--tgrad-threads", type=int, default=os.cpu_count())
+    ap.add_argument("--tgrad-env", action="append", default=[], metavar="VAR=VALUE",
+                    help="environment of the tgrad runs (repeatable), e.g. "
+                         "OMP_WAIT_POLICY=PASSIVE")
     ap.add_argument("--ref-settings", default="1x1,1x2,2x2",
                     help="reference settings AxB: A torch threads, B OpenBLAS threads "
                          "(1x1,1x2,2x2)")
@@ -246,6 +251,13 @@ def main(argv=None):
     for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY",
               "OPENBLAS_CORETYPE"):
         base_env.pop(v, None)
+    tg_env = dict(base_env)
+    for kv in a.tgrad_env:
+        k, sep, v = kv.partition("=")
+        if not sep or not k:
+            ap.error(f"--tgrad-env {kv!r}: expected VAR=VALUE")
+        tg_env[k] = v
+    out["tgrad_env"] = a.tgrad_env
 
     def ref_env(setting):
         env = dict(base_env)
@@ -281,7 +293,7 @@ def main(argv=None):
                 order = settings if r % 2 == 0 else settings[::-1]
                 for s in order:
                     if s == "tgrad":
-                        so, se, wall = run(tg_cmd, base_env)
+                        so, se, wall = run(tg_cmd, tg_env)
                         m = re.findall(r"([0-9.]+) tokens/s", so + se)
                         if not m:
                             raise RunError(f"no tokens/s in tgrad's output:\n{so}{se}")
@@ -344,7 +356,7 @@ def main(argv=None):
                     so, se, wall = run([a.tgrad, "translate", "--checkpoint", ck, "--eval",
                                         a.test, "--beam", str(beam), "--threads",
                                         str(a.tgrad_threads), "--out", hyp, "--force"],
-                                       base_env)
+                                       tg_env)
                     m = re.search(r"sentences (\d+), ([0-9.]+) s", so + se)
                     bleu = re.search(r"BLEU = ([0-9.]+)", so + se)
                     chrf = re.search(r"chrF2 = ([0-9.]+)", so + se)
@@ -400,7 +412,7 @@ def main(argv=None):
                   f"{rg / tb if tb > 0 else float('inf'):.2f}x")
             out["decode"] = dec
         if a.quality:
-            out["quality"] = quality(a, wd, margs, base_env, ref_env)
+            out["quality"] = quality(a, wd, margs, tg_env, ref_env)
     except (RunError, OSError) as e:
         print(f"bench_translate: {e}", file=sys.stderr)
         return 1
