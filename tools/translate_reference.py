@@ -8,8 +8,17 @@ Usage (Debian 12: python3-torch 1.13, python3-sentencepiece; sacreBLEU from its 
 
     git --git-dir=/path/to/sacrebleu.git archive HEAD | tar -x -C /tmp/sacrebleu
     nice /usr/bin/python3 tools/translate_reference.py --train train.tsv --valid valid.tsv \\
-        --test test.tsv --spm spm.model --sacrebleu-path /tmp/sacrebleu --threads 2 \\
-        [--steps 2000] [--out-prefix hyp]
+        --test test.tsv --spm spm.model --sacrebleu-path /tmp/sacrebleu [--threads 2] \\
+        [--out-prefix hyp] [--json summary.json]
+
+  With no other option this is the job of `tgrad train --pairs train.tsv --valid valid.tsv
+  --spm spm.model` followed by `tgrad translate --eval test.tsv` with --beam 1 and --beam 5
+  (the defaults below are tgrad's --pairs defaults).
+
+    ... --steps 40 --eval-every 0 --decode none           training speed only
+    ... --load model.safetensors --decode greedy          decode the test set with the
+                                                          weights of a tgrad export or
+                                                          checkpoint, no training
 
   train.tsv, valid.tsv, test.tsv  one `English<TAB>German` pair per line (UTF-8; English is
                                   the source); a line without exactly one tab or with an empty
@@ -18,7 +27,18 @@ Usage (Debian 12: python3-torch 1.13, python3-sentencepiece; sacreBLEU from its 
                                   train` trains: unk 0, bos 1, eos 2, pad 3); pad -1: the unk
                                   id fills padded positions (they are always masked)
   --sacrebleu-path DIR            the directory holding the `sacrebleu` package (a
-                                  sacrebleu/version.py is written there if missing)
+                                  sacrebleu/version.py is written there if missing); default
+                                  $SACREBLEU_PATH, else an installed sacrebleu; needed only
+                                  for BLEU/chrF (not with --eval-every 0 --decode none)
+  --load FILE                     a `tgrad export` (.safetensors) or a `tgrad train --pairs`
+                                  checkpoint: the model (its config replaces the model
+                                  options) with its weights; no training (--steps ignored)
+  --decode both|greedy|beam|none  which test-set decodings to run (both)
+  --eval-every 0                  no evaluation at all, not even after the last step
+  --threads N                     torch.set_num_threads(N) (default: all CPUs, as tgrad);
+                                  Debian's torch calls OpenBLAS, whose pthreads follow
+                                  OPENBLAS_NUM_THREADS instead (default: all CPUs);
+                                  tools/bench_translate.py sets both
 
 Prints a line per evaluation (validation loss per target token without smoothing, greedy
 BLEU on the validation set) and a summary: training tokens/s (real target tokens, i.e. label
@@ -26,7 +46,14 @@ positions that are not padding; also source+target real tokens/s and padded posi
 wall time of training and of each decoding, peak RSS (getrusage), and the test set's BLEU and
 chrF (sacreBLEU defaults: BLEU 13a, 4-grams, exp smoothing; chrF2) for greedy decoding and for
 beam search; writes the detokenized hypotheses to <out-prefix>.greedy.txt and
-<out-prefix>.beam<K>.txt (one line per test pair).
+<out-prefix>.beam<K>.txt (one line per test pair). The last line of standard output is the
+summary as one JSON object (also written to --json FILE if given):
+  {"tool": "translate_reference", "threads", "steps", "train_s", "tokens_per_s" (real target
+   tokens: labels that are not padding, EOS included, per second of training steps: the
+   epoch's batch plan when an epoch starts, collation, forward, backward, clipping, update;
+   evaluations excluded, as tgrad counts), "src_tgt_tokens_per_s",
+   "padded_per_s", "val_loss", "val_bleu" (last evaluation, or null), "params", "peak_rss_mb",
+   "test": {"greedy"|"beam5": {"bleu", "chrf", "seconds", "sentences", "sentences_per_s"}}}
 
 Model (class Seq2Seq, also the loader of `tgrad export` files of encoder-decoder checkpoints,
 see tools/load_tgrad.py): a torch.nn.Transformer (batch_first, its encoder.* / decoder.*
@@ -35,14 +62,16 @@ post- and pre-norm alike) plus tok_emb (one nn.Embedding for source, target and,
 output head), optional sqrt(d_model) embedding scale, pos_emb (learned) or the sinusoidal
 encoding, dropout after the embeddings, and head (nn.Linear). Every layer keeps PyTorch's own
 default initialisation (nn.Transformer's extra xavier re-initialisation is not applied, as in
-tgrad); tok_emb is N(0, 1) as nn.Embedding.
+tgrad); tok_emb is N(0, 1) as nn.Embedding unless --embed-std says otherwise.
 
-Defaults (the planned default tgrad seq2seq config): d_model 256, 3 encoder + 3 decoder
-layers, 4 heads, d_ff 1024, relu, pre-norm, dropout 0.1, sinusoidal positions, tied
-embeddings, no embedding scale, label smoothing 0.1, --batch-tokens 4096 (fairseq's
---max-tokens for IWSLT), --max-len 64, Adam (0.9, 0.98) eps 1e-9, noam schedule with factor
-(--lr) 1 and --warmup 400 (peak lr 3.1e-3 at step 400 for d_model 256), no clipping,
-evaluation every 500 steps, beam 5, length penalty 1.0, max output a*S+b with a 1.5, b 10.
+Defaults (tgrad train --pairs's): d_model 256, 3 encoder + 3 decoder layers, 4 heads, d_ff
+1024, relu, pre-norm, dropout 0.1, sinusoidal positions, tied embeddings multiplied by
+sqrt(d_model) and initialised N(0, 1/d_model) (--no-scale-embedding: unscaled, N(0, 1)),
+label smoothing 0.1, --batch-tokens 4096 (fairseq's --max-tokens for IWSLT), --max-len 128
+(tgrad's --seq-len), Adam (0.9, 0.98) eps 1e-9 without weight decay, gradient clipping at
+global norm 1.0, noam schedule with factor (--lr) 0.5 and --warmup 400 (peak lr 1.6e-3 at
+step 400 for d_model 256), 1000 steps, evaluation every 250 steps and after the last, beam 5,
+length penalty 1.0, max output a*S+b with a 1.5, b 10, 64 sentences per decoding batch, seed 0.
 
 Sequences (per pair): source = spm(English)[:max_len-1] + EOS; decoder input = BOS +
 spm(German)[:max_len-1]; labels = spm(German)[:max_len-1] + EOS. Padded source positions hold
@@ -74,6 +103,7 @@ Decoding (batched over sentences, no KV cache: the decoder runs on the whole pre
 Exit status: 0; 1 for a bad input file (one line on stderr); 2 for a usage error.
 """
 import argparse
+import json
 import math
 import os
 import resource
@@ -438,13 +468,69 @@ def translate(model, vocab, srcs, a, b, max_len, beam, alpha, batch):
 
 
 def import_sacrebleu(path):
-    vp = os.path.join(path, "sacrebleu", "version.py")
-    if not os.path.exists(vp):
-        with open(vp, "w") as f:
-            f.write('__version__ = "2.5.1"\n')
-    sys.path.insert(0, path)
-    from sacrebleu.metrics import BLEU, CHRF
+    """sacreBLEU's BLEU and CHRF classes from the source tree at `path` (None: an installed
+    sacrebleu); InputError if it cannot be imported."""
+    if path:
+        vp = os.path.join(path, "sacrebleu", "version.py")
+        if os.path.isdir(os.path.dirname(vp)) and not os.path.exists(vp):
+            with open(vp, "w") as f:
+                f.write('__version__ = "2.5.1"\n')
+        sys.path.insert(0, path)
+    try:
+        from sacrebleu.metrics import BLEU, CHRF
+    except ImportError as e:
+        raise InputError(f"cannot import sacrebleu ({e}): give --sacrebleu-path DIR (the "
+                         f"directory holding sacrebleu/, e.g. `git archive` of its "
+                         f"repository) or set SACREBLEU_PATH") from None
     return BLEU, CHRF
+
+
+def load_model(path):
+    """(Seq2Seq in eval mode, config) from a `tgrad export` of a translation model or a
+    `tgrad train --pairs` checkpoint (the same parameter names; a checkpoint's optimizer state
+    is left out). InputError if the file cannot be read or is not an encoder-decoder."""
+    import load_tgrad  # imports this module: only here, not at the top
+    try:
+        tensors, meta = load_tgrad.read_safetensors(path)
+    except (OSError, ValueError) as e:
+        msg = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise InputError(msg if msg.startswith(path) else f"{path}: {msg}") from None
+    try:
+        if meta.get("format") == "tgrad-export-1":
+            config = json.loads(meta["config"])
+        elif meta.get("format") == "tgrad-checkpoint-1" and meta.get("model.arch") == "seq2seq":
+            b = lambda k, d="0": meta.get(k, d) == "1"  # noqa: E731
+            config = {
+                "vocab_size": int(meta["model.vocab_size"]),
+                "max_seq_len": int(meta["model.seq_len"]),
+                "n_layers": int(meta["model.layers"]),
+                "n_decoder_layers": int(meta["model.decoder_layers"]),
+                "d_model": int(meta["model.d_model"]), "n_heads": int(meta["model.heads"]),
+                "d_ff": int(meta["model.d_ff"]), "activation": meta["model.activation"],
+                "norm_first": b("model.norm_first", "1"), "pos": meta["model.pos"],
+                "tie_weights": b("model.tie_weights"),
+                "scale_embedding": b("model.scale_embeddings"), "layer_norm_eps": 1e-5,
+                "dropout": float(meta.get("model.dropout", "0"))}
+        else:
+            raise InputError(f"{path}: not a tgrad export or translation checkpoint")
+    except (KeyError, ValueError) as e:
+        raise InputError(f"{path}: malformed metadata ({e})") from None
+    if "n_decoder_layers" not in config:
+        raise InputError(f"{path}: not an encoder-decoder model")
+    config = {k: v for k, v in config.items() if k not in ("dtype", "bos_id")}
+    state = {k: v for k, v in tensors.items() if not k.startswith(("adam.", "sgd."))}
+    if config.get("tie_weights") and "head.weight" not in state and "tok_emb.weight" in state:
+        state["head.weight"] = state["tok_emb.weight"]
+    try:
+        model = Seq2Seq(**config).float()
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{path}: config {config} does not fit Seq2Seq ({e})") from None
+    try:
+        model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
+    except RuntimeError as e:
+        raise InputError(f"{path}: the parameters do not fit the model ({e})") from None
+    model.eval()
+    return model, config
 
 
 # ---- training ---------------------------------------------------------------------------------
@@ -469,17 +555,24 @@ def rss_mb():
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train", required=True, help="training pairs (English<TAB>German)")
-    ap.add_argument("--valid", required=True, help="validation pairs")
+    ap.add_argument("--train", help="training pairs (English<TAB>German); not with --load")
+    ap.add_argument("--valid", help="validation pairs; not with --load")
     ap.add_argument("--test", required=True, help="test pairs")
     ap.add_argument("--spm", required=True, help="SentencePiece .model file")
-    ap.add_argument("--sacrebleu-path", required=True, help="directory holding sacrebleu/")
+    ap.add_argument("--sacrebleu-path", default=os.environ.get("SACREBLEU_PATH"),
+                    help="directory holding sacrebleu/ ($SACREBLEU_PATH, else installed)")
+    ap.add_argument("--load", help="decode with the model of a tgrad export or --pairs "
+                    "checkpoint (no training)")
+    ap.add_argument("--decode", choices=["both", "greedy", "beam", "none"], default="both",
+                    help="test-set decodings (both: greedy, then --beam)")
     ap.add_argument("--out-prefix", default="hyp", help="hypothesis files prefix (hyp)")
+    ap.add_argument("--json", help="also write the JSON summary to this file")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads")
-    ap.add_argument("--steps", type=int, default=2000, help="training steps (2000)")
+    ap.add_argument("--steps", type=int, default=1000, help="training steps (1000)")
     ap.add_argument("--batch-tokens", type=int, default=4096,
                     help="padded positions per batch, n * max(S, T) (4096)")
-    ap.add_argument("--max-len", type=int, default=64, help="longest sequence (64)")
+    ap.add_argument("--max-len", type=int, default=128,
+                    help="longest sequence, tgrad's --seq-len (128)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--heads", type=int, default=4)
@@ -491,17 +584,19 @@ def main(argv=None):
     ap.add_argument("--activation", choices=["relu", "gelu"], default="relu")
     ap.add_argument("--pos", choices=["learned", "sinusoidal"], default="sinusoidal")
     ap.add_argument("--no-tie", action="store_true", help="separate output head weights")
-    ap.add_argument("--scale-embedding", action="store_true", help="embeddings * sqrt(D)")
-    ap.add_argument("--embed-std", type=float, default=1.0,
-                    help="tok_emb initialised N(0, std^2) (1: nn.Embedding's and tgrad's; "
-                         "fairseq: d_model^-0.5 with --scale-embedding)")
+    ap.add_argument("--no-scale-embedding", dest="scale_embedding", action="store_false",
+                    help="embeddings not multiplied by sqrt(D) (default: multiplied)")
+    ap.add_argument("--embed-std", type=float, default=None,
+                    help="tok_emb initialised N(0, std^2) (default: d_model^-0.5 with the "
+                         "embedding scale, as tgrad --pairs and fairseq; 1 without it)")
     ap.add_argument("--label-smoothing", type=float, default=0.1)
-    ap.add_argument("--lr", type=float, default=1.0, help="noam factor (1)")
+    ap.add_argument("--lr", type=float, default=0.5, help="noam factor (0.5)")
     ap.add_argument("--warmup", type=int, default=400)
     ap.add_argument("--beta2", type=float, default=0.98)
     ap.add_argument("--eps", type=float, default=1e-9)
-    ap.add_argument("--clip", type=float, default=0.0, help="max grad norm (0: none)")
-    ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--clip", type=float, default=1.0, help="max grad norm (1.0; 0: none)")
+    ap.add_argument("--eval-every", type=int, default=250,
+                    help="evaluate every N steps and after the last (250; 0: never)")
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--lenpen", type=float, default=1.0)
     ap.add_argument("--max-len-a", type=float, default=1.5)
@@ -509,42 +604,69 @@ def main(argv=None):
     ap.add_argument("--decode-batch", type=int, default=64, help="sentences per decoding batch")
     ap.add_argument("--log", help="CSV: step,train_loss,val_loss,val_bleu,lr")
     a = ap.parse_args(argv)
+    if a.load is None and (a.train is None or a.valid is None):
+        ap.error("--train and --valid are required (unless --load)")
     if a.batch_tokens < a.max_len:
         ap.error("--batch-tokens must be >= --max-len")
+    if a.steps < 0 or a.eval_every < 0 or a.threads < 1:
+        ap.error("--steps, --eval-every must be >= 0 and --threads >= 1")
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
+    need_bleu = a.decode != "none" or (a.load is None and a.eval_every > 0 and a.steps > 0)
+    summary = {"tool": "translate_reference", "threads": a.threads,
+               "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+               "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+               "torch": torch.__version__, "steps": 0, "train_s": 0.0, "tokens_per_s": None,
+               "src_tgt_tokens_per_s": None, "padded_per_s": None, "val_loss": None,
+               "val_bleu": None, "params": None, "peak_rss_mb": None, "test": {}}
     try:
-        BLEU, CHRF = import_sacrebleu(a.sacrebleu_path)
+        BLEU, CHRF = import_sacrebleu(a.sacrebleu_path) if need_bleu else (None, None)
         vocab = Vocab(a.spm)
-        train = make_sequences(vocab, read_pairs(a.train), a.max_len)
-        valid_pairs, test_pairs = read_pairs(a.valid), read_pairs(a.test)
-        valid = make_sequences(vocab, valid_pairs, a.max_len)
+        if a.load:
+            model, config = load_model(a.load)
+            if config["vocab_size"] != vocab.size:
+                raise InputError(f"{a.load}: vocabulary {config['vocab_size']}, but --spm has "
+                                 f"{vocab.size} pieces")
+            a.max_len = config["max_seq_len"]
+            a.steps = 0
+        test_pairs = read_pairs(a.test)
         test = make_sequences(vocab, test_pairs, a.max_len)
-        lengths = [(len(s), len(d)) for s, d, _ in train]
-        epoch_batches(lengths[:1], a.batch_tokens, a.seed, 0)  # the budget check
+        if not a.load:
+            train = make_sequences(vocab, read_pairs(a.train), a.max_len)
+            valid_pairs = read_pairs(a.valid)
+            valid = make_sequences(vocab, valid_pairs, a.max_len)
+            lengths = [(len(s), len(d)) for s, d, _ in train]
+            epoch_batches(lengths[:1], a.batch_tokens, a.seed, 0)  # the budget check
     except InputError as e:
         print(f"translate_reference: {e}", file=sys.stderr)
         return 1
 
-    model = Seq2Seq(vocab.size, max_seq_len=a.max_len, n_layers=a.layers,
-                    n_decoder_layers=a.decoder_layers, d_model=a.d_model, n_heads=a.heads,
-                    d_ff=a.d_ff, activation=a.activation, norm_first=not a.post_norm,
-                    pos=a.pos, tie_weights=not a.no_tie, scale_embedding=a.scale_embedding,
-                    dropout=a.dropout)
-    if a.embed_std != 1.0:
-        nn.init.normal_(model.tok_emb.weight, std=a.embed_std)
+    if not a.load:
+        model = Seq2Seq(vocab.size, max_seq_len=a.max_len, n_layers=a.layers,
+                        n_decoder_layers=a.decoder_layers, d_model=a.d_model, n_heads=a.heads,
+                        d_ff=a.d_ff, activation=a.activation, norm_first=not a.post_norm,
+                        pos=a.pos, tie_weights=not a.no_tie,
+                        scale_embedding=a.scale_embedding, dropout=a.dropout)
+        std = a.embed_std if a.embed_std is not None else (
+            a.d_model ** -0.5 if a.scale_embedding else 1.0)
+        if std != 1.0:
+            nn.init.normal_(model.tok_emb.weight, std=std)
     n_params = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, a.beta2), eps=a.eps)
-    d_inv = a.d_model ** -0.5
+    summary["params"] = n_params
+    if a.load:
+        print(f"model {a.load}: parameters {n_params}; test {len(test)}; threads {a.threads}")
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, a.beta2), eps=a.eps)
+        d_inv = a.d_model ** -0.5
 
-    def noam(k):  # LambdaLR's k = 0 is the first update: step 1
-        s = k + 1
-        return d_inv * min(s ** -0.5, s * a.warmup ** -1.5)
+        def noam(k):  # LambdaLR's k = 0 is the first update: step 1
+            s = k + 1
+            return d_inv * min(s ** -0.5, s * a.warmup ** -1.5)
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, noam)
-    print(f"train {len(train)} pairs, valid {len(valid)}, test {len(test)}; vocabulary "
-          f"{vocab.size}; parameters {n_params}; threads {a.threads}")
-    log = open(a.log, "w") if a.log else None
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, noam)
+        print(f"train {len(train)} pairs, valid {len(valid)}, test {len(test)}; vocabulary "
+              f"{vocab.size}; parameters {n_params}; threads {a.threads}")
+    log = open(a.log, "w") if a.log and not a.load else None
     if log:
         log.write("step,train_loss,val_loss,val_bleu,lr\n")
 
@@ -554,16 +676,17 @@ def main(argv=None):
         return BLEU().corpus_score([vocab.decode(h) for h in hyps],
                                    [[d for _, d in valid_pairs]]).score
 
-    epoch, batches, bi = 0, epoch_batches(lengths, a.batch_tokens, a.seed, 0), 0
+    epoch, batches, bi = 0, None, 0
     real_tgt = real_all = padded = 0
     train_time = 0.0
     for step in range(1, a.steps + 1):
-        if bi == len(batches):
-            epoch, bi = epoch + 1, 0
+        t0 = time.perf_counter()  # a step: the epoch's plan when it starts, as tgrad's
+        if batches is None or bi == len(batches):
+            if batches is not None:
+                epoch, bi = epoch + 1, 0
             batches = epoch_batches(lengths, a.batch_tokens, a.seed, epoch)
         idx = batches[bi]
         bi += 1
-        t0 = time.perf_counter()
         model.train()
         src, mask, dec, lab = collate(train, idx, vocab.pad)
         logits = model(src, dec, mask)
@@ -581,9 +704,10 @@ def main(argv=None):
         real_tgt += nt
         real_all += nt + int((~mask).sum())
         padded += src.numel() + dec.numel()
-        if step % a.eval_every == 0 or step == a.steps:
+        if a.eval_every > 0 and (step % a.eval_every == 0 or step == a.steps):
             vl = valid_loss(model, valid, vocab.pad, a.batch_tokens)
             vb = valid_bleu()
+            summary["val_loss"], summary["val_bleu"] = vl, vb
             print(f"step {step:6d}  epoch {epoch + 1} ({bi}/{len(batches)})  loss "
                   f"{loss.item():.4f}  val loss {vl:.4f}  val BLEU {vb:.2f}  lr {lr:.3g}  "
                   f"{real_tgt / train_time:.0f} tgt tok/s", flush=True)
@@ -595,14 +719,19 @@ def main(argv=None):
             log.flush()
     if log:
         log.close()
-    print(f"training: {a.steps} steps in {train_time:.1f} s (forward, backward, update; "
-          f"evaluations excluded): {real_tgt / train_time:.0f} target tokens/s (real, no "
-          f"padding), {real_all / train_time:.0f} source+target tokens/s (real), "
-          f"{padded / train_time:.0f} padded positions/s")
+    if a.steps > 0:
+        print(f"training: {a.steps} steps in {train_time:.1f} s (batch plan, collation, forward, "
+              f"backward, update; evaluations excluded): {real_tgt / train_time:.0f} target tokens/s "
+              f"(real, no padding), {real_all / train_time:.0f} source+target tokens/s (real), "
+              f"{padded / train_time:.0f} padded positions/s")
+        summary.update(steps=a.steps, train_s=train_time, tokens_per_s=real_tgt / train_time,
+                       src_tgt_tokens_per_s=real_all / train_time,
+                       padded_per_s=padded / train_time)
 
     refs = [d for _, d in test_pairs]
     srcs = [s for s, _, _ in test]
-    for beam in (1, a.beam):
+    beams = {"both": (1, a.beam), "greedy": (1,), "beam": (a.beam,), "none": ()}[a.decode]
+    for beam in beams:
         t0 = time.perf_counter()
         hyps = translate(model, vocab, srcs, a.max_len_a, a.max_len_b, a.max_len, beam,
                          a.lenpen, a.decode_batch)
@@ -615,7 +744,15 @@ def main(argv=None):
         chrf = CHRF().corpus_score(text, [refs])
         print(f"test {name}: {bleu}  {chrf}  ({len(srcs)} sentences in {dt:.1f} s, "
               f"{len(srcs) / dt:.1f} sentences/s)")
-    print(f"peak RSS {rss_mb():.0f} MB")
+        summary["test"][name] = {"bleu": bleu.score, "chrf": chrf.score, "seconds": dt,
+                                 "sentences": len(srcs), "sentences_per_s": len(srcs) / dt}
+    summary["peak_rss_mb"] = rss_mb()
+    print(f"peak RSS {summary['peak_rss_mb']:.0f} MB")
+    line = json.dumps(summary)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(line + "\n")
+    print(line, flush=True)
     return 0
 
 
