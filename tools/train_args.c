@@ -107,7 +107,7 @@ static const cli_option train_opts[] = {
     CHOICE("spm-type", spm_type, "unigram|bpe", "--pairs: SentencePiece model type (unigram)",
            G_DATA),
     INT("batch-tokens", batch_tokens, "N", 1, TRAIN_MAX_BATCH_TOKENS, "--pairs: tokens per "
-        "batch, padding counted; batches hold sentences of similar length (4096)", G_DATA),
+        "batch, padding counted; batches hold sentences of similar length (2048)", G_DATA),
     CHOICE("emb-scale", emb_scale, "none|sqrt", "token embeddings times sqrt(d_model) (sec. "
            "3.4) or not (--pairs: sqrt, else none)", G_MODEL),
     NUM("target-bleu", target_bleu, "B", 0, 100, 0, "--pairs: stop at this validation BLEU "
@@ -247,7 +247,7 @@ void train_defaults(train_args *a)
     a->tokenizer = -1;
     a->emb_scale = -1;
     a->vocab_size = 8000;
-    a->batch_tokens = 4096;
+    a->batch_tokens = 2048;
 }
 
 void train_pairs_defaults(train_args *a, const cli_result *r)
@@ -270,8 +270,8 @@ void train_pairs_defaults(train_args *a, const cli_result *r)
     UNLESS("eps") a->eps = 1e-9;
     UNLESS("optimizer") a->optimizer = OPT_ADAM;
     UNLESS("weight-decay") a->weight_decay = 0;
-    UNLESS("steps") a->steps = 1000;
-    UNLESS("eval-every") a->eval_every = 250;
+    UNLESS("steps") a->steps = 1500;
+    UNLESS("eval-every") a->eval_every = 500;
     UNLESS("target-acc") a->target_acc = 0;
     a->tie = true; /* shared source, target and output embedding (sec. 3.4) */
 #undef UNLESS

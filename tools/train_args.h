@@ -81,7 +81,7 @@ typedef struct train_args {
     int spm_type;           /* SPM_UNIGRAM | SPM_BPE */
     int emb_scale;          /* EMB_*, -1: the mode's own (pairs: sqrt) */
     int64_t vocab_size;     /* SentencePiece vocabulary to train (8000) */
-    int64_t batch_tokens;   /* tokens per batch, padded positions counted (4096) */
+    int64_t batch_tokens;   /* tokens per batch, padded positions counted (2048) */
     double target_bleu;     /* stop at this validation BLEU (0 = never) */
     /* files */
     const char *checkpoint, *resume, *log, *plot;
@@ -129,9 +129,9 @@ bool train_resolve(train_args *a, bool text, char *err, size_t n);
 /* --pairs: the translation defaults for every option not given on the command line (@p r):
  * the encoder-decoder (3 + 3 layers, d_model 256, 4 heads, d_ff 1024, sinusoidal positions,
  * tied embeddings scaled by sqrt(d_model)), dropout 0.1, label smoothing 0.1, Adam-style
- * beta2 0.98 and eps 1e-9 with the noam schedule (factor 0.5, warmup 400), 1000 steps with
- * an evaluation every 250, 4096-token batches, sequences of at most 128 tokens. Call before
- * train_resolve(). */
+ * beta2 0.98 and eps 1e-9 with the noam schedule (factor 0.5, warmup 400), 1500 steps with
+ * an evaluation every 500, sequences of at most 128 tokens (and --batch-tokens 2048 for every
+ * run). Call before train_resolve(). */
 void train_pairs_defaults(train_args *a, const cli_result *r);
 
 /* Parse `tgrad sample` arguments as train_parse does (--checkpoint is required). */

@@ -67,10 +67,10 @@ tgrad); tok_emb is N(0, 1) as nn.Embedding unless --embed-std says otherwise.
 Defaults (tgrad train --pairs's): d_model 256, 3 encoder + 3 decoder layers, 4 heads, d_ff
 1024, relu, pre-norm, dropout 0.1, sinusoidal positions, tied embeddings multiplied by
 sqrt(d_model) and initialised N(0, 1/d_model) (--no-scale-embedding: unscaled, N(0, 1)),
-label smoothing 0.1, --batch-tokens 4096 (fairseq's --max-tokens for IWSLT), --max-len 128
+label smoothing 0.1, --batch-tokens 2048 (fairseq's --max-tokens), --max-len 128
 (tgrad's --seq-len), Adam (0.9, 0.98) eps 1e-9 without weight decay, gradient clipping at
 global norm 1.0, noam schedule with factor (--lr) 0.5 and --warmup 400 (peak lr 1.6e-3 at
-step 400 for d_model 256), 1000 steps, evaluation every 250 steps and after the last, beam 5,
+step 400 for d_model 256), 1500 steps, evaluation every 500 steps and after the last, beam 5,
 length penalty 1.0, max output a*S+b with a 1.5, b 10, 64 sentences per decoding batch, seed 0.
 
 Sequences (per pair): source = spm(English)[:max_len-1] + EOS; decoder input = BOS +
@@ -568,9 +568,9 @@ def main(argv=None):
     ap.add_argument("--out-prefix", default="hyp", help="hypothesis files prefix (hyp)")
     ap.add_argument("--json", help="also write the JSON summary to this file")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads")
-    ap.add_argument("--steps", type=int, default=1000, help="training steps (1000)")
-    ap.add_argument("--batch-tokens", type=int, default=4096,
-                    help="padded positions per batch, n * max(S, T) (4096)")
+    ap.add_argument("--steps", type=int, default=1500, help="training steps (1500)")
+    ap.add_argument("--batch-tokens", type=int, default=2048,
+                    help="padded positions per batch, n * max(S, T) (2048)")
     ap.add_argument("--max-len", type=int, default=128,
                     help="longest sequence, tgrad's --seq-len (128)")
     ap.add_argument("--seed", type=int, default=0)
@@ -595,8 +595,8 @@ def main(argv=None):
     ap.add_argument("--beta2", type=float, default=0.98)
     ap.add_argument("--eps", type=float, default=1e-9)
     ap.add_argument("--clip", type=float, default=1.0, help="max grad norm (1.0; 0: none)")
-    ap.add_argument("--eval-every", type=int, default=250,
-                    help="evaluate every N steps and after the last (250; 0: never)")
+    ap.add_argument("--eval-every", type=int, default=500,
+                    help="evaluate every N steps and after the last (500; 0: never)")
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--lenpen", type=float, default=1.0)
     ap.add_argument("--max-len-a", type=float, default=1.5)
