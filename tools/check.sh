@@ -69,7 +69,7 @@ asan() {
 # clang: the SIMD kernels are compiled by clang too (target attributes), so this runs them
 clang_suite() {
     { [ -f build-clang/build.ninja ] ||
-        CC=clang meson setup build-clang --buildtype=release; } &&
+        CC=clang CXX=clang++ meson setup build-clang --buildtype=release; } &&
         meson test -C build-clang --print-errorlogs
 }
 
