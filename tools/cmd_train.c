@@ -1316,13 +1316,23 @@ static int train_loop(trainer *t)
         } else {
             t->tok_s = (double)t->trained * (double)(t->B * t->T) / (el > 0 ? el : 1e-9);
         }
-        if (!tmpi_any(&t->mp, g_interrupted != 0, &t->interrupted)) { /* every rank stops */
+        /* SIGINT/SIGTERM wait while the flag is read and the next message is armed: a signal
+         * landing between the two would print "stopping after step N" for a step whose
+         * check had already passed, and the run would stop one step later than it said */
+        sigset_t block, old_mask;
+        sigemptyset(&block);
+        sigaddset(&block, SIGINT);
+        sigaddset(&block, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &block, &old_mask);
+        bool agreed = tmpi_any(&t->mp, g_interrupted != 0, &t->interrupted);
+        /* from here a signal stops the run after the next step (saved then) */
+        if (agreed && !t->interrupted && step + 1 < t->end)
+            arm_message(t, step + 2);
+        pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+        if (!agreed) { /* every rank stops */
             errf("step %" PRId64 ": %s", step + 1, tg_ctx_message(t->ctx));
             return 1;
         }
-        /* from here a signal stops the run after the next step (saved then) */
-        if (!t->interrupted && step + 1 < t->end)
-            arm_message(t, step + 2);
         bool last = step + 1 == t->end || t->interrupted;
         bool eval = (step + 1) % a->eval_every == 0 || last;
         double val = NAN;
