@@ -125,6 +125,28 @@ def summary(vals):
             "values": vals}
 
 
+def sacrebleu_check(a, hyp_path, tgrad_out):
+    """sacreBLEU's own BLEU and chrF lines for tgrad's hypotheses of --test, and whether
+    tgrad's printed lines are the same strings (None without --sacrebleu-path)."""
+    if not a.sacrebleu_path:
+        return None
+    sys.path.insert(0, HERE)
+    import translate_reference
+    BLEU, CHRF = translate_reference.import_sacrebleu(a.sacrebleu_path)
+    with open(a.test, encoding="utf-8") as f:
+        refs = [line.rstrip("\n").rstrip("\r").split("\t")[1] for line in f]
+    with open(hyp_path, encoding="utf-8") as f:
+        hyps = [line.rstrip("\n") for line in f]
+    if len(hyps) != len(refs):
+        raise RunError(f"{hyp_path}: {len(hyps)} hypotheses for {len(refs)} references")
+    lines = [str(BLEU().corpus_score(hyps, [refs])), str(CHRF().corpus_score(hyps, [refs]))]
+    same = all(any(ln.strip() == t.strip() or t.strip().endswith(ln.strip())
+                   for t in tgrad_out.splitlines()) for ln in lines)
+    print(f"  sacreBLEU on tgrad's {os.path.basename(hyp_path)}: {lines[0]} | {lines[1]} | "
+          f"tgrad printed {'the same lines' if same else 'DIFFERENT lines'}", flush=True)
+    return {"lines": lines, "same": same}
+
+
 def quality(a, wd, margs, tg_env, ref_env):
     """Per seed: `tgrad train --pairs` at its defaults (full --valid, evaluation every 250
     steps as by default), `tgrad translate --eval TEST` greedy and beam, and the reference's
@@ -154,6 +176,8 @@ def quality(a, wd, margs, tg_env, ref_env):
             c = re.search(r"chrF2 = ([0-9.]+)", so + se)
             row[name] = {"bleu": float(b.group(1)) if b else None,
                          "chrf": float(c.group(1)) if c else None, "wall": w}
+            hyp = os.path.join(wd, f"quality_seed{seed}.tgrad.{name}.txt")
+            row[name]["sacrebleu"] = sacrebleu_check(a, hyp, so + se)
         rows[f"tgrad-seed{seed}"] = row
         cmd = [a.python, REF, "--train", a.train, "--valid", a.valid, "--test", a.test,
                "--spm", a.spm, "--seed", str(seed), "--threads", str(rs[0]), "--beam",
