@@ -287,6 +287,48 @@ typedef struct tg_transformer {
 /** Most encoder layers tg_transformer_init() accepts. */
 #define TG_TRANSFORMER_MAX_LAYERS 65536
 
+/** One parameter of a transformer config: its `state_dict` name and shape. */
+typedef struct tg_param_info {
+    char name[TG_NAME_MAX]; /**< e.g. "decoder.layers.5.multihead_attn.out_proj.weight" */
+    int rank;               /**< 1 or 2 */
+    int64_t shape[2];       /**< outermost first; shape[1] is 0 for rank 1 */
+} tg_param_info;
+
+/**
+ * The parameters of a transformer config, in the order tg_transformer_init() creates them,
+ * with the names and shapes tgrad's checkpoints and exports store (PyTorch `state_dict` keys;
+ * nn.Transformer's for the encoder-decoder). V vocab_size, T max_seq_len, D d_model,
+ * F d_ff, L n_layers, M n_decoder_layers:
+ *
+ *     tok_emb.weight (V, D)
+ *     pos_emb.weight (T, D)                        learned positions only
+ *     M = 0: layers.<i>.<encoder layer>, i < L     then norm.weight (D), norm.bias (D)
+ *     M > 0: encoder.layers.<i>.<encoder layer>, i < L; encoder.norm.weight (D), .bias (D);
+ *            decoder.layers.<j>.<decoder layer>, j < M; decoder.norm.weight (D), .bias (D)
+ *     head.weight (V, D)                           unless tie_weights
+ *     head.bias (V)
+ *
+ * An encoder layer (12, nn.TransformerEncoderLayer): self_attn.in_proj_weight (3D, D),
+ * self_attn.in_proj_bias (3D), self_attn.out_proj.weight (D, D), self_attn.out_proj.bias (D),
+ * linear1.weight (F, D), linear1.bias (F), linear2.weight (D, F), linear2.bias (D),
+ * norm1.weight, norm1.bias, norm2.weight, norm2.bias (D). A decoder layer (18,
+ * nn.TransformerDecoderLayer): self_attn.* (4), multihead_attn.* (the same 4), linear1.*,
+ * linear2.*, norm1.*, norm2.*, norm3.* (weight, bias). So the count is 4 + 12 L (+ 2 + 18 M
+ * when M > 0), + 1 with learned positions, + 1 unless tied.
+ *
+ * The list depends only on the config's sizes; it is the one definition checkpoint
+ * validation (tg_checkpoint_check()), tg_model_load() and `tgrad export` use, and
+ * tg_transformer_init() checks what it creates against it. No context, no allocation.
+ * @param cfg  the config (nothing else is validated: a config tg_transformer_init() refuses
+ *             still has a list)
+ * @param out  receives the first min(count, @p cap) parameters; may be NULL (count only)
+ * @param cap  room in @p out
+ * @return the number of parameters, or -1 (nothing written) when @p cfg is NULL, n_layers or
+ *         n_decoder_layers is < 0 or > ::TG_TRANSFORMER_MAX_LAYERS, or d_model > INT64_MAX / 3
+ */
+TG_API int64_t tg_transformer_params(const tg_transformer_config *cfg, tg_param_info *out,
+                                     int64_t cap);
+
 /**
  * Create the model's parameters (PyTorch default initialisation; embeddings N(0, 1) as
  * nn.Embedding). Every size is checked before anything is allocated: each parameter must hold

@@ -549,90 +549,6 @@ void train_model_config(const train_args *a, bool text, int64_t vocab_size,
 }
 
 /* ---- shapes ------------------------------------------------------------------------------- */
-static const char *const layer_params[12] = {
-    "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
-    "self_attn.out_proj.bias", "linear1.weight", "linear1.bias", "linear2.weight",
-    "linear2.bias", "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"};
-
-static void param(ckpt_param *p, const char *name, int rank, int64_t d0, int64_t d1)
-{
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->rank = rank;
-    p->shape[0] = d0;
-    p->shape[1] = rank > 1 ? d1 : 0;
-}
-
-static const char *const decoder_layer_params[18] = {
-    "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
-    "self_attn.out_proj.bias", "multihead_attn.in_proj_weight", "multihead_attn.in_proj_bias",
-    "multihead_attn.out_proj.weight", "multihead_attn.out_proj.bias", "linear1.weight",
-    "linear1.bias", "linear2.weight", "linear2.bias", "norm1.weight", "norm1.bias",
-    "norm2.weight", "norm2.bias", "norm3.weight", "norm3.bias"};
-
-int64_t ckpt_n_params(const tg_transformer_config *mc)
-{
-    int64_t common = (mc->pos == TG_POS_LEARNED) + !mc->tie_weights;
-    if (mc->n_decoder_layers > 0)
-        return 6 + 12 * mc->n_layers + 18 * mc->n_decoder_layers + common;
-    return 4 + 12 * mc->n_layers + common;
-}
-
-/* @p n layers' parameters `<prefix>layers.<i>.<names[j]>`, the decoder's (18 names) or the
- * encoder's (12), then the final norm `<prefix>norm.*` when @p prefix is a stack's. */
-static int64_t stack_params(const tg_transformer_config *mc, const char *prefix, int64_t nl,
-                            bool decoder, ckpt_param *out)
-{
-    int64_t k = 0, D = mc->layer.d_model, F = mc->layer.d_ff;
-    /* rank, dims; D <= 65536: 3 * D cannot overflow */
-    const int64_t attn[4][3] = {{2, 3 * D, D}, {1, 3 * D, 0}, {2, D, D}, {1, D, 0}};
-    const int64_t ffn[4][3] = {{2, F, D}, {1, F, 0}, {2, D, F}, {1, D, 0}};
-    int n_attn = decoder ? 2 : 1, n_norm = decoder ? 3 : 2;
-    const char *const *names = decoder ? decoder_layer_params : layer_params;
-    for (int64_t l = 0; l < nl; l++) {
-        int64_t shapes[18][3];
-        int j = 0;
-        for (int a = 0; a < n_attn; a++)
-            for (int i = 0; i < 4; i++, j++)
-                memcpy(shapes[j], attn[i], sizeof attn[i]);
-        for (int i = 0; i < 4; i++, j++)
-            memcpy(shapes[j], ffn[i], sizeof ffn[i]);
-        for (int i = 0; i < 2 * n_norm; i++, j++) {
-            shapes[j][0] = 1;
-            shapes[j][1] = D;
-            shapes[j][2] = 0;
-        }
-        for (int i = 0; i < j; i++) {
-            char name[CKPT_PARAM_NAME];
-            snprintf(name, sizeof name, "%slayers.%" PRId64 ".%s", prefix, l, names[i]);
-            param(&out[k++], name, (int)shapes[i][0], shapes[i][1], shapes[i][2]);
-        }
-    }
-    char name[CKPT_PARAM_NAME];
-    snprintf(name, sizeof name, "%snorm.weight", prefix);
-    param(&out[k++], name, 1, D, 0);
-    snprintf(name, sizeof name, "%snorm.bias", prefix);
-    param(&out[k++], name, 1, D, 0);
-    return k;
-}
-
-int64_t ckpt_params(const tg_transformer_config *mc, ckpt_param *out)
-{
-    int64_t k = 0, V = mc->vocab_size, D = mc->layer.d_model;
-    param(&out[k++], "tok_emb.weight", 2, V, D);
-    if (mc->pos == TG_POS_LEARNED)
-        param(&out[k++], "pos_emb.weight", 2, mc->max_seq_len, D);
-    if (mc->n_decoder_layers > 0) {
-        k += stack_params(mc, "encoder.", mc->n_layers, false, out + k);
-        k += stack_params(mc, "decoder.", mc->n_decoder_layers, true, out + k);
-    } else {
-        k += stack_params(mc, "", mc->n_layers, false, out + k);
-    }
-    if (!mc->tie_weights)
-        param(&out[k++], "head.weight", 2, V, D);
-    param(&out[k++], "head.bias", 1, V, 0);
-    return k;
-}
-
 static void dims_str(int rank, const int64_t *d, char *buf, size_t n)
 {
     size_t w = 0;
@@ -667,7 +583,7 @@ static void why_of(const tg_transformer_config *mc, const char *name, char *buf,
 }
 
 /* Has tensor @p t shape @p p? */
-static bool same_shape(const tg_tensor *t, const ckpt_param *p)
+static bool same_shape(const tg_tensor *t, const tg_param_info *p)
 {
     if (tg_tensor_rank(t) != p->rank)
         return false;
@@ -706,7 +622,7 @@ static const char *optim_prefix(const char *name)
 }
 
 /* The parameter named @p name among @p ps (n of them), or NULL. */
-static const ckpt_param *find_param(const ckpt_param *ps, int64_t n, const char *name)
+static const tg_param_info *find_param(const tg_param_info *ps, int64_t n, const char *name)
 {
     for (int64_t i = 0; i < n; i++)
         if (!strcmp(ps[i].name, name))
@@ -740,18 +656,18 @@ static void stray(const tg_transformer_config *mc, const char *name, const char 
 bool ckpt_check_shapes(const tg_safetensors *st, const tg_transformer_config *mc, char *err,
                        size_t n)
 {
-    int64_t np = ckpt_n_params(mc);
-    ckpt_param *ps = malloc(sizeof *ps * (size_t)np); /* n_layers <= 1024: at most ~600 KB */
+    int64_t np = tg_transformer_params(mc, NULL, 0);
+    tg_param_info *ps = np > 0 ? malloc(sizeof *ps * (size_t)np) : NULL; /* n_layers <= 1024 */
     if (!ps) {
         snprintf(err, n, "out of memory");
         return false;
     }
-    ckpt_params(mc, ps);
+    tg_transformer_params(mc, ps, np);
     bool ok = false;
     char why[160], ws[96], hs[96];
     /* every parameter, with its shape */
     for (int64_t i = 0; i < np; i++) {
-        const ckpt_param *p = &ps[i];
+        const tg_param_info *p = &ps[i];
         tg_tensor *t = tg_safetensors_find(st, p->name);
         why_of(mc, p->name, why, sizeof why);
         dims_str(p->rank, p->shape, ws, sizeof ws);
@@ -772,7 +688,7 @@ bool ckpt_check_shapes(const tg_safetensors *st, const tg_transformer_config *mc
         if (find_param(ps, np, name))
             continue;
         const char *pre = optim_prefix(name), *base = pre ? name + strlen(pre) : name;
-        const ckpt_param *p = pre ? find_param(ps, np, base) : NULL;
+        const tg_param_info *p = pre ? find_param(ps, np, base) : NULL;
         if (!p) {
             stray(mc, name, base, err, n);
             goto out;
@@ -817,13 +733,13 @@ static bool check_optim_state(const tg_safetensors *st, const tg_transformer_con
     }
     if (!adam && !sgd_m)
         return true;
-    int64_t np = ckpt_n_params(mc);
-    ckpt_param *ps = malloc(sizeof *ps * (size_t)np);
+    int64_t np = tg_transformer_params(mc, NULL, 0);
+    tg_param_info *ps = np > 0 ? malloc(sizeof *ps * (size_t)np) : NULL; /* n_layers <= 1024 */
     if (!ps) {
         snprintf(err, n, "out of memory");
         return false;
     }
-    ckpt_params(mc, ps);
+    tg_transformer_params(mc, ps, np);
     static const char *const adam_pre[] = {"adam.m.", "adam.v."}, *const sgd_pre[] = {
         "sgd.momentum."};
     const char *const *pres = adam ? adam_pre : sgd_pre;
@@ -831,7 +747,7 @@ static bool check_optim_state(const tg_safetensors *st, const tg_transformer_con
     bool ok = true;
     for (int64_t i = 0; i < np && ok; i++)
         for (int k = 0; k < npre && ok; k++) {
-            char name[CKPT_PARAM_NAME + 16];
+            char name[TG_NAME_MAX + 16];
             snprintf(name, sizeof name, "%s%s", pres[k], ps[i].name);
             if (!tg_safetensors_find(st, name)) {
                 snprintf(err, n, "the file lacks optimizer state '%s' that train.optimizer %s "

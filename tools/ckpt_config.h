@@ -67,36 +67,8 @@ void train_model_config(const train_args *a, bool text, int64_t vocab_size,
 /* The parameter dtype of @p a. */
 tg_dtype train_dtype(const train_args *a);
 
-/* A parameter of a transformer config: its state_dict name and shape. */
-#define CKPT_PARAM_NAME 64 /* "decoder.layers.1023.multihead_attn.out_proj.weight": 51 */
-typedef struct ckpt_param {
-    char name[CKPT_PARAM_NAME];
-    int rank;         /* 1 or 2 */
-    int64_t shape[2]; /* shape[1] is 0 for rank 1 */
-} ckpt_param;
-
-/* The number of parameters of @p mc: 4 + 12 per layer, + 1 for learned positions, + 1 unless
- * the output projection is tied; the encoder-decoder (n_decoder_layers > 0): 6 + 12 per
- * encoder layer + 18 per decoder layer, + the same two. */
-int64_t ckpt_n_params(const tg_transformer_config *mc);
 /*
- * The parameters of @p mc in the reference model's state_dict order (tools/train_reference.py,
- * the order tg_transformer_init creates them): tok_emb.weight (V, D), pos_emb.weight (T, D)
- * with learned positions, then per layer i: layers.<i>.self_attn.in_proj_weight (3D, D),
- * .self_attn.in_proj_bias (3D), .self_attn.out_proj.weight (D, D), .self_attn.out_proj.bias
- * (D), .linear1.weight (F, D), .linear1.bias (F), .linear2.weight (D, F), .linear2.bias (D),
- * .norm1.weight (D), .norm1.bias (D), .norm2.weight (D), .norm2.bias (D); norm.weight (D),
- * norm.bias (D), head.weight (V, D) unless tied, head.bias (V). The encoder-decoder
- * (n_decoder_layers > 0) has nn.Transformer's names instead of layers.* and norm.*:
- * encoder.layers.<i>.* (the 12 above), encoder.norm.weight, encoder.norm.bias, then
- * decoder.layers.<i>.self_attn.* (4 as above), .multihead_attn.* (the same 4), linear1.*,
- * linear2.*, norm1.*, norm2.*, norm3.* (weight, bias), decoder.norm.weight, decoder.norm.bias.
- * @p out has room for ckpt_n_params(mc); returns the count written.
- */
-int64_t ckpt_params(const tg_transformer_config *mc, ckpt_param *out);
-
-/*
- * Check that the tensors of @p st are exactly the parameters of config @p mc (ckpt_params: each
+ * Check that the tensors of @p st are exactly the parameters of config @p mc (tg_transformer_params: each
  * present with its shape; no layer beyond n_layers, no pos_emb.weight with sinusoidal
  * positions, no head.weight when tied) plus optimizer state of those parameters (adam.m.<p>,
  * adam.v.<p>, sgd.momentum.<p>, shaped like <p>), and nothing else.

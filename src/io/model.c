@@ -5,8 +5,8 @@
  * nothing allocated but the JSON parser's buffer), bound the config by the file (the values
  * its parameters need must not exceed the values the file holds, so a forged config cannot
  * make tg_transformer_init allocate more than the file's size), check every tensor's name and
- * shape against the parameters tg_transformer_init creates (strict; optimizer state and a
- * tied export's head.weight skipped), then copy the values.
+ * shape against the parameters tg_transformer_init creates (tg_transformer_params; strict:
+ * optimizer state and a tied export's head.weight skipped), then copy the values.
  */
 #include "tgrad_model.h"
 #include "core.h"
@@ -689,16 +689,6 @@ static bool same_spec(const spec *a, const spec *b)
            !memcmp(a->byte_of, b->byte_of, sizeof a->byte_of);
 }
 
-/* Parameter tensors tg_transformer_init creates for @p c: 12 per encoder layer and 18 per
- * decoder layer, the embeddings, final norms and head. */
-static int64_t config_params(const tg_transformer_config *c)
-{
-    int64_t common = (c->pos == TG_POS_LEARNED) + !c->tie_weights;
-    if (c->n_decoder_layers > 0)
-        return 6 + 12 * c->n_layers + 18 * c->n_decoder_layers + common;
-    return 4 + 12 * c->n_layers + common;
-}
-
 /* The context's parameter list before reserve_params moved it (restored by a failed load). */
 typedef struct saved_list {
     tg_tensor **old;
@@ -795,7 +785,7 @@ static tg_model *load_from_io(tg_ctx *ctx, const tg_safetensors *st, const char 
     saved_list sv = {NULL, 0, false};
     if (!read_spec(&r, &s))
         return NULL;
-    if (!reserve_params(ctx, fn, config_params(&s.info.config), &sv))
+    if (!reserve_params(ctx, fn, tg_transformer_params(&s.info.config, NULL, 0), &sv))
         return (spec_free(&s), NULL);
     tg_mark mk = tg_ctx_mark(ctx);
     tg_model *m = build(ctx, fn, &s);
@@ -824,7 +814,7 @@ static tg_model *load_io(tg_ctx *ctx, const char *path)
     saved_list sv = {NULL, 0, false};
     if (!ok)
         return NULL;
-    if (!reserve_params(ctx, fn, config_params(&s.info.config), &sv))
+    if (!reserve_params(ctx, fn, tg_transformer_params(&s.info.config, NULL, 0), &sv))
         return (spec_free(&s), NULL);
     m0 = tg_ctx_mark(ctx);
     tg_model *m = build(ctx, fn, &s);

@@ -1,0 +1,152 @@
+/*
+ * test_params.c - tg_transformer_params: the parameter list of a transformer config equals,
+ * name by name and shape by shape and in order, the tensors tg_transformer_init creates.
+ */
+#include "testutil.h"
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tgrad_train.h"
+
+/* Loop index -> a config: arch (encoder, decoder-only LM, seq2seq) x tied x positions x norm
+ * placement (24 configs), small sizes. */
+static tg_transformer_config config_of(int i)
+{
+    tg_transformer_config c;
+    memset(&c, 0, sizeof c);
+    int arch = i % 3;
+    c.vocab_size = 7;
+    c.max_seq_len = 6;
+    c.n_layers = 2;
+    c.layer = tg_encoder_config_default(8, 2);
+    c.layer.d_ff = 12;
+    c.layer.norm_first = (i / 12) % 2;
+    c.causal = arch == 1;
+    c.n_decoder_layers = arch == 2 ? 3 : 0;
+    c.tie_weights = (i / 3) % 2;
+    c.pos = (i / 6) % 2 ? TG_POS_SINUSOIDAL : TG_POS_LEARNED;
+    c.scale_embeddings = arch == 2 && c.tie_weights;
+    return c;
+}
+
+/* tg_transformer_params(c) is what tg_transformer_init(c) created after @p first params. */
+static void assert_list_matches(tg_ctx *ctx, const tg_transformer_config *c, int64_t first)
+{
+    int64_t n = tg_transformer_params(c, NULL, 0);
+    ck_assert_int_eq(n, tg_ctx_n_params(ctx) - first);
+    tg_param_info *ps = calloc((size_t)n, sizeof *ps);
+    ck_assert_ptr_nonnull(ps);
+    ck_assert_int_eq(tg_transformer_params(c, ps, n), n);
+    for (int64_t i = 0; i < n; i++) {
+        const tg_tensor *t = tg_ctx_param(ctx, first + i);
+        ck_assert_str_eq(ps[i].name, tg_tensor_name(t));
+        ck_assert_int_eq(ps[i].rank, tg_tensor_rank(t));
+        ck_assert_int_eq(ps[i].shape[0], tg_tensor_shape(t)[0]);
+        if (ps[i].rank == 2)
+            ck_assert_int_eq(ps[i].shape[1], tg_tensor_shape(t)[1]);
+        else
+            ck_assert_int_eq(ps[i].shape[1], 0);
+    }
+    free(ps);
+}
+
+START_TEST(test_list_is_init)
+{
+    tg_transformer_config c = config_of(_i);
+    tg_ctx *ctx = tu_ctx_new();
+    /* a parameter before the model: the list starts where the model's parameters start */
+    ck_assert_ptr_nonnull(tg_param(ctx, TG_F32, TG_DIMS(3), "other"));
+    tg_transformer m;
+    ck_assert_msg(tg_transformer_init(ctx, &m, TG_F32, &c) == TG_OK, "%s", tg_ctx_message(ctx));
+    assert_list_matches(ctx, &c, 1);
+    /* the count by the formula of the header */
+    int64_t want = 4 + 12 * c.n_layers + (c.pos == TG_POS_LEARNED) + !c.tie_weights +
+                   (c.n_decoder_layers > 0 ? 2 + 18 * c.n_decoder_layers : 0);
+    ck_assert_int_eq(tg_transformer_params(&c, NULL, 0), want);
+}
+END_TEST
+
+/* A few named entries, by hand: positions, the head, a decoder layer's cross-attention. */
+START_TEST(test_named_entries)
+{
+    tg_transformer_config c = config_of(2); /* seq2seq, untied, learned */
+    tg_param_info ps[96];
+    int64_t n = tg_transformer_params(&c, ps, 96);
+    ck_assert_int_eq(n, 4 + 24 + 1 + 1 + 2 + 54);
+    ck_assert_str_eq(ps[0].name, "tok_emb.weight");
+    ck_assert_int_eq(ps[0].shape[0], 7);
+    ck_assert_int_eq(ps[0].shape[1], 8);
+    ck_assert_str_eq(ps[1].name, "pos_emb.weight");
+    ck_assert_int_eq(ps[1].shape[0], 6);
+    ck_assert_str_eq(ps[2].name, "encoder.layers.0.self_attn.in_proj_weight");
+    ck_assert_int_eq(ps[2].shape[0], 24);
+    ck_assert_str_eq(ps[2 + 24].name, "encoder.norm.weight");
+    ck_assert_str_eq(ps[2 + 24 + 2 + 18 + 6].name,
+                     "decoder.layers.1.multihead_attn.out_proj.weight");
+    ck_assert_str_eq(ps[2 + 24 + 2 + 18 + 10].name, "decoder.layers.1.linear2.weight");
+    ck_assert_int_eq(ps[2 + 24 + 2 + 18 + 10].shape[0], 8);
+    ck_assert_int_eq(ps[2 + 24 + 2 + 18 + 10].shape[1], 12);
+    ck_assert_str_eq(ps[n - 3].name, "decoder.norm.bias");
+    ck_assert_str_eq(ps[n - 2].name, "head.weight");
+    ck_assert_str_eq(ps[n - 1].name, "head.bias");
+    ck_assert_int_eq(ps[n - 1].rank, 1);
+    ck_assert_int_eq(ps[n - 1].shape[0], 7);
+    /* decoder-only, no layers, tied, sinusoidal: the embedding, the final norm and the bias */
+    tg_transformer_config z = config_of(4);
+    z.n_layers = 0;
+    z.pos = TG_POS_SINUSOIDAL;
+    ck_assert_int_eq(tg_transformer_params(&z, ps, 96), 4);
+    ck_assert_str_eq(ps[1].name, "norm.weight");
+    ck_assert_str_eq(ps[2].name, "norm.bias");
+    ck_assert_str_eq(ps[3].name, "head.bias");
+    tg_ctx *ctx = tu_ctx_new();
+    tg_transformer m;
+    ck_assert_int_eq(tg_transformer_init(ctx, &m, TG_F64, &z), TG_OK);
+    assert_list_matches(ctx, &z, 0);
+}
+END_TEST
+
+/* out NULL counts; cap limits what is written; a config without a list is -1. */
+START_TEST(test_cap_and_errors)
+{
+    tg_transformer_config c = config_of(0);
+    int64_t n = tg_transformer_params(&c, NULL, 0);
+    ck_assert_int_eq(n, 4 + 24 + 1 + 1);
+    tg_param_info ps[4];
+    memset(ps, 0x5a, sizeof ps);
+    ck_assert_int_eq(tg_transformer_params(&c, ps, 3), n);
+    ck_assert_str_eq(ps[2].name, "layers.0.self_attn.in_proj_weight");
+    ck_assert_int_eq((unsigned char)ps[3].name[0], 0x5a); /* beyond cap: untouched */
+    ck_assert_int_eq(tg_transformer_params(&c, ps, 0), n);
+    ck_assert_int_eq(tg_transformer_params(NULL, ps, 4), -1);
+    tg_transformer_config b = c;
+    b.n_layers = -1;
+    ck_assert_int_eq(tg_transformer_params(&b, ps, 4), -1);
+    b = c;
+    b.n_decoder_layers = TG_TRANSFORMER_MAX_LAYERS + 1;
+    ck_assert_int_eq(tg_transformer_params(&b, ps, 4), -1);
+    b = c;
+    b.layer.d_model = INT64_MAX / 2;
+    ck_assert_int_eq(tg_transformer_params(&b, ps, 4), -1);
+    /* the largest: names fit TG_NAME_MAX */
+    b = c;
+    b.n_layers = b.n_decoder_layers = TG_TRANSFORMER_MAX_LAYERS;
+    ck_assert_int_eq(tg_transformer_params(&b, NULL, 0),
+                     6 + 30 * (int64_t)TG_TRANSFORMER_MAX_LAYERS + 2);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("params");
+    TCase *tc = tcase_create("params");
+    tcase_add_checked_fixture(tc, NULL, tu_ctx_teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_list_is_init, 0, 24);
+    tcase_add_test(tc, test_named_entries);
+    tcase_add_test(tc, test_cap_and_errors);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
