@@ -640,6 +640,34 @@ TG_API tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_opti
  * an optimizer of another context).
  */
 TG_API tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim *opt);
+/**
+ * Validate a training checkpoint's tensors against the model config @p cfg it claims, before
+ * anything is built (the config typically read from the file's `model.*` metadata):
+ * 1. every parameter of tg_transformer_params(@p cfg) is present with its shape;
+ * 2. every other tensor is optimizer state of one of them (`adam.m.<p>`, `adam.v.<p>`,
+ *    `sgd.momentum.<p>`) shaped like it: no layer beyond n_layers, no `pos_emb.weight` with
+ *    sinusoidal positions, no `head.weight` when tied, nothing else;
+ * 3. every tensor is stored in the parameter dtype @p dt (F32 or F64 in the file);
+ * 4. with @p optim (NULL: not checked), the optimizer state is exactly what that optimizer
+ *    keeps: `adam.m.*` and `adam.v.*` of every parameter (Adam, AdamW), `sgd.momentum.*` of
+ *    every parameter (SGD with momentum != 0), none (SGD without momentum); so a file that
+ *    passes can be restored by tg_checkpoint_restore() into the model and optimizer built
+ *    from the same config.
+ * The first failure is reported, naming the tensor and the metadata fields its expected shape
+ * follows from, e.g. `tg_checkpoint_check: tensor 'layers.0.linear1.weight' is (32, 16) in the
+ * file, but model.layers 2, model.d_model 16 and model.d_ff 64 need (64, 16)` or `the file has
+ * tensor 'layers.2.norm1.bias' but model.layers is 2`; tensor names from the file are shown on
+ * one line (control characters as '?', cut after 60 bytes).
+ * @p st may have been read in any context and is only read (it may be arbitrary bytes parsed by
+ * tg_safetensors_read_mem()); nothing is allocated in @p ctx (a temporary copy of the
+ * parameter list, ~150 bytes per parameter, is malloc'd and freed).
+ * Errors (run-time): ::TG_ERR_MISMATCH (the file does not fit the config), ::TG_ERR_ARG (NULL
+ * @p st, a config tg_transformer_params() has no list for, @p dt not ::TG_F32 or ::TG_F64, an
+ * unknown optimizer kind), ::TG_ERR_NOMEM.
+ */
+TG_API tg_status tg_checkpoint_check(tg_ctx *ctx, const tg_safetensors *st,
+                                     const tg_transformer_config *cfg, tg_dtype dt,
+                                     const tg_optim_config *optim);
 /**@}*/
 
 #ifdef __cplusplus

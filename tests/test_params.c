@@ -1,6 +1,7 @@
 /*
  * test_params.c - tg_transformer_params: the parameter list of a transformer config equals,
- * name by name and shape by shape and in order, the tensors tg_transformer_init creates.
+ * name by name and shape by shape and in order, the tensors tg_transformer_init creates;
+ * tg_checkpoint_check: a checkpoint's tensors against a config, dtype and optimizer.
  */
 #include "testutil.h"
 
@@ -138,6 +139,104 @@ START_TEST(test_cap_and_errors)
 }
 END_TEST
 
+/* tg_checkpoint_check(ctx, st, cfg, dt, optim) is @p want, its message containing @p needle. */
+static void check_is(tg_ctx *ctx, const tg_safetensors *st, const tg_transformer_config *c,
+                     tg_dtype dt, const tg_optim_config *oc, tg_status want, const char *needle)
+{
+    tg_status s = tg_checkpoint_check(ctx, st, c, dt, oc);
+    ck_assert_msg(s == want, "status %s, want %s: %s", tg_status_str(s), tg_status_str(want),
+                  tg_ctx_message(ctx));
+    if (needle)
+        ck_assert_msg(strstr(tg_ctx_message(ctx), needle), "'%s' lacks '%s'",
+                      tg_ctx_message(ctx), needle);
+    tg_ctx_clear_error(ctx);
+}
+
+/* A saved checkpoint (an encoder, untied, learned positions, Adam state) against its own
+ * config, other configs, dtypes and optimizers: today's messages of tgrad's validation. */
+START_TEST(test_checkpoint_check)
+{
+    char dir[256], path[512];
+    tu_mkdtemp(dir, sizeof dir, "params");
+    tu_path(path, sizeof path, dir, "ck.safetensors");
+    tg_transformer_config c = config_of(0);
+    tg_ctx *ctx = tu_ctx_new();
+    tg_transformer m;
+    ck_assert_int_eq(tg_transformer_init(ctx, &m, TG_F32, &c), TG_OK);
+    tg_optim_config adam = tg_optim_defaults(TG_OPTIM_ADAM);
+    tg_optim *opt = tg_optim_new(ctx, &adam, 0, NULL);
+    ck_assert_ptr_nonnull(opt);
+    ck_assert_int_eq(tg_checkpoint_save(ctx, path, opt, 0, NULL, NULL, NULL), TG_OK);
+    tg_ctx *rc = tu_ctx_new(); /* the file read in another context */
+    tg_safetensors *st = tg_safetensors_read(rc, path);
+    ck_assert_ptr_nonnull(st);
+    check_is(ctx, st, &c, TG_F32, &adam, TG_OK, NULL);
+    check_is(ctx, st, &c, TG_F32, NULL, TG_OK, NULL);
+    tg_optim_config adamw = tg_optim_defaults(TG_OPTIM_ADAMW);
+    check_is(ctx, st, &c, TG_F32, &adamw, TG_OK, NULL); /* the same state names */
+    /* other optimizers */
+    tg_optim_config sgd = tg_optim_defaults(TG_OPTIM_SGD);
+    check_is(ctx, st, &c, TG_F32, &sgd, TG_ERR_MISMATCH,
+             "optimizer state 'adam.m.tok_emb.weight' does not belong to train.optimizer sgd "
+             "with momentum 0");
+    sgd.momentum = 0.9;
+    check_is(ctx, st, &c, TG_F32, &sgd, TG_ERR_MISMATCH,
+             "tg_checkpoint_check: optimizer state 'adam.m.tok_emb.weight' does not belong to "
+             "train.optimizer sgd");
+    /* the dtype */
+    check_is(ctx, st, &c, TG_F64, NULL, TG_ERR_MISMATCH,
+             "tensor 'tok_emb.weight' is F32 in the file, but model.dtype is f64");
+    /* other configs: a missing, a stray, a misshapen parameter */
+    tg_transformer_config o = c;
+    o.n_layers = 3;
+    check_is(ctx, st, &o, TG_F32, NULL, TG_ERR_MISMATCH,
+             "the file lacks tensor 'layers.2.self_attn.in_proj_weight' (24, 8) that "
+             "model.layers 3, model.d_model 8 and model.d_ff 12 need");
+    o.n_layers = 1;
+    check_is(ctx, st, &o, TG_F32, NULL, TG_ERR_MISMATCH,
+             "the file has tensor 'layers.1.self_attn.in_proj_weight' but model.layers is 1");
+    o = c;
+    o.layer.d_ff = 16;
+    check_is(ctx, st, &o, TG_F32, NULL, TG_ERR_MISMATCH,
+             "tensor 'layers.0.linear1.weight' is (12, 8) in the file, but model.layers 2, "
+             "model.d_model 8 and model.d_ff 16 need (16, 8)");
+    o = c;
+    o.pos = TG_POS_SINUSOIDAL;
+    check_is(ctx, st, &o, TG_F32, NULL, TG_ERR_MISMATCH,
+             "the file has tensor 'pos_emb.weight' but model.pos is sinusoidal");
+    o = c;
+    o.tie_weights = true;
+    check_is(ctx, st, &o, TG_F32, NULL, TG_ERR_MISMATCH,
+             "the file has tensor 'head.weight' but model.tie_weights is 1");
+    o = c;
+    o.vocab_size = 9;
+    check_is(ctx, st, &o, TG_F32, NULL, TG_ERR_MISMATCH,
+             "tensor 'tok_emb.weight' is (7, 8) in the file, but model.vocab_size 9 and "
+             "model.d_model 8 need (9, 8)");
+    /* bad arguments */
+    check_is(ctx, NULL, &c, TG_F32, NULL, TG_ERR_ARG, "the checkpoint is NULL");
+    check_is(ctx, st, NULL, TG_F32, NULL, TG_ERR_ARG, "the config");
+    check_is(ctx, st, &c, TG_I32, NULL, TG_ERR_ARG, "dtype");
+    ck_assert_int_eq(tg_checkpoint_check(NULL, st, &c, TG_F32, NULL), TG_ERR_ARG);
+
+    /* saved without optimizer state: Adam's is missing, SGD without momentum has none */
+    ck_assert_int_eq(tg_checkpoint_save(ctx, path, NULL, 0, NULL, NULL, NULL), TG_OK);
+    tg_safetensors *st2 = tg_safetensors_read(rc, path);
+    ck_assert_ptr_nonnull(st2);
+    check_is(ctx, st2, &c, TG_F32, &adam, TG_ERR_MISMATCH,
+             "the file lacks optimizer state 'adam.m.tok_emb.weight' that train.optimizer adam "
+             "keeps for every parameter (a training checkpoint holds it; 'tgrad train "
+             "--resume' restores it)");
+    check_is(ctx, st2, &c, TG_F32, &sgd, TG_ERR_MISMATCH,
+             "the file lacks optimizer state 'sgd.momentum.tok_emb.weight'");
+    sgd.momentum = 0;
+    check_is(ctx, st2, &c, TG_F32, &sgd, TG_OK, NULL);
+    /* the check leaves no pending build error: the context still builds */
+    ck_assert_ptr_nonnull(tg_param(ctx, TG_F32, TG_DIMS(2), "after"));
+    tu_rm_tree(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("params");
@@ -147,6 +246,7 @@ int main(void)
     tcase_add_loop_test(tc, test_list_is_init, 0, 24);
     tcase_add_test(tc, test_named_entries);
     tcase_add_test(tc, test_cap_and_errors);
+    tcase_add_test(tc, test_checkpoint_check);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

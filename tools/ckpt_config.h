@@ -68,13 +68,14 @@ void train_model_config(const train_args *a, bool text, int64_t vocab_size,
 tg_dtype train_dtype(const train_args *a);
 
 /*
- * Check that the tensors of @p st are exactly the parameters of config @p mc (tg_transformer_params: each
- * present with its shape; no layer beyond n_layers, no pos_emb.weight with sinusoidal
- * positions, no head.weight when tied) plus optimizer state of those parameters (adam.m.<p>,
- * adam.v.<p>, sgd.momentum.<p>, shaped like <p>), and nothing else.
+ * The tensors of @p st against config @p mc and the options @p a (model.dtype,
+ * train.optimizer, train.momentum): tg_checkpoint_check (every parameter of
+ * tg_transformer_params with its shape, nothing else but optimizer state shaped like its
+ * parameter, every tensor in the parameter dtype, the optimizer state complete for the
+ * optimizer); its message without the function name in @p err.
  */
-bool ckpt_check_shapes(const tg_safetensors *st, const tg_transformer_config *mc, char *err,
-                       size_t n);
+bool ckpt_check_tensors(const tg_safetensors *st, const tg_transformer_config *mc,
+                        const train_args *a, char *err, size_t n);
 
 /*
  * A rough upper bound of the bytes training (@p train: parameters, gradients, @p n_state
@@ -93,12 +94,12 @@ int train_n_state(const train_args *a);
 
 /*
  * Everything above for a checkpoint about to be loaded: ckpt_apply, train_resolve, the model
- * config, ckpt_check_shapes, every tensor's dtype against model.dtype, the optimizer state
- * (complete for train.optimizer: adam.m.* and adam.v.* of every parameter for adam/adamw,
- * sgd.momentum.* for SGD with momentum, none otherwise; so `tgrad sample` and `tgrad export`
- * accept exactly the files `tgrad train --resume` restores), and model_memory_check
- * against @p limit_bytes (batch 1 and no optimizer for @p sample, the run's batch and optimizer
- * otherwise). With --resume, the
+ * config, ckpt_check_tensors (tg_checkpoint_check: the shapes, every tensor's dtype against
+ * model.dtype, the optimizer state complete for train.optimizer: adam.m.* and adam.v.* of
+ * every parameter for adam/adamw, sgd.momentum.* for SGD with momentum, none otherwise; so
+ * `tgrad sample` and `tgrad export` accept exactly the files `tgrad train --resume`
+ * restores), and model_memory_check against @p limit_bytes (batch 1 and no optimizer for
+ * @p sample, the run's batch and optimizer otherwise). With --resume, the
  * checkpoint's mode must match the command line's (--text given or not).
  */
 bool ckpt_config_load(const tg_safetensors *st, train_args *a, const cli_result *given,
