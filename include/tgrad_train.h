@@ -640,6 +640,41 @@ TG_API tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_opti
  * an optimizer of another context).
  */
 TG_API tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim *opt);
+/** Most entries tg_transformer_meta() writes. */
+#define TG_TRANSFORMER_META_MAX 16
+
+/** One metadata entry (a safetensors `__metadata__` key and its string value). */
+typedef struct tg_meta_kv {
+    char key[32];
+    char value[32];
+} tg_meta_kv;
+
+/**
+ * The `model.*` metadata of a tgrad checkpoint for config @p cfg with parameter dtype @p dt:
+ * the one writer of these keys (`tgrad train` saves them; `tgrad train --resume`, `sample`,
+ * `export`, `info` and tg_model_load() read them). In this order:
+ *
+ *     model.arch              encoder | lm (causal) | seq2seq (n_decoder_layers > 0)
+ *     model.layers            n_layers
+ *     model.decoder_layers    n_decoder_layers (seq2seq only)
+ *     model.d_model, model.heads, model.d_ff, model.seq_len (max_seq_len), model.vocab_size
+ *     model.norm_first        0 | 1
+ *     model.activation        relu | gelu
+ *     model.pos               learned | sinusoidal
+ *     model.causal            0 | 1 (0 for seq2seq)
+ *     model.tie_weights       0 | 1
+ *     model.dropout           the shortest decimal that reads back as the same double
+ *     model.dtype             f32 | f64
+ *     model.scale_embeddings  0 | 1 (seq2seq, or when set)
+ *
+ * Pass them, with the caller's other fields, to tg_checkpoint_save().
+ * @param out  room for ::TG_TRANSFORMER_META_MAX entries
+ * @return the number of entries written, or -1 (nothing written) for NULL arguments, a config
+ *         tg_transformer_params() has no list for, @p dt not ::TG_F32 or ::TG_F64, or an
+ *         unknown activation or position kind
+ */
+TG_API int tg_transformer_meta(const tg_transformer_config *cfg, tg_dtype dt, tg_meta_kv *out);
+
 /**
  * Validate a training checkpoint's tensors against the model config @p cfg it claims, before
  * anything is built (the config typically read from the file's `model.*` metadata):

@@ -1,7 +1,8 @@
 /*
  * test_params.c - tg_transformer_params: the parameter list of a transformer config equals,
  * name by name and shape by shape and in order, the tensors tg_transformer_init creates;
- * tg_checkpoint_check: a checkpoint's tensors against a config, dtype and optimizer.
+ * tg_checkpoint_check: a checkpoint's tensors against a config, dtype and optimizer;
+ * tg_transformer_meta: a config as checkpoint metadata, read back by tg_model_load.
  */
 #include "testutil.h"
 
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tgrad_model.h"
 #include "tgrad_train.h"
 
 /* Loop index -> a config: arch (encoder, decoder-only LM, seq2seq) x tied x positions x norm
@@ -237,6 +239,116 @@ START_TEST(test_checkpoint_check)
 }
 END_TEST
 
+/* The value of @p key among @p kv (n), or NULL. */
+static const char *kv_get(const tg_meta_kv *kv, int n, const char *key)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(kv[i].key, key))
+            return kv[i].value;
+    return NULL;
+}
+
+/* tg_transformer_meta: the keys in order, their values, the shortest dropout, refusals. */
+START_TEST(test_meta_writer)
+{
+    tg_meta_kv kv[TG_TRANSFORMER_META_MAX];
+    tg_transformer_config c = config_of(1); /* decoder-only LM, untied, learned, post-norm */
+    c.layer.dropout = 0.1;
+    c.layer.activation = TG_ACT_GELU;
+    int n = tg_transformer_meta(&c, TG_F64, kv);
+    static const char *const keys[] = {
+        "model.arch", "model.layers", "model.d_model", "model.heads", "model.d_ff",
+        "model.seq_len", "model.vocab_size", "model.norm_first", "model.activation", "model.pos",
+        "model.causal", "model.tie_weights", "model.dropout", "model.dtype"};
+    static const char *const vals[] = {"lm", "2", "8", "2", "12", "6", "7", "0", "gelu",
+                                       "learned", "1", "0", "0.1", "f64"};
+    ck_assert_int_eq(n, 14);
+    for (int i = 0; i < n; i++) {
+        ck_assert_str_eq(kv[i].key, keys[i]);
+        ck_assert_str_eq(kv[i].value, vals[i]);
+    }
+    c.layer.dropout = 1.0 / 3;
+    tg_transformer_meta(&c, TG_F32, kv);
+    ck_assert_str_eq(kv_get(kv, n, "model.dropout"), "0.3333333333333333");
+    ck_assert_str_eq(kv_get(kv, n, "model.dtype"), "f32");
+    /* the encoder; the encoder-decoder with its decoder layers and the embedding scale */
+    c = config_of(0);
+    n = tg_transformer_meta(&c, TG_F32, kv);
+    ck_assert_str_eq(kv_get(kv, n, "model.arch"), "encoder");
+    ck_assert_str_eq(kv_get(kv, n, "model.causal"), "0");
+    ck_assert_ptr_null(kv_get(kv, n, "model.decoder_layers"));
+    ck_assert_ptr_null(kv_get(kv, n, "model.scale_embeddings"));
+    c = config_of(5); /* seq2seq, tied, learned: scaled */
+    c.pos = TG_POS_SINUSOIDAL;
+    n = tg_transformer_meta(&c, TG_F32, kv);
+    ck_assert_int_eq(n, 16);
+    ck_assert_str_eq(kv[0].value, "seq2seq");
+    ck_assert_str_eq(kv[2].key, "model.decoder_layers");
+    ck_assert_str_eq(kv[2].value, "3");
+    ck_assert_str_eq(kv_get(kv, n, "model.pos"), "sinusoidal");
+    ck_assert_str_eq(kv_get(kv, n, "model.tie_weights"), "1");
+    ck_assert_str_eq(kv[n - 1].key, "model.scale_embeddings");
+    ck_assert_str_eq(kv[n - 1].value, "1");
+    /* refused */
+    ck_assert_int_eq(tg_transformer_meta(NULL, TG_F32, kv), -1);
+    ck_assert_int_eq(tg_transformer_meta(&c, TG_F32, NULL), -1);
+    ck_assert_int_eq(tg_transformer_meta(&c, TG_I32, kv), -1);
+    c.n_layers = -1;
+    ck_assert_int_eq(tg_transformer_meta(&c, TG_F32, kv), -1);
+}
+END_TEST
+
+/* What the writer writes, tg_model_load reads back as the same config. */
+START_TEST(test_meta_round_trip)
+{
+    char dir[256], path[512];
+    tu_mkdtemp(dir, sizeof dir, "params");
+    tu_path(path, sizeof path, dir, "ck.safetensors");
+    for (int i = 0; i < 2; i++) {
+        tg_transformer_config c = config_of(i ? 2 : 0); /* a task's encoder, its seq2seq */
+        c.vocab_size = i ? 11 : 10;                     /* the digits (and BOS) */
+        c.layer.dropout = 0.3;
+        tg_ctx *ctx = tu_ctx_new();
+        tg_transformer m;
+        ck_assert_int_eq(tg_transformer_init(ctx, &m, TG_F64, &c), TG_OK);
+        tg_meta_kv kv[TG_TRANSFORMER_META_MAX];
+        int n = tg_transformer_meta(&c, TG_F64, kv);
+        ck_assert_int_gt(n, 0);
+        const char *keys[TG_TRANSFORMER_META_MAX + 3], *vals[TG_TRANSFORMER_META_MAX + 3];
+        keys[0] = "format";
+        vals[0] = "tgrad-checkpoint-1";
+        keys[1] = "data.mode";
+        vals[1] = "task";
+        keys[2] = "data.task";
+        vals[2] = "sort";
+        for (int k = 0; k < n; k++) {
+            keys[3 + k] = kv[k].key;
+            vals[3 + k] = kv[k].value;
+        }
+        ck_assert_int_eq(tg_checkpoint_save(ctx, path, NULL, n + 3, keys, vals, NULL), TG_OK);
+        tg_ctx *lc = tu_ctx_new();
+        tg_model *lm = tg_model_load(lc, path);
+        ck_assert_msg(lm != NULL, "%s", tg_ctx_message(lc));
+        const tg_transformer_config *r = &tg_model_get_info(lm)->config;
+        ck_assert_int_eq(tg_model_get_info(lm)->dtype, TG_F64);
+        ck_assert_int_eq(r->vocab_size, c.vocab_size);
+        ck_assert_int_eq(r->max_seq_len, c.max_seq_len);
+        ck_assert_int_eq(r->n_layers, c.n_layers);
+        ck_assert_int_eq(r->n_decoder_layers, c.n_decoder_layers);
+        ck_assert_int_eq(r->layer.d_model, c.layer.d_model);
+        ck_assert_int_eq(r->layer.n_heads, c.layer.n_heads);
+        ck_assert_int_eq(r->layer.d_ff, c.layer.d_ff);
+        ck_assert_int_eq(r->layer.norm_first, c.layer.norm_first);
+        ck_assert_int_eq(r->layer.activation, c.layer.activation);
+        ck_assert_int_eq(r->pos, c.pos);
+        ck_assert_int_eq(r->causal, c.causal);
+        ck_assert_int_eq(r->tie_weights, c.tie_weights);
+        ck_assert_int_eq(r->scale_embeddings, c.scale_embeddings);
+    }
+    tu_rm_tree(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("params");
@@ -247,6 +359,8 @@ int main(void)
     tcase_add_test(tc, test_named_entries);
     tcase_add_test(tc, test_cap_and_errors);
     tcase_add_test(tc, test_checkpoint_check);
+    tcase_add_test(tc, test_meta_writer);
+    tcase_add_test(tc, test_meta_round_trip);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
