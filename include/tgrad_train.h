@@ -674,6 +674,28 @@ typedef struct tg_meta_kv {
  *         unknown activation or position kind
  */
 TG_API int tg_transformer_meta(const tg_transformer_config *cfg, tg_dtype dt, tg_meta_kv *out);
+/**
+ * Read a model config back from a tgrad checkpoint's metadata (the keys tg_transformer_meta()
+ * writes): the reader tg_model_load() uses, with its messages. Every field is validated:
+ * model.layers 1 to ::TG_TRANSFORMER_MAX_LAYERS; d_model, heads (dividing d_model), d_ff,
+ * seq_len 1 to INT32_MAX; vocab_size 1 to 2^20; norm_first, tie_weights, scale_embeddings,
+ * causal 0 or 1; activation relu|gelu; pos learned|sinusoidal; dtype f32|f64 (absent: f32);
+ * model.arch encoder|lm|seq2seq (absent, as in older checkpoints: data.mode's own, or without
+ * data.mode lm when model.causal is 1, else encoder), which data.mode (text|task|pairs, when
+ * present) and model.causal must agree with; model.decoder_layers required by seq2seq;
+ * model.dropout a number in [0, 1) (absent: 0). layer_norm_eps is tg_encoder_config_default()'s.
+ * The vocabulary itself (data.vocab, data.task, tokenizer.*) is not read: tg_model_load() does.
+ * @p label names the file in messages (NULL: "<memory>"), e.g.
+ * `tg_transformer_meta_read: ck.safetensors: metadata 'model.layers' is '0' (expected an
+ * integer from 1 to 65536)`.
+ * @param cfg  receives the config (untouched on error)
+ * @param dt   receives the parameter dtype (may be NULL)
+ * Errors: ::TG_ERR_FORMAT (a field missing or malformed, fields that disagree), ::TG_ERR_ARG
+ * (NULL @p st or @p cfg).
+ */
+TG_API tg_status tg_transformer_meta_read(tg_ctx *ctx, const tg_safetensors *st,
+                                          const char *label, tg_transformer_config *cfg,
+                                          tg_dtype *dt);
 
 /**
  * Validate a training checkpoint's tensors against the model config @p cfg it claims, before

@@ -2,11 +2,13 @@
  * test_params.c - tg_transformer_params: the parameter list of a transformer config equals,
  * name by name and shape by shape and in order, the tensors tg_transformer_init creates;
  * tg_checkpoint_check: a checkpoint's tensors against a config, dtype and optimizer;
- * tg_transformer_meta: a config as checkpoint metadata, read back by tg_model_load.
+ * tg_transformer_meta: a config as checkpoint metadata, read back by tg_model_load and by
+ * tg_transformer_meta_read.
  */
 #include "testutil.h"
 
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -349,6 +351,124 @@ START_TEST(test_meta_round_trip)
 }
 END_TEST
 
+/* Scratch directory of the test that writes metadata files (made by the test). */
+static char meta_dir[256];
+
+/* A safetensors file with one tensor and @p n metadata pairs, written to meta_dir and read
+ * back in @p ctx; its path in @p path. */
+static tg_safetensors *meta_file(tg_ctx *ctx, int n, const char *const *keys,
+                                 const char *const *vals, char *path, size_t pn)
+{
+    static int serial;
+    char name[32];
+    snprintf(name, sizeof name, "m%d.safetensors", serial++);
+    tu_path(path, pn, meta_dir, name);
+    const tg_tensor *x = tg_param(ctx, TG_F32, TG_DIMS(1), "x");
+    const char *names[1] = {"x"};
+    ck_assert_int_eq(tg_safetensors_write(ctx, path, 1, &x, names, n, keys, vals), TG_OK);
+    return tg_safetensors_read(ctx, path);
+}
+
+/* tg_transformer_meta_read reads back what tg_transformer_meta writes, dropout included, with
+ * or without data.mode; malformed and contradicting fields are refused with a message. */
+START_TEST(test_meta_reader)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    char path[512];
+    tu_mkdtemp(meta_dir, sizeof meta_dir, "params");
+    for (int i = 0; i < 24; i++) {
+        tg_transformer_config c = config_of(i), r;
+        c.layer.dropout = i % 2 ? 0.1 : 0;
+        c.layer.activation = i % 4 < 2 ? TG_ACT_RELU : TG_ACT_GELU;
+        tg_meta_kv kv[TG_TRANSFORMER_META_MAX];
+        int n = tg_transformer_meta(&c, i % 5 ? TG_F32 : TG_F64, kv);
+        const char *keys[TG_TRANSFORMER_META_MAX], *vals[TG_TRANSFORMER_META_MAX];
+        for (int k = 0; k < n; k++) {
+            keys[k] = kv[k].key;
+            vals[k] = kv[k].value;
+        }
+        tg_safetensors *st = meta_file(ctx, n, keys, vals, path, sizeof path);
+        ck_assert_ptr_nonnull(st);
+        tg_dtype dt = TG_I32;
+        ck_assert_msg(tg_transformer_meta_read(ctx, st, path, &r, &dt) == TG_OK, "%s",
+                      tg_ctx_message(ctx));
+        ck_assert_int_eq(dt, i % 5 ? TG_F32 : TG_F64);
+        ck_assert_int_eq(r.vocab_size, c.vocab_size);
+        ck_assert_int_eq(r.max_seq_len, c.max_seq_len);
+        ck_assert_int_eq(r.n_layers, c.n_layers);
+        ck_assert_int_eq(r.n_decoder_layers, c.n_decoder_layers);
+        ck_assert_int_eq(r.layer.d_model, c.layer.d_model);
+        ck_assert_int_eq(r.layer.n_heads, c.layer.n_heads);
+        ck_assert_int_eq(r.layer.d_ff, c.layer.d_ff);
+        ck_assert_int_eq(r.layer.norm_first, c.layer.norm_first);
+        ck_assert_int_eq(r.layer.activation, c.layer.activation);
+        ck_assert(r.layer.dropout == c.layer.dropout);
+        ck_assert(r.layer.layer_norm_eps == c.layer.layer_norm_eps);
+        ck_assert_int_eq(r.pos, c.pos);
+        ck_assert_int_eq(r.causal, c.causal && !c.n_decoder_layers);
+        ck_assert_int_eq(r.tie_weights, c.tie_weights);
+        ck_assert_int_eq(r.scale_embeddings, c.scale_embeddings);
+    }
+    /* refusals: tg_model_load's messages, named by this function */
+    const char *k1[] = {"model.layers", "model.d_model", "model.heads", "model.d_ff",
+                        "model.seq_len", "model.vocab_size", "model.norm_first",
+                        "model.activation", "model.pos", "model.dropout", "model.arch",
+                        "data.mode"};
+    const char *v1[] = {"2", "8", "2", "12", "6", "7", "1", "relu", "learned", "0.5", "lm",
+                        "text"};
+    tg_transformer_config r;
+    memset(&r, 0x33, sizeof r);
+    tg_transformer_config before = r;
+    tg_safetensors *st = meta_file(ctx, 12, k1, v1, path, sizeof path);
+    ck_assert_int_eq(tg_transformer_meta_read(ctx, st, "f", &r, NULL), TG_OK);
+    ck_assert(r.causal && r.layer.dropout == 0.5);
+    v1[10] = "encoder"; /* an encoder with data.mode text */
+    st = meta_file(ctx, 12, k1, v1, path, sizeof path);
+    r = before;
+    ck_assert_int_eq(tg_transformer_meta_read(ctx, st, "f", &r, NULL), TG_ERR_FORMAT);
+    tu_assert_error(ctx, TG_ERR_FORMAT, "tg_transformer_meta_read: f: metadata disagrees: "
+                    "model.arch encoder but data.mode text");
+    ck_assert(!memcmp(&r, &before, sizeof r)); /* untouched */
+    tg_ctx_clear_error(ctx);
+    v1[10] = "lm";
+    v1[0] = "0";
+    st = meta_file(ctx, 12, k1, v1, path, sizeof path);
+    ck_assert_int_eq(tg_transformer_meta_read(ctx, st, "f", &r, NULL), TG_ERR_FORMAT);
+    tu_assert_error(ctx, TG_ERR_FORMAT, "f: metadata 'model.layers' is '0' (expected an "
+                    "integer from 1 to 65536)");
+    tg_ctx_clear_error(ctx);
+    v1[0] = "2";
+    v1[9] = "1";
+    st = meta_file(ctx, 12, k1, v1, path, sizeof path);
+    ck_assert_int_eq(tg_transformer_meta_read(ctx, st, "f", &r, NULL), TG_ERR_FORMAT);
+    tu_assert_error(ctx, TG_ERR_FORMAT, "metadata 'model.dropout' is '1'");
+    tg_ctx_clear_error(ctx);
+    /* no data.mode, no model.arch: model.causal decides */
+    v1[9] = "0";
+    const char *k2[] = {"model.layers", "model.d_model", "model.heads", "model.d_ff",
+                        "model.seq_len", "model.vocab_size", "model.norm_first",
+                        "model.activation", "model.pos", "model.causal"};
+    st = meta_file(ctx, 10, k2, v1, path, sizeof path);
+    ck_assert_int_eq(tg_transformer_meta_read(ctx, st, NULL, &r, NULL), TG_OK);
+    ck_assert(!r.causal && r.n_decoder_layers == 0);
+    /* seq2seq needs its decoder layers */
+    const char *k3[] = {"model.layers", "model.d_model", "model.heads", "model.d_ff",
+                        "model.seq_len", "model.vocab_size", "model.norm_first",
+                        "model.activation", "model.pos", "model.arch"};
+    const char *v3[] = {"2", "8", "2", "12", "6", "7", "1", "relu", "learned", "seq2seq"};
+    st = meta_file(ctx, 10, k3, v3, path, sizeof path);
+    ck_assert_int_eq(tg_transformer_meta_read(ctx, st, NULL, &r, NULL), TG_ERR_FORMAT);
+    tu_assert_error(ctx, TG_ERR_FORMAT, "<memory>: not a complete tgrad checkpoint: metadata "
+                    "'model.decoder_layers' is missing");
+    tg_ctx_clear_error(ctx);
+    ck_assert_int_eq(tg_transformer_meta_read(ctx, NULL, NULL, &r, NULL), TG_ERR_ARG);
+    tg_ctx_clear_error(ctx);
+    ck_assert_int_eq(tg_transformer_meta_read(ctx, st, NULL, NULL, NULL), TG_ERR_ARG);
+    ck_assert_int_eq(tg_transformer_meta_read(NULL, st, NULL, &r, NULL), TG_ERR_ARG);
+    tu_rm_tree(meta_dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("params");
@@ -361,6 +481,7 @@ int main(void)
     tcase_add_test(tc, test_checkpoint_check);
     tcase_add_test(tc, test_meta_writer);
     tcase_add_test(tc, test_meta_round_trip);
+    tcase_add_test(tc, test_meta_reader);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -204,34 +204,57 @@ static bool spec_pairs_vocab(const rd *r, spec *s)
     return true;
 }
 
-/* data.mode, model.arch, model.decoder_layers, model.causal, the vocabulary. */
-static bool spec_checkpoint_data(const rd *r, spec *s)
+/* The whole config of a checkpoint's model.* metadata (the reader of tg_transformer_meta's
+ * keys): the sizes and options (spec_checkpoint_model), then data.mode (@p mode_required, or
+ * absent: *mode -1), model.arch (absent in older checkpoints: data.mode's own, or without
+ * data.mode lm for model.causal 1, else encoder) against data.mode, model.causal,
+ * model.decoder_layers. *arch: 0 encoder, 1 lm, 2 seq2seq; *mode: 0 text, 1 task, 2 pairs. */
+static bool read_model_meta(const rd *r, bool mode_required, tg_transformer_config *c,
+                            bool *f64, int *mode, int *arch)
 {
-    tg_transformer_config *c = &s->info.config;
-    int mode = 0, arch = -1, task = 0;
-    if (!meta_choice(r, "data.mode", true, "text|task|pairs", &mode) ||
-        !meta_choice(r, "model.arch", false, "encoder|lm|seq2seq", &arch))
-        return false;
-    bool text = mode == 0, pairs = mode == 2;
     static const char *const modes[] = {"text", "task", "pairs"};
-    if (arch < 0)
-        arch = text ? 1 : pairs ? 2 : 0; /* older checkpoints: the mode's own */
-    if ((arch == 1) != text || (pairs && arch != 2))
+    static const char *const archs[] = {"encoder", "lm", "seq2seq"};
+    *mode = -1;
+    *arch = -1;
+    if (!spec_checkpoint_model(r, c, f64) ||
+        !meta_choice(r, "data.mode", mode_required, "text|task|pairs", mode) ||
+        !meta_choice(r, "model.arch", false, "encoder|lm|seq2seq", arch))
+        return false;
+    bool text = *mode == 0, pairs = *mode == 2;
+    if (*arch < 0 && *mode >= 0) {
+        *arch = text ? 1 : pairs ? 2 : 0; /* older checkpoints: the mode's own */
+    } else if (*arch < 0) {
+        bool cz = false;
+        if (!meta_bool(r, "model.causal", false, &cz))
+            return false;
+        *arch = cz ? 1 : 0;
+    }
+    if (*mode >= 0 && ((*arch == 1) != text || (pairs && *arch != 2)))
         return FAIL(r, "%s: metadata disagrees: model.arch %s but data.mode %s", r->label,
-                    arch == 1 ? "lm" : arch == 0 ? "encoder" : "seq2seq", modes[mode]);
-    s->info.kind = arch == 1 ? TG_MODEL_LM : arch == 0 ? TG_MODEL_ENCODER : TG_MODEL_SEQ2SEQ;
-    c->causal = text;
+                    archs[*arch], modes[*mode]);
+    c->causal = *arch == 1;
     bool causal = c->causal;
     if (!meta_bool(r, "model.causal", false, &causal))
         return false;
     if (causal != c->causal)
-        return FAIL(r, "%s: metadata disagrees: model.causal %d but data.mode %s", r->label,
-                    causal, modes[mode]);
+        return FAIL(r, "%s: metadata disagrees: model.causal %d but %s %s", r->label, causal,
+                    *mode >= 0 ? "data.mode" : "model.arch",
+                    *mode >= 0 ? modes[*mode] : archs[*arch]);
     int64_t nd = 0;
-    if (!meta_int(r, "model.decoder_layers", arch == 2, arch == 2, TG_TRANSFORMER_MAX_LAYERS,
+    if (!meta_int(r, "model.decoder_layers", *arch == 2, *arch == 2, TG_TRANSFORMER_MAX_LAYERS,
                   &nd))
         return false;
     c->n_decoder_layers = nd;
+    return true;
+}
+
+/* The vocabulary of data.mode @p mode (0 text, 1 task, 2 pairs) and architecture @p arch. */
+static bool spec_checkpoint_data(const rd *r, spec *s, int mode, int arch)
+{
+    tg_transformer_config *c = &s->info.config;
+    int task = 0;
+    bool text = mode == 0, pairs = mode == 2;
+    s->info.kind = arch == 1 ? TG_MODEL_LM : arch == 0 ? TG_MODEL_ENCODER : TG_MODEL_SEQ2SEQ;
     if (pairs)
         return spec_pairs_vocab(r, s) &&
                meta_int(r, "optim.step", false, 0, (int64_t)1 << 53, &s->info.step);
@@ -276,11 +299,59 @@ static bool spec_checkpoint_data(const rd *r, spec *s)
 static bool spec_checkpoint(const rd *r, spec *s)
 {
     bool f64 = false;
-    if (!spec_checkpoint_model(r, &s->info.config, &f64) || !spec_checkpoint_data(r, s))
+    int mode, arch;
+    if (!read_model_meta(r, true, &s->info.config, &f64, &mode, &arch) ||
+        !spec_checkpoint_data(r, s, mode, arch))
         return false;
     s->info.format = TG_MODEL_CHECKPOINT;
     s->info.dtype = f64 ? TG_F64 : TG_F32;
     return true;
+}
+
+static tg_status meta_read_io(tg_ctx *ctx, const tg_safetensors *st, const char *label,
+                              tg_transformer_config *cfg, tg_dtype *dt)
+{
+    static const char *fn = "tg_transformer_meta_read";
+    if (!ctx)
+        return TG_ERR_ARG;
+    if (!st || !cfg) {
+        tg__err(ctx, TG_ERR_ARG, fn, "%s is NULL", !st ? "the file" : "cfg");
+        return TG_ERR_ARG;
+    }
+    rd r = {ctx, fn, label ? label : "<memory>", st};
+    tg_transformer_config c;
+    memset(&c, 0, sizeof c);
+    bool f64 = false;
+    int mode, arch;
+    if (!read_model_meta(&r, false, &c, &f64, &mode, &arch))
+        return tg_ctx_status(ctx);
+    const char *dv = tg_safetensors_meta_get(st, "model.dropout"); /* training only */
+    if (dv) {
+        char *end = NULL;
+        double p = strtod(dv, &end);
+        if (!*dv || *end || !(p >= 0 && p < 1)) {
+            char q[56];
+            tg__err(ctx, TG_ERR_FORMAT, fn, "%s: metadata 'model.dropout' is '%s' (expected a "
+                    "number from 0 to below 1)", r.label, tg__quote(dv, 48, q));
+            return TG_ERR_FORMAT;
+        }
+        c.layer.dropout = p;
+    }
+    *cfg = c;
+    if (dt)
+        *dt = f64 ? TG_F64 : TG_F32;
+    return TG_OK;
+}
+
+tg_status tg_transformer_meta_read(tg_ctx *ctx, const tg_safetensors *st, const char *label,
+                                   tg_transformer_config *cfg, tg_dtype *dt)
+{
+    if (!ctx)
+        return TG_ERR_ARG;
+    tg__io_enter(ctx); /* a run-time error, like every file call's */
+    tg_status r = meta_read_io(ctx, st, label, cfg, dt);
+    tg__io_leave(ctx);
+    return r;
 }
 
 /* ---- an export (tgrad export) --------------------------------------------------------------- */
