@@ -665,7 +665,7 @@ typedef struct tg_meta_kv {
  *     model.tie_weights       0 | 1
  *     model.dropout           the shortest decimal that reads back as the same double
  *     model.dtype             f32 | f64
- *     model.scale_embeddings  0 | 1 (seq2seq, or when set)
+ *     model.scale_embeddings  1, only when set (absent is 0 for every reader)
  *
  * Pass them, with the caller's other fields, to tg_checkpoint_save().
  * @param out  room for ::TG_TRANSFORMER_META_MAX entries

@@ -280,6 +280,10 @@ START_TEST(test_meta_writer)
     ck_assert_str_eq(kv_get(kv, n, "model.causal"), "0");
     ck_assert_ptr_null(kv_get(kv, n, "model.decoder_layers"));
     ck_assert_ptr_null(kv_get(kv, n, "model.scale_embeddings"));
+    c = config_of(2); /* seq2seq, unscaled: no model.scale_embeddings (absent is 0) */
+    n = tg_transformer_meta(&c, TG_F32, kv);
+    ck_assert_int_eq(n, 15);
+    ck_assert_ptr_null(kv_get(kv, n, "model.scale_embeddings"));
     c = config_of(5); /* seq2seq, tied, learned: scaled */
     c.pos = TG_POS_SINUSOIDAL;
     n = tg_transformer_meta(&c, TG_F32, kv);

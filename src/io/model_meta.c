@@ -70,7 +70,7 @@ int tg_transformer_meta(const tg_transformer_config *cfg, tg_dtype dt, tg_meta_k
     fmt_double(cfg->layer.dropout, d, sizeof d);
     put_str(out, &k, "model.dropout", d);
     put_str(out, &k, "model.dtype", tg_dtype_str(dt));
-    if (s2s || cfg->scale_embeddings)
-        put(out, &k, "model.scale_embeddings", "%" PRId64, cfg->scale_embeddings ? 1 : 0);
+    if (cfg->scale_embeddings) /* absent: 0 (the readers' default) */
+        put(out, &k, "model.scale_embeddings", "%" PRId64, (int64_t)1);
     return k;
 }
