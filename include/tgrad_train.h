@@ -287,6 +287,48 @@ typedef struct tg_transformer {
 /** Most encoder layers tg_transformer_init() accepts. */
 #define TG_TRANSFORMER_MAX_LAYERS 65536
 
+/** One parameter of a transformer config: its `state_dict` name and shape. */
+typedef struct tg_param_info {
+    char name[TG_NAME_MAX]; /**< e.g. "decoder.layers.5.multihead_attn.out_proj.weight" */
+    int rank;               /**< 1 or 2 */
+    int64_t shape[2];       /**< outermost first; shape[1] is 0 for rank 1 */
+} tg_param_info;
+
+/**
+ * The parameters of a transformer config, in the order tg_transformer_init() creates them,
+ * with the names and shapes tgrad's checkpoints and exports store (PyTorch `state_dict` keys;
+ * nn.Transformer's for the encoder-decoder). V vocab_size, T max_seq_len, D d_model,
+ * F d_ff, L n_layers, M n_decoder_layers:
+ *
+ *     tok_emb.weight (V, D)
+ *     pos_emb.weight (T, D)                        learned positions only
+ *     M = 0: layers.<i>.<encoder layer>, i < L     then norm.weight (D), norm.bias (D)
+ *     M > 0: encoder.layers.<i>.<encoder layer>, i < L; encoder.norm.weight (D), .bias (D);
+ *            decoder.layers.<j>.<decoder layer>, j < M; decoder.norm.weight (D), .bias (D)
+ *     head.weight (V, D)                           unless tie_weights
+ *     head.bias (V)
+ *
+ * An encoder layer (12, nn.TransformerEncoderLayer): self_attn.in_proj_weight (3D, D),
+ * self_attn.in_proj_bias (3D), self_attn.out_proj.weight (D, D), self_attn.out_proj.bias (D),
+ * linear1.weight (F, D), linear1.bias (F), linear2.weight (D, F), linear2.bias (D),
+ * norm1.weight, norm1.bias, norm2.weight, norm2.bias (D). A decoder layer (18,
+ * nn.TransformerDecoderLayer): self_attn.* (4), multihead_attn.* (the same 4), linear1.*,
+ * linear2.*, norm1.*, norm2.*, norm3.* (weight, bias). So the count is 4 + 12 L (+ 2 + 18 M
+ * when M > 0), + 1 with learned positions, + 1 unless tied.
+ *
+ * The list depends only on the config's sizes; it is the one definition checkpoint
+ * validation (tg_checkpoint_check()), tg_model_load() and `tgrad export` use, and
+ * tg_transformer_init() checks what it creates against it. No context, no allocation.
+ * @param cfg  the config (nothing else is validated: a config tg_transformer_init() refuses
+ *             still has a list)
+ * @param out  receives the first min(count, @p cap) parameters; may be NULL (count only)
+ * @param cap  room in @p out
+ * @return the number of parameters, or -1 (nothing written) when @p cfg is NULL, n_layers or
+ *         n_decoder_layers is < 0 or > ::TG_TRANSFORMER_MAX_LAYERS, or d_model > INT64_MAX / 3
+ */
+TG_API int64_t tg_transformer_params(const tg_transformer_config *cfg, tg_param_info *out,
+                                     int64_t cap);
+
 /**
  * Create the model's parameters (PyTorch default initialisation; embeddings N(0, 1) as
  * nn.Embedding). Every size is checked before anything is allocated: each parameter must hold
@@ -598,6 +640,91 @@ TG_API tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_opti
  * an optimizer of another context).
  */
 TG_API tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim *opt);
+/** Most entries tg_transformer_meta() writes. */
+#define TG_TRANSFORMER_META_MAX 16
+
+/** One metadata entry (a safetensors `__metadata__` key and its string value). */
+typedef struct tg_meta_kv {
+    char key[32];
+    char value[32];
+} tg_meta_kv;
+
+/**
+ * The `model.*` metadata of a tgrad checkpoint for config @p cfg with parameter dtype @p dt:
+ * the one writer of these keys (`tgrad train` saves them; `tgrad train --resume`, `sample`,
+ * `export`, `info` and tg_model_load() read them). In this order:
+ *
+ *     model.arch              encoder | lm (causal) | seq2seq (n_decoder_layers > 0)
+ *     model.layers            n_layers
+ *     model.decoder_layers    n_decoder_layers (seq2seq only)
+ *     model.d_model, model.heads, model.d_ff, model.seq_len (max_seq_len), model.vocab_size
+ *     model.norm_first        0 | 1
+ *     model.activation        relu | gelu
+ *     model.pos               learned | sinusoidal
+ *     model.causal            0 | 1 (0 for seq2seq)
+ *     model.tie_weights       0 | 1
+ *     model.dropout           the shortest decimal that reads back as the same double
+ *     model.dtype             f32 | f64
+ *     model.scale_embeddings  1, only when set (absent is 0 for every reader)
+ *
+ * Pass them, with the caller's other fields, to tg_checkpoint_save().
+ * @param out  room for ::TG_TRANSFORMER_META_MAX entries
+ * @return the number of entries written, or -1 (nothing written) for NULL arguments, a config
+ *         tg_transformer_params() has no list for, @p dt not ::TG_F32 or ::TG_F64, or an
+ *         unknown activation or position kind
+ */
+TG_API int tg_transformer_meta(const tg_transformer_config *cfg, tg_dtype dt, tg_meta_kv *out);
+/**
+ * Read a model config back from a tgrad checkpoint's metadata (the keys tg_transformer_meta()
+ * writes): the reader tg_model_load() uses, with its messages. Every field is validated:
+ * model.layers 1 to ::TG_TRANSFORMER_MAX_LAYERS; d_model, heads (dividing d_model), d_ff,
+ * seq_len 1 to INT32_MAX; vocab_size 1 to 2^20; norm_first, tie_weights, scale_embeddings,
+ * causal 0 or 1; activation relu|gelu; pos learned|sinusoidal; dtype f32|f64 (absent: f32);
+ * model.arch encoder|lm|seq2seq (absent, as in older checkpoints: data.mode's own, or without
+ * data.mode lm when model.causal is 1, else encoder), which data.mode (text|task|pairs, when
+ * present) and model.causal must agree with; model.decoder_layers required by seq2seq;
+ * model.dropout a number in [0, 1) (absent: 0). layer_norm_eps is tg_encoder_config_default()'s.
+ * The vocabulary itself (data.vocab, data.task, tokenizer.*) is not read: tg_model_load() does.
+ * @p label names the file in messages (NULL: "<memory>"), e.g.
+ * `tg_transformer_meta_read: ck.safetensors: metadata 'model.layers' is '0' (expected an
+ * integer from 1 to 65536)`.
+ * @param cfg  receives the config (untouched on error)
+ * @param dt   receives the parameter dtype (may be NULL)
+ * Errors: ::TG_ERR_FORMAT (a field missing or malformed, fields that disagree), ::TG_ERR_ARG
+ * (NULL @p st or @p cfg).
+ */
+TG_API tg_status tg_transformer_meta_read(tg_ctx *ctx, const tg_safetensors *st,
+                                          const char *label, tg_transformer_config *cfg,
+                                          tg_dtype *dt);
+
+/**
+ * Validate a training checkpoint's tensors against the model config @p cfg it claims, before
+ * anything is built (the config typically read from the file's `model.*` metadata):
+ * 1. every parameter of tg_transformer_params(@p cfg) is present with its shape;
+ * 2. every other tensor is optimizer state of one of them (`adam.m.<p>`, `adam.v.<p>`,
+ *    `sgd.momentum.<p>`) shaped like it: no layer beyond n_layers, no `pos_emb.weight` with
+ *    sinusoidal positions, no `head.weight` when tied, nothing else;
+ * 3. every tensor is stored in the parameter dtype @p dt (F32 or F64 in the file);
+ * 4. with @p optim (NULL: not checked), the optimizer state is exactly what that optimizer
+ *    keeps: `adam.m.*` and `adam.v.*` of every parameter (Adam, AdamW), `sgd.momentum.*` of
+ *    every parameter (SGD with momentum != 0), none (SGD without momentum); so a file that
+ *    passes can be restored by tg_checkpoint_restore() into the model and optimizer built
+ *    from the same config.
+ * The first failure is reported, naming the tensor and the metadata fields its expected shape
+ * follows from, e.g. `tg_checkpoint_check: tensor 'layers.0.linear1.weight' is (32, 16) in the
+ * file, but model.layers 2, model.d_model 16 and model.d_ff 64 need (64, 16)` or `the file has
+ * tensor 'layers.2.norm1.bias' but model.layers is 2`; tensor names from the file are shown on
+ * one line (control characters as '?', cut after 60 bytes).
+ * @p st may have been read in any context and is only read (it may be arbitrary bytes parsed by
+ * tg_safetensors_read_mem()); nothing is allocated in @p ctx (a temporary copy of the
+ * parameter list, ~150 bytes per parameter, is malloc'd and freed).
+ * Errors (run-time): ::TG_ERR_MISMATCH (the file does not fit the config), ::TG_ERR_ARG (NULL
+ * @p st, a config tg_transformer_params() has no list for, @p dt not ::TG_F32 or ::TG_F64, an
+ * unknown optimizer kind), ::TG_ERR_NOMEM.
+ */
+TG_API tg_status tg_checkpoint_check(tg_ctx *ctx, const tg_safetensors *st,
+                                     const tg_transformer_config *cfg, tg_dtype dt,
+                                     const tg_optim_config *optim);
 /**@}*/
 
 #ifdef __cplusplus

@@ -548,317 +548,30 @@ void train_model_config(const train_args *a, bool text, int64_t vocab_size,
     mc->scale_embeddings = a->emb_scale == EMB_SQRT;
 }
 
-/* ---- shapes ------------------------------------------------------------------------------- */
-static const char *const layer_params[12] = {
-    "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
-    "self_attn.out_proj.bias", "linear1.weight", "linear1.bias", "linear2.weight",
-    "linear2.bias", "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"};
-
-static void param(ckpt_param *p, const char *name, int rank, int64_t d0, int64_t d1)
+/* ---- tensors ------------------------------------------------------------------------------ */
+bool ckpt_check_tensors(const tg_safetensors *st, const tg_transformer_config *mc,
+                        const train_args *a, char *err, size_t n)
 {
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->rank = rank;
-    p->shape[0] = d0;
-    p->shape[1] = rank > 1 ? d1 : 0;
-}
-
-static const char *const decoder_layer_params[18] = {
-    "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
-    "self_attn.out_proj.bias", "multihead_attn.in_proj_weight", "multihead_attn.in_proj_bias",
-    "multihead_attn.out_proj.weight", "multihead_attn.out_proj.bias", "linear1.weight",
-    "linear1.bias", "linear2.weight", "linear2.bias", "norm1.weight", "norm1.bias",
-    "norm2.weight", "norm2.bias", "norm3.weight", "norm3.bias"};
-
-int64_t ckpt_n_params(const tg_transformer_config *mc)
-{
-    int64_t common = (mc->pos == TG_POS_LEARNED) + !mc->tie_weights;
-    if (mc->n_decoder_layers > 0)
-        return 6 + 12 * mc->n_layers + 18 * mc->n_decoder_layers + common;
-    return 4 + 12 * mc->n_layers + common;
-}
-
-/* @p n layers' parameters `<prefix>layers.<i>.<names[j]>`, the decoder's (18 names) or the
- * encoder's (12), then the final norm `<prefix>norm.*` when @p prefix is a stack's. */
-static int64_t stack_params(const tg_transformer_config *mc, const char *prefix, int64_t nl,
-                            bool decoder, ckpt_param *out)
-{
-    int64_t k = 0, D = mc->layer.d_model, F = mc->layer.d_ff;
-    /* rank, dims; D <= 65536: 3 * D cannot overflow */
-    const int64_t attn[4][3] = {{2, 3 * D, D}, {1, 3 * D, 0}, {2, D, D}, {1, D, 0}};
-    const int64_t ffn[4][3] = {{2, F, D}, {1, F, 0}, {2, D, F}, {1, D, 0}};
-    int n_attn = decoder ? 2 : 1, n_norm = decoder ? 3 : 2;
-    const char *const *names = decoder ? decoder_layer_params : layer_params;
-    for (int64_t l = 0; l < nl; l++) {
-        int64_t shapes[18][3];
-        int j = 0;
-        for (int a = 0; a < n_attn; a++)
-            for (int i = 0; i < 4; i++, j++)
-                memcpy(shapes[j], attn[i], sizeof attn[i]);
-        for (int i = 0; i < 4; i++, j++)
-            memcpy(shapes[j], ffn[i], sizeof ffn[i]);
-        for (int i = 0; i < 2 * n_norm; i++, j++) {
-            shapes[j][0] = 1;
-            shapes[j][1] = D;
-            shapes[j][2] = 0;
-        }
-        for (int i = 0; i < j; i++) {
-            char name[CKPT_PARAM_NAME];
-            snprintf(name, sizeof name, "%slayers.%" PRId64 ".%s", prefix, l, names[i]);
-            param(&out[k++], name, (int)shapes[i][0], shapes[i][1], shapes[i][2]);
-        }
-    }
-    char name[CKPT_PARAM_NAME];
-    snprintf(name, sizeof name, "%snorm.weight", prefix);
-    param(&out[k++], name, 1, D, 0);
-    snprintf(name, sizeof name, "%snorm.bias", prefix);
-    param(&out[k++], name, 1, D, 0);
-    return k;
-}
-
-int64_t ckpt_params(const tg_transformer_config *mc, ckpt_param *out)
-{
-    int64_t k = 0, V = mc->vocab_size, D = mc->layer.d_model;
-    param(&out[k++], "tok_emb.weight", 2, V, D);
-    if (mc->pos == TG_POS_LEARNED)
-        param(&out[k++], "pos_emb.weight", 2, mc->max_seq_len, D);
-    if (mc->n_decoder_layers > 0) {
-        k += stack_params(mc, "encoder.", mc->n_layers, false, out + k);
-        k += stack_params(mc, "decoder.", mc->n_decoder_layers, true, out + k);
-    } else {
-        k += stack_params(mc, "", mc->n_layers, false, out + k);
-    }
-    if (!mc->tie_weights)
-        param(&out[k++], "head.weight", 2, V, D);
-    param(&out[k++], "head.bias", 1, V, 0);
-    return k;
-}
-
-static void dims_str(int rank, const int64_t *d, char *buf, size_t n)
-{
-    size_t w = 0;
-    buf[0] = 0;
-    w += (size_t)snprintf(buf, n, "(");
-    for (int i = 0; i < rank && w < n; i++)
-        w += (size_t)snprintf(buf + w, n - w, "%s%" PRId64, i ? ", " : "", d[i]);
-    if (w < n)
-        snprintf(buf + w, n - w, ")");
-}
-
-/* The fields a parameter's shape follows from, for messages. */
-static void why_of(const tg_transformer_config *mc, const char *name, char *buf, size_t n)
-{
-    if (!strncmp(name, "encoder.", 8) || !strncmp(name, "decoder.", 8))
-        snprintf(buf, n, "model.layers %" PRId64 ", model.decoder_layers %" PRId64 ", "
-                 "model.d_model %" PRId64 " and model.d_ff %" PRId64, mc->n_layers,
-                 mc->n_decoder_layers, mc->layer.d_model, mc->layer.d_ff);
-    else if (!strncmp(name, "layers.", 7))
-        snprintf(buf, n, "model.layers %" PRId64 ", model.d_model %" PRId64 " and model.d_ff %"
-                 PRId64, mc->n_layers, mc->layer.d_model, mc->layer.d_ff);
-    else if (!strcmp(name, "pos_emb.weight"))
-        snprintf(buf, n, "model.seq_len %" PRId64 " and model.d_model %" PRId64,
-                 mc->max_seq_len, mc->layer.d_model);
-    else if (!strcmp(name, "head.bias"))
-        snprintf(buf, n, "model.vocab_size %" PRId64, mc->vocab_size);
-    else if (!strncmp(name, "norm.", 5))
-        snprintf(buf, n, "model.d_model %" PRId64, mc->layer.d_model);
-    else
-        snprintf(buf, n, "model.vocab_size %" PRId64 " and model.d_model %" PRId64,
-                 mc->vocab_size, mc->layer.d_model);
-}
-
-/* Has tensor @p t shape @p p? */
-static bool same_shape(const tg_tensor *t, const ckpt_param *p)
-{
-    if (tg_tensor_rank(t) != p->rank)
-        return false;
-    for (int i = 0; i < p->rank; i++)
-        if (tg_tensor_shape(t)[i] != p->shape[i])
-            return false;
-    return true;
-}
-
-/* "<prefix>layers.<k>.": k, or -1 if @p name is not a layer tensor of that prefix. */
-static int64_t layer_of(const char *name, const char *prefix)
-{
-    size_t pl = strlen(prefix);
-    if (strncmp(name, prefix, pl) || strncmp(name + pl, "layers.", 7))
-        return -1;
-    const char *p = name + pl + 7;
-    int64_t k = 0;
-    if (*p < '0' || *p > '9')
-        return -1;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        if (k > (INT64_MAX - 9) / 10)
-            return INT64_MAX;
-        k = 10 * k + (*p - '0');
-    }
-    return *p == '.' ? k : -1;
-}
-
-/* The prefix of optimizer state tensors ("adam.m.<param>", ...), or NULL. */
-static const char *optim_prefix(const char *name)
-{
-    static const char *const prefixes[] = {"adam.m.", "adam.v.", "sgd.momentum."};
-    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
-        if (!strncmp(name, prefixes[i], strlen(prefixes[i])))
-            return prefixes[i];
-    return NULL;
-}
-
-/* The parameter named @p name among @p ps (n of them), or NULL. */
-static const ckpt_param *find_param(const ckpt_param *ps, int64_t n, const char *name)
-{
-    for (int64_t i = 0; i < n; i++)
-        if (!strcmp(ps[i].name, name))
-            return &ps[i];
-    return NULL;
-}
-
-/* Tensor @p name of the file is not a parameter of @p mc (nor optimizer state of one): the
- * reason in @p err. @p base is the name without an optimizer-state prefix. */
-static void stray(const tg_transformer_config *mc, const char *name, const char *base,
-                  char *err, size_t n)
-{
-    char s[80];
-    cli_show(name, s, sizeof s);
-    bool s2s = mc->n_decoder_layers > 0;
-    if (layer_of(base, s2s ? "encoder." : "") >= mc->n_layers)
-        snprintf(err, n, "the file has tensor '%s' but model.layers is %" PRId64, s,
-                 mc->n_layers);
-    else if (s2s && layer_of(base, "decoder.") >= mc->n_decoder_layers)
-        snprintf(err, n, "the file has tensor '%s' but model.decoder_layers is %" PRId64, s,
-                 mc->n_decoder_layers);
-    else if (!strcmp(base, "pos_emb.weight") && mc->pos != TG_POS_LEARNED)
-        snprintf(err, n, "the file has tensor '%s' but model.pos is sinusoidal", s);
-    else if (!strcmp(base, "head.weight") && mc->tie_weights)
-        snprintf(err, n, "the file has tensor '%s' but model.tie_weights is 1", s);
-    else
-        snprintf(err, n, "the file has tensor '%s', which is neither a parameter of the model "
-                 "its fields describe nor optimizer state", s);
-}
-
-bool ckpt_check_shapes(const tg_safetensors *st, const tg_transformer_config *mc, char *err,
-                       size_t n)
-{
-    int64_t np = ckpt_n_params(mc);
-    ckpt_param *ps = malloc(sizeof *ps * (size_t)np); /* n_layers <= 1024: at most ~600 KB */
-    if (!ps) {
+    /* the library's check records on a context; the file may belong to any, so a small one of
+     * its own keeps the caller's free of the message */
+    tg_ctx *ctx = tg_ctx_new();
+    if (!ctx) {
         snprintf(err, n, "out of memory");
         return false;
     }
-    ckpt_params(mc, ps);
-    bool ok = false;
-    char why[160], ws[96], hs[96];
-    /* every parameter, with its shape */
-    for (int64_t i = 0; i < np; i++) {
-        const ckpt_param *p = &ps[i];
-        tg_tensor *t = tg_safetensors_find(st, p->name);
-        why_of(mc, p->name, why, sizeof why);
-        dims_str(p->rank, p->shape, ws, sizeof ws);
-        if (!t) {
-            snprintf(err, n, "the file lacks tensor '%s' %s that %s need", p->name, ws, why);
-            goto out;
-        }
-        if (!same_shape(t, p)) {
-            dims_str(tg_tensor_rank(t), tg_tensor_shape(t), hs, sizeof hs);
-            snprintf(err, n, "tensor '%s' is %s in the file, but %s need %s", p->name, hs, why,
-                     ws);
-            goto out;
-        }
+    tg_optim_config oc = tg_optim_defaults(a->optimizer == OPT_SGD    ? TG_OPTIM_SGD
+                                           : a->optimizer == OPT_ADAM ? TG_OPTIM_ADAM
+                                                                      : TG_OPTIM_ADAMW);
+    oc.momentum = a->momentum;
+    bool ok = tg_checkpoint_check(ctx, st, mc, train_dtype(a), &oc) == TG_OK;
+    if (!ok) { /* the message without the function's name */
+        const char *m = tg_ctx_message(ctx), *pre = "tg_checkpoint_check: ";
+        if (!strncmp(m, pre, strlen(pre)))
+            m += strlen(pre);
+        snprintf(err, n, "%s", m);
     }
-    /* and nothing else but optimizer state of those parameters, shaped like them */
-    for (int64_t j = 0; j < tg_safetensors_count(st); j++) {
-        const char *name = tg_safetensors_name(st, j);
-        if (find_param(ps, np, name))
-            continue;
-        const char *pre = optim_prefix(name), *base = pre ? name + strlen(pre) : name;
-        const ckpt_param *p = pre ? find_param(ps, np, base) : NULL;
-        if (!p) {
-            stray(mc, name, base, err, n);
-            goto out;
-        }
-        tg_tensor *t = tg_safetensors_tensor(st, j);
-        if (!same_shape(t, p)) {
-            char s[80];
-            dims_str(tg_tensor_rank(t), tg_tensor_shape(t), hs, sizeof hs);
-            dims_str(p->rank, p->shape, ws, sizeof ws);
-            snprintf(err, n, "optimizer state '%s' is %s in the file, but its parameter is %s",
-                     cli_show(name, s, sizeof s), hs, ws);
-            goto out;
-        }
-    }
-    ok = true;
-out:
-    free(ps);
+    tg_ctx_free(ctx);
     return ok;
-}
-
-/* The optimizer state a training checkpoint of train.optimizer holds: adam.m.<p> and
- * adam.v.<p> for every parameter (adam, adamw), sgd.momentum.<p> (sgd with a momentum other
- * than 0), nothing (sgd without momentum). Every command holds a checkpoint to what
- * `tgrad train --resume` restores, so sample and export never accept a file resume refuses. */
-static bool check_optim_state(const tg_safetensors *st, const tg_transformer_config *mc,
-                              const train_args *a, char *err, size_t n)
-{
-    bool adam = a->optimizer != OPT_SGD, sgd_m = a->optimizer == OPT_SGD && a->momentum != 0;
-    char on[16];
-    cli_choice_name(cli_find(train_command(), "optimizer"), a->optimizer, on, sizeof on);
-    /* none of another optimizer's state (shapes were checked by ckpt_check_shapes) */
-    for (int64_t j = 0; j < tg_safetensors_count(st); j++) {
-        const char *pre = optim_prefix(tg_safetensors_name(st, j));
-        bool want = pre && (!strcmp(pre, "sgd.momentum.") ? sgd_m : adam);
-        if (pre && !want) {
-            char s[80];
-            snprintf(err, n, "optimizer state '%s' does not belong to train.optimizer %s%s",
-                     cli_show(tg_safetensors_name(st, j), s, sizeof s), on,
-                     a->optimizer == OPT_SGD && !sgd_m ? " with momentum 0" : "");
-            return false;
-        }
-    }
-    if (!adam && !sgd_m)
-        return true;
-    int64_t np = ckpt_n_params(mc);
-    ckpt_param *ps = malloc(sizeof *ps * (size_t)np);
-    if (!ps) {
-        snprintf(err, n, "out of memory");
-        return false;
-    }
-    ckpt_params(mc, ps);
-    static const char *const adam_pre[] = {"adam.m.", "adam.v."}, *const sgd_pre[] = {
-        "sgd.momentum."};
-    const char *const *pres = adam ? adam_pre : sgd_pre;
-    int npre = adam ? 2 : 1;
-    bool ok = true;
-    for (int64_t i = 0; i < np && ok; i++)
-        for (int k = 0; k < npre && ok; k++) {
-            char name[CKPT_PARAM_NAME + 16];
-            snprintf(name, sizeof name, "%s%s", pres[k], ps[i].name);
-            if (!tg_safetensors_find(st, name)) {
-                snprintf(err, n, "the file lacks optimizer state '%s' that train.optimizer %s "
-                         "keeps for every parameter (a training checkpoint holds it; 'tgrad "
-                         "train --resume' restores it)", name, on);
-                ok = false;
-            }
-        }
-    free(ps);
-    return ok;
-}
-
-/* Every tensor of the file in the parameter dtype of model.dtype (f32 unless given). */
-static bool check_dtypes(const tg_safetensors *st, const train_args *a, char *err, size_t n)
-{
-    const char *want = a->dtype == DT_F64 ? "F64" : "F32";
-    for (int64_t j = 0; j < tg_safetensors_count(st); j++) {
-        const char *fd = tg_safetensors_file_dtype(st, j);
-        if (strcmp(fd, want) != 0) {
-            char s[80];
-            snprintf(err, n, "tensor '%s' is %s in the file, but model.dtype is %s",
-                     cli_show(tg_safetensors_name(st, j), s, sizeof s), fd,
-                     a->dtype == DT_F64 ? "f64" : "f32");
-            return false;
-        }
-    }
-    return true;
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
@@ -944,8 +657,7 @@ static bool validate(const tg_safetensors *st, train_args *a, const cli_result *
         return false;
     }
     train_model_config(a, info->text, info->vocab_size, mc);
-    if (!ckpt_check_shapes(st, mc, err, n) || !check_dtypes(st, a, err, n) ||
-        !check_optim_state(st, mc, a, err, n))
+    if (!ckpt_check_tensors(st, mc, a, err, n))
         return false;
     if (use == USE_EXPORT || use == USE_INFO)
         return true;

@@ -67,42 +67,15 @@ void train_model_config(const train_args *a, bool text, int64_t vocab_size,
 /* The parameter dtype of @p a. */
 tg_dtype train_dtype(const train_args *a);
 
-/* A parameter of a transformer config: its state_dict name and shape. */
-#define CKPT_PARAM_NAME 64 /* "decoder.layers.1023.multihead_attn.out_proj.weight": 51 */
-typedef struct ckpt_param {
-    char name[CKPT_PARAM_NAME];
-    int rank;         /* 1 or 2 */
-    int64_t shape[2]; /* shape[1] is 0 for rank 1 */
-} ckpt_param;
-
-/* The number of parameters of @p mc: 4 + 12 per layer, + 1 for learned positions, + 1 unless
- * the output projection is tied; the encoder-decoder (n_decoder_layers > 0): 6 + 12 per
- * encoder layer + 18 per decoder layer, + the same two. */
-int64_t ckpt_n_params(const tg_transformer_config *mc);
 /*
- * The parameters of @p mc in the reference model's state_dict order (tools/train_reference.py,
- * the order tg_transformer_init creates them): tok_emb.weight (V, D), pos_emb.weight (T, D)
- * with learned positions, then per layer i: layers.<i>.self_attn.in_proj_weight (3D, D),
- * .self_attn.in_proj_bias (3D), .self_attn.out_proj.weight (D, D), .self_attn.out_proj.bias
- * (D), .linear1.weight (F, D), .linear1.bias (F), .linear2.weight (D, F), .linear2.bias (D),
- * .norm1.weight (D), .norm1.bias (D), .norm2.weight (D), .norm2.bias (D); norm.weight (D),
- * norm.bias (D), head.weight (V, D) unless tied, head.bias (V). The encoder-decoder
- * (n_decoder_layers > 0) has nn.Transformer's names instead of layers.* and norm.*:
- * encoder.layers.<i>.* (the 12 above), encoder.norm.weight, encoder.norm.bias, then
- * decoder.layers.<i>.self_attn.* (4 as above), .multihead_attn.* (the same 4), linear1.*,
- * linear2.*, norm1.*, norm2.*, norm3.* (weight, bias), decoder.norm.weight, decoder.norm.bias.
- * @p out has room for ckpt_n_params(mc); returns the count written.
+ * The tensors of @p st against config @p mc and the options @p a (model.dtype,
+ * train.optimizer, train.momentum): tg_checkpoint_check (every parameter of
+ * tg_transformer_params with its shape, nothing else but optimizer state shaped like its
+ * parameter, every tensor in the parameter dtype, the optimizer state complete for the
+ * optimizer); its message without the function name in @p err.
  */
-int64_t ckpt_params(const tg_transformer_config *mc, ckpt_param *out);
-
-/*
- * Check that the tensors of @p st are exactly the parameters of config @p mc (ckpt_params: each
- * present with its shape; no layer beyond n_layers, no pos_emb.weight with sinusoidal
- * positions, no head.weight when tied) plus optimizer state of those parameters (adam.m.<p>,
- * adam.v.<p>, sgd.momentum.<p>, shaped like <p>), and nothing else.
- */
-bool ckpt_check_shapes(const tg_safetensors *st, const tg_transformer_config *mc, char *err,
-                       size_t n);
+bool ckpt_check_tensors(const tg_safetensors *st, const tg_transformer_config *mc,
+                        const train_args *a, char *err, size_t n);
 
 /*
  * A rough upper bound of the bytes training (@p train: parameters, gradients, @p n_state
@@ -121,12 +94,12 @@ int train_n_state(const train_args *a);
 
 /*
  * Everything above for a checkpoint about to be loaded: ckpt_apply, train_resolve, the model
- * config, ckpt_check_shapes, every tensor's dtype against model.dtype, the optimizer state
- * (complete for train.optimizer: adam.m.* and adam.v.* of every parameter for adam/adamw,
- * sgd.momentum.* for SGD with momentum, none otherwise; so `tgrad sample` and `tgrad export`
- * accept exactly the files `tgrad train --resume` restores), and model_memory_check
- * against @p limit_bytes (batch 1 and no optimizer for @p sample, the run's batch and optimizer
- * otherwise). With --resume, the
+ * config, ckpt_check_tensors (tg_checkpoint_check: the shapes, every tensor's dtype against
+ * model.dtype, the optimizer state complete for train.optimizer: adam.m.* and adam.v.* of
+ * every parameter for adam/adamw, sgd.momentum.* for SGD with momentum, none otherwise; so
+ * `tgrad sample` and `tgrad export` accept exactly the files `tgrad train --resume`
+ * restores), and model_memory_check against @p limit_bytes (batch 1 and no optimizer for
+ * @p sample, the run's batch and optimizer otherwise). With --resume, the
  * checkpoint's mode must match the command line's (--text given or not).
  */
 bool ckpt_config_load(const tg_safetensors *st, train_args *a, const cli_result *given,

@@ -159,7 +159,7 @@ static int export_exec(const export_args *a, export_result *res, char *err, size
         return 1;
     }
     int rc = 1;
-    ckpt_param *ps = NULL;
+    tg_param_info *ps = NULL;
     tg_io_item *items = NULL;
     tg_safetensors *st = tg_safetensors_read(ctx, a->checkpoint);
     if (!st) {
@@ -177,14 +177,14 @@ static int export_exec(const export_args *a, export_result *res, char *err, size
             rc = 2; /* a checkpoint export does not take (seq2seq): a usage error */
         goto done;
     }
-    int64_t np = ckpt_n_params(&mc), count = tg_safetensors_count(st);
+    int64_t np = tg_transformer_params(&mc, NULL, 0), count = tg_safetensors_count(st);
     ps = calloc((size_t)np, sizeof *ps);
     items = calloc((size_t)np + 1, sizeof *items);
     if (!ps || !items) {
         snprintf(err, n, "out of memory");
         goto done;
     }
-    ckpt_params(&mc, ps);
+    tg_transformer_params(&mc, ps, np);
     /* the parameters in state_dict order; a tied head.weight is a copy of tok_emb.weight,
      * written before head.bias as PyTorch's state_dict lists it */
     int64_t k = 0;

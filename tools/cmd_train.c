@@ -775,29 +775,15 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
         errf("saving checkpoint: out of memory (%s)", kept);
         return false;
     }
-    char c1[16], c2[16], c3[16];
+    char c1[16], c3[16];
     meta_add(m, "format", "tgrad-checkpoint-1");
-    meta_add(m, "model.arch", "%s", choice_name("arch", a->arch, c1, 16));
-    meta_add(m, "model.layers", "%" PRId64, a->layers);
-    if (t->s2s)
-        meta_add(m, "model.decoder_layers", "%" PRId64, a->decoder_layers);
-    meta_add(m, "model.d_model", "%" PRId64, a->d_model);
-    meta_add(m, "model.heads", "%" PRId64, a->heads);
-    meta_add(m, "model.d_ff", "%" PRId64, a->d_ff);
-    meta_add(m, "model.seq_len", "%" PRId64, t->T);
-    meta_add(m, "model.vocab_size", "%" PRId64, t->V);
-    meta_add(m, "model.norm_first", "%d", a->post_norm ? 0 : 1);
-    meta_add(m, "model.activation", "%s", choice_name("activation", a->activation, c1, 16));
-    meta_add(m, "model.pos", "%s", choice_name("pos", a->pos, c2, 16));
-    meta_add(m, "model.causal", "%d", t->text ? 1 : 0);
-    meta_add(m, "model.tie_weights", "%d", a->tie ? 1 : 0);
-    meta_num(m, "model.dropout", a->dropout);
-    meta_add(m, "model.dtype", "%s", tg_dtype_str(train_dtype(a)));
+    tg_meta_kv mk[TG_TRANSFORMER_META_MAX]; /* model.*: the library's writer, from the config */
+    int nmk = tg_transformer_meta(&t->mc, train_dtype(a), mk);
+    for (int i = 0; i < nmk; i++)
+        meta_add(m, mk[i].key, "%s", mk[i].value);
     meta_add(m, "data.mode", "%s", t->text ? "text" : t->pairs ? "pairs" : "task");
-    if (t->pairs) {
-        meta_add(m, "model.scale_embeddings", "%d", a->emb_scale == EMB_SQRT ? 1 : 0);
+    if (t->pairs)
         meta_num(m, "train.target_bleu", a->target_bleu);
-    }
     if (t->text) {
         char hex[513];
         vocab_to_hex(t->corp.vocab, t->corp.vocab_size, hex);

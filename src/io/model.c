@@ -5,8 +5,8 @@
  * nothing allocated but the JSON parser's buffer), bound the config by the file (the values
  * its parameters need must not exceed the values the file holds, so a forged config cannot
  * make tg_transformer_init allocate more than the file's size), check every tensor's name and
- * shape against the parameters tg_transformer_init creates (strict; optimizer state and a
- * tied export's head.weight skipped), then copy the values.
+ * shape against the parameters tg_transformer_init creates (tg_transformer_params; strict:
+ * optimizer state and a tied export's head.weight skipped), then copy the values.
  */
 #include "tgrad_model.h"
 #include "core.h"
@@ -204,34 +204,57 @@ static bool spec_pairs_vocab(const rd *r, spec *s)
     return true;
 }
 
-/* data.mode, model.arch, model.decoder_layers, model.causal, the vocabulary. */
-static bool spec_checkpoint_data(const rd *r, spec *s)
+/* The whole config of a checkpoint's model.* metadata (the reader of tg_transformer_meta's
+ * keys): the sizes and options (spec_checkpoint_model), then data.mode (@p mode_required, or
+ * absent: *mode -1), model.arch (absent in older checkpoints: data.mode's own, or without
+ * data.mode lm for model.causal 1, else encoder) against data.mode, model.causal,
+ * model.decoder_layers. *arch: 0 encoder, 1 lm, 2 seq2seq; *mode: 0 text, 1 task, 2 pairs. */
+static bool read_model_meta(const rd *r, bool mode_required, tg_transformer_config *c,
+                            bool *f64, int *mode, int *arch)
 {
-    tg_transformer_config *c = &s->info.config;
-    int mode = 0, arch = -1, task = 0;
-    if (!meta_choice(r, "data.mode", true, "text|task|pairs", &mode) ||
-        !meta_choice(r, "model.arch", false, "encoder|lm|seq2seq", &arch))
-        return false;
-    bool text = mode == 0, pairs = mode == 2;
     static const char *const modes[] = {"text", "task", "pairs"};
-    if (arch < 0)
-        arch = text ? 1 : pairs ? 2 : 0; /* older checkpoints: the mode's own */
-    if ((arch == 1) != text || (pairs && arch != 2))
+    static const char *const archs[] = {"encoder", "lm", "seq2seq"};
+    *mode = -1;
+    *arch = -1;
+    if (!spec_checkpoint_model(r, c, f64) ||
+        !meta_choice(r, "data.mode", mode_required, "text|task|pairs", mode) ||
+        !meta_choice(r, "model.arch", false, "encoder|lm|seq2seq", arch))
+        return false;
+    bool text = *mode == 0, pairs = *mode == 2;
+    if (*arch < 0 && *mode >= 0) {
+        *arch = text ? 1 : pairs ? 2 : 0; /* older checkpoints: the mode's own */
+    } else if (*arch < 0) {
+        bool cz = false;
+        if (!meta_bool(r, "model.causal", false, &cz))
+            return false;
+        *arch = cz ? 1 : 0;
+    }
+    if (*mode >= 0 && ((*arch == 1) != text || (pairs && *arch != 2)))
         return FAIL(r, "%s: metadata disagrees: model.arch %s but data.mode %s", r->label,
-                    arch == 1 ? "lm" : arch == 0 ? "encoder" : "seq2seq", modes[mode]);
-    s->info.kind = arch == 1 ? TG_MODEL_LM : arch == 0 ? TG_MODEL_ENCODER : TG_MODEL_SEQ2SEQ;
-    c->causal = text;
+                    archs[*arch], modes[*mode]);
+    c->causal = *arch == 1;
     bool causal = c->causal;
     if (!meta_bool(r, "model.causal", false, &causal))
         return false;
     if (causal != c->causal)
-        return FAIL(r, "%s: metadata disagrees: model.causal %d but data.mode %s", r->label,
-                    causal, modes[mode]);
+        return FAIL(r, "%s: metadata disagrees: model.causal %d but %s %s", r->label, causal,
+                    *mode >= 0 ? "data.mode" : "model.arch",
+                    *mode >= 0 ? modes[*mode] : archs[*arch]);
     int64_t nd = 0;
-    if (!meta_int(r, "model.decoder_layers", arch == 2, arch == 2, TG_TRANSFORMER_MAX_LAYERS,
+    if (!meta_int(r, "model.decoder_layers", *arch == 2, *arch == 2, TG_TRANSFORMER_MAX_LAYERS,
                   &nd))
         return false;
     c->n_decoder_layers = nd;
+    return true;
+}
+
+/* The vocabulary of data.mode @p mode (0 text, 1 task, 2 pairs) and architecture @p arch. */
+static bool spec_checkpoint_data(const rd *r, spec *s, int mode, int arch)
+{
+    tg_transformer_config *c = &s->info.config;
+    int task = 0;
+    bool text = mode == 0, pairs = mode == 2;
+    s->info.kind = arch == 1 ? TG_MODEL_LM : arch == 0 ? TG_MODEL_ENCODER : TG_MODEL_SEQ2SEQ;
     if (pairs)
         return spec_pairs_vocab(r, s) &&
                meta_int(r, "optim.step", false, 0, (int64_t)1 << 53, &s->info.step);
@@ -276,11 +299,59 @@ static bool spec_checkpoint_data(const rd *r, spec *s)
 static bool spec_checkpoint(const rd *r, spec *s)
 {
     bool f64 = false;
-    if (!spec_checkpoint_model(r, &s->info.config, &f64) || !spec_checkpoint_data(r, s))
+    int mode, arch;
+    if (!read_model_meta(r, true, &s->info.config, &f64, &mode, &arch) ||
+        !spec_checkpoint_data(r, s, mode, arch))
         return false;
     s->info.format = TG_MODEL_CHECKPOINT;
     s->info.dtype = f64 ? TG_F64 : TG_F32;
     return true;
+}
+
+static tg_status meta_read_io(tg_ctx *ctx, const tg_safetensors *st, const char *label,
+                              tg_transformer_config *cfg, tg_dtype *dt)
+{
+    static const char *fn = "tg_transformer_meta_read";
+    if (!ctx)
+        return TG_ERR_ARG;
+    if (!st || !cfg) {
+        tg__err(ctx, TG_ERR_ARG, fn, "%s is NULL", !st ? "the file" : "cfg");
+        return TG_ERR_ARG;
+    }
+    rd r = {ctx, fn, label ? label : "<memory>", st};
+    tg_transformer_config c;
+    memset(&c, 0, sizeof c);
+    bool f64 = false;
+    int mode, arch;
+    if (!read_model_meta(&r, false, &c, &f64, &mode, &arch))
+        return tg_ctx_status(ctx);
+    const char *dv = tg_safetensors_meta_get(st, "model.dropout"); /* training only */
+    if (dv) {
+        char *end = NULL;
+        double p = strtod(dv, &end);
+        if (!*dv || *end || !(p >= 0 && p < 1)) {
+            char q[56];
+            tg__err(ctx, TG_ERR_FORMAT, fn, "%s: metadata 'model.dropout' is '%s' (expected a "
+                    "number from 0 to below 1)", r.label, tg__quote(dv, 48, q));
+            return TG_ERR_FORMAT;
+        }
+        c.layer.dropout = p;
+    }
+    *cfg = c;
+    if (dt)
+        *dt = f64 ? TG_F64 : TG_F32;
+    return TG_OK;
+}
+
+tg_status tg_transformer_meta_read(tg_ctx *ctx, const tg_safetensors *st, const char *label,
+                                   tg_transformer_config *cfg, tg_dtype *dt)
+{
+    if (!ctx)
+        return TG_ERR_ARG;
+    tg__io_enter(ctx); /* a run-time error, like every file call's */
+    tg_status r = meta_read_io(ctx, st, label, cfg, dt);
+    tg__io_leave(ctx);
+    return r;
 }
 
 /* ---- an export (tgrad export) --------------------------------------------------------------- */
@@ -689,16 +760,6 @@ static bool same_spec(const spec *a, const spec *b)
            !memcmp(a->byte_of, b->byte_of, sizeof a->byte_of);
 }
 
-/* Parameter tensors tg_transformer_init creates for @p c: 12 per encoder layer and 18 per
- * decoder layer, the embeddings, final norms and head. */
-static int64_t config_params(const tg_transformer_config *c)
-{
-    int64_t common = (c->pos == TG_POS_LEARNED) + !c->tie_weights;
-    if (c->n_decoder_layers > 0)
-        return 6 + 12 * c->n_layers + 18 * c->n_decoder_layers + common;
-    return 4 + 12 * c->n_layers + common;
-}
-
 /* The context's parameter list before reserve_params moved it (restored by a failed load). */
 typedef struct saved_list {
     tg_tensor **old;
@@ -795,7 +856,7 @@ static tg_model *load_from_io(tg_ctx *ctx, const tg_safetensors *st, const char 
     saved_list sv = {NULL, 0, false};
     if (!read_spec(&r, &s))
         return NULL;
-    if (!reserve_params(ctx, fn, config_params(&s.info.config), &sv))
+    if (!reserve_params(ctx, fn, tg_transformer_params(&s.info.config, NULL, 0), &sv))
         return (spec_free(&s), NULL);
     tg_mark mk = tg_ctx_mark(ctx);
     tg_model *m = build(ctx, fn, &s);
@@ -824,7 +885,7 @@ static tg_model *load_io(tg_ctx *ctx, const char *path)
     saved_list sv = {NULL, 0, false};
     if (!ok)
         return NULL;
-    if (!reserve_params(ctx, fn, config_params(&s.info.config), &sv))
+    if (!reserve_params(ctx, fn, tg_transformer_params(&s.info.config, NULL, 0), &sv))
         return (spec_free(&s), NULL);
     m0 = tg_ctx_mark(ctx);
     tg_model *m = build(ctx, fn, &s);

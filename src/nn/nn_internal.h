@@ -3,6 +3,11 @@
 #define TG_NN_INTERNAL_H
 
 #include "tgrad_nn.h"
+#include "tgrad_train.h"
+
+/* Parameter @p i of tg_transformer_params(@p cfg) into *p, computed alone (no list); returns
+ * the count, or -1 (p untouched) for a config without a list or i out of range. */
+int64_t tg__transformer_param(const tg_transformer_config *cfg, int64_t i, tg_param_info *p);
 
 /* A parameter named <prefix><name>, filled uniform in [-bound, bound) (bound 0: zeros;
  * fill_one: ones). Returns NULL with the context error set. */

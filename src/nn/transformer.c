@@ -12,8 +12,10 @@
 #include "tgrad_train.h"
 #include "core.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 tg_tensor *tg_sinusoidal_encoding(tg_ctx *ctx, tg_dtype dt, int64_t t, int64_t d)
 {
@@ -103,12 +105,19 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
     if (ps != TG_OK)
         return ps;
     m->cfg = *cfg;
-    m->tok_emb = tg_param(ctx, dt, TG_DIMS(V, D), "tok_emb.weight");
+    /* The embeddings and the head are named and shaped by the parameter list (params.c);
+     * the stacks by their module builders, checked against the list at the end. */
+    int64_t first = tg_ctx_n_params(ctx), np;
+    tg_param_info pi;
+    np = tg__transformer_param(cfg, 0, &pi); /* tok_emb.weight (V, D) */
+    assert(np >= 4);                         /* every size was checked above */
+    m->tok_emb = tg_param(ctx, dt, pi.rank, pi.shape, pi.name);
     if (!m->tok_emb)
         return ctx->status; /* stop at the first failure */
     tg_fill_normal(m->tok_emb, 0, cfg->scale_embeddings ? 1.0 / sqrt((double)D) : 1.0);
     if (cfg->pos == TG_POS_LEARNED) {
-        m->pos_emb = tg_param(ctx, dt, TG_DIMS(S, D), "pos_emb.weight");
+        tg__transformer_param(cfg, 1, &pi); /* pos_emb.weight (T, D) */
+        m->pos_emb = tg_param(ctx, dt, pi.rank, pi.shape, pi.name);
         if (m->pos_emb)
             tg_fill_normal(m->pos_emb, 0, 1);
     }
@@ -135,12 +144,30 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
     if (!s2s)
         tg__nn_norm_params(ctx, dt, D, NULL, "norm", &m->norm_w, &m->norm_b);
     double bound = 1.0 / sqrt((double)D);
-    if (cfg->tie_weights)
+    if (cfg->tie_weights) {
         m->head_w = m->tok_emb;
-    else
-        m->head_w = tg__nn_param(ctx, dt, TG_DIMS(V, D), NULL, "head.weight", bound, false);
-    m->head_b = tg__nn_param(ctx, dt, TG_DIMS(V), NULL, "head.bias", bound, false);
-    return tg__nn_status(ctx);
+    } else {
+        tg__transformer_param(cfg, np - 2, &pi); /* head.weight (V, D) */
+        m->head_w = tg__nn_param(ctx, dt, pi.rank, pi.shape, NULL, pi.name, bound, false);
+    }
+    tg__transformer_param(cfg, np - 1, &pi); /* head.bias (V) */
+    m->head_b = tg__nn_param(ctx, dt, pi.rank, pi.shape, NULL, pi.name, bound, false);
+    if (tg__build_failed(ctx))
+        return ctx->status;
+#ifndef NDEBUG
+    /* what was created is the list, name by name and shape by shape (an invariant) */
+    assert(tg_ctx_n_params(ctx) - first == np);
+    for (int64_t i = 0; i < np; i++) {
+        const tg_tensor *t = tg_ctx_param(ctx, first + i);
+        tg__transformer_param(cfg, i, &pi);
+        assert(!strcmp(tg_tensor_name(t), pi.name) && tg_tensor_rank(t) == pi.rank &&
+               tg_tensor_shape(t)[0] == pi.shape[0] &&
+               (pi.rank < 2 || tg_tensor_shape(t)[1] == pi.shape[1]));
+    }
+#else
+    (void)first;
+#endif
+    return TG_OK;
 }
 
 /* x = tok_emb[ids] (times sqrt(D) if cfg.scale_embeddings) + pos(T), then dropout:

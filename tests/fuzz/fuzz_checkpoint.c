@@ -190,7 +190,7 @@ static void sample_path(const uint8_t *data, size_t size)
     if (!g)
         fz_die(ctx, "sample: building the model ckpt_config_load accepted failed");
     if (tg_params_load_from(ctx, st, 0, NULL, false) != TG_OK)
-        fz_die(ctx, "sample: tg_params_load_from failed after ckpt_check_shapes passed");
+        fz_die(ctx, "sample: tg_params_load_from failed after ckpt_check_tensors passed");
     /* cmd_sample.c sample_generate: one step */
     tg_ctx_set_training(ctx, false);
     int32_t *buf = ids_for(T, V);
