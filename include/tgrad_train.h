@@ -237,6 +237,115 @@ TG_API tg_status tg_grad_accum_combine(tg_grad_accum *acc, const tg_grad_transpo
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */
+/** @name One training step and evaluation
+ * The training loop's two library pieces: tg_train_step() (micro-batches, their gradients
+ * summed in the fixed tree of tg_grad_accum, clipping, the optimizer update) and
+ * tg_evaluate() (a validation loss per token over batches). The caller keeps its graph and
+ * data: a callback fills micro-batch (or evaluation batch) i and runs it.
+ * @code
+ *   // K micro-batches of Bm rows; each loss a mean over its rows, seeded 1/K
+ *   static tg_status micro(void *u, int64_t i, double *loss) {
+ *       my_run *r = u;
+ *       tg_graph_zero_grad(r->g);
+ *       set_inputs(r, i);                               // rows i Bm .. (i+1) Bm - 1
+ *       tg_status s = tg_graph_forward(r->g);
+ *       if (s == TG_OK) s = tg_graph_backward(r->g, r->loss, r->K > 1 ? r->share : NULL);
+ *       *loss = tg_get(r->loss, 0) / (double)r->K;      // its share of the global mean
+ *       return s;
+ *   }
+ *   tg_train_step_opts o = {.clip = 1.0, .accum = K > 1 ? acc : NULL};
+ *   tg_train_step_result res;
+ *   tg_status s = tg_train_step(ctx, opt, &o, micro, &run, lr, &res);
+ * @endcode
+ */
+/**@{*/
+
+/**
+ * Run micro-batch @p i (0-based, in [0, K)) of the step: fill its inputs, run forward and
+ * backward, and leave in the parameters' gradients the gradient of its weighted loss (zero
+ * them first, or use a backward that replaces them, e.g. tg_seq2seq_loss_backward()); write
+ * that weighted loss to @p loss. The weights are the caller's: for K micro-batches of equal
+ * size, each loss times 1/K (a backward seeded 1/K), so the step's loss and gradients are those
+ * of the global batch's mean. Return ::TG_OK, or a status with the error on the context (the
+ * step stops there).
+ */
+typedef tg_status (*tg_micro_batch_fn)(void *user, int64_t i, double *loss);
+
+/**
+ * Several processes (data parallelism): how a step that pushed this process's micro-batches
+ * ends. tgrad's own program implements it over MPI (tgrad_dist.h: tg_dist_reduce() and
+ * tg_dist_bcast()); NULL in ::tg_train_step_opts means one process.
+ */
+typedef struct tg_train_sync {
+    void *user; /**< passed to both callbacks */
+    /** End the step across processes: every process gets the tree sum of all K micro-batches'
+     *  gradients in its parameters and of their losses in @p loss (e.g.
+     *  tg_grad_accum_combine()). NULL: tg_grad_accum_finish(). */
+    tg_status (*reduce)(void *user, tg_grad_accum *acc, double *loss);
+    /** Copy @p bytes at @p buf from the process running micro-batch 0 to every process. NULL:
+     *  nothing to do (one process). */
+    tg_status (*broadcast)(void *user, void *buf, size_t bytes);
+} tg_train_sync;
+
+/** Options of tg_train_step(); zero-initialised: no accumulation, no clipping, one process. */
+typedef struct tg_train_step_opts {
+    /** > 0: clip the gradients to this global L2 norm first (tg_clip_grad_norm() over the
+     *  optimizer's parameters); <= 0: no clipping. */
+    double clip;
+    /** NULL: one micro-batch (K = 1) run exactly as a plain forward and backward. Otherwise
+     *  the accumulator (tg_grad_accum_new() over the optimizer's parameters) gives K and this
+     *  process's micro-batches first .. first + count - 1. */
+    tg_grad_accum *accum;
+    /** Several processes (only with @c accum); NULL: one process. */
+    const tg_train_sync *sync;
+} tg_train_step_opts;
+
+/** Which part of a step failed (::tg_train_step_result). */
+typedef enum tg_train_stage {
+    TG_TRAIN_STAGE_NONE = 0,   /**< the step succeeded */
+    TG_TRAIN_STAGE_BATCH = 1,  /**< a micro-batch callback, the accumulation or the sync */
+    TG_TRAIN_STAGE_UPDATE = 2  /**< a non-finite loss, clipping or the optimizer update
+                                    (::TG_ERR_NONFINITE: the parameters are unchanged) */
+} tg_train_stage;
+
+/** What a step did. */
+typedef struct tg_train_step_result {
+    double loss;      /**< the step's loss: the micro-batches' weighted losses summed in the
+                           tree order (NaN if the batch stage failed) */
+    double grad_norm; /**< global gradient norm before clipping (NaN without clipping) */
+    tg_train_stage failed; /**< where it failed */
+} tg_train_step_result;
+
+/**
+ * One optimizer step at learning rate @p lr (< 0: the optimizer's configured lr):
+ * 1. K = 1 (@c opts->accum NULL): @p fn(user, 0, &loss); the gradients are what it left.
+ *    K > 1: for each of this process's micro-batches i, @p fn(user, i, &l_i), then
+ *    tg_grad_accum_push(acc, l_i); then the reduction (tg_grad_accum_finish(), or the sync's
+ *    reduce) writes the tree sum of the gradients into the parameters and of the l_i into the
+ *    step's loss. **Random numbers** (dropout): with state S when the step begins, micro-batch
+ *    i runs from S jumped i times (tg_rng_jump()), so its masks depend on i, never on which
+ *    process runs it; afterwards the RNG continues from the state micro-batch 0 left (the
+ *    sync's broadcast sends it from its process). K = 1 draws exactly as a plain
+ *    forward/backward.
+ * 2. A non-finite step loss stops here: ::TG_ERR_NONFINITE, "loss is not finite", parameters
+ *    and optimizer unchanged.
+ * 3. Clipping (@c opts->clip > 0): tg_clip_grad_norm() over the optimizer's parameters.
+ * 4. tg_optim_step(opt, lr).
+ * Bits: the result is the same as writing these calls out by hand, for any thread count (the
+ * tree sum and every kernel are thread-count invariant).
+ * @p opts may be NULL (the zero options). @p res (may be NULL) receives the loss, the norm and
+ * the failing stage.
+ * Errors (run-time): ::TG_ERR_ARG (NULL opt or fn; a sync without an accumulator), the
+ * callback's or the reduction's status (stage BATCH: gradients partial, parameters
+ * unchanged), ::TG_ERR_NONFINITE from steps 2-4 or the optimizer's other
+ * errors (stage UPDATE: parameters unchanged).
+ */
+TG_API tg_status tg_train_step(tg_ctx *ctx, tg_optim *opt, const tg_train_step_opts *opts,
+                               tg_micro_batch_fn fn, void *user, double lr,
+                               tg_train_step_result *res);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
 /** @name Transformer model */
 /**@{*/
 /** Positional information. */

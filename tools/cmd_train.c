@@ -1166,51 +1166,41 @@ static bool evaluate(trainer *t, double *val)
     return true;
 }
 
-/*
- * Forward and backward over this process's micro-batches of the batch in ids_buf/tgt_buf; the
- * parameters' gradients then hold the gradient of the global batch's mean loss, @p l the loss.
- * K = 1 is one forward and backward, exactly as without accumulation. K > 1: micro-batch i
- * runs rows i Bm .. (i+1) Bm - 1 with its backward seeded 1/K, its gradients go into the
- * tree sum (tg_grad_accum), and its dropout masks come from the RNG state S after the batch
- * was drawn, jumped i times (tg_rng_jump): they depend on i, never on which process runs it.
- * The RNG then continues from where micro-batch 0 left it (with K = 1: as without
- * accumulation).
- */
-static bool micro_batches(trainer *t, double *l)
+/* The status of a call that failed with its error on the context. */
+static tg_status failed(const tg_ctx *ctx)
 {
-    if (t->K == 1) {
-        tg_graph_zero_grad(t->g);
-        if (!set_batch(t, 0) || tg_graph_forward(t->g) != TG_OK ||
-            tg_graph_backward(t->g, t->loss, NULL) != TG_OK)
-            return false;
-        *l = tg_get(t->loss, 0);
-        return true;
-    }
-    uint64_t s[4], after0[4];
-    tg_rng_get_state(t->ctx, s);
-    tg_rng_get_state(t->ctx, after0);
-    for (int64_t j = 0; j < t->first; j++)
-        tg_rng_jump(t->ctx);
-    for (int64_t i = t->first; i < t->first + t->count; i++) {
-        uint64_t cur[4];
-        tg_rng_get_state(t->ctx, cur); /* S jumped i times */
-        tg_graph_zero_grad(t->g);
-        if (!set_batch(t, i * t->Bm) || tg_graph_forward(t->g) != TG_OK ||
-            tg_graph_backward(t->g, t->loss, t->dy) != TG_OK ||
-            tg_grad_accum_push(t->accum, tg_get(t->loss, 0) / (double)t->K) != TG_OK)
-            return false;
-        if (i == 0)
-            tg_rng_get_state(t->ctx, after0);
-        tg_rng_set_state(t->ctx, cur);
-        tg_rng_jump(t->ctx);
-    }
-    if (tmpi_reduce(&t->mp, t->accum, l) != TG_OK)
-        return false;
-    /* rank 0 ran micro-batch 0: its RNG state continues the stream on every rank */
-    if (tmpi_bcast(&t->mp, after0, sizeof after0) != TG_OK)
-        return false;
-    tg_rng_set_state(t->ctx, after0);
-    return true;
+    tg_status s = tg_ctx_status(ctx);
+    return s != TG_OK ? s : TG_ERR_STATE;
+}
+
+/*
+ * Micro-batch @p i of the step (tg_micro_batch_fn): rows i Bm .. (i+1) Bm - 1 of the batch in
+ * ids_buf/tgt_buf, forward and backward; with K > 1 the backward is seeded 1/K and the loss
+ * counted 1/K (the micro-batch's share of the global batch's mean). tg_train_step sums the
+ * micro-batches in the fixed tree and keeps their dropout masks a function of i alone.
+ */
+static tg_status micro_batch(void *user, int64_t i, double *l)
+{
+    trainer *t = user;
+    if (t->pairs) /* one batch of the epoch's plan (train_pairs.c) */
+        return pairs_step(&t->pr, t->ctx, &t->a, l) ? TG_OK : failed(t->ctx);
+    tg_graph_zero_grad(t->g);
+    if (!set_batch(t, i * t->Bm) || tg_graph_forward(t->g) != TG_OK ||
+        tg_graph_backward(t->g, t->loss, t->K > 1 ? t->dy : NULL) != TG_OK)
+        return failed(t->ctx);
+    *l = t->K == 1 ? tg_get(t->loss, 0) : tg_get(t->loss, 0) / (double)t->K;
+    return TG_OK;
+}
+
+/* The step's end over the MPI ranks (one process: tg_grad_accum_finish, nothing to send). */
+static tg_status sync_reduce(void *user, tg_grad_accum *acc, double *loss)
+{
+    return tmpi_reduce(user, acc, loss);
+}
+
+static tg_status sync_broadcast(void *user, void *buf, size_t bytes)
+{
+    return tmpi_bcast(user, buf, bytes);
 }
 
 /* evaluate() on rank 0, its results copied to every rank (they decide when training stops:
@@ -1248,19 +1238,19 @@ static bool train_step(trainer *t, int64_t step, double lr, double *l)
     else if (!t->pairs)
         task_train_batch(t->ctx, t->task, t->B, t->T, t->ids_buf, t->tgt_buf);
     tg_ctx_set_training(t->ctx, true);
-    if (t->pairs ? !pairs_step(&t->pr, t->ctx, &t->a, l) : !micro_batches(t, l)) {
+    tg_train_sync sync = {&t->mp, sync_reduce, sync_broadcast};
+    tg_train_step_opts o = {.clip = t->a.clip, .accum = t->accum,
+                            .sync = t->accum ? &sync : NULL};
+    tg_train_step_result res;
+    tg_status s = tg_train_step(t->ctx, t->opt, &o, micro_batch, t, lr, &res);
+    *l = res.loss;
+    if (s != TG_OK && res.failed == TG_TRAIN_STAGE_BATCH) {
         char msg[1200];
         end_live(t);
         errf("step %" PRId64 ": %s", step + 1, cli_message(t->ctx, NULL, msg, sizeof msg));
         return false;
     }
-    double norm = 0;
-    tg_status s = TG_OK;
-    if (t->a.clip > 0)
-        s = tg_clip_grad_norm(t->ctx, 0, NULL, t->a.clip, &norm);
-    if (s == TG_OK)
-        s = tg_optim_step(t->opt, lr);
-    if (s != TG_OK || !isfinite(*l)) {
+    if (s != TG_OK) {
         char msg[1200];
         end_live(t);
         /* every rank holds the same loss and gradients: all stop here, rank 0 says why */
