@@ -8,6 +8,7 @@
 #define TGRAD_TRAIN_H
 
 #include "tgrad.h"
+#include "tgrad_data.h"
 #include "tgrad_io.h"
 #include "tgrad_nn.h"
 
@@ -343,6 +344,29 @@ typedef struct tg_train_step_result {
 TG_API tg_status tg_train_step(tg_ctx *ctx, tg_optim *opt, const tg_train_step_opts *opts,
                                tg_micro_batch_fn fn, void *user, double lr,
                                tg_train_step_result *res);
+
+/**
+ * Run evaluation batch @p i (0-based, in [0, n)): fill its inputs, run forward, and write the
+ * loss summed over its targets (nats; a graph's mean loss times its number of targets) to
+ * @p loss_sum and that number of targets to @p tokens. Return ::TG_OK or a status with the
+ * error on the context.
+ */
+typedef tg_status (*tg_eval_batch_fn)(void *user, int64_t i, double *loss_sum,
+                                      int64_t *tokens);
+
+/**
+ * Validation loss per token over @p n batches:
+ *   loss = (sum_i loss_sum_i) / (sum_i tokens_i)
+ * summed in double in batch order (batches of different sizes weigh by their targets, so the
+ * result is the mean over every target, whatever the batching). The callbacks run with the
+ * context in evaluation mode (tg_ctx_set_training() false: no dropout); the previous mode is
+ * restored afterwards. @p loss_per_token: NaN when no batch had a target (n = 0 included);
+ * @p tokens (may be NULL): the targets counted.
+ * Errors (run-time): ::TG_ERR_ARG (NULL ctx, fn or loss_per_token, n < 0, a batch reporting
+ * tokens < 0), or the callback's status (the mode restored; loss NaN).
+ */
+TG_API tg_status tg_evaluate(tg_ctx *ctx, int64_t n, tg_eval_batch_fn fn, void *user,
+                             double *loss_per_token, int64_t *tokens);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */
@@ -666,6 +690,22 @@ TG_API tg_status tg_seq2seq_loss_backward(tg_seq2seq_loss *L, const tg_seq2seq_b
  */
 TG_API tg_status tg_seq2seq_loss_eval(tg_seq2seq_loss *L, const tg_seq2seq_batch *b,
                                       double *sum, int64_t *tokens);
+/**
+ * The validation loss per target token of @p d (unsmoothed, dropout off): tg_evaluate() over
+ * the batches of epoch 0 of tg_seq2seq_batches(d, batch_tokens, seed, 0), each filled by the
+ * rule of tgrad_data.h (source + EOS, BOS + target, target + EOS; padding masked, labels at
+ * padding = the loss's ignore_index) and scored by tg_seq2seq_loss_eval():
+ *   loss = sum over the batches of their summed cross-entropy / their non-ignored labels.
+ * The batching does not change the value beyond rounding (each target counts once); the
+ * fixed plan makes it the same bits at every call. `tgrad train --pairs` reports it as the
+ * validation loss. @p tokens (may be NULL): the target tokens (labels, EOS included).
+ * Errors (run-time, on L's context): ::TG_ERR_ARG (NULL L, d or loss_per_token), those of
+ * tg_seq2seq_batches() (e.g. batch_tokens below the longest example) and of
+ * tg_seq2seq_loss_eval(), ::TG_ERR_NOMEM.
+ */
+TG_API tg_status tg_seq2seq_evaluate(tg_seq2seq_loss *L, const tg_seq2seq_data *d,
+                                     int64_t batch_tokens, uint64_t seed,
+                                     double *loss_per_token, int64_t *tokens);
 /** Graphs built so far (0 for NULL). */
 TG_API int64_t tg_seq2seq_loss_graphs(const tg_seq2seq_loss *L);
 /** Release the graphs (their arenas) and the object; NULL is a no-op. */

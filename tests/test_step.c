@@ -349,6 +349,157 @@ START_TEST(test_failures)
 }
 END_TEST
 
+
+/* ---- evaluation --------------------------------------------------------------------------- */
+
+typedef struct {
+    tg_ctx *ctx;
+    int calls;
+    bool saw_training;
+    tg_status fail_at_2;
+    int64_t bad_tokens;
+} eval_user;
+
+/* Batch i: summed loss 0.5 (i + 1), i + 1 tokens... except batch 1, which has none. */
+static tg_status eval_fn(void *user, int64_t i, double *sum, int64_t *tokens)
+{
+    eval_user *u = user;
+    u->calls++;
+    u->saw_training |= tg_ctx_training(u->ctx);
+    if (i == 2 && u->fail_at_2 != TG_OK)
+        return tg_ctx_set_error(u->ctx, TG_ERROR_RUN, u->fail_at_2, "eval", "bad batch");
+    *sum = i == 1 ? 0 : 0.5 * (double)(i + 1);
+    *tokens = i == 1 ? (u->bad_tokens ? u->bad_tokens : 0) : i + 1;
+    return TG_OK;
+}
+
+/* The weighted mean over tokens, in evaluation mode, the mode restored; errors. */
+START_TEST(test_evaluate)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    eval_user u = {ctx, 0, false, TG_OK, 0};
+    double l;
+    int64_t n;
+    ck_assert(tg_ctx_training(ctx));
+    ck_assert_int_eq(tg_evaluate(ctx, 4, eval_fn, &u, &l, &n), TG_OK);
+    ck_assert_int_eq(u.calls, 4);
+    ck_assert(!u.saw_training);
+    ck_assert(tg_ctx_training(ctx));
+    ck_assert_int_eq(n, 1 + 3 + 4);
+    ck_assert(l == (0.5 + 1.5 + 2.0) / 8.0);
+    /* evaluation mode stays off when it was off */
+    tg_ctx_set_training(ctx, false);
+    ck_assert_int_eq(tg_evaluate(ctx, 1, eval_fn, &u, &l, NULL), TG_OK);
+    ck_assert(!tg_ctx_training(ctx));
+    tg_ctx_set_training(ctx, true);
+    /* no batches, or no tokens: NaN */
+    ck_assert_int_eq(tg_evaluate(ctx, 0, eval_fn, &u, &l, &n), TG_OK);
+    ck_assert(isnan(l));
+    ck_assert_int_eq(n, 0);
+    /* a failing batch: its status, the mode restored */
+    u.fail_at_2 = TG_ERR_IO;
+    ck_assert_int_eq(tg_evaluate(ctx, 4, eval_fn, &u, &l, &n), TG_ERR_IO);
+    ck_assert(isnan(l));
+    ck_assert(tg_ctx_training(ctx));
+    tu_assert_error(ctx, TG_ERR_IO, "bad batch");
+    u.fail_at_2 = TG_OK;
+    u.bad_tokens = -3;
+    ck_assert_int_eq(tg_evaluate(ctx, 4, eval_fn, &u, &l, &n), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "batch 1 reported -3 tokens");
+    ck_assert_int_eq(tg_evaluate(ctx, -1, eval_fn, &u, &l, &n), TG_ERR_ARG);
+    ck_assert_int_eq(tg_evaluate(ctx, 1, NULL, &u, &l, &n), TG_ERR_ARG);
+    ck_assert_int_eq(tg_evaluate(ctx, 1, eval_fn, &u, NULL, &n), TG_ERR_ARG);
+    ck_assert_int_eq(tg_evaluate(NULL, 1, eval_fn, &u, &l, &n), TG_ERR_ARG);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* tg_seq2seq_evaluate: the batches' summed losses over their tokens, written out by hand;
+ * another batching gives the same value to rounding; dropout is off. */
+START_TEST(test_seq2seq_evaluate)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tokenizer *tok = tg_tokenizer_bytes(ctx);
+    ck_assert_ptr_nonnull(tok);
+    static const char tsv[] = "ab\tcde\nhello\tworld!\nx\ty\nabcabc\tcc\nzz top\tq r s\n"
+                              "one two\tdrei\n";
+    tg_seq2seq_opts so = {.max_len = 12};
+    tg_seq2seq_data *d = tg_seq2seq_load_mem(ctx, tsv, sizeof tsv - 1, "v.tsv", tok, &so);
+    ck_assert_msg(d != NULL, "%s", tg_ctx_message(ctx));
+    tg_transformer_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.vocab_size = tg_tokenizer_vocab_size(tok);
+    mc.max_seq_len = 12;
+    mc.n_layers = 1;
+    mc.n_decoder_layers = 1;
+    mc.layer = tg_encoder_config_default(8, 2);
+    mc.layer.d_ff = 16;
+    mc.layer.dropout = 0.3;
+    mc.pos = TG_POS_SINUSOIDAL;
+    mc.tie_weights = true;
+    tg_transformer m;
+    ck_assert_msg(tg_transformer_init(ctx, &m, TG_F64, &mc) == TG_OK, "%s", tg_ctx_message(ctx));
+    tg_seq2seq_loss_opts lo = tg_seq2seq_loss_defaults();
+    lo.label_smoothing = 0.1; /* evaluation never smooths */
+    tg_seq2seq_loss *L = tg_seq2seq_loss_new(ctx, &m, &lo);
+    ck_assert_ptr_nonnull(L);
+    double l1, l2;
+    int64_t n1, n2;
+    ck_assert_msg(tg_seq2seq_evaluate(L, d, 30, 7, &l1, &n1) == TG_OK, "%s", tg_ctx_message(ctx));
+    ck_assert(tg_ctx_training(ctx));
+    /* by hand: epoch 0's batches, filled by the rule, no dropout */
+    tg_batches *plan = tg_seq2seq_batches(d, 30, 7, 0);
+    ck_assert_ptr_nonnull(plan);
+    ck_assert_int_gt(tg_batches_count(plan), 1);
+    tg_ctx_set_training(ctx, false);
+    double sum = 0;
+    int64_t tokens = 0;
+    for (int64_t k = 0; k < tg_batches_count(plan); k++) {
+        tg_batch bt = tg_batches_get(plan, k);
+        int64_t Sb = bt.src_len, Tb = bt.tgt_len;
+        int32_t src[64], tin[64], lab[64];
+        int64_t slen[16];
+        int32_t pad = tg_seq2seq_get_info(d).pad_id;
+        for (int64_t r = 0; r < bt.n; r++) {
+            int64_t sl, tl;
+            const int32_t *s = tg_seq2seq_source(d, bt.examples[r], &sl);
+            const int32_t *t = tg_seq2seq_target(d, bt.examples[r], &tl);
+            slen[r] = sl;
+            for (int64_t j = 0; j < Sb; j++)
+                src[r * Sb + j] = j < sl ? s[j] : pad;
+            for (int64_t j = 0; j < Tb; j++) {
+                tin[r * Tb + j] = j == 0 ? TG_TOKEN_BOS : j <= tl ? t[j - 1] : pad;
+                lab[r * Tb + j] = j < tl ? t[j] : j == tl ? TG_TOKEN_EOS : -100;
+            }
+        }
+        tg_seq2seq_batch b = {bt.n, Sb, Tb, src, slen, tin, lab};
+        double s;
+        int64_t t;
+        ck_assert_int_eq(tg_seq2seq_loss_eval(L, &b, &s, &t), TG_OK);
+        sum += s;
+        tokens += t;
+    }
+    tg_ctx_set_training(ctx, true);
+    tg_batches_free(plan);
+    ck_assert_int_eq(n1, tokens);
+    ck_assert_int_eq(n1, tg_seq2seq_get_info(d).tgt_tokens);
+    ck_assert(l1 == sum / (double)tokens);
+    /* one batch for everything: the same mean to rounding */
+    ck_assert_int_eq(tg_seq2seq_evaluate(L, d, 1000, 7, &l2, &n2), TG_OK);
+    ck_assert_int_eq(n2, n1);
+    ck_assert_msg(fabs(l1 - l2) < 1e-12, "%.17g vs %.17g", l1, l2);
+    /* errors: a budget below the longest example; NULL arguments */
+    ck_assert_int_ne(tg_seq2seq_evaluate(L, d, 3, 7, &l2, NULL), TG_OK);
+    ck_assert(isnan(l2));
+    ck_assert_int_eq(tg_seq2seq_evaluate(L, NULL, 30, 7, &l2, NULL), TG_ERR_ARG);
+    ck_assert_int_eq(tg_seq2seq_evaluate(NULL, d, 30, 7, &l2, NULL), TG_ERR_ARG);
+    tg_seq2seq_loss_free(L);
+    tg_seq2seq_free(d);
+    tg_tokenizer_free(tok);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *step_suite(void)
 {
     Suite *s = suite_create("step");
@@ -359,6 +510,8 @@ static Suite *step_suite(void)
     tcase_add_test(tc, test_sync_hooks);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_failures);
+    tcase_add_test(tc, test_evaluate);
+    tcase_add_test(tc, test_seq2seq_evaluate);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -290,6 +290,12 @@ static int64_t val_windows(const corpus *c, int64_t T, int64_t *stride)
     return all > CORPUS_MAX_VAL_WINDOWS ? CORPUS_MAX_VAL_WINDOWS : all;
 }
 
+int64_t corpus_val_windows(const corpus *c, int64_t T)
+{
+    int64_t stride;
+    return val_windows(c, T, &stride);
+}
+
 int64_t corpus_val_batches(const corpus *c, int64_t B, int64_t T)
 {
     int64_t stride, windows = val_windows(c, T, &stride);

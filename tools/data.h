@@ -66,6 +66,8 @@ void corpus_train_batch(tg_ctx *ctx, const corpus *c, int64_t B, int64_t T, int3
  * the end: remaining rows get ignore targets = -1). */
 int64_t corpus_val_batch(const corpus *c, int64_t k, int64_t B, int64_t T, int32_t *ids,
                          int32_t *targets);
+/* Number of validation windows of T (all of them, or at most 4096 spread evenly). */
+int64_t corpus_val_windows(const corpus *c, int64_t T);
 /* Number of validation batches of B windows of T. */
 int64_t corpus_val_batches(const corpus *c, int64_t B, int64_t T);
 

@@ -111,3 +111,48 @@ tg_status tg_train_step(tg_ctx *ctx, tg_optim *opt, const tg_train_step_opts *op
         *res = r;
     return s;
 }
+
+tg_status tg_evaluate(tg_ctx *ctx, int64_t n, tg_eval_batch_fn fn, void *user,
+                      double *loss_per_token, int64_t *tokens)
+{
+    static const char *fn_name = "tg_evaluate";
+    if (loss_per_token)
+        *loss_per_token = NAN;
+    if (tokens)
+        *tokens = 0;
+    if (!ctx)
+        return TG_ERR_ARG;
+    tg__begin(ctx);
+    if (!fn || !loss_per_token) {
+        tg__run_err(ctx, TG_ERR_ARG, fn_name, "%s is NULL", !fn ? "the callback" : "the result");
+        return TG_ERR_ARG;
+    }
+    if (n < 0) {
+        tg__run_err(ctx, TG_ERR_ARG, fn_name, "negative batch count %lld", (long long)n);
+        return TG_ERR_ARG;
+    }
+    bool was_training = tg_ctx_training(ctx);
+    tg_ctx_set_training(ctx, false);
+    double sum = 0;
+    int64_t count = 0;
+    tg_status s = TG_OK;
+    for (int64_t i = 0; i < n && s == TG_OK; i++) {
+        double l = 0;
+        int64_t k = 0;
+        s = fn(user, i, &l, &k);
+        if (s == TG_OK && k < 0) {
+            tg__run_err(ctx, TG_ERR_ARG, fn_name, "batch %lld reported %lld tokens",
+                        (long long)i, (long long)k);
+            s = TG_ERR_ARG;
+        }
+        sum += l;
+        count += k;
+    }
+    tg_ctx_set_training(ctx, was_training);
+    if (s != TG_OK)
+        return s;
+    if (tokens)
+        *tokens = count;
+    *loss_per_token = count ? sum / (double)count : NAN;
+    return TG_OK;
+}
