@@ -58,7 +58,8 @@ typedef struct {
     tg_ctx *ctx;
     tg_safetensors *ck; /* the --resume checkpoint, or NULL */
     ckpt_info info;
-    corpus corp;
+    tg_text *corp;     /* --text: the corpus (tgrad_data.h) */
+    tg_text_info ci;   /* its counts */
     tg_transformer_config mc;
     tg_transformer model;
     tg_tensor *ids, *tgt, *logits, *loss;
@@ -409,30 +410,33 @@ static bool load_data(trainer *t)
     }
     if (!t->text)
         return true;
-    if (!corpus_load(&t->corp, t->a.text.v, t->a.text.n, t->a.val_fraction, err, sizeof err)) {
+    t->corp = corpus_load(t->ctx, (const char *const *)t->a.text.v, t->a.text.n,
+                          t->a.val_fraction, err, sizeof err);
+    if (!t->corp) {
         errf("%s", err);
         return false;
     }
-    const corpus *c = &t->corp;
+    t->ci = tg_text_get_info(t->corp);
+    const tg_text_info *c = &t->ci;
     int64_t need = t->T + 2; /* T <= TRAIN_MAX_SEQ_LEN: no overflow */
-    if (c->n_train < need || (t->a.val_fraction > 0 && c->n - c->n_train < need)) {
+    if (c->train_bytes < need || (t->a.val_fraction > 0 && c->bytes - c->train_bytes < need)) {
         errf("text too short: %" PRId64 " bytes give %" PRId64 " for training and %" PRId64
-             " for validation; one window needs %" PRId64 " (lower --seq-len)", c->n,
-             c->n_train, c->n - c->n_train, need);
+             " for validation; one window needs %" PRId64 " (lower --seq-len)", c->bytes,
+             c->train_bytes, c->bytes - c->train_bytes, need);
         return false;
     }
     t->V = c->vocab_size;
-    if (t->ck && t->info.text_bytes > 0 && t->info.text_bytes != c->n) {
+    if (t->ck && t->info.text_bytes > 0 && t->info.text_bytes != c->bytes) {
         errf("--resume '%s' was trained on %" PRId64 " bytes of text, these files hold %" PRId64
              "; pass the same --text files (in the same order)", t->a.resume,
-             t->info.text_bytes, c->n);
+             t->info.text_bytes, c->bytes);
         t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
         return false;
     }
-    if (t->ck && t->info.text_files > 0 && t->info.text_files != c->n_files) {
+    if (t->ck && t->info.text_files > 0 && t->info.text_files != c->files) {
         errf("--resume '%s' was trained on %" PRId64 " text file%s, %d given; pass the same "
              "--text files (in the same order)", t->a.resume, t->info.text_files,
-             t->info.text_files == 1 ? "" : "s", c->n_files);
+             t->info.text_files == 1 ? "" : "s", c->files);
         t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
         return false;
     }
@@ -440,7 +444,7 @@ static bool load_data(trainer *t)
         errf("--resume '%s' was trained on other text: the same %" PRId64 " bytes in %d "
              "file%s, but their content or order differs (data.text_hash fnv1a64:%016" PRIx64
              " there, fnv1a64:%016" PRIx64 " here); pass the same --text files in the same "
-             "order", t->a.resume, c->n, c->n_files, c->n_files == 1 ? "" : "s",
+             "order", t->a.resume, c->bytes, c->files, c->files == 1 ? "" : "s",
              t->info.text_hash, c->hash);
         t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
         return false;
@@ -450,7 +454,7 @@ static bool load_data(trainer *t)
                 "checkpoint): only the text's size and vocabulary can be checked\n",
                 t->a.resume);
     if (t->ck && (t->info.vocab_size != c->vocab_size ||
-                  memcmp(t->info.vocab, c->vocab, (size_t)c->vocab_size) != 0)) {
+                  memcmp(t->info.vocab, tg_text_vocab(t->corp), (size_t)c->vocab_size) != 0)) {
         errf("--resume '%s' was trained on text with a different vocabulary (%d bytes, these "
              "files have %d); pass the same --text files", t->a.resume, t->info.vocab_size,
              c->vocab_size);
@@ -801,11 +805,11 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     }
     if (t->text) {
         char hex[513];
-        vocab_to_hex(t->corp.vocab, t->corp.vocab_size, hex);
+        vocab_to_hex(tg_text_vocab(t->corp), t->ci.vocab_size, hex);
         meta_add(m, "data.vocab", "%s", hex);
-        meta_add(m, "data.bytes", "%" PRId64, t->corp.n);
-        meta_add(m, "data.files", "%d", t->corp.n_files);
-        meta_add(m, "data.text_hash", "fnv1a64:%016" PRIx64, t->corp.hash);
+        meta_add(m, "data.bytes", "%" PRId64, t->ci.bytes);
+        meta_add(m, "data.files", "%d", t->ci.files);
+        meta_add(m, "data.text_hash", "fnv1a64:%016" PRIx64, t->ci.hash);
     } else if (!t->pairs) {
         meta_add(m, "data.task", "%s", task_name(t->task));
     }
@@ -1069,7 +1073,7 @@ static bool evaluate_seq2seq(trainer *t, double *val)
     int64_t B = t->B, T = t->T, exact = 0, right = 0;
     double sum = 0;
     for (int k = 0; k < 8; k++) {
-        task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
+        tg_task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
         for (int64_t c = 0; c < t->K; c++) { /* the graph runs Bm rows at a time */
             if (!set_batch(t, c * t->Bm) || tg_graph_forward(t->g) != TG_OK)
                 return false;
@@ -1114,7 +1118,7 @@ static tg_status eval_chunk(void *user, int64_t i, double *sum, int64_t *tokens)
     trainer *t = user;
     int64_t k = i / t->K, r = (i % t->K) * t->Bm, T = t->T;
     if (r == 0)
-        t->val_rows = corpus_val_batch(&t->corp, k, t->B, T, t->ids_buf, t->tgt_buf);
+        t->val_rows = tg_text_val_batch(t->corp, k, t->B, T, t->ids_buf, t->tgt_buf);
     int64_t wc = t->val_rows - r < t->Bm ? t->val_rows - r : t->Bm;
     if (!set_batch(t, r) || tg_graph_forward(t->g) != TG_OK)
         return failed(t->ctx);
@@ -1141,7 +1145,7 @@ static bool evaluate(trainer *t, double *val)
             return false;
     } else if (t->text) {
         /* the graph runs Bm rows at a time: chunk i is rows (i mod K) Bm .. of batch i / K */
-        int64_t windows = corpus_val_windows(&t->corp, T);
+        int64_t windows = tg_text_val_windows(t->corp, T);
         if (tg_evaluate(t->ctx, (windows + t->Bm - 1) / t->Bm, eval_chunk, t, val, NULL) !=
             TG_OK)
             return false;
@@ -1151,7 +1155,7 @@ static bool evaluate(trainer *t, double *val)
         int64_t correct = 0, total = 0;
         double sum = 0;
         for (int k = 0; k < 8; k++) {
-            task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
+            tg_task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
             for (int64_t c = 0; c < t->K; c++) { /* the graph runs Bm rows at a time */
                 if (!set_batch(t, c * t->Bm) || tg_graph_forward(t->g) != TG_OK)
                     return false;
@@ -1241,10 +1245,17 @@ static bool evaluate_all(trainer *t, double *val)
 /* One training step at index @p step (0-based); the loss in @p l. */
 static bool train_step(trainer *t, int64_t step, double lr, double *l)
 {
+    tg_status bs = TG_OK;
     if (t->text)
-        corpus_train_batch(t->ctx, &t->corp, t->B, t->T, t->ids_buf, t->tgt_buf);
+        bs = tg_text_train_batch(t->ctx, t->corp, t->B, t->T, t->ids_buf, t->tgt_buf);
     else if (!t->pairs)
-        task_train_batch(t->ctx, t->task, t->B, t->T, t->ids_buf, t->tgt_buf);
+        bs = tg_task_train_batch(t->ctx, t->task, t->B, t->T, t->ids_buf, t->tgt_buf);
+    if (bs != TG_OK) {
+        char msg[1200];
+        end_live(t);
+        errf("step %" PRId64 ": %s", step + 1, cli_message(t->ctx, NULL, msg, sizeof msg));
+        return false;
+    }
     tg_ctx_set_training(t->ctx, true);
     tg_train_sync sync = {&t->mp, sync_reduce, sync_broadcast};
     tg_train_step_opts o = {.clip = t->a.clip, .accum = t->accum,
@@ -1536,7 +1547,7 @@ static void trainer_free(trainer *t)
     svg_series_free(&t->train_curve);
     svg_series_free(&t->val_curve);
     svg_series_free(&t->acc_curve);
-    corpus_free(&t->corp);
+    tg_text_free(t->corp);
     pairs_free(&t->pr);
     free(t->plot_path);
     outpath_lock_release(&t->lock);
@@ -1709,8 +1720,9 @@ int cmd_train(int argc, char **argv)
                 } else if (t->text)
                     snprintf(line, sizeof line, "byte-level LM on %d file%s, %" PRId64
                              " bytes (%" PRId64 " train, %" PRId64 " validation), vocabulary %d",
-                             t->corp.n_files, t->corp.n_files == 1 ? "" : "s", t->corp.n,
-                             t->corp.n_train, t->corp.n - t->corp.n_train, t->corp.vocab_size);
+                             t->ci.files, t->ci.files == 1 ? "" : "s", t->ci.bytes,
+                             t->ci.train_bytes, t->ci.bytes - t->ci.train_bytes,
+                             t->ci.vocab_size);
                 else
                     snprintf(line, sizeof line, "task '%s' on %" PRId64 "-digit sequences%s",
                              task_name(t->task), t->T, t->s2s ? ", encoder-decoder (teacher "
