@@ -367,6 +367,26 @@ typedef tg_status (*tg_eval_batch_fn)(void *user, int64_t i, double *loss_sum,
  */
 TG_API tg_status tg_evaluate(tg_ctx *ctx, int64_t n, tg_eval_batch_fn fn, void *user,
                              double *loss_per_token, int64_t *tokens);
+
+/**
+ * The validation loss per byte of a byte-level language model on @p text's validation split
+ * (tgrad_data.h): tg_evaluate() over the validation windows (tg_text_val_windows()) in batches
+ * of Bm windows, Bm = the graph's batch rows. Batch i is tg_text_val_batch(text, i, Bm, T)
+ * written into @p ids and @p targets, @p g run forward; @p loss must be the mean
+ * cross-entropy of those targets with ignore_index -1 (tg_cross_entropy(logits, targets, -1):
+ * the last batch's padding rows are ignored), so batch i counts loss * w_i T, w_i its real
+ * windows, over w_i T targets:
+ *   loss per byte = sum_i loss_i w_i T / sum_i w_i T.
+ * `tgrad train --text` reports it (nats/char); the result is a function of the windows and
+ * the parameters only, not of Bm beyond rounding.
+ * Shapes: @p ids, @p targets (Bm, T) ::TG_I32 leaves of @p g; @p loss a scalar of @p g.
+ * @p loss_per_token: NaN without validation windows; @p tokens (may be NULL): targets counted.
+ * Errors (run-time): ::TG_ERR_ARG (NULL arguments), ::TG_ERR_SHAPE / ::TG_ERR_DTYPE (ids and
+ * targets not (Bm, T) i32 alike, loss not one element), ::TG_ERR_NOMEM, those of the forward.
+ */
+TG_API tg_status tg_text_evaluate(tg_ctx *ctx, const tg_text *text, tg_graph *g,
+                                  tg_tensor *ids, tg_tensor *targets, tg_tensor *loss,
+                                  double *loss_per_token, int64_t *tokens);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */

@@ -4,7 +4,7 @@
  * K = 1 equals a hand-written forward/backward/clip/update bit for bit; K = 2 equals the
  * hand-written accumulation bit for bit (random numbers included) and K = 1 on the
  * concatenated batch to rounding; the sync hooks; thread invariance; failures leave the
- * parameters unchanged; evaluation's weighted mean.
+ * parameters unchanged; evaluation's weighted mean (generic, seq2seq pairs, text windows).
  */
 #include "testutil.h"
 #include "tgrad_train.h"
@@ -500,6 +500,64 @@ START_TEST(test_seq2seq_evaluate)
 }
 END_TEST
 
+/* tg_text_evaluate: the validation windows Bm at a time, weighted by real windows; equal to
+ * the loop written out, and to another Bm to rounding; shape errors. */
+START_TEST(test_text_evaluate)
+{
+    char dir[256], path[512];
+    tu_mkdtemp(dir, sizeof dir, "step");
+    char text[301];
+    for (int i = 0; i < 300; i++)
+        text[i] = (char)('a' + (i * 5 + i / 7) % V); /* V distinct bytes: ids < V */
+    text[300] = 0;
+    tu_write_file(dir, "t.txt", text);
+    tu_path(path, sizeof path, dir, "t.txt");
+    model a, b;
+    model_new(&a, 2, 1, 0.3);
+    model_new(&b, B, 1, 0.3);
+    const char *p = path;
+    tg_text *t = tg_text_load(a.ctx, &p, 1, 0.25); /* 75 bytes: 24 windows of 3 */
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(tg_text_get_info(t).vocab_size, V);
+    ck_assert_int_eq(tg_text_val_windows(t, T), 24);
+    double l2, l4;
+    int64_t n2, n4;
+    ck_assert_msg(tg_text_evaluate(a.ctx, t, a.g, a.ids, a.tgt, a.loss, &l2, &n2) == TG_OK,
+                  "%s", tg_ctx_message(a.ctx));
+    ck_assert(tg_ctx_training(a.ctx));
+    ck_assert_int_eq(n2, 24 * T);
+    ck_assert_int_eq(tg_text_evaluate(b.ctx, t, b.g, b.ids, b.tgt, b.loss, &l4, &n4), TG_OK);
+    ck_assert_int_eq(n4, n2);
+    ck_assert_msg(fabs(l2 - l4) < 1e-12, "%.17g vs %.17g", l2, l4);
+    /* by hand, 2 windows at a time, dropout off */
+    tg_ctx_set_training(a.ctx, false);
+    double sum = 0;
+    int64_t tokens = 0;
+    for (int64_t k = 0; k < 12; k++) {
+        int32_t x[2 * T], y[2 * T];
+        int64_t w = tg_text_val_batch(t, k, 2, T, x, y);
+        ck_assert_int_eq(tg_tensor_set_data(a.ids, x, TG_I32, 2 * T), TG_OK);
+        ck_assert_int_eq(tg_tensor_set_data(a.tgt, y, TG_I32, 2 * T), TG_OK);
+        ck_assert_int_eq(tg_graph_forward(a.g), TG_OK);
+        sum += tg_get(a.loss, 0) * (double)(w * T);
+        tokens += w * T;
+    }
+    ck_assert(l2 == sum / (double)tokens);
+    /* errors */
+    ck_assert_int_eq(tg_text_evaluate(a.ctx, t, a.g, a.ids, a.emb, a.loss, &l2, NULL),
+                     TG_ERR_DTYPE);
+    ck_assert_int_eq(tg_text_evaluate(a.ctx, t, a.g, a.ids, a.tgt, a.w, &l2, NULL),
+                     TG_ERR_SHAPE);
+    ck_assert_int_eq(tg_text_evaluate(a.ctx, NULL, a.g, a.ids, a.tgt, a.loss, &l2, NULL),
+                     TG_ERR_ARG);
+    ck_assert(isnan(l2));
+    tg_text_free(t);
+    tu_ctx_free(a.ctx);
+    tu_ctx_free(b.ctx);
+    tu_rm_tree(dir);
+}
+END_TEST
+
 static Suite *step_suite(void)
 {
     Suite *s = suite_create("step");
@@ -512,6 +570,7 @@ static Suite *step_suite(void)
     tcase_add_test(tc, test_failures);
     tcase_add_test(tc, test_evaluate);
     tcase_add_test(tc, test_seq2seq_evaluate);
+    tcase_add_test(tc, test_text_evaluate);
     suite_add_tcase(s, tc);
     return s;
 }

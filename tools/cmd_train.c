@@ -73,7 +73,6 @@ typedef struct {
     /* --grad-accum K: the graph runs Bm = B / K rows; this process runs micro-batches
      * first .. first+count-1 of each step (one process: 0 .. K-1) */
     int64_t K, Bm, first, count;
-    int64_t val_rows;     /* --text evaluation: windows in the current validation batch */
     tg_tensor *dy;      /* K > 1: the backward seed 1/K (the micro-batch's share of the mean) */
     tg_grad_accum *accum; /* K > 1: the tree sum of the micro-batches' gradients */
     train_mpi mp;         /* under mpirun: rank r of P runs micro-batches r K/P .. */
@@ -1110,23 +1109,6 @@ static tg_status failed(const tg_ctx *ctx)
     return s != TG_OK ? s : TG_ERR_STATE;
 }
 
-/* tg_eval_batch_fn of a --text run: chunk @p i of the validation windows, rows
- * (i mod K) Bm .. of validation batch i / K (loaded at its first chunk); rows past the last
- * window are padding (targets ignored). */
-static tg_status eval_chunk(void *user, int64_t i, double *sum, int64_t *tokens)
-{
-    trainer *t = user;
-    int64_t k = i / t->K, r = (i % t->K) * t->Bm, T = t->T;
-    if (r == 0)
-        t->val_rows = tg_text_val_batch(t->corp, k, t->B, T, t->ids_buf, t->tgt_buf);
-    int64_t wc = t->val_rows - r < t->Bm ? t->val_rows - r : t->Bm;
-    if (!set_batch(t, r) || tg_graph_forward(t->g) != TG_OK)
-        return failed(t->ctx);
-    *sum = tg_get(t->val_loss, 0) * (double)(wc * T);
-    *tokens = wc * T;
-    return TG_OK;
-}
-
 /* Validation loss (text) or held-out loss and accuracy (task) into @p val. */
 static bool evaluate(trainer *t, double *val)
 {
@@ -1143,10 +1125,8 @@ static bool evaluate(trainer *t, double *val)
     } else if (t->s2s) {
         if (!evaluate_seq2seq(t, val))
             return false;
-    } else if (t->text) {
-        /* the graph runs Bm rows at a time: chunk i is rows (i mod K) Bm .. of batch i / K */
-        int64_t windows = tg_text_val_windows(t->corp, T);
-        if (tg_evaluate(t->ctx, (windows + t->Bm - 1) / t->Bm, eval_chunk, t, val, NULL) !=
+    } else if (t->text) { /* the validation windows, Bm at a time (the graph's rows) */
+        if (tg_text_evaluate(t->ctx, t->corp, t->g, t->ids, t->tgt, t->val_loss, val, NULL) !=
             TG_OK)
             return false;
     } else {
