@@ -349,6 +349,124 @@ TG_API tg_status tg_seq2seq_fill(const tg_seq2seq_data *d, const int64_t *exampl
                                  tg_tensor *dec_in, tg_tensor *labels);
 /**@}*/
 
+/* ------------------------------------------------------------------------------------------ */
+/** @name Byte-level text
+ * A corpus for a byte-level language model (`tgrad train --text`): the files' bytes
+ * concatenated in the order given, the vocabulary = the distinct bytes present, sorted (id i
+ * is the i-th smallest byte), the last floor(n * val_fraction) bytes held out for validation.
+ * The model sees windows of T byte ids and predicts, at each position, the next byte. */
+/**@{*/
+
+/** A loaded corpus (opaque): tg_text_load(); released by tg_text_free(). */
+typedef struct tg_text tg_text;
+
+/** Largest corpus (bytes, all files together): 1 GiB. */
+#define TG_TEXT_MAX_BYTES ((int64_t)1 << 30)
+/** Most validation windows (tg_text_val_batch()). */
+#define TG_TEXT_MAX_VAL_WINDOWS 4096
+
+/** Counts of a corpus. */
+typedef struct tg_text_info {
+    int64_t bytes;       /**< n, all files together */
+    int64_t train_bytes; /**< n_train: bytes [0, n_train) train, [n_train, n) validation */
+    int vocab_size;      /**< distinct bytes, 1..256 */
+    int files;           /**< files read (a real path given twice is read once) */
+    int dirs;            /**< directories given (skipped) */
+    uint64_t hash;       /**< tg_text_hash() of the files: a resumed run checks its text */
+} tg_text_info;
+
+/**
+ * Read and concatenate the @p n_paths files at @p paths. Directories are skipped (a glob like
+ * `dir/x*` may match them) and a file reached again through another path (realpath()) is read
+ * once; anything else that is not a regular file is refused without blocking (opened with
+ * O_NONBLOCK, checked by fstat()). The last floor(n * @p val_fraction) bytes are the
+ * validation split.
+ * Memory: the bytes once (grown by doubling), at most ::TG_TEXT_MAX_BYTES.
+ * Errors (run-time, NULL returned; messages name the file as given):
+ * ::TG_ERR_ARG (val_fraction outside [0, 1), NULL paths, only directories given: "'d' is a
+ * directory; give the files in it" and an example glob, no bytes: "no text: the input file
+ * is empty"), ::TG_ERR_IO ("'x': cannot open: ...", "'x' is a FIFO, not a regular file", more
+ * than ::TG_TEXT_MAX_BYTES: "'x': the files hold N bytes, more than the 1073741824 (1 GiB)
+ * allowed", a read error), ::TG_ERR_NOMEM.
+ */
+TG_API tg_text *tg_text_load(tg_ctx *ctx, const char *const *paths, int n_paths,
+                             double val_fraction);
+/** Release (NULL is a no-op). */
+TG_API void tg_text_free(tg_text *t);
+/** Counts (all zero for NULL). */
+TG_API tg_text_info tg_text_get_info(const tg_text *t);
+/** The concatenated bytes (tg_text_info::bytes of them), owned by @p t; NULL for NULL. */
+TG_API const unsigned char *tg_text_data(const tg_text *t);
+/** The vocabulary: id -> byte (tg_text_info::vocab_size entries), owned by @p t. */
+TG_API const unsigned char *tg_text_vocab(const tg_text *t);
+/** The id of @p byte, or -1 if the corpus does not contain it. */
+TG_API int32_t tg_text_id(const tg_text *t, unsigned char byte);
+/**
+ * The corpus hash: 64-bit FNV-1a (offset basis 0xcbf29ce484222325, prime 0x100000001b3) over
+ * the @p n concatenated bytes in order, then over each file's cumulative end offset
+ * (@p ends[0 .. n_files), 8 bytes little-endian each) and the number of files (8 bytes): the
+ * same files in another order, or split differently, hash differently.
+ */
+TG_API uint64_t tg_text_hash(const unsigned char *bytes, int64_t n, const int64_t *ends,
+                             int n_files);
+/**
+ * A training batch of @p B random windows: for each row a start s uniform in
+ * [0, n_train - T - 1] (tg_rng_u64(ctx) % (n_train - T), one draw per row from @p ctx's RNG),
+ * ids[b, j] = id(byte[s + j]), targets[b, j] = id(byte[s + j + 1]).
+ * Shapes: @p ids and @p targets (B, T) ::TG_I32, row-major, written.
+ * Errors (run-time, on @p ctx): ::TG_ERR_ARG (NULL arguments, B or T < 1, a training split
+ * shorter than T + 1 bytes).
+ */
+TG_API tg_status tg_text_train_batch(tg_ctx *ctx, const tg_text *t, int64_t B, int64_t T,
+                                     int32_t *ids, int32_t *targets);
+/**
+ * Validation windows of T: the W = floor((n - n_train - 1) / T) non-overlapping windows from
+ * the start of the validation split, or, when W > ::TG_TEXT_MAX_VAL_WINDOWS, that many spread
+ * evenly (window w starts at n_train + w * stride * T, stride = floor(W / 4096)), so
+ * evaluation cost stays bounded. Returns their number (0 for NULL, T < 1 or no split).
+ */
+TG_API int64_t tg_text_val_windows(const tg_text *t, int64_t T);
+/** Batches of @p B windows: ceil(tg_text_val_windows() / B). */
+TG_API int64_t tg_text_val_batches(const tg_text *t, int64_t B, int64_t T);
+/**
+ * Validation batch @p k: windows k B .. k B + B - 1 into @p ids and @p targets (B, T)
+ * ::TG_I32 (targets = the next byte's id); rows past the last window get ids 0 and targets -1
+ * (an ignore_index for tg_cross_entropy()). Returns the number of real windows written (< B
+ * only in the last batch; 0 for bad arguments).
+ */
+TG_API int64_t tg_text_val_batch(const tg_text *t, int64_t k, int64_t B, int64_t T,
+                                 int32_t *ids, int32_t *targets);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name Algorithmic tasks
+ * Sequences of T random digits 0-9 (vocabulary 10) and a target per position: the same digit
+ * (copy), the digit at T - 1 - t (reverse), or the t-th smallest digit (sort). `tgrad train`
+ * trains on them by default. */
+/**@{*/
+/** The task. */
+typedef enum tg_task_kind {
+    TG_TASK_COPY = 0,    /**< target[t] = x[t] */
+    TG_TASK_REVERSE = 1, /**< target[t] = x[T - 1 - t] */
+    TG_TASK_SORT = 2     /**< target = x sorted ascending */
+} tg_task_kind;
+
+/** "copy", "reverse", "sort"; NULL for another value. */
+TG_API const char *tg_task_name(tg_task_kind k);
+/**
+ * @p B sequences from @p rng_state, a private splitmix64 state (Steele et al. 2014; each
+ * digit = next() % 10) advanced in place, so held-out data does not depend on training.
+ * Shapes: @p ids, @p targets (B, T) ::TG_I32, written. Errors (no context): ::TG_ERR_ARG
+ * (an unknown task, B or T < 1, NULL arrays or state).
+ */
+TG_API tg_status tg_task_batch(tg_task_kind k, uint64_t *rng_state, int64_t B, int64_t T,
+                               int32_t *ids, int32_t *targets);
+/** A training batch: as tg_task_batch() with each digit = tg_rng_u64(ctx) % 10.
+ *  Errors (run-time, on @p ctx): ::TG_ERR_ARG as there. */
+TG_API tg_status tg_task_train_batch(tg_ctx *ctx, tg_task_kind k, int64_t B, int64_t T,
+                                     int32_t *ids, int32_t *targets);
+/**@}*/
+
 #ifdef __cplusplus
 }
 #endif

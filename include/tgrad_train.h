@@ -8,6 +8,7 @@
 #define TGRAD_TRAIN_H
 
 #include "tgrad.h"
+#include "tgrad_data.h"
 #include "tgrad_io.h"
 #include "tgrad_nn.h"
 
@@ -234,6 +235,158 @@ typedef struct tg_grad_transport {
  */
 TG_API tg_status tg_grad_accum_combine(tg_grad_accum *acc, const tg_grad_transport *tr,
                                        double *loss, size_t *bytes_sent);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name One training step and evaluation
+ * The training loop's two library pieces: tg_train_step() (micro-batches, their gradients
+ * summed in the fixed tree of tg_grad_accum, clipping, the optimizer update) and
+ * tg_evaluate() (a validation loss per token over batches). The caller keeps its graph and
+ * data: a callback fills micro-batch (or evaluation batch) i and runs it.
+ * @code
+ *   // K micro-batches of Bm rows; each loss a mean over its rows, seeded 1/K
+ *   static tg_status micro(void *u, int64_t i, double *loss) {
+ *       my_run *r = u;
+ *       tg_graph_zero_grad(r->g);
+ *       set_inputs(r, i);                               // rows i Bm .. (i+1) Bm - 1
+ *       tg_status s = tg_graph_forward(r->g);
+ *       if (s == TG_OK) s = tg_graph_backward(r->g, r->loss, r->K > 1 ? r->share : NULL);
+ *       *loss = tg_get(r->loss, 0) / (double)r->K;      // its share of the global mean
+ *       return s;
+ *   }
+ *   tg_train_step_opts o = {.clip = 1.0, .accum = K > 1 ? acc : NULL};
+ *   tg_train_step_result res;
+ *   tg_status s = tg_train_step(ctx, opt, &o, micro, &run, lr, &res);
+ * @endcode
+ */
+/**@{*/
+
+/**
+ * Run micro-batch @p i (0-based, in [0, K)) of the step: fill its inputs, run forward and
+ * backward, and leave in the parameters' gradients the gradient of its weighted loss (zero
+ * them first, or use a backward that replaces them, e.g. tg_seq2seq_loss_backward()); write
+ * that weighted loss to @p loss. The weights are the caller's: for K micro-batches of equal
+ * size, each loss times 1/K (a backward seeded 1/K), so the step's loss and gradients are those
+ * of the global batch's mean. Return ::TG_OK, or a status with the error on the context (the
+ * step stops there).
+ */
+typedef tg_status (*tg_micro_batch_fn)(void *user, int64_t i, double *loss);
+
+/**
+ * Several processes (data parallelism): how a step that pushed this process's micro-batches
+ * ends. tgrad's own program implements it over MPI (tgrad_dist.h: tg_dist_reduce() and
+ * tg_dist_bcast()); NULL in ::tg_train_step_opts means one process.
+ */
+typedef struct tg_train_sync {
+    void *user; /**< passed to both callbacks */
+    /** End the step across processes: every process gets the tree sum of all K micro-batches'
+     *  gradients in its parameters and of their losses in @p loss (e.g.
+     *  tg_grad_accum_combine()). NULL: tg_grad_accum_finish(). */
+    tg_status (*reduce)(void *user, tg_grad_accum *acc, double *loss);
+    /** Copy @p bytes at @p buf from the process running micro-batch 0 to every process. NULL:
+     *  nothing to do (one process). */
+    tg_status (*broadcast)(void *user, void *buf, size_t bytes);
+} tg_train_sync;
+
+/** Options of tg_train_step(); zero-initialised: no accumulation, no clipping, one process. */
+typedef struct tg_train_step_opts {
+    /** > 0: clip the gradients to this global L2 norm first (tg_clip_grad_norm() over the
+     *  optimizer's parameters); <= 0: no clipping. */
+    double clip;
+    /** NULL: one micro-batch (K = 1) run exactly as a plain forward and backward. Otherwise
+     *  the accumulator (tg_grad_accum_new() over the optimizer's parameters) gives K and this
+     *  process's micro-batches first .. first + count - 1. */
+    tg_grad_accum *accum;
+    /** Several processes (only with @c accum); NULL: one process. */
+    const tg_train_sync *sync;
+} tg_train_step_opts;
+
+/** Which part of a step failed (::tg_train_step_result). */
+typedef enum tg_train_stage {
+    TG_TRAIN_STAGE_NONE = 0,   /**< the step succeeded */
+    TG_TRAIN_STAGE_BATCH = 1,  /**< a micro-batch callback, the accumulation or the sync */
+    TG_TRAIN_STAGE_UPDATE = 2  /**< a non-finite loss, clipping or the optimizer update
+                                    (::TG_ERR_NONFINITE: the parameters are unchanged) */
+} tg_train_stage;
+
+/** What a step did. */
+typedef struct tg_train_step_result {
+    double loss;      /**< the step's loss: the micro-batches' weighted losses summed in the
+                           tree order (NaN if the batch stage failed) */
+    double grad_norm; /**< global gradient norm before clipping (NaN without clipping) */
+    tg_train_stage failed; /**< where it failed */
+} tg_train_step_result;
+
+/**
+ * One optimizer step at learning rate @p lr (< 0: the optimizer's configured lr):
+ * 1. K = 1 (@c opts->accum NULL): @p fn(user, 0, &loss); the gradients are what it left.
+ *    K > 1: for each of this process's micro-batches i, @p fn(user, i, &l_i), then
+ *    tg_grad_accum_push(acc, l_i); then the reduction (tg_grad_accum_finish(), or the sync's
+ *    reduce) writes the tree sum of the gradients into the parameters and of the l_i into the
+ *    step's loss. **Random numbers** (dropout): with state S when the step begins, micro-batch
+ *    i runs from S jumped i times (tg_rng_jump()), so its masks depend on i, never on which
+ *    process runs it; afterwards the RNG continues from the state micro-batch 0 left (the
+ *    sync's broadcast sends it from its process). K = 1 draws exactly as a plain
+ *    forward/backward.
+ * 2. A non-finite step loss stops here: ::TG_ERR_NONFINITE, "loss is not finite", parameters
+ *    and optimizer unchanged.
+ * 3. Clipping (@c opts->clip > 0): tg_clip_grad_norm() over the optimizer's parameters.
+ * 4. tg_optim_step(opt, lr).
+ * Bits: the result is the same as writing these calls out by hand, for any thread count (the
+ * tree sum and every kernel are thread-count invariant).
+ * @p opts may be NULL (the zero options). @p res (may be NULL) receives the loss, the norm and
+ * the failing stage.
+ * Errors (run-time): ::TG_ERR_ARG (NULL opt or fn; a sync without an accumulator), the
+ * callback's or the reduction's status (stage BATCH: gradients partial, parameters
+ * unchanged), ::TG_ERR_NONFINITE from steps 2-4 or the optimizer's other
+ * errors (stage UPDATE: parameters unchanged).
+ */
+TG_API tg_status tg_train_step(tg_ctx *ctx, tg_optim *opt, const tg_train_step_opts *opts,
+                               tg_micro_batch_fn fn, void *user, double lr,
+                               tg_train_step_result *res);
+
+/**
+ * Run evaluation batch @p i (0-based, in [0, n)): fill its inputs, run forward, and write the
+ * loss summed over its targets (nats; a graph's mean loss times its number of targets) to
+ * @p loss_sum and that number of targets to @p tokens. Return ::TG_OK or a status with the
+ * error on the context.
+ */
+typedef tg_status (*tg_eval_batch_fn)(void *user, int64_t i, double *loss_sum,
+                                      int64_t *tokens);
+
+/**
+ * Validation loss per token over @p n batches:
+ *   loss = (sum_i loss_sum_i) / (sum_i tokens_i)
+ * summed in double in batch order (batches of different sizes weigh by their targets, so the
+ * result is the mean over every target, whatever the batching). The callbacks run with the
+ * context in evaluation mode (tg_ctx_set_training() false: no dropout); the previous mode is
+ * restored afterwards. @p loss_per_token: NaN when no batch had a target (n = 0 included);
+ * @p tokens (may be NULL): the targets counted.
+ * Errors (run-time): ::TG_ERR_ARG (NULL ctx, fn or loss_per_token, n < 0, a batch reporting
+ * tokens < 0), or the callback's status (the mode restored; loss NaN).
+ */
+TG_API tg_status tg_evaluate(tg_ctx *ctx, int64_t n, tg_eval_batch_fn fn, void *user,
+                             double *loss_per_token, int64_t *tokens);
+
+/**
+ * The validation loss per byte of a byte-level language model on @p text's validation split
+ * (tgrad_data.h): tg_evaluate() over the validation windows (tg_text_val_windows()) in batches
+ * of Bm windows, Bm = the graph's batch rows. Batch i is tg_text_val_batch(text, i, Bm, T)
+ * written into @p ids and @p targets, @p g run forward; @p loss must be the mean
+ * cross-entropy of those targets with ignore_index -1 (tg_cross_entropy(logits, targets, -1):
+ * the last batch's padding rows are ignored), so batch i counts loss * w_i T, w_i its real
+ * windows, over w_i T targets:
+ *   loss per byte = sum_i loss_i w_i T / sum_i w_i T.
+ * `tgrad train --text` reports it (nats/char); the result is a function of the windows and
+ * the parameters only, not of Bm beyond rounding.
+ * Shapes: @p ids, @p targets (Bm, T) ::TG_I32 leaves of @p g; @p loss a scalar of @p g.
+ * @p loss_per_token: NaN without validation windows; @p tokens (may be NULL): targets counted.
+ * Errors (run-time): ::TG_ERR_ARG (NULL arguments), ::TG_ERR_SHAPE / ::TG_ERR_DTYPE (ids and
+ * targets not (Bm, T) i32 alike, loss not one element), ::TG_ERR_NOMEM, those of the forward.
+ */
+TG_API tg_status tg_text_evaluate(tg_ctx *ctx, const tg_text *text, tg_graph *g,
+                                  tg_tensor *ids, tg_tensor *targets, tg_tensor *loss,
+                                  double *loss_per_token, int64_t *tokens);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */
@@ -599,6 +752,22 @@ TG_API tg_status tg_seq2seq_loss_backward(tg_seq2seq_loss *L, const tg_seq2seq_b
  */
 TG_API tg_status tg_seq2seq_loss_eval(tg_seq2seq_loss *L, const tg_seq2seq_batch *b,
                                       double *sum, int64_t *tokens);
+/**
+ * The validation loss per target token of @p d (unsmoothed, dropout off): tg_evaluate() over
+ * the batches of epoch 0 of tg_seq2seq_batches(d, batch_tokens, seed, 0), each filled by the
+ * rule of tgrad_data.h (source + EOS, BOS + target, target + EOS; padding masked, labels at
+ * padding = the loss's ignore_index) and scored by tg_seq2seq_loss_eval():
+ *   loss = sum over the batches of their summed cross-entropy / their non-ignored labels.
+ * The batching does not change the value beyond rounding (each target counts once); the
+ * fixed plan makes it the same bits at every call. `tgrad train --pairs` reports it as the
+ * validation loss. @p tokens (may be NULL): the target tokens (labels, EOS included).
+ * Errors (run-time, on L's context): ::TG_ERR_ARG (NULL L, d or loss_per_token), those of
+ * tg_seq2seq_batches() (e.g. batch_tokens below the longest example) and of
+ * tg_seq2seq_loss_eval(), ::TG_ERR_NOMEM.
+ */
+TG_API tg_status tg_seq2seq_evaluate(tg_seq2seq_loss *L, const tg_seq2seq_data *d,
+                                     int64_t batch_tokens, uint64_t seed,
+                                     double *loss_per_token, int64_t *tokens);
 /** Graphs built so far (0 for NULL). */
 TG_API int64_t tg_seq2seq_loss_graphs(const tg_seq2seq_loss *L);
 /** Release the graphs (their arenas) and the object; NULL is a no-op. */

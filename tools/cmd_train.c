@@ -58,7 +58,8 @@ typedef struct {
     tg_ctx *ctx;
     tg_safetensors *ck; /* the --resume checkpoint, or NULL */
     ckpt_info info;
-    corpus corp;
+    tg_text *corp;     /* --text: the corpus (tgrad_data.h) */
+    tg_text_info ci;   /* its counts */
     tg_transformer_config mc;
     tg_transformer model;
     tg_tensor *ids, *tgt, *logits, *loss;
@@ -408,30 +409,33 @@ static bool load_data(trainer *t)
     }
     if (!t->text)
         return true;
-    if (!corpus_load(&t->corp, t->a.text.v, t->a.text.n, t->a.val_fraction, err, sizeof err)) {
+    t->corp = corpus_load(t->ctx, (const char *const *)t->a.text.v, t->a.text.n,
+                          t->a.val_fraction, err, sizeof err);
+    if (!t->corp) {
         errf("%s", err);
         return false;
     }
-    const corpus *c = &t->corp;
+    t->ci = tg_text_get_info(t->corp);
+    const tg_text_info *c = &t->ci;
     int64_t need = t->T + 2; /* T <= TRAIN_MAX_SEQ_LEN: no overflow */
-    if (c->n_train < need || (t->a.val_fraction > 0 && c->n - c->n_train < need)) {
+    if (c->train_bytes < need || (t->a.val_fraction > 0 && c->bytes - c->train_bytes < need)) {
         errf("text too short: %" PRId64 " bytes give %" PRId64 " for training and %" PRId64
-             " for validation; one window needs %" PRId64 " (lower --seq-len)", c->n,
-             c->n_train, c->n - c->n_train, need);
+             " for validation; one window needs %" PRId64 " (lower --seq-len)", c->bytes,
+             c->train_bytes, c->bytes - c->train_bytes, need);
         return false;
     }
     t->V = c->vocab_size;
-    if (t->ck && t->info.text_bytes > 0 && t->info.text_bytes != c->n) {
+    if (t->ck && t->info.text_bytes > 0 && t->info.text_bytes != c->bytes) {
         errf("--resume '%s' was trained on %" PRId64 " bytes of text, these files hold %" PRId64
              "; pass the same --text files (in the same order)", t->a.resume,
-             t->info.text_bytes, c->n);
+             t->info.text_bytes, c->bytes);
         t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
         return false;
     }
-    if (t->ck && t->info.text_files > 0 && t->info.text_files != c->n_files) {
+    if (t->ck && t->info.text_files > 0 && t->info.text_files != c->files) {
         errf("--resume '%s' was trained on %" PRId64 " text file%s, %d given; pass the same "
              "--text files (in the same order)", t->a.resume, t->info.text_files,
-             t->info.text_files == 1 ? "" : "s", c->n_files);
+             t->info.text_files == 1 ? "" : "s", c->files);
         t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
         return false;
     }
@@ -439,7 +443,7 @@ static bool load_data(trainer *t)
         errf("--resume '%s' was trained on other text: the same %" PRId64 " bytes in %d "
              "file%s, but their content or order differs (data.text_hash fnv1a64:%016" PRIx64
              " there, fnv1a64:%016" PRIx64 " here); pass the same --text files in the same "
-             "order", t->a.resume, c->n, c->n_files, c->n_files == 1 ? "" : "s",
+             "order", t->a.resume, c->bytes, c->files, c->files == 1 ? "" : "s",
              t->info.text_hash, c->hash);
         t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
         return false;
@@ -449,7 +453,7 @@ static bool load_data(trainer *t)
                 "checkpoint): only the text's size and vocabulary can be checked\n",
                 t->a.resume);
     if (t->ck && (t->info.vocab_size != c->vocab_size ||
-                  memcmp(t->info.vocab, c->vocab, (size_t)c->vocab_size) != 0)) {
+                  memcmp(t->info.vocab, tg_text_vocab(t->corp), (size_t)c->vocab_size) != 0)) {
         errf("--resume '%s' was trained on text with a different vocabulary (%d bytes, these "
              "files have %d); pass the same --text files", t->a.resume, t->info.vocab_size,
              c->vocab_size);
@@ -786,11 +790,11 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
         meta_num(m, "train.target_bleu", a->target_bleu);
     if (t->text) {
         char hex[513];
-        vocab_to_hex(t->corp.vocab, t->corp.vocab_size, hex);
+        vocab_to_hex(tg_text_vocab(t->corp), t->ci.vocab_size, hex);
         meta_add(m, "data.vocab", "%s", hex);
-        meta_add(m, "data.bytes", "%" PRId64, t->corp.n);
-        meta_add(m, "data.files", "%d", t->corp.n_files);
-        meta_add(m, "data.text_hash", "fnv1a64:%016" PRIx64, t->corp.hash);
+        meta_add(m, "data.bytes", "%" PRId64, t->ci.bytes);
+        meta_add(m, "data.files", "%d", t->ci.files);
+        meta_add(m, "data.text_hash", "fnv1a64:%016" PRIx64, t->ci.hash);
     } else if (!t->pairs) {
         meta_add(m, "data.task", "%s", task_name(t->task));
     }
@@ -1054,7 +1058,7 @@ static bool evaluate_seq2seq(trainer *t, double *val)
     int64_t B = t->B, T = t->T, exact = 0, right = 0;
     double sum = 0;
     for (int k = 0; k < 8; k++) {
-        task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
+        tg_task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
         for (int64_t c = 0; c < t->K; c++) { /* the graph runs Bm rows at a time */
             if (!set_batch(t, c * t->Bm) || tg_graph_forward(t->g) != TG_OK)
                 return false;
@@ -1084,6 +1088,13 @@ static bool evaluate_seq2seq(trainer *t, double *val)
     return true;
 }
 
+/* The status of a call that failed with its error on the context. */
+static tg_status failed(const tg_ctx *ctx)
+{
+    tg_status s = tg_ctx_status(ctx);
+    return s != TG_OK ? s : TG_ERR_STATE;
+}
+
 /* Validation loss (text) or held-out loss and accuracy (task) into @p val. */
 static bool evaluate(trainer *t, double *val)
 {
@@ -1100,29 +1111,17 @@ static bool evaluate(trainer *t, double *val)
     } else if (t->s2s) {
         if (!evaluate_seq2seq(t, val))
             return false;
-    } else if (t->text) {
-        double sum = 0;
-        int64_t nb = corpus_val_batches(&t->corp, B, T), tokens = 0;
-        for (int64_t k = 0; k < nb; k++) {
-            int64_t w = corpus_val_batch(&t->corp, k, B, T, t->ids_buf, t->tgt_buf);
-            /* the graph runs Bm rows at a time; rows past w are padding (targets ignored) */
-            for (int64_t r = 0; r < w; r += t->Bm) {
-                int64_t wc = w - r < t->Bm ? w - r : t->Bm;
-                if (!set_batch(t, r) || tg_graph_forward(t->g) != TG_OK)
-                    return false;
-                sum += tg_get(t->val_loss, 0) * (double)(wc * T);
-            }
-            tokens += w * T;
-        }
-        if (tokens)
-            *val = sum / (double)tokens;
+    } else if (t->text) { /* the validation windows, Bm at a time (the graph's rows) */
+        if (tg_text_evaluate(t->ctx, t->corp, t->g, t->ids, t->tgt, t->val_loss, val, NULL) !=
+            TG_OK)
+            return false;
     } else {
         /* held-out accuracy over 8 fixed batches of unseen random sequences */
         uint64_t rs = (uint64_t)t->a.seed ^ 0x5eed5eedULL;
         int64_t correct = 0, total = 0;
         double sum = 0;
         for (int k = 0; k < 8; k++) {
-            task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
+            tg_task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
             for (int64_t c = 0; c < t->K; c++) { /* the graph runs Bm rows at a time */
                 if (!set_batch(t, c * t->Bm) || tg_graph_forward(t->g) != TG_OK)
                     return false;
@@ -1153,50 +1152,33 @@ static bool evaluate(trainer *t, double *val)
 }
 
 /*
- * Forward and backward over this process's micro-batches of the batch in ids_buf/tgt_buf; the
- * parameters' gradients then hold the gradient of the global batch's mean loss, @p l the loss.
- * K = 1 is one forward and backward, exactly as without accumulation. K > 1: micro-batch i
- * runs rows i Bm .. (i+1) Bm - 1 with its backward seeded 1/K, its gradients go into the
- * tree sum (tg_grad_accum), and its dropout masks come from the RNG state S after the batch
- * was drawn, jumped i times (tg_rng_jump): they depend on i, never on which process runs it.
- * The RNG then continues from where micro-batch 0 left it (with K = 1: as without
- * accumulation).
+ * Micro-batch @p i of the step (tg_micro_batch_fn): rows i Bm .. (i+1) Bm - 1 of the batch in
+ * ids_buf/tgt_buf, forward and backward; with K > 1 the backward is seeded 1/K and the loss
+ * counted 1/K (the micro-batch's share of the global batch's mean). tg_train_step sums the
+ * micro-batches in the fixed tree and keeps their dropout masks a function of i alone.
  */
-static bool micro_batches(trainer *t, double *l)
+static tg_status micro_batch(void *user, int64_t i, double *l)
 {
-    if (t->K == 1) {
-        tg_graph_zero_grad(t->g);
-        if (!set_batch(t, 0) || tg_graph_forward(t->g) != TG_OK ||
-            tg_graph_backward(t->g, t->loss, NULL) != TG_OK)
-            return false;
-        *l = tg_get(t->loss, 0);
-        return true;
-    }
-    uint64_t s[4], after0[4];
-    tg_rng_get_state(t->ctx, s);
-    tg_rng_get_state(t->ctx, after0);
-    for (int64_t j = 0; j < t->first; j++)
-        tg_rng_jump(t->ctx);
-    for (int64_t i = t->first; i < t->first + t->count; i++) {
-        uint64_t cur[4];
-        tg_rng_get_state(t->ctx, cur); /* S jumped i times */
-        tg_graph_zero_grad(t->g);
-        if (!set_batch(t, i * t->Bm) || tg_graph_forward(t->g) != TG_OK ||
-            tg_graph_backward(t->g, t->loss, t->dy) != TG_OK ||
-            tg_grad_accum_push(t->accum, tg_get(t->loss, 0) / (double)t->K) != TG_OK)
-            return false;
-        if (i == 0)
-            tg_rng_get_state(t->ctx, after0);
-        tg_rng_set_state(t->ctx, cur);
-        tg_rng_jump(t->ctx);
-    }
-    if (tmpi_reduce(&t->mp, t->accum, l) != TG_OK)
-        return false;
-    /* rank 0 ran micro-batch 0: its RNG state continues the stream on every rank */
-    if (tmpi_bcast(&t->mp, after0, sizeof after0) != TG_OK)
-        return false;
-    tg_rng_set_state(t->ctx, after0);
-    return true;
+    trainer *t = user;
+    if (t->pairs) /* one batch of the epoch's plan (train_pairs.c) */
+        return pairs_step(&t->pr, t->ctx, &t->a, l) ? TG_OK : failed(t->ctx);
+    tg_graph_zero_grad(t->g);
+    if (!set_batch(t, i * t->Bm) || tg_graph_forward(t->g) != TG_OK ||
+        tg_graph_backward(t->g, t->loss, t->K > 1 ? t->dy : NULL) != TG_OK)
+        return failed(t->ctx);
+    *l = t->K == 1 ? tg_get(t->loss, 0) : tg_get(t->loss, 0) / (double)t->K;
+    return TG_OK;
+}
+
+/* The step's end over the MPI ranks (one process: tg_grad_accum_finish, nothing to send). */
+static tg_status sync_reduce(void *user, tg_grad_accum *acc, double *loss)
+{
+    return tmpi_reduce(user, acc, loss);
+}
+
+static tg_status sync_broadcast(void *user, void *buf, size_t bytes)
+{
+    return tmpi_bcast(user, buf, bytes);
 }
 
 /* evaluate() on rank 0, its results copied to every rank (they decide when training stops:
@@ -1229,24 +1211,31 @@ static bool evaluate_all(trainer *t, double *val)
 /* One training step at index @p step (0-based); the loss in @p l. */
 static bool train_step(trainer *t, int64_t step, double lr, double *l)
 {
+    tg_status bs = TG_OK;
     if (t->text)
-        corpus_train_batch(t->ctx, &t->corp, t->B, t->T, t->ids_buf, t->tgt_buf);
+        bs = tg_text_train_batch(t->ctx, t->corp, t->B, t->T, t->ids_buf, t->tgt_buf);
     else if (!t->pairs)
-        task_train_batch(t->ctx, t->task, t->B, t->T, t->ids_buf, t->tgt_buf);
-    tg_ctx_set_training(t->ctx, true);
-    if (t->pairs ? !pairs_step(&t->pr, t->ctx, &t->a, l) : !micro_batches(t, l)) {
+        bs = tg_task_train_batch(t->ctx, t->task, t->B, t->T, t->ids_buf, t->tgt_buf);
+    if (bs != TG_OK) {
         char msg[1200];
         end_live(t);
         errf("step %" PRId64 ": %s", step + 1, cli_message(t->ctx, NULL, msg, sizeof msg));
         return false;
     }
-    double norm = 0;
-    tg_status s = TG_OK;
-    if (t->a.clip > 0)
-        s = tg_clip_grad_norm(t->ctx, 0, NULL, t->a.clip, &norm);
-    if (s == TG_OK)
-        s = tg_optim_step(t->opt, lr);
-    if (s != TG_OK || !isfinite(*l)) {
+    tg_ctx_set_training(t->ctx, true);
+    tg_train_sync sync = {&t->mp, sync_reduce, sync_broadcast};
+    tg_train_step_opts o = {.clip = t->a.clip, .accum = t->accum,
+                            .sync = t->accum ? &sync : NULL};
+    tg_train_step_result res;
+    tg_status s = tg_train_step(t->ctx, t->opt, &o, micro_batch, t, lr, &res);
+    *l = res.loss;
+    if (s != TG_OK && res.failed == TG_TRAIN_STAGE_BATCH) {
+        char msg[1200];
+        end_live(t);
+        errf("step %" PRId64 ": %s", step + 1, cli_message(t->ctx, NULL, msg, sizeof msg));
+        return false;
+    }
+    if (s != TG_OK) {
         char msg[1200];
         end_live(t);
         /* every rank holds the same loss and gradients: all stop here, rank 0 says why */
@@ -1524,7 +1513,7 @@ static void trainer_free(trainer *t)
     svg_series_free(&t->train_curve);
     svg_series_free(&t->val_curve);
     svg_series_free(&t->acc_curve);
-    corpus_free(&t->corp);
+    tg_text_free(t->corp);
     pairs_free(&t->pr);
     free(t->plot_path);
     outpath_lock_release(&t->lock);
@@ -1697,8 +1686,9 @@ int cmd_train(int argc, char **argv)
                 } else if (t->text)
                     snprintf(line, sizeof line, "byte-level LM on %d file%s, %" PRId64
                              " bytes (%" PRId64 " train, %" PRId64 " validation), vocabulary %d",
-                             t->corp.n_files, t->corp.n_files == 1 ? "" : "s", t->corp.n,
-                             t->corp.n_train, t->corp.n - t->corp.n_train, t->corp.vocab_size);
+                             t->ci.files, t->ci.files == 1 ? "" : "s", t->ci.bytes,
+                             t->ci.train_bytes, t->ci.bytes - t->ci.train_bytes,
+                             t->ci.vocab_size);
                 else
                     snprintf(line, sizeof line, "task '%s' on %" PRId64 "-digit sequences%s",
                              task_name(t->task), t->T, t->s2s ? ", encoder-decoder (teacher "

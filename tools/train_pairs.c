@@ -355,26 +355,9 @@ bool pairs_evaluate(pairs_run *p, tg_ctx *ctx, const train_args *a, double *val,
     *nonfinite = false;
     *val = NAN;
     /* validation loss: the validation set in epoch 0's batches, unsmoothed, per token */
-    tg_batches *vb = tg_seq2seq_batches(p->valid, a->batch_tokens, (uint64_t)a->seed, 0);
-    if (!vb)
+    if (tg_seq2seq_evaluate(p->loss, p->valid, a->batch_tokens, (uint64_t)a->seed, val, NULL) !=
+        TG_OK)
         return false;
-    double sum = 0;
-    int64_t tokens = 0;
-    for (int64_t k = 0; k < tg_batches_count(vb); k++) {
-        tg_batch bt = tg_batches_get(vb, k);
-        tg_seq2seq_batch b;
-        double s;
-        int64_t t;
-        if (!fill(p, ctx, p->valid, bt.examples, bt.n, bt.src_len, bt.tgt_len, &b) ||
-            tg_seq2seq_loss_eval(p->loss, &b, &s, &t) != TG_OK) {
-            tg_batches_free(vb);
-            return false;
-        }
-        sum += s;
-        tokens += t;
-    }
-    tg_batches_free(vb);
-    *val = tokens ? sum / (double)tokens : NAN;
     /* greedy translations of the validation set, in file order, scored against its targets */
     int64_t N = tg_seq2seq_count(p->valid), B = p->max_sentences;
     const int32_t **src = malloc(sizeof *src * (size_t)B);

@@ -253,3 +253,82 @@ void tg_seq2seq_loss_free(tg_seq2seq_loss *L)
     free(L->mask64);
     free(L);
 }
+
+/* ---- evaluation over a data set ------------------------------------------------------------ */
+
+/* tg_seq2seq_evaluate's batches: epoch 0's plan and one set of arrays for the largest batch. */
+typedef struct {
+    tg_seq2seq_loss *L;
+    const tg_seq2seq_data *d;
+    tg_batches *plan;
+    int32_t *src, *tin, *lab;
+    int64_t *slen;
+} eval_run;
+
+/* tg_eval_batch_fn: batch i of the plan, filled by tgrad_data.h's rule, scored. */
+static tg_status eval_batch(void *user, int64_t i, double *sum, int64_t *tokens)
+{
+    eval_run *e = user;
+    tg_batch bt = tg_batches_get(e->plan, i);
+    int64_t S = bt.src_len, T = bt.tgt_len;
+    int32_t pad = tg_seq2seq_get_info(e->d).pad_id, ignore = (int32_t)e->L->opts.ignore_index;
+    for (int64_t r = 0; r < bt.n; r++) {
+        int64_t sl, tl;
+        const int32_t *s = tg_seq2seq_source(e->d, bt.examples[r], &sl);
+        const int32_t *t = tg_seq2seq_target(e->d, bt.examples[r], &tl);
+        e->slen[r] = sl;
+        for (int64_t j = 0; j < S; j++)
+            e->src[r * S + j] = j < sl ? s[j] : pad;
+        for (int64_t j = 0; j < T; j++) {
+            e->tin[r * T + j] = j == 0 ? TG_TOKEN_BOS : j <= tl ? t[j - 1] : pad;
+            e->lab[r * T + j] = j < tl ? t[j] : j == tl ? TG_TOKEN_EOS : ignore;
+        }
+    }
+    tg_seq2seq_batch b = {bt.n, S, T, e->src, e->slen, e->tin, e->lab};
+    return tg_seq2seq_loss_eval(e->L, &b, sum, tokens);
+}
+
+tg_status tg_seq2seq_evaluate(tg_seq2seq_loss *L, const tg_seq2seq_data *d,
+                              int64_t batch_tokens, uint64_t seed, double *loss_per_token,
+                              int64_t *tokens)
+{
+    static const char *fn = "tg_seq2seq_evaluate";
+    if (loss_per_token)
+        *loss_per_token = NAN;
+    if (tokens)
+        *tokens = 0;
+    if (!L)
+        return TG_ERR_ARG;
+    tg__begin(L->ctx);
+    if (!d || !loss_per_token) {
+        tg__run_err(L->ctx, TG_ERR_ARG, fn, "%s is NULL", !d ? "the data" : "the result");
+        return TG_ERR_ARG;
+    }
+    eval_run e = {L, d, tg_seq2seq_batches(d, batch_tokens, seed, 0), NULL, NULL, NULL, NULL};
+    if (!e.plan)
+        return tg_ctx_status(L->ctx) != TG_OK ? tg_ctx_status(L->ctx) : TG_ERR_ARG;
+    int64_t nb = tg_batches_count(e.plan), ms = 1, mt = 1, mn = 1;
+    for (int64_t i = 0; i < nb; i++) { /* each batch holds at most batch_tokens positions */
+        tg_batch bt = tg_batches_get(e.plan, i);
+        ms = bt.n * bt.src_len > ms ? bt.n * bt.src_len : ms;
+        mt = bt.n * bt.tgt_len > mt ? bt.n * bt.tgt_len : mt;
+        mn = bt.n > mn ? bt.n : mn;
+    }
+    e.src = malloc(sizeof *e.src * (size_t)ms);
+    e.tin = malloc(sizeof *e.tin * (size_t)mt);
+    e.lab = malloc(sizeof *e.lab * (size_t)mt);
+    e.slen = malloc(sizeof *e.slen * (size_t)mn);
+    tg_status s;
+    if (!e.src || !e.tin || !e.lab || !e.slen) {
+        tg__run_err(L->ctx, TG_ERR_NOMEM, fn, "out of memory");
+        s = TG_ERR_NOMEM;
+    } else {
+        s = tg_evaluate(L->ctx, nb, eval_batch, &e, loss_per_token, tokens);
+    }
+    free(e.src);
+    free(e.tin);
+    free(e.lab);
+    free(e.slen);
+    tg_batches_free(e.plan);
+    return s;
+}
