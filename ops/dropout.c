@@ -14,6 +14,7 @@
  * modes between forward and backward changes nothing). saved: keep mask (numel bytes).
  */
 #include "registry.h"
+#include "vec.h"
 
 tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
 {
@@ -32,39 +33,51 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
     return y;
 }
 
-/* The i-th output of a splitmix64 stream seeded with k (the mixing function of tg__splitmix64). */
-static inline uint64_t mask_bits(uint64_t k, int64_t i)
-{
-    uint64_t z = k + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15u;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
 #define DEFINE_DROPOUT(T, SUF)                                                                 \
+    /* out = in * keep * s (acc: out += that; in place when out == in). */                     \
+    TG_SIMD_CLONES static void dropout_apply_range_##SUF(int64_t lo, int64_t hi,               \
+                                                         const unsigned char *keep, T s,       \
+                                                         const T *in, T *out, int mode)        \
+    {                                                                                          \
+        if (mode == 0) /* write */                                                             \
+            for (int64_t i = lo; i < hi; i++)                                                  \
+                out[i] = keep[i] ? in[i] * s : (T)0;                                           \
+        else if (mode == 1) /* accumulate in place: dx = 0 + keep dy s */                      \
+            for (int64_t i = lo; i < hi; i++)                                                  \
+                out[i] = (T)0 + (keep[i] ? in[i] * s : (T)0);                                  \
+        else                                                                                   \
+            for (int64_t i = lo; i < hi; i++)                                                  \
+                out[i] += keep[i] ? in[i] * s : (T)0;                                          \
+    }                                                                                          \
     static void apply_##SUF(tg_tensor *y, const T *in, T *out, bool acc)                       \
     {                                                                                          \
         const unsigned char *keep = y->saved;                                                  \
         T s = (T)y->p.dropout.scale;                                                           \
-        int nt = tg__threads(y->ctx);                                                          \
-        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)                                                  \
-        for (int64_t i = 0; i < y->numel; i++) {                                               \
-            T v = keep[i] ? in[i] * s : 0;                                                     \
-            out[i] = acc && out != in ? out[i] + v : acc ? (T)0 + v : v; /* in place: write */ \
+        int mode = !acc ? 0 : out == in ? 1 : 2;                                               \
+        TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,   \
+                     y->numel, 64, dropout_apply_range_##SUF(lo, hi, keep, s, in, out, mode)); \
+    }                                                                                          \
+    /* Forward in training mode: keep_i from (k, i) (the header's rule) and y_i in one pass. */ \
+    TG_SIMD_CLONES static void dropout_draw_range_##SUF(int64_t lo, int64_t hi, uint64_t k,    \
+                                                        uint64_t thr, T s, const T *in,        \
+                                                        T *out, unsigned char *keep)           \
+    {                                                                                          \
+        for (int64_t i = lo; i < hi; i++) {                                                    \
+            uint64_t z = k + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15u;                          \
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;                                         \
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;                                         \
+            z ^= z >> 31;                                                                      \
+            unsigned char kp = (z >> 11) >= thr;                                               \
+            keep[i] = kp;                                                                      \
+            out[i] = kp ? in[i] * s : (T)0;                                                    \
         }                                                                                      \
     }                                                                                          \
-    /* Forward in training mode: draw the mask and apply it in one pass. */                   \
     static void drop_##SUF(tg_tensor *y, const T *in, T *out, uint64_t k, uint64_t thr)        \
     {                                                                                          \
-        unsigned char *keep = y->saved;                                                        \
         T s = (T)y->p.dropout.scale;                                                           \
-        int nt = tg__threads(y->ctx);                                                          \
-        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN / 8)                                              \
-        for (int64_t i = 0; i < y->numel; i++) {                                               \
-            unsigned char kp = (mask_bits(k, i) >> 11) >= thr;                                 \
-            keep[i] = kp;                                                                      \
-            out[i] = kp ? in[i] * s : 0;                                                       \
-        }                                                                                      \
+        unsigned char *keep = y->saved;                                                        \
+        TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 8 > TG_PAR_BYTES, y->numel, 64,           \
+                     dropout_draw_range_##SUF(lo, hi, k, thr, s, in, out, keep));              \
     }
 DEFINE_DROPOUT(float, f32)
 DEFINE_DROPOUT(double, f64)
