@@ -51,7 +51,7 @@ static const cli_option train_opts[] = {
         G_TRAIN),
     INT("grad-accum", grad_accum, "K", 1, TRAIN_MAX_BATCH, "split each step's batch into K "
         "micro-batches, gradients summed in a fixed tree; K must divide --batch (1)", G_TRAIN),
-    INT("steps", steps, "N", 1, TRAIN_MAX_STEPS, "training steps (text 1500, task 2000 max)",
+    INT("steps", steps, "N", 1, TRAIN_MAX_STEPS, "training steps (text 1500, task 2000 max, pairs 1000)",
         G_TRAIN),
     NUM("lr", lr, "LR", 0, 10, 0, "peak learning rate (3e-3); --schedule noam: the factor "
         "(1)", G_TRAIN),
@@ -270,7 +270,7 @@ void train_pairs_defaults(train_args *a, const cli_result *r)
     UNLESS("eps") a->eps = 1e-9;
     UNLESS("optimizer") a->optimizer = OPT_ADAM;
     UNLESS("weight-decay") a->weight_decay = 0;
-    UNLESS("steps") a->steps = 1500;
+    UNLESS("steps") a->steps = 1000;
     UNLESS("eval-every") a->eval_every = 500;
     UNLESS("target-acc") a->target_acc = 0;
     a->tie = true; /* shared source, target and output embedding (sec. 3.4) */

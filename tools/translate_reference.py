@@ -70,7 +70,7 @@ sqrt(d_model) and initialised N(0, 1/d_model) (--no-scale-embedding: unscaled, N
 label smoothing 0.1, --batch-tokens 2048 (fairseq's --max-tokens), --max-len 128
 (tgrad's --seq-len), Adam (0.9, 0.98) eps 1e-9 without weight decay, gradient clipping at
 global norm 1.0, noam schedule with factor (--lr) 0.5 and --warmup 400 (peak lr 1.6e-3 at
-step 400 for d_model 256), 1500 steps, evaluation every 500 steps and after the last, beam 5,
+step 400 for d_model 256), 1000 steps, evaluation every 500 steps and after the last, beam 5,
 length penalty 1.0, max output a*S+b with a 1.5, b 10, 64 sentences per decoding batch, seed 0.
 
 Sequences (per pair): source = spm(English)[:max_len-1] + EOS; decoder input = BOS +
@@ -568,7 +568,7 @@ def main(argv=None):
     ap.add_argument("--out-prefix", default="hyp", help="hypothesis files prefix (hyp)")
     ap.add_argument("--json", help="also write the JSON summary to this file")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads")
-    ap.add_argument("--steps", type=int, default=1500, help="training steps (1500)")
+    ap.add_argument("--steps", type=int, default=1000, help="training steps (1000)")
     ap.add_argument("--batch-tokens", type=int, default=2048,
                     help="padded positions per batch, n * max(S, T) (2048)")
     ap.add_argument("--max-len", type=int, default=128,
