@@ -9,9 +9,14 @@
  *      updates with AdamW at the noam schedule's learning rate
  *   3. evaluation: tg_evaluate averages the loss over every validation target (batches
  *      weighted by their targets), in evaluation mode
+ *   4. a checkpoint by config: tg_train_checkpoint_save writes the model's metadata, the run's
+ *      state (steps, data position, best validation loss), the program's own fields, the
+ *      parameters and the optimizer state; tg_train_checkpoint_restore puts them into a model
+ *      and optimizer built from the file alone, in another context
  *
- * Exits 1 unless the validation loss fell.
+ * Exits 1 unless the validation loss fell and the restored run equals the saved one.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -67,6 +72,42 @@ static tg_status eval_batch(void *user, int64_t i, double *sum, int64_t *tokens)
             return 1;                                                                          \
         }                                                                                      \
     } while (0)
+
+/* 4. the checkpoint at @p ck into a new context: config from its metadata, then the model,
+ * the optimizer and tg_train_checkpoint_restore; compared with the run that saved it. */
+static int resume(tg_ctx *saved, const char *ck, const tg_optim_config *oc, double best_val)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    if (!ctx)
+        return 1;
+    int rc = 1;
+    tg_safetensors *st = tg_safetensors_read(ctx, ck);
+    tg_transformer_config cfg;
+    tg_dtype dt;
+    tg_transformer model;
+    tg_optim *opt = NULL;
+    tg_train_state s;
+    if (st && tg_transformer_meta_read(ctx, st, ck, &cfg, &dt) == TG_OK &&
+        tg_transformer_init(ctx, &model, dt, &cfg) == TG_OK &&
+        (opt = tg_optim_new(ctx, oc, 0, NULL)) != NULL &&
+        tg_train_checkpoint_restore(ctx, st, ck, &cfg, dt, oc, opt, &s) == TG_OK) {
+        bool same = tg_ctx_n_params(ctx) == tg_ctx_n_params(saved) && s.best_val == best_val;
+        for (int64_t i = 0; same && i < tg_ctx_n_params(ctx); i++) {
+            tg_tensor *a = tg_ctx_param(ctx, i), *b = tg_ctx_param(saved, i);
+            same = !strcmp(tg_tensor_name(a), tg_tensor_name(b)) &&
+                   !memcmp(tg_tensor_data(a), tg_tensor_data(b),
+                           sizeof(float) * (size_t)tg_tensor_numel(a));
+        }
+        printf("restored from %s: step %lld of %lld, data position %lld, best validation loss "
+               "%.4f, parameters %s\n", ck, (long long)s.step, (long long)s.steps,
+               (long long)s.position, s.best_val, same ? "equal" : "DIFFERENT");
+        rc = same ? 0 : 1;
+    } else {
+        fprintf(stderr, "train_library: %s\n", tg_ctx_message(ctx));
+    }
+    tg_ctx_free(ctx);
+    return rc;
+}
 
 static int train(tg_ctx *ctx, const char *path)
 {
@@ -124,8 +165,22 @@ static int train(tg_ctx *ctx, const char *path)
     CHECK(ctx, tg_evaluate(ctx, nb, eval_batch, &r, &after, &tokens) == TG_OK);
     printf("validation loss per byte over %lld targets: %.4f -> %.4f\n", (long long)tokens,
            before, after);
+
+    /* 4. a checkpoint by config, and the run restored from it */
+    tg_train_state state = tg_train_state_init();
+    state.steps = STEPS;
+    state.position = STEPS * B;
+    state.best_val = after < before ? after : before;
+    char hash[32];
+    snprintf(hash, sizeof hash, "fnv1a64:%016llx", (unsigned long long)in.hash);
+    const char *keys[2] = {"data.mode", "data.text_hash"}, *values[2] = {"text", hash};
+    const char *ck = "train_library.safetensors";
+    CHECK(ctx, tg_train_checkpoint_save(ctx, ck, opt, &cfg, TG_F32, &state, 2, keys, values,
+                                        NULL) == TG_OK);
+    int rc = resume(ctx, ck, &oc, state.best_val);
+    remove(ck);
     tg_text_free(text);
-    return after < before ? 0 : 1;
+    return after < before ? rc : 1;
 }
 
 int main(void)

@@ -894,6 +894,108 @@ TG_API tg_status tg_transformer_meta_read(tg_ctx *ctx, const tg_safetensors *st,
 TG_API tg_status tg_checkpoint_check(tg_ctx *ctx, const tg_safetensors *st,
                                      const tg_transformer_config *cfg, tg_dtype dt,
                                      const tg_optim_config *optim);
+
+/** The `format` metadata value of a tgrad training checkpoint. */
+#define TG_CHECKPOINT_FORMAT "tgrad-checkpoint-1"
+
+/**
+ * Where a training run is, beyond its parameters and optimizer state: what a checkpoint needs
+ * for a resumed run to continue exactly (bit for bit) where the saved one stopped. The
+ * optimizer's step count (`optim.step`) and the context RNG (`rng`) are saved from the
+ * optimizer and the context (tg_checkpoint_save()); this struct holds the rest. An integer
+ * field of -1 is "not written" (a checkpoint without the key).
+ */
+typedef struct tg_train_state {
+    int64_t steps;    /**< `train.steps`: the run's planned length in optimizer steps, >= 1 */
+    int64_t position; /**< `data.position`: training examples drawn so far (text, task), >= 0 */
+    int64_t epoch;    /**< `data.epoch`: the epoch of the next batch (sentence pairs), >= 0 */
+    int64_t batch;    /**< `data.batch`: the next batch's index in that epoch's plan, >= 0 */
+    double best_val;  /**< `train.best_val`: the lowest validation loss so far (INFINITY: none
+                           yet; always written, as the shortest decimal that reads back as the
+                           same double, or `inf`) */
+    int64_t step;     /**< `optim.step`, filled by tg_train_state_read() (saving writes the
+                           optimizer's count, not this field) */
+} tg_train_state;
+
+/** A state with nothing written: the integer fields -1, best_val INFINITY. */
+TG_API tg_train_state tg_train_state_init(void);
+
+/** Most entries tg_train_state_meta() writes. */
+#define TG_TRAIN_STATE_META_MAX 5
+
+/**
+ * The training-state metadata of @p s: the one writer of these keys. In this order, each only
+ * when set (>= 0): `data.position`, `train.steps`, `train.best_val` (always), `data.epoch`,
+ * `data.batch`; integers in decimal. Pass them, with the caller's other fields, to
+ * tg_checkpoint_save(), or let tg_train_checkpoint_save() place them.
+ * @param out  room for ::TG_TRAIN_STATE_META_MAX entries
+ * @return the number of entries written (1 to 5), or -1 (nothing written) for NULL arguments,
+ *         `steps` 0 or below -1, another field below -1, only one of `epoch` and `batch` set,
+ *         or a negative or NaN `best_val`
+ */
+TG_API int tg_train_state_meta(const tg_train_state *s, tg_meta_kv *out);
+
+/**
+ * Read and validate the training state of a parsed checkpoint (untrusted input): the reader of
+ * the keys tg_train_state_meta() and tg_checkpoint_save() write.
+ * - `optim.step` (required): decimal digits only (no sign, space, leading zero), 0 to 2^53;
+ * - `rng` (required): exactly 64 hex digits, not all zero (checked here, restored by
+ *   tg_checkpoint_restore());
+ * - `train.steps` (optional): 1 to 2^53, the same digits rule; `data.position`, `data.epoch`,
+ *   `data.batch` (optional): 0 to 2^53 (epoch and batch: 0 to INT32_MAX), the same rule;
+ *   `data.epoch` and `data.batch` both or neither;
+ * - `train.best_val` (optional, INFINITY when absent): `inf` or a finite decimal number >= 0.
+ * @p label names the file in messages (NULL: "<memory>"), e.g. `tg_train_state_read:
+ * ck.safetensors: metadata 'train.best_val' is '-1' (expected a loss >= 0 or inf)`.
+ * @param s  receives the state (untouched on error)
+ * Errors (run-time): ::TG_ERR_FORMAT (a field missing or malformed), ::TG_ERR_ARG (NULL @p st
+ * or @p s).
+ */
+TG_API tg_status tg_train_state_read(tg_ctx *ctx, const tg_safetensors *st, const char *label,
+                                     tg_train_state *s);
+
+/**
+ * Save a training checkpoint by config, atomically through tg_checkpoint_save() (every
+ * parameter of the context, the optimizer state of @p opt). The metadata, in this order:
+ * 1. `format` = ::TG_CHECKPOINT_FORMAT;
+ * 2. the model config's keys, tg_transformer_meta(@p cfg, @p dt);
+ * 3. the caller's extra entries @p keys / @p values in their order (the tokenizer, hashes of
+ *    the data, the program's options); an entry with a NULL value must name a key of the
+ *    training state that @p state sets, and places that key (with @p state's value) there;
+ * 4. the keys of tg_train_state_meta(@p state) not placed by step 3, in its order;
+ * 5. `optim.step` (the optimizer's count) and `rng` (the context RNG state).
+ * So a program keeps the layout of its files while the library writes every value it owns.
+ * The extra keys may not be `format`, `model.*`, `optim.step`, `rng` or (with a value) a
+ * training-state key. A failure leaves @p path as it was.
+ * @p opts: NULL, or write options (fault injection for tests).
+ * Errors (run-time): ::TG_ERR_ARG (NULL @p cfg or @p state, a config or state that
+ * tg_transformer_meta() / tg_train_state_meta() refuse, an extra key the library writes,
+ * a NULL value for a key that is not a set state key, NULL @p keys or @p values with
+ * @p n_extra > 0), those of tg_checkpoint_save() (a key twice: ::TG_ERR_DUPLICATE).
+ */
+TG_API tg_status tg_train_checkpoint_save(tg_ctx *ctx, const char *path, const tg_optim *opt,
+                                          const tg_transformer_config *cfg, tg_dtype dt,
+                                          const tg_train_state *state, int64_t n_extra,
+                                          const char *const *keys, const char *const *values,
+                                          const tg_write_opts *opts);
+
+/**
+ * Restore a training checkpoint by config into the model built from @p cfg (typically read
+ * from the same file by tg_transformer_meta_read()) and the optimizer @p opt: the state's
+ * metadata is validated (tg_train_state_read()), the tensors against the config and
+ * @p optim (tg_checkpoint_check(); @p optim NULL: the optimizer state is not compared with
+ * an optimizer config), then tg_checkpoint_restore() restores the parameters, the optimizer
+ * state and step, and the context RNG. Nothing is modified (parameters, optimizer, RNG,
+ * @p state) unless every step succeeds; the error is the first failing step's, with its
+ * message (`tg_train_state_read: ...`, `tg_checkpoint_check: ...`, `tg_checkpoint_restore:
+ * ...`). @p label names the file in the state's messages (NULL: "<memory>").
+ * @param state  receives the training state (may be NULL)
+ * Errors (run-time): those of the three calls; ::TG_ERR_ARG (NULL @p st or @p cfg).
+ */
+TG_API tg_status tg_train_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st,
+                                             const char *label, const tg_transformer_config *cfg,
+                                             tg_dtype dt, const tg_optim_config *optim,
+                                             tg_optim *opt, tg_train_state *state);
 /**@}*/
 
 #ifdef __cplusplus

@@ -616,6 +616,21 @@ static bool open_log(trainer *t)
     return !fresh || log_write(t, header, strlen(header));
 }
 
+/* --resume: parameters, optimizer state and step, RNG and the training state from the
+ * checkpoint (validated by ckpt_config_load already, so only I/O-level surprises fail here). */
+static bool restore(trainer *t, tg_dtype dt, const tg_optim_config *oc)
+{
+    tg_train_state ts;
+    if (tg_train_checkpoint_restore(t->ctx, t->ck, t->a.resume, &t->mc, dt, oc, t->opt, &ts) !=
+        TG_OK) {
+        cli_report("train", "--resume", t->a.resume, t->ctx);
+        return false;
+    }
+    t->start = ts.step;
+    t->best_val = ts.best_val;
+    return true;
+}
+
 static bool build(trainer *t)
 {
     const train_args *a = &t->a;
@@ -652,10 +667,8 @@ static bool build(trainer *t)
         }
         for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
             t->n_params += tg_tensor_numel(tg_ctx_param(ctx, i));
-        if (t->ck && tg_checkpoint_restore(ctx, t->ck, t->opt) != TG_OK) {
-            cli_report("train", "--resume", a->resume, ctx);
+        if (t->ck && !restore(t, dt, &oc))
             return false;
-        }
         if (a->log && !a->dry_run && !open_log(t))
             return false;
         return true;
@@ -706,10 +719,8 @@ static bool build(trainer *t)
     }
     for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
         t->n_params += tg_tensor_numel(tg_ctx_param(ctx, i));
-    if (t->ck && tg_checkpoint_restore(ctx, t->ck, t->opt) != TG_OK) {
-        cli_report("train", "--resume", a->resume, ctx);
+    if (t->ck && !restore(t, dt, &oc))
         return false;
-    }
     size_t bt = (size_t)(t->B * t->T); /* bounded by the memory estimate */
     t->ids_buf = malloc(sizeof(int32_t) * bt);
     t->tgt_buf = malloc(sizeof(int32_t) * bt);
@@ -731,6 +742,7 @@ typedef struct {
     int n;
     char key[48][32];
     char val[48][600];
+    bool place[48]; /* a training-state key: tg_train_checkpoint_save writes its value here */
 } meta;
 
 static void meta_add(meta *m, const char *k, const char *fmt, ...)
@@ -748,6 +760,15 @@ static void meta_add(meta *m, const char *k, const char *fmt, ...)
     vsnprintf(m->val[m->n], sizeof m->val[0], fmt, ap);
     va_end(ap);
     m->n++;
+}
+
+/* The place of training-state key @p k (tg_train_state_meta) among the fields. */
+static void meta_place(meta *m, const char *k)
+{
+    if (m->n >= 48)
+        return;
+    snprintf(m->key[m->n], sizeof m->key[0], "%s", k);
+    m->place[m->n++] = true;
 }
 
 /* A number as the shortest decimal that reads back as the same double (0.003, not
@@ -780,11 +801,16 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
         return false;
     }
     char c1[16], c3[16];
-    meta_add(m, "format", "tgrad-checkpoint-1");
-    tg_meta_kv mk[TG_TRANSFORMER_META_MAX]; /* model.*: the library's writer, from the config */
-    int nmk = tg_transformer_meta(&t->mc, train_dtype(a), mk);
-    for (int i = 0; i < nmk; i++)
-        meta_add(m, mk[i].key, "%s", mk[i].value);
+    /* format and model.* come first from the library (tg_train_checkpoint_save); the
+     * training state's keys go where meta_place puts them */
+    tg_train_state ts = tg_train_state_init();
+    ts.position = steps_done * t->B;
+    ts.steps = a->steps;
+    ts.best_val = t->best_val;
+    if (t->pairs) {
+        ts.epoch = t->pr.epoch;
+        ts.batch = t->pr.cursor;
+    }
     meta_add(m, "data.mode", "%s", t->text ? "text" : t->pairs ? "pairs" : "task");
     if (t->pairs)
         meta_num(m, "train.target_bleu", a->target_bleu);
@@ -798,9 +824,9 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     } else if (!t->pairs) {
         meta_add(m, "data.task", "%s", task_name(t->task));
     }
-    meta_add(m, "data.position", "%" PRId64, steps_done * t->B);
-    meta_add(m, "train.steps", "%" PRId64, a->steps);
-    meta_num(m, "train.best_val", t->best_val);
+    meta_place(m, "data.position");
+    meta_place(m, "train.steps");
+    meta_place(m, "train.best_val");
     meta_add(m, "train.seed", "%" PRId64, a->seed);
     meta_add(m, "train.optimizer", "%s", choice_name("optimizer", a->optimizer, c3, 16));
     meta_add(m, "train.batch", "%" PRId64, t->B);
@@ -825,7 +851,7 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     int nk = m->n;
     for (int i = 0; i < m->n; i++) {
         keys[i] = m->key[i];
-        vals[i] = m->val[i];
+        vals[i] = m->place[i] ? NULL : m->val[i];
     }
     if (t->pairs && !pairs_meta(&t->pr, a, keys, vals, owned, &nk)) {
         free(m);
@@ -839,7 +865,8 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &block, &old);
-    bool ok = tg_checkpoint_save(t->ctx, a->checkpoint, t->opt, nk, keys, vals, NULL) == TG_OK;
+    bool ok = tg_train_checkpoint_save(t->ctx, a->checkpoint, t->opt, &t->mc, train_dtype(a),
+                                       &ts, nk, keys, vals, NULL) == TG_OK;
     for (int i = 0; i < 8; i++)
         free(owned[i]);
     pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -446,14 +446,13 @@ bool pairs_meta(const pairs_run *p, const train_args *a, const char **keys, cons
     owned[nt] = buf;
     snprintf(buf, 64, "fnv1a64:%016" PRIx64, ti.hash);
     snprintf(buf + 64, 64, "fnv1a64:%016" PRIx64, vi.hash);
-    snprintf(buf + 128, 64, "%" PRId64, p->epoch);
-    snprintf(buf + 192, 64, "%" PRId64, p->cursor);
     snprintf(buf + 256, 64, "%" PRId64, a->batch_tokens);
+    /* data.epoch, data.batch: the training state's (tg_train_checkpoint_save), placed here */
     static const char *const mk[5] = {"data.pairs_hash", "data.valid_hash", "data.epoch",
                                       "data.batch", "train.batch_tokens"};
     for (int i = 0; i < 5; i++) {
         keys[*k] = mk[i];
-        vals[*k] = buf + 64 * i;
+        vals[*k] = i == 2 || i == 3 ? NULL : buf + 64 * i;
         (*k)++;
     }
     return true;

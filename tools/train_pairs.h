@@ -55,8 +55,10 @@ bool pairs_step(pairs_run *p, tg_ctx *ctx, const train_args *a, double *loss);
  * *nonfinite: the logits were NaN or inf (val NaN, BLEU 0). */
 bool pairs_evaluate(pairs_run *p, tg_ctx *ctx, const train_args *a, double *val,
                     bool *nonfinite);
-/* Checkpoint metadata of the run (tokenizer, hashes, cursor): up to 8 pairs appended to
- * keys/vals from index *k; values malloc'd into owned[] (free them). false: out of memory. */
+/* Checkpoint metadata of the run (tokenizer, hashes, the cursor's place): up to 8 pairs
+ * appended to keys/vals from index *k; values malloc'd into owned[] (free them); data.epoch
+ * and data.batch with NULL values (tg_train_checkpoint_save writes p->epoch, p->cursor
+ * there from the training state). false: out of memory. */
 bool pairs_meta(const pairs_run *p, const train_args *a, const char **keys, const char **vals,
                 char **owned, int *k);
 void pairs_free(pairs_run *p);

@@ -1,0 +1,325 @@
+/*
+ * state.c - a training run's state in its checkpoint (include/tgrad_train.h): the one writer
+ * (tg_train_state_meta) and reader (tg_train_state_read) of the state keys, and checkpoint
+ * save / restore by model config (tg_train_checkpoint_save, tg_train_checkpoint_restore):
+ * format + model.* + the caller's fields + the state + parameters + optimizer state, through
+ * tg_checkpoint_save(); restore = the state's metadata, tg_checkpoint_check(), then
+ * tg_checkpoint_restore(), so nothing changes unless the whole file is valid.
+ */
+#include "tgrad_train.h"
+#include "core.h"
+#include "io/io.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Largest count a state field may hold: 2^53, exact as a double (as optim.step). */
+#define ST_MAX ((int64_t)1 << 53)
+
+tg_train_state tg_train_state_init(void)
+{
+    tg_train_state s = {.steps = -1, .position = -1, .epoch = -1, .batch = -1,
+                        .best_val = INFINITY, .step = -1};
+    return s;
+}
+
+/* The shortest "%.<p>g" of @p v that strtod reads back as @p v (%.17g always does); "inf". */
+static void fmt_double(double v, char *buf, size_t n)
+{
+    if (!isfinite(v)) {
+        snprintf(buf, n, "%g", v);
+        return;
+    }
+    char t[32]; /* "%.17g": at most 24 bytes */
+    for (int p = 1; p <= 17; p++) {
+        snprintf(t, sizeof t, "%.*g", p, v);
+        if (strtod(t, NULL) == v)
+            break;
+    }
+    snprintf(buf, n, "%s", t);
+}
+
+int tg_train_state_meta(const tg_train_state *s, tg_meta_kv *out)
+{
+    if (!s || !out || s->steps == 0 || s->steps < -1 || s->position < -1 || s->epoch < -1 ||
+        s->batch < -1 || (s->epoch < 0) != (s->batch < 0) || isnan(s->best_val) ||
+        s->best_val < 0)
+        return -1;
+    int k = 0;
+    if (s->position >= 0) {
+        snprintf(out[k].key, sizeof out[k].key, "data.position");
+        snprintf(out[k++].value, sizeof out[0].value, "%" PRId64, s->position);
+    }
+    if (s->steps >= 0) {
+        snprintf(out[k].key, sizeof out[k].key, "train.steps");
+        snprintf(out[k++].value, sizeof out[0].value, "%" PRId64, s->steps);
+    }
+    snprintf(out[k].key, sizeof out[k].key, "train.best_val");
+    fmt_double(s->best_val, out[k].value, sizeof out[k].value);
+    k++;
+    if (s->epoch >= 0) {
+        snprintf(out[k].key, sizeof out[k].key, "data.epoch");
+        snprintf(out[k++].value, sizeof out[0].value, "%" PRId64, s->epoch);
+        snprintf(out[k].key, sizeof out[k].key, "data.batch");
+        snprintf(out[k++].value, sizeof out[0].value, "%" PRId64, s->batch);
+    }
+    return k;
+}
+
+/* Decimal digits only (no sign, space or leading zero), lo..hi (hi <= 2^53). */
+static bool parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 19 || (n > 1 && s[0] == '0'))
+        return false;
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (s[i] - '0'); /* v <= hi <= 2^53 before: no overflow */
+        if (v > hi)
+            return false;
+    }
+    if (v < lo)
+        return false;
+    *out = v;
+    return true;
+}
+
+typedef struct rd {
+    tg_ctx *ctx;
+    const char *fn, *label;
+    const tg_safetensors *st;
+} rd;
+
+/* An optional (or required) count field; *out untouched when absent. */
+static bool get_count(const rd *r, const char *key, bool required, int64_t lo, int64_t hi,
+                      int64_t *out)
+{
+    const char *v = tg_safetensors_meta_get(r->st, key);
+    char q[80];
+    if (!v) {
+        if (required)
+            tg__err(r->ctx, TG_ERR_FORMAT, r->fn, "%s: metadata '%s' is missing (not a tgrad "
+                    "training checkpoint)", r->label, key);
+        return !required;
+    }
+    if (!parse_count(v, lo, hi, out)) {
+        tg__err(r->ctx, TG_ERR_FORMAT, r->fn, "%s: metadata '%s' is '%s' (expected decimal "
+                "digits, %" PRId64 " to %" PRId64 ")", r->label, key, tg__quote(v, 48, q), lo,
+                hi);
+        return false;
+    }
+    return true;
+}
+
+static tg_status state_read(tg_ctx *ctx, const tg_safetensors *st, const char *label,
+                            tg_train_state *out)
+{
+    rd r = {ctx, "tg_train_state_read", label ? label : "<memory>", st};
+    if (!st || !out) {
+        tg__err(ctx, TG_ERR_ARG, r.fn, "%s is NULL", !st ? "the checkpoint" : "the state");
+        return TG_ERR_ARG;
+    }
+    tg_train_state s = tg_train_state_init();
+    char q[80];
+    if (!get_count(&r, "optim.step", true, 0, ST_MAX, &s.step))
+        return TG_ERR_FORMAT;
+    const char *rng = tg_safetensors_meta_get(st, "rng");
+    bool ok = rng && strlen(rng) == 64, nonzero = false;
+    for (int i = 0; ok && i < 64; i++) {
+        int h = tg__hex_digit((unsigned char)rng[i]);
+        ok = h >= 0;
+        nonzero |= h > 0;
+    }
+    if (!ok || !nonzero) {
+        if (!rng)
+            tg__err(ctx, TG_ERR_FORMAT, r.fn, "%s: metadata 'rng' is missing (not a tgrad "
+                    "training checkpoint)", r.label);
+        else
+            tg__err(ctx, TG_ERR_FORMAT, r.fn, "%s: metadata 'rng' is '%s' (expected 64 hex "
+                    "digits, not all zero)", r.label, tg__quote(rng, 48, q));
+        return TG_ERR_FORMAT;
+    }
+    if (!get_count(&r, "train.steps", false, 1, ST_MAX, &s.steps) ||
+        !get_count(&r, "data.position", false, 0, ST_MAX, &s.position) ||
+        !get_count(&r, "data.epoch", false, 0, INT32_MAX, &s.epoch) ||
+        !get_count(&r, "data.batch", false, 0, INT32_MAX, &s.batch))
+        return TG_ERR_FORMAT;
+    if ((s.epoch < 0) != (s.batch < 0)) {
+        tg__err(ctx, TG_ERR_FORMAT, r.fn, "%s: metadata '%s' is missing ('%s' is there: a "
+                "data cursor has both)", r.label, s.epoch < 0 ? "data.epoch" : "data.batch",
+                s.epoch < 0 ? "data.batch" : "data.epoch");
+        return TG_ERR_FORMAT;
+    }
+    const char *bv = tg_safetensors_meta_get(st, "train.best_val");
+    if (bv && strcmp(bv, "inf") != 0) {
+        /* a plain decimal: no sign, space, hex, inf or nan spelled otherwise */
+        bool plain = (bv[0] >= '0' && bv[0] <= '9') || bv[0] == '.';
+        char *end = NULL;
+        double x = plain && !strpbrk(bv, "xXpPnNiI") ? strtod(bv, &end) : NAN;
+        if (!plain || !end || *end || !isfinite(x) || x < 0) {
+            tg__err(ctx, TG_ERR_FORMAT, r.fn, "%s: metadata 'train.best_val' is '%s' (expected "
+                    "a loss >= 0 or inf)", r.label, tg__quote(bv, 48, q));
+            return TG_ERR_FORMAT;
+        }
+        s.best_val = x;
+    }
+    *out = s;
+    return TG_OK;
+}
+
+tg_status tg_train_state_read(tg_ctx *ctx, const tg_safetensors *st, const char *label,
+                              tg_train_state *s)
+{
+    if (!ctx)
+        return TG_ERR_ARG;
+    tg__io_enter(ctx);
+    tg_status r = state_read(ctx, st, label, s);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static bool is_state_key(const char *k)
+{
+    static const char *const sk[] = {"data.position", "train.steps", "train.best_val",
+                                     "data.epoch", "data.batch"};
+    for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++)
+        if (!strcmp(k, sk[i]))
+            return true;
+    return false;
+}
+
+static tg_status save_io(tg_ctx *ctx, const char *path, const tg_optim *opt,
+                         const tg_transformer_config *cfg, tg_dtype dt,
+                         const tg_train_state *state, int64_t n_extra, const char *const *keys,
+                         const char *const *values, const tg_write_opts *opts)
+{
+    static const char *fn = "tg_train_checkpoint_save";
+    tg_meta_kv mk[TG_TRANSFORMER_META_MAX], sk[TG_TRAIN_STATE_META_MAX];
+    int nm = cfg ? tg_transformer_meta(cfg, dt, mk) : -1;
+    int ns = state ? tg_train_state_meta(state, sk) : -1;
+    if (!cfg || !state || nm < 0 || ns < 0 || n_extra < 0 ||
+        (n_extra > 0 && (!keys || !values)) || n_extra > (int64_t)TG_SAFETENSORS_MAX_META) {
+        tg__err(ctx, TG_ERR_ARG, fn, "%s",
+                !cfg     ? "cfg is NULL"
+                : !state ? "state is NULL"
+                : nm < 0 ? "the model config has no checkpoint metadata (tg_transformer_meta)"
+                : ns < 0 ? "the training state is invalid (tg_train_state_meta)"
+                : n_extra < 0 || n_extra > (int64_t)TG_SAFETENSORS_MAX_META ? "n_extra is out of range"
+                                                                   : "keys or values is NULL");
+        return TG_ERR_ARG;
+    }
+    size_t cap = 1 + (size_t)nm + (size_t)n_extra + (size_t)ns;
+    const char **k = malloc(cap * sizeof *k), **v = malloc(cap * sizeof *v);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        tg__err(ctx, TG_ERR_NOMEM, fn, "out of memory");
+        return TG_ERR_NOMEM;
+    }
+    bool placed[TG_TRAIN_STATE_META_MAX] = {false};
+    size_t n = 0;
+    k[n] = "format";
+    v[n++] = TG_CHECKPOINT_FORMAT;
+    for (int i = 0; i < nm; i++) {
+        k[n] = mk[i].key;
+        v[n++] = mk[i].value;
+    }
+    tg_status s = TG_OK;
+    for (int64_t i = 0; i < n_extra && s == TG_OK; i++) {
+        const char *key = keys[i];
+        if (!key) {
+            tg__err(ctx, TG_ERR_ARG, fn, "extra entry %" PRId64 " has a NULL key", i);
+            s = TG_ERR_ARG;
+            break;
+        }
+        if (!values[i]) { /* a state key's place */
+            int j = 0;
+            while (j < ns && strcmp(sk[j].key, key) != 0)
+                j++;
+            if (j == ns || placed[j]) {
+                char q[80];
+                tg__err(ctx, TG_ERR_ARG, fn, "extra entry %" PRId64 " '%s' has a NULL value but "
+                        "is not a key of the training state%s", i, tg__quote(key, 40, q),
+                        j < ns ? " (placed twice)" : is_state_key(key) ? " that is set" : "");
+                s = TG_ERR_ARG;
+                break;
+            }
+            placed[j] = true;
+            k[n] = sk[j].key;
+            v[n++] = sk[j].value;
+            continue;
+        }
+        if (!strcmp(key, "format") || !strncmp(key, "model.", 6) ||
+            !strcmp(key, "optim.step") || !strcmp(key, "rng") || is_state_key(key)) {
+            char q[80];
+            tg__err(ctx, TG_ERR_ARG, fn, "extra key '%s' is written by the library",
+                    tg__quote(key, 40, q));
+            s = TG_ERR_ARG;
+            break;
+        }
+        k[n] = key;
+        v[n++] = values[i];
+    }
+    for (int j = 0; j < ns && s == TG_OK; j++)
+        if (!placed[j]) {
+            k[n] = sk[j].key;
+            v[n++] = sk[j].value;
+        }
+    if (s == TG_OK)
+        s = tg_checkpoint_save(ctx, path, opt, (int64_t)n, k, v, opts);
+    free(k);
+    free(v);
+    return s;
+}
+
+tg_status tg_train_checkpoint_save(tg_ctx *ctx, const char *path, const tg_optim *opt,
+                                   const tg_transformer_config *cfg, tg_dtype dt,
+                                   const tg_train_state *state, int64_t n_extra,
+                                   const char *const *keys, const char *const *values,
+                                   const tg_write_opts *opts)
+{
+    if (!ctx)
+        return TG_ERR_ARG;
+    tg__io_enter(ctx);
+    tg_status r = save_io(ctx, path, opt, cfg, dt, state, n_extra, keys, values, opts);
+    tg__io_leave(ctx);
+    return r;
+}
+
+static tg_status restore_io(tg_ctx *ctx, const tg_safetensors *st, const char *label,
+                            const tg_transformer_config *cfg, tg_dtype dt,
+                            const tg_optim_config *optim, tg_optim *opt, tg_train_state *state)
+{
+    if (!st || !cfg) {
+        tg__err(ctx, TG_ERR_ARG, "tg_train_checkpoint_restore", "%s is NULL",
+                !st ? "the checkpoint" : "cfg");
+        return TG_ERR_ARG;
+    }
+    tg_train_state s;
+    tg_status r = state_read(ctx, st, label, &s);
+    if (r == TG_OK)
+        r = tg_checkpoint_check(ctx, st, cfg, dt, optim);
+    if (r == TG_OK)
+        r = tg_checkpoint_restore(ctx, st, opt);
+    if (r == TG_OK && state)
+        *state = s;
+    return r;
+}
+
+tg_status tg_train_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, const char *label,
+                                      const tg_transformer_config *cfg, tg_dtype dt,
+                                      const tg_optim_config *optim, tg_optim *opt,
+                                      tg_train_state *state)
+{
+    if (!ctx)
+        return TG_ERR_ARG;
+    tg__io_enter(ctx);
+    tg_status r = restore_io(ctx, st, label, cfg, dt, optim, opt, state);
+    tg__io_leave(ctx);
+    return r;
+}
