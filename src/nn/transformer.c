@@ -154,9 +154,16 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
     m->head_b = tg__nn_param(ctx, dt, pi.rank, pi.shape, NULL, pi.name, bound, false);
     if (tg__build_failed(ctx))
         return ctx->status;
+    /* Inside an I/O call (tg_model_load) a failed allocation is not a sticky build error, so
+     * the builders above went on past it: a parameter is then missing. */
+    if (tg_ctx_n_params(ctx) - first != np) {
+        if (ctx->status == TG_OK) /* the allocation's message was dropped by a later call */
+            tg__err(ctx, TG_ERR_NOMEM, fn, "created %lld of the %lld parameters: out of memory",
+                    (long long)(tg_ctx_n_params(ctx) - first), (long long)np);
+        return ctx->status;
+    }
 #ifndef NDEBUG
     /* what was created is the list, name by name and shape by shape (an invariant) */
-    assert(tg_ctx_n_params(ctx) - first == np);
     for (int64_t i = 0; i < np; i++) {
         const tg_tensor *t = tg_ctx_param(ctx, first + i);
         tg__transformer_param(cfg, i, &pi);
@@ -164,8 +171,6 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
                tg_tensor_shape(t)[0] == pi.shape[0] &&
                (pi.rank < 2 || tg_tensor_shape(t)[1] == pi.shape[1]));
     }
-#else
-    (void)first;
 #endif
     return TG_OK;
 }
