@@ -123,24 +123,6 @@ tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_optim *opt,
  * bias corrections use beta^t) and far from overflowing the int64 counter as training goes on. */
 #define CK_MAX_STEP ((int64_t)1 << 53)
 
-/* optim.step: decimal digits only (no sign, space, or leading zero), 0..CK_MAX_STEP. */
-static bool parse_step(const char *s, int64_t *out)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 19 || (n > 1 && s[0] == '0'))
-        return false;
-    int64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        v = v * 10 + (s[i] - '0'); /* v <= CK_MAX_STEP before: no overflow */
-        if (v > CK_MAX_STEP)
-            return false;
-    }
-    *out = v;
-    return true;
-}
-
 /* rng: exactly 64 hex digits, the four 64-bit words of the xoshiro256** state, most significant
  * digit first; the all-zero state (a fixed point of the generator) is refused. */
 static bool parse_rng(const char *s, uint64_t st[4])
@@ -182,7 +164,7 @@ static tg_status tg_checkpoint_restore_io(tg_ctx *ctx, const tg_safetensors *st,
                 !step_s ? "optim.step" : "rng");
         return TG_ERR_FORMAT;
     }
-    if (!parse_step(step_s, &step)) {
+    if (!tg__parse_count(step_s, 0, CK_MAX_STEP, &step)) { /* optim.step */
         tg__err(ctx, TG_ERR_FORMAT, fn,
                 "metadata 'optim.step' is '%s' (expected a step count: decimal digits, 0 to "
                 "%lld)", tg__quote(step_s, 40, q), (long long)CK_MAX_STEP);

@@ -6,6 +6,7 @@
  * same double, so a resumed run gets exactly the value saved.
  */
 #include "tgrad_train.h"
+#include "io.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -13,8 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The shortest "%.<p>g" of @p v that strtod reads back as @p v (%.17g always does). */
-static void fmt_double(double v, char *buf, size_t n)
+void tg__fmt_double(double v, char *buf, size_t n)
 {
     if (!isfinite(v)) {
         snprintf(buf, n, "%g", v);
@@ -27,6 +27,25 @@ static void fmt_double(double v, char *buf, size_t n)
             break;
     }
     snprintf(buf, n, "%s", t);
+}
+
+bool tg__parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 19 || (n > 1 && s[0] == '0'))
+        return false;
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (s[i] - '0'); /* v <= hi <= 2^53 before: no overflow */
+        if (v > hi)
+            return false;
+    }
+    if (v < lo)
+        return false;
+    *out = v;
+    return true;
 }
 
 static void put(tg_meta_kv *out, int *k, const char *key, const char *fmt, int64_t v)
@@ -67,7 +86,7 @@ int tg_transformer_meta(const tg_transformer_config *cfg, tg_dtype dt, tg_meta_k
     put_str(out, &k, "model.pos", cfg->pos == TG_POS_SINUSOIDAL ? "sinusoidal" : "learned");
     put(out, &k, "model.causal", "%" PRId64, cfg->causal && !s2s ? 1 : 0);
     put(out, &k, "model.tie_weights", "%" PRId64, cfg->tie_weights ? 1 : 0);
-    fmt_double(cfg->layer.dropout, d, sizeof d);
+    tg__fmt_double(cfg->layer.dropout, d, sizeof d);
     put_str(out, &k, "model.dropout", d);
     put_str(out, &k, "model.dtype", tg_dtype_str(dt));
     if (cfg->scale_embeddings) /* absent: 0 (the readers' default) */

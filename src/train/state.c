@@ -26,22 +26,6 @@ tg_train_state tg_train_state_init(void)
     return s;
 }
 
-/* The shortest "%.<p>g" of @p v that strtod reads back as @p v (%.17g always does); "inf". */
-static void fmt_double(double v, char *buf, size_t n)
-{
-    if (!isfinite(v)) {
-        snprintf(buf, n, "%g", v);
-        return;
-    }
-    char t[32]; /* "%.17g": at most 24 bytes */
-    for (int p = 1; p <= 17; p++) {
-        snprintf(t, sizeof t, "%.*g", p, v);
-        if (strtod(t, NULL) == v)
-            break;
-    }
-    snprintf(buf, n, "%s", t);
-}
-
 int tg_train_state_meta(const tg_train_state *s, tg_meta_kv *out)
 {
     if (!s || !out || s->steps == 0 || s->steps < -1 || s->position < -1 || s->epoch < -1 ||
@@ -58,7 +42,7 @@ int tg_train_state_meta(const tg_train_state *s, tg_meta_kv *out)
         snprintf(out[k++].value, sizeof out[0].value, "%" PRId64, s->steps);
     }
     snprintf(out[k].key, sizeof out[k].key, "train.best_val");
-    fmt_double(s->best_val, out[k].value, sizeof out[k].value);
+    tg__fmt_double(s->best_val, out[k].value, sizeof out[k].value);
     k++;
     if (s->epoch >= 0) {
         snprintf(out[k].key, sizeof out[k].key, "data.epoch");
@@ -67,26 +51,6 @@ int tg_train_state_meta(const tg_train_state *s, tg_meta_kv *out)
         snprintf(out[k++].value, sizeof out[0].value, "%" PRId64, s->batch);
     }
     return k;
-}
-
-/* Decimal digits only (no sign, space or leading zero), lo..hi (hi <= 2^53). */
-static bool parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 19 || (n > 1 && s[0] == '0'))
-        return false;
-    int64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        v = v * 10 + (s[i] - '0'); /* v <= hi <= 2^53 before: no overflow */
-        if (v > hi)
-            return false;
-    }
-    if (v < lo)
-        return false;
-    *out = v;
-    return true;
 }
 
 typedef struct rd {
@@ -107,7 +71,7 @@ static bool get_count(const rd *r, const char *key, bool required, int64_t lo, i
                     "training checkpoint)", r->label, key);
         return !required;
     }
-    if (!parse_count(v, lo, hi, out)) {
+    if (!tg__parse_count(v, lo, hi, out)) {
         tg__err(r->ctx, TG_ERR_FORMAT, r->fn, "%s: metadata '%s' is '%s' (expected decimal "
                 "digits, %" PRId64 " to %" PRId64 ")", r->label, key, tg__quote(v, 48, q), lo,
                 hi);
