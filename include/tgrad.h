@@ -683,8 +683,10 @@ TG_API tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_
 /**
  * Inverted dropout (Srivastava et al. 2014; PyTorch `nn.Dropout`): in training mode (see
  * tg_ctx_set_training(), read at each forward run) each element is kept with probability
- * 1 - p and scaled by 1 / (1 - p), the mask drawn from the context RNG in element order (so it
- * is the same for any thread count); in eval mode, y = x. Gradient: dy masked and scaled the
+ * 1 - p and scaled by 1 / (1 - p). The mask is counter-based: one draw k from the context RNG
+ * per forward run, then keep_i = (u_i >> 11) >= floor(p 2^53) with u_i the i-th output of a
+ * splitmix64 stream seeded with k (Steele et al. 2014), so it depends on k and i only and is
+ * the same for any thread count; in eval mode, y = x. Gradient: dy masked and scaled the
  * same way. Any shape. Errors: ::TG_ERR_ARG (p outside [0, 1)).
  */
 TG_API tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p);
