@@ -543,16 +543,16 @@ typedef struct tg_generator tg_generator;
  * Prepare incremental decoding of @p m (a decoder-only LM: cfg.causal, or the encoder-decoder
  * model: cfg.n_decoder_layers > 0) for @p batch sequences decoded side by side. Allocates per layer a key cache (B, H, Dh, max_seq_len) (keys stored
  * transposed, see tg_kv_attention()) and a value cache (B, H, max_seq_len, Dh) in the model's
- * dtype, and builds two inference graphs once: the step graph (1 new token per sequence: M = B
- * rows through every dense layer, attention O(current length)) and the refill graph (max(1,
- * max_seq_len / 2) tokens, used at the wrap below). Memory: 2 n_layers B max_seq_len D
- * elements of cache, plus the two graphs' arenas (tg_graph_memory()).
+ * dtype, and builds the step graph (1 new token per sequence: M = B rows through every dense
+ * layer, attention O(current length)); step graphs for fewer live rows are built at their
+ * first use (tg_generator_select_rows()), all of them in one shared arena. Memory: 2 n_layers
+ * B max_seq_len D elements of cache, plus the largest step graph plan (tg_graph_memory()).
  *
  * **Encoder-decoder.** The caches are the decoder layers' (masked self-attention). Each
  * decoder layer also gets a leaf holding its memory keys and values (B, max_seq_len, 2D) =
  * [memory W_k^T + b_k | memory W_v^T + b_v] (rows [D, 3D) of `multihead_attn.in_proj_*`),
- * written by tg_generator_set_source(), which must come before the first feed; a third graph,
- * the encoder over sources of max_seq_len tokens, is built here. A feed runs only the decoder:
+ * written by tg_generator_set_source(), which must come before the first feed (it builds an
+ * encode graph for its sources and releases it). A feed runs only the decoder:
  * per layer the cached self-attention, the cross-attention of the new positions over the
  * stored memory keys and values (never recomputed), the FFN; then decoder.norm and the head.
  * The logits are those of tg_transformer_forward_seq2seq() on (source, the target so far), to
@@ -580,7 +580,8 @@ TG_API tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int6
 /**
  * Feed @p n new tokens per sequence and compute the logits of the last one.
  * @p ids (B, n) ::TG_I32 ids in [0, vocab_size), row-major (sequence b's tokens at
- * ids[b n .. b n + n - 1]), copied. The first feed after tg_generator_new() or
+ * ids[b n .. b n + n - 1]), copied; B is the live rows (tg_generator_rows(): the batch unless
+ * tg_generator_select_rows() dropped rows). The first feed after tg_generator_new() or
  * tg_generator_reset() is the prompt (prefill, positions 0..n-1); later feeds append (usually
  * n = 1, the token just sampled). Afterwards tg_generator_logits() holds the logits (B, V) of
  * the last position, i.e. of the next token.
@@ -593,9 +594,11 @@ TG_API tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int6
  * window of max_seq_len would recompute the whole window for every token; re-prefilling half
  * costs one h-token forward every max_seq_len - h tokens.)
  *
- * Cost: n = 1 runs the prebuilt step graph; n = h the prebuilt refill graph; any other n
- * builds a graph for n, runs it and releases it (tg_ctx_mark() / tg_ctx_rewind()), so feeding
- * any number of tokens leaves tg_ctx_bytes() unchanged.
+ * Cost: n = 1 runs the step graph of the live rows' bucket (built by tg_generator_new() for
+ * the whole batch, on first use for fewer rows); any other n (a prompt, the re-prefill of h
+ * tokens at the wrap) builds a graph for n, runs it and releases it (tg_ctx_mark() /
+ * tg_ctx_rewind()), so feeding any number of tokens leaves tg_ctx_bytes() unchanged (beyond
+ * a row bucket's first use).
  * Errors (run-time: they do not stick): ::TG_ERR_ARG (@p gen freed: `the generator was
  * freed`; @p ids NULL, n < 1, an id out of range: nothing changes, the message names the
  * element; @p gen NULL: returned only, there is no context to record it on), ::TG_ERR_STATE (an
@@ -636,8 +639,8 @@ TG_API tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_i
  * tg_generator_set_source()). A row whose source (length and real tokens) equals the row
  * before it shares that row's encoding: the encoder runs once per run of equal rows (a
  * sentence's beams), and those rows count as holding the same source (see
- * tg_generator_select()). A shape other than (B, max_seq_len) of distinct sources builds an
- * encode graph for the call and releases it (tg_ctx_bytes() does not grow).
+ * tg_generator_select()). The encode graph is built for the call's distinct sources and
+ * released after it (tg_ctx_bytes() does not grow).
  * **Shapes:** src_ids (B, s), 1 <= s <= max_seq_len; src_len (B), 1 <= src_len[b] <= s.
  * Errors (run-time; nothing changes): ::TG_ERR_ARG (as tg_generator_set_source(), and
  * `src_len[b] = x is not in [1, s = ...]`; only the real tokens' ids are checked), those of
@@ -648,13 +651,14 @@ TG_API tg_status tg_generator_set_sources(tg_generator *gen, const int32_t *src_
                                           const int64_t *src_len);
 
 /**
- * Reorder the generator's rows (beam search's reordering of hypotheses): afterwards row b
- * holds the state row @p rows[b] held before: its self-attention keys and values at positions
+ * Reorder the generator's live rows (beam search's reordering of hypotheses; all B rows
+ * unless tg_generator_select_rows() dropped some): afterwards row b holds the state row
+ * @p rows[b] held before: its self-attention keys and values at positions
  * 0..length-1, its token history and, for an encoder-decoder generator, its source (memory
  * keys and values, padding mask, length). Rows may repeat or be dropped. Each row remembers
  * which encoded source it holds, so a row that takes the state of a row with the same source
  * (the usual case: the beams of one sentence) copies only its cache, never the memory.
- * **Shapes:** rows (B) ::TG_I32 in [0, B). The length is unchanged. Decoding on equals
+ * **Shapes:** rows (live rows) ::TG_I32 in [0, live rows). The length is unchanged. Decoding on equals
  * decoding the selected rows from scratch (tested).
  * Cost: copies 2 n_layers length D elements per changed row (plus 2 n_layers max_seq_len D
  * for a row whose source changes); a gather buffer is grown on demand (owned by the
@@ -663,6 +667,37 @@ TG_API tg_status tg_generator_set_sources(tg_generator *gen, const int32_t *src_
  * @p rows NULL, `rows[b] = x is not a row in [0, B)`), ::TG_ERR_NOMEM (the gather buffer).
  */
 TG_API tg_status tg_generator_select(tg_generator *gen, const int32_t *rows);
+
+/**
+ * tg_generator_select() that also changes how many rows stay live: afterwards rows b <
+ * @p n_rows hold the state rows @p rows[b] held before (every state as tg_generator_select()
+ * describes), and only they are decoded: feeds take @p n_rows rows of ids, tg_generator_logits()
+ * holds their logits in its first @p n_rows rows (the rest unspecified), and a one-token feed
+ * runs the step graph built for the smallest row bucket that holds them (1, 2, ..., 8, then
+ * four sizes per doubling: 10, 12, 14, 16, 20, 24, ...; at most B; see
+ * tg_generator_graph_rows()), so a search whose sentences finish stops paying for their rows.
+ * A bucket's step graphs are built on first use (once per bucket and memory width; they share
+ * the generator's arena). tg_generator_set_source() and tg_generator_set_sources() make every
+ * row live again; tg_generator_reset() keeps the live rows.
+ * Results: a row's logits may differ in the last bits between buckets (the matrix products'
+ * row blocking); any thread count gives the same bits.
+ * **Shapes:** rows (n_rows) ::TG_I32 in [0, live rows); 1 <= n_rows <= B (more rows than are
+ * live is allowed: the extra ones copy live rows).
+ * Errors (run-time; nothing changes): ::TG_ERR_ARG (@p gen NULL (returned only) or freed,
+ * @p rows NULL, `n_rows = x is not in [1, batch B]`, `rows[b] = x is not a live row in [0,
+ * n)`), ::TG_ERR_NOMEM (the gather buffer).
+ */
+TG_API tg_status tg_generator_select_rows(tg_generator *gen, const int32_t *rows,
+                                          int64_t n_rows);
+
+/** The live rows (B after tg_generator_new() and each tg_generator_set_sources(); changed by
+ *  tg_generator_select_rows()); 0 if @p gen is NULL or freed. */
+TG_API int64_t tg_generator_rows(const tg_generator *gen);
+
+/** The rows a one-token feed computes when @p n rows are live: the smallest row bucket >= n
+ *  (1..8, then 10, 12, 14, 16, 20, 24, 28, 32, 40, ...), at most B. A search compacts its rows
+ *  when this number falls. 0 if @p gen is NULL or freed or n is not in [1, B]. */
+TG_API int64_t tg_generator_graph_rows(const tg_generator *gen, int64_t n);
 
 /** The last-position logits (B, V) of the last successful feed, in the model's dtype (zeros
  *  before the first). A leaf owned by the generator, overwritten by each feed; read it with

@@ -50,7 +50,7 @@
 /* Most generator rows (sentences x beam) of one tg_translate_batch call: memory grows with
  * them (measured: ~6 MB a row for d_model 256, 3 decoder layers, max length 256, f32), the
  * speed per sentence hardly beyond. */
-#define TRANSLATE_MAX_ROWS 64
+#define TRANSLATE_MAX_ROWS 128
 
 /* Longest input line (bytes, without its line end), as the pairs reader's default. */
 #define TRANSLATE_MAX_LINE TG_PAIRS_MAX_LINE

@@ -238,6 +238,12 @@ bool tg__check_srcs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src);
  * refused with a message calling it @p role, e.g. "ids"); the others float and of one dtype. */
 bool tg__check_srcs_ids(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src, int ids,
                         const char *role);
+/* An input leaf of shape (rows, base's shape after the first) whose data is the first rows
+ * of @p base's (a contiguous leaf; 1 <= rows <= base's first dimension): nothing is
+ * allocated; the caller keeps base alive and sets the leaf's data to NULL before base's is
+ * freed. A graph built for fewer rows reads and writes base's memory in place (the
+ * generator's step graphs for fewer live rows). NULL with the error recorded. */
+tg_tensor *tg__input_rows(tg_ctx *ctx, tg_tensor *base, int64_t rows, const char *name);
 /* Create an op result tensor with its data buffer. requires_grad = any src requires it.
  * Returns NULL (error recorded) on failure. */
 tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t *shape,

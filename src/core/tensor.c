@@ -5,6 +5,7 @@
 #include "registry.h"
 #include "vec.h"
 
+#include <assert.h>
 #include <stdio.h>
 
 const char *tg__dims_str(int rank, const int64_t *shape, char *buf, size_t n)
@@ -187,6 +188,21 @@ tg_tensor *tg_ctx_find_param(const tg_ctx *ctx, const char *name)
 tg_tensor *tg_input(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name)
 {
     return tensor_new(ctx, "tg_input", TG_KIND_INPUT, dt, rank, shape, name, true);
+}
+
+tg_tensor *tg__input_rows(tg_ctx *ctx, tg_tensor *base, int64_t rows, const char *name)
+{
+    /* internal: base is one of the caller's contiguous leaves (asserted) */
+    assert(base && base->op == TG_OP_NONE && !base->base && base->data && base->rank >= 1);
+    assert(rows >= 1 && rows <= base->shape[0]);
+    int64_t shape[TG_MAX_RANK];
+    for (int i = 0; i < base->rank; i++)
+        shape[i] = i == 0 ? rows : base->shape[i];
+    tg_tensor *t = tensor_new(ctx, "tg_input", TG_KIND_INPUT, base->dtype, base->rank, shape,
+                              name, false);
+    if (t)
+        t->data = base->data;
+    return t;
 }
 
 tg_tensor *tg_const(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, const char *name)

@@ -1,16 +1,21 @@
 /*
  * search.c - greedy and beam search for the encoder-decoder Transformer through the KV cache.
  *
- * One tg_generator of R = N K rows (N sentences, K beams; K = 1 for greedy): sentence i owns
- * rows i K .. i K + K - 1, all holding its source (tg_generator_set_sources, padded to the
- * longest source of the call). Each step:
- *   feed   tok (R) -> logits (R, V)                  one token per row through the cache
- *   lse    lse[r] = m + log sum_v exp(x_rv - m)      double, per row (rows of live sentences)
- *   search per sentence: greedy argmax, or beam      lp(v) = x_rv - lse[r]
+ * One tg_generator of R = N K rows (N sentences, K beams; K = 1 for greedy) in N slots of K
+ * rows: sentence i sits in slot slot[i] (rows slot[i] K .. + K - 1, all holding its source;
+ * tg_generator_set_sources, padded to the longest source of the call). Each step:
+ *   feed   tok (S K) -> logits (S K, V)              one token per row of the S live slots
+ *   lse    lse[r] = m + log sum_v exp(x_rv - m)      per row of a live sentence (the row
+ *                                                    helpers of src/core/vec.h, 16 lanes)
+ *   search per sentence: greedy argmax, or beam      lp(v) = x_rv - lse[r] (double)
  *          search's top-2K candidates (fairseq's
  *          sequence_generator.py / BeamSearch.step)
- *   select rows[j] = the row beam j continues        tg_generator_select (beam only)
- * The step loop ends when every sentence is done. Beam search's rules (tgrad_decode.h):
+ *   select rows[j] = the row beam j continues        tg_generator_select_rows
+ * When finished sentences free enough slots that the generator's row bucket for the live
+ * rows falls (tg_generator_graph_rows), the sentences in the slots beyond the live count move
+ * into the free slots below it and the generator keeps only those rows: decoding pays for the
+ * sentences still searching, not for the batch. The step loop ends when every sentence is
+ * done. Beam search's rules (tgrad_decode.h):
  * candidates ranked by score, ties by the flat index beam V + token (lower first); an EOS in
  * the first K candidates finishes a hypothesis (normalized score / len^alpha, len with EOS);
  * the first K non-EOS candidates continue; at the maximum length every beam finishes with EOS.
@@ -21,6 +26,7 @@
  */
 #include "tgrad_decode.h"
 #include "core.h"
+#include "vec.h"
 
 #include <math.h>
 #include <string.h>
@@ -30,7 +36,9 @@ struct tg_translator {
     tg_search_opts o;
     int64_t N, K, R, L, V;  /* sentences, beams (1 for greedy), rows N K, max_seq_len, vocab */
     tg_generator *gen;
-    double *x;              /* (R, V) the step's logits in double */
+    int64_t S;              /* live slots (the generator's live rows S K) */
+    int64_t *slot;          /* (N) each sentence's slot */
+    int64_t *sent;          /* (N) each slot's sentence, or -1 */
     double *lse;            /* (R) log sum exp of each row's logits */
     int64_t *bad;           /* (R) first non-finite logit of a row, or -1 */
     double *score, *nscore; /* (R) each beam's summed log-probability; the next step's */
@@ -43,6 +51,9 @@ struct tg_translator {
     double *fin_score;      /* (N, K) their normalized scores */
     int64_t *nfin;          /* (N) finished hypotheses per sentence */
     int64_t *max_out;       /* (N) maximum output length M_i, EOS included */
+    bool f32;               /* the step's logits (S K, V): xf (f32) or xd (f64) */
+    const float *xf;
+    const double *xd;
     bool *done;             /* (N) */
     int64_t *cbeam;         /* (N, 2K) candidates: beam, token, score (sorted, best first) */
     int32_t *ctok;
@@ -118,9 +129,8 @@ tg_translator *tg_translator_new(tg_ctx *ctx, const tg_transformer *m, int64_t m
         return NULL;
     int64_t N = max_sentences, K = o.method == TG_SEARCH_BEAM ? o.beam : 1, R = N * K;
     int64_t L = m->cfg.max_seq_len, V = m->cfg.vocab_size, rv, rl;
-    size_t b_rv, b_rl;
-    if (!tg__mul_i64(R, V, &rv) || !tg__bytes(rv, sizeof(double), &b_rv) ||
-        !tg__mul_i64(R, L, &rl) || !tg__bytes(rl, sizeof(int32_t), &b_rl))
+    size_t b_rl;
+    if (!tg__mul_i64(R, V, &rv) || !tg__mul_i64(R, L, &rl) || !tg__bytes(rl, sizeof(int32_t), &b_rl))
         return tg__err(ctx, TG_ERR_OVERFLOW, fn, "%lld rows of vocab_size %lld and max_seq_len "
                        "%lld: buffers too large", (long long)R, (long long)V, (long long)L);
     tg_mark mark = tg_ctx_mark(ctx);
@@ -137,7 +147,8 @@ tg_translator *tg_translator_new(tg_ctx *ctx, const tg_transformer *m, int64_t m
     tr->V = V;
     size_t r8 = sizeof(double) * (size_t)R, n8 = sizeof(int64_t) * (size_t)N;
     size_t nk = (size_t)N * (size_t)K;
-    tr->x = tg__alloc(ctx, b_rv, fn);
+    tr->slot = tg__alloc(ctx, n8, fn);
+    tr->sent = tg__alloc(ctx, n8, fn);
     tr->lse = tg__alloc(ctx, r8, fn);
     tr->bad = tg__alloc(ctx, r8, fn);
     tr->score = tg__alloc(ctx, r8, fn);
@@ -158,7 +169,7 @@ tg_translator *tg_translator_new(tg_ctx *ctx, const tg_transformer *m, int64_t m
     tr->ctok = tg__alloc(ctx, sizeof(int32_t) * 2 * nk, fn);
     tr->cscore = tg__alloc(ctx, sizeof(double) * 2 * nk, fn);
     tr->out = tg__alloc(ctx, sizeof(int32_t) * (size_t)(N * L), fn);
-    if (!tr->x || !tr->lse || !tr->bad || !tr->score || !tr->nscore || !tr->hyp || !tr->nhyp ||
+    if (!tr->slot || !tr->sent || !tr->lse || !tr->bad || !tr->score || !tr->nscore || !tr->hyp || !tr->nhyp ||
         !tr->src || !tr->fin || !tr->rows || !tr->tok || !tr->slen || !tr->fin_len ||
         !tr->fin_score || !tr->nfin || !tr->max_out || !tr->done || !tr->cbeam || !tr->ctok ||
         !tr->cscore || !tr->out)
@@ -204,39 +215,50 @@ static bool batch_ok(tg_translator *tr, int64_t n, const int32_t *const *src,
     return true;
 }
 
-/* Each row's logits in double and their log-sum-exp (rows of live sentences; at step 0 a
- * sentence's first beam only); bad[r] = the first non-finite logit's token or -1. */
+/* Logit v of row r of the step's logits (f32 or f64) as a double. */
+static inline double logit(const tg_translator *tr, int64_t r, int64_t v)
+{
+    return tr->f32 ? (double)tr->xf[r * tr->V + v] : tr->xd[r * tr->V + v];
+}
+
+/* The log-sum-exp of each live sentence's rows (at step 0 a sentence's first beam only);
+ * bad[r] = the first non-finite logit's token or -1. */
 static void row_lse(tg_translator *tr, int64_t t)
 {
-    int64_t R = tr->R, K = tr->K, V = tr->V;
-    tg_tensor *lg = tg_generator_logits(tr->gen);
-    bool f32 = tg_tensor_dtype(lg) == TG_F32;
-    const void *data = tg_tensor_data(lg);
+    int64_t R = tr->S * tr->K, K = tr->K, V = tr->V;
     int nt = tg__threads(tr->ctx);
     bool par = (double)R * (double)V >= (double)TG_PAR_MIN;
-    /* each iteration writes x, lse and bad of its own row r; the sum runs over v in order */
+    /* each iteration writes lse and bad of its own row r; the sums run in fixed lanes of the
+     * row alone (vec.h) */
     TG_OMP_FOR(nt, par)
     for (int64_t r = 0; r < R; r++) {
         tr->bad[r] = -1;
-        if (tr->done[r / K] || (t == 0 && r % K != 0))
+        int64_t i = tr->sent[r / K];
+        if (i < 0 || tr->done[i] || (t == 0 && r % K != 0))
             continue;
-        double *x = tr->x + r * V;
-        for (int64_t v = 0; v < V; v++)
-            x[v] = f32 ? (double)((const float *)data)[r * V + v] : ((const double *)data)[r * V + v];
-        double mx = -INFINITY;
-        for (int64_t v = 0; v < V; v++) {
-            if (!isfinite(x[v])) {
-                tr->bad[r] = v;
-                break;
-            }
-            if (x[v] > mx)
-                mx = x[v];
+        /* a sum that is not finite: an inf or a nan among the logits (or an overflow) */
+        double sum = tr->f32 ? (double)tg__row_dot_f32(tr->xf + r * V, NULL, V)
+                             : tg__row_dot_f64(tr->xd + r * V, NULL, V);
+        if (!isfinite(sum)) {
+            for (int64_t v = 0; v < V; v++)
+                if (!isfinite(logit(tr, r, v))) {
+                    tr->bad[r] = v;
+                    break;
+                }
+            if (tr->bad[r] >= 0)
+                continue;
         }
-        if (tr->bad[r] >= 0)
-            continue;
-        double s = 0;
-        for (int64_t v = 0; v < V; v++)
-            s += exp(x[v] - mx);
+        double mx, s;
+        if (tr->f32) {
+            const float *x = tr->xf + r * V;
+            float m = tg__row_max_f32(x, V);
+            mx = m;
+            s = tg__row_expsum_f32(x, V, m, NULL);
+        } else {
+            const double *x = tr->xd + r * V;
+            mx = tg__row_max_f64(x, V);
+            s = tg__row_expsum_f64(x, V, mx, NULL);
+        }
         tr->lse[r] = mx + log(s);
     }
 }
@@ -253,27 +275,31 @@ static void finish(tg_translator *tr, int64_t i, const int32_t *h, int64_t n, do
     tr->nfin[i] = f + 1;
 }
 
-/* Greedy step t of sentence i (row i): the argmax (lowest id on ties, never pad), or EOS at
- * the maximum length. */
+/* Greedy step t of sentence i (row r = its slot): the argmax (lowest id on ties, never pad),
+ * or EOS at the maximum length. */
 static void greedy_step(tg_translator *tr, int64_t i, int64_t t)
 {
-    int64_t V = tr->V, L = tr->L;
-    const double *x = tr->x + i * V;
+    int64_t V = tr->V, L = tr->L, r = tr->slot[i];
     int32_t best = tr->o.eos;
     if (t < tr->max_out[i] - 1) {
         best = -1;
-        for (int64_t v = 0; v < V; v++)
-            if (v != tr->o.pad && (best < 0 || x[v] > x[best]))
+        double xb = 0;
+        for (int64_t v = 0; v < V; v++) {
+            double xv = logit(tr, r, v);
+            if (v != tr->o.pad && (best < 0 || xv > xb)) {
                 best = (int32_t)v;
+                xb = xv;
+            }
+        }
     }
-    tr->score[i] += x[best] - tr->lse[i];
+    tr->score[r] += logit(tr, r, best) - tr->lse[r];
     if (best == tr->o.eos) {
-        finish(tr, i, tr->hyp + i * L, t, tr->score[i]);
+        finish(tr, i, tr->hyp + r * L, t, tr->score[r]);
         tr->done[i] = true;
         return;
     }
-    tr->hyp[i * L + t] = best;
-    tr->tok[i] = best;
+    tr->hyp[r * L + t] = best;
+    tr->tok[r] = best;
 }
 
 /* Insert candidate (beam, token, score) into sentence i's list of at most k, best first; an
@@ -298,19 +324,19 @@ static void cand_insert(int64_t *cb, int32_t *ct, double *cs, int64_t *nc, int64
         *nc = n + 1;
 }
 
-/* Beam search step t of sentence i (rows i K ..): fairseq's BeamSearch.step and the
- * finalization of sequence_generator.py. */
+/* Beam search step t of sentence i (the rows r0 .. r0 + K - 1 of its slot): fairseq's
+ * BeamSearch.step and the finalization of sequence_generator.py. */
 static void beam_step(tg_translator *tr, int64_t i, int64_t t)
 {
-    int64_t K = tr->K, V = tr->V, L = tr->L, r0 = i * K, nb = t == 0 ? 1 : K;
+    int64_t K = tr->K, V = tr->V, L = tr->L, r0 = tr->slot[i] * K, nb = t == 0 ? 1 : K;
     int32_t eos = tr->o.eos, pad = tr->o.pad;
-    int64_t *cb = tr->cbeam + 2 * r0, nc = 0;
-    int32_t *ct = tr->ctok + 2 * r0;
-    double *cs = tr->cscore + 2 * r0;
+    int64_t *cb = tr->cbeam + 2 * i * K, nc = 0;
+    int32_t *ct = tr->ctok + 2 * i * K;
+    double *cs = tr->cscore + 2 * i * K;
     if (t == tr->max_out[i] - 1) { /* the maximum length: every beam ends with EOS */
         for (int64_t j = 0; j < nb; j++)
             cand_insert(cb, ct, cs, &nc, nb, j, eos,
-                        tr->score[r0 + j] + (tr->x[(r0 + j) * V + eos] - tr->lse[r0 + j]));
+                        tr->score[r0 + j] + (logit(tr, r0 + j, eos) - tr->lse[r0 + j]));
         for (int64_t c = 0; c < nc; c++)
             finish(tr, i, tr->hyp + (r0 + cb[c]) * L, t, cs[c]);
         tr->done[i] = true;
@@ -319,11 +345,38 @@ static void beam_step(tg_translator *tr, int64_t i, int64_t t)
         return;
     }
     for (int64_t j = 0; j < nb; j++) { /* beams and tokens in flat order */
-        const double *x = tr->x + (r0 + j) * V;
         double sc = tr->score[r0 + j], lse = tr->lse[r0 + j];
-        for (int64_t v = 0; v < V; v++)
-            if (v != pad)
-                cand_insert(cb, ct, cs, &nc, 2 * K, j, (int32_t)v, sc + (x[v] - lse));
+        if (!tr->f32) {
+            for (int64_t v = 0; v < V; v++)
+                if (v != pad)
+                    cand_insert(cb, ct, cs, &nc, 2 * K, j, (int32_t)v,
+                                sc + (logit(tr, r0 + j, v) - lse));
+            continue;
+        }
+        /* f32 logits: once the list is full, a token enters only if sc + (x - lse) beats the
+         * last score, so logits at or below a float bound under cs_last - sc + lse (minus a
+         * margin far above the rounding of that sum) are skipped 16 at a time; the rest go
+         * through the exact test of cand_insert (the same candidates as testing every one) */
+        const float *x = tr->xf + (r0 + j) * V;
+        float bound = -INFINITY;
+        for (int64_t v0 = 0; v0 < V; v0 += 16) {
+            int64_t v1 = v0 + 16 < V ? v0 + 16 : V;
+            bool any = false;
+            for (int64_t v = v0; v < v1; v++)
+                any |= x[v] > bound;
+            if (!any)
+                continue;
+            for (int64_t v = v0; v < v1; v++) {
+                if (v == pad || !(x[v] > bound))
+                    continue;
+                cand_insert(cb, ct, cs, &nc, 2 * K, j, (int32_t)v, sc + ((double)x[v] - lse));
+                if (nc == 2 * K) {
+                    double th = cs[nc - 1] - sc + lse;
+                    th -= 1e-6 * (fabs(th) + fabs(sc) + fabs(lse) + 1.0);
+                    bound = isfinite(th) ? nextafterf((float)th, -INFINITY) : -INFINITY;
+                }
+            }
+        }
     }
     int64_t next = 0;
     for (int64_t c = 0; c < nc; c++) {
@@ -376,22 +429,73 @@ static tg_status start(tg_translator *tr, int64_t n, const int32_t *const *src,
     for (int64_t i = 0; i < tr->N; i++) {
         tr->nfin[i] = 0;
         tr->done[i] = i >= n;
+        tr->slot[i] = i;
+        tr->sent[i] = i < n ? i : -1;
         double m = i < n ? floor(tr->o.max_len_a * (double)src_len[i] + tr->o.max_len_b) : 1;
         tr->max_out[i] = m >= (double)(L - 1) ? L - 1 : m < 1 ? 1 : (int64_t)m;
     }
-    return tg_generator_set_sources(tr->gen, tr->src, s, tr->slen);
+    tr->S = n;
+    tg_status st = tg_generator_set_sources(tr->gen, tr->src, s, tr->slen);
+    if (st == TG_OK && n < tr->N) /* the rows of the n sentences only (rows[r] = r) */
+        st = tg_generator_select_rows(tr->gen, tr->rows, n * K);
+    return st;
+}
+
+/* After step t's search: the rows each live slot continues from (tr->rows, identity for the
+ * slots of finished sentences) and, when the live sentences fit a smaller row bucket, the
+ * sentences of the slots beyond their count moved into the free slots below it (their rows,
+ * hypotheses, scores and next tokens); then tg_generator_select_rows. */
+static tg_status next_rows(tg_translator *tr, int64_t t, bool beam)
+{
+    int64_t K = tr->K, L = tr->L, S = tr->S, live = 0;
+    for (int64_t f = 0; f < S; f++) {
+        int64_t i = tr->sent[f];
+        bool on = i >= 0 && !tr->done[i];
+        live += on;
+        if (!on || !beam) /* greedy rows and a finished slot's rows stay as they are */
+            for (int64_t j = 0; j < K; j++)
+                tr->rows[f * K + j] = (int32_t)(f * K + j);
+    }
+    int64_t S2 = S;
+    if (tg_generator_graph_rows(tr->gen, live * K) < tg_generator_graph_rows(tr->gen, S * K)) {
+        S2 = live;
+        int64_t f = 0; /* the next free slot below S2 */
+        for (int64_t g = S2; g < S; g++) {
+            int64_t i = tr->sent[g];
+            if (i < 0 || tr->done[i])
+                continue;
+            while (tr->sent[f] >= 0 && !tr->done[tr->sent[f]])
+                f++;
+            for (int64_t j = 0; j < K; j++) { /* slot g's rows into slot f's */
+                int64_t a = f * K + j, b = g * K + j;
+                tr->rows[a] = tr->rows[b];
+                memcpy(tr->hyp + a * L, tr->hyp + b * L, sizeof(int32_t) * (size_t)(t + 1));
+                tr->score[a] = tr->score[b];
+                tr->tok[a] = tr->tok[b];
+            }
+            tr->sent[f] = i;
+            tr->slot[i] = f;
+            tr->sent[g] = -1;
+        }
+        for (int64_t g = S2; g < S; g++)
+            tr->sent[g] = -1;
+        tr->S = S2;
+    } else if (!beam) {
+        return TG_OK; /* greedy rows never move */
+    }
+    return tg_generator_select_rows(tr->gen, tr->rows, S2 * K);
 }
 
 /* The first non-finite logit of a live row as a run error, or TG_OK. */
 static tg_status check_finite(tg_translator *tr, int64_t t)
 {
-    for (int64_t r = 0; r < tr->R; r++)
+    for (int64_t r = 0; r < tr->S * tr->K; r++)
         if (tr->bad[r] >= 0) {
-            double v = tr->x[r * tr->V + tr->bad[r]];
+            double v = logit(tr, r, tr->bad[r]);
             tg__run_err(tr->ctx, TG_ERR_NONFINITE, "tg_translate_batch",
-                        "sentence %lld, step %lld: the logit of token %lld is %s (row %lld)",
-                        (long long)(r / tr->K), (long long)t, (long long)tr->bad[r],
-                        isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", (long long)r);
+                        "sentence %lld, step %lld: the logit of token %lld is %s (beam %lld)",
+                        (long long)tr->sent[r / tr->K], (long long)t, (long long)tr->bad[r],
+                        isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", (long long)(r % tr->K));
             return TG_ERR_NONFINITE;
         }
     return TG_OK;
@@ -422,6 +526,10 @@ tg_status tg_translate_batch(tg_translator *tr, int64_t n, const int32_t *const 
         st = tg_generator_feed(tr->gen, tr->tok, 1);
         if (st != TG_OK)
             break;
+        tg_tensor *lg = tg_generator_logits(tr->gen);
+        tr->f32 = tg_tensor_dtype(lg) == TG_F32;
+        tr->xf = tr->f32 ? tg_tensor_data(lg) : NULL;
+        tr->xd = tr->f32 ? NULL : tg_tensor_data(lg);
         row_lse(tr, t);
         if ((st = check_finite(tr, t)) != TG_OK)
             break;
@@ -440,8 +548,7 @@ tg_status tg_translate_batch(tg_translator *tr, int64_t n, const int32_t *const 
             all = all && tr->done[i];
         if (all)
             break;
-        if (beam)
-            st = tg_generator_select(tr->gen, tr->rows);
+        st = next_rows(tr, t, beam);
     }
     if (st != TG_OK)
         return st;
@@ -476,7 +583,7 @@ void tg_translator_free(tg_translator *tr)
         return;
     tg_ctx *ctx = tr->ctx;
     tg_generator_free(tr->gen);
-    void *bufs[] = {tr->x, tr->lse, tr->bad, tr->score, tr->nscore, tr->hyp, tr->nhyp,
+    void *bufs[] = {tr->slot, tr->sent, tr->lse, tr->bad, tr->score, tr->nscore, tr->hyp, tr->nhyp,
                     tr->src, tr->fin, tr->rows, tr->tok, tr->slen, tr->fin_len, tr->fin_score,
                     tr->nfin, tr->max_out, tr->done, tr->cbeam, tr->ctok, tr->cscore, tr->out};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)

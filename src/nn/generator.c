@@ -13,10 +13,11 @@
  * Each layer is tg_encoder_layer_forward()'s (post-norm or pre-norm, relu/gelu, dense_act when
  * fusion is on) with the attention replaced and no dropout (inference); the tests compare every
  * configuration against tg_transformer_forward() on the whole sequence.
- * Graphs: the step graph (n = 1) and the refill graph (n = max(1, max_len / 2), what the wrap
- * at max_len re-prefills) are built once by tg_generator_new(); a prompt of any other length
- * gets a graph built after tg_ctx_mark() and released by tg_ctx_rewind() once its logits are
- * copied, so feeding any number of tokens does not grow the context.
+ * Graphs: the step graph (n = 1) is built by tg_generator_new() (for fewer live rows on first
+ * use, below) and kept; a feed of more tokens (a prompt, or the max(1, max_len / 2) tokens
+ * the wrap at max_len re-prefills) gets a graph built after tg_ctx_mark() and released by
+ * tg_ctx_rewind() once its logits are copied, so feeding any number of tokens does not grow
+ * the context.
  *
  * The encoder-decoder model. tg_generator_set_source() runs the encode graph once per source:
  *   src (B, s) i32, src_pos_ids (s) i32 = 0..s-1
@@ -28,11 +29,19 @@
  * (B, 1, 1, max_len)), so no step recomputes W_k memory or W_v memory. A feed then runs the
  * decoder layers (tg_decoder_layer_forward's sublayers) with the cached self-attention and the
  * cross-attention of the new positions over the stored memory keys and values, the decoder's
- * final norm (m->norm_w) and the head. The encode graph for s = max_len (the usual source) is
- * built once by tg_generator_new(); another s builds one after a mark and rewinds it.
+ * final norm (m->norm_w) and the head. The encode graph, for the call's distinct sources
+ * (a sentence's beams share one), is built after a mark and released by a rewind: its plan
+ * (sources x s x d_ff activations) is not kept between calls.
  * Sources of different lengths (tg_generator_set_sources): the encode graph takes a key
  * padding mask pad (B, s) (1 at row b's positions >= src_len[b], as nn.Transformer's
  * src_key_padding_mask) and mem_mask blocks each row's own padded positions.
+ *
+ * Live rows (tg_generator_select_rows): a search whose sentences finish keeps only the rows
+ * still decoding, moved to the front; a feed then runs the step graph built for the smallest
+ * row bucket (1..8, then 4 sizes per doubling: 10, 12, 14, 16, 20, ...; at most B) that
+ * holds them. A bucket's graphs read and write the first rows of the same cache leaves
+ * (tg__input_rows: no copy) and are built on first use; every step graph (any rows, any
+ * memory width) shares one arena, so the generator holds the largest plan, not their sum.
  *
  * Row reordering (tg_generator_select, beam search): row b takes row rows[b]'s cache positions
  * 0..len-1, token history and, if the rows hold different sources (src_id), its memory keys,
@@ -51,10 +60,29 @@
 
 typedef struct gen_graph {
     int64_t n;                          /* new positions per run */
+    int64_t rows;                       /* rows it computes */
     tg_tensor *ids, *pos_ids, *pos;     /* (B, n), (n), (1) i32 inputs */
     tg_tensor *logits;                  /* (B, 1, V) */
     tg_graph *g;
 } gen_graph;
+
+/* A row bucket: the leaves its graphs read (the generator's own for B rows, else the first n
+ * rows of them) and its step graph per memory width (built on first use). */
+/* The encode graph of set_sources (built per call, released after it). */
+struct enc_graph {
+    int64_t s;                          /* source length (padded width) */
+    int64_t nb;                         /* sources encoded (rows of ids) */
+    tg_tensor *ids, *pos_ids;           /* (nb, s), (s) i32 inputs */
+    tg_tensor *pad;                     /* (nb, s) key padding mask (1 = padding) */
+    tg_tensor **kv;                     /* per decoder layer (nb, s, 2D) outputs */
+    tg_graph *g;
+};
+
+typedef struct gen_rows {
+    int64_t n;
+    tg_tensor **kc, **vc, **mkv, *mem_mask;
+    gen_graph *step;                    /* (n_wstep + 1): widths 16 << k, then max_len */
+} gen_rows;
 
 struct tg_generator {
     tg_ctx *ctx;
@@ -68,10 +96,12 @@ struct tg_generator {
     int32_t *hist;                      /* (B, L): tokens at positions 0..len-1 of each row */
     int32_t *buf;                       /* (B, L): tokens of a wrap's re-prefill */
     int32_t *pbuf;                      /* (L): position ids */
-    gen_graph step, refill;
-    gen_graph wstep[GEN_MAX_WSTEP];     /* s2s: step graphs over memory widths 16 << k < L */
-    int64_t n_wstep;
-    int64_t cur_w;                      /* the wstep graph the source fits (-1: step) */
+    int64_t rows;                       /* live rows (B unless tg_generator_select_rows) */
+    gen_rows *bk;                       /* (n_bk) row buckets, ascending; bk[n_bk - 1].n = B */
+    int64_t n_bk;
+    int64_t n_wstep;                    /* s2s: memory widths 16 << k < L (step graph widths) */
+    int64_t cur_w;                      /* the width the live rows' sources fit (n_wstep: L) */
+    tg_arena *arena;                    /* shared by the step graphs */
     bool freed;
     /* the encoder-decoder model (s2s); n_layers above counts its decoder layers */
     bool s2s;
@@ -83,14 +113,7 @@ struct tg_generator {
     tg_tensor **mkv;                    /* per decoder layer (B, L, 2D): memory [K | V] */
     tg_tensor *mem_mask;                /* (B, 1, 1, L) block mask: 1 at row b's positions
                                          * >= src_len[b] */
-    struct enc_graph {
-        int64_t s;                      /* source length (padded width) */
-        int64_t nb;                     /* sources encoded (rows of ids) */
-        tg_tensor *ids, *pos_ids;       /* (B, s), (s) i32 inputs */
-        tg_tensor *pad;                 /* (B, s) key padding mask (1 = padding) */
-        tg_tensor **kv;                 /* per decoder layer (B, s, 2D) outputs */
-        tg_graph *g;
-    } enc;
+
     /* tg_generator_select's gather buffer (grown on demand, released with the generator) */
     void *scratch;
     size_t scratch_bytes;
@@ -224,15 +247,18 @@ static tg_status build_encoder(tg_generator *gen, int64_t nb, int64_t s, struct 
     return eg->g ? TG_OK : tg_ctx_status(ctx);
 }
 
-/* Build the graph that feeds n tokens (no_grad), its cross-attention over the first w memory
- * positions (encoder-decoder). Returns the status (error recorded). */
-static tg_status build_graph(tg_generator *gen, int64_t n, int64_t w, gen_graph *gg)
+/* Build the graph that feeds n tokens (no_grad) to the br->n rows of bucket @p br, its
+ * cross-attention over the first w memory positions (encoder-decoder), in the shared arena
+ * when @p shared. Returns the status (error recorded). */
+static tg_status build_graph(tg_generator *gen, const gen_rows *br, int64_t n, int64_t w,
+                             bool shared, gen_graph *gg)
 {
     tg_ctx *ctx = gen->ctx;
     const tg_transformer *m = gen->m;
     memset(gg, 0, sizeof *gg);
     gg->n = n;
-    gg->ids = tg_input(ctx, TG_I32, TG_DIMS(gen->B, n), "generator.ids");
+    gg->rows = br->n;
+    gg->ids = tg_input(ctx, TG_I32, TG_DIMS(br->n, n), "generator.ids");
     gg->pos_ids = tg_input(ctx, TG_I32, TG_DIMS(n), "generator.pos_ids");
     gg->pos = tg_input(ctx, TG_I32, TG_DIMS(1), "generator.pos");
     if (!gg->ids || !gg->pos_ids || !gg->pos)
@@ -242,9 +268,9 @@ static tg_status build_graph(tg_generator *gen, int64_t n, int64_t w, gen_graph 
         x = tg_scale(ctx, x, sqrt((double)m->cfg.layer.d_model));
     x = tg_add(ctx, x, tg_embedding(ctx, gg->pos_ids, m->pos_emb ? m->pos_emb : gen->pe));
     for (int64_t i = 0; i < gen->n_layers; i++)
-        x = gen->s2s ? dec_layer_cached(ctx, &m->seq2seq.decoder.layers[i], x, gen->kc[i],
-                                        gen->vc[i], gg->pos, gen->mkv[i], gen->mem_mask, w)
-                     : layer_cached(ctx, &m->layers[i], x, gen->kc[i], gen->vc[i], gg->pos);
+        x = gen->s2s ? dec_layer_cached(ctx, &m->seq2seq.decoder.layers[i], x, br->kc[i],
+                                        br->vc[i], gg->pos, br->mkv[i], br->mem_mask, w)
+                     : layer_cached(ctx, &m->layers[i], x, br->kc[i], br->vc[i], gg->pos);
     x = tg_narrow(ctx, x, 1, n - 1, 1);                                  /* (B, 1, D) */
     /* the final norm: the LM's norm.*, the encoder-decoder's decoder.norm.* */
     x = tg_layer_norm(ctx, x, m->norm_w, m->norm_b, m->cfg.layer.layer_norm_eps);
@@ -254,8 +280,94 @@ static tg_status build_graph(tg_generator *gen, int64_t n, int64_t w, gen_graph 
     tg_graph_opts go;
     memset(&go, 0, sizeof go);
     go.no_grad = true;
+    go.arena = shared ? gen->arena : NULL;
     gg->g = tg_graph_new_opts(ctx, &gg->logits, 1, &go);
     return gg->g ? TG_OK : tg_ctx_status(ctx);
+}
+
+/* The row buckets up to B: 1..8, then 2^k (1, 1.25, 1.5, 1.75), then B. Writes them to @p out
+ * (when not NULL) in ascending order; returns how many. */
+static int64_t row_buckets(int64_t B, int64_t *out)
+{
+    int64_t n = 0;
+    for (int64_t v = 1; v < B && v <= 8; v++) {
+        if (out)
+            out[n] = v;
+        n++;
+    }
+    for (int64_t p = 8; p < B && p <= INT64_MAX / 4; p *= 2)
+        for (int64_t q = 1; q <= 4; q++) {
+            int64_t v = p + q * (p / 4);
+            if (v >= B)
+                break;
+            if (out)
+                out[n] = v;
+            n++;
+        }
+    if (out)
+        out[n] = B;
+    return n + 1;
+}
+
+/* The bucket for @p n live rows (1 <= n <= B): the smallest that holds them. */
+static gen_rows *bucket_for(const tg_generator *gen, int64_t n)
+{
+    int64_t k = 0;
+    while (gen->bk[k].n < n)
+        k++;
+    return &gen->bk[k];
+}
+
+/* The step graph of bucket @p br for memory width index @p wi, built on first use (the
+ * bucket's leaves too: the first br->n rows of the generator's). NULL with the error
+ * recorded. */
+static gen_graph *step_graph(tg_generator *gen, gen_rows *br, int64_t wi, const char *fn)
+{
+    tg_ctx *ctx = gen->ctx;
+    if (br->step && br->step[wi].g)
+        return &br->step[wi];
+    int64_t NL = gen->n_layers, nw = gen->n_wstep + 1;
+    size_t nl = sizeof(tg_tensor *) * (size_t)(NL > 0 ? NL : 1);
+    tg_mark mark = tg_ctx_mark(ctx); /* a failure releases what this call made */
+    bool new_step = !br->step, new_leaves = !br->kc;
+    if (new_step && !(br->step = tg__alloc(ctx, sizeof(gen_graph) * (size_t)nw, fn)))
+        goto fail;
+    if (new_leaves) { /* a bucket below B: the first br->n rows of the generator's leaves */
+        br->kc = tg__alloc(ctx, nl, fn);
+        br->vc = tg__alloc(ctx, nl, fn);
+        br->mkv = tg__alloc(ctx, nl, fn);
+        if (!br->kc || !br->vc || !br->mkv)
+            goto fail;
+        for (int64_t i = 0; i < NL; i++) {
+            br->kc[i] = tg__input_rows(ctx, gen->kc[i], br->n, "generator.k_cache.rows");
+            br->vc[i] = tg__input_rows(ctx, gen->vc[i], br->n, "generator.v_cache.rows");
+            if (!br->kc[i] || !br->vc[i])
+                goto fail;
+            if (gen->s2s && !(br->mkv[i] = tg__input_rows(ctx, gen->mkv[i], br->n,
+                                                          "generator.memory_kv.rows")))
+                goto fail;
+        }
+        if (gen->s2s && !(br->mem_mask = tg__input_rows(ctx, gen->mem_mask, br->n,
+                                                         "generator.memory_mask.rows")))
+            goto fail;
+    }
+    int64_t w = wi < gen->n_wstep ? (int64_t)16 << wi : gen->L;
+    if (build_graph(gen, br, 1, w, true, &br->step[wi]) != TG_OK)
+        goto fail;
+    return &br->step[wi];
+fail:
+    if (tg_ctx_status(ctx) == TG_OK)
+        tg__run_err(ctx, TG_ERR_NOMEM, fn, "out of memory");
+    tg_ctx_rewind(ctx, mark); /* keeps the error state */
+    if (new_step)
+        br->step = NULL;
+    else
+        memset(&br->step[wi], 0, sizeof br->step[wi]);
+    if (new_leaves) {
+        br->kc = br->vc = br->mkv = NULL;
+        br->mem_mask = NULL;
+    }
+    return NULL;
 }
 
 tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t batch)
@@ -341,23 +453,36 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
             if (!(gen->mkv[i] = tg_input(ctx, dt, TG_DIMS(batch, L, 2 * D), name)))
                 goto fail;
         }
-        if (build_encoder(gen, batch, L, &gen->enc) != TG_OK)
-            goto fail;
     }
     gen->logits = tg_input(ctx, dt, TG_DIMS(batch, V), "generator.logits");
     gen->sel_rows = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
     gen->sel_mem = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
     gen->sel_src = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
-    if (!gen->logits || !gen->sel_rows || !gen->sel_mem || !gen->sel_src ||
-        build_graph(gen, 1, L, &gen->step) != TG_OK ||
-        (gen->refill_n > 1 && build_graph(gen, gen->refill_n, L, &gen->refill) != TG_OK))
-        goto fail;
     /* encoder-decoder: step graphs whose cross-attention reads only the first 16, 32, 64, ...
-     * (< L) memory positions, for sources that short */
+     * (< L) memory positions too, for sources that short */
     for (int64_t w = 16; s2s && w < L && gen->n_wstep < GEN_MAX_WSTEP; w *= 2)
-        if (build_graph(gen, 1, w, &gen->wstep[gen->n_wstep++]) != TG_OK)
+        gen->n_wstep++;
+    gen->n_bk = row_buckets(batch, NULL);
+    gen->bk = tg__alloc(ctx, sizeof(gen_rows) * (size_t)gen->n_bk, fn);
+    int64_t *sizes = tg__alloc(ctx, sizeof(int64_t) * (size_t)gen->n_bk, fn);
+    gen->arena = tg_arena_new(ctx);
+    if (!gen->logits || !gen->sel_rows || !gen->sel_mem || !gen->sel_src || !gen->bk ||
+        !sizes || !gen->arena)
+        goto fail;
+    row_buckets(batch, sizes);
+    for (int64_t k = 0; k < gen->n_bk; k++)
+        gen->bk[k].n = sizes[k];
+    tg__free(ctx, sizes);
+    gen_rows *all = &gen->bk[gen->n_bk - 1]; /* B rows: the generator's own leaves */
+    all->kc = gen->kc;
+    all->vc = gen->vc;
+    all->mkv = gen->mkv;
+    all->mem_mask = gen->mem_mask;
+    gen->rows = batch;
+    for (int64_t wi = 0; wi <= gen->n_wstep; wi++) /* B rows, every width: built here */
+        if (!step_graph(gen, all, wi, fn))
             goto fail;
-    gen->cur_w = -1;
+    gen->cur_w = gen->n_wstep;
     return gen;
 fail:
     if (tg_ctx_status(ctx) == TG_OK)
@@ -366,16 +491,23 @@ fail:
     return NULL;
 }
 
-/* Run @p gg (built for gg->n tokens) on tokens (B, gg->n) at positions start..; copies the
- * logits into gen->logits. */
+/* Run @p gg (built for gg->n tokens on gg->rows rows) on tokens (gen->rows, gg->n) at
+ * positions start..; the rows beyond gen->rows get token 0 (their results are never read).
+ * Copies the live rows' logits into gen->logits. */
 static tg_status run_graph(tg_generator *gen, gen_graph *gg, const int32_t *tokens,
                            int64_t start)
 {
-    int64_t n = gg->n;
+    int64_t n = gg->n, live = gen->rows * n, all = gg->rows * n;
+    if (all > live) { /* padded in buf ((B, L) ints; n <= L): tokens may already be there */
+        if (tokens != gen->buf)
+            memcpy(gen->buf, tokens, sizeof(int32_t) * (size_t)live);
+        memset(gen->buf + live, 0, sizeof(int32_t) * (size_t)(all - live));
+        tokens = gen->buf;
+    }
     for (int64_t i = 0; i < n; i++)
         gen->pbuf[i] = (int32_t)(start + i);
     int32_t p = (int32_t)start;
-    tg_status s = tg_tensor_set_data(gg->ids, tokens, TG_I32, (size_t)(gen->B * n));
+    tg_status s = tg_tensor_set_data(gg->ids, tokens, TG_I32, (size_t)all);
     if (s == TG_OK)
         s = tg_tensor_set_data(gg->pos_ids, gen->pbuf, TG_I32, (size_t)n);
     if (s == TG_OK)
@@ -384,23 +516,25 @@ static tg_status run_graph(tg_generator *gen, gen_graph *gg, const int32_t *toke
         s = tg_graph_forward(gg->g);
     if (s == TG_OK)
         memcpy(tg_tensor_data(gen->logits), tg_tensor_data(gg->logits),
-               (size_t)(gen->B * gen->V) * tg_dtype_size(tg_tensor_dtype(gen->logits)));
+               (size_t)(gen->rows * gen->V) * tg_dtype_size(tg_tensor_dtype(gen->logits)));
     return s;
 }
 
-/* Feed tokens (B, n) at positions start..start+n-1 through the right graph. */
+/* Feed tokens (live rows, n) at positions start..start+n-1 through the right graph: one token
+ * through the step graph of the live rows' bucket, more through B-row graphs. */
 static tg_status run_tokens(tg_generator *gen, const int32_t *tokens, int64_t n, int64_t start)
 {
-    if (n == 1)
-        return run_graph(gen, gen->cur_w >= 0 ? &gen->wstep[gen->cur_w] : &gen->step, tokens,
-                         start);
-    if (n == gen->refill_n)
-        return run_graph(gen, &gen->refill, tokens, start);
-    /* any other length: a graph of its own, released before returning */
+    if (n == 1) {
+        gen_graph *gg = step_graph(gen, bucket_for(gen, gen->rows), gen->cur_w,
+                                   "tg_generator_feed");
+        return gg ? run_graph(gen, gg, tokens, start) : tg_ctx_status(gen->ctx);
+    }
+    /* more tokens (a prompt, or the re-prefill at the wrap): a graph of its own, released
+     * before returning */
     tg_ctx *ctx = gen->ctx;
     tg_mark mark = tg_ctx_mark(ctx);
     gen_graph gg;
-    tg_status s = build_graph(gen, n, gen->L, &gg);
+    tg_status s = build_graph(gen, &gen->bk[gen->n_bk - 1], n, gen->L, false, &gg);
     if (s == TG_OK)
         s = run_graph(gen, &gg, tokens, start);
     tg_ctx_rewind(ctx, mark); /* keeps the error state */
@@ -441,10 +575,10 @@ static tg_status run_encoder(tg_generator *gen, struct enc_graph *eg, const int3
 static void set_width(tg_generator *gen)
 {
     int64_t s = 1;
-    for (int64_t r = 0; r < gen->B; r++)
+    for (int64_t r = 0; r < gen->rows; r++)
         if (gen->src_len[r] > s)
             s = gen->src_len[r];
-    gen->cur_w = -1;
+    gen->cur_w = gen->n_wstep;
     for (int64_t k = 0, w = 16; k < gen->n_wstep; k++, w *= 2)
         if (s <= w) {
             gen->cur_w = k;
@@ -522,17 +656,14 @@ tg_status tg_generator_set_sources(tg_generator *gen, const int32_t *src_ids, in
     }
     gen->has_src = false; /* until the new memory is stored */
     gen->len = 0;         /* a new source starts a new target */
-    tg_status st;
-    if (s == gen->enc.s && nu == gen->enc.nb) {
-        st = run_encoder(gen, &gen->enc, gen->buf, ulen);
-    } else { /* another shape: an encode graph of its own, released before returning */
-        tg_mark mark = tg_ctx_mark(ctx);
-        struct enc_graph eg;
-        st = build_encoder(gen, nu, s, &eg);
-        if (st == TG_OK)
-            st = run_encoder(gen, &eg, gen->buf, ulen);
-        tg_ctx_rewind(ctx, mark); /* keeps the error state */
-    }
+    gen->rows = B;        /* every row holds a source */
+    /* an encode graph for these nu sources of s tokens, released before returning */
+    tg_mark mark = tg_ctx_mark(ctx);
+    struct enc_graph eg;
+    tg_status st = build_encoder(gen, nu, s, &eg);
+    if (st == TG_OK)
+        st = run_encoder(gen, &eg, gen->buf, ulen);
+    tg_ctx_rewind(ctx, mark); /* keeps the error state */
     if (st != TG_OK)
         return st;
     /* the cross-attention of row b sees its source positions 0..src_len[b]-1 only */
@@ -596,6 +727,23 @@ static void gather_rows(tg_generator *gen, char *base, size_t row, int64_t nchun
 
 tg_status tg_generator_select(tg_generator *gen, const int32_t *rows)
 {
+    return tg_generator_select_rows(gen, rows, gen ? gen->rows : 0);
+}
+
+int64_t tg_generator_rows(const tg_generator *gen)
+{
+    return gen && !gen->freed ? gen->rows : 0;
+}
+
+int64_t tg_generator_graph_rows(const tg_generator *gen, int64_t n)
+{
+    if (!gen || gen->freed || n < 1 || n > gen->B)
+        return 0;
+    return bucket_for(gen, n)->n;
+}
+
+tg_status tg_generator_select_rows(tg_generator *gen, const int32_t *rows, int64_t n_rows)
+{
     static const char *fn = "tg_generator_select";
     if (!gen)
         return TG_ERR_ARG; /* no context to record on */
@@ -611,25 +759,39 @@ tg_status tg_generator_select(tg_generator *gen, const int32_t *rows)
         return TG_ERR_ARG;
     }
     int64_t B = gen->B, L = gen->L, D = gen->D, H = gen->H, Dh = D / H, len = gen->len;
-    for (int64_t b = 0; b < B; b++)
-        if (rows[b] < 0 || rows[b] >= B) {
-            tg__run_err(ctx, TG_ERR_ARG, fn, "rows[%lld] = %lld is not a row in [0, %lld)",
-                        (long long)b, (long long)rows[b], (long long)B);
+    int64_t live = gen->rows, nr = n_rows;
+    if (nr < 1 || nr > B) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "n_rows = %lld is not in [1, batch %lld]",
+                    (long long)nr, (long long)B);
+        return TG_ERR_ARG;
+    }
+    for (int64_t b = 0; b < nr; b++)
+        if (rows[b] < 0 || rows[b] >= live) {
+            tg__run_err(ctx, TG_ERR_ARG, fn, "rows[%lld] = %lld is not a live row in [0, %lld)",
+                        (long long)b, (long long)rows[b], (long long)live);
             return TG_ERR_ARG;
         }
     /* rows that change (n: first the nbuf whose source row changes too, then those whose
-     * source row stays), and those whose source changes too (nm) */
+     * source row stays or is beyond the rows kept), and those whose source changes too (nm) */
     int64_t n = 0, nbuf = 0, nm = 0;
     int64_t *dst = gen->sel_rows, *src = gen->sel_src;
-    for (int64_t b = 0; b < B; b++)
-        if (rows[b] != b && rows[rows[b]] != rows[b])
+#define SRC_CHANGES(b) (rows[b] < nr && rows[rows[b]] != rows[b])
+    for (int64_t b = 0; b < nr; b++)
+        if (rows[b] != b && SRC_CHANGES(b))
             dst[n++] = b;
     nbuf = n;
-    for (int64_t b = 0; b < B; b++)
-        if (rows[b] != b && rows[rows[b]] == rows[b])
+    for (int64_t b = 0; b < nr; b++)
+        if (rows[b] != b && !SRC_CHANGES(b))
             dst[n++] = b;
-    if (n == 0)
+#undef SRC_CHANGES
+    if (n == 0) {
+        if (nr != live) {
+            gen->rows = nr;
+            if (gen->s2s && gen->has_src)
+                set_width(gen);
+        }
         return TG_OK;
+    }
     if (gen->s2s && gen->has_src)
         for (int64_t c = 0; c < n; c++)
             if (gen->src_id[dst[c]] != gen->src_id[rows[dst[c]]])
@@ -663,20 +825,26 @@ tg_status tg_generator_select(tg_generator *gen, const int32_t *rows)
         gather_rows(gen, (char *)gen->hist, (size_t)L * sizeof(int32_t), 1, 0,
                     (size_t)len * sizeof(int32_t), dst, src, n, nbuf);
     if (nm > 0) {
-        int64_t *mdst = gen->sel_mem;
-        for (int64_t c = 0; c < nm; c++)
+        int64_t *mdst = gen->sel_mem, smax = 1;
+        for (int64_t c = 0; c < nm; c++) {
             src[c] = rows[mdst[c]];
+            smax = gen->src_len[src[c]] > smax ? gen->src_len[src[c]] : smax;
+        }
+        /* memory positions < the source's length (those beyond are masked: whatever finite
+         * values an earlier source left there are never attended) */
         for (int64_t i = 0; i < gen->n_layers; i++)
             gather_rows(gen, tg_tensor_data(gen->mkv[i]), (size_t)(L * 2 * D) * es, 1, 0,
-                        (size_t)(L * 2 * D) * es, mdst, src, nm, nm);
+                        (size_t)(smax * 2 * D) * es, mdst, src, nm, nm);
         gather_rows(gen, tg_tensor_data(gen->mem_mask), (size_t)L * es, 1, 0, (size_t)L * es,
                     mdst, src, nm, nm);
         gather_rows(gen, (char *)gen->src_len, sizeof(int64_t), 1, 0, sizeof(int64_t), mdst,
                     src, nm, nm);
         gather_rows(gen, (char *)gen->src_id, sizeof(uint64_t), 1, 0, sizeof(uint64_t), mdst,
                     src, nm, nm);
-        set_width(gen);
     }
+    gen->rows = nr;
+    if (gen->s2s && gen->has_src && (nm > 0 || nr != live))
+        set_width(gen);
     return TG_OK;
 }
 
@@ -703,7 +871,7 @@ tg_status tg_generator_feed(tg_generator *gen, const int32_t *ids, int64_t n)
         return TG_ERR_ARG;
     }
     /* every id checked first: a bad one changes nothing */
-    for (int64_t r = 0; r < gen->B; r++)
+    for (int64_t r = 0; r < gen->rows; r++)
         for (int64_t i = 0; i < n; i++) {
             int32_t id = ids[r * n + i];
             if (id < 0 || id >= gen->V) {
@@ -713,7 +881,7 @@ tg_status tg_generator_feed(tg_generator *gen, const int32_t *ids, int64_t n)
                 return TG_ERR_ARG;
             }
         }
-    int64_t B = gen->B, L = gen->L, len = gen->len;
+    int64_t B = gen->rows, L = gen->L, len = gen->len; /* the live rows */
     if (len + n <= L) { /* append at positions len..len+n-1 */
         tg_status s = run_tokens(gen, ids, n, len);
         if (s != TG_OK)
@@ -763,14 +931,22 @@ void tg_generator_free(tg_generator *gen)
     if (!gen || gen->freed)
         return;
     tg_ctx *ctx = gen->ctx;
-    tg_graph_free(gen->step.g);
-    for (int64_t k = 0; k < gen->n_wstep; k++) {
-        tg_graph_free(gen->wstep[k].g);
-        gen->wstep[k].g = NULL;
+    for (int64_t k = 0; k < gen->n_bk; k++) {
+        gen_rows *br = &gen->bk[k];
+        for (int64_t wi = 0; br->step && wi <= gen->n_wstep; wi++) {
+            tg_graph_free(br->step[wi].g);
+            br->step[wi].g = NULL;
+        }
+        if (k == gen->n_bk - 1 || !br->kc)
+            continue; /* the generator's own leaves: freed below */
+        for (int64_t i = 0; i < gen->n_layers; i++) { /* views of rows: never their own data */
+            br->kc[i]->data = br->vc[i]->data = NULL;
+            if (gen->s2s)
+                br->mkv[i]->data = NULL;
+        }
+        if (br->mem_mask)
+            br->mem_mask->data = NULL;
     }
-    tg_graph_free(gen->refill.g);
-    tg_graph_free(gen->enc.g);
-    gen->step.g = gen->refill.g = gen->enc.g = NULL;
     for (int64_t i = 0; gen->s2s && i < gen->n_layers; i++) {
         tg__free(ctx, gen->mkv[i]->data);
         gen->mkv[i]->data = NULL;
