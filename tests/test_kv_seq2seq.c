@@ -454,6 +454,109 @@ START_TEST(test_select)
 }
 END_TEST
 
+/* tg_generator_select_rows: the live rows shrink (12 -> 7 -> 3, the sources changing), grow
+ * back (3 -> 9, rows repeated) and shrink to 1, in the middle of decoding and across the
+ * wrap; every feed equals the reference on the live rows' sources and token histories. */
+START_TEST(test_select_rows)
+{
+    tg_dtype dt = tu_dtypes[_i];
+    double tol = dt == TG_F64 ? 1e-12 : 1e-5;
+    enum { B = 12, S = 5, L = 9 };
+    const int64_t D = 8;
+    static const int32_t sel0[7] = {11, 3, 3, 0, 7, 10, 5}, sel1[3] = {6, 1, 2},
+                         sel2[9] = {2, 2, 0, 1, 0, 2, 1, 1, 0}, sel3[1] = {7};
+    static const int32_t *const sel[4] = {sel0, sel1, sel2, sel3};
+    static const int64_t nsel[4] = {7, 3, 9, 1};
+    s2s_case c = cases[dt == TG_F64 ? 0 : 3];
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_seed(ctx, 900 + (uint64_t)_i);
+    tg_transformer m;
+    init_model(ctx, &m, dt, &c, L, D);
+    tg_ctx_set_training(ctx, false);
+    tg_generator *gen = tg_generator_new(ctx, &m, B);
+    ck_assert_ptr_nonnull(gen);
+    ck_assert_int_eq(tg_generator_rows(gen), B);
+    ck_assert_int_eq(tg_generator_graph_rows(gen, 9), 10);
+    ck_assert_int_eq(tg_generator_graph_rows(gen, 11), 12);
+    ck_assert_int_eq(tg_generator_graph_rows(gen, 5), 5);
+    ck_assert_int_eq(tg_generator_graph_rows(gen, 13), 0);
+    ck_assert_int_eq(tg_generator_graph_rows(gen, 0), 0);
+    int32_t src[B * S], nsrc[B * S], hist[B * L], nhist[B * L], step[B];
+    int64_t len[B], nlen[B], n = B;
+    double got[B * V], want[B * V];
+    for (int64_t i = 0; i < B * S; i++)
+        src[i] = (int32_t)(tg_rng_u64(ctx) % 10);
+    for (int64_t b = 0; b < B; b++)
+        len[b] = 1 + b % S;
+    ck_assert_int_eq(tg_generator_set_sources(gen, src, S, len), TG_OK);
+    for (int64_t b = 0; b < B; b++)
+        step[b] = hist[b * L] = BOS;
+    int64_t T = 1;
+    for (int k = 0; k <= 4; k++) {
+        for (int r = 0; r < 2 && T <= L + 1; r++, T++) { /* T = L + 1: past the wrap */
+            ck_assert_int_eq(tg_generator_feed(gen, step, 1), TG_OK);
+            tu_generator_logits(gen, n * V, got);
+            if (T <= L) {
+                reference_padded(ctx, &m, dt, n, src, S, len, hist, L, T, want);
+            } else { /* the wrap re-prefilled each row's last h tokens */
+                const int64_t h = L / 2;
+                int32_t win[B * (L / 2)];
+                for (int64_t b = 0; b < n; b++) {
+                    memcpy(win + b * h, hist + b * L + L + 1 - h,
+                           sizeof(int32_t) * (size_t)(h - 1));
+                    win[b * h + h - 1] = step[b];
+                }
+                reference_padded(ctx, &m, dt, n, src, S, len, win, h, h, want);
+            }
+            ck_assert_msg(tu_rel_err(got, want, n * V) <= tol, "select %d T %lld", k,
+                          (long long)T);
+            for (int64_t b = 0; b < n && T < L; b++) /* the second-best token: rows diverge */
+                step[b] = hist[b * L + T] = (int32_t)((tu_argmax(got + b * V, V) + b) % V);
+        }
+        if (k == 4 || T > L)
+            break;
+        ck_assert_int_eq(tg_generator_select_rows(gen, sel[k], nsel[k]), TG_OK);
+        ck_assert_int_eq(tg_generator_rows(gen), nsel[k]);
+        ck_assert_int_eq(tg_generator_length(gen), T - 1);
+        for (int64_t b = 0; b < nsel[k]; b++) {
+            int64_t r = sel[k][b];
+            memcpy(nsrc + b * S, src + r * S, sizeof(int32_t) * S);
+            memcpy(nhist + b * L, hist + r * L, sizeof(int32_t) * L);
+            nlen[b] = len[r];
+            step[b] = hist[r * L + T - 1]; /* the tokens not yet fed */
+        }
+        n = nsel[k];
+        memcpy(hist, nhist, sizeof(int32_t) * (size_t)(n * L));
+        memcpy(len, nlen, sizeof(int64_t) * (size_t)n);
+        memcpy(src, nsrc, sizeof(int32_t) * (size_t)(n * S));
+    }
+    ck_assert_int_eq(n, 1);
+    /* a new source makes every row live again */
+    for (int64_t b = 0; b < B; b++)
+        len[b] = S;
+    ck_assert_int_eq(tg_generator_set_sources(gen, src, S, len), TG_OK);
+    ck_assert_int_eq(tg_generator_rows(gen), B);
+    /* errors change nothing */
+    int32_t bad[2] = {0, 12};
+    ck_assert_int_eq(tg_generator_select_rows(gen, bad, 2), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "rows[1] = 12 is not a live row in [0, 12)");
+    ck_assert_int_eq(tg_generator_select_rows(gen, bad, 0), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "n_rows = 0 is not in [1, batch 12]");
+    ck_assert_int_eq(tg_generator_select_rows(gen, bad, 13), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "n_rows = 13");
+    ck_assert_int_eq(tg_generator_rows(gen), B);
+    bad[1] = 1;
+    ck_assert_int_eq(tg_generator_select_rows(gen, bad, 2), TG_OK);
+    bad[0] = 2; /* rows beyond the 2 live ones */
+    ck_assert_int_eq(tg_generator_select_rows(gen, bad, 1), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "rows[0] = 2 is not a live row in [0, 2)");
+    ck_assert_int_eq(tg_generator_select_rows(NULL, bad, 1), TG_ERR_ARG);
+    ck_assert_int_eq(tg_generator_rows(NULL), 0);
+    ck_assert_int_eq(tg_generator_graph_rows(NULL, 1), 0);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_select_errors)
 {
     tg_ctx *ctx = tu_ctx_new();
@@ -545,6 +648,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_mixed_lengths, 0, 2);
     tcase_add_loop_test(tc, test_select, 0, 2);
     tcase_add_loop_test(tc, test_memory_widths, 0, 2);
+    tcase_add_loop_test(tc, test_select_rows, 0, 2);
     tcase_add_test(tc, test_select_errors);
     tcase_add_test(tc, test_memory_flat);
     suite_add_tcase(s, tc);

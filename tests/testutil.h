@@ -192,7 +192,8 @@ int tu_run_tgrad(const char *dir, const char *args, double timeout_s, double *se
 double tu_rel_err(const double *a, const double *b, int64_t n);
 /* Index of the largest of x[0..n) (the first on ties). */
 int tu_argmax(const double *x, int64_t n);
-/* The generator's last logits (n values, checked) as doubles into out. */
+/* The first n values of the generator's last logits (the live rows; n <= its size, checked)
+ * as doubles into out. */
 struct tg_generator;
 void tu_generator_logits(struct tg_generator *gen, int64_t n, double *out);
 
