@@ -150,15 +150,14 @@ int translate_parse(int argc, char **argv, translate_args *a, cli_result *r, cha
 void translate_free(translate_args *a, cli_result *r) { cli_free(&translate_cmd, a, r); }
 
 /* ---- load ----------------------------------------------------------------------------------- */
-enum { TRANSLATORS = 14 }; /* sizes 1, 2, ..., 2^12 and `batch` (<= TRANSLATE_MAX_BATCH) */
 
 typedef struct translator_state {
     tg_ctx *ctx;
     tg_model *m;
     tg_tokenizer *tok;
-    /* translators made on demand for 1, 2, 4, ... sentences and for `batch` (the cost of a
-     * step is that of the translator's rows, however few sentences it holds) */
-    tg_translator *tr[TRANSLATORS];
+    /* the translator of `batch` sentences, made when first needed (a call of fewer sentences
+     * decodes only their rows: tg_translate_batch drops the others at once) */
+    tg_translator *tr;
     tg_search_opts opts;
     int64_t L;          /* the model's max_seq_len */
     int64_t batch;      /* sentences per tg_translate_batch: --batch, at most
@@ -263,25 +262,16 @@ static int translate_load(translator_state *s, const translate_args *a)
     return 0;
 }
 
-/* The translator for @p k sentences (1 <= k <= batch): the smallest of 1, 2, 4, ... that holds
- * them, or the one of `batch` sentences; made the first time it is needed. NULL after
+/* The translator (of `batch` sentences), made the first time it is needed. NULL after
  * printing why. */
-static tg_translator *translator_for(translator_state *s, int64_t k)
+static tg_translator *translator_get(translator_state *s)
 {
-    int i = 0;
-    int64_t size = 1;
-    while (size < k && size < s->batch) {
-        size *= 2;
-        i++;
-    }
-    if (size > s->batch)
-        size = s->batch;
-    if (!s->tr[i]) {
-        s->tr[i] = tg_translator_new(s->ctx, tg_model_transformer(s->m), size, &s->opts);
-        if (!s->tr[i])
+    if (!s->tr) {
+        s->tr = tg_translator_new(s->ctx, tg_model_transformer(s->m), s->batch, &s->opts);
+        if (!s->tr)
             cli_report("translate", NULL, NULL, s->ctx);
     }
-    return s->tr[i];
+    return s->tr;
 }
 
 /* ---- run: translating a batch --------------------------------------------------------------- */
@@ -293,7 +283,7 @@ static bool translate_sorted(translator_state *s, int64_t n, const int32_t **src
 {
     for (int64_t i0 = 0; i0 < n; i0 += s->batch) {
         int64_t k = n - i0 < s->batch ? n - i0 : s->batch;
-        tg_translator *tr = translator_for(s, k);
+        tg_translator *tr = translator_get(s);
         if (!tr)
             return false;
         if (tg_translate_batch(tr, k, src + i0, len + i0, res) != TG_OK) {
@@ -707,8 +697,7 @@ int cmd_translate(int argc, char **argv)
         fprintf(stderr, "tgrad translate: out of memory\n");
     else if ((rc = translate_load(&s, &a)) == 0)
         rc = a.eval ? translate_eval(&s, &a) : translate_stream(&s, &a);
-    for (int i = 0; i < TRANSLATORS; i++)
-        tg_translator_free(s.tr[i]);
+    tg_translator_free(s.tr);
     tg_tokenizer_free(s.tok);
     tg_ctx_free(s.ctx);
     translate_free(&a, &r);
