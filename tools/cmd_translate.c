@@ -74,8 +74,8 @@ static const cli_option translate_opts[] = {
     {.name = "max-len-b", .kind = CLI_NUM, .offset = TA(max_len_b), .metavar = "B",
      .help = "(10); never more than the model's max length - 1", .fmin = 0, .fmax = 1e6},
     {.name = "batch", .kind = CLI_INT, .offset = TA(batch), .metavar = "N",
-     .help = "lines per batch (64); decoded side by side in groups of at most 64 / K "
-             "sentences (K beams: 64 generator rows, a memory bound)", .imin = 1,
+     .help = "lines per batch (64); decoded side by side in groups of at most 128 / K "
+             "sentences (K beams: 128 generator rows, a memory bound)", .imin = 1,
      .imax = TRANSLATE_MAX_BATCH},
     {.name = "threads", .kind = CLI_INT, .offset = TA(threads), .metavar = "N",
      .help = "worker threads (all cores)", .imin = 1, .imax = CLI_MAX_THREADS},
