@@ -391,6 +391,172 @@ START_TEST(test_degenerate)
 }
 END_TEST
 
+/* ---- bf16 products (ops/gemm_bf16.c) ---------------------------------------------------- */
+
+static double bf16v(double x) { return tg__bf16_to_f32(tg__bf16_from_f32((float)x)); }
+
+/* tg__gemm_isa_bf16 on f32 copies of the data; result as doubles in out. */
+static void run_bf16(const gcase *c, const gdata *d, int isa, int nt, double *out)
+{
+    float *A = malloc(sizeof(float) * d->na), *B = malloc(sizeof(float) * d->nb);
+    float *C = malloc(sizeof(float) * d->nc), *bias = malloc(sizeof(float) * (size_t)c->N);
+    void *ws = aligned_alloc(64, tg__gemm_bf16_ws_bytes_nk(nt, c->N, c->K));
+    ck_assert(A && B && C && bias && ws);
+    for (size_t i = 0; i < d->na; i++)
+        A[i] = (float)d->A[i];
+    for (size_t i = 0; i < d->nb; i++)
+        B[i] = (float)d->B[i];
+    for (size_t i = 0; i < d->nc; i++)
+        C[i] = (float)d->C0[i];
+    for (int64_t j = 0; j < c->N; j++)
+        bias[j] = (float)d->bias[j];
+    tg__gemm_epi epi = {c->bias ? bias : NULL, c->act, NULL};
+    tg__gemm_isa_bf16(isa, nt, c->ta, c->tb, c->M, c->N, c->K, A, c->lda, B, c->ldb, C, c->ldc,
+                      c->acc, ws, (c->bias || c->act) ? &epi : NULL);
+    for (size_t i = 0; i < d->nc; i++)
+        out[i] = C[i];
+    free(A);
+    free(B);
+    free(C);
+    free(bias);
+    free(ws);
+}
+
+/* out against the exact product of the bf16-rounded operands (f32 C0 and bias): within
+ * (K + K / 512 + 3) eps_f32 (sum |a b| + |C0| + |bias|), exact for integer data. */
+static void check_bf16(const gcase *c, const gdata *d, const double *out)
+{
+    double eps = FLT_EPSILON / 2;
+    for (int64_t i = 0; i < c->M; i++)
+        for (int64_t j = 0; j < c->ldc; j++) {
+            double got = out[i * c->ldc + j], c0 = (float)d->C0[i * c->ldc + j];
+            if (j >= c->N) {
+                ck_assert_msg(got == c0, "bf16: padding column %lld changed", (long long)j);
+                continue;
+            }
+            long double sum = 0, mag = 0;
+            for (int64_t k = 0; k < c->K; k++) {
+                long double p = (long double)bf16v(opA(c, d, i, k)) * bf16v(opB(c, d, k, j));
+                sum += p;
+                mag += fabsl(p);
+            }
+            if (c->acc) {
+                sum += c0;
+                mag += fabs(c0);
+            }
+            if (c->bias) {
+                double bj = (float)d->bias[j];
+                sum += bj;
+                mag += fabs(bj);
+            }
+            if (c->act == TG__EPI_RELU && sum < 0)
+                sum = 0;
+            double tol = c->integer ? 0 : (double)((c->K + c->K / 512 + 3) * eps * mag);
+            ck_assert_msg(fabs(got - (double)sum) <= tol,
+                          "bf16 M %lld N %lld K %lld ta %d tb %d acc %d: C[%lld,%lld] = %.17g, "
+                          "exact %.17g, bound %.3g", (long long)c->M, (long long)c->N,
+                          (long long)c->K, c->ta, c->tb, c->acc, (long long)i, (long long)j, got,
+                          (double)sum, tol);
+        }
+}
+
+/* Rounding to bf16: nearest, ties to even, overflow to infinity, NaN kept. */
+START_TEST(test_bf16_rounding)
+{
+    static const struct {
+        uint32_t in;
+        uint16_t out;
+    } cases[] = {
+        {0x3f800000u, 0x3f80}, /* 1 */
+        {0x3f808000u, 0x3f80}, /* halfway, even below */
+        {0x3f818000u, 0x3f82}, /* halfway, even above */
+        {0x3f808001u, 0x3f81}, /* above halfway */
+        {0xbf807fffu, 0xbf80}, /* below halfway, negative */
+        {0x7f7fffffu, 0x7f80}, /* the largest float rounds to infinity */
+        {0xff800000u, 0xff80}, /* -inf */
+        {0x00000001u, 0x0000}, /* the smallest subnormal rounds to 0 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float x;
+        memcpy(&x, &cases[i].in, sizeof x);
+        ck_assert_msg(tg__bf16_from_f32(x) == cases[i].out, "0x%08x -> 0x%04x, want 0x%04x",
+                      (unsigned)cases[i].in, (unsigned)tg__bf16_from_f32(x),
+                      (unsigned)cases[i].out);
+    }
+    uint16_t n = tg__bf16_from_f32(NAN);
+    ck_assert((n & 0x7f80) == 0x7f80 && (n & 0x7f) != 0);
+}
+END_TEST
+
+/* Random shapes and layouts (edges of every block; K across the 512-deep chunk), integer data
+ * exactly: each within the bound, with the kernel this CPU picks and the portable one; the two
+ * bitwise equal (no subnormal values here). */
+START_TEST(test_bf16_against_reference)
+{
+    int n = getenv("TG_UNDER_VALGRIND") ? 16 : 64;
+    for (int idx = 0; idx < n; idx++) {
+        gcase c = random_case(idx + 3000);
+        if (idx % 7 == 3)
+            c.K = 513 + idx % 5;
+        c.lda = (c.ta ? c.M : c.K) + idx % 3;
+        c.ldb = (c.tb ? c.K : c.N) + idx % 2;
+        c.bias = idx % 4 == 1 && !c.acc;
+        c.act = idx % 8 == 1 && !c.acc ? TG__EPI_RELU : TG__EPI_NONE;
+        gdata d;
+        make_data(&c, &d);
+        double *best = malloc(sizeof(double) * d.nc), *port = malloc(sizeof(double) * d.nc);
+        run_bf16(&c, &d, TG__ISA_BEST, 1, best);
+        run_bf16(&c, &d, TG__ISA_PORTABLE, 1, port);
+        check_bf16(&c, &d, best);
+        check_bf16(&c, &d, port);
+        ck_assert_msg(memcmp(best, port, sizeof(double) * d.nc) == 0,
+                      "case %d: the AVX512_BF16 and portable kernels differ", idx);
+        free(best);
+        free(port);
+        free_data(&d);
+    }
+}
+END_TEST
+
+/* Split between 2, 3 and 8 threads (by columns and by rows): the bits of 1 thread. */
+START_TEST(test_bf16_threads)
+{
+    static const int64_t shapes[][3] = {{150, 301, 600}, {301, 40, 260}, {37, 530, 20}};
+    int nts[] = {2, 3, 8};
+    for (int sh = 0; sh < 3; sh++)
+        for (int lay = 0; lay < 4; lay++) {
+            gcase c;
+            memset(&c, 0, sizeof c);
+            c.M = shapes[sh][0];
+            c.N = shapes[sh][1];
+            c.K = shapes[sh][2];
+            c.ta = lay & 1;
+            c.tb = lay >> 1;
+            c.acc = sh == 1;
+            c.lda = c.ta ? c.M : c.K;
+            c.ldb = c.tb ? c.K : c.N;
+            c.ldc = c.N;
+            c.bias = sh == 2;
+            c.act = sh == 2 ? TG__EPI_RELU : TG__EPI_NONE;
+            gdata d;
+            make_data(&c, &d);
+            double *ref = malloc(sizeof(double) * d.nc), *out = malloc(sizeof(double) * d.nc);
+            run_bf16(&c, &d, TG__ISA_BEST, 1, ref);
+            if (lay == 0)
+                check_bf16(&c, &d, ref);
+            for (int t = 0; t < 3; t++) {
+                run_bf16(&c, &d, TG__ISA_BEST, nts[t], out);
+                ck_assert_msg(memcmp(ref, out, sizeof(double) * d.nc) == 0,
+                              "bf16 shape %d layout %d: %d threads differ from 1", sh, lay,
+                              nts[t]);
+            }
+            free(ref);
+            free(out);
+            free_data(&d);
+        }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gemm");
@@ -402,5 +568,8 @@ int main(void)
     tcase_add_loop_test(tc, test_epilogue, 0, 2);
     tcase_add_test(tc, test_degenerate);
     tcase_add_test(tc, test_simd_selected);
+    tcase_add_test(tc, test_bf16_rounding);
+    tcase_add_test(tc, test_bf16_against_reference);
+    tcase_add_test(tc, test_bf16_threads);
     return tu_run(s);
 }

@@ -371,6 +371,22 @@ void tg__gemm_isa_f64(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, i
                       int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
 /* The family TG__ISA_BEST resolves to on this CPU. */
 int tg__gemm_isa(void);
+/* bf16 products with f32 accumulation (ops/gemm_bf16.c): tg__gemm_isa_f32's contract with
+ * both operands rounded to bf16 (nearest, ties to even) as they are packed; each element one
+ * chain over k pairs, the odd product of a pair added first (vdpbf16ps's order), so results do
+ * not depend on nt. isa TG__ISA_BEST (or TG__ISA_AVX512) uses the AVX512_BF16 kernel where the
+ * CPU has it, any other value the portable kernel: the two agree except on subnormal values
+ * (which vdpbf16ps flushes). ws: tg__gemm_bf16_ws_bytes_nk(nt, N, K) bytes, 64-byte aligned. */
+void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                       const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                       int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
+size_t tg__gemm_bf16_ws_bytes_nk(int nt, int64_t n, int64_t k);
+/* 1 if this CPU runs the AVX512_BF16 kernel (vdpbf16ps), else 0. */
+int tg__gemm_bf16_hw(void);
+/* f32 -> bf16 (nearest, ties to even; NaN stays a quiet NaN; ops/gemm_bf16.c) and back (exact;
+ * src/io/io.c). */
+uint16_t tg__bf16_from_f32(float x);
+float tg__bf16_to_f32(uint16_t h);
 /* Workspace of nt threads for products of any shape (the largest blocks) ... */
 size_t tg__gemm_ws_bytes(tg_dtype dt, int nt);
 /* ... or for products with at most n columns (of C) and k inner steps: small shapes take

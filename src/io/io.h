@@ -68,7 +68,7 @@ void tg__put_le32(unsigned char *p, uint32_t v);
 void tg__put_le64(unsigned char *p, uint64_t v);
 /* IEEE binary16 / bfloat16 bits -> float (exact; subnormals, inf and NaN kept). */
 float tg__f16_to_f32(uint16_t h);
-float tg__bf16_to_f32(uint16_t h);
+/* tg__bf16_to_f32: src/core/core.h (defined in io.c) */
 /* Length of the valid UTF-8 sequence starting at s[0] (of at most n bytes), or 0 if invalid
  * (overlong, surrogate, > U+10FFFF, truncated). */
 size_t tg__utf8_len(const unsigned char *s, size_t n);

@@ -1,0 +1,352 @@
+/*
+ * gemm_bf16.c - matrix products with bf16 operands and f32 accumulation (the compute precision
+ * TG_PRECISION_BF16: PyTorch's `fp32_precision = "bf16"`, oneDNN's `fpmath_mode=bf16`).
+ *
+ * C (M, N) = (acc ? C : 0) + bf16(op(A)) (M, K) . bf16(op(B)) (K, N) in f32, optionally
+ * followed by the epilogue of ops/gemm.c (+ bias per column, then ReLU or GELU, the
+ * pre-activation kept when asked). bf16(x) rounds an f32 to the nearest bf16 (the upper 16
+ * bits of its encoding), ties to even; a NaN stays a (quiet) NaN. Kalamkar et al. 2019
+ * (arXiv 1905.12322) for bf16 training with f32 accumulation.
+ *
+ * Algorithm: ops/gemm.c's blocking (one rectangle of C per thread, columns split first; K in
+ * chunks of KC, columns in blocks of NC; op(B)'s block packed once per (chunk, block) and
+ * reused for every MR-row strip of op(A)), with the conversion to bf16 folded into the
+ * packing: both operands are packed as K-interleaved pairs, element (k, k + 1) of a row of
+ * op(A) in one 32-bit word, and of op(B) (k, j), (k + 1, j) side by side, so that the AVX512_BF16
+ * micro-kernel's vdpbf16ps multiplies two k per f32 lane per instruction (twice the products
+ * of an f32 FMA). An odd K is padded with a zero pair element.
+ *
+ * Order of operations (determinism): for each K chunk [k0, k0 + KC) an element's chain is
+ *   s = init;  for each pair (k, k + 1), k = k0, k0 + 2, ...:  s = s + a_{k+1} b_{k+1};
+ *                                                             s = s + a_k b_k
+ * (init = bias[j] in the first chunk of a biased epilogue, else 0), then C = C + s (acc or a
+ * later chunk) or C = s: vdpbf16ps's order (Intel SDM: the odd product added first). A product
+ * of two bf16 is exact in f32, so each step rounds once. The portable kernel (CPUs without
+ * AVX512_BF16) computes the same chain with f32 multiplies and adds; the two paths agree to
+ * the last bit except where the hardware flushes subnormal inputs or results to zero (vdpbf16ps
+ * does; the portable path does not). The result depends neither on the thread count nor on
+ * the split.
+ */
+#include "registry.h"
+
+#include <assert.h>
+#include <math.h>
+
+#if defined(__GNUC__) && defined(__x86_64__) /* GCC and clang */
+#define TG_X86_BF16 1
+#include <immintrin.h>
+#endif
+
+/* Blocking: a packed B block of KC x NC bf16 (512 KiB) stays in L2; an A strip (MR x KC bf16)
+ * and the B panel being read stay in L1. */
+#define KC 512
+#define NC 512
+#define MR 12
+#define NR 32
+
+#define MK_LOAD 1 /* store C + chain (else the chain) */
+#define MK_BIAS 2 /* start from bias[j] (first chunk of an epilogue with bias) */
+#define MK_RELU 4 /* store max(c, 0) (last chunk of a ReLU epilogue) */
+
+uint16_t tg__bf16_from_f32(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep the sign and top payload, quiet */
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+/* One micro-kernel: C[0:MR, 0:NR] (row stride ldc) from a packed A strip (ap[(q MR + r) 2 + e]
+ * = bf16 of row r, k = 2q + e) and a B panel (bp[(q NR + j) 2 + e] = bf16 of (2q + e, j)), kp
+ * pairs. */
+typedef void (*kern_bf16)(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c,
+                          int64_t ldc, int mode, const float *bias);
+
+/* The portable kernel: the chain of the file comment with f32 multiplies and adds. */
+static void kern_bf16_c(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c,
+                        int64_t ldc, int mode, const float *bias)
+{
+    float acc[MR][NR];
+    for (int r = 0; r < MR; r++)
+        for (int j = 0; j < NR; j++)
+            acc[r][j] = (mode & MK_BIAS) ? bias[j] : 0.0f;
+    for (int64_t q = 0; q < kp; q++) {
+        float b0[NR], b1[NR];
+        for (int j = 0; j < NR; j++) {
+            b0[j] = tg__bf16_to_f32(bp[(q * NR + j) * 2]);
+            b1[j] = tg__bf16_to_f32(bp[(q * NR + j) * 2 + 1]);
+        }
+        for (int r = 0; r < MR; r++) {
+            float a0 = tg__bf16_to_f32(ap[(q * MR + r) * 2]);
+            float a1 = tg__bf16_to_f32(ap[(q * MR + r) * 2 + 1]);
+            for (int j = 0; j < NR; j++) {
+                float p1 = a1 * b1[j], p0 = a0 * b0[j]; /* exact */
+                acc[r][j] = acc[r][j] + p1;
+                acc[r][j] = acc[r][j] + p0;
+            }
+        }
+    }
+    for (int r = 0; r < MR; r++)
+        for (int j = 0; j < NR; j++) {
+            float v = acc[r][j];
+            if (mode & MK_LOAD)
+                v = c[r * ldc + j] + v;
+            if (mode & MK_RELU)
+                v = v > 0 ? v : (v != v ? v : 0.0f);
+            c[r * ldc + j] = v;
+        }
+}
+
+#ifdef TG_X86_BF16
+/* The AVX512_BF16 kernel: 12 x 32, 24 zmm accumulators, per pair two B vectors and one
+ * broadcast 32-bit pair of A per row. */
+__attribute__((target("avx512f,avx512bf16"))) static void
+kern_bf16_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
+                 int mode, const float *bias)
+{
+    __m512 acc[MR][2];
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < 2; v++)
+            acc[r][v] = (mode & MK_BIAS) ? _mm512_loadu_ps(bias + 16 * v) : _mm512_setzero_ps();
+    const int32_t *a32 = (const int32_t *)(const void *)ap;
+    for (int64_t q = 0; q < kp; q++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + q * 2 * NR);
+        __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + q * 2 * NR + 32);
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
+            __m512bh av = (__m512bh)_mm512_set1_epi32(a32[q * MR + r]);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+        }
+    }
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < 2; v++) {
+            __m512 x = acc[r][v];
+            if (mode & MK_LOAD)
+                x = _mm512_add_ps(_mm512_loadu_ps(c + r * ldc + 16 * v), x);
+            if (mode & MK_RELU) /* as tg_relu: NaN stays, -0 gives +0 */
+                x = _mm512_add_ps(_mm512_max_ps(_mm512_setzero_ps(), x), _mm512_setzero_ps());
+            _mm512_storeu_ps(c + r * ldc + 16 * v, x);
+        }
+}
+
+/* 16 rounded pairs of a row: f32 x[0..31] -> 32 bf16 in order (x[2i], x[2i+1] one word). */
+__attribute__((target("avx512f,avx512bf16"))) static inline __m512i cvt32(const float *x)
+{
+    /* cvtne2ps_pbh(hi, lo): bf16 of lo in elements 0..15, of hi in 16..31 */
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x));
+}
+
+/* A full panel of op(B) = B^T (B stored (N, K)): the pairs q < 16 floor(kc / 32) of NR
+ * columns (each converted row gives 16 pairs; two 16 x 16 word transposes per 16 pairs);
+ * returns how many pairs it packed. */
+__attribute__((target("avx512f,avx512bf16"))) static int64_t
+pack_bt_full(const float *B, int64_t ldb, int64_t kc, uint16_t *dst)
+{
+    int64_t q = 0;
+    int32_t *d32 = (int32_t *)(void *)dst;
+    for (; q + 16 <= kc / 2; q += 16)
+        for (int64_t jj = 0; jj < NR; jj += 16) {
+            __m512i r[16];
+            for (int j = 0; j < 16; j++)
+                r[j] = cvt32(B + (jj + j) * ldb + 2 * q);
+            int32_t t[16][16];
+            for (int j = 0; j < 16; j++)
+                _mm512_storeu_si512(t[j], r[j]);
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < 16; j++)
+                    d32[(q + i) * NR + jj + j] = t[j][i];
+        }
+    return q;
+}
+#endif
+
+int tg__gemm_bf16_hw(void)
+{
+#ifdef TG_X86_BF16
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+#else
+    return 0;
+#endif
+}
+
+static double gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.70710678118654752440)); }
+
+/* Pack op(B)[k0:k0+kc, j0:j0+nc] as panels of NR columns of kp = ceil(kc / 2) pairs, zero
+ * padded. */
+static void pack_b(bool tb, const float *B, int64_t ldb, int64_t k0, int64_t kc, int64_t j0,
+                   int64_t nc, bool hw, uint16_t *bpack)
+{
+    int64_t kp = (kc + 1) / 2, npanels = (nc + NR - 1) / NR;
+    for (int64_t p = 0; p < npanels; p++) {
+        uint16_t *dst = bpack + p * kp * 2 * NR;
+        int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;
+#ifdef TG_X86_BF16
+        if (hw && tb && w == NR) { /* rows of B are columns of op(B): pairs are contiguous */
+            int64_t q = pack_bt_full(B + jb * ldb + k0, ldb, kc, dst);
+            for (; q < kp; q++)
+                for (int64_t j = 0; j < NR; j++)
+                    for (int e = 0; e < 2; e++) {
+                        int64_t k = 2 * q + e;
+                        dst[(q * NR + j) * 2 + e] =
+                            k < kc ? tg__bf16_from_f32(B[(jb + j) * ldb + k0 + k]) : 0;
+                    }
+            continue;
+        }
+#endif
+        (void)hw;
+        for (int64_t q = 0; q < kp; q++)
+            for (int64_t j = 0; j < NR; j++)
+                for (int e = 0; e < 2; e++) {
+                    int64_t k = 2 * q + e;
+                    float v = 0;
+                    if (k < kc && j < w)
+                        v = tb ? B[(jb + j) * ldb + k0 + k] : B[(k0 + k) * ldb + jb + j];
+                    dst[(q * NR + j) * 2 + e] = tg__bf16_from_f32(v);
+                }
+    }
+}
+
+/* Pack op(A)[ib:ib+h, k0:k0+kc] as kp pairs of MR rows (rows >= h zero). */
+static void pack_a(bool ta, const float *A, int64_t lda, int64_t ib, int64_t h, int64_t k0,
+                   int64_t kc, uint16_t *apack)
+{
+    int64_t kp = (kc + 1) / 2;
+    for (int64_t q = 0; q < kp; q++)
+        for (int64_t r = 0; r < MR; r++)
+            for (int e = 0; e < 2; e++) {
+                int64_t k = 2 * q + e;
+                float v = 0;
+                if (k < kc && r < h)
+                    v = ta ? A[(k0 + k) * lda + ib + r] : A[(ib + r) * lda + k0 + k];
+                apack[(q * MR + r) * 2 + e] = tg__bf16_from_f32(v);
+            }
+}
+
+/* Per-thread workspace: the packed B block, one A strip, an edge tile (bytes, 64-aligned). */
+static size_t per_thread(int64_t n, int64_t k)
+{
+    int64_t kc = k < 1 ? 1 : k < KC ? k : KC, kp = (kc + 1) / 2;
+    int64_t nc = (n + NR - 1) / NR * NR;
+    nc = nc < NR ? NR : nc < NC ? nc : NC;
+    size_t bytes = (size_t)(kp * 2 * nc + kp * 2 * MR) * sizeof(uint16_t) +
+                   (size_t)(MR * NR) * sizeof(float) + 64;
+    return (bytes + 63) / 64 * 64;
+}
+
+size_t tg__gemm_bf16_ws_bytes_nk(int nt, int64_t n, int64_t k)
+{
+    return per_thread(n, k) * (size_t)(nt > 0 ? nt : 1);
+}
+
+/* One thread's rectangle of C: rows [m0, m1), columns [n0, n1), all of K. */
+static void part(kern_bf16 kern, bool hw, bool ta, bool tb, int64_t m0, int64_t m1, int64_t n0,
+                 int64_t n1, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                 float *C, int64_t ldc, bool acc, const tg__gemm_epi *epi, char *work)
+{
+    int64_t kcap = K < 1 ? 1 : K < KC ? K : KC, kpcap = (kcap + 1) / 2;
+    int64_t ncap = (n1 - n0 + NR - 1) / NR * NR;
+    ncap = ncap < NR ? NR : ncap < NC ? ncap : NC;
+    uint16_t *bpack = (uint16_t *)(void *)work, *apack = bpack + kpcap * 2 * ncap;
+    float *edge = (float *)(void *)((char *)(apack + kpcap * 2 * MR) +
+                                    (64 - ((uintptr_t)(apack + kpcap * 2 * MR) & 63)) % 64);
+    const float *bias = epi ? (const float *)epi->bias : NULL;
+    int act = epi ? epi->act : TG__EPI_NONE;
+    float *pre = epi ? (float *)epi->pre : NULL;
+    for (int64_t j0 = n0; j0 < n1; j0 += NC) {
+        int64_t nc = n1 - j0 < NC ? n1 - j0 : NC, npanels = (nc + NR - 1) / NR;
+        for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += KC) {
+            int64_t kc = K - k0 < KC ? K - k0 : KC, kp = (kc + 1) / 2;
+            bool first = k0 == 0, last = k0 + kc >= K;
+            pack_b(tb, B, ldb, k0, kc, j0, nc, hw, bpack);
+            for (int64_t ib = m0; ib < m1; ib += MR) {
+                int64_t h = m1 - ib < MR ? m1 - ib : MR;
+                pack_a(ta, A, lda, ib, h, k0, kc, apack);
+                for (int64_t p = 0; p < npanels; p++) {
+                    int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;
+                    int mode = (!first || acc) ? MK_LOAD : bias ? MK_BIAS : 0;
+                    if (last && act == TG__EPI_RELU && !pre)
+                        mode |= MK_RELU;
+                    float *c = C + ib * ldc + jb;
+                    const uint16_t *bp = bpack + p * kp * 2 * NR;
+                    const float *bj = bias ? bias + jb : NULL;
+                    if (h == MR && w == NR) {
+                        kern(kp, apack, bp, c, ldc, mode, bj);
+                    } else { /* edge block: through a zero-padded MR x NR tile */
+                        float bz[NR];
+                        for (int64_t j = 0; j < NR; j++)
+                            bz[j] = bj && j < w ? bj[j] : 0;
+                        for (int64_t r = 0; r < MR; r++)
+                            for (int64_t j = 0; j < NR; j++)
+                                edge[r * NR + j] =
+                                    (mode & MK_LOAD) && r < h && j < w ? c[r * ldc + j] : 0;
+                        kern(kp, apack, bp, edge, NR, mode, bz);
+                        for (int64_t r = 0; r < h; r++)
+                            memcpy(c + r * ldc, edge + r * NR, sizeof(float) * (size_t)w);
+                    }
+                    if (last && (pre || act == TG__EPI_GELU))
+                        for (int64_t r = 0; r < h; r++) {
+                            float *cr = c + r * ldc;
+                            float *pr = pre ? pre + (ib + r) * ldc + jb : NULL;
+                            for (int64_t j = 0; j < w; j++) {
+                                float z = cr[j];
+                                if (pr)
+                                    pr[j] = z;
+                                cr[j] = act == TG__EPI_GELU ? (float)gelu((double)z)
+                                        : act == TG__EPI_RELU ? (z > 0 ? z : (z != z ? z : 0))
+                                                              : z;
+                            }
+                        }
+                }
+            }
+            if (K == 0)
+                break;
+        }
+    }
+}
+
+void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                       const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                       int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    bool hw = (isa == TG__ISA_BEST || isa >= TG__ISA_AVX512) && tg__gemm_bf16_hw();
+    kern_bf16 kern = kern_bf16_c;
+#ifdef TG_X86_BF16
+    if (hw)
+        kern = kern_bf16_avx512;
+#endif
+    size_t per = per_thread(N, K);
+    int64_t panels = (N + NR - 1) / NR, strips = (M + MR - 1) / MR;
+    int pn = 1, pm = 1;
+    if (nt > 1 && M * N * K > TG_PAR_MIN) { /* as ops/gemm.c: columns first */
+        for (int d = nt; d >= 1; d--)
+            if (nt % d == 0 && panels >= 4 * (int64_t)d && strips >= nt / d) {
+                pn = d;
+                break;
+            }
+        pm = nt / pn;
+        if (strips < pm)
+            pm = (int)strips;
+    }
+    int parts = pm * pn;
+    assert(ws != NULL);
+    if (parts == 1) {
+        part(kern, hw, ta, tb, 0, M, 0, N, K, A, lda, B, ldb, C, ldc, acc, epi, ws);
+        return;
+    }
+    /* Race-free: part t owns C[its rows, its columns]; the order per element is fixed. */
+    TG_OMP_FOR(parts, true)
+    for (int t = 0; t < parts; t++) {
+        int tm = t / pn, tn = t % pn;
+        int64_t m0 = strips * tm / pm * MR, m1 = strips * (tm + 1) / pm * MR;
+        int64_t n0 = panels * tn / pn * NR, n1 = panels * (tn + 1) / pn * NR;
+        m1 = m1 < M ? m1 : M;
+        n1 = n1 < N ? n1 : N;
+        char *w = (char *)ws + (size_t)TG_THREAD_NUM() * per;
+        part(kern, hw, ta, tb, m0, m1, n0, n1, K, A, lda, B, ldb, C, ldc, acc, epi, w);
+    }
+}
