@@ -102,7 +102,7 @@ static void kern_bf16_c(int64_t kp, const uint16_t *ap, const uint16_t *bp, floa
 #ifdef TG_X86_BF16
 /* The AVX512_BF16 kernel: 12 x 32, 24 zmm accumulators, per pair two B vectors and one
  * broadcast 32-bit pair of A per row. */
-__attribute__((target("avx512f,avx512bf16"))) static void
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void
 kern_bf16_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, int64_t ldc,
                  int mode, const float *bias)
 {
@@ -132,7 +132,7 @@ kern_bf16_avx512(int64_t kp, const uint16_t *ap, const uint16_t *bp, float *c, i
 }
 
 /* 16 rounded pairs of a row: f32 x[0..31] -> 32 bf16 in order (x[2i], x[2i+1] one word). */
-__attribute__((target("avx512f,avx512bf16"))) static inline __m512i cvt32(const float *x)
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static inline __m512i cvt32(const float *x)
 {
     /* cvtne2ps_pbh(hi, lo): bf16 of lo in elements 0..15, of hi in 16..31 */
     return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x));
@@ -141,7 +141,7 @@ __attribute__((target("avx512f,avx512bf16"))) static inline __m512i cvt32(const 
 /* A full panel of op(B) = B^T (B stored (N, K)): the pairs q < 16 floor(kc / 32) of NR
  * columns (each converted row gives 16 pairs; two 16 x 16 word transposes per 16 pairs);
  * returns how many pairs it packed. */
-__attribute__((target("avx512f,avx512bf16"))) static int64_t
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static int64_t
 pack_bt_full(const float *B, int64_t ldb, int64_t kc, uint16_t *dst)
 {
     int64_t q = 0;
@@ -160,13 +160,55 @@ pack_bt_full(const float *B, int64_t ldb, int64_t kc, uint16_t *dst)
         }
     return q;
 }
+
+/* A full panel of a row-major op(B) (K, N): pair q of columns j..j+15 is rows 2q and 2q + 1
+ * converted together and interleaved (one word permute). Returns the pairs packed
+ * (floor(kc / 2)). */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static int64_t
+pack_bn_full(const float *B, int64_t ldb, int64_t kc, uint16_t *dst)
+{
+    /* element 2j of the result is element j of the low half, 2j + 1 element j of the high */
+    static const uint16_t inter[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15,
+                                       31};
+    __m512i idx = _mm512_loadu_si512(inter);
+    int64_t q = 0;
+    for (; q < kc / 2; q++) {
+        const float *r0 = B + 2 * q * ldb, *r1 = r0 + ldb;
+        for (int64_t jj = 0; jj < NR; jj += 16) {
+            __m512i v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(r1 + jj),
+                                                      _mm512_loadu_ps(r0 + jj));
+            _mm512_storeu_si512(dst + (q * NR + jj) * 2, _mm512_permutexvar_epi16(idx, v));
+        }
+    }
+    return q;
+}
+
+/* A full strip of a row-major op(A): the pairs q < 16 floor(kc / 32) of MR rows. Returns the
+ * pairs packed. */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static int64_t
+pack_a_full(const float *A, int64_t lda, int64_t kc, uint16_t *apack)
+{
+    int64_t q = 0;
+    int32_t *d32 = (int32_t *)(void *)apack;
+    for (; q + 16 <= kc / 2; q += 16) {
+        int32_t t[MR][16];
+        for (int r = 0; r < MR; r++)
+            _mm512_storeu_si512(t[r], cvt32(A + r * lda + 2 * q));
+        for (int i = 0; i < 16; i++)
+            for (int r = 0; r < MR; r++)
+                d32[(q + i) * MR + r] = t[r][i];
+    }
+    return q;
+}
 #endif
 
 int tg__gemm_bf16_hw(void)
 {
 #ifdef TG_X86_BF16
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512bf16");
 #else
     return 0;
 #endif
@@ -184,14 +226,17 @@ static void pack_b(bool tb, const float *B, int64_t ldb, int64_t k0, int64_t kc,
         uint16_t *dst = bpack + p * kp * 2 * NR;
         int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;
 #ifdef TG_X86_BF16
-        if (hw && tb && w == NR) { /* rows of B are columns of op(B): pairs are contiguous */
-            int64_t q = pack_bt_full(B + jb * ldb + k0, ldb, kc, dst);
+        if (hw && w == NR) {
+            /* B^T: rows of B are columns of op(B), pairs contiguous; B: two rows per pair */
+            int64_t q = tb ? pack_bt_full(B + jb * ldb + k0, ldb, kc, dst)
+                           : pack_bn_full(B + k0 * ldb + jb, ldb, kc, dst);
             for (; q < kp; q++)
                 for (int64_t j = 0; j < NR; j++)
                     for (int e = 0; e < 2; e++) {
                         int64_t k = 2 * q + e;
-                        dst[(q * NR + j) * 2 + e] =
-                            k < kc ? tg__bf16_from_f32(B[(jb + j) * ldb + k0 + k]) : 0;
+                        float v = k >= kc ? 0 : tb ? B[(jb + j) * ldb + k0 + k]
+                                                   : B[(k0 + k) * ldb + jb + j];
+                        dst[(q * NR + j) * 2 + e] = tg__bf16_from_f32(v);
                     }
             continue;
         }
@@ -211,10 +256,15 @@ static void pack_b(bool tb, const float *B, int64_t ldb, int64_t k0, int64_t kc,
 
 /* Pack op(A)[ib:ib+h, k0:k0+kc] as kp pairs of MR rows (rows >= h zero). */
 static void pack_a(bool ta, const float *A, int64_t lda, int64_t ib, int64_t h, int64_t k0,
-                   int64_t kc, uint16_t *apack)
+                   int64_t kc, bool hw, uint16_t *apack)
 {
-    int64_t kp = (kc + 1) / 2;
-    for (int64_t q = 0; q < kp; q++)
+    int64_t kp = (kc + 1) / 2, q = 0;
+#ifdef TG_X86_BF16
+    if (hw && !ta && h == MR)
+        q = pack_a_full(A + ib * lda + k0, lda, kc, apack);
+#endif
+    (void)hw;
+    for (; q < kp; q++)
         for (int64_t r = 0; r < MR; r++)
             for (int e = 0; e < 2; e++) {
                 int64_t k = 2 * q + e;
@@ -263,7 +313,7 @@ static void part(kern_bf16 kern, bool hw, bool ta, bool tb, int64_t m0, int64_t 
             pack_b(tb, B, ldb, k0, kc, j0, nc, hw, bpack);
             for (int64_t ib = m0; ib < m1; ib += MR) {
                 int64_t h = m1 - ib < MR ? m1 - ib : MR;
-                pack_a(ta, A, lda, ib, h, k0, kc, apack);
+                pack_a(ta, A, lda, ib, h, k0, kc, hw, apack);
                 for (int64_t p = 0; p < npanels; p++) {
                     int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;
                     int mode = (!first || acc) ? MK_LOAD : bias ? MK_BIAS : 0;
