@@ -124,6 +124,25 @@ BG_T256 static double red256d(__m256d s)
     }
 BG_ZMM(12)
 BG_ZMM(24)
+
+/* The bf16 peak: 24 chains a = a + x0 y0 + x1 y1 (vdpbf16ps: 16 f32 lanes, two bf16 products
+ * each, 64 flops per instruction); x's pairs are (u, -u) and y's (v, v), so the products
+ * cancel exactly and a never changes. */
+__attribute__((target("avx512f,avx512bf16"))) static double probe_bf16(long iters)
+{
+    __m512 a[24];
+    for (int j = 0; j < 24; j++)
+        a[j] = _mm512_set1_ps(1.0f + 0.01f * (float)j);
+    __m512bh x = (__m512bh)_mm512_set1_epi32((int)0xbc003c00u); /* bf16 pairs (1/128, -1/128) */
+    __m512bh y = (__m512bh)_mm512_set1_epi32(0x3f803f80);        /* (1, 1) */
+    for (long i = 0; i < iters; i++)
+        for (int j = 0; j < 24; j++)
+            a[j] = _mm512_dpbf16_ps(a[j], x, y);
+    __m512 s = a[0];
+    for (int j = 1; j < 24; j++)
+        s = _mm512_add_ps(s, a[j]);
+    return (double)_mm512_reduce_add_ps(s);
+}
 BG_YMM(12, BG_T256)
 BG_YMM(24, BG_T256VL)
 
@@ -620,7 +639,7 @@ int bench_peak(int threads_all, int samples, bool tiny, bench_peaks *pk)
     printf("\n");
     /* The peaks: the best sample of each (an upper bound: a sample can only be slowed down). */
     *pk = (bench_peaks){{{gf[best][0][2], gf[best][ntc - 1][2]}, {g64[0][2], g64[ntc - 1][2]}},
-                        threads_all, samples, tiny, best};
+                        threads_all, samples, tiny, best, {NAN, NAN}};
     for (int d = 0; d < 2 && ntc > 1; d++) {
         int tries = 0;
         while (tries < PEAK_RETRIES &&
@@ -636,6 +655,27 @@ int bench_peak(int threads_all, int samples, bool tiny, bench_peaks *pk)
                    threads_all, PEAK_SCALING * threads_all, tries, tries == 1 ? "" : "s",
                    pk->gflops[d][1], pk->gflops[d][1] / pk->gflops[d][0]);
     }
+#ifdef BG_X86
+    /* bf16 products (vdpbf16ps), where the CPU has AVX512_BF16 */
+    pk->bf16[0] = pk->bf16[1] = NAN;
+    if (__builtin_cpu_supports("avx512bf16")) {
+        double gb[2][3], wb[2];
+        for (int ti = 0; ti < ntc; ti++)
+            if (probe_measure(probe_bf16, 24.0 * 64, tcounts[ti], samples, tiny, &sink, gb[ti],
+                              &wb[ti]))
+                return 1;
+        printf("  %-24s %6d", "512-bit vdpbf16ps (bf16)", 24);
+        for (int ti = 0; ti < ntc; ti++) {
+            char cell[64];
+            snprintf(cell, sizeof cell, "%.1f (%.1f-%.1f)", gb[ti][0], gb[ti][1], gb[ti][2]);
+            printf("   %22s", cell);
+            pk->bf16[ti] = gb[ti][2];
+        }
+        printf("\n");
+        if (ntc == 1)
+            pk->bf16[1] = pk->bf16[0];
+    }
+#endif
     if (sink == 12345.678) /* keeps the probes' results alive */
         printf(" \n");
     printf("Peak (used for %%peak below), the best sample of each: %s, %d chains:\n  f32 %.1f, "
@@ -649,6 +689,13 @@ int bench_peak(int threads_all, int samples, bool tiny, bench_peaks *pk)
     if (ntc > 1)
         printf("; f32 %.1f, f64 %.1f on %d threads", wall[best][1], wall64[1], threads_all);
     printf("; lower when other processes share the CPUs)\n");
+    if (!isnan(pk->bf16[0])) {
+        printf("  bf16 products (vdpbf16ps, 2 products per f32 lane): %.1f GFLOP/s on 1 thread",
+               pk->bf16[0]);
+        if (ntc > 1)
+            printf(", %.1f on %d threads", pk->bf16[1], threads_all);
+        printf(" (%.2f x the f32 peak)\n", pk->bf16[0] / pk->gflops[0][0]);
+    }
 #ifdef BG_X86
     double ghz = clock_ghz();
     printf("Core clock under load: %.2f GHz (a chain of dependent integer adds), so %.1f f32 "

@@ -20,11 +20,14 @@ typedef struct bench_peaks {
     int threads_all, samples;
     bool tiny;
     int form; /* the fastest instruction form (index into bench_gemm.c's probe list) */
+    double bf16[2]; /* the bf16 peak (vdpbf16ps) on 1 and threads_all threads; NAN without
+                       AVX512_BF16 */
 } bench_peaks;
 
 /* The FMA peak probe on 1 and @p threads_all threads: every instruction form this CPU runs
  * (512-bit and 256-bit FMA, 12 and 24 independent chains), f32, then f64 on the fastest form,
- * and the core clock under load. A peak is an upper bound, so each is the best of the samples
+ * the bf16 peak (24 chains of vdpbf16ps, where the CPU has AVX512_BF16) and the core clock
+ * under load. A peak is an upper bound, so each is the best of the samples
  * (the tables show the median and the range too); when the threads_all-thread peak comes out
  * below 0.9 x threads_all x the 1-thread peak, that thread count is probed again, up to twice,
  * keeping the best. @p tiny: short probes (a smoke test). 0, or 1 after printing an error. */

@@ -391,6 +391,7 @@ static const cli_command bench_cmd = {
         "thread and on N threads, every number the median (min-max) of --samples samples:\n"
         "  peak     the FMA peak of this machine: its own probe of 512-bit and 256-bit\n"
         "           FMA with 12 and 24 independent chains; the fastest form is the peak;\n"
+        "           also the bf16 peak (vdpbf16ps) where the CPU has AVX512_BF16;\n"
         "  gemm     the probe, then sgemm and dgemm through tg_matmul, C = A B (NN) and\n"
         "           C = A B^T (NT), on the benchmark shapes: GFLOP/s, % of the peak, and\n"
         "           the ratio to OpenBLAS (libopenblas.so.0 loaded with dlopen when\n"
