@@ -70,9 +70,12 @@ tg_status tg__kv_attention_check(tg_tensor *y)
 }
 
 #define DEFINE_KV(T, SUF)                                                                      \
-    /* Item (b, h): write the new keys and values, then every new query row. */               \
-    static void kv_item_##SUF(const tg_tensor *y, int64_t b, int64_t h, int64_t pos, T *s,     \
-                              T *acc)                                                          \
+    /* Item (b, h): write the new keys and values, then every new query row. The sums run in \
+     * the order of the scalar loops (scores: over c for each key; outputs: over keys for each \
+     * c, a multiply then an add); c and the keys are taken four at a time only so that each  \
+     * pass reads and writes s and acc a quarter as often. */                                  \
+    TG_SIMD_CLONES static void kv_item_##SUF(const tg_tensor *y, int64_t b, int64_t h,         \
+                                             int64_t pos, T *s, T *acc)                       \
     {                                                                                          \
         const tg_tensor *q = y->src[KV_Q], *k = y->src[KV_K], *v = y->src[KV_V];               \
         const tg_tensor *kc = y->src[KV_KC], *vc = y->src[KV_VC];                              \
@@ -99,7 +102,14 @@ tg_status tg__kv_attention_check(tg_tensor *y)
                 for (int64_t j = 0; j < len; j++)                                              \
                     s[j] = q0 * Kt[j];                                                         \
             }                                                                                  \
-            for (int64_t c = 1; c < dk; c++) {                                                 \
+            int64_t c = 1;                                                                     \
+            for (; c + 4 <= dk; c += 4) {                                                      \
+                T q0 = qr[c], q1 = qr[c + 1], q2 = qr[c + 2], q3 = qr[c + 3];                  \
+                const T *k0 = Kt + c * L, *k1 = k0 + L, *k2 = k1 + L, *k3 = k2 + L;           \
+                for (int64_t j = 0; j < len; j++)                                              \
+                    s[j] = (((s[j] + q0 * k0[j]) + q1 * k1[j]) + q2 * k2[j]) + q3 * k3[j];     \
+            }                                                                                  \
+            for (; c < dk; c++) {                                                              \
                 T qc = qr[c];                                                                  \
                 const T *kt = Kt + c * L;                                                      \
                 for (int64_t j = 0; j < len; j++)                                              \
@@ -109,17 +119,25 @@ tg_status tg__kv_attention_check(tg_tensor *y)
                 s[j] = s[j] * scale;                                                           \
             T m = tg__row_max_##SUF(s, len);                                                   \
             T l = tg__row_expsum_##SUF(s, len, m, s); /* s_j <- exp(s_j - m) */                \
-            for (int64_t c = 0; c < dv; c++)                                                   \
-                acc[c] = 0;                                                                    \
-            for (int64_t j = 0; j < len; j++) {                                                \
+            for (int64_t cc = 0; cc < dv; cc++)                                                \
+                acc[cc] = 0;                                                                   \
+            int64_t j = 0;                                                                     \
+            for (; j + 4 <= len; j += 4) {                                                     \
+                T e0 = s[j], e1 = s[j + 1], e2 = s[j + 2], e3 = s[j + 3];                      \
+                const T *v0 = Vm + j * dv, *v1 = v0 + dv, *v2 = v1 + dv, *v3 = v2 + dv;       \
+                for (int64_t cc = 0; cc < dv; cc++)                                            \
+                    acc[cc] = (((acc[cc] + e0 * v0[cc]) + e1 * v1[cc]) + e2 * v2[cc]) +       \
+                              e3 * v3[cc];                                                     \
+            }                                                                                  \
+            for (; j < len; j++) {                                                             \
                 T e = s[j];                                                                    \
                 const T *vj = Vm + j * dv;                                                     \
-                for (int64_t c = 0; c < dv; c++)                                               \
-                    acc[c] = acc[c] + e * vj[c];                                               \
+                for (int64_t cc = 0; cc < dv; cc++)                                            \
+                    acc[cc] = acc[cc] + e * vj[cc];                                            \
             }                                                                                  \
             T *o = O + i * dv;                                                                 \
-            for (int64_t c = 0; c < dv; c++)                                                   \
-                o[c] = acc[c] / l;                                                             \
+            for (int64_t cc = 0; cc < dv; cc++)                                                \
+                o[cc] = acc[cc] / l;                                                           \
         }                                                                                      \
     }                                                                                          \
     static void kv_forward_##SUF(tg_tensor *y)                                                 \
