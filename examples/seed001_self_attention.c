@@ -159,6 +159,11 @@ int main(void)
     /* A scalar loss so that we can run backward: L = sum(new V). */
     tg_tensor *loss = tg_sum_all(ctx, new_v);
     tg_tensor *outs[] = {loss, fn_values, causal_values};
+    /* The steps printed below are intermediate values: kept, or the planner would give their
+     * memory to later values and reading them after the run would be refused. */
+    tg_tensor *shown[] = {scores, scaled, masked, attention, new_v, fn_attention};
+    for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++)
+        tg_keep(shown[i]);
     tg_graph *g = tg_graph_new(ctx, outs, 3); /* also reports any builder error above */
     if (!g)
         return fail(ctx, "building the graph", TG_OK);

@@ -71,6 +71,7 @@ int main(void)
     tg_tensor *targets = tg_input(ctx, TG_I32, TG_DIMS(B, T), "targets");
     tg_tensor *logits = tg_transformer_forward(ctx, &model, ids, NULL); /* (B, T, V) */
     tg_tensor *loss = tg_cross_entropy(ctx, logits, targets, -1);       /* () */
+    tg_keep(logits); /* sampling below reads it after a forward: not reused by the planner */
     tg_graph *g = tg_graph_new(ctx, &loss, 1);
     CHECK(ctx, g != NULL);
     int64_t n_weights = 0;

@@ -386,18 +386,25 @@ TG_API const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n);
 /**
  * Raw data pointer: numel elements of the tensor's dtype (float, double or int32_t). For a
  * leaf: its own buffer, row-major, valid until the context is freed (or rewound past it). For
- * an op result: memory of the graph that last ran it (NULL before any graph ran it, after
- * that graph was freed, or, for a graph built with a shared arena (tg_arena_new()), after
- * another graph of that arena ran); it holds the last forward's value only if the tensor is an output of
- * that graph or was marked with tg_keep() before tg_graph_new() (others may be overwritten by
- * the planner). A view (tg_tensor_is_view()) points into its base's buffer with its own
- * strides: read it with tg_get() or tg_tensor_get_data(), which follow them.
+ * an op result: memory of the graph that last ran it, readable after that graph's forward
+ * (and backward) only if the tensor is an output of that graph or was marked with tg_keep()
+ * before tg_graph_new(). Otherwise NULL with ::TG_ERR_STATE recorded (a run error, e.g.
+ * `tg_tensor_data: 'exp1' is an intermediate value of its graph (neither an output nor kept):
+ * its memory went to later values; call tg_keep('exp1') before tg_graph_new to read it after
+ * the run`): the planner gave its bytes to later values, so they are never handed out as its
+ * own. Also NULL before any graph ran it, after that graph was freed, or, for a graph built
+ * with a shared arena (tg_arena_new()), after another graph of that arena ran. Exceptions that
+ * stay readable: views of a leaf (they read the leaf's memory) and every value of a graph
+ * built with tg_graph_opts::no_reuse. The same rule holds for tg_get(), tg_tensor_get_data(),
+ * tg_tensor_copy() (NaN or the error returned) and the gradient accessors. A view
+ * (tg_tensor_is_view()) points into its base's buffer with its own strides: read it with
+ * tg_get() or tg_tensor_get_data(), which follow them.
  */
 TG_API void *tg_tensor_data(tg_tensor *t);
 /** Raw gradient pointer (row-major, the tensor's shape), or NULL if @p t has no gradient
  *  buffer. A leaf's is its own accumulated gradient; an op result's is graph memory, readable
- *  after backward only for outputs and tg_keep() tensors (and, with a shared arena, NULL once
- *  another graph of the arena ran). */
+ *  after backward only for outputs and tg_keep() tensors (otherwise NULL with the error of
+ *  tg_tensor_data(); and, with a shared arena, NULL once another graph of the arena ran). */
 TG_API void *tg_tensor_grad(tg_tensor *t);
 
 /**
@@ -1053,8 +1060,10 @@ TG_API tg_status tg_graph_memory(const tg_graph *g, tg_memory_report *report);
  * Keep @p t readable: its data (and, in a graph with gradients, its gradient) stays valid after
  * tg_graph_forward() and tg_graph_backward() of graphs built AFTER this call, and backward may
  * start from it. The outputs passed to tg_graph_new() are always kept. Every other op result's
- * memory may be reused by the planner once its last reader has run: read such tensors only
- * through a graph that outputs or keeps them. Errors: ::TG_ERR_ARG (NULL).
+ * memory may be reused by the planner once its last reader has run, so after a run reading it
+ * (tg_get(), tg_tensor_data(), ...) is refused with ::TG_ERR_STATE and a message naming
+ * tg_keep: read such tensors only through a graph that outputs or keeps them. Keeping costs
+ * memory: the value (and gradient) lives to the end of the run. Errors: ::TG_ERR_ARG (NULL).
  */
 TG_API tg_status tg_keep(tg_tensor *t);
 

@@ -492,6 +492,56 @@ START_TEST(test_backward_errors)
 END_TEST
 
 /* ---- accumulation and determinism --------------------------------------------------------- */
+/* An intermediate value (neither an output nor kept) is not readable after the run: the
+ * planner gave its memory to later values (x -> exp -> scale -> scale runs in place), so
+ * tg_get gives NaN and tg_tensor_data NULL with an error naming tg_keep, never another
+ * value's bytes; kept, it reads e; views of a leaf and no_reuse graphs stay readable; the
+ * next run makes the values readable while it runs. */
+START_TEST(test_intermediate_not_readable)
+{
+    for (int kept = 0; kept < 2; kept++) {
+        tg_ctx *ctx = tu_ctx_new();
+        tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(1), "x");
+        tg_set(x, 0, 1.0);
+        tg_tensor *h = tg_exp(ctx, x);
+        tg_tensor *a = tg_scale(ctx, h, 3.0);
+        tg_tensor *y = tg_scale(ctx, a, 10.0);
+        tg_tensor *xv = tg_reshape(ctx, x, TG_DIMS(1, 1)); /* a view of the leaf */
+        if (kept)
+            tg_keep(h);
+        tg_tensor *outs[2] = {y, tg_scale(ctx, xv, 1.0)};
+        tg_graph *g = tg_graph_new(ctx, outs, 2);
+        ck_assert_ptr_nonnull(g);
+        ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+        ck_assert_double_eq_tol(tg_get(y, 0), 30 * exp(1.0), 1e-4);
+        ck_assert(tg_get(xv, 0) == 1.0);
+        if (kept) {
+            ck_assert_double_eq_tol(tg_get(h, 0), exp(1.0), 1e-6);
+            ck_assert_ptr_nonnull(tg_tensor_data(h));
+        } else {
+            ck_assert(isnan(tg_get(h, 0)));
+            tu_assert_error(ctx, TG_ERR_STATE, "tg_keep('exp");
+            ck_assert_ptr_null(tg_tensor_data(h));
+            tu_assert_error(ctx, TG_ERR_STATE, "is an intermediate value of its graph");
+            float buf = 0;
+            ck_assert_int_eq(tg_tensor_get_data(h, &buf, TG_F32, 1), TG_ERR_STATE);
+        }
+        ck_assert(isnan(tg_get(a, 0))); /* never kept */
+        tu_ctx_free(ctx);
+    }
+    /* with no_reuse every value has memory of its own */
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(1), "x");
+    tg_set(x, 0, 1.0);
+    tg_tensor *h = tg_exp(ctx, x);
+    tg_tensor *y = tg_scale(ctx, tg_scale(ctx, h, 3.0), 10.0);
+    tg_graph *g = tg_graph_new_opts(ctx, &y, 1, &(tg_graph_opts){.no_reuse = true});
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    ck_assert_double_eq_tol(tg_get(h, 0), exp(1.0), 1e-15);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_accumulation)
 {
     tg_ctx *ctx = tg_ctx_new();
@@ -499,7 +549,8 @@ START_TEST(test_accumulation)
     tg_tensor *x = tu_input(ctx, TG_F64, TG_DIMS(3, 4), "x", -1, 1);
     tg_tensor *w = tg_param(ctx, TG_F64, TG_DIMS(2, 4), "w");
     tg_fill_uniform(w, -1, 1);
-    tg_tensor *h = tg_dense(ctx, x, w, NULL); /* intermediate */
+    tg_tensor *h = tg_dense(ctx, x, w, NULL); /* intermediate, kept to read its gradient */
+    tg_keep(h);
     tg_tensor *loss = tg_mean_all(ctx, tg_mul(ctx, h, h));
     tg_graph *g = run(ctx, loss);
     double g1[8], h1[6], x1[12];
@@ -1001,6 +1052,7 @@ static Suite *graph_suite(void)
     tc = tcase_create("runs");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_accumulation);
+    tcase_add_test(tc, test_intermediate_not_readable);
     tcase_add_test(tc, test_rerun_bitwise);
     tcase_add_test(tc, test_rerun_new_data);
     tcase_add_test(tc, test_two_threads);

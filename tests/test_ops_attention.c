@@ -291,6 +291,7 @@ START_TEST(test_mask_seed_convention)
     tg_tensor *m = mask_const(ctx, dt, TG_DIMS(2, 3), VALS(0, 0, 1, 1, 1, 1));
     tg_tensor *masked = tg_add_mask(ctx, s, tg_scale(ctx, m, -1e9), TG_MASK_ADDITIVE);
     tg_tensor *y = tg_softmax(ctx, masked);
+    tg_keep(masked); /* read below */
     tg_graph *g = tu_fwd(ctx, y);
     double tol_m = dt == TG_F32 ? 64 : 0; /* f32 spacing at 1e9 is 64: 3 - 1e9 rounds to -1e9 */
     ck_assert_msg(fabs(tg_get(masked, 2) - (3 - 1e9)) <= tol_m, "masked = %.17g", tg_get(masked, 2));

@@ -166,9 +166,15 @@ START_TEST(test_mixed_graphs)
                 ck_assert(tg_grad_get(m.in_proj_weight, i) == ref[i]);
         }
     }
-    /* a kept tensor's gradient stays readable; a second backward of the one_backward graph
-     * on the same forward is refused */
+    /* after gs (built before tg_keep(y): y is an intermediate there) y is not readable; after
+     * gd, which keeps it, its value and gradient are; a second backward of the one_backward
+     * graph on the same forward is refused */
+    ck_assert(isnan(tg_grad_get(y, 0)));
+    tu_assert_error(ctx, TG_ERR_STATE, "tg_keep");
+    ck_assert_int_eq(tg_graph_forward(gd), TG_OK);
+    ck_assert_int_eq(tg_graph_backward(gd, loss, NULL), TG_OK);
     ck_assert(!isnan(tg_grad_get(y, 0)));
+    ck_assert(!isnan(tg_get(y, 0)));
     ck_assert_int_eq(tg_graph_forward(gs), TG_OK);
     ck_assert_int_eq(tg_graph_backward(gs, loss, NULL), TG_OK);
     ck_assert_int_eq(tg_graph_backward(gs, loss, NULL), TG_ERR_STATE);

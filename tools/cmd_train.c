@@ -685,6 +685,8 @@ static bool build(trainer *t)
         }
         /* mean over B T targets; with --label-smoothing, evaluation reads the plain loss */
         t->loss = t->val_loss = tg_cross_entropy(ctx, t->logits, t->tgt, -1);
+        if (!t->text) /* the held-out accuracy reads the logits after a forward */
+            tg_keep(t->logits);
         if (a->label_smoothing > 0)
             t->loss = tg_cross_entropy_smoothed(ctx, t->logits, t->tgt, -1, a->label_smoothing);
         tg_tensor *outs[2] = {t->loss, t->val_loss};

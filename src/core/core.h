@@ -98,6 +98,9 @@ struct tg_tensor {
                             starts running); NULL: bound by a graph with its own arena */
     uint64_t run_gen_at; /* ...its value when the binding was made: differing, the bytes at
                             data, grad and saved are another graph's (tg__stale) */
+    bool reused;         /* an op result that was neither an output nor kept of the graph
+                            that last ran it, after that run: the planner gave its bytes to
+                            other values, so they are not its own (tg__stale) */
     uint64_t mark;       /* visit stamp used by graph construction */
     int64_t topo;        /* position in the last graph built over it (scratch) */
 };
@@ -462,7 +465,7 @@ void tg__arena_forget(tg_arena *a);
  * a shared arena, after another graph of that arena started running.) */
 static inline bool tg__stale(const tg_tensor *t)
 {
-    return t->run_gen && *t->run_gen != t->run_gen_at;
+    return t->reused || (t->run_gen && *t->run_gen != t->run_gen_at);
 }
 
 #endif /* TG_CORE_H */

@@ -483,21 +483,36 @@ const int64_t *tg_tensor_shape(const tg_tensor *t) { return t ? t->shape : NULL;
 int64_t tg_tensor_numel(const tg_tensor *t) { return t ? t->numel : 0; }
 bool tg_tensor_requires_grad(const tg_tensor *t) { return t && t->requires_grad; }
 const char *tg_tensor_name(const tg_tensor *t) { return t ? t->name : ""; }
-/* Op results whose bytes are another graph's (tg__stale) have no data to give. */
-void *tg_tensor_data(tg_tensor *t) { return t && !tg__stale(t) ? t->data : NULL; }
-void *tg_tensor_grad(tg_tensor *t) { return t && !tg__stale(t) ? t->grad : NULL; }
-
-/* Refuse reading an op result whose shared arena another graph has run in since (its bytes
- * are that graph's): TG_ERR_STATE naming fn, or TG_OK. */
+/* Refuse reading an op result whose bytes are not its own (tg__stale): an intermediate value
+ * of the graph that computed it (neither an output nor kept: the planner gave its memory to
+ * later values), or one whose shared arena another graph has run in since. TG_ERR_STATE
+ * naming fn, or TG_OK. */
 static tg_status fresh_ok(const tg_tensor *t, const char *fn)
 {
     if (!tg__stale(t))
         return TG_OK;
-    tg__run_err(t->ctx, TG_ERR_STATE, fn,
-                "'%s' was computed by a graph whose arena is shared (tg_graph_opts.arena), and "
-                "another graph sharing that arena ran since: its values are gone; run its graph "
-                "again to read it", t->name);
+    if (t->reused)
+        tg__run_err(t->ctx, TG_ERR_STATE, fn,
+                    "'%s' is an intermediate value of its graph (neither an output nor kept): "
+                    "its memory went to later values; call tg_keep('%s') before tg_graph_new "
+                    "to read it after the run", t->name, t->name);
+    else
+        tg__run_err(t->ctx, TG_ERR_STATE, fn,
+                    "'%s' was computed by a graph whose arena is shared (tg_graph_opts.arena), "
+                    "and another graph sharing that arena ran since: its values are gone; run "
+                    "its graph again to read it", t->name);
     return TG_ERR_STATE;
+}
+
+/* Op results whose bytes are not their own (tg__stale) have no data to give: NULL, with the
+ * reason recorded. */
+void *tg_tensor_data(tg_tensor *t)
+{
+    return t && fresh_ok(t, "tg_tensor_data") == TG_OK ? t->data : NULL;
+}
+void *tg_tensor_grad(tg_tensor *t)
+{
+    return t && fresh_ok(t, "tg_tensor_grad") == TG_OK ? t->grad : NULL;
 }
 
 int64_t tg_tensor_dim(const tg_tensor *t, int axis)

@@ -229,6 +229,7 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
             st = tg__anomaly(g, TG_ANOMALY_BACKWARD, t, NULL, "accumulated", e, v);
     }
     g->backwarded = true;
+    tg__mark_reused(g);
     int nt = tg__threads(ctx);
     for (int64_t l = 0; l < g->n_leaves; l++) {
         tg_tensor *t = g->leaves[l];

@@ -21,6 +21,7 @@ void tg__bind(tg_graph *g, bool grads)
             continue;
         t->run_gen = gen; /* (tg__stale: valid until another graph of the arena runs) */
         t->run_gen_at = gen_at;
+        t->reused = false; /* readable while the graph runs */
         if (t->base) /* base precedes t in topological order: already bound */
             t->data = t->base->data
                           ? (char *)t->base->data + t->offset * (int64_t)tg_dtype_size(t->dtype)
@@ -49,6 +50,18 @@ void tg__poison_step(tg_graph *g, int64_t step)
             for (int64_t k = 0; k + 4 <= b->size; k += 4)
                 *(float *)(p + k) = NAN;
         }
+    }
+}
+
+void tg__mark_reused(tg_graph *g)
+{
+    if (g->no_reuse) /* every value has memory of its own: all stay readable */
+        return;
+    for (int64_t i = 0; i < g->n; i++) {
+        tg_tensor *t = g->nodes[i];
+        /* views of a leaf read the leaf's own memory: never reused */
+        if (t->op != TG_OP_NONE && !g->persist[i] && !(t->base && t->base->op == TG_OP_NONE))
+            t->reused = true;
     }
 }
 
@@ -275,5 +288,6 @@ tg_status tg_graph_forward(tg_graph *g)
     g->forwarded = true;
     g->fwd_failed = false;
     g->backwarded = false;
+    tg__mark_reused(g);
     return TG_OK;
 }

@@ -103,6 +103,10 @@ bool tg__plan(tg_graph *g, const char *fn);
 /* exec.c: bind every node's data and saved pointers to this graph's arena (and views to
  * their bases); with grads, also gradients (non-leaf from the arena, leaves to `fresh`). */
 void tg__bind(tg_graph *g, bool grads);
+/* After a run: flag every op result that is neither an output nor kept (tg_keep) as reused,
+ * so that reading it (tg_get, tg_tensor_data, ...) is refused instead of returning bytes the
+ * planner gave to other values. */
+void tg__mark_reused(tg_graph *g);
 /* exec.c: fill the buffers whose lifetime ends at `step` with NaN (poison mode). */
 void tg__poison_step(tg_graph *g, int64_t step);
 /* exec.c: run node t's forward or backward kernel with its workspace bound; returns the
