@@ -44,6 +44,16 @@ enum {
     TG_OPF_NO_BACKWARD = 1u << 10, /* inference only (kv_attention): the table's backward is
                                 NULL whatever ops.def names (tg__no_backward), so a graph that
                                 would differentiate through it is refused (TG_ERR_NOGRAD) */
+    TG_OPF_LAYOUT = 1u << 11, /* only moves values (as the views do): a -inf of src[0] stays a
+                                -inf (the anomaly tripwire lets it through) */
+    TG_OPF_MINF_OUT = 1u << 12, /* its output may hold -inf by design (a mask applied) */
+    TG_OPF_MINF_SRC1 = 1u << 13, /* src[1] is a mask: may hold -inf */
+    TG_OPF_MINF_SRC3 = 1u << 14, /* sources 3 and up are masks: may hold -inf */
+    TG_OPF_USER = 1u << 15,  /* a user-defined op (tg_custom_op): messages name its callbacks */
+    TG_OPF_BWD_SHARE1 = 1u << 16, /* backward's gradient of src[1] is dy itself (add): src[1]'s
+                                gradient buffer may be y's (the planner's sharing rule) */
+    TG_OPF_ALIAS = 1u << 17, /* y always shares src[0]'s buffer (reshape): a view for
+                                tg_tensor_is_view even without a base */
 };
 #define TG_OPF_SRCS (TG_OPF_SRC0 | TG_OPF_SRC1 | TG_OPF_SRC2 | TG_OPF_SRC3)
 /* Does backward read source k's data (flags fl)? */

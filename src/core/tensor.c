@@ -556,8 +556,9 @@ tg_tensor *tg_tensor_src(const tg_tensor *t, int i)
 
 bool tg_tensor_is_view(const tg_tensor *t)
 {
-    /* base: a view made by the builder; reshape shares its source's buffer in every engine */
-    return t && (t->base != NULL || t->op == TG_OP_RESHAPE);
+    /* base: a view made by the builder; an aliasing op (reshape) shares its source's buffer in
+     * every engine */
+    return t && (t->base != NULL || (t->def && (t->def->flags & TG_OPF_ALIAS)));
 }
 
 tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)

@@ -35,7 +35,7 @@ typedef struct {
 /* Ops that only move values (a -inf stays a -inf). */
 static bool is_layout(const tg_tensor *t)
 {
-    return t->def && (t->def->flags & TG_OPF_VIEW || t->op == TG_OP_CONTIGUOUS);
+    return t->def && (t->def->flags & (TG_OPF_VIEW | TG_OPF_LAYOUT));
 }
 
 uint64_t tg__graph_seq(const tg_graph *g) { return g->seq; }
@@ -237,13 +237,15 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
             goto fail;
         for (int64_t i = g->n - 1; i >= 0; i--) {
             tg_tensor *t = g->nodes[i];
-            if (t->op == TG_OP_ADD_MASK) {
-                g->minf_ok[i] = 1;
-                if (t->src[1])
+            unsigned fl = t->def ? t->def->flags : 0;
+            if (fl & (TG_OPF_MINF_OUT | TG_OPF_MINF_SRC1 | TG_OPF_MINF_SRC3)) {
+                if (fl & TG_OPF_MINF_OUT)
+                    g->minf_ok[i] = 1;
+                if ((fl & TG_OPF_MINF_SRC1) && t->n_src > 1 && t->src[1])
                     g->minf_ok[t->src[1]->topo] = 1;
-            } else if (t->op == TG_OP_FLASH_ATTN) { /* its masks: sources 3 and 4 */
-                for (int k = 3; k < t->n_src; k++)
-                    g->minf_ok[t->src[k]->topo] = 1;
+                for (int k = 3; (fl & TG_OPF_MINF_SRC3) && k < t->n_src; k++) /* its masks */
+                    if (t->src[k])
+                        g->minf_ok[t->src[k]->topo] = 1;
             } else if (is_layout(t) && g->minf_ok[i]) {
                 g->minf_ok[t->src[0]->topo] = 1;
             }

@@ -199,13 +199,14 @@ static int64_t add_buf(tg_graph *g, uint64_t *total, const char *fn, int kind, i
 {
     const tg_tensor *t = g->nodes[node];
     uint64_t max = arena_max();
-    const char *custom = t->op == TG_OP_CUSTOM ? "custom op" : "op";
+    bool user = t->def && (t->def->flags & TG_OPF_USER);
+    const char *custom = user ? "custom op" : "op";
     bool ws = kind == TG__BUF_WSF || kind == TG__BUF_WSB;
     if (bytes > max) {
         tg__err(g->ctx, TG_ERR_NOMEM, fn, "%s '%s' ('%s'): %s of %llu bytes is more than an "
                 "arena can hold (at most %llu bytes)%s", custom, tg_tensor_op_name(t), t->name,
                 buf_what(kind), (unsigned long long)bytes, (unsigned long long)max,
-                t->op == TG_OP_CUSTOM && ws ? "; its workspace callback returned this size" : "");
+                user && ws ? "; its workspace callback returned this size" : "");
         return -1;
     }
     uint64_t size = (bytes + 63) / 64 * 64;
@@ -439,7 +440,7 @@ bool tg__plan(tg_graph *g, const char *fn)
                 /* (if src[1] already shares c's gradient, t's other consumers must run their
                  * backward after src[1]'s rule has read it, i.e. come before it in order) */
                 g->bufs[g->grad_buf[i]].alias = G;
-            } else if (fits && !twice && c->op == TG_OP_ADD && c->n_src == 2 &&
+            } else if (fits && !twice && (c->def->flags & TG_OPF_BWD_SHARE1) && c->n_src == 2 &&
                        c->src[1] == t && ncons[i] == 1 && shared[j] < 0 &&
                        c->src[0]->topo < i) {
                 /* add: src[1]'s gradient is dy too. It shares c's gradient (which src[0] may
