@@ -36,7 +36,9 @@ struct tg_translator {
     tg_search_opts o;
     int64_t N, K, R, L, V;  /* sentences, beams (1 for greedy), rows N K, max_seq_len, vocab */
     tg_generator *gen;
-    int64_t S;              /* live slots (the generator's live rows S K) */
+    int64_t S;              /* live slots (the generator's live rows S W) */
+    int64_t W;              /* rows per slot this step: 1 at step 0 of beam search (every beam
+                               of a sentence starts alike: one row computes them), else K */
     int64_t *slot;          /* (N) each sentence's slot */
     int64_t *sent;          /* (N) each slot's sentence, or -1 */
     double *lse;            /* (R) log sum exp of each row's logits */
@@ -221,20 +223,21 @@ static inline double logit(const tg_translator *tr, int64_t r, int64_t v)
     return tr->f32 ? (double)tr->xf[r * tr->V + v] : tr->xd[r * tr->V + v];
 }
 
-/* The log-sum-exp of each live sentence's rows (at step 0 a sentence's first beam only);
- * bad[r] = the first non-finite logit's token or -1. */
+/* The log-sum-exp of each live sentence's rows (W per slot); bad[r] = the first non-finite
+ * logit's token or -1. */
 static void row_lse(tg_translator *tr, int64_t t)
 {
-    int64_t R = tr->S * tr->K, K = tr->K, V = tr->V;
+    int64_t R = tr->S * tr->W, W = tr->W, V = tr->V;
     int nt = tg__threads(tr->ctx);
     bool par = (double)R * (double)V >= (double)TG_PAR_MIN;
+    (void)t;
     /* each iteration writes lse and bad of its own row r; the sums run in fixed lanes of the
      * row alone (vec.h) */
     TG_OMP_FOR(nt, par)
     for (int64_t r = 0; r < R; r++) {
         tr->bad[r] = -1;
-        int64_t i = tr->sent[r / K];
-        if (i < 0 || tr->done[i] || (t == 0 && r % K != 0))
+        int64_t i = tr->sent[r / W];
+        if (i < 0 || tr->done[i])
             continue;
         /* a sum that is not finite: an inf or a nan among the logits (or an overflow) */
         double sum = tr->f32 ? (double)tg__row_dot_f32(tr->xf + r * V, NULL, V)
@@ -324,11 +327,14 @@ static void cand_insert(int64_t *cb, int32_t *ct, double *cs, int64_t *nc, int64
         *nc = n + 1;
 }
 
-/* Beam search step t of sentence i (the rows r0 .. r0 + K - 1 of its slot): fairseq's
- * BeamSearch.step and the finalization of sequence_generator.py. */
+/* Beam search step t of sentence i: fairseq's BeamSearch.step and the finalization of
+ * sequence_generator.py. Its beams are the rows r0 .. r0 + nb - 1 (r0 = slot W: at step 0 one
+ * row, since all beams start alike); the next beams go to rows q0 .. q0 + K - 1 of the next
+ * step's layout (q0 = slot K) in nhyp, nscore, tok and rows (the row each continues). */
 static void beam_step(tg_translator *tr, int64_t i, int64_t t)
 {
-    int64_t K = tr->K, V = tr->V, L = tr->L, r0 = tr->slot[i] * K, nb = t == 0 ? 1 : K;
+    int64_t K = tr->K, V = tr->V, L = tr->L, r0 = tr->slot[i] * tr->W, q0 = tr->slot[i] * K;
+    int64_t nb = t == 0 ? 1 : K;
     int32_t eos = tr->o.eos, pad = tr->o.pad;
     int64_t *cb = tr->cbeam + 2 * i * K, nc = 0;
     int32_t *ct = tr->ctok + 2 * i * K;
@@ -340,9 +346,7 @@ static void beam_step(tg_translator *tr, int64_t i, int64_t t)
         for (int64_t c = 0; c < nc; c++)
             finish(tr, i, tr->hyp + (r0 + cb[c]) * L, t, cs[c]);
         tr->done[i] = true;
-        for (int64_t j = 0; j < K; j++) /* its rows stay as they are */
-            tr->rows[r0 + j] = (int32_t)(r0 + j);
-        return;
+        return; /* its rows: next_rows */
     }
     for (int64_t j = 0; j < nb; j++) { /* beams and tokens in flat order */
         double sc = tr->score[r0 + j], lse = tr->lse[r0 + j];
@@ -385,25 +389,37 @@ static void beam_step(tg_translator *tr, int64_t i, int64_t t)
             if (c < K)
                 finish(tr, i, h, t, cs[c]);
         } else if (next < K) {
-            int32_t *nh = tr->nhyp + (r0 + next) * L;
+            int32_t *nh = tr->nhyp + (q0 + next) * L;
             memcpy(nh, h, sizeof(int32_t) * (size_t)t);
             nh[t] = ct[c];
-            tr->nscore[r0 + next] = cs[c];
-            tr->rows[r0 + next] = (int32_t)(r0 + cb[c]);
-            tr->tok[r0 + next] = ct[c];
+            tr->nscore[q0 + next] = cs[c];
+            tr->rows[q0 + next] = (int32_t)(r0 + cb[c]);
+            tr->tok[q0 + next] = ct[c];
             next++;
         }
     }
-    if (tr->nfin[i] >= K) {
+    if (tr->nfin[i] >= K)
         tr->done[i] = true;
-        for (int64_t j = 0; j < K; j++)
-            tr->rows[r0 + j] = (int32_t)(r0 + j);
-        return;
-    }
-    /* next == K: at most K of the 2K candidates end in EOS (one per beam) */
-    for (int64_t j = 0; j < K; j++) {
-        memcpy(tr->hyp + (r0 + j) * L, tr->nhyp + (r0 + j) * L, sizeof(int32_t) * (size_t)(t + 1));
-        tr->score[r0 + j] = tr->nscore[r0 + j];
+    /* else next == K: at most K of the 2K candidates end in EOS (one per beam); nhyp and
+     * nscore become hyp and score after every sentence's step (beams_adopt) */
+}
+
+/* The next beams of the sentences that go on: nhyp and nscore into hyp and score (rows of the
+ * next layout; at step 0 they overlap other sentences' current rows, hence after all). */
+static void beams_adopt(tg_translator *tr, int64_t t)
+{
+    int64_t K = tr->K, L = tr->L;
+    int nt = tg__threads(tr->ctx);
+    bool par = (double)tr->S * (double)K * (double)(t + 1) >= (double)TG_PAR_MIN;
+    /* each iteration writes the rows of its own slot */
+    TG_OMP_FOR(nt, par)
+    for (int64_t f = 0; f < tr->S; f++) {
+        int64_t i = tr->sent[f];
+        if (i < 0 || tr->done[i])
+            continue;
+        memcpy(tr->hyp + f * K * L, tr->nhyp + f * K * L,
+               sizeof(int32_t) * (size_t)((K - 1) * L + t + 1));
+        memcpy(tr->score + f * K, tr->nscore + f * K, sizeof(double) * (size_t)K);
     }
 }
 
@@ -435,27 +451,32 @@ static tg_status start(tg_translator *tr, int64_t n, const int32_t *const *src,
         tr->max_out[i] = m >= (double)(L - 1) ? L - 1 : m < 1 ? 1 : (int64_t)m;
     }
     tr->S = n;
+    tr->W = 1; /* step 0: one row per sentence (for beam search, its first beam's) */
     tg_status st = tg_generator_set_sources(tr->gen, tr->src, s, tr->slen);
-    if (st == TG_OK && n < tr->N) /* the rows of the n sentences only (rows[r] = r) */
-        st = tg_generator_select_rows(tr->gen, tr->rows, n * K);
+    for (int64_t i = 0; i < n; i++)
+        tr->rows[i] = (int32_t)(i * K);
+    if (st == TG_OK && (n < tr->N || K > 1)) /* rows i K -> i (K = 1 greedy: identity) */
+        st = tg_generator_select_rows(tr->gen, tr->rows, n);
     return st;
 }
 
-/* After step t's search: the rows each live slot continues from (tr->rows, identity for the
- * slots of finished sentences) and, when the live sentences fit a smaller row bucket, the
+/* After step t's search: the next layout's rows (K per slot) and the row each continues
+ * from (tr->rows; a finished slot's rows, and greedy's, continue from themselves, or at step
+ * 0 from the slot's one row) and, when the live sentences fit a smaller row bucket, the
  * sentences of the slots beyond their count moved into the free slots below it (their rows,
  * hypotheses, scores and next tokens); then tg_generator_select_rows. */
 static tg_status next_rows(tg_translator *tr, int64_t t, bool beam)
 {
-    int64_t K = tr->K, L = tr->L, S = tr->S, live = 0;
+    int64_t K = tr->K, L = tr->L, S = tr->S, W = tr->W, live = 0;
     for (int64_t f = 0; f < S; f++) {
         int64_t i = tr->sent[f];
         bool on = i >= 0 && !tr->done[i];
         live += on;
-        if (!on || !beam) /* greedy rows and a finished slot's rows stay as they are */
+        if (!on || !beam)
             for (int64_t j = 0; j < K; j++)
-                tr->rows[f * K + j] = (int32_t)(f * K + j);
+                tr->rows[f * K + j] = (int32_t)(W == K ? f * K + j : f * W);
     }
+    tr->W = K; /* after step 0 of beam search, each slot's one row becomes K */
     int64_t S2 = S;
     if (tg_generator_graph_rows(tr->gen, live * K) < tg_generator_graph_rows(tr->gen, S * K)) {
         S2 = live;
@@ -489,13 +510,13 @@ static tg_status next_rows(tg_translator *tr, int64_t t, bool beam)
 /* The first non-finite logit of a live row as a run error, or TG_OK. */
 static tg_status check_finite(tg_translator *tr, int64_t t)
 {
-    for (int64_t r = 0; r < tr->S * tr->K; r++)
+    for (int64_t r = 0; r < tr->S * tr->W; r++)
         if (tr->bad[r] >= 0) {
             double v = logit(tr, r, tr->bad[r]);
             tg__run_err(tr->ctx, TG_ERR_NONFINITE, "tg_translate_batch",
                         "sentence %lld, step %lld: the logit of token %lld is %s (beam %lld)",
-                        (long long)tr->sent[r / tr->K], (long long)t, (long long)tr->bad[r],
-                        isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", (long long)(r % tr->K));
+                        (long long)tr->sent[r / tr->W], (long long)t, (long long)tr->bad[r],
+                        isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", (long long)(r % tr->W));
             return TG_ERR_NONFINITE;
         }
     return TG_OK;
@@ -548,6 +569,8 @@ tg_status tg_translate_batch(tg_translator *tr, int64_t n, const int32_t *const 
             all = all && tr->done[i];
         if (all)
             break;
+        if (beam)
+            beams_adopt(tr, t);
         st = next_rows(tr, t, beam);
     }
     if (st != TG_OK)
