@@ -224,25 +224,15 @@ static void pack_b(bool tb, const float *B, int64_t ldb, int64_t k0, int64_t kc,
     int64_t kp = (kc + 1) / 2, npanels = (nc + NR - 1) / NR;
     for (int64_t p = 0; p < npanels; p++) {
         uint16_t *dst = bpack + p * kp * 2 * NR;
-        int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;
+        int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR, q = 0;
 #ifdef TG_X86_BF16
-        if (hw && w == NR) {
-            /* B^T: rows of B are columns of op(B), pairs contiguous; B: two rows per pair */
-            int64_t q = tb ? pack_bt_full(B + jb * ldb + k0, ldb, kc, dst)
-                           : pack_bn_full(B + k0 * ldb + jb, ldb, kc, dst);
-            for (; q < kp; q++)
-                for (int64_t j = 0; j < NR; j++)
-                    for (int e = 0; e < 2; e++) {
-                        int64_t k = 2 * q + e;
-                        float v = k >= kc ? 0 : tb ? B[(jb + j) * ldb + k0 + k]
-                                                   : B[(k0 + k) * ldb + jb + j];
-                        dst[(q * NR + j) * 2 + e] = tg__bf16_from_f32(v);
-                    }
-            continue;
-        }
+        /* B^T: rows of B are columns of op(B), pairs contiguous; B: two rows per pair */
+        if (hw && w == NR)
+            q = tb ? pack_bt_full(B + jb * ldb + k0, ldb, kc, dst)
+                   : pack_bn_full(B + k0 * ldb + jb, ldb, kc, dst);
 #endif
         (void)hw;
-        for (int64_t q = 0; q < kp; q++)
+        for (; q < kp; q++)
             for (int64_t j = 0; j < NR; j++)
                 for (int e = 0; e < 2; e++) {
                     int64_t k = 2 * q + e;

@@ -259,6 +259,26 @@ START_TEST(test_simd_selected)
 END_TEST
 
 /* Large enough to be split between threads (by columns and by rows). */
+/* Shape sh of a thread-invariance table in layout lay (bit 0: A transposed, bit 1: B):
+ * shape 1 accumulates, shape 2 has bias and ReLU. */
+static gcase thread_case(const int64_t shape[3], int sh, int lay)
+{
+    gcase c;
+    memset(&c, 0, sizeof c);
+    c.M = shape[0];
+    c.N = shape[1];
+    c.K = shape[2];
+    c.ta = lay & 1;
+    c.tb = lay >> 1;
+    c.acc = sh == 1;
+    c.lda = c.ta ? c.M : c.K;
+    c.ldb = c.tb ? c.K : c.N;
+    c.ldc = c.N;
+    c.bias = sh == 2;
+    c.act = sh == 2 ? TG__EPI_RELU : TG__EPI_NONE;
+    return c;
+}
+
 START_TEST(test_thread_invariance)
 {
     tg_dtype dt = tu_dtypes[_i];
@@ -266,19 +286,7 @@ START_TEST(test_thread_invariance)
     int nts[] = {2, 3, 8};
     for (int s = 0; s < 3; s++) {
         for (int lay = 0; lay < 4; lay++) {
-            gcase c;
-            memset(&c, 0, sizeof c);
-            c.M = shapes[s][0];
-            c.N = shapes[s][1];
-            c.K = shapes[s][2];
-            c.ta = lay & 1;
-            c.tb = lay >> 1;
-            c.acc = s == 1;
-            c.lda = c.ta ? c.M : c.K;
-            c.ldb = c.tb ? c.K : c.N;
-            c.ldc = c.N;
-            c.bias = s == 2;
-            c.act = s == 2 ? TG__EPI_RELU : TG__EPI_NONE;
+            gcase c = thread_case(shapes[s], s, lay);
             gdata d;
             make_data(&c, &d);
             double *ref = malloc(sizeof(double) * d.nc), *out = malloc(sizeof(double) * d.nc);
@@ -525,19 +533,7 @@ START_TEST(test_bf16_threads)
     int nts[] = {2, 3, 8};
     for (int sh = 0; sh < 3; sh++)
         for (int lay = 0; lay < 4; lay++) {
-            gcase c;
-            memset(&c, 0, sizeof c);
-            c.M = shapes[sh][0];
-            c.N = shapes[sh][1];
-            c.K = shapes[sh][2];
-            c.ta = lay & 1;
-            c.tb = lay >> 1;
-            c.acc = sh == 1;
-            c.lda = c.ta ? c.M : c.K;
-            c.ldb = c.tb ? c.K : c.N;
-            c.ldc = c.N;
-            c.bias = sh == 2;
-            c.act = sh == 2 ? TG__EPI_RELU : TG__EPI_NONE;
+            gcase c = thread_case(shapes[sh], sh, lay);
             gdata d;
             make_data(&c, &d);
             double *ref = malloc(sizeof(double) * d.nc), *out = malloc(sizeof(double) * d.nc);
