@@ -3,8 +3,10 @@
  *
  * One tg_generator of R = N K rows (N sentences, K beams; K = 1 for greedy) in N slots of K
  * rows: sentence i sits in slot slot[i] (rows slot[i] K .. + K - 1, all holding its source;
- * tg_generator_set_sources, padded to the longest source of the call). Each step:
- *   feed   tok (S K) -> logits (S K, V)              one token per row of the S live slots
+ * tg_generator_set_sources, padded to the longest source of the call). Step 0 computes one
+ * row per slot (all beams of a sentence start alike; W = 1 row per slot), later steps K
+ * (W = K). Each step:
+ *   feed   tok (S W) -> logits (S W, V)              one token per row of the S live slots
  *   lse    lse[r] = m + log sum_v exp(x_rv - m)      per row of a live sentence (the row
  *                                                    helpers of src/core/vec.h, 16 lanes)
  *   search per sentence: greedy argmax, or beam      lp(v) = x_rv - lse[r] (double)
@@ -20,9 +22,10 @@
  * the first K candidates finishes a hypothesis (normalized score / len^alpha, len with EOS);
  * the first K non-EOS candidates continue; at the maximum length every beam finishes with EOS.
  *
- * Threads: the log-sum-exp loop writes lse[r] of its own rows, the search loop the rows,
- * buffers and finished lists of its own sentences; each sum runs over v in order on one
- * thread, so any thread count gives the same bits.
+ * Threads: the log-sum-exp loop writes lse[r] of its own rows (sums in the fixed lanes of
+ * vec.h's row helpers), the search loop the next-layout rows, buffers and finished lists of
+ * its own sentences, the adoption of the next beams its own slots; compaction is decided on
+ * one thread. Any thread count gives the same bits.
  */
 #include "tgrad_decode.h"
 #include "core.h"
