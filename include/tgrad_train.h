@@ -544,9 +544,11 @@ typedef struct tg_generator tg_generator;
  * model: cfg.n_decoder_layers > 0) for @p batch sequences decoded side by side. Allocates per layer a key cache (B, H, Dh, max_seq_len) (keys stored
  * transposed, see tg_kv_attention()) and a value cache (B, H, max_seq_len, Dh) in the model's
  * dtype, and builds the step graph (1 new token per sequence: M = B rows through every dense
- * layer, attention O(current length)); step graphs for fewer live rows are built at their
- * first use (tg_generator_select_rows()), all of them in one shared arena. Memory: 2 n_layers
- * B max_seq_len D elements of cache, plus the largest step graph plan (tg_graph_memory()).
+ * layer, attention O(current length)) and, for the decoder-only LM, the refill graph (max(1,
+ * max_seq_len / 2) tokens, used at the wrap below); step graphs for fewer live rows are built
+ * at their first use (tg_generator_select_rows()), all of them in one shared arena. Memory:
+ * 2 n_layers B max_seq_len D elements of cache, plus the largest graph plan
+ * (tg_graph_memory()).
  *
  * **Encoder-decoder.** The caches are the decoder layers' (masked self-attention). Each
  * decoder layer also gets a leaf holding its memory keys and values (B, max_seq_len, 2D) =
@@ -595,10 +597,10 @@ TG_API tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int6
  * costs one h-token forward every max_seq_len - h tokens.)
  *
  * Cost: n = 1 runs the step graph of the live rows' bucket (built by tg_generator_new() for
- * the whole batch, on first use for fewer rows); any other n (a prompt, the re-prefill of h
- * tokens at the wrap) builds a graph for n, runs it and releases it (tg_ctx_mark() /
- * tg_ctx_rewind()), so feeding any number of tokens leaves tg_ctx_bytes() unchanged (beyond
- * a row bucket's first use).
+ * the whole batch, on first use for fewer rows); n = h the decoder-only LM's refill graph; any
+ * other n (a prompt, an encoder-decoder's re-prefill at the wrap) builds a graph for n, runs
+ * it and releases it (tg_ctx_mark() / tg_ctx_rewind()), so feeding any number of tokens
+ * leaves tg_ctx_bytes() unchanged (beyond a row bucket's first use).
  * Errors (run-time: they do not stick): ::TG_ERR_ARG (@p gen freed: `the generator was
  * freed`; @p ids NULL, n < 1, an id out of range: nothing changes, the message names the
  * element; @p gen NULL: returned only, there is no context to record it on), ::TG_ERR_STATE (an

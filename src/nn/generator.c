@@ -14,10 +14,11 @@
  * fusion is on) with the attention replaced and no dropout (inference); the tests compare every
  * configuration against tg_transformer_forward() on the whole sequence.
  * Graphs: the step graph (n = 1) is built by tg_generator_new() (for fewer live rows on first
- * use, below) and kept; a feed of more tokens (a prompt, or the max(1, max_len / 2) tokens
- * the wrap at max_len re-prefills) gets a graph built after tg_ctx_mark() and released by
- * tg_ctx_rewind() once its logits are copied, so feeding any number of tokens does not grow
- * the context.
+ * use, below) and kept, and for the decoder-only LM the refill graph (n = max(1, max_len / 2),
+ * what the wrap at max_len re-prefills); a feed of any other length (a prompt, or an
+ * encoder-decoder's re-prefill, which a translation never needs) gets a graph built after
+ * tg_ctx_mark() and released by tg_ctx_rewind() once its logits are copied, so feeding any
+ * number of tokens does not grow the context.
  *
  * The encoder-decoder model. tg_generator_set_source() runs the encode graph once per source:
  *   src (B, s) i32, src_pos_ids (s) i32 = 0..s-1
@@ -41,7 +42,8 @@
  * row bucket (1..8, then 4 sizes per doubling: 10, 12, 14, 16, 20, ...; at most B) that
  * holds them. A bucket's graphs read and write the first rows of the same cache leaves
  * (tg__input_rows: no copy) and are built on first use; every step graph (any rows, any
- * memory width) shares one arena, so the generator holds the largest plan, not their sum.
+ * memory width) and the refill graph share one arena, so the generator holds the largest
+ * plan, not their sum.
  *
  * Row reordering (tg_generator_select, beam search): row b takes row rows[b]'s cache positions
  * 0..len-1, token history and, if the rows hold different sources (src_id), its memory keys,
@@ -66,8 +68,6 @@ typedef struct gen_graph {
     tg_graph *g;
 } gen_graph;
 
-/* A row bucket: the leaves its graphs read (the generator's own for B rows, else the first n
- * rows of them) and its step graph per memory width (built on first use). */
 /* The encode graph of set_sources (built per call, released after it). */
 struct enc_graph {
     int64_t s;                          /* source length (padded width) */
@@ -78,6 +78,8 @@ struct enc_graph {
     tg_graph *g;
 };
 
+/* A row bucket: the leaves its graphs read (the generator's own for B rows, else the first n
+ * rows of them) and its step graph per memory width (built on first use). */
 typedef struct gen_rows {
     int64_t n;
     tg_tensor **kc, **vc, **mkv, *mem_mask;
@@ -101,7 +103,8 @@ struct tg_generator {
     int64_t n_bk;
     int64_t n_wstep;                    /* s2s: memory widths 16 << k < L (step graph widths) */
     int64_t cur_w;                      /* the width the live rows' sources fit (n_wstep: L) */
-    tg_arena *arena;                    /* shared by the step graphs */
+    tg_arena *arena;                    /* shared by the step graphs and the refill graph */
+    gen_graph refill;                   /* decoder-only LM: the wrap's re-prefill (B rows) */
     bool freed;
     /* the encoder-decoder model (s2s); n_layers above counts its decoder layers */
     bool s2s;
@@ -113,7 +116,6 @@ struct tg_generator {
     tg_tensor **mkv;                    /* per decoder layer (B, L, 2D): memory [K | V] */
     tg_tensor *mem_mask;                /* (B, 1, 1, L) block mask: 1 at row b's positions
                                          * >= src_len[b] */
-
     /* tg_generator_select's gather buffer (grown on demand, released with the generator) */
     void *scratch;
     size_t scratch_bytes;
@@ -482,6 +484,11 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
     for (int64_t wi = 0; wi <= gen->n_wstep; wi++) /* B rows, every width: built here */
         if (!step_graph(gen, all, wi, fn))
             goto fail;
+    /* the decoder-only LM wraps every L - L/2 tokens of a long generation: its re-prefill
+     * graph is kept (a translation never wraps: its outputs stay below max_seq_len) */
+    if (!s2s && gen->refill_n > 1 &&
+        build_graph(gen, all, gen->refill_n, L, true, &gen->refill) != TG_OK)
+        goto fail;
     gen->cur_w = gen->n_wstep;
     return gen;
 fail:
@@ -529,8 +536,10 @@ static tg_status run_tokens(tg_generator *gen, const int32_t *tokens, int64_t n,
                                    "tg_generator_feed");
         return gg ? run_graph(gen, gg, tokens, start) : tg_ctx_status(gen->ctx);
     }
-    /* more tokens (a prompt, or the re-prefill at the wrap): a graph of its own, released
-     * before returning */
+    if (n == gen->refill_n && gen->refill.g)
+        return run_graph(gen, &gen->refill, tokens, start);
+    /* more tokens (a prompt, or an encoder-decoder's re-prefill at the wrap): a graph of its
+     * own, released before returning */
     tg_ctx *ctx = gen->ctx;
     tg_mark mark = tg_ctx_mark(ctx);
     gen_graph gg;
@@ -931,6 +940,8 @@ void tg_generator_free(tg_generator *gen)
     if (!gen || gen->freed)
         return;
     tg_ctx *ctx = gen->ctx;
+    tg_graph_free(gen->refill.g);
+    gen->refill.g = NULL;
     for (int64_t k = 0; k < gen->n_bk; k++) {
         gen_rows *br = &gen->bk[k];
         for (int64_t wi = 0; br->step && wi <= gen->n_wstep; wi++) {
