@@ -394,8 +394,8 @@ TG_API const char *tg_tensor_shape_str(const tg_tensor *t, char *buf, size_t n);
  * the run`): the planner gave its bytes to later values, so they are never handed out as its
  * own. Also NULL before any graph ran it, after that graph was freed, or, for a graph built
  * with a shared arena (tg_arena_new()), after another graph of that arena ran. Exceptions that
- * stay readable: views of a leaf (they read the leaf's memory) and every value of a graph
- * built with tg_graph_opts::no_reuse. The same rule holds for tg_get(), tg_tensor_get_data(),
+ * stay readable: views of a leaf or of an output or kept tensor (they read that memory) and
+ * every value of a graph built with tg_graph_opts::no_reuse. The same rule holds for tg_get(), tg_tensor_get_data(),
  * tg_tensor_copy() (NaN or the error returned) and the gradient accessors. A view
  * (tg_tensor_is_view()) points into its base's buffer with its own strides: read it with
  * tg_get() or tg_tensor_get_data(), which follow them.

@@ -49,7 +49,13 @@ gemm_rows() {
 date=$(date -u +%Y-%m-%d)
 cpu=$(sed -n 's/^Machine: //p' "$tmp/bench.txt" | head -n 1)
 blas=$(sed -n 's/^OpenBLAS: //p' "$tmp/bench.txt" | head -n 1)
-peak=$(sed -n 's/^Peak (used for %peak below): //p' "$tmp/bench.txt" | head -n 1)
+# "Peak (used for %peak below), the best sample of each: FORM:" then the figures on the next
+# line; the bf16 peak on its own line where the CPU has AVX512_BF16
+peak=$(awk '/^Peak \(used for %peak below\)/ { sub(/^Peak \(used for %peak below\)[^:]*: /, "");
+                                               form = $0; getline; sub(/^ +/, ""); print form " " $0; exit }' \
+       "$tmp/bench.txt")
+bf16=$(sed -n 's/^  bf16 products (vdpbf16ps, 2 products per f32 lane): //p' "$tmp/bench.txt" | head -n 1)
+[ -n "$bf16" ] && peak="$peak; bf16 (vdpbf16ps): $bf16"
 clock=$(sed -n 's/^Core clock under load: //p' "$tmp/bench.txt" | head -n 1)
 rev=$(git -C "$here/.." rev-parse --short HEAD 2>/dev/null || echo "?")
 

@@ -59,8 +59,9 @@ void tg__mark_reused(tg_graph *g)
         return;
     for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
-        /* views of a leaf read the leaf's own memory: never reused */
-        if (t->op != TG_OP_NONE && !g->persist[i] && !(t->base && t->base->op == TG_OP_NONE))
+        /* a view reads its base's memory: a leaf's, or a kept value's, is never reused */
+        if (t->op != TG_OP_NONE && !g->persist[i] &&
+            !(t->base && (t->base->op == TG_OP_NONE || g->persist[t->base->topo])))
             t->reused = true;
     }
 }
