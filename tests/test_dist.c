@@ -321,14 +321,18 @@ START_TEST(interrupt_rank_exits_130)
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "(mpirun --oversubscribe -np 2 '%s' %s --checkpoint r.st --save-every 20 & mp=$!; "
-             "i=0; while [ ! -f r.st ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
-             "for d in /proc/[0-9]*; do "
-             "  if tr '\\0' '\\n' < $d/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && "
-             "     tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q -- '--checkpoint r.st'; then "
-             "    kill -INT ${d#/proc/}; fi; done; "
+             "i=0; while [ ! -f r.st ] && [ $i -lt 4800 ]; do sleep 0.05; i=$((i+1)); done; "
+             /* rank 0 found and signalled once; scanned again until then (a loaded machine) */
+             "sent=0; j=0; while [ $sent = 0 ] && [ $j -lt 200 ]; do "
+             "  for d in /proc/[0-9]*; do "
+             "    if tr '\\0' '\\n' < $d/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && "
+             "       tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q -- '--checkpoint r.st' && "
+             "       kill -INT ${d#/proc/} 2>/dev/null; then sent=1; fi; done; "
+             "  [ $sent = 0 ] && sleep 0.1; j=$((j+1)); done; "
+             "echo \"rank 0 signalled: $sent\" >&2; "
              "wait $mp; echo \"mpirun exit $?\" >&2)",
              tu_tgrad_exe(), a);
-    ck_assert_int_eq(tu_run_sh(g_dir, cmd, 120, NULL), 0);
+    ck_assert_int_eq(tu_run_sh(g_dir, cmd, 400, NULL), 0);
     char *e = err_text();
     /* messages cut to what Check can carry (a longer one aborts the suite) */
     ck_assert_msg(strstr(e, "mpirun exit 130"), "%.2000s", e);
