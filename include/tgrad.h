@@ -914,6 +914,25 @@ TG_API tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *input, tg_tensor *target,
  * Returns NULL on error. Owned by the context.
  */
 TG_API tg_graph *tg_graph_new(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs);
+/**
+ * Compute precision of a graph's matrix products (tg_graph_opts::precision).
+ *
+ * ::TG_PRECISION_BF16 is mixed precision in the sense of Kalamkar et al. 2019 ("A Study of
+ * BFLOAT16 for Deep Learning Training", arXiv 1905.12322) and of oneDNN's `fpmath_mode=bf16`:
+ * the operands of the matrix products (dense and dense_act, matmul, flash attention's QK^T
+ * and PV, forward and backward) are rounded to bf16 (1 sign, 8 exponent, 7 mantissa bits;
+ * round to nearest even) and their products accumulated in f32. Everything else stays f32:
+ * parameters, gradients, optimizer state, the loss, softmax, layer-norm statistics and every
+ * reduction. A product of length K then has a relative error up to about 2^-8 per operand
+ * instead of 2^-24 (docs/kernels.md, "bf16 GEMM", gives the bound). Results are bitwise
+ * independent of the thread count; the AVX512_BF16 and the portable kernel agree to the last
+ * bits except for subnormal operands.
+ */
+typedef enum tg_precision {
+    TG_PRECISION_F32 = 0,  /**< f32 products (the default) */
+    TG_PRECISION_BF16 = 1, /**< bf16 operands, f32 accumulation */
+} tg_precision;
+
 /** Options for tg_graph_new_opts(); zero-initialise. */
 typedef struct tg_graph_opts {
     /**
@@ -975,6 +994,12 @@ typedef struct tg_graph_opts {
      * belongs to another context, ::TG_ERR_NOMEM if it cannot grow (the arena is unchanged).
      */
     tg_arena *arena;
+    /**
+     * Compute precision of the matrix products (::tg_precision; 0 = ::TG_PRECISION_F32, today's
+     * bits). ::TG_PRECISION_BF16: see ::tg_precision for what it changes. f64 graphs refuse it
+     * (::TG_ERR_DTYPE from tg_graph_new_opts()).
+     */
+    int precision;
 } tg_graph_opts;
 
 /** tg_graph_new() with options (@p opts NULL: the defaults). Errors: as tg_graph_new(). */

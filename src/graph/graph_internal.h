@@ -57,6 +57,7 @@ struct tg_graph {
     bool backwarded;        /* a backward ran since the last forward (without retain: the
                                values it read may be overwritten) */
     int nt;                 /* thread count the workspace was planned for */
+    int precision;          /* tg_graph_opts.precision (TG_PRECISION_*) */
     unsigned char *needed;  /* per node, scratch of backward */
     unsigned char *minf_ok; /* per node: -inf is expected (attention masks) */
     unsigned char *persist; /* per node: output or kept (data and grad never freed) */

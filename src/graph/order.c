@@ -119,6 +119,9 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
         if (outputs[i]->ctx != ctx)
             return tg__err(ctx, TG_ERR_ARG, fn, "output %d belongs to another context", i);
     }
+    if (opts && opts->precision != TG_PRECISION_F32 && opts->precision != TG_PRECISION_BF16)
+        return tg__err(ctx, TG_ERR_ARG, fn, "unknown precision %d (TG_PRECISION_F32 or "
+                       "TG_PRECISION_BF16)", opts->precision);
     if (opts && opts->arena && opts->arena->ctx != ctx)
         return tg__err(ctx, TG_ERR_ARG, fn, "the shared arena (opts.arena) belongs to another "
                        "context");
@@ -137,6 +140,7 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
     g->poison = opts && opts->poison;
     g->anomaly = opts && opts->detect_anomaly;
     g->retain = !(opts && opts->one_backward);
+    g->precision = opts ? opts->precision : TG_PRECISION_F32;
     if (opts && opts->arena) {
         g->shared = opts->arena;
         g->shared->n_graphs++;
@@ -190,6 +194,11 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
         g->persist[outputs[o]->topo] = 1;
     for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
+        if (g->precision == TG_PRECISION_BF16 && t->dtype == TG_F64) {
+            tg__err(ctx, TG_ERR_DTYPE, fn, "bf16 precision is for f32 graphs; '%s' is f64 (f64 "
+                    "graphs are for exact checking: build them with TG_PRECISION_F32)", t->name);
+            goto fail;
+        }
         if (t->keep)
             g->persist[i] = 1;
         if (g->no_grad)
