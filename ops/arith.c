@@ -14,8 +14,11 @@
 #include "registry.h"
 
 
-size_t tg__arith_ws(const tg_tensor *y, int nt, bool backward)
+size_t tg__arith_ws(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
+    int nt = c->nt;
+    bool backward = c->backward;
     (void)nt;
     const tg_tensor *a = y->src[0], *b = y->src[1];
     size_t es = tg_dtype_size(y->dtype);
@@ -57,11 +60,12 @@ static void row_offsets(const tg_tensor *y, int64_t row, const int64_t *as, cons
  * tg__reduce_to then sums in its fixed order. Race-free and thread-count independent. */
 #define DEFINE_ARITH(T, SUF)                                                                   \
     /* dst (y's shape) (+)= d y / d src[s] * dy per element */                                 \
-    static void div_grad_##SUF(const tg_tensor *y, int s, T *dst, bool acc)                    \
+    static void div_grad_##SUF(const tg__call *c, int s, T *dst, bool acc)                    \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
-        const T *A = a->data, *B = b->data, *G = y->grad;                                      \
-        int nt = tg__threads(y->ctx);                                                          \
+        const T *A = c->in[0], *B = c->in[1], *G = c->dy;                                           \
+        int nt = c->nt;                                                          \
         int r = y->rank;                                                                       \
         int64_t as[TG_MAX_RANK], bs[TG_MAX_RANK];                                              \
         tg__bcast_strides(a, r, y->shape, as);                                                 \
@@ -82,18 +86,19 @@ static void row_offsets(const tg_tensor *y, int64_t row, const int64_t *as, cons
             }                                                                                  \
         }                                                                                      \
     }                                                                                          \
-    static void div_bwd_##SUF(const tg_tensor *y)                                              \
+    static void div_bwd_##SUF(const tg__call *c)                                              \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         for (int s = 0; s < 2; s++) {                                                          \
             tg_tensor *x = y->src[s];                                                          \
-            if (!x->grad)                                                                      \
+            if (!c->dx[s])                                                                     \
                 continue;                                                                      \
             if (x->numel == y->numel) { /* x has y's layout: accumulate directly */            \
-                div_grad_##SUF(y, s, x->grad, true);                                           \
+                div_grad_##SUF(c, s, c->dx[s], true);                                          \
                 continue;                                                                      \
             }                                                                                  \
-            div_grad_##SUF(y, s, y->ws, false);                                             \
-            tg__reduce_to(y->ctx, y->dtype, y->ws, y->rank, y->shape, x, x->grad);          \
+            div_grad_##SUF(c, s, c->ws, false);                                             \
+            tg__reduce_to(c->nt, y->dtype, c->ws, y->rank, y->shape, x, c->dx[s]);          \
         }                                                                                      \
     }                                                                                          \
     /* db -= dy (b has y's layout) or db -= scratch (b's numel). Each element by one iteration. */ \
@@ -107,31 +112,35 @@ DEFINE_ARITH(float, f32)
 DEFINE_ARITH(double, f64)
 
 
-void tg__sub_backward(tg_tensor *y)
+tg_status tg__sub_backward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     tg_tensor *a = y->src[0], *b = y->src[1];
-    if (a->grad)
-        tg__reduce_to(y->ctx, y->dtype, y->grad, y->rank, y->shape, a, a->grad);
-    if (!b->grad)
-        return;
-    const void *v = y->grad;
+    if (c->dx[0])
+        tg__reduce_to(c->nt, y->dtype, c->dy, y->rank, y->shape, a, c->dx[0]);
+    if (!c->dx[1])
+        return TG_OK;
+    const void *v = c->dy;
     if (b->numel != y->numel) { /* reduce dy onto b's shape in the scratch, then subtract */
-        memset(y->ws, 0, (size_t)b->numel * tg_dtype_size(y->dtype));
-        tg__reduce_to(y->ctx, y->dtype, y->grad, y->rank, y->shape, b, y->ws);
-        v = y->ws;
+        memset(c->ws, 0, (size_t)b->numel * tg_dtype_size(y->dtype));
+        tg__reduce_to(c->nt, y->dtype, c->dy, y->rank, y->shape, b, c->ws);
+        v = c->ws;
     }
-    int nt = tg__threads(y->ctx);
+    int nt = c->nt;
     if (y->dtype == TG_F32)
-        sub_from_f32(nt, b->numel, v, b->grad);
+        sub_from_f32(nt, b->numel, v, c->dx[1]);
     else
-        sub_from_f64(nt, b->numel, v, b->grad);
+        sub_from_f64(nt, b->numel, v, c->dx[1]);
+    return TG_OK;
 }
 
 
-void tg__div_backward(tg_tensor *y)
+tg_status tg__div_backward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        div_bwd_f32(y);
+        div_bwd_f32(c);
     else
-        div_bwd_f64(y);
+        div_bwd_f64(c);
+    return TG_OK;
 }

@@ -45,18 +45,19 @@ tg_tensor *tg_add_mask(tg_ctx *ctx, tg_tensor *scores, tg_tensor *mask, tg_mask_
 
 /* Each row of the last axis is written by one iteration. */
 #define DEFINE_MASK(T, SUF)                                                                    \
-    static void mask_rows_##SUF(tg_tensor *y, bool backward)                                   \
+    static void mask_rows_##SUF(const tg__call *c, bool backward)                                   \
     {                                                                                          \
-        const tg_tensor *s = y->src[0], *m = y->src[1];                                        \
-        const T *M = m->data;                                                                  \
+        const tg_tensor *y = c->y;                                                             \
+        const tg_tensor *m = y->src[1];                                                        \
+        const T *M = c->in[1];                                                                 \
         bool block = y->p.mask.kind == TG_MASK_BLOCK;                                          \
         int r = y->rank;                                                                       \
         int64_t ms[TG_MAX_RANK];                                                               \
         tg__bcast_strides(m, r, y->shape, ms);                                                 \
         int64_t L = r ? y->shape[r - 1] : 1, rows = y->numel / L, msl = r ? ms[r - 1] : 0;     \
-        const T *S = s->data, *G = y->grad;                                                    \
-        T *Y = y->data, *dS = s->grad;                                                         \
-        int nt = tg__threads(y->ctx);                                                          \
+        const T *S = c->in[0], *G = c->dy;                                                   \
+        T *Y = c->out, *dS = c->dx[0];                                                        \
+        int nt = c->nt;                                                          \
         TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)                                                  \
         for (int64_t row = 0; row < rows; row++) {                                             \
             int64_t rem = row, mo = 0;                                                         \
@@ -83,25 +84,29 @@ tg_tensor *tg_add_mask(tg_ctx *ctx, tg_tensor *scores, tg_tensor *mask, tg_mask_
 DEFINE_MASK(float, f32)
 DEFINE_MASK(double, f64)
 
-void tg__add_mask_forward(tg_tensor *y)
+tg_status tg__add_mask_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        mask_rows_f32(y, false);
+        mask_rows_f32(c, false);
     else
-        mask_rows_f64(y, false);
+        mask_rows_f64(c, false);
+    return TG_OK;
 }
 
-void tg__add_mask_backward(tg_tensor *y)
+tg_status tg__add_mask_backward(const tg__call *c)
 {
-    if (y->src[0]->grad) {
+    const tg_tensor *y = c->y;
+    if (c->dx[0]) {
         if (y->dtype == TG_F32)
-            mask_rows_f32(y, true);
+            mask_rows_f32(c, true);
         else
-            mask_rows_f64(y, true);
+            mask_rows_f64(c, true);
     }
     tg_tensor *m = y->src[1];
-    if (y->p.mask.kind == TG_MASK_ADDITIVE && m->grad)
-        tg__reduce_to(y->ctx, y->dtype, y->grad, y->rank, y->shape, m, m->grad);
+    if (y->p.mask.kind == TG_MASK_ADDITIVE && c->dx[1])
+        tg__reduce_to(c->nt, y->dtype, c->dy, y->rank, y->shape, m, c->dx[1]);
+    return TG_OK;
 }
 
 /* ---- softmax ------------------------------------------------------------------------------ */
@@ -147,40 +152,46 @@ tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x)
                 dx[j] += o[j] * (g[j] - dot);                                                  \
         }                                                                                      \
     }                                                                                          \
-    static void softmax_fwd_##SUF(tg_tensor *y)                                                \
+    static void softmax_fwd_##SUF(const tg__call *c)                                                \
     {                                                                                          \
-        const T *X = y->src[0]->data;                                                          \
-        T *Y = y->data;                                                                        \
+        const tg_tensor *y = c->y;                                                             \
+        const T *X = c->in[0];                                                          \
+        T *Y = c->out;                                                                        \
         int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
         /* Race-free: a thread owns the rows [lo, hi) of y. */                                 \
-        TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
+        TG_PAR_RANGE(c->nt, y->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
                      rows, 1, softmax_rows_##SUF(X, Y, L, lo, hi));                            \
     }                                                                                          \
-    static void softmax_bwd_##SUF(tg_tensor *y)                                                \
+    static void softmax_bwd_##SUF(const tg__call *c)                                                \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
         /* Race-free: a thread owns the rows [lo, hi) of dx. */                                \
-        TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
+        TG_PAR_RANGE(c->nt, y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
                      rows, 1,                                                                  \
-                     softmax_bwd_rows_##SUF(y->data, y->grad, y->src[0]->grad, L, lo, hi));    \
+                     softmax_bwd_rows_##SUF(c->out, c->dy, c->dx[0], L, lo, hi));    \
     }
 DEFINE_SOFTMAX(float, f32)
 DEFINE_SOFTMAX(double, f64)
 
-void tg__softmax_forward(tg_tensor *y)
+tg_status tg__softmax_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        softmax_fwd_f32(y);
+        softmax_fwd_f32(c);
     else
-        softmax_fwd_f64(y);
+        softmax_fwd_f64(c);
+    return TG_OK;
 }
 
-void tg__softmax_backward(tg_tensor *y)
+tg_status tg__softmax_backward(const tg__call *c)
 {
-    if (!y->src[0]->grad)
-        return;
+    const tg_tensor *y = c->y;
+    if (!c->dx[0])
+        return TG_OK;
     if (y->dtype == TG_F32)
-        softmax_bwd_f32(y);
+        softmax_bwd_f32(c);
     else
-        softmax_bwd_f64(y);
+        softmax_bwd_f64(c);
+    return TG_OK;
 }

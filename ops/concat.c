@@ -82,25 +82,26 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *inner)
  * own span of y (forward) or of dx_k (backward). Sources run in order, so the same tensor
  * given twice accumulates twice without a race. Thread-count independent. */
 #define DEFINE_CONCAT(T, SUF)                                                                  \
-    static void copy_##SUF(tg_tensor *y, bool backward)                                        \
+    static void copy_##SUF(const tg__call *c, bool backward)                                        \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         int64_t outer, inner;                                                                  \
         split(y, &outer, &inner);                                                              \
         int a = y->p.concat.axis;                                                              \
         int64_t row = y->shape[a] * inner, off = 0; /* off: c_k * inner */                     \
-        int nt = tg__threads(y->ctx);                                                          \
+        int nt = c->nt;                                                          \
         for (int k = 0; k < y->n_src; k++) {                                                   \
             tg_tensor *x = y->src[k];                                                          \
             int64_t xrow = x->shape[a] * inner;                                                \
             if (!backward) {                                                                   \
-                const T *X = x->data;                                                          \
-                T *Y = y->data;                                                                \
+                const T *X = c->in[k];                                                         \
+                T *Y = c->out;                                                                \
                 TG_OMP_FOR(nt, outer > 1 && x->numel > TG_PAR_MIN)                             \
                 for (int64_t o = 0; o < outer; o++)                                            \
                     memcpy(Y + o * row + off, X + o * xrow, (size_t)xrow * sizeof(T));         \
-            } else if (x->grad) {                                                              \
-                const T *G = y->grad;                                                          \
-                T *DX = x->grad;                                                               \
+            } else if (c->dx[k]) {                                                             \
+                const T *G = c->dy;                                                          \
+                T *DX = c->dx[k];                                                              \
                 TG_OMP_FOR(nt, outer > 1 && x->numel > TG_PAR_MIN)                             \
                 for (int64_t o = 0; o < outer; o++) {                                          \
                     const T *g = G + o * row + off;                                            \
@@ -115,18 +116,22 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *inner)
 DEFINE_CONCAT(float, f32)
 DEFINE_CONCAT(double, f64)
 
-void tg__concat_forward(tg_tensor *y)
+tg_status tg__concat_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        copy_f32(y, false);
+        copy_f32(c, false);
     else
-        copy_f64(y, false);
+        copy_f64(c, false);
+    return TG_OK;
 }
 
-void tg__concat_backward(tg_tensor *y)
+tg_status tg__concat_backward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        copy_f32(y, true);
+        copy_f32(c, true);
     else
-        copy_f64(y, true);
+        copy_f64(c, true);
+    return TG_OK;
 }

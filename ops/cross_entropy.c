@@ -21,7 +21,7 @@
 
 #include <stdio.h>
 
-/* Layout of y->saved (R rows), found from y->saved at each kernel call (the running graph
+/* Layout of c->saved (R rows), found from c->saved at each kernel call (the running graph
  * binds it; nothing is cached at build). */
 typedef struct {
     int64_t *n_valid;
@@ -29,11 +29,11 @@ typedef struct {
     int32_t *cls;
 } xent_saved;
 
-static xent_saved saved_of(const tg_tensor *y, int64_t R)
+static xent_saved saved_of(const tg__call *c, int64_t R)
 {
     xent_saved s;
-    s.n_valid = y->saved;
-    s.lse = (double *)((char *)y->saved + sizeof(double));
+    s.n_valid = c->saved;
+    s.lse = (double *)((char *)c->saved + sizeof(double));
     s.row_loss = s.lse + R;
     s.cls = (int32_t *)(s.row_loss + R);
     return s;
@@ -81,16 +81,17 @@ tg_tensor *tg_cross_entropy_smoothed(tg_ctx *ctx, tg_tensor *logits, tg_tensor *
                       label_smoothing);
 }
 
-tg_status tg__xent_check(tg_tensor *y)
+tg_status tg__xent_check(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     const tg_tensor *t = y->src[1];
-    const int32_t *tg = t->data;
+    const int32_t *tg = c->in[1];
     int64_t V = y->src[0]->shape[y->src[0]->rank - 1];
     for (int64_t n = 0; n < t->numel; n++) {
         if (tg[n] == y->p.xent.ignore_index)
             continue;
         if (tg[n] < 0 || tg[n] >= V) {
-            tg__run_err(y->ctx, TG_ERR_ARG, "tg_cross_entropy",
+            tg__run_err(c->ctx, TG_ERR_ARG, "tg_cross_entropy",
                     "target '%s'[%lld] = %lld is not a class in [0, %lld) nor ignore_index %lld",
                     t->name, (long long)n, (long long)tg[n], (long long)V,
                     (long long)y->p.xent.ignore_index);
@@ -143,13 +144,14 @@ tg_status tg__xent_check(tg_tensor *y)
                 dx[j] += scale * (EXP(x[j] - lse) - (j == t ? hit : off));                     \
         }                                                                                      \
     }                                                                                          \
-    static void fwd_##SUF(tg_tensor *y)                                                        \
+    static void fwd_##SUF(const tg__call *c)                                                        \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         const tg_tensor *lg = y->src[0];                                                       \
         int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;                                \
-        xent_saved s = saved_of(y, R);                                                         \
-        TG_PAR_RANGE(tg__threads(y->ctx), lg->numel * (int64_t)sizeof(T) > TG_PAR_BYTES, R, 1, \
-                     xent_fwd_rows_##SUF(lg->data, y->src[1]->data, y->p.xent.ignore_index,    \
+        xent_saved s = saved_of(c, R);                                                         \
+        TG_PAR_RANGE(c->nt, lg->numel * (int64_t)sizeof(T) > TG_PAR_BYTES, R, 1, \
+                     xent_fwd_rows_##SUF(c->in[0], c->in[1], y->p.xent.ignore_index,    \
                                          y->p.xent.label_smoothing, s, V, lo, hi));            \
         int64_t nv = 0;                                                                        \
         double total = 0;                                                                      \
@@ -159,39 +161,44 @@ tg_status tg__xent_check(tg_tensor *y)
             total += s.row_loss[r];                                                            \
         }                                                                                      \
         *s.n_valid = nv;                                                                       \
-        *(T *)y->data = nv ? (T)(total / (double)nv) : (T)0;                                   \
+        *(T *)c->out = nv ? (T)(total / (double)nv) : (T)0;                                   \
     }                                                                                          \
-    static void bwd_##SUF(tg_tensor *y)                                                        \
+    static void bwd_##SUF(const tg__call *c)                                                        \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         tg_tensor *lg = y->src[0];                                                             \
         int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;                                \
-        xent_saved s = saved_of(y, R);                                                         \
+        xent_saved s = saved_of(c, R);                                                         \
         if (*s.n_valid == 0)                                                                   \
             return;                                                                            \
-        T scale = (T)((double)*(const T *)y->grad / (double)*s.n_valid);                       \
+        T scale = (T)((double)*(const T *)c->dy / (double)*s.n_valid);                       \
         double eps = y->p.xent.label_smoothing;                                                \
         T off = (T)(eps / (double)V), hit = (T)(1 - eps + eps / (double)V);                    \
-        TG_PAR_RANGE(tg__threads(y->ctx), lg->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
-                     R, 1, xent_bwd_rows_##SUF(lg->data, lg->grad, s, scale, hit, off, V, lo,  \
+        TG_PAR_RANGE(c->nt, lg->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
+                     R, 1, xent_bwd_rows_##SUF(c->in[0], c->dx[0], s, scale, hit, off, V, lo,  \
                                                hi));                                           \
     }
 DEFINE_XENT(float, f32, tg__expf)
 DEFINE_XENT(double, f64, tg__exp)
 
-void tg__xent_forward(tg_tensor *y)
+tg_status tg__xent_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        fwd_f32(y);
+        fwd_f32(c);
     else
-        fwd_f64(y);
+        fwd_f64(c);
+    return TG_OK;
 }
 
-void tg__xent_backward(tg_tensor *y)
+tg_status tg__xent_backward(const tg__call *c)
 {
-    if (!y->src[0]->grad)
-        return;
+    const tg_tensor *y = c->y;
+    if (!c->dx[0])
+        return TG_OK;
     if (y->dtype == TG_F32)
-        bwd_f32(y);
+        bwd_f32(c);
     else
-        bwd_f64(y);
+        bwd_f64(c);
+    return TG_OK;
 }

@@ -9,8 +9,8 @@
  * One registry line (ops/ops.def, "custom") holds the trampolines below. Each custom node gets
  * its own tg_op_def (in its record, owned by the node through y->aux): the user's name, the
  * trampolines, and planner flags from what backward reads, so the engine, which dispatches
- * through y->def, treats it as any op. A callback's failure is reported through
- * tg__kernel_fail, which the executor checks after each kernel call.
+ * through y->def, treats it as any op. A callback's failure is the kernel's returned status,
+ * its message recorded by tg__kernel_fail.
  */
 #include "registry.h"
 
@@ -28,10 +28,8 @@ typedef struct tg__custom {
     size_t (*workspace)(const tg_custom_call *call);
     unsigned reads;                     /* TG_CUSTOM_READS_* */
     void *user;
-    /* Workspace when the running graph did not bind y->ws (engines without a planner for
+    /* Workspace when the running graph did not bind c->ws (engines without a planner for
      * it): grown on demand, owned by the record. */
-    void *ws_own;
-    size_t ws_cap;
 } tg__custom;
 
 /* What tg_custom_error writes into (call->internal_). */
@@ -111,27 +109,6 @@ static bool name_ok(const char *s)
             return false;
     }
     return n > 0;
-}
-
-/* The call record with shapes only (data pointers NULL). */
-static void call_shapes(tg_custom_call *c, const tg_tensor *y, const tg__custom *r, int nt,
-                        bool backward)
-{
-    memset(c, 0, sizeof *c);
-    c->name = r->name;
-    c->dtype = y->dtype;
-    c->n_threads = nt;
-    c->backward = backward;
-    c->n_inputs = y->n_src;
-    for (int i = 0; i < y->n_src; i++) {
-        c->input_rank[i] = y->src[i]->rank;
-        c->input_shape[i] = y->src[i]->shape;
-        c->input_numel[i] = y->src[i]->numel;
-    }
-    c->output_rank = y->rank;
-    c->output_shape = y->shape;
-    c->output_numel = y->numel;
-    c->user = r->user;
 }
 
 tg_tensor *tg_custom_op(tg_ctx *ctx, const tg_custom_def *def, int n_inputs,
@@ -244,106 +221,111 @@ tg_tensor *tg_custom_op(tg_ctx *ctx, const tg_custom_def *def, int n_inputs,
     return y;
 }
 
-/* ---- the trampolines -------------------------------------------------------------------- */
-size_t tg__custom_ws(const tg_tensor *y, int nt, bool backward)
+/* ---- the trampolines --------------------------------------------------------------------
+ * The user's tg_custom_call is a view of the kernel call record (src/core/registry.h): the
+ * same fields one to one (input = in, output = out, grad_output = dy, grad_input = dx,
+ * workspace = ws, n_threads = nt), plus the shapes and the user pointer. */
+
+/* The user's record of kernel call k (memory pointers as k has them; NULL in a workspace
+ * query). */
+static void user_call(tg_custom_call *u, const tg__call *k, const tg__custom *r)
 {
-    const tg__custom *r = y->p.custom.rec;
-    if (!r->workspace || (backward && !r->backward))
-        return 0;
-    tg_custom_call c;
-    call_shapes(&c, y, r, nt, backward);
-    return r->workspace(&c);
+    const tg_tensor *y = k->y;
+    memset(u, 0, sizeof *u);
+    u->name = r->name;
+    u->dtype = y->dtype;
+    u->n_threads = k->nt;
+    u->backward = k->backward;
+    u->n_inputs = y->n_src;
+    for (int i = 0; i < y->n_src; i++) {
+        u->input_rank[i] = y->src[i]->rank;
+        u->input_shape[i] = y->src[i]->shape;
+        u->input_numel[i] = y->src[i]->numel;
+        /* backward: only what it declared it reads (the rest may be reused memory) */
+        if (!k->backward || (r->reads & TG_CUSTOM_READS_INPUT(i)))
+            u->input[i] = k->in[i];
+        u->grad_input[i] = k->backward ? k->dx[i] : NULL;
+    }
+    u->output_rank = y->rank;
+    u->output_shape = y->shape;
+    u->output_numel = y->numel;
+    if (!k->backward || (r->reads & TG_CUSTOM_READS_OUTPUT))
+        u->output = k->out;
+    u->grad_output = k->backward ? k->dy : NULL;
+    u->workspace = k->ws;
+    u->workspace_bytes = k->ws_bytes;
+    u->user = r->user;
 }
 
-/* Workspace for this call: y->ws when the graph bound it, else the record's own buffer. A
- * failure to grow it is a run error of this call (never a sticky build error). */
-static bool bind_ws(tg_tensor *y, tg__custom *r, tg_custom_call *c, const char *fn)
+size_t tg__custom_ws(const tg__call *c)
 {
-    size_t bytes = tg__custom_ws(y, c->n_threads, c->backward);
-    c->workspace_bytes = bytes;
+    const tg__custom *r = c->y->p.custom.rec;
+    if (!r->workspace || (c->backward && !r->backward))
+        return 0;
+    tg__call q = {.y = c->y, .ctx = c->ctx, .n_src = c->n_src, .backward = c->backward,
+                  .dy_scratch = c->dy_scratch, .nt = c->nt, .precision = c->precision};
+    tg_custom_call u; /* shapes only: the query sees no memory */
+    user_call(&u, &q, r);
+    return r->workspace(&u);
+}
+
+/* Workspace for this call: the planned one (c->ws), checked against what the callback asks
+ * now. A failure is a run error of this call (never a sticky build error). */
+static tg_status bind_ws(const tg__call *c, tg__custom *r, tg_custom_call *u, const char *fn)
+{
+    const tg_tensor *y = c->y;
+    size_t bytes = tg__custom_ws(c);
+    u->workspace_bytes = bytes;
+    u->workspace = NULL;
     if (bytes == 0)
-        return true;
-    if (y->ws) {
-        if (bytes > y->ws_bytes) { /* the callback's size changed since the graph was planned */
-            tg__kernel_fail(y->ctx, TG_ERR_ARG, fn, "custom op '%s' ('%s'): the workspace "
-                            "callback asked for %zu bytes of %s workspace, but %zu when the "
-                            "graph was planned (it must depend only on the shapes and "
-                            "n_threads)", r->name, y->name, bytes,
-                            c->backward ? "backward" : "forward", y->ws_bytes);
-            return false;
-        }
-        c->workspace = y->ws;
-        return true;
-    }
-    if (r->ws_cap < bytes) {
-        tg_ctx *ctx = y->ctx;
-        bool had_build_error = tg__build_failed(ctx);
-        void *p = tg__alloc(ctx, bytes, fn);
-        if (!p) {
-            if (!had_build_error) /* tg__alloc recorded it as a build error: make it this run's */
-                ctx->sticky = false;
-            tg__kernel_fail(ctx, TG_ERR_NOMEM, fn, "custom op '%s' ('%s'): cannot allocate %zu "
-                            "bytes of workspace", r->name, y->name, bytes);
-            return false;
-        }
-        tg__free(ctx, r->ws_own);
-        r->ws_own = p;
-        r->ws_cap = bytes;
-    }
-    c->workspace = r->ws_own;
-    return true;
+        return TG_OK;
+    if (bytes > c->ws_bytes) /* the callback's size changed since the graph was planned */
+        return tg__kernel_fail(c->ctx, TG_ERR_ARG, fn, "custom op '%s' ('%s'): the workspace "
+                               "callback asked for %zu bytes of %s workspace, but %zu when the "
+                               "graph was planned (it must depend only on the shapes and "
+                               "n_threads)", r->name, y->name, bytes,
+                               c->backward ? "backward" : "forward", c->ws_bytes);
+    u->workspace = c->ws;
+    return TG_OK;
 }
 
 /* Run callback f; a failure becomes the run's error, naming the op and its result. */
-static void invoke(tg_tensor *y, tg__custom *r, tg_custom_fn f, tg_custom_call *c,
-                   const char *fn)
+static tg_status invoke(const tg__call *c, tg__custom *r, tg_custom_fn f, const char *fn)
 {
+    const tg_tensor *y = c->y;
+    tg_custom_call u;
+    user_call(&u, c, r);
     custom_run run;
     run.msg[0] = '\0';
-    c->internal_ = &run;
-    if (!bind_ws(y, r, c, fn))
-        return;
-    tg_status s = f(c);
+    u.internal_ = &run;
+    tg_status s = bind_ws(c, r, &u, fn);
+    if (s != TG_OK)
+        return s;
+    s = f(&u);
     if (s == TG_OK)
-        return;
-    if ((int)s < 0 || s >= TG_STATUS_COUNT_) {
-        tg__kernel_fail(y->ctx, TG_ERR_ARG, fn, "custom op '%s' ('%s'): %s callback returned "
-                        "%d, not a tg_status", r->name, y->name,
-                        c->backward ? "backward" : "forward", (int)s);
-        return;
-    }
+        return TG_OK;
+    if ((int)s < 0 || s >= TG_STATUS_COUNT_)
+        return tg__kernel_fail(c->ctx, TG_ERR_ARG, fn, "custom op '%s' ('%s'): %s callback "
+                               "returned %d, not a tg_status", r->name, y->name,
+                               c->backward ? "backward" : "forward", (int)s);
     if (run.msg[0])
-        tg__kernel_fail(y->ctx, s, fn, "custom op '%s' ('%s'): %s", r->name, y->name, run.msg);
-    else
-        tg__kernel_fail(y->ctx, s, fn, "custom op '%s' ('%s'): %s callback failed with %s",
-                        r->name, y->name, c->backward ? "backward" : "forward",
-                        tg_status_str(s));
+        return tg__kernel_fail(c->ctx, s, fn, "custom op '%s' ('%s'): %s", r->name, y->name,
+                               run.msg);
+    return tg__kernel_fail(c->ctx, s, fn, "custom op '%s' ('%s'): %s callback failed with %s",
+                           r->name, y->name, c->backward ? "backward" : "forward",
+                           tg_status_str(s));
 }
 
-void tg__custom_forward(tg_tensor *y)
+tg_status tg__custom_forward(const tg__call *c)
 {
-    tg__custom *r = y->p.custom.rec;
-    tg_custom_call c;
-    call_shapes(&c, y, r, tg__threads(y->ctx), false);
-    for (int i = 0; i < y->n_src; i++)
-        c.input[i] = y->src[i]->data;
-    c.output = y->data;
-    invoke(y, r, r->forward, &c, "tg_graph_forward");
+    tg__custom *r = c->y->p.custom.rec;
+    return invoke(c, r, r->forward, "tg_graph_forward");
 }
 
-void tg__custom_backward(tg_tensor *y)
+tg_status tg__custom_backward(const tg__call *c)
 {
-    tg__custom *r = y->p.custom.rec;
+    tg__custom *r = c->y->p.custom.rec;
     if (!r->backward)
-        return; /* unreachable: the node's def has no backward, so graphs refuse to need it */
-    tg_custom_call c;
-    call_shapes(&c, y, r, tg__threads(y->ctx), true);
-    for (int i = 0; i < y->n_src; i++) {
-        /* only what backward declared it reads: the rest may already be reused memory */
-        c.input[i] = (r->reads & TG_CUSTOM_READS_INPUT(i)) ? y->src[i]->data : NULL;
-        c.grad_input[i] = y->src[i]->grad;
-    }
-    c.output = (r->reads & TG_CUSTOM_READS_OUTPUT) ? y->data : NULL;
-    c.grad_output = y->grad;
-    invoke(y, r, r->backward, &c, "tg_graph_backward");
+        return TG_OK; /* unreachable: the node's def has no backward, so graphs refuse it */
+    return invoke(c, r, r->backward, "tg_graph_backward");
 }

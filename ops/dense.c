@@ -86,31 +86,33 @@ static size_t gemm_ws(const tg_tensor *y, int nt)
  * sums are in 16 fixed lanes, so the last bits differ from the GEMM's). Backward from
  * G = dL/dz (z = x W^T + b). */
 #define DEFINE_DENSE(T, SUF)                                                                   \
-    static void fwd_##SUF(tg_tensor *y, int act)                                               \
+    static void fwd_##SUF(const tg__call *c, int act)                                               \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         const tg_tensor *x = y->src[0], *w = y->src[1], *b = y->n_src > 2 ? y->src[2] : NULL;  \
         int64_t I = w->shape[1], O = w->shape[0], R = x->numel / I;                            \
         if (R <= TG__GEMV_MAX_ROWS) {                                                          \
-            tg__gemv_##SUF(tg__threads(y->ctx), R, O, I, x->data, I, w->data, I,               \
-                           b ? b->data : NULL, y->data, O, act,                                \
-                           act == TG__EPI_GELU ? y->saved : NULL);                             \
+            tg__gemv_##SUF(c->nt, R, O, I, c->in[0], I, c->in[1], I,              \
+                           b ? c->in[2] : NULL, c->out, O, act,                               \
+                           act == TG__EPI_GELU ? c->saved : NULL);                             \
             return;                                                                            \
         }                                                                                      \
-        tg__gemm_epi epi = {b ? b->data : NULL, act, act == TG__EPI_GELU ? y->saved : NULL};   \
-        tg__gemm_ex_##SUF(tg__threads(y->ctx), false, true, R, O, I, x->data, I, w->data, I,   \
-                          y->data, O, false, y->ws, &epi);                                     \
+        tg__gemm_epi epi = {b ? c->in[2] : NULL, act, act == TG__EPI_GELU ? c->saved : NULL};   \
+        tg__gemm_ex_##SUF(c->nt, false, true, R, O, I, c->in[0], I, c->in[1], I,   \
+                          c->out, O, false, c->ws, &epi);                                     \
     }                                                                                          \
-    static void bwd_from_##SUF(tg_tensor *y, const T *G, void *ws)                             \
+    static void bwd_from_##SUF(const tg__call *c, const T *G, void *ws)                             \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         tg_tensor *x = y->src[0], *w = y->src[1], *b = y->n_src > 2 ? y->src[2] : NULL;        \
         int64_t I = w->shape[1], O = w->shape[0], R = x->numel / I;                            \
-        int nt = tg__threads(y->ctx);                                                          \
-        if (x->grad)                                                                           \
-            tg__gemm_##SUF(nt, false, false, R, I, O, G, O, w->data, I, x->grad, I, true, ws); \
-        if (w->grad)                                                                           \
-            tg__gemm_##SUF(nt, true, false, O, I, R, G, O, x->data, I, w->grad, I, true, ws);  \
-        if (b && b->grad) /* db (O) += sum_r dz[r, :]: row-blocked, fixed order per column */ \
-            tg__sum_rows_##SUF(nt, R, O, G, O, b->grad);                                       \
+        int nt = c->nt;                                                          \
+        if (c->dx[0])                                                                          \
+            tg__gemm_##SUF(nt, false, false, R, I, O, G, O, c->in[1], I, c->dx[0], I, true, ws);\
+        if (c->dx[1])                                                                          \
+            tg__gemm_##SUF(nt, true, false, O, I, R, G, O, c->in[0], I, c->dx[1], I, true, ws); \
+        if (b && c->dx[2]) /* db (O) += sum_r dz[r, :]: row-blocked, fixed order per column */ \
+            tg__sum_rows_##SUF(nt, R, O, G, O, c->dx[2]);                                      \
     }                                                                                          \
     /* dz = dy [y > 0] (y > 0 exactly where z > 0); dz may be dy itself. */                    \
     TG_SIMD_CLONES static void relu_dz_##SUF(int64_t lo, int64_t hi, const T *out, const T *dy, \
@@ -122,14 +124,15 @@ static size_t gemm_ws(const tg_tensor *y, int nt)
         }                                                                                      \
     }                                                                                          \
     /* dz = dy * act'(z) over dy or into the workspace's tail, then dense's rules. */          \
-    static void act_bwd_##SUF(tg_tensor *y)                                                    \
+    static void act_bwd_##SUF(const tg__call *c)                                                    \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         int64_t n = y->numel;                                                                  \
-        size_t gws = gemm_ws(y, tg__threads(y->ctx));                                          \
+        size_t gws = gemm_ws(y, c->nt);                                          \
         /* dz over dy when nobody reads dy after this rule, else in the workspace */           \
-        T *dz = y->grad_scratch ? (T *)y->grad : (T *)(void *)((char *)y->ws + gws);           \
-        const T *dy = y->grad, *out = y->data, *z = y->saved;                                  \
-        int nt = tg__threads(y->ctx);                                                          \
+        T *dz = c->dy_scratch ? (T *)c->dy : (T *)(void *)((char *)c->ws + gws);           \
+        const T *dy = c->dy, *out = c->out, *z = c->saved;                                  \
+        int nt = c->nt;                                                          \
         if (y->p.dense.act == TG_ACT_RELU) {                                                   \
             TG_PAR_RANGE(nt, n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,                 \
                          relu_dz_##SUF(lo, hi, out, dy, dz));                                  \
@@ -142,52 +145,66 @@ static size_t gemm_ws(const tg_tensor *y, int nt)
                 dz[i] = (T)((double)dy[i] * (cdf + v * pdf));                                  \
             }                                                                                  \
         }                                                                                      \
-        bwd_from_##SUF(y, dz, y->ws);                                                          \
+        bwd_from_##SUF(c, dz, c->ws);                                                          \
     }
 DEFINE_DENSE(float, f32)
 DEFINE_DENSE(double, f64)
 
-size_t tg__dense_ws(const tg_tensor *y, int nt, bool backward)
+size_t tg__dense_ws(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
+    int nt = c->nt;
+    bool backward = c->backward;
     (void)backward;
     return gemm_ws(y, nt);
 }
 
-size_t tg__dense_act_ws(const tg_tensor *y, int nt, bool backward)
+size_t tg__dense_act_ws(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
+    int nt = c->nt;
+    bool backward = c->backward;
     size_t g = gemm_ws(y, nt);
-    return backward && !y->grad_scratch ? g + (size_t)y->numel * tg_dtype_size(y->dtype) : g;
+    return backward && !c->dy_scratch ? g + (size_t)y->numel * tg_dtype_size(y->dtype) : g;
 }
 
-void tg__dense_forward(tg_tensor *y)
+tg_status tg__dense_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        fwd_f32(y, TG__EPI_NONE);
+        fwd_f32(c, TG__EPI_NONE);
     else
-        fwd_f64(y, TG__EPI_NONE);
+        fwd_f64(c, TG__EPI_NONE);
+    return TG_OK;
 }
 
-void tg__dense_backward(tg_tensor *y)
+tg_status tg__dense_backward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        bwd_from_f32(y, y->grad, y->ws);
+        bwd_from_f32(c, c->dy, c->ws);
     else
-        bwd_from_f64(y, y->grad, y->ws);
+        bwd_from_f64(c, c->dy, c->ws);
+    return TG_OK;
 }
 
-void tg__dense_act_forward(tg_tensor *y)
+tg_status tg__dense_act_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     int act = y->p.dense.act == TG_ACT_RELU ? TG__EPI_RELU : TG__EPI_GELU;
     if (y->dtype == TG_F32)
-        fwd_f32(y, act);
+        fwd_f32(c, act);
     else
-        fwd_f64(y, act);
+        fwd_f64(c, act);
+    return TG_OK;
 }
 
-void tg__dense_act_backward(tg_tensor *y)
+tg_status tg__dense_act_backward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        act_bwd_f32(y);
+        act_bwd_f32(c);
     else
-        act_bwd_f64(y);
+        act_bwd_f64(c);
+    return TG_OK;
 }

@@ -11,10 +11,13 @@
  *                dx += dy * keep / (1 - p)
  * Eval mode (tg_ctx_set_training(ctx, false)) or p = 0: y = x, dx += dy.
  * The mode is read at each forward run; backward uses the mask and scale of that run (switching
- * modes between forward and backward changes nothing). saved: keep mask (numel bytes).
+ * modes between forward and backward changes nothing). saved: that run's scale (a double, in
+ * a 64-byte header), then the keep mask (numel bytes).
  */
 #include "registry.h"
 #include "vec.h"
+
+#define SAVED_HEAD 64 /* bytes before the mask in the saved values: the scale */
 
 tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
 {
@@ -27,8 +30,7 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
     if (!y)
         return NULL;
     y->p.dropout.p = p;
-    y->p.dropout.scale = 1.0;
-    if (!tg__op_save_n(y, x->numel, 1, 0))
+    if (!tg__op_save_n(y, x->numel, 1, SAVED_HEAD))
         return NULL;
     return y;
 }
@@ -49,12 +51,13 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
             for (int64_t i = lo; i < hi; i++)                                                  \
                 out[i] += keep[i] ? in[i] * s : (T)0;                                          \
     }                                                                                          \
-    static void apply_##SUF(tg_tensor *y, const T *in, T *out, bool acc)                       \
+    static void apply_##SUF(const tg__call *c, const T *in, T *out, bool acc)                       \
     {                                                                                          \
-        const unsigned char *keep = y->saved;                                                  \
-        T s = (T)y->p.dropout.scale;                                                           \
+        const tg_tensor *y = c->y;                                                             \
+        const unsigned char *keep = (const unsigned char *)c->saved + SAVED_HEAD;              \
+        T s = (T) * (const double *)c->saved;                                                  \
         int mode = !acc ? 0 : out == in ? 1 : 2;                                               \
-        TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,   \
+        TG_PAR_RANGE(c->nt, y->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,   \
                      y->numel, 64, dropout_apply_range_##SUF(lo, hi, keep, s, in, out, mode)); \
     }                                                                                          \
     /* Forward in training mode: keep_i from (k, i) (the header's rule) and y_i in one pass. */ \
@@ -72,44 +75,49 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
             out[i] = kp ? in[i] * s : (T)0;                                                    \
         }                                                                                      \
     }                                                                                          \
-    static void drop_##SUF(tg_tensor *y, const T *in, T *out, uint64_t k, uint64_t thr)        \
+    static void drop_##SUF(const tg__call *c, const T *in, T *out, uint64_t k, uint64_t thr)        \
     {                                                                                          \
-        T s = (T)y->p.dropout.scale;                                                           \
-        unsigned char *keep = y->saved;                                                        \
-        TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 8 > TG_PAR_BYTES, y->numel, 64,           \
+        const tg_tensor *y = c->y;                                                             \
+        T s = (T) * (const double *)c->saved;                                                  \
+        unsigned char *keep = (unsigned char *)c->saved + SAVED_HEAD;                          \
+        TG_PAR_RANGE(c->nt, y->numel * 8 > TG_PAR_BYTES, y->numel, 64,           \
                      dropout_draw_range_##SUF(lo, hi, k, thr, s, in, out, keep));              \
     }
 DEFINE_DROPOUT(float, f32)
 DEFINE_DROPOUT(double, f64)
 
-void tg__dropout_forward(tg_tensor *y)
+tg_status tg__dropout_forward(const tg__call *c)
 {
-    unsigned char *keep = y->saved;
+    const tg_tensor *y = c->y;
+    unsigned char *keep = (unsigned char *)c->saved + SAVED_HEAD;
+    double *scale = c->saved;
     double p = y->p.dropout.p;
-    if (!y->ctx->training || p == 0) { /* identity: backward will pass dy through */
-        y->p.dropout.scale = 1.0;
+    if (!c->ctx->training || p == 0) { /* identity: backward will pass dy through */
+        *scale = 1.0;
         memset(keep, 1, (size_t)y->numel);
-        if (y->data != y->src[0]->data) /* (in place, the values are already there) */
-            memcpy(y->data, y->src[0]->data, (size_t)y->numel * tg_dtype_size(y->dtype));
-        return;
+        if (c->out != c->in[0]) /* (in place, the values are already there) */
+            memcpy(c->out, c->in[0], (size_t)y->numel * tg_dtype_size(y->dtype));
+        return TG_OK;
     }
-    y->p.dropout.scale = 1.0 / (1.0 - p);
+    *scale = 1.0 / (1.0 - p);
     /* threshold on the top 53 bits: drop when u < p */
-    uint64_t thr = (uint64_t)(p * 0x1.0p53), k = tg_rng_u64(y->ctx);
+    uint64_t thr = (uint64_t)(p * 0x1.0p53), k = tg_rng_u64(c->ctx);
     if (y->dtype == TG_F32)
-        drop_f32(y, y->src[0]->data, y->data, k, thr);
+        drop_f32(c, c->in[0], c->out, k, thr);
     else
-        drop_f64(y, y->src[0]->data, y->data, k, thr);
+        drop_f64(c, c->in[0], c->out, k, thr);
+    return TG_OK;
 }
 
 /* Uses the mask and scale of the last forward run, whatever the mode is now. */
-void tg__dropout_backward(tg_tensor *y)
+tg_status tg__dropout_backward(const tg__call *c)
 {
-    tg_tensor *x = y->src[0];
-    if (!x->grad)
-        return;
+    const tg_tensor *y = c->y;
+    if (!c->dx[0])
+        return TG_OK;
     if (y->dtype == TG_F32)
-        apply_f32(y, y->grad, x->grad, true);
+        apply_f32(c, c->dy, c->dx[0], true);
     else
-        apply_f64(y, y->grad, x->grad, true);
+        apply_f64(c, c->dy, c->dx[0], true);
+    return TG_OK;
 }

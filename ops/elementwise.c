@@ -131,60 +131,75 @@ DEFINE_UNARY(double, f64)
             call64;                                                                            \
     } while (0)
 
-void tg__scale_forward(tg_tensor *y)
+tg_status tg__scale_forward(const tg__call *c)
 {
-    int nt = tg__threads(y->ctx);
-    DISPATCH(y, scale_fwd_f32(nt, y->numel, (float)y->p.scale.s, y->src[0]->data, y->data),
-             scale_fwd_f64(nt, y->numel, y->p.scale.s, y->src[0]->data, y->data));
+    const tg_tensor *y = c->y;
+    int nt = c->nt;
+    DISPATCH(y, scale_fwd_f32(nt, y->numel, (float)y->p.scale.s, c->in[0], c->out),
+             scale_fwd_f64(nt, y->numel, y->p.scale.s, c->in[0], c->out));
+    return TG_OK;
 }
 
-void tg__scale_backward(tg_tensor *y)
+tg_status tg__scale_backward(const tg__call *c)
 {
-    if (!y->src[0]->grad)
-        return;
-    int nt = tg__threads(y->ctx);
-    DISPATCH(y, scale_bwd_f32(nt, y->numel, (float)y->p.scale.s, y->grad, y->src[0]->grad),
-             scale_bwd_f64(nt, y->numel, y->p.scale.s, y->grad, y->src[0]->grad));
+    const tg_tensor *y = c->y;
+    if (!c->dx[0])
+        return TG_OK;
+    int nt = c->nt;
+    DISPATCH(y, scale_bwd_f32(nt, y->numel, (float)y->p.scale.s, c->dy, c->dx[0]),
+             scale_bwd_f64(nt, y->numel, y->p.scale.s, c->dy, c->dx[0]));
+    return TG_OK;
 }
 
-void tg__relu_forward(tg_tensor *y)
+tg_status tg__relu_forward(const tg__call *c)
 {
-    int nt = tg__threads(y->ctx);
-    DISPATCH(y, relu_fwd_f32(nt, y->numel, y->src[0]->data, y->data),
-             relu_fwd_f64(nt, y->numel, y->src[0]->data, y->data));
+    const tg_tensor *y = c->y;
+    int nt = c->nt;
+    DISPATCH(y, relu_fwd_f32(nt, y->numel, c->in[0], c->out),
+             relu_fwd_f64(nt, y->numel, c->in[0], c->out));
+    return TG_OK;
 }
 
-void tg__relu_backward(tg_tensor *y)
+tg_status tg__relu_backward(const tg__call *c)
 {
-    if (!y->src[0]->grad)
-        return;
-    int nt = tg__threads(y->ctx);
-    DISPATCH(y, relu_bwd_f32(nt, y->numel, y->data, y->grad, y->src[0]->grad),
-             relu_bwd_f64(nt, y->numel, y->data, y->grad, y->src[0]->grad));
+    const tg_tensor *y = c->y;
+    if (!c->dx[0])
+        return TG_OK;
+    int nt = c->nt;
+    DISPATCH(y, relu_bwd_f32(nt, y->numel, c->out, c->dy, c->dx[0]),
+             relu_bwd_f64(nt, y->numel, c->out, c->dy, c->dx[0]));
+    return TG_OK;
 }
 
-void tg__gelu_forward(tg_tensor *y)
+tg_status tg__gelu_forward(const tg__call *c)
 {
-    int nt = tg__threads(y->ctx);
-    DISPATCH(y, gelu_fwd_f32(nt, y->numel, y->src[0]->data, y->data),
-             gelu_fwd_f64(nt, y->numel, y->src[0]->data, y->data));
+    const tg_tensor *y = c->y;
+    int nt = c->nt;
+    DISPATCH(y, gelu_fwd_f32(nt, y->numel, c->in[0], c->out),
+             gelu_fwd_f64(nt, y->numel, c->in[0], c->out));
+    return TG_OK;
 }
 
-void tg__gelu_backward(tg_tensor *y)
+tg_status tg__gelu_backward(const tg__call *c)
 {
-    if (!y->src[0]->grad)
-        return;
-    int nt = tg__threads(y->ctx);
-    DISPATCH(y, gelu_bwd_f32(nt, y->numel, y->src[0]->data, y->grad, y->src[0]->grad),
-             gelu_bwd_f64(nt, y->numel, y->src[0]->data, y->grad, y->src[0]->grad));
+    const tg_tensor *y = c->y;
+    if (!c->dx[0])
+        return TG_OK;
+    int nt = c->nt;
+    DISPATCH(y, gelu_bwd_f32(nt, y->numel, c->in[0], c->dy, c->dx[0]),
+             gelu_bwd_f64(nt, y->numel, c->in[0], c->dy, c->dx[0]));
+    return TG_OK;
 }
 
 /* ---- binary broadcasting ops --------------------------------------------------------------
  * workspace (mul's backward, only when an operand is broadcast): y->numel elements holding
  * dy * other before it is reduced onto the operand's shape. */
 
-size_t tg__mul_ws(const tg_tensor *y, int nt, bool backward)
+size_t tg__mul_ws(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
+    int nt = c->nt;
+    bool backward = c->backward;
     (void)nt;
     bool bcast = y->src[0]->numel != y->numel || y->src[1]->numel != y->numel;
     return backward && bcast ? (size_t)y->numel * tg_dtype_size(y->dtype) : 0;
@@ -229,11 +244,12 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
         for (int64_t i = lo; i < hi; i++)                                                      \
             Y[i] = A[i] OP B[i];                                                               \
     }                                                                                          \
-    TG_SIMD_CLONES static void NAME##_rows_##SUF(const tg_tensor *y, const int64_t *as,        \
+    TG_SIMD_CLONES static void NAME##_rows_##SUF(const tg__call *c, const int64_t *as,        \
                                                  const int64_t *bs, int64_t lo, int64_t hi)    \
     {                                                                                          \
-        const T *A = y->src[0]->data, *B = y->src[1]->data;                                    \
-        T *Y = y->data;                                                                        \
+        const tg_tensor *y = c->y;                                                             \
+        const T *A = c->in[0], *B = c->in[1];                                    \
+        T *Y = c->out;                                                                        \
         int r = y->rank;                                                                       \
         int64_t L = r ? y->shape[r - 1] : 1;                                                   \
         int64_t asl = r ? as[r - 1] : 0, bsl = r ? bs[r - 1] : 0;                              \
@@ -248,14 +264,15 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
             BCAST_ROW(OP, Y + row * L, A + ao, B + bo, asl, bsl, L);                           \
         }                                                                                      \
     }                                                                                          \
-    static void NAME##_fwd_##SUF(const tg_tensor *y)                                           \
+    static void NAME##_fwd_##SUF(const tg__call *c)                                           \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
-        int nt = tg__threads(y->ctx);                                                          \
+        int nt = c->nt;                                                          \
         int64_t n = y->numel;                                                                  \
         bool par = n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES;                                  \
         if (a->numel == n && b->numel == n) {                                                  \
-            TG_PAR_RANGE(nt, par, n, 16, NAME##_flat_##SUF(a->data, b->data, y->data, lo, hi)); \
+            TG_PAR_RANGE(nt, par, n, 16, NAME##_flat_##SUF(c->in[0], c->in[1], c->out, lo, hi));\
             return;                                                                            \
         }                                                                                      \
         int r = y->rank;                                                                       \
@@ -263,7 +280,7 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
         tg__bcast_strides(a, r, y->shape, as);                                                 \
         tg__bcast_strides(b, r, y->shape, bs);                                                 \
         int64_t L = r ? y->shape[r - 1] : 1;                                                   \
-        TG_PAR_RANGE(nt, par, n / L, 1, NAME##_rows_##SUF(y, as, bs, lo, hi));                 \
+        TG_PAR_RANGE(nt, par, n / L, 1, NAME##_rows_##SUF(c, as, bs, lo, hi));                 \
     }
 
 #define DEFINE_BINARY(T, SUF)                                                                  \
@@ -274,11 +291,12 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
     BINARY_FWD(T, SUF, sub, -)                                                                 \
     BINARY_FWD(T, SUF, div, /)                                                                 \
     /* dst[i] = dy[i] * other(broadcast)[i] over y's shape */                                  \
-    TG_SIMD_CLONES static void mul_expand_rows_##SUF(const tg_tensor *y, const T *O,           \
+    TG_SIMD_CLONES static void mul_expand_rows_##SUF(const tg__call *c, const T *O,           \
                                                      const int64_t *os, T *dst, int64_t lo,    \
                                                      int64_t hi)                               \
     {                                                                                          \
-        const T *G = y->grad;                                                                  \
+        const tg_tensor *y = c->y;                                                             \
+        const T *G = c->dy;                                                                  \
         int r = y->rank;                                                                       \
         int64_t L = r ? y->shape[r - 1] : 1, osl = r ? os[r - 1] : 0;                          \
         for (int64_t row = lo; row < hi; row++) {                                              \
@@ -297,82 +315,96 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
             dx[i] += G[i] * O[i];                                                              \
     }                                                                                          \
     /* dst[i] = dy[i] * other(broadcast)[i] over y's shape; rows owned by one call */          \
-    static void mul_expand_##SUF(const tg_tensor *y, const tg_tensor *other, T *dst)           \
+    static void mul_expand_##SUF(const tg__call *c, int o, T *dst)                            \
     {                                                                                          \
+        const tg_tensor *y = c->y, *other = y->src[o];                                         \
         int r = y->rank;                                                                       \
         int64_t os[TG_MAX_RANK];                                                               \
         tg__bcast_strides(other, r, y->shape, os);                                             \
         int64_t L = r ? y->shape[r - 1] : 1;                                                   \
-        TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,   \
-                     y->numel / L, 1, mul_expand_rows_##SUF(y, other->data, os, dst, lo, hi));  \
+        TG_PAR_RANGE(c->nt, y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,   \
+                     y->numel / L, 1, mul_expand_rows_##SUF(c, c->in[o], os, dst, lo, hi));       \
     }                                                                                          \
-    static void mul_bwd_##SUF(const tg_tensor *y)                                              \
+    static void mul_bwd_##SUF(const tg__call *c)                                              \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         for (int s = 0; s < 2; s++) {                                                          \
             tg_tensor *x = y->src[s], *other = y->src[1 - s];                                  \
-            if (!x->grad)                                                                      \
+            if (!c->dx[s])                                                                     \
                 continue;                                                                      \
             if (x->numel == y->numel && other->numel == y->numel) {                            \
-                TG_PAR_RANGE(tg__threads(y->ctx),                                              \
+                TG_PAR_RANGE(c->nt,                                              \
                              y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, y->numel, 16,    \
-                             mul_acc_##SUF(y->grad, other->data, x->grad, lo, hi));            \
+                             mul_acc_##SUF(c->dy, c->in[1 - s], c->dx[s], lo, hi));          \
                 continue;                                                                      \
             }                                                                                  \
-            mul_expand_##SUF(y, other, y->ws);                                                 \
-            tg__reduce_to(y->ctx, y->dtype, y->ws, y->rank, y->shape, x, x->grad);             \
+            mul_expand_##SUF(c, 1 - s, c->ws);                                                  \
+            tg__reduce_to(c->nt, y->dtype, c->ws, y->rank, y->shape, x, c->dx[s]);            \
         }                                                                                      \
     }
 DEFINE_BINARY(float, f32)
 DEFINE_BINARY(double, f64)
 
-void tg__add_forward(tg_tensor *y)
+tg_status tg__add_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        add_fwd_f32(y);
+        add_fwd_f32(c);
     else
-        add_fwd_f64(y);
+        add_fwd_f64(c);
+    return TG_OK;
 }
 
-void tg__add_backward(tg_tensor *y)
+tg_status tg__add_backward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     for (int s = 0; s < 2; s++) {
         tg_tensor *x = y->src[s];
-        if (x->grad == y->grad) /* in place: dx is dy already (as 0 + dy) */
-            tg__plus_zero(y->ctx, y->dtype, y->numel, x->grad);
-        else if (x->grad)
-            tg__reduce_to(y->ctx, y->dtype, y->grad, y->rank, y->shape, x, x->grad);
+        if (c->dx[s] == c->dy) /* in place: dx is dy already (as 0 + dy) */
+            tg__plus_zero(c->nt, y->dtype, y->numel, c->dx[s]);
+        else if (c->dx[s])
+            tg__reduce_to(c->nt, y->dtype, c->dy, y->rank, y->shape, x, c->dx[s]);
     }
+    return TG_OK;
 }
 
-void tg__mul_forward(tg_tensor *y)
+tg_status tg__mul_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        mul_fwd_f32(y);
+        mul_fwd_f32(c);
     else
-        mul_fwd_f64(y);
+        mul_fwd_f64(c);
+    return TG_OK;
 }
 
 /* sub and div (ops/arith.c) share the broadcasting forward loop. */
-void tg__sub_forward(tg_tensor *y)
+tg_status tg__sub_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        sub_fwd_f32(y);
+        sub_fwd_f32(c);
     else
-        sub_fwd_f64(y);
+        sub_fwd_f64(c);
+    return TG_OK;
 }
 
-void tg__div_forward(tg_tensor *y)
+tg_status tg__div_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        div_fwd_f32(y);
+        div_fwd_f32(c);
     else
-        div_fwd_f64(y);
+        div_fwd_f64(c);
+    return TG_OK;
 }
 
-void tg__mul_backward(tg_tensor *y)
+tg_status tg__mul_backward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        mul_bwd_f32(y);
+        mul_bwd_f32(c);
     else
-        mul_bwd_f64(y);
+        mul_bwd_f64(c);
+    return TG_OK;
 }

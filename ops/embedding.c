@@ -41,14 +41,15 @@ tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *ids, tg_tensor *weight)
     return y;
 }
 
-tg_status tg__embedding_check(tg_tensor *y)
+tg_status tg__embedding_check(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     const tg_tensor *ids = y->src[0];
-    const int32_t *id = ids->data;
+    const int32_t *id = c->in[0];
     int64_t V = y->src[1]->shape[0];
     for (int64_t n = 0; n < ids->numel; n++) {
         if (id[n] < 0 || id[n] >= V) {
-            tg__run_err(y->ctx, TG_ERR_ARG, "tg_embedding",
+            tg__run_err(c->ctx, TG_ERR_ARG, "tg_embedding",
                     "'%s'[%lld] = %lld is not a token id in [0, %lld)", ids->name, (long long)n,
                     (long long)id[n], (long long)V);
             return TG_ERR_ARG;
@@ -57,12 +58,13 @@ tg_status tg__embedding_check(tg_tensor *y)
     return TG_OK;
 }
 
-/* The stable counting sort of the ids (checked to be in [0, V)) into y->saved. Serial. */
-static void sort_ids(tg_tensor *y)
+/* The stable counting sort of the ids (checked to be in [0, V)) into c->saved. Serial. */
+static void sort_ids(const tg__call *c)
 {
-    const int32_t *ids = y->src[0]->data;
+    const tg_tensor *y = c->y;
+    const int32_t *ids = c->in[0];
     int64_t N = y->src[0]->numel, V = y->src[1]->shape[0];
-    int64_t *order = y->saved, *start = order + N;
+    int64_t *order = c->saved, *start = order + N;
     memset(start, 0, sizeof(int64_t) * (size_t)(V + 1));
     for (int64_t n = 0; n < N; n++)
         start[ids[n] + 1]++;
@@ -76,25 +78,27 @@ static void sort_ids(tg_tensor *y)
 }
 
 #define DEFINE_EMB(T, SUF)                                                                     \
-    static void fwd_##SUF(tg_tensor *y)                                                        \
+    static void fwd_##SUF(const tg__call *c)                                                        \
     {                                                                                          \
-        const int32_t *ids = y->src[0]->data;                                                  \
-        const T *W = y->src[1]->data;                                                          \
-        T *Y = y->data;                                                                        \
+        const tg_tensor *y = c->y;                                                             \
+        const int32_t *ids = c->in[0];                                                  \
+        const T *W = c->in[1];                                                          \
+        T *Y = c->out;                                                                        \
         int64_t N = y->src[0]->numel, D = y->src[1]->shape[1];                                 \
-        int nt = tg__threads(y->ctx);                                                          \
+        int nt = c->nt;                                                          \
         /* Race-free: position n owns Y[n, :]. */                                              \
         TG_OMP_FOR(nt, N * D > TG_PAR_MIN)                                                     \
         for (int64_t n = 0; n < N; n++)                                                        \
             memcpy(Y + n * D, W + (int64_t)ids[n] * D, sizeof(T) * (size_t)D);                 \
     }                                                                                          \
-    static void bwd_##SUF(tg_tensor *y)                                                        \
+    static void bwd_##SUF(const tg__call *c)                                                        \
     {                                                                                          \
-        const T *G = y->grad;                                                                  \
-        T *dW = y->src[1]->grad;                                                               \
+        const tg_tensor *y = c->y;                                                             \
+        const T *G = c->dy;                                                                  \
+        T *dW = c->dx[1];                                                               \
         int64_t N = y->src[0]->numel, V = y->src[1]->shape[0], D = y->src[1]->shape[1];        \
-        const int64_t *order = y->saved, *start = order + N;                                   \
-        int nt = tg__threads(y->ctx);                                                          \
+        const int64_t *order = c->saved, *start = order + N;                                   \
+        int nt = c->nt;                                                          \
         /* Race-free: vocabulary row v owns dW[v, :]; its positions are summed in order. */    \
         TG_OMP_FOR(nt, N * D > TG_PAR_MIN)                                                     \
         for (int64_t v = 0; v < V; v++) {                                                      \
@@ -109,21 +113,25 @@ static void sort_ids(tg_tensor *y)
 DEFINE_EMB(float, f32)
 DEFINE_EMB(double, f64)
 
-void tg__embedding_forward(tg_tensor *y)
+tg_status tg__embedding_forward(const tg__call *c)
 {
-    sort_ids(y);
+    const tg_tensor *y = c->y;
+    sort_ids(c);
     if (y->dtype == TG_F32)
-        fwd_f32(y);
+        fwd_f32(c);
     else
-        fwd_f64(y);
+        fwd_f64(c);
+    return TG_OK;
 }
 
-void tg__embedding_backward(tg_tensor *y)
+tg_status tg__embedding_backward(const tg__call *c)
 {
-    if (!y->src[1]->grad)
-        return;
+    const tg_tensor *y = c->y;
+    if (!c->dx[1])
+        return TG_OK;
     if (y->dtype == TG_F32)
-        bwd_f32(y);
+        bwd_f32(c);
     else
-        bwd_f64(y);
+        bwd_f64(c);
+    return TG_OK;
 }

@@ -156,8 +156,11 @@ static bool fa_wants_dmask(const tg_tensor *y)
            y->src[m->src_mask[0]]->requires_grad;
 }
 
-size_t tg__flash_attn_ws(const tg_tensor *y, int nt, bool backward)
+size_t tg__flash_attn_ws(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
+    int nt = c->nt;
+    bool backward = c->backward;
     const fa_meta *m = y->aux;
     /* per thread: the tiles, then a one-thread GEMM workspace for the block products */
     size_t b = (size_t)(nt < 1 ? 1 : nt) *
@@ -190,20 +193,24 @@ size_t tg__flash_attn_ws(const tg_tensor *y, int nt, bool backward)
 #undef FA_EXP
 #undef FA_LOG
 
-void tg__flash_attn_forward(tg_tensor *y)
+tg_status tg__flash_attn_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        fa_forward_f32(y);
+        fa_forward_f32(c);
     else
-        fa_forward_f64(y);
+        fa_forward_f64(c);
+    return TG_OK;
 }
 
-void tg__flash_attn_backward(tg_tensor *y)
+tg_status tg__flash_attn_backward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        fa_backward_f32(y);
+        fa_backward_f32(c);
     else
-        fa_backward_f64(y);
+        fa_backward_f64(c);
+    return TG_OK;
 }
 
 /* ---- builder ------------------------------------------------------------------------------ */

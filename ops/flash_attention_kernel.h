@@ -341,16 +341,16 @@ FA_OUTLINE void FA_FN(fa_mask)(const fa_meta *m, const FA_T *M0, const FA_T *M1,
 
 /* Forward of query rows [qb BQ, +nq) of batch o: out rows and lse (see flash_attention.c).
  * w: this thread's workspace (fa_ws_fwd elements). */
-TG_SIMD_CLONES static void FA_FN(fa_fwd_item)(const fa_meta *m, const tg_tensor *y, int64_t o,
+TG_SIMD_CLONES static void FA_FN(fa_fwd_item)(const fa_meta *m, const tg__call *cl, int64_t o,
                                               int64_t qb, FA_T *w)
 {
     const int64_t dk = m->dk, dv = m->dv, i0 = qb * FA_BQ;
     const int64_t nq = m->Tq - i0 < FA_BQ ? m->Tq - i0 : FA_BQ;
-    const FA_T *Q = (const FA_T *)y->src[0]->data + m->off[0][o] + i0 * m->rs[0];
-    const FA_T *K = (const FA_T *)y->src[1]->data + m->off[1][o];
-    const FA_T *V = (const FA_T *)y->src[2]->data + m->off[2][o];
-    const FA_T *M0 = m->src_mask[0] >= 0 ? y->src[m->src_mask[0]]->data : NULL;
-    const FA_T *M1 = m->src_mask[1] >= 0 ? y->src[m->src_mask[1]]->data : NULL;
+    const FA_T *Q = (const FA_T *)cl->in[0] + m->off[0][o] + i0 * m->rs[0];
+    const FA_T *K = (const FA_T *)cl->in[1] + m->off[1][o];
+    const FA_T *V = (const FA_T *)cl->in[2] + m->off[2][o];
+    const FA_T *M0 = m->src_mask[0] >= 0 ? cl->in[m->src_mask[0]] : NULL;
+    const FA_T *M1 = m->src_mask[1] >= 0 ? cl->in[m->src_mask[1]] : NULL;
     void *gws = (char *)w + fa_ws_per_thread(m, false);
     FA_T *Kt = w, *S = Kt + dk * FA_BK, *acc = S + FA_BQ * FA_BK, *mx = acc + FA_BQ * dv,
          *l = mx + FA_BQ;
@@ -415,8 +415,8 @@ TG_SIMD_CLONES static void FA_FN(fa_fwd_item)(const fa_meta *m, const tg_tensor 
         /* acc += P V (rows that had no key yet hold P = 0 from the masks: exp(-inf) = 0) */
         FA_FN(fa_mm)(nq, dv, nk, S, FA_BK, 1, V + j0 * m->rs[2], m->rs[2], acc, dv, false, gws);
     }
-    FA_T *out = (FA_T *)y->data + (o * m->Tq + i0) * dv;
-    FA_T *lse = (FA_T *)y->saved + o * m->Tq + i0;
+    FA_T *out = (FA_T *)cl->out + (o * m->Tq + i0) * dv;
+    FA_T *lse = (FA_T *)cl->saved + o * m->Tq + i0;
     for (int64_t i = 0; i < nq; i++) {
         FA_T *yo = out + i * dv, *a = acc + i * dv;
         if (mx[i] == (FA_T)-INFINITY) { /* fully masked row: zeros, as the safe softmax */
@@ -435,15 +435,15 @@ TG_SIMD_CLONES static void FA_FN(fa_fwd_item)(const fa_meta *m, const tg_tensor 
 /* Backward tile shared by both passes: for query rows [i0, +nq) of batch o against keys
  * [j0, +nk) (Kt, Vt loaded), P (nq, FA_BK) = exp(S - lse) and, in dP's place, dS = P (dP - D);
  * D (nq) = rowsum(dO O) must be filled. want_ds false: P only. */
-FA_INLINE void FA_FN(fa_tile)(const fa_meta *m, const tg_tensor *y, int64_t o, int64_t i0,
+FA_INLINE void FA_FN(fa_tile)(const fa_meta *m, const tg__call *cl, int64_t o, int64_t i0,
                               int64_t nq, int64_t j0, int64_t nk, const FA_T *Kt,
                               const FA_T *Vt, const FA_T *D, bool want_ds, FA_T *P, FA_T *dS,
                               void *gws)
 {
-    const FA_T *Q = (const FA_T *)y->src[0]->data + m->off[0][o] + i0 * m->rs[0];
-    const FA_T *M0 = m->src_mask[0] >= 0 ? y->src[m->src_mask[0]]->data : NULL;
-    const FA_T *M1 = m->src_mask[1] >= 0 ? y->src[m->src_mask[1]]->data : NULL;
-    const FA_T *lse = (const FA_T *)y->saved + o * m->Tq + i0;
+    const FA_T *Q = (const FA_T *)cl->in[0] + m->off[0][o] + i0 * m->rs[0];
+    const FA_T *M0 = m->src_mask[0] >= 0 ? cl->in[m->src_mask[0]] : NULL;
+    const FA_T *M1 = m->src_mask[1] >= 0 ? cl->in[m->src_mask[1]] : NULL;
+    const FA_T *lse = (const FA_T *)cl->saved + o * m->Tq + i0;
     FA_FN(fa_qkt)(nq, nk, m->dk, Q, m->rs[0], Kt, (FA_T)m->scale, P, gws);
     FA_FN(fa_mask)(m, M0, M1, o, i0, nq, j0, nk, P);
     for (int64_t i = 0; i < nq; i++) {
@@ -460,7 +460,7 @@ FA_INLINE void FA_FN(fa_tile)(const fa_meta *m, const tg_tensor *y, int64_t o, i
     }
     if (!want_ds)
         return;
-    const FA_T *dO = (const FA_T *)y->grad + (o * m->Tq + i0) * m->dv;
+    const FA_T *dO = (const FA_T *)cl->dy + (o * m->Tq + i0) * m->dv;
     FA_FN(fa_qkt)(nq, nk, m->dv, dO, m->dv, Vt, (FA_T)1, dS, gws); /* dP = dO V^T */
     for (int64_t i = 0; i < nq; i++) {
         FA_T *p = P + i * FA_BK, *ds = dS + i * FA_BK, Di = D[i];
@@ -472,11 +472,11 @@ FA_INLINE void FA_FN(fa_tile)(const fa_meta *m, const tg_tensor *y, int64_t o, i
 }
 
 /* D (nq) = rowsum(dO O) of rows [i0, +nq) of batch o: fa_dot (fixed lanes, vectorized). */
-FA_INLINE void FA_FN(fa_rowdot)(const fa_meta *m, const tg_tensor *y, int64_t o, int64_t i0,
+FA_INLINE void FA_FN(fa_rowdot)(const fa_meta *m, const tg__call *cl, int64_t o, int64_t i0,
                                 int64_t nq, FA_T *D)
 {
-    const FA_T *dO = (const FA_T *)y->grad + (o * m->Tq + i0) * m->dv;
-    const FA_T *O = (const FA_T *)y->data + (o * m->Tq + i0) * m->dv;
+    const FA_T *dO = (const FA_T *)cl->dy + (o * m->Tq + i0) * m->dv;
+    const FA_T *O = (const FA_T *)cl->out + (o * m->Tq + i0) * m->dv;
     for (int64_t i = 0; i < nq; i++)
         D[i] = FA_FN(fa_dot)(dO + i * m->dv, O + i * m->dv, m->dv);
 }
@@ -484,7 +484,7 @@ FA_INLINE void FA_FN(fa_rowdot)(const fa_meta *m, const tg_tensor *y, int64_t o,
 /* dK and/or dV of keys [kb BK, +nk) of one k (or v) matrix: sum over the batches of its group
  * (ascending), query blocks and rows ascending. do_k: dK (and dV too when do_v); !do_k: dV
  * only (v's batch map differs from k's). dM: the additive mask's gradient per batch, or NULL. */
-TG_SIMD_CLONES static void FA_FN(fa_bwd_kv_item)(const fa_meta *m, const tg_tensor *y,
+TG_SIMD_CLONES static void FA_FN(fa_bwd_kv_item)(const fa_meta *m, const tg__call *cl,
                                                  int grp_of, int64_t g, int64_t kb, bool do_k,
                                                  bool do_v, FA_T *dM, FA_T *w)
 {
@@ -502,18 +502,18 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_kv_item)(const fa_meta *m, const tg_tens
     int64_t nqb = (m->Tq + FA_BQ - 1) / FA_BQ, qb0 = m->causal ? j0 / FA_BQ : 0;
     for (int64_t t = m->start[grp_of][g]; t < m->start[grp_of][g + 1]; t++) {
         const int64_t o = m->list[grp_of][t];
-        const FA_T *K = (const FA_T *)y->src[1]->data + m->off[1][o] + j0 * m->rs[1];
-        const FA_T *V = (const FA_T *)y->src[2]->data + m->off[2][o] + j0 * m->rs[2];
+        const FA_T *K = (const FA_T *)cl->in[1] + m->off[1][o] + j0 * m->rs[1];
+        const FA_T *V = (const FA_T *)cl->in[2] + m->off[2][o] + j0 * m->rs[2];
         FA_FN(fa_load_t)(K, m->rs[1], nk, dk, Kt);
         if (need_ds)
             FA_FN(fa_load_t)(V, m->rs[2], nk, dv, Vt);
         for (int64_t qb = qb0; qb < nqb; qb++) {
             const int64_t i0 = qb * FA_BQ, nq = m->Tq - i0 < FA_BQ ? m->Tq - i0 : FA_BQ;
             if (need_ds)
-                FA_FN(fa_rowdot)(m, y, o, i0, nq, D);
-            FA_FN(fa_tile)(m, y, o, i0, nq, j0, nk, Kt, Vt, D, need_ds, P, dS, gws);
-            const FA_T *Q = (const FA_T *)y->src[0]->data + m->off[0][o] + i0 * m->rs[0];
-            const FA_T *dO = (const FA_T *)y->grad + (o * m->Tq + i0) * dv;
+                FA_FN(fa_rowdot)(m, cl, o, i0, nq, D);
+            FA_FN(fa_tile)(m, cl, o, i0, nq, j0, nk, Kt, Vt, D, need_ds, P, dS, gws);
+            const FA_T *Q = (const FA_T *)cl->in[0] + m->off[0][o] + i0 * m->rs[0];
+            const FA_T *dO = (const FA_T *)cl->dy + (o * m->Tq + i0) * dv;
             if (dM) {
                 FA_T *dm = dM + (o * m->Tq + i0) * m->Tk + j0;
                 for (int64_t i = 0; i < nq; i++)
@@ -533,13 +533,13 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_kv_item)(const fa_meta *m, const tg_tens
     }
     /* one matrix per group: its gradient rows [j0, +nk), contiguous */
     if (do_k) {
-        FA_T *dK = (FA_T *)y->src[1]->grad + (g * m->Tk + j0) * dk;
+        FA_T *dK = (FA_T *)cl->dx[1] + (g * m->Tk + j0) * dk;
         for (int64_t e = 0; e < nk * dk; e++)
             dK[e] += dKb[e];
     }
     if (do_v) {
         int64_t gv = m->idx[2][m->list[grp_of][m->start[grp_of][g]]];
-        FA_T *dV = (FA_T *)y->src[2]->grad + (gv * m->Tk + j0) * dv;
+        FA_T *dV = (FA_T *)cl->dx[2] + (gv * m->Tk + j0) * dv;
         for (int64_t e = 0; e < nk * dv; e++)
             dV[e] += dVb[e];
     }
@@ -547,7 +547,7 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_kv_item)(const fa_meta *m, const tg_tens
 
 /* dQ of query rows [qb BQ, +nq) of q matrix g: sum over its batches, key blocks and keys
  * ascending. */
-TG_SIMD_CLONES static void FA_FN(fa_bwd_q_item)(const fa_meta *m, const tg_tensor *y, int64_t g,
+TG_SIMD_CLONES static void FA_FN(fa_bwd_q_item)(const fa_meta *m, const tg__call *cl, int64_t g,
                                                 int64_t qb, FA_T *w)
 {
     const int64_t dk = m->dk, dv = m->dv, i0 = qb * FA_BQ;
@@ -565,21 +565,21 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_q_item)(const fa_meta *m, const tg_tenso
     }
     for (int64_t t = m->start[0][g]; t < m->start[0][g + 1]; t++) {
         const int64_t o = m->list[0][t];
-        FA_FN(fa_rowdot)(m, y, o, i0, nq, D);
+        FA_FN(fa_rowdot)(m, cl, o, i0, nq, D);
         for (int64_t kb = 0; kb < nkb; kb++) {
             const int64_t j0 = kb * FA_BK, nk = m->Tk - j0 < FA_BK ? m->Tk - j0 : FA_BK;
-            const FA_T *K = (const FA_T *)y->src[1]->data + m->off[1][o] + j0 * m->rs[1];
-            const FA_T *V = (const FA_T *)y->src[2]->data + m->off[2][o] + j0 * m->rs[2];
+            const FA_T *K = (const FA_T *)cl->in[1] + m->off[1][o] + j0 * m->rs[1];
+            const FA_T *V = (const FA_T *)cl->in[2] + m->off[2][o] + j0 * m->rs[2];
             FA_FN(fa_load_t)(K, m->rs[1], nk, dk, Kt);
             FA_FN(fa_load_t)(V, m->rs[2], nk, dv, Vt);
-            FA_FN(fa_tile)(m, y, o, i0, nq, j0, nk, Kt, Vt, D, true, P, dS, gws);
+            FA_FN(fa_tile)(m, cl, o, i0, nq, j0, nk, Kt, Vt, D, true, P, dS, gws);
             /* dQ_i += sum_j scale dS_ij k_j: (nq, dk) += (scale dS) K */
             for (int64_t e = 0; e < nq * FA_BK; e++)
                 dS[e] *= scale;
             FA_FN(fa_mm)(nq, dk, nk, dS, FA_BK, 1, K, m->rs[1], dQb, dk, false, gws);
         }
     }
-    FA_T *dQ = (FA_T *)y->src[0]->grad + (g * m->Tq + i0) * dk;
+    FA_T *dQ = (FA_T *)cl->dx[0] + (g * m->Tq + i0) * dk;
     for (int64_t e = 0; e < nq * dk; e++)
         dQ[e] += dQb[e];
 }
@@ -587,7 +587,7 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_q_item)(const fa_meta *m, const tg_tenso
 /* One-pass backward of batch o (fa_one_pass): per key block (ascending), per query block
  * (ascending) one tile of P and dS, then dV_j += P^T dO, dK_j += (scale dS)^T Q and
  * dQ_i += (scale dS) K_j, the same sums in the same order as the two-pass items. */
-TG_SIMD_CLONES static void FA_FN(fa_bwd_one_item)(const fa_meta *m, const tg_tensor *y,
+TG_SIMD_CLONES static void FA_FN(fa_bwd_one_item)(const fa_meta *m, const tg__call *cl,
                                                   int64_t o, bool do_q, bool do_k, bool do_v,
                                                   FA_T *dM, FA_T *w)
 {
@@ -599,13 +599,13 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_one_item)(const fa_meta *m, const tg_ten
     const FA_T scale = (FA_T)m->scale;
     const bool need_ds = do_k || do_q || dM;
     const int64_t nqb = (Tq + FA_BQ - 1) / FA_BQ, nkb = (m->Tk + FA_BK - 1) / FA_BK;
-    const FA_T *Q0 = (const FA_T *)y->src[0]->data + m->off[0][o];
-    const FA_T *K0 = (const FA_T *)y->src[1]->data + m->off[1][o];
-    const FA_T *V0 = (const FA_T *)y->src[2]->data + m->off[2][o];
+    const FA_T *Q0 = (const FA_T *)cl->in[0] + m->off[0][o];
+    const FA_T *K0 = (const FA_T *)cl->in[1] + m->off[1][o];
+    const FA_T *V0 = (const FA_T *)cl->in[2] + m->off[2][o];
     if (need_ds)
         for (int64_t qb = 0; qb < nqb; qb++) {
             const int64_t i0 = qb * FA_BQ, nq = Tq - i0 < FA_BQ ? Tq - i0 : FA_BQ;
-            FA_FN(fa_rowdot)(m, y, o, i0, nq, Dall + i0);
+            FA_FN(fa_rowdot)(m, cl, o, i0, nq, Dall + i0);
         }
     if (do_q)
         for (int64_t e = 0; e < Tq * dk; e++)
@@ -622,8 +622,8 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_one_item)(const fa_meta *m, const tg_ten
             dVb[e] = 0;
         for (int64_t qb = m->causal ? j0 / FA_BQ : 0; qb < nqb; qb++) {
             const int64_t i0 = qb * FA_BQ, nq = Tq - i0 < FA_BQ ? Tq - i0 : FA_BQ;
-            FA_FN(fa_tile)(m, y, o, i0, nq, j0, nk, Kt, Vt, Dall + i0, need_ds, P, dS, gws);
-            const FA_T *dO = (const FA_T *)y->grad + (o * Tq + i0) * dv;
+            FA_FN(fa_tile)(m, cl, o, i0, nq, j0, nk, Kt, Vt, Dall + i0, need_ds, P, dS, gws);
+            const FA_T *dO = (const FA_T *)cl->dy + (o * Tq + i0) * dv;
             if (dM) {
                 FA_T *dm = dM + (o * Tq + i0) * m->Tk + j0;
                 for (int64_t i = 0; i < nq; i++)
@@ -643,18 +643,18 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_one_item)(const fa_meta *m, const tg_ten
                              gws);
         }
         if (do_k) {
-            FA_T *dK = (FA_T *)y->src[1]->grad + (m->idx[1][o] * m->Tk + j0) * dk;
+            FA_T *dK = (FA_T *)cl->dx[1] + (m->idx[1][o] * m->Tk + j0) * dk;
             for (int64_t e = 0; e < nk * dk; e++)
                 dK[e] += dKb[e];
         }
         if (do_v) {
-            FA_T *dV = (FA_T *)y->src[2]->grad + (m->idx[2][o] * m->Tk + j0) * dv;
+            FA_T *dV = (FA_T *)cl->dx[2] + (m->idx[2][o] * m->Tk + j0) * dv;
             for (int64_t e = 0; e < nk * dv; e++)
                 dV[e] += dVb[e];
         }
     }
     if (do_q) {
-        FA_T *dQ = (FA_T *)y->src[0]->grad + m->idx[0][o] * Tq * dk;
+        FA_T *dQ = (FA_T *)cl->dx[0] + m->idx[0][o] * Tq * dk;
         for (int64_t e = 0; e < Tq * dk; e++)
             dQ[e] += dQacc[e];
     }
@@ -703,20 +703,20 @@ FA_INLINE void FA_FN(fa_small_scores)(const fa_meta *m, const FA_T *M0, const FA
 /* Forward of batches [o0, o1): out rows and lse. Rows go in groups of FA_SR through three
  * phases (scores, softmax, weighted sums), so the short dependency chains of different rows
  * overlap. */
-TG_SIMD_CLONES static void FA_FN(fa_small_fwd)(const fa_meta *m, const tg_tensor *y, int64_t o0,
+TG_SIMD_CLONES static void FA_FN(fa_small_fwd)(const fa_meta *m, const tg__call *cl, int64_t o0,
                                                int64_t o1)
 {
     const int64_t dv = m->dv, Tq = m->Tq;
-    const FA_T *M0 = m->src_mask[0] >= 0 ? y->src[m->src_mask[0]]->data : NULL;
-    const FA_T *M1 = m->src_mask[1] >= 0 ? y->src[m->src_mask[1]]->data : NULL;
+    const FA_T *M0 = m->src_mask[0] >= 0 ? cl->in[m->src_mask[0]] : NULL;
+    const FA_T *M1 = m->src_mask[1] >= 0 ? cl->in[m->src_mask[1]] : NULL;
     FA_T S[FA_SR][FA_BK], inv[FA_SR];
     int64_t nk[FA_SR];
     for (int64_t o = o0; o < o1; o++) {
-        const FA_T *Q = (const FA_T *)y->src[0]->data + m->off[0][o];
-        const FA_T *K = (const FA_T *)y->src[1]->data + m->off[1][o];
-        const FA_T *V = (const FA_T *)y->src[2]->data + m->off[2][o];
-        FA_T *out = (FA_T *)y->data + o * Tq * dv;
-        FA_T *lse = (FA_T *)y->saved + o * Tq;
+        const FA_T *Q = (const FA_T *)cl->in[0] + m->off[0][o];
+        const FA_T *K = (const FA_T *)cl->in[1] + m->off[1][o];
+        const FA_T *V = (const FA_T *)cl->in[2] + m->off[2][o];
+        FA_T *out = (FA_T *)cl->out + o * Tq * dv;
+        FA_T *lse = (FA_T *)cl->saved + o * Tq;
         for (int64_t i0 = 0; i0 < Tq; i0 += FA_SR) {
             const int nr = Tq - i0 < FA_SR ? (int)(Tq - i0) : FA_SR;
             for (int r = 0; r < nr; r++) {
@@ -765,24 +765,24 @@ TG_SIMD_CLONES static void FA_FN(fa_small_fwd)(const fa_meta *m, const tg_tensor
  * (scale dS_ij) q_i (rows ascending, accumulated in registers, added to the batch's sums in
  * w, which are added to the gradients at the end). w: this thread's workspace,
  * T_k (d_k + d_v) + 2 FA_BK FA_BQ elements. Masked keys and fully masked rows hold 0. */
-TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg_tensor *y, int64_t o0,
+TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg__call *cl, int64_t o0,
                                                int64_t o1, bool do_q, bool do_k, bool do_v,
                                                FA_T *dM, FA_T *w)
 {
     const int64_t dk = m->dk, dv = m->dv, Tq = m->Tq, Tk = m->Tk;
-    const FA_T *M0 = m->src_mask[0] >= 0 ? y->src[m->src_mask[0]]->data : NULL;
-    const FA_T *M1 = m->src_mask[1] >= 0 ? y->src[m->src_mask[1]]->data : NULL;
+    const FA_T *M0 = m->src_mask[0] >= 0 ? cl->in[m->src_mask[0]] : NULL;
+    const FA_T *M1 = m->src_mask[1] >= 0 ? cl->in[m->src_mask[1]] : NULL;
     const FA_T scale = (FA_T)m->scale;
     const bool need_ds = do_k || do_q || dM;
     FA_T *dKb = w, *dVb = w + Tk * dk, *Pt = dVb + Tk * dv, *dSt = Pt + FA_BK * FA_BQ;
     for (int64_t o = o0; o < o1; o++) {
-        const FA_T *Q = (const FA_T *)y->src[0]->data + m->off[0][o];
-        const FA_T *K = (const FA_T *)y->src[1]->data + m->off[1][o];
-        const FA_T *V = (const FA_T *)y->src[2]->data + m->off[2][o];
-        const FA_T *O = (const FA_T *)y->data + o * Tq * dv;
-        const FA_T *dO = (const FA_T *)y->grad + o * Tq * dv;
-        const FA_T *lse = (const FA_T *)y->saved + o * Tq;
-        FA_T *dQ = do_q ? (FA_T *)y->src[0]->grad + m->idx[0][o] * Tq * dk : NULL;
+        const FA_T *Q = (const FA_T *)cl->in[0] + m->off[0][o];
+        const FA_T *K = (const FA_T *)cl->in[1] + m->off[1][o];
+        const FA_T *V = (const FA_T *)cl->in[2] + m->off[2][o];
+        const FA_T *O = (const FA_T *)cl->out + o * Tq * dv;
+        const FA_T *dO = (const FA_T *)cl->dy + o * Tq * dv;
+        const FA_T *lse = (const FA_T *)cl->saved + o * Tq;
+        FA_T *dQ = do_q ? (FA_T *)cl->dx[0] + m->idx[0][o] * Tq * dk : NULL;
         if (do_k)
             for (int64_t e = 0; e < Tk * dk; e++)
                 dKb[e] = 0;
@@ -835,70 +835,71 @@ TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg_tensor
                                    true, dKb + j * dk);
         }
         if (do_k) {
-            FA_T *dK = (FA_T *)y->src[1]->grad + m->idx[1][o] * Tk * dk;
+            FA_T *dK = (FA_T *)cl->dx[1] + m->idx[1][o] * Tk * dk;
             for (int64_t e = 0; e < Tk * dk; e++)
                 dK[e] += dKb[e];
         }
         if (do_v) {
-            FA_T *dV = (FA_T *)y->src[2]->grad + m->idx[2][o] * Tk * dv;
+            FA_T *dV = (FA_T *)cl->dx[2] + m->idx[2][o] * Tk * dv;
             for (int64_t e = 0; e < Tk * dv; e++)
                 dV[e] += dVb[e];
         }
     }
 }
 
-static void FA_FN(fa_forward)(tg_tensor *y)
+static void FA_FN(fa_forward)(const tg__call *cl)
 {
+    const tg_tensor *y = cl->y;
     const fa_meta *m = y->aux;
     int64_t nqb = (m->Tq + FA_BQ - 1) / FA_BQ, items = m->nb * nqb;
     size_t per = (fa_ws_per_thread(m, false) + fa_gemm_ws(m, y->dtype)) / sizeof(FA_T);
-    FA_T *ws = y->ws;
-    int nt = tg__threads(y->ctx);
+    FA_T *ws = cl->ws;
+    int nt = cl->nt;
     if (fa_small(m)) { /* batches [lo, hi) per thread, each owning its out rows and lse */
-        TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1, FA_FN(fa_small_fwd)(m, y, lo, hi));
+        TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1, FA_FN(fa_small_fwd)(m, cl, lo, hi));
         return;
     }
     /* Item (o, qb) owns out rows and lse of query block qb of batch o: race-free, each
      * computed by one thread in a fixed order whatever the thread count. */
     TG_OMP_FOR(nt, fa_work(m) > TG_PAR_MIN)
     for (int64_t it = 0; it < items; it++)
-        FA_FN(fa_fwd_item)(m, y, it / nqb, it % nqb, ws + (size_t)TG_THREAD_NUM() * per);
+        FA_FN(fa_fwd_item)(m, cl, it / nqb, it % nqb, ws + (size_t)TG_THREAD_NUM() * per);
 }
 
-static void FA_FN(fa_backward)(tg_tensor *y)
+static void FA_FN(fa_backward)(const tg__call *cl)
 {
+    const tg_tensor *y = cl->y;
     const fa_meta *m = y->aux;
-    const tg_tensor *q = y->src[0], *k = y->src[1], *v = y->src[2];
     const tg_tensor *mk = m->src_mask[0] >= 0 ? y->src[m->src_mask[0]] : NULL;
     FA_T *dM = NULL;
-    FA_T *ws = y->ws;
-    if (mk && m->kind == TG_MASK_ADDITIVE && mk->grad) {
+    FA_T *ws = cl->ws;
+    if (mk && m->kind == TG_MASK_ADDITIVE && cl->dx[m->src_mask[0]]) {
         dM = ws; /* (nb, T_q, T_k): dS per batch, reduced into the mask's shape below */
         memset(dM, 0, fa_dmask_bytes(m));
         ws += fa_dmask_bytes(m) / sizeof(FA_T);
     }
     size_t per = (fa_ws_per_thread(m, true) + fa_gemm_ws(m, y->dtype)) / sizeof(FA_T);
-    int nt = tg__threads(y->ctx);
+    int nt = cl->nt;
     bool par = fa_work(m) > TG_PAR_MIN;
     int64_t nkb = (m->Tk + FA_BK - 1) / FA_BK, nqb = (m->Tq + FA_BQ - 1) / FA_BQ;
-    bool do_k = k->grad != NULL, do_v = v->grad != NULL;
+    bool do_k = cl->dx[1] != NULL, do_v = cl->dx[2] != NULL;
     if (fa_small_bwd_ok(m)) {
         /* batches [lo, hi) per thread; batch o owns every gradient row of its matrices */
         TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1,
-                     FA_FN(fa_small_bwd)(m, y, lo, hi, q->grad != NULL, do_k, do_v, dM,
+                     FA_FN(fa_small_bwd)(m, cl, lo, hi, cl->dx[0] != NULL, do_k, do_v, dM,
                                          ws + (size_t)TG_THREAD_NUM() * per));
         if (dM)
-            tg__reduce_to(y->ctx, y->dtype, dM, m->rank, m->sshape, mk, mk->grad);
+            tg__reduce_to(cl->nt, y->dtype, dM, m->rank, m->sshape, mk, cl->dx[m->src_mask[0]]);
         return;
     }
     if (fa_one_pass(m)) {
         /* Item o owns every gradient row of batch o's matrices (a bijection): race-free. */
         TG_OMP_FOR(nt, par)
         for (int64_t o = 0; o < m->nb; o++)
-            FA_FN(fa_bwd_one_item)(m, y, o, q->grad != NULL, do_k, do_v, dM,
+            FA_FN(fa_bwd_one_item)(m, cl, o, cl->dx[0] != NULL, do_k, do_v, dM,
                                    ws + (size_t)TG_THREAD_NUM() * per);
         if (dM)
-            tg__reduce_to(y->ctx, y->dtype, dM, m->rank, m->sshape, mk, mk->grad);
+            tg__reduce_to(cl->nt, y->dtype, dM, m->rank, m->sshape, mk, cl->dx[m->src_mask[0]]);
         return;
     }
     /* Pass 1: item (matrix g of k, key block kb) owns rows kb of dK[g] (and of dV when v's
@@ -908,7 +909,7 @@ static void FA_FN(fa_backward)(tg_tensor *y)
         bool with_v = do_v && m->kv_same;
         TG_OMP_FOR(nt, par)
         for (int64_t it = 0; it < items; it++)
-            FA_FN(fa_bwd_kv_item)(m, y, 1, it / nkb, it % nkb, do_k, with_v, dM,
+            FA_FN(fa_bwd_kv_item)(m, cl, 1, it / nkb, it % nkb, do_k, with_v, dM,
                                   ws + (size_t)TG_THREAD_NUM() * per);
     }
     /* Pass 1b: v grouped differently from k (broadcast differently): dV by v's own groups. */
@@ -916,18 +917,18 @@ static void FA_FN(fa_backward)(tg_tensor *y)
         int64_t items = m->n[2] * nkb;
         TG_OMP_FOR(nt, par)
         for (int64_t it = 0; it < items; it++)
-            FA_FN(fa_bwd_kv_item)(m, y, 2, it / nkb, it % nkb, false, true, NULL,
+            FA_FN(fa_bwd_kv_item)(m, cl, 2, it / nkb, it % nkb, false, true, NULL,
                                   ws + (size_t)TG_THREAD_NUM() * per);
     }
     /* Pass 2: item (matrix g of q, query block qb) owns rows qb of dQ[g]. */
-    if (q->grad) {
+    if (cl->dx[0]) {
         int64_t items = m->n[0] * nqb;
         TG_OMP_FOR(nt, par)
         for (int64_t it = 0; it < items; it++)
-            FA_FN(fa_bwd_q_item)(m, y, it / nqb, it % nqb, ws + (size_t)TG_THREAD_NUM() * per);
+            FA_FN(fa_bwd_q_item)(m, cl, it / nqb, it % nqb, ws + (size_t)TG_THREAD_NUM() * per);
     }
     if (dM)
-        tg__reduce_to(y->ctx, y->dtype, dM, m->rank, m->sshape, mk, mk->grad);
+        tg__reduce_to(cl->nt, y->dtype, dM, m->rank, m->sshape, mk, cl->dx[m->src_mask[0]]);
 }
 
 #undef FA_V

@@ -47,20 +47,24 @@ static size_t kv_ws_per_thread(const tg_tensor *y)
     return kv_round64((L + dv) * tg_dtype_size(y->dtype));
 }
 
-size_t tg__kv_attention_ws(const tg_tensor *y, int nt, bool backward)
+size_t tg__kv_attention_ws(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
+    int nt = c->nt;
+    bool backward = c->backward;
     if (backward)
         return 0;
     return (size_t)(nt < 1 ? 1 : nt) * kv_ws_per_thread(y);
 }
 
-tg_status tg__kv_attention_check(tg_tensor *y)
+tg_status tg__kv_attention_check(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     const tg_tensor *p = y->src[KV_POS];
-    int64_t pos = ((const int32_t *)p->data)[0];
+    int64_t pos = ((const int32_t *)c->in[KV_POS])[0];
     int64_t n = y->shape[2], L = y->src[KV_VC]->shape[2];
     if (pos < 0 || pos > L - n) {
-        tg__run_err(y->ctx, TG_ERR_ARG, "tg_kv_attention",
+        tg__run_err(c->ctx, TG_ERR_ARG, "tg_kv_attention",
                     "'%s' = %lld: %lld new positions from there do not fit in the cache of "
                     "max_len %lld (need 0 <= pos <= %lld)",
                     p->name, (long long)pos, (long long)n, (long long)L, (long long)(L - n));
@@ -74,20 +78,22 @@ tg_status tg__kv_attention_check(tg_tensor *y)
      * the order of the scalar loops (scores: over c for each key; outputs: over keys for each \
      * c, a multiply then an add); c and the keys are taken four at a time only so that each  \
      * pass reads and writes s and acc a quarter as often. */                                  \
-    TG_SIMD_CLONES static void kv_item_##SUF(const tg_tensor *y, int64_t b, int64_t h,         \
+    TG_SIMD_CLONES static void kv_item_##SUF(const tg__call *call, int64_t b, int64_t h,      \
                                              int64_t pos, T *s, T *acc)                       \
     {                                                                                          \
+        const tg_tensor *y = call->y;                                                          \
         const tg_tensor *q = y->src[KV_Q], *k = y->src[KV_K], *v = y->src[KV_V];               \
-        const tg_tensor *kc = y->src[KV_KC], *vc = y->src[KV_VC];                              \
+        const tg_tensor *vc = y->src[KV_VC];                                                   \
         int64_t H = y->shape[1], n = y->shape[2], dk = q->shape[3], dv = v->shape[3];          \
         int64_t L = vc->shape[2];                                                              \
         T scale = (T)y->p.kv_attn.scale;                                                             \
-        const T *Q = (const T *)q->data + b * q->stride[0] + h * q->stride[1];                 \
-        const T *Kn = (const T *)k->data + b * k->stride[0] + h * k->stride[1];                \
-        const T *Vn = (const T *)v->data + b * v->stride[0] + h * v->stride[1];                \
-        T *Kt = (T *)kc->data + (b * H + h) * dk * L; /* (dk, L) */                            \
-        T *Vm = (T *)vc->data + (b * H + h) * L * dv; /* (L, dv) */                            \
-        T *O = (T *)y->data + (b * H + h) * n * dv;   /* (n, dv) */                            \
+        const T *Q = (const T *)call->in[KV_Q] + b * q->stride[0] + h * q->stride[1];          \
+        const T *Kn = (const T *)call->in[KV_K] + b * k->stride[0] + h * k->stride[1];         \
+        const T *Vn = (const T *)call->in[KV_V] + b * v->stride[0] + h * v->stride[1];         \
+        /* the cache leaves: written at rows pos.. (the one op that writes a source) */        \
+        T *Kt = (T *)call->in[KV_KC] + (b * H + h) * dk * L; /* (dk, L) */                     \
+        T *Vm = (T *)call->in[KV_VC] + (b * H + h) * L * dv; /* (L, dv) */                     \
+        T *O = (T *)call->out + (b * H + h) * n * dv;   /* (n, dv) */                          \
         for (int64_t i = 0; i < n; i++) {                                                      \
             const T *kr = Kn + i * k->stride[2], *vr = Vn + i * v->stride[2];                  \
             for (int64_t c = 0; c < dk; c++)                                                   \
@@ -140,35 +146,38 @@ tg_status tg__kv_attention_check(tg_tensor *y)
                 o[cc] = acc[cc] / l;                                                           \
         }                                                                                      \
     }                                                                                          \
-    static void kv_forward_##SUF(tg_tensor *y)                                                 \
+    static void kv_forward_##SUF(const tg__call *c)                                                 \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         int64_t B = y->shape[0], H = y->shape[1], n = y->shape[2];                             \
         int64_t dk = y->src[KV_Q]->shape[3], dv = y->shape[3];                                 \
-        int64_t pos = ((const int32_t *)y->src[KV_POS]->data)[0];                              \
+        int64_t pos = ((const int32_t *)c->in[KV_POS])[0];                              \
         size_t per = kv_ws_per_thread(y);                                                      \
         int64_t L = y->src[KV_VC]->shape[2];                                                   \
-        int nt = tg__threads(y->ctx);                                                          \
+        int nt = c->nt;                                                          \
         /* scalar work: n rows x (pos + n) keys x (dk + dv) per item */                        \
         double work = (double)(B * H) * (double)n * (double)(pos + n) * (double)(dk + dv);     \
         bool par = work > (double)TG_PAR_WORK(65536);                                          \
         /* Race-free: item (b, h) owns Kc[b, h], Vc[b, h] at rows pos.. and out[b, h]; its    \
          * thread's workspace slice is its own. */                                             \
         TG_PAR_RANGE(nt, par, B * H, 1, {                                                      \
-            T *s = (T *)((char *)y->ws + per * (size_t)TG_THREAD_NUM());                       \
+            T *s = (T *)((char *)c->ws + per * (size_t)TG_THREAD_NUM());                       \
             T *acc = s + L;                                                                    \
             for (int64_t it = lo; it < hi; it++)                                               \
-                kv_item_##SUF(y, it / H, it % H, pos, s, acc);                                 \
+                kv_item_##SUF(c, it / H, it % H, pos, s, acc);                                 \
         });                                                                                    \
     }
 DEFINE_KV(float, f32)
 DEFINE_KV(double, f64)
 
-void tg__kv_attention_forward(tg_tensor *y)
+tg_status tg__kv_attention_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        kv_forward_f32(y);
+        kv_forward_f32(c);
     else
-        kv_forward_f64(y);
+        kv_forward_f64(c);
+    return TG_OK;
 }
 
 /* ---- builder ------------------------------------------------------------------------------ */

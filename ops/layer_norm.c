@@ -173,48 +173,54 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
             }                                                                                  \
         }                                                                                      \
     }                                                                                          \
-    static void fwd_##SUF(tg_tensor *y)                                                        \
+    static void fwd_##SUF(const tg__call *c)                                                        \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         const tg_tensor *x = y->src[0], *gm = y->src[1], *bt = y->src[2];                      \
         int64_t D = x->shape[x->rank - 1], R = x->numel / D;                                   \
-        const T *G = gm ? gm->data : NULL, *B = bt ? bt->data : NULL;                          \
-        T *mean = y->saved, *rstd = mean + R;                                                  \
+        const T *G = gm ? c->in[1] : NULL, *B = bt ? c->in[2] : NULL;                          \
+        T *mean = c->saved, *rstd = mean + R;                                                  \
         T eps = (T)y->p.layer_norm.eps;                                                        \
-        TG_PAR_RANGE(tg__threads(y->ctx), x->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,   \
+        TG_PAR_RANGE(c->nt, x->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,   \
                      R, 1,                                                                    \
-                     ln_fwd_rows_##SUF(x->data, G, B, y->data, mean, rstd, eps, D, lo, hi));  \
+                     ln_fwd_rows_##SUF(c->in[0], G, B, c->out, mean, rstd, eps, D, lo, hi));  \
     }                                                                                          \
-    static void bwd_##SUF(tg_tensor *y)                                                        \
+    static void bwd_##SUF(const tg__call *c)                                                        \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         tg_tensor *x = y->src[0], *gm = y->src[1], *bt = y->src[2];                            \
         int64_t D = x->shape[x->rank - 1], R = x->numel / D;                                   \
-        const T *G = gm ? gm->data : NULL;                                                     \
-        const T *mean = y->saved, *rstd = mean + R;                                            \
-        int nt = tg__threads(y->ctx);                                                          \
-        if (x->grad)                                                                           \
+        const T *G = gm ? c->in[1] : NULL;                                                     \
+        const T *mean = c->saved, *rstd = mean + R;                                            \
+        int nt = c->nt;                                                          \
+        if (c->dx[0])                                                                          \
             TG_PAR_RANGE(nt, x->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, R, 1,          \
-                         ln_bwd_rows_##SUF(x->data, G, y->grad, mean, rstd, x->grad, D, lo,   \
+                         ln_bwd_rows_##SUF(c->in[0], G, c->dy, mean, rstd, c->dx[0], D, lo,   \
                                            hi));                                              \
-        T *DG = gm ? gm->grad : NULL, *DB = bt ? bt->grad : NULL;                              \
+        T *DG = gm ? c->dx[1] : NULL, *DB = bt ? c->dx[2] : NULL;                              \
         if (DG || DB) /* columns walked by blocks, rows in order: fixed order per column */   \
             TG_PAR_RANGE(nt, x->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, D, 16,         \
-                         param_cols_##SUF(x->data, y->grad, mean, rstd, DG, DB, R, D, lo, hi)); \
+                         param_cols_##SUF(c->in[0], c->dy, mean, rstd, DG, DB, R, D, lo, hi)); \
     }
 DEFINE_LN(float, f32)
 DEFINE_LN(double, f64)
 
-void tg__layer_norm_forward(tg_tensor *y)
+tg_status tg__layer_norm_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        fwd_f32(y);
+        fwd_f32(c);
     else
-        fwd_f64(y);
+        fwd_f64(c);
+    return TG_OK;
 }
 
-void tg__layer_norm_backward(tg_tensor *y)
+tg_status tg__layer_norm_backward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        bwd_f32(y);
+        bwd_f32(c);
     else
-        bwd_f64(y);
+        bwd_f64(c);
+    return TG_OK;
 }

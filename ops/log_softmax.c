@@ -60,38 +60,44 @@ tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x)
                 dx[j] += g[j] - EXP(o[j]) * sum;                                               \
         }                                                                                      \
     }                                                                                          \
-    static void fwd_##SUF(tg_tensor *y)                                                        \
+    static void fwd_##SUF(const tg__call *c)                                                        \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
         /* Race-free: a thread owns the rows [lo, hi) of y. */                                 \
-        TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
-                     rows, 1, lsm_fwd_rows_##SUF(y->src[0]->data, y->data, L, lo, hi));        \
+        TG_PAR_RANGE(c->nt, y->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
+                     rows, 1, lsm_fwd_rows_##SUF(c->in[0], c->out, L, lo, hi));        \
     }                                                                                          \
-    static void bwd_##SUF(tg_tensor *y)                                                        \
+    static void bwd_##SUF(const tg__call *c)                                                        \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
         /* Race-free: a thread owns the rows [lo, hi) of dx. */                                \
-        TG_PAR_RANGE(tg__threads(y->ctx), y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
+        TG_PAR_RANGE(c->nt, y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
                      rows, 1,                                                                \
-                     lsm_bwd_rows_##SUF(y->data, y->grad, y->src[0]->grad, L, lo, hi));      \
+                     lsm_bwd_rows_##SUF(c->out, c->dy, c->dx[0], L, lo, hi));      \
     }
 DEFINE_LOG_SOFTMAX(float, f32, tg__expf, logf)
 DEFINE_LOG_SOFTMAX(double, f64, tg__exp, log)
 
-void tg__log_softmax_forward(tg_tensor *y)
+tg_status tg__log_softmax_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        fwd_f32(y);
+        fwd_f32(c);
     else
-        fwd_f64(y);
+        fwd_f64(c);
+    return TG_OK;
 }
 
-void tg__log_softmax_backward(tg_tensor *y)
+tg_status tg__log_softmax_backward(const tg__call *c)
 {
-    if (!y->src[0]->grad)
-        return;
+    const tg_tensor *y = c->y;
+    if (!c->dx[0])
+        return TG_OK;
     if (y->dtype == TG_F32)
-        bwd_f32(y);
+        bwd_f32(c);
     else
-        bwd_f64(y);
+        bwd_f64(c);
+    return TG_OK;
 }

@@ -49,12 +49,13 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *input, tg_tensor *target, tg_redu
 
 /* Elementwise loops: each element by one iteration. Reductions: see the file comment. */
 #define DEFINE_MSE(T, SUF)                                                                     \
-    static void fwd_##SUF(tg_tensor *y)                                                        \
+    static void fwd_##SUF(const tg__call *c)                                                        \
     {                                                                                          \
-        const T *X = y->src[0]->data, *Tg = y->src[1]->data;                                   \
-        T *Y = y->data;                                                                        \
+        const tg_tensor *y = c->y;                                                             \
+        const T *X = c->in[0], *Tg = c->in[1];                                   \
+        T *Y = c->out;                                                                        \
         int64_t n = y->src[0]->numel;                                                          \
-        int nt = tg__threads(y->ctx);                                                          \
+        int nt = c->nt;                                                          \
         if (y->p.mse.reduction == TG_REDUCTION_NONE) {                                         \
             TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
             for (int64_t i = 0; i < n; i++) {                                                  \
@@ -84,11 +85,12 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *input, tg_tensor *target, tg_redu
         Y[0] = (T)(y->p.mse.reduction == TG_REDUCTION_MEAN ? sum / (double)n : sum);           \
     }                                                                                          \
     /* dst += sign * norm * (x - t) * dy (dy per element for none, else the scalar) */         \
-    static void bwd_##SUF(tg_tensor *y, T *dst, bool negate)                                   \
+    static void bwd_##SUF(const tg__call *c, T *dst, bool negate)                                   \
     {                                                                                          \
-        const T *X = y->src[0]->data, *Tg = y->src[1]->data, *G = y->grad;                     \
+        const tg_tensor *y = c->y;                                                             \
+        const T *X = c->in[0], *Tg = c->in[1], *G = c->dy;                     \
         int64_t n = y->src[0]->numel;                                                          \
-        int nt = tg__threads(y->ctx);                                                          \
+        int nt = c->nt;                                                          \
         bool none = y->p.mse.reduction == TG_REDUCTION_NONE;                                   \
         T norm = (T)(y->p.mse.reduction == TG_REDUCTION_MEAN ? 2.0 / (double)n : 2.0);         \
         TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
@@ -100,23 +102,26 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *input, tg_tensor *target, tg_redu
 DEFINE_MSE(float, f32)
 DEFINE_MSE(double, f64)
 
-void tg__mse_loss_forward(tg_tensor *y)
+tg_status tg__mse_loss_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        fwd_f32(y);
+        fwd_f32(c);
     else
-        fwd_f64(y);
+        fwd_f64(c);
+    return TG_OK;
 }
 
-void tg__mse_loss_backward(tg_tensor *y)
+tg_status tg__mse_loss_backward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     for (int s = 0; s < 2; s++) { /* input, then target: one tensor given twice is safe */
-        tg_tensor *x = y->src[s];
-        if (!x->grad)
+        if (!c->dx[s])
             continue;
         if (y->dtype == TG_F32)
-            bwd_f32(y, x->grad, s == 1);
+            bwd_f32(c, c->dx[s], s == 1);
         else
-            bwd_f64(y, x->grad, s == 1);
+            bwd_f64(c, c->dx[s], s == 1);
     }
+    return TG_OK;
 }

@@ -83,8 +83,11 @@ static size_t ws_per_thread(const tg_tensor *y)
     return tg__gemm_ws_bytes_nk(y->dtype, 1, d, d);
 }
 
-size_t tg__matmul_ws(const tg_tensor *y, int nt, bool backward)
+size_t tg__matmul_ws(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
+    int nt = c->nt;
+    bool backward = c->backward;
     (void)backward;
     return ws_per_thread(y) * (size_t)(nt > 0 ? nt : 1);
 }
@@ -198,21 +201,21 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
         tg__gemm_##SUF(1, tx, ty, r1 - r0, N, K, X + (tx ? r0 : r0 * ldx), ldx, Y, ldy,        \
                        C + r0 * ldc, ldc, acc, ws);                                            \
     }                                                                                          \
-    static void fwd_##SUF(tg_tensor *y)                                                        \
+    static void fwd_##SUF(const tg__call *c)                                                        \
     {                                                                                          \
-        const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
+        const tg_tensor *y = c->y;                                                             \
         mm_dims d;                                                                             \
         dims(y, &d);                                                                           \
         bool ta = y->p.matmul.ta != d.fa, tb = y->p.matmul.tb != d.fb;                         \
         mm_maps mp = maps(y, d.nb);                                                            \
-        const T *A = a->data, *B = b->data;                                                    \
-        T *C = y->data;                                                                        \
-        int nt = tg__threads(y->ctx);                                                          \
+        const T *A = c->in[0], *B = c->in[1];                                                  \
+        T *C = c->out;                                                                        \
+        int nt = c->nt;                                                          \
         if (d.nb * d.M * d.N * d.K <= TG_PAR_MIN)                                              \
             nt = 1;                                                                            \
         if (d.nb == 1) {                                                                       \
             tg__gemm_##SUF(nt, ta, tb, d.M, d.N, d.K, A + mp.aoff[0], d.lda, B + mp.boff[0],   \
-                           d.ldb, C, d.N, false, y->ws);                                       \
+                           d.ldb, C, d.N, false, c->ws);                                       \
             return;                                                                            \
         }                                                                                      \
         size_t per = ws_per_thread(y);                                                         \
@@ -223,20 +226,20 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
             int64_t o = it / mb, blk = it % mb;                                                \
             rows_##SUF(ta, tb, d.M * blk / mb, d.M * (blk + 1) / mb, d.N, d.K,                 \
                        A + mp.aoff[o], d.lda, B + mp.boff[o], d.ldb, C + o * d.M * d.N, d.N,   \
-                       false, (char *)y->ws + (size_t)TG_THREAD_NUM() * per);                  \
+                       false, (char *)c->ws + (size_t)TG_THREAD_NUM() * per);                  \
         }                                                                                      \
     }                                                                                          \
     /* Rows [r0, r1) of dA for matrix ia = sum over output batches o with amap[o] == ia (o     \
      * ascending). */                                                                          \
-    static void grad_a_##SUF(int nt, const tg_tensor *y, const mm_dims *d, int64_t ia,         \
+    static void grad_a_##SUF(int nt, const tg__call *c, const mm_dims *d, int64_t ia,          \
                              int64_t r0, int64_t r1, void *ws)                                 \
     {                                                                                          \
-        const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
+        const tg_tensor *y = c->y, *a = y->src[0];                                             \
         bool ta = y->p.matmul.ta, tb = y->p.matmul.tb != d->fb;                                \
         mm_maps mp = maps(y, d->nb);                                                           \
         int64_t lga = a->shape[a->rank - 1], sa = a->shape[a->rank - 2] * lga;                 \
-        T *dA = (T *)a->grad + ia * sa;                                                        \
-        const T *G = y->grad, *B = b->data;                                                    \
+        T *dA = (T *)c->dx[0] + ia * sa;                                                       \
+        const T *G = c->dy, *B = c->in[1];                                                   \
         for (int64_t o = 0; o < d->nb; o++) {                                                  \
             if (mp.amap[o] != ia)                                                              \
                 continue;                                                                      \
@@ -256,15 +259,15 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
                            ws);                                                                \
         }                                                                                      \
     }                                                                                          \
-    static void grad_b_##SUF(int nt, const tg_tensor *y, const mm_dims *d, int64_t ib,         \
+    static void grad_b_##SUF(int nt, const tg__call *c, const mm_dims *d, int64_t ib,          \
                              int64_t r0, int64_t r1, void *ws)                                 \
     {                                                                                          \
-        const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
+        const tg_tensor *y = c->y, *b = y->src[1];                                             \
         bool ta = y->p.matmul.ta != d->fa, tb = y->p.matmul.tb;                                \
         mm_maps mp = maps(y, d->nb);                                                           \
         int64_t lgb = b->shape[b->rank - 1], sb = b->shape[b->rank - 2] * lgb;                 \
-        T *dB = (T *)b->grad + ib * sb;                                                        \
-        const T *G = y->grad, *A = a->data;                                                    \
+        T *dB = (T *)c->dx[1] + ib * sb;                                                       \
+        const T *G = c->dy, *A = c->in[0];                                                   \
         for (int64_t o = 0; o < d->nb; o++) {                                                  \
             if (mp.bmap[o] != ib)                                                              \
                 continue;                                                                      \
@@ -287,53 +290,58 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
     /* One operand's gradient: n matrices of `rows` rows, in one region over (matrix, row      \
      * block) items of one-thread GEMMs (item owns rows of its matrix: race-free); a single    \
      * output matrix (nb == 1) uses the GEMM's own threads. */                                 \
-    static void grads_##SUF(void (*g)(int, const tg_tensor *, const mm_dims *, int64_t,         \
+    static void grads_##SUF(void (*g)(int, const tg__call *, const mm_dims *, int64_t,         \
                                       int64_t, int64_t, void *),                               \
-                            int nt, const tg_tensor *y, const mm_dims *d, int64_t n,           \
+                            int nt, const tg__call *c, const mm_dims *d, int64_t n,            \
                             int64_t rows, size_t per)                                          \
     {                                                                                          \
         if (d->nb == 1) {                                                                      \
-            g(nt, y, d, 0, 0, rows, y->ws);                                                    \
+            g(nt, c, d, 0, 0, rows, c->ws);                                                    \
             return;                                                                            \
         }                                                                                      \
         int64_t mb = row_blocks(n, rows, nt), items = n * mb;                                  \
         TG_OMP_FOR(nt, nt > 1)                                                                 \
         for (int64_t it = 0; it < items; it++) {                                               \
             int64_t m = it / mb, blk = it % mb;                                                \
-            g(1, y, d, m, rows * blk / mb, rows * (blk + 1) / mb,                              \
-              (char *)y->ws + (size_t)TG_THREAD_NUM() * per);                                  \
+            g(1, c, d, m, rows * blk / mb, rows * (blk + 1) / mb,                              \
+              (char *)c->ws + (size_t)TG_THREAD_NUM() * per);                                  \
         }                                                                                      \
     }                                                                                          \
-    static void bwd_##SUF(tg_tensor *y)                                                        \
+    static void bwd_##SUF(const tg__call *c)                                                        \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         mm_dims d;                                                                             \
         dims(y, &d);                                                                           \
-        int nt = tg__threads(y->ctx);                                                          \
+        int nt = c->nt;                                                          \
         if (d.nb * d.M * d.N * d.K <= TG_PAR_MIN)                                              \
             nt = 1;                                                                            \
         size_t per = ws_per_thread(y);                                                         \
         const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
-        if (a->grad)                                                                           \
-            grads_##SUF(grad_a_##SUF, nt, y, &d, d.na, a->shape[a->rank - 2], per);            \
-        if (b->grad)                                                                           \
-            grads_##SUF(grad_b_##SUF, nt, y, &d, d.nbm, b->shape[b->rank - 2], per);           \
+        if (c->dx[0])                                                                          \
+            grads_##SUF(grad_a_##SUF, nt, c, &d, d.na, a->shape[a->rank - 2], per);            \
+        if (c->dx[1])                                                                          \
+            grads_##SUF(grad_b_##SUF, nt, c, &d, d.nbm, b->shape[b->rank - 2], per);           \
     }
 
 DEFINE_MATMUL(float, f32)
 DEFINE_MATMUL(double, f64)
 
-void tg__matmul_forward(tg_tensor *y)
+tg_status tg__matmul_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        fwd_f32(y);
+        fwd_f32(c);
     else
-        fwd_f64(y);
+        fwd_f64(c);
+    return TG_OK;
 }
 
-void tg__matmul_backward(tg_tensor *y)
+tg_status tg__matmul_backward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        bwd_f32(y);
+        bwd_f32(c);
     else
-        bwd_f64(y);
+        bwd_f64(c);
+    return TG_OK;
 }

@@ -57,14 +57,15 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner
  * into its own element of dx (distinct (o, i) give distinct (o, k, i)). Race-free and
  * thread-count independent. */
 #define DEFINE_MAX(T, SUF)                                                                     \
-    static void fwd_##SUF(tg_tensor *y)                                                        \
+    static void fwd_##SUF(const tg__call *c)                                                        \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         int64_t outer, A, inner;                                                               \
         split(y, &outer, &A, &inner);                                                          \
-        const T *X = y->src[0]->data;                                                          \
-        T *out = y->data;                                                                      \
-        int64_t *K = y->saved;                                                                 \
-        int nt = tg__threads(y->ctx);                                                          \
+        const T *X = c->in[0];                                                          \
+        T *out = c->out;                                                                      \
+        int64_t *K = c->saved;                                                                 \
+        int nt = c->nt;                                                          \
         TG_OMP_FOR(nt, outer * inner > 1 && y->src[0]->numel > TG_PAR_MIN)                     \
         for (int64_t oi = 0; oi < outer * inner; oi++) {                                       \
             int64_t o = oi / inner, i = oi % inner;                                            \
@@ -82,14 +83,15 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner
             K[oi] = k;                                                                         \
         }                                                                                      \
     }                                                                                          \
-    static void bwd_##SUF(tg_tensor *y)                                                        \
+    static void bwd_##SUF(const tg__call *c)                                                        \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         int64_t outer, A, inner;                                                               \
         split(y, &outer, &A, &inner);                                                          \
-        T *dx = y->src[0]->grad;                                                               \
-        const T *dy = y->grad;                                                                 \
-        const int64_t *K = y->saved;                                                           \
-        int nt = tg__threads(y->ctx);                                                          \
+        T *dx = c->dx[0];                                                               \
+        const T *dy = c->dy;                                                                 \
+        const int64_t *K = c->saved;                                                           \
+        int nt = c->nt;                                                          \
         TG_OMP_FOR(nt, outer * inner > TG_PAR_MIN)                                             \
         for (int64_t oi = 0; oi < outer * inner; oi++) {                                       \
             int64_t o = oi / inner, i = oi % inner;                                            \
@@ -99,20 +101,24 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner
 DEFINE_MAX(float, f32)
 DEFINE_MAX(double, f64)
 
-void tg__max_forward(tg_tensor *y)
+tg_status tg__max_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     if (y->dtype == TG_F32)
-        fwd_f32(y);
+        fwd_f32(c);
     else
-        fwd_f64(y);
+        fwd_f64(c);
+    return TG_OK;
 }
 
-void tg__max_backward(tg_tensor *y)
+tg_status tg__max_backward(const tg__call *c)
 {
-    if (!y->src[0]->grad)
-        return;
+    const tg_tensor *y = c->y;
+    if (!c->dx[0])
+        return TG_OK;
     if (y->dtype == TG_F32)
-        bwd_f32(y);
+        bwd_f32(c);
     else
-        bwd_f64(y);
+        bwd_f64(c);
+    return TG_OK;
 }

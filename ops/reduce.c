@@ -74,13 +74,14 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner
 /* Each output element is accumulated by one iteration, a ascending: thread-count independent.
  * (A full reduction runs on one thread: a split across threads would change the order.) */
 #define DEFINE_REDUCE(T, SUF)                                                                  \
-    static void fwd_##SUF(tg_tensor *y, bool mean)                                             \
+    static void fwd_##SUF(const tg__call *c, bool mean)                                             \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         int64_t outer, A, inner;                                                               \
         split(y, &outer, &A, &inner);                                                          \
-        const T *x = y->src[0]->data;                                                          \
-        T *out = y->data;                                                                      \
-        int nt = tg__threads(y->ctx);                                                          \
+        const T *x = c->in[0];                                                          \
+        T *out = c->out;                                                                      \
+        int nt = c->nt;                                                          \
         TG_OMP_FOR(nt, outer * inner > 1 && y->src[0]->numel > TG_PAR_MIN)                     \
         for (int64_t oi = 0; oi < outer * inner; oi++) {                                       \
             int64_t o = oi / inner, i = oi % inner;                                            \
@@ -94,13 +95,14 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner
     /* dx[o, a, i] += dy[o, i] (/ A for mean), each element once, the same expression whatever \
      * the split: the (o, i) of a chunk's first element is found once, then walked (no integer  \
      * division per element). */                                                             \
-    static void bwd_##SUF(tg_tensor *y, bool mean)                                             \
+    static void bwd_##SUF(const tg__call *c, bool mean)                                             \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         int64_t outer, A, inner;                                                               \
         split(y, &outer, &A, &inner);                                                          \
-        T *dx = y->src[0]->grad;                                                               \
-        const T *dy = y->grad;                                                                 \
-        int nt = tg__threads(y->ctx);                                                          \
+        T *dx = c->dx[0];                                                               \
+        const T *dy = c->dy;                                                                 \
+        int nt = c->nt;                                                          \
         int64_t n = y->src[0]->numel;                                                          \
         TG_PAR_RANGE(nt, n > TG_PAR_MIN, n, 16, {                                              \
             if (inner == 1) { /* runs of A elements share dy[o] */                             \
@@ -132,22 +134,26 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner
 DEFINE_REDUCE(float, f32)
 DEFINE_REDUCE(double, f64)
 
-void tg__reduce_forward(tg_tensor *y)
+tg_status tg__reduce_forward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     bool mean = y->op == TG_OP_MEAN;
     if (y->dtype == TG_F32)
-        fwd_f32(y, mean);
+        fwd_f32(c, mean);
     else
-        fwd_f64(y, mean);
+        fwd_f64(c, mean);
+    return TG_OK;
 }
 
-void tg__reduce_backward(tg_tensor *y)
+tg_status tg__reduce_backward(const tg__call *c)
 {
-    if (!y->src[0]->grad)
-        return;
+    const tg_tensor *y = c->y;
+    if (!c->dx[0])
+        return TG_OK;
     bool mean = y->op == TG_OP_MEAN;
     if (y->dtype == TG_F32)
-        bwd_f32(y, mean);
+        bwd_f32(c, mean);
     else
-        bwd_f64(y, mean);
+        bwd_f64(c, mean);
+    return TG_OK;
 }

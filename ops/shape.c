@@ -47,7 +47,6 @@ static tg_tensor *permute_op(tg_ctx *ctx, const char *fn, int op, tg_tensor *x, 
     y->offset = x->offset;
     for (int i = 0; i < x->rank; i++)
         y->stride[i] = x->stride[p[i]];
-    tg__bind_leaf_view(y);
     return y;
 }
 
@@ -117,21 +116,27 @@ tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x, int axis0, int axis1)
 DEFINE_PERMUTE(float, f32)
 DEFINE_PERMUTE(double, f64)
 
-void tg__permute_forward(tg_tensor *y) { (void)y; /* view: nothing to compute */ }
+tg_status tg__permute_forward(const tg__call *c)
+{
+    (void)c; /* view: nothing to compute */
+    return TG_OK;
+}
 
 /* dx (x's shape) += dy permuted back: dst axis j of x is walked by dy axis k with perm[k]==j */
-void tg__permute_backward(tg_tensor *y)
+tg_status tg__permute_backward(const tg__call *c)
 {
+    const tg_tensor *y = c->y;
     tg_tensor *x = y->src[0];
-    if (!x->grad)
-        return;
-    int nt = tg__threads(y->ctx);
+    if (!c->dx[0])
+        return TG_OK;
+    int nt = c->nt;
     if (y->dtype == TG_F32)
-        permute_f32(nt, x->rank, x->shape, y->p.permute.perm, y->shape, y->grad, x->grad, true,
+        permute_f32(nt, x->rank, x->shape, y->p.permute.perm, y->shape, c->dy, c->dx[0], true,
                     true);
     else
-        permute_f64(nt, x->rank, x->shape, y->p.permute.perm, y->shape, y->grad, x->grad, true,
+        permute_f64(nt, x->rank, x->shape, y->p.permute.perm, y->shape, c->dy, c->dx[0], true,
                     true);
+    return TG_OK;
 }
 
 /* ---- reshape ------------------------------------------------------------------------------ */
@@ -182,37 +187,41 @@ tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int rank, const int64_t *shape)
         tg_tensor *c = y->src[0];
         y->base = c->base ? c->base : c;
         y->offset = c->offset;
-        tg__bind_leaf_view(y);
     }
     return y;
 }
 
-void tg__reshape_forward(tg_tensor *y) { (void)y; /* view: nothing to compute */ }
-
-void tg__reshape_backward(tg_tensor *y)
+tg_status tg__reshape_forward(const tg__call *c)
 {
-    tg_tensor *x = y->src[0];
-    if (!x->grad)
-        return;
-    if (x->grad == y->grad) { /* in place: dx is dy already */
-        tg__plus_zero(y->ctx, y->dtype, y->numel, x->grad);
-        return;
+    (void)c; /* view: nothing to compute */
+    return TG_OK;
+}
+
+tg_status tg__reshape_backward(const tg__call *c)
+{
+    const tg_tensor *y = c->y;
+    if (!c->dx[0])
+        return TG_OK;
+    if (c->dx[0] == c->dy) { /* in place: dx is dy already */
+        tg__plus_zero(c->nt, y->dtype, y->numel, c->dx[0]);
+        return TG_OK;
     }
-    int nt = tg__threads(y->ctx);
+    int nt = c->nt;
     int64_t n = y->numel;
     if (y->dtype == TG_F32) {
-        float *dx = x->grad;
-        const float *dy = y->grad;
+        float *dx = c->dx[0];
+        const float *dy = c->dy;
         TG_OMP_FOR(nt, n > TG_PAR_MIN)
         for (int64_t i = 0; i < n; i++)
             dx[i] += dy[i];
     } else {
-        double *dx = x->grad;
-        const double *dy = y->grad;
+        double *dx = c->dx[0];
+        const double *dy = c->dy;
         TG_OMP_FOR(nt, n > TG_PAR_MIN)
         for (int64_t i = 0; i < n; i++)
             dx[i] += dy[i];
     }
+    return TG_OK;
 }
 
 /* ---- narrow ------------------------------------------------------------------------------- */
@@ -241,15 +250,15 @@ tg_tensor *tg_narrow(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t
         y->base = x->base ? x->base : x; /* a view: same strides, moved start */
         y->offset = x->offset + start * x->stride[a];
         memcpy(y->stride, x->stride, sizeof y->stride);
-        tg__bind_leaf_view(y);
     }
     return y;
 }
 
 /* x viewed as (outer, X, inner), y as (outer, len, inner): y[o, l, :] = x[o, start + l, :]. */
 #define DEFINE_NARROW(T, SUF)                                                                  \
-    static void narrow_##SUF(const tg_tensor *y)                                               \
+    static void narrow_##SUF(const tg__call *c)                                               \
     {                                                                                          \
+        const tg_tensor *y = c->y;                                                             \
         const tg_tensor *x = y->src[0];                                                        \
         int a = y->p.narrow.axis;                                                              \
         int64_t outer = 1, inner = 1;                                                          \
@@ -258,15 +267,15 @@ tg_tensor *tg_narrow(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t
         for (int i = a + 1; i < x->rank; i++)                                                  \
             inner *= x->shape[i];                                                              \
         int64_t X = x->shape[a], len = y->shape[a], st = y->p.narrow.start;                    \
-        int nt = tg__threads(y->ctx);                                                          \
+        int nt = c->nt;                                                          \
         /* Race-free: iteration (o, l) owns one row of y (and the matching row of dx). */      \
         /* one thread below TG_PAR_BYTES: no parallel region at all */                       \
         TG_PAR_RANGE(nt, y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, outer * len, 1, {   \
             for (int64_t ol = lo; ol < hi; ol++) {                                             \
                 int64_t o = ol / len, l = ol % len;                                            \
                 int64_t xo = (o * X + st + l) * inner, yo = ol * inner;                        \
-                T *dx = (T *)x->grad + xo;                                                     \
-                const T *dy = (const T *)y->grad + yo;                                         \
+                T *dx = (T *)c->dx[0] + xo;                                                     \
+                const T *dy = (const T *)c->dy + yo;                                         \
                 for (int64_t i = 0; i < inner; i++)                                            \
                     dx[i] += dy[i];                                                            \
             }                                                                                  \
@@ -275,23 +284,22 @@ tg_tensor *tg_narrow(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t
 DEFINE_NARROW(float, f32)
 DEFINE_NARROW(double, f64)
 
-void tg__narrow_forward(tg_tensor *y) { (void)y; /* view: nothing to compute */ }
-
-void tg__narrow_backward(tg_tensor *y)
+tg_status tg__narrow_forward(const tg__call *c)
 {
-    if (!y->src[0]->grad)
-        return;
-    if (y->dtype == TG_F32)
-        narrow_f32(y);
-    else
-        narrow_f64(y);
+    (void)c; /* view: nothing to compute */
+    return TG_OK;
 }
 
-/* A view of a leaf reads the leaf's own buffer: readable at once, with no graph. */
-void tg__bind_leaf_view(tg_tensor *y)
+tg_status tg__narrow_backward(const tg__call *c)
 {
-    if (y->base->op == TG_OP_NONE)
-        y->data = (char *)y->base->data + y->offset * (int64_t)tg_dtype_size(y->dtype);
+    const tg_tensor *y = c->y;
+    if (!c->dx[0])
+        return TG_OK;
+    if (y->dtype == TG_F32)
+        narrow_f32(c);
+    else
+        narrow_f64(c);
+    return TG_OK;
 }
 
 /* ---- contiguous ------------------------------------------------------------------------- */
@@ -310,11 +318,10 @@ tg_tensor *tg_contiguous(tg_ctx *ctx, tg_tensor *x)
 
 /* y (row-major) = x read through its strides; one row of y per iteration. */
 #define DEFINE_GATHER(T, SUF)                                                                  \
-    static void gather_##SUF(int nt, const tg_tensor *x, T *y)                                 \
+    static void gather_##SUF(int nt, const tg_tensor *x, const T *src, T *y)                   \
     {                                                                                          \
         int r = x->rank;                                                                       \
         int64_t L = r ? x->shape[r - 1] : 1, rows = x->numel / L, sl = r ? x->stride[r - 1] : 1; \
-        const T *src = x->data;                                                                \
         TG_OMP_FOR(nt, x->numel > TG_PAR_MIN)                                                  \
         for (int64_t row = 0; row < rows; row++) {                                             \
             int64_t rem = row, so = 0;                                                         \
@@ -336,27 +343,30 @@ tg_tensor *tg_contiguous(tg_ctx *ctx, tg_tensor *x)
 DEFINE_GATHER(float, f32)
 DEFINE_GATHER(double, f64)
 
-void tg__contiguous_forward(tg_tensor *y)
+tg_status tg__contiguous_forward(const tg__call *c)
 {
-    int nt = tg__threads(y->ctx);
+    const tg_tensor *y = c->y;
+    int nt = c->nt;
     if (y->dtype == TG_F32)
-        gather_f32(nt, y->src[0], y->data);
+        gather_f32(nt, y->src[0], c->in[0], c->out);
     else
-        gather_f64(nt, y->src[0], y->data);
+        gather_f64(nt, y->src[0], c->in[0], c->out);
+    return TG_OK;
 }
 
-void tg__contiguous_backward(tg_tensor *y)
+tg_status tg__contiguous_backward(const tg__call *c)
 {
-    tg_tensor *x = y->src[0];
-    if (!x->grad)
-        return;
-    if (x->grad == y->grad) { /* in place: dx is dy already */
-        tg__plus_zero(y->ctx, y->dtype, y->numel, x->grad);
-        return;
+    const tg_tensor *y = c->y;
+    if (!c->dx[0])
+        return TG_OK;
+    if (c->dx[0] == c->dy) { /* in place: dx is dy already */
+        tg__plus_zero(c->nt, y->dtype, y->numel, c->dx[0]);
+        return TG_OK;
     }
-    int nt = tg__threads(y->ctx);
+    int nt = c->nt;
     if (y->dtype == TG_F32)
-        add_into_f32(nt, y->numel, y->grad, x->grad);
+        add_into_f32(nt, y->numel, c->dy, c->dx[0]);
     else
-        add_into_f64(nt, y->numel, y->grad, x->grad);
+        add_into_f64(nt, y->numel, c->dy, c->dx[0]);
+    return TG_OK;
 }

@@ -120,28 +120,27 @@ DEF_KERNELS(double, f64, exp, log, sqrt, tanh)
 
 /* The registry entry points. READ is what backward reads (declared in ops/ops.def): the
  * source (x), the output (y) or nothing (NULL). */
-#define SRC_DATA(y) ((y)->src[0]->data)
-#define OUT_DATA(y) ((y)->data)
-#define NO_DATA(y) ((void)(y), (const void *)NULL)
+#define SRC_DATA(c) ((c)->in[0])
+#define OUT_DATA(c) ((c)->out)
+#define NO_DATA(c) ((void)(c), (const void *)NULL)
 #define DEF_ENTRY(op, READ)                                                                    \
-    void tg__##op##_forward(tg_tensor *y)                                                      \
+    tg_status tg__##op##_forward(const tg__call *c)                                            \
     {                                                                                          \
-        int nt = tg__threads(y->ctx);                                                          \
-        if (y->dtype == TG_F32)                                                                \
-            op##_fwd_f32(nt, y->numel, y->src[0]->data, y->data);                              \
+        if (c->y->dtype == TG_F32)                                                             \
+            op##_fwd_f32(c->nt, c->y->numel, c->in[0], c->out);                                \
         else                                                                                   \
-            op##_fwd_f64(nt, y->numel, y->src[0]->data, y->data);                              \
+            op##_fwd_f64(c->nt, c->y->numel, c->in[0], c->out);                                \
+        return TG_OK;                                                                          \
     }                                                                                          \
-    void tg__##op##_backward(tg_tensor *y)                                                     \
+    tg_status tg__##op##_backward(const tg__call *c)                                           \
     {                                                                                          \
-        tg_tensor *x = y->src[0];                                                              \
-        if (!x->grad)                                                                          \
-            return;                                                                            \
-        int nt = tg__threads(y->ctx);                                                          \
-        if (y->dtype == TG_F32)                                                                \
-            op##_bwd_f32(nt, y->numel, READ(y), y->grad, x->grad);                             \
+        if (!c->dx[0])                                                                         \
+            return TG_OK;                                                                      \
+        if (c->y->dtype == TG_F32)                                                             \
+            op##_bwd_f32(c->nt, c->y->numel, READ(c), c->dy, c->dx[0]);                        \
         else                                                                                   \
-            op##_bwd_f64(nt, y->numel, READ(y), y->grad, x->grad);                             \
+            op##_bwd_f64(c->nt, c->y->numel, READ(c), c->dy, c->dx[0]);                        \
+        return TG_OK;                                                                          \
     }
 DEF_ENTRY(neg, NO_DATA)
 DEF_ENTRY(exp, OUT_DATA)

@@ -39,7 +39,7 @@ typedef union tg_op_params {
     struct { tg_mask_kind kind; } mask;
     struct { double eps; } layer_norm;
     struct { int act; } dense;                  /* dense_act: TG_ACT_* */
-    struct { double p; double scale; } dropout; /* scale: used by the last forward */
+    struct { double p; } dropout;
     struct { int64_t ignore_index; double label_smoothing; } xent; /* label_smoothing in [0, 1] */
     /* more elementwise ops, reductions and losses */
     struct { int axis; } max;                   /* max over one axis (ops/max.c) */
@@ -71,31 +71,30 @@ struct tg_tensor {
     bool requires_grad;
     bool auto_name;      /* name was generated ("matmul12"), not given by the user */
     bool keep;           /* tg_keep: data (and grad) stay readable after forward/backward */
-    bool grad_scratch;   /* set by the graph for a backward rule (workspace sizing and the call):
-                            y->grad is read by nobody after this rule (y is neither an output nor
-                            kept), so the rule may overwrite it */
     bool consumed;       /* some op reads it (tg_set_requires_grad refuses a change then)... */
     tg_mark consumed_by; /* ...unless a rewind released that op: a mark taken just after the
                             oldest op still reading it was made (tg__consumed) */
     char name[TG_NAME_MAX];
 
-    void *data;          /* leaves: owned; op results: bound by the graph that last ran them */
-    void *grad;          /* leaves: owned (allocated by tg_graph_new); others: bound */
+    void *data;          /* leaves only: their values, owned. An op result's memory is in the
+                            plan of the graph that last ran it (tg__value) */
+    void *grad;          /* leaves only: the accumulated gradient, owned (allocated by
+                            tg_graph_new); an op result's: tg__grad_value */
 
     int op;              /* TG_OP_* or TG_OP_NONE for leaves */
     const struct tg_op_def *def; /* registry entry (or a custom op's definition); NULL: leaf */
     int n_src;
     tg_tensor *src[TG_MAX_SRC];
     tg_op_params p;
-    void *saved;         /* values forward saves for backward: saved_bytes, planned and bound */
-    size_t saved_bytes;
+    size_t saved_bytes;  /* values forward saves for backward (planned per graph) */
     void *aux;           /* builder metadata owned by the node (never planned), or NULL */
-    void *ws;            /* kernel workspace, bound for each call (def->workspace bytes) */
-    size_t ws_bytes;     /* its planned size (bytes; 0 when ws is NULL) */
 
     const uint64_t *run_gen; /* op results bound by a graph with a shared arena (tg_arena):
                             that arena's run generation (changes when another graph of it
                             starts running); NULL: bound by a graph with its own arena */
+    struct tg_graph *run_graph; /* op results: the graph that last ran it (its plan holds this
+                            tensor's memory: tg__value), NULL when none or freed */
+    int64_t run_index;   /* ...and the tensor's node index in it */
     uint64_t run_gen_at; /* ...its value when the binding was made: differing, the bytes at
                             data, grad and saved are another graph's (tg__stale) */
     bool reused;         /* an op result that was neither an output nor kept of the graph
@@ -165,15 +164,12 @@ void tg__begin(tg_ctx *ctx);
 void tg__io_enter(tg_ctx *ctx);
 void tg__io_leave(tg_ctx *ctx);
 /* A kernel that can fail (a custom op's callback) reports it here: records a run error
- * (tg__run_err) and keeps the first failing status in ctx->kernel_status, which the executor
- * reads with tg__kernel_take after every forward and backward kernel call. */
-void tg__kernel_fail(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
+ * (tg__run_err) and returns s (TG_ERR_ARG if s is TG_OK), which the kernel returns. */
+tg_status tg__kernel_fail(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
-/* tg__kernel_take(ctx) (below the context record): the status a kernel reported since the
- * last take (TG_OK if none), reset to TG_OK. */
 
 /* ----- checked size arithmetic --------------------------------------------------------------
  * Every size computed from user values goes through these (no signed overflow, no wrapped
@@ -257,8 +253,6 @@ bool tg__op_save(tg_tensor *y, size_t bytes);
 /* tg__op_save of n * es + extra bytes, overflow-checked (TG_ERR_OVERFLOW recorded and y
  * freed: the builder must return NULL without touching y again). */
 bool tg__op_save_n(tg_tensor *y, int64_t n, size_t es, size_t extra);
-/* A view y of a leaf: point y->data into the leaf's buffer now (ops/shape.c). */
-void tg__bind_leaf_view(tg_tensor *y);
 /* A contiguous copy of x (op "contiguous"; ops/shape.c). NULL on error (recorded). */
 tg_tensor *tg__contiguous(tg_ctx *ctx, tg_tensor *x);
 /* Element index in t->data of logical (row-major) element `flat` (strides of a view). */
@@ -281,13 +275,13 @@ bool tg__broadcast_shape(int ra, const int64_t *a, int rb, const int64_t *b, int
  * on broadcast dims: st[i] for output axis i. */
 void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, int64_t *st);
 /* dx (shape of x) += dy (shape out_shape, rank) summed over broadcast dims, fixed order per
- * element of dx (thread-count independent). dtype dt for both. */
-void tg__reduce_to(tg_ctx *ctx, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
+ * element of dx (thread-count independent). dtype dt for both; nt threads. */
+void tg__reduce_to(int nt, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
                    const tg_tensor *x, void *dx);
 
 /* p[i] = 0 + p[i] for n elements: what accumulating into a zeroed gradient gives (-0 becomes
  * +0), for backward rules whose in-place identity must match the accumulating path bitwise. */
-void tg__plus_zero(tg_ctx *ctx, tg_dtype dt, int64_t n, void *p);
+void tg__plus_zero(int nt, tg_dtype dt, int64_t n, void *p);
 
 /* ----- random numbers ----------------------------------------------------------------------- */
 /* splitmix64 (Steele et al. 2014): advances *state and returns the next output. Seeds the
@@ -432,18 +426,7 @@ struct tg_ctx {
     int64_t n_eras, cap_eras;
     tg_graph *graphs;        /* live graphs, newest first (tg_ctx_rewind frees newer ones) */
     tg_arena *arenas;        /* live shared arenas, newest first (likewise, after the graphs) */
-    int run_threads;         /* > 0 while a graph runs: tg__threads caps at this */
-    tg_status kernel_status; /* first failure reported by a kernel (tg__kernel_fail), read and
-                                reset by the executor after each kernel call */
 };
-
-/* The status a kernel reported since the last take (TG_OK if none), reset to TG_OK. */
-static inline tg_status tg__kernel_take(tg_ctx *ctx)
-{
-    tg_status s = ctx->kernel_status;
-    ctx->kernel_status = TG_OK;
-    return s;
-}
 
 /* Is @p m a mark of ctx that no rewind has gone past (tg_ctx_rewind would accept it)? */
 bool tg__mark_valid(const tg_ctx *ctx, tg_mark m);
@@ -463,6 +446,14 @@ void tg__arena_forget(tg_arena *a);
 
 /* Are t's data, grad and saved bytes another graph's? (An op result last bound by a graph with
  * a shared arena, after another graph of that arena started running.) */
+/* The memory of t's values: a leaf's own; a view's, its base's at its offset; an op result's,
+ * in the plan of the graph that last ran it (NULL if none did, or it was freed). Whether those
+ * bytes are still t's is tg__stale's question. (src/graph/exec.c) */
+void *tg__value(const tg_tensor *t);
+/* The memory of t's gradient: a leaf's accumulated one; an op result's, in the plan of the
+ * graph that last ran backward over it (NULL if none). (src/graph/exec.c) */
+void *tg__grad_value(const tg_tensor *t);
+
 static inline bool tg__stale(const tg_tensor *t)
 {
     return t->reused || (t->run_gen && *t->run_gen != t->run_gen_at);

@@ -338,27 +338,23 @@ tg_status tg_ctx_set_error(tg_ctx *ctx, tg_error_kind kind, tg_status status, co
     return status;
 }
 
-void tg__kernel_fail(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
+tg_status tg__kernel_fail(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
 {
-    if (!ctx)
-        return;
     if (s == TG_OK)
         s = TG_ERR_ARG; /* a failure is never OK */
-    if (ctx->kernel_status != TG_OK)
-        return; /* the first failure of the run is the one reported */
-    ctx->kernel_status = s;
+    if (!ctx)
+        return s;
     va_list ap;
     va_start(ap, fmt);
     record(ctx, false, s, fn, fmt, ap);
     va_end(ap);
+    return s;
 }
 
 bool tg__build_failed(const tg_ctx *ctx) { return ctx->status != TG_OK && ctx->sticky; }
 
 void tg__begin(tg_ctx *ctx)
 {
-    if (ctx)
-        ctx->kernel_status = TG_OK;
     if (ctx && ctx->status != TG_OK && !ctx->sticky) {
         ctx->status = TG_OK;
         ctx->msg[0] = '\0';
@@ -403,9 +399,7 @@ int tg_ctx_threads(const tg_ctx *ctx) { return ctx ? ctx->n_threads : 1; }
 
 int tg__threads(const tg_ctx *ctx)
 {
-    int n = ctx->n_threads > 0 ? ctx->n_threads : 1;
-    /* while a graph runs, at most the thread count its workspace was planned for */
-    return ctx->run_threads > 0 && n > ctx->run_threads ? ctx->run_threads : n;
+    return ctx->n_threads > 0 ? ctx->n_threads : 1;
 }
 
 void tg_ctx_set_training(tg_ctx *ctx, bool training)

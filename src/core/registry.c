@@ -9,22 +9,21 @@ const tg_op_def tg__op_table[TG_OP_COUNT_] = {
 #undef TG_OP
 };
 
-tg_status tg__no_check(tg_tensor *y)
+tg_status tg__no_check(const tg__call *c)
 {
-    (void)y;
+    (void)c;
     return TG_OK;
 }
 
-void tg__no_backward(tg_tensor *y)
+tg_status tg__no_backward(const tg__call *c)
 {
-    (void)y; /* never called: a TG_OPF_NO_BACKWARD op's table entry has a NULL backward */
+    (void)c; /* never called: a TG_OPF_NO_BACKWARD op's table entry has a NULL backward */
+    return TG_OK;
 }
 
-size_t tg__no_ws(const tg_tensor *y, int nt, bool backward)
+size_t tg__no_ws(const tg__call *c)
 {
-    (void)y;
-    (void)nt;
-    (void)backward;
+    (void)c;
     return 0;
 }
 

@@ -7,21 +7,47 @@
 
 #include "core.h"
 
-/* Kernel signatures: forward computes y->data from y->src[*]->data (and may fill y->saved,
- * use y->ws); backward ACCUMULATES (+=) into y->src[i]->grad for every source whose grad is
- * non-NULL, reading y->grad. All of data, grad, saved and ws are bound by the running graph
- * before the call. Sources are contiguous unless the op declares TG_OPF_STRIDED. Kernels
- * cannot fail (shapes were validated at build); a custom op's callback reports failure through
- * tg__kernel_fail. */
-typedef void (*tg_kernel_fn)(tg_tensor *y);
+/* The kernel call record: everything a kernel reads or writes in one call, filled by the
+ * executor (src/graph/exec.c) from the graph's plan. A kernel never reads value pointers from
+ * tensors: the node (y) gives shapes, strides, dtypes and op parameters only (y->src[k] the
+ * sources' shapes and strides), the record gives this run's memory.
+ *
+ * Forward computes out from in[0..n_src) (and may fill saved, use ws). Backward ACCUMULATES
+ * (+=) into dx[k] for every source k whose dx is non-NULL, reading dy (and what the op's
+ * TG_OPF_SRC* / TG_OPF_OUT flags declare: in[k], out; the other values' memory may already
+ * hold something else). Sources are contiguous unless the op declares TG_OPF_STRIDED (then
+ * in[k] points at the view's first element and y->src[k]->stride gives the layout). in[k] is
+ * read only, except where the op says otherwise (kv_attention writes its cache leaves).
+ * Kernels return TG_OK; a failure (a custom op's callback) is returned with its message
+ * recorded by tg__kernel_fail. */
+typedef struct tg__call {
+    const tg_tensor *y;       /* the node: shape, dtype, params (p), aux, sources (src) */
+    tg_ctx *ctx;              /* the RNG (dropout) and where a failure's message goes */
+    int n_src;
+    void *in[TG_MAX_SRC];     /* sources' values (view: its first element) */
+    void *dx[TG_MAX_SRC];     /* backward: sources' gradients to accumulate into; NULL: none */
+    void *out;                /* y's values: written by forward, read by backward (TG_OPF_OUT) */
+    void *dy;                 /* backward: y's gradient (dx[0] == dy in place: BWD_INPLACE) */
+    void *saved;              /* values forward saves for backward (y->saved_bytes) */
+    void *ws;                 /* workspace of this call, ws_bytes (the op's tg_ws_fn) */
+    size_t ws_bytes;
+    bool backward;            /* a backward call (and the workspace query's question) */
+    bool dy_scratch;          /* backward: nobody reads dy after this call, so it may be
+                                 overwritten (the workspace was sized knowing it) */
+    int nt;                   /* threads the kernel may use (the graph's) */
+    int precision;            /* TG_PRECISION_F32 | TG_PRECISION_BF16 (the graph's) */
+} tg__call;
+
+typedef tg_status (*tg_kernel_fn)(const tg__call *c);
 
 /* Data check run before forward (ops reading ids from data set after building): returns
- * TG_OK or records an error on y->ctx and returns its status. */
-typedef tg_status (*tg_check_fn)(tg_tensor *y);
+ * TG_OK or records an error on c->ctx and returns its status. */
+typedef tg_status (*tg_check_fn)(const tg__call *c);
 
-/* Workspace bytes the kernel needs for nt threads, in forward (backward false) or backward.
- * NULL: none. Workspace is live during that one kernel call only. */
-typedef size_t (*tg_ws_fn)(const tg_tensor *y, int nt, bool backward);
+/* Workspace bytes a kernel call needs, from the record's shapes and settings (y, nt,
+ * backward, dy_scratch, precision; its memory pointers are NULL in this query). Workspace is
+ * live during that one kernel call only. */
+typedef size_t (*tg_ws_fn)(const tg__call *c);
 
 /* Op flags (ops.def column 6), read by the planner. */
 enum {
@@ -73,16 +99,16 @@ typedef struct tg_op_def {
 } tg_op_def;
 
 #define TG_OP(id, name, fwd, bwd, check, flags, ws)                                             \
-    void fwd(tg_tensor *y);                                                                    \
-    void bwd(tg_tensor *y);                                                                    \
-    tg_status check(tg_tensor *y);                                                             \
-    size_t ws(const tg_tensor *y, int nt, bool backward);
+    tg_status fwd(const tg__call *c);                                                          \
+    tg_status bwd(const tg__call *c);                                                          \
+    tg_status check(const tg__call *c);                                                        \
+    size_t ws(const tg__call *c);
 
 #include "../../ops/ops.def"
 #undef TG_OP
 
 /* The backward column of an inference-only op (TG_OPF_NO_BACKWARD); never called. */
-void tg__no_backward(tg_tensor *y);
+tg_status tg__no_backward(const tg__call *c);
 
 extern const tg_op_def tg__op_table[TG_OP_COUNT_];
 

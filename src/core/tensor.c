@@ -441,10 +441,9 @@ void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, i
 DEFINE_REDUCE_TO(float, f32)
 DEFINE_REDUCE_TO(double, f64)
 
-void tg__reduce_to(tg_ctx *ctx, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
+void tg__reduce_to(int nt, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
                    const tg_tensor *x, void *dx)
 {
-    int nt = tg__threads(ctx);
     if (dt == TG_F32)
         reduce_to_f32(nt, dy, rank, out_shape, x, dx);
     else
@@ -463,10 +462,9 @@ TG_SIMD_CLONES static void plus_zero_f64(double *x, int64_t lo, int64_t hi)
         x[i] = 0.0 + x[i];
 }
 
-void tg__plus_zero(tg_ctx *ctx, tg_dtype dt, int64_t n, void *p)
+void tg__plus_zero(int nt, tg_dtype dt, int64_t n, void *p)
 {
     /* Race-free: each element by one range. */
-    int nt = tg__threads(ctx);
     size_t es = tg_dtype_size(dt);
     if (dt == TG_F32)
         TG_PAR_RANGE(nt, n * 2 * (int64_t)es > TG_PAR_BYTES, n, 16, plus_zero_f32(p, lo, hi));
@@ -508,11 +506,11 @@ static tg_status fresh_ok(const tg_tensor *t, const char *fn)
  * reason recorded. */
 void *tg_tensor_data(tg_tensor *t)
 {
-    return t && fresh_ok(t, "tg_tensor_data") == TG_OK ? t->data : NULL;
+    return t && fresh_ok(t, "tg_tensor_data") == TG_OK ? tg__value(t) : NULL;
 }
 void *tg_tensor_grad(tg_tensor *t)
 {
-    return t && fresh_ok(t, "tg_tensor_grad") == TG_OK ? t->grad : NULL;
+    return t && fresh_ok(t, "tg_tensor_grad") == TG_OK ? tg__grad_value(t) : NULL;
 }
 
 int64_t tg_tensor_dim(const tg_tensor *t, int axis)
@@ -684,7 +682,7 @@ static tg_status set_data(tg_tensor *t, const void *src, tg_dtype src_dtype, siz
                     tg__shape_str(t, b, sizeof b), (long long)t->numel, n);
         return TG_ERR_SHAPE;
     }
-    int64_t bad = convert(t->data, t->dtype, src, src_dtype, n, view);
+    int64_t bad = convert(tg__value(t), t->dtype, src, src_dtype, n, view);
     if (bad >= 0)
         return convert_err(t, fn, "the source", bad,
                            load(src, src_dtype, view ? tg__elem(view, bad) : bad), t->dtype);
@@ -724,14 +722,14 @@ tg_status tg_tensor_get_data(const tg_tensor *t, void *dst, tg_dtype dst_dtype, 
         s = fresh_ok(t, "tg_tensor_get_data");
     if (s != TG_OK)
         return s;
-    if (!t->data) {
+    if (!tg__value(t)) {
         tg__run_err(t->ctx, TG_ERR_STATE, "tg_tensor_get_data",
                     "'%s' has no data (an op result not computed by a live graph)", t->name);
         return TG_ERR_STATE;
     }
     if (!tg__is_contiguous(t)) { /* a strided view: element by element */
         for (size_t i = 0; i < n; i++) {
-            double v = load(t->data, t->dtype, tg__elem(t, (int64_t)i));
+            double v = load(tg__value(t), t->dtype, tg__elem(t, (int64_t)i));
             if ((dst_dtype == TG_I32 && !tg__i32_ok(v)) ||
                 (dst_dtype == TG_F32 && t->dtype == TG_F64 && !tg__f32_ok(v)))
                 return convert_err(t, "tg_tensor_get_data", "the data", (int64_t)i, v,
@@ -740,9 +738,9 @@ tg_status tg_tensor_get_data(const tg_tensor *t, void *dst, tg_dtype dst_dtype, 
         }
         return TG_OK;
     }
-    int64_t bad = convert(dst, dst_dtype, t->data, t->dtype, n, NULL);
+    int64_t bad = convert(dst, dst_dtype, tg__value(t), t->dtype, n, NULL);
     if (bad >= 0)
-        return convert_err(t, "tg_tensor_get_data", "the data", bad, load(t->data, t->dtype, bad),
+        return convert_err(t, "tg_tensor_get_data", "the data", bad, load(tg__value(t), t->dtype, bad),
                            dst_dtype);
     return TG_OK;
 }
@@ -754,15 +752,15 @@ tg_status tg_tensor_get_grad(const tg_tensor *t, void *dst, tg_dtype dst_dtype, 
         s = fresh_ok(t, "tg_tensor_get_grad");
     if (s != TG_OK)
         return s;
-    if (!t->grad) {
+    if (!tg__grad_value(t)) {
         tg__run_err(t->ctx, TG_ERR_NOGRAD, "tg_tensor_get_grad",
                 "'%s' has no gradient (not differentiable, or no graph built with it)", t->name);
         return TG_ERR_NOGRAD;
     }
-    int64_t bad = convert(dst, dst_dtype, t->grad, t->dtype, n, NULL);
+    int64_t bad = convert(dst, dst_dtype, tg__grad_value(t), t->dtype, n, NULL);
     if (bad >= 0)
         return convert_err(t, "tg_tensor_get_grad", "the gradient", bad,
-                           load(t->grad, t->dtype, bad), dst_dtype);
+                           load(tg__grad_value(t), t->dtype, bad), dst_dtype);
     return TG_OK;
 }
 
@@ -782,7 +780,7 @@ tg_status tg_tensor_copy(tg_tensor *dst, const tg_tensor *src)
     if (fresh_ok(src, "tg_tensor_copy") != TG_OK)
         return TG_ERR_STATE;
     const tg_tensor *view = NULL;
-    if (src->data && !tg__is_contiguous(src)) { /* a strided view: read through its strides */
+    if (tg__value(src) && !tg__is_contiguous(src)) { /* a strided view: read through its strides */
         if (src->base == dst) { /* its elements would be overwritten while being read */
             tg__run_err(dst->ctx, TG_ERR_ARG, "tg_tensor_copy",
                         "'%s' is a strided view of '%s' itself; copy it into another tensor "
@@ -791,14 +789,14 @@ tg_status tg_tensor_copy(tg_tensor *dst, const tg_tensor *src)
         }
         view = src;
     }
-    return set_data(dst, src->data, src->dtype, (size_t)src->numel, "tg_tensor_copy", view);
+    return set_data(dst, tg__value(src), src->dtype, (size_t)src->numel, "tg_tensor_copy", view);
 }
 
 int64_t tg__elem(const tg_tensor *t, int64_t flat)
 {
     if (!t->base)
         return flat;
-    int64_t off = 0; /* a view: walk the strides (offset is already in t->data) */
+    int64_t off = 0; /* a view: walk the strides (offset is already in tg__value(t)) */
     for (int i = t->rank - 1; i >= 0; i--) {
         off += (flat % t->shape[i]) * t->stride[i];
         flat /= t->shape[i];
@@ -826,24 +824,24 @@ static bool value_ok(tg_tensor *t, const char *fn, double v)
 
 double tg_get(const tg_tensor *t, int64_t flat)
 {
-    if (!t || flat < 0 || flat >= t->numel || !t->data || fresh_ok(t, "tg_get") != TG_OK)
+    if (!t || flat < 0 || flat >= t->numel || !tg__value(t) || fresh_ok(t, "tg_get") != TG_OK)
         return NAN;
-    return load(t->data, t->dtype, tg__elem(t, flat));
+    return load(tg__value(t), t->dtype, tg__elem(t, flat));
 }
 
 void tg_set(tg_tensor *t, int64_t flat, double v)
 {
-    if (!t || flat < 0 || flat >= t->numel || !t->data || fresh_ok(t, "tg_set") != TG_OK)
+    if (!t || flat < 0 || flat >= t->numel || !tg__value(t) || fresh_ok(t, "tg_set") != TG_OK)
         return;
     if (value_ok(t, "tg_set", v))
-        store(t->data, t->dtype, tg__elem(t, flat), v);
+        store(tg__value(t), t->dtype, tg__elem(t, flat), v);
 }
 
 double tg_grad_get(const tg_tensor *t, int64_t flat)
 {
-    if (!t || flat < 0 || flat >= t->numel || !t->grad || fresh_ok(t, "tg_grad_get") != TG_OK)
+    if (!t || flat < 0 || flat >= t->numel || !tg__grad_value(t) || fresh_ok(t, "tg_grad_get") != TG_OK)
         return NAN;
-    return load(t->grad, t->dtype, flat);
+    return load(tg__grad_value(t), t->dtype, flat);
 }
 
 double tg_get_at(const tg_tensor *t, const int64_t *idx)
@@ -861,12 +859,12 @@ double tg_get_at(const tg_tensor *t, const int64_t *idx)
 
 void tg_fill(tg_tensor *t, double v)
 {
-    if (!t || !t->data)
+    if (!t || !tg__value(t))
         return;
     if (!value_ok(t, "tg_fill", v))
         return;
     for (int64_t i = 0; i < t->numel; i++) /* a view of a leaf: through its strides */
-        store(t->data, t->dtype, tg__elem(t, i), v);
+        store(tg__value(t), t->dtype, tg__elem(t, i), v);
 }
 
 /* Random fills make non-integers: an integer tensor is refused (run error, nothing changed). */
@@ -900,28 +898,28 @@ static bool fill_range_ok(tg_tensor *t, const char *fn, const char *what, double
 
 void tg_fill_uniform(tg_tensor *t, double lo, double hi)
 {
-    if (!t || !t->data || !fill_float_ok(t, "tg_fill_uniform"))
+    if (!t || !tg__value(t) || !fill_float_ok(t, "tg_fill_uniform"))
         return;
     if (!fill_range_ok(t, "tg_fill_uniform", "bounds", lo, hi,
                        fabs(lo) > fabs(hi) ? fabs(lo) : fabs(hi), hi - lo))
         return;
     for (int64_t i = 0; i < t->numel; i++)
-        store(t->data, t->dtype, tg__elem(t, i), lo + (hi - lo) * tg_rng_uniform(t->ctx));
+        store(tg__value(t), t->dtype, tg__elem(t, i), lo + (hi - lo) * tg_rng_uniform(t->ctx));
 }
 
 void tg_fill_normal(tg_tensor *t, double mean, double std)
 {
-    if (!t || !t->data || !fill_float_ok(t, "tg_fill_normal"))
+    if (!t || !tg__value(t) || !fill_float_ok(t, "tg_fill_normal"))
         return;
     if (!fill_range_ok(t, "tg_fill_normal", "mean and std", mean, std,
                        fabs(mean) + 40 * fabs(std), 0))
         return;
     for (int64_t i = 0; i < t->numel; i++)
-        store(t->data, t->dtype, tg__elem(t, i), mean + std * tg_rng_normal(t->ctx));
+        store(tg__value(t), t->dtype, tg__elem(t, i), mean + std * tg_rng_normal(t->ctx));
 }
 
 void tg_zero_grad(tg_tensor *t)
 {
-    if (t && t->grad)
-        memset(t->grad, 0, (size_t)t->numel * tg_dtype_size(t->dtype));
+    if (t && tg__grad_value(t))
+        memset(tg__grad_value(t), 0, (size_t)t->numel * tg_dtype_size(t->dtype));
 }

@@ -44,12 +44,6 @@ void tg__arena_forget(tg_arena *a)
     tg__free(ctx, a);
 }
 
-static void move_ptr(void **p, const char *lo, const char *hi, char *to)
-{
-    if (*p && (char *)*p >= lo && (char *)*p < hi)
-        *p = to + ((char *)*p - lo);
-}
-
 bool tg__arena_reserve(tg_arena *a, size_t bytes, const char *fn)
 {
     if (a->base && bytes <= a->bytes)
@@ -64,22 +58,11 @@ bool tg__arena_reserve(tg_arena *a, size_t bytes, const char *fn)
         return false;
     char *old = a->base;
     if (old) {
-        const char *hi = old + a->bytes;
         if (a->last) /* the values of the graph that ran last stay valid */
             memcpy(nb, old, a->bytes);
-        for (tg_graph *g = ctx->graphs; g; g = g->next) {
-            if (g->shared != a)
-                continue;
-            g->arena = nb;
-            for (int64_t i = 0; g->nodes && i < g->n; i++) {
-                tg_tensor *t = g->nodes[i];
-                if (t->op == TG_OP_NONE)
-                    continue;
-                move_ptr(&t->data, old, hi, nb);
-                move_ptr(&t->grad, old, hi, nb);
-                move_ptr(&t->saved, old, hi, nb);
-            }
-        }
+        for (tg_graph *g = ctx->graphs; g; g = g->next)
+            if (g->shared == a) /* op results' memory is found from g->arena: nothing moves */
+                g->arena = nb;
         tg__free(ctx, old);
     }
     a->base = nb;
@@ -97,29 +80,10 @@ void tg__arena_enter(tg_graph *g)
     g->arena = a->base;
 }
 
-/* Called by tg__unbind for a graph with a shared arena: drop the bindings of g's op results
- * into the arena, except those that the graph which ran last made (a tensor g shares with
- * that graph keeps its current value). */
-static void unbind_shared(tg_graph *g)
-{
-    tg_arena *a = g->shared;
-    for (int64_t i = 0; g->nodes && i < g->n; i++) {
-        tg_tensor *t = g->nodes[i];
-        if (t->op == TG_OP_NONE || t->run_gen != &a->gen)
-            continue;
-        if (t->run_gen_at == a->gen && a->last != g)
-            continue;
-        t->data = t->grad = t->saved = NULL;
-        t->run_gen = NULL;
-        t->ws = NULL;
-        t->ws_bytes = 0;
-    }
-}
-
 void tg__arena_leave(tg_graph *g)
 {
     tg_arena *a = g->shared;
-    unbind_shared(g);
+    tg__unbind(g);
     if (a->last == g) { /* its values are gone with it: what was bound to them is stale */
         a->last = NULL;
         a->gen++;
@@ -129,4 +93,3 @@ void tg__arena_leave(tg_graph *g)
     g->arena = NULL;
 }
 
-void tg__arena_unbind(tg_graph *g) { unbind_shared(g); }

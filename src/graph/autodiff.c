@@ -125,7 +125,7 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
                         "gone", dy->name);
             return TG_ERR_STATE;
         }
-        if (dy && !dy->data) {
+        if (dy && !tg__value(dy)) {
             tg__run_err(ctx, TG_ERR_STATE, fn, "upstream gradient '%s' has no data (an op "
                         "result that no graph has computed)", dy->name);
             return TG_ERR_STATE;
@@ -133,9 +133,8 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
     }
     if (g->anomaly)
         memset(&g->report, 0, sizeof g->report);
-    for (int64_t l = 0; l < g->n_leaves; l++)
-        g->own[l] = g->leaves[l]->grad;
     tg__bind(g, true);
+    g->bwd_ran = true;
     int64_t begin = g->n; /* step at which backward begins */
     for (int64_t i = 0; i < g->n; i++) { /* gradients live from the start */
         int64_t b = g->nodes[i]->op == TG_OP_NONE ? -1 : g->grad_buf[i];
@@ -144,32 +143,34 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
     }
     for (int64_t l = 0; l < g->n_leaves; l++)
         if (g->bufs[g->fresh_buf[l]].start == begin)
-            zero(g->leaves[l]->grad, g->leaves[l], tg__threads(ctx));
+            zero(g->gval[g->leaf_node[l]], g->leaves[l], tg__threads(ctx));
     for (int k = 0; k < n; k++) {
         tg_tensor *y = ys[k];
         const tg_tensor *dy = dys ? dys[k] : NULL;
+        void *yg = g->gval[y->topo];
+        const void *dyv = dy ? tg__value(dy) : NULL;
         if (dy && !tg__is_contiguous(dy)) { /* a view as upstream gradient: walk its strides */
             for (int64_t i = 0; i < y->numel; i++) {
                 double v = tg_get(dy, i);
                 if (y->dtype == TG_F32)
-                    ((float *)y->grad)[i] += (float)v;
+                    ((float *)yg)[i] += (float)v;
                 else
-                    ((double *)y->grad)[i] += v;
+                    ((double *)yg)[i] += v;
             }
         } else if (y->dtype == TG_F32) {
-            float *gp = y->grad;
+            float *gp = yg;
             for (int64_t i = 0; i < y->numel; i++)
-                gp[i] += dy ? ((const float *)dy->data)[i] : 1.0f;
+                gp[i] += dy ? ((const float *)dyv)[i] : 1.0f;
         } else {
-            double *gp = y->grad;
+            double *gp = yg;
             for (int64_t i = 0; i < y->numel; i++)
-                gp[i] += dy ? ((const double *)dy->data)[i] : 1.0;
+                gp[i] += dy ? ((const double *)dyv)[i] : 1.0;
         }
     }
     tg_status st = TG_OK;
     for (int k = 0; g->anomaly && st == TG_OK && k < n; k++) { /* the seeds */
         double v;
-        int64_t i = tg__first_bad(ys[k]->grad, ys[k]->dtype, ys[k]->numel, false, &v);
+        int64_t i = tg__first_bad(g->gval[ys[k]->topo], ys[k]->dtype, ys[k]->numel, false, &v);
         if (i >= 0)
             st = tg__anomaly(g, TG_ANOMALY_BACKWARD, ys[k], NULL, "upstream", i, v);
     }
@@ -184,15 +185,16 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
         if (t->op != TG_OP_NONE && t->requires_grad && step != begin) {
             for (int k = 0; k < t->n_src; k++) { /* sources whose gradient starts here */
                 tg_tensor *s = t->src[k];
-                if (!s || !s->requires_grad || !s->grad)
+                if (!s || !s->requires_grad || !g->gval[s->topo])
                     continue;
                 bool dup = false;
                 for (int j = 0; j < k; j++)
                     dup = dup || t->src[j] == s;
                 int64_t b = s->op == TG_OP_NONE ? g->leaf_buf[s->topo] : g->grad_buf[s->topo];
                 int64_t start = b >= 0 ? g->bufs[b].start : -1;
-                if (!dup && start == step && s->grad != t->grad) /* (in place: no zeroing) */
-                    zero(s->grad, s, tg__threads(ctx));
+                if (!dup && start == step && g->gval[s->topo] != g->gval[i]) /* (in place:
+                                                                                  no zeroing) */
+                    zero(g->gval[s->topo], s, tg__threads(ctx));
             }
         }
         if (g->needed[i] && t->op != TG_OP_NONE && t->requires_grad) {
@@ -209,10 +211,10 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
                 bool dup = false;
                 for (int j = 0; j < k; j++)
                     dup = dup || t->src[j] == s;
-                if (!s || !s->grad || dup)
+                if (!s || !g->gval[s->topo] || dup)
                     continue;
                 double v;
-                int64_t e = tg__first_bad(s->grad, s->dtype, s->numel, false, &v);
+                int64_t e = tg__first_bad(g->gval[s->topo], s->dtype, s->numel, false, &v);
                 if (e >= 0)
                     st = tg__anomaly(g, TG_ANOMALY_BACKWARD, s, t, NULL, e, v);
             }
@@ -224,7 +226,8 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
         tg_tensor *t = g->leaves[l]; /* would the accumulation overflow? (checked first, so
                                         a failed call changes no accumulated gradient) */
         double v;
-        int64_t e = tg__first_bad_sum(t->grad, g->own[l], t->dtype, t->numel, &v);
+        int64_t e = tg__first_bad_sum(g->gval[g->leaf_node[l]], t->grad, t->dtype, t->numel,
+                                      &v);
         if (e >= 0)
             st = tg__anomaly(g, TG_ANOMALY_BACKWARD, t, NULL, "accumulated", e, v);
     }
@@ -233,8 +236,7 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
     int nt = tg__threads(ctx);
     for (int64_t l = 0; l < g->n_leaves; l++) {
         tg_tensor *t = g->leaves[l];
-        void *fresh = t->grad;
-        t->grad = g->own[l];
+        const void *fresh = g->gval[g->leaf_node[l]];
         if (st != TG_OK)
             continue; /* an error: this call's gradient is dropped */
         int64_t cnt = t->numel;

@@ -17,24 +17,51 @@ void tg__bind(tg_graph *g, bool grads)
     uint64_t gen_at = g->shared ? g->shared->gen : 0;
     for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
-        if (t->op == TG_OP_NONE)
+        if (t->op == TG_OP_NONE) {
+            g->val[i] = t->data;
+            g->sval[i] = NULL;
             continue;
+        }
         t->run_gen = gen; /* (tg__stale: valid until another graph of the arena runs) */
         t->run_gen_at = gen_at;
         t->reused = false; /* readable while the graph runs */
-        if (t->base) /* base precedes t in topological order: already bound */
-            t->data = t->base->data
-                          ? (char *)t->base->data + t->offset * (int64_t)tg_dtype_size(t->dtype)
-                          : NULL;
-        else
-            t->data = tg__buf_ptr(g, g->out_buf[i]);
-        t->saved = tg__buf_ptr(g, g->saved_buf[i]);
-        if (grads)
-            t->grad = tg__buf_ptr(g, g->grad_buf[i]);
+        t->run_graph = g;
+        t->run_index = i;
+        if (t->base) { /* base precedes t in topological order: already bound */
+            const void *bd = g->val[g->base_at[i]];
+            g->val[i] = bd ? (char *)bd + t->offset * (int64_t)tg_dtype_size(t->dtype) : NULL;
+        } else {
+            g->val[i] = tg__buf_ptr(g, g->out_buf[i]);
+        }
+        g->sval[i] = tg__buf_ptr(g, g->saved_buf[i]);
     }
-    if (grads)
-        for (int64_t l = 0; l < g->n_leaves; l++)
-            g->leaves[l]->grad = tg__buf_ptr(g, g->fresh_buf[l]);
+    if (!grads)
+        return;
+    for (int64_t i = 0; i < g->n; i++)
+        g->gval[i] = g->nodes[i]->op == TG_OP_NONE ? NULL : tg__buf_ptr(g, g->grad_buf[i]);
+    for (int64_t l = 0; l < g->n_leaves; l++) /* this call's gradient of each leaf */
+        g->gval[g->leaf_node[l]] = tg__buf_ptr(g, g->fresh_buf[l]);
+}
+
+void *tg__value(const tg_tensor *t)
+{
+    if (t->op == TG_OP_NONE)
+        return t->data;
+    if (t->base) {
+        char *b = tg__value(t->base);
+        return b ? b + t->offset * (int64_t)tg_dtype_size(t->dtype) : NULL;
+    }
+    const tg_graph *g = t->run_graph;
+    return g && g->arena ? tg__buf_ptr(g, g->out_buf[t->run_index]) : NULL;
+}
+
+void *tg__grad_value(const tg_tensor *t)
+{
+    if (t->op == TG_OP_NONE)
+        return t->grad;
+    const tg_graph *g = t->run_graph;
+    return g && g->arena && g->grad_buf && g->bwd_ran ? tg__buf_ptr(g, g->grad_buf[t->run_index])
+                                                     : NULL;
 }
 
 void tg__poison_step(tg_graph *g, int64_t step)
@@ -69,22 +96,38 @@ void tg__mark_reused(tg_graph *g)
 tg_status tg__run_kernel(tg_graph *g, int64_t i, bool backward)
 {
     tg_tensor *t = g->nodes[i];
-    tg_ctx *ctx = g->ctx;
+    tg__call c;
+    tg__fill_call(g, i, backward, &c);
+    return backward ? t->def->backward(&c) : t->def->forward(&c);
+}
+
+void tg__fill_call(const tg_graph *g, int64_t i, bool backward, tg__call *c)
+{
+    const tg_tensor *t = g->nodes[i];
+    memset(c, 0, sizeof *c);
+    c->y = t;
+    c->ctx = g->ctx;
+    c->n_src = t->n_src;
+    const int64_t *at = g->src_at + i * TG_MAX_SRC;
+    for (int k = 0; k < t->n_src; k++) {
+        if (at[k] < 0)
+            continue;
+        c->in[k] = g->val[at[k]];
+        if (backward)
+            c->dx[k] = g->gval[at[k]];
+    }
+    c->out = g->val[i];
+    c->saved = g->sval[i];
     int64_t wb = backward ? g->wsb_buf[i] : g->wsf_buf[i];
-    t->ws = tg__buf_ptr(g, wb);
-    t->ws_bytes = wb >= 0 ? (size_t)g->bufs[wb].size : 0;
-    if (backward)
-        t->grad_scratch = !g->persist[i]; /* as when the workspace was planned */
-    ctx->kernel_status = TG_OK;
-    ctx->run_threads = g->nt;
-    if (backward)
-        t->def->backward(t);
-    else
-        t->def->forward(t);
-    ctx->run_threads = 0;
-    t->ws = NULL;
-    t->ws_bytes = 0;
-    return ctx->kernel_status;
+    c->ws = tg__buf_ptr(g, wb);
+    c->ws_bytes = wb >= 0 ? (size_t)g->bufs[wb].size : 0;
+    c->backward = backward;
+    if (backward) {
+        c->dy = g->gval[i];
+        c->dy_scratch = !g->persist[i]; /* as when the workspace was planned */
+    }
+    c->nt = g->nt < tg__threads(g->ctx) ? g->nt : tg__threads(g->ctx);
+    c->precision = g->precision;
 }
 
 /* ---- the NaN/Inf tripwire (tg_graph_opts.detect_anomaly) --------------------------------------
@@ -271,7 +314,12 @@ tg_status tg_graph_forward(tg_graph *g)
     for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
         if (t->op != TG_OP_NONE) {
-            tg_status s = t->def->check ? t->def->check(t) : TG_OK;
+            tg_status s = TG_OK;
+            if (t->def->check) {
+                tg__call c;
+                tg__fill_call(g, i, false, &c);
+                s = t->def->check(&c);
+            }
             if (s == TG_OK)
                 s = tg__run_kernel(g, i, false);
             if (s != TG_OK)
@@ -279,7 +327,7 @@ tg_status tg_graph_forward(tg_graph *g)
         }
         if (g->anomaly && !t->base) {
             double v;
-            int64_t k = tg__first_bad(t->data, t->dtype, t->numel, g->minf_ok[i], &v);
+            int64_t k = tg__first_bad(g->val[i], t->dtype, t->numel, g->minf_ok[i], &v);
             if (k >= 0)
                 return tg__anomaly(g, TG_ANOMALY_FORWARD, t, NULL, NULL, k, v);
         }

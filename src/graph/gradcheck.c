@@ -116,16 +116,27 @@ static void consider(tg_gradcheck_report *rep, const tg_gradcheck_opts *o, const
     rep->n_checked++;
 }
 
-/* Put back the data, gradient and saved pointers op results had before gradcheck ran. */
-static void restore_bindings(tg_graph *g, void **bind)
+/* Which graph an op result was last run by (its memory), as before gradcheck ran. */
+typedef struct {
+    tg_graph *graph;
+    int64_t index;
+    const uint64_t *gen;
+    uint64_t gen_at;
+    bool reused;
+} run_binding;
+
+/* Put back the run bindings op results had before gradcheck ran. */
+static void restore_bindings(tg_graph *g, const run_binding *bind)
 {
     for (int64_t i = 0; i < tg_graph_size(g); i++) {
         tg_tensor *t = tg_graph_node(g, i);
         if (t->op == TG_OP_NONE)
             continue;
-        t->data = bind[3 * i];
-        t->grad = bind[3 * i + 1];
-        t->saved = bind[3 * i + 2];
+        t->run_graph = bind[i].graph;
+        t->run_index = bind[i].index;
+        t->run_gen = bind[i].gen;
+        t->run_gen_at = bind[i].gen_at;
+        t->reused = bind[i].reused;
     }
 }
 
@@ -172,22 +183,21 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
         tg_graph_free(st.g);
         return TG_ERR_NOGRAD;
     }
-    /* The caller's graphs own the op results' buffers: remember where each node's data,
-     * gradient and saved values point now, and put that back at the end (no trace). */
+    /* The caller's graphs own the op results' memory: remember which graph each node was
+     * last run by, and put that back at the end (no trace). */
     int64_t nn = tg_graph_size(st.g);
     size_t bind_bytes;
-    void **bind = tg__mul_size((size_t)nn, 3 * sizeof(void *), &bind_bytes)
-                      ? tg__alloc(ctx, bind_bytes, fn)
-                      : NULL;
+    run_binding *bind = tg__mul_size((size_t)nn, sizeof(run_binding), &bind_bytes)
+                            ? tg__alloc(ctx, bind_bytes, fn)
+                            : NULL;
     if (!bind) {
         tg_graph_free(st.g);
         return ctx->status;
     }
     for (int64_t i = 0; i < nn; i++) {
         tg_tensor *t = tg_graph_node(st.g, i);
-        bind[3 * i] = t->data;
-        bind[3 * i + 1] = t->grad;
-        bind[3 * i + 2] = t->saved;
+        bind[i] = (run_binding){t->run_graph, t->run_index, t->run_gen, t->run_gen_at,
+                                t->reused};
     }
     /* A forward run that fails a data check (e.g. a token id out of range) is an error, found
      * here before leaves are perturbed; a later run that fails (a custom op's callback, at a

@@ -49,15 +49,21 @@ struct tg_graph {
     int64_t n_leaves;       /* leaves that receive gradients, in topological order */
     tg_tensor **leaves;
     int64_t *leaf_node;     /* per leaf: its node index */
-    void **own;             /* per leaf, during backward: its accumulated gradient buffer */
     int n_outputs;
     tg_tensor **outputs;
     bool no_grad, no_reuse, poison, anomaly, retain;
     bool forwarded, fwd_failed;
+    bool bwd_ran;           /* a backward has run (op results' gradients are readable) */
     bool backwarded;        /* a backward ran since the last forward (without retain: the
                                values it read may be overwritten) */
     int nt;                 /* thread count the workspace was planned for */
     int precision;          /* tg_graph_opts.precision (TG_PRECISION_*) */
+    /* this run's memory, per node (bound by tg__bind; what the kernels' call records and the
+     * accessors read): values (views: their first element), gradients (leaves: this call's,
+     * in backward), saved values; NULL where none */
+    void **val, **gval, **sval;
+    int64_t *src_at;        /* node index of source k of node i at [i * TG_MAX_SRC + k], or -1 */
+    int64_t *base_at;       /* per node: its base's node index (views), or -1 */
     unsigned char *needed;  /* per node, scratch of backward */
     unsigned char *minf_ok; /* per node: -inf is expected (attention masks) */
     unsigned char *persist; /* per node: output or kept (data and grad never freed) */
@@ -81,7 +87,8 @@ static inline void *tg__buf_ptr(const tg_graph *g, int64_t b)
     return b >= 0 ? g->arena + g->bufs[b].off : NULL;
 }
 
-/* order.c: drop the bindings tensors hold into g's arena (before it is freed or replaced). */
+/* order.c: op results last run by g no longer find their memory in it (g is being freed or
+ * re-planned). */
 void tg__unbind(tg_graph *g);
 /* arena.c: grow g's shared arena to at least `bytes` (a new block; the old one's contents are
  * carried over and every binding into it moved). false: TG_ERR_NOMEM recorded (naming fn),
@@ -92,9 +99,6 @@ bool tg__arena_reserve(tg_arena *a, size_t bytes, const char *fn);
 void tg__arena_enter(tg_graph *g);
 /* arena.c: g (with a shared arena) is being freed: unbind what it bound, leave the arena. */
 void tg__arena_leave(tg_graph *g);
-/* arena.c: tg__unbind for a graph with a shared arena (bindings it made, unless they are also
- * the last-run graph's current ones). */
-void tg__arena_unbind(tg_graph *g);
 /* plan.c: free the plan (its arrays and the arena; NULLs them), or give its blocks an owner
  * (tg__set_owner: TG__OWNER_CTX keeps them through a rewind). */
 void tg__plan_free(tg_graph *g);
@@ -113,6 +117,8 @@ void tg__poison_step(tg_graph *g, int64_t step);
 /* exec.c: run node t's forward or backward kernel with its workspace bound; returns the
  * status a custom op's callback reported (TG_OK for built-in ops). */
 tg_status tg__run_kernel(tg_graph *g, int64_t i, bool backward);
+/* exec.c: the call record of node i's kernel in this run (forward or backward). */
+void tg__fill_call(const tg_graph *g, int64_t i, bool backward, tg__call *c);
 /* exec.c: anomaly helpers shared with autodiff.c */
 int64_t tg__first_bad(const void *p, tg_dtype dt, int64_t n, bool minf_ok, double *val);
 int64_t tg__first_bad_sum(const void *a, const void *b, tg_dtype dt, int64_t n, double *val);

@@ -52,33 +52,16 @@ static void unlink_graph(tg_graph *g)
     g->next = g->prev = NULL;
 }
 
-/* Drop the bindings other tensors hold into this graph's arena. */
+/* Drop the bindings of op results to this graph (it is being freed or re-planned): their
+ * memory was in its plan. */
 void tg__unbind(tg_graph *g)
 {
-    if (g->shared) { /* by the arena's run generation: the range is every graph's */
-        tg__arena_unbind(g);
-        return;
-    }
-    if (!g->arena || !g->nodes)
-        return;
-    char *lo = g->arena, *hi = g->arena + g->arena_bytes;
-    for (int64_t i = 0; i < g->n; i++) {
+    for (int64_t i = 0; g->nodes && i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
-        if (t->op == TG_OP_NONE)
-            continue;
-        if (t->data && (char *)t->data >= lo && (char *)t->data < hi)
-            t->data = NULL;
-        if (t->grad && (char *)t->grad >= lo && (char *)t->grad < hi)
-            t->grad = NULL;
-        if (t->saved && (char *)t->saved >= lo && (char *)t->saved < hi)
-            t->saved = NULL;
-        t->ws = NULL;
-        t->ws_bytes = 0;
-    }
-    for (int64_t i = 0; i < g->n; i++) { /* views of unbound bases */
-        tg_tensor *t = g->nodes[i];
-        if (t->base && t->base->op != TG_OP_NONE && !t->base->data)
-            t->data = NULL;
+        if (t->op != TG_OP_NONE && t->run_graph == g) {
+            t->run_graph = NULL;
+            t->run_gen = NULL;
+        }
     }
 }
 
@@ -93,8 +76,9 @@ void tg_graph_free(tg_graph *g)
         tg__unbind(g);
     unlink_graph(g);
     tg__plan_free(g);
-    void *arrays[] = {g->nodes,  g->leaves, g->leaf_node, g->own,
-                      g->outputs, g->needed, g->minf_ok,  g->persist};
+    void *arrays[] = {g->nodes,   g->leaves, g->leaf_node, g->outputs,
+                      g->needed,  g->minf_ok, g->persist, g->val,  g->gval,
+                      g->sval,    g->src_at,  g->base_at};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         tg__free(ctx, arrays[i]);
     tg__free(ctx, g);
@@ -188,8 +172,21 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
 
     g->needed = tg__alloc(ctx, (size_t)g->n, fn);
     g->persist = tg__alloc(ctx, (size_t)g->n, fn);
-    if (!g->needed || !g->persist)
+    g->val = tg__alloc(ctx, sizeof(void *) * (size_t)g->n, fn);
+    g->gval = tg__alloc(ctx, sizeof(void *) * (size_t)g->n, fn);
+    g->sval = tg__alloc(ctx, sizeof(void *) * (size_t)g->n, fn);
+    g->src_at = tg__alloc(ctx, sizeof(int64_t) * TG_MAX_SRC * (size_t)g->n, fn);
+    g->base_at = tg__alloc(ctx, sizeof(int64_t) * (size_t)g->n, fn);
+    if (!g->needed || !g->persist || !g->val || !g->gval || !g->sval || !g->src_at ||
+        !g->base_at)
         goto fail;
+    for (int64_t i = 0; i < g->n; i++) { /* (topo is this graph's numbering until another
+                                             graph is built over these nodes) */
+        const tg_tensor *t = g->nodes[i];
+        for (int k = 0; k < TG_MAX_SRC; k++)
+            g->src_at[i * TG_MAX_SRC + k] = k < t->n_src && t->src[k] ? t->src[k]->topo : -1;
+        g->base_at[i] = t->base ? t->base->topo : -1;
+    }
     for (int o = 0; o < n_outputs; o++)
         g->persist[outputs[o]->topo] = 1;
     for (int64_t i = 0; i < g->n; i++) {
@@ -218,8 +215,7 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
     if (g->n_leaves) {
         g->leaves = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)g->n_leaves, fn);
         g->leaf_node = tg__alloc(ctx, sizeof(int64_t) * (size_t)g->n_leaves, fn);
-        g->own = tg__alloc(ctx, sizeof(void *) * (size_t)g->n_leaves, fn);
-        if (!g->leaves || !g->leaf_node || !g->own)
+        if (!g->leaves || !g->leaf_node)
             goto fail;
         int64_t k = 0;
         for (int64_t i = 0; i < g->n; i++) {

@@ -229,9 +229,21 @@ static int64_t add_buf(tg_graph *g, uint64_t *total, const char *fn, int kind, i
     return g->n_bufs++;
 }
 
-static size_t ws_bytes(const tg_tensor *t, int nt, bool backward)
+/* The workspace a kernel call of t asks for (its tg_ws_fn, with the call's settings). */
+static size_t ws_bytes(const tg_graph *g, const tg_tensor *t, bool backward)
 {
-    return t->def && t->def->workspace ? t->def->workspace(t, nt, backward) : 0;
+    if (!t->def || !t->def->workspace)
+        return 0;
+    tg__call c;
+    memset(&c, 0, sizeof c);
+    c.y = t;
+    c.ctx = g->ctx;
+    c.n_src = t->n_src;
+    c.nt = g->nt;
+    c.precision = g->precision;
+    c.backward = backward;
+    c.dy_scratch = backward && !g->persist[t->topo];
+    return t->def->workspace(&c);
 }
 
 /* Bytes of t's data (numel <= TG_MAX_NUMEL, so this never wraps). */
@@ -400,7 +412,7 @@ bool tg__plan(tg_graph *g, const char *fn)
             }
             g->mem.saved += (size_t)g->bufs[g->saved_buf[i]].size;
         }
-        size_t w = ws_bytes(t, g->nt, false);
+        size_t w = ws_bytes(g, t, false);
         if (w) {
             g->wsf_buf[i] = add_buf(g, &total, fn, TG__BUF_WSF, i, w, i, i);
             if (g->wsf_buf[i] < 0) {
@@ -467,8 +479,7 @@ bool tg__plan(tg_graph *g, const char *fn)
             tg_tensor *t = g->nodes[i];
             if (!t->requires_grad || t->op == TG_OP_NONE)
                 continue;
-            t->grad_scratch = !g->persist[i];
-            size_t w = ws_bytes(t, g->nt, true);
+            size_t w = ws_bytes(g, t, true);
             if (w) {
                 int64_t s = tg__bwd_step(g, i);
                 g->wsb_buf[i] = add_buf(g, &total, fn, TG__BUF_WSB, i, w, s, s);

@@ -1238,13 +1238,13 @@ tg_io_item tg_io_item_data(const tg_tensor *t, const char *name)
     it.rank = t->rank;
     it.shape = t->shape;
     /* a strided view has no contiguous buffer of its own: the writers refuse NULL data */
-    it.data = tg__is_contiguous(t) ? t->data : NULL;
+    it.data = tg__is_contiguous(t) && !tg__stale(t) ? tg__value(t) : NULL;
     return it;
 }
 
 tg_io_item tg_io_item_grad(const tg_tensor *t, const char *name)
 {
     tg_io_item it = tg_io_item_data(t, name);
-    it.data = t ? t->grad : NULL;
+    it.data = t && !tg__stale(t) ? tg__grad_value(t) : NULL;
     return it;
 }
