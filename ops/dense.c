@@ -66,15 +66,44 @@ tg_tensor *tg_dense_act(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b,
     return y;
 }
 
-/* GEMM workspace for nt threads covering the three products (forward (R, O, I), dx (R, I, O),
- * dW (O, I, R)): sized by the largest of R, O, I. */
-static size_t gemm_ws(const tg_tensor *y, int nt)
+/* GEMM workspace of call c covering the three products (forward (R, O, I), dx (R, I, O),
+ * dW (O, I, R)): sized by the largest of R, O, I, at the call's precision. */
+static size_t gemm_ws(const tg__call *c)
 {
-    const tg_tensor *w = y->src[1];
+    const tg_tensor *y = c->y, *w = y->src[1];
     int64_t I = w->shape[1], O = w->shape[0], R = y->src[0]->numel / (I > 0 ? I : 1);
     int64_t d = R > O ? R : O;
     d = d > I ? d : I;
-    return tg__gemm_ws_bytes_nk(y->dtype, nt, d, d);
+    return tg__gemm_ws_bytes_prec(y->dtype, c->precision, c->nt, d, d);
+}
+
+/* The products at the call's precision: f32 graphs may take bf16 operands (tg_precision),
+ * f64 graphs never do (refused when the graph is built). */
+static void pgemm_f32(const tg__call *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                      int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi)
+{
+    tg__gemm_prec_f32(c->precision, c->nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws,
+                      epi);
+}
+static void pgemm_f64(const tg__call *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      const double *A, int64_t lda, const double *B, int64_t ldb, double *C,
+                      int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi)
+{
+    tg__gemm_ex_f64(c->nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, epi);
+}
+static void pgemv_f32(const tg__call *c, int64_t M, int64_t N, int64_t K, const float *x,
+                      const float *W, const float *bias, float *y, int act, float *pre)
+{
+    if (c->precision == TG_PRECISION_BF16)
+        tg__gemv_bf16(c->nt, M, N, K, x, K, W, K, bias, y, N, act, pre);
+    else
+        tg__gemv_f32(c->nt, M, N, K, x, K, W, K, bias, y, N, act, pre);
+}
+static void pgemv_f64(const tg__call *c, int64_t M, int64_t N, int64_t K, const double *x,
+                      const double *W, const double *bias, double *y, int act, double *pre)
+{
+    tg__gemv_f64(c->nt, M, N, K, x, K, W, K, bias, y, N, act, pre);
 }
 
 #define INV_SQRT2 0.70710678118654752440
@@ -92,27 +121,27 @@ static size_t gemm_ws(const tg_tensor *y, int nt)
         const tg_tensor *x = y->src[0], *w = y->src[1], *b = y->n_src > 2 ? y->src[2] : NULL;  \
         int64_t I = w->shape[1], O = w->shape[0], R = x->numel / I;                            \
         if (R <= TG__GEMV_MAX_ROWS) {                                                          \
-            tg__gemv_##SUF(c->nt, R, O, I, c->in[0], I, c->in[1], I,              \
-                           b ? c->in[2] : NULL, c->out, O, act,                               \
-                           act == TG__EPI_GELU ? c->saved : NULL);                             \
+            pgemv_##SUF(c, R, O, I, c->in[0], c->in[1], b ? c->in[2] : NULL, c->out, act,      \
+                        act == TG__EPI_GELU ? c->saved : NULL);                                \
             return;                                                                            \
         }                                                                                      \
         tg__gemm_epi epi = {b ? c->in[2] : NULL, act, act == TG__EPI_GELU ? c->saved : NULL};   \
-        tg__gemm_ex_##SUF(c->nt, false, true, R, O, I, c->in[0], I, c->in[1], I,   \
-                          c->out, O, false, c->ws, &epi);                                     \
+        pgemm_##SUF(c, false, true, R, O, I, c->in[0], I, c->in[1], I, c->out, O, false, c->ws, \
+                    &epi);                                                                     \
     }                                                                                          \
     static void bwd_from_##SUF(const tg__call *c, const T *G, void *ws)                             \
     {                                                                                          \
         const tg_tensor *y = c->y;                                                             \
         tg_tensor *x = y->src[0], *w = y->src[1], *b = y->n_src > 2 ? y->src[2] : NULL;        \
         int64_t I = w->shape[1], O = w->shape[0], R = x->numel / I;                            \
-        int nt = c->nt;                                                          \
-        if (c->dx[0])                                                                          \
-            tg__gemm_##SUF(nt, false, false, R, I, O, G, O, c->in[1], I, c->dx[0], I, true, ws);\
-        if (c->dx[1])                                                                          \
-            tg__gemm_##SUF(nt, true, false, O, I, R, G, O, c->in[0], I, c->dx[1], I, true, ws); \
+        if (c->dx[0]) /* dx (R, I) += dz (R, O) W (O, I) */                                    \
+            pgemm_##SUF(c, false, false, R, I, O, G, O, c->in[1], I, c->dx[0], I, true, ws,     \
+                        NULL);                                                                 \
+        if (c->dx[1]) /* dW (O, I) += dz^T (O, R) x (R, I) */                                  \
+            pgemm_##SUF(c, true, false, O, I, R, G, O, c->in[0], I, c->dx[1], I, true, ws,      \
+                        NULL);                                                                 \
         if (b && c->dx[2]) /* db (O) += sum_r dz[r, :]: row-blocked, fixed order per column */ \
-            tg__sum_rows_##SUF(nt, R, O, G, O, c->dx[2]);                                      \
+            tg__sum_rows_##SUF(c->nt, R, O, G, O, c->dx[2]);                                   \
     }                                                                                          \
     /* dz = dy [y > 0] (y > 0 exactly where z > 0); dz may be dy itself. */                    \
     TG_SIMD_CLONES static void relu_dz_##SUF(int64_t lo, int64_t hi, const T *out, const T *dy, \
@@ -128,7 +157,7 @@ static size_t gemm_ws(const tg_tensor *y, int nt)
     {                                                                                          \
         const tg_tensor *y = c->y;                                                             \
         int64_t n = y->numel;                                                                  \
-        size_t gws = gemm_ws(y, c->nt);                                          \
+        size_t gws = gemm_ws(c);                                                               \
         /* dz over dy when nobody reads dy after this rule, else in the workspace */           \
         T *dz = c->dy_scratch ? (T *)c->dy : (T *)(void *)((char *)c->ws + gws);           \
         const T *dy = c->dy, *out = c->out, *z = c->saved;                                  \
@@ -150,22 +179,13 @@ static size_t gemm_ws(const tg_tensor *y, int nt)
 DEFINE_DENSE(float, f32)
 DEFINE_DENSE(double, f64)
 
-size_t tg__dense_ws(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    int nt = c->nt;
-    bool backward = c->backward;
-    (void)backward;
-    return gemm_ws(y, nt);
-}
+size_t tg__dense_ws(const tg__call *c) { return gemm_ws(c); }
 
 size_t tg__dense_act_ws(const tg__call *c)
 {
     const tg_tensor *y = c->y;
-    int nt = c->nt;
-    bool backward = c->backward;
-    size_t g = gemm_ws(y, nt);
-    return backward && !c->dy_scratch ? g + (size_t)y->numel * tg_dtype_size(y->dtype) : g;
+    size_t g = gemm_ws(c);
+    return c->backward && !c->dy_scratch ? g + (size_t)y->numel * tg_dtype_size(y->dtype) : g;
 }
 
 tg_status tg__dense_forward(const tg__call *c)

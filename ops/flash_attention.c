@@ -98,11 +98,14 @@ static bool fa_one_pass(const fa_meta *m)
 
 /* The small-T path (flash_attention_kernel.h): every key in one block. Its backward needs
  * batches that own their matrices (no broadcast q, k or v), like fa_one_pass. */
-static bool fa_small(const fa_meta *m) { return m->Tk <= FA_BK; }
-
-static bool fa_small_bwd_ok(const fa_meta *m)
+static bool fa_small(const fa_meta *m, int prec)
 {
-    return fa_small(m) && m->n[0] == m->nb && m->n[1] == m->nb && m->kv_same;
+    return m->Tk <= FA_BK && prec != TG_PRECISION_BF16; /* (bf16: the block products) */
+}
+
+static bool fa_small_bwd_ok(const fa_meta *m, int prec)
+{
+    return fa_small(m, prec) && m->n[0] == m->nb && m->n[1] == m->nb && m->kv_same;
 }
 
 /* Fork for the small-T path: about 50 us of work on one core (FA_SMALL_PAR_UNITS). */
@@ -135,12 +138,12 @@ static size_t fa_ws_per_thread(const fa_meta *m, bool backward)
 
 /* One thread's GEMM workspace for the block products (at most max(BQ, BK, dk, dv) columns and
  * inner steps). */
-static size_t fa_gemm_ws(const fa_meta *m, tg_dtype dt)
+static size_t fa_gemm_ws(const fa_meta *m, tg_dtype dt, int prec)
 {
     int64_t d = FA_BQ > FA_BK ? FA_BQ : FA_BK;
     d = d > m->dk ? d : m->dk;
     d = d > m->dv ? d : m->dv;
-    return tg__gemm_ws_bytes_nk(dt, 1, d, d);
+    return tg__gemm_ws_bytes_prec(dt, prec, 1, d, d);
 }
 
 /* The additive mask's gradient scratch (nb, T_q, T_k); size checked by the builder. */
@@ -164,7 +167,7 @@ size_t tg__flash_attn_ws(const tg__call *c)
     const fa_meta *m = y->aux;
     /* per thread: the tiles, then a one-thread GEMM workspace for the block products */
     size_t b = (size_t)(nt < 1 ? 1 : nt) *
-               (fa_ws_per_thread(m, backward) + fa_gemm_ws(m, y->dtype));
+               (fa_ws_per_thread(m, backward) + fa_gemm_ws(m, y->dtype, c->precision));
     if (backward && fa_wants_dmask(y))
         b += fa_dmask_bytes(m);
     return b;
@@ -175,7 +178,9 @@ size_t tg__flash_attn_ws(const tg__call *c)
 #define FA_SUF f32
 #define FA_EXP tg__expf /* vectorizable, <= 1 ulp from expf (src/core/vec.h) */
 #define FA_LOG logf
+#define FA_BF16 1 /* bf16 block products at TG_PRECISION_BF16 */
 #include "flash_attention_kernel.h"
+#undef FA_BF16
 #undef FA_T
 #undef FA_W
 #undef FA_SUF
@@ -186,7 +191,9 @@ size_t tg__flash_attn_ws(const tg__call *c)
 #define FA_SUF f64
 #define FA_EXP tg__exp
 #define FA_LOG log
+#define FA_BF16 0
 #include "flash_attention_kernel.h"
+#undef FA_BF16
 #undef FA_T
 #undef FA_W
 #undef FA_SUF

@@ -273,10 +273,20 @@ FA_OUTLINE void FA_FN(fa_mm_direct)(int64_t M, int64_t N, int64_t K, const FA_T 
  * FMA micro-kernels reading these small blocks in place, no nested region) unless the block
  * is tiny; gws is this thread's GEMM workspace. Each element's order depends only on the
  * shapes (fixed, thread-independent). */
-FA_INLINE void FA_FN(fa_mm)(int64_t M, int64_t N, int64_t K, const FA_T *A, int64_t ars,
-                            int64_t aks, const FA_T *B, int64_t ldb, FA_T *C, int64_t ldc,
-                            bool zero, void *gws)
+FA_INLINE void FA_FN(fa_mm)(int prec, int64_t M, int64_t N, int64_t K, const FA_T *A,
+                            int64_t ars, int64_t aks, const FA_T *B, int64_t ldb, FA_T *C,
+                            int64_t ldc, bool zero, void *gws)
 {
+#if FA_BF16
+    if (prec == TG_PRECISION_BF16) { /* bf16 operands (every block: the tiny ones too) */
+        bool ta = aks != 1;
+        tg__gemm_isa_bf16(TG__ISA_BEST, 1, ta, false, M, N, K, A, ta ? aks : ars, B, ldb, C, ldc,
+                          !zero, gws, NULL);
+        return;
+    }
+#else
+    (void)prec;
+#endif
     if (M < 12 || N < 16) { /* tiny blocks (short sequences): the GEMM's register block would
                                be mostly padding */
         FA_FN(fa_mm_direct)(M, N, K, A, ars, aks, B, ldb, C, ldc, zero);
@@ -288,10 +298,10 @@ FA_INLINE void FA_FN(fa_mm)(int64_t M, int64_t N, int64_t K, const FA_T *A, int6
 
 /* S (nq, nk) (row stride FA_BK) = (Q Kt) * scale: S[i][j] = scale * sum_c Q[i][c] Kt[c][j],
  * c ascending from 0 (the order of a GEMM's k loop). Columns nk.. of S are not written. */
-FA_INLINE void FA_FN(fa_qkt)(int64_t nq, int64_t nk, int64_t d, const FA_T *Q, int64_t qs,
-                             const FA_T *Kt, FA_T scale, FA_T *S, void *gws)
+FA_INLINE void FA_FN(fa_qkt)(int prec, int64_t nq, int64_t nk, int64_t d, const FA_T *Q,
+                             int64_t qs, const FA_T *Kt, FA_T scale, FA_T *S, void *gws)
 {
-    FA_FN(fa_mm)(nq, nk, d, Q, qs, 1, Kt, FA_BK, S, FA_BK, true, gws);
+    FA_FN(fa_mm)(prec, nq, nk, d, Q, qs, 1, Kt, FA_BK, S, FA_BK, true, gws);
     if (scale != 1)
         for (int64_t i = 0; i < nq; i++)
             for (int64_t j = 0; j < nk; j++)
@@ -369,7 +379,7 @@ TG_SIMD_CLONES static void FA_FN(fa_fwd_item)(const fa_meta *m, const tg__call *
     for (int64_t kb = 0; kb < nkb; kb++) {
         const int64_t j0 = kb * FA_BK, nk = m->Tk - j0 < FA_BK ? m->Tk - j0 : FA_BK;
         FA_FN(fa_load_t)(K + j0 * m->rs[1], m->rs[1], nk, dk, Kt);
-        FA_FN(fa_qkt)(nq, nk, dk, Q, m->rs[0], Kt, scale, S, gws);
+        FA_FN(fa_qkt)(cl->precision, nq, nk, dk, Q, m->rs[0], Kt, scale, S, gws);
         FA_FN(fa_mask)(m, M0, M1, o, i0, nq, j0, nk, S);
         for (int64_t i = 0; i < nq; i++) {
             FA_T *s = S + i * FA_BK;
@@ -413,7 +423,7 @@ TG_SIMD_CLONES static void FA_FN(fa_fwd_item)(const fa_meta *m, const tg__call *
                     a[c] *= alpha;
         }
         /* acc += P V (rows that had no key yet hold P = 0 from the masks: exp(-inf) = 0) */
-        FA_FN(fa_mm)(nq, dv, nk, S, FA_BK, 1, V + j0 * m->rs[2], m->rs[2], acc, dv, false, gws);
+        FA_FN(fa_mm)(cl->precision, nq, dv, nk, S, FA_BK, 1, V + j0 * m->rs[2], m->rs[2], acc, dv, false, gws);
     }
     FA_T *out = (FA_T *)cl->out + (o * m->Tq + i0) * dv;
     FA_T *lse = (FA_T *)cl->saved + o * m->Tq + i0;
@@ -444,7 +454,7 @@ FA_INLINE void FA_FN(fa_tile)(const fa_meta *m, const tg__call *cl, int64_t o, i
     const FA_T *M0 = m->src_mask[0] >= 0 ? cl->in[m->src_mask[0]] : NULL;
     const FA_T *M1 = m->src_mask[1] >= 0 ? cl->in[m->src_mask[1]] : NULL;
     const FA_T *lse = (const FA_T *)cl->saved + o * m->Tq + i0;
-    FA_FN(fa_qkt)(nq, nk, m->dk, Q, m->rs[0], Kt, (FA_T)m->scale, P, gws);
+    FA_FN(fa_qkt)(cl->precision, nq, nk, m->dk, Q, m->rs[0], Kt, (FA_T)m->scale, P, gws);
     FA_FN(fa_mask)(m, M0, M1, o, i0, nq, j0, nk, P);
     for (int64_t i = 0; i < nq; i++) {
         FA_T *p = P + i * FA_BK, L = lse[i];
@@ -461,7 +471,7 @@ FA_INLINE void FA_FN(fa_tile)(const fa_meta *m, const tg__call *cl, int64_t o, i
     if (!want_ds)
         return;
     const FA_T *dO = (const FA_T *)cl->dy + (o * m->Tq + i0) * m->dv;
-    FA_FN(fa_qkt)(nq, nk, m->dv, dO, m->dv, Vt, (FA_T)1, dS, gws); /* dP = dO V^T */
+    FA_FN(fa_qkt)(cl->precision, nq, nk, m->dv, dO, m->dv, Vt, (FA_T)1, dS, gws); /* dP = dO V^T */
     for (int64_t i = 0; i < nq; i++) {
         FA_T *p = P + i * FA_BK, *ds = dS + i * FA_BK, Di = D[i];
         for (int64_t j = 0; j < nk; j++)
@@ -522,12 +532,12 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_kv_item)(const fa_meta *m, const tg__cal
             }
             /* dV_j += sum_i P_ij dO_i: (nk, dv) += P^T (nk, nq) dO (nq, dv) */
             if (do_v)
-                FA_FN(fa_mm)(nk, dv, nq, P, 1, FA_BK, dO, dv, dVb, dv, false, gws);
+                FA_FN(fa_mm)(cl->precision, nk, dv, nq, P, 1, FA_BK, dO, dv, dVb, dv, false, gws);
             /* dK_j += sum_i scale dS_ij q_i: (nk, dk) += (scale dS)^T Q */
             if (do_k) {
                 for (int64_t e = 0; e < nq * FA_BK; e++)
                     dS[e] *= scale;
-                FA_FN(fa_mm)(nk, dk, nq, dS, 1, FA_BK, Q, m->rs[0], dKb, dk, false, gws);
+                FA_FN(fa_mm)(cl->precision, nk, dk, nq, dS, 1, FA_BK, Q, m->rs[0], dKb, dk, false, gws);
             }
         }
     }
@@ -576,7 +586,7 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_q_item)(const fa_meta *m, const tg__call
             /* dQ_i += sum_j scale dS_ij k_j: (nq, dk) += (scale dS) K */
             for (int64_t e = 0; e < nq * FA_BK; e++)
                 dS[e] *= scale;
-            FA_FN(fa_mm)(nq, dk, nk, dS, FA_BK, 1, K, m->rs[1], dQb, dk, false, gws);
+            FA_FN(fa_mm)(cl->precision, nq, dk, nk, dS, FA_BK, 1, K, m->rs[1], dQb, dk, false, gws);
         }
     }
     FA_T *dQ = (FA_T *)cl->dx[0] + (g * m->Tq + i0) * dk;
@@ -631,15 +641,15 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_one_item)(const fa_meta *m, const tg__ca
                         dm[i * m->Tk + j] = dS[i * FA_BK + j];
             }
             if (do_v)
-                FA_FN(fa_mm)(nk, dv, nq, P, 1, FA_BK, dO, dv, dVb, dv, false, gws);
+                FA_FN(fa_mm)(cl->precision, nk, dv, nq, P, 1, FA_BK, dO, dv, dVb, dv, false, gws);
             if (do_k || do_q)
                 for (int64_t e = 0; e < nq * FA_BK; e++)
                     dS[e] *= scale;
             if (do_k)
-                FA_FN(fa_mm)(nk, dk, nq, dS, 1, FA_BK, Q0 + i0 * m->rs[0], m->rs[0], dKb, dk,
+                FA_FN(fa_mm)(cl->precision, nk, dk, nq, dS, 1, FA_BK, Q0 + i0 * m->rs[0], m->rs[0], dKb, dk,
                              false, gws);
             if (do_q)
-                FA_FN(fa_mm)(nq, dk, nk, dS, FA_BK, 1, K, m->rs[1], dQacc + i0 * dk, dk, false,
+                FA_FN(fa_mm)(cl->precision, nq, dk, nk, dS, FA_BK, 1, K, m->rs[1], dQacc + i0 * dk, dk, false,
                              gws);
         }
         if (do_k) {
@@ -852,10 +862,10 @@ static void FA_FN(fa_forward)(const tg__call *cl)
     const tg_tensor *y = cl->y;
     const fa_meta *m = y->aux;
     int64_t nqb = (m->Tq + FA_BQ - 1) / FA_BQ, items = m->nb * nqb;
-    size_t per = (fa_ws_per_thread(m, false) + fa_gemm_ws(m, y->dtype)) / sizeof(FA_T);
+    size_t per = (fa_ws_per_thread(m, false) + fa_gemm_ws(m, y->dtype, cl->precision)) / sizeof(FA_T);
     FA_T *ws = cl->ws;
     int nt = cl->nt;
-    if (fa_small(m)) { /* batches [lo, hi) per thread, each owning its out rows and lse */
+    if (fa_small(m, cl->precision)) { /* batches [lo, hi) per thread, each owning its out rows and lse */
         TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1, FA_FN(fa_small_fwd)(m, cl, lo, hi));
         return;
     }
@@ -878,12 +888,12 @@ static void FA_FN(fa_backward)(const tg__call *cl)
         memset(dM, 0, fa_dmask_bytes(m));
         ws += fa_dmask_bytes(m) / sizeof(FA_T);
     }
-    size_t per = (fa_ws_per_thread(m, true) + fa_gemm_ws(m, y->dtype)) / sizeof(FA_T);
+    size_t per = (fa_ws_per_thread(m, true) + fa_gemm_ws(m, y->dtype, cl->precision)) / sizeof(FA_T);
     int nt = cl->nt;
     bool par = fa_work(m) > TG_PAR_MIN;
     int64_t nkb = (m->Tk + FA_BK - 1) / FA_BK, nqb = (m->Tq + FA_BQ - 1) / FA_BQ;
     bool do_k = cl->dx[1] != NULL, do_v = cl->dx[2] != NULL;
-    if (fa_small_bwd_ok(m)) {
+    if (fa_small_bwd_ok(m, cl->precision)) {
         /* batches [lo, hi) per thread; batch o owns every gradient row of its matrices */
         TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1,
                      FA_FN(fa_small_bwd)(m, cl, lo, hi, cl->dx[0] != NULL, do_k, do_v, dM,

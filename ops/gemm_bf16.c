@@ -390,3 +390,22 @@ void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, 
         part(kern, hw, ta, tb, m0, m1, n0, n1, K, A, lda, B, ldb, C, ldc, acc, epi, w);
     }
 }
+
+/* ---- products at a graph's compute precision ----------------------------------------------- */
+void tg__gemm_prec_f32(int prec, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                       const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                       int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi)
+{
+    if (prec == TG_PRECISION_BF16)
+        tg__gemm_isa_bf16(TG__ISA_BEST, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws,
+                          epi);
+    else
+        tg__gemm_ex_f32(nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, epi);
+}
+
+size_t tg__gemm_ws_bytes_prec(tg_dtype dt, int prec, int nt, int64_t n, int64_t k)
+{
+    if (dt == TG_F32 && prec == TG_PRECISION_BF16)
+        return tg__gemm_bf16_ws_bytes_nk(nt, n, k);
+    return tg__gemm_ws_bytes_nk(dt, nt, n, k);
+}

@@ -16,6 +16,8 @@
  * (l, l + 4), (l, l + 2), (l, l + 1), as tg__row_dot (src/core/vec.c). The result depends on
  * neither the thread count, the SIMD clone nor M, but it is not the GEMM's FMA chain: the last
  * bits differ from the GEMM's for the same product (dense's tests compare to rounding).
+ * bf16 (tg__gemv_bf16, the compute precision TG_PRECISION_BF16): the same order with x and W
+ * rounded to bf16 as they are read (each product then exact in f32).
  * Threading: outputs split into static column blocks per thread (each y[r, j] computed by one
  * thread); one region only when the product is large enough to pay for it.
  */
@@ -26,7 +28,21 @@
 
 static double gv_gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.70710678118654752440)); }
 
-#define DEFINE_GEMV(T, SUF)                                                                    \
+/* v rounded to bf16 (nearest, ties to even; a NaN stays a quiet NaN), as an f32: tg__bf16_from_f32
+ * on the bit pattern, branch-free so that the loops above vectorize. A product of two such
+ * values is exact in f32, so the bf16 GEMV rounds only where it adds. */
+static inline float gv_bf16(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    uint32_t q = (u | 0x00400000u) & 0xffff0000u;
+    u = (u & 0x7fffffffu) > 0x7f800000u ? q : r;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+#define DEFINE_GEMV(T, SUF, RND)                                                               \
     /* Columns [j0, j1) of every row: four columns at a time share each load of x. */          \
     TG_SIMD_CLONES static void gv_cols_##SUF(int64_t M, int64_t j0, int64_t j1, int64_t K,      \
                                              const T *x, int64_t ldx, const T *W, int64_t ldw, \
@@ -46,15 +62,15 @@ static double gv_gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.707106781186
                 }                                                                              \
                 for (int64_t k = 0; k < K16; k += GV_LANES)                                    \
                     for (int l = 0; l < GV_LANES; l++) {                                       \
-                        T xv = xr[k + l];                                                      \
-                        acc[0][l] += xv * w[0][k + l];                                         \
-                        acc[1][l] += xv * w[1][k + l];                                         \
-                        acc[2][l] += xv * w[2][k + l];                                         \
-                        acc[3][l] += xv * w[3][k + l];                                         \
+                        T xv = RND(xr[k + l]);                                                 \
+                        acc[0][l] += xv * RND(w[0][k + l]);                                    \
+                        acc[1][l] += xv * RND(w[1][k + l]);                                    \
+                        acc[2][l] += xv * RND(w[2][k + l]);                                    \
+                        acc[3][l] += xv * RND(w[3][k + l]);                                    \
                     }                                                                          \
                 for (int l = 0; K16 + l < K; l++) /* the tail, in the same lanes */            \
                     for (int c = 0; c < 4; c++)                                                \
-                        acc[c][l] += xr[K16 + l] * w[c][K16 + l];                              \
+                        acc[c][l] += RND(xr[K16 + l]) * RND(w[c][K16 + l]);                    \
                 /* the lane trees of the four columns, level by level (whole vectors) */       \
                 for (int c = 0; c < 4; c++)                                                    \
                     for (int l = 0; l < 8; l++)                                                \
@@ -97,5 +113,7 @@ static double gv_gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.707106781186
         TG_PAR_RANGE(nt, par, N, 4,                                                            \
                      gv_cols_##SUF(M, lo, hi, K, x, ldx, W, ldw, bias, y, ldy, act, pre));     \
     }
-DEFINE_GEMV(float, f32)
-DEFINE_GEMV(double, f64)
+#define GV_EXACT(v) (v)
+DEFINE_GEMV(float, f32, GV_EXACT)
+DEFINE_GEMV(double, f64, GV_EXACT)
+DEFINE_GEMV(float, bf16, gv_bf16)

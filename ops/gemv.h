@@ -17,6 +17,10 @@
 void tg__gemv_f32(int nt, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
                   const float *W, int64_t ldw, const float *bias, float *y, int64_t ldy, int act,
                   float *pre);
+/* The f32 GEMV with x and W rounded to bf16 (TG_PRECISION_BF16), f32 sums in the same order. */
+void tg__gemv_bf16(int nt, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
+                   const float *W, int64_t ldw, const float *bias, float *y, int64_t ldy, int act,
+                   float *pre);
 void tg__gemv_f64(int nt, int64_t M, int64_t N, int64_t K, const double *x, int64_t ldx,
                   const double *W, int64_t ldw, const double *bias, double *y, int64_t ldy,
                   int act, double *pre);

@@ -72,24 +72,36 @@ static void dims(const tg_tensor *y, mm_dims *d)
 }
 
 /* One thread's GEMM workspace for every product this op makes (forward and both gradients
- * swap M, N and K around, so size for the largest of the three). */
-static size_t ws_per_thread(const tg_tensor *y)
+ * swap M, N and K around, so size for the largest of the three), at precision prec. */
+static size_t ws_per_thread(const tg_tensor *y, int prec)
 {
     const tg_tensor *a = y->src[0];
     int64_t M = y->shape[y->rank - 2], N = y->shape[y->rank - 1];
     int64_t K = y->p.matmul.ta ? a->shape[a->rank - 2] : a->shape[a->rank - 1];
     int64_t d = M > N ? M : N;
     d = d > K ? d : K;
-    return tg__gemm_ws_bytes_nk(y->dtype, 1, d, d);
+    return tg__gemm_ws_bytes_prec(y->dtype, prec, 1, d, d);
 }
 
 size_t tg__matmul_ws(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    int nt = c->nt;
-    bool backward = c->backward;
-    (void)backward;
-    return ws_per_thread(y) * (size_t)(nt > 0 ? nt : 1);
+    return ws_per_thread(c->y, c->precision) * (size_t)(c->nt > 0 ? c->nt : 1);
+}
+
+/* The products at a graph's precision: f32 graphs may take bf16 operands (tg_precision), f64
+ * graphs never do (refused when the graph is built). */
+static void pg_f32(int prec, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                   const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                   int64_t ldc, bool acc, void *ws)
+{
+    tg__gemm_prec_f32(prec, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, NULL);
+}
+static void pg_f64(int prec, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                   const double *A, int64_t lda, const double *B, int64_t ldb, double *C,
+                   int64_t ldc, bool acc, void *ws)
+{
+    (void)prec;
+    tg__gemm_f64(nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws);
 }
 
 tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, bool transpose_b)
@@ -194,11 +206,11 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
  * GEMM (no nested regions); a single matrix uses the GEMM's own threads. Rows [r0, r1) of
  * C = op(X) op(Y) read op(X) from X + (tx ? r0 : r0 * ldx). */
 #define DEFINE_MATMUL(T, SUF)                                                                  \
-    static void rows_##SUF(bool tx, bool ty, int64_t r0, int64_t r1, int64_t N, int64_t K,     \
+    static void rows_##SUF(int prec, bool tx, bool ty, int64_t r0, int64_t r1, int64_t N, int64_t K,     \
                            const T *X, int64_t ldx, const T *Y, int64_t ldy, T *C, int64_t ldc,\
                            bool acc, void *ws)                                                 \
     {                                                                                          \
-        tg__gemm_##SUF(1, tx, ty, r1 - r0, N, K, X + (tx ? r0 : r0 * ldx), ldx, Y, ldy,        \
+        pg_##SUF(prec, 1, tx, ty, r1 - r0, N, K, X + (tx ? r0 : r0 * ldx), ldx, Y, ldy,        \
                        C + r0 * ldc, ldc, acc, ws);                                            \
     }                                                                                          \
     static void fwd_##SUF(const tg__call *c)                                                        \
@@ -214,17 +226,17 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
         if (d.nb * d.M * d.N * d.K <= TG_PAR_MIN)                                              \
             nt = 1;                                                                            \
         if (d.nb == 1) {                                                                       \
-            tg__gemm_##SUF(nt, ta, tb, d.M, d.N, d.K, A + mp.aoff[0], d.lda, B + mp.boff[0],   \
+            pg_##SUF(c->precision, nt, ta, tb, d.M, d.N, d.K, A + mp.aoff[0], d.lda, B + mp.boff[0],   \
                            d.ldb, C, d.N, false, c->ws);                                       \
             return;                                                                            \
         }                                                                                      \
-        size_t per = ws_per_thread(y);                                                         \
+        size_t per = ws_per_thread(y, c->precision);                                                         \
         int64_t mb = row_blocks(d.nb, d.M, nt), items = d.nb * mb;                             \
         /* Race-free: item (o, blk) owns rows of C[o]; each a one-thread GEMM. */              \
         TG_OMP_FOR(nt, nt > 1)                                                                 \
         for (int64_t it = 0; it < items; it++) {                                               \
             int64_t o = it / mb, blk = it % mb;                                                \
-            rows_##SUF(ta, tb, d.M * blk / mb, d.M * (blk + 1) / mb, d.N, d.K,                 \
+            rows_##SUF(c->precision, ta, tb, d.M * blk / mb, d.M * (blk + 1) / mb, d.N, d.K,                 \
                        A + mp.aoff[o], d.lda, B + mp.boff[o], d.ldb, C + o * d.M * d.N, d.N,   \
                        false, (char *)c->ws + (size_t)TG_THREAD_NUM() * per);                  \
         }                                                                                      \
@@ -246,16 +258,16 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
             const T *Go = G + o * d->M * d->N, *Bo = B + mp.boff[o];                           \
             if (nt > 1) { /* whole matrix on nt threads */                                     \
                 if (!ta)                                                                       \
-                    tg__gemm_##SUF(nt, false, !tb, d->M, d->K, d->N, Go, d->N, Bo, d->ldb, dA, \
+                    pg_##SUF(c->precision, nt, false, !tb, d->M, d->K, d->N, Go, d->N, Bo, d->ldb, dA, \
                                    lga, true, ws);                                             \
                 else                                                                           \
-                    tg__gemm_##SUF(nt, tb, true, d->K, d->M, d->N, Bo, d->ldb, Go, d->N, dA,   \
+                    pg_##SUF(c->precision, nt, tb, true, d->K, d->M, d->N, Bo, d->ldb, Go, d->N, dA,   \
                                    lga, true, ws);                                             \
             } else if (!ta) /* dA (M,K) += dC (M,N) . op(B)^T (N,K) */                         \
-                rows_##SUF(false, !tb, r0, r1, d->K, d->N, Go, d->N, Bo, d->ldb, dA, lga,      \
+                rows_##SUF(c->precision, false, !tb, r0, r1, d->K, d->N, Go, d->N, Bo, d->ldb, dA, lga,      \
                            true, ws);                                                          \
             else /* dA (K,M) += op(B) (K,N) . dC^T (N,M) */                                    \
-                rows_##SUF(tb, true, r0, r1, d->M, d->N, Bo, d->ldb, Go, d->N, dA, lga, true,  \
+                rows_##SUF(c->precision, tb, true, r0, r1, d->M, d->N, Bo, d->ldb, Go, d->N, dA, lga, true,  \
                            ws);                                                                \
         }                                                                                      \
     }                                                                                          \
@@ -274,16 +286,16 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
             const T *Go = G + o * d->M * d->N, *Ao = A + mp.aoff[o];                           \
             if (nt > 1) {                                                                      \
                 if (!tb)                                                                       \
-                    tg__gemm_##SUF(nt, !ta, false, d->K, d->N, d->M, Ao, d->lda, Go, d->N, dB, \
+                    pg_##SUF(c->precision, nt, !ta, false, d->K, d->N, d->M, Ao, d->lda, Go, d->N, dB, \
                                    lgb, true, ws);                                             \
                 else                                                                           \
-                    tg__gemm_##SUF(nt, true, ta, d->N, d->K, d->M, Go, d->N, Ao, d->lda, dB,   \
+                    pg_##SUF(c->precision, nt, true, ta, d->N, d->K, d->M, Go, d->N, Ao, d->lda, dB,   \
                                    lgb, true, ws);                                             \
             } else if (!tb) /* dB (K,N) += op(A)^T (K,M) . dC (M,N) */                         \
-                rows_##SUF(!ta, false, r0, r1, d->N, d->M, Ao, d->lda, Go, d->N, dB, lgb, true,\
+                rows_##SUF(c->precision, !ta, false, r0, r1, d->N, d->M, Ao, d->lda, Go, d->N, dB, lgb, true,\
                            ws);                                                                \
             else /* dB (N,K) += dC^T (N,M) . op(A) (M,K) */                                    \
-                rows_##SUF(true, ta, r0, r1, d->K, d->M, Go, d->N, Ao, d->lda, dB, lgb, true,  \
+                rows_##SUF(c->precision, true, ta, r0, r1, d->K, d->M, Go, d->N, Ao, d->lda, dB, lgb, true,  \
                            ws);                                                                \
         }                                                                                      \
     }                                                                                          \
@@ -315,7 +327,7 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
         int nt = c->nt;                                                          \
         if (d.nb * d.M * d.N * d.K <= TG_PAR_MIN)                                              \
             nt = 1;                                                                            \
-        size_t per = ws_per_thread(y);                                                         \
+        size_t per = ws_per_thread(y, c->precision);                                                         \
         const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
         if (c->dx[0])                                                                          \
             grads_##SUF(grad_a_##SUF, nt, c, &d, d.na, a->shape[a->rank - 2], per);            \

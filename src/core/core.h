@@ -380,6 +380,14 @@ void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, 
 size_t tg__gemm_bf16_ws_bytes_nk(int nt, int64_t n, int64_t k);
 /* 1 if this CPU runs the AVX512_BF16 kernel (vdpbf16ps), else 0. */
 int tg__gemm_bf16_hw(void);
+/* The f32 product at a graph's compute precision (tg_graph_opts.precision): TG_PRECISION_F32
+ * is tg__gemm_ex_f32, TG_PRECISION_BF16 tg__gemm_isa_bf16 with the best kernel of this CPU.
+ * ws: tg__gemm_ws_bytes_prec(TG_F32, prec, nt, N, K) bytes (ops/gemm_bf16.c). */
+void tg__gemm_prec_f32(int prec, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                       const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                       int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
+/* Workspace of tg__gemm_prec_f32 (dt TG_F32) or of the f64 GEMM (dt TG_F64, prec ignored). */
+size_t tg__gemm_ws_bytes_prec(tg_dtype dt, int prec, int nt, int64_t n, int64_t k);
 /* f32 -> bf16 (nearest, ties to even; NaN stays a quiet NaN; ops/gemm_bf16.c) and back (exact;
  * src/io/io.c). */
 uint16_t tg__bf16_from_f32(float x);
