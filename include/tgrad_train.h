@@ -717,6 +717,20 @@ TG_API void tg_generator_reset(tg_generator *gen);
  *  tensor records stay in the context until tg_ctx_free() (or a rewind past the generator).
  *  The generator must not be fed again. NULL or a second call is a no-op. */
 TG_API void tg_generator_free(tg_generator *gen);
+/**
+ * Set the compute precision of the generator's graphs (::tg_precision; the default is
+ * ::TG_PRECISION_F32): with ::TG_PRECISION_BF16 the dense layers' products take bf16 operands
+ * with f32 accumulation (tg_graph_opts::precision), as a model trained with bf16 products
+ * saw them. The attention over the KV cache (tg_kv_attention()) stays f32. The graphs are
+ * built again now (the B-row ones; smaller row counts at their first use); the caches and the
+ * sequences fed so far are kept. A translator's generator (tg_translator_generator()) takes
+ * it the same way. Errors (run-time): ::TG_ERR_ARG (an unknown value), ::TG_ERR_DTYPE (bf16
+ * for an f64 model), ::TG_ERR_NOMEM (the graphs could not be rebuilt: set it again before
+ * using the generator).
+ */
+TG_API tg_status tg_generator_set_precision(tg_generator *gen, int precision);
+/** The generator's compute precision (::TG_PRECISION_F32 for NULL). */
+TG_API int tg_generator_precision(const tg_generator *gen);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */
@@ -746,6 +760,9 @@ typedef struct tg_seq2seq_loss_opts {
     double label_smoothing;
     /** The label value of padded positions: outside [0, vocab_size) (PyTorch's -100). */
     int64_t ignore_index;
+    /** Compute precision of the graphs' matrix products (tg_graph_opts::precision; 0, the
+     *  default, is ::TG_PRECISION_F32). */
+    int precision;
 } tg_seq2seq_loss_opts;
 
 /** The defaults: no label smoothing, ignore_index -100. */
@@ -767,8 +784,8 @@ TG_API tg_seq2seq_loss_opts tg_seq2seq_loss_defaults(void);
 typedef struct tg_seq2seq_loss tg_seq2seq_loss;
 
 /** Make the loss object. Errors (run-time, NULL returned): ::TG_ERR_ARG (not an initialised
- *  encoder-decoder model, label_smoothing outside [0, 1], ignore_index a token id),
- *  ::TG_ERR_NOMEM. */
+ *  encoder-decoder model, label_smoothing outside [0, 1], ignore_index a token id, an unknown
+ *  precision), ::TG_ERR_DTYPE (bf16 precision for an f64 model), ::TG_ERR_NOMEM. */
 TG_API tg_seq2seq_loss *tg_seq2seq_loss_new(tg_ctx *ctx, const tg_transformer *m,
                                             const tg_seq2seq_loss_opts *opts);
 /**

@@ -605,6 +605,30 @@ static double ckpt_max_rel_diff(const char *a, const char *b)
     return worst;
 }
 
+/* --precision bf16: recorded as train.precision, restored by --resume (a run stopped and
+ * resumed equals the run straight through, byte for byte, and differs from the f32 run); bf16
+ * with --dtype f64 is refused. */
+START_TEST(test_precision_recorded)
+{
+    write_corpus("c.txt");
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 20 --eval-every 10 --precision bf16 "
+                         "--checkpoint whole.ckpt --quiet"), 0);
+    char v[64];
+    ck_assert_str_eq(meta_of("whole.ckpt", "train.precision", v, sizeof v), "bf16");
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 20 --eval-every 10 --precision bf16 "
+                         "--stop-after 10 --checkpoint part.ckpt --quiet"), 0);
+    ck_assert_int_eq(run("train --text c.txt --resume part.ckpt --quiet"), 0);
+    ck_assert_str_eq(meta_of("part.ckpt", "train.precision", v, sizeof v), "bf16");
+    ck_assert(ckpt_max_rel_diff("part.ckpt", "whole.ckpt") == 0);
+    ck_assert_int_eq(run("train " TEXT_MODEL " --steps 20 --eval-every 10 "
+                         "--checkpoint f32.ckpt --quiet"), 0);
+    ck_assert_str_eq(meta_of("f32.ckpt", "train.precision", v, sizeof v), "f32");
+    ck_assert(ckpt_max_rel_diff("f32.ckpt", "whole.ckpt") > 0);
+    expect_refusal("train " TEXT_MODEL " --dtype f64 --precision bf16 --steps 2 --quiet",
+                   "--precision bf16 is for --dtype f32");
+}
+END_TEST
+
 /* --grad-accum: K = 1 is the run without it, byte for byte; K = 4 computes the same mean-loss
  * gradients (f64: equal up to rounding, the log's losses too); K is recorded and restored;
  * K must divide the batch. */
@@ -1856,6 +1880,7 @@ int main(void)
     tcase_add_test(tc, test_fifo_never_blocks);
     tcase_add_test(tc, test_resume_saves_back);
     tcase_add_test(tc, test_grad_accum);
+    tcase_add_test(tc, test_precision_recorded);
     tcase_add_test(tc, test_interrupt_prints_resume_command);
     tcase_add_test(tc, test_save_every);
     tcase_add_test(tc, test_checkpoint_not_replaced);

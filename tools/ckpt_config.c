@@ -56,6 +56,7 @@ static const field fields[] = {
     {"train.target_acc", "target-acc", F_RESTORE, false},
     /* absent from older checkpoints: the defaults (cosine, 0.999, 1e-8, 0) */
     {"train.schedule", "schedule", F_RESTORE, false},
+    {"train.precision", "precision", F_RESTORE, false},
     {"train.beta2", "beta2", F_RESTORE, false},
     {"train.eps", "eps", F_RESTORE, false},
     {"train.label_smoothing", "label-smoothing", F_RESTORE, false},

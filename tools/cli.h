@@ -66,6 +66,7 @@ typedef struct run_args {
     int64_t encoder_layers, decoder_layers; /* transformer */
     int activation; /* 0 relu, 1 gelu */
     int dtype;      /* 0 f32, 1 f64 */
+    int precision;  /* --precision f32|bf16 (tg_precision; f32 dtype only) */
     int64_t heads;  /* [1, CLI_MAX_HEADS] */
     bool causal, norm_first, has_eps;
     bool force;     /* --force: replace existing output files */
@@ -128,6 +129,7 @@ typedef struct translate_args {
     int64_t beam, batch, threads;
     double lenpen, max_len_a, max_len_b;
     bool force;
+    int precision; /* --precision f32|bf16 (tg_precision) */
 } translate_args;
 int translate_parse(int argc, char **argv, translate_args *a, cli_result *r, char *err,
                     size_t n);

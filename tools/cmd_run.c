@@ -65,6 +65,9 @@
     {.name = "dtype", .kind = CLI_CHOICE, .offset = offsetof(run_args, dtype),               \
      .choices = "f32|f64", .help = "compute dtype; inputs are converted (f32)",             \
      .group = "every module:"},                                                              \
+        {.name = "precision", .kind = CLI_CHOICE, .offset = offsetof(run_args, precision),   \
+         .choices = "f32|bf16", .help = "compute precision of the matrix products: f32, or " \
+                                        "bf16 operands with f32 accumulation (f32)"},        \
         OPT_PATH("out", out, "O.npy", "write the output here", 0),                           \
         OPT_PATH("grad-out", grad_out, "dO.npy",                                             \
                  "upstream gradient (shape of the output): run backward", 0),                \
@@ -751,7 +754,8 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
         goto done;
     }
     tg_tensor *outs[2] = {y, attn};
-    tg_graph *g = tg_graph_new(ctx, outs, attn ? 2 : 1);
+    tg_graph_opts go = {.precision = a->precision};
+    tg_graph *g = tg_graph_new_opts(ctx, outs, attn ? 2 : 1, &go);
     if (!g) {
         cli_format(NULL, NULL, ctx, err, n);
         goto done;

@@ -200,7 +200,8 @@ static int sample_load(sampler *s, const sample_args *a, const cli_result *r)
     for (int i = 0; i < s->nv; i++) /* BOS (seq2seq only) stands for no byte */
         s->vocab[i] = (unsigned char)(tg_model_token_byte(s->m, i) & 0xff);
     if (s->s2s) {
-        if (!s2s_decoder_init(&s->dec, s->ctx, s->model, 1, s->T, a->no_cache)) {
+        if (!s2s_decoder_init(&s->dec, s->ctx, s->model, 1, s->T, a->no_cache,
+                              a->precision)) {
             cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
             return 1;
         }
@@ -209,10 +210,13 @@ static int sample_load(sampler *s, const sample_args *a, const cli_result *r)
     if (a->no_cache) {
         s->ids = tg_input(s->ctx, TG_I32, TG_DIMS(1, s->T), "ids");
         s->logits = tg_transformer_forward(s->ctx, s->model, s->ids, NULL);
-        tg_graph_opts go = {.no_grad = true}; /* inference: no gradients, nothing saved */
+        /* inference: no gradients, nothing saved */
+        tg_graph_opts go = {.no_grad = true, .precision = a->precision};
         s->g = tg_graph_new_opts(s->ctx, &s->logits, 1, &go);
     } else {
         s->gen = tg_model_generator(s->m, 1);
+        if (s->gen && tg_generator_set_precision(s->gen, a->precision) != TG_OK)
+            s->gen = NULL;
     }
     if (!s->g && !s->gen) {
         cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);

@@ -691,7 +691,7 @@ static bool build(trainer *t)
             t->loss = tg_cross_entropy_smoothed(ctx, t->logits, t->tgt, -1, a->label_smoothing);
         tg_tensor *outs[2] = {t->loss, t->val_loss};
         /* one backward per forward: what backward reads is freed as soon as it was read */
-        tg_graph_opts go = {.one_backward = true};
+        tg_graph_opts go = {.one_backward = true, .precision = a->precision};
         go.detect_anomaly = a->detect_anomaly; /* first NaN/inf named by op and tensor */
         t->g = tg_graph_new_opts(ctx, outs, t->loss == t->val_loss ? 1 : 2, &go);
         t->opt = tg_optim_new(ctx, &oc, 0, NULL);
@@ -707,7 +707,8 @@ static bool build(trainer *t)
         /* the held-out greedy decoder over the same parameters: a generator (KV cache), or
          * with --no-cache a no_grad graph over the whole target prefix (seq2seq.c) */
         if (t->g && t->opt && t->s2s && !a->dry_run &&
-            !s2s_decoder_init(&t->greedy, ctx, &t->model, t->B, t->T, a->no_cache))
+            !s2s_decoder_init(&t->greedy, ctx, &t->model, t->B, t->T, a->no_cache,
+                              a->precision))
             t->opt = NULL;
     }
     if (!t->g || !t->opt) {
@@ -845,6 +846,7 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     meta_num(m, "data.val_fraction", a->val_fraction);
     meta_num(m, "train.target_acc", a->target_acc);
     meta_add(m, "train.schedule", "%s", choice_name("schedule", a->schedule, c1, 16));
+    meta_add(m, "train.precision", "%s", choice_name("precision", a->precision, c1, 16));
     meta_num(m, "train.beta2", a->beta2);
     meta_num(m, "train.eps", a->eps);
     meta_num(m, "train.label_smoothing", a->label_smoothing);
@@ -1597,8 +1599,9 @@ static int dry_run(trainer *t)
         {"gradients", r.gradients},     {"workspace", r.workspace},
     };
     printf("memory plan of the training graph (batch %" PRId64 ", seq_len %" PRId64 ", %d "
-           "thread%s, %" PRId64 " nodes)\n", t->B, t->T, tg_ctx_threads(t->ctx),
-           tg_ctx_threads(t->ctx) == 1 ? "" : "s", tg_graph_size(t->g));
+           "thread%s, %" PRId64 " nodes%s)\n", t->B, t->T, tg_ctx_threads(t->ctx),
+           tg_ctx_threads(t->ctx) == 1 ? "" : "s", tg_graph_size(t->g),
+           t->a.precision == TG_PRECISION_BF16 ? ", bf16 products" : "");
     /* every line within 80 columns: what a row holds is said below the table */
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         printf("  %-22s %12zu bytes  %8.2f MiB%s\n", rows[i].name, rows[i].bytes,
@@ -1739,10 +1742,11 @@ int cmd_train(int argc, char **argv)
                          t->pairs ? t->a.batch_tokens : t->B);
                 snprintf(line, sizeof line, "%" PRId64 "%s layer%s, d_model %" PRId64 ", %"
                         PRId64 " head%s, d_ff %" PRId64 ", %s, %" PRId64 " parameters, %s"
-                        "%s, %d thread%s%s%s", t->a.layers, dl,
+                        "%s%s, %d thread%s%s%s", t->a.layers, dl,
                         t->a.layers == 1 && !t->s2s ? "" : "s",
                         t->a.d_model, t->a.heads, t->a.heads == 1 ? "" : "s", t->a.d_ff,
                         t->a.post_norm ? "post-norm" : "pre-norm", t->n_params, bs, par,
+                        t->a.precision == TG_PRECISION_BF16 ? ", bf16 products" : "",
                         tg_ctx_threads(t->ctx), tg_ctx_threads(t->ctx) == 1 ? "" : "s", procs,
                         t->ck ? ", resumed" : "");
                 cli_say(stderr, "tgrad train: ", line);

@@ -79,6 +79,9 @@ static const cli_option translate_opts[] = {
      .imax = TRANSLATE_MAX_BATCH},
     {.name = "threads", .kind = CLI_INT, .offset = TA(threads), .metavar = "N",
      .help = "worker threads (all cores)", .imin = 1, .imax = CLI_MAX_THREADS},
+    {.name = "precision", .kind = CLI_CHOICE, .offset = TA(precision), .choices = "f32|bf16",
+     .help = "compute precision of the matrix products: f32, or bf16 operands with f32 "
+             "accumulation (f32)"},
     {.name = "eval", .kind = CLI_PATH, .offset = TA(eval), .metavar = "PAIRS",
      .help = "translate the sources of a pairs file (source<TAB>target lines) and print BLEU "
              "and chrF against its targets", .group = "evaluation"},
@@ -160,6 +163,7 @@ typedef struct translator_state {
     tg_translator *tr;
     tg_search_opts opts;
     int64_t L;          /* the model's max_seq_len */
+    int precision;      /* --precision (tg_precision) */
     int64_t batch;      /* sentences per tg_translate_batch: --batch, at most
                            max(1, TRANSLATE_MAX_ROWS / K) (the memory bound) */
     int32_t eos;
@@ -255,6 +259,7 @@ static int translate_load(translator_state *s, const translate_args *a)
      * one call, whatever --batch reads at a time */
     int64_t per_call = TRANSLATE_MAX_ROWS / a->beam;
     s->batch = a->batch < per_call ? a->batch : per_call > 0 ? per_call : 1;
+    s->precision = a->precision;
     tg_ctx_set_training(s->ctx, false);
     if (a->threads)
         tg_ctx_set_threads(s->ctx, cli_threads_cap("translate", a->threads));
@@ -268,6 +273,11 @@ static tg_translator *translator_get(translator_state *s)
 {
     if (!s->tr) {
         s->tr = tg_translator_new(s->ctx, tg_model_transformer(s->m), s->batch, &s->opts);
+        if (s->tr && tg_generator_set_precision(tg_translator_generator(s->tr),
+                                                s->precision) != TG_OK) {
+            tg_translator_free(s->tr);
+            s->tr = NULL;
+        }
         if (!s->tr)
             cli_report("translate", NULL, NULL, s->ctx);
     }

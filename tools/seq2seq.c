@@ -16,7 +16,7 @@ void s2s_shift_right(int64_t B, int64_t T, const int32_t *labels, int32_t *dec)
 }
 
 bool s2s_decoder_init(s2s_decoder *d, tg_ctx *ctx, const tg_transformer *m, int64_t B,
-                      int64_t T, bool no_cache)
+                      int64_t T, bool no_cache, int precision)
 {
     memset(d, 0, sizeof *d);
     d->ctx = ctx;
@@ -28,7 +28,8 @@ bool s2s_decoder_init(s2s_decoder *d, tg_ctx *ctx, const tg_transformer *m, int6
         d->gen = tg_generator_new(ctx, m, B);
         d->dec = malloc(sizeof(int32_t) * (size_t)B);
         d->row = malloc(sizeof(double) * (size_t)(B * d->V));
-        if (!d->gen || !d->dec || !d->row) {
+        if (!d->gen || !d->dec || !d->row ||
+            tg_generator_set_precision(d->gen, precision) != TG_OK) {
             s2s_decoder_free(d);
             return false;
         }
@@ -37,7 +38,8 @@ bool s2s_decoder_init(s2s_decoder *d, tg_ctx *ctx, const tg_transformer *m, int6
     d->src = tg_input(ctx, TG_I32, TG_DIMS(B, T), "src_ids");
     d->tgt = tg_input(ctx, TG_I32, TG_DIMS(B, T), "tgt_ids");
     d->logits = tg_transformer_forward_seq2seq(ctx, m, d->src, d->tgt, NULL, NULL);
-    tg_graph_opts go = {.no_grad = true}; /* inference: no gradients, nothing saved */
+    /* inference: no gradients, nothing saved */
+    tg_graph_opts go = {.no_grad = true, .precision = precision};
     d->g = tg_graph_new_opts(ctx, &d->logits, 1, &go);
     if (!d->g)
         return false;

@@ -36,7 +36,7 @@ typedef struct s2s_decoder {
  * through the KV cache unless @p no_cache. False with the context's error (report with
  * cli_report) on failure. */
 bool s2s_decoder_init(s2s_decoder *d, tg_ctx *ctx, const tg_transformer *m, int64_t B,
-                      int64_t T, bool no_cache);
+                      int64_t T, bool no_cache, int precision);
 /* Release the buffers (the graph belongs to the context). */
 void s2s_decoder_free(s2s_decoder *d);
 

@@ -47,6 +47,9 @@ static const cli_option train_opts[] = {
     FLAG("tie-weights", tie, "output projection = token embedding", G_MODEL),
     CHOICE("dtype", dtype, "f32|f64", "parameter and activation dtype (f32)", G_MODEL),
     NUM("dropout", dropout, "P", 0, 1, CLI_FMAX_OPEN, "dropout probability (0)", G_TRAIN),
+    CHOICE("precision", precision, "f32|bf16", "compute precision of the matrix products: bf16 "
+           "rounds their operands to bfloat16 and accumulates in f32; weights, gradients, "
+           "optimizer state, softmax and layer norm stay f32 (f32; --dtype f32 only)", G_TRAIN),
     INT("batch", batch, "B", 1, TRAIN_MAX_BATCH, "sequences per step (32, seq2seq 64)",
         G_TRAIN),
     INT("grad-accum", grad_accum, "K", 1, TRAIN_MAX_BATCH, "split each step's batch into K "
@@ -184,6 +187,9 @@ static const cli_option sample_opts[] = {
      .help = "worker threads (all cores)", .imin = 1, .imax = TRAIN_MAX_THREADS},
     {.name = "no-cache", .kind = CLI_FLAG, .offset = SA(no_cache),
      .help = "no KV cache: run the whole window for every byte (slower; for comparison)"},
+    {.name = "precision", .kind = CLI_CHOICE, .offset = SA(precision), .choices = "f32|bf16",
+     .help = "compute precision of the matrix products: f32, or bf16 operands with f32 "
+             "accumulation (f32)"},
     {.name = NULL},
 };
 
@@ -234,6 +240,7 @@ void train_defaults(train_args *a)
     a->beta2 = 0.999;
     a->eps = 1e-8;
     a->schedule = SCHED_COSINE;
+    a->precision = TG_PRECISION_F32;
     a->warmup = 100;
     a->weight_decay = 0.01;
     a->clip = 1.0;
@@ -370,6 +377,11 @@ bool train_resolve(train_args *a, bool text, char *err, size_t n)
         a->lr = a->schedule == SCHED_NOAM ? 1.0 : 3e-3;
     if (a->min_lr < 0)
         a->min_lr = a->lr / 10;
+    if (a->precision == TG_PRECISION_BF16 && a->dtype == DT_F64) {
+        snprintf(err, n, "--precision bf16 is for --dtype f32 (f64 runs are for exact "
+                 "checking)");
+        return false;
+    }
     if (a->grad_accum > a->batch || a->batch % a->grad_accum != 0) {
         snprintf(err, n, "--batch %" PRId64 " does not split into --grad-accum %" PRId64
                  " equal micro-batches (K must divide the batch)", a->batch, a->grad_accum);

@@ -67,6 +67,7 @@ typedef struct train_args {
     int optimizer;
     double beta2, eps;      /* --beta2, --eps: Adam/AdamW (0.999, 1e-8) */
     int schedule;           /* SCHED_*: --schedule cosine|noam; noam: lr is the factor */
+    int precision;          /* --precision f32|bf16: tg_precision of the products (f32) */
     double label_smoothing; /* --label-smoothing: the training loss only (0) */
     bool detect_anomaly;
     bool dry_run;
@@ -98,6 +99,7 @@ typedef struct sample_args {
     int64_t tokens, top_k, seed, threads;
     double temperature;
     bool no_cache; /* --no-cache: recompute the whole window per token (the old path) */
+    int precision; /* --precision f32|bf16 (tg_precision) */
 } sample_args;
 
 /* The option tables (static, valid for the whole program). */

@@ -258,6 +258,7 @@ bool pairs_build(pairs_run *p, tg_ctx *ctx, const tg_transformer *m, const train
 {
     tg_seq2seq_loss_opts lo = tg_seq2seq_loss_defaults();
     lo.label_smoothing = a->label_smoothing;
+    lo.precision = a->precision;
     p->loss = tg_seq2seq_loss_new(ctx, m, &lo);
     if (!p->loss)
         return false;
@@ -265,7 +266,8 @@ bool pairs_build(pairs_run *p, tg_ctx *ctx, const tg_transformer *m, const train
     so.method = TG_SEARCH_GREEDY;
     so.beam = 1;
     p->greedy = tg_translator_new(ctx, m, p->max_sentences, &so);
-    return p->greedy != NULL;
+    return p->greedy && tg_generator_set_precision(tg_translator_generator(p->greedy),
+                                                   a->precision) == TG_OK;
 }
 
 /* Room for @p n examples of lengths S, T in the batch arrays. */

@@ -121,6 +121,7 @@ struct tg_generator {
     size_t scratch_bytes;
     int64_t *sel_rows;                  /* (B): scratch row lists */
     int64_t *sel_mem, *sel_src;         /* (B) */
+    int precision;                      /* tg_generator_set_precision (TG_PRECISION_*) */
 };
 
 /* Self-attention of one layer over its cache: one in_proj product read as q, k, v head views
@@ -245,6 +246,7 @@ static tg_status build_encoder(tg_generator *gen, int64_t nb, int64_t s, struct 
     tg_graph_opts go;
     memset(&go, 0, sizeof go);
     go.no_grad = true;
+    go.precision = gen->precision;
     eg->g = tg_graph_new_opts(ctx, eg->kv, gen->n_layers, &go);
     return eg->g ? TG_OK : tg_ctx_status(ctx);
 }
@@ -282,6 +284,7 @@ static tg_status build_graph(tg_generator *gen, const gen_rows *br, int64_t n, i
     tg_graph_opts go;
     memset(&go, 0, sizeof go);
     go.no_grad = true;
+    go.precision = gen->precision;
     go.arena = shared ? gen->arena : NULL;
     gg->g = tg_graph_new_opts(ctx, &gg->logits, 1, &go);
     return gg->g ? TG_OK : tg_ctx_status(ctx);
@@ -933,6 +936,53 @@ void tg_generator_reset(tg_generator *gen)
 {
     if (gen)
         gen->len = 0; /* rows are overwritten before they are read again */
+}
+
+/* Free every step graph and the refill graph (they are built again at the next use). */
+static void drop_graphs(tg_generator *gen)
+{
+    tg_graph_free(gen->refill.g);
+    gen->refill.g = NULL;
+    for (int64_t k = 0; k < gen->n_bk; k++)
+        for (int64_t wi = 0; gen->bk[k].step && wi <= gen->n_wstep; wi++) {
+            tg_graph_free(gen->bk[k].step[wi].g);
+            gen->bk[k].step[wi].g = NULL;
+        }
+}
+
+tg_status tg_generator_set_precision(tg_generator *gen, int precision)
+{
+    static const char *fn = "tg_generator_set_precision";
+    if (!gen || gen->freed)
+        return TG_ERR_ARG;
+    tg_ctx *ctx = gen->ctx;
+    tg__begin(ctx);
+    if (precision != TG_PRECISION_F32 && precision != TG_PRECISION_BF16) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "unknown precision %d (TG_PRECISION_F32 or "
+                    "TG_PRECISION_BF16)", precision);
+        return TG_ERR_ARG;
+    }
+    if (precision == TG_PRECISION_BF16 && tg_tensor_dtype(gen->m->tok_emb) == TG_F64) {
+        tg__run_err(ctx, TG_ERR_DTYPE, fn, "bf16 precision is for f32 models; this one is f64");
+        return TG_ERR_DTYPE;
+    }
+    if (precision == gen->precision)
+        return TG_OK;
+    drop_graphs(gen);
+    gen->precision = precision;
+    gen_rows *all = &gen->bk[gen->n_bk - 1];
+    for (int64_t wi = 0; wi <= gen->n_wstep; wi++) /* as tg_generator_new: built here */
+        if (!step_graph(gen, all, wi, fn))
+            return tg_ctx_status(ctx);
+    if (!gen->s2s && gen->refill_n > 1 &&
+        build_graph(gen, all, gen->refill_n, gen->L, true, &gen->refill) != TG_OK)
+        return tg_ctx_status(ctx);
+    return TG_OK;
+}
+
+int tg_generator_precision(const tg_generator *gen)
+{
+    return gen ? gen->precision : TG_PRECISION_F32;
 }
 
 void tg_generator_free(tg_generator *gen)

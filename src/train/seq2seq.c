@@ -42,7 +42,7 @@ struct tg_seq2seq_loss {
 
 tg_seq2seq_loss_opts tg_seq2seq_loss_defaults(void)
 {
-    tg_seq2seq_loss_opts o = {0.0, -100};
+    tg_seq2seq_loss_opts o = {0.0, -100, TG_PRECISION_F32};
     return o;
 }
 
@@ -57,6 +57,13 @@ tg_seq2seq_loss *tg_seq2seq_loss_new(tg_ctx *ctx, const tg_transformer *m,
     if (!m || !m->tok_emb || m->cfg.n_decoder_layers < 1)
         return tg__run_err(ctx, TG_ERR_ARG, fn, "the model is not an initialised "
                            "encoder-decoder (cfg.n_decoder_layers > 0)");
+    if (o.precision != TG_PRECISION_F32 && o.precision != TG_PRECISION_BF16)
+        return tg__run_err(ctx, TG_ERR_ARG, fn, "unknown precision %d (TG_PRECISION_F32 or "
+                           "TG_PRECISION_BF16)", o.precision);
+    if (o.precision == TG_PRECISION_BF16 && m && m->tok_emb &&
+        tg_tensor_dtype(m->tok_emb) == TG_F64)
+        return tg__run_err(ctx, TG_ERR_DTYPE, fn, "bf16 precision is for f32 models; this one "
+                           "is f64");
     if (!(o.label_smoothing >= 0 && o.label_smoothing <= 1))
         return tg__run_err(ctx, TG_ERR_ARG, fn, "label_smoothing is %g (expected 0 to 1)",
                            o.label_smoothing);
@@ -133,6 +140,7 @@ static s2s_graph *graph_for(tg_seq2seq_loss *L, const char *fn, const tg_seq2seq
     tg_graph_opts go = {0};
     go.no_grad = !train;
     go.one_backward = train;
+    go.precision = L->opts.precision;
     go.arena = L->arena;
     q.g = tg_graph_new_opts(ctx, &q.loss, 1, &go);
     if (!q.g) {
