@@ -184,19 +184,19 @@ pack_bn_full(const float *B, int64_t ldb, int64_t kc, uint16_t *dst)
     return q;
 }
 
-/* A full strip of a transposed op(A) (A stored (K, M): the strip's MR rows of op(A) are MR
- * adjacent columns of A): pair q is rows 2q and 2q + 1 of A, MR elements each, converted
- * together and interleaved (one word permute), as pack_bn_full with MR columns. Returns the
- * pairs packed (floor(kc / 2)). */
+/* A strip of h <= MR rows of a transposed op(A) (A stored (K, M): the strip's rows of op(A)
+ * are h adjacent columns of A; rows h.. zero): pair q is rows 2q and 2q + 1 of A, h elements
+ * each, converted together and interleaved (one word permute), as pack_bn_full with MR
+ * columns. Returns the pairs packed (floor(kc / 2)). */
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) static int64_t
-pack_at_full(const float *A, int64_t lda, int64_t kc, uint16_t *apack)
+pack_at_full(const float *A, int64_t lda, int64_t kc, int64_t h, uint16_t *apack)
 {
     static const uint16_t inter[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15,
                                        31};
     _Static_assert(MR <= 16, "one masked vector per row of A");
     __m512i idx = _mm512_loadu_si512(inter);
-    __mmask16 in = (__mmask16)((1u << MR) - 1);
+    __mmask16 in = (__mmask16)((1u << h) - 1);
     __mmask32 out = (__mmask32)((1u << (2 * MR)) - 1);
     int64_t q = 0;
     for (; q < kc / 2; q++) {
@@ -208,17 +208,18 @@ pack_at_full(const float *A, int64_t lda, int64_t kc, uint16_t *apack)
     return q;
 }
 
-/* A full strip of a row-major op(A): the pairs q < 16 floor(kc / 32) of MR rows. Returns the
- * pairs packed. */
+/* A strip of h <= MR rows of a row-major op(A) (rows h.. zero): the pairs q < 16 floor(kc /
+ * 32). Returns the pairs packed. */
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) static int64_t
-pack_a_full(const float *A, int64_t lda, int64_t kc, uint16_t *apack)
+pack_a_full(const float *A, int64_t lda, int64_t kc, int64_t h, uint16_t *apack)
 {
     int64_t q = 0;
     int32_t *d32 = (int32_t *)(void *)apack;
     for (; q + 16 <= kc / 2; q += 16) {
         int32_t t[MR][16];
         for (int r = 0; r < MR; r++)
-            _mm512_storeu_si512(t[r], cvt32(A + r * lda + 2 * q));
+            _mm512_storeu_si512(t[r], r < h ? cvt32(A + r * lda + 2 * q)
+                                            : _mm512_setzero_si512());
         for (int i = 0; i < 16; i++)
             for (int r = 0; r < MR; r++)
                 d32[(q + i) * MR + r] = t[r][i];
@@ -274,9 +275,9 @@ static void pack_a(bool ta, const float *A, int64_t lda, int64_t ib, int64_t h, 
 {
     int64_t kp = (kc + 1) / 2, q = 0;
 #ifdef TG_X86_BF16
-    if (hw && h == MR)
-        q = ta ? pack_at_full(A + k0 * lda + ib, lda, kc, apack)
-               : pack_a_full(A + ib * lda + k0, lda, kc, apack);
+    if (hw)
+        q = ta ? pack_at_full(A + k0 * lda + ib, lda, kc, h, apack)
+               : pack_a_full(A + ib * lda + k0, lda, kc, h, apack);
 #endif
     (void)hw;
     for (; q < kp; q++)
