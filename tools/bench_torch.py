@@ -240,7 +240,7 @@ class Tgrad:
         L = self.lib = ctypes.CDLL(path)
         L.bw_new.restype = ctypes.c_void_p
         L.bw_new.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                             ctypes.c_char_p, ctypes.c_size_t]
+                             ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
         for f in ("bw_sample", "bw_tokens"):
             getattr(L, f).restype = ctypes.c_double
         L.bw_sample.argtypes = [ctypes.c_void_p, ctypes.c_int]
@@ -252,9 +252,10 @@ class Tgrad:
         L.bw_name.restype = ctypes.c_char_p
         self.names = [L.bw_name(i).decode() for i in range(L.bw_count())]
 
-    def new(self, name, threads, unfused, tiny):
+    def new(self, name, threads, unfused, tiny, precision=0):
         err = ctypes.create_string_buffer(512)
-        w = self.lib.bw_new(name.encode(), threads, int(unfused), int(tiny), err, 512)
+        w = self.lib.bw_new(name.encode(), threads, int(unfused), precision, int(tiny), err,
+                            512)
         if not w:
             raise RuntimeError(f"tgrad {name}: {err.value.decode()}")
         return w
