@@ -4,11 +4,12 @@ sample by sample; prints one table of speedups (PyTorch time / tgrad time, > 1: 
 
     /usr/bin/python3 tools/bench_torch.py [--build build] [--threads 2] [--samples 7]
                                           [--only sdpa,mha,encoder,train] [--markdown]
+                                          [--precision f32|bf16]
 
 Needs Debian's python3-torch (1.13) and a build of tgrad (meson builds build/tools/libtgbench.so
 next to build/libtgrad.so); not used by the tests or CI.
 
-Workloads (f32; the exact graphs of tools/bench_work.c, see bench_work.h):
+Workloads (the exact graphs of tools/bench_work.c, see bench_work.h):
   sdpa (64, 5, 64)   q, k, v of shape (batch x heads 64, T 5, d_k 64), no mask
   mha (B, T)         self-attention, d_model 512, 8 heads, at (8, 128) and (64, 5)
   encoder (B, T)     nn.TransformerEncoderLayer(512, 8, 2048, dropout=0, batch_first=True)
@@ -20,6 +21,17 @@ Workloads (f32; the exact graphs of tools/bench_work.c, see bench_work.h):
                      causal, vocabulary 86, batch 32, seq 64): zero grads, forward,
                      cross-entropy, backward, clip at 1.0, AdamW (lr 3e-3, weight decay 0.01);
                      a fixed random batch (data loading is not timed on either side).
+
+Precision (--precision). f32 (the default): both sides in f32. bf16: tgrad's graphs are built
+with tg_graph_opts.precision = TG_PRECISION_BF16 (bf16 operands, f32 accumulation in the matrix
+products); PyTorch runs the forward pass, and the loss of fwd+bwd and train, under
+torch.autocast("cpu", dtype=torch.bfloat16), backward and AdamW outside it with f32 parameters
+and gradients (PyTorch's autocast recipe). 1.13's fused fast path of nn.MultiheadAttention
+and nn.TransformerEncoderLayer fails under CPU autocast ("expected scalar type BFloat16 but
+found Float": it only checks CUDA autocast), so with bf16 their forward runs in training mode,
+which with dropout 0 computes the same through the autocast-aware ops. The output then says
+how fast a 1024^3 matmul is in f32 and under autocast in each worker, and how many of each
+workload's matrix-product ops ATen received with bf16 operands (TorchDispatchMode).
 
 How it runs. tgrad runs in this process through ctypes (libtgbench.so, which calls the shared
 libtgrad.so; this process never imports torch). PyTorch runs in one worker process per
@@ -37,8 +49,8 @@ PyTorch settings, the fastest (lowest median) reported per workload and thread c
 (one setting, 1x1, when N = 1). OPENBLAS_CORETYPE is removed from the workers' environment so
 OpenBLAS picks its best kernels (this machine's environment sets it to Haswell). Debian's torch
 links libblas.so.3, which the alternatives system points at OpenBLAS when
-libopenblas0-pthread is installed (the header says which BLAS core it got). Forward passes run
-under torch.inference_mode() in eval mode, so nn.MultiheadAttention and
+libopenblas0-pthread is installed (the header says which BLAS core it got). f32 forward passes
+run under torch.inference_mode() in eval mode, so nn.MultiheadAttention and
 nn.TransformerEncoderLayer take their fused "fast path"; backward passes in training mode
 with zero_grad(set_to_none=True).
 """
@@ -69,8 +81,12 @@ def shapes(tiny):
 
 # ---- the PyTorch worker -------------------------------------------------------------------
 def worker(aten_threads):
-    """Serve requests on stdin: 'build NAME TINY TARGET_S' -> 'ok REPS', 'sample REPS' ->
-    't SECONDS', 'quit'. Errors -> 'err MESSAGE'."""
+    """Serve requests on stdin: 'build NAME TINY TARGET_S PRECISION' -> 'ok REPS',
+    'sample REPS' -> 't SECONDS', 'check' -> 'ok BF16 TOTAL' (matrix products of one run of
+    the built workload with bf16 operands, and in all), 'matmul N' -> 'ok F32_S BF16_S' (an
+    N x N x N matmul in f32 and under autocast), 'info', 'quit'. Errors -> 'err MESSAGE'."""
+    import contextlib
+
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -78,9 +94,14 @@ def worker(aten_threads):
     torch.manual_seed(0)
     run = None
 
-    def build(name, tiny):
+    def build(name, tiny, bf16):
+        """The workload as a function of no arguments. bf16: forward (and the loss) under
+        torch.autocast("cpu", dtype=torch.bfloat16), backward and the optimizer outside it,
+        as PyTorch's autocast recipe has it."""
         s = shapes(tiny)
         bwd = name.endswith("-fwdbwd")
+        amp = ((lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16
+               else contextlib.nullcontext)
         if name.startswith("sdpa"):
             q, k, v = (torch.rand(*s["sdpa"]) * 2 - 1 for _ in range(3))
             for t in (q, k, v):
@@ -94,14 +115,16 @@ def worker(aten_threads):
                 return torch.softmax(q @ k.transpose(-2, -1) * scale, -1) @ v
             if not bwd:
                 def fwd():
-                    with torch.inference_mode():
+                    with torch.inference_mode(), amp():
                         attend()
                 return fwd
 
             def fwdbwd():
                 for t in (q, k, v):
                     t.grad = None
-                attend().mean().backward()
+                with amp():
+                    loss = attend().mean()
+                loss.backward()
             return fwdbwd
         if name.startswith("mha") or name.startswith("encoder"):
             B, T = s["8x128"] if "8x128" in name else s["64x5"]
@@ -114,10 +137,14 @@ def worker(aten_threads):
                 call = m
             x = torch.rand(B, T, D) * 2 - 1
             if not bwd:
-                m.eval()
+                # f32: eval mode, the fused "fast path". Under CPU autocast 1.13's fast path
+                # fails ("expected scalar type BFloat16 but found Float": it checks only CUDA
+                # autocast), so bf16 runs in training mode, which with dropout 0 computes the
+                # same forward through the autocast-aware ops.
+                m.train(bf16)
 
                 def fwd():
-                    with torch.inference_mode():
+                    with torch.inference_mode(), amp():
                         call(x)
                 return fwd
             m.train()
@@ -126,7 +153,9 @@ def worker(aten_threads):
             def fwdbwd():
                 m.zero_grad(set_to_none=True)
                 x.grad = None
-                call(x).mean().backward()
+                with amp():
+                    loss = call(x).mean()
+                loss.backward()
             return fwdbwd
         if name == "train":
             sys.path.insert(0, HERE)
@@ -142,7 +171,8 @@ def worker(aten_threads):
 
             def step():
                 opt.zero_grad(set_to_none=True)
-                loss = lossf(model(x).reshape(-1, V), y.reshape(-1))
+                with amp():
+                    loss = lossf(model(x).reshape(-1, V), y.reshape(-1))
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
@@ -154,6 +184,47 @@ def worker(aten_threads):
         for _ in range(reps):
             run()
         return (time.perf_counter() - t0) / reps
+
+    def count_products():
+        """(with bf16 operands, all) ATen ops of one run of the workload that multiply
+        matrices (mm, bmm, addmm, ..., and fused attention kernels that ATen runs as one op),
+        as they reach the kernels after autocast's casts; (-1, -1) without
+        TorchDispatchMode."""
+        try:
+            from torch.utils._python_dispatch import TorchDispatchMode
+        except ImportError:
+            return -1, -1
+        prods = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "linear", "dot",
+                 "_addmm_activation", "mkldnn_linear", "_mkldnn_matmul",
+                 "_scaled_dot_product_attention", "_scaled_dot_product_attention_forward",
+                 "_scaled_dot_product_attention_math", "_native_multi_head_attention",
+                 "_transformer_encoder_layer_fwd", "_flash_attention_forward",
+                 "_efficient_attention_forward"}
+        seen = [0, 0]
+
+        class Count(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func.overloadpacket.__name__ in prods:
+                    ts = [a for a in args if isinstance(a, torch.Tensor)]
+                    seen[0] += bool(ts) and all(t.dtype == torch.bfloat16 for t in ts[:2])
+                    seen[1] += 1
+                return func(*args, **(kwargs or {}))
+        with Count():
+            run()
+        return seen[0], seen[1]
+
+    def matmul(n):
+        """Seconds (best of 5) of an n x n x n matmul in f32 and under autocast bf16."""
+        a, b = torch.rand(n, n), torch.rand(n, n)
+        best = [float("inf"), float("inf")]
+        for i, ctx in enumerate((contextlib.nullcontext,
+                                 lambda: torch.autocast("cpu", dtype=torch.bfloat16))):
+            for _ in range(6):
+                t0 = time.perf_counter()
+                with ctx():
+                    a @ b
+                best[i] = min(best[i], time.perf_counter() - t0)
+        return best
 
     def reply(s):
         sys.stdout.write(s + "\n")
@@ -176,7 +247,7 @@ def worker(aten_threads):
                 reply(f"ok torch {torch.__version__}, {torch.get_num_threads()} ATen "
                       f"threads, {blas}")
             elif w[0] == "build":
-                run = build(w[1], w[2] == "1")
+                run = build(w[1], w[2] == "1", w[4] == "bf16")
                 run()  # warm-up
                 t = sample(1)
                 if t < float(w[3]) / 4:
@@ -184,6 +255,10 @@ def worker(aten_threads):
                 reply(f"ok {max(1, min(100000, round(float(w[3]) / max(t, 1e-7))))}")
             elif w[0] == "sample":
                 reply(f"t {sample(int(w[1]))!r}")
+            elif w[0] == "check":
+                reply("ok %d %d" % count_products())
+            elif w[0] == "matmul":
+                reply("ok %r %r" % tuple(matmul(int(w[1]))))
             else:
                 reply(f"err unknown request {w[0]!r}")
         except Exception as e:  # report, keep serving
@@ -290,6 +365,10 @@ def main():
     ap.add_argument("--samples", type=int, default=7, help="samples per number (default 7)")
     ap.add_argument("--only", default=",".join(GROUPS),
                     help="comma-separated groups: sdpa, mha, encoder, train (default: all)")
+    ap.add_argument("--precision", choices=("f32", "bf16"), default="f32",
+                    help="f32 (default), or bf16: tgrad's graphs with bf16 products "
+                         "(tg_graph_opts.precision), PyTorch under torch.autocast('cpu', "
+                         "dtype=torch.bfloat16)")
     ap.add_argument("--target-ms", type=float, default=20.0,
                     help="repeat each workload to last about this long per sample")
     ap.add_argument("--pause", type=float, default=0.1,
@@ -302,6 +381,7 @@ def main():
     bad = [g for g in groups if g not in GROUPS]
     if bad or a.threads < 1 or a.samples < 1:
         ap.error(f"bad --only {bad}" if bad else "--threads and --samples must be >= 1")
+    bf16 = a.precision == "bf16"
     tg = Tgrad(a.build)
     names = [n for n in tg.names if n.split("-")[0] in groups]
     tcounts = [1] + ([a.threads] if a.threads > 1 else [])
@@ -314,6 +394,17 @@ def main():
     for n in tcounts:
         for w in workers[n]:
             print(f"PyTorch {w.label} (ATen threads x BLAS threads): {w.info}")
+    if bf16:
+        print("Precision: bf16: tgrad's graphs with tg_graph_opts.precision = TG_PRECISION_BF16; "
+              "PyTorch's forward\n(and loss) under torch.autocast(\"cpu\", dtype=torch.bfloat16), "
+              "backward and optimizer outside it")
+        for n in tcounts:
+            for w in workers[n]:
+                f32_s, bf_s = (float(x) for x in w.ask("matmul 1024").split())
+                print(f"  autocast check, PyTorch {w.label}: a 1024^3 matmul takes "
+                      f"{1e3 * f32_s:.2f} ms in f32, {1e3 * bf_s:.2f} ms under autocast "
+                      f"({2 * 1024**3 / f32_s / 1e9:.0f} and {2 * 1024**3 / bf_s / 1e9:.0f} "
+                      f"GFLOP/s)")
     print(f"Interleaved sample by sample; median of {a.samples} samples (min-max), ms per call; "
           f"speedup = median over samples of PyTorch time / tgrad time, against the faster "
           f"PyTorch setting{' (--tiny: the numbers mean nothing)' if a.tiny else ''}\n")
@@ -321,14 +412,17 @@ def main():
            f"{'speedup':>8}")
     if not a.markdown:
         print(hdr)
-    rows = []
+    rows, checks = [], {}
     try:
         for name in names:
             for n in tcounts:
-                w = tg.new(name, n, a.unfused, a.tiny)
+                w = tg.new(name, n, a.unfused, a.tiny, 1 if bf16 else 0)
                 label = tg.lib.bw_label(w).decode()
                 reps = 1 if a.tiny else tg.lib.bw_reps(w, target)
-                preps = [int(t.ask(f"build {name} {int(a.tiny)} {target!r}")) for t in workers[n]]
+                preps = [int(t.ask(f"build {name} {int(a.tiny)} {target!r} {a.precision}"))
+                         for t in workers[n]]
+                if bf16 and name not in checks:
+                    checks[name] = [int(x) for x in workers[n][0].ask("check").split()]
                 ttg, tpt = [], [[] for _ in workers[n]]
                 for _ in range(a.samples):
                     time.sleep(a.pause)
@@ -383,6 +477,15 @@ def main():
             print(f"training step, {r[1]} thread{'s' if r[1] > 1 else ''}: tgrad "
                   f"{r[6] / statistics.median(r[2]):.0f} tokens/s, PyTorch ({r[4]}) "
                   f"{r[6] / statistics.median(r[3]):.0f} tokens/s")
+    if checks:
+        print("\nAutocast check (PyTorch 1x1 worker, one run of each workload under "
+              "TorchDispatchMode): ATen ops\nthat multiply matrices (mm, bmm, addmm, fused "
+              "attention) with bf16 operands, of all such ops")
+        for name in names:
+            if name in checks:
+                b, tot = checks[name]
+                print(f"  {name:<24} " + (f"{b} of {tot}" if tot >= 0 else "n/a (no "
+                                           "TorchDispatchMode in this torch)"))
 
 
 if __name__ == "__main__":
