@@ -4,7 +4,7 @@ sample by sample; prints one table of speedups (PyTorch time / tgrad time, > 1: 
 
     /usr/bin/python3 tools/bench_torch.py [--build build] [--threads 2] [--samples 7]
         [--only sdpa,mha,encoder,train] [--precision f32|bf16] [--markdown]
-        [--markdown-file FILE] [--quiet-wait S] [--retakes N] [--nice N]
+        [--markdown-file FILE] [--quiet-wait S] [--retakes N] [--nice N] [--samples-log FILE]
 
 Needs Debian's python3-torch (1.13) and a build of tgrad (meson builds build/tools/libtgbench.so
 next to build/libtgrad.so); not used by the tests or CI.
@@ -69,6 +69,7 @@ with zero_grad(set_to_none=True).
 """
 import argparse
 import ctypes
+import json
 import os
 import platform
 import statistics
@@ -290,7 +291,7 @@ class Torch:
         env.pop("OMP_WAIT_POLICY", None)
         if passive:
             env["OMP_WAIT_POLICY"] = "PASSIVE"
-        self.label = label
+        self.label, self.aten = label, aten
         self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker",
                                    str(aten)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   env=env, text=True, bufsize=1)
@@ -436,20 +437,23 @@ class Sampler:
             ms, and a spinning thread takes a core from a 2-thread team. Also wait (up to
             quiet_wait seconds) until other processes on the machine leave the CPUs idle.
     check   after it, a sample is disturbed when the timed process's threads waited for a CPU
-            (run-queue time) for more than 2% of the sample while other processes (of this
-            run or not) ran for more than 2% of it: with spin-waiting teams one stolen
-            timeslice costs a 2-thread sample far more than its length. A disturbed sample is
-            retaken, up to `retakes` times (then the last one is kept and counted).
+            (run-queue time) for more than 5% of the sample: with spin-waiting teams one
+            stolen timeslice costs a 2-thread sample far more than its length. A process that
+            runs more threads than CPUs by design (PyTorch NxN: N OpenMP threads and N - 1
+            OpenBLAS threads, which spin) waits on itself, so for it the other processes (of
+            this run or not) must also have run for more than 5% of the sample and at least
+            4 ms (the CPU counters lag by up to a scheduler tick, 4 ms at HZ 250). A disturbed
+            sample is retaken, up to `retakes` times (then the last one is kept and counted).
     nice    if not None, every thread of the timed process runs at this niceness during its
             samples (and at its own otherwise): -20 leaves other processes ~1% of a CPU the
             timed threads want (CFS weights 88761 : 1024), on a machine others use too.
             Needs the privilege to lower a niceness (root or CAP_SYS_NICE).
     """
 
-    def __init__(self, pids, min_pause, quiet_wait, retakes, nice=None):
+    def __init__(self, pids, min_pause, quiet_wait, retakes, nice=None, log=None):
         self.cpu = Cpu()
         self.pids, self.min_pause, self.quiet_wait, self.retakes = pids, min_pause, quiet_wait, retakes
-        self.nice = nice
+        self.nice, self.log = nice, log
         self.main_tid = threading_ident()  # this thread polls; it never counts as a partner
         self.stats = {}  # side index -> dict(samples, retaken, kept, settle=[s])
 
@@ -492,6 +496,10 @@ class Sampler:
         self._saved = saved
         return ok
 
+    def kept(self):
+        """Samples kept although disturbed, so far, all sides."""
+        return sum(st["kept"] for st in self.stats.values())
+
     def _partner_ns(self, timed):
         """CPU ns so far of the threads that must be idle while process `timed` is timed."""
         tot = 0
@@ -530,18 +538,23 @@ class Sampler:
                 return waited
             p0, m0, o0 = p1, m1, o1
 
-    def take(self, timed, fn):
-        """One sample of process index `timed`: fn() -> seconds per call."""
+    def take(self, timed, fn, warm, what="", oversubscribed=False):
+        """One sample of process index `timed`: warm() runs the workload once, untimed, then
+        fn() -> seconds per call. `what` names it in the log (one JSON line per attempt);
+        `oversubscribed`: the process runs more threads than CPUs (see check above)."""
         st = self.stats.setdefault(timed, dict(samples=0, retaken=0, kept=0, settle=[]))
         st["samples"] += 1
         for attempt in range(self.retakes + 1):
             st["settle"].append(self.settle(timed))
             if not self.cpu.ok:
+                warm()
                 return fn()
             if self.nice is not None and not self.renice(self.pids[timed], self.nice):
                 raise PermissionError(f"--nice {self.nice}: not permitted (root or "
                                       f"CAP_SYS_NICE is needed to lower a niceness)")
+            warm()
             own0 = self.cpu.threads(self.pids[timed])
+            p0 = self._partner_ns(timed) if self.log else 0
             m0, w0 = self.cpu.machine(), time.perf_counter()
             try:
                 t = fn()
@@ -550,12 +563,20 @@ class Sampler:
                     self.renice(self.pids[timed], None)
             w1, m1 = time.perf_counter(), self.cpu.machine()
             own1 = self.cpu.threads(self.pids[timed])
+            p1 = self._partner_ns(timed) if self.log else 0
             win = w1 - w0
             wait = sum(v[1] - own0.get(tid, (0, 0))[1] for tid, v in own1.items()) / 1e9
             own_run = sum(v[0] - own0.get(tid, (0, 0))[0] for tid, v in own1.items())
             # everything that ran besides the timed process: other processes and this run's
             foreign = ((m1 - m0) - own_run) / 1e9
-            if not (wait > 0.02 * win and foreign > 0.02 * win):
+            disturbed = wait > 0.05 * win and (not oversubscribed or foreign > max(0.05 * win,
+                                                                                   0.004))
+            if self.log:
+                self.log.write(json.dumps(dict(
+                    what=what, side=timed, attempt=attempt, s=t, window=win, settle=st["settle"][-1],
+                    run=own_run / 1e9, wait=wait, foreign=foreign, partners=(p1 - p0) / 1e9,
+                    disturbed=disturbed)) + "\n")
+            if not disturbed:
                 return t
             if attempt < self.retakes:
                 st["retaken"] += 1
@@ -601,15 +622,20 @@ def main():
     ap.add_argument("--pause", type=float, default=0.01,
                     help="seconds of pause before each sample, before waiting for the other "
                          "processes to idle (default 0.01)")
-    ap.add_argument("--quiet-wait", type=float, default=2.0,
+    ap.add_argument("--quiet-wait", type=float, default=1.0,
                     help="seconds to wait at most, before each sample, for other processes on "
-                         "the machine to leave the CPUs idle (default 2)")
+                         "the machine to leave the CPUs idle (default 1)")
     ap.add_argument("--retakes", type=int, default=3,
                     help="retake a sample disturbed by another process up to this many times "
                          "(default 3; 0: keep every sample)")
     ap.add_argument("--nice", type=int, metavar="N",
                     help="run the timed process at niceness N during its samples (e.g. -20 "
                          "on a machine others use; needs root or CAP_SYS_NICE)")
+    ap.add_argument("--samples-log", metavar="FILE",
+                    help="write every sample (and retake) as a JSON line to FILE: seconds per "
+                         "call, the window, the timed process's CPU and run-queue time, the other "
+                         "processes' CPU time (and the part of it this run's other processes "
+                         "took), whether it was disturbed")
     ap.add_argument("--unfused", action="store_true", help="tgrad with fused ops off")
     ap.add_argument("--markdown", action="store_true", help="print the table as markdown")
     ap.add_argument("--markdown-file", metavar="FILE",
@@ -630,8 +656,9 @@ def main():
     # one set of PyTorch workers per thread count, kept for every workload
     workers = {n: [Torch(*s) for s in settings(n)] for n in tcounts}
     allw = [w for n in tcounts for w in workers[n]]
+    log = open(a.samples_log, "w") if a.samples_log else None
     smp = Sampler([os.getpid()] + [w.p.pid for w in allw], a.pause,
-                  0.0 if a.tiny else a.quiet_wait, 0 if a.tiny else a.retakes, a.nice)
+                  0.0 if a.tiny else a.quiet_wait, 0 if a.tiny else a.retakes, a.nice, log)
     print(f"Machine: {cpu_model()}, {os.cpu_count()} CPUs; tgrad: {a.build}/tools/libtgbench.so "
           f"(ctypes, fused ops {'off' if a.unfused else 'on'})")
     for n in tcounts:
@@ -663,7 +690,7 @@ def main():
            f"{'speedup':>8}")
     if not a.markdown:
         print(hdr)
-    rows, checks = [], {}
+    rows, checks, marked = [], {}, False
     session_nice = smp.session_nice(a.nice) if a.nice is not None else None
     try:
         for name in names:
@@ -677,28 +704,37 @@ def main():
                     checks[name] = [int(x) for x in workers[n][0].ask("check").split()]
                 widx = [1 + allw.index(t) for t in workers[n]]
                 ttg, tpt = [], [[] for _ in workers[n]]
+                kept0 = smp.kept()
                 for _ in range(a.samples):
-                    t = smp.take(0, lambda: tg.lib.bw_sample(w, reps))
+                    t = smp.take(0, lambda: tg.lib.bw_sample(w, reps),
+                                 lambda: tg.lib.bw_sample(w, 1), f"{name} {n} tgrad")
                     if t != t:
                         raise RuntimeError(f"tgrad {name}: {tg.lib.bw_error(w).decode()}")
                     ttg.append(t)
                     for i, wk in enumerate(workers[n]):
                         tpt[i].append(smp.take(widx[i],
-                                               lambda: float(wk.ask(f"sample {preps[i]}"))))
+                                               lambda: float(wk.ask(f"sample {preps[i]}")),
+                                               lambda: wk.ask("sample 1"),
+                                               f"{name} {n} {wk.label}", wk.aten > 1))
                 tokens = tg.lib.bw_tokens(w)
                 tg.lib.bw_free(w)
                 best = min(range(len(tpt)), key=lambda i: statistics.median(tpt[i]))
                 ratio = statistics.median(p / t for p, t in zip(tpt[best], ttg))
                 rows.append((label, n, ttg, tpt[best], workers[n][best].label, ratio, tokens))
+                # a row with a sample kept although disturbed (--retakes ran out) is marked
+                mark = " *" if smp.kept() > kept0 else ""
+                marked |= bool(mark)
                 if not a.markdown:
                     print(f"{label:<28} {n:>3} {fmt(ttg):>24} "
                           f"{fmt(tpt[best]) + ' (' + workers[n][best].label + ')':>32} "
-                          f"{ratio:>7.2f}x", flush=True)
+                          f"{ratio:>7.2f}x{mark}", flush=True)
     finally:
         for wk in allw:
             wk.close()
         if session_nice is not None:
             smp.session_nice(session_nice)
+        if log:
+            log.close()
 
     md = markdown(rows, tcounts)
     if a.markdown_file:
@@ -728,6 +764,9 @@ def main():
                 b, tot = checks[name]
                 print(f"  {name:<24} " + (f"{b} of {tot}" if tot >= 0 else "n/a (no "
                                            "TorchDispatchMode in this torch)"))
+    if marked:
+        print("\n* a sample of this row was kept although another process disturbed it "
+              "(--retakes ran out)")
     if smp.cpu.ok:
         sides = ["tgrad"] + [f"PyTorch {w.label}" for w in allw]
         print("\nSamples retaken because another process ran while the timed one waited for a CPU:")
