@@ -47,10 +47,12 @@ they wait, so a 2-thread sample loses far more than the time another thread take
 its cores. Before each sample the script waits until the other processes of the run are idle
 (no thread of theirs ran during two 5 ms polls: OpenBLAS's idle threads spin for 2^28 TSC
 cycles, ~0.1 s at 2.6 GHz, after every call) and, up to --quiet-wait seconds, until the
-machine's other processes leave the CPUs idle. After it, the CPU time of every thread
+machine's other processes leave the CPUs idle, then runs the workload once untimed (the timed
+side's threads awake and placed when the clock starts). After it, the CPU time of every thread
 (/proc/PID/task/TID/schedstat) and of the machine (the root cgroup's CPU usage) say whether
 the timed process waited for a CPU while another process ran; such a sample is retaken (up
-to --retakes times) and the counts are printed at the end. --nice N (root) runs the timed
+to --retakes times), a row that had to keep one is marked '*', and the counts are printed at
+the end (--samples-log FILE has every sample's figures). --nice N (root) runs the timed
 process at niceness N during its samples (and, where the kernel groups sessions for
 scheduling, /proc/PID/autogroup, its session at N), for a machine others keep busy; it is
 off by default, since it takes the CPUs from them. docs/performance.md has the measurements
