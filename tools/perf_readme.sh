@@ -13,7 +13,9 @@
 # bf16"; "f32" for the f32 part alone), TORCH=0 to skip PyTorch (e.g. without python3-torch),
 # BENCH_ARGS / TORCH_ARGS: extra arguments (e.g. "--tiny" for a smoke test of this script).
 # Nothing else should run on the machine meanwhile: bench_torch.py waits for quiet moments and
-# retakes samples another process disturbed (it says how many), `tgrad bench` does not.
+# retakes samples another process disturbed (it says how many, and marks rows with '*'),
+# `tgrad bench` does not. On a machine others keep busy, as root: TORCH_ARGS="--nice -20"
+# (docs/performance.md, "Two-thread samples on a shared machine").
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
