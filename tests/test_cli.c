@@ -532,8 +532,40 @@ START_TEST(test_bench_tiny)
     result_free(&r);
     r = run_tgrad("bench --tiny --samples 1 --only peak");
     ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "FMA peak probe") &&
-                      !strstr(r.out, "sgemm") && !strstr(r.out, "Modules"), "'%s'", r.out);
+                      !strstr(r.out, "sgemm") && !strstr(r.out, "Modules") &&
+                      !strstr(r.out, "Precision:"), "'%s'", r.out);
     result_free(&r);
+}
+END_TEST
+
+/* --precision bf16: the header names it, gemm prints the bf16 GEMM's tables (no sgemm, dgemm
+ * or OpenBLAS columns) with their medians over the shapes, and the module and training rows
+ * come from bf16 graphs. Numbers are not checked. */
+START_TEST(test_bench_bf16)
+{
+    cmd_result r = run_tgrad("bench --tiny --samples 1 --threads 2 --precision bf16 --only gemm");
+    ck_assert_msg(r.exited && r.code == 0, "bench --precision bf16: %d '%s'", r.code, r.err);
+    assert_pct_at_most_100(r.out);
+    static const char *const want[] = {
+        "Precision: bf16", "FMA peak probe", "bf16 GEMM, 1 thread, bf16 peak",
+        "bf16 GEMM, 2 threads, bf16 peak", "tgrad f32 GFLOP/s", "(16, 8, 4)           NT",
+        "median over shapes (bf16, 1 thread, NN and NT)",
+        "median over shapes (bf16, 2 threads, NN and NT)"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(r.out, want[i]) != NULL, "no '%s' in '%s'", want[i], r.out);
+    ck_assert_msg(!strstr(r.out, "sgemm, ") && !strstr(r.out, "dgemm, ") &&
+                      !strstr(r.out, "OpenBLAS GFLOP/s"), "'%s'", r.out);
+    result_free(&r);
+    r = run_tgrad("bench --tiny --samples 1 --threads 2 --precision bf16 --only train");
+    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "Modules and training, bf16") &&
+                      strstr(r.out, "train step (B 2, T 8)"), "%d '%s' '%s'", r.code, r.out,
+                  r.err);
+    result_free(&r);
+    r = run_tgrad("bench --tiny --samples 1 --threads 1 --precision f32 --only dense");
+    ck_assert_msg(r.exited && r.code == 0 && strstr(r.out, "dense (M, N, K)") &&
+                      !strstr(r.out, "bf16"), "%d '%s' '%s'", r.code, r.out, r.err);
+    result_free(&r);
+    expect_usage_error("bench --precision f16", "f32 or bf16");
 }
 END_TEST
 
@@ -720,6 +752,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_version);
     tcase_add_test(tc, test_top_level);
     tcase_add_test(tc, test_bench_tiny);
+    tcase_add_test(tc, test_bench_bf16);
     tcase_add_test(tc, test_bench_pct_cell);
     tcase_add_test(tc, test_output_write_errors);
     tcase_add_test(tc, test_hostile_numbers);

@@ -8,6 +8,11 @@
  *   - OpenBLAS as the reference when libopenblas.so.0 can be dlopen()ed (no link dependency),
  *     with OPENBLAS_CORETYPE removed from the environment first so it picks its best kernels;
  *     tgrad and OpenBLAS alternate sample by sample in this process.
+ *   - with --precision bf16, instead of sgemm and dgemm: the bf16 GEMM (tg__gemm_isa_bf16,
+ *     the products of TG_PRECISION_BF16: operands rounded to bf16, f32 accumulation) on the
+ *     same shapes against tgrad's f32 GEMM through tg_matmul, interleaved; % of the bf16 peak
+ *     (vdpbf16ps). OpenBLAS has no bf16 GEMM. The kernel has no public entry, so this file
+ *     includes the library's core.h for its prototype (the one tool that does).
  * Each sample times `reps` calls (reps chosen once per shape so a sample lasts >= ~10 ms);
  * rows print the median and the min-max over the samples, % of the probed peak and the ratio
  * tgrad / OpenBLAS of the medians. Speed is only printed here, never asserted.
@@ -16,6 +21,7 @@
 #include "bench_gemm.h"
 #include "cli.h"
 #include "climsg.h"
+#include "core.h" /* tg__gemm_isa_bf16, tg__gemm_bf16_hw: the bf16 GEMM has no public entry */
 
 #include <dlfcn.h>
 #include <math.h>
@@ -481,6 +487,121 @@ static int gemm_run(const gemm_case *c, const blas_lib *bl, gemm_result *res)
     return rc;
 }
 
+/* ---- one shape in bf16 ---------------------------------------------------------------------- */
+typedef struct {
+    double bf[3], f32[3]; /* GFLOP/s: median, min, max */
+    double ratio;         /* median over samples of f32 time / bf16 time */
+    double maxdiff;       /* max |bf16 - f32| / max |f32| */
+} bf16_result;
+
+/* The two sides of a bf16 case: the f32 graph and the bf16 kernel's operands and buffers. */
+typedef struct {
+    tg_graph *g;   /* f32: tg_matmul's graph */
+    const gemm_case *c;
+    const float *a, *b;
+    float *y;      /* bf16 output */
+    void *ws;
+    bool failed;
+} bf16_pair;
+
+static void bf16_call(bf16_pair *p)
+{
+    const gemm_case *c = p->c;
+    tg__gemm_isa_bf16(TG__ISA_BEST, c->threads, false, c->nt, c->M, c->N, c->K, p->a, c->K,
+                      p->b, c->nt ? c->K : c->N, p->y, c->N, false, p->ws, NULL);
+}
+
+/* Seconds per call over a sample of @p reps calls of the bf16 kernel or of the f32 graph. */
+static double bf16_sample(bf16_pair *p, bool bf16, int reps)
+{
+    double t0 = now_s();
+    for (int r = 0; r < reps; r++) {
+        if (bf16)
+            bf16_call(p);
+        else if (tg_graph_forward(p->g) != TG_OK)
+            p->failed = true;
+    }
+    return (now_s() - t0) / reps;
+}
+
+/* Calls per sample so that one lasts >= ~10 ms, from the better of two timed calls. */
+static int bf16_reps(bf16_pair *p, bool bf16)
+{
+    double t = fmin(bf16_sample(p, bf16, 1), bf16_sample(p, bf16, 1));
+    return t > 0.01 ? 1 : (int)fmin(1000.0, ceil(0.01 / fmax(t, 1e-6)));
+}
+
+/* Time one case: the bf16 GEMM (called directly, its workspace allocated once) against the f32
+ * GEMM through tg_matmul on a one-op graph (as gemm_run times it), both on c->threads threads,
+ * samples interleaved (one process, one OpenMP team: no pause needed). 0, or 1 after reporting
+ * an error. */
+static int bf16_run(const gemm_case *c, bf16_result *res)
+{
+    double flops = 2.0 * (double)c->M * (double)c->N * (double)c->K;
+    tg_ctx *ctx = tg_ctx_new();
+    if (!ctx) {
+        fprintf(stderr, "tgrad bench: out of memory\n");
+        return 1;
+    }
+    tg_tensor *a = tg_input(ctx, TG_F32, TG_DIMS(c->M, c->K), "a");
+    tg_tensor *b = c->nt ? tg_input(ctx, TG_F32, TG_DIMS(c->N, c->K), "b")
+                         : tg_input(ctx, TG_F32, TG_DIMS(c->K, c->N), "b");
+    tg_tensor *y = tg_matmul(ctx, a, b, false, c->nt); /* (M, N) */
+    tg_graph *g = y ? tg_graph_new(ctx, &y, 1) : NULL;
+    size_t wsb = (tg__gemm_bf16_ws_bytes_nk(c->threads, c->N, c->K) + 63) / 64 * 64;
+    void *ws = aligned_alloc(64, wsb);
+    float *ybf = malloc(sizeof(float) * (size_t)(c->M * c->N));
+    int nsmp = c->samples;
+    double *tf = malloc(sizeof(double) * (size_t)nsmp * 3), *tb = tf ? tf + nsmp : NULL;
+    double *rs = tf ? tf + 2 * nsmp : NULL;
+    if (!g || !ws || !ybf || !tf) {
+        if (!g)
+            cli_report("bench", NULL, NULL, ctx);
+        else
+            fprintf(stderr, "tgrad bench: out of memory\n");
+        free(ws);
+        free(ybf);
+        free(tf);
+        tg_ctx_free(ctx);
+        return 1;
+    }
+    tg_fill_uniform(a, -1, 1);
+    tg_fill_uniform(b, -1, 1);
+    tg_ctx_set_threads(ctx, c->threads);
+    bf16_pair p = {g, c, tg_tensor_data(a), tg_tensor_data(b), ybf, ws, false};
+    /* warm-up (first touch, the OpenMP team) and the calls per sample of each */
+    int rf = bf16_reps(&p, false), rb = bf16_reps(&p, true);
+    for (int s = 0; s < nsmp && !p.failed; s++) {
+        tf[s] = bf16_sample(&p, false, rf);
+        tb[s] = bf16_sample(&p, true, rb);
+        rs[s] = tf[s] / tb[s];
+    }
+    int rc = p.failed;
+    if (rc) {
+        cli_report("bench", NULL, NULL, ctx);
+    } else {
+        double md = 0, mx = 0;
+        for (int64_t i = 0; i < c->M * c->N; i++) {
+            double r = tg_get(y, i);
+            md = fmax(md, fabs((double)ybf[i] - r));
+            mx = fmax(mx, fabs(r));
+        }
+        res->maxdiff = md / fmax(mx, 1e-300);
+        res->ratio = median(rs, nsmp);
+        double *v[2] = {tb, tf}, *out[2] = {res->bf, res->f32};
+        for (int k = 0; k < 2; k++) { /* median() sorts: v[k][0] is the min time */
+            out[k][0] = flops / median(v[k], nsmp) * 1e-9;
+            out[k][1] = flops / v[k][nsmp - 1] * 1e-9;
+            out[k][2] = flops / v[k][0] * 1e-9;
+        }
+    }
+    free(ws);
+    free(ybf);
+    free(tf);
+    tg_ctx_free(ctx);
+    return rc;
+}
+
 /* ---- the machine ---------------------------------------------------------------------------- */
 /* The value of the first "key : value" line of /proc/cpuinfo whose key is @p key, or "?". */
 static void cpuinfo_field(const char *key, char *out, size_t n)
@@ -733,7 +854,109 @@ static int pct_cell(bench_peaks *pk, int d, int ti, bool *reprobed, double gflop
     return 0;
 }
 
-int bench_gemm(int threads_all, int samples, bool tiny, bench_peaks *pk)
+/* Probe the bf16 peak on @p nt threads again; raise *best to the best sample if higher (no
+ * change without AVX512_BF16). 0, or 1 after printing an error. */
+static int bf16_peak_again(int nt, int samples, bool tiny, double *best)
+{
+#ifdef BG_X86
+    if (__builtin_cpu_supports("avx512bf16")) {
+        double g[3], wall, sink = 0;
+        if (probe_measure(probe_bf16, 24.0 * 64, nt, samples, tiny, &sink, g, &wall))
+            return 1;
+        if (sink == 12345.678)
+            printf(" ");
+        *best = isnan(*best) ? g[2] : fmax(*best, g[2]);
+    }
+#else
+    (void)nt, (void)samples, (void)tiny, (void)best;
+#endif
+    return 0;
+}
+
+/* The bf16 GEMM tables (--precision bf16): per thread count, each shape NN and NT, bf16
+ * GFLOP/s and % of the bf16 peak beside tgrad's f32 GEMM and % of the f32 peak, the ratio,
+ * the relative difference; then the medians over the shapes. 0, or 1 after an error. */
+static int bench_gemm_bf16(const int64_t (*sh)[3], size_t nshapes, int threads_all,
+                           int samples, bench_peaks *pk)
+{
+    int tcounts[2] = {1, threads_all}, ntc = threads_all > 1 ? 2 : 1;
+    bool hw = tg__gemm_bf16_hw();
+    printf("\nbf16 GEMM: tg__gemm_isa_bf16, the products of --precision bf16 (operands rounded to "
+           "bf16, f32\naccumulation), %s;\nagainst tgrad's f32 GEMM through tg_matmul (as the "
+           "f32 sgemm table times it), samples\ninterleaved in this process; ratio = median over "
+           "samples of f32 time / bf16 time (> 1: bf16\nfaster); rel.diff = max |bf16 - f32| / "
+           "max |f32| (the bf16 rounding of the operands);\nOpenBLAS has no bf16 GEMM to compare "
+           "with\n", hw ? "AVX512_BF16 kernel (vdpbf16ps)"
+                        : "portable kernel (this CPU has no AVX512_BF16; no bf16 peak)");
+    size_t nrow = nshapes * 2;
+    double *col = malloc(sizeof(double) * nrow * 3);
+    if (!col) {
+        fprintf(stderr, "tgrad bench: out of memory\n");
+        return 1;
+    }
+    int rc = 0;
+    for (int ti = 0; ti < ntc && !rc; ti++) {
+        int nt = tcounts[ti];
+        bool reprobed = false, failed = false;
+        double peak0 = pk->bf16[ti];
+        printf("\nbf16 GEMM, %d thread%s, bf16 peak %.1f GFLOP/s (f32 %.1f); median of %d "
+               "samples (min-max)\n", nt, nt == 1 ? "" : "s", peak0, pk->gflops[0][ti],
+               samples);
+        printf("%-20s %-3s %22s %6s %22s %6s %7s %8s\n", "(M, N, K)", "op", "bf16 GFLOP/s",
+               "%peak", "tgrad f32 GFLOP/s", "%peak", "ratio", "rel.diff");
+        double *gf = col, *pc = col + nrow, *ra = col + 2 * nrow;
+        int nr = 0, np = 0;
+        for (size_t s = 0; s < nshapes && !rc; s++)
+            for (int t_ = 0; t_ < 2 && !rc; t_++) {
+                gemm_case c = {sh[s][0], sh[s][1], sh[s][2], t_ == 1, false, nt, samples};
+                bf16_result r;
+                if ((rc = bf16_run(&c, &r)))
+                    break;
+                char label[64], cb[64], cf[64], pb[16], pf[16];
+                if (!bench_pct_cell(r.bf[0], pk->bf16[ti], pb, sizeof pb) && hw && !reprobed &&
+                    isfinite(r.bf[0])) { /* above the peak: probe it once more */
+                    if ((rc = bf16_peak_again(nt, samples, pk->tiny, &pk->bf16[ti])))
+                        break;
+                    reprobed = true;
+                }
+                if (!bench_pct_cell(r.bf[0], pk->bf16[ti], pb, sizeof pb) && hw)
+                    failed = true;
+                if ((rc = pct_cell(pk, 0, ti, &reprobed, r.f32[0], pf, sizeof pf, &failed)))
+                    break;
+                snprintf(label, sizeof label, "(%lld, %lld, %lld)", (long long)c.M,
+                         (long long)c.N, (long long)c.K);
+                snprintf(cb, sizeof cb, "%.1f (%.1f-%.1f)", r.bf[0], r.bf[1], r.bf[2]);
+                snprintf(cf, sizeof cf, "%.1f (%.1f-%.1f)", r.f32[0], r.f32[1], r.f32[2]);
+                printf("%-20s %-3s %22s %s %22s %s %6.2fx %8.1e\n", label, c.nt ? "NT" : "NN",
+                       cb, pb, cf, pf, r.ratio, r.maxdiff);
+                fflush(stdout);
+                gf[nr] = r.bf[0];
+                ra[nr] = r.ratio;
+                nr++;
+                if (bench_pct_cell(r.bf[0], pk->bf16[ti], pb, sizeof pb))
+                    pc[np++] = 100 * r.bf[0] / pk->bf16[ti];
+            }
+        if (rc)
+            break;
+        if (reprobed && pk->bf16[ti] > peak0)
+            printf("(a rate above the peak: probed again, %.1f GFLOP/s from that row on)\n",
+                   pk->bf16[ti]);
+        if (failed)
+            printf("n/a: the peak probe failed (a rate above its %.1f GFLOP/s, probed twice)\n",
+                   pk->bf16[ti]);
+        if (nr > 0) {
+            printf("median over shapes (bf16, %d thread%s, NN and NT): %.1f GFLOP/s", nt,
+                   nt == 1 ? "" : "s", median(gf, nr));
+            if (np > 0)
+                printf(", %.0f%% of the bf16 peak", median(pc, np));
+            printf(", %.2fx tgrad's f32\n", median(ra, nr));
+        }
+    }
+    free(col);
+    return rc;
+}
+
+int bench_gemm(int threads_all, int samples, bool tiny, int precision, bench_peaks *pk)
 {
     static const int64_t shapes[][3] = {
         {640, 512, 512},   {640, 2048, 512}, {640, 512, 2048}, {4096, 512, 512},
@@ -741,6 +964,8 @@ int bench_gemm(int threads_all, int samples, bool tiny, bench_peaks *pk)
     static const int64_t tiny_shape[][3] = {{16, 8, 4}};
     const int64_t(*sh)[3] = tiny ? tiny_shape : shapes;
     size_t nshapes = tiny ? 1 : sizeof shapes / sizeof shapes[0];
+    if (precision == TG_PRECISION_BF16)
+        return bench_gemm_bf16(sh, nshapes, threads_all, samples, pk);
     int tcounts[2] = {1, threads_all};
     int ntc = threads_all > 1 ? 2 : 1;
 

@@ -37,8 +37,10 @@ int bench_peak(int threads_all, int samples, bool tiny, bench_peaks *pk);
  * number, % of the probed peak (bench_pct_cell: never above 100; a rate above the peak probes
  * that peak once more, and if it is still above, the cell says n/a and a note says the probe
  * failed); @p tiny runs one tiny shape (a smoke test of the code path, its numbers mean
- * nothing). 0, or 1 after printing an error. */
-int bench_gemm(int threads_all, int samples, bool tiny, bench_peaks *pk);
+ * nothing). @p precision TG_PRECISION_BF16: instead, the bf16 GEMM's tables on the same
+ * shapes (% of the bf16 peak, the ratio to tgrad's f32 GEMM, the medians over the shapes).
+ * 0, or 1 after printing an error. */
+int bench_gemm(int threads_all, int samples, bool tiny, int precision, bench_peaks *pk);
 
 /* The 6-character "%peak" cell of a GEMM row into @p cell: 100 * gflops / peak, rounded
  * ("   87%"), when 0 <= gflops <= peak and peak is positive and finite; else "   n/a" (a rate

@@ -80,8 +80,8 @@ static void set_err(bw_work *w, char *err, size_t n)
     snprintf(err, n, "%s", m && *m ? m : "out of memory");
 }
 
-BW_EXPORT bw_work *bw_new(const char *name, int threads, int unfused, int tiny, char *err,
-                          size_t n)
+BW_EXPORT bw_work *bw_new(const char *name, int threads, int unfused, int precision, int tiny,
+                          char *err, size_t n)
 {
     int which = -1;
     for (int i = 0; i < BW_N && name; i++)
@@ -176,7 +176,8 @@ BW_EXPORT bw_work *bw_new(const char *name, int threads, int unfused, int tiny, 
     if (!w->loss && out && bwd)
         w->loss = tg_mean_all(ctx, out);
     tg_tensor *root = w->loss ? w->loss : out;
-    w->g = root ? tg_graph_new(ctx, &root, 1) : NULL;
+    tg_graph_opts go = {.precision = precision};
+    w->g = root ? tg_graph_new_opts(ctx, &root, 1, &go) : NULL;
     if (!w->g || !run_once(w)) { /* the warm-up run */
         set_err(w, err, n);
         bw_free(w);

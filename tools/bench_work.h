@@ -3,9 +3,10 @@
  * as the shared library libtgbench.so (linked to libtgrad.so) that tools/bench_torch.py loads
  * with ctypes, so both tools time exactly the same graphs.
  *
- * A workload is a graph built once (and warmed up) at a given thread count; a sample runs it
- * `reps` times and returns the seconds per run. Workloads (f32, names as accepted by
- * bw_new()):
+ * A workload is a graph built once (and warmed up) at a given thread count and compute
+ * precision (tg_graph_opts.precision: the data is f32 either way, TG_PRECISION_BF16 rounds the
+ * operands of the matrix products to bf16); a sample runs it `reps` times and returns the
+ * seconds per run. Workloads (names as accepted by bw_new()):
  *   sdpa-64x5x64-fwd, -fwdbwd     tg_sdpa on q, k, v (64, 5, 64): 64 = batch x heads, T 5,
  *                                 d_k 64 (tgrad's SDPA takes (..., T, d_k)), no mask
  *   mha-8x128-fwd, -fwdbwd        self-attention tg_mha_forward, (B 8, T 128, D 512), 8 heads
@@ -38,9 +39,13 @@ int bw_count(void);
 const char *bw_name(int i);
 
 /* Build and warm up workload @p name at @p threads threads (>= 1), with fused ops unless
- * @p unfused (tg_ctx_set_fusion). @p tiny shrinks every shape (a smoke test: d_model 16,
- * (B 2, T 4), ...). NULL on failure with a message in @p err. */
-bw_work *bw_new(const char *name, int threads, int unfused, int tiny, char *err, size_t n);
+ * @p unfused (tg_ctx_set_fusion), its graph built with compute precision @p precision
+ * (TG_PRECISION_F32 or TG_PRECISION_BF16, tg_graph_opts.precision; for train the one graph of
+ * the step: forward, loss and backward; clipping and AdamW are f32 either way). @p tiny
+ * shrinks every shape (a smoke test: d_model 16, (B 2, T 4), ...). NULL on failure with a
+ * message in @p err. */
+bw_work *bw_new(const char *name, int threads, int unfused, int precision, int tiny, char *err,
+                size_t n);
 
 /* Change the thread count of a built workload. */
 void bw_set_threads(bw_work *w, int threads);

@@ -107,6 +107,8 @@ typedef struct bench_args {
     int64_t samples; /* samples per number (median, min-max); 0: the default, 7 */
     bool unfused;    /* module and training sections with tg_ctx_set_fusion(ctx, false) */
     bool tiny;       /* (hidden) every section on tiny shapes: a smoke test for the tests */
+    int precision;   /* 0 f32, 1 bf16: tg_graph_opts.precision of the gemm, dense, sdpa, mha,
+                        encoder and train sections (the index of --precision's choice) */
 } bench_args;
 int bench_parse(int argc, char **argv, bench_args *a, cli_result *r, char *err, size_t n);
 void bench_free(bench_args *a, cli_result *r);

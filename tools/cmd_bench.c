@@ -11,6 +11,9 @@
  *   sample  - greedy generation of 500 bytes on the default text model (random weights):
  *             through the KV cache (tg_generator, what `tgrad sample` does) against the
  *             window path of `tgrad sample --no-cache`, samples interleaved; the speedup.
+ * --precision bf16 builds the dense, sdpa, mha, encoder and train graphs with
+ * tg_graph_opts.precision = TG_PRECISION_BF16 and makes the gemm section time the bf16 GEMM
+ * against tgrad's f32 one (bench_gemm.c); peak and sample are the same either way.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
@@ -45,6 +48,20 @@ static void naive_dense(int64_t M, int64_t N, int64_t K, const float *x, const f
         }
 }
 
+/* x rounded to the nearest bf16 (ties to even; NaN stays NaN), as an f32: what
+ * TG_PRECISION_BF16 does to a product's operands. */
+static float round_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return x;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
 /* Seconds per forward (+ backward with @p loss) of a graph, best of `reps` after one warm-up;
  * NAN if a pass fails (the context keeps the message). */
 static double time_graph(tg_graph *g, int reps, tg_tensor *loss)
@@ -67,12 +84,17 @@ static double time_graph(tg_graph *g, int reps, tg_tensor *loss)
     return best;
 }
 
-static int bench_dense(int threads_all, bool tiny)
+/* The dense op (bias-free, graph of compute precision @p precision) at 1 and @p threads_all
+ * threads against the naive loop; with bf16 the loop multiplies the bf16-rounded operands, so
+ * the max |diff| column stays at f32 rounding when the graph computes in bf16. */
+static int bench_dense(int threads_all, bool tiny, int precision)
 {
     static const int64_t shapes[][3] = {{2048, 512, 128}, {2048, 128, 512}, {2048, 86, 128}};
     static const int64_t tiny_shape[][3] = {{16, 8, 4}};
     const int64_t(*sh)[3] = tiny ? tiny_shape : shapes;
     size_t nshapes = tiny ? 1 : sizeof shapes / sizeof shapes[0];
+    if (precision == TG_PRECISION_BF16)
+        printf("dense, bf16 graph; the naive loop multiplies the bf16-rounded operands in f32\n");
     printf("%-22s %10s %12s %12s %9s %9s\n", "dense (M, N, K)", "naive", "tgrad 1 thr",
            "tgrad all", "x naive", "x 1 thr");
     for (size_t s = 0; s < nshapes; s++) {
@@ -88,22 +110,40 @@ static int bench_dense(int threads_all, bool tiny)
         tg_fill_uniform(x, -1, 1);
         tg_fill_uniform(w, -1, 1);
         tg_tensor *y = tg_dense(ctx, x, w, NULL);
-        tg_graph *g = tg_graph_new(ctx, &y, 1);
+        tg_graph_opts go = {.precision = precision};
+        tg_graph *g = tg_graph_new_opts(ctx, &y, 1, &go);
         if (!g) {
             cli_report("bench", NULL, NULL, ctx);
             tg_ctx_free(ctx);
             return 1;
         }
         float *ref = malloc(sizeof(float) * (size_t)(M * N));
-        if (!ref) {
+        float *xr = NULL, *wr = NULL;
+        if (ref && precision == TG_PRECISION_BF16) {
+            xr = malloc(sizeof(float) * (size_t)(M * K));
+            wr = malloc(sizeof(float) * (size_t)(N * K));
+        }
+        if (!ref || (precision == TG_PRECISION_BF16 && (!xr || !wr))) {
             fprintf(stderr, "tgrad bench: out of memory\n");
+            free(ref);
+            free(xr);
+            free(wr);
             tg_ctx_free(ctx);
             return 1;
+        }
+        const float *xa = tg_tensor_data(x), *wa = tg_tensor_data(w);
+        if (xr) {
+            for (int64_t i = 0; i < M * K; i++)
+                xr[i] = round_bf16(xa[i]);
+            for (int64_t i = 0; i < N * K; i++)
+                wr[i] = round_bf16(wa[i]);
+            xa = xr;
+            wa = wr;
         }
         double best_naive = INFINITY;
         for (int r = 0; r < 3; r++) {
             double t0 = now_s();
-            naive_dense(M, N, K, tg_tensor_data(x), tg_tensor_data(w), ref);
+            naive_dense(M, N, K, xa, wa, ref);
             double dt = now_s() - t0;
             best_naive = dt < best_naive ? dt : best_naive;
         }
@@ -114,6 +154,8 @@ static int bench_dense(int threads_all, bool tiny)
         if (isnan(t1) || isnan(tn)) {
             cli_report("bench", NULL, NULL, ctx);
             free(ref);
+            free(xr);
+            free(wr);
             tg_ctx_free(ctx);
             return 1;
         }
@@ -127,6 +169,8 @@ static int bench_dense(int threads_all, bool tiny)
                flops / best_naive * 1e-9, flops / t1 * 1e-9, flops / tn * 1e-9, best_naive / tn,
                t1 / tn, maxd);
         free(ref);
+        free(xr);
+        free(wr);
         tg_ctx_free(ctx);
     }
     return 0;
@@ -149,7 +193,7 @@ static double med(double *v, int n)
  * table of ms per call at 1 and @p threads_all threads, median (min-max) of @p samples samples
  * (each of enough calls to last ~20 ms), the thread counts interleaved sample by sample. */
 static int bench_modules(const char *const *prefixes, int np, int threads_all, int samples,
-                         bool tiny, bool unfused)
+                         bool tiny, bool unfused, int precision)
 {
     int tcounts[2] = {1, threads_all}, ntc = threads_all > 1 ? 2 : 1;
     double *t = malloc(sizeof(double) * (size_t)samples * 2);
@@ -157,8 +201,9 @@ static int bench_modules(const char *const *prefixes, int np, int threads_all, i
         fprintf(stderr, "tgrad bench: out of memory\n");
         return 1;
     }
-    printf("Modules and training, f32, %s ops; ms per call, median of %d samples (min-max), "
-           "thread counts interleaved\n", unfused ? "unfused (--unfused)" : "fused", samples);
+    printf("Modules and training, %s, %s ops; ms per call, median of %d samples (min-max), "
+           "thread counts interleaved\n", precision == TG_PRECISION_BF16 ? "bf16" : "f32",
+           unfused ? "unfused (--unfused)" : "fused", samples);
     char h[32];
     snprintf(h, sizeof h, "%d threads", threads_all);
     printf("%-30s %24s", "workload", "1 thread");
@@ -175,7 +220,7 @@ static int bench_modules(const char *const *prefixes, int np, int threads_all, i
         if (!want)
             continue;
         char err[512];
-        bw_work *w = bw_new(name, 1, unfused, tiny, err, sizeof err);
+        bw_work *w = bw_new(name, 1, unfused, precision, tiny, err, sizeof err);
         if (!w) {
             fprintf(stderr, "tgrad bench: %s: %s\n", name, err);
             rc = 1;
@@ -377,6 +422,10 @@ static const cli_option bench_opts[] = {
      .imin = 1, .imax = 1000},
     {.name = "unfused", .kind = CLI_FLAG, .offset = offsetof(bench_args, unfused),
      .help = "module and training sections with fused ops off (tg_ctx_set_fusion)"},
+    {.name = "precision", .kind = CLI_CHOICE, .offset = offsetof(bench_args, precision),
+     .metavar = "P", .choices = "f32|bf16",
+     .help = "compute precision of the gemm, dense, sdpa, mha, encoder and train sections "
+             "(tg_graph_opts.precision): f32 or bf16 (default: f32)"},
     {.name = "tiny", .kind = CLI_FLAG, .offset = offsetof(bench_args, tiny),
      .help = "every section on tiny shapes (a smoke test; its numbers mean nothing)",
      .flags = CLI_HIDDEN},
@@ -385,7 +434,7 @@ static const cli_option bench_opts[] = {
 
 static const cli_command bench_cmd = {
     .name = "bench",
-    .usage = "[--only SECTION] [--samples N] [--threads N] [--unfused]",
+    .usage = "[--only SECTION] [--samples N] [--threads N] [--unfused] [--precision f32|bf16]",
     .description =
         "Prints the machine (CPU, CPUs online, OpenBLAS core), then sections, each on 1\n"
         "thread and on N threads, every number the median (min-max) of --samples samples:\n"
@@ -408,6 +457,11 @@ static const cli_command bench_cmd = {
         "  sample   greedy generation of 500 bytes on the default text model through the\n"
         "           KV cache against `tgrad sample --no-cache`'s window path: the\n"
         "           speedup.\n"
+        "With --precision bf16 the dense, sdpa, mha, encoder and train graphs are built\n"
+        "with bf16 products (tg_graph_opts.precision), and gemm times the bf16 GEMM\n"
+        "(bf16 operands, f32 accumulation) on the same shapes: GFLOP/s, % of the bf16\n"
+        "peak (vdpbf16ps) and the ratio to tgrad's f32 GEMM, samples interleaved\n"
+        "(OpenBLAS has no bf16 GEMM to compare with); peak and sample are unchanged.\n"
         "Ratios only against references measured in the same run; tools/bench_torch.py\n"
         "runs the sdpa, mha, encoder and train workloads against PyTorch. All sections\n"
         "take a few minutes.",
@@ -447,29 +501,37 @@ int cmd_bench(int argc, char **argv)
         tg_ctx_free(probe);
     }
     int only = a.only, samples = a.samples > 0 ? (int)a.samples : 7;
+    int precision = a.precision == 1 ? TG_PRECISION_BF16 : TG_PRECISION_F32;
     bool all = only == SEC_ALL;
     bench_machine_print();
-    printf("Threads: 1 and %d; %d samples per number%s\n\n", threads, samples,
+    printf("Threads: 1 and %d; %d samples per number%s\n", threads, samples,
            a.tiny ? "; --tiny: tiny shapes, the numbers mean nothing" : "");
+    if (precision == TG_PRECISION_BF16)
+        printf("Precision: bf16 (--precision bf16: tg_graph_opts.precision = TG_PRECISION_BF16,\n"
+               "bf16 operands and f32 accumulation in the matrix products of the dense, sdpa,\n"
+               "mha, encoder and train graphs; gemm times the bf16 GEMM; peak and sample as "
+               "with f32)\n");
+    printf("\n");
     fflush(stdout);
     int rc = 0;
     if (all || only == SEC_PEAK || only == SEC_GEMM) {
         bench_peaks pk;
         rc = bench_peak(threads, samples, a.tiny, &pk);
         if (!rc && (all || only == SEC_GEMM))
-            rc = bench_gemm(threads, samples, a.tiny, &pk);
+            rc = bench_gemm(threads, samples, a.tiny, precision, &pk);
         printf("\n");
     }
     if (!rc && (all || only == SEC_DENSE)) {
-        rc = bench_dense(threads, a.tiny);
+        rc = bench_dense(threads, a.tiny, precision);
         printf("\n");
     }
     static const char *const secs[] = {"sdpa", "mha", "encoder", "train"};
     if (!rc && (all || (only >= SEC_SDPA && only <= SEC_TRAIN))) {
         if (all)
-            rc = bench_modules(secs, 4, threads, samples, a.tiny, a.unfused);
+            rc = bench_modules(secs, 4, threads, samples, a.tiny, a.unfused, precision);
         else
-            rc = bench_modules(&secs[only - SEC_SDPA], 1, threads, samples, a.tiny, a.unfused);
+            rc = bench_modules(&secs[only - SEC_SDPA], 1, threads, samples, a.tiny, a.unfused,
+                               precision);
     }
     if (!rc && (all || only == SEC_SAMPLE)) {
         if (all)

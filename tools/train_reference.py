@@ -3,6 +3,7 @@
 hyperparameters, so learning curves and tokens/s can be compared on the same machine.
 
     /usr/bin/python3 tools/train_reference.py --text /usr/share/common-licenses/* [--steps 1500]
+        [--precision f32|bf16]
 
 Needs Debian's python3-torch (1.13). Model (class LM, also the loader of `tgrad export` files:
 see load_export()): byte-level decoder-only transformer = token embedding + learned position
@@ -11,6 +12,13 @@ LayerNorm -> Linear head. AdamW (lr 3e-3, weight decay 0.01),
 linear warmup (100 steps) then cosine decay to lr/10, gradient clipping at 1.0, batch 32,
 seq_len 64; the last 10% of the bytes is the validation split, evaluated on non-overlapping
 windows exactly as tgrad does (all of them, or 4096 spread evenly over a larger split). Prints a line per evaluation and a final summary with tokens/s.
+
+--precision bf16 trains with PyTorch's CPU autocast, the counterpart of tgrad's
+TG_PRECISION_BF16: the forward pass and the loss of each step (and the evaluation passes) run
+under torch.autocast("cpu", dtype=torch.bfloat16), so the matrix products take bf16 operands
+and accumulate in f32, while the parameters (master weights), their gradients, AdamW's state
+and the clipping stay f32; backward runs outside autocast, in the dtypes forward chose. The
+summary names the precision.
 
 Lockstep with tgrad (the same initialisation and the same batches, so the two runs differ only
 by floating-point rounding):
@@ -21,6 +29,7 @@ by floating-point rounding):
         --log torch.csv
 """
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -249,12 +258,17 @@ def main():
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--precision", choices=("f32", "bf16"), default="f32",
+                    help="f32 (default), or bf16: forward and loss under torch.autocast('cpu', "
+                         "dtype=torch.bfloat16), parameters, gradients and AdamW in f32")
     ap.add_argument("--log", help="CSV of every step: step,train_loss,val_loss,lr (as tgrad's)")
     ap.add_argument("--tgrad-init", metavar="CK",
                     help="start from tgrad's initialisation and draw tgrad's batches: CK from "
                          "`tgrad train --text ... --seed S --steps 1 --lr 0 --checkpoint CK`, "
                          "with the same --seed S")
     a = ap.parse_args()
+    amp = ((lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.precision == "bf16"
+           else contextlib.nullcontext)
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     ids, n_train, vocab = load(a.text, 0.1)
@@ -268,7 +282,7 @@ def main():
         logf.write("step,train_loss,val_loss,lr\n")
     n_params = sum(p.numel() for p in model.parameters())
     print(f"reference: {len(ids)} bytes ({n_train} train), vocabulary {vocab}, "
-          f"{n_params} parameters, {a.threads} threads", file=sys.stderr)
+          f"{n_params} parameters, {a.threads} threads, {a.precision}", file=sys.stderr)
     windows, stride = val_windows(len(ids), n_train, T)
     val_x = torch.stack([ids[n_train + w * stride * T:][:T] for w in range(windows)])
     val_y = torch.stack([ids[n_train + w * stride * T + 1:][:T] for w in range(windows)])
@@ -285,7 +299,8 @@ def main():
         x = torch.stack([ids[s:s + T] for s in starts])
         y = torch.stack([ids[s + 1:s + T + 1] for s in starts])
         model.train()
-        loss = lossf(model(x).reshape(-1, vocab), y.reshape(-1))
+        with amp():
+            loss = lossf(model(x).reshape(-1, vocab), y.reshape(-1))
         opt.zero_grad()
         loss.backward()
         if a.clip > 0:
@@ -295,7 +310,7 @@ def main():
         val = None
         if (step + 1) % a.eval_every == 0 or step + 1 == a.steps:
             model.eval()
-            with torch.no_grad():
+            with torch.no_grad(), amp():
                 tot = 0.0
                 for k in range(0, windows, B):
                     xb, yb = val_x[k:k + B], val_y[k:k + B]
@@ -312,7 +327,8 @@ def main():
         logf.close()
     el = time.time() - t0
     print(f"parameters {n_params}  steps {a.steps}  wall {el:.1f} s  "
-          f"{a.steps * B * T / el:.0f} tokens/s  best validation loss {best:.4f} nats/char")
+          f"{a.steps * B * T / el:.0f} tokens/s  best validation loss {best:.4f} nats/char"
+          + ("  (bf16 autocast)" if a.precision == "bf16" else ""))
 
 
 if __name__ == "__main__":
