@@ -43,46 +43,17 @@ tg_tensor *tg_add_mask(tg_ctx *ctx, tg_tensor *scores, tg_tensor *mask, tg_mask_
     return y;
 }
 
-/* Each row of the last axis is written by one iteration. */
-#define DEFINE_MASK(T, SUF)                                                                    \
-    static void mask_rows_##SUF(const tg__call *c, bool backward)                                   \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        const tg_tensor *m = y->src[1];                                                        \
-        const T *M = c->in[1];                                                                 \
-        bool block = y->p.mask.kind == TG_MASK_BLOCK;                                          \
-        int r = y->rank;                                                                       \
-        int64_t ms[TG_MAX_RANK];                                                               \
-        tg__bcast_strides(m, r, y->shape, ms);                                                 \
-        int64_t L = r ? y->shape[r - 1] : 1, rows = y->numel / L, msl = r ? ms[r - 1] : 0;     \
-        const T *S = c->in[0], *G = c->dy;                                                   \
-        T *Y = c->out, *dS = c->dx[0];                                                        \
-        int nt = c->nt;                                                          \
-        TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)                                                  \
-        for (int64_t row = 0; row < rows; row++) {                                             \
-            int64_t rem = row, mo = 0;                                                         \
-            for (int d = r - 2; d >= 0; d--) {                                                 \
-                mo += (rem % y->shape[d]) * ms[d];                                             \
-                rem /= y->shape[d];                                                            \
-            }                                                                                  \
-            int64_t o = row * L;                                                               \
-            for (int64_t j = 0; j < L; j++) {                                                  \
-                T mv = M[mo + j * msl];                                                        \
-                if (!backward) {                                                               \
-                    if (block)                                                                 \
-                        Y[o + j] = mv != 0 ? (T)-INFINITY : S[o + j];                          \
-                    else                                                                       \
-                        Y[o + j] = S[o + j] + mv;                                              \
-                } else if (dS == G) { /* in place (TG_OPF_BWD_INPLACE): write */               \
-                    dS[o + j] = (!block || mv == 0) ? (T)0 + G[o + j] : (T)0;                  \
-                } else if (!block || mv == 0) {                                                \
-                    dS[o + j] += G[o + j];                                                     \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-    }
-DEFINE_MASK(float, f32)
-DEFINE_MASK(double, f64)
+/* The kernels, written once in attention_kernel.h, for f32 and for f64. */
+#define T float
+#define SUF f32
+#include "attention_kernel.h"
+#undef T
+#undef SUF
+#define T double
+#define SUF f64
+#include "attention_kernel.h"
+#undef T
+#undef SUF
 
 tg_status tg__add_mask_forward(const tg__call *c)
 {
@@ -119,60 +90,6 @@ tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x)
         return tg__err(ctx, TG_ERR_SHAPE, fn, "x is a scalar; softmax needs rank >= 1");
     return tg__op_new(ctx, TG_OP_SOFTMAX, x->dtype, x->rank, x->shape, 1, &x);
 }
-
-/* Rows [lo, hi) of x, y (rows, L). Each row is computed by one call from that row alone, with
- * the shared row kernels (src/core/vec.h: NaN-propagating max, exp-sum in 16 fixed lanes), so
- * results are independent of the thread count and of the SIMD clone. */
-#define DEFINE_SOFTMAX(T, SUF)                                                                 \
-    TG_SIMD_CLONES static void softmax_rows_##SUF(const T *X, T *Y, int64_t L, int64_t lo,     \
-                                                  int64_t hi)                                  \
-    {                                                                                          \
-        for (int64_t r = lo; r < hi; r++) {                                                    \
-            const T *x = X + r * L;                                                            \
-            T *o = Y + r * L;                                                                  \
-            T m = tg__row_max_##SUF(x, L);                                                     \
-            if (m == (T)-INFINITY) { /* every entry masked: zeros, not NaN */                  \
-                for (int64_t j = 0; j < L; j++)                                                \
-                    o[j] = 0;                                                                  \
-                continue;                                                                      \
-            }                                                                                  \
-            T inv = (T)1 / tg__row_expsum_##SUF(x, L, m, o);                                   \
-            for (int64_t j = 0; j < L; j++)                                                    \
-                o[j] *= inv;                                                                   \
-        }                                                                                      \
-    }                                                                                          \
-    TG_SIMD_CLONES static void softmax_bwd_rows_##SUF(const T *Y, const T *G, T *DX,           \
-                                                      int64_t L, int64_t lo, int64_t hi)       \
-    {                                                                                          \
-        for (int64_t r = lo; r < hi; r++) {                                                    \
-            const T *o = Y + r * L, *g = G + r * L;                                            \
-            T *dx = DX + r * L;                                                                \
-            T dot = tg__row_dot_##SUF(g, o, L);                                                \
-            for (int64_t j = 0; j < L; j++)                                                    \
-                dx[j] += o[j] * (g[j] - dot);                                                  \
-        }                                                                                      \
-    }                                                                                          \
-    static void softmax_fwd_##SUF(const tg__call *c)                                                \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        const T *X = c->in[0];                                                          \
-        T *Y = c->out;                                                                        \
-        int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
-        /* Race-free: a thread owns the rows [lo, hi) of y. */                                 \
-        TG_PAR_RANGE(c->nt, y->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
-                     rows, 1, softmax_rows_##SUF(X, Y, L, lo, hi));                            \
-    }                                                                                          \
-    static void softmax_bwd_##SUF(const tg__call *c)                                                \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        int64_t L = y->shape[y->rank - 1], rows = y->numel / L;                                \
-        /* Race-free: a thread owns the rows [lo, hi) of dx. */                                \
-        TG_PAR_RANGE(c->nt, y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
-                     rows, 1,                                                                  \
-                     softmax_bwd_rows_##SUF(c->out, c->dy, c->dx[0], L, lo, hi));    \
-    }
-DEFINE_SOFTMAX(float, f32)
-DEFINE_SOFTMAX(double, f64)
 
 tg_status tg__softmax_forward(const tg__call *c)
 {

@@ -78,43 +78,17 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *inner)
         *inner *= y->shape[i];
 }
 
-/* One source at a time; within it one row o of (outer, N_k * inner) per iteration, writing its
- * own span of y (forward) or of dx_k (backward). Sources run in order, so the same tensor
- * given twice accumulates twice without a race. Thread-count independent. */
-#define DEFINE_CONCAT(T, SUF)                                                                  \
-    static void copy_##SUF(const tg__call *c, bool backward)                                        \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        int64_t outer, inner;                                                                  \
-        split(y, &outer, &inner);                                                              \
-        int a = y->p.concat.axis;                                                              \
-        int64_t row = y->shape[a] * inner, off = 0; /* off: c_k * inner */                     \
-        int nt = c->nt;                                                          \
-        for (int k = 0; k < y->n_src; k++) {                                                   \
-            tg_tensor *x = y->src[k];                                                          \
-            int64_t xrow = x->shape[a] * inner;                                                \
-            if (!backward) {                                                                   \
-                const T *X = c->in[k];                                                         \
-                T *Y = c->out;                                                                \
-                TG_OMP_FOR(nt, outer > 1 && x->numel > TG_PAR_MIN)                             \
-                for (int64_t o = 0; o < outer; o++)                                            \
-                    memcpy(Y + o * row + off, X + o * xrow, (size_t)xrow * sizeof(T));         \
-            } else if (c->dx[k]) {                                                             \
-                const T *G = c->dy;                                                          \
-                T *DX = c->dx[k];                                                              \
-                TG_OMP_FOR(nt, outer > 1 && x->numel > TG_PAR_MIN)                             \
-                for (int64_t o = 0; o < outer; o++) {                                          \
-                    const T *g = G + o * row + off;                                            \
-                    T *dx = DX + o * xrow;                                                     \
-                    for (int64_t j = 0; j < xrow; j++)                                         \
-                        dx[j] += g[j];                                                         \
-                }                                                                              \
-            }                                                                                  \
-            off += xrow;                                                                       \
-        }                                                                                      \
-    }
-DEFINE_CONCAT(float, f32)
-DEFINE_CONCAT(double, f64)
+/* The kernels, written once in concat_kernel.h, for f32 and for f64. */
+#define T float
+#define SUF f32
+#include "concat_kernel.h"
+#undef T
+#undef SUF
+#define T double
+#define SUF f64
+#include "concat_kernel.h"
+#undef T
+#undef SUF
 
 tg_status tg__concat_forward(const tg__call *c)
 {

@@ -101,85 +101,21 @@ tg_status tg__xent_check(const tg__call *c)
     return TG_OK;
 }
 
-/* Rows [lo, hi) per call, each from its own row alone with the row kernels of src/core/vec.h
- * (max, exp-sum and, with smoothing, the row sum in 16 fixed lanes, the vectorizable exp):
- * race-free (row r owns lse[r], row_loss[r], cls[r] and dx[r, :]), independent of the thread
- * count and of the clone. eps = 0 computes exactly the unsmoothed loss (no row sum). */
-#define DEFINE_XENT(T, SUF, EXP)                                                               \
-    TG_SIMD_CLONES static void xent_fwd_rows_##SUF(const T *X, const int32_t *tg,              \
-                                                   int64_t ign, double eps, xent_saved s,      \
-                                                   int64_t V, int64_t lo, int64_t hi)          \
-    {                                                                                          \
-        for (int64_t r = lo; r < hi; r++) {                                                    \
-            const T *x = X + r * V;                                                            \
-            T m = tg__row_max_##SUF(x, V);                                                     \
-            T sum = tg__row_expsum_##SUF(x, V, m, NULL);                                       \
-            double lse = (double)m + log((double)sum);                                         \
-            bool ignored = tg[r] == ign;                                                       \
-            s.lse[r] = lse;                                                                    \
-            s.cls[r] = ignored ? -1 : tg[r];                                                   \
-            if (ignored) {                                                                     \
-                s.row_loss[r] = 0.0;                                                           \
-            } else if (eps == 0) {                                                             \
-                s.row_loss[r] = lse - (double)x[tg[r]];                                        \
-            } else { /* -(1/V) sum_j log softmax(x)_j = lse - mean_j x_j */                    \
-                double mean = (double)tg__row_dot_##SUF(x, NULL, V) / (double)V;               \
-                s.row_loss[r] = (1 - eps) * (lse - (double)x[tg[r]]) + eps * (lse - mean);     \
-            }                                                                                  \
-        }                                                                                      \
-    }                                                                                          \
-    /* q_j = off for j != t, hit = 1 - eps + eps / V for j == t (eps = 0: 0 and 1) */          \
-    TG_SIMD_CLONES static void xent_bwd_rows_##SUF(const T *X, T *DX, xent_saved s, T scale,  \
-                                                   T hit, T off, int64_t V, int64_t lo,        \
-                                                   int64_t hi)                                 \
-    {                                                                                          \
-        for (int64_t r = lo; r < hi; r++) {                                                    \
-            if (s.cls[r] < 0)                                                                  \
-                continue;                                                                      \
-            const T *x = X + r * V;                                                            \
-            T *dx = DX + r * V;                                                                \
-            T lse = (T)s.lse[r];                                                               \
-            int64_t t = s.cls[r];                                                              \
-            for (int64_t j = 0; j < V; j++)                                                    \
-                dx[j] += scale * (EXP(x[j] - lse) - (j == t ? hit : off));                     \
-        }                                                                                      \
-    }                                                                                          \
-    static void fwd_##SUF(const tg__call *c)                                                        \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        const tg_tensor *lg = y->src[0];                                                       \
-        int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;                                \
-        xent_saved s = saved_of(c, R);                                                         \
-        TG_PAR_RANGE(c->nt, lg->numel * (int64_t)sizeof(T) > TG_PAR_BYTES, R, 1, \
-                     xent_fwd_rows_##SUF(c->in[0], c->in[1], y->p.xent.ignore_index,    \
-                                         y->p.xent.label_smoothing, s, V, lo, hi));            \
-        int64_t nv = 0;                                                                        \
-        double total = 0;                                                                      \
-        for (int64_t r = 0; r < R; r++) { /* fixed order */                                    \
-            if (s.cls[r] >= 0)                                                                 \
-                nv++;                                                                          \
-            total += s.row_loss[r];                                                            \
-        }                                                                                      \
-        *s.n_valid = nv;                                                                       \
-        *(T *)c->out = nv ? (T)(total / (double)nv) : (T)0;                                   \
-    }                                                                                          \
-    static void bwd_##SUF(const tg__call *c)                                                        \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        tg_tensor *lg = y->src[0];                                                             \
-        int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;                                \
-        xent_saved s = saved_of(c, R);                                                         \
-        if (*s.n_valid == 0)                                                                   \
-            return;                                                                            \
-        T scale = (T)((double)*(const T *)c->dy / (double)*s.n_valid);                       \
-        double eps = y->p.xent.label_smoothing;                                                \
-        T off = (T)(eps / (double)V), hit = (T)(1 - eps + eps / (double)V);                    \
-        TG_PAR_RANGE(c->nt, lg->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,  \
-                     R, 1, xent_bwd_rows_##SUF(c->in[0], c->dx[0], s, scale, hit, off, V, lo,  \
-                                               hi));                                           \
-    }
-DEFINE_XENT(float, f32, tg__expf)
-DEFINE_XENT(double, f64, tg__exp)
+/* The kernels, written once in cross_entropy_kernel.h, for f32 and for f64. */
+#define T float
+#define SUF f32
+#define EXP tg__expf
+#include "cross_entropy_kernel.h"
+#undef T
+#undef SUF
+#undef EXP
+#define T double
+#define SUF f64
+#define EXP tg__exp
+#include "cross_entropy_kernel.h"
+#undef T
+#undef SUF
+#undef EXP
 
 tg_status tg__xent_forward(const tg__call *c)
 {

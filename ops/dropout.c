@@ -35,56 +35,17 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
     return y;
 }
 
-#define DEFINE_DROPOUT(T, SUF)                                                                 \
-    /* out = in * keep * s (acc: out += that; in place when out == in). */                     \
-    TG_SIMD_CLONES static void dropout_apply_range_##SUF(int64_t lo, int64_t hi,               \
-                                                         const unsigned char *keep, T s,       \
-                                                         const T *in, T *out, int mode)        \
-    {                                                                                          \
-        if (mode == 0) /* write */                                                             \
-            for (int64_t i = lo; i < hi; i++)                                                  \
-                out[i] = keep[i] ? in[i] * s : (T)0;                                           \
-        else if (mode == 1) /* accumulate in place: dx = 0 + keep dy s */                      \
-            for (int64_t i = lo; i < hi; i++)                                                  \
-                out[i] = (T)0 + (keep[i] ? in[i] * s : (T)0);                                  \
-        else                                                                                   \
-            for (int64_t i = lo; i < hi; i++)                                                  \
-                out[i] += keep[i] ? in[i] * s : (T)0;                                          \
-    }                                                                                          \
-    static void apply_##SUF(const tg__call *c, const T *in, T *out, bool acc)                       \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        const unsigned char *keep = (const unsigned char *)c->saved + SAVED_HEAD;              \
-        T s = (T) * (const double *)c->saved;                                                  \
-        int mode = !acc ? 0 : out == in ? 1 : 2;                                               \
-        TG_PAR_RANGE(c->nt, y->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,   \
-                     y->numel, 64, dropout_apply_range_##SUF(lo, hi, keep, s, in, out, mode)); \
-    }                                                                                          \
-    /* Forward in training mode: keep_i from (k, i) (the header's rule) and y_i in one pass. */ \
-    TG_SIMD_CLONES static void dropout_draw_range_##SUF(int64_t lo, int64_t hi, uint64_t k,    \
-                                                        uint64_t thr, T s, const T *in,        \
-                                                        T *out, unsigned char *keep)           \
-    {                                                                                          \
-        for (int64_t i = lo; i < hi; i++) {                                                    \
-            uint64_t z = k + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15u;                          \
-            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;                                         \
-            z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;                                         \
-            z ^= z >> 31;                                                                      \
-            unsigned char kp = (z >> 11) >= thr;                                               \
-            keep[i] = kp;                                                                      \
-            out[i] = kp ? in[i] * s : (T)0;                                                    \
-        }                                                                                      \
-    }                                                                                          \
-    static void drop_##SUF(const tg__call *c, const T *in, T *out, uint64_t k, uint64_t thr)        \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        T s = (T) * (const double *)c->saved;                                                  \
-        unsigned char *keep = (unsigned char *)c->saved + SAVED_HEAD;                          \
-        TG_PAR_RANGE(c->nt, y->numel * 8 > TG_PAR_BYTES, y->numel, 64,           \
-                     dropout_draw_range_##SUF(lo, hi, k, thr, s, in, out, keep));              \
-    }
-DEFINE_DROPOUT(float, f32)
-DEFINE_DROPOUT(double, f64)
+/* The kernels, written once in dropout_kernel.h, for f32 and for f64. */
+#define T float
+#define SUF f32
+#include "dropout_kernel.h"
+#undef T
+#undef SUF
+#define T double
+#define SUF f64
+#include "dropout_kernel.h"
+#undef T
+#undef SUF
 
 tg_status tg__dropout_forward(const tg__call *c)
 {

@@ -77,41 +77,17 @@ static void sort_ids(const tg__call *c)
     start[0] = 0;
 }
 
-#define DEFINE_EMB(T, SUF)                                                                     \
-    static void fwd_##SUF(const tg__call *c)                                                        \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        const int32_t *ids = c->in[0];                                                  \
-        const T *W = c->in[1];                                                          \
-        T *Y = c->out;                                                                        \
-        int64_t N = y->src[0]->numel, D = y->src[1]->shape[1];                                 \
-        int nt = c->nt;                                                          \
-        /* Race-free: position n owns Y[n, :]. */                                              \
-        TG_OMP_FOR(nt, N * D > TG_PAR_MIN)                                                     \
-        for (int64_t n = 0; n < N; n++)                                                        \
-            memcpy(Y + n * D, W + (int64_t)ids[n] * D, sizeof(T) * (size_t)D);                 \
-    }                                                                                          \
-    static void bwd_##SUF(const tg__call *c)                                                        \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        const T *G = c->dy;                                                                  \
-        T *dW = c->dx[1];                                                               \
-        int64_t N = y->src[0]->numel, V = y->src[1]->shape[0], D = y->src[1]->shape[1];        \
-        const int64_t *order = c->saved, *start = order + N;                                   \
-        int nt = c->nt;                                                          \
-        /* Race-free: vocabulary row v owns dW[v, :]; its positions are summed in order. */    \
-        TG_OMP_FOR(nt, N * D > TG_PAR_MIN)                                                     \
-        for (int64_t v = 0; v < V; v++) {                                                      \
-            T *row = dW + v * D;                                                               \
-            for (int64_t k = start[v]; k < start[v + 1]; k++) {                                \
-                const T *g = G + order[k] * D;                                                 \
-                for (int64_t d = 0; d < D; d++)                                                \
-                    row[d] += g[d];                                                            \
-            }                                                                                  \
-        }                                                                                      \
-    }
-DEFINE_EMB(float, f32)
-DEFINE_EMB(double, f64)
+/* The kernels, written once in embedding_kernel.h, for f32 and for f64. */
+#define T float
+#define SUF f32
+#include "embedding_kernel.h"
+#undef T
+#undef SUF
+#define T double
+#define SUF f64
+#include "embedding_kernel.h"
+#undef T
+#undef SUF
 
 tg_status tg__embedding_forward(const tg__call *c)
 {

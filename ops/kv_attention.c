@@ -73,102 +73,17 @@ tg_status tg__kv_attention_check(const tg__call *c)
     return TG_OK;
 }
 
-#define DEFINE_KV(T, SUF)                                                                      \
-    /* Item (b, h): write the new keys and values, then every new query row. The sums run in \
-     * the order of the scalar loops (scores: over c for each key; outputs: over keys for each \
-     * c, a multiply then an add); c and the keys are taken four at a time only so that each  \
-     * pass reads and writes s and acc a quarter as often. */                                  \
-    TG_SIMD_CLONES static void kv_item_##SUF(const tg__call *call, int64_t b, int64_t h,      \
-                                             int64_t pos, T *s, T *acc)                       \
-    {                                                                                          \
-        const tg_tensor *y = call->y;                                                          \
-        const tg_tensor *q = y->src[KV_Q], *k = y->src[KV_K], *v = y->src[KV_V];               \
-        const tg_tensor *vc = y->src[KV_VC];                                                   \
-        int64_t H = y->shape[1], n = y->shape[2], dk = q->shape[3], dv = v->shape[3];          \
-        int64_t L = vc->shape[2];                                                              \
-        T scale = (T)y->p.kv_attn.scale;                                                             \
-        const T *Q = (const T *)call->in[KV_Q] + b * q->stride[0] + h * q->stride[1];          \
-        const T *Kn = (const T *)call->in[KV_K] + b * k->stride[0] + h * k->stride[1];         \
-        const T *Vn = (const T *)call->in[KV_V] + b * v->stride[0] + h * v->stride[1];         \
-        /* the cache leaves: written at rows pos.. (the one op that writes a source) */        \
-        T *Kt = (T *)call->in[KV_KC] + (b * H + h) * dk * L; /* (dk, L) */                     \
-        T *Vm = (T *)call->in[KV_VC] + (b * H + h) * L * dv; /* (L, dv) */                     \
-        T *O = (T *)call->out + (b * H + h) * n * dv;   /* (n, dv) */                          \
-        for (int64_t i = 0; i < n; i++) {                                                      \
-            const T *kr = Kn + i * k->stride[2], *vr = Vn + i * v->stride[2];                  \
-            for (int64_t c = 0; c < dk; c++)                                                   \
-                Kt[c * L + pos + i] = kr[c];                                                   \
-            memcpy(Vm + (pos + i) * dv, vr, sizeof(T) * (size_t)dv);                           \
-        }                                                                                      \
-        for (int64_t i = 0; i < n; i++) {                                                      \
-            const T *qr = Q + i * q->stride[2];                                                \
-            int64_t len = pos + i + 1; /* keys 0..pos+i */                                     \
-            {                                                                                  \
-                T q0 = qr[0];                                                                  \
-                for (int64_t j = 0; j < len; j++)                                              \
-                    s[j] = q0 * Kt[j];                                                         \
-            }                                                                                  \
-            int64_t c = 1;                                                                     \
-            for (; c + 4 <= dk; c += 4) {                                                      \
-                T q0 = qr[c], q1 = qr[c + 1], q2 = qr[c + 2], q3 = qr[c + 3];                  \
-                const T *k0 = Kt + c * L, *k1 = k0 + L, *k2 = k1 + L, *k3 = k2 + L;           \
-                for (int64_t j = 0; j < len; j++)                                              \
-                    s[j] = (((s[j] + q0 * k0[j]) + q1 * k1[j]) + q2 * k2[j]) + q3 * k3[j];     \
-            }                                                                                  \
-            for (; c < dk; c++) {                                                              \
-                T qc = qr[c];                                                                  \
-                const T *kt = Kt + c * L;                                                      \
-                for (int64_t j = 0; j < len; j++)                                              \
-                    s[j] = s[j] + qc * kt[j];                                                  \
-            }                                                                                  \
-            for (int64_t j = 0; j < len; j++)                                                  \
-                s[j] = s[j] * scale;                                                           \
-            T m = tg__row_max_##SUF(s, len);                                                   \
-            T l = tg__row_expsum_##SUF(s, len, m, s); /* s_j <- exp(s_j - m) */                \
-            for (int64_t cc = 0; cc < dv; cc++)                                                \
-                acc[cc] = 0;                                                                   \
-            int64_t j = 0;                                                                     \
-            for (; j + 4 <= len; j += 4) {                                                     \
-                T e0 = s[j], e1 = s[j + 1], e2 = s[j + 2], e3 = s[j + 3];                      \
-                const T *v0 = Vm + j * dv, *v1 = v0 + dv, *v2 = v1 + dv, *v3 = v2 + dv;       \
-                for (int64_t cc = 0; cc < dv; cc++)                                            \
-                    acc[cc] = (((acc[cc] + e0 * v0[cc]) + e1 * v1[cc]) + e2 * v2[cc]) +       \
-                              e3 * v3[cc];                                                     \
-            }                                                                                  \
-            for (; j < len; j++) {                                                             \
-                T e = s[j];                                                                    \
-                const T *vj = Vm + j * dv;                                                     \
-                for (int64_t cc = 0; cc < dv; cc++)                                            \
-                    acc[cc] = acc[cc] + e * vj[cc];                                            \
-            }                                                                                  \
-            T *o = O + i * dv;                                                                 \
-            for (int64_t cc = 0; cc < dv; cc++)                                                \
-                o[cc] = acc[cc] / l;                                                           \
-        }                                                                                      \
-    }                                                                                          \
-    static void kv_forward_##SUF(const tg__call *c)                                                 \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        int64_t B = y->shape[0], H = y->shape[1], n = y->shape[2];                             \
-        int64_t dk = y->src[KV_Q]->shape[3], dv = y->shape[3];                                 \
-        int64_t pos = ((const int32_t *)c->in[KV_POS])[0];                              \
-        size_t per = kv_ws_per_thread(y);                                                      \
-        int64_t L = y->src[KV_VC]->shape[2];                                                   \
-        int nt = c->nt;                                                          \
-        /* scalar work: n rows x (pos + n) keys x (dk + dv) per item */                        \
-        double work = (double)(B * H) * (double)n * (double)(pos + n) * (double)(dk + dv);     \
-        bool par = work > (double)TG_PAR_WORK(65536);                                          \
-        /* Race-free: item (b, h) owns Kc[b, h], Vc[b, h] at rows pos.. and out[b, h]; its    \
-         * thread's workspace slice is its own. */                                             \
-        TG_PAR_RANGE(nt, par, B * H, 1, {                                                      \
-            T *s = (T *)((char *)c->ws + per * (size_t)TG_THREAD_NUM());                       \
-            T *acc = s + L;                                                                    \
-            for (int64_t it = lo; it < hi; it++)                                               \
-                kv_item_##SUF(c, it / H, it % H, pos, s, acc);                                 \
-        });                                                                                    \
-    }
-DEFINE_KV(float, f32)
-DEFINE_KV(double, f64)
+/* The kernels, written once in kv_attention_kernel.h, for f32 and for f64. */
+#define T float
+#define SUF f32
+#include "kv_attention_kernel.h"
+#undef T
+#undef SUF
+#define T double
+#define SUF f64
+#include "kv_attention_kernel.h"
+#undef T
+#undef SUF
 
 tg_status tg__kv_attention_forward(const tg__call *c)
 {

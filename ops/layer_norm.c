@@ -71,139 +71,17 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
 /* Column block of the gamma/beta gradient sums (accumulators stay in L1). */
 #define CB 256
 
-/* Each kernel works on its own range: rows [lo, hi) of y, dx (one row-kernel call per row; a row
- * of D elements stays in L1 across its passes) or columns [lo, hi) of dgamma, dbeta (rows walked
- * in order over contiguous row segments). Race-free: a range owns its outputs. */
-#define DEFINE_LN(T, SUF)                                                                      \
-    TG_SIMD_CLONES static void ln_fwd_rows_##SUF(const T *X, const T *G, const T *B, T *Y,     \
-                                                 T *mean, T *rstd, T eps, int64_t D,           \
-                                                 int64_t lo, int64_t hi)                       \
-    {                                                                                          \
-        for (int64_t r = lo; r < hi; r++) {                                                    \
-            const T *xr = X + r * D;                                                           \
-            T *yr = Y + r * D;                                                                 \
-            /* statistics in double, also for f32 (exact for constant rows) */                 \
-            double a[LANES] = {0};                                                             \
-            int64_t j = 0;                                                                     \
-            for (; j + LANES <= D; j += LANES)                                                 \
-                for (int k = 0; k < LANES; k++)                                                \
-                    a[k] += (double)xr[j + k];                                                 \
-            for (int k = 0; j + k < D; k++)                                                    \
-                a[k] += (double)xr[j + k];                                                     \
-            LANE_TREE(a);                                                                      \
-            double md = a[0] / (double)D, v[LANES] = {0};                                      \
-            for (j = 0; j + LANES <= D; j += LANES)                                            \
-                for (int k = 0; k < LANES; k++) {                                              \
-                    double c = (double)xr[j + k] - md;                                         \
-                    v[k] += c * c;                                                             \
-                }                                                                              \
-            for (int k = 0; j + k < D; k++) {                                                  \
-                double c = (double)xr[j + k] - md;                                             \
-                v[k] += c * c;                                                                 \
-            }                                                                                  \
-            LANE_TREE(v);                                                                      \
-            double var = v[0] / (double)D + (double)eps;                                       \
-            T m = (T)md, rs = var > 0 ? (T)(1.0 / sqrt(var)) : (T)0; /* eps 0, constant row */ \
-            mean[r] = m;                                                                       \
-            rstd[r] = rs;                                                                      \
-            if (G && B) {                                                                      \
-                for (j = 0; j < D; j++)                                                        \
-                    yr[j] = ((xr[j] - m) * rs) * G[j] + B[j];                                  \
-            } else {                                                                           \
-                for (j = 0; j < D; j++) {                                                      \
-                    T h = (xr[j] - m) * rs;                                                    \
-                    yr[j] = (G ? h * G[j] : h) + (B ? B[j] : 0);                               \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-    }                                                                                          \
-    TG_SIMD_CLONES static void ln_bwd_rows_##SUF(const T *X, const T *G, const T *DY,          \
-                                                 const T *mean, const T *rstd, T *DX,          \
-                                                 int64_t D, int64_t lo, int64_t hi)            \
-    {                                                                                          \
-        for (int64_t r = lo; r < hi; r++) {                                                    \
-            const T *xr = X + r * D, *dy = DY + r * D;                                         \
-            T *dx = DX + r * D;                                                                \
-            T m = mean[r], rs = rstd[r];                                                       \
-            double a[LANES] = {0}, b[LANES] = {0};                                             \
-            int64_t j = 0;                                                                     \
-            for (; j + LANES <= D; j += LANES)                                                 \
-                for (int k = 0; k < LANES; k++) {                                              \
-                    T g = G ? dy[j + k] * G[j + k] : dy[j + k];                                \
-                    a[k] += (double)g;                                                         \
-                    b[k] += (double)(g * ((xr[j + k] - m) * rs));                              \
-                }                                                                              \
-            for (int k = 0; j + k < D; k++) {                                                  \
-                T g = G ? dy[j + k] * G[j + k] : dy[j + k];                                    \
-                a[k] += (double)g;                                                             \
-                b[k] += (double)(g * ((xr[j + k] - m) * rs));                                  \
-            }                                                                                  \
-            LANE_TREE(a);                                                                      \
-            LANE_TREE(b);                                                                      \
-            T sg = (T)(a[0] / (double)D), sgh = (T)(b[0] / (double)D);                         \
-            for (j = 0; j < D; j++) {                                                          \
-                T g = G ? dy[j] * G[j] : dy[j];                                                \
-                T h = (xr[j] - m) * rs;                                                        \
-                dx[j] += rs * (g - sg - h * sgh);                                              \
-            }                                                                                  \
-        }                                                                                      \
-    }                                                                                          \
-    TG_SIMD_CLONES static void param_cols_##SUF(const T *X, const T *DY, const T *mean,        \
-                                                const T *rstd, T *DG, T *DB, int64_t R,        \
-                                                int64_t D, int64_t lo, int64_t hi)             \
-    {                                                                                          \
-        T ag[CB], ab[CB];                                                                      \
-        for (int64_t c0 = lo; c0 < hi; c0 += CB) {                                             \
-            int64_t w = hi - c0 < CB ? hi - c0 : CB;                                           \
-            for (int64_t c = 0; c < w; c++)                                                    \
-                ag[c] = ab[c] = 0;                                                             \
-            for (int64_t r = 0; r < R; r++) {                                                  \
-                const T *dy = DY + r * D + c0, *xr = X + r * D + c0;                           \
-                T m = mean[r], rs = rstd[r];                                                   \
-                for (int64_t c = 0; c < w; c++) {                                              \
-                    ag[c] += dy[c] * (xr[c] - m) * rs;                                         \
-                    ab[c] += dy[c];                                                            \
-                }                                                                              \
-            }                                                                                  \
-            for (int64_t c = 0; c < w; c++) {                                                  \
-                if (DG)                                                                        \
-                    DG[c0 + c] += ag[c];                                                       \
-                if (DB)                                                                        \
-                    DB[c0 + c] += ab[c];                                                       \
-            }                                                                                  \
-        }                                                                                      \
-    }                                                                                          \
-    static void fwd_##SUF(const tg__call *c)                                                        \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        const tg_tensor *x = y->src[0], *gm = y->src[1], *bt = y->src[2];                      \
-        int64_t D = x->shape[x->rank - 1], R = x->numel / D;                                   \
-        const T *G = gm ? c->in[1] : NULL, *B = bt ? c->in[2] : NULL;                          \
-        T *mean = c->saved, *rstd = mean + R;                                                  \
-        T eps = (T)y->p.layer_norm.eps;                                                        \
-        TG_PAR_RANGE(c->nt, x->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,   \
-                     R, 1,                                                                    \
-                     ln_fwd_rows_##SUF(c->in[0], G, B, c->out, mean, rstd, eps, D, lo, hi));  \
-    }                                                                                          \
-    static void bwd_##SUF(const tg__call *c)                                                        \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        tg_tensor *x = y->src[0], *gm = y->src[1], *bt = y->src[2];                            \
-        int64_t D = x->shape[x->rank - 1], R = x->numel / D;                                   \
-        const T *G = gm ? c->in[1] : NULL;                                                     \
-        const T *mean = c->saved, *rstd = mean + R;                                            \
-        int nt = c->nt;                                                          \
-        if (c->dx[0])                                                                          \
-            TG_PAR_RANGE(nt, x->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, R, 1,          \
-                         ln_bwd_rows_##SUF(c->in[0], G, c->dy, mean, rstd, c->dx[0], D, lo,   \
-                                           hi));                                              \
-        T *DG = gm ? c->dx[1] : NULL, *DB = bt ? c->dx[2] : NULL;                              \
-        if (DG || DB) /* columns walked by blocks, rows in order: fixed order per column */   \
-            TG_PAR_RANGE(nt, x->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, D, 16,         \
-                         param_cols_##SUF(c->in[0], c->dy, mean, rstd, DG, DB, R, D, lo, hi)); \
-    }
-DEFINE_LN(float, f32)
-DEFINE_LN(double, f64)
+/* The kernels, written once in layer_norm_kernel.h, for f32 and for f64. */
+#define T float
+#define SUF f32
+#include "layer_norm_kernel.h"
+#undef T
+#undef SUF
+#define T double
+#define SUF f64
+#include "layer_norm_kernel.h"
+#undef T
+#undef SUF
 
 tg_status tg__layer_norm_forward(const tg__call *c)
 {

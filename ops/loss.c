@@ -47,60 +47,17 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *input, tg_tensor *target, tg_redu
     return y;
 }
 
-/* Elementwise loops: each element by one iteration. Reductions: see the file comment. */
-#define DEFINE_MSE(T, SUF)                                                                     \
-    static void fwd_##SUF(const tg__call *c)                                                        \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        const T *X = c->in[0], *Tg = c->in[1];                                   \
-        T *Y = c->out;                                                                        \
-        int64_t n = y->src[0]->numel;                                                          \
-        int nt = c->nt;                                                          \
-        if (y->p.mse.reduction == TG_REDUCTION_NONE) {                                         \
-            TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                     \
-            for (int64_t i = 0; i < n; i++) {                                                  \
-                T d = X[i] - Tg[i];                                                            \
-                Y[i] = d * d;                                                                  \
-            }                                                                                  \
-            return;                                                                            \
-        }                                                                                      \
-        int64_t bs = (n + MSE_BLOCKS - 1) / MSE_BLOCKS;                                        \
-        if (bs < MSE_MIN_BLOCK)                                                                \
-            bs = MSE_MIN_BLOCK;                                                                \
-        int64_t nb = (n + bs - 1) / bs;                                                        \
-        double part[MSE_BLOCKS];                                                               \
-        TG_OMP_FOR(nt, nb > 1)                                                                 \
-        for (int64_t b = 0; b < nb; b++) {                                                     \
-            int64_t lo = b * bs, hi = lo + bs < n ? lo + bs : n;                               \
-            double acc = 0;                                                                    \
-            for (int64_t i = lo; i < hi; i++) {                                                \
-                double d = (double)X[i] - (double)Tg[i];                                       \
-                acc += d * d;                                                                  \
-            }                                                                                  \
-            part[b] = acc;                                                                     \
-        }                                                                                      \
-        double sum = 0;                                                                        \
-        for (int64_t b = 0; b < nb; b++)                                                       \
-            sum += part[b];                                                                    \
-        Y[0] = (T)(y->p.mse.reduction == TG_REDUCTION_MEAN ? sum / (double)n : sum);           \
-    }                                                                                          \
-    /* dst += sign * norm * (x - t) * dy (dy per element for none, else the scalar) */         \
-    static void bwd_##SUF(const tg__call *c, T *dst, bool negate)                                   \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        const T *X = c->in[0], *Tg = c->in[1], *G = c->dy;                     \
-        int64_t n = y->src[0]->numel;                                                          \
-        int nt = c->nt;                                                          \
-        bool none = y->p.mse.reduction == TG_REDUCTION_NONE;                                   \
-        T norm = (T)(y->p.mse.reduction == TG_REDUCTION_MEAN ? 2.0 / (double)n : 2.0);         \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
-        for (int64_t i = 0; i < n; i++) {                                                      \
-            T v = norm * (X[i] - Tg[i]) * G[none ? i : 0];                                     \
-            dst[i] += negate ? -v : v;                                                         \
-        }                                                                                      \
-    }
-DEFINE_MSE(float, f32)
-DEFINE_MSE(double, f64)
+/* The kernels, written once in loss_kernel.h, for f32 and for f64. */
+#define T float
+#define SUF f32
+#include "loss_kernel.h"
+#undef T
+#undef SUF
+#define T double
+#define SUF f64
+#include "loss_kernel.h"
+#undef T
+#undef SUF
 
 tg_status tg__mse_loss_forward(const tg__call *c)
 {

@@ -53,53 +53,17 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner
     *A = x->shape[a];
 }
 
-/* One output element (o, i) per iteration, scanning a ascending; backward: each iteration adds
- * into its own element of dx (distinct (o, i) give distinct (o, k, i)). Race-free and
- * thread-count independent. */
-#define DEFINE_MAX(T, SUF)                                                                     \
-    static void fwd_##SUF(const tg__call *c)                                                        \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        int64_t outer, A, inner;                                                               \
-        split(y, &outer, &A, &inner);                                                          \
-        const T *X = c->in[0];                                                          \
-        T *out = c->out;                                                                      \
-        int64_t *K = c->saved;                                                                 \
-        int nt = c->nt;                                                          \
-        TG_OMP_FOR(nt, outer * inner > 1 && y->src[0]->numel > TG_PAR_MIN)                     \
-        for (int64_t oi = 0; oi < outer * inner; oi++) {                                       \
-            int64_t o = oi / inner, i = oi % inner;                                            \
-            const T *p = X + o * A * inner + i;                                                \
-            T best = p[0];                                                                     \
-            int64_t k = 0;                                                                     \
-            for (int64_t a = 1; a < A && best == best; a++) { /* stop at the first NaN */      \
-                T v = p[a * inner];                                                            \
-                if (v > best || v != v) {                                                      \
-                    best = v;                                                                  \
-                    k = a;                                                                     \
-                }                                                                              \
-            }                                                                                  \
-            out[oi] = best;                                                                    \
-            K[oi] = k;                                                                         \
-        }                                                                                      \
-    }                                                                                          \
-    static void bwd_##SUF(const tg__call *c)                                                        \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        int64_t outer, A, inner;                                                               \
-        split(y, &outer, &A, &inner);                                                          \
-        T *dx = c->dx[0];                                                               \
-        const T *dy = c->dy;                                                                 \
-        const int64_t *K = c->saved;                                                           \
-        int nt = c->nt;                                                          \
-        TG_OMP_FOR(nt, outer * inner > TG_PAR_MIN)                                             \
-        for (int64_t oi = 0; oi < outer * inner; oi++) {                                       \
-            int64_t o = oi / inner, i = oi % inner;                                            \
-            dx[(o * A + K[oi]) * inner + i] += dy[oi];                                         \
-        }                                                                                      \
-    }
-DEFINE_MAX(float, f32)
-DEFINE_MAX(double, f64)
+/* The kernels, written once in max_kernel.h, for f32 and for f64. */
+#define T float
+#define SUF f32
+#include "max_kernel.h"
+#undef T
+#undef SUF
+#define T double
+#define SUF f64
+#include "max_kernel.h"
+#undef T
+#undef SUF
 
 tg_status tg__max_forward(const tg__call *c)
 {

@@ -74,47 +74,17 @@ tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x, int axis0, int axis1)
     return permute_op(ctx, fn, TG_OP_TRANSPOSE, x, perm);
 }
 
-/* Copy with permuted axes: dst (dshape) from src where dst axis k walks src axis perm[k].
- * If acc, dst += instead of =. Each dst row is written by one iteration. */
-#define DEFINE_PERMUTE(T, SUF)                                                                 \
-    static void permute_##SUF(int nt, int r, const int64_t *dshape, const int *perm,           \
-                              const int64_t *sshape, const T *src, T *dst, bool inverse,       \
-                              bool acc)                                                        \
-    {                                                                                          \
-        int64_t sst[TG_MAX_RANK], st[TG_MAX_RANK], s = 1, n = 1;                               \
-        for (int i = r - 1; i >= 0; i--) {                                                     \
-            sst[i] = s;                                                                        \
-            s *= sshape[i];                                                                    \
-            n *= dshape[i];                                                                    \
-        }                                                                                      \
-        /* st[k]: stride in src of dst axis k */                                               \
-        for (int k = 0; k < r; k++) {                                                          \
-            if (!inverse)                                                                      \
-                st[k] = sst[perm[k]];                                                          \
-            else                                                                               \
-                for (int j = 0; j < r; j++)                                                    \
-                    if (perm[j] == k)                                                          \
-                        st[k] = sst[j];                                                        \
-        }                                                                                      \
-        int64_t L = r ? dshape[r - 1] : 1, rows = n / L, sl = r ? st[r - 1] : 1;               \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
-        for (int64_t row = 0; row < rows; row++) {                                             \
-            int64_t rem = row, so = 0;                                                         \
-            for (int d = r - 2; d >= 0; d--) {                                                 \
-                so += (rem % dshape[d]) * st[d];                                               \
-                rem /= dshape[d];                                                              \
-            }                                                                                  \
-            T *dr = dst + row * L;                                                             \
-            if (acc)                                                                           \
-                for (int64_t j = 0; j < L; j++)                                                \
-                    dr[j] += src[so + j * sl];                                                 \
-            else                                                                               \
-                for (int64_t j = 0; j < L; j++)                                                \
-                    dr[j] = src[so + j * sl];                                                  \
-        }                                                                                      \
-    }
-DEFINE_PERMUTE(float, f32)
-DEFINE_PERMUTE(double, f64)
+/* The kernels, written once in shape_kernel.h, for f32 and for f64. */
+#define T float
+#define SUF f32
+#include "shape_kernel.h"
+#undef T
+#undef SUF
+#define T double
+#define SUF f64
+#include "shape_kernel.h"
+#undef T
+#undef SUF
 
 tg_status tg__permute_forward(const tg__call *c)
 {
@@ -254,36 +224,6 @@ tg_tensor *tg_narrow(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t
     return y;
 }
 
-/* x viewed as (outer, X, inner), y as (outer, len, inner): y[o, l, :] = x[o, start + l, :]. */
-#define DEFINE_NARROW(T, SUF)                                                                  \
-    static void narrow_##SUF(const tg__call *c)                                               \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        const tg_tensor *x = y->src[0];                                                        \
-        int a = y->p.narrow.axis;                                                              \
-        int64_t outer = 1, inner = 1;                                                          \
-        for (int i = 0; i < a; i++)                                                            \
-            outer *= x->shape[i];                                                              \
-        for (int i = a + 1; i < x->rank; i++)                                                  \
-            inner *= x->shape[i];                                                              \
-        int64_t X = x->shape[a], len = y->shape[a], st = y->p.narrow.start;                    \
-        int nt = c->nt;                                                          \
-        /* Race-free: iteration (o, l) owns one row of y (and the matching row of dx). */      \
-        /* one thread below TG_PAR_BYTES: no parallel region at all */                       \
-        TG_PAR_RANGE(nt, y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, outer * len, 1, {   \
-            for (int64_t ol = lo; ol < hi; ol++) {                                             \
-                int64_t o = ol / len, l = ol % len;                                            \
-                int64_t xo = (o * X + st + l) * inner, yo = ol * inner;                        \
-                T *dx = (T *)c->dx[0] + xo;                                                     \
-                const T *dy = (const T *)c->dy + yo;                                         \
-                for (int64_t i = 0; i < inner; i++)                                            \
-                    dx[i] += dy[i];                                                            \
-            }                                                                                  \
-        });                                                                                    \
-    }
-DEFINE_NARROW(float, f32)
-DEFINE_NARROW(double, f64)
-
 tg_status tg__narrow_forward(const tg__call *c)
 {
     (void)c; /* view: nothing to compute */
@@ -315,33 +255,6 @@ tg_tensor *tg_contiguous(tg_ctx *ctx, tg_tensor *x)
         return NULL;
     return tg__contiguous(ctx, x);
 }
-
-/* y (row-major) = x read through its strides; one row of y per iteration. */
-#define DEFINE_GATHER(T, SUF)                                                                  \
-    static void gather_##SUF(int nt, const tg_tensor *x, const T *src, T *y)                   \
-    {                                                                                          \
-        int r = x->rank;                                                                       \
-        int64_t L = r ? x->shape[r - 1] : 1, rows = x->numel / L, sl = r ? x->stride[r - 1] : 1; \
-        TG_OMP_FOR(nt, x->numel > TG_PAR_MIN)                                                  \
-        for (int64_t row = 0; row < rows; row++) {                                             \
-            int64_t rem = row, so = 0;                                                         \
-            for (int d = r - 2; d >= 0; d--) {                                                 \
-                so += (rem % x->shape[d]) * x->stride[d];                                      \
-                rem /= x->shape[d];                                                            \
-            }                                                                                  \
-            T *dr = y + row * L;                                                               \
-            for (int64_t j = 0; j < L; j++)                                                    \
-                dr[j] = src[so + j * sl];                                                      \
-        }                                                                                      \
-    }                                                                                          \
-    static void add_into_##SUF(int nt, int64_t n, const T *dy, T *dx)                          \
-    {                                                                                          \
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)                                                         \
-        for (int64_t i = 0; i < n; i++)                                                        \
-            dx[i] += dy[i];                                                                    \
-    }
-DEFINE_GATHER(float, f32)
-DEFINE_GATHER(double, f64)
 
 tg_status tg__contiguous_forward(const tg__call *c)
 {

@@ -55,68 +55,33 @@ tg_tensor *tg_gelu_tanh(tg_ctx *ctx, tg_tensor *x)
 #define GELU_BETA 0.79788456080286535588
 #define GELU_KAPPA 0.044715
 
-/* y (n) = F(v), v = x[i]; may run in place (x == y). */
-#define DEF_FWD(op, T, SUF, PAR, F)                                                            \
-    static void op##_fwd_##SUF(int nt, int64_t n, const T *x, T *y)                            \
-    {                                                                                          \
-        TG_OMP_FOR(nt, n > (PAR))                                                              \
-        for (int64_t i = 0; i < n; i++) {                                                      \
-            T v = x[i];                                                                        \
-            y[i] = (F);                                                                        \
-        }                                                                                      \
-    }
-/* dx (n) += G, g = dy[i], v = r[i] where r is x or y (what the op's backward reads). */
-#define DEF_BWD(op, T, SUF, PAR, G)                                                            \
-    static void op##_bwd_##SUF(int nt, int64_t n, const T *r, const T *dy, T *dx)              \
-    {                                                                                          \
-        (void)r;                                                                               \
-        TG_OMP_FOR(nt, n > (PAR))                                                              \
-        for (int64_t i = 0; i < n; i++) {                                                      \
-            T v = r ? r[i] : 0, g = dy[i];                                                     \
-            (void)v;                                                                           \
-            dx[i] += (G);                                                                      \
-        }                                                                                      \
-    }
-
-/* Transcendental loops split at TG_PAR_MIN / 8 elements, cheap ones at TG_PAR_MIN. */
-#define DEF_KERNELS(T, SUF, EXP, LOG, SQRT, TANH)                                              \
-    static inline T silu_d_##SUF(T v)                                                          \
-    {                                                                                          \
-        T s = (T)1 / ((T)1 + EXP(-v));                                                         \
-        return s * ((T)1 + v * ((T)1 - s));                                                    \
-    }                                                                                          \
-    static inline T gelu_tanh_##SUF(T v)                                                       \
-    {                                                                                          \
-        T inner = (T)GELU_BETA * (v + (T)GELU_KAPPA * (v * v * v));                              \
-        return (T)0.5 * v * ((T)1 + TANH(inner));                                              \
-    }                                                                                          \
-    static inline T gelu_tanh_d_##SUF(T v)                                                     \
-    {                                                                                          \
-        T v2 = v * v;                                                                          \
-        T t = TANH((T)GELU_BETA * (v + (T)GELU_KAPPA * (v2 * v)));                               \
-        T left = (T)0.5 * v, right = (T)1 + t;                                                 \
-        T dleft = (T)0.5 * right;                                                              \
-        T dright = left * ((T)1 - t * t) * ((T)GELU_BETA * ((T)1 + (T)3 * (T)GELU_KAPPA * v2)); \
-        return dleft + dright;                                                                 \
-    }                                                                                          \
-    DEF_FWD(neg, T, SUF, TG_PAR_MIN, -v)                                                       \
-    DEF_BWD(neg, T, SUF, TG_PAR_MIN, -g)                                                       \
-    DEF_FWD(exp, T, SUF, TG_PAR_MIN / 8, EXP(v))                                               \
-    DEF_BWD(exp, T, SUF, TG_PAR_MIN, g * v)                                                    \
-    DEF_FWD(log, T, SUF, TG_PAR_MIN / 8, LOG(v))                                               \
-    DEF_BWD(log, T, SUF, TG_PAR_MIN, g / v)                                                    \
-    DEF_FWD(sqrt, T, SUF, TG_PAR_MIN / 8, SQRT(v))                                             \
-    DEF_BWD(sqrt, T, SUF, TG_PAR_MIN, g / ((T)2 * v))                                          \
-    DEF_FWD(tanh, T, SUF, TG_PAR_MIN / 8, TANH(v))                                             \
-    DEF_BWD(tanh, T, SUF, TG_PAR_MIN, g * ((T)1 - v * v))                                      \
-    DEF_FWD(sigmoid, T, SUF, TG_PAR_MIN / 8, (T)1 / ((T)1 + EXP(-v)))                          \
-    DEF_BWD(sigmoid, T, SUF, TG_PAR_MIN, g * ((T)1 - v) * v)                                   \
-    DEF_FWD(silu, T, SUF, TG_PAR_MIN / 8, v / ((T)1 + EXP(-v)))                                \
-    DEF_BWD(silu, T, SUF, TG_PAR_MIN / 8, g * silu_d_##SUF(v))                                 \
-    DEF_FWD(gelu_tanh, T, SUF, TG_PAR_MIN / 16, gelu_tanh_##SUF(v))                            \
-    DEF_BWD(gelu_tanh, T, SUF, TG_PAR_MIN / 16, g * gelu_tanh_d_##SUF(v))
-DEF_KERNELS(float, f32, expf, logf, sqrtf, tanhf)
-DEF_KERNELS(double, f64, exp, log, sqrt, tanh)
+/* The kernels, written once in unary_kernel.h, for f32 and for f64. */
+#define T float
+#define SUF f32
+#define EXP expf
+#define LOG logf
+#define SQRT sqrtf
+#define TANH tanhf
+#include "unary_kernel.h"
+#undef T
+#undef SUF
+#undef EXP
+#undef LOG
+#undef SQRT
+#undef TANH
+#define T double
+#define SUF f64
+#define EXP exp
+#define LOG log
+#define SQRT sqrt
+#define TANH tanh
+#include "unary_kernel.h"
+#undef T
+#undef SUF
+#undef EXP
+#undef LOG
+#undef SQRT
+#undef TANH
 
 /* The registry entry points. READ is what backward reads (declared in ops/ops.def): the
  * source (x), the output (y) or nothing (NULL). */

@@ -329,6 +329,14 @@ int tg__threads(const tg_ctx *ctx);
 #define TG_SIMD_CLONES
 #endif
 
+/* ----- dtype variants: template headers ------------------------------------------------------
+ * A file's f32 and f64 kernels are written once, in a template header (ops/<file>_kernel.h)
+ * that the file includes once per dtype with T (float / double) and SUF (f32 / f64) defined;
+ * the header names its functions through TG__CAT: TG__CAT(fwd, SUF) is fwd_f32 or fwd_f64 (the
+ * arguments are macro-expanded before pasting). docs/kernels.md, "Kernel files". */
+#define TG__CAT_(a, b) a##_##b
+#define TG__CAT(a, b) TG__CAT_(a, b)
+
 /* ----- GEMM: the one entry point for matrix products (ops/gemm.c) ---------------------------
  * C (M, N) = (acc ? C : 0) + op(A) op(B), op(A) (M, K), op(B) (K, N); lda/ldb/ldc are the row
  * strides of A, B, C as stored. Each C element is one chain over k in increasing order computed

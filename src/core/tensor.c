@@ -376,70 +376,17 @@ void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, i
     }
 }
 
-/* dx (x's shape) += sum of dy over the dims broadcast from x to out_shape.
- * Each dx element is owned by one iteration; the broadcast positions are visited in
- * row-major order, so the sum order is fixed whatever the thread count. */
-#define DEFINE_REDUCE_TO(T, SUF)                                                               \
-    static void reduce_to_##SUF(int nt, const T *dy, int rank, const int64_t *out_shape,       \
-                                const tg_tensor *x, T *dx)                                     \
-    {                                                                                          \
-        int64_t ost[TG_MAX_RANK], xst[TG_MAX_RANK];                                            \
-        int64_t s = 1;                                                                         \
-        for (int i = rank - 1; i >= 0; i--) {                                                  \
-            ost[i] = s;                                                                        \
-            s *= out_shape[i];                                                                 \
-        }                                                                                      \
-        int64_t outn = s;                                                                      \
-        tg__bcast_strides(x, rank, out_shape, xst);                                            \
-        /* broadcast axes (x contributes stride 0 but out dim > 1) */                          \
-        int bax[TG_MAX_RANK], nb = 0, kax[TG_MAX_RANK], nk = 0;                                \
-        int64_t bcount = 1;                                                                    \
-        for (int i = 0; i < rank; i++) {                                                       \
-            if (xst[i] == 0 && out_shape[i] > 1) {                                             \
-                bax[nb++] = i;                                                                 \
-                bcount *= out_shape[i];                                                        \
-            } else if (out_shape[i] > 1) {                                                     \
-                kax[nk++] = i;                                                                 \
-            }                                                                                  \
-        }                                                                                      \
-        int64_t xn = x->numel;                                                                 \
-        if (bcount == 1) { /* same shape: plain accumulate */                                  \
-            TG_OMP_FOR(nt, xn > TG_PAR_MIN)                                                    \
-            for (int64_t i = 0; i < xn; i++)                                                   \
-                dx[i] += dy[i];                                                                \
-            return;                                                                            \
-        }                                                                                      \
-        (void)outn;                                                                            \
-        if (nk == 0 || bax[nb - 1] < kax[0]) {                                                 \
-            /* broadcast over leading axes only (a bias): dy is (bcount, xn) row-major, and    \
-             * the row-blocked column sum adds its rows in the same order as the loop below */ \
-            tg__sum_rows_##SUF(nt, bcount, xn, dy, xn, dx);                                    \
-            return;                                                                            \
-        }                                                                                      \
-        TG_OMP_FOR(nt, xn * bcount > TG_PAR_MIN)                                               \
-        for (int64_t i = 0; i < xn; i++) {                                                     \
-            /* base offset in dy of x element i: decode i over the kept axes */                \
-            int64_t base = 0, rem = i;                                                         \
-            for (int k = nk - 1; k >= 0; k--) {                                                \
-                int64_t d = out_shape[kax[k]];                                                 \
-                base += (rem % d) * ost[kax[k]];                                               \
-                rem /= d;                                                                      \
-            }                                                                                  \
-            T acc = 0;                                                                         \
-            for (int64_t j = 0; j < bcount; j++) {                                             \
-                int64_t off = 0, r2 = j;                                                       \
-                for (int k = nb - 1; k >= 0; k--) {                                            \
-                    int64_t d = out_shape[bax[k]];                                             \
-                    off += (r2 % d) * ost[bax[k]];                                             \
-                    r2 /= d;                                                                   \
-                }                                                                              \
-                acc += dy[base + off];                                                         \
-            }                                                                                  \
-            dx[i] += acc;                                                                      \
-        }                                                                                      \
-    }
-DEFINE_REDUCE_TO(float, f32)
-DEFINE_REDUCE_TO(double, f64)
+/* reduce_to_f32 and reduce_to_f64, written once in tensor_kernel.h. */
+#define T float
+#define SUF f32
+#include "tensor_kernel.h"
+#undef T
+#undef SUF
+#define T double
+#define SUF f64
+#include "tensor_kernel.h"
+#undef T
+#undef SUF
 
 void tg__reduce_to(int nt, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
                    const tg_tensor *x, void *dx)

@@ -1,0 +1,62 @@
+/*
+ * elementwise_binary_kernel.h - the broadcasting forward of one binary op (add, mul, sub or div)
+ * for one float type. A template header: elementwise_kernel.h includes it once per op with
+ * BIN_NAME (add, mul, sub, div) and BIN_OP (+ * - /) defined, inside its own inclusion per
+ * dtype (T, SUF), and it #undefs both at its end; BIN_FN(name) is BIN_NAME_name_SUF, e.g.
+ * add_fwd_f32. No include guard.
+ *
+ * y = a BIN_OP b over y's shape: same-shape operands as one flat loop; broadcast ones by rows of
+ * the last axis (each row of y written by one call, its operand offsets decoded from the row
+ * index), with a contiguous inner loop. Ranges [lo, hi) of elements resp. rows: race-free.
+ */
+#define BIN_FN(name) TG__CAT(TG__CAT(BIN_NAME, name), SUF)
+
+TG_SIMD_CLONES static void BIN_FN(flat)(const T *A, const T *B, T *Y, int64_t lo, int64_t hi)
+{
+    for (int64_t i = lo; i < hi; i++)
+        Y[i] = A[i] BIN_OP B[i];
+}
+
+TG_SIMD_CLONES static void BIN_FN(rows)(const tg__call *c, const int64_t *as, const int64_t *bs,
+                                        int64_t lo, int64_t hi)
+{
+    const tg_tensor *y = c->y;
+    const T *A = c->in[0], *B = c->in[1];
+    T *Y = c->out;
+    int r = y->rank;
+    int64_t L = r ? y->shape[r - 1] : 1;
+    int64_t asl = r ? as[r - 1] : 0, bsl = r ? bs[r - 1] : 0;
+    for (int64_t row = lo; row < hi; row++) {
+        int64_t rem = row, ao = 0, bo = 0;
+        for (int d = r - 2; d >= 0; d--) {
+            int64_t idx = rem % y->shape[d];
+            rem /= y->shape[d];
+            ao += idx * as[d];
+            bo += idx * bs[d];
+        }
+        BCAST_ROW(BIN_OP, Y + row * L, A + ao, B + bo, asl, bsl, L);
+    }
+}
+
+static void BIN_FN(fwd)(const tg__call *c)
+{
+    const tg_tensor *y = c->y;
+    const tg_tensor *a = y->src[0], *b = y->src[1];
+    int nt = c->nt;
+    int64_t n = y->numel;
+    bool par = n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES;
+    if (a->numel == n && b->numel == n) {
+        TG_PAR_RANGE(nt, par, n, 16, BIN_FN(flat)(c->in[0], c->in[1], c->out, lo, hi));
+        return;
+    }
+    int r = y->rank;
+    int64_t as[TG_MAX_RANK], bs[TG_MAX_RANK];
+    tg__bcast_strides(a, r, y->shape, as);
+    tg__bcast_strides(b, r, y->shape, bs);
+    int64_t L = r ? y->shape[r - 1] : 1;
+    TG_PAR_RANGE(nt, par, n / L, 1, BIN_FN(rows)(c, as, bs, lo, hi));
+}
+
+#undef BIN_FN
+#undef BIN_NAME
+#undef BIN_OP

@@ -1,0 +1,169 @@
+/*
+ * elementwise_kernel.h - the kernels of ops/elementwise.c (scale, relu, gelu; the broadcasting
+ * forward of add, mul, sub and div through elementwise_binary_kernel.h; mul's backward) for one
+ * float type. A template header: elementwise.c includes it once per dtype with T (float /
+ * double) and SUF (f32 / f64) defined; FN(name) is name_f32 or name_f64. No include guard. The
+ * math: elementwise.c.
+ */
+#define FN(name) TG__CAT(name, SUF)
+
+/* ---- unary ops ---------------------------------------------------------------------------- */
+/* Each element is written by exactly one iteration: race-free and thread-count independent.
+ * The cheap loops (scale, relu) are branch-free range functions compiled per SIMD level
+ * (TG_SIMD_CLONES) that fork only above TG_PAR_BYTES touched (src/core/vec.h); every operand is
+ * loaded unconditionally so the compiler turns the selects into vector blends. */
+TG_SIMD_CLONES static void FN(scale_range)(int64_t lo, int64_t hi, T s, const T *x, T *y, int mode)
+{
+    if (mode == 0) /* y = s x */
+        for (int64_t i = lo; i < hi; i++)
+            y[i] = s * x[i];
+    else if (mode == 1) /* in place (TG_OPF_BWD_INPLACE): dx = 0 + s dy */
+        for (int64_t i = lo; i < hi; i++)
+            y[i] = (T)0 + s * y[i];
+    else /* dx += s dy */
+        for (int64_t i = lo; i < hi; i++)
+            y[i] += s * x[i];
+}
+
+static void FN(scale_fwd)(int nt, int64_t n, T s, const T *x, T *y)
+{
+    TG_PAR_RANGE(nt, n * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
+                 FN(scale_range)(lo, hi, s, x, y, 0));
+}
+
+static void FN(scale_bwd)(int nt, int64_t n, T s, const T *dy, T *dx)
+{
+    TG_PAR_RANGE(nt, n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
+                 FN(scale_range)(lo, hi, s, dy, dx, dx == dy ? 1 : 2));
+}
+
+TG_SIMD_CLONES static void FN(relu_fwd_range)(int64_t lo, int64_t hi, const T *x, T *y)
+{
+    for (int64_t i = lo; i < hi; i++) {
+        T v = x[i];
+        y[i] = v > 0 ? v : (v != v ? v : (T)0); /* NaN propagates */
+    }
+}
+
+TG_SIMD_CLONES static void FN(relu_bwd_range)(int64_t lo, int64_t hi, const T *y, const T *dy,
+                                              T *dx)
+{
+    if (dx == dy) { /* in place (TG_OPF_BWD_INPLACE): dx = 0 + dy [y > 0] */
+        for (int64_t i = lo; i < hi; i++) {
+            T g = dx[i];
+            dx[i] = (T)0 + (y[i] > 0 ? g : (T)0);
+        }
+        return;
+    }
+    for (int64_t i = lo; i < hi; i++) {
+        T g = dy[i];
+        dx[i] += y[i] > 0 ? g : (T)0; /* y > 0 exactly where x > 0 */
+    }
+}
+
+static void FN(relu_fwd)(int nt, int64_t n, const T *x, T *y)
+{
+    TG_PAR_RANGE(nt, n * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
+                 FN(relu_fwd_range)(lo, hi, x, y));
+}
+
+static void FN(relu_bwd)(int nt, int64_t n, const T *y, const T *dy, T *dx)
+{
+    TG_PAR_RANGE(nt, n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
+                 FN(relu_bwd_range)(lo, hi, y, dy, dx));
+}
+
+static void FN(gelu_fwd)(int nt, int64_t n, const T *x, T *y)
+{
+    TG_OMP_FOR(nt, n > TG_PAR_MIN / 16)
+    for (int64_t i = 0; i < n; i++) {
+        double v = (double)x[i];
+        y[i] = (T)(0.5 * v * (1.0 + erf(v * INV_SQRT2)));
+    }
+}
+
+static void FN(gelu_bwd)(int nt, int64_t n, const T *x, const T *dy, T *dx)
+{
+    TG_OMP_FOR(nt, n > TG_PAR_MIN / 16)
+    for (int64_t i = 0; i < n; i++) {
+        double v = (double)x[i];
+        double cdf = 0.5 * (1.0 + erf(v * INV_SQRT2));
+        double pdf = INV_SQRT2PI * exp(-0.5 * v * v);
+        dx[i] += (T)((double)dy[i] * (cdf + v * pdf));
+    }
+}
+
+/* ---- binary broadcasting ops -------------------------------------------------------------- */
+/* y = a (op) b over y's shape, for OP one of + * - /: rows of the last dim are the unit of
+ * work, each row of y written by one iteration (elementwise_binary_kernel.h). */
+#define BIN_NAME add
+#define BIN_OP +
+#include "elementwise_binary_kernel.h"
+
+#define BIN_NAME mul
+#define BIN_OP *
+#include "elementwise_binary_kernel.h"
+
+#define BIN_NAME sub
+#define BIN_OP -
+#include "elementwise_binary_kernel.h"
+
+#define BIN_NAME div
+#define BIN_OP /
+#include "elementwise_binary_kernel.h"
+
+/* dst[i] = dy[i] * other(broadcast)[i] over y's shape */
+TG_SIMD_CLONES static void FN(mul_expand_rows)(const tg__call *c, const T *O, const int64_t *os,
+                                               T *dst, int64_t lo, int64_t hi)
+{
+    const tg_tensor *y = c->y;
+    const T *G = c->dy;
+    int r = y->rank;
+    int64_t L = r ? y->shape[r - 1] : 1, osl = r ? os[r - 1] : 0;
+    for (int64_t row = lo; row < hi; row++) {
+        int64_t rem = row, oo = 0;
+        for (int d = r - 2; d >= 0; d--) {
+            oo += (rem % y->shape[d]) * os[d];
+            rem /= y->shape[d];
+        }
+        BCAST_ROW(*, dst + row * L, G + row * L, O + oo, 1, osl, L);
+    }
+}
+
+TG_SIMD_CLONES static void FN(mul_acc)(const T *G, const T *O, T *dx, int64_t lo, int64_t hi)
+{
+    for (int64_t i = lo; i < hi; i++)
+        dx[i] += G[i] * O[i];
+}
+
+/* dst[i] = dy[i] * other(broadcast)[i] over y's shape; rows owned by one call */
+static void FN(mul_expand)(const tg__call *c, int o, T *dst)
+{
+    const tg_tensor *y = c->y, *other = y->src[o];
+    int r = y->rank;
+    int64_t os[TG_MAX_RANK];
+    tg__bcast_strides(other, r, y->shape, os);
+    int64_t L = r ? y->shape[r - 1] : 1;
+    TG_PAR_RANGE(c->nt, y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,
+                 y->numel / L, 1, FN(mul_expand_rows)(c, c->in[o], os, dst, lo, hi));
+}
+
+static void FN(mul_bwd)(const tg__call *c)
+{
+    const tg_tensor *y = c->y;
+    for (int s = 0; s < 2; s++) {
+        tg_tensor *x = y->src[s], *other = y->src[1 - s];
+        if (!c->dx[s])
+            continue;
+        if (x->numel == y->numel && other->numel == y->numel) {
+            TG_PAR_RANGE(c->nt,
+                         y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, y->numel, 16,
+                         FN(mul_acc)(c->dy, c->in[1 - s], c->dx[s], lo, hi));
+            continue;
+        }
+        FN(mul_expand)(c, 1 - s, c->ws);
+        tg__reduce_to(c->nt, y->dtype, c->ws, y->rank, y->shape, x, c->dx[s]);
+    }
+}
+
+#undef FN

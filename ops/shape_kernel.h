@@ -1,0 +1,102 @@
+/*
+ * shape_kernel.h - the kernels of ops/shape.c (permute, narrow and contiguous) for one float type.
+ * A template header: shape.c includes it once per dtype with T (float / double) and SUF (f32 /
+ * f64) defined; FN(name) is name_f32 or name_f64. No include guard. The math: shape.c.
+ */
+#define FN(name) TG__CAT(name, SUF)
+
+/* ---- permute and transpose (backward) -------------------------------------------------------- */
+/* Copy with permuted axes: dst (dshape) from src where dst axis k walks src axis perm[k].
+ * If acc, dst += instead of =. Each dst row is written by one iteration. */
+static void FN(permute)(int nt, int r, const int64_t *dshape, const int *perm,
+                        const int64_t *sshape, const T *src, T *dst, bool inverse, bool acc)
+{
+    int64_t sst[TG_MAX_RANK], st[TG_MAX_RANK], s = 1, n = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        sst[i] = s;
+        s *= sshape[i];
+        n *= dshape[i];
+    }
+    /* st[k]: stride in src of dst axis k */
+    for (int k = 0; k < r; k++) {
+        if (!inverse)
+            st[k] = sst[perm[k]];
+        else
+            for (int j = 0; j < r; j++)
+                if (perm[j] == k)
+                    st[k] = sst[j];
+    }
+    int64_t L = r ? dshape[r - 1] : 1, rows = n / L, sl = r ? st[r - 1] : 1;
+    TG_OMP_FOR(nt, n > TG_PAR_MIN)
+    for (int64_t row = 0; row < rows; row++) {
+        int64_t rem = row, so = 0;
+        for (int d = r - 2; d >= 0; d--) {
+            so += (rem % dshape[d]) * st[d];
+            rem /= dshape[d];
+        }
+        T *dr = dst + row * L;
+        if (acc)
+            for (int64_t j = 0; j < L; j++)
+                dr[j] += src[so + j * sl];
+        else
+            for (int64_t j = 0; j < L; j++)
+                dr[j] = src[so + j * sl];
+    }
+}
+
+/* ---- narrow (backward) ----------------------------------------------------------------------- */
+/* x viewed as (outer, X, inner), y as (outer, len, inner): y[o, l, :] = x[o, start + l, :]. */
+static void FN(narrow)(const tg__call *c)
+{
+    const tg_tensor *y = c->y;
+    const tg_tensor *x = y->src[0];
+    int a = y->p.narrow.axis;
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < a; i++)
+        outer *= x->shape[i];
+    for (int i = a + 1; i < x->rank; i++)
+        inner *= x->shape[i];
+    int64_t X = x->shape[a], len = y->shape[a], st = y->p.narrow.start;
+    int nt = c->nt;
+    /* Race-free: iteration (o, l) owns one row of y (and the matching row of dx). */
+    /* one thread below TG_PAR_BYTES: no parallel region at all */
+    TG_PAR_RANGE(nt, y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, outer * len, 1, {
+        for (int64_t ol = lo; ol < hi; ol++) {
+            int64_t o = ol / len, l = ol % len;
+            int64_t xo = (o * X + st + l) * inner, yo = ol * inner;
+            T *dx = (T *)c->dx[0] + xo;
+            const T *dy = (const T *)c->dy + yo;
+            for (int64_t i = 0; i < inner; i++)
+                dx[i] += dy[i];
+        }
+    });
+}
+
+/* ---- contiguous ------------------------------------------------------------------------------ */
+/* y (row-major) = x read through its strides; one row of y per iteration. */
+static void FN(gather)(int nt, const tg_tensor *x, const T *src, T *y)
+{
+    int r = x->rank;
+    int64_t L = r ? x->shape[r - 1] : 1, rows = x->numel / L, sl = r ? x->stride[r - 1] : 1;
+    TG_OMP_FOR(nt, x->numel > TG_PAR_MIN)
+    for (int64_t row = 0; row < rows; row++) {
+        int64_t rem = row, so = 0;
+        for (int d = r - 2; d >= 0; d--) {
+            so += (rem % x->shape[d]) * x->stride[d];
+            rem /= x->shape[d];
+        }
+        T *dr = y + row * L;
+        for (int64_t j = 0; j < L; j++)
+            dr[j] = src[so + j * sl];
+    }
+}
+
+/* contiguous backward: dx += dy, each element by one iteration */
+static void FN(add_into)(int nt, int64_t n, const T *dy, T *dx)
+{
+    TG_OMP_FOR(nt, n > TG_PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        dx[i] += dy[i];
+}
+
+#undef FN
