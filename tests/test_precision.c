@@ -12,6 +12,7 @@
 
 #include "core.h"
 #include "tgrad_nn.h"
+#include "tgrad_train.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -314,6 +315,86 @@ START_TEST(f32_default_unchanged)
 }
 END_TEST
 
+/* The generator at bf16: its logits are within bf16 rounding of the uncached forward graph's
+ * at bf16 (its dense products are bf16 too, but its attention over the cache stays f32 while
+ * the graph's flash attention rounds P and V), and differ from the f32 logits (the rounding is
+ * in effect); the setter's errors. The GEMV path (one row) and the GEMM path (the prompt)
+ * both run. */
+static void lm_logits(tg_ctx *ctx, const tg_transformer *m, const int32_t *ids, int64_t T,
+                      int precision, double *out)
+{
+    tg_mark mk = tg_ctx_mark(ctx);
+    tg_tensor *x = tg_input(ctx, TG_I32, TG_DIMS(1, T), "ids");
+    ck_assert_int_eq(tg_tensor_set_data(x, ids, TG_I32, (size_t)T), TG_OK);
+    tg_tensor *lg = tg_transformer_forward(ctx, m, x, NULL);
+    tg_graph_opts o = {0};
+    o.no_grad = true;
+    o.precision = precision;
+    tg_graph *g = tg_graph_new_opts(ctx, &lg, 1, &o);
+    ck_assert_msg(g != NULL, "%s", tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    int64_t V = m->cfg.vocab_size;
+    for (int64_t v = 0; v < V; v++)
+        out[v] = tg_get(lg, (T - 1) * V + v);
+    tg_ctx_rewind(ctx, mk);
+}
+
+START_TEST(generator_bf16)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_seed(ctx, 5);
+    tg_ctx_set_training(ctx, false);
+    tg_transformer_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.vocab_size = 29;
+    mc.max_seq_len = 16;
+    mc.n_layers = 2;
+    mc.layer = tg_encoder_config_default(64, 4);
+    mc.layer.d_ff = 128;
+    mc.layer.norm_first = true;
+    mc.causal = true;
+    tg_transformer m;
+    ck_assert_int_eq(tg_transformer_init(ctx, &m, TG_F32, &mc), TG_OK);
+    tg_generator *gen = tg_generator_new(ctx, &m, 1);
+    ck_assert_msg(gen != NULL, "%s", tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_generator_precision(gen), TG_PRECISION_F32);
+    ck_assert_int_eq(tg_generator_set_precision(gen, 9), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "unknown precision 9");
+    ck_assert_int_eq(tg_generator_set_precision(gen, TG_PRECISION_BF16), TG_OK);
+    ck_assert_int_eq(tg_generator_precision(gen), TG_PRECISION_BF16);
+    int32_t ids[8] = {3, 7, 1, 12, 28, 5, 9, 2};
+    ck_assert_int_eq(tg_generator_feed(gen, ids, 5), TG_OK); /* the prompt */
+    for (int64_t t = 5; t < 8; t++)
+        ck_assert_int_eq(tg_generator_feed(gen, ids + t, 1), TG_OK);
+    double got[29], bf[29], f32[29], d_ref = 0, d_f32 = 0, d_gen = 0;
+    const float *lg = tg_tensor_data(tg_generator_logits(gen));
+    for (int v = 0; v < 29; v++)
+        got[v] = lg[v];
+    lm_logits(ctx, &m, ids, 8, TG_PRECISION_BF16, bf);
+    lm_logits(ctx, &m, ids, 8, TG_PRECISION_F32, f32);
+    for (int v = 0; v < 29; v++) {
+        d_ref = fmax(d_ref, fabs(got[v] - bf[v]));
+        d_f32 = fmax(d_f32, fabs(bf[v] - f32[v]));
+        d_gen = fmax(d_gen, fabs(got[v] - f32[v]));
+    }
+    ck_assert_msg(d_ref < 0.02, "generator vs graph at bf16: %g", d_ref);
+    ck_assert_msg(d_gen > 1e-4, "generator at bf16 vs f32: %g (no rounding?)", d_gen);
+    ck_assert_msg(d_f32 > 1e-4 && d_f32 < 0.2, "bf16 vs f32 logits: %g", d_f32);
+    tg_generator_free(gen);
+    tu_ctx_free(ctx);
+
+    /* an f64 model refuses bf16 */
+    ctx = tu_ctx_new();
+    ck_assert_int_eq(tg_transformer_init(ctx, &m, TG_F64, &mc), TG_OK);
+    gen = tg_generator_new(ctx, &m, 1);
+    ck_assert_ptr_nonnull(gen);
+    ck_assert_int_eq(tg_generator_set_precision(gen, TG_PRECISION_BF16), TG_ERR_DTYPE);
+    tu_assert_error(ctx, TG_ERR_DTYPE, "bf16 precision is for f32 models");
+    tg_generator_free(gen);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *precision_suite(void)
 {
     Suite *s = suite_create("precision");
@@ -326,6 +407,7 @@ static Suite *precision_suite(void)
     tcase_add_test(tc, threads_bitwise_bf16);
     tcase_add_test(tc, refused);
     tcase_add_test(tc, f32_default_unchanged);
+    tcase_add_test(tc, generator_bf16);
     suite_add_tcase(s, tc);
     return s;
 }
