@@ -303,13 +303,36 @@ int tg__threads(const tg_ctx *ctx);
 #define TG_PAR_MIN 32768
 #endif
 #define TG__PRAGMA(x) _Pragma(#x)
+/* Threads for one parallel region doing `work` units, when each thread should have at least
+ * `per_thread` units: min(nt, work / per_thread), at least 1. A region costs more than its
+ * fork: a worker that has gone to sleep takes tens of microseconds to wake (more when its core
+ * is busy with another process) and the region ends only when every worker has, so
+ * `per_thread` is worth ~100 us on one core. The TG_PAR_MIN=1 builds use every thread for any
+ * work > 1, so the tests take the parallel paths on tiny shapes. */
+static inline int tg__threads_for(int nt, double work, double per_thread)
+{
+    if (nt <= 1 || work <= 1)
+        return 1;
+    if (TG_PAR_MIN == 1)
+        return nt;
+    double t = work / per_thread;
+    return t >= (double)nt ? nt : t >= 2 ? (int)t : 1;
+}
+/* GEMM flops worth a thread (~100 us at the ~100 GFLOP/s of one AVX-512 core). */
+#define TG_GEMM_FLOPS_PER_THREAD 1e7
 #ifdef TG_HAVE_OPENMP
 /* A static-schedule parallel loop over independent outputs. Each iteration must write only its
  * own outputs, so results do not depend on the thread count. */
 #define TG_OMP_FOR(nt, cond) TG__PRAGMA(omp parallel for schedule(static) num_threads(nt) if (cond))
+/* The same over items of microseconds or more each (attention blocks, one-thread GEMMs, rows
+ * of a big matrix), a fixed set given by the shapes: the threads take the items one at a time
+ * as they come free, so a thread the OS deschedules holds up only the item it is in. */
+#define TG_OMP_FOR_ITEMS(nt, cond)                                                            \
+    TG__PRAGMA(omp parallel for schedule(dynamic, 1) num_threads(nt) if (cond))
 #else
 /* Without OpenMP the loop runs serially; evaluate the arguments so they count as used. */
 #define TG_OMP_FOR(nt, cond) (void)(nt); (void)(cond);
+#define TG_OMP_FOR_ITEMS(nt, cond) (void)(nt); (void)(cond);
 #endif
 
 /* ----- SIMD: one binary for every x86-64 ----------------------------------------------------
