@@ -16,8 +16,9 @@
  * (l, l + 4), (l, l + 2), (l, l + 1), as tg__row_dot (src/core/vec.c). The result depends on
  * neither the thread count, the SIMD clone nor M, but it is not the GEMM's FMA chain: the last
  * bits differ from the GEMM's for the same product (dense's tests compare to rounding).
- * Threading: outputs split into static column blocks per thread (each y[r, j] computed by one
- * thread); one region only when the product is large enough to pay for it.
+ * Threading: a thread per 2 MiB of weights (tg__threads_for); the columns in fixed chunks
+ * (TG_PAR_RANGE) taken dynamically, each y[r, j] computed by one thread; no region at all for
+ * the few hundred KiB of a small model's layer.
  */
 #include "gemv.h"
 #include "vec.h"
@@ -91,10 +92,11 @@ static double gv_gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.707106781186
                         const T *W, int64_t ldw, const T *bias, T *y, int64_t ldy, int act,    \
                         T *pre)                                                                \
     {                                                                                          \
-        /* W streamed once: fork above 32 KiB of weights (with a static split each core streams the
-     * same part of W at every call, which then stays in its own cache) */                      \
-        bool par = (int64_t)sizeof(T) * N * K > TG_PAR_WORK(32768);                       \
-        TG_PAR_RANGE(nt, par, N, 4,                                                            \
+        /* W streamed once from cache or memory (~30-50 GB/s on one core): a thread per 2 MiB of \
+         * weights (~50 us), so a decoding step's layers (a few hundred KiB each) run on one     \
+         * thread without entering a region; the columns in fixed chunks taken dynamically. */  \
+        int nth = tg__threads_for(nt, (double)sizeof(T) * (double)N * (double)K, 2097152.0);   \
+        TG_PAR_RANGE(nth, nth > 1, N, 4,                                                       \
                      gv_cols_##SUF(M, lo, hi, K, x, ldx, W, ldw, bias, y, ldy, act, pre));     \
     }
 DEFINE_GEMV(float, f32)
