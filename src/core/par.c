@@ -2,13 +2,20 @@
  * par.c - the blocked products' task scheduler (par.h): one atomic task counter, per-buffer
  * and per-row-group completion counters, waits only on tasks that are already taken.
  */
-#define _POSIX_C_SOURCE 200809L /* sched_yield */
+#if defined(__linux__)
+#define _GNU_SOURCE /* syscall */
+#else
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+#endif
 #include "par.h"
 #include "core.h"
 
 #include <stdatomic.h>
-#if defined(__unix__)
-#include <sched.h>
+#include <time.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -20,45 +27,114 @@ typedef struct {
     atomic_llong packed[2];                   /* pack tasks done, per buffer (all blocks) */
     atomic_llong done[2];                     /* row tasks done, per buffer (all blocks) */
     atomic_llong rowdone[TG__SCHED_MAX_ROWS]; /* blocks done, per row group */
+    atomic_int waiters;                       /* threads asleep (or going to sleep) in wait_ge */
+    atomic_int epoch;                         /* bumped by completions while someone waits */
 } sched_state;
 
-/* Waits until *x >= v: the task that makes it so is running on another thread (it was taken
- * earlier), usually for microseconds; past ~1000 polls the CPU is given up between polls, in
- * case that thread waits for this core. */
-static void wait_ge(atomic_llong *x, int64_t v)
+static double now_us(void)
 {
-    for (int spins = 0; atomic_load_explicit(x, memory_order_acquire) < v; spins++) {
-        if (spins < 1000) {
-#if defined(__x86_64__) || defined(__i386__)
-            _mm_pause();
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
+/* Sleeps until st->epoch may differ from e (or ~1 ms passed: the caller checks again). */
+static void sleep_on(sched_state *st, int e)
+{
+#if defined(__linux__)
+    struct timespec to = {0, 1000000};
+    syscall(SYS_futex, (int *)&st->epoch, FUTEX_WAIT_PRIVATE, e, &to, NULL, 0);
+#else
+    (void)st, (void)e;
+    struct timespec to = {0, 50000};
+    nanosleep(&to, NULL);
 #endif
-        } else {
-#if defined(__unix__)
-            sched_yield();
+}
+
+/* After a task's completion counters are updated: wakes the threads waiting for them. */
+static void notify(sched_state *st)
+{
+    if (atomic_load(&st->waiters) > 0) {
+        atomic_fetch_add(&st->epoch, 1);
+#if defined(__linux__)
+        syscall(SYS_futex, (int *)&st->epoch, FUTEX_WAKE_PRIVATE, 1 << 30, NULL, NULL, 0);
 #endif
-        }
     }
 }
 
-/* Task t: block b = t / (np + nr); within a block the np pack tasks come first. */
+/* Waits until *x >= v. The task that makes it so was taken earlier by another thread and
+ * usually ends within microseconds: poll for ~20 us, then sleep until a completion. Sleeping
+ * matters when other processes want the cores: it frees this core, so the OS can move the
+ * thread that holds the task here instead of leaving it queued behind another process. */
+static void wait_ge(sched_state *st, atomic_llong *x, int64_t v)
+{
+    if (atomic_load(x) >= v)
+        return;
+    double t0 = now_us();
+    while (now_us() - t0 < 20)
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load(x) >= v)
+                return;
+#if defined(__x86_64__) || defined(__i386__)
+            _mm_pause();
+#endif
+        }
+    atomic_fetch_add(&st->waiters, 1);
+    for (;;) {
+        int e = atomic_load(&st->epoch);
+        if (atomic_load(x) >= v)
+            break;
+        sleep_on(st, e);
+    }
+    atomic_fetch_sub(&st->waiters, 1);
+}
+
+/* Pack task i of block b: the row tasks of blocks b - 2, b - 4, ... (this buffer's earlier
+ * blocks) must be done. */
+static void pack_task(sched_state *st, int64_t b, int64_t i)
+{
+    const tg__sched *s = st->s;
+    int buf = (int)(b % 2);
+    wait_ge(st, &st->done[buf], (b / 2) * s->nr);
+    s->pack(s->arg, b, i, buf);
+    atomic_fetch_add(&st->packed[buf], 1);
+    notify(st);
+}
+
+/* Row task r of block b: block b must be packed and row group r done with blocks 0 .. b-1. */
+static void rows_task(sched_state *st, int64_t b, int64_t r, int thread)
+{
+    const tg__sched *s = st->s;
+    int buf = (int)(b % 2);
+    wait_ge(st, &st->packed[buf], (b / 2 + 1) * s->np);
+    wait_ge(st, &st->rowdone[r], b);
+    s->rows(s->arg, b, r, buf, thread);
+    atomic_store(&st->rowdone[r], b + 1);
+    atomic_fetch_add(&st->done[buf], 1);
+    notify(st);
+}
+
+/* Task number t. The order: block 0's pack tasks; then per block b its first h = nr / 2 row
+ * tasks, block b + 1's pack tasks (none after the last block), its other row tasks. A pack
+ * task of block b + 1 then comes at least h tasks after the last row task of block b - 1 (the
+ * buffer it overwrites), and a row task of block b + 1 at least h tasks after the pack tasks
+ * it reads: with tasks of similar length, what a task needs is done by the time it is taken
+ * unless the thread doing it was stopped. */
 static void run_task(sched_state *st, int64_t t, int thread)
 {
     const tg__sched *s = st->s;
-    int64_t per = s->np + s->nr, b = t / per, o = t % per;
-    int buf = (int)(b % 2);
-    if (o < s->np) {
-        /* the row tasks of blocks b - 2, b - 4, ... (this buffer's earlier blocks) are done */
-        wait_ge(&st->done[buf], (b / 2) * s->nr);
-        s->pack(s->arg, b, o, buf);
-        atomic_fetch_add_explicit(&st->packed[buf], 1, memory_order_release);
+    int64_t np = s->np, nr = s->nr, h = nr / 2;
+    if (t < np) {
+        pack_task(st, 0, t);
         return;
     }
-    int64_t r = o - s->np;
-    wait_ge(&st->packed[buf], (b / 2 + 1) * s->np); /* block b is packed */
-    wait_ge(&st->rowdone[r], b);                    /* row group r has blocks 0 .. b-1 */
-    s->rows(s->arg, b, r, buf, thread);
-    atomic_store_explicit(&st->rowdone[r], b + 1, memory_order_release);
-    atomic_fetch_add_explicit(&st->done[buf], 1, memory_order_release);
+    int64_t b = (t - np) / (nr + np), o = (t - np) % (nr + np);
+    if (o < h)
+        rows_task(st, b, o, thread);
+    else if (o < h + np && b + 1 < s->nb)
+        pack_task(st, b + 1, o - h);
+    else
+        rows_task(st, b, b + 1 < s->nb ? o - np : o, thread);
 }
 
 void tg__sched_run(int nth, const tg__sched *s)
@@ -66,6 +142,8 @@ void tg__sched_run(int nth, const tg__sched *s)
     sched_state st;
     st.s = s;
     atomic_init(&st.next, 0);
+    atomic_init(&st.waiters, 0);
+    atomic_init(&st.epoch, 0);
     for (int i = 0; i < 2; i++) {
         atomic_init(&st.packed[i], 0);
         atomic_init(&st.done[i], 0);

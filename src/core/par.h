@@ -4,9 +4,10 @@
  * A product C = op(A) op(B) on several threads is a fixed list of tasks whose count and bounds
  * depend on the shapes only. Blocks b = 0 .. nb-1 (column block, K chunk) in the serial loop
  * order; each block has np pack tasks (slices of op(B)'s block packed into buffer b % 2, shared
- * by every thread) followed by nr row tasks (row group r of C over that block, reading the
- * packed buffer). The tasks are numbered in that order and handed out from one atomic counter:
- * a thread takes the next number when it comes free, so a thread the OS deschedules holds up
+ * by every thread) and nr row tasks (row group r of C over that block, reading the packed
+ * buffer). The tasks are numbered (block 0's pack tasks; then per block half its row tasks,
+ * the next block's pack tasks, the other half) and handed out from one atomic counter: a
+ * thread takes the next number when it comes free, so a thread the OS deschedules holds up
  * only the task it is in (and, later, the tasks that need that one).
  *
  * Dependencies, each on tasks with lower numbers (so every task's dependencies are already
@@ -14,7 +15,9 @@
  *   - pack task of block b: every row task of block b - 2 is done (they read buffer b % 2);
  *   - row task r of block b: every pack task of block b is done, and row task r of block b - 1
  *     is done (a K chunk adds to the C rows the previous chunk wrote, in the serial order).
- * A task whose dependencies are not done yet waits for them (spinning, then yielding the CPU).
+ * The numbering puts half a block of row tasks between a task and what it needs, so it is
+ * usually done already; otherwise the task waits (polling ~20 us, then asleep until a task
+ * completes, which frees the core for the thread it waits for).
  *
  * Determinism: every C element is computed by the row tasks of its row group, one block after
  * the other in the serial order, each by one thread; packing only copies. The result is the
