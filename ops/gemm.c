@@ -601,8 +601,9 @@ DEFINE_PACK(double, f64)
         /* ws holds nt per-thread slices of at least tg__gemm_ws_bytes_nk(dt, 1, N, K) bytes;       \
          * never a stack buffer (up to 512 KiB) in an OpenMP worker's stack. */                     \
         assert(ws != NULL);                                                                         \
-        int nth = tg__threads_for(nt, 2.0 * (double)M * (double)N * (double)K,                      \
-                                  TG_GEMM_FLOPS_PER_THREAD);                                        \
+        double flops = 2.0 * (double)M * (double)N * (double)K;                                     \
+        tg__par_gov *gov = tg__gemm_gov(flops);                                                     \
+        int nth = tg__threads_for(nt, flops, TG_GEMM_FLOPS_PER_THREAD);                             \
         /* Few rows: groups of `cw` column panels (fixed by N), each one task over every row        \
          * and all of K on the thread that takes it, packing its own op(B) columns (or reading      \
          * them in place). */                                                                       \
@@ -611,19 +612,26 @@ DEFINE_PACK(double, f64)
         int64_t groups = (panels + cw - 1) / cw;                                                    \
         if (strips < 8 && groups < nth)                                                             \
             nth = (int)groups;                                                                      \
+        nth = tg__gov_threads(gov, nth);                                                            \
         if (nth == 1) {                                                                             \
             part_##SUF(&ks, ta, tb, 0, M, 0, N, K, A, lda, B, ldb, C, ldc, acc, epi, ws);           \
             return;                                                                                 \
         }                                                                                           \
         if (strips < 8) {                                                                           \
             /* Race-free: a group owns its columns of C. */                                         \
-            TG__PRAGMA(omp parallel for schedule(dynamic, 1) num_threads(nth))                      \
-            for (int64_t gi = 0; gi < groups; gi++) {                                               \
-                int64_t n0 = gi * cw * ks.nr, n1 = (gi + 1) * cw * ks.nr;                           \
-                T *w = (T *)(void *)((char *)ws + (size_t)TG_THREAD_NUM() * per);                   \
-                part_##SUF(&ks, ta, tb, 0, M, n0, n1 < N ? n1 : N, K, A, lda, B, ldb, C, ldc,       \
-                           acc, epi, w);                                                            \
+            tg__par_loop l;                                                                         \
+            tg__loop_init(&l, groups);                                                              \
+            TG__PRAGMA(omp parallel num_threads(nth))                                               \
+            {                                                                                       \
+                int me = TG_THREAD_NUM();                                                           \
+                T *w = (T *)(void *)((char *)ws + (size_t)me * per);                                \
+                for (int64_t gi; (gi = tg__loop_next(&l, me)) >= 0;) {                              \
+                    int64_t n0 = gi * cw * ks.nr, n1 = (gi + 1) * cw * ks.nr;                       \
+                    part_##SUF(&ks, ta, tb, 0, M, n0, n1 < N ? n1 : N, K, A, lda, B, ldb, C,        \
+                               ldc, acc, epi, w);                                                   \
+                }                                                                                   \
             }                                                                                       \
+            tg__gov_report(gov, l.t0, l.tm, l.mine, groups);                                        \
             return;                                                                                 \
         }                                                                                           \
         /* Row groups of whole strips, at most TG__SCHED_MAX_ROWS of them (fixed by M). */          \
@@ -633,7 +641,7 @@ DEFINE_PACK(double, f64)
                          ws_kc(dt_, K), ws_nc(dt_, N), A, B, C, epi, ws, per};                      \
         int64_t bpanels = ((N < NC ? N : NC) + ks.nr - 1) / ks.nr;                                  \
         tg__sched s = {ncb * nkb, (bpanels + g.ppt - 1) / g.ppt, (strips + spg - 1) / spg,          \
-                       sched_pack_##SUF, sched_rows_##SUF, &g};                                     \
+                       sched_pack_##SUF, sched_rows_##SUF, &g, gov};                                \
         tg__sched_run(nth, &s);                                                                     \
     }                                                                                               \
     void tg__gemm_ex_##SUF(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,               \

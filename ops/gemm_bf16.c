@@ -440,8 +440,9 @@ void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, 
     int64_t panels = (N + NR - 1) / NR, strips = (M + MR - 1) / MR;
     assert(ws != NULL);
     /* bf16 products run at about twice the f32 rate: twice the flops per thread */
-    int nth = tg__threads_for(nt, 2.0 * (double)M * (double)N * (double)K,
-                              2 * TG_GEMM_FLOPS_PER_THREAD);
+    double flops = 2.0 * (double)M * (double)N * (double)K;
+    tg__par_gov *gov = tg__gemm_gov(flops / 2);
+    int nth = tg__threads_for(nt, flops, 2 * TG_GEMM_FLOPS_PER_THREAD);
     /* Few rows: groups of `cw` column panels (fixed by N, as ops/gemm.c), each one task over
      * every row and all of K, packing its own op(B) columns. */
     int64_t cw = (panels + TG_PAR_CHUNKS - 1) / TG_PAR_CHUNKS;
@@ -449,19 +450,26 @@ void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, 
     int64_t groups = (panels + cw - 1) / cw;
     if (strips < 8 && groups < nth)
         nth = (int)groups;
+    nth = tg__gov_threads(gov, nth);
     if (nth == 1) {
         part(kern, hw, ta, tb, 0, M, 0, N, K, A, lda, B, ldb, C, ldc, acc, epi, ws);
         return;
     }
     if (strips < 8) {
         /* Race-free: a group owns its columns of C. */
-        TG__PRAGMA(omp parallel for schedule(dynamic, 1) num_threads(nth))
-        for (int64_t gi = 0; gi < groups; gi++) {
-            int64_t n0 = gi * cw * NR, n1 = (gi + 1) * cw * NR;
-            char *w = (char *)ws + (size_t)TG_THREAD_NUM() * per;
-            part(kern, hw, ta, tb, 0, M, n0, n1 < N ? n1 : N, K, A, lda, B, ldb, C, ldc, acc,
-                 epi, w);
+        tg__par_loop l;
+        tg__loop_init(&l, groups);
+        TG__PRAGMA(omp parallel num_threads(nth))
+        {
+            int me = TG_THREAD_NUM();
+            char *w = (char *)ws + (size_t)me * per;
+            for (int64_t gi; (gi = tg__loop_next(&l, me)) >= 0;) {
+                int64_t n0 = gi * cw * NR, n1 = (gi + 1) * cw * NR;
+                part(kern, hw, ta, tb, 0, M, n0, n1 < N ? n1 : N, K, A, lda, B, ldb, C, ldc,
+                     acc, epi, w);
+            }
         }
+        tg__gov_report(gov, l.t0, l.tm, l.mine, groups);
         return;
     }
     int64_t spg = (strips + TG__SCHED_MAX_ROWS - 1) / TG__SCHED_MAX_ROWS;
@@ -470,6 +478,6 @@ void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, 
                    A, B, C, epi, (char *)ws, per};
     int64_t bpanels = ((N < NC ? N : NC) + NR - 1) / NR;
     tg__sched s = {ncb * nkb, (bpanels + PANELS_PER_PACK - 1) / PANELS_PER_PACK,
-                   (strips + spg - 1) / spg, sched_pack, sched_rows, &g};
+                   (strips + spg - 1) / spg, sched_pack, sched_rows, &g, gov};
     tg__sched_run(nth, &s);
 }

@@ -320,6 +320,25 @@ static inline int tg__threads_for(int nt, double work, double per_thread)
 }
 /* GEMM flops worth a thread (~100 us at the ~100 GFLOP/s of one AVX-512 core). */
 #define TG_GEMM_FLOPS_PER_THREAD 1e7
+
+/* The region governor (src/core/par.c). A site that opens parallel regions (a TG_PAR_RANGE
+ * loop, the GEMM per size class) keeps a record per calling thread. After a region, the time
+ * thread 0 took for its share of the chunks gives what one thread alone would have taken; if
+ * the team was not faster (a worker came late or was descheduled holding a chunk: other
+ * processes want the cores), the site runs on one thread, without a region, for 1 ms, twice
+ * as long after each loss in a row (up to 256 ms), then tries the team again; a win resets
+ * it. Only how many threads run changes, never a result. The TG_PAR_MIN=1 builds never back
+ * off (the tests take every parallel path). */
+typedef struct tg__par_gov {
+    double off_until; /* us (tg__now_us): until then, one thread */
+    double backoff;   /* us: the next off period; 0 after a win */
+} tg__par_gov;
+double tg__now_us(void);
+/* nth, or 1 while the site backs off. */
+int tg__gov_threads(tg__par_gov *g, int nth);
+/* After a region of `chunks` equal chunks that started at t0 (us), of which thread 0 took
+ * `mine` and ran out of chunks at tm: updates the site's record. */
+void tg__gov_report(tg__par_gov *g, double t0, double tm, int64_t mine, int64_t chunks);
 #ifdef TG_HAVE_OPENMP
 /* A static-schedule parallel loop over independent outputs. Each iteration must write only its
  * own outputs, so results do not depend on the thread count. */

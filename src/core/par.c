@@ -11,6 +11,7 @@
 #include "core.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <time.h>
 #if defined(__linux__)
 #include <linux/futex.h>
@@ -31,11 +32,50 @@ typedef struct {
     atomic_int epoch;                         /* bumped by completions while someone waits */
 } sched_state;
 
-static double now_us(void)
+double tg__now_us(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
+/* ----- the region governor (core.h) ----------------------------------------------------- */
+#define GOV_MIN_OFF 1000.0   /* us */
+#define GOV_MAX_OFF 256000.0 /* us */
+
+int tg__gov_threads(tg__par_gov *g, int nth)
+{
+    if (nth <= 1 || TG_PAR_MIN == 1 || g->off_until == 0)
+        return nth;
+    if (tg__now_us() < g->off_until)
+        return 1;
+    g->off_until = 0;
+    return nth;
+}
+
+tg__par_gov *tg__gemm_gov(double flops)
+{
+    static _Thread_local tg__par_gov classes[40];
+    int c = 0;
+    while (c < 39 && flops >= 2.0)
+        flops /= 2, c++;
+    return &classes[c];
+}
+
+void tg__gov_report(tg__par_gov *g, double t0, double tm, int64_t mine, int64_t chunks)
+{
+    if (TG_PAR_MIN == 1 || mine <= 0 || tm <= t0)
+        return;
+    double t1 = tg__now_us();
+    /* thread 0 did `mine` of the chunks in tm - t0: one thread alone would have taken
+     * (tm - t0) chunks / mine */
+    if (t1 - t0 < (tm - t0) * (double)chunks / (double)mine) {
+        g->backoff = 0;
+        return;
+    }
+    g->backoff = g->backoff > 0 ? (2 * g->backoff < GOV_MAX_OFF ? 2 * g->backoff : GOV_MAX_OFF)
+                                : GOV_MIN_OFF;
+    g->off_until = t1 + g->backoff;
 }
 
 /* Sleeps until st->epoch may differ from e (or ~1 ms passed: the caller checks again). */
@@ -70,8 +110,8 @@ static void wait_ge(sched_state *st, atomic_llong *x, int64_t v)
 {
     if (atomic_load(x) >= v)
         return;
-    double t0 = now_us();
-    while (now_us() - t0 < 20)
+    double t0 = tg__now_us();
+    while (tg__now_us() - t0 < 20)
         for (int i = 0; i < 64; i++) {
             if (atomic_load(x) >= v)
                 return;
@@ -120,21 +160,21 @@ static void rows_task(sched_state *st, int64_t b, int64_t r, int thread)
  * buffer it overwrites), and a row task of block b + 1 at least h tasks after the pack tasks
  * it reads: with tasks of similar length, what a task needs is done by the time it is taken
  * unless the thread doing it was stopped. */
-static void run_task(sched_state *st, int64_t t, int thread)
+static bool run_task(sched_state *st, int64_t t, int thread) /* true: a row task */
 {
     const tg__sched *s = st->s;
     int64_t np = s->np, nr = s->nr, h = nr / 2;
     if (t < np) {
         pack_task(st, 0, t);
-        return;
+        return false;
     }
     int64_t b = (t - np) / (nr + np), o = (t - np) % (nr + np);
-    if (o < h)
-        rows_task(st, b, o, thread);
-    else if (o < h + np && b + 1 < s->nb)
+    if (o >= h && o < h + np && b + 1 < s->nb) {
         pack_task(st, b + 1, o - h);
-    else
-        rows_task(st, b, b + 1 < s->nb ? o - np : o, thread);
+        return false;
+    }
+    rows_task(st, b, o < h ? o : b + 1 < s->nb ? o - np : o, thread);
+    return true;
 }
 
 void tg__sched_run(int nth, const tg__sched *s)
@@ -155,16 +195,24 @@ void tg__sched_run(int nth, const tg__sched *s)
     if (nth > 1) {
         /* Race-free: tasks write disjoint memory (a pack task its panels of one buffer, a row
          * task its C rows and its thread's workspace) and are ordered by the waits above. */
+        double t0 = tg__now_us(), tm = 0;
+        int64_t mine = 0; /* row tasks thread 0 ran */
         TG__PRAGMA(omp parallel num_threads(nth))
         {
             int thread = omp_get_thread_num();
             for (;;) {
                 int64_t t = atomic_fetch_add_explicit(&st.next, 1, memory_order_relaxed);
-                if (t >= total)
+                if (t >= total) {
+                    if (thread == 0)
+                        tm = tg__now_us();
                     break;
-                run_task(&st, t, thread);
+                }
+                if (run_task(&st, t, thread) && thread == 0)
+                    mine++;
             }
         }
+        if (s->gov)
+            tg__gov_report(s->gov, t0, tm, mine, s->nb * s->nr);
         return;
     }
 #endif

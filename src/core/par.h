@@ -26,6 +26,8 @@
 #ifndef TG_PAR_H
 #define TG_PAR_H
 
+#include "core.h"
+
 #include <stdint.h>
 
 /* At most this many row groups (the caller sizes the groups; the scheduler keeps one counter
@@ -42,7 +44,12 @@ typedef struct tg__sched {
      * private workspace) */
     void (*rows)(void *arg, int64_t b, int64_t r, int buf, int thread);
     void *arg;
+    tg__par_gov *gov; /* the governor record the region reports to (core.h), or NULL */
 } tg__sched;
+
+/* The governor record of the calling thread for products of about `flops` (one per power of
+ * two). */
+tg__par_gov *tg__gemm_gov(double flops);
 
 /* Runs every task of s in one parallel region of nth threads (nth >= 2 for two buffers to make
  * sense; nth == 1 or no OpenMP: all tasks in order on the calling thread). */

@@ -13,6 +13,7 @@
 
 #include "core.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -52,28 +53,69 @@ static inline void tg__chunk(int64_t n, int64_t nc, int64_t c, int64_t align, in
     *hi = b1 * align < n ? b1 * align : n;
 }
 
+/* One region's dynamic loop over n chunks: threads take chunk numbers from `next`; thread 0
+ * counts its chunks and notes when it ran out, for the region governor (core.h). */
+typedef struct tg__par_loop {
+    atomic_llong next;
+    int64_t n, mine;
+    double t0, tm;
+} tg__par_loop;
+
+static inline void tg__loop_init(tg__par_loop *l, int64_t n)
+{
+    atomic_init(&l->next, 0);
+    l->n = n;
+    l->mine = 0;
+    l->t0 = tg__now_us();
+    l->tm = 0;
+}
+
+/* The next chunk for thread `me`, or -1 when none is left. */
+static inline int64_t tg__loop_next(tg__par_loop *l, int me)
+{
+    int64_t c = atomic_fetch_add_explicit(&l->next, 1, memory_order_relaxed);
+    if (c >= l->n) {
+        if (me == 0 && l->tm == 0)
+            l->tm = tg__now_us();
+        return -1;
+    }
+    if (me == 0)
+        l->mine++;
+    return c;
+}
+
 /* Runs the statement given last (it uses int64_t lo, hi; commas allowed) over [0, n): when
  * `par` is true, nt > 1 and n > 1, once per fixed chunk (tg__chunk) in one parallel region of
- * min(nt, chunks) threads taking the chunks dynamically; else once over the whole range on the
- * calling thread, without entering a parallel region at all. The statement must write only the
+ * min(nt, chunks) threads taking the chunks dynamically (unless this call site's governor
+ * record says one thread does better for now); else once over the whole range on the calling
+ * thread, without entering a parallel region at all. The statement must write only the
  * outputs of its items (and may use TG_THREAD_NUM()'s workspace slice), which makes the result
  * independent of the chunking, the thread count and the schedule. */
 #ifdef TG_HAVE_OPENMP
 #define TG_PAR_RANGE(nt, par, n, align, ...)                                                  \
     do {                                                                                       \
+        static _Thread_local tg__par_gov tg__gov_;                                             \
         int tg__nt_ = (nt);                                                                    \
         int64_t tg__n_ = (n), tg__al_ = (align);                                               \
         int64_t tg__nc_ = tg__nt_ > 1 && (par) && tg__n_ > 1 ? tg__nchunks(tg__n_, tg__al_) : 1; \
-        if (tg__nc_ > 1) {                                                                     \
-            int tg__th_ = tg__nc_ < tg__nt_ ? (int)tg__nc_ : tg__nt_;                          \
-            TG__PRAGMA(omp parallel for schedule(dynamic, 1) num_threads(tg__th_))              \
-            for (int64_t tg__c_ = 0; tg__c_ < tg__nc_; tg__c_++) {                             \
-                int64_t lo, hi;                                                                \
-                tg__chunk(tg__n_, tg__nc_, tg__c_, tg__al_, &lo, &hi);                         \
-                if (lo < hi) {                                                                 \
-                    __VA_ARGS__;                                                               \
+        int tg__th_ = tg__nc_ < tg__nt_ ? (int)tg__nc_ : tg__nt_;                              \
+        if (tg__th_ > 1)                                                                       \
+            tg__th_ = tg__gov_threads(&tg__gov_, tg__th_);                                     \
+        if (tg__th_ > 1) {                                                                     \
+            tg__par_loop tg__l_;                                                               \
+            tg__loop_init(&tg__l_, tg__nc_);                                                   \
+            TG__PRAGMA(omp parallel num_threads(tg__th_))                                      \
+            {                                                                                  \
+                int tg__me_ = omp_get_thread_num();                                            \
+                for (int64_t tg__c_; (tg__c_ = tg__loop_next(&tg__l_, tg__me_)) >= 0;) {       \
+                    int64_t lo, hi;                                                            \
+                    tg__chunk(tg__n_, tg__nc_, tg__c_, tg__al_, &lo, &hi);                     \
+                    if (lo < hi) {                                                             \
+                        __VA_ARGS__;                                                           \
+                    }                                                                          \
                 }                                                                              \
             }                                                                                  \
+            tg__gov_report(&tg__gov_, tg__l_.t0, tg__l_.tm, tg__l_.mine, tg__nc_);             \
         } else {                                                                               \
             int64_t lo = 0, hi = tg__n_;                                                       \
             __VA_ARGS__;                                                                       \
