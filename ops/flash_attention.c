@@ -48,12 +48,12 @@
 #define FA_BK 32
 /* Rows per group of the small-T path's phases */
 #define FA_SR 8
-/* Fork above this many fa_work units, ~50 us on one core (SDPA (64, 5, 64),
+/* Fork the small-T path above this many fa_work units, ~50 us on one core (SDPA (64, 5, 64),
  * 204,800 units, takes ~27 us forward on this project's AVX-512 machine). Not ~20 us: a
  * region that short is dominated by waking the other thread when its core is busy; with
  * 120,000 units SDPA (64, 5, 64) at 2 threads measured 0.018 ms in `tgrad bench` but a median
  * of 0.28 ms (0.04-5.4) in tools/bench_torch.py, whose pauses let the worker sleep. */
-#define FA_PAR_UNITS 400000
+#define FA_SMALL_PAR_UNITS 400000
 
 /* Builder metadata (y->aux, owned by the node). Per output batch o (the broadcast leading
  * dims flattened): the element offset of q's, k's and v's matrix in their data (through
@@ -105,11 +105,10 @@ static bool fa_small_bwd_ok(const fa_meta *m)
     return fa_small(m) && m->n[0] == m->nb && m->n[1] == m->nb && m->kv_same;
 }
 
-/* Fork (both paths): about 50 us of work on one core (FA_PAR_UNITS); the tiled path's items
- * (query or key blocks of a batch) and the small path's batches are then taken dynamically. */
-static bool fa_par(const fa_meta *m)
+/* Fork for the small-T path: about 50 us of work on one core (FA_SMALL_PAR_UNITS). */
+static bool fa_small_par(const fa_meta *m)
 {
-    return fa_work(m) > (double)TG_PAR_WORK(FA_PAR_UNITS);
+    return fa_work(m) > (double)TG_PAR_WORK(FA_SMALL_PAR_UNITS);
 }
 
 /* Elements of the two-pass backward layout (before the one-pass extras). */

@@ -855,12 +855,12 @@ static void FA_FN(fa_forward)(tg_tensor *y)
     FA_T *ws = y->ws;
     int nt = tg__threads(y->ctx);
     if (fa_small(m)) { /* batches [lo, hi) per thread, each owning its out rows and lse */
-        TG_PAR_RANGE(nt, fa_par(m), m->nb, 1, FA_FN(fa_small_fwd)(m, y, lo, hi));
+        TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1, FA_FN(fa_small_fwd)(m, y, lo, hi));
         return;
     }
     /* Item (o, qb) owns out rows and lse of query block qb of batch o: race-free, each
      * computed by one thread in a fixed order whatever the thread count. */
-    TG_OMP_FOR_ITEMS(nt, fa_par(m))
+    TG_OMP_FOR(nt, fa_work(m) > TG_PAR_MIN)
     for (int64_t it = 0; it < items; it++)
         FA_FN(fa_fwd_item)(m, y, it / nqb, it % nqb, ws + (size_t)TG_THREAD_NUM() * per);
 }
@@ -879,12 +879,12 @@ static void FA_FN(fa_backward)(tg_tensor *y)
     }
     size_t per = (fa_ws_per_thread(m, true) + fa_gemm_ws(m, y->dtype)) / sizeof(FA_T);
     int nt = tg__threads(y->ctx);
-    bool par = fa_par(m);
+    bool par = fa_work(m) > TG_PAR_MIN;
     int64_t nkb = (m->Tk + FA_BK - 1) / FA_BK, nqb = (m->Tq + FA_BQ - 1) / FA_BQ;
     bool do_k = k->grad != NULL, do_v = v->grad != NULL;
     if (fa_small_bwd_ok(m)) {
         /* batches [lo, hi) per thread; batch o owns every gradient row of its matrices */
-        TG_PAR_RANGE(nt, fa_par(m), m->nb, 1,
+        TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1,
                      FA_FN(fa_small_bwd)(m, y, lo, hi, q->grad != NULL, do_k, do_v, dM,
                                          ws + (size_t)TG_THREAD_NUM() * per));
         if (dM)
@@ -893,7 +893,7 @@ static void FA_FN(fa_backward)(tg_tensor *y)
     }
     if (fa_one_pass(m)) {
         /* Item o owns every gradient row of batch o's matrices (a bijection): race-free. */
-        TG_OMP_FOR_ITEMS(nt, par)
+        TG_OMP_FOR(nt, par)
         for (int64_t o = 0; o < m->nb; o++)
             FA_FN(fa_bwd_one_item)(m, y, o, q->grad != NULL, do_k, do_v, dM,
                                    ws + (size_t)TG_THREAD_NUM() * per);
@@ -906,7 +906,7 @@ static void FA_FN(fa_backward)(tg_tensor *y)
     if (do_k || dM || (do_v && m->kv_same)) {
         int64_t items = m->n[1] * nkb;
         bool with_v = do_v && m->kv_same;
-        TG_OMP_FOR_ITEMS(nt, par)
+        TG_OMP_FOR(nt, par)
         for (int64_t it = 0; it < items; it++)
             FA_FN(fa_bwd_kv_item)(m, y, 1, it / nkb, it % nkb, do_k, with_v, dM,
                                   ws + (size_t)TG_THREAD_NUM() * per);
@@ -914,7 +914,7 @@ static void FA_FN(fa_backward)(tg_tensor *y)
     /* Pass 1b: v grouped differently from k (broadcast differently): dV by v's own groups. */
     if (do_v && !m->kv_same) {
         int64_t items = m->n[2] * nkb;
-        TG_OMP_FOR_ITEMS(nt, par)
+        TG_OMP_FOR(nt, par)
         for (int64_t it = 0; it < items; it++)
             FA_FN(fa_bwd_kv_item)(m, y, 2, it / nkb, it % nkb, false, true, NULL,
                                   ws + (size_t)TG_THREAD_NUM() * per);
@@ -922,7 +922,7 @@ static void FA_FN(fa_backward)(tg_tensor *y)
     /* Pass 2: item (matrix g of q, query block qb) owns rows qb of dQ[g]. */
     if (q->grad) {
         int64_t items = m->n[0] * nqb;
-        TG_OMP_FOR_ITEMS(nt, par)
+        TG_OMP_FOR(nt, par)
         for (int64_t it = 0; it < items; it++)
             FA_FN(fa_bwd_q_item)(m, y, it / nqb, it % nqb, ws + (size_t)TG_THREAD_NUM() * per);
     }

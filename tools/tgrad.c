@@ -145,7 +145,7 @@ static int dispatch(int argc, char **argv)
 
 static void omp_wait_default(char **argv)
 {
-#if defined(TG_HAVE_OPENMP) && defined(__linux__)
+#if defined(TGRAD_OMP_WAIT_DEFAULT) && defined(__linux__)
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
         return;
     if (setenv("GOMP_SPINCOUNT", TGRAD_SPINCOUNT, 1) != 0)

@@ -340,9 +340,12 @@ int tg__gov_threads(tg__par_gov *g, int nth);
  * `mine` and ran out of chunks at tm: updates the site's record. */
 void tg__gov_report(tg__par_gov *g, double t0, double tm, int64_t mine, int64_t chunks);
 #ifdef TG_HAVE_OPENMP
-/* A static-schedule parallel loop over independent outputs. Each iteration must write only its
- * own outputs, so results do not depend on the thread count. */
-#define TG_OMP_FOR(nt, cond) TG__PRAGMA(omp parallel for schedule(static) num_threads(nt) if (cond))
+/* A parallel loop over independent outputs. Each iteration must write only its own outputs, so
+ * results depend neither on the thread count nor on which thread runs an iteration. The
+ * iterations are handed out dynamically in shrinking runs (OpenMP's guided schedule: a thread
+ * takes about remaining / threads at a time), so a thread that starts late or is descheduled
+ * leaves the rest to the others instead of holding up a fixed half. */
+#define TG_OMP_FOR(nt, cond) TG__PRAGMA(omp parallel for schedule(guided) num_threads(nt) if (cond))
 /* The same over items of microseconds or more each (attention blocks, one-thread GEMMs, rows
  * of a big matrix), a fixed set given by the shapes: the threads take the items one at a time
  * as they come free, so a thread the OS deschedules holds up only the item it is in. */
