@@ -95,8 +95,9 @@ static double gv_gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.707106781186
         /* W streamed once from cache or memory (~30-50 GB/s on one core): a thread per 2 MiB of \
          * weights (~50 us), so a decoding step's layers (a few hundred KiB each) run on one     \
          * thread without entering a region; the columns in fixed chunks taken dynamically. */  \
-        int nth = tg__threads_for(nt, (double)sizeof(T) * (double)N * (double)K, 2097152.0);   \
-        TG_PAR_RANGE(nth, nth > 1, N, 4,                                                       \
+        nt = tg__threads_for(nt, (double)sizeof(T) * (double)N * (double)K, 2097152.0);        \
+        bool par = nt > 1;                                                                     \
+        TG_PAR_RANGE(nt, par, N, 4,                                                            \
                      gv_cols_##SUF(M, lo, hi, K, x, ldx, W, ldw, bias, y, ldy, act, pre));     \
     }
 DEFINE_GEMV(float, f32)
