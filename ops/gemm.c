@@ -631,7 +631,7 @@ DEFINE_PACK(double, f64)
                                ldc, acc, epi, w);                                                   \
                 }                                                                                   \
             }                                                                                       \
-            tg__gov_report(gov, l.t0, l.tm, l.mine, groups);                                        \
+            tg__gov_report(gov, &l.acct, groups);                                                   \
             return;                                                                                 \
         }                                                                                           \
         /* Row groups of whole strips, at most TG__SCHED_MAX_ROWS of them (fixed by M). */          \

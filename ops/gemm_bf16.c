@@ -469,7 +469,7 @@ void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, 
                      acc, epi, w);
             }
         }
-        tg__gov_report(gov, l.t0, l.tm, l.mine, groups);
+        tg__gov_report(gov, &l.acct, groups);
         return;
     }
     int64_t spg = (strips + TG__SCHED_MAX_ROWS - 1) / TG__SCHED_MAX_ROWS;

@@ -322,23 +322,45 @@ static inline int tg__threads_for(int nt, double work, double per_thread)
 #define TG_GEMM_FLOPS_PER_THREAD 1e7
 
 /* The region governor (src/core/par.c). A site that opens parallel regions (a TG_PAR_RANGE
- * loop, the GEMM per size class) keeps a record per calling thread. After a region, the time
- * thread 0 took for its share of the chunks gives what one thread alone would have taken; if
- * the team was not faster (a worker came late or was descheduled holding a chunk: other
- * processes want the cores), the site runs on one thread, without a region, for 1 ms, twice
- * as long after each loss in a row (up to 256 ms), then tries the team again; a win resets
- * it. Only how many threads run changes, never a result. The TG_PAR_MIN=1 builds never back
- * off (the tests take every parallel path). */
+ * loop, the GEMM per size class) keeps a record per calling thread. After a region, the pace
+ * of its fastest thread (time per chunk, from its first chunk to running out) times the
+ * chunks gives what one thread alone would have taken, and the difference to the team's time
+ * is the region's gain (negative when a worker came late or was descheduled holding a chunk:
+ * other processes want the cores). While the running mean of a site's gains is negative, the
+ * site runs on one thread, without a region: for 1 ms, twice as long after each further
+ * losing try (up to 256 ms), then the team tries again. A site whose wins outweigh its losses
+ * keeps its threads. Only how many threads run changes, never a result. The TG_PAR_MIN=1
+ * builds never back off (the tests take every parallel path). */
 typedef struct tg__par_gov {
     double off_until; /* us (tg__now_us): until then, one thread */
-    double backoff;   /* us: the next off period; 0 after a win */
+    double backoff;   /* us: the last off period; 0 once the mean gain is positive again */
+    double gain;      /* us: running mean of the regions' gains (weight 1/4 for the newest) */
+    int judged;       /* regions in the mean since the last off period */
 } tg__par_gov;
 double tg__now_us(void);
 /* nth, or 1 while the site backs off. */
 int tg__gov_threads(tg__par_gov *g, int nth);
-/* After a region of `chunks` equal chunks that started at t0 (us), of which thread 0 took
- * `mine` and ran out of chunks at tm: updates the site's record. */
-void tg__gov_report(tg__par_gov *g, double t0, double tm, int64_t mine, int64_t chunks);
+/* A region's accounting: its start, and per thread (the first TG__ACCT_THREADS) the chunks it
+ * ran, when it took its first and when it found none left. Each thread writes its own slot. */
+#define TG__ACCT_THREADS 8
+typedef struct tg__par_acct {
+    double t0;
+    int64_t chunks[TG__ACCT_THREADS];
+    double first[TG__ACCT_THREADS], done[TG__ACCT_THREADS];
+} tg__par_acct;
+void tg__acct_init(tg__par_acct *a);
+static inline void tg__acct_chunk(tg__par_acct *a, int me)
+{
+    if (me < TG__ACCT_THREADS && a->chunks[me]++ == 0)
+        a->first[me] = tg__now_us();
+}
+static inline void tg__acct_done(tg__par_acct *a, int me)
+{
+    if (me < TG__ACCT_THREADS && a->chunks[me] > 0 && a->done[me] == 0)
+        a->done[me] = tg__now_us();
+}
+/* After a region of `chunks` chunks of similar size: updates the site's record. */
+void tg__gov_report(tg__par_gov *g, const tg__par_acct *a, int64_t chunks);
 #ifdef TG_HAVE_OPENMP
 /* A parallel loop over independent outputs. Each iteration must write only its own outputs, so
  * results depend neither on the thread count nor on which thread runs an iteration. The

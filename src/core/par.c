@@ -11,7 +11,7 @@
 #include "core.h"
 
 #include <stdatomic.h>
-#include <stdbool.h>
+#include <string.h>
 #include <time.h>
 #if defined(__linux__)
 #include <linux/futex.h>
@@ -62,20 +62,35 @@ tg__par_gov *tg__gemm_gov(double flops)
     return &classes[c];
 }
 
-void tg__gov_report(tg__par_gov *g, double t0, double tm, int64_t mine, int64_t chunks)
+void tg__acct_init(tg__par_acct *a)
 {
-    if (TG_PAR_MIN == 1 || mine <= 0 || tm <= t0)
+    memset(a, 0, sizeof *a);
+    a->t0 = tg__now_us();
+}
+
+void tg__gov_report(tg__par_gov *g, const tg__par_acct *a, int64_t chunks)
+{
+    if (TG_PAR_MIN == 1)
         return;
-    double t1 = tg__now_us();
-    /* thread 0 did `mine` of the chunks in tm - t0: one thread alone would have taken
-     * (tm - t0) chunks / mine */
-    if (t1 - t0 < (tm - t0) * (double)chunks / (double)mine) {
+    double t1 = tg__now_us(), pace = 0;
+    for (int i = 0; i < TG__ACCT_THREADS; i++)
+        if (a->chunks[i] > 0 && a->done[i] > a->first[i]) {
+            double p = (a->done[i] - a->first[i]) / (double)a->chunks[i];
+            pace = pace == 0 || p < pace ? p : pace;
+        }
+    if (pace == 0)
+        return;
+    /* one thread at the fastest thread's pace would have taken pace * chunks */
+    double gain = pace * (double)chunks - (t1 - a->t0);
+    g->gain = g->judged++ ? 0.75 * g->gain + 0.25 * gain : gain;
+    if (g->gain >= 0) {
         g->backoff = 0;
         return;
     }
     g->backoff = g->backoff > 0 ? (2 * g->backoff < GOV_MAX_OFF ? 2 * g->backoff : GOV_MAX_OFF)
                                 : GOV_MIN_OFF;
     g->off_until = t1 + g->backoff;
+    g->judged = 0;
 }
 
 /* Sleeps until st->epoch may differ from e (or ~1 ms passed: the caller checks again). */
@@ -160,21 +175,19 @@ static void rows_task(sched_state *st, int64_t b, int64_t r, int thread)
  * buffer it overwrites), and a row task of block b + 1 at least h tasks after the pack tasks
  * it reads: with tasks of similar length, what a task needs is done by the time it is taken
  * unless the thread doing it was stopped. */
-static bool run_task(sched_state *st, int64_t t, int thread) /* true: a row task */
+static void run_task(sched_state *st, int64_t t, int thread)
 {
     const tg__sched *s = st->s;
     int64_t np = s->np, nr = s->nr, h = nr / 2;
     if (t < np) {
         pack_task(st, 0, t);
-        return false;
+        return;
     }
     int64_t b = (t - np) / (nr + np), o = (t - np) % (nr + np);
-    if (o >= h && o < h + np && b + 1 < s->nb) {
+    if (o >= h && o < h + np && b + 1 < s->nb)
         pack_task(st, b + 1, o - h);
-        return false;
-    }
-    rows_task(st, b, o < h ? o : b + 1 < s->nb ? o - np : o, thread);
-    return true;
+    else
+        rows_task(st, b, o < h ? o : b + 1 < s->nb ? o - np : o, thread);
 }
 
 void tg__sched_run(int nth, const tg__sched *s)
@@ -195,24 +208,22 @@ void tg__sched_run(int nth, const tg__sched *s)
     if (nth > 1) {
         /* Race-free: tasks write disjoint memory (a pack task its panels of one buffer, a row
          * task its C rows and its thread's workspace) and are ordered by the waits above. */
-        double t0 = tg__now_us(), tm = 0;
-        int64_t mine = 0; /* row tasks thread 0 ran */
+        tg__par_acct acct;
+        tg__acct_init(&acct);
         TG__PRAGMA(omp parallel num_threads(nth))
         {
             int thread = omp_get_thread_num();
             for (;;) {
                 int64_t t = atomic_fetch_add_explicit(&st.next, 1, memory_order_relaxed);
-                if (t >= total) {
-                    if (thread == 0)
-                        tm = tg__now_us();
+                if (t >= total)
                     break;
-                }
-                if (run_task(&st, t, thread) && thread == 0)
-                    mine++;
+                tg__acct_chunk(&acct, thread);
+                run_task(&st, t, thread);
             }
+            tg__acct_done(&acct, thread);
         }
         if (s->gov)
-            tg__gov_report(s->gov, t0, tm, mine, s->nb * s->nr);
+            tg__gov_report(s->gov, &acct, total);
         return;
     }
 #endif

@@ -53,21 +53,19 @@ static inline void tg__chunk(int64_t n, int64_t nc, int64_t c, int64_t align, in
     *hi = b1 * align < n ? b1 * align : n;
 }
 
-/* One region's dynamic loop over n chunks: threads take chunk numbers from `next`; thread 0
- * counts its chunks and notes when it ran out, for the region governor (core.h). */
+/* One region's dynamic loop over n chunks: threads take chunk numbers from `next`, and the
+ * region's accounting (core.h) feeds the region governor. */
 typedef struct tg__par_loop {
     atomic_llong next;
-    int64_t n, mine;
-    double t0, tm;
+    int64_t n;
+    tg__par_acct acct;
 } tg__par_loop;
 
 static inline void tg__loop_init(tg__par_loop *l, int64_t n)
 {
     atomic_init(&l->next, 0);
     l->n = n;
-    l->mine = 0;
-    l->t0 = tg__now_us();
-    l->tm = 0;
+    tg__acct_init(&l->acct);
 }
 
 /* The next chunk for thread `me`, or -1 when none is left. */
@@ -75,12 +73,10 @@ static inline int64_t tg__loop_next(tg__par_loop *l, int me)
 {
     int64_t c = atomic_fetch_add_explicit(&l->next, 1, memory_order_relaxed);
     if (c >= l->n) {
-        if (me == 0 && l->tm == 0)
-            l->tm = tg__now_us();
+        tg__acct_done(&l->acct, me);
         return -1;
     }
-    if (me == 0)
-        l->mine++;
+    tg__acct_chunk(&l->acct, me);
     return c;
 }
 
@@ -115,7 +111,7 @@ static inline int64_t tg__loop_next(tg__par_loop *l, int me)
                     }                                                                          \
                 }                                                                              \
             }                                                                                  \
-            tg__gov_report(&tg__gov_, tg__l_.t0, tg__l_.tm, tg__l_.mine, tg__nc_);             \
+            tg__gov_report(&tg__gov_, &tg__l_.acct, tg__nc_);                                  \
         } else {                                                                               \
             int64_t lo = 0, hi = tg__n_;                                                       \
             __VA_ARGS__;                                                                       \
