@@ -27,7 +27,9 @@
  * does; the portable path does not). The result depends neither on the thread count nor on
  * the split.
  */
+#include "par.h"
 #include "registry.h"
+#include "vec.h"
 
 #include <assert.h>
 #include <math.h>
@@ -307,70 +309,145 @@ size_t tg__gemm_bf16_ws_bytes_nk(int nt, int64_t n, int64_t k)
     return per_thread(n, k) * (size_t)(nt > 0 ? nt : 1);
 }
 
-/* One thread's rectangle of C: rows [m0, m1), columns [n0, n1), all of K. */
+/* Row strips [m0, m1) of C over one block: columns [j0, j0 + nc), the K chunk [k0, k0 + kc),
+ * op(B)'s block packed at bpack (panel p at bpack + p * kp * 2 * NR). apack and edge are the
+ * calling thread's own. */
+static void block_rows(kern_bf16 kern, bool hw, bool ta, int64_t m0, int64_t m1, int64_t j0,
+                       int64_t nc, int64_t k0, int64_t kc, int64_t K, const float *A,
+                       int64_t lda, const uint16_t *bpack, float *C, int64_t ldc, bool acc,
+                       const tg__gemm_epi *epi, uint16_t *apack, float *edge)
+{
+    const float *bias = epi ? (const float *)epi->bias : NULL;
+    int act = epi ? epi->act : TG__EPI_NONE;
+    float *pre = epi ? (float *)epi->pre : NULL;
+    int64_t kp = (kc + 1) / 2, npanels = (nc + NR - 1) / NR;
+    bool first = k0 == 0, last = k0 + kc >= K;
+    for (int64_t ib = m0; ib < m1; ib += MR) {
+        int64_t h = m1 - ib < MR ? m1 - ib : MR;
+        pack_a(ta, A, lda, ib, h, k0, kc, hw, apack);
+        for (int64_t p = 0; p < npanels; p++) {
+            int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;
+            int mode = (!first || acc) ? MK_LOAD : bias ? MK_BIAS : 0;
+            if (last && act == TG__EPI_RELU && !pre)
+                mode |= MK_RELU;
+            float *c = C + ib * ldc + jb;
+            const uint16_t *bp = bpack + p * kp * 2 * NR;
+            const float *bj = bias ? bias + jb : NULL;
+            if (h == MR && w == NR) {
+                kern(kp, apack, bp, c, ldc, mode, bj);
+            } else { /* edge block: through a zero-padded MR x NR tile */
+                float bz[NR];
+                for (int64_t j = 0; j < NR; j++)
+                    bz[j] = bj && j < w ? bj[j] : 0;
+                for (int64_t r = 0; r < MR; r++)
+                    for (int64_t j = 0; j < NR; j++)
+                        edge[r * NR + j] =
+                            (mode & MK_LOAD) && r < h && j < w ? c[r * ldc + j] : 0;
+                kern(kp, apack, bp, edge, NR, mode, bz);
+                for (int64_t r = 0; r < h; r++)
+                    memcpy(c + r * ldc, edge + r * NR, sizeof(float) * (size_t)w);
+            }
+            if (last && (pre || act == TG__EPI_GELU))
+                for (int64_t r = 0; r < h; r++) {
+                    float *cr = c + r * ldc;
+                    float *pr = pre ? pre + (ib + r) * ldc + jb : NULL;
+                    for (int64_t j = 0; j < w; j++) {
+                        float z = cr[j];
+                        if (pr)
+                            pr[j] = z;
+                        cr[j] = act == TG__EPI_GELU ? (float)gelu((double)z)
+                                : act == TG__EPI_RELU ? (z > 0 ? z : (z != z ? z : 0))
+                                                      : z;
+                    }
+                }
+        }
+    }
+}
+
+/* A thread's workspace slice sized for products with n columns and k inner steps: the packed
+ * B block, then one A strip, then the edge tile (64-byte aligned). */
+typedef struct {
+    uint16_t *bpack, *apack;
+    float *edge;
+} slice;
+static slice slice_at(char *work, int64_t n, int64_t K)
+{
+    int64_t kcap = K < 1 ? 1 : K < KC ? K : KC, kpcap = (kcap + 1) / 2;
+    int64_t ncap = (n + NR - 1) / NR * NR;
+    ncap = ncap < NR ? NR : ncap < NC ? ncap : NC;
+    slice s;
+    s.bpack = (uint16_t *)(void *)work;
+    s.apack = s.bpack + kpcap * 2 * ncap;
+    s.edge = (float *)(void *)((char *)(s.apack + kpcap * 2 * MR) +
+                               (64 - ((uintptr_t)(s.apack + kpcap * 2 * MR) & 63)) % 64);
+    return s;
+}
+
+/* A rectangle of C on the calling thread: rows [m0, m1), columns [n0, n1), all of K. */
 static void part(kern_bf16 kern, bool hw, bool ta, bool tb, int64_t m0, int64_t m1, int64_t n0,
                  int64_t n1, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, bool acc, const tg__gemm_epi *epi, char *work)
 {
-    int64_t kcap = K < 1 ? 1 : K < KC ? K : KC, kpcap = (kcap + 1) / 2;
-    int64_t ncap = (n1 - n0 + NR - 1) / NR * NR;
-    ncap = ncap < NR ? NR : ncap < NC ? ncap : NC;
-    uint16_t *bpack = (uint16_t *)(void *)work, *apack = bpack + kpcap * 2 * ncap;
-    float *edge = (float *)(void *)((char *)(apack + kpcap * 2 * MR) +
-                                    (64 - ((uintptr_t)(apack + kpcap * 2 * MR) & 63)) % 64);
-    const float *bias = epi ? (const float *)epi->bias : NULL;
-    int act = epi ? epi->act : TG__EPI_NONE;
-    float *pre = epi ? (float *)epi->pre : NULL;
+    slice s = slice_at(work, n1 - n0, K);
     for (int64_t j0 = n0; j0 < n1; j0 += NC) {
-        int64_t nc = n1 - j0 < NC ? n1 - j0 : NC, npanels = (nc + NR - 1) / NR;
+        int64_t nc = n1 - j0 < NC ? n1 - j0 : NC;
         for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += KC) {
-            int64_t kc = K - k0 < KC ? K - k0 : KC, kp = (kc + 1) / 2;
-            bool first = k0 == 0, last = k0 + kc >= K;
-            pack_b(tb, B, ldb, k0, kc, j0, nc, hw, bpack);
-            for (int64_t ib = m0; ib < m1; ib += MR) {
-                int64_t h = m1 - ib < MR ? m1 - ib : MR;
-                pack_a(ta, A, lda, ib, h, k0, kc, hw, apack);
-                for (int64_t p = 0; p < npanels; p++) {
-                    int64_t jb = j0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;
-                    int mode = (!first || acc) ? MK_LOAD : bias ? MK_BIAS : 0;
-                    if (last && act == TG__EPI_RELU && !pre)
-                        mode |= MK_RELU;
-                    float *c = C + ib * ldc + jb;
-                    const uint16_t *bp = bpack + p * kp * 2 * NR;
-                    const float *bj = bias ? bias + jb : NULL;
-                    if (h == MR && w == NR) {
-                        kern(kp, apack, bp, c, ldc, mode, bj);
-                    } else { /* edge block: through a zero-padded MR x NR tile */
-                        float bz[NR];
-                        for (int64_t j = 0; j < NR; j++)
-                            bz[j] = bj && j < w ? bj[j] : 0;
-                        for (int64_t r = 0; r < MR; r++)
-                            for (int64_t j = 0; j < NR; j++)
-                                edge[r * NR + j] =
-                                    (mode & MK_LOAD) && r < h && j < w ? c[r * ldc + j] : 0;
-                        kern(kp, apack, bp, edge, NR, mode, bz);
-                        for (int64_t r = 0; r < h; r++)
-                            memcpy(c + r * ldc, edge + r * NR, sizeof(float) * (size_t)w);
-                    }
-                    if (last && (pre || act == TG__EPI_GELU))
-                        for (int64_t r = 0; r < h; r++) {
-                            float *cr = c + r * ldc;
-                            float *pr = pre ? pre + (ib + r) * ldc + jb : NULL;
-                            for (int64_t j = 0; j < w; j++) {
-                                float z = cr[j];
-                                if (pr)
-                                    pr[j] = z;
-                                cr[j] = act == TG__EPI_GELU ? (float)gelu((double)z)
-                                        : act == TG__EPI_RELU ? (z > 0 ? z : (z != z ? z : 0))
-                                                              : z;
-                            }
-                        }
-                }
-            }
+            int64_t kc = K - k0 < KC ? K - k0 : KC;
+            pack_b(tb, B, ldb, k0, kc, j0, nc, hw, s.bpack);
+            block_rows(kern, hw, ta, m0, m1, j0, nc, k0, kc, K, A, lda, s.bpack, C, ldc, acc,
+                       epi, s.apack, s.edge);
             if (K == 0)
                 break;
         }
     }
+}
+
+/* The shared-B schedule (src/core/par.h), as ops/gemm.c's: blocks b = (column block b / nkb,
+ * K chunk b % nkb) packed into the B area of slice 0 or 1 by pack tasks of 4 panels; row
+ * groups of `rows` rows; A strips and edge tiles in each thread's own slice. */
+typedef struct {
+    kern_bf16 kern;
+    bool hw, ta, tb, acc;
+    int64_t M, N, K, lda, ldb, ldc, nkb, rows;
+    const float *A, *B;
+    float *C;
+    const tg__gemm_epi *epi;
+    char *ws;
+    size_t per;
+} sched_arg;
+enum { PANELS_PER_PACK = 4 };
+static void sched_block(const sched_arg *g, int64_t b, int64_t *j0, int64_t *nc, int64_t *k0,
+                        int64_t *kc)
+{
+    *j0 = b / g->nkb * NC;
+    *nc = g->N - *j0 < NC ? g->N - *j0 : NC;
+    *k0 = b % g->nkb * KC;
+    *kc = g->K - *k0 < KC ? g->K - *k0 : KC;
+}
+static void sched_pack(void *arg, int64_t b, int64_t i, int buf)
+{
+    const sched_arg *g = arg;
+    int64_t j0, nc, k0, kc;
+    sched_block(g, b, &j0, &nc, &k0, &kc);
+    int64_t p0 = i * PANELS_PER_PACK, kp = (kc + 1) / 2;
+    if (p0 * NR >= nc)
+        return;
+    int64_t w = nc - p0 * NR < PANELS_PER_PACK * NR ? nc - p0 * NR : PANELS_PER_PACK * NR;
+    slice s = slice_at(g->ws + (size_t)buf * g->per, g->N, g->K);
+    pack_b(g->tb, g->B, g->ldb, k0, kc, j0 + p0 * NR, w, g->hw, s.bpack + p0 * kp * 2 * NR);
+}
+static void sched_rows(void *arg, int64_t b, int64_t r, int buf, int thread)
+{
+    const sched_arg *g = arg;
+    int64_t m0 = r * g->rows, m1 = m0 + g->rows < g->M ? m0 + g->rows : g->M;
+    if (m0 >= m1)
+        return;
+    int64_t j0, nc, k0, kc;
+    sched_block(g, b, &j0, &nc, &k0, &kc);
+    slice sb = slice_at(g->ws + (size_t)buf * g->per, g->N, g->K);
+    slice st = slice_at(g->ws + (size_t)thread * g->per, g->N, g->K);
+    block_rows(g->kern, g->hw, g->ta, m0, m1, j0, nc, k0, kc, g->K, g->A, g->lda, sb.bpack,
+               g->C, g->ldc, g->acc, g->epi, st.apack, st.edge);
 }
 
 void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
@@ -387,34 +464,48 @@ void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, 
 #endif
     size_t per = per_thread(N, K);
     int64_t panels = (N + NR - 1) / NR, strips = (M + MR - 1) / MR;
-    int pn = 1, pm = 1;
-    if (nt > 1 && M * N * K > TG_PAR_MIN) { /* as ops/gemm.c: columns first */
-        for (int d = nt; d >= 1; d--)
-            if (nt % d == 0 && panels >= 4 * (int64_t)d && strips >= nt / d) {
-                pn = d;
-                break;
-            }
-        pm = nt / pn;
-        if (strips < pm)
-            pm = (int)strips;
-    }
-    int parts = pm * pn;
     assert(ws != NULL);
-    if (parts == 1) {
+    /* bf16 products run at about twice the f32 rate: twice the flops per thread */
+    double flops = 2.0 * (double)M * (double)N * (double)K;
+    tg__par_gov *gov = tg__gemm_gov(flops / 2);
+    int nth = tg__threads_for(nt, flops, 2 * TG_GEMM_FLOPS_PER_THREAD);
+    /* Few rows: groups of `cw` column panels (fixed by N, as ops/gemm.c), each one task over
+     * every row and all of K, packing its own op(B) columns. */
+    int64_t cw = (panels + TG_PAR_CHUNKS - 1) / TG_PAR_CHUNKS;
+    cw = cw < 4 ? 4 : cw;
+    int64_t groups = (panels + cw - 1) / cw;
+    if (strips < 8 && groups < nth)
+        nth = (int)groups;
+    nth = tg__gov_threads(gov, nth);
+    if (nth == 1) {
         part(kern, hw, ta, tb, 0, M, 0, N, K, A, lda, B, ldb, C, ldc, acc, epi, ws);
         return;
     }
-    /* Race-free: part t owns C[its rows, its columns]; the order per element is fixed. */
-    TG_OMP_FOR(parts, true)
-    for (int t = 0; t < parts; t++) {
-        int tm = t / pn, tn = t % pn;
-        int64_t m0 = strips * tm / pm * MR, m1 = strips * (tm + 1) / pm * MR;
-        int64_t n0 = panels * tn / pn * NR, n1 = panels * (tn + 1) / pn * NR;
-        m1 = m1 < M ? m1 : M;
-        n1 = n1 < N ? n1 : N;
-        char *w = (char *)ws + (size_t)TG_THREAD_NUM() * per;
-        part(kern, hw, ta, tb, m0, m1, n0, n1, K, A, lda, B, ldb, C, ldc, acc, epi, w);
+    if (strips < 8) {
+        /* Race-free: a group owns its columns of C. */
+        tg__par_loop l;
+        tg__loop_init(&l, groups);
+        TG__PRAGMA(omp parallel num_threads(nth))
+        {
+            int me = TG_THREAD_NUM();
+            char *w = (char *)ws + (size_t)me * per;
+            for (int64_t gi; (gi = tg__loop_next(&l, me)) >= 0;) {
+                int64_t n0 = gi * cw * NR, n1 = (gi + 1) * cw * NR;
+                part(kern, hw, ta, tb, 0, M, n0, n1 < N ? n1 : N, K, A, lda, B, ldb, C, ldc,
+                     acc, epi, w);
+            }
+        }
+        tg__gov_report(gov, &l.acct, groups);
+        return;
     }
+    int64_t spg = (strips + TG__SCHED_MAX_ROWS - 1) / TG__SCHED_MAX_ROWS;
+    int64_t nkb = K > 0 ? (K + KC - 1) / KC : 1, ncb = (N + NC - 1) / NC;
+    sched_arg g = {kern, hw, ta, tb, acc, M, N, K, lda, ldb, ldc, nkb, spg * MR,
+                   A, B, C, epi, (char *)ws, per};
+    int64_t bpanels = ((N < NC ? N : NC) + NR - 1) / NR;
+    tg__sched s = {ncb * nkb, (bpanels + PANELS_PER_PACK - 1) / PANELS_PER_PACK,
+                   (strips + spg - 1) / spg, sched_pack, sched_rows, &g, gov};
+    tg__sched_run(nth, &s);
 }
 
 /* ---- products at a graph's compute precision ----------------------------------------------- */

@@ -18,8 +18,9 @@
  * bits differ from the GEMM's for the same product (dense's tests compare to rounding).
  * bf16 (tg__gemv_bf16, the compute precision TG_PRECISION_BF16): the same order with x and W
  * rounded to bf16 as they are read (each product then exact in f32).
- * Threading: outputs split into static column blocks per thread (each y[r, j] computed by one
- * thread); one region only when the product is large enough to pay for it.
+ * Threading: a thread per 2 MiB of weights (tg__threads_for); the columns in fixed chunks
+ * (TG_PAR_RANGE) taken dynamically, each y[r, j] computed by one thread; no region at all for
+ * the few hundred KiB of a small model's layer.
  */
 #include "gemv.h"
 #include "vec.h"
@@ -107,9 +108,11 @@ static inline float gv_bf16(float v)
                         const T *W, int64_t ldw, const T *bias, T *y, int64_t ldy, int act,    \
                         T *pre)                                                                \
     {                                                                                          \
-        /* W streamed once: fork above 32 KiB of weights (with a static split each core streams the
-     * same part of W at every call, which then stays in its own cache) */                      \
-        bool par = (int64_t)sizeof(T) * N * K > TG_PAR_WORK(32768);                       \
+        /* W streamed once from cache or memory (~30-50 GB/s on one core): a thread per 2 MiB of \
+         * weights (~50 us), so a decoding step's layers (a few hundred KiB each) run on one     \
+         * thread without entering a region; the columns in fixed chunks taken dynamically. */  \
+        nt = tg__threads_for(nt, (double)sizeof(T) * (double)N * (double)K, 2097152.0);        \
+        bool par = nt > 1;                                                                     \
         TG_PAR_RANGE(nt, par, N, 4,                                                            \
                      gv_cols_##SUF(M, lo, hi, K, x, ldx, W, ldw, bias, y, ldy, act, pre));     \
     }

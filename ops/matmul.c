@@ -188,12 +188,14 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, 
     return y;
 }
 
-/* How many row blocks to cut each of n matrices of `rows` rows into, so that n x blocks items
- * share nt threads evenly in one parallel region (blocks of >= 16 rows; 1 on one thread). */
+/* How many row blocks to cut each of n matrices of `rows` rows into for a parallel region over
+ * (matrix, row block) items: a function of the shapes only (>= 32 items while blocks keep
+ * >= 16 rows), so the items are the same for any thread count > 1; 1 on one thread (whole
+ * matrices, no region). Row blocks never change a bit of C (each row is one GEMM's rows). */
 static int64_t row_blocks(int64_t n, int64_t rows, int nt)
 {
     int64_t mb = 1;
-    while (nt > 1 && n * mb < 4 * (int64_t)nt && rows / (mb * 2) >= 16)
+    while (nt > 1 && n * mb < 32 && rows / (mb * 2) >= 16)
         mb *= 2;
     return mb;
 }
@@ -312,7 +314,7 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
             return;                                                                            \
         }                                                                                      \
         int64_t mb = row_blocks(n, rows, nt), items = n * mb;                                  \
-        TG_OMP_FOR(nt, nt > 1)                                                                 \
+        TG_OMP_FOR_ITEMS(nt, nt > 1)                                                           \
         for (int64_t it = 0; it < items; it++) {                                               \
             int64_t m = it / mb, blk = it % mb;                                                \
             g(1, c, d, m, rows * blk / mb, rows * (blk + 1) / mb,                              \

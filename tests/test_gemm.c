@@ -553,6 +553,51 @@ START_TEST(test_bf16_threads)
 }
 END_TEST
 
+/* Products big enough for every thread of 2, 3 and 8 (the thread count a product gets depends
+ * on its flops): many rows over several column blocks and K chunks (the shared-B task schedule:
+ * pack tasks, row groups, two buffers, a row group's K chunks in order), and few rows over many
+ * column panels (column groups); with accumulation, bias + ReLU, and GELU keeping the
+ * pre-activation. f32, f64 and bf16: the bits of 1 thread. */
+START_TEST(test_thread_invariance_schedules)
+{
+    static const int64_t shapes[][3] = {{250, 1100, 600}, {40, 3000, 300}, {1000, 200, 100}};
+    int nts[] = {2, 3, 8};
+    for (int sh = 0; sh < 3; sh++)
+        for (int lay = 0; lay < 4; lay++) {
+            gcase c = thread_case(shapes[sh], sh, lay);
+            if (sh == 2 && lay >= 2)
+                c.act = TG__EPI_GELU;
+            gdata d;
+            make_data(&c, &d);
+            double *ref = malloc(sizeof(double) * d.nc), *out = malloc(sizeof(double) * d.nc);
+            double *pref = malloc(sizeof(double) * d.nc), *pout = malloc(sizeof(double) * d.nc);
+            for (int v = 0; v < 3; v++) { /* f32, f64, bf16 */
+                bool keep = c.act == TG__EPI_GELU && v < 2;
+                if (v < 2)
+                    run(&c, &d, v ? TG_F64 : TG_F32, TG__ISA_BEST, 1, ref, keep ? pref : NULL);
+                else
+                    run_bf16(&c, &d, TG__ISA_BEST, 1, ref);
+                for (int t = 0; t < 3; t++) {
+                    if (v < 2)
+                        run(&c, &d, v ? TG_F64 : TG_F32, TG__ISA_BEST, nts[t], out,
+                            keep ? pout : NULL);
+                    else
+                        run_bf16(&c, &d, TG__ISA_BEST, nts[t], out);
+                    ck_assert_msg(memcmp(ref, out, sizeof(double) * d.nc) == 0,
+                                  "shape %d layout %d variant %d: %d threads differ from 1", sh,
+                                  lay, v, nts[t]);
+                    ck_assert(!keep || memcmp(pref, pout, sizeof(double) * d.nc) == 0);
+                }
+            }
+            free(ref);
+            free(out);
+            free(pref);
+            free(pout);
+            free_data(&d);
+        }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gemm");
@@ -567,5 +612,6 @@ int main(void)
     tcase_add_test(tc, test_bf16_rounding);
     tcase_add_test(tc, test_bf16_against_reference);
     tcase_add_test(tc, test_bf16_threads);
+    tcase_add_test(tc, test_thread_invariance_schedules);
     return tu_run(s);
 }

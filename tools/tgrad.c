@@ -3,12 +3,15 @@
  * subcommand per file (tools/cmd_*.c). Every error is one line on stderr and a non-zero exit
  * status (2 for a malformed command line).
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "cli.h"
 #include "tgrad.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     const char *name;
@@ -128,8 +131,35 @@ static int dispatch(int argc, char **argv)
     return c->run(a.cmd_argc, a.cmd_argv);
 }
 
+/* The OpenMP wait policy tgrad runs with unless the user chose one. libgomp's default keeps an
+ * idle worker polling for ~300,000 spins (milliseconds) before it sleeps. When other processes
+ * want the cores, that worker uses up its share polling and is then descheduled when the next
+ * parallel region needs it, and every region waits for it: on a 2-core machine with one other
+ * busy process, 2 threads ran a training step at half the speed of 1. A short poll (GOMP_SPINCOUNT
+ * polls of a few nanoseconds each) still catches the next region of a training step, which
+ * mostly comes within microseconds, and then sleeps. libgomp reads the variable once, when it is
+ * loaded (before main), so tgrad sets it and runs itself again (Linux: /proc/self/exe); when
+ * that fails it goes on with libgomp's default. The user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT
+ * always wins. */
+#define TGRAD_SPINCOUNT "1000"
+
+static void omp_wait_default(char **argv)
+{
+#if defined(TGRAD_OMP_WAIT_DEFAULT) && defined(__linux__)
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
+        return;
+    if (setenv("GOMP_SPINCOUNT", TGRAD_SPINCOUNT, 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+    unsetenv("GOMP_SPINCOUNT"); /* not re-executed: say nothing the runtime did not read */
+#else
+    (void)argv;
+#endif
+}
+
 int main(int argc, char **argv)
 {
+    omp_wait_default(argv);
     int rc = dispatch(argc, argv);
     /* output that could not be written (a full disk, a closed pipe) is an error, never a
      * silent exit 0 with a truncated file; a command that failed has said why already */

@@ -297,13 +297,80 @@ int tg__threads(const tg_ctx *ctx);
 #define TG_PAR_MIN 32768
 #endif
 #define TG__PRAGMA(x) _Pragma(#x)
+/* Threads for one parallel region doing `work` units, when each thread should have at least
+ * `per_thread` units: min(nt, work / per_thread), at least 1. A region costs more than its
+ * fork: a worker that has gone to sleep takes tens of microseconds to wake (more when its core
+ * is busy with another process) and the region ends only when every worker has, so
+ * `per_thread` is worth ~100 us on one core. The TG_PAR_MIN=1 builds use every thread for any
+ * work > 1, so the tests take the parallel paths on tiny shapes. */
+static inline int tg__threads_for(int nt, double work, double per_thread)
+{
+    if (nt <= 1 || work <= 1)
+        return 1;
+    if (TG_PAR_MIN == 1)
+        return nt;
+    double t = work / per_thread;
+    return t >= (double)nt ? nt : t >= 2 ? (int)t : 1;
+}
+/* GEMM flops worth a thread (~100 us at the ~100 GFLOP/s of one AVX-512 core). */
+#define TG_GEMM_FLOPS_PER_THREAD 1e7
+
+/* The region governor (src/core/par.c). A site that opens parallel regions (a TG_PAR_RANGE
+ * loop, the GEMM per size class) keeps a record per calling thread. After a region, the pace
+ * of its fastest thread (time per chunk, from its first chunk to running out) times the
+ * chunks gives what one thread alone would have taken, and the difference to the team's time
+ * is the region's gain (negative when a worker came late or was descheduled holding a chunk:
+ * other processes want the cores). While the running mean of a site's gains is negative, the
+ * site runs on one thread, without a region: for 1 ms, twice as long after each further
+ * losing try (up to 256 ms), then the team tries again. A site whose wins outweigh its losses
+ * keeps its threads. Only how many threads run changes, never a result. The TG_PAR_MIN=1
+ * builds never back off (the tests take every parallel path). */
+typedef struct tg__par_gov {
+    double off_until; /* us (tg__now_us): until then, one thread */
+    double backoff;   /* us: the last off period; 0 once the mean gain is positive again */
+    double gain;      /* us: running mean of the regions' gains (weight 1/4 for the newest) */
+    int judged;       /* regions in the mean since the last off period */
+} tg__par_gov;
+double tg__now_us(void);
+/* nth, or 1 while the site backs off. */
+int tg__gov_threads(tg__par_gov *g, int nth);
+/* A region's accounting: its start, and per thread (the first TG__ACCT_THREADS) the chunks it
+ * ran, when it took its first and when it found none left. Each thread writes its own slot. */
+#define TG__ACCT_THREADS 8
+typedef struct tg__par_acct {
+    double t0;
+    int64_t chunks[TG__ACCT_THREADS];
+    double first[TG__ACCT_THREADS], done[TG__ACCT_THREADS];
+} tg__par_acct;
+void tg__acct_init(tg__par_acct *a);
+static inline void tg__acct_chunk(tg__par_acct *a, int me)
+{
+    if (me < TG__ACCT_THREADS && a->chunks[me]++ == 0)
+        a->first[me] = tg__now_us();
+}
+static inline void tg__acct_done(tg__par_acct *a, int me)
+{
+    if (me < TG__ACCT_THREADS && a->chunks[me] > 0 && a->done[me] == 0)
+        a->done[me] = tg__now_us();
+}
+/* After a region of `chunks` chunks of similar size: updates the site's record. */
+void tg__gov_report(tg__par_gov *g, const tg__par_acct *a, int64_t chunks);
 #ifdef TG_HAVE_OPENMP
-/* A static-schedule parallel loop over independent outputs. Each iteration must write only its
- * own outputs, so results do not depend on the thread count. */
-#define TG_OMP_FOR(nt, cond) TG__PRAGMA(omp parallel for schedule(static) num_threads(nt) if (cond))
+/* A parallel loop over independent outputs. Each iteration must write only its own outputs, so
+ * results depend neither on the thread count nor on which thread runs an iteration. The
+ * iterations are handed out dynamically in shrinking runs (OpenMP's guided schedule: a thread
+ * takes about remaining / threads at a time), so a thread that starts late or is descheduled
+ * leaves the rest to the others instead of holding up a fixed half. */
+#define TG_OMP_FOR(nt, cond) TG__PRAGMA(omp parallel for schedule(guided) num_threads(nt) if (cond))
+/* The same over items of microseconds or more each (attention blocks, one-thread GEMMs, rows
+ * of a big matrix), a fixed set given by the shapes: the threads take the items one at a time
+ * as they come free, so a thread the OS deschedules holds up only the item it is in. */
+#define TG_OMP_FOR_ITEMS(nt, cond)                                                            \
+    TG__PRAGMA(omp parallel for schedule(dynamic, 1) num_threads(nt) if (cond))
 #else
 /* Without OpenMP the loop runs serially; evaluate the arguments so they count as used. */
 #define TG_OMP_FOR(nt, cond) (void)(nt); (void)(cond);
+#define TG_OMP_FOR_ITEMS(nt, cond) (void)(nt); (void)(cond);
 #endif
 
 /* ----- SIMD: one binary for every x86-64 ----------------------------------------------------

@@ -13,6 +13,7 @@
 
 #include "core.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -26,36 +27,91 @@
 /* Memory-bound loops: fork above 256 KiB touched. */
 #define TG_PAR_BYTES TG_PAR_WORK(262144)
 
-/* [lo, hi) of chunk t of n items split into nt static contiguous chunks, chunk boundaries on
- * multiples of `align` items (the last chunk takes the rest). */
-static inline void tg__chunk(int64_t n, int nt, int t, int64_t align, int64_t *lo, int64_t *hi)
+/* Fixed chunks. A parallel loop over n items is cut into tg__nchunks(n, align) chunks whose
+ * count and bounds depend on n and align only (never on the thread count), and the threads
+ * take chunks one at a time as they come free (OpenMP's dynamic schedule): a thread that the
+ * OS deschedules holds up only the chunk it is in, the others take the rest. What a chunk
+ * computes does not depend on which thread runs it or when, so results are the same for every
+ * thread count and every schedule. */
+#define TG_PAR_CHUNKS 32
+
+/* Chunks for n items in blocks of `align` items: one per block, at most TG_PAR_CHUNKS. */
+static inline int64_t tg__nchunks(int64_t n, int64_t align)
 {
-    int64_t blocks = (n + align - 1) / align, per = blocks / nt, extra = blocks % nt;
-    int64_t b0 = t * per + (t < extra ? t : extra), b1 = b0 + per + (t < extra);
+    int64_t blocks = (n + align - 1) / align;
+    return blocks < TG_PAR_CHUNKS ? blocks : TG_PAR_CHUNKS;
+}
+
+/* [lo, hi) of chunk c of the nc chunks of n items: chunk boundaries on multiples of `align`
+ * items, the blocks spread evenly (the last chunk ends at n). */
+static inline void tg__chunk(int64_t n, int64_t nc, int64_t c, int64_t align, int64_t *lo,
+                             int64_t *hi)
+{
+    int64_t blocks = (n + align - 1) / align;
+    int64_t b0 = blocks * c / nc, b1 = blocks * (c + 1) / nc;
     *lo = b0 * align < n ? b0 * align : n;
     *hi = b1 * align < n ? b1 * align : n;
 }
 
-/* Runs the statement given last (it uses int64_t lo, hi; commas allowed) over [0, n): on nt
- * threads, each on its own static chunk, when `par` is true, nt > 1 and n > 1; else once over
- * the whole range on the calling thread, without entering a parallel region at all. The
- * statement must write only the outputs of its items, which makes the result independent of
- * the chunking. */
+/* One region's dynamic loop over n chunks: threads take chunk numbers from `next`, and the
+ * region's accounting (core.h) feeds the region governor. */
+typedef struct tg__par_loop {
+    atomic_llong next;
+    int64_t n;
+    tg__par_acct acct;
+} tg__par_loop;
+
+static inline void tg__loop_init(tg__par_loop *l, int64_t n)
+{
+    atomic_init(&l->next, 0);
+    l->n = n;
+    tg__acct_init(&l->acct);
+}
+
+/* The next chunk for thread `me`, or -1 when none is left. */
+static inline int64_t tg__loop_next(tg__par_loop *l, int me)
+{
+    int64_t c = atomic_fetch_add_explicit(&l->next, 1, memory_order_relaxed);
+    if (c >= l->n) {
+        tg__acct_done(&l->acct, me);
+        return -1;
+    }
+    tg__acct_chunk(&l->acct, me);
+    return c;
+}
+
+/* Runs the statement given last (it uses int64_t lo, hi; commas allowed) over [0, n): when
+ * `par` is true, nt > 1 and n > 1, once per fixed chunk (tg__chunk) in one parallel region of
+ * min(nt, chunks) threads taking the chunks dynamically (unless this call site's governor
+ * record says one thread does better for now); else once over the whole range on the calling
+ * thread, without entering a parallel region at all. The statement must write only the
+ * outputs of its items (and may use TG_THREAD_NUM()'s workspace slice), which makes the result
+ * independent of the chunking, the thread count and the schedule. */
 #ifdef TG_HAVE_OPENMP
 #define TG_PAR_RANGE(nt, par, n, align, ...)                                                  \
     do {                                                                                       \
+        static _Thread_local tg__par_gov tg__gov_;                                             \
         int tg__nt_ = (nt);                                                                    \
-        int64_t tg__n_ = (n);                                                                  \
-        if (tg__nt_ > 1 && (par) && tg__n_ > 1) {                                             \
-            TG__PRAGMA(omp parallel num_threads(tg__nt_))                                      \
+        int64_t tg__n_ = (n), tg__al_ = (align);                                               \
+        int64_t tg__nc_ = tg__nt_ > 1 && (par) && tg__n_ > 1 ? tg__nchunks(tg__n_, tg__al_) : 1; \
+        int tg__th_ = tg__nc_ < tg__nt_ ? (int)tg__nc_ : tg__nt_;                              \
+        if (tg__th_ > 1)                                                                       \
+            tg__th_ = tg__gov_threads(&tg__gov_, tg__th_);                                     \
+        if (tg__th_ > 1) {                                                                     \
+            tg__par_loop tg__l_;                                                               \
+            tg__loop_init(&tg__l_, tg__nc_);                                                   \
+            TG__PRAGMA(omp parallel num_threads(tg__th_))                                      \
             {                                                                                  \
-                int64_t lo, hi;                                                                \
-                tg__chunk(tg__n_, omp_get_num_threads(), omp_get_thread_num(), (align), &lo,  \
-                          &hi);                                                                \
-                if (lo < hi) {                                                                 \
-                    __VA_ARGS__;                                                               \
+                int tg__me_ = omp_get_thread_num();                                            \
+                for (int64_t tg__c_; (tg__c_ = tg__loop_next(&tg__l_, tg__me_)) >= 0;) {       \
+                    int64_t lo, hi;                                                            \
+                    tg__chunk(tg__n_, tg__nc_, tg__c_, tg__al_, &lo, &hi);                     \
+                    if (lo < hi) {                                                             \
+                        __VA_ARGS__;                                                           \
+                    }                                                                          \
                 }                                                                              \
             }                                                                                  \
+            tg__gov_report(&tg__gov_, &tg__l_.acct, tg__nc_);                                  \
         } else {                                                                               \
             int64_t lo = 0, hi = tg__n_;                                                       \
             __VA_ARGS__;                                                                       \
@@ -66,6 +122,7 @@ static inline void tg__chunk(int64_t n, int nt, int t, int64_t align, int64_t *l
     do {                                                                                       \
         (void)(nt);                                                                            \
         (void)(par);                                                                           \
+        (void)(align);                                                                         \
         int64_t lo = 0, hi = (n);                                                              \
         __VA_ARGS__;                                                                           \
     } while (0)
