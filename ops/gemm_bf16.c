@@ -140,8 +140,40 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static inline __m512i cvt
     return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x));
 }
 
+/* Transposes the 16 x 16 matrix of 32-bit words whose row j is r[j] (a word here is one bf16
+ * pair): 32-bit, then 64-bit interleaves within 128-bit lanes, then two rounds of lane
+ * shuffles. */
+__attribute__((target("avx512f"))) static inline void tr16x16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    /* r[4i + e], lane L: rows 4i .. 4i + 3 of column 4L + e */
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int e = 0; e < 4; e++) {
+        __m512i u0 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x44);
+        __m512i u1 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xEE);
+        __m512i u2 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x44);
+        __m512i u3 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xEE);
+        t[e] = _mm512_shuffle_i32x4(u0, u2, 0x88);
+        t[4 + e] = _mm512_shuffle_i32x4(u0, u2, 0xDD);
+        t[8 + e] = _mm512_shuffle_i32x4(u1, u3, 0x88);
+        t[12 + e] = _mm512_shuffle_i32x4(u1, u3, 0xDD);
+    }
+    for (int i = 0; i < 16; i++)
+        r[i] = t[i];
+}
+
 /* A full panel of op(B) = B^T (B stored (N, K)): the pairs q < 16 floor(kc / 32) of NR
- * columns (each converted row gives 16 pairs; two 16 x 16 word transposes per 16 pairs);
+ * columns (each converted row gives 16 pairs; two 16 x 16 word transposes per 16 pairs, in
+ * registers);
  * returns how many pairs it packed. */
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) static int64_t
 pack_bt_full(const float *B, int64_t ldb, int64_t kc, uint16_t *dst)
@@ -153,12 +185,9 @@ pack_bt_full(const float *B, int64_t ldb, int64_t kc, uint16_t *dst)
             __m512i r[16];
             for (int j = 0; j < 16; j++)
                 r[j] = cvt32(B + (jj + j) * ldb + 2 * q);
-            int32_t t[16][16];
-            for (int j = 0; j < 16; j++)
-                _mm512_storeu_si512(t[j], r[j]);
+            tr16x16(r);
             for (int i = 0; i < 16; i++)
-                for (int j = 0; j < 16; j++)
-                    d32[(q + i) * NR + jj + j] = t[j][i];
+                _mm512_storeu_si512(d32 + (q + i) * NR + jj, r[i]);
         }
     return q;
 }
@@ -218,13 +247,12 @@ pack_a_full(const float *A, int64_t lda, int64_t kc, int64_t h, uint16_t *apack)
     int64_t q = 0;
     int32_t *d32 = (int32_t *)(void *)apack;
     for (; q + 16 <= kc / 2; q += 16) {
-        int32_t t[MR][16];
-        for (int r = 0; r < MR; r++)
-            _mm512_storeu_si512(t[r], r < h ? cvt32(A + r * lda + 2 * q)
-                                            : _mm512_setzero_si512());
+        __m512i t[16];
+        for (int r = 0; r < 16; r++)
+            t[r] = r < h ? cvt32(A + r * lda + 2 * q) : _mm512_setzero_si512();
+        tr16x16(t);
         for (int i = 0; i < 16; i++)
-            for (int r = 0; r < MR; r++)
-                d32[(q + i) * MR + r] = t[r][i];
+            _mm512_mask_storeu_epi32(d32 + (q + i) * MR, (__mmask16)((1u << MR) - 1), t[i]);
     }
     return q;
 }
