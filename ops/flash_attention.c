@@ -28,7 +28,9 @@
  * then the softmax and out_i = sum_j p_j v_j with the columns vectorized; backward computes
  * p_j once per score and D_i, dP_j by the same dots. Items are ranges of whole batches (one
  * region per op, TG_PAR_RANGE: one thread below ~50 us of work); its backward needs batches
- * owning their matrices (no broadcast q, k, v), else the tiled backward runs.
+ * owning their matrices (no broadcast q, k, v), else the tiled backward runs. With bf16
+ * products it rounds every product's operands to bf16 first (copies of K, V and the q and dO
+ * rows in the thread's workspace; P and dS after they are computed), the same arithmetic after.
  * Layout: q, k, v are read through their strides (heads split by views are not copied); the
  * last axis must be contiguous (the builder copies otherwise). Masks are read through their
  * strides with stride 0 on broadcast dims. Output, its gradient and the sources' gradients are
@@ -100,7 +102,8 @@ static bool fa_one_pass(const fa_meta *m)
  * batches that own their matrices (no broadcast q, k or v), like fa_one_pass. */
 static bool fa_small(const fa_meta *m, int prec)
 {
-    return m->Tk <= FA_BK && prec != TG_PRECISION_BF16; /* (bf16: the block products) */
+    (void)prec; /* bf16 products: the same path with rounded operands */
+    return m->Tk <= FA_BK;
 }
 
 static bool fa_small_bwd_ok(const fa_meta *m, int prec)
@@ -122,7 +125,7 @@ static size_t fa_bwd_base_elems(const fa_meta *m)
     return (dk + dv) * FA_BK + 2 * FA_BQ * FA_BK + FA_BQ + blk;
 }
 
-static size_t fa_ws_per_thread(const fa_meta *m, bool backward)
+static size_t fa_ws_per_thread(const fa_meta *m, bool backward, int prec)
 {
     size_t es = m->es;
     size_t dk = (size_t)m->dk, dv = (size_t)m->dv, n;
@@ -133,6 +136,8 @@ static size_t fa_ws_per_thread(const fa_meta *m, bool backward)
         if (fa_one_pass(m)) /* D and the dQ accumulator of the whole batch */
             n += (size_t)m->Tq * (1 + dk);
     }
+    if (prec == TG_PRECISION_BF16 && fa_small(m, prec)) /* rounded K, V and q, dO rows */
+        n += (size_t)(FA_BK + FA_BQ) * (dk + dv);
     return fa_round64(n * es);
 }
 
@@ -167,7 +172,7 @@ size_t tg__flash_attn_ws(const tg__call *c)
     const fa_meta *m = y->aux;
     /* per thread: the tiles, then a one-thread GEMM workspace for the block products */
     size_t b = (size_t)(nt < 1 ? 1 : nt) *
-               (fa_ws_per_thread(m, backward) + fa_gemm_ws(m, y->dtype, c->precision));
+               (fa_ws_per_thread(m, backward, c->precision) + fa_gemm_ws(m, y->dtype, c->precision));
     if (backward && fa_wants_dmask(y))
         b += fa_dmask_bytes(m);
     return b;

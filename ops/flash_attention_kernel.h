@@ -361,7 +361,7 @@ TG_SIMD_CLONES static void FA_FN(fa_fwd_item)(const fa_meta *m, const tg__call *
     const FA_T *V = (const FA_T *)cl->in[2] + m->off[2][o];
     const FA_T *M0 = m->src_mask[0] >= 0 ? cl->in[m->src_mask[0]] : NULL;
     const FA_T *M1 = m->src_mask[1] >= 0 ? cl->in[m->src_mask[1]] : NULL;
-    void *gws = (char *)w + fa_ws_per_thread(m, false);
+    void *gws = (char *)w + fa_ws_per_thread(m, false, cl->precision);
     FA_T *Kt = w, *S = Kt + dk * FA_BK, *acc = S + FA_BQ * FA_BK, *mx = acc + FA_BQ * dv,
          *l = mx + FA_BQ;
     const FA_T scale = (FA_T)m->scale;
@@ -500,7 +500,7 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_kv_item)(const fa_meta *m, const tg__cal
 {
     const int64_t dk = m->dk, dv = m->dv, j0 = kb * FA_BK;
     const int64_t nk = m->Tk - j0 < FA_BK ? m->Tk - j0 : FA_BK;
-    void *gws = (char *)w + fa_ws_per_thread(m, true);
+    void *gws = (char *)w + fa_ws_per_thread(m, true, cl->precision);
     FA_T *Kt = w, *Vt = Kt + dk * FA_BK, *P = Vt + dv * FA_BK, *dS = P + FA_BQ * FA_BK,
          *D = dS + FA_BQ * FA_BK, *dKb = D + FA_BQ, *dVb = dKb + FA_BK * dk;
     const FA_T scale = (FA_T)m->scale;
@@ -562,7 +562,7 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_q_item)(const fa_meta *m, const tg__call
 {
     const int64_t dk = m->dk, dv = m->dv, i0 = qb * FA_BQ;
     const int64_t nq = m->Tq - i0 < FA_BQ ? m->Tq - i0 : FA_BQ;
-    void *gws = (char *)w + fa_ws_per_thread(m, true);
+    void *gws = (char *)w + fa_ws_per_thread(m, true, cl->precision);
     FA_T *Kt = w, *Vt = Kt + dk * FA_BK, *P = Vt + dv * FA_BK, *dS = P + FA_BQ * FA_BK,
          *D = dS + FA_BQ * FA_BK, *dQb = D + FA_BQ;
     const FA_T scale = (FA_T)m->scale;
@@ -602,7 +602,7 @@ TG_SIMD_CLONES static void FA_FN(fa_bwd_one_item)(const fa_meta *m, const tg__ca
                                                   FA_T *dM, FA_T *w)
 {
     const int64_t dk = m->dk, dv = m->dv, Tq = m->Tq;
-    void *gws = (char *)w + fa_ws_per_thread(m, true);
+    void *gws = (char *)w + fa_ws_per_thread(m, true, cl->precision);
     FA_T *Kt = w, *Vt = Kt + dk * FA_BK, *P = Vt + dv * FA_BK, *dS = P + FA_BQ * FA_BK,
          *dKb = dS + FA_BQ * FA_BK + FA_BQ, *dVb = dKb + FA_BK * dk;
     FA_T *Dall = w + fa_bwd_base_elems(m), *dQacc = Dall + Tq;
@@ -697,26 +697,54 @@ FA_INLINE int64_t FA_FN(fa_small_nk)(const fa_meta *m, int64_t i)
     return m->causal && i + 1 < m->Tk ? i + 1 : m->Tk;
 }
 
-/* Scores of row i of batch o (nk keys): s_j = scale (q_i . k_j), then the masks. */
+/* Scores of row i of batch o (nk keys, row j of K at K + j ks): s_j = scale (q_i . k_j), then
+ * the masks. */
 FA_INLINE void FA_FN(fa_small_scores)(const fa_meta *m, const FA_T *M0, const FA_T *M1,
                                       int64_t o, int64_t i, const FA_T *q, const FA_T *K,
-                                      int64_t nk, FA_T *s)
+                                      int64_t ks, int64_t nk, FA_T *s)
 {
     const FA_T scale = (FA_T)m->scale;
-    FA_FN(fa_dots)(q, K, m->rs[1], nk, m->dk, s);
+    FA_FN(fa_dots)(q, K, ks, nk, m->dk, s);
     if (scale != 1)
         for (int64_t j = 0; j < nk; j++)
             s[j] *= scale;
     FA_FN(fa_mask)(m, M0, M1, o, i, 1, 0, nk, s);
 }
 
+/* bf16 products (TG_PRECISION_BF16, f32 only): the operands of every product are rounded to
+ * bf16 (tg__bf16_round) before the same f32 arithmetic, so each product is exact and only the
+ * sums round, as in the tiled path's bf16 block products. fa_small_rnd copies n rows of w
+ * elements (row r at x + r xs) rounded into dst (rows of w). */
+FA_INLINE void FA_FN(fa_small_rnd)(FA_T *dst, const FA_T *x, int64_t xs, int64_t n, int64_t w)
+{
+#if FA_BF16
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t c = 0; c < w; c++)
+            dst[r * w + c] = tg__bf16_round(x[r * xs + c]);
+#else
+    (void)dst, (void)x, (void)xs, (void)n, (void)w;
+#endif
+}
+
+FA_INLINE void FA_FN(fa_small_rnd_in)(FA_T *v, int64_t n)
+{
+#if FA_BF16
+    for (int64_t j = 0; j < n; j++)
+        v[j] = tg__bf16_round(v[j]);
+#else
+    (void)v, (void)n;
+#endif
+}
+
 /* Forward of batches [o0, o1): out rows and lse. Rows go in groups of FA_SR through three
  * phases (scores, softmax, weighted sums), so the short dependency chains of different rows
- * overlap. */
+ * overlap. With bf16 products: K and V of the batch and each group's q rows are rounded into
+ * w (FA_BK (d_k + d_v) + FA_SR d_k elements), the weights after the softmax's sum. */
 TG_SIMD_CLONES static void FA_FN(fa_small_fwd)(const fa_meta *m, const tg__call *cl, int64_t o0,
-                                               int64_t o1)
+                                               int64_t o1, FA_T *w)
 {
-    const int64_t dv = m->dv, Tq = m->Tq;
+    const int64_t dv = m->dv, Tq = m->Tq, Tk = m->Tk, dk = m->dk;
+    const bool bf = FA_BF16 && cl->precision == TG_PRECISION_BF16;
     const FA_T *M0 = m->src_mask[0] >= 0 ? cl->in[m->src_mask[0]] : NULL;
     const FA_T *M1 = m->src_mask[1] >= 0 ? cl->in[m->src_mask[1]] : NULL;
     FA_T S[FA_SR][FA_BK], inv[FA_SR];
@@ -725,14 +753,26 @@ TG_SIMD_CLONES static void FA_FN(fa_small_fwd)(const fa_meta *m, const tg__call 
         const FA_T *Q = (const FA_T *)cl->in[0] + m->off[0][o];
         const FA_T *K = (const FA_T *)cl->in[1] + m->off[1][o];
         const FA_T *V = (const FA_T *)cl->in[2] + m->off[2][o];
+        int64_t ks = m->rs[1], vs = m->rs[2];
         FA_T *out = (FA_T *)cl->out + o * Tq * dv;
         FA_T *lse = (FA_T *)cl->saved + o * Tq;
+        if (bf) {
+            FA_FN(fa_small_rnd)(w, K, ks, Tk, dk);
+            FA_FN(fa_small_rnd)(w + Tk * dk, V, vs, Tk, dv);
+            K = w, V = w + Tk * dk, ks = dk, vs = dv;
+        }
         for (int64_t i0 = 0; i0 < Tq; i0 += FA_SR) {
             const int nr = Tq - i0 < FA_SR ? (int)(Tq - i0) : FA_SR;
+            const FA_T *Qg = Q + i0 * m->rs[0];
+            int64_t qs = m->rs[0];
+            if (bf) {
+                FA_T *qr = w + Tk * (dk + dv);
+                FA_FN(fa_small_rnd)(qr, Qg, qs, nr, dk);
+                Qg = qr, qs = dk;
+            }
             for (int r = 0; r < nr; r++) {
                 nk[r] = FA_FN(fa_small_nk)(m, i0 + r);
-                FA_FN(fa_small_scores)(m, M0, M1, o, i0 + r, Q + (i0 + r) * m->rs[0], K, nk[r],
-                                       S[r]);
+                FA_FN(fa_small_scores)(m, M0, M1, o, i0 + r, Qg + r * qs, K, ks, nk[r], S[r]);
             }
             for (int r = 0; r < nr; r++) {
                 FA_T *s = S[r], mx = (FA_T)-INFINITY;
@@ -754,6 +794,8 @@ TG_SIMD_CLONES static void FA_FN(fa_small_fwd)(const fa_meta *m, const tg__call 
                     l += s[j];
                 inv[r] = (FA_T)1 / l;
                 lse[i0 + r] = mx + FA_LOG(l);
+                if (bf)
+                    FA_FN(fa_small_rnd_in)(s, nk[r]);
             }
             for (int r = 0; r < nr; r++) {
                 FA_T *yo = out + (i0 + r) * dv;
@@ -761,7 +803,7 @@ TG_SIMD_CLONES static void FA_FN(fa_small_fwd)(const fa_meta *m, const tg__call 
                     for (int64_t c = 0; c < dv; c++)
                         yo[c] = 0;
                 else /* (sum_j p_j v_j) / l */
-                    FA_FN(fa_wsum)(S[r], V, m->rs[2], nk[r], dv, &inv[r], false, yo);
+                    FA_FN(fa_wsum)(S[r], V, vs, nk[r], dv, &inv[r], false, yo);
             }
         }
     }
@@ -774,7 +816,11 @@ TG_SIMD_CLONES static void FA_FN(fa_small_fwd)(const fa_meta *m, const tg__call 
  * (Pt, dSt: FA_BK x FA_BQ), then per key j dV_j += sum_i P_ij dO_i and dK_j += sum_i
  * (scale dS_ij) q_i (rows ascending, accumulated in registers, added to the batch's sums in
  * w, which are added to the gradients at the end). w: this thread's workspace,
- * T_k (d_k + d_v) + 2 FA_BK FA_BQ elements. Masked keys and fully masked rows hold 0. */
+ * T_k (d_k + d_v) + 2 FA_BK FA_BQ elements, and with bf16 products the rounded K, V
+ * (T_k (d_k + d_v)) and each row block's rounded q and dO rows (FA_BQ (d_k + d_v)): every
+ * product's operands rounded (P and scale dS after they are computed in f32; D_i = dO_i . O_i
+ * and the mask's gradient use the unrounded values). Masked keys and fully masked rows hold
+ * 0. */
 TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg__call *cl, int64_t o0,
                                                int64_t o1, bool do_q, bool do_k, bool do_v,
                                                FA_T *dM, FA_T *w)
@@ -784,11 +830,19 @@ TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg__call 
     const FA_T *M1 = m->src_mask[1] >= 0 ? cl->in[m->src_mask[1]] : NULL;
     const FA_T scale = (FA_T)m->scale;
     const bool need_ds = do_k || do_q || dM;
+    const bool bf = FA_BF16 && cl->precision == TG_PRECISION_BF16;
     FA_T *dKb = w, *dVb = w + Tk * dk, *Pt = dVb + Tk * dv, *dSt = Pt + FA_BK * FA_BQ;
+    FA_T *Kr = dSt + FA_BK * FA_BQ, *Vr = Kr + Tk * dk, *Qr = Vr + Tk * dv, *dOr = Qr + FA_BQ * dk;
     for (int64_t o = o0; o < o1; o++) {
         const FA_T *Q = (const FA_T *)cl->in[0] + m->off[0][o];
         const FA_T *K = (const FA_T *)cl->in[1] + m->off[1][o];
         const FA_T *V = (const FA_T *)cl->in[2] + m->off[2][o];
+        int64_t ks = m->rs[1], vs = m->rs[2];
+        if (bf) {
+            FA_FN(fa_small_rnd)(Kr, K, ks, Tk, dk);
+            FA_FN(fa_small_rnd)(Vr, V, vs, Tk, dv);
+            K = Kr, V = Vr, ks = dk, vs = dv;
+        }
         const FA_T *O = (const FA_T *)cl->out + o * Tq * dv;
         const FA_T *dO = (const FA_T *)cl->dy + o * Tq * dv;
         const FA_T *lse = (const FA_T *)cl->saved + o * Tq;
@@ -801,6 +855,14 @@ TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg__call 
                 dVb[e] = 0;
         for (int64_t i0 = 0; i0 < Tq; i0 += FA_BQ) {
             const int64_t nr = Tq - i0 < FA_BQ ? Tq - i0 : FA_BQ;
+            /* the row block's q and dO rows as the products read them */
+            const FA_T *Qb = Q + i0 * m->rs[0], *dOb = dO + i0 * dv;
+            int64_t qs = m->rs[0];
+            if (bf) {
+                FA_FN(fa_small_rnd)(Qr, Qb, qs, nr, dk);
+                FA_FN(fa_small_rnd)(dOr, dOb, dv, nr, dv);
+                Qb = Qr, dOb = dOr, qs = dk;
+            }
             for (int64_t r = 0; r < nr; r++) {
                 const int64_t i = i0 + r;
                 const FA_T L = lse[i];
@@ -808,14 +870,14 @@ TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg__call 
                 int64_t nk = FA_FN(fa_small_nk)(m, i);
                 if (L == (FA_T)-INFINITY) /* fully masked row: P = 0, dS = 0 */
                     nk = 0;
-                const FA_T *qi = Q + i * m->rs[0], *doi = dO + i * dv;
+                const FA_T *qi = Qb + r * qs, *doi = dOb + r * dv;
                 if (nk > 0) {
-                    FA_FN(fa_small_scores)(m, M0, M1, o, i, qi, K, nk, p);
+                    FA_FN(fa_small_scores)(m, M0, M1, o, i, qi, K, ks, nk, p);
                     FA_FN(fa_small_exp)(p, nk, L);
                 }
                 if (need_ds && nk > 0) {
-                    const FA_T Di = FA_FN(fa_dot)(doi, O + i * dv, dv);
-                    FA_FN(fa_dots)(doi, V, m->rs[2], nk, dv, ds); /* dP */
+                    const FA_T Di = FA_FN(fa_dot)(dO + i * dv, O + i * dv, dv);
+                    FA_FN(fa_dots)(doi, V, vs, nk, dv, ds); /* dP */
                     for (int64_t j = 0; j < nk; j++)
                         ds[j] = p[j] * (ds[j] - Di);
                     if (dM) {
@@ -825,9 +887,13 @@ TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg__call 
                     }
                     for (int64_t j = 0; j < nk; j++)
                         ds[j] *= scale;
+                    if (bf)
+                        FA_FN(fa_small_rnd_in)(ds, nk);
                     if (do_q)
-                        FA_FN(fa_wsum)(ds, K, m->rs[1], nk, dk, NULL, true, dQ + i * dk);
+                        FA_FN(fa_wsum)(ds, K, ks, nk, dk, NULL, true, dQ + i * dk);
                 }
+                if (bf)
+                    FA_FN(fa_small_rnd_in)(p, nk);
                 for (int64_t j = 0; j < nk; j++) {
                     Pt[j * FA_BQ + r] = p[j];
                     dSt[j * FA_BQ + r] = need_ds ? ds[j] : 0;
@@ -837,12 +903,10 @@ TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg__call 
             }
             if (do_v)
                 for (int64_t j = 0; j < Tk; j++)
-                    FA_FN(fa_wsum)(Pt + j * FA_BQ, dO + i0 * dv, dv, nr, dv, NULL, true,
-                                   dVb + j * dv);
+                    FA_FN(fa_wsum)(Pt + j * FA_BQ, dOb, dv, nr, dv, NULL, true, dVb + j * dv);
             if (do_k)
                 for (int64_t j = 0; j < Tk; j++)
-                    FA_FN(fa_wsum)(dSt + j * FA_BQ, Q + i0 * m->rs[0], m->rs[0], nr, dk, NULL,
-                                   true, dKb + j * dk);
+                    FA_FN(fa_wsum)(dSt + j * FA_BQ, Qb, qs, nr, dk, NULL, true, dKb + j * dk);
         }
         if (do_k) {
             FA_T *dK = (FA_T *)cl->dx[1] + m->idx[1][o] * Tk * dk;
@@ -862,11 +926,12 @@ static void FA_FN(fa_forward)(const tg__call *cl)
     const tg_tensor *y = cl->y;
     const fa_meta *m = y->aux;
     int64_t nqb = (m->Tq + FA_BQ - 1) / FA_BQ, items = m->nb * nqb;
-    size_t per = (fa_ws_per_thread(m, false) + fa_gemm_ws(m, y->dtype, cl->precision)) / sizeof(FA_T);
+    size_t per = (fa_ws_per_thread(m, false, cl->precision) + fa_gemm_ws(m, y->dtype, cl->precision)) / sizeof(FA_T);
     FA_T *ws = cl->ws;
     int nt = cl->nt;
     if (fa_small(m, cl->precision)) { /* batches [lo, hi) per thread, each owning its out rows and lse */
-        TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1, FA_FN(fa_small_fwd)(m, cl, lo, hi));
+        TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1,
+                     FA_FN(fa_small_fwd)(m, cl, lo, hi, ws + (size_t)TG_THREAD_NUM() * per));
         return;
     }
     /* Item (o, qb) owns out rows and lse of query block qb of batch o: race-free, each
@@ -888,7 +953,7 @@ static void FA_FN(fa_backward)(const tg__call *cl)
         memset(dM, 0, fa_dmask_bytes(m));
         ws += fa_dmask_bytes(m) / sizeof(FA_T);
     }
-    size_t per = (fa_ws_per_thread(m, true) + fa_gemm_ws(m, y->dtype, cl->precision)) / sizeof(FA_T);
+    size_t per = (fa_ws_per_thread(m, true, cl->precision) + fa_gemm_ws(m, y->dtype, cl->precision)) / sizeof(FA_T);
     int nt = cl->nt;
     bool par = fa_work(m) > TG_PAR_MIN;
     int64_t nkb = (m->Tk + FA_BK - 1) / FA_BK, nqb = (m->Tq + FA_BQ - 1) / FA_BQ;

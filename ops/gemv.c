@@ -29,19 +29,8 @@
 
 static double gv_gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.70710678118654752440)); }
 
-/* v rounded to bf16 (nearest, ties to even; a NaN stays a quiet NaN), as an f32: tg__bf16_from_f32
- * on the bit pattern, branch-free so that the loops above vectorize. A product of two such
- * values is exact in f32, so the bf16 GEMV rounds only where it adds. */
-static inline float gv_bf16(float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    uint32_t q = (u | 0x00400000u) & 0xffff0000u;
-    u = (u & 0x7fffffffu) > 0x7f800000u ? q : r;
-    memcpy(&v, &u, sizeof v);
-    return v;
-}
+/* The bf16 variant reads x and W through tg__bf16_round (core.h): a product of two such values
+ * is exact in f32, so the bf16 GEMV rounds only where it adds. */
 
 #define DEFINE_GEMV(T, SUF, RND)                                                               \
     /* Columns [j0, j1) of every row: four columns at a time share each load of x. */          \
@@ -119,4 +108,4 @@ static inline float gv_bf16(float v)
 #define GV_EXACT(v) (v)
 DEFINE_GEMV(float, f32, GV_EXACT)
 DEFINE_GEMV(double, f64, GV_EXACT)
-DEFINE_GEMV(float, bf16, gv_bf16)
+DEFINE_GEMV(float, bf16, tg__bf16_round)

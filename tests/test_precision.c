@@ -221,6 +221,59 @@ START_TEST(flash_attention_bf16)
                     diff = fmax(diff, fabs(yv[(o * T + i) * d + c] - y32[(o * T + i) * d + c]));
                 }
             }
+        /* Gradients of l = sum y^2 (dO = 2 y): dV_j = sum_i p_ij dO_i and dQ_i = scale sum_j
+         * dS_ij k_j, dS_ij = p_ij (dP_ij - D_i), dP_ij = dO_i . v_j, D_i = dO_i . O_i, each
+         * product of bf16-rounded operands (p and dS rounded after they are computed). */
+        double *dvv = grads(v);
+        for (int64_t o = 0; o < B; o++) {
+            double P[80][80] = {{0}}, dS[80][80] = {{0}};
+            for (int64_t i = 0; i < T; i++) {
+                double s[80], mx = -INFINITY, sum = 0, D = 0;
+                for (int64_t j = 0; j <= i; j++) {
+                    double a = 0;
+                    for (int64_t c = 0; c < d; c++)
+                        a += bf16r(qv[(o * T + i) * d + c]) * bf16r(kv[(o * T + j) * d + c]);
+                    s[j] = a * scale;
+                    mx = fmax(mx, s[j]);
+                }
+                for (int64_t j = 0; j <= i; j++)
+                    sum += (s[j] = exp(s[j] - mx));
+                for (int64_t c = 0; c < d; c++)
+                    D += 2 * yv[(o * T + i) * d + c] * yv[(o * T + i) * d + c];
+                for (int64_t j = 0; j <= i; j++) {
+                    double dp = 0;
+                    for (int64_t c = 0; c < d; c++)
+                        dp += bf16r(2 * yv[(o * T + i) * d + c]) * bf16r(vv[(o * T + j) * d + c]);
+                    P[i][j] = s[j] / sum;
+                    dS[i][j] = P[i][j] * (dp - D);
+                }
+            }
+            for (int64_t j = 0; j < T; j++)
+                for (int64_t c = 0; c < d; c++) {
+                    double r = 0, mag = 0;
+                    for (int64_t i = j; i < T; i++) {
+                        double t = bf16r(P[i][j]) * bf16r(2 * yv[(o * T + i) * d + c]);
+                        r += t, mag += fabs(t);
+                    }
+                    double e = fabs(dvv[(o * T + j) * d + c] - r);
+                    ck_assert_msg(e <= 4 * 0x1p-8 * mag + 1e-6, "dv[%lld, %lld, %lld] = %.7g, "
+                                  "reference %.7g (T %lld)", (long long)o, (long long)j,
+                                  (long long)c, dvv[(o * T + j) * d + c], r, (long long)T);
+                }
+            for (int64_t i = 0; i < T; i++)
+                for (int64_t c = 0; c < d; c++) {
+                    double r = 0, mag = 0;
+                    for (int64_t j = 0; j <= i; j++) {
+                        double t = bf16r(scale * dS[i][j]) * bf16r(kv[(o * T + j) * d + c]);
+                        r += t, mag += fabs(t);
+                    }
+                    double e = fabs(dq[(o * T + i) * d + c] - r);
+                    ck_assert_msg(e <= 8 * 0x1p-8 * mag + 1e-5, "dq[%lld, %lld, %lld] = %.7g, "
+                                  "reference %.7g (T %lld)", (long long)o, (long long)i,
+                                  (long long)c, dq[(o * T + i) * d + c], r, (long long)T);
+                }
+        }
+        free(dvv);
         for (int64_t i = 0; i < B * T * d; i++)
             gdiff = fmax(gdiff, fabs(dq[i] - dq32[i]));
         ck_assert_msg(diff > 1e-5 && diff < 0.05, "bf16 vs f32 output: %g", diff);

@@ -467,6 +467,18 @@ size_t tg__gemm_ws_bytes_prec(tg_dtype dt, int prec, int nt, int64_t n, int64_t 
  * src/io/io.c). */
 uint16_t tg__bf16_from_f32(float x);
 float tg__bf16_to_f32(uint16_t h);
+/* x rounded to bf16 (nearest, ties to even; NaN stays NaN, made quiet), as an f32: the value
+ * tg__bf16_to_f32(tg__bf16_from_f32(x)) in a form loops vectorize. */
+static inline float tg__bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    uint32_t q = (u | 0x00400000u) & 0xffff0000u;
+    u = (u & 0x7fffffffu) > 0x7f800000u ? q : r;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
 /* Workspace of nt threads for products of any shape (the largest blocks) ... */
 size_t tg__gemm_ws_bytes(tg_dtype dt, int nt);
 /* ... or for products with at most n columns (of C) and k inner steps: small shapes take

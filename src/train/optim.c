@@ -227,9 +227,10 @@ tg_tensor *tg_optim_state(const tg_optim *o, int64_t i)
 #define CHECK_BLOCK 4096
 #ifdef TG_HAVE_OPENMP
 /* Race-free: each iteration ORs into its thread's private copy of var (an integer, so the
- * combined result does not depend on the order). */
+ * combined result does not depend on the order). Iterations handed out as TG_OMP_FOR does
+ * (guided), so a descheduled thread holds up only what it took. */
 #define OMP_FOR_OR(nt, cond, var)                                                              \
-    TG__PRAGMA(omp parallel for schedule(static) num_threads(nt) if (cond) reduction(| : var))
+    TG__PRAGMA(omp parallel for schedule(guided) num_threads(nt) if (cond) reduction(| : var))
 #else
 #define OMP_FOR_OR(nt, cond, var) (void)(nt); (void)(cond);
 #endif
