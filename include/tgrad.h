@@ -219,8 +219,13 @@ TG_API tg_status tg_ctx_set_error(tg_ctx *ctx, tg_error_kind kind, tg_status sta
  *  OpenMP runtime (OMP_NUM_THREADS=100000 made libgomp overflow its stack). */
 #define TG_MAX_THREADS 1024
 
-/** Threads used by kernels, in [1, TG_MAX_THREADS] (larger values are capped). @p n <= 0
- *  restores the default: OpenMP's (omp_get_max_threads(), capped), 1 without OpenMP. */
+/** Most threads a kernel uses, in [1, TG_MAX_THREADS] (larger values are capped). @p n <= 0
+ *  restores the default: OpenMP's (omp_get_max_threads(), capped), 1 without OpenMP. A kernel
+ *  uses fewer when its work is too small to pay for waking a thread, or while its parallel
+ *  regions have not been paying (other processes hold the cores); results never depend on it.
+ *  On a machine other processes share, run with OMP_WAIT_POLICY=passive or a small
+ *  GOMP_SPINCOUNT, so that idle OpenMP workers sleep instead of polling (docs/kernels.md,
+ *  "Threads"). */
 TG_API void tg_ctx_set_threads(tg_ctx *ctx, int n);
 TG_API int tg_ctx_threads(const tg_ctx *ctx);
 

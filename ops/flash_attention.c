@@ -100,15 +100,14 @@ static bool fa_one_pass(const fa_meta *m)
 
 /* The small-T path (flash_attention_kernel.h): every key in one block. Its backward needs
  * batches that own their matrices (no broadcast q, k or v), like fa_one_pass. */
-static bool fa_small(const fa_meta *m, int prec)
+static bool fa_small(const fa_meta *m)
 {
-    (void)prec; /* bf16 products: the same path with rounded operands */
     return m->Tk <= FA_BK;
 }
 
-static bool fa_small_bwd_ok(const fa_meta *m, int prec)
+static bool fa_small_bwd_ok(const fa_meta *m)
 {
-    return fa_small(m, prec) && m->n[0] == m->nb && m->n[1] == m->nb && m->kv_same;
+    return fa_small(m) && m->n[0] == m->nb && m->n[1] == m->nb && m->kv_same;
 }
 
 /* Fork for the small-T path: about 50 us of work on one core (FA_SMALL_PAR_UNITS). */
@@ -136,7 +135,7 @@ static size_t fa_ws_per_thread(const fa_meta *m, bool backward, int prec)
         if (fa_one_pass(m)) /* D and the dQ accumulator of the whole batch */
             n += (size_t)m->Tq * (1 + dk);
     }
-    if (prec == TG_PRECISION_BF16 && fa_small(m, prec)) /* rounded K, V and q, dO rows */
+    if (prec == TG_PRECISION_BF16 && fa_small(m)) /* rounded K, V and q, dO rows */
         n += (size_t)(FA_BK + FA_BQ) * (dk + dv);
     return fa_round64(n * es);
 }

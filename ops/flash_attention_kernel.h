@@ -929,7 +929,7 @@ static void FA_FN(fa_forward)(const tg__call *cl)
     size_t per = (fa_ws_per_thread(m, false, cl->precision) + fa_gemm_ws(m, y->dtype, cl->precision)) / sizeof(FA_T);
     FA_T *ws = cl->ws;
     int nt = cl->nt;
-    if (fa_small(m, cl->precision)) { /* batches [lo, hi) per thread, each owning its out rows and lse */
+    if (fa_small(m)) { /* batches [lo, hi) per thread, each owning its out rows and lse */
         TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1,
                      FA_FN(fa_small_fwd)(m, cl, lo, hi, ws + (size_t)TG_THREAD_NUM() * per));
         return;
@@ -958,7 +958,7 @@ static void FA_FN(fa_backward)(const tg__call *cl)
     bool par = fa_work(m) > TG_PAR_MIN;
     int64_t nkb = (m->Tk + FA_BK - 1) / FA_BK, nqb = (m->Tq + FA_BQ - 1) / FA_BQ;
     bool do_k = cl->dx[1] != NULL, do_v = cl->dx[2] != NULL;
-    if (fa_small_bwd_ok(m, cl->precision)) {
+    if (fa_small_bwd_ok(m)) {
         /* batches [lo, hi) per thread; batch o owns every gradient row of its matrices */
         TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1,
                      FA_FN(fa_small_bwd)(m, cl, lo, hi, cl->dx[0] != NULL, do_k, do_v, dM,

@@ -169,6 +169,25 @@ START_TEST(matmul_bf16)
 }
 END_TEST
 
+/* Reference attention weights of row i of batch o under the causal mask: p[j] = softmax_j
+ * (scale q_i . k_j) for j <= i, the scores from bf16-rounded q and k, in f64. q, k (B, T, d). */
+static void causal_probs(const double *qv, const double *kv, int64_t o, int64_t i, int64_t T,
+                         int64_t d, double scale, double *p)
+{
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j <= i; j++) {
+        double a = 0;
+        for (int64_t c = 0; c < d; c++)
+            a += bf16r(qv[(o * T + i) * d + c]) * bf16r(kv[(o * T + j) * d + c]);
+        p[j] = a * scale;
+        mx = fmax(mx, p[j]);
+    }
+    for (int64_t j = 0; j <= i; j++)
+        sum += (p[j] = exp(p[j] - mx));
+    for (int64_t j = 0; j <= i; j++)
+        p[j] /= sum;
+}
+
 /* Flash attention: out = softmax(scale q k^T) v with bf16 q, k and bf16 weights p times bf16
  * v. The weights are rounded after an f32 softmax, so the reference rounds f64 weights: one
  * rounding may fall the other way, hence a bound of a few bf16 ulps of max |v|. */
@@ -200,20 +219,12 @@ START_TEST(flash_attention_bf16)
         double diff = 0, gdiff = 0;
         for (int64_t o = 0; o < B; o++)
             for (int64_t i = 0; i < T; i++) {
-                double s[80], mx = -INFINITY, sum = 0;
-                for (int64_t j = 0; j <= i; j++) {
-                    double a = 0;
-                    for (int64_t c = 0; c < d; c++)
-                        a += bf16r(qv[(o * T + i) * d + c]) * bf16r(kv[(o * T + j) * d + c]);
-                    s[j] = a * scale;
-                    mx = fmax(mx, s[j]);
-                }
-                for (int64_t j = 0; j <= i; j++)
-                    sum += (s[j] = exp(s[j] - mx));
+                double p[80];
+                causal_probs(qv, kv, o, i, T, d, scale, p);
                 for (int64_t c = 0; c < d; c++) {
                     double r = 0;
                     for (int64_t j = 0; j <= i; j++)
-                        r += bf16r(s[j] / sum) * bf16r(vv[(o * T + j) * d + c]);
+                        r += bf16r(p[j]) * bf16r(vv[(o * T + j) * d + c]);
                     double e = fabs(yv[(o * T + i) * d + c] - r);
                     ck_assert_msg(e <= 4 * 0x1p-8, "out[%lld, %lld, %lld] = %.7g, reference "
                                   "%.7g (T %lld)", (long long)o, (long long)i, (long long)c,
@@ -228,23 +239,14 @@ START_TEST(flash_attention_bf16)
         for (int64_t o = 0; o < B; o++) {
             double P[80][80] = {{0}}, dS[80][80] = {{0}};
             for (int64_t i = 0; i < T; i++) {
-                double s[80], mx = -INFINITY, sum = 0, D = 0;
-                for (int64_t j = 0; j <= i; j++) {
-                    double a = 0;
-                    for (int64_t c = 0; c < d; c++)
-                        a += bf16r(qv[(o * T + i) * d + c]) * bf16r(kv[(o * T + j) * d + c]);
-                    s[j] = a * scale;
-                    mx = fmax(mx, s[j]);
-                }
-                for (int64_t j = 0; j <= i; j++)
-                    sum += (s[j] = exp(s[j] - mx));
+                double D = 0;
+                causal_probs(qv, kv, o, i, T, d, scale, P[i]);
                 for (int64_t c = 0; c < d; c++)
                     D += 2 * yv[(o * T + i) * d + c] * yv[(o * T + i) * d + c];
                 for (int64_t j = 0; j <= i; j++) {
                     double dp = 0;
                     for (int64_t c = 0; c < d; c++)
                         dp += bf16r(2 * yv[(o * T + i) * d + c]) * bf16r(vv[(o * T + j) * d + c]);
-                    P[i][j] = s[j] / sum;
                     dS[i][j] = P[i][j] * (dp - D);
                 }
             }
