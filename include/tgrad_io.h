@@ -150,6 +150,34 @@ typedef struct tg_write_opts {
      *  other systems take). */
     bool no_tmpfile;
 } tg_write_opts;
+
+/**
+ * What tg_file_write() calls to produce the file's bytes: send them to @p w (in as many
+ * pieces as convenient) and return ::TG_OK, or stop at the first failure and return its
+ * status (a failing @c w->write returns an errno value: report it as ::TG_ERR_IO). Record
+ * the reason on @p ctx (tg_ctx_set_error() with ::TG_ERROR_RUN); the save then fails with
+ * that status and message, and nothing is replaced.
+ */
+typedef tg_status (*tg_emit_fn)(tg_ctx *ctx, const tg_writer *w, void *user);
+
+/**
+ * Write any file at @p path, atomically, by the rule of every writer here (see the file
+ * comment): only a regular file (or a symbolic link to one) is replaced, a directory,
+ * device, FIFO or socket is refused before anything is created; the bytes @p emit produces
+ * go to a temporary file beside the target, which is fsync()ed and renamed over it; on any
+ * failure (the emitter's, a full disk, an injected one) the temporary is removed, an existing
+ * file is left byte-identical and a new one is not created. Nothing the call did not create
+ * is ever removed or truncated. This is the writer behind every path-based save of the
+ * library (safetensors, .npy, DOT, checkpoints, SentencePiece models) and every file the
+ * `tgrad` program writes.
+ * @param user passed to @p emit unchanged.
+ * @param opts NULL for the defaults; see ::tg_write_opts.
+ * **Errors** (run-time): ::TG_ERR_ARG (NULL @p ctx, @p path or @p emit, empty @p path),
+ * ::TG_ERR_IO (with the step, @p path and the system's reason), ::TG_ERR_NOMEM, or what
+ * @p emit returned.
+ */
+TG_API tg_status tg_file_write(tg_ctx *ctx, const char *path, tg_emit_fn emit, void *user,
+                               const tg_write_opts *opts);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */

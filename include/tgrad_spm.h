@@ -153,8 +153,11 @@ TG_API tg_tokenizer *tg_spm_load_file(tg_ctx *ctx, const char *path);
 
 /** Write the serialized model of a SentencePiece tokenizer to @p path (a `.model` file, as
  *  `spm_train` writes and Python's `sentencepiece.SentencePieceProcessor(model_file=...)`
- *  reads). Errors (run-time): ::TG_ERR_ARG (NULL, or a tokenizer without a model),
- *  ::TG_ERR_IO (with the path and the system's reason; a partial file is removed). */
+ *  reads), atomically, through tg_file_write() (tgrad_io.h): only a regular file (or a link
+ *  to one) is replaced, through a temporary file renamed into place, so a failed save leaves
+ *  an existing model byte-identical and creates no new file; a device, FIFO or directory is
+ *  refused untouched. Errors (run-time): ::TG_ERR_ARG (NULL, or a tokenizer without a model),
+ *  ::TG_ERR_IO (with the failing step, the path and the system's reason). */
 TG_API tg_status tg_spm_save(const tg_tokenizer *tok, const char *path);
 
 #ifdef __cplusplus

@@ -826,7 +826,7 @@ START_TEST(test_outputs_never_inputs)
         "train --text c.txt --resume t.ckpt --steps 9 --checkpoint o.ckpt --plot t.ckpt",
     };
     for (size_t i = 0; i < sizeof args / sizeof args[0]; i++) {
-        expect_refusal_t(args[i], "an input (choose another file)", 10);
+        expect_refusal_t(args[i], "(an output never replaces an input, even with --force", 10);
         size_t n1, k1;
         char *text1 = slurp("c.txt", &n1), *ck1 = slurp("t.ckpt", &k1);
         ck_assert_msg(n1 == n0 && !memcmp(text0, text1, n0), "'%s' changed c.txt", args[i]);
@@ -1042,7 +1042,7 @@ START_TEST(test_dot)
     snprintf(a, sizeof a, "%s --dot same.out --plot same.out", longrun);
     expect_refusal_t(a, "--plot and --dot name the same file", 5);
     snprintf(a, sizeof a, "%s --dot c.txt", longrun);
-    expect_refusal_t(a, "--dot 'c.txt' is the --text file 'c.txt', an input", 5);
+    expect_refusal_t(a, "--dot 'c.txt' is the input --text 'c.txt'", 5);
     snprintf(a, sizeof a, "%s --dot .", longrun);
     expect_refusal_t(a, "--dot '.' is a directory, not a regular file", 5);
 }

@@ -128,13 +128,11 @@ typedef struct {
 static int check_out(const export_args *a, char *err, size_t n)
 {
     bool exists;
+    if (!outpath_not_input("--out", a->out, "--checkpoint", a->checkpoint, err, n))
+        return 2; /* a usage error, even with --force */
     outpath_status os = outpath_check("--out", a->out, true, &exists, err, n);
     if (os != OUTPATH_OK)
         return (int)os;
-    if (exists && cli_same_file(a->checkpoint, a->out)) {
-        snprintf(err, n, "--out '%s' is the checkpoint itself (choose another file)", a->out);
-        return 2; /* a usage error */
-    }
     if (exists && !a->force) {
         snprintf(err, n, "--out '%s' exists (pass --force to replace it)", a->out);
         return 2;

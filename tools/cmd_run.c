@@ -551,9 +551,8 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
                                    "--src-key-padding-mask"};
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < N_INS; j++)
-            if (out_paths[i] && ins[j] && cli_same_file(out_paths[i], ins[j])) {
-                snprintf(err, n, "%s '%s' is the input %s '%s' (choose another file)",
-                         out_flags[i], out_paths[i], in_flags[j], ins[j]);
+            if (!outpath_not_input(out_flags[i], out_paths[i], in_flags[j], ins[j], err, n)) {
+                rc = 2; /* a usage error, even with --force */
                 goto done;
             }
     /* an existing output is replaced only with --force (outpath.h) */

@@ -83,7 +83,6 @@ typedef struct {
     int64_t log_len;     /* --log: its length, always at the end of a whole line */
     bool log_no_acc;     /* --log: a resumed log with the older 5-column header (no val_acc) */
     bool saved;          /* a checkpoint was saved by this run */
-    char *plot_path;     /* --plot's file (through a symbolic link: its target) */
     outpath_lock lock;   /* --checkpoint's lock, held for the whole run */
     int32_t *ids_buf, *tgt_buf; /* (B, T) token ids (seq2seq: source) and targets */
     int32_t *dec_buf, *out_buf; /* seq2seq (B, T): decoder inputs; greedy decoding's output */
@@ -343,33 +342,33 @@ static bool plan_outputs(trainer *t)
                 errf("%s and %s name the same file '%s'", names[i], names[j], paths[j]);
                 return false;
             }
-    /* an output never replaces (or, for --log, appends to) an input: the text trained on, or
-     * the resumed checkpoint unless it is the checkpoint being saved */
+    /* an output never replaces (or, for --log, appends to) an input, even with --force: the
+     * data trained on, the tokenizer model, or the resumed checkpoint unless it is the
+     * checkpoint being saved (a usage error naming both options) */
+    char err[1400];
     for (int i = 0; i < 4; i++) {
         if (!paths[i])
             continue;
-        for (int k = 0; k < a->text.n; k++)
-            if (cli_same_file(paths[i], a->text.v[k])) {
-                errf("%s '%s' is the --text file '%s', an input (choose another file)",
-                     names[i], paths[i], a->text.v[k]);
-                return false;
-            }
-        if (i > 0 && a->resume && cli_same_file(paths[i], a->resume)) {
-            errf("%s '%s' is the --resume checkpoint '%s', an input (choose another file)",
-                 names[i], paths[i], a->resume);
+        bool ok = true;
+        for (int k = 0; ok && k < a->text.n; k++)
+            ok = outpath_not_input(names[i], paths[i], "--text", a->text.v[k], err, sizeof err);
+        ok = ok && outpath_not_input(names[i], paths[i], "--pairs", a->pairs, err, sizeof err) &&
+             outpath_not_input(names[i], paths[i], "--valid", a->valid, err, sizeof err) &&
+             outpath_not_input(names[i], paths[i], "--spm", a->spm, err, sizeof err) &&
+             (i == 0 ||
+              outpath_not_input(names[i], paths[i], "--resume", a->resume, err, sizeof err));
+        if (!ok) {
+            errf("%s", err);
+            t->usage = true;
             return false;
         }
     }
-    if (a->log && !check_output(t, "--log", a->log, false))
+    if (a->log && !check_output(t, "--log", a->log, true))
         return false;
     if (a->plot && !check_output(t, "--plot", a->plot, true))
         return false;
     if (a->dot && !check_output(t, "--dot", a->dot, true))
         return false;
-    if (a->plot && !(t->plot_path = outpath_target(a->plot))) {
-        errf("out of memory");
-        return false;
-    }
     /* last: the lock is taken once every other output is known to be fine */
     if (a->checkpoint && !check_checkpoint_path(t))
         return false;
@@ -589,31 +588,82 @@ static bool trim_log(trainer *t, bool *fresh)
     }
     if (keep == 0)
         *fresh = true;
-    if (*fresh)
-        t->log_no_acc = false; /* written anew, with the current header */
-    if (ftruncate(t->logfd, *fresh ? 0 : (off_t)keep) != 0 ||
-        lseek(t->logfd, *fresh ? 0 : (off_t)keep, SEEK_SET) < 0) {
+    if (*fresh) {
+        t->log_no_acc = false; /* replaced whole (open_log), with the current header */
+        return true;
+    }
+    if (ftruncate(t->logfd, (off_t)keep) != 0 || lseek(t->logfd, (off_t)keep, SEEK_SET) < 0) {
         errf("--log '%s': %s", t->a.log, strerror(errno));
         return false;
     }
-    t->log_len = *fresh ? 0 : keep;
+    t->log_len = keep;
     return true;
 }
 
-/* --log: a new log with its header, or (--resume) the run's own log cut at the checkpoint. */
+static bool emit_text(FILE *f, void *user)
+{
+    return fputs(user, f) >= 0;
+}
+
+/* Open the existing regular file @p path for the log (no create, no truncation; a FIFO
+ * swapped in cannot block the open). -1 (errno set) on failure; ENOENT when absent. */
+static int open_log_fd(const char *path)
+{
+    int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    struct stat sb;
+    if (fd >= 0 && (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))) {
+        int e = fstat(fd, &sb) != 0 ? errno : EINVAL;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (fd >= 0) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0)
+            (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    }
+    return fd;
+}
+
+/*
+ * --log: a new log with its header, or (--resume) the run's own log cut at the checkpoint.
+ * A new log is written like every output (outpath_write: a temporary with the header renamed
+ * into place), so a log that cannot be written leaves nothing behind and an existing file
+ * (--force) is replaced whole or not at all; the rows are then appended to it.
+ */
 static bool open_log(trainer *t)
 {
-    t->logfd = open(t->a.log, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY | (t->ck ? 0 : O_TRUNC),
-                    0666);
-    if (t->logfd < 0) {
-        errf("--log '%s': %s", t->a.log, strerror(errno));
+    bool fresh = true;
+    t->logfd = -1;
+    if (t->ck) {
+        t->logfd = open_log_fd(t->a.log);
+        if (t->logfd < 0 && errno != ENOENT) {
+            errf("--log '%s': %s", t->a.log, strerror(errno));
+            return false;
+        }
+        if (t->logfd >= 0 && !trim_log(t, &fresh))
+            return false;
+        if (fresh && t->logfd >= 0) {
+            close(t->logfd);
+            t->logfd = -1;
+        }
+    }
+    if (!fresh)
+        return true;
+    const char *header = t->pairs ? LOG_HEADER_PAIRS : LOG_HEADER;
+    char err[1600];
+    if (!outpath_write(t->ctx, "--log", t->a.log, emit_text, (void *)header, err, sizeof err)) {
+        errf("%s", err);
         return false;
     }
-    bool fresh = true;
-    if (t->ck && !trim_log(t, &fresh))
+    t->logfd = open_log_fd(t->a.log);
+    if (t->logfd < 0 || lseek(t->logfd, 0, SEEK_END) != (off_t)strlen(header)) {
+        errf("--log '%s': %s", t->a.log,
+             t->logfd < 0 ? strerror(errno) : "changed by another program while being opened");
         return false;
-    const char *header = t->pairs ? LOG_HEADER_PAIRS : LOG_HEADER;
-    return !fresh || log_write(t, header, strlen(header));
+    }
+    t->log_len = (int64_t)strlen(header);
+    return true;
 }
 
 /* --resume: parameters, optimizer state and step, RNG and the training state from the
@@ -1472,8 +1522,9 @@ static int report(trainer *t)
                                    : t->s2s ? "held-out exact-sequence accuracy"
                                             : "held-out token accuracy",
                    .metric_target = t->pairs ? a->target_bleu / 100 : a->target_acc};
-    if (a->plot && svg_training_plot(t->plot_path, &sp) != 0) {
-        errf("--plot '%s': %s", a->plot, strerror(errno));
+    char perr[1600];
+    if (a->plot && !svg_training_plot("--plot", a->plot, &sp, perr, sizeof perr)) {
+        errf("%s", perr);
         return 1;
     }
     char line[400];
@@ -1546,7 +1597,6 @@ static void trainer_free(trainer *t)
     svg_series_free(&t->acc_curve);
     tg_text_free(t->corp);
     pairs_free(&t->pr);
-    free(t->plot_path);
     outpath_lock_release(&t->lock);
     tg_ctx_free(t->ctx);
     train_free(&t->a, &t->r);

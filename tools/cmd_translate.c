@@ -147,6 +147,10 @@ int translate_parse(int argc, char **argv, translate_args *a, cli_result *r, cha
     }
     if (r->n_positional > 0)
         a->input = r->positional[0];
+    /* --out never names an input, even with --force (device and inode: links too) */
+    if (!outpath_not_input("--out", a->out, "--eval", a->eval, err, n) ||
+        !outpath_not_input("--out", a->out, "--checkpoint", a->checkpoint, err, n))
+        return CLI_ERROR;
     return CLI_OK;
 }
 
@@ -598,28 +602,31 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static bool write_hyps(const char *path, char *const *hyps, int64_t n)
+typedef struct {
+    char *const *hyps;
+    int64_t n;
+} hyps_out;
+
+static bool emit_hyps(FILE *f, void *user)
 {
-    char *target = outpath_target(path);
-    FILE *f = target ? fopen(target, "w") : NULL;
-    char sh[80];
-    if (!f) {
-        say("--out '%s': %s", cli_show(path, sh, sizeof sh), target ? strerror(errno)
-                                                                     : "out of memory");
-        free(target);
-        return false;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        fputs(hyps[i], f);
+    const hyps_out *h = user;
+    for (int64_t i = 0; i < h->n; i++) {
+        fputs(h->hyps[i], f);
         fputc('\n', f);
     }
-    bool ok = fflush(f) == 0 && !ferror(f);
-    int e = errno;
-    ok = fclose(f) == 0 && ok;
-    if (!ok)
-        say("--out '%s': writing failed: %s", cli_show(path, sh, sizeof sh), strerror(e));
-    free(target);
-    return ok;
+    return true;
+}
+
+/* --out: the hypotheses, one a line, through the atomic writer (outpath_write). */
+static bool write_hyps(tg_ctx *ctx, const char *path, char *const *hyps, int64_t n)
+{
+    hyps_out h = {hyps, n};
+    char err[1600];
+    if (!outpath_write(ctx, "--out", path, emit_hyps, &h, err, sizeof err)) {
+        say("%s%s", err, "");
+        return false;
+    }
+    return true;
 }
 
 static int translate_eval(translator_state *s, const translate_args *a)
@@ -666,7 +673,7 @@ static int translate_eval(translator_state *s, const translate_args *a)
         cli_report("translate", NULL, NULL, s->ctx);
         goto out;
     }
-    if (a->out && !write_hyps(a->out, hyps, n))
+    if (a->out && !write_hyps(s->ctx, a->out, hyps, n))
         goto out;
     tg_bleu_format(&bleu, line, sizeof line);
     printf("%s\n", line);

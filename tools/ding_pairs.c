@@ -32,9 +32,13 @@
  * epoch 0: seed XOR 0x9E3779B97F4A7C15) and dealt in that order: a group goes to test if it
  * fits in the room test has left (--test pairs in all), else to valid if it fits there
  * (--valid), else to train. Every file lists its pairs in the shuffled group order (a group's pairs sorted by
- * German, bytewise). The three files are written to temporaries in OUTDIR, then renamed.
+ * German, bytewise). Each file is written through tgrad's atomic writer (tools/outpath.h: a
+ * temporary in OUTDIR renamed into place; only a regular file is replaced, and only with
+ * --force; the --source file never).
  */
 #define _POSIX_C_SOURCE 200809L
+
+#include "outpath.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -289,10 +293,34 @@ static int cmp_pair(const void *a, const void *b)
 /* ----- output ------------------------------------------------------------------------------ */
 typedef struct outfile {
     const char *name;
-    char path[4096], tmp[4096];
-    FILE *f;
+    char path[4096];
     size_t count;
 } outfile;
+
+/* One split's file: the pairs of its groups, in the shuffled group order. */
+typedef struct split_out {
+    const pair *pairs;
+    const size_t *order, *gstart;
+    const int *split;
+    size_t ng;
+    int which;    /* 0 train, 1 valid, 2 test */
+    size_t count; /* pairs written */
+} split_out;
+
+static bool emit_split(FILE *f, void *user)
+{
+    split_out *so = user;
+    for (size_t k = 0; k < so->ng; k++) {
+        if (so->split[k] != so->which)
+            continue;
+        size_t g = so->order[k];
+        for (size_t p = so->gstart[g]; p < so->gstart[g + 1]; p++) {
+            fprintf(f, "%s\t%s\n", so->pairs[p].en, so->pairs[p].de);
+            so->count++;
+        }
+    }
+    return true;
+}
 
 static void usage(FILE *f)
 {
@@ -408,10 +436,17 @@ int main(int argc, char **argv)
     outfile out[3] = {{.name = "train.tsv"}, {.name = "valid.tsv"}, {.name = "test.tsv"}};
     for (int k = 0; k < 3; k++) {
         snprintf(out[k].path, sizeof out[k].path, "%s/%s", outdir, out[k].name);
-        snprintf(out[k].tmp, sizeof out[k].tmp, "%s/.%s.tmp%ld", outdir, out[k].name,
-                 (long)getpid());
-        if (!force && lstat(out[k].path, &st) == 0)
+        char err[1200];
+        outpath_status os = outpath_check("output", out[k].path, force, NULL, err, sizeof err);
+        if (os == OUTPATH_EXISTS)
             die("'%s' exists; give --force to replace it", out[k].path);
+        if (os != OUTPATH_OK)
+            die("%s", err);
+        /* an output never replaces the input, even with --force */
+        if (!outpath_not_input("output", out[k].path, "--source", source, err, sizeof err)) {
+            fprintf(stderr, PROG ": %s\n", err);
+            exit(2);
+        }
     }
 
     size_t n;
@@ -546,40 +581,22 @@ int main(int argc, char **argv)
         die("could not fill --valid and --test exactly from the groups of equal English "
             "sentences");
 
-    for (int k = 0; k < 3; k++) {
-        out[k].f = fopen(out[k].tmp, "wb");
-        if (!out[k].f)
-            die("cannot create '%s': %s", out[k].tmp, strerror(errno));
-    }
     double words = 0;
-    for (size_t k = 0; k < ng; k++) {
-        size_t g = order[k];
-        outfile *of = &out[split[k]];
-        for (size_t p = gstart[g]; p < gstart[g + 1]; p++) {
-            fprintf(of->f, "%s\t%s\n", pairs[p].en, pairs[p].de);
-            of->count++;
-            const char *e = pairs[p].en;
-            for (size_t c = 0; e[c]; c++)
-                if (e[c] != ' ' && (c == 0 || e[c - 1] == ' '))
-                    words++;
-        }
+    for (size_t k = 0; k < np; k++) {
+        const char *e = pairs[k].en;
+        for (size_t c = 0; e[c]; c++)
+            if (e[c] != ' ' && (c == 0 || e[c - 1] == ' '))
+                words++;
     }
+    /* each file through tgrad's atomic writer (a temporary renamed into place): a failure
+     * leaves the file it would have replaced as it was */
     for (int k = 0; k < 3; k++) {
-        if (fflush(out[k].f) != 0 || ferror(out[k].f) || fsync(fileno(out[k].f)) != 0 ||
-            fclose(out[k].f) != 0) {
-            int e = errno;
-            for (int j = 0; j < 3; j++)
-                unlink(out[j].tmp);
-            die("cannot write '%s': %s", out[k].tmp, strerror(e));
-        }
+        split_out so = {pairs, order, gstart, split, ng, k, 0};
+        char err[1600];
+        if (!outpath_write(NULL, "output", out[k].path, emit_split, &so, err, sizeof err))
+            die("%s", err);
+        out[k].count = so.count;
     }
-    for (int k = 0; k < 3; k++)
-        if (rename(out[k].tmp, out[k].path) != 0) {
-            int e = errno;
-            for (int j = k; j < 3; j++)
-                unlink(out[j].tmp);
-            die("cannot rename to '%s': %s", out[k].path, strerror(e));
-        }
 
     printf("%s: %zu lines, %zu entries (%zu with unequal ' | ' counts, skipped)\n", source,
            lines, entries, misaligned);

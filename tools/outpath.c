@@ -5,6 +5,7 @@
 #include "outpath.h"
 
 #include "climsg.h"
+#include "tgrad_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,16 +63,73 @@ outpath_status outpath_check(const char *opt, const char *path, bool replace, bo
     return OUTPATH_OK;
 }
 
-char *outpath_target(const char *path)
+/* A stdio stream over the library writer's byte sink (fopencookie), remembering its error. */
+typedef struct {
+    const tg_writer *w;
+    int err;
+} sink_cookie;
+
+static ssize_t sink_cookie_write(void *c, const char *buf, size_t size)
 {
-    struct stat ls, sb;
-    if (lstat(path, &ls) == 0 && S_ISLNK(ls.st_mode) && stat(path, &sb) == 0 &&
-        S_ISREG(sb.st_mode)) {
-        char *real = realpath(path, NULL);
-        if (real)
-            return real;
+    sink_cookie *k = c;
+    int e = size ? k->w->write(k->w->user, buf, size) : 0;
+    if (e) {
+        k->err = e;
+        errno = e;
+        return -1;
     }
-    return strdup(path);
+    return (ssize_t)size;
+}
+
+typedef struct {
+    outpath_emit_fn emit;
+    void *user;
+} emit_args;
+
+static tg_status emit_stream(tg_ctx *ctx, const tg_writer *w, void *user)
+{
+    const emit_args *a = user;
+    sink_cookie k = {w, 0};
+    cookie_io_functions_t io = {.write = sink_cookie_write};
+    FILE *f = fopencookie(&k, "w", io);
+    if (!f)
+        return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_NOMEM, "tgrad", "out of memory");
+    bool ok = a->emit(f, a->user);
+    bool bad = fflush(f) != 0 || ferror(f);
+    (void)fclose(f);
+    if (k.err)
+        return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, "tgrad", "cannot write: %s",
+                                strerror(k.err));
+    if (!ok || bad)
+        return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, "tgrad",
+                                "cannot produce the contents%s", ok ? "" : " (out of memory)");
+    return TG_OK;
+}
+
+bool outpath_write(tg_ctx *ctx, const char *opt, const char *path, outpath_emit_fn emit,
+                   void *user, char *err, size_t n)
+{
+    tg_ctx *own = NULL;
+    if (!ctx && !(ctx = own = tg_ctx_new())) {
+        snprintf(err, n, "%s '%s': out of memory", opt, path);
+        return false;
+    }
+    emit_args a = {emit, user};
+    bool ok = tg_file_write(ctx, path, emit_stream, &a, NULL) == TG_OK;
+    if (!ok)
+        cli_format(opt, path, ctx, err, n);
+    tg_ctx_free(own);
+    return ok;
+}
+
+bool outpath_not_input(const char *out_opt, const char *out, const char *in_opt,
+                       const char *in, char *err, size_t n)
+{
+    if (!out || !in || !cli_same_file(out, in))
+        return true;
+    snprintf(err, n, "%s '%s' is the input %s '%s' (an output never replaces an input, even "
+             "with --force; choose another file)", out_opt, out, in_opt, in);
+    return false;
 }
 
 /* The checkpoint's real path (an absent one: its real directory + its name), malloc'd. */

@@ -14,6 +14,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
+
+#include "tgrad.h"
 
 typedef enum {
     OUTPATH_OK = 0,     /* absent, or an existing file that may be replaced */
@@ -28,10 +31,32 @@ typedef enum {
 outpath_status outpath_check(const char *opt, const char *path, bool replace, bool *exists,
                              char *err, size_t n);
 
-/* The file to write for output @p path: its target when @p path is a symbolic link to a
- * regular file (so a writer that renames a temporary into place keeps the link), else @p path
- * itself. Returns a malloc'd string (free it), or NULL when out of memory. */
-char *outpath_target(const char *path);
+/*
+ * Write output @p path of option @p opt ("--out") through the library's one writer,
+ * tg_file_write() (tgrad_io.h): a regular file only (a device, FIFO, directory or socket is
+ * refused untouched), a temporary file beside it that is fsync()ed and renamed into place, and
+ * on any failure (@p emit's, a full disk) the temporary removed, an existing file left
+ * byte-identical and no new file created. @p emit prints the contents to @p f (a stream into
+ * the temporary) and returns false if it cannot produce them. @p ctx: a context for the
+ * library's message (NULL: one is made for the call). false with one line in @p err, e.g.
+ * "--out 'x.txt': cannot write ...: No space left on device". The replace rule (outpath_check)
+ * is the caller's, before it computes what to write.
+ */
+typedef bool (*outpath_emit_fn)(FILE *f, void *user);
+bool outpath_write(tg_ctx *ctx, const char *opt, const char *path, outpath_emit_fn emit,
+                   void *user, char *err, size_t n);
+
+/*
+ * May output @p out (of option @p out_opt) be written, given input @p in (of option
+ * @p in_opt)? false when both name one file: the same string, or the same device and inode
+ * (through symbolic and hard links; an output that does not exist yet is never an input).
+ * An output never replaces, truncates or appends to an input, even with --force: one line in
+ * @p err, e.g. "--out 'v.tsv' is the input --eval 'v.tsv' (an output never replaces ...)";
+ * the caller stops with a usage error (exit 2) before anything is written. NULL @p out or
+ * @p in: true.
+ */
+bool outpath_not_input(const char *out_opt, const char *out, const char *in_opt,
+                       const char *in, char *err, size_t n);
 
 
 

@@ -2,13 +2,12 @@
 #define _DEFAULT_SOURCE
 #include "svgplot.h"
 
+#include "outpath.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <errno.h>
 
 void svg_series_init(svg_series *s)
 {
@@ -59,16 +58,6 @@ void svg_series_free(svg_series *s)
 }
 
 /* Mode for a new output: that of the file it replaces, else 0666 minus the umask. */
-static mode_t output_mode(const char *path)
-{
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
-        return sb.st_mode & 07777;
-    mode_t um = umask(0);
-    umask(um);
-    return 0666 & ~um;
-}
-
 /* ---- axes ------------------------------------------------------------------------------ */
 
 /* A round step (1, 2 or 5 x 10^k) giving about @p target intervals over @p range > 0. */
@@ -299,49 +288,14 @@ static void draw(FILE *f, const svg_plot *p)
             L + (W - L - R) / 2.0, xlab);
 }
 
-int svg_loss_plot(const char *path, const svg_series *train, const svg_series *val,
-                  const char *val_label)
+static bool draw_emit(FILE *f, void *user)
 {
-    svg_plot p = {.train = train, .val = val, .val_label = val_label};
-    return svg_training_plot(path, &p);
+    draw(f, user);
+    return true;
 }
 
-int svg_training_plot(const char *path, const svg_plot *p)
+bool svg_training_plot(const char *opt, const char *path, const svg_plot *p, char *err,
+                       size_t n)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    int fd = mkstemp(tmp);
-    if (fd < 0)
-        return -1;
-    if (fchmod(fd, output_mode(path)) != 0) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        errno = e;
-        return -1;
-    }
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        errno = e;
-        return -1;
-    }
-    draw(f, p);
-    int bad = ferror(f);
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
-        bad = 1;
-    int e = errno;
-    if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
-        if (!bad)
-            e = errno;
-        unlink(tmp);
-        errno = e ? e : EIO;
-        return -1;
-    }
-    return 0;
+    return outpath_write(NULL, opt, path, draw_emit, (void *)p, err, n);
 }

@@ -3,6 +3,7 @@
 #define TG_SVGPLOT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Points kept per curve: a longer run is thinned evenly (every 2nd, 4th, ... point), so memory
@@ -39,14 +40,11 @@ typedef struct {
  * with a marker on each point while there are at most 200 of them), round tick values (1, 2
  * or 5 x 10^k; decades and their 2s and 5s on a log axis), a loss axis from 0 (never below: a
  * loss is >= 0) or, with log_y, from the decade below the smallest loss; then, with a metric,
- * a second panel (0-100%, the target dashed). Returns 0, or -1 with errno set. Written to a
- * temporary name and renamed (atomic); the file gets the mode of the one it replaces, or 0666
- * minus the umask like any new file.
+ * a second panel (0-100%, the target dashed). Written by outpath_write (the library's atomic
+ * writer: a regular file only, a temporary renamed into place, the mode of the file replaced
+ * kept). false with one line naming @p opt and @p path in @p err.
  */
-int svg_training_plot(const char *path, const svg_plot *p);
-
-/* svg_training_plot of the two loss curves alone (linear axis, no metric). */
-int svg_loss_plot(const char *path, const svg_series *train, const svg_series *val,
-                  const char *val_label);
+bool svg_training_plot(const char *opt, const char *path, const svg_plot *p, char *err,
+                       size_t n);
 
 #endif

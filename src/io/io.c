@@ -1219,6 +1219,24 @@ out:
     return st;
 }
 
+tg_status tg_file_write(tg_ctx *ctx, const char *path, tg_emit_fn emit, void *user,
+                        const tg_write_opts *opts)
+{
+    static const char fn[] = "tg_file_write";
+    if (!ctx)
+        return TG_ERR_ARG;
+    tg__io_enter(ctx);
+    tg_status s;
+    if (!emit) {
+        tg__err(ctx, TG_ERR_ARG, fn, "emit is NULL");
+        s = TG_ERR_ARG;
+    } else {
+        s = tg__write_atomic(ctx, fn, path, opts, emit, user);
+    }
+    tg__io_leave(ctx);
+    return s;
+}
+
 void tg__tensor_discard(tg_ctx *ctx, tg_tensor *t)
 {
     if (!t)

@@ -113,8 +113,8 @@ tg_status tg__write(tg_ctx *ctx, const char *fn, const tg_writer *w, const void 
 tg_status tg__write_data(tg_ctx *ctx, const char *fn, const tg_writer *w, const void *data,
                          tg_dtype dt, uint64_t nbytes);
 
-/* Produce the file's bytes through w. */
-typedef tg_status (*tg__emit_fn)(tg_ctx *ctx, const tg_writer *w, void *user);
+/* Produce the file's bytes through w (the public tg_emit_fn). */
+typedef tg_emit_fn tg__emit_fn;
 /* Atomic write of @p path (see tgrad_io.h and the comment in io.c): refuse a target that is
  * not a regular file; remove stale temporaries of ours; temporary in the target's directory
  * (O_TMPFILE where possible, else named, flock-ed either way), emit, write, fsync, close,

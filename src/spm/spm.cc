@@ -17,6 +17,7 @@
  * only the public headers, so the library links against libtgrad.so as well as libtgrad.a).
  */
 #include "tgrad_spm.h"
+#include "tgrad_io.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
@@ -53,6 +54,22 @@ class Builder {
 namespace {
 
 const char *const KIND = "sentencepiece";
+
+/* tg_spm_save's bytes, for tg_file_write. */
+struct SpmBytes {
+    const void *p;
+    size_t n;
+};
+
+tg_status spm_emit(tg_ctx *ctx, const tg_writer *w, void *user)
+{
+    const SpmBytes *b = static_cast<const SpmBytes *>(user);
+    int e = w->write(w->user, b->p, b->n);
+    if (e)
+        return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, "tg_spm_save",
+                                "cannot write the model: %s", std::strerror(e));
+    return TG_OK;
+}
 
 /* SentencePiece logs through std::cerr unless its level is above the message's; 4 is above
  * LOG(FATAL) (3), so it logs nothing. Set once, before the first call into it. */
@@ -973,22 +990,21 @@ tg_status tg_spm_save(const tg_tokenizer *tok, const char *path)
         return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn,
                                 "%s", !path ? "path is NULL"
                                             : "the tokenizer is not a SentencePiece model");
-    FILE *f = std::fopen(path, "wb");
-    if (!f)
-        return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, fn, "cannot create '%s': %s",
-                                path, std::strerror(errno));
-    bool ok = std::fwrite(model, 1, size, f) == size;
-    int e = errno;
-    if (std::fclose(f) != 0 && ok) {
-        ok = false;
-        e = errno;
+    /* the library's one writer: a regular file only, a temporary renamed into place, nothing
+     * removed or truncated that this call did not create */
+    SpmBytes b = {model, size};
+    tg_status st = tg_file_write(ctx, path, spm_emit, &b, NULL);
+    static const char wfn[] = "tg_file_write: ";
+    const char *m = tg_ctx_message(ctx);
+    if (st != TG_OK && tg_ctx_status(ctx) == st && std::strncmp(m, wfn, sizeof wfn - 1) == 0) {
+        try { /* the message names this call, not the writer under it */
+            std::string rest(m + sizeof wfn - 1);
+            tg_ctx_clear_error(ctx);
+            tg_ctx_set_error(ctx, TG_ERROR_RUN, st, fn, "%s", rest.c_str());
+        } catch (...) {
+        }
     }
-    if (!ok) {
-        std::remove(path);
-        return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, fn, "writing '%s' failed: %s",
-                                path, std::strerror(e));
-    }
-    return TG_OK;
+    return st;
 }
 
 } // extern "C"
