@@ -390,9 +390,12 @@ START_TEST(test_dot_errors)
     ck_assert_int_eq(tg_graph_write_dot(g, dir, 0), TG_ERR_IO);
     tu_assert_error(ctx, TG_ERR_IO, "not a regular file");
     tg_ctx_clear_error(ctx);
-    ck_assert_int_eq(tg_graph_write_dot(g, "/dev/full", 0), TG_ERR_IO);
-    tu_assert_error(ctx, TG_ERR_IO, "refusing to replace it");
-    tg_ctx_clear_error(ctx);
+    char dev[600];
+    if (tu_full_device(dir, "dev", dev, sizeof dev, false, "the DOT writer's device case")) {
+        ck_assert_int_eq(tg_graph_write_dot(g, dev, 0), TG_ERR_IO);
+        tu_assert_error(ctx, TG_ERR_IO, "refusing to replace it");
+        tg_ctx_clear_error(ctx);
+    }
     /* the stream writer: NULL, and a sink that fails */
     ck_assert_int_eq(tg_graph_write_dot_to(g, NULL, 0), TG_ERR_ARG);
     tg_ctx_clear_error(ctx);

@@ -272,7 +272,7 @@ static int with_small_tmpfs(const char *mnt, const char *size, int (*fn)(const c
 /* Fill the file system of @p d: a file "fill" grown until ENOSPC. */
 static void fill_up(const char *d)
 {
-    char p[600];
+    char p[1200];
     snprintf(p, sizeof p, "%s/fill", d);
     int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     static char zero[4096];
@@ -294,7 +294,7 @@ static void fill_up(const char *d)
 static int lib_full_child(const char *d, void *user)
 {
     const lib_row *r = user;
-    char p[600], q[600], ls[256];
+    char p[1200], q[1200], ls[256];
     snprintf(p, sizeof p, "%s/old", d);
     snprintf(q, sizeof q, "%s/new", d);
     FILE *f = fopen(p, "w");
@@ -419,13 +419,13 @@ START_TEST(test_cli_chardev)
 {
     const cli_row *r = &cli_rows[_i];
     cli_inputs();
-    char p[600], out[600], cmd[2400];
+    char p[1300], out[600], cmd[2400];
     if (r->out_is_dir) {
         ck_assert_int_eq(mkdir(tpath(out, sizeof out, "od"), 0700), 0);
         snprintf(p, sizeof p, "%s/%s", out, r->file);
     } else {
-        tpath(p, sizeof p, "dev");
-        snprintf(out, sizeof out, "%s", p);
+        tpath(out, sizeof out, "dev");
+        snprintf(p, sizeof p, "%s", out);
     }
     if (!make_chardev(p))
         return;
@@ -446,7 +446,7 @@ START_TEST(test_cli_existing)
 {
     const cli_row *r = &cli_rows[_i];
     cli_inputs();
-    char p[600], q[600], out[600], cmd[2400], ls[512], ls0[512];
+    char p[1300], q[600], out[600], cmd[2400], ls[512], ls0[512];
     if (r->out_is_dir) {
         ck_assert_int_eq(mkdir(tpath(out, sizeof out, "od"), 0700), 0);
         snprintf(p, sizeof p, "%s/%s", out, r->file);
@@ -487,7 +487,7 @@ START_TEST(test_cli_existing)
     free(kept);
     free(now);
     /* no temporary left beside it */
-    char d[600];
+    char d[1300];
     snprintf(d, sizeof d, "%s", p);
     *strrchr(d, '/') = 0;
     listing(d, ls, sizeof ls);

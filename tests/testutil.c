@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -395,6 +398,36 @@ void tu_mkdtemp(char *dir, size_t n, const char *tag)
 {
     snprintf(dir, n, "/tmp/tgrad_%s_XXXXXX", tag);
     ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+const char *tu_full_device(const char *dir, const char *name, char *path, size_t n,
+                           bool must_open, const char *what)
+{
+    snprintf(path, n, "%s/%s", dir, name);
+    const dev_t full = makedev(1, 7);
+    char why[300];
+    if (mknod(path, S_IFCHR | 0666, full) == 0) {
+        int fd = must_open ? open(path, O_WRONLY | O_CLOEXEC) : -2;
+        if (fd != -1) {
+            if (fd >= 0)
+                close(fd);
+            return path;
+        }
+        snprintf(why, sizeof why, "cannot open the node made with mknod: %s", strerror(errno));
+        unlink(path); /* ours */
+    } else {
+        snprintf(why, sizeof why, "mknod: %s", strerror(errno));
+    }
+    struct stat sb;
+    if (stat("/dev/full", &sb) == 0 && S_ISCHR(sb.st_mode) && sb.st_rdev == full) {
+        snprintf(path, n, "/dev/full");
+        return path;
+    }
+    fprintf(stderr, "skipped %s: no character device to write to (%s; /dev/full is %s)\n", what,
+            why, stat("/dev/full", &sb) != 0 ? "missing"
+                 : !S_ISCHR(sb.st_mode)     ? "not a character device"
+                                            : "another device than c 1 7");
+    return NULL;
 }
 
 void tu_rm_tree(const char *dir)

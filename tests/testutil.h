@@ -142,6 +142,16 @@ void tu_mkdtemp(char *dir, size_t n, const char *tag);
 /* Remove @p dir and everything below it (no shell; symbolic links are removed, never
  * followed). A missing directory is not an error. */
 void tu_rm_tree(const char *dir);
+/*
+ * A character device for a test, never the system's own node: a private `mknod c 1 7` (what
+ * /dev/full is: every write fails with ENOSPC) at dir/name, its path in @p path (n bytes).
+ * When this process may not make one (no CAP_MKNOD), or @p must_open and the node cannot be
+ * opened for writing (a nodev mount), the system's /dev/full is used instead if it is really
+ * that device (c 1 7). NULL, with a line on stderr saying which case is skipped and why (@p
+ * what names it), when neither can be had: the caller skips that case.
+ */
+const char *tu_full_device(const char *dir, const char *name, char *path, size_t n,
+                           bool must_open, const char *what);
 /* "dir/name" in p (n bytes); returns p. */
 const char *tu_path(char *p, size_t n, const char *dir, const char *name);
 /* The whole file, NUL-terminated (malloc'd: free it), its byte count in *len (may be NULL);
