@@ -1,13 +1,18 @@
 /*
  * outpath.h - the one rule for every file a `tgrad` command writes (train --checkpoint, --log,
- * --plot, --dot; run --out, --attn-out, --grads, --dot; export --out):
+ * --plot, --dot; run --out, --attn-out, --grads, --dot; export --out; translate --out; and
+ * ding-pairs' files):
  *   - an existing file is replaced only with --force (train also replaces the run's own log,
  *     plot and DOT file when resuming); without it the command stops with a usage error
  *     (exit 2) naming the file and --force, before anything is written;
  *   - a symbolic link is written through (the link stays, its target is replaced) when it
  *     points to a regular file; a link to nothing or to anything else is refused;
- *   - a directory, FIFO, device or socket is never replaced, even with --force.
- * stat/lstat only: nothing is opened or created.
+ *   - a directory, FIFO, device or socket is never replaced, even with --force;
+ *   - an output never names one of the command's inputs, even with --force
+ *     (outpath_not_input: the same device and inode, so links count);
+ *   - every file is written by the library's one writer (outpath_write over tg_file_write):
+ *     a temporary renamed into place, nothing removed or truncated that it did not create.
+ * outpath_check and outpath_not_input only stat: nothing is opened or created.
  */
 #ifndef TG_OUTPATH_H
 #define TG_OUTPATH_H
