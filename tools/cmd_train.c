@@ -610,17 +610,17 @@ static bool emit_text(FILE *f, void *user)
 static int open_log_fd(const char *path)
 {
     int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return -1;
     struct stat sb;
-    if (fd >= 0 && (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))) {
-        int e = fstat(fd, &sb) != 0 ? errno : EINVAL;
+    int e = fstat(fd, &sb) != 0 ? errno : !S_ISREG(sb.st_mode) ? ENODEV : 0;
+    int fl = e ? -1 : fcntl(fd, F_GETFL);
+    if (!e && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0))
+        e = errno;
+    if (e) {
         close(fd);
         errno = e;
         return -1;
-    }
-    if (fd >= 0) {
-        int fl = fcntl(fd, F_GETFL);
-        if (fl >= 0)
-            (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     }
     return fd;
 }

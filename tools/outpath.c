@@ -92,17 +92,17 @@ static tg_status emit_stream(tg_ctx *ctx, const tg_writer *w, void *user)
     sink_cookie k = {w, 0};
     cookie_io_functions_t io = {.write = sink_cookie_write};
     FILE *f = fopencookie(&k, "w", io);
+    static const char fn[] = "tg_file_write"; /* (left out of the CLI's messages) */
     if (!f)
-        return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_NOMEM, "tgrad", "out of memory");
+        return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_NOMEM, fn, "out of memory");
     bool ok = a->emit(f, a->user);
     bool bad = fflush(f) != 0 || ferror(f);
     (void)fclose(f);
     if (k.err)
-        return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, "tgrad", "cannot write: %s",
+        return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, fn, "cannot write: %s",
                                 strerror(k.err));
     if (!ok || bad)
-        return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, "tgrad",
-                                "cannot produce the contents%s", ok ? "" : " (out of memory)");
+        return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, fn, "cannot produce the contents");
     return TG_OK;
 }
 
