@@ -124,7 +124,6 @@ static void objs_free(lib_objs *o)
 
 static tg_status emit_text(tg_ctx *ctx, const tg_writer *w, void *user)
 {
-    (void)ctx;
     int e = w->write(w->user, user, strlen(user));
     return e ? tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_IO, "emit_text", "%s", strerror(e))
              : TG_OK;
@@ -150,6 +149,11 @@ static tg_status w_npy_data(lib_objs *o, const char *p)
 {
     return tg_npy_write_data(o->ctx, p, TG_F32, 2, (const int64_t[]){64, 64},
                              tg_tensor_data(o->w));
+}
+static tg_status w_npy_item(lib_objs *o, const char *p)
+{
+    tg_io_item it = tg_io_item_data(o->w, NULL);
+    return tg_npy_write_item(o->ctx, p, &it, NULL);
 }
 static tg_status w_params(lib_objs *o, const char *p)
 {
@@ -179,6 +183,7 @@ static const lib_row lib_rows[] = {
     {"tg_safetensors_write_items", w_st_items},
     {"tg_npy_write", w_npy},
     {"tg_npy_write_data", w_npy_data},
+    {"tg_npy_write_item", w_npy_item},
     {"tg_params_save", w_params},
     {"tg_checkpoint_save", w_ckpt},
     {"tg_graph_write_dot", w_dot},
@@ -359,6 +364,8 @@ static const cli_row cli_rows[] = {
     {"run --attn-out", "tgrad", "run sdpa --q x.npy --k x.npy --v x.npy --attn-out OUT", "o.npy",
      false, 2},
     {"run --dot", "tgrad", "run sdpa --q x.npy --k x.npy --v x.npy --dot OUT", "o.dot", false, 2},
+    {"run --grads", "tgrad", "run ffn --weights w.safetensors --x x.npy --grad-out x.npy --grads OUT",
+     "o.safetensors", false, 2},
     {"export --out", "tgrad", "export --checkpoint '" TG_FIXTURES "/export_lm.ckpt' --out OUT",
      "o.safetensors", false, 2},
     {"translate --out", "tgrad",
@@ -378,6 +385,18 @@ static void cli_inputs(void)
     tg_ctx *c = tg_ctx_new();
     ck_assert_int_eq(tg_npy_write_data(c, tpath(p, sizeof p, "x.npy"), TG_F64, 2,
                                        (const int64_t[]){2, 4}, x), TG_OK);
+    /* an FFN's weights (D 4, F 8) for run --grads */
+    static double w1[32], b1[8], w2[32], b2[4];
+    for (int i = 0; i < 32; i++)
+        w1[i] = w2[i] = 0.01 * i;
+    const tg_io_item items[4] = {
+        {"linear1.weight", TG_F64, 2, (const int64_t[]){8, 4}, w1},
+        {"linear1.bias", TG_F64, 1, (const int64_t[]){8}, b1},
+        {"linear2.weight", TG_F64, 2, (const int64_t[]){4, 8}, w2},
+        {"linear2.bias", TG_F64, 1, (const int64_t[]){4}, b2},
+    };
+    ck_assert_int_eq(tg_safetensors_write_items(c, tpath(p, sizeof p, "w.safetensors"), 4, items,
+                                                0, NULL, NULL, NULL), TG_OK);
     tg_ctx_free(c);
     static const char *const en[] = {"That is good.", "The house is big.", "I see a dog.",
                                      "We like bread.", "It is cold.", "Where is the car?"};
@@ -559,7 +578,6 @@ START_TEST(test_outputs_never_inputs)
 {
     cli_inputs();
     char p[600];
-    tg_ctx *c = tg_ctx_new();
     /* a copy of the pairs checkpoint and data, and two more names of each */
     static const char *const copies[][2] = {{"export_pairs_bytes.ckpt", "ck"},
                                             {"export_pairs_valid.tsv", "v.tsv"},
@@ -573,7 +591,6 @@ START_TEST(test_outputs_never_inputs)
                  src, copies[i][1], copies[i][1], copies[i][1], copies[i][1], copies[i][1]);
         ck_assert_int_eq(tu_run_sh(dir, cmd, 10, NULL), 0);
     }
-    tg_ctx_free(c);
     const char *P = "--pairs t.tsv --valid v.tsv --d-model 16 --heads 2 --d-ff 32 --layers 1 "
                     "--steps 2 --threads 1 --quiet";
     char cases[24][600];
@@ -615,11 +632,14 @@ START_TEST(test_outputs_never_inputs)
          "export --checkpoint lm.ckpt --out lm.ckpt.hard --force");
     CASE("--out 'x.npy' is the input --q 'x.npy'",
          "run sdpa --q x.npy --k x.npy --v x.npy --out x.npy --force");
+    CASE("--grads 'w.safetensors' is the input --weights 'w.safetensors'",
+         "run ffn --weights w.safetensors --x x.npy --grad-out x.npy --grads w.safetensors "
+         "--force");
     CASE("--attn-out 'x.npy' is the input --q 'x.npy'",
          "run sdpa --q x.npy --k x.npy --v x.npy --attn-out x.npy --force");
 #undef CASE
-    static const char *const inputs[] = {"ck", "v.tsv", "t.tsv", "m.model", "lm.ckpt", "x.npy",
-                                         "c.txt"};
+    static const char *const inputs[] = {"ck",     "v.tsv", "t.tsv",        "m.model",
+                                         "lm.ckpt", "x.npy", "w.safetensors", "c.txt"};
     enum { N_IN = sizeof inputs / sizeof inputs[0] };
     char *before[N_IN];
     size_t len[N_IN];
