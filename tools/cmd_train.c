@@ -363,7 +363,8 @@ static bool plan_outputs(trainer *t)
             return false;
         }
     }
-    if (a->log && !check_output(t, "--log", a->log, true))
+    /* a new log is renamed into place; a resumed run's own log is continued in place */
+    if (a->log && !check_output(t, "--log", a->log, !a->resume))
         return false;
     if (a->plot && !check_output(t, "--plot", a->plot, true))
         return false;
