@@ -822,6 +822,15 @@ TG_API tg_status tg_seq2seq_loss_eval(tg_seq2seq_loss *L, const tg_seq2seq_batch
 TG_API tg_status tg_seq2seq_evaluate(tg_seq2seq_loss *L, const tg_seq2seq_data *d,
                                      int64_t batch_tokens, uint64_t seed,
                                      double *loss_per_token, int64_t *tokens);
+/**
+ * The graph of batch @p b's shape (n, S, T): the training graph (@p train: gradients, the
+ * smoothed loss) or the evaluation graph, built now if that shape was not seen yet, without
+ * running it; e.g. to write it with tg_graph_write_dot(). The graph belongs to @p L (released
+ * by tg_seq2seq_loss_free()). Errors (run-time, NULL returned): those of
+ * tg_seq2seq_loss_backward() before it runs.
+ */
+TG_API const tg_graph *tg_seq2seq_loss_graph(tg_seq2seq_loss *L, const tg_seq2seq_batch *b,
+                                             bool train);
 /** Graphs built so far (0 for NULL). */
 TG_API int64_t tg_seq2seq_loss_graphs(const tg_seq2seq_loss *L);
 /** Release the graphs (their arenas) and the object; NULL is a no-op. */

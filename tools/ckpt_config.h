@@ -37,6 +37,8 @@ typedef struct ckpt_info {
     uint64_t text_hash;        /* data.text_hash: corpus_hash of the text ("fnv1a64:" + 16 hex) */
     int64_t text_files;        /* data.files: the number of text files (0: unknown) */
     double best_val;           /* train.best_val (INFINITY when absent) */
+    int64_t epoch, batch;      /* data.epoch, data.batch: a translation run's cursor (-1:
+                                * absent, as in the other kinds) */
     bool usage;                /* after a failure: the command line is at fault (options that
                                 * contradict the checkpoint, the wrong kind of checkpoint for
                                 * the command), not the file: exit status 2, not 1 */
