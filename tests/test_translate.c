@@ -219,6 +219,10 @@ START_TEST(test_load_hostile)
         {"model.scale_embeddings", "2", TG_ERR_FORMAT, "'model.scale_embeddings' is '2'"},
         {"data.mode", "pair", TG_ERR_FORMAT, "expected text|task|pairs"},
         {"model.vocab_size", "2000000", TG_ERR_FORMAT, "'model.vocab_size' is '2000000'"},
+        /* the training state, as tg_train_state_read reads it */
+        {"data.epoch", "-1", TG_ERR_FORMAT, "metadata 'data.epoch' is '-1'"},
+        {"data.batch", NULL, TG_ERR_FORMAT, "metadata 'data.batch' is missing"},
+        {"train.best_val", "nan", TG_ERR_FORMAT, "'train.best_val' is 'nan'"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         const char *e[] = {rows[i].key, rows[i].value};
@@ -231,6 +235,24 @@ START_TEST(test_load_hostile)
     const char *e2[] = {"tokenizer.kind", "sentencepiece", "tokenizer.model", "AB!D"};
     expect_refused(make_ckpt("h.ckpt", NULL, 2, e2), TG_ERR_FORMAT,
                    "byte 0x21 at offset 2 is not a base64 character");
+    /* optimizer state that is not finite, a negative second moment; a malformed RNG state */
+    static const struct {
+        tu_st_edit e;
+        const char *needle;
+    } st[] = {
+        {{.poison = "adam.m.tok_emb.weight"}, "optimizer state 'adam.m.tok_emb.weight' element "
+                                              "0 is nan (expected a finite value)"},
+        {{.fill = "adam.v.tok_emb.weight", .fill_value = -1}, "'adam.v.tok_emb.weight' "
+         "element 0 is -1 (expected a finite value >= 0, as a second moment is)"},
+        {{.key = "rng", .value = "00"}, "metadata 'rng' is '00'"},
+    };
+    const char *src = make_ckpt("ok.ckpt", NULL, 0, NULL);
+    char bad[512];
+    tu_path(bad, sizeof bad, dir, "h.ckpt");
+    for (size_t i = 0; i < sizeof st / sizeof st[0]; i++) {
+        tu_st_rewrite(src, bad, &st[i].e);
+        expect_refused(bad, TG_ERR_FORMAT, st[i].needle);
+    }
 }
 END_TEST
 
