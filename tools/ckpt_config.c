@@ -732,12 +732,8 @@ bool ckpt_check_tensors(const tg_safetensors *st, const tg_transformer_config *m
                                                                       : TG_OPTIM_ADAMW);
     oc.momentum = a->momentum;
     bool ok = tg_checkpoint_check(ctx, st, mc, train_dtype(a), &oc) == TG_OK;
-    if (!ok) { /* the message without the function's name */
-        const char *m = tg_ctx_message(ctx), *pre = "tg_checkpoint_check: ";
-        if (!strncmp(m, pre, strlen(pre)))
-            m += strlen(pre);
-        snprintf(err, n, "%s", m);
-    }
+    if (!ok) /* the message without the function's name */
+        lib_message(ctx, err, n);
     tg_ctx_free(ctx);
     return ok;
 }
