@@ -291,9 +291,12 @@ START_TEST(test_one_verdict)
     if (k->spm && !have_spm)
         return;
     char bad[3000] = ""; /* Check carries a few KB of message */
-    for (size_t j = 0; j < N_MUTATIONS; j++)
+    for (size_t j = 0; j < N_MUTATIONS; j++) {
+        if (mutations[j].spm == SPM_MANY_PIECES && tu_under_valgrind())
+            continue; /* 14 MB of metadata rewritten under valgrind: too slow (ASan runs it) */
         if (!mutations[j].spm || k->spm)
             check_row(k, &mutations[j], bad, sizeof bad);
+    }
     ck_assert_msg(!bad[0], "commands disagree (every one should give the verdict):\n%s", bad);
 }
 END_TEST
