@@ -28,9 +28,12 @@
  *   sentencepiece, `tokenizer.model` (strict base64 of the serialized model, at most
  *   ::TG_TOKENIZER_MAX_MODEL_BYTES decoded: tg_tokenizer_meta_read()); model.vocab_size must be
  *   260 for bytes. The training options (`train.*`) are not needed
- *   for a model and are ignored. Tensors: the parameters, plus optimizer state
- *   (`adam.m.<p>`, `adam.v.<p>`, `sgd.momentum.<p>` of a parameter p, shaped like it), which is
- *   skipped.
+ *   for a model and are ignored; the training state (`data.epoch`, `data.batch`,
+ *   `data.position`, `train.steps`, `train.best_val`, `rng`), when present, must be what
+ *   tg_train_state_read() accepts, so a checkpoint `tgrad train --resume` refuses is refused
+ *   here too. Tensors: the parameters, plus optimizer state (`adam.m.<p>`, `adam.v.<p>`,
+ *   `sgd.momentum.<p>` of a parameter p, shaped like it, every value finite and Adam's second
+ *   moments >= 0), which is skipped.
  * - **export** (`format` = "tgrad-export-1"): `config` (JSON: vocab_size, max_seq_len,
  *   n_layers, d_model, n_heads, d_ff, activation, norm_first, pos, causal, tie_weights,
  *   layer_norm_eps, dropout, dtype; an encoder-decoder's has n_decoder_layers and
@@ -112,8 +115,8 @@ typedef struct tg_model tg_model;
  * Errors: those of tg_safetensors_read() (::TG_ERR_IO, ::TG_ERR_TRUNCATED, ...);
  * ::TG_ERR_FORMAT (not a tgrad checkpoint or export, a missing or malformed field, fields
  * that disagree, e.g. `tg_model_load: lm.ckpt: metadata 'model.heads' is 3, which does not
- * divide model.d_model 64`); ::TG_ERR_MISMATCH (a tensor missing, mis-shaped or unexpected,
- * named); those of tg_transformer_init() (::TG_ERR_NOMEM, the memory limit); ::TG_ERR_ARG
+ * divide model.d_model 64`, optimizer state that is not finite); ::TG_ERR_MISMATCH (a tensor
+ * missing, mis-shaped or unexpected, named); those of tg_transformer_init() (::TG_ERR_NOMEM, the memory limit); ::TG_ERR_ARG
  * (NULL arguments).
  */
 TG_API tg_model *tg_model_load(tg_ctx *ctx, const char *path);

@@ -134,6 +134,15 @@ TG_API tg_tokenizer *tg_spm_train_strings(tg_ctx *ctx, const tg_spm_train_opts *
 TG_API tg_status tg_spm_validate(tg_ctx *ctx, const void *model, size_t size);
 
 /**
+ * The type of serialized model bytes (trainer_spec.model_type: ::TG_SPM_UNIGRAM, also when the
+ * field is absent, as SentencePiece defaults it, or ::TG_SPM_BPE) into *@p type, after the
+ * checks of tg_spm_validate() (its errors; ::TG_ERR_ARG for a NULL @p type). E.g. to compare
+ * a checkpoint's model with the type a program was asked to train.
+ */
+TG_API tg_status tg_spm_model_type(tg_ctx *ctx, const void *model, size_t size,
+                                   tg_spm_type *type);
+
+/**
  * A tokenizer from serialized model bytes (a `.model` file's content, or what a checkpoint
  * stored): validated as tg_spm_validate(), then loaded by SentencePiece and checked (pieces,
  * bos and eos present). @p model is copied (tg_tokenizer_model() returns the copy).

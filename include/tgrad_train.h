@@ -822,6 +822,15 @@ TG_API tg_status tg_seq2seq_loss_eval(tg_seq2seq_loss *L, const tg_seq2seq_batch
 TG_API tg_status tg_seq2seq_evaluate(tg_seq2seq_loss *L, const tg_seq2seq_data *d,
                                      int64_t batch_tokens, uint64_t seed,
                                      double *loss_per_token, int64_t *tokens);
+/**
+ * The graph of batch @p b's shape (n, S, T): the training graph (@p train: gradients, the
+ * smoothed loss) or the evaluation graph, built now if that shape was not seen yet, without
+ * running it; e.g. to write it with tg_graph_write_dot(). The graph belongs to @p L (released
+ * by tg_seq2seq_loss_free()). Errors (run-time, NULL returned): those of
+ * tg_seq2seq_loss_backward() before it runs.
+ */
+TG_API const tg_graph *tg_seq2seq_loss_graph(tg_seq2seq_loss *L, const tg_seq2seq_batch *b,
+                                             bool train);
 /** Graphs built so far (0 for NULL). */
 TG_API int64_t tg_seq2seq_loss_graphs(const tg_seq2seq_loss *L);
 /** Release the graphs (their arenas) and the object; NULL is a no-op. */
@@ -932,7 +941,9 @@ TG_API tg_status tg_transformer_meta_read(tg_ctx *ctx, const tg_safetensors *st,
  *    keeps: `adam.m.*` and `adam.v.*` of every parameter (Adam, AdamW), `sgd.momentum.*` of
  *    every parameter (SGD with momentum != 0), none (SGD without momentum); so a file that
  *    passes can be restored by tg_checkpoint_restore() into the model and optimizer built
- *    from the same config.
+ *    from the same config;
+ * 5. every optimizer state value is finite and Adam's second moments (`adam.v.*`) are >= 0
+ *    (what tg_checkpoint_restore() would refuse, refused before anything is built).
  * The first failure is reported, naming the tensor and the metadata fields its expected shape
  * follows from, e.g. `tg_checkpoint_check: tensor 'layers.0.linear1.weight' is (32, 16) in the
  * file, but model.layers 2, model.d_model 16 and model.d_ff 64 need (64, 16)` or `the file has
@@ -941,7 +952,8 @@ TG_API tg_status tg_transformer_meta_read(tg_ctx *ctx, const tg_safetensors *st,
  * @p st may have been read in any context and is only read (it may be arbitrary bytes parsed by
  * tg_safetensors_read_mem()); nothing is allocated in @p ctx (a temporary copy of the
  * parameter list, ~150 bytes per parameter, is malloc'd and freed).
- * Errors (run-time): ::TG_ERR_MISMATCH (the file does not fit the config), ::TG_ERR_ARG (NULL
+ * Errors (run-time): ::TG_ERR_MISMATCH (the file does not fit the config), ::TG_ERR_FORMAT
+ * (optimizer state that is not finite, a negative second moment), ::TG_ERR_ARG (NULL
  * @p st, a config tg_transformer_params() has no list for, @p dt not ::TG_F32 or ::TG_F64, an
  * unknown optimizer kind), ::TG_ERR_NOMEM.
  */

@@ -178,6 +178,19 @@ START_TEST(test_bad_batches)
     ck_assert_int_eq(tg_seq2seq_loss_graphs(Ls), 1);
     lab[1] = 4;
     ck_assert_int_eq(tg_seq2seq_loss_backward(Ls, &b, NULL), TG_OK);
+    /* the graph of a shape, built without running (the one backward used, or a new one) */
+    const tg_graph *g = tg_seq2seq_loss_graph(Ls, &b, true);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_int_eq(tg_seq2seq_loss_graphs(Ls), 1);
+    b.T = 2;
+    ck_assert_ptr_nonnull(tg_seq2seq_loss_graph(Ls, &b, false));
+    ck_assert_int_eq(tg_seq2seq_loss_graphs(Ls), 2);
+    b.S = L + 1;
+    ck_assert_ptr_null(tg_seq2seq_loss_graph(Ls, &b, true));
+    tu_assert_error(ctx, TG_ERR_SHAPE, "tg_seq2seq_loss_graph: batch shape");
+    ck_assert_int_eq(tg_seq2seq_loss_graphs(Ls), 2);
+    b.S = 3;
+    b.T = 3;
     tg_seq2seq_loss_opts o = tg_seq2seq_loss_defaults();
     o.ignore_index = 3;
     ck_assert_ptr_null(tg_seq2seq_loss_new(ctx, &m, &o));

@@ -136,6 +136,28 @@ END_TEST
 
 /* The bytes load again (memory and file) and give the same ids; Python's sentencepiece (if
  * installed) reads the same file and gives the same ids too. */
+/* tg_spm_model_type: the type a model was trained as; validated bytes only. */
+START_TEST(test_model_type)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    static const tg_spm_type types[2] = {TG_SPM_UNIGRAM, TG_SPM_BPE};
+    for (int i = 0; i < 2; i++) {
+        tg_tokenizer *t = train(ctx, types[i], 80);
+        ck_assert_ptr_nonnull(t);
+        size_t n;
+        const void *m = tg_tokenizer_model(t, &n);
+        tg_spm_type got = types[1 - i];
+        ck_assert_int_eq(tg_spm_model_type(ctx, m, n, &got), TG_OK);
+        ck_assert_int_eq(got, types[i]);
+        ck_assert_int_eq(tg_spm_model_type(ctx, m, n, NULL), TG_ERR_ARG);
+        ck_assert_int_ne(tg_spm_model_type(ctx, m, n / 2, &got), TG_OK); /* truncated */
+        tu_assert_error(ctx, TG_ERR_FORMAT, "tg_spm_model_type");
+        tg_tokenizer_free(t);
+    }
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_load_again)
 {
     tg_ctx *ctx = tu_ctx_new();
@@ -422,6 +444,7 @@ int main(void)
     tcase_add_test(tc, test_train_round_trip);
     tcase_add_test(tc, test_train_deterministic);
     tcase_add_test(tc, test_load_again);
+    tcase_add_test(tc, test_model_type);
     tcase_add_test(tc, test_train_errors);
     tcase_add_test(tc, test_hostile_bytes);
     return tu_run(s);

@@ -319,10 +319,10 @@ START_TEST(test_restore_refusals)
         ck_assert(tu_st_rewrite(path, bad, &e));
         assert_refused(bad, &c, TG_ERR_FORMAT, cases[i].msg);
     }
-    /* an optimizer tensor with a NaN: tg_checkpoint_restore's check, after the others */
+    /* an optimizer tensor with a NaN: tg_checkpoint_check refuses it before anything is built */
     tu_st_edit e = {.poison = "adam.v.tok_emb.weight"};
     tu_st_rewrite(path, bad, &e);
-    assert_refused(bad, &c, TG_ERR_FORMAT, "tg_checkpoint_restore: optimizer state "
+    assert_refused(bad, &c, TG_ERR_FORMAT, "tg_checkpoint_check: optimizer state "
                                            "'adam.v.tok_emb.weight' element 0 is nan");
     /* another config: tg_checkpoint_check names the tensor */
     tg_transformer_config o = c;

@@ -90,7 +90,8 @@ static tg_tokenizer *tiny_spm(tg_ctx *ctx)
 
 /*
  * Write a translation checkpoint dir/@p name: the encoder-decoder (1 + 1 layers, d_model 16,
- * max length 24, tied, scaled embeddings) with random weights, tokenizer @p tok (NULL: bytes),
+ * max length 24, tied, scaled embeddings) with random weights and Adam's (zero) state,
+ * tokenizer @p tok (NULL: bytes),
  * the metadata edited by (@p key, @p value) pairs (value NULL: removed), n_edits of them.
  */
 static const char *make_ckpt(const char *name, tg_tokenizer *tok, int n_edits,
@@ -124,8 +125,9 @@ static const char *make_ckpt(const char *name, tg_tokenizer *tok, int n_edits,
         {"model.activation", "relu"}, {"model.pos", "sinusoidal"}, {"model.causal", "0"},
         {"model.tie_weights", "1"}, {"model.dropout", "0"}, {"model.dtype", "f32"},
         {"model.scale_embeddings", "1"}, {"data.mode", "pairs"},
-        {"data.pairs_hash", "fnv1a64:0123456789abcdef"}, {"data.epoch", "0"},
-        {"data.batch", "0"}, {"train.batch_tokens", "256"},
+        {"data.pairs_hash", "fnv1a64:0123456789abcdef"},
+        {"data.valid_hash", "fnv1a64:fedcba9876543210"}, {"data.epoch", "0"},
+        {"data.batch", "0"}, {"train.batch_tokens", "256"}, {"train.optimizer", "adam"},
     };
     for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
         meta_set(&md, base[i][0], base[i][1]);
@@ -139,7 +141,12 @@ static const char *make_ckpt(const char *name, tg_tokenizer *tok, int n_edits,
     for (int i = 0; i < n_edits; i++)
         meta_set(&md, edits[2 * i], edits[2 * i + 1]);
     tu_path(path, sizeof path, dir, name);
-    ck_assert_msg(tg_checkpoint_save(ctx, path, NULL, md.n, md.k, md.v, NULL) == TG_OK, "%s",
+    /* with Adam's state, as tgrad train writes it (every command validates a checkpoint as
+     * train --resume does) */
+    tg_optim_config oc = tg_optim_defaults(TG_OPTIM_ADAM);
+    tg_optim *opt = tg_optim_new(ctx, &oc, 0, NULL);
+    ck_assert_msg(opt != NULL, "%s", tg_ctx_message(ctx));
+    ck_assert_msg(tg_checkpoint_save(ctx, path, opt, md.n, md.k, md.v, NULL) == TG_OK, "%s",
                   tg_ctx_message(ctx));
     for (int i = 0; i < nt; i++)
         free(tv[i]);
@@ -212,6 +219,10 @@ START_TEST(test_load_hostile)
         {"model.scale_embeddings", "2", TG_ERR_FORMAT, "'model.scale_embeddings' is '2'"},
         {"data.mode", "pair", TG_ERR_FORMAT, "expected text|task|pairs"},
         {"model.vocab_size", "2000000", TG_ERR_FORMAT, "'model.vocab_size' is '2000000'"},
+        /* the training state, as tg_train_state_read reads it */
+        {"data.epoch", "-1", TG_ERR_FORMAT, "metadata 'data.epoch' is '-1'"},
+        {"data.batch", NULL, TG_ERR_FORMAT, "metadata 'data.batch' is missing"},
+        {"train.best_val", "nan", TG_ERR_FORMAT, "'train.best_val' is 'nan'"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         const char *e[] = {rows[i].key, rows[i].value};
@@ -224,6 +235,24 @@ START_TEST(test_load_hostile)
     const char *e2[] = {"tokenizer.kind", "sentencepiece", "tokenizer.model", "AB!D"};
     expect_refused(make_ckpt("h.ckpt", NULL, 2, e2), TG_ERR_FORMAT,
                    "byte 0x21 at offset 2 is not a base64 character");
+    /* optimizer state that is not finite, a negative second moment; a malformed RNG state */
+    static const struct {
+        tu_st_edit e;
+        const char *needle;
+    } st[] = {
+        {{.poison = "adam.m.tok_emb.weight"}, "optimizer state 'adam.m.tok_emb.weight' element "
+                                              "0 is nan (expected a finite value)"},
+        {{.fill = "adam.v.tok_emb.weight", .fill_value = -1}, "'adam.v.tok_emb.weight' "
+         "element 0 is -1 (expected a finite value >= 0, as a second moment is)"},
+        {{.key = "rng", .value = "00"}, "metadata 'rng' is '00'"},
+    };
+    const char *src = make_ckpt("ok.ckpt", NULL, 0, NULL);
+    char bad[512];
+    tu_path(bad, sizeof bad, dir, "h.ckpt");
+    for (size_t i = 0; i < sizeof st / sizeof st[0]; i++) {
+        tu_st_rewrite(src, bad, &st[i].e);
+        expect_refused(bad, TG_ERR_FORMAT, st[i].needle);
+    }
 }
 END_TEST
 
@@ -511,7 +540,8 @@ START_TEST(test_info)
     free(o);
     const char *e[] = {"model.vocab_size", "259"};
     make_ckpt("h.ckpt", NULL, 1, e);
-    expect_exit("info h.ckpt", 1, "not a valid translation checkpoint (translate refuses it)");
+    expect_exit("info h.ckpt", 1, "not a valid translation checkpoint (train --resume, translate "
+                                "and export refuse it)");
 }
 END_TEST
 

@@ -5,6 +5,10 @@
  */
 #include "ckpt_config.h"
 #include "data.h"
+#include "tgrad_data.h"
+#ifdef TG_HAVE_SPM
+#include "tgrad_spm.h"
+#endif
 
 #include <inttypes.h>
 #include <math.h>
@@ -129,6 +133,38 @@ static bool parse_int_field(const char *key, const char *v, int64_t lo, int64_t 
     }
     *out = x;
     return true;
+}
+
+/* A content hash field: "fnv1a64:" and 16 lowercase hex digits. */
+static bool parse_hash_field(const char *key, const char *v, uint64_t *out, char *err, size_t n)
+{
+    char s[80];
+    bool ok = strlen(v) == 24 && !strncmp(v, "fnv1a64:", 8);
+    uint64_t h = 0;
+    for (int i = 8; ok && i < 24; i++) {
+        int d = hex_digit(v[i]);
+        ok = d >= 0 && !(v[i] >= 'A' && v[i] <= 'F');
+        h = h << 4 | (uint64_t)(d < 0 ? 0 : d);
+    }
+    if (!ok) {
+        snprintf(err, n, "checkpoint field '%s' '%s': expected 'fnv1a64:' and 16 lowercase hex "
+                 "digits", key, cli_show(v, s, sizeof s));
+        return false;
+    }
+    *out = h;
+    return true;
+}
+
+/* The message a library call recorded on @p ctx, without its "fn: " and "<memory>: " prefixes
+ * (the caller names the file). */
+static void lib_message(tg_ctx *ctx, char *err, size_t n)
+{
+    const char *m = tg_ctx_message(ctx), *c = strstr(m, ": ");
+    if (c && !memchr(m, ' ', (size_t)(c - m))) /* "tg_fn: " */
+        m = c + 2;
+    if (!strncmp(m, "<memory>: ", 10))
+        m += 10;
+    snprintf(err, n, "%s", m);
 }
 
 /* model.*, data.* and train.* fields that map to options. */
@@ -421,20 +457,9 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
         return false;
     }
     if (th) {
-        bool ok = strlen(th) == 24 && !strncmp(th, "fnv1a64:", 8);
-        uint64_t h = 0;
-        for (int i = 8; ok && i < 24; i++) {
-            int d = hex_digit(th[i]);
-            ok = d >= 0 && !(th[i] >= 'A' && th[i] <= 'F');
-            h = h << 4 | (uint64_t)(d < 0 ? 0 : d);
-        }
-        if (!ok) {
-            snprintf(err, n, "checkpoint field 'data.text_hash' '%s': expected 'fnv1a64:' and 16 "
-                     "lowercase hex digits", cli_show(th, s, sizeof s));
+        if (!parse_hash_field("data.text_hash", th, &info->text_hash, err, n))
             return false;
-        }
         info->has_text_hash = true;
-        info->text_hash = h;
     }
     if (tf && !parse_int_field("data.files", tf, 1, INT32_MAX, &info->text_files, err, n))
         return false;
@@ -480,6 +505,147 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
     return true;
 }
 
+/* The training state as the library reads it on restore (tg_train_state_read): data.epoch,
+ * data.batch, data.position, train.steps, train.best_val; data.epoch and data.batch (a
+ * translation run's cursor) only in a translation checkpoint. */
+static bool check_state(const tg_safetensors *st, ckpt_info *info, char *err, size_t n)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    tg_train_state ts;
+    bool st_ok = ctx && tg_train_state_read(ctx, st, NULL, &ts) == TG_OK;
+    if (!st_ok) {
+        if (ctx)
+            lib_message(ctx, err, n);
+        else
+            snprintf(err, n, "out of memory");
+    }
+    tg_ctx_free(ctx);
+    if (!st_ok)
+        return false;
+    info->epoch = ts.epoch;
+    info->batch = ts.batch;
+    if (!info->pairs && ts.epoch >= 0) {
+        snprintf(err, n, "checkpoint fields disagree: data.mode %s but the file has the fields "
+                 "'data.epoch' and 'data.batch' of a translation checkpoint",
+                 info->text ? "text" : "task");
+        return false;
+    }
+    return true;
+}
+
+/* The option @p name of the train table given on the command line with a value other than the
+ * checkpoint's @p there: a usage error naming both. */
+static bool contradicts(const cli_result *given, const char *name, bool differs,
+                        const char *there, const train_args *a, ckpt_info *info, char *err,
+                        size_t n)
+{
+    const cli_command *cmd = train_command();
+    if (!given || !cli_given(cmd, given, name) || !differs)
+        return false;
+    char gv[96];
+    info->usage = true; /* the command line contradicts the file */
+    snprintf(err, n, "checkpoint is from a different config: %s there, %s given", there,
+             given_value(cli_find(cmd, name), a, gv, sizeof gv));
+    return true;
+}
+
+/*
+ * A translation checkpoint (data.mode pairs): the tokenizer as `tgrad translate` loads it
+ * (tokenizer.kind and tokenizer.model through tg_tokenizer_meta_read; a SentencePiece model
+ * through tg_spm_load) with exactly model.vocab_size ids; --tokenizer, --vocab-size and
+ * --spm-type given on the command line (@p given) must agree with it; data.pairs_hash and
+ * data.valid_hash, data.epoch and data.batch (a cursor a run of optim.step steps, one batch
+ * each, can have reached: epoch + batch <= step) are there.
+ */
+static bool check_pairs(const tg_safetensors *st, const train_args *a, const cli_result *given,
+                        ckpt_info *info, char *err, size_t n)
+{
+    static const char *const hashes[2] = {"data.pairs_hash", "data.valid_hash"};
+    for (int k = 0; k < 2; k++) {
+        const char *v = tg_safetensors_meta_get(st, hashes[k]);
+        uint64_t h;
+        if (!v) {
+            snprintf(err, n, "not a tgrad translation checkpoint: it lacks the field '%s'",
+                     hashes[k]);
+            return false;
+        }
+        if (!parse_hash_field(hashes[k], v, &h, err, n))
+            return false;
+    }
+    if (info->epoch < 0) {
+        snprintf(err, n, "not a tgrad translation checkpoint: it lacks the fields 'data.epoch' "
+                 "and 'data.batch'");
+        return false;
+    }
+    if (info->epoch + info->batch > info->step) {
+        snprintf(err, n, "checkpoint fields disagree: data.epoch %" PRId64 " and data.batch %"
+                 PRId64 " but optim.step %" PRId64 " (a translation run takes one batch per "
+                 "step, so epoch + batch <= step)", info->epoch, info->batch, info->step);
+        return false;
+    }
+    tg_ctx *ctx = tg_ctx_new();
+    if (!ctx) {
+        snprintf(err, n, "out of memory");
+        return false;
+    }
+    const char *kind = NULL;
+    void *model = NULL;
+    size_t size = 0;
+    bool ok = tg_tokenizer_meta_read(ctx, st, &kind, &model, &size) == TG_OK;
+    if (!ok)
+        lib_message(ctx, err, n);
+    bool spm = ok && !strcmp(kind, "sentencepiece");
+    char there[120];
+    snprintf(there, sizeof there, "tokenizer.kind '%s'", ok ? kind : "");
+    int64_t V = info->vocab_size, have = spm ? -1 : TG_BYTE_VOCAB;
+    if (ok && (contradicts(given, "tokenizer", a->tokenizer != (spm ? TOK_SENTENCEPIECE
+                                                                    : TOK_BYTES), there, a,
+                           info, err, n) ||
+               (!spm && (contradicts(given, "vocab-size", true, there, a, info, err, n) ||
+                         contradicts(given, "spm-type", true, there, a, info, err, n)))))
+        ok = false;
+    if (ok && spm) {
+        snprintf(there, sizeof there, "model.vocab_size %" PRId64, V);
+        if (contradicts(given, "vocab-size", a->vocab_size != V, there, a, info, err, n))
+            ok = false;
+#ifdef TG_HAVE_SPM
+        tg_spm_type type;
+        tg_tokenizer *tok = ok ? tg_spm_load(ctx, model, size) : NULL;
+        if (ok && !tok) {
+            char m[1024];
+            lib_message(ctx, m, sizeof m);
+            snprintf(err, n, "its SentencePiece model (tokenizer.model) is refused: %s", m);
+            ok = false;
+        }
+        have = tok ? tg_tokenizer_vocab_size(tok) : -1;
+        tg_tokenizer_free(tok);
+        if (ok && tg_spm_model_type(ctx, model, size, &type) == TG_OK) {
+            snprintf(there, sizeof there, "a SentencePiece %s model (tokenizer.model)",
+                     type == TG_SPM_BPE ? "bpe" : "unigram");
+            if (contradicts(given, "spm-type", a->spm_type != (type == TG_SPM_BPE ? SPM_BPE
+                                                                                 : SPM_UNIGRAM),
+                            there, a, info, err, n))
+                ok = false;
+        }
+#else
+        if (ok) {
+            snprintf(err, n, "its tokenizer is SentencePiece, and this tgrad was built without "
+                     "it (install libsentencepiece-dev and rebuild: meson setup --reconfigure "
+                     "build -Dsentencepiece=enabled)");
+            ok = false;
+        }
+#endif
+    }
+    if (ok && have != V) {
+        snprintf(err, n, "checkpoint fields disagree: model.vocab_size %" PRId64 " but its "
+                 "tokenizer (tokenizer.kind %s) has %" PRId64 " ids", V, kind, have);
+        ok = false;
+    }
+    free(model);
+    tg_ctx_free(ctx);
+    return ok;
+}
+
 /* Who reads the checkpoint: what it may be and what is checked. */
 typedef enum {
     USE_TRAIN,  /* tgrad train --resume: the mode must match --text; memory for training */
@@ -504,7 +670,8 @@ static bool apply(const tg_safetensors *st, train_args *a, const cli_result *giv
                  "or '--arch seq2seq' (data.mode task, model.arch encoder): nothing to sample");
         return false;
     }
-    return apply_options(st, a, given, info, err, n);
+    return apply_options(st, a, given, info, err, n) && check_state(st, info, err, n) &&
+           (!info->pairs || check_pairs(st, a, given, info, err, n));
 }
 
 bool ckpt_apply(const tg_safetensors *st, train_args *a, const cli_result *given, bool sample,
@@ -565,12 +732,8 @@ bool ckpt_check_tensors(const tg_safetensors *st, const tg_transformer_config *m
                                                                       : TG_OPTIM_ADAMW);
     oc.momentum = a->momentum;
     bool ok = tg_checkpoint_check(ctx, st, mc, train_dtype(a), &oc) == TG_OK;
-    if (!ok) { /* the message without the function's name */
-        const char *m = tg_ctx_message(ctx), *pre = "tg_checkpoint_check: ";
-        if (!strncmp(m, pre, strlen(pre)))
-            m += strlen(pre);
-        snprintf(err, n, "%s", m);
-    }
+    if (!ok) /* the message without the function's name */
+        lib_message(ctx, err, n);
     tg_ctx_free(ctx);
     return ok;
 }
@@ -638,21 +801,44 @@ bool model_memory_check(const tg_transformer_config *mc, tg_dtype dt, int64_t ba
     return true;
 }
 
+/* train --resume: the checkpoint's kind of run (text, task, translation) is the command
+ * line's (--text, --pairs, neither); otherwise a usage error naming the checkpoint's kind and
+ * the options that resume it. */
+static bool same_kind(const train_args *a, ckpt_info *info, char *err, size_t n)
+{
+    int have = info->text ? 0 : info->pairs ? 2 : 1;
+    int want = a->text.n > 0 ? 0 : a->pairs ? 2 : 1;
+    if (have == want)
+        return true;
+    static const char *const given[3] = {"--text", "", "--pairs"};
+    char what[96];
+    if (have == 1)
+        snprintf(what, sizeof what, "a built-in task run (data.mode task, model.arch %s)",
+                 info->seq2seq ? "seq2seq" : "encoder");
+    info->usage = true; /* the command line contradicts the file */
+    char tail[32];
+    snprintf(tail, sizeof tail, want != 1 ? ", not %s" : have == 0 ? " (none was given)"
+                                                                   : " (neither was given)",
+             given[want]);
+    snprintf(err, n, "checkpoint is from %s; pass %s%s",
+             have == 0   ? "a --text run (data.mode text)"
+             : have == 2 ? "a translation run (data.mode pairs, 'tgrad train --pairs')"
+                         : what,
+             have == 0   ? "the same --text files"
+             : have == 2 ? "its --pairs and --valid files again"
+                         : "neither --text nor --pairs (the task comes from the checkpoint)",
+             tail);
+    return false;
+}
+
 static bool validate(const tg_safetensors *st, train_args *a, const cli_result *given,
                      ckpt_use use, double limit_bytes, ckpt_info *info,
                      tg_transformer_config *mc, char *err, size_t n)
 {
     if (!apply(st, a, given, use, info, err, n))
         return false;
-    if (use == USE_TRAIN) {
-        bool text = a->text.n > 0;
-        if (info->text != text) {
-            info->usage = true; /* the command line contradicts the file */
-            snprintf(err, n, "checkpoint is from a %s run; pass %s", info->text ? "--text" : "task",
-                     info->text ? "the same --text files (not --task)" : "no --text");
-            return false;
-        }
-    }
+    if (use == USE_TRAIN && !same_kind(a, info, err, n))
+        return false;
     if (!train_resolve(a, info->text, err, n)) {
         info->usage = true; /* options that do not fit the checkpoint's model */
         return false;

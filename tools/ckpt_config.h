@@ -10,8 +10,14 @@
  * (without the "tgrad <cmd>: --resume 'path': " prefix the caller adds), so a libFuzzer harness
  * can call ckpt_config_load() on tg_safetensors_read_mem() of arbitrary bytes.
  * This is the one place a checkpoint's fields and tensors are validated: `tgrad train
- * --resume`, `tgrad sample` (ckpt_config_load) and `tgrad export` (ckpt_config_export) all go
- * through it.
+ * --resume`, `tgrad sample` (ckpt_config_load), `tgrad export` (ckpt_config_export), `tgrad
+ * info` and `tgrad translate` (ckpt_config_check) all go through it, for every kind of
+ * checkpoint (text, task, seq2seq task, translation with bytes or SentencePiece), so they give
+ * every file the same verdict. Beyond the fields: the training state as the library reads it
+ * (tg_train_state_read), a translation checkpoint's tokenizer as translate loads it
+ * (tg_tokenizer_meta_read, tg_spm_load; its size against model.vocab_size), its data hashes
+ * and cursor, and the tensors (tg_checkpoint_check: shapes, dtypes, optimizer state complete
+ * and finite).
  */
 #ifndef TG_CKPT_CONFIG_H
 #define TG_CKPT_CONFIG_H
@@ -37,6 +43,8 @@ typedef struct ckpt_info {
     uint64_t text_hash;        /* data.text_hash: corpus_hash of the text ("fnv1a64:" + 16 hex) */
     int64_t text_files;        /* data.files: the number of text files (0: unknown) */
     double best_val;           /* train.best_val (INFINITY when absent) */
+    int64_t epoch, batch;      /* data.epoch, data.batch: a translation run's cursor (-1:
+                                * absent, as in the other kinds) */
     bool usage;                /* after a failure: the command line is at fault (options that
                                 * contradict the checkpoint, the wrong kind of checkpoint for
                                 * the command), not the file: exit status 2, not 1 */
@@ -53,7 +61,10 @@ typedef struct ckpt_info {
  * - train.* options, model.dropout and data.val_fraction are restored unless given again.
  * - every field, used or not, is validated: unknown "format", missing model fields, values out
  *   of the option's bounds, NaN, inf, non-numbers, inconsistencies (model.causal vs data.mode,
- *   model.vocab_size vs data.vocab) are errors naming the field and the value.
+ *   model.vocab_size vs data.vocab) are errors naming the field and the value; then the
+ *   training state (tg_train_state_read) and, for a translation checkpoint, its hashes, its
+ *   cursor (data.epoch + data.batch <= optim.step) and its tokenizer (loaded; given
+ *   --tokenizer, --vocab-size, --spm-type that contradict it are usage errors).
  * @p sample: the caller is `tgrad sample` (an encoder task checkpoint is then an error; a
  * seq2seq one is sampled with --source).
  */
@@ -116,10 +127,10 @@ bool ckpt_config_export(const tg_safetensors *st, train_args *a, ckpt_info *info
                         tg_transformer_config *mc, char *err, size_t n);
 
 /*
- * For `tgrad info` on a file that claims to be a training checkpoint (metadata format
- * "tgrad-checkpoint-..."): everything ckpt_config_export checks, for any architecture (seq2seq
- * included), so info says whether train --resume, sample and export will accept it. @p a
- * holds train_defaults().
+ * For `tgrad info` and `tgrad translate` on a file that claims to be a training checkpoint
+ * (metadata format "tgrad-checkpoint-..."): everything ckpt_config_export checks, for any
+ * kind, so info says whether train --resume, sample, translate and export will accept it.
+ * @p a holds train_defaults().
  */
 bool ckpt_config_check(const tg_safetensors *st, train_args *a, ckpt_info *info,
                        tg_transformer_config *mc, char *err, size_t n);

@@ -27,6 +27,8 @@ static const cli_command info_cmd = {
         "Describes each FILE: a safetensors file or tgrad checkpoint (every tensor with\n"
         "the dtype the file stores and its shape, the element count, the metadata) or an\n"
         ".npy file (its dtype as NumPy writes it, e.g. <f4, |b1, <i8, and its shape).\n"
+        "A tgrad checkpoint is validated as train --resume, sample, translate and export\n"
+        "validate it (one validation for all): one they would refuse is a failure.\n"
         "Only regular files are read (a FIFO or device is refused, not waited on). A file\n"
         "that cannot be read is one line on stderr; the others are still described, and\n"
         "the exit status is 1.",
@@ -173,9 +175,8 @@ static void describe_safetensors(const char *path, const tg_safetensors *st, FIL
     }
 }
 
-/* A translation checkpoint (data.mode pairs, `tgrad train --pairs`) is held to what `tgrad
- * translate` accepts (tg_model_load_from: the config, the tensors, the tokenizer metadata);
- * its model is summarized on @p out. */
+/* A translation checkpoint (data.mode pairs, `tgrad train --pairs`), validated already, loaded
+ * as `tgrad translate` loads it (tg_model_load_from) and summarized on @p out. */
 static bool check_pairs(const char *path, const tg_safetensors *st, FILE *out, char *err,
                         size_t n)
 {
@@ -204,8 +205,9 @@ static bool check_pairs(const char *path, const tg_safetensors *st, FILE *out, c
     return true;
 }
 
-/* A file whose metadata claims a training checkpoint is held to what train --resume, sample
- * and export accept (ckpt_config.c): false with one line in @p err when they would refuse it. */
+/* A file whose metadata claims a training checkpoint is held to what train --resume, sample,
+ * translate and export accept (ckpt_config_check, the one validation they all use): false
+ * with one line in @p err when they would refuse it. */
 static bool check_checkpoint(const char *path, const tg_safetensors *st, FILE *out, char *err,
                              size_t n)
 {
@@ -213,17 +215,17 @@ static bool check_checkpoint(const char *path, const tg_safetensors *st, FILE *o
     if (!format || strncmp(format, "tgrad-checkpoint", 16) != 0)
         return true;
     const char *mode = tg_safetensors_meta_get(st, "data.mode");
-    if (mode && !strcmp(mode, "pairs"))
-        return check_pairs(path, st, out, err, n);
+    bool pairs = mode && !strcmp(mode, "pairs");
     train_args ta;
     train_defaults(&ta);
     ckpt_info info;
     tg_transformer_config mc;
     char e[1200];
     if (ckpt_config_check(st, &ta, &info, &mc, e, sizeof e))
-        return true;
-    snprintf(err, n, "'%s': not a valid tgrad checkpoint (train --resume, sample and export "
-             "refuse it): %s", path, e);
+        return !pairs || check_pairs(path, st, out, err, n);
+    snprintf(err, n, "'%s': not a valid %s checkpoint (train --resume, %s and export refuse "
+             "it): %s", path, pairs ? "translation" : "tgrad", pairs ? "translate" : "sample",
+             e);
     return false;
 }
 

@@ -716,6 +716,11 @@ static bool build(trainer *t)
             cli_report("train", "building the model", NULL, ctx);
             return false;
         }
+        /* --dot: the training graph of the first batch's shape, before the first step */
+        if (a->dot && !pairs_write_dot(&t->pr, ctx, a)) {
+            cli_report("train", "--dot", a->dot, ctx);
+            return false;
+        }
         for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
             t->n_params += tg_tensor_numel(tg_ctx_param(ctx, i));
         if (t->ck && !restore(t, dt, &oc))

@@ -25,6 +25,7 @@
  * model); 1 for a run-time failure (a file missing or corrupt, bad input, a failed write).
  */
 #define _POSIX_C_SOURCE 200809L
+#include "ckpt_config.h"
 #include "cli.h"
 #include "climsg.h"
 #include "outpath.h"
@@ -211,6 +212,35 @@ static tg_tokenizer *load_tokenizer(translator_state *s, const translate_args *a
 #endif
 }
 
+/* A training checkpoint (format tgrad-checkpoint-*) is validated as every command validates it
+ * (ckpt_config_check: what train --resume, info and export accept), then released: the model
+ * is loaded by tg_model_load, which keeps no copy of the file. 0, or the exit status after
+ * printing why. */
+static int validate_checkpoint(translator_state *s, const translate_args *a)
+{
+    tg_mark mk = tg_ctx_mark(s->ctx);
+    tg_safetensors *st = tg_safetensors_read(s->ctx, a->checkpoint);
+    if (!st) {
+        cli_report("translate", "--checkpoint", a->checkpoint, s->ctx);
+        return 1;
+    }
+    const char *format = tg_safetensors_meta_get(st, "format");
+    int rc = 0;
+    if (format && !strncmp(format, "tgrad-checkpoint", 16)) { /* else: tg_model_load says */
+        train_args ta;
+        train_defaults(&ta);
+        ckpt_info info;
+        tg_transformer_config mc;
+        char e[1200], sh[80];
+        if (!ckpt_config_check(st, &ta, &info, &mc, e, sizeof e)) {
+            say("--checkpoint '%s': %s", cli_show(a->checkpoint, sh, sizeof sh), e);
+            rc = info.usage ? 2 : 1;
+        }
+    }
+    tg_ctx_rewind(s->ctx, mk);
+    return rc;
+}
+
 /* Read and check the checkpoint, its tokenizer, and make the translator. 0, or the exit
  * status after printing why. */
 static int translate_load(translator_state *s, const translate_args *a)
@@ -220,6 +250,9 @@ static int translate_load(translator_state *s, const translate_args *a)
         say("--checkpoint %s%s", err, "");
         return 1;
     }
+    int vc = validate_checkpoint(s, a);
+    if (vc)
+        return vc;
     s->m = tg_model_load(s->ctx, a->checkpoint);
     if (!s->m) {
         cli_report("translate", "--checkpoint", a->checkpoint, s->ctx);

@@ -64,6 +64,43 @@ static void sentences_free(sentences *c)
 }
 #endif
 
+/* --spm with --resume: the checkpoint keeps its tokenizer, so --spm must name the very model
+ * it holds (the same bytes); anything else contradicts it (a usage error). */
+static bool same_spm(pairs_run *p, tg_ctx *ctx, const train_args *a, char *err, size_t n,
+                     bool *usage)
+{
+    size_t have = 0, got = 0;
+    const void *mine = tg_tokenizer_model(p->tok, &have);
+    *usage = true;
+    if (!mine) {
+        snprintf(err, n, "--resume '%s': checkpoint is from a different config: "
+                 "tokenizer.kind 'bytes' there, --spm '%s' given (a resumed run keeps its "
+                 "tokenizer: leave out --spm)", a->resume, a->spm);
+        return false;
+    }
+#ifdef TG_HAVE_SPM
+    tg_tokenizer *t = tg_spm_load_file(ctx, a->spm);
+    const void *theirs = t ? tg_tokenizer_model(t, &got) : NULL;
+    bool same = theirs && got == have && !memcmp(theirs, mine, have);
+    tg_tokenizer_free(t);
+    if (same) {
+        *usage = false;
+        return true;
+    }
+    char m[1024];
+    if (!t)
+        cli_message(ctx, a->spm, m, sizeof m);
+    snprintf(err, n, "--resume '%s' keeps its own SentencePiece model (tokenizer.model, %zu "
+             "bytes), and --spm '%s' %s%s; leave out --spm", a->resume, have, a->spm,
+             t ? "is another model" : "cannot be loaded: ", t ? "" : m);
+#else
+    (void)ctx;
+    (void)got;
+    snprintf(err, n, "--spm needs SentencePiece, and this tgrad was built without it");
+#endif
+    return false;
+}
+
 bool pairs_tokenizer(pairs_run *p, tg_ctx *ctx, const train_args *a, const tg_safetensors *ck,
                      bool quiet, char *err, size_t n, bool *usage)
 {
@@ -95,7 +132,7 @@ bool pairs_tokenizer(pairs_run *p, tg_ctx *ctx, const train_args *a, const tg_sa
             cli_format("--resume: its tokenizer", a->resume, ctx, err, n);
             return false;
         }
-        return true;
+        return !a->spm || same_spm(p, ctx, a, err, n, usage);
     }
     if (a->tokenizer == TOK_BYTES) {
         p->tok = tg_tokenizer_bytes(ctx);
@@ -329,6 +366,22 @@ static bool fill(pairs_run *p, tg_ctx *ctx, const tg_seq2seq_data *d, const int6
     p->last_tokens = tokens;
     *b = (tg_seq2seq_batch){n, S, T, p->src, p->slen, p->tin, p->lab};
     return true;
+}
+
+bool pairs_write_dot(pairs_run *p, tg_ctx *ctx, const train_args *a)
+{
+    if (!p->plan) /* the first epoch's plan, as the first step would make it */
+        p->plan = tg_seq2seq_batches(p->train, a->batch_tokens, (uint64_t)a->seed, p->epoch);
+    if (!p->plan)
+        return false;
+    int64_t k = p->cursor < tg_batches_count(p->plan) ? p->cursor
+                                                       : tg_batches_count(p->plan) - 1;
+    tg_batch bt = tg_batches_get(p->plan, k);
+    tg_seq2seq_batch b;
+    if (!fill(p, ctx, p->train, bt.examples, bt.n, bt.src_len, bt.tgt_len, &b))
+        return false;
+    const tg_graph *g = tg_seq2seq_loss_graph(p->loss, &b, true);
+    return g && tg_graph_write_dot(g, a->dot, TG_DOT_BACKWARD) == TG_OK;
 }
 
 bool pairs_step(pairs_run *p, tg_ctx *ctx, const train_args *a, double *loss)

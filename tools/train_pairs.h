@@ -50,6 +50,9 @@ bool pairs_build(pairs_run *p, tg_ctx *ctx, const tg_transformer *m, const train
 /* The next training batch (advancing the cursor, a new epoch's plan when one ends) and its
  * loss's forward and backward: parameters' gradients replaced. false: error on the context. */
 bool pairs_step(pairs_run *p, tg_ctx *ctx, const train_args *a, double *loss);
+/* --dot: the training graph of the next batch's shape (the first batch of a fresh run),
+ * built without running it, written as DOT to a->dot. false: error on the context. */
+bool pairs_write_dot(pairs_run *p, tg_ctx *ctx, const train_args *a);
 /* Validation loss per target token (@p val) and greedy BLEU / chrF (p->bleu, p->chrf) over
  * the validation set. The context must be in evaluation mode. false: error on the context;
  * *nonfinite: the logits were NaN or inf (val NaN, BLEU 0). */

@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Are opt's parameters (and so its state) ctx's? Otherwise a run error (the I/O calls'
  * kind) naming fn. NULL opt: yes. */
@@ -27,29 +28,43 @@ static bool optim_of(tg_ctx *ctx, const char *fn, const tg_optim *opt)
     return true;
 }
 
-/* Optimizer state from a file must be finite, and Adam's second moments (adam.v.*) >= 0:
- * one NaN would silently turn every later step of that parameter into NaN. Records
- * TG_ERR_FORMAT naming the tensor, the element and its value; false if any is refused. */
+int64_t tg__optim_state_bad(const char *name, const tg_tensor *f)
+{
+    if (f->dtype != TG_F32 && f->dtype != TG_F64)
+        return -1; /* integers are finite */
+    bool nonneg = strncmp(name, "adam.v.", 7) == 0;
+    int64_t bad = f->dtype == TG_F32 ? tg__first_nonfinite_f32(f->data, f->numel, false)
+                                     : tg__first_nonfinite_f64(f->data, f->numel, false);
+    for (int64_t k = 0; nonneg && k < (bad < 0 ? f->numel : bad); k++)
+        if (tg_get(f, k) < 0)
+            return k;
+    return bad;
+}
+
+void tg__optim_state_msg(char *buf, size_t n, const char *name, const tg_tensor *f,
+                         int64_t bad)
+{
+    snprintf(buf, n, "optimizer state '%s' element %lld is %g (expected a finite value%s)",
+             name, (long long)bad, tg_get(f, bad),
+             strncmp(name, "adam.v.", 7) == 0 ? " >= 0, as a second moment is" : "");
+}
+
+/* Optimizer state from a file must be finite, and Adam's second moments (adam.v.*) >= 0
+ * (tg__optim_state_bad). Records TG_ERR_FORMAT naming the tensor, the element and its value;
+ * false if any is refused. */
 static bool state_values_ok(tg_ctx *ctx, const char *fn, const tg_safetensors *st,
                             const tg_optim *opt)
 {
     for (int64_t i = 0; i < tg_optim_n_state(opt); i++) {
         const tg_tensor *s = tg_optim_state(opt, i);
         const tg_tensor *f = tg_safetensors_find(st, s->name);
-        if (!f || f->dtype == TG_I32)
-            continue; /* missing: refused by the loader; integers are finite */
-        bool nonneg = strncmp(s->name, "adam.v.", 7) == 0;
-        int64_t bad = f->dtype == TG_F32 ? tg__first_nonfinite_f32(f->data, f->numel, false)
-                                         : tg__first_nonfinite_f64(f->data, f->numel, false);
-        for (int64_t k = 0; nonneg && k < (bad < 0 ? f->numel : bad); k++)
-            if (tg_get(f, k) < 0) {
-                bad = k;
-                break;
-            }
+        if (!f)
+            continue; /* missing: refused by the loader */
+        int64_t bad = tg__optim_state_bad(s->name, f);
         if (bad >= 0) {
-            tg__err(ctx, TG_ERR_FORMAT, fn, "optimizer state '%s' element %lld is %g (expected "
-                    "a finite value%s); nothing was restored", s->name, (long long)bad,
-                    tg_get(f, bad), nonneg ? " >= 0, as a second moment is" : "");
+            char m[TG_NAME_MAX + 160];
+            tg__optim_state_msg(m, sizeof m, s->name, f, bad);
+            tg__err(ctx, TG_ERR_FORMAT, fn, "%s; nothing was restored", m);
             return false;
         }
     }

@@ -2,8 +2,8 @@
  * checkpoint_check.c - a training checkpoint's tensors against the model config it claims
  * (tg_checkpoint_check, include/tgrad_train.h): every parameter of tg_transformer_params
  * present with its shape, nothing else but optimizer state of those parameters shaped like
- * them, every tensor in the parameter dtype, and (given the optimizer) exactly the state that
- * optimizer keeps. Nothing is allocated in the context; the file is only read, so it may be
+ * them, every tensor in the parameter dtype, (given the optimizer) exactly the state that
+ * optimizer keeps, and every optimizer state value finite (Adam's second moments >= 0). Nothing is allocated in the context; the file is only read, so it may be
  * arbitrary bytes parsed by tg_safetensors_read_mem (the fuzzers call it through tgrad's
  * checkpoint validation). Messages name the checkpoint's metadata fields (model.layers,
  * train.optimizer, ...) a value follows from.
@@ -208,6 +208,25 @@ static bool check_dtypes(tg_ctx *ctx, const tg_safetensors *st, tg_dtype dt)
     return true;
 }
 
+/* Every optimizer state value finite, Adam's second moments >= 0 (tg__optim_state_bad): what
+ * tg_checkpoint_restore() would refuse after the model is built, refused here before. */
+static bool check_state_values(tg_ctx *ctx, const tg_safetensors *st)
+{
+    for (int64_t j = 0; j < tg_safetensors_count(st); j++) {
+        const char *name = tg_safetensors_name(st, j);
+        if (!optim_prefix(name))
+            continue;
+        const tg_tensor *t = tg_safetensors_tensor(st, j);
+        int64_t bad = tg__optim_state_bad(name, t);
+        if (bad >= 0) {
+            char s[80], m[256];
+            tg__optim_state_msg(m, sizeof m, show(name, s, sizeof s), t, bad);
+            return tg__run_err(ctx, TG_ERR_FORMAT, fn, "%s", m), false;
+        }
+    }
+    return true;
+}
+
 /* The optimizer state of @p oc: adam.m.<p> and adam.v.<p> for every parameter (Adam, AdamW),
  * sgd.momentum.<p> (SGD with a momentum other than 0), nothing (SGD without momentum). */
 static bool check_optim_state(tg_ctx *ctx, const tg_safetensors *st, const tg_optim_config *oc,
@@ -268,7 +287,8 @@ tg_status tg_checkpoint_check(tg_ctx *ctx, const tg_safetensors *st,
     }
     tg_transformer_params(cfg, ps, np);
     bool ok = check_shapes(ctx, st, cfg, ps, np) && check_dtypes(ctx, st, dt) &&
-              (!optim || check_optim_state(ctx, st, optim, ps, np));
+              (!optim || check_optim_state(ctx, st, optim, ps, np)) &&
+              check_state_values(ctx, st);
     free(ps);
-    return ok ? TG_OK : TG_ERR_MISMATCH;
+    return ok ? TG_OK : tg_ctx_status(ctx);
 }

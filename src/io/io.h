@@ -143,4 +143,23 @@ void tg__fmt_double(double v, char *buf, size_t n);
  * [lo, hi] (hi <= 2^53); false otherwise (src/io/model_meta.c). */
 bool tg__parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out);
 
+/* Optimizer state read from a file (src/io/checkpoint.c): every value finite, and Adam's
+ * second moments (@p name "adam.v.*") >= 0; one NaN would silently turn every later step of
+ * that parameter into NaN. The first bad element's index, or -1 (an integer tensor: -1). */
+int64_t tg__optim_state_bad(const char *name, const tg_tensor *f);
+/* Why optimizer state @p name element @p bad is refused, into @p buf: "optimizer state 'x'
+ * element 3 is nan (expected a finite value)". */
+void tg__optim_state_msg(char *buf, size_t n, const char *name, const tg_tensor *f,
+                         int64_t bad);
+
+struct tg_train_state;
+/* The training state's metadata (data.position, train.steps, data.epoch with data.batch,
+ * train.best_val, and optim.step, rng) of checkpoint @p st validated as
+ * tg_train_state_read() validates it (src/train/state.c), errors naming @p fn and @p label;
+ * @p required: optim.step and rng must be there (else each is checked only when present).
+ * @p out (may be NULL) gets the state. TG_OK or TG_ERR_FORMAT. */
+tg_status tg__train_state_fields(tg_ctx *ctx, const char *fn, const char *label,
+                                 const tg_safetensors *st, bool required,
+                                 struct tg_train_state *out);
+
 #endif /* TG_IO_H */

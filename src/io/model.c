@@ -6,7 +6,9 @@
  * its parameters need must not exceed the values the file holds, so a forged config cannot
  * make tg_transformer_init allocate more than the file's size), check every tensor's name and
  * shape against the parameters tg_transformer_init creates (tg_transformer_params; strict:
- * optimizer state and a tied export's head.weight skipped), then copy the values.
+ * optimizer state and a tied export's head.weight skipped; optimizer state must hold finite
+ * values, Adam's second moments >= 0, and a checkpoint's training state, when present, what
+ * tg_train_state_read accepts), then copy the values.
  */
 #include "tgrad_model.h"
 #include "core.h"
@@ -300,8 +302,11 @@ static bool spec_checkpoint(const rd *r, spec *s)
 {
     bool f64 = false;
     int mode, arch;
+    /* the training state (data.epoch, ..., when present) as tg_train_state_read checks it:
+     * a checkpoint `tgrad train --resume` would refuse is refused here too */
     if (!read_model_meta(r, true, &s->info.config, &f64, &mode, &arch) ||
-        !spec_checkpoint_data(r, s, mode, arch))
+        !spec_checkpoint_data(r, s, mode, arch) ||
+        tg__train_state_fields(r->ctx, r->fn, r->label, r->st, false, NULL) != TG_OK)
         return false;
     s->info.format = TG_MODEL_CHECKPOINT;
     s->info.dtype = f64 ? TG_F64 : TG_F32;
@@ -736,6 +741,12 @@ static bool check_tensors(const rd *r, const tg_model *m, bool tied_copy)
                             "file (%s)", r->label, tg__quote(name, 100, q),
                             !known ? "neither a parameter of its config nor optimizer state"
                                    : "optimizer state shaped unlike its parameter"), false);
+        int64_t bad = base ? tg__optim_state_bad(name, t) : -1;
+        if (bad >= 0) {
+            char msg[256];
+            tg__optim_state_msg(msg, sizeof msg, tg__quote(name, 100, q), t, bad);
+            return (tg__err(r->ctx, TG_ERR_FORMAT, r->fn, "%s: %s", r->label, msg), false);
+        }
     }
     return true;
 }

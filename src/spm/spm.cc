@@ -927,6 +927,27 @@ tg_status tg_spm_validate(tg_ctx *ctx, const void *model, size_t size)
     }
 }
 
+tg_status tg_spm_model_type(tg_ctx *ctx, const void *model, size_t size, tg_spm_type *type)
+{
+    static const char *fn = "tg_spm_model_type";
+    if (!ctx)
+        return TG_ERR_ARG;
+    if ((!model && size) || !type)
+        return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn, "%s is NULL",
+                                !type ? "type" : "model");
+    try {
+        quiet();
+        Verdict v;
+        ModelFacts facts;
+        if (!validate(v, model, size, facts))
+            return tg_ctx_set_error(ctx, TG_ERROR_RUN, v.status, fn, "%s", v.msg.c_str());
+        *type = facts.model_type == 2 ? TG_SPM_BPE : TG_SPM_UNIGRAM;
+        return TG_OK;
+    } catch (...) {
+        return tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_NOMEM, fn, "out of memory");
+    }
+}
+
 tg_tokenizer *tg_spm_load(tg_ctx *ctx, const void *model, size_t size)
 {
     return load(ctx, "tg_spm_load", model, size);

@@ -202,6 +202,19 @@ static int64_t count_tokens(const tg_seq2seq_batch *b, int64_t ignore)
     return k;
 }
 
+const tg_graph *tg_seq2seq_loss_graph(tg_seq2seq_loss *L, const tg_seq2seq_batch *b,
+                                      bool train)
+{
+    static const char *fn = "tg_seq2seq_loss_graph";
+    if (!L)
+        return NULL;
+    tg__begin(L->ctx);
+    if (!batch_ok(L, fn, b))
+        return NULL;
+    s2s_graph *q = graph_for(L, fn, b, train);
+    return q ? q->g : NULL;
+}
+
 tg_status tg_seq2seq_loss_backward(tg_seq2seq_loss *L, const tg_seq2seq_batch *b, double *loss)
 {
     static const char *fn = "tg_seq2seq_loss_backward";

@@ -80,17 +80,13 @@ static bool get_count(const rd *r, const char *key, bool required, int64_t lo, i
     return true;
 }
 
-static tg_status state_read(tg_ctx *ctx, const tg_safetensors *st, const char *label,
-                            tg_train_state *out)
+tg_status tg__train_state_fields(tg_ctx *ctx, const char *fn, const char *label,
+                                 const tg_safetensors *st, bool required, tg_train_state *out)
 {
-    rd r = {ctx, "tg_train_state_read", label ? label : "<memory>", st};
-    if (!st || !out) {
-        tg__err(ctx, TG_ERR_ARG, r.fn, "%s is NULL", !st ? "the checkpoint" : "the state");
-        return TG_ERR_ARG;
-    }
+    rd r = {ctx, fn, label ? label : "<memory>", st};
     tg_train_state s = tg_train_state_init();
     char q[80];
-    if (!get_count(&r, "optim.step", true, 0, ST_MAX, &s.step))
+    if (!get_count(&r, "optim.step", required, 0, ST_MAX, &s.step))
         return TG_ERR_FORMAT;
     const char *rng = tg_safetensors_meta_get(st, "rng");
     bool ok = rng && strlen(rng) == 64, nonzero = false;
@@ -99,7 +95,7 @@ static tg_status state_read(tg_ctx *ctx, const tg_safetensors *st, const char *l
         ok = h >= 0;
         nonzero |= h > 0;
     }
-    if (!ok || !nonzero) {
+    if ((rng || required) && (!ok || !nonzero)) {
         if (!rng)
             tg__err(ctx, TG_ERR_FORMAT, r.fn, "%s: metadata 'rng' is missing (not a tgrad "
                     "training checkpoint)", r.label);
@@ -132,8 +128,20 @@ static tg_status state_read(tg_ctx *ctx, const tg_safetensors *st, const char *l
         }
         s.best_val = x;
     }
-    *out = s;
+    if (out)
+        *out = s;
     return TG_OK;
+}
+
+static tg_status state_read(tg_ctx *ctx, const tg_safetensors *st, const char *label,
+                            tg_train_state *out)
+{
+    if (!st || !out) {
+        tg__err(ctx, TG_ERR_ARG, "tg_train_state_read", "%s is NULL",
+                !st ? "the checkpoint" : "the state");
+        return TG_ERR_ARG;
+    }
+    return tg__train_state_fields(ctx, "tg_train_state_read", label, st, true, out);
 }
 
 tg_status tg_train_state_read(tg_ctx *ctx, const tg_safetensors *st, const char *label,
