@@ -16,6 +16,9 @@
  *                     --encoder-layers N --decoder-layers M [--causal]
  *                     [--src-key-padding-mask P] [--tgt-key-padding-mask P]
  *                     [--memory-key-padding-mask P] [--norm-first] [--eps E] [--activation A]
+ *   tgrad run transformer --weights EXPORT --src SRC_IDS.npy --tgt TGT_IDS.npy
+ *                     [--src-key-padding-mask P] [--tgt-key-padding-mask P]
+ *                     (a `tgrad export` of an encoder-decoder, run whole: ids in, logits out)
  *   every module:     --dtype f32|f64  --out O.npy  [--grad-out dO.npy --grads G.safetensors]
  *                     [--dot G.dot] [--unfused]
  *
@@ -219,10 +222,19 @@ static const cli_command run_cmds[RUN_N_MODULES] = {
               "                             --encoder-layers N --decoder-layers M [--causal]\n"
               "                             [--src-key-padding-mask P] [--tgt-key-padding-mask P]\n"
               "                             [--memory-key-padding-mask P] [--norm-first] [--eps E]"
-              "\n                             [--activation relu|gelu] ...",
+              "\n                             [--activation relu|gelu] ...\n"
+              "       tgrad run transformer --weights EXPORT.safetensors --src SRC_IDS.npy "
+              "--tgt TGT_IDS.npy\n"
+              "                             [--src-key-padding-mask P] [--tgt-key-padding-mask P] "
+              "...",
      .description = "nn.Transformer(batch_first=True, dropout=0): weights encoder.layers.{i}.*,\n"
                     "encoder.norm.*, decoder.layers.{i}.*, decoder.norm.*. Gradients of the\n"
-                    "inputs: src, tgt.",
+                    "inputs: src, tgt.\n"
+                    "Given the export of an encoder-decoder ('tgrad export' of a seq2seq or\n"
+                    "translation checkpoint), the whole model runs: --src (B, S) and --tgt (B, T)\n"
+                    "are integer token ids, the output is the logits (B, T, V); the config\n"
+                    "(heads, layers, norm, activation, dtype) comes from the export, the target\n"
+                    "is causal, and the source's padding mask also masks the memory.",
      .opts = transformer_opts},
 };
 
