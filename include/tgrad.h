@@ -1215,6 +1215,8 @@ typedef struct tg_gradcheck_report {
     bool passed;                  /**< every check below passed */
     bool backward_deterministic;  /**< a second backward gave bitwise-identical gradients */
     bool zero_upstream_ok;        /**< a zero upstream gradient gave all-zero gradients */
+    bool backward_accumulates;    /**< every backward rule added (dx += ...) into its inputs'
+                                       gradients pre-filled with non-zero values */
     int64_t n_checked;            /**< elements (or projections) compared */
     int n_tensors;                /**< differentiable leaves checked */
     double max_abs_err;           /**< max |analytic - numeric| */
@@ -1235,8 +1237,13 @@ typedef struct tg_gradcheck_report {
  * gradient cancels. Element mode: numeric = (L(x + eps) - L(x - eps)) / (2 eps) per element;
  * pass iff |analytic - numeric| <= atol + rtol * |numeric| everywhere (PyTorch `gradcheck`).
  * Projection mode: for k random directions u, compares grad . u with the directional
- * difference. Also checks that a second backward is bitwise identical and that a zero upstream
- * gradient gives zero gradients. Leaf data and gradients are restored afterwards.
+ * difference. Also checks that a second backward is bitwise identical, that a zero upstream
+ * gradient gives zero gradients, and that every op's backward rule accumulates (dx += ...)
+ * into its inputs' gradients: each rule runs once more on gradient buffers pre-filled with
+ * non-zero values, as a second consumer of the input would leave them, and must add the same
+ * contribution (to rounding: 1e-3 relative in f32, 1e-9 in f64); a rule that assigns fails
+ * the check, naming its node, op and input in the message. Leaf data and gradients are
+ * restored afterwards.
  * The graph is built internally (context memory). @p opts NULL means defaults for y's dtype.
  * Returns ::TG_OK if passed, ::TG_ERR_GRADCHECK if not (see @p report), or another error
  * (::TG_ERR_ARG for NULL, @p y of another context, or invalid options: eps not finite and

@@ -34,6 +34,7 @@ typedef struct {
     double fail_below;          /* forward fails on an input below this (if fail_fwd) */
     bool fail_fwd, fail_bwd, fail_silent, fail_bogus;
     bool wrong;                 /* backward misses a factor (a deliberately wrong rule) */
+    bool assigns;               /* backward assigns dx = ... instead of adding dx += ... */
 } probe;
 
 /* softplus: y = log(1 + e^x), dx += dy sigmoid(x) */
@@ -86,7 +87,7 @@ static tg_status sp_bwd(tg_custom_call *c)
         double x = cget(c, c->input[0], i);
         double s = 1 / (1 + exp(-x));
         double g = cget(c, c->grad_output, i) * (p && p->wrong ? 1.0 : s);
-        cset(c, c->grad_input[0], i, cget(c, c->grad_input[0], i) + g);
+        cset(c, c->grad_input[0], i, (p && p->assigns ? 0 : cget(c, c->grad_input[0], i)) + g);
     }
     return TG_OK;
 }
@@ -180,6 +181,46 @@ START_TEST(test_gradcheck_wrong_fails)
     ck_assert_str_eq(rep.worst_tensor, "x");
     ck_assert_msg(strncmp(rep.message, "FAIL", 4) == 0, "%s", rep.message);
     ck_assert(rep.max_abs_err > 0.01);
+}
+END_TEST
+
+/* A backward that assigns (dx = ...) instead of adding (dx += ...) is right as long as it is
+ * its input's only consumer, so the values alone pass; tg_gradcheck pre-fills the input's
+ * gradient as a second consumer would and names the rule. On a leaf (f64) and on an op
+ * result (f32). */
+START_TEST(test_gradcheck_assigning_backward_fails)
+{
+    tg_dtype dt = _i == 0 ? TG_F64 : TG_F32;
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_seed(ctx, 3);
+    tg_tensor *x = tu_input(ctx, dt, TG_DIMS(3, 4), "x", -3, 3);
+    tg_tensor *in = _i == 0 ? x : tg_scale(ctx, x, 1.5);
+    if (_i == 1)
+        tg_tensor_set_name(in, "scaled");
+    probe p = {0};
+    p.assigns = true;
+    tg_tensor *y = softplus(ctx, in, &p);
+    tg_tensor_set_name(y, "sp");
+    ck_assert_int_eq(tg_graph_forward(tu_fwd(ctx, y)), TG_OK);
+    double x0 = tg_get(x, 5);
+    tg_gradcheck_report rep;
+    tg_status s = tg_gradcheck(ctx, y, NULL, &rep);
+    ck_assert_int_eq(s, TG_ERR_GRADCHECK);
+    ck_assert(!rep.passed);
+    ck_assert(!rep.backward_accumulates);
+    ck_assert(rep.backward_deterministic && rep.zero_upstream_ok);
+    char want[160];
+    snprintf(want, sizeof want, "FAIL: the backward rule of 'sp' (op softplus) assigns the "
+             "gradient of its input '%s' instead of adding to it (dx += ...)",
+             _i == 0 ? "x" : "scaled");
+    ck_assert_msg(strncmp(rep.message, want, strlen(want)) == 0, "%s", rep.message);
+    /* the values agree with the differences: only the pre-filled run finds the fault */
+    ck_assert_msg(rep.max_abs_err < 1e-2, "%s", rep.message);
+    ck_assert_double_eq(tg_get(x, 5), x0); /* the leaf restored */
+    /* the same op adding: passes */
+    p.assigns = false;
+    ck_assert_int_eq(tg_gradcheck(ctx, y, NULL, &rep), TG_OK);
+    ck_assert(rep.passed && rep.backward_accumulates);
 }
 END_TEST
 
@@ -741,6 +782,7 @@ static Suite *custom_suite(void)
     tcase_add_loop_test(tc, test_values_and_gradients, 0, 2);
     tcase_add_test(tc, test_gradcheck_correct_passes);
     tcase_add_test(tc, test_gradcheck_wrong_fails);
+    tcase_add_loop_test(tc, test_gradcheck_assigning_backward_fails, 0, 2);
     tcase_add_test(tc, test_shared_input_accumulates);
     tcase_add_test(tc, test_f32_only_refuses_f64);
     tcase_add_test(tc, test_no_backward);

@@ -681,6 +681,111 @@ START_TEST(test_transformer)
 }
 END_TEST
 
+/* Integer ids of fixture tensor @p key (F64 holding integers) as a <i4 .npy dir/<file>. */
+static void ids_npy(fixture *f, const char *key, const char *file)
+{
+    tg_tensor *t = tg_safetensors_find(f->st, key);
+    ck_assert_msg(t != NULL && tg_tensor_rank(t) == 2, "fixture lacks %s (B, T)", key);
+    int64_t numel = tg_tensor_numel(t);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)numel);
+    ck_assert_ptr_nonnull(ids);
+    for (int64_t i = 0; i < numel; i++)
+        ids[i] = (int32_t)tg_get(t, i);
+    char p[512], shape[64];
+    snprintf(shape, sizeof shape, "(%lld, %lld)", (long long)tg_tensor_shape(t)[0],
+             (long long)tg_tensor_shape(t)[1]);
+    tu_write_npy_raw(tu_path(p, sizeof p, dir, file), "<i4", shape, ids,
+                     sizeof(int32_t) * (size_t)numel);
+    free(ids);
+}
+
+/* `run transformer` on tgrad's own export of an encoder-decoder: the whole model (token
+ * embeddings, positions, both stacks, final norm, output layer), token ids in, logits out,
+ * equal to PyTorch's (tools/check_export.py) on a padded source; the options that describe
+ * the model come from the export's config (given ones must agree). */
+START_TEST(test_transformer_export)
+{
+    static const char *const cases[2] = {"export_seq2seq", "export_seq2seq_tied"};
+    char name[64], args[1024];
+    snprintf(name, sizeof name, "%s_logits", cases[_i]);
+    fixture f = load(name);
+    ids_npy(&f, "src_ids", "s.npy");
+    ids_npy(&f, "tgt_ids", "t.npy");
+    bool_npy(&f, "src_key_padding_mask", "sp.npy");
+    snprintf(args, sizeof args, "transformer --weights %s/%s.safetensors --src s.npy --tgt t.npy "
+             "--src-key-padding-mask sp.npy --out o.npy%s", TG_FIXTURES, cases[_i],
+             _i == 0 ? " --heads 2 --encoder-layers 1 --decoder-layers 2 --causal" : "");
+    int rc = run(args);
+    char err[4096];
+    read_file("err.txt", err, sizeof err);
+    ck_assert_msg(rc == 0, "run %s: exit %d: %s", args, rc, err);
+    char p[512];
+    tg_tensor *o = tg_npy_read(f.ctx, tu_path(p, sizeof p, dir, "o.npy"), TG_F64, NULL);
+    ck_assert_msg(o != NULL, "%s", tg_ctx_message(f.ctx));
+    tg_tensor *want = tg_safetensors_find(f.st, _i == 0 ? "logits_f32" : "logits");
+    const int64_t *ws = tg_tensor_shape(want);
+    ck_assert_int_eq(tg_tensor_rank(o), 3);
+    ck_assert(!memcmp(tg_tensor_shape(o), ws, 3 * sizeof(int64_t)));
+    double e = rel(o, want), tol = _i == 0 ? 1e-5 : 1e-10;
+    ck_assert_msg(e <= tol, "%s: logits differ from PyTorch's by %.3g", cases[_i], e);
+    /* without --out: the shape and the export's dtype */
+    snprintf(args, sizeof args, "transformer --weights %s/%s.safetensors --src s.npy --tgt t.npy",
+             TG_FIXTURES, cases[_i]);
+    ck_assert_int_eq(run(args), 0);
+    char out[256], line[256];
+    read_file("out.txt", out, sizeof out);
+    snprintf(line, sizeof line, "transformer output (%lld, %lld, %lld) %s\n", (long long)ws[0],
+             (long long)ws[1], (long long)ws[2], _i == 0 ? "f32" : "f64");
+    ck_assert_str_eq(out, line);
+    tg_ctx_free(f.ctx);
+}
+END_TEST
+
+/* What `run transformer` refuses about an export or a checkpoint: one line, exit 2 for the
+ * command line (a contradicting option, the wrong kind of file), 1 for a file's contents. */
+START_TEST(test_transformer_export_errors)
+{
+    fixture f = load("export_seq2seq_logits");
+    ids_npy(&f, "src_ids", "s.npy");
+    ids_npy(&f, "tgt_ids", "t.npy");
+    npy(&f, "src_key_padding_mask", "fs.npy"); /* float: not ids */
+    static const struct {
+        const char *args;
+        int rc;
+        const char *needle;
+    } cases[] = {
+        {"export_seq2seq.safetensors --src s.npy --tgt t.npy --heads 4", 2,
+         "--heads 4 contradicts the config of the export"},
+        {"export_seq2seq.safetensors --src s.npy --tgt t.npy --decoder-layers 1", 2,
+         "(n_decoder_layers 2)"},
+        {"export_seq2seq.safetensors --src s.npy --tgt t.npy --dtype f64", 2, "(dtype f32)"},
+        {"export_seq2seq.safetensors --src s.npy --tgt t.npy --activation gelu", 2,
+         "(activation relu)"},
+        {"export_seq2seq.safetensors --src s.npy --tgt t.npy --memory-key-padding-mask fs.npy",
+         2, "--src-key-padding-mask"},
+        {"export_seq2seq.safetensors --src fs.npy --tgt t.npy", 1,
+         "takes token ids, an integer array (B, S), not a float array"},
+        {"export_lm.safetensors --src s.npy --tgt t.npy", 2,
+         "is the export of a text language model, not of an encoder-decoder"},
+        {"export_task.safetensors --src s.npy --tgt t.npy", 2,
+         "is the export of a built-in task's encoder"},
+        {"export_seq2seq.ckpt --src s.npy --tgt t.npy", 2,
+         "is a training checkpoint: run transformer takes its export"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[1024], err[4096];
+        snprintf(args, sizeof args, "transformer --weights %s/%s", TG_FIXTURES, cases[i].args);
+        int rc = run(args);
+        read_file("err.txt", err, sizeof err);
+        ck_assert_msg(rc == cases[i].rc, "run %s: exit %d, want %d: %s", args, rc, cases[i].rc,
+                      err);
+        ck_assert_msg(count_lines(err) == 1 && strstr(err, cases[i].needle),
+                      "run %s: '%s' is not one line with '%s'", args, err, cases[i].needle);
+    }
+    tg_ctx_free(f.ctx);
+}
+END_TEST
+
 /* Bad decoder / transformer invocations: one line on stderr naming the problem. */
 START_TEST(test_decoder_errors)
 {
@@ -751,6 +856,8 @@ int main(void)
     tcase_add_loop_test(tc, test_decoder_layer, 0, 2);
     tcase_add_loop_test(tc, test_stacks, 0, 2);
     tcase_add_loop_test(tc, test_transformer, 0, 2);
+    tcase_add_loop_test(tc, test_transformer_export, 0, 2);
+    tcase_add_test(tc, test_transformer_export_errors);
     tcase_add_test(tc, test_decoder_errors);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_help);

@@ -72,6 +72,10 @@ typedef struct run_args {
     bool force;     /* --force: replace existing output files */
     bool unfused;   /* --unfused: tg_ctx_set_fusion(ctx, false) */
     double eps;     /* [0, 1] */
+    /* transformer: the options that describe the model, each given or not (an export's config
+     * gives them: given ones must agree with it) */
+    bool has_heads, has_encoder_layers, has_decoder_layers, has_norm_first, has_activation,
+        has_dtype;
 } run_args;
 /* argv[0] = "run", argv[1] = the module (or --help). */
 int run_parse(int argc, char **argv, run_args *a, cli_result *r, char *err, size_t n);

@@ -16,6 +16,9 @@
  *                     --encoder-layers N --decoder-layers M [--causal]
  *                     [--src-key-padding-mask P] [--tgt-key-padding-mask P]
  *                     [--memory-key-padding-mask P] [--norm-first] [--eps E] [--activation A]
+ *   tgrad run transformer --weights EXPORT --src SRC_IDS.npy --tgt TGT_IDS.npy
+ *                     [--src-key-padding-mask P] [--tgt-key-padding-mask P]
+ *                     (a `tgrad export` of an encoder-decoder, run whole: ids in, logits out)
  *   every module:     --dtype f32|f64  --out O.npy  [--grad-out dO.npy --grads G.safetensors]
  *                     [--dot G.dot] [--unfused]
  *
@@ -31,6 +34,7 @@
 #include "climsg.h"
 #include "outpath.h"
 #include "tgrad_io.h"
+#include "tgrad_model.h"
 #include "tgrad_nn.h"
 
 #include <inttypes.h>
@@ -149,13 +153,18 @@ static const cli_option decoder_opts[] = {
 };
 
 static const cli_option transformer_opts[] = {
-    OPT_WEIGHTS, OPT_HEADS,
-    OPT_PATH("src", src, "SRC.npy", "the source (B, S, d_model)", CLI_REQUIRED),
-    OPT_PATH("tgt", tgt, "TGT.npy", "the target (B, T, d_model)", CLI_REQUIRED),
-    OPT_INT("encoder-layers", encoder_layers, "N", "encoder layers (encoder.layers.{i}.*)",
-            CLI_REQUIRED),
-    OPT_INT("decoder-layers", decoder_layers, "M", "decoder layers (decoder.layers.{i}.*)",
-            CLI_REQUIRED),
+    OPT_WEIGHTS,
+    {.name = "heads", .kind = CLI_INT, .offset = offsetof(run_args, heads), .metavar = "H",
+     .help = "number of heads (must divide d_model; an export's config gives it)", .imin = 1,
+     .imax = CLI_MAX_HEADS},
+    OPT_PATH("src", src, "SRC.npy", "the source (B, S, d_model), or an export's source token ids "
+             "(B, S) (integers)", CLI_REQUIRED),
+    OPT_PATH("tgt", tgt, "TGT.npy", "the target (B, T, d_model), or an export's target token ids "
+             "(B, T) (integers)", CLI_REQUIRED),
+    OPT_INT("encoder-layers", encoder_layers, "N", "encoder layers (encoder.layers.{i}.*; an "
+            "export's config gives it)", 0),
+    OPT_INT("decoder-layers", decoder_layers, "M", "decoder layers (decoder.layers.{i}.*; an "
+            "export's config gives it)", 0),
     {.name = "causal", .kind = CLI_FLAG, .offset = offsetof(run_args, causal),
      .help = "look-ahead mask on the target (tgt_mask = the square subsequent mask)"},
     OPT_PAD("src-key-padding-mask", src_kpm, "bool or 0/1 integer (B, S), true/1 = padding"),
@@ -213,10 +222,19 @@ static const cli_command run_cmds[RUN_N_MODULES] = {
               "                             --encoder-layers N --decoder-layers M [--causal]\n"
               "                             [--src-key-padding-mask P] [--tgt-key-padding-mask P]\n"
               "                             [--memory-key-padding-mask P] [--norm-first] [--eps E]"
-              "\n                             [--activation relu|gelu] ...",
+              "\n                             [--activation relu|gelu] ...\n"
+              "       tgrad run transformer --weights EXPORT.safetensors --src SRC_IDS.npy "
+              "--tgt TGT_IDS.npy\n"
+              "                             [--src-key-padding-mask P] [--tgt-key-padding-mask P] "
+              "...",
      .description = "nn.Transformer(batch_first=True, dropout=0): weights encoder.layers.{i}.*,\n"
                     "encoder.norm.*, decoder.layers.{i}.*, decoder.norm.*. Gradients of the\n"
-                    "inputs: src, tgt.",
+                    "inputs: src, tgt.\n"
+                    "Given the export of an encoder-decoder ('tgrad export' of a seq2seq or\n"
+                    "translation checkpoint), the whole model runs: --src (B, S) and --tgt (B, T)\n"
+                    "are integer token ids, the output is the logits (B, T, V); the config\n"
+                    "(heads, layers, norm, activation, dtype) comes from the export, the target\n"
+                    "is causal, and the source's padding mask also masks the memory.",
      .opts = transformer_opts},
 };
 
@@ -338,6 +356,14 @@ int run_parse(int argc, char **argv, run_args *a, cli_result *r, char *err, size
     if (rc != CLI_OK)
         return rc;
     a->has_eps = cli_given(cmd, r, "eps");
+    if (a->module == RUN_TRANSFORMER) {
+        a->has_heads = cli_given(cmd, r, "heads");
+        a->has_encoder_layers = cli_given(cmd, r, "encoder-layers");
+        a->has_decoder_layers = cli_given(cmd, r, "decoder-layers");
+        a->has_norm_first = cli_given(cmd, r, "norm-first");
+        a->has_activation = cli_given(cmd, r, "activation");
+        a->has_dtype = cli_given(cmd, r, "dtype");
+    }
     if (a->module == RUN_MHA) {
         bool qkv = a->q || a->k || a->v;
         if (a->x && qkv) {
@@ -504,6 +530,97 @@ static bool layer_config(const tg_safetensors *st, const char *pre, const run_ar
     return true;
 }
 
+/* The whole encoder-decoder of a `tgrad export` (a seq2seq task's or a translation model's):
+ * config, embeddings, layers and output layer from the file (tg_model_load_from), token ids
+ * --src (B, S) and --tgt (B, T) in, logits (B, T, V) out, as tg_transformer_forward_seq2seq
+ * computes them (the target's look-ahead mask always; the source's padding mask also masks the
+ * memory). The options that describe a model must agree with the export's config. Returns the
+ * logits, or NULL with one line in @p err and *rc (2: options, 1: files). */
+static tg_tensor *export_forward(tg_ctx *ctx, const run_args *a, const tg_safetensors *st,
+                                 tg_dtype *dt, int *rc, char *err, size_t n)
+{
+    *rc = 1;
+    tg_model *m = tg_model_load_from(ctx, st, a->weights);
+    if (!m) {
+        cli_format("--weights", a->weights, ctx, err, n);
+        return NULL;
+    }
+    const tg_model_info *mi = tg_model_get_info(m);
+    const tg_transformer_config *tc = &mi->config;
+    const tg_encoder_config *c = &tc->layer;
+    *rc = 2;
+    if (mi->kind != TG_MODEL_SEQ2SEQ) {
+        snprintf(err, n, "--weights '%s' is the export of %s, not of an encoder-decoder: run "
+                 "transformer takes the export of a seq2seq or translation model", a->weights,
+                 mi->kind == TG_MODEL_LM ? "a text language model" : "a built-in task's encoder");
+        return NULL;
+    }
+    char given[160] = "", has[160] = "";
+    const char *act = c->activation == TG_ACT_GELU ? "gelu" : "relu";
+    if (a->has_heads && a->heads != c->n_heads) {
+        snprintf(given, sizeof given, "--heads %" PRId64, a->heads);
+        snprintf(has, sizeof has, "n_heads %" PRId64, c->n_heads);
+    } else if (a->has_encoder_layers && a->encoder_layers != tc->n_layers) {
+        snprintf(given, sizeof given, "--encoder-layers %" PRId64, a->encoder_layers);
+        snprintf(has, sizeof has, "n_layers %" PRId64, tc->n_layers);
+    } else if (a->has_decoder_layers && a->decoder_layers != tc->n_decoder_layers) {
+        snprintf(given, sizeof given, "--decoder-layers %" PRId64, a->decoder_layers);
+        snprintf(has, sizeof has, "n_decoder_layers %" PRId64, tc->n_decoder_layers);
+    } else if (a->has_norm_first && !c->norm_first) {
+        snprintf(given, sizeof given, "--norm-first");
+        snprintf(has, sizeof has, "norm_first false");
+    } else if (a->has_activation && strcmp(a->activation == 1 ? "gelu" : "relu", act)) {
+        snprintf(given, sizeof given, "--activation %s", a->activation == 1 ? "gelu" : "relu");
+        snprintf(has, sizeof has, "activation %s", act);
+    } else if (a->has_eps && a->eps != c->layer_norm_eps) {
+        snprintf(given, sizeof given, "--eps %g", a->eps);
+        snprintf(has, sizeof has, "layer_norm_eps %g", c->layer_norm_eps);
+    } else if (a->has_dtype && (a->dtype == 1 ? TG_F64 : TG_F32) != mi->dtype) {
+        snprintf(given, sizeof given, "--dtype %s", a->dtype == 1 ? "f64" : "f32");
+        snprintf(has, sizeof has, "dtype %s", tg_dtype_str(mi->dtype));
+    }
+    if (given[0]) {
+        snprintf(err, n, "%s contradicts the config of the export --weights '%s' (%s); leave "
+                 "it out", given, a->weights, has);
+        return NULL;
+    }
+    if (a->memory_kpm) {
+        snprintf(err, n, "--memory-key-padding-mask: the export's model masks the memory with "
+                 "the source's padding mask (give --src-key-padding-mask)");
+        return NULL;
+    }
+    *rc = 1;
+    *dt = mi->dtype;
+    tg_tensor *ids[2] = {NULL, NULL}, *kpm[2] = {NULL, NULL};
+    const char *paths[2] = {a->src, a->tgt}, *opts[2] = {"--src", "--tgt"};
+    const char *names[2] = {"src", "tgt"};
+    const char *kpaths[2] = {a->src_kpm, a->tgt_kpm};
+    const char *kopts[2] = {"--src-key-padding-mask", "--tgt-key-padding-mask"};
+    const char *knames[2] = {"src_key_padding_mask", "tgt_key_padding_mask"};
+    for (int i = 0; i < 2; i++) {
+        tg_npy_kind k;
+        ids[i] = load_npy(ctx, opts[i], paths[i], names[i], TG_I32, false, &k, err, n);
+        if (!ids[i])
+            return NULL;
+        if (k != TG_NPY_INT) {
+            snprintf(err, n, "%s '%s': the export --weights '%s' takes token ids, an integer "
+                     "array (B, %s), not a %s array", opts[i], paths[i], a->weights,
+                     i ? "T" : "S", k == TG_NPY_BOOL ? "bool" : "float");
+            return NULL;
+        }
+        tg_mask_kind kk;
+        if (kpaths[i] && !(kpm[i] = load_mask(ctx, kopts[i], kpaths[i], knames[i], mi->dtype,
+                                               true, &kk, err, n)))
+            return NULL;
+    }
+    tg_ctx_set_training(ctx, false); /* inference: no dropout */
+    tg_tensor *y = tg_transformer_forward_seq2seq(ctx, tg_model_transformer(m), ids[0], ids[1],
+                                                  kpm[0], kpm[1]);
+    if (!y)
+        cli_format(NULL, NULL, ctx, err, n);
+    return y;
+}
+
 /* Build the module on the inputs, run forward (and backward), write the files. Returns 0, or 1
  * with one line in @p err. */
 static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
@@ -576,6 +693,29 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
             goto done;
         }
     }
+    /* transformer: a `tgrad export` runs whole (ids in, logits out); a training checkpoint
+     * is pointed to its export; other files need the options that describe the layers */
+    const char *format = st ? tg_safetensors_meta_get(st, "format") : NULL;
+    bool whole = a->module == RUN_TRANSFORMER && format && !strcmp(format, "tgrad-export-1");
+    if (a->module == RUN_TRANSFORMER && !whole) {
+        const char *missing = !a->has_heads            ? "--heads H"
+                              : !a->has_encoder_layers ? "--encoder-layers N"
+                              : !a->has_decoder_layers ? "--decoder-layers M"
+                                                       : NULL;
+        rc = 2;
+        if (format && !strcmp(format, "tgrad-checkpoint-1")) {
+            snprintf(err, n, "--weights '%s' is a training checkpoint: run transformer takes "
+                     "its export ('tgrad export --checkpoint %s --out W.safetensors') or "
+                     "nn.Transformer's state_dict names", a->weights, a->weights);
+            goto done;
+        }
+        if (missing) {
+            snprintf(err, n, "missing option '%s' (the file is not a 'tgrad export'; try "
+                     "'tgrad run transformer --help')", missing);
+            goto done;
+        }
+        rc = 1;
+    }
     if (a->x) {
         inputs[0] = load_npy(ctx, "--x", a->x, "x", dt, want_grad, NULL, err, n);
         input_names[n_inputs++] = "x";
@@ -591,7 +731,9 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
                 goto done;
         }
     }
-    {   /* the decoder's and transformer's inputs, gradients named after their options */
+    if (whole) {
+        /* (export_forward reads the ids and the padding masks) */
+    } else {   /* the decoder's and transformer's inputs, gradients named after their options */
         const char *paths[3] = {a->memory, a->src, a->tgt}, *names[3] = {"memory", "src", "tgt"};
         const char *opts[3] = {"--memory", "--src", "--tgt"};
         for (int i = 0; i < 3; i++) {
@@ -605,7 +747,7 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
             input_names[n_inputs++] = names[i];
         }
     }
-    {   /* decoder / transformer masks under PyTorch's names */
+    if (!whole) {   /* decoder / transformer masks under PyTorch's names */
         struct {
             const char *path, *opt, *name;
             tg_attn_masks *into;
@@ -677,6 +819,15 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
             goto done;
         }
         y = tg_mha_forward(ctx, &m, q, k, v, &masks, NULL);
+    } else if (whole) {
+        tg_dtype mdt = dt;
+        int xrc = 1;
+        y = export_forward(ctx, a, st, &mdt, &xrc, err, n);
+        if (!y) {
+            rc = xrc;
+            goto done;
+        }
+        res->dtype = tg_dtype_str(mdt);
     } else if (a->module != RUN_FFN) { /* encoder, decoder (layer or stack), transformer */
         bool tf = a->module == RUN_TRANSFORMER, stack = a->layers > 0;
         tg_encoder_config c;

@@ -11,7 +11,10 @@
  * different contexts).
  *
  * On a checkpoint of `tgrad train --arch seq2seq`, --source DIGITS is decoded greedily
- * (seq2seq.c) and the target sequence printed as digits.
+ * (seq2seq.c) and the target sequence printed as digits. A translation checkpoint (`tgrad train
+ * --pairs`, or its export) is refused with a pointer to `tgrad translate`: its ids are
+ * tokenizer pieces, neither bytes nor digits. Nothing here is sized by the vocabulary's
+ * assumed size: the output byte of an id is asked of the model (tg_model_token_byte).
  *
  * parse (sample_parse, train_args.c) -> load (a checkpoint is validated by ckpt_config_load
  * before the model is built; the model itself, config, vocabulary and weights, comes from
@@ -43,7 +46,6 @@ typedef struct {
     tg_generator *gen;             /* default: the KV cache */
     int64_t T;         /* window (model.seq_len) */
     int nv;            /* vocabulary size */
-    unsigned char vocab[256];
     int id_of[256];    /* byte -> id, -1 if absent */
     bool s2s;          /* a seq2seq checkpoint: decode --source */
     s2s_decoder dec;
@@ -179,6 +181,14 @@ static int sample_load(sampler *s, const sample_args *a, const cli_result *r)
     s->T = mi->config.max_seq_len;
     s->nv = (int)mi->config.vocab_size;
     s->s2s = mi->kind == TG_MODEL_SEQ2SEQ;
+    if (mi->tokenizer[0]) { /* a translation model: its ids are pieces, not bytes or digits */
+        snprintf(err, sizeof err, "--checkpoint '%s' is a translation checkpoint (data.mode "
+                 "pairs, %s tokenizer): sample takes a text or seq2seq task model; translate "
+                 "sentences with 'tgrad translate --checkpoint %s' (one per line on stdin)",
+                 a->checkpoint, mi->tokenizer, a->checkpoint);
+        fail("%s%s", err, "");
+        return 2;
+    }
     if (!check_source(s, a, err, sizeof err)) {
         fail("%s%s", err, "");
         return s->nomem ? 1 : 2; /* --source or --prompt does not fit the checkpoint */
@@ -197,8 +207,6 @@ static int sample_load(sampler *s, const sample_args *a, const cli_result *r)
         }
     for (int b = 0; b < 256; b++)
         s->id_of[b] = tg_model_byte_token(s->m, b);
-    for (int i = 0; i < s->nv; i++) /* BOS (seq2seq only) stands for no byte */
-        s->vocab[i] = (unsigned char)(tg_model_token_byte(s->m, i) & 0xff);
     if (s->s2s) {
         if (!s2s_decoder_init(&s->dec, s->ctx, s->model, 1, s->T, a->no_cache,
                               a->precision)) {
@@ -283,7 +291,7 @@ static int sample_generate(sampler *s, const sample_args *a)
     size_t plen = strlen(a->prompt);
     int32_t *win = malloc(sizeof(int32_t) * (size_t)s->T); /* the last T ids, oldest first */
     int32_t *buf = malloc(sizeof(int32_t) * (size_t)s->T);
-    double *lg = malloc(sizeof(double) * (size_t)s->nv), *p = malloc(sizeof(double) * 256);
+    double *lg = malloc(sizeof(double) * (size_t)s->nv), *p = malloc(sizeof(double) * (size_t)s->nv);
     int rc = 1;
     if (!win || !buf || !lg || !p) {
         fprintf(stderr, "tgrad sample: out of memory\n");
@@ -353,7 +361,9 @@ static int sample_generate(sampler *s, const sample_args *a)
             n--;
         }
         win[n++] = next;
-        fputc(s->vocab[next], stdout);
+        int byte = tg_model_token_byte(s->m, next); /* a text model's every id is a byte */
+        if (byte >= 0)
+            fputc(byte, stdout);
     }
     fputc('\n', stdout); /* (a failed write of the output is reported by main) */
     rc = 0;

@@ -11,6 +11,7 @@
 #include "graph_internal.h"
 #include "vec.h"
 
+#include <math.h>
 #include <stdio.h>
 
 /* Is t one of g's nodes? (topo is scratch shared by graphs, so confirm identity.) */
@@ -35,6 +36,117 @@ static void zero(void *p, const tg_tensor *t, int nt)
     char *c = p;
     TG_PAR_RANGE(nt, bytes > TG_PAR_BYTES, bytes, 4096,
                  { memset(c + lo, 0, (size_t)(hi - lo)); });
+}
+
+/* Element i of a gradient buffer (F32 or F64). */
+static double grad_at(const void *p, tg_dtype dt, int64_t i)
+{
+    return dt == TG_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+}
+
+static void grad_put(void *p, tg_dtype dt, int64_t i, double v)
+{
+    if (dt == TG_F32)
+        ((float *)p)[i] = (float)v;
+    else
+        ((double *)p)[i] = v;
+}
+
+/*
+ * Node i's backward rule, run twice to check that it adds (dx += ...) into its inputs'
+ * gradients instead of assigning them (tg_gradcheck, g->check_accum): first as backward runs
+ * it (contribution c = after - before), then with every input's gradient buffer pre-filled with
+ * before + p, p non-zero and of c's scale, as a second consumer would have left it; the rule
+ * must leave before + p + c (to rounding). The first run's results are put back exactly, so
+ * the gradients this backward computes are those of a plain one. A rule whose input gradient
+ * shares its own gradient's buffer (in place) is run once. The first rule that fails is
+ * recorded in g->accum_bad.
+ */
+static tg_status run_rule_checked(tg_graph *g, int64_t i)
+{
+    tg_tensor *t = g->nodes[i];
+    tg_ctx *ctx = g->ctx;
+    const tg_tensor *srcs[TG_MAX_SRC];
+    int64_t at[TG_MAX_SRC]; /* where srcs[j]'s before (numel) and after (numel) are kept */
+    int ns = 0;
+    int64_t total = t->numel; /* the upstream gradient, kept for the second run */
+    for (int k = 0; k < t->n_src; k++) {
+        tg_tensor *s = t->src[k];
+        if (!s || !s->requires_grad || !g->gval[s->topo])
+            continue;
+        if (g->gval[s->topo] == g->gval[i])
+            return tg__run_kernel(g, i, true); /* in place */
+        bool dup = false;
+        for (int j = 0; j < ns; j++)
+            dup = dup || srcs[j] == s;
+        if (!dup) {
+            at[ns] = total;
+            srcs[ns++] = s;
+            total += 2 * s->numel; /* before, after the first run */
+        }
+    }
+    if (ns == 0 || t->dtype == TG_I32)
+        return tg__run_kernel(g, i, true);
+    size_t bytes = SIZE_MAX; /* unreachable if the size overflows: NOMEM below */
+    if (!tg__bytes(total, sizeof(double), &bytes))
+        bytes = SIZE_MAX;
+    double *keep = tg__alloc(ctx, bytes, "tg_gradcheck");
+    if (!keep)
+        return ctx->status;
+    double *dy = keep;
+    for (int64_t e = 0; e < t->numel; e++)
+        dy[e] = grad_at(g->gval[i], t->dtype, e);
+    for (int j = 0; j < ns; j++)
+        for (int64_t e = 0; e < srcs[j]->numel; e++)
+            keep[at[j] + e] = grad_at(g->gval[srcs[j]->topo], srcs[j]->dtype, e);
+    tg_status st = tg__run_kernel(g, i, true);
+    if (st != TG_OK)
+        goto out;
+    for (int j = 0; j < ns; j++) { /* after; then the pre-fill */
+        const tg_tensor *s = srcs[j];
+        double *p = keep + at[j];
+        void *gp = g->gval[s->topo];
+        for (int64_t e = 0; e < s->numel; e++) {
+            double after = grad_at(gp, s->dtype, e);
+            p[s->numel + e] = after;
+            double c = after - p[e];
+            double fill = (1 + fabs(c)) * (0.75 + 0.0625 * (double)(e % 9)); /* not 0 */
+            grad_put(gp, s->dtype, e, p[e] + fill);
+        }
+    }
+    for (int64_t e = 0; e < t->numel; e++) /* the upstream gradient, as the first run saw it */
+        grad_put(g->gval[i], t->dtype, e, dy[e]);
+    st = tg__run_kernel(g, i, true);
+    if (st != TG_OK)
+        goto out;
+    for (int j = 0; j < ns; j++) {
+        const tg_tensor *s = srcs[j];
+        const double *p = keep + at[j];
+        void *gp = g->gval[s->topo];
+        double rtol = s->dtype == TG_F32 ? 1e-3 : 1e-9;
+        for (int64_t e = 0; e < s->numel; e++) {
+            double before = p[e], after = p[s->numel + e], c = after - before;
+            double fill = (1 + fabs(c)) * (0.75 + 0.0625 * (double)(e % 9));
+            double pre = before + fill;
+            if (s->dtype == TG_F32)
+                pre = (double)(float)pre; /* as stored */
+            double got = grad_at(gp, s->dtype, e), want = pre + c;
+            bool finite = isfinite(after) && isfinite(before) && isfinite(got);
+            if (finite && !g->accum_bad.node &&
+                !(fabs(got - want) <= rtol * (fabs(pre) + fabs(c) + fabs(before)))) {
+                g->accum_bad.node = t;
+                g->accum_bad.src = s;
+                g->accum_bad.index = e;
+                g->accum_bad.prefill = pre;
+                g->accum_bad.got = got;
+                g->accum_bad.want = want;
+            }
+            grad_put(gp, s->dtype, e, after); /* the first run's result, exactly */
+        }
+    }
+out:
+    tg__free(ctx, keep);
+    return st;
 }
 
 tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
@@ -201,7 +313,7 @@ tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *ys,
             for (int k = 0; k < t->n_src; k++)
                 if (t->src[k] && t->src[k]->requires_grad)
                     g->needed[t->src[k]->topo] = 1;
-            tg_status ks = tg__run_kernel(g, i, true);
+            tg_status ks = g->check_accum ? run_rule_checked(g, i) : tg__run_kernel(g, i, true);
             if (ks != TG_OK) {
                 st = ks;
                 break;

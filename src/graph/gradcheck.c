@@ -10,6 +10,7 @@
  * The context RNG state is restored before every forward run so stochastic ops (dropout) see the
  * same randomness each time.
  */
+#include "graph_internal.h"
 #include "registry.h"
 
 #include <stdio.h>
@@ -274,6 +275,14 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
         (void)es;
         off += t->numel;
     }
+    /* Every rule adds into its inputs' gradients: run once more with each rule checked on
+     * pre-filled buffers (autodiff.c, run_rule_checked). Its gradients equal the first run's
+     * (the pre-fill is undone exactly), so the leaves end as before. */
+    st.g->check_accum = true;
+    memset(&st.g->accum_bad, 0, sizeof st.g->accum_bad);
+    backward(&st, st.r);
+    st.g->check_accum = false;
+    report->backward_accumulates = st.g->accum_bad.node == NULL;
     /* A zero upstream gradient must give exactly zero gradients. */
     backward(&st, zero);
     report->zero_upstream_ok = true;
@@ -346,7 +355,8 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
             consider(report, &o, NULL, p, a, (L[0] - L[1]) / (2 * o.eps));
         }
     }
-    if (!report->backward_deterministic || !report->zero_upstream_ok)
+    if (!report->backward_deterministic || !report->zero_upstream_ok ||
+        !report->backward_accumulates)
         report->passed = false;
 
     /* Restore leaves (data and grads) and recompute the outputs from the original data. */
@@ -376,6 +386,17 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
              (long long)report->worst_index, report->worst_analytic, report->worst_numeric,
              report->backward_deterministic ? "" : "; second backward differs",
              report->zero_upstream_ok ? "" : "; zero upstream gave non-zero gradients");
+    if (!report->backward_accumulates) { /* the cause first: the rest would mislead */
+        char rest[sizeof msg];
+        snprintf(rest, sizeof rest, "%s", msg);
+        snprintf(msg, sizeof msg, "FAIL: the backward rule of '%s' (op %s) assigns the "
+                 "gradient of its input '%s' instead of adding to it (dx += ...): element %lld "
+                 "pre-filled with %.6g became %.6g, want %.6g; %s",
+                 st.g->accum_bad.node->name, tg_tensor_op_name(st.g->accum_bad.node),
+                 st.g->accum_bad.src->name, (long long)st.g->accum_bad.index,
+                 st.g->accum_bad.prefill, st.g->accum_bad.got, st.g->accum_bad.want,
+                 rest + 6 /* after "FAIL: " */);
+    }
     size_t ml = strlen(msg);
     if (ml >= sizeof report->message)
         ml = sizeof report->message - 1;

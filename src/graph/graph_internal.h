@@ -52,6 +52,15 @@ struct tg_graph {
     int n_outputs;
     tg_tensor **outputs;
     bool no_grad, no_reuse, poison, anomaly, retain;
+    /* tg_gradcheck's accumulation check (autodiff.c): backward runs each rule a second time on
+     * its inputs' gradient buffers pre-filled with non-zero values, as a second consumer would
+     * have left them, and records the first rule whose contribution was not added */
+    bool check_accum;
+    struct {
+        const tg_tensor *node, *src; /* the rule's node and the input it did not add into */
+        int64_t index;               /* the element */
+        double prefill, got, want;   /* its value before, after, and prefill + contribution */
+    } accum_bad;
     bool forwarded, fwd_failed;
     bool bwd_ran;           /* a backward has run (op results' gradients are readable) */
     bool backwarded;        /* a backward ran since the last forward (without retain: the
