@@ -785,6 +785,12 @@ START_TEST(test_translate_spm)
     o = out_txt();
     ck_assert_int_eq(tu_count_lines(o), 3);
     free(o);
+    /* --beam is bounded by the vocabulary (60 pieces, pad excluded: 2 K candidates among 59)
+     * up front, as a usage error; the largest it allows works */
+    expect_exit("translate --checkpoint s.ckpt --beam 64 in.txt", 2,
+                "--beam 64: the model's vocabulary of 60 pieces allows at most --beam 29");
+    expect_exit("translate --checkpoint s.ckpt --beam 30 in.txt", 2, "at most --beam 29");
+    expect_exit("translate --checkpoint s.ckpt --beam 29 --max-len-b 3 in.txt", 0, NULL);
     expect_exit("info s.ckpt", 0, NULL);
     o = out_txt();
     ck_assert_msg(strstr(o, "tokenizer sentencepiece ("), "%s", o);
