@@ -735,18 +735,20 @@ START_TEST(test_seq_len_memory)
         free(want);
     }
 #ifndef __SANITIZE_ADDRESS__ /* (a limit only ulimit -v sets: the machine may have more) */
-    /* a source so long that its translator would not fit: refused before it is made, in one
-     * line, the earlier lines' translations written */
-    char *line = malloc(60002);
-    memset(line, 'a', 60000);
-    line[60000] = '\n';
-    line[60001] = 0;
-    tu_write_file(dir, "long.txt", line);
-    free(line);
+    /* sources so long that their translator would not fit (16 sentences x 5 beams of 60001
+     * tokens and outputs of 65535: caches alone 5 GB): refused before it is made, in one line */
+    char *text = malloc(16 * 60001 + 1);
+    for (int i = 0; i < 16; i++) {
+        memset(text + i * 60001, 'a', 60000);
+        text[i * 60001 + 60000] = '\n';
+    }
+    text[16 * 60001] = 0;
+    tu_write_file(dir, "long.txt", text);
+    free(text);
     expect_limited("translate --checkpoint s64k.ckpt long.txt", 1, "more than the");
     char *err = err_txt();
-    ck_assert_msg(strstr(err, "sources of up to 60001 tokens") && strstr(err, "ulimit -v"), "%s",
-                  err);
+    ck_assert_msg(strstr(err, "sources of up to 60001 tokens (outputs of up to 65535) in groups "
+                          "of 16 sentences x 5 beams") && strstr(err, "ulimit -v"), "%s", err);
     free(err);
 #endif
 }

@@ -40,6 +40,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -168,6 +169,7 @@ typedef struct translator_state {
     tg_translator *tr;
     tg_search_opts opts;
     int64_t cap;        /* the longest source tr takes (its opts.max_src_len) */
+    int64_t tr_n;       /* the sentences tr takes per call (at most batch) */
     double limit;       /* the memory the command may use (phys_memory_bytes) */
     int64_t L;          /* the model's max_seq_len */
     int precision;      /* --precision (tg_precision) */
@@ -296,58 +298,63 @@ static void human_bytes(double b, char *buf, size_t n)
         snprintf(buf, n, "%.0f MB", b / 1e6 > 1 ? b / 1e6 : 1.0);
 }
 
-/* A rough upper bound of the bytes a translator of s->batch sentences with options @p o needs
- * beyond the model: R = batch K rows of P = tg_translator_length() positions. The generator's
+/* A rough upper bound of the bytes a translator of @p n sentences with options @p o needs
+ * beyond the model: R = n K rows of P = tg_translator_length() positions. The generator's
  * caches and memory keys (4 n_decoder_layers R P D values), the encoder graph of a call
- * (batch + 1 sources of up to P tokens: ~16 D + 4 F values per token and layer, and the keys
+ * (n + 1 sources of up to P tokens: ~16 D + 4 F values per token and layer, and the keys
  * and values of every decoder layer), a step graph (R rows: ~16 D + 4 F per decoder layer,
  * 3 V, the cross-attention's H P), and the ids of the search and the generator (~8 R P). */
-static double translator_bytes(const translator_state *s, const tg_search_opts *o)
+static double translator_bytes(const translator_state *s, int64_t n, const tg_search_opts *o)
 {
     const tg_model_info *mi = tg_model_get_info(s->m);
     const tg_transformer_config *c = &mi->config;
     double P = (double)tg_translator_length(tg_model_transformer(s->m), o);
-    double R = (double)s->batch * (double)(o->method == TG_SEARCH_BEAM ? o->beam : 1);
+    double R = (double)n * (double)(o->method == TG_SEARCH_BEAM ? o->beam : 1);
     double D = (double)c->layer.d_model, F = (double)c->layer.d_ff, H = (double)c->layer.n_heads;
     double Le = (double)c->n_layers, Ld = (double)c->n_decoder_layers, V = (double)c->vocab_size;
-    double es = mi->dtype == TG_F64 ? 8 : 4, nb = (double)s->batch + 1;
+    double es = mi->dtype == TG_F64 ? 8 : 4, nb = (double)n + 1;
     double values = 4 * Ld * R * P * D + R * P +                      /* caches, memory, mask */
                     nb * P * ((16 * D + 4 * F) * Le + 2 * D * Ld) +    /* the encoder graph */
                     R * ((16 * D + 4 * F) * Ld + 3 * V + 4 * H * P);   /* a step graph */
     return values * es + 8 * R * P * (double)sizeof(int32_t);
 }
 
-/* The translator (of `batch` sentences) for sources of up to @p need tokens, made the first
- * time it is needed and again, larger, for a longer source: it takes TRANSLATE_MIN_SRC tokens
- * and doubles (at most max_seq_len), so memory follows the input, not the model's max_seq_len.
- * A translator that would not fit in the memory the command may use is refused before it is
- * made. NULL after printing why. */
-static tg_translator *translator_get(translator_state *s, int64_t need)
+/* The translator for @p k sentences of up to @p need tokens, made the first time it is needed
+ * and again, larger, for more sentences or a longer source: sentences and source tokens
+ * (from TRANSLATE_MIN_SRC) double as needed, at most `batch` sentences and max_seq_len tokens,
+ * so memory follows the input, not the model's max_seq_len. A translator that would not fit in
+ * the memory the command may use is refused before it is made. NULL after printing why. */
+static tg_translator *translator_get(translator_state *s, int64_t k, int64_t need)
 {
-    if (s->tr && need <= s->cap)
+    if (s->tr && k <= s->tr_n && need <= s->cap)
         return s->tr;
-    int64_t cap = TRANSLATE_MIN_SRC;
+    int64_t cap = s->cap > TRANSLATE_MIN_SRC ? s->cap : TRANSLATE_MIN_SRC;
+    int64_t n = s->tr_n > 1 ? s->tr_n : 1;
     while (cap < need)
         cap *= 2;
+    while (n < k)
+        n *= 2;
+    n = n < s->batch ? n : s->batch;
     tg_search_opts o = s->opts;
     o.max_src_len = cap < s->L ? cap : s->L;
     tg_translator_free(s->tr); /* its memory is released before the next one is made */
     s->tr = NULL;
-    double need_b = translator_bytes(s, &o), have = s->limit - (double)tg_ctx_bytes(s->ctx);
+    double need_b = translator_bytes(s, n, &o), have = s->limit - (double)tg_ctx_bytes(s->ctx);
     if (!(need_b <= have)) {
         char nb[32], lb[32];
+        double mo = floor(o.max_len_a * (double)need + o.max_len_b); /* need's output bound */
+        int64_t out_max = mo >= (double)(s->L - 1) ? s->L - 1 : mo < 1 ? 1 : (int64_t)mo;
         human_bytes(need_b, nb, sizeof nb);
         human_bytes(s->limit, lb, sizeof lb);
         fprintf(stderr, "tgrad translate: sources of up to %" PRId64 " tokens (outputs of up to "
                 "%" PRId64 ") in groups of %" PRId64 " sentences x %" PRId64 " beams need about "
                 "%s of memory beyond the model, more than the %s the command may use (this "
                 "machine's memory, or ulimit -v if lower; lower --batch, --beam or "
-                "--max-len-a/-b, or give shorter lines)\n", need,
-                tg_translator_length(tg_model_transformer(s->m), &o), s->batch,
+                "--max-len-a/-b, or give shorter lines)\n", need, out_max, n,
                 o.method == TG_SEARCH_BEAM ? o.beam : (int64_t)1, nb, lb);
         return NULL;
     }
-    s->tr = tg_translator_new(s->ctx, tg_model_transformer(s->m), s->batch, &o);
+    s->tr = tg_translator_new(s->ctx, tg_model_transformer(s->m), n, &o);
     if (s->tr && tg_generator_set_precision(tg_translator_generator(s->tr), s->precision) !=
                      TG_OK) {
         tg_translator_free(s->tr);
@@ -356,6 +363,7 @@ static tg_translator *translator_get(translator_state *s, int64_t need)
     if (!s->tr)
         cli_report("translate", NULL, NULL, s->ctx);
     s->cap = s->tr ? o.max_src_len : 0;
+    s->tr_n = s->tr ? n : 0;
     return s->tr;
 }
 
@@ -370,7 +378,7 @@ static bool translate_sorted(translator_state *s, int64_t n, const int32_t **src
         int64_t k = n - i0 < s->batch ? n - i0 : s->batch, longest = 1;
         for (int64_t i = i0; i < i0 + k; i++) /* the chunk's longest source */
             longest = len[i] > longest ? len[i] : longest;
-        tg_translator *tr = translator_get(s, longest);
+        tg_translator *tr = translator_get(s, k, longest);
         if (!tr)
             return false;
         if (tg_translate_batch(tr, k, src + i0, len + i0, res) != TG_OK) {
