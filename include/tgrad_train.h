@@ -917,9 +917,10 @@ typedef struct tg_meta_kv {
 TG_API int tg_transformer_meta(const tg_transformer_config *cfg, tg_dtype dt, tg_meta_kv *out);
 /**
  * Read a model config back from a tgrad checkpoint's metadata (the keys tg_transformer_meta()
- * writes): the reader tg_model_load() uses, with its messages. Every field is validated:
- * model.layers 1 to ::TG_TRANSFORMER_MAX_LAYERS; d_model, heads (dividing d_model), d_ff,
- * seq_len 1 to INT32_MAX; vocab_size 1 to 2^20; norm_first, tie_weights, scale_embeddings,
+ * writes): the reader tg_model_load() uses, with its messages. Every field is validated, an
+ * integer by tg_meta_parse_int()'s rule (digits only, no sign or leading zero):
+ * model.layers 1 to ::TG_TRANSFORMER_MAX_LAYERS; d_model, heads (dividing d_model), d_ff 1 to
+ * INT32_MAX; seq_len 1 to ::TG_TRANSFORMER_MAX_SEQ_LEN; vocab_size 1 to 2^20; norm_first, tie_weights, scale_embeddings,
  * causal 0 or 1; activation relu|gelu; pos learned|sinusoidal; dtype f32|f64 (absent: f32);
  * model.arch encoder|lm|seq2seq (absent, as in older checkpoints: data.mode's own, or without
  * data.mode lm when model.causal is 1, else encoder), which data.mode (text|task|pairs, when
