@@ -586,12 +586,6 @@ START_TEST(test_other_context)
     ck_assert_double_eq(tg_grad_norm(other, 1, NULL), 0);
     ck_assert_int_eq(tg_ctx_status(other), TG_OK);
     ck_assert_str_eq(tg_ctx_message(other), "");
-    uint64_t zero[4] = {0};
-    ck_assert_int_eq(tg_rng_set_state(other, zero), TG_ERR_ARG);
-    tu_assert_error(other, TG_ERR_ARG, "tg_rng_set_state: the all-zero state");
-    uint64_t good[4] = {1, 2, 3, 4};
-    ck_assert_int_eq(tg_rng_set_state(other, good), TG_OK);
-    ck_assert_str_eq(tg_ctx_message(other), "");
     /* a run-time error: building in `other` goes on */
     ck_assert_ptr_nonnull(tg_sum_all(other, mine));
     tg_optim_config c = tg_optim_defaults(TG_OPTIM_SGD);

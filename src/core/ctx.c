@@ -493,7 +493,6 @@ tg_status tg_rng_set_state(tg_ctx *ctx, const uint64_t state[4])
 {
     if (!ctx)
         return TG_ERR_ARG;
-    tg__begin(ctx); /* a run-time call: the previous call's error does not stay */
     if (!state || (state[0] | state[1] | state[2] | state[3]) == 0) {
         /* all zero: a fixed point of xoshiro256** (it would return 0 for ever) */
         tg__run_err(ctx, TG_ERR_ARG, "tg_rng_set_state", "%s; the state is unchanged",
