@@ -39,10 +39,13 @@ typedef struct tg_search_opts {
     int32_t bos;             /**< the decoder's first input [1] */
     int32_t eos;             /**< ends a hypothesis [2] */
     int32_t pad;             /**< never generated (its log-probability is -inf), or < 0: none [3] */
+    int64_t max_src_len;     /**< the longest source (tokens, EOS included) a call may give,
+                              *   1..max_seq_len; 0: max_seq_len [0]. The translator's memory
+                              *   follows it (tg_translator_length()) */
 } tg_search_opts;
 
 /** The defaults: beam search, K = 5, lenpen 1.0, a = 1.5, b = 10, bos 1, eos 2, pad 3 (the ids
- *  of tgrad's tokenizers). */
+ *  of tgrad's tokenizers), max_src_len 0 (max_seq_len). */
 TG_API tg_search_opts tg_search_defaults(void);
 
 /** One sentence's result: the best hypothesis. */
@@ -60,12 +63,17 @@ typedef struct tg_translator tg_translator;
 /**
  * Prepare translation with @p m (an encoder-decoder model: cfg.n_decoder_layers > 0) of up to
  * @p max_sentences sentences per call with options @p opts (NULL: tg_search_defaults()).
- * Makes one generator (tg_generator_new()) of R = max_sentences K rows (K = 1 for greedy) and
- * the search's buffers (O(R max_seq_len) ids, R V doubles of log-probabilities).
+ * Makes one generator (tg_generator_new_len()) of R = max_sentences K rows (K = 1 for greedy)
+ * and the search's buffers (O(R P) ids, R V doubles of log-probabilities), P =
+ * tg_translator_length(): positions for the longest source (opts->max_src_len) and the longest
+ * output one may get, not max_seq_len, so a model of a large max_seq_len translating short
+ * sentences pays for their lengths. Memory is about 4 n_decoder_layers R P d_model elements of
+ * cache (tg_generator_new_len()) plus the encoder's graph for max_sentences sources of the
+ * call's longest length (made and released by each tg_translate_batch()).
  * The model is borrowed (as the generator's); decoding never applies dropout.
  * Errors (build errors; NULL returned, nothing left allocated): ::TG_ERR_ARG (model NULL or
  * not an encoder-decoder, max_seq_len < 2, max_sentences < 1, beam < 1, lenpen, max_len_a or
- * max_len_b not finite, bos or eos not in [0, V), pad >= V, pad equal to bos or eos, fewer than
+ * max_len_b not finite, max_src_len not in [0, max_seq_len], bos or eos not in [0, V), pad >= V, pad equal to bos or eos, fewer than
  * 2K tokens other than pad), ::TG_ERR_OVERFLOW, ::TG_ERR_NOMEM, those of tg_generator_new().
  */
 TG_API tg_translator *tg_translator_new(tg_ctx *ctx, const tg_transformer *m,
@@ -74,7 +82,8 @@ TG_API tg_translator *tg_translator_new(tg_ctx *ctx, const tg_transformer *m,
 /**
  * Translate @p n sentences (1 <= n <= max_sentences) side by side: sentence i's source is
  * src[i][0 .. src_len[i] - 1] (::TG_I32 ids in [0, V), conventionally ending in EOS;
- * 1 <= src_len[i] <= max_seq_len); out[i] receives its best hypothesis.
+ * 1 <= src_len[i] <= max_src_len, or max_seq_len if that is 0); out[i] receives its best
+ * hypothesis.
  *
  * Sources are padded to the longest (tg_generator_set_sources(): the encoder and the
  * cross-attention mask each row's padding; a sentence's K rows hold the same source); unused
@@ -107,6 +116,16 @@ TG_API tg_translator *tg_translator_new(tg_ctx *ctx, const tg_transformer *m,
  */
 TG_API tg_status tg_translate_batch(tg_translator *tr, int64_t n, const int32_t *const *src,
                                     const int64_t *src_len, tg_translation *out);
+
+/**
+ * The positions P a translator of @p m with options @p opts (NULL: the defaults) holds:
+ * max(S, M), S = opts->max_src_len (0: max_seq_len) and M the largest maximum output length
+ * max(1, min(floor(a s + b), max_seq_len - 1)) of a source of s <= S tokens. Its generator's
+ * caches and memory keys hold P positions per row. 0 for a NULL model, max_seq_len < 2 or
+ * options tg_translator_new() refuses for the lengths. No context, no allocation: a caller
+ * estimates the memory of a translator before making it.
+ */
+TG_API int64_t tg_translator_length(const tg_transformer *m, const tg_search_opts *opts);
 
 /** The options a translator was made with (defaults if @p tr is NULL). */
 TG_API tg_search_opts tg_translator_opts(const tg_translator *tr);

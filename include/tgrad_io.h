@@ -291,6 +291,14 @@ TG_API const char *tg_safetensors_meta_key(const tg_safetensors *st, int64_t i);
 TG_API const char *tg_safetensors_meta_value(const tg_safetensors *st, int64_t i);
 /** Value stored under metadata key @p key, or NULL if absent. */
 TG_API const char *tg_safetensors_meta_get(const tg_safetensors *st, const char *key);
+/**
+ * The one rule for an integer in a file's metadata (every count and size a checkpoint or an
+ * export stores, read by the library and by the command line alike): decimal digits only, as
+ * tgrad writes them, with no sign, space or leading zero ("0" itself is fine: "012", "+12",
+ * " 12", "-0" are not integers), in [@p lo, @p hi] (0 <= lo <= hi <= INT64_MAX; never
+ * overflows). Returns whether @p s is one; *out is set only then. NULL @p s: false.
+ */
+TG_API bool tg_meta_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
 
 /**
  * Write @p n items as a safetensors file, atomically (see the file comment).

@@ -137,9 +137,13 @@ TG_API tg_status tg_bleu_stats_add(tg_ctx *ctx, tg_bleu_stats *st, const char *h
  *   gives 0).
  * The floating-point operations are sacreBLEU's, in its order (with Python <= 3.11's
  * left-to-right `sum`; Python >= 3.12's compensated `sum` may differ in the last bits).
- * ratio = h / r (0 when r = 0). Never fails; NULL @p st or @p out does nothing.
+ * ratio = h / r (0 when r = 0).
+ * Errors (run-time; @p out is written only on success): ::TG_ERR_ARG for NULL @p st or
+ * @p out and for statistics tg_bleu_stats_add() cannot sum (a negative field, or counts[n] >
+ * totals[n]), the message naming the field (`counts[1] = -3 is negative ...`); @p ctx NULL:
+ * ::TG_ERR_ARG returned only.
  */
-TG_API void tg_bleu_stats_score(const tg_bleu_stats *st, tg_bleu *out);
+TG_API tg_status tg_bleu_stats_score(tg_ctx *ctx, const tg_bleu_stats *st, tg_bleu *out);
 
 /**
  * Corpus BLEU of @p n hypotheses against their references: tg_bleu_stats_add() over the pairs
@@ -219,9 +223,12 @@ TG_API tg_status tg_chrf_stats_add(tg_ctx *ctx, tg_chrf_stats *st, const char *h
  *   chrF = 100 (1 + beta^2) P R / (beta^2 P + R),
  * and 0 when k = 0 or P + R = 0. (The average is taken before the F-score: this is sacreBLEU's
  * "effective order" definition, not the mean of per-order F-scores of chrF++.py.) Floating-point
- * operations in sacreBLEU's order. Never fails; NULL @p st or @p out does nothing.
+ * operations in sacreBLEU's order.
+ * Errors (run-time; @p out is written only on success): ::TG_ERR_ARG for NULL @p st or
+ * @p out and for statistics tg_chrf_stats_add() cannot sum (a negative field, or match[n] >
+ * hyp[n] or ref[n]), the message naming the field; @p ctx NULL: ::TG_ERR_ARG returned only.
  */
-TG_API void tg_chrf_stats_score(const tg_chrf_stats *st, tg_chrf *out);
+TG_API tg_status tg_chrf_stats_score(tg_ctx *ctx, const tg_chrf_stats *st, tg_chrf *out);
 
 /**
  * Corpus chrF of @p n pairs: tg_chrf_stats_add() over them in order, then

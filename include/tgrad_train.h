@@ -439,6 +439,11 @@ typedef struct tg_transformer {
 
 /** Most encoder layers tg_transformer_init() accepts. */
 #define TG_TRANSFORMER_MAX_LAYERS 65536
+/** Longest max_seq_len tg_transformer_init() accepts: the one bound of every reader of a
+ *  model's length (a checkpoint's `model.seq_len`, an export's `max_seq_len`:
+ *  tg_transformer_meta_read(), tg_model_load(), the command line's checkpoint validation) and
+ *  of `tgrad train --seq-len`. */
+#define TG_TRANSFORMER_MAX_SEQ_LEN 65536
 
 /** One parameter of a transformer config: its `state_dict` name and shape. */
 typedef struct tg_param_info {
@@ -489,7 +494,7 @@ TG_API int64_t tg_transformer_params(const tg_transformer_config *cfg, tg_param_
  * total bytes must fit in size_t and, if tg_ctx_set_memory_limit() set one, within the limit,
  * so a huge configuration fails at once with one message naming the value. A failure stops the
  * build at once (nothing more is allocated). Errors: ::TG_ERR_ARG (bad config: vocab_size,
- * max_seq_len, d_model < 1, n_layers < 0 or > ::TG_TRANSFORMER_MAX_LAYERS, n_decoder_layers
+ * max_seq_len, d_model < 1, max_seq_len > ::TG_TRANSFORMER_MAX_SEQ_LEN, n_layers < 0 or > ::TG_TRANSFORMER_MAX_LAYERS, n_decoder_layers
  * < 0 or > ::TG_TRANSFORMER_MAX_LAYERS or > 0 with n_layers < 1, a layer config
  * tg_encoder_layer_init() refuses, sizes too large), ::TG_ERR_NOMEM (allocation failed or the
  * memory limit would be exceeded), or the pending build error.
@@ -573,11 +578,24 @@ typedef struct tg_generator tg_generator;
  * tg_ctx_rewind() to a mark taken before this call, after which it must not be used).
  * Errors (build errors, recorded on the context; NULL returned, nothing left allocated):
  * ::TG_ERR_ARG (model NULL or not initialised, an encoder classifier (neither causal nor
- * with decoder layers), batch < 1), ::TG_ERR_OVERFLOW
+ * with decoder layers), batch not in [1, ::TG_MAX_NUMEL]), ::TG_ERR_OVERFLOW
  * (caches too large), ::TG_ERR_NOMEM, or the pending build error.
  * Source: the KV cache of autoregressive Transformer decoding (Pope et al. 2022, sec. 2).
  */
 TG_API tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t batch);
+/**
+ * tg_generator_new() with caches for @p max_len positions instead of max_seq_len (1 <=
+ * @p max_len <= max_seq_len): every "max_seq_len" of tg_generator_new() and of the calls on
+ * the generator (the caches, the memory keys and values, the wrap, the longest source) is then
+ * @p max_len, so memory is 2 n_layers B max_len D elements of cache (4 n_decoder_layers B
+ * max_len D for the encoder-decoder). For a caller that knows how long its sequences get: a
+ * translation of sources of at most S tokens and outputs of at most M needs max(S, M) (as
+ * tg_translator_new() does); a generation that never passes max_len gets the logits
+ * tg_generator_new() would give (the positions are the same). Errors: those of
+ * tg_generator_new(), and ::TG_ERR_ARG for @p max_len out of range.
+ */
+TG_API tg_generator *tg_generator_new_len(tg_ctx *ctx, const tg_transformer *m, int64_t batch,
+                                          int64_t max_len);
 
 /**
  * Feed @p n new tokens per sequence and compute the logits of the last one.
@@ -908,9 +926,10 @@ typedef struct tg_meta_kv {
 TG_API int tg_transformer_meta(const tg_transformer_config *cfg, tg_dtype dt, tg_meta_kv *out);
 /**
  * Read a model config back from a tgrad checkpoint's metadata (the keys tg_transformer_meta()
- * writes): the reader tg_model_load() uses, with its messages. Every field is validated:
- * model.layers 1 to ::TG_TRANSFORMER_MAX_LAYERS; d_model, heads (dividing d_model), d_ff,
- * seq_len 1 to INT32_MAX; vocab_size 1 to 2^20; norm_first, tie_weights, scale_embeddings,
+ * writes): the reader tg_model_load() uses, with its messages. Every field is validated, an
+ * integer by tg_meta_parse_int()'s rule (digits only, no sign or leading zero):
+ * model.layers 1 to ::TG_TRANSFORMER_MAX_LAYERS; d_model, heads (dividing d_model), d_ff 1 to
+ * INT32_MAX; seq_len 1 to ::TG_TRANSFORMER_MAX_SEQ_LEN; vocab_size 1 to 2^20; norm_first, tie_weights, scale_embeddings,
  * causal 0 or 1; activation relu|gelu; pos learned|sinusoidal; dtype f32|f64 (absent: f32);
  * model.arch encoder|lm|seq2seq (absent, as in older checkpoints: data.mode's own, or without
  * data.mode lm when model.causal is 1, else encoder), which data.mode (text|task|pairs, when

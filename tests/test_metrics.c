@@ -246,7 +246,7 @@ START_TEST(test_fixture_bleu)
                          TG_OK);
     ck_assert_int_eq(st.n_sentences, (int64_t)c->n);
     tg_bleu b2;
-    tg_bleu_stats_score(&st, &b2);
+    ck_assert_int_eq(tg_bleu_stats_score(ctx, &st, &b2), TG_OK);
     ck_assert(memcmp(&b, &b2, sizeof b) == 0);
     arrays_free(&a);
     tu_ctx_free(ctx);
@@ -300,7 +300,7 @@ START_TEST(test_fixture_chrf)
         ck_assert_int_eq(tg_chrf_stats_add(ctx, &st, a.hyps[i], a.hl[i], a.refs[i], a.rl[i]),
                          TG_OK);
     tg_chrf r2;
-    tg_chrf_stats_score(&st, &r2);
+    ck_assert_int_eq(tg_chrf_stats_score(ctx, &st, &r2), TG_OK);
     ck_assert(memcmp(&r, &r2, sizeof r) == 0);
     arrays_free(&a);
     tu_ctx_free(ctx);
@@ -314,9 +314,10 @@ START_TEST(test_bleu_score_by_hand)
 {
     /* counts (3, 1, 0, 0) of totals (4, 3, 2, 1), 4 tokens against 5: exp smoothing halves
      * 100 / t_n once per zero order: p = (75, 33.3.., 100 / (2 * 2), 100 / (4 * 1)). */
+    tg_ctx *ctx = tu_ctx_new();
     tg_bleu_stats st = {4, 5, {3, 1, 0, 0}, {4, 3, 2, 1}, 1};
     tg_bleu b;
-    tg_bleu_stats_score(&st, &b);
+    ck_assert_int_eq(tg_bleu_stats_score(ctx, &st, &b), TG_OK);
     double p[4] = {75.0, 100.0 / 3.0, 25.0, 25.0};
     for (int n = 0; n < 4; n++)
         ck_assert_double_eq_tol(b.precisions[n], p[n], 1e-12);
@@ -331,34 +332,61 @@ START_TEST(test_bleu_score_by_hand)
 
     /* no 3-grams at all: the loop stops, log 0 = -9999999999 makes the score 0 */
     tg_bleu_stats s2 = {2, 2, {2, 1, 0, 0}, {2, 1, 0, 0}, 1};
-    tg_bleu_stats_score(&s2, &b);
+    ck_assert_int_eq(tg_bleu_stats_score(ctx, &s2, &b), TG_OK);
     ck_assert(b.score == 0.0 && b.precisions[0] == 100.0 && b.precisions[1] == 100.0 &&
               b.precisions[2] == 0.0 && b.bp == 1.0);
     /* no match at all: score 0, all precisions 0 (sacreBLEU's early exit), BP still computed */
     tg_bleu_stats s3 = {2, 4, {0, 0, 0, 0}, {2, 1, 0, 0}, 1};
-    tg_bleu_stats_score(&s3, &b);
+    ck_assert_int_eq(tg_bleu_stats_score(ctx, &s3, &b), TG_OK);
     ck_assert(b.score == 0.0 && b.precisions[0] == 0.0 && b.bp == exp(1.0 - 2.0));
     /* empty corpus */
     tg_bleu_stats s4 = {0};
-    tg_bleu_stats_score(&s4, &b);
+    ck_assert_int_eq(tg_bleu_stats_score(ctx, &s4, &b), TG_OK);
     tg_bleu_format(&b, line, sizeof line);
     ck_assert_str_eq(line, "BLEU = 0.00 0.0/0.0/0.0/0.0 (BP = 1.000 ratio = 0.000 hyp_len = 0 "
                            "ref_len = 0)");
     /* hypotheses but no reference tokens: BP 1, ratio 0 */
     tg_bleu_stats s5 = {3, 0, {0}, {3, 2, 1, 0}, 1};
-    tg_bleu_stats_score(&s5, &b);
+    ck_assert_int_eq(tg_bleu_stats_score(ctx, &s5, &b), TG_OK);
     ck_assert(b.bp == 1.0 && b.ratio == 0.0 && b.score == 0.0);
-    tg_bleu_stats_score(NULL, &b); /* no-ops */
-    tg_bleu_stats_score(&s5, NULL);
+    /* refused: NULL, and statistics tg_bleu_stats_add cannot sum (b unchanged) */
+    tg_bleu keep = b;
+    ck_assert_int_eq(tg_bleu_stats_score(NULL, &s5, &b), TG_ERR_ARG);
+    ck_assert_int_eq(tg_bleu_stats_score(ctx, NULL, &b), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "tg_bleu_stats_score: st is NULL");
+    ck_assert_int_eq(tg_bleu_stats_score(ctx, &s5, NULL), TG_ERR_ARG);
+    static const struct {
+        tg_bleu_stats st;
+        const char *msg;
+    } bad[] = {
+        {{4, 5, {3, -1, 0, 0}, {4, 3, 2, 1}, 1}, "counts[1] = -1 is negative"},
+        {{4, 5, {3, 1, 0, 0}, {4, 3, -2, 1}, 1}, "totals[2] = -2 is negative"},
+        {{-4, 5, {3, 1, 0, 0}, {4, 3, 2, 1}, 1}, "sys_len = -4 is negative"},
+        {{4, -5, {3, 1, 0, 0}, {4, 3, 2, 1}, 1}, "ref_len = -5 is negative"},
+        {{4, 5, {3, 1, 0, 0}, {4, 3, 2, 1}, -1}, "n_sentences = -1 is negative"},
+        {{4, 5, {5, 1, 0, 0}, {4, 3, 2, 1}, 1}, "counts[0] = 5 is more than totals[0] = 4"},
+        {{-4, -5, {-3, -1, 0, 0}, {-4, -3, -2, -1}, 1}, "sys_len = -4 is negative"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(tg_bleu_stats_score(ctx, &bad[i].st, &b), TG_ERR_ARG);
+        tu_assert_error(ctx, TG_ERR_ARG, bad[i].msg);
+        ck_assert(memcmp(&b, &keep, sizeof b) == 0);
+    }
+    /* a run-time error: the next call starts afresh */
+    ck_assert_int_eq(tg_bleu_stats_score(ctx, &st, &b), TG_OK);
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
+    ck_assert_str_eq(tg_ctx_message(ctx), "");
+    tu_ctx_free(ctx);
 }
 END_TEST
 
 START_TEST(test_chrf_score_by_hand)
 {
     /* orders 1..3 effective (4..6 have no reference n-grams) */
+    tg_ctx *ctx = tu_ctx_new();
     tg_chrf_stats st = {{10, 9, 8, 0, 0, 0}, {12, 11, 10, 0, 0, 0}, {6, 3, 1, 0, 0, 0}, 2};
     tg_chrf c;
-    tg_chrf_stats_score(&st, &c);
+    ck_assert_int_eq(tg_chrf_stats_score(ctx, &st, &c), TG_OK);
     double P = (6.0 / 10 + 3.0 / 9 + 1.0 / 8) / 3, R = (6.0 / 12 + 3.0 / 11 + 1.0 / 10) / 3;
     ck_assert_int_eq(c.effective_order, 3);
     ck_assert_double_eq_tol(c.precision, P, 1e-15);
@@ -371,16 +399,40 @@ START_TEST(test_chrf_score_by_hand)
     ck_assert_double_eq_tol(c.score, 30.148367952522253, 1e-12);
     /* nothing effective, or no match: 0 */
     tg_chrf_stats z = {0};
-    tg_chrf_stats_score(&z, &c);
+    ck_assert_int_eq(tg_chrf_stats_score(ctx, &z, &c), TG_OK);
     ck_assert(c.score == 0.0 && c.effective_order == 0);
     tg_chrf_stats nm = {{5, 4, 3, 2, 1, 0}, {5, 4, 3, 2, 1, 0}, {0}, 1};
-    tg_chrf_stats_score(&nm, &c);
+    ck_assert_int_eq(tg_chrf_stats_score(ctx, &nm, &c), TG_OK);
     ck_assert(c.score == 0.0 && c.effective_order == 5);
     /* truncation: snprintf semantics */
     char small[6];
     ck_assert_uint_eq(tg_chrf_format(&c, small, sizeof small), strlen("chrF2 = 0.00"));
     ck_assert_str_eq(small, "chrF2");
     ck_assert_uint_eq(tg_chrf_format(&c, NULL, 0), strlen("chrF2 = 0.00"));
+    /* refused: statistics tg_chrf_stats_add cannot sum (c unchanged) */
+    tg_chrf keep = c;
+    static const struct {
+        tg_chrf_stats st;
+        const char *msg;
+    } bad[] = {
+        {{{10, -9, 8, 0, 0, 0}, {12, 11, 10, 0, 0, 0}, {6, 3, 1, 0, 0, 0}, 2}, "hyp[1] = -9"},
+        {{{10, 9, 8, 0, 0, 0}, {12, 11, 10, 0, 0, -1}, {6, 3, 1, 0, 0, 0}, 2}, "ref[5] = -1"},
+        {{{10, 9, 8, 0, 0, 0}, {12, 11, 10, 0, 0, 0}, {-6, 3, 1, 0, 0, 0}, 2}, "match[0] = -6"},
+        {{{10, 9, 8, 0, 0, 0}, {12, 11, 10, 0, 0, 0}, {11, 3, 1, 0, 0, 0}, 2},
+         "match[0] = 11 is more than hyp[0] = 10"},
+        {{{10, 9, 8, 0, 0, 0}, {12, 2, 10, 0, 0, 0}, {6, 3, 1, 0, 0, 0}, 2},
+         "match[1] = 3 is more than ref[1] = 2"},
+        {{{10, 9, 8, 0, 0, 0}, {12, 11, 10, 0, 0, 0}, {6, 3, 1, 0, 0, 0}, -2},
+         "n_sentences = -2 is negative"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(tg_chrf_stats_score(ctx, &bad[i].st, &c), TG_ERR_ARG);
+        tu_assert_error(ctx, TG_ERR_ARG, bad[i].msg);
+        ck_assert(memcmp(&c, &keep, sizeof c) == 0);
+    }
+    ck_assert_int_eq(tg_chrf_stats_score(ctx, NULL, &c), TG_ERR_ARG);
+    ck_assert_int_eq(tg_chrf_stats_score(ctx, &st, NULL), TG_ERR_ARG);
+    tu_ctx_free(ctx);
 }
 END_TEST
 
@@ -412,7 +464,7 @@ START_TEST(test_stats_sum)
         s.totals[n] += part[1].totals[n];
     }
     tg_bleu b;
-    tg_bleu_stats_score(&s, &b);
+    ck_assert_int_eq(tg_bleu_stats_score(ctx, &s, &b), TG_OK);
     expect_close(b.score, c->bleu[0], "BLEU of the summed halves", c->name);
     tg_chrf_stats cs = cpart[0];
     for (int n = 0; n < TG_CHRF_ORDER; n++) {
@@ -421,7 +473,7 @@ START_TEST(test_stats_sum)
         cs.match[n] += cpart[1].match[n];
     }
     tg_chrf cr;
-    tg_chrf_stats_score(&cs, &cr);
+    ck_assert_int_eq(tg_chrf_stats_score(ctx, &cs, &cr), TG_OK);
     expect_close(cr.score, c->chrf, "chrF of the summed halves", c->name);
     tu_ctx_free(ctx);
 }

@@ -411,10 +411,10 @@ START_TEST(test_huge_sizes_refused)
                     "1152921504606846975 elements");
     tg_ctx_clear_error(ctx);
     tc.vocab_size = 7;
-    tc.max_seq_len = INT64_MAX;
+    tc.max_seq_len = INT64_MAX; /* beyond the one bound of a model's length */
     ck_assert_int_eq(tg_transformer_init(ctx, &tm, TG_F32, &tc), TG_ERR_ARG);
-    tu_assert_error(ctx, TG_ERR_ARG, "max_seq_len 9223372036854775807 with d_model 8 too large: "
-                    "pos_emb.weight");
+    tu_assert_error(ctx, TG_ERR_ARG, "tg_transformer_init: max_seq_len 9223372036854775807 is "
+                    "more than 65536 (TG_TRANSFORMER_MAX_SEQ_LEN)");
     tg_ctx_clear_error(ctx);
     tc.max_seq_len = 4;
     tc.layer = tg_encoder_config_default(HUGE62, 1);

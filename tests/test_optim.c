@@ -582,6 +582,10 @@ START_TEST(test_other_context)
     ck_assert(isnan(tg_grad_norm(other, 2, fa)));
     tu_assert_error(other, TG_ERR_ARG, "tg_grad_norm: entry 0 ('a') belongs to another context");
     ck_assert_double_eq(tg_grad_norm(f.ctx, 2, fa), 13);
+    /* a successful call leaves no message behind (a run-time error does not stay) */
+    ck_assert_double_eq(tg_grad_norm(other, 1, NULL), 0);
+    ck_assert_int_eq(tg_ctx_status(other), TG_OK);
+    ck_assert_str_eq(tg_ctx_message(other), "");
     /* a run-time error: building in `other` goes on */
     ck_assert_ptr_nonnull(tg_sum_all(other, mine));
     tg_optim_config c = tg_optim_defaults(TG_OPTIM_SGD);

@@ -14,6 +14,7 @@
  */
 #include "testutil.h"
 #include "tgrad_data.h"
+#include "tgrad_decode.h"
 #include "tgrad_metrics.h"
 #include "tgrad_model.h"
 #ifdef TG_HAVE_SPM
@@ -88,11 +89,14 @@ static tg_tokenizer *tiny_spm(tg_ctx *ctx)
 }
 #endif
 
+/* make_ckpt's d_model (d_ff twice it): 16 unless a test widens the model. */
+static int64_t ckpt_width = 16;
+
 /*
- * Write a translation checkpoint dir/@p name: the encoder-decoder (1 + 1 layers, d_model 16,
- * max length 24, tied, scaled embeddings) with random weights and Adam's (zero) state,
- * tokenizer @p tok (NULL: bytes),
- * the metadata edited by (@p key, @p value) pairs (value NULL: removed), n_edits of them.
+ * Write a translation checkpoint dir/@p name: the encoder-decoder (1 + 1 layers, d_model
+ * ckpt_width (16), max length 24, tied, scaled embeddings) with random weights and Adam's (zero)
+ * state, tokenizer @p tok (NULL: bytes), the metadata edited by (@p key, @p value) pairs (value
+ * NULL: removed), n_edits of them.
  */
 static const char *make_ckpt(const char *name, tg_tokenizer *tok, int n_edits,
                              const char *const *edits)
@@ -109,8 +113,11 @@ static const char *make_ckpt(const char *name, tg_tokenizer *tok, int n_edits,
     c.max_seq_len = 24;
     c.n_layers = 1;
     c.n_decoder_layers = 1;
-    c.layer = tg_encoder_config_default(16, 2);
-    c.layer.d_ff = 32;
+    c.layer = tg_encoder_config_default(ckpt_width, 2);
+    c.layer.d_ff = 2 * ckpt_width;
+    char dm[24], dff[24];
+    snprintf(dm, sizeof dm, "%lld", (long long)ckpt_width);
+    snprintf(dff, sizeof dff, "%lld", (long long)(2 * ckpt_width));
     c.layer.dropout = 0;
     c.pos = TG_POS_SINUSOIDAL;
     c.tie_weights = true;
@@ -132,6 +139,8 @@ static const char *make_ckpt(const char *name, tg_tokenizer *tok, int n_edits,
     for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
         meta_set(&md, base[i][0], base[i][1]);
     meta_set(&md, "model.vocab_size", vocab);
+    meta_set(&md, "model.d_model", dm);
+    meta_set(&md, "model.d_ff", dff);
     const char *tk[2];
     char *tv[2];
     int nt = tg_tokenizer_meta(t, tk, tv);
@@ -528,6 +537,251 @@ START_TEST(test_wrong_checkpoints)
 }
 END_TEST
 
+/* ---- model.seq_len: one bound for every reader; decoding memory follows the input ----------- */
+/* Run `tgrad ARGS` in dir (output in out.txt, err.txt) under a 4 GB address-space limit:
+ * ulimit -v, or under ASan (which reserves terabytes of address space, so no ulimit -v) its
+ * own limit of 4 GB resident memory (hard_rss_limit_mb: beyond it the process dies). */
+static int run_limited(const char *args, double *secs)
+{
+    char cmd[2048];
+#ifdef __SANITIZE_ADDRESS__
+    snprintf(cmd, sizeof cmd, "(ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}"
+             "hard_rss_limit_mb=4000\" exec '%s' %s) >out.txt 2>err.txt </dev/null",
+             TG_TGRAD_EXE, args);
+#else
+    snprintf(cmd, sizeof cmd, "(ulimit -v 4000000; exec '%s' %s) >out.txt 2>err.txt </dev/null",
+             TG_TGRAD_EXE, args);
+#endif
+    return tu_run_sh(dir, cmd, 120, secs);
+}
+
+/* `tgrad ARGS` under the 4 GB limit exits @p code (1 or 2: refused) with one line holding
+ * @p needle (NULL: any). */
+static void expect_limited(const char *args, int code, const char *needle)
+{
+    int rc = run_limited(args, NULL);
+    char *err = err_txt();
+    ck_assert_msg(rc == code && tu_count_lines(err) == 1 && (!needle || strstr(err, needle)),
+                  "tgrad %s: exit %d (expected %d), stderr (expected one line with '%s'): %s",
+                  args, rc, code, needle ? needle : "", err);
+    free(err);
+}
+
+/* A forged model.seq_len (beyond TG_TRANSFORMER_MAX_SEQ_LEN) and a metadata integer with a
+ * leading zero are refused by every reader, library and command line, in one line; the
+ * commands that read a checkpoint do so under a 4 GB limit (a forged 1048577 used to make
+ * translate grow to 23 GB). */
+START_TEST(test_seq_len_bound)
+{
+    ck_assert_int_eq(TG_TRANSFORMER_MAX_SEQ_LEN, 65536);
+    tu_write_file(dir, "p.tsv", "I am thirsty.\tIch habe Durst.\nThe cat.\tDie Katze.\n");
+    static const struct {
+        const char *key, *value, *lib; /* lib: the library's message */
+    } rows[] = {
+        {"model.seq_len", "1048577", "'model.seq_len' is '1048577' (expected an integer from 1 "
+                                     "to 65536)"},
+        {"model.seq_len", "65537", "'model.seq_len' is '65537'"},
+        {"model.seq_len", "024", "'model.seq_len' is '024'"},
+        {"model.layers", "01", "'model.layers' is '01'"},
+        {"model.vocab_size", "0260", "'model.vocab_size' is '0260'"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const char *e[] = {rows[i].key, rows[i].value};
+        const char *p = make_ckpt("f.ckpt", NULL, 1, e);
+        expect_refused(p, TG_ERR_FORMAT, rows[i].lib);
+        tg_ctx *ctx = tg_ctx_new();
+        tg_safetensors *st = tg_safetensors_read(ctx, p);
+        ck_assert_msg(st != NULL, "%s", tg_ctx_message(ctx));
+        tg_transformer_config c;
+        ck_assert_int_eq(tg_transformer_meta_read(ctx, st, "f.ckpt", &c, NULL), TG_ERR_FORMAT);
+        ck_assert_msg(strstr(tg_ctx_message(ctx), rows[i].lib), "%s", tg_ctx_message(ctx));
+        tg_ctx_free(ctx);
+        /* the commands that read checkpoints: the field named, in one line */
+        expect_limited("translate --checkpoint f.ckpt", 1, rows[i].key);
+        expect_limited("info f.ckpt", 1, rows[i].key);
+        expect_limited("export --checkpoint f.ckpt --out x.safetensors", 1, rows[i].key);
+        int rc = run_limited("train --pairs p.tsv --resume f.ckpt --steps 1 --quiet", NULL);
+        char *err = err_txt();
+        ck_assert_msg((rc == 1 || rc == 2) && tu_count_lines(err) == 1 &&
+                      strstr(err, rows[i].key), "train --resume: exit %d: %s", rc, err);
+        free(err);
+        /* sample is for the byte-level models: it refuses a translation checkpoint in one
+         * line, whatever it says about it */
+        rc = run_limited("sample --checkpoint f.ckpt", NULL);
+        err = err_txt();
+        ck_assert_msg((rc == 1 || rc == 2) && tu_count_lines(err) == 1, "sample: exit %d: %s",
+                      rc, err);
+        free(err);
+    }
+    /* the largest legal length loads */
+    const char *e[] = {"model.seq_len", "65536"};
+    tg_ctx *ctx = tg_ctx_new();
+    tg_model *m = tg_model_load(ctx, make_ckpt("l.ckpt", NULL, 1, e));
+    ck_assert_msg(m != NULL, "%s", tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_model_get_info(m)->config.max_seq_len, 65536);
+    /* tg_transformer_init refuses beyond the bound too */
+    tg_transformer_config c = tg_model_get_info(m)->config;
+    c.max_seq_len = TG_TRANSFORMER_MAX_SEQ_LEN + 1;
+    tg_transformer tf;
+    ck_assert_int_eq(tg_transformer_init(ctx, &tf, TG_F32, &c), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "max_seq_len 65537 is more than 65536");
+    tg_ctx_clear_error(ctx); /* a build error sticks */
+    tg_ctx_free(ctx);
+}
+END_TEST
+
+/* tg_meta_parse_int: the one rule for metadata integers. */
+START_TEST(test_meta_parse_int)
+{
+    static const struct {
+        const char *s;
+        int64_t lo, hi;
+        bool ok;
+        int64_t want;
+    } rows[] = {
+        {"0", 0, 5, true, 0}, {"12", 0, 12, true, 12}, {"13", 0, 12, false, 0},
+        {"012", 0, 100, false, 0}, {"00", 0, 100, false, 0}, {"-0", 0, 100, false, 0},
+        {"+1", 0, 100, false, 0}, {" 1", 0, 100, false, 0}, {"1 ", 0, 100, false, 0},
+        {"", 0, 100, false, 0}, {"0x10", 0, 100, false, 0}, {"5", 0, 0, false, 0},
+        {"9", 0, 8, false, 0}, {"1", 2, 100, false, 0},
+        {"9223372036854775807", 0, INT64_MAX, true, INT64_MAX},
+        {"9223372036854775808", 0, INT64_MAX, false, 0},
+        {"99999999999999999999", 0, INT64_MAX, false, 0},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        int64_t v = -7;
+        bool ok = tg_meta_parse_int(rows[i].s, rows[i].lo, rows[i].hi, &v);
+        ck_assert_msg(ok == rows[i].ok, "'%s' in [%lld, %lld]", rows[i].s,
+                      (long long)rows[i].lo, (long long)rows[i].hi);
+        ck_assert(ok ? v == rows[i].want : v == -7);
+    }
+    int64_t v;
+    ck_assert(!tg_meta_parse_int(NULL, 0, 1, &v));
+}
+END_TEST
+
+/* A model of a large legal max length (65536) translating short sentences allocates for the
+ * lengths it uses (the source and the output bound, not max_seq_len), so it runs in a few MB
+ * (before: caches of 128 rows x 65536 positions, ~9 GB at d_model 64, beyond the 4 GB limit)
+ * and translates exactly as the same weights with max length 24. */
+START_TEST(test_seq_len_memory)
+{
+    ckpt_width = 64;
+    make_ckpt("s24.ckpt", NULL, 0, NULL);
+    const char *e[] = {"model.seq_len", "65536"};
+    const char *big = make_ckpt("s64k.ckpt", NULL, 1, e);
+    char small[512];
+    tu_path(small, sizeof small, dir, "s24.ckpt");
+    ckpt_width = 16;
+    /* the library: a translator for sources of up to 16 tokens */
+    tg_ctx *ctx = tg_ctx_new();
+    tg_model *m = tg_model_load(ctx, big), *m24 = tg_model_load(ctx, small);
+    ck_assert_msg(m && m24, "%s", tg_ctx_message(ctx));
+    tg_search_opts o = tg_search_defaults();
+    o.beam = 2;
+    o.max_len_a = 0;
+    o.max_len_b = 12;
+    o.max_src_len = 16;
+    ck_assert_int_eq(tg_translator_length(tg_model_transformer(m), &o), 16);
+    o.max_len_b = 40;
+    ck_assert_int_eq(tg_translator_length(tg_model_transformer(m), &o), 40);
+    ck_assert_int_eq(tg_translator_length(tg_model_transformer(m24), &o), 23);
+    o.max_len_a = 1.5;
+    o.max_len_b = 10;
+    ck_assert_int_eq(tg_translator_length(tg_model_transformer(m), &o), 34);
+    o.max_src_len = 0; /* max_seq_len */
+    ck_assert_int_eq(tg_translator_length(tg_model_transformer(m), &o), 65536);
+    o.max_src_len = 65537;
+    ck_assert_int_eq(tg_translator_length(tg_model_transformer(m), &o), 0);
+    ck_assert_ptr_null(tg_translator_new(ctx, tg_model_transformer(m), 4, &o));
+    tu_assert_error(ctx, TG_ERR_ARG, "max_src_len must be in [1, max_seq_len]");
+    tg_ctx_clear_error(ctx); /* a build error sticks */
+    o.max_src_len = 16;
+    o.max_len_a = 0;
+    o.max_len_b = 12;
+    size_t before = tg_ctx_bytes(ctx);
+    tg_translator *tr = tg_translator_new(ctx, tg_model_transformer(m), 4, &o);
+    ck_assert_msg(tr != NULL, "%s", tg_ctx_message(ctx));
+    ck_assert_msg(tg_ctx_bytes(ctx) - before < ((size_t)16 << 20), "%zu bytes",
+                  tg_ctx_bytes(ctx) - before);
+    tg_translator *tr24 = tg_translator_new(ctx, tg_model_transformer(m24), 4, &o);
+    ck_assert_msg(tr24 != NULL, "%s", tg_ctx_message(ctx));
+    const int32_t s0[] = {60, 70, 80, 2}, s1[16] = {90, 91, 92, 93, 94, 95, 96, 97, 98, 99,
+                                                    100, 101, 102, 103, 104, 2};
+    const int32_t *src[2] = {s0, s1};
+    int64_t len[2] = {4, 16};
+    tg_translation a[2], b[2];
+    ck_assert_int_eq(tg_translate_batch(tr, 2, src, len, a), TG_OK);
+    ck_assert_int_eq(tg_translate_batch(tr24, 2, src, len, b), TG_OK);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(a[i].len, b[i].len);
+        ck_assert(memcmp(a[i].ids, b[i].ids, sizeof(int32_t) * (size_t)a[i].len) == 0);
+        ck_assert(a[i].score == b[i].score);
+    }
+    len[1] = 17; /* longer than the translator takes */
+    const int32_t s2[17] = {90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100, 101, 102, 103, 104,
+                            105, 2};
+    src[1] = s2;
+    ck_assert_int_eq(tg_translate_batch(tr, 2, src, len, a), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "length <= 16, the translator's max_src_len");
+    /* a generator for fewer positions than max_seq_len; the bounds named */
+    tg_generator *g = tg_generator_new_len(ctx, tg_model_transformer(m), 2, 40);
+    ck_assert_msg(g != NULL, "%s", tg_ctx_message(ctx));
+    int32_t ids[2 * 41] = {0};
+    ck_assert_int_eq(tg_generator_set_source(g, ids, 41), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "need 1 <= s <= the generator's max_len 40");
+    ck_assert_ptr_null(tg_generator_new_len(ctx, tg_model_transformer(m), 2, 0));
+    tu_assert_error(ctx, TG_ERR_ARG, "max_len 0 is not in [1, max_seq_len 65536]");
+    tg_ctx_clear_error(ctx); /* a build error sticks */
+    ck_assert_ptr_null(tg_generator_new_len(ctx, tg_model_transformer(m), 2, 65537));
+    tu_assert_error(ctx, TG_ERR_ARG, "max_len 65537 is not in [1, max_seq_len 65536]");
+    tg_ctx_clear_error(ctx); /* a build error sticks */
+    ck_assert_ptr_null(tg_model_generator(m, (int64_t)1 << 62));
+    tu_assert_error(ctx, TG_ERR_ARG, "batch 4611686018427387904 is not in [1, ");
+    tg_ctx_clear_error(ctx); /* a build error sticks */
+    tg_ctx_free(ctx);
+    /* the command line, under the 4 GB limit: the same translations, in well under the time
+     * 65536 positions took (38 s for one line) */
+    tu_write_file(dir, "in.txt", "the cat\n\nI am thirsty.\n");
+    static const char *const opts[] = {"--beam 2", "--beam 1", "--beam 3 --batch 1"};
+    for (int k = 0; k < 3; k++) {
+        char args[256];
+        snprintf(args, sizeof args, "translate --checkpoint s24.ckpt --max-len-a 0 "
+                 "--max-len-b 12 %s in.txt", opts[k]);
+        expect_exit(args, 0, NULL);
+        char *want = out_txt();
+        snprintf(args, sizeof args, "translate --checkpoint s64k.ckpt --max-len-a 0 "
+                 "--max-len-b 12 %s in.txt", opts[k]);
+        double secs = 0;
+        int rc = run_limited(args, &secs);
+        char *err = err_txt(), *got = out_txt();
+        ck_assert_msg(rc == 0, "tgrad %s: exit %d: %s", args, rc, err);
+        ck_assert_str_eq(got, want);
+        ck_assert_msg(secs < 20, "took %.1f s", secs);
+        free(err);
+        free(got);
+        free(want);
+    }
+#ifndef __SANITIZE_ADDRESS__ /* (a limit only ulimit -v sets: the machine may have more) */
+    /* sources so long that their translator would not fit (16 sentences x 5 beams of 60001
+     * tokens and outputs of 65535: caches alone 5 GB): refused before it is made, in one line */
+    char *text = malloc(16 * 60001 + 1);
+    for (int i = 0; i < 16; i++) {
+        memset(text + i * 60001, 'a', 60000);
+        text[i * 60001 + 60000] = '\n';
+    }
+    text[16 * 60001] = 0;
+    tu_write_file(dir, "long.txt", text);
+    free(text);
+    expect_limited("translate --checkpoint s64k.ckpt long.txt", 1, "more than the");
+    char *err = err_txt();
+    ck_assert_msg(strstr(err, "sources of up to 60001 tokens (outputs of up to 65535) in groups "
+                          "of 16 sentences x 5 beams") && strstr(err, "ulimit -v"), "%s", err);
+    free(err);
+#endif
+}
+END_TEST
+
 /* tgrad info accepts and summarizes translation checkpoints, and refuses broken ones. */
 START_TEST(test_info)
 {
@@ -562,6 +816,12 @@ START_TEST(test_translate_spm)
     o = out_txt();
     ck_assert_int_eq(tu_count_lines(o), 3);
     free(o);
+    /* --beam is bounded by the vocabulary (60 pieces, pad excluded: 2 K candidates among 59)
+     * up front, as a usage error; the largest it allows works */
+    expect_exit("translate --checkpoint s.ckpt --beam 64 in.txt", 2,
+                "--beam 64: the model's vocabulary of 60 pieces allows at most --beam 29");
+    expect_exit("translate --checkpoint s.ckpt --beam 30 in.txt", 2, "at most --beam 29");
+    expect_exit("translate --checkpoint s.ckpt --beam 29 --max-len-b 3 in.txt", 0, NULL);
     expect_exit("info s.ckpt", 0, NULL);
     o = out_txt();
     ck_assert_msg(strstr(o, "tokenizer sentencepiece ("), "%s", o);
@@ -584,6 +844,9 @@ int main(void)
     tcase_add_test(tc, test_hostile_input);
     tcase_add_test(tc, test_wrong_checkpoints);
     tcase_add_test(tc, test_info);
+    tcase_add_test(tc, test_meta_parse_int);
+    tcase_add_test(tc, test_seq_len_bound);
+    tcase_add_test(tc, test_seq_len_memory);
 #ifdef TG_HAVE_SPM
     tcase_add_test(tc, test_load_spm);
     tcase_add_test(tc, test_translate_spm);

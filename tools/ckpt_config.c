@@ -126,7 +126,7 @@ static bool parse_int_field(const char *key, const char *v, int64_t lo, int64_t 
 {
     char s[80];
     int64_t x;
-    if (!cli_parse_i64(v, &x) || x < lo || x > hi) {
+    if (!tg_meta_parse_int(v, lo, hi, &x)) { /* the library's rule: digits, no leading zero */
         snprintf(err, n, "checkpoint field '%s' '%s': expected an integer from %" PRId64
                  " to %" PRId64, key, cli_show(v, s, sizeof s), lo, hi);
         return false;
@@ -205,6 +205,13 @@ static bool apply_options(const tg_safetensors *st, train_args *a, const cli_res
             continue;
         }
         snprintf(src, sizeof src, "checkpoint field '%s'", f->key);
+        int64_t iv; /* an integer field: the library's rule first (no sign, leading zero) */
+        if (o->kind == CLI_INT && !tg_meta_parse_int(v, 0, INT64_MAX, &iv)) {
+            snprintf(err, n, "checkpoint field '%s' '%s': expected an integer from %" PRId64
+                     " to %" PRId64 " (decimal digits, no leading zero)", f->key,
+                     cli_show(v, s, sizeof s), o->imin, o->imax);
+            return false;
+        }
         train_args tmp = *a; /* validate into a copy: the command line's value may win */
         if (!cli_set(cmd, o, v, &tmp, src, err, n))
             return false;

@@ -222,7 +222,12 @@ static int sample_load(sampler *s, const sample_args *a, const cli_result *r)
         tg_graph_opts go = {.no_grad = true, .precision = a->precision};
         s->g = tg_graph_new_opts(s->ctx, &s->logits, 1, &go);
     } else {
-        s->gen = tg_model_generator(s->m, 1);
+        /* the cache holds the positions the run reaches (the prompt's window and --tokens),
+         * at most seq_len: below it the logits are those of a seq_len cache, without its
+         * memory */
+        int64_t plen = (int64_t)strlen(a->prompt), w = plen < s->T ? plen : s->T;
+        int64_t len = s->T - (w > 0 ? w : 1) > a->tokens ? (w > 0 ? w : 1) + a->tokens : s->T;
+        s->gen = tg_generator_new_len(s->ctx, s->model, 1, len);
         if (s->gen && tg_generator_set_precision(s->gen, a->precision) != TG_OK)
             s->gen = NULL;
     }

@@ -28,6 +28,7 @@
 #include "ckpt_config.h"
 #include "cli.h"
 #include "climsg.h"
+#include "data.h"
 #include "outpath.h"
 #include "tgrad_data.h"
 #include "tgrad_decode.h"
@@ -40,6 +41,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -52,6 +54,10 @@
  * them (measured: ~6 MB a row for d_model 256, 3 decoder layers, max length 256, f32), the
  * speed per sentence hardly beyond. */
 #define TRANSLATE_MAX_ROWS 128
+
+/* The translator's first source length (tokens); it doubles as longer sources come, up to the
+ * model's max_seq_len. */
+#define TRANSLATE_MIN_SRC 16
 
 /* Longest input line (bytes, without its line end), as the pairs reader's default. */
 #define TRANSLATE_MAX_LINE TG_PAIRS_MAX_LINE
@@ -167,6 +173,9 @@ typedef struct translator_state {
      * decodes only their rows: tg_translate_batch drops the others at once) */
     tg_translator *tr;
     tg_search_opts opts;
+    int64_t cap;        /* the longest source tr takes (its opts.max_src_len) */
+    int64_t tr_n;       /* the sentences tr takes per call (at most batch) */
+    double limit;       /* the memory the command may use (phys_memory_bytes) */
     int64_t L;          /* the model's max_seq_len */
     int precision;      /* --precision (tg_precision) */
     int64_t batch;      /* sentences per tg_translate_batch: --batch, at most
@@ -253,6 +262,11 @@ static int translate_load(translator_state *s, const translate_args *a)
     int vc = validate_checkpoint(s, a);
     if (vc)
         return vc;
+    /* nothing the context allocates may pass the memory the command may use: a need beyond it
+     * is refused with a message, never met by the OOM killer */
+    s->limit = phys_memory_bytes();
+    if (s->limit < (double)SIZE_MAX)
+        tg_ctx_set_memory_limit(s->ctx, (size_t)s->limit);
     s->m = tg_model_load(s->ctx, a->checkpoint);
     if (!s->m) {
         cli_report("translate", "--checkpoint", a->checkpoint, s->ctx);
@@ -273,6 +287,16 @@ static int translate_load(translator_state *s, const translate_args *a)
     if (!s->tok)
         return 1;
     int64_t V = tg_model_vocab_size(s->m);
+    tg_token_ids sp = tg_tokenizer_special(s->tok);
+    /* beam search ranks 2K candidates among the tokens other than padding */
+    int64_t max_beam = (V - (sp.pad >= 0 && sp.pad < V ? 1 : 0)) / 2;
+    if (a->beam > 1 && a->beam > max_beam) {
+        snprintf(err, sizeof err, "--beam %" PRId64 ": the model's vocabulary of %" PRId64
+                 " pieces allows at most --beam %" PRId64 " (beam search ranks 2 K candidates "
+                 "among the pieces other than padding)", a->beam, V, max_beam > 1 ? max_beam : 1);
+        say("%s%s", err, "");
+        return 2;
+    }
     if (tg_tokenizer_vocab_size(s->tok) != V) {
         snprintf(err, sizeof err, "--checkpoint '%s': its tokenizer has %" PRId64 " pieces "
                  "but model.vocab_size is %" PRId64, cli_show(a->checkpoint, sh, sizeof sh),
@@ -280,7 +304,6 @@ static int translate_load(translator_state *s, const translate_args *a)
         say("%s%s", err, "");
         return 1;
     }
-    tg_token_ids sp = tg_tokenizer_special(s->tok);
     tg_search_opts o = tg_search_defaults();
     o.method = a->beam == 1 ? TG_SEARCH_GREEDY : TG_SEARCH_BEAM;
     o.beam = a->beam;
@@ -304,20 +327,80 @@ static int translate_load(translator_state *s, const translate_args *a)
     return 0;
 }
 
-/* The translator (of `batch` sentences), made the first time it is needed. NULL after
- * printing why. */
-static tg_translator *translator_get(translator_state *s)
+static void human_bytes(double b, char *buf, size_t n)
 {
-    if (!s->tr) {
-        s->tr = tg_translator_new(s->ctx, tg_model_transformer(s->m), s->batch, &s->opts);
-        if (s->tr && tg_generator_set_precision(tg_translator_generator(s->tr),
-                                                s->precision) != TG_OK) {
-            tg_translator_free(s->tr);
-            s->tr = NULL;
-        }
-        if (!s->tr)
-            cli_report("translate", NULL, NULL, s->ctx);
+    if (b >= 1e9)
+        snprintf(buf, n, "%.1f GB", b / 1e9);
+    else
+        snprintf(buf, n, "%.0f MB", b / 1e6 > 1 ? b / 1e6 : 1.0);
+}
+
+/* A rough upper bound of the bytes a translator of @p n sentences with options @p o needs
+ * beyond the model: R = n K rows of P = tg_translator_length() positions. The generator's
+ * caches and memory keys (4 n_decoder_layers R P D values), the encoder graph of a call
+ * (n + 1 sources of up to P tokens: ~16 D + 4 F values per token and layer, and the keys
+ * and values of every decoder layer), a step graph (R rows: ~16 D + 4 F per decoder layer,
+ * 3 V, the cross-attention's H P), and the ids of the search and the generator (~8 R P). */
+static double translator_bytes(const translator_state *s, int64_t n, const tg_search_opts *o)
+{
+    const tg_model_info *mi = tg_model_get_info(s->m);
+    const tg_transformer_config *c = &mi->config;
+    double P = (double)tg_translator_length(tg_model_transformer(s->m), o);
+    double R = (double)n * (double)(o->method == TG_SEARCH_BEAM ? o->beam : 1);
+    double D = (double)c->layer.d_model, F = (double)c->layer.d_ff, H = (double)c->layer.n_heads;
+    double Le = (double)c->n_layers, Ld = (double)c->n_decoder_layers, V = (double)c->vocab_size;
+    double es = mi->dtype == TG_F64 ? 8 : 4, nb = (double)n + 1;
+    double values = 4 * Ld * R * P * D + R * P +                      /* caches, memory, mask */
+                    nb * P * ((16 * D + 4 * F) * Le + 2 * D * Ld) +    /* the encoder graph */
+                    R * ((16 * D + 4 * F) * Ld + 3 * V + 4 * H * P);   /* a step graph */
+    return values * es + 8 * R * P * (double)sizeof(int32_t);
+}
+
+/* The translator for @p k sentences of up to @p need tokens, made the first time it is needed
+ * and again, larger, for more sentences or a longer source: sentences and source tokens
+ * (from TRANSLATE_MIN_SRC) double as needed, at most `batch` sentences and max_seq_len tokens,
+ * so memory follows the input, not the model's max_seq_len. A translator that would not fit in
+ * the memory the command may use is refused before it is made. NULL after printing why. */
+static tg_translator *translator_get(translator_state *s, int64_t k, int64_t need)
+{
+    if (s->tr && k <= s->tr_n && need <= s->cap)
+        return s->tr;
+    int64_t cap = s->cap > TRANSLATE_MIN_SRC ? s->cap : TRANSLATE_MIN_SRC;
+    int64_t n = s->tr_n > 1 ? s->tr_n : 1;
+    while (cap < need)
+        cap *= 2;
+    while (n < k)
+        n *= 2;
+    n = n < s->batch ? n : s->batch;
+    tg_search_opts o = s->opts;
+    o.max_src_len = cap < s->L ? cap : s->L;
+    tg_translator_free(s->tr); /* its memory is released before the next one is made */
+    s->tr = NULL;
+    double need_b = translator_bytes(s, n, &o), have = s->limit - (double)tg_ctx_bytes(s->ctx);
+    if (!(need_b <= have)) {
+        char nb[32], lb[32];
+        double mo = floor(o.max_len_a * (double)need + o.max_len_b); /* need's output bound */
+        int64_t out_max = mo >= (double)(s->L - 1) ? s->L - 1 : mo < 1 ? 1 : (int64_t)mo;
+        human_bytes(need_b, nb, sizeof nb);
+        human_bytes(s->limit, lb, sizeof lb);
+        fprintf(stderr, "tgrad translate: sources of up to %" PRId64 " tokens (outputs of up to "
+                "%" PRId64 ") in groups of %" PRId64 " sentences x %" PRId64 " beams need about "
+                "%s of memory beyond the model, more than the %s the command may use (this "
+                "machine's memory, or ulimit -v if lower; lower --batch, --beam or "
+                "--max-len-a/-b, or give shorter lines)\n", need, out_max, n,
+                o.method == TG_SEARCH_BEAM ? o.beam : (int64_t)1, nb, lb);
+        return NULL;
     }
+    s->tr = tg_translator_new(s->ctx, tg_model_transformer(s->m), n, &o);
+    if (s->tr && tg_generator_set_precision(tg_translator_generator(s->tr), s->precision) !=
+                     TG_OK) {
+        tg_translator_free(s->tr);
+        s->tr = NULL;
+    }
+    if (!s->tr)
+        cli_report("translate", NULL, NULL, s->ctx);
+    s->cap = s->tr ? o.max_src_len : 0;
+    s->tr_n = s->tr ? n : 0;
     return s->tr;
 }
 
@@ -329,8 +412,10 @@ static bool translate_sorted(translator_state *s, int64_t n, const int32_t **src
                              const int64_t *len, tg_translation *res, char **text_of)
 {
     for (int64_t i0 = 0; i0 < n; i0 += s->batch) {
-        int64_t k = n - i0 < s->batch ? n - i0 : s->batch;
-        tg_translator *tr = translator_get(s);
+        int64_t k = n - i0 < s->batch ? n - i0 : s->batch, longest = 1;
+        for (int64_t i = i0; i < i0 + k; i++) /* the chunk's longest source */
+            longest = len[i] > longest ? len[i] : longest;
+        tg_translator *tr = translator_get(s, k, longest);
         if (!tr)
             return false;
         if (tg_translate_batch(tr, k, src + i0, len + i0, res) != TG_OK) {

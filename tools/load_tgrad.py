@@ -70,6 +70,8 @@ __all__ = ["read_safetensors", "load", "config_of", "encode", "decode", "LM", "S
 TASK_BOS = 10
 # A translation model's special ids (both tokenizers); the byte tokenizer's byte b is 4 + b.
 UNK, BOS, EOS, PAD = 0, 1, 2, 3
+# The longest model length any reader accepts (TG_TRANSFORMER_MAX_SEQ_LEN, tgrad_train.h).
+MAX_SEQ_LEN = 65536
 
 # safetensors dtype -> numpy dtype (little-endian, as the format stores every value)
 _NP = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
@@ -129,6 +131,15 @@ def _bool01(meta, key, default=None):
     return v == "1"
 
 
+def _int(meta, key, lo, hi):
+    """Metadata integer @key as the library reads one (tg_meta_parse_int): decimal digits only,
+    no sign, space, '_' or leading zero, in [lo, hi]."""
+    v = meta[key]
+    if not (v.isascii() and v.isdigit() and (v == "0" or v[0] != "0")) or not lo <= int(v) <= hi:
+        raise ValueError(f"metadata {key!r} is {v!r} (expected an integer from {lo} to {hi})")
+    return int(v)
+
+
 def is_seq2seq(config):
     """Is this config (of config_of) an encoder-decoder's (class Seq2Seq)?"""
     return "n_decoder_layers" in config
@@ -148,6 +159,10 @@ def config_of(meta):
     fmt = meta.get("format")
     if fmt == "tgrad-export-1":
         config = json.loads(meta["config"])
+        msl = config.get("max_seq_len")
+        if type(msl) is not int or not 1 <= msl <= MAX_SEQ_LEN:
+            raise ValueError(f"config max_seq_len {msl!r} is not an integer from 1 to "
+                             f"{MAX_SEQ_LEN}")
         vocab = None if is_translation(meta) else json.loads(meta["vocab"])
         if is_seq2seq(config):
             config["bos_id"] = int(meta["bos_id"])
@@ -160,9 +175,12 @@ def config_of(meta):
     text = meta["data.mode"] == "text"
     vocab = list(bytes.fromhex(meta["data.vocab"])) if text else list(b"0123456789")
     config = {
-        "vocab_size": int(meta["model.vocab_size"]), "max_seq_len": int(meta["model.seq_len"]),
-        "n_layers": int(meta["model.layers"]), "d_model": int(meta["model.d_model"]),
-        "n_heads": int(meta["model.heads"]), "d_ff": int(meta["model.d_ff"]),
+        "vocab_size": _int(meta, "model.vocab_size", 1, 1 << 20),
+        "max_seq_len": _int(meta, "model.seq_len", 1, MAX_SEQ_LEN),
+        "n_layers": _int(meta, "model.layers", 1, 65536),
+        "d_model": _int(meta, "model.d_model", 1, 2**31 - 1),
+        "n_heads": _int(meta, "model.heads", 1, 2**31 - 1),
+        "d_ff": _int(meta, "model.d_ff", 1, 2**31 - 1),
         "activation": meta["model.activation"], "norm_first": _bool01(meta, "model.norm_first"),
         "pos": meta["model.pos"], "causal": text,
         "tie_weights": _bool01(meta, "model.tie_weights", False),
@@ -170,7 +188,7 @@ def config_of(meta):
         "dtype": "float64" if meta.get("model.dtype") == "f64" else "float32"}
     if arch == "seq2seq":  # the export's Seq2Seq keyword arguments
         del config["causal"]
-        config["n_decoder_layers"] = int(meta["model.decoder_layers"])
+        config["n_decoder_layers"] = _int(meta, "model.decoder_layers", 1, 65536)
         config["scale_embedding"] = _bool01(meta, "model.scale_embeddings", False)
         config["bos_id"] = TASK_BOS
         vocab.append(None)

@@ -17,13 +17,14 @@
 
 #include "cliopt.h"
 #include "tgrad.h"
+#include "tgrad_train.h"
 
 /* Bounds shared by the tables, the checkpoint validation and the tests. */
 #define TRAIN_MAX_LAYERS 1024
 #define TRAIN_MAX_D_MODEL 65536
 #define TRAIN_MAX_HEADS 1024
 #define TRAIN_MAX_D_FF 262144
-#define TRAIN_MAX_SEQ_LEN 65536
+#define TRAIN_MAX_SEQ_LEN TG_TRANSFORMER_MAX_SEQ_LEN /* every loader's bound */
 #define TRAIN_MAX_BATCH 65536
 #define TRAIN_MAX_STEPS 1000000000 /* also warmup, eval-every, save-every, stop-after */
 #define TRAIN_MAX_THREADS TG_MAX_THREADS

@@ -472,8 +472,9 @@ bool pairs_evaluate(pairs_run *p, tg_ctx *ctx, const train_args *a, double *val,
     }
     tg_bleu bl;
     tg_chrf cf;
-    tg_bleu_stats_score(&bs, &bl);
-    tg_chrf_stats_score(&cs, &cf);
+    if (tg_bleu_stats_score(ctx, &bs, &bl) != TG_OK ||
+        tg_chrf_stats_score(ctx, &cs, &cf) != TG_OK)
+        return false; /* cannot happen: the statistics are tg_*_stats_add's sums */
     p->bleu = bl.score;
     p->chrf = cf.score;
     tg_bleu_format(&bl, p->bleu_line, sizeof p->bleu_line);

@@ -17,7 +17,10 @@
  * rows falls (tg_generator_graph_rows), the sentences in the slots beyond the live count move
  * into the free slots below it and the generator keeps only those rows: decoding pays for the
  * sentences still searching, not for the batch. The step loop ends when every sentence is
- * done. Beam search's rules (tgrad_decode.h):
+ * done. Memory follows the lengths a call may have, not max_seq_len: the buffers and the
+ * generator (tg_generator_new_len) hold L = max(Smax, M) positions, Smax the longest source
+ * (opts.max_src_len) and M the longest output such a source may get (tg_translator_length).
+ * Beam search's rules (tgrad_decode.h):
  * candidates ranked by score, ties by the flat index beam V + token (lower first); an EOS in
  * the first K candidates finishes a hypothesis (normalized score / len^alpha, len with EOS);
  * the first K non-EOS candidates continue; at the maximum length every beam finishes with EOS.
@@ -37,7 +40,11 @@
 struct tg_translator {
     tg_ctx *ctx;
     tg_search_opts o;
-    int64_t N, K, R, L, V;  /* sentences, beams (1 for greedy), rows N K, max_seq_len, vocab */
+    int64_t N, K, R, V;     /* sentences, beams (1 for greedy), rows N K, vocab */
+    int64_t L;              /* positions the buffers and the generator hold: max(Smax, the
+                               longest output a source of Smax or 1 tokens may get) */
+    int64_t Lm;             /* the model's max_seq_len (the output bound's) */
+    int64_t Smax;           /* the longest source (opts.max_src_len, or max_seq_len) */
     tg_generator *gen;
     int64_t S;              /* live slots (the generator's live rows S W) */
     int64_t W;              /* rows per slot this step: 1 at step 0 of beam search (every beam
@@ -104,6 +111,8 @@ static bool opts_ok(tg_ctx *ctx, const char *fn, const tg_transformer *m,
         bad = "beam must be >= 1 (and max_sentences beam rows must fit)";
     else if (!isfinite(o->lenpen) || !isfinite(o->max_len_a) || !isfinite(o->max_len_b))
         bad = "lenpen, max_len_a and max_len_b must be finite";
+    else if (o->max_src_len < 0 || o->max_src_len > L)
+        bad = "max_src_len must be in [1, max_seq_len] (or 0: max_seq_len)";
     else if (o->bos < 0 || o->bos >= V || o->eos < 0 || o->eos >= V)
         bad = "bos and eos must be token ids in [0, vocab_size)";
     else if (o->pad >= V || (o->pad >= 0 && (o->pad == o->bos || o->pad == o->eos)))
@@ -112,12 +121,36 @@ static bool opts_ok(tg_ctx *ctx, const char *fn, const tg_transformer *m,
         bad = "the vocabulary (without pad) must hold at least 2 beam tokens (the candidates)";
     if (bad) {
         tg__err(ctx, TG_ERR_ARG, fn, "%s (max_sentences %lld, beam %lld, vocab_size %lld, "
-                "max_seq_len %lld, bos %d, eos %d, pad %d)", bad, (long long)n,
-                (long long)o->beam, (long long)V, (long long)L, (int)o->bos, (int)o->eos,
-                (int)o->pad);
+                "max_seq_len %lld, max_src_len %lld, bos %d, eos %d, pad %d)", bad, (long long)n,
+                (long long)o->beam, (long long)V, (long long)L, (long long)o->max_src_len,
+                (int)o->bos, (int)o->eos, (int)o->pad);
         return false;
     }
     return true;
+}
+
+/* The maximum output length, EOS included, of a source of @p S tokens:
+ * max(1, min(floor(a S + b), max_seq_len - 1)). */
+static int64_t max_output(const tg_search_opts *o, int64_t S, int64_t Lm)
+{
+    double m = floor(o->max_len_a * (double)S + o->max_len_b);
+    return m >= (double)(Lm - 1) ? Lm - 1 : m < 1 ? 1 : (int64_t)m;
+}
+
+int64_t tg_translator_length(const tg_transformer *m, const tg_search_opts *opts)
+{
+    if (!m || m->cfg.max_seq_len < 2)
+        return 0;
+    tg_search_opts o = opts ? *opts : tg_search_defaults();
+    int64_t Lm = m->cfg.max_seq_len;
+    if (o.max_src_len < 0 || o.max_src_len > Lm || !isfinite(o.max_len_a) ||
+        !isfinite(o.max_len_b))
+        return 0;
+    int64_t S = o.max_src_len > 0 ? o.max_src_len : Lm;
+    /* floor(a S + b) is linear in S: its largest over 1..S is at an end */
+    int64_t M1 = max_output(&o, 1, Lm), MS = max_output(&o, S, Lm);
+    int64_t M = M1 > MS ? M1 : MS;
+    return S > M ? S : M;
 }
 
 tg_translator *tg_translator_new(tg_ctx *ctx, const tg_transformer *m, int64_t max_sentences,
@@ -133,11 +166,12 @@ tg_translator *tg_translator_new(tg_ctx *ctx, const tg_transformer *m, int64_t m
     if (!opts_ok(ctx, fn, m, &o, max_sentences))
         return NULL;
     int64_t N = max_sentences, K = o.method == TG_SEARCH_BEAM ? o.beam : 1, R = N * K;
-    int64_t L = m->cfg.max_seq_len, V = m->cfg.vocab_size, rv, rl;
+    int64_t L = tg_translator_length(m, &o), V = m->cfg.vocab_size, rv, rl;
     size_t b_rl;
-    if (!tg__mul_i64(R, V, &rv) || !tg__mul_i64(R, L, &rl) || !tg__bytes(rl, sizeof(int32_t), &b_rl))
-        return tg__err(ctx, TG_ERR_OVERFLOW, fn, "%lld rows of vocab_size %lld and max_seq_len "
-                       "%lld: buffers too large", (long long)R, (long long)V, (long long)L);
+    if (!tg__mul_i64(R, V, &rv) || !tg__mul_i64(R, L, &rl) ||
+        !tg__bytes(rl, sizeof(int32_t), &b_rl))
+        return tg__err(ctx, TG_ERR_OVERFLOW, fn, "%lld rows of vocab_size %lld and length %lld: "
+                       "buffers too large", (long long)R, (long long)V, (long long)L);
     tg_mark mark = tg_ctx_mark(ctx);
     tg_translator *tr = tg__alloc(ctx, sizeof *tr, fn);
     if (!tr)
@@ -149,6 +183,8 @@ tg_translator *tg_translator_new(tg_ctx *ctx, const tg_transformer *m, int64_t m
     tr->K = K;
     tr->R = R;
     tr->L = L;
+    tr->Lm = m->cfg.max_seq_len;
+    tr->Smax = o.max_src_len > 0 ? o.max_src_len : tr->Lm;
     tr->V = V;
     size_t r8 = sizeof(double) * (size_t)R, n8 = sizeof(int64_t) * (size_t)N;
     size_t nk = (size_t)N * (size_t)K;
@@ -179,7 +215,7 @@ tg_translator *tg_translator_new(tg_ctx *ctx, const tg_transformer *m, int64_t m
         !tr->fin_score || !tr->nfin || !tr->max_out || !tr->done || !tr->cbeam || !tr->ctok ||
         !tr->cscore || !tr->out)
         goto fail;
-    tr->gen = tg_generator_new(ctx, m, R);
+    tr->gen = tg_generator_new_len(ctx, m, R, L);
     if (!tr->gen)
         goto fail;
     return tr;
@@ -203,10 +239,11 @@ static bool batch_ok(tg_translator *tr, int64_t n, const int32_t *const *src,
         return false;
     }
     for (int64_t i = 0; i < n; i++) {
-        if (!src[i] || src_len[i] < 1 || src_len[i] > tr->L) {
+        if (!src[i] || src_len[i] < 1 || src_len[i] > tr->Smax) {
             tg__run_err(ctx, TG_ERR_ARG, fn, "sentence %lld: src %s with length %lld (need 1 <= "
-                        "length <= max_seq_len %lld)", (long long)i, src[i] ? "given" : "NULL",
-                        (long long)src_len[i], (long long)tr->L);
+                        "length <= %lld, %s)", (long long)i, src[i] ? "given" : "NULL",
+                        (long long)src_len[i], (long long)tr->Smax,
+                        tr->Smax < tr->Lm ? "the translator's max_src_len" : "max_seq_len");
             return false;
         }
         for (int64_t j = 0; j < src_len[i]; j++)
@@ -431,7 +468,7 @@ static void beams_adopt(tg_translator *tr, int64_t t)
 static tg_status start(tg_translator *tr, int64_t n, const int32_t *const *src,
                        const int64_t *src_len)
 {
-    int64_t K = tr->K, R = tr->R, L = tr->L, s = 1;
+    int64_t K = tr->K, R = tr->R, s = 1;
     for (int64_t i = 0; i < n; i++)
         if (src_len[i] > s)
             s = src_len[i];
@@ -450,8 +487,7 @@ static tg_status start(tg_translator *tr, int64_t n, const int32_t *const *src,
         tr->done[i] = i >= n;
         tr->slot[i] = i;
         tr->sent[i] = i < n ? i : -1;
-        double m = i < n ? floor(tr->o.max_len_a * (double)src_len[i] + tr->o.max_len_b) : 1;
-        tr->max_out[i] = m >= (double)(L - 1) ? L - 1 : m < 1 ? 1 : (int64_t)m;
+        tr->max_out[i] = i < n ? max_output(&tr->o, src_len[i], tr->Lm) : 1;
     }
     tr->S = n;
     tr->W = 1; /* step 0: one row per sentence (for beam search, its first beam's) */

@@ -179,7 +179,7 @@ static tg_status tg_checkpoint_restore_io(tg_ctx *ctx, const tg_safetensors *st,
                 !step_s ? "optim.step" : "rng");
         return TG_ERR_FORMAT;
     }
-    if (!tg__parse_count(step_s, 0, CK_MAX_STEP, &step)) { /* optim.step */
+    if (!tg_meta_parse_int(step_s, 0, CK_MAX_STEP, &step)) { /* optim.step */
         tg__err(ctx, TG_ERR_FORMAT, fn,
                 "metadata 'optim.step' is '%s' (expected a step count: decimal digits, 0 to "
                 "%lld)", tg__quote(step_s, 40, q), (long long)CK_MAX_STEP);

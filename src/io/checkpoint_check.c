@@ -263,9 +263,9 @@ static bool check_optim_state(tg_ctx *ctx, const tg_safetensors *st, const tg_op
     return true;
 }
 
-tg_status tg_checkpoint_check(tg_ctx *ctx, const tg_safetensors *st,
-                              const tg_transformer_config *cfg, tg_dtype dt,
-                              const tg_optim_config *optim)
+static tg_status check_io(tg_ctx *ctx, const tg_safetensors *st,
+                          const tg_transformer_config *cfg, tg_dtype dt,
+                          const tg_optim_config *optim)
 {
     if (!ctx)
         return TG_ERR_ARG;
@@ -291,4 +291,16 @@ tg_status tg_checkpoint_check(tg_ctx *ctx, const tg_safetensors *st,
               check_state_values(ctx, st);
     free(ps);
     return ok ? TG_OK : tg_ctx_status(ctx);
+}
+
+tg_status tg_checkpoint_check(tg_ctx *ctx, const tg_safetensors *st,
+                              const tg_transformer_config *cfg, tg_dtype dt,
+                              const tg_optim_config *optim)
+{
+    if (!ctx)
+        return TG_ERR_ARG;
+    tg__io_enter(ctx); /* a run-time error, like every file call's: none stays from before */
+    tg_status r = check_io(ctx, st, cfg, dt, optim);
+    tg__io_leave(ctx);
+    return r;
 }

@@ -139,9 +139,6 @@ void tg__tensor_discard(tg_ctx *ctx, tg_tensor *t);
 /* The shortest "%.<p>g" of v that strtod reads back as v (%.17g always does); "inf", "nan"
  * as %g writes them (src/io/model_meta.c). */
 void tg__fmt_double(double v, char *buf, size_t n);
-/* A count in checkpoint metadata: decimal digits only (no sign, space or leading zero), in
- * [lo, hi] (hi <= 2^53); false otherwise (src/io/model_meta.c). */
-bool tg__parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out);
 
 /* Optimizer state read from a file (src/io/checkpoint.c): every value finite, and Adam's
  * second moments (@p name "adam.v.*") >= 0; one NaN would silently turn every later step of

@@ -71,24 +71,6 @@ static const char *meta(const rd *r, const char *key, bool required, bool *ok)
     return v;
 }
 
-/* Decimal digits only (as tgrad writes them), lo..hi. */
-static bool parse_int(const char *v, int64_t lo, int64_t hi, int64_t *out)
-{
-    size_t n = strlen(v);
-    if (n == 0 || n > 18 || (n > 1 && v[0] == '0'))
-        return false;
-    int64_t x = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (v[i] < '0' || v[i] > '9')
-            return false;
-        x = 10 * x + (v[i] - '0');
-    }
-    if (x < lo || x > hi)
-        return false;
-    *out = x;
-    return true;
-}
-
 static bool meta_int(const rd *r, const char *key, bool required, int64_t lo, int64_t hi,
                      int64_t *out)
 {
@@ -96,7 +78,7 @@ static bool meta_int(const rd *r, const char *key, bool required, int64_t lo, in
     const char *v = meta(r, key, required, &ok);
     if (!v)
         return ok;
-    if (!parse_int(v, lo, hi, out)) {
+    if (!tg_meta_parse_int(v, lo, hi, out)) {
         char q[56];
         return FAIL(r, "%s: metadata '%s' is '%s' (expected an integer from %" PRId64 " to %"
                     PRId64 ")", r->label, key, tg__quote(v, 48, q), lo, hi);
@@ -154,7 +136,7 @@ static bool spec_checkpoint_model(const rd *r, tg_transformer_config *c, bool *f
         !meta_int(r, "model.d_model", true, 1, INT32_MAX, &c->layer.d_model) ||
         !meta_int(r, "model.heads", true, 1, INT32_MAX, &heads) ||
         !meta_int(r, "model.d_ff", true, 1, INT32_MAX, &dff) ||
-        !meta_int(r, "model.seq_len", true, 1, INT32_MAX, &c->max_seq_len) ||
+        !meta_int(r, "model.seq_len", true, 1, TG_TRANSFORMER_MAX_SEQ_LEN, &c->max_seq_len) ||
         !meta_int(r, "model.vocab_size", true, 1, MODEL_MAX_PAIRS_VOCAB, &c->vocab_size) ||
         !meta_bool(r, "model.norm_first", true, &nf) ||
         !meta_choice(r, "model.activation", true, "relu|gelu", &act) ||
@@ -396,8 +378,8 @@ enum {
 static bool config_member(tg__jp *jp, int k, spec *s, int64_t *heads)
 {
     tg_transformer_config *c = &s->info.config;
-    static const int64_t hi[6] = {MODEL_MAX_PAIRS_VOCAB, INT32_MAX, TG_TRANSFORMER_MAX_LAYERS,
-                                  INT32_MAX, INT32_MAX, INT32_MAX};
+    static const int64_t hi[6] = {MODEL_MAX_PAIRS_VOCAB, TG_TRANSFORMER_MAX_SEQ_LEN,
+                                  TG_TRANSFORMER_MAX_LAYERS, INT32_MAX, INT32_MAX, INT32_MAX};
     int64_t *dst[6] = {&c->vocab_size, &c->max_seq_len, &c->n_layers, &c->layer.d_model, heads,
                        &c->layer.d_ff};
     if (k < 6) {
@@ -405,7 +387,10 @@ static bool config_member(tg__jp *jp, int k, spec *s, int64_t *heads)
         if (!tg__jp_number(jp, &v))
             return false;
         if (!v.is_int || v.neg || v.big || v.mag < 1 || v.mag > (uint64_t)hi[k]) {
-            tg__jp_fail(jp, TG_ERR_FORMAT, "a config size out of range");
+            char what[96];
+            snprintf(what, sizeof what, "config '%s' out of range (an integer from 1 to %" PRId64
+                     ")", config_keys[k], hi[k]);
+            tg__jp_fail(jp, TG_ERR_FORMAT, what);
             return false;
         }
         *dst[k] = (int64_t)v.mag;

@@ -29,18 +29,21 @@ void tg__fmt_double(double v, char *buf, size_t n)
     snprintf(buf, n, "%s", t);
 }
 
-bool tg__parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out)
+bool tg_meta_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
+    if (!s || !out || lo < 0 || hi < lo)
+        return false;
     size_t n = strlen(s);
-    if (n == 0 || n > 19 || (n > 1 && s[0] == '0'))
+    if (n == 0 || (n > 1 && s[0] == '0'))
         return false;
     int64_t v = 0;
     for (size_t i = 0; i < n; i++) {
         if (s[i] < '0' || s[i] > '9')
             return false;
-        v = v * 10 + (s[i] - '0'); /* v <= hi <= 2^53 before: no overflow */
-        if (v > hi)
+        int d = s[i] - '0';
+        if (hi - d < 0 || v > (hi - d) / 10) /* v * 10 + d > hi, without overflow */
             return false;
+        v = v * 10 + d;
     }
     if (v < lo)
         return false;

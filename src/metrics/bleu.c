@@ -417,10 +417,9 @@ tg_status tg_bleu_stats_add(tg_ctx *ctx, tg_bleu_stats *st, const char *hyp, siz
 /* sacreBLEU's my_log(): log, with log(0) floored to -9999999999. */
 static double my_log(double x) { return x == 0.0 ? -9999999999.0 : log(x); }
 
-void tg_bleu_stats_score(const tg_bleu_stats *st, tg_bleu *out)
+/* tg_bleu_stats_score of statistics known to be valid. */
+static void bleu_score(const tg_bleu_stats *st, tg_bleu *out)
 {
-    if (!st || !out)
-        return;
     tg_bleu r;
     memset(&r, 0, sizeof r);
     r.sys_len = st->sys_len;
@@ -456,6 +455,44 @@ void tg_bleu_stats_score(const tg_bleu_stats *st, tg_bleu *out)
     *out = r;
 }
 
+tg_status tg_bleu_stats_score(tg_ctx *ctx, const tg_bleu_stats *st, tg_bleu *out)
+{
+    static const char *fn = "tg_bleu_stats_score";
+    if (!ctx)
+        return TG_ERR_ARG;
+    tg__begin(ctx);
+    if (!st || !out) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "%s is NULL", !st ? "st" : "out");
+        return TG_ERR_ARG;
+    }
+    /* what tg_bleu_stats_add sums: nothing negative, no more matches than n-grams */
+    const char *const names[3] = {"sys_len", "ref_len", "n_sentences"};
+    const int64_t lens[3] = {st->sys_len, st->ref_len, st->n_sentences};
+    for (int k = 0; k < 3; k++)
+        if (lens[k] < 0) {
+            tg__run_err(ctx, TG_ERR_ARG, fn, "%s = %lld is negative (not statistics "
+                        "tg_bleu_stats_add sums)", names[k], (long long)lens[k]);
+            return TG_ERR_ARG;
+        }
+    for (int n = 0; n < TG_BLEU_ORDER; n++) {
+        if (st->counts[n] < 0 || st->totals[n] < 0) {
+            bool c = st->counts[n] < 0;
+            tg__run_err(ctx, TG_ERR_ARG, fn, "%s[%d] = %lld is negative (not statistics "
+                        "tg_bleu_stats_add sums)", c ? "counts" : "totals", n,
+                        (long long)(c ? st->counts[n] : st->totals[n]));
+            return TG_ERR_ARG;
+        }
+        if (st->counts[n] > st->totals[n]) {
+            tg__run_err(ctx, TG_ERR_ARG, fn, "counts[%d] = %lld is more than totals[%d] = %lld "
+                        "(not statistics tg_bleu_stats_add sums)", n,
+                        (long long)st->counts[n], n, (long long)st->totals[n]);
+            return TG_ERR_ARG;
+        }
+    }
+    bleu_score(st, out);
+    return TG_OK;
+}
+
 /* tg__metric_corpus's view of bleu_add. */
 static tg_status bleu_add_any(tg_ctx *ctx, void *st, const char *hyp, size_t hyp_len,
                           const char *ref, size_t ref_len, const char *fn, int64_t pair)
@@ -474,7 +511,7 @@ tg_status tg_bleu_corpus(tg_ctx *ctx, size_t n, const char *const *hyps, const s
     tg_status s = tg__metric_corpus(ctx, "tg_bleu_corpus", n, hyps, hyp_lens, refs, ref_lens,
                                     out != NULL, &st, bleu_add_any);
     if (s == TG_OK)
-        tg_bleu_stats_score(&st, out);
+        bleu_score(&st, out);
     tg__io_leave(ctx);
     return s;
 }

@@ -116,10 +116,8 @@ tg_status tg_chrf_stats_add(tg_ctx *ctx, tg_chrf_stats *st, const char *hyp, siz
 }
 
 /* sacreBLEU's CHRF._compute_f_score, eps_smoothing=False, in its order of operations. */
-void tg_chrf_stats_score(const tg_chrf_stats *st, tg_chrf *out)
+static void chrf_score(const tg_chrf_stats *st, tg_chrf *out)
 {
-    if (!st || !out)
-        return;
     tg_chrf c;
     memset(&c, 0, sizeof c);
     c.stats = *st;
@@ -151,6 +149,43 @@ void tg_chrf_stats_score(const tg_chrf_stats *st, tg_chrf *out)
     *out = c;
 }
 
+tg_status tg_chrf_stats_score(tg_ctx *ctx, const tg_chrf_stats *st, tg_chrf *out)
+{
+    static const char *fn = "tg_chrf_stats_score";
+    if (!ctx)
+        return TG_ERR_ARG;
+    tg__begin(ctx);
+    if (!st || !out) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "%s is NULL", !st ? "st" : "out");
+        return TG_ERR_ARG;
+    }
+    /* what tg_chrf_stats_add sums: nothing negative, no more matches than n-grams */
+    if (st->n_sentences < 0) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "n_sentences = %lld is negative (not statistics "
+                    "tg_chrf_stats_add sums)", (long long)st->n_sentences);
+        return TG_ERR_ARG;
+    }
+    for (int n = 0; n < TG_CHRF_ORDER; n++) {
+        const char *neg = st->hyp[n] < 0 ? "hyp" : st->ref[n] < 0 ? "ref"
+                          : st->match[n] < 0 ? "match" : NULL;
+        if (neg) {
+            int64_t v = st->hyp[n] < 0 ? st->hyp[n] : st->ref[n] < 0 ? st->ref[n] : st->match[n];
+            tg__run_err(ctx, TG_ERR_ARG, fn, "%s[%d] = %lld is negative (not statistics "
+                        "tg_chrf_stats_add sums)", neg, n, (long long)v);
+            return TG_ERR_ARG;
+        }
+        if (st->match[n] > st->hyp[n] || st->match[n] > st->ref[n]) {
+            bool h = st->match[n] > st->hyp[n];
+            tg__run_err(ctx, TG_ERR_ARG, fn, "match[%d] = %lld is more than %s[%d] = %lld "
+                        "(not statistics tg_chrf_stats_add sums)", n, (long long)st->match[n],
+                        h ? "hyp" : "ref", n, (long long)(h ? st->hyp[n] : st->ref[n]));
+            return TG_ERR_ARG;
+        }
+    }
+    chrf_score(st, out);
+    return TG_OK;
+}
+
 /* tg__metric_corpus's view of chrf_add. */
 static tg_status chrf_add_any(tg_ctx *ctx, void *st, const char *hyp, size_t hyp_len,
                           const char *ref, size_t ref_len, const char *fn, int64_t pair)
@@ -169,7 +204,7 @@ tg_status tg_chrf_corpus(tg_ctx *ctx, size_t n, const char *const *hyps, const s
     tg_status s = tg__metric_corpus(ctx, "tg_chrf_corpus", n, hyps, hyp_lens, refs, ref_lens,
                                     out != NULL, &st, chrf_add_any);
     if (s == TG_OK)
-        tg_chrf_stats_score(&st, out);
+        chrf_score(&st, out);
     tg__io_leave(ctx);
     return s;
 }

@@ -3,6 +3,9 @@
  * time, for the decoder-only LM (tg_transformer with cfg.causal) and the encoder-decoder model
  * (cfg.n_decoder_layers > 0; see "The encoder-decoder model" below).
  *
+ * max_len is the generator's length: the model's max_seq_len (tg_generator_new), or less
+ * (tg_generator_new_len: caches, memory keys and tables of that many positions, for a caller
+ * that knows how long its sequences get).
  * Graphs have static shapes, so a feed of n tokens runs a graph built for n:
  *   ids (B, n) i32, pos_ids (n) i32 = pos..pos+n-1, pos (1) i32
  *   x      = tok_emb[ids] + P[pos_ids]             (B, n, D)   P: pos_emb.weight or the
@@ -375,9 +378,13 @@ fail:
     return NULL;
 }
 
-tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t batch)
+/* The model's own length, for tg_generator_new(). */
+#define GEN_MODEL_LEN INT64_MIN
+
+/* tg_generator_new_len(): caches of @p max_len positions (GEN_MODEL_LEN: max_seq_len). */
+static tg_generator *generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t batch,
+                                   int64_t max_len, const char *fn)
 {
-    static const char *fn = "tg_generator_new";
     if (!ctx)
         return NULL;
     tg__begin(ctx);
@@ -396,8 +403,13 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
                        "the model is not causal (an encoder classifier): only the decoder-only "
                        "LM (cfg.causal) generates");
     if (batch < 1 || batch > TG_MAX_NUMEL)
-        return tg__err(ctx, TG_ERR_ARG, fn, "batch %lld must be >= 1", (long long)batch);
-    int64_t L = m->cfg.max_seq_len, D = m->cfg.layer.d_model, V = m->cfg.vocab_size;
+        return tg__err(ctx, TG_ERR_ARG, fn, "batch %lld is not in [1, %lld]", (long long)batch,
+                       (long long)TG_MAX_NUMEL);
+    if (max_len != GEN_MODEL_LEN && (max_len < 1 || max_len > m->cfg.max_seq_len))
+        return tg__err(ctx, TG_ERR_ARG, fn, "max_len %lld is not in [1, max_seq_len %lld]",
+                       (long long)max_len, (long long)m->cfg.max_seq_len);
+    int64_t L = max_len != GEN_MODEL_LEN ? max_len : m->cfg.max_seq_len;
+    int64_t D = m->cfg.layer.d_model, V = m->cfg.vocab_size;
     int64_t H = m->cfg.n_layers > 0 ? m->cfg.layer.n_heads : 1;
     int64_t NL = s2s ? m->cfg.n_decoder_layers : m->cfg.n_layers; /* layers with a cache */
     tg_dtype dt = tg_tensor_dtype(m->tok_emb);
@@ -407,7 +419,7 @@ tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t bat
         !tg__mul_i64(batch, D, &hb) || !tg__mul_i64(hb, L, &hb) ||
         hb > (s2s ? TG_MAX_NUMEL / 2 : TG_MAX_NUMEL)) /* s2s: memory [K | V] (B, L, 2D) */
         return tg__err(ctx, TG_ERR_OVERFLOW, fn,
-                       "batch %lld with max_seq_len %lld and d_model %lld: caches too large",
+                       "batch %lld with length %lld and d_model %lld: caches too large",
                        (long long)batch, (long long)L, (long long)D);
     tg_mark mark = tg_ctx_mark(ctx); /* on failure everything made here is released */
     tg_generator *gen = tg__alloc(ctx, sizeof *gen, fn);
@@ -499,6 +511,18 @@ fail:
         tg__err(ctx, TG_ERR_NOMEM, fn, "out of memory");
     tg_ctx_rewind(ctx, mark); /* the error stays recorded */
     return NULL;
+}
+
+tg_generator *tg_generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t batch)
+{
+    return generator_new(ctx, m, batch, GEN_MODEL_LEN, "tg_generator_new");
+}
+
+tg_generator *tg_generator_new_len(tg_ctx *ctx, const tg_transformer *m, int64_t batch,
+                                   int64_t max_len)
+{
+    return generator_new(ctx, m, batch, max_len == GEN_MODEL_LEN ? 0 : max_len,
+                         "tg_generator_new_len");
 }
 
 /* Run @p gg (built for gg->n tokens on gg->rows rows) on tokens (gen->rows, gg->n) at
@@ -622,8 +646,10 @@ tg_status tg_generator_set_sources(tg_generator *gen, const int32_t *src_ids, in
         return TG_ERR_ARG;
     }
     if (!src_ids || s < 1 || s > gen->L) {
-        tg__run_err(ctx, TG_ERR_ARG, fn, "src_ids %s with s = %lld (need 1 <= s <= max_seq_len "
-                    "%lld)", src_ids ? "given" : "is NULL", (long long)s, (long long)gen->L);
+        tg__run_err(ctx, TG_ERR_ARG, fn, "src_ids %s with s = %lld (need 1 <= s <= %s %lld)",
+                    src_ids ? "given" : "is NULL", (long long)s,
+                    gen->L == gen->m->cfg.max_seq_len ? "max_seq_len" : "the generator's max_len",
+                    (long long)gen->L);
         return TG_ERR_ARG;
     }
     for (int64_t r = 0; r < gen->B; r++) /* everything checked first: an error changes nothing */

@@ -65,6 +65,11 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
         return TG_ERR_ARG;
     }
     int64_t V = cfg->vocab_size, D = cfg->layer.d_model, S = cfg->max_seq_len;
+    if (S > TG_TRANSFORMER_MAX_SEQ_LEN) {
+        tg__err(ctx, TG_ERR_ARG, fn, "max_seq_len %lld is more than %d "
+                "(TG_TRANSFORMER_MAX_SEQ_LEN)", (long long)S, TG_TRANSFORMER_MAX_SEQ_LEN);
+        return TG_ERR_ARG;
+    }
     if (D < 1) {
         tg__err(ctx, TG_ERR_ARG, fn, "d_model %lld must be >= 1", (long long)D);
         return TG_ERR_ARG;

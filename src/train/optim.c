@@ -461,6 +461,7 @@ double tg_grad_norm(tg_ctx *ctx, int64_t n, tg_tensor *const *params)
 {
     if (!ctx)
         return 0;
+    tg__begin(ctx); /* a run-time call: the previous call's error does not stay */
     if (!params) {
         n = ctx->n_params;
         params = ctx->params;

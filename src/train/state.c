@@ -71,7 +71,7 @@ static bool get_count(const rd *r, const char *key, bool required, int64_t lo, i
                     "training checkpoint)", r->label, key);
         return !required;
     }
-    if (!tg__parse_count(v, lo, hi, out)) {
+    if (!tg_meta_parse_int(v, lo, hi, out)) {
         tg__err(r->ctx, TG_ERR_FORMAT, r->fn, "%s: metadata '%s' is '%s' (expected decimal "
                 "digits, %" PRId64 " to %" PRId64 ")", r->label, key, tg__quote(v, 48, q), lo,
                 hi);

@@ -89,7 +89,8 @@ static void check_bleu(tg_ctx *ctx, const tg_bleu_stats *s, int64_t th, int64_t 
                    (long long)s->totals[n - 1], (long long)tr_n);
     }
     tg_bleu b;
-    tg_bleu_stats_score(s, &b);
+    if (tg_bleu_stats_score(ctx, s, &b) != TG_OK)
+        fz_die(ctx, "tg_bleu_stats_score refused its own sums: %s", tg_ctx_message(ctx));
     if (!(b.score >= 0 && b.score <= 100 + 1e-9) || !(b.bp >= 0 && b.bp <= 1))
         fz_die(ctx, "BLEU %.17g, BP %.17g", b.score, b.bp);
     char line[256];
@@ -107,7 +108,8 @@ static void check_chrf(tg_ctx *ctx, const tg_chrf_stats *s, bool same)
                    (long long)r, (long long)m);
     }
     tg_chrf c;
-    tg_chrf_stats_score(s, &c);
+    if (tg_chrf_stats_score(ctx, s, &c) != TG_OK)
+        fz_die(ctx, "tg_chrf_stats_score refused its own sums: %s", tg_ctx_message(ctx));
     if (!(c.score >= 0 && c.score <= 100 + 1e-9) || (same && s->ref[0] > 0 && c.score != 100))
         fz_die(ctx, "chrF %.17g", c.score);
 }
