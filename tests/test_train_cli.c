@@ -1384,7 +1384,8 @@ START_TEST(test_sample_like_resume)
         {"adam.m.tok_emb.weight", NULL, NULL, "lacks optimizer state 'adam.m.tok_emb.weight'"},
         {"adam.v.head.bias", NULL, NULL, "lacks optimizer state 'adam.v.head.bias'"},
         {NULL, "adam.m.head.bias", "sgd.momentum.head.bias",
-         "'sgd.momentum.head.bias' does not belong to train.optimizer adamw"},
+         "'sgd.momentum.head.bias' is SGD momentum state, which the optimizer restored "
+         "into (adamw) does not keep"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char ps[512], pd[512];
