@@ -6,11 +6,11 @@
  *   the byte tokenizer and (built with SentencePiece) a tiny SentencePiece model trained here;
  *   hostile metadata refused, the context unchanged;
  * - `tgrad translate`: one output line per input line (empty and blank lines give empty
- *   ones, CRLF), greedy and beam, batch size invariance, a pipe answered line by line before its end, --eval's BLEU and chrF
- *   lines equal to tg_bleu_corpus / tg_chrf_corpus of the hypotheses it wrote (--out, --force),
- *   hostile input (invalid UTF-8, NUL, an over-long line: one line, exit 1, earlier output
- *   kept), checkpoints that are not translation models (exit 2), hostile tokenizer bytes
- *   (exit 1, one line), usage errors.
+ *   ones, CRLF), greedy and beam, batch size invariance, a pipe answered line by line before
+ *   its end, --eval's BLEU and chrF lines equal to tg_bleu_corpus / tg_chrf_corpus of the
+ *   hypotheses it wrote (--out, --force), hostile input (invalid UTF-8, NUL, an over-long
+ *   line: one line, exit 1, earlier output kept), checkpoints that are not translation models
+ *   (exit 2), hostile tokenizer bytes (exit 1, one line), usage errors.
  */
 #include "testutil.h"
 #include "tgrad_data.h"
