@@ -11,6 +11,7 @@
  * - bad options and bad files end in one line and a non-zero exit;
  * - the progress lines keep their columns (epoch, lr) across evaluations, and a resumed run
  *   shows its checkpoint's validation loss from its first line;
+ * - --plot: the loss axis from 0, the BLEU panel titled as such; --help's pairs defaults;
  * - SIGTERM during the setup (a signal left pending by the parent, or one sent while the
  *   SentencePiece model trains) stops the run with exit 130, one message, nothing written; a
  *   SIGINT inherited as ignored stays ignored, in the setup and in the loop.
@@ -208,6 +209,36 @@ START_TEST(test_progress_columns)
 }
 END_TEST
 
+/* --plot of a pairs run: the loss axis from 0, the second panel's axis titled BLEU (not
+ * accuracy), and its title says training stops on it only when --target-bleu sets a target;
+ * --help gives the pairs run's --eval-every default and its log's last column. */
+START_TEST(test_plot_and_help)
+{
+    write_pairs("train.tsv", 60, 0);
+    write_pairs("valid.tsv", 10, 3);
+    for (int target = 0; target < 2; target++) {
+        char args[512];
+        snprintf(args, sizeof args, "train --pairs train.tsv --valid valid.tsv " MODEL
+                 " --steps 20 --eval-every 10 --plot p.svg --force --target-bleu %d",
+                 target ? 90 : 0);
+        int rc = run(args);
+        ck_assert_msg(rc == (target ? 3 : 0), "%s: exit %d", args, rc);
+        char *svg = slurp("p.svg", NULL);
+        ck_assert_ptr_nonnull(svg);
+        const char *tick = strstr(svg, "class=\"ytick\"");
+        ck_assert_msg(tick && !strncmp(strchr(tick, '>'), ">0<", 3), "the loss axis does not "
+                      "start at 0: %.80s", tick ? tick : svg);
+        ck_assert_msg(strstr(svg, ">BLEU</text>") && !strstr(svg, "accuracy (%)"), "%s", svg);
+        ck_assert_msg(!strstr(svg, "training stops") == !target, "target %d: %s", target, svg);
+        free(svg);
+    }
+    expect_ok("train --help");
+    char *out = slurp("out.txt", NULL);
+    ck_assert_msg(strstr(out, "pairs 500") && strstr(out, "val_bleu"), "%s", out);
+    free(out);
+}
+END_TEST
+
 /* ---- signals ------------------------------------------------------------------------------- */
 
 /* Start `tgrad ARGS` (ARGS: words split at spaces) in dir, stdout and stderr to out.txt and
@@ -401,6 +432,7 @@ int main(void)
     tcase_add_test(tc, test_resume_bit_exact);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_progress_columns);
+    tcase_add_test(tc, test_plot_and_help);
     TCase *sig = tu_tcase(s, "signals", 300);
     tcase_add_checked_fixture(sig, setup, teardown);
     tcase_add_test(sig, test_setup_sigterm_pending);

@@ -1549,9 +1549,10 @@ static int report(trainer *t)
     svg_plot sp = {.train = &t->train_curve, .val = &t->val_curve,
                    .val_label = t->text ? "validation loss" : "held-out loss",
                    .log_y = a->plot_log, .metric = t->text ? NULL : &t->acc_curve,
-                   .metric_label = t->pairs ? "validation BLEU / 100 (greedy)"
+                   .metric_label = t->pairs ? "validation BLEU (greedy)"
                                    : t->s2s ? "held-out exact-sequence accuracy"
                                             : "held-out token accuracy",
+                   .metric_axis = t->pairs ? "BLEU" : NULL,
                    .metric_target = t->pairs ? a->target_bleu / 100 : a->target_acc};
     if (a->plot && svg_training_plot(t->plot_path, &sp) != 0) {
         errf("--plot '%s': %s", a->plot, strerror(errno));
