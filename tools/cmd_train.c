@@ -1052,57 +1052,75 @@ static void end_live(trainer *t)
 
 /*
  * Ctrl-C (SIGINT) or SIGTERM: finish the current step, save the checkpoint, print the summary,
- * exit 130. The handler only sets a flag and write(2)s a message prepared by the loop before
+ * exit 130. The handler only marks the stop and write(2)s a message prepared by the loop before
  * each step ("stopping after step N, saving..."), so the user hears at once; a second signal
  * says the save is under way and changes nothing (SIGKILL still stops at once). The message
  * is double-buffered: the loop writes the buffer the handler is not reading, then switches.
+ * The switch and the stop mark share one atomic word (g_state): the loop switches with a
+ * compare-and-swap that fails once the mark is set, so the step the loop stops after is always
+ * the one the printed message named, whichever thread the signal is delivered to (blocking it
+ * in the loop's thread would not do: the kernel hands a process's signal to any thread that
+ * does not block it, such as MPI's or OpenMP's).
  * The handlers are installed once the command line is parsed, so a signal during the setup
  * (reading the data, training the SentencePiece model, tokenizing, building) stops the run
- * too: the setup checks the flag between its stages and exits 130 before the first step,
+ * too: the setup checks the mark between its stages and exits 130 before the first step,
  * nothing saved. A signal the process inherited as ignored (SIGINT in a background job of a
  * non-interactive shell, `nohup`-like launchers) stays ignored for the whole run, the Unix
  * convention: only the signals that were not ignored get the handler.
  */
-static volatile sig_atomic_t g_interrupted;
-static volatile sig_atomic_t g_msg_cur;    /* the buffer the handler prints */
+#define STOP_MARK 2                 /* in g_state: a signal arrived */
+static atomic_int g_state;          /* bit 0: the buffer the handler prints; STOP_MARK */
 static volatile sig_atomic_t g_msg_len[2]; /* 0: print nothing (ranks > 0) */
 static volatile sig_atomic_t g_setup;      /* 1 until the loop starts: repeat the message */
 static char g_msg[2][192];
 static const int g_sigs[2] = {SIGINT, SIGTERM};
 static struct sigaction g_old[2]; /* the dispositions found (restored by trainer_free) */
 static bool g_installed[2];
+#if ATOMIC_INT_LOCK_FREE != 2
+#error "the signal handler needs a lock-free atomic int"
+#endif
 
 static void on_signal(int sig)
 {
     (void)sig;
     int saved = errno;
-    int i = g_msg_cur;
+    int old = atomic_fetch_or(&g_state, STOP_MARK);
+    int i = old & 1;
     static const char again[] = "tgrad train: already stopping; the checkpoint is being saved "
                                 "(a second signal does not interrupt it)\n";
     if (g_msg_len[i] > 0) {
-        if (!g_interrupted || g_setup)
+        if (!(old & STOP_MARK) || g_setup)
             (void)!write(STDERR_FILENO, g_msg[i], (size_t)g_msg_len[i]);
         else
             (void)!write(STDERR_FILENO, again, sizeof again - 1);
     }
-    g_interrupted = 1;
     errno = saved;
 }
 
-/* The handler's message for step @p s (1-based), printed by rank 0 only. */
-static void arm_message(const trainer *t, int64_t s)
+/* Has a signal asked the run to stop? */
+static bool stop_requested(void) { return (atomic_load(&g_state) & STOP_MARK) != 0; }
+
+/* Arm the handler's message for step @p s (1-based; printed by rank 0 only): from here a signal
+ * stops the run after step s. Returns true, arming nothing, when a signal came first: the
+ * message it printed named the step before. */
+static bool arm_message(const trainer *t, int64_t s)
 {
-    if (t->mp.rank != 0)
-        return;
-    int next = !g_msg_cur;
+    int cur = atomic_load(&g_state);
+    if (cur & STOP_MARK)
+        return true;
+    int next = !(cur & 1);
     int k = snprintf(g_msg[next], sizeof g_msg[next], "%stgrad train: stopping after step %"
                      PRId64 ", %s\n", t->tty ? "\n" : "", s,
                      t->a.checkpoint ? "saving the checkpoint..."
                                      : "then exiting (no --checkpoint: nothing is saved)");
-    g_msg_len[next] = k > 0 && (size_t)k < sizeof g_msg[next] ? k : 0;
-    atomic_signal_fence(memory_order_seq_cst); /* the text before the switch */
-    g_msg_cur = next;
-    g_setup = 0;
+    g_msg_len[next] = t->mp.rank == 0 && k > 0 && (size_t)k < sizeof g_msg[next] ? k : 0;
+    /* the text before the switch; the switch fails once a signal has marked the stop */
+    while (!(cur & STOP_MARK))
+        if (atomic_compare_exchange_weak(&g_state, &cur, next)) {
+            g_setup = 0;
+            return false;
+        }
+    return true;
 }
 
 /* At the start of the command: the handlers (for the signals not inherited as ignored) and
@@ -1111,12 +1129,11 @@ static void arm_message(const trainer *t, int64_t s)
 static void install_handlers(const trainer *t)
 {
     static const char msg[] = "tgrad train: stopping before the first step (nothing is saved)\n";
-    g_interrupted = 0;
     g_setup = 1;
-    g_msg_cur = 0;
     g_msg_len[1] = 0;
     g_msg_len[0] = t->mp.rank == 0 ? (sig_atomic_t)(sizeof msg - 1) : 0;
     memcpy(g_msg[0], msg, sizeof msg);
+    atomic_store(&g_state, 0);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -1147,7 +1164,7 @@ static void restore_handlers(void)
 }
 
 /* A signal arrived during the setup: stop it between two stages (cmd_train says so). */
-static bool setup_interrupted(void) { return g_interrupted != 0; }
+static bool setup_interrupted(void) { return stop_requested(); }
 
 /* The graph's inputs from rows @p row .. row + Bm - 1 of the batch buffers. */
 static bool set_batch(trainer *t, int64_t row)
@@ -1367,7 +1384,8 @@ static bool train_step(trainer *t, int64_t step, double lr, double *l)
     return true;
 }
 
-/* Returns 0 when the loop ran to its end (or was interrupted cleanly), 1 on error. */
+/* Returns 0 when the loop ran to its end (or was interrupted cleanly), 1 on error, 2 when a
+ * signal stopped it before its first step (nothing done). */
 static int train_loop(trainer *t)
 {
     const train_args *a = &t->a;
@@ -1385,8 +1403,10 @@ static int train_loop(trainer *t)
                         ? tg_lr_noam(step, a->d_model, a->warmup, a->lr)
                         : tg_lr_warmup_cosine(step, a->steps, a->warmup, a->lr, a->min_lr);
         double l;
-        if (step == t->start)
-            arm_message(t, step + 1);
+        /* a signal after the setup's last check said "before the first step": one process
+         * keeps its word; under mpirun the ranks stop together after the first step */
+        if (step == t->start && arm_message(t, step + 1) && t->mp.size == 1)
+            return 2;
         double ts = now_s();
         if (!train_step(t, step, lr, &l))
             return 1;
@@ -1403,19 +1423,13 @@ static int train_loop(trainer *t)
         } else {
             t->tok_s = (double)t->trained * (double)(t->B * t->T) / (el > 0 ? el : 1e-9);
         }
-        /* SIGINT/SIGTERM wait while the flag is read and the next message is armed: a signal
-         * landing between the two would print "stopping after step N" for a step whose
-         * check had already passed, and the run would stop one step later than it said */
-        sigset_t block, old_mask;
-        sigemptyset(&block);
-        sigaddset(&block, SIGINT);
-        sigaddset(&block, SIGTERM);
-        pthread_sigmask(SIG_BLOCK, &block, &old_mask);
-        bool agreed = tmpi_any(&t->mp, g_interrupted != 0, &t->interrupted);
-        /* from here a signal stops the run after the next step (saved then) */
-        if (agreed && !t->interrupted && step + 1 < t->end)
-            arm_message(t, step + 2);
-        pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+        /* this step's stop check and the next step's message in one atomic switch: a signal
+         * before it stops the run after this step (as its message said), one after it after
+         * the next step */
+        bool signalled = step + 1 < t->end ? arm_message(t, step + 2) : stop_requested();
+        bool agreed = tmpi_any(&t->mp, signalled, &t->interrupted);
+        if (agreed && t->interrupted && !signalled) /* another rank's signal: the last step */
+            arm_message(t, step + 1);
         if (!agreed) { /* every rank stops */
             errf("step %" PRId64 ": %s", step + 1, tg_ctx_message(t->ctx));
             return 1;
@@ -1842,8 +1856,12 @@ int cmd_train(int argc, char **argv)
                 rc = dry_run_pairs(t);
             else if (t->a.dry_run)
                 rc = t->mp.rank == 0 ? dry_run(t) : 0;
-            else if (train_loop(t) == 0)
+            else if ((rc = train_loop(t)) == 0)
                 rc = t->mp.rank == 0 ? report(t) : report_rc(t);
+            else if (rc == 2) { /* stopped before its first step */
+                errf("interrupted during the setup, before the first step: nothing was saved");
+                rc = 130;
+            }
         }
     }
     if (t->logfd >= 0) {
