@@ -322,16 +322,14 @@ START_TEST(interrupt_rank_exits_130)
     snprintf(cmd, sizeof cmd,
              "(mpirun --oversubscribe -np 2 '%s' %s --checkpoint r.st --save-every 20 & mp=$!; "
              "i=0; while [ ! -f r.st ] && [ $i -lt 4800 ]; do sleep 0.05; i=$((i+1)); done; "
-             /* rank 0 found and signalled once; scanned again until then (a loaded machine) */
-             "sent=0; j=0; while [ $sent = 0 ] && [ $j -lt 200 ]; do "
-             "  for d in /proc/[0-9]*; do "
-             "    if tr '\\0' '\\n' < $d/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && "
-             "       tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q -- '--checkpoint r.st' && "
-             "       kill -INT ${d#/proc/} 2>/dev/null; then sent=1; fi; done; "
-             "  [ $sent = 0 ] && sleep 0.1; j=$((j+1)); done; "
-             "echo \"rank 0 signalled: $sent\" >&2; "
+             /* rank 0's pid, deterministically: rank 0 alone holds the checkpoint's lock from
+              * its setup on, and a second run on r.st is refused naming the holder's pid */
+             "pid=$('%s' train --task copy --steps 1 --checkpoint r.st --force --quiet 2>&1 | "
+             "sed -n 's/.*in use by another tgrad run (pid \\([0-9]*\\)).*/\\1/p'); "
+             "echo \"rank 0: pid ${pid:-not found}\" >&2; "
+             "if [ -n \"$pid\" ]; then kill -INT $pid; else kill -TERM $mp; fi; "
              "wait $mp; echo \"mpirun exit $?\" >&2)",
-             tu_tgrad_exe(), a);
+             tu_tgrad_exe(), a, tu_tgrad_exe());
     ck_assert_int_eq(tu_run_sh(g_dir, cmd, 400, NULL), 0);
     char *e = err_text();
     /* messages cut to what Check can carry (a longer one aborts the suite) */
@@ -396,11 +394,16 @@ static Suite *dist_suite(void)
     tcase_add_test(tc, resume_across_p);
     tcase_add_test(tc, killed_rank);
     tcase_add_test(tc, interrupt_agreed);
-    tcase_add_test(tc, interrupt_rank_exits_130);
     tcase_add_test(tc, nonfinite_stops_all_ranks_once);
     tcase_add_test(tc, errors_once);
     tcase_add_test(tc, embedder_example);
     suite_add_tcase(s, tc);
+    /* its own case, so it can be repeated alone: CK_RUN_CASE=interrupt build/tests/test_dist */
+    TCase *intr = tcase_create("interrupt");
+    tcase_add_checked_fixture(intr, setup, teardown);
+    tcase_set_timeout(intr, 600);
+    tcase_add_test(intr, interrupt_rank_exits_130);
+    suite_add_tcase(s, intr);
     TCase *lines = tcase_create("lines");
     tcase_add_checked_fixture(lines, setup, teardown);
     tcase_set_timeout(lines, 300);

@@ -347,7 +347,7 @@ START_TEST(test_interrupt_saves)
     write_corpus("c.txt");
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "cd '%s' && ('%s' train --text c.txt --d-model 32 --heads 2 --d-ff 64 --seq-len 16 "
+             "cd '%s' && (env --default-signal=INT '%s' train --text c.txt --d-model 32 --heads 2 --d-ff 64 --seq-len 16 "
              "--batch 8 --layers 1 --steps 1000000 --eval-every 1000000 --checkpoint i.ckpt "
              "--quiet > out.txt 2> err.txt & pid=$!; sleep 2; kill -INT $pid; wait $pid; "
              "echo $? > rc.txt)",

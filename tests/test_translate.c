@@ -5,12 +5,12 @@
  *   with random weights + tg_checkpoint_save with the metadata `tgrad train --pairs` writes):
  *   the byte tokenizer and (built with SentencePiece) a tiny SentencePiece model trained here;
  *   hostile metadata refused, the context unchanged;
- * - `tgrad translate`: one output line per input line (empty lines, CRLF), greedy and beam,
- *   batch size invariance, a pipe answered line by line before its end, --eval's BLEU and chrF
- *   lines equal to tg_bleu_corpus / tg_chrf_corpus of the hypotheses it wrote (--out, --force),
- *   hostile input (invalid UTF-8, NUL, an over-long line: one line, exit 1, earlier output
- *   kept), checkpoints that are not translation models (exit 2), hostile tokenizer bytes
- *   (exit 1, one line), usage errors.
+ * - `tgrad translate`: one output line per input line (empty and blank lines give empty
+ *   ones, CRLF), greedy and beam, batch size invariance, a pipe answered line by line before
+ *   its end, --eval's BLEU and chrF lines equal to tg_bleu_corpus / tg_chrf_corpus of the
+ *   hypotheses it wrote (--out, --force), hostile input (invalid UTF-8, NUL, an over-long
+ *   line: one line, exit 1, earlier output kept), checkpoints that are not translation models
+ *   (exit 2), hostile tokenizer bytes (exit 1, one line), usage errors.
  */
 #include "testutil.h"
 #include "tgrad_data.h"
@@ -355,6 +355,51 @@ START_TEST(test_stream_lines)
     o = out_txt();
     ck_assert_str_eq(o, "");
     free(o);
+}
+END_TEST
+
+/* A blank line (only spaces, tabs, a CR) gives an empty line, as an empty line does, without
+ * running the model (a byte tokenizer would hand the model its spaces, SentencePiece nothing
+ * but EOS, and the model would invent a sentence); --eval treats a blank source alike. */
+static void expect_blank_lines_empty(const char *ckpt)
+{
+    tu_write_file(dir, "in.txt", "Hello.\n   \n\t \r\n\n \t\nI am thirsty.\n");
+    char args[256];
+    snprintf(args, sizeof args, "translate --checkpoint %s --beam 2 in.txt", ckpt);
+    expect_exit(args, 0, NULL);
+    char *o = out_txt();
+    ck_assert_int_eq(tu_count_lines(o), 6);
+    char *l2 = strchr(o, '\n') + 1;
+    ck_assert_msg(!strncmp(l2, "\n\n\n\n", 4) && l2[4] != '\n',
+                  "%s: blank lines not translated as empty ones: %s", ckpt, o);
+    free(o);
+    tu_write_file(dir, "blank.tsv", "  \tIch.\nI am thirsty.\tIch habe Durst.\n");
+    snprintf(args, sizeof args, "translate --checkpoint %s --beam 2 --eval blank.tsv --out "
+             "hyp.txt --force", ckpt);
+    expect_exit(args, 0, NULL);
+    tu_write_file(dir, "src.txt", "  \nI am thirsty.\n");
+    snprintf(args, sizeof args, "translate --checkpoint %s --beam 2 src.txt", ckpt);
+    expect_exit(args, 0, NULL);
+    o = out_txt();
+    char *hyp = tu_slurp_in(dir, "hyp.txt", NULL);
+    ck_assert_msg(o[0] == '\n' && !strcmp(o, hyp), "%s: --eval '%s', streaming '%s'", ckpt, hyp,
+                  o);
+    free(o);
+    free(hyp);
+}
+
+START_TEST(test_blank_lines)
+{
+    make_ckpt("b.ckpt", NULL, 0, NULL);
+    expect_blank_lines_empty("b.ckpt");
+#ifdef TG_HAVE_SPM
+    tg_ctx *tctx = tg_ctx_new();
+    tg_tokenizer *tok = tiny_spm(tctx);
+    make_ckpt("s.ckpt", tok, 0, NULL);
+    tg_tokenizer_free(tok);
+    tg_ctx_free(tctx);
+    expect_blank_lines_empty("s.ckpt");
+#endif
 }
 END_TEST
 
@@ -839,6 +884,7 @@ int main(void)
     tcase_add_test(tc, test_load_bytes);
     tcase_add_test(tc, test_load_hostile);
     tcase_add_test(tc, test_stream_lines);
+    tcase_add_test(tc, test_blank_lines);
     tcase_add_test(tc, test_stream_interactive);
     tcase_add_test(tc, test_eval);
     tcase_add_test(tc, test_hostile_input);

@@ -6,8 +6,9 @@ sample by sample; prints one table of speedups (PyTorch time / tgrad time, > 1: 
         [--only sdpa,mha,encoder,train] [--precision f32|bf16] [--markdown]
         [--markdown-file FILE] [--quiet-wait S] [--retakes N] [--nice N] [--samples-log FILE]
 
-Needs Debian's python3-torch (1.13) and a build of tgrad (meson builds build/tools/libtgbench.so
-next to build/libtgrad.so); not used by the tests or CI.
+Needs Debian's python3-torch (1.13) with OpenBLAS (tools/bootstrap.sh --bench installs both) and
+a build of tgrad (meson builds build/tools/libtgbench.so next to build/libtgrad.so); not used by
+the tests or CI.
 
 Workloads (the exact graphs of tools/bench_work.c, see bench_work.h):
   sdpa (64, 5, 64)   q, k, v of shape (batch x heads 64, T 5, d_k 64), no mask
@@ -64,7 +65,11 @@ PyTorch settings, the fastest (lowest median) reported per workload and thread c
 (one setting, 1x1, when N = 1). OPENBLAS_CORETYPE is removed from the workers' environment so
 OpenBLAS picks its best kernels (this machine's environment sets it to Haswell). Debian's torch
 links libblas.so.3, which the alternatives system points at OpenBLAS when
-libopenblas0-pthread is installed (the header says which BLAS core it got). f32 forward passes
+libopenblas0-pthread is installed (`tools/bootstrap.sh --bench` installs it with python3-torch),
+and at the reference (netlib) BLAS otherwise. The header says which library each worker has
+mapped (/proc/self/maps) and, for OpenBLAS, its core; an f32 run refuses to compare against the
+reference BLAS (26-62x slower than OpenBLAS here: the ratios would measure the BLAS, not tgrad)
+and exits 1 saying how to install OpenBLAS. f32 forward passes
 run under torch.inference_mode() in eval mode, so nn.MultiheadAttention and
 nn.TransformerEncoderLayer take their fused "fast path"; backward passes in training mode
 with zero_grad(set_to_none=True).
@@ -97,6 +102,37 @@ def shapes(tiny):
 
 
 # ---- the PyTorch worker -------------------------------------------------------------------
+def blas_in_use():
+    """(kind, path) of the BLAS this process has mapped, from /proc/self/maps (Debian's torch
+    links libblas.so.3, which the alternatives system points at OpenBLAS, BLIS or the
+    reference BLAS): kind "OpenBLAS", "BLIS", "reference (netlib)", another library's name, or
+    ("none", "-") when no BLAS is loaded."""
+    found = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                base = os.path.basename(path)
+                if "blas" in base.lower() or base.startswith(("libmkl_rt", "libblis")):
+                    real = os.path.realpath(path)
+                    if real not in found:
+                        found.append(real)
+    except OSError:
+        return "unknown", "-"
+    for real in found:
+        low = real.lower()
+        if "openblas" in low:
+            return "OpenBLAS", real
+        if "blis" in low:
+            return "BLIS", real
+        if "mkl" in low or "atlas" in low:
+            return os.path.basename(real), real
+    for real in found:  # Debian's reference BLAS: /usr/lib/<triplet>/blas/libblas.so.3
+        if os.path.basename(real).startswith("libblas.so"):
+            return "reference (netlib)", real
+    return ("none", "-") if not found else (os.path.basename(found[0]), found[0])
+
+
 def worker(aten_threads):
     """Serve requests on stdin: 'build NAME TINY TARGET_S PRECISION' -> 'ok REPS',
     'sample REPS' -> 't SECONDS', 'check' -> 'ok BF16 TOTAL' (matrix products of one run of
@@ -253,16 +289,19 @@ def worker(aten_threads):
             if not w or w[0] == "quit":
                 break
             if w[0] == "info":
-                blas = "?"
-                try:
-                    ob = ctypes.CDLL("libopenblas.so.0")
-                    ob.openblas_get_corename.restype = ctypes.c_char_p
-                    blas = (f"OpenBLAS core {ob.openblas_get_corename().decode()}, "
-                            f"{ob.openblas_get_num_threads()} BLAS threads")
-                except (OSError, AttributeError):
-                    pass
-                reply(f"ok torch {torch.__version__}, {torch.get_num_threads()} ATen "
-                      f"threads, {blas}")
+                torch.rand(64, 64) @ torch.rand(64, 64)  # the BLAS loaded and in use
+                kind, path = blas_in_use()
+                blas = f"{kind} BLAS ({path})"
+                if kind == "OpenBLAS":
+                    try:  # the library torch loaded (already mapped: same handle)
+                        ob = ctypes.CDLL(path)
+                        ob.openblas_get_corename.restype = ctypes.c_char_p
+                        blas = (f"OpenBLAS core {ob.openblas_get_corename().decode()}, "
+                                f"{ob.openblas_get_num_threads()} BLAS threads ({path})")
+                    except (OSError, AttributeError):
+                        pass
+                reply(f"ok {kind}\t{path}\ttorch {torch.__version__}, "
+                      f"{torch.get_num_threads()} ATen threads, {blas}")
             elif w[0] == "build":
                 run = build(w[1], w[2] == "1", w[4] == "bf16")
                 run()  # warm-up
@@ -297,7 +336,8 @@ class Torch:
         self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker",
                                    str(aten)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   env=env, text=True, bufsize=1)
-        self.info = self.ask("info")
+        # 'KIND<TAB>PATH<TAB>description': the BLAS this worker's torch has mapped
+        self.blas, self.blas_path, self.info = self.ask("info").split("\t", 2)
 
     def ask(self, req):
         self.p.stdin.write(req + "\n")
@@ -666,6 +706,16 @@ def main():
     for n in tcounts:
         for w in workers[n]:
             print(f"PyTorch {w.label} (ATen threads x BLAS threads): {w.info}")
+    ref = [w for w in allw if w.blas.startswith("reference")]
+    if ref and not bf16:
+        # f32 matrix products go to the BLAS: against the reference one PyTorch runs 26-62x
+        # slower than with OpenBLAS, and a ratio would say nothing about tgrad
+        for w in allw:
+            w.close()
+        sys.exit(f"bench_torch.py: PyTorch uses the reference BLAS ({ref[0].blas_path}); "
+                 f"an f32 comparison against it would mislead, so none is made. Install "
+                 f"OpenBLAS (tools/bootstrap.sh --bench, or apt-get install "
+                 f"libopenblas0-pthread), which Debian's alternatives then give torch")
     if bf16:
         print("Precision: bf16: tgrad's graphs with tg_graph_opts.precision = TG_PRECISION_BF16; "
               "PyTorch's forward\n(and loss) under torch.autocast(\"cpu\", dtype=torch.bfloat16), "

@@ -3,7 +3,7 @@
 # configure ./build. Idempotent: installs only what is missing, configures ./build only if it is
 # not configured yet (else just switches the test suite on when --tests asks for it).
 #
-# Usage: tools/bootstrap.sh [--tests | --ci] [extra meson setup options]
+# Usage: tools/bootstrap.sh [--tests | --ci | --bench] [extra meson setup options]
 #   (none)   what the library and the `tgrad` program need: gcc, meson, ninja, pkg-config,
 #            and for SentencePiece subword tokenizers (meson feature `sentencepiece`, on when
 #            found) g++ and libsentencepiece-dev, and the English-German dictionary
@@ -16,6 +16,13 @@
 #   --ci     also what the slow stages of tools/check.sh need: valgrind, clang with libFuzzer
 #            (libclang-rt-14-dev) and OpenMP (libomp-dev), Open MPI (data-parallel training
 #            and its tests)
+#   --bench  what the library needs and the PyTorch side of the benchmarks
+#            (tools/bench_torch.py, tools/perf_readme.sh, tools/train_reference.py): Debian's
+#            python3-torch and python3-numpy, and OpenBLAS (libopenblas0-pthread), which the
+#            alternatives system then gives torch's libblas.so.3 (without it torch runs on the
+#            reference BLAS, 26-62x slower in f32, and bench_torch.py refuses to compare);
+#            ./build is configured as with no option (the benchmarks need no test suite).
+#            Not needed by the tests or CI
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -23,11 +30,15 @@ level=main
 case ${1:-} in
 --tests) level=tests; shift ;;
 --ci) level=ci; shift ;;
+--bench) level=bench; shift ;;
 esac
 
 pkgs="gcc meson ninja-build pkg-config g++ libsentencepiece-dev trans-de-en"
-if [ "$level" != main ]; then
+if [ "$level" = tests ] || [ "$level" = ci ]; then
     pkgs="$pkgs check graphviz"
+fi
+if [ "$level" = bench ]; then
+    pkgs="$pkgs python3-torch python3-numpy libopenblas0-pthread"
 fi
 if [ "$level" = ci ]; then
     pkgs="$pkgs valgrind clang libclang-rt-14-dev libomp-dev libopenmpi-dev openmpi-bin"
@@ -45,7 +56,7 @@ if [ -n "$need" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $need
 fi
 
-if [ "$level" = main ]; then tests=false; else tests=true; fi
+if [ "$level" = main ] || [ "$level" = bench ]; then tests=false; else tests=true; fi
 if [ ! -f build/build.ninja ]; then
     meson setup build --buildtype=release -Dtests=$tests "$@"
 elif [ "$tests" = true ] &&

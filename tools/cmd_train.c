@@ -377,6 +377,8 @@ static bool plan_outputs(trainer *t)
 }
 
 /* ---- data and model ----------------------------------------------------------------------- */
+static bool setup_interrupted(void);
+
 static bool load_data(trainer *t)
 {
     t->T = t->a.seq_len;
@@ -394,8 +396,13 @@ static bool load_data(trainer *t)
             return false;
         }
         if (!pairs_tokenizer(&t->pr, t->ctx, &t->a, t->ck, t->a.quiet, err, sizeof err,
-                             &t->usage) ||
-            !pairs_load(&t->pr, t->ctx, &t->a, t->ck, err, sizeof err, &t->usage)) {
+                             &t->usage)) {
+            errf("%s", err);
+            return false;
+        }
+        if (setup_interrupted()) /* between the tokenizer and the tokenized data */
+            return false;
+        if (!pairs_load(&t->pr, t->ctx, &t->a, t->ck, err, sizeof err, &t->usage)) {
             errf("%s", err);
             return false;
         }
@@ -725,7 +732,7 @@ static bool build(trainer *t)
             t->n_params += tg_tensor_numel(tg_ctx_param(ctx, i));
         if (t->ck && !restore(t, dt, &oc))
             return false;
-        if (a->log && !a->dry_run && !open_log(t))
+        if (setup_interrupted() || (a->log && !a->dry_run && !open_log(t)))
             return false;
         return true;
     }
@@ -791,7 +798,7 @@ static bool build(trainer *t)
         errf("out of memory");
         return false;
     }
-    if (a->log && !a->dry_run && !open_log(t))
+    if (setup_interrupted() || (a->log && !a->dry_run && !open_log(t)))
         return false;
     return true;
 }
@@ -972,57 +979,91 @@ static int line_width(void)
     return cols > 1 ? cols - 1 : 1;
 }
 
-/*
- * One progress line for step @p s (1-based) with train loss @p l at learning rate @p lr.
- * @p width > 0: the longest form that fits in width columns (cut if even the shortest does
- * not); 0: the full form.
- */
-static void progress_text(const trainer *t, int64_t s, double l, double lr, bool with_lr,
-                          int width, char *buf, size_t n)
+/* The progress line's forms for validation columns @p vbuf (long) and @p vshort, longest
+ * first: each drops the least useful columns of the one before (elapsed, then tokens/s, then
+ * the labels' room); the epoch (--pairs) and the learning rate stay in the first four. */
+#define N_FORMS 7
+static void progress_forms(const trainer *t, int64_t s, double l, const char *lrs,
+                           const char *vbuf, const char *vshort, char forms[N_FORMS][256])
 {
-    char el_s[32], eta_s[32], vbuf[64] = "-", vshort[32] = "-";
+    char el_s[32], eta_s[32], ep[32] = "", eps[32] = "";
     double el = now_s() - t->t0;
     fmt_time(el, el_s, sizeof el_s);
     fmt_time(t->trained ? el / (double)t->trained * (double)(t->end - s) : 0, eta_s,
              sizeof eta_s);
-    if (t->pairs && isfinite(t->pr.bleu)) {
-        snprintf(vbuf, sizeof vbuf, "%.4f BLEU %.2f", t->last_val, t->pr.bleu);
-        snprintf(vshort, sizeof vshort, "BLEU %.1f", t->pr.bleu);
-    } else if (t->text && isfinite(t->last_val)) {
-        snprintf(vbuf, sizeof vbuf, "%.4f", t->last_val);
-        snprintf(vshort, sizeof vshort, "%.3f", t->last_val);
-    } else if (t->s2s && isfinite(t->acc)) {
-        snprintf(vbuf, sizeof vbuf, "%.4f seq %.2f%% tok %.2f%%", t->last_val, 100 * t->acc,
-                 100 * t->tok_acc);
-        snprintf(vshort, sizeof vshort, "seq %.1f%%", 100 * t->acc);
-    } else if (!t->text && isfinite(t->acc)) {
-        snprintf(vbuf, sizeof vbuf, "%.4f acc %.2f%%", t->last_val, 100 * t->acc);
-        snprintf(vshort, sizeof vshort, "acc %.1f%%", 100 * t->acc);
+    if (t->pairs) {
+        snprintf(ep, sizeof ep, "epoch %" PRId64 "  ", t->pr.epoch + 1);
+        snprintf(eps, sizeof eps, "ep %" PRId64 " ", t->pr.epoch + 1);
     }
+    char lrc[32]; /* the compact forms: one space after the rate */
+    snprintf(lrc, sizeof lrc, "%s", lrs);
+    if (lrc[0])
+        lrc[strlen(lrc) - 1] = 0;
+    int64_t total = t->a.steps;
+    snprintf(forms[0], 256, "step %" PRId64 "/%" PRId64 "  %sloss %.4f  val %s  %s%.0f tok/s  %s "
+             "elapsed  ETA %s", s, total, ep, l, vbuf, lrs, t->tok_s, el_s, eta_s);
+    snprintf(forms[1], 256, "step %" PRId64 "/%" PRId64 "  %sloss %.4f  val %s  %s%.0f tok/s  "
+             "ETA %s", s, total, ep, l, vbuf, lrs, t->tok_s, eta_s);
+    snprintf(forms[2], 256, "step %" PRId64 "/%" PRId64 "  %sloss %.4f  val %s  %sETA %s", s,
+             total, ep, l, vbuf, lrs, eta_s);
+    snprintf(forms[3], 256, "%" PRId64 "/%" PRId64 " %sloss %.4f val %s %sETA %s", s, total, eps,
+             l, vbuf, lrc, eta_s);
+    snprintf(forms[4], 256, "%" PRId64 "/%" PRId64 " loss %.4f val %s %sETA %s", s, total, l,
+             vshort, lrc, eta_s);
+    snprintf(forms[5], 256, "%" PRId64 "/%" PRId64 " loss %.3f val %s ETA %s", s, total, l,
+             vshort, eta_s);
+    snprintf(forms[6], 256, "%" PRId64 "/%" PRId64 " loss %.3f", s, total, l);
+}
+
+/* The validation columns: what the last evaluation measured (a resumed run: its checkpoint's
+ * best validation loss until it evaluates); @p probe: placeholders as wide as a measured
+ * value, so the form chosen does not change when the first evaluation arrives. */
+static void progress_val(const trainer *t, bool probe, char *vbuf, char *vshort, size_t n)
+{
+    double v = probe ? 10.0 : t->last_val, a = probe ? 0.5 : t->acc;
+    double b = probe ? 10.0 : t->pairs ? t->pr.bleu : NAN, ta = probe ? 0.5 : t->tok_acc;
+    snprintf(vbuf, n, "-");
+    snprintf(vshort, n, "-");
+    if (t->pairs && isfinite(b)) {
+        snprintf(vbuf, n, "%.4f BLEU %.2f", v, b);
+        snprintf(vshort, n, "BLEU %.1f", b);
+    } else if (t->s2s && isfinite(a)) {
+        snprintf(vbuf, n, "%.4f seq %.2f%% tok %.2f%%", v, 100 * a, 100 * ta);
+        snprintf(vshort, n, "seq %.1f%%", 100 * a);
+    } else if (!t->text && !t->pairs && isfinite(a)) {
+        snprintf(vbuf, n, "%.4f acc %.2f%%", v, 100 * a);
+        snprintf(vshort, n, "acc %.1f%%", 100 * a);
+    } else if (isfinite(v)) {
+        snprintf(vbuf, n, "%.4f", v);
+        snprintf(vshort, n, "%.3f", v);
+    }
+}
+
+/*
+ * One progress line for step @p s (1-based) with train loss @p l at learning rate @p lr.
+ * @p width > 0: the longest form that fits in width columns (cut if even the shortest does
+ * not), chosen as if the validation columns were filled, so the columns stay the same before
+ * and after the first evaluation; 0: the full form.
+ */
+static void progress_text(const trainer *t, int64_t s, double l, double lr, bool with_lr,
+                          int width, char *buf, size_t n)
+{
+    char vbuf[64], vshort[64], pbuf[64], pshort[64];
+    progress_val(t, false, vbuf, vshort, sizeof vbuf);
     char lrs[32] = "";
     if (with_lr)
         snprintf(lrs, sizeof lrs, "lr %.2e  ", lr);
-    int64_t total = t->a.steps;
-    char forms[6][256];
-    snprintf(forms[0], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %s%.0f tok/s  %s "
-             "elapsed  ETA %s", s, total, l, vbuf, lrs, t->tok_s, el_s, eta_s);
-    if (t->pairs) /* the epoch, in the longest form */
-        snprintf(forms[0], 256, "step %" PRId64 "/%" PRId64 "  epoch %" PRId64 "  loss %.4f  "
-                 "val %s  %s%.0f tok/s  ETA %s", s, total, t->pr.epoch + 1, l, vbuf, lrs,
-                 t->tok_s, eta_s);
-    snprintf(forms[1], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %s%.0f tok/s  ETA %s",
-             s, total, l, vbuf, lrs, t->tok_s, eta_s);
-    snprintf(forms[2], 256, "step %" PRId64 "/%" PRId64 "  loss %.4f  val %s  %.0f tok/s  ETA %s",
-             s, total, l, vbuf, t->tok_s, eta_s);
-    snprintf(forms[3], 256, "%" PRId64 "/%" PRId64 " loss %.4f val %s %s%.0f tok/s ETA %s", s,
-             total, l, vshort, lrs, t->tok_s, eta_s);
-    snprintf(forms[4], 256, "%" PRId64 "/%" PRId64 " loss %.3f val %s ETA %s", s, total, l,
-             vshort, eta_s);
-    snprintf(forms[5], 256, "%" PRId64 "/%" PRId64 " loss %.3f", s, total, l);
+    char forms[N_FORMS][256], probe[N_FORMS][256];
+    progress_forms(t, s, l, lrs, vbuf, vshort, forms);
     int k = 0;
-    if (width > 0)
-        while (k < 5 && strlen(forms[k]) > (size_t)width)
+    if (width > 0) {
+        bool never = t->text && !(t->a.val_fraction > 0); /* no validation set */
+        progress_val(t, !never, pbuf, pshort, sizeof pbuf);
+        progress_forms(t, s, l, lrs, pbuf, pshort, probe);
+        while (k < N_FORMS - 1 && (strlen(forms[k]) > (size_t)width ||
+                                   strlen(probe[k]) > (size_t)width))
             k++;
+    }
     size_t len = strlen(forms[k]);
     if (width > 0 && len > (size_t)width)
         len = (size_t)width;
@@ -1067,60 +1108,119 @@ static void end_live(trainer *t)
 
 /*
  * Ctrl-C (SIGINT) or SIGTERM: finish the current step, save the checkpoint, print the summary,
- * exit 130. The handler only sets a flag and write(2)s a message prepared by the loop before
+ * exit 130. The handler only marks the stop and write(2)s a message prepared by the loop before
  * each step ("stopping after step N, saving..."), so the user hears at once; a second signal
  * says the save is under way and changes nothing (SIGKILL still stops at once). The message
  * is double-buffered: the loop writes the buffer the handler is not reading, then switches.
+ * The switch and the stop mark share one atomic word (g_state): the loop switches with a
+ * compare-and-swap that fails once the mark is set, so the step the loop stops after is always
+ * the one the printed message named, whichever thread the signal is delivered to (blocking it
+ * in the loop's thread would not do: the kernel hands a process's signal to any thread that
+ * does not block it, such as MPI's or OpenMP's).
+ * The handlers are installed once the command line is parsed, so a signal during the setup
+ * (reading the data, training the SentencePiece model, tokenizing, building) stops the run
+ * too: the setup checks the mark between its stages and exits 130 before the first step,
+ * nothing saved. A signal the process inherited as ignored (SIGINT in a background job of a
+ * non-interactive shell, `nohup`-like launchers) stays ignored for the whole run, the Unix
+ * convention: only the signals that were not ignored get the handler.
  */
-static volatile sig_atomic_t g_interrupted;
-static volatile sig_atomic_t g_msg_cur;    /* the buffer the handler prints */
+#define STOP_MARK 2                 /* in g_state: a signal arrived */
+static atomic_int g_state;          /* bit 0: the buffer the handler prints; STOP_MARK */
 static volatile sig_atomic_t g_msg_len[2]; /* 0: print nothing (ranks > 0) */
+static volatile sig_atomic_t g_setup;      /* 1 until the loop starts: repeat the message */
 static char g_msg[2][192];
+static const int g_sigs[2] = {SIGINT, SIGTERM};
+static struct sigaction g_old[2]; /* the dispositions found (restored by trainer_free) */
+static bool g_installed[2];
+#if ATOMIC_INT_LOCK_FREE != 2
+#error "the signal handler needs a lock-free atomic int"
+#endif
 
 static void on_signal(int sig)
 {
     (void)sig;
     int saved = errno;
-    int i = g_msg_cur;
+    int old = atomic_fetch_or(&g_state, STOP_MARK);
+    int i = old & 1;
     static const char again[] = "tgrad train: already stopping; the checkpoint is being saved "
                                 "(a second signal does not interrupt it)\n";
     if (g_msg_len[i] > 0) {
-        if (!g_interrupted)
+        if (!(old & STOP_MARK) || g_setup)
             (void)!write(STDERR_FILENO, g_msg[i], (size_t)g_msg_len[i]);
         else
             (void)!write(STDERR_FILENO, again, sizeof again - 1);
     }
-    g_interrupted = 1;
     errno = saved;
 }
 
-/* The handler's message for step @p s (1-based), printed by rank 0 only. */
-static void arm_message(const trainer *t, int64_t s)
+/* Has a signal asked the run to stop? */
+static bool stop_requested(void) { return (atomic_load(&g_state) & STOP_MARK) != 0; }
+
+/* Arm the handler's message for step @p s (1-based; printed by rank 0 only): from here a signal
+ * stops the run after step s. Returns true, arming nothing, when a signal came first: the
+ * message it printed named the step before. */
+static bool arm_message(const trainer *t, int64_t s)
 {
-    if (t->mp.rank != 0)
-        return;
-    int next = !g_msg_cur;
+    int cur = atomic_load(&g_state);
+    if (cur & STOP_MARK)
+        return true;
+    int next = !(cur & 1);
     int k = snprintf(g_msg[next], sizeof g_msg[next], "%stgrad train: stopping after step %"
                      PRId64 ", %s\n", t->tty ? "\n" : "", s,
                      t->a.checkpoint ? "saving the checkpoint..."
                                      : "then exiting (no --checkpoint: nothing is saved)");
-    g_msg_len[next] = k > 0 && (size_t)k < sizeof g_msg[next] ? k : 0;
-    atomic_signal_fence(memory_order_seq_cst); /* the text before the switch */
-    g_msg_cur = next;
+    g_msg_len[next] = t->mp.rank == 0 && k > 0 && (size_t)k < sizeof g_msg[next] ? k : 0;
+    /* the text before the switch; the switch fails once a signal has marked the stop */
+    while (!(cur & STOP_MARK))
+        if (atomic_compare_exchange_weak(&g_state, &cur, next)) {
+            g_setup = 0;
+            return false;
+        }
+    return true;
 }
 
-static void install_handlers(void)
+/* At the start of the command: the handlers (for the signals not inherited as ignored) and
+ * the setup's message. SIGINT and SIGTERM are unblocked, so one left pending by the parent
+ * arrives now. */
+static void install_handlers(const trainer *t)
 {
+    static const char msg[] = "tgrad train: stopping before the first step (nothing is saved)\n";
+    g_setup = 1;
+    g_msg_len[1] = 0;
+    g_msg_len[0] = t->mp.rank == 0 ? (sig_atomic_t)(sizeof msg - 1) : 0;
+    memcpy(g_msg[0], msg, sizeof msg);
+    atomic_store(&g_state, 0);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sa.sa_flags = SA_RESTART; /* a save's system calls go on as if nothing happened */
     sigemptyset(&sa.sa_mask);
-    sigaddset(&sa.sa_mask, SIGINT);
-    sigaddset(&sa.sa_mask, SIGTERM);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    sigset_t set;
+    sigemptyset(&set);
+    for (int i = 0; i < 2; i++) {
+        sigaddset(&sa.sa_mask, g_sigs[i]);
+        sigaddset(&set, g_sigs[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        g_installed[i] = sigaction(g_sigs[i], NULL, &g_old[i]) == 0 &&
+                         g_old[i].sa_handler != SIG_IGN &&
+                         sigaction(g_sigs[i], &sa, NULL) == 0;
+    }
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
+
+/* The dispositions found by install_handlers, back in place. */
+static void restore_handlers(void)
+{
+    for (int i = 0; i < 2; i++)
+        if (g_installed[i]) {
+            sigaction(g_sigs[i], &g_old[i], NULL);
+            g_installed[i] = false;
+        }
+}
+
+/* A signal arrived during the setup: stop it between two stages (cmd_train says so). */
+static bool setup_interrupted(void) { return stop_requested(); }
 
 /* The graph's inputs from rows @p row .. row + Bm - 1 of the batch buffers. */
 static bool set_batch(trainer *t, int64_t row)
@@ -1340,17 +1440,16 @@ static bool train_step(trainer *t, int64_t step, double lr, double *l)
     return true;
 }
 
-/* Returns 0 when the loop ran to its end (or was interrupted cleanly), 1 on error. */
+/* Returns 0 when the loop ran to its end (or was interrupted cleanly), 1 on error, 2 when a
+ * signal stopped it before its first step (nothing done). */
 static int train_loop(trainer *t)
 {
     const train_args *a = &t->a;
     t->tty = isatty(STDERR_FILENO) && !a->quiet;
     t->width = line_width();
-    g_interrupted = 0;
-    g_msg_len[0] = g_msg_len[1] = 0;
-    install_handlers();
     t->t0 = now_s();
-    t->last_val = t->acc = NAN;
+    t->acc = NAN;
+    t->last_val = t->ck && isfinite(t->best_val) ? t->best_val : NAN; /* until it evaluates */
     t->last_draw = -1;
     t->end = a->stop_after > 0 && a->stop_after < a->steps ? a->stop_after : a->steps;
     int64_t print_every = a->steps / 20 > 0 ? a->steps / 20 : 1;
@@ -1360,8 +1459,10 @@ static int train_loop(trainer *t)
                         ? tg_lr_noam(step, a->d_model, a->warmup, a->lr)
                         : tg_lr_warmup_cosine(step, a->steps, a->warmup, a->lr, a->min_lr);
         double l;
-        if (step == t->start)
-            arm_message(t, step + 1);
+        /* a signal after the setup's last check said "before the first step": one process
+         * keeps its word; under mpirun the ranks stop together after the first step */
+        if (step == t->start && arm_message(t, step + 1) && t->mp.size == 1)
+            return 2;
         double ts = now_s();
         if (!train_step(t, step, lr, &l))
             return 1;
@@ -1378,19 +1479,13 @@ static int train_loop(trainer *t)
         } else {
             t->tok_s = (double)t->trained * (double)(t->B * t->T) / (el > 0 ? el : 1e-9);
         }
-        /* SIGINT/SIGTERM wait while the flag is read and the next message is armed: a signal
-         * landing between the two would print "stopping after step N" for a step whose
-         * check had already passed, and the run would stop one step later than it said */
-        sigset_t block, old_mask;
-        sigemptyset(&block);
-        sigaddset(&block, SIGINT);
-        sigaddset(&block, SIGTERM);
-        pthread_sigmask(SIG_BLOCK, &block, &old_mask);
-        bool agreed = tmpi_any(&t->mp, g_interrupted != 0, &t->interrupted);
-        /* from here a signal stops the run after the next step (saved then) */
-        if (agreed && !t->interrupted && step + 1 < t->end)
-            arm_message(t, step + 2);
-        pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+        /* this step's stop check and the next step's message in one atomic switch: a signal
+         * before it stops the run after this step (as its message said), one after it after
+         * the next step */
+        bool signalled = step + 1 < t->end ? arm_message(t, step + 2) : stop_requested();
+        bool agreed = tmpi_any(&t->mp, signalled, &t->interrupted);
+        if (agreed && t->interrupted && !signalled) /* another rank's signal: the last step */
+            arm_message(t, step + 1);
         if (!agreed) { /* every rank stops */
             errf("step %" PRId64 ": %s", step + 1, tg_ctx_message(t->ctx));
             return 1;
@@ -1524,9 +1619,10 @@ static int report(trainer *t)
     svg_plot sp = {.train = &t->train_curve, .val = &t->val_curve,
                    .val_label = t->text ? "validation loss" : "held-out loss",
                    .log_y = a->plot_log, .metric = t->text ? NULL : &t->acc_curve,
-                   .metric_label = t->pairs ? "validation BLEU / 100 (greedy)"
+                   .metric_label = t->pairs ? "validation BLEU (greedy)"
                                    : t->s2s ? "held-out exact-sequence accuracy"
                                             : "held-out token accuracy",
+                   .metric_axis = t->pairs ? "BLEU" : NULL,
                    .metric_target = t->pairs ? a->target_bleu / 100 : a->target_acc};
     char perr[1600];
     if (a->plot && !svg_training_plot("--plot", a->plot, &sp, perr, sizeof perr)) {
@@ -1589,8 +1685,7 @@ static int report(trainer *t)
 
 static void trainer_free(trainer *t)
 {
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    restore_handlers();
     if (t->logfd >= 0)
         close(t->logfd);
     free(t->ids_buf);
@@ -1732,6 +1827,7 @@ int cmd_train(int argc, char **argv)
     }
     if (t->mp.rank > 0)
         t->a.quiet = true; /* rank 0 prints progress, the summary and the errors all share */
+    install_handlers(t); /* from here SIGINT/SIGTERM stop the setup as they stop training */
     t->argc = argc;
     t->argv = argv;
     t->text = t->a.text.n > 0;
@@ -1750,7 +1846,7 @@ int cmd_train(int argc, char **argv)
                plan_outputs(t)) {
         t->task = (task_kind)t->a.task;
         t->s2s = t->a.arch == ARCH_SEQ2SEQ;
-        ready = load_data(t) && build(t);
+        ready = !setup_interrupted() && load_data(t) && !setup_interrupted() && build(t);
     }
     /* under mpirun: every rank's setup succeeded, or all stop here */
     if (!tmpi_agree(&t->mp, ready, t->ctx, t->K)) {
@@ -1760,6 +1856,11 @@ int cmd_train(int argc, char **argv)
     }
     if (!ready && t->usage)
         rc = 2; /* the command line, not a file or the run, is at fault */
+    if (!ready && setup_interrupted()) {
+        if (t->mp.rank == 0)
+            errf("interrupted during the setup, before the first step: nothing was saved");
+        rc = 130;
+    }
     if (ready) {
         {
             if (!t->a.quiet) {
@@ -1811,8 +1912,12 @@ int cmd_train(int argc, char **argv)
                 rc = dry_run_pairs(t);
             else if (t->a.dry_run)
                 rc = t->mp.rank == 0 ? dry_run(t) : 0;
-            else if (train_loop(t) == 0)
+            else if ((rc = train_loop(t)) == 0)
                 rc = t->mp.rank == 0 ? report(t) : report_rc(t);
+            else if (rc == 2) { /* stopped before its first step */
+                errf("interrupted during the setup, before the first step: nothing was saved");
+                rc = 130;
+            }
         }
     }
     if (t->logfd >= 0) {

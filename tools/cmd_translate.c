@@ -108,7 +108,8 @@ static const cli_command translate_cmd = {
         "and its tokenizer: UTF-8 bytes, or the SentencePiece model the checkpoint\n"
         "holds). Reads FILE (default or '-': standard input), one sentence per line\n"
         "(UTF-8; CRLF accepted), and writes one translation per line, in order; an\n"
-        "empty line gives an empty line. Lines are translated in batches of --batch,\n"
+        "empty or blank (only spaces, tabs) line gives an empty line without running\n"
+        "the model. Lines are translated in batches of --batch,\n"
         "and a batch is also translated as soon as no more input is waiting, so a\n"
         "pipe gets each answer at once. A source is cut to the model's max length - 1\n"
         "tokens plus EOS, as in training. A line over 64 KiB, invalid UTF-8 or a NUL\n"
@@ -455,8 +456,19 @@ static int by_len_cmp(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
+/* A line of nothing but ASCII whitespace (a byte tokenizer would hand its spaces to the
+ * model, SentencePiece none of them): translated as an empty line. */
+static bool blank_line(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strchr(" \t\r\v\f", p[i]) || !p[i])
+            return false;
+    return true;
+}
+
 /* Translate @p n sources (ids with EOS); on success text_of[i] holds the text of sentence i
- * (malloc'd strings, the caller frees them). */
+ * (malloc'd strings, the caller frees them). A source without a token (length 0, or EOS
+ * alone: a blank line) gives an empty text without running the model. */
 static bool translate_ids(translator_state *s, int64_t n, const int32_t *const *src_in,
                           const int64_t *len_in, char **text_of)
 {
@@ -470,19 +482,26 @@ static bool translate_ids(translator_state *s, int64_t n, const int32_t *const *
     bool ok = res && order && src && len && sorted_text;
     if (!ok)
         fprintf(stderr, "tgrad translate: out of memory\n");
+    int64_t m = 0; /* the sources with a token */
     for (int64_t i = 0; ok && i < n; i++)
-        order[i] = (by_len){len_in[i], i};
+        if (len_in[i] > 1)
+            order[m++] = (by_len){len_in[i], i};
     if (ok)
-        qsort(order, (size_t)n, sizeof *order, by_len_cmp);
-    for (int64_t i = 0; ok && i < n; i++) {
+        qsort(order, (size_t)m, sizeof *order, by_len_cmp);
+    for (int64_t i = 0; ok && i < m; i++) {
         src[i] = src_in[order[i].index];
         len[i] = order[i].len;
     }
-    ok = ok && translate_sorted(s, n, src, len, res, sorted_text);
-    for (int64_t i = 0; ok && i < n; i++) {
+    ok = ok && (m == 0 || translate_sorted(s, m, src, len, res, sorted_text));
+    for (int64_t i = 0; ok && i < m; i++) {
         text_of[order[i].index] = sorted_text[i];
         sorted_text[i] = NULL;
     }
+    for (int64_t i = 0; ok && i < n; i++)
+        if (len_in[i] <= 1 && !(text_of[i] = strdup(""))) {
+            fprintf(stderr, "tgrad translate: out of memory\n");
+            ok = false;
+        }
     for (int64_t i = 0; sorted_text && i < n; i++)
         free(sorted_text[i]);
     free(sorted_text);
@@ -664,7 +683,7 @@ static int translate_stream(translator_state *s, const translate_args *a)
         size_t n;
         int t = reader_take(&lr, &p, &n);
         if (t == LINE_OK) {
-            int64_t k = n ? source_ids(s, p, n, pd.ids[pd.n]) : 0;
+            int64_t k = !blank_line(p, n) ? source_ids(s, p, n, pd.ids[pd.n]) : 0;
             if (k < 0) {
                 char msg[1024];
                 snprintf(bad, sizeof bad, "%s:%" PRId64 ": %s", cli_show(label, sh, sizeof sh),
@@ -777,6 +796,9 @@ static int translate_eval(translator_state *s, const translate_args *a)
     for (int64_t i = 0; i < n; i++) {
         src[i] = tg_seq2seq_source(d, i, &len[i]);
         refs[i] = tg_seq2seq_target_text(d, i);
+        const char *st = tg_seq2seq_source_text(d, i);
+        if (st && blank_line(st, strlen(st)))
+            len[i] = 0; /* as the streaming mode translates a blank line */
     }
     double t0 = now_s();
     if (!translate_ids(s, n, src, len, hyps))

@@ -371,6 +371,16 @@ def _check(model, path):
     return diff, tol
 
 
+def count_parameters(model):
+    """The model's parameter values, each tensor once: a tied output layer shares its storage
+    with the embedding (head.weight is tok_emb.weight), as tgrad counts it."""
+    seen = {}
+    for t in model.state_dict().values():
+        seen[(t.untyped_storage().data_ptr() if hasattr(t, "untyped_storage")
+              else t.storage().data_ptr(), t.storage_offset(), tuple(t.shape))] = t.numel()
+    return sum(seen.values())
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="Load a tgrad export or checkpoint into PyTorch "
                                 "(torch + numpy only).")
@@ -392,14 +402,14 @@ def main(argv=None):
         if (a.translate or a.spm_out) and not is_translation(meta):
             raise ValueError("--translate and --spm-out need a translation model (tgrad train "
                              "--pairs)")
-        n = sum(t.numel() for t in model.state_dict().values())
+        n = count_parameters(model)
         kind = ("encoder-decoder" if is_seq2seq(config) else
                 "LM" if config["causal"] else "encoder")
         layers = (f"{config['n_layers']}+{config['n_decoder_layers']}" if is_seq2seq(config)
                   else str(config["n_layers"]))
         print(f"{a.model}: {kind}, {layers} layer(s), d_model {config['d_model']}, "
               f"{config['n_heads']} heads, vocabulary {config['vocab_size']}, {config['dtype']}; "
-              f"{n} values loaded with strict=True")
+              f"{n} parameters (a tied tensor counted once) loaded with strict=True")
         if a.spm_out:
             blob = spm_model_bytes(meta)
             if blob is None:

@@ -246,8 +246,9 @@ static void draw(FILE *f, const svg_plot *p)
         lo = hi = p->log_y ? 1 : 0;
     panel top = {f, linear_axis(x0 > 1 ? x0 : 0, x1 > x0 ? x1 : x0 + 1, 6), TOP, LOSS_H};
     top.x.lo = fmax(top.x.lo, 0);
-    /* a loss is >= 0: the linear axis starts at 0 or above, never below */
-    axis y = p->log_y ? log_axis(lo, hi) : linear_axis(lo > 0 ? lo : 0, hi, 5);
+    /* a loss is >= 0: the linear axis starts at 0, so a curve's height is its proportion
+     * (--plot-log shows the detail of small losses) */
+    axis y = p->log_y ? log_axis(lo, hi) : linear_axis(0, hi > 0 ? hi : 0, 5);
     if (!p->log_y && y.lo < 0)
         y.lo = 0;
     int height = TOP + LOSS_H + BOT + (metric ? PANEL_GAP + METRIC_H : 0);
@@ -272,11 +273,12 @@ static void draw(FILE *f, const svg_plot *p)
     if (metric) {
         panel bot = {f, top.x, TOP + LOSS_H + PANEL_GAP, METRIC_H};
         axis m = {0, 1, 0.2, false}; /* 0-100% */
-        fprintf(f, "<g id=\"metric\">\n<text x=\"%d\" y=\"%.1f\" font-size=\"13\">%s (what "
-                   "training stops on)</text>\n", L, bot.top - 8,
-                p->metric_label ? p->metric_label : "metric");
-        draw_frame(&bot, &m, "accuracy (%)", true);
-        if (p->metric_target > 0 && p->metric_target <= 1)
+        bool target = p->metric_target > 0 && p->metric_target <= 1;
+        fprintf(f, "<g id=\"metric\">\n<text x=\"%d\" y=\"%.1f\" font-size=\"13\">%s%s"
+                   "</text>\n", L, bot.top - 8, p->metric_label ? p->metric_label : "metric",
+                target ? " (training stops at the dashed target)" : "");
+        draw_frame(&bot, &m, p->metric_axis ? p->metric_axis : "accuracy (%)", true);
+        if (target)
             fprintf(f, "<line class=\"target\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" "
                        "stroke=\"#888\" stroke-dasharray=\"5,4\"/>\n", L,
                     py(&bot, &m, p->metric_target), W - R, py(&bot, &m, p->metric_target));

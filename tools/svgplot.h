@@ -32,17 +32,21 @@ typedef struct {
      * panel below the losses with the same step axis; NULL or empty: no second panel */
     const svg_series *metric;
     const char *metric_label;      /* "held-out token accuracy" */
-    double metric_target;          /* drawn as a dashed line when in (0, 1] (--target-acc) */
+    const char *metric_axis;       /* its axis title (NULL: "accuracy (%)"), e.g. "BLEU" */
+    /* drawn as a dashed line when in (0, 1] (--target-acc, --target-bleu / 100), and then
+     * the panel's title says training stops there */
+    double metric_target;
 } svg_plot;
 
 /*
  * Write an SVG of the training curves: the train loss (a line) and the validation loss (a line
  * with a marker on each point while there are at most 200 of them), round tick values (1, 2
- * or 5 x 10^k; decades and their 2s and 5s on a log axis), a loss axis from 0 (never below: a
- * loss is >= 0) or, with log_y, from the decade below the smallest loss; then, with a metric,
- * a second panel (0-100%, the target dashed). Written by outpath_write (the library's atomic
- * writer: a regular file only, a temporary renamed into place, the mode of the file replaced
- * kept). false with one line naming @p opt and @p path in @p err.
+ * or 5 x 10^k; decades and their 2s and 5s on a log axis), a loss axis from 0 to above the
+ * largest loss (a loss is >= 0; the curve's height shows its real proportion) or, with log_y,
+ * from the decade below the smallest loss; then, with a metric, a second panel (0-100, the
+ * target dashed). Written by outpath_write (the library's atomic writer: a regular file only,
+ * a temporary renamed into place, the mode of the file replaced kept). false with one line
+ * naming @p opt and @p path in @p err.
  */
 bool svg_training_plot(const char *opt, const char *path, const svg_plot *p, char *err,
                        size_t n);

@@ -77,7 +77,7 @@ static const cli_option train_opts[] = {
         G_TRAIN),
     INT("seed", seed, "S", 0, INT64_MAX, "random seed (0)", G_TRAIN),
     INT("eval-every", eval_every, "N", 1, TRAIN_MAX_STEPS, "evaluate every N steps (text 100, "
-        "task 50, seq2seq 100)", G_TRAIN),
+        "task 50, seq2seq 100, pairs 500)", G_TRAIN),
     NUM("val-fraction", val_fraction, "F", 0, 1, CLI_FMAX_OPEN,
         "text: the last F of the bytes validate (0.1)", G_TRAIN),
     NUM("target-acc", target_acc, "A", 0, 1, 0,
@@ -126,7 +126,8 @@ static const cli_option train_opts[] = {
          G_FILES),
     INT("stop-after", stop_after, "N", 1, TRAIN_MAX_STEPS, "stop after step N (to resume "
         "later)", G_FILES),
-    PATH("log", log, "CSV", "write step,train_loss,val_loss,lr,tokens_per_s,val_acc", G_FILES),
+    PATH("log", log, "CSV", "write step,train_loss,val_loss,lr,tokens_per_s,val_acc (--pairs: "
+         "val_bleu, the greedy BLEU, for val_acc)", G_FILES),
     PATH("plot", plot, "SVG", "write the loss curves as SVG (a task run: and the held-out "
          "accuracy it stops on, in a second panel)", G_FILES),
     FLAG("plot-log", plot_log, "--plot: the loss axis on a log scale", G_FILES),
@@ -162,8 +163,11 @@ static const cli_command train_cmd = {
         "Exit status: 0; 2 for a usage error (an unknown option, a value out of range,\n"
         "options that exclude each other or contradict the resumed checkpoint); 1 for a\n"
         "run-time failure (a file missing or corrupt, memory, a non-finite loss); 3\n"
-        "when a task run ends below --target-acc; 130 when interrupted (Ctrl-C saves\n"
-        "the checkpoint first).",
+        "when a task run ends below --target-acc; 130 when interrupted: SIGINT\n"
+        "(Ctrl-C) or SIGTERM stops the run after the current step and saves the\n"
+        "checkpoint first, or during the setup before any step, saving nothing. A\n"
+        "signal the process inherits as ignored (SIGINT, in a script's background\n"
+        "job) stays ignored.",
     .opts = train_opts,
 };
 

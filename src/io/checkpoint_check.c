@@ -240,10 +240,11 @@ static bool check_optim_state(tg_ctx *ctx, const tg_safetensors *st, const tg_op
         bool want = pre && (!strcmp(pre, "sgd.momentum.") ? sgd_m : adam);
         if (pre && !want) {
             char s[80];
-            return tg__run_err(ctx, TG_ERR_MISMATCH, fn, "optimizer state '%s' does not belong "
-                               "to train.optimizer %s%s", show(tg_safetensors_name(st, j), s,
-                                                               sizeof s), on,
-                               sgd && !sgd_m ? " with momentum 0" : ""), false;
+            return tg__run_err(ctx, TG_ERR_MISMATCH, fn, "optimizer state '%s' is %s state, "
+                               "which the optimizer restored into (%s%s) does not keep",
+                               show(tg_safetensors_name(st, j), s, sizeof s),
+                               !strcmp(pre, "sgd.momentum.") ? "SGD momentum" : "Adam/AdamW",
+                               on, sgd && !sgd_m ? " with momentum 0" : ""), false;
         }
     }
     static const char *const adam_pre[] = {"adam.m.", "adam.v."}, *const sgd_pre[] = {
@@ -256,9 +257,9 @@ static bool check_optim_state(tg_ctx *ctx, const tg_safetensors *st, const tg_op
             snprintf(name, sizeof name, "%s%s", pres[k], ps[i].name);
             if (!tg_safetensors_find(st, name))
                 return tg__run_err(ctx, TG_ERR_MISMATCH, fn, "the file lacks optimizer state "
-                                   "'%s' that train.optimizer %s keeps for every parameter (a "
-                                   "training checkpoint holds it; 'tgrad train --resume' "
-                                   "restores it)", name, on), false;
+                                   "'%s' that the optimizer restored into (%s) keeps for every "
+                                   "parameter (a training checkpoint holds it; 'tgrad train "
+                                   "--resume' restores it)", name, on), false;
         }
     return true;
 }

@@ -1,6 +1,6 @@
 #!/bin/sh
 # install_link.sh BUILD_DIR CC core|dist|spm - install the build into a temporary directory
-# (meson install --destdir) and compile and link a small program against the installed
+# (meson install --destdir), check the programs are there (tgrad, ding-pairs), and compile and link a small program against the installed
 # headers and libraries with pkg-config, both ways:
 #   shared: cc app.c $(pkg-config --cflags --libs tgrad[-dist|-spm])
 #   static: the same with --static and only the .a files of tgrad on the library path
@@ -14,6 +14,12 @@ trap 'rm -rf "$tmp"' EXIT
 
 meson install -C "$build" --no-rebuild --quiet --destdir "$tmp/root" >"$tmp/install.log" 2>&1 || {
     cat "$tmp/install.log"; echo "install_link: meson install failed"; exit 1; }
+# the programs: tgrad, and ding-pairs, which the translation quick start runs (standalone)
+for prog in tgrad ding-pairs; do
+    bin=$(find "$tmp/root" -name "$prog" -path '*/bin/*' -type f | head -n 1)
+    [ -n "$bin" ] || { echo "install_link: no bin/$prog installed"; exit 1; }
+done
+"$bin" --help >/dev/null || { echo "install_link: the installed ding-pairs --help failed"; exit 1; }
 pcdir=$(find "$tmp/root" -name tgrad.pc -path '*/pkgconfig/*' | head -n 1)
 [ -n "$pcdir" ] || { echo "install_link: no tgrad.pc installed"; exit 1; }
 pcdir=$(dirname "$pcdir")

@@ -2,7 +2,8 @@
 # check_load_tgrad.sh SOURCE_DIR [TGRAD] - tools/load_tgrad.py on Debian's python3-torch and
 # numpy alone: a `safetensors` module that fails on import is put first on the path, then each
 # committed export and checkpoint (tests/fixtures/export_*) is loaded with strict=True and its
-# logits compared with the reference logits. The translation models (export_pairs_*): also
+# logits compared with the reference logits, and the parameters it counts (each tied tensor
+# once) with the checkpoint's. The translation models (export_pairs_*): also
 # their tokenizer (the SentencePiece model given back byte for byte, with python3-sentencepiece)
 # and, given the tgrad program, load_tgrad.translate's greedy translations equal to `tgrad
 # translate --beam 1` of the export and the checkpoint (SentencePiece: when both sides have
@@ -32,6 +33,18 @@ for case in ("export_lm", "export_task", "export_pairs_bytes", "export_pairs_spm
         diff, tol = load_tgrad._check(model, f"{fx}/{case}_logits.safetensors")
         print(f"{case}.{ext}: {diff:.3g} (tol {tol:g})")
         bad += not diff <= tol
+# the parameter count it prints: each tensor once (a tied head is the embedding; an export
+# stores it under both names for strict loading), as tgrad counts them: the values of the
+# checkpoint's parameters (a tied head stored once, optimizer state left out)
+for case in ("export_lm", "export_task", "export_seq2seq", "export_seq2seq_tied",
+             "export_pairs_bytes", "export_pairs_spm"):
+    tensors = load_tgrad.read_safetensors(f"{fx}/{case}.ckpt")[0]
+    want = sum(t.numel() for k, t in tensors.items()
+               if not k.startswith(("adam.", "sgd.momentum.")))
+    for ext in ("safetensors", "ckpt"):
+        got = load_tgrad.count_parameters(load_tgrad.load(f"{fx}/{case}.{ext}")[0])
+        print(f"{case}.{ext}: {got} parameters, the checkpoint holds {want}")
+        bad += got != want
 try:
     import sentencepiece  # noqa: F401
     have_spm = True
