@@ -11,6 +11,7 @@
  * relu/gelu give the same bits.
  */
 #include "gemv.h"
+#include "gemm.h"
 #include "registry.h"
 #include "vec.h"
 

@@ -26,6 +26,7 @@
  * chunk.
  */
 #include "par.h"
+#include "gemm.h"
 #include "registry.h"
 #include "vec.h"
 

@@ -22,6 +22,7 @@
  * (TG_PAR_RANGE) taken dynamically, each y[r, j] computed by one thread; no region at all for
  * the few hundred KiB of a small model's layer.
  */
+#include "gemm.h"
 #include "gemv.h"
 #include "vec.h"
 

@@ -8,6 +8,7 @@
  *   !tb: dB += op(A)^T . dC            tb: dB += dC^T . op(A)
  * Source: the Keras attention tutorials' `matmul(q, k, transpose_b=True)`; PyTorch `torch.matmul` broadcasting.
  */
+#include "gemm.h"
 #include "registry.h"
 
 #include <stdio.h>

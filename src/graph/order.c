@@ -38,8 +38,6 @@ static bool is_layout(const tg_tensor *t)
     return t->def && (t->def->flags & (TG_OPF_VIEW | TG_OPF_LAYOUT));
 }
 
-uint64_t tg__graph_seq(const tg_graph *g) { return g->seq; }
-
 static void unlink_graph(tg_graph *g)
 {
     tg_ctx *ctx = g->ctx;
@@ -84,7 +82,16 @@ void tg_graph_free(tg_graph *g)
     tg__free(ctx, g);
 }
 
-void tg__graph_forget(tg_graph *g) { tg_graph_free(g); }
+/* The context's rewind hook (ctx->forget_after): graphs made at or after allocation number
+ * seq first (they unbind the tensors they ran), then the shared arenas (every graph using one
+ * is newer, so already gone). */
+void tg__graph_forget_after(tg_ctx *ctx, uint64_t seq)
+{
+    while (ctx->graphs && ctx->graphs->seq >= seq)
+        tg_graph_free(ctx->graphs);
+    while (ctx->arenas && ctx->arenas->seq >= seq)
+        tg__arena_forget(ctx->arenas);
+}
 
 tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs,
                             const tg_graph_opts *opts)
@@ -115,6 +122,7 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
         return NULL;
     g->ctx = ctx;
     g->seq = seq;
+    ctx->forget_after = tg__graph_forget_after;
     g->next = ctx->graphs;
     if (ctx->graphs)
         ctx->graphs->prev = g;
