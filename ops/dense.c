@@ -11,6 +11,7 @@
  * relu/gelu give the same bits.
  */
 #include "gemv.h"
+#include "gemm.h"
 #include "registry.h"
 #include "vec.h"
 
@@ -114,70 +115,16 @@ static void pgemv_f64(const tg__call *c, int64_t M, int64_t N, int64_t K, const 
  * step) the matrix-vector kernel of gemv.c instead, which streams W without packing it (its
  * sums are in 16 fixed lanes, so the last bits differ from the GEMM's). Backward from
  * G = dL/dz (z = x W^T + b). */
-#define DEFINE_DENSE(T, SUF)                                                                   \
-    static void fwd_##SUF(const tg__call *c, int act)                                               \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        const tg_tensor *x = y->src[0], *w = y->src[1], *b = y->n_src > 2 ? y->src[2] : NULL;  \
-        int64_t I = w->shape[1], O = w->shape[0], R = x->numel / I;                            \
-        if (R <= TG__GEMV_MAX_ROWS) {                                                          \
-            pgemv_##SUF(c, R, O, I, c->in[0], c->in[1], b ? c->in[2] : NULL, c->out, act,      \
-                        act == TG__EPI_GELU ? c->saved : NULL);                                \
-            return;                                                                            \
-        }                                                                                      \
-        tg__gemm_epi epi = {b ? c->in[2] : NULL, act, act == TG__EPI_GELU ? c->saved : NULL};   \
-        pgemm_##SUF(c, false, true, R, O, I, c->in[0], I, c->in[1], I, c->out, O, false, c->ws, \
-                    &epi);                                                                     \
-    }                                                                                          \
-    static void bwd_from_##SUF(const tg__call *c, const T *G, void *ws)                             \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        tg_tensor *x = y->src[0], *w = y->src[1], *b = y->n_src > 2 ? y->src[2] : NULL;        \
-        int64_t I = w->shape[1], O = w->shape[0], R = x->numel / I;                            \
-        if (c->dx[0]) /* dx (R, I) += dz (R, O) W (O, I) */                                    \
-            pgemm_##SUF(c, false, false, R, I, O, G, O, c->in[1], I, c->dx[0], I, true, ws,     \
-                        NULL);                                                                 \
-        if (c->dx[1]) /* dW (O, I) += dz^T (O, R) x (R, I) */                                  \
-            pgemm_##SUF(c, true, false, O, I, R, G, O, c->in[0], I, c->dx[1], I, true, ws,      \
-                        NULL);                                                                 \
-        if (b && c->dx[2]) /* db (O) += sum_r dz[r, :]: row-blocked, fixed order per column */ \
-            tg__sum_rows_##SUF(c->nt, R, O, G, O, c->dx[2]);                                   \
-    }                                                                                          \
-    /* dz = dy [y > 0] (y > 0 exactly where z > 0); dz may be dy itself. */                    \
-    TG_SIMD_CLONES static void relu_dz_##SUF(int64_t lo, int64_t hi, const T *out, const T *dy, \
-                                             T *dz)                                            \
-    {                                                                                          \
-        for (int64_t i = lo; i < hi; i++) {                                                    \
-            T g = dy[i];                                                                       \
-            dz[i] = (T)0 + (out[i] > 0 ? g : (T)0);                                            \
-        }                                                                                      \
-    }                                                                                          \
-    /* dz = dy * act'(z) over dy or into the workspace's tail, then dense's rules. */          \
-    static void act_bwd_##SUF(const tg__call *c)                                                    \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        int64_t n = y->numel;                                                                  \
-        size_t gws = gemm_ws(c);                                                               \
-        /* dz over dy when nobody reads dy after this rule, else in the workspace */           \
-        T *dz = c->dy_scratch ? (T *)c->dy : (T *)(void *)((char *)c->ws + gws);           \
-        const T *dy = c->dy, *out = c->out, *z = c->saved;                                  \
-        int nt = c->nt;                                                          \
-        if (y->p.dense.act == TG_ACT_RELU) {                                                   \
-            TG_PAR_RANGE(nt, n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,                 \
-                         relu_dz_##SUF(lo, hi, out, dy, dz));                                  \
-        } else {                                                                               \
-            TG_OMP_FOR(nt, n > TG_PAR_MIN / 16)                                                \
-            for (int64_t i = 0; i < n; i++) {                                                  \
-                double v = (double)z[i];                                                       \
-                double cdf = 0.5 * (1.0 + erf(v * INV_SQRT2));                                 \
-                double pdf = INV_SQRT2PI * exp(-0.5 * v * v);                                  \
-                dz[i] = (T)((double)dy[i] * (cdf + v * pdf));                                  \
-            }                                                                                  \
-        }                                                                                      \
-        bwd_from_##SUF(c, dz, c->ws);                                                          \
-    }
-DEFINE_DENSE(float, f32)
-DEFINE_DENSE(double, f64)
+#define T float
+#define SUF f32
+#include "dense_kernel.h"
+#undef T
+#undef SUF
+#define T double
+#define SUF f64
+#include "dense_kernel.h"
+#undef T
+#undef SUF
 
 size_t tg__dense_ws(const tg__call *c) { return gemm_ws(c); }
 

@@ -36,6 +36,7 @@
  * strides with stride 0 on broadcast dims. Output, its gradient and the sources' gradients are
  * contiguous.
  */
+#include "gemm.h"
 #include "registry.h"
 #include "vec.h"
 

@@ -28,6 +28,7 @@
  * the split.
  */
 #include "par.h"
+#include "gemm.h"
 #include "registry.h"
 #include "vec.h"
 
@@ -50,15 +51,6 @@
 #define MK_BIAS 2 /* start from bias[j] (first chunk of an epilogue with bias) */
 #define MK_RELU 4 /* store max(c, 0) (last chunk of a ReLU epilogue) */
 
-uint16_t tg__bf16_from_f32(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep the sign and top payload, quiet */
-        return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(u >> 16);
-}
 
 /* One micro-kernel: C[0:MR, 0:NR] (row stride ldc) from a packed A strip (ap[(q MR + r) 2 + e]
  * = bf16 of row r, k = 2q + e) and a B panel (bp[(q NR + j) 2 + e] = bf16 of (2q + e, j)), kp

@@ -8,6 +8,7 @@
  *   !tb: dB += op(A)^T . dC            tb: dB += dC^T . op(A)
  * Source: the Keras attention tutorials' `matmul(q, k, transpose_b=True)`; PyTorch `torch.matmul` broadcasting.
  */
+#include "gemm.h"
 #include "registry.h"
 
 #include <stdio.h>
@@ -207,138 +208,16 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
  * Batches run in one parallel region over (matrix, row block) items, each item a one-thread
  * GEMM (no nested regions); a single matrix uses the GEMM's own threads. Rows [r0, r1) of
  * C = op(X) op(Y) read op(X) from X + (tx ? r0 : r0 * ldx). */
-#define DEFINE_MATMUL(T, SUF)                                                                  \
-    static void rows_##SUF(int prec, bool tx, bool ty, int64_t r0, int64_t r1, int64_t N, int64_t K,     \
-                           const T *X, int64_t ldx, const T *Y, int64_t ldy, T *C, int64_t ldc,\
-                           bool acc, void *ws)                                                 \
-    {                                                                                          \
-        pg_##SUF(prec, 1, tx, ty, r1 - r0, N, K, X + (tx ? r0 : r0 * ldx), ldx, Y, ldy,        \
-                       C + r0 * ldc, ldc, acc, ws);                                            \
-    }                                                                                          \
-    static void fwd_##SUF(const tg__call *c)                                                        \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        mm_dims d;                                                                             \
-        dims(y, &d);                                                                           \
-        bool ta = y->p.matmul.ta != d.fa, tb = y->p.matmul.tb != d.fb;                         \
-        mm_maps mp = maps(y, d.nb);                                                            \
-        const T *A = c->in[0], *B = c->in[1];                                                  \
-        T *C = c->out;                                                                        \
-        int nt = c->nt;                                                          \
-        if (d.nb * d.M * d.N * d.K <= TG_PAR_MIN)                                              \
-            nt = 1;                                                                            \
-        if (d.nb == 1) {                                                                       \
-            pg_##SUF(c->precision, nt, ta, tb, d.M, d.N, d.K, A + mp.aoff[0], d.lda, B + mp.boff[0],   \
-                           d.ldb, C, d.N, false, c->ws);                                       \
-            return;                                                                            \
-        }                                                                                      \
-        size_t per = ws_per_thread(y, c->precision);                                                         \
-        int64_t mb = row_blocks(d.nb, d.M, nt), items = d.nb * mb;                             \
-        /* Race-free: item (o, blk) owns rows of C[o]; each a one-thread GEMM. */              \
-        TG_OMP_FOR(nt, nt > 1)                                                                 \
-        for (int64_t it = 0; it < items; it++) {                                               \
-            int64_t o = it / mb, blk = it % mb;                                                \
-            rows_##SUF(c->precision, ta, tb, d.M * blk / mb, d.M * (blk + 1) / mb, d.N, d.K,                 \
-                       A + mp.aoff[o], d.lda, B + mp.boff[o], d.ldb, C + o * d.M * d.N, d.N,   \
-                       false, (char *)c->ws + (size_t)TG_THREAD_NUM() * per);                  \
-        }                                                                                      \
-    }                                                                                          \
-    /* Rows [r0, r1) of dA for matrix ia = sum over output batches o with amap[o] == ia (o     \
-     * ascending). */                                                                          \
-    static void grad_a_##SUF(int nt, const tg__call *c, const mm_dims *d, int64_t ia,          \
-                             int64_t r0, int64_t r1, void *ws)                                 \
-    {                                                                                          \
-        const tg_tensor *y = c->y, *a = y->src[0];                                             \
-        bool ta = y->p.matmul.ta, tb = y->p.matmul.tb != d->fb;                                \
-        mm_maps mp = maps(y, d->nb);                                                           \
-        int64_t lga = a->shape[a->rank - 1], sa = a->shape[a->rank - 2] * lga;                 \
-        T *dA = (T *)c->dx[0] + ia * sa;                                                       \
-        const T *G = c->dy, *B = c->in[1];                                                   \
-        for (int64_t o = 0; o < d->nb; o++) {                                                  \
-            if (mp.amap[o] != ia)                                                              \
-                continue;                                                                      \
-            const T *Go = G + o * d->M * d->N, *Bo = B + mp.boff[o];                           \
-            if (nt > 1) { /* whole matrix on nt threads */                                     \
-                if (!ta)                                                                       \
-                    pg_##SUF(c->precision, nt, false, !tb, d->M, d->K, d->N, Go, d->N, Bo, d->ldb, dA, \
-                                   lga, true, ws);                                             \
-                else                                                                           \
-                    pg_##SUF(c->precision, nt, tb, true, d->K, d->M, d->N, Bo, d->ldb, Go, d->N, dA,   \
-                                   lga, true, ws);                                             \
-            } else if (!ta) /* dA (M,K) += dC (M,N) . op(B)^T (N,K) */                         \
-                rows_##SUF(c->precision, false, !tb, r0, r1, d->K, d->N, Go, d->N, Bo, d->ldb, dA, lga,      \
-                           true, ws);                                                          \
-            else /* dA (K,M) += op(B) (K,N) . dC^T (N,M) */                                    \
-                rows_##SUF(c->precision, tb, true, r0, r1, d->M, d->N, Bo, d->ldb, Go, d->N, dA, lga, true,  \
-                           ws);                                                                \
-        }                                                                                      \
-    }                                                                                          \
-    static void grad_b_##SUF(int nt, const tg__call *c, const mm_dims *d, int64_t ib,          \
-                             int64_t r0, int64_t r1, void *ws)                                 \
-    {                                                                                          \
-        const tg_tensor *y = c->y, *b = y->src[1];                                             \
-        bool ta = y->p.matmul.ta != d->fa, tb = y->p.matmul.tb;                                \
-        mm_maps mp = maps(y, d->nb);                                                           \
-        int64_t lgb = b->shape[b->rank - 1], sb = b->shape[b->rank - 2] * lgb;                 \
-        T *dB = (T *)c->dx[1] + ib * sb;                                                       \
-        const T *G = c->dy, *A = c->in[0];                                                   \
-        for (int64_t o = 0; o < d->nb; o++) {                                                  \
-            if (mp.bmap[o] != ib)                                                              \
-                continue;                                                                      \
-            const T *Go = G + o * d->M * d->N, *Ao = A + mp.aoff[o];                           \
-            if (nt > 1) {                                                                      \
-                if (!tb)                                                                       \
-                    pg_##SUF(c->precision, nt, !ta, false, d->K, d->N, d->M, Ao, d->lda, Go, d->N, dB, \
-                                   lgb, true, ws);                                             \
-                else                                                                           \
-                    pg_##SUF(c->precision, nt, true, ta, d->N, d->K, d->M, Go, d->N, Ao, d->lda, dB,   \
-                                   lgb, true, ws);                                             \
-            } else if (!tb) /* dB (K,N) += op(A)^T (K,M) . dC (M,N) */                         \
-                rows_##SUF(c->precision, !ta, false, r0, r1, d->N, d->M, Ao, d->lda, Go, d->N, dB, lgb, true,\
-                           ws);                                                                \
-            else /* dB (N,K) += dC^T (N,M) . op(A) (M,K) */                                    \
-                rows_##SUF(c->precision, true, ta, r0, r1, d->K, d->M, Go, d->N, Ao, d->lda, dB, lgb, true,  \
-                           ws);                                                                \
-        }                                                                                      \
-    }                                                                                          \
-    /* One operand's gradient: n matrices of `rows` rows, in one region over (matrix, row      \
-     * block) items of one-thread GEMMs (item owns rows of its matrix: race-free); a single    \
-     * output matrix (nb == 1) uses the GEMM's own threads. */                                 \
-    static void grads_##SUF(void (*g)(int, const tg__call *, const mm_dims *, int64_t,         \
-                                      int64_t, int64_t, void *),                               \
-                            int nt, const tg__call *c, const mm_dims *d, int64_t n,            \
-                            int64_t rows, size_t per)                                          \
-    {                                                                                          \
-        if (d->nb == 1) {                                                                      \
-            g(nt, c, d, 0, 0, rows, c->ws);                                                    \
-            return;                                                                            \
-        }                                                                                      \
-        int64_t mb = row_blocks(n, rows, nt), items = n * mb;                                  \
-        TG_OMP_FOR_ITEMS(nt, nt > 1)                                                           \
-        for (int64_t it = 0; it < items; it++) {                                               \
-            int64_t m = it / mb, blk = it % mb;                                                \
-            g(1, c, d, m, rows * blk / mb, rows * (blk + 1) / mb,                              \
-              (char *)c->ws + (size_t)TG_THREAD_NUM() * per);                                  \
-        }                                                                                      \
-    }                                                                                          \
-    static void bwd_##SUF(const tg__call *c)                                                        \
-    {                                                                                          \
-        const tg_tensor *y = c->y;                                                             \
-        mm_dims d;                                                                             \
-        dims(y, &d);                                                                           \
-        int nt = c->nt;                                                          \
-        if (d.nb * d.M * d.N * d.K <= TG_PAR_MIN)                                              \
-            nt = 1;                                                                            \
-        size_t per = ws_per_thread(y, c->precision);                                                         \
-        const tg_tensor *a = y->src[0], *b = y->src[1];                                        \
-        if (c->dx[0])                                                                          \
-            grads_##SUF(grad_a_##SUF, nt, c, &d, d.na, a->shape[a->rank - 2], per);            \
-        if (c->dx[1])                                                                          \
-            grads_##SUF(grad_b_##SUF, nt, c, &d, d.nbm, b->shape[b->rank - 2], per);           \
-    }
-
-DEFINE_MATMUL(float, f32)
-DEFINE_MATMUL(double, f64)
+#define T float
+#define SUF f32
+#include "matmul_kernel.h"
+#undef T
+#undef SUF
+#define T double
+#define SUF f64
+#include "matmul_kernel.h"
+#undef T
+#undef SUF
 
 tg_status tg__matmul_forward(const tg__call *c)
 {

@@ -15,7 +15,7 @@
  */
 #include "testutil.h"
 
-#include "core.h"
+#include "gemm.h"
 
 #include <float.h>
 #include <stdlib.h>

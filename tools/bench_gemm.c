@@ -21,7 +21,7 @@
 #include "bench_gemm.h"
 #include "cli.h"
 #include "climsg.h"
-#include "core.h" /* tg__gemm_isa_bf16, tg__gemm_bf16_hw: the bf16 GEMM has no public entry */
+#include "gemm.h" /* tg__gemm_isa_bf16, tg__gemm_bf16_hw: the bf16 GEMM has no public entry */
 
 #include <dlfcn.h>
 #include <math.h>

@@ -17,14 +17,8 @@
 #include <omp.h>
 #endif
 
-/* ----- op ids: one per line of ops/ops.def --------------------------------------------- */
-enum {
-    TG_OP_NONE = 0, /* leaf */
-#define TG_OP(id, name, fwd, bwd, check, flags, ws) TG_OP_##id,
-#include "../../ops/ops.def"
-#undef TG_OP
-    TG_OP_COUNT_
-};
+/* The op of a leaf (tg_tensor.op); ops/registry.h numbers the others (TG_OP_*). */
+#define TG__OP_LEAF 0
 
 /* Most sources of one op (tg_concat takes up to TG_CONCAT_MAX = TG_MAX_SRC tensors). */
 #define TG_MAX_SRC 8
@@ -81,7 +75,7 @@ struct tg_tensor {
     void *grad;          /* leaves only: the accumulated gradient, owned (allocated by
                             tg_graph_new); an op result's: tg__grad_value */
 
-    int op;              /* TG_OP_* or TG_OP_NONE for leaves */
+    int op;              /* TG_OP_* (ops/registry.h) or TG__OP_LEAF */
     const struct tg_op_def *def; /* registry entry (or a custom op's definition); NULL: leaf */
     int n_src;
     tg_tensor *src[TG_MAX_SRC];
@@ -148,6 +142,13 @@ void *tg__err(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
     ;
 /* Record a run error (ignored if a build error is pending). Returns NULL. */
 void *tg__run_err(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* Replace the error recorded so far in this I/O call by "fn: <fmt>" (the first error of an
+ * I/O call is otherwise kept). */
+void tg__err_replace(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
 #endif
@@ -228,33 +229,18 @@ static inline bool tg__f32_ok(double v)
     return !(fabs(v) >= TG__F32_OVERFLOW) || isinf(v);
 }
 
-/* ----- builder helpers ---------------------------------------------------------------------- */
-/* True if every one of the n tensors is non-NULL, belongs to ctx, is float (f32/f64) and shares
- * dtype (records TG_ERR_ARG / TG_ERR_DTYPE naming fn otherwise, e.g. "tg_add: 'ids' is i32;
- * this op needs f32 or f64"; NULL inputs return false silently). */
-bool tg__check_srcs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src);
-/* tg__check_srcs for an op with one integer operand: src[ids] must be TG_I32 (a float one is
- * refused with a message calling it @p role, e.g. "ids"); the others float and of one dtype. */
-bool tg__check_srcs_ids(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src, int ids,
-                        const char *role);
+/* ----- tensor records (tensor.c) ------------------------------------------------------------
+ * A new tensor record of the given kind, shape checked (TG_ERR_SHAPE / TG_ERR_OVERFLOW naming
+ * fn), named (name NULL: generated) and, with alloc_data, with its own zeroed data. NULL with
+ * the error recorded. Op results are made by tg__op_new (ops/node.c). */
+tg_tensor *tg__tensor_new(tg_ctx *ctx, const char *fn, tg_kind kind, tg_dtype dt, int rank,
+                         const int64_t *shape, const char *name, bool alloc_data);
 /* An input leaf of shape (rows, base's shape after the first) whose data is the first rows
  * of @p base's (a contiguous leaf; 1 <= rows <= base's first dimension): nothing is
  * allocated; the caller keeps base alive and sets the leaf's data to NULL before base's is
  * freed. A graph built for fewer rows reads and writes base's memory in place (the
  * generator's step graphs for fewer live rows). NULL with the error recorded. */
 tg_tensor *tg__input_rows(tg_ctx *ctx, tg_tensor *base, int64_t rows, const char *name);
-/* Create an op result tensor with its data buffer. requires_grad = any src requires it.
- * Returns NULL (error recorded) on failure. */
-tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t *shape,
-                      int n_src, tg_tensor *const *src);
-/* Declare that forward saves `bytes` for backward in y->saved (placed by the planner, bound
- * at run; NOT zeroed: forward writes every byte backward reads). Returns true. */
-bool tg__op_save(tg_tensor *y, size_t bytes);
-/* tg__op_save of n * es + extra bytes, overflow-checked (TG_ERR_OVERFLOW recorded and y
- * freed: the builder must return NULL without touching y again). */
-bool tg__op_save_n(tg_tensor *y, int64_t n, size_t es, size_t extra);
-/* A contiguous copy of x (op "contiguous"; ops/shape.c). NULL on error (recorded). */
-tg_tensor *tg__contiguous(tg_ctx *ctx, tg_tensor *x);
 /* Element index in t->data of logical (row-major) element `flat` (strides of a view). */
 int64_t tg__elem(const tg_tensor *t, int64_t flat);
 /* Row-major strides (elements) of shape; entries past rank are 1. */
@@ -263,25 +249,6 @@ void tg__contiguous_strides(int rank, const int64_t *shape, int64_t *stride);
 bool tg__is_contiguous(const tg_tensor *t);
 /* Normalize a possibly negative axis against rank; returns -1 if out of range. */
 int tg__axis(int axis, int rank);
-/* The node of a broadcasting binary op (add, mul, sub, div): operands checked, shape
- * broadcast (TG_ERR_SHAPE naming fn otherwise). NULL on error (recorded). */
-tg_tensor *tg__binary_new(tg_ctx *ctx, int op, const char *fn, tg_tensor *a, tg_tensor *b);
-/* Broadcast shapes a and b (right-aligned) into out; returns false if incompatible. */
-bool tg__broadcast_shape(int ra, const int64_t *a, int rb, const int64_t *b, int *rout,
-                         int64_t *out);
-
-/* ----- broadcasting kernels (shared by add, mul, add_mask, matmul) -------------------------- */
-/* Row-major strides of x's shape right-aligned inside an output of rank `rank`, with stride 0
- * on broadcast dims: st[i] for output axis i. */
-void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, int64_t *st);
-/* dx (shape of x) += dy (shape out_shape, rank) summed over broadcast dims, fixed order per
- * element of dx (thread-count independent). dtype dt for both; nt threads. */
-void tg__reduce_to(int nt, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
-                   const tg_tensor *x, void *dx);
-
-/* p[i] = 0 + p[i] for n elements: what accumulating into a zeroed gradient gives (-0 becomes
- * +0), for backward rules whose in-place identity must match the accumulating path bitwise. */
-void tg__plus_zero(int nt, tg_dtype dt, int64_t n, void *p);
 
 /* ----- random numbers ----------------------------------------------------------------------- */
 /* splitmix64 (Steele et al. 2014): advances *state and returns the next output. Seeds the
@@ -404,69 +371,25 @@ void tg__gov_report(tg__par_gov *g, const tg__par_acct *a, int64_t chunks);
 #define TG__CAT_(a, b) a##_##b
 #define TG__CAT(a, b) TG__CAT_(a, b)
 
-/* ----- GEMM: the one entry point for matrix products (ops/gemm.c) ---------------------------
- * C (M, N) = (acc ? C : 0) + op(A) op(B), op(A) (M, K), op(B) (K, N); lda/ldb/ldc are the row
- * strides of A, B, C as stored. Each C element is one chain over k in increasing order computed
- * by one thread (FMA where the CPU has it), so results do not depend on nt. ws (not NULL): nt
- * per-thread slices of at least tg__gemm_ws_bytes_nk(dt, 1, N, K) bytes, 64-byte aligned.
- * nt == 1 never opens an OpenMP region, so a caller's parallel loop may call it per item. */
-void tg__gemm_f32(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
-                  int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool acc,
-                  void *ws);
-void tg__gemm_f64(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double *A,
-                  int64_t lda, const double *B, int64_t ldb, double *C, int64_t ldc, bool acc,
-                  void *ws);
-/* Epilogue on the finished C (dense forward): C = act(C + bias), bias (N) per column, added
- * first (the chain starts at bias[j]; needs acc false); pre (row stride ldc), if non-NULL,
- * receives C + bias before the activation. */
-enum { TG__EPI_NONE, TG__EPI_RELU, TG__EPI_GELU };
-typedef struct tg__gemm_epi {
-    const void *bias;
-    int act;
-    void *pre;
-} tg__gemm_epi;
-void tg__gemm_ex_f32(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
-                     int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool acc,
-                     void *ws, const tg__gemm_epi *epi);
-void tg__gemm_ex_f64(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                     const double *A, int64_t lda, const double *B, int64_t ldb, double *C,
-                     int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
-/* The micro-kernel family: TG__ISA_BEST picks the best this CPU runs; the others cap the choice
- * (tests compare the kernels: AVX-512 and AVX2 give the same bits, both FMA chains in the same
- * order; the portable one rounds multiply and add separately). */
-enum { TG__ISA_BEST, TG__ISA_PORTABLE, TG__ISA_AVX2, TG__ISA_AVX512 };
-void tg__gemm_isa_f32(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                      const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
-                      int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
-void tg__gemm_isa_f64(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                      const double *A, int64_t lda, const double *B, int64_t ldb, double *C,
-                      int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
-/* The family TG__ISA_BEST resolves to on this CPU. */
-int tg__gemm_isa(void);
-/* bf16 products with f32 accumulation (ops/gemm_bf16.c): tg__gemm_isa_f32's contract with
- * both operands rounded to bf16 (nearest, ties to even) as they are packed; each element one
- * chain over k pairs, the odd product of a pair added first (vdpbf16ps's order), so results do
- * not depend on nt. isa TG__ISA_BEST (or TG__ISA_AVX512) uses the AVX512_BF16 kernel where the
- * CPU has it, any other value the portable kernel: the two agree except on subnormal values
- * (which vdpbf16ps flushes). ws: tg__gemm_bf16_ws_bytes_nk(nt, N, K) bytes, 64-byte aligned. */
-void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                       const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
-                       int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
-size_t tg__gemm_bf16_ws_bytes_nk(int nt, int64_t n, int64_t k);
-/* 1 if this CPU runs the AVX512_BF16 kernel (vdpbf16ps), else 0. */
-int tg__gemm_bf16_hw(void);
-/* The f32 product at a graph's compute precision (tg_graph_opts.precision): TG_PRECISION_F32
- * is tg__gemm_ex_f32, TG_PRECISION_BF16 tg__gemm_isa_bf16 with the best kernel of this CPU.
- * ws: tg__gemm_ws_bytes_prec(TG_F32, prec, nt, N, K) bytes (ops/gemm_bf16.c). */
-void tg__gemm_prec_f32(int prec, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                       const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
-                       int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
-/* Workspace of tg__gemm_prec_f32 (dt TG_F32) or of the f64 GEMM (dt TG_F64, prec ignored). */
-size_t tg__gemm_ws_bytes_prec(tg_dtype dt, int prec, int nt, int64_t n, int64_t k);
-/* f32 -> bf16 (nearest, ties to even; NaN stays a quiet NaN; ops/gemm_bf16.c) and back (exact;
- * src/io/io.c). */
-uint16_t tg__bf16_from_f32(float x);
-float tg__bf16_to_f32(uint16_t h);
+/* ----- bf16 and UTF-8 helpers --------------------------------------------------------------
+ * f32 -> bf16 bits (nearest, ties to even; NaN keeps its sign and top payload, made quiet) and
+ * back (exact: bf16 is the top half of a binary32). */
+static inline uint16_t tg__bf16_from_f32(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float tg__bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
 /* x rounded to bf16 (nearest, ties to even; NaN stays NaN, made quiet), as an f32: the value
  * tg__bf16_to_f32(tg__bf16_from_f32(x)) in a form loops vectorize. */
 static inline float tg__bf16_round(float x)
@@ -479,11 +402,10 @@ static inline float tg__bf16_round(float x)
     memcpy(&x, &u, sizeof x);
     return x;
 }
-/* Workspace of nt threads for products of any shape (the largest blocks) ... */
-size_t tg__gemm_ws_bytes(tg_dtype dt, int nt);
-/* ... or for products with at most n columns (of C) and k inner steps: small shapes take
- * little (a 64-wide attention block ~25 KiB instead of ~530 KiB). */
-size_t tg__gemm_ws_bytes_nk(tg_dtype dt, int nt, int64_t n, int64_t k);
+/* Length of the valid UTF-8 sequence starting at s[0] (of at most n bytes), or 0 if invalid
+ * (overlong, surrogate, > U+10FFFF, truncated): tg__utf8_next without the code point. */
+size_t tg__utf8_len(const unsigned char *s, size_t n);
+
 /* Index of the calling thread in the innermost parallel region (0 outside one). */
 #ifdef TG_HAVE_OPENMP
 #define TG_THREAD_NUM() omp_get_thread_num()
@@ -519,8 +441,12 @@ struct tg_ctx {
     uint64_t n_rewinds;
     struct tg__era { uint64_t seq, gen; } *eras, eras_inline[8];
     int64_t n_eras, cap_eras;
-    tg_graph *graphs;        /* live graphs, newest first (tg_ctx_rewind frees newer ones) */
-    tg_arena *arenas;        /* live shared arenas, newest first (likewise, after the graphs) */
+    tg_graph *graphs;        /* live graphs, newest first (the graph layer's list) */
+    tg_arena *arenas;        /* live shared arenas, newest first (likewise) */
+    /* Set by the graph layer when it makes its first graph or arena: frees the graphs, then
+     * the shared arenas, made at or after allocation number seq (tg_ctx_rewind). Core never
+     * calls upward otherwise. */
+    void (*forget_after)(tg_ctx *ctx, uint64_t seq);
 };
 
 /* Is @p m a mark of ctx that no rewind has gone past (tg_ctx_rewind would accept it)? */
@@ -531,27 +457,5 @@ static inline bool tg__consumed(const tg_tensor *t)
     return t->consumed && tg__mark_valid(t->ctx, t->consumed_by);
 }
 
-/* Allocation number at which a graph was created, and freeing one during a rewind
- * (src/graph/order.c). */
-uint64_t tg__graph_seq(const tg_graph *g);
-void tg__graph_forget(tg_graph *g);
-/* The same for shared arenas (src/graph/arena.c); forgetting one frees its memory block. */
-uint64_t tg__arena_seq(const tg_arena *a);
-void tg__arena_forget(tg_arena *a);
-
-/* Are t's data, grad and saved bytes another graph's? (An op result last bound by a graph with
- * a shared arena, after another graph of that arena started running.) */
-/* The memory of t's values: a leaf's own; a view's, its base's at its offset; an op result's,
- * in the plan of the graph that last ran it (NULL if none did, or it was freed). Whether those
- * bytes are still t's is tg__stale's question. (src/graph/exec.c) */
-void *tg__value(const tg_tensor *t);
-/* The memory of t's gradient: a leaf's accumulated one; an op result's, in the plan of the
- * graph that last ran backward over it (NULL if none). (src/graph/exec.c) */
-void *tg__grad_value(const tg_tensor *t);
-
-static inline bool tg__stale(const tg_tensor *t)
-{
-    return t->reused || (t->run_gen && *t->run_gen != t->run_gen_at);
-}
 
 #endif /* TG_CORE_H */

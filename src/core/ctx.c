@@ -256,12 +256,9 @@ tg_status tg_ctx_rewind(tg_ctx *ctx, tg_mark mark)
         return TG_ERR_ARG;
     }
     eras_room(ctx, eras_kept(ctx, mark.alloc_seq_));
-    /* Graphs made after the mark first (they unbind the tensors they ran). */
-    while (ctx->graphs && tg__graph_seq(ctx->graphs) >= mark.alloc_seq_)
-        tg__graph_forget(ctx->graphs);
-    /* Then shared arenas made after it (every graph using one is newer, so already gone). */
-    while (ctx->arenas && tg__arena_seq(ctx->arenas) >= mark.alloc_seq_)
-        tg__arena_forget(ctx->arenas);
+    /* Graphs and shared arenas made after the mark (src/graph/order.c). */
+    if (ctx->forget_after)
+        ctx->forget_after(ctx, mark.alloc_seq_);
     ctx->n_params = mark.n_params_;
     tg_block *b = ctx->blocks;
     while (b && b->seq >= mark.alloc_seq_) {
@@ -322,6 +319,20 @@ void *tg__run_err(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...
     record(ctx, false, s, fn, fmt, ap);
     va_end(ap);
     return NULL;
+}
+
+void tg__err_replace(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
+{
+    if (!ctx)
+        return;
+    if (!ctx->sticky)
+        ctx->status = TG_OK; /* a run error of this call (a tokenizer's): this one replaces it */
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tg__run_err(ctx, s, fn, "%s", msg);
 }
 
 tg_status tg_ctx_set_error(tg_ctx *ctx, tg_error_kind kind, tg_status status, const char *fn,

@@ -63,3 +63,9 @@ bool tg__utf8_valid(const char *s, size_t n, size_t *bad)
     }
     return true;
 }
+
+size_t tg__utf8_len(const unsigned char *s, size_t n)
+{
+    uint32_t cp;
+    return tg__utf8_next(s, n, &cp);
+}

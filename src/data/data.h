@@ -16,12 +16,4 @@ uint64_t tg__fnv1a(uint64_t h, const void *p, size_t n);
 tg_status tg__pairs_read_src(tg_ctx *ctx, const char *fn, tg__src *src, size_t max_line,
                              tg_pair_fn cb, void *user, tg_pairs_info *info);
 
-/* Replace the error recorded so far in this I/O call by "fn: <fmt>" (the first error of an
- * I/O call is otherwise kept). */
-void tg__err_replace(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-
 #endif

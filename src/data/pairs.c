@@ -24,20 +24,6 @@ uint64_t tg__fnv1a(uint64_t h, const void *p, size_t n)
     return h;
 }
 
-void tg__err_replace(tg_ctx *ctx, tg_status s, const char *fn, const char *fmt, ...)
-{
-    if (!ctx)
-        return;
-    if (!ctx->sticky)
-        ctx->status = TG_OK; /* a run error of this call (a tokenizer's): ours replaces it */
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    tg__run_err(ctx, s, fn, "%s", msg);
-}
-
 typedef struct reader {
     tg_ctx *ctx;
     const char *fn, *label;

@@ -4,7 +4,7 @@
  * build time to the largest plan (tg__arena_reserve), each run takes the block's current base
  * (tg__arena_enter, from tg__bind), and the arena remembers which graph ran last, so that
  * backward refuses to read values another graph overwrote and reading a stale op result is
- * refused (tensors record the arena's run generation when bound: tg__stale in core.h).
+ * refused (tensors record the arena's run generation when bound: tg__stale in graph_internal.h).
  */
 #include "graph_internal.h"
 
@@ -19,6 +19,7 @@ tg_arena *tg_arena_new(tg_ctx *ctx)
         return NULL;
     a->ctx = ctx;
     a->seq = seq;
+    ctx->forget_after = tg__graph_forget_after;
     a->next = ctx->arenas;
     if (ctx->arenas)
         ctx->arenas->prev = a;
@@ -27,8 +28,6 @@ tg_arena *tg_arena_new(tg_ctx *ctx)
 }
 
 size_t tg_arena_bytes(const tg_arena *a) { return a ? a->bytes : 0; }
-
-uint64_t tg__arena_seq(const tg_arena *a) { return a->seq; }
 
 /* A rewind past the arena's creation: every graph built with it is newer, so already freed. */
 void tg__arena_forget(tg_arena *a)

@@ -10,6 +10,7 @@
 #define TG_GRAPH_INTERNAL_H
 
 #include "registry.h"
+#include "values.h"
 
 #define TG__FOREVER INT64_MAX
 
@@ -103,6 +104,11 @@ void tg__unbind(tg_graph *g);
  * carried over and every binding into it moved). false: TG_ERR_NOMEM recorded (naming fn),
  * the arena unchanged. */
 bool tg__arena_reserve(tg_arena *a, size_t bytes, const char *fn);
+/* A rewind past the arena's creation frees it and its block (arena.c). */
+void tg__arena_forget(tg_arena *a);
+/* The context's rewind hook (order.c): frees the graphs, then the arenas, made at or after
+ * allocation number seq. */
+void tg__graph_forget_after(tg_ctx *ctx, uint64_t seq);
 /* arena.c: g (with a shared arena) starts running: it becomes the arena's last graph (a new
  * generation if it was not) and g->arena its current base. */
 void tg__arena_enter(tg_graph *g);

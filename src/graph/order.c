@@ -38,8 +38,6 @@ static bool is_layout(const tg_tensor *t)
     return t->def && (t->def->flags & (TG_OPF_VIEW | TG_OPF_LAYOUT));
 }
 
-uint64_t tg__graph_seq(const tg_graph *g) { return g->seq; }
-
 static void unlink_graph(tg_graph *g)
 {
     tg_ctx *ctx = g->ctx;
@@ -84,17 +82,21 @@ void tg_graph_free(tg_graph *g)
     tg__free(ctx, g);
 }
 
-void tg__graph_forget(tg_graph *g) { tg_graph_free(g); }
-
-tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs,
-                            const tg_graph_opts *opts)
+/* The context's rewind hook (ctx->forget_after): graphs made at or after allocation number
+ * seq first (they unbind the tensors they ran), then the shared arenas (every graph using one
+ * is newer, so already gone). */
+void tg__graph_forget_after(tg_ctx *ctx, uint64_t seq)
 {
-    static const char *fn = "tg_graph_new";
-    if (!ctx)
-        return NULL;
-    tg__begin(ctx);
-    if (tg__build_failed(ctx))
-        return NULL; /* a builder failed: keep its error, never build over it */
+    while (ctx->graphs && ctx->graphs->seq >= seq)
+        tg_graph_free(ctx->graphs);
+    while (ctx->arenas && ctx->arenas->seq >= seq)
+        tg__arena_forget(ctx->arenas);
+}
+
+/* The arguments of tg_graph_new_opts: NULL with the error recorded, else ok. */
+static bool new_args_ok(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs,
+                        const tg_graph_opts *opts, const char *fn)
+{
     if (n_outputs < 1 || !outputs)
         return tg__err(ctx, TG_ERR_ARG, fn, "need at least one output (got %d)", n_outputs);
     for (int i = 0; i < n_outputs; i++) {
@@ -109,12 +111,21 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
     if (opts && opts->arena && opts->arena->ctx != ctx)
         return tg__err(ctx, TG_ERR_ARG, fn, "the shared arena (opts.arena) belongs to another "
                        "context");
+    return true;
+}
+
+/* A new graph record, linked into the context's list, with the options and the outputs.
+ * NULL with the error recorded. */
+static tg_graph *graph_record(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs,
+                              const tg_graph_opts *opts, const char *fn)
+{
     uint64_t seq = ctx->alloc_seq;
     tg_graph *g = tg__alloc(ctx, sizeof *g, fn);
     if (!g)
         return NULL;
     g->ctx = ctx;
     g->seq = seq;
+    ctx->forget_after = tg__graph_forget_after;
     g->next = ctx->graphs;
     if (ctx->graphs)
         ctx->graphs->prev = g;
@@ -130,24 +141,33 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
         g->shared->n_graphs++;
     }
     g->nt = tg__threads(ctx);
-    frame *stack = NULL;
     g->outputs = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)n_outputs, fn);
-    if (!g->outputs)
-        goto fail;
+    if (!g->outputs) {
+        tg_graph_free(g);
+        return NULL;
+    }
     memcpy(g->outputs, outputs, sizeof(tg_tensor *) * (size_t)n_outputs);
     g->n_outputs = n_outputs;
+    return g;
+}
 
-    /* Iterative post-order DFS: a node is emitted after all its sources. Identity is the
-     * tensor object; the visit stamp makes each node appear once. */
+/* The nodes in order: an iterative post-order DFS from the outputs, a node emitted after all
+ * its sources. Identity is the tensor object; the visit stamp makes each node appear once.
+ * False with the error recorded. */
+static bool order_nodes(tg_graph *g)
+{
+    tg_ctx *ctx = g->ctx;
+    frame *stack = NULL;
     uint64_t epoch = ++ctx->mark_epoch;
     int64_t sp = 0, scap = 0, ncap = 0;
-    for (int o = 0; o < n_outputs; o++) {
-        if (outputs[o]->mark == epoch)
+    for (int o = 0; o < g->n_outputs; o++) {
+        tg_tensor *out = g->outputs[o];
+        if (out->mark == epoch)
             continue;
         if (sp == scap && !grow(ctx, (void **)&stack, &scap, sizeof *stack))
             goto fail;
-        outputs[o]->mark = epoch;
-        stack[sp++] = (frame){outputs[o], 0};
+        out->mark = epoch;
+        stack[sp++] = (frame){out, 0};
         while (sp > 0) {
             frame *f = &stack[sp - 1];
             if (f->next_src < f->t->n_src) {
@@ -168,8 +188,19 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
         }
     }
     tg__free(ctx, stack);
-    stack = NULL;
+    return true;
+fail:
+    tg__free(ctx, stack);
+    return false;
+}
 
+/* Per-node tables: sources and bases by index, which values persist (outputs, tg_keep and
+ * their bases), the leaves that take gradients (with their accumulated gradient allocated);
+ * refuses f64 at bf16 precision and a node without a backward rule that needs one. False
+ * with the error recorded. */
+static bool node_tables(tg_graph *g, const char *fn)
+{
+    tg_ctx *ctx = g->ctx;
     g->needed = tg__alloc(ctx, (size_t)g->n, fn);
     g->persist = tg__alloc(ctx, (size_t)g->n, fn);
     g->val = tg__alloc(ctx, sizeof(void *) * (size_t)g->n, fn);
@@ -179,7 +210,7 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
     g->base_at = tg__alloc(ctx, sizeof(int64_t) * (size_t)g->n, fn);
     if (!g->needed || !g->persist || !g->val || !g->gval || !g->sval || !g->src_at ||
         !g->base_at)
-        goto fail;
+        return false;
     for (int64_t i = 0; i < g->n; i++) { /* (topo is this graph's numbering until another
                                              graph is built over these nodes) */
         const tg_tensor *t = g->nodes[i];
@@ -187,14 +218,14 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
             g->src_at[i * TG_MAX_SRC + k] = k < t->n_src && t->src[k] ? t->src[k]->topo : -1;
         g->base_at[i] = t->base ? t->base->topo : -1;
     }
-    for (int o = 0; o < n_outputs; o++)
-        g->persist[outputs[o]->topo] = 1;
+    for (int o = 0; o < g->n_outputs; o++)
+        g->persist[g->outputs[o]->topo] = 1;
     for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
         if (g->precision == TG_PRECISION_BF16 && t->dtype == TG_F64) {
             tg__err(ctx, TG_ERR_DTYPE, fn, "bf16 precision is for f32 graphs; '%s' is f64 (f64 "
                     "graphs are for exact checking: build them with TG_PRECISION_F32)", t->name);
-            goto fail;
+            return false;
         }
         if (t->keep)
             g->persist[i] = 1;
@@ -205,69 +236,86 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
         if (t->requires_grad && t->op != TG_OP_NONE && !t->def->backward) {
             tg__err(ctx, TG_ERR_NOGRAD, fn, "op '%s' ('%s') has no backward rule", t->def->name,
                     t->name);
-            goto fail;
+            return false;
         }
     }
     /* A persistent view keeps its base readable too. */
     for (int64_t i = 0; i < g->n; i++)
         if (g->persist[i] && g->nodes[i]->base)
             g->persist[g->nodes[i]->base->topo] = 1;
-    if (g->n_leaves) {
-        g->leaves = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)g->n_leaves, fn);
-        g->leaf_node = tg__alloc(ctx, sizeof(int64_t) * (size_t)g->n_leaves, fn);
-        if (!g->leaves || !g->leaf_node)
-            goto fail;
-        int64_t k = 0;
-        for (int64_t i = 0; i < g->n; i++) {
-            tg_tensor *t = g->nodes[i];
-            if (!(t->requires_grad && t->op == TG_OP_NONE))
-                continue;
-            if (!t->grad) { /* the leaf's accumulated gradient belongs to the leaf */
-                t->grad = tg__alloc_owned(ctx, (size_t)t->numel * tg_dtype_size(t->dtype), fn,
-                                          t->id + 1);
-                if (!t->grad)
-                    goto fail;
-            }
-            g->leaf_node[k] = i;
-            g->leaves[k++] = t;
+    if (!g->n_leaves)
+        return true;
+    g->leaves = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)g->n_leaves, fn);
+    g->leaf_node = tg__alloc(ctx, sizeof(int64_t) * (size_t)g->n_leaves, fn);
+    if (!g->leaves || !g->leaf_node)
+        return false;
+    int64_t k = 0;
+    for (int64_t i = 0; i < g->n; i++) {
+        tg_tensor *t = g->nodes[i];
+        if (!(t->requires_grad && t->op == TG_OP_NONE))
+            continue;
+        if (!t->grad) { /* the leaf's accumulated gradient belongs to the leaf */
+            t->grad = tg__alloc_owned(ctx, (size_t)t->numel * tg_dtype_size(t->dtype), fn,
+                                      t->id + 1);
+            if (!t->grad)
+                return false;
         }
+        g->leaf_node[k] = i;
+        g->leaves[k++] = t;
     }
-    if (g->anomaly) {
-        /* -inf is the point of an attention mask: allow it in add_mask's output and mask
-         * operand, in flash_attention's masks, and through the layout ops (which only move values) that shaped that
-         * operand (reverse order: allowed once the consumer is) or that rearrange an allowed
-         * tensor (forward order). */
-        g->minf_ok = tg__alloc(ctx, (size_t)g->n, fn);
-        if (!g->minf_ok)
-            goto fail;
-        for (int64_t i = g->n - 1; i >= 0; i--) {
-            tg_tensor *t = g->nodes[i];
-            unsigned fl = t->def ? t->def->flags : 0;
-            if (fl & (TG_OPF_MINF_OUT | TG_OPF_MINF_SRC1 | TG_OPF_MINF_SRC3)) {
-                if (fl & TG_OPF_MINF_OUT)
-                    g->minf_ok[i] = 1;
-                if ((fl & TG_OPF_MINF_SRC1) && t->n_src > 1 && t->src[1])
-                    g->minf_ok[t->src[1]->topo] = 1;
-                for (int k = 3; (fl & TG_OPF_MINF_SRC3) && k < t->n_src; k++) /* its masks */
-                    if (t->src[k])
-                        g->minf_ok[t->src[k]->topo] = 1;
-            } else if (is_layout(t) && g->minf_ok[i]) {
-                g->minf_ok[t->src[0]->topo] = 1;
-            }
-        }
-        for (int64_t i = 0; i < g->n; i++) {
-            tg_tensor *t = g->nodes[i];
-            if (is_layout(t) && g->minf_ok[t->src[0]->topo])
-                g->minf_ok[i] = 1;
-        }
-    }
-    if (!tg__plan(g, fn))
-        goto fail;
-    return g;
+    return true;
+}
 
-fail: /* the error is recorded; give back the graph's own arrays */
-    tg__free(ctx, stack);
-    tg_graph_free(g);
+/* The anomaly tripwire's -inf allowance: -inf is the point of an attention mask, so allow it
+ * in add_mask's output and mask operand, in flash_attention's masks, and through the layout ops
+ * (which only move values) that shaped that operand (reverse order: allowed once the consumer
+ * is) or that rearrange an allowed tensor (forward order). False with the error recorded. */
+static bool minf_allowance(tg_graph *g, const char *fn)
+{
+    g->minf_ok = tg__alloc(g->ctx, (size_t)g->n, fn);
+    if (!g->minf_ok)
+        return false;
+    for (int64_t i = g->n - 1; i >= 0; i--) {
+        tg_tensor *t = g->nodes[i];
+        unsigned fl = t->def ? t->def->flags : 0;
+        if (fl & (TG_OPF_MINF_OUT | TG_OPF_MINF_SRC1 | TG_OPF_MINF_SRC3)) {
+            if (fl & TG_OPF_MINF_OUT)
+                g->minf_ok[i] = 1;
+            if ((fl & TG_OPF_MINF_SRC1) && t->n_src > 1 && t->src[1])
+                g->minf_ok[t->src[1]->topo] = 1;
+            for (int k = 3; (fl & TG_OPF_MINF_SRC3) && k < t->n_src; k++) /* its masks */
+                if (t->src[k])
+                    g->minf_ok[t->src[k]->topo] = 1;
+        } else if (is_layout(t) && g->minf_ok[i]) {
+            g->minf_ok[t->src[0]->topo] = 1;
+        }
+    }
+    for (int64_t i = 0; i < g->n; i++) {
+        tg_tensor *t = g->nodes[i];
+        if (is_layout(t) && g->minf_ok[t->src[0]->topo])
+            g->minf_ok[i] = 1;
+    }
+    return true;
+}
+
+tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_outputs,
+                            const tg_graph_opts *opts)
+{
+    static const char *fn = "tg_graph_new";
+    if (!ctx)
+        return NULL;
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return NULL; /* a builder failed: keep its error, never build over it */
+    if (!new_args_ok(ctx, outputs, n_outputs, opts, fn))
+        return NULL;
+    tg_graph *g = graph_record(ctx, outputs, n_outputs, opts, fn);
+    if (!g)
+        return NULL;
+    if (order_nodes(g) && node_tables(g, fn) && (!g->anomaly || minf_allowance(g, fn)) &&
+        tg__plan(g, fn))
+        return g;
+    tg_graph_free(g); /* the error is recorded; give back the graph's own arrays */
     return NULL;
 }
 

@@ -291,12 +291,31 @@ void tg__plan_set_owner(tg_graph *g, uint64_t owner)
         tg__set_owner(b[i], owner);
 }
 
-bool tg__plan(tg_graph *g, const char *fn)
+/* Per-node scratch of the lifetime stages (freed before placement). */
+typedef struct {
+    int64_t *end;    /* last read of each node's output */
+    int64_t *gstart; /* first write of each node's gradient */
+    int64_t *lastc;  /* that first writer (last grad-consumer) */
+    int64_t *prevc;  /* the grad-consumer before it, or -1 */
+    int64_t *ncons;  /* grad-consumer edges */
+    int64_t *shared; /* per gradient buffer node: the src[1] sharing it (add), or -1 */
+} plan_scratch;
+
+static void scratch_free(tg_ctx *ctx, plan_scratch *sc)
+{
+    tg__free(ctx, sc->end);
+    tg__free(ctx, sc->gstart);
+    tg__free(ctx, sc->lastc);
+    tg__free(ctx, sc->prevc);
+    tg__free(ctx, sc->ncons);
+    tg__free(ctx, sc->shared);
+}
+
+/* The graph's per-node buffer tables and the scratch, initialised (-1: no buffer). */
+static bool plan_tables(tg_graph *g, plan_scratch *sc, const char *fn)
 {
     tg_ctx *ctx = g->ctx;
     int64_t n = g->n;
-    bool grads = !g->no_grad;
-    int64_t steps = grads ? 2 * n : n;
     size_t pn = sizeof(int64_t) * (size_t)(n + 1);
     g->out_buf = tg__alloc(ctx, pn, fn);
     g->saved_buf = tg__alloc(ctx, pn, fn);
@@ -306,32 +325,32 @@ bool tg__plan(tg_graph *g, const char *fn)
     g->fresh_buf = tg__alloc(ctx, sizeof(int64_t) * (size_t)(g->n_leaves + 1), fn);
     g->leaf_buf = tg__alloc(ctx, pn, fn);
     g->bufs = tg__alloc(ctx, sizeof(tg__buf) * (size_t)(6 * n + 1), fn);
-    int64_t *end = tg__alloc(ctx, pn, fn);       /* last read of each node's output */
-    int64_t *gstart = tg__alloc(ctx, pn, fn);    /* first write of each node's gradient */
-    int64_t *lastc = tg__alloc(ctx, pn, fn);     /* that first writer (last grad-consumer) */
-    int64_t *prevc = tg__alloc(ctx, pn, fn);     /* the grad-consumer before it, or -1 */
-    int64_t *ncons = tg__alloc(ctx, pn, fn);     /* grad-consumer edges */
-    int64_t *shared = tg__alloc(ctx, pn, fn);    /* per gradient buffer node: see below */
-    if (!g->leaf_buf || !lastc || !prevc || !ncons || !shared || !g->out_buf || !g->saved_buf || !g->grad_buf || !g->wsf_buf || !g->wsb_buf ||
-        !g->fresh_buf || !g->bufs || !end || !gstart) {
-        tg__free(ctx, end);
-        tg__free(ctx, gstart);
-        tg__free(ctx, lastc);
-        tg__free(ctx, prevc);
-        tg__free(ctx, ncons);
-        tg__free(ctx, shared);
+    *sc = (plan_scratch){tg__alloc(ctx, pn, fn), tg__alloc(ctx, pn, fn), tg__alloc(ctx, pn, fn),
+                         tg__alloc(ctx, pn, fn), tg__alloc(ctx, pn, fn), tg__alloc(ctx, pn, fn)};
+    if (!g->leaf_buf || !sc->lastc || !sc->prevc || !sc->ncons || !sc->shared || !g->out_buf ||
+        !g->saved_buf || !g->grad_buf || !g->wsf_buf || !g->wsb_buf || !g->fresh_buf ||
+        !g->bufs || !sc->end || !sc->gstart) {
+        scratch_free(ctx, sc);
         return false;
     }
     for (int64_t i = 0; i < n; i++) {
         g->out_buf[i] = g->saved_buf[i] = g->grad_buf[i] = g->wsf_buf[i] = g->wsb_buf[i] = -1;
         g->leaf_buf[i] = -1;
-        end[i] = i;
-        gstart[i] = -1;
-        lastc[i] = prevc[i] = shared[i] = -1;
-        ncons[i] = 0;
+        sc->end[i] = i;
+        sc->gstart[i] = -1;
+        sc->lastc[i] = sc->prevc[i] = sc->shared[i] = -1;
+        sc->ncons[i] = 0;
         g->nodes[i]->topo = i;
     }
-    /* Last reads and first gradient writes. */
+    return true;
+}
+
+/* Last reads of every output and first gradient writes, over the joint schedule. */
+static void plan_lifetimes(tg_graph *g, plan_scratch *sc)
+{
+    int64_t n = g->n;
+    bool grads = !g->no_grad;
+    int64_t *end = sc->end, *gstart = sc->gstart;
     for (int64_t j = 0; j < n; j++) {
         tg_tensor *t = g->nodes[j];
         if (t->op == TG_OP_NONE)
@@ -349,10 +368,10 @@ bool tg__plan(tg_graph *g, const char *fn)
                 end[b] = tg__bwd_step(g, j);
             if (bw && s->requires_grad) {
                 gstart[s->topo] = tg__bwd_step(g, j); /* ascending j: the last consumer wins */
-                if (lastc[s->topo] != j)
-                    prevc[s->topo] = lastc[s->topo];
-                lastc[s->topo] = j;
-                ncons[s->topo]++;
+                if (sc->lastc[s->topo] != j)
+                    sc->prevc[s->topo] = sc->lastc[s->topo];
+                sc->lastc[s->topo] = j;
+                sc->ncons[s->topo]++;
             }
         }
         if (bw && (fl & TG_OPF_OUT)) {
@@ -375,11 +394,15 @@ bool tg__plan(tg_graph *g, const char *fn)
             if (grads && g->nodes[i]->requires_grad)
                 gstart[i] = n;
         }
-    /* The buffers, in node order (placement order within a step follows it). */
-    memset(&g->mem, 0, sizeof g->mem);
-    uint64_t total = 0; /* sum of the buffers' sizes so far (add_buf) */
-    bool failed = false;
-    for (int64_t i = 0; i < n; i++) {
+}
+
+/* The forward buffers, in node order (placement order within a step follows it): outputs,
+ * saved values, forward workspace; leaves only counted. False with the error recorded. */
+static bool plan_forward_bufs(tg_graph *g, const plan_scratch *sc, uint64_t *total,
+                              const char *fn)
+{
+    bool grads = !g->no_grad;
+    for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
         size_t bytes = (size_t)data_bytes(t);
         if (t->op == TG_OP_NONE) {
@@ -396,142 +419,167 @@ bool tg__plan(tg_graph *g, const char *fn)
         }
         bool bw = grads && t->requires_grad;
         if (!t->base) {
-            g->out_buf[i] = add_buf(g, &total, fn, TG__BUF_OUT, i, bytes, i, end[i]);
-            if (g->out_buf[i] < 0) {
-                failed = true; /* the error is recorded */
-                goto lifetimes_done;
-            }
+            g->out_buf[i] = add_buf(g, total, fn, TG__BUF_OUT, i, bytes, i, sc->end[i]);
+            if (g->out_buf[i] < 0)
+                return false;
             g->mem.activations += (size_t)g->bufs[g->out_buf[i]].size;
         }
         if (t->saved_bytes) {
-            g->saved_buf[i] = add_buf(g, &total, fn, TG__BUF_SAVED, i, t->saved_bytes, i,
+            g->saved_buf[i] = add_buf(g, total, fn, TG__BUF_SAVED, i, t->saved_bytes, i,
                                       !bw ? i : g->retain ? TG__FOREVER : tg__bwd_step(g, i));
-            if (g->saved_buf[i] < 0) {
-                failed = true; /* the error is recorded */
-                goto lifetimes_done;
-            }
+            if (g->saved_buf[i] < 0)
+                return false;
             g->mem.saved += (size_t)g->bufs[g->saved_buf[i]].size;
         }
         size_t w = ws_bytes(g, t, false);
         if (w) {
-            g->wsf_buf[i] = add_buf(g, &total, fn, TG__BUF_WSF, i, w, i, i);
-            if (g->wsf_buf[i] < 0) {
-                failed = true; /* the error is recorded */
-                goto lifetimes_done;
-            }
+            g->wsf_buf[i] = add_buf(g, total, fn, TG__BUF_WSF, i, w, i, i);
+            if (g->wsf_buf[i] < 0)
+                return false;
             g->mem.workspace += (size_t)g->bufs[g->wsf_buf[i]].size;
         }
     }
-    if (grads) { /* backward steps: gradients and backward workspace, in step order */
-        for (int64_t i = n - 1; i >= 0; i--) {
-            tg_tensor *t = g->nodes[i];
-            if (!t->requires_grad || t->op == TG_OP_NONE || gstart[i] < 0)
-                continue;
-            int64_t e = g->persist[i] ? TG__FOREVER : tg__bwd_step(g, i);
-            g->grad_buf[i] = add_buf(g, &total, fn, TG__BUF_GRAD, i, data_bytes(t), gstart[i], e);
-            if (g->grad_buf[i] < 0) {
-                failed = true; /* the error is recorded */
-                goto lifetimes_done;
-            }
-            g->mem.gradients += (size_t)g->bufs[g->grad_buf[i]].size;
-            /* Backward in place: take the gradient of the consumer c that writes this one first
-             * when c's own gradient dies at that very step (src[0] of a TG_OPF_BWD_INPLACE rule,
-             * which then writes it in place). */
-            int64_t j = g->persist[i] ? -1 : lastc[i];
-            tg_tensor *c = j >= 0 ? g->nodes[j] : NULL;
-            int64_t G = c ? g->grad_buf[j] : -1;
-            bool fits = !g->no_reuse && G >= 0 && g->bufs[G].end == gstart[i] &&
-                        g->bufs[G].alias < 0 && g->bufs[G].size == g->bufs[g->grad_buf[i]].size &&
-                        c->numel == t->numel;
-            bool twice = false;
-            for (int k = 0; fits && k < c->n_src; k++)
-                for (int k2 = k + 1; k2 < c->n_src; k2++)
-                    twice = twice || (c->src[k] == t && c->src[k2] == t);
-            if (fits && !twice && (c->def->flags & TG_OPF_BWD_INPLACE) && c->src[0] == t &&
-                (shared[j] < 0 || prevc[i] < shared[j])) {
-                /* (if src[1] already shares c's gradient, t's other consumers must run their
-                 * backward after src[1]'s rule has read it, i.e. come before it in order) */
-                g->bufs[g->grad_buf[i]].alias = G;
-            } else if (fits && !twice && (c->def->flags & TG_OPF_BWD_SHARE1) && c->n_src == 2 &&
-                       c->src[1] == t && ncons[i] == 1 && shared[j] < 0 &&
-                       c->src[0]->topo < i) {
-                /* add: src[1]'s gradient is dy too. It shares c's gradient (which src[0] may
-                 * take later, see above) when c is t's only consumer and src[0] comes earlier
-                 * (its rule, which may rewrite the buffer in place, runs after t's). The add's
-                 * rule normalizes the buffer in place (0 + dy) before t's rule reads it. */
-                g->bufs[g->grad_buf[i]].alias = G;
-                shared[j] = i;
-            }
-        }
-        for (int64_t l = 0; l < g->n_leaves; l++) {
-            int64_t i = g->leaf_node[l];
-            int64_t s = gstart[i] >= 0 ? gstart[i] : n;
-            g->fresh_buf[l] = add_buf(g, &total, fn, TG__BUF_FRESH, i, data_bytes(g->nodes[i]),
-                                      s, TG__FOREVER);
-            if (g->fresh_buf[l] < 0) {
-                failed = true; /* the error is recorded */
-                goto lifetimes_done;
-            }
-            g->leaf_buf[i] = g->fresh_buf[l];
-            g->mem.gradients += (size_t)g->bufs[g->fresh_buf[l]].size;
-        }
-        for (int64_t i = n - 1; i >= 0; i--) {
-            tg_tensor *t = g->nodes[i];
-            if (!t->requires_grad || t->op == TG_OP_NONE)
-                continue;
-            size_t w = ws_bytes(g, t, true);
-            if (w) {
-                int64_t s = tg__bwd_step(g, i);
-                g->wsb_buf[i] = add_buf(g, &total, fn, TG__BUF_WSB, i, w, s, s);
-                if (g->wsb_buf[i] < 0) {
-                    failed = true; /* the error is recorded */
-                    goto lifetimes_done;
-                }
-                g->mem.workspace += (size_t)g->bufs[g->wsb_buf[i]].size;
-            }
-        }
-    }
-    /* In place: take src[0]'s slot when it dies here. */
-    if (!g->no_reuse) {
-        for (int64_t i = 0; i < n; i++) {
-            tg_tensor *t = g->nodes[i];
-            if (g->out_buf[i] < 0 || !(t->def->flags & TG_OPF_INPLACE) || t->n_src < 1)
-                continue;
-            tg_tensor *x = t->src[0];
-            if (!x || x->op == TG_OP_NONE || x->base || g->out_buf[x->topo] < 0)
-                continue;
-            tg__buf *xb = &g->bufs[g->out_buf[x->topo]];
-            if (xb->end != i || xb->size != g->bufs[g->out_buf[i]].size)
-                continue;
-            bool other = false;
-            for (int k = 1; k < t->n_src; k++)
-                other = other || (t->src[k] && owner_of(t->src[k]) == x);
-            if (!other)
-                g->bufs[g->out_buf[i]].alias = g->out_buf[x->topo];
-        }
-    }
-lifetimes_done:
-    tg__free(ctx, end);
-    tg__free(ctx, gstart);
-    tg__free(ctx, lastc);
-    tg__free(ctx, prevc);
-    tg__free(ctx, ncons);
-    tg__free(ctx, shared);
-    if (failed)
-        return false;
+    return true;
+}
 
-    /* Placement: buckets by start step and by end step (counting sort keeps node order). */
+/* Backward in place: node i's gradient buffer takes the gradient of the consumer c that writes
+ * it first when c's own gradient dies at that very step (src[0] of a TG_OPF_BWD_INPLACE rule,
+ * which then writes it in place), or shares an add's gradient as its src[1]. */
+static void grad_alias(tg_graph *g, plan_scratch *sc, int64_t i)
+{
+    tg_tensor *t = g->nodes[i];
+    int64_t j = g->persist[i] ? -1 : sc->lastc[i];
+    tg_tensor *c = j >= 0 ? g->nodes[j] : NULL;
+    int64_t G = c ? g->grad_buf[j] : -1;
+    bool fits = !g->no_reuse && G >= 0 && g->bufs[G].end == sc->gstart[i] &&
+                g->bufs[G].alias < 0 && g->bufs[G].size == g->bufs[g->grad_buf[i]].size &&
+                c->numel == t->numel;
+    bool twice = false;
+    for (int k = 0; fits && k < c->n_src; k++)
+        for (int k2 = k + 1; k2 < c->n_src; k2++)
+            twice = twice || (c->src[k] == t && c->src[k2] == t);
+    if (fits && !twice && (c->def->flags & TG_OPF_BWD_INPLACE) && c->src[0] == t &&
+        (sc->shared[j] < 0 || sc->prevc[i] < sc->shared[j])) {
+        /* (if src[1] already shares c's gradient, t's other consumers must run their
+         * backward after src[1]'s rule has read it, i.e. come before it in order) */
+        g->bufs[g->grad_buf[i]].alias = G;
+    } else if (fits && !twice && (c->def->flags & TG_OPF_BWD_SHARE1) && c->n_src == 2 &&
+               c->src[1] == t && sc->ncons[i] == 1 && sc->shared[j] < 0 &&
+               c->src[0]->topo < i) {
+        /* add: src[1]'s gradient is dy too. It shares c's gradient (which src[0] may
+         * take later, see above) when c is t's only consumer and src[0] comes earlier
+         * (its rule, which may rewrite the buffer in place, runs after t's). The add's
+         * rule normalizes the buffer in place (0 + dy) before t's rule reads it. */
+        g->bufs[g->grad_buf[i]].alias = G;
+        sc->shared[j] = i;
+    }
+}
+
+/* The backward buffers, in step order: gradients of op results (with their in-place
+ * aliases), this call's gradients of leaves, backward workspace. False with the error
+ * recorded. */
+static bool plan_backward_bufs(tg_graph *g, plan_scratch *sc, uint64_t *total, const char *fn)
+{
+    int64_t n = g->n;
+    for (int64_t i = n - 1; i >= 0; i--) {
+        tg_tensor *t = g->nodes[i];
+        if (!t->requires_grad || t->op == TG_OP_NONE || sc->gstart[i] < 0)
+            continue;
+        int64_t e = g->persist[i] ? TG__FOREVER : tg__bwd_step(g, i);
+        g->grad_buf[i] = add_buf(g, total, fn, TG__BUF_GRAD, i, data_bytes(t), sc->gstart[i], e);
+        if (g->grad_buf[i] < 0)
+            return false;
+        g->mem.gradients += (size_t)g->bufs[g->grad_buf[i]].size;
+        grad_alias(g, sc, i);
+    }
+    for (int64_t l = 0; l < g->n_leaves; l++) {
+        int64_t i = g->leaf_node[l];
+        int64_t s = sc->gstart[i] >= 0 ? sc->gstart[i] : n;
+        g->fresh_buf[l] = add_buf(g, total, fn, TG__BUF_FRESH, i, data_bytes(g->nodes[i]), s,
+                                  TG__FOREVER);
+        if (g->fresh_buf[l] < 0)
+            return false;
+        g->leaf_buf[i] = g->fresh_buf[l];
+        g->mem.gradients += (size_t)g->bufs[g->fresh_buf[l]].size;
+    }
+    for (int64_t i = n - 1; i >= 0; i--) {
+        tg_tensor *t = g->nodes[i];
+        if (!t->requires_grad || t->op == TG_OP_NONE)
+            continue;
+        size_t w = ws_bytes(g, t, true);
+        if (w) {
+            int64_t s = tg__bwd_step(g, i);
+            g->wsb_buf[i] = add_buf(g, total, fn, TG__BUF_WSB, i, w, s, s);
+            if (g->wsb_buf[i] < 0)
+                return false;
+            g->mem.workspace += (size_t)g->bufs[g->wsb_buf[i]].size;
+        }
+    }
+    return true;
+}
+
+/* Forward in place: an TG_OPF_INPLACE op's output takes src[0]'s slot when it dies here. */
+static void plan_inplace(tg_graph *g)
+{
+    for (int64_t i = 0; i < g->n; i++) {
+        tg_tensor *t = g->nodes[i];
+        if (g->out_buf[i] < 0 || !(t->def->flags & TG_OPF_INPLACE) || t->n_src < 1)
+            continue;
+        tg_tensor *x = t->src[0];
+        if (!x || x->op == TG_OP_NONE || x->base || g->out_buf[x->topo] < 0)
+            continue;
+        tg__buf *xb = &g->bufs[g->out_buf[x->topo]];
+        if (xb->end != i || xb->size != g->bufs[g->out_buf[i]].size)
+            continue;
+        bool other = false;
+        for (int k = 1; k < t->n_src; k++)
+            other = other || (t->src[k] && owner_of(t->src[k]) == x);
+        if (!other)
+            g->bufs[g->out_buf[i]].alias = g->out_buf[x->topo];
+    }
+}
+
+/* The sweep over the steps once the buckets are made: the buffers starting at a step placed
+ * first-fit (an alias at its root's offset), then those ending there released. */
+static void sweep(tg_graph *g, arena_plan *p, const int64_t *sp, const int64_t *sl,
+                  const int64_t *root, int64_t steps)
+{
+    for (int64_t s = 0; s < steps; s++) {
+        for (int64_t q = sp[s]; q < sp[s + 1]; q++) {
+            tg__buf *b = &g->bufs[sl[q]];
+            if (root[sl[q]] != sl[q]) /* the root starts no later and comes first */
+                b->off = g->bufs[root[sl[q]]].off;
+            else if (g->no_reuse) {
+                b->off = p->high;
+                p->high += b->size;
+            } else
+                b->off = plan_alloc(p, b->size);
+        }
+        for (int64_t q = g->end_ptr[s]; q < g->end_ptr[s + 1] && !g->no_reuse; q++) {
+            tg__buf *b = &g->bufs[g->end_list[q]];
+            plan_free(p, b->off, b->size);
+        }
+    }
+}
+
+/* Placement: buckets by start step and by end step (counting sort keeps node order), then the
+ * sweep. An in-place chain (a buffer and the buffers that took its slot, possibly several) is
+ * one slot: placed at its root's start, released (and poisoned) at its last member's end.
+ * *high: the arena's size. False with the error recorded. */
+static bool plan_place(tg_graph *g, int64_t steps, int64_t *high, const char *fn)
+{
+    tg_ctx *ctx = g->ctx;
     int64_t nb = g->n_bufs;
     int64_t *sp = tg__alloc(ctx, sizeof(int64_t) * (size_t)(steps + 2), fn);
     int64_t *sl = tg__alloc(ctx, sizeof(int64_t) * (size_t)(nb + 1), fn);
     g->end_ptr = tg__alloc(ctx, sizeof(int64_t) * (size_t)(steps + 2), fn);
     g->end_list = tg__alloc(ctx, sizeof(int64_t) * (size_t)(nb + 1), fn);
-    /* An in-place chain (a buffer and the buffers that took its slot, possibly several) is one
-     * slot: placed at its root's start, released (and poisoned) at its last member's end. */
     int64_t *root = tg__alloc(ctx, sizeof(int64_t) * (size_t)(nb + 1), fn);
     int64_t *cend = tg__alloc(ctx, sizeof(int64_t) * (size_t)(nb + 1), fn);
     arena_plan p = {tg__alloc(ctx, sizeof(segment) * (size_t)(nb + 2), fn), 0, 0};
-    bool ok = sp && sl && g->end_ptr && g->end_list && root && cend && p.free;
+    int64_t *fill = tg__alloc(ctx, sizeof(int64_t) * (size_t)(steps + 2), fn);
+    int64_t *fille = tg__alloc(ctx, sizeof(int64_t) * (size_t)(steps + 2), fn);
+    bool ok = sp && sl && g->end_ptr && g->end_list && root && cend && p.free && fill && fille;
     if (ok) {
         for (int64_t b = 0; b < nb; b++) { /* an alias always follows its source */
             root[b] = g->bufs[b].alias >= 0 ? root[g->bufs[b].alias] : b;
@@ -548,51 +596,52 @@ lifetimes_done:
             sp[s + 1] += sp[s];
             g->end_ptr[s + 1] += g->end_ptr[s];
         }
-        int64_t *fill = tg__alloc(ctx, sizeof(int64_t) * (size_t)(steps + 2), fn);
-        int64_t *fille = tg__alloc(ctx, sizeof(int64_t) * (size_t)(steps + 2), fn);
-        ok = fill && fille;
-        if (ok) {
-            memcpy(fill, sp, sizeof(int64_t) * (size_t)(steps + 1));
-            memcpy(fille, g->end_ptr, sizeof(int64_t) * (size_t)(steps + 1));
-            for (int64_t b = 0; b < nb; b++) {
-                sl[fill[g->bufs[b].start]++] = b;
-                if (root[b] == b && cend[b] != TG__FOREVER)
-                    g->end_list[fille[cend[b]]++] = b;
-            }
-            for (int64_t s = 0; s < steps; s++) {
-                for (int64_t q = sp[s]; q < sp[s + 1]; q++) {
-                    tg__buf *b = &g->bufs[sl[q]];
-                    if (root[sl[q]] != sl[q]) /* the root starts no later and comes first */
-                        b->off = g->bufs[root[sl[q]]].off;
-                    else if (g->no_reuse) {
-                        b->off = p.high;
-                        p.high += b->size;
-                    } else
-                        b->off = plan_alloc(&p, b->size);
-                }
-                for (int64_t q = g->end_ptr[s]; q < g->end_ptr[s + 1] && !g->no_reuse; q++) {
-                    tg__buf *b = &g->bufs[g->end_list[q]];
-                    plan_free(&p, b->off, b->size);
-                }
-            }
+        memcpy(fill, sp, sizeof(int64_t) * (size_t)(steps + 1));
+        memcpy(fille, g->end_ptr, sizeof(int64_t) * (size_t)(steps + 1));
+        for (int64_t b = 0; b < nb; b++) {
+            sl[fill[g->bufs[b].start]++] = b;
+            if (root[b] == b && cend[b] != TG__FOREVER)
+                g->end_list[fille[cend[b]]++] = b;
         }
-        tg__free(ctx, fill);
-        tg__free(ctx, fille);
+        sweep(g, &p, sp, sl, root, steps);
     }
+    tg__free(ctx, fill);
+    tg__free(ctx, fille);
     tg__free(ctx, root);
     tg__free(ctx, cend);
     tg__free(ctx, sp);
     tg__free(ctx, sl);
     tg__free(ctx, p.free);
-    if (!ok)
+    *high = p.high;
+    return ok;
+}
+
+bool tg__plan(tg_graph *g, const char *fn)
+{
+    tg_ctx *ctx = g->ctx;
+    bool grads = !g->no_grad;
+    int64_t steps = grads ? 2 * g->n : g->n;
+    plan_scratch sc;
+    if (!plan_tables(g, &sc, fn))
         return false;
-    if (!g->no_reuse && nb <= TG__GREEDY_MAX) { /* better packing than the sweep's first-fit */
-        int64_t hi;
-        if (!place_greedy(g, &hi, fn))
+    plan_lifetimes(g, &sc);
+    memset(&g->mem, 0, sizeof g->mem);
+    uint64_t total = 0; /* sum of the buffers' sizes so far (add_buf) */
+    bool ok = plan_forward_bufs(g, &sc, &total, fn) &&
+              (!grads || plan_backward_bufs(g, &sc, &total, fn));
+    scratch_free(ctx, &sc);
+    if (!ok)
+        return false; /* the error is recorded */
+    if (!g->no_reuse)
+        plan_inplace(g);
+    int64_t high;
+    if (!plan_place(g, steps, &high, fn))
+        return false;
+    if (!g->no_reuse && g->n_bufs <= TG__GREEDY_MAX) { /* better packing than first-fit */
+        if (!place_greedy(g, &high, fn))
             return false;
-        p.high = hi;
     }
-    g->arena_bytes = (size_t)p.high;
+    g->arena_bytes = (size_t)high;
     g->mem.arena = g->arena_bytes;
     g->mem.peak = g->mem.parameters + g->mem.parameter_grads + g->mem.inputs +
                   g->mem.input_grads + g->mem.arena;

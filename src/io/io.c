@@ -8,6 +8,8 @@
 
 #include "io.h"
 
+#include "graph/values.h" /* tg__value, tg__stale: items from tensors */
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -323,21 +325,6 @@ float tg__f16_to_f32(uint16_t h)
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;
-}
-
-/* bfloat16 is the top half of a binary32. */
-float tg__bf16_to_f32(uint16_t h)
-{
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-size_t tg__utf8_len(const unsigned char *s, size_t n)
-{
-    uint32_t cp;
-    return tg__utf8_next(s, n, &cp);
 }
 
 int tg__hex_digit(int c)

@@ -68,11 +68,7 @@ void tg__put_le32(unsigned char *p, uint32_t v);
 void tg__put_le64(unsigned char *p, uint64_t v);
 /* IEEE binary16 / bfloat16 bits -> float (exact; subnormals, inf and NaN kept). */
 float tg__f16_to_f32(uint16_t h);
-/* tg__bf16_to_f32: src/core/core.h (defined in io.c) */
-/* Length of the valid UTF-8 sequence starting at s[0] (of at most n bytes), or 0 if invalid
- * (overlong, surrogate, > U+10FFFF, truncated). */
-size_t tg__utf8_len(const unsigned char *s, size_t n);
-/* tg__utf8_valid (core.h) checks a whole string. */
+/* tg__bf16_to_f32, tg__utf8_len, tg__utf8_valid: src/core/core.h */
 /* The value of hex digit @p c (0-9, a-f, A-F), or -1. */
 int tg__hex_digit(int c);
 /* @p s (a name or value from a file) as one short printable line for a message: at most

@@ -9,7 +9,7 @@
  * train.optimizer, ...) a value follows from.
  */
 #include "tgrad_train.h"
-#include "io.h"
+#include "io/io.h"
 
 #include <inttypes.h>
 #include <stdio.h>

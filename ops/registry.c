@@ -5,7 +5,7 @@ const tg_op_def tg__op_table[TG_OP_COUNT_] = {
     [TG_OP_NONE] = {"leaf", NULL, NULL, NULL, 0, NULL},
 #define TG_OP(id, name, fwd, bwd, check, flags, ws)                                             \
     [TG_OP_##id] = {name, fwd, ((flags) & TG_OPF_NO_BACKWARD) ? NULL : bwd, check, flags, ws},
-#include "../../ops/ops.def"
+#include "ops.def"
 #undef TG_OP
 };
 

@@ -1,6 +1,6 @@
 /*
- * tensor_kernel.h - the kernel of tg__reduce_to (src/core/tensor.c: a gradient summed over the
- * dims broadcast from x) for one float type. A template header: tensor.c includes it once per
+ * node_kernel.h - the kernel of tg__reduce_to (ops/node.c: a gradient summed over the
+ * dims broadcast from x) for one float type. A template header: node.c includes it once per
  * dtype with T (float / double) and SUF (f32 / f64) defined; FN(name) is name_f32 or name_f64.
  * No include guard.
  */

@@ -5,7 +5,7 @@
  * same directory, fsync, rename), so a failed save never damages the previous checkpoint.
  */
 #include "tgrad_train.h"
-#include "io.h"
+#include "io/io.h"
 #include "vec.h"
 
 #include <inttypes.h>

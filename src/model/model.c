@@ -13,8 +13,8 @@
 #include "tgrad_model.h"
 #include "core.h"
 #include "data/data.h"
-#include "io.h"
-#include "json.h"
+#include "io/io.h"
+#include "io/json.h"
 
 #include <inttypes.h>
 #include <math.h>

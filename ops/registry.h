@@ -1,11 +1,20 @@
 /*
- * registry.h - internal layer 2/3 boundary: the op table built from ops/ops.def.
+ * registry.h - internal layer 2 (ops), read by layer 3 (graph): the op table built from ops/ops.def.
  * The engine (graph, autodiff, gradcheck) reaches ops only through tg__op_table.
  */
 #ifndef TG_REGISTRY_H
 #define TG_REGISTRY_H
 
 #include "core.h"
+
+/* ----- op ids: one per line of ops/ops.def --------------------------------------------- */
+enum {
+    TG_OP_NONE = TG__OP_LEAF, /* leaf */
+#define TG_OP(id, name, fwd, bwd, check, flags, ws) TG_OP_##id,
+#include "ops.def"
+#undef TG_OP
+    TG_OP_COUNT_
+};
 
 /* The kernel call record: everything a kernel reads or writes in one call, filled by the
  * executor (src/graph/exec.c) from the graph's plan. A kernel never reads value pointers from
@@ -104,12 +113,54 @@ typedef struct tg_op_def {
     tg_status check(const tg__call *c);                                                        \
     size_t ws(const tg__call *c);
 
-#include "../../ops/ops.def"
+#include "ops.def"
 #undef TG_OP
 
 /* The backward column of an inference-only op (TG_OPF_NO_BACKWARD); never called. */
 tg_status tg__no_backward(const tg__call *c);
 
 extern const tg_op_def tg__op_table[TG_OP_COUNT_];
+
+/* ----- builder helpers (node.c) --------------------------------------------------------------- */
+/* True if every one of the n tensors is non-NULL, belongs to ctx, is float (f32/f64) and shares
+ * dtype (records TG_ERR_ARG / TG_ERR_DTYPE naming fn otherwise, e.g. "tg_add: 'ids' is i32;
+ * this op needs f32 or f64"; NULL inputs return false silently). */
+bool tg__check_srcs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src);
+/* tg__check_srcs for an op with one integer operand: src[ids] must be TG_I32 (a float one is
+ * refused with a message calling it @p role, e.g. "ids"); the others float and of one dtype. */
+bool tg__check_srcs_ids(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *src, int ids,
+                        const char *role);
+/* Create an op result tensor with its data buffer. requires_grad = any src requires it.
+ * Returns NULL (error recorded) on failure. */
+tg_tensor *tg__op_new(tg_ctx *ctx, int op, tg_dtype dt, int rank, const int64_t *shape,
+                      int n_src, tg_tensor *const *src);
+/* Declare that forward saves `bytes` for backward in y->saved (placed by the planner, bound
+ * at run; NOT zeroed: forward writes every byte backward reads). Returns true. */
+bool tg__op_save(tg_tensor *y, size_t bytes);
+/* tg__op_save of n * es + extra bytes, overflow-checked (TG_ERR_OVERFLOW recorded and y
+ * freed: the builder must return NULL without touching y again). */
+bool tg__op_save_n(tg_tensor *y, int64_t n, size_t es, size_t extra);
+/* A contiguous copy of x (op "contiguous"; ops/shape.c). NULL on error (recorded). */
+tg_tensor *tg__contiguous(tg_ctx *ctx, tg_tensor *x);
+/* The node of a broadcasting binary op (add, mul, sub, div): operands checked, shape
+ * broadcast (TG_ERR_SHAPE naming fn otherwise). NULL on error (recorded). */
+tg_tensor *tg__binary_new(tg_ctx *ctx, int op, const char *fn, tg_tensor *a, tg_tensor *b);
+/* Broadcast shapes a and b (right-aligned) into out; returns false if incompatible. */
+bool tg__broadcast_shape(int ra, const int64_t *a, int rb, const int64_t *b, int *rout,
+                         int64_t *out);
+
+/* ----- broadcasting kernels (shared by add, mul, add_mask, matmul) -------------------------- */
+/* Row-major strides of x's shape right-aligned inside an output of rank `rank`, with stride 0
+ * on broadcast dims: st[i] for output axis i. */
+void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, int64_t *st);
+/* dx (shape of x) += dy (shape out_shape, rank) summed over broadcast dims, fixed order per
+ * element of dx (thread-count independent). dtype dt for both; nt threads. */
+void tg__reduce_to(int nt, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
+                   const tg_tensor *x, void *dx);
+
+/* p[i] = 0 + p[i] for n elements: what accumulating into a zeroed gradient gives (-0 becomes
+ * +0), for backward rules whose in-place identity must match the accumulating path bitwise. */
+void tg__plus_zero(int nt, tg_dtype dt, int64_t n, void *p);
+
 
 #endif
