@@ -391,7 +391,7 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
         snprintf(rest, sizeof rest, "%s", msg);
         snprintf(msg, sizeof msg, "FAIL: the backward rule of '%s' (op %s) assigns the "
                  "gradient of its input '%s' instead of adding to it (dx += ...): element %lld "
-                 "pre-filled with %.6g became %.6g, want %.6g; %s",
+                 "pre-filled with %.6g became %.6g, want %.6g; %.500s",
                  st.g->accum_bad.node->name, tg_tensor_op_name(st.g->accum_bad.node),
                  st.g->accum_bad.src->name, (long long)st.g->accum_bad.index,
                  st.g->accum_bad.prefill, st.g->accum_bad.got, st.g->accum_bad.want,
