@@ -283,7 +283,7 @@ TG_API const char *tg_seq2seq_target_text(const tg_seq2seq_data *d, int64_t i);
 /** @name Length-bucketed batches
  * The batches of one epoch, a function of the lengths (S_i, T_i), the token budget, the seed
  * and the epoch e >= 0 (what fairseq's --max-tokens does, made exactly reproducible; the
- * PyTorch reference tools/translate_reference.py implements the same):
+ * PyTorch reference tools/reference/translate_reference.py implements the same):
  * 1. RNG: splitmix64 with state s = seed XOR (0x9E3779B97F4A7C15 * (e + 1)) (mod 2^64);
  *    next(): s += 0x9E3779B97F4A7C15; z = s; z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
  *    z = (z ^ (z >> 27)) * 0x94D049BB133111EB; return z ^ (z >> 31).

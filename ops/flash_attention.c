@@ -55,7 +55,7 @@
  * 204,800 units, takes ~27 us forward on this project's AVX-512 machine). Not ~20 us: a
  * region that short is dominated by waking the other thread when its core is busy; with
  * 120,000 units SDPA (64, 5, 64) at 2 threads measured 0.018 ms in `tgrad bench` but a median
- * of 0.28 ms (0.04-5.4) in tools/bench_torch.py, whose pauses let the worker sleep. */
+ * of 0.28 ms (0.04-5.4) in tools/bench/bench_torch.py, whose pauses let the worker sleep. */
 #define FA_SMALL_PAR_UNITS 400000
 
 /* Builder metadata (y->aux, owned by the node). Per output batch o (the broadcast leading

@@ -1,7 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 /*
  * test_export.c - `tgrad export` end to end, on the committed fixtures (tests/fixtures/,
- * made by tools/check_export.py --tgrad; see tests/fixtures/README.md):
+ * made by tools/reference/check_export.py --tgrad; see tests/fixtures/README.md):
  *   export_<case>.ckpt            a tiny checkpoint written by `tgrad train`
  *   export_<case>.safetensors     its export, which PyTorch loaded with strict=True
  *   export_<case>_logits.safetensors  the PyTorch reference model's logits on fixed ids
@@ -136,7 +136,7 @@ START_TEST(test_round_trip)
     ck_assert_str_eq(se, "");
     free(so);
     free(se);
-    /* exactly the file PyTorch loaded with strict=True (tools/check_export.py) */
+    /* exactly the file PyTorch loaded with strict=True (tools/reference/check_export.py) */
     ck_assert_msg(same_file(out, ref), "the export of %s differs from %s", ck, ref);
 
     tg_ctx *ctx = tg_ctx_new();

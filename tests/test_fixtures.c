@@ -1,7 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 /*
  * test_fixtures.c - parity with PyTorch: every case in tests/fixtures/ (written by
- * tools/gen_fixtures.py with PyTorch 1.13) is rebuilt with tgrad's modules, in f64 and f32;
+ * tests/fixtures/gen/gen_fixtures.py with PyTorch 1.13) is rebuilt with tgrad's modules, in f64 and f32;
  * the output and every gradient (parameters and inputs) must satisfy (modules: sdpa, mha, ffn,
  * encoder, decoder, encoder_stack, decoder_stack, transformer = nn.Transformer)
  *   max |ours - ref| / (1 + max |ref|) <= 1e-10 (f64), 1e-4 (f32).

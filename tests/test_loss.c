@@ -1,12 +1,12 @@
 /*
  * test_loss.c - cross-entropy with label smoothing (tg_cross_entropy_smoothed):
- * - PyTorch parity: every tests/fixtures/xent_<case>.safetensors (tools/gen_train_fixtures.py,
+ * - PyTorch parity: every tests/fixtures/xent_<case>.safetensors (tests/fixtures/gen/gen_train_fixtures.py,
  *   F.cross_entropy(..., ignore_index, label_smoothing) in PyTorch 1.13) is rebuilt; the loss
  *   and the logits' gradient satisfy max |ours - ref| / (1 + max |ref|) <= 1e-10 (f64),
  *   1e-4 (f32);
  * - a case by hand, label_smoothing 0 equal bit for bit to tg_cross_entropy, every target
  *   ignored (0, not PyTorch's NaN), the argument checks, and thread invariance.
- * (The gradient checks are the cross_entropy "smooth*" cases of tools/opcases.c.)
+ * (The gradient checks are the cross_entropy "smooth*" cases of tools/cli/opcases.c.)
  */
 #include "testutil.h"
 #include "tgrad_io.h"

@@ -3,7 +3,7 @@
  * test_metrics.c - corpus BLEU and chrF (include/tgrad_metrics.h) against sacreBLEU.
  *
  * - Fixtures: every corpus of tests/fixtures/metrics.tsv (scored by sacreBLEU 2.6.0's own code,
- *   tools/gen_metric_fixtures.py): BLEU's and chrF's statistics equal exactly, the scores,
+ *   tests/fixtures/gen/gen_metric_fixtures.py): BLEU's and chrF's statistics equal exactly, the scores,
  *   precisions, brevity penalty and ratio to 1e-9, the 13a tokenization of every line and the
  *   formatted lines character for character; streaming (one pair at a time) gives the corpus
  *   result bit for bit.

@@ -430,7 +430,7 @@ START_TEST(test_err_first_sticks)
 END_TEST
 
 /* ---- gradcheck --------------------------------------------------------------------------------- */
-/* Shapes differ from tools/opcases.c: row and column vectors, non-square, size-1 batch dims,
+/* Shapes differ from tools/cli/opcases.c: row and column vectors, non-square, size-1 batch dims,
  * broadcasting with both flags. */
 static tg_tensor *gc_case(tg_ctx *ctx, tg_dtype dt, int which)
 {

@@ -4,7 +4,7 @@
  * sanity.
  *
  * - PyTorch parity: every tests/fixtures/optim_<case>.safetensors (written by
- *   tools/gen_optim_fixtures.py with torch.optim, PyTorch 1.13) is replayed step by step with
+ *   tests/fixtures/gen/gen_optim_fixtures.py with torch.optim, PyTorch 1.13) is replayed step by step with
  *   the stored gradients and per-step learning rates; after every step
  *   max |ours - ref| / (1 + max |ref|) <= 1e-12 (f64), 1e-5 (f32).
  * - Single steps computed by hand (SGD with momentum and weight decay, Adam, AdamW).
@@ -749,7 +749,7 @@ START_TEST(test_lr_warmup_cosine)
 END_TEST
 
 /* The Transformer's schedule against tests/fixtures/sched_noam_<case>.safetensors
- * (tools/gen_train_fixtures.py): `lr` is the formula in Python floats, `lr_torch` the lr
+ * (tests/fixtures/gen/gen_train_fixtures.py): `lr` is the formula in Python floats, `lr_torch` the lr
  * torch.optim.lr_scheduler.LambdaLR gives before each optimizer.step(); both within 1e-15
  * relative of tg_lr_noam(step) for the 0-based update index step. */
 static const char *const noam_cases[] = {"paper", "small", "warmup1"};

@@ -7,7 +7,7 @@
  *   copy, narrow + concat), strided matmul, broadcast adds of reductions (sum, max), softmax,
  *   log_softmax, layer_norm, several outputs and kept intermediates (tg_keep), backward
  *   seeded at every output, at the outputs and a kept tensor, or at a kept tensor only;
- * - every op and module case of tools/opcases.c, f32 and f64;
+ * - every op and module case of tools/cli/opcases.c, f32 and f64;
  *
  * each run with default planning, default + poison, one_backward, one_backward + poison,
  * no_grad + poison (forward values only), at 1 and 2 or 3 threads, and with the thread count changed after tg_graph_new and between

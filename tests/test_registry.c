@@ -1,5 +1,5 @@
 /*
- * test_registry.c - the op registry and the gradient-check case table (tools/opcases.c).
+ * test_registry.c - the op registry and the gradient-check case table (tools/cli/opcases.c).
  *
  * Fails if any registered op lacks a backward rule or has fewer than three gradcheck cases
  * (except the inference-only ops listed below, which must have neither),
@@ -101,7 +101,7 @@ START_TEST(test_every_op_has_three_cases)
             strncat(few, b, sizeof few - strlen(few) - 1);
         }
     }
-    ck_assert_msg(few[0] == '\0', "ops with fewer than 3 gradcheck cases in tools/opcases.c:%s",
+    ck_assert_msg(few[0] == '\0', "ops with fewer than 3 gradcheck cases in tools/cli/opcases.c:%s",
                   few);
     for (int m = 0; m < N_MODULES; m++)
         ck_assert_int_ge(tg_opcase_count(modules[m]), 0);

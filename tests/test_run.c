@@ -701,7 +701,7 @@ static void ids_npy(fixture *f, const char *key, const char *file)
 
 /* `run transformer` on tgrad's own export of an encoder-decoder: the whole model (token
  * embeddings, positions, both stacks, final norm, output layer), token ids in, logits out,
- * equal to PyTorch's (tools/check_export.py) on a padded source; the options that describe
+ * equal to PyTorch's (tools/reference/check_export.py) on a padded source; the options that describe
  * the model come from the export's config (given ones must agree). */
 START_TEST(test_transformer_export)
 {

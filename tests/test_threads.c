@@ -1,6 +1,6 @@
 /*
  * test_threads.c - thread invariance for 1, 2, 3, 4 and 8 threads (tg_ctx_set_threads):
- *  - every case of the gradient-check table (tools/opcases.c: every registered op and every
+ *  - every case of the gradient-check table (tools/cli/opcases.c: every registered op and every
  *    module), in f32 and f64: forward + backward with a fixed upstream gradient give
  *    bitwise-identical values of every node and gradients of every tensor that has one;
  *  - a few training steps of a small transformer LM (dropout, gradient clipping, AdamW

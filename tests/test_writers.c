@@ -1,6 +1,6 @@
 /*
  * test_writers.c - every file writer of the library and of the command line follows one rule
- * (tg_file_write, tgrad_io.h; tools/outpath.h): only a regular file is replaced, through a
+ * (tg_file_write, tgrad_io.h; tools/cli/outpath.h): only a regular file is replaced, through a
  * temporary file renamed into place, and nothing the call did not create is ever removed or
  * truncated. A row per writer, each run against
  *   (a) a character device (a private `mknod NAME c 1 7` node, never the system's /dev/full):

@@ -7,7 +7,7 @@
 #   (none)   what the library and the `tgrad` program need: gcc, meson, ninja, pkg-config,
 #            and for SentencePiece subword tokenizers (meson feature `sentencepiece`, on when
 #            found) g++ and libsentencepiece-dev, and the English-German dictionary
-#            trans-de-en (the translation data, tools/ding_pairs.c); ./build is configured
+#            trans-de-en (the translation data, tools/cli/ding_pairs.c); ./build is configured
 #            without the test
 #            suite (-Dtests=false), so
 #            `ninja -C build tools/tgrad` compiles the library and the program only
@@ -17,7 +17,7 @@
 #            (libclang-rt-14-dev) and OpenMP (libomp-dev), Open MPI (data-parallel training
 #            and its tests)
 #   --bench  what the library needs and the PyTorch side of the benchmarks
-#            (tools/bench_torch.py, tools/perf_readme.sh, tools/train_reference.py): Debian's
+#            (tools/bench/bench_torch.py, tools/bench/perf_readme.sh, tools/reference/train_reference.py): Debian's
 #            python3-torch and python3-numpy, and OpenBLAS (libopenblas0-pthread), which the
 #            alternatives system then gives torch's libblas.so.3 (without it torch runs on the
 #            reference BLAS, 26-62x slower in f32, and bench_torch.py refuses to compare);

@@ -1,6 +1,6 @@
 /*
  * fuzz_checkpoint.c - libFuzzer harness for checkpoint restore as `tgrad` does it: the
- * metadata validation of tools/ckpt_config.c, the model built from what it accepted,
+ * metadata validation of tools/cli/ckpt_config.c, the model built from what it accepted,
  * tg_checkpoint_restore / tg_params_load_from, and a training step or forward pass; plus the
  * checkpoint handling of `tgrad export` and `tgrad info`.
  *

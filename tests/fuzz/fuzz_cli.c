@@ -1,7 +1,7 @@
 /*
  * fuzz_cli.c - libFuzzer harness for the option parsers of the `tgrad` program: the top level
- * and every command's parse-only entry point (tools/cli.h, tools/train_args.h), and cli_set()
- * (tools/cliopt.h) on every option of every table.
+ * and every command's parse-only entry point (tools/cli/cli.h, tools/cli/train_args.h), and cli_set()
+ * (tools/cli/cliopt.h) on every option of every table.
  *
  * Input: the command line after "tgrad", as strings separated by NUL bytes ("train\0--steps\0
  * 5\0"; a final NUL is optional, an empty string between two NULs is an empty argument). Per
@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* tools/tgrad.c's command table, in its order (top_parse answers an index into it). */
+/* tools/cli/tgrad.c's command table, in its order (top_parse answers an index into it). */
 static const char *const commands[] = {"train", "sample", "translate", "export", "info",
                                        "bench", "gradcheck", "run", "version", "help"};
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };

@@ -22,15 +22,15 @@
 int fz_n_tables(void);
 const cli_command *fz_table(int i, size_t *args_size);
 
-/* tools/cmd_export.c's export_exec(): validate checkpoint @p ck and write @p out. Returns 0 on
+/* tools/cli/cmd_export.c's export_exec(): validate checkpoint @p ck and write @p out. Returns 0 on
  * success (with the tensors written in @p n_tensors), else non-zero with one line in @p err. */
 int fz_export_exec(const char *ck, const char *out, bool force, int64_t *n_tensors, char *err,
                    size_t n);
 
-/* tools/cmd_info.c's info_file(): describe @p path to @p out, or one line in @p err. */
+/* tools/cli/cmd_info.c's info_file(): describe @p path to @p out, or one line in @p err. */
 bool fz_info_file(const char *path, FILE *out, char *err, size_t n);
 
-/* tools/cmd_sample.c's pick(): the next token id from @p nv finite logits. */
+/* tools/cli/cmd_sample.c's pick(): the next token id from @p nv finite logits. */
 int fz_sample_pick(const double *lg, int nv, double temp, int64_t top_k, double u, double *p);
 
 #endif

@@ -50,7 +50,7 @@ layer_name() {
 # Files outside the rule, with the reason (white-box code that measures a private kernel).
 exempt() {
     case $1 in
-    tools/bench_gemm.c) return 0 ;; # the GEMM micro-benchmark times the private bf16 GEMM
+    tools/bench/bench_gemm.c) return 0 ;; # the GEMM micro-benchmark times the private bf16 GEMM
     esac
     return 1
 }
@@ -67,9 +67,9 @@ check_includes() {
         for inc in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' \
             "$root/$f"); do
             # the compiler's order: the including file's folder, then -I include, src,
-            # src/core, ops (the library's), tools (the command line's)
+            # src/core, ops (the library's), tools/cli and tools/bench (the command line's)
             hit=""
-            for d in "$fdir" include src src/core ops tools; do
+            for d in "$fdir" include src src/core ops tools/cli tools/bench; do
                 if [ -f "$root/$d/$inc" ]; then
                     hit=$(cd "$root" && realpath -m --relative-to=. "$d/$inc")
                     break

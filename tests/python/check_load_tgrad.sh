@@ -1,5 +1,5 @@
 #!/bin/sh
-# check_load_tgrad.sh SOURCE_DIR [TGRAD] - tools/load_tgrad.py on Debian's python3-torch and
+# check_load_tgrad.sh SOURCE_DIR [TGRAD] - tools/reference/load_tgrad.py on Debian's python3-torch and
 # numpy alone: a `safetensors` module that fails on import is put first on the path, then each
 # committed export and checkpoint (tests/fixtures/export_*) is loaded with strict=True and its
 # logits compared with the reference logits, and the parameters it counts (each tied tensor

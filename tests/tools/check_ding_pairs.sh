@@ -1,5 +1,5 @@
 #!/bin/sh
-# tools/ding_pairs.c (build/tools/ding-pairs) on tests/fixtures/ding/mini.txt, a small
+# tools/cli/ding_pairs.c (build/tools/ding-pairs) on tests/fixtures/ding/mini.txt, a small
 # dictionary with one entry per cleaning rule: the kept pairs, the counts per rule,
 # deduplication, split sizes, one English sentence never in two splits, determinism, --force,
 # and the exit status of usage (2) and run-time (1) errors.

@@ -16,7 +16,7 @@
 #include "ckpt_config.h"
 #include "cli.h"
 #include "climsg.h"
-#include "data.h"
+#include "train_data.h"
 #include "outpath.h"
 #include "seq2seq.h"
 #include "svgplot.h"

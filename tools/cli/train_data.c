@@ -1,6 +1,6 @@
 /* data.c - the command line's side of training data (see data.h). */
 #define _DEFAULT_SOURCE
-#include "data.h"
+#include "train_data.h"
 #include "climsg.h"
 
 #include <errno.h>

@@ -3,7 +3,7 @@
  *
  * Each command is split into parse / run / report:
  *   - <cmd>_parse() turns argv into the command's argument struct through its cliopt table
- *     (tools/cliopt.h). It does no I/O (no files, no printing) and uses no globals besides
+ *     (tools/cli/cliopt.h). It does no I/O (no files, no printing) and uses no globals besides
  *     getopt's, so a fuzzer can call it on any argv. It returns CLI_OK, CLI_HELP or CLI_ERROR
  *     with one line in @p err (without the `tgrad <cmd>: ` prefix), which cli_parse_exit()
  *     turns into the help or the error line. Call <cmd>_free() afterwards in every case.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Lockstep check of `tgrad train --text` against its PyTorch reference (tools/train_reference.py).
+"""Lockstep check of `tgrad train --text` against its PyTorch reference (tools/reference/train_reference.py).
 
 Both start from tgrad's initialisation and draw tgrad's batches (train_reference.py
 --tgrad-init), so every per-step training loss and every validation loss must agree up to
@@ -7,11 +7,11 @@ float32 rounding. A failure means the two trainings differ in a definition: the 
 loss, AdamW, the schedule, clipping, the batches or the validation windows.
 
 Usage:
-    /usr/bin/python3 tools/check_reference.py [--tgrad build/tools/tgrad]
+    /usr/bin/python3 tools/reference/check_reference.py [--tgrad build/tools/tgrad]
 
 Two texts (generated here, deterministic): a small one, whose validation split has fewer than
 4096 windows (all are evaluated), and a larger one, whose split has more (4096 spread evenly
-over it, tools/data.c). A small model (1 layer, d_model 32, seq 16, batch 8) trains 12 steps
+over it, tools/cli/train_data.c). A small model (1 layer, d_model 32, seq 16, batch 8) trains 12 steps
 with warmup 3 and an evaluation every 4 steps, one thread each. Needs Debian's python3-torch
 and python3-numpy; takes well under a minute.
 """
@@ -97,7 +97,7 @@ def check_case(tgrad, d, name, n_bytes):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tgrad", default=os.path.join(HERE, "..", "build", "tools", "tgrad"))
+    ap.add_argument("--tgrad", default=os.path.join(HERE, "..", "..", "build", "tools", "tgrad"))
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         ok = check_case(a.tgrad, d, "small", 40000)

@@ -25,7 +25,7 @@
 #include "ckpt_config.h"
 #include "cli.h"
 #include "climsg.h"
-#include "data.h"
+#include "train_data.h"
 #include "seq2seq.h"
 #include "tgrad_model.h"
 #include "tgrad_train.h"

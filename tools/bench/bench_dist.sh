@@ -7,12 +7,12 @@
 # wall time per step (waiting for the other process included) and the bytes each process sends
 # per step, as `tgrad train` reports them.
 #
-#   tools/bench_dist.sh [BUILD] > /tmp/dist.md      # ~15 minutes on 2 cores
+#   tools/bench/bench_dist.sh [BUILD] > /tmp/dist.md      # ~15 minutes on 2 cores
 #
 # Environment: SAMPLES (default 7), STEPS per run (default 150), TEXT (default: README.md and
 # docs/*.md). Needs a build with -Dmpi and mpirun on PATH. Nothing else may run meanwhile.
 set -eu
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/../build}
 samples=${SAMPLES:-7}
 steps=${STEPS:-150}

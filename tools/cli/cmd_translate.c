@@ -28,7 +28,7 @@
 #include "ckpt_config.h"
 #include "cli.h"
 #include "climsg.h"
-#include "data.h"
+#include "train_data.h"
 #include "outpath.h"
 #include "tgrad_data.h"
 #include "tgrad_decode.h"

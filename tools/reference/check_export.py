@@ -1,19 +1,19 @@
 #!/usr/bin/python3
 """Round trip of `tgrad export` into PyTorch: load each exported model fixture into the
-reference model class (tools/train_reference.py's LM, or tools/translate_reference.py's
+reference model class (tools/reference/train_reference.py's LM, or tools/reference/translate_reference.py's
 Seq2Seq for an encoder-decoder) with load_state_dict(strict=True), compute its logits on fixed
 token ids in float64 (and, for the encoder-decoder, in float32 too), and write them as a
 fixture that the C test (tests/test_export.c) compares tgrad's own logits against.
 
 Usage:
-    /usr/bin/python3 tools/check_export.py [--out tests/fixtures]     # write <case>_logits.safetensors
-    /usr/bin/python3 tools/check_export.py --check                    # verify the committed files
-    /usr/bin/python3 tools/check_export.py --tgrad build/tools/tgrad  # first re-create the
+    /usr/bin/python3 tools/reference/check_export.py [--out tests/fixtures]     # write <case>_logits.safetensors
+    /usr/bin/python3 tools/reference/check_export.py --check                    # verify the committed files
+    /usr/bin/python3 tools/reference/check_export.py --tgrad build/tools/tgrad  # first re-create the
                                                                       # checkpoints and exports
-    /usr/bin/python3 tools/check_export.py --check --translate-with build/tools/tgrad
+    /usr/bin/python3 tools/reference/check_export.py --check --translate-with build/tools/tgrad
                     # also the translation models' greedy translations, PyTorch against tgrad
     (--cases export_pairs_bytes ... limits any of these to some cases)
-Also run by tools/gen_fixtures.py (writing, or with --check). Needs Debian's python3-torch and
+Also run by tests/fixtures/gen/gen_fixtures.py (writing, or with --check). Needs Debian's python3-torch and
 python3-numpy; needs tgrad only with --tgrad.
 
 Fixtures per case (tests/fixtures/):
@@ -62,7 +62,7 @@ import load_tgrad  # noqa: E402
 import train_reference as ref  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, ".."))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 
 # The commands that made <case>.ckpt (run in the repository root; LICENSE is the text).
 CASES = {
@@ -104,7 +104,7 @@ CASES = {
                          "gelu", "--pos", "learned", "--quiet"],
 }
 B = 2
-# Sentences the translation models translate (tools/load_tgrad.py against tgrad translate)
+# Sentences the translation models translate (tools/reference/load_tgrad.py against tgrad translate)
 SENTENCES = ["Hello.", "The dog is small.", "Where is the house?", "I see the book.",
              "Thank you very much.", "Gute Nacht, süßer Hund!"]
 
@@ -284,11 +284,11 @@ def run(out_dir, check=False, tgrad=None, cases=None, translate_with=None):
                         problems.append(f"{k} differ by {err:.3g} > {tol:.3g}")
         else:
             if "ids" in got:
-                meta = {"description": "logits of tools/train_reference.py LM loaded from the "
+                meta = {"description": "logits of tools/reference/train_reference.py LM loaded from the "
                                        "export with strict=True, float64, eval mode",
                         "ids": "ids[b, t] = (7 b + 3 t + 1) mod vocab_size"}
             else:
-                meta = {"description": "logits of tools/translate_reference.py Seq2Seq loaded "
+                meta = {"description": "logits of tools/reference/translate_reference.py Seq2Seq loaded "
                                        "from the export with strict=True, eval mode: logits in "
                                        "float64, logits_f32 in float32",
                         "src_ids": "src_ids[b, s] = (7 b + 3 s + 1) mod vocab_size",

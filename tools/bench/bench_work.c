@@ -1,5 +1,5 @@
 /*
- * bench_work.c - the module and training workloads of `tgrad bench` and tools/bench_torch.py
+ * bench_work.c - the module and training workloads of `tgrad bench` and tools/bench/bench_torch.py
  * (see bench_work.h for the list and their exact shapes).
  */
 #define _POSIX_C_SOURCE 200809L

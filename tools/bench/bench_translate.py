@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Translation speed: tgrad against the PyTorch reference (tools/translate_reference.py).
+"""Translation speed: tgrad against the PyTorch reference (tools/reference/translate_reference.py).
 
 Usage (from the source tree, after building tgrad with SentencePiece; the machine otherwise idle):
 
-    /usr/bin/python3 tools/bench_translate.py [--tgrad build/tools/tgrad] [--rounds 7]
+    /usr/bin/python3 tools/bench/bench_translate.py [--tgrad build/tools/tgrad] [--rounds 7]
         [--steps 40] [--train train.tsv --valid valid.tsv --test test.tsv --spm spm.model]
         [--checkpoint CK.ckpt] [--sacrebleu-path DIR] [--workdir DIR] [--json out.json]
 
@@ -18,7 +18,7 @@ Training speed (skipped with --no-train): --rounds rounds, each running, in alte
     A torch threads (torch.set_num_threads(A), OMP_NUM_THREADS=A), B OpenBLAS threads
     (OPENBLAS_NUM_THREADS=B: Debian's torch calls OpenBLAS, whose pthreads ignore
     torch.set_num_threads), OMP_WAIT_POLICY=PASSIVE when A > 1, OPENBLAS_CORETYPE removed
-    (the settings of tools/bench_torch.py); tokens/s from its JSON summary.
+    (the settings of tools/bench/bench_torch.py); tokens/s from its JSON summary.
   Both count tokens/s the same way: real target tokens (labels that are not padding, EOS
   included) per second of training steps; tgrad's evaluation after its last step and the
   data loading are excluded. V is the first --valid-lines (20) pairs of --valid (the
@@ -71,7 +71,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REF = os.path.join(HERE, "translate_reference.py")
+REF = os.path.join(HERE, "..", "reference", "translate_reference.py")
 
 
 def cpu_model():
@@ -130,7 +130,7 @@ def sacrebleu_check(a, hyp_path, tgrad_out):
     tgrad's printed lines are the same strings (None without --sacrebleu-path)."""
     if not a.sacrebleu_path:
         return None
-    sys.path.insert(0, HERE)
+    sys.path.insert(0, os.path.join(HERE, "..", "reference"))
     import translate_reference
     BLEU, CHRF = translate_reference.import_sacrebleu(a.sacrebleu_path)
     with open(a.test, encoding="utf-8") as f:

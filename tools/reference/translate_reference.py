@@ -7,7 +7,7 @@ length-bucketed batches, label smoothing, schedule and greedy / beam decoding as
 Usage (Debian 12: python3-torch 1.13, python3-sentencepiece; sacreBLEU from its source tree):
 
     git --git-dir=/path/to/sacrebleu.git archive HEAD | tar -x -C /tmp/sacrebleu
-    nice /usr/bin/python3 tools/translate_reference.py --train train.tsv --valid valid.tsv \\
+    nice /usr/bin/python3 tools/reference/translate_reference.py --train train.tsv --valid valid.tsv \\
         --test test.tsv --spm spm.model --sacrebleu-path /tmp/sacrebleu [--threads 2] \\
         [--out-prefix hyp] [--json summary.json]
 
@@ -38,7 +38,7 @@ Usage (Debian 12: python3-torch 1.13, python3-sentencepiece; sacreBLEU from its 
   --threads N                     torch.set_num_threads(N) (default: all CPUs, as tgrad);
                                   Debian's torch calls OpenBLAS, whose pthreads follow
                                   OPENBLAS_NUM_THREADS instead (default: all CPUs);
-                                  tools/bench_translate.py sets both
+                                  tools/bench/bench_translate.py sets both
 
 Prints a line per evaluation (validation loss per target token without smoothing, greedy
 BLEU on the validation set) and a summary: training tokens/s (real target tokens, i.e. label
@@ -56,7 +56,7 @@ summary as one JSON object (also written to --json FILE if given):
    "test": {"greedy"|"beam5": {"bleu", "chrf", "seconds", "sentences", "sentences_per_s"}}}
 
 Model (class Seq2Seq, also the loader of `tgrad export` files of encoder-decoder checkpoints,
-see tools/load_tgrad.py): a torch.nn.Transformer (batch_first, its encoder.* / decoder.*
+see tools/reference/load_tgrad.py): a torch.nn.Transformer (batch_first, its encoder.* / decoder.*
 state_dict names, final norms encoder.norm and decoder.norm as nn.Transformer has them for
 post- and pre-norm alike) plus tok_emb (one nn.Embedding for source, target and, tied, the
 output head), optional sqrt(d_model) embedding scale, pos_emb (learned) or the sinusoidal

@@ -1,5 +1,5 @@
 #!/bin/sh
-# seed_study.sh - train the character LM with tgrad and with PyTorch (tools/train_reference.py)
+# seed_study.sh - train the character LM with tgrad and with PyTorch (tools/reference/train_reference.py)
 # on the same recipe for several seeds, one run at a time on one thread each, and print a
 # Markdown table of the final and best validation losses (per seed, mean, std, min, max) with
 # Welch's t-test of tgrad against PyTorch.
@@ -8,9 +8,9 @@
 # fed tgrad's batches (train_reference.py --tgrad-init): it differs from tgrad's run only by
 # floating-point rounding, so it separates implementation differences from seed noise.
 #
-#     tools/seed_study.sh [-o DIR] [-s "0 1 2"] [-n STEPS] [-w WHICH] [-t] [TEXT ...]
+#     tools/reference/seed_study.sh [-o DIR] [-s "0 1 2"] [-n STEPS] [-w WHICH] [-t] [TEXT ...]
 #
-# The table in docs/training.md:  tools/seed_study.sh -s "0 1 2" && tools/seed_study.sh -s "3 4" -w both
+# The table in docs/training.md:  tools/reference/seed_study.sh -s "0 1 2" && tools/reference/seed_study.sh -s "3 4" -w both
 #
 #   -o DIR    where the logs and results.csv go (default: seed-study)
 #   -s SEEDS  the seeds (default "0 1 2")
@@ -28,7 +28,7 @@
 # with libopenblas0-pthread PyTorch runs ~5x faster than on the reference BLAS. TGRAD and
 # PYTHON override the programs (default build/tools/tgrad, /usr/bin/python3).
 set -eu
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 tgrad=${TGRAD:-$here/build/tools/tgrad}
 py=${PYTHON:-/usr/bin/python3}
 out=seed-study
@@ -95,7 +95,7 @@ if [ $table_only = 0 ]; then
         fi
         if [ $which = all ] || [ $which = both ] || [ $which = torch ]; then
             log=$out/torch-seed$s.log
-            run "$log" "$py" "$here/tools/train_reference.py" --text "$@" --steps "$steps" \
+            run "$log" "$py" "$here/tools/reference/train_reference.py" --text "$@" --steps "$steps" \
                 --seed "$s" --threads 1
             record torch "$s" "$log"
         fi
@@ -105,7 +105,7 @@ if [ $table_only = 0 ]; then
             run "$out/init-seed$s.log" "$tgrad" train --text "$@" --steps 1 --lr 0 --seed "$s" \
                 --threads 1 --checkpoint "$ck" --force
             log=$out/lockstep-seed$s.log
-            run "$log" "$py" "$here/tools/train_reference.py" --text "$@" --steps "$steps" \
+            run "$log" "$py" "$here/tools/reference/train_reference.py" --text "$@" --steps "$steps" \
                 --seed "$s" --threads 1 --tgrad-init "$ck"
             rm -f "$ck"
             record lockstep "$s" "$log"
@@ -130,7 +130,7 @@ def t_sf(t, df):
     p = 0.5 - s * h / 3
     return p if t >= 0 else 1 - p
 impls = [i for i in ("tgrad", "torch", "lockstep") if any(r["impl"] == i for r in rows)]
-name = {"tgrad": "tgrad (f32)", "torch": "PyTorch 1.13 (`tools/train_reference.py`)",
+name = {"tgrad": "tgrad (f32)", "torch": "PyTorch 1.13 (`tools/reference/train_reference.py`)",
         "lockstep": "PyTorch from tgrad's init and batches"}
 seeds = sorted({int(r["seed"]) for r in rows})
 print(f"| {sys.argv[2]} steps, 1 thread | " + " | ".join(f"seed {s}" for s in seeds) +

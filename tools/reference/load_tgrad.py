@@ -8,8 +8,8 @@ Reads any file tgrad writes:
     model.*, data.*; its optimizer state adam.* / sgd.momentum.* is left out),
 into the reference model class with load_state_dict(strict=True): every parameter key must
 match, none missing or extra. A decoder-only LM or a task encoder becomes an LM
-(tools/train_reference.py); an encoder-decoder (config key n_decoder_layers) a Seq2Seq
-(tools/translate_reference.py): a torch.nn.Transformer (its own encoder.* / decoder.* keys)
+(tools/reference/train_reference.py); an encoder-decoder (config key n_decoder_layers) a Seq2Seq
+(tools/reference/translate_reference.py): a torch.nn.Transformer (its own encoder.* / decoder.* keys)
 with tok_emb, pos_emb and head, whose forward(src, tgt, src_key_padding_mask) is tgrad's
 tg_transformer_forward_seq2seq.
 
@@ -29,20 +29,20 @@ As a module (put tools/ on sys.path):
 
 As a program:
 
-    /usr/bin/python3 tools/load_tgrad.py MODEL [--prompt TEXT] [--tokens N]
+    /usr/bin/python3 tools/reference/load_tgrad.py MODEL [--prompt TEXT] [--tokens N]
         describe the model, load it strictly, continue TEXT greedily for N bytes
-    /usr/bin/python3 tools/load_tgrad.py MODEL --source TEXT
+    /usr/bin/python3 tools/reference/load_tgrad.py MODEL --source TEXT
         an encoder-decoder on a built-in task: decode TEXT's digits greedily (as many
         output digits as input digits, as `tgrad sample --source`)
-    /usr/bin/python3 tools/load_tgrad.py MODEL --translate TEXT [--translate TEXT2 ...]
+    /usr/bin/python3 tools/reference/load_tgrad.py MODEL --translate TEXT [--translate TEXT2 ...]
         a translation model (`tgrad train --pairs`): translate each TEXT greedily (or with
         --beam K) as `tgrad translate --beam 1`, one line each
-    /usr/bin/python3 tools/load_tgrad.py MODEL --spm-out FILE.model
+    /usr/bin/python3 tools/reference/load_tgrad.py MODEL --spm-out FILE.model
         a translation model with a SentencePiece tokenizer: write its model (the bytes of
         metadata tokenizer.model), which Python's sentencepiece loads
-    /usr/bin/python3 tools/load_tgrad.py MODEL --check LOGITS.safetensors
+    /usr/bin/python3 tools/reference/load_tgrad.py MODEL --check LOGITS.safetensors
         compare the model's logits on LOGITS' "ids" (an encoder-decoder: "src_ids",
-        "tgt_ids", "src_key_padding_mask") with its "logits" (the files tools/check_export.py
+        "tgt_ids", "src_key_padding_mask") with its "logits" (the files tools/reference/check_export.py
         writes, tests/fixtures/export_*_logits.safetensors); exit 1 if
         max |diff| > 1e-4 (1 + max |logit|) (1e-10 in float64)
 
@@ -324,7 +324,7 @@ def translate(model, tok, config, texts, max_len_a=1.5, max_len_b=10, beam=1, le
     """Translations of the strings `texts` as `tgrad translate` makes them: source = the
     tokens (at most max_seq_len - 1) then EOS; greedy (beam 1) or beam search from BOS, at most
     min(floor(a S + b), max_seq_len - 1) tokens with the EOS; batched, padded sources masked
-    (tools/translate_reference.py's greedy and beam_search)."""
+    (tools/reference/translate_reference.py's greedy and beam_search)."""
     import warnings
     # PyTorch 1.13's encoder fast path (eval, a padding mask) warns that nested tensors are
     # a prototype; the results are the same

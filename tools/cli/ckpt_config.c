@@ -4,7 +4,7 @@
  * ckpt_config.h). No I/O and nothing printed: safe to call on arbitrary parsed files.
  */
 #include "ckpt_config.h"
-#include "data.h"
+#include "train_data.h"
 #include "tgrad_data.h"
 #ifdef TG_HAVE_SPM
 #include "tgrad_spm.h"

@@ -1,5 +1,5 @@
 /*
- * cmd_gradcheck.c - `tgrad gradcheck`: run tg_gradcheck on every case of tools/opcases.c and
+ * cmd_gradcheck.c - `tgrad gradcheck`: run tg_gradcheck on every case of tools/cli/opcases.c and
  * print a table; exit 1 if any case fails.
  */
 #include "cli.h"

@@ -1,6 +1,6 @@
 /*
  * bench_work.h - the module and training workloads of `tgrad bench` (bench_work.c), also built
- * as the shared library libtgbench.so (linked to libtgrad.so) that tools/bench_torch.py loads
+ * as the shared library libtgbench.so (linked to libtgrad.so) that tools/bench/bench_torch.py loads
  * with ctypes, so both tools time exactly the same graphs.
  *
  * A workload is a graph built once (and warmed up) at a given thread count and compute

@@ -1,7 +1,7 @@
 /*
  * gomp_count.c - counts OpenMP parallel regions (GOMP_parallel calls) of any program, for issue
  * 9's "few parallel regions" measurement. Not built by meson (a development tool):
- *   gcc -shared -fPIC -O2 tools/gomp_count.c -o /tmp/gomp_count.so -ldl
+ *   gcc -shared -fPIC -O2 tools/bench/gomp_count.c -o /tmp/gomp_count.so -ldl
  *   LD_PRELOAD=/tmp/gomp_count.so build/tools/tgrad train --text ... --steps 20 --quiet
  * prints the count at exit; the difference between two step counts over the step difference is
  * the regions per training step. "one thread" counts the calls whose if() clause was false

@@ -2,7 +2,7 @@
 """tgrad against PyTorch on the module and training workloads of `tgrad bench`, interleaved
 sample by sample; prints one table of speedups (PyTorch time / tgrad time, > 1: tgrad faster).
 
-    /usr/bin/python3 tools/bench_torch.py [--build build] [--threads 2] [--samples 7]
+    /usr/bin/python3 tools/bench/bench_torch.py [--build build] [--threads 2] [--samples 7]
         [--only sdpa,mha,encoder,train] [--precision f32|bf16] [--markdown]
         [--markdown-file FILE] [--quiet-wait S] [--retakes N] [--nice N] [--samples-log FILE]
 
@@ -10,14 +10,14 @@ Needs Debian's python3-torch (1.13) with OpenBLAS (tools/bootstrap.sh --bench in
 a build of tgrad (meson builds build/tools/libtgbench.so next to build/libtgrad.so); not used by
 the tests or CI.
 
-Workloads (the exact graphs of tools/bench_work.c, see bench_work.h):
+Workloads (the exact graphs of tools/bench/bench_work.c, see bench_work.h):
   sdpa (64, 5, 64)   q, k, v of shape (batch x heads 64, T 5, d_k 64), no mask
   mha (B, T)         self-attention, d_model 512, 8 heads, at (8, 128) and (64, 5)
   encoder (B, T)     nn.TransformerEncoderLayer(512, 8, 2048, dropout=0, batch_first=True)
                      (post-norm, ReLU) at (8, 128) and (64, 5)
   each forward ("fwd") and forward + mean + backward ("fwd+bwd", gradients of the parameters
   and of the input);
-  train              one step of `tgrad train --text`'s default model (tools/train_reference.py's
+  train              one step of `tgrad train --text`'s default model (tools/reference/train_reference.py's
                      LM: 2 pre-norm layers, d_model 128, 4 heads, d_ff 512, learned positions,
                      causal, vocabulary 86, batch 32, seq 64): zero grads, forward,
                      cross-entropy, backward, clip at 1.0, AdamW (lr 3e-3, weight decay 0.01);
@@ -211,7 +211,7 @@ def worker(aten_threads):
                 loss.backward()
             return fwdbwd
         if name == "train":
-            sys.path.insert(0, HERE)
+            sys.path.insert(0, os.path.join(os.path.dirname(HERE), "reference"))
             from train_reference import LM
             c, V = s["train"], 86
             model = LM(V, d_model=c["D"], n_heads=c["H"], d_ff=c["F"], n_layers=c["L"],
@@ -648,7 +648,7 @@ def main():
         worker(int(sys.argv[2]))
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default=os.path.join(os.path.dirname(HERE), "build"),
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"),
                     help="tgrad's meson build directory (default: build)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="measure at 1 and N threads (default: all CPUs)")

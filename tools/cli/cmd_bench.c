@@ -6,7 +6,7 @@
  *             against OpenBLAS when it can be dlopen()ed, samples interleaved (bench_gemm.c);
  *   dense   - tgrad's dense op against a plain triple loop in C;
  *   sdpa, mha, encoder, train - the module and training workloads of bench_work.c (the same
- *             code tools/bench_torch.py times through libtgbench.so against PyTorch): median
+ *             code tools/bench/bench_torch.py times through libtgbench.so against PyTorch): median
  *             (min-max) ms per call, 1 and N threads interleaved sample by sample;
  *   sample  - greedy generation of 500 bytes on the default text model (random weights):
  *             through the KV cache (tg_generator, what `tgrad sample` does) against the
@@ -462,7 +462,7 @@ static const cli_command bench_cmd = {
         "(bf16 operands, f32 accumulation) on the same shapes: GFLOP/s, % of the bf16\n"
         "peak (vdpbf16ps) and the ratio to tgrad's f32 GEMM, samples interleaved\n"
         "(OpenBLAS has no bf16 GEMM to compare with); peak and sample are unchanged.\n"
-        "Ratios only against references measured in the same run; tools/bench_torch.py\n"
+        "Ratios only against references measured in the same run; tools/bench/bench_torch.py\n"
         "runs the sdpa, mha, encoder and train workloads against PyTorch. All sections\n"
         "take a few minutes.",
     .opts = bench_opts,

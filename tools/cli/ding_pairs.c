@@ -32,7 +32,7 @@
  * epoch 0: seed XOR 0x9E3779B97F4A7C15) and dealt in that order: a group goes to test if it
  * fits in the room test has left (--test pairs in all), else to valid if it fits there
  * (--valid), else to train. Every file lists its pairs in the shuffled group order (a group's pairs sorted by
- * German, bytewise). Each file is written through tgrad's atomic writer (tools/outpath.h: a
+ * German, bytewise). Each file is written through tgrad's atomic writer (tools/cli/outpath.h: a
  * temporary in OUTDIR renamed into place; only a regular file is replaced, and only with
  * --force; the --source file never).
  */

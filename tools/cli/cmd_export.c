@@ -4,14 +4,14 @@
  *
  * The file holds the model's parameters only (no optimizer state, step or RNG) under the
  * `state_dict` names of the reference model classes, which are the names tgrad gives them.
- * The decoder-only LM and the task encoder (class LM of tools/train_reference.py):
+ * The decoder-only LM and the task encoder (class LM of tools/reference/train_reference.py):
  *   tok_emb.weight (V, D)        pos_emb.weight (T, D)   (learned positions only)
  *   layers.<i>.self_attn.in_proj_weight (3D, D)   .self_attn.in_proj_bias (3D)
  *   layers.<i>.self_attn.out_proj.weight (D, D)   .self_attn.out_proj.bias (D)
  *   layers.<i>.linear1.weight (F, D)  .linear1.bias (F)  .linear2.weight (D, F)  .linear2.bias (D)
  *   layers.<i>.norm1.weight (D)  .norm1.bias (D)  .norm2.weight (D)  .norm2.bias (D)
  *   norm.weight (D)  norm.bias (D)  head.weight (V, D)  head.bias (V)
- * The encoder-decoder (class Seq2Seq of tools/translate_reference.py, an nn.Transformer with
+ * The encoder-decoder (class Seq2Seq of tools/reference/translate_reference.py, an nn.Transformer with
  * the embeddings and the head added): tok_emb.weight, pos_emb.weight as above (shared by
  * source and target), torch.nn.Transformer's own state_dict keys
  *   encoder.layers.<i>.{self_attn.*, linear1.*, linear2.*, norm1.*, norm2.*}  as layers.<i>.*
@@ -46,7 +46,7 @@
  *   step           optimizer steps taken by the checkpoint
  *   tgrad_version  TGRAD_VERSION_STRING of the exporting program
  * Every value read from the checkpoint is validated before anything is written, by
- * ckpt_config_export (tools/ckpt_config.c), exactly as `tgrad train --resume` and `tgrad
+ * ckpt_config_export (tools/cli/ckpt_config.c), exactly as `tgrad train --resume` and `tgrad
  * sample` validate it: every metadata field with the train option table's bounds, each tensor's
  * shape and dtype against the config, and no tensor but parameters and their optimizer state;
  * --out follows the rule of every output (outpath.h): never replaced without --force, a
@@ -57,7 +57,7 @@
 #include "ckpt_config.h"
 #include "cli.h"
 #include "climsg.h"
-#include "data.h"
+#include "train_data.h"
 #include "tgrad_data.h"
 #include "tgrad_io.h"
 #include "outpath.h"
@@ -87,15 +87,15 @@ static const cli_command export_cmd = {
     .description =
         "Writes the model of a 'tgrad train' checkpoint as a safetensors file that\n"
         "PyTorch loads with load_state_dict(..., strict=True) into the LM class of\n"
-        "tools/train_reference.py (an LM or a task encoder) or the Seq2Seq class of\n"
-        "tools/translate_reference.py (an encoder-decoder: torch.nn.Transformer's\n"
+        "tools/reference/train_reference.py (an LM or a task encoder) or the Seq2Seq class of\n"
+        "tools/reference/translate_reference.py (an encoder-decoder: torch.nn.Transformer's\n"
         "names encoder.* and decoder.*, plus tok_emb, pos_emb and head): the parameters\n"
         "only (no optimizer state) under their PyTorch state_dict names, with the model\n"
         "config (metadata 'config', JSON: the class's keyword arguments) and the\n"
         "vocabulary (metadata 'vocab', JSON: the byte of each token id, null for BOS;\n"
         "a translation model instead has its tokenizer: tokenizer.kind, and\n"
         "tokenizer.model, the SentencePiece model in base64).\n"
-        "tools/load_tgrad.py loads either. See README, 'Exporting to PyTorch'.\n"
+        "tools/reference/load_tgrad.py loads either. See README, 'Exporting to PyTorch'.\n"
         "\n"
         "Exit status: 0; 2 for a usage error (options); 1 for a run-time failure (a\n"
         "file missing, corrupt or unwritable).",

@@ -2,7 +2,7 @@
 """PyTorch reference for `tgrad train --text`: the same architecture, data pipeline and
 hyperparameters, so learning curves and tokens/s can be compared on the same machine.
 
-    /usr/bin/python3 tools/train_reference.py --text /usr/share/common-licenses/* [--steps 1500]
+    /usr/bin/python3 tools/reference/train_reference.py --text /usr/share/common-licenses/* [--steps 1500]
         [--precision f32|bf16]
 
 Needs Debian's python3-torch (1.13). Model (class LM, also the loader of `tgrad export` files:
@@ -25,7 +25,7 @@ by floating-point rounding):
 
     build/tools/tgrad train --text F... --seed S --steps 1 --lr 0 --checkpoint init.ckpt
     build/tools/tgrad train --text F... --seed S --log tgrad.csv
-    /usr/bin/python3 tools/train_reference.py --text F... --seed S --tgrad-init init.ckpt \
+    /usr/bin/python3 tools/reference/train_reference.py --text F... --seed S --tgrad-init init.ckpt \
         --log torch.csv
 """
 import argparse
@@ -161,11 +161,11 @@ def load_export(path, dtype=None):
     return model, vocab, config
 
 
-MAX_VAL_WINDOWS = 4096  # tools/data.c, CORPUS_MAX_VAL_WINDOWS
+MAX_VAL_WINDOWS = 4096  # tools/cli/train_data.c, CORPUS_MAX_VAL_WINDOWS
 
 
 def val_windows(n, n_train, seq_len):
-    """tgrad's validation windows (tools/data.c, val_windows): the non-overlapping windows of
+    """tgrad's validation windows (tools/cli/train_data.c, val_windows): the non-overlapping windows of
     seq_len bytes of the split [n_train, n), or, when there are more than 4096 of them, 4096
     spread evenly over it: window w starts at byte n_train + w * stride * seq_len. Returns
     (windows, stride)."""

@@ -2,14 +2,14 @@
 """Randomized differential check of tgrad's BLEU and chrF against sacreBLEU (run by hand, not CI).
 
 Usage:
-    /usr/bin/python3 tools/check_metrics_random.py --sacrebleu DIR | --sacrebleu-git GITDIR
+    /usr/bin/python3 tools/reference/check_metrics_random.py --sacrebleu DIR | --sacrebleu-git GITDIR
         [--lib build/libtgrad.so] [--corpora 2000] [--seed 1]
 
 Draws random corpora from an alphabet built to hit the 13a rules and chrF's character handling
 (ASCII punctuation and digits, '.', ',' and '-' next to digits, HTML entities, `<skipped>`,
 newlines, every kind of Python whitespace, umlauts, CJK, emoji with ZWJ and variation
 selectors, combining marks, NUL and other control characters), scores each with sacreBLEU's
-`BLEU()` and `CHRF()` (imported as tools/gen_metric_fixtures.py does) and with libtgrad through
+`BLEU()` and `CHRF()` (imported as tests/fixtures/gen/gen_metric_fixtures.py does) and with libtgrad through
 ctypes (tg_bleu_corpus, tg_chrf_corpus, tg_bleu_tokenize, the formatters), and compares:
 statistics and tokenizations must be identical, scores equal to 1e-9 (the report counts how
 many are bit-for-bit equal), formatted lines identical. Exit status 1 on any mismatch.
@@ -21,7 +21,8 @@ import os
 import random
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "tests", "fixtures", "gen"))
 from gen_metric_fixtures import import_sacrebleu  # noqa: E402
 
 
@@ -118,7 +119,7 @@ def main():
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--sacrebleu", metavar="DIR")
     src.add_argument("--sacrebleu-git", metavar="GITDIR")
-    ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build",
+    ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "..", "build",
                                                   "libtgrad.so"))
     ap.add_argument("--corpora", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
