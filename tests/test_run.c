@@ -435,7 +435,7 @@ START_TEST(test_help)
 }
 END_TEST
 
-/* --dot writes the graph it builds; README's `tgrad run encoder ... --dot g.dot && dot -Tsvg
+/* --dot writes the graph it builds; docs/cli.md's `tgrad run encoder ... --dot g.dot && dot -Tsvg
  * g.dot` works as written (the second half when Graphviz is installed). */
 START_TEST(test_dot)
 {

@@ -95,7 +95,7 @@ static const cli_command export_cmd = {
         "vocabulary (metadata 'vocab', JSON: the byte of each token id, null for BOS;\n"
         "a translation model instead has its tokenizer: tokenizer.kind, and\n"
         "tokenizer.model, the SentencePiece model in base64).\n"
-        "tools/reference/load_tgrad.py loads either. See README, 'Exporting to PyTorch'.\n"
+        "tools/reference/load_tgrad.py loads either. See docs/cli.md, 'Exporting to PyTorch'.\n"
         "\n"
         "Exit status: 0; 2 for a usage error (options); 1 for a run-time failure (a\n"
         "file missing, corrupt or unwritable).",

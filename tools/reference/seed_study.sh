@@ -14,17 +14,17 @@
 #
 #   -o DIR    where the logs and results.csv go (default: seed-study)
 #   -s SEEDS  the seeds (default "0 1 2")
-#   -n STEPS  training steps (default 1500, the README recipe)
+#   -n STEPS  training steps (default 1500, the recipe of docs/cli.md's first run)
 #   -w WHICH  what to run: "all" (default: tgrad, torch, lockstep), "both" (tgrad, torch),
 #             "tgrad", "torch" or "lockstep"; the table reads every result already in
 #             DIR/results.csv, so one side can be rerun after a change
 #   -t        print the table from DIR/results.csv without training
 #   TEXT      the training files (default /usr/share/common-licenses/*)
 #
-# Every other hyperparameter is each program's default (the README recipe: 2 pre-norm layers,
-# d_model 128, 4 heads, d_ff 512, seq 64, batch 32, AdamW lr 3e-3, 100 warmup steps, cosine to
-# lr/10, weight decay 0.01, clip 1.0, the last 10% of the bytes for validation, evaluated every
-# 100 steps on its non-overlapping windows). Needs build/tools/tgrad and Debian's python3-torch;
+# Every other hyperparameter is each program's default (the recipe of docs/cli.md's first run:
+# 2 pre-norm layers, d_model 128, 4 heads, d_ff 512, seq 64, batch 32, AdamW lr 3e-3, 100 warmup
+# steps, cosine to lr/10, weight decay 0.01, clip 1.0, the last 10% of the bytes for validation,
+# evaluated every 100 steps on its non-overlapping windows). Needs build/tools/tgrad and Debian's python3-torch;
 # with libopenblas0-pthread PyTorch runs ~5x faster than on the reference BLAS. TGRAD and
 # PYTHON override the programs (default build/tools/tgrad, /usr/bin/python3).
 set -eu
