@@ -21,7 +21,7 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/safetensors"
 echo 'raise ImportError("load_tgrad must not need the safetensors package")' \
     >"$tmp/safetensors/__init__.py"
-PYTHONPATH="$tmp:$src/tools" "$py" - "$src/tests/fixtures" "$tgrad" <<'PY'
+PYTHONPATH="$tmp:$src/tools/reference" "$py" - "$src/tests/fixtures" "$tgrad" <<'PY'
 import subprocess
 import sys
 import load_tgrad
