@@ -14,7 +14,8 @@
 #   --op NAME   only the mutations of this op (repeatable)
 #   --keep      keep the temporary tree and logs (printed at the end)
 # Exit status: 0 if every mutation was applied, built and caught; 1 otherwise.
-# Not part of `meson test` (it rebuilds the library a few dozen times, ~1-2 min).
+# Not part of `meson test`: the `mutation` stage of tools/check.sh (CI) runs it (it rebuilds an
+# op file and relinks tgrad once per mutation; 1-4 min on 2 cores).
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
