@@ -111,49 +111,54 @@ static bool name_ok(const char *s)
     return n > 0;
 }
 
-tg_tensor *tg_custom_op(tg_ctx *ctx, const tg_custom_def *def, int n_inputs,
-                        tg_tensor *const *inputs)
+/* The definition against its inputs: name, dtype, callbacks, backward_reads. Sets the forward
+ * (*fwd_out) and the backward (*bwd_out, maybe NULL) for the inputs' dtype, or returns false
+ * with the error recorded. */
+static bool custom_check(tg_ctx *ctx, const char *fn, const tg_custom_def *def, int n_inputs,
+                         tg_tensor *const *inputs, tg_custom_fn *fwd_out, tg_custom_fn *bwd_out)
 {
-    static const char *fn = "tg_custom_op";
-    if (!ctx)
-        return NULL;
-    tg__begin(ctx);
-    if (tg__build_failed(ctx))
-        return NULL;
     if (!def)
-        return tg__err(ctx, TG_ERR_ARG, fn, "definition is NULL");
+        return (bool)tg__err(ctx, TG_ERR_ARG, fn, "definition is NULL");
     if (n_inputs < 1 || n_inputs > TG_CUSTOM_MAX_INPUTS || !inputs)
-        return tg__err(ctx, TG_ERR_ARG, fn, "%d inputs%s: a custom op takes 1 to %d",
+        return (bool)tg__err(ctx, TG_ERR_ARG, fn, "%d inputs%s: a custom op takes 1 to %d",
                        n_inputs, inputs ? "" : " (array NULL)", TG_CUSTOM_MAX_INPUTS);
     if (!def->name || !name_ok(def->name))
-        return tg__err(ctx, TG_ERR_ARG, fn, "op name must be 1 to %d characters of "
+        return (bool)tg__err(ctx, TG_ERR_ARG, fn, "op name must be 1 to %d characters of "
                        "[A-Za-z0-9_] not starting with a digit", TG_CUSTOM_NAME_MAX - 1);
     const char *name = def->name;
     if (tg_op_find(name) >= 0 || !strcmp(name, "param") || !strcmp(name, "input") ||
         !strcmp(name, "const") || !strcmp(name, "leaf"))
-        return tg__err(ctx, TG_ERR_ARG, fn, "op name '%s' is taken by a built-in op or leaf "
+        return (bool)tg__err(ctx, TG_ERR_ARG, fn, "op name '%s' is taken by a built-in op or leaf "
                        "kind; choose another", name);
     if (!tg__check_srcs(ctx, fn, n_inputs, inputs))
-        return NULL;
+        return false;
     tg_dtype dt = inputs[0]->dtype;
     if (dt != TG_F32 && dt != TG_F64)
-        return tg__err(ctx, TG_ERR_DTYPE, fn, "op '%s': inputs are %s; custom ops take f32 or "
-                       "f64", name, tg_dtype_str(dt));
+        return (bool)tg__err(ctx, TG_ERR_DTYPE, fn, "op '%s': inputs are %s; custom ops take "
+                             "f32 or f64", name, tg_dtype_str(dt));
     tg_custom_fn fwd = dt == TG_F32 ? def->forward_f32 : def->forward_f64;
-    tg_custom_fn bwd = dt == TG_F32 ? def->backward_f32 : def->backward_f64;
+    *bwd_out = dt == TG_F32 ? def->backward_f32 : def->backward_f64;
     if (!fwd)
-        return tg__err(ctx, TG_ERR_DTYPE, fn, "op '%s' has no %s forward (forward_%s is NULL)",
-                       name, tg_dtype_str(dt), tg_dtype_str(dt));
+        return (bool)tg__err(ctx, TG_ERR_DTYPE, fn,
+                             "op '%s' has no %s forward (forward_%s is NULL)", name,
+                             tg_dtype_str(dt), tg_dtype_str(dt));
     unsigned known = TG_CUSTOM_READS_OUTPUT;
     for (int i = 0; i < n_inputs; i++)
         known |= TG_CUSTOM_READS_INPUT(i);
     if (def->backward_reads & ~known)
-        return tg__err(ctx, TG_ERR_ARG, fn, "op '%s': backward_reads 0x%x names inputs it does "
-                       "not have (%d inputs)", name, def->backward_reads, n_inputs);
+        return (bool)tg__err(ctx, TG_ERR_ARG, fn, "op '%s': backward_reads 0x%x names inputs it "
+                             "does not have (%d inputs)", name, def->backward_reads, n_inputs);
+    *fwd_out = fwd;
+    return true;
+}
 
-    /* the output shape */
+/* The output's shape (rank *rank_out): from the shape function, the first input's, or the
+ * definition's fixed one; every dim >= 1 and the count within limits. */
+static bool custom_shape(tg_ctx *ctx, const char *fn, const tg_custom_def *def, int n_inputs,
+                         tg_tensor *const *inputs, int *rank_out, int64_t shape[TG_MAX_RANK])
+{
+    const char *name = def->name;
     int rank = 0;
-    int64_t shape[TG_MAX_RANK];
     char b[160];
     if (def->shape) {
         char msg[200] = "";
@@ -169,11 +174,11 @@ tg_tensor *tg_custom_op(tg_ctx *ctx, const tg_custom_def *def, int n_inputs,
                 s = TG_ERR_SHAPE;
             return tg__err(ctx, s, fn, "op '%s': the shape function refused input 0 %s: %s",
                            name, tg__shape_str(inputs[0], b, sizeof b),
-                           msg[0] ? msg : tg_status_str(s));
+                           msg[0] ? msg : tg_status_str(s)) != NULL;
         }
     } else if (def->out_rank == TG_CUSTOM_SAME_SHAPE) {
         rank = inputs[0]->rank;
-        memcpy(shape, inputs[0]->shape, sizeof shape);
+        memcpy(shape, inputs[0]->shape, sizeof(int64_t) * TG_MAX_RANK);
     } else {
         rank = def->out_rank;
         if (rank >= 0 && rank <= TG_MAX_RANK)
@@ -182,17 +187,38 @@ tg_tensor *tg_custom_op(tg_ctx *ctx, const tg_custom_def *def, int n_inputs,
     }
     if (rank < 0 || rank > TG_MAX_RANK)
         return tg__err(ctx, TG_ERR_SHAPE, fn, "op '%s': output rank %d out of range 0..%d",
-                       name, rank, TG_MAX_RANK);
+                       name, rank, TG_MAX_RANK) != NULL;
     int64_t numel = 1;
     for (int i = 0; i < rank; i++) {
         if (shape[i] < 1)
             return tg__err(ctx, TG_ERR_SHAPE, fn, "op '%s': output shape %s has dim %d < 1",
-                           name, tg__dims_str(rank, shape, b, sizeof b), i);
+                           name, tg__dims_str(rank, shape, b, sizeof b), i) != NULL;
         if (!tg__mul_i64(numel, shape[i], &numel) || numel > TG__MAX_NUMEL)
             return tg__err(ctx, TG_ERR_OVERFLOW, fn, "op '%s': output shape %s is too large",
-                           name, tg__dims_str(rank, shape, b, sizeof b));
+                           name, tg__dims_str(rank, shape, b, sizeof b)) != NULL;
     }
+    *rank_out = rank;
+    return true;
+}
 
+tg_tensor *tg_custom_op(tg_ctx *ctx, const tg_custom_def *def, int n_inputs,
+                        tg_tensor *const *inputs)
+{
+    static const char *fn = "tg_custom_op";
+    if (!ctx)
+        return NULL;
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return NULL;
+    tg_custom_fn fwd = NULL, bwd = NULL;
+    if (!custom_check(ctx, fn, def, n_inputs, inputs, &fwd, &bwd))
+        return NULL;
+    const char *name = def->name;
+    tg_dtype dt = inputs[0]->dtype;
+    int rank = 0;
+    int64_t shape[TG_MAX_RANK];
+    if (!custom_shape(ctx, fn, def, n_inputs, inputs, &rank, shape))
+        return NULL;
     tg__custom *r = tg__alloc(ctx, sizeof *r, fn);
     if (!r)
         return NULL;

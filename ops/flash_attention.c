@@ -251,6 +251,142 @@ static void fa_offsets(const tg_tensor *x, int lead, int rb, const int64_t *L, i
         *mi = g;
 }
 
+/* The leading dims of q, k and v broadcast together (rb of them, lead), the scores' shape
+ * (rank rs) and the output's. */
+typedef struct {
+    int rb, rs;
+    int64_t lead[TG_MAX_RANK], sshape[TG_MAX_RANK], oshape[TG_MAX_RANK];
+} fa_shapes;
+
+/* Shapes of q, k, v (and the masks src[3..n_src)) against each other; the mask kind and the
+ * scale. False with the error recorded. */
+static bool fa_check_shapes(tg_ctx *ctx, const char *fn, tg_tensor *const *src, int n_src,
+                            int im, tg_mask_kind mask_kind, double scale, fa_shapes *sh)
+{
+    const tg_tensor *q = src[0], *k = src[1], *v = src[2];
+    char b1[128], b2[128], b3[128];
+    if (q->rank < 2 || k->rank < 2 || v->rank < 2 || q->shape[q->rank - 1] != k->shape[k->rank - 1] ||
+        k->shape[k->rank - 2] != v->shape[v->rank - 2])
+        return tg__err(ctx, TG_ERR_SHAPE, fn,
+                       "need q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v); got q %s, "
+                       "k %s, v %s",
+                       tg__shape_str(q, b1, sizeof b1), tg__shape_str(k, b2, sizeof b2),
+                       tg__shape_str(v, b3, sizeof b3)) != NULL;
+    if (im >= 0 && mask_kind != TG_MASK_ADDITIVE && mask_kind != TG_MASK_BLOCK)
+        return tg__err(ctx, TG_ERR_ARG, fn,
+                       "unknown mask kind %d (use TG_MASK_ADDITIVE or TG_MASK_BLOCK)",
+                       (int)mask_kind) != NULL;
+    if (!isfinite(scale))
+        return tg__err(ctx, TG_ERR_ARG, fn, "scale %g is not finite", scale) != NULL;
+    int64_t Tq = q->shape[q->rank - 2], Tk = k->shape[k->rank - 2], dv = v->shape[v->rank - 1];
+    /* leading dims of q, k and v broadcast together */
+    int64_t lead2[TG_MAX_RANK];
+    int rb = 0, rb2;
+    bool ok =
+        tg__broadcast_shape(q->rank - 2, q->shape, k->rank - 2, k->shape, &rb2, lead2) &&
+        tg__broadcast_shape(rb2, lead2, v->rank - 2, v->shape, &rb, sh->lead) &&
+        rb + 2 <= TG_MAX_RANK;
+    if (!ok)
+        return tg__err(ctx, TG_ERR_SHAPE, fn,
+                       "leading dims do not broadcast: q %s, k %s, v %s",
+                       tg__shape_str(q, b1, sizeof b1), tg__shape_str(k, b2, sizeof b2),
+                       tg__shape_str(v, b3, sizeof b3)) != NULL;
+    memcpy(sh->sshape, sh->lead, sizeof(int64_t) * (size_t)rb);
+    memcpy(sh->oshape, sh->lead, sizeof(int64_t) * (size_t)rb);
+    sh->sshape[rb] = sh->oshape[rb] = Tq;
+    sh->sshape[rb + 1] = Tk;
+    sh->oshape[rb + 1] = dv;
+    sh->rb = rb;
+    sh->rs = rb + 2;
+    for (int i = 3; i < n_src; i++) {
+        const tg_tensor *mk = src[i];
+        int64_t bs[TG_MAX_RANK];
+        int r;
+        if (mk->rank > sh->rs ||
+            !tg__broadcast_shape(sh->rs, sh->sshape, mk->rank, mk->shape, &r, bs) ||
+            memcmp(bs, sh->sshape, sizeof(int64_t) * (size_t)r) != 0) {
+            char bs2[128];
+            return tg__err(ctx, TG_ERR_SHAPE, fn, "%s %s does not broadcast to the scores %s",
+                           i == im ? "mask" : "block_mask", tg__shape_str(mk, b1, sizeof b1),
+                           tg__dims_str(sh->rs, sh->sshape, bs2, sizeof bs2)) != NULL;
+        }
+    }
+    return true;
+}
+
+/* The metadata record of y, with room for its int64 arrays after it (at *arrays): off[3],
+ * idx[3], moff[2], list[3] (nb each) and start[3] (n[s] + 1 each, n[s] <= nb). NULL (y freed)
+ * on failure. */
+static fa_meta *fa_meta_new(tg_ctx *ctx, const char *fn, tg_tensor *y, int64_t nb,
+                            int64_t **arrays)
+{
+    size_t bytes, head = fa_round64(sizeof(fa_meta));
+    int64_t cnt;
+    if (!tg__mul_i64(nb, 14, &cnt) || !tg__add_i64(cnt, 3, &cnt) ||
+        !tg__bytes(cnt, sizeof(int64_t), &bytes) || bytes > SIZE_MAX - head) {
+        tg__free(ctx, y);
+        return tg__err(ctx, TG_ERR_OVERFLOW, fn, "%lld batches overflow", (long long)nb);
+    }
+    fa_meta *m = tg__alloc_owned(ctx, head + bytes, fn, y->id + 1);
+    if (!m) {
+        tg__free(ctx, y);
+        return NULL;
+    }
+    *arrays = (int64_t *)((char *)m + head);
+    return m;
+}
+
+/* Operand s (q, k or v) of the batches: its row stride, matrix count, each batch's offset and
+ * matrix, and the batches listed by matrix (counting sort, ascending within a matrix). Takes
+ * its arrays from *p. */
+static void fa_index_operand(fa_meta *m, int s, const tg_tensor *x, const fa_shapes *sh,
+                             int64_t **p)
+{
+    int64_t nb = m->nb;
+    m->rs[s] = x->shape[x->rank - 2] > 1 ? x->stride[x->rank - 2] : 0;
+    m->n[s] = 1;
+    for (int a = 0; a < x->rank - 2; a++)
+        m->n[s] *= x->shape[a];
+    m->off[s] = *p, *p += nb;
+    m->idx[s] = *p, *p += nb;
+    m->list[s] = *p, *p += nb;
+    m->start[s] = *p, *p += m->n[s] + 1;
+    for (int64_t o = 0; o < nb; o++)
+        fa_offsets(x, x->rank - 2, sh->rb, sh->lead, o, &m->off[s][o], &m->idx[s][o]);
+    int64_t *st = m->start[s];
+    for (int64_t g = 0; g <= m->n[s]; g++)
+        st[g] = 0;
+    for (int64_t o = 0; o < nb; o++)
+        st[m->idx[s][o] + 1]++;
+    for (int64_t g = 0; g < m->n[s]; g++)
+        st[g + 1] += st[g];
+    for (int64_t o = 0; o < nb; o++) /* st[g] advances to start[g + 1]... */
+        m->list[s][st[m->idx[s][o]]++] = o;
+    for (int64_t g = m->n[s]; g > 0; g--) /* ...so shift it back */
+        st[g] = st[g - 1];
+    st[0] = 0;
+}
+
+/* The masks' offsets per batch and their row and column strides (from *p). */
+static void fa_index_masks(fa_meta *m, tg_tensor *const *src, const fa_shapes *sh, int64_t **p)
+{
+    for (int i = 0; i < 2; i++) {
+        int si = m->src_mask[i];
+        m->moff[i] = *p, *p += m->nb;
+        m->msi[i] = m->msj[i] = 0;
+        if (si < 0)
+            continue;
+        const tg_tensor *x = src[si];
+        int lead_m = x->rank - 2; /* may be negative: a (T_k) or scalar mask */
+        for (int64_t o = 0; o < m->nb; o++)
+            fa_offsets(x, lead_m, sh->rb, sh->lead, o, &m->moff[i][o], NULL);
+        if (x->rank >= 2 && x->shape[x->rank - 2] > 1)
+            m->msi[i] = x->stride[x->rank - 2];
+        if (x->rank >= 1 && x->shape[x->rank - 1] > 1)
+            m->msj[i] = x->stride[x->rank - 1];
+    }
+}
+
 tg_tensor *tg_flash_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v,
                               tg_tensor *mask, tg_mask_kind mask_kind, tg_tensor *block_mask,
                               bool causal, double scale)
@@ -268,63 +404,23 @@ tg_tensor *tg_flash_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor
     }
     if (!tg__check_srcs(ctx, fn, n_src, src))
         return NULL;
-    char b1[128], b2[128], b3[128];
-    if (q->rank < 2 || k->rank < 2 || v->rank < 2 || q->shape[q->rank - 1] != k->shape[k->rank - 1] ||
-        k->shape[k->rank - 2] != v->shape[v->rank - 2])
-        return tg__err(ctx, TG_ERR_SHAPE, fn,
-                       "need q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v); got q %s, "
-                       "k %s, v %s",
-                       tg__shape_str(q, b1, sizeof b1), tg__shape_str(k, b2, sizeof b2),
-                       tg__shape_str(v, b3, sizeof b3));
-    if (mask && mask_kind != TG_MASK_ADDITIVE && mask_kind != TG_MASK_BLOCK)
-        return tg__err(ctx, TG_ERR_ARG, fn,
-                       "unknown mask kind %d (use TG_MASK_ADDITIVE or TG_MASK_BLOCK)",
-                       (int)mask_kind);
-    if (!isfinite(scale))
-        return tg__err(ctx, TG_ERR_ARG, fn, "scale %g is not finite", scale);
+    fa_shapes sh;
+    if (!fa_check_shapes(ctx, fn, src, n_src, im, mask_kind, scale, &sh))
+        return NULL;
     int64_t Tq = q->shape[q->rank - 2], Tk = k->shape[k->rank - 2];
     int64_t dk = q->shape[q->rank - 1], dv = v->shape[v->rank - 1];
     if (scale == 0)
         scale = 1.0 / sqrt((double)dk);
-    /* leading dims of q, k and v broadcast together */
-    int64_t lead[TG_MAX_RANK], lead2[TG_MAX_RANK];
-    int rb = 0, rb2;
-    bool ok = tg__broadcast_shape(q->rank - 2, q->shape, k->rank - 2, k->shape, &rb2, lead2) &&
-              tg__broadcast_shape(rb2, lead2, v->rank - 2, v->shape, &rb, lead) &&
-              rb + 2 <= TG_MAX_RANK;
-    if (!ok)
-        return tg__err(ctx, TG_ERR_SHAPE, fn,
-                       "leading dims do not broadcast: q %s, k %s, v %s",
-                       tg__shape_str(q, b1, sizeof b1), tg__shape_str(k, b2, sizeof b2),
-                       tg__shape_str(v, b3, sizeof b3));
-    int64_t sshape[TG_MAX_RANK], oshape[TG_MAX_RANK];
-    memcpy(sshape, lead, sizeof(int64_t) * (size_t)rb);
-    memcpy(oshape, lead, sizeof(int64_t) * (size_t)rb);
-    sshape[rb] = oshape[rb] = Tq;
-    sshape[rb + 1] = Tk;
-    oshape[rb + 1] = dv;
-    int rs_ = rb + 2;
-    for (int i = 3; i < n_src; i++) {
-        tg_tensor *mk = src[i];
-        int64_t bs[TG_MAX_RANK];
-        int r;
-        if (mk->rank > rs_ || !tg__broadcast_shape(rs_, sshape, mk->rank, mk->shape, &r, bs) ||
-            memcmp(bs, sshape, sizeof(int64_t) * (size_t)r) != 0) {
-            char bs2[128];
-            return tg__err(ctx, TG_ERR_SHAPE, fn, "%s %s does not broadcast to the scores %s",
-                           i == im ? "mask" : "block_mask", tg__shape_str(mk, b1, sizeof b1),
-                           tg__dims_str(rs_, sshape, bs2, sizeof bs2));
-        }
-    }
     int64_t nb = 1;
-    for (int d = 0; d < rb; d++)
-        nb *= lead[d]; /* <= the output's numel, which tg__op_new checks below */
+    for (int d = 0; d < sh.rb; d++)
+        nb *= sh.lead[d]; /* <= the output's numel, which tg__op_new checks below */
     bool dmask = im >= 0 && mask_kind == TG_MASK_ADDITIVE && mask->requires_grad;
     int64_t sc;
+    char b1[128];
     if (dmask && (!tg__mul_i64(nb, Tq, &sc) || !tg__mul_i64(sc, Tk, &sc) || sc > TG_MAX_NUMEL))
         return tg__err(ctx, TG_ERR_OVERFLOW, fn,
                        "the additive mask's gradient needs the scores %s: too large",
-                       tg__dims_str(rs_, sshape, b1, sizeof b1));
+                       tg__dims_str(sh.rs, sh.sshape, b1, sizeof b1));
     /* q, k, v are read through strides with a contiguous last axis; copy any other layout */
     for (int i = 0; i < 3; i++) {
         tg_tensor *x = src[i];
@@ -335,83 +431,34 @@ tg_tensor *tg_flash_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor
     q = src[0];
     k = src[1];
     v = src[2];
-    tg_tensor *y = tg__op_new(ctx, TG_OP_FLASH_ATTN, q->dtype, rb + 2, oshape, n_src, src);
+    tg_tensor *y = tg__op_new(ctx, TG_OP_FLASH_ATTN, q->dtype, sh.rb + 2, sh.oshape, n_src, src);
     if (!y)
         return NULL;
     /* a boolean mask has no gradient: y requires one through q, k, v or an additive mask */
     y->requires_grad = q->requires_grad || k->requires_grad || v->requires_grad || dmask;
     if (!tg__op_save_n(y, nb * Tq, q->dtype == TG_F32 ? 4 : 8, 0))
         return NULL; /* y freed, error recorded */
-    /* metadata: the record, then int64 arrays: off[3], idx[3], moff[2], list[3] (nb each) and
-     * start[3] (n[s] + 1 each, n[s] <= nb) */
-    size_t bytes, head = fa_round64(sizeof(fa_meta));
-    int64_t cnt;
-    if (!tg__mul_i64(nb, 14, &cnt) || !tg__add_i64(cnt, 3, &cnt) ||
-        !tg__bytes(cnt, sizeof(int64_t), &bytes) || bytes > SIZE_MAX - head) {
-        tg__free(ctx, y);
-        return tg__err(ctx, TG_ERR_OVERFLOW, fn, "%lld batches overflow", (long long)nb);
-    }
-    fa_meta *m = tg__alloc_owned(ctx, head + bytes, fn, y->id + 1);
-    if (!m) {
-        tg__free(ctx, y);
+    int64_t *p = NULL;
+    fa_meta *m = fa_meta_new(ctx, fn, y, nb, &p);
+    if (!m)
         return NULL;
-    }
     y->aux = m;
-    int64_t *p = (int64_t *)((char *)m + head);
     m->nb = nb;
     m->es = q->dtype == TG_F32 ? sizeof(float) : sizeof(double);
     m->Tq = Tq;
     m->Tk = Tk;
     m->dk = dk;
     m->dv = dv;
-    m->rank = rs_;
-    memcpy(m->sshape, sshape, sizeof sshape);
+    m->rank = sh.rs;
+    memcpy(m->sshape, sh.sshape, sizeof sh.sshape);
     m->scale = scale;
     m->causal = causal;
     m->kind = im >= 0 ? mask_kind : TG_MASK_ADDITIVE;
     m->src_mask[0] = im;
     m->src_mask[1] = ib;
-    for (int s = 0; s < 3; s++) {
-        tg_tensor *x = src[s];
-        m->rs[s] = x->shape[x->rank - 2] > 1 ? x->stride[x->rank - 2] : 0;
-        m->n[s] = 1;
-        for (int a = 0; a < x->rank - 2; a++)
-            m->n[s] *= x->shape[a];
-        m->off[s] = p, p += nb;
-        m->idx[s] = p, p += nb;
-        m->list[s] = p, p += nb;
-        m->start[s] = p, p += m->n[s] + 1;
-        for (int64_t o = 0; o < nb; o++)
-            fa_offsets(x, x->rank - 2, rb, lead, o, &m->off[s][o], &m->idx[s][o]);
-        /* counting sort of the batches by matrix, ascending within a matrix */
-        int64_t *st = m->start[s];
-        for (int64_t g = 0; g <= m->n[s]; g++)
-            st[g] = 0;
-        for (int64_t o = 0; o < nb; o++)
-            st[m->idx[s][o] + 1]++;
-        for (int64_t g = 0; g < m->n[s]; g++)
-            st[g + 1] += st[g];
-        for (int64_t o = 0; o < nb; o++) /* st[g] advances to start[g + 1]... */
-            m->list[s][st[m->idx[s][o]]++] = o;
-        for (int64_t g = m->n[s]; g > 0; g--) /* ...so shift it back */
-            st[g] = st[g - 1];
-        st[0] = 0;
-    }
-    for (int i = 0; i < 2; i++) {
-        int si = m->src_mask[i];
-        m->moff[i] = p, p += nb;
-        m->msi[i] = m->msj[i] = 0;
-        if (si < 0)
-            continue;
-        const tg_tensor *x = src[si];
-        int lead_m = x->rank - 2; /* may be negative: a (T_k) or scalar mask */
-        for (int64_t o = 0; o < nb; o++)
-            fa_offsets(x, lead_m, rb, lead, o, &m->moff[i][o], NULL);
-        if (x->rank >= 2 && x->shape[x->rank - 2] > 1)
-            m->msi[i] = x->stride[x->rank - 2];
-        if (x->rank >= 1 && x->shape[x->rank - 1] > 1)
-            m->msj[i] = x->stride[x->rank - 1];
-    }
+    for (int s = 0; s < 3; s++)
+        fa_index_operand(m, s, src[s], &sh, &p);
+    fa_index_masks(m, src, &sh, &p);
     m->kv_same = m->n[1] == m->n[2];
     for (int64_t o = 0; m->kv_same && o < nb; o++)
         m->kv_same = m->idx[1][o] == m->idx[2][o];

@@ -105,6 +105,39 @@ static void pg_f64(int prec, int nt, bool ta, bool tb, int64_t M, int64_t N, int
     tg__gemm_f64(nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws);
 }
 
+/* Per output batch o of y (nb of them; batch dims rb, shape of y): which matrix of a and of b it
+ * reads (the broadcast map) and at which element offset through their strides. */
+static void batch_maps(tg_tensor *y, const tg_tensor *a, const tg_tensor *b, int rb,
+                       const int64_t *shape, int64_t nb)
+{
+    mm_maps mp = maps(y, nb);
+    int64_t ast[TG_MAX_RANK], bst[TG_MAX_RANK];
+    /* strides over batch dims only (in matrices), 0 where broadcast */
+    tg_tensor ab = *a, bb = *b;
+    ab.rank = a->rank - 2;
+    bb.rank = b->rank - 2;
+    tg__bcast_strides(&ab, rb, shape, ast);
+    tg__bcast_strides(&bb, rb, shape, bst);
+    int oa = rb - ab.rank, ob = rb - bb.rank; /* a's batch axis k is output axis k + oa */
+    for (int64_t o = 0; o < nb; o++) {
+        int64_t rem = o, ia = 0, ib = 0, ea = 0, eb = 0;
+        for (int d = rb - 1; d >= 0; d--) {
+            int64_t idx = rem % shape[d];
+            rem /= shape[d];
+            ia += idx * ast[d];
+            ib += idx * bst[d];
+            if (d >= oa && a->shape[d - oa] > 1)
+                ea += idx * a->stride[d - oa];
+            if (d >= ob && b->shape[d - ob] > 1)
+                eb += idx * b->stride[d - ob];
+        }
+        mp.amap[o] = ia;
+        mp.bmap[o] = ib;
+        mp.aoff[o] = ea;
+        mp.boff[o] = eb;
+    }
+}
+
 tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, bool transpose_b)
 {
     static const char *fn = "tg_matmul";
@@ -160,32 +193,7 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, 
         tg__free(ctx, y);
         return NULL;
     }
-    mm_maps mp = maps(y, nb);
-    int64_t ast[TG_MAX_RANK], bst[TG_MAX_RANK];
-    /* strides over batch dims only (in matrices), 0 where broadcast */
-    tg_tensor ab = *a, bb = *b;
-    ab.rank = a->rank - 2;
-    bb.rank = b->rank - 2;
-    tg__bcast_strides(&ab, rb, shape, ast);
-    tg__bcast_strides(&bb, rb, shape, bst);
-    int oa = rb - ab.rank, ob = rb - bb.rank; /* a's batch axis k is output axis k + oa */
-    for (int64_t o = 0; o < nb; o++) {
-        int64_t rem = o, ia = 0, ib = 0, ea = 0, eb = 0;
-        for (int d = rb - 1; d >= 0; d--) {
-            int64_t idx = rem % shape[d];
-            rem /= shape[d];
-            ia += idx * ast[d];
-            ib += idx * bst[d];
-            if (d >= oa && a->shape[d - oa] > 1)
-                ea += idx * a->stride[d - oa];
-            if (d >= ob && b->shape[d - ob] > 1)
-                eb += idx * b->stride[d - ob];
-        }
-        mp.amap[o] = ia;
-        mp.bmap[o] = ib;
-        mp.aoff[o] = ea;
-        mp.boff[o] = eb;
-    }
+    batch_maps(y, a, b, rb, shape, nb);
     return y;
 }
 

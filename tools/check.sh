@@ -10,18 +10,20 @@
 #   asan     the whole suite built with ASan+UBSan: meson test -C build-asan --setup=asan
 #            (configures ./build-asan with -Db_sanitize=address,undefined if needed)
 #   fuzz     every libFuzzer harness for 60 s: tests/fuzz/ci.sh 60
+#   mutation every backward rule broken in turn, each caught by `tgrad gradcheck`:
+#            tools/mutation_check.sh (a copy of the tree built once; 1-4 min on 2 cores)
 #   clang    the library and the whole suite built with clang (./build-clang), run once
 #   plain    fast and slow in one run: the whole suite on ./build (meson test -C build)
-# `all` is fast slow valgrind asan fuzz clang (what CI runs, .ci/run). Every stage named runs even
-# if an earlier one failed; a summary with each stage's result and duration is printed at the
-# end, and the exit status is 1 if any stage failed.
+# `all` is fast slow mutation valgrind asan fuzz clang (what CI runs, .ci/run). Every stage named
+# runs even if an earlier one failed; a summary with each stage's result and duration is printed
+# at the end, and the exit status is 1 if any stage failed.
 # Usage: tools/check.sh [STAGE...]   (default: fast; tools/bootstrap.sh --tests installs what
 #        fast needs, tools/bootstrap.sh --ci what every stage needs)
 set -u
 cd "$(dirname "$0")/.." || exit 2
 
 stages=${*:-fast}
-[ "$stages" = all ] && stages="fast slow valgrind asan fuzz clang"
+[ "$stages" = all ] && stages="fast slow mutation valgrind asan fuzz clang"
 summary=""
 failed=0
 t_all=$(date +%s)
@@ -81,9 +83,11 @@ for s in $stages; do
     valgrind) run_stage valgrind valgrind_suite ;;
     asan) run_stage asan asan ;;
     fuzz) run_stage fuzz bash tests/fuzz/ci.sh 60 ;;
+    mutation) run_stage mutation bash tools/mutation_check.sh ;;
     clang) run_stage clang clang_suite ;;
     *)
-        echo "check: unknown stage '$s' (stages: fast slow plain valgrind asan fuzz clang, or all)" >&2
+        echo "check: unknown stage '$s' (stages: fast slow plain mutation valgrind asan fuzz" \
+            "clang, or all)" >&2
         exit 2 ;;
     esac
 done

@@ -366,25 +366,25 @@ void tg_batches_free(tg_batches *b)
     tg__free(ctx, b);
 }
 
-/* lines: NULL, or the line of each example (messages). */
-static tg_batches *plan(tg_ctx *ctx, const char *fn, const int64_t *S, const int64_t *T,
-                        const int64_t *lines, int64_t n, int64_t budget, uint64_t seed,
-                        int64_t epoch)
+/* The arguments, and each example's lengths against the budget. lines: NULL, or the line of
+ * each example (messages). */
+static bool plan_check(tg_ctx *ctx, const char *fn, const int64_t *S, const int64_t *T,
+                       const int64_t *lines, int64_t n, int64_t budget, int64_t epoch)
 {
     if (!S || !T || n < 1 || epoch < 0 || budget < 1) {
         tg__run_err(ctx, TG_ERR_ARG, fn, "%s",
                     !S || !T ? "NULL lengths" : n < 1 ? "no examples"
                     : epoch < 0 ? "epoch < 0" : "batch_tokens < 1");
-        return NULL;
+        return false;
     }
     if ((uint64_t)n > SIZE_MAX / sizeof(key)) {
         tg__run_err(ctx, TG_ERR_NOMEM, fn, "too many examples");
-        return NULL;
+        return false;
     }
     for (int64_t i = 0; i < n; i++) {
         if (S[i] < 1 || T[i] < 1) {
             tg__run_err(ctx, TG_ERR_ARG, fn, "example %lld has a length < 1", (long long)i);
-            return NULL;
+            return false;
         }
         int64_t m = S[i] > T[i] ? S[i] : T[i];
         if (m > budget) {
@@ -398,24 +398,19 @@ static tg_batches *plan(tg_ctx *ctx, const char *fn, const int64_t *S, const int
                             "batch_tokens %lld is smaller than example %lld's length %lld (the "
                             "max of source and target)",
                             (long long)budget, (long long)i, (long long)m);
-            return NULL;
+            return false;
         }
     }
-    tg_batches *b = tg__alloc_owned(ctx, sizeof *b, fn, TG__OWNER_CTX);
-    key *k = tg__alloc(ctx, (size_t)n * sizeof *k, fn);
-    if (!b || !k) {
-        tg__free(ctx, b);
-        tg__free(ctx, k);
-        return NULL;
-    }
-    b->ctx = ctx;
-    b->n = n;
-    /* 1-2: the RNG and the permutation; k[].idx holds perm for now */
-    uint64_t s = seed ^ (GOLDEN * ((uint64_t)epoch + 1));
+    return true;
+}
+
+/* 1-3: the permutation from the RNG *s, then the keys sorted by (T, S, rank). */
+static void plan_keys(key *k, const int64_t *S, const int64_t *T, int64_t n, uint64_t *s)
+{
     for (int64_t i = 0; i < n; i++)
         k[i].idx = i;
-    for (int64_t i = n - 1; i >= 1; i--) {
-        int64_t j = (int64_t)(splitmix64_next(&s) % (uint64_t)(i + 1));
+    for (int64_t i = n - 1; i >= 1; i--) { /* k[].idx holds perm for now */
+        int64_t j = (int64_t)(splitmix64_next(s) % (uint64_t)(i + 1));
         int64_t t = k[i].idx;
         k[i].idx = k[j].idx;
         k[j].idx = t;
@@ -427,57 +422,45 @@ static tg_batches *plan(tg_ctx *ctx, const char *fn, const int64_t *S, const int
         k[r].S = S[k[r].idx];
         k[r].T = T[k[r].idx];
     }
-    /* 3: sort by (T, S, rank) */
     qsort(k, (size_t)n, sizeof *k, cmp_key);
-    /* 4: greedy packing; count the batches first */
-    int64_t nb = 0;
+}
+
+/* 4: greedy packing of the sorted keys. With start NULL, only counts the batches; else fills
+ * start (nb + 1), and each batch's source and target lengths bs, bt (nb). Returns nb. */
+static int64_t plan_pack(const key *k, int64_t n, int64_t budget, int64_t *start, int64_t *bs,
+                         int64_t *bt)
+{
+    int64_t cur = 0;
+    if (start)
+        start[0] = 0;
     for (int64_t i = 0, cnt = 0, ms = 0, mt = 0; i < n; i++) {
         int64_t s2 = k[i].S > ms ? k[i].S : ms, t2 = k[i].T > mt ? k[i].T : mt;
         int64_t w = s2 > t2 ? s2 : t2;
         if (cnt > 0 && (cnt + 1) > budget / w) { /* (cnt + 1) * w > budget, without overflow */
-            nb++;
+            if (start) {
+                bs[cur] = ms, bt[cur] = mt;
+                start[cur + 1] = i;
+            }
+            cur++;
             cnt = 0, s2 = k[i].S, t2 = k[i].T;
         }
         cnt++, ms = s2, mt = t2;
-    }
-    nb++;
-    int64_t *sorted_start = tg__alloc(ctx, (size_t)(nb + 1) * sizeof(int64_t), fn);
-    b->order = tg__alloc_owned(ctx, (size_t)n * sizeof(int64_t), fn, TG__OWNER_CTX);
-    b->start = tg__alloc_owned(ctx, (size_t)(nb + 1) * sizeof(int64_t), fn, TG__OWNER_CTX);
-    b->S = tg__alloc_owned(ctx, (size_t)nb * sizeof(int64_t), fn, TG__OWNER_CTX);
-    b->T = tg__alloc_owned(ctx, (size_t)nb * sizeof(int64_t), fn, TG__OWNER_CTX);
-    int64_t *bs = tg__alloc(ctx, (size_t)nb * sizeof(int64_t), fn);
-    int64_t *bt = tg__alloc(ctx, (size_t)nb * sizeof(int64_t), fn);
-    int64_t *border = tg__alloc(ctx, (size_t)nb * sizeof(int64_t), fn);
-    if (!sorted_start || !b->order || !b->start || !b->S || !b->T || !bs || !bt || !border) {
-        tg__free(ctx, sorted_start);
-        tg__free(ctx, bs);
-        tg__free(ctx, bt);
-        tg__free(ctx, border);
-        tg__free(ctx, k);
-        tg_batches_free(b);
-        return NULL;
-    }
-    int64_t cur = 0;
-    sorted_start[0] = 0;
-    for (int64_t i = 0, cnt = 0, ms = 0, mt = 0; i < n; i++) {
-        int64_t s2 = k[i].S > ms ? k[i].S : ms, t2 = k[i].T > mt ? k[i].T : mt;
-        int64_t w = s2 > t2 ? s2 : t2;
-        if (cnt > 0 && (cnt + 1) > budget / w) {
-            bs[cur] = ms, bt[cur] = mt;
-            sorted_start[++cur] = i;
-            cnt = 0, s2 = k[i].S, t2 = k[i].T;
-        }
-        cnt++, ms = s2, mt = t2;
-        if (i == n - 1)
+        if (start && i == n - 1)
             bs[cur] = ms, bt[cur] = mt;
     }
-    sorted_start[nb] = n;
-    /* 5: shuffle the batches, the RNG continuing */
+    if (start)
+        start[cur + 1] = n;
+    return cur + 1;
+}
+
+/* 5: shuffle the nb batches (the RNG *s continuing) into b. */
+static void plan_shuffle(tg_batches *b, const key *k, int64_t nb, const int64_t *sorted_start,
+                         const int64_t *bs, const int64_t *bt, int64_t *border, uint64_t *s)
+{
     for (int64_t i = 0; i < nb; i++)
         border[i] = i;
     for (int64_t i = nb - 1; i >= 1; i--) {
-        int64_t j = (int64_t)(splitmix64_next(&s) % (uint64_t)(i + 1));
+        int64_t j = (int64_t)(splitmix64_next(s) % (uint64_t)(i + 1));
         int64_t t = border[i];
         border[i] = border[j];
         border[j] = t;
@@ -493,11 +476,49 @@ static tg_batches *plan(tg_ctx *ctx, const char *fn, const int64_t *S, const int
     }
     b->start[nb] = pos;
     b->n_batches = nb;
+}
+
+/* lines: NULL, or the line of each example (messages). */
+static tg_batches *plan(tg_ctx *ctx, const char *fn, const int64_t *S, const int64_t *T,
+                        const int64_t *lines, int64_t n, int64_t budget, uint64_t seed,
+                        int64_t epoch)
+{
+    if (!plan_check(ctx, fn, S, T, lines, n, budget, epoch))
+        return NULL;
+    tg_batches *b = tg__alloc_owned(ctx, sizeof *b, fn, TG__OWNER_CTX);
+    key *k = tg__alloc(ctx, (size_t)n * sizeof *k, fn);
+    if (!b || !k) {
+        tg__free(ctx, b);
+        tg__free(ctx, k);
+        return NULL;
+    }
+    b->ctx = ctx;
+    b->n = n;
+    uint64_t s = seed ^ (GOLDEN * ((uint64_t)epoch + 1));
+    plan_keys(k, S, T, n, &s);
+    int64_t nb = plan_pack(k, n, budget, NULL, NULL, NULL);
+    int64_t *sorted_start = tg__alloc(ctx, (size_t)(nb + 1) * sizeof(int64_t), fn);
+    b->order = tg__alloc_owned(ctx, (size_t)n * sizeof(int64_t), fn, TG__OWNER_CTX);
+    b->start = tg__alloc_owned(ctx, (size_t)(nb + 1) * sizeof(int64_t), fn, TG__OWNER_CTX);
+    b->S = tg__alloc_owned(ctx, (size_t)nb * sizeof(int64_t), fn, TG__OWNER_CTX);
+    b->T = tg__alloc_owned(ctx, (size_t)nb * sizeof(int64_t), fn, TG__OWNER_CTX);
+    int64_t *bs = tg__alloc(ctx, (size_t)nb * sizeof(int64_t), fn);
+    int64_t *bt = tg__alloc(ctx, (size_t)nb * sizeof(int64_t), fn);
+    int64_t *border = tg__alloc(ctx, (size_t)nb * sizeof(int64_t), fn);
+    bool ok = sorted_start && b->order && b->start && b->S && b->T && bs && bt && border;
+    if (ok) {
+        plan_pack(k, n, budget, sorted_start, bs, bt);
+        plan_shuffle(b, k, nb, sorted_start, bs, bt, border, &s);
+    }
     tg__free(ctx, sorted_start);
     tg__free(ctx, bs);
     tg__free(ctx, bt);
     tg__free(ctx, border);
     tg__free(ctx, k);
+    if (!ok) {
+        tg_batches_free(b);
+        return NULL;
+    }
     return b;
 }
 

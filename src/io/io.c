@@ -978,225 +978,272 @@ static tg_status resolve_target(tg_ctx *ctx, const char *fn, const char *path, c
     return *target ? TG_OK : TG_ERR_NOMEM;
 }
 
+/* What tg__write_atomic's stages share. */
+typedef struct {
+    tg_ctx *ctx;
+    const char *fn, *path;
+    tg_write_opts o;
+    char *target, *dir, *tmp; /* the resolved target, its directory, the temporary's name */
+    const char *base;         /* the target's last component, bl bytes */
+    size_t bl;
+    unsigned char *buf;
+    int dirfd, fd, lockfd;
+    bool exists, named, anon;
+    mode_t mode; /* of the file replaced */
+    uint64_t seed;
+    char eb[128];
+} write_atomic;
+
+/* Record "cannot create a temporary file" with errno @p e. */
+static tg_status wa_create_failed(write_atomic *s, int e)
+{
+    tg__err(s->ctx, TG_ERR_IO, s->fn, "cannot create a temporary file next to '%s': %s",
+            s->path, tg__strerror(e, s->eb, sizeof s->eb));
+    return TG_ERR_IO;
+}
+
+/* 1 and 2. The directory of the resolved target and the buffers; the directory opened, and the
+ * litter of earlier saves that were killed cleaned. */
+static tg_status wa_open_dir(write_atomic *s)
+{
+    const char *slash = strrchr(s->target, '/');
+    s->base = slash ? slash + 1 : s->target;
+    s->bl = strlen(s->base);
+    if (s->bl == 0) {
+        tg__err(s->ctx, TG_ERR_IO, s->fn, "'%s' ends with '/': it names a directory, not a file",
+                s->path);
+        return TG_ERR_IO;
+    }
+    if (!slash)
+        s->dir = ctx_strdup(s->ctx, s->fn, ".", 1);
+    else
+        s->dir = ctx_strdup(s->ctx, s->fn, s->target,
+                            slash == s->target ? 1 : (size_t)(slash - s->target));
+    s->tmp = tg__alloc(s->ctx, s->bl + TG__TMP_SUFFIX_LEN + TG__TMP_RAND + 1, s->fn);
+    s->buf = tg__alloc(s->ctx, TG__SINK_BUF, s->fn);
+    if (!s->dir || !s->tmp || !s->buf)
+        return TG_ERR_NOMEM;
+    s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (s->dirfd < 0) {
+        int e = errno ? errno : EIO;
+        tg__err(s->ctx, TG_ERR_IO, s->fn, "cannot open the directory of '%s': %s", s->path,
+                tg__strerror(e, s->eb, sizeof s->eb));
+        return TG_ERR_IO;
+    }
+    clean_stale(s->dirfd, s->base, s->bl);
+    return TG_OK;
+}
+
+/* 3a. An unnamed temporary file (O_TMPFILE), locked, if the file system has them and it can
+ * be named later through /proc/self/fd; else s->fd stays -1. */
+static void wa_create_anon(write_atomic *s)
+{
+#ifdef O_TMPFILE
+    if (s->o.no_tmpfile)
+        return;
+    s->fd = openat(s->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+    if (s->fd < 0)
+        return;
+    /* it can only be named later through /proc/self/fd: check that works now */
+    char pp[64];
+    struct stat a, b;
+    snprintf(pp, sizeof pp, "/proc/self/fd/%d", s->fd);
+    if (fstat(s->fd, &a) == 0 && stat(pp, &b) == 0 && same_inode(&a, &b) &&
+        lock_tmp(s->fd) == 0) {
+        s->anon = true;
+    } else {
+        (void)close(s->fd);
+        s->fd = -1;
+    }
+#else
+    (void)s;
+#endif
+}
+
+/* 3. The temporary file, locked from birth (unnamed if it can be, else under a fresh name),
+ * with a second descriptor that keeps the lock, and the mode of the file it replaces. */
+static tg_status wa_create_tmp(write_atomic *s)
+{
+    struct timespec now;
+    (void)clock_gettime(CLOCK_REALTIME, &now);
+    s->seed = (uint64_t)now.tv_sec * 1000000007u ^ (uint64_t)now.tv_nsec ^
+              (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&s->seed;
+    if (s->o.fail_step == TG_WRITE_STEP_CREATE)
+        return wa_create_failed(s, inj_errno(&s->o));
+    wa_create_anon(s);
+    for (int tries = 0; s->fd < 0 && tries < 100; tries++) {
+        tmp_name(s->tmp, s->base, s->bl, &s->seed);
+        s->fd = openat(s->dirfd, s->tmp,
+                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0666);
+        if (s->fd < 0) {
+            if (errno == EEXIST)
+                continue;
+            return wa_create_failed(s, errno ? errno : EIO);
+        }
+        struct stat a, b;
+        if (lock_tmp(s->fd) != 0 || fstat(s->fd, &a) != 0 ||
+            fstatat(s->dirfd, s->tmp, &b, AT_SYMLINK_NOFOLLOW) != 0 || !same_inode(&a, &b)) {
+            /* a concurrent cleaner took it between the create and the lock: it removes it */
+            (void)close(s->fd);
+            s->fd = -1;
+            continue;
+        }
+        s->named = true;
+    }
+    if (s->fd < 0)
+        return wa_create_failed(s, EEXIST);
+    s->lockfd = fcntl(s->fd, F_DUPFD_CLOEXEC, 0); /* keeps the lock held after fd is closed */
+    if (s->lockfd < 0)
+        return wa_create_failed(s, errno ? errno : EIO);
+    if (s->exists && fchmod(s->fd, s->mode) != 0) { /* keep the permissions of the file replaced */
+        int e = errno ? errno : EIO;
+        tg__err(s->ctx, TG_ERR_IO, s->fn, "cannot set the mode of the new '%s': %s", s->path,
+                tg__strerror(e, s->eb, sizeof s->eb));
+        return TG_ERR_IO;
+    }
+    return TG_OK;
+}
+
+/* 4. Contents, fsync, close. */
+static tg_status wa_write(write_atomic *s, tg__emit_fn emit, void *user)
+{
+    tg_ctx *ctx = s->ctx;
+    fd_sink sink = {s->fd, &s->o, 0, 0, s->buf, 0};
+    tg_writer w = {fd_sink_write, &sink};
+    tg_status st = emit(ctx, &w, user);
+    if (st != TG_OK)
+        return st;
+    int e = sink_flush(&sink);
+    if (e) {
+        tg__err(ctx, TG_ERR_IO, s->fn, "cannot write '%s': %s", s->path,
+                tg__strerror(e, s->eb, sizeof s->eb));
+        return TG_ERR_IO;
+    }
+    if (!s->o.no_fsync) {
+        e = s->o.fail_step == TG_WRITE_STEP_FSYNC ? inj_errno(&s->o)
+            : fsync(s->fd) != 0                   ? (errno ? errno : EIO)
+                                                  : 0;
+        if (e) {
+            tg__err(ctx, TG_ERR_IO, s->fn, "cannot fsync the new '%s': %s", s->path,
+                    tg__strerror(e, s->eb, sizeof s->eb));
+            return TG_ERR_IO;
+        }
+    }
+    int rc = close(s->fd); /* reports late write errors (NFS); the lock stays held by lockfd */
+    s->fd = -1;
+    e = s->o.fail_step == TG_WRITE_STEP_CLOSE ? inj_errno(&s->o)
+        : rc != 0                             ? (errno ? errno : EIO)
+                                              : 0;
+    if (e) {
+        tg__err(ctx, TG_ERR_IO, s->fn, "cannot close the new '%s': %s", s->path,
+                tg__strerror(e, s->eb, sizeof s->eb));
+        return TG_ERR_IO;
+    }
+    return TG_OK;
+}
+
+/* 5. An unnamed temporary gets its name only now. */
+static tg_status wa_link_anon(write_atomic *s)
+{
+#ifdef O_TMPFILE
+    if (!s->anon)
+        return TG_OK;
+    char pp[64];
+    snprintf(pp, sizeof pp, "/proc/self/fd/%d", s->lockfd);
+    for (int tries = 0; !s->named; tries++) {
+        tmp_name(s->tmp, s->base, s->bl, &s->seed);
+        if (linkat(AT_FDCWD, pp, s->dirfd, s->tmp, AT_SYMLINK_FOLLOW) == 0) {
+            s->named = true;
+        } else if (errno != EEXIST || tries >= 100) {
+            int e = errno ? errno : EIO;
+            tg__err(s->ctx, TG_ERR_IO, s->fn, "cannot link the new '%s' into its directory: %s",
+                    s->path, tg__strerror(e, s->eb, sizeof s->eb));
+            return TG_ERR_IO;
+        }
+    }
+#else
+    (void)s;
+#endif
+    return TG_OK;
+}
+
+/* 6. Replace the target, unless something that is not a regular file took its place; fsync
+ * the directory. */
+static tg_status wa_replace(write_atomic *s)
+{
+    tg_ctx *ctx = s->ctx;
+    struct stat cur;
+    if (fstatat(s->dirfd, s->base, &cur, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(cur.st_mode) &&
+        !S_ISLNK(cur.st_mode)) {
+        tg__err(ctx, TG_ERR_IO, s->fn, "'%s' is not a regular file (%s): refusing to replace it",
+                s->target, tg__ftype_name(cur.st_mode));
+        return TG_ERR_IO;
+    }
+    int e = s->o.fail_step == TG_WRITE_STEP_RENAME              ? inj_errno(&s->o)
+            : renameat(s->dirfd, s->tmp, s->dirfd, s->base) != 0 ? (errno ? errno : EIO)
+                                                                  : 0;
+    if (e) {
+        tg__err(ctx, TG_ERR_IO, s->fn, "cannot rename the new '%s' into place: %s", s->path,
+                tg__strerror(e, s->eb, sizeof s->eb));
+        return TG_ERR_IO;
+    }
+    s->named = false;
+    if (!s->o.no_fsync) {
+        bool injected = s->o.fail_step == TG_WRITE_STEP_DIR_FSYNC;
+        e = injected ? inj_errno(&s->o) : fsync(s->dirfd) != 0 ? (errno ? errno : EIO) : 0;
+        /* some file systems cannot fsync a directory at all (EINVAL): nothing to report */
+        if (e && (injected || (e != EINVAL && e != ENOTSUP))) {
+            tg__err(ctx, TG_ERR_IO, s->fn,
+                    "'%s' was replaced, but the fsync of its directory failed: %s (the new "
+                    "file may not survive a crash)", s->path, tg__strerror(e, s->eb, sizeof s->eb));
+            return TG_ERR_IO;
+        }
+    }
+    return TG_OK;
+}
+
+/* Remove the temporary file if it still has a name, close and free everything. */
+static void wa_release(write_atomic *s)
+{
+    if (s->named)
+        (void)unlinkat(s->dirfd, s->tmp, 0); /* still locked: no cleaner touches it meanwhile */
+    if (s->fd >= 0)
+        (void)close(s->fd);
+    if (s->lockfd >= 0)
+        (void)close(s->lockfd);
+    if (s->dirfd >= 0)
+        (void)close(s->dirfd);
+    tg__free(s->ctx, s->buf);
+    tg__free(s->ctx, s->tmp);
+    tg__free(s->ctx, s->dir);
+    tg__free(s->ctx, s->target);
+}
+
 tg_status tg__write_atomic(tg_ctx *ctx, const char *fn, const char *path,
                            const tg_write_opts *opts, tg__emit_fn emit, void *user)
 {
-    tg_write_opts o = {0};
+    write_atomic s = {.ctx = ctx, .fn = fn, .path = path, .dirfd = -1, .fd = -1, .lockfd = -1};
     if (opts)
-        o = *opts;
+        s.o = *opts;
     bool fresh = ctx->status == TG_OK; /* any error recorded below is ours */
     if (!path || !*path) {
         tg__err(ctx, TG_ERR_ARG, fn, "path is %s", path ? "empty" : "NULL");
         return TG_ERR_ARG;
     }
-    char eb[128];
-    char *target = NULL, *dir = NULL, *tmp = NULL;
-    unsigned char *buf = NULL;
-    int dirfd = -1, fd = -1, lockfd = -1;
-    bool exists = false, named = false, anon = false;
-    mode_t mode = 0;
-    int e = 0;
-
     /* 1. what is replaced (refusals here leave no trace) */
-    tg_status st = resolve_target(ctx, fn, path, &target, &exists, &mode);
+    tg_status st = resolve_target(ctx, fn, path, &s.target, &s.exists, &s.mode);
     if (st != TG_OK)
         return st;
-    const char *slash = strrchr(target, '/');
-    const char *base = slash ? slash + 1 : target;
-    size_t bl = strlen(base);
-    if (bl == 0) {
-        tg__err(ctx, TG_ERR_IO, fn, "'%s' ends with '/': it names a directory, not a file", path);
-        st = TG_ERR_IO;
-        goto out;
-    }
-    if (!slash)
-        dir = ctx_strdup(ctx, fn, ".", 1);
-    else
-        dir = ctx_strdup(ctx, fn, target, slash == target ? 1 : (size_t)(slash - target));
-    tmp = tg__alloc(ctx, bl + TG__TMP_SUFFIX_LEN + TG__TMP_RAND + 1, fn);
-    buf = tg__alloc(ctx, TG__SINK_BUF, fn);
-    if (!dir || !tmp || !buf) {
-        st = TG_ERR_NOMEM;
-        goto out;
-    }
-
-    /* 2. the directory, and the litter of earlier saves that were killed */
-    dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dirfd < 0) {
-        e = errno ? errno : EIO;
-        tg__err(ctx, TG_ERR_IO, fn, "cannot open the directory of '%s': %s", path,
-                tg__strerror(e, eb, sizeof eb));
-        st = TG_ERR_IO;
-        goto out;
-    }
-    clean_stale(dirfd, base, bl);
-
-    /* 3. the temporary file, locked from birth */
-    struct timespec now;
-    (void)clock_gettime(CLOCK_REALTIME, &now);
-    uint64_t seed = (uint64_t)now.tv_sec * 1000000007u ^ (uint64_t)now.tv_nsec ^
-                    (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&seed;
-    if (o.fail_step == TG_WRITE_STEP_CREATE) {
-        e = inj_errno(&o);
-        goto create_failed;
-    }
-#ifdef O_TMPFILE
-    if (!o.no_tmpfile) {
-        fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
-        if (fd >= 0) {
-            /* it can only be named later through /proc/self/fd: check that works now */
-            char pp[64];
-            struct stat a, b;
-            snprintf(pp, sizeof pp, "/proc/self/fd/%d", fd);
-            if (fstat(fd, &a) == 0 && stat(pp, &b) == 0 && same_inode(&a, &b) &&
-                lock_tmp(fd) == 0) {
-                anon = true;
-            } else {
-                (void)close(fd);
-                fd = -1;
-            }
-        }
-    }
-#endif
-    for (int tries = 0; fd < 0 && tries < 100; tries++) {
-        tmp_name(tmp, base, bl, &seed);
-        fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC,
-                    0666);
-        if (fd < 0) {
-            if (errno == EEXIST)
-                continue;
-            e = errno ? errno : EIO;
-            goto create_failed;
-        }
-        struct stat a, b;
-        if (lock_tmp(fd) != 0 || fstat(fd, &a) != 0 ||
-            fstatat(dirfd, tmp, &b, AT_SYMLINK_NOFOLLOW) != 0 || !same_inode(&a, &b)) {
-            /* a concurrent cleaner took it between the create and the lock: it removes it */
-            (void)close(fd);
-            fd = -1;
-            continue;
-        }
-        named = true;
-    }
-    if (fd < 0) {
-        e = EEXIST;
-        goto create_failed;
-    }
-    lockfd = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* keeps the lock held after fd is closed */
-    if (lockfd < 0) {
-        e = errno ? errno : EIO;
-        goto create_failed;
-    }
-    if (exists && fchmod(fd, mode) != 0) { /* keep the permissions of the file replaced */
-        e = errno ? errno : EIO;
-        tg__err(ctx, TG_ERR_IO, fn, "cannot set the mode of the new '%s': %s", path,
-                tg__strerror(e, eb, sizeof eb));
-        st = TG_ERR_IO;
-        goto out;
-    }
-
-    /* 4. contents, fsync, close */
-    fd_sink sink = {fd, &o, 0, 0, buf, 0};
-    tg_writer w = {fd_sink_write, &sink};
-    st = emit(ctx, &w, user);
-    if (st != TG_OK)
-        goto out;
-    e = sink_flush(&sink);
-    if (e) {
-        tg__err(ctx, TG_ERR_IO, fn, "cannot write '%s': %s", path, tg__strerror(e, eb, sizeof eb));
-        st = TG_ERR_IO;
-        goto out;
-    }
-    if (!o.no_fsync) {
-        e = o.fail_step == TG_WRITE_STEP_FSYNC ? inj_errno(&o)
-            : fsync(fd) != 0                   ? (errno ? errno : EIO)
-                                               : 0;
-        if (e) {
-            tg__err(ctx, TG_ERR_IO, fn, "cannot fsync the new '%s': %s", path,
-                    tg__strerror(e, eb, sizeof eb));
-            st = TG_ERR_IO;
-            goto out;
-        }
-    }
-    int rc = close(fd); /* reports late write errors (NFS); the lock stays held by lockfd */
-    fd = -1;
-    e = o.fail_step == TG_WRITE_STEP_CLOSE ? inj_errno(&o) : rc != 0 ? (errno ? errno : EIO) : 0;
-    if (e) {
-        tg__err(ctx, TG_ERR_IO, fn, "cannot close the new '%s': %s", path,
-                tg__strerror(e, eb, sizeof eb));
-        st = TG_ERR_IO;
-        goto out;
-    }
-
-    /* 5. an unnamed temporary gets its name only now */
-#ifdef O_TMPFILE
-    if (anon) {
-        char pp[64];
-        snprintf(pp, sizeof pp, "/proc/self/fd/%d", lockfd);
-        for (int tries = 0; !named; tries++) {
-            tmp_name(tmp, base, bl, &seed);
-            if (linkat(AT_FDCWD, pp, dirfd, tmp, AT_SYMLINK_FOLLOW) == 0) {
-                named = true;
-            } else if (errno != EEXIST || tries >= 100) {
-                e = errno ? errno : EIO;
-                tg__err(ctx, TG_ERR_IO, fn, "cannot link the new '%s' into its directory: %s",
-                        path, tg__strerror(e, eb, sizeof eb));
-                st = TG_ERR_IO;
-                goto out;
-            }
-        }
-    }
-#endif
-
-    /* 6. replace the target, unless something that is not a regular file took its place */
-    struct stat cur;
-    if (fstatat(dirfd, base, &cur, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(cur.st_mode) &&
-        !S_ISLNK(cur.st_mode)) {
-        tg__err(ctx, TG_ERR_IO, fn, "'%s' is not a regular file (%s): refusing to replace it",
-                target, tg__ftype_name(cur.st_mode));
-        st = TG_ERR_IO;
-        goto out;
-    }
-    e = o.fail_step == TG_WRITE_STEP_RENAME     ? inj_errno(&o)
-        : renameat(dirfd, tmp, dirfd, base) != 0 ? (errno ? errno : EIO)
-                                                 : 0;
-    if (e) {
-        tg__err(ctx, TG_ERR_IO, fn, "cannot rename the new '%s' into place: %s", path,
-                tg__strerror(e, eb, sizeof eb));
-        st = TG_ERR_IO;
-        goto out;
-    }
-    named = false;
-    if (!o.no_fsync) {
-        bool injected = o.fail_step == TG_WRITE_STEP_DIR_FSYNC;
-        e = injected ? inj_errno(&o) : fsync(dirfd) != 0 ? (errno ? errno : EIO) : 0;
-        /* some file systems cannot fsync a directory at all (EINVAL): nothing to report */
-        if (e && (injected || (e != EINVAL && e != ENOTSUP))) {
-            tg__err(ctx, TG_ERR_IO, fn,
-                    "'%s' was replaced, but the fsync of its directory failed: %s (the new "
-                    "file may not survive a crash)", path, tg__strerror(e, eb, sizeof eb));
-            st = TG_ERR_IO;
-        }
-    }
-    goto out;
-
-create_failed:
-    tg__err(ctx, TG_ERR_IO, fn, "cannot create a temporary file next to '%s': %s", path,
-            tg__strerror(e, eb, sizeof eb));
-    st = TG_ERR_IO;
-out:
-    if (named)
-        (void)unlinkat(dirfd, tmp, 0); /* still locked: no cleaner touches it meanwhile */
-    if (fd >= 0)
-        (void)close(fd);
-    if (lockfd >= 0)
-        (void)close(lockfd);
-    if (dirfd >= 0)
-        (void)close(dirfd);
-    tg__free(ctx, buf);
-    tg__free(ctx, tmp);
-    tg__free(ctx, dir);
-    tg__free(ctx, target);
+    st = wa_open_dir(&s);
+    if (st == TG_OK)
+        st = wa_create_tmp(&s);
+    if (st == TG_OK)
+        st = wa_write(&s, emit, user);
+    if (st == TG_OK)
+        st = wa_link_anon(&s);
+    if (st == TG_OK)
+        st = wa_replace(&s);
+    wa_release(&s);
     if (fresh && st == TG_ERR_IO && ctx->status == TG_ERR_IO) {
         /* an emitter's message ("cannot write the header: ...") lacks the path: add it */
         size_t ml = strlen(ctx->msg), pl = strlen(path);

@@ -204,6 +204,62 @@ static void put_utf8(tg__jp *jp, uint32_t cp)
     }
 }
 
+/* A \uXXXX escape (jp->pos after the 'u'), a surrogate pair joined, as UTF-8 into sbuf. */
+static bool unicode_escape(tg__jp *jp)
+{
+    long cp = hex4(jp);
+    if (cp < 0) {
+        tg__jp_fail(jp, TG_ERR_JSON, "\\u must be followed by four hex digits");
+        return false;
+    }
+    if (cp >= 0xdc00 && cp <= 0xdfff) {
+        tg__jp_fail(jp, TG_ERR_JSON, "unpaired low surrogate in \\u escape");
+        return false;
+    }
+    if (cp >= 0xd800 && cp <= 0xdbff) {
+        long lo = -1;
+        if (jp->n - jp->pos >= 2 && jp->s[jp->pos] == '\\' && jp->s[jp->pos + 1] == 'u') {
+            jp->pos += 2;
+            lo = hex4(jp);
+        }
+        if (lo < 0xdc00 || lo > 0xdfff) {
+            tg__jp_fail(jp, TG_ERR_JSON, "unpaired high surrogate in \\u escape");
+            return false;
+        }
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+    }
+    put_utf8(jp, (uint32_t)cp);
+    return true;
+}
+
+/* An escape sequence (jp->pos after the backslash) into sbuf. */
+static bool escape(tg__jp *jp)
+{
+    if (jp->pos >= jp->n) {
+        tg__jp_fail(jp, TG_ERR_JSON, "unterminated string");
+        return false;
+    }
+    unsigned char e = jp->s[jp->pos++];
+    char lit;
+    switch (e) {
+    case '"': lit = '"'; break;
+    case '\\': lit = '\\'; break;
+    case '/': lit = '/'; break;
+    case 'b': lit = '\b'; break;
+    case 'f': lit = '\f'; break;
+    case 'n': lit = '\n'; break;
+    case 'r': lit = '\r'; break;
+    case 't': lit = '\t'; break;
+    case 'u': return unicode_escape(jp);
+    default:
+        jp->pos--;
+        tg__jp_fail(jp, TG_ERR_JSON, "invalid escape sequence");
+        return false;
+    }
+    jp->sbuf[jp->slen++] = lit;
+    return true;
+}
+
 bool tg__jp_string(tg__jp *jp, tg__jstr *out)
 {
     if (jp->err)
@@ -230,53 +286,8 @@ bool tg__jp_string(tg__jp *jp, tg__jstr *out)
         }
         if (c == '\\') {
             jp->pos++;
-            if (jp->pos >= jp->n) {
-                tg__jp_fail(jp, TG_ERR_JSON, "unterminated string");
+            if (!escape(jp))
                 return false;
-            }
-            unsigned char e = jp->s[jp->pos++];
-            char lit;
-            switch (e) {
-            case '"': lit = '"'; break;
-            case '\\': lit = '\\'; break;
-            case '/': lit = '/'; break;
-            case 'b': lit = '\b'; break;
-            case 'f': lit = '\f'; break;
-            case 'n': lit = '\n'; break;
-            case 'r': lit = '\r'; break;
-            case 't': lit = '\t'; break;
-            case 'u': {
-                long cp = hex4(jp);
-                if (cp < 0) {
-                    tg__jp_fail(jp, TG_ERR_JSON, "\\u must be followed by four hex digits");
-                    return false;
-                }
-                if (cp >= 0xdc00 && cp <= 0xdfff) {
-                    tg__jp_fail(jp, TG_ERR_JSON, "unpaired low surrogate in \\u escape");
-                    return false;
-                }
-                if (cp >= 0xd800 && cp <= 0xdbff) {
-                    long lo = -1;
-                    if (jp->n - jp->pos >= 2 && jp->s[jp->pos] == '\\' &&
-                        jp->s[jp->pos + 1] == 'u') {
-                        jp->pos += 2;
-                        lo = hex4(jp);
-                    }
-                    if (lo < 0xdc00 || lo > 0xdfff) {
-                        tg__jp_fail(jp, TG_ERR_JSON, "unpaired high surrogate in \\u escape");
-                        return false;
-                    }
-                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                }
-                put_utf8(jp, (uint32_t)cp);
-                continue;
-            }
-            default:
-                jp->pos--;
-                tg__jp_fail(jp, TG_ERR_JSON, "invalid escape sequence");
-                return false;
-            }
-            jp->sbuf[jp->slen++] = lit;
             continue;
         }
         size_t k = tg__utf8_len(jp->s + jp->pos, jp->n - jp->pos);

@@ -282,106 +282,135 @@ static const npy_type *npy_type_of(npy_hdr *h)
 /* ----- reading -------------------------------------------------------------------------------- */
 static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
+/* The preamble: magic string, version and header length (*hl). False with the error recorded. */
+static bool npy_preamble(tg_ctx *ctx, tg__src *src, uint64_t *hl_out)
+{
+    const char *fn = src->fn, *label = src->label;
+    unsigned char pre[12];
+    size_t k = src->size < 6 ? (size_t)src->size : 6;
+    if (tg__src_read(ctx, src, pre, k, "magic string") != TG_OK)
+        return false;
+    if (memcmp(pre, npy_magic, k) != 0)
+        return tg__err(ctx, TG_ERR_FORMAT, fn, "%s: not an .npy file (bad magic string)",
+                       label) != NULL;
+    if (src->size < 10)
+        return tg__err(ctx, TG_ERR_TRUNCATED, fn, "%s: file is %llu bytes, too short for the "
+                       ".npy preamble", label, (unsigned long long)src->size) != NULL;
+    if (tg__src_read(ctx, src, pre + 6, 2, "version") != TG_OK)
+        return false;
+    int major = pre[6], minor = pre[7];
+    uint64_t hl;
+    if (major == 1 && minor == 0) {
+        if (tg__src_read(ctx, src, pre + 8, 2, "header length") != TG_OK)
+            return false;
+        hl = tg__le16(pre + 8);
+    } else if ((major == 2 || major == 3) && minor == 0) {
+        if (tg__src_read(ctx, src, pre + 8, 4, "header length") != TG_OK)
+            return false;
+        hl = tg__le32(pre + 8);
+    } else {
+        return tg__err(ctx, TG_ERR_UNSUPPORTED, fn,
+                       "%s: .npy format version %d.%d is not supported (1.0, 2.0, 3.0 are)",
+                       label, major, minor) != NULL;
+    }
+    if (hl > TG_NPY_MAX_HEADER)
+        return tg__err(ctx, TG_ERR_HEADER_SIZE, fn,
+                       "%s: header length %llu exceeds the limit of %u bytes", label,
+                       (unsigned long long)hl, TG_NPY_MAX_HEADER) != NULL;
+    if (hl > tg__src_left(src))
+        return tg__err(ctx, TG_ERR_TRUNCATED, fn,
+                       "%s: header length is %llu bytes but only %llu bytes follow", label,
+                       (unsigned long long)hl, (unsigned long long)tg__src_left(src)) != NULL;
+    *hl_out = hl;
+    return true;
+}
+
+/* The header dictionary (hl bytes) parsed into *h. */
+static bool npy_header(tg_ctx *ctx, tg__src *src, uint64_t hl, npy_hdr *h)
+{
+    const char *fn = src->fn;
+    memset(h, 0, sizeof *h);
+    h->ctx = ctx;
+    h->fn = fn;
+    h->label = src->label;
+    h->n = (size_t)hl;
+    unsigned char *owned = NULL;
+    if (src->mem) {
+        h->s = src->mem + src->pos;
+        src->pos += hl;
+    } else {
+        owned = tg__alloc(ctx, (size_t)hl + 1, fn);
+        if (!owned)
+            return false;
+        if (tg__src_read(ctx, src, owned, (size_t)hl, "header") != TG_OK) {
+            tg__free(ctx, owned);
+            return false;
+        }
+        h->s = owned;
+    }
+    bool ok = hparse(h);
+    tg__free(ctx, owned);
+    h->s = NULL;
+    return ok;
+}
+
+/* The header's shape: rank, every dim >= 1, C order, the element count (*numel) within 64-bit
+ * sizes. */
+static bool npy_shape(tg_ctx *ctx, const char *fn, const char *label, npy_hdr *h,
+                      int64_t shape[TG_MAX_RANK], int64_t *numel_out)
+{
+    if (h->rank > TG_MAX_RANK)
+        return tg__err(ctx, TG_ERR_UNSUPPORTED, fn, "%s: rank %d exceeds TG_MAX_RANK (%d)",
+                       label, h->rank, TG_MAX_RANK) != NULL;
+    char sb[200];
+    int n_long_dims = 0;
+    for (int i = 0; i < h->rank; i++) {
+        if (h->dims[i] > (uint64_t)INT64_MAX)
+            h->big = true;
+        shape[i] = h->dims[i] > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)h->dims[i];
+        n_long_dims += h->dims[i] > 1;
+    }
+    for (int i = 0; i < h->rank; i++)
+        if (h->dims[i] == 0)
+            return tg__err(ctx, TG_ERR_UNSUPPORTED, fn,
+                           "%s: shape %s has a zero-size dim (tgrad tensors need every dim >= 1)",
+                           label, tg__dims_str(h->rank, shape, sb, sizeof sb)) != NULL;
+    if (h->fortran && n_long_dims > 1)
+        return tg__err(ctx, TG_ERR_UNSUPPORTED, fn,
+                       "%s: fortran_order True (column-major data) is not supported; save with "
+                       "np.ascontiguousarray", label) != NULL;
+    if (h->big)
+        return tg__err(ctx, TG_ERR_OVERFLOW, fn, "%s: a dim of the shape overflows 64 bits",
+                       label) != NULL;
+    int64_t numel = 1;
+    for (int i = 0; i < h->rank; i++) {
+        if (numel > INT64_MAX / 8 / shape[i])
+            return tg__err(ctx, TG_ERR_OVERFLOW, fn,
+                           "%s: shape %s: element count overflows 64-bit sizes", label,
+                           tg__dims_str(h->rank, shape, sb, sizeof sb)) != NULL;
+        numel *= shape[i];
+    }
+    *numel_out = numel;
+    return true;
+}
+
 static tg_tensor *npy_read(tg_ctx *ctx, tg__src *src, tg_dtype want, tg_npy_kind *kind_out,
                            const char *name)
 {
     const char *fn = src->fn, *label = src->label;
     if (tg_dtype_size(want) == 0)
         return tg__err(ctx, TG_ERR_DTYPE, fn, "unknown dtype %d requested", (int)want);
-    unsigned char pre[12];
-    size_t k = src->size < 6 ? (size_t)src->size : 6;
-    if (tg__src_read(ctx, src, pre, k, "magic string") != TG_OK)
-        return NULL;
-    if (memcmp(pre, npy_magic, k) != 0)
-        return tg__err(ctx, TG_ERR_FORMAT, fn, "%s: not an .npy file (bad magic string)", label);
-    if (src->size < 10)
-        return tg__err(ctx, TG_ERR_TRUNCATED, fn, "%s: file is %llu bytes, too short for the "
-                       ".npy preamble", label, (unsigned long long)src->size);
-    if (tg__src_read(ctx, src, pre + 6, 2, "version") != TG_OK)
-        return NULL;
-    int major = pre[6], minor = pre[7];
-    uint64_t hl;
-    if (major == 1 && minor == 0) {
-        if (tg__src_read(ctx, src, pre + 8, 2, "header length") != TG_OK)
-            return NULL;
-        hl = tg__le16(pre + 8);
-    } else if ((major == 2 || major == 3) && minor == 0) {
-        if (tg__src_read(ctx, src, pre + 8, 4, "header length") != TG_OK)
-            return NULL;
-        hl = tg__le32(pre + 8);
-    } else {
-        return tg__err(ctx, TG_ERR_UNSUPPORTED, fn,
-                       "%s: .npy format version %d.%d is not supported (1.0, 2.0, 3.0 are)",
-                       label, major, minor);
-    }
-    if (hl > TG_NPY_MAX_HEADER)
-        return tg__err(ctx, TG_ERR_HEADER_SIZE, fn,
-                       "%s: header length %llu exceeds the limit of %u bytes", label,
-                       (unsigned long long)hl, TG_NPY_MAX_HEADER);
-    if (hl > tg__src_left(src))
-        return tg__err(ctx, TG_ERR_TRUNCATED, fn,
-                       "%s: header length is %llu bytes but only %llu bytes follow", label,
-                       (unsigned long long)hl, (unsigned long long)tg__src_left(src));
-
+    uint64_t hl = 0;
     npy_hdr h;
-    memset(&h, 0, sizeof h);
-    h.ctx = ctx;
-    h.fn = fn;
-    h.label = label;
-    h.n = (size_t)hl;
-    unsigned char *owned = NULL;
-    if (src->mem) {
-        h.s = src->mem + src->pos;
-        src->pos += hl;
-    } else {
-        owned = tg__alloc(ctx, (size_t)hl + 1, fn);
-        if (!owned)
-            return NULL;
-        if (tg__src_read(ctx, src, owned, (size_t)hl, "header") != TG_OK) {
-            tg__free(ctx, owned);
-            return NULL;
-        }
-        h.s = owned;
-    }
-    bool ok = hparse(&h);
-    tg__free(ctx, owned);
-    h.s = NULL;
-    if (!ok)
+    if (!npy_preamble(ctx, src, &hl) || !npy_header(ctx, src, hl, &h))
         return NULL;
     const npy_type *et = npy_type_of(&h);
     if (!et)
         return NULL;
-    if (h.rank > TG_MAX_RANK)
-        return tg__err(ctx, TG_ERR_UNSUPPORTED, fn, "%s: rank %d exceeds TG_MAX_RANK (%d)",
-                       label, h.rank, TG_MAX_RANK);
-    int64_t shape[TG_MAX_RANK];
+    int64_t shape[TG_MAX_RANK], numel = 0;
     char sb[200];
-    int n_long_dims = 0;
-    for (int i = 0; i < h.rank; i++) {
-        if (h.dims[i] > (uint64_t)INT64_MAX)
-            h.big = true;
-        shape[i] = h.dims[i] > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)h.dims[i];
-        n_long_dims += h.dims[i] > 1;
-    }
-    for (int i = 0; i < h.rank; i++)
-        if (h.dims[i] == 0)
-            return tg__err(ctx, TG_ERR_UNSUPPORTED, fn,
-                           "%s: shape %s has a zero-size dim (tgrad tensors need every dim >= 1)",
-                           label, tg__dims_str(h.rank, shape, sb, sizeof sb));
-    if (h.fortran && n_long_dims > 1)
-        return tg__err(ctx, TG_ERR_UNSUPPORTED, fn,
-                       "%s: fortran_order True (column-major data) is not supported; save with "
-                       "np.ascontiguousarray", label);
-    if (h.big)
-        return tg__err(ctx, TG_ERR_OVERFLOW, fn, "%s: a dim of the shape overflows 64 bits", label);
-    int64_t numel = 1;
-    for (int i = 0; i < h.rank; i++) {
-        if (numel > INT64_MAX / 8 / shape[i])
-            return tg__err(ctx, TG_ERR_OVERFLOW, fn,
-                           "%s: shape %s: element count overflows 64-bit sizes", label,
-                           tg__dims_str(h.rank, shape, sb, sizeof sb));
-        numel *= shape[i];
-    }
+    if (!npy_shape(ctx, fn, label, &h, shape, &numel))
+        return NULL;
     uint64_t nbytes = (uint64_t)numel * tg__efmt_size(et->efmt);
     uint64_t left = tg__src_left(src);
     if (left < nbytes)

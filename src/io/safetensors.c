@@ -261,6 +261,66 @@ static bool st_uint(st_parse *P, const st_entry *e, const char *field, uint64_t 
     return true;
 }
 
+/* An entry's "shape": an array of non-negative integers (the rank counted past TG_MAX_RANK, for
+ * the message). */
+static bool st_parse_shape(st_parse *P, st_entry *e)
+{
+    tg__jp *jp = &P->jp;
+    if (tg__jp_peek(jp) != TG__J_ARRAY) {
+        if (!jp->err)
+            st_fail(P, TG_ERR_JSON,
+                    "tensor '%.*s': shape must be an array of non-negative integers",
+                    NM(e->name));
+        return false;
+    }
+    tg__jp_arr_begin(jp);
+    while (tg__jp_arr_next(jp)) {
+        uint64_t d;
+        if (!st_uint(P, e, "shape", &d))
+            return false;
+        if (e->rank < TG_MAX_RANK)
+            e->dims[e->rank] = d;
+        if (e->rank < INT32_MAX)
+            e->rank++;
+    }
+    return true;
+}
+
+/* An entry's "data_offsets": [begin, end]. */
+static bool st_parse_offsets(st_parse *P, st_entry *e)
+{
+    tg__jp *jp = &P->jp;
+    if (tg__jp_peek(jp) != TG__J_ARRAY) {
+        if (!jp->err)
+            st_fail(P, TG_ERR_JSON, "tensor '%.*s': data_offsets must be [begin, end]",
+                    NM(e->name));
+        return false;
+    }
+    tg__jp_arr_begin(jp);
+    int k = 0;
+    while (tg__jp_arr_next(jp)) {
+        uint64_t v;
+        if (k >= 2)
+            return st_fail(P, TG_ERR_JSON,
+                           "tensor '%.*s': data_offsets must be [begin, end] (2 entries)",
+                           NM(e->name));
+        if (!st_uint(P, e, "data_offsets", &v))
+            return false;
+        if (k == 0)
+            e->begin = v;
+        else
+            e->end = v;
+        k++;
+    }
+    if (jp->err)
+        return false;
+    if (k != 2)
+        return st_fail(P, TG_ERR_JSON,
+                       "tensor '%.*s': data_offsets must be [begin, end], got %d entr%s",
+                       NM(e->name), k, k == 1 ? "y" : "ies");
+    return true;
+}
+
 static bool st_parse_entry(st_parse *P, st_entry *e)
 {
     tg__jp *jp = &P->jp;
@@ -292,56 +352,15 @@ static bool st_parse_entry(st_parse *P, st_entry *e)
                 return st_fail(P, TG_ERR_DUPLICATE, "tensor '%.*s': field 'shape' appears twice",
                                NM(e->name));
             has_shape = true;
-            if (tg__jp_peek(jp) != TG__J_ARRAY) {
-                if (!jp->err)
-                    st_fail(P, TG_ERR_JSON,
-                            "tensor '%.*s': shape must be an array of non-negative integers",
-                            NM(e->name));
+            if (!st_parse_shape(P, e))
                 return false;
-            }
-            tg__jp_arr_begin(jp);
-            while (tg__jp_arr_next(jp)) {
-                uint64_t d;
-                if (!st_uint(P, e, "shape", &d))
-                    return false;
-                if (e->rank < TG_MAX_RANK)
-                    e->dims[e->rank] = d;
-                if (e->rank < INT32_MAX)
-                    e->rank++;
-            }
         } else if (str_is(f, "data_offsets")) {
             if (has_off)
                 return st_fail(P, TG_ERR_DUPLICATE,
                                "tensor '%.*s': field 'data_offsets' appears twice", NM(e->name));
             has_off = true;
-            if (tg__jp_peek(jp) != TG__J_ARRAY) {
-                if (!jp->err)
-                    st_fail(P, TG_ERR_JSON, "tensor '%.*s': data_offsets must be [begin, end]",
-                            NM(e->name));
+            if (!st_parse_offsets(P, e))
                 return false;
-            }
-            tg__jp_arr_begin(jp);
-            int k = 0;
-            while (tg__jp_arr_next(jp)) {
-                uint64_t v;
-                if (k >= 2)
-                    return st_fail(P, TG_ERR_JSON,
-                                   "tensor '%.*s': data_offsets must be [begin, end] (2 entries)",
-                                   NM(e->name));
-                if (!st_uint(P, e, "data_offsets", &v))
-                    return false;
-                if (k == 0)
-                    e->begin = v;
-                else
-                    e->end = v;
-                k++;
-            }
-            if (jp->err)
-                return false;
-            if (k != 2)
-                return st_fail(P, TG_ERR_JSON,
-                               "tensor '%.*s': data_offsets must be [begin, end], got %d entr%s",
-                               NM(e->name), k, k == 1 ? "y" : "ies");
         } else {
             return st_fail(P, TG_ERR_JSON, "tensor '%.*s': unknown field '%.*s'", NM(e->name),
                            NM(f));
@@ -517,103 +536,96 @@ static bool st_sorted_keys(st_parse *P, st_key *keys, int64_t n, const char *wha
 
 static size_t round16(size_t x) { return (x + 15) & ~(size_t)15; }
 
-static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
+/* When the header size field is impossible for this file, look at the first bytes after it, so
+ * that another kind of file (text, an image, .npy) is named as such rather than by the size its
+ * first 8 bytes happen to spell: the header (JSON) starts with '{', possibly after JSON
+ * whitespace. @p left bytes follow the size field. Returns false with the error recorded. */
+static bool st_sniff(tg_ctx *ctx, tg__src *src, uint64_t left)
 {
-    const char *fn = src->fn, *label = src->label;
-    st_parse P;
-    memset(&P, 0, sizeof P);
-    P.ctx = ctx;
-    P.fn = fn;
-    P.label = label;
-    char *hdr_owned = NULL;
-    st_entry **order = NULL;
-    tg_safetensors *st = NULL;
-    bool ok = false;
+    unsigned char look[64];
+    size_t k = left < sizeof look ? (size_t)left : sizeof look, i = 0;
+    if (src->mem)
+        memcpy(look, src->mem + src->pos, k);
+    else if (tg__src_read(ctx, src, look, k, "header") != TG_OK)
+        return false;
+    while (i < k && (look[i] == ' ' || look[i] == '\t' || look[i] == '\r' || look[i] == '\n'))
+        i++;
+    if (i < k && look[i] != '{') {
+        char q[8];
+        if (look[i] >= 0x20 && look[i] < 0x7f)
+            snprintf(q, sizeof q, "'%c'", look[i]);
+        else
+            snprintf(q, sizeof q, "0x%02x", (unsigned)look[i]);
+        tg__err(ctx, TG_ERR_HEADER_SIZE, src->fn,
+                "%s: not a safetensors file (one starts with an 8-byte header size, then a "
+                "JSON header '{'; here byte %zu is %s)", src->label, 8 + i, q);
+        return false;
+    }
+    return true;
+}
 
-    /* 1. header size */
+/* 1. The header size and the header's bytes: *hdr points into a memory source, or to
+ * *hdr_owned; *N is its length and P->data_len what follows it. */
+static bool st_read_header(st_parse *P, tg__src *src, const char **hdr, char **hdr_owned,
+                           uint64_t *N_out)
+{
+    tg_ctx *ctx = P->ctx;
+    const char *fn = src->fn, *label = src->label;
     unsigned char szb[8];
     if (src->size < 8) {
         tg__err(ctx, TG_ERR_TRUNCATED, fn,
                 "%s: file is %llu bytes, shorter than the 8-byte header size field", label,
                 (unsigned long long)src->size);
-        goto done;
+        return false;
     }
     if (tg__src_read(ctx, src, szb, 8, "header size field") != TG_OK)
-        goto done;
+        return false;
     uint64_t N = tg__le64(szb);
-    /* The header (JSON) starts with '{', possibly after JSON whitespace. When the size field
-     * is impossible for this file (the read fails below anyway), look at the first bytes after
-     * it, so that another kind of file (text, an image, .npy) is named as such rather than by
-     * the size its first 8 bytes happen to spell. */
     uint64_t left = tg__src_left(src); /* (a file source consumes what is looked at) */
-    if ((N > TG_SAFETENSORS_MAX_HEADER || N < 2 || N > left) && left > 0) {
-        unsigned char look[64];
-        size_t k = left < sizeof look ? (size_t)left : sizeof look, i = 0;
-        if (src->mem)
-            memcpy(look, src->mem + src->pos, k);
-        else if (tg__src_read(ctx, src, look, k, "header") != TG_OK)
-            goto done;
-        while (i < k && (look[i] == ' ' || look[i] == '\t' || look[i] == '\r' ||
-                         look[i] == '\n'))
-            i++;
-        if (i < k && look[i] != '{') {
-            char q[8];
-            if (look[i] >= 0x20 && look[i] < 0x7f)
-                snprintf(q, sizeof q, "'%c'", look[i]);
-            else
-                snprintf(q, sizeof q, "0x%02x", (unsigned)look[i]);
-            tg__err(ctx, TG_ERR_HEADER_SIZE, fn,
-                    "%s: not a safetensors file (one starts with an 8-byte header size, then a "
-                    "JSON header '{'; here byte %zu is %s)", label, 8 + i, q);
-            goto done;
-        }
-    }
+    if ((N > TG_SAFETENSORS_MAX_HEADER || N < 2 || N > left) && left > 0 &&
+        !st_sniff(ctx, src, left))
+        return false;
     if (N > TG_SAFETENSORS_MAX_HEADER || N < 2) {
         tg__err(ctx, TG_ERR_HEADER_SIZE, fn,
                 "%s: header size %llu is %s (a header is 2 to %u bytes)", label,
                 (unsigned long long)N, N < 2 ? "too small" : "too large",
                 TG_SAFETENSORS_MAX_HEADER);
-        goto done;
+        return false;
     }
     if (N > left) {
         tg__err(ctx, TG_ERR_TRUNCATED, fn,
                 "%s: header size is %llu bytes but only %llu bytes follow the size field", label,
                 (unsigned long long)N, (unsigned long long)left);
-        goto done;
+        return false;
     }
-    const char *hdr;
     if (src->mem) {
-        hdr = (const char *)src->mem + src->pos;
+        *hdr = (const char *)src->mem + src->pos;
         src->pos += N;
     } else {
-        hdr_owned = tg__alloc(ctx, (size_t)N, fn);
-        if (!hdr_owned)
-            goto done;
-        if (tg__src_read(ctx, src, hdr_owned, (size_t)N, "header") != TG_OK)
-            goto done;
-        hdr = hdr_owned;
+        *hdr_owned = tg__alloc(ctx, (size_t)N, fn);
+        if (!*hdr_owned)
+            return false;
+        if (tg__src_read(ctx, src, *hdr_owned, (size_t)N, "header") != TG_OK)
+            return false;
+        *hdr = *hdr_owned;
     }
-    uint64_t data_len = tg__src_left(src);
-    P.data_len = data_len;
+    P->data_len = tg__src_left(src);
+    *N_out = N;
+    return true;
+}
 
-    /* 2. JSON */
-    if (tg__jp_init(&P.jp, ctx, fn, label, hdr, (size_t)N) != TG_OK)
-        goto done;
-    if (!st_parse_header(&P))
-        goto done;
-
-    /* 3. per-tensor checks, in header order */
-    for (int64_t i = 0; i < P.n; i++)
-        if (!st_check_entry(&P, &P.e[i]))
-            goto done;
-
-    /* 4. the result record: one block for the arrays and all strings */
+/* 4. The result record: one block for the arrays and all strings, the names and metadata
+ * copied in and their sorted keys. NULL on failure (the block freed). */
+static tg_safetensors *st_new_record(st_parse *P)
+{
+    tg_ctx *ctx = P->ctx;
+    tg_safetensors *st = NULL;
     size_t chars = 0;
-    for (int64_t i = 0; i < P.n; i++)
-        chars += P.e[i].name.len + 1;
-    for (int64_t i = 0; i < P.nm; i++)
-        chars += P.m[i].key.len + 1 + P.m[i].value.len + 1;
-    size_t n = (size_t)P.n, m = (size_t)P.nm;
+    for (int64_t i = 0; i < P->n; i++)
+        chars += P->e[i].name.len + 1;
+    for (int64_t i = 0; i < P->nm; i++)
+        chars += P->m[i].key.len + 1 + P->m[i].value.len + 1;
+    size_t n = (size_t)P->n, m = (size_t)P->nm;
     size_t off_t_ = round16(sizeof *st);
     size_t off_names = off_t_ + round16(n * sizeof(tg_tensor *));
     size_t off_dtypes = off_names + round16(n * sizeof(char *));
@@ -623,13 +635,13 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
     size_t off_mb = off_mv + round16(m * sizeof(char *));
     size_t off_chars = off_mb + round16(m * sizeof(st_key));
     /* counts are bounded by the header size (<= 100 MB), so none of this overflows */
-    char *blob = tg__alloc(ctx, off_chars + chars, fn);
+    char *blob = tg__alloc(ctx, off_chars + chars, P->fn);
     if (!blob)
-        goto done;
+        return NULL;
     st = (tg_safetensors *)blob;
     st->ctx = ctx;
-    st->n = P.n;
-    st->n_meta = P.nm;
+    st->n = P->n;
+    st->n_meta = P->nm;
     st->tensors = (tg_tensor **)(blob + off_t_);
     st->names = (const char **)(blob + off_names);
     st->dtypes = (const char **)(blob + off_dtypes);
@@ -638,60 +650,69 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
     st->meta_values = (const char **)(blob + off_mv);
     st->meta_by_key = (st_key *)(blob + off_mb);
     char *cp = blob + off_chars;
-    for (int64_t i = 0; i < P.n; i++) {
-        memcpy(cp, P.e[i].name.p, P.e[i].name.len + 1);
+    for (int64_t i = 0; i < P->n; i++) {
+        memcpy(cp, P->e[i].name.p, P->e[i].name.len + 1);
         st->names[i] = cp;
-        st->dtypes[i] = P.e[i].dt->name;
+        st->dtypes[i] = P->e[i].dt->name;
         st->by_name[i].key = cp;
         st->by_name[i].idx = i;
-        cp += P.e[i].name.len + 1;
+        cp += P->e[i].name.len + 1;
     }
-    for (int64_t i = 0; i < P.nm; i++) {
-        memcpy(cp, P.m[i].key.p, P.m[i].key.len + 1);
+    for (int64_t i = 0; i < P->nm; i++) {
+        memcpy(cp, P->m[i].key.p, P->m[i].key.len + 1);
         st->meta_keys[i] = cp;
         st->meta_by_key[i].key = cp;
         st->meta_by_key[i].idx = i;
-        cp += P.m[i].key.len + 1;
-        memcpy(cp, P.m[i].value.p, P.m[i].value.len + 1);
+        cp += P->m[i].key.len + 1;
+        memcpy(cp, P->m[i].value.p, P->m[i].value.len + 1);
         st->meta_values[i] = cp;
-        cp += P.m[i].value.len + 1;
+        cp += P->m[i].value.len + 1;
     }
-    if (!st_sorted_keys(&P, st->by_name, P.n, "tensor name") ||
-        !st_sorted_keys(&P, st->meta_by_key, P.nm, "__metadata__ key"))
-        goto done;
+    if (!st_sorted_keys(P, st->by_name, P->n, "tensor name") ||
+        !st_sorted_keys(P, st->meta_by_key, P->nm, "__metadata__ key")) {
+        tg__free(ctx, st);
+        return NULL;
+    }
+    return st;
+}
 
-    /* 5. layout of the data section */
-    uint64_t total = 0;
-    for (int64_t i = 0; i < P.n; i++) {
-        if (P.e[i].nbytes > UINT64_MAX - total) {
+/* 5. Layout of the data section: the tensors fill it exactly, without overlap or gap, in the
+ * order *order (allocated here, file order) gives. */
+static bool st_check_layout(st_parse *P, st_entry ***order_out)
+{
+    tg_ctx *ctx = P->ctx;
+    const char *fn = P->fn, *label = P->label;
+    uint64_t data_len = P->data_len, total = 0;
+    size_t n = (size_t)P->n;
+    for (int64_t i = 0; i < P->n; i++) {
+        if (P->e[i].nbytes > UINT64_MAX - total) {
             tg__err(ctx, TG_ERR_OVERFLOW, fn, "%s: total data size overflows 64 bits", label);
-            goto done;
+            return false;
         }
-        total += P.e[i].nbytes;
+        total += P->e[i].nbytes;
     }
     if (total > data_len) {
         tg__err(ctx, TG_ERR_TRUNCATED, fn,
                 "%s: the data section holds %llu bytes but the tensors need %llu", label,
                 (unsigned long long)data_len, (unsigned long long)total);
-        goto done;
+        return false;
     }
-    for (int64_t i = 0; i < P.n; i++) {
-        const st_entry *e = &P.e[i];
-        if (e->end > data_len) {
-            st_fail(&P, TG_ERR_OUT_OF_BOUNDS,
-                    "tensor '%.*s': data_offsets [%llu, %llu] end past the data section "
-                    "(%llu bytes)", NM(e->name), (unsigned long long)e->begin,
-                    (unsigned long long)e->end, (unsigned long long)data_len);
-            goto done;
-        }
+    for (int64_t i = 0; i < P->n; i++) {
+        const st_entry *e = &P->e[i];
+        if (e->end > data_len)
+            return st_fail(P, TG_ERR_OUT_OF_BOUNDS,
+                           "tensor '%.*s': data_offsets [%llu, %llu] end past the data section "
+                           "(%llu bytes)", NM(e->name), (unsigned long long)e->begin,
+                           (unsigned long long)e->end, (unsigned long long)data_len);
     }
-    if (P.n) {
-        order = tg__alloc(ctx, n * sizeof *order, fn);
+    st_entry **order = NULL;
+    if (P->n) {
+        order = *order_out = tg__alloc(ctx, n * sizeof *order, fn);
         if (!order)
-            goto done;
+            return false;
     }
-    for (int64_t i = 0; i < P.n; i++)
-        order[i] = &P.e[i];
+    for (int64_t i = 0; i < P->n; i++)
+        order[i] = &P->e[i];
     if (n > 1)
         qsort(order, n, sizeof *order, st_entry_ptr_cmp);
     uint64_t expect = 0;
@@ -699,38 +720,42 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
         const st_entry *e = order[i];
         if (e->begin < expect) {
             const st_entry *p = order[i - 1];
-            st_fail(&P, TG_ERR_OVERLAP,
-                    "tensors '%.*s' [%llu, %llu] and '%.*s' [%llu, %llu] overlap", NM(p->name),
-                    (unsigned long long)p->begin, (unsigned long long)p->end, NM(e->name),
-                    (unsigned long long)e->begin, (unsigned long long)e->end);
-            goto done;
+            return st_fail(P, TG_ERR_OVERLAP,
+                           "tensors '%.*s' [%llu, %llu] and '%.*s' [%llu, %llu] overlap",
+                           NM(p->name), (unsigned long long)p->begin,
+                           (unsigned long long)p->end, NM(e->name),
+                           (unsigned long long)e->begin, (unsigned long long)e->end);
         }
-        if (e->begin > expect) {
-            st_fail(&P, TG_ERR_GAP,
-                    "data bytes [%llu, %llu) before tensor '%.*s' belong to no tensor",
-                    (unsigned long long)expect, (unsigned long long)e->begin, NM(e->name));
-            goto done;
-        }
+        if (e->begin > expect)
+            return st_fail(P, TG_ERR_GAP,
+                           "data bytes [%llu, %llu) before tensor '%.*s' belong to no tensor",
+                           (unsigned long long)expect, (unsigned long long)e->begin,
+                           NM(e->name));
         expect = e->end;
     }
     if (data_len > expect) {
         tg__err(ctx, TG_ERR_TRAILING, fn, "%s: %llu bytes after the last tensor's data", label,
                 (unsigned long long)(data_len - expect));
-        goto done;
+        return false;
     }
+    return true;
+}
 
-    /* 6. tensors (header order), then their data in file order */
-    for (int64_t i = 0; i < P.n; i++) {
-        st_entry *e = &P.e[i];
+/* 6. Tensors (header order), then their data in file order. */
+static bool st_load_tensors(st_parse *P, tg_safetensors *st, st_entry **order, tg__src *src)
+{
+    tg_ctx *ctx = P->ctx;
+    for (int64_t i = 0; i < P->n; i++) {
+        st_entry *e = &P->e[i];
         int64_t shape[TG_MAX_RANK];
         for (int d = 0; d < e->rank; d++)
             shape[d] = (int64_t)e->dims[d];
         e->t = tg_const(ctx, e->dt->to, e->rank, shape, st->names[i]);
         if (!e->t)
-            goto done;
+            return false;
         st->tensors[i] = e->t;
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < (size_t)P->n; i++) {
         st_entry *e = order[i];
         char raw[104], esc[720], what[760]; /* the name as one printable line */
         snprintf(raw, sizeof raw, "%.*s", NM(e->name));
@@ -738,11 +763,31 @@ static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
         snprintf(what, sizeof what, "data of tensor '%s'", esc);
         if (tg__src_read_elems(ctx, src, e->t->data, e->t->dtype, (tg__efmt)e->dt->efmt,
                                (uint64_t)e->numel, what) != TG_OK)
-            goto done;
+            return false;
     }
-    ok = true;
+    return true;
+}
 
-done:
+static tg_safetensors *st_read(tg_ctx *ctx, tg__src *src)
+{
+    st_parse P;
+    memset(&P, 0, sizeof P);
+    P.ctx = ctx;
+    P.fn = src->fn;
+    P.label = src->label;
+    char *hdr_owned = NULL;
+    const char *hdr = NULL;
+    uint64_t N = 0;
+    st_entry **order = NULL;
+    tg_safetensors *st = NULL;
+    bool ok = st_read_header(&P, src, &hdr, &hdr_owned, &N) && /* 1. header size */
+              tg__jp_init(&P.jp, ctx, P.fn, P.label, hdr, (size_t)N) == TG_OK &&
+              st_parse_header(&P); /* 2. JSON */
+    for (int64_t i = 0; ok && i < P.n; i++) /* 3. per-tensor checks, in header order */
+        ok = st_check_entry(&P, &P.e[i]);
+    if (ok)
+        ok = (st = st_new_record(&P)) != NULL && st_check_layout(&P, &order) &&
+             st_load_tensors(&P, st, order, src);
     if (!ok) {
         for (int64_t i = P.n - 1; i >= 0; i--)
             tg__tensor_discard(ctx, P.e[i].t);
@@ -894,37 +939,11 @@ static void st_out_free(tg_ctx *ctx, st_out *o)
     tg__buf_free(ctx, &o->hdr);
 }
 
-/* Validate everything and build the header. */
-static tg_status st_prepare(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_item *items,
-                            int64_t n_meta, const char *const *keys, const char *const *vals,
-                            st_out *o)
+/* Each item's name and tensor, each metadata entry (o->nbytes[i] set). */
+static tg_status st_check_items(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_item *items,
+                                int64_t n_meta, const char *const *keys,
+                                const char *const *vals, st_out *o)
 {
-    memset(o, 0, sizeof *o);
-    o->items = items;
-    o->n = n;
-    if (n < 0 || (n > 0 && !items)) {
-        tg__err(ctx, TG_ERR_ARG, fn, n < 0 ? "n is negative" : "items is NULL");
-        return TG_ERR_ARG;
-    }
-    if (n_meta < 0 || (n_meta > 0 && (!keys || !vals))) {
-        tg__err(ctx, TG_ERR_ARG, fn,
-                n_meta < 0 ? "n_meta is negative" : "meta_keys or meta_values is NULL");
-        return TG_ERR_ARG;
-    }
-    if (n_meta > TG_SAFETENSORS_MAX_META) {
-        tg__err(ctx, TG_ERR_ARG, fn, "n_meta %lld is more than readers accept (%u)",
-                (long long)n_meta, TG_SAFETENSORS_MAX_META);
-        return TG_ERR_ARG;
-    }
-    if ((uint64_t)n > SIZE_MAX / sizeof(const char *) / 2) {
-        tg__err(ctx, TG_ERR_ARG, fn, "too many items");
-        return TG_ERR_ARG;
-    }
-    if (n > 0) {
-        o->nbytes = tg__alloc(ctx, (size_t)n * sizeof *o->nbytes, fn);
-        if (!o->nbytes)
-            return TG_ERR_NOMEM;
-    }
     for (int64_t i = 0; i < n; i++) {
         const char *nm = items[i].name;
         if (!nm || !*nm) {
@@ -958,6 +977,13 @@ static tg_status st_prepare(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_
             return TG_ERR_ARG;
         }
     }
+    return TG_OK;
+}
+
+/* No tensor name and no metadata key twice. */
+static tg_status st_check_dups(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_item *items,
+                               int64_t n_meta, const char *const *keys)
+{
     bool nomem;
     const char **names = NULL;
     if (n > 1) {
@@ -982,7 +1008,14 @@ static tg_status st_prepare(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_
         tg__err(ctx, TG_ERR_DUPLICATE, fn, "metadata key '%.100s' appears twice", dup);
         return TG_ERR_DUPLICATE;
     }
+    return TG_OK;
+}
 
+/* The header JSON, padded with spaces to a multiple of 8 bytes, in o->hdr. */
+static tg_status st_put_header(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_item *items,
+                               int64_t n_meta, const char *const *keys, const char *const *vals,
+                               st_out *o)
+{
     tg__buf *b = &o->hdr;
     b->fn = fn;
     tg__buf_putc(ctx, b, '{');
@@ -1036,6 +1069,45 @@ static tg_status st_prepare(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_
         return TG_ERR_HEADER_SIZE;
     }
     return TG_OK;
+}
+
+/* Validate everything and build the header. */
+static tg_status st_prepare(tg_ctx *ctx, const char *fn, int64_t n, const tg_io_item *items,
+                            int64_t n_meta, const char *const *keys, const char *const *vals,
+                            st_out *o)
+{
+    memset(o, 0, sizeof *o);
+    o->items = items;
+    o->n = n;
+    if (n < 0 || (n > 0 && !items)) {
+        tg__err(ctx, TG_ERR_ARG, fn, n < 0 ? "n is negative" : "items is NULL");
+        return TG_ERR_ARG;
+    }
+    if (n_meta < 0 || (n_meta > 0 && (!keys || !vals))) {
+        tg__err(ctx, TG_ERR_ARG, fn,
+                n_meta < 0 ? "n_meta is negative" : "meta_keys or meta_values is NULL");
+        return TG_ERR_ARG;
+    }
+    if (n_meta > TG_SAFETENSORS_MAX_META) {
+        tg__err(ctx, TG_ERR_ARG, fn, "n_meta %lld is more than readers accept (%u)",
+                (long long)n_meta, TG_SAFETENSORS_MAX_META);
+        return TG_ERR_ARG;
+    }
+    if ((uint64_t)n > SIZE_MAX / sizeof(const char *) / 2) {
+        tg__err(ctx, TG_ERR_ARG, fn, "too many items");
+        return TG_ERR_ARG;
+    }
+    if (n > 0) {
+        o->nbytes = tg__alloc(ctx, (size_t)n * sizeof *o->nbytes, fn);
+        if (!o->nbytes)
+            return TG_ERR_NOMEM;
+    }
+    tg_status s = st_check_items(ctx, fn, n, items, n_meta, keys, vals, o);
+    if (s == TG_OK)
+        s = st_check_dups(ctx, fn, n, items, n_meta, keys);
+    if (s == TG_OK)
+        s = st_put_header(ctx, fn, n, items, n_meta, keys, vals, o);
+    return s;
 }
 
 typedef struct st_emit_arg {

@@ -374,73 +374,89 @@ enum {
     KEY_SCALE = 15
 };
 
-/* One member of the config object: key @p k (index into config_keys). */
-static bool config_member(tg__jp *jp, int k, spec *s, int64_t *heads)
+/* Config keys 0 to 5: integers from 1 to their limit, into their fields. */
+static bool config_int(tg__jp *jp, int k, spec *s, int64_t *heads)
 {
     tg_transformer_config *c = &s->info.config;
     static const int64_t hi[6] = {MODEL_MAX_PAIRS_VOCAB, TG_TRANSFORMER_MAX_SEQ_LEN,
                                   TG_TRANSFORMER_MAX_LAYERS, INT32_MAX, INT32_MAX, INT32_MAX};
     int64_t *dst[6] = {&c->vocab_size, &c->max_seq_len, &c->n_layers, &c->layer.d_model, heads,
                        &c->layer.d_ff};
-    if (k < 6) {
-        tg__jnum v;
-        if (!tg__jp_number(jp, &v))
-            return false;
-        if (!v.is_int || v.neg || v.big || v.mag < 1 || v.mag > (uint64_t)hi[k]) {
-            char what[96];
-            snprintf(what, sizeof what, "config '%s' out of range (an integer from 1 to %" PRId64
-                     ")", config_keys[k], hi[k]);
-            tg__jp_fail(jp, TG_ERR_FORMAT, what);
-            return false;
-        }
-        *dst[k] = (int64_t)v.mag;
-        return true;
+    tg__jnum v;
+    if (!tg__jp_number(jp, &v))
+        return false;
+    if (!v.is_int || v.neg || v.big || v.mag < 1 || v.mag > (uint64_t)hi[k]) {
+        char what[96];
+        snprintf(what, sizeof what, "config '%s' out of range (an integer from 1 to %" PRId64
+                 ")", config_keys[k], hi[k]);
+        tg__jp_fail(jp, TG_ERR_FORMAT, what);
+        return false;
     }
-    if (k == KEY_DECODER_LAYERS) {
-        tg__jnum v;
-        if (!tg__jp_number(jp, &v))
-            return false;
-        if (!v.is_int || v.neg || v.big || v.mag < 1 || v.mag > TG_TRANSFORMER_MAX_LAYERS) {
-            tg__jp_fail(jp, TG_ERR_FORMAT, "n_decoder_layers out of range");
-            return false;
-        }
-        c->n_decoder_layers = (int64_t)v.mag;
-        return true;
+    *dst[k] = (int64_t)v.mag;
+    return true;
+}
+
+/* n_decoder_layers: an integer from 1 to TG_TRANSFORMER_MAX_LAYERS. */
+static bool config_decoder_layers(tg__jp *jp, spec *s)
+{
+    tg_transformer_config *c = &s->info.config;
+    tg__jnum v;
+    if (!tg__jp_number(jp, &v))
+        return false;
+    if (!v.is_int || v.neg || v.big || v.mag < 1 || v.mag > TG_TRANSFORMER_MAX_LAYERS) {
+        tg__jp_fail(jp, TG_ERR_FORMAT, "n_decoder_layers out of range");
+        return false;
     }
-    if (k == 11 || k == 12) { /* layer_norm_eps > 0, dropout in [0, 1) */
-        size_t start = jp->pos;
-        tg__jnum v;
-        if (!tg__jp_number(jp, &v))
-            return false;
-        double x = number_text(jp, start);
-        if (k == 11 ? !(x > 0 && x < 1) : !(x >= 0 && x < 1)) {
-            tg__jp_fail(jp, TG_ERR_FORMAT, k == 11 ? "layer_norm_eps not in (0, 1)"
-                                                   : "dropout not in [0, 1)");
-            return false;
-        }
-        if (k == 11)
-            c->layer.layer_norm_eps = x;
-        return true;
+    c->n_decoder_layers = (int64_t)v.mag;
+    return true;
+}
+
+/* layer_norm_eps (11) in (0, 1), dropout (12) in [0, 1). */
+static bool config_float(tg__jp *jp, int k, spec *s)
+{
+    tg_transformer_config *c = &s->info.config;
+    size_t start = jp->pos;
+    tg__jnum v;
+    if (!tg__jp_number(jp, &v))
+        return false;
+    double x = number_text(jp, start);
+    if (k == 11 ? !(x > 0 && x < 1) : !(x >= 0 && x < 1)) {
+        tg__jp_fail(jp, TG_ERR_FORMAT, k == 11 ? "layer_norm_eps not in (0, 1)"
+                                               : "dropout not in [0, 1)");
+        return false;
     }
-    if (k == 7 || k == 9 || k == 10 || k == KEY_SCALE) { /* booleans */
-        if (tg__jp_peek(jp) != TG__J_BOOL) {
-            tg__jp_fail(jp, TG_ERR_FORMAT, "expected true or false");
-            return false;
-        }
-        size_t start = jp->pos; /* the literal true or false (and whitespace before it) */
-        if (!tg__jp_skip(jp))
-            return false;
-        bool b = memchr(jp->s + start, 't', jp->pos - start) != NULL;
-        if (k == KEY_SCALE)
-            c->scale_embeddings = b; /* token embeddings times sqrt(d_model) */
-        else if (k == 7)
-            c->layer.norm_first = b;
-        else if (k == 9)
-            c->causal = b;
-        else
-            c->tie_weights = b;
-        return true;
+    if (k == 11)
+        c->layer.layer_norm_eps = x;
+    return true;
+}
+
+/* The booleans: norm_first (7), causal (9), tie_weights (10), scale_embedding. */
+static bool config_bool(tg__jp *jp, int k, spec *s)
+{
+    tg_transformer_config *c = &s->info.config;
+    if (tg__jp_peek(jp) != TG__J_BOOL) {
+        tg__jp_fail(jp, TG_ERR_FORMAT, "expected true or false");
+        return false;
     }
+    size_t start = jp->pos; /* the literal true or false (and whitespace before it) */
+    if (!tg__jp_skip(jp))
+        return false;
+    bool b = memchr(jp->s + start, 't', jp->pos - start) != NULL;
+    if (k == KEY_SCALE)
+        c->scale_embeddings = b; /* token embeddings times sqrt(d_model) */
+    else if (k == 7)
+        c->layer.norm_first = b;
+    else if (k == 9)
+        c->causal = b;
+    else
+        c->tie_weights = b;
+    return true;
+}
+
+/* The strings: activation (6), pos (8), dtype. */
+static bool config_string(tg__jp *jp, int k, spec *s)
+{
+    tg_transformer_config *c = &s->info.config;
     tg__jstr v; /* activation, pos, dtype */
     if (!tg__jp_string(jp, &v))
         return false;
@@ -460,6 +476,20 @@ static bool config_member(tg__jp *jp, int k, spec *s, int64_t *heads)
     else
         s->info.dtype = second ? TG_F64 : TG_F32;
     return true;
+}
+
+/* One member of the config object: key @p k (index into config_keys). */
+static bool config_member(tg__jp *jp, int k, spec *s, int64_t *heads)
+{
+    if (k < 6)
+        return config_int(jp, k, s, heads);
+    if (k == KEY_DECODER_LAYERS)
+        return config_decoder_layers(jp, s);
+    if (k == 11 || k == 12) /* layer_norm_eps > 0, dropout in [0, 1) */
+        return config_float(jp, k, s);
+    if (k == 7 || k == 9 || k == 10 || k == KEY_SCALE) /* booleans */
+        return config_bool(jp, k, s);
+    return config_string(jp, k, s); /* activation, pos, dtype */
 }
 
 static bool spec_export_config(const rd *r, const char *text, spec *s)

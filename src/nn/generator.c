@@ -381,15 +381,12 @@ fail:
 /* The model's own length, for tg_generator_new(). */
 #define GEN_MODEL_LEN INT64_MIN
 
-/* tg_generator_new_len(): caches of @p max_len positions (GEN_MODEL_LEN: max_seq_len). */
-static tg_generator *generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t batch,
-                                   int64_t max_len, const char *fn)
+/* The model and the sizes: the caches' length *L and the token history's bytes *hist_bytes.
+ * False with the error recorded. */
+static bool generator_check(tg_ctx *ctx, const tg_transformer *m, int64_t batch,
+                            int64_t max_len, const char *fn, int64_t *L_out,
+                            size_t *hist_bytes)
 {
-    if (!ctx)
-        return NULL;
-    tg__begin(ctx);
-    if (tg__build_failed(ctx))
-        return NULL; /* a build error is pending: keep it, allocate nothing */
     bool s2s = m && m->cfg.n_decoder_layers > 0;
     if (!m || !m->tok_emb || !m->head_w || !m->norm_w || m->cfg.n_layers < 0 ||
         m->cfg.n_layers > TG_TRANSFORMER_MAX_LAYERS ||
@@ -397,44 +394,36 @@ static tg_generator *generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t
         (s2s && (m->cfg.n_decoder_layers > TG_TRANSFORMER_MAX_LAYERS ||
                  !m->seq2seq.encoder.layers || !m->seq2seq.decoder.layers ||
                  m->seq2seq.decoder.n_layers != m->cfg.n_decoder_layers)))
-        return tg__err(ctx, TG_ERR_ARG, fn, "model is NULL or not initialised");
+        return tg__err(ctx, TG_ERR_ARG, fn, "model is NULL or not initialised") != NULL;
     if (!s2s && !m->cfg.causal)
         return tg__err(ctx, TG_ERR_ARG, fn,
                        "the model is not causal (an encoder classifier): only the decoder-only "
-                       "LM (cfg.causal) generates");
+                       "LM (cfg.causal) generates") != NULL;
     if (batch < 1 || batch > TG_MAX_NUMEL)
         return tg__err(ctx, TG_ERR_ARG, fn, "batch %lld is not in [1, %lld]", (long long)batch,
-                       (long long)TG_MAX_NUMEL);
+                       (long long)TG_MAX_NUMEL) != NULL;
     if (max_len != GEN_MODEL_LEN && (max_len < 1 || max_len > m->cfg.max_seq_len))
         return tg__err(ctx, TG_ERR_ARG, fn, "max_len %lld is not in [1, max_seq_len %lld]",
-                       (long long)max_len, (long long)m->cfg.max_seq_len);
+                       (long long)max_len, (long long)m->cfg.max_seq_len) != NULL;
     int64_t L = max_len != GEN_MODEL_LEN ? max_len : m->cfg.max_seq_len;
-    int64_t D = m->cfg.layer.d_model, V = m->cfg.vocab_size;
-    int64_t H = m->cfg.n_layers > 0 ? m->cfg.layer.n_heads : 1;
-    int64_t NL = s2s ? m->cfg.n_decoder_layers : m->cfg.n_layers; /* layers with a cache */
-    tg_dtype dt = tg_tensor_dtype(m->tok_emb);
+    int64_t D = m->cfg.layer.d_model;
     int64_t cells, hb;
-    size_t hist_bytes;
-    if (!tg__mul_i64(batch, L, &cells) || !tg__bytes(cells, sizeof(int32_t), &hist_bytes) ||
+    if (!tg__mul_i64(batch, L, &cells) || !tg__bytes(cells, sizeof(int32_t), hist_bytes) ||
         !tg__mul_i64(batch, D, &hb) || !tg__mul_i64(hb, L, &hb) ||
         hb > (s2s ? TG_MAX_NUMEL / 2 : TG_MAX_NUMEL)) /* s2s: memory [K | V] (B, L, 2D) */
         return tg__err(ctx, TG_ERR_OVERFLOW, fn,
                        "batch %lld with length %lld and d_model %lld: caches too large",
-                       (long long)batch, (long long)L, (long long)D);
-    tg_mark mark = tg_ctx_mark(ctx); /* on failure everything made here is released */
-    tg_generator *gen = tg__alloc(ctx, sizeof *gen, fn);
-    if (!gen)
-        return NULL;
-    gen->ctx = ctx;
-    gen->m = m;
-    gen->B = batch;
-    gen->L = L;
-    gen->V = V;
-    gen->D = D;
-    gen->H = H;
-    gen->n_layers = NL;
-    gen->s2s = s2s;
-    gen->refill_n = L / 2 > 1 ? L / 2 : 1;
+                       (long long)batch, (long long)L, (long long)D) != NULL;
+    *L_out = L;
+    return true;
+}
+
+/* The token history and its buffers, the key and value caches of every layer, the positional
+ * table if the model has none to learn, and an encoder-decoder's memory keys and values. */
+static bool generator_caches(tg_generator *gen, tg_dtype dt, size_t hist_bytes, const char *fn)
+{
+    tg_ctx *ctx = gen->ctx;
+    int64_t batch = gen->B, L = gen->L, D = gen->D, H = gen->H, NL = gen->n_layers;
     gen->hist = tg__alloc(ctx, hist_bytes, fn);
     gen->buf = tg__alloc(ctx, hist_bytes, fn);
     gen->pbuf = tg__alloc(ctx, sizeof(int32_t) * (size_t)L, fn);
@@ -443,7 +432,7 @@ static tg_generator *generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t
         gen->vc = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)NL, fn);
     }
     if (!gen->hist || !gen->buf || !gen->pbuf || (NL > 0 && (!gen->kc || !gen->vc)))
-        goto fail;
+        return false;
     int64_t Dh = D / H;
     for (int64_t i = 0; i < NL; i++) {
         char name[64];
@@ -452,32 +441,41 @@ static tg_generator *generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t
         snprintf(name, sizeof name, "generator.v_cache.%lld", (long long)i);
         gen->vc[i] = tg_input(ctx, dt, TG_DIMS(batch, H, L, Dh), name);
         if (!gen->kc[i] || !gen->vc[i])
-            goto fail;
+            return false;
     }
-    if (!m->pos_emb && !(gen->pe = tg_sinusoidal_encoding(ctx, dt, L, D)))
-        goto fail;
-    if (s2s) { /* memory keys/values per decoder layer (zero until a source is set) */
+    if (!gen->m->pos_emb && !(gen->pe = tg_sinusoidal_encoding(ctx, dt, L, D)))
+        return false;
+    if (gen->s2s) { /* memory keys/values per decoder layer (zero until a source is set) */
         gen->mkv = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)NL, fn);
         gen->mem_mask = tg_input(ctx, dt, TG_DIMS(batch, 1, 1, L), "generator.memory_mask");
         gen->src_len = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
         gen->src_id = tg__alloc(ctx, sizeof(uint64_t) * (size_t)batch, fn);
         gen->uniq = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
         if (!gen->mkv || !gen->mem_mask || !gen->src_len || !gen->src_id || !gen->uniq)
-            goto fail;
+            return false;
         for (int64_t i = 0; i < NL; i++) {
             char name[64];
             snprintf(name, sizeof name, "generator.memory_kv.%lld", (long long)i);
             if (!(gen->mkv[i] = tg_input(ctx, dt, TG_DIMS(batch, L, 2 * D), name)))
-                goto fail;
+                return false;
         }
     }
-    gen->logits = tg_input(ctx, dt, TG_DIMS(batch, V), "generator.logits");
+    return true;
+}
+
+/* The logits, the row selection, the row buckets, and the step graphs of all B rows (every
+ * memory width), with the LM's re-prefill graph. */
+static bool generator_graphs(tg_generator *gen, tg_dtype dt, const char *fn)
+{
+    tg_ctx *ctx = gen->ctx;
+    int64_t batch = gen->B, L = gen->L;
+    gen->logits = tg_input(ctx, dt, TG_DIMS(batch, gen->V), "generator.logits");
     gen->sel_rows = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
     gen->sel_mem = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
     gen->sel_src = tg__alloc(ctx, sizeof(int64_t) * (size_t)batch, fn);
     /* encoder-decoder: step graphs whose cross-attention reads only the first 16, 32, 64, ...
      * (< L) memory positions too, for sources that short */
-    for (int64_t w = 16; s2s && w < L && gen->n_wstep < GEN_MAX_WSTEP; w *= 2)
+    for (int64_t w = 16; gen->s2s && w < L && gen->n_wstep < GEN_MAX_WSTEP; w *= 2)
         gen->n_wstep++;
     gen->n_bk = row_buckets(batch, NULL);
     gen->bk = tg__alloc(ctx, sizeof(gen_rows) * (size_t)gen->n_bk, fn);
@@ -485,7 +483,7 @@ static tg_generator *generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t
     gen->arena = tg_arena_new(ctx);
     if (!gen->logits || !gen->sel_rows || !gen->sel_mem || !gen->sel_src || !gen->bk ||
         !sizes || !gen->arena)
-        goto fail;
+        return false;
     row_buckets(batch, sizes);
     for (int64_t k = 0; k < gen->n_bk; k++)
         gen->bk[k].n = sizes[k];
@@ -498,15 +496,47 @@ static tg_generator *generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t
     gen->rows = batch;
     for (int64_t wi = 0; wi <= gen->n_wstep; wi++) /* B rows, every width: built here */
         if (!step_graph(gen, all, wi, fn))
-            goto fail;
+            return false;
     /* the decoder-only LM wraps every L - L/2 tokens of a long generation: its re-prefill
      * graph is kept (a translation never wraps: its outputs stay below max_seq_len) */
-    if (!s2s && gen->refill_n > 1 &&
+    if (!gen->s2s && gen->refill_n > 1 &&
         build_graph(gen, all, gen->refill_n, L, true, &gen->refill) != TG_OK)
-        goto fail;
+        return false;
     gen->cur_w = gen->n_wstep;
-    return gen;
-fail:
+    return true;
+}
+
+/* tg_generator_new_len(): caches of @p max_len positions (GEN_MODEL_LEN: max_seq_len). */
+static tg_generator *generator_new(tg_ctx *ctx, const tg_transformer *m, int64_t batch,
+                                   int64_t max_len, const char *fn)
+{
+    if (!ctx)
+        return NULL;
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return NULL; /* a build error is pending: keep it, allocate nothing */
+    int64_t L = 0;
+    size_t hist_bytes = 0;
+    if (!generator_check(ctx, m, batch, max_len, fn, &L, &hist_bytes))
+        return NULL;
+    bool s2s = m->cfg.n_decoder_layers > 0;
+    tg_dtype dt = tg_tensor_dtype(m->tok_emb);
+    tg_mark mark = tg_ctx_mark(ctx); /* on failure everything made here is released */
+    tg_generator *gen = tg__alloc(ctx, sizeof *gen, fn);
+    if (!gen)
+        return NULL;
+    gen->ctx = ctx;
+    gen->m = m;
+    gen->B = batch;
+    gen->L = L;
+    gen->V = m->cfg.vocab_size;
+    gen->D = m->cfg.layer.d_model;
+    gen->H = m->cfg.n_layers > 0 ? m->cfg.layer.n_heads : 1;
+    gen->n_layers = s2s ? m->cfg.n_decoder_layers : m->cfg.n_layers; /* layers with a cache */
+    gen->s2s = s2s;
+    gen->refill_n = L / 2 > 1 ? L / 2 : 1;
+    if (generator_caches(gen, dt, hist_bytes, fn) && generator_graphs(gen, dt, fn))
+        return gen;
     if (tg_ctx_status(ctx) == TG_OK)
         tg__err(ctx, TG_ERR_NOMEM, fn, "out of memory");
     tg_ctx_rewind(ctx, mark); /* the error stays recorded */
@@ -627,19 +657,12 @@ tg_status tg_generator_set_source(tg_generator *gen, const int32_t *src_ids, int
     return tg_generator_set_sources(gen, src_ids, s, NULL);
 }
 
-tg_status tg_generator_set_sources(tg_generator *gen, const int32_t *src_ids, int64_t s,
-                                   const int64_t *src_len)
+/* The sources against the generator (an encoder-decoder) and the vocabulary, all checked
+ * before anything changes. */
+static tg_status check_sources(tg_generator *gen, const int32_t *src_ids, int64_t s,
+                               const int64_t *src_len, const char *fn)
 {
-    static const char *fn = "tg_generator_set_source";
-    if (!gen)
-        return TG_ERR_ARG; /* no context to record on */
     tg_ctx *ctx = gen->ctx;
-    tg__begin(ctx);
-    if (gen->freed) {
-        tg__run_err(ctx, TG_ERR_ARG, fn, "the generator was freed (tg_generator_free); make a "
-                    "new one with tg_generator_new");
-        return TG_ERR_ARG;
-    }
     if (!gen->s2s) {
         tg__run_err(ctx, TG_ERR_ARG, fn, "the model is not an encoder-decoder (n_decoder_layers "
                     "0): a decoder-only LM has no source");
@@ -668,7 +691,15 @@ tg_status tg_generator_set_sources(tg_generator *gen, const int32_t *src_ids, in
                 return TG_ERR_ARG;
             }
         }
-    int64_t B = gen->B, L = gen->L;
+    return TG_OK;
+}
+
+/* The ids the encoder reads and the row lengths, in the generator's own buffers; a row equal
+ * to the one before it shares its encoding. Returns the number of distinct sources. */
+static int64_t unique_sources(tg_generator *gen, const int32_t *src_ids, int64_t s,
+                              const int64_t *src_len)
+{
+    int64_t B = gen->B;
     /* the ids the encoder reads (padding as id 0: masked, so its value never matters) and the
      * row lengths, in the generator's own buffers */
     for (int64_t r = 0; r < B; r++) {
@@ -692,13 +723,34 @@ tg_status tg_generator_set_sources(tg_generator *gen, const int32_t *src_ids, in
         ulen[nu] = gen->src_len[r];
         gen->uniq[r] = nu++;
     }
+    return nu;
+}
+
+tg_status tg_generator_set_sources(tg_generator *gen, const int32_t *src_ids, int64_t s,
+                                   const int64_t *src_len)
+{
+    static const char *fn = "tg_generator_set_source";
+    if (!gen)
+        return TG_ERR_ARG; /* no context to record on */
+    tg_ctx *ctx = gen->ctx;
+    tg__begin(ctx);
+    if (gen->freed) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "the generator was freed (tg_generator_free); make a "
+                    "new one with tg_generator_new");
+        return TG_ERR_ARG;
+    }
+    tg_status st = check_sources(gen, src_ids, s, src_len, fn);
+    if (st != TG_OK)
+        return st;
+    int64_t B = gen->B, L = gen->L;
+    int64_t nu = unique_sources(gen, src_ids, s, src_len), *ulen = gen->sel_src;
     gen->has_src = false; /* until the new memory is stored */
     gen->len = 0;         /* a new source starts a new target */
     gen->rows = B;        /* every row holds a source */
     /* an encode graph for these nu sources of s tokens, released before returning */
     tg_mark mark = tg_ctx_mark(ctx);
     struct enc_graph eg;
-    tg_status st = build_encoder(gen, nu, s, &eg);
+    st = build_encoder(gen, nu, s, &eg);
     if (st == TG_OK)
         st = run_encoder(gen, &eg, gen->buf, ulen);
     tg_ctx_rewind(ctx, mark); /* keeps the error state */
@@ -780,6 +832,48 @@ int64_t tg_generator_graph_rows(const tg_generator *gen, int64_t n)
     return bucket_for(gen, n)->n;
 }
 
+/* The scratch bytes select_rows needs: n rows change, nbuf of them through a buffer, nm
+ * memories change; grown once to one layer's key cache (B D L), not step by step as len grows. */
+static size_t select_scratch(const tg_generator *gen, int64_t n, int64_t nbuf, int64_t nm)
+{
+    int64_t B = gen->B, L = gen->L, D = gen->D, len = gen->len;
+    size_t es = tg_dtype_size(tg_tensor_dtype(gen->logits));
+    size_t need = (size_t)nbuf * (size_t)(D * (len > 0 ? len : 1)) * es;
+    size_t need_m = (size_t)nm * (size_t)(L * 2 * D) * es;
+    size_t need_h = (size_t)n * (size_t)L * sizeof(int32_t) + (size_t)n * sizeof(uint64_t);
+    if (need_m > need)
+        need = need_m;
+    if (need_h > need)
+        need = need_h;
+    size_t full = (size_t)(B * D * L) * es;
+    if (need > gen->scratch_bytes && need < full)
+        need = full;
+    return need;
+}
+
+/* Rows mdst[0..nm) take the memory (keys and values, mask, source length and id) of the row
+ * rows[] names. */
+static void gather_memory(tg_generator *gen, const int32_t *rows, int64_t nm, size_t es)
+{
+    int64_t L = gen->L, D = gen->D, *src = gen->sel_src;
+    int64_t *mdst = gen->sel_mem, smax = 1;
+    for (int64_t c = 0; c < nm; c++) {
+        src[c] = rows[mdst[c]];
+        smax = gen->src_len[src[c]] > smax ? gen->src_len[src[c]] : smax;
+    }
+    /* memory positions < the source's length (those beyond are masked: whatever finite
+     * values an earlier source left there are never attended) */
+    for (int64_t i = 0; i < gen->n_layers; i++)
+        gather_rows(gen, tg_tensor_data(gen->mkv[i]), (size_t)(L * 2 * D) * es, 1, 0,
+                    (size_t)(smax * 2 * D) * es, mdst, src, nm, nm);
+    gather_rows(gen, tg_tensor_data(gen->mem_mask), (size_t)L * es, 1, 0, (size_t)L * es,
+                mdst, src, nm, nm);
+    gather_rows(gen, (char *)gen->src_len, sizeof(int64_t), 1, 0, sizeof(int64_t), mdst,
+                src, nm, nm);
+    gather_rows(gen, (char *)gen->src_id, sizeof(uint64_t), 1, 0, sizeof(uint64_t), mdst,
+                src, nm, nm);
+}
+
 tg_status tg_generator_select_rows(tg_generator *gen, const int32_t *rows, int64_t n_rows)
 {
     static const char *fn = "tg_generator_select";
@@ -835,18 +929,7 @@ tg_status tg_generator_select_rows(tg_generator *gen, const int32_t *rows, int64
             if (gen->src_id[dst[c]] != gen->src_id[rows[dst[c]]])
                 gen->sel_mem[nm++] = dst[c];
     size_t es = tg_dtype_size(tg_tensor_dtype(gen->logits));
-    size_t need = (size_t)nbuf * (size_t)(D * (len > 0 ? len : 1)) * es;
-    size_t need_m = (size_t)nm * (size_t)(L * 2 * D) * es;
-    size_t need_h = (size_t)n * (size_t)L * sizeof(int32_t) + (size_t)n * sizeof(uint64_t);
-    if (need_m > need)
-        need = need_m;
-    if (need_h > need)
-        need = need_h;
-    /* grown once to one layer's key cache (B D L), not step by step as len grows */
-    size_t full = (size_t)(B * D * L) * es;
-    if (need > gen->scratch_bytes && need < full)
-        need = full;
-    if (!scratch_reserve(gen, need, fn))
+    if (!scratch_reserve(gen, select_scratch(gen, n, nbuf, nm), fn))
         return tg_ctx_status(ctx) != TG_OK ? tg_ctx_status(ctx) : TG_ERR_NOMEM;
     for (int64_t c = 0; c < n; c++)
         src[c] = rows[dst[c]];
@@ -862,24 +945,8 @@ tg_status tg_generator_select_rows(tg_generator *gen, const int32_t *rows, int64
     if (len > 0)
         gather_rows(gen, (char *)gen->hist, (size_t)L * sizeof(int32_t), 1, 0,
                     (size_t)len * sizeof(int32_t), dst, src, n, nbuf);
-    if (nm > 0) {
-        int64_t *mdst = gen->sel_mem, smax = 1;
-        for (int64_t c = 0; c < nm; c++) {
-            src[c] = rows[mdst[c]];
-            smax = gen->src_len[src[c]] > smax ? gen->src_len[src[c]] : smax;
-        }
-        /* memory positions < the source's length (those beyond are masked: whatever finite
-         * values an earlier source left there are never attended) */
-        for (int64_t i = 0; i < gen->n_layers; i++)
-            gather_rows(gen, tg_tensor_data(gen->mkv[i]), (size_t)(L * 2 * D) * es, 1, 0,
-                        (size_t)(smax * 2 * D) * es, mdst, src, nm, nm);
-        gather_rows(gen, tg_tensor_data(gen->mem_mask), (size_t)L * es, 1, 0, (size_t)L * es,
-                    mdst, src, nm, nm);
-        gather_rows(gen, (char *)gen->src_len, sizeof(int64_t), 1, 0, sizeof(int64_t), mdst,
-                    src, nm, nm);
-        gather_rows(gen, (char *)gen->src_id, sizeof(uint64_t), 1, 0, sizeof(uint64_t), mdst,
-                    src, nm, nm);
-    }
+    if (nm > 0)
+        gather_memory(gen, rows, nm, es);
     gen->rows = nr;
     if (gen->s2s && gen->has_src && (nm > 0 || nr != live))
         set_width(gen);

@@ -66,6 +66,75 @@ static tg_tensor *split_heads(tg_ctx *ctx, tg_tensor *x, int64_t B, int64_t T, i
     return tg_transpose(ctx, x, 1, 2);
 }
 
+/* The module and the inputs' shapes. */
+static bool mha_check(tg_ctx *ctx, const char *fn, const tg_mha *m, const tg_tensor *query,
+                      const tg_tensor *key, const tg_tensor *value)
+{
+    if (!m || !m->in_proj_weight || !m->in_proj_bias || !m->out_proj_weight ||
+        !m->out_proj_bias)
+        return (bool)tg__err(ctx, TG_ERR_ARG, fn, "module is NULL or not initialised");
+    int64_t D = m->d_model, H = m->n_heads;
+    char b1[128], b2[128], b3[128];
+    tg_tensor *W = m->in_proj_weight, *bias = m->in_proj_bias;
+    if (D < 1 || H < 1 || D % H != 0 || D > TG_MAX_NUMEL / 3 || tg_tensor_rank(W) != 2 ||
+        tg_tensor_dim(W, 0) != 3 * D || tg_tensor_dim(W, 1) != D || tg_tensor_rank(bias) != 1 ||
+        tg_tensor_dim(bias, 0) != 3 * D)
+        return (bool)tg__err(ctx, TG_ERR_ARG, fn,
+                       "module is inconsistent: d_model %lld, n_heads %lld (must divide it), "
+                       "in_proj_weight %s (need (3 d_model, d_model)), in_proj_bias %s",
+                       (long long)D, (long long)H, tg_tensor_shape_str(W, b1, sizeof b1),
+                       tg_tensor_shape_str(bias, b2, sizeof b2));
+    if (tg_tensor_rank(query) != 3 || tg_tensor_rank(key) != 3 || tg_tensor_rank(value) != 3 ||
+        tg_tensor_dim(query, 2) != D || tg_tensor_dim(key, 2) != D ||
+        tg_tensor_dim(value, 2) != D || tg_tensor_dim(key, 0) != tg_tensor_dim(query, 0) ||
+        tg_tensor_dim(value, 0) != tg_tensor_dim(query, 0) ||
+        tg_tensor_dim(key, 1) != tg_tensor_dim(value, 1))
+        return (bool)tg__err(ctx, TG_ERR_SHAPE, fn,
+                       "need query (B, T_q, %lld), key and value (B, T_k, %lld); got query %s, "
+                       "key %s, value %s",
+                       (long long)D, (long long)D, tg_tensor_shape_str(query, b1, sizeof b1),
+                       tg_tensor_shape_str(key, b2, sizeof b2),
+                       tg_tensor_shape_str(value, b3, sizeof b3));
+    return true;
+}
+
+/* The in-projections of query, key and value, split into heads: *q (B, H, T_q, Dh), *k and *v
+ * (B, H, T_k, Dh). Fused (no attention weights asked for): one product for q, k, v in
+ * self-attention, one for k, v when key is value. */
+static void mha_project(tg_ctx *ctx, const tg_mha *m, tg_tensor *query, tg_tensor *key,
+                        tg_tensor *value, bool fused, tg_tensor **q, tg_tensor **k,
+                        tg_tensor **v)
+{
+    int64_t D = m->d_model, H = m->n_heads, Dh = D / H;
+    int64_t B = tg_tensor_dim(query, 0), Tq = tg_tensor_dim(query, 1), Tk = tg_tensor_dim(key, 1);
+    tg_tensor *W = m->in_proj_weight, *bias = m->in_proj_bias;
+    if (fused && query == key && key == value) {
+        /* self-attention: one in_proj product (B, T, 3D) read as q, k, v head views */
+        tg_tensor *qkv = tg_dense(ctx, query, W, bias);            /* (B, T, 3D) */
+        qkv = tg_transpose(ctx, tg_reshape(ctx, qkv, TG_DIMS(B, Tq, 3 * H, Dh)), 1, 2);
+        *q = tg_narrow(ctx, qkv, 1, 0, H);                         /* (B, H, T, Dh) each */
+        *k = tg_narrow(ctx, qkv, 1, H, H);
+        *v = tg_narrow(ctx, qkv, 1, 2 * H, H);
+    } else if (fused && key == value) {
+        /* cross-attention (the decoder's over memory): one (B, T_k, 2D) product read as k, v */
+        *q = tg_dense(ctx, query, tg_narrow(ctx, W, 0, 0, D), tg_narrow(ctx, bias, 0, 0, D));
+        *q = split_heads(ctx, *q, B, Tq, H, Dh);                   /* (B, H, T_q, Dh) */
+        tg_tensor *kv = tg_dense(ctx, key, tg_narrow(ctx, W, 0, D, 2 * D),
+                                 tg_narrow(ctx, bias, 0, D, 2 * D)); /* (B, T_k, 2D) */
+        kv = tg_transpose(ctx, tg_reshape(ctx, kv, TG_DIMS(B, Tk, 2 * H, Dh)), 1, 2);
+        *k = tg_narrow(ctx, kv, 1, 0, H);                          /* (B, H, T_k, Dh) each */
+        *v = tg_narrow(ctx, kv, 1, H, H);
+    } else {
+        *q = tg_dense(ctx, query, tg_narrow(ctx, W, 0, 0, D), tg_narrow(ctx, bias, 0, 0, D));
+        *k = tg_dense(ctx, key, tg_narrow(ctx, W, 0, D, D), tg_narrow(ctx, bias, 0, D, D));
+        *v = tg_dense(ctx, value, tg_narrow(ctx, W, 0, 2 * D, D),
+                      tg_narrow(ctx, bias, 0, 2 * D, D));          /* (B, T, D) each */
+        *q = split_heads(ctx, *q, B, Tq, H, Dh);                   /* (B, H, T_q, Dh) */
+        *k = split_heads(ctx, *k, B, Tk, H, Dh);                   /* (B, H, T_k, Dh) */
+        *v = split_heads(ctx, *v, B, Tk, H, Dh);                   /* (B, H, T_k, Dh) */
+    }
+}
+
 tg_tensor *tg_mha_forward(tg_ctx *ctx, const tg_mha *m, tg_tensor *query, tg_tensor *key,
                           tg_tensor *value, const tg_attn_masks *masks, tg_tensor **attn_weights)
 {
@@ -74,61 +143,14 @@ tg_tensor *tg_mha_forward(tg_ctx *ctx, const tg_mha *m, tg_tensor *query, tg_ten
         *attn_weights = NULL;
     if (!ctx || !query || !key || !value)
         return NULL;
-    if (!m || !m->in_proj_weight || !m->in_proj_bias || !m->out_proj_weight ||
-        !m->out_proj_bias)
-        return tg__err(ctx, TG_ERR_ARG, fn, "module is NULL or not initialised");
-    int64_t D = m->d_model, H = m->n_heads;
-    char b1[128], b2[128], b3[128];
-    tg_tensor *W = m->in_proj_weight, *bias = m->in_proj_bias;
-    if (D < 1 || H < 1 || D % H != 0 || D > TG_MAX_NUMEL / 3 || tg_tensor_rank(W) != 2 ||
-        tg_tensor_dim(W, 0) != 3 * D || tg_tensor_dim(W, 1) != D || tg_tensor_rank(bias) != 1 ||
-        tg_tensor_dim(bias, 0) != 3 * D)
-        return tg__err(ctx, TG_ERR_ARG, fn,
-                       "module is inconsistent: d_model %lld, n_heads %lld (must divide it), "
-                       "in_proj_weight %s (need (3 d_model, d_model)), in_proj_bias %s",
-                       (long long)D, (long long)H, tg_tensor_shape_str(W, b1, sizeof b1),
-                       tg_tensor_shape_str(bias, b2, sizeof b2));
-    int64_t Dh = D / H;
-    if (tg_tensor_rank(query) != 3 || tg_tensor_rank(key) != 3 || tg_tensor_rank(value) != 3 ||
-        tg_tensor_dim(query, 2) != D || tg_tensor_dim(key, 2) != D ||
-        tg_tensor_dim(value, 2) != D || tg_tensor_dim(key, 0) != tg_tensor_dim(query, 0) ||
-        tg_tensor_dim(value, 0) != tg_tensor_dim(query, 0) ||
-        tg_tensor_dim(key, 1) != tg_tensor_dim(value, 1))
-        return tg__err(ctx, TG_ERR_SHAPE, fn,
-                       "need query (B, T_q, %lld), key and value (B, T_k, %lld); got query %s, "
-                       "key %s, value %s",
-                       (long long)D, (long long)D, tg_tensor_shape_str(query, b1, sizeof b1),
-                       tg_tensor_shape_str(key, b2, sizeof b2),
-                       tg_tensor_shape_str(value, b3, sizeof b3));
+    if (!mha_check(ctx, fn, m, query, key, value))
+        return NULL;
+    int64_t D = m->d_model, H = m->n_heads, Dh = D / H;
     int64_t B = tg_tensor_dim(query, 0), Tq = tg_tensor_dim(query, 1), Tk = tg_tensor_dim(key, 1);
     if (!(m->dropout >= 0 && m->dropout < 1))
         return tg__err(ctx, TG_ERR_ARG, fn, "dropout %g must be in [0, 1)", m->dropout);
     tg_tensor *q, *k, *v;
-    if (tg_ctx_fusion(ctx) && !attn_weights && query == key && key == value) {
-        /* self-attention: one in_proj product (B, T, 3D) read as q, k, v head views */
-        tg_tensor *qkv = tg_dense(ctx, query, W, bias);            /* (B, T, 3D) */
-        qkv = tg_transpose(ctx, tg_reshape(ctx, qkv, TG_DIMS(B, Tq, 3 * H, Dh)), 1, 2);
-        q = tg_narrow(ctx, qkv, 1, 0, H);                          /* (B, H, T, Dh) each */
-        k = tg_narrow(ctx, qkv, 1, H, H);
-        v = tg_narrow(ctx, qkv, 1, 2 * H, H);
-    } else if (tg_ctx_fusion(ctx) && !attn_weights && key == value) {
-        /* cross-attention (the decoder's over memory): one (B, T_k, 2D) product read as k, v */
-        q = tg_dense(ctx, query, tg_narrow(ctx, W, 0, 0, D), tg_narrow(ctx, bias, 0, 0, D));
-        q = split_heads(ctx, q, B, Tq, H, Dh);                     /* (B, H, T_q, Dh) */
-        tg_tensor *kv = tg_dense(ctx, key, tg_narrow(ctx, W, 0, D, 2 * D),
-                                 tg_narrow(ctx, bias, 0, D, 2 * D)); /* (B, T_k, 2D) */
-        kv = tg_transpose(ctx, tg_reshape(ctx, kv, TG_DIMS(B, Tk, 2 * H, Dh)), 1, 2);
-        k = tg_narrow(ctx, kv, 1, 0, H);                           /* (B, H, T_k, Dh) each */
-        v = tg_narrow(ctx, kv, 1, H, H);
-    } else {
-        q = tg_dense(ctx, query, tg_narrow(ctx, W, 0, 0, D), tg_narrow(ctx, bias, 0, 0, D));
-        k = tg_dense(ctx, key, tg_narrow(ctx, W, 0, D, D), tg_narrow(ctx, bias, 0, D, D));
-        v = tg_dense(ctx, value, tg_narrow(ctx, W, 0, 2 * D, D),
-                     tg_narrow(ctx, bias, 0, 2 * D, D));           /* (B, T, D) each */
-        q = split_heads(ctx, q, B, Tq, H, Dh);                     /* (B, H, T_q, Dh) */
-        k = split_heads(ctx, k, B, Tk, H, Dh);                     /* (B, H, T_k, Dh) */
-        v = split_heads(ctx, v, B, Tk, H, Dh);                     /* (B, H, T_k, Dh) */
-    }
+    mha_project(ctx, m, query, key, value, tg_ctx_fusion(ctx) && !attn_weights, &q, &k, &v);
     tg_tensor *o;
     tg_tensor *w = NULL;
     if (tg_ctx_fusion(ctx) && !attn_weights && m->dropout == 0) {

@@ -30,15 +30,10 @@ tg_tensor *tg_sinusoidal_encoding(tg_ctx *ctx, tg_dtype dt, int64_t t, int64_t d
     return pe;
 }
 
-tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
-                              const tg_transformer_config *cfg)
+/* The configuration's counts and sizes, one by one (the messages name the field). */
+static tg_status transformer_check_config(tg_ctx *ctx, const char *fn,
+                                          const tg_transformer_config *cfg)
 {
-    static const char *fn = "tg_transformer_init";
-    tg_status s0 = tg__nn_init_begin(ctx, m, sizeof *m);
-    if (s0 != TG_OK)
-        return s0; /* no context, or a build error is pending: stop before allocating */
-    if (!m || !cfg)
-        return TG_ERR_ARG;
     if (cfg->n_layers > TG_TRANSFORMER_MAX_LAYERS ||
         cfg->n_decoder_layers > TG_TRANSFORMER_MAX_LAYERS) {
         bool dec = cfg->n_layers <= TG_TRANSFORMER_MAX_LAYERS;
@@ -64,7 +59,7 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
                 (long long)cfg->n_layers, (int)cfg->pos);
         return TG_ERR_ARG;
     }
-    int64_t V = cfg->vocab_size, D = cfg->layer.d_model, S = cfg->max_seq_len;
+    int64_t D = cfg->layer.d_model, S = cfg->max_seq_len;
     if (S > TG_TRANSFORMER_MAX_SEQ_LEN) {
         tg__err(ctx, TG_ERR_ARG, fn, "max_seq_len %lld is more than %d "
                 "(TG_TRANSFORMER_MAX_SEQ_LEN)", (long long)S, TG_TRANSFORMER_MAX_SEQ_LEN);
@@ -80,8 +75,16 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
                 "[0, 1)", eps, p);
         return TG_ERR_ARG;
     }
-    /* Every size checked, and the whole parameter size against the memory limit, before the
-     * first allocation. */
+    return TG_OK;
+}
+
+/* The layer configuration, then every parameter's size and the whole parameter size against
+ * the memory limit, before the first allocation. */
+static tg_status transformer_plan(tg_ctx *ctx, const char *fn, tg_dtype dt,
+                                  const tg_transformer_config *cfg)
+{
+    bool s2s = cfg->n_decoder_layers > 0;
+    int64_t V = cfg->vocab_size, D = cfg->layer.d_model, S = cfg->max_seq_len;
     char why[96];
     tg__nn_plan plan = tg__nn_plan_begin(ctx, fn, dt);
     snprintf(why, sizeof why, "vocab_size %lld with d_model %lld", (long long)V, (long long)D);
@@ -106,28 +109,15 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
         if (s2s)
             tg__nn_layer_plan_add(&plan, lc, cfg->n_decoder_layers, true);
     }
-    tg_status ps = tg__nn_plan_end(&plan);
-    if (ps != TG_OK)
-        return ps;
-    m->cfg = *cfg;
-    /* The embeddings and the head are named and shaped by the parameter list (params.c);
-     * the stacks by their module builders, checked against the list at the end. */
-    int64_t first = tg_ctx_n_params(ctx), np;
-    tg_param_info pi;
-    np = tg__transformer_param(cfg, 0, &pi); /* tok_emb.weight (V, D) */
-    assert(np >= 4);                         /* every size was checked above */
-    m->tok_emb = tg_param(ctx, dt, pi.rank, pi.shape, pi.name);
-    if (!m->tok_emb)
-        return ctx->status; /* stop at the first failure */
-    tg_fill_normal(m->tok_emb, 0, cfg->scale_embeddings ? 1.0 / sqrt((double)D) : 1.0);
-    if (cfg->pos == TG_POS_LEARNED) {
-        tg__transformer_param(cfg, 1, &pi); /* pos_emb.weight (T, D) */
-        m->pos_emb = tg_param(ctx, dt, pi.rank, pi.shape, pi.name);
-        if (m->pos_emb)
-            tg_fill_normal(m->pos_emb, 0, 1);
-    }
-    if (tg__build_failed(ctx))
-        return ctx->status;
+    return tg__nn_plan_end(&plan);
+}
+
+/* The layer stacks: nn.Transformer's encoder.* and decoder.* (both with final norms) for an
+ * encoder-decoder, else layers.N.* and the final norm. */
+static tg_status transformer_stacks(tg_ctx *ctx, const char *fn, tg_transformer *m,
+                                    tg_dtype dt, const tg_transformer_config *cfg)
+{
+    bool s2s = cfg->n_decoder_layers > 0;
     if (s2s) { /* nn.Transformer's encoder.* and decoder.*, both with final norms */
         if (tg_encoder_decoder_init(ctx, &m->seq2seq, dt, &cfg->layer, cfg->n_layers,
                                     cfg->n_decoder_layers, NULL) != TG_OK)
@@ -147,7 +137,47 @@ tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
             return tg__nn_status(ctx); /* stop at the first failure */
     }
     if (!s2s)
-        tg__nn_norm_params(ctx, dt, D, NULL, "norm", &m->norm_w, &m->norm_b);
+        tg__nn_norm_params(ctx, dt, cfg->layer.d_model, NULL, "norm", &m->norm_w, &m->norm_b);
+    return TG_OK;
+}
+
+tg_status tg_transformer_init(tg_ctx *ctx, tg_transformer *m, tg_dtype dt,
+                              const tg_transformer_config *cfg)
+{
+    static const char *fn = "tg_transformer_init";
+    tg_status s0 = tg__nn_init_begin(ctx, m, sizeof *m);
+    if (s0 != TG_OK)
+        return s0; /* no context, or a build error is pending: stop before allocating */
+    if (!m || !cfg)
+        return TG_ERR_ARG;
+    tg_status s = transformer_check_config(ctx, fn, cfg);
+    if (s == TG_OK)
+        s = transformer_plan(ctx, fn, dt, cfg);
+    if (s != TG_OK)
+        return s;
+    int64_t D = cfg->layer.d_model;
+    m->cfg = *cfg;
+    /* The embeddings and the head are named and shaped by the parameter list (params.c);
+     * the stacks by their module builders, checked against the list at the end. */
+    int64_t first = tg_ctx_n_params(ctx), np;
+    tg_param_info pi;
+    np = tg__transformer_param(cfg, 0, &pi); /* tok_emb.weight (V, D) */
+    assert(np >= 4);                         /* every size was checked above */
+    m->tok_emb = tg_param(ctx, dt, pi.rank, pi.shape, pi.name);
+    if (!m->tok_emb)
+        return ctx->status; /* stop at the first failure */
+    tg_fill_normal(m->tok_emb, 0, cfg->scale_embeddings ? 1.0 / sqrt((double)D) : 1.0);
+    if (cfg->pos == TG_POS_LEARNED) {
+        tg__transformer_param(cfg, 1, &pi); /* pos_emb.weight (T, D) */
+        m->pos_emb = tg_param(ctx, dt, pi.rank, pi.shape, pi.name);
+        if (m->pos_emb)
+            tg_fill_normal(m->pos_emb, 0, 1);
+    }
+    if (tg__build_failed(ctx))
+        return ctx->status;
+    s = transformer_stacks(ctx, fn, m, dt, cfg);
+    if (s != TG_OK)
+        return s;
     double bound = 1.0 / sqrt((double)D);
     if (cfg->tie_weights) {
         m->head_w = m->tok_emb;

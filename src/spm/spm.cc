@@ -653,6 +653,75 @@ bool write_all(int fd, const void *p, size_t n)
     _exit(code);
 }
 
+/* Read the child's two pipes until both close (poll: the child may fill either first): the
+ * model into *bytes, what it printed (the first 4 KiB or so) into *text. */
+void read_child(int out_fd, int msg_fd, std::string *bytes, std::string *text)
+{
+    struct pollfd fds[2] = {{out_fd, POLLIN, 0}, {msg_fd, POLLIN, 0}};
+    int open_fds = 2;
+    char buf[65536];
+    while (open_fds > 0) {
+        int r = poll(fds, 2, -1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            break;
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t k = read(fds[i].fd, buf, sizeof buf);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0) {
+                close(fds[i].fd);
+                fds[i].fd = -1;
+                open_fds--;
+            } else if (i == 0) {
+                bytes->append(buf, (size_t)k);
+            } else if (text->size() < 4096) {
+                text->append(buf, (size_t)k);
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (fds[i].fd >= 0)
+            close(fds[i].fd);
+}
+
+/* The last non-empty line the child printed: SentencePiece's message. */
+std::string last_line(std::string text)
+{
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+        text.pop_back();
+    size_t nl = text.find_last_of('\n');
+    std::string last = nl == std::string::npos ? text : text.substr(nl + 1);
+    if (last == "Program terminated with an unrecoverable error." && nl != std::string::npos) {
+        text.resize(nl);
+        nl = text.find_last_of('\n');
+        last = nl == std::string::npos ? text : text.substr(nl + 1);
+    }
+    while (!last.empty() && (last.back() == ' ' || last.back() == '\r'))
+        last.pop_back();
+    return last;
+}
+
+/* Why the child (wait status wst, last line printed @p last) gave no model. */
+std::string child_error(int wst, const std::string &last)
+{
+    std::string err;
+    if (WIFEXITED(wst) && WEXITSTATUS(wst) == 3)
+        err = "SentencePiece: " + clean(last);
+    else if (WIFEXITED(wst))
+        err = "SentencePiece's trainer stopped (exit status " +
+              std::to_string(WEXITSTATUS(wst)) + ")" + (last.empty() ? "" : ": " + clean(last));
+    else if (WIFSIGNALED(wst))
+        err = "SentencePiece's trainer died (signal " + std::to_string(WTERMSIG(wst)) + ")" +
+              (last.empty() ? "" : ": " + clean(last));
+    else
+        err = "SentencePiece's trainer failed";
+    return err;
+}
+
 /* Run the trainer in a child; the model bytes in *model, or false with *err. */
 bool train_forked(const std::unordered_map<std::string, std::string> &kw,
                   const std::vector<std::string> &sentences, std::string *model,
@@ -685,52 +754,12 @@ bool train_forked(const std::unordered_map<std::string, std::string> &kw,
     }
     close(out[1]);
     close(msg[1]);
-    /* Read both pipes until both close (poll: the child may fill either first). */
     std::string bytes, text;
-    struct pollfd fds[2] = {{out[0], POLLIN, 0}, {msg[0], POLLIN, 0}};
-    int open_fds = 2;
-    char buf[65536];
-    while (open_fds > 0) {
-        int r = poll(fds, 2, -1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            break;
-        for (int i = 0; i < 2; i++) {
-            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            ssize_t k = read(fds[i].fd, buf, sizeof buf);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0) {
-                close(fds[i].fd);
-                fds[i].fd = -1;
-                open_fds--;
-            } else if (i == 0) {
-                bytes.append(buf, (size_t)k);
-            } else if (text.size() < 4096) {
-                text.append(buf, (size_t)k);
-            }
-        }
-    }
-    for (int i = 0; i < 2; i++)
-        if (fds[i].fd >= 0)
-            close(fds[i].fd);
+    read_child(out[0], msg[0], &bytes, &text);
     int wst = 0;
     while (waitpid(pid, &wst, 0) < 0 && errno == EINTR) {
     }
-    /* The last non-empty line the child printed: SentencePiece's message. */
-    while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
-        text.pop_back();
-    size_t nl = text.find_last_of('\n');
-    std::string last = nl == std::string::npos ? text : text.substr(nl + 1);
-    if (last == "Program terminated with an unrecoverable error." && nl != std::string::npos) {
-        text.resize(nl);
-        nl = text.find_last_of('\n');
-        last = nl == std::string::npos ? text : text.substr(nl + 1);
-    }
-    while (!last.empty() && (last.back() == ' ' || last.back() == '\r'))
-        last.pop_back();
+    std::string last = last_line(text);
     uint64_t n = 0;
     if (WIFEXITED(wst) && WEXITSTATUS(wst) == 0 && bytes.size() >= sizeof n) {
         std::memcpy(&n, bytes.data(), sizeof n);
@@ -740,16 +769,7 @@ bool train_forked(const std::unordered_map<std::string, std::string> &kw,
         }
     }
     *status = TG_ERR_ARG;
-    if (WIFEXITED(wst) && WEXITSTATUS(wst) == 3)
-        *err = "SentencePiece: " + clean(last);
-    else if (WIFEXITED(wst))
-        *err = "SentencePiece's trainer stopped (exit status " +
-               std::to_string(WEXITSTATUS(wst)) + ")" + (last.empty() ? "" : ": " + clean(last));
-    else if (WIFSIGNALED(wst))
-        *err = "SentencePiece's trainer died (signal " + std::to_string(WTERMSIG(wst)) + ")" +
-               (last.empty() ? "" : ": " + clean(last));
-    else
-        *err = "SentencePiece's trainer failed";
+    *err = child_error(wst, last);
     return false;
 }
 
@@ -768,6 +788,84 @@ int strings_next(void *user, const char **text, size_t *n)
     *n = s->lens ? s->lens[s->i] : (s->texts[s->i] ? std::strlen(s->texts[s->i]) : 0);
     s->i++;
     return 1;
+}
+
+/* SentencePiece's trainer options for @p o (type as an int). */
+std::unordered_map<std::string, std::string> trainer_options(const tg_spm_train_opts &o, int type)
+{
+    char cov[64];
+    std::snprintf(cov, sizeof cov, "%.17g", o.character_coverage);
+    return {
+        {"model_type", type == TG_SPM_BPE ? "bpe" : "unigram"},
+        {"vocab_size", std::to_string(o.vocab_size)},
+        {"character_coverage", cov},
+        {"max_sentence_length", std::to_string(o.max_sentence_bytes)},
+        {"hard_vocab_limit", o.hard_vocab_limit ? "true" : "false"},
+        {"unk_id", "0"},
+        {"bos_id", "1"},
+        {"eos_id", "2"},
+        {"pad_id", "3"},
+        {"normalization_rule_name", "nmt_nfkc"},
+        /* determinism: every sentence, in order; one thread (the unigram E-step sums
+         * per-thread partial floats, so the thread count would change the model) */
+        {"input_sentence_size", "0"},
+        {"shuffle_input_sentence", "false"},
+        {"num_threads", "1"},
+        {"minloglevel", "4"},
+    };
+}
+
+/* The sentences from @p next, in the caller's process, into *sentences (the empty ones
+ * skipped). False with the error recorded: the source failed, a sentence is NULL or not
+ * UTF-8, none is left, or none of at most max_sentence_bytes has a letter or digit. */
+bool collect_sentences(tg_ctx *ctx, const char *fn, const tg_spm_train_opts &o,
+                       tg_spm_next_fn next, void *user, std::vector<std::string> *sentences)
+{
+    int64_t index = 0;
+    bool letter = false; /* an ASCII letter or digit, or any non-ASCII character */
+    for (;; index++) {
+        const char *text = NULL;
+        size_t n = 0;
+        int r = next(user, &text, &n);
+        if (r == 0)
+            break;
+        if (r != 1) {
+            tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn,
+                             "the sentence source failed (returned %d) at sentence %lld", r,
+                             (long long)index);
+            return false;
+        }
+        if (!text && n) {
+            tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn, "sentence %lld is NULL",
+                             (long long)index);
+            return false;
+        }
+        size_t bad = utf8_bad((const unsigned char *)text, n);
+        if (bad != n) {
+            tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn,
+                             "sentence %lld is not UTF-8 without NUL (byte %zu)",
+                             (long long)index, bad);
+            return false;
+        }
+        if (n == 0)
+            continue;
+        for (size_t i = 0; i < n && !letter && (int64_t)n <= o.max_sentence_bytes; i++) {
+            unsigned char c = (unsigned char)text[i];
+            letter = c >= 0x80 || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+        }
+        sentences->emplace_back(text, n);
+    }
+    if (sentences->empty()) {
+        tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn, "no sentences to train on");
+        return false;
+    }
+    if (!letter) {
+        tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn,
+                         "no sentence of at most %lld bytes has a letter or digit",
+                         (long long)o.max_sentence_bytes);
+        return false;
+    }
+    return true;
 }
 
 } // namespace
@@ -813,72 +911,10 @@ tg_tokenizer *tg_spm_train(tg_ctx *ctx, const tg_spm_train_opts *opts, tg_spm_ne
     }
     try {
         quiet();
-        char cov[64];
-        std::snprintf(cov, sizeof cov, "%.17g", o.character_coverage);
-        const std::unordered_map<std::string, std::string> kw = {
-            {"model_type", type == TG_SPM_BPE ? "bpe" : "unigram"},
-            {"vocab_size", std::to_string(o.vocab_size)},
-            {"character_coverage", cov},
-            {"max_sentence_length", std::to_string(o.max_sentence_bytes)},
-            {"hard_vocab_limit", o.hard_vocab_limit ? "true" : "false"},
-            {"unk_id", "0"},
-            {"bos_id", "1"},
-            {"eos_id", "2"},
-            {"pad_id", "3"},
-            {"normalization_rule_name", "nmt_nfkc"},
-            /* determinism: every sentence, in order; one thread (the unigram E-step sums
-             * per-thread partial floats, so the thread count would change the model) */
-            {"input_sentence_size", "0"},
-            {"shuffle_input_sentence", "false"},
-            {"num_threads", "1"},
-            {"minloglevel", "4"},
-        };
-        /* The sentences, in the caller's process. */
+        const std::unordered_map<std::string, std::string> kw = trainer_options(o, type);
         std::vector<std::string> sentences;
-        int64_t index = 0;
-        bool letter = false; /* an ASCII letter or digit, or any non-ASCII character */
-        for (;; index++) {
-            const char *text = NULL;
-            size_t n = 0;
-            int r = next(user, &text, &n);
-            if (r == 0)
-                break;
-            if (r != 1) {
-                tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn,
-                                 "the sentence source failed (returned %d) at sentence %lld", r,
-                                 (long long)index);
-                return NULL;
-            }
-            if (!text && n) {
-                tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn, "sentence %lld is NULL",
-                                 (long long)index);
-                return NULL;
-            }
-            size_t bad = utf8_bad((const unsigned char *)text, n);
-            if (bad != n) {
-                tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn,
-                                 "sentence %lld is not UTF-8 without NUL (byte %zu)",
-                                 (long long)index, bad);
-                return NULL;
-            }
-            if (n == 0)
-                continue;
-            for (size_t i = 0; i < n && !letter && (int64_t)n <= o.max_sentence_bytes; i++) {
-                unsigned char c = (unsigned char)text[i];
-                letter = c >= 0x80 || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
-            }
-            sentences.emplace_back(text, n);
-        }
-        if (sentences.empty()) {
-            tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn, "no sentences to train on");
+        if (!collect_sentences(ctx, fn, o, next, user, &sentences))
             return NULL;
-        }
-        if (!letter) {
-            tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_ARG, fn,
-                             "no sentence of at most %lld bytes has a letter or digit",
-                             (long long)o.max_sentence_bytes);
-            return NULL;
-        }
         std::string model, err;
         tg_status status = TG_OK;
         if (!train_forked(kw, sentences, &model, &status, &err)) {

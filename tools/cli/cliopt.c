@@ -205,6 +205,55 @@ static void choice_list(const char *choices, char *buf, size_t n)
     }
 }
 
+/* A CLI_INT option's value, within its bounds. */
+static bool set_int(const cli_option *o, const char *value, int64_t *out, const char *source,
+                    char *err, size_t err_size)
+{
+    char shown[80];
+    const char *vs = cli_show(value, shown, sizeof shown);
+    int64_t v;
+    bool ok = cli_parse_i64(value, &v);
+    if (ok && !ints_unbounded(o) && (v < o->imin || v > o->imax))
+        ok = false;
+    if (!ok) {
+        if (ints_unbounded(o))
+            snprintf(err, err_size, "%s '%s': expected an integer", source, vs);
+        else
+            snprintf(err, err_size, "%s '%s': expected an integer from %" PRId64
+                     " to %" PRId64, source, vs, o->imin, o->imax);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* A CLI_NUM option's value: finite, within its (open or closed) bounds. */
+static bool set_num(const cli_option *o, const char *value, double *out, const char *source,
+                    char *err, size_t err_size)
+{
+    char range[128], shown[80];
+    const char *vs = cli_show(value, shown, sizeof shown);
+    double v;
+    bool ok = cli_parse_f64(value, &v);
+    if (ok && !nums_unbounded(o)) {
+        if ((o->flags & CLI_FMIN_OPEN) ? !(v > o->fmin) : !(v >= o->fmin))
+            ok = false;
+        if ((o->flags & CLI_FMAX_OPEN) ? !(v < o->fmax) : !(v <= o->fmax))
+            ok = false;
+    }
+    if (!ok) {
+        if (nums_unbounded(o)) {
+            snprintf(err, err_size, "%s '%s': expected a finite number", source, vs);
+        } else {
+            num_range(o, range, sizeof range);
+            snprintf(err, err_size, "%s '%s': expected a number in %s", source, vs, range);
+        }
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
 bool cli_set(const cli_command *cmd, const cli_option *o, const char *value, void *args,
              const char *source, char *err, size_t err_size)
 {
@@ -226,43 +275,10 @@ bool cli_set(const cli_command *cmd, const cli_option *o, const char *value, voi
         *(bool *)(base + o->offset) = b;
         return true;
     }
-    case CLI_INT: {
-        int64_t v;
-        bool ok = cli_parse_i64(value, &v);
-        if (ok && !ints_unbounded(o) && (v < o->imin || v > o->imax))
-            ok = false;
-        if (!ok) {
-            if (ints_unbounded(o))
-                snprintf(err, err_size, "%s '%s': expected an integer", source, vs);
-            else
-                snprintf(err, err_size, "%s '%s': expected an integer from %" PRId64
-                         " to %" PRId64, source, vs, o->imin, o->imax);
-            return false;
-        }
-        *(int64_t *)(base + o->offset) = v;
-        return true;
-    }
-    case CLI_NUM: {
-        double v;
-        bool ok = cli_parse_f64(value, &v);
-        if (ok && !nums_unbounded(o)) {
-            if ((o->flags & CLI_FMIN_OPEN) ? !(v > o->fmin) : !(v >= o->fmin))
-                ok = false;
-            if ((o->flags & CLI_FMAX_OPEN) ? !(v < o->fmax) : !(v <= o->fmax))
-                ok = false;
-        }
-        if (!ok) {
-            if (nums_unbounded(o)) {
-                snprintf(err, err_size, "%s '%s': expected a finite number", source, vs);
-            } else {
-                num_range(o, range, sizeof range);
-                snprintf(err, err_size, "%s '%s': expected a number in %s", source, vs, range);
-            }
-            return false;
-        }
-        *(double *)(base + o->offset) = v;
-        return true;
-    }
+    case CLI_INT:
+        return set_int(o, value, (int64_t *)(base + o->offset), source, err, err_size);
+    case CLI_NUM:
+        return set_num(o, value, (double *)(base + o->offset), source, err, err_size);
     case CLI_STR:
     case CLI_PATH:
         if (!*value) {
@@ -308,12 +324,180 @@ static bool full_name(const char *elem, const char *name)
     return !strncmp(elem + 2, name, l) && (elem[2 + l] == 0 || elem[2 + l] == '=');
 }
 
+/* What cli_parse's stages share. */
+typedef struct {
+    const cli_command *cmd;
+    void *args;
+    cli_result *res;
+    char *err;
+    size_t err_size;
+    int n;         /* options in cmd */
+    int open_list; /* CLI_LIST option still taking values, or -1 */
+    char pg[96];   /* the program's name, for "try '... --help'" */
+} cli_pstate;
+
+static int parse_nomem(cli_pstate *ps)
+{
+    snprintf(ps->err, ps->err_size, "out of memory");
+    return CLI_ERROR;
+}
+
+static bool add_positional(cli_result *res, char *value)
+{
+    const char **nv = realloc(res->positional, sizeof *nv * (size_t)(res->n_positional + 1));
+    if (!nv)
+        return false;
+    res->positional = nv;
+    nv[res->n_positional++] = value;
+    return true;
+}
+
+/* A non-option argument, in order: the open list's next value, or a positional argument. */
+static int parse_nonoption(cli_pstate *ps, char *arg)
+{
+    const cli_command *cmd = ps->cmd;
+    char shown[80];
+    if (ps->open_list >= 0) {
+        if (!*arg) { /* as for the list's first value */
+            snprintf(ps->err, ps->err_size, "--%s: expected a non-empty value",
+                     cmd->opts[ps->open_list].name);
+            return CLI_ERROR;
+        }
+        if (!list_append((cli_list *)((char *)ps->args + cmd->opts[ps->open_list].offset), arg))
+            return parse_nomem(ps);
+        return CLI_OK;
+    }
+    if (!cmd->positional) {
+        snprintf(ps->err, ps->err_size, "unexpected argument '%s' (try '%s --help')",
+                 cli_show(arg, shown, sizeof shown), ps->pg);
+        return CLI_ERROR;
+    }
+    if (cmd->max_positional > 0 && ps->res->n_positional >= cmd->max_positional) {
+        snprintf(ps->err, ps->err_size, "too many arguments: '%s' (at most %d %s)",
+                 cli_show(arg, shown, sizeof shown), cmd->max_positional, cmd->positional);
+        return CLI_ERROR;
+    }
+    return add_positional(ps->res, arg) ? CLI_OK : parse_nomem(ps);
+}
+
+/* getopt_long's answer @p c for the element @p elem that is none of the command's options: an
+ * unknown option, or a value missing. Always CLI_ERROR. */
+static int parse_bad_option(cli_pstate *ps, int c, const char *elem)
+{
+    char shown[80];
+    if (c == '?') {
+        if (optopt > 0x20 && optopt < 0x7f) /* a printable short option */
+            snprintf(ps->err, ps->err_size, "unknown option '-%c' (try '%s --help')", optopt,
+                     ps->pg);
+        else
+            snprintf(ps->err, ps->err_size, "unknown option '%s' (try '%s --help')",
+                     cli_show(elem, shown, sizeof shown), ps->pg);
+    } else if (c == ':') {
+        const cli_option *o = NULL;
+        if (optopt >= 256 && optopt < 256 + ps->n)
+            o = &ps->cmd->opts[optopt - 256];
+        if (o)
+            snprintf(ps->err, ps->err_size, "option '--%s' needs a value (%s)", o->name,
+                     o->metavar ? o->metavar : "a value");
+        else
+            snprintf(ps->err, ps->err_size, "option '%s' needs a value",
+                     cli_show(elem, shown, sizeof shown));
+    } else {
+        snprintf(ps->err, ps->err_size, "unknown option '%s' (try '%s --help')",
+                 cli_show(elem, shown, sizeof shown), ps->pg);
+    }
+    return CLI_ERROR;
+}
+
+/* Option i, written as @p elem, with its value @p arg (NULL for a flag). */
+static int parse_option(cli_pstate *ps, int i, const char *elem, char *arg)
+{
+    const cli_option *o = &ps->cmd->opts[i];
+    char src[96], shown[80];
+    if (!full_name(elem, o->name)) {
+        snprintf(ps->err, ps->err_size, "unknown option '%.*s' (did you mean '--%s'?)",
+                 (int)strcspn(cli_show(elem, shown, sizeof shown), "="), shown, o->name);
+        return CLI_ERROR;
+    }
+    if (ps->res->given[i] && o->kind != CLI_LIST) {
+        snprintf(ps->err, ps->err_size, "option '--%s' given twice", o->name);
+        return CLI_ERROR;
+    }
+    ps->res->given[i] = true;
+    if (o->kind == CLI_FLAG) {
+        *(bool *)((char *)ps->args + o->offset) = true;
+        return CLI_OK;
+    }
+    /* a separate value that is itself an option: `--steps --d-model 64` */
+    bool separate = !strchr(elem, '=');
+    if (separate && arg[0] == '-' && arg[1] == '-' && arg[2]) {
+        snprintf(ps->err, ps->err_size,
+                 "option '--%s' needs a value (%s) but got the option '%s'", o->name,
+                 o->metavar ? o->metavar : "a value", cli_show(arg, shown, sizeof shown));
+        return CLI_ERROR;
+    }
+    if (o->kind == CLI_LIST) {
+        if (!*arg) {
+            snprintf(ps->err, ps->err_size, "--%s: expected a non-empty value", o->name);
+            return CLI_ERROR;
+        }
+        if (!list_append((cli_list *)((char *)ps->args + o->offset), arg))
+            return parse_nomem(ps);
+        ps->open_list = i;
+        return CLI_OK;
+    }
+    snprintf(src, sizeof src, "--%s", o->name);
+    if (!cli_set(ps->cmd, o, arg, ps->args, src, ps->err, ps->err_size))
+        return CLI_ERROR;
+    return CLI_OK;
+}
+
+/* After the options: the arguments after "--" (all positional), the positional count, the
+ * required options. */
+static int parse_finish(cli_pstate *ps, int argc, char **argv)
+{
+    const cli_command *cmd = ps->cmd;
+    cli_result *res = ps->res;
+    char shown[80];
+    for (int k = optind; k < argc; k++) {
+        if (!cmd->positional) {
+            snprintf(ps->err, ps->err_size, "unexpected argument '%s' (try '%s --help')",
+                     cli_show(argv[k], shown, sizeof shown), ps->pg);
+            return CLI_ERROR;
+        }
+        if (!add_positional(res, argv[k]))
+            return parse_nomem(ps);
+    }
+    if (cmd->positional) {
+        if (res->n_positional < cmd->min_positional) {
+            snprintf(ps->err, ps->err_size, "missing %s (try '%s --help')", cmd->positional,
+                     ps->pg);
+            return CLI_ERROR;
+        }
+        if (cmd->max_positional > 0 && res->n_positional > cmd->max_positional) {
+            snprintf(ps->err, ps->err_size, "too many arguments (at most %d %s)",
+                     cmd->max_positional, cmd->positional);
+            return CLI_ERROR;
+        }
+    }
+    for (int i = 0; i < ps->n; i++) {
+        const cli_option *o = &cmd->opts[i];
+        if ((o->flags & CLI_REQUIRED) && !res->given[i]) {
+            snprintf(ps->err, ps->err_size, "missing option '--%s%s%s' (try '%s --help')",
+                     o->name, o->metavar ? " " : "", o->metavar ? o->metavar : "", ps->pg);
+            return CLI_ERROR;
+        }
+    }
+    return CLI_OK;
+}
+
 int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_result *res,
               char *err, size_t err_size)
 {
     memset(res, 0, sizeof *res);
     err[0] = 0;
-    int n = n_opts(cmd);
+    cli_pstate ps = {cmd, args, res, err, err_size, n_opts(cmd), -1, ""};
+    int n = ps.n;
     if (n > CLI_MAX_OPTIONS) {
         snprintf(err, err_size, "internal error: too many options");
         return CLI_ERROR;
@@ -327,11 +511,8 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
     }
     lo[n] = (struct option){"help", no_argument, NULL, 'h'};
     lo[n + 1] = (struct option){NULL, 0, NULL, 0};
-
-    char src[96], pg[96], shown[80];
-    prog(cmd, pg, sizeof pg);
-    int open_list = -1; /* CLI_LIST option still taking values */
-    optind = 0;         /* full re-initialisation of glibc's getopt */
+    prog(cmd, ps.pg, sizeof ps.pg);
+    optind = 0; /* full re-initialisation of glibc's getopt */
     opterr = 0;
     for (;;) {
         int prev = optind ? optind : 1;
@@ -340,138 +521,21 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, void *args, cli_res
         if (c == -1)
             break;
         const char *elem = prev < argc ? argv[prev] : "";
+        int rc;
         if (c == 1) { /* a non-option argument, in order */
-            if (open_list >= 0) {
-                if (!*optarg) { /* as for the list's first value */
-                    snprintf(err, err_size, "--%s: expected a non-empty value",
-                             cmd->opts[open_list].name);
-                    return CLI_ERROR;
-                }
-                if (!list_append((cli_list *)((char *)args + cmd->opts[open_list].offset),
-                                 optarg))
-                    goto nomem;
-                continue;
-            }
-            if (!cmd->positional) {
-                snprintf(err, err_size, "unexpected argument '%s' (try '%s --help')",
-                         cli_show(optarg, shown, sizeof shown), pg);
-                return CLI_ERROR;
-            }
-            if (cmd->max_positional > 0 && res->n_positional >= cmd->max_positional) {
-                snprintf(err, err_size, "too many arguments: '%s' (at most %d %s)",
-                         cli_show(optarg, shown, sizeof shown),
-                         cmd->max_positional, cmd->positional);
-                return CLI_ERROR;
-            }
-            const char **nv = realloc(res->positional, sizeof *nv * (size_t)(res->n_positional + 1));
-            if (!nv)
-                goto nomem;
-            res->positional = nv;
-            nv[res->n_positional++] = optarg;
-            continue;
+            rc = parse_nonoption(&ps, optarg);
+        } else {
+            ps.open_list = -1;
+            if (c == 'h')
+                return CLI_HELP;
+            if (c == '?' || c == ':' || c < 256 || c >= 256 + n)
+                return parse_bad_option(&ps, c, elem);
+            rc = parse_option(&ps, c - 256, elem, optarg);
         }
-        open_list = -1;
-        if (c == 'h')
-            return CLI_HELP;
-        if (c == '?') {
-            if (optopt > 0x20 && optopt < 0x7f) /* a printable short option */
-                snprintf(err, err_size, "unknown option '-%c' (try '%s --help')", optopt, pg);
-            else
-                snprintf(err, err_size, "unknown option '%s' (try '%s --help')",
-                         cli_show(elem, shown, sizeof shown), pg);
-            return CLI_ERROR;
-        }
-        if (c == ':') {
-            const cli_option *o = NULL;
-            if (optopt >= 256 && optopt < 256 + n)
-                o = &cmd->opts[optopt - 256];
-            if (o)
-                snprintf(err, err_size, "option '--%s' needs a value (%s)", o->name,
-                         o->metavar ? o->metavar : "a value");
-            else
-                snprintf(err, err_size, "option '%s' needs a value",
-                         cli_show(elem, shown, sizeof shown));
-            return CLI_ERROR;
-        }
-        if (c < 256 || c >= 256 + n) {
-            snprintf(err, err_size, "unknown option '%s' (try '%s --help')",
-                     cli_show(elem, shown, sizeof shown), pg);
-            return CLI_ERROR;
-        }
-        int i = c - 256;
-        const cli_option *o = &cmd->opts[i];
-        if (!full_name(elem, o->name)) {
-            snprintf(err, err_size, "unknown option '%.*s' (did you mean '--%s'?)",
-                     (int)strcspn(cli_show(elem, shown, sizeof shown), "="), shown, o->name);
-            return CLI_ERROR;
-        }
-        if (res->given[i] && o->kind != CLI_LIST) {
-            snprintf(err, err_size, "option '--%s' given twice", o->name);
-            return CLI_ERROR;
-        }
-        res->given[i] = true;
-        if (o->kind == CLI_FLAG) {
-            *(bool *)((char *)args + o->offset) = true;
-            continue;
-        }
-        /* a separate value that is itself an option: `--steps --d-model 64` */
-        bool separate = !strchr(elem, '=');
-        if (separate && optarg[0] == '-' && optarg[1] == '-' && optarg[2]) {
-            snprintf(err, err_size, "option '--%s' needs a value (%s) but got the option '%s'",
-                     o->name, o->metavar ? o->metavar : "a value",
-                     cli_show(optarg, shown, sizeof shown));
-            return CLI_ERROR;
-        }
-        if (o->kind == CLI_LIST) {
-            if (!*optarg) {
-                snprintf(err, err_size, "--%s: expected a non-empty value", o->name);
-                return CLI_ERROR;
-            }
-            if (!list_append((cli_list *)((char *)args + o->offset), optarg))
-                goto nomem;
-            open_list = i;
-            continue;
-        }
-        snprintf(src, sizeof src, "--%s", o->name);
-        if (!cli_set(cmd, o, optarg, args, src, err, err_size))
-            return CLI_ERROR;
+        if (rc != CLI_OK)
+            return rc;
     }
-    /* after "--": the rest are positional */
-    for (int k = optind; k < argc; k++) {
-        if (!cmd->positional) {
-            snprintf(err, err_size, "unexpected argument '%s' (try '%s --help')",
-                     cli_show(argv[k], shown, sizeof shown), pg);
-            return CLI_ERROR;
-        }
-        const char **nv = realloc(res->positional, sizeof *nv * (size_t)(res->n_positional + 1));
-        if (!nv)
-            goto nomem;
-        res->positional = nv;
-        nv[res->n_positional++] = argv[k];
-    }
-    if (cmd->positional) {
-        if (res->n_positional < cmd->min_positional) {
-            snprintf(err, err_size, "missing %s (try '%s --help')", cmd->positional, pg);
-            return CLI_ERROR;
-        }
-        if (cmd->max_positional > 0 && res->n_positional > cmd->max_positional) {
-            snprintf(err, err_size, "too many arguments (at most %d %s)", cmd->max_positional,
-                     cmd->positional);
-            return CLI_ERROR;
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        const cli_option *o = &cmd->opts[i];
-        if ((o->flags & CLI_REQUIRED) && !res->given[i]) {
-            snprintf(err, err_size, "missing option '--%s%s%s' (try '%s --help')", o->name,
-                     o->metavar ? " " : "", o->metavar ? o->metavar : "", pg);
-            return CLI_ERROR;
-        }
-    }
-    return CLI_OK;
-nomem:
-    snprintf(err, err_size, "out of memory");
-    return CLI_ERROR;
+    return parse_finish(&ps, argc, argv);
 }
 
 void cli_free(const cli_command *cmd, void *args, cli_result *res)

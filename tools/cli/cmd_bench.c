@@ -84,6 +84,97 @@ static double time_graph(tg_graph *g, int reps, tg_tensor *loss)
     return best;
 }
 
+/* The naive loop's output y = x w^T (M, N) in a new array (NULL: out of memory) and its best
+ * time of 3 in *best; with bf16 it multiplies the bf16-rounded operands. */
+static float *naive_reference(int64_t M, int64_t N, int64_t K, tg_tensor *x, tg_tensor *w,
+                              int precision, double *best)
+{
+    float *ref = malloc(sizeof(float) * (size_t)(M * N));
+    float *xr = NULL, *wr = NULL;
+    if (ref && precision == TG_PRECISION_BF16) {
+        xr = malloc(sizeof(float) * (size_t)(M * K));
+        wr = malloc(sizeof(float) * (size_t)(N * K));
+    }
+    if (!ref || (precision == TG_PRECISION_BF16 && (!xr || !wr))) {
+        free(ref);
+        free(xr);
+        free(wr);
+        return NULL;
+    }
+    const float *xa = tg_tensor_data(x), *wa = tg_tensor_data(w);
+    if (xr) {
+        for (int64_t i = 0; i < M * K; i++)
+            xr[i] = round_bf16(xa[i]);
+        for (int64_t i = 0; i < N * K; i++)
+            wr[i] = round_bf16(wa[i]);
+        xa = xr;
+        wa = wr;
+    }
+    double best_naive = INFINITY;
+    for (int r = 0; r < 3; r++) {
+        double t0 = now_s();
+        naive_dense(M, N, K, xa, wa, ref);
+        double dt = now_s() - t0;
+        best_naive = dt < best_naive ? dt : best_naive;
+    }
+    free(xr);
+    free(wr);
+    *best = best_naive;
+    return ref;
+}
+
+/* One row of bench_dense: the shape (M, N, K). Returns 0, or 1 after printing why. */
+static int bench_dense_shape(int64_t M, int64_t N, int64_t K, int threads_all, int precision)
+{
+    double flops = 2.0 * (double)M * (double)N * (double)K;
+    tg_ctx *ctx = tg_ctx_new();
+    if (!ctx) {
+        fprintf(stderr, "tgrad bench: out of memory\n");
+        return 1;
+    }
+    tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(M, K), "x");
+    tg_tensor *w = tg_param(ctx, TG_F32, TG_DIMS(N, K), "w");
+    tg_fill_uniform(x, -1, 1);
+    tg_fill_uniform(w, -1, 1);
+    tg_tensor *y = tg_dense(ctx, x, w, NULL);
+    tg_graph_opts go = {.precision = precision};
+    tg_graph *g = tg_graph_new_opts(ctx, &y, 1, &go);
+    if (!g) {
+        cli_report("bench", NULL, NULL, ctx);
+        tg_ctx_free(ctx);
+        return 1;
+    }
+    double best_naive;
+    float *ref = naive_reference(M, N, K, x, w, precision, &best_naive);
+    if (!ref) {
+        fprintf(stderr, "tgrad bench: out of memory\n");
+        tg_ctx_free(ctx);
+        return 1;
+    }
+    tg_ctx_set_threads(ctx, 1);
+    double t1 = time_graph(g, 5, NULL);
+    tg_ctx_set_threads(ctx, threads_all);
+    double tn = time_graph(g, 5, NULL);
+    if (isnan(t1) || isnan(tn)) {
+        cli_report("bench", NULL, NULL, ctx);
+        free(ref);
+        tg_ctx_free(ctx);
+        return 1;
+    }
+    double maxd = 0;
+    for (int64_t i = 0; i < M * N; i++)
+        maxd = fmax(maxd, fabs(ref[i] - tg_get(y, i)));
+    char label[64];
+    snprintf(label, sizeof label, "(%lld, %lld, %lld)", (long long)M, (long long)N,
+             (long long)K);
+    printf("%-22s %7.2f GF %9.2f GF %9.2f GF %8.1fx %8.2fx   (max |diff| %.1e)\n", label,
+           flops / best_naive * 1e-9, flops / t1 * 1e-9, flops / tn * 1e-9, best_naive / tn,
+           t1 / tn, maxd);
+    free(ref);
+    tg_ctx_free(ctx);
+    return 0;
+}
+
 /* The dense op (bias-free, graph of compute precision @p precision) at 1 and @p threads_all
  * threads against the naive loop; with bf16 the loop multiplies the bf16-rounded operands, so
  * the max |diff| column stays at f32 rounding when the graph computes in bf16. */
@@ -97,82 +188,9 @@ static int bench_dense(int threads_all, bool tiny, int precision)
         printf("dense, bf16 graph; the naive loop multiplies the bf16-rounded operands in f32\n");
     printf("%-22s %10s %12s %12s %9s %9s\n", "dense (M, N, K)", "naive", "tgrad 1 thr",
            "tgrad all", "x naive", "x 1 thr");
-    for (size_t s = 0; s < nshapes; s++) {
-        int64_t M = sh[s][0], N = sh[s][1], K = sh[s][2];
-        double flops = 2.0 * (double)M * (double)N * (double)K;
-        tg_ctx *ctx = tg_ctx_new();
-        if (!ctx) {
-            fprintf(stderr, "tgrad bench: out of memory\n");
+    for (size_t s = 0; s < nshapes; s++)
+        if (bench_dense_shape(sh[s][0], sh[s][1], sh[s][2], threads_all, precision))
             return 1;
-        }
-        tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(M, K), "x");
-        tg_tensor *w = tg_param(ctx, TG_F32, TG_DIMS(N, K), "w");
-        tg_fill_uniform(x, -1, 1);
-        tg_fill_uniform(w, -1, 1);
-        tg_tensor *y = tg_dense(ctx, x, w, NULL);
-        tg_graph_opts go = {.precision = precision};
-        tg_graph *g = tg_graph_new_opts(ctx, &y, 1, &go);
-        if (!g) {
-            cli_report("bench", NULL, NULL, ctx);
-            tg_ctx_free(ctx);
-            return 1;
-        }
-        float *ref = malloc(sizeof(float) * (size_t)(M * N));
-        float *xr = NULL, *wr = NULL;
-        if (ref && precision == TG_PRECISION_BF16) {
-            xr = malloc(sizeof(float) * (size_t)(M * K));
-            wr = malloc(sizeof(float) * (size_t)(N * K));
-        }
-        if (!ref || (precision == TG_PRECISION_BF16 && (!xr || !wr))) {
-            fprintf(stderr, "tgrad bench: out of memory\n");
-            free(ref);
-            free(xr);
-            free(wr);
-            tg_ctx_free(ctx);
-            return 1;
-        }
-        const float *xa = tg_tensor_data(x), *wa = tg_tensor_data(w);
-        if (xr) {
-            for (int64_t i = 0; i < M * K; i++)
-                xr[i] = round_bf16(xa[i]);
-            for (int64_t i = 0; i < N * K; i++)
-                wr[i] = round_bf16(wa[i]);
-            xa = xr;
-            wa = wr;
-        }
-        double best_naive = INFINITY;
-        for (int r = 0; r < 3; r++) {
-            double t0 = now_s();
-            naive_dense(M, N, K, xa, wa, ref);
-            double dt = now_s() - t0;
-            best_naive = dt < best_naive ? dt : best_naive;
-        }
-        tg_ctx_set_threads(ctx, 1);
-        double t1 = time_graph(g, 5, NULL);
-        tg_ctx_set_threads(ctx, threads_all);
-        double tn = time_graph(g, 5, NULL);
-        if (isnan(t1) || isnan(tn)) {
-            cli_report("bench", NULL, NULL, ctx);
-            free(ref);
-            free(xr);
-            free(wr);
-            tg_ctx_free(ctx);
-            return 1;
-        }
-        double maxd = 0;
-        for (int64_t i = 0; i < M * N; i++)
-            maxd = fmax(maxd, fabs(ref[i] - tg_get(y, i)));
-        char label[64];
-        snprintf(label, sizeof label, "(%lld, %lld, %lld)", (long long)M, (long long)N,
-                 (long long)K);
-        printf("%-22s %7.2f GF %9.2f GF %9.2f GF %8.1fx %8.2fx   (max |diff| %.1e)\n", label,
-               flops / best_naive * 1e-9, flops / t1 * 1e-9, flops / tn * 1e-9, best_naive / tn,
-               t1 / tn, maxd);
-        free(ref);
-        free(xr);
-        free(wr);
-        tg_ctx_free(ctx);
-    }
     return 0;
 }
 
@@ -326,6 +344,46 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* One row of bench_sample: @p samples runs of each path, interleaved, on nt threads (v:
+ * scratch of 3 samples doubles). Returns 0, or 1 after printing why. */
+static int sample_row(sample_bench *b, int nt, const int32_t *prompt, int64_t n_prompt,
+                      int64_t n_tok, int samples, double *v)
+{
+    int rc = 0;
+    tg_ctx_set_threads(b->ctx, nt);
+    /* warm-up, and the same tokens both ways while the text fits the window */
+    if (isnan(sample_run(b, true, prompt, n_prompt, 4)) ||
+        isnan(sample_run(b, false, prompt, n_prompt, 4))) {
+        cli_report("bench", NULL, NULL, b->ctx);
+        return 1;
+    }
+    double *vc = v, *vw = v + samples, *vr = v + 2 * samples;
+    for (int s = 0; s < samples && !rc; s++) {
+        vc[s] = sample_run(b, true, prompt, n_prompt, n_tok);
+        vw[s] = sample_run(b, false, prompt, n_prompt, n_tok);
+        vr[s] = vw[s] / vc[s];
+        if (isnan(vr[s])) {
+            cli_report("bench", NULL, NULL, b->ctx);
+            rc = 1;
+        }
+    }
+    if (rc)
+        return rc;
+    qsort(vc, (size_t)samples, sizeof *vc, cmp_double);
+    qsort(vw, (size_t)samples, sizeof *vw, cmp_double);
+    qsort(vr, (size_t)samples, sizeof *vr, cmp_double);
+    char c1[64], c2[64];
+    int mid = samples / 2;
+    snprintf(c1, sizeof c1, "%.2f (%.2f-%.2f)", 1e3 * vc[mid], 1e3 * vc[0],
+             1e3 * vc[samples - 1]);
+    snprintf(c2, sizeof c2, "%.2f (%.2f-%.2f)", 1e3 * vw[mid], 1e3 * vw[0],
+             1e3 * vw[samples - 1]);
+    printf("%-8d %26s %26s %11.1fx %12.0f\n", nt, c1, c2, vr[mid],
+           (double)n_tok / vc[mid]);
+    fflush(stdout);
+    return 0;
+}
+
 static int bench_sample(int threads_all, int samples, bool tiny)
 {
     int64_t T = tiny ? 8 : 64, V = 86, n_tok = tiny ? 20 : 500, n_prompt = tiny ? 3 : 16;
@@ -369,40 +427,8 @@ static int bench_sample(int threads_all, int samples, bool tiny)
         tg_ctx_free(b.ctx);
         return 1;
     }
-    for (int ti = 0; ti < ntc && !rc; ti++) {
-        tg_ctx_set_threads(b.ctx, nts[ti]);
-        /* warm-up, and the same tokens both ways while the text fits the window */
-        if (isnan(sample_run(&b, true, prompt, n_prompt, 4)) ||
-            isnan(sample_run(&b, false, prompt, n_prompt, 4))) {
-            cli_report("bench", NULL, NULL, b.ctx);
-            rc = 1;
-            break;
-        }
-        double *vc = v, *vw = v + samples, *vr = v + 2 * samples;
-        for (int s = 0; s < samples && !rc; s++) {
-            vc[s] = sample_run(&b, true, prompt, n_prompt, n_tok);
-            vw[s] = sample_run(&b, false, prompt, n_prompt, n_tok);
-            vr[s] = vw[s] / vc[s];
-            if (isnan(vr[s])) {
-                cli_report("bench", NULL, NULL, b.ctx);
-                rc = 1;
-            }
-        }
-        if (rc)
-            break;
-        qsort(vc, (size_t)samples, sizeof *vc, cmp_double);
-        qsort(vw, (size_t)samples, sizeof *vw, cmp_double);
-        qsort(vr, (size_t)samples, sizeof *vr, cmp_double);
-        char c1[64], c2[64];
-        int mid = samples / 2;
-        snprintf(c1, sizeof c1, "%.2f (%.2f-%.2f)", 1e3 * vc[mid], 1e3 * vc[0],
-                 1e3 * vc[samples - 1]);
-        snprintf(c2, sizeof c2, "%.2f (%.2f-%.2f)", 1e3 * vw[mid], 1e3 * vw[0],
-                 1e3 * vw[samples - 1]);
-        printf("%-8d %26s %26s %11.1fx %12.0f\n", nts[ti], c1, c2, vr[mid],
-               (double)n_tok / vc[mid]);
-        fflush(stdout);
-    }
+    for (int ti = 0; ti < ntc && !rc; ti++)
+        rc = sample_row(&b, nts[ti], prompt, n_prompt, n_tok, samples, v);
     printf("(speedup: the median of the per-sample ratios window / cached)\n");
     free(v);
     tg_ctx_free(b.ctx);

@@ -140,6 +140,129 @@ static int check_out(const export_args *a, char *err, size_t n)
     return 0;
 }
 
+/* The parameters in state_dict order into *items (allocated; *ps holds their names); a tied
+ * head.weight is a copy of tok_emb.weight, written before head.bias as PyTorch's state_dict
+ * lists it. Returns the item count, or -1 (out of memory). */
+static int64_t export_items(tg_safetensors *st, const tg_transformer_config *mc,
+                            export_result *res, tg_param_info **ps_out, tg_io_item **items_out)
+{
+    int64_t np = tg_transformer_params(mc, NULL, 0), count = tg_safetensors_count(st);
+    tg_param_info *ps = *ps_out = calloc((size_t)np, sizeof *ps);
+    tg_io_item *items = *items_out = calloc((size_t)np + 1, sizeof *items);
+    if (!ps || !items)
+        return -1;
+    tg_transformer_params(mc, ps, np);
+    int64_t k = 0;
+    for (int64_t i = 0; i < np; i++) {
+        if (mc->tie_weights && !strcmp(ps[i].name, "head.bias"))
+            items[k++] = tg_io_item_data(tg_safetensors_find(st, "tok_emb.weight"),
+                                         "head.weight");
+        tg_tensor *t = tg_safetensors_find(st, ps[i].name); /* present: checked above */
+        items[k++] = tg_io_item_data(t, ps[i].name);
+        res->n_values += tg_tensor_numel(t);
+    }
+    res->n_tensors = k;
+    res->n_dropped = count - np; /* the rest is optimizer state (checked above) */
+    return k;
+}
+
+/* The export's "config" metadata: the model's configuration as JSON. */
+static void export_config_json(const tg_transformer_config *mc, const train_args *ta,
+                               char *config, size_t size)
+{
+    bool s2s = mc->n_decoder_layers > 0;
+    char s2s_keys[128];
+    snprintf(s2s_keys, sizeof s2s_keys, ", \"n_decoder_layers\": %" PRId64, mc->n_decoder_layers);
+    snprintf(config, size,
+             "{\"vocab_size\": %" PRId64 ", \"max_seq_len\": %" PRId64 ", \"n_layers\": %" PRId64
+             "%s, \"d_model\": %" PRId64 ", \"n_heads\": %" PRId64 ", \"d_ff\": %" PRId64
+             ", \"activation\": \"%s\", \"norm_first\": %s, \"pos\": \"%s\"%s%s"
+             ", \"tie_weights\": %s%s%s, \"layer_norm_eps\": %.17g, \"dropout\": %.17g"
+             ", \"dtype\": \"%s\"}",
+             mc->vocab_size, mc->max_seq_len, mc->n_layers, s2s ? s2s_keys : "",
+             mc->layer.d_model, mc->layer.n_heads, mc->layer.d_ff,
+             mc->layer.activation == TG_ACT_GELU ? "gelu" : "relu",
+             mc->layer.norm_first ? "true" : "false",
+             mc->pos == TG_POS_SINUSOIDAL ? "sinusoidal" : "learned",
+             s2s ? "" : ", \"causal\": ", s2s ? "" : mc->causal ? "true" : "false",
+             mc->tie_weights ? "true" : "false", s2s ? ", \"scale_embedding\": " : "",
+             s2s ? (mc->scale_embeddings ? "true" : "false") : "", mc->layer.layer_norm_eps,
+             mc->layer.dropout, train_dtype(ta) == TG_F64 ? "float64" : "float32");
+}
+
+/* The export's "vocab" metadata: each token's byte, as a JSON array (vjson of 256 * 6 + 8
+ * bytes). */
+static void export_vocab_json(const ckpt_info *info, char *vjson, size_t size)
+{
+    size_t w = 0;
+    vjson[w++] = '[';
+    for (int i = 0; !info->pairs && i < info->vocab_size; i++) {
+        const char *sep = i ? ", " : "";
+        if (info->text) /* the corpus's bytes */
+            w += (size_t)snprintf(vjson + w, size - w, "%s%u", sep, info->vocab[i]);
+        else if (i < 10) /* a task: the digits */
+            w += (size_t)snprintf(vjson + w, size - w, "%s%u", sep, (unsigned)('0' + i));
+        else /* the encoder-decoder's BOS stands for no byte */
+            w += (size_t)snprintf(vjson + w, size - w, "%snull", sep);
+    }
+    snprintf(vjson + w, size - w, "]");
+}
+
+/* The metadata, then the file --out with the k items. Returns 0, or 1 with @p err. */
+static int export_write(tg_ctx *ctx, const export_args *a, const tg_safetensors *st,
+                        const tg_transformer_config *mc, const train_args *ta,
+                        const ckpt_info *info, int64_t k, const tg_io_item *items, char *err,
+                        size_t n)
+{
+    bool s2s = mc->n_decoder_layers > 0;
+    char config[1024], vjson[256 * 6 + 8], step[32], data[32], bos[16];
+    export_config_json(mc, ta, config, sizeof config);
+    export_vocab_json(info, vjson, sizeof vjson);
+    snprintf(step, sizeof step, "%" PRId64, info->step);
+    snprintf(data, sizeof data, "%s%s",
+             info->pairs ? "pairs" : info->text ? "text" : "task:",
+             info->text || info->pairs ? "" : task_name((task_kind)ta->task));
+    snprintf(bos, sizeof bos, "%d", info->pairs ? TG_TOKEN_BOS : SEQ2SEQ_BOS);
+    /* a translation model: its tokenizer instead of a byte vocabulary, the checkpoint's
+     * tokenizer.kind and tokenizer.model (base64) copied verbatim once they are validated */
+    const char *tok_kind = NULL, *tok_model = NULL;
+    if (info->pairs) {
+        void *mb = NULL;
+        size_t msz = 0;
+        if (tg_tokenizer_meta_read(ctx, st, &tok_kind, &mb, &msz) != TG_OK) {
+            cli_format("--checkpoint", a->checkpoint, ctx, err, n);
+            return 1;
+        }
+        free(mb);
+        tok_model = tg_safetensors_meta_get(st, "tokenizer.model");
+    }
+    const char *keys[9] = {"format", "config", "vocab", "data", "step", "tgrad_version"};
+    const char *vals[9] = {"tgrad-export-1", config, vjson, data, step, TGRAD_VERSION_STRING};
+    int nm = 6;
+    if (info->pairs) { /* no byte vocabulary: drop "vocab" */
+        memmove(keys + 2, keys + 3, 3 * sizeof *keys);
+        memmove(vals + 2, vals + 3, 3 * sizeof *vals);
+        nm = 5;
+    }
+    if (s2s) {
+        keys[nm] = "bos_id";
+        vals[nm++] = bos;
+    }
+    if (tok_kind) {
+        keys[nm] = "tokenizer.kind";
+        vals[nm++] = tok_kind;
+    }
+    if (tok_model) {
+        keys[nm] = "tokenizer.model";
+        vals[nm++] = tok_model;
+    }
+    if (tg_safetensors_write_items(ctx, a->out, k, items, nm, keys, vals, NULL) != TG_OK) {
+        cli_format("--out", a->out, ctx, err, n);
+        return 1;
+    }
+    return 0;
+}
+
 static int export_exec(const export_args *a, export_result *res, char *err, size_t n)
 {
     memset(res, 0, sizeof *res);
@@ -175,103 +298,13 @@ static int export_exec(const export_args *a, export_result *res, char *err, size
             rc = 2; /* a checkpoint export does not take (seq2seq): a usage error */
         goto done;
     }
-    int64_t np = tg_transformer_params(&mc, NULL, 0), count = tg_safetensors_count(st);
-    ps = calloc((size_t)np, sizeof *ps);
-    items = calloc((size_t)np + 1, sizeof *items);
-    if (!ps || !items) {
+    int64_t k = export_items(st, &mc, res, &ps, &items);
+    if (k < 0) {
         snprintf(err, n, "out of memory");
         goto done;
     }
-    tg_transformer_params(&mc, ps, np);
-    /* the parameters in state_dict order; a tied head.weight is a copy of tok_emb.weight,
-     * written before head.bias as PyTorch's state_dict lists it */
-    int64_t k = 0;
-    for (int64_t i = 0; i < np; i++) {
-        if (mc.tie_weights && !strcmp(ps[i].name, "head.bias"))
-            items[k++] = tg_io_item_data(tg_safetensors_find(st, "tok_emb.weight"),
-                                         "head.weight");
-        tg_tensor *t = tg_safetensors_find(st, ps[i].name); /* present: checked above */
-        items[k++] = tg_io_item_data(t, ps[i].name);
-        res->n_values += tg_tensor_numel(t);
-    }
-    res->n_tensors = k;
-    res->n_dropped = count - np; /* the rest is optimizer state (checked above) */
-
-    /* metadata */
-    bool s2s = mc.n_decoder_layers > 0;
-    char config[1024], vjson[256 * 6 + 8], step[32], data[32], bos[16], s2s_keys[128];
-    snprintf(s2s_keys, sizeof s2s_keys, ", \"n_decoder_layers\": %" PRId64, mc.n_decoder_layers);
-    snprintf(config, sizeof config,
-             "{\"vocab_size\": %" PRId64 ", \"max_seq_len\": %" PRId64 ", \"n_layers\": %" PRId64
-             "%s, \"d_model\": %" PRId64 ", \"n_heads\": %" PRId64 ", \"d_ff\": %" PRId64
-             ", \"activation\": \"%s\", \"norm_first\": %s, \"pos\": \"%s\"%s%s"
-             ", \"tie_weights\": %s%s%s, \"layer_norm_eps\": %.17g, \"dropout\": %.17g"
-             ", \"dtype\": \"%s\"}",
-             mc.vocab_size, mc.max_seq_len, mc.n_layers, s2s ? s2s_keys : "", mc.layer.d_model,
-             mc.layer.n_heads, mc.layer.d_ff,
-             mc.layer.activation == TG_ACT_GELU ? "gelu" : "relu",
-             mc.layer.norm_first ? "true" : "false",
-             mc.pos == TG_POS_SINUSOIDAL ? "sinusoidal" : "learned",
-             s2s ? "" : ", \"causal\": ", s2s ? "" : mc.causal ? "true" : "false",
-             mc.tie_weights ? "true" : "false", s2s ? ", \"scale_embedding\": " : "",
-             s2s ? (mc.scale_embeddings ? "true" : "false") : "", mc.layer.layer_norm_eps,
-             mc.layer.dropout, train_dtype(&ta) == TG_F64 ? "float64" : "float32");
-    size_t w = 0;
-    vjson[w++] = '[';
-    for (int i = 0; !info.pairs && i < info.vocab_size; i++) {
-        const char *sep = i ? ", " : "";
-        if (info.text) /* the corpus's bytes */
-            w += (size_t)snprintf(vjson + w, sizeof vjson - w, "%s%u", sep, info.vocab[i]);
-        else if (i < 10) /* a task: the digits */
-            w += (size_t)snprintf(vjson + w, sizeof vjson - w, "%s%u", sep, (unsigned)('0' + i));
-        else /* the encoder-decoder's BOS stands for no byte */
-            w += (size_t)snprintf(vjson + w, sizeof vjson - w, "%snull", sep);
-    }
-    snprintf(vjson + w, sizeof vjson - w, "]");
-    snprintf(step, sizeof step, "%" PRId64, info.step);
-    snprintf(data, sizeof data, "%s%s",
-             info.pairs ? "pairs" : info.text ? "text" : "task:",
-             info.text || info.pairs ? "" : task_name((task_kind)ta.task));
-    snprintf(bos, sizeof bos, "%d", info.pairs ? TG_TOKEN_BOS : SEQ2SEQ_BOS);
     res->step = info.step;
-    /* a translation model: its tokenizer instead of a byte vocabulary, the checkpoint's
-     * tokenizer.kind and tokenizer.model (base64) copied verbatim once they are validated */
-    const char *tok_kind = NULL, *tok_model = NULL;
-    if (info.pairs) {
-        void *mb = NULL;
-        size_t msz = 0;
-        if (tg_tokenizer_meta_read(ctx, st, &tok_kind, &mb, &msz) != TG_OK) {
-            cli_format("--checkpoint", a->checkpoint, ctx, err, n);
-            goto done;
-        }
-        free(mb);
-        tok_model = tg_safetensors_meta_get(st, "tokenizer.model");
-    }
-    const char *keys[9] = {"format", "config", "vocab", "data", "step", "tgrad_version"};
-    const char *vals[9] = {"tgrad-export-1", config, vjson, data, step, TGRAD_VERSION_STRING};
-    int nm = 6;
-    if (info.pairs) { /* no byte vocabulary: drop "vocab" */
-        memmove(keys + 2, keys + 3, 3 * sizeof *keys);
-        memmove(vals + 2, vals + 3, 3 * sizeof *vals);
-        nm = 5;
-    }
-    if (s2s) {
-        keys[nm] = "bos_id";
-        vals[nm++] = bos;
-    }
-    if (tok_kind) {
-        keys[nm] = "tokenizer.kind";
-        vals[nm++] = tok_kind;
-    }
-    if (tok_model) {
-        keys[nm] = "tokenizer.model";
-        vals[nm++] = tok_model;
-    }
-    if (tg_safetensors_write_items(ctx, a->out, k, items, nm, keys, vals, NULL) != TG_OK) {
-        cli_format("--out", a->out, ctx, err, n);
-        goto done;
-    }
-    rc = 0;
+    rc = export_write(ctx, a, st, &mc, &ta, &info, k, items, err, n);
 done:
     free(ps);
     free(items);

@@ -308,6 +308,11 @@ static const char *foreign_option(const cli_command *cmd, int argc, char **argv,
     return NULL;
 }
 
+static void foreign_option_error(const cli_command *cmd, int module, int argc, char **argv,
+                                 char *err, size_t n);
+static int run_check_args(const cli_command *cmd, run_args *a, const cli_result *r, char *err,
+                          size_t n);
+
 int run_parse(int argc, char **argv, run_args *a, cli_result *r, char *err, size_t n)
 {
     memset(a, 0, sizeof *a);
@@ -335,26 +340,40 @@ int run_parse(int argc, char **argv, run_args *a, cli_result *r, char *err, size
     const cli_command *cmd = &run_cmds[a->module];
     int rc = cli_parse(cmd, argc - 1, argv + 1, a, r, err, n);
     if (rc == CLI_ERROR) {
-        /* an option of another module: say which module takes it */
-        char name[64];
-        const char *o = foreign_option(cmd, argc - 1, argv + 1, name, sizeof name);
-        if (o && strstr(err, "unknown option")) {
-            char owners[64] = "";
-            for (int i = 0; i < RUN_N_MODULES; i++)
-                if (cli_find(&run_cmds[i], o)) {
-                    size_t l = strlen(owners);
-                    snprintf(owners + l, sizeof owners - l, "%s%s", l ? ", " : "",
-                             module_names[i]);
-                }
-            if (owners[0])
-                snprintf(err, n, "option '--%s' is not for %s (it is an option of: %s; try "
-                         "'tgrad run %s --help')", o, module_names[a->module], owners,
-                         module_names[a->module]);
-        }
+        foreign_option_error(cmd, a->module, argc - 1, argv + 1, err, n);
         return CLI_ERROR;
     }
     if (rc != CLI_OK)
         return rc;
+    return run_check_args(cmd, a, r, err, n);
+}
+
+/* After cli_parse failed: if the unknown option is another module's, say which module takes
+ * it (rewrites @p err). */
+static void foreign_option_error(const cli_command *cmd, int module, int argc, char **argv,
+                                 char *err, size_t n)
+{
+    char name[64];
+    const char *o = foreign_option(cmd, argc, argv, name, sizeof name);
+    if (!o || !strstr(err, "unknown option"))
+        return;
+    char owners[64] = "";
+    for (int i = 0; i < RUN_N_MODULES; i++)
+        if (cli_find(&run_cmds[i], o)) {
+            size_t l = strlen(owners);
+            snprintf(owners + l, sizeof owners - l, "%s%s", l ? ", " : "", module_names[i]);
+        }
+    if (owners[0])
+        snprintf(err, n, "option '--%s' is not for %s (it is an option of: %s; try "
+                 "'tgrad run %s --help')", o, module_names[module], owners,
+                 module_names[module]);
+}
+
+/* The checks across options once they parsed: which were given, the inputs of mha, --grad-out
+ * with --grads, no two outputs the same file. */
+static int run_check_args(const cli_command *cmd, run_args *a, const cli_result *r, char *err,
+                          size_t n)
+{
     a->has_eps = cli_given(cmd, r, "eps");
     if (a->module == RUN_TRANSFORMER) {
         a->has_heads = cli_given(cmd, r, "heads");
@@ -530,6 +549,39 @@ static bool layer_config(const tg_safetensors *st, const char *pre, const run_ar
     return true;
 }
 
+/* The first option of @p a that contradicts the export's config, in @p given ("" if none), and
+ * what the config has instead in @p has (both of 160 bytes). */
+static void export_contradiction(const run_args *a, const tg_model_info *mi, char *given,
+                                 char *has)
+{
+    const tg_transformer_config *tc = &mi->config;
+    const tg_encoder_config *c = &tc->layer;
+    const size_t gn = 160, hn = 160;
+    const char *act = c->activation == TG_ACT_GELU ? "gelu" : "relu";
+    if (a->has_heads && a->heads != c->n_heads) {
+        snprintf(given, gn, "--heads %" PRId64, a->heads);
+        snprintf(has, hn, "n_heads %" PRId64, c->n_heads);
+    } else if (a->has_encoder_layers && a->encoder_layers != tc->n_layers) {
+        snprintf(given, gn, "--encoder-layers %" PRId64, a->encoder_layers);
+        snprintf(has, hn, "n_layers %" PRId64, tc->n_layers);
+    } else if (a->has_decoder_layers && a->decoder_layers != tc->n_decoder_layers) {
+        snprintf(given, gn, "--decoder-layers %" PRId64, a->decoder_layers);
+        snprintf(has, hn, "n_decoder_layers %" PRId64, tc->n_decoder_layers);
+    } else if (a->has_norm_first && !c->norm_first) {
+        snprintf(given, gn, "--norm-first");
+        snprintf(has, hn, "norm_first false");
+    } else if (a->has_activation && strcmp(a->activation == 1 ? "gelu" : "relu", act)) {
+        snprintf(given, gn, "--activation %s", a->activation == 1 ? "gelu" : "relu");
+        snprintf(has, hn, "activation %s", act);
+    } else if (a->has_eps && a->eps != c->layer_norm_eps) {
+        snprintf(given, gn, "--eps %g", a->eps);
+        snprintf(has, hn, "layer_norm_eps %g", c->layer_norm_eps);
+    } else if (a->has_dtype && (a->dtype == 1 ? TG_F64 : TG_F32) != mi->dtype) {
+        snprintf(given, gn, "--dtype %s", a->dtype == 1 ? "f64" : "f32");
+        snprintf(has, hn, "dtype %s", tg_dtype_str(mi->dtype));
+    }
+}
+
 /* The whole encoder-decoder of a `tgrad export` (a seq2seq task's or a translation model's):
  * config, embeddings, layers and output layer from the file (tg_model_load_from), token ids
  * --src (B, S) and --tgt (B, T) in, logits (B, T, V) out, as tg_transformer_forward_seq2seq
@@ -546,8 +598,6 @@ static tg_tensor *export_forward(tg_ctx *ctx, const run_args *a, const tg_safete
         return NULL;
     }
     const tg_model_info *mi = tg_model_get_info(m);
-    const tg_transformer_config *tc = &mi->config;
-    const tg_encoder_config *c = &tc->layer;
     *rc = 2;
     if (mi->kind != TG_MODEL_SEQ2SEQ) {
         snprintf(err, n, "--weights '%s' is the export of %s, not of an encoder-decoder: run "
@@ -556,29 +606,7 @@ static tg_tensor *export_forward(tg_ctx *ctx, const run_args *a, const tg_safete
         return NULL;
     }
     char given[160] = "", has[160] = "";
-    const char *act = c->activation == TG_ACT_GELU ? "gelu" : "relu";
-    if (a->has_heads && a->heads != c->n_heads) {
-        snprintf(given, sizeof given, "--heads %" PRId64, a->heads);
-        snprintf(has, sizeof has, "n_heads %" PRId64, c->n_heads);
-    } else if (a->has_encoder_layers && a->encoder_layers != tc->n_layers) {
-        snprintf(given, sizeof given, "--encoder-layers %" PRId64, a->encoder_layers);
-        snprintf(has, sizeof has, "n_layers %" PRId64, tc->n_layers);
-    } else if (a->has_decoder_layers && a->decoder_layers != tc->n_decoder_layers) {
-        snprintf(given, sizeof given, "--decoder-layers %" PRId64, a->decoder_layers);
-        snprintf(has, sizeof has, "n_decoder_layers %" PRId64, tc->n_decoder_layers);
-    } else if (a->has_norm_first && !c->norm_first) {
-        snprintf(given, sizeof given, "--norm-first");
-        snprintf(has, sizeof has, "norm_first false");
-    } else if (a->has_activation && strcmp(a->activation == 1 ? "gelu" : "relu", act)) {
-        snprintf(given, sizeof given, "--activation %s", a->activation == 1 ? "gelu" : "relu");
-        snprintf(has, sizeof has, "activation %s", act);
-    } else if (a->has_eps && a->eps != c->layer_norm_eps) {
-        snprintf(given, sizeof given, "--eps %g", a->eps);
-        snprintf(has, sizeof has, "layer_norm_eps %g", c->layer_norm_eps);
-    } else if (a->has_dtype && (a->dtype == 1 ? TG_F64 : TG_F32) != mi->dtype) {
-        snprintf(given, sizeof given, "--dtype %s", a->dtype == 1 ? "f64" : "f32");
-        snprintf(has, sizeof has, "dtype %s", tg_dtype_str(mi->dtype));
-    }
+    export_contradiction(a, mi, given, has);
     if (given[0]) {
         snprintf(err, n, "%s contradicts the config of the export --weights '%s' (%s); leave "
                  "it out", given, a->weights, has);
@@ -621,40 +649,28 @@ static tg_tensor *export_forward(tg_ctx *ctx, const run_args *a, const tg_safete
     return y;
 }
 
-/* Build the module on the inputs, run forward (and backward), write the files. Returns 0, or 1
- * with one line in @p err. */
-static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
+/* What run_exec's stages share: the context, the weights, the inputs (gradients are written
+ * under input_names) and the masks. */
+typedef struct {
+    tg_ctx *ctx;
+    tg_dtype dt;
+    bool want_grad;
+    bool whole; /* a `tgrad export` run whole by export_forward */
+    tg_safetensors *st;
+    tg_tensor *inputs[4];
+    const char *input_names[4];
+    int n_inputs;
+    tg_attn_masks masks;  /* sdpa, mha, encoder */
+    tg_attn_masks tm, mm, sm; /* decoder / transformer: target self-attention, cross-attention,
+                               * source */
+    tg_tensor *y, *attn;
+} run_state;
+
+/* An output never replaces an input (all are read before anything is written, but the input
+ * would be lost); an existing output is replaced only with --force (outpath.h). Returns 0, or 2
+ * (a usage error, even with --force) with one line in @p err. */
+static int run_check_outputs(const run_args *a, char *err, size_t n)
 {
-    memset(res, 0, sizeof *res);
-    tg_ctx *ctx = tg_ctx_new();
-    if (!ctx) {
-        snprintf(err, n, "out of memory");
-        return 1;
-    }
-    if (a->unfused)
-        tg_ctx_set_fusion(ctx, false);
-    int rc = 1;
-    bool want_grad = a->grad_out != NULL;
-    tg_dtype dt = a->dtype == 1 ? TG_F64 : TG_F32;
-    res->dtype = tg_dtype_str(dt);
-    tg_attn_masks masks;
-    memset(&masks, 0, sizeof masks);
-    masks.causal = a->causal;
-    tg_tensor *inputs[4] = {NULL, NULL, NULL, NULL};
-    const char *input_names[4] = {NULL, NULL, NULL, NULL};
-    int n_inputs = 0;
-    tg_tensor *y = NULL, *attn = NULL;
-    tg_safetensors *st = NULL;
-    tg_activation act = a->activation == 1 ? TG_ACT_GELU : TG_ACT_RELU;
-    char e[1200];
-    /* decoder / transformer masks: target self-attention, cross-attention, source */
-    tg_attn_masks tm, mm, sm;
-    memset(&tm, 0, sizeof tm);
-    memset(&mm, 0, sizeof mm);
-    memset(&sm, 0, sizeof sm);
-    tm.causal = a->causal;
-    /* an output never replaces an input (all are read before anything is written, but the
-     * input would be lost) */
     enum { N_INS = 17 };
     const char *out_paths[4] = {a->out, a->attn_out, a->grads, a->dot};
     const char *out_flags[4] = {"--out", "--attn-out", "--grads", "--dot"};
@@ -668,104 +684,118 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
                                    "--src-key-padding-mask"};
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < N_INS; j++)
-            if (!outpath_not_input(out_flags[i], out_paths[i], in_flags[j], ins[j], err, n)) {
-                rc = 2; /* a usage error, even with --force */
-                goto done;
-            }
-    /* an existing output is replaced only with --force (outpath.h) */
+            if (!outpath_not_input(out_flags[i], out_paths[i], in_flags[j], ins[j], err, n))
+                return 2;
     for (int i = 0; i < 4; i++)
         if (out_paths[i]) {
             /* (a directory or device is refused by the writer, which names it) */
             if (outpath_check(out_flags[i], out_paths[i], a->force, NULL, err, n) ==
-                OUTPATH_EXISTS) {
-                rc = 2;
-                goto done;
-            }
+                OUTPATH_EXISTS)
+                return 2;
         }
+    return 0;
+}
+
+/* Read --weights into s->st and decide s->whole. Transformer: a `tgrad export` runs whole (ids
+ * in, logits out); a training checkpoint is pointed to its export; other files need the
+ * options that describe the layers. Returns 0, or 1 (2 for a usage error) with @p err. */
+static int run_open_weights(run_state *s, const run_args *a, char *err, size_t n)
+{
+    char e[1200];
     if (a->weights) {
         if (!cli_regular_file(a->weights, e, sizeof e)) {
             snprintf(err, n, "--weights %s", e);
-            goto done;
+            return 1;
         }
-        st = tg_safetensors_read(ctx, a->weights);
-        if (!st) {
-            cli_format("--weights", a->weights, ctx, err, n);
-            goto done;
+        s->st = tg_safetensors_read(s->ctx, a->weights);
+        if (!s->st) {
+            cli_format("--weights", a->weights, s->ctx, err, n);
+            return 1;
         }
     }
-    /* transformer: a `tgrad export` runs whole (ids in, logits out); a training checkpoint
-     * is pointed to its export; other files need the options that describe the layers */
-    const char *format = st ? tg_safetensors_meta_get(st, "format") : NULL;
-    bool whole = a->module == RUN_TRANSFORMER && format && !strcmp(format, "tgrad-export-1");
-    if (a->module == RUN_TRANSFORMER && !whole) {
+    const char *format = s->st ? tg_safetensors_meta_get(s->st, "format") : NULL;
+    s->whole = a->module == RUN_TRANSFORMER && format && !strcmp(format, "tgrad-export-1");
+    if (a->module == RUN_TRANSFORMER && !s->whole) {
         const char *missing = !a->has_heads            ? "--heads H"
                               : !a->has_encoder_layers ? "--encoder-layers N"
                               : !a->has_decoder_layers ? "--decoder-layers M"
                                                        : NULL;
-        rc = 2;
         if (format && !strcmp(format, "tgrad-checkpoint-1")) {
             snprintf(err, n, "--weights '%s' is a training checkpoint: run transformer takes "
                      "its export ('tgrad export --checkpoint %s --out W.safetensors') or "
                      "nn.Transformer's state_dict names", a->weights, a->weights);
-            goto done;
+            return 2;
         }
         if (missing) {
             snprintf(err, n, "missing option '%s' (the file is not a 'tgrad export'; try "
                      "'tgrad run transformer --help')", missing);
-            goto done;
+            return 2;
         }
-        rc = 1;
     }
+    return 0;
+}
+
+/* Load the input arrays (--x or --q/--k/--v, then the decoder's and transformer's --memory,
+ * --src, --tgt), gradients named after their options. */
+static bool run_load_inputs(run_state *s, const run_args *a, char *err, size_t n)
+{
     if (a->x) {
-        inputs[0] = load_npy(ctx, "--x", a->x, "x", dt, want_grad, NULL, err, n);
-        input_names[n_inputs++] = "x";
-        if (!inputs[0])
-            goto done;
+        s->inputs[0] = load_npy(s->ctx, "--x", a->x, "x", s->dt, s->want_grad, NULL, err, n);
+        s->input_names[s->n_inputs++] = "x";
+        if (!s->inputs[0])
+            return false;
     } else if (a->q) {
         const char *paths[3] = {a->q, a->k, a->v}, *names[3] = {"q", "k", "v"};
         const char *opts[3] = {"--q", "--k", "--v"};
         for (int i = 0; i < 3; i++) {
-            inputs[i] = load_npy(ctx, opts[i], paths[i], names[i], dt, want_grad, NULL, err, n);
-            input_names[n_inputs++] = names[i];
-            if (!inputs[i])
-                goto done;
+            s->inputs[i] = load_npy(s->ctx, opts[i], paths[i], names[i], s->dt, s->want_grad,
+                                    NULL, err, n);
+            s->input_names[s->n_inputs++] = names[i];
+            if (!s->inputs[i])
+                return false;
         }
     }
-    if (whole) {
-        /* (export_forward reads the ids and the padding masks) */
-    } else {   /* the decoder's and transformer's inputs, gradients named after their options */
-        const char *paths[3] = {a->memory, a->src, a->tgt}, *names[3] = {"memory", "src", "tgt"};
-        const char *opts[3] = {"--memory", "--src", "--tgt"};
-        for (int i = 0; i < 3; i++) {
-            if (!paths[i])
-                continue;
-            tg_tensor *t = load_npy(ctx, opts[i], paths[i], names[i], dt, want_grad, NULL, err,
-                                    n);
-            if (!t)
-                goto done;
-            inputs[n_inputs] = t;
-            input_names[n_inputs++] = names[i];
-        }
+    if (s->whole)
+        return true; /* (export_forward reads the ids and the padding masks) */
+    const char *paths[3] = {a->memory, a->src, a->tgt}, *names[3] = {"memory", "src", "tgt"};
+    const char *opts[3] = {"--memory", "--src", "--tgt"};
+    for (int i = 0; i < 3; i++) {
+        if (!paths[i])
+            continue;
+        tg_tensor *t = load_npy(s->ctx, opts[i], paths[i], names[i], s->dt, s->want_grad, NULL,
+                                err, n);
+        if (!t)
+            return false;
+        s->inputs[s->n_inputs] = t;
+        s->input_names[s->n_inputs++] = names[i];
     }
-    if (!whole) {   /* decoder / transformer masks under PyTorch's names */
+    return true;
+}
+
+/* Load the masks: the decoder's and transformer's under PyTorch's names (unless the model runs
+ * whole), then --mask / --attn-mask and --key-padding-mask. */
+static bool run_load_masks(run_state *s, const run_args *a, char *err, size_t n)
+{
+    if (!s->whole) {
         struct {
             const char *path, *opt, *name;
             tg_attn_masks *into;
             bool pad;
-        } ms[5] = {{a->tgt_mask, "--tgt-mask", "tgt_mask", &tm, false},
-                   {a->memory_mask, "--memory-mask", "memory_mask", &mm, false},
-                   {a->tgt_kpm, "--tgt-key-padding-mask", "tgt_key_padding_mask", &tm, true},
-                   {a->memory_kpm, "--memory-key-padding-mask", "memory_key_padding_mask", &mm,
-                    true},
-                   {a->src_kpm, "--src-key-padding-mask", "src_key_padding_mask", &sm, true}};
+        } ms[5] = {{a->tgt_mask, "--tgt-mask", "tgt_mask", &s->tm, false},
+                   {a->memory_mask, "--memory-mask", "memory_mask", &s->mm, false},
+                   {a->tgt_kpm, "--tgt-key-padding-mask", "tgt_key_padding_mask", &s->tm, true},
+                   {a->memory_kpm, "--memory-key-padding-mask", "memory_key_padding_mask",
+                    &s->mm, true},
+                   {a->src_kpm, "--src-key-padding-mask", "src_key_padding_mask", &s->sm,
+                    true}};
         for (int i = 0; i < 5; i++) {
             if (!ms[i].path)
                 continue;
             tg_mask_kind kk;
-            tg_tensor *m = load_mask(ctx, ms[i].opt, ms[i].path, ms[i].name, dt, ms[i].pad, &kk,
-                                     err, n);
+            tg_tensor *m = load_mask(s->ctx, ms[i].opt, ms[i].path, ms[i].name, s->dt,
+                                     ms[i].pad, &kk, err, n);
             if (!m)
-                goto done;
+                return false;
             if (ms[i].pad) {
                 ms[i].into->key_padding_mask = m;
             } else {
@@ -776,211 +806,295 @@ static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
     }
     if (a->mask || a->attn_mask) {
         const char *p = a->mask ? a->mask : a->attn_mask;
-        masks.attn_mask = load_mask(ctx, a->mask ? "--mask" : "--attn-mask", p, "attn_mask", dt,
-                                    false, &masks.attn_mask_kind, err, n);
-        if (!masks.attn_mask)
-            goto done;
+        s->masks.attn_mask = load_mask(s->ctx, a->mask ? "--mask" : "--attn-mask", p,
+                                       "attn_mask", s->dt, false, &s->masks.attn_mask_kind, err,
+                                       n);
+        if (!s->masks.attn_mask)
+            return false;
     }
     if (a->kpm) {
         tg_mask_kind kk;
-        masks.key_padding_mask = load_mask(ctx, "--key-padding-mask", a->kpm,
-                                           "key_padding_mask", dt, true, &kk, err, n);
-        if (!masks.key_padding_mask)
-            goto done;
+        s->masks.key_padding_mask = load_mask(s->ctx, "--key-padding-mask", a->kpm,
+                                              "key_padding_mask", s->dt, true, &kk, err, n);
+        if (!s->masks.key_padding_mask)
+            return false;
     }
+    return true;
+}
 
-    if (a->module == RUN_SDPA) {
-        y = tg_sdpa(ctx, inputs[0], inputs[1], inputs[2], &masks, 0, &attn);
-    } else if (a->module == RUN_MHA) {
-        const char *wname = "in_proj_weight";
-        int64_t D = file_dim(st, wname, 1);
-        if (D < 1 || D > INT64_MAX / 3 || file_dim(st, wname, 0) != 3 * D) {
-            snprintf(err, n, "--weights '%s': no '%s' tensor of shape (3*d_model, d_model)",
-                     a->weights, wname);
-            goto done;
-        }
-        if (D % a->heads != 0) {
-            snprintf(err, n, "--heads %" PRId64 " does not divide d_model %" PRId64
-                     " of --weights '%s'", a->heads, D, a->weights);
-            goto done;
-        }
-        if (!input_width_ok(inputs[0], a->x ? "--x" : "--q", a->x ? a->x : a->q, D,
-                            a->weights, err, n))
-            goto done;
-        tg_mha m;
-        if (tg_mha_init(ctx, &m, dt, D, a->heads, NULL) != TG_OK) {
-            cli_format(NULL, NULL, ctx, err, n);
-            goto done;
-        }
-        tg_tensor *q = inputs[0], *k = a->x ? inputs[0] : inputs[1],
-                  *v = a->x ? inputs[0] : inputs[2];
-        if (tg_params_load_from(ctx, st, 0, NULL, true) != TG_OK) {
-            cli_format("--weights", a->weights, ctx, err, n);
-            goto done;
-        }
-        y = tg_mha_forward(ctx, &m, q, k, v, &masks, NULL);
-    } else if (whole) {
-        tg_dtype mdt = dt;
-        int xrc = 1;
-        y = export_forward(ctx, a, st, &mdt, &xrc, err, n);
-        if (!y) {
-            rc = xrc;
-            goto done;
-        }
-        res->dtype = tg_dtype_str(mdt);
-    } else if (a->module != RUN_FFN) { /* encoder, decoder (layer or stack), transformer */
-        bool tf = a->module == RUN_TRANSFORMER, stack = a->layers > 0;
-        tg_encoder_config c;
-        if (!layer_config(st, tf ? "encoder.layers.0." : stack ? "layers.0." : "", a, &c, err,
-                          n))
-            goto done;
-        /* every input's width is d_model of the weights */
-        static const char *const in_opts[] = {"--x", "--memory", "--src", "--tgt"};
-        const char *in_paths[] = {a->x, a->memory, a->src, a->tgt};
-        for (int i = 0; i < 4; i++)
-            if (in_paths[i]) {
-                tg_tensor *t = NULL;
-                for (int j = 0; j < n_inputs; j++)
-                    if (!strcmp(input_names[j], in_opts[i] + 2))
-                        t = inputs[j];
-                if (!input_width_ok(t, in_opts[i], in_paths[i], c.d_model, a->weights, err,
-                                    n))
-                    goto done;
-            }
-        bool has_norm = tg_safetensors_find(st, "norm.weight") != NULL;
-        tg_status is;
-        tg_encoder_layer el;
-        tg_decoder_layer dl;
-        tg_encoder es;
-        tg_decoder ds;
-        tg_encoder_decoder ed;
-        if (tf)
-            is = tg_encoder_decoder_init(ctx, &ed, dt, &c, a->encoder_layers, a->decoder_layers,
-                                         NULL);
-        else if (a->module == RUN_ENCODER)
-            is = stack ? tg_encoder_init(ctx, &es, dt, &c, a->layers, has_norm, NULL)
-                       : tg_encoder_layer_init(ctx, &el, dt, &c, NULL);
-        else
-            is = stack ? tg_decoder_init(ctx, &ds, dt, &c, a->layers, has_norm, NULL)
-                       : tg_decoder_layer_init(ctx, &dl, dt, &c, NULL);
-        if (is != TG_OK) {
-            cli_format(NULL, NULL, ctx, err, n);
-            goto done;
-        }
-        if (tg_params_load_from(ctx, st, 0, NULL, true) != TG_OK) {
-            cli_format("--weights", a->weights, ctx, err, n);
-            goto done;
-        }
-        if (tf)
-            y = tg_encoder_decoder_forward(ctx, &ed, inputs[0], inputs[1], &sm, &tm, &mm);
-        else if (a->module == RUN_ENCODER)
-            y = stack ? tg_encoder_forward(ctx, &es, inputs[0], &masks)
-                      : tg_encoder_layer_forward(ctx, &el, inputs[0], &masks);
-        else
-            y = stack ? tg_decoder_forward(ctx, &ds, inputs[0], inputs[1], &tm, &mm)
-                      : tg_decoder_layer_forward(ctx, &dl, inputs[0], inputs[1], &tm, &mm);
-    } else { /* ffn */
-        int64_t D = file_dim(st, "linear1.weight", 1), F = file_dim(st, "linear1.weight", 0);
-        if (D < 1 || F < 1) {
-            snprintf(err, n, "--weights '%s': no 'linear1.weight' tensor of shape (d_ff, "
-                     "d_model)", a->weights);
-            goto done;
-        }
-        if (!input_width_ok(inputs[0], "--x", a->x, D, a->weights, err, n))
-            goto done;
-        tg_ffn f;
-        if (tg_ffn_init(ctx, &f, dt, D, F, act, NULL) != TG_OK) {
-            cli_format(NULL, NULL, ctx, err, n);
-            goto done;
-        }
-        if (tg_params_load_from(ctx, st, 0, NULL, true) != TG_OK) {
-            cli_format("--weights", a->weights, ctx, err, n);
-            goto done;
-        }
-        y = tg_ffn_forward(ctx, &f, inputs[0]);
+/* Load the module's parameters from --weights (after its init registered them). */
+static bool run_load_params(run_state *s, const run_args *a, char *err, size_t n)
+{
+    if (tg_params_load_from(s->ctx, s->st, 0, NULL, true) != TG_OK) {
+        cli_format("--weights", a->weights, s->ctx, err, n);
+        return false;
     }
-    if (!y) {
+    return true;
+}
+
+/* mha: d_model from in_proj_weight, self-attention on --x or attention on --q/--k/--v. */
+static bool run_build_mha(run_state *s, const run_args *a, char *err, size_t n)
+{
+    const char *wname = "in_proj_weight";
+    int64_t D = file_dim(s->st, wname, 1);
+    if (D < 1 || D > INT64_MAX / 3 || file_dim(s->st, wname, 0) != 3 * D) {
+        snprintf(err, n, "--weights '%s': no '%s' tensor of shape (3*d_model, d_model)",
+                 a->weights, wname);
+        return false;
+    }
+    if (D % a->heads != 0) {
+        snprintf(err, n, "--heads %" PRId64 " does not divide d_model %" PRId64
+                 " of --weights '%s'", a->heads, D, a->weights);
+        return false;
+    }
+    if (!input_width_ok(s->inputs[0], a->x ? "--x" : "--q", a->x ? a->x : a->q, D, a->weights,
+                        err, n))
+        return false;
+    tg_mha m;
+    if (tg_mha_init(s->ctx, &m, s->dt, D, a->heads, NULL) != TG_OK) {
+        cli_format(NULL, NULL, s->ctx, err, n);
+        return false;
+    }
+    tg_tensor *q = s->inputs[0], *k = a->x ? s->inputs[0] : s->inputs[1],
+              *v = a->x ? s->inputs[0] : s->inputs[2];
+    if (!run_load_params(s, a, err, n))
+        return false;
+    s->y = tg_mha_forward(s->ctx, &m, q, k, v, &s->masks, NULL);
+    return true;
+}
+
+/* encoder, decoder (layer or stack), transformer: the configuration from the weights; every
+ * input's width is d_model of the weights. */
+static bool run_build_layers(run_state *s, const run_args *a, char *err, size_t n)
+{
+    bool tf = a->module == RUN_TRANSFORMER, stack = a->layers > 0;
+    tg_encoder_config c;
+    if (!layer_config(s->st, tf ? "encoder.layers.0." : stack ? "layers.0." : "", a, &c, err,
+                      n))
+        return false;
+    static const char *const in_opts[] = {"--x", "--memory", "--src", "--tgt"};
+    const char *in_paths[] = {a->x, a->memory, a->src, a->tgt};
+    for (int i = 0; i < 4; i++)
+        if (in_paths[i]) {
+            tg_tensor *t = NULL;
+            for (int j = 0; j < s->n_inputs; j++)
+                if (!strcmp(s->input_names[j], in_opts[i] + 2))
+                    t = s->inputs[j];
+            if (!input_width_ok(t, in_opts[i], in_paths[i], c.d_model, a->weights, err, n))
+                return false;
+        }
+    bool has_norm = tg_safetensors_find(s->st, "norm.weight") != NULL;
+    tg_status is;
+    tg_encoder_layer el;
+    tg_decoder_layer dl;
+    tg_encoder es;
+    tg_decoder ds;
+    tg_encoder_decoder ed;
+    tg_ctx *ctx = s->ctx;
+    if (tf)
+        is = tg_encoder_decoder_init(ctx, &ed, s->dt, &c, a->encoder_layers, a->decoder_layers,
+                                     NULL);
+    else if (a->module == RUN_ENCODER)
+        is = stack ? tg_encoder_init(ctx, &es, s->dt, &c, a->layers, has_norm, NULL)
+                   : tg_encoder_layer_init(ctx, &el, s->dt, &c, NULL);
+    else
+        is = stack ? tg_decoder_init(ctx, &ds, s->dt, &c, a->layers, has_norm, NULL)
+                   : tg_decoder_layer_init(ctx, &dl, s->dt, &c, NULL);
+    if (is != TG_OK) {
         cli_format(NULL, NULL, ctx, err, n);
-        goto done;
+        return false;
     }
-    tg_tensor *outs[2] = {y, attn};
+    if (!run_load_params(s, a, err, n))
+        return false;
+    tg_tensor **in = s->inputs;
+    if (tf)
+        s->y = tg_encoder_decoder_forward(ctx, &ed, in[0], in[1], &s->sm, &s->tm, &s->mm);
+    else if (a->module == RUN_ENCODER)
+        s->y = stack ? tg_encoder_forward(ctx, &es, in[0], &s->masks)
+                     : tg_encoder_layer_forward(ctx, &el, in[0], &s->masks);
+    else
+        s->y = stack ? tg_decoder_forward(ctx, &ds, in[0], in[1], &s->tm, &s->mm)
+                     : tg_decoder_layer_forward(ctx, &dl, in[0], in[1], &s->tm, &s->mm);
+    return true;
+}
+
+/* ffn: d_model and d_ff from linear1.weight. */
+static bool run_build_ffn(run_state *s, const run_args *a, char *err, size_t n)
+{
+    tg_activation act = a->activation == 1 ? TG_ACT_GELU : TG_ACT_RELU;
+    int64_t D = file_dim(s->st, "linear1.weight", 1), F = file_dim(s->st, "linear1.weight", 0);
+    if (D < 1 || F < 1) {
+        snprintf(err, n, "--weights '%s': no 'linear1.weight' tensor of shape (d_ff, "
+                 "d_model)", a->weights);
+        return false;
+    }
+    if (!input_width_ok(s->inputs[0], "--x", a->x, D, a->weights, err, n))
+        return false;
+    tg_ffn f;
+    if (tg_ffn_init(s->ctx, &f, s->dt, D, F, act, NULL) != TG_OK) {
+        cli_format(NULL, NULL, s->ctx, err, n);
+        return false;
+    }
+    if (!run_load_params(s, a, err, n))
+        return false;
+    s->y = tg_ffn_forward(s->ctx, &f, s->inputs[0]);
+    return true;
+}
+
+/* Build the module on the inputs into s->y (and s->attn). Returns 0, or 1 (or export_forward's
+ * status) with one line in @p err. */
+static int run_build(run_state *s, const run_args *a, run_result *res, char *err, size_t n)
+{
+    bool ok;
+    if (a->module == RUN_SDPA) {
+        s->y = tg_sdpa(s->ctx, s->inputs[0], s->inputs[1], s->inputs[2], &s->masks, 0,
+                       &s->attn);
+        ok = true;
+    } else if (a->module == RUN_MHA) {
+        ok = run_build_mha(s, a, err, n);
+    } else if (s->whole) {
+        tg_dtype mdt = s->dt;
+        int xrc = 1;
+        s->y = export_forward(s->ctx, a, s->st, &mdt, &xrc, err, n);
+        if (!s->y)
+            return xrc;
+        res->dtype = tg_dtype_str(mdt);
+        ok = true;
+    } else if (a->module != RUN_FFN) {
+        ok = run_build_layers(s, a, err, n);
+    } else {
+        ok = run_build_ffn(s, a, err, n);
+    }
+    if (!ok)
+        return 1;
+    if (!s->y) {
+        cli_format(NULL, NULL, s->ctx, err, n);
+        return 1;
+    }
+    return 0;
+}
+
+/* Backward from --grad-out; write the gradients of the parameters and the inputs to --grads. */
+static bool run_write_grads(run_state *s, const run_args *a, tg_graph *g, char *err, size_t n)
+{
+    tg_ctx *ctx = s->ctx;
+    tg_tensor *dy = load_npy(ctx, "--grad-out", a->grad_out, "grad_out", s->dt, false, NULL,
+                             err, n);
+    if (!dy)
+        return false;
+    if (!same_shape(dy, s->y)) {
+        char b1[160], b2[160];
+        snprintf(err, n, "--grad-out '%s' has shape %s, but the output is %s", a->grad_out,
+                 tg_tensor_shape_str(dy, b1, sizeof b1),
+                 tg_tensor_shape_str(s->y, b2, sizeof b2));
+        return false;
+    }
+    if (tg_graph_backward(g, s->y, dy) != TG_OK) {
+        cli_format(NULL, NULL, ctx, err, n);
+        return false;
+    }
+    int64_t np = tg_ctx_n_params(ctx), k = 0;
+    const tg_tensor **ts = malloc(sizeof *ts * (size_t)(np + 4));
+    const char **names = malloc(sizeof *names * (size_t)(np + 4));
+    if (!ts || !names) {
+        free(ts);
+        free(names);
+        snprintf(err, n, "out of memory");
+        return false;
+    }
+    for (int64_t i = 0; i < np; i++) {
+        ts[k] = tg_ctx_param(ctx, i);
+        names[k++] = tg_tensor_name(tg_ctx_param(ctx, i));
+    }
+    for (int i = 0; i < s->n_inputs; i++) {
+        ts[k] = s->inputs[i];
+        names[k++] = s->input_names[i];
+    }
+    tg_status st = tg_safetensors_write_grads(ctx, a->grads, k, ts, names, 0, NULL, NULL);
+    free(ts);
+    free(names);
+    if (st != TG_OK) {
+        cli_format("--grads", a->grads, ctx, err, n);
+        return false;
+    }
+    return true;
+}
+
+/* Run the built graph: --dot, forward, --out and --attn-out, and with --grad-out backward and
+ * --grads. */
+static bool run_graph(run_state *s, const run_args *a, run_result *res, char *err, size_t n)
+{
+    tg_ctx *ctx = s->ctx;
+    tg_tensor *outs[2] = {s->y, s->attn};
     tg_graph_opts go = {.precision = a->precision};
-    tg_graph *g = tg_graph_new_opts(ctx, outs, attn ? 2 : 1, &go);
+    tg_graph *g = tg_graph_new_opts(ctx, outs, s->attn ? 2 : 1, &go);
     if (!g) {
         cli_format(NULL, NULL, ctx, err, n);
-        goto done;
+        return false;
     }
     if (a->dot) { /* the graph as built, before it runs */
-        if (tg_graph_write_dot(g, a->dot, want_grad ? TG_DOT_BACKWARD : 0) != TG_OK) {
+        if (tg_graph_write_dot(g, a->dot, s->want_grad ? TG_DOT_BACKWARD : 0) != TG_OK) {
             cli_format("--dot", a->dot, ctx, err, n);
-            goto done;
+            return false;
         }
         res->wrote = true;
     }
     if (tg_graph_forward(g) != TG_OK) {
         cli_format(NULL, NULL, ctx, err, n);
-        goto done;
+        return false;
     }
-    tg_tensor_shape_str(y, res->shape, sizeof res->shape);
+    tg_tensor_shape_str(s->y, res->shape, sizeof res->shape);
     if (a->out) {
-        if (tg_npy_write(ctx, a->out, y) != TG_OK) {
+        if (tg_npy_write(ctx, a->out, s->y) != TG_OK) {
             cli_format("--out", a->out, ctx, err, n);
-            goto done;
+            return false;
         }
         res->wrote = true;
     }
     if (a->attn_out) {
-        if (tg_npy_write(ctx, a->attn_out, attn) != TG_OK) {
+        if (tg_npy_write(ctx, a->attn_out, s->attn) != TG_OK) {
             cli_format("--attn-out", a->attn_out, ctx, err, n);
-            goto done;
+            return false;
         }
         res->wrote = true;
     }
-    if (want_grad) {
-        tg_tensor *dy = load_npy(ctx, "--grad-out", a->grad_out, "grad_out", dt, false, NULL,
-                                 err, n);
-        if (!dy)
-            goto done;
-        if (!same_shape(dy, y)) {
-            char b1[160], b2[160];
-            snprintf(err, n, "--grad-out '%s' has shape %s, but the output is %s", a->grad_out,
-                     tg_tensor_shape_str(dy, b1, sizeof b1),
-                     tg_tensor_shape_str(y, b2, sizeof b2));
-            goto done;
-        }
-        if (tg_graph_backward(g, y, dy) != TG_OK) {
-            cli_format(NULL, NULL, ctx, err, n);
-            goto done;
-        }
-        int64_t np = tg_ctx_n_params(ctx), k = 0;
-        const tg_tensor **ts = malloc(sizeof *ts * (size_t)(np + 4));
-        const char **names = malloc(sizeof *names * (size_t)(np + 4));
-        if (!ts || !names) {
-            free(ts);
-            free(names);
-            snprintf(err, n, "out of memory");
-            goto done;
-        }
-        for (int64_t i = 0; i < np; i++) {
-            ts[k] = tg_ctx_param(ctx, i);
-            names[k++] = tg_tensor_name(tg_ctx_param(ctx, i));
-        }
-        for (int i = 0; i < n_inputs; i++) {
-            ts[k] = inputs[i];
-            names[k++] = input_names[i];
-        }
-        tg_status s = tg_safetensors_write_grads(ctx, a->grads, k, ts, names, 0, NULL, NULL);
-        free(ts);
-        free(names);
-        if (s != TG_OK) {
-            cli_format("--grads", a->grads, ctx, err, n);
-            goto done;
-        }
+    if (s->want_grad) {
+        if (!run_write_grads(s, a, g, err, n))
+            return false;
         res->wrote = true;
     }
-    rc = 0;
-done:
-    tg_ctx_free(ctx);
+    return true;
+}
+
+/* Build the module on the inputs, run forward (and backward), write the files. Returns 0, or 1
+ * (2 for a usage error) with one line in @p err. */
+static int run_exec(const run_args *a, run_result *res, char *err, size_t n)
+{
+    memset(res, 0, sizeof *res);
+    run_state s;
+    memset(&s, 0, sizeof s);
+    s.ctx = tg_ctx_new();
+    if (!s.ctx) {
+        snprintf(err, n, "out of memory");
+        return 1;
+    }
+    if (a->unfused)
+        tg_ctx_set_fusion(s.ctx, false);
+    s.want_grad = a->grad_out != NULL;
+    s.dt = a->dtype == 1 ? TG_F64 : TG_F32;
+    res->dtype = tg_dtype_str(s.dt);
+    s.masks.causal = a->causal;
+    s.tm.causal = a->causal;
+    int rc = run_check_outputs(a, err, n);
+    if (!rc)
+        rc = run_open_weights(&s, a, err, n);
+    if (!rc)
+        rc = run_load_inputs(&s, a, err, n) && run_load_masks(&s, a, err, n) ? 0 : 1;
+    if (!rc)
+        rc = run_build(&s, a, res, err, n);
+    if (!rc)
+        rc = run_graph(&s, a, res, err, n) ? 0 : 1;
+    tg_ctx_free(s.ctx);
     return rc;
 }
 

@@ -132,10 +132,9 @@ static int sample_seq2seq(sampler *s, const sample_args *a)
     return 0;
 }
 
-/* Read, validate and build the model of checkpoint @p path. Returns 0, or the exit status
- * after printing why: 2 when the command line is at fault (the wrong kind of checkpoint for
- * the options given, a bad --source), 1 when the file is (missing, corrupt). */
-static int sample_load(sampler *s, const sample_args *a, const cli_result *r)
+/* Read and validate checkpoint or export --checkpoint, and load its model into s->m. Returns 0,
+ * or the exit status after printing why. */
+static int sample_read_model(sampler *s, const sample_args *a)
 {
     char err[1024];
     if (!data_check_regular(a->checkpoint, phys_memory_bytes(), err, sizeof err)) {
@@ -177,10 +176,16 @@ static int sample_load(sampler *s, const sample_args *a, const cli_result *r)
         fail("--checkpoint '%s': %s", a->checkpoint, err);
         return mi->kind == TG_MODEL_ENCODER ? 2 : 1; /* the wrong kind of file: usage */
     }
-    s->model = tg_model_transformer(s->m);
-    s->T = mi->config.max_seq_len;
-    s->nv = (int)mi->config.vocab_size;
-    s->s2s = mi->kind == TG_MODEL_SEQ2SEQ;
+    return 0;
+}
+
+/* The model against the command line: not a translation model, --source or --prompt fit it,
+ * and a seq2seq model takes none of the sampling options. Returns 0, or 2 (1 out of memory)
+ * after printing why. */
+static int sample_check_use(sampler *s, const sample_args *a, const cli_result *r)
+{
+    char err[1024];
+    const tg_model_info *mi = tg_model_get_info(s->m);
     if (mi->tokenizer[0]) { /* a translation model: its ids are pieces, not bytes or digits */
         snprintf(err, sizeof err, "--checkpoint '%s' is a translation checkpoint (data.mode "
                  "pairs, %s tokenizer): sample takes a text or seq2seq task model; translate "
@@ -205,6 +210,13 @@ static int sample_load(sampler *s, const sample_args *a, const cli_result *r)
             fail("%s%s", msg, "");
             return 2;
         }
+    return 0;
+}
+
+/* The decoder: a seq2seq model's, else the generator (or the whole-window graph with
+ * --no-cache). Returns 0, or 1 after printing why. */
+static int sample_build(sampler *s, const sample_args *a)
+{
     for (int b = 0; b < 256; b++)
         s->id_of[b] = tg_model_byte_token(s->m, b);
     if (s->s2s) {
@@ -236,6 +248,23 @@ static int sample_load(sampler *s, const sample_args *a, const cli_result *r)
         return 1;
     }
     return 0;
+}
+
+/* Read, validate and build the model of checkpoint @p path. Returns 0, or the exit status
+ * after printing why: 2 when the command line is at fault (the wrong kind of checkpoint for
+ * the options given, a bad --source), 1 when the file is (missing, corrupt). */
+static int sample_load(sampler *s, const sample_args *a, const cli_result *r)
+{
+    int rc = sample_read_model(s, a);
+    if (rc)
+        return rc;
+    const tg_model_info *mi = tg_model_get_info(s->m);
+    s->model = tg_model_transformer(s->m);
+    s->T = mi->config.max_seq_len;
+    s->nv = (int)mi->config.vocab_size;
+    s->s2s = mi->kind == TG_MODEL_SEQ2SEQ;
+    rc = sample_check_use(s, a, r);
+    return rc ? rc : sample_build(s, a);
 }
 
 /*
@@ -291,17 +320,11 @@ static bool gen_feed(sampler *s, const int32_t *ids, int64_t n)
     return false;
 }
 
-static int sample_generate(sampler *s, const sample_args *a)
+/* The prompt's ids (its last T) in win[0..*n), or a newline (else the first symbol) without
+ * one. Returns 0, or 2 after printing which byte the model does not know. */
+static int prompt_window(const sampler *s, const sample_args *a, int32_t *win, int64_t *n_out)
 {
     size_t plen = strlen(a->prompt);
-    int32_t *win = malloc(sizeof(int32_t) * (size_t)s->T); /* the last T ids, oldest first */
-    int32_t *buf = malloc(sizeof(int32_t) * (size_t)s->T);
-    double *lg = malloc(sizeof(double) * (size_t)s->nv), *p = malloc(sizeof(double) * (size_t)s->nv);
-    int rc = 1;
-    if (!win || !buf || !lg || !p) {
-        fprintf(stderr, "tgrad sample: out of memory\n");
-        goto out;
-    }
     int64_t n = 0; /* ids in win */
     for (size_t i = 0; i < plen; i++) {
         unsigned char c = (unsigned char)a->prompt[i];
@@ -312,8 +335,7 @@ static int sample_generate(sampler *s, const sample_args *a)
                 snprintf(shown, sizeof shown, " '%c'", c);
             fprintf(stderr, "tgrad sample: --prompt: byte %u%s at offset %zu is not in the "
                     "model's vocabulary of %d bytes\n", c, shown, i, s->nv);
-            rc = 2; /* a value the model cannot take: a usage error */
-            goto out;
+            return 2; /* a value the model cannot take: a usage error */
         }
         if (n == s->T) {
             memmove(win, win + 1, sizeof(int32_t) * (size_t)(s->T - 1));
@@ -323,33 +345,63 @@ static int sample_generate(sampler *s, const sample_args *a)
     }
     if (n == 0) /* no prompt: start from a newline if known, else the first symbol */
         win[n++] = s->id_of['\n'] >= 0 ? s->id_of['\n'] : 0;
+    *n_out = n;
+    return 0;
+}
+
+/* The logits of the next byte after win[0..n) into lg (k: the bytes generated so far): from
+ * the generator, fed the byte picked last, or from the whole window's graph (buf: scratch of
+ * T ids). False after printing why. */
+static bool next_logits(sampler *s, int64_t k, const int32_t *win, int64_t n, int32_t *buf,
+                        double *lg)
+{
+    if (s->gen) {
+        if (k > 0 && !gen_feed(s, win + n - 1, 1)) /* the byte picked last */
+            return false;
+        if (tg_tensor_get_data(tg_generator_logits(s->gen), lg, TG_F64, (size_t)s->nv) !=
+            TG_OK) {
+            fflush(stdout);
+            cli_report("sample", NULL, NULL, s->ctx);
+            return false;
+        }
+        return true;
+    }
+    for (int64_t t = 0; t < s->T; t++)
+        buf[t] = t < n ? win[t] : 0;
+    if (tg_tensor_set_data(s->ids, buf, TG_I32, (size_t)s->T) != TG_OK ||
+        tg_graph_forward(s->g) != TG_OK) {
+        fflush(stdout);
+        cli_report("sample", NULL, NULL, s->ctx);
+        return false;
+    }
+    int64_t row = (n - 1) * s->nv;
+    for (int v = 0; v < s->nv; v++)
+        lg[v] = tg_get(s->logits, row + v);
+    return true;
+}
+
+static int sample_generate(sampler *s, const sample_args *a)
+{
+    size_t plen = strlen(a->prompt);
+    int32_t *win = malloc(sizeof(int32_t) * (size_t)s->T); /* the last T ids, oldest first */
+    int32_t *buf = malloc(sizeof(int32_t) * (size_t)s->T);
+    double *lg = malloc(sizeof(double) * (size_t)s->nv), *p = malloc(sizeof(double) * (size_t)s->nv);
+    int rc = 1;
+    int64_t n = 0; /* ids in win */
+    if (!win || !buf || !lg || !p) {
+        fprintf(stderr, "tgrad sample: out of memory\n");
+        goto out;
+    }
+    if ((rc = prompt_window(s, a, win, &n)) != 0)
+        goto out;
+    rc = 1;
     fwrite(a->prompt, 1, plen, stdout);
     /* cached: the prompt (or its last seq_len / 2 bytes if longer) is prefilled once */
     if (s->gen && a->tokens > 0 && !gen_feed(s, win, n))
         goto out;
     for (int64_t k = 0; k < a->tokens; k++) {
-        if (s->gen) {
-            if (k > 0 && !gen_feed(s, win + n - 1, 1)) /* the byte picked last */
-                goto out;
-            if (tg_tensor_get_data(tg_generator_logits(s->gen), lg, TG_F64,
-                                   (size_t)s->nv) != TG_OK) {
-                fflush(stdout);
-                cli_report("sample", NULL, NULL, s->ctx);
-                goto out;
-            }
-        } else {
-            for (int64_t t = 0; t < s->T; t++)
-                buf[t] = t < n ? win[t] : 0;
-            if (tg_tensor_set_data(s->ids, buf, TG_I32, (size_t)s->T) != TG_OK ||
-                tg_graph_forward(s->g) != TG_OK) {
-                fflush(stdout);
-                cli_report("sample", NULL, NULL, s->ctx);
-                goto out;
-            }
-            int64_t row = (n - 1) * s->nv;
-            for (int v = 0; v < s->nv; v++)
-                lg[v] = tg_get(s->logits, row + v);
-        }
+        if (!next_logits(s, k, win, n, buf, lg))
+            goto out;
         for (int v = 0; v < s->nv; v++) {
             if (!isfinite(lg[v])) {
                 fputc('\n', stdout); /* end the text printed so far */

@@ -644,6 +644,50 @@ static bool flush_pending(translator_state *s, pending *pd, const int32_t **src,
     return ok;
 }
 
+/* Translate the lines of @p lr in batches of B as they come (a partial batch when no more
+ * input is waiting). A line that cannot be read or encoded ends the stream with its message
+ * in @p bad (nb bytes); false if a batch failed (reported). */
+static bool stream_lines(translator_state *s, line_reader *lr, pending *pd, int64_t B,
+                         const int32_t **src, int64_t *slen, const char *label, char *bad,
+                         size_t nb)
+{
+    char sh[80];
+    for (;;) {
+        const char *p;
+        size_t n;
+        int t = reader_take(lr, &p, &n);
+        if (t == LINE_OK) {
+            int64_t k = !blank_line(p, n) ? source_ids(s, p, n, pd->ids[pd->n]) : 0;
+            if (k < 0) {
+                char msg[1024];
+                snprintf(bad, nb, "%s:%" PRId64 ": %s", cli_show(label, sh, sizeof sh),
+                         lr->line_no, cli_message(s->ctx, NULL, msg, sizeof msg));
+                break;
+            }
+            pd->len[pd->n++] = k;
+            if (pd->n == B && !flush_pending(s, pd, src, slen))
+                return false;
+            continue;
+        }
+        if (t == LINE_LONG) {
+            snprintf(bad, nb, "%s:%" PRId64 ": the line is longer than %d bytes",
+                     cli_show(label, sh, sizeof sh), lr->line_no, TRANSLATE_MAX_LINE);
+            break;
+        }
+        if (lr->eof)
+            break;
+        /* no complete line buffered: translate what we have if nothing more is waiting */
+        if (pd->n > 0 && !input_ready(lr->fd) && !flush_pending(s, pd, src, slen))
+            return false;
+        if (!reader_fill(lr)) {
+            snprintf(bad, nb, "reading %s failed: %s", cli_show(label, sh, sizeof sh),
+                     strerror(errno));
+            break;
+        }
+    }
+    return true;
+}
+
 static int translate_stream(translator_state *s, const translate_args *a)
 {
     const char *name = a->input && strcmp(a->input, "-") ? a->input : NULL;
@@ -678,39 +722,8 @@ static int translate_stream(translator_state *s, const translate_args *a)
         goto out;
     }
     char bad[1200] = "";
-    for (;;) {
-        const char *p;
-        size_t n;
-        int t = reader_take(&lr, &p, &n);
-        if (t == LINE_OK) {
-            int64_t k = !blank_line(p, n) ? source_ids(s, p, n, pd.ids[pd.n]) : 0;
-            if (k < 0) {
-                char msg[1024];
-                snprintf(bad, sizeof bad, "%s:%" PRId64 ": %s", cli_show(label, sh, sizeof sh),
-                         lr.line_no, cli_message(s->ctx, NULL, msg, sizeof msg));
-                break;
-            }
-            pd.len[pd.n++] = k;
-            if (pd.n == B && !flush_pending(s, &pd, src, slen))
-                goto out;
-            continue;
-        }
-        if (t == LINE_LONG) {
-            snprintf(bad, sizeof bad, "%s:%" PRId64 ": the line is longer than %d bytes",
-                     cli_show(label, sh, sizeof sh), lr.line_no, TRANSLATE_MAX_LINE);
-            break;
-        }
-        if (lr.eof)
-            break;
-        /* no complete line buffered: translate what we have if nothing more is waiting */
-        if (pd.n > 0 && !input_ready(lr.fd) && !flush_pending(s, &pd, src, slen))
-            goto out;
-        if (!reader_fill(&lr)) {
-            snprintf(bad, sizeof bad, "reading %s failed: %s", cli_show(label, sh, sizeof sh),
-                     strerror(errno));
-            break;
-        }
-    }
+    if (!stream_lines(s, &lr, &pd, B, src, slen, label, bad, sizeof bad))
+        goto out;
     if (pd.n > 0 && !flush_pending(s, &pd, src, slen))
         goto out;
     if (bad[0]) {

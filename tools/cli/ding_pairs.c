@@ -159,17 +159,11 @@ static int close_of(char c)
 
 static bool is_close(char c) { return c == ')' || c == ']' || c == '}' || c == '>'; }
 
-/* Clean one side (n bytes at s) into out (at least n + 2 bytes). Returns -1 if kept, else
- * the rule that drops it. */
-static int clean_side(const char *s, size_t n, char *out)
+/* 2. Variants: where the first variant of s (n bytes) ends (*end; n if there is one only).
+ * Returns -1, or R_SEMI when the ';' is inside a sentence or a word list. */
+static int first_variant(const char *s, size_t n, size_t *end)
 {
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f || s[i] == '~')
-            return R_TILDE;
-    if (!utf8_ok((const unsigned char *)s, n))
-        return R_UTF8;
-    /* 2. variants */
-    size_t end = n;
+    *end = n;
     int depth = 0;
     for (size_t i = 0; i < n; i++) {
         if (close_of(s[i]))
@@ -187,23 +181,25 @@ static int clean_side(const char *s, size_t n, char *out)
                 return R_SEMI;
             if (!is_end(s[k - 1]) && s[nx] >= 'a' && s[nx] <= 'z')
                 return R_SEMI;
-            end = k;
+            *end = k;
             break;
         }
     }
-    char final = s[n - 1];
-    /* 3. annotations */
-    char *tmp = xmalloc(n + 2);
+    return -1;
+}
+
+/* 3. Annotations: s (end bytes) without its bracketed parts, into tmp (*t bytes). Returns -1,
+ * or R_BRACKETS for unbalanced or nested brackets. */
+static int strip_annotations(const char *s, size_t end, char *tmp, size_t *t_out)
+{
     size_t t = 0, i = 0;
     size_t lead = 0;
     while (lead < end && s[lead] == ' ')
         lead++;
     while (i < end) {
         char c = s[i];
-        if (is_close(c)) {
-            free(tmp);
+        if (is_close(c))
             return R_BRACKETS;
-        }
         int cl = close_of(c);
         if (!cl) {
             tmp[t++] = c;
@@ -212,16 +208,12 @@ static int clean_side(const char *s, size_t n, char *out)
         }
         size_t j = i + 1;
         while (j < end && s[j] != cl) {
-            if (close_of(s[j]) || is_close(s[j])) {
-                free(tmp);
+            if (close_of(s[j]) || is_close(s[j]))
                 return R_BRACKETS;
-            }
             j++;
         }
-        if (j >= end) {
-            free(tmp);
+        if (j >= end)
             return R_BRACKETS;
-        }
         if (c == '(' && i == lead) { /* "(The) markets": keep the words */
             memcpy(tmp + t, s + i + 1, j - i - 1);
             t += j - i - 1;
@@ -232,22 +224,13 @@ static int clean_side(const char *s, size_t n, char *out)
         }
         i = j + 1;
     }
-    /* 4. spaces */
-    size_t o = 0;
-    for (size_t k = 0; k < t; k++) {
-        char c = tmp[k];
-        if (c == ' ' && (o == 0 || out[o - 1] == ' '))
-            continue;
-        if ((is_end(c) || c == ',' || c == ';' || c == ':') && o > 0 && out[o - 1] == ' ')
-            o--;
-        out[o++] = c;
-    }
-    while (o > 0 && out[o - 1] == ' ')
-        o--;
-    free(tmp);
-    if (o > 0 && !is_end(out[o - 1]) && is_end(final) && end < n)
-        out[o++] = final; /* the first variant without its own punctuation */
-    out[o] = '\0';
+    *t_out = t;
+    return -1;
+}
+
+/* 5 to 8 on the cleaned side out (o bytes). Returns -1, or the rule that drops it. */
+static int check_sentence(const char *out, size_t o)
+{
     /* 5. slash */
     for (size_t k = 0; k < o; k++)
         if (out[k] == '/' &&
@@ -271,6 +254,44 @@ static int clean_side(const char *s, size_t n, char *out)
     if (o < 2 || !is_end(out[o - 1]) || !letter)
         return R_NOT_SENTENCE;
     return -1;
+}
+
+/* Clean one side (n bytes at s) into out (at least n + 2 bytes). Returns -1 if kept, else
+ * the rule that drops it. */
+static int clean_side(const char *s, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f || s[i] == '~')
+            return R_TILDE;
+    if (!utf8_ok((const unsigned char *)s, n))
+        return R_UTF8;
+    size_t end;
+    if (first_variant(s, n, &end) >= 0)
+        return R_SEMI;
+    char final = s[n - 1];
+    char *tmp = xmalloc(n + 2);
+    size_t t = 0;
+    if (strip_annotations(s, end, tmp, &t) >= 0) {
+        free(tmp);
+        return R_BRACKETS;
+    }
+    /* 4. spaces */
+    size_t o = 0;
+    for (size_t k = 0; k < t; k++) {
+        char c = tmp[k];
+        if (c == ' ' && (o == 0 || out[o - 1] == ' '))
+            continue;
+        if ((is_end(c) || c == ',' || c == ';' || c == ':') && o > 0 && out[o - 1] == ' ')
+            o--;
+        out[o++] = c;
+    }
+    while (o > 0 && out[o - 1] == ' ')
+        o--;
+    free(tmp);
+    if (o > 0 && !is_end(out[o - 1]) && is_end(final) && end < n)
+        out[o++] = final; /* the first variant without its own punctuation */
+    out[o] = '\0';
+    return check_sentence(out, o);
 }
 
 /* ----- splitmix64 (SPEC: the batches' RNG) ----------------------------------------------- */
@@ -385,75 +406,161 @@ static char *read_all(const char *path, size_t *n)
     return buf;
 }
 
-int main(int argc, char **argv)
+/* The command line. */
+typedef struct args {
+    uint64_t seed, n_valid, n_test;
+    const char *source, *outdir;
+    bool force;
+} args;
+
+/* Parse the options into @p a; false for --help (usage printed). Usage errors exit. */
+static bool parse_args(int argc, char **argv, args *a)
 {
-    uint64_t seed = 1, n_valid = 500, n_test = 1000;
-    const char *source = "/usr/share/trans/de-en", *outdir = NULL;
-    bool force = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *s = argv[i];
         uint64_t *num = NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
             usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--force"))
-            force = true;
-        else if (!strcmp(a, "--seed"))
-            num = &seed;
-        else if (!strcmp(a, "--valid"))
-            num = &n_valid;
-        else if (!strcmp(a, "--test"))
-            num = &n_test;
-        else if (!strcmp(a, "--source")) {
+            return false;
+        } else if (!strcmp(s, "--force"))
+            a->force = true;
+        else if (!strcmp(s, "--seed"))
+            num = &a->seed;
+        else if (!strcmp(s, "--valid"))
+            num = &a->n_valid;
+        else if (!strcmp(s, "--test"))
+            num = &a->n_test;
+        else if (!strcmp(s, "--source")) {
             if (i + 1 >= argc)
                 usage_err("--source needs a file", NULL);
-            source = argv[++i];
-        } else if (a[0] == '-' && a[1])
-            usage_err("unknown option", a);
-        else if (outdir)
-            usage_err("more than one output directory:", a);
+            a->source = argv[++i];
+        } else if (s[0] == '-' && s[1])
+            usage_err("unknown option", s);
+        else if (a->outdir)
+            usage_err("more than one output directory:", s);
         else
-            outdir = a;
+            a->outdir = s;
         if (num) {
             if (i + 1 >= argc)
-                usage_err("option needs a number:", a);
-            uint64_t max = num == &seed ? UINT64_MAX : 100000000;
+                usage_err("option needs a number:", s);
+            uint64_t max = num == &a->seed ? UINT64_MAX : 100000000;
             if (!parse_u64(argv[i + 1], max, num))
-                usage_err(num == &seed ? "--seed needs an integer in [0, 2^64):"
-                                       : "--valid/--test need an integer in [0, 1e8]:",
+                usage_err(num == &a->seed ? "--seed needs an integer in [0, 2^64):"
+                                          : "--valid/--test need an integer in [0, 1e8]:",
                           argv[i + 1]);
             i++;
         }
     }
-    if (!outdir)
+    if (!a->outdir)
         usage_err("no output directory given", NULL);
-    struct stat st;
-    if (stat(outdir, &st) != 0 && errno == ENOENT && mkdir(outdir, 0777) != 0)
-        die("cannot create the directory '%s': %s", outdir, strerror(errno));
-    if (stat(outdir, &st) != 0 || !S_ISDIR(st.st_mode))
-        die("'%s' is not a directory", outdir);
+    return true;
+}
 
-    outfile out[3] = {{.name = "train.tsv"}, {.name = "valid.tsv"}, {.name = "test.tsv"}};
+/* OUTDIR (created if missing) and the three output paths: an existing file is replaced only
+ * with --force, the input never. */
+static void check_outputs(const args *a, outfile out[3])
+{
+    struct stat st;
+    if (stat(a->outdir, &st) != 0 && errno == ENOENT && mkdir(a->outdir, 0777) != 0)
+        die("cannot create the directory '%s': %s", a->outdir, strerror(errno));
+    if (stat(a->outdir, &st) != 0 || !S_ISDIR(st.st_mode))
+        die("'%s' is not a directory", a->outdir);
     for (int k = 0; k < 3; k++) {
-        snprintf(out[k].path, sizeof out[k].path, "%s/%s", outdir, out[k].name);
+        snprintf(out[k].path, sizeof out[k].path, "%s/%s", a->outdir, out[k].name);
         char err[1200];
-        outpath_status os = outpath_check("output", out[k].path, force, NULL, err, sizeof err);
+        outpath_status os = outpath_check("output", out[k].path, a->force, NULL, err,
+                                          sizeof err);
         if (os == OUTPATH_EXISTS)
             die("'%s' exists; give --force to replace it", out[k].path);
         if (os != OUTPATH_OK)
             die("%s", err);
         /* an output never replaces the input, even with --force */
-        if (!outpath_not_input("output", out[k].path, "--source", source, err, sizeof err)) {
+        if (!outpath_not_input("output", out[k].path, "--source", a->source, err, sizeof err)) {
             fprintf(stderr, PROG ": %s\n", err);
             exit(2);
         }
     }
+}
 
-    size_t n;
-    char *text = read_all(source, &n);
-    size_t cap = 1024, np = 0;
-    pair *pairs = xmalloc(cap * sizeof *pairs);
-    size_t lines = 0, entries = 0, misaligned = 0, candidates = 0, dropped[R_COUNT] = {0};
+/* The pairs read from the dictionary, and what the reading counted. */
+typedef struct scan {
+    pair *pairs;
+    size_t np, cap;
+    size_t lines, entries, misaligned, candidates, dropped[R_COUNT];
+} scan;
+
+/* One aligned sub-entry pair, German d (dn bytes) and English e (enn bytes), trimmed: kept
+ * cleaned if it is a candidate that survives the rules, else counted under the rule that
+ * dropped it. */
+static void scan_pair(scan *sc, const char *d, size_t dn, const char *e, size_t enn)
+{
+    while (dn && *d == ' ')
+        d++, dn--;
+    while (enn && *e == ' ')
+        e++, enn--;
+    while (dn && d[dn - 1] == ' ')
+        dn--;
+    while (enn && e[enn - 1] == ' ')
+        enn--;
+    if (!(dn && enn && is_end(d[dn - 1]) && is_end(e[enn - 1])))
+        return;
+    sc->candidates++;
+    char *ce_ = xmalloc(enn + 2), *cde = xmalloc(dn + 2);
+    int r = clean_side(e, enn, ce_);
+    if (r < 0)
+        r = clean_side(d, dn, cde);
+    if (r >= 0) {
+        sc->dropped[r]++;
+        free(ce_);
+        free(cde);
+        return;
+    }
+    if (sc->np == sc->cap) {
+        sc->cap *= 2;
+        pair *nbuf = realloc(sc->pairs, sc->cap * sizeof *sc->pairs);
+        if (!nbuf)
+            die("out of memory");
+        sc->pairs = nbuf;
+    }
+    sc->pairs[sc->np].en = ce_;
+    sc->pairs[sc->np].de = cde;
+    sc->np++;
+}
+
+/* One line of the dictionary (modified in place): an entry 'German :: English' with the same
+ * number of " | " on both sides gives its aligned sub-entry pairs. */
+static void scan_line(scan *sc, char *line)
+{
+    char *sep = strstr(line, " :: ");
+    if (line[0] == '#' || !sep)
+        return;
+    sc->entries++;
+    *sep = '\0';
+    char *de = line, *en = sep + 4;
+    size_t cd = 1, ce = 1;
+    for (char *p = de; (p = strstr(p, " | ")); p += 3)
+        cd++;
+    for (char *p = en; (p = strstr(p, " | ")); p += 3)
+        ce++;
+    if (cd != ce) {
+        sc->misaligned++;
+        return;
+    }
+    for (size_t k = 0; k < cd; k++) {
+        char *de_end = strstr(de, " | "), *en_end = strstr(en, " | ");
+        size_t dn = de_end ? (size_t)(de_end - de) : strlen(de);
+        size_t enn = en_end ? (size_t)(en_end - en) : strlen(en);
+        scan_pair(sc, de, dn, en, enn);
+        if (de_end)
+            de = de_end + 3;
+        if (en_end)
+            en = en_end + 3;
+    }
+}
+
+/* Every line of the dictionary text (n bytes, modified in place). */
+static void scan_text(scan *sc, char *text, size_t n)
+{
     char *line = text;
     while (line < text + n) {
         char *nl = memchr(line, '\n', (size_t)(text + n - line));
@@ -462,75 +569,18 @@ int main(int argc, char **argv)
         if (le > line && le[-1] == '\r')
             le--;
         *le = '\0';
-        lines++;
-        char *sep = strstr(line, " :: ");
-        if (line[0] == '#' || !sep) {
-            line = next;
-            continue;
-        }
-        entries++;
-        *sep = '\0';
-        char *de = line, *en = sep + 4;
-        /* aligned sub-entries: the same number of " | " on both sides */
-        size_t cd = 1, ce = 1;
-        for (char *p = de; (p = strstr(p, " | ")); p += 3)
-            cd++;
-        for (char *p = en; (p = strstr(p, " | ")); p += 3)
-            ce++;
-        if (cd != ce) {
-            misaligned++;
-            line = next;
-            continue;
-        }
-        for (size_t k = 0; k < cd; k++) {
-            char *de_end = strstr(de, " | "), *en_end = strstr(en, " | ");
-            size_t dn = de_end ? (size_t)(de_end - de) : strlen(de);
-            size_t enn = en_end ? (size_t)(en_end - en) : strlen(en);
-            const char *d = de, *e = en;
-            while (dn && *d == ' ')
-                d++, dn--;
-            while (enn && *e == ' ')
-                e++, enn--;
-            while (dn && d[dn - 1] == ' ')
-                dn--;
-            while (enn && e[enn - 1] == ' ')
-                enn--;
-            if (dn && enn && is_end(d[dn - 1]) && is_end(e[enn - 1])) {
-                candidates++;
-                char *ce_ = xmalloc(enn + 2), *cde = xmalloc(dn + 2);
-                int r = clean_side(e, enn, ce_);
-                if (r < 0)
-                    r = clean_side(d, dn, cde);
-                if (r >= 0) {
-                    dropped[r]++;
-                    free(ce_);
-                    free(cde);
-                } else {
-                    if (np == cap) {
-                        cap *= 2;
-                        pair *nbuf = realloc(pairs, cap * sizeof *pairs);
-                        if (!nbuf)
-                            die("out of memory");
-                        pairs = nbuf;
-                    }
-                    pairs[np].en = ce_;
-                    pairs[np].de = cde;
-                    np++;
-                }
-            }
-            if (de_end)
-                de = de_end + 3;
-            if (en_end)
-                en = en_end + 3;
-        }
+        sc->lines++;
+        scan_line(sc, line);
         line = next;
     }
-    free(text);
-    if (entries == 0)
-        die("'%s' holds no dictionary entries (lines 'German :: English')", source);
+}
 
-    /* deduplicate exact pairs; group by English */
-    size_t kept = np;
+/* Deduplicate exact pairs, sorted so that each English sentence's pairs are together. Returns
+ * how many were removed. */
+static size_t dedup(scan *sc)
+{
+    pair *pairs = sc->pairs;
+    size_t np = sc->np;
     if (np)
         qsort(pairs, np, sizeof *pairs, cmp_pair);
     size_t u = 0;
@@ -542,82 +592,127 @@ int main(int argc, char **argv)
         }
         pairs[u++] = pairs[k];
     }
-    size_t duplicates = np - u;
-    np = u;
-    size_t ng = 0;
-    size_t *gstart = xmalloc((np + 1) * sizeof *gstart);
+    sc->np = u;
+    return np - u;
+}
+
+/* The groups of equal English sentences: gstart (ng + 1 entries) and their shuffled order. */
+typedef struct groups {
+    size_t ng, *gstart, *order;
+    int *split; /* (ng) the file of the k-th group in order: 0 train, 1 valid, 2 test */
+} groups;
+
+static void group_and_shuffle(const scan *sc, uint64_t seed, groups *gr)
+{
+    size_t np = sc->np, ng = 0;
+    gr->gstart = xmalloc((np + 1) * sizeof *gr->gstart);
     for (size_t k = 0; k < np; k++)
-        if (k == 0 || strcmp(pairs[k - 1].en, pairs[k].en))
-            gstart[ng++] = k;
-    gstart[ng] = np;
-    size_t *order = xmalloc((ng + 1) * sizeof *order);
+        if (k == 0 || strcmp(sc->pairs[k - 1].en, sc->pairs[k].en))
+            gr->gstart[ng++] = k;
+    gr->gstart[ng] = np;
+    gr->order = xmalloc((ng + 1) * sizeof *gr->order);
     for (size_t g = 0; g < ng; g++)
-        order[g] = g;
+        gr->order[g] = g;
     uint64_t s = seed ^ 0x9E3779B97F4A7C15ULL; /* SPEC: seed XOR golden * (epoch + 1), epoch 0 */
     for (size_t g = ng; g > 1; g--) {
         size_t j = (size_t)(sm_next(&s) % (uint64_t)g);
-        size_t t = order[g - 1];
-        order[g - 1] = order[j];
-        order[j] = t;
+        size_t t = gr->order[g - 1];
+        gr->order[g - 1] = gr->order[j];
+        gr->order[j] = t;
     }
-    if (n_valid + n_test > np)
-        die("only %zu unique pairs: too few for --valid %llu and --test %llu", np,
-            (unsigned long long)n_valid, (unsigned long long)n_test);
+    gr->ng = ng;
+}
 
-    /* assign: test, then valid, then train */
-    int *split = xmalloc((ng + 1) * sizeof *split);
-    size_t room[3] = {0, n_valid, n_test};
-    for (size_t k = 0; k < ng; k++) {
-        size_t g = order[k], sz = gstart[g + 1] - gstart[g];
+/* Assign: test, then valid, then train. */
+static void assign_splits(const args *a, groups *gr)
+{
+    gr->split = xmalloc((gr->ng + 1) * sizeof *gr->split);
+    size_t room[3] = {0, a->n_valid, a->n_test};
+    for (size_t k = 0; k < gr->ng; k++) {
+        size_t g = gr->order[k], sz = gr->gstart[g + 1] - gr->gstart[g];
         int to = 0;
         if (sz <= room[2])
             to = 2;
         else if (sz <= room[1])
             to = 1;
         room[to] -= to ? sz : 0;
-        split[k] = to;
+        gr->split[k] = to;
     }
     if (room[1] || room[2])
         die("could not fill --valid and --test exactly from the groups of equal English "
             "sentences");
+}
 
+/* The summary on standard output. */
+static void report(const args *a, const scan *sc, size_t kept, size_t duplicates, size_t ng,
+                   const outfile out[3])
+{
+    size_t np = sc->np;
     double words = 0;
     for (size_t k = 0; k < np; k++) {
-        const char *e = pairs[k].en;
+        const char *e = sc->pairs[k].en;
         for (size_t c = 0; e[c]; c++)
             if (e[c] != ' ' && (c == 0 || e[c - 1] == ' '))
                 words++;
     }
+    printf("%s: %zu lines, %zu entries (%zu with unequal ' | ' counts, skipped)\n", a->source,
+           sc->lines, sc->entries, sc->misaligned);
+    printf("sentence pairs: %zu candidates, %zu kept, %zu dropped", sc->candidates, kept,
+           sc->candidates - kept);
+    for (int r = 0; r < R_COUNT; r++)
+        printf("%s%s %zu", r ? ", " : " (", rule_names[r], sc->dropped[r]);
+    printf(")\n");
+    printf("unique pairs: %zu (%zu duplicates removed), %zu distinct English sentences, "
+           "%.2f English words per pair\n",
+           np, duplicates, ng, np ? words / (double)np : 0.0);
+    printf("seed %llu: %s %zu, %s %zu, %s %zu pairs in '%s'\n", (unsigned long long)a->seed,
+           out[0].name, out[0].count, out[1].name, out[1].count, out[2].name, out[2].count,
+           a->outdir);
+}
+
+int main(int argc, char **argv)
+{
+    args a = {.seed = 1, .n_valid = 500, .n_test = 1000, .source = "/usr/share/trans/de-en"};
+    if (!parse_args(argc, argv, &a))
+        return 0;
+    outfile out[3] = {{.name = "train.tsv"}, {.name = "valid.tsv"}, {.name = "test.tsv"}};
+    check_outputs(&a, out);
+
+    size_t n;
+    char *text = read_all(a.source, &n);
+    scan sc = {.cap = 1024};
+    sc.pairs = xmalloc(sc.cap * sizeof *sc.pairs);
+    scan_text(&sc, text, n);
+    free(text);
+    if (sc.entries == 0)
+        die("'%s' holds no dictionary entries (lines 'German :: English')", a.source);
+
+    size_t kept = sc.np;
+    size_t duplicates = dedup(&sc);
+    groups gr = {0};
+    group_and_shuffle(&sc, a.seed, &gr);
+    if (a.n_valid + a.n_test > sc.np)
+        die("only %zu unique pairs: too few for --valid %llu and --test %llu", sc.np,
+            (unsigned long long)a.n_valid, (unsigned long long)a.n_test);
+    assign_splits(&a, &gr);
+
     /* each file through tgrad's atomic writer (a temporary renamed into place): a failure
      * leaves the file it would have replaced as it was */
     for (int k = 0; k < 3; k++) {
-        split_out so = {pairs, order, gstart, split, ng, k, 0};
+        split_out so = {sc.pairs, gr.order, gr.gstart, gr.split, gr.ng, k, 0};
         char err[1600];
         if (!outpath_write(NULL, "output", out[k].path, emit_split, &so, err, sizeof err))
             die("%s", err);
         out[k].count = so.count;
     }
-
-    printf("%s: %zu lines, %zu entries (%zu with unequal ' | ' counts, skipped)\n", source,
-           lines, entries, misaligned);
-    printf("sentence pairs: %zu candidates, %zu kept, %zu dropped", candidates, kept,
-           candidates - kept);
-    for (int r = 0; r < R_COUNT; r++)
-        printf("%s%s %zu", r ? ", " : " (", rule_names[r], dropped[r]);
-    printf(")\n");
-    printf("unique pairs: %zu (%zu duplicates removed), %zu distinct English sentences, "
-           "%.2f English words per pair\n",
-           np, duplicates, ng, np ? words / (double)np : 0.0);
-    printf("seed %llu: %s %zu, %s %zu, %s %zu pairs in '%s'\n", (unsigned long long)seed,
-           out[0].name, out[0].count, out[1].name, out[1].count, out[2].name, out[2].count,
-           outdir);
-    for (size_t k = 0; k < np; k++) {
-        free(pairs[k].en);
-        free(pairs[k].de);
+    report(&a, &sc, kept, duplicates, gr.ng, out);
+    for (size_t k = 0; k < sc.np; k++) {
+        free(sc.pairs[k].en);
+        free(sc.pairs[k].de);
     }
-    free(pairs);
-    free(gstart);
-    free(order);
-    free(split);
+    free(sc.pairs);
+    free(gr.gstart);
+    free(gr.order);
+    free(gr.split);
     return 0;
 }
