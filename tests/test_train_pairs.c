@@ -344,6 +344,13 @@ static void expect_setup_stopped(int rc)
  * at its first check, exit 130, nothing written. */
 START_TEST(test_setup_sigterm_pending)
 {
+    if (getenv("TG_UNDER_VALGRIND")) {
+        /* valgrind keeps a blocked signal pending in its own emulated state, so it is not
+         * pending in the kernel when the child execs tgrad: the case cannot be set up */
+        fprintf(stderr, "test_train_pairs: skipped test_setup_sigterm_pending under valgrind "
+                        "(a signal left pending across exec is emulated away)\n");
+        return;
+    }
     write_pairs("train.tsv", 60, 0);
     write_pairs("valid.tsv", 10, 3);
     pid_t pid = spawn("train --pairs train.tsv --valid valid.tsv " MODEL " --steps 5 "
