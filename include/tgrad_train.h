@@ -12,6 +12,9 @@
 #include "tgrad_io.h"
 #include "tgrad_nn.h"
 
+#include <signal.h>
+#include <stdbool.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -1081,6 +1084,178 @@ TG_API tg_status tg_train_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *
                                              const char *label, const tg_transformer_config *cfg,
                                              tg_dtype dt, const tg_optim_config *optim,
                                              tg_optim *opt, tg_train_state *state);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name The training run
+ * The loop of a training run as one call: tg_train_run() steps from @c cfg->start to the end,
+ * choosing each step's learning rate by the schedule, evaluating every @c eval_every steps and
+ * at the end, keeping the best validation loss, stopping at a metric target or on a stop
+ * request, and saving at every evaluation, every @c save_every steps and at the end. What a
+ * step trains on and how a model is evaluated are the caller's: callbacks fill a step's batch,
+ * run micro-batch i (tg_train_step()'s ::tg_micro_batch_fn) and evaluate. Log rows, progress and
+ * the checkpoint go out through callbacks too, so the caller keeps its files and messages.
+ * `tgrad train` runs every mode (text, task, seq2seq, pairs) through it. See docs/training.md,
+ * "The training run".
+ * @code
+ *   tg_train_config cfg = tg_train_config_default();
+ *   cfg.steps = 1000; cfg.eval_every = 100; cfg.lr = 1.0; cfg.warmup = 100;
+ *   cfg.schedule = TG_LR_NOAM; cfg.d_model = 64; cfg.tokens_per_step = B * T;
+ *   tg_train_callbacks cb = {.user = &my, .batch = draw, .micro = micro, .evaluate = eval,
+ *                            .row = write_row, .save = save};
+ *   tg_train_result res;
+ *   tg_status s = tg_train_run(ctx, opt, &cfg, &cb, &res);
+ * @endcode
+ */
+/**@{*/
+
+/** The learning rate schedule of a run (tg_lr_warmup_cosine(), tg_lr_noam()). */
+typedef enum tg_lr_schedule {
+    TG_LR_WARMUP_COSINE = 0, /**< linear warmup, then cosine decay to min_lr */
+    TG_LR_NOAM = 1           /**< lr * d_model^-1/2 * min(s^-1/2, s warmup^-3/2), s = step+1 */
+} tg_lr_schedule;
+
+/** What a run does; tg_train_config_default() gives the zero-risk defaults. */
+typedef struct tg_train_config {
+    int64_t steps;      /**< the run's planned length in optimizer steps (the schedule's
+                             horizon), >= 1 */
+    int64_t start;      /**< steps already done (a resumed run: the checkpoint's optim.step),
+                             0 <= start < steps */
+    int64_t stop_after; /**< > start and < steps: stop after this step (the schedule still
+                             plans @c steps); 0: run to @c steps */
+    int64_t eval_every; /**< evaluate after every this many steps (and after the last), >= 1 */
+    int64_t save_every; /**< > 0: save after every this many steps too; 0: only after an
+                             evaluation and the last step */
+    tg_lr_schedule schedule; /**< the learning rate of step s (0-based) */
+    double lr;          /**< peak rate (cosine) or the noam factor */
+    double min_lr;      /**< the cosine decay's final rate */
+    int64_t warmup;     /**< warmup steps, >= 0 */
+    int64_t d_model;    /**< noam: the model width, >= 1 */
+    double clip;        /**< > 0: clip the gradients to this global norm (tg_train_step()) */
+    tg_grad_accum *accum;      /**< K > 1 micro-batches (tg_train_step_opts), or NULL */
+    const tg_train_sync *sync; /**< several processes (with @c accum), or NULL */
+    int64_t tokens_per_step;   /**< tokens a step trains on, for tokens/s (0: tokens/s is
+                                    measured by the @c tokens callback) */
+    double best_val;    /**< the best validation loss so far (a resumed run: its
+                             checkpoint's; INFINITY: none) */
+    double last_val;    /**< the validation loss shown until the first evaluation (NaN) */
+    /** The run stops after the current step once this flag is non-zero (a signal handler may
+     *  set it: a `volatile sig_atomic_t` the caller owns); NULL: no flag. */
+    const volatile sig_atomic_t *stop;
+} tg_train_config;
+
+/** The defaults: 1 step, evaluate every step, cosine at lr 1e-3, no clipping, best_val
+ *  INFINITY, last_val NaN, every pointer NULL. */
+TG_API tg_train_config tg_train_config_default(void);
+
+/** One step's row, given to ::tg_train_callbacks row and progress. */
+typedef struct tg_train_row {
+    int64_t step;        /**< 1-based */
+    double loss;         /**< the step's training loss (tg_train_step_result) */
+    double lr;           /**< its learning rate */
+    double tokens_per_s; /**< tokens trained per second so far in this call */
+    bool eval;           /**< this step evaluated */
+    double val_loss;     /**< the evaluation's loss (NaN when not evaluated or none) */
+    double metric;       /**< the evaluation's metric (accuracy, BLEU; NaN: none) */
+    double best_val;     /**< the best validation loss so far */
+    bool last;           /**< the last step of the call (its end, or a stop request) */
+    bool stop;           /**< the run ends after this step (last, or a target reached) */
+} tg_train_row;
+
+/** Which part of a run failed (::tg_train_result). */
+typedef enum tg_train_fail {
+    TG_TRAIN_FAIL_NONE = 0,   /**< the run ended normally */
+    TG_TRAIN_FAIL_BATCH = 1,  /**< the batch callback, or tg_train_step()'s batch stage */
+    TG_TRAIN_FAIL_UPDATE = 2, /**< tg_train_step()'s update stage (a non-finite loss or
+                                   update: every process holds the same failure) */
+    TG_TRAIN_FAIL_AFTER = 3,  /**< the after_step callback */
+    TG_TRAIN_FAIL_EVAL = 4,   /**< the evaluate callback */
+    TG_TRAIN_FAIL_ROW = 5,    /**< the row callback (the log) */
+    TG_TRAIN_FAIL_SAVE = 6,   /**< the save callback (the checkpoint) */
+    TG_TRAIN_FAIL_PROGRESS = 7 /**< the progress callback */
+} tg_train_fail;
+
+/** How a run ended. */
+typedef struct tg_train_result {
+    int64_t step;     /**< steps done (the run's position) */
+    int64_t trained;  /**< steps this call ran */
+    double loss;      /**< the last step's loss (the failing step's, NaN if it had none) */
+    double last_val;  /**< the last evaluation's loss (cfg->last_val before one) */
+    double best_val;  /**< the best validation loss */
+    double metric;    /**< the last evaluation's metric (NaN: none) */
+    double tokens_per_s; /**< as in the last row */
+    bool reached;     /**< an evaluation reached its target */
+    bool stopped;     /**< the stop flag or after_step ended the run early */
+    bool before_first; /**< the first callback stopped the run before its first step */
+    tg_train_fail failed; /**< where it failed; @c step + 1 is the failing step */
+} tg_train_result;
+
+/**
+ * The caller's side of a run. Each callback returns ::TG_OK or a status with the error on the
+ * context (or its own message already given); the run stops there and reports which
+ * (::tg_train_result failed). @c micro is required; the others may be NULL.
+ */
+typedef struct tg_train_callbacks {
+    void *user; /**< passed to every callback */
+    /** Before the first step (@p step: its 0-based index): return true to stop at once
+     *  (nothing trained; result before_first). */
+    bool (*first)(void *user, int64_t step);
+    /** Fill step @p step's (0-based) batch, before its micro-batches run. */
+    tg_status (*batch)(void *user, int64_t step);
+    /** Micro-batch i of the step (tg_train_step()). */
+    tg_micro_batch_fn micro;
+    /** Real tokens the step just run trained on; with it, tokens/s counts them per second
+     *  spent in steps (not evaluating); without it, tokens_per_step per wall second. */
+    int64_t (*tokens)(void *user);
+    /** After step @p step (0-based) ran, before its evaluation: set @p *stop to end the run
+     *  after this step (a stop request; several processes agree on it here). @p last: the
+     *  step is the last one planned. */
+    tg_status (*after_step)(void *user, int64_t step, bool last, bool *stop);
+    /** Evaluate after step @p step (0-based) into @p val_loss (NaN: none) and @p metric
+     *  (NaN: none); set @p reached when the metric meets the caller's target. */
+    tg_status (*evaluate)(void *user, int64_t step, double *val_loss, double *metric,
+                          bool *reached);
+    /** The step's row (a log line), after its evaluation and before its save. */
+    tg_status (*row)(void *user, const tg_train_row *r);
+    /** Save the run after @p steps_done steps (best_val: @p best_val). */
+    tg_status (*save)(void *user, int64_t steps_done, double best_val);
+    /** The step's row again, after its save (progress on a terminal). */
+    tg_status (*progress)(void *user, const tg_train_row *r);
+} tg_train_callbacks;
+
+/**
+ * Run training steps cfg->start .. end - 1, end = cfg->stop_after when in (start, steps), else
+ * cfg->steps. Each step s (0-based):
+ * 1. lr = tg_lr_noam(s, d_model, warmup, lr) or tg_lr_warmup_cosine(s, steps, warmup, lr,
+ *    min_lr); before the first step, @c first may stop the run;
+ * 2. @c batch (s), then tg_train_step() with @c micro, clip, accum and sync;
+ * 3. tokens/s; @c after_step (s, s + 1 == end) may ask to stop (the step is then the last);
+ * 4. evaluate when (s + 1) % eval_every == 0 or the step is the last: the validation loss
+ *    (best_val = min(best_val, val_loss); NaN never replaces it), the metric, and reached;
+ * 5. @c row; @c save when a checkpoint is due: after an evaluation, at the end, when reached,
+ *    or when (s + 1) % save_every == 0; @c progress;
+ * 6. the run ends after the last step or once reached.
+ * Bits: the run draws and computes exactly as these calls written out by hand; a run resumed
+ * from a checkpoint saved after step k (cfg->start = k, its best_val, the state restored)
+ * continues bit for bit.
+ * @param res  receives how the run ended (may be NULL)
+ * Errors (run-time): ::TG_ERR_ARG (NULL ctx, opt, cfg, cb or cb->micro; steps < 1, start out
+ * of [0, steps), eval_every < 1, save_every < 0, warmup < 0, noam with d_model < 1), the
+ * status of the failing callback or step (res->failed says which).
+ */
+TG_API tg_status tg_train_run(tg_ctx *ctx, tg_optim *opt, const tg_train_config *cfg,
+                              const tg_train_callbacks *cb, tg_train_result *res);
+
+/** The CSV header of a training log: `step,train_loss,val_loss,lr,tokens_per_s,METRIC\n`
+ *  with METRIC @p metric ("val_acc", "val_bleu"), or the five columns without it (NULL).
+ *  Returns the bytes written (without the NUL), or -1 when @p n is too small. */
+TG_API int tg_train_log_header(const char *metric, char *buf, size_t n);
+
+/** Row @p r of a training log, as tg_train_log_header() names its columns: `step,train_loss
+ *  (%.6f),val_loss (%.6f, empty unless evaluated and finite),lr (%.6g),tokens_per_s
+ *  (%.1f)`, then with @p metric `,METRIC` (%.6f, empty unless evaluated and finite), and a
+ *  newline. Returns the bytes written (without the NUL), or -1 when @p n is too small. */
+TG_API int tg_train_log_row(const tg_train_row *r, bool metric, char *buf, size_t n);
 /**@}*/
 
 #ifdef __cplusplus

@@ -1395,152 +1395,204 @@ static bool evaluate_all(trainer *t, double *val)
     return r.ok != 0;
 }
 
-/* One training step at index @p step (0-based); the loss in @p l. */
-static bool train_step(trainer *t, int64_t step, double lr, double *l)
+/* tg_train_callbacks batch: step @p step's batch (text, task; --pairs draws in pairs_step). */
+static tg_status cb_batch(void *user, int64_t step)
 {
+    trainer *t = user;
+    (void)step;
     tg_status bs = TG_OK;
     if (t->text)
         bs = tg_text_train_batch(t->ctx, t->corp, t->B, t->T, t->ids_buf, t->tgt_buf);
     else if (!t->pairs)
         bs = tg_task_train_batch(t->ctx, t->task, t->B, t->T, t->ids_buf, t->tgt_buf);
-    if (bs != TG_OK) {
+    if (bs == TG_OK)
+        tg_ctx_set_training(t->ctx, true);
+    return bs;
+}
+
+/* tg_train_callbacks tokens: --pairs counts the real target tokens of the step. */
+static int64_t cb_tokens(void *user)
+{
+    const trainer *t = user;
+    return t->pr.last_tokens;
+}
+
+/* tg_train_callbacks first: a signal after the setup's last check said "before the first
+ * step": one process keeps its word; under mpirun the ranks stop together after it. */
+static bool cb_first(void *user, int64_t step)
+{
+    trainer *t = user;
+    return arm_message(t, step + 1) && t->mp.size == 1;
+}
+
+/* tg_train_callbacks after_step: this step's stop check and the next step's message in one
+ * atomic switch (a signal before it stops the run after this step, as its message said, one
+ * after it after the next step); under mpirun every rank agrees on it. */
+static tg_status cb_after_step(void *user, int64_t step, bool last, bool *stop)
+{
+    trainer *t = user;
+    t->trained++;
+    bool signalled = !last ? arm_message(t, step + 2) : stop_requested();
+    bool agreed = tmpi_any(&t->mp, signalled, &t->interrupted);
+    if (agreed && t->interrupted && !signalled) /* another rank's signal: the last step */
+        arm_message(t, step + 1);
+    if (!agreed) { /* every rank stops */
+        errf("step %" PRId64 ": %s", step + 1, tg_ctx_message(t->ctx));
+        return TG_ERR_STATE;
+    }
+    *stop = t->interrupted;
+    return TG_OK;
+}
+
+/* tg_train_callbacks evaluate: evaluate_all, its failure said here (rank 0's, known to every
+ * rank). */
+static tg_status cb_evaluate(void *user, int64_t step, double *val, double *metric,
+                             bool *reached)
+{
+    trainer *t = user;
+    if (!evaluate_all(t, val)) {
         char msg[1200];
         end_live(t);
-        errf("step %" PRId64 ": %s", step + 1, cli_message(t->ctx, NULL, msg, sizeof msg));
-        return false;
+        t->agreed_failure = !t->comm_failed;
+        if (t->mp.rank == 0 || t->comm_failed)
+            errf("evaluation at step %" PRId64 ": %s", step + 1,
+                 cli_message(t->ctx, NULL, msg, sizeof msg));
+        return TG_ERR_STATE;
     }
-    tg_ctx_set_training(t->ctx, true);
-    tg_train_sync sync = {&t->mp, sync_reduce, sync_broadcast};
-    tg_train_step_opts o = {.clip = t->a.clip, .accum = t->accum,
-                            .sync = t->accum ? &sync : NULL};
-    tg_train_step_result res;
-    tg_status s = tg_train_step(t->ctx, t->opt, &o, micro_batch, t, lr, &res);
-    *l = res.loss;
-    if (s != TG_OK && res.failed == TG_TRAIN_STAGE_BATCH) {
-        char msg[1200];
-        end_live(t);
-        errf("step %" PRId64 ": %s", step + 1, cli_message(t->ctx, NULL, msg, sizeof msg));
-        return false;
+    *metric = t->text ? NAN : t->acc; /* val_acc (val_bleu): a task run's evaluations */
+    *reached = t->reached;
+    return TG_OK;
+}
+
+/* tg_train_callbacks row: the plot's points and the log's line (one write). */
+static tg_status cb_row(void *user, const tg_train_row *r)
+{
+    trainer *t = user;
+    t->tok_s = r->tokens_per_s;
+    double x = (double)r->step;
+    bool ok = !t->a.plot || svg_series_add(&t->train_curve, x, r->loss);
+    if (r->eval) {
+        t->last_val = r->val_loss;
+        t->best_val = r->best_val;
+        if (ok && t->a.plot)
+            ok = (t->text || svg_series_add(&t->acc_curve, x, t->pairs ? t->acc / 100 : t->acc))
+                 && svg_series_add(&t->val_curve, x, r->val_loss);
     }
-    if (s != TG_OK) {
-        char msg[1200];
-        end_live(t);
-        /* every rank holds the same loss and gradients: all stop here, rank 0 says why */
-        t->agreed_failure = true;
-        const char *why = isfinite(*l) ? cli_message(t->ctx, NULL, msg, sizeof msg)
-                                       : "loss is not finite";
-        if (t->mp.rank == 0) /* the optimizer's message says what it left unchanged */
-            errf("step %" PRId64 ": %s (%s)%s, stopping", step + 1,
-                 strstr(why, "the update of") ? "non-finite update"
-                                              : "non-finite loss or gradients",
-                 why, strstr(why, "left unchanged") ? "" : "; parameters left unchanged");
-        tg_ctx_clear_error(t->ctx);
-        return false;
+    if (!ok) {
+        errf("out of memory");
+        return TG_ERR_NOMEM;
     }
-    return true;
+    if (t->logfd >= 0) {
+        char row[200];
+        int k = tg_train_log_row(r, !t->log_no_acc, row, sizeof row);
+        if (k > 0 && !log_write(t, row, (size_t)k))
+            return TG_ERR_IO;
+    }
+    return TG_OK;
+}
+
+static tg_status cb_save(void *user, int64_t steps_done, double best_val)
+{
+    trainer *t = user;
+    t->best_val = best_val;
+    if (t->a.checkpoint && !save_checkpoint(t, steps_done))
+        return TG_ERR_IO;
+    return TG_OK;
+}
+
+/* tg_train_callbacks progress: the live line (at most 10 updates/s), and a line that stays at
+ * an evaluation, the last step and every twentieth of the run. */
+static tg_status cb_progress(void *user, const tg_train_row *r)
+{
+    trainer *t = user;
+    int64_t print_every = t->a.steps / 20 > 0 ? t->a.steps / 20 : 1;
+    double el = now_s() - t->t0;
+    bool redraw = t->tty && el - t->last_draw >= 0.1;
+    bool stays = r->eval || r->stop;
+    if (!t->a.quiet && (redraw || r->step % print_every == 0 || stays)) {
+        t->last_draw = el;
+        if (t->tty || stays || r->step % print_every == 0)
+            progress(t, r->step, r->loss, r->lr, stays);
+    }
+    return TG_OK;
+}
+
+/* A failed step's message (the callbacks said theirs). */
+static void step_failed(trainer *t, const tg_train_result *res)
+{
+    char msg[1200];
+    int64_t step = res->step + 1;
+    end_live(t);
+    if (res->failed == TG_TRAIN_FAIL_BATCH) {
+        errf("step %" PRId64 ": %s", step, cli_message(t->ctx, NULL, msg, sizeof msg));
+        return;
+    }
+    /* every rank holds the same loss and gradients: all stop here, rank 0 says why */
+    t->agreed_failure = true;
+    const char *why = isfinite(res->loss) ? cli_message(t->ctx, NULL, msg, sizeof msg)
+                                          : "loss is not finite";
+    if (t->mp.rank == 0) /* the optimizer's message says what it left unchanged */
+        errf("step %" PRId64 ": %s (%s)%s, stopping", step,
+             strstr(why, "the update of") ? "non-finite update" : "non-finite loss or gradients",
+             why, strstr(why, "left unchanged") ? "" : "; parameters left unchanged");
+    tg_ctx_clear_error(t->ctx);
+}
+
+/* The run's configuration from the options. */
+static tg_train_config run_config(const trainer *t, tg_train_sync *sync)
+{
+    const train_args *a = &t->a;
+    tg_train_config c = tg_train_config_default();
+    c.steps = a->steps;
+    c.start = t->start;
+    c.stop_after = a->stop_after;
+    c.eval_every = a->eval_every;
+    c.save_every = a->save_every;
+    c.schedule = a->schedule == SCHED_NOAM ? TG_LR_NOAM : TG_LR_WARMUP_COSINE;
+    c.lr = a->lr;
+    c.min_lr = a->min_lr;
+    c.warmup = a->warmup;
+    c.d_model = a->d_model;
+    c.clip = a->clip;
+    c.accum = t->accum;
+    c.sync = t->accum ? sync : NULL;
+    c.tokens_per_step = t->B * t->T;
+    c.best_val = t->best_val;
+    c.last_val = t->last_val;
+    return c;
 }
 
 /* Returns 0 when the loop ran to its end (or was interrupted cleanly), 1 on error, 2 when a
  * signal stopped it before its first step (nothing done). */
 static int train_loop(trainer *t)
 {
-    const train_args *a = &t->a;
-    t->tty = isatty(STDERR_FILENO) && !a->quiet;
+    t->tty = isatty(STDERR_FILENO) && !t->a.quiet;
     t->width = line_width();
     t->t0 = now_s();
     t->acc = NAN;
     t->last_val = t->ck && isfinite(t->best_val) ? t->best_val : NAN; /* until it evaluates */
     t->last_draw = -1;
-    t->end = a->stop_after > 0 && a->stop_after < a->steps ? a->stop_after : a->steps;
-    int64_t print_every = a->steps / 20 > 0 ? a->steps / 20 : 1;
-    int64_t step = t->start;
-    for (; step < t->end; step++) {
-        double lr = a->schedule == SCHED_NOAM
-                        ? tg_lr_noam(step, a->d_model, a->warmup, a->lr)
-                        : tg_lr_warmup_cosine(step, a->steps, a->warmup, a->lr, a->min_lr);
-        double l;
-        /* a signal after the setup's last check said "before the first step": one process
-         * keeps its word; under mpirun the ranks stop together after the first step */
-        if (step == t->start && arm_message(t, step + 1) && t->mp.size == 1)
-            return 2;
-        double ts = now_s();
-        if (!train_step(t, step, lr, &l))
-            return 1;
-        t->train_s += now_s() - ts;
-        t->trained++;
-        if (a->plot && !svg_series_add(&t->train_curve, (double)(step + 1), l)) {
-            errf("out of memory");
-            return 1;
-        }
-        double el = now_s() - t->t0;
-        if (t->pairs) { /* real target tokens per second of training */
-            t->tokens_done += t->pr.last_tokens;
-            t->tok_s = (double)t->tokens_done / (t->train_s > 0 ? t->train_s : 1e-9);
-        } else {
-            t->tok_s = (double)t->trained * (double)(t->B * t->T) / (el > 0 ? el : 1e-9);
-        }
-        /* this step's stop check and the next step's message in one atomic switch: a signal
-         * before it stops the run after this step (as its message said), one after it after
-         * the next step */
-        bool signalled = step + 1 < t->end ? arm_message(t, step + 2) : stop_requested();
-        bool agreed = tmpi_any(&t->mp, signalled, &t->interrupted);
-        if (agreed && t->interrupted && !signalled) /* another rank's signal: the last step */
-            arm_message(t, step + 1);
-        if (!agreed) { /* every rank stops */
-            errf("step %" PRId64 ": %s", step + 1, tg_ctx_message(t->ctx));
-            return 1;
-        }
-        bool last = step + 1 == t->end || t->interrupted;
-        bool eval = (step + 1) % a->eval_every == 0 || last;
-        double val = NAN;
-        if (eval) {
-            if (!evaluate_all(t, &val)) { /* rank 0's failure, known to every rank */
-                char msg[1200];
-                end_live(t);
-                t->agreed_failure = !t->comm_failed;
-                if (t->mp.rank == 0 || t->comm_failed)
-                    errf("evaluation at step %" PRId64 ": %s", step + 1,
-                         cli_message(t->ctx, NULL, msg, sizeof msg));
-                return 1;
-            }
-            t->last_val = val;
-            if (a->plot && ((!t->text && !svg_series_add(&t->acc_curve, (double)(step + 1),
-                                                          t->pairs ? t->acc / 100 : t->acc)) ||
-                            !svg_series_add(&t->val_curve, (double)(step + 1), val))) {
-                errf("out of memory");
-                return 1;
-            }
-            if (val < t->best_val)
-                t->best_val = val;
-        }
-        if (t->logfd >= 0) { /* the whole line, then one write */
-            char row[200], vs[32] = "", as[32] = "";
-            if (eval && isfinite(val))
-                snprintf(vs, sizeof vs, "%.6f", val);
-            if (eval && !t->text && isfinite(t->acc)) /* val_acc: a task run's evaluations */
-                snprintf(as, sizeof as, "%.6f", t->acc);
-            int k = snprintf(row, sizeof row, "%" PRId64 ",%.6f,%s,%.6g,%.1f%s%s\n", step + 1, l,
-                             vs, lr, t->tok_s, t->log_no_acc ? "" : ",",
-                             t->log_no_acc ? "" : as);
-            if (k > 0 && (size_t)k < sizeof row && !log_write(t, row, (size_t)k))
-                return 1;
-        }
-        bool stop = t->reached || last;
-        bool save = eval || stop || (a->save_every > 0 && (step + 1) % a->save_every == 0);
-        if (a->checkpoint && save && !save_checkpoint(t, step + 1))
-            return 1;
-        bool redraw = t->tty && el - t->last_draw >= 0.1; /* live line: at most 10 updates/s */
-        if (!a->quiet && (redraw || (step + 1) % print_every == 0 || eval || stop)) {
-            t->last_draw = el;
-            if (t->tty || eval || stop || (step + 1) % print_every == 0)
-                progress(t, step + 1, l, lr, eval || stop);
-        }
-        if (stop) {
-            step++;
-            break;
-        }
+    t->end = t->a.stop_after > 0 && t->a.stop_after < t->a.steps ? t->a.stop_after : t->a.steps;
+    tg_train_sync sync = {&t->mp, sync_reduce, sync_broadcast};
+    tg_train_config c = run_config(t, &sync);
+    tg_train_callbacks cb = {.user = t, .first = cb_first, .batch = cb_batch,
+                             .micro = micro_batch, .tokens = t->pairs ? cb_tokens : NULL,
+                             .after_step = cb_after_step, .evaluate = cb_evaluate,
+                             .row = cb_row, .save = cb_save, .progress = cb_progress};
+    tg_train_result res;
+    tg_status s = tg_train_run(t->ctx, t->opt, &c, &cb, &res);
+    t->step = res.step;
+    t->tok_s = res.tokens_per_s;
+    t->best_val = res.best_val;
+    if (res.before_first)
+        return 2;
+    if (s != TG_OK) {
+        if (res.failed == TG_TRAIN_FAIL_BATCH || res.failed == TG_TRAIN_FAIL_UPDATE)
+            step_failed(t, &res);
+        else if (res.failed == TG_TRAIN_FAIL_NONE) /* the configuration */
+            errf("%s", tg_ctx_message(t->ctx));
+        return 1;
     }
-    t->step = step;
     return 0;
 }
 
