@@ -1,0 +1,294 @@
+/*
+ * test_train_run.c - tg_train_run (tgrad_train.h, "The training run") on a tiny model
+ * (embedding, dense, cross-entropy): the run equals the loop written out by hand bit for bit
+ * (schedule, clipping, step); its cadences (evaluation, save, the row and progress order);
+ * best-so-far; a run stopped at stop_after and continued from there equals one run; the stop
+ * flag and a reached target end the run after the step with a save; the first callback;
+ * configuration errors; the CSV header and row of a training log.
+ */
+#include "testutil.h"
+#include "tgrad_train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define V 7
+#define D 5
+#define T 3
+#define B 4
+
+static const int32_t IDS[B * T] = {1, 2, 3, 0, 6, 5, 4, 4, 2, 1, 0, 3};
+static const int32_t TGT[B * T] = {2, 3, 4, 6, 5, 1, 4, 0, 3, 2, 1, 1};
+
+typedef struct {
+    tg_ctx *ctx;
+    tg_tensor *ids, *tgt, *loss;
+    tg_graph *g;
+    tg_optim *opt;
+    char events[512]; /* what the callbacks saw, in order */
+    int64_t saves[16], n_saves;
+    double vals[16]; /* evaluation i's validation loss */
+    int64_t n_evals, reach_at, stop_at;
+    volatile sig_atomic_t flag;
+} model;
+
+static void model_new(model *m)
+{
+    memset(m, 0, sizeof *m);
+    m->ctx = tu_ctx_new();
+    tg_ctx_seed(m->ctx, 7);
+    tg_tensor *emb = tg_param(m->ctx, TG_F32, TG_DIMS(V, D), "emb");
+    tg_tensor *w = tg_param(m->ctx, TG_F32, TG_DIMS(V, D), "w");
+    tg_fill_normal(emb, 0, 1);
+    tg_fill_uniform(w, -0.5, 0.5);
+    m->ids = tg_input(m->ctx, TG_I32, TG_DIMS(B, T), "ids");
+    m->tgt = tg_input(m->ctx, TG_I32, TG_DIMS(B, T), "tgt");
+    tg_tensor *logits = tg_dense(m->ctx, tg_embedding(m->ctx, m->ids, emb), w, NULL);
+    m->loss = tg_cross_entropy(m->ctx, logits, m->tgt, -1);
+    m->g = tg_graph_new(m->ctx, &m->loss, 1);
+    ck_assert_ptr_nonnull(m->g);
+    tg_optim_config oc = tg_optim_defaults(TG_OPTIM_ADAMW);
+    m->opt = tg_optim_new(m->ctx, &oc, 0, NULL);
+    ck_assert_ptr_nonnull(m->opt);
+    ck_assert_int_eq(tg_tensor_set_data(m->ids, IDS, TG_I32, B * T), TG_OK);
+    ck_assert_int_eq(tg_tensor_set_data(m->tgt, TGT, TG_I32, B * T), TG_OK);
+    m->reach_at = m->stop_at = -1;
+}
+
+static void event(model *m, const char *fmt, long long v)
+{
+    size_t n = strlen(m->events);
+    snprintf(m->events + n, sizeof m->events - n, fmt, v);
+}
+
+static tg_status micro(void *user, int64_t i, double *loss)
+{
+    model *m = user;
+    (void)i;
+    tg_graph_zero_grad(m->g);
+    tg_status s = tg_graph_forward(m->g);
+    if (s == TG_OK)
+        s = tg_graph_backward(m->g, m->loss, NULL);
+    *loss = tg_get(m->loss, 0);
+    return s;
+}
+
+static tg_status evaluate(void *user, int64_t step, double *val, double *metric, bool *reached)
+{
+    model *m = user;
+    *val = m->vals[m->n_evals++];
+    *metric = 0.5;
+    *reached = step == m->reach_at;
+    event(m, "e%lld ", (long long)step + 1);
+    return TG_OK;
+}
+
+static tg_status row(void *user, const tg_train_row *r)
+{
+    model *m = user;
+    event(m, "r%lld ", (long long)r->step);
+    if (r->step == m->stop_at)
+        m->flag = 1; /* seen after the next step */
+    return TG_OK;
+}
+
+static tg_status save(void *user, int64_t steps, double best)
+{
+    model *m = user;
+    (void)best;
+    m->saves[m->n_saves++] = steps;
+    event(m, "s%lld ", (long long)steps);
+    return TG_OK;
+}
+
+static tg_train_config config(model *m)
+{
+    tg_train_config c = tg_train_config_default();
+    c.steps = 10;
+    c.eval_every = 4;
+    c.save_every = 3;
+    c.schedule = TG_LR_NOAM;
+    c.lr = 1.0;
+    c.warmup = 3;
+    c.d_model = D;
+    c.clip = 0.5;
+    c.tokens_per_step = B * T;
+    c.stop = &m->flag;
+    return c;
+}
+
+static const tg_train_callbacks CB = {.micro = micro, .evaluate = evaluate, .row = row,
+                                      .save = save};
+
+static tg_status run(model *m, const tg_train_config *c, tg_train_result *res)
+{
+    tg_train_callbacks cb = CB;
+    cb.user = m;
+    return tg_train_run(m->ctx, m->opt, c, &cb, res);
+}
+
+static void assert_params_equal(tg_ctx *a, tg_ctx *b)
+{
+    ck_assert_int_eq(tg_ctx_n_params(a), tg_ctx_n_params(b));
+    for (int64_t i = 0; i < tg_ctx_n_params(a); i++) {
+        tg_tensor *x = tg_ctx_param(a, i), *y = tg_ctx_param(b, i);
+        ck_assert_int_eq(memcmp(tg_tensor_data(x), tg_tensor_data(y),
+                                sizeof(float) * (size_t)tg_tensor_numel(x)), 0);
+    }
+}
+
+START_TEST(run_equals_hand_loop)
+{
+    model m, h;
+    model_new(&m);
+    model_new(&h);
+    double vals[] = {3.0, 2.0, NAN, 2.5};
+    memcpy(m.vals, vals, sizeof vals);
+    tg_train_config c = config(&m);
+    tg_train_result res;
+    ck_assert_int_eq(run(&m, &c, &res), TG_OK);
+    ck_assert_str_eq(m.events, "r1 r2 r3 s3 e4 r4 s4 r5 r6 s6 r7 e8 r8 s8 r9 s9 e10 r10 s10 ");
+    ck_assert_int_eq(res.step, 10);
+    ck_assert_int_eq(res.trained, 10);
+    ck_assert(res.best_val == 2.0); /* the evaluations: 3, 2, and NaN at the end */
+    ck_assert(isnan(res.last_val));
+    ck_assert(!res.reached && !res.stopped && res.failed == TG_TRAIN_FAIL_NONE);
+    tg_train_step_opts o = {.clip = 0.5};
+    for (int64_t s = 0; s < 10; s++)
+        ck_assert_int_eq(tg_train_step(h.ctx, h.opt, &o, micro, &h, tg_lr_noam(s, D, 3, 1.0),
+                                       NULL), TG_OK);
+    assert_params_equal(m.ctx, h.ctx);
+    tu_ctx_free(m.ctx);
+    tu_ctx_free(h.ctx);
+}
+END_TEST
+
+/* stop_after 6, then the rest from start 6 with the best so far: one run's bits. */
+START_TEST(run_continued_equals_one_run)
+{
+    model a, b;
+    model_new(&a);
+    model_new(&b);
+    double vals[] = {3.0, 2.0, 1.0, 1.0};
+    memcpy(a.vals, vals, sizeof vals);
+    memcpy(b.vals, vals, sizeof vals);
+    tg_train_config c = config(&a);
+    tg_train_result ra, rb;
+    ck_assert_int_eq(run(&a, &c, &ra), TG_OK);
+    tg_train_config c1 = config(&b);
+    c1.stop_after = 6;
+    ck_assert_int_eq(run(&b, &c1, &rb), TG_OK);
+    ck_assert_int_eq(rb.step, 6);
+    ck_assert_str_eq(b.events, "r1 r2 r3 s3 e4 r4 s4 r5 e6 r6 s6 ");
+    b.n_evals = 1; /* the evaluation at step 6 was an extra one */
+    tg_train_config c2 = config(&b);
+    c2.start = rb.step;
+    c2.best_val = rb.best_val;
+    ck_assert_int_eq(run(&b, &c2, &rb), TG_OK);
+    ck_assert_int_eq(rb.step, 10);
+    ck_assert_int_eq(rb.trained, 4);
+    ck_assert(rb.best_val == ra.best_val);
+    assert_params_equal(a.ctx, b.ctx);
+    tu_ctx_free(a.ctx);
+    tu_ctx_free(b.ctx);
+}
+END_TEST
+
+/* The stop flag set during step 4's row ends the run after step 5 (evaluated and saved); a
+ * target reached at step 8 ends it after step 8. */
+START_TEST(run_stop_flag_and_target)
+{
+    model m;
+    model_new(&m);
+    m.stop_at = 4;
+    tg_train_config c = config(&m);
+    tg_train_result res;
+    ck_assert_int_eq(run(&m, &c, &res), TG_OK);
+    ck_assert_int_eq(res.step, 5);
+    ck_assert(res.stopped && !res.reached);
+    ck_assert_str_eq(m.events, "r1 r2 r3 s3 e4 r4 s4 e5 r5 s5 ");
+    tu_ctx_free(m.ctx);
+    model_new(&m);
+    m.reach_at = 7; /* 0-based: the evaluation after step 8 */
+    c = config(&m);
+    ck_assert_int_eq(run(&m, &c, &res), TG_OK);
+    ck_assert_int_eq(res.step, 8);
+    ck_assert(res.reached && !res.stopped);
+    ck_assert_int_eq(m.saves[m.n_saves - 1], 8);
+    tu_ctx_free(m.ctx);
+}
+END_TEST
+
+static bool first_stops(void *user, int64_t step)
+{
+    (void)user;
+    return step == 0;
+}
+
+START_TEST(run_first_and_errors)
+{
+    model m;
+    model_new(&m);
+    tg_train_config c = config(&m);
+    tg_train_callbacks cb = CB;
+    cb.user = &m;
+    cb.first = first_stops;
+    tg_train_result res;
+    ck_assert_int_eq(tg_train_run(m.ctx, m.opt, &c, &cb, &res), TG_OK);
+    ck_assert(res.before_first);
+    ck_assert_int_eq(res.trained, 0);
+    ck_assert_str_eq(m.events, "");
+    c.start = 10;
+    ck_assert_int_eq(run(&m, &c, &res), TG_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(tg_ctx_message(m.ctx), "tg_train_run"));
+    c = config(&m);
+    c.eval_every = 0;
+    ck_assert_int_eq(run(&m, &c, &res), TG_ERR_ARG);
+    c = config(&m);
+    c.d_model = 0;
+    ck_assert_int_eq(run(&m, &c, &res), TG_ERR_ARG);
+    cb.micro = NULL;
+    c = config(&m);
+    ck_assert_int_eq(tg_train_run(m.ctx, m.opt, &c, &cb, &res), TG_ERR_ARG);
+    tu_ctx_free(m.ctx);
+}
+END_TEST
+
+START_TEST(log_header_and_row)
+{
+    char buf[200];
+    ck_assert_int_eq(tg_train_log_header("val_acc", buf, sizeof buf), 49);
+    ck_assert_str_eq(buf, "step,train_loss,val_loss,lr,tokens_per_s,val_acc\n");
+    tg_train_log_header(NULL, buf, sizeof buf);
+    ck_assert_str_eq(buf, "step,train_loss,val_loss,lr,tokens_per_s\n");
+    ck_assert_int_eq(tg_train_log_header("val_bleu", buf, 10), -1);
+    tg_train_row r = {.step = 30, .loss = 2.484587, .lr = 0.0009, .tokens_per_s = 54860.94,
+                      .eval = true, .val_loss = 2.500014, .metric = NAN};
+    tg_train_log_row(&r, true, buf, sizeof buf);
+    ck_assert_str_eq(buf, "30,2.484587,2.500014,0.0009,54860.9,\n");
+    r.metric = 0.25;
+    tg_train_log_row(&r, true, buf, sizeof buf);
+    ck_assert_str_eq(buf, "30,2.484587,2.500014,0.0009,54860.9,0.250000\n");
+    r.eval = false;
+    tg_train_log_row(&r, false, buf, sizeof buf);
+    ck_assert_str_eq(buf, "30,2.484587,,0.0009,54860.9\n");
+}
+END_TEST
+
+static Suite *train_run_suite(void)
+{
+    Suite *s = suite_create("train_run");
+    TCase *tc = tcase_create("train_run");
+    tcase_add_checked_fixture(tc, NULL, tu_ctx_teardown);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, run_equals_hand_loop);
+    tcase_add_test(tc, run_continued_equals_one_run);
+    tcase_add_test(tc, run_stop_flag_and_target);
+    tcase_add_test(tc, run_first_and_errors);
+    tcase_add_test(tc, log_header_and_row);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(train_run_suite()); }
