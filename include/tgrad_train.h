@@ -1246,6 +1246,64 @@ typedef struct tg_train_callbacks {
 TG_API tg_status tg_train_run(tg_ctx *ctx, tg_optim *opt, const tg_train_config *cfg,
                               const tg_train_callbacks *cb, tg_train_result *res);
 
+/**
+ * What a run records of itself in its checkpoint beside the model and the training state: the
+ * data it trained on (`data.*`) and its options (`train.*`), so a resumed run continues with
+ * exactly the same ones and a reader can tell what produced the file. The one writer of these
+ * keys is tg_train_record_meta().
+ */
+typedef struct tg_train_record {
+    const char *mode;       /**< `data.mode`: "text", "task" or "pairs" */
+    const tg_text *text;    /**< mode "text": the corpus (`data.vocab` as hex bytes,
+                                 `data.bytes`, `data.files`, `data.text_hash` fnv1a64:HEX16) */
+    tg_task_kind task;      /**< mode "task": `data.task` (tg_task_name()) */
+    int64_t seed;           /**< `train.seed` */
+    tg_optim_kind optimizer; /**< `train.optimizer`: adamw, adam or sgd */
+    int64_t batch;          /**< `train.batch` (B: sequences per step) */
+    int64_t grad_accum;     /**< `train.grad_accum` (K) */
+    int64_t warmup;         /**< `train.warmup` */
+    int64_t eval_every;     /**< `train.eval_every` */
+    int64_t save_every;     /**< `train.save_every` (written when > 0) */
+    double lr, min_lr, weight_decay, clip, momentum; /**< `train.lr` ... `train.momentum` */
+    double val_fraction;    /**< `data.val_fraction` */
+    double target_acc;      /**< `train.target_acc` */
+    double target_bleu;     /**< `train.target_bleu` (mode "pairs" only) */
+    tg_lr_schedule schedule; /**< `train.schedule`: cosine or noam */
+    tg_precision precision; /**< `train.precision`: f32 or bf16 */
+    double beta2, eps, label_smoothing; /**< `train.beta2`, `train.eps`,
+                                             `train.label_smoothing` */
+} tg_train_record;
+
+/** Most entries tg_train_record_meta() writes. */
+#define TG_TRAIN_RECORD_META_MAX 32
+
+/** The entries of tg_train_record_meta(): @c keys[i] = @c values[i] for i < n, in order; a NULL
+ *  value places a training-state key (tg_train_checkpoint_save()). The values point into
+ *  @c store. */
+typedef struct tg_train_meta_list {
+    int n;
+    const char *keys[TG_TRAIN_RECORD_META_MAX];
+    const char *values[TG_TRAIN_RECORD_META_MAX];
+    char store[TG_TRAIN_RECORD_META_MAX][520];
+} tg_train_meta_list;
+
+/**
+ * The `data.*` and `train.*` metadata of record @p r, ready as the extra entries of
+ * tg_train_checkpoint_save() (more may follow, e.g. a tokenizer's). In this order:
+ * `data.mode`; mode pairs: `train.target_bleu`; mode text: `data.vocab`, `data.bytes`,
+ * `data.files`, `data.text_hash`; mode task: `data.task`; the places of the training state's
+ * `data.position`, `train.steps`, `train.best_val`; `train.seed`, `train.optimizer`,
+ * `train.batch`, `train.grad_accum`, `train.warmup`, `train.eval_every`, `train.save_every`
+ * (when > 0), `train.lr`, `train.min_lr`, `train.weight_decay`, `train.clip`,
+ * `train.momentum`, `data.val_fraction`, `train.target_acc`, `train.schedule`,
+ * `train.precision`, `train.beta2`, `train.eps`, `train.label_smoothing`. Integers in
+ * decimal; numbers as the shortest decimal that reads back as the same double.
+ * Errors (run-time): ::TG_ERR_ARG (NULL arguments, an unknown mode, mode text without a
+ * corpus, an unknown optimizer, schedule, precision or task).
+ */
+TG_API tg_status tg_train_record_meta(tg_ctx *ctx, const tg_train_record *r,
+                                      tg_train_meta_list *m);
+
 /** The CSV header of a training log: `step,train_loss,val_loss,lr,tokens_per_s,METRIC\n`
  *  with METRIC @p metric ("val_acc", "val_bleu"), or the five columns without it (NULL).
  *  Returns the bytes written (without the NUL), or -1 when @p n is too small. */

@@ -4,14 +4,17 @@
  * (schedule, clipping, step); its cadences (evaluation, save, the row and progress order);
  * best-so-far; a run stopped at stop_after and continued from there equals one run; the stop
  * flag and a reached target end the run after the step with a save; the first callback;
- * configuration errors; the CSV header and row of a training log.
+ * configuration errors; the CSV header and row of a training log; the checkpoint's record of
+ * the data and options (tg_train_record_meta).
  */
 #include "testutil.h"
 #include "tgrad_train.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define V 7
 #define D 5
@@ -276,6 +279,64 @@ START_TEST(log_header_and_row)
 }
 END_TEST
 
+/* The record's keys and values, in the order tgrad train writes them. */
+START_TEST(record_meta)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_train_record r = {.mode = "task", .task = TG_TASK_REVERSE, .seed = 5, .batch = 8,
+                         .grad_accum = 2, .warmup = 10, .eval_every = 20, .lr = 0.003,
+                         .min_lr = 0.0003, .weight_decay = 0.01, .clip = 1, .momentum = 0.9,
+                         .val_fraction = 0.1, .target_acc = 0.99, .beta2 = 0.999, .eps = 1e-8,
+                         .optimizer = TG_OPTIM_ADAMW, .schedule = TG_LR_NOAM};
+    tg_train_meta_list *m = calloc(1, sizeof *m);
+    ck_assert_int_eq(tg_train_record_meta(ctx, &r, m), TG_OK);
+    char all[2048] = "";
+    for (int i = 0; i < m->n; i++) {
+        size_t n = strlen(all);
+        snprintf(all + n, sizeof all - n, "%s=%s ", m->keys[i], m->values[i] ? m->values[i]
+                                                                           : "@");
+    }
+    ck_assert_str_eq(all, "data.mode=task data.task=reverse data.position=@ train.steps=@ "
+                     "train.best_val=@ train.seed=5 train.optimizer=adamw train.batch=8 "
+                     "train.grad_accum=2 train.warmup=10 train.eval_every=20 train.lr=0.003 "
+                     "train.min_lr=0.0003 train.weight_decay=0.01 train.clip=1 "
+                     "train.momentum=0.9 data.val_fraction=0.1 train.target_acc=0.99 "
+                     "train.schedule=noam train.precision=f32 train.beta2=0.999 train.eps=1e-08 "
+                     "train.label_smoothing=0 ");
+    char dir[256], path[300];
+    tu_mkdtemp(dir, sizeof dir, "record");
+    tu_write_file(dir, "c.txt", "abcab");
+    tu_path(path, sizeof path, dir, "c.txt");
+    const char *p = path;
+    tg_text *text = tg_text_load(ctx, &p, 1, 0.0);
+    ck_assert_ptr_nonnull(text);
+    r.mode = "text";
+    r.text = text;
+    r.save_every = 7;
+    ck_assert_int_eq(tg_train_record_meta(ctx, &r, m), TG_OK);
+    ck_assert_str_eq(m->keys[1], "data.vocab");
+    ck_assert_str_eq(m->values[1], "616263");
+    ck_assert_str_eq(m->values[2], "5");
+    ck_assert_str_eq(m->values[3], "1");
+    ck_assert_int_eq(strncmp(m->values[4], "fnv1a64:", 8), 0);
+    ck_assert_str_eq(m->keys[14], "train.save_every");
+    r.mode = "pairs";
+    r.target_bleu = 12.5;
+    ck_assert_int_eq(tg_train_record_meta(ctx, &r, m), TG_OK);
+    ck_assert_str_eq(m->keys[1], "train.target_bleu");
+    ck_assert_str_eq(m->values[1], "12.5");
+    r.mode = "other";
+    ck_assert_int_eq(tg_train_record_meta(ctx, &r, m), TG_ERR_ARG);
+    r.mode = "text";
+    r.text = NULL;
+    ck_assert_int_eq(tg_train_record_meta(ctx, &r, m), TG_ERR_ARG);
+    tg_text_free(text);
+    free(m);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *train_run_suite(void)
 {
     Suite *s = suite_create("train_run");
@@ -287,6 +348,7 @@ static Suite *train_run_suite(void)
     tcase_add_test(tc, run_stop_flag_and_target);
     tcase_add_test(tc, run_first_and_errors);
     tcase_add_test(tc, log_header_and_row);
+    tcase_add_test(tc, record_meta);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -804,54 +804,28 @@ static bool build(trainer *t)
 }
 
 /* ---- checkpoint --------------------------------------------------------------------------- */
-typedef struct {
-    int n;
-    char key[48][32];
-    char val[48][600];
-    bool place[48]; /* a training-state key: tg_train_checkpoint_save writes its value here */
-} meta;
-
-static void meta_add(meta *m, const char *k, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static void meta_add(meta *m, const char *k, const char *fmt, ...)
-{
-    if (m->n >= 48)
-        return;
-    snprintf(m->key[m->n], sizeof m->key[0], "%s", k);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m->val[m->n], sizeof m->val[0], fmt, ap);
-    va_end(ap);
-    m->n++;
-}
-
-/* The place of training-state key @p k (tg_train_state_meta) among the fields. */
-static void meta_place(meta *m, const char *k)
-{
-    if (m->n >= 48)
-        return;
-    snprintf(m->key[m->n], sizeof m->key[0], "%s", k);
-    m->place[m->n++] = true;
-}
-
-/* A number as the shortest decimal that reads back as the same double (0.003, not
- * 0.0030000000000000001), so a resumed run gets exactly the value saved. */
-static void meta_num(meta *m, const char *k, double v)
-{
-    char b[40];
-    meta_add(m, k, "%s", cli_fmt_double(v, b, sizeof b));
-}
-
-/* The name of choice @p i of train option @p option ("gelu"). */
-static const char *choice_name(const char *option, int i, char *buf, size_t n)
-{
-    return cli_choice_name(cli_find(train_command(), option), i, buf, n);
-}
-
 static void end_live(trainer *t);
+
+/* What the checkpoint records of the run's data and options (tg_train_record_meta). */
+static tg_train_record run_record(const trainer *t)
+{
+    const train_args *a = &t->a;
+    tg_train_record r = {.mode = t->text ? "text" : t->pairs ? "pairs" : "task",
+                         .text = t->corp, .task = (tg_task_kind)t->task, .seed = a->seed,
+                         .batch = t->B, .grad_accum = t->K, .warmup = a->warmup,
+                         .eval_every = a->eval_every, .save_every = a->save_every,
+                         .lr = a->lr, .min_lr = a->min_lr, .weight_decay = a->weight_decay,
+                         .clip = a->clip, .momentum = a->momentum,
+                         .val_fraction = a->val_fraction, .target_acc = a->target_acc,
+                         .target_bleu = a->target_bleu, .beta2 = a->beta2, .eps = a->eps,
+                         .label_smoothing = a->label_smoothing};
+    r.optimizer = a->optimizer == OPT_SGD    ? TG_OPTIM_SGD
+                  : a->optimizer == OPT_ADAM ? TG_OPTIM_ADAM
+                                             : TG_OPTIM_ADAMW;
+    r.schedule = a->schedule == SCHED_NOAM ? TG_LR_NOAM : TG_LR_WARMUP_COSINE;
+    r.precision = a->precision == TG_PRECISION_BF16 ? TG_PRECISION_BF16 : TG_PRECISION_F32;
+    return r;
+}
 
 static bool save_checkpoint(trainer *t, int64_t steps_done)
 {
@@ -861,14 +835,13 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     const char *kept = stat(a->checkpoint, &sb) != 0 ? "no checkpoint was written"
                        : t->saved || resumed         ? "previous checkpoint kept"
                                                      : "the existing file is unchanged";
-    meta *m = calloc(1, sizeof *m);
+    tg_train_meta_list *m = calloc(1, sizeof *m);
     if (!m) {
         errf("saving checkpoint: out of memory (%s)", kept);
         return false;
     }
-    char c1[16], c3[16];
     /* format and model.* come first from the library (tg_train_checkpoint_save); the
-     * training state's keys go where meta_place puts them */
+     * training state's keys go where the record places them */
     tg_train_state ts = tg_train_state_init();
     ts.position = steps_done * t->B;
     ts.steps = a->steps;
@@ -877,50 +850,16 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
         ts.epoch = t->pr.epoch;
         ts.batch = t->pr.cursor;
     }
-    meta_add(m, "data.mode", "%s", t->text ? "text" : t->pairs ? "pairs" : "task");
-    if (t->pairs)
-        meta_num(m, "train.target_bleu", a->target_bleu);
-    if (t->text) {
-        char hex[513];
-        vocab_to_hex(tg_text_vocab(t->corp), t->ci.vocab_size, hex);
-        meta_add(m, "data.vocab", "%s", hex);
-        meta_add(m, "data.bytes", "%" PRId64, t->ci.bytes);
-        meta_add(m, "data.files", "%d", t->ci.files);
-        meta_add(m, "data.text_hash", "fnv1a64:%016" PRIx64, t->ci.hash);
-    } else if (!t->pairs) {
-        meta_add(m, "data.task", "%s", task_name(t->task));
-    }
-    meta_place(m, "data.position");
-    meta_place(m, "train.steps");
-    meta_place(m, "train.best_val");
-    meta_add(m, "train.seed", "%" PRId64, a->seed);
-    meta_add(m, "train.optimizer", "%s", choice_name("optimizer", a->optimizer, c3, 16));
-    meta_add(m, "train.batch", "%" PRId64, t->B);
-    meta_add(m, "train.grad_accum", "%" PRId64, t->K);
-    meta_add(m, "train.warmup", "%" PRId64, a->warmup);
-    meta_add(m, "train.eval_every", "%" PRId64, a->eval_every);
-    if (a->save_every > 0)
-        meta_add(m, "train.save_every", "%" PRId64, a->save_every);
-    meta_num(m, "train.lr", a->lr);
-    meta_num(m, "train.min_lr", a->min_lr);
-    meta_num(m, "train.weight_decay", a->weight_decay);
-    meta_num(m, "train.clip", a->clip);
-    meta_num(m, "train.momentum", a->momentum);
-    meta_num(m, "data.val_fraction", a->val_fraction);
-    meta_num(m, "train.target_acc", a->target_acc);
-    meta_add(m, "train.schedule", "%s", choice_name("schedule", a->schedule, c1, 16));
-    meta_add(m, "train.precision", "%s", choice_name("precision", a->precision, c1, 16));
-    meta_num(m, "train.beta2", a->beta2);
-    meta_num(m, "train.eps", a->eps);
-    meta_num(m, "train.label_smoothing", a->label_smoothing);
+    tg_train_record rec = run_record(t);
     const char *keys[64], *vals[64];
     char *owned[8] = {NULL};
-    int nk = m->n;
-    for (int i = 0; i < m->n; i++) {
-        keys[i] = m->key[i];
-        vals[i] = m->place[i] ? NULL : m->val[i];
+    int nk = 0;
+    if (tg_train_record_meta(t->ctx, &rec, m) == TG_OK) {
+        nk = m->n;
+        memcpy(keys, m->keys, sizeof m->keys[0] * (size_t)nk);
+        memcpy(vals, m->values, sizeof m->values[0] * (size_t)nk);
     }
-    if (t->pairs && !pairs_meta(&t->pr, a, keys, vals, owned, &nk)) {
+    if (nk == 0 || (t->pairs && !pairs_meta(&t->pr, a, keys, vals, owned, &nk))) {
         free(m);
         errf("saving checkpoint: out of memory (%s)", kept);
         return false;
