@@ -1316,6 +1316,67 @@ TG_API int tg_train_log_header(const char *metric, char *buf, size_t n);
 TG_API int tg_train_log_row(const tg_train_row *r, bool metric, char *buf, size_t n);
 /**@}*/
 
+/**
+ * @name The built-in run of a per-position model (text and task)
+ * A language model on a byte-level corpus (`tgrad train --text`) or an encoder on an
+ * algorithmic task (`tgrad train`): one graph over micro-batches of Bm = B / K rows, ids and
+ * targets (Bm, T) ::TG_I32, logits (Bm, T, V), the loss the mean cross-entropy over the Bm T
+ * targets (with label smoothing the training loss is tg_cross_entropy_smoothed() and the
+ * validation reads the plain loss, a second output). tg_train_tokens_bind() gives
+ * tg_train_run() its batch (tg_text_train_batch() or tg_task_train_batch() from the context
+ * RNG), its micro-batch (forward, backward seeded 1/K, the loss counted 1/K) and its
+ * evaluation:
+ * - text: tg_text_evaluate() over the validation windows (metric NaN);
+ * - task: the loss and the token accuracy (argmax of the logits against the targets) over 8
+ *   fixed batches of held-out sequences from tg_task_batch() with the state
+ *   `eval_seed ^ 0x5eed5eed`; reached when the accuracy >= target_acc > 0.
+ */
+/**@{*/
+/** Options of tg_train_tokens_new(). */
+typedef struct tg_train_tokens_opts {
+    const tg_text *text;    /**< text mode: the corpus (borrowed); NULL: a task */
+    tg_task_kind task;      /**< task mode: the task */
+    uint64_t eval_seed;     /**< task mode: the held-out batches' seed */
+    int64_t batch, seq_len; /**< B (sequences per step), T */
+    int64_t grad_accum;     /**< K >= 1 micro-batches per step; K divides B */
+    int64_t first, count;   /**< this process's micro-batches (one process: 0, K) */
+    double label_smoothing; /**< the training loss's smoothing in [0, 1) */
+    tg_precision precision; /**< the graph's products */
+    bool detect_anomaly;    /**< tg_graph_opts.detect_anomaly */
+    double target_acc;      /**< task mode: reached at this accuracy (0: never) */
+} tg_train_tokens_opts;
+
+typedef struct tg_train_tokens tg_train_tokens;
+
+/**
+ * Build the training graph of @p model (tg_transformer_forward(); a causal model for text)
+ * for @p o, with K > 1 the accumulator (tg_grad_accum_new() over every parameter) and the
+ * backward seed 1/K. The model and the corpus stay the caller's and must outlive the run.
+ * Errors (NULL returned, the error on the context): ::TG_ERR_ARG (NULL arguments, B, T or K
+ * below 1, K not dividing B, first/count outside [0, K)), those of the builders.
+ */
+TG_API tg_train_tokens *tg_train_tokens_new(tg_ctx *ctx, const tg_transformer *model,
+                                            const tg_train_tokens_opts *o);
+
+/** Fill @p cb's user, batch, micro and evaluate, and @p cfg's accum and tokens_per_step
+ *  (B T), for tg_train_run(). */
+TG_API void tg_train_tokens_bind(tg_train_tokens *m, tg_train_callbacks *cb,
+                                 tg_train_config *cfg);
+
+/** The evaluation tg_train_tokens_bind() gives the run (for a caller that wraps it, e.g. to
+ *  evaluate on one process and broadcast): the validation loss, the accuracy (text: NaN) and
+ *  whether the target is reached. Leaves the context in training mode on success. */
+TG_API tg_status tg_train_tokens_evaluate(tg_train_tokens *m, double *val_loss,
+                                          double *accuracy, bool *reached);
+
+/** The training graph (for DOT files and memory reports), the accumulator (NULL when K = 1). */
+TG_API tg_graph *tg_train_tokens_graph(const tg_train_tokens *m);
+TG_API tg_grad_accum *tg_train_tokens_accum(const tg_train_tokens *m);
+
+/** Release the run's buffers (the graph and tensors belong to the context); NULL: no-op. */
+TG_API void tg_train_tokens_free(tg_train_tokens *m);
+/**@}*/
+
 #ifdef __cplusplus
 }
 #endif

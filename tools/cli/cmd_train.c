@@ -62,7 +62,9 @@ typedef struct {
     tg_text_info ci;   /* its counts */
     tg_transformer_config mc;
     tg_transformer model;
-    tg_tensor *ids, *tgt, *logits, *loss;
+    tg_train_tokens *tok_run; /* text and task: the library's graph, batches and evaluation */
+    tg_train_callbacks tok_cb; /* its batch, micro-batch and evaluation (tg_train_tokens_bind) */
+    tg_tensor *ids, *tgt, *logits, *loss; /* seq2seq */
     tg_tensor *val_loss; /* unsmoothed loss for evaluation (the loss itself without
                           * --label-smoothing; otherwise a second output of the graph) */
     tg_tensor *dec;     /* seq2seq: (B, T) decoder inputs (BOS, labels shifted right) */
@@ -736,7 +738,20 @@ static bool build(trainer *t)
             return false;
         return true;
     }
-    if (!t->pairs && tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
+    if (!t->pairs && !t->s2s && tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
+        tg_train_tokens_opts to = {.text = t->corp, .task = (tg_task_kind)t->task,
+                                   .eval_seed = (uint64_t)a->seed, .batch = t->B, .seq_len = t->T,
+                                   .grad_accum = t->K, .first = t->first, .count = t->count,
+                                   .label_smoothing = a->label_smoothing,
+                                   .precision = a->precision,
+                                   .detect_anomaly = a->detect_anomaly,
+                                   .target_acc = a->target_acc};
+        t->tok_run = tg_train_tokens_new(ctx, &t->model, &to);
+        t->opt = t->tok_run ? tg_optim_new(ctx, &oc, 0, NULL) : NULL;
+        t->g = tg_train_tokens_graph(t->tok_run);
+        t->accum = tg_train_tokens_accum(t->tok_run);
+    }
+    if (!t->pairs && t->s2s && tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
         t->ids = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), t->s2s ? "src_ids" : "ids");
         t->tgt = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), "targets");
         if (t->s2s) { /* teacher forcing: decoder input = BOS + the target shifted right */
@@ -788,13 +803,13 @@ static bool build(trainer *t)
     if (t->ck && !restore(t, dt, &oc))
         return false;
     size_t bt = (size_t)(t->B * t->T); /* bounded by the memory estimate */
-    t->ids_buf = malloc(sizeof(int32_t) * bt);
-    t->tgt_buf = malloc(sizeof(int32_t) * bt);
     if (t->s2s) {
+        t->ids_buf = malloc(sizeof(int32_t) * bt);
+        t->tgt_buf = malloc(sizeof(int32_t) * bt);
         t->dec_buf = malloc(sizeof(int32_t) * bt);
         t->out_buf = malloc(sizeof(int32_t) * bt);
     }
-    if (!t->ids_buf || !t->tgt_buf || (t->s2s && (!t->dec_buf || !t->out_buf))) {
+    if (t->s2s && (!t->ids_buf || !t->tgt_buf || !t->dec_buf || !t->out_buf)) {
         errf("out of memory");
         return false;
     }
@@ -1226,7 +1241,6 @@ static bool evaluate(trainer *t, double *val)
 {
     tg_ctx_set_training(t->ctx, false);
     *val = NAN;
-    int64_t B = t->B, T = t->T, V = t->V;
     if (t->pairs) {
         bool nonfinite;
         if (!pairs_evaluate(&t->pr, t->ctx, &t->a, val, &nonfinite))
@@ -1237,41 +1251,11 @@ static bool evaluate(trainer *t, double *val)
     } else if (t->s2s) {
         if (!evaluate_seq2seq(t, val))
             return false;
-    } else if (t->text) { /* the validation windows, Bm at a time (the graph's rows) */
-        if (tg_text_evaluate(t->ctx, t->corp, t->g, t->ids, t->tgt, t->val_loss, val, NULL) !=
-            TG_OK)
+    } else { /* text, task: the library's evaluation (tgrad_train.h) */
+        bool reached;
+        if (tg_train_tokens_evaluate(t->tok_run, val, &t->acc, &reached) != TG_OK)
             return false;
-    } else {
-        /* held-out accuracy over 8 fixed batches of unseen random sequences */
-        uint64_t rs = (uint64_t)t->a.seed ^ 0x5eed5eedULL;
-        int64_t correct = 0, total = 0;
-        double sum = 0;
-        for (int k = 0; k < 8; k++) {
-            tg_task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
-            for (int64_t c = 0; c < t->K; c++) { /* the graph runs Bm rows at a time */
-                if (!set_batch(t, c * t->Bm) || tg_graph_forward(t->g) != TG_OK)
-                    return false;
-                sum += t->K == 1 ? tg_get(t->val_loss, 0) : tg_get(t->val_loss, 0) / (double)t->K;
-                const int32_t *tg = t->tgt_buf + c * t->Bm * T;
-                for (int64_t r = 0; r < t->Bm * T; r++) {
-                    int64_t arg = 0;
-                    double bestv = -INFINITY;
-                    for (int64_t v = 0; v < V; v++) {
-                        double x = tg_get(t->logits, r * V + v);
-                        if (x > bestv) {
-                            bestv = x;
-                            arg = v;
-                        }
-                    }
-                    correct += arg == tg[r];
-                    total++;
-                }
-            }
-        }
-        *val = sum / 8;
-        t->acc = (double)correct / (double)total;
-        if (t->acc >= t->a.target_acc && t->a.target_acc > 0)
-            t->reached = true;
+        t->reached |= reached;
     }
     tg_ctx_set_training(t->ctx, true);
     return true;
@@ -1288,6 +1272,8 @@ static tg_status micro_batch(void *user, int64_t i, double *l)
     trainer *t = user;
     if (t->pairs) /* one batch of the epoch's plan (train_pairs.c) */
         return pairs_step(&t->pr, t->ctx, &t->a, l) ? TG_OK : failed(t->ctx);
+    if (t->tok_run) /* text, task: the library's */
+        return t->tok_cb.micro(t->tok_cb.user, i, l);
     tg_graph_zero_grad(t->g);
     if (!set_batch(t, i * t->Bm) || tg_graph_forward(t->g) != TG_OK ||
         tg_graph_backward(t->g, t->loss, t->K > 1 ? t->dy : NULL) != TG_OK)
@@ -1334,15 +1320,14 @@ static bool evaluate_all(trainer *t, double *val)
     return r.ok != 0;
 }
 
-/* tg_train_callbacks batch: step @p step's batch (text, task; --pairs draws in pairs_step). */
+/* tg_train_callbacks batch: step @p step's batch (--pairs draws in pairs_step). */
 static tg_status cb_batch(void *user, int64_t step)
 {
     trainer *t = user;
-    (void)step;
+    if (t->tok_run) /* text, task: the library's */
+        return t->tok_cb.batch(t->tok_cb.user, step);
     tg_status bs = TG_OK;
-    if (t->text)
-        bs = tg_text_train_batch(t->ctx, t->corp, t->B, t->T, t->ids_buf, t->tgt_buf);
-    else if (!t->pairs)
+    if (!t->pairs) /* seq2seq */
         bs = tg_task_train_batch(t->ctx, t->task, t->B, t->T, t->ids_buf, t->tgt_buf);
     if (bs == TG_OK)
         tg_ctx_set_training(t->ctx, true);
@@ -1514,6 +1499,8 @@ static int train_loop(trainer *t)
     t->end = t->a.stop_after > 0 && t->a.stop_after < t->a.steps ? t->a.stop_after : t->a.steps;
     tg_train_sync sync = {&t->mp, sync_reduce, sync_broadcast};
     tg_train_config c = run_config(t, &sync);
+    if (t->tok_run)
+        tg_train_tokens_bind(t->tok_run, &t->tok_cb, &c);
     tg_train_callbacks cb = {.user = t, .first = cb_first, .batch = cb_batch,
                              .micro = micro_batch, .tokens = t->pairs ? cb_tokens : NULL,
                              .after_step = cb_after_step, .evaluate = cb_evaluate,
@@ -1679,6 +1666,7 @@ static void trainer_free(trainer *t)
     restore_handlers();
     if (t->logfd >= 0)
         close(t->logfd);
+    tg_train_tokens_free(t->tok_run);
     free(t->ids_buf);
     free(t->tgt_buf);
     free(t->dec_buf);
