@@ -1196,7 +1196,11 @@ typedef struct tg_train_result {
  * (::tg_train_result failed). @c micro is required; the others may be NULL.
  */
 typedef struct tg_train_callbacks {
-    void *user; /**< passed to every callback */
+    void *user; /**< passed to every callback (but see @c model_user) */
+    /** Non-NULL: passed to batch, micro, tokens and evaluate instead of @c user, so a
+     *  built-in model (tg_train_tokens_bind()) and the caller's own callbacks (row, save, ...)
+     *  each keep their state. */
+    void *model_user;
     /** Before the first step (@p step: its 0-based index): return true to stop at once
      *  (nothing trained; result before_first). */
     bool (*first)(void *user, int64_t step);
@@ -1358,8 +1362,9 @@ typedef struct tg_train_tokens tg_train_tokens;
 TG_API tg_train_tokens *tg_train_tokens_new(tg_ctx *ctx, const tg_transformer *model,
                                             const tg_train_tokens_opts *o);
 
-/** Fill @p cb's user, batch, micro and evaluate, and @p cfg's accum and tokens_per_step
- *  (B T), for tg_train_run(). */
+/** Fill @p cb's model_user, batch, micro and evaluate, and @p cfg's accum and
+ *  tokens_per_step (B T), for tg_train_run(); @p cb's user and other callbacks stay the
+ *  caller's. */
 TG_API void tg_train_tokens_bind(tg_train_tokens *m, tg_train_callbacks *cb,
                                  tg_train_config *cfg);
 

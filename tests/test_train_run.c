@@ -5,7 +5,8 @@
  * best-so-far; a run stopped at stop_after and continued from there equals one run; the stop
  * flag and a reached target end the run after the step with a save; the first callback;
  * configuration errors; the CSV header and row of a training log; the checkpoint's record of
- * the data and options (tg_train_record_meta).
+ * the data and options (tg_train_record_meta); the built-in text and task runs
+ * (tg_train_tokens) write the same checkpoint bytes as `tgrad train` on the same options.
  */
 #include "testutil.h"
 #include "tgrad_train.h"
@@ -337,6 +338,107 @@ START_TEST(record_meta)
 }
 END_TEST
 
+/* ---- the library run and `tgrad train` on one configuration: the same checkpoint bytes ---- */
+
+typedef struct {
+    tg_ctx *ctx;
+    tg_optim *opt;
+    tg_transformer_config mc;
+    tg_train_record rec;
+    const char *path;
+} lib_run;
+
+static tg_status lib_save(void *user, int64_t steps_done, double best_val)
+{
+    lib_run *r = user;
+    tg_train_state st = tg_train_state_init();
+    st.position = steps_done * r->rec.batch;
+    st.steps = 20;
+    st.best_val = best_val;
+    tg_train_meta_list *m = calloc(1, sizeof *m);
+    ck_assert_ptr_nonnull(m);
+    tg_status s = tg_train_record_meta(r->ctx, &r->rec, m);
+    if (s == TG_OK)
+        s = tg_train_checkpoint_save(r->ctx, r->path, r->opt, &r->mc, TG_F32, &st, m->n, m->keys,
+                                     m->values, NULL);
+    free(m);
+    return s;
+}
+
+/* What `tgrad train [--text CORPUS] --steps 20 --eval-every 10 --batch 4 --seq-len 16
+ * --layers 1 --d-model 32 --heads 2 --d-ff 64 --seed 5 --grad-accum 2` does, in the library
+ * (its defaults: AdamW, cosine from 3e-3 to 3e-3 / 10, warmup 100, clip 1), saved to @p ck. */
+static void lib_train(const char *corpus, const char *ck)
+{
+    lib_run r = {.ctx = tu_ctx_new(), .path = ck};
+    tg_ctx_seed(r.ctx, 5);
+    tg_text *text = corpus ? tg_text_load(r.ctx, &corpus, 1, 0.1) : NULL;
+    ck_assert(!corpus || text);
+    r.mc = (tg_transformer_config){.vocab_size = text ? tg_text_get_info(text).vocab_size : 10,
+                                   .max_seq_len = 16, .n_layers = 1, .causal = text != NULL,
+                                   .layer = tg_encoder_config_default(32, 2)};
+    r.mc.layer.d_ff = 64;
+    r.mc.layer.norm_first = true;
+    tg_transformer tm;
+    ck_assert_int_eq(tg_transformer_init(r.ctx, &tm, TG_F32, &r.mc), TG_OK);
+    tg_train_tokens_opts to = {.text = text, .task = TG_TASK_REVERSE, .eval_seed = 5,
+                               .batch = 4, .seq_len = 16, .grad_accum = 2, .count = 2,
+                               .target_acc = 0.99};
+    tg_train_tokens *run = tg_train_tokens_new(r.ctx, &tm, &to);
+    ck_assert_ptr_nonnull(run);
+    tg_optim_config oc = tg_optim_defaults(TG_OPTIM_ADAMW);
+    oc.lr = 3e-3;
+    r.opt = tg_optim_new(r.ctx, &oc, 0, NULL);
+    ck_assert_ptr_nonnull(r.opt);
+    r.rec = (tg_train_record){.mode = text ? "text" : "task", .text = text,
+                              .task = TG_TASK_REVERSE, .seed = 5, .optimizer = TG_OPTIM_ADAMW,
+                              .batch = 4, .grad_accum = 2, .warmup = 100, .eval_every = 10,
+                              .lr = 3e-3, .min_lr = 3e-3 / 10, .weight_decay = 0.01, .clip = 1,
+                              .momentum = 0.9, .val_fraction = 0.1, .target_acc = 0.99,
+                              .beta2 = 0.999, .eps = 1e-8};
+    tg_train_config c = tg_train_config_default();
+    c.steps = 20, c.eval_every = 10, c.lr = 3e-3, c.min_lr = 3e-3 / 10, c.warmup = 100, c.clip = 1;
+    tg_train_callbacks cb = {.user = &r, .save = lib_save};
+    tg_train_tokens_bind(run, &cb, &c);
+    tg_train_result res;
+    ck_assert_int_eq(tg_train_run(r.ctx, r.opt, &c, &cb, &res), TG_OK);
+    ck_assert_int_eq(res.step, 20);
+    tg_train_tokens_free(run);
+    tg_text_free(text);
+    tu_ctx_free(r.ctx);
+}
+
+/* The same run through the library and through `tgrad train`: the same checkpoint bytes. */
+static void lib_equals_cli(bool text)
+{
+    char dir[256], a[300], b[300], corpus[300];
+    tu_mkdtemp(dir, sizeof dir, "train_run");
+    tu_write_corpus(dir, "c.txt", 800);
+    tu_path(corpus, sizeof corpus, dir, "c.txt");
+    char args[400];
+    snprintf(args, sizeof args, "train %s --steps 20 --eval-every 10 --batch 4 --seq-len 16 "
+             "--layers 1 --d-model 32 --heads 2 --d-ff 64 --seed 5 --grad-accum 2 "
+             "--checkpoint cli.st --quiet", text ? "--text c.txt" : "");
+    int rc = tu_run_tgrad(dir, args, 120, NULL);
+    ck_assert_int_eq(rc, text ? 0 : 3); /* the task misses its 99% target in 20 steps */
+    lib_train(text ? corpus : NULL, tu_path(b, sizeof b, dir, "lib.st"));
+    size_t na, nb;
+    char *x = tu_slurp(tu_path(a, sizeof a, dir, "cli.st"), &na), *y = tu_slurp(b, &nb);
+    ck_assert_ptr_nonnull(x);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_uint_eq(na, nb);
+    ck_assert_int_eq(memcmp(x, y, na), 0);
+    free(x);
+    free(y);
+    tu_rm_tree(dir);
+}
+
+START_TEST(library_run_equals_cli_text) { lib_equals_cli(true); }
+END_TEST
+
+START_TEST(library_run_equals_cli_task) { lib_equals_cli(false); }
+END_TEST
+
 static Suite *train_run_suite(void)
 {
     Suite *s = suite_create("train_run");
@@ -349,6 +451,8 @@ static Suite *train_run_suite(void)
     tcase_add_test(tc, run_first_and_errors);
     tcase_add_test(tc, log_header_and_row);
     tcase_add_test(tc, record_meta);
+    tcase_add_test(tc, library_run_equals_cli_text);
+    tcase_add_test(tc, library_run_equals_cli_task);
     suite_add_tcase(s, tc);
     return s;
 }

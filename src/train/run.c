@@ -79,6 +79,12 @@ static double step_lr(const tg_train_config *c, int64_t step)
                : tg_lr_warmup_cosine(step, c->steps, c->warmup, c->lr, c->min_lr);
 }
 
+/* The user of the model's callbacks (batch, micro, tokens, evaluate). */
+static void *model_user(const tg_train_callbacks *cb)
+{
+    return cb->model_user ? cb->model_user : cb->user;
+}
+
 /* Fail the run at stage @p f with status @p s. */
 static tg_status fail(run_state *r, tg_train_fail f, tg_status s)
 {
@@ -93,13 +99,13 @@ static tg_status train_one(run_state *r, int64_t step, double lr, double *loss)
     const tg_train_callbacks *cb = r->cb;
     *loss = NAN;
     double ts = now_s();
-    tg_status s = cb->batch ? cb->batch(cb->user, step) : TG_OK;
+    tg_status s = cb->batch ? cb->batch(model_user(cb), step) : TG_OK;
     if (s != TG_OK)
         return fail(r, TG_TRAIN_FAIL_BATCH, s);
     tg_train_step_opts o = {.clip = c->clip, .accum = c->accum,
                             .sync = c->accum ? c->sync : NULL};
     tg_train_step_result sr;
-    s = tg_train_step(r->ctx, r->opt, &o, cb->micro, cb->user, lr, &sr);
+    s = tg_train_step(r->ctx, r->opt, &o, cb->micro, model_user(cb), lr, &sr);
     *loss = sr.loss;
     if (s != TG_OK)
         return fail(r, sr.failed == TG_TRAIN_STAGE_BATCH ? TG_TRAIN_FAIL_BATCH
@@ -108,7 +114,7 @@ static tg_status train_one(run_state *r, int64_t step, double lr, double *loss)
     r->res->trained++;
     double el = now_s() - r->t0;
     if (cb->tokens) { /* real tokens per second of training */
-        r->tokens_done += cb->tokens(cb->user);
+        r->tokens_done += cb->tokens(model_user(cb));
         r->res->tokens_per_s = (double)r->tokens_done / (r->train_s > 0 ? r->train_s : 1e-9);
     } else {
         r->res->tokens_per_s = (double)r->res->trained * (double)c->tokens_per_step /
@@ -124,7 +130,7 @@ static tg_status evaluate(run_state *r, int64_t step, tg_train_row *row)
     double val = NAN, metric = NAN;
     bool reached = false;
     if (cb->evaluate) {
-        tg_status s = cb->evaluate(cb->user, step, &val, &metric, &reached);
+        tg_status s = cb->evaluate(model_user(cb), step, &val, &metric, &reached);
         if (s != TG_OK)
             return fail(r, TG_TRAIN_FAIL_EVAL, s);
     }

@@ -212,7 +212,7 @@ static tg_status evaluate(void *user, int64_t step, double *val, double *metric,
 
 void tg_train_tokens_bind(tg_train_tokens *m, tg_train_callbacks *cb, tg_train_config *cfg)
 {
-    cb->user = m;
+    cb->model_user = m;
     cb->batch = batch;
     cb->micro = micro;
     cb->evaluate = evaluate;

@@ -1273,7 +1273,7 @@ static tg_status micro_batch(void *user, int64_t i, double *l)
     if (t->pairs) /* one batch of the epoch's plan (train_pairs.c) */
         return pairs_step(&t->pr, t->ctx, &t->a, l) ? TG_OK : failed(t->ctx);
     if (t->tok_run) /* text, task: the library's */
-        return t->tok_cb.micro(t->tok_cb.user, i, l);
+        return t->tok_cb.micro(t->tok_cb.model_user, i, l);
     tg_graph_zero_grad(t->g);
     if (!set_batch(t, i * t->Bm) || tg_graph_forward(t->g) != TG_OK ||
         tg_graph_backward(t->g, t->loss, t->K > 1 ? t->dy : NULL) != TG_OK)
@@ -1325,7 +1325,7 @@ static tg_status cb_batch(void *user, int64_t step)
 {
     trainer *t = user;
     if (t->tok_run) /* text, task: the library's */
-        return t->tok_cb.batch(t->tok_cb.user, step);
+        return t->tok_cb.batch(t->tok_cb.model_user, step);
     tg_status bs = TG_OK;
     if (!t->pairs) /* seq2seq */
         bs = tg_task_train_batch(t->ctx, t->task, t->B, t->T, t->ids_buf, t->tgt_buf);
