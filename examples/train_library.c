@@ -1,14 +1,13 @@
 /*
- * train_library.c - a training run as `tgrad train --text` runs it, from the public headers:
- * tg_text_load reads a corpus (written into a temporary directory), tg_train_run runs the
- * loop (noam schedule, K = 2 micro-batches summed in a fixed tree, clipping, AdamW, an
- * evaluation every 40 steps, the best validation loss, a checkpoint at each evaluation) with
- * this program's batch, micro-batch, evaluation and save as callbacks; then the checkpoint is
- * restored, from the file alone, into another context and compared with the run.
- * Exits 1 unless the validation loss fell and the restored run equals the saved one.
+ * train_library.c - `tgrad train --text corpus.txt --steps 120 --eval-every 40 --batch 8
+ * --grad-accum 2 --seq-len 16 --layers 1 --d-model 32 --heads 4 --d-ff 64 --schedule noam
+ * --warmup 20 --beta2 0.98 --seed 3 --checkpoint run.safetensors` from the public headers, with
+ * no loop of its own: tg_train_tokens (graph, batches, evaluation) and tg_train_run (the loop),
+ * the save through tg_train_record_meta, so the checkpoint is the command's, byte for byte
+ * (tests/train_library_same.sh); then restored, from the file alone, into another context.
+ * Usage: train_library [DIR] (default: a temporary directory, removed afterwards).
  */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,72 +16,30 @@
 #include "tgrad_data.h"
 #include "tgrad_train.h"
 
-enum { B = 8, K = 2, BM = B / K, T = 16, STEPS = 120 };
-
 typedef struct {
     tg_ctx *ctx;
-    const tg_text *text;
-    tg_graph *g;
-    tg_tensor *ids, *targets, *loss, *share;
     tg_optim *opt;
     tg_transformer_config cfg;
+    tg_train_record rec; /* what the checkpoint records of the data and options */
     const char *ck;
-    int32_t x[B * T], y[B * T]; /* the step's batch: K micro-batches of BM rows */
 } run;
-
-static tg_status batch(void *u, int64_t step)
-{
-    run *r = u;
-    (void)step;
-    return tg_text_train_batch(r->ctx, r->text, B, T, r->x, r->y);
-}
-
-/* Rows i BM .. (i+1) BM - 1 of the batch, forward and backward of loss / K. */
-static tg_status micro(void *u, int64_t i, double *loss)
-{
-    run *r = u;
-    tg_graph_zero_grad(r->g);
-    tg_status s = tg_tensor_set_data(r->ids, r->x + i * BM * T, TG_I32, BM * T);
-    if (s == TG_OK)
-        s = tg_tensor_set_data(r->targets, r->y + i * BM * T, TG_I32, BM * T);
-    if (s == TG_OK)
-        s = tg_graph_forward(r->g);
-    if (s == TG_OK)
-        s = tg_graph_backward(r->g, r->loss, r->share);
-    *loss = tg_get(r->loss, 0) / K;
-    return s;
-}
-
-static tg_status evaluate(void *u, int64_t step, double *val, double *metric, bool *reached)
-{
-    run *r = u;
-    (void)step, (void)metric, (void)reached;
-    return tg_text_evaluate(r->ctx, r->text, r->g, r->ids, r->targets, r->loss, val, NULL);
-}
 
 static tg_status save(void *u, int64_t steps, double best_val)
 {
     run *r = u;
     tg_train_state st = tg_train_state_init();
-    st.steps = STEPS;
-    st.position = steps * B;
-    st.best_val = best_val;
-    const char *keys[1] = {"data.mode"}, *values[1] = {"text"};
-    return tg_train_checkpoint_save(r->ctx, r->ck, r->opt, &r->cfg, TG_F32, &st, 1, keys, values,
-                                    NULL);
+    st.steps = 120, st.position = steps * 8, st.best_val = best_val;
+    tg_train_meta_list *m = calloc(1, sizeof *m);
+    tg_status s = m ? tg_train_record_meta(r->ctx, &r->rec, m) : TG_ERR_NOMEM;
+    if (s == TG_OK)
+        s = tg_train_checkpoint_save(r->ctx, r->ck, r->opt, &r->cfg, TG_F32, &st, m->n, m->keys,
+                                     m->values, NULL);
+    free(m);
+    return s;
 }
 
-static tg_status row(void *u, const tg_train_row *w)
-{
-    (void)u;
-    if (w->eval)
-        printf("step %3lld  loss %.4f  lr %.2e  validation %.4f\n", (long long)w->step, w->loss,
-               w->lr, w->val_loss);
-    return TG_OK;
-}
-
-/* The checkpoint in a new context; 0 when its parameters equal the run's. */
-static int restore(tg_ctx *saved, const char *ck, const tg_optim_config *oc)
+/* The checkpoint in a new context: true when its parameters equal the run's. */
+static bool restored_equal(tg_ctx *saved, const char *ck, const tg_optim_config *oc)
 {
     tg_ctx *ctx = tg_ctx_new();
     tg_safetensors *st = ctx ? tg_safetensors_read(ctx, ck) : NULL;
@@ -90,64 +47,65 @@ static int restore(tg_ctx *saved, const char *ck, const tg_optim_config *oc)
     tg_dtype dt;
     tg_transformer m;
     tg_optim *opt = NULL;
-    tg_train_state s;
     bool same = st && tg_transformer_meta_read(ctx, st, ck, &cfg, &dt) == TG_OK &&
                 tg_transformer_init(ctx, &m, dt, &cfg) == TG_OK &&
                 (opt = tg_optim_new(ctx, oc, 0, NULL)) &&
-                tg_train_checkpoint_restore(ctx, st, ck, &cfg, dt, oc, opt, &s) == TG_OK;
+                tg_train_checkpoint_restore(ctx, st, ck, &cfg, dt, oc, opt, NULL) == TG_OK;
     for (int64_t i = 0; same && i < tg_ctx_n_params(ctx); i++) {
         tg_tensor *a = tg_ctx_param(ctx, i), *b = tg_ctx_param(saved, i);
         same = !memcmp(tg_tensor_data(a), tg_tensor_data(b), 4 * (size_t)tg_tensor_numel(a));
     }
-    printf("restored: step %lld, parameters %s\n", same ? (long long)s.step : -1LL,
-           same ? "equal" : "DIFFERENT");
     tg_ctx_free(ctx);
-    return same ? 0 : 1;
+    return same;
 }
 
 static int train(run *r, const char *corpus)
 {
     tg_text *text = tg_text_load(r->ctx, &corpus, 1, 0.1); /* 10% of the bytes validate */
-    r->text = text;
-    r->cfg = (tg_transformer_config){.vocab_size = text ? tg_text_get_info(text).vocab_size : 1,
-                                     .max_seq_len = T, .n_layers = 1, .causal = true,
+    if (!text)
+        return 1;
+    r->cfg = (tg_transformer_config){.vocab_size = tg_text_get_info(text).vocab_size,
+                                     .max_seq_len = 16, .n_layers = 1, .causal = true,
                                      .layer = tg_encoder_config_default(32, 4)};
-    r->cfg.layer.d_ff = 64;
-    r->cfg.layer.norm_first = true;
+    r->cfg.layer.d_ff = 64, r->cfg.layer.norm_first = true;
     tg_transformer model;
-    if (!text || tg_transformer_init(r->ctx, &model, TG_F32, &r->cfg) != TG_OK)
-        return 1;
-    r->ids = tg_input(r->ctx, TG_I32, TG_DIMS(BM, T), "ids");
-    r->targets = tg_input(r->ctx, TG_I32, TG_DIMS(BM, T), "targets");
-    tg_tensor *logits = tg_transformer_forward(r->ctx, &model, r->ids, NULL); /* (BM, T, V) */
-    r->loss = tg_cross_entropy(r->ctx, logits, r->targets, -1);              /* () */
-    r->g = tg_graph_new(r->ctx, &r->loss, 1);
-    r->share = tg_const(r->ctx, TG_F32, 0, NULL, "share");
+    tg_train_tokens_opts to = {.text = text, .batch = 8, .seq_len = 16, .grad_accum = 2,
+                               .count = 2};
+    tg_train_tokens *tokens = tg_transformer_init(r->ctx, &model, TG_F32, &r->cfg) == TG_OK
+                                  ? tg_train_tokens_new(r->ctx, &model, &to) : NULL;
     tg_optim_config oc = tg_optim_defaults(TG_OPTIM_ADAMW);
-    r->opt = tg_optim_new(r->ctx, &oc, 0, NULL);
+    oc.lr = 1.0, oc.beta2 = 0.98;
+    r->opt = tokens ? tg_optim_new(r->ctx, &oc, 0, NULL) : NULL;
+    r->rec = (tg_train_record){.mode = "text", .text = text, .seed = 3, .batch = 8,
+                               .grad_accum = 2, .warmup = 20, .eval_every = 40, .lr = 1.0,
+                               .min_lr = 0.1, .weight_decay = 0.01, .clip = 1, .momentum = 0.9,
+                               .val_fraction = 0.1, .target_acc = 0.99, .beta2 = 0.98,
+                               .eps = 1e-8, .optimizer = TG_OPTIM_ADAMW, .schedule = TG_LR_NOAM};
     tg_train_config c = tg_train_config_default();
-    c.accum = tg_grad_accum_new(r->ctx, 0, NULL, K, 0, K);
-    if (!r->g || !r->share || !r->opt || !c.accum)
-        return 1;
-    tg_fill(r->share, 1.0 / K);
-    c.steps = STEPS, c.eval_every = 40, c.schedule = TG_LR_NOAM, c.lr = 1.0, c.warmup = 20;
-    c.d_model = 32, c.clip = 1.0, c.tokens_per_step = B * T;
-    tg_train_callbacks cb = {.user = r, .batch = batch, .micro = micro, .evaluate = evaluate,
-                             .row = row, .save = save};
+    c.steps = 120, c.eval_every = 40, c.schedule = TG_LR_NOAM, c.lr = 1.0, c.min_lr = 0.1;
+    c.warmup = 20, c.d_model = 32, c.clip = 1.0;
+    tg_train_callbacks cb = {.user = r, .save = save};
     tg_train_result res;
-    double before = NAN;
-    tg_text_evaluate(r->ctx, text, r->g, r->ids, r->targets, r->loss, &before, NULL);
-    if (tg_train_run(r->ctx, r->opt, &c, &cb, &res) != TG_OK)
-        return 1;
-    printf("validation loss per byte: %.4f -> %.4f (best %.4f)\n", before, res.last_val,
-           res.best_val);
-    return res.last_val < before ? restore(r->ctx, r->ck, &oc) : 1;
+    int rc = 1;
+    if (r->opt) {
+        tg_train_tokens_bind(tokens, &cb, &c);
+        if (tg_train_run(r->ctx, r->opt, &c, &cb, &res) == TG_OK) {
+            bool same = restored_equal(r->ctx, r->ck, &oc);
+            printf("best validation loss %.4f; restored from %s: %s\n", res.best_val, r->ck,
+                   same ? "equal" : "DIFFERENT");
+            rc = same ? 0 : 1;
+        }
+    }
+    tg_train_tokens_free(tokens);
+    tg_text_free(text);
+    return rc;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    char dir[] = "/tmp/train_library.XXXXXX", corpus[64], ck[64];
-    if (!mkdtemp(dir))
+    char tmp[] = "/tmp/train_library.XXXXXX", corpus[4096], ck[4096];
+    const char *dir = argc > 1 ? argv[1] : mkdtemp(tmp);
+    if (!dir)
         return 1;
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
     snprintf(ck, sizeof ck, "%s/run.safetensors", dir);
@@ -158,14 +116,14 @@ int main(void)
     int rc = !f || fclose(f) != 0 || !r.ctx;
     if (!rc) {
         tg_ctx_seed(r.ctx, 3);
-        rc = train(&r, corpus);
-        if (rc)
+        if ((rc = train(&r, corpus)) != 0)
             fprintf(stderr, "train_library: %s\n", tg_ctx_message(r.ctx));
     }
-    tg_text_free((tg_text *)r.text);
     tg_ctx_free(r.ctx);
-    unlink(ck);
-    unlink(corpus);
-    rmdir(dir);
+    if (argc <= 1) { /* our own temporary directory */
+        unlink(ck);
+        unlink(corpus);
+        rmdir(dir);
+    }
     return rc;
 }
