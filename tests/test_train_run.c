@@ -6,9 +6,11 @@
  * flag and a reached target end the run after the step with a save; the first callback;
  * configuration errors; the CSV header and row of a training log; the checkpoint's record of
  * the data and options (tg_train_record_meta); the built-in text and task runs
- * (tg_train_tokens) write the same checkpoint bytes as `tgrad train` on the same options.
+ * (tg_train_tokens) write the same checkpoint bytes as `tgrad train` on the same options;
+ * greedy decoding of a fixed length (tg_greedy): both paths agree, non-finite logits refused.
  */
 #include "testutil.h"
+#include "tgrad_decode.h"
 #include "tgrad_train.h"
 
 #include <math.h>
@@ -439,6 +441,40 @@ END_TEST
 START_TEST(library_run_equals_cli_task) { lib_equals_cli(false); }
 END_TEST
 
+/* tg_greedy: the cached and the uncached path decode the same tokens; a NaN parameter gives
+ * TG_ERR_NONFINITE with its message. */
+START_TEST(greedy_paths_agree)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_seed(ctx, 11);
+    tg_transformer_config mc = {.vocab_size = 11, .max_seq_len = 6, .n_layers = 1,
+                                .n_decoder_layers = 1, .layer = tg_encoder_config_default(8, 2)};
+    mc.layer.d_ff = 16;
+    tg_transformer m;
+    ck_assert_int_eq(tg_transformer_init(ctx, &m, TG_F32, &mc), TG_OK);
+    tg_ctx_set_training(ctx, false);
+    int32_t src[2 * 6] = {1, 2, 3, 4, 5, 6, 9, 8, 7, 0, 0, 1}, a[12], b[12];
+    tg_greedy *c = tg_greedy_new(ctx, &m, 2, 6, 10, false, TG_PRECISION_F32);
+    tg_greedy *g = tg_greedy_new(ctx, &m, 2, 6, 10, true, TG_PRECISION_F32);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_int_eq(tg_greedy_decode(c, src, a), TG_OK);
+    ck_assert_int_eq(tg_greedy_decode(g, src, b), TG_OK);
+    ck_assert_int_eq(memcmp(a, b, sizeof a), 0);
+    for (int i = 0; i < 12; i++)
+        ck_assert(a[i] >= 0 && a[i] < 11);
+    ((float *)tg_tensor_data(m.head_b))[3] = NAN;
+    ck_assert_int_eq(tg_greedy_decode(c, src, a), TG_ERR_NONFINITE);
+    ck_assert_ptr_nonnull(strstr(tg_ctx_message(ctx), "row 0, step 0: a logit is not finite"));
+    tg_ctx_clear_error(ctx);
+    ck_assert_int_eq(tg_greedy_decode(g, src, b), TG_ERR_NONFINITE);
+    ck_assert_ptr_null(tg_greedy_new(ctx, &m, 2, 6, 11, false, TG_PRECISION_F32)); /* bos */
+    tg_greedy_free(c);
+    tg_greedy_free(g);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *train_run_suite(void)
 {
     Suite *s = suite_create("train_run");
@@ -451,6 +487,7 @@ static Suite *train_run_suite(void)
     tcase_add_test(tc, run_first_and_errors);
     tcase_add_test(tc, log_header_and_row);
     tcase_add_test(tc, record_meta);
+    tcase_add_test(tc, greedy_paths_agree);
     tcase_add_test(tc, library_run_equals_cli_text);
     tcase_add_test(tc, library_run_equals_cli_task);
     suite_add_tcase(s, tc);

@@ -18,8 +18,8 @@
 #include "climsg.h"
 #include "train_data.h"
 #include "outpath.h"
-#include "seq2seq.h"
 #include "svgplot.h"
+#include "tgrad_decode.h"
 #include "tgrad_train.h"
 #include "train_args.h"
 #include "train_mpi.h"
@@ -68,7 +68,7 @@ typedef struct {
     tg_tensor *val_loss; /* unsmoothed loss for evaluation (the loss itself without
                           * --label-smoothing; otherwise a second output of the graph) */
     tg_tensor *dec;     /* seq2seq: (B, T) decoder inputs (BOS, labels shifted right) */
-    s2s_decoder greedy; /* seq2seq: held-out greedy decoding */
+    tg_greedy *greedy; /* seq2seq: held-out greedy decoding (tgrad_decode.h) */
     tg_graph *g;
     tg_optim *opt;
     int64_t V, T, B, n_params, start;
@@ -785,8 +785,8 @@ static bool build(trainer *t)
         /* the held-out greedy decoder over the same parameters: a generator (KV cache), or
          * with --no-cache a no_grad graph over the whole target prefix (seq2seq.c) */
         if (t->g && t->opt && t->s2s && !a->dry_run &&
-            !s2s_decoder_init(&t->greedy, ctx, &t->model, t->B, t->T, a->no_cache,
-                              a->precision))
+            !(t->greedy = tg_greedy_new(ctx, &t->model, t->B, t->T, SEQ2SEQ_BOS, a->no_cache,
+                                        (tg_precision)a->precision)))
             t->opt = NULL;
     }
     if (!t->g || !t->opt) {
@@ -1181,7 +1181,7 @@ static bool set_batch(trainer *t, int64_t row)
 {
     size_t bt = (size_t)(t->Bm * t->T), off = (size_t)(row * t->T);
     if (t->s2s) { /* teacher forcing */
-        s2s_shift_right(t->Bm, t->T, t->tgt_buf + off, t->dec_buf + off);
+        tg_shift_right(t->Bm, t->T, t->tgt_buf + off, SEQ2SEQ_BOS, t->dec_buf + off);
         if (tg_tensor_set_data(t->dec, t->dec_buf + off, TG_I32, bt) != TG_OK)
             return false;
     }
@@ -1205,13 +1205,14 @@ static bool evaluate_seq2seq(trainer *t, double *val)
                 return false;
             sum += t->K == 1 ? tg_get(t->val_loss, 0) : tg_get(t->val_loss, 0) / (double)t->K;
         }
-        s2s_status st = s2s_greedy(&t->greedy, t->ids_buf, t->out_buf);
-        if (st == S2S_NONFINITE) { /* NaN or inf logits: nothing counts as decoded */
+        tg_status st = tg_greedy_decode(t->greedy, t->ids_buf, t->out_buf);
+        if (st == TG_ERR_NONFINITE) { /* NaN or inf logits: nothing counts as decoded */
+            tg_ctx_clear_error(t->ctx);
             *val = NAN;
             t->acc = t->tok_acc = 0;
             return true;
         }
-        if (st != S2S_OK)
+        if (st != TG_OK)
             return false;
         for (int64_t b = 0; b < B; b++) {
             int64_t ok = 0;
@@ -1671,7 +1672,7 @@ static void trainer_free(trainer *t)
     free(t->tgt_buf);
     free(t->dec_buf);
     free(t->out_buf);
-    s2s_decoder_free(&t->greedy);
+    tg_greedy_free(t->greedy);
     svg_series_free(&t->train_curve);
     svg_series_free(&t->val_curve);
     svg_series_free(&t->acc_curve);
