@@ -1348,6 +1348,12 @@ typedef struct tg_train_tokens_opts {
     tg_precision precision; /**< the graph's products */
     bool detect_anomaly;    /**< tg_graph_opts.detect_anomaly */
     double target_acc;      /**< task mode: reached at this accuracy (0: never) */
+    /** task mode with an encoder-decoder model (cfg.n_decoder_layers > 0): teacher forcing,
+     *  the decoder input (Bm, T) the targets shifted right after @c bos (tg_shift_right());
+     *  the evaluation's metric is the exact-sequence accuracy of greedy decoding
+     *  (tg_train_tokens_set_decoder()) */
+    bool seq2seq;
+    int32_t bos;            /**< seq2seq: the decoder's first input */
 } tg_train_tokens_opts;
 
 typedef struct tg_train_tokens tg_train_tokens;
@@ -1373,6 +1379,23 @@ TG_API void tg_train_tokens_bind(tg_train_tokens *m, tg_train_callbacks *cb,
  *  whether the target is reached. Leaves the context in training mode on success. */
 TG_API tg_status tg_train_tokens_evaluate(tg_train_tokens *m, double *val_loss,
                                           double *accuracy, bool *reached);
+
+/**
+ * seq2seq: the greedy decoder the evaluation uses, B sources (B, T) -> B outputs (B, T), e.g.
+ * tg_greedy_decode() of a tg_greedy (tgrad_decode.h, a layer above this one, so the caller
+ * passes it in). Evaluation then measures over 8 fixed held-out batches the teacher-forced
+ * loss, the exact-sequence accuracy (the metric; reached at target_acc) and the token accuracy
+ * (tg_train_tokens_token_accuracy()); a decoder returning ::TG_ERR_NONFINITE makes the loss NaN
+ * and both accuracies 0 (the error cleared). Without a decoder the seq2seq evaluation fails
+ * with ::TG_ERR_STATE.
+ */
+TG_API void tg_train_tokens_set_decoder(tg_train_tokens *m,
+                                        tg_status (*decode)(void *user, const int32_t *src,
+                                                            int32_t *out),
+                                        void *user);
+
+/** seq2seq: the token accuracy of the last evaluation (NaN before one, or for text and task). */
+TG_API double tg_train_tokens_token_accuracy(const tg_train_tokens *m);
 
 /** The training graph (for DOT files and memory reports), the accumulator (NULL when K = 1). */
 TG_API tg_graph *tg_train_tokens_graph(const tg_train_tokens *m);

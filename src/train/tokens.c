@@ -4,7 +4,9 @@
  * tg_train_run drives:
  *   ids, targets (Bm, T) -> logits (Bm, T, V) -> loss = mean CE (smoothed for training)
  *   micro-batch i: rows i Bm .. (i+1) Bm - 1 of the step's (B, T) batch, backward seeded 1/K
- *   evaluation: text: tg_text_evaluate; task: loss and token accuracy over 8 held-out batches
+ *   evaluation: text: tg_text_evaluate; task: loss and token accuracy over 8 held-out batches;
+ *   seq2seq (teacher forcing: decoder input = BOS + targets shifted right): loss, and the
+ *   exact-sequence and token accuracy of the caller's greedy decoder over the same batches
  */
 #include "tgrad_train.h"
 #include "core.h"
@@ -18,10 +20,14 @@ struct tg_train_tokens {
     tg_ctx *ctx;
     tg_train_tokens_opts o;
     int64_t Bm, V;
-    tg_tensor *ids, *tgt, *logits, *loss, *val_loss, *dy;
+    tg_tensor *ids, *tgt, *dec, *logits, *loss, *val_loss, *dy;
     tg_graph *g;
     tg_grad_accum *accum;
     int32_t *ids_buf, *tgt_buf; /* (B, T): the step's batch, or a held-out batch */
+    int32_t *dec_buf, *out_buf; /* seq2seq (B, T): decoder inputs; greedy decoding's output */
+    tg_status (*decode)(void *user, const int32_t *src, int32_t *out);
+    void *decode_user;
+    double tok_acc; /* seq2seq: the last evaluation's token accuracy */
 };
 
 static bool opts_ok(tg_ctx *ctx, const tg_transformer *model, const tg_train_tokens_opts *o)
@@ -35,6 +41,8 @@ static bool opts_ok(tg_ctx *ctx, const tg_transformer *model, const tg_train_tok
         why = "first and count must name micro-batches in [0, grad_accum)";
     else if (!o->text && !tg_task_name(o->task))
         why = "no corpus and no task";
+    else if (o->seq2seq && (o->text || model->cfg.n_decoder_layers < 1))
+        why = "seq2seq trains an encoder-decoder model on a task";
     if (why)
         tg__run_err(ctx, TG_ERR_ARG, FN, "%s", why);
     return why == NULL;
@@ -45,9 +53,14 @@ static bool build(tg_train_tokens *m, const tg_transformer *model)
 {
     tg_ctx *ctx = m->ctx;
     const tg_train_tokens_opts *o = &m->o;
-    m->ids = tg_input(ctx, TG_I32, TG_DIMS(m->Bm, o->seq_len), "ids");
+    m->ids = tg_input(ctx, TG_I32, TG_DIMS(m->Bm, o->seq_len), o->seq2seq ? "src_ids" : "ids");
     m->tgt = tg_input(ctx, TG_I32, TG_DIMS(m->Bm, o->seq_len), "targets");
-    m->logits = tg_transformer_forward(ctx, model, m->ids, NULL); /* (Bm, T, V) */
+    if (o->seq2seq) { /* teacher forcing: decoder input = BOS + the target shifted right */
+        m->dec = tg_input(ctx, TG_I32, TG_DIMS(m->Bm, o->seq_len), "tgt_ids");
+        m->logits = tg_transformer_forward_seq2seq(ctx, model, m->ids, m->dec, NULL, NULL);
+    } else {
+        m->logits = tg_transformer_forward(ctx, model, m->ids, NULL); /* (Bm, T, V) */
+    }
     /* mean over Bm T targets; with label smoothing, evaluation reads the plain loss */
     m->loss = m->val_loss = tg_cross_entropy(ctx, m->logits, m->tgt, -1);
     if (!o->text) /* the held-out accuracy reads the logits after a forward */
@@ -73,7 +86,11 @@ static bool build(tg_train_tokens *m, const tg_transformer *model)
     size_t bt = (size_t)(o->batch * o->seq_len);
     m->ids_buf = malloc(sizeof(int32_t) * bt);
     m->tgt_buf = malloc(sizeof(int32_t) * bt);
-    if (!m->ids_buf || !m->tgt_buf) {
+    if (o->seq2seq) {
+        m->dec_buf = malloc(sizeof(int32_t) * bt);
+        m->out_buf = malloc(sizeof(int32_t) * bt);
+    }
+    if (!m->ids_buf || !m->tgt_buf || (o->seq2seq && (!m->dec_buf || !m->out_buf))) {
         tg__run_err(ctx, TG_ERR_NOMEM, FN, "out of memory");
         return false;
     }
@@ -97,6 +114,7 @@ tg_train_tokens *tg_train_tokens_new(tg_ctx *ctx, const tg_transformer *model,
     m->o = *o;
     m->Bm = o->batch / o->grad_accum;
     m->V = model->cfg.vocab_size;
+    m->tok_acc = NAN;
     if (!build(m, model)) {
         if (tg_ctx_status(ctx) == TG_OK)
             tg__run_err(ctx, TG_ERR_STATE, FN, "building the training graph failed");
@@ -110,6 +128,12 @@ tg_train_tokens *tg_train_tokens_new(tg_ctx *ctx, const tg_transformer *model,
 static tg_status set_rows(tg_train_tokens *m, int64_t row)
 {
     size_t bt = (size_t)(m->Bm * m->o.seq_len), off = (size_t)(row * m->o.seq_len);
+    if (m->o.seq2seq) { /* teacher forcing */
+        tg_shift_right(m->Bm, m->o.seq_len, m->tgt_buf + off, m->o.bos, m->dec_buf + off);
+        tg_status s = tg_tensor_set_data(m->dec, m->dec_buf + off, TG_I32, bt);
+        if (s != TG_OK)
+            return s;
+    }
     tg_status s = tg_tensor_set_data(m->ids, m->ids_buf + off, TG_I32, bt);
     return s != TG_OK ? s : tg_tensor_set_data(m->tgt, m->tgt_buf + off, TG_I32, bt);
 }
@@ -189,14 +213,68 @@ static tg_status evaluate_task(tg_train_tokens *m, double *val, double *acc)
     return TG_OK;
 }
 
+/* seq2seq: the exact sequences and the right tokens of one greedy decoding of the batch. */
+static tg_status decode_count(tg_train_tokens *m, int64_t *exact, int64_t *right)
+{
+    int64_t B = m->o.batch, T = m->o.seq_len;
+    if (!m->decode) {
+        tg__run_err(m->ctx, TG_ERR_STATE, "tg_train_tokens_evaluate", "seq2seq evaluation "
+                    "needs a decoder (tg_train_tokens_set_decoder)");
+        return TG_ERR_STATE;
+    }
+    tg_status s = m->decode(m->decode_user, m->ids_buf, m->out_buf);
+    if (s != TG_OK)
+        return s;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t ok = 0;
+        for (int64_t i = 0; i < T; i++)
+            ok += m->out_buf[b * T + i] == m->tgt_buf[b * T + i];
+        *right += ok;
+        *exact += ok == T;
+    }
+    return TG_OK;
+}
+
+/* seq2seq: held-out loss (teacher forcing), and exact-sequence and token accuracy of greedy
+ * decoding, over 8 fixed batches of unseen random sequences. */
+static tg_status evaluate_seq2seq(tg_train_tokens *m, double *val, double *acc)
+{
+    const tg_train_tokens_opts *o = &m->o;
+    uint64_t rs = o->eval_seed ^ 0x5eed5eedULL;
+    int64_t B = o->batch, T = o->seq_len, K = o->grad_accum, exact = 0, right = 0;
+    double sum = 0;
+    for (int k = 0; k < 8; k++) {
+        tg_task_batch(o->task, &rs, B, T, m->ids_buf, m->tgt_buf);
+        for (int64_t c = 0; c < K; c++) { /* the graph runs Bm rows at a time */
+            if (set_rows(m, c * m->Bm) != TG_OK || tg_graph_forward(m->g) != TG_OK)
+                return failed(m->ctx);
+            sum += K == 1 ? tg_get(m->val_loss, 0) : tg_get(m->val_loss, 0) / (double)K;
+        }
+        tg_status s = decode_count(m, &exact, &right);
+        if (s == TG_ERR_NONFINITE) { /* NaN or inf logits: nothing counts as decoded */
+            tg_ctx_clear_error(m->ctx);
+            *val = NAN;
+            *acc = m->tok_acc = 0;
+            return TG_OK;
+        }
+        if (s != TG_OK)
+            return s;
+    }
+    *val = sum / 8;
+    *acc = (double)exact / (double)(8 * B);
+    m->tok_acc = (double)right / (double)(8 * B * T);
+    return TG_OK;
+}
+
 tg_status tg_train_tokens_evaluate(tg_train_tokens *m, double *val, double *acc, bool *reached)
 {
     *val = *acc = NAN;
     *reached = false;
     tg_ctx_set_training(m->ctx, false);
-    tg_status s = m->o.text ? tg_text_evaluate(m->ctx, m->o.text, m->g, m->ids, m->tgt,
-                                               m->val_loss, val, NULL)
-                            : evaluate_task(m, val, acc);
+    tg_status s = m->o.text      ? tg_text_evaluate(m->ctx, m->o.text, m->g, m->ids, m->tgt,
+                                                    m->val_loss, val, NULL)
+                  : m->o.seq2seq ? evaluate_seq2seq(m, val, acc)
+                                 : evaluate_task(m, val, acc);
     if (s != TG_OK)
         return s;
     *reached = !m->o.text && m->o.target_acc > 0 && *acc >= m->o.target_acc;
@@ -220,6 +298,19 @@ void tg_train_tokens_bind(tg_train_tokens *m, tg_train_callbacks *cb, tg_train_c
     cfg->tokens_per_step = m->o.batch * m->o.seq_len;
 }
 
+void tg_train_tokens_set_decoder(tg_train_tokens *m,
+                                 tg_status (*decode)(void *user, const int32_t *src,
+                                                     int32_t *out),
+                                 void *user)
+{
+    if (!m)
+        return;
+    m->decode = decode;
+    m->decode_user = user;
+}
+
+double tg_train_tokens_token_accuracy(const tg_train_tokens *m) { return m ? m->tok_acc : NAN; }
+
 tg_graph *tg_train_tokens_graph(const tg_train_tokens *m) { return m ? m->g : NULL; }
 
 tg_grad_accum *tg_train_tokens_accum(const tg_train_tokens *m) { return m ? m->accum : NULL; }
@@ -230,5 +321,7 @@ void tg_train_tokens_free(tg_train_tokens *m)
         return;
     free(m->ids_buf);
     free(m->tgt_buf);
+    free(m->dec_buf);
+    free(m->out_buf);
     free(m);
 }

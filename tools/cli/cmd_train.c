@@ -62,12 +62,9 @@ typedef struct {
     tg_text_info ci;   /* its counts */
     tg_transformer_config mc;
     tg_transformer model;
-    tg_train_tokens *tok_run; /* text and task: the library's graph, batches and evaluation */
+    /* text, task, seq2seq: the library's graph, batches and evaluation (tg_train_tokens) */
+    tg_train_tokens *tok_run;
     tg_train_callbacks tok_cb; /* its batch, micro-batch and evaluation (tg_train_tokens_bind) */
-    tg_tensor *ids, *tgt, *logits, *loss; /* seq2seq */
-    tg_tensor *val_loss; /* unsmoothed loss for evaluation (the loss itself without
-                          * --label-smoothing; otherwise a second output of the graph) */
-    tg_tensor *dec;     /* seq2seq: (B, T) decoder inputs (BOS, labels shifted right) */
     tg_greedy *greedy; /* seq2seq: held-out greedy decoding (tgrad_decode.h) */
     tg_graph *g;
     tg_optim *opt;
@@ -75,7 +72,6 @@ typedef struct {
     /* --grad-accum K: the graph runs Bm = B / K rows; this process runs micro-batches
      * first .. first+count-1 of each step (one process: 0 .. K-1) */
     int64_t K, Bm, first, count;
-    tg_tensor *dy;      /* K > 1: the backward seed 1/K (the micro-batch's share of the mean) */
     tg_grad_accum *accum; /* K > 1: the tree sum of the micro-batches' gradients */
     train_mpi mp;         /* under mpirun: rank r of P runs micro-batches r K/P .. */
     bool interrupted;     /* a rank got SIGINT/SIGTERM (agreed by all ranks) */
@@ -86,8 +82,6 @@ typedef struct {
     bool log_no_acc;     /* --log: a resumed log with the older 5-column header (no val_acc) */
     bool saved;          /* a checkpoint was saved by this run */
     outpath_lock lock;   /* --checkpoint's lock, held for the whole run */
-    int32_t *ids_buf, *tgt_buf; /* (B, T) token ids (seq2seq: source) and targets */
-    int32_t *dec_buf, *out_buf; /* seq2seq (B, T): decoder inputs; greedy decoding's output */
     svg_series train_curve, val_curve;
     svg_series acc_curve; /* a task run: the held-out accuracy it stops on */
     /* progress and results */
@@ -691,6 +685,64 @@ static bool restore(trainer *t, tg_dtype dt, const tg_optim_config *oc)
     return true;
 }
 
+/* --pairs: graphs per batch shape (tg_seq2seq_loss, train_pairs.c); the optimizer over every
+ * parameter; --dot: the training graph of the first batch's shape. */
+static bool build_pairs(trainer *t, const tg_optim_config *oc)
+{
+    t->opt = tg_optim_new(t->ctx, oc, 0, NULL);
+    if (!t->opt || !pairs_build(&t->pr, t->ctx, &t->model, &t->a)) {
+        cli_report("train", "building the model", NULL, t->ctx);
+        return false;
+    }
+    if (t->a.dot && !pairs_write_dot(&t->pr, t->ctx, &t->a)) {
+        cli_report("train", "--dot", t->a.dot, t->ctx);
+        return false;
+    }
+    return true;
+}
+
+/* tg_train_tokens_set_decoder's decoder: the held-out greedy decoding of seq2seq. */
+static tg_status greedy_decode(void *user, const int32_t *src, int32_t *out)
+{
+    return tg_greedy_decode(user, src, out);
+}
+
+/* Text, task and seq2seq: the library's run of the model (tg_train_tokens: the graph, the
+ * batches, the evaluation), the optimizer, for seq2seq the held-out greedy decoder over the
+ * same parameters (a generator with its KV cache, or with --no-cache a no_grad graph over the
+ * whole target prefix); --dot: the graph as built (forward and backward). */
+static bool build_tokens(trainer *t, const tg_optim_config *oc)
+{
+    const train_args *a = &t->a;
+    tg_train_tokens_opts to = {.text = t->corp, .task = (tg_task_kind)t->task,
+                               .eval_seed = (uint64_t)a->seed, .batch = t->B, .seq_len = t->T,
+                               .grad_accum = t->K, .first = t->first, .count = t->count,
+                               .label_smoothing = a->label_smoothing,
+                               .precision = a->precision, .detect_anomaly = a->detect_anomaly,
+                               .target_acc = a->target_acc, .seq2seq = t->s2s,
+                               .bos = SEQ2SEQ_BOS};
+    t->tok_run = tg_train_tokens_new(t->ctx, &t->model, &to);
+    t->opt = t->tok_run ? tg_optim_new(t->ctx, oc, 0, NULL) : NULL;
+    t->g = tg_train_tokens_graph(t->tok_run);
+    t->accum = tg_train_tokens_accum(t->tok_run);
+    if (t->opt && t->s2s && !a->dry_run) {
+        t->greedy = tg_greedy_new(t->ctx, &t->model, t->B, t->T, SEQ2SEQ_BOS, a->no_cache,
+                                  (tg_precision)a->precision);
+        tg_train_tokens_set_decoder(t->tok_run, greedy_decode, t->greedy);
+        if (!t->greedy)
+            t->opt = NULL;
+    }
+    if (!t->g || !t->opt) {
+        cli_report("train", "building the model", NULL, t->ctx);
+        return false;
+    }
+    if (a->dot && tg_graph_write_dot(t->g, a->dot, TG_DOT_BACKWARD) != TG_OK) {
+        cli_report("train", "--dot", a->dot, t->ctx);
+        return false;
+    }
+    return true;
+}
+
 static bool build(trainer *t)
 {
     const train_args *a = &t->a;
@@ -716,103 +768,16 @@ static bool build(trainer *t)
         oc.beta2 = a->beta2;
         oc.eps = a->eps;
     }
-    if (t->pairs && tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
-        /* graphs per batch shape (tg_seq2seq_loss); the optimizer over every parameter */
-        t->opt = tg_optim_new(ctx, &oc, 0, NULL);
-        if (t->opt && !pairs_build(&t->pr, ctx, &t->model, a))
-            t->opt = NULL;
-        if (!t->opt) {
-            cli_report("train", "building the model", NULL, ctx);
-            return false;
-        }
-        /* --dot: the training graph of the first batch's shape, before the first step */
-        if (a->dot && !pairs_write_dot(&t->pr, ctx, a)) {
-            cli_report("train", "--dot", a->dot, ctx);
-            return false;
-        }
-        for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
-            t->n_params += tg_tensor_numel(tg_ctx_param(ctx, i));
-        if (t->ck && !restore(t, dt, &oc))
-            return false;
-        if (setup_interrupted() || (a->log && !a->dry_run && !open_log(t)))
-            return false;
-        return true;
-    }
-    if (!t->pairs && !t->s2s && tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
-        tg_train_tokens_opts to = {.text = t->corp, .task = (tg_task_kind)t->task,
-                                   .eval_seed = (uint64_t)a->seed, .batch = t->B, .seq_len = t->T,
-                                   .grad_accum = t->K, .first = t->first, .count = t->count,
-                                   .label_smoothing = a->label_smoothing,
-                                   .precision = a->precision,
-                                   .detect_anomaly = a->detect_anomaly,
-                                   .target_acc = a->target_acc};
-        t->tok_run = tg_train_tokens_new(ctx, &t->model, &to);
-        t->opt = t->tok_run ? tg_optim_new(ctx, &oc, 0, NULL) : NULL;
-        t->g = tg_train_tokens_graph(t->tok_run);
-        t->accum = tg_train_tokens_accum(t->tok_run);
-    }
-    if (!t->pairs && t->s2s && tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
-        t->ids = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), t->s2s ? "src_ids" : "ids");
-        t->tgt = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), "targets");
-        if (t->s2s) { /* teacher forcing: decoder input = BOS + the target shifted right */
-            t->dec = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), "tgt_ids");
-            t->logits = tg_transformer_forward_seq2seq(ctx, &t->model, t->ids, t->dec, NULL,
-                                                       NULL);                /* (B, T, V) */
-        } else {
-            t->logits = tg_transformer_forward(ctx, &t->model, t->ids, NULL);
-        }
-        /* mean over B T targets; with --label-smoothing, evaluation reads the plain loss */
-        t->loss = t->val_loss = tg_cross_entropy(ctx, t->logits, t->tgt, -1);
-        if (!t->text) /* the held-out accuracy reads the logits after a forward */
-            tg_keep(t->logits);
-        if (a->label_smoothing > 0)
-            t->loss = tg_cross_entropy_smoothed(ctx, t->logits, t->tgt, -1, a->label_smoothing);
-        tg_tensor *outs[2] = {t->loss, t->val_loss};
-        /* one backward per forward: what backward reads is freed as soon as it was read */
-        tg_graph_opts go = {.one_backward = true, .precision = a->precision};
-        go.detect_anomaly = a->detect_anomaly; /* first NaN/inf named by op and tensor */
-        t->g = tg_graph_new_opts(ctx, outs, t->loss == t->val_loss ? 1 : 2, &go);
-        t->opt = tg_optim_new(ctx, &oc, 0, NULL);
-        if (t->K > 1 && t->g && t->opt) {
-            /* each micro-batch's mean loss counts 1/K of the global batch's mean */
-            t->dy = tg_const(ctx, dt, 0, NULL, "loss_share");
-            if (t->dy)
-                tg_fill(t->dy, 1.0 / (double)t->K);
-            t->accum = tg_grad_accum_new(ctx, 0, NULL, t->K, t->first, t->count);
-            if (!t->dy || !t->accum)
-                t->opt = NULL;
-        }
-        /* the held-out greedy decoder over the same parameters: a generator (KV cache), or
-         * with --no-cache a no_grad graph over the whole target prefix (seq2seq.c) */
-        if (t->g && t->opt && t->s2s && !a->dry_run &&
-            !(t->greedy = tg_greedy_new(ctx, &t->model, t->B, t->T, SEQ2SEQ_BOS, a->no_cache,
-                                        (tg_precision)a->precision)))
-            t->opt = NULL;
-    }
-    if (!t->g || !t->opt) {
+    if (tg_transformer_init(ctx, &t->model, dt, &t->mc) != TG_OK) {
         cli_report("train", "building the model", NULL, ctx);
         return false;
     }
-    /* --dot: the graph as built (forward and backward), before the first step */
-    if (a->dot && tg_graph_write_dot(t->g, a->dot, TG_DOT_BACKWARD) != TG_OK) {
-        cli_report("train", "--dot", a->dot, ctx);
+    if (!(t->pairs ? build_pairs(t, &oc) : build_tokens(t, &oc)))
         return false;
-    }
     for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
         t->n_params += tg_tensor_numel(tg_ctx_param(ctx, i));
     if (t->ck && !restore(t, dt, &oc))
         return false;
-    size_t bt = (size_t)(t->B * t->T); /* bounded by the memory estimate */
-    if (t->s2s) {
-        t->ids_buf = malloc(sizeof(int32_t) * bt);
-        t->tgt_buf = malloc(sizeof(int32_t) * bt);
-        t->dec_buf = malloc(sizeof(int32_t) * bt);
-        t->out_buf = malloc(sizeof(int32_t) * bt);
-    }
-    if (t->s2s && (!t->ids_buf || !t->tgt_buf || !t->dec_buf || !t->out_buf)) {
-        errf("out of memory");
-        return false;
-    }
     if (setup_interrupted() || (a->log && !a->dry_run && !open_log(t)))
         return false;
     return true;
@@ -1176,60 +1141,6 @@ static void restore_handlers(void)
 /* A signal arrived during the setup: stop it between two stages (cmd_train says so). */
 static bool setup_interrupted(void) { return stop_requested(); }
 
-/* The graph's inputs from rows @p row .. row + Bm - 1 of the batch buffers. */
-static bool set_batch(trainer *t, int64_t row)
-{
-    size_t bt = (size_t)(t->Bm * t->T), off = (size_t)(row * t->T);
-    if (t->s2s) { /* teacher forcing */
-        tg_shift_right(t->Bm, t->T, t->tgt_buf + off, SEQ2SEQ_BOS, t->dec_buf + off);
-        if (tg_tensor_set_data(t->dec, t->dec_buf + off, TG_I32, bt) != TG_OK)
-            return false;
-    }
-    if (tg_tensor_set_data(t->ids, t->ids_buf + off, TG_I32, bt) != TG_OK ||
-        tg_tensor_set_data(t->tgt, t->tgt_buf + off, TG_I32, bt) != TG_OK)
-        return false;
-    return true;
-}
-
-/* seq2seq: held-out loss (teacher forcing), and exact-sequence and token accuracy of greedy
- * decoding, over 8 fixed batches of unseen random sequences. */
-static bool evaluate_seq2seq(trainer *t, double *val)
-{
-    uint64_t rs = (uint64_t)t->a.seed ^ 0x5eed5eedULL;
-    int64_t B = t->B, T = t->T, exact = 0, right = 0;
-    double sum = 0;
-    for (int k = 0; k < 8; k++) {
-        tg_task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
-        for (int64_t c = 0; c < t->K; c++) { /* the graph runs Bm rows at a time */
-            if (!set_batch(t, c * t->Bm) || tg_graph_forward(t->g) != TG_OK)
-                return false;
-            sum += t->K == 1 ? tg_get(t->val_loss, 0) : tg_get(t->val_loss, 0) / (double)t->K;
-        }
-        tg_status st = tg_greedy_decode(t->greedy, t->ids_buf, t->out_buf);
-        if (st == TG_ERR_NONFINITE) { /* NaN or inf logits: nothing counts as decoded */
-            tg_ctx_clear_error(t->ctx);
-            *val = NAN;
-            t->acc = t->tok_acc = 0;
-            return true;
-        }
-        if (st != TG_OK)
-            return false;
-        for (int64_t b = 0; b < B; b++) {
-            int64_t ok = 0;
-            for (int64_t i = 0; i < T; i++)
-                ok += t->out_buf[b * T + i] == t->tgt_buf[b * T + i];
-            right += ok;
-            exact += ok == T;
-        }
-    }
-    *val = sum / 8;
-    t->acc = (double)exact / (double)(8 * B);
-    t->tok_acc = (double)right / (double)(8 * B * T);
-    if (t->acc >= t->a.target_acc && t->a.target_acc > 0)
-        t->reached = true;
-    return true;
-}
-
 /* The status of a call that failed with its error on the context. */
 static tg_status failed(const tg_ctx *ctx)
 {
@@ -1249,13 +1160,11 @@ static bool evaluate(trainer *t, double *val)
         t->acc = t->pr.bleu; /* the metric the run may stop on (--target-bleu) */
         if (t->a.target_bleu > 0 && t->pr.bleu >= t->a.target_bleu)
             t->reached = true;
-    } else if (t->s2s) {
-        if (!evaluate_seq2seq(t, val))
-            return false;
-    } else { /* text, task: the library's evaluation (tgrad_train.h) */
+    } else { /* text, task, seq2seq: the library's evaluation (tgrad_train.h) */
         bool reached;
         if (tg_train_tokens_evaluate(t->tok_run, val, &t->acc, &reached) != TG_OK)
             return false;
+        t->tok_acc = tg_train_tokens_token_accuracy(t->tok_run);
         t->reached |= reached;
     }
     tg_ctx_set_training(t->ctx, true);
@@ -1273,14 +1182,7 @@ static tg_status micro_batch(void *user, int64_t i, double *l)
     trainer *t = user;
     if (t->pairs) /* one batch of the epoch's plan (train_pairs.c) */
         return pairs_step(&t->pr, t->ctx, &t->a, l) ? TG_OK : failed(t->ctx);
-    if (t->tok_run) /* text, task: the library's */
-        return t->tok_cb.micro(t->tok_cb.model_user, i, l);
-    tg_graph_zero_grad(t->g);
-    if (!set_batch(t, i * t->Bm) || tg_graph_forward(t->g) != TG_OK ||
-        tg_graph_backward(t->g, t->loss, t->K > 1 ? t->dy : NULL) != TG_OK)
-        return failed(t->ctx);
-    *l = t->K == 1 ? tg_get(t->loss, 0) : tg_get(t->loss, 0) / (double)t->K;
-    return TG_OK;
+    return t->tok_cb.micro(t->tok_cb.model_user, i, l); /* text, task, seq2seq: the library's */
 }
 
 /* The step's end over the MPI ranks (one process: tg_grad_accum_finish, nothing to send). */
@@ -1325,14 +1227,10 @@ static bool evaluate_all(trainer *t, double *val)
 static tg_status cb_batch(void *user, int64_t step)
 {
     trainer *t = user;
-    if (t->tok_run) /* text, task: the library's */
+    if (t->tok_run) /* text, task, seq2seq: the library's */
         return t->tok_cb.batch(t->tok_cb.model_user, step);
-    tg_status bs = TG_OK;
-    if (!t->pairs) /* seq2seq */
-        bs = tg_task_train_batch(t->ctx, t->task, t->B, t->T, t->ids_buf, t->tgt_buf);
-    if (bs == TG_OK)
-        tg_ctx_set_training(t->ctx, true);
-    return bs;
+    tg_ctx_set_training(t->ctx, true);
+    return TG_OK;
 }
 
 /* tg_train_callbacks tokens: --pairs counts the real target tokens of the step. */
@@ -1668,10 +1566,6 @@ static void trainer_free(trainer *t)
     if (t->logfd >= 0)
         close(t->logfd);
     tg_train_tokens_free(t->tok_run);
-    free(t->ids_buf);
-    free(t->tgt_buf);
-    free(t->dec_buf);
-    free(t->out_buf);
     tg_greedy_free(t->greedy);
     svg_series_free(&t->train_curve);
     svg_series_free(&t->val_curve);
