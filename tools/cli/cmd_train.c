@@ -375,6 +375,35 @@ static bool plan_outputs(trainer *t)
 /* ---- data and model ----------------------------------------------------------------------- */
 static bool setup_interrupted(void);
 
+/* --pairs: the tokenizer (trained or read) and the tokenized pairs (train_pairs.c). */
+static bool load_pairs(trainer *t)
+{
+    char err[4400];
+    if (t->K != 1 || t->mp.size != 1) {
+        errf("--pairs trains in one process without --grad-accum (not supported yet)");
+        t->usage = true;
+        return false;
+    }
+    if (!pairs_tokenizer(&t->pr, t->ctx, &t->a, t->ck, t->a.quiet, err, sizeof err,
+                         &t->usage)) {
+        errf("%s", err);
+        return false;
+    }
+    if (setup_interrupted()) /* between the tokenizer and the tokenized data */
+        return false;
+    if (!pairs_load(&t->pr, t->ctx, &t->a, t->ck, err, sizeof err, &t->usage)) {
+        errf("%s", err);
+        return false;
+    }
+    t->V = tg_tokenizer_vocab_size(t->pr.tok);
+    if (t->ck && t->info.vocab_size != t->V) {
+        errf("--resume '%s': model.vocab_size %d but its tokenizer has %" PRId64 " ids",
+             t->a.resume, t->info.vocab_size, t->V);
+        return false;
+    }
+    return true;
+}
+
 static bool load_data(trainer *t)
 {
     t->T = t->a.seq_len;
@@ -385,31 +414,8 @@ static bool load_data(trainer *t)
     t->count = t->K / t->mp.size;
     t->V = t->s2s ? SEQ2SEQ_VOCAB : 10;
     char err[4400];
-    if (t->pairs) {
-        if (t->K != 1 || t->mp.size != 1) {
-            errf("--pairs trains in one process without --grad-accum (not supported yet)");
-            t->usage = true;
-            return false;
-        }
-        if (!pairs_tokenizer(&t->pr, t->ctx, &t->a, t->ck, t->a.quiet, err, sizeof err,
-                             &t->usage)) {
-            errf("%s", err);
-            return false;
-        }
-        if (setup_interrupted()) /* between the tokenizer and the tokenized data */
-            return false;
-        if (!pairs_load(&t->pr, t->ctx, &t->a, t->ck, err, sizeof err, &t->usage)) {
-            errf("%s", err);
-            return false;
-        }
-        t->V = tg_tokenizer_vocab_size(t->pr.tok);
-        if (t->ck && t->info.vocab_size != t->V) {
-            errf("--resume '%s': model.vocab_size %d but its tokenizer has %" PRId64 " ids",
-                 t->a.resume, t->info.vocab_size, t->V);
-            return false;
-        }
-        return true;
-    }
+    if (t->pairs)
+        return load_pairs(t);
     if (!t->text)
         return true;
     t->corp = corpus_load(t->ctx, (const char *const *)t->a.text.v, t->a.text.n,
@@ -1674,6 +1680,91 @@ static int dry_run_pairs(trainer *t)
     return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
 }
 
+/* plan -> data -> build, agreed by every rank under mpirun: true when the run can start;
+ * otherwise @p rc is the exit status (1; 2: the command line; 130: a signal). */
+static bool setup(trainer *t, int *rc)
+{
+    t->text = t->a.text.n > 0;
+    t->pairs = t->a.pairs != NULL;
+    svg_series_init(&t->train_curve);
+    svg_series_init(&t->val_curve);
+    svg_series_init(&t->acc_curve);
+    t->ctx = tg_ctx_new();
+    t->lock.fd = -1;
+    t->logfd = -1;
+    bool ready = false;
+    if (!t->ctx) {
+        errf("out of memory");
+    } else if ((t->a.resume ? plan_resume(t) : plan_fresh(t)) && plan_parallel(t) &&
+               plan_outputs(t)) {
+        t->task = (task_kind)t->a.task;
+        t->s2s = t->a.arch == ARCH_SEQ2SEQ;
+        ready = !setup_interrupted() && load_data(t) && !setup_interrupted() && build(t);
+    }
+    /* under mpirun: every rank's setup succeeded, or all stop here */
+    if (!tmpi_agree(&t->mp, ready, t->ctx, t->K)) {
+        if (ready)
+            cli_report("train", "joining the MPI job", NULL, t->ctx);
+        ready = false;
+    }
+    if (!ready && t->usage)
+        *rc = 2; /* the command line, not a file or the run, is at fault */
+    if (!ready && setup_interrupted()) {
+        if (t->mp.rank == 0)
+            errf("interrupted during the setup, before the first step: nothing was saved");
+        *rc = 130;
+    }
+    return ready;
+}
+
+/* The run's two lines on stderr: the data and the model. */
+static void print_banner(const trainer *t)
+{
+    char line[600];
+    if (t->pairs) {
+        tg_seq2seq_info ti = tg_seq2seq_get_info(t->pr.train);
+        tg_seq2seq_info vi = tg_seq2seq_get_info(t->pr.valid);
+        snprintf(line, sizeof line, "translation: %" PRId64 " training pairs (%"
+                 PRId64 " target tokens), %" PRId64 " validation; %s tokenizer, "
+                 "vocabulary %" PRId64, ti.pairs, ti.tgt_tokens, vi.pairs,
+                 tg_tokenizer_kind(t->pr.tok), t->V);
+    } else if (t->text)
+        snprintf(line, sizeof line, "byte-level LM on %d file%s, %" PRId64
+                 " bytes (%" PRId64 " train, %" PRId64 " validation), vocabulary %d",
+                 t->ci.files, t->ci.files == 1 ? "" : "s", t->ci.bytes,
+                 t->ci.train_bytes, t->ci.bytes - t->ci.train_bytes,
+                 t->ci.vocab_size);
+    else
+        snprintf(line, sizeof line, "task '%s' on %" PRId64 "-digit sequences%s",
+                 task_name(t->task), t->T, t->s2s ? ", encoder-decoder (teacher "
+                 "forcing; greedy decoding evaluated)" : "");
+    cli_say(stderr, "tgrad train: ", line);
+    char dl[48] = "";
+    if (t->s2s)
+        snprintf(dl, sizeof dl, " + %" PRId64 " decoder", t->a.decoder_layers);
+    char par[96] = "";
+    if (t->K > 1)
+        snprintf(par, sizeof par, " (%" PRId64 " micro-batches of %" PRId64 ")",
+                 t->K, t->Bm);
+    char procs[64] = "";
+    if (t->mp.size > 1)
+        snprintf(procs, sizeof procs, " per process, %d processes", t->mp.size);
+    char bs[64];
+    snprintf(bs, sizeof bs, t->pairs ? "batches of %" PRId64 " tokens"
+                                     : "batch %" PRId64,
+             t->pairs ? t->a.batch_tokens : t->B);
+    snprintf(line, sizeof line, "%" PRId64 "%s layer%s, d_model %" PRId64 ", %"
+            PRId64 " head%s, d_ff %" PRId64 ", %s, %" PRId64 " parameters, %s"
+            "%s%s, %d thread%s%s%s", t->a.layers, dl,
+            t->a.layers == 1 && !t->s2s ? "" : "s",
+            t->a.d_model, t->a.heads, t->a.heads == 1 ? "" : "s", t->a.d_ff,
+            t->a.post_norm ? "post-norm" : "pre-norm", t->n_params, bs, par,
+            t->a.precision == TG_PRECISION_BF16 ? ", bf16 products" : "",
+            tg_ctx_threads(t->ctx), tg_ctx_threads(t->ctx) == 1 ? "" : "s", procs,
+            t->ck ? ", resumed" : "");
+    cli_say(stderr, "tgrad train: ", line);
+}
+
 int cmd_train(int argc, char **argv)
 {
     /* whole lines, each as it is printed: under mpirun the launcher forwards stdout and stderr
@@ -1704,94 +1795,20 @@ int cmd_train(int argc, char **argv)
     install_handlers(t); /* from here SIGINT/SIGTERM stop the setup as they stop training */
     t->argc = argc;
     t->argv = argv;
-    t->text = t->a.text.n > 0;
-    t->pairs = t->a.pairs != NULL;
-    svg_series_init(&t->train_curve);
-    svg_series_init(&t->val_curve);
-    svg_series_init(&t->acc_curve);
-    t->ctx = tg_ctx_new();
-    t->lock.fd = -1;
-    t->logfd = -1;
     int rc = 1;
-    bool ready = false;
-    if (!t->ctx) {
-        errf("out of memory");
-    } else if ((t->a.resume ? plan_resume(t) : plan_fresh(t)) && plan_parallel(t) &&
-               plan_outputs(t)) {
-        t->task = (task_kind)t->a.task;
-        t->s2s = t->a.arch == ARCH_SEQ2SEQ;
-        ready = !setup_interrupted() && load_data(t) && !setup_interrupted() && build(t);
-    }
-    /* under mpirun: every rank's setup succeeded, or all stop here */
-    if (!tmpi_agree(&t->mp, ready, t->ctx, t->K)) {
-        if (ready)
-            cli_report("train", "joining the MPI job", NULL, t->ctx);
-        ready = false;
-    }
-    if (!ready && t->usage)
-        rc = 2; /* the command line, not a file or the run, is at fault */
-    if (!ready && setup_interrupted()) {
-        if (t->mp.rank == 0)
-            errf("interrupted during the setup, before the first step: nothing was saved");
-        rc = 130;
-    }
+    bool ready = setup(t, &rc);
     if (ready) {
-        {
-            if (!t->a.quiet) {
-                char line[600];
-                if (t->pairs) {
-                    tg_seq2seq_info ti = tg_seq2seq_get_info(t->pr.train);
-                    tg_seq2seq_info vi = tg_seq2seq_get_info(t->pr.valid);
-                    snprintf(line, sizeof line, "translation: %" PRId64 " training pairs (%"
-                             PRId64 " target tokens), %" PRId64 " validation; %s tokenizer, "
-                             "vocabulary %" PRId64, ti.pairs, ti.tgt_tokens, vi.pairs,
-                             tg_tokenizer_kind(t->pr.tok), t->V);
-                } else if (t->text)
-                    snprintf(line, sizeof line, "byte-level LM on %d file%s, %" PRId64
-                             " bytes (%" PRId64 " train, %" PRId64 " validation), vocabulary %d",
-                             t->ci.files, t->ci.files == 1 ? "" : "s", t->ci.bytes,
-                             t->ci.train_bytes, t->ci.bytes - t->ci.train_bytes,
-                             t->ci.vocab_size);
-                else
-                    snprintf(line, sizeof line, "task '%s' on %" PRId64 "-digit sequences%s",
-                             task_name(t->task), t->T, t->s2s ? ", encoder-decoder (teacher "
-                             "forcing; greedy decoding evaluated)" : "");
-                cli_say(stderr, "tgrad train: ", line);
-                char dl[48] = "";
-                if (t->s2s)
-                    snprintf(dl, sizeof dl, " + %" PRId64 " decoder", t->a.decoder_layers);
-                char par[96] = "";
-                if (t->K > 1)
-                    snprintf(par, sizeof par, " (%" PRId64 " micro-batches of %" PRId64 ")",
-                             t->K, t->Bm);
-                char procs[64] = "";
-                if (t->mp.size > 1)
-                    snprintf(procs, sizeof procs, " per process, %d processes", t->mp.size);
-                char bs[64];
-                snprintf(bs, sizeof bs, t->pairs ? "batches of %" PRId64 " tokens"
-                                                 : "batch %" PRId64,
-                         t->pairs ? t->a.batch_tokens : t->B);
-                snprintf(line, sizeof line, "%" PRId64 "%s layer%s, d_model %" PRId64 ", %"
-                        PRId64 " head%s, d_ff %" PRId64 ", %s, %" PRId64 " parameters, %s"
-                        "%s%s, %d thread%s%s%s", t->a.layers, dl,
-                        t->a.layers == 1 && !t->s2s ? "" : "s",
-                        t->a.d_model, t->a.heads, t->a.heads == 1 ? "" : "s", t->a.d_ff,
-                        t->a.post_norm ? "post-norm" : "pre-norm", t->n_params, bs, par,
-                        t->a.precision == TG_PRECISION_BF16 ? ", bf16 products" : "",
-                        tg_ctx_threads(t->ctx), tg_ctx_threads(t->ctx) == 1 ? "" : "s", procs,
-                        t->ck ? ", resumed" : "");
-                cli_say(stderr, "tgrad train: ", line);
-            }
-            if (t->a.dry_run && t->pairs)
-                rc = dry_run_pairs(t);
-            else if (t->a.dry_run)
-                rc = t->mp.rank == 0 ? dry_run(t) : 0;
-            else if ((rc = train_loop(t)) == 0)
-                rc = t->mp.rank == 0 ? report(t) : report_rc(t);
-            else if (rc == 2) { /* stopped before its first step */
-                errf("interrupted during the setup, before the first step: nothing was saved");
-                rc = 130;
-            }
+        if (!t->a.quiet)
+            print_banner(t);
+        if (t->a.dry_run && t->pairs)
+            rc = dry_run_pairs(t);
+        else if (t->a.dry_run)
+            rc = t->mp.rank == 0 ? dry_run(t) : 0;
+        else if ((rc = train_loop(t)) == 0)
+            rc = t->mp.rank == 0 ? report(t) : report_rc(t);
+        else if (rc == 2) { /* stopped before its first step */
+            errf("interrupted during the setup, before the first step: nothing was saved");
+            rc = 130;
         }
     }
     if (t->logfd >= 0) {
