@@ -24,6 +24,7 @@
 #include "train_args.h"
 #include "train_mpi.h"
 #include "train_pairs.h"
+#include "train_signal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,7 +32,6 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -1031,121 +1031,8 @@ static void end_live(trainer *t)
 
 /* ---- the loop ----------------------------------------------------------------------------- */
 
-/*
- * Ctrl-C (SIGINT) or SIGTERM: finish the current step, save the checkpoint, print the summary,
- * exit 130. The handler only marks the stop and write(2)s a message prepared by the loop before
- * each step ("stopping after step N, saving..."), so the user hears at once; a second signal
- * says the save is under way and changes nothing (SIGKILL still stops at once). The message
- * is double-buffered: the loop writes the buffer the handler is not reading, then switches.
- * The switch and the stop mark share one atomic word (g_state): the loop switches with a
- * compare-and-swap that fails once the mark is set, so the step the loop stops after is always
- * the one the printed message named, whichever thread the signal is delivered to (blocking it
- * in the loop's thread would not do: the kernel hands a process's signal to any thread that
- * does not block it, such as MPI's or OpenMP's).
- * The handlers are installed once the command line is parsed, so a signal during the setup
- * (reading the data, training the SentencePiece model, tokenizing, building) stops the run
- * too: the setup checks the mark between its stages and exits 130 before the first step,
- * nothing saved. A signal the process inherited as ignored (SIGINT in a background job of a
- * non-interactive shell, `nohup`-like launchers) stays ignored for the whole run, the Unix
- * convention: only the signals that were not ignored get the handler.
- */
-#define STOP_MARK 2                 /* in g_state: a signal arrived */
-static atomic_int g_state;          /* bit 0: the buffer the handler prints; STOP_MARK */
-static volatile sig_atomic_t g_msg_len[2]; /* 0: print nothing (ranks > 0) */
-static volatile sig_atomic_t g_setup;      /* 1 until the loop starts: repeat the message */
-static char g_msg[2][192];
-static const int g_sigs[2] = {SIGINT, SIGTERM};
-static struct sigaction g_old[2]; /* the dispositions found (restored by trainer_free) */
-static bool g_installed[2];
-#if ATOMIC_INT_LOCK_FREE != 2
-#error "the signal handler needs a lock-free atomic int"
-#endif
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    int saved = errno;
-    int old = atomic_fetch_or(&g_state, STOP_MARK);
-    int i = old & 1;
-    static const char again[] = "tgrad train: already stopping; the checkpoint is being saved "
-                                "(a second signal does not interrupt it)\n";
-    if (g_msg_len[i] > 0) {
-        if (!(old & STOP_MARK) || g_setup)
-            (void)!write(STDERR_FILENO, g_msg[i], (size_t)g_msg_len[i]);
-        else
-            (void)!write(STDERR_FILENO, again, sizeof again - 1);
-    }
-    errno = saved;
-}
-
-/* Has a signal asked the run to stop? */
-static bool stop_requested(void) { return (atomic_load(&g_state) & STOP_MARK) != 0; }
-
-/* Arm the handler's message for step @p s (1-based; printed by rank 0 only): from here a signal
- * stops the run after step s. Returns true, arming nothing, when a signal came first: the
- * message it printed named the step before. */
-static bool arm_message(const trainer *t, int64_t s)
-{
-    int cur = atomic_load(&g_state);
-    if (cur & STOP_MARK)
-        return true;
-    int next = !(cur & 1);
-    int k = snprintf(g_msg[next], sizeof g_msg[next], "%stgrad train: stopping after step %"
-                     PRId64 ", %s\n", t->tty ? "\n" : "", s,
-                     t->a.checkpoint ? "saving the checkpoint..."
-                                     : "then exiting (no --checkpoint: nothing is saved)");
-    g_msg_len[next] = t->mp.rank == 0 && k > 0 && (size_t)k < sizeof g_msg[next] ? k : 0;
-    /* the text before the switch; the switch fails once a signal has marked the stop */
-    while (!(cur & STOP_MARK))
-        if (atomic_compare_exchange_weak(&g_state, &cur, next)) {
-            g_setup = 0;
-            return false;
-        }
-    return true;
-}
-
-/* At the start of the command: the handlers (for the signals not inherited as ignored) and
- * the setup's message. SIGINT and SIGTERM are unblocked, so one left pending by the parent
- * arrives now. */
-static void install_handlers(const trainer *t)
-{
-    static const char msg[] = "tgrad train: stopping before the first step (nothing is saved)\n";
-    g_setup = 1;
-    g_msg_len[1] = 0;
-    g_msg_len[0] = t->mp.rank == 0 ? (sig_atomic_t)(sizeof msg - 1) : 0;
-    memcpy(g_msg[0], msg, sizeof msg);
-    atomic_store(&g_state, 0);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESTART; /* a save's system calls go on as if nothing happened */
-    sigemptyset(&sa.sa_mask);
-    sigset_t set;
-    sigemptyset(&set);
-    for (int i = 0; i < 2; i++) {
-        sigaddset(&sa.sa_mask, g_sigs[i]);
-        sigaddset(&set, g_sigs[i]);
-    }
-    for (int i = 0; i < 2; i++) {
-        g_installed[i] = sigaction(g_sigs[i], NULL, &g_old[i]) == 0 &&
-                         g_old[i].sa_handler != SIG_IGN &&
-                         sigaction(g_sigs[i], &sa, NULL) == 0;
-    }
-    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
-}
-
-/* The dispositions found by install_handlers, back in place. */
-static void restore_handlers(void)
-{
-    for (int i = 0; i < 2; i++)
-        if (g_installed[i]) {
-            sigaction(g_sigs[i], &g_old[i], NULL);
-            g_installed[i] = false;
-        }
-}
-
 /* A signal arrived during the setup: stop it between two stages (cmd_train says so). */
-static bool setup_interrupted(void) { return stop_requested(); }
+static bool setup_interrupted(void) { return tsig_stop_requested(); }
 
 /* The status of a call that failed with its error on the context. */
 static tg_status failed(const tg_ctx *ctx)
@@ -1251,7 +1138,8 @@ static int64_t cb_tokens(void *user)
 static bool cb_first(void *user, int64_t step)
 {
     trainer *t = user;
-    return arm_message(t, step + 1) && t->mp.size == 1;
+    return tsig_arm(step + 1, t->tty, t->a.checkpoint != NULL, t->mp.rank == 0) &&
+           t->mp.size == 1;
 }
 
 /* tg_train_callbacks after_step: this step's stop check and the next step's message in one
@@ -1261,10 +1149,11 @@ static tg_status cb_after_step(void *user, int64_t step, bool last, bool *stop)
 {
     trainer *t = user;
     t->trained++;
-    bool signalled = !last ? arm_message(t, step + 2) : stop_requested();
+    bool print = t->mp.rank == 0, ck = t->a.checkpoint != NULL;
+    bool signalled = !last ? tsig_arm(step + 2, t->tty, ck, print) : tsig_stop_requested();
     bool agreed = tmpi_any(&t->mp, signalled, &t->interrupted);
     if (agreed && t->interrupted && !signalled) /* another rank's signal: the last step */
-        arm_message(t, step + 1);
+        tsig_arm(step + 1, t->tty, ck, print);
     if (!agreed) { /* every rank stops */
         errf("step %" PRId64 ": %s", step + 1, tg_ctx_message(t->ctx));
         return TG_ERR_STATE;
@@ -1568,7 +1457,7 @@ static int report(trainer *t)
 
 static void trainer_free(trainer *t)
 {
-    restore_handlers();
+    tsig_restore();
     if (t->logfd >= 0)
         close(t->logfd);
     tg_train_tokens_free(t->tok_run);
@@ -1792,7 +1681,8 @@ int cmd_train(int argc, char **argv)
     }
     if (t->mp.rank > 0)
         t->a.quiet = true; /* rank 0 prints progress, the summary and the errors all share */
-    install_handlers(t); /* from here SIGINT/SIGTERM stop the setup as they stop training */
+    tsig_install(t->mp.rank == 0); /* from here SIGINT/SIGTERM stop the setup as they stop
+                                    * training (train_signal.c) */
     t->argc = argc;
     t->argv = argv;
     int rc = 1;
