@@ -23,6 +23,7 @@
 #include "tgrad_train.h"
 #include "train_args.h"
 #include "train_mpi.h"
+#include "train_log.h"
 #include "train_pairs.h"
 #include "train_signal.h"
 
@@ -77,9 +78,7 @@ typedef struct {
     bool interrupted;     /* a rank got SIGINT/SIGTERM (agreed by all ranks) */
     bool agreed_failure;  /* every rank stopped on the same error (rank 0 printed it) */
     bool comm_failed;     /* an MPI call failed: the ranks may disagree */
-    int logfd;           /* --log, open for writing (-1: none) */
-    int64_t log_len;     /* --log: its length, always at the end of a whole line */
-    bool log_no_acc;     /* --log: a resumed log with the older 5-column header (no val_acc) */
+    train_log log;       /* --log (train_log.h) */
     bool saved;          /* a checkpoint was saved by this run */
     outpath_lock lock;   /* --checkpoint's lock, held for the whole run */
     svg_series train_curve, val_curve;
@@ -474,206 +473,21 @@ static bool load_data(trainer *t)
 
 static void end_live(trainer *t);
 
-#define LOG_HEADER "step,train_loss,val_loss,lr,tokens_per_s,val_acc\n"
-/* --pairs: the last column is the validation set's greedy BLEU */
-#define LOG_HEADER_PAIRS "step,train_loss,val_loss,lr,tokens_per_s,val_bleu\n"
-/* The header before val_acc: such a log is resumed with 5-column rows. */
-#define LOG_HEADER_5 "step,train_loss,val_loss,lr,tokens_per_s\n"
-
-/* Append @p len bytes (whole lines) to the log with one write(2); a failed or short write is
- * cut back, so the log never ends in a partial line. */
-static bool log_write(trainer *t, const char *line, size_t len)
-{
-    size_t done = 0;
-    while (done < len) {
-        ssize_t k = write(t->logfd, line + done, len - done);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            int e = k < 0 ? errno : ENOSPC;
-            if (ftruncate(t->logfd, (off_t)t->log_len) != 0 ||
-                lseek(t->logfd, (off_t)t->log_len, SEEK_SET) < 0) {
-                /* cannot cut the partial line off: said in the message */
-                end_live(t);
-                errf("--log '%s': %s (and its last line could not be removed: %s)", t->a.log,
-                     strerror(e), strerror(errno));
-                return false;
-            }
-            end_live(t);
-            errf("--log '%s': %s", t->a.log, strerror(e));
-            return false;
-        }
-        done += (size_t)k;
-    }
-    t->log_len += (int64_t)len;
-    return true;
-}
-
-/* One CSV field of a log line: the @p i-th (0-based) as a number, false when empty or not a
- * number. */
-static bool log_field(const char *line, int i, double *v)
-{
-    const char *p = line;
-    for (int k = 0; k < i; k++) {
-        p = strchr(p, ',');
-        if (!p)
-            return false;
-        p++;
-    }
-    char buf[64];
-    size_t len = strcspn(p, ",\n");
-    if (len == 0 || len >= sizeof buf)
-        return false;
-    memcpy(buf, p, len);
-    buf[len] = 0;
-    return cli_parse_f64(buf, v) && isfinite(*v);
-}
-
-/*
- * A resumed run's own log: keep its header and the whole rows of steps up to the checkpoint's
- * step, drop the rest (rows a killed run wrote after its last save, a partial last line), and
- * give the kept rows to the plot, so the plot shows the whole run. A file that does not start
- * with the header is not a log of ours: with --force it is replaced, else refused.
- */
-static bool trim_log(trainer *t, bool *fresh)
-{
-    FILE *r = NULL;
-    int fd2 = dup(t->logfd);
-    if (fd2 >= 0 && !(r = fdopen(fd2, "r")))
-        close(fd2);
-    if (!r) {
-        errf("--log '%s': %s", t->a.log, strerror(errno));
-        return false;
-    }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int64_t keep = 0;
-    bool ok = true;
-    *fresh = false;
-    while ((len = getline(&line, &cap, r)) > 0) {
-        if (line[len - 1] != '\n')
-            break; /* a partial last line */
-        if (keep == 0) {
-            t->log_no_acc = strcmp(line, LOG_HEADER_5) == 0;
-            const char *want = t->pairs ? LOG_HEADER_PAIRS : LOG_HEADER;
-            if (strcmp(line, want) != 0 && !t->log_no_acc) {
-                if (!t->a.force) {
-                    errf("--log '%s' is not a tgrad training log (its first line is not '%.*s'); "
-                         "pass --force to replace it, or choose another --log", t->a.log,
-                         (int)strlen(want) - 1, want);
-                    t->usage = true;
-                    ok = false;
-                }
-                *fresh = true;
-                break;
-            }
-            keep = len;
-            continue;
-        }
-        double step, loss, val, acc;
-        if (!log_field(line, 0, &step) || step < 1 || step > (double)t->start)
-            break;
-        keep += len;
-        if (t->a.plot && log_field(line, 1, &loss) &&
-            !svg_series_add(&t->train_curve, step, loss))
-            ok = false;
-        if (t->a.plot && log_field(line, 2, &val) && !svg_series_add(&t->val_curve, step, val))
-            ok = false;
-        if (t->a.plot && !t->text && !t->log_no_acc && log_field(line, 5, &acc) &&
-            !svg_series_add(&t->acc_curve, step, t->pairs ? acc / 100 : acc))
-            ok = false;
-    }
-    bool rerr = ferror(r);
-    free(line);
-    fclose(r);
-    if (!ok) {
-        if (!t->usage)
-            errf("out of memory");
-        return false;
-    }
-    if (rerr) {
-        errf("--log '%s': %s", t->a.log, strerror(errno));
-        return false;
-    }
-    if (keep == 0)
-        *fresh = true;
-    if (*fresh) {
-        t->log_no_acc = false; /* replaced whole (open_log), with the current header */
-        return true;
-    }
-    if (ftruncate(t->logfd, (off_t)keep) != 0 || lseek(t->logfd, (off_t)keep, SEEK_SET) < 0) {
-        errf("--log '%s': %s", t->a.log, strerror(errno));
-        return false;
-    }
-    t->log_len = keep;
-    return true;
-}
-
-static bool emit_text(FILE *f, void *user)
-{
-    return fputs(user, f) >= 0;
-}
-
-/* Open the existing regular file @p path for the log (no create, no truncation; a FIFO
- * swapped in cannot block the open). -1 (errno set) on failure; ENOENT when absent. */
-static int open_log_fd(const char *path)
-{
-    int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0)
-        return -1;
-    struct stat sb;
-    int e = fstat(fd, &sb) != 0 ? errno : !S_ISREG(sb.st_mode) ? ENODEV : 0;
-    int fl = e ? -1 : fcntl(fd, F_GETFL);
-    if (!e && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0))
-        e = errno;
-    if (e) {
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    return fd;
-}
-
-/*
- * --log: a new log with its header, or (--resume) the run's own log cut at the checkpoint.
- * A new log is written like every output (outpath_write: a temporary with the header renamed
- * into place), so a log that cannot be written leaves nothing behind and an existing file
- * (--force) is replaced whole or not at all; the rows are then appended to it.
- */
+/* --log: a new log with its header, or (--resume) the run's own log cut at the checkpoint, its
+ * kept rows given to the plot (train_log.c). */
 static bool open_log(trainer *t)
 {
-    bool fresh = true;
-    t->logfd = -1;
-    if (t->ck) {
-        t->logfd = open_log_fd(t->a.log);
-        if (t->logfd < 0 && errno != ENOENT) {
-            errf("--log '%s': %s", t->a.log, strerror(errno));
-            return false;
-        }
-        if (t->logfd >= 0 && !trim_log(t, &fresh))
-            return false;
-        if (fresh && t->logfd >= 0) {
-            close(t->logfd);
-            t->logfd = -1;
-        }
-    }
-    if (!fresh)
+    bool plot = t->a.plot != NULL;
+    t->log = (train_log){.path = t->a.log, .pairs = t->pairs, .text = t->text,
+                         .force = t->a.force, .start = t->start,
+                         .train = plot ? &t->train_curve : NULL,
+                         .val = plot ? &t->val_curve : NULL,
+                         .metric = plot ? &t->acc_curve : NULL};
+    if (tlog_open(&t->log, t->ctx, t->ck != NULL))
         return true;
-    const char *header = t->pairs ? LOG_HEADER_PAIRS : LOG_HEADER;
-    char err[1600];
-    if (!outpath_write(t->ctx, "--log", t->a.log, emit_text, (void *)header, err, sizeof err)) {
-        errf("%s", err);
-        return false;
-    }
-    t->logfd = open_log_fd(t->a.log);
-    if (t->logfd < 0 || lseek(t->logfd, 0, SEEK_END) != (off_t)strlen(header)) {
-        errf("--log '%s': %s", t->a.log,
-             t->logfd < 0 ? strerror(errno) : "changed by another program while being opened");
-        return false;
-    }
-    t->log_len = (int64_t)strlen(header);
-    return true;
+    errf("%s", t->log.err);
+    t->usage |= t->log.usage;
+    return false;
 }
 
 /* --resume: parameters, optimizer state and step, RNG and the training state from the
@@ -1200,11 +1014,14 @@ static tg_status cb_row(void *user, const tg_train_row *r)
         errf("out of memory");
         return TG_ERR_NOMEM;
     }
-    if (t->logfd >= 0) {
+    if (t->log.fd >= 0) {
         char row[200];
-        int k = tg_train_log_row(r, !t->log_no_acc, row, sizeof row);
-        if (k > 0 && !log_write(t, row, (size_t)k))
+        int k = tg_train_log_row(r, !t->log.no_acc, row, sizeof row);
+        if (k > 0 && !tlog_write(&t->log, row, (size_t)k)) {
+            end_live(t);
+            errf("%s", t->log.err);
             return TG_ERR_IO;
+        }
     }
     return TG_OK;
 }
@@ -1458,8 +1275,8 @@ static int report(trainer *t)
 static void trainer_free(trainer *t)
 {
     tsig_restore();
-    if (t->logfd >= 0)
-        close(t->logfd);
+    if (t->log.fd >= 0)
+        close(t->log.fd);
     tg_train_tokens_free(t->tok_run);
     tg_greedy_free(t->greedy);
     svg_series_free(&t->train_curve);
@@ -1580,7 +1397,7 @@ static bool setup(trainer *t, int *rc)
     svg_series_init(&t->acc_curve);
     t->ctx = tg_ctx_new();
     t->lock.fd = -1;
-    t->logfd = -1;
+    t->log.fd = -1;
     bool ready = false;
     if (!t->ctx) {
         errf("out of memory");
@@ -1701,9 +1518,9 @@ int cmd_train(int argc, char **argv)
             rc = 130;
         }
     }
-    if (t->logfd >= 0) {
-        int fd = t->logfd;
-        t->logfd = -1;
+    if (t->log.fd >= 0) {
+        int fd = t->log.fd;
+        t->log.fd = -1;
         if (close(fd) != 0 && (rc == 0 || rc == 3 || rc == 130)) {
             errf("--log '%s': %s", t->a.log, strerror(errno));
             rc = 1;
