@@ -26,6 +26,7 @@
 #include "train_log.h"
 #include "train_pairs.h"
 #include "train_plan.h"
+#include "train_progress.h"
 #include "train_signal.h"
 
 #include <errno.h>
@@ -85,11 +86,9 @@ typedef struct {
     svg_series train_curve, val_curve;
     svg_series acc_curve; /* a task run: the held-out accuracy it stops on */
     /* progress and results */
-    bool tty;
-    int width;       /* columns of the live line (terminal width - 1) */
-    size_t last_len; /* length of the last live line, to blank its rest */
+    train_progress pg; /* the progress lines (train_progress.h) */
     int64_t step, end, trained;
-    double t0, tok_s, last_val, best_val, acc, last_draw;
+    double tok_s, last_val, best_val, acc, last_draw;
     double tok_acc; /* seq2seq: held-out token accuracy of greedy decoding (acc: sequences) */
     bool reached;
     bool usage; /* the setup failed on the command line (exit 2), not on a file (exit 1) */
@@ -507,160 +506,27 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     return ok;
 }
 
-/* ---- progress ----------------------------------------------------------------------------- */
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void fmt_time(double s, char *buf, size_t n)
-{
-    if (!(s >= 0) || s > 1e9)
-        s = 0;
-    long long m = (long long)(s / 60);
-    snprintf(buf, n, "%lld:%02d", m, (int)(s - 60 * (double)m));
-}
-
-/* Columns available to the live line: the terminal's width (stderr), else $COLUMNS, else 80;
- * minus one so the cursor never wraps. */
-static int line_width(void)
-{
-    struct winsize ws;
-    int cols = 80;
-    int64_t v;
-    const char *c = getenv("COLUMNS");
-    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
-        cols = ws.ws_col;
-    else if (c && cli_parse_i64(c, &v) && v > 0 && v <= 10000)
-        cols = (int)v;
-    return cols > 1 ? cols - 1 : 1;
-}
-
-/* The progress line's forms for validation columns @p vbuf (long) and @p vshort, longest
- * first: each drops the least useful columns of the one before (elapsed, then tokens/s, then
- * the labels' room); the epoch (--pairs) and the learning rate stay in the first four. */
-#define N_FORMS 7
-static void progress_forms(const trainer *t, int64_t s, double l, const char *lrs,
-                           const char *vbuf, const char *vshort, char forms[N_FORMS][256])
-{
-    char el_s[32], eta_s[32], ep[32] = "", eps[32] = "";
-    double el = now_s() - t->t0;
-    fmt_time(el, el_s, sizeof el_s);
-    fmt_time(t->trained ? el / (double)t->trained * (double)(t->end - s) : 0, eta_s,
-             sizeof eta_s);
-    if (t->pairs) {
-        snprintf(ep, sizeof ep, "epoch %" PRId64 "  ", t->pr.epoch + 1);
-        snprintf(eps, sizeof eps, "ep %" PRId64 " ", t->pr.epoch + 1);
-    }
-    char lrc[32]; /* the compact forms: one space after the rate */
-    snprintf(lrc, sizeof lrc, "%s", lrs);
-    if (lrc[0])
-        lrc[strlen(lrc) - 1] = 0;
-    int64_t total = t->a.steps;
-    snprintf(forms[0], 256, "step %" PRId64 "/%" PRId64 "  %sloss %.4f  val %s  %s%.0f tok/s  %s "
-             "elapsed  ETA %s", s, total, ep, l, vbuf, lrs, t->tok_s, el_s, eta_s);
-    snprintf(forms[1], 256, "step %" PRId64 "/%" PRId64 "  %sloss %.4f  val %s  %s%.0f tok/s  "
-             "ETA %s", s, total, ep, l, vbuf, lrs, t->tok_s, eta_s);
-    snprintf(forms[2], 256, "step %" PRId64 "/%" PRId64 "  %sloss %.4f  val %s  %sETA %s", s,
-             total, ep, l, vbuf, lrs, eta_s);
-    snprintf(forms[3], 256, "%" PRId64 "/%" PRId64 " %sloss %.4f val %s %sETA %s", s, total, eps,
-             l, vbuf, lrc, eta_s);
-    snprintf(forms[4], 256, "%" PRId64 "/%" PRId64 " loss %.4f val %s %sETA %s", s, total, l,
-             vshort, lrc, eta_s);
-    snprintf(forms[5], 256, "%" PRId64 "/%" PRId64 " loss %.3f val %s ETA %s", s, total, l,
-             vshort, eta_s);
-    snprintf(forms[6], 256, "%" PRId64 "/%" PRId64 " loss %.3f", s, total, l);
-}
-
-/* The validation columns: what the last evaluation measured (a resumed run: its checkpoint's
- * best validation loss until it evaluates); @p probe: placeholders as wide as a measured
- * value, so the form chosen does not change when the first evaluation arrives. */
-static void progress_val(const trainer *t, bool probe, char *vbuf, char *vshort, size_t n)
-{
-    double v = probe ? 10.0 : t->last_val, a = probe ? 0.5 : t->acc;
-    double b = probe ? 10.0 : t->pairs ? t->pr.bleu : NAN, ta = probe ? 0.5 : t->tok_acc;
-    snprintf(vbuf, n, "-");
-    snprintf(vshort, n, "-");
-    if (t->pairs && isfinite(b)) {
-        snprintf(vbuf, n, "%.4f BLEU %.2f", v, b);
-        snprintf(vshort, n, "BLEU %.1f", b);
-    } else if (t->s2s && isfinite(a)) {
-        snprintf(vbuf, n, "%.4f seq %.2f%% tok %.2f%%", v, 100 * a, 100 * ta);
-        snprintf(vshort, n, "seq %.1f%%", 100 * a);
-    } else if (!t->text && !t->pairs && isfinite(a)) {
-        snprintf(vbuf, n, "%.4f acc %.2f%%", v, 100 * a);
-        snprintf(vshort, n, "acc %.1f%%", 100 * a);
-    } else if (isfinite(v)) {
-        snprintf(vbuf, n, "%.4f", v);
-        snprintf(vshort, n, "%.3f", v);
-    }
-}
-
-/*
- * One progress line for step @p s (1-based) with train loss @p l at learning rate @p lr.
- * @p width > 0: the longest form that fits in width columns (cut if even the shortest does
- * not), chosen as if the validation columns were filled, so the columns stay the same before
- * and after the first evaluation; 0: the full form.
- */
-static void progress_text(const trainer *t, int64_t s, double l, double lr, bool with_lr,
-                          int width, char *buf, size_t n)
-{
-    char vbuf[64], vshort[64], pbuf[64], pshort[64];
-    progress_val(t, false, vbuf, vshort, sizeof vbuf);
-    char lrs[32] = "";
-    if (with_lr)
-        snprintf(lrs, sizeof lrs, "lr %.2e  ", lr);
-    char forms[N_FORMS][256], probe[N_FORMS][256];
-    progress_forms(t, s, l, lrs, vbuf, vshort, forms);
-    int k = 0;
-    if (width > 0) {
-        bool never = t->text && !(t->a.val_fraction > 0); /* no validation set */
-        progress_val(t, !never, pbuf, pshort, sizeof pbuf);
-        progress_forms(t, s, l, lrs, pbuf, pshort, probe);
-        while (k < N_FORMS - 1 && (strlen(forms[k]) > (size_t)width ||
-                                   strlen(probe[k]) > (size_t)width))
-            k++;
-    }
-    size_t len = strlen(forms[k]);
-    if (width > 0 && len > (size_t)width)
-        len = (size_t)width;
-    if (len >= n)
-        len = n - 1;
-    memcpy(buf, forms[k], len);
-    buf[len] = 0;
-}
-
-/* @p final: an evaluation or the last step (a line that stays); otherwise a live update. */
-static void progress(trainer *t, int64_t s, double l, double lr, bool final)
-{
-    char line[300];
-    if (!t->tty) { /* a log or mpirun: the longest form within 80 columns, one write */
-        progress_text(t, s, l, lr, true, 80, line, sizeof line - 1);
-        strcat(line, "\n");
-        fputs(line, stderr);
-        return;
-    }
-    progress_text(t, s, l, lr, final, t->width, line, sizeof line);
-    size_t len = strlen(line);
-    int pad = t->last_len > len ? (int)(t->last_len - len) : 0; /* blank the old line's rest */
-    fprintf(stderr, "\r%s%*s%s", line, pad, "", final ? "\n" : "");
-    if (final) {
-        t->last_len = 0;
-    } else {
-        t->last_len = len;
-    }
-    fflush(stderr);
-}
+/* ---- progress (train_progress.c) -------------------------------------------------------- */
+#define now_s tprog_now
 
 /* Before an error message: end a live line so the message starts on its own line. */
 static void end_live(trainer *t)
 {
-    if (t->tty && t->last_len) {
-        fputc('\n', stderr);
-        t->last_len = 0;
-    }
+    tprog_end_live(&t->pg);
+}
+
+/* The progress line of step @p s with where the run is now. */
+static void progress(trainer *t, int64_t s, double l, double lr, bool final)
+{
+    train_progress *p = &t->pg;
+    p->trained = t->trained;
+    p->epoch = t->pr.epoch;
+    p->tok_s = t->tok_s;
+    p->last_val = t->last_val;
+    p->acc = t->acc;
+    p->tok_acc = t->tok_acc;
+    p->bleu = t->pairs ? t->pr.bleu : NAN;
+    tprog_line(p, s, l, lr, final);
 }
 
 /* ---- the loop ----------------------------------------------------------------------------- */
@@ -772,7 +638,7 @@ static int64_t cb_tokens(void *user)
 static bool cb_first(void *user, int64_t step)
 {
     trainer *t = user;
-    return tsig_arm(step + 1, t->tty, t->a.checkpoint != NULL, t->mp.rank == 0) &&
+    return tsig_arm(step + 1, t->pg.tty, t->a.checkpoint != NULL, t->mp.rank == 0) &&
            t->mp.size == 1;
 }
 
@@ -784,10 +650,10 @@ static tg_status cb_after_step(void *user, int64_t step, bool last, bool *stop)
     trainer *t = user;
     t->trained++;
     bool print = t->mp.rank == 0, ck = t->a.checkpoint != NULL;
-    bool signalled = !last ? tsig_arm(step + 2, t->tty, ck, print) : tsig_stop_requested();
+    bool signalled = !last ? tsig_arm(step + 2, t->pg.tty, ck, print) : tsig_stop_requested();
     bool agreed = tmpi_any(&t->mp, signalled, &t->interrupted);
     if (agreed && t->interrupted && !signalled) /* another rank's signal: the last step */
-        tsig_arm(step + 1, t->tty, ck, print);
+        tsig_arm(step + 1, t->pg.tty, ck, print);
     if (!agreed) { /* every rank stops */
         errf("step %" PRId64 ": %s", step + 1, tg_ctx_message(t->ctx));
         return TG_ERR_STATE;
@@ -861,12 +727,12 @@ static tg_status cb_progress(void *user, const tg_train_row *r)
 {
     trainer *t = user;
     int64_t print_every = t->a.steps / 20 > 0 ? t->a.steps / 20 : 1;
-    double el = now_s() - t->t0;
-    bool redraw = t->tty && el - t->last_draw >= 0.1;
+    double el = now_s() - t->pg.t0;
+    bool redraw = t->pg.tty && el - t->last_draw >= 0.1;
     bool stays = r->eval || r->stop;
     if (!t->a.quiet && (redraw || r->step % print_every == 0 || stays)) {
         t->last_draw = el;
-        if (t->tty || stays || r->step % print_every == 0)
+        if (t->pg.tty || stays || r->step % print_every == 0)
             progress(t, r->step, r->loss, r->lr, stays);
     }
     return TG_OK;
@@ -921,13 +787,15 @@ static tg_train_config run_config(const trainer *t, tg_train_sync *sync)
  * signal stopped it before its first step (nothing done). */
 static int train_loop(trainer *t)
 {
-    t->tty = isatty(STDERR_FILENO) && !t->a.quiet;
-    t->width = line_width();
-    t->t0 = now_s();
     t->acc = NAN;
     t->last_val = t->ck && isfinite(t->best_val) ? t->best_val : NAN; /* until it evaluates */
     t->last_draw = -1;
     t->end = t->a.stop_after > 0 && t->a.stop_after < t->a.steps ? t->a.stop_after : t->a.steps;
+    t->pg = (train_progress){.text = t->text, .s2s = t->s2s, .pairs = t->pairs,
+                             .no_val = t->text && !(t->a.val_fraction > 0),
+                             .steps = t->a.steps, .end = t->end,
+                             .tty = isatty(STDERR_FILENO) && !t->a.quiet,
+                             .width = tprog_line_width(), .t0 = now_s()};
     tg_train_sync sync = {&t->mp, sync_reduce, sync_broadcast};
     tg_train_config c = run_config(t, &sync);
     if (t->tok_run)
@@ -1023,7 +891,7 @@ static int report_rc(const trainer *t)
 static int report(trainer *t)
 {
     const train_args *a = &t->a;
-    double wall = now_s() - t->t0;
+    double wall = now_s() - t->pg.t0;
     end_live(t);
     svg_plot sp = {.train = &t->train_curve, .val = &t->val_curve,
                    .val_label = t->text ? "validation loss" : "held-out loss",
