@@ -6,11 +6,14 @@
  * resume.
  *
  * parse (train_parse, train_args.c: one option table) -> plan (the checkpoint validated by
- * ckpt_config_load, defaults, memory estimate, every output path checked by the rule of
- * outpath.h, the checkpoint's lock taken) -> data (a resumed run's text checked against the
- * checkpoint's size, file count and content hash) -> build (a resumed run's log cut at the
- * checkpoint's step) -> loop (step, evaluate, log row, save, progress) -> report. Every error
- * is one line on stderr.
+ * ckpt_config_load, defaults, memory estimate, every output path checked by train_plan.c,
+ * the checkpoint's lock taken) -> data (a resumed run's text checked against the
+ * checkpoint's size, file count and content hash) -> build (the library's run of the model,
+ * tg_train_tokens, or train_pairs.c; a resumed run's log cut at the checkpoint's step,
+ * train_log.c) -> the run (tg_train_run, tgrad_train.h: the loop; this file's callbacks write
+ * the log row, save the checkpoint through tg_train_record_meta, show progress,
+ * train_progress.c, and agree on a stop request, train_signal.c) -> report. Every error is
+ * one line on stderr.
  */
 #define _GNU_SOURCE /* program_invocation_name */
 #include "ckpt_config.h"
@@ -30,19 +33,15 @@
 #include "train_signal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 /* Everything one run holds; freed by trainer_free. */
@@ -55,8 +54,6 @@ typedef struct {
     bool s2s; /* --arch seq2seq */
     bool pairs; /* --pairs: translation (train_pairs.c) */
     pairs_run pr;
-    int64_t tokens_done; /* --pairs: real target tokens trained on by this run */
-    double train_s;      /* --pairs: seconds spent in training steps (not evaluating) */
     task_kind task;
     tg_ctx *ctx;
     tg_safetensors *ck; /* the --resume checkpoint, or NULL */
