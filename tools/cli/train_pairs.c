@@ -101,39 +101,45 @@ static bool same_spm(pairs_run *p, tg_ctx *ctx, const train_args *a, char *err, 
     return false;
 }
 
+/* --resume: the checkpoint's own tokenizer (and --spm, if given, the same model). */
+static bool checkpoint_tokenizer(pairs_run *p, tg_ctx *ctx, const train_args *a,
+                                 const tg_safetensors *ck, char *err, size_t n, bool *usage)
+{
+    const char *kind;
+    void *model = NULL;
+    size_t size = 0;
+    if (tg_tokenizer_meta_read(ctx, ck, &kind, &model, &size) != TG_OK) {
+        cli_format("--resume", a->resume, ctx, err, n);
+        return false;
+    }
+    if (!strcmp(kind, "bytes")) {
+        p->tok = tg_tokenizer_bytes(ctx);
+    } else {
+#ifdef TG_HAVE_SPM
+        p->tok = tg_spm_load(ctx, model, size);
+#else
+        free(model);
+        snprintf(err, n, "--resume '%s' uses a SentencePiece tokenizer, and this tgrad was "
+                 "built without SentencePiece (install libsentencepiece-dev and rebuild: "
+                 "meson setup --reconfigure build -Dsentencepiece=enabled)", a->resume);
+        return false;
+#endif
+    }
+    free(model);
+    if (!p->tok) {
+        cli_format("--resume: its tokenizer", a->resume, ctx, err, n);
+        return false;
+    }
+    return !a->spm || same_spm(p, ctx, a, err, n, usage);
+}
+
 bool pairs_tokenizer(pairs_run *p, tg_ctx *ctx, const train_args *a, const tg_safetensors *ck,
                      bool quiet, char *err, size_t n, bool *usage)
 {
     p->bleu = p->chrf = NAN;
     *usage = false;
-    if (ck) { /* the checkpoint's own tokenizer */
-        const char *kind;
-        void *model = NULL;
-        size_t size = 0;
-        if (tg_tokenizer_meta_read(ctx, ck, &kind, &model, &size) != TG_OK) {
-            cli_format("--resume", a->resume, ctx, err, n);
-            return false;
-        }
-        if (!strcmp(kind, "bytes")) {
-            p->tok = tg_tokenizer_bytes(ctx);
-        } else {
-#ifdef TG_HAVE_SPM
-            p->tok = tg_spm_load(ctx, model, size);
-#else
-            free(model);
-            snprintf(err, n, "--resume '%s' uses a SentencePiece tokenizer, and this tgrad was "
-                     "built without SentencePiece (install libsentencepiece-dev and rebuild: "
-                     "meson setup --reconfigure build -Dsentencepiece=enabled)", a->resume);
-            return false;
-#endif
-        }
-        free(model);
-        if (!p->tok) {
-            cli_format("--resume: its tokenizer", a->resume, ctx, err, n);
-            return false;
-        }
-        return !a->spm || same_spm(p, ctx, a, err, n, usage);
-    }
+    if (ck) /* the checkpoint's own tokenizer */
+        return checkpoint_tokenizer(p, ctx, a, ck, err, n, usage);
     if (a->tokenizer == TOK_BYTES) {
         p->tok = tg_tokenizer_bytes(ctx);
         if (!p->tok)
