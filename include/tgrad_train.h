@@ -774,6 +774,24 @@ typedef struct tg_seq2seq_batch {
     const int32_t *labels;   /**< (n, T) */
 } tg_seq2seq_batch;
 
+/**
+ * The padded batch of examples @p examples[0 .. n) of @p d (e.g. a tg_batch's, tgrad_data.h)
+ * into the caller's arrays, by the rule of tg_seq2seq_fill():
+ * - @p src (n, S): source ids (their EOS included), then the pad id; @p src_len (n) the
+ *   source lengths S_i;
+ * - @p tgt_in (n, T): ::TG_TOKEN_BOS, the target ids, then the pad id (the labels shifted
+ *   right);
+ * - @p labels (n, T): the target ids, ::TG_TOKEN_EOS, then @p ignore_index.
+ * @p out (may be NULL) receives the batch over the arrays. S >= every S_i, T >= every T_i
+ * (tgrad_data.h's lengths: T_i = the target's ids + 1).
+ * @return the target tokens the batch trains on, the sum of T_i (EOS counted); -1 (nothing
+ *         written) for NULL arguments, n < 1, an example out of range or longer than S or T.
+ */
+TG_API int64_t tg_seq2seq_batch_fill(const tg_seq2seq_data *d, const int64_t *examples, int64_t n,
+                                     int64_t S, int64_t T, int32_t ignore_index, int32_t *src,
+                                     int64_t *src_len, int32_t *tgt_in, int32_t *labels,
+                                     tg_seq2seq_batch *out);
+
 /** Options of tg_seq2seq_loss_new(). */
 typedef struct tg_seq2seq_loss_opts {
     /** Label smoothing of the training loss, in [0, 1] (tg_cross_entropy_smoothed());

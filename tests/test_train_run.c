@@ -7,7 +7,8 @@
  * configuration errors; the CSV header and row of a training log; the checkpoint's record of
  * the data and options (tg_train_record_meta); the built-in text and task runs
  * (tg_train_tokens) write the same checkpoint bytes as `tgrad train` on the same options;
- * greedy decoding of a fixed length (tg_greedy): both paths agree, non-finite logits refused.
+ * greedy decoding of a fixed length (tg_greedy): both paths agree, non-finite logits refused;
+ * the padded arrays of a sentence-pair batch (tg_seq2seq_batch_fill) equal tg_seq2seq_fill's.
  */
 #include "testutil.h"
 #include "tgrad_decode.h"
@@ -475,6 +476,46 @@ START_TEST(greedy_paths_agree)
 }
 END_TEST
 
+/* tg_seq2seq_batch_fill: the arrays of tg_seq2seq_fill's tensors, the target tokens, refusals. */
+START_TEST(seq2seq_batch_fill)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tokenizer *tok = tg_tokenizer_bytes(ctx);
+    static const char tsv[] = "ab\tcde\nhello\tworld!\nx\ty\n";
+    tg_seq2seq_opts so = {.max_len = 12};
+    tg_seq2seq_data *d = tg_seq2seq_load_mem(ctx, tsv, sizeof tsv - 1, "v.tsv", tok, &so);
+    ck_assert_msg(d != NULL, "%s", tg_ctx_message(ctx));
+    tg_seq2seq_info in = tg_seq2seq_get_info(d);
+    int64_t ex[3] = {2, 0, 1}, ns = in.max_src, nt = in.max_tgt, slen[3];
+    int32_t src[3 * 16], tin[3 * 16], lab[3 * 16];
+    tg_seq2seq_batch b;
+    int64_t tokens = tg_seq2seq_batch_fill(d, ex, 3, ns, nt, -100, src, slen, tin, lab, &b);
+    ck_assert_int_eq(tokens, in.tgt_tokens);
+    ck_assert(b.n == 3 && b.S == ns && b.tgt_in == tin && b.src == src && b.labels == lab);
+    tg_seq2seq_batch want = {3, ns, nt, src, slen, tin, lab};
+    ck_assert_int_eq(memcmp(&b, &want, sizeof b), 0);
+    tg_tensor *ts = tg_input(ctx, TG_I32, TG_DIMS(3, ns), "src");
+    tg_tensor *ti = tg_input(ctx, TG_I32, TG_DIMS(3, nt), "tin");
+    tg_tensor *tl = tg_input(ctx, TG_I32, TG_DIMS(3, nt), "lab");
+    ck_assert_int_eq(tg_seq2seq_fill(d, ex, 3, ts, NULL, ti, tl), TG_OK);
+    ck_assert_int_eq(memcmp(tg_tensor_data(ts), src, sizeof(int32_t) * (size_t)(3 * ns)), 0);
+    ck_assert_int_eq(memcmp(tg_tensor_data(ti), tin, sizeof(int32_t) * (size_t)(3 * nt)), 0);
+    ck_assert_int_eq(memcmp(tg_tensor_data(tl), lab, sizeof(int32_t) * (size_t)(3 * nt)), 0);
+    for (int r = 0; r < 3; r++)
+        ck_assert_int_eq(slen[r], tg_seq2seq_src_len(d, ex[r]));
+    ck_assert_int_eq(tg_seq2seq_batch_fill(d, ex, 3, ns - 1, nt, -100, src, slen, tin, lab, NULL),
+                     -1);
+    ck_assert_int_eq(tg_seq2seq_batch_fill(d, ex, 3, ns, nt - 1, -100, src, slen, tin, lab, NULL),
+                     -1);
+    int64_t bad = 3;
+    ck_assert_int_eq(tg_seq2seq_batch_fill(d, &bad, 1, ns, nt, -100, src, slen, tin, lab, NULL),
+                     -1);
+    tg_seq2seq_free(d);
+    tg_tokenizer_free(tok);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *train_run_suite(void)
 {
     Suite *s = suite_create("train_run");
@@ -488,6 +529,7 @@ static Suite *train_run_suite(void)
     tcase_add_test(tc, log_header_and_row);
     tcase_add_test(tc, record_meta);
     tcase_add_test(tc, greedy_paths_agree);
+    tcase_add_test(tc, seq2seq_batch_fill);
     tcase_add_test(tc, library_run_equals_cli_text);
     tcase_add_test(tc, library_run_equals_cli_task);
     suite_add_tcase(s, tc);
