@@ -12,24 +12,13 @@
  * tg_train_tokens, or train_pairs.c; a resumed run's log cut at the checkpoint's step,
  * train_log.c) -> the run (tg_train_run, tgrad_train.h: the loop; this file's callbacks write
  * the log row, save the checkpoint through tg_train_record_meta, show progress,
- * train_progress.c, and agree on a stop request, train_signal.c) -> report. Every error is
- * one line on stderr.
+ * train_progress.c, and agree on a stop request, train_signal.c) -> report (train_report.c).
+ * Every error is one line on stderr.
  */
-#define _GNU_SOURCE /* program_invocation_name */
-#include "ckpt_config.h"
-#include "cli.h"
+#define _GNU_SOURCE /* sigset_t, pthread_sigmask */
+#include "trainer.h"
 #include "climsg.h"
-#include "train_data.h"
-#include "outpath.h"
-#include "svgplot.h"
-#include "tgrad_decode.h"
-#include "tgrad_train.h"
-#include "train_args.h"
-#include "train_mpi.h"
-#include "train_log.h"
-#include "train_pairs.h"
 #include "train_plan.h"
-#include "train_progress.h"
 #include "train_signal.h"
 
 #include <errno.h>
@@ -44,52 +33,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Everything one run holds; freed by trainer_free. */
-typedef struct {
-    train_args a;
-    cli_result r;
-    int argc;
-    char **argv;
-    bool text;
-    bool s2s; /* --arch seq2seq */
-    bool pairs; /* --pairs: translation (train_pairs.c) */
-    pairs_run pr;
-    task_kind task;
-    tg_ctx *ctx;
-    tg_safetensors *ck; /* the --resume checkpoint, or NULL */
-    ckpt_info info;
-    tg_text *corp;     /* --text: the corpus (tgrad_data.h) */
-    tg_text_info ci;   /* its counts */
-    tg_transformer_config mc;
-    tg_transformer model;
-    /* text, task, seq2seq: the library's graph, batches and evaluation (tg_train_tokens) */
-    tg_train_tokens *tok_run;
-    tg_train_callbacks tok_cb; /* its batch, micro-batch and evaluation (tg_train_tokens_bind) */
-    tg_greedy *greedy; /* seq2seq: held-out greedy decoding (tgrad_decode.h) */
-    tg_graph *g;
-    tg_optim *opt;
-    int64_t V, T, B, n_params, start;
-    /* --grad-accum K: the graph runs Bm = B / K rows; this process runs micro-batches
-     * first .. first+count-1 of each step (one process: 0 .. K-1) */
-    int64_t K, Bm, first, count;
-    tg_grad_accum *accum; /* K > 1: the tree sum of the micro-batches' gradients */
-    train_mpi mp;         /* under mpirun: rank r of P runs micro-batches r K/P .. */
-    bool interrupted;     /* a rank got SIGINT/SIGTERM (agreed by all ranks) */
-    bool agreed_failure;  /* every rank stopped on the same error (rank 0 printed it) */
-    bool comm_failed;     /* an MPI call failed: the ranks may disagree */
-    train_log log;       /* --log (train_log.h) */
-    bool saved;          /* a checkpoint was saved by this run */
-    outpath_lock lock;   /* --checkpoint's lock, held for the whole run */
-    svg_series train_curve, val_curve;
-    svg_series acc_curve; /* a task run: the held-out accuracy it stops on */
-    /* progress and results */
-    train_progress pg; /* the progress lines (train_progress.h) */
-    int64_t step, end, trained;
-    double tok_s, last_val, best_val, acc, last_draw;
-    double tok_acc; /* seq2seq: held-out token accuracy of greedy decoding (acc: sequences) */
-    bool reached;
-    bool usage; /* the setup failed on the command line (exit 2), not on a file (exit 1) */
-} trainer;
 
 #define errf train_errf /* train_plan.h */
 
@@ -818,145 +761,6 @@ static int train_loop(trainer *t)
     return 0;
 }
 
-/* ---- report ------------------------------------------------------------------------------- */
-
-/* @p s quoted for a POSIX shell when it needs it. */
-static void shell_quote(const char *s, char *buf, size_t n)
-{
-    bool plain = *s != 0;
-    for (const char *p = s; *p && plain; p++)
-        plain = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=:,+@%",
-                       *p) != NULL;
-    if (plain) {
-        snprintf(buf, n, "%s", s);
-        return;
-    }
-    size_t w = 0;
-    if (w + 1 < n)
-        buf[w++] = '\'';
-    for (const char *p = s; *p && w + 5 < n; p++) {
-        if (*p == '\'') {
-            memcpy(buf + w, "'\\''", 4);
-            w += 4;
-        } else {
-            buf[w++] = *p;
-        }
-    }
-    if (w + 1 < n)
-        buf[w++] = '\'';
-    buf[w] = 0;
-}
-
-/* The command that resumes this run: the same arguments without --resume, --checkpoint and
- * --force, plus --resume CHECKPOINT. */
-static void resume_command(const trainer *t, char *buf, size_t n)
-{
-    char q[1100];
-    const char *prog = program_invocation_name ? program_invocation_name : "tgrad";
-    shell_quote(prog, q, sizeof q);
-    char launcher[48] = ""; /* under mpirun: the same number of processes (any P dividing K) */
-    if (t->mp.size > 1)
-        snprintf(launcher, sizeof launcher, "mpirun -np %d ", t->mp.size);
-    size_t w = (size_t)snprintf(buf, n, "%s%s train", launcher, q);
-    for (int i = 1; i < t->argc && w < n; i++) {
-        const char *s = t->argv[i];
-        if (!strcmp(s, "--resume") || !strcmp(s, "--checkpoint")) {
-            i++;
-            continue;
-        }
-        if (!strncmp(s, "--resume=", 9) || !strncmp(s, "--checkpoint=", 13) ||
-            !strcmp(s, "--force"))
-            continue;
-        shell_quote(s, q, sizeof q);
-        w += (size_t)snprintf(buf + w, n - w, " %s", q);
-    }
-    shell_quote(t->a.checkpoint, q, sizeof q);
-    if (w < n)
-        snprintf(buf + w, n - w, " --resume %s", q);
-}
-
-/* The exit status of a run that trained: 130 interrupted, 3 accuracy target missed, else 0. */
-static int report_rc(const trainer *t)
-{
-    if (t->interrupted)
-        return 130;
-    if (t->pairs)
-        return (t->a.target_bleu > 0 && !t->reached && t->step == t->a.steps) ? 3 : 0;
-    return (!t->text && t->a.target_acc > 0 && !t->reached && t->step == t->a.steps) ? 3 : 0;
-}
-
-static int report(trainer *t)
-{
-    const train_args *a = &t->a;
-    double wall = now_s() - t->pg.t0;
-    end_live(t);
-    svg_plot sp = {.train = &t->train_curve, .val = &t->val_curve,
-                   .val_label = t->text ? "validation loss" : "held-out loss",
-                   .log_y = a->plot_log, .metric = t->text ? NULL : &t->acc_curve,
-                   .metric_label = t->pairs ? "validation BLEU (greedy)"
-                                   : t->s2s ? "held-out exact-sequence accuracy"
-                                            : "held-out token accuracy",
-                   .metric_axis = t->pairs ? "BLEU" : NULL,
-                   .metric_target = t->pairs ? a->target_bleu / 100 : a->target_acc};
-    char perr[1600];
-    if (a->plot && !svg_training_plot("--plot", a->plot, &sp, perr, sizeof perr)) {
-        errf("%s", perr);
-        return 1;
-    }
-    char line[400];
-    snprintf(line, sizeof line, "parameters %" PRId64 "  steps %" PRId64 "  wall %.1f s  %.0f "
-             "tokens/s", t->n_params, t->step, wall, t->tok_s);
-    cli_say(stdout, "", line);
-    if (t->pairs)
-        snprintf(line, sizeof line, "validation loss %.4f nats/token (best %.4f); greedy %s, "
-                 "chrF2 = %.2f%s", t->last_val, t->best_val, t->pr.bleu_line, t->pr.chrf,
-                 t->reached || !(a->target_bleu > 0) ? "" : " (target BLEU not reached)");
-    else if (t->text && !isfinite(t->last_val)) /* --val-fraction 0: nothing to validate on */
-        snprintf(line, sizeof line, "no validation loss (--val-fraction 0)");
-    else if (t->text)
-        snprintf(line, sizeof line, "validation loss %.4f nats/char (best %.4f)", t->last_val,
-                 t->best_val);
-    else if (t->s2s)
-        snprintf(line, sizeof line, "held-out exact-sequence accuracy %.2f%% (token accuracy "
-                 "%.2f%%, greedy decoding)%s", 100 * t->acc, 100 * t->tok_acc,
-                 t->reached || !(a->target_acc > 0) ? "" : ", target not reached");
-    else
-        snprintf(line, sizeof line, "held-out token accuracy %.2f%%%s", 100 * t->acc,
-                 t->reached || !(a->target_acc > 0) ? "" : " (target not reached)");
-    cli_say(stdout, "", line);
-    if (a->checkpoint)
-        printf("checkpoint %s\n", a->checkpoint);
-    fflush(stdout);
-    int rc = report_rc(t);
-    if (t->mp.size > 1) {
-        double bytes, sec;
-        tmpi_stats(&t->mp, &bytes, &sec);
-        snprintf(line, sizeof line, "%d processes x %d thread%s, %" PRId64 " micro-batches of %"
-                 PRId64 " sequences per step", t->mp.size, tg_ctx_threads(t->ctx),
-                 tg_ctx_threads(t->ctx) == 1 ? "" : "s", t->K, t->Bm);
-        cli_say(stdout, "data parallel: ", line);
-        snprintf(line, sizeof line, "%.2f ms and %.2f MB sent per process per step", 1e3 * sec,
-                 bytes / 1e6);
-        cli_say(stdout, "data parallel: gradient exchange ", line);
-    }
-    if (t->interrupted) {
-        if (a->checkpoint) {
-            char cmd[8192];
-            resume_command(t, cmd, sizeof cmd);
-            errf("interrupted at step %" PRId64 "; resume with: %s", t->step, cmd);
-        } else {
-            errf("interrupted at step %" PRId64 " (no --checkpoint: this run cannot be resumed)",
-                 t->step);
-        }
-    }
-    if (rc == 3 && t->pairs)
-        errf("BLEU target %.2f not reached in %" PRId64 " steps", a->target_bleu, a->steps);
-    else if (rc == 3)
-        errf("accuracy target %.2f%% not reached in %" PRId64 " steps", 100 * a->target_acc,
-             a->steps);
-    return rc;
-}
-
 static void trainer_free(trainer *t)
 {
     tsig_restore();
@@ -1004,73 +808,6 @@ static bool plan_parallel(trainer *t)
     return true;
 }
 
-/* --dry-run: the training graph's memory plan, then exit (nothing is trained or written). */
-static int dry_run(trainer *t)
-{
-    tg_memory_report r;
-    if (tg_graph_memory(t->g, &r) != TG_OK)
-        return 1;
-    size_t opt = tg_optim_state_bytes(t->opt);
-    const struct {
-        const char *name;
-        size_t bytes;
-    } rows[] = {
-        {"parameters", r.parameters},   {"parameter gradients", r.parameter_grads},
-        {"optimizer state", opt},       {"inputs", r.inputs},
-        {"activations", r.activations}, {"saved for backward", r.saved},
-        {"gradients", r.gradients},     {"workspace", r.workspace},
-    };
-    printf("memory plan of the training graph (batch %" PRId64 ", seq_len %" PRId64 ", %d "
-           "thread%s, %" PRId64 " nodes%s)\n", t->B, t->T, tg_ctx_threads(t->ctx),
-           tg_ctx_threads(t->ctx) == 1 ? "" : "s", tg_graph_size(t->g),
-           t->a.precision == TG_PRECISION_BF16 ? ", bf16 products" : "");
-    /* every line within 80 columns: what a row holds is said below the table */
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-        printf("  %-22s %12zu bytes  %8.2f MiB%s\n", rows[i].name, rows[i].bytes,
-               (double)rows[i].bytes / 1048576.0, i >= 4 ? " (planned)" : "");
-    printf("  %-22s %12zu bytes  %8.2f MiB (shared)\n", "arena", r.arena,
-           (double)r.arena / 1048576.0);
-    /* --grad-accum K > 1: at most log2(K) + 2 packed gradient copies live at once */
-    size_t copies = 0;
-    int64_t depth = 1;
-    if (t->accum) {
-        for (int64_t k = 1; k < t->count; k *= 2)
-            depth++;
-        copies = (size_t)(depth + 1) * tg_grad_accum_bytes(t->accum);
-        printf("  %-22s %12zu bytes  %8.2f MiB (--grad-accum %" PRId64 ")\n", "accumulation",
-               copies, (double)copies / 1048576.0, t->K);
-    }
-    size_t peak = r.peak + opt + copies;
-    printf("  %-22s %12zu bytes  %8.2f MiB\n", "peak", peak, (double)peak / 1048576.0);
-    printf("planned: before sharing; the arena holds all of them, shared\n"
-           "peak: parameters and gradients, optimizer state, inputs, arena%s\n",
-           copies ? ", accumulation" : "");
-    if (copies)
-        printf("accumulation: at most %" PRId64 " packed copies of the gradients (micro-batches"
-               " of %" PRId64 ")\n", depth + 1, t->Bm);
-    return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
-}
-
-/* --dry-run --pairs: graphs are built per batch shape, so report the model and state. */
-static int dry_run_pairs(trainer *t)
-{
-    size_t params = 0;
-    for (int64_t i = 0; i < tg_ctx_n_params(t->ctx); i++) {
-        tg_tensor *p = tg_ctx_param(t->ctx, i);
-        params += (size_t)tg_tensor_numel(p) * tg_dtype_size(tg_tensor_dtype(p));
-    }
-    size_t opt = tg_optim_state_bytes(t->opt);
-    printf("memory of the translation model\n");
-    printf("  %-22s %12zu bytes  %8.2f MiB\n", "parameters", params, (double)params / 1048576.0);
-    printf("  %-22s %12zu bytes  %8.2f MiB\n", "parameter gradients", params,
-           (double)params / 1048576.0);
-    printf("  %-22s %12zu bytes  %8.2f MiB\n", "optimizer state", opt, (double)opt / 1048576.0);
-    printf("graphs: one per batch shape, built when first seen, sharing one arena\n"
-           "(the largest batch's plan); each batch holds at most %" PRId64 " tokens\n",
-           t->a.batch_tokens);
-    return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
-}
-
 /* plan -> data -> build, agreed by every rank under mpirun: true when the run can start;
  * otherwise @p rc is the exit status (1; 2: the command line; 130: a signal). */
 static bool setup(trainer *t, int *rc)
@@ -1108,54 +845,6 @@ static bool setup(trainer *t, int *rc)
     return ready;
 }
 
-/* The run's two lines on stderr: the data and the model. */
-static void print_banner(const trainer *t)
-{
-    char line[600];
-    if (t->pairs) {
-        tg_seq2seq_info ti = tg_seq2seq_get_info(t->pr.train);
-        tg_seq2seq_info vi = tg_seq2seq_get_info(t->pr.valid);
-        snprintf(line, sizeof line, "translation: %" PRId64 " training pairs (%"
-                 PRId64 " target tokens), %" PRId64 " validation; %s tokenizer, "
-                 "vocabulary %" PRId64, ti.pairs, ti.tgt_tokens, vi.pairs,
-                 tg_tokenizer_kind(t->pr.tok), t->V);
-    } else if (t->text)
-        snprintf(line, sizeof line, "byte-level LM on %d file%s, %" PRId64
-                 " bytes (%" PRId64 " train, %" PRId64 " validation), vocabulary %d",
-                 t->ci.files, t->ci.files == 1 ? "" : "s", t->ci.bytes,
-                 t->ci.train_bytes, t->ci.bytes - t->ci.train_bytes,
-                 t->ci.vocab_size);
-    else
-        snprintf(line, sizeof line, "task '%s' on %" PRId64 "-digit sequences%s",
-                 task_name(t->task), t->T, t->s2s ? ", encoder-decoder (teacher "
-                 "forcing; greedy decoding evaluated)" : "");
-    cli_say(stderr, "tgrad train: ", line);
-    char dl[48] = "";
-    if (t->s2s)
-        snprintf(dl, sizeof dl, " + %" PRId64 " decoder", t->a.decoder_layers);
-    char par[96] = "";
-    if (t->K > 1)
-        snprintf(par, sizeof par, " (%" PRId64 " micro-batches of %" PRId64 ")",
-                 t->K, t->Bm);
-    char procs[64] = "";
-    if (t->mp.size > 1)
-        snprintf(procs, sizeof procs, " per process, %d processes", t->mp.size);
-    char bs[64];
-    snprintf(bs, sizeof bs, t->pairs ? "batches of %" PRId64 " tokens"
-                                     : "batch %" PRId64,
-             t->pairs ? t->a.batch_tokens : t->B);
-    snprintf(line, sizeof line, "%" PRId64 "%s layer%s, d_model %" PRId64 ", %"
-            PRId64 " head%s, d_ff %" PRId64 ", %s, %" PRId64 " parameters, %s"
-            "%s%s, %d thread%s%s%s", t->a.layers, dl,
-            t->a.layers == 1 && !t->s2s ? "" : "s",
-            t->a.d_model, t->a.heads, t->a.heads == 1 ? "" : "s", t->a.d_ff,
-            t->a.post_norm ? "post-norm" : "pre-norm", t->n_params, bs, par,
-            t->a.precision == TG_PRECISION_BF16 ? ", bf16 products" : "",
-            tg_ctx_threads(t->ctx), tg_ctx_threads(t->ctx) == 1 ? "" : "s", procs,
-            t->ck ? ", resumed" : "");
-    cli_say(stderr, "tgrad train: ", line);
-}
-
 int cmd_train(int argc, char **argv)
 {
     /* whole lines, each as it is printed: under mpirun the launcher forwards stdout and stderr
@@ -1191,13 +880,13 @@ int cmd_train(int argc, char **argv)
     bool ready = setup(t, &rc);
     if (ready) {
         if (!t->a.quiet)
-            print_banner(t);
+            train_print_banner(t);
         if (t->a.dry_run && t->pairs)
-            rc = dry_run_pairs(t);
+            rc = train_dry_run_pairs(t);
         else if (t->a.dry_run)
-            rc = t->mp.rank == 0 ? dry_run(t) : 0;
+            rc = t->mp.rank == 0 ? train_dry_run(t) : 0;
         else if ((rc = train_loop(t)) == 0)
-            rc = t->mp.rank == 0 ? report(t) : report_rc(t);
+            rc = t->mp.rank == 0 ? train_report(t) : train_report_rc(t);
         else if (rc == 2) { /* stopped before its first step */
             errf("interrupted during the setup, before the first step: nothing was saved");
             rc = 130;
