@@ -467,6 +467,11 @@ TG_API tg_status tg_task_train_batch(tg_ctx *ctx, tg_task_kind k, int64_t B, int
                                      int32_t *ids, int32_t *targets);
 /**@}*/
 
+/** Decoder inputs for teacher forcing, (B, T) from labels (B, T): dec[b, 0] = @p bos,
+ *  dec[b, t] = labels[b, t - 1] (the labels shifted right). */
+TG_API void tg_shift_right(int64_t B, int64_t T, const int32_t *labels, int32_t bos,
+                           int32_t *dec);
+
 #ifdef __cplusplus
 }
 #endif

@@ -138,6 +138,40 @@ TG_API tg_generator *tg_translator_generator(const tg_translator *tr);
  *  context until tg_ctx_free(). NULL or a second call is a no-op. */
 TG_API void tg_translator_free(tg_translator *tr);
 
+/** @name Greedy decoding of a fixed length
+ * The argmax decoding of exactly T target tokens for each of B sources of T tokens, as
+ * `tgrad train --arch seq2seq` measures its held-out accuracy and `tgrad sample --source`
+ * prints: decoder input [bos], then T steps, each appending the argmax of the last position's
+ * logits over the whole vocabulary (the first of equal ones; bos included: a model that
+ * predicts it is wrong there). No EOS, no length rule (for those, tg_translate_batch()).
+ * Through the KV cache (tg_generator) by default; with @c no_cache one no_grad graph of
+ * (B, T) sources and target prefixes, run once per step (the causal mask makes step i depend
+ * on decoder inputs <= i only). Both give the same tokens.
+ */
+/**@{*/
+typedef struct tg_greedy tg_greedy;
+
+/**
+ * Prepare greedy decoding of @p B sources of @p T tokens with @p m (cfg.n_decoder_layers > 0,
+ * borrowed) at @p precision. Errors (NULL returned): ::TG_ERR_ARG (not an encoder-decoder, B
+ * or T < 1, bos outside [0, V)), ::TG_ERR_NOMEM, those of tg_generator_new() or the graph.
+ */
+TG_API tg_greedy *tg_greedy_new(tg_ctx *ctx, const tg_transformer *m, int64_t B, int64_t T,
+                                 int32_t bos, bool no_cache, tg_precision precision);
+
+/**
+ * Decode @p src (B, T) ids into @p out (B, T). The context should be in inference mode
+ * (tg_ctx_set_training() false). Errors (run-time): ::TG_ERR_ARG (NULL arguments),
+ * ::TG_ERR_NONFINITE (a logit NaN or infinite: `row b, step i: a logit is not finite`;
+ * @p out partly written), those of the generator or the graph (a source id outside [0, V)).
+ */
+TG_API tg_status tg_greedy_decode(tg_greedy *d, const int32_t *src, int32_t *out);
+
+/** Release the decoder's buffers (the graph and generator records belong to the context);
+ *  NULL: no-op. */
+TG_API void tg_greedy_free(tg_greedy *d);
+/**@}*/
+
 #ifdef __cplusplus
 }
 #endif

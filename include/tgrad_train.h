@@ -12,6 +12,9 @@
 #include "tgrad_io.h"
 #include "tgrad_nn.h"
 
+#include <signal.h>
+#include <stdbool.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -771,6 +774,24 @@ typedef struct tg_seq2seq_batch {
     const int32_t *labels;   /**< (n, T) */
 } tg_seq2seq_batch;
 
+/**
+ * The padded batch of examples @p examples[0 .. n) of @p d (e.g. a tg_batch's, tgrad_data.h)
+ * into the caller's arrays, by the rule of tg_seq2seq_fill():
+ * - @p src (n, S): source ids (their EOS included), then the pad id; @p src_len (n) the
+ *   source lengths S_i;
+ * - @p tgt_in (n, T): ::TG_TOKEN_BOS, the target ids, then the pad id (the labels shifted
+ *   right);
+ * - @p labels (n, T): the target ids, ::TG_TOKEN_EOS, then @p ignore_index.
+ * @p out (may be NULL) receives the batch over the arrays. S >= every S_i, T >= every T_i
+ * (tgrad_data.h's lengths: T_i = the target's ids + 1).
+ * @return the target tokens the batch trains on, the sum of T_i (EOS counted); -1 (nothing
+ *         written) for NULL arguments, n < 1, an example out of range or longer than S or T.
+ */
+TG_API int64_t tg_seq2seq_batch_fill(const tg_seq2seq_data *d, const int64_t *examples, int64_t n,
+                                     int64_t S, int64_t T, int32_t ignore_index, int32_t *src,
+                                     int64_t *src_len, int32_t *tgt_in, int32_t *labels,
+                                     tg_seq2seq_batch *out);
+
 /** Options of tg_seq2seq_loss_new(). */
 typedef struct tg_seq2seq_loss_opts {
     /** Label smoothing of the training loss, in [0, 1] (tg_cross_entropy_smoothed());
@@ -1081,6 +1102,325 @@ TG_API tg_status tg_train_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *
                                              const char *label, const tg_transformer_config *cfg,
                                              tg_dtype dt, const tg_optim_config *optim,
                                              tg_optim *opt, tg_train_state *state);
+/**@}*/
+
+/* ------------------------------------------------------------------------------------------ */
+/** @name The training run
+ * The loop of a training run as one call: tg_train_run() steps from @c cfg->start to the end,
+ * choosing each step's learning rate by the schedule, evaluating every @c eval_every steps and
+ * at the end, keeping the best validation loss, stopping at a metric target or on a stop
+ * request, and saving at every evaluation, every @c save_every steps and at the end. What a
+ * step trains on and how a model is evaluated are the caller's: callbacks fill a step's batch,
+ * run micro-batch i (tg_train_step()'s ::tg_micro_batch_fn) and evaluate. Log rows, progress and
+ * the checkpoint go out through callbacks too, so the caller keeps its files and messages.
+ * `tgrad train` runs every mode (text, task, seq2seq, pairs) through it. See docs/training.md,
+ * "The training run".
+ * @code
+ *   tg_train_config cfg = tg_train_config_default();
+ *   cfg.steps = 1000; cfg.eval_every = 100; cfg.lr = 1.0; cfg.warmup = 100;
+ *   cfg.schedule = TG_LR_NOAM; cfg.d_model = 64; cfg.tokens_per_step = B * T;
+ *   tg_train_callbacks cb = {.user = &my, .batch = draw, .micro = micro, .evaluate = eval,
+ *                            .row = write_row, .save = save};
+ *   tg_train_result res;
+ *   tg_status s = tg_train_run(ctx, opt, &cfg, &cb, &res);
+ * @endcode
+ */
+/**@{*/
+
+/** The learning rate schedule of a run (tg_lr_warmup_cosine(), tg_lr_noam()). */
+typedef enum tg_lr_schedule {
+    TG_LR_WARMUP_COSINE = 0, /**< linear warmup, then cosine decay to min_lr */
+    TG_LR_NOAM = 1           /**< lr * d_model^-1/2 * min(s^-1/2, s warmup^-3/2), s = step+1 */
+} tg_lr_schedule;
+
+/** What a run does; tg_train_config_default() gives the zero-risk defaults. */
+typedef struct tg_train_config {
+    int64_t steps;      /**< the run's planned length in optimizer steps (the schedule's
+                             horizon), >= 1 */
+    int64_t start;      /**< steps already done (a resumed run: the checkpoint's optim.step),
+                             0 <= start < steps */
+    int64_t stop_after; /**< > start and < steps: stop after this step (the schedule still
+                             plans @c steps); 0: run to @c steps */
+    int64_t eval_every; /**< evaluate after every this many steps (and after the last), >= 1 */
+    int64_t save_every; /**< > 0: save after every this many steps too; 0: only after an
+                             evaluation and the last step */
+    tg_lr_schedule schedule; /**< the learning rate of step s (0-based) */
+    double lr;          /**< peak rate (cosine) or the noam factor */
+    double min_lr;      /**< the cosine decay's final rate */
+    int64_t warmup;     /**< warmup steps, >= 0 */
+    int64_t d_model;    /**< noam: the model width, >= 1 */
+    double clip;        /**< > 0: clip the gradients to this global norm (tg_train_step()) */
+    tg_grad_accum *accum;      /**< K > 1 micro-batches (tg_train_step_opts), or NULL */
+    const tg_train_sync *sync; /**< several processes (with @c accum), or NULL */
+    int64_t tokens_per_step;   /**< tokens a step trains on, for tokens/s (0: tokens/s is
+                                    measured by the @c tokens callback) */
+    double best_val;    /**< the best validation loss so far (a resumed run: its
+                             checkpoint's; INFINITY: none) */
+    double last_val;    /**< the validation loss shown until the first evaluation (NaN) */
+    /** The run stops after the current step once this flag is non-zero (a signal handler may
+     *  set it: a `volatile sig_atomic_t` the caller owns); NULL: no flag. */
+    const volatile sig_atomic_t *stop;
+} tg_train_config;
+
+/** The defaults: 1 step, evaluate every step, cosine at lr 1e-3, no clipping, best_val
+ *  INFINITY, last_val NaN, every pointer NULL. */
+TG_API tg_train_config tg_train_config_default(void);
+
+/** One step's row, given to ::tg_train_callbacks row and progress. */
+typedef struct tg_train_row {
+    int64_t step;        /**< 1-based */
+    double loss;         /**< the step's training loss (tg_train_step_result) */
+    double lr;           /**< its learning rate */
+    double tokens_per_s; /**< tokens trained per second so far in this call */
+    bool eval;           /**< this step evaluated */
+    double val_loss;     /**< the evaluation's loss (NaN when not evaluated or none) */
+    double metric;       /**< the evaluation's metric (accuracy, BLEU; NaN: none) */
+    double best_val;     /**< the best validation loss so far */
+    bool last;           /**< the last step of the call (its end, or a stop request) */
+    bool stop;           /**< the run ends after this step (last, or a target reached) */
+} tg_train_row;
+
+/** Which part of a run failed (::tg_train_result). */
+typedef enum tg_train_fail {
+    TG_TRAIN_FAIL_NONE = 0,   /**< the run ended normally */
+    TG_TRAIN_FAIL_BATCH = 1,  /**< the batch callback, or tg_train_step()'s batch stage */
+    TG_TRAIN_FAIL_UPDATE = 2, /**< tg_train_step()'s update stage (a non-finite loss or
+                                   update: every process holds the same failure) */
+    TG_TRAIN_FAIL_AFTER = 3,  /**< the after_step callback */
+    TG_TRAIN_FAIL_EVAL = 4,   /**< the evaluate callback */
+    TG_TRAIN_FAIL_ROW = 5,    /**< the row callback (the log) */
+    TG_TRAIN_FAIL_SAVE = 6,   /**< the save callback (the checkpoint) */
+    TG_TRAIN_FAIL_PROGRESS = 7 /**< the progress callback */
+} tg_train_fail;
+
+/** How a run ended. */
+typedef struct tg_train_result {
+    int64_t step;     /**< steps done (the run's position) */
+    int64_t trained;  /**< steps this call ran */
+    double loss;      /**< the last step's loss (the failing step's, NaN if it had none) */
+    double last_val;  /**< the last evaluation's loss (cfg->last_val before one) */
+    double best_val;  /**< the best validation loss */
+    double metric;    /**< the last evaluation's metric (NaN: none) */
+    double tokens_per_s; /**< as in the last row */
+    bool reached;     /**< an evaluation reached its target */
+    bool stopped;     /**< the stop flag or after_step ended the run early */
+    bool before_first; /**< the first callback stopped the run before its first step */
+    tg_train_fail failed; /**< where it failed; @c step + 1 is the failing step */
+} tg_train_result;
+
+/**
+ * The caller's side of a run. Each callback returns ::TG_OK or a status with the error on the
+ * context (or its own message already given); the run stops there and reports which
+ * (::tg_train_result failed). @c micro is required; the others may be NULL.
+ */
+typedef struct tg_train_callbacks {
+    void *user; /**< passed to every callback (but see @c model_user) */
+    /** Non-NULL: passed to batch, micro, tokens and evaluate instead of @c user, so a
+     *  built-in model (tg_train_tokens_bind()) and the caller's own callbacks (row, save, ...)
+     *  each keep their state. */
+    void *model_user;
+    /** Before the first step (@p step: its 0-based index): return true to stop at once
+     *  (nothing trained; result before_first). */
+    bool (*first)(void *user, int64_t step);
+    /** Fill step @p step's (0-based) batch, before its micro-batches run. */
+    tg_status (*batch)(void *user, int64_t step);
+    /** Micro-batch i of the step (tg_train_step()). */
+    tg_micro_batch_fn micro;
+    /** Real tokens the step just run trained on; with it, tokens/s counts them per second
+     *  spent in steps (not evaluating); without it, tokens_per_step per wall second. */
+    int64_t (*tokens)(void *user);
+    /** After step @p step (0-based) ran, before its evaluation: set @p *stop to end the run
+     *  after this step (a stop request; several processes agree on it here). @p last: the
+     *  step is the last one planned. */
+    tg_status (*after_step)(void *user, int64_t step, bool last, bool *stop);
+    /** Evaluate after step @p step (0-based) into @p val_loss (NaN: none) and @p metric
+     *  (NaN: none); set @p reached when the metric meets the caller's target. */
+    tg_status (*evaluate)(void *user, int64_t step, double *val_loss, double *metric,
+                          bool *reached);
+    /** The step's row (a log line), after its evaluation and before its save. */
+    tg_status (*row)(void *user, const tg_train_row *r);
+    /** Save the run after @p steps_done steps (best_val: @p best_val). */
+    tg_status (*save)(void *user, int64_t steps_done, double best_val);
+    /** The step's row again, after its save (progress on a terminal). */
+    tg_status (*progress)(void *user, const tg_train_row *r);
+} tg_train_callbacks;
+
+/**
+ * Run training steps cfg->start .. end - 1, end = cfg->stop_after when in (start, steps), else
+ * cfg->steps. Each step s (0-based):
+ * 1. lr = tg_lr_noam(s, d_model, warmup, lr) or tg_lr_warmup_cosine(s, steps, warmup, lr,
+ *    min_lr); before the first step, @c first may stop the run;
+ * 2. @c batch (s), then tg_train_step() with @c micro, clip, accum and sync;
+ * 3. tokens/s; @c after_step (s, s + 1 == end) may ask to stop (the step is then the last);
+ * 4. evaluate when (s + 1) % eval_every == 0 or the step is the last: the validation loss
+ *    (best_val = min(best_val, val_loss); NaN never replaces it), the metric, and reached;
+ * 5. @c row; @c save when a checkpoint is due: after an evaluation, at the end, when reached,
+ *    or when (s + 1) % save_every == 0; @c progress;
+ * 6. the run ends after the last step or once reached.
+ * Bits: the run draws and computes exactly as these calls written out by hand; a run resumed
+ * from a checkpoint saved after step k (cfg->start = k, its best_val, the state restored)
+ * continues bit for bit.
+ * @param res  receives how the run ended (may be NULL)
+ * Errors (run-time): ::TG_ERR_ARG (NULL ctx, opt, cfg, cb or cb->micro; steps < 1, start out
+ * of [0, steps), eval_every < 1, save_every < 0, warmup < 0, noam with d_model < 1), the
+ * status of the failing callback or step (res->failed says which).
+ */
+TG_API tg_status tg_train_run(tg_ctx *ctx, tg_optim *opt, const tg_train_config *cfg,
+                              const tg_train_callbacks *cb, tg_train_result *res);
+
+/**
+ * What a run records of itself in its checkpoint beside the model and the training state: the
+ * data it trained on (`data.*`) and its options (`train.*`), so a resumed run continues with
+ * exactly the same ones and a reader can tell what produced the file. The one writer of these
+ * keys is tg_train_record_meta().
+ */
+typedef struct tg_train_record {
+    const char *mode;       /**< `data.mode`: "text", "task" or "pairs" */
+    const tg_text *text;    /**< mode "text": the corpus (`data.vocab` as hex bytes,
+                                 `data.bytes`, `data.files`, `data.text_hash` fnv1a64:HEX16) */
+    tg_task_kind task;      /**< mode "task": `data.task` (tg_task_name()) */
+    int64_t seed;           /**< `train.seed` */
+    tg_optim_kind optimizer; /**< `train.optimizer`: adamw, adam or sgd */
+    int64_t batch;          /**< `train.batch` (B: sequences per step) */
+    int64_t grad_accum;     /**< `train.grad_accum` (K) */
+    int64_t warmup;         /**< `train.warmup` */
+    int64_t eval_every;     /**< `train.eval_every` */
+    int64_t save_every;     /**< `train.save_every` (written when > 0) */
+    double lr, min_lr, weight_decay, clip, momentum; /**< `train.lr` ... `train.momentum` */
+    double val_fraction;    /**< `data.val_fraction` */
+    double target_acc;      /**< `train.target_acc` */
+    double target_bleu;     /**< `train.target_bleu` (mode "pairs" only) */
+    tg_lr_schedule schedule; /**< `train.schedule`: cosine or noam */
+    tg_precision precision; /**< `train.precision`: f32 or bf16 */
+    double beta2, eps, label_smoothing; /**< `train.beta2`, `train.eps`,
+                                             `train.label_smoothing` */
+} tg_train_record;
+
+/** Most entries tg_train_record_meta() writes. */
+#define TG_TRAIN_RECORD_META_MAX 32
+
+/** The entries of tg_train_record_meta(): @c keys[i] = @c values[i] for i < n, in order; a NULL
+ *  value places a training-state key (tg_train_checkpoint_save()). The values point into
+ *  @c store. */
+typedef struct tg_train_meta_list {
+    int n;
+    const char *keys[TG_TRAIN_RECORD_META_MAX];
+    const char *values[TG_TRAIN_RECORD_META_MAX];
+    char store[TG_TRAIN_RECORD_META_MAX][520];
+} tg_train_meta_list;
+
+/**
+ * The `data.*` and `train.*` metadata of record @p r, ready as the extra entries of
+ * tg_train_checkpoint_save() (more may follow, e.g. a tokenizer's). In this order:
+ * `data.mode`; mode pairs: `train.target_bleu`; mode text: `data.vocab`, `data.bytes`,
+ * `data.files`, `data.text_hash`; mode task: `data.task`; the places of the training state's
+ * `data.position`, `train.steps`, `train.best_val`; `train.seed`, `train.optimizer`,
+ * `train.batch`, `train.grad_accum`, `train.warmup`, `train.eval_every`, `train.save_every`
+ * (when > 0), `train.lr`, `train.min_lr`, `train.weight_decay`, `train.clip`,
+ * `train.momentum`, `data.val_fraction`, `train.target_acc`, `train.schedule`,
+ * `train.precision`, `train.beta2`, `train.eps`, `train.label_smoothing`. Integers in
+ * decimal; numbers as the shortest decimal that reads back as the same double.
+ * Errors (run-time): ::TG_ERR_ARG (NULL arguments, an unknown mode, mode text without a
+ * corpus, an unknown optimizer, schedule, precision or task).
+ */
+TG_API tg_status tg_train_record_meta(tg_ctx *ctx, const tg_train_record *r,
+                                      tg_train_meta_list *m);
+
+/** The CSV header of a training log: `step,train_loss,val_loss,lr,tokens_per_s,METRIC\n`
+ *  with METRIC @p metric ("val_acc", "val_bleu"), or the five columns without it (NULL).
+ *  Returns the bytes written (without the NUL), or -1 when @p n is too small. */
+TG_API int tg_train_log_header(const char *metric, char *buf, size_t n);
+
+/** Row @p r of a training log, as tg_train_log_header() names its columns: `step,train_loss
+ *  (%.6f),val_loss (%.6f, empty unless evaluated and finite),lr (%.6g),tokens_per_s
+ *  (%.1f)`, then with @p metric `,METRIC` (%.6f, empty unless evaluated and finite), and a
+ *  newline. Returns the bytes written (without the NUL), or -1 when @p n is too small. */
+TG_API int tg_train_log_row(const tg_train_row *r, bool metric, char *buf, size_t n);
+/**@}*/
+
+/**
+ * @name The built-in run of a per-position model (text and task)
+ * A language model on a byte-level corpus (`tgrad train --text`) or an encoder on an
+ * algorithmic task (`tgrad train`): one graph over micro-batches of Bm = B / K rows, ids and
+ * targets (Bm, T) ::TG_I32, logits (Bm, T, V), the loss the mean cross-entropy over the Bm T
+ * targets (with label smoothing the training loss is tg_cross_entropy_smoothed() and the
+ * validation reads the plain loss, a second output). tg_train_tokens_bind() gives
+ * tg_train_run() its batch (tg_text_train_batch() or tg_task_train_batch() from the context
+ * RNG), its micro-batch (forward, backward seeded 1/K, the loss counted 1/K) and its
+ * evaluation:
+ * - text: tg_text_evaluate() over the validation windows (metric NaN);
+ * - task: the loss and the token accuracy (argmax of the logits against the targets) over 8
+ *   fixed batches of held-out sequences from tg_task_batch() with the state
+ *   `eval_seed ^ 0x5eed5eed`; reached when the accuracy >= target_acc > 0.
+ */
+/**@{*/
+/** Options of tg_train_tokens_new(). */
+typedef struct tg_train_tokens_opts {
+    const tg_text *text;    /**< text mode: the corpus (borrowed); NULL: a task */
+    tg_task_kind task;      /**< task mode: the task */
+    uint64_t eval_seed;     /**< task mode: the held-out batches' seed */
+    int64_t batch, seq_len; /**< B (sequences per step), T */
+    int64_t grad_accum;     /**< K >= 1 micro-batches per step; K divides B */
+    int64_t first, count;   /**< this process's micro-batches (one process: 0, K) */
+    double label_smoothing; /**< the training loss's smoothing in [0, 1) */
+    tg_precision precision; /**< the graph's products */
+    bool detect_anomaly;    /**< tg_graph_opts.detect_anomaly */
+    double target_acc;      /**< task mode: reached at this accuracy (0: never) */
+    /** task mode with an encoder-decoder model (cfg.n_decoder_layers > 0): teacher forcing,
+     *  the decoder input (Bm, T) the targets shifted right after @c bos (tg_shift_right());
+     *  the evaluation's metric is the exact-sequence accuracy of greedy decoding
+     *  (tg_train_tokens_set_decoder()) */
+    bool seq2seq;
+    int32_t bos;            /**< seq2seq: the decoder's first input */
+} tg_train_tokens_opts;
+
+typedef struct tg_train_tokens tg_train_tokens;
+
+/**
+ * Build the training graph of @p model (tg_transformer_forward(); a causal model for text)
+ * for @p o, with K > 1 the accumulator (tg_grad_accum_new() over every parameter) and the
+ * backward seed 1/K. The model and the corpus stay the caller's and must outlive the run.
+ * Errors (NULL returned, the error on the context): ::TG_ERR_ARG (NULL arguments, B, T or K
+ * below 1, K not dividing B, first/count outside [0, K)), those of the builders.
+ */
+TG_API tg_train_tokens *tg_train_tokens_new(tg_ctx *ctx, const tg_transformer *model,
+                                            const tg_train_tokens_opts *o);
+
+/** Fill @p cb's model_user, batch, micro and evaluate, and @p cfg's accum and
+ *  tokens_per_step (B T), for tg_train_run(); @p cb's user and other callbacks stay the
+ *  caller's. */
+TG_API void tg_train_tokens_bind(tg_train_tokens *m, tg_train_callbacks *cb,
+                                 tg_train_config *cfg);
+
+/** The evaluation tg_train_tokens_bind() gives the run (for a caller that wraps it, e.g. to
+ *  evaluate on one process and broadcast): the validation loss, the accuracy (text: NaN) and
+ *  whether the target is reached. Leaves the context in training mode on success. */
+TG_API tg_status tg_train_tokens_evaluate(tg_train_tokens *m, double *val_loss,
+                                          double *accuracy, bool *reached);
+
+/**
+ * seq2seq: the greedy decoder the evaluation uses, B sources (B, T) -> B outputs (B, T), e.g.
+ * tg_greedy_decode() of a tg_greedy (tgrad_decode.h, a layer above this one, so the caller
+ * passes it in). Evaluation then measures over 8 fixed held-out batches the teacher-forced
+ * loss, the exact-sequence accuracy (the metric; reached at target_acc) and the token accuracy
+ * (tg_train_tokens_token_accuracy()); a decoder returning ::TG_ERR_NONFINITE makes the loss NaN
+ * and both accuracies 0 (the error cleared). Without a decoder the seq2seq evaluation fails
+ * with ::TG_ERR_STATE.
+ */
+TG_API void tg_train_tokens_set_decoder(tg_train_tokens *m,
+                                        tg_status (*decode)(void *user, const int32_t *src,
+                                                            int32_t *out),
+                                        void *user);
+
+/** seq2seq: the token accuracy of the last evaluation (NaN before one, or for text and task). */
+TG_API double tg_train_tokens_token_accuracy(const tg_train_tokens *m);
+
+/** The training graph (for DOT files and memory reports), the accumulator (NULL when K = 1). */
+TG_API tg_graph *tg_train_tokens_graph(const tg_train_tokens *m);
+TG_API tg_grad_accum *tg_train_tokens_accum(const tg_train_tokens *m);
+
+/** Release the run's buffers (the graph and tensors belong to the context); NULL: no-op. */
+TG_API void tg_train_tokens_free(tg_train_tokens *m);
 /**@}*/
 
 #ifdef __cplusplus

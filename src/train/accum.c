@@ -404,6 +404,53 @@ static bool walk(combine_state *c, int64_t a, int64_t n)
 
 static bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
+/* P and m powers of two: recursive doubling; each part's stack is the single node (me m, m),
+ * which ends as the root (@p *root). */
+static bool doubling(combine_state *c, int me, int P, void **root)
+{
+    tg_grad_accum *acc = c->acc;
+    const tg_grad_transport *tr = c->tr;
+    assert(c->n_held == 1);
+    void *mine = c->held[0].buf;
+    bool ok = true;
+    for (int bit = 1; bit < P && ok; bit <<= 1) {
+        int peer = me ^ bit;
+        const char *sp = mine;
+        char *rp = c->tmp;
+        for (size_t off = 0; off < acc->bytes && ok; off += c->bucket) {
+            size_t nb = acc->bytes - off < c->bucket ? acc->bytes - off : c->bucket;
+            ok = tr->sendrecv(tr->user, peer, sp + off, rp + off, nb, c->err,
+                              sizeof c->err) == 0;
+            c->sent += nb;
+        }
+        if (ok) {
+            if (me < peer)
+                add_bufs(acc, mine, mine, c->tmp);
+            else
+                add_bufs(acc, mine, c->tmp, mine);
+        }
+    }
+    *root = mine;
+    return ok;
+}
+
+/* Otherwise: the tree walked over the parts to part 0, which holds the root; a binomial-tree
+ * broadcast copies it to every part (in round `bit`, the parts below `bit` send to part +
+ * bit) into @p *root. */
+static bool walk_and_broadcast(combine_state *c, int me, int P, void **root)
+{
+    tg_grad_accum *acc = c->acc;
+    bool ok = walk(c, 0, acc->k);
+    *root = me == 0 ? find_held(c, 0, acc->k)->buf : c->tmp;
+    for (int bit = 1; bit < P && ok; bit <<= 1) {
+        if (me < bit && me + bit < P)
+            ok = do_send(c, me + bit, *root);
+        else if (me >= bit && me < 2 * bit)
+            ok = do_recv(c, me - bit, *root);
+    }
+    return ok;
+}
+
 tg_status tg_grad_accum_combine(tg_grad_accum *acc, const tg_grad_transport *tr, double *loss,
                                 size_t *bytes_sent)
 {
@@ -451,42 +498,9 @@ tg_status tg_grad_accum_combine(tg_grad_accum *acc, const tg_grad_transport *tr,
     for (int i = 0; i < acc->depth; i++)
         c->held[c->n_held++] = acc->stack[i];
     acc->depth = 0; /* the nodes are c->held's now */
-    bool ok = true;
     void *root = NULL;
-    if (is_pow2(P) && is_pow2(c->m)) {
-        /* recursive doubling: each part's stack is the single node (me m, m) */
-        assert(c->n_held == 1);
-        void *mine = c->held[0].buf;
-        for (int bit = 1; bit < P && ok; bit <<= 1) {
-            int peer = me ^ bit;
-            const char *sp = mine;
-            char *rp = c->tmp;
-            for (size_t off = 0; off < acc->bytes && ok; off += c->bucket) {
-                size_t nb = acc->bytes - off < c->bucket ? acc->bytes - off : c->bucket;
-                ok = tr->sendrecv(tr->user, peer, sp + off, rp + off, nb, c->err,
-                                  sizeof c->err) == 0;
-                c->sent += nb;
-            }
-            if (ok) {
-                if (me < peer)
-                    add_bufs(acc, mine, mine, c->tmp);
-                else
-                    add_bufs(acc, mine, c->tmp, mine);
-            }
-        }
-        root = mine;
-    } else {
-        ok = walk(c, 0, acc->k);
-        /* part 0 holds the root; a binomial-tree broadcast copies it to every part: in round
-         * `bit`, the parts below `bit` send to part + bit */
-        root = me == 0 ? find_held(c, 0, acc->k)->buf : c->tmp;
-        for (int bit = 1; bit < P && ok; bit <<= 1) {
-            if (me < bit && me + bit < P)
-                ok = do_send(c, me + bit, root);
-            else if (me >= bit && me < 2 * bit)
-                ok = do_recv(c, me - bit, root);
-        }
-    }
+    bool ok = is_pow2(P) && is_pow2(c->m) ? doubling(c, me, P, &root)
+                                          : walk_and_broadcast(c, me, P, &root);
     if (ok) {
         unpack(acc, root, loss); /* the buffers go back to the accumulator below */
     } else {

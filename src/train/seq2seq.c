@@ -275,6 +275,40 @@ void tg_seq2seq_loss_free(tg_seq2seq_loss *L)
     free(L);
 }
 
+/* ---- padded batches of sentence pairs ------------------------------------------------------ */
+
+int64_t tg_seq2seq_batch_fill(const tg_seq2seq_data *d, const int64_t *examples, int64_t n,
+                              int64_t S, int64_t T, int32_t ignore_index, int32_t *src,
+                              int64_t *src_len, int32_t *tgt_in, int32_t *labels,
+                              tg_seq2seq_batch *out)
+{
+    if (!d || !examples || n < 1 || !src || !src_len || !tgt_in || !labels)
+        return -1;
+    int64_t pairs = tg_seq2seq_get_info(d).pairs;
+    for (int64_t r = 0; r < n; r++)
+        if (examples[r] < 0 || examples[r] >= pairs ||
+            tg_seq2seq_src_len(d, examples[r]) > S || tg_seq2seq_tgt_len(d, examples[r]) > T)
+            return -1;
+    int32_t pad = tg_seq2seq_get_info(d).pad_id;
+    int64_t tokens = 0;
+    for (int64_t r = 0; r < n; r++) {
+        int64_t sl, tl;
+        const int32_t *s = tg_seq2seq_source(d, examples[r], &sl);
+        const int32_t *t = tg_seq2seq_target(d, examples[r], &tl);
+        src_len[r] = sl;
+        for (int64_t j = 0; j < S; j++)
+            src[r * S + j] = j < sl ? s[j] : pad;
+        for (int64_t j = 0; j < T; j++) {
+            tgt_in[r * T + j] = j == 0 ? TG_TOKEN_BOS : j <= tl ? t[j - 1] : pad;
+            labels[r * T + j] = j < tl ? t[j] : j == tl ? TG_TOKEN_EOS : ignore_index;
+        }
+        tokens += tl + 1;
+    }
+    if (out)
+        *out = (tg_seq2seq_batch){n, S, T, src, src_len, tgt_in, labels};
+    return tokens;
+}
+
 /* ---- evaluation over a data set ------------------------------------------------------------ */
 
 /* tg_seq2seq_evaluate's batches: epoch 0's plan and one set of arrays for the largest batch. */
@@ -291,21 +325,14 @@ static tg_status eval_batch(void *user, int64_t i, double *sum, int64_t *tokens)
 {
     eval_run *e = user;
     tg_batch bt = tg_batches_get(e->plan, i);
-    int64_t S = bt.src_len, T = bt.tgt_len;
-    int32_t pad = tg_seq2seq_get_info(e->d).pad_id, ignore = (int32_t)e->L->opts.ignore_index;
-    for (int64_t r = 0; r < bt.n; r++) {
-        int64_t sl, tl;
-        const int32_t *s = tg_seq2seq_source(e->d, bt.examples[r], &sl);
-        const int32_t *t = tg_seq2seq_target(e->d, bt.examples[r], &tl);
-        e->slen[r] = sl;
-        for (int64_t j = 0; j < S; j++)
-            e->src[r * S + j] = j < sl ? s[j] : pad;
-        for (int64_t j = 0; j < T; j++) {
-            e->tin[r * T + j] = j == 0 ? TG_TOKEN_BOS : j <= tl ? t[j - 1] : pad;
-            e->lab[r * T + j] = j < tl ? t[j] : j == tl ? TG_TOKEN_EOS : ignore;
-        }
+    tg_seq2seq_batch b;
+    if (tg_seq2seq_batch_fill(e->d, bt.examples, bt.n, bt.src_len, bt.tgt_len,
+                              (int32_t)e->L->opts.ignore_index, e->src, e->slen, e->tin, e->lab,
+                              &b) < 0) {
+        tg__run_err(e->L->ctx, TG_ERR_STATE, "tg_seq2seq_evaluate", "batch %lld does not fit "
+                    "its shape", (long long)i);
+        return TG_ERR_STATE;
     }
-    tg_seq2seq_batch b = {bt.n, S, T, e->src, e->slen, e->tin, e->lab};
     return tg_seq2seq_loss_eval(e->L, &b, sum, tokens);
 }
 

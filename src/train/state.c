@@ -165,6 +165,49 @@ static bool is_state_key(const char *k)
     return false;
 }
 
+/* Step 3 of tg_train_checkpoint_save: the caller's @p n_extra entries after the @p *n in @p k /
+ * @p v, each NULL value placing the training state's key of that name (of @p sk, @p ns;
+ * @p placed marks them). */
+static tg_status place_extras(tg_ctx *ctx, int64_t n_extra, const char *const *keys,
+                              const char *const *values, const tg_meta_kv *sk, int ns,
+                              bool *placed, const char **k, const char **v, size_t *n)
+{
+    static const char *fn = "tg_train_checkpoint_save";
+    for (int64_t i = 0; i < n_extra; i++) {
+        const char *key = keys[i];
+        if (!key) {
+            tg__err(ctx, TG_ERR_ARG, fn, "extra entry %" PRId64 " has a NULL key", i);
+            return TG_ERR_ARG;
+        }
+        if (!values[i]) { /* a state key's place */
+            int j = 0;
+            while (j < ns && strcmp(sk[j].key, key) != 0)
+                j++;
+            if (j == ns || placed[j]) {
+                char q[80];
+                tg__err(ctx, TG_ERR_ARG, fn, "extra entry %" PRId64 " '%s' has a NULL value but "
+                        "is not a key of the training state%s", i, tg__quote(key, 40, q),
+                        j < ns ? " (placed twice)" : is_state_key(key) ? " that is set" : "");
+                return TG_ERR_ARG;
+            }
+            placed[j] = true;
+            k[*n] = sk[j].key;
+            v[(*n)++] = sk[j].value;
+            continue;
+        }
+        if (!strcmp(key, "format") || !strncmp(key, "model.", 6) ||
+            !strcmp(key, "optim.step") || !strcmp(key, "rng") || is_state_key(key)) {
+            char q[80];
+            tg__err(ctx, TG_ERR_ARG, fn, "extra key '%s' is written by the library",
+                    tg__quote(key, 40, q));
+            return TG_ERR_ARG;
+        }
+        k[*n] = key;
+        v[(*n)++] = values[i];
+    }
+    return TG_OK;
+}
+
 static tg_status save_io(tg_ctx *ctx, const char *path, const tg_optim *opt,
                          const tg_transformer_config *cfg, tg_dtype dt,
                          const tg_train_state *state, int64_t n_extra, const char *const *keys,
@@ -201,42 +244,7 @@ static tg_status save_io(tg_ctx *ctx, const char *path, const tg_optim *opt,
         k[n] = mk[i].key;
         v[n++] = mk[i].value;
     }
-    tg_status s = TG_OK;
-    for (int64_t i = 0; i < n_extra && s == TG_OK; i++) {
-        const char *key = keys[i];
-        if (!key) {
-            tg__err(ctx, TG_ERR_ARG, fn, "extra entry %" PRId64 " has a NULL key", i);
-            s = TG_ERR_ARG;
-            break;
-        }
-        if (!values[i]) { /* a state key's place */
-            int j = 0;
-            while (j < ns && strcmp(sk[j].key, key) != 0)
-                j++;
-            if (j == ns || placed[j]) {
-                char q[80];
-                tg__err(ctx, TG_ERR_ARG, fn, "extra entry %" PRId64 " '%s' has a NULL value but "
-                        "is not a key of the training state%s", i, tg__quote(key, 40, q),
-                        j < ns ? " (placed twice)" : is_state_key(key) ? " that is set" : "");
-                s = TG_ERR_ARG;
-                break;
-            }
-            placed[j] = true;
-            k[n] = sk[j].key;
-            v[n++] = sk[j].value;
-            continue;
-        }
-        if (!strcmp(key, "format") || !strncmp(key, "model.", 6) ||
-            !strcmp(key, "optim.step") || !strcmp(key, "rng") || is_state_key(key)) {
-            char q[80];
-            tg__err(ctx, TG_ERR_ARG, fn, "extra key '%s' is written by the library",
-                    tg__quote(key, 40, q));
-            s = TG_ERR_ARG;
-            break;
-        }
-        k[n] = key;
-        v[n++] = values[i];
-    }
+    tg_status s = place_extras(ctx, n_extra, keys, values, sk, ns, placed, k, v, &n);
     for (int j = 0; j < ns && s == TG_OK; j++)
         if (!placed[j]) {
             k[n] = sk[j].key;

@@ -26,7 +26,7 @@
 #include "cli.h"
 #include "climsg.h"
 #include "train_data.h"
-#include "seq2seq.h"
+#include "tgrad_decode.h"
 #include "tgrad_model.h"
 #include "tgrad_train.h"
 #include "train_args.h"
@@ -48,7 +48,7 @@ typedef struct {
     int nv;            /* vocabulary size */
     int id_of[256];    /* byte -> id, -1 if absent */
     bool s2s;          /* a seq2seq checkpoint: decode --source */
-    s2s_decoder dec;
+    tg_greedy *dec;
     int32_t *src, *out; /* (1, T) --source, decoded */
     bool nomem;         /* check_source failed for want of memory (not a usage error) */
 } sampler;
@@ -112,13 +112,13 @@ static bool check_source(sampler *s, const sample_args *a, char *err, size_t n)
 /* Greedy decoding of --source; the digits on stdout. */
 static int sample_seq2seq(sampler *s, const sample_args *a)
 {
-    s2s_status st = s2s_greedy(&s->dec, s->src, s->out);
-    if (st == S2S_NONFINITE) {
+    tg_status st = tg_greedy_decode(s->dec, s->src, s->out);
+    if (st == TG_ERR_NONFINITE) {
         fprintf(stderr, "tgrad sample: --checkpoint '%s': the model's logits are not finite; "
                 "its parameters hold NaN or inf\n", a->checkpoint);
         return 1;
     }
-    if (st != S2S_OK) {
+    if (st != TG_OK) {
         cli_report("sample", NULL, NULL, s->ctx);
         return 1;
     }
@@ -220,8 +220,8 @@ static int sample_build(sampler *s, const sample_args *a)
     for (int b = 0; b < 256; b++)
         s->id_of[b] = tg_model_byte_token(s->m, b);
     if (s->s2s) {
-        if (!s2s_decoder_init(&s->dec, s->ctx, s->model, 1, s->T, a->no_cache,
-                              a->precision)) {
+        if (!(s->dec = tg_greedy_new(s->ctx, s->model, 1, s->T, SEQ2SEQ_BOS, a->no_cache,
+                                     (tg_precision)a->precision))) {
             cli_report("sample", "--checkpoint", a->checkpoint, s->ctx);
             return 1;
         }
@@ -456,7 +456,7 @@ int cmd_sample(int argc, char **argv)
         tg_ctx_seed(s.ctx, (uint64_t)a.seed);
         rc = s.s2s ? sample_seq2seq(&s, &a) : sample_generate(&s, &a);
     }
-    s2s_decoder_free(&s.dec);
+    tg_greedy_free(s.dec);
     free(s.src);
     free(s.out);
     tg_ctx_free(s.ctx);

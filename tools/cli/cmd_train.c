@@ -6,115 +6,35 @@
  * resume.
  *
  * parse (train_parse, train_args.c: one option table) -> plan (the checkpoint validated by
- * ckpt_config_load, defaults, memory estimate, every output path checked by the rule of
- * outpath.h, the checkpoint's lock taken) -> data (a resumed run's text checked against the
- * checkpoint's size, file count and content hash) -> build (a resumed run's log cut at the
- * checkpoint's step) -> loop (step, evaluate, log row, save, progress) -> report. Every error
- * is one line on stderr.
+ * ckpt_config_load, defaults, memory estimate, every output path checked by train_plan.c,
+ * the checkpoint's lock taken) -> data (a resumed run's text checked against the
+ * checkpoint's size, file count and content hash) -> build (the library's run of the model,
+ * tg_train_tokens, or train_pairs.c; a resumed run's log cut at the checkpoint's step,
+ * train_log.c) -> the run (tg_train_run, tgrad_train.h: the loop; this file's callbacks write
+ * the log row, save the checkpoint through tg_train_record_meta, show progress,
+ * train_progress.c, and agree on a stop request, train_signal.c) -> report (train_report.c).
+ * Every error is one line on stderr.
  */
-#define _GNU_SOURCE /* program_invocation_name */
-#include "ckpt_config.h"
-#include "cli.h"
+#define _GNU_SOURCE /* sigset_t, pthread_sigmask */
+#include "trainer.h"
 #include "climsg.h"
-#include "train_data.h"
-#include "outpath.h"
-#include "seq2seq.h"
-#include "svgplot.h"
-#include "tgrad_train.h"
-#include "train_args.h"
-#include "train_mpi.h"
-#include "train_pairs.h"
+#include "train_plan.h"
+#include "train_signal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-/* Everything one run holds; freed by trainer_free. */
-typedef struct {
-    train_args a;
-    cli_result r;
-    int argc;
-    char **argv;
-    bool text;
-    bool s2s; /* --arch seq2seq */
-    bool pairs; /* --pairs: translation (train_pairs.c) */
-    pairs_run pr;
-    int64_t tokens_done; /* --pairs: real target tokens trained on by this run */
-    double train_s;      /* --pairs: seconds spent in training steps (not evaluating) */
-    task_kind task;
-    tg_ctx *ctx;
-    tg_safetensors *ck; /* the --resume checkpoint, or NULL */
-    ckpt_info info;
-    tg_text *corp;     /* --text: the corpus (tgrad_data.h) */
-    tg_text_info ci;   /* its counts */
-    tg_transformer_config mc;
-    tg_transformer model;
-    tg_tensor *ids, *tgt, *logits, *loss;
-    tg_tensor *val_loss; /* unsmoothed loss for evaluation (the loss itself without
-                          * --label-smoothing; otherwise a second output of the graph) */
-    tg_tensor *dec;     /* seq2seq: (B, T) decoder inputs (BOS, labels shifted right) */
-    s2s_decoder greedy; /* seq2seq: held-out greedy decoding */
-    tg_graph *g;
-    tg_optim *opt;
-    int64_t V, T, B, n_params, start;
-    /* --grad-accum K: the graph runs Bm = B / K rows; this process runs micro-batches
-     * first .. first+count-1 of each step (one process: 0 .. K-1) */
-    int64_t K, Bm, first, count;
-    tg_tensor *dy;      /* K > 1: the backward seed 1/K (the micro-batch's share of the mean) */
-    tg_grad_accum *accum; /* K > 1: the tree sum of the micro-batches' gradients */
-    train_mpi mp;         /* under mpirun: rank r of P runs micro-batches r K/P .. */
-    bool interrupted;     /* a rank got SIGINT/SIGTERM (agreed by all ranks) */
-    bool agreed_failure;  /* every rank stopped on the same error (rank 0 printed it) */
-    bool comm_failed;     /* an MPI call failed: the ranks may disagree */
-    int logfd;           /* --log, open for writing (-1: none) */
-    int64_t log_len;     /* --log: its length, always at the end of a whole line */
-    bool log_no_acc;     /* --log: a resumed log with the older 5-column header (no val_acc) */
-    bool saved;          /* a checkpoint was saved by this run */
-    outpath_lock lock;   /* --checkpoint's lock, held for the whole run */
-    int32_t *ids_buf, *tgt_buf; /* (B, T) token ids (seq2seq: source) and targets */
-    int32_t *dec_buf, *out_buf; /* seq2seq (B, T): decoder inputs; greedy decoding's output */
-    svg_series train_curve, val_curve;
-    svg_series acc_curve; /* a task run: the held-out accuracy it stops on */
-    /* progress and results */
-    bool tty;
-    int width;       /* columns of the live line (terminal width - 1) */
-    size_t last_len; /* length of the last live line, to blank its rest */
-    int64_t step, end, trained;
-    double t0, tok_s, last_val, best_val, acc, last_draw;
-    double tok_acc; /* seq2seq: held-out token accuracy of greedy decoding (acc: sequences) */
-    bool reached;
-    bool usage; /* the setup failed on the command line (exit 2), not on a file (exit 1) */
-} trainer;
 
-static void errf(const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 1, 2)))
-#endif
-    ;
-static void errf(const char *fmt, ...)
-{
-    char line[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = snprintf(line, sizeof line, "tgrad train: ");
-    vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
-    va_end(ap);
-    strcat(line, "\n");
-    fputs(line, stderr); /* one write: never split by another rank's or stream's output */
-}
+#define errf train_errf /* train_plan.h */
 
 /* ---- plan: checkpoint, defaults, memory, outputs ------------------------------------------ */
 
@@ -201,183 +121,46 @@ static bool plan_fresh(trainer *t)
     return true;
 }
 
-/* Can we create files in the directory of @p path? (Fail before training, not after.) Asked
- * without naming a file, so a SIGKILL at any moment leaves nothing behind: an unnamed
- * O_TMPFILE inode where the file system supports it, else faccessat() for write and search
- * permission. */
-static bool dir_writable(const char *opt, const char *path)
-{
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *(slash == dir ? slash + 1 : slash) = 0;
-    else
-        snprintf(dir, sizeof dir, ".");
-    int e = 0;
-#ifdef O_TMPFILE
-    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-        close(fd);
-        return true;
-    }
-    e = errno;
-    if (e == EOPNOTSUPP || e == EISDIR || e == EINVAL) /* no O_TMPFILE here: ask instead */
-        e = 0;
-#endif
-    if (!e && faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) != 0)
-        e = errno;
-    if (e) {
-        errf("%s '%s': cannot create files in '%s': %s", opt, path, dir, strerror(e));
-        return false;
-    }
-    return true;
-}
-
-/* One writer per checkpoint (outpath.h): held until the run ends. */
-static bool lock_checkpoint(trainer *t)
-{
-    char err[1400];
-    if (!outpath_lock_take(&t->lock, "--checkpoint", t->a.checkpoint, err, sizeof err)) {
-        errf("%s", err);
-        return false;
-    }
-    if (err[0]) /* no lock to be had: a note, and the run goes on */
-        errf("%s", err);
-    return true;
-}
-
-/* What the existing file @p path holds, for the refusal message. */
-static void describe_existing(const char *path, const struct stat *sb, char *buf, size_t n)
-{
-    snprintf(buf, n, "a file of %lld bytes that is not a tgrad checkpoint", (long long)sb->st_size);
-    if (sb->st_size > ((off_t)1 << 30))
-        return;
-    tg_ctx *c = tg_ctx_new();
-    tg_safetensors *st = c ? tg_safetensors_read(c, path) : NULL;
-    const char *mode = st ? tg_safetensors_meta_get(st, "data.mode") : NULL;
-    const char *d = st ? tg_safetensors_meta_get(st, "model.d_model") : NULL;
-    const char *l = st ? tg_safetensors_meta_get(st, "model.layers") : NULL;
-    const char *s = st ? tg_safetensors_meta_get(st, "optim.step") : NULL;
-    if (mode && d && s) {
-        char m1[80], m2[80], m3[80], m4[80];
-        snprintf(buf, n, "a checkpoint of another run (%s, layers %s, d_model %s, step %s)",
-                 cli_show(mode, m1, sizeof m1), l ? cli_show(l, m2, sizeof m2) : "?",
-                 cli_show(d, m3, sizeof m3), cli_show(s, m4, sizeof m4));
-    }
-    tg_ctx_free(c);
-}
-
-/* --checkpoint: never replace a non-regular file; replace another file only with --force (or
- * when it is the resumed checkpoint). A usage error sets t->usage (exit 2). */
-static bool check_checkpoint_path(trainer *t)
-{
-    const train_args *a = &t->a;
-    const char *p = a->checkpoint;
-    bool resumed = a->resume && cli_same_file(p, a->resume), exists;
-    char err[1200];
-    outpath_status os = outpath_check("--checkpoint", p, true, &exists, err, sizeof err);
-    if (os != OUTPATH_OK) {
-        errf("%s", err);
-        return false;
-    }
-    if (!dir_writable("--checkpoint", p))
-        return false;
-    if (!a->dry_run && !lock_checkpoint(t))
-        return false;
-    if (exists && !resumed && !a->force) {
-        struct stat ls, sb;
-        char what[400];
-        if (lstat(p, &ls) == 0 && S_ISLNK(ls.st_mode))
-            snprintf(what, sizeof what, "a symbolic link");
-        else if (stat(p, &sb) == 0)
-            describe_existing(p, &sb, what, sizeof what);
-        else
-            snprintf(what, sizeof what, "a file");
-        errf("--checkpoint '%s' exists: %s; pass --resume '%s' to continue it, --force to "
-             "replace it, or another --checkpoint", p, what, p);
-        t->usage = true;
-        return false;
-    }
-    return true;
-}
-
-/* --log, --plot, --dot: absent (in a writable directory), or an existing regular file we may
- * write and replace: with --force, or when resuming (the run's own files). */
-static bool check_output(trainer *t, const char *opt, const char *path, bool replaced_by_rename)
-{
-    const train_args *a = &t->a;
-    char err[1200];
-    bool exists;
-    outpath_status os = outpath_check(opt, path, a->force || a->resume, &exists, err,
-                                      sizeof err);
-    if (os != OUTPATH_OK) {
-        if (os == OUTPATH_EXISTS) {
-            errf("%s; --resume continues a run's own log and plot", err);
-            t->usage = true;
-        } else {
-            errf("%s", err);
-        }
-        return false;
-    }
-    if (exists) {
-        if (access(path, W_OK) != 0) {
-            errf("%s '%s': %s", opt, path, strerror(errno));
-            return false;
-        }
-        if (!replaced_by_rename)
-            return true;
-    }
-    return dir_writable(opt, path);
-}
-
+/* The outputs, checked before anything is trained (train_plan.c). */
 static bool plan_outputs(trainer *t)
 {
-    const train_args *a = &t->a;
-    const char *names[4] = {"--checkpoint", "--log", "--plot", "--dot"};
-    const char *paths[4] = {a->checkpoint, a->log, a->plot, a->dot};
-    for (int i = 0; i < 4; i++)
-        for (int j = i + 1; j < 4; j++)
-            if (paths[i] && paths[j] && cli_same_file(paths[i], paths[j])) {
-                errf("%s and %s name the same file '%s'", names[i], names[j], paths[j]);
-                return false;
-            }
-    /* an output never replaces (or, for --log, appends to) an input, even with --force: the
-     * data trained on, the tokenizer model, or the resumed checkpoint unless it is the
-     * checkpoint being saved (a usage error naming both options) */
-    char err[1400];
-    for (int i = 0; i < 4; i++) {
-        if (!paths[i])
-            continue;
-        bool ok = true;
-        for (int k = 0; ok && k < a->text.n; k++)
-            ok = outpath_not_input(names[i], paths[i], "--text", a->text.v[k], err, sizeof err);
-        ok = ok && outpath_not_input(names[i], paths[i], "--pairs", a->pairs, err, sizeof err) &&
-             outpath_not_input(names[i], paths[i], "--valid", a->valid, err, sizeof err) &&
-             outpath_not_input(names[i], paths[i], "--spm", a->spm, err, sizeof err) &&
-             (i == 0 ||
-              outpath_not_input(names[i], paths[i], "--resume", a->resume, err, sizeof err));
-        if (!ok) {
-            errf("%s", err);
-            t->usage = true;
-            return false;
-        }
-    }
-    /* a new log is renamed into place; a resumed run's own log is continued in place */
-    if (a->log && !check_output(t, "--log", a->log, !a->resume))
-        return false;
-    if (a->plot && !check_output(t, "--plot", a->plot, true))
-        return false;
-    if (a->dot && !check_output(t, "--dot", a->dot, true))
-        return false;
-    /* last: the lock is taken once every other output is known to be fine */
-    if (a->checkpoint && !check_checkpoint_path(t))
-        return false;
-    return true;
+    train_plan p = {.a = &t->a, .lock = &t->lock};
+    bool ok = train_plan_outputs(&p);
+    t->usage |= p.usage;
+    return ok;
 }
 
 /* ---- data and model ----------------------------------------------------------------------- */
 static bool setup_interrupted(void);
+
+/* --pairs: the tokenizer (trained or read) and the tokenized pairs (train_pairs.c). */
+static bool load_pairs(trainer *t)
+{
+    char err[4400];
+    if (t->K != 1 || t->mp.size != 1) {
+        errf("--pairs trains in one process without --grad-accum (not supported yet)");
+        t->usage = true;
+        return false;
+    }
+    if (!pairs_tokenizer(&t->pr, t->ctx, &t->a, t->ck, t->a.quiet, err, sizeof err,
+                         &t->usage)) {
+        errf("%s", err);
+        return false;
+    }
+    if (setup_interrupted()) /* between the tokenizer and the tokenized data */
+        return false;
+    if (!pairs_load(&t->pr, t->ctx, &t->a, t->ck, err, sizeof err, &t->usage)) {
+        errf("%s", err);
+        return false;
+    }
+    t->V = tg_tokenizer_vocab_size(t->pr.tok);
+    if (t->ck && t->info.vocab_size != t->V) {
+        errf("--resume '%s': model.vocab_size %d but its tokenizer has %" PRId64 " ids",
+             t->a.resume, t->info.vocab_size, t->V);
+        return false;
+    }
+    return true;
+}
 
 static bool load_data(trainer *t)
 {
@@ -389,31 +172,8 @@ static bool load_data(trainer *t)
     t->count = t->K / t->mp.size;
     t->V = t->s2s ? SEQ2SEQ_VOCAB : 10;
     char err[4400];
-    if (t->pairs) {
-        if (t->K != 1 || t->mp.size != 1) {
-            errf("--pairs trains in one process without --grad-accum (not supported yet)");
-            t->usage = true;
-            return false;
-        }
-        if (!pairs_tokenizer(&t->pr, t->ctx, &t->a, t->ck, t->a.quiet, err, sizeof err,
-                             &t->usage)) {
-            errf("%s", err);
-            return false;
-        }
-        if (setup_interrupted()) /* between the tokenizer and the tokenized data */
-            return false;
-        if (!pairs_load(&t->pr, t->ctx, &t->a, t->ck, err, sizeof err, &t->usage)) {
-            errf("%s", err);
-            return false;
-        }
-        t->V = tg_tokenizer_vocab_size(t->pr.tok);
-        if (t->ck && t->info.vocab_size != t->V) {
-            errf("--resume '%s': model.vocab_size %d but its tokenizer has %" PRId64 " ids",
-                 t->a.resume, t->info.vocab_size, t->V);
-            return false;
-        }
-        return true;
-    }
+    if (t->pairs)
+        return load_pairs(t);
     if (!t->text)
         return true;
     t->corp = corpus_load(t->ctx, (const char *const *)t->a.text.v, t->a.text.n,
@@ -472,206 +232,21 @@ static bool load_data(trainer *t)
 
 static void end_live(trainer *t);
 
-#define LOG_HEADER "step,train_loss,val_loss,lr,tokens_per_s,val_acc\n"
-/* --pairs: the last column is the validation set's greedy BLEU */
-#define LOG_HEADER_PAIRS "step,train_loss,val_loss,lr,tokens_per_s,val_bleu\n"
-/* The header before val_acc: such a log is resumed with 5-column rows. */
-#define LOG_HEADER_5 "step,train_loss,val_loss,lr,tokens_per_s\n"
-
-/* Append @p len bytes (whole lines) to the log with one write(2); a failed or short write is
- * cut back, so the log never ends in a partial line. */
-static bool log_write(trainer *t, const char *line, size_t len)
-{
-    size_t done = 0;
-    while (done < len) {
-        ssize_t k = write(t->logfd, line + done, len - done);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            int e = k < 0 ? errno : ENOSPC;
-            if (ftruncate(t->logfd, (off_t)t->log_len) != 0 ||
-                lseek(t->logfd, (off_t)t->log_len, SEEK_SET) < 0) {
-                /* cannot cut the partial line off: said in the message */
-                end_live(t);
-                errf("--log '%s': %s (and its last line could not be removed: %s)", t->a.log,
-                     strerror(e), strerror(errno));
-                return false;
-            }
-            end_live(t);
-            errf("--log '%s': %s", t->a.log, strerror(e));
-            return false;
-        }
-        done += (size_t)k;
-    }
-    t->log_len += (int64_t)len;
-    return true;
-}
-
-/* One CSV field of a log line: the @p i-th (0-based) as a number, false when empty or not a
- * number. */
-static bool log_field(const char *line, int i, double *v)
-{
-    const char *p = line;
-    for (int k = 0; k < i; k++) {
-        p = strchr(p, ',');
-        if (!p)
-            return false;
-        p++;
-    }
-    char buf[64];
-    size_t len = strcspn(p, ",\n");
-    if (len == 0 || len >= sizeof buf)
-        return false;
-    memcpy(buf, p, len);
-    buf[len] = 0;
-    return cli_parse_f64(buf, v) && isfinite(*v);
-}
-
-/*
- * A resumed run's own log: keep its header and the whole rows of steps up to the checkpoint's
- * step, drop the rest (rows a killed run wrote after its last save, a partial last line), and
- * give the kept rows to the plot, so the plot shows the whole run. A file that does not start
- * with the header is not a log of ours: with --force it is replaced, else refused.
- */
-static bool trim_log(trainer *t, bool *fresh)
-{
-    FILE *r = NULL;
-    int fd2 = dup(t->logfd);
-    if (fd2 >= 0 && !(r = fdopen(fd2, "r")))
-        close(fd2);
-    if (!r) {
-        errf("--log '%s': %s", t->a.log, strerror(errno));
-        return false;
-    }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int64_t keep = 0;
-    bool ok = true;
-    *fresh = false;
-    while ((len = getline(&line, &cap, r)) > 0) {
-        if (line[len - 1] != '\n')
-            break; /* a partial last line */
-        if (keep == 0) {
-            t->log_no_acc = strcmp(line, LOG_HEADER_5) == 0;
-            const char *want = t->pairs ? LOG_HEADER_PAIRS : LOG_HEADER;
-            if (strcmp(line, want) != 0 && !t->log_no_acc) {
-                if (!t->a.force) {
-                    errf("--log '%s' is not a tgrad training log (its first line is not '%.*s'); "
-                         "pass --force to replace it, or choose another --log", t->a.log,
-                         (int)strlen(want) - 1, want);
-                    t->usage = true;
-                    ok = false;
-                }
-                *fresh = true;
-                break;
-            }
-            keep = len;
-            continue;
-        }
-        double step, loss, val, acc;
-        if (!log_field(line, 0, &step) || step < 1 || step > (double)t->start)
-            break;
-        keep += len;
-        if (t->a.plot && log_field(line, 1, &loss) &&
-            !svg_series_add(&t->train_curve, step, loss))
-            ok = false;
-        if (t->a.plot && log_field(line, 2, &val) && !svg_series_add(&t->val_curve, step, val))
-            ok = false;
-        if (t->a.plot && !t->text && !t->log_no_acc && log_field(line, 5, &acc) &&
-            !svg_series_add(&t->acc_curve, step, t->pairs ? acc / 100 : acc))
-            ok = false;
-    }
-    bool rerr = ferror(r);
-    free(line);
-    fclose(r);
-    if (!ok) {
-        if (!t->usage)
-            errf("out of memory");
-        return false;
-    }
-    if (rerr) {
-        errf("--log '%s': %s", t->a.log, strerror(errno));
-        return false;
-    }
-    if (keep == 0)
-        *fresh = true;
-    if (*fresh) {
-        t->log_no_acc = false; /* replaced whole (open_log), with the current header */
-        return true;
-    }
-    if (ftruncate(t->logfd, (off_t)keep) != 0 || lseek(t->logfd, (off_t)keep, SEEK_SET) < 0) {
-        errf("--log '%s': %s", t->a.log, strerror(errno));
-        return false;
-    }
-    t->log_len = keep;
-    return true;
-}
-
-static bool emit_text(FILE *f, void *user)
-{
-    return fputs(user, f) >= 0;
-}
-
-/* Open the existing regular file @p path for the log (no create, no truncation; a FIFO
- * swapped in cannot block the open). -1 (errno set) on failure; ENOENT when absent. */
-static int open_log_fd(const char *path)
-{
-    int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0)
-        return -1;
-    struct stat sb;
-    int e = fstat(fd, &sb) != 0 ? errno : !S_ISREG(sb.st_mode) ? ENODEV : 0;
-    int fl = e ? -1 : fcntl(fd, F_GETFL);
-    if (!e && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0))
-        e = errno;
-    if (e) {
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    return fd;
-}
-
-/*
- * --log: a new log with its header, or (--resume) the run's own log cut at the checkpoint.
- * A new log is written like every output (outpath_write: a temporary with the header renamed
- * into place), so a log that cannot be written leaves nothing behind and an existing file
- * (--force) is replaced whole or not at all; the rows are then appended to it.
- */
+/* --log: a new log with its header, or (--resume) the run's own log cut at the checkpoint, its
+ * kept rows given to the plot (train_log.c). */
 static bool open_log(trainer *t)
 {
-    bool fresh = true;
-    t->logfd = -1;
-    if (t->ck) {
-        t->logfd = open_log_fd(t->a.log);
-        if (t->logfd < 0 && errno != ENOENT) {
-            errf("--log '%s': %s", t->a.log, strerror(errno));
-            return false;
-        }
-        if (t->logfd >= 0 && !trim_log(t, &fresh))
-            return false;
-        if (fresh && t->logfd >= 0) {
-            close(t->logfd);
-            t->logfd = -1;
-        }
-    }
-    if (!fresh)
+    bool plot = t->a.plot != NULL;
+    t->log = (train_log){.path = t->a.log, .pairs = t->pairs, .text = t->text,
+                         .force = t->a.force, .start = t->start,
+                         .train = plot ? &t->train_curve : NULL,
+                         .val = plot ? &t->val_curve : NULL,
+                         .metric = plot ? &t->acc_curve : NULL};
+    if (tlog_open(&t->log, t->ctx, t->ck != NULL))
         return true;
-    const char *header = t->pairs ? LOG_HEADER_PAIRS : LOG_HEADER;
-    char err[1600];
-    if (!outpath_write(t->ctx, "--log", t->a.log, emit_text, (void *)header, err, sizeof err)) {
-        errf("%s", err);
-        return false;
-    }
-    t->logfd = open_log_fd(t->a.log);
-    if (t->logfd < 0 || lseek(t->logfd, 0, SEEK_END) != (off_t)strlen(header)) {
-        errf("--log '%s': %s", t->a.log,
-             t->logfd < 0 ? strerror(errno) : "changed by another program while being opened");
-        return false;
-    }
-    t->log_len = (int64_t)strlen(header);
-    return true;
+    errf("%s", t->log.err);
+    t->usage |= t->log.usage;
+    return false;
 }
 
 /* --resume: parameters, optimizer state and step, RNG and the training state from the
@@ -686,6 +261,64 @@ static bool restore(trainer *t, tg_dtype dt, const tg_optim_config *oc)
     }
     t->start = ts.step;
     t->best_val = ts.best_val;
+    return true;
+}
+
+/* --pairs: graphs per batch shape (tg_seq2seq_loss, train_pairs.c); the optimizer over every
+ * parameter; --dot: the training graph of the first batch's shape. */
+static bool build_pairs(trainer *t, const tg_optim_config *oc)
+{
+    t->opt = tg_optim_new(t->ctx, oc, 0, NULL);
+    if (!t->opt || !pairs_build(&t->pr, t->ctx, &t->model, &t->a)) {
+        cli_report("train", "building the model", NULL, t->ctx);
+        return false;
+    }
+    if (t->a.dot && !pairs_write_dot(&t->pr, t->ctx, &t->a)) {
+        cli_report("train", "--dot", t->a.dot, t->ctx);
+        return false;
+    }
+    return true;
+}
+
+/* tg_train_tokens_set_decoder's decoder: the held-out greedy decoding of seq2seq. */
+static tg_status greedy_decode(void *user, const int32_t *src, int32_t *out)
+{
+    return tg_greedy_decode(user, src, out);
+}
+
+/* Text, task and seq2seq: the library's run of the model (tg_train_tokens: the graph, the
+ * batches, the evaluation), the optimizer, for seq2seq the held-out greedy decoder over the
+ * same parameters (a generator with its KV cache, or with --no-cache a no_grad graph over the
+ * whole target prefix); --dot: the graph as built (forward and backward). */
+static bool build_tokens(trainer *t, const tg_optim_config *oc)
+{
+    const train_args *a = &t->a;
+    tg_train_tokens_opts to = {.text = t->corp, .task = (tg_task_kind)t->task,
+                               .eval_seed = (uint64_t)a->seed, .batch = t->B, .seq_len = t->T,
+                               .grad_accum = t->K, .first = t->first, .count = t->count,
+                               .label_smoothing = a->label_smoothing,
+                               .precision = a->precision, .detect_anomaly = a->detect_anomaly,
+                               .target_acc = a->target_acc, .seq2seq = t->s2s,
+                               .bos = SEQ2SEQ_BOS};
+    t->tok_run = tg_train_tokens_new(t->ctx, &t->model, &to);
+    t->opt = t->tok_run ? tg_optim_new(t->ctx, oc, 0, NULL) : NULL;
+    t->g = tg_train_tokens_graph(t->tok_run);
+    t->accum = tg_train_tokens_accum(t->tok_run);
+    if (t->opt && t->s2s && !a->dry_run) {
+        t->greedy = tg_greedy_new(t->ctx, &t->model, t->B, t->T, SEQ2SEQ_BOS, a->no_cache,
+                                  (tg_precision)a->precision);
+        tg_train_tokens_set_decoder(t->tok_run, greedy_decode, t->greedy);
+        if (!t->greedy)
+            t->opt = NULL;
+    }
+    if (!t->g || !t->opt) {
+        cli_report("train", "building the model", NULL, t->ctx);
+        return false;
+    }
+    if (a->dot && tg_graph_write_dot(t->g, a->dot, TG_DOT_BACKWARD) != TG_OK) {
+        cli_report("train", "--dot", a->dot, t->ctx);
+        return false;
+    }
     return true;
 }
 
@@ -714,144 +347,44 @@ static bool build(trainer *t)
         oc.beta2 = a->beta2;
         oc.eps = a->eps;
     }
-    if (t->pairs && tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
-        /* graphs per batch shape (tg_seq2seq_loss); the optimizer over every parameter */
-        t->opt = tg_optim_new(ctx, &oc, 0, NULL);
-        if (t->opt && !pairs_build(&t->pr, ctx, &t->model, a))
-            t->opt = NULL;
-        if (!t->opt) {
-            cli_report("train", "building the model", NULL, ctx);
-            return false;
-        }
-        /* --dot: the training graph of the first batch's shape, before the first step */
-        if (a->dot && !pairs_write_dot(&t->pr, ctx, a)) {
-            cli_report("train", "--dot", a->dot, ctx);
-            return false;
-        }
-        for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
-            t->n_params += tg_tensor_numel(tg_ctx_param(ctx, i));
-        if (t->ck && !restore(t, dt, &oc))
-            return false;
-        if (setup_interrupted() || (a->log && !a->dry_run && !open_log(t)))
-            return false;
-        return true;
-    }
-    if (!t->pairs && tg_transformer_init(ctx, &t->model, dt, &t->mc) == TG_OK) {
-        t->ids = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), t->s2s ? "src_ids" : "ids");
-        t->tgt = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), "targets");
-        if (t->s2s) { /* teacher forcing: decoder input = BOS + the target shifted right */
-            t->dec = tg_input(ctx, TG_I32, TG_DIMS(t->Bm, t->T), "tgt_ids");
-            t->logits = tg_transformer_forward_seq2seq(ctx, &t->model, t->ids, t->dec, NULL,
-                                                       NULL);                /* (B, T, V) */
-        } else {
-            t->logits = tg_transformer_forward(ctx, &t->model, t->ids, NULL);
-        }
-        /* mean over B T targets; with --label-smoothing, evaluation reads the plain loss */
-        t->loss = t->val_loss = tg_cross_entropy(ctx, t->logits, t->tgt, -1);
-        if (!t->text) /* the held-out accuracy reads the logits after a forward */
-            tg_keep(t->logits);
-        if (a->label_smoothing > 0)
-            t->loss = tg_cross_entropy_smoothed(ctx, t->logits, t->tgt, -1, a->label_smoothing);
-        tg_tensor *outs[2] = {t->loss, t->val_loss};
-        /* one backward per forward: what backward reads is freed as soon as it was read */
-        tg_graph_opts go = {.one_backward = true, .precision = a->precision};
-        go.detect_anomaly = a->detect_anomaly; /* first NaN/inf named by op and tensor */
-        t->g = tg_graph_new_opts(ctx, outs, t->loss == t->val_loss ? 1 : 2, &go);
-        t->opt = tg_optim_new(ctx, &oc, 0, NULL);
-        if (t->K > 1 && t->g && t->opt) {
-            /* each micro-batch's mean loss counts 1/K of the global batch's mean */
-            t->dy = tg_const(ctx, dt, 0, NULL, "loss_share");
-            if (t->dy)
-                tg_fill(t->dy, 1.0 / (double)t->K);
-            t->accum = tg_grad_accum_new(ctx, 0, NULL, t->K, t->first, t->count);
-            if (!t->dy || !t->accum)
-                t->opt = NULL;
-        }
-        /* the held-out greedy decoder over the same parameters: a generator (KV cache), or
-         * with --no-cache a no_grad graph over the whole target prefix (seq2seq.c) */
-        if (t->g && t->opt && t->s2s && !a->dry_run &&
-            !s2s_decoder_init(&t->greedy, ctx, &t->model, t->B, t->T, a->no_cache,
-                              a->precision))
-            t->opt = NULL;
-    }
-    if (!t->g || !t->opt) {
+    if (tg_transformer_init(ctx, &t->model, dt, &t->mc) != TG_OK) {
         cli_report("train", "building the model", NULL, ctx);
         return false;
     }
-    /* --dot: the graph as built (forward and backward), before the first step */
-    if (a->dot && tg_graph_write_dot(t->g, a->dot, TG_DOT_BACKWARD) != TG_OK) {
-        cli_report("train", "--dot", a->dot, ctx);
+    if (!(t->pairs ? build_pairs(t, &oc) : build_tokens(t, &oc)))
         return false;
-    }
     for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++)
         t->n_params += tg_tensor_numel(tg_ctx_param(ctx, i));
     if (t->ck && !restore(t, dt, &oc))
         return false;
-    size_t bt = (size_t)(t->B * t->T); /* bounded by the memory estimate */
-    t->ids_buf = malloc(sizeof(int32_t) * bt);
-    t->tgt_buf = malloc(sizeof(int32_t) * bt);
-    if (t->s2s) {
-        t->dec_buf = malloc(sizeof(int32_t) * bt);
-        t->out_buf = malloc(sizeof(int32_t) * bt);
-    }
-    if (!t->ids_buf || !t->tgt_buf || (t->s2s && (!t->dec_buf || !t->out_buf))) {
-        errf("out of memory");
-        return false;
-    }
     if (setup_interrupted() || (a->log && !a->dry_run && !open_log(t)))
         return false;
     return true;
 }
 
 /* ---- checkpoint --------------------------------------------------------------------------- */
-typedef struct {
-    int n;
-    char key[48][32];
-    char val[48][600];
-    bool place[48]; /* a training-state key: tg_train_checkpoint_save writes its value here */
-} meta;
-
-static void meta_add(meta *m, const char *k, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static void meta_add(meta *m, const char *k, const char *fmt, ...)
-{
-    if (m->n >= 48)
-        return;
-    snprintf(m->key[m->n], sizeof m->key[0], "%s", k);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m->val[m->n], sizeof m->val[0], fmt, ap);
-    va_end(ap);
-    m->n++;
-}
-
-/* The place of training-state key @p k (tg_train_state_meta) among the fields. */
-static void meta_place(meta *m, const char *k)
-{
-    if (m->n >= 48)
-        return;
-    snprintf(m->key[m->n], sizeof m->key[0], "%s", k);
-    m->place[m->n++] = true;
-}
-
-/* A number as the shortest decimal that reads back as the same double (0.003, not
- * 0.0030000000000000001), so a resumed run gets exactly the value saved. */
-static void meta_num(meta *m, const char *k, double v)
-{
-    char b[40];
-    meta_add(m, k, "%s", cli_fmt_double(v, b, sizeof b));
-}
-
-/* The name of choice @p i of train option @p option ("gelu"). */
-static const char *choice_name(const char *option, int i, char *buf, size_t n)
-{
-    return cli_choice_name(cli_find(train_command(), option), i, buf, n);
-}
-
 static void end_live(trainer *t);
+
+/* What the checkpoint records of the run's data and options (tg_train_record_meta). */
+static tg_train_record run_record(const trainer *t)
+{
+    const train_args *a = &t->a;
+    tg_train_record r = {.mode = t->text ? "text" : t->pairs ? "pairs" : "task",
+                         .text = t->corp, .task = (tg_task_kind)t->task, .seed = a->seed,
+                         .batch = t->B, .grad_accum = t->K, .warmup = a->warmup,
+                         .eval_every = a->eval_every, .save_every = a->save_every,
+                         .lr = a->lr, .min_lr = a->min_lr, .weight_decay = a->weight_decay,
+                         .clip = a->clip, .momentum = a->momentum,
+                         .val_fraction = a->val_fraction, .target_acc = a->target_acc,
+                         .target_bleu = a->target_bleu, .beta2 = a->beta2, .eps = a->eps,
+                         .label_smoothing = a->label_smoothing};
+    r.optimizer = a->optimizer == OPT_SGD    ? TG_OPTIM_SGD
+                  : a->optimizer == OPT_ADAM ? TG_OPTIM_ADAM
+                                             : TG_OPTIM_ADAMW;
+    r.schedule = a->schedule == SCHED_NOAM ? TG_LR_NOAM : TG_LR_WARMUP_COSINE;
+    r.precision = a->precision == TG_PRECISION_BF16 ? TG_PRECISION_BF16 : TG_PRECISION_F32;
+    return r;
+}
 
 static bool save_checkpoint(trainer *t, int64_t steps_done)
 {
@@ -861,14 +394,13 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     const char *kept = stat(a->checkpoint, &sb) != 0 ? "no checkpoint was written"
                        : t->saved || resumed         ? "previous checkpoint kept"
                                                      : "the existing file is unchanged";
-    meta *m = calloc(1, sizeof *m);
+    tg_train_meta_list *m = calloc(1, sizeof *m);
     if (!m) {
         errf("saving checkpoint: out of memory (%s)", kept);
         return false;
     }
-    char c1[16], c3[16];
     /* format and model.* come first from the library (tg_train_checkpoint_save); the
-     * training state's keys go where meta_place puts them */
+     * training state's keys go where the record places them */
     tg_train_state ts = tg_train_state_init();
     ts.position = steps_done * t->B;
     ts.steps = a->steps;
@@ -877,50 +409,16 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
         ts.epoch = t->pr.epoch;
         ts.batch = t->pr.cursor;
     }
-    meta_add(m, "data.mode", "%s", t->text ? "text" : t->pairs ? "pairs" : "task");
-    if (t->pairs)
-        meta_num(m, "train.target_bleu", a->target_bleu);
-    if (t->text) {
-        char hex[513];
-        vocab_to_hex(tg_text_vocab(t->corp), t->ci.vocab_size, hex);
-        meta_add(m, "data.vocab", "%s", hex);
-        meta_add(m, "data.bytes", "%" PRId64, t->ci.bytes);
-        meta_add(m, "data.files", "%d", t->ci.files);
-        meta_add(m, "data.text_hash", "fnv1a64:%016" PRIx64, t->ci.hash);
-    } else if (!t->pairs) {
-        meta_add(m, "data.task", "%s", task_name(t->task));
-    }
-    meta_place(m, "data.position");
-    meta_place(m, "train.steps");
-    meta_place(m, "train.best_val");
-    meta_add(m, "train.seed", "%" PRId64, a->seed);
-    meta_add(m, "train.optimizer", "%s", choice_name("optimizer", a->optimizer, c3, 16));
-    meta_add(m, "train.batch", "%" PRId64, t->B);
-    meta_add(m, "train.grad_accum", "%" PRId64, t->K);
-    meta_add(m, "train.warmup", "%" PRId64, a->warmup);
-    meta_add(m, "train.eval_every", "%" PRId64, a->eval_every);
-    if (a->save_every > 0)
-        meta_add(m, "train.save_every", "%" PRId64, a->save_every);
-    meta_num(m, "train.lr", a->lr);
-    meta_num(m, "train.min_lr", a->min_lr);
-    meta_num(m, "train.weight_decay", a->weight_decay);
-    meta_num(m, "train.clip", a->clip);
-    meta_num(m, "train.momentum", a->momentum);
-    meta_num(m, "data.val_fraction", a->val_fraction);
-    meta_num(m, "train.target_acc", a->target_acc);
-    meta_add(m, "train.schedule", "%s", choice_name("schedule", a->schedule, c1, 16));
-    meta_add(m, "train.precision", "%s", choice_name("precision", a->precision, c1, 16));
-    meta_num(m, "train.beta2", a->beta2);
-    meta_num(m, "train.eps", a->eps);
-    meta_num(m, "train.label_smoothing", a->label_smoothing);
+    tg_train_record rec = run_record(t);
     const char *keys[64], *vals[64];
     char *owned[8] = {NULL};
-    int nk = m->n;
-    for (int i = 0; i < m->n; i++) {
-        keys[i] = m->key[i];
-        vals[i] = m->place[i] ? NULL : m->val[i];
+    int nk = 0;
+    if (tg_train_record_meta(t->ctx, &rec, m) == TG_OK) {
+        nk = m->n;
+        memcpy(keys, m->keys, sizeof m->keys[0] * (size_t)nk);
+        memcpy(vals, m->values, sizeof m->values[0] * (size_t)nk);
     }
-    if (t->pairs && !pairs_meta(&t->pr, a, keys, vals, owned, &nk)) {
+    if (nk == 0 || (t->pairs && !pairs_meta(&t->pr, a, keys, vals, owned, &nk))) {
         free(m);
         errf("saving checkpoint: out of memory (%s)", kept);
         return false;
@@ -948,332 +446,33 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     return ok;
 }
 
-/* ---- progress ----------------------------------------------------------------------------- */
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void fmt_time(double s, char *buf, size_t n)
-{
-    if (!(s >= 0) || s > 1e9)
-        s = 0;
-    long long m = (long long)(s / 60);
-    snprintf(buf, n, "%lld:%02d", m, (int)(s - 60 * (double)m));
-}
-
-/* Columns available to the live line: the terminal's width (stderr), else $COLUMNS, else 80;
- * minus one so the cursor never wraps. */
-static int line_width(void)
-{
-    struct winsize ws;
-    int cols = 80;
-    int64_t v;
-    const char *c = getenv("COLUMNS");
-    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
-        cols = ws.ws_col;
-    else if (c && cli_parse_i64(c, &v) && v > 0 && v <= 10000)
-        cols = (int)v;
-    return cols > 1 ? cols - 1 : 1;
-}
-
-/* The progress line's forms for validation columns @p vbuf (long) and @p vshort, longest
- * first: each drops the least useful columns of the one before (elapsed, then tokens/s, then
- * the labels' room); the epoch (--pairs) and the learning rate stay in the first four. */
-#define N_FORMS 7
-static void progress_forms(const trainer *t, int64_t s, double l, const char *lrs,
-                           const char *vbuf, const char *vshort, char forms[N_FORMS][256])
-{
-    char el_s[32], eta_s[32], ep[32] = "", eps[32] = "";
-    double el = now_s() - t->t0;
-    fmt_time(el, el_s, sizeof el_s);
-    fmt_time(t->trained ? el / (double)t->trained * (double)(t->end - s) : 0, eta_s,
-             sizeof eta_s);
-    if (t->pairs) {
-        snprintf(ep, sizeof ep, "epoch %" PRId64 "  ", t->pr.epoch + 1);
-        snprintf(eps, sizeof eps, "ep %" PRId64 " ", t->pr.epoch + 1);
-    }
-    char lrc[32]; /* the compact forms: one space after the rate */
-    snprintf(lrc, sizeof lrc, "%s", lrs);
-    if (lrc[0])
-        lrc[strlen(lrc) - 1] = 0;
-    int64_t total = t->a.steps;
-    snprintf(forms[0], 256, "step %" PRId64 "/%" PRId64 "  %sloss %.4f  val %s  %s%.0f tok/s  %s "
-             "elapsed  ETA %s", s, total, ep, l, vbuf, lrs, t->tok_s, el_s, eta_s);
-    snprintf(forms[1], 256, "step %" PRId64 "/%" PRId64 "  %sloss %.4f  val %s  %s%.0f tok/s  "
-             "ETA %s", s, total, ep, l, vbuf, lrs, t->tok_s, eta_s);
-    snprintf(forms[2], 256, "step %" PRId64 "/%" PRId64 "  %sloss %.4f  val %s  %sETA %s", s,
-             total, ep, l, vbuf, lrs, eta_s);
-    snprintf(forms[3], 256, "%" PRId64 "/%" PRId64 " %sloss %.4f val %s %sETA %s", s, total, eps,
-             l, vbuf, lrc, eta_s);
-    snprintf(forms[4], 256, "%" PRId64 "/%" PRId64 " loss %.4f val %s %sETA %s", s, total, l,
-             vshort, lrc, eta_s);
-    snprintf(forms[5], 256, "%" PRId64 "/%" PRId64 " loss %.3f val %s ETA %s", s, total, l,
-             vshort, eta_s);
-    snprintf(forms[6], 256, "%" PRId64 "/%" PRId64 " loss %.3f", s, total, l);
-}
-
-/* The validation columns: what the last evaluation measured (a resumed run: its checkpoint's
- * best validation loss until it evaluates); @p probe: placeholders as wide as a measured
- * value, so the form chosen does not change when the first evaluation arrives. */
-static void progress_val(const trainer *t, bool probe, char *vbuf, char *vshort, size_t n)
-{
-    double v = probe ? 10.0 : t->last_val, a = probe ? 0.5 : t->acc;
-    double b = probe ? 10.0 : t->pairs ? t->pr.bleu : NAN, ta = probe ? 0.5 : t->tok_acc;
-    snprintf(vbuf, n, "-");
-    snprintf(vshort, n, "-");
-    if (t->pairs && isfinite(b)) {
-        snprintf(vbuf, n, "%.4f BLEU %.2f", v, b);
-        snprintf(vshort, n, "BLEU %.1f", b);
-    } else if (t->s2s && isfinite(a)) {
-        snprintf(vbuf, n, "%.4f seq %.2f%% tok %.2f%%", v, 100 * a, 100 * ta);
-        snprintf(vshort, n, "seq %.1f%%", 100 * a);
-    } else if (!t->text && !t->pairs && isfinite(a)) {
-        snprintf(vbuf, n, "%.4f acc %.2f%%", v, 100 * a);
-        snprintf(vshort, n, "acc %.1f%%", 100 * a);
-    } else if (isfinite(v)) {
-        snprintf(vbuf, n, "%.4f", v);
-        snprintf(vshort, n, "%.3f", v);
-    }
-}
-
-/*
- * One progress line for step @p s (1-based) with train loss @p l at learning rate @p lr.
- * @p width > 0: the longest form that fits in width columns (cut if even the shortest does
- * not), chosen as if the validation columns were filled, so the columns stay the same before
- * and after the first evaluation; 0: the full form.
- */
-static void progress_text(const trainer *t, int64_t s, double l, double lr, bool with_lr,
-                          int width, char *buf, size_t n)
-{
-    char vbuf[64], vshort[64], pbuf[64], pshort[64];
-    progress_val(t, false, vbuf, vshort, sizeof vbuf);
-    char lrs[32] = "";
-    if (with_lr)
-        snprintf(lrs, sizeof lrs, "lr %.2e  ", lr);
-    char forms[N_FORMS][256], probe[N_FORMS][256];
-    progress_forms(t, s, l, lrs, vbuf, vshort, forms);
-    int k = 0;
-    if (width > 0) {
-        bool never = t->text && !(t->a.val_fraction > 0); /* no validation set */
-        progress_val(t, !never, pbuf, pshort, sizeof pbuf);
-        progress_forms(t, s, l, lrs, pbuf, pshort, probe);
-        while (k < N_FORMS - 1 && (strlen(forms[k]) > (size_t)width ||
-                                   strlen(probe[k]) > (size_t)width))
-            k++;
-    }
-    size_t len = strlen(forms[k]);
-    if (width > 0 && len > (size_t)width)
-        len = (size_t)width;
-    if (len >= n)
-        len = n - 1;
-    memcpy(buf, forms[k], len);
-    buf[len] = 0;
-}
-
-/* @p final: an evaluation or the last step (a line that stays); otherwise a live update. */
-static void progress(trainer *t, int64_t s, double l, double lr, bool final)
-{
-    char line[300];
-    if (!t->tty) { /* a log or mpirun: the longest form within 80 columns, one write */
-        progress_text(t, s, l, lr, true, 80, line, sizeof line - 1);
-        strcat(line, "\n");
-        fputs(line, stderr);
-        return;
-    }
-    progress_text(t, s, l, lr, final, t->width, line, sizeof line);
-    size_t len = strlen(line);
-    int pad = t->last_len > len ? (int)(t->last_len - len) : 0; /* blank the old line's rest */
-    fprintf(stderr, "\r%s%*s%s", line, pad, "", final ? "\n" : "");
-    if (final) {
-        t->last_len = 0;
-    } else {
-        t->last_len = len;
-    }
-    fflush(stderr);
-}
+/* ---- progress (train_progress.c) -------------------------------------------------------- */
+#define now_s tprog_now
 
 /* Before an error message: end a live line so the message starts on its own line. */
 static void end_live(trainer *t)
 {
-    if (t->tty && t->last_len) {
-        fputc('\n', stderr);
-        t->last_len = 0;
-    }
+    tprog_end_live(&t->pg);
+}
+
+/* The progress line of step @p s with where the run is now. */
+static void progress(trainer *t, int64_t s, double l, double lr, bool final)
+{
+    train_progress *p = &t->pg;
+    p->trained = t->trained;
+    p->epoch = t->pr.epoch;
+    p->tok_s = t->tok_s;
+    p->last_val = t->last_val;
+    p->acc = t->acc;
+    p->tok_acc = t->tok_acc;
+    p->bleu = t->pairs ? t->pr.bleu : NAN;
+    tprog_line(p, s, l, lr, final);
 }
 
 /* ---- the loop ----------------------------------------------------------------------------- */
 
-/*
- * Ctrl-C (SIGINT) or SIGTERM: finish the current step, save the checkpoint, print the summary,
- * exit 130. The handler only marks the stop and write(2)s a message prepared by the loop before
- * each step ("stopping after step N, saving..."), so the user hears at once; a second signal
- * says the save is under way and changes nothing (SIGKILL still stops at once). The message
- * is double-buffered: the loop writes the buffer the handler is not reading, then switches.
- * The switch and the stop mark share one atomic word (g_state): the loop switches with a
- * compare-and-swap that fails once the mark is set, so the step the loop stops after is always
- * the one the printed message named, whichever thread the signal is delivered to (blocking it
- * in the loop's thread would not do: the kernel hands a process's signal to any thread that
- * does not block it, such as MPI's or OpenMP's).
- * The handlers are installed once the command line is parsed, so a signal during the setup
- * (reading the data, training the SentencePiece model, tokenizing, building) stops the run
- * too: the setup checks the mark between its stages and exits 130 before the first step,
- * nothing saved. A signal the process inherited as ignored (SIGINT in a background job of a
- * non-interactive shell, `nohup`-like launchers) stays ignored for the whole run, the Unix
- * convention: only the signals that were not ignored get the handler.
- */
-#define STOP_MARK 2                 /* in g_state: a signal arrived */
-static atomic_int g_state;          /* bit 0: the buffer the handler prints; STOP_MARK */
-static volatile sig_atomic_t g_msg_len[2]; /* 0: print nothing (ranks > 0) */
-static volatile sig_atomic_t g_setup;      /* 1 until the loop starts: repeat the message */
-static char g_msg[2][192];
-static const int g_sigs[2] = {SIGINT, SIGTERM};
-static struct sigaction g_old[2]; /* the dispositions found (restored by trainer_free) */
-static bool g_installed[2];
-#if ATOMIC_INT_LOCK_FREE != 2
-#error "the signal handler needs a lock-free atomic int"
-#endif
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    int saved = errno;
-    int old = atomic_fetch_or(&g_state, STOP_MARK);
-    int i = old & 1;
-    static const char again[] = "tgrad train: already stopping; the checkpoint is being saved "
-                                "(a second signal does not interrupt it)\n";
-    if (g_msg_len[i] > 0) {
-        if (!(old & STOP_MARK) || g_setup)
-            (void)!write(STDERR_FILENO, g_msg[i], (size_t)g_msg_len[i]);
-        else
-            (void)!write(STDERR_FILENO, again, sizeof again - 1);
-    }
-    errno = saved;
-}
-
-/* Has a signal asked the run to stop? */
-static bool stop_requested(void) { return (atomic_load(&g_state) & STOP_MARK) != 0; }
-
-/* Arm the handler's message for step @p s (1-based; printed by rank 0 only): from here a signal
- * stops the run after step s. Returns true, arming nothing, when a signal came first: the
- * message it printed named the step before. */
-static bool arm_message(const trainer *t, int64_t s)
-{
-    int cur = atomic_load(&g_state);
-    if (cur & STOP_MARK)
-        return true;
-    int next = !(cur & 1);
-    int k = snprintf(g_msg[next], sizeof g_msg[next], "%stgrad train: stopping after step %"
-                     PRId64 ", %s\n", t->tty ? "\n" : "", s,
-                     t->a.checkpoint ? "saving the checkpoint..."
-                                     : "then exiting (no --checkpoint: nothing is saved)");
-    g_msg_len[next] = t->mp.rank == 0 && k > 0 && (size_t)k < sizeof g_msg[next] ? k : 0;
-    /* the text before the switch; the switch fails once a signal has marked the stop */
-    while (!(cur & STOP_MARK))
-        if (atomic_compare_exchange_weak(&g_state, &cur, next)) {
-            g_setup = 0;
-            return false;
-        }
-    return true;
-}
-
-/* At the start of the command: the handlers (for the signals not inherited as ignored) and
- * the setup's message. SIGINT and SIGTERM are unblocked, so one left pending by the parent
- * arrives now. */
-static void install_handlers(const trainer *t)
-{
-    static const char msg[] = "tgrad train: stopping before the first step (nothing is saved)\n";
-    g_setup = 1;
-    g_msg_len[1] = 0;
-    g_msg_len[0] = t->mp.rank == 0 ? (sig_atomic_t)(sizeof msg - 1) : 0;
-    memcpy(g_msg[0], msg, sizeof msg);
-    atomic_store(&g_state, 0);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESTART; /* a save's system calls go on as if nothing happened */
-    sigemptyset(&sa.sa_mask);
-    sigset_t set;
-    sigemptyset(&set);
-    for (int i = 0; i < 2; i++) {
-        sigaddset(&sa.sa_mask, g_sigs[i]);
-        sigaddset(&set, g_sigs[i]);
-    }
-    for (int i = 0; i < 2; i++) {
-        g_installed[i] = sigaction(g_sigs[i], NULL, &g_old[i]) == 0 &&
-                         g_old[i].sa_handler != SIG_IGN &&
-                         sigaction(g_sigs[i], &sa, NULL) == 0;
-    }
-    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
-}
-
-/* The dispositions found by install_handlers, back in place. */
-static void restore_handlers(void)
-{
-    for (int i = 0; i < 2; i++)
-        if (g_installed[i]) {
-            sigaction(g_sigs[i], &g_old[i], NULL);
-            g_installed[i] = false;
-        }
-}
-
 /* A signal arrived during the setup: stop it between two stages (cmd_train says so). */
-static bool setup_interrupted(void) { return stop_requested(); }
-
-/* The graph's inputs from rows @p row .. row + Bm - 1 of the batch buffers. */
-static bool set_batch(trainer *t, int64_t row)
-{
-    size_t bt = (size_t)(t->Bm * t->T), off = (size_t)(row * t->T);
-    if (t->s2s) { /* teacher forcing */
-        s2s_shift_right(t->Bm, t->T, t->tgt_buf + off, t->dec_buf + off);
-        if (tg_tensor_set_data(t->dec, t->dec_buf + off, TG_I32, bt) != TG_OK)
-            return false;
-    }
-    if (tg_tensor_set_data(t->ids, t->ids_buf + off, TG_I32, bt) != TG_OK ||
-        tg_tensor_set_data(t->tgt, t->tgt_buf + off, TG_I32, bt) != TG_OK)
-        return false;
-    return true;
-}
-
-/* seq2seq: held-out loss (teacher forcing), and exact-sequence and token accuracy of greedy
- * decoding, over 8 fixed batches of unseen random sequences. */
-static bool evaluate_seq2seq(trainer *t, double *val)
-{
-    uint64_t rs = (uint64_t)t->a.seed ^ 0x5eed5eedULL;
-    int64_t B = t->B, T = t->T, exact = 0, right = 0;
-    double sum = 0;
-    for (int k = 0; k < 8; k++) {
-        tg_task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
-        for (int64_t c = 0; c < t->K; c++) { /* the graph runs Bm rows at a time */
-            if (!set_batch(t, c * t->Bm) || tg_graph_forward(t->g) != TG_OK)
-                return false;
-            sum += t->K == 1 ? tg_get(t->val_loss, 0) : tg_get(t->val_loss, 0) / (double)t->K;
-        }
-        s2s_status st = s2s_greedy(&t->greedy, t->ids_buf, t->out_buf);
-        if (st == S2S_NONFINITE) { /* NaN or inf logits: nothing counts as decoded */
-            *val = NAN;
-            t->acc = t->tok_acc = 0;
-            return true;
-        }
-        if (st != S2S_OK)
-            return false;
-        for (int64_t b = 0; b < B; b++) {
-            int64_t ok = 0;
-            for (int64_t i = 0; i < T; i++)
-                ok += t->out_buf[b * T + i] == t->tgt_buf[b * T + i];
-            right += ok;
-            exact += ok == T;
-        }
-    }
-    *val = sum / 8;
-    t->acc = (double)exact / (double)(8 * B);
-    t->tok_acc = (double)right / (double)(8 * B * T);
-    if (t->acc >= t->a.target_acc && t->a.target_acc > 0)
-        t->reached = true;
-    return true;
-}
+static bool setup_interrupted(void) { return tsig_stop_requested(); }
 
 /* The status of a call that failed with its error on the context. */
 static tg_status failed(const tg_ctx *ctx)
@@ -1287,7 +486,6 @@ static bool evaluate(trainer *t, double *val)
 {
     tg_ctx_set_training(t->ctx, false);
     *val = NAN;
-    int64_t B = t->B, T = t->T, V = t->V;
     if (t->pairs) {
         bool nonfinite;
         if (!pairs_evaluate(&t->pr, t->ctx, &t->a, val, &nonfinite))
@@ -1295,44 +493,12 @@ static bool evaluate(trainer *t, double *val)
         t->acc = t->pr.bleu; /* the metric the run may stop on (--target-bleu) */
         if (t->a.target_bleu > 0 && t->pr.bleu >= t->a.target_bleu)
             t->reached = true;
-    } else if (t->s2s) {
-        if (!evaluate_seq2seq(t, val))
+    } else { /* text, task, seq2seq: the library's evaluation (tgrad_train.h) */
+        bool reached;
+        if (tg_train_tokens_evaluate(t->tok_run, val, &t->acc, &reached) != TG_OK)
             return false;
-    } else if (t->text) { /* the validation windows, Bm at a time (the graph's rows) */
-        if (tg_text_evaluate(t->ctx, t->corp, t->g, t->ids, t->tgt, t->val_loss, val, NULL) !=
-            TG_OK)
-            return false;
-    } else {
-        /* held-out accuracy over 8 fixed batches of unseen random sequences */
-        uint64_t rs = (uint64_t)t->a.seed ^ 0x5eed5eedULL;
-        int64_t correct = 0, total = 0;
-        double sum = 0;
-        for (int k = 0; k < 8; k++) {
-            tg_task_batch(t->task, &rs, B, T, t->ids_buf, t->tgt_buf);
-            for (int64_t c = 0; c < t->K; c++) { /* the graph runs Bm rows at a time */
-                if (!set_batch(t, c * t->Bm) || tg_graph_forward(t->g) != TG_OK)
-                    return false;
-                sum += t->K == 1 ? tg_get(t->val_loss, 0) : tg_get(t->val_loss, 0) / (double)t->K;
-                const int32_t *tg = t->tgt_buf + c * t->Bm * T;
-                for (int64_t r = 0; r < t->Bm * T; r++) {
-                    int64_t arg = 0;
-                    double bestv = -INFINITY;
-                    for (int64_t v = 0; v < V; v++) {
-                        double x = tg_get(t->logits, r * V + v);
-                        if (x > bestv) {
-                            bestv = x;
-                            arg = v;
-                        }
-                    }
-                    correct += arg == tg[r];
-                    total++;
-                }
-            }
-        }
-        *val = sum / 8;
-        t->acc = (double)correct / (double)total;
-        if (t->acc >= t->a.target_acc && t->a.target_acc > 0)
-            t->reached = true;
+        t->tok_acc = tg_train_tokens_token_accuracy(t->tok_run);
+        t->reached |= reached;
     }
     tg_ctx_set_training(t->ctx, true);
     return true;
@@ -1349,12 +515,7 @@ static tg_status micro_batch(void *user, int64_t i, double *l)
     trainer *t = user;
     if (t->pairs) /* one batch of the epoch's plan (train_pairs.c) */
         return pairs_step(&t->pr, t->ctx, &t->a, l) ? TG_OK : failed(t->ctx);
-    tg_graph_zero_grad(t->g);
-    if (!set_batch(t, i * t->Bm) || tg_graph_forward(t->g) != TG_OK ||
-        tg_graph_backward(t->g, t->loss, t->K > 1 ? t->dy : NULL) != TG_OK)
-        return failed(t->ctx);
-    *l = t->K == 1 ? tg_get(t->loss, 0) : tg_get(t->loss, 0) / (double)t->K;
-    return TG_OK;
+    return t->tok_cb.micro(t->tok_cb.model_user, i, l); /* text, task, seq2seq: the library's */
 }
 
 /* The step's end over the MPI ranks (one process: tg_grad_accum_finish, nothing to send). */
@@ -1395,304 +556,218 @@ static bool evaluate_all(trainer *t, double *val)
     return r.ok != 0;
 }
 
-/* One training step at index @p step (0-based); the loss in @p l. */
-static bool train_step(trainer *t, int64_t step, double lr, double *l)
+/* tg_train_callbacks batch: step @p step's batch (--pairs draws in pairs_step). */
+static tg_status cb_batch(void *user, int64_t step)
 {
-    tg_status bs = TG_OK;
-    if (t->text)
-        bs = tg_text_train_batch(t->ctx, t->corp, t->B, t->T, t->ids_buf, t->tgt_buf);
-    else if (!t->pairs)
-        bs = tg_task_train_batch(t->ctx, t->task, t->B, t->T, t->ids_buf, t->tgt_buf);
-    if (bs != TG_OK) {
-        char msg[1200];
-        end_live(t);
-        errf("step %" PRId64 ": %s", step + 1, cli_message(t->ctx, NULL, msg, sizeof msg));
-        return false;
-    }
+    trainer *t = user;
+    if (t->tok_run) /* text, task, seq2seq: the library's */
+        return t->tok_cb.batch(t->tok_cb.model_user, step);
     tg_ctx_set_training(t->ctx, true);
-    tg_train_sync sync = {&t->mp, sync_reduce, sync_broadcast};
-    tg_train_step_opts o = {.clip = t->a.clip, .accum = t->accum,
-                            .sync = t->accum ? &sync : NULL};
-    tg_train_step_result res;
-    tg_status s = tg_train_step(t->ctx, t->opt, &o, micro_batch, t, lr, &res);
-    *l = res.loss;
-    if (s != TG_OK && res.failed == TG_TRAIN_STAGE_BATCH) {
+    return TG_OK;
+}
+
+/* tg_train_callbacks tokens: --pairs counts the real target tokens of the step. */
+static int64_t cb_tokens(void *user)
+{
+    const trainer *t = user;
+    return t->pr.last_tokens;
+}
+
+/* tg_train_callbacks first: a signal after the setup's last check said "before the first
+ * step": one process keeps its word; under mpirun the ranks stop together after it. */
+static bool cb_first(void *user, int64_t step)
+{
+    trainer *t = user;
+    return tsig_arm(step + 1, t->pg.tty, t->a.checkpoint != NULL, t->mp.rank == 0) &&
+           t->mp.size == 1;
+}
+
+/* tg_train_callbacks after_step: this step's stop check and the next step's message in one
+ * atomic switch (a signal before it stops the run after this step, as its message said, one
+ * after it after the next step); under mpirun every rank agrees on it. */
+static tg_status cb_after_step(void *user, int64_t step, bool last, bool *stop)
+{
+    trainer *t = user;
+    t->trained++;
+    bool print = t->mp.rank == 0, ck = t->a.checkpoint != NULL;
+    bool signalled = !last ? tsig_arm(step + 2, t->pg.tty, ck, print) : tsig_stop_requested();
+    bool agreed = tmpi_any(&t->mp, signalled, &t->interrupted);
+    if (agreed && t->interrupted && !signalled) /* another rank's signal: the last step */
+        tsig_arm(step + 1, t->pg.tty, ck, print);
+    if (!agreed) { /* every rank stops */
+        errf("step %" PRId64 ": %s", step + 1, tg_ctx_message(t->ctx));
+        return TG_ERR_STATE;
+    }
+    *stop = t->interrupted;
+    return TG_OK;
+}
+
+/* tg_train_callbacks evaluate: evaluate_all, its failure said here (rank 0's, known to every
+ * rank). */
+static tg_status cb_evaluate(void *user, int64_t step, double *val, double *metric,
+                             bool *reached)
+{
+    trainer *t = user;
+    if (!evaluate_all(t, val)) {
         char msg[1200];
         end_live(t);
-        errf("step %" PRId64 ": %s", step + 1, cli_message(t->ctx, NULL, msg, sizeof msg));
-        return false;
+        t->agreed_failure = !t->comm_failed;
+        if (t->mp.rank == 0 || t->comm_failed)
+            errf("evaluation at step %" PRId64 ": %s", step + 1,
+                 cli_message(t->ctx, NULL, msg, sizeof msg));
+        return TG_ERR_STATE;
     }
-    if (s != TG_OK) {
-        char msg[1200];
-        end_live(t);
-        /* every rank holds the same loss and gradients: all stop here, rank 0 says why */
-        t->agreed_failure = true;
-        const char *why = isfinite(*l) ? cli_message(t->ctx, NULL, msg, sizeof msg)
-                                       : "loss is not finite";
-        if (t->mp.rank == 0) /* the optimizer's message says what it left unchanged */
-            errf("step %" PRId64 ": %s (%s)%s, stopping", step + 1,
-                 strstr(why, "the update of") ? "non-finite update"
-                                              : "non-finite loss or gradients",
-                 why, strstr(why, "left unchanged") ? "" : "; parameters left unchanged");
-        tg_ctx_clear_error(t->ctx);
-        return false;
+    *metric = t->text ? NAN : t->acc; /* val_acc (val_bleu): a task run's evaluations */
+    *reached = t->reached;
+    return TG_OK;
+}
+
+/* tg_train_callbacks row: the plot's points and the log's line (one write). */
+static tg_status cb_row(void *user, const tg_train_row *r)
+{
+    trainer *t = user;
+    t->tok_s = r->tokens_per_s;
+    double x = (double)r->step;
+    bool ok = !t->a.plot || svg_series_add(&t->train_curve, x, r->loss);
+    if (r->eval) {
+        t->last_val = r->val_loss;
+        t->best_val = r->best_val;
+        if (ok && t->a.plot)
+            ok = (t->text || svg_series_add(&t->acc_curve, x, t->pairs ? t->acc / 100 : t->acc))
+                 && svg_series_add(&t->val_curve, x, r->val_loss);
     }
-    return true;
+    if (!ok) {
+        errf("out of memory");
+        return TG_ERR_NOMEM;
+    }
+    if (t->log.fd >= 0) {
+        char row[200];
+        int k = tg_train_log_row(r, !t->log.no_acc, row, sizeof row);
+        if (k > 0 && !tlog_write(&t->log, row, (size_t)k)) {
+            end_live(t);
+            errf("%s", t->log.err);
+            return TG_ERR_IO;
+        }
+    }
+    return TG_OK;
+}
+
+static tg_status cb_save(void *user, int64_t steps_done, double best_val)
+{
+    trainer *t = user;
+    t->best_val = best_val;
+    if (t->a.checkpoint && !save_checkpoint(t, steps_done))
+        return TG_ERR_IO;
+    return TG_OK;
+}
+
+/* tg_train_callbacks progress: the live line (at most 10 updates/s), and a line that stays at
+ * an evaluation, the last step and every twentieth of the run. */
+static tg_status cb_progress(void *user, const tg_train_row *r)
+{
+    trainer *t = user;
+    int64_t print_every = t->a.steps / 20 > 0 ? t->a.steps / 20 : 1;
+    double el = now_s() - t->pg.t0;
+    bool redraw = t->pg.tty && el - t->last_draw >= 0.1;
+    bool stays = r->eval || r->stop;
+    if (!t->a.quiet && (redraw || r->step % print_every == 0 || stays)) {
+        t->last_draw = el;
+        if (t->pg.tty || stays || r->step % print_every == 0)
+            progress(t, r->step, r->loss, r->lr, stays);
+    }
+    return TG_OK;
+}
+
+/* A failed step's message (the callbacks said theirs). */
+static void step_failed(trainer *t, const tg_train_result *res)
+{
+    char msg[1200];
+    int64_t step = res->step + 1;
+    end_live(t);
+    if (res->failed == TG_TRAIN_FAIL_BATCH) {
+        errf("step %" PRId64 ": %s", step, cli_message(t->ctx, NULL, msg, sizeof msg));
+        return;
+    }
+    /* every rank holds the same loss and gradients: all stop here, rank 0 says why */
+    t->agreed_failure = true;
+    const char *why = isfinite(res->loss) ? cli_message(t->ctx, NULL, msg, sizeof msg)
+                                          : "loss is not finite";
+    if (t->mp.rank == 0) /* the optimizer's message says what it left unchanged */
+        errf("step %" PRId64 ": %s (%s)%s, stopping", step,
+             strstr(why, "the update of") ? "non-finite update" : "non-finite loss or gradients",
+             why, strstr(why, "left unchanged") ? "" : "; parameters left unchanged");
+    tg_ctx_clear_error(t->ctx);
+}
+
+/* The run's configuration from the options. */
+static tg_train_config run_config(const trainer *t, tg_train_sync *sync)
+{
+    const train_args *a = &t->a;
+    tg_train_config c = tg_train_config_default();
+    c.steps = a->steps;
+    c.start = t->start;
+    c.stop_after = a->stop_after;
+    c.eval_every = a->eval_every;
+    c.save_every = a->save_every;
+    c.schedule = a->schedule == SCHED_NOAM ? TG_LR_NOAM : TG_LR_WARMUP_COSINE;
+    c.lr = a->lr;
+    c.min_lr = a->min_lr;
+    c.warmup = a->warmup;
+    c.d_model = a->d_model;
+    c.clip = a->clip;
+    c.accum = t->accum;
+    c.sync = t->accum ? sync : NULL;
+    c.tokens_per_step = t->B * t->T;
+    c.best_val = t->best_val;
+    c.last_val = t->last_val;
+    return c;
 }
 
 /* Returns 0 when the loop ran to its end (or was interrupted cleanly), 1 on error, 2 when a
  * signal stopped it before its first step (nothing done). */
 static int train_loop(trainer *t)
 {
-    const train_args *a = &t->a;
-    t->tty = isatty(STDERR_FILENO) && !a->quiet;
-    t->width = line_width();
-    t->t0 = now_s();
     t->acc = NAN;
     t->last_val = t->ck && isfinite(t->best_val) ? t->best_val : NAN; /* until it evaluates */
     t->last_draw = -1;
-    t->end = a->stop_after > 0 && a->stop_after < a->steps ? a->stop_after : a->steps;
-    int64_t print_every = a->steps / 20 > 0 ? a->steps / 20 : 1;
-    int64_t step = t->start;
-    for (; step < t->end; step++) {
-        double lr = a->schedule == SCHED_NOAM
-                        ? tg_lr_noam(step, a->d_model, a->warmup, a->lr)
-                        : tg_lr_warmup_cosine(step, a->steps, a->warmup, a->lr, a->min_lr);
-        double l;
-        /* a signal after the setup's last check said "before the first step": one process
-         * keeps its word; under mpirun the ranks stop together after the first step */
-        if (step == t->start && arm_message(t, step + 1) && t->mp.size == 1)
-            return 2;
-        double ts = now_s();
-        if (!train_step(t, step, lr, &l))
-            return 1;
-        t->train_s += now_s() - ts;
-        t->trained++;
-        if (a->plot && !svg_series_add(&t->train_curve, (double)(step + 1), l)) {
-            errf("out of memory");
-            return 1;
-        }
-        double el = now_s() - t->t0;
-        if (t->pairs) { /* real target tokens per second of training */
-            t->tokens_done += t->pr.last_tokens;
-            t->tok_s = (double)t->tokens_done / (t->train_s > 0 ? t->train_s : 1e-9);
-        } else {
-            t->tok_s = (double)t->trained * (double)(t->B * t->T) / (el > 0 ? el : 1e-9);
-        }
-        /* this step's stop check and the next step's message in one atomic switch: a signal
-         * before it stops the run after this step (as its message said), one after it after
-         * the next step */
-        bool signalled = step + 1 < t->end ? arm_message(t, step + 2) : stop_requested();
-        bool agreed = tmpi_any(&t->mp, signalled, &t->interrupted);
-        if (agreed && t->interrupted && !signalled) /* another rank's signal: the last step */
-            arm_message(t, step + 1);
-        if (!agreed) { /* every rank stops */
-            errf("step %" PRId64 ": %s", step + 1, tg_ctx_message(t->ctx));
-            return 1;
-        }
-        bool last = step + 1 == t->end || t->interrupted;
-        bool eval = (step + 1) % a->eval_every == 0 || last;
-        double val = NAN;
-        if (eval) {
-            if (!evaluate_all(t, &val)) { /* rank 0's failure, known to every rank */
-                char msg[1200];
-                end_live(t);
-                t->agreed_failure = !t->comm_failed;
-                if (t->mp.rank == 0 || t->comm_failed)
-                    errf("evaluation at step %" PRId64 ": %s", step + 1,
-                         cli_message(t->ctx, NULL, msg, sizeof msg));
-                return 1;
-            }
-            t->last_val = val;
-            if (a->plot && ((!t->text && !svg_series_add(&t->acc_curve, (double)(step + 1),
-                                                          t->pairs ? t->acc / 100 : t->acc)) ||
-                            !svg_series_add(&t->val_curve, (double)(step + 1), val))) {
-                errf("out of memory");
-                return 1;
-            }
-            if (val < t->best_val)
-                t->best_val = val;
-        }
-        if (t->logfd >= 0) { /* the whole line, then one write */
-            char row[200], vs[32] = "", as[32] = "";
-            if (eval && isfinite(val))
-                snprintf(vs, sizeof vs, "%.6f", val);
-            if (eval && !t->text && isfinite(t->acc)) /* val_acc: a task run's evaluations */
-                snprintf(as, sizeof as, "%.6f", t->acc);
-            int k = snprintf(row, sizeof row, "%" PRId64 ",%.6f,%s,%.6g,%.1f%s%s\n", step + 1, l,
-                             vs, lr, t->tok_s, t->log_no_acc ? "" : ",",
-                             t->log_no_acc ? "" : as);
-            if (k > 0 && (size_t)k < sizeof row && !log_write(t, row, (size_t)k))
-                return 1;
-        }
-        bool stop = t->reached || last;
-        bool save = eval || stop || (a->save_every > 0 && (step + 1) % a->save_every == 0);
-        if (a->checkpoint && save && !save_checkpoint(t, step + 1))
-            return 1;
-        bool redraw = t->tty && el - t->last_draw >= 0.1; /* live line: at most 10 updates/s */
-        if (!a->quiet && (redraw || (step + 1) % print_every == 0 || eval || stop)) {
-            t->last_draw = el;
-            if (t->tty || eval || stop || (step + 1) % print_every == 0)
-                progress(t, step + 1, l, lr, eval || stop);
-        }
-        if (stop) {
-            step++;
-            break;
-        }
-    }
-    t->step = step;
-    return 0;
-}
-
-/* ---- report ------------------------------------------------------------------------------- */
-
-/* @p s quoted for a POSIX shell when it needs it. */
-static void shell_quote(const char *s, char *buf, size_t n)
-{
-    bool plain = *s != 0;
-    for (const char *p = s; *p && plain; p++)
-        plain = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=:,+@%",
-                       *p) != NULL;
-    if (plain) {
-        snprintf(buf, n, "%s", s);
-        return;
-    }
-    size_t w = 0;
-    if (w + 1 < n)
-        buf[w++] = '\'';
-    for (const char *p = s; *p && w + 5 < n; p++) {
-        if (*p == '\'') {
-            memcpy(buf + w, "'\\''", 4);
-            w += 4;
-        } else {
-            buf[w++] = *p;
-        }
-    }
-    if (w + 1 < n)
-        buf[w++] = '\'';
-    buf[w] = 0;
-}
-
-/* The command that resumes this run: the same arguments without --resume, --checkpoint and
- * --force, plus --resume CHECKPOINT. */
-static void resume_command(const trainer *t, char *buf, size_t n)
-{
-    char q[1100];
-    const char *prog = program_invocation_name ? program_invocation_name : "tgrad";
-    shell_quote(prog, q, sizeof q);
-    char launcher[48] = ""; /* under mpirun: the same number of processes (any P dividing K) */
-    if (t->mp.size > 1)
-        snprintf(launcher, sizeof launcher, "mpirun -np %d ", t->mp.size);
-    size_t w = (size_t)snprintf(buf, n, "%s%s train", launcher, q);
-    for (int i = 1; i < t->argc && w < n; i++) {
-        const char *s = t->argv[i];
-        if (!strcmp(s, "--resume") || !strcmp(s, "--checkpoint")) {
-            i++;
-            continue;
-        }
-        if (!strncmp(s, "--resume=", 9) || !strncmp(s, "--checkpoint=", 13) ||
-            !strcmp(s, "--force"))
-            continue;
-        shell_quote(s, q, sizeof q);
-        w += (size_t)snprintf(buf + w, n - w, " %s", q);
-    }
-    shell_quote(t->a.checkpoint, q, sizeof q);
-    if (w < n)
-        snprintf(buf + w, n - w, " --resume %s", q);
-}
-
-/* The exit status of a run that trained: 130 interrupted, 3 accuracy target missed, else 0. */
-static int report_rc(const trainer *t)
-{
-    if (t->interrupted)
-        return 130;
-    if (t->pairs)
-        return (t->a.target_bleu > 0 && !t->reached && t->step == t->a.steps) ? 3 : 0;
-    return (!t->text && t->a.target_acc > 0 && !t->reached && t->step == t->a.steps) ? 3 : 0;
-}
-
-static int report(trainer *t)
-{
-    const train_args *a = &t->a;
-    double wall = now_s() - t->t0;
-    end_live(t);
-    svg_plot sp = {.train = &t->train_curve, .val = &t->val_curve,
-                   .val_label = t->text ? "validation loss" : "held-out loss",
-                   .log_y = a->plot_log, .metric = t->text ? NULL : &t->acc_curve,
-                   .metric_label = t->pairs ? "validation BLEU (greedy)"
-                                   : t->s2s ? "held-out exact-sequence accuracy"
-                                            : "held-out token accuracy",
-                   .metric_axis = t->pairs ? "BLEU" : NULL,
-                   .metric_target = t->pairs ? a->target_bleu / 100 : a->target_acc};
-    char perr[1600];
-    if (a->plot && !svg_training_plot("--plot", a->plot, &sp, perr, sizeof perr)) {
-        errf("%s", perr);
+    t->end = t->a.stop_after > 0 && t->a.stop_after < t->a.steps ? t->a.stop_after : t->a.steps;
+    t->pg = (train_progress){.text = t->text, .s2s = t->s2s, .pairs = t->pairs,
+                             .no_val = t->text && !(t->a.val_fraction > 0),
+                             .steps = t->a.steps, .end = t->end,
+                             .tty = isatty(STDERR_FILENO) && !t->a.quiet,
+                             .width = tprog_line_width(), .t0 = now_s()};
+    tg_train_sync sync = {&t->mp, sync_reduce, sync_broadcast};
+    tg_train_config c = run_config(t, &sync);
+    if (t->tok_run)
+        tg_train_tokens_bind(t->tok_run, &t->tok_cb, &c);
+    tg_train_callbacks cb = {.user = t, .first = cb_first, .batch = cb_batch,
+                             .micro = micro_batch, .tokens = t->pairs ? cb_tokens : NULL,
+                             .after_step = cb_after_step, .evaluate = cb_evaluate,
+                             .row = cb_row, .save = cb_save, .progress = cb_progress};
+    tg_train_result res;
+    tg_status s = tg_train_run(t->ctx, t->opt, &c, &cb, &res);
+    t->step = res.step;
+    t->tok_s = res.tokens_per_s;
+    t->best_val = res.best_val;
+    if (res.before_first)
+        return 2;
+    if (s != TG_OK) {
+        if (res.failed == TG_TRAIN_FAIL_BATCH || res.failed == TG_TRAIN_FAIL_UPDATE)
+            step_failed(t, &res);
+        else if (res.failed == TG_TRAIN_FAIL_NONE) /* the configuration */
+            errf("%s", tg_ctx_message(t->ctx));
         return 1;
     }
-    char line[400];
-    snprintf(line, sizeof line, "parameters %" PRId64 "  steps %" PRId64 "  wall %.1f s  %.0f "
-             "tokens/s", t->n_params, t->step, wall, t->tok_s);
-    cli_say(stdout, "", line);
-    if (t->pairs)
-        snprintf(line, sizeof line, "validation loss %.4f nats/token (best %.4f); greedy %s, "
-                 "chrF2 = %.2f%s", t->last_val, t->best_val, t->pr.bleu_line, t->pr.chrf,
-                 t->reached || !(a->target_bleu > 0) ? "" : " (target BLEU not reached)");
-    else if (t->text && !isfinite(t->last_val)) /* --val-fraction 0: nothing to validate on */
-        snprintf(line, sizeof line, "no validation loss (--val-fraction 0)");
-    else if (t->text)
-        snprintf(line, sizeof line, "validation loss %.4f nats/char (best %.4f)", t->last_val,
-                 t->best_val);
-    else if (t->s2s)
-        snprintf(line, sizeof line, "held-out exact-sequence accuracy %.2f%% (token accuracy "
-                 "%.2f%%, greedy decoding)%s", 100 * t->acc, 100 * t->tok_acc,
-                 t->reached || !(a->target_acc > 0) ? "" : ", target not reached");
-    else
-        snprintf(line, sizeof line, "held-out token accuracy %.2f%%%s", 100 * t->acc,
-                 t->reached || !(a->target_acc > 0) ? "" : " (target not reached)");
-    cli_say(stdout, "", line);
-    if (a->checkpoint)
-        printf("checkpoint %s\n", a->checkpoint);
-    fflush(stdout);
-    int rc = report_rc(t);
-    if (t->mp.size > 1) {
-        double bytes, sec;
-        tmpi_stats(&t->mp, &bytes, &sec);
-        snprintf(line, sizeof line, "%d processes x %d thread%s, %" PRId64 " micro-batches of %"
-                 PRId64 " sequences per step", t->mp.size, tg_ctx_threads(t->ctx),
-                 tg_ctx_threads(t->ctx) == 1 ? "" : "s", t->K, t->Bm);
-        cli_say(stdout, "data parallel: ", line);
-        snprintf(line, sizeof line, "%.2f ms and %.2f MB sent per process per step", 1e3 * sec,
-                 bytes / 1e6);
-        cli_say(stdout, "data parallel: gradient exchange ", line);
-    }
-    if (t->interrupted) {
-        if (a->checkpoint) {
-            char cmd[8192];
-            resume_command(t, cmd, sizeof cmd);
-            errf("interrupted at step %" PRId64 "; resume with: %s", t->step, cmd);
-        } else {
-            errf("interrupted at step %" PRId64 " (no --checkpoint: this run cannot be resumed)",
-                 t->step);
-        }
-    }
-    if (rc == 3 && t->pairs)
-        errf("BLEU target %.2f not reached in %" PRId64 " steps", a->target_bleu, a->steps);
-    else if (rc == 3)
-        errf("accuracy target %.2f%% not reached in %" PRId64 " steps", 100 * a->target_acc,
-             a->steps);
-    return rc;
+    return 0;
 }
 
 static void trainer_free(trainer *t)
 {
-    restore_handlers();
-    if (t->logfd >= 0)
-        close(t->logfd);
-    free(t->ids_buf);
-    free(t->tgt_buf);
-    free(t->dec_buf);
-    free(t->out_buf);
-    s2s_decoder_free(&t->greedy);
+    tsig_restore();
+    if (t->log.fd >= 0)
+        close(t->log.fd);
+    tg_train_tokens_free(t->tok_run);
+    tg_greedy_free(t->greedy);
     svg_series_free(&t->train_curve);
     svg_series_free(&t->val_curve);
     svg_series_free(&t->acc_curve);
@@ -1733,71 +808,41 @@ static bool plan_parallel(trainer *t)
     return true;
 }
 
-/* --dry-run: the training graph's memory plan, then exit (nothing is trained or written). */
-static int dry_run(trainer *t)
+/* plan -> data -> build, agreed by every rank under mpirun: true when the run can start;
+ * otherwise @p rc is the exit status (1; 2: the command line; 130: a signal). */
+static bool setup(trainer *t, int *rc)
 {
-    tg_memory_report r;
-    if (tg_graph_memory(t->g, &r) != TG_OK)
-        return 1;
-    size_t opt = tg_optim_state_bytes(t->opt);
-    const struct {
-        const char *name;
-        size_t bytes;
-    } rows[] = {
-        {"parameters", r.parameters},   {"parameter gradients", r.parameter_grads},
-        {"optimizer state", opt},       {"inputs", r.inputs},
-        {"activations", r.activations}, {"saved for backward", r.saved},
-        {"gradients", r.gradients},     {"workspace", r.workspace},
-    };
-    printf("memory plan of the training graph (batch %" PRId64 ", seq_len %" PRId64 ", %d "
-           "thread%s, %" PRId64 " nodes%s)\n", t->B, t->T, tg_ctx_threads(t->ctx),
-           tg_ctx_threads(t->ctx) == 1 ? "" : "s", tg_graph_size(t->g),
-           t->a.precision == TG_PRECISION_BF16 ? ", bf16 products" : "");
-    /* every line within 80 columns: what a row holds is said below the table */
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-        printf("  %-22s %12zu bytes  %8.2f MiB%s\n", rows[i].name, rows[i].bytes,
-               (double)rows[i].bytes / 1048576.0, i >= 4 ? " (planned)" : "");
-    printf("  %-22s %12zu bytes  %8.2f MiB (shared)\n", "arena", r.arena,
-           (double)r.arena / 1048576.0);
-    /* --grad-accum K > 1: at most log2(K) + 2 packed gradient copies live at once */
-    size_t copies = 0;
-    int64_t depth = 1;
-    if (t->accum) {
-        for (int64_t k = 1; k < t->count; k *= 2)
-            depth++;
-        copies = (size_t)(depth + 1) * tg_grad_accum_bytes(t->accum);
-        printf("  %-22s %12zu bytes  %8.2f MiB (--grad-accum %" PRId64 ")\n", "accumulation",
-               copies, (double)copies / 1048576.0, t->K);
+    t->text = t->a.text.n > 0;
+    t->pairs = t->a.pairs != NULL;
+    svg_series_init(&t->train_curve);
+    svg_series_init(&t->val_curve);
+    svg_series_init(&t->acc_curve);
+    t->ctx = tg_ctx_new();
+    t->lock.fd = -1;
+    t->log.fd = -1;
+    bool ready = false;
+    if (!t->ctx) {
+        errf("out of memory");
+    } else if ((t->a.resume ? plan_resume(t) : plan_fresh(t)) && plan_parallel(t) &&
+               plan_outputs(t)) {
+        t->task = (task_kind)t->a.task;
+        t->s2s = t->a.arch == ARCH_SEQ2SEQ;
+        ready = !setup_interrupted() && load_data(t) && !setup_interrupted() && build(t);
     }
-    size_t peak = r.peak + opt + copies;
-    printf("  %-22s %12zu bytes  %8.2f MiB\n", "peak", peak, (double)peak / 1048576.0);
-    printf("planned: before sharing; the arena holds all of them, shared\n"
-           "peak: parameters and gradients, optimizer state, inputs, arena%s\n",
-           copies ? ", accumulation" : "");
-    if (copies)
-        printf("accumulation: at most %" PRId64 " packed copies of the gradients (micro-batches"
-               " of %" PRId64 ")\n", depth + 1, t->Bm);
-    return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
-}
-
-/* --dry-run --pairs: graphs are built per batch shape, so report the model and state. */
-static int dry_run_pairs(trainer *t)
-{
-    size_t params = 0;
-    for (int64_t i = 0; i < tg_ctx_n_params(t->ctx); i++) {
-        tg_tensor *p = tg_ctx_param(t->ctx, i);
-        params += (size_t)tg_tensor_numel(p) * tg_dtype_size(tg_tensor_dtype(p));
+    /* under mpirun: every rank's setup succeeded, or all stop here */
+    if (!tmpi_agree(&t->mp, ready, t->ctx, t->K)) {
+        if (ready)
+            cli_report("train", "joining the MPI job", NULL, t->ctx);
+        ready = false;
     }
-    size_t opt = tg_optim_state_bytes(t->opt);
-    printf("memory of the translation model\n");
-    printf("  %-22s %12zu bytes  %8.2f MiB\n", "parameters", params, (double)params / 1048576.0);
-    printf("  %-22s %12zu bytes  %8.2f MiB\n", "parameter gradients", params,
-           (double)params / 1048576.0);
-    printf("  %-22s %12zu bytes  %8.2f MiB\n", "optimizer state", opt, (double)opt / 1048576.0);
-    printf("graphs: one per batch shape, built when first seen, sharing one arena\n"
-           "(the largest batch's plan); each batch holds at most %" PRId64 " tokens\n",
-           t->a.batch_tokens);
-    return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
+    if (!ready && t->usage)
+        *rc = 2; /* the command line, not a file or the run, is at fault */
+    if (!ready && setup_interrupted()) {
+        if (t->mp.rank == 0)
+            errf("interrupted during the setup, before the first step: nothing was saved");
+        *rc = 130;
+    }
+    return ready;
 }
 
 int cmd_train(int argc, char **argv)
@@ -1827,102 +872,29 @@ int cmd_train(int argc, char **argv)
     }
     if (t->mp.rank > 0)
         t->a.quiet = true; /* rank 0 prints progress, the summary and the errors all share */
-    install_handlers(t); /* from here SIGINT/SIGTERM stop the setup as they stop training */
+    tsig_install(t->mp.rank == 0); /* from here SIGINT/SIGTERM stop the setup as they stop
+                                    * training (train_signal.c) */
     t->argc = argc;
     t->argv = argv;
-    t->text = t->a.text.n > 0;
-    t->pairs = t->a.pairs != NULL;
-    svg_series_init(&t->train_curve);
-    svg_series_init(&t->val_curve);
-    svg_series_init(&t->acc_curve);
-    t->ctx = tg_ctx_new();
-    t->lock.fd = -1;
-    t->logfd = -1;
     int rc = 1;
-    bool ready = false;
-    if (!t->ctx) {
-        errf("out of memory");
-    } else if ((t->a.resume ? plan_resume(t) : plan_fresh(t)) && plan_parallel(t) &&
-               plan_outputs(t)) {
-        t->task = (task_kind)t->a.task;
-        t->s2s = t->a.arch == ARCH_SEQ2SEQ;
-        ready = !setup_interrupted() && load_data(t) && !setup_interrupted() && build(t);
-    }
-    /* under mpirun: every rank's setup succeeded, or all stop here */
-    if (!tmpi_agree(&t->mp, ready, t->ctx, t->K)) {
-        if (ready)
-            cli_report("train", "joining the MPI job", NULL, t->ctx);
-        ready = false;
-    }
-    if (!ready && t->usage)
-        rc = 2; /* the command line, not a file or the run, is at fault */
-    if (!ready && setup_interrupted()) {
-        if (t->mp.rank == 0)
-            errf("interrupted during the setup, before the first step: nothing was saved");
-        rc = 130;
-    }
+    bool ready = setup(t, &rc);
     if (ready) {
-        {
-            if (!t->a.quiet) {
-                char line[600];
-                if (t->pairs) {
-                    tg_seq2seq_info ti = tg_seq2seq_get_info(t->pr.train);
-                    tg_seq2seq_info vi = tg_seq2seq_get_info(t->pr.valid);
-                    snprintf(line, sizeof line, "translation: %" PRId64 " training pairs (%"
-                             PRId64 " target tokens), %" PRId64 " validation; %s tokenizer, "
-                             "vocabulary %" PRId64, ti.pairs, ti.tgt_tokens, vi.pairs,
-                             tg_tokenizer_kind(t->pr.tok), t->V);
-                } else if (t->text)
-                    snprintf(line, sizeof line, "byte-level LM on %d file%s, %" PRId64
-                             " bytes (%" PRId64 " train, %" PRId64 " validation), vocabulary %d",
-                             t->ci.files, t->ci.files == 1 ? "" : "s", t->ci.bytes,
-                             t->ci.train_bytes, t->ci.bytes - t->ci.train_bytes,
-                             t->ci.vocab_size);
-                else
-                    snprintf(line, sizeof line, "task '%s' on %" PRId64 "-digit sequences%s",
-                             task_name(t->task), t->T, t->s2s ? ", encoder-decoder (teacher "
-                             "forcing; greedy decoding evaluated)" : "");
-                cli_say(stderr, "tgrad train: ", line);
-                char dl[48] = "";
-                if (t->s2s)
-                    snprintf(dl, sizeof dl, " + %" PRId64 " decoder", t->a.decoder_layers);
-                char par[96] = "";
-                if (t->K > 1)
-                    snprintf(par, sizeof par, " (%" PRId64 " micro-batches of %" PRId64 ")",
-                             t->K, t->Bm);
-                char procs[64] = "";
-                if (t->mp.size > 1)
-                    snprintf(procs, sizeof procs, " per process, %d processes", t->mp.size);
-                char bs[64];
-                snprintf(bs, sizeof bs, t->pairs ? "batches of %" PRId64 " tokens"
-                                                 : "batch %" PRId64,
-                         t->pairs ? t->a.batch_tokens : t->B);
-                snprintf(line, sizeof line, "%" PRId64 "%s layer%s, d_model %" PRId64 ", %"
-                        PRId64 " head%s, d_ff %" PRId64 ", %s, %" PRId64 " parameters, %s"
-                        "%s%s, %d thread%s%s%s", t->a.layers, dl,
-                        t->a.layers == 1 && !t->s2s ? "" : "s",
-                        t->a.d_model, t->a.heads, t->a.heads == 1 ? "" : "s", t->a.d_ff,
-                        t->a.post_norm ? "post-norm" : "pre-norm", t->n_params, bs, par,
-                        t->a.precision == TG_PRECISION_BF16 ? ", bf16 products" : "",
-                        tg_ctx_threads(t->ctx), tg_ctx_threads(t->ctx) == 1 ? "" : "s", procs,
-                        t->ck ? ", resumed" : "");
-                cli_say(stderr, "tgrad train: ", line);
-            }
-            if (t->a.dry_run && t->pairs)
-                rc = dry_run_pairs(t);
-            else if (t->a.dry_run)
-                rc = t->mp.rank == 0 ? dry_run(t) : 0;
-            else if ((rc = train_loop(t)) == 0)
-                rc = t->mp.rank == 0 ? report(t) : report_rc(t);
-            else if (rc == 2) { /* stopped before its first step */
-                errf("interrupted during the setup, before the first step: nothing was saved");
-                rc = 130;
-            }
+        if (!t->a.quiet)
+            train_print_banner(t);
+        if (t->a.dry_run && t->pairs)
+            rc = train_dry_run_pairs(t);
+        else if (t->a.dry_run)
+            rc = t->mp.rank == 0 ? train_dry_run(t) : 0;
+        else if ((rc = train_loop(t)) == 0)
+            rc = t->mp.rank == 0 ? train_report(t) : train_report_rc(t);
+        else if (rc == 2) { /* stopped before its first step */
+            errf("interrupted during the setup, before the first step: nothing was saved");
+            rc = 130;
         }
     }
-    if (t->logfd >= 0) {
-        int fd = t->logfd;
-        t->logfd = -1;
+    if (t->log.fd >= 0) {
+        int fd = t->log.fd;
+        t->log.fd = -1;
         if (close(fd) != 0 && (rc == 0 || rc == 3 || rc == 130)) {
             errf("--log '%s': %s", t->a.log, strerror(errno));
             rc = 1;

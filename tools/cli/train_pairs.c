@@ -101,39 +101,45 @@ static bool same_spm(pairs_run *p, tg_ctx *ctx, const train_args *a, char *err, 
     return false;
 }
 
+/* --resume: the checkpoint's own tokenizer (and --spm, if given, the same model). */
+static bool checkpoint_tokenizer(pairs_run *p, tg_ctx *ctx, const train_args *a,
+                                 const tg_safetensors *ck, char *err, size_t n, bool *usage)
+{
+    const char *kind;
+    void *model = NULL;
+    size_t size = 0;
+    if (tg_tokenizer_meta_read(ctx, ck, &kind, &model, &size) != TG_OK) {
+        cli_format("--resume", a->resume, ctx, err, n);
+        return false;
+    }
+    if (!strcmp(kind, "bytes")) {
+        p->tok = tg_tokenizer_bytes(ctx);
+    } else {
+#ifdef TG_HAVE_SPM
+        p->tok = tg_spm_load(ctx, model, size);
+#else
+        free(model);
+        snprintf(err, n, "--resume '%s' uses a SentencePiece tokenizer, and this tgrad was "
+                 "built without SentencePiece (install libsentencepiece-dev and rebuild: "
+                 "meson setup --reconfigure build -Dsentencepiece=enabled)", a->resume);
+        return false;
+#endif
+    }
+    free(model);
+    if (!p->tok) {
+        cli_format("--resume: its tokenizer", a->resume, ctx, err, n);
+        return false;
+    }
+    return !a->spm || same_spm(p, ctx, a, err, n, usage);
+}
+
 bool pairs_tokenizer(pairs_run *p, tg_ctx *ctx, const train_args *a, const tg_safetensors *ck,
                      bool quiet, char *err, size_t n, bool *usage)
 {
     p->bleu = p->chrf = NAN;
     *usage = false;
-    if (ck) { /* the checkpoint's own tokenizer */
-        const char *kind;
-        void *model = NULL;
-        size_t size = 0;
-        if (tg_tokenizer_meta_read(ctx, ck, &kind, &model, &size) != TG_OK) {
-            cli_format("--resume", a->resume, ctx, err, n);
-            return false;
-        }
-        if (!strcmp(kind, "bytes")) {
-            p->tok = tg_tokenizer_bytes(ctx);
-        } else {
-#ifdef TG_HAVE_SPM
-            p->tok = tg_spm_load(ctx, model, size);
-#else
-            free(model);
-            snprintf(err, n, "--resume '%s' uses a SentencePiece tokenizer, and this tgrad was "
-                     "built without SentencePiece (install libsentencepiece-dev and rebuild: "
-                     "meson setup --reconfigure build -Dsentencepiece=enabled)", a->resume);
-            return false;
-#endif
-        }
-        free(model);
-        if (!p->tok) {
-            cli_format("--resume: its tokenizer", a->resume, ctx, err, n);
-            return false;
-        }
-        return !a->spm || same_spm(p, ctx, a, err, n, usage);
-    }
+    if (ck) /* the checkpoint's own tokenizer */
+        return checkpoint_tokenizer(p, ctx, a, ck, err, n, usage);
     if (a->tokenizer == TOK_BYTES) {
         p->tok = tg_tokenizer_bytes(ctx);
         if (!p->tok)
@@ -339,8 +345,8 @@ static bool reserve(pairs_run *p, int64_t n, int64_t S, int64_t T)
     return true;
 }
 
-/* The batch of examples @p ex[0..n) of @p d into the arrays (SPEC: source + EOS; BOS + target;
- * target + EOS; padding: pad id, labels -100). */
+/* The batch of examples @p ex[0..n) of @p d into the arrays (tg_seq2seq_batch_fill: source +
+ * EOS; BOS + target; target + EOS; padding: pad id, labels -100). */
 static bool fill(pairs_run *p, tg_ctx *ctx, const tg_seq2seq_data *d, const int64_t *ex,
                  int64_t n, int64_t S, int64_t T, tg_seq2seq_batch *b)
 {
@@ -348,23 +354,14 @@ static bool fill(pairs_run *p, tg_ctx *ctx, const tg_seq2seq_data *d, const int6
         tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_NOMEM, "tgrad train", "out of memory");
         return false;
     }
-    int32_t pad = tg_seq2seq_get_info(d).pad_id;
-    int64_t tokens = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t sl, tl;
-        const int32_t *s = tg_seq2seq_source(d, ex[i], &sl);
-        const int32_t *t = tg_seq2seq_target(d, ex[i], &tl);
-        p->slen[i] = sl;
-        for (int64_t j = 0; j < S; j++)
-            p->src[i * S + j] = j < sl ? s[j] : pad;
-        for (int64_t j = 0; j < T; j++) {
-            p->tin[i * T + j] = j == 0 ? TG_TOKEN_BOS : j <= tl ? t[j - 1] : pad;
-            p->lab[i * T + j] = j < tl ? t[j] : j == tl ? TG_TOKEN_EOS : -100;
-        }
-        tokens += tl + 1;
+    int64_t tokens = tg_seq2seq_batch_fill(d, ex, n, S, T, -100, p->src, p->slen, p->tin,
+                                           p->lab, b);
+    if (tokens < 0) {
+        tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_STATE, "tgrad train",
+                         "a batch does not fit its shape");
+        return false;
     }
     p->last_tokens = tokens;
-    *b = (tg_seq2seq_batch){n, S, T, p->src, p->slen, p->tin, p->lab};
     return true;
 }
 

@@ -1,0 +1,203 @@
+/* train_plan.c - the outputs of `tgrad train`, checked before anything is trained (see
+ * train_plan.h). */
+#define _GNU_SOURCE /* O_TMPFILE, AT_EACCESS */
+#include "train_plan.h"
+#include "cli.h"
+#include "climsg.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void train_errf(const char *fmt, ...)
+{
+    char line[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = snprintf(line, sizeof line, "tgrad train: ");
+    vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
+    va_end(ap);
+    strcat(line, "\n");
+    fputs(line, stderr); /* one write: never split by another rank's or stream's output */
+}
+
+/* Can we create files in the directory of @p path? (Fail before training, not after.) Asked
+ * without naming a file, so a SIGKILL at any moment leaves nothing behind: an unnamed
+ * O_TMPFILE inode where the file system supports it, else faccessat() for write and search
+ * permission. */
+static bool dir_writable(const char *opt, const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    int e = 0;
+#ifdef O_TMPFILE
+    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        close(fd);
+        return true;
+    }
+    e = errno;
+    if (e == EOPNOTSUPP || e == EISDIR || e == EINVAL) /* no O_TMPFILE here: ask instead */
+        e = 0;
+#endif
+    if (!e && faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) != 0)
+        e = errno;
+    if (e) {
+        train_errf("%s '%s': cannot create files in '%s': %s", opt, path, dir, strerror(e));
+        return false;
+    }
+    return true;
+}
+
+/* One writer per checkpoint (outpath.h): held until the run ends. */
+static bool lock_checkpoint(train_plan *t)
+{
+    char err[1400];
+    if (!outpath_lock_take(t->lock, "--checkpoint", t->a->checkpoint, err, sizeof err)) {
+        train_errf("%s", err);
+        return false;
+    }
+    if (err[0]) /* no lock to be had: a note, and the run goes on */
+        train_errf("%s", err);
+    return true;
+}
+
+/* What the existing file @p path holds, for the refusal message. */
+static void describe_existing(const char *path, const struct stat *sb, char *buf, size_t n)
+{
+    snprintf(buf, n, "a file of %lld bytes that is not a tgrad checkpoint", (long long)sb->st_size);
+    if (sb->st_size > ((off_t)1 << 30))
+        return;
+    tg_ctx *c = tg_ctx_new();
+    tg_safetensors *st = c ? tg_safetensors_read(c, path) : NULL;
+    const char *mode = st ? tg_safetensors_meta_get(st, "data.mode") : NULL;
+    const char *d = st ? tg_safetensors_meta_get(st, "model.d_model") : NULL;
+    const char *l = st ? tg_safetensors_meta_get(st, "model.layers") : NULL;
+    const char *s = st ? tg_safetensors_meta_get(st, "optim.step") : NULL;
+    if (mode && d && s) {
+        char m1[80], m2[80], m3[80], m4[80];
+        snprintf(buf, n, "a checkpoint of another run (%s, layers %s, d_model %s, step %s)",
+                 cli_show(mode, m1, sizeof m1), l ? cli_show(l, m2, sizeof m2) : "?",
+                 cli_show(d, m3, sizeof m3), cli_show(s, m4, sizeof m4));
+    }
+    tg_ctx_free(c);
+}
+
+/* --checkpoint: never replace a non-regular file; replace another file only with --force (or
+ * when it is the resumed checkpoint). A usage error sets t->usage (exit 2). */
+static bool check_checkpoint_path(train_plan *t)
+{
+    const train_args *a = t->a;
+    const char *p = a->checkpoint;
+    bool resumed = a->resume && cli_same_file(p, a->resume), exists;
+    char err[1200];
+    outpath_status os = outpath_check("--checkpoint", p, true, &exists, err, sizeof err);
+    if (os != OUTPATH_OK) {
+        train_errf("%s", err);
+        return false;
+    }
+    if (!dir_writable("--checkpoint", p))
+        return false;
+    if (!a->dry_run && !lock_checkpoint(t))
+        return false;
+    if (exists && !resumed && !a->force) {
+        struct stat ls, sb;
+        char what[400];
+        if (lstat(p, &ls) == 0 && S_ISLNK(ls.st_mode))
+            snprintf(what, sizeof what, "a symbolic link");
+        else if (stat(p, &sb) == 0)
+            describe_existing(p, &sb, what, sizeof what);
+        else
+            snprintf(what, sizeof what, "a file");
+        train_errf("--checkpoint '%s' exists: %s; pass --resume '%s' to continue it, --force to "
+             "replace it, or another --checkpoint", p, what, p);
+        t->usage = true;
+        return false;
+    }
+    return true;
+}
+
+/* --log, --plot, --dot: absent (in a writable directory), or an existing regular file we may
+ * write and replace: with --force, or when resuming (the run's own files). */
+static bool check_output(train_plan *t, const char *opt, const char *path,
+                         bool replaced_by_rename)
+{
+    const train_args *a = t->a;
+    char err[1200];
+    bool exists;
+    outpath_status os = outpath_check(opt, path, a->force || a->resume, &exists, err,
+                                      sizeof err);
+    if (os != OUTPATH_OK) {
+        if (os == OUTPATH_EXISTS) {
+            train_errf("%s; --resume continues a run's own log and plot", err);
+            t->usage = true;
+        } else {
+            train_errf("%s", err);
+        }
+        return false;
+    }
+    if (exists) {
+        if (access(path, W_OK) != 0) {
+            train_errf("%s '%s': %s", opt, path, strerror(errno));
+            return false;
+        }
+        if (!replaced_by_rename)
+            return true;
+    }
+    return dir_writable(opt, path);
+}
+
+bool train_plan_outputs(train_plan *t)
+{
+    const train_args *a = t->a;
+    const char *names[4] = {"--checkpoint", "--log", "--plot", "--dot"};
+    const char *paths[4] = {a->checkpoint, a->log, a->plot, a->dot};
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++)
+            if (paths[i] && paths[j] && cli_same_file(paths[i], paths[j])) {
+                train_errf("%s and %s name the same file '%s'", names[i], names[j], paths[j]);
+                return false;
+            }
+    /* an output never replaces (or, for --log, appends to) an input, even with --force: the
+     * data trained on, the tokenizer model, or the resumed checkpoint unless it is the
+     * checkpoint being saved (a usage error naming both options) */
+    char err[1400];
+    for (int i = 0; i < 4; i++) {
+        if (!paths[i])
+            continue;
+        bool ok = true;
+        for (int k = 0; ok && k < a->text.n; k++)
+            ok = outpath_not_input(names[i], paths[i], "--text", a->text.v[k], err, sizeof err);
+        ok = ok && outpath_not_input(names[i], paths[i], "--pairs", a->pairs, err, sizeof err) &&
+             outpath_not_input(names[i], paths[i], "--valid", a->valid, err, sizeof err) &&
+             outpath_not_input(names[i], paths[i], "--spm", a->spm, err, sizeof err) &&
+             (i == 0 ||
+              outpath_not_input(names[i], paths[i], "--resume", a->resume, err, sizeof err));
+        if (!ok) {
+            train_errf("%s", err);
+            t->usage = true;
+            return false;
+        }
+    }
+    /* a new log is renamed into place; a resumed run's own log is continued in place */
+    if (a->log && !check_output(t, "--log", a->log, !a->resume))
+        return false;
+    if (a->plot && !check_output(t, "--plot", a->plot, true))
+        return false;
+    if (a->dot && !check_output(t, "--dot", a->dot, true))
+        return false;
+    /* last: the lock is taken once every other output is known to be fine */
+    if (a->checkpoint && !check_checkpoint_path(t))
+        return false;
+    return true;
+}
+
