@@ -117,13 +117,10 @@ static void consider(tg_gradcheck_report *rep, const tg_gradcheck_opts *o, const
     rep->n_checked++;
 }
 
-/* Which graph an op result was last run by (its memory), as before gradcheck ran. */
+/* Which graph an op result was last run by (its memory and whether the bytes are still its
+ * own are that graph's), as before gradcheck ran. */
 typedef struct {
     tg_graph *graph;
-    int64_t index;
-    const uint64_t *gen;
-    uint64_t gen_at;
-    bool reused;
 } run_binding;
 
 /* Put back the run bindings op results had before gradcheck ran. */
@@ -134,10 +131,6 @@ static void restore_bindings(tg_graph *g, const run_binding *bind)
         if (t->op == TG_OP_NONE)
             continue;
         t->run_graph = bind[i].graph;
-        t->run_index = bind[i].index;
-        t->run_gen = bind[i].gen;
-        t->run_gen_at = bind[i].gen_at;
-        t->reused = bind[i].reused;
     }
 }
 
@@ -197,8 +190,7 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
     }
     for (int64_t i = 0; i < nn; i++) {
         tg_tensor *t = tg_graph_node(st.g, i);
-        bind[i] = (run_binding){t->run_graph, t->run_index, t->run_gen, t->run_gen_at,
-                                t->reused};
+        bind[i] = (run_binding){t->run_graph};
     }
     /* A forward run that fails a data check (e.g. a token id out of range) is an error, found
      * here before leaves are perturbed; a later run that fails (a custom op's callback, at a
