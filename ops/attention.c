@@ -57,8 +57,7 @@ tg_tensor *tg_add_mask(tg_ctx *ctx, tg_tensor *scores, tg_tensor *mask, tg_mask_
 
 tg_status tg__add_mask_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         mask_rows_f32(c, false);
     else
         mask_rows_f64(c, false);
@@ -93,8 +92,7 @@ tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x)
 
 tg_status tg__softmax_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         softmax_fwd_f32(c);
     else
         softmax_fwd_f64(c);
@@ -103,10 +101,9 @@ tg_status tg__softmax_forward(const tg__call *c)
 
 tg_status tg__softmax_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     if (!c->dx[0])
         return TG_OK;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         softmax_bwd_f32(c);
     else
         softmax_bwd_f64(c);

@@ -167,8 +167,7 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
 
 tg_status tg__add_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         add_fwd_f32(c);
     else
         add_fwd_f64(c);
@@ -190,8 +189,7 @@ tg_status tg__add_backward(const tg__call *c)
 
 tg_status tg__mul_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         mul_fwd_f32(c);
     else
         mul_fwd_f64(c);
@@ -201,8 +199,7 @@ tg_status tg__mul_forward(const tg__call *c)
 /* sub and div (ops/arith.c) share the broadcasting forward loop. */
 tg_status tg__sub_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         sub_fwd_f32(c);
     else
         sub_fwd_f64(c);
@@ -211,8 +208,7 @@ tg_status tg__sub_forward(const tg__call *c)
 
 tg_status tg__div_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         div_fwd_f32(c);
     else
         div_fwd_f64(c);
@@ -221,8 +217,7 @@ tg_status tg__div_forward(const tg__call *c)
 
 tg_status tg__mul_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         mul_bwd_f32(c);
     else
         mul_bwd_f64(c);

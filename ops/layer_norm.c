@@ -85,8 +85,7 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
 
 tg_status tg__layer_norm_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         fwd_f32(c);
     else
         fwd_f64(c);
@@ -95,8 +94,7 @@ tg_status tg__layer_norm_forward(const tg__call *c)
 
 tg_status tg__layer_norm_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         bwd_f32(c);
     else
         bwd_f64(c);

@@ -47,8 +47,7 @@ tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x)
 
 tg_status tg__log_softmax_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         fwd_f32(c);
     else
         fwd_f64(c);
@@ -57,10 +56,9 @@ tg_status tg__log_softmax_forward(const tg__call *c)
 
 tg_status tg__log_softmax_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     if (!c->dx[0])
         return TG_OK;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         bwd_f32(c);
     else
         bwd_f64(c);

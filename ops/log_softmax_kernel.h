@@ -52,10 +52,9 @@ static void FN(fwd)(const tg__call *c)
 
 static void FN(bwd)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    int64_t L = y->shape[y->rank - 1], rows = y->numel / L;
+    int64_t L = c->shape[c->rank - 1], rows = c->numel / L;
     /* Race-free: a thread owns the rows [lo, hi) of dx. */
-    TG_PAR_RANGE(c->nt, y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,
+    TG_PAR_RANGE(c->nt, c->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,
                  rows, 1,
                  FN(lsm_bwd_rows)(c->out, c->dy, c->dx[0], L, lo, hi));
 }

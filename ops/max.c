@@ -67,8 +67,7 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner
 
 tg_status tg__max_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         fwd_f32(c);
     else
         fwd_f64(c);
@@ -77,10 +76,9 @@ tg_status tg__max_forward(const tg__call *c)
 
 tg_status tg__max_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     if (!c->dx[0])
         return TG_OK;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         bwd_f32(c);
     else
         bwd_f64(c);

@@ -9,6 +9,27 @@ const tg_op_def tg__op_table[TG_OP_COUNT_] = {
 #undef TG_OP
 };
 
+void tg__call_describe(tg__call *c, const tg_tensor *y)
+{
+    c->dtype = y->dtype;
+    c->rank = y->rank;
+    c->numel = y->numel;
+    c->shape = y->shape;
+    c->p = &y->p;
+    for (int k = 0; k < y->n_src && k < TG_MAX_SRC; k++) {
+        const tg_tensor *s = y->src[k];
+        if (!s)
+            continue;
+        c->src_dtype[k] = s->dtype;
+        c->src_rank[k] = s->rank;
+        c->src_numel[k] = s->numel;
+        c->src_shape[k] = s->shape;
+        c->src_stride[k] = s->stride;
+    }
+    c->training = y->ctx->training;
+    c->rng = y->ctx->rng;
+}
+
 tg_status tg__no_check(const tg__call *c)
 {
     (void)c;

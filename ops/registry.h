@@ -18,8 +18,11 @@ enum {
 
 /* The kernel call record: everything a kernel reads or writes in one call, filled by the
  * executor (src/graph/exec.c) from the graph's plan. A kernel never reads value pointers from
- * tensors: the node (y) gives shapes, strides, dtypes and op parameters only (y->src[k] the
- * sources' shapes and strides), the record gives this run's memory.
+ * tensors. The record describes the node (tg__call_describe: dtype, shape, the op parameters,
+ * the sources' dtypes, shapes and strides, the training flag and the RNG stream), so a
+ * converted kernel reads no tensor at all and can be called from a record filled by hand (y
+ * NULL); kernels not yet converted still read shapes and parameters through y (docs/graph.md,
+ * "Next steps"). The record gives this run's memory.
  *
  * Forward computes out from in[0..n_src) (and may fill saved, use ws). Backward ACCUMULATES
  * (+=) into dx[k] for every source k whose dx is non-NULL, reading dy (and what the op's
@@ -45,7 +48,23 @@ typedef struct tg__call {
                                  overwritten (the workspace was sized knowing it) */
     int nt;                   /* threads the kernel may use (the graph's) */
     int precision;            /* TG_PRECISION_F32 | TG_PRECISION_BF16 (the graph's) */
+    /* the node, as tg__call_describe fills it from y */
+    tg_dtype dtype;           /* y's */
+    int rank;
+    int64_t numel;
+    const int64_t *shape;     /* y's shape (rank entries, outermost first) */
+    const tg_op_params *p;    /* the op's parameters */
+    tg_dtype src_dtype[TG_MAX_SRC];
+    int src_rank[TG_MAX_SRC];
+    int64_t src_numel[TG_MAX_SRC];
+    const int64_t *src_shape[TG_MAX_SRC], *src_stride[TG_MAX_SRC]; /* NULL: no source */
+    bool training;            /* the context's mode when the call was filled (dropout) */
+    uint64_t *rng;            /* the RNG stream a kernel draws from (xoshiro256** state:
+                                 tg__rng_next; the context's) */
 } tg__call;
+
+/* Fill c's node description (dtype ... rng above) from node y and its context. */
+void tg__call_describe(tg__call *c, const tg_tensor *y);
 
 typedef tg_status (*tg_kernel_fn)(const tg__call *c);
 

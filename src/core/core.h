@@ -250,6 +250,9 @@ uint64_t tg__splitmix64(uint64_t *state);
 
 /* ----- threads ------------------------------------------------------------------------------ */
 int tg__threads(const tg_ctx *ctx);
+/* The next draw of the xoshiro256** stream with state s[4] (advances it): tg_rng_u64 on the
+ * context's; kernels draw from the stream their call record names. */
+uint64_t tg__rng_next(uint64_t *s);
 /* Below this many scalar operations a kernel runs on one thread. (Overridable at build time:
  * tests/meson.build compiles the library with TG_PAR_MIN=1 into a thread-invariance test so
  * even tiny shapes take every parallel path.) */
@@ -418,7 +421,7 @@ struct tg_ctx {
     char msg[512];
     size_t mem_limit;        /* 0: none; else tg__alloc fails beyond this many bytes */
     int n_threads;
-    uint64_t rng[4];
+    uint64_t rng[4];         /* xoshiro256** state (tg__rng_next) */
     bool training;
     bool unfused;            /* tg_ctx_set_fusion(ctx, false) */
     uint64_t next_id;

@@ -237,6 +237,7 @@ static size_t ws_bytes(const tg_graph *g, const tg_tensor *t, bool backward)
     tg__call c;
     memset(&c, 0, sizeof c);
     c.y = t;
+    tg__call_describe(&c, t);
     c.ctx = g->ctx;
     c.n_src = t->n_src;
     c.nt = g->nt;
