@@ -147,12 +147,11 @@ tg_status tg__gelu_backward(const tg__call *c)
 
 size_t tg__mul_ws(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     int nt = c->nt;
     bool backward = c->backward;
     (void)nt;
-    bool bcast = y->src[0]->numel != y->numel || y->src[1]->numel != y->numel;
-    return backward && bcast ? (size_t)y->numel * tg_dtype_size(y->dtype) : 0;
+    bool bcast = c->src_numel[0] != c->numel || c->src_numel[1] != c->numel;
+    return backward && bcast ? (size_t)c->numel * tg_dtype_size(c->dtype) : 0;
 }
 
 tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
