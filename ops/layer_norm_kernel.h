@@ -108,7 +108,7 @@ TG_SIMD_CLONES static void FN(param_cols)(const T *X, const T *DY, const T *mean
 }
 
 /* From the record alone: y (and x) of c->shape; gamma, beta present where their shapes are. */
-static void FN(fwd)(const tg__call *c)
+tg_status FN(tg__layer_norm_forward)(const tg__call *c)
 {
     bool gm = c->src_shape[1] != NULL, bt = c->src_shape[2] != NULL;
     int64_t D = c->shape[c->rank - 1], R = c->numel / D;
@@ -118,9 +118,10 @@ static void FN(fwd)(const tg__call *c)
     TG_PAR_RANGE(c->nt, c->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,
                  R, 1,
                  FN(ln_fwd_rows)(c->in[0], G, B, c->out, mean, rstd, eps, D, lo, hi));
+    return TG_OK;
 }
 
-static void FN(bwd)(const tg__call *c)
+tg_status FN(tg__layer_norm_backward)(const tg__call *c)
 {
     bool gm = c->src_shape[1] != NULL, bt = c->src_shape[2] != NULL;
     int64_t D = c->shape[c->rank - 1], R = c->numel / D;
@@ -134,6 +135,7 @@ static void FN(bwd)(const tg__call *c)
     if (DG || DB) /* columns walked by blocks, rows in order: fixed order per column */
         TG_PAR_RANGE(nt, c->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, D, 16,
                      FN(param_cols)(c->in[0], c->dy, mean, rstd, DG, DB, R, D, lo, hi));
+    return TG_OK;
 }
 
 #undef FN

@@ -11,6 +11,7 @@ const tg_op_def tg__op_table[TG_OP_COUNT_] = {
 
 void tg__call_describe(tg__call *c, const tg_tensor *y)
 {
+    c->op = y->op;
     c->dtype = y->dtype;
     c->rank = y->rank;
     c->numel = y->numel;
@@ -28,6 +29,23 @@ void tg__call_describe(tg__call *c, const tg_tensor *y)
     }
     c->training = y->ctx->training;
     c->rng = y->ctx->rng;
+}
+
+const tg__op_dt tg__op_dt_table[TG_OP_COUNT_] = {
+#define TG_OP_DT(id, f32_fwd, f32_bwd, f64_fwd, f64_bwd)                                      \
+    [TG_OP_##id] = {{f32_fwd, f64_fwd}, {f32_bwd, f64_bwd}},
+#include "ops_dtype.def"
+#undef TG_OP_DT
+};
+
+/* ops.def's columns for an op registered per dtype: its kernel for the record's dtype. */
+tg_status tg__dt_forward(const tg__call *c)
+{
+    return tg__op_dt_table[c->op].fwd[c->dtype == TG_F64](c);
+}
+tg_status tg__dt_backward(const tg__call *c)
+{
+    return tg__op_dt_table[c->op].bwd[c->dtype == TG_F64](c);
 }
 
 tg_status tg__no_check(const tg__call *c)

@@ -49,6 +49,7 @@ typedef struct tg__call {
     int nt;                   /* threads the kernel may use (the graph's) */
     int precision;            /* TG_PRECISION_F32 | TG_PRECISION_BF16 (the graph's) */
     /* the node, as tg__call_describe fills it from y */
+    int op;                   /* TG_OP_* */
     tg_dtype dtype;           /* y's */
     int rank;
     int64_t numel;
@@ -134,6 +135,32 @@ typedef struct tg_op_def {
 
 #include "ops.def"
 #undef TG_OP
+
+/* Per-dtype kernels (ops/ops_dtype.def): fwd[d], bwd[d] for d = 0 (f32), 1 (f64); NULL for the
+ * ops that register one kernel for every dtype in ops.def. */
+typedef struct tg__op_dt {
+    tg_kernel_fn fwd[2], bwd[2];
+} tg__op_dt;
+#define TG_OP_DT(id, f32_fwd, f32_bwd, f64_fwd, f64_bwd)                                      \
+    tg_status f32_fwd(const tg__call *c);                                                      \
+    tg_status f32_bwd(const tg__call *c);                                                      \
+    tg_status f64_fwd(const tg__call *c);                                                      \
+    tg_status f64_bwd(const tg__call *c);
+#include "ops_dtype.def"
+#undef TG_OP_DT
+extern const tg__op_dt tg__op_dt_table[TG_OP_COUNT_];
+/* The kernel the executor runs for op `op` (its def) at dtype dt: the op's per-dtype kernel
+ * if it registers them, else def's one forward or backward. */
+static inline tg_kernel_fn tg__kernel(const tg_op_def *def, int op, tg_dtype dt, bool backward)
+{
+    if (op > TG_OP_NONE && op < TG_OP_COUNT_ && (dt == TG_F32 || dt == TG_F64)) {
+        const tg__op_dt *k = &tg__op_dt_table[op];
+        tg_kernel_fn f = backward ? k->bwd[dt == TG_F64] : k->fwd[dt == TG_F64];
+        if (f)
+            return f;
+    }
+    return backward ? def->backward : def->forward;
+}
 
 /* The backward column of an inference-only op (TG_OPF_NO_BACKWARD); never called. */
 tg_status tg__no_backward(const tg__call *c);

@@ -108,7 +108,7 @@ tg_status tg__run_kernel(tg_graph *g, int64_t i, bool backward)
     tg_tensor *t = g->nodes[i];
     tg__call c;
     tg__fill_call(g, i, backward, &c);
-    return backward ? t->def->backward(&c) : t->def->forward(&c);
+    return tg__kernel(t->def, t->op, t->dtype, backward)(&c);
 }
 
 void tg__fill_call(const tg_graph *g, int64_t i, bool backward, tg__call *c)
