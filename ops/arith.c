@@ -92,8 +92,7 @@ tg_status tg__sub_backward(const tg__call *c)
 
 tg_status tg__div_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         div_bwd_f32(c);
     else
         div_bwd_f64(c);

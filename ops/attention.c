@@ -43,7 +43,8 @@ tg_tensor *tg_add_mask(tg_ctx *ctx, tg_tensor *scores, tg_tensor *mask, tg_mask_
     return y;
 }
 
-/* The kernels, written once in attention_kernel.h, for f32 and for f64. */
+/* The kernels, written once in attention_kernel.h, for f32 and for f64 (softmax's registered per
+ * dtype in ops/ops_dtype.def; add_mask's through the wrappers below). */
 #define T float
 #define SUF f32
 #include "attention_kernel.h"
@@ -57,8 +58,7 @@ tg_tensor *tg_add_mask(tg_ctx *ctx, tg_tensor *scores, tg_tensor *mask, tg_mask_
 
 tg_status tg__add_mask_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         mask_rows_f32(c, false);
     else
         mask_rows_f64(c, false);
@@ -89,26 +89,4 @@ tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x)
     if (x->rank < 1)
         return tg__err(ctx, TG_ERR_SHAPE, fn, "x is a scalar; softmax needs rank >= 1");
     return tg__op_new(ctx, TG_OP_SOFTMAX, x->dtype, x->rank, x->shape, 1, &x);
-}
-
-tg_status tg__softmax_forward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
-        softmax_fwd_f32(c);
-    else
-        softmax_fwd_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__softmax_backward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    if (!c->dx[0])
-        return TG_OK;
-    if (y->dtype == TG_F32)
-        softmax_bwd_f32(c);
-    else
-        softmax_bwd_f64(c);
-    return TG_OK;
 }

@@ -77,25 +77,27 @@ TG_SIMD_CLONES static void FN(softmax_bwd_rows)(const T *Y, const T *G, T *DX, i
     }
 }
 
-static void FN(softmax_fwd)(const tg__call *c)
+tg_status FN(tg__softmax_forward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     const T *X = c->in[0];
     T *Y = c->out;
-    int64_t L = y->shape[y->rank - 1], rows = y->numel / L;
+    int64_t L = c->shape[c->rank - 1], rows = c->numel / L;
     /* Race-free: a thread owns the rows [lo, hi) of y. */
-    TG_PAR_RANGE(c->nt, y->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,
+    TG_PAR_RANGE(c->nt, c->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,
                  rows, 1, FN(softmax_rows)(X, Y, L, lo, hi));
+    return TG_OK;
 }
 
-static void FN(softmax_bwd)(const tg__call *c)
+tg_status FN(tg__softmax_backward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    int64_t L = y->shape[y->rank - 1], rows = y->numel / L;
+    if (!c->dx[0])
+        return TG_OK;
+    int64_t L = c->shape[c->rank - 1], rows = c->numel / L;
     /* Race-free: a thread owns the rows [lo, hi) of dx. */
-    TG_PAR_RANGE(c->nt, y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,
+    TG_PAR_RANGE(c->nt, c->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,
                  rows, 1,
                  FN(softmax_bwd_rows)(c->out, c->dy, c->dx[0], L, lo, hi));
+    return TG_OK;
 }
 
 #undef FN

@@ -92,8 +92,7 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *inner)
 
 tg_status tg__concat_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         copy_f32(c, false);
     else
         copy_f64(c, false);
@@ -102,8 +101,7 @@ tg_status tg__concat_forward(const tg__call *c)
 
 tg_status tg__concat_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         copy_f32(c, true);
     else
         copy_f64(c, true);

@@ -119,8 +119,7 @@ tg_status tg__xent_check(const tg__call *c)
 
 tg_status tg__xent_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         fwd_f32(c);
     else
         fwd_f64(c);
@@ -129,10 +128,9 @@ tg_status tg__xent_forward(const tg__call *c)
 
 tg_status tg__xent_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     if (!c->dx[0])
         return TG_OK;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         bwd_f32(c);
     else
         bwd_f64(c);

@@ -130,15 +130,13 @@ size_t tg__dense_ws(const tg__call *c) { return gemm_ws(c); }
 
 size_t tg__dense_act_ws(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     size_t g = gemm_ws(c);
-    return c->backward && !c->dy_scratch ? g + (size_t)y->numel * tg_dtype_size(y->dtype) : g;
+    return c->backward && !c->dy_scratch ? g + (size_t)c->numel * tg_dtype_size(c->dtype) : g;
 }
 
 tg_status tg__dense_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         fwd_f32(c, TG__EPI_NONE);
     else
         fwd_f64(c, TG__EPI_NONE);
@@ -147,8 +145,7 @@ tg_status tg__dense_forward(const tg__call *c)
 
 tg_status tg__dense_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         bwd_from_f32(c, c->dy, c->ws);
     else
         bwd_from_f64(c, c->dy, c->ws);
@@ -157,9 +154,8 @@ tg_status tg__dense_backward(const tg__call *c)
 
 tg_status tg__dense_act_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    int act = y->p.dense.act == TG_ACT_RELU ? TG__EPI_RELU : TG__EPI_GELU;
-    if (y->dtype == TG_F32)
+    int act = c->p->dense.act == TG_ACT_RELU ? TG__EPI_RELU : TG__EPI_GELU;
+    if (c->dtype == TG_F32)
         fwd_f32(c, act);
     else
         fwd_f64(c, act);
@@ -168,8 +164,7 @@ tg_status tg__dense_act_forward(const tg__call *c)
 
 tg_status tg__dense_act_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         act_bwd_f32(c);
     else
         act_bwd_f64(c);

@@ -42,14 +42,13 @@ TG_SIMD_CLONES static void FN(relu_dz)(int64_t lo, int64_t hi, const T *out, con
 /* dz = dy * act'(z) over dy or into the workspace's tail, then dense's rules. */
 static void FN(act_bwd)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    int64_t n = y->numel;
+    int64_t n = c->numel;
     size_t gws = gemm_ws(c);
     /* dz over dy when nobody reads dy after this rule, else in the workspace */
     T *dz = c->dy_scratch ? (T *)c->dy : (T *)(void *)((char *)c->ws + gws);
     const T *dy = c->dy, *out = c->out, *z = c->saved;
     int nt = c->nt;
-    if (y->p.dense.act == TG_ACT_RELU) {
+    if (c->p->dense.act == TG_ACT_RELU) {
         TG_PAR_RANGE(nt, n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
                      FN(relu_dz)(lo, hi, out, dy, dz));
     } else {

@@ -47,23 +47,23 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
 #undef T
 #undef SUF
 
+/* Reads only the record: numel, dtype, p, training and the RNG stream (no tensor). */
 tg_status tg__dropout_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     unsigned char *keep = (unsigned char *)c->saved + SAVED_HEAD;
     double *scale = c->saved;
-    double p = y->p.dropout.p;
-    if (!c->ctx->training || p == 0) { /* identity: backward will pass dy through */
+    double p = c->p->dropout.p;
+    if (!c->training || p == 0) { /* identity: backward will pass dy through */
         *scale = 1.0;
-        memset(keep, 1, (size_t)y->numel);
+        memset(keep, 1, (size_t)c->numel);
         if (c->out != c->in[0]) /* (in place, the values are already there) */
-            memcpy(c->out, c->in[0], (size_t)y->numel * tg_dtype_size(y->dtype));
+            memcpy(c->out, c->in[0], (size_t)c->numel * tg_dtype_size(c->dtype));
         return TG_OK;
     }
     *scale = 1.0 / (1.0 - p);
     /* threshold on the top 53 bits: drop when u < p */
-    uint64_t thr = (uint64_t)(p * 0x1.0p53), k = tg_rng_u64(c->ctx);
-    if (y->dtype == TG_F32)
+    uint64_t thr = (uint64_t)(p * 0x1.0p53), k = tg__rng_next(c->rng);
+    if (c->dtype == TG_F32)
         drop_f32(c, c->in[0], c->out, k, thr);
     else
         drop_f64(c, c->in[0], c->out, k, thr);
@@ -73,10 +73,9 @@ tg_status tg__dropout_forward(const tg__call *c)
 /* Uses the mask and scale of the last forward run, whatever the mode is now. */
 tg_status tg__dropout_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     if (!c->dx[0])
         return TG_OK;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         apply_f32(c, c->dy, c->dx[0], true);
     else
         apply_f64(c, c->dy, c->dx[0], true);

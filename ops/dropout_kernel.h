@@ -23,12 +23,11 @@ TG_SIMD_CLONES static void FN(dropout_apply_range)(int64_t lo, int64_t hi,
 
 static void FN(apply)(const tg__call *c, const T *in, T *out, bool acc)
 {
-    const tg_tensor *y = c->y;
     const unsigned char *keep = (const unsigned char *)c->saved + SAVED_HEAD;
     T s = (T) * (const double *)c->saved;
     int mode = !acc ? 0 : out == in ? 1 : 2;
-    TG_PAR_RANGE(c->nt, y->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,
-                 y->numel, 64, FN(dropout_apply_range)(lo, hi, keep, s, in, out, mode));
+    TG_PAR_RANGE(c->nt, c->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,
+                 c->numel, 64, FN(dropout_apply_range)(lo, hi, keep, s, in, out, mode));
 }
 
 /* Forward in training mode: keep_i from (k, i) (the rule in dropout.c's header) and y_i in one
@@ -49,10 +48,9 @@ TG_SIMD_CLONES static void FN(dropout_draw_range)(int64_t lo, int64_t hi, uint64
 
 static void FN(drop)(const tg__call *c, const T *in, T *out, uint64_t k, uint64_t thr)
 {
-    const tg_tensor *y = c->y;
     T s = (T) * (const double *)c->saved;
     unsigned char *keep = (unsigned char *)c->saved + SAVED_HEAD;
-    TG_PAR_RANGE(c->nt, y->numel * 8 > TG_PAR_BYTES, y->numel, 64,
+    TG_PAR_RANGE(c->nt, c->numel * 8 > TG_PAR_BYTES, c->numel, 64,
                  FN(dropout_draw_range)(lo, hi, k, thr, s, in, out, keep));
 }
 

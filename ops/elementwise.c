@@ -147,12 +147,11 @@ tg_status tg__gelu_backward(const tg__call *c)
 
 size_t tg__mul_ws(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     int nt = c->nt;
     bool backward = c->backward;
     (void)nt;
-    bool bcast = y->src[0]->numel != y->numel || y->src[1]->numel != y->numel;
-    return backward && bcast ? (size_t)y->numel * tg_dtype_size(y->dtype) : 0;
+    bool bcast = c->src_numel[0] != c->numel || c->src_numel[1] != c->numel;
+    return backward && bcast ? (size_t)c->numel * tg_dtype_size(c->dtype) : 0;
 }
 
 tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
@@ -167,8 +166,7 @@ tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
 
 tg_status tg__add_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         add_fwd_f32(c);
     else
         add_fwd_f64(c);
@@ -190,8 +188,7 @@ tg_status tg__add_backward(const tg__call *c)
 
 tg_status tg__mul_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         mul_fwd_f32(c);
     else
         mul_fwd_f64(c);
@@ -201,8 +198,7 @@ tg_status tg__mul_forward(const tg__call *c)
 /* sub and div (ops/arith.c) share the broadcasting forward loop. */
 tg_status tg__sub_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         sub_fwd_f32(c);
     else
         sub_fwd_f64(c);
@@ -211,8 +207,7 @@ tg_status tg__sub_forward(const tg__call *c)
 
 tg_status tg__div_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         div_fwd_f32(c);
     else
         div_fwd_f64(c);
@@ -221,8 +216,7 @@ tg_status tg__div_forward(const tg__call *c)
 
 tg_status tg__mul_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         mul_bwd_f32(c);
     else
         mul_bwd_f64(c);

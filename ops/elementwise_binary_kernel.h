@@ -20,17 +20,16 @@ TG_SIMD_CLONES static void BIN_FN(flat)(const T *A, const T *B, T *Y, int64_t lo
 TG_SIMD_CLONES static void BIN_FN(rows)(const tg__call *c, const int64_t *as, const int64_t *bs,
                                         int64_t lo, int64_t hi)
 {
-    const tg_tensor *y = c->y;
     const T *A = c->in[0], *B = c->in[1];
     T *Y = c->out;
-    int r = y->rank;
-    int64_t L = r ? y->shape[r - 1] : 1;
+    int r = c->rank;
+    int64_t L = r ? c->shape[r - 1] : 1;
     int64_t asl = r ? as[r - 1] : 0, bsl = r ? bs[r - 1] : 0;
     for (int64_t row = lo; row < hi; row++) {
         int64_t rem = row, ao = 0, bo = 0;
         for (int d = r - 2; d >= 0; d--) {
-            int64_t idx = rem % y->shape[d];
-            rem /= y->shape[d];
+            int64_t idx = rem % c->shape[d];
+            rem /= c->shape[d];
             ao += idx * as[d];
             bo += idx * bs[d];
         }

@@ -116,15 +116,14 @@ static void FN(gelu_bwd)(int nt, int64_t n, const T *x, const T *dy, T *dx)
 TG_SIMD_CLONES static void FN(mul_expand_rows)(const tg__call *c, const T *O, const int64_t *os,
                                                T *dst, int64_t lo, int64_t hi)
 {
-    const tg_tensor *y = c->y;
     const T *G = c->dy;
-    int r = y->rank;
-    int64_t L = r ? y->shape[r - 1] : 1, osl = r ? os[r - 1] : 0;
+    int r = c->rank;
+    int64_t L = r ? c->shape[r - 1] : 1, osl = r ? os[r - 1] : 0;
     for (int64_t row = lo; row < hi; row++) {
         int64_t rem = row, oo = 0;
         for (int d = r - 2; d >= 0; d--) {
-            oo += (rem % y->shape[d]) * os[d];
-            rem /= y->shape[d];
+            oo += (rem % c->shape[d]) * os[d];
+            rem /= c->shape[d];
         }
         BCAST_ROW(*, dst + row * L, G + row * L, O + oo, 1, osl, L);
     }

@@ -91,9 +91,8 @@ static void sort_ids(const tg__call *c)
 
 tg_status tg__embedding_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     sort_ids(c);
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         fwd_f32(c);
     else
         fwd_f64(c);
@@ -102,10 +101,9 @@ tg_status tg__embedding_forward(const tg__call *c)
 
 tg_status tg__embedding_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     if (!c->dx[1])
         return TG_OK;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         bwd_f32(c);
     else
         bwd_f64(c);

@@ -207,8 +207,7 @@ size_t tg__flash_attn_ws(const tg__call *c)
 
 tg_status tg__flash_attn_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         fa_forward_f32(c);
     else
         fa_forward_f64(c);
@@ -217,8 +216,7 @@ tg_status tg__flash_attn_forward(const tg__call *c)
 
 tg_status tg__flash_attn_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         fa_backward_f32(c);
     else
         fa_backward_f64(c);

@@ -295,6 +295,58 @@ size_t tg__gemm_ws_bytes(tg_dtype dt, int nt)
     return tg__gemm_ws_bytes_nk(dt, nt, INT64_MAX / 2, INT64_MAX / 2);
 }
 
+void tg__gemm_plan_make(tg__gemm_plan *p, int nt, int64_t M, int64_t N, int64_t K, int mr, int nr,
+                        int64_t kc, int64_t nc, double flops, double per_thread,
+                        double gov_flops)
+{
+    memset(p, 0, sizeof *p);
+    int64_t panels = (N + nr - 1) / nr, strips = (M + mr - 1) / mr;
+    p->n = N;
+    p->nr = nr;
+    p->gov = tg__gemm_gov(gov_flops);
+    int nth = tg__threads_for(nt, flops, per_thread);
+    /* Few rows: groups of `cw` column panels (fixed by N), each one task over every row
+     * and all of K on the thread that takes it, packing its own op(B) columns (or reading
+     * them in place). */
+    int64_t cw = (panels + TG_PAR_CHUNKS - 1) / TG_PAR_CHUNKS;
+    cw = cw < 4 ? 4 : cw;
+    int64_t groups = (panels + cw - 1) / cw;
+    if (strips < 8 && groups < nth)
+        nth = (int)groups;
+    p->nth = tg__gov_threads(p->gov, nth);
+    p->columns = strips < 8;
+    p->cw = cw;
+    p->groups = groups;
+    /* Row groups of whole strips, at most TG__SCHED_MAX_ROWS of them (fixed by M). */
+    int64_t spg = (strips + TG__SCHED_MAX_ROWS - 1) / TG__SCHED_MAX_ROWS;
+    int64_t nkb = K > 0 ? (K + kc - 1) / kc : 1, ncb = (N + nc - 1) / nc;
+    int64_t bpanels = ((N < nc ? N : nc) + nr - 1) / nr;
+    p->nkb = nkb;
+    p->rows = spg * mr;
+    p->ppt = TG__GEMM_PANELS_PER_PACK;
+    p->sched.nb = ncb * nkb;
+    p->sched.np = (bpanels + p->ppt - 1) / p->ppt;
+    p->sched.nr = (strips + spg - 1) / spg;
+    p->sched.gov = p->gov;
+}
+
+void tg__gemm_run_columns(const tg__gemm_plan *p,
+                          void (*part)(void *arg, int64_t n0, int64_t n1, int thread), void *arg)
+{
+    tg__par_loop l;
+    tg__loop_init(&l, p->groups);
+    int64_t step = p->cw * p->nr;
+    TG__PRAGMA(omp parallel num_threads(p->nth))
+    {
+        int me = TG_THREAD_NUM();
+        for (int64_t gi; (gi = tg__loop_next(&l, me)) >= 0;) {
+            int64_t n0 = gi * step, n1 = (gi + 1) * step;
+            part(arg, n0, n1 < p->n ? n1 : p->n, me);
+        }
+    }
+    tg__gov_report(p->gov, &l.acct, p->groups);
+}
+
 static double gelu(double v) { return 0.5 * v * (1.0 + erf(v * 0.70710678118654752440)); }
 
 #ifdef TG_X86_KERNELS

@@ -7,6 +7,7 @@
 #define TG_GEMM_H
 
 #include "core.h"
+#include "par.h"
 
 /* C (M, N) = (acc ? C : 0) + op(A) op(B), op(A) (M, K), op(B) (K, N); lda/ldb/ldc are the row
  * strides of A, B, C as stored. Each C element is one chain over k in increasing order computed
@@ -71,5 +72,38 @@ size_t tg__gemm_ws_bytes(tg_dtype dt, int nt);
 /* ... or for products with at most n columns (of C) and k inner steps: small shapes take
  * little (a 64-wide attention block ~25 KiB instead of ~530 KiB). */
 size_t tg__gemm_ws_bytes_nk(tg_dtype dt, int nt, int64_t n, int64_t k);
+
+/* The thread schedule of a blocked product, shared by ops/gemm.c and ops/gemm_bf16.c; it
+ * depends on the shapes, the thread count and the site's governor only, never on the data.
+ * Threads: min(nt, flops / per_thread), fewer for few row strips (one column group each), 1
+ * while the governor of products of about gov_flops backs off. Then one of three forms:
+ *   - nth == 1: the whole product on the calling thread;
+ *   - columns (fewer than 8 row strips of mr rows): `groups` tasks, each `cw` panels of nr
+ *     columns over every row and all of K (tg__gemm_run_columns);
+ *   - otherwise the shared-B task schedule (src/core/par.h) over column blocks of nc columns
+ *     and K chunks of kc: `sched` has its counts (blocks, pack tasks of `ppt` panels, row tasks
+ *     of `rows` rows); the caller sets pack, rows and arg and runs it with tg__sched_run. */
+/* Panels of op(B) per pack task of the shared-B form. */
+#define TG__GEMM_PANELS_PER_PACK 4
+typedef struct tg__gemm_plan {
+    int nth;          /* threads */
+    bool columns;     /* the column-group form */
+    int64_t n, nr;    /* columns of C; panel width */
+    int64_t cw;       /* column form: panels per group */
+    int64_t groups;   /* column form: groups */
+    int64_t nkb;      /* shared-B form: K chunks per column block */
+    int64_t rows;     /* shared-B form: rows per row task (whole strips) */
+    int64_t ppt;      /* shared-B form: panels per pack task */
+    tg__sched sched;  /* shared-B form: nb, np, nr and gov filled */
+    tg__par_gov *gov; /* the governor the region reports to */
+} tg__gemm_plan;
+void tg__gemm_plan_make(tg__gemm_plan *p, int nt, int64_t M, int64_t N, int64_t K, int mr, int nr,
+                        int64_t kc, int64_t nc, double flops, double per_thread,
+                        double gov_flops);
+/* Runs the column form: part(arg, n0, n1, thread) for each group's columns [n0, n1), on
+ * p->nth threads (thread: the caller's index for its private workspace). Race-free: a group
+ * owns its columns of C. */
+void tg__gemm_run_columns(const tg__gemm_plan *p,
+                          void (*part)(void *arg, int64_t n0, int64_t n1, int thread), void *arg);
 
 #endif /* TG_GEMM_H */

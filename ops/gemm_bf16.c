@@ -422,9 +422,10 @@ static void part(kern_bf16 kern, bool hw, bool ta, bool tb, int64_t m0, int64_t 
     }
 }
 
-/* The shared-B schedule (src/core/par.h), as ops/gemm.c's: blocks b = (column block b / nkb,
- * K chunk b % nkb) packed into the B area of slice 0 or 1 by pack tasks of 4 panels; row
- * groups of `rows` rows; A strips and edge tiles in each thread's own slice. */
+/* The shared-B schedule (src/core/par.h), planned by tg__gemm_plan_make as ops/gemm.c's: blocks
+ * b = (column block b / nkb, K chunk b % nkb) packed into the B area of slice 0 or 1 by pack
+ * tasks of PANELS_PER_PACK panels; row groups of `rows` rows; A strips and edge tiles in each
+ * thread's own slice. */
 typedef struct {
     kern_bf16 kern;
     bool hw, ta, tb, acc;
@@ -435,7 +436,7 @@ typedef struct {
     char *ws;
     size_t per;
 } sched_arg;
-enum { PANELS_PER_PACK = 4 };
+enum { PANELS_PER_PACK = TG__GEMM_PANELS_PER_PACK };
 static void sched_block(const sched_arg *g, int64_t b, int64_t *j0, int64_t *nc, int64_t *k0,
                         int64_t *kc)
 {
@@ -470,6 +471,15 @@ static void sched_rows(void *arg, int64_t b, int64_t r, int buf, int thread)
                g->C, g->ldc, g->acc, g->epi, st.apack, st.edge);
 }
 
+/* One column group [n0, n1) over every row and all of K, packing its own op(B) columns, in
+ * thread `thread`'s slice. */
+static void sched_columns(void *arg, int64_t n0, int64_t n1, int thread)
+{
+    const sched_arg *g = arg;
+    part(g->kern, g->hw, g->ta, g->tb, 0, g->M, n0, n1, g->K, g->A, g->lda, g->B, g->ldb, g->C,
+         g->ldc, g->acc, g->epi, g->ws + (size_t)thread * g->per);
+}
+
 void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                        const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
                        int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi)
@@ -483,49 +493,26 @@ void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, 
         kern = kern_bf16_avx512;
 #endif
     size_t per = per_thread(N, K);
-    int64_t panels = (N + NR - 1) / NR, strips = (M + MR - 1) / MR;
     assert(ws != NULL);
     /* bf16 products run at about twice the f32 rate: twice the flops per thread */
     double flops = 2.0 * (double)M * (double)N * (double)K;
-    tg__par_gov *gov = tg__gemm_gov(flops / 2);
-    int nth = tg__threads_for(nt, flops, 2 * TG_GEMM_FLOPS_PER_THREAD);
-    /* Few rows: groups of `cw` column panels (fixed by N, as ops/gemm.c), each one task over
-     * every row and all of K, packing its own op(B) columns. */
-    int64_t cw = (panels + TG_PAR_CHUNKS - 1) / TG_PAR_CHUNKS;
-    cw = cw < 4 ? 4 : cw;
-    int64_t groups = (panels + cw - 1) / cw;
-    if (strips < 8 && groups < nth)
-        nth = (int)groups;
-    nth = tg__gov_threads(gov, nth);
-    if (nth == 1) {
+    tg__gemm_plan pl;
+    tg__gemm_plan_make(&pl, nt, M, N, K, MR, NR, KC, NC, flops, 2 * TG_GEMM_FLOPS_PER_THREAD,
+                       flops / 2);
+    if (pl.nth == 1) {
         part(kern, hw, ta, tb, 0, M, 0, N, K, A, lda, B, ldb, C, ldc, acc, epi, ws);
         return;
     }
-    if (strips < 8) {
-        /* Race-free: a group owns its columns of C. */
-        tg__par_loop l;
-        tg__loop_init(&l, groups);
-        TG__PRAGMA(omp parallel num_threads(nth))
-        {
-            int me = TG_THREAD_NUM();
-            char *w = (char *)ws + (size_t)me * per;
-            for (int64_t gi; (gi = tg__loop_next(&l, me)) >= 0;) {
-                int64_t n0 = gi * cw * NR, n1 = (gi + 1) * cw * NR;
-                part(kern, hw, ta, tb, 0, M, n0, n1 < N ? n1 : N, K, A, lda, B, ldb, C, ldc,
-                     acc, epi, w);
-            }
-        }
-        tg__gov_report(gov, &l.acct, groups);
+    sched_arg g = {kern, hw, ta, tb, acc, M, N, K, lda, ldb, ldc, pl.nkb, pl.rows,
+                   A, B, C, epi, (char *)ws, per};
+    if (pl.columns) {
+        tg__gemm_run_columns(&pl, sched_columns, &g);
         return;
     }
-    int64_t spg = (strips + TG__SCHED_MAX_ROWS - 1) / TG__SCHED_MAX_ROWS;
-    int64_t nkb = K > 0 ? (K + KC - 1) / KC : 1, ncb = (N + NC - 1) / NC;
-    sched_arg g = {kern, hw, ta, tb, acc, M, N, K, lda, ldb, ldc, nkb, spg * MR,
-                   A, B, C, epi, (char *)ws, per};
-    int64_t bpanels = ((N < NC ? N : NC) + NR - 1) / NR;
-    tg__sched s = {ncb * nkb, (bpanels + PANELS_PER_PACK - 1) / PANELS_PER_PACK,
-                   (strips + spg - 1) / spg, sched_pack, sched_rows, &g, gov};
-    tg__sched_run(nth, &s);
+    pl.sched.pack = sched_pack;
+    pl.sched.rows = sched_rows;
+    pl.sched.arg = &g;
+    tg__sched_run(pl.nth, &pl.sched);
 }
 
 /* ---- products at a graph's compute precision ----------------------------------------------- */

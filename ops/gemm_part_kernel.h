@@ -155,6 +155,15 @@ static void FN(sched_rows)(void *arg, int64_t b, int64_t r, int buf, int thread)
     (g->ks, g->ta, m0, m1, j0, nc, k0, kc, g->K, g->A, g->lda, g->B, g->ldb, bpack, false, g->C,
      g->ldc, g->acc, g->epi, apack, apack + MR_MAX * g->kcap);
 }
+/* One column group [n0, n1) over every row and all of K, in thread `thread`'s slice. */
+static void FN(sched_columns)(void *arg, int64_t n0, int64_t n1, int thread)
+{
+    const FN(sched) *g = arg;
+    T *w = (T *)(void *)(g->ws + (size_t)thread * g->per);
+    FN(part)
+    (g->ks, g->ta, g->tb, 0, g->M, n0, n1, g->K, g->A, g->lda, g->B, g->ldb, g->C, g->ldc, g->acc,
+     g->epi, w);
+}
 void FN(tg__gemm_isa)(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                       const T *A, int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc, bool acc,
                       void *ws, const tg__gemm_epi *epi)
@@ -164,58 +173,29 @@ void FN(tg__gemm_isa)(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, i
     tg_dtype dt_ = sizeof(T) == 4 ? TG_F32 : TG_F64;
     kern_set ks = pick(dt_, isa);
     size_t per = per_thread_bytes(dt_, N, K);
-    int64_t panels = (N + ks.nr - 1) / ks.nr, strips = (M + ks.mr - 1) / ks.mr;
     /* ws holds nt per-thread slices of at least tg__gemm_ws_bytes_nk(dt, 1, N, K) bytes;
      * never a stack buffer (up to 512 KiB) in an OpenMP worker's stack. */
     assert(ws != NULL);
     double flops = 2.0 * (double)M * (double)N * (double)K;
-    tg__par_gov *gov = tg__gemm_gov(flops);
-    int nth = tg__threads_for(nt, flops, TG_GEMM_FLOPS_PER_THREAD);
-    /* Few rows: groups of `cw` column panels (fixed by N), each one task over every row
-     * and all of K on the thread that takes it, packing its own op(B) columns (or reading
-     * them in place). */
-    int64_t cw = (panels + TG_PAR_CHUNKS - 1) / TG_PAR_CHUNKS;
-    cw = cw < 4 ? 4 : cw;
-    int64_t groups = (panels + cw - 1) / cw;
-    if (strips < 8 && groups < nth)
-        nth = (int)groups;
-    nth = tg__gov_threads(gov, nth);
-    if (nth == 1) {
+    tg__gemm_plan pl;
+    tg__gemm_plan_make(&pl, nt, M, N, K, ks.mr, ks.nr, KC, NC, flops, TG_GEMM_FLOPS_PER_THREAD,
+                       flops);
+    if (pl.nth == 1) {
         FN(part)(&ks, ta, tb, 0, M, 0, N, K, A, lda, B, ldb, C, ldc, acc, epi, ws);
         return;
     }
-    if (strips < 8) {
-        /* Race-free: a group owns its columns of C. */
-        tg__par_loop l;
-        tg__loop_init(&l, groups);
-        TG__PRAGMA(omp parallel num_threads(nth))
-        {
-            int me = TG_THREAD_NUM();
-            T *w = (T *)(void *)((char *)ws + (size_t)me * per);
-            for (int64_t gi; (gi = tg__loop_next(&l, me)) >= 0;) {
-                int64_t n0 = gi * cw * ks.nr, n1 = (gi + 1) * cw * ks.nr;
-                FN(part)
-                (&ks, ta, tb, 0, M, n0, n1 < N ? n1 : N, K, A, lda, B, ldb, C, ldc, acc, epi, w);
-            }
-        }
-        tg__gov_report(gov, &l.acct, groups);
+    FN(sched)
+    g = {&ks,           ta,  tb,  acc,    M,       N,      K,
+         lda,           ldb, ldc, pl.nkb, pl.rows, pl.ppt, ws_kc(dt_, K),
+         ws_nc(dt_, N), A,   B,   C,      epi,     ws,     per};
+    if (pl.columns) {
+        tg__gemm_run_columns(&pl, FN(sched_columns), &g);
         return;
     }
-    /* Row groups of whole strips, at most TG__SCHED_MAX_ROWS of them (fixed by M). */
-    int64_t spg = (strips + TG__SCHED_MAX_ROWS - 1) / TG__SCHED_MAX_ROWS;
-    int64_t nkb = K > 0 ? (K + KC - 1) / KC : 1, ncb = (N + NC - 1) / NC;
-    FN(sched)
-    g = {&ks,           ta, tb, acc, M,   N,  K,  lda, ldb, ldc, nkb, spg * ks.mr, 4, ws_kc(dt_, K),
-         ws_nc(dt_, N), A,  B,  C,   epi, ws, per};
-    int64_t bpanels = ((N < NC ? N : NC) + ks.nr - 1) / ks.nr;
-    tg__sched s = {ncb * nkb,
-                   (bpanels + g.ppt - 1) / g.ppt,
-                   (strips + spg - 1) / spg,
-                   FN(sched_pack),
-                   FN(sched_rows),
-                   &g,
-                   gov};
-    tg__sched_run(nth, &s);
+    pl.sched.pack = FN(sched_pack);
+    pl.sched.rows = FN(sched_rows);
+    pl.sched.arg = &g;
+    tg__sched_run(pl.nth, &pl.sched);
 }
 void FN(tg__gemm_ex)(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T *A,
                      int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc, bool acc, void *ws,

@@ -87,8 +87,7 @@ tg_status tg__kv_attention_check(const tg__call *c)
 
 tg_status tg__kv_attention_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         kv_forward_f32(c);
     else
         kv_forward_f64(c);

@@ -71,7 +71,8 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
 /* Column block of the gamma/beta gradient sums (accumulators stay in L1). */
 #define CB 256
 
-/* The kernels, written once in layer_norm_kernel.h, for f32 and for f64. */
+/* The kernels, written once in layer_norm_kernel.h, for f32 and for f64: tg__layer_norm_forward_f32
+ * ... _backward_f64, registered per dtype in ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #include "layer_norm_kernel.h"
@@ -82,23 +83,3 @@ tg_tensor *tg_layer_norm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor 
 #include "layer_norm_kernel.h"
 #undef T
 #undef SUF
-
-tg_status tg__layer_norm_forward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
-        fwd_f32(c);
-    else
-        fwd_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__layer_norm_backward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
-        bwd_f32(c);
-    else
-        bwd_f64(c);
-    return TG_OK;
-}

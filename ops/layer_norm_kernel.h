@@ -107,34 +107,35 @@ TG_SIMD_CLONES static void FN(param_cols)(const T *X, const T *DY, const T *mean
     }
 }
 
-static void FN(fwd)(const tg__call *c)
+/* From the record alone: y (and x) of c->shape; gamma, beta present where their shapes are. */
+tg_status FN(tg__layer_norm_forward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    const tg_tensor *x = y->src[0], *gm = y->src[1], *bt = y->src[2];
-    int64_t D = x->shape[x->rank - 1], R = x->numel / D;
+    bool gm = c->src_shape[1] != NULL, bt = c->src_shape[2] != NULL;
+    int64_t D = c->shape[c->rank - 1], R = c->numel / D;
     const T *G = gm ? c->in[1] : NULL, *B = bt ? c->in[2] : NULL;
     T *mean = c->saved, *rstd = mean + R;
-    T eps = (T)y->p.layer_norm.eps;
-    TG_PAR_RANGE(c->nt, x->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,
+    T eps = (T)c->p->layer_norm.eps;
+    TG_PAR_RANGE(c->nt, c->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,
                  R, 1,
                  FN(ln_fwd_rows)(c->in[0], G, B, c->out, mean, rstd, eps, D, lo, hi));
+    return TG_OK;
 }
 
-static void FN(bwd)(const tg__call *c)
+tg_status FN(tg__layer_norm_backward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    tg_tensor *x = y->src[0], *gm = y->src[1], *bt = y->src[2];
-    int64_t D = x->shape[x->rank - 1], R = x->numel / D;
+    bool gm = c->src_shape[1] != NULL, bt = c->src_shape[2] != NULL;
+    int64_t D = c->shape[c->rank - 1], R = c->numel / D;
     const T *G = gm ? c->in[1] : NULL;
     const T *mean = c->saved, *rstd = mean + R;
     int nt = c->nt;
     if (c->dx[0])
-        TG_PAR_RANGE(nt, x->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, R, 1,
+        TG_PAR_RANGE(nt, c->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, R, 1,
                      FN(ln_bwd_rows)(c->in[0], G, c->dy, mean, rstd, c->dx[0], D, lo, hi));
     T *DG = gm ? c->dx[1] : NULL, *DB = bt ? c->dx[2] : NULL;
     if (DG || DB) /* columns walked by blocks, rows in order: fixed order per column */
-        TG_PAR_RANGE(nt, x->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, D, 16,
+        TG_PAR_RANGE(nt, c->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, D, 16,
                      FN(param_cols)(c->in[0], c->dy, mean, rstd, DG, DB, R, D, lo, hi));
+    return TG_OK;
 }
 
 #undef FN

@@ -25,7 +25,8 @@ tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x)
     return tg__op_new(ctx, TG_OP_LOG_SOFTMAX, x->dtype, x->rank, x->shape, 1, &x);
 }
 
-/* The kernels, written once in log_softmax_kernel.h, for f32 and for f64. */
+/* The kernels, written once in log_softmax_kernel.h, for f32 and for f64:
+ * tg__log_softmax_forward_f32 ... _backward_f64, registered per dtype in ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #define EXP tg__expf
@@ -44,25 +45,3 @@ tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x)
 #undef SUF
 #undef EXP
 #undef LOG
-
-tg_status tg__log_softmax_forward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
-        fwd_f32(c);
-    else
-        fwd_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__log_softmax_backward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    if (!c->dx[0])
-        return TG_OK;
-    if (y->dtype == TG_F32)
-        bwd_f32(c);
-    else
-        bwd_f64(c);
-    return TG_OK;
-}

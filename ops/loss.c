@@ -61,8 +61,7 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *input, tg_tensor *target, tg_redu
 
 tg_status tg__mse_loss_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         fwd_f32(c);
     else
         fwd_f64(c);
@@ -71,11 +70,10 @@ tg_status tg__mse_loss_forward(const tg__call *c)
 
 tg_status tg__mse_loss_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     for (int s = 0; s < 2; s++) { /* input, then target: one tensor given twice is safe */
         if (!c->dx[s])
             continue;
-        if (y->dtype == TG_F32)
+        if (c->dtype == TG_F32)
             bwd_f32(c, c->dx[s], s == 1);
         else
             bwd_f64(c, c->dx[s], s == 1);

@@ -9,12 +9,11 @@
  * comment. */
 static void FN(fwd)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     const T *X = c->in[0], *Tg = c->in[1];
     T *Y = c->out;
-    int64_t n = y->src[0]->numel;
+    int64_t n = c->src_numel[0];
     int nt = c->nt;
-    if (y->p.mse.reduction == TG_REDUCTION_NONE) {
+    if (c->p->mse.reduction == TG_REDUCTION_NONE) {
         TG_OMP_FOR(nt, n > TG_PAR_MIN)
         for (int64_t i = 0; i < n; i++) {
             T d = X[i] - Tg[i];
@@ -40,18 +39,17 @@ static void FN(fwd)(const tg__call *c)
     double sum = 0;
     for (int64_t b = 0; b < nb; b++)
         sum += part[b];
-    Y[0] = (T)(y->p.mse.reduction == TG_REDUCTION_MEAN ? sum / (double)n : sum);
+    Y[0] = (T)(c->p->mse.reduction == TG_REDUCTION_MEAN ? sum / (double)n : sum);
 }
 
 /* dst += sign * norm * (x - t) * dy (dy per element for none, else the scalar) */
 static void FN(bwd)(const tg__call *c, T *dst, bool negate)
 {
-    const tg_tensor *y = c->y;
     const T *X = c->in[0], *Tg = c->in[1], *G = c->dy;
-    int64_t n = y->src[0]->numel;
+    int64_t n = c->src_numel[0];
     int nt = c->nt;
-    bool none = y->p.mse.reduction == TG_REDUCTION_NONE;
-    T norm = (T)(y->p.mse.reduction == TG_REDUCTION_MEAN ? 2.0 / (double)n : 2.0);
+    bool none = c->p->mse.reduction == TG_REDUCTION_NONE;
+    T norm = (T)(c->p->mse.reduction == TG_REDUCTION_MEAN ? 2.0 / (double)n : 2.0);
     TG_OMP_FOR(nt, n > TG_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         T v = norm * (X[i] - Tg[i]) * G[none ? i : 0];

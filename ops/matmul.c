@@ -229,8 +229,7 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
 
 tg_status tg__matmul_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         fwd_f32(c);
     else
         fwd_f64(c);
@@ -239,8 +238,7 @@ tg_status tg__matmul_forward(const tg__call *c)
 
 tg_status tg__matmul_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         bwd_f32(c);
     else
         bwd_f64(c);

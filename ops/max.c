@@ -53,7 +53,8 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner
     *A = x->shape[a];
 }
 
-/* The kernels, written once in max_kernel.h, for f32 and for f64. */
+/* The kernels, written once in max_kernel.h, for f32 and for f64: tg__max_forward_f32 ...
+ * _backward_f64, registered per dtype in ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #include "max_kernel.h"
@@ -64,25 +65,3 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner
 #include "max_kernel.h"
 #undef T
 #undef SUF
-
-tg_status tg__max_forward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    if (y->dtype == TG_F32)
-        fwd_f32(c);
-    else
-        fwd_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__max_backward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    if (!c->dx[0])
-        return TG_OK;
-    if (y->dtype == TG_F32)
-        bwd_f32(c);
-    else
-        bwd_f64(c);
-    return TG_OK;
-}

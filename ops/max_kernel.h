@@ -8,7 +8,7 @@
 /* One output element (o, i) per iteration, scanning a ascending; backward: each iteration adds
  * into its own element of dx (distinct (o, i) give distinct (o, k, i)). Race-free and
  * thread-count independent. */
-static void FN(fwd)(const tg__call *c)
+tg_status FN(tg__max_forward)(const tg__call *c)
 {
     const tg_tensor *y = c->y;
     int64_t outer, A, inner;
@@ -33,10 +33,13 @@ static void FN(fwd)(const tg__call *c)
         out[oi] = best;
         K[oi] = k;
     }
+    return TG_OK;
 }
 
-static void FN(bwd)(const tg__call *c)
+tg_status FN(tg__max_backward)(const tg__call *c)
 {
+    if (!c->dx[0])
+        return TG_OK;
     const tg_tensor *y = c->y;
     int64_t outer, A, inner;
     split(y, &outer, &A, &inner);
@@ -49,6 +52,7 @@ static void FN(bwd)(const tg__call *c)
         int64_t o = oi / inner, i = oi % inner;
         dx[(o * A + K[oi]) * inner + i] += dy[oi];
     }
+    return TG_OK;
 }
 
 #undef FN

@@ -9,6 +9,45 @@ const tg_op_def tg__op_table[TG_OP_COUNT_] = {
 #undef TG_OP
 };
 
+void tg__call_describe(tg__call *c, const tg_tensor *y)
+{
+    c->op = y->op;
+    c->dtype = y->dtype;
+    c->rank = y->rank;
+    c->numel = y->numel;
+    c->shape = y->shape;
+    c->p = &y->p;
+    for (int k = 0; k < y->n_src && k < TG_MAX_SRC; k++) {
+        const tg_tensor *s = y->src[k];
+        if (!s)
+            continue;
+        c->src_dtype[k] = s->dtype;
+        c->src_rank[k] = s->rank;
+        c->src_numel[k] = s->numel;
+        c->src_shape[k] = s->shape;
+        c->src_stride[k] = s->stride;
+    }
+    c->training = y->ctx->training;
+    c->rng = y->ctx->rng;
+}
+
+const tg__op_dt tg__op_dt_table[TG_OP_COUNT_] = {
+#define TG_OP_DT(id, f32_fwd, f32_bwd, f64_fwd, f64_bwd)                                      \
+    [TG_OP_##id] = {{f32_fwd, f64_fwd}, {f32_bwd, f64_bwd}},
+#include "ops_dtype.def"
+#undef TG_OP_DT
+};
+
+/* ops.def's columns for an op registered per dtype: its kernel for the record's dtype. */
+tg_status tg__dt_forward(const tg__call *c)
+{
+    return tg__op_dt_table[c->op].fwd[c->dtype == TG_F64](c);
+}
+tg_status tg__dt_backward(const tg__call *c)
+{
+    return tg__op_dt_table[c->op].bwd[c->dtype == TG_F64](c);
+}
+
 tg_status tg__no_check(const tg__call *c)
 {
     (void)c;

@@ -18,8 +18,11 @@ enum {
 
 /* The kernel call record: everything a kernel reads or writes in one call, filled by the
  * executor (src/graph/exec.c) from the graph's plan. A kernel never reads value pointers from
- * tensors: the node (y) gives shapes, strides, dtypes and op parameters only (y->src[k] the
- * sources' shapes and strides), the record gives this run's memory.
+ * tensors. The record describes the node (tg__call_describe: dtype, shape, the op parameters,
+ * the sources' dtypes, shapes and strides, the training flag and the RNG stream), so a
+ * converted kernel reads no tensor at all and can be called from a record filled by hand (y
+ * NULL); kernels not yet converted still read shapes and parameters through y (docs/graph.md,
+ * "Next steps"). The record gives this run's memory.
  *
  * Forward computes out from in[0..n_src) (and may fill saved, use ws). Backward ACCUMULATES
  * (+=) into dx[k] for every source k whose dx is non-NULL, reading dy (and what the op's
@@ -45,7 +48,24 @@ typedef struct tg__call {
                                  overwritten (the workspace was sized knowing it) */
     int nt;                   /* threads the kernel may use (the graph's) */
     int precision;            /* TG_PRECISION_F32 | TG_PRECISION_BF16 (the graph's) */
+    /* the node, as tg__call_describe fills it from y */
+    int op;                   /* TG_OP_* */
+    tg_dtype dtype;           /* y's */
+    int rank;
+    int64_t numel;
+    const int64_t *shape;     /* y's shape (rank entries, outermost first) */
+    const tg_op_params *p;    /* the op's parameters */
+    tg_dtype src_dtype[TG_MAX_SRC];
+    int src_rank[TG_MAX_SRC];
+    int64_t src_numel[TG_MAX_SRC];
+    const int64_t *src_shape[TG_MAX_SRC], *src_stride[TG_MAX_SRC]; /* NULL: no source */
+    bool training;            /* the context's mode when the call was filled (dropout) */
+    uint64_t *rng;            /* the RNG stream a kernel draws from (xoshiro256** state:
+                                 tg__rng_next; the context's) */
 } tg__call;
+
+/* Fill c's node description (dtype ... rng above) from node y and its context. */
+void tg__call_describe(tg__call *c, const tg_tensor *y);
 
 typedef tg_status (*tg_kernel_fn)(const tg__call *c);
 
@@ -115,6 +135,32 @@ typedef struct tg_op_def {
 
 #include "ops.def"
 #undef TG_OP
+
+/* Per-dtype kernels (ops/ops_dtype.def): fwd[d], bwd[d] for d = 0 (f32), 1 (f64); NULL for the
+ * ops that register one kernel for every dtype in ops.def. */
+typedef struct tg__op_dt {
+    tg_kernel_fn fwd[2], bwd[2];
+} tg__op_dt;
+#define TG_OP_DT(id, f32_fwd, f32_bwd, f64_fwd, f64_bwd)                                      \
+    tg_status f32_fwd(const tg__call *c);                                                      \
+    tg_status f32_bwd(const tg__call *c);                                                      \
+    tg_status f64_fwd(const tg__call *c);                                                      \
+    tg_status f64_bwd(const tg__call *c);
+#include "ops_dtype.def"
+#undef TG_OP_DT
+extern const tg__op_dt tg__op_dt_table[TG_OP_COUNT_];
+/* The kernel the executor runs for op `op` (its def) at dtype dt: the op's per-dtype kernel
+ * if it registers them, else def's one forward or backward. */
+static inline tg_kernel_fn tg__kernel(const tg_op_def *def, int op, tg_dtype dt, bool backward)
+{
+    if (op > TG_OP_NONE && op < TG_OP_COUNT_ && (dt == TG_F32 || dt == TG_F64)) {
+        const tg__op_dt *k = &tg__op_dt_table[op];
+        tg_kernel_fn f = backward ? k->bwd[dt == TG_F64] : k->fwd[dt == TG_F64];
+        if (f)
+            return f;
+    }
+    return backward ? def->backward : def->forward;
+}
 
 /* The backward column of an inference-only op (TG_OPF_NO_BACKWARD); never called. */
 tg_status tg__no_backward(const tg__call *c);

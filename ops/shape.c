@@ -169,16 +169,15 @@ tg_status tg__reshape_forward(const tg__call *c)
 
 tg_status tg__reshape_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     if (!c->dx[0])
         return TG_OK;
     if (c->dx[0] == c->dy) { /* in place: dx is dy already */
-        tg__plus_zero(c->nt, y->dtype, y->numel, c->dx[0]);
+        tg__plus_zero(c->nt, c->dtype, c->numel, c->dx[0]);
         return TG_OK;
     }
     int nt = c->nt;
-    int64_t n = y->numel;
-    if (y->dtype == TG_F32) {
+    int64_t n = c->numel;
+    if (c->dtype == TG_F32) {
         float *dx = c->dx[0];
         const float *dy = c->dy;
         TG_OMP_FOR(nt, n > TG_PAR_MIN)
@@ -232,10 +231,9 @@ tg_status tg__narrow_forward(const tg__call *c)
 
 tg_status tg__narrow_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     if (!c->dx[0])
         return TG_OK;
-    if (y->dtype == TG_F32)
+    if (c->dtype == TG_F32)
         narrow_f32(c);
     else
         narrow_f64(c);
@@ -269,17 +267,16 @@ tg_status tg__contiguous_forward(const tg__call *c)
 
 tg_status tg__contiguous_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     if (!c->dx[0])
         return TG_OK;
     if (c->dx[0] == c->dy) { /* in place: dx is dy already */
-        tg__plus_zero(c->nt, y->dtype, y->numel, c->dx[0]);
+        tg__plus_zero(c->nt, c->dtype, c->numel, c->dx[0]);
         return TG_OK;
     }
     int nt = c->nt;
-    if (y->dtype == TG_F32)
-        add_into_f32(nt, y->numel, c->dy, c->dx[0]);
+    if (c->dtype == TG_F32)
+        add_into_f32(nt, c->numel, c->dy, c->dx[0]);
     else
-        add_into_f64(nt, y->numel, c->dy, c->dx[0]);
+        add_into_f64(nt, c->numel, c->dy, c->dx[0]);
     return TG_OK;
 }

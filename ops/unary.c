@@ -91,20 +91,20 @@ tg_tensor *tg_gelu_tanh(tg_ctx *ctx, tg_tensor *x)
 #define DEF_ENTRY(op, READ)                                                                    \
     tg_status tg__##op##_forward(const tg__call *c)                                            \
     {                                                                                          \
-        if (c->y->dtype == TG_F32)                                                             \
-            op##_fwd_f32(c->nt, c->y->numel, c->in[0], c->out);                                \
+        if (c->dtype == TG_F32)                                                             \
+            op##_fwd_f32(c->nt, c->numel, c->in[0], c->out);                                \
         else                                                                                   \
-            op##_fwd_f64(c->nt, c->y->numel, c->in[0], c->out);                                \
+            op##_fwd_f64(c->nt, c->numel, c->in[0], c->out);                                \
         return TG_OK;                                                                          \
     }                                                                                          \
     tg_status tg__##op##_backward(const tg__call *c)                                           \
     {                                                                                          \
         if (!c->dx[0])                                                                         \
             return TG_OK;                                                                      \
-        if (c->y->dtype == TG_F32)                                                             \
-            op##_bwd_f32(c->nt, c->y->numel, READ(c), c->dy, c->dx[0]);                        \
+        if (c->dtype == TG_F32)                                                             \
+            op##_bwd_f32(c->nt, c->numel, READ(c), c->dy, c->dx[0]);                        \
         else                                                                                   \
-            op##_bwd_f64(c->nt, c->y->numel, READ(c), c->dy, c->dx[0]);                        \
+            op##_bwd_f64(c->nt, c->numel, READ(c), c->dy, c->dx[0]);                        \
         return TG_OK;                                                                          \
     }
 DEF_ENTRY(neg, NO_DATA)

@@ -544,6 +544,45 @@ START_TEST(test_intermediate_not_readable)
 }
 END_TEST
 
+/* Two graphs over one node keep their run-time state apart: building a second graph over y
+ * (where y has another node index) must not change what the first graph's run leaves
+ * readable. In A, w is a view of y, and y is kept by A (the base of its output v), so w is
+ * readable after A's forward; B numbers its nodes differently (y after q's nodes). */
+START_TEST(test_two_graphs_share_a_node)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2), "x");
+    tg_set(x, 0, 1.0);
+    tg_set(x, 1, 2.0);
+    tg_tensor *y = tg_exp(ctx, x);
+    tg_tensor *v = tg_reshape(ctx, y, TG_DIMS(1, 2));       /* A's output: keeps y */
+    tg_tensor *w = tg_reshape(ctx, y, TG_DIMS(2, 1));       /* a view of y, not an output */
+    tg_tensor *m = tg_mul(ctx, w, w);
+    tg_tensor *outs_a[2] = {v, m};
+    tg_graph *a = tg_graph_new(ctx, outs_a, 2);
+    ck_assert_ptr_nonnull(a);
+    tg_tensor *c = tg_input(ctx, TG_F32, TG_DIMS(2), "c");
+    tg_fill(c, 0.5);
+    tg_tensor *q = tg_exp(ctx, c);
+    tg_tensor *outs_b[2] = {q, y};
+    tg_graph *b = tg_graph_new(ctx, outs_b, 2);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_ne(index_in_graph(a, y), index_in_graph(b, y));
+    for (int round = 0; round < 2; round++) {
+        ck_assert_int_eq(tg_graph_forward(a), TG_OK);
+        ck_assert_ptr_nonnull(tg_tensor_data(w));
+        ck_assert_double_eq_tol(tg_get(w, 1), exp(2.0), 1e-5);
+        ck_assert_double_eq_tol(tg_get(m, 1), exp(4.0), 1e-3);
+        ck_assert_int_eq(tg_graph_forward(b), TG_OK); /* y is now B's: w's base too */
+        ck_assert_double_eq_tol(tg_get(y, 0), exp(1.0), 1e-5);
+        ck_assert_double_eq_tol(tg_get(q, 0), exp(0.5), 1e-6);
+    }
+    tg_graph_free(b);
+    tg_graph_free(a);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_accumulation)
 {
     tg_ctx *ctx = tg_ctx_new();
@@ -1055,6 +1094,7 @@ static Suite *graph_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_accumulation);
     tcase_add_test(tc, test_intermediate_not_readable);
+    tcase_add_test(tc, test_two_graphs_share_a_node);
     tcase_add_test(tc, test_rerun_bitwise);
     tcase_add_test(tc, test_rerun_new_data);
     tcase_add_test(tc, test_two_threads);

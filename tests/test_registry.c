@@ -8,6 +8,7 @@
  * checks that every case gives bitwise-identical outputs and gradients on 1, 2 and 3 threads.
  */
 #include "opcases.h"
+#include "registry.h"
 #include "testutil.h"
 
 #include <stdio.h>
@@ -199,6 +200,62 @@ END_TEST
 START_TEST(test_thread_invariance_f32) { tu_assert_thread_invariant(tg_opcases[_i].build, TG_F32); }
 END_TEST
 
+/* A kernel runs from its call record alone: dropout's forward and backward, called through
+ * the registry with a record filled by hand (no tensor: y NULL), give the graph's bits for the
+ * same RNG state, draw exactly one number from the record's stream in training mode and none
+ * in eval mode. */
+START_TEST(test_kernel_without_tensor)
+{
+    enum { N = 1000 };
+    static float x[N], out[N], want[N], dy[N], dx[N];
+    static _Alignas(64) unsigned char saved[64 + N];
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)(i % 17) - 8.5f;
+        dy[i] = 0.25f * (float)(i % 5);
+    }
+    /* the graph's result, and the context's RNG state before its run */
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_seed(ctx, 42);
+    tg_tensor *xt = tg_input(ctx, TG_F32, TG_DIMS(N), "x");
+    ck_assert_int_eq(tg_tensor_set_data(xt, x, TG_F32, N), TG_OK);
+    tg_tensor *y = tg_dropout(ctx, xt, 0.3);
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    ck_assert_ptr_nonnull(g);
+    uint64_t rng[4], rng0[4];
+    memcpy(rng, ctx->rng, sizeof rng);
+    memcpy(rng0, ctx->rng, sizeof rng0);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    ck_assert_int_eq(tg_tensor_get_data(y, want, TG_F32, N), TG_OK);
+    tu_ctx_free(ctx);
+
+    tg_op_params p = {.dropout = {.p = 0.3}};
+    int64_t shape[1] = {N}, stride[1] = {1};
+    tg__call c = {.n_src = 1, .in = {x}, .out = out, .saved = saved, .nt = 2,
+                  .dtype = TG_F32, .rank = 1, .numel = N, .shape = shape, .p = &p,
+                  .src_dtype = {TG_F32}, .src_rank = {1}, .src_numel = {N},
+                  .src_shape = {shape}, .src_stride = {stride}, .training = true, .rng = rng};
+    const tg_op_def *def = &tg__op_table[TG_OP_DROPOUT];
+    ck_assert_int_eq(def->forward(&c), TG_OK);
+    ck_assert_mem_eq(out, want, sizeof out);
+    (void)tg__rng_next(rng0); /* one draw */
+    ck_assert_mem_eq(rng, rng0, sizeof rng);
+    /* backward: dx += dy keep / (1 - p), from the saved mask and scale */
+    c.backward = true;
+    c.dy = dy;
+    c.dx[0] = dx;
+    ck_assert_int_eq(def->backward(&c), TG_OK);
+    float scale = (float)(1.0 / (1.0 - 0.3));
+    for (int i = 0; i < N; i++)
+        ck_assert(dx[i] == (saved[64 + i] ? dy[i] * scale : 0.0f));
+    /* eval mode: the identity, and the stream is left alone */
+    c.backward = false;
+    c.training = false;
+    ck_assert_int_eq(def->forward(&c), TG_OK);
+    ck_assert_mem_eq(out, x, sizeof out);
+    ck_assert_mem_eq(rng, rng0, sizeof rng);
+}
+END_TEST
+
 static Suite *registry_suite(void)
 {
     Suite *s = suite_create("registry");
@@ -208,6 +265,7 @@ static Suite *registry_suite(void)
     tcase_add_test(tc, test_every_op_has_three_cases);
     tcase_add_test(tc, test_case_table);
     tcase_add_loop_test(tc, test_case_uses_its_op, 0, tg_n_opcases);
+    tcase_add_test(tc, test_kernel_without_tensor);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("gradcheck");

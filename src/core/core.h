@@ -83,19 +83,12 @@ struct tg_tensor {
     size_t saved_bytes;  /* values forward saves for backward (planned per graph) */
     void *aux;           /* builder metadata owned by the node (never planned), or NULL */
 
-    const uint64_t *run_gen; /* op results bound by a graph with a shared arena (tg_arena):
-                            that arena's run generation (changes when another graph of it
-                            starts running); NULL: bound by a graph with its own arena */
-    struct tg_graph *run_graph; /* op results: the graph that last ran it (its plan holds this
-                            tensor's memory: tg__value), NULL when none or freed */
-    int64_t run_index;   /* ...and the tensor's node index in it */
-    uint64_t run_gen_at; /* ...its value when the binding was made: differing, the bytes at
-                            data, grad and saved are another graph's (tg__stale) */
-    bool reused;         /* an op result that was neither an output nor kept of the graph
-                            that last ran it, after that run: the planner gave its bytes to
-                            other values, so they are not its own (tg__stale) */
+    struct tg_graph *run_graph; /* op results: the graph that last ran it, whose plan holds
+                            this tensor's memory (tg__value; its node index there and whether
+                            the bytes are still its own are that graph's: src/graph/exec.c),
+                            NULL when none; tg__graph_gone once that graph was freed after
+                            giving the bytes to other values */
     uint64_t mark;       /* visit stamp used by graph construction */
-    int64_t topo;        /* position in the last graph built over it (scratch) */
 };
 
 /* ----- allocation: every byte goes through the context allocator and is freed with it ---- */
@@ -257,6 +250,9 @@ uint64_t tg__splitmix64(uint64_t *state);
 
 /* ----- threads ------------------------------------------------------------------------------ */
 int tg__threads(const tg_ctx *ctx);
+/* The next draw of the xoshiro256** stream with state s[4] (advances it): tg_rng_u64 on the
+ * context's; kernels draw from the stream their call record names. */
+uint64_t tg__rng_next(uint64_t *s);
 /* Below this many scalar operations a kernel runs on one thread. (Overridable at build time:
  * tests/meson.build compiles the library with TG_PAR_MIN=1 into a thread-invariance test so
  * even tiny shapes take every parallel path.) */
@@ -425,7 +421,7 @@ struct tg_ctx {
     char msg[512];
     size_t mem_limit;        /* 0: none; else tg__alloc fails beyond this many bytes */
     int n_threads;
-    uint64_t rng[4];
+    uint64_t rng[4];         /* xoshiro256** state (tg__rng_next) */
     bool training;
     bool unfused;            /* tg_ctx_set_fusion(ctx, false) */
     uint64_t next_id;

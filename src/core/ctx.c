@@ -449,11 +449,10 @@ void tg_ctx_seed(tg_ctx *ctx, uint64_t seed)
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-uint64_t tg_rng_u64(tg_ctx *ctx)
+uint64_t tg_rng_u64(tg_ctx *ctx) { return ctx ? tg__rng_next(ctx->rng) : 0; }
+
+uint64_t tg__rng_next(uint64_t *s)
 {
-    if (!ctx)
-        return 0;
-    uint64_t *s = ctx->rng;
     uint64_t result = rotl(s[1] * 5, 7) * 9;
     uint64_t t = s[1] << 17;
     s[2] ^= s[0];

@@ -9,12 +9,14 @@
 
 #include <stdio.h>
 
+tg_graph tg__graph_gone;
+
 void tg__bind(tg_graph *g, bool grads)
 {
     if (g->shared) /* the arena's current base; g now owns its contents */
         tg__arena_enter(g);
-    const uint64_t *gen = g->shared ? &g->shared->gen : NULL;
-    uint64_t gen_at = g->shared ? g->shared->gen : 0;
+    /* (tg__stale: valid until another graph of the arena runs) */
+    g->gen_at = g->shared ? g->shared->gen : 0;
     for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
         if (t->op == TG_OP_NONE) {
@@ -22,11 +24,8 @@ void tg__bind(tg_graph *g, bool grads)
             g->sval[i] = NULL;
             continue;
         }
-        t->run_gen = gen; /* (tg__stale: valid until another graph of the arena runs) */
-        t->run_gen_at = gen_at;
-        t->reused = false; /* readable while the graph runs */
+        g->reused[i] = 0; /* readable while the graph runs */
         t->run_graph = g;
-        t->run_index = i;
         if (t->base) { /* base precedes t in topological order: already bound */
             const void *bd = g->val[g->base_at[i]];
             g->val[i] = bd ? (char *)bd + t->offset * (int64_t)tg_dtype_size(t->dtype) : NULL;
@@ -52,7 +51,7 @@ void *tg__value(const tg_tensor *t)
         return b ? b + t->offset * (int64_t)tg_dtype_size(t->dtype) : NULL;
     }
     const tg_graph *g = t->run_graph;
-    return g && g->arena ? tg__buf_ptr(g, g->out_buf[t->run_index]) : NULL;
+    return g && g->arena ? tg__buf_ptr(g, g->out_buf[tg__node_at(g, t)]) : NULL;
 }
 
 void *tg__grad_value(const tg_tensor *t)
@@ -60,8 +59,19 @@ void *tg__grad_value(const tg_tensor *t)
     if (t->op == TG_OP_NONE)
         return t->grad;
     const tg_graph *g = t->run_graph;
-    return g && g->arena && g->grad_buf && g->bwd_ran ? tg__buf_ptr(g, g->grad_buf[t->run_index])
-                                                     : NULL;
+    return g && g->arena && g->grad_buf && g->bwd_ran
+               ? tg__buf_ptr(g, g->grad_buf[tg__node_at(g, t)])
+               : NULL;
+}
+
+int tg__stale_why(const tg_tensor *t)
+{
+    const tg_graph *g = t->op == TG_OP_NONE ? NULL : t->run_graph;
+    if (!g)
+        return TG__FRESH;
+    if (g == &tg__graph_gone || g->reused[tg__node_at(g, t)])
+        return TG__STALE_REUSED;
+    return g->shared && g->shared->gen != g->gen_at ? TG__STALE_ARENA : TG__FRESH;
 }
 
 void tg__poison_step(tg_graph *g, int64_t step)
@@ -88,8 +98,8 @@ void tg__mark_reused(tg_graph *g)
         tg_tensor *t = g->nodes[i];
         /* a view reads its base's memory: a leaf's, or a kept value's, is never reused */
         if (t->op != TG_OP_NONE && !g->persist[i] &&
-            !(t->base && (t->base->op == TG_OP_NONE || g->persist[t->base->topo])))
-            t->reused = true;
+            !(t->base && (t->base->op == TG_OP_NONE || g->persist[g->base_at[i]])))
+            g->reused[i] = 1;
     }
 }
 
@@ -98,7 +108,7 @@ tg_status tg__run_kernel(tg_graph *g, int64_t i, bool backward)
     tg_tensor *t = g->nodes[i];
     tg__call c;
     tg__fill_call(g, i, backward, &c);
-    return backward ? t->def->backward(&c) : t->def->forward(&c);
+    return tg__kernel(t->def, t->op, t->dtype, backward)(&c);
 }
 
 void tg__fill_call(const tg_graph *g, int64_t i, bool backward, tg__call *c)
@@ -106,6 +116,7 @@ void tg__fill_call(const tg_graph *g, int64_t i, bool backward, tg__call *c)
     const tg_tensor *t = g->nodes[i];
     memset(c, 0, sizeof *c);
     c->y = t;
+    tg__call_describe(c, t);
     c->ctx = g->ctx;
     c->n_src = t->n_src;
     const int64_t *at = g->src_at + i * TG_MAX_SRC;

@@ -56,6 +56,11 @@ typedef struct {
     uint64_t rng0[4];    /* context RNG state at entry */
     tg_status fail;      /* first failed run (a custom op's callback can fail anywhere) */
     char fail_msg[512];  /* its message (the next run would drop it) */
+    int64_t nl, total;   /* differentiable leaves; their elements */
+    /* f64, total each: the leaves' data and accumulated gradients at entry, the analytic
+     * gradient; u (projections only): the direction */
+    double *saved, *saved_grad, *analytic, *u;
+    tg_tensor *zero;     /* a zero upstream gradient */
 } gc_state;
 
 /* Keep the first failure of a forward or backward run of the check. */
@@ -117,13 +122,10 @@ static void consider(tg_gradcheck_report *rep, const tg_gradcheck_opts *o, const
     rep->n_checked++;
 }
 
-/* Which graph an op result was last run by (its memory), as before gradcheck ran. */
+/* Which graph an op result was last run by (its memory and whether the bytes are still its
+ * own are that graph's), as before gradcheck ran. */
 typedef struct {
     tg_graph *graph;
-    int64_t index;
-    const uint64_t *gen;
-    uint64_t gen_at;
-    bool reused;
 } run_binding;
 
 /* Put back the run bindings op results had before gradcheck ran. */
@@ -134,28 +136,18 @@ static void restore_bindings(tg_graph *g, const run_binding *bind)
         if (t->op == TG_OP_NONE)
             continue;
         t->run_graph = bind[i].graph;
-        t->run_index = bind[i].index;
-        t->run_gen = bind[i].gen;
-        t->run_gen_at = bind[i].gen_at;
-        t->reused = bind[i].reused;
     }
 }
 
-tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
-                       tg_gradcheck_report *report)
+/* The arguments and options of tg_gradcheck: TG_OK, or the run error recorded naming fn. */
+static tg_status gc_args_ok(tg_ctx *ctx, const tg_tensor *y, const tg_gradcheck_opts *po,
+                            const char *fn)
 {
-    static const char *fn = "tg_gradcheck";
-    if (!ctx || !y || !report)
-        return TG_ERR_ARG;
-    memset(report, 0, sizeof *report);
-    tg__begin(ctx);
-    if (tg__build_failed(ctx))
-        return ctx->status;
+    const tg_gradcheck_opts o = *po;
     if (y->ctx != ctx) {
         tg__run_err(ctx, TG_ERR_ARG, fn, "'%s' belongs to another context", y->name);
         return TG_ERR_ARG;
     }
-    tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults(y->dtype);
     if (o.n_projections > TG_GRADCHECK_MAX_PROJECTIONS) {
         tg__run_err(ctx, TG_ERR_ARG, fn, "n_projections %d is more than the most, %d",
                     o.n_projections, TG_GRADCHECK_MAX_PROJECTIONS);
@@ -173,13 +165,273 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
                     y->name);
         return TG_ERR_NOGRAD;
     }
-    gc_state st = {ctx, NULL, y, NULL, {0}, TG_OK, ""};
+    return TG_OK;
+}
+
+/* Allocate the upstream weights r, the zero upstream gradient and the f64 buffers (before any
+ * leaf or gradient is touched, so running out of memory leaves no trace: saved data, saved
+ * grads, analytic grads, projection directions). false: NOMEM recorded, nothing kept. */
+static bool gc_alloc(gc_state *st, const tg_gradcheck_opts *o, const char *fn)
+{
+    tg_ctx *ctx = st->ctx;
+    tg_tensor *y = st->y;
+    st->r = tg_const(ctx, y->dtype, y->rank, y->shape, "gradcheck.r");
+    st->zero = tg_const(ctx, y->dtype, y->rank, y->shape, "gradcheck.zero");
+    /* Saved leaf data and grads, and the analytic gradient, all in f64. */
+    int64_t total = 0;
+    size_t saved_bytes = SIZE_MAX; /* unreachable if the sizes overflow: NOMEM below */
+    bool sizes_ok = true;
+    for (int64_t l = 0; l < st->nl; l++)
+        sizes_ok = sizes_ok && tg__add_i64(total, tg_graph_grad_leaf(st->g, l)->numel, &total);
+    if (sizes_ok && !tg__bytes(total, sizeof(double) * (o->n_projections ? 4 : 3), &saved_bytes))
+        saved_bytes = SIZE_MAX;
+    double *saved = tg__alloc(ctx, saved_bytes, fn);
+    if (!st->r || !st->zero || !saved) {
+        tg__free(ctx, saved);
+        tg_tensor *tmp[2] = {st->r, st->zero};
+        for (int k = 0; k < 2; k++) {
+            if (tmp[k]) {
+                tg__free(ctx, tmp[k]->data);
+                tg__free(ctx, tmp[k]);
+            }
+        }
+        return false;
+    }
+    st->total = total;
+    st->saved = saved;
+    st->saved_grad = saved + total;
+    st->analytic = saved + 2 * total;
+    st->u = o->n_projections ? saved + 3 * total : NULL;
+    return true;
+}
+
+/* The analytic gradient, twice (the second run must be bitwise identical), once more with each
+ * rule checked for accumulation, and from a zero upstream gradient (exactly zero). */
+static void gc_analytic(gc_state *st, tg_gradcheck_report *report)
+{
+    backward(st, st->r);
+    for (int64_t l = 0, off = 0; l < st->nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(st->g, l);
+        for (int64_t i = 0; i < t->numel; i++)
+            st->analytic[off + i] = tg_grad_get(t, i);
+        off += t->numel;
+    }
+    backward(st, st->r);
+    report->backward_deterministic = true;
+    for (int64_t l = 0, off = 0; l < st->nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(st->g, l);
+        for (int64_t i = 0; i < t->numel; i++) {
+            double v = tg_grad_get(t, i), w = st->analytic[off + i];
+            if (memcmp(&v, &w, sizeof v) != 0 && !(isnan(v) && isnan(w)))
+                report->backward_deterministic = false;
+        }
+        off += t->numel;
+    }
+    /* Every rule adds into its inputs' gradients: run once more with each rule checked on
+     * pre-filled buffers (autodiff.c, run_rule_checked). Its gradients equal the first run's
+     * (the pre-fill is undone exactly), so the leaves end as before. */
+    st->g->check_accum = true;
+    memset(&st->g->accum_bad, 0, sizeof st->g->accum_bad);
+    backward(st, st->r);
+    st->g->check_accum = false;
+    report->backward_accumulates = st->g->accum_bad.node == NULL;
+    /* A zero upstream gradient must give exactly zero gradients. */
+    backward(st, st->zero);
+    report->zero_upstream_ok = true;
+    for (int64_t l = 0; l < st->nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(st->g, l);
+        for (int64_t i = 0; i < t->numel; i++)
+            if (tg_grad_get(t, i) != 0)
+                report->zero_upstream_ok = false;
+    }
+}
+
+/* Central differences per element (every `step`-th one past max_elements). */
+static void gc_elements(gc_state *st, const tg_gradcheck_opts *o, tg_gradcheck_report *report)
+{
+    for (int64_t l = 0, off = 0; l < st->nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(st->g, l);
+        int64_t step = 1;
+        if (o->max_elements > 0 && t->numel > o->max_elements)
+            step = (t->numel + o->max_elements - 1) / o->max_elements;
+        for (int64_t i = 0; i < t->numel; i += step) {
+            double x0 = st->saved[off + i];
+            tg_set(t, i, x0 + o->eps);
+            double xp = tg_get(t, i);
+            double Lp = loss(st);
+            tg_set(t, i, x0 - o->eps);
+            double xm = tg_get(t, i);
+            double Lm = loss(st);
+            tg_set(t, i, x0);
+            double numeric = (Lp - Lm) / (xp - xm);
+            consider(report, o, t, i, st->analytic[off + i], numeric);
+        }
+        off += t->numel;
+    }
+}
+
+/* Every leaf at its saved data plus h u (h 0: exactly its saved data). */
+static void gc_move(gc_state *st, double h)
+{
+    for (int64_t l = 0, off = 0; l < st->nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(st->g, l);
+        for (int64_t i = 0; i < t->numel; i++)
+            tg_set(t, i, h == 0 ? st->saved[off + i] : st->saved[off + i] + h * st->u[off + i]);
+        off += t->numel;
+    }
+}
+
+/* Random projections: per projection a new upstream v and direction u; the analytic u . grad
+ * against the central difference along u. */
+static void gc_projections(gc_state *st, const tg_gradcheck_opts *o, uint64_t *seed,
+                           tg_gradcheck_report *report)
+{
+    double *u = st->u;
+    for (int p = 0; p < o->n_projections; p++) {
+        /* new random v (upstream) and u (direction) per projection */
+        for (int64_t i = 0; i < st->y->numel; i++)
+            tg_set(st->r, i, gc_normal(seed));
+        double unorm = 0;
+        for (int64_t i = 0; i < st->total; i++) {
+            u[i] = gc_normal(seed);
+            unorm += u[i] * u[i];
+        }
+        unorm = sqrt(unorm);
+        for (int64_t i = 0; i < st->total; i++)
+            u[i] /= unorm;
+        backward(st, st->r);
+        double a = 0;
+        for (int64_t l = 0, off = 0; l < st->nl; l++) {
+            tg_tensor *t = tg_graph_grad_leaf(st->g, l);
+            for (int64_t i = 0; i < t->numel; i++)
+                a += tg_grad_get(t, i) * u[off + i];
+            off += t->numel;
+        }
+        double L[2];
+        for (int sgn = 0; sgn < 2; sgn++) {
+            gc_move(st, sgn == 0 ? o->eps : -o->eps);
+            L[sgn] = loss(st);
+        }
+        gc_move(st, 0.0);
+        consider(report, o, NULL, p, a, (L[0] - L[1]) / (2 * o->eps));
+    }
+}
+
+/* Restore leaves (data and grads) and the context's RNG. */
+static void gc_restore_leaves(gc_state *st)
+{
+    for (int64_t l = 0, off = 0; l < st->nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(st->g, l);
+        for (int64_t i = 0; i < t->numel; i++) {
+            tg_set(t, i, st->saved[off + i]);
+            if (t->grad) {
+                if (t->dtype == TG_F32)
+                    ((float *)t->grad)[i] = (float)st->saved_grad[off + i];
+                else
+                    ((double *)t->grad)[i] = st->saved_grad[off + i];
+            }
+        }
+        off += t->numel;
+    }
+    tg_rng_set_state(st->ctx, st->rng0);
+}
+
+/* The report's message: the verdict and the worst element; an accumulation failure first. */
+static void gc_message(const gc_state *st, tg_gradcheck_report *report)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg,
+             "%s: %lld checked in %d tensors, max abs err %.3g, max rel err %.3g, worst '%s'[%lld]"
+             " analytic %.10g numeric %.10g%s%s",
+             report->passed ? "PASS" : "FAIL", (long long)report->n_checked, report->n_tensors,
+             report->max_abs_err, report->max_rel_err, report->worst_tensor,
+             (long long)report->worst_index, report->worst_analytic, report->worst_numeric,
+             report->backward_deterministic ? "" : "; second backward differs",
+             report->zero_upstream_ok ? "" : "; zero upstream gave non-zero gradients");
+    if (!report->backward_accumulates) { /* the cause first: the rest would mislead */
+        char rest[sizeof msg];
+        snprintf(rest, sizeof rest, "%s", msg);
+        snprintf(msg, sizeof msg, "FAIL: the backward rule of '%s' (op %s) assigns the "
+                 "gradient of its input '%s' instead of adding to it (dx += ...): element %lld "
+                 "pre-filled with %.6g became %.6g, want %.6g; %.500s",
+                 st->g->accum_bad.node->name, tg_tensor_op_name(st->g->accum_bad.node),
+                 st->g->accum_bad.src->name, (long long)st->g->accum_bad.index,
+                 st->g->accum_bad.prefill, st->g->accum_bad.got, st->g->accum_bad.want,
+                 rest + 6 /* after "FAIL: " */);
+    }
+    size_t ml = strlen(msg);
+    if (ml >= sizeof report->message)
+        ml = sizeof report->message - 1;
+    memcpy(report->message, msg, ml);
+    report->message[ml] = '\0';
+}
+
+/* A run of the check failed: the report's message and the run error say so. */
+static tg_status gc_failed(gc_state *st, tg_gradcheck_report *report, const char *fn)
+{
+    size_t fl = strlen(st->fail_msg); /* "FAIL: a run failed: " + the message, cut */
+    const char *head = "FAIL: a run failed: ";
+    size_t hl = strlen(head), room = sizeof report->message - 1 - hl;
+    memcpy(report->message, head, hl);
+    memcpy(report->message + hl, st->fail_msg, fl < room ? fl : room);
+    report->message[hl + (fl < room ? fl : room)] = '\0';
+    tg__run_err(st->ctx, st->fail, fn, "a run of the check failed: %s", st->fail_msg);
+    return st->fail;
+}
+
+/* The checks on a forwarded graph with everything allocated: the analytic gradient's
+ * properties, then finite differences per element or along projections; leaves restored. */
+static void gc_run(gc_state *st, const tg_gradcheck_opts *o, tg_gradcheck_report *report)
+{
+    uint64_t seed = o->seed;
+    for (int64_t i = 0; i < st->y->numel; i++)
+        tg_set(st->r, i, 0.5 + gc_uniform(&seed));
+    for (int64_t l = 0, off = 0; l < st->nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(st->g, l);
+        for (int64_t i = 0; i < t->numel; i++) {
+            st->saved[off + i] = tg_get(t, i);
+            st->saved_grad[off + i] = tg_grad_get(t, i);
+        }
+        off += t->numel;
+    }
+    report->passed = true;
+    report->n_tensors = (int)st->nl;
+    gc_analytic(st, report);
+    if (o->n_projections == 0)
+        gc_elements(st, o, report);
+    else
+        gc_projections(st, o, &seed, report);
+    if (!report->backward_deterministic || !report->zero_upstream_ok ||
+        !report->backward_accumulates)
+        report->passed = false;
+    /* Restore leaves (data and grads) and recompute the outputs from the original data. */
+    gc_restore_leaves(st);
+    if (st->fail != TG_OK)
+        report->passed = false;
+    gc_message(st, report);
+}
+
+tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
+                       tg_gradcheck_report *report)
+{
+    static const char *fn = "tg_gradcheck";
+    if (!ctx || !y || !report)
+        return TG_ERR_ARG;
+    memset(report, 0, sizeof *report);
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return ctx->status;
+    tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults(y->dtype);
+    tg_status as = gc_args_ok(ctx, y, &o, fn);
+    if (as != TG_OK)
+        return as;
+    gc_state st = {.ctx = ctx, .y = y, .fail = TG_OK};
     tg_rng_get_state(ctx, st.rng0);
     st.g = tg_graph_new(ctx, &y, 1);
     if (!st.g)
         return ctx->status;
-    int64_t nl = tg_graph_n_grad_leaves(st.g);
-    if (nl == 0) {
+    st.nl = tg_graph_n_grad_leaves(st.g);
+    if (st.nl == 0) {
         tg__run_err(ctx, TG_ERR_NOGRAD, fn, "no differentiable leaves");
         tg_graph_free(st.g);
         return TG_ERR_NOGRAD;
@@ -197,228 +449,29 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
     }
     for (int64_t i = 0; i < nn; i++) {
         tg_tensor *t = tg_graph_node(st.g, i);
-        bind[i] = (run_binding){t->run_graph, t->run_index, t->run_gen, t->run_gen_at,
-                                t->reused};
+        bind[i] = (run_binding){t->run_graph};
     }
     /* A forward run that fails a data check (e.g. a token id out of range) is an error, found
      * here before leaves are perturbed; a later run that fails (a custom op's callback, at a
      * perturbed input) ends the check with its error after the leaves are restored. */
     tg_status fs = tg_graph_forward(st.g);
     tg_rng_set_state(ctx, st.rng0);
-    if (fs != TG_OK) {
-        restore_bindings(st.g, bind);
-        tg_graph_free(st.g);
-        tg__free(ctx, bind);
-        return fs;
-    }
-    st.r = tg_const(ctx, y->dtype, y->rank, y->shape, "gradcheck.r");
-    tg_tensor *zero = tg_const(ctx, y->dtype, y->rank, y->shape, "gradcheck.zero");
-    /* Saved leaf data and grads, and the analytic gradient, all in f64. */
-    int64_t total = 0;
-    size_t saved_bytes = SIZE_MAX; /* unreachable if the sizes overflow: NOMEM below */
-    bool sizes_ok = true;
-    for (int64_t l = 0; l < nl; l++)
-        sizes_ok = sizes_ok && tg__add_i64(total, tg_graph_grad_leaf(st.g, l)->numel, &total);
-    if (sizes_ok && !tg__bytes(total, sizeof(double) * (o.n_projections ? 4 : 3), &saved_bytes))
-        saved_bytes = SIZE_MAX;
-    /* Everything is allocated before any leaf or gradient is touched, so running out of
-     * memory leaves no trace: saved data, saved grads, analytic grads, projection directions. */
-    double *saved = tg__alloc(ctx, saved_bytes, fn);
-    if (!st.r || !zero || !saved) {
-        tg__free(ctx, saved);
-        tg_tensor *tmp[2] = {st.r, zero};
+    bool ran = fs == TG_OK && gc_alloc(&st, &o, fn);
+    if (ran) {
+        gc_run(&st, &o, report);
+        tg__free(ctx, st.saved);
+        tg_tensor *tmp[2] = {st.r, st.zero};
         for (int k = 0; k < 2; k++) {
-            if (tmp[k]) {
-                tg__free(ctx, tmp[k]->data);
-                tg__free(ctx, tmp[k]);
-            }
-        }
-        restore_bindings(st.g, bind);
-        tg_graph_free(st.g);
-        tg__free(ctx, bind);
-        return ctx->status;
-    }
-    double *saved_grad = saved + total, *analytic = saved + 2 * total;
-    uint64_t seed = o.seed;
-    for (int64_t i = 0; i < y->numel; i++)
-        tg_set(st.r, i, 0.5 + gc_uniform(&seed));
-    for (int64_t l = 0, off = 0; l < nl; l++) {
-        tg_tensor *t = tg_graph_grad_leaf(st.g, l);
-        for (int64_t i = 0; i < t->numel; i++) {
-            saved[off + i] = tg_get(t, i);
-            saved_grad[off + i] = tg_grad_get(t, i);
-        }
-        off += t->numel;
-    }
-
-    report->passed = true;
-    report->n_tensors = (int)nl;
-
-    /* Analytic gradient, twice: the second run must be bitwise identical. */
-    backward(&st, st.r);
-    for (int64_t l = 0, off = 0; l < nl; l++) {
-        tg_tensor *t = tg_graph_grad_leaf(st.g, l);
-        for (int64_t i = 0; i < t->numel; i++)
-            analytic[off + i] = tg_grad_get(t, i);
-        off += t->numel;
-    }
-    backward(&st, st.r);
-    report->backward_deterministic = true;
-    for (int64_t l = 0, off = 0; l < nl; l++) {
-        tg_tensor *t = tg_graph_grad_leaf(st.g, l);
-        size_t es = tg_dtype_size(t->dtype);
-        for (int64_t i = 0; i < t->numel; i++) {
-            double v = tg_grad_get(t, i);
-            if (memcmp(&v, &analytic[off + i], sizeof v) != 0 && !(isnan(v) && isnan(analytic[off + i])))
-                report->backward_deterministic = false;
-        }
-        (void)es;
-        off += t->numel;
-    }
-    /* Every rule adds into its inputs' gradients: run once more with each rule checked on
-     * pre-filled buffers (autodiff.c, run_rule_checked). Its gradients equal the first run's
-     * (the pre-fill is undone exactly), so the leaves end as before. */
-    st.g->check_accum = true;
-    memset(&st.g->accum_bad, 0, sizeof st.g->accum_bad);
-    backward(&st, st.r);
-    st.g->check_accum = false;
-    report->backward_accumulates = st.g->accum_bad.node == NULL;
-    /* A zero upstream gradient must give exactly zero gradients. */
-    backward(&st, zero);
-    report->zero_upstream_ok = true;
-    for (int64_t l = 0; l < nl; l++) {
-        tg_tensor *t = tg_graph_grad_leaf(st.g, l);
-        for (int64_t i = 0; i < t->numel; i++)
-            if (tg_grad_get(t, i) != 0)
-                report->zero_upstream_ok = false;
-    }
-
-    if (o.n_projections == 0) {
-        for (int64_t l = 0, off = 0; l < nl; l++) {
-            tg_tensor *t = tg_graph_grad_leaf(st.g, l);
-            int64_t step = 1;
-            if (o.max_elements > 0 && t->numel > o.max_elements)
-                step = (t->numel + o.max_elements - 1) / o.max_elements;
-            for (int64_t i = 0; i < t->numel; i += step) {
-                double x0 = saved[off + i];
-                tg_set(t, i, x0 + o.eps);
-                double xp = tg_get(t, i);
-                double Lp = loss(&st);
-                tg_set(t, i, x0 - o.eps);
-                double xm = tg_get(t, i);
-                double Lm = loss(&st);
-                tg_set(t, i, x0);
-                double numeric = (Lp - Lm) / (xp - xm);
-                consider(report, &o, t, i, analytic[off + i], numeric);
-            }
-            off += t->numel;
-        }
-    } else {
-        double *u = saved + 3 * total;
-        for (int p = 0; p < o.n_projections; p++) {
-            /* new random v (upstream) and u (direction) per projection */
-            for (int64_t i = 0; i < y->numel; i++)
-                tg_set(st.r, i, gc_normal(&seed));
-            double unorm = 0;
-            for (int64_t i = 0; i < total; i++) {
-                u[i] = gc_normal(&seed);
-                unorm += u[i] * u[i];
-            }
-            unorm = sqrt(unorm);
-            for (int64_t i = 0; i < total; i++)
-                u[i] /= unorm;
-            backward(&st, st.r);
-            double a = 0;
-            for (int64_t l = 0, off = 0; l < nl; l++) {
-                tg_tensor *t = tg_graph_grad_leaf(st.g, l);
-                for (int64_t i = 0; i < t->numel; i++)
-                    a += tg_grad_get(t, i) * u[off + i];
-                off += t->numel;
-            }
-            double L[2];
-            for (int sgn = 0; sgn < 2; sgn++) {
-                double h = sgn == 0 ? o.eps : -o.eps;
-                for (int64_t l = 0, off = 0; l < nl; l++) {
-                    tg_tensor *t = tg_graph_grad_leaf(st.g, l);
-                    for (int64_t i = 0; i < t->numel; i++)
-                        tg_set(t, i, saved[off + i] + h * u[off + i]);
-                    off += t->numel;
-                }
-                L[sgn] = loss(&st);
-            }
-            for (int64_t l = 0, off = 0; l < nl; l++) {
-                tg_tensor *t = tg_graph_grad_leaf(st.g, l);
-                for (int64_t i = 0; i < t->numel; i++)
-                    tg_set(t, i, saved[off + i]);
-                off += t->numel;
-            }
-            consider(report, &o, NULL, p, a, (L[0] - L[1]) / (2 * o.eps));
+            tg__free(ctx, tmp[k]->data);
+            tg__free(ctx, tmp[k]);
         }
     }
-    if (!report->backward_deterministic || !report->zero_upstream_ok ||
-        !report->backward_accumulates)
-        report->passed = false;
-
-    /* Restore leaves (data and grads) and recompute the outputs from the original data. */
-    for (int64_t l = 0, off = 0; l < nl; l++) {
-        tg_tensor *t = tg_graph_grad_leaf(st.g, l);
-        for (int64_t i = 0; i < t->numel; i++) {
-            tg_set(t, i, saved[off + i]);
-            if (t->grad) {
-                if (t->dtype == TG_F32)
-                    ((float *)t->grad)[i] = (float)saved_grad[off + i];
-                else
-                    ((double *)t->grad)[i] = saved_grad[off + i];
-            }
-        }
-        off += t->numel;
-    }
-    tg_rng_set_state(ctx, st.rng0);
-    if (st.fail != TG_OK)
-        report->passed = false;
-
-    char msg[1024];
-    snprintf(msg, sizeof msg,
-             "%s: %lld checked in %d tensors, max abs err %.3g, max rel err %.3g, worst '%s'[%lld]"
-             " analytic %.10g numeric %.10g%s%s",
-             report->passed ? "PASS" : "FAIL", (long long)report->n_checked, report->n_tensors,
-             report->max_abs_err, report->max_rel_err, report->worst_tensor,
-             (long long)report->worst_index, report->worst_analytic, report->worst_numeric,
-             report->backward_deterministic ? "" : "; second backward differs",
-             report->zero_upstream_ok ? "" : "; zero upstream gave non-zero gradients");
-    if (!report->backward_accumulates) { /* the cause first: the rest would mislead */
-        char rest[sizeof msg];
-        snprintf(rest, sizeof rest, "%s", msg);
-        snprintf(msg, sizeof msg, "FAIL: the backward rule of '%s' (op %s) assigns the "
-                 "gradient of its input '%s' instead of adding to it (dx += ...): element %lld "
-                 "pre-filled with %.6g became %.6g, want %.6g; %.500s",
-                 st.g->accum_bad.node->name, tg_tensor_op_name(st.g->accum_bad.node),
-                 st.g->accum_bad.src->name, (long long)st.g->accum_bad.index,
-                 st.g->accum_bad.prefill, st.g->accum_bad.got, st.g->accum_bad.want,
-                 rest + 6 /* after "FAIL: " */);
-    }
-    size_t ml = strlen(msg);
-    if (ml >= sizeof report->message)
-        ml = sizeof report->message - 1;
-    memcpy(report->message, msg, ml);
-    report->message[ml] = '\0';
-    tg__free(ctx, saved);
-    tg__free(ctx, st.r->data);
-    tg__free(ctx, st.r);
-    tg__free(ctx, zero->data);
-    tg__free(ctx, zero);
     restore_bindings(st.g, bind);
     tg_graph_free(st.g); /* (after restoring: its unbinding must not touch the caller's) */
     tg__free(ctx, bind);
-    if (st.fail != TG_OK) {
-        size_t fl = strlen(st.fail_msg); /* "FAIL: a run failed: " + the message, cut */
-        const char *head = "FAIL: a run failed: ";
-        size_t hl = strlen(head), room = sizeof report->message - 1 - hl;
-        memcpy(report->message, head, hl);
-        memcpy(report->message + hl, st.fail_msg, fl < room ? fl : room);
-        report->message[hl + (fl < room ? fl : room)] = '\0';
-        tg__run_err(ctx, st.fail, fn, "a run of the check failed: %s", st.fail_msg);
-        return st.fail;
-    }
+    if (!ran)
+        return fs != TG_OK ? fs : ctx->status;
+    if (st.fail != TG_OK)
+        return gc_failed(&st, report, fn);
     return report->passed ? TG_OK : TG_ERR_GRADCHECK;
 }

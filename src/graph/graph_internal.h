@@ -36,7 +36,7 @@ struct tg_arena {
                                arena's creation keeps it), or NULL while empty */
     size_t bytes;           /* its size: the largest planned need of the arena's graphs */
     uint64_t gen;           /* run generation: +1 each time a graph other than `last` starts
-                               running (tensors record it when bound: tg__stale) */
+                               running (a graph records it when it binds: tg__stale) */
     tg_graph *last;         /* the graph whose values the block holds (it ran last), or NULL */
     int64_t n_graphs;       /* live graphs built with it */
 };
@@ -72,6 +72,17 @@ struct tg_graph {
      * accessors read): values (views: their first element), gradients (leaves: this call's,
      * in backward), saved values; NULL where none */
     void **val, **gval, **sval;
+    /* the node index of a tensor (tg__node_at): open addressing over the node pointers,
+     * ix_mask + 1 slots (a power of two, at least twice the nodes) */
+    tg_tensor **ix_key;
+    int64_t *ix_val;
+    uint64_t ix_mask;
+    /* this graph's run-time state of its nodes (not the tensors': two graphs over one node
+     * keep their own) */
+    unsigned char *reused;  /* per node: after this graph's last run, an op result that was
+                               neither an output nor kept: its bytes went to other values */
+    uint64_t gen_at;        /* the shared arena's generation when this graph last bound its
+                               nodes: differing, their bytes are another graph's (tg__stale) */
     int64_t *src_at;        /* node index of source k of node i at [i * TG_MAX_SRC + k], or -1 */
     int64_t *base_at;       /* per node: its base's node index (views), or -1 */
     unsigned char *needed;  /* per node, scratch of backward */
@@ -98,8 +109,14 @@ static inline void *tg__buf_ptr(const tg_graph *g, int64_t b)
 }
 
 /* order.c: op results last run by g no longer find their memory in it (g is being freed or
- * re-planned). */
+ * re-planned); those whose bytes had gone to other values bind to tg__graph_gone (so reading
+ * them is refused as before). */
 void tg__unbind(tg_graph *g);
+/* exec.c: the binding of op results whose graph dropped them after giving their bytes to
+ * other values (no arena, no nodes). */
+extern tg_graph tg__graph_gone;
+/* order.c: t's node index in g, or -1 if t is not one of g's nodes. */
+int64_t tg__node_at(const tg_graph *g, const tg_tensor *t);
 /* arena.c: grow g's shared arena to at least `bytes` (a new block; the old one's contents are
  * carried over and every binding into it moved). false: TG_ERR_NOMEM recorded (naming fn),
  * the arena unchanged. */

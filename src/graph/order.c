@@ -56,10 +56,8 @@ void tg__unbind(tg_graph *g)
 {
     for (int64_t i = 0; g->nodes && i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
-        if (t->op != TG_OP_NONE && t->run_graph == g) {
-            t->run_graph = NULL;
-            t->run_gen = NULL;
-        }
+        if (t->op != TG_OP_NONE && t->run_graph == g)
+            t->run_graph = g->reused && g->reused[i] ? &tg__graph_gone : NULL;
     }
 }
 
@@ -76,7 +74,8 @@ void tg_graph_free(tg_graph *g)
     tg__plan_free(g);
     void *arrays[] = {g->nodes,   g->leaves, g->leaf_node, g->outputs,
                       g->needed,  g->minf_ok, g->persist, g->val,  g->gval,
-                      g->sval,    g->src_at,  g->base_at};
+                      g->sval,    g->src_at,  g->base_at, g->ix_key, g->ix_val,
+                      g->reused};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         tg__free(ctx, arrays[i]);
     tg__free(ctx, g);
@@ -182,7 +181,6 @@ static bool order_nodes(tg_graph *g)
             }
             if (g->n == ncap && !grow(ctx, (void **)&g->nodes, &ncap, sizeof(tg_tensor *)))
                 goto fail;
-            f->t->topo = g->n;
             g->nodes[g->n++] = f->t;
             sp--;
         }
@@ -192,6 +190,46 @@ static bool order_nodes(tg_graph *g)
 fail:
     tg__free(ctx, stack);
     return false;
+}
+
+static uint64_t ix_hash(const tg_tensor *t, uint64_t mask)
+{
+    return ((uint64_t)(uintptr_t)t >> 4) * 0x9E3779B97F4A7C15ull >> 20 & mask;
+}
+
+int64_t tg__node_at(const tg_graph *g, const tg_tensor *t)
+{
+    if (!g->ix_key)
+        return -1;
+    for (uint64_t h = ix_hash(t, g->ix_mask);; h = (h + 1) & g->ix_mask) {
+        if (g->ix_key[h] == t)
+            return g->ix_val[h];
+        if (!g->ix_key[h])
+            return -1;
+    }
+}
+
+/* The node index (tg__node_at): each node's slot in a table at most half full. False with the
+ * error recorded. */
+static bool index_nodes(tg_graph *g, const char *fn)
+{
+    uint64_t cap = 16;
+    while (cap < 2 * (uint64_t)g->n)
+        cap *= 2;
+    g->ix_key = tg__alloc(g->ctx, sizeof(tg_tensor *) * cap, fn);
+    g->ix_val = tg__alloc(g->ctx, sizeof(int64_t) * cap, fn);
+    g->reused = tg__alloc(g->ctx, (size_t)(g->n ? g->n : 1), fn);
+    if (!g->ix_key || !g->ix_val || !g->reused)
+        return false;
+    g->ix_mask = cap - 1;
+    for (int64_t i = 0; i < g->n; i++) {
+        uint64_t h = ix_hash(g->nodes[i], g->ix_mask);
+        while (g->ix_key[h])
+            h = (h + 1) & g->ix_mask;
+        g->ix_key[h] = g->nodes[i];
+        g->ix_val[h] = i;
+    }
+    return true;
 }
 
 /* Per-node tables: sources and bases by index, which values persist (outputs, tg_keep and
@@ -211,15 +249,15 @@ static bool node_tables(tg_graph *g, const char *fn)
     if (!g->needed || !g->persist || !g->val || !g->gval || !g->sval || !g->src_at ||
         !g->base_at)
         return false;
-    for (int64_t i = 0; i < g->n; i++) { /* (topo is this graph's numbering until another
-                                             graph is built over these nodes) */
+    for (int64_t i = 0; i < g->n; i++) {
         const tg_tensor *t = g->nodes[i];
         for (int k = 0; k < TG_MAX_SRC; k++)
-            g->src_at[i * TG_MAX_SRC + k] = k < t->n_src && t->src[k] ? t->src[k]->topo : -1;
-        g->base_at[i] = t->base ? t->base->topo : -1;
+            g->src_at[i * TG_MAX_SRC + k] =
+                k < t->n_src && t->src[k] ? tg__node_at(g, t->src[k]) : -1;
+        g->base_at[i] = t->base ? tg__node_at(g, t->base) : -1;
     }
     for (int o = 0; o < g->n_outputs; o++)
-        g->persist[g->outputs[o]->topo] = 1;
+        g->persist[tg__node_at(g, g->outputs[o])] = 1;
     for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
         if (g->precision == TG_PRECISION_BF16 && t->dtype == TG_F64) {
@@ -242,7 +280,7 @@ static bool node_tables(tg_graph *g, const char *fn)
     /* A persistent view keeps its base readable too. */
     for (int64_t i = 0; i < g->n; i++)
         if (g->persist[i] && g->nodes[i]->base)
-            g->persist[g->nodes[i]->base->topo] = 1;
+            g->persist[g->base_at[i]] = 1;
     if (!g->n_leaves)
         return true;
     g->leaves = tg__alloc(ctx, sizeof(tg_tensor *) * (size_t)g->n_leaves, fn);
@@ -282,17 +320,17 @@ static bool minf_allowance(tg_graph *g, const char *fn)
             if (fl & TG_OPF_MINF_OUT)
                 g->minf_ok[i] = 1;
             if ((fl & TG_OPF_MINF_SRC1) && t->n_src > 1 && t->src[1])
-                g->minf_ok[t->src[1]->topo] = 1;
+                g->minf_ok[g->src_at[i * TG_MAX_SRC + 1]] = 1;
             for (int k = 3; (fl & TG_OPF_MINF_SRC3) && k < t->n_src; k++) /* its masks */
                 if (t->src[k])
-                    g->minf_ok[t->src[k]->topo] = 1;
+                    g->minf_ok[g->src_at[i * TG_MAX_SRC + k]] = 1;
         } else if (is_layout(t) && g->minf_ok[i]) {
-            g->minf_ok[t->src[0]->topo] = 1;
+            g->minf_ok[g->src_at[i * TG_MAX_SRC]] = 1;
         }
     }
     for (int64_t i = 0; i < g->n; i++) {
         tg_tensor *t = g->nodes[i];
-        if (is_layout(t) && g->minf_ok[t->src[0]->topo])
+        if (is_layout(t) && g->minf_ok[g->src_at[i * TG_MAX_SRC]])
             g->minf_ok[i] = 1;
     }
     return true;
@@ -312,8 +350,8 @@ tg_graph *tg_graph_new_opts(tg_ctx *ctx, tg_tensor *const *outputs, int n_output
     tg_graph *g = graph_record(ctx, outputs, n_outputs, opts, fn);
     if (!g)
         return NULL;
-    if (order_nodes(g) && node_tables(g, fn) && (!g->anomaly || minf_allowance(g, fn)) &&
-        tg__plan(g, fn))
+    if (order_nodes(g) && index_nodes(g, fn) && node_tables(g, fn) &&
+        (!g->anomaly || minf_allowance(g, fn)) && tg__plan(g, fn))
         return g;
     tg_graph_free(g); /* the error is recorded; give back the graph's own arrays */
     return NULL;

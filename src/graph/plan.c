@@ -237,12 +237,13 @@ static size_t ws_bytes(const tg_graph *g, const tg_tensor *t, bool backward)
     tg__call c;
     memset(&c, 0, sizeof c);
     c.y = t;
+    tg__call_describe(&c, t);
     c.ctx = g->ctx;
     c.n_src = t->n_src;
     c.nt = g->nt;
     c.precision = g->precision;
     c.backward = backward;
-    c.dy_scratch = backward && !g->persist[t->topo];
+    c.dy_scratch = backward && !g->persist[tg__node_at(g, t)];
     return t->def->workspace(&c);
 }
 
@@ -254,6 +255,11 @@ static uint64_t data_bytes(const tg_tensor *t)
 
 /* The tensor whose buffer t's data lives in (t itself unless t is a view). */
 static const tg_tensor *owner_of(const tg_tensor *t) { return t->base ? t->base : t; }
+/* The node index of node i's memory owner (its base for a view). */
+static int64_t owner_at(const tg_graph *g, int64_t i)
+{
+    return g->base_at[i] >= 0 ? g->base_at[i] : i;
+}
 
 /* The blocks a plan allocates (the plan's arrays and the arena), for freeing or re-owning
  * them together; *n gets their count. */
@@ -340,7 +346,6 @@ static bool plan_tables(tg_graph *g, plan_scratch *sc, const char *fn)
         sc->gstart[i] = -1;
         sc->lastc[i] = sc->prevc[i] = sc->shared[i] = -1;
         sc->ncons[i] = 0;
-        g->nodes[i]->topo = i;
     }
     return true;
 }
@@ -361,21 +366,21 @@ static void plan_lifetimes(tg_graph *g, plan_scratch *sc)
             tg_tensor *s = t->src[k];
             if (!s)
                 continue;
-            int64_t b = owner_of(s)->topo;
+            int64_t si = g->src_at[j * TG_MAX_SRC + k], b = owner_at(g, si);
             if (end[b] < j)
                 end[b] = j;
             if (bw && tg__opf_reads_src(fl, k) && end[b] < tg__bwd_step(g, j))
                 end[b] = tg__bwd_step(g, j);
             if (bw && s->requires_grad) {
-                gstart[s->topo] = tg__bwd_step(g, j); /* ascending j: the last consumer wins */
-                if (sc->lastc[s->topo] != j)
-                    sc->prevc[s->topo] = sc->lastc[s->topo];
-                sc->lastc[s->topo] = j;
-                sc->ncons[s->topo]++;
+                gstart[si] = tg__bwd_step(g, j); /* ascending j: the last consumer wins */
+                if (sc->lastc[si] != j)
+                    sc->prevc[si] = sc->lastc[si];
+                sc->lastc[si] = j;
+                sc->ncons[si]++;
             }
         }
         if (bw && (fl & TG_OPF_OUT)) {
-            int64_t b = owner_of(t)->topo;
+            int64_t b = owner_at(g, j);
             if (end[b] < tg__bwd_step(g, j))
                 end[b] = tg__bwd_step(g, j);
         }
@@ -390,7 +395,7 @@ static void plan_lifetimes(tg_graph *g, plan_scratch *sc)
             end[i] = TG__FOREVER;
     for (int64_t i = 0; i < n; i++)
         if (g->persist[i]) {
-            end[owner_of(g->nodes[i])->topo] = TG__FOREVER;
+            end[owner_at(g, i)] = TG__FOREVER;
             if (grads && g->nodes[i]->requires_grad)
                 gstart[i] = n;
         }
@@ -465,7 +470,7 @@ static void grad_alias(tg_graph *g, plan_scratch *sc, int64_t i)
         g->bufs[g->grad_buf[i]].alias = G;
     } else if (fits && !twice && (c->def->flags & TG_OPF_BWD_SHARE1) && c->n_src == 2 &&
                c->src[1] == t && sc->ncons[i] == 1 && sc->shared[j] < 0 &&
-               c->src[0]->topo < i) {
+               g->src_at[j * TG_MAX_SRC] < i) {
         /* add: src[1]'s gradient is dy too. It shares c's gradient (which src[0] may
          * take later, see above) when c is t's only consumer and src[0] comes earlier
          * (its rule, which may rewrite the buffer in place, runs after t's). The add's
@@ -526,16 +531,17 @@ static void plan_inplace(tg_graph *g)
         if (g->out_buf[i] < 0 || !(t->def->flags & TG_OPF_INPLACE) || t->n_src < 1)
             continue;
         tg_tensor *x = t->src[0];
-        if (!x || x->op == TG_OP_NONE || x->base || g->out_buf[x->topo] < 0)
+        int64_t xi = g->src_at[i * TG_MAX_SRC];
+        if (!x || x->op == TG_OP_NONE || x->base || g->out_buf[xi] < 0)
             continue;
-        tg__buf *xb = &g->bufs[g->out_buf[x->topo]];
+        tg__buf *xb = &g->bufs[g->out_buf[xi]];
         if (xb->end != i || xb->size != g->bufs[g->out_buf[i]].size)
             continue;
         bool other = false;
         for (int k = 1; k < t->n_src; k++)
             other = other || (t->src[k] && owner_of(t->src[k]) == x);
         if (!other)
-            g->bufs[g->out_buf[i]].alias = g->out_buf[x->topo];
+            g->bufs[g->out_buf[i]].alias = g->out_buf[xi];
     }
 }
 

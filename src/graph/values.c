@@ -14,9 +14,10 @@
  * naming fn, or TG_OK. */
 static tg_status fresh_ok(const tg_tensor *t, const char *fn)
 {
-    if (!tg__stale(t))
+    int why = tg__stale_why(t);
+    if (why == TG__FRESH)
         return TG_OK;
-    if (t->reused)
+    if (why == TG__STALE_REUSED)
         tg__run_err(t->ctx, TG_ERR_STATE, fn,
                     "'%s' is an intermediate value of its graph (neither an output nor kept): "
                     "its memory went to later values; call tg_keep('%s') before tg_graph_new "

@@ -15,12 +15,12 @@ void *tg__value(const tg_tensor *t);
  * graph that last ran backward over it (NULL if none). (src/graph/exec.c) */
 void *tg__grad_value(const tg_tensor *t);
 
-/* Are t's data, grad and saved bytes another graph's? (An op result whose plan gave its bytes
- * to later values, or last bound by a graph with a shared arena after another graph of that
- * arena started running.) */
-static inline bool tg__stale(const tg_tensor *t)
-{
-    return t->reused || (t->run_gen && *t->run_gen != t->run_gen_at);
-}
+/* Are t's data, grad and saved bytes another graph's, and why? TG__STALE_REUSED: an op result
+ * whose plan (of the graph that last ran it) gave its bytes to later values; TG__STALE_ARENA:
+ * last bound by a graph with a shared arena, and another graph of that arena started running
+ * since. Both are the state of the graph that last ran t, not of t. (src/graph/exec.c) */
+enum { TG__FRESH, TG__STALE_REUSED, TG__STALE_ARENA };
+int tg__stale_why(const tg_tensor *t);
+static inline bool tg__stale(const tg_tensor *t) { return tg__stale_why(t) != TG__FRESH; }
 
 #endif /* TG_VALUES_H */
