@@ -198,6 +198,47 @@ static const char *style_of(const tg_tensor *t, int custom_op)
     return tg_tensor_is_view(t) ? "style=dashed" : "";
 }
 
+/* One line per node: op, name, shape and dtype, and its style. */
+static void emit_nodes(out_t *o, const tg_graph *g, int64_t n, int custom_op)
+{
+    for (int64_t i = 0; i < n && !o->err; i++) {
+        const tg_tensor *t = tg_graph_node(g, i);
+        char sh[200];
+        printf_(o, "  n%lld [label=\"", (long long)i);
+        esc(o, tg_tensor_op_name(t));
+        puts_(o, "\\n");
+        esc(o, tg_tensor_name(t));
+        printf_(o, "\\n%s %s\"", tg_tensor_shape_str(t, sh, sizeof sh),
+                tg_dtype_str(tg_tensor_dtype(t)));
+        const char *st = style_of(t, custom_op);
+        if (st[0])
+            printf_(o, ", %s", st);
+        puts_(o, "];\n");
+    }
+}
+
+/* The backward edges: each op to the distinct sources its rule sends a gradient to. */
+static void emit_backward_edges(out_t *o, const tg_graph *g, const node_ref *refs, int64_t n)
+{
+    puts_(o, "  // backward: each op to the sources its rule sends a gradient to\n");
+    for (int64_t i = 0; i < n && !o->err; i++) {
+        const tg_tensor *t = tg_graph_node(g, i);
+        if (tg_tensor_n_srcs(t) == 0 || !tg_tensor_requires_grad(t))
+            continue;
+        for (int k = 0; k < tg_tensor_n_srcs(t); k++) {
+            const tg_tensor *s = tg_tensor_src(t, k);
+            bool dup = false; /* one edge per distinct source */
+            for (int m = 0; m < k; m++)
+                dup = dup || tg_tensor_src(t, m) == s;
+            int64_t j = find(refs, n, s);
+            if (dup || j < 0 || !tg_tensor_requires_grad(s))
+                continue;
+            printf_(o, "  n%lld -> n%lld [style=dashed, color=\"#c0392b\", "
+                    "constraint=false];\n", (long long)i, (long long)j);
+        }
+    }
+}
+
 tg_status tg__dot_emit(const tg_graph *g, int flags, const char *fn, tg__dot_put_fn putf,
                        void *user, int *put_errno)
 {
@@ -221,7 +262,6 @@ tg_status tg__dot_emit(const tg_graph *g, int flags, const char *fn, tg__dot_put
     qsort(refs, (size_t)n, sizeof *refs, cmp_ref);
     o->put = putf;
     o->user = user;
-    int custom_op = tg_op_find("custom");
 
     puts_(o, "// tgrad graph: nodes in execution order (n0 first); edges from source to "
              "consumer\n");
@@ -230,20 +270,7 @@ tg_status tg__dot_emit(const tg_graph *g, int flags, const char *fn, tg__dot_put
         puts_(o, "  rankdir=LR;\n");
     puts_(o, "  node [fontname=\"Helvetica\", fontsize=10];\n"
              "  edge [arrowsize=0.7];\n");
-    for (int64_t i = 0; i < n && !o->err; i++) {
-        const tg_tensor *t = tg_graph_node(g, i);
-        char sh[200];
-        printf_(o, "  n%lld [label=\"", (long long)i);
-        esc(o, tg_tensor_op_name(t));
-        puts_(o, "\\n");
-        esc(o, tg_tensor_name(t));
-        printf_(o, "\\n%s %s\"", tg_tensor_shape_str(t, sh, sizeof sh),
-                tg_dtype_str(tg_tensor_dtype(t)));
-        const char *st = style_of(t, custom_op);
-        if (st[0])
-            printf_(o, ", %s", st);
-        puts_(o, "];\n");
-    }
+    emit_nodes(o, g, n, tg_op_find("custom"));
     for (int64_t i = 0; i < n && !o->err; i++) {
         const tg_tensor *t = tg_graph_node(g, i);
         for (int k = 0; k < tg_tensor_n_srcs(t); k++) {
@@ -252,25 +279,8 @@ tg_status tg__dot_emit(const tg_graph *g, int flags, const char *fn, tg__dot_put
                 printf_(o, "  n%lld -> n%lld;\n", (long long)j, (long long)i);
         }
     }
-    if (flags & TG_DOT_BACKWARD) {
-        puts_(o, "  // backward: each op to the sources its rule sends a gradient to\n");
-        for (int64_t i = 0; i < n && !o->err; i++) {
-            const tg_tensor *t = tg_graph_node(g, i);
-            if (tg_tensor_n_srcs(t) == 0 || !tg_tensor_requires_grad(t))
-                continue;
-            for (int k = 0; k < tg_tensor_n_srcs(t); k++) {
-                const tg_tensor *s = tg_tensor_src(t, k);
-                bool dup = false; /* one edge per distinct source */
-                for (int m = 0; m < k; m++)
-                    dup = dup || tg_tensor_src(t, m) == s;
-                int64_t j = find(refs, n, s);
-                if (dup || j < 0 || !tg_tensor_requires_grad(s))
-                    continue;
-                printf_(o, "  n%lld -> n%lld [style=dashed, color=\"#c0392b\", "
-                        "constraint=false];\n", (long long)i, (long long)j);
-            }
-        }
-    }
+    if (flags & TG_DOT_BACKWARD)
+        emit_backward_edges(o, g, refs, n);
     puts_(o, "}\n");
     flush(o);
     int e = o->err;

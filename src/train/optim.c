@@ -92,18 +92,9 @@ static bool check_distinct(tg_ctx *ctx, const char *fn, int64_t n, tg_tensor *co
     return false;
 }
 
-tg_optim *tg_optim_new(tg_ctx *ctx, const tg_optim_config *cfg, int64_t n,
-                       tg_tensor *const *params)
+/* The configuration's values: false with the error recorded (naming fn). */
+static bool config_ok(tg_ctx *ctx, const char *fn, const tg_optim_config *c)
 {
-    static const char *fn = "tg_optim_new";
-    if (!ctx)
-        return NULL;
-    tg__begin(ctx);
-    if (tg__build_failed(ctx))
-        return NULL; /* a build error is pending: keep it, allocate nothing */
-    if (!cfg)
-        return NULL; /* NULL arguments: NULL, nothing recorded (as before any error) */
-    const tg_optim_config *c = cfg;
     if (c->kind < TG_OPTIM_SGD || c->kind > TG_OPTIM_ADAMW)
         return tg__err(ctx, TG_ERR_ARG, fn, "unknown optimizer kind %d", (int)c->kind);
     if (!(c->lr >= 0) || !isfinite(c->lr))
@@ -124,6 +115,73 @@ tg_optim *tg_optim_new(tg_ctx *ctx, const tg_optim_config *cfg, int64_t n,
                        c->beta2);
     if (!(c->eps > 0) || !isfinite(c->eps))
         return tg__err(ctx, TG_ERR_ARG, fn, "eps %g must be finite and > 0", c->eps);
+    return true;
+}
+
+/* Give back what a failed tg_optim_new made (state tensors included). */
+static void optim_discard(tg_ctx *ctx, tg_optim *o)
+{
+    for (int64_t i = 0; i < o->n && o->m && o->v; i++) {
+        tg_tensor *st[2] = {o->m[i], o->v[i]};
+        for (int k = 0; k < 2; k++)
+            if (st[k]) {
+                tg__free(ctx, st[k]->data);
+                tg__free(ctx, st[k]);
+            }
+    }
+    tg__free(ctx, o->params);
+    tg__free(ctx, o->m);
+    tg__free(ctx, o->v);
+    tg__free(ctx, o);
+}
+
+/* Every entry a distinct parameter of ctx: false with the error recorded. */
+static bool params_ok(tg_ctx *ctx, const char *fn, int64_t n, tg_tensor *const *params)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (!params[i] || params[i]->ctx != ctx || params[i]->kind != TG_KIND_PARAM) {
+            tg__err(ctx, TG_ERR_ARG, fn, "entry %lld is %s", (long long)i,
+                    !params[i] ? "NULL"
+                    : params[i]->ctx != ctx ? "not a parameter of this context (it belongs to "
+                                              "another context)"
+                                            : "not a parameter of this context");
+            return false;
+        }
+    }
+    return check_distinct(ctx, fn, n, params);
+}
+
+/* The optimizer's state tensors (SGD momentum, or Adam's m and v) for every parameter. */
+static bool make_state(tg_ctx *ctx, tg_optim *o, tg_tensor *const *params)
+{
+    const tg_optim_config *c = &o->cfg;
+    for (int64_t i = 0; i < o->n; i++) {
+        o->params[i] = params[i];
+        bool sgd = c->kind == TG_OPTIM_SGD;
+        if (sgd && c->momentum == 0)
+            continue;
+        o->m[i] = state_like(ctx, params[i], sgd ? "sgd.momentum." : "adam.m.");
+        if (!o->m[i])
+            return false;
+        if (!sgd && !(o->v[i] = state_like(ctx, params[i], "adam.v.")))
+            return false;
+    }
+    return true;
+}
+
+tg_optim *tg_optim_new(tg_ctx *ctx, const tg_optim_config *cfg, int64_t n,
+                       tg_tensor *const *params)
+{
+    static const char *fn = "tg_optim_new";
+    if (!ctx)
+        return NULL;
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return NULL; /* a build error is pending: keep it, allocate nothing */
+    if (!cfg)
+        return NULL; /* NULL arguments: NULL, nothing recorded (as before any error) */
+    if (!config_ok(ctx, fn, cfg))
+        return NULL;
     if (!params) {
         n = ctx->n_params;
         params = ctx->params;
@@ -138,51 +196,14 @@ tg_optim *tg_optim_new(tg_ctx *ctx, const tg_optim_config *cfg, int64_t n,
     if (!o)
         return NULL;
     o->ctx = ctx;
-    o->cfg = *c;
+    o->cfg = *cfg;
     o->n = n;
     o->params = tg__alloc(ctx, bytes, fn);
     o->m = tg__alloc(ctx, bytes, fn);
     o->v = tg__alloc(ctx, bytes, fn);
-    if (!o->params || !o->m || !o->v)
-        goto fail;
-    for (int64_t i = 0; i < n; i++) {
-        if (!params[i] || params[i]->ctx != ctx || params[i]->kind != TG_KIND_PARAM) {
-            tg__err(ctx, TG_ERR_ARG, fn, "entry %lld is %s", (long long)i,
-                    !params[i] ? "NULL"
-                    : params[i]->ctx != ctx ? "not a parameter of this context (it belongs to "
-                                              "another context)"
-                                            : "not a parameter of this context");
-            goto fail;
-        }
-    }
-    if (!check_distinct(ctx, fn, n, params))
-        goto fail;
-    for (int64_t i = 0; i < n; i++) {
-        o->params[i] = params[i];
-        bool sgd = c->kind == TG_OPTIM_SGD;
-        if (sgd && c->momentum == 0)
-            continue;
-        o->m[i] = state_like(ctx, params[i], sgd ? "sgd.momentum." : "adam.m.");
-        if (!o->m[i])
-            goto fail;
-        if (!sgd && !(o->v[i] = state_like(ctx, params[i], "adam.v.")))
-            goto fail;
-    }
-    return o;
-
-fail: /* the error is recorded; give back what was made (state tensors included) */
-    for (int64_t i = 0; i < n && o->m && o->v; i++) {
-        tg_tensor *st[2] = {o->m[i], o->v[i]};
-        for (int k = 0; k < 2; k++)
-            if (st[k]) {
-                tg__free(ctx, st[k]->data);
-                tg__free(ctx, st[k]);
-            }
-    }
-    tg__free(ctx, o->params);
-    tg__free(ctx, o->m);
-    tg__free(ctx, o->v);
-    tg__free(ctx, o);
+    if (o->params && o->m && o->v && params_ok(ctx, fn, n, params) && make_state(ctx, o, params))
+        return o;
+    optim_discard(ctx, o); /* the error is recorded */
     return NULL;
 }
 
