@@ -248,7 +248,7 @@ tg_tensor *tg_custom_op(tg_ctx *ctx, const tg_custom_def *def, int n_inputs,
 }
 
 /* ---- the trampolines --------------------------------------------------------------------
- * The user's tg_custom_call is a view of the kernel call record (src/core/registry.h): the
+ * The user's tg_custom_call is a view of the kernel call record (ops/registry.h): the
  * same fields one to one (input = in, output = out, grad_output = dy, grad_input = dx,
  * workspace = ws, n_threads = nt), plus the shapes and the user pointer. */
 

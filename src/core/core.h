@@ -44,7 +44,7 @@ typedef union tg_op_params {
                                                   y->aux, which owns it) */
 } tg_op_params;
 
-struct tg_op_def; /* src/core/registry.h */
+struct tg_op_def; /* ops/registry.h */
 
 /* A tensor is a graph node: metadata (dtype, shape, strides, view source, op, sources, typed
  * params, kind, flags). Leaves (params, inputs, constants) own their data; every other buffer

@@ -136,7 +136,7 @@ void tg__tensor_discard(tg_ctx *ctx, tg_tensor *t);
  * as %g writes them (src/io/model_meta.c). */
 void tg__fmt_double(double v, char *buf, size_t n);
 
-/* Optimizer state read from a file (src/io/checkpoint.c): every value finite, and Adam's
+/* Optimizer state read from a file (src/train/checkpoint.c): every value finite, and Adam's
  * second moments (@p name "adam.v.*") >= 0; one NaN would silently turn every later step of
  * that parameter into NaN. The first bad element's index, or -1 (an integer tensor: -1). */
 int64_t tg__optim_state_bad(const char *name, const tg_tensor *f);
