@@ -191,22 +191,35 @@ static int64_t count_right(const tg_train_tokens *m, const int32_t *tgt)
     return right;
 }
 
+/* The held-out loss of the batch in ids_buf/tgt_buf, added to *sum (the graph runs Bm rows at
+ * a time, K chunks, each added in order); with right, also the right tokens of each chunk. */
+static tg_status batch_loss(tg_train_tokens *m, double *sum, int64_t *right, int64_t *total)
+{
+    int64_t K = m->o.grad_accum, T = m->o.seq_len;
+    for (int64_t c = 0; c < K; c++) {
+        if (set_rows(m, c * m->Bm) != TG_OK || tg_graph_forward(m->g) != TG_OK)
+            return failed(m->ctx);
+        *sum += K == 1 ? tg_get(m->val_loss, 0) : tg_get(m->val_loss, 0) / (double)K;
+        if (right) {
+            *right += count_right(m, m->tgt_buf + c * m->Bm * T);
+            *total += m->Bm * T;
+        }
+    }
+    return TG_OK;
+}
+
 /* The task's held-out loss and token accuracy over 8 fixed batches of unseen sequences. */
 static tg_status evaluate_task(tg_train_tokens *m, double *val, double *acc)
 {
     const tg_train_tokens_opts *o = &m->o;
     uint64_t rs = o->eval_seed ^ 0x5eed5eedULL;
-    int64_t B = o->batch, T = o->seq_len, K = o->grad_accum, correct = 0, total = 0;
+    int64_t B = o->batch, T = o->seq_len, correct = 0, total = 0;
     double sum = 0;
     for (int k = 0; k < 8; k++) {
         tg_task_batch(o->task, &rs, B, T, m->ids_buf, m->tgt_buf);
-        for (int64_t c = 0; c < K; c++) { /* the graph runs Bm rows at a time */
-            if (set_rows(m, c * m->Bm) != TG_OK || tg_graph_forward(m->g) != TG_OK)
-                return failed(m->ctx);
-            sum += K == 1 ? tg_get(m->val_loss, 0) : tg_get(m->val_loss, 0) / (double)K;
-            correct += count_right(m, m->tgt_buf + c * m->Bm * T);
-            total += m->Bm * T;
-        }
+        tg_status s = batch_loss(m, &sum, &correct, &total);
+        if (s != TG_OK)
+            return s;
     }
     *val = sum / 8;
     *acc = (double)correct / (double)total;
@@ -241,16 +254,14 @@ static tg_status evaluate_seq2seq(tg_train_tokens *m, double *val, double *acc)
 {
     const tg_train_tokens_opts *o = &m->o;
     uint64_t rs = o->eval_seed ^ 0x5eed5eedULL;
-    int64_t B = o->batch, T = o->seq_len, K = o->grad_accum, exact = 0, right = 0;
+    int64_t B = o->batch, T = o->seq_len, exact = 0, right = 0;
     double sum = 0;
     for (int k = 0; k < 8; k++) {
         tg_task_batch(o->task, &rs, B, T, m->ids_buf, m->tgt_buf);
-        for (int64_t c = 0; c < K; c++) { /* the graph runs Bm rows at a time */
-            if (set_rows(m, c * m->Bm) != TG_OK || tg_graph_forward(m->g) != TG_OK)
-                return failed(m->ctx);
-            sum += K == 1 ? tg_get(m->val_loss, 0) : tg_get(m->val_loss, 0) / (double)K;
-        }
-        tg_status s = decode_count(m, &exact, &right);
+        tg_status s = batch_loss(m, &sum, NULL, NULL);
+        if (s != TG_OK)
+            return s;
+        s = decode_count(m, &exact, &right);
         if (s == TG_ERR_NONFINITE) { /* NaN or inf logits: nothing counts as decoded */
             tg_ctx_clear_error(m->ctx);
             *val = NAN;
