@@ -1297,7 +1297,7 @@ typedef struct tg_train_record {
 } tg_train_record;
 
 /** Most entries tg_train_record_meta() writes. */
-#define TG_TRAIN_RECORD_META_MAX 32
+#define TG_TRAIN_RECORD_META_MAX 40
 
 /** The entries of tg_train_record_meta(): @c keys[i] = @c values[i] for i < n, in order; a NULL
  *  value places a training-state key (tg_train_checkpoint_save()). The values point into

@@ -273,7 +273,8 @@ static bool build_pairs(trainer *t, const tg_optim_config *oc)
         cli_report("train", "building the model", NULL, t->ctx);
         return false;
     }
-    if (t->a.dot && !pairs_write_dot(&t->pr, t->ctx, &t->a)) {
+    const tg_graph *g = t->a.dot ? tg_train_pairs_graph(t->pr.run) : NULL;
+    if (t->a.dot && (!g || tg_graph_write_dot(g, t->a.dot, TG_DOT_BACKWARD) != TG_OK)) {
         cli_report("train", "--dot", t->a.dot, t->ctx);
         return false;
     }
@@ -405,20 +406,11 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     ts.position = steps_done * t->B;
     ts.steps = a->steps;
     ts.best_val = t->best_val;
-    if (t->pairs) {
-        ts.epoch = t->pr.epoch;
-        ts.batch = t->pr.cursor;
-    }
+    if (t->pairs)
+        tg_train_pairs_position(t->pr.run, &ts.epoch, &ts.batch);
     tg_train_record rec = run_record(t);
-    const char *keys[64], *vals[64];
-    char *owned[8] = {NULL};
-    int nk = 0;
-    if (tg_train_record_meta(t->ctx, &rec, m) == TG_OK) {
-        nk = m->n;
-        memcpy(keys, m->keys, sizeof m->keys[0] * (size_t)nk);
-        memcpy(vals, m->values, sizeof m->values[0] * (size_t)nk);
-    }
-    if (nk == 0 || (t->pairs && !pairs_meta(&t->pr, a, keys, vals, owned, &nk))) {
+    if (tg_train_record_meta(t->ctx, &rec, m) != TG_OK ||
+        (t->pairs && tg_train_pairs_meta(t->pr.run, m) != TG_OK)) {
         free(m);
         errf("saving checkpoint: out of memory (%s)", kept);
         return false;
@@ -431,9 +423,7 @@ static bool save_checkpoint(trainer *t, int64_t steps_done)
     sigaddset(&block, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &block, &old);
     bool ok = tg_train_checkpoint_save(t->ctx, a->checkpoint, t->opt, &t->mc, train_dtype(a),
-                                       &ts, nk, keys, vals, NULL) == TG_OK;
-    for (int i = 0; i < 8; i++)
-        free(owned[i]);
+                                       &ts, m->n, m->keys, m->values, NULL) == TG_OK;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     free(m);
     t->saved |= ok;
@@ -460,7 +450,8 @@ static void progress(trainer *t, int64_t s, double l, double lr, bool final)
 {
     train_progress *p = &t->pg;
     p->trained = t->trained;
-    p->epoch = t->pr.epoch;
+    int64_t batch;
+    tg_train_pairs_position(t->pr.run, &p->epoch, &batch);
     p->tok_s = t->tok_s;
     p->last_val = t->last_val;
     p->acc = t->acc;
@@ -474,25 +465,17 @@ static void progress(trainer *t, int64_t s, double l, double lr, bool final)
 /* A signal arrived during the setup: stop it between two stages (cmd_train says so). */
 static bool setup_interrupted(void) { return tsig_stop_requested(); }
 
-/* The status of a call that failed with its error on the context. */
-static tg_status failed(const tg_ctx *ctx)
-{
-    tg_status s = tg_ctx_status(ctx);
-    return s != TG_OK ? s : TG_ERR_STATE;
-}
-
 /* Validation loss (text) or held-out loss and accuracy (task) into @p val. */
 static bool evaluate(trainer *t, double *val)
 {
     tg_ctx_set_training(t->ctx, false);
     *val = NAN;
     if (t->pairs) {
-        bool nonfinite;
-        if (!pairs_evaluate(&t->pr, t->ctx, &t->a, val, &nonfinite))
+        bool reached; /* BLEU, the metric the run may stop on (--target-bleu) */
+        if (tg_train_pairs_evaluate(t->pr.run, val, &t->acc, &reached) != TG_OK)
             return false;
-        t->acc = t->pr.bleu; /* the metric the run may stop on (--target-bleu) */
-        if (t->a.target_bleu > 0 && t->pr.bleu >= t->a.target_bleu)
-            t->reached = true;
+        pairs_scores(&t->pr);
+        t->reached |= reached;
     } else { /* text, task, seq2seq: the library's evaluation (tgrad_train.h) */
         bool reached;
         if (tg_train_tokens_evaluate(t->tok_run, val, &t->acc, &reached) != TG_OK)
@@ -513,9 +496,7 @@ static bool evaluate(trainer *t, double *val)
 static tg_status micro_batch(void *user, int64_t i, double *l)
 {
     trainer *t = user;
-    if (t->pairs) /* one batch of the epoch's plan (train_pairs.c) */
-        return pairs_step(&t->pr, t->ctx, &t->a, l) ? TG_OK : failed(t->ctx);
-    return t->tok_cb.micro(t->tok_cb.model_user, i, l); /* text, task, seq2seq: the library's */
+    return t->tok_cb.micro(t->tok_cb.model_user, i, l); /* the library's run of the mode */
 }
 
 /* The step's end over the MPI ranks (one process: tg_grad_accum_finish, nothing to send). */
@@ -556,21 +537,18 @@ static bool evaluate_all(trainer *t, double *val)
     return r.ok != 0;
 }
 
-/* tg_train_callbacks batch: step @p step's batch (--pairs draws in pairs_step). */
+/* tg_train_callbacks batch: step @p step's batch (the library's run of the mode). */
 static tg_status cb_batch(void *user, int64_t step)
 {
     trainer *t = user;
-    if (t->tok_run) /* text, task, seq2seq: the library's */
-        return t->tok_cb.batch(t->tok_cb.model_user, step);
-    tg_ctx_set_training(t->ctx, true);
-    return TG_OK;
+    return t->tok_cb.batch(t->tok_cb.model_user, step);
 }
 
-/* tg_train_callbacks tokens: --pairs counts the real target tokens of the step. */
+/* tg_train_callbacks tokens (--pairs): the real target tokens of the step. */
 static int64_t cb_tokens(void *user)
 {
     const trainer *t = user;
-    return t->pr.last_tokens;
+    return t->tok_cb.tokens(t->tok_cb.model_user);
 }
 
 /* tg_train_callbacks first: a signal after the setup's last check said "before the first
@@ -740,8 +718,10 @@ static int train_loop(trainer *t)
     tg_train_config c = run_config(t, &sync);
     if (t->tok_run)
         tg_train_tokens_bind(t->tok_run, &t->tok_cb, &c);
+    else /* --pairs: the real target tokens of each step count for tokens/s */
+        tg_train_pairs_bind(t->pr.run, &t->tok_cb, &c);
     tg_train_callbacks cb = {.user = t, .first = cb_first, .batch = cb_batch,
-                             .micro = micro_batch, .tokens = t->pairs ? cb_tokens : NULL,
+                             .micro = micro_batch, .tokens = t->tok_cb.tokens ? cb_tokens : NULL,
                              .after_step = cb_after_step, .evaluate = cb_evaluate,
                              .row = cb_row, .save = cb_save, .progress = cb_progress};
     tg_train_result res;

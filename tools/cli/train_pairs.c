@@ -6,7 +6,6 @@
 #include "train_pairs.h"
 
 #include "climsg.h"
-#include "tgrad_metrics.h"
 #ifdef TG_HAVE_SPM
 #include "tgrad_spm.h"
 #endif
@@ -257,7 +256,6 @@ bool pairs_load(pairs_run *p, tg_ctx *ctx, const train_args *a, const tg_safeten
                  longest, a->seq_len);
         return false;
     }
-    p->max_sentences = 64;
     if (!ck) {
         p->epoch = p->cursor = 0;
         return true;
@@ -284,14 +282,17 @@ bool pairs_load(pairs_run *p, tg_ctx *ctx, const train_args *a, const tg_safeten
     if (!meta_i64(ck, "data.epoch", 0, INT32_MAX, &p->epoch, err, n) ||
         !meta_i64(ck, "data.batch", 0, INT32_MAX, &p->cursor, err, n))
         return false;
-    p->plan = tg_seq2seq_batches(p->train, a->batch_tokens, (uint64_t)a->seed, p->epoch);
-    if (!p->plan) {
+    tg_batches *plan = tg_seq2seq_batches(p->train, a->batch_tokens, (uint64_t)a->seed,
+                                          p->epoch);
+    if (!plan) {
         cli_format("--pairs", a->pairs, ctx, err, n);
         return false;
     }
-    if (p->cursor > tg_batches_count(p->plan)) {
+    int64_t count = tg_batches_count(plan);
+    tg_batches_free(plan);
+    if (p->cursor > count) {
         snprintf(err, n, "checkpoint field 'data.batch' is %" PRId64 ", beyond the %" PRId64
-                 " batches of epoch %" PRId64, p->cursor, tg_batches_count(p->plan), p->epoch);
+                 " batches of epoch %" PRId64, p->cursor, count, p->epoch);
         return false;
     }
     return true;
@@ -299,229 +300,35 @@ bool pairs_load(pairs_run *p, tg_ctx *ctx, const train_args *a, const tg_safeten
 
 bool pairs_build(pairs_run *p, tg_ctx *ctx, const tg_transformer *m, const train_args *a)
 {
-    tg_seq2seq_loss_opts lo = tg_seq2seq_loss_defaults();
-    lo.label_smoothing = a->label_smoothing;
-    lo.precision = a->precision;
-    p->loss = tg_seq2seq_loss_new(ctx, m, &lo);
-    if (!p->loss)
-        return false;
-    tg_search_opts so = tg_search_defaults();
-    so.method = TG_SEARCH_GREEDY;
-    so.beam = 1;
-    p->greedy = tg_translator_new(ctx, m, p->max_sentences, &so);
-    return p->greedy && tg_generator_set_precision(tg_translator_generator(p->greedy),
-                                                   a->precision) == TG_OK;
+    tg_train_pairs_opts o = {.tokenizer = p->tok, .train = p->train, .valid = p->valid,
+                             .batch_tokens = a->batch_tokens, .seed = (uint64_t)a->seed,
+                             .epoch = p->epoch, .batch = p->cursor,
+                             .label_smoothing = a->label_smoothing,
+                             .precision = (tg_precision)a->precision,
+                             .target_bleu = a->target_bleu};
+    p->run = tg_train_pairs_new(ctx, m, &o);
+    return p->run != NULL;
 }
 
-/* Room for @p n examples of lengths S, T in the batch arrays. */
-static bool reserve(pairs_run *p, int64_t n, int64_t S, int64_t T)
+void pairs_scores(pairs_run *p)
 {
-    size_t ns = (size_t)(n * S), nt = (size_t)(n * T);
-    if (ns > p->cap_s) {
-        int32_t *s = realloc(p->src, ns * sizeof *s);
-        if (!s)
-            return false;
-        p->src = s;
-        p->cap_s = ns;
-    }
-    if (nt > p->cap_t) {
-        int32_t *a = realloc(p->tin, nt * sizeof *a);
-        if (a)
-            p->tin = a;
-        int32_t *b = a ? realloc(p->lab, nt * sizeof *b) : NULL;
-        if (b)
-            p->lab = b;
-        if (!a || !b)
-            return false;
-        p->cap_t = nt;
-    }
-    if ((size_t)n > p->cap_n) {
-        int64_t *l = realloc(p->slen, (size_t)n * sizeof *l);
-        if (!l)
-            return false;
-        p->slen = l;
-        p->cap_n = (size_t)n;
-    }
-    return true;
-}
-
-/* The batch of examples @p ex[0..n) of @p d into the arrays (tg_seq2seq_batch_fill: source +
- * EOS; BOS + target; target + EOS; padding: pad id, labels -100). */
-static bool fill(pairs_run *p, tg_ctx *ctx, const tg_seq2seq_data *d, const int64_t *ex,
-                 int64_t n, int64_t S, int64_t T, tg_seq2seq_batch *b)
-{
-    if (!reserve(p, n, S, T)) {
-        tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_NOMEM, "tgrad train", "out of memory");
-        return false;
-    }
-    int64_t tokens = tg_seq2seq_batch_fill(d, ex, n, S, T, -100, p->src, p->slen, p->tin,
-                                           p->lab, b);
-    if (tokens < 0) {
-        tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_STATE, "tgrad train",
-                         "a batch does not fit its shape");
-        return false;
-    }
-    p->last_tokens = tokens;
-    return true;
-}
-
-bool pairs_write_dot(pairs_run *p, tg_ctx *ctx, const train_args *a)
-{
-    if (!p->plan) /* the first epoch's plan, as the first step would make it */
-        p->plan = tg_seq2seq_batches(p->train, a->batch_tokens, (uint64_t)a->seed, p->epoch);
-    if (!p->plan)
-        return false;
-    int64_t k = p->cursor < tg_batches_count(p->plan) ? p->cursor
-                                                       : tg_batches_count(p->plan) - 1;
-    tg_batch bt = tg_batches_get(p->plan, k);
-    tg_seq2seq_batch b;
-    if (!fill(p, ctx, p->train, bt.examples, bt.n, bt.src_len, bt.tgt_len, &b))
-        return false;
-    const tg_graph *g = tg_seq2seq_loss_graph(p->loss, &b, true);
-    return g && tg_graph_write_dot(g, a->dot, TG_DOT_BACKWARD) == TG_OK;
-}
-
-bool pairs_step(pairs_run *p, tg_ctx *ctx, const train_args *a, double *loss)
-{
-    if (!p->plan || p->cursor >= tg_batches_count(p->plan)) {
-        if (p->plan) {
-            p->epoch++;
-            p->cursor = 0;
-        }
-        tg_batches_free(p->plan);
-        p->plan = tg_seq2seq_batches(p->train, a->batch_tokens, (uint64_t)a->seed, p->epoch);
-        if (!p->plan)
-            return false;
-    }
-    tg_batch bt = tg_batches_get(p->plan, p->cursor);
-    tg_seq2seq_batch b;
-    if (!fill(p, ctx, p->train, bt.examples, bt.n, bt.src_len, bt.tgt_len, &b))
-        return false;
-    p->cursor++;
-    return tg_seq2seq_loss_backward(p->loss, &b, loss) == TG_OK;
-}
-
-bool pairs_evaluate(pairs_run *p, tg_ctx *ctx, const train_args *a, double *val,
-                    bool *nonfinite)
-{
-    *nonfinite = false;
-    *val = NAN;
-    /* validation loss: the validation set in epoch 0's batches, unsmoothed, per token */
-    if (tg_seq2seq_evaluate(p->loss, p->valid, a->batch_tokens, (uint64_t)a->seed, val, NULL) !=
-        TG_OK)
-        return false;
-    /* greedy translations of the validation set, in file order, scored against its targets */
-    int64_t N = tg_seq2seq_count(p->valid), B = p->max_sentences;
-    const int32_t **src = malloc(sizeof *src * (size_t)B);
-    int64_t *len = malloc(sizeof *len * (size_t)B);
-    tg_translation *out = malloc(sizeof *out * (size_t)B);
-    size_t cap = 4096;
-    char *hyp = malloc(cap);
-    tg_bleu_stats bs;
-    tg_chrf_stats cs;
-    memset(&bs, 0, sizeof bs);
-    memset(&cs, 0, sizeof cs);
-    bool ok = src && len && out && hyp;
-    if (!ok)
-        tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_NOMEM, "tgrad train", "out of memory");
-    for (int64_t i = 0; ok && i < N; i += B) {
-        int64_t nb = N - i < B ? N - i : B;
-        for (int64_t j = 0; j < nb; j++)
-            src[j] = tg_seq2seq_source(p->valid, i + j, &len[j]);
-        tg_status s = tg_translate_batch(p->greedy, nb, src, len, out);
-        if (s == TG_ERR_NONFINITE) {
-            *nonfinite = true;
-            tg_ctx_clear_error(ctx);
-            break;
-        }
-        if (s != TG_OK) {
-            ok = false;
-            break;
-        }
-        for (int64_t j = 0; ok && j < nb; j++) {
-            int64_t k = tg_tokenizer_decode(p->tok, out[j].ids, out[j].len, hyp, cap);
-            if (k >= 0 && (size_t)k >= cap) {
-                cap = (size_t)k + 1;
-                char *h = realloc(hyp, cap);
-                ok = h != NULL;
-                if (h)
-                    hyp = h;
-                if (ok)
-                    k = tg_tokenizer_decode(p->tok, out[j].ids, out[j].len, hyp, cap);
-            }
-            const char *ref = tg_seq2seq_target_text(p->valid, i + j);
-            ok = ok && k >= 0 &&
-                 tg_bleu_stats_add(ctx, &bs, hyp, (size_t)k, ref, strlen(ref)) == TG_OK &&
-                 tg_chrf_stats_add(ctx, &cs, hyp, (size_t)k, ref, strlen(ref)) == TG_OK;
-        }
-    }
-    free(src);
-    free(len);
-    free(out);
-    free(hyp);
-    if (!ok)
-        return false;
-    if (*nonfinite) {
-        *val = NAN;
-        p->bleu = p->chrf = 0;
-        snprintf(p->bleu_line, sizeof p->bleu_line, "BLEU = 0 (non-finite logits)");
-        return true;
-    }
     tg_bleu bl;
     tg_chrf cf;
-    if (tg_bleu_stats_score(ctx, &bs, &bl) != TG_OK ||
-        tg_chrf_stats_score(ctx, &cs, &cf) != TG_OK)
-        return false; /* cannot happen: the statistics are tg_*_stats_add's sums */
-    p->bleu = bl.score;
-    p->chrf = cf.score;
-    tg_bleu_format(&bl, p->bleu_line, sizeof p->bleu_line);
-    return true;
-}
-
-bool pairs_meta(const pairs_run *p, const train_args *a, const char **keys, const char **vals,
-                char **owned, int *k)
-{
-    const char *tk[2];
-    char *tv[2];
-    int nt = tg_tokenizer_meta(p->tok, tk, tv);
-    if (nt < 0)
-        return false;
-    for (int i = 0; i < nt; i++) {
-        keys[*k] = tk[i];
-        vals[*k] = tv[i];
-        owned[i] = tv[i];
-        (*k)++;
+    if (tg_train_pairs_scores(p->run, &bl, &cf)) {
+        p->bleu = bl.score;
+        p->chrf = cf.score;
+        tg_bleu_format(&bl, p->bleu_line, sizeof p->bleu_line);
+    } else {
+        p->bleu = p->chrf = 0;
+        snprintf(p->bleu_line, sizeof p->bleu_line, "BLEU = 0 (non-finite logits)");
     }
-    tg_seq2seq_info ti = tg_seq2seq_get_info(p->train), vi = tg_seq2seq_get_info(p->valid);
-    char *buf = malloc(5 * 64);
-    if (!buf)
-        return false;
-    owned[nt] = buf;
-    snprintf(buf, 64, "fnv1a64:%016" PRIx64, ti.hash);
-    snprintf(buf + 64, 64, "fnv1a64:%016" PRIx64, vi.hash);
-    snprintf(buf + 256, 64, "%" PRId64, a->batch_tokens);
-    /* data.epoch, data.batch: the training state's (tg_train_checkpoint_save), placed here */
-    static const char *const mk[5] = {"data.pairs_hash", "data.valid_hash", "data.epoch",
-                                      "data.batch", "train.batch_tokens"};
-    for (int i = 0; i < 5; i++) {
-        keys[*k] = mk[i];
-        vals[*k] = i == 2 || i == 3 ? NULL : buf + 64 * i;
-        (*k)++;
-    }
-    return true;
 }
 
 void pairs_free(pairs_run *p)
 {
-    tg_seq2seq_loss_free(p->loss);
-    tg_translator_free(p->greedy);
-    tg_batches_free(p->plan);
+    tg_train_pairs_free(p->run);
     tg_seq2seq_free(p->train);
     tg_seq2seq_free(p->valid);
     tg_tokenizer_free(p->tok);
-    free(p->src);
-    free(p->tin);
-    free(p->lab);
-    free(p->slen);
     memset(p, 0, sizeof *p);
 }

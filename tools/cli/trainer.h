@@ -38,7 +38,8 @@ typedef struct trainer {
     tg_transformer model;
     /* text, task, seq2seq: the library's graph, batches and evaluation (tg_train_tokens) */
     tg_train_tokens *tok_run;
-    tg_train_callbacks tok_cb; /* its batch, micro-batch and evaluation (tg_train_tokens_bind) */
+    tg_train_callbacks tok_cb; /* the mode's batch, micro-batch, tokens and evaluation
+                                  (tg_train_tokens_bind, tg_train_pairs_bind) */
     tg_greedy *greedy; /* seq2seq: held-out greedy decoding (tgrad_decode.h) */
     tg_graph *g;
     tg_optim *opt;
