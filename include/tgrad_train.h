@@ -1190,7 +1190,9 @@ typedef enum tg_train_fail {
     TG_TRAIN_FAIL_EVAL = 4,   /**< the evaluate callback */
     TG_TRAIN_FAIL_ROW = 5,    /**< the row callback (the log) */
     TG_TRAIN_FAIL_SAVE = 6,   /**< the save callback (the checkpoint) */
-    TG_TRAIN_FAIL_PROGRESS = 7 /**< the progress callback */
+    TG_TRAIN_FAIL_PROGRESS = 7, /**< the progress callback */
+    TG_TRAIN_FAIL_SYNC = 8    /**< sending an evaluation's outcome to the other processes
+                                   (sync->broadcast): the processes may disagree */
 } tg_train_fail;
 
 /** How a run ended. */
@@ -1234,7 +1236,10 @@ typedef struct tg_train_callbacks {
      *  step is the last one planned. */
     tg_status (*after_step)(void *user, int64_t step, bool last, bool *stop);
     /** Evaluate after step @p step (0-based) into @p val_loss (NaN: none) and @p metric
-     *  (NaN: none); set @p reached when the metric meets the caller's target. */
+     *  (NaN: none); set @p reached when the metric meets the caller's target. With several
+     *  processes (cfg->sync and cfg->accum), only the process running micro-batch 0 calls it;
+     *  the run sends its outcome to the others (sync->broadcast), and on a failure there
+     *  every process ends with ::TG_TRAIN_FAIL_EVAL. */
     tg_status (*evaluate)(void *user, int64_t step, double *val_loss, double *metric,
                           bool *reached);
     /** The step's row (a log line), after its evaluation and before its save. */
@@ -1253,7 +1258,8 @@ typedef struct tg_train_callbacks {
  * 2. @c batch (s), then tg_train_step() with @c micro, clip, accum and sync;
  * 3. tokens/s; @c after_step (s, s + 1 == end) may ask to stop (the step is then the last);
  * 4. evaluate when (s + 1) % eval_every == 0 or the step is the last: the validation loss
- *    (best_val = min(best_val, val_loss); NaN never replaces it), the metric, and reached;
+ *    (best_val = min(best_val, val_loss); NaN never replaces it), the metric, and reached
+ *    (several processes: evaluated by the process of micro-batch 0 and broadcast);
  * 5. @c row; @c save when a checkpoint is due: after an evaluation, at the end, when reached,
  *    or when (s + 1) % save_every == 0; @c progress;
  * 6. the run ends after the last step or once reached.

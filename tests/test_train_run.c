@@ -4,6 +4,7 @@
  * (schedule, clipping, step); its cadences (evaluation, save, the row and progress order);
  * best-so-far; a run stopped at stop_after and continued from there equals one run; the stop
  * flag and a reached target end the run after the step with a save; the first callback;
+ * several processes: only the process of micro-batch 0 evaluates, the others take its outcome;
  * configuration errors; the CSV header and row of a training log; the checkpoint's record of
  * the data and options (tg_train_record_meta); the built-in text and task runs
  * (tg_train_tokens) write the same checkpoint bytes as `tgrad train` on the same options;
@@ -258,6 +259,89 @@ START_TEST(run_first_and_errors)
     cb.micro = NULL;
     c = config(&m);
     ck_assert_int_eq(tg_train_run(m.ctx, m.opt, &c, &cb, &res), TG_ERR_ARG);
+    tu_ctx_free(m.ctx);
+}
+END_TEST
+
+/* A fake transport for one step (eval_every 1): the step's broadcast (the RNG state after
+ * micro-batch 0), then the evaluation's (ok, val_loss, metric, reached). `recv`: what the
+ * process of micro-batch 0 sent (written into the buffer); `fail`: the evaluation's
+ * broadcast fails. */
+typedef struct {
+    int calls;
+    bool fail, write;
+    double recv[4], seen[4];
+} fake_sync;
+
+static tg_status fake_bcast(void *user, void *buf, size_t bytes)
+{
+    fake_sync *f = user;
+    if (++f->calls % 2 == 1) { /* the step's RNG state: any non-zero state will do here */
+        uint64_t st[4] = {1, 2, 3, 4};
+        if (f->write)
+            memcpy(buf, st, bytes);
+        return TG_OK;
+    }
+    ck_assert_int_eq(bytes, sizeof f->seen);
+    memcpy(f->seen, buf, bytes);
+    if (f->write)
+        memcpy(buf, f->recv, bytes);
+    return f->fail ? TG_ERR_IO : TG_OK;
+}
+
+/* This process's micro-batches only (the others' arrive in a real transport). */
+static tg_status fake_reduce(void *user, tg_grad_accum *acc, double *loss)
+{
+    (void)user;
+    (void)acc;
+    *loss = 1.0;
+    return TG_OK;
+}
+
+/* Several processes: the process of micro-batch 0 evaluates and sends the outcome; another
+ * process never evaluates, takes what it receives, and fails with it; a failed send is
+ * TG_TRAIN_FAIL_SYNC. */
+START_TEST(run_evaluation_across_processes)
+{
+    model m;
+    model_new(&m);
+    m.vals[0] = 2.5;
+    m.reach_at = 0;
+    tg_train_config c = config(&m);
+    c.steps = 3, c.eval_every = 1, c.save_every = 0, c.stop = NULL;
+    fake_sync f = {0};
+    tg_train_sync sync = {&f, fake_reduce, fake_bcast};
+    c.sync = &sync;
+    /* the process of micro-batch 0 (K = 2, both here): it evaluates; the outcome goes out */
+    c.accum = tg_grad_accum_new(m.ctx, 0, NULL, 2, 0, 2);
+    tg_train_result res;
+    ck_assert_msg(run(&m, &c, &res) == TG_OK, "%s", tg_ctx_message(m.ctx));
+    ck_assert(m.n_evals == 1 && res.reached && res.step == 1);
+    ck_assert(f.seen[0] == 1 && f.seen[1] == 2.5 && f.seen[2] == 0.5 && f.seen[3] == 1);
+    tg_grad_accum_free(c.accum);
+    /* another process (micro-batch 1; one step: the fake reduce leaves its accumulator
+     * full): no evaluation here, the received outcome counts */
+    c.steps = 1;
+    c.accum = tg_grad_accum_new(m.ctx, 0, NULL, 2, 1, 1);
+    f = (fake_sync){.write = true, .recv = {1, 1.25, 0.75, 0}};
+    m.n_evals = 0;
+    ck_assert_int_eq(run(&m, &c, &res), TG_OK);
+    ck_assert(m.n_evals == 0 && res.best_val == 1.25 && res.metric == 0.75 && !res.reached);
+    ck_assert_int_eq(res.step, 1);
+    tg_grad_accum_free(c.accum);
+    c.accum = tg_grad_accum_new(m.ctx, 0, NULL, 2, 1, 1);
+    /* the evaluator failed: every process stops at the evaluation */
+    f = (fake_sync){.write = true, .recv = {0, NAN, NAN, 0}};
+    ck_assert_int_eq(run(&m, &c, &res), TG_ERR_STATE);
+    ck_assert(res.failed == TG_TRAIN_FAIL_EVAL && res.step == 0 && m.n_evals == 0);
+    tu_assert_error(m.ctx, TG_ERR_STATE, "the evaluation failed on the process of micro-batch 0");
+    tg_grad_accum_free(c.accum);
+    c.accum = tg_grad_accum_new(m.ctx, 0, NULL, 2, 1, 1);
+    /* the send failed: the processes may disagree */
+    f = (fake_sync){.write = true, .fail = true, .recv = {1, 1, 1, 0}};
+    ck_assert_int_eq(run(&m, &c, &res), TG_ERR_IO);
+    ck_assert(res.failed == TG_TRAIN_FAIL_SYNC);
+    tg_grad_accum_free(c.accum);
     tu_ctx_free(m.ctx);
 }
 END_TEST
@@ -526,6 +610,7 @@ static Suite *train_run_suite(void)
     tcase_add_test(tc, run_continued_equals_one_run);
     tcase_add_test(tc, run_stop_flag_and_target);
     tcase_add_test(tc, run_first_and_errors);
+    tcase_add_test(tc, run_evaluation_across_processes);
     tcase_add_test(tc, log_header_and_row);
     tcase_add_test(tc, record_meta);
     tcase_add_test(tc, greedy_paths_agree);

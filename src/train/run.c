@@ -123,24 +123,42 @@ static tg_status train_one(run_state *r, int64_t step, double lr, double *loss)
     return TG_OK;
 }
 
-/* Step 4: the evaluation after step @p step into @p row. */
+/* Step 4: the evaluation after step @p step into @p row. With several processes
+ * (cfg.sync with accum) only the process running micro-batch 0 evaluates; its outcome (ok,
+ * loss, metric, reached) goes to every process through sync->broadcast, so all keep the same
+ * best_val, stop together on a target and fail together. */
 static tg_status evaluate(run_state *r, int64_t step, tg_train_row *row)
 {
+    const tg_train_config *c = r->cfg;
     const tg_train_callbacks *cb = r->cb;
-    double val = NAN, metric = NAN;
-    bool reached = false;
-    if (cb->evaluate) {
-        tg_status s = cb->evaluate(model_user(cb), step, &val, &metric, &reached);
-        if (s != TG_OK)
-            return fail(r, TG_TRAIN_FAIL_EVAL, s);
+    const tg_train_sync *sync = c->accum && c->sync && c->sync->broadcast ? c->sync : NULL;
+    bool here = !sync || tg_grad_accum_first(c->accum) == 0;
+    double e[4] = {1, NAN, NAN, 0}; /* ok, val, metric, reached */
+    tg_status s = TG_OK;
+    if (here && cb->evaluate) {
+        bool reached = false;
+        s = cb->evaluate(model_user(cb), step, &e[1], &e[2], &reached);
+        e[0] = s == TG_OK;
+        e[3] = reached;
     }
-    r->res->last_val = val;
-    r->res->metric = metric;
-    r->res->reached |= reached;
-    if (val < r->res->best_val) /* NaN never replaces it */
-        r->res->best_val = val;
-    row->val_loss = val;
-    row->metric = metric;
+    if (sync) {
+        tg_status bs = sync->broadcast(sync->user, e, sizeof e);
+        if (bs != TG_OK)
+            return fail(r, TG_TRAIN_FAIL_SYNC, bs);
+    }
+    if (e[0] == 0) {
+        if (!here)
+            tg__run_err(r->ctx, TG_ERR_STATE, FN, "the evaluation failed on the process of "
+                        "micro-batch 0");
+        return fail(r, TG_TRAIN_FAIL_EVAL, here ? s : TG_ERR_STATE);
+    }
+    r->res->last_val = e[1];
+    r->res->metric = e[2];
+    r->res->reached |= e[3] != 0;
+    if (e[1] < r->res->best_val) /* NaN never replaces it */
+        r->res->best_val = e[1];
+    row->val_loss = e[1];
+    row->metric = e[2];
     return TG_OK;
 }
 

@@ -510,33 +510,6 @@ static tg_status sync_broadcast(void *user, void *buf, size_t bytes)
     return tmpi_bcast(user, buf, bytes);
 }
 
-/* evaluate() on rank 0, its results copied to every rank (they decide when training stops:
- * --target-acc, and go into the checkpoint: best_val). */
-static bool evaluate_all(trainer *t, double *val)
-{
-    struct {
-        double ok, val, acc, tok_acc, reached;
-    } r = {1, NAN, NAN, NAN, 0};
-    if (t->mp.rank == 0) {
-        r.ok = evaluate(t, val);
-        r.val = *val;
-        r.acc = t->acc;
-        r.tok_acc = t->tok_acc;
-        r.reached = t->reached;
-    }
-    if (t->mp.size == 1)
-        return r.ok != 0;
-    if (tmpi_bcast(&t->mp, &r, sizeof r) != TG_OK) {
-        t->comm_failed = true; /* not an agreed stop: the job must be aborted */
-        return false;
-    }
-    *val = r.val;
-    t->acc = r.acc;
-    t->tok_acc = r.tok_acc;
-    t->reached = r.reached != 0;
-    return r.ok != 0;
-}
-
 /* tg_train_callbacks batch: step @p step's batch (the library's run of the mode). */
 static tg_status cb_batch(void *user, int64_t step)
 {
@@ -580,19 +553,17 @@ static tg_status cb_after_step(void *user, int64_t step, bool last, bool *stop)
     return TG_OK;
 }
 
-/* tg_train_callbacks evaluate: evaluate_all, its failure said here (rank 0's, known to every
- * rank). */
+/* tg_train_callbacks evaluate (the process of micro-batch 0: the run sends the outcome to the
+ * others), its failure said here. */
 static tg_status cb_evaluate(void *user, int64_t step, double *val, double *metric,
                              bool *reached)
 {
     trainer *t = user;
-    if (!evaluate_all(t, val)) {
+    if (!evaluate(t, val)) {
         char msg[1200];
         end_live(t);
-        t->agreed_failure = !t->comm_failed;
-        if (t->mp.rank == 0 || t->comm_failed)
-            errf("evaluation at step %" PRId64 ": %s", step + 1,
-                 cli_message(t->ctx, NULL, msg, sizeof msg));
+        errf("evaluation at step %" PRId64 ": %s", step + 1,
+             cli_message(t->ctx, NULL, msg, sizeof msg));
         return TG_ERR_STATE;
     }
     *metric = t->text ? NAN : t->acc; /* val_acc (val_bleu): a task run's evaluations */
@@ -608,6 +579,7 @@ static tg_status cb_row(void *user, const tg_train_row *r)
     double x = (double)r->step;
     bool ok = !t->a.plot || svg_series_add(&t->train_curve, x, r->loss);
     if (r->eval) {
+        t->acc = t->text ? t->acc : r->metric; /* every process: the evaluator's */
         t->last_val = r->val_loss;
         t->best_val = r->best_val;
         if (ok && t->a.plot)
@@ -729,6 +701,7 @@ static int train_loop(trainer *t)
     t->step = res.step;
     t->tok_s = res.tokens_per_s;
     t->best_val = res.best_val;
+    t->reached |= res.reached; /* every process: the evaluator's */
     if (res.before_first)
         return 2;
     if (s != TG_OK) {
@@ -736,6 +709,13 @@ static int train_loop(trainer *t)
             step_failed(t, &res);
         else if (res.failed == TG_TRAIN_FAIL_NONE) /* the configuration */
             errf("%s", tg_ctx_message(t->ctx));
+        t->agreed_failure |= res.failed == TG_TRAIN_FAIL_EVAL; /* the evaluator said why */
+        if (res.failed == TG_TRAIN_FAIL_SYNC) { /* not an agreed stop: abort the job */
+            char msg[1200];
+            t->comm_failed = true;
+            errf("evaluation at step %" PRId64 ": %s", res.step + 1,
+                 cli_message(t->ctx, NULL, msg, sizeof msg));
+        }
         return 1;
     }
     return 0;
