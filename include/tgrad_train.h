@@ -1375,9 +1375,12 @@ typedef struct tg_train_tokens_opts {
     /** task mode with an encoder-decoder model (cfg.n_decoder_layers > 0): teacher forcing,
      *  the decoder input (Bm, T) the targets shifted right after @c bos (tg_shift_right());
      *  the evaluation's metric is the exact-sequence accuracy of greedy decoding
-     *  (tg_train_tokens_set_decoder()) */
+     *  (tg_greedy_decode() of a tg_greedy over the model at @c precision, made at the first
+     *  evaluation; or the caller's, tg_train_tokens_set_decoder()) */
     bool seq2seq;
     int32_t bos;            /**< seq2seq: the decoder's first input */
+    bool no_cache;          /**< seq2seq: the greedy decoder recomputes the whole target
+                                 prefix each step instead of using the KV cache (tg_greedy_new()) */
 } tg_train_tokens_opts;
 
 typedef struct tg_train_tokens tg_train_tokens;
@@ -1405,13 +1408,12 @@ TG_API tg_status tg_train_tokens_evaluate(tg_train_tokens *m, double *val_loss,
                                           double *accuracy, bool *reached);
 
 /**
- * seq2seq: the greedy decoder the evaluation uses, B sources (B, T) -> B outputs (B, T), e.g.
- * tg_greedy_decode() of a tg_greedy (tgrad_decode.h, a layer above this one, so the caller
- * passes it in). Evaluation then measures over 8 fixed held-out batches the teacher-forced
- * loss, the exact-sequence accuracy (the metric; reached at target_acc) and the token accuracy
- * (tg_train_tokens_token_accuracy()); a decoder returning ::TG_ERR_NONFINITE makes the loss NaN
- * and both accuracies 0 (the error cleared). Without a decoder the seq2seq evaluation fails
- * with ::TG_ERR_STATE.
+ * seq2seq: the greedy decoder the evaluation uses instead of the library's own (a tg_greedy
+ * over the model, tgrad_decode.h), B sources (B, T) -> B outputs (B, T). Evaluation measures
+ * over 8 fixed held-out batches the teacher-forced loss, the exact-sequence accuracy (the
+ * metric; reached at target_acc) and the token accuracy (tg_train_tokens_token_accuracy()); a
+ * decoder returning ::TG_ERR_NONFINITE makes the loss NaN and both accuracies 0 (the error
+ * cleared). @p decode NULL: the library's own again.
  */
 TG_API void tg_train_tokens_set_decoder(tg_train_tokens *m,
                                         tg_status (*decode)(void *user, const int32_t *src,

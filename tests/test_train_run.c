@@ -7,7 +7,8 @@
  * several processes: only the process of micro-batch 0 evaluates, the others take its outcome;
  * configuration errors; the CSV header and row of a training log; the checkpoint's record of
  * the data and options (tg_train_record_meta); the built-in text and task runs
- * (tg_train_tokens) write the same checkpoint bytes as `tgrad train` on the same options;
+ * (tg_train_tokens; the seq2seq task with its own greedy decoder) write the same checkpoint
+ * bytes as `tgrad train` on the same options;
  * greedy decoding of a fixed length (tg_greedy): both paths agree, non-finite logits refused;
  * the padded arrays of a sentence-pair batch (tg_seq2seq_batch_fill) equal tg_seq2seq_fill's.
  */
@@ -455,7 +456,7 @@ static tg_status lib_save(void *user, int64_t steps_done, double best_val)
 /* What `tgrad train [--text CORPUS] --steps 20 --eval-every 10 --batch 4 --seq-len 16
  * --layers 1 --d-model 32 --heads 2 --d-ff 64 --seed 5 --grad-accum 2` does, in the library
  * (its defaults: AdamW, cosine from 3e-3 to 3e-3 / 10, warmup 100, clip 1), saved to @p ck. */
-static void lib_train(const char *corpus, const char *ck)
+static void lib_train(const char *corpus, bool s2s, const char *ck)
 {
     lib_run r = {.ctx = tu_ctx_new(), .path = ck};
     tg_ctx_seed(r.ctx, 5);
@@ -466,11 +467,15 @@ static void lib_train(const char *corpus, const char *ck)
                                    .layer = tg_encoder_config_default(32, 2)};
     r.mc.layer.d_ff = 64;
     r.mc.layer.norm_first = true;
+    if (s2s) { /* --arch seq2seq: digits and BOS */
+        r.mc.vocab_size = 11;
+        r.mc.n_decoder_layers = 1;
+    }
     tg_transformer tm;
     ck_assert_int_eq(tg_transformer_init(r.ctx, &tm, TG_F32, &r.mc), TG_OK);
     tg_train_tokens_opts to = {.text = text, .task = TG_TASK_REVERSE, .eval_seed = 5,
                                .batch = 4, .seq_len = 16, .grad_accum = 2, .count = 2,
-                               .target_acc = 0.99};
+                               .target_acc = 0.99, .seq2seq = s2s, .bos = 10};
     tg_train_tokens *run = tg_train_tokens_new(r.ctx, &tm, &to);
     ck_assert_ptr_nonnull(run);
     tg_optim_config oc = tg_optim_defaults(TG_OPTIM_ADAMW);
@@ -495,8 +500,9 @@ static void lib_train(const char *corpus, const char *ck)
     tu_ctx_free(r.ctx);
 }
 
-/* The same run through the library and through `tgrad train`: the same checkpoint bytes. */
-static void lib_equals_cli(bool text)
+/* The same run through the library and through `tgrad train`: the same checkpoint bytes
+ * (seq2seq: the library's own greedy decoder, as the command's evaluation). */
+static void lib_equals_cli(bool text, bool s2s)
 {
     char dir[256], a[300], b[300], corpus[300];
     tu_mkdtemp(dir, sizeof dir, "train_run");
@@ -505,10 +511,11 @@ static void lib_equals_cli(bool text)
     char args[400];
     snprintf(args, sizeof args, "train %s --steps 20 --eval-every 10 --batch 4 --seq-len 16 "
              "--layers 1 --d-model 32 --heads 2 --d-ff 64 --seed 5 --grad-accum 2 "
-             "--checkpoint cli.st --quiet", text ? "--text c.txt" : "");
+             "--checkpoint cli.st --quiet",
+             text ? "--text c.txt" : s2s ? "--arch seq2seq" : "");
     int rc = tu_run_tgrad(dir, args, 120, NULL);
     ck_assert_int_eq(rc, text ? 0 : 3); /* the task misses its 99% target in 20 steps */
-    lib_train(text ? corpus : NULL, tu_path(b, sizeof b, dir, "lib.st"));
+    lib_train(text ? corpus : NULL, s2s, tu_path(b, sizeof b, dir, "lib.st"));
     size_t na, nb;
     char *x = tu_slurp(tu_path(a, sizeof a, dir, "cli.st"), &na), *y = tu_slurp(b, &nb);
     ck_assert_ptr_nonnull(x);
@@ -520,10 +527,13 @@ static void lib_equals_cli(bool text)
     tu_rm_tree(dir);
 }
 
-START_TEST(library_run_equals_cli_text) { lib_equals_cli(true); }
+START_TEST(library_run_equals_cli_text) { lib_equals_cli(true, false); }
 END_TEST
 
-START_TEST(library_run_equals_cli_task) { lib_equals_cli(false); }
+START_TEST(library_run_equals_cli_task) { lib_equals_cli(false, false); }
+END_TEST
+
+START_TEST(library_run_equals_cli_seq2seq) { lib_equals_cli(false, true); }
 END_TEST
 
 /* tg_greedy: the cached and the uncached path decode the same tokens; a NaN parameter gives
@@ -617,6 +627,7 @@ static Suite *train_run_suite(void)
     tcase_add_test(tc, seq2seq_batch_fill);
     tcase_add_test(tc, library_run_equals_cli_text);
     tcase_add_test(tc, library_run_equals_cli_task);
+    tcase_add_test(tc, library_run_equals_cli_seq2seq);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -281,16 +281,10 @@ static bool build_pairs(trainer *t, const tg_optim_config *oc)
     return true;
 }
 
-/* tg_train_tokens_set_decoder's decoder: the held-out greedy decoding of seq2seq. */
-static tg_status greedy_decode(void *user, const int32_t *src, int32_t *out)
-{
-    return tg_greedy_decode(user, src, out);
-}
-
 /* Text, task and seq2seq: the library's run of the model (tg_train_tokens: the graph, the
- * batches, the evaluation), the optimizer, for seq2seq the held-out greedy decoder over the
- * same parameters (a generator with its KV cache, or with --no-cache a no_grad graph over the
- * whole target prefix); --dot: the graph as built (forward and backward). */
+ * batches, the evaluation; for seq2seq the held-out greedy decoding, with --no-cache a no_grad
+ * graph over the whole target prefix instead of the KV cache), the optimizer; --dot: the
+ * graph as built (forward and backward). */
 static bool build_tokens(trainer *t, const tg_optim_config *oc)
 {
     const train_args *a = &t->a;
@@ -300,18 +294,11 @@ static bool build_tokens(trainer *t, const tg_optim_config *oc)
                                .label_smoothing = a->label_smoothing,
                                .precision = a->precision, .detect_anomaly = a->detect_anomaly,
                                .target_acc = a->target_acc, .seq2seq = t->s2s,
-                               .bos = SEQ2SEQ_BOS};
+                               .bos = SEQ2SEQ_BOS, .no_cache = a->no_cache};
     t->tok_run = tg_train_tokens_new(t->ctx, &t->model, &to);
     t->opt = t->tok_run ? tg_optim_new(t->ctx, oc, 0, NULL) : NULL;
     t->g = tg_train_tokens_graph(t->tok_run);
     t->accum = tg_train_tokens_accum(t->tok_run);
-    if (t->opt && t->s2s && !a->dry_run) {
-        t->greedy = tg_greedy_new(t->ctx, &t->model, t->B, t->T, SEQ2SEQ_BOS, a->no_cache,
-                                  (tg_precision)a->precision);
-        tg_train_tokens_set_decoder(t->tok_run, greedy_decode, t->greedy);
-        if (!t->greedy)
-            t->opt = NULL;
-    }
     if (!t->g || !t->opt) {
         cli_report("train", "building the model", NULL, t->ctx);
         return false;
@@ -727,7 +714,6 @@ static void trainer_free(trainer *t)
     if (t->log.fd >= 0)
         close(t->log.fd);
     tg_train_tokens_free(t->tok_run);
-    tg_greedy_free(t->greedy);
     svg_series_free(&t->train_curve);
     svg_series_free(&t->val_curve);
     svg_series_free(&t->acc_curve);

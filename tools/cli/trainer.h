@@ -40,7 +40,6 @@ typedef struct trainer {
     tg_train_tokens *tok_run;
     tg_train_callbacks tok_cb; /* the mode's batch, micro-batch, tokens and evaluation
                                   (tg_train_tokens_bind, tg_train_pairs_bind) */
-    tg_greedy *greedy; /* seq2seq: held-out greedy decoding (tgrad_decode.h) */
     tg_graph *g;
     tg_optim *opt;
     int64_t V, T, B, n_params, start;

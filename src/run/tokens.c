@@ -6,8 +6,11 @@
  *   micro-batch i: rows i Bm .. (i+1) Bm - 1 of the step's (B, T) batch, backward seeded 1/K
  *   evaluation: text: tg_text_evaluate; task: loss and token accuracy over 8 held-out batches;
  *   seq2seq (teacher forcing: decoder input = BOS + targets shifted right): loss, and the
- *   exact-sequence and token accuracy of the caller's greedy decoder over the same batches
+ *   exact-sequence and token accuracy of greedy decoding (tg_greedy, made at the first
+ *   evaluation, or the caller's decoder) over the same batches
+ * Layer 9 (run): the seq2seq evaluation decodes (layer 8).
  */
+#include "tgrad_decode.h"
 #include "tgrad_train.h"
 #include "core.h"
 
@@ -19,6 +22,7 @@ static const char *FN = "tg_train_tokens_new";
 struct tg_train_tokens {
     tg_ctx *ctx;
     tg_train_tokens_opts o;
+    const tg_transformer *model; /* borrowed: the seq2seq evaluation's greedy decoder */
     int64_t Bm, V;
     tg_tensor *ids, *tgt, *dec, *logits, *loss, *val_loss, *dy;
     tg_graph *g;
@@ -27,6 +31,7 @@ struct tg_train_tokens {
     int32_t *dec_buf, *out_buf; /* seq2seq (B, T): decoder inputs; greedy decoding's output */
     tg_status (*decode)(void *user, const int32_t *src, int32_t *out);
     void *decode_user;
+    tg_greedy *greedy; /* seq2seq without a caller's decoder: tg_greedy over the model */
     double tok_acc; /* seq2seq: the last evaluation's token accuracy */
 };
 
@@ -112,6 +117,7 @@ tg_train_tokens *tg_train_tokens_new(tg_ctx *ctx, const tg_transformer *model,
     }
     m->ctx = ctx;
     m->o = *o;
+    m->model = model;
     m->Bm = o->batch / o->grad_accum;
     m->V = model->cfg.vocab_size;
     m->tok_acc = NAN;
@@ -230,12 +236,14 @@ static tg_status evaluate_task(tg_train_tokens *m, double *val, double *acc)
 static tg_status decode_count(tg_train_tokens *m, int64_t *exact, int64_t *right)
 {
     int64_t B = m->o.batch, T = m->o.seq_len;
-    if (!m->decode) {
-        tg__run_err(m->ctx, TG_ERR_STATE, "tg_train_tokens_evaluate", "seq2seq evaluation "
-                    "needs a decoder (tg_train_tokens_set_decoder)");
-        return TG_ERR_STATE;
+    if (!m->decode && !m->greedy) { /* the first evaluation: the library's greedy decoder */
+        m->greedy = tg_greedy_new(m->ctx, m->model, B, T, m->o.bos, m->o.no_cache,
+                                  m->o.precision);
+        if (!m->greedy)
+            return failed(m->ctx);
     }
-    tg_status s = m->decode(m->decode_user, m->ids_buf, m->out_buf);
+    tg_status s = m->decode ? m->decode(m->decode_user, m->ids_buf, m->out_buf)
+                            : tg_greedy_decode(m->greedy, m->ids_buf, m->out_buf);
     if (s != TG_OK)
         return s;
     for (int64_t b = 0; b < B; b++) {
@@ -334,5 +342,6 @@ void tg_train_tokens_free(tg_train_tokens *m)
     free(m->tgt_buf);
     free(m->dec_buf);
     free(m->out_buf);
+    tg_greedy_free(m->greedy);
     free(m);
 }
