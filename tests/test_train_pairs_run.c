@@ -45,7 +45,7 @@ static tg_train_pairs_opts pairs_opts(pr_run *r)
                                  .max_sentences = 1};
 }
 
-/* A model, data and optimizer in a fresh context with @p threads; the run from @p epoch/@p batch. */
+/* A model, data and optimizer in a fresh context; the run from @p epoch, @p batch. */
 static void pr_new(pr_run *r, int threads, int64_t epoch, int64_t batch)
 {
     memset(r, 0, sizeof *r);
