@@ -1364,7 +1364,8 @@ TG_API bool tg_train_record_has(const tg_train_record *r, const char *key);
  * field 'train.lr' 'abc': expected a number >= 0" (@p label NULL: "<memory>").
  * @param bad  receives the key at fault on ::TG_ERR_FORMAT, NULL otherwise (may be NULL)
  * Errors (run-time): ::TG_ERR_ARG (NULL ctx, st or out), ::TG_ERR_FORMAT (the first key at
- * fault, in the order tg_train_record_meta() writes them; nothing else checked).
+ * fault, in the order tg_train_record_meta() writes them; @p out then holds what was read
+ * before it, `mode` included unless the fault is `data.mode`).
  */
 TG_API tg_status tg_train_record_read(tg_ctx *ctx, const tg_safetensors *st, const char *label,
                                       tg_train_record *out, const char **bad);
