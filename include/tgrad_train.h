@@ -1343,6 +1343,9 @@ TG_API tg_status tg_train_record_meta(tg_ctx *ctx, const tg_train_record *r,
  * `data.valid_hash` only when it holds them.
  */
 TG_API bool tg_train_record_has(const tg_train_record *r, const char *key);
+/** Mark record @p r as holding key @p key (for tg_train_record_meta() without a corpus, or the
+ *  pairs' hashes); false for a key that is not the record's. */
+TG_API bool tg_train_record_mark(tg_train_record *r, const char *key);
 
 /**
  * The reader of tg_train_record_meta()'s keys (untrusted input), from checkpoint @p st into

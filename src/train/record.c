@@ -171,6 +171,15 @@ bool tg_train_record_has(const tg_train_record *r, const char *key)
     return r && i >= 0 && (r->has >> i & 1);
 }
 
+bool tg_train_record_mark(tg_train_record *r, const char *key)
+{
+    int i = rkey_index(key);
+    if (!r || i < 0)
+        return false;
+    r->has |= (uint64_t)1 << i;
+    return true;
+}
+
 /* Largest count a record field may hold: 2^53, exact as a double (as optim.step). */
 #define REC_MAX ((int64_t)1 << 53)
 
@@ -241,7 +250,7 @@ static bool fail(rd *d, const char *key, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    tg__err(d->ctx, TG_ERR_FORMAT, RFN, "%s: %s", d->label, msg);
+    tg__run_err(d->ctx, TG_ERR_FORMAT, RFN, "%s: %s", d->label, msg);
     d->bad = key;
     return false;
 }
