@@ -1,7 +1,9 @@
 /*
- * ckpt_config.c - checkpoint metadata validated with the `tgrad train` option table, the
- * claimed config checked against the file's tensor shapes, and a memory estimate (see
- * ckpt_config.h). No I/O and nothing printed: safe to call on arbitrary parsed files.
+ * ckpt_config.c - checkpoint metadata read by the library (tg_train_record_read: data.* and
+ * train.*) and mapped to the `tgrad train` option table (restored, the run's identity, options
+ * given again that contradict the file), the claimed config checked against the file's tensor
+ * shapes, and a memory estimate (see ckpt_config.h). No I/O and nothing printed: safe to call
+ * on arbitrary parsed files.
  */
 #include "ckpt_config.h"
 #include "train_data.h"

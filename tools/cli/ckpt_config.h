@@ -1,9 +1,11 @@
 /*
  * ckpt_config.h - what a `tgrad train` checkpoint claims, validated before anything is built.
  *
- * A checkpoint's metadata (model.*, data.*, train.*, optim.step, rng) is untrusted input: every
- * field is validated with the `tgrad train` option table through cli_set() (so it obeys exactly
- * the command line's bounds), the claimed config is checked against the shapes of the tensors
+ * A checkpoint's metadata (model.*, data.*, train.*, optim.step, rng) is untrusted input: the
+ * data.* and train.* fields are read by the library (tg_train_record_read: the mode and its
+ * data, every value parsed and in range), and every field that maps to an option is validated
+ * with the `tgrad train` option table through cli_set() (so it obeys exactly the command
+ * line's bounds, with its messages), the claimed config is checked against the shapes of the tensors
  * in the file (a claim of seq_len 100000000 with a (64, 128) pos_emb.weight is refused before
  * any allocation), and the memory the config needs is estimated and compared with a limit.
  * No I/O, nothing printed: each function returns true, or false with one line in @p err
