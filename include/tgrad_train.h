@@ -1303,7 +1303,8 @@ typedef struct tg_train_record {
     uint64_t text_hash;       /**< `data.text_hash` */
     uint64_t pairs_hash;      /**< mode "pairs": `data.pairs_hash` (fnv1a64:HEX16) */
     uint64_t valid_hash;      /**< mode "pairs": `data.valid_hash` */
-    uint64_t has;             /**< the keys present, as tg_train_record_has() tells */
+    uint64_t has;             /**< the keys held, as tg_train_record_has() tells (set by
+                                   tg_train_record_read(), tg_train_record_mark()) */
 } tg_train_record;
 
 /** Most entries tg_train_record_meta() writes. */
@@ -1328,10 +1329,14 @@ typedef struct tg_train_meta_list {
  * `train.batch`, `train.grad_accum`, `train.warmup`, `train.eval_every`, `train.save_every`
  * (when > 0), `train.lr`, `train.min_lr`, `train.weight_decay`, `train.clip`,
  * `train.momentum`, `data.val_fraction`, `train.target_acc`, `train.schedule`,
- * `train.precision`, `train.beta2`, `train.eps`, `train.label_smoothing`. Integers in
- * decimal; numbers as the shortest decimal that reads back as the same double.
+ * `train.precision`, `train.beta2`, `train.eps`, `train.label_smoothing`; mode pairs:
+ * `data.pairs_hash`, `data.valid_hash` when the record holds them (tg_train_record_mark()).
+ * Integers in decimal; numbers as the shortest decimal that reads back as the same double.
+ * Mode text without a corpus (@c text NULL: a record tg_train_record_read() gave): the
+ * record's own `vocab`, and `bytes`, `files`, `text_hash` when it holds them, so a record
+ * read back is written as the same entries.
  * Errors (run-time): ::TG_ERR_ARG (NULL arguments, an unknown mode, mode text without a
- * corpus, an unknown optimizer, schedule, precision or task).
+ * corpus or a vocabulary, an unknown optimizer, schedule, precision or task).
  */
 TG_API tg_status tg_train_record_meta(tg_ctx *ctx, const tg_train_record *r,
                                       tg_train_meta_list *m);

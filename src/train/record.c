@@ -1,8 +1,10 @@
 /*
- * record.c - tg_train_record_meta (include/tgrad_train.h, "The training run"): the one writer
- * of a training checkpoint's `data.*` and `train.*` keys, in the order `tgrad train` has
- * always written them. Apart from run.c because it reads a text corpus (src/data/), which the
- * minimal runtime build leaves out.
+ * record.c - the checkpoint's record of a training run (include/tgrad_train.h, "The training
+ * run"): tg_train_record_meta, the one writer of a training checkpoint's `data.*` and
+ * `train.*` keys, in the order `tgrad train` has always written them; tg_train_record_read,
+ * their one reader (untrusted input, messages naming the key); tg_train_record_check_data, a
+ * record against the data a resumed run loads. Apart from run.c because it reads a text
+ * corpus (src/data/), which the minimal runtime build leaves out.
  */
 #include "tgrad_train.h"
 #include "core.h"
@@ -197,6 +199,9 @@ typedef struct {
 } rfield;
 
 #define RO(f) offsetof(tg_train_record, f)
+_Static_assert(sizeof(tg_optim_kind) == sizeof(int) && sizeof(tg_lr_schedule) == sizeof(int) &&
+                   sizeof(tg_precision) == sizeof(int),
+               "a name's index is stored as an int");
 static const rfield rfields[] = {
     {"train.seed", K_INT, RO(seed), 0, INT64_MAX, 0, 0, false, false, NULL},
     {"train.optimizer", K_NAME, RO(optimizer), 0, 0, 0, 0, false, false, "sgd|adam|adamw"},
