@@ -1300,6 +1300,17 @@ typedef struct tg_train_record {
     tg_precision precision; /**< `train.precision`: f32 or bf16 */
     double beta2, eps, label_smoothing; /**< `train.beta2`, `train.eps`,
                                              `train.label_smoothing` */
+    /* The data as tg_train_record_read() reads it back (@c text is NULL then); the writer
+     * takes them when @c text is NULL. */
+    int vocab_size;           /**< mode "text": `data.vocab`'s length, 1..256 */
+    unsigned char vocab[256]; /**< its bytes, strictly increasing */
+    int64_t bytes;            /**< `data.bytes` */
+    int64_t files;            /**< `data.files` */
+    uint64_t text_hash;       /**< `data.text_hash` */
+    uint64_t pairs_hash;      /**< mode "pairs": `data.pairs_hash` (fnv1a64:HEX16) */
+    uint64_t valid_hash;      /**< mode "pairs": `data.valid_hash` */
+    uint64_t has;             /**< the keys held, as tg_train_record_has() tells (set by
+                                   tg_train_record_read(), tg_train_record_mark()) */
 } tg_train_record;
 
 /** Most entries tg_train_record_meta() writes. */
@@ -1324,13 +1335,68 @@ typedef struct tg_train_meta_list {
  * `train.batch`, `train.grad_accum`, `train.warmup`, `train.eval_every`, `train.save_every`
  * (when > 0), `train.lr`, `train.min_lr`, `train.weight_decay`, `train.clip`,
  * `train.momentum`, `data.val_fraction`, `train.target_acc`, `train.schedule`,
- * `train.precision`, `train.beta2`, `train.eps`, `train.label_smoothing`. Integers in
- * decimal; numbers as the shortest decimal that reads back as the same double.
+ * `train.precision`, `train.beta2`, `train.eps`, `train.label_smoothing`; mode pairs:
+ * `data.pairs_hash`, `data.valid_hash` when the record holds them (tg_train_record_mark()).
+ * Integers in decimal; numbers as the shortest decimal that reads back as the same double.
+ * Mode text without a corpus (@c text NULL: a record tg_train_record_read() gave): the
+ * record's own `vocab`, and `bytes`, `files`, `text_hash` when it holds them, so a record
+ * read back is written as the same entries.
  * Errors (run-time): ::TG_ERR_ARG (NULL arguments, an unknown mode, mode text without a
- * corpus, an unknown optimizer, schedule, precision or task).
+ * corpus or a vocabulary, an unknown optimizer, schedule, precision or task).
  */
 TG_API tg_status tg_train_record_meta(tg_ctx *ctx, const tg_train_record *r,
                                       tg_train_meta_list *m);
+
+/**
+ * Whether record @p r holds key @p key (`data.vocab`, `train.lr`, ...): set by
+ * tg_train_record_read() for each key the file has; a record given to tg_train_record_meta()
+ * without a corpus writes `data.bytes`, `data.files`, `data.text_hash`, `data.pairs_hash` and
+ * `data.valid_hash` only when it holds them.
+ */
+TG_API bool tg_train_record_has(const tg_train_record *r, const char *key);
+/** Mark record @p r as holding key @p key (for tg_train_record_meta() without a corpus, or the
+ *  pairs' hashes); false for a key that is not the record's. */
+TG_API bool tg_train_record_mark(tg_train_record *r, const char *key);
+
+/**
+ * The reader of tg_train_record_meta()'s keys (untrusted input), from checkpoint @p st into
+ * @p out (zeroed first; a key the file lacks stays 0 and tg_train_record_has() false).
+ * `data.mode` is required: text, task or pairs. Mode text: `data.vocab` required (1 to 256
+ * distinct bytes, increasing, as lowercase or uppercase hex), `data.bytes` (1 to
+ * ::TG_TEXT_MAX_BYTES), `data.files` (1 to 2^31 - 1) and `data.text_hash` optional; mode task:
+ * `data.task` required (tg_task_name()); mode pairs: `data.pairs_hash` and `data.valid_hash`
+ * required; a data key of another mode is refused. Hashes are "fnv1a64:" and 16 lowercase hex
+ * digits. The `train.*` keys and `data.val_fraction` are optional (older files lack some):
+ * integers by tg_meta_parse_int()'s rule (`train.seed` 0 to 2^63 - 1; `train.batch`,
+ * `train.grad_accum`, `train.eval_every`, `train.save_every` 1 to 2^53; `train.warmup` 0 to
+ * 2^53), numbers plain finite decimals (no sign but '-', no inf, nan or hex) in range
+ * (`train.lr`, `train.min_lr`, `train.weight_decay`, `train.clip` >= 0; `train.momentum`,
+ * `train.target_acc`, `train.label_smoothing` in [0, 1]; `data.val_fraction`, `train.beta2`
+ * in [0, 1); `train.eps` in (0, 1]; `train.target_bleu` in [0, 100]), names
+ * (`train.optimizer` sgd, adam or adamw; `train.schedule` cosine or noam; `train.precision`
+ * f32 or bf16). Messages name the key and its value: "tg_train_record_read: LABEL: checkpoint
+ * field 'train.lr' 'abc': expected a number >= 0" (@p label NULL: "<memory>").
+ * @param bad  receives the key at fault on ::TG_ERR_FORMAT, NULL otherwise (may be NULL)
+ * Errors (run-time): ::TG_ERR_ARG (NULL ctx, st or out), ::TG_ERR_FORMAT (the first key at
+ * fault, in the order tg_train_record_meta() writes them; @p out then holds what was read
+ * before it, `mode` included unless the fault is `data.mode`).
+ */
+TG_API tg_status tg_train_record_read(tg_ctx *ctx, const tg_safetensors *st, const char *label,
+                                      tg_train_record *out, const char **bad);
+
+/**
+ * Record @p r (read back by tg_train_record_read()) against the data a resumed run loaded,
+ * given as a record @p data the way tg_train_record_meta() takes it (the mode and its corpus
+ * or task): the same mode; mode text: `data.bytes`, `data.files`, `data.text_hash` (each when
+ * @p r holds it) and `data.vocab` the corpus's, in that order; mode task: `data.task`. Mode
+ * pairs checks nothing here (the sentence pairs' hashes are their loader's).
+ * @param bad  receives the key that differs (`data.mode`, `data.bytes`, ...), else NULL (may be
+ *             NULL); the message names it and both values
+ * Errors (run-time): ::TG_ERR_ARG (NULL ctx, r or data; mode text without a corpus; the data
+ * differs).
+ */
+TG_API tg_status tg_train_record_check_data(tg_ctx *ctx, const tg_train_record *r,
+                                            const tg_train_record *data, const char **bad);
 
 /** The CSV header of a training log: `step,train_loss,val_loss,lr,tokens_per_s,METRIC\n`
  *  with METRIC @p metric ("val_acc", "val_bleu"), or the five columns without it (NULL).

@@ -1,7 +1,9 @@
 /*
- * ckpt_config.c - checkpoint metadata validated with the `tgrad train` option table, the
- * claimed config checked against the file's tensor shapes, and a memory estimate (see
- * ckpt_config.h). No I/O and nothing printed: safe to call on arbitrary parsed files.
+ * ckpt_config.c - checkpoint metadata read by the library (tg_train_record_read: data.* and
+ * train.*) and mapped to the `tgrad train` option table (restored, the run's identity, options
+ * given again that contradict the file), the claimed config checked against the file's tensor
+ * shapes, and a memory estimate (see ckpt_config.h). No I/O and nothing printed: safe to call
+ * on arbitrary parsed files.
  */
 #include "ckpt_config.h"
 #include "train_data.h"
@@ -135,26 +137,6 @@ static bool parse_int_field(const char *key, const char *v, int64_t lo, int64_t 
     return true;
 }
 
-/* A content hash field: "fnv1a64:" and 16 lowercase hex digits. */
-static bool parse_hash_field(const char *key, const char *v, uint64_t *out, char *err, size_t n)
-{
-    char s[80];
-    bool ok = strlen(v) == 24 && !strncmp(v, "fnv1a64:", 8);
-    uint64_t h = 0;
-    for (int i = 8; ok && i < 24; i++) {
-        int d = hex_digit(v[i]);
-        ok = d >= 0 && !(v[i] >= 'A' && v[i] <= 'F');
-        h = h << 4 | (uint64_t)(d < 0 ? 0 : d);
-    }
-    if (!ok) {
-        snprintf(err, n, "checkpoint field '%s' '%s': expected 'fnv1a64:' and 16 lowercase hex "
-                 "digits", key, cli_show(v, s, sizeof s));
-        return false;
-    }
-    *out = h;
-    return true;
-}
-
 /* The message a library call recorded on @p ctx, without its "fn: " and "<memory>: " prefixes
  * (the caller names the file). */
 static void lib_message(tg_ctx *ctx, char *err, size_t n)
@@ -167,79 +149,123 @@ static void lib_message(tg_ctx *ctx, char *err, size_t n)
     snprintf(err, n, "%s", m);
 }
 
-/* model.*, data.* and train.* fields that map to options. */
-static bool apply_options(const tg_safetensors *st, train_args *a, const cli_result *given,
-                          ckpt_info *info, char *err, size_t n)
+/* Checkpoint field @p key's value @p v into @p tmp through option @p o of the train table (so
+ * with the command line's bounds and messages); an integer by the library's rule first (no
+ * sign, no leading zero). */
+static bool set_option(const cli_option *o, const char *key, const char *v, train_args *tmp,
+                       char *err, size_t n)
 {
-    const cli_command *cmd = train_command();
-    char src[96], gv[96], s[80];
-    train_args defaults;
-    train_defaults(&defaults);
-    double ck_momentum = defaults.momentum; /* train.momentum, or the default if absent */
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        const field *f = &fields[i];
-        const cli_option *o = cli_find(cmd, f->option);
-        const char *v = tg_safetensors_meta_get(st, f->key);
-        if (!o)
-            continue; /* cannot happen: the table has every option named above */
-        if (!v) {
-            if (f->required) {
-                snprintf(err, n, "not a tgrad training checkpoint: it lacks the field '%s'",
-                         f->key);
-                return false;
-            }
-            if (f->role == F_IDENTITY) { /* absent: the default, for every command alike */
-                char *dst = (char *)a + o->offset;
-                const char *def = (const char *)&defaults + o->offset;
-                bool on_cmdline = given && given->given[cli_index(cmd, o)];
-                if (on_cmdline && memcmp(dst, def, value_size(o)) != 0) {
-                    info->usage = true; /* the command line contradicts the file */
-                    snprintf(err, n, "checkpoint is from a different config: it has no '%s' "
-                             "(the default, %s), %s given", f->key,
-                             given_value(o, &defaults, s, sizeof s),
-                             given_value(o, a, gv, sizeof gv));
-                    return false;
-                }
-                memcpy(dst, def, value_size(o));
-            }
-            continue;
-        }
-        snprintf(src, sizeof src, "checkpoint field '%s'", f->key);
-        int64_t iv; /* an integer field: the library's rule first (no sign, leading zero) */
-        if (o->kind == CLI_INT && !tg_meta_parse_int(v, 0, INT64_MAX, &iv)) {
-            snprintf(err, n, "checkpoint field '%s' '%s': expected an integer from %" PRId64
-                     " to %" PRId64 " (decimal digits, no leading zero)", f->key,
-                     cli_show(v, s, sizeof s), o->imin, o->imax);
-            return false;
-        }
-        train_args tmp = *a; /* validate into a copy: the command line's value may win */
-        if (!cli_set(cmd, o, v, &tmp, src, err, n))
-            return false;
-        char *dst = (char *)a + o->offset;
-        const char *got = (const char *)&tmp + o->offset;
-        bool on_cmdline = given && given->given[cli_index(cmd, o)];
-        if (f->role == F_IDENTITY && on_cmdline && memcmp(dst, got, value_size(o)) != 0) {
-            info->usage = true; /* the command line contradicts the file */
-            snprintf(err, n, "checkpoint is from a different config: %s '%s' there, %s given",
-                     f->key, cli_show(v, s, sizeof s), given_value(o, a, gv, sizeof gv));
-            return false;
-        }
-        if (f->role == F_IDENTITY || !on_cmdline)
-            memcpy(dst, got, value_size(o));
-        if (!strcmp(f->key, "train.momentum"))
-            ck_momentum = tmp.momentum;
-    }
-    /* SGD keeps momentum buffers (sgd.momentum.*) only with a momentum other than 0: a resumed
-     * run may change the momentum, but not to or from 0, or the optimizer state in the file
-     * would not be the one the run has */
-    if (a->optimizer == OPT_SGD && (ck_momentum == 0) != (a->momentum == 0)) {
-        info->usage = true; /* the command line contradicts the file */
-        snprintf(err, n, "checkpoint is from SGD with momentum %.6g (train.momentum), --momentum "
-                 "%.6g given: a momentum of 0 keeps no momentum buffers, so it cannot change to "
-                 "or from 0 on resume", ck_momentum, a->momentum);
+    char src[96], s[80];
+    int64_t iv;
+    if (o->kind == CLI_INT && !tg_meta_parse_int(v, 0, INT64_MAX, &iv)) {
+        snprintf(err, n, "checkpoint field '%s' '%s': expected an integer from %" PRId64
+                 " to %" PRId64 " (decimal digits, no leading zero)", key,
+                 cli_show(v, s, sizeof s), o->imin, o->imax);
         return false;
     }
-    /* model.norm_first (1 = pre-norm) is the inverse of --post-norm */
+    snprintf(src, sizeof src, "checkpoint field '%s'", key);
+    return cli_set(train_command(), o, v, tmp, src, err, n);
+}
+
+/* The option of the train table checkpoint field @p key maps to, or NULL. */
+static const cli_option *option_of(const char *key)
+{
+    if (!strcmp(key, "data.task"))
+        return cli_find(train_command(), "task");
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (!strcmp(fields[i].key, key))
+            return cli_find(train_command(), fields[i].option);
+    return NULL;
+}
+
+/*
+ * The data.* and train.* fields as the library reads them (tg_train_record_read) into
+ * info->rec: data.mode and its data (vocabulary, size, files and hash of a text; the task; a
+ * translation's data hashes), every train.* value parsed and in range. A field the library
+ * refuses that is an option of the train table gets the option's message, as the other
+ * options do (apply_options). Returns 1, or on a refusal 0 (no data.mode: nothing known) or
+ * -1 (data.mode known, the refusal in @p err).
+ */
+static int read_record(const tg_safetensors *st, ckpt_info *info, char *err, size_t n)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    if (!ctx) {
+        snprintf(err, n, "out of memory");
+        return 0;
+    }
+    const char *bad = NULL;
+    bool ok = tg_train_record_read(ctx, st, NULL, &info->rec, &bad) == TG_OK;
+    if (!ok) {
+        lib_message(ctx, err, n);
+        const cli_option *o = bad ? option_of(bad) : NULL;
+        const char *v = bad ? tg_safetensors_meta_get(st, bad) : NULL;
+        char e[1024];
+        train_args tmp;
+        train_defaults(&tmp);
+        if (o && v && !set_option(o, bad, v, &tmp, e, sizeof e))
+            snprintf(err, n, "%s", e);
+    }
+    tg_ctx_free(ctx);
+    if (!ok && (!bad || !strcmp(bad, "data.mode") || !info->rec.mode))
+        return 0;
+    info->text = !strcmp(info->rec.mode, "text");
+    info->pairs = !strcmp(info->rec.mode, "pairs");
+    return ok ? 1 : -1;
+}
+
+/* A field absent from the file: an identity field is the default, for every command alike, and
+ * a command line giving another value contradicts the file. */
+static bool apply_absent(const field *f, const cli_option *o, train_args *a,
+                         const train_args *defaults, bool on_cmdline, ckpt_info *info,
+                         char *err, size_t n)
+{
+    if (f->required) {
+        snprintf(err, n, "not a tgrad training checkpoint: it lacks the field '%s'", f->key);
+        return false;
+    }
+    if (f->role != F_IDENTITY)
+        return true;
+    char *dst = (char *)a + o->offset;
+    const char *def = (const char *)defaults + o->offset;
+    if (on_cmdline && memcmp(dst, def, value_size(o)) != 0) {
+        char s[96], gv[96];
+        info->usage = true; /* the command line contradicts the file */
+        snprintf(err, n, "checkpoint is from a different config: it has no '%s' (the default, "
+                 "%s), %s given", f->key, given_value(o, defaults, s, sizeof s),
+                 given_value(o, a, gv, sizeof gv));
+        return false;
+    }
+    memcpy(dst, def, value_size(o));
+    return true;
+}
+
+/* Field @p f with value @p v, validated through its option: the run's identity always comes
+ * from the file (a command line giving another value contradicts it), a training option unless
+ * given again. */
+static bool apply_field(const field *f, const cli_option *o, const char *v, train_args *a,
+                        bool on_cmdline, ckpt_info *info, char *err, size_t n)
+{
+    train_args tmp = *a; /* validate into a copy: the command line's value may win */
+    if (!set_option(o, f->key, v, &tmp, err, n))
+        return false;
+    char *dst = (char *)a + o->offset;
+    const char *got = (const char *)&tmp + o->offset;
+    if (f->role == F_IDENTITY && on_cmdline && memcmp(dst, got, value_size(o)) != 0) {
+        char s[80], gv[96];
+        info->usage = true; /* the command line contradicts the file */
+        snprintf(err, n, "checkpoint is from a different config: %s '%s' there, %s given",
+                 f->key, cli_show(v, s, sizeof s), given_value(o, a, gv, sizeof gv));
+        return false;
+    }
+    if (f->role == F_IDENTITY || !on_cmdline)
+        memcpy(dst, got, value_size(o));
+    return true;
+}
+
+/* model.norm_first (1 = pre-norm, the inverse of --post-norm); heads divide d_model. */
+static bool apply_norm(const tg_safetensors *st, train_args *a, const cli_result *given,
+                       ckpt_info *info, char *err, size_t n)
+{
     const char *nf = tg_safetensors_meta_get(st, "model.norm_first");
     bool pre;
     if (!nf) {
@@ -248,7 +274,7 @@ static bool apply_options(const tg_safetensors *st, train_args *a, const cli_res
     }
     if (!parse_bool01("model.norm_first", nf, &pre, err, n))
         return false;
-    if (given && cli_given(cmd, given, "post-norm") && pre) {
+    if (given && cli_given(train_command(), given, "post-norm") && pre) {
         info->usage = true; /* the command line contradicts the file */
         snprintf(err, n, "checkpoint is from a different config: model.norm_first 1 (pre-norm) "
                  "there, --post-norm given");
@@ -263,11 +289,42 @@ static bool apply_options(const tg_safetensors *st, train_args *a, const cli_res
     return true;
 }
 
-/* data.mode, data.vocab, data.task, model.vocab_size, model.causal and the other fields. */
-static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result *given,
-                       ckpt_info *info, char *err, size_t n)
+/* model.*, data.* and train.* fields that map to options. */
+static bool apply_options(const tg_safetensors *st, train_args *a, const cli_result *given,
+                          ckpt_info *info, char *err, size_t n)
 {
     const cli_command *cmd = train_command();
+    train_args defaults;
+    train_defaults(&defaults);
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        const field *f = &fields[i];
+        const cli_option *o = cli_find(cmd, f->option);
+        const char *v = tg_safetensors_meta_get(st, f->key);
+        if (!o)
+            continue; /* cannot happen: the table has every option named above */
+        bool on_cmdline = given && given->given[cli_index(cmd, o)];
+        if (v ? !apply_field(f, o, v, a, on_cmdline, info, err, n)
+              : !apply_absent(f, o, a, &defaults, on_cmdline, info, err, n))
+            return false;
+    }
+    /* SGD keeps momentum buffers (sgd.momentum.*) only with a momentum other than 0: a resumed
+     * run may change the momentum, but not to or from 0, or the optimizer state in the file
+     * would not be the one the run has */
+    double ck_momentum = tg_train_record_has(&info->rec, "train.momentum") ? info->rec.momentum
+                                                                            : defaults.momentum;
+    if (a->optimizer == OPT_SGD && (ck_momentum == 0) != (a->momentum == 0)) {
+        info->usage = true; /* the command line contradicts the file */
+        snprintf(err, n, "checkpoint is from SGD with momentum %.6g (train.momentum), --momentum "
+                 "%.6g given: a momentum of 0 keeps no momentum buffers, so it cannot change to "
+                 "or from 0 on resume", ck_momentum, a->momentum);
+        return false;
+    }
+    return apply_norm(st, a, given, info, err, n);
+}
+
+/* The field "format": the checkpoint format tgrad train writes. */
+static bool check_format(const tg_safetensors *st, char *err, size_t n)
+{
     char s[80];
     const char *fmt = tg_safetensors_meta_get(st, "format");
     if (!fmt) {
@@ -286,19 +343,16 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
                  cli_show(fmt, s, sizeof s), CKPT_FORMAT);
         return false;
     }
-    const char *mode = tg_safetensors_meta_get(st, "data.mode");
-    if (!mode) {
-        snprintf(err, n, "not a tgrad training checkpoint: it lacks the field 'data.mode'");
-        return false;
-    }
-    if (strcmp(mode, "text") && strcmp(mode, "task") && strcmp(mode, "pairs")) {
-        snprintf(err, n, "checkpoint field 'data.mode' '%s': expected text, task or pairs",
-                 cli_show(mode, s, sizeof s));
-        return false;
-    }
-    info->text = !strcmp(mode, "text");
-    info->pairs = !strcmp(mode, "pairs");
-    /* model.arch (absent in older checkpoints: the mode's own architecture) */
+    return true;
+}
+
+/* model.arch (absent in older checkpoints: the mode's own architecture) against data.mode. */
+static bool apply_arch(const tg_safetensors *st, train_args *a, const cli_result *given,
+                       ckpt_info *info, char *err, size_t n)
+{
+    const cli_command *cmd = train_command();
+    char s[80];
+    const char *mode = info->rec.mode;
     const cli_option *ao = cli_find(cmd, "arch");
     const char *arch = tg_safetensors_meta_get(st, "model.arch");
     train_args at = *a;
@@ -326,7 +380,15 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
     }
     a->arch = at.arch;
     info->seq2seq = a->arch == ARCH_SEQ2SEQ;
-    /* model.decoder_layers: the seq2seq decoder stack (absent or 0 for the other models) */
+    return true;
+}
+
+/* model.decoder_layers: the seq2seq decoder stack (absent or 0 for the other models). */
+static bool apply_decoder(const tg_safetensors *st, train_args *a, const cli_result *given,
+                          ckpt_info *info, char *err, size_t n)
+{
+    const cli_command *cmd = train_command();
+    char s[80];
     const char *dl = tg_safetensors_meta_get(st, "model.decoder_layers");
     if (info->seq2seq) {
         const cli_option *o = cli_find(cmd, "decoder-layers");
@@ -356,10 +418,37 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
             char c2[32];
             snprintf(err, n, "checkpoint fields disagree: model.decoder_layers %" PRId64 " but "
                      "model.arch %s (no decoder stack)", nd,
-                     cli_choice_name(ao, a->arch, c2, sizeof c2));
+                     cli_choice_name(cli_find(cmd, "arch"), a->arch, c2, sizeof c2));
             return false;
         }
     }
+    return true;
+}
+
+/* data.task: the run's identity (the command line's --task must agree). */
+static bool apply_task(train_args *a, const cli_result *given, ckpt_info *info, char *err,
+                       size_t n)
+{
+    const cli_command *cmd = train_command();
+    const cli_option *o = cli_find(cmd, "task");
+    const char *tk = tg_task_name(info->rec.task); /* the file's name, as the library read it */
+    train_args tmp = *a;
+    if (!tk || !cli_set(cmd, o, tk, &tmp, "checkpoint field 'data.task'", err, n))
+        return false;
+    if (given && cli_given(cmd, given, "task") && tmp.task != a->task) {
+        char gv[96];
+        info->usage = true; /* the command line contradicts the file */
+        snprintf(err, n, "checkpoint is from a different config: data.task '%s' there, %s "
+                 "given", tk, given_value(o, a, gv, sizeof gv));
+        return false;
+    }
+    a->task = tmp.task;
+    return true;
+}
+
+/* model.causal (a causal model is a text one). */
+static bool check_causal(const tg_safetensors *st, const ckpt_info *info, char *err, size_t n)
+{
     const char *causal = tg_safetensors_meta_get(st, "model.causal");
     bool c;
     if (causal) {
@@ -367,18 +456,18 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
             return false;
         if (c != info->text) {
             snprintf(err, n, "checkpoint fields disagree: model.causal %d but data.mode %s",
-                     c ? 1 : 0, mode);
+                     c ? 1 : 0, info->rec.mode);
             return false;
         }
     }
-    const char *vh = tg_safetensors_meta_get(st, "data.vocab");
-    const char *tk = tg_safetensors_meta_get(st, "data.task");
-    if (info->pairs && (tk || vh)) {
-        snprintf(err, n, "checkpoint fields disagree: data.mode pairs but the file has the "
-                 "field '%s' of a %s checkpoint", tk ? "data.task" : "data.vocab",
-                 tk ? "task" : "text");
-        return false;
-    }
+    return true;
+}
+
+/* model.scale_embeddings, the vocabulary (data.vocab, the task's, the tokenizer's) and
+ * model.vocab_size. */
+static bool apply_vocab(const tg_safetensors *st, train_args *a, const cli_result *given,
+                        ckpt_info *info, char *err, size_t n)
+{
     if (info->pairs) {
         /* the vocabulary is the tokenizer's (tokenizer.*, checked when it is loaded) */
         const char *es = tg_safetensors_meta_get(st, "model.scale_embeddings");
@@ -386,47 +475,13 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
         if (es && !parse_bool01("model.scale_embeddings", es, &sc, err, n))
             return false;
         a->emb_scale = sc ? EMB_SQRT : EMB_NONE;
-    } else if (info->text ? tk != NULL : vh != NULL) { /* a field of the other mode */
-        snprintf(err, n, "checkpoint fields disagree: data.mode %s but the file has the field "
-                 "'%s' of a %s checkpoint", mode, info->text ? "data.task" : "data.vocab",
-                 info->text ? "task" : "text");
-        return false;
-    }
-    if (info->pairs) {
         info->vocab_size = 0; /* from model.vocab_size below */
     } else if (info->text) {
-        if (!vh) {
-            snprintf(err, n, "not a tgrad text checkpoint: it lacks the field 'data.vocab'");
-            return false;
-        }
-        int nv = vocab_from_hex(vh, info->vocab);
-        bool sorted = nv >= 1;
-        for (int i = 1; i < nv && sorted; i++)
-            sorted = info->vocab[i - 1] < info->vocab[i];
-        if (!sorted) {
-            snprintf(err, n, "checkpoint field 'data.vocab' '%s': expected 1 to 256 distinct "
-                     "bytes in increasing order as hex", cli_show(vh, s, sizeof s));
-            return false;
-        }
-        info->vocab_size = nv;
+        info->vocab_size = info->rec.vocab_size;
     } else {
         info->vocab_size = info->seq2seq ? SEQ2SEQ_VOCAB : 10; /* digits (and BOS) */
-        if (!tk) {
-            snprintf(err, n, "not a tgrad task checkpoint: it lacks the field 'data.task'");
+        if (!apply_task(a, given, info, err, n))
             return false;
-        }
-        const cli_option *o = cli_find(cmd, "task");
-        train_args tmp = *a;
-        if (!cli_set(cmd, o, tk, &tmp, "checkpoint field 'data.task'", err, n))
-            return false;
-        if (given && cli_given(cmd, given, "task") && tmp.task != a->task) {
-            char gv[96];
-            info->usage = true; /* the command line contradicts the file */
-            snprintf(err, n, "checkpoint is from a different config: data.task '%s' there, %s "
-                     "given", cli_show(tk, s, sizeof s), given_value(o, a, gv, sizeof gv));
-            return false;
-        }
-        a->task = tmp.task;
     }
     const char *vs = tg_safetensors_meta_get(st, "model.vocab_size");
     int64_t v;
@@ -446,30 +501,16 @@ static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result
                                     : "a task's vocabulary is", info->vocab_size);
         return false;
     }
-    const char *b = tg_safetensors_meta_get(st, "data.bytes");
-    if (b && (!info->text || !parse_int_field("data.bytes", b, 1, CORPUS_MAX_BYTES,
-                                              &info->text_bytes, err, n))) {
-        if (!info->text)
-            snprintf(err, n, "checkpoint fields disagree: data.mode task but the file has the "
-                     "field 'data.bytes' of a text checkpoint");
-        return false;
-    }
-    /* data.text_hash, data.files: what text a text checkpoint was trained on (absent in
-     * older checkpoints) */
-    const char *th = tg_safetensors_meta_get(st, "data.text_hash");
-    const char *tf = tg_safetensors_meta_get(st, "data.files");
-    if ((th || tf) && !info->text) {
-        snprintf(err, n, "checkpoint fields disagree: data.mode task but the file has the "
-                 "field '%s' of a text checkpoint", th ? "data.text_hash" : "data.files");
-        return false;
-    }
-    if (th) {
-        if (!parse_hash_field("data.text_hash", th, &info->text_hash, err, n))
-            return false;
-        info->has_text_hash = true;
-    }
-    if (tf && !parse_int_field("data.files", tf, 1, INT32_MAX, &info->text_files, err, n))
-        return false;
+    return true;
+}
+
+/* The training state's fields with the command line's messages: data.position, optim.step,
+ * rng (64 hex digits, not all zero: the generator's fixed point; tg_checkpoint_restore refuses
+ * it too, but only after the model is built), train.best_val. */
+static bool check_state_fields(const tg_safetensors *st, ckpt_info *info, char *err, size_t n)
+{
+    char s[80];
+    int64_t v;
     const char *p = tg_safetensors_meta_get(st, "data.position");
     if (p && !parse_int_field("data.position", p, 0, INT64_MAX, &v, err, n))
         return false;
@@ -556,29 +597,81 @@ static bool contradicts(const cli_result *given, const char *name, bool differs,
     return true;
 }
 
+/* format, data.mode, model.arch, model.decoder_layers, model.causal, the rest of data.* and
+ * train.* (the library's reader: its refusal after the model fields that name data.mode), the
+ * vocabulary and model.vocab_size, and the state's fields. */
+static bool apply_data(const tg_safetensors *st, train_args *a, const cli_result *given,
+                       ckpt_info *info, char *err, size_t n)
+{
+    if (!check_format(st, err, n))
+        return false;
+    int rec = read_record(st, info, err, n);
+    char refused[1024];
+    if (rec == 0)
+        return false;
+    snprintf(refused, sizeof refused, "%s", rec < 0 ? err : "");
+    if (!apply_arch(st, a, given, info, err, n) || !apply_decoder(st, a, given, info, err, n) ||
+        !check_causal(st, info, err, n))
+        return false;
+    if (rec < 0) {
+        snprintf(err, n, "%s", refused);
+        return false;
+    }
+    return apply_vocab(st, a, given, info, err, n) && check_state_fields(st, info, err, n);
+}
+
+/* A SentencePiece tokenizer (tokenizer.model, @p size bytes at @p model) loaded as `tgrad
+ * translate` loads it: its size in @p have; --vocab-size and --spm-type given on the command
+ * line must agree with model.vocab_size and the model's type. */
+static bool check_spm(tg_ctx *ctx, const void *model, size_t size, const train_args *a,
+                      const cli_result *given, ckpt_info *info, int64_t *have, char *err,
+                      size_t n)
+{
+    char there[120];
+    int64_t V = info->vocab_size;
+    snprintf(there, sizeof there, "model.vocab_size %" PRId64, V);
+    if (contradicts(given, "vocab-size", a->vocab_size != V, there, a, info, err, n))
+        return false;
+#ifdef TG_HAVE_SPM
+    tg_spm_type type;
+    tg_tokenizer *tok = tg_spm_load(ctx, model, size);
+    if (!tok) {
+        char m[1024];
+        lib_message(ctx, m, sizeof m);
+        snprintf(err, n, "its SentencePiece model (tokenizer.model) is refused: %s", m);
+        return false;
+    }
+    *have = tg_tokenizer_vocab_size(tok);
+    tg_tokenizer_free(tok);
+    if (tg_spm_model_type(ctx, model, size, &type) == TG_OK) {
+        snprintf(there, sizeof there, "a SentencePiece %s model (tokenizer.model)",
+                 type == TG_SPM_BPE ? "bpe" : "unigram");
+        if (contradicts(given, "spm-type", a->spm_type != (type == TG_SPM_BPE ? SPM_BPE
+                                                                             : SPM_UNIGRAM),
+                        there, a, info, err, n))
+            return false;
+    }
+    return true;
+#else
+    (void)ctx, (void)model, (void)size, (void)have;
+    snprintf(err, n, "its tokenizer is SentencePiece, and this tgrad was built without it "
+             "(install libsentencepiece-dev and rebuild: meson setup --reconfigure build "
+             "-Dsentencepiece=enabled)");
+    return false;
+#endif
+}
+
 /*
- * A translation checkpoint (data.mode pairs): the tokenizer as `tgrad translate` loads it
- * (tokenizer.kind and tokenizer.model through tg_tokenizer_meta_read; a SentencePiece model
- * through tg_spm_load) with exactly model.vocab_size ids; --tokenizer, --vocab-size and
- * --spm-type given on the command line (@p given) must agree with it; data.pairs_hash and
- * data.valid_hash, data.epoch and data.batch (a cursor a run of optim.step steps, one batch
- * each, can have reached: epoch + batch <= step) are there.
+ * A translation checkpoint (data.mode pairs; its data hashes are the library reader's): the
+ * tokenizer as `tgrad translate` loads it (tokenizer.kind and tokenizer.model through
+ * tg_tokenizer_meta_read; a SentencePiece model through tg_spm_load) with exactly
+ * model.vocab_size ids; --tokenizer, --vocab-size and --spm-type given on the command line
+ * (@p given) must agree with it; data.epoch and data.batch (a cursor a run of optim.step steps,
+ * one batch each, can have reached: epoch + batch <= step) are there.
  */
 static bool check_pairs(const tg_safetensors *st, const train_args *a, const cli_result *given,
                         ckpt_info *info, char *err, size_t n)
 {
-    static const char *const hashes[2] = {"data.pairs_hash", "data.valid_hash"};
-    for (int k = 0; k < 2; k++) {
-        const char *v = tg_safetensors_meta_get(st, hashes[k]);
-        uint64_t h;
-        if (!v) {
-            snprintf(err, n, "not a tgrad translation checkpoint: it lacks the field '%s'",
-                     hashes[k]);
-            return false;
-        }
-        if (!parse_hash_field(hashes[k], v, &h, err, n))
-            return false;
-    }
     if (info->epoch < 0) {
         snprintf(err, n, "not a tgrad translation checkpoint: it lacks the fields 'data.epoch' "
                  "and 'data.batch'");
@@ -611,38 +704,8 @@ static bool check_pairs(const tg_safetensors *st, const train_args *a, const cli
                (!spm && (contradicts(given, "vocab-size", true, there, a, info, err, n) ||
                          contradicts(given, "spm-type", true, there, a, info, err, n)))))
         ok = false;
-    if (ok && spm) {
-        snprintf(there, sizeof there, "model.vocab_size %" PRId64, V);
-        if (contradicts(given, "vocab-size", a->vocab_size != V, there, a, info, err, n))
-            ok = false;
-#ifdef TG_HAVE_SPM
-        tg_spm_type type;
-        tg_tokenizer *tok = ok ? tg_spm_load(ctx, model, size) : NULL;
-        if (ok && !tok) {
-            char m[1024];
-            lib_message(ctx, m, sizeof m);
-            snprintf(err, n, "its SentencePiece model (tokenizer.model) is refused: %s", m);
-            ok = false;
-        }
-        have = tok ? tg_tokenizer_vocab_size(tok) : -1;
-        tg_tokenizer_free(tok);
-        if (ok && tg_spm_model_type(ctx, model, size, &type) == TG_OK) {
-            snprintf(there, sizeof there, "a SentencePiece %s model (tokenizer.model)",
-                     type == TG_SPM_BPE ? "bpe" : "unigram");
-            if (contradicts(given, "spm-type", a->spm_type != (type == TG_SPM_BPE ? SPM_BPE
-                                                                                 : SPM_UNIGRAM),
-                            there, a, info, err, n))
-                ok = false;
-        }
-#else
-        if (ok) {
-            snprintf(err, n, "its tokenizer is SentencePiece, and this tgrad was built without "
-                     "it (install libsentencepiece-dev and rebuild: meson setup --reconfigure "
-                     "build -Dsentencepiece=enabled)");
-            ok = false;
-        }
-#endif
-    }
+    if (ok && spm)
+        ok = check_spm(ctx, model, size, a, given, info, &have, err, n);
     if (ok && have != V) {
         snprintf(err, n, "checkpoint fields disagree: model.vocab_size %" PRId64 " but its "
                  "tokenizer (tokenizer.kind %s) has %" PRId64 " ids", V, kind, have);

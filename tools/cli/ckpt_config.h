@@ -1,9 +1,11 @@
 /*
  * ckpt_config.h - what a `tgrad train` checkpoint claims, validated before anything is built.
  *
- * A checkpoint's metadata (model.*, data.*, train.*, optim.step, rng) is untrusted input: every
- * field is validated with the `tgrad train` option table through cli_set() (so it obeys exactly
- * the command line's bounds), the claimed config is checked against the shapes of the tensors
+ * A checkpoint's metadata (model.*, data.*, train.*, optim.step, rng) is untrusted input: the
+ * data.* and train.* fields are read by the library (tg_train_record_read: the mode and its
+ * data, every value parsed and in range), and every field that maps to an option is validated
+ * with the `tgrad train` option table through cli_set() (so it obeys exactly the command
+ * line's bounds, with its messages), the claimed config is checked against the shapes of the tensors
  * in the file (a claim of seq_len 100000000 with a (64, 128) pos_emb.weight is refused before
  * any allocation), and the memory the config needs is estimated and compared with a limit.
  * No I/O, nothing printed: each function returns true, or false with one line in @p err
@@ -36,12 +38,11 @@ typedef struct ckpt_info {
     bool pairs;                /* data.mode "pairs": translation (tokenizer.* fields) */
     int vocab_size;            /* model.vocab_size: data.vocab's length (text), 10 (task),
                                 * 11 (seq2seq task: the digits and BOS) */
-    unsigned char vocab[256];  /* text: data.vocab, strictly increasing bytes */
+    tg_train_record rec;       /* data.* and train.* as the library reads them
+                                * (tg_train_record_read): the text's vocabulary, size, file
+                                * count and hash (data.bytes, data.files, data.text_hash absent
+                                * in older checkpoints), the task, a translation's data hashes */
     int64_t step;              /* optim.step: steps already taken */
-    int64_t text_bytes;        /* data.bytes: the size of the text trained on (0: unknown) */
-    bool has_text_hash;        /* data.text_hash present (checkpoints before it have none) */
-    uint64_t text_hash;        /* data.text_hash: corpus_hash of the text ("fnv1a64:" + 16 hex) */
-    int64_t text_files;        /* data.files: the number of text files (0: unknown) */
     double best_val;           /* train.best_val (INFINITY when absent) */
     int64_t epoch, batch;      /* data.epoch, data.batch: a translation run's cursor (-1:
                                 * absent, as in the other kinds) */

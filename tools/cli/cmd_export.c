@@ -199,7 +199,7 @@ static void export_vocab_json(const ckpt_info *info, char *vjson, size_t size)
     for (int i = 0; !info->pairs && i < info->vocab_size; i++) {
         const char *sep = i ? ", " : "";
         if (info->text) /* the corpus's bytes */
-            w += (size_t)snprintf(vjson + w, size - w, "%s%u", sep, info->vocab[i]);
+            w += (size_t)snprintf(vjson + w, size - w, "%s%u", sep, info->rec.vocab[i]);
         else if (i < 10) /* a task: the digits */
             w += (size_t)snprintf(vjson + w, size - w, "%s%u", sep, (unsigned)('0' + i));
         else /* the encoder-decoder's BOS stands for no byte */

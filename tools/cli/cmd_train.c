@@ -162,6 +162,49 @@ static bool load_pairs(trainer *t)
     return true;
 }
 
+/* --resume with --text: the files are the ones the checkpoint's run trained on (the library's
+ * check of its record: size, file count, content hash, vocabulary); a usage error otherwise. */
+static bool resumed_text(trainer *t)
+{
+    const tg_text_info *c = &t->ci;
+    const tg_train_record *r = &t->info.rec;
+    tg_train_record here = {.mode = "text", .text = t->corp};
+    const char *bad = NULL;
+    if (tg_train_record_check_data(t->ctx, r, &here, &bad) != TG_OK && !bad) {
+        errf("--resume '%s': %s", t->a.resume, tg_ctx_message(t->ctx));
+        return false;
+    }
+    if (bad)
+        t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
+    if (bad && !strcmp(bad, "data.bytes"))
+        errf("--resume '%s' was trained on %" PRId64 " bytes of text, these files hold %" PRId64
+             "; pass the same --text files (in the same order)", t->a.resume, r->bytes,
+             c->bytes);
+    else if (bad && !strcmp(bad, "data.files"))
+        errf("--resume '%s' was trained on %" PRId64 " text file%s, %d given; pass the same "
+             "--text files (in the same order)", t->a.resume, r->files, r->files == 1 ? "" : "s",
+             c->files);
+    else if (bad && !strcmp(bad, "data.text_hash"))
+        errf("--resume '%s' was trained on other text: the same %" PRId64 " bytes in %d "
+             "file%s, but their content or order differs (data.text_hash fnv1a64:%016" PRIx64
+             " there, fnv1a64:%016" PRIx64 " here); pass the same --text files in the same "
+             "order", t->a.resume, c->bytes, c->files, c->files == 1 ? "" : "s", r->text_hash,
+             c->hash);
+    else if (bad && strcmp(bad, "data.vocab") != 0)
+        errf("--resume '%s': %s", t->a.resume, tg_ctx_message(t->ctx));
+    if (bad && strcmp(bad, "data.vocab") != 0)
+        return false;
+    if (!tg_train_record_has(r, "data.text_hash") && !t->a.quiet)
+        fprintf(stderr, "tgrad train: note: --resume '%s' records no hash of its text (an older "
+                "checkpoint): only the text's size and vocabulary can be checked\n",
+                t->a.resume);
+    if (bad)
+        errf("--resume '%s' was trained on text with a different vocabulary (%d bytes, these "
+             "files have %d); pass the same --text files", t->a.resume, r->vocab_size,
+             c->vocab_size);
+    return !bad;
+}
+
 static bool load_data(trainer *t)
 {
     t->T = t->a.seq_len;
@@ -192,42 +235,7 @@ static bool load_data(trainer *t)
         return false;
     }
     t->V = c->vocab_size;
-    if (t->ck && t->info.text_bytes > 0 && t->info.text_bytes != c->bytes) {
-        errf("--resume '%s' was trained on %" PRId64 " bytes of text, these files hold %" PRId64
-             "; pass the same --text files (in the same order)", t->a.resume,
-             t->info.text_bytes, c->bytes);
-        t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
-        return false;
-    }
-    if (t->ck && t->info.text_files > 0 && t->info.text_files != c->files) {
-        errf("--resume '%s' was trained on %" PRId64 " text file%s, %d given; pass the same "
-             "--text files (in the same order)", t->a.resume, t->info.text_files,
-             t->info.text_files == 1 ? "" : "s", c->files);
-        t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
-        return false;
-    }
-    if (t->ck && t->info.has_text_hash && t->info.text_hash != c->hash) {
-        errf("--resume '%s' was trained on other text: the same %" PRId64 " bytes in %d "
-             "file%s, but their content or order differs (data.text_hash fnv1a64:%016" PRIx64
-             " there, fnv1a64:%016" PRIx64 " here); pass the same --text files in the same "
-             "order", t->a.resume, c->bytes, c->files, c->files == 1 ? "" : "s",
-             t->info.text_hash, c->hash);
-        t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
-        return false;
-    }
-    if (t->ck && !t->info.has_text_hash && !t->a.quiet)
-        fprintf(stderr, "tgrad train: note: --resume '%s' records no hash of its text (an older "
-                "checkpoint): only the text's size and vocabulary can be checked\n",
-                t->a.resume);
-    if (t->ck && (t->info.vocab_size != c->vocab_size ||
-                  memcmp(t->info.vocab, tg_text_vocab(t->corp), (size_t)c->vocab_size) != 0)) {
-        errf("--resume '%s' was trained on text with a different vocabulary (%d bytes, these "
-             "files have %d); pass the same --text files", t->a.resume, t->info.vocab_size,
-             c->vocab_size);
-        t->usage = true; /* --text contradicts the resumed checkpoint (exit 2) */
-        return false;
-    }
-    return true;
+    return !t->ck || resumed_text(t);
 }
 
 static void end_live(trainer *t);

@@ -54,13 +54,6 @@ tg_text *corpus_load(tg_ctx *ctx, const char *const *paths, int n_paths, double 
     return t;
 }
 
-void vocab_to_hex(const unsigned char *vocab, int n, char *out)
-{
-    for (int i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", vocab[i]);
-    out[2 * n] = 0;
-}
-
 int hex_digit(char c)
 {
     if (c >= '0' && c <= '9')
@@ -70,20 +63,6 @@ int hex_digit(char c)
     if (c >= 'A' && c <= 'F')
         return c - 'A' + 10;
     return -1;
-}
-
-int vocab_from_hex(const char *hex, unsigned char *vocab)
-{
-    size_t len = strlen(hex);
-    if (len % 2 || len > 512 || len == 0)
-        return -1;
-    for (size_t i = 0; i < len / 2; i++) {
-        int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        vocab[i] = (unsigned char)(16 * hi + lo);
-    }
-    return (int)(len / 2);
 }
 
 bool task_parse(const char *name, task_kind *k)

@@ -30,12 +30,8 @@ bool data_check_regular(const char *path, double max_bytes, char *err, size_t er
  * value if unknown), or the address-space or data-segment limit (ulimit -v, -d) if lower. */
 double phys_memory_bytes(void);
 
-/* Vocabulary as lowercase hex (2 chars per byte) for checkpoint metadata, and back. */
-void vocab_to_hex(const unsigned char *vocab, int n, char *out);
 /* The value of hex digit @p c (0-9, a-f, A-F), or -1. */
 int hex_digit(char c);
-/* Strict: 2 to 512 hex digits, an even number of them; returns the byte count or -1. */
-int vocab_from_hex(const char *hex, unsigned char *vocab);
 
 /* The algorithmic tasks (the library's tg_task_kind; --task names them). */
 typedef tg_task_kind task_kind;
