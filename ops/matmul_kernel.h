@@ -10,7 +10,7 @@ static void FN(rows)(int prec, bool tx, bool ty, int64_t r0, int64_t r1, int64_t
                      void *ws)
 {
     FN(pg)
-    (prec, 1, tx, ty, r1 - r0, N, K, X + (tx ? r0 : r0 * ldx), ldx, Y, ldy, C + r0 * ldc, ldc, acc,
+    (NULL, prec, 1, tx, ty, r1 - r0, N, K, X + (tx ? r0 : r0 * ldx), ldx, Y, ldy, C + r0 * ldc, ldc, acc,
      ws);
 }
 static void FN(fwd)(const tg__call *c)
@@ -27,7 +27,7 @@ static void FN(fwd)(const tg__call *c)
         nt = 1;
     if (d.nb == 1) {
         FN(pg)
-        (c->precision, nt, ta, tb, d.M, d.N, d.K, A + mp.aoff[0], d.lda, B + mp.boff[0], d.ldb, C,
+        (c->govs, c->precision, nt, ta, tb, d.M, d.N, d.K, A + mp.aoff[0], d.lda, B + mp.boff[0], d.ldb, C,
          d.N, false, c->ws);
         return;
     }
@@ -61,11 +61,11 @@ static void FN(grad_a)(int nt, const tg__call *c, const mm_dims *d, int64_t ia, 
         if (nt > 1) { /* whole matrix on nt threads */
             if (!ta)
                 FN(pg)
-                (c->precision, nt, false, !tb, d->M, d->K, d->N, Go, d->N, Bo, d->ldb, dA, lga,
+                (c->govs, c->precision, nt, false, !tb, d->M, d->K, d->N, Go, d->N, Bo, d->ldb, dA, lga,
                  true, ws);
             else
                 FN(pg)
-                (c->precision, nt, tb, true, d->K, d->M, d->N, Bo, d->ldb, Go, d->N, dA, lga, true,
+                (c->govs, c->precision, nt, tb, true, d->K, d->M, d->N, Bo, d->ldb, Go, d->N, dA, lga, true,
                  ws);
         } else if (!ta) /* dA (M,K) += dC (M,N) . op(B)^T (N,K) */
             FN(rows)
@@ -91,11 +91,11 @@ static void FN(grad_b)(int nt, const tg__call *c, const mm_dims *d, int64_t ib, 
         if (nt > 1) {
             if (!tb)
                 FN(pg)
-                (c->precision, nt, !ta, false, d->K, d->N, d->M, Ao, d->lda, Go, d->N, dB, lgb,
+                (c->govs, c->precision, nt, !ta, false, d->K, d->N, d->M, Ao, d->lda, Go, d->N, dB, lgb,
                  true, ws);
             else
                 FN(pg)
-                (c->precision, nt, true, ta, d->N, d->K, d->M, Go, d->N, Ao, d->lda, dB, lgb, true,
+                (c->govs, c->precision, nt, true, ta, d->N, d->K, d->M, Go, d->N, Ao, d->lda, dB, lgb, true,
                  ws);
         } else if (!tb) /* dB (K,N) += op(A)^T (K,M) . dC (M,N) */
             FN(rows)
