@@ -295,9 +295,9 @@ size_t tg__gemm_ws_bytes(tg_dtype dt, int nt)
     return tg__gemm_ws_bytes_nk(dt, nt, INT64_MAX / 2, INT64_MAX / 2);
 }
 
-void tg__gemm_plan_make(tg__gemm_plan *p, tg__govs *govs, int nt, int64_t M, int64_t N,
-                        int64_t K, int mr, int nr, int64_t kc, int64_t nc, double flops,
-                        double per_thread, double gov_flops)
+void tg__gemm_plan_make(tg__gemm_plan *p, tg__govs *govs, int nt, int64_t M, int64_t N, int64_t K,
+                        int mr, int nr, int64_t kc, int64_t nc, double flops, double per_thread,
+                        double gov_flops)
 {
     memset(p, 0, sizeof *p);
     int64_t panels = (N + nr - 1) / nr, strips = (M + mr - 1) / mr;

@@ -109,9 +109,9 @@ typedef struct tg__gemm_plan {
     tg__sched sched;  /* shared-B form: nb, np, nr and gov filled */
     tg__par_gov *gov; /* the governor the region reports to (NULL: none) */
 } tg__gemm_plan;
-void tg__gemm_plan_make(tg__gemm_plan *p, tg__govs *govs, int nt, int64_t M, int64_t N,
-                        int64_t K, int mr, int nr, int64_t kc, int64_t nc, double flops,
-                        double per_thread, double gov_flops);
+void tg__gemm_plan_make(tg__gemm_plan *p, tg__govs *govs, int nt, int64_t M, int64_t N, int64_t K,
+                        int mr, int nr, int64_t kc, int64_t nc, double flops, double per_thread,
+                        double gov_flops);
 /* Runs the column form: part(arg, n0, n1, thread) for each group's columns [n0, n1), on
  * p->nth threads (thread: the caller's index for its private workspace). Race-free: a group
  * owns its columns of C. */

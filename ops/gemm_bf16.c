@@ -481,8 +481,8 @@ static void sched_columns(void *arg, int64_t n0, int64_t n1, int thread)
 }
 
 static void bf16_run(tg__govs *govs, int isa, int nt, bool ta, bool tb, int64_t M, int64_t N,
-                     int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
-                     float *C, int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi)
+                     int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                     int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi)
 {
     if (M <= 0 || N <= 0)
         return;

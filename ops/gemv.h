@@ -15,15 +15,15 @@
 /* Rows up to which dense's forward takes the GEMV instead of the GEMM. */
 #define TG__GEMV_MAX_ROWS 4
 
-void tg__gemv_f32(tg__govs *govs, int nt, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
-                  const float *W, int64_t ldw, const float *bias, float *y, int64_t ldy, int act,
-                  float *pre);
+void tg__gemv_f32(tg__govs *govs, int nt, int64_t M, int64_t N, int64_t K, const float *x,
+                  int64_t ldx, const float *W, int64_t ldw, const float *bias, float *y,
+                  int64_t ldy, int act, float *pre);
 /* The f32 GEMV with x and W rounded to bf16 (TG_PRECISION_BF16), f32 sums in the same order. */
-void tg__gemv_bf16(tg__govs *govs, int nt, int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
-                   const float *W, int64_t ldw, const float *bias, float *y, int64_t ldy, int act,
-                   float *pre);
-void tg__gemv_f64(tg__govs *govs, int nt, int64_t M, int64_t N, int64_t K, const double *x, int64_t ldx,
-                  const double *W, int64_t ldw, const double *bias, double *y, int64_t ldy,
-                  int act, double *pre);
+void tg__gemv_bf16(tg__govs *govs, int nt, int64_t M, int64_t N, int64_t K, const float *x,
+                   int64_t ldx, const float *W, int64_t ldw, const float *bias, float *y,
+                   int64_t ldy, int act, float *pre);
+void tg__gemv_f64(tg__govs *govs, int nt, int64_t M, int64_t N, int64_t K, const double *x,
+                  int64_t ldx, const double *W, int64_t ldw, const double *bias, double *y,
+                  int64_t ldy, int act, double *pre);
 
 #endif

@@ -65,9 +65,8 @@ TG_SIMD_CLONES static void FN(gv_cols)(int64_t M, int64_t j0, int64_t j1, int64_
         }
     }
 }
-void FN(tg__gemv)(tg__govs *govs, int nt, int64_t M, int64_t N, int64_t K, const T *x,
-                  int64_t ldx, const T *W, int64_t ldw, const T *bias, T *y, int64_t ldy, int act,
-                  T *pre)
+void FN(tg__gemv)(tg__govs *govs, int nt, int64_t M, int64_t N, int64_t K, const T *x, int64_t ldx,
+                  const T *W, int64_t ldw, const T *bias, T *y, int64_t ldy, int act, T *pre)
 {
     /* W streamed once from cache or memory (~30-50 GB/s on one core): a thread per 2 MiB of
      * weights (~50 us), so a decoding step's layers (a few hundred KiB each) run on one

@@ -98,8 +98,8 @@ static void pg_f32(tg__govs *govs, int prec, int nt, bool ta, bool tb, int64_t M
     tg__gemm_prec_f32(govs, prec, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, NULL);
 }
 static void pg_f64(tg__govs *govs, int prec, int nt, bool ta, bool tb, int64_t M, int64_t N,
-                   int64_t K, const double *A, int64_t lda, const double *B, int64_t ldb,
-                   double *C, int64_t ldc, bool acc, void *ws)
+                   int64_t K, const double *A, int64_t lda, const double *B, int64_t ldb, double *C,
+                   int64_t ldc, bool acc, void *ws)
 {
     (void)prec;
     tg__gemm_gov_f64(govs, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, NULL);

@@ -213,9 +213,11 @@ void tg__plus_zero(tg__govs *govs, int nt, tg_dtype dt, int64_t n, void *p)
     /* Race-free: each element by one range. */
     size_t es = tg_dtype_size(dt);
     if (dt == TG_F32)
-        TG_PAR_RANGE_IN(govs, nt, n * 2 * (int64_t)es > TG_PAR_BYTES, n, 16, plus_zero_f32(p, lo, hi));
+        TG_PAR_RANGE_IN(govs, nt, n * 2 * (int64_t)es > TG_PAR_BYTES, n, 16,
+                        plus_zero_f32(p, lo, hi));
     else
-        TG_PAR_RANGE_IN(govs, nt, n * 2 * (int64_t)es > TG_PAR_BYTES, n, 16, plus_zero_f64(p, lo, hi));
+        TG_PAR_RANGE_IN(govs, nt, n * 2 * (int64_t)es > TG_PAR_BYTES, n, 16,
+                        plus_zero_f64(p, lo, hi));
 }
 
 const char *tg_tensor_op_name(const tg_tensor *t)

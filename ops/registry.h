@@ -211,13 +211,12 @@ void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, i
 /* dx (shape of x) += dy (shape out_shape, rank) summed over broadcast dims, fixed order per
  * element of dx (thread-count independent). dtype dt for both; nt threads, governed by table
  * govs (the call record's). */
-void tg__reduce_to(tg__govs *govs, int nt, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
-                   const tg_tensor *x, void *dx);
+void tg__reduce_to(tg__govs *govs, int nt, tg_dtype dt, const void *dy, int rank,
+                   const int64_t *out_shape, const tg_tensor *x, void *dx);
 
 /* p[i] = 0 + p[i] for n elements: what accumulating into a zeroed gradient gives (-0 becomes
  * +0), for backward rules whose in-place identity must match the accumulating path bitwise.
  * govs: the call record's governor table. */
 void tg__plus_zero(tg__govs *govs, int nt, tg_dtype dt, int64_t n, void *p);
-
 
 #endif

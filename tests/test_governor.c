@@ -224,10 +224,23 @@ START_TEST(test_kernel_without_table)
     float *outs[2] = {out1, out2};
     for (int nt = 1; nt <= 2; nt++) {
         uint64_t rng[4] = {1, 2, 3, 4};
-        tg__call c = {.ctx = ctx, .n_src = 1, .in = {x}, .out = outs[nt - 1], .saved = saved,
-                      .nt = nt, .dtype = TG_F32, .rank = 1, .numel = M, .shape = shape,
-                      .p = &p, .src_dtype = {TG_F32}, .src_rank = {1}, .src_numel = {M},
-                      .src_shape = {shape}, .src_stride = {stride}, .training = true,
+        tg__call c = {.ctx = ctx,
+                      .n_src = 1,
+                      .in = {x},
+                      .out = outs[nt - 1],
+                      .saved = saved,
+                      .nt = nt,
+                      .dtype = TG_F32,
+                      .rank = 1,
+                      .numel = M,
+                      .shape = shape,
+                      .p = &p,
+                      .src_dtype = {TG_F32},
+                      .src_rank = {1},
+                      .src_numel = {M},
+                      .src_shape = {shape},
+                      .src_stride = {stride},
+                      .training = true,
                       .rng = rng};
         ck_assert_ptr_null(c.govs);
         ck_assert_int_eq(tg__op_table[TG_OP_DROPOUT].forward(&c), TG_OK);

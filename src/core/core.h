@@ -317,9 +317,9 @@ typedef struct tg__gov_slot {
     tg__par_gov g;
 } tg__gov_slot;
 typedef struct tg__govs {
-    int n;                             /* slots used: slot[0 .. n) */
-    int64_t node;                      /* the node running now (-1: none) */
-    int16_t ix[2 * TG__GOV_SLOTS];     /* hash of (site, cls) -> slot + 1; 0: empty */
+    int n;                         /* slots used: slot[0 .. n) */
+    int64_t node;                  /* the node running now (-1: none) */
+    int16_t ix[2 * TG__GOV_SLOTS]; /* hash of (site, cls) -> slot + 1; 0: empty */
     tg__gov_slot slot[TG__GOV_SLOTS];
 } tg__govs;
 /* Empties t (node -1). */

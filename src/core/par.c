@@ -68,8 +68,8 @@ void tg__govs_init(tg__govs *t)
 
 static unsigned gov_hash(const char *site, int cls)
 {
-    uint64_t h = ((uint64_t)(uintptr_t)site ^ ((uint64_t)(unsigned)cls << 48)) *
-                 0x9E3779B97F4A7C15ull;
+    uint64_t h =
+        ((uint64_t)(uintptr_t)site ^ ((uint64_t)(unsigned)cls << 48)) * 0x9E3779B97F4A7C15ull;
     return (unsigned)(h >> 56); /* 0 .. 255: 2 * TG__GOV_SLOTS buckets */
 }
 

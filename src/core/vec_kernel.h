@@ -25,8 +25,7 @@ TG_SIMD_CLONES static void FN(sum_rows_range)(int64_t R, int64_t c0, int64_t c1,
     }
 }
 
-void FN(tg__sum_rows)(tg__govs *govs, int nt, int64_t R, int64_t C, const T *x, int64_t ld,
-                      T *out)
+void FN(tg__sum_rows)(tg__govs *govs, int nt, int64_t R, int64_t C, const T *x, int64_t ld, T *out)
 {
     /* Race-free: a thread owns the columns [lo, hi) of out; each column's sum runs over
      * r = 0..R-1 in order whatever the chunking. */

@@ -72,10 +72,9 @@ void tg_graph_free(tg_graph *g)
         tg__unbind(g);
     unlink_graph(g);
     tg__plan_free(g);
-    void *arrays[] = {g->nodes,   g->leaves, g->leaf_node, g->outputs,
-                      g->needed,  g->minf_ok, g->persist, g->val,  g->gval,
-                      g->sval,    g->src_at,  g->base_at, g->ix_key, g->ix_val,
-                      g->reused,  g->govs};
+    void *arrays[] = {g->nodes,   g->leaves, g->leaf_node, g->outputs, g->needed, g->minf_ok,
+                      g->persist, g->val,    g->gval,      g->sval,    g->src_at, g->base_at,
+                      g->ix_key,  g->ix_val, g->reused,    g->govs};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         tg__free(ctx, arrays[i]);
     tg__free(ctx, g);

@@ -308,11 +308,10 @@ tg_status tg_optim_step(tg_optim *o, double lr)
                         ? sgd_f32(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, check)
                         : sgd_f64(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, check);
             else
-                k = p->dtype == TG_F32
-                        ? adam_f32(govs, nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, v,
-                                   check)
-                        : adam_f64(govs, nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, v,
-                                   check);
+                k = p->dtype == TG_F32 ? adam_f32(govs, nt, &o->cfg, lr, t, p->numel, p->data,
+                                                  p->grad, m, v, check)
+                                       : adam_f64(govs, nt, &o->cfg, lr, t, p->numel, p->data,
+                                                  p->grad, m, v, check);
             if (k >= 0 && !isfinite(elem(p->grad, p->dtype, k))) {
                 tg__run_err(o->ctx, TG_ERR_NONFINITE, fn, "gradient of '%s' is not finite "
                             "(element %lld is %g); parameters left unchanged", p->name,

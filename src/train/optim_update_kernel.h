@@ -79,8 +79,9 @@ static int64_t FN(adam)(tg__govs *govs, int nt, const tg_optim_config *c, double
     }
     /* Race-free: element i of p, m, v is owned by one range. (g is never NULL: a
      * parameter without a gradient is not stepped.) */
-    TG_PAR_RANGE_IN(govs, nt, n * 4 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
-                 FN(adam_range)(lo, hi, step, bc2s, b1, b2, wd, eps, decay, decoupled, p, g, m, v));
+    TG_PAR_RANGE_IN(
+        govs, nt, n * 4 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
+        FN(adam_range)(lo, hi, step, bc2s, b1, b2, wd, eps, decay, decoupled, p, g, m, v));
     return -1;
 }
 static int64_t FN(sgd)(int nt, const tg_optim_config *c, double lr, int64_t t, int64_t n, T *p,
