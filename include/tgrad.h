@@ -1087,6 +1087,44 @@ typedef struct tg_memory_report {
 TG_API tg_status tg_graph_memory(const tg_graph *g, tg_memory_report *report);
 
 /**
+ * A parallel site's governor (docs/kernels.md, "Threads"). A site is a loop that may run on
+ * several threads (an elementwise or row loop, the GEMM for products of one size class).
+ * After each parallel region the site measures its gain: the time its fastest thread's pace
+ * says one thread would have taken, minus the time the team took. While the running mean of
+ * the gains is negative (other processes want the cores), the site runs on one thread for a
+ * back-off period that doubles with each losing try (1 ms to 256 ms). A graph keeps one record
+ * per site its kernels ran (tg_graph_par_site()), the context one per site of the library's
+ * direct calls such as optimizer steps (tg_ctx_par_site()). The governor chooses only how many
+ * threads run, never the order of any sum: results are the same bits either way.
+ */
+typedef struct tg_par_site {
+    const char *site;    /**< the loop: "ops/layer_norm_kernel.h:132" (source file and line),
+                              or "gemm" for the matrix product; static storage */
+    int size_class;      /**< "gemm": products of about 2^size_class flops; else 0 */
+    int64_t node;        /**< the graph node (tg_graph_node() index) that ran it last; -1 for
+                              the context's sites */
+    const char *op;      /**< that node's op name ("" for the context's sites) */
+    int threads;         /**< threads its last run used (1 while it backs off) */
+    int64_t regions;     /**< parallel regions it ran and measured */
+    int64_t serial;      /**< runs on one thread because it backed off */
+    double mean_gain_us; /**< running mean of the regions' gains, microseconds (newest weighs
+                              1/4; negative: the team lost time against one thread) */
+    double backoff_us;   /**< the last back-off period, microseconds; 0 once the mean gain is
+                              positive again */
+    bool backing_off;    /**< in a back-off period now */
+} tg_par_site;
+
+/** Number of parallel sites @p g's kernels have run (0 before the first run). */
+TG_API int64_t tg_graph_par_sites(const tg_graph *g);
+/** Fill @p out with @p g's site @p i (0 .. tg_graph_par_sites() - 1, in the order they first
+ *  ran). Errors: ::TG_ERR_ARG (NULL, or @p i out of range). */
+TG_API tg_status tg_graph_par_site(const tg_graph *g, int64_t i, tg_par_site *out);
+/** Number of parallel sites the library's direct calls on @p ctx have run (optimizer steps). */
+TG_API int64_t tg_ctx_par_sites(const tg_ctx *ctx);
+/** Fill @p out with @p ctx's site @p i. Errors: ::TG_ERR_ARG (NULL, or @p i out of range). */
+TG_API tg_status tg_ctx_par_site(const tg_ctx *ctx, int64_t i, tg_par_site *out);
+
+/**
  * Keep @p t readable: its data (and, in a graph with gradients, its gradient) stays valid after
  * tg_graph_forward() and tg_graph_backward() of graphs built AFTER this call, and backward may
  * start from it. The outputs passed to tg_graph_new() are always kept. Every other op result's

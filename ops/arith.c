@@ -72,13 +72,13 @@ tg_status tg__sub_backward(const tg__call *c)
     const tg_tensor *y = c->y;
     tg_tensor *a = y->src[0], *b = y->src[1];
     if (c->dx[0])
-        tg__reduce_to(c->nt, y->dtype, c->dy, y->rank, y->shape, a, c->dx[0]);
+        tg__reduce_to(c->govs, c->nt, y->dtype, c->dy, y->rank, y->shape, a, c->dx[0]);
     if (!c->dx[1])
         return TG_OK;
     const void *v = c->dy;
     if (b->numel != y->numel) { /* reduce dy onto b's shape in the scratch, then subtract */
         memset(c->ws, 0, (size_t)b->numel * tg_dtype_size(y->dtype));
-        tg__reduce_to(c->nt, y->dtype, c->dy, y->rank, y->shape, b, c->ws);
+        tg__reduce_to(c->govs, c->nt, y->dtype, c->dy, y->rank, y->shape, b, c->ws);
         v = c->ws;
     }
     int nt = c->nt;

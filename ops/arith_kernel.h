@@ -49,7 +49,7 @@ static void FN(div_bwd)(const tg__call *c)
             continue;
         }
         FN(div_grad)(c, s, c->ws, false);
-        tg__reduce_to(c->nt, y->dtype, c->ws, y->rank, y->shape, x, c->dx[s]);
+        tg__reduce_to(c->govs, c->nt, y->dtype, c->ws, y->rank, y->shape, x, c->dx[s]);
     }
 }
 

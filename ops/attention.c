@@ -76,7 +76,7 @@ tg_status tg__add_mask_backward(const tg__call *c)
     }
     tg_tensor *m = y->src[1];
     if (y->p.mask.kind == TG_MASK_ADDITIVE && c->dx[1])
-        tg__reduce_to(c->nt, y->dtype, c->dy, y->rank, y->shape, m, c->dx[1]);
+        tg__reduce_to(c->govs, c->nt, y->dtype, c->dy, y->rank, y->shape, m, c->dx[1]);
     return TG_OK;
 }
 

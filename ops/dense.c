@@ -84,27 +84,27 @@ static void pgemm_f32(const tg__call *c, bool ta, bool tb, int64_t M, int64_t N,
                       const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
                       int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi)
 {
-    tg__gemm_prec_f32(c->precision, c->nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws,
-                      epi);
+    tg__gemm_prec_f32(c->govs, c->precision, c->nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc,
+                      ws, epi);
 }
 static void pgemm_f64(const tg__call *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                       const double *A, int64_t lda, const double *B, int64_t ldb, double *C,
                       int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi)
 {
-    tg__gemm_ex_f64(c->nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, epi);
+    tg__gemm_gov_f64(c->govs, c->nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, epi);
 }
 static void pgemv_f32(const tg__call *c, int64_t M, int64_t N, int64_t K, const float *x,
                       const float *W, const float *bias, float *y, int act, float *pre)
 {
     if (c->precision == TG_PRECISION_BF16)
-        tg__gemv_bf16(c->nt, M, N, K, x, K, W, K, bias, y, N, act, pre);
+        tg__gemv_bf16(c->govs, c->nt, M, N, K, x, K, W, K, bias, y, N, act, pre);
     else
-        tg__gemv_f32(c->nt, M, N, K, x, K, W, K, bias, y, N, act, pre);
+        tg__gemv_f32(c->govs, c->nt, M, N, K, x, K, W, K, bias, y, N, act, pre);
 }
 static void pgemv_f64(const tg__call *c, int64_t M, int64_t N, int64_t K, const double *x,
                       const double *W, const double *bias, double *y, int act, double *pre)
 {
-    tg__gemv_f64(c->nt, M, N, K, x, K, W, K, bias, y, N, act, pre);
+    tg__gemv_f64(c->govs, c->nt, M, N, K, x, K, W, K, bias, y, N, act, pre);
 }
 
 #define INV_SQRT2 0.70710678118654752440

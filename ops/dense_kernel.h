@@ -29,7 +29,7 @@ static void FN(bwd_from)(const tg__call *c, const T *G, void *ws)
     if (c->dx[1]) /* dW (O, I) += dz^T (O, R) x (R, I) */
         FN(pgemm)(c, true, false, O, I, R, G, O, c->in[0], I, c->dx[1], I, true, ws, NULL);
     if (b && c->dx[2]) /* db (O) += sum_r dz[r, :]: row-blocked, fixed order per column */
-        FN(tg__sum_rows)(c->nt, R, O, G, O, c->dx[2]);
+        FN(tg__sum_rows)(c->govs, c->nt, R, O, G, O, c->dx[2]);
 }
 /* dz = dy [y > 0] (y > 0 exactly where z > 0); dz may be dy itself. */
 TG_SIMD_CLONES static void FN(relu_dz)(int64_t lo, int64_t hi, const T *out, const T *dy, T *dz)

@@ -84,9 +84,8 @@ tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_GELU, "t
 tg_status tg__scale_forward(const tg__call *c)
 {
     const tg_tensor *y = c->y;
-    int nt = c->nt;
-    DISPATCH(y, scale_fwd_f32(nt, y->numel, (float)y->p.scale.s, c->in[0], c->out),
-             scale_fwd_f64(nt, y->numel, y->p.scale.s, c->in[0], c->out));
+    DISPATCH(y, scale_fwd_f32(c, y->numel, (float)y->p.scale.s, c->in[0], c->out),
+             scale_fwd_f64(c, y->numel, y->p.scale.s, c->in[0], c->out));
     return TG_OK;
 }
 
@@ -95,18 +94,16 @@ tg_status tg__scale_backward(const tg__call *c)
     const tg_tensor *y = c->y;
     if (!c->dx[0])
         return TG_OK;
-    int nt = c->nt;
-    DISPATCH(y, scale_bwd_f32(nt, y->numel, (float)y->p.scale.s, c->dy, c->dx[0]),
-             scale_bwd_f64(nt, y->numel, y->p.scale.s, c->dy, c->dx[0]));
+    DISPATCH(y, scale_bwd_f32(c, y->numel, (float)y->p.scale.s, c->dy, c->dx[0]),
+             scale_bwd_f64(c, y->numel, y->p.scale.s, c->dy, c->dx[0]));
     return TG_OK;
 }
 
 tg_status tg__relu_forward(const tg__call *c)
 {
     const tg_tensor *y = c->y;
-    int nt = c->nt;
-    DISPATCH(y, relu_fwd_f32(nt, y->numel, c->in[0], c->out),
-             relu_fwd_f64(nt, y->numel, c->in[0], c->out));
+    DISPATCH(y, relu_fwd_f32(c, y->numel, c->in[0], c->out),
+             relu_fwd_f64(c, y->numel, c->in[0], c->out));
     return TG_OK;
 }
 
@@ -115,9 +112,8 @@ tg_status tg__relu_backward(const tg__call *c)
     const tg_tensor *y = c->y;
     if (!c->dx[0])
         return TG_OK;
-    int nt = c->nt;
-    DISPATCH(y, relu_bwd_f32(nt, y->numel, c->out, c->dy, c->dx[0]),
-             relu_bwd_f64(nt, y->numel, c->out, c->dy, c->dx[0]));
+    DISPATCH(y, relu_bwd_f32(c, y->numel, c->out, c->dy, c->dx[0]),
+             relu_bwd_f64(c, y->numel, c->out, c->dy, c->dx[0]));
     return TG_OK;
 }
 
@@ -179,9 +175,9 @@ tg_status tg__add_backward(const tg__call *c)
     for (int s = 0; s < 2; s++) {
         tg_tensor *x = y->src[s];
         if (c->dx[s] == c->dy) /* in place: dx is dy already (as 0 + dy) */
-            tg__plus_zero(c->nt, y->dtype, y->numel, c->dx[s]);
+            tg__plus_zero(c->govs, c->nt, y->dtype, y->numel, c->dx[s]);
         else if (c->dx[s])
-            tg__reduce_to(c->nt, y->dtype, c->dy, y->rank, y->shape, x, c->dx[s]);
+            tg__reduce_to(c->govs, c->nt, y->dtype, c->dy, y->rank, y->shape, x, c->dx[s]);
     }
     return TG_OK;
 }

@@ -25,15 +25,15 @@ TG_SIMD_CLONES static void FN(scale_range)(int64_t lo, int64_t hi, T s, const T 
             y[i] += s * x[i];
 }
 
-static void FN(scale_fwd)(int nt, int64_t n, T s, const T *x, T *y)
+static void FN(scale_fwd)(const tg__call *c, int64_t n, T s, const T *x, T *y)
 {
-    TG_PAR_RANGE(nt, n * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
+    TG_PAR_RANGE(c->nt, n * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
                  FN(scale_range)(lo, hi, s, x, y, 0));
 }
 
-static void FN(scale_bwd)(int nt, int64_t n, T s, const T *dy, T *dx)
+static void FN(scale_bwd)(const tg__call *c, int64_t n, T s, const T *dy, T *dx)
 {
-    TG_PAR_RANGE(nt, n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
+    TG_PAR_RANGE(c->nt, n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
                  FN(scale_range)(lo, hi, s, dy, dx, dx == dy ? 1 : 2));
 }
 
@@ -61,15 +61,15 @@ TG_SIMD_CLONES static void FN(relu_bwd_range)(int64_t lo, int64_t hi, const T *y
     }
 }
 
-static void FN(relu_fwd)(int nt, int64_t n, const T *x, T *y)
+static void FN(relu_fwd)(const tg__call *c, int64_t n, const T *x, T *y)
 {
-    TG_PAR_RANGE(nt, n * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
+    TG_PAR_RANGE(c->nt, n * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
                  FN(relu_fwd_range)(lo, hi, x, y));
 }
 
-static void FN(relu_bwd)(int nt, int64_t n, const T *y, const T *dy, T *dx)
+static void FN(relu_bwd)(const tg__call *c, int64_t n, const T *y, const T *dy, T *dx)
 {
-    TG_PAR_RANGE(nt, n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
+    TG_PAR_RANGE(c->nt, n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
                  FN(relu_bwd_range)(lo, hi, y, dy, dx));
 }
 
@@ -161,7 +161,7 @@ static void FN(mul_bwd)(const tg__call *c)
             continue;
         }
         FN(mul_expand)(c, 1 - s, c->ws);
-        tg__reduce_to(c->nt, y->dtype, c->ws, y->rank, y->shape, x, c->dx[s]);
+        tg__reduce_to(c->govs, c->nt, y->dtype, c->ws, y->rank, y->shape, x, c->dx[s]);
     }
 }
 

@@ -930,8 +930,8 @@ static void FA_FN(fa_forward)(const tg__call *cl)
     FA_T *ws = cl->ws;
     int nt = cl->nt;
     if (fa_small(m)) { /* batches [lo, hi) per thread, each owning its out rows and lse */
-        TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1,
-                     FA_FN(fa_small_fwd)(m, cl, lo, hi, ws + (size_t)TG_THREAD_NUM() * per));
+        TG_PAR_RANGE_IN(cl->govs, nt, fa_small_par(m), m->nb, 1,
+                        FA_FN(fa_small_fwd)(m, cl, lo, hi, ws + (size_t)TG_THREAD_NUM() * per));
         return;
     }
     /* Item (o, qb) owns out rows and lse of query block qb of batch o: race-free, each
@@ -960,11 +960,12 @@ static void FA_FN(fa_backward)(const tg__call *cl)
     bool do_k = cl->dx[1] != NULL, do_v = cl->dx[2] != NULL;
     if (fa_small_bwd_ok(m)) {
         /* batches [lo, hi) per thread; batch o owns every gradient row of its matrices */
-        TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1,
-                     FA_FN(fa_small_bwd)(m, cl, lo, hi, cl->dx[0] != NULL, do_k, do_v, dM,
-                                         ws + (size_t)TG_THREAD_NUM() * per));
+        TG_PAR_RANGE_IN(cl->govs, nt, fa_small_par(m), m->nb, 1,
+                        FA_FN(fa_small_bwd)(m, cl, lo, hi, cl->dx[0] != NULL, do_k, do_v, dM,
+                                            ws + (size_t)TG_THREAD_NUM() * per));
         if (dM)
-            tg__reduce_to(cl->nt, y->dtype, dM, m->rank, m->sshape, mk, cl->dx[m->src_mask[0]]);
+            tg__reduce_to(cl->govs, cl->nt, y->dtype, dM, m->rank, m->sshape, mk,
+                          cl->dx[m->src_mask[0]]);
         return;
     }
     if (fa_one_pass(m)) {
@@ -974,7 +975,8 @@ static void FA_FN(fa_backward)(const tg__call *cl)
             FA_FN(fa_bwd_one_item)(m, cl, o, cl->dx[0] != NULL, do_k, do_v, dM,
                                    ws + (size_t)TG_THREAD_NUM() * per);
         if (dM)
-            tg__reduce_to(cl->nt, y->dtype, dM, m->rank, m->sshape, mk, cl->dx[m->src_mask[0]]);
+            tg__reduce_to(cl->govs, cl->nt, y->dtype, dM, m->rank, m->sshape, mk,
+                          cl->dx[m->src_mask[0]]);
         return;
     }
     /* Pass 1: item (matrix g of k, key block kb) owns rows kb of dK[g] (and of dV when v's
@@ -1003,7 +1005,8 @@ static void FA_FN(fa_backward)(const tg__call *cl)
             FA_FN(fa_bwd_q_item)(m, cl, it / nqb, it % nqb, ws + (size_t)TG_THREAD_NUM() * per);
     }
     if (dM)
-        tg__reduce_to(cl->nt, y->dtype, dM, m->rank, m->sshape, mk, cl->dx[m->src_mask[0]]);
+        tg__reduce_to(cl->govs, cl->nt, y->dtype, dM, m->rank, m->sshape, mk,
+                      cl->dx[m->src_mask[0]]);
 }
 
 #undef FA_V

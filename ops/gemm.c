@@ -295,15 +295,14 @@ size_t tg__gemm_ws_bytes(tg_dtype dt, int nt)
     return tg__gemm_ws_bytes_nk(dt, nt, INT64_MAX / 2, INT64_MAX / 2);
 }
 
-void tg__gemm_plan_make(tg__gemm_plan *p, int nt, int64_t M, int64_t N, int64_t K, int mr, int nr,
-                        int64_t kc, int64_t nc, double flops, double per_thread,
+void tg__gemm_plan_make(tg__gemm_plan *p, tg__govs *govs, int nt, int64_t M, int64_t N, int64_t K,
+                        int mr, int nr, int64_t kc, int64_t nc, double flops, double per_thread,
                         double gov_flops)
 {
     memset(p, 0, sizeof *p);
     int64_t panels = (N + nr - 1) / nr, strips = (M + mr - 1) / mr;
     p->n = N;
     p->nr = nr;
-    p->gov = tg__gemm_gov(gov_flops);
     int nth = tg__threads_for(nt, flops, per_thread);
     /* Few rows: groups of `cw` column panels (fixed by N), each one task over every row
      * and all of K on the thread that takes it, packing its own op(B) columns (or reading
@@ -313,6 +312,8 @@ void tg__gemm_plan_make(tg__gemm_plan *p, int nt, int64_t M, int64_t N, int64_t 
     int64_t groups = (panels + cw - 1) / cw;
     if (strips < 8 && groups < nth)
         nth = (int)groups;
+    if (nth > 1)
+        p->gov = tg__gov_at(govs, "gemm", tg__gemm_gov_class(gov_flops));
     p->nth = tg__gov_threads(p->gov, nth);
     p->columns = strips < 8;
     p->cw = cw;

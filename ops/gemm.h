@@ -13,7 +13,9 @@
  * strides of A, B, C as stored. Each C element is one chain over k in increasing order computed
  * by one thread (FMA where the CPU has it), so results do not depend on nt. ws (not NULL): nt
  * per-thread slices of at least tg__gemm_ws_bytes_nk(dt, 1, N, K) bytes, 64-byte aligned.
- * nt == 1 never opens an OpenMP region, so a caller's parallel loop may call it per item. */
+ * nt == 1 never opens an OpenMP region, so a caller's parallel loop may call it per item.
+ * These entries run ungoverned (every thread they are given); a kernel calls the governed
+ * forms below with its call record's table. */
 void tg__gemm_f32(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
                   int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, bool acc,
                   void *ws);
@@ -59,12 +61,21 @@ void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, 
 size_t tg__gemm_bf16_ws_bytes_nk(int nt, int64_t n, int64_t k);
 /* 1 if this CPU runs the AVX512_BF16 kernel (vdpbf16ps), else 0. */
 int tg__gemm_bf16_hw(void);
-/* The f32 product at a graph's compute precision (tg_graph_opts.precision): TG_PRECISION_F32
- * is tg__gemm_ex_f32, TG_PRECISION_BF16 tg__gemm_isa_bf16 with the best kernel of this CPU.
- * ws: tg__gemm_ws_bytes_prec(TG_F32, prec, nt, N, K) bytes (ops/gemm_bf16.c). */
-void tg__gemm_prec_f32(int prec, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                       const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
-                       int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
+/* tg__gemm_ex_f32 / _f64 with the size class's governor record in table govs (core.h: site
+ * "gemm", class tg__gemm_gov_class of the flops; NULL: ungoverned). */
+void tg__gemm_gov_f32(tg__govs *govs, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                      int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
+void tg__gemm_gov_f64(tg__govs *govs, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      const double *A, int64_t lda, const double *B, int64_t ldb, double *C,
+                      int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
+/* The f32 product at a graph's compute precision (tg_graph_opts.precision), governed by table
+ * govs: TG_PRECISION_F32 is tg__gemm_gov_f32, TG_PRECISION_BF16 tg__gemm_isa_bf16 with the
+ * best kernel of this CPU. ws: tg__gemm_ws_bytes_prec(TG_F32, prec, nt, N, K) bytes
+ * (ops/gemm_bf16.c). */
+void tg__gemm_prec_f32(tg__govs *govs, int prec, int nt, bool ta, bool tb, int64_t M, int64_t N,
+                       int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                       float *C, int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi);
 /* Workspace of tg__gemm_prec_f32 (dt TG_F32) or of the f64 GEMM (dt TG_F64, prec ignored). */
 size_t tg__gemm_ws_bytes_prec(tg_dtype dt, int prec, int nt, int64_t n, int64_t k);
 /* Workspace of nt threads for products of any shape (the largest blocks) ... */
@@ -76,7 +87,8 @@ size_t tg__gemm_ws_bytes_nk(tg_dtype dt, int nt, int64_t n, int64_t k);
 /* The thread schedule of a blocked product, shared by ops/gemm.c and ops/gemm_bf16.c; it
  * depends on the shapes, the thread count and the site's governor only, never on the data.
  * Threads: min(nt, flops / per_thread), fewer for few row strips (one column group each), 1
- * while the governor of products of about gov_flops backs off. Then one of three forms:
+ * while the governor of products of about gov_flops (its record in table govs, looked up only
+ * when more than one thread would run; NULL: ungoverned) backs off. Then one of three forms:
  *   - nth == 1: the whole product on the calling thread;
  *   - columns (fewer than 8 row strips of mr rows): `groups` tasks, each `cw` panels of nr
  *     columns over every row and all of K (tg__gemm_run_columns);
@@ -95,10 +107,10 @@ typedef struct tg__gemm_plan {
     int64_t rows;     /* shared-B form: rows per row task (whole strips) */
     int64_t ppt;      /* shared-B form: panels per pack task */
     tg__sched sched;  /* shared-B form: nb, np, nr and gov filled */
-    tg__par_gov *gov; /* the governor the region reports to */
+    tg__par_gov *gov; /* the governor the region reports to (NULL: none) */
 } tg__gemm_plan;
-void tg__gemm_plan_make(tg__gemm_plan *p, int nt, int64_t M, int64_t N, int64_t K, int mr, int nr,
-                        int64_t kc, int64_t nc, double flops, double per_thread,
+void tg__gemm_plan_make(tg__gemm_plan *p, tg__govs *govs, int nt, int64_t M, int64_t N, int64_t K,
+                        int mr, int nr, int64_t kc, int64_t nc, double flops, double per_thread,
                         double gov_flops);
 /* Runs the column form: part(arg, n0, n1, thread) for each group's columns [n0, n1), on
  * p->nth threads (thread: the caller's index for its private workspace). Race-free: a group

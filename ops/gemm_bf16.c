@@ -480,9 +480,9 @@ static void sched_columns(void *arg, int64_t n0, int64_t n1, int thread)
          g->ldc, g->acc, g->epi, g->ws + (size_t)thread * g->per);
 }
 
-void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                       const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
-                       int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi)
+static void bf16_run(tg__govs *govs, int isa, int nt, bool ta, bool tb, int64_t M, int64_t N,
+                     int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                     int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi)
 {
     if (M <= 0 || N <= 0)
         return;
@@ -497,7 +497,7 @@ void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, 
     /* bf16 products run at about twice the f32 rate: twice the flops per thread */
     double flops = 2.0 * (double)M * (double)N * (double)K;
     tg__gemm_plan pl;
-    tg__gemm_plan_make(&pl, nt, M, N, K, MR, NR, KC, NC, flops, 2 * TG_GEMM_FLOPS_PER_THREAD,
+    tg__gemm_plan_make(&pl, govs, nt, M, N, K, MR, NR, KC, NC, flops, 2 * TG_GEMM_FLOPS_PER_THREAD,
                        flops / 2);
     if (pl.nth == 1) {
         part(kern, hw, ta, tb, 0, M, 0, N, K, A, lda, B, ldb, C, ldc, acc, epi, ws);
@@ -515,16 +515,22 @@ void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, 
     tg__sched_run(pl.nth, &pl.sched);
 }
 
-/* ---- products at a graph's compute precision ----------------------------------------------- */
-void tg__gemm_prec_f32(int prec, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+void tg__gemm_isa_bf16(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                        const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
                        int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi)
 {
+    bf16_run(NULL, isa, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, epi);
+}
+
+/* ---- products at a graph's compute precision ----------------------------------------------- */
+void tg__gemm_prec_f32(tg__govs *govs, int prec, int nt, bool ta, bool tb, int64_t M, int64_t N,
+                       int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                       float *C, int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi)
+{
     if (prec == TG_PRECISION_BF16)
-        tg__gemm_isa_bf16(TG__ISA_BEST, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws,
-                          epi);
+        bf16_run(govs, TG__ISA_BEST, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, epi);
     else
-        tg__gemm_ex_f32(nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, epi);
+        tg__gemm_gov_f32(govs, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, epi);
 }
 
 size_t tg__gemm_ws_bytes_prec(tg_dtype dt, int prec, int nt, int64_t n, int64_t k)

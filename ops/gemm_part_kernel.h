@@ -164,9 +164,9 @@ static void FN(sched_columns)(void *arg, int64_t n0, int64_t n1, int thread)
     (g->ks, g->ta, g->tb, 0, g->M, n0, n1, g->K, g->A, g->lda, g->B, g->ldb, g->C, g->ldc, g->acc,
      g->epi, w);
 }
-void FN(tg__gemm_isa)(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                      const T *A, int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc, bool acc,
-                      void *ws, const tg__gemm_epi *epi)
+static void FN(gemm_run)(tg__govs *govs, int isa, int nt, bool ta, bool tb, int64_t M, int64_t N,
+                         int64_t K, const T *A, int64_t lda, const T *B, int64_t ldb, T *C,
+                         int64_t ldc, bool acc, void *ws, const tg__gemm_epi *epi)
 {
     if (M <= 0 || N <= 0)
         return;
@@ -178,8 +178,8 @@ void FN(tg__gemm_isa)(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, i
     assert(ws != NULL);
     double flops = 2.0 * (double)M * (double)N * (double)K;
     tg__gemm_plan pl;
-    tg__gemm_plan_make(&pl, nt, M, N, K, ks.mr, ks.nr, KC, NC, flops, TG_GEMM_FLOPS_PER_THREAD,
-                       flops);
+    tg__gemm_plan_make(&pl, govs, nt, M, N, K, ks.mr, ks.nr, KC, NC, flops,
+                       TG_GEMM_FLOPS_PER_THREAD, flops);
     if (pl.nth == 1) {
         FN(part)(&ks, ta, tb, 0, M, 0, N, K, A, lda, B, ldb, C, ldc, acc, epi, ws);
         return;
@@ -197,16 +197,28 @@ void FN(tg__gemm_isa)(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, i
     pl.sched.arg = &g;
     tg__sched_run(pl.nth, &pl.sched);
 }
+void FN(tg__gemm_isa)(int isa, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      const T *A, int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc, bool acc,
+                      void *ws, const tg__gemm_epi *epi)
+{
+    FN(gemm_run)(NULL, isa, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, epi);
+}
+void FN(tg__gemm_gov)(tg__govs *govs, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      const T *A, int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc, bool acc,
+                      void *ws, const tg__gemm_epi *epi)
+{
+    FN(gemm_run)(govs, TG__ISA_BEST, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, epi);
+}
 void FN(tg__gemm_ex)(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T *A,
                      int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc, bool acc, void *ws,
                      const tg__gemm_epi *epi)
 {
-    FN(tg__gemm_isa)(TG__ISA_BEST, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, epi);
+    FN(gemm_run)(NULL, TG__ISA_BEST, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, epi);
 }
 void FN(tg__gemm)(int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T *A,
                   int64_t lda, const T *B, int64_t ldb, T *C, int64_t ldc, bool acc, void *ws)
 {
-    FN(tg__gemm_isa)(TG__ISA_BEST, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, NULL);
+    FN(gemm_run)(NULL, TG__ISA_BEST, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, NULL);
 }
 
 #undef FN

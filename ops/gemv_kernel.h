@@ -65,15 +65,16 @@ TG_SIMD_CLONES static void FN(gv_cols)(int64_t M, int64_t j0, int64_t j1, int64_
         }
     }
 }
-void FN(tg__gemv)(int nt, int64_t M, int64_t N, int64_t K, const T *x, int64_t ldx, const T *W,
-                  int64_t ldw, const T *bias, T *y, int64_t ldy, int act, T *pre)
+void FN(tg__gemv)(tg__govs *govs, int nt, int64_t M, int64_t N, int64_t K, const T *x, int64_t ldx,
+                  const T *W, int64_t ldw, const T *bias, T *y, int64_t ldy, int act, T *pre)
 {
     /* W streamed once from cache or memory (~30-50 GB/s on one core): a thread per 2 MiB of
      * weights (~50 us), so a decoding step's layers (a few hundred KiB each) run on one
      * thread without entering a region; the columns in fixed chunks taken dynamically. */
     nt = tg__threads_for(nt, (double)sizeof(T) * (double)N * (double)K, 2097152.0);
     bool par = nt > 1;
-    TG_PAR_RANGE(nt, par, N, 4, FN(gv_cols)(M, lo, hi, K, x, ldx, W, ldw, bias, y, ldy, act, pre));
+    TG_PAR_RANGE_IN(govs, nt, par, N, 4,
+                    FN(gv_cols)(M, lo, hi, K, x, ldx, W, ldw, bias, y, ldy, act, pre));
 }
 
 #undef FN

@@ -91,18 +91,18 @@ size_t tg__matmul_ws(const tg__call *c)
 
 /* The products at a graph's precision: f32 graphs may take bf16 operands (tg_precision), f64
  * graphs never do (refused when the graph is built). */
-static void pg_f32(int prec, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                   const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+static void pg_f32(tg__govs *govs, int prec, int nt, bool ta, bool tb, int64_t M, int64_t N,
+                   int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
                    int64_t ldc, bool acc, void *ws)
 {
-    tg__gemm_prec_f32(prec, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, NULL);
+    tg__gemm_prec_f32(govs, prec, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, NULL);
 }
-static void pg_f64(int prec, int nt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                   const double *A, int64_t lda, const double *B, int64_t ldb, double *C,
+static void pg_f64(tg__govs *govs, int prec, int nt, bool ta, bool tb, int64_t M, int64_t N,
+                   int64_t K, const double *A, int64_t lda, const double *B, int64_t ldb, double *C,
                    int64_t ldc, bool acc, void *ws)
 {
     (void)prec;
-    tg__gemm_f64(nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws);
+    tg__gemm_gov_f64(govs, nt, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, acc, ws, NULL);
 }
 
 /* Per output batch o of y (nb of them; batch dims rb, shape of y): which matrix of a and of b it

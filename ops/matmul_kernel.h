@@ -10,8 +10,8 @@ static void FN(rows)(int prec, bool tx, bool ty, int64_t r0, int64_t r1, int64_t
                      void *ws)
 {
     FN(pg)
-    (prec, 1, tx, ty, r1 - r0, N, K, X + (tx ? r0 : r0 * ldx), ldx, Y, ldy, C + r0 * ldc, ldc, acc,
-     ws);
+    (NULL, prec, 1, tx, ty, r1 - r0, N, K, X + (tx ? r0 : r0 * ldx), ldx, Y, ldy, C + r0 * ldc, ldc,
+     acc, ws);
 }
 static void FN(fwd)(const tg__call *c)
 {
@@ -27,8 +27,8 @@ static void FN(fwd)(const tg__call *c)
         nt = 1;
     if (d.nb == 1) {
         FN(pg)
-        (c->precision, nt, ta, tb, d.M, d.N, d.K, A + mp.aoff[0], d.lda, B + mp.boff[0], d.ldb, C,
-         d.N, false, c->ws);
+        (c->govs, c->precision, nt, ta, tb, d.M, d.N, d.K, A + mp.aoff[0], d.lda, B + mp.boff[0],
+         d.ldb, C, d.N, false, c->ws);
         return;
     }
     size_t per = ws_per_thread(y, c->precision);
@@ -61,12 +61,10 @@ static void FN(grad_a)(int nt, const tg__call *c, const mm_dims *d, int64_t ia, 
         if (nt > 1) { /* whole matrix on nt threads */
             if (!ta)
                 FN(pg)
-                (c->precision, nt, false, !tb, d->M, d->K, d->N, Go, d->N, Bo, d->ldb, dA, lga,
-                 true, ws);
-            else
-                FN(pg)
-                (c->precision, nt, tb, true, d->K, d->M, d->N, Bo, d->ldb, Go, d->N, dA, lga, true,
-                 ws);
+            (c->govs, c->precision, nt, false, !tb, d->M, d->K, d->N, Go, d->N, Bo, d->ldb, dA, lga,
+             true, ws);
+            else FN(pg)(c->govs, c->precision, nt, tb, true, d->K, d->M, d->N, Bo, d->ldb, Go, d->N,
+                        dA, lga, true, ws);
         } else if (!ta) /* dA (M,K) += dC (M,N) . op(B)^T (N,K) */
             FN(rows)
             (c->precision, false, !tb, r0, r1, d->K, d->N, Go, d->N, Bo, d->ldb, dA, lga, true, ws);
@@ -91,12 +89,10 @@ static void FN(grad_b)(int nt, const tg__call *c, const mm_dims *d, int64_t ib, 
         if (nt > 1) {
             if (!tb)
                 FN(pg)
-                (c->precision, nt, !ta, false, d->K, d->N, d->M, Ao, d->lda, Go, d->N, dB, lgb,
-                 true, ws);
-            else
-                FN(pg)
-                (c->precision, nt, true, ta, d->N, d->K, d->M, Go, d->N, Ao, d->lda, dB, lgb, true,
-                 ws);
+            (c->govs, c->precision, nt, !ta, false, d->K, d->N, d->M, Ao, d->lda, Go, d->N, dB, lgb,
+             true, ws);
+            else FN(pg)(c->govs, c->precision, nt, true, ta, d->N, d->K, d->M, Go, d->N, Ao, d->lda,
+                        dB, lgb, true, ws);
         } else if (!tb) /* dB (K,N) += op(A)^T (K,M) . dC (M,N) */
             FN(rows)
             (c->precision, !ta, false, r0, r1, d->N, d->M, Ao, d->lda, Go, d->N, dB, lgb, true, ws);

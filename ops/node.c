@@ -187,13 +187,13 @@ void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, i
 #undef T
 #undef SUF
 
-void tg__reduce_to(int nt, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
-                   const tg_tensor *x, void *dx)
+void tg__reduce_to(tg__govs *govs, int nt, tg_dtype dt, const void *dy, int rank,
+                   const int64_t *out_shape, const tg_tensor *x, void *dx)
 {
     if (dt == TG_F32)
-        reduce_to_f32(nt, dy, rank, out_shape, x, dx);
+        reduce_to_f32(govs, nt, dy, rank, out_shape, x, dx);
     else
-        reduce_to_f64(nt, dy, rank, out_shape, x, dx);
+        reduce_to_f64(govs, nt, dy, rank, out_shape, x, dx);
 }
 
 TG_SIMD_CLONES static void plus_zero_f32(float *x, int64_t lo, int64_t hi)
@@ -208,14 +208,16 @@ TG_SIMD_CLONES static void plus_zero_f64(double *x, int64_t lo, int64_t hi)
         x[i] = 0.0 + x[i];
 }
 
-void tg__plus_zero(int nt, tg_dtype dt, int64_t n, void *p)
+void tg__plus_zero(tg__govs *govs, int nt, tg_dtype dt, int64_t n, void *p)
 {
     /* Race-free: each element by one range. */
     size_t es = tg_dtype_size(dt);
     if (dt == TG_F32)
-        TG_PAR_RANGE(nt, n * 2 * (int64_t)es > TG_PAR_BYTES, n, 16, plus_zero_f32(p, lo, hi));
+        TG_PAR_RANGE_IN(govs, nt, n * 2 * (int64_t)es > TG_PAR_BYTES, n, 16,
+                        plus_zero_f32(p, lo, hi));
     else
-        TG_PAR_RANGE(nt, n * 2 * (int64_t)es > TG_PAR_BYTES, n, 16, plus_zero_f64(p, lo, hi));
+        TG_PAR_RANGE_IN(govs, nt, n * 2 * (int64_t)es > TG_PAR_BYTES, n, 16,
+                        plus_zero_f64(p, lo, hi));
 }
 
 const char *tg_tensor_op_name(const tg_tensor *t)

@@ -9,7 +9,7 @@
 /* dx (x's shape) += sum of dy over the dims broadcast from x to out_shape.
  * Each dx element is owned by one iteration; the broadcast positions are visited in
  * row-major order, so the sum order is fixed whatever the thread count. */
-static void FN(reduce_to)(int nt, const T *dy, int rank, const int64_t *out_shape,
+static void FN(reduce_to)(tg__govs *govs, int nt, const T *dy, int rank, const int64_t *out_shape,
                           const tg_tensor *x, T *dx)
 {
     int64_t ost[TG_MAX_RANK], xst[TG_MAX_RANK];
@@ -42,7 +42,7 @@ static void FN(reduce_to)(int nt, const T *dy, int rank, const int64_t *out_shap
     if (nk == 0 || bax[nb - 1] < kax[0]) {
         /* broadcast over leading axes only (a bias): dy is (bcount, xn) row-major, and
          * the row-blocked column sum adds its rows in the same order as the loop below */
-        FN(tg__sum_rows)(nt, bcount, xn, dy, xn, dx);
+        FN(tg__sum_rows)(govs, nt, bcount, xn, dy, xn, dx);
         return;
     }
     TG_OMP_FOR(nt, xn * bcount > TG_PAR_MIN)

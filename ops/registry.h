@@ -62,7 +62,16 @@ typedef struct tg__call {
     bool training;            /* the context's mode when the call was filled (dropout) */
     uint64_t *rng;            /* the RNG stream a kernel draws from (xoshiro256** state:
                                  tg__rng_next; the context's) */
+    tg__govs *govs;           /* the governors of the kernel's parallel sites (TG_PAR_RANGE,
+                                 the GEMM): the graph's table; NULL: ungoverned */
 } tg__call;
+
+/* A kernel's parallel loop (TG_PAR_RANGE_IN, src/core/vec.h) governed by the table of the
+ * call record `c` in scope: the graph's (per site, shared by its nodes; the node that ran a
+ * site last is recorded), or none for a record filled by hand (govs NULL: the loop uses the
+ * threads it is given). */
+#define TG_PAR_RANGE(nt, par, n, align, ...)                                                  \
+    TG_PAR_RANGE_IN((c)->govs, nt, par, n, align, __VA_ARGS__)
 
 /* Fill c's node description (dtype ... rng above) from node y and its context. */
 void tg__call_describe(tg__call *c, const tg_tensor *y);
@@ -200,13 +209,14 @@ bool tg__broadcast_shape(int ra, const int64_t *a, int rb, const int64_t *b, int
  * on broadcast dims: st[i] for output axis i. */
 void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, int64_t *st);
 /* dx (shape of x) += dy (shape out_shape, rank) summed over broadcast dims, fixed order per
- * element of dx (thread-count independent). dtype dt for both; nt threads. */
-void tg__reduce_to(int nt, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
-                   const tg_tensor *x, void *dx);
+ * element of dx (thread-count independent). dtype dt for both; nt threads, governed by table
+ * govs (the call record's). */
+void tg__reduce_to(tg__govs *govs, int nt, tg_dtype dt, const void *dy, int rank,
+                   const int64_t *out_shape, const tg_tensor *x, void *dx);
 
 /* p[i] = 0 + p[i] for n elements: what accumulating into a zeroed gradient gives (-0 becomes
- * +0), for backward rules whose in-place identity must match the accumulating path bitwise. */
-void tg__plus_zero(int nt, tg_dtype dt, int64_t n, void *p);
-
+ * +0), for backward rules whose in-place identity must match the accumulating path bitwise.
+ * govs: the call record's governor table. */
+void tg__plus_zero(tg__govs *govs, int nt, tg_dtype dt, int64_t n, void *p);
 
 #endif

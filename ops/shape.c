@@ -172,7 +172,7 @@ tg_status tg__reshape_backward(const tg__call *c)
     if (!c->dx[0])
         return TG_OK;
     if (c->dx[0] == c->dy) { /* in place: dx is dy already */
-        tg__plus_zero(c->nt, c->dtype, c->numel, c->dx[0]);
+        tg__plus_zero(c->govs, c->nt, c->dtype, c->numel, c->dx[0]);
         return TG_OK;
     }
     int nt = c->nt;
@@ -270,7 +270,7 @@ tg_status tg__contiguous_backward(const tg__call *c)
     if (!c->dx[0])
         return TG_OK;
     if (c->dx[0] == c->dy) { /* in place: dx is dy already */
-        tg__plus_zero(c->nt, c->dtype, c->numel, c->dx[0]);
+        tg__plus_zero(c->govs, c->nt, c->dtype, c->numel, c->dx[0]);
         return TG_OK;
     }
     int nt = c->nt;

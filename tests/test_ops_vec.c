@@ -230,8 +230,8 @@ START_TEST(test_sum_rows)
                 of[c] = 0.5f;
                 od[c] = 0.5;
             }
-            tg__sum_rows_f32(nts[t], R, C, xf, ld, of);
-            tg__sum_rows_f64(nts[t], R, C, xd, ld, od);
+            tg__sum_rows_f32(NULL, nts[t], R, C, xf, ld, of);
+            tg__sum_rows_f64(NULL, nts[t], R, C, xd, ld, od);
             ck_assert_msg(memcmp(of, rf, sizeof(float) * (size_t)C) == 0, "f32 C %lld nt %d",
                           (long long)C, nts[t]);
             ck_assert_msg(memcmp(od, rd, sizeof(double) * (size_t)C) == 0, "f64 C %lld nt %d",

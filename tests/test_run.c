@@ -839,6 +839,55 @@ START_TEST(test_decoder_errors)
 }
 END_TEST
 
+/* --par-report lists the graph's parallel loops after the run: unfused attention over 512
+ * positions has a 2^25-flop product (q k^T and the weights times v share its record) and a
+ * softmax over 1 MiB, both split at 2 threads; each line names the node and op that ran it. */
+START_TEST(test_par_report)
+{
+    enum { T = 512, D = 64 };
+    static float v[T * D];
+    for (int i = 0; i < T * D; i++)
+        v[i] = (float)(i % 13) * 0.01f;
+    tg_ctx *ctx = tg_ctx_new();
+    ck_assert_ptr_nonnull(ctx);
+    const char *names[3] = {"q.npy", "k.npy", "v.npy"};
+    for (int i = 0; i < 3; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        ck_assert_int_eq(tg_npy_write_data(ctx, p, TG_F32, TG_DIMS(1, T, D), v), TG_OK);
+    }
+    tg_ctx_set_threads(ctx, 2);
+    bool par = tg_ctx_threads(ctx) == 2; /* a build with OpenMP */
+    tg_ctx_free(ctx);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "env OMP_NUM_THREADS=2 '%s' run sdpa --q q.npy --k k.npy --v v.npy "
+             "--unfused --par-report", tu_tgrad_exe());
+    ck_assert_int_eq(tu_run_sh(dir, cmd, 120, NULL), 0);
+    char out[4096];
+    read_file("out.txt", out, sizeof out);
+    long n = -1;
+    ck_assert_msg(sscanf(out, "parallel loops: %ld", &n) == 1, "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, "sdpa output (1, 512, 64) f32\n"));
+    if (!par) {
+        ck_assert_int_eq(n, 0);
+        fprintf(stderr, "test_par_report: this build runs one thread (no OpenMP)\n");
+        return;
+    }
+    ck_assert_int_ge(n, 2);
+    ck_assert_int_eq(count_lines(out), n + 2); /* the count, the loops, the output line */
+    ck_assert_msg(strstr(out, "  gemm (~2^25 flops): node ") && strstr(out, " matmul, "), "%s",
+                  out);
+    ck_assert_msg(strstr(out, " softmax, "), "%s", out);
+    ck_assert_msg(strstr(out, " region") && strstr(out, " on one thread, mean gain "), "%s", out);
+    /* without the option: no report */
+    snprintf(cmd, sizeof cmd, "env OMP_NUM_THREADS=2 '%s' run sdpa --q q.npy --k k.npy --v v.npy "
+             "--unfused", tu_tgrad_exe());
+    ck_assert_int_eq(tu_run_sh(dir, cmd, 120, NULL), 0);
+    read_file("out.txt", out, sizeof out);
+    ck_assert_str_eq(out, "sdpa output (1, 512, 64) f32\n");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("run");
@@ -862,6 +911,7 @@ int main(void)
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_help);
     tcase_add_test(tc, test_dot);
+    tcase_add_test(tc, test_par_report);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

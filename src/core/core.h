@@ -279,24 +279,56 @@ static inline int tg__threads_for(int nt, double work, double per_thread)
 #define TG_GEMM_FLOPS_PER_THREAD 1e7
 
 /* The region governor (src/core/par.c). A site that opens parallel regions (a TG_PAR_RANGE
- * loop, the GEMM per size class) keeps a record per calling thread. After a region, the pace
- * of its fastest thread (time per chunk, from its first chunk to running out) times the
- * chunks gives what one thread alone would have taken, and the difference to the team's time
- * is the region's gain (negative when a worker came late or was descheduled holding a chunk:
- * other processes want the cores). While the running mean of a site's gains is negative, the
- * site runs on one thread, without a region: for 1 ms, twice as long after each further
- * losing try (up to 256 ms), then the team tries again. A site whose wins outweigh its losses
- * keeps its threads. Only how many threads run changes, never a result. The TG_PAR_MIN=1
- * builds never back off (the tests take every parallel path). */
+ * loop, the GEMM per size class) keeps a record in a governor table (tg__govs below). After a
+ * region, the pace of its fastest thread (time per chunk, from its first chunk to running out)
+ * times the chunks gives what one thread alone would have taken, and the difference to the
+ * team's time is the region's gain (negative when a worker came late or was descheduled
+ * holding a chunk: other processes want the cores). While the running mean of a site's gains
+ * is negative, the site runs on one thread, without a region: for 1 ms, twice as long after
+ * each further losing try (up to 256 ms), then the team tries again. A site whose wins
+ * outweigh its losses keeps its threads. Only how many threads run changes, never a result.
+ * The TG_PAR_MIN=1 builds never back off (the tests take every parallel path). */
 typedef struct tg__par_gov {
     double off_until; /* us (tg__now_us): until then, one thread */
     double backoff;   /* us: the last off period; 0 once the mean gain is positive again */
     double gain;      /* us: running mean of the regions' gains (weight 1/4 for the newest) */
     int judged;       /* regions in the mean since the last off period */
+    int threads;      /* threads the site's last run used (1: it backed off) */
+    int64_t regions;  /* parallel regions run and measured */
+    int64_t serial;   /* runs on one thread because the site backed off */
 } tg__par_gov;
 double tg__now_us(void);
-/* nth, or 1 while the site backs off. */
+/* nth, or 1 while the site backs off (g NULL: nth, no governor). */
 int tg__gov_threads(tg__par_gov *g, int nth);
+
+/* A governor table: the records of the parallel sites that ran for one owner, one per (site,
+ * size class), in the order they first ran. A graph owns one for its kernels (the call record
+ * points at it: tg__call.govs), the context one for the library's direct calls (optimizer
+ * steps, gradient clipping, a graph's own loops run outside kernels go to the graph's). A site
+ * is named by a string literal (__FILE__ ":" line, "gemm"); `node` is the node the table's
+ * owner is running (the executor sets it; -1 outside a node), recorded with each use. Lookups
+ * and updates happen on the thread that opens the region (never inside one). A full table
+ * gives NULL: the site then runs with its threads, ungoverned. */
+#define TG__GOV_SLOTS 128
+typedef struct tg__gov_slot {
+    const char *site; /* NULL: free */
+    int cls;          /* size class (the GEMM: products of about 2^cls flops), else 0 */
+    int64_t node;     /* the node that used it last (-1: none) */
+    tg__par_gov g;
+} tg__gov_slot;
+typedef struct tg__govs {
+    int n;                         /* slots used: slot[0 .. n) */
+    int64_t node;                  /* the node running now (-1: none) */
+    int16_t ix[2 * TG__GOV_SLOTS]; /* hash of (site, cls) -> slot + 1; 0: empty */
+    tg__gov_slot slot[TG__GOV_SLOTS];
+} tg__govs;
+/* Empties t (node -1). */
+void tg__govs_init(tg__govs *t);
+/* The record of (site, cls) in t, added if new; NULL when t is NULL or full. */
+tg__par_gov *tg__gov_at(tg__govs *t, const char *site, int cls);
+/* Entry i (0 .. t->n) of t as the public record; false past the end. */
+bool tg__govs_entry(const tg__govs *t, int64_t i, tg_par_site *out);
+
 /* A region's accounting: its start, and per thread (the first TG__ACCT_THREADS) the chunks it
  * ran, when it took its first and when it found none left. Each thread writes its own slot. */
 #define TG__ACCT_THREADS 8
@@ -316,7 +348,8 @@ static inline void tg__acct_done(tg__par_acct *a, int me)
     if (me < TG__ACCT_THREADS && a->chunks[me] > 0 && a->done[me] == 0)
         a->done[me] = tg__now_us();
 }
-/* After a region of `chunks` chunks of similar size: updates the site's record. */
+/* After a region of `chunks` chunks of similar size: updates the site's record (g NULL:
+ * nothing). */
 void tg__gov_report(tg__par_gov *g, const tg__par_acct *a, int64_t chunks);
 #ifdef TG_HAVE_OPENMP
 /* A parallel loop over independent outputs. Each iteration must write only its own outputs, so
@@ -437,6 +470,8 @@ struct tg_ctx {
     uint64_t n_rewinds;
     struct tg__era { uint64_t seq, gen; } *eras, eras_inline[8];
     int64_t n_eras, cap_eras;
+    tg__govs govs;           /* the governors of the library's direct calls (optimizer
+                                steps; tg_ctx_par_site) */
     tg_graph *graphs;        /* live graphs, newest first (the graph layer's list) */
     tg_arena *arenas;        /* live shared arenas, newest first (likewise) */
     /* Set by the graph layer when it makes its first graph or arena: frees the graphs, then

@@ -89,11 +89,19 @@ tg_ctx *tg_ctx_new_with(const tg_allocator *allocator)
     ctx->training = true;
     ctx->eras = ctx->eras_inline;
     ctx->cap_eras = (int64_t)(sizeof ctx->eras_inline / sizeof ctx->eras_inline[0]);
+    tg__govs_init(&ctx->govs);
     tg_ctx_seed(ctx, 0);
     return ctx;
 }
 
 tg_ctx *tg_ctx_new(void) { return tg_ctx_new_with(NULL); }
+
+int64_t tg_ctx_par_sites(const tg_ctx *ctx) { return ctx ? ctx->govs.n : 0; }
+
+tg_status tg_ctx_par_site(const tg_ctx *ctx, int64_t i, tg_par_site *out)
+{
+    return ctx && tg__govs_entry(&ctx->govs, i, out) ? TG_OK : TG_ERR_ARG;
+}
 
 void tg_ctx_free(tg_ctx *ctx)
 {

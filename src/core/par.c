@@ -45,21 +45,93 @@ double tg__now_us(void)
 
 int tg__gov_threads(tg__par_gov *g, int nth)
 {
-    if (nth <= 1 || TG_PAR_MIN == 1 || g->off_until == 0)
+    if (!g || nth <= 1)
         return nth;
-    if (tg__now_us() < g->off_until)
-        return 1;
-    g->off_until = 0;
-    return nth;
+    int th = nth;
+    if (TG_PAR_MIN != 1 && g->off_until != 0) {
+        if (tg__now_us() < g->off_until)
+            th = 1;
+        else
+            g->off_until = 0;
+    }
+    g->threads = th;
+    g->serial += th == 1;
+    return th;
 }
 
-tg__par_gov *tg__gemm_gov(double flops)
+/* ----- governor tables (core.h) ------------------------------------------------------------ */
+void tg__govs_init(tg__govs *t)
 {
-    static _Thread_local tg__par_gov classes[40];
+    memset(t, 0, sizeof *t);
+    t->node = -1;
+}
+
+static unsigned gov_hash(const char *site, int cls)
+{
+    uint64_t h =
+        ((uint64_t)(uintptr_t)site ^ ((uint64_t)(unsigned)cls << 48)) * 0x9E3779B97F4A7C15ull;
+    return (unsigned)(h >> 56); /* 0 .. 255: 2 * TG__GOV_SLOTS buckets */
+}
+
+tg__par_gov *tg__gov_at(tg__govs *t, const char *site, int cls)
+{
+    if (!t)
+        return NULL;
+    unsigned h = gov_hash(site, cls), mask = 2 * TG__GOV_SLOTS - 1;
+    for (unsigned k = 0; k <= mask; k++) {
+        unsigned b = (h + k) & mask;
+        tg__gov_slot *s;
+        if (t->ix[b] == 0) {
+            if (t->n == TG__GOV_SLOTS)
+                return NULL;
+            s = &t->slot[t->n++];
+            t->ix[b] = (int16_t)t->n;
+            s->site = site;
+            s->cls = cls;
+        } else {
+            s = &t->slot[t->ix[b] - 1];
+            if (s->site != site || s->cls != cls)
+                continue;
+        }
+        s->node = t->node;
+        return &s->g;
+    }
+    return NULL;
+}
+
+/* A site's name without the build directory's "../" or "./" (__FILE__ is relative to it). */
+static const char *site_name(const char *s)
+{
+    while (s[0] == '.' && (s[1] == '/' || (s[1] == '.' && s[2] == '/')))
+        s += s[1] == '/' ? 2 : 3;
+    return s;
+}
+
+bool tg__govs_entry(const tg__govs *t, int64_t i, tg_par_site *out)
+{
+    if (!t || !out || i < 0 || i >= t->n)
+        return false;
+    const tg__gov_slot *s = &t->slot[i];
+    memset(out, 0, sizeof *out);
+    out->site = site_name(s->site);
+    out->size_class = s->cls;
+    out->node = s->node;
+    out->op = "";
+    out->threads = s->g.threads;
+    out->regions = s->g.regions;
+    out->serial = s->g.serial;
+    out->mean_gain_us = s->g.gain;
+    out->backoff_us = s->g.backoff;
+    out->backing_off = s->g.off_until != 0 && tg__now_us() < s->g.off_until;
+    return true;
+}
+
+int tg__gemm_gov_class(double flops)
+{
     int c = 0;
     while (c < 39 && flops >= 2.0)
         flops /= 2, c++;
-    return &classes[c];
+    return c;
 }
 
 void tg__acct_init(tg__par_acct *a)
@@ -70,6 +142,9 @@ void tg__acct_init(tg__par_acct *a)
 
 void tg__gov_report(tg__par_gov *g, const tg__par_acct *a, int64_t chunks)
 {
+    if (!g)
+        return;
+    g->regions++;
     if (TG_PAR_MIN == 1)
         return;
     double t1 = tg__now_us(), pace = 0;

@@ -47,9 +47,9 @@ typedef struct tg__sched {
     tg__par_gov *gov; /* the governor record the region reports to (core.h), or NULL */
 } tg__sched;
 
-/* The governor record of the calling thread for products of about `flops` (one per power of
- * two). */
-tg__par_gov *tg__gemm_gov(double flops);
+/* The GEMM's governor size class of products of about `flops`: one per power of two (0 .. 39),
+ * the `cls` of its records in a governor table (core.h, tg__gov_at with site "gemm"). */
+int tg__gemm_gov_class(double flops);
 
 /* Runs every task of s in one parallel region of nth threads (nth >= 2 for two buffers to make
  * sense; nth == 1 or no OpenMP: all tasks in order on the calling thread). */

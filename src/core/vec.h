@@ -83,20 +83,28 @@ static inline int64_t tg__loop_next(tg__par_loop *l, int me)
 /* Runs the statement given last (it uses int64_t lo, hi; commas allowed) over [0, n): when
  * `par` is true, nt > 1 and n > 1, once per fixed chunk (tg__chunk) in one parallel region of
  * min(nt, chunks) threads taking the chunks dynamically (unless this call site's governor
- * record says one thread does better for now); else once over the whole range on the calling
- * thread, without entering a parallel region at all. The statement must write only the
- * outputs of its items (and may use TG_THREAD_NUM()'s workspace slice), which makes the result
- * independent of the chunking, the thread count and the schedule. */
+ * record in table `govs` says one thread does better for now; govs NULL: no governor); else
+ * once over the whole range on the calling thread, without entering a parallel region at all.
+ * The site's record is found by its source position (a string literal) the first time a
+ * region is considered, on the calling thread. The statement must write only the outputs of
+ * its items (and may use TG_THREAD_NUM()'s workspace slice), which makes the result
+ * independent of the chunking, the thread count and the schedule. Kernels use TG_PAR_RANGE
+ * (ops/registry.h: the table of their call record). */
+#define TG__STR_(x) #x
+#define TG__STR(x) TG__STR_(x)
+#define TG__SITE __FILE__ ":" TG__STR(__LINE__)
 #ifdef TG_HAVE_OPENMP
-#define TG_PAR_RANGE(nt, par, n, align, ...)                                                  \
+#define TG_PAR_RANGE_IN(govs, nt, par, n, align, ...)                                         \
     do {                                                                                       \
-        static _Thread_local tg__par_gov tg__gov_;                                             \
         int tg__nt_ = (nt);                                                                    \
         int64_t tg__n_ = (n), tg__al_ = (align);                                               \
         int64_t tg__nc_ = tg__nt_ > 1 && (par) && tg__n_ > 1 ? tg__nchunks(tg__n_, tg__al_) : 1; \
         int tg__th_ = tg__nc_ < tg__nt_ ? (int)tg__nc_ : tg__nt_;                              \
-        if (tg__th_ > 1)                                                                       \
-            tg__th_ = tg__gov_threads(&tg__gov_, tg__th_);                                     \
+        tg__par_gov *tg__gov_ = NULL;                                                          \
+        if (tg__th_ > 1) {                                                                     \
+            tg__gov_ = tg__gov_at((govs), TG__SITE, 0);                                        \
+            tg__th_ = tg__gov_threads(tg__gov_, tg__th_);                                      \
+        }                                                                                      \
         if (tg__th_ > 1) {                                                                     \
             tg__par_loop tg__l_;                                                               \
             tg__loop_init(&tg__l_, tg__nc_);                                                   \
@@ -111,15 +119,16 @@ static inline int64_t tg__loop_next(tg__par_loop *l, int me)
                     }                                                                          \
                 }                                                                              \
             }                                                                                  \
-            tg__gov_report(&tg__gov_, &tg__l_.acct, tg__nc_);                                  \
+            tg__gov_report(tg__gov_, &tg__l_.acct, tg__nc_);                                   \
         } else {                                                                               \
             int64_t lo = 0, hi = tg__n_;                                                       \
             __VA_ARGS__;                                                                       \
         }                                                                                      \
     } while (0)
 #else
-#define TG_PAR_RANGE(nt, par, n, align, ...)                                                  \
+#define TG_PAR_RANGE_IN(govs, nt, par, n, align, ...)                                         \
     do {                                                                                       \
+        (void)(govs);                                                                          \
         (void)(nt);                                                                            \
         (void)(par);                                                                           \
         (void)(align);                                                                         \
@@ -132,9 +141,12 @@ static inline int64_t tg__loop_next(tg__par_loop *l, int me)
  * out[c] += sum_{r = 0..R-1} x[r * ld + c] for c in [0, C): each column's sum starts at 0 and
  * adds the rows in increasing r, then is added to out[c] once. Threads own blocks of columns
  * and walk the rows in order reading contiguous row segments (no strided column walk). The
- * result is bitwise independent of the thread count and of the SIMD clone. */
-void tg__sum_rows_f32(int nt, int64_t R, int64_t C, const float *x, int64_t ld, float *out);
-void tg__sum_rows_f64(int nt, int64_t R, int64_t C, const double *x, int64_t ld, double *out);
+ * result is bitwise independent of the thread count and of the SIMD clone. govs: the
+ * governor table of the caller (NULL: none). */
+void tg__sum_rows_f32(tg__govs *govs, int nt, int64_t R, int64_t C, const float *x, int64_t ld,
+                      float *out);
+void tg__sum_rows_f64(tg__govs *govs, int nt, int64_t R, int64_t C, const double *x, int64_t ld,
+                      double *out);
 
 /* Index of the first element of x (n) that is not finite (NaN, +-inf; -inf allowed when
  * minf_ok), or -1. Vectorized scan over blocks; the answer is the same as a scalar scan's. */

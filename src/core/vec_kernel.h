@@ -25,12 +25,12 @@ TG_SIMD_CLONES static void FN(sum_rows_range)(int64_t R, int64_t c0, int64_t c1,
     }
 }
 
-void FN(tg__sum_rows)(int nt, int64_t R, int64_t C, const T *x, int64_t ld, T *out)
+void FN(tg__sum_rows)(tg__govs *govs, int nt, int64_t R, int64_t C, const T *x, int64_t ld, T *out)
 {
     /* Race-free: a thread owns the columns [lo, hi) of out; each column's sum runs over
      * r = 0..R-1 in order whatever the chunking. */
-    TG_PAR_RANGE(nt, R * C * (int64_t)sizeof(T) > TG_PAR_BYTES, C, 16,
-                 FN(sum_rows_range)(R, lo, hi, x, ld, out));
+    TG_PAR_RANGE_IN(govs, nt, R * C * (int64_t)sizeof(T) > TG_PAR_BYTES, C, 16,
+                    FN(sum_rows_range)(R, lo, hi, x, ld, out));
 }
 
 /* x - x is 0 exactly for finite x and NaN for +-inf and NaN: a branch-free finiteness test

@@ -19,14 +19,14 @@ static bool in_graph(const tg_graph *g, const tg_tensor *t) { return tg__node_at
 
 /* Zero a gradient buffer: split over the threads when it is large (a serial memset of the
  * big activations' gradients was a visible share of a 2-thread backward). */
-static void zero(void *p, const tg_tensor *t, int nt)
+static void zero(tg__govs *govs, void *p, const tg_tensor *t, int nt)
 {
     if (!p)
         return;
     int64_t bytes = t->numel * (int64_t)tg_dtype_size(t->dtype);
     char *c = p;
-    TG_PAR_RANGE(nt, bytes > TG_PAR_BYTES, bytes, 4096,
-                 { memset(c + lo, 0, (size_t)(hi - lo)); });
+    TG_PAR_RANGE_IN(govs, nt, bytes > TG_PAR_BYTES, bytes, 4096,
+                    { memset(c + lo, 0, (size_t)(hi - lo)); });
 }
 
 /* Element i of a gradient buffer (F32 or F64). */
@@ -252,11 +252,11 @@ static tg_status seed(tg_graph *g, int n, tg_tensor *const *ys, const tg_tensor 
     for (int64_t i = 0; i < g->n; i++) { /* gradients live from the start */
         int64_t b = g->nodes[i]->op == TG_OP_NONE ? -1 : g->grad_buf[i];
         if (b >= 0 && g->bufs[b].start == begin)
-            zero(tg__buf_ptr(g, b), g->nodes[i], tg__threads(ctx));
+            zero(g->govs, tg__buf_ptr(g, b), g->nodes[i], tg__threads(ctx));
     }
     for (int64_t l = 0; l < g->n_leaves; l++)
         if (g->bufs[g->fresh_buf[l]].start == begin)
-            zero(g->gval[g->leaf_node[l]], g->leaves[l], tg__threads(ctx));
+            zero(g->govs, g->gval[g->leaf_node[l]], g->leaves[l], tg__threads(ctx));
     for (int k = 0; k < n; k++) {
         tg_tensor *y = ys[k];
         const tg_tensor *dy = dys ? dys[k] : NULL;
@@ -306,7 +306,7 @@ static void zero_starting_sources(tg_graph *g, int64_t i, int64_t step)
         int64_t b = s->op == TG_OP_NONE ? g->leaf_buf[si] : g->grad_buf[si];
         int64_t start = b >= 0 ? g->bufs[b].start : -1;
         if (!dup && start == step && g->gval[si] != g->gval[i]) /* (in place: no zeroing) */
-            zero(g->gval[si], s, tg__threads(g->ctx));
+            zero(g->govs, g->gval[si], s, tg__threads(g->ctx));
     }
 }
 
@@ -390,7 +390,7 @@ static tg_status accumulate_leaves(tg_graph *g, tg_status st)
             float *a = t->grad;
             const float *f = fresh;
             /* one thread below TG_PAR_BYTES: no parallel region at all */
-            TG_PAR_RANGE(nt, cnt * 3 * (int64_t)sizeof(*a) > TG_PAR_BYTES, cnt, 16, {
+            TG_PAR_RANGE_IN(g->govs, nt, cnt * 3 * (int64_t)sizeof(*a) > TG_PAR_BYTES, cnt, 16, {
                 for (int64_t i = lo; i < hi; i++)
                     a[i] += f[i];
             });
@@ -398,7 +398,7 @@ static tg_status accumulate_leaves(tg_graph *g, tg_status st)
             double *a = t->grad;
             const double *f = fresh;
             /* one thread below TG_PAR_BYTES: no parallel region at all */
-            TG_PAR_RANGE(nt, cnt * 3 * (int64_t)sizeof(*a) > TG_PAR_BYTES, cnt, 16, {
+            TG_PAR_RANGE_IN(g->govs, nt, cnt * 3 * (int64_t)sizeof(*a) > TG_PAR_BYTES, cnt, 16, {
                 for (int64_t i = lo; i < hi; i++)
                     a[i] += f[i];
             });

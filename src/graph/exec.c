@@ -108,7 +108,10 @@ tg_status tg__run_kernel(tg_graph *g, int64_t i, bool backward)
     tg_tensor *t = g->nodes[i];
     tg__call c;
     tg__fill_call(g, i, backward, &c);
-    return tg__kernel(t->def, t->op, t->dtype, backward)(&c);
+    g->govs->node = i; /* the sites it runs record it */
+    tg_status s = tg__kernel(t->def, t->op, t->dtype, backward)(&c);
+    g->govs->node = -1;
+    return s;
 }
 
 void tg__fill_call(const tg_graph *g, int64_t i, bool backward, tg__call *c)
@@ -139,6 +142,7 @@ void tg__fill_call(const tg_graph *g, int64_t i, bool backward, tg__call *c)
     }
     c->nt = g->nt < tg__threads(g->ctx) ? g->nt : tg__threads(g->ctx);
     c->precision = g->precision;
+    c->govs = g->govs;
 }
 
 /* ---- the NaN/Inf tripwire (tg_graph_opts.detect_anomaly) --------------------------------------

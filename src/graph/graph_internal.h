@@ -79,6 +79,8 @@ struct tg_graph {
     uint64_t ix_mask;
     /* this graph's run-time state of its nodes (not the tensors': two graphs over one node
      * keep their own) */
+    tg__govs *govs;         /* the governors of the parallel sites its kernels and its own
+                               loops ran (the call record's govs; tg_graph_par_site) */
     unsigned char *reused;  /* per node: after this graph's last run, an op result that was
                                neither an output nor kept: its bytes went to other values */
     uint64_t gen_at;        /* the shared arena's generation when this graph last bound its

@@ -72,10 +72,9 @@ void tg_graph_free(tg_graph *g)
         tg__unbind(g);
     unlink_graph(g);
     tg__plan_free(g);
-    void *arrays[] = {g->nodes,   g->leaves, g->leaf_node, g->outputs,
-                      g->needed,  g->minf_ok, g->persist, g->val,  g->gval,
-                      g->sval,    g->src_at,  g->base_at, g->ix_key, g->ix_val,
-                      g->reused};
+    void *arrays[] = {g->nodes,   g->leaves, g->leaf_node, g->outputs, g->needed, g->minf_ok,
+                      g->persist, g->val,    g->gval,      g->sval,    g->src_at, g->base_at,
+                      g->ix_key,  g->ix_val, g->reused,    g->govs};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         tg__free(ctx, arrays[i]);
     tg__free(ctx, g);
@@ -219,8 +218,10 @@ static bool index_nodes(tg_graph *g, const char *fn)
     g->ix_key = tg__alloc(g->ctx, sizeof(tg_tensor *) * cap, fn);
     g->ix_val = tg__alloc(g->ctx, sizeof(int64_t) * cap, fn);
     g->reused = tg__alloc(g->ctx, (size_t)(g->n ? g->n : 1), fn);
-    if (!g->ix_key || !g->ix_val || !g->reused)
+    g->govs = tg__alloc(g->ctx, sizeof *g->govs, fn);
+    if (!g->ix_key || !g->ix_val || !g->reused || !g->govs)
         return false;
+    tg__govs_init(g->govs);
     g->ix_mask = cap - 1;
     for (int64_t i = 0; i < g->n; i++) {
         uint64_t h = ix_hash(g->nodes[i], g->ix_mask);
@@ -399,9 +400,20 @@ void tg_graph_zero_grad(tg_graph *g)
         /* large gradients (the weight matrices) zeroed over the threads */
         int64_t bytes = t->numel * (int64_t)tg_dtype_size(t->dtype);
         char *c = t->grad;
-        TG_PAR_RANGE(nt, bytes > TG_PAR_BYTES, bytes, 4096,
-                     { memset(c + lo, 0, (size_t)(hi - lo)); });
+        TG_PAR_RANGE_IN(g->govs, nt, bytes > TG_PAR_BYTES, bytes, 4096,
+                        { memset(c + lo, 0, (size_t)(hi - lo)); });
     }
+}
+
+int64_t tg_graph_par_sites(const tg_graph *g) { return g ? g->govs->n : 0; }
+
+tg_status tg_graph_par_site(const tg_graph *g, int64_t i, tg_par_site *out)
+{
+    if (!g || !tg__govs_entry(g->govs, i, out))
+        return TG_ERR_ARG;
+    if (out->node >= 0 && out->node < g->n)
+        out->op = tg_tensor_op_name(g->nodes[out->node]);
+    return TG_OK;
 }
 
 tg_status tg_keep(tg_tensor *t)

@@ -291,6 +291,7 @@ tg_status tg_optim_step(tg_optim *o, double lr)
     }
     int64_t t = o->t + 1;
     int nt = tg__threads(o->ctx);
+    tg__govs *govs = &o->ctx->govs;
     /* Two passes: check every parameter's update, then apply them all (or none). A non-finite
      * gradient makes its update non-finite, so the check also finds those (and names them as
      * such) without a separate scan of the gradients. */
@@ -307,9 +308,10 @@ tg_status tg_optim_step(tg_optim *o, double lr)
                         ? sgd_f32(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, check)
                         : sgd_f64(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, check);
             else
-                k = p->dtype == TG_F32
-                        ? adam_f32(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, v, check)
-                        : adam_f64(nt, &o->cfg, lr, t, p->numel, p->data, p->grad, m, v, check);
+                k = p->dtype == TG_F32 ? adam_f32(govs, nt, &o->cfg, lr, t, p->numel, p->data,
+                                                  p->grad, m, v, check)
+                                       : adam_f64(govs, nt, &o->cfg, lr, t, p->numel, p->data,
+                                                  p->grad, m, v, check);
             if (k >= 0 && !isfinite(elem(p->grad, p->dtype, k))) {
                 tg__run_err(o->ctx, TG_ERR_NONFINITE, fn, "gradient of '%s' is not finite "
                             "(element %lld is %g); parameters left unchanged", p->name,

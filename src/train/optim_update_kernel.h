@@ -54,9 +54,9 @@ TG_SIMD_CLONES static int FN(adam_bad_range)(int64_t lo, int64_t hi, T step, T b
     return bad;
 }
 /* Adam or AdamW over n elements; check: only return the index of the first element whose
- * update would not be finite (-1: none), changing nothing. */
-static int64_t FN(adam)(int nt, const tg_optim_config *c, double lr, int64_t t, int64_t n, T *p,
-                        const T *g, T *m, T *v, bool check)
+ * update would not be finite (-1: none), changing nothing. govs: the context's governors. */
+static int64_t FN(adam)(tg__govs *govs, int nt, const tg_optim_config *c, double lr, int64_t t,
+                        int64_t n, T *p, const T *g, T *m, T *v, bool check)
 {
     double bc1 = 1.0 - pow(c->beta1, (double)t), bc2 = 1.0 - pow(c->beta2, (double)t);
     T step = (T)(lr / bc1), bc2s = (T)sqrt(bc2), b1 = (T)c->beta1, b2 = (T)c->beta2;
@@ -79,8 +79,9 @@ static int64_t FN(adam)(int nt, const tg_optim_config *c, double lr, int64_t t, 
     }
     /* Race-free: element i of p, m, v is owned by one range. (g is never NULL: a
      * parameter without a gradient is not stepped.) */
-    TG_PAR_RANGE(nt, n * 4 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
-                 FN(adam_range)(lo, hi, step, bc2s, b1, b2, wd, eps, decay, decoupled, p, g, m, v));
+    TG_PAR_RANGE_IN(
+        govs, nt, n * 4 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
+        FN(adam_range)(lo, hi, step, bc2s, b1, b2, wd, eps, decay, decoupled, p, g, m, v));
     return -1;
 }
 static int64_t FN(sgd)(int nt, const tg_optim_config *c, double lr, int64_t t, int64_t n, T *p,

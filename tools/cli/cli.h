@@ -71,6 +71,7 @@ typedef struct run_args {
     bool causal, norm_first, has_eps;
     bool force;     /* --force: replace existing output files */
     bool unfused;   /* --unfused: tg_ctx_set_fusion(ctx, false) */
+    bool par_report; /* --par-report: list the graph's parallel loops after the run */
     double eps;     /* [0, 1] */
     /* transformer: the options that describe the model, each given or not (an export's config
      * gives them: given ones must agree with it) */

@@ -20,7 +20,7 @@
  *                     [--src-key-padding-mask P] [--tgt-key-padding-mask P]
  *                     (a `tgrad export` of an encoder-decoder, run whole: ids in, logits out)
  *   every module:     --dtype f32|f64  --out O.npy  [--grad-out dO.npy --grads G.safetensors]
- *                     [--dot G.dot] [--unfused]
+ *                     [--dot G.dot] [--unfused] [--par-report]
  *
  * One option table per module. Masks follow tgrad_nn.h's one convention, converted here at the
  * boundary: a bool .npy (|b1) is TG_MASK_BLOCK (true = blocked, as PyTorch's bool masks); an
@@ -83,7 +83,10 @@
          .help = "replace output files that exist"},                                         \
         {.name = "unfused", .kind = CLI_FLAG, .offset = offsetof(run_args, unfused),         \
          .help = "build the unfused graph of elementary ops (matmul, softmax, ...) instead of " \
-                 "fused kernels (flash attention); same results to rounding"}
+                 "fused kernels (flash attention); same results to rounding"},                 \
+        {.name = "par-report", .kind = CLI_FLAG, .offset = offsetof(run_args, par_report),   \
+         .help = "after the run, list the graph's parallel loops on stdout: the node that ran " \
+                 "each, its threads and its governor (tg_graph_par_site)"}
 
 static const cli_option sdpa_opts[] = {
     OPT_Q(CLI_REQUIRED), OPT_K(CLI_REQUIRED), OPT_V(CLI_REQUIRED),
@@ -271,6 +274,7 @@ void run_help(const run_args *a, FILE *f)
             "--dot G.dot writes the graph it builds as Graphviz DOT (draw it with\n"
             "'dot -Tsvg G.dot -o g.svg'). --unfused builds the graph of elementary ops\n"
             "(matmul, scale, add_mask, softmax, matmul) instead of the fused flash attention.\n"
+            "--par-report lists the graph's parallel loops after the run (threads, governor).\n"
             "\n"
             "modules:\n"
             "  sdpa      scaled dot-product attention (--q --k --v)\n"
@@ -1020,8 +1024,35 @@ static bool run_write_grads(run_state *s, const run_args *a, tg_graph *g, char *
     return true;
 }
 
+/* --par-report: the parallel loops g ran (tg_graph_par_site), one line each. */
+static void par_report(const tg_graph *g, FILE *f)
+{
+    int64_t n = tg_graph_par_sites(g);
+    fprintf(f, "parallel loops: %" PRId64 "%s\n", n,
+            n ? "" : " (one thread, or no loop large enough to split)");
+    for (int64_t i = 0; i < n; i++) {
+        tg_par_site e;
+        if (tg_graph_par_site(g, i, &e) != TG_OK)
+            continue;
+        char site[160];
+        if (!strcmp(e.site, "gemm"))
+            snprintf(site, sizeof site, "gemm (~2^%d flops)", e.size_class);
+        else
+            snprintf(site, sizeof site, "%s", e.site);
+        char node[96] = "the graph's own loop";
+        if (e.node >= 0)
+            snprintf(node, sizeof node, "node %" PRId64 " %s", e.node, e.op);
+        fprintf(f,
+                "  %s: %s, %d thread%s last, %" PRId64 " region%s, %" PRId64
+                " on one thread, mean gain %.1f us%s\n",
+                site, node, e.threads, e.threads == 1 ? "" : "s", e.regions,
+                e.regions == 1 ? "" : "s", e.serial, e.mean_gain_us,
+                e.backing_off ? ", backing off" : "");
+    }
+}
+
 /* Run the built graph: --dot, forward, --out and --attn-out, and with --grad-out backward and
- * --grads. */
+ * --grads; --par-report. */
 static bool run_graph(run_state *s, const run_args *a, run_result *res, char *err, size_t n)
 {
     tg_ctx *ctx = s->ctx;
@@ -1063,6 +1094,8 @@ static bool run_graph(run_state *s, const run_args *a, run_result *res, char *er
             return false;
         res->wrote = true;
     }
+    if (a->par_report)
+        par_report(g, stdout);
     return true;
 }
 
