@@ -67,16 +67,15 @@ tg_status tg__add_mask_forward(const tg__call *c)
 
 tg_status tg__add_mask_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     if (c->dx[0]) {
-        if (y->dtype == TG_F32)
+        if (c->dtype == TG_F32)
             mask_rows_f32(c, true);
         else
             mask_rows_f64(c, true);
     }
-    tg_tensor *m = y->src[1];
-    if (y->p.mask.kind == TG_MASK_ADDITIVE && c->dx[1])
-        tg__reduce_to(c->nt, y->dtype, c->dy, y->rank, y->shape, m, c->dx[1]);
+    if (c->p->mask.kind == TG_MASK_ADDITIVE && c->dx[1])
+        tg__reduce_to(c->nt, c->dtype, c->dy, c->rank, c->shape, c->src_rank[1], c->src_shape[1],
+                      c->dx[1]);
     return TG_OK;
 }
 

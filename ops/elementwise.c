@@ -73,9 +73,9 @@ tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_GELU, "t
 #undef T
 #undef SUF
 
-#define DISPATCH(y, call32, call64)                                                            \
+#define DISPATCH(c, call32, call64)                                                            \
     do {                                                                                       \
-        if ((y)->dtype == TG_F32)                                                              \
+        if ((c)->dtype == TG_F32)                                                              \
             call32;                                                                            \
         else                                                                                   \
             call64;                                                                            \
@@ -83,66 +83,60 @@ tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_GELU, "t
 
 tg_status tg__scale_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     int nt = c->nt;
-    DISPATCH(y, scale_fwd_f32(nt, y->numel, (float)y->p.scale.s, c->in[0], c->out),
-             scale_fwd_f64(nt, y->numel, y->p.scale.s, c->in[0], c->out));
+    DISPATCH(c, scale_fwd_f32(nt, c->numel, (float)c->p->scale.s, c->in[0], c->out),
+             scale_fwd_f64(nt, c->numel, c->p->scale.s, c->in[0], c->out));
     return TG_OK;
 }
 
 tg_status tg__scale_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     if (!c->dx[0])
         return TG_OK;
     int nt = c->nt;
-    DISPATCH(y, scale_bwd_f32(nt, y->numel, (float)y->p.scale.s, c->dy, c->dx[0]),
-             scale_bwd_f64(nt, y->numel, y->p.scale.s, c->dy, c->dx[0]));
+    DISPATCH(c, scale_bwd_f32(nt, c->numel, (float)c->p->scale.s, c->dy, c->dx[0]),
+             scale_bwd_f64(nt, c->numel, c->p->scale.s, c->dy, c->dx[0]));
     return TG_OK;
 }
 
 tg_status tg__relu_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     int nt = c->nt;
-    DISPATCH(y, relu_fwd_f32(nt, y->numel, c->in[0], c->out),
-             relu_fwd_f64(nt, y->numel, c->in[0], c->out));
+    DISPATCH(c, relu_fwd_f32(nt, c->numel, c->in[0], c->out),
+             relu_fwd_f64(nt, c->numel, c->in[0], c->out));
     return TG_OK;
 }
 
 tg_status tg__relu_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     if (!c->dx[0])
         return TG_OK;
     int nt = c->nt;
-    DISPATCH(y, relu_bwd_f32(nt, y->numel, c->out, c->dy, c->dx[0]),
-             relu_bwd_f64(nt, y->numel, c->out, c->dy, c->dx[0]));
+    DISPATCH(c, relu_bwd_f32(nt, c->numel, c->out, c->dy, c->dx[0]),
+             relu_bwd_f64(nt, c->numel, c->out, c->dy, c->dx[0]));
     return TG_OK;
 }
 
 tg_status tg__gelu_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     int nt = c->nt;
-    DISPATCH(y, gelu_fwd_f32(nt, y->numel, c->in[0], c->out),
-             gelu_fwd_f64(nt, y->numel, c->in[0], c->out));
+    DISPATCH(c, gelu_fwd_f32(nt, c->numel, c->in[0], c->out),
+             gelu_fwd_f64(nt, c->numel, c->in[0], c->out));
     return TG_OK;
 }
 
 tg_status tg__gelu_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     if (!c->dx[0])
         return TG_OK;
     int nt = c->nt;
-    DISPATCH(y, gelu_bwd_f32(nt, y->numel, c->in[0], c->dy, c->dx[0]),
-             gelu_bwd_f64(nt, y->numel, c->in[0], c->dy, c->dx[0]));
+    DISPATCH(c, gelu_bwd_f32(nt, c->numel, c->in[0], c->dy, c->dx[0]),
+             gelu_bwd_f64(nt, c->numel, c->in[0], c->dy, c->dx[0]));
     return TG_OK;
 }
 
 /* ---- binary broadcasting ops --------------------------------------------------------------
- * workspace (mul's backward, only when an operand is broadcast): y->numel elements holding
+ * workspace (mul's backward, only when an operand is broadcast): c->numel elements holding
  * dy * other before it is reduced onto the operand's shape. */
 
 size_t tg__mul_ws(const tg__call *c)
@@ -175,13 +169,12 @@ tg_status tg__add_forward(const tg__call *c)
 
 tg_status tg__add_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     for (int s = 0; s < 2; s++) {
-        tg_tensor *x = y->src[s];
         if (c->dx[s] == c->dy) /* in place: dx is dy already (as 0 + dy) */
-            tg__plus_zero(c->nt, y->dtype, y->numel, c->dx[s]);
+            tg__plus_zero(c->nt, c->dtype, c->numel, c->dx[s]);
         else if (c->dx[s])
-            tg__reduce_to(c->nt, y->dtype, c->dy, y->rank, y->shape, x, c->dx[s]);
+            tg__reduce_to(c->nt, c->dtype, c->dy, c->rank, c->shape, c->src_rank[s],
+                          c->src_shape[s], c->dx[s]);
     }
     return TG_OK;
 }

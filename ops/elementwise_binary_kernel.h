@@ -39,20 +39,18 @@ TG_SIMD_CLONES static void BIN_FN(rows)(const tg__call *c, const int64_t *as, co
 
 static void BIN_FN(fwd)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    const tg_tensor *a = y->src[0], *b = y->src[1];
     int nt = c->nt;
-    int64_t n = y->numel;
+    int64_t n = c->numel;
     bool par = n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES;
-    if (a->numel == n && b->numel == n) {
+    if (c->src_numel[0] == n && c->src_numel[1] == n) {
         TG_PAR_RANGE(nt, par, n, 16, BIN_FN(flat)(c->in[0], c->in[1], c->out, lo, hi));
         return;
     }
-    int r = y->rank;
+    int r = c->rank;
     int64_t as[TG_MAX_RANK], bs[TG_MAX_RANK];
-    tg__bcast_strides(a, r, y->shape, as);
-    tg__bcast_strides(b, r, y->shape, bs);
-    int64_t L = r ? y->shape[r - 1] : 1;
+    tg__bcast_strides(c->src_rank[0], c->src_shape[0], r, as);
+    tg__bcast_strides(c->src_rank[1], c->src_shape[1], r, bs);
+    int64_t L = r ? c->shape[r - 1] : 1;
     TG_PAR_RANGE(nt, par, n / L, 1, BIN_FN(rows)(c, as, bs, lo, hi));
 }
 

@@ -157,23 +157,22 @@ static size_t fa_dmask_bytes(const fa_meta *m)
     return fa_round64((size_t)m->nb * (size_t)m->Tq * (size_t)m->Tk * m->es);
 }
 
-static bool fa_wants_dmask(const tg_tensor *y)
+static bool fa_wants_dmask(const tg__call *c)
 {
-    const fa_meta *m = y->aux;
+    const fa_meta *m = c->aux;
     return m->src_mask[0] >= 0 && m->kind == TG_MASK_ADDITIVE &&
-           y->src[m->src_mask[0]]->requires_grad;
+           c->src_requires_grad[m->src_mask[0]];
 }
 
 size_t tg__flash_attn_ws(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     int nt = c->nt;
     bool backward = c->backward;
-    const fa_meta *m = y->aux;
+    const fa_meta *m = c->aux;
     /* per thread: the tiles, then a one-thread GEMM workspace for the block products */
     size_t b = (size_t)(nt < 1 ? 1 : nt) *
-               (fa_ws_per_thread(m, backward, c->precision) + fa_gemm_ws(m, y->dtype, c->precision));
-    if (backward && fa_wants_dmask(y))
+               (fa_ws_per_thread(m, backward, c->precision) + fa_gemm_ws(m, c->dtype, c->precision));
+    if (backward && fa_wants_dmask(c))
         b += fa_dmask_bytes(m);
     return b;
 }

@@ -15,11 +15,10 @@ static void FN(rows)(int prec, bool tx, bool ty, int64_t r0, int64_t r1, int64_t
 }
 static void FN(fwd)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     mm_dims d;
-    dims(y, &d);
-    bool ta = y->p.matmul.ta != d.fa, tb = y->p.matmul.tb != d.fb;
-    mm_maps mp = maps(y, d.nb);
+    dims(c, &d);
+    bool ta = c->p->matmul.ta != d.fa, tb = c->p->matmul.tb != d.fb;
+    mm_maps mp = maps(c->aux, d.nb);
     const T *A = c->in[0], *B = c->in[1];
     T *C = c->out;
     int nt = c->nt;
@@ -31,7 +30,7 @@ static void FN(fwd)(const tg__call *c)
          d.N, false, c->ws);
         return;
     }
-    size_t per = ws_per_thread(y, c->precision);
+    size_t per = ws_per_thread(c, c->precision);
     int64_t mb = row_blocks(d.nb, d.M, nt), items = d.nb * mb;
     /* Race-free: item (o, blk) owns rows of C[o]; each a one-thread GEMM. */
     TG_OMP_FOR(nt, nt > 1)
@@ -48,10 +47,11 @@ static void FN(fwd)(const tg__call *c)
 static void FN(grad_a)(int nt, const tg__call *c, const mm_dims *d, int64_t ia, int64_t r0,
                        int64_t r1, void *ws)
 {
-    const tg_tensor *y = c->y, *a = y->src[0];
-    bool ta = y->p.matmul.ta, tb = y->p.matmul.tb != d->fb;
-    mm_maps mp = maps(y, d->nb);
-    int64_t lga = a->shape[a->rank - 1], sa = a->shape[a->rank - 2] * lga;
+    const int64_t *as = c->src_shape[0];
+    int ra = c->src_rank[0];
+    bool ta = c->p->matmul.ta, tb = c->p->matmul.tb != d->fb;
+    mm_maps mp = maps(c->aux, d->nb);
+    int64_t lga = as[ra - 1], sa = as[ra - 2] * lga;
     T *dA = (T *)c->dx[0] + ia * sa;
     const T *G = c->dy, *B = c->in[1];
     for (int64_t o = 0; o < d->nb; o++) {
@@ -78,10 +78,11 @@ static void FN(grad_a)(int nt, const tg__call *c, const mm_dims *d, int64_t ia, 
 static void FN(grad_b)(int nt, const tg__call *c, const mm_dims *d, int64_t ib, int64_t r0,
                        int64_t r1, void *ws)
 {
-    const tg_tensor *y = c->y, *b = y->src[1];
-    bool ta = y->p.matmul.ta != d->fa, tb = y->p.matmul.tb;
-    mm_maps mp = maps(y, d->nb);
-    int64_t lgb = b->shape[b->rank - 1], sb = b->shape[b->rank - 2] * lgb;
+    const int64_t *bs = c->src_shape[1];
+    int rb = c->src_rank[1];
+    bool ta = c->p->matmul.ta != d->fa, tb = c->p->matmul.tb;
+    mm_maps mp = maps(c->aux, d->nb);
+    int64_t lgb = bs[rb - 1], sb = bs[rb - 2] * lgb;
     T *dB = (T *)c->dx[1] + ib * sb;
     const T *G = c->dy, *A = c->in[0];
     for (int64_t o = 0; o < d->nb; o++) {
@@ -126,18 +127,16 @@ FN(grads)(void (*g)(int, const tg__call *, const mm_dims *, int64_t, int64_t, in
 }
 static void FN(bwd)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     mm_dims d;
-    dims(y, &d);
+    dims(c, &d);
     int nt = c->nt;
     if (d.nb * d.M * d.N * d.K <= TG_PAR_MIN)
         nt = 1;
-    size_t per = ws_per_thread(y, c->precision);
-    const tg_tensor *a = y->src[0], *b = y->src[1];
+    size_t per = ws_per_thread(c, c->precision);
     if (c->dx[0])
-        FN(grads)(FN(grad_a), nt, c, &d, d.na, a->shape[a->rank - 2], per);
+        FN(grads)(FN(grad_a), nt, c, &d, d.na, c->src_shape[0][c->src_rank[0] - 2], per);
     if (c->dx[1])
-        FN(grads)(FN(grad_b), nt, c, &d, d.nbm, b->shape[b->rank - 2], per);
+        FN(grads)(FN(grad_b), nt, c, &d, d.nbm, c->src_shape[1][c->src_rank[1] - 2], per);
 }
 
 #undef FN

@@ -17,6 +17,8 @@ void tg__call_describe(tg__call *c, const tg_tensor *y)
     c->numel = y->numel;
     c->shape = y->shape;
     c->p = &y->p;
+    c->aux = y->aux;
+    c->name = y->name;
     for (int k = 0; k < y->n_src && k < TG_MAX_SRC; k++) {
         const tg_tensor *s = y->src[k];
         if (!s)
@@ -26,6 +28,8 @@ void tg__call_describe(tg__call *c, const tg_tensor *y)
         c->src_numel[k] = s->numel;
         c->src_shape[k] = s->shape;
         c->src_stride[k] = s->stride;
+        c->src_name[k] = s->name;
+        c->src_requires_grad[k] = s->requires_grad;
     }
     c->training = y->ctx->training;
     c->rng = y->ctx->rng;
