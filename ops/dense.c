@@ -71,11 +71,11 @@ tg_tensor *tg_dense_act(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b,
  * dW (O, I, R)): sized by the largest of R, O, I, at the call's precision. */
 static size_t gemm_ws(const tg__call *c)
 {
-    const tg_tensor *y = c->y, *w = y->src[1];
-    int64_t I = w->shape[1], O = w->shape[0], R = y->src[0]->numel / (I > 0 ? I : 1);
+    const int64_t *ws = c->src_shape[1];
+    int64_t I = ws[1], O = ws[0], R = c->src_numel[0] / (I > 0 ? I : 1);
     int64_t d = R > O ? R : O;
     d = d > I ? d : I;
-    return tg__gemm_ws_bytes_prec(y->dtype, c->precision, c->nt, d, d);
+    return tg__gemm_ws_bytes_prec(c->dtype, c->precision, c->nt, d, d);
 }
 
 /* The products at the call's precision: f32 graphs may take bf16 operands (tg_precision),
