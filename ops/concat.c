@@ -68,14 +68,14 @@ tg_tensor *tg_concat(tg_ctx *ctx, tg_tensor *const *xs, int n, int axis)
 }
 
 /* outer and inner of y (and of every source: they agree off the axis) */
-static void split(const tg_tensor *y, int64_t *outer, int64_t *inner)
+static void split(const tg__call *c, int64_t *outer, int64_t *inner)
 {
-    int a = y->p.concat.axis;
+    int a = c->p->concat.axis;
     *outer = *inner = 1;
     for (int i = 0; i < a; i++)
-        *outer *= y->shape[i];
-    for (int i = a + 1; i < y->rank; i++)
-        *inner *= y->shape[i];
+        *outer *= c->shape[i];
+    for (int i = a + 1; i < c->rank; i++)
+        *inner *= c->shape[i];
 }
 
 /* The kernels, written once in concat_kernel.h, for f32 and for f64. */
