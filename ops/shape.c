@@ -95,17 +95,15 @@ tg_status tg__permute_forward(const tg__call *c)
 /* dx (x's shape) += dy permuted back: dst axis j of x is walked by dy axis k with perm[k]==j */
 tg_status tg__permute_backward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    tg_tensor *x = y->src[0];
     if (!c->dx[0])
         return TG_OK;
     int nt = c->nt;
-    if (y->dtype == TG_F32)
-        permute_f32(nt, x->rank, x->shape, y->p.permute.perm, y->shape, c->dy, c->dx[0], true,
-                    true);
+    if (c->dtype == TG_F32)
+        permute_f32(nt, c->src_rank[0], c->src_shape[0], c->p->permute.perm, c->shape, c->dy,
+                    c->dx[0], true, true);
     else
-        permute_f64(nt, x->rank, x->shape, y->p.permute.perm, y->shape, c->dy, c->dx[0], true,
-                    true);
+        permute_f64(nt, c->src_rank[0], c->src_shape[0], c->p->permute.perm, c->shape, c->dy,
+                    c->dx[0], true, true);
     return TG_OK;
 }
 
@@ -256,12 +254,11 @@ tg_tensor *tg_contiguous(tg_ctx *ctx, tg_tensor *x)
 
 tg_status tg__contiguous_forward(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     int nt = c->nt;
-    if (y->dtype == TG_F32)
-        gather_f32(nt, y->src[0], c->in[0], c->out);
+    if (c->dtype == TG_F32)
+        gather_f32(nt, c, c->in[0], c->out);
     else
-        gather_f64(nt, y->src[0], c->in[0], c->out);
+        gather_f64(nt, c, c->in[0], c->out);
     return TG_OK;
 }
 
