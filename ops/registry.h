@@ -32,7 +32,6 @@ enum {
  * Kernels return TG_OK; a failure (a custom op's callback) is returned with its message
  * recorded by tg__kernel_fail. */
 typedef struct tg__call {
-    const tg_tensor *y;       /* the node (kernels not yet converted still read it) */
     tg_ctx *ctx;              /* where a failure's message goes (tg__kernel_fail, tg__run_err) */
     int n_src;
     void *in[TG_MAX_SRC];     /* sources' values (view: its first element) */
