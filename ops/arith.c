@@ -50,7 +50,9 @@ static void row_offsets(const tg__call *c, int64_t row, const int64_t *as, const
     }
 }
 
-/* The kernels, written once in arith_kernel.h, for f32 and for f64. */
+/* The kernels, written once in arith_kernel.h, for f32 and for f64: tg__sub_backward_f32 ...
+ * tg__div_backward_f64, registered per dtype in ops/ops_dtype.def (the forwards are
+ * ops/elementwise.c's broadcasting loop). */
 #define T float
 #define SUF f32
 #include "arith_kernel.h"
@@ -61,37 +63,3 @@ static void row_offsets(const tg__call *c, int64_t row, const int64_t *as, const
 #include "arith_kernel.h"
 #undef T
 #undef SUF
-
-
-tg_status tg__sub_backward(const tg__call *c)
-{
-    if (c->dx[0])
-        tg__reduce_to(c->nt, c->dtype, c->dy, c->rank, c->shape, c->src_rank[0], c->src_shape[0],
-                      c->dx[0]);
-    if (!c->dx[1])
-        return TG_OK;
-    const void *v = c->dy;
-    int64_t nb = c->src_numel[1];
-    if (nb != c->numel) { /* reduce dy onto b's shape in the scratch, then subtract */
-        memset(c->ws, 0, (size_t)nb * tg_dtype_size(c->dtype));
-        tg__reduce_to(c->nt, c->dtype, c->dy, c->rank, c->shape, c->src_rank[1], c->src_shape[1],
-                      c->ws);
-        v = c->ws;
-    }
-    int nt = c->nt;
-    if (c->dtype == TG_F32)
-        sub_from_f32(nt, nb, v, c->dx[1]);
-    else
-        sub_from_f64(nt, nb, v, c->dx[1]);
-    return TG_OK;
-}
-
-
-tg_status tg__div_backward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        div_bwd_f32(c);
-    else
-        div_bwd_f64(c);
-    return TG_OK;
-}

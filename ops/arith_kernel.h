@@ -35,7 +35,7 @@ static void FN(div_grad)(const tg__call *c, int s, T *dst, bool acc)
     }
 }
 
-static void FN(div_bwd)(const tg__call *c)
+tg_status FN(tg__div_backward)(const tg__call *c)
 {
     for (int s = 0; s < 2; s++) {
         if (!c->dx[s])
@@ -48,6 +48,7 @@ static void FN(div_bwd)(const tg__call *c)
         tg__reduce_to(c->nt, c->dtype, c->ws, c->rank, c->shape, c->src_rank[s], c->src_shape[s],
                       c->dx[s]);
     }
+    return TG_OK;
 }
 
 /* db -= dy (b has y's layout) or db -= scratch (b's numel). Each element by one iteration. */
@@ -56,6 +57,25 @@ static void FN(sub_from)(int nt, int64_t n, const T *v, T *db)
     TG_OMP_FOR(nt, n > TG_PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         db[i] -= v[i];
+}
+
+tg_status FN(tg__sub_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        tg__reduce_to(c->nt, c->dtype, c->dy, c->rank, c->shape, c->src_rank[0], c->src_shape[0],
+                      c->dx[0]);
+    if (!c->dx[1])
+        return TG_OK;
+    const T *v = c->dy;
+    int64_t nb = c->src_numel[1];
+    if (nb != c->numel) { /* reduce dy onto b's shape in the scratch, then subtract */
+        memset(c->ws, 0, (size_t)nb * sizeof(T));
+        tg__reduce_to(c->nt, c->dtype, c->dy, c->rank, c->shape, c->src_rank[1], c->src_shape[1],
+                      c->ws);
+        v = c->ws;
+    }
+    FN(sub_from)(c->nt, nb, v, c->dx[1]);
+    return TG_OK;
 }
 
 #undef FN

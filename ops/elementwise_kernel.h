@@ -146,7 +146,7 @@ static void FN(mul_expand)(const tg__call *c, int o, T *dst)
                  c->numel / L, 1, FN(mul_expand_rows)(c, c->in[o], os, dst, lo, hi));
 }
 
-static void FN(mul_bwd)(const tg__call *c)
+tg_status FN(tg__mul_backward)(const tg__call *c)
 {
     for (int s = 0; s < 2; s++) {
         if (!c->dx[s])
@@ -161,6 +161,61 @@ static void FN(mul_bwd)(const tg__call *c)
         tg__reduce_to(c->nt, c->dtype, c->ws, c->rank, c->shape, c->src_rank[s],
                       c->src_shape[s], c->dx[s]);
     }
+    return TG_OK;
+}
+
+/* ---- the registry's kernels (ops/ops_dtype.def) ------------------------------------------- */
+tg_status FN(tg__scale_forward)(const tg__call *c)
+{
+    FN(scale_fwd)(c->nt, c->numel, (T)c->p->scale.s, c->in[0], c->out);
+    return TG_OK;
+}
+
+tg_status FN(tg__scale_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        FN(scale_bwd)(c->nt, c->numel, (T)c->p->scale.s, c->dy, c->dx[0]);
+    return TG_OK;
+}
+
+tg_status FN(tg__relu_forward)(const tg__call *c)
+{
+    FN(relu_fwd)(c->nt, c->numel, c->in[0], c->out);
+    return TG_OK;
+}
+
+tg_status FN(tg__relu_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        FN(relu_bwd)(c->nt, c->numel, c->out, c->dy, c->dx[0]);
+    return TG_OK;
+}
+
+tg_status FN(tg__gelu_forward)(const tg__call *c)
+{
+    FN(gelu_fwd)(c->nt, c->numel, c->in[0], c->out);
+    return TG_OK;
+}
+
+tg_status FN(tg__gelu_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        FN(gelu_bwd)(c->nt, c->numel, c->in[0], c->dy, c->dx[0]);
+    return TG_OK;
+}
+
+/* da = reduce(dy), db = reduce(dy); in place (TG_OPF_BWD_INPLACE, BWD_SHARE1) dx is dy
+ * already, as 0 + dy. */
+tg_status FN(tg__add_backward)(const tg__call *c)
+{
+    for (int s = 0; s < 2; s++) {
+        if (c->dx[s] == c->dy)
+            tg__plus_zero(c->nt, c->dtype, c->numel, c->dx[s]);
+        else if (c->dx[s])
+            tg__reduce_to(c->nt, c->dtype, c->dy, c->rank, c->shape, c->src_rank[s],
+                          c->src_shape[s], c->dx[s]);
+    }
+    return TG_OK;
 }
 
 #undef FN

@@ -51,7 +51,7 @@ mut reshape    ops/shape.c       '/^tg_status tg__reshape_backward/,/^}/s/dx\[i\
 mut narrow     ops/shape_kernel.h '/^static void FN(narrow)/,/^}/s/dx\[i\] += dy\[i\];/dx[i] += (T)1.1 * dy[i];/' 'dx scaled by 1.1'
 mut contiguous ops/shape_kernel.h '/^static void FN(add_into)/,/^}/s/dx\[i\] += dy\[i\];/dx[i] -= dy[i];/' 'dx sign flipped'
 mut scale      ops/elementwise_kernel.h 's/y\[i\] = (T)0 + s \* y\[i\];/y[i] = (T)0 + (T)1.1 * s * y[i];/;s/y\[i\] += s \* x\[i\];/y[i] += (T)1.1 * s * x[i];/' 'dx scaled by 1.1'
-mut add        ops/elementwise.c '/^tg_status tg__add_backward/,/^}/s/s < 2/s < 1/'         'db never accumulated'
+mut add        ops/elementwise_kernel.h '/^tg_status FN(tg__add_backward)/,/^}/s/s < 2/s < 1/' 'db never accumulated'
 mut mul        ops/elementwise_kernel.h 's/dx\[i\] += G\[i\] \* O\[i\];/dx[i] -= G[i] * O[i];/' 'same-shape da, db sign flipped'
 mut mul        ops/elementwise_kernel.h 's/FN(mul_expand)(c, 1 - s, c->ws);/FN(mul_expand)(c, s, c->ws);/' 'broadcast path multiplies by its own operand'
 mut relu       ops/elementwise_kernel.h 's/dx\[i\] = (T)0 + (y\[i\] > 0 ? g : (T)0);/dx[i] = (T)0 + g;/;s/dx\[i\] += y\[i\] > 0 ? g : (T)0;/dx[i] += g;/' 'dx = dy everywhere'
@@ -74,7 +74,7 @@ mut embedding  ops/embedding_kernel.h 's/row\[d\] += g\[d\];/row[d] += (T)1.1 * 
 mut cross_entropy ops/cross_entropy_kernel.h 's/(EXP(x\[j\] - lse) - (j == t ? hit : off))/EXP(x[j] - lse)/' 'target distribution dropped'
 # more elementwise ops, reductions and losses
 mut sub        ops/arith_kernel.h 's/db\[i\] -= v\[i\];/db[i] += v[i];/'                    'db sign flipped'
-mut sub        ops/arith.c       '/^tg_status tg__sub_backward/,/^}/s/if (c->dx\[0\])/if (c->dx[0] \&\& 0)/' 'da skipped'
+mut sub        ops/arith_kernel.h '/^tg_status FN(tg__sub_backward)/,/^}/s/if (c->dx\[0\])/if (c->dx[0] \&\& 0)/' 'da skipped'
 mut div        ops/arith_kernel.h 's/T v = s == 0 ? g \/ vb : -(g \* (va \/ vb)) \/ vb;/T v = s == 0 ? g \/ vb : (g * (va \/ vb)) \/ vb;/' 'db sign flipped'
 mut div        ops/arith_kernel.h 's/T v = s == 0 ? g \/ vb :/T v = s == 0 ? g * vb :/'     'da multiplies by b'
 mut neg        ops/unary_kernel.h '/^#define UN_NAME neg$/,/^#include/s/^#define UN_DX (-g)$/#define UN_DX (g)/' 'dx sign flipped'
