@@ -42,6 +42,24 @@ static void FN(mask_rows)(const tg__call *c, bool backward)
     }
 }
 
+tg_status FN(tg__add_mask_forward)(const tg__call *c)
+{
+    FN(mask_rows)(c, false);
+    return TG_OK;
+}
+
+/* dscores: dy where the mask keeps (block) or everywhere (additive); an additive mask's
+ * gradient is dy summed onto its shape. */
+tg_status FN(tg__add_mask_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        FN(mask_rows)(c, true);
+    if (c->p->mask.kind == TG_MASK_ADDITIVE && c->dx[1])
+        tg__reduce_to(c->nt, c->dtype, c->dy, c->rank, c->shape, c->src_rank[1], c->src_shape[1],
+                      c->dx[1]);
+    return TG_OK;
+}
+
 /* ---- softmax --------------------------------------------------------------------------------- */
 /* Rows [lo, hi) of x, y (rows, L). Each row is computed by one call from that row alone, with
  * the shared row kernels (src/core/vec.h: NaN-propagating max, exp-sum in 16 fixed lanes), so

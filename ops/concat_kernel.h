@@ -38,4 +38,16 @@ static void FN(copy)(const tg__call *c, bool backward)
     }
 }
 
+tg_status FN(tg__concat_forward)(const tg__call *c)
+{
+    FN(copy)(c, false);
+    return TG_OK;
+}
+
+tg_status FN(tg__concat_backward)(const tg__call *c)
+{
+    FN(copy)(c, true);
+    return TG_OK;
+}
+
 #undef FN

@@ -71,7 +71,9 @@ static void split(const tg__call *c, int64_t *outer, int64_t *A, int64_t *inner)
     *A = xs[a];
 }
 
-/* The kernels, written once in reduce_kernel.h, for f32 and for f64. */
+/* The kernels, written once in reduce_kernel.h, for f32 and for f64: tg__reduce_forward_f32 ...
+ * _backward_f64 (sum and mean: c->op tells them apart), registered per dtype in
+ * ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #include "reduce_kernel.h"
@@ -82,25 +84,3 @@ static void split(const tg__call *c, int64_t *outer, int64_t *A, int64_t *inner)
 #include "reduce_kernel.h"
 #undef T
 #undef SUF
-
-tg_status tg__reduce_forward(const tg__call *c)
-{
-    bool mean = c->op == TG_OP_MEAN;
-    if (c->dtype == TG_F32)
-        fwd_f32(c, mean);
-    else
-        fwd_f64(c, mean);
-    return TG_OK;
-}
-
-tg_status tg__reduce_backward(const tg__call *c)
-{
-    if (!c->dx[0])
-        return TG_OK;
-    bool mean = c->op == TG_OP_MEAN;
-    if (c->dtype == TG_F32)
-        bwd_f32(c, mean);
-    else
-        bwd_f64(c, mean);
-    return TG_OK;
-}

@@ -7,8 +7,9 @@
 
 /* Each output element is accumulated by one iteration, a ascending: thread-count independent.
  * (A full reduction runs on one thread: a split across threads would change the order.) */
-static void FN(fwd)(const tg__call *c, bool mean)
+tg_status FN(tg__reduce_forward)(const tg__call *c)
 {
+    bool mean = c->op == TG_OP_MEAN;
     int64_t outer, A, inner;
     split(c, &outer, &A, &inner);
     const T *x = c->in[0];
@@ -23,13 +24,17 @@ static void FN(fwd)(const tg__call *c, bool mean)
             acc += p[a * inner];
         out[oi] = mean ? acc / (T)A : acc;
     }
+    return TG_OK;
 }
 
 /* dx[o, a, i] += dy[o, i] (/ A for mean), each element once, the same expression whatever
  * the split: the (o, i) of a chunk's first element is found once, then walked (no integer
  * division per element). */
-static void FN(bwd)(const tg__call *c, bool mean)
+tg_status FN(tg__reduce_backward)(const tg__call *c)
 {
+    if (!c->dx[0])
+        return TG_OK;
+    bool mean = c->op == TG_OP_MEAN;
     int64_t outer, A, inner;
     split(c, &outer, &A, &inner);
     T *dx = c->dx[0];
@@ -62,6 +67,7 @@ static void FN(bwd)(const tg__call *c, bool mean)
             }
         }
     });
+    return TG_OK;
 }
 
 #undef FN

@@ -231,7 +231,7 @@ START_TEST(test_kernel_without_tensor)
     tg_op_params p = {.dropout = {.p = 0.3}};
     int64_t shape[1] = {N}, stride[1] = {1};
     tg__call c = {.n_src = 1, .in = {x}, .out = out, .saved = saved, .nt = 2,
-                  .dtype = TG_F32, .rank = 1, .numel = N, .shape = shape, .p = &p,
+                  .op = TG_OP_DROPOUT, .dtype = TG_F32, .rank = 1, .numel = N, .shape = shape, .p = &p,
                   .src_dtype = {TG_F32}, .src_rank = {1}, .src_numel = {N},
                   .src_shape = {shape}, .src_stride = {stride}, .training = true, .rng = rng};
     const tg_op_def *def = &tg__op_table[TG_OP_DROPOUT];
