@@ -99,7 +99,9 @@ tg_status tg__xent_check(const tg__call *c)
     return TG_OK;
 }
 
-/* The kernels, written once in cross_entropy_kernel.h, for f32 and for f64. */
+/* The kernels, written once in cross_entropy_kernel.h, for f32 and for f64: tg__xent_forward_f32
+ * ... _backward_f64, registered per dtype in ops/ops_dtype.def under the output's (the logits')
+ * dtype; the targets are i32 whatever it is. */
 #define T float
 #define SUF f32
 #define EXP tg__expf
@@ -114,23 +116,3 @@ tg_status tg__xent_check(const tg__call *c)
 #undef T
 #undef SUF
 #undef EXP
-
-tg_status tg__xent_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        fwd_f32(c);
-    else
-        fwd_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__xent_backward(const tg__call *c)
-{
-    if (!c->dx[0])
-        return TG_OK;
-    if (c->dtype == TG_F32)
-        bwd_f32(c);
-    else
-        bwd_f64(c);
-    return TG_OK;
-}

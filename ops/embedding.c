@@ -74,7 +74,9 @@ static void sort_ids(const tg__call *c)
     start[0] = 0;
 }
 
-/* The kernels, written once in embedding_kernel.h, for f32 and for f64. */
+/* The kernels, written once in embedding_kernel.h, for f32 and for f64: tg__embedding_forward_f32
+ * ... _backward_f64, registered per dtype in ops/ops_dtype.def under the output's (the weight's)
+ * dtype; the ids are i32 whatever it is. */
 #define T float
 #define SUF f32
 #include "embedding_kernel.h"
@@ -85,24 +87,3 @@ static void sort_ids(const tg__call *c)
 #include "embedding_kernel.h"
 #undef T
 #undef SUF
-
-tg_status tg__embedding_forward(const tg__call *c)
-{
-    sort_ids(c);
-    if (c->dtype == TG_F32)
-        fwd_f32(c);
-    else
-        fwd_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__embedding_backward(const tg__call *c)
-{
-    if (!c->dx[1])
-        return TG_OK;
-    if (c->dtype == TG_F32)
-        bwd_f32(c);
-    else
-        bwd_f64(c);
-    return TG_OK;
-}
