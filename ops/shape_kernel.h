@@ -44,6 +44,36 @@ static void FN(permute)(int nt, int r, const int64_t *dshape, const int *perm,
     }
 }
 
+/* dx (x's shape) += dy permuted back: dst axis j of x is walked by dy axis k with perm[k]==j */
+tg_status FN(tg__permute_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        FN(permute)(c->nt, c->src_rank[0], c->src_shape[0], c->p->permute.perm, c->shape, c->dy,
+                    c->dx[0], true, true);
+    return TG_OK;
+}
+
+/* ---- reshape (backward) ---------------------------------------------------------------------- */
+/* dx += dy (same layout); in place (TG_OPF_BWD_INPLACE) dx is dy already, as 0 + dy. Each
+ * element by one iteration. */
+tg_status FN(tg__reshape_backward)(const tg__call *c)
+{
+    if (!c->dx[0])
+        return TG_OK;
+    if (c->dx[0] == c->dy) {
+        tg__plus_zero(c->nt, c->dtype, c->numel, c->dx[0]);
+        return TG_OK;
+    }
+    int nt = c->nt;
+    int64_t n = c->numel;
+    T *dx = c->dx[0];
+    const T *dy = c->dy;
+    TG_OMP_FOR(nt, n > TG_PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        dx[i] += dy[i];
+    return TG_OK;
+}
+
 /* ---- narrow (backward) ----------------------------------------------------------------------- */
 /* x viewed as (outer, X, inner), y as (outer, len, inner): y[o, l, :] = x[o, start + l, :]. */
 static void FN(narrow)(const tg__call *c)
@@ -69,6 +99,13 @@ static void FN(narrow)(const tg__call *c)
                 dx[i] += dy[i];
         }
     });
+}
+
+tg_status FN(tg__narrow_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        FN(narrow)(c);
+    return TG_OK;
 }
 
 /* ---- contiguous ------------------------------------------------------------------------------ */
@@ -98,6 +135,25 @@ static void FN(add_into)(int nt, int64_t n, const T *dy, T *dx)
     TG_OMP_FOR(nt, n > TG_PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         dx[i] += dy[i];
+}
+
+tg_status FN(tg__contiguous_forward)(const tg__call *c)
+{
+    FN(gather)(c->nt, c, c->in[0], c->out);
+    return TG_OK;
+}
+
+/* dx += dy; in place (TG_OPF_BWD_INPLACE) dx is dy already, as 0 + dy. */
+tg_status FN(tg__contiguous_backward)(const tg__call *c)
+{
+    if (!c->dx[0])
+        return TG_OK;
+    if (c->dx[0] == c->dy) {
+        tg__plus_zero(c->nt, c->dtype, c->numel, c->dx[0]);
+        return TG_OK;
+    }
+    FN(add_into)(c->nt, c->numel, c->dy, c->dx[0]);
+    return TG_OK;
 }
 
 #undef FN
