@@ -38,7 +38,7 @@ TG_SIMD_CLONES static void FN(relu_dz)(int64_t lo, int64_t hi, const T *out, con
     }
 }
 /* dz = dy * act'(z) over dy or into the workspace's tail, then dense's rules. */
-static void FN(act_bwd)(const tg__call *c)
+tg_status FN(tg__dense_act_backward)(const tg__call *c)
 {
     int64_t n = c->numel;
     size_t gws = gemm_ws(c);
@@ -59,6 +59,25 @@ static void FN(act_bwd)(const tg__call *c)
         }
     }
     FN(bwd_from)(c, dz, c->ws);
+    return TG_OK;
+}
+
+tg_status FN(tg__dense_forward)(const tg__call *c)
+{
+    FN(fwd)(c, TG__EPI_NONE);
+    return TG_OK;
+}
+
+tg_status FN(tg__dense_backward)(const tg__call *c)
+{
+    FN(bwd_from)(c, c->dy, c->ws);
+    return TG_OK;
+}
+
+tg_status FN(tg__dense_act_forward)(const tg__call *c)
+{
+    FN(fwd)(c, c->p->dense.act == TG_ACT_RELU ? TG__EPI_RELU : TG__EPI_GELU);
+    return TG_OK;
 }
 
 #undef FN

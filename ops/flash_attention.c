@@ -177,6 +177,8 @@ size_t tg__flash_attn_ws(const tg__call *c)
     return b;
 }
 
+/* The kernels, written once in flash_attention_kernel.h, for f32 and for f64:
+ * tg__flash_attn_forward_f32 ... _backward_f64, registered per dtype in ops/ops_dtype.def. */
 #define FA_T float
 #define FA_W 16 /* one 64-byte vector */
 #define FA_SUF f32
@@ -203,25 +205,6 @@ size_t tg__flash_attn_ws(const tg__call *c)
 #undef FA_SUF
 #undef FA_EXP
 #undef FA_LOG
-
-tg_status tg__flash_attn_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        fa_forward_f32(c);
-    else
-        fa_forward_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__flash_attn_backward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        fa_backward_f32(c);
-    else
-        fa_backward_f64(c);
-    return TG_OK;
-}
-
 /* ---- builder ------------------------------------------------------------------------------ */
 
 /* Offsets of source x (rank >= 2 for q/k/v: lead = x->rank - 2; masks: lead dims are the

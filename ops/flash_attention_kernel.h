@@ -921,7 +921,7 @@ TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg__call 
     }
 }
 
-static void FA_FN(fa_forward)(const tg__call *cl)
+tg_status FA_FN(tg__flash_attn_forward)(const tg__call *cl)
 {
     const fa_meta *m = cl->aux;
     int64_t nqb = (m->Tq + FA_BQ - 1) / FA_BQ, items = m->nb * nqb;
@@ -931,16 +931,17 @@ static void FA_FN(fa_forward)(const tg__call *cl)
     if (fa_small(m)) { /* batches [lo, hi) per thread, each owning its out rows and lse */
         TG_PAR_RANGE(nt, fa_small_par(m), m->nb, 1,
                      FA_FN(fa_small_fwd)(m, cl, lo, hi, ws + (size_t)TG_THREAD_NUM() * per));
-        return;
+        return TG_OK;
     }
     /* Item (o, qb) owns out rows and lse of query block qb of batch o: race-free, each
      * computed by one thread in a fixed order whatever the thread count. */
     TG_OMP_FOR(nt, fa_work(m) > TG_PAR_MIN)
     for (int64_t it = 0; it < items; it++)
         FA_FN(fa_fwd_item)(m, cl, it / nqb, it % nqb, ws + (size_t)TG_THREAD_NUM() * per);
+    return TG_OK;
 }
 
-static void FA_FN(fa_backward)(const tg__call *cl)
+tg_status FA_FN(tg__flash_attn_backward)(const tg__call *cl)
 {
     const fa_meta *m = cl->aux;
     int mi = m->src_mask[0]; /* the additive mask's source, or < 0 */
@@ -964,7 +965,7 @@ static void FA_FN(fa_backward)(const tg__call *cl)
         if (dM)
             tg__reduce_to(cl->nt, cl->dtype, dM, m->rank, m->sshape, cl->src_rank[mi], cl->src_shape[mi],
                           cl->dx[mi]);
-        return;
+        return TG_OK;
     }
     if (fa_one_pass(m)) {
         /* Item o owns every gradient row of batch o's matrices (a bijection): race-free. */
@@ -975,7 +976,7 @@ static void FA_FN(fa_backward)(const tg__call *cl)
         if (dM)
             tg__reduce_to(cl->nt, cl->dtype, dM, m->rank, m->sshape, cl->src_rank[mi], cl->src_shape[mi],
                           cl->dx[mi]);
-        return;
+        return TG_OK;
     }
     /* Pass 1: item (matrix g of k, key block kb) owns rows kb of dK[g] (and of dV when v's
      * batch map is k's); every batch o of g is summed in ascending order by that one item. */
@@ -1005,6 +1006,7 @@ static void FA_FN(fa_backward)(const tg__call *cl)
     if (dM)
         tg__reduce_to(cl->nt, cl->dtype, dM, m->rank, m->sshape, cl->src_rank[mi], cl->src_shape[mi],
                           cl->dx[mi]);
+    return TG_OK;
 }
 
 #undef FA_V

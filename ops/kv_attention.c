@@ -69,7 +69,8 @@ tg_status tg__kv_attention_check(const tg__call *c)
     return TG_OK;
 }
 
-/* The kernels, written once in kv_attention_kernel.h, for f32 and for f64. */
+/* The kernel, written once in kv_attention_kernel.h, for f32 and for f64:
+ * tg__kv_attention_forward_f32 / _f64, registered per dtype in ops/ops_dtype.def (no backward). */
 #define T float
 #define SUF f32
 #include "kv_attention_kernel.h"
@@ -80,16 +81,6 @@ tg_status tg__kv_attention_check(const tg__call *c)
 #include "kv_attention_kernel.h"
 #undef T
 #undef SUF
-
-tg_status tg__kv_attention_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        kv_forward_f32(c);
-    else
-        kv_forward_f64(c);
-    return TG_OK;
-}
-
 /* ---- builder ------------------------------------------------------------------------------ */
 
 tg_tensor *tg_kv_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v,

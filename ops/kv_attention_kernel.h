@@ -79,7 +79,7 @@ TG_SIMD_CLONES static void FN(kv_item)(const tg__call *call, int64_t b, int64_t 
     }
 }
 
-static void FN(kv_forward)(const tg__call *c)
+tg_status FN(tg__kv_attention_forward)(const tg__call *c)
 {
     int64_t B = c->shape[0], H = c->shape[1], n = c->shape[2];
     int64_t dk = c->src_shape[KV_Q][3], dv = c->shape[3];
@@ -98,6 +98,7 @@ static void FN(kv_forward)(const tg__call *c)
         for (int64_t it = lo; it < hi; it++)
             FN(kv_item)(c, it / H, it % H, pos, s, acc);
     });
+    return TG_OK;
 }
 
 #undef FN

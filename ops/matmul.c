@@ -215,7 +215,10 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
  *
  * Batches run in one parallel region over (matrix, row block) items, each item a one-thread
  * GEMM (no nested regions); a single matrix uses the GEMM's own threads. Rows [r0, r1) of
- * C = op(X) op(Y) read op(X) from X + (tx ? r0 : r0 * ldx). */
+ * C = op(X) op(Y) read op(X) from X + (tx ? r0 : r0 * ldx).
+ *
+ * The kernels, written once in matmul_kernel.h, for f32 and for f64: tg__matmul_forward_f32 ...
+ * _backward_f64, registered per dtype in ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #include "matmul_kernel.h"
@@ -226,21 +229,3 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
 #include "matmul_kernel.h"
 #undef T
 #undef SUF
-
-tg_status tg__matmul_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        fwd_f32(c);
-    else
-        fwd_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__matmul_backward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        bwd_f32(c);
-    else
-        bwd_f64(c);
-    return TG_OK;
-}

@@ -13,7 +13,7 @@ static void FN(rows)(int prec, bool tx, bool ty, int64_t r0, int64_t r1, int64_t
     (prec, 1, tx, ty, r1 - r0, N, K, X + (tx ? r0 : r0 * ldx), ldx, Y, ldy, C + r0 * ldc, ldc, acc,
      ws);
 }
-static void FN(fwd)(const tg__call *c)
+tg_status FN(tg__matmul_forward)(const tg__call *c)
 {
     mm_dims d;
     dims(c, &d);
@@ -28,7 +28,7 @@ static void FN(fwd)(const tg__call *c)
         FN(pg)
         (c->precision, nt, ta, tb, d.M, d.N, d.K, A + mp.aoff[0], d.lda, B + mp.boff[0], d.ldb, C,
          d.N, false, c->ws);
-        return;
+        return TG_OK;
     }
     size_t per = ws_per_thread(c, c->precision);
     int64_t mb = row_blocks(d.nb, d.M, nt), items = d.nb * mb;
@@ -41,6 +41,7 @@ static void FN(fwd)(const tg__call *c)
          d.lda, B + mp.boff[o], d.ldb, C + o * d.M * d.N, d.N, false,
          (char *)c->ws + (size_t)TG_THREAD_NUM() * per);
     }
+    return TG_OK;
 }
 /* Rows [r0, r1) of dA for matrix ia = sum over output batches o with amap[o] == ia (o
  * ascending). */
@@ -125,7 +126,7 @@ FN(grads)(void (*g)(int, const tg__call *, const mm_dims *, int64_t, int64_t, in
           (char *)c->ws + (size_t)TG_THREAD_NUM() * per);
     }
 }
-static void FN(bwd)(const tg__call *c)
+tg_status FN(tg__matmul_backward)(const tg__call *c)
 {
     mm_dims d;
     dims(c, &d);
@@ -137,6 +138,7 @@ static void FN(bwd)(const tg__call *c)
         FN(grads)(FN(grad_a), nt, c, &d, d.na, c->src_shape[0][c->src_rank[0] - 2], per);
     if (c->dx[1])
         FN(grads)(FN(grad_b), nt, c, &d, d.nbm, c->src_shape[1][c->src_rank[1] - 2], per);
+    return TG_OK;
 }
 
 #undef FN

@@ -35,9 +35,19 @@ void tg__call_describe(tg__call *c, const tg_tensor *y)
     c->rng = y->ctx->rng;
 }
 
+/* Each op's flags (ops.def), for the per-dtype table: an inference-only op's backward entries
+ * are NULL whatever ops_dtype.def names (tg__no_backward), as in tg__op_table. */
+enum {
+#define TG_OP(id, name, fwd, bwd, check, flags, ws) TG__OPFL_##id = (int)(flags),
+#include "ops.def"
+#undef TG_OP
+};
+
 const tg__op_dt tg__op_dt_table[TG_OP_COUNT_] = {
 #define TG_OP_DT(id, f32_fwd, f32_bwd, f64_fwd, f64_bwd)                                      \
-    [TG_OP_##id] = {{f32_fwd, f64_fwd}, {f32_bwd, f64_bwd}},
+    [TG_OP_##id] = {{f32_fwd, f64_fwd},                                                        \
+                    {(TG__OPFL_##id & TG_OPF_NO_BACKWARD) ? NULL : f32_bwd,                    \
+                     (TG__OPFL_##id & TG_OPF_NO_BACKWARD) ? NULL : f64_bwd}},
 #include "ops_dtype.def"
 #undef TG_OP_DT
 };
