@@ -16,17 +16,13 @@
 
 size_t tg__arith_ws(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    int nt = c->nt;
-    bool backward = c->backward;
-    (void)nt;
-    const tg_tensor *a = y->src[0], *b = y->src[1];
-    size_t es = tg_dtype_size(y->dtype);
-    if (!backward)
+    size_t es = tg_dtype_size(c->dtype);
+    int64_t n = c->numel, na = c->src_numel[0], nb = c->src_numel[1];
+    if (!c->backward)
         return 0;
-    if (y->op == TG_OP_SUB)
-        return b->numel != y->numel ? (size_t)b->numel * es : 0;
-    return a->numel != y->numel || b->numel != y->numel ? (size_t)y->numel * es : 0;
+    if (c->op == TG_OP_SUB)
+        return nb != n ? (size_t)nb * es : 0;
+    return na != n || nb != n ? (size_t)n * es : 0;
 }
 
 tg_tensor *tg_sub(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
@@ -41,20 +37,22 @@ tg_tensor *tg_div(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
 
 /* Offsets into a and b of the first element of row `row` of y (rows: y's last dim), for
  * broadcast strides as and bs. */
-static void row_offsets(const tg_tensor *y, int64_t row, const int64_t *as, const int64_t *bs,
+static void row_offsets(const tg__call *c, int64_t row, const int64_t *as, const int64_t *bs,
                         int64_t *ao, int64_t *bo)
 {
     int64_t rem = row;
     *ao = *bo = 0;
-    for (int d = y->rank - 2; d >= 0; d--) {
-        int64_t idx = rem % y->shape[d];
-        rem /= y->shape[d];
+    for (int d = c->rank - 2; d >= 0; d--) {
+        int64_t idx = rem % c->shape[d];
+        rem /= c->shape[d];
         *ao += idx * as[d];
         *bo += idx * bs[d];
     }
 }
 
-/* The kernels, written once in arith_kernel.h, for f32 and for f64. */
+/* The kernels, written once in arith_kernel.h, for f32 and for f64: tg__sub_backward_f32 ...
+ * tg__div_backward_f64, registered per dtype in ops/ops_dtype.def (the forwards are
+ * ops/elementwise.c's broadcasting loop). */
 #define T float
 #define SUF f32
 #include "arith_kernel.h"
@@ -65,36 +63,3 @@ static void row_offsets(const tg_tensor *y, int64_t row, const int64_t *as, cons
 #include "arith_kernel.h"
 #undef T
 #undef SUF
-
-
-tg_status tg__sub_backward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    tg_tensor *a = y->src[0], *b = y->src[1];
-    if (c->dx[0])
-        tg__reduce_to(c->govs, c->nt, y->dtype, c->dy, y->rank, y->shape, a, c->dx[0]);
-    if (!c->dx[1])
-        return TG_OK;
-    const void *v = c->dy;
-    if (b->numel != y->numel) { /* reduce dy onto b's shape in the scratch, then subtract */
-        memset(c->ws, 0, (size_t)b->numel * tg_dtype_size(y->dtype));
-        tg__reduce_to(c->govs, c->nt, y->dtype, c->dy, y->rank, y->shape, b, c->ws);
-        v = c->ws;
-    }
-    int nt = c->nt;
-    if (y->dtype == TG_F32)
-        sub_from_f32(nt, b->numel, v, c->dx[1]);
-    else
-        sub_from_f64(nt, b->numel, v, c->dx[1]);
-    return TG_OK;
-}
-
-
-tg_status tg__div_backward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        div_bwd_f32(c);
-    else
-        div_bwd_f64(c);
-    return TG_OK;
-}

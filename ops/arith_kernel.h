@@ -12,20 +12,18 @@
 /* dst (y's shape) (+)= d y / d src[s] * dy per element */
 static void FN(div_grad)(const tg__call *c, int s, T *dst, bool acc)
 {
-    const tg_tensor *y = c->y;
-    const tg_tensor *a = y->src[0], *b = y->src[1];
     const T *A = c->in[0], *B = c->in[1], *G = c->dy;
     int nt = c->nt;
-    int r = y->rank;
+    int r = c->rank;
     int64_t as[TG_MAX_RANK], bs[TG_MAX_RANK];
-    tg__bcast_strides(a, r, y->shape, as);
-    tg__bcast_strides(b, r, y->shape, bs);
-    int64_t L = r ? y->shape[r - 1] : 1, rows = y->numel / L;
+    tg__bcast_strides(c->src_rank[0], c->src_shape[0], r, as);
+    tg__bcast_strides(c->src_rank[1], c->src_shape[1], r, bs);
+    int64_t L = r ? c->shape[r - 1] : 1, rows = c->numel / L;
     int64_t asl = r ? as[r - 1] : 0, bsl = r ? bs[r - 1] : 0;
-    TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)
+    TG_OMP_FOR(nt, c->numel > TG_PAR_MIN)
     for (int64_t row = 0; row < rows; row++) {
         int64_t ao, bo;
-        row_offsets(y, row, as, bs, &ao, &bo);
+        row_offsets(c, row, as, bs, &ao, &bo);
         for (int64_t j = 0; j < L; j++) {
             T va = A[ao + j * asl], vb = B[bo + j * bsl], g = G[row * L + j];
             T v = s == 0 ? g / vb : -(g * (va / vb)) / vb;
@@ -37,20 +35,20 @@ static void FN(div_grad)(const tg__call *c, int s, T *dst, bool acc)
     }
 }
 
-static void FN(div_bwd)(const tg__call *c)
+tg_status FN(tg__div_backward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     for (int s = 0; s < 2; s++) {
-        tg_tensor *x = y->src[s];
         if (!c->dx[s])
             continue;
-        if (x->numel == y->numel) { /* x has y's layout: accumulate directly */
+        if (c->src_numel[s] == c->numel) { /* x has y's layout: accumulate directly */
             FN(div_grad)(c, s, c->dx[s], true);
             continue;
         }
         FN(div_grad)(c, s, c->ws, false);
-        tg__reduce_to(c->govs, c->nt, y->dtype, c->ws, y->rank, y->shape, x, c->dx[s]);
+        tg__reduce_to(c->govs, c->nt, c->dtype, c->ws, c->rank, c->shape, c->src_rank[s], c->src_shape[s],
+                      c->dx[s]);
     }
+    return TG_OK;
 }
 
 /* db -= dy (b has y's layout) or db -= scratch (b's numel). Each element by one iteration. */
@@ -59,6 +57,25 @@ static void FN(sub_from)(int nt, int64_t n, const T *v, T *db)
     TG_OMP_FOR(nt, n > TG_PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         db[i] -= v[i];
+}
+
+tg_status FN(tg__sub_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        tg__reduce_to(c->govs, c->nt, c->dtype, c->dy, c->rank, c->shape, c->src_rank[0], c->src_shape[0],
+                      c->dx[0]);
+    if (!c->dx[1])
+        return TG_OK;
+    const T *v = c->dy;
+    int64_t nb = c->src_numel[1];
+    if (nb != c->numel) { /* reduce dy onto b's shape in the scratch, then subtract */
+        memset(c->ws, 0, (size_t)nb * sizeof(T));
+        tg__reduce_to(c->govs, c->nt, c->dtype, c->dy, c->rank, c->shape, c->src_rank[1], c->src_shape[1],
+                      c->ws);
+        v = c->ws;
+    }
+    FN(sub_from)(c->nt, nb, v, c->dx[1]);
+    return TG_OK;
 }
 
 #undef FN

@@ -43,8 +43,8 @@ tg_tensor *tg_add_mask(tg_ctx *ctx, tg_tensor *scores, tg_tensor *mask, tg_mask_
     return y;
 }
 
-/* The kernels, written once in attention_kernel.h, for f32 and for f64 (softmax's registered per
- * dtype in ops/ops_dtype.def; add_mask's through the wrappers below). */
+/* The kernels, written once in attention_kernel.h, for f32 and for f64: tg__add_mask_forward_f32
+ * ... tg__softmax_backward_f64, registered per dtype in ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #include "attention_kernel.h"
@@ -55,31 +55,6 @@ tg_tensor *tg_add_mask(tg_ctx *ctx, tg_tensor *scores, tg_tensor *mask, tg_mask_
 #include "attention_kernel.h"
 #undef T
 #undef SUF
-
-tg_status tg__add_mask_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        mask_rows_f32(c, false);
-    else
-        mask_rows_f64(c, false);
-    return TG_OK;
-}
-
-tg_status tg__add_mask_backward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    if (c->dx[0]) {
-        if (y->dtype == TG_F32)
-            mask_rows_f32(c, true);
-        else
-            mask_rows_f64(c, true);
-    }
-    tg_tensor *m = y->src[1];
-    if (y->p.mask.kind == TG_MASK_ADDITIVE && c->dx[1])
-        tg__reduce_to(c->govs, c->nt, y->dtype, c->dy, y->rank, y->shape, m, c->dx[1]);
-    return TG_OK;
-}
-
 /* ---- softmax ------------------------------------------------------------------------------ */
 tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x)
 {

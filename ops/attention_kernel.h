@@ -9,23 +9,21 @@
 /* Each row of the last axis is written by one iteration. */
 static void FN(mask_rows)(const tg__call *c, bool backward)
 {
-    const tg_tensor *y = c->y;
-    const tg_tensor *m = y->src[1];
     const T *M = c->in[1];
-    bool block = y->p.mask.kind == TG_MASK_BLOCK;
-    int r = y->rank;
+    bool block = c->p->mask.kind == TG_MASK_BLOCK;
+    int r = c->rank;
     int64_t ms[TG_MAX_RANK];
-    tg__bcast_strides(m, r, y->shape, ms);
-    int64_t L = r ? y->shape[r - 1] : 1, rows = y->numel / L, msl = r ? ms[r - 1] : 0;
+    tg__bcast_strides(c->src_rank[1], c->src_shape[1], r, ms);
+    int64_t L = r ? c->shape[r - 1] : 1, rows = c->numel / L, msl = r ? ms[r - 1] : 0;
     const T *S = c->in[0], *G = c->dy;
     T *Y = c->out, *dS = c->dx[0];
     int nt = c->nt;
-    TG_OMP_FOR(nt, y->numel > TG_PAR_MIN)
+    TG_OMP_FOR(nt, c->numel > TG_PAR_MIN)
     for (int64_t row = 0; row < rows; row++) {
         int64_t rem = row, mo = 0;
         for (int d = r - 2; d >= 0; d--) {
-            mo += (rem % y->shape[d]) * ms[d];
-            rem /= y->shape[d];
+            mo += (rem % c->shape[d]) * ms[d];
+            rem /= c->shape[d];
         }
         int64_t o = row * L;
         for (int64_t j = 0; j < L; j++) {
@@ -42,6 +40,24 @@ static void FN(mask_rows)(const tg__call *c, bool backward)
             }
         }
     }
+}
+
+tg_status FN(tg__add_mask_forward)(const tg__call *c)
+{
+    FN(mask_rows)(c, false);
+    return TG_OK;
+}
+
+/* dscores: dy where the mask keeps (block) or everywhere (additive); an additive mask's
+ * gradient is dy summed onto its shape. */
+tg_status FN(tg__add_mask_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        FN(mask_rows)(c, true);
+    if (c->p->mask.kind == TG_MASK_ADDITIVE && c->dx[1])
+        tg__reduce_to(c->govs, c->nt, c->dtype, c->dy, c->rank, c->shape, c->src_rank[1], c->src_shape[1],
+                      c->dx[1]);
+    return TG_OK;
 }
 
 /* ---- softmax --------------------------------------------------------------------------------- */

@@ -68,17 +68,18 @@ tg_tensor *tg_concat(tg_ctx *ctx, tg_tensor *const *xs, int n, int axis)
 }
 
 /* outer and inner of y (and of every source: they agree off the axis) */
-static void split(const tg_tensor *y, int64_t *outer, int64_t *inner)
+static void split(const tg__call *c, int64_t *outer, int64_t *inner)
 {
-    int a = y->p.concat.axis;
+    int a = c->p->concat.axis;
     *outer = *inner = 1;
     for (int i = 0; i < a; i++)
-        *outer *= y->shape[i];
-    for (int i = a + 1; i < y->rank; i++)
-        *inner *= y->shape[i];
+        *outer *= c->shape[i];
+    for (int i = a + 1; i < c->rank; i++)
+        *inner *= c->shape[i];
 }
 
-/* The kernels, written once in concat_kernel.h, for f32 and for f64. */
+/* The kernels, written once in concat_kernel.h, for f32 and for f64: tg__concat_forward_f32 ...
+ * _backward_f64, registered per dtype in ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #include "concat_kernel.h"
@@ -89,21 +90,3 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *inner)
 #include "concat_kernel.h"
 #undef T
 #undef SUF
-
-tg_status tg__concat_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        copy_f32(c, false);
-    else
-        copy_f64(c, false);
-    return TG_OK;
-}
-
-tg_status tg__concat_backward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        copy_f32(c, true);
-    else
-        copy_f64(c, true);
-    return TG_OK;
-}

@@ -10,25 +10,23 @@
  * given twice accumulates twice without a race. Thread-count independent. */
 static void FN(copy)(const tg__call *c, bool backward)
 {
-    const tg_tensor *y = c->y;
     int64_t outer, inner;
-    split(y, &outer, &inner);
-    int a = y->p.concat.axis;
-    int64_t row = y->shape[a] * inner, off = 0; /* off: c_k * inner */
+    split(c, &outer, &inner);
+    int a = c->p->concat.axis;
+    int64_t row = c->shape[a] * inner, off = 0; /* off: c_k * inner */
     int nt = c->nt;
-    for (int k = 0; k < y->n_src; k++) {
-        tg_tensor *x = y->src[k];
-        int64_t xrow = x->shape[a] * inner;
+    for (int k = 0; k < c->n_src; k++) {
+        int64_t xrow = c->src_shape[k][a] * inner, xn = c->src_numel[k];
         if (!backward) {
             const T *X = c->in[k];
             T *Y = c->out;
-            TG_OMP_FOR(nt, outer > 1 && x->numel > TG_PAR_MIN)
+            TG_OMP_FOR(nt, outer > 1 && xn > TG_PAR_MIN)
             for (int64_t o = 0; o < outer; o++)
                 memcpy(Y + o * row + off, X + o * xrow, (size_t)xrow * sizeof(T));
         } else if (c->dx[k]) {
             const T *G = c->dy;
             T *DX = c->dx[k];
-            TG_OMP_FOR(nt, outer > 1 && x->numel > TG_PAR_MIN)
+            TG_OMP_FOR(nt, outer > 1 && xn > TG_PAR_MIN)
             for (int64_t o = 0; o < outer; o++) {
                 const T *g = G + o * row + off;
                 T *dx = DX + o * xrow;
@@ -38,6 +36,18 @@ static void FN(copy)(const tg__call *c, bool backward)
         }
         off += xrow;
     }
+}
+
+tg_status FN(tg__concat_forward)(const tg__call *c)
+{
+    FN(copy)(c, false);
+    return TG_OK;
+}
+
+tg_status FN(tg__concat_backward)(const tg__call *c)
+{
+    FN(copy)(c, true);
+    return TG_OK;
 }
 
 #undef FN

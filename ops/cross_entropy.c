@@ -83,25 +83,25 @@ tg_tensor *tg_cross_entropy_smoothed(tg_ctx *ctx, tg_tensor *logits, tg_tensor *
 
 tg_status tg__xent_check(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    const tg_tensor *t = y->src[1];
     const int32_t *tg = c->in[1];
-    int64_t V = y->src[0]->shape[y->src[0]->rank - 1];
-    for (int64_t n = 0; n < t->numel; n++) {
-        if (tg[n] == y->p.xent.ignore_index)
+    int64_t V = c->src_shape[0][c->src_rank[0] - 1], ign = c->p->xent.ignore_index;
+    for (int64_t n = 0; n < c->src_numel[1]; n++) {
+        if (tg[n] == ign)
             continue;
         if (tg[n] < 0 || tg[n] >= V) {
             tg__run_err(c->ctx, TG_ERR_ARG, "tg_cross_entropy",
                     "target '%s'[%lld] = %lld is not a class in [0, %lld) nor ignore_index %lld",
-                    t->name, (long long)n, (long long)tg[n], (long long)V,
-                    (long long)y->p.xent.ignore_index);
+                    c->src_name[1], (long long)n, (long long)tg[n], (long long)V,
+                    (long long)ign);
             return TG_ERR_ARG;
         }
     }
     return TG_OK;
 }
 
-/* The kernels, written once in cross_entropy_kernel.h, for f32 and for f64. */
+/* The kernels, written once in cross_entropy_kernel.h, for f32 and for f64: tg__xent_forward_f32
+ * ... _backward_f64, registered per dtype in ops/ops_dtype.def under the output's (the logits')
+ * dtype; the targets are i32 whatever it is. */
 #define T float
 #define SUF f32
 #define EXP tg__expf
@@ -116,23 +116,3 @@ tg_status tg__xent_check(const tg__call *c)
 #undef T
 #undef SUF
 #undef EXP
-
-tg_status tg__xent_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        fwd_f32(c);
-    else
-        fwd_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__xent_backward(const tg__call *c)
-{
-    if (!c->dx[0])
-        return TG_OK;
-    if (c->dtype == TG_F32)
-        bwd_f32(c);
-    else
-        bwd_f64(c);
-    return TG_OK;
-}

@@ -48,15 +48,15 @@ TG_SIMD_CLONES static void FN(xent_bwd_rows)(const T *X, T *DX, xent_saved s, T 
     }
 }
 
-static void FN(fwd)(const tg__call *c)
+tg_status FN(tg__xent_forward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    const tg_tensor *lg = y->src[0];
-    int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;
+    int64_t n = c->src_numel[0], V = c->src_shape[0][c->src_rank[0] - 1], R = n / V;
+    int64_t ign = c->p->xent.ignore_index;
+    double eps = c->p->xent.label_smoothing;
     xent_saved s = saved_of(c, R);
-    TG_PAR_RANGE(c->nt, lg->numel * (int64_t)sizeof(T) > TG_PAR_BYTES, R, 1,
-                 FN(xent_fwd_rows)(c->in[0], c->in[1], y->p.xent.ignore_index,
-                                   y->p.xent.label_smoothing, s, V, lo, hi));
+    TG_PAR_RANGE(c->nt, n * (int64_t)sizeof(T) > TG_PAR_BYTES, R, 1,
+                 FN(xent_fwd_rows)(c->in[0], c->in[1], ign,
+                                   eps, s, V, lo, hi));
     int64_t nv = 0;
     double total = 0;
     for (int64_t r = 0; r < R; r++) { /* fixed order */
@@ -66,21 +66,23 @@ static void FN(fwd)(const tg__call *c)
     }
     *s.n_valid = nv;
     *(T *)c->out = nv ? (T)(total / (double)nv) : (T)0;
+    return TG_OK;
 }
 
-static void FN(bwd)(const tg__call *c)
+tg_status FN(tg__xent_backward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    tg_tensor *lg = y->src[0];
-    int64_t V = lg->shape[lg->rank - 1], R = lg->numel / V;
+    if (!c->dx[0])
+        return TG_OK;
+    int64_t n = c->src_numel[0], V = c->src_shape[0][c->src_rank[0] - 1], R = n / V;
     xent_saved s = saved_of(c, R);
     if (*s.n_valid == 0)
-        return;
+        return TG_OK;
     T scale = (T)((double)*(const T *)c->dy / (double)*s.n_valid);
-    double eps = y->p.xent.label_smoothing;
+    double eps = c->p->xent.label_smoothing;
     T off = (T)(eps / (double)V), hit = (T)(1 - eps + eps / (double)V);
-    TG_PAR_RANGE(c->nt, lg->numel * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,
+    TG_PAR_RANGE(c->nt, n * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES,
                  R, 1, FN(xent_bwd_rows)(c->in[0], c->dx[0], s, scale, hit, off, V, lo, hi));
+    return TG_OK;
 }
 
 #undef FN

@@ -256,25 +256,24 @@ tg_tensor *tg_custom_op(tg_ctx *ctx, const tg_custom_def *def, int n_inputs,
  * query). */
 static void user_call(tg_custom_call *u, const tg__call *k, const tg__custom *r)
 {
-    const tg_tensor *y = k->y;
     memset(u, 0, sizeof *u);
     u->name = r->name;
-    u->dtype = y->dtype;
+    u->dtype = k->dtype;
     u->n_threads = k->nt;
     u->backward = k->backward;
-    u->n_inputs = y->n_src;
-    for (int i = 0; i < y->n_src; i++) {
-        u->input_rank[i] = y->src[i]->rank;
-        u->input_shape[i] = y->src[i]->shape;
-        u->input_numel[i] = y->src[i]->numel;
+    u->n_inputs = k->n_src;
+    for (int i = 0; i < k->n_src; i++) {
+        u->input_rank[i] = k->src_rank[i];
+        u->input_shape[i] = k->src_shape[i];
+        u->input_numel[i] = k->src_numel[i];
         /* backward: only what it declared it reads (the rest may be reused memory) */
         if (!k->backward || (r->reads & TG_CUSTOM_READS_INPUT(i)))
             u->input[i] = k->in[i];
         u->grad_input[i] = k->backward ? k->dx[i] : NULL;
     }
-    u->output_rank = y->rank;
-    u->output_shape = y->shape;
-    u->output_numel = y->numel;
+    u->output_rank = k->rank;
+    u->output_shape = k->shape;
+    u->output_numel = k->numel;
     if (!k->backward || (r->reads & TG_CUSTOM_READS_OUTPUT))
         u->output = k->out;
     u->grad_output = k->backward ? k->dy : NULL;
@@ -285,12 +284,15 @@ static void user_call(tg_custom_call *u, const tg__call *k, const tg__custom *r)
 
 size_t tg__custom_ws(const tg__call *c)
 {
-    const tg__custom *r = c->y->p.custom.rec;
+    const tg__custom *r = c->p->custom.rec;
     if (!r->workspace || (c->backward && !r->backward))
         return 0;
-    tg__call q = {.y = c->y, .ctx = c->ctx, .n_src = c->n_src, .backward = c->backward,
-                  .dy_scratch = c->dy_scratch, .nt = c->nt, .precision = c->precision};
-    tg_custom_call u; /* shapes only: the query sees no memory */
+    tg__call q = *c; /* shapes only: the query sees no memory */
+    memset(q.in, 0, sizeof q.in);
+    memset(q.dx, 0, sizeof q.dx);
+    q.out = q.dy = q.saved = q.ws = NULL;
+    q.ws_bytes = 0;
+    tg_custom_call u;
     user_call(&u, &q, r);
     return r->workspace(&u);
 }
@@ -299,7 +301,6 @@ size_t tg__custom_ws(const tg__call *c)
  * now. A failure is a run error of this call (never a sticky build error). */
 static tg_status bind_ws(const tg__call *c, tg__custom *r, tg_custom_call *u, const char *fn)
 {
-    const tg_tensor *y = c->y;
     size_t bytes = tg__custom_ws(c);
     u->workspace_bytes = bytes;
     u->workspace = NULL;
@@ -309,7 +310,7 @@ static tg_status bind_ws(const tg__call *c, tg__custom *r, tg_custom_call *u, co
         return tg__kernel_fail(c->ctx, TG_ERR_ARG, fn, "custom op '%s' ('%s'): the workspace "
                                "callback asked for %zu bytes of %s workspace, but %zu when the "
                                "graph was planned (it must depend only on the shapes and "
-                               "n_threads)", r->name, y->name, bytes,
+                               "n_threads)", r->name, c->name, bytes,
                                c->backward ? "backward" : "forward", c->ws_bytes);
     u->workspace = c->ws;
     return TG_OK;
@@ -318,7 +319,6 @@ static tg_status bind_ws(const tg__call *c, tg__custom *r, tg_custom_call *u, co
 /* Run callback f; a failure becomes the run's error, naming the op and its result. */
 static tg_status invoke(const tg__call *c, tg__custom *r, tg_custom_fn f, const char *fn)
 {
-    const tg_tensor *y = c->y;
     tg_custom_call u;
     user_call(&u, c, r);
     custom_run run;
@@ -332,25 +332,25 @@ static tg_status invoke(const tg__call *c, tg__custom *r, tg_custom_fn f, const 
         return TG_OK;
     if ((int)s < 0 || s >= TG_STATUS_COUNT_)
         return tg__kernel_fail(c->ctx, TG_ERR_ARG, fn, "custom op '%s' ('%s'): %s callback "
-                               "returned %d, not a tg_status", r->name, y->name,
+                               "returned %d, not a tg_status", r->name, c->name,
                                c->backward ? "backward" : "forward", (int)s);
     if (run.msg[0])
-        return tg__kernel_fail(c->ctx, s, fn, "custom op '%s' ('%s'): %s", r->name, y->name,
+        return tg__kernel_fail(c->ctx, s, fn, "custom op '%s' ('%s'): %s", r->name, c->name,
                                run.msg);
     return tg__kernel_fail(c->ctx, s, fn, "custom op '%s' ('%s'): %s callback failed with %s",
-                           r->name, y->name, c->backward ? "backward" : "forward",
+                           r->name, c->name, c->backward ? "backward" : "forward",
                            tg_status_str(s));
 }
 
 tg_status tg__custom_forward(const tg__call *c)
 {
-    tg__custom *r = c->y->p.custom.rec;
+    tg__custom *r = c->p->custom.rec;
     return invoke(c, r, r->forward, "tg_graph_forward");
 }
 
 tg_status tg__custom_backward(const tg__call *c)
 {
-    tg__custom *r = c->y->p.custom.rec;
+    tg__custom *r = c->p->custom.rec;
     if (!r->backward)
         return TG_OK; /* unreachable: the node's def has no backward, so graphs refuse it */
     return invoke(c, r, r->backward, "tg_graph_backward");

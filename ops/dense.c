@@ -71,11 +71,11 @@ tg_tensor *tg_dense_act(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b,
  * dW (O, I, R)): sized by the largest of R, O, I, at the call's precision. */
 static size_t gemm_ws(const tg__call *c)
 {
-    const tg_tensor *y = c->y, *w = y->src[1];
-    int64_t I = w->shape[1], O = w->shape[0], R = y->src[0]->numel / (I > 0 ? I : 1);
+    const int64_t *ws = c->src_shape[1];
+    int64_t I = ws[1], O = ws[0], R = c->src_numel[0] / (I > 0 ? I : 1);
     int64_t d = R > O ? R : O;
     d = d > I ? d : I;
-    return tg__gemm_ws_bytes_prec(y->dtype, c->precision, c->nt, d, d);
+    return tg__gemm_ws_bytes_prec(c->dtype, c->precision, c->nt, d, d);
 }
 
 /* The products at the call's precision: f32 graphs may take bf16 operands (tg_precision),
@@ -114,7 +114,9 @@ static void pgemv_f64(const tg__call *c, int64_t M, int64_t N, int64_t K, const 
  * activation (dense_act), so y is written once; with at most TG__GEMV_MAX_ROWS rows (a decoding
  * step) the matrix-vector kernel of gemv.c instead, which streams W without packing it (its
  * sums are in 16 fixed lanes, so the last bits differ from the GEMM's). Backward from
- * G = dL/dz (z = x W^T + b). */
+ * G = dL/dz (z = x W^T + b). The kernels, written once in dense_kernel.h, for f32 and for f64:
+ * tg__dense_forward_f32 ... tg__dense_act_backward_f64, registered per dtype in
+ * ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #include "dense_kernel.h"
@@ -132,41 +134,4 @@ size_t tg__dense_act_ws(const tg__call *c)
 {
     size_t g = gemm_ws(c);
     return c->backward && !c->dy_scratch ? g + (size_t)c->numel * tg_dtype_size(c->dtype) : g;
-}
-
-tg_status tg__dense_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        fwd_f32(c, TG__EPI_NONE);
-    else
-        fwd_f64(c, TG__EPI_NONE);
-    return TG_OK;
-}
-
-tg_status tg__dense_backward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        bwd_from_f32(c, c->dy, c->ws);
-    else
-        bwd_from_f64(c, c->dy, c->ws);
-    return TG_OK;
-}
-
-tg_status tg__dense_act_forward(const tg__call *c)
-{
-    int act = c->p->dense.act == TG_ACT_RELU ? TG__EPI_RELU : TG__EPI_GELU;
-    if (c->dtype == TG_F32)
-        fwd_f32(c, act);
-    else
-        fwd_f64(c, act);
-    return TG_OK;
-}
-
-tg_status tg__dense_act_backward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        act_bwd_f32(c);
-    else
-        act_bwd_f64(c);
-    return TG_OK;
 }

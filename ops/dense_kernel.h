@@ -7,9 +7,8 @@
 
 static void FN(fwd)(const tg__call *c, int act)
 {
-    const tg_tensor *y = c->y;
-    const tg_tensor *x = y->src[0], *w = y->src[1], *b = y->n_src > 2 ? y->src[2] : NULL;
-    int64_t I = w->shape[1], O = w->shape[0], R = x->numel / I;
+    bool b = c->n_src > 2;
+    int64_t I = c->src_shape[1][1], O = c->src_shape[1][0], R = c->src_numel[0] / I;
     if (R <= TG__GEMV_MAX_ROWS) {
         FN(pgemv)
         (c, R, O, I, c->in[0], c->in[1], b ? c->in[2] : NULL, c->out, act,
@@ -21,9 +20,8 @@ static void FN(fwd)(const tg__call *c, int act)
 }
 static void FN(bwd_from)(const tg__call *c, const T *G, void *ws)
 {
-    const tg_tensor *y = c->y;
-    tg_tensor *x = y->src[0], *w = y->src[1], *b = y->n_src > 2 ? y->src[2] : NULL;
-    int64_t I = w->shape[1], O = w->shape[0], R = x->numel / I;
+    bool b = c->n_src > 2;
+    int64_t I = c->src_shape[1][1], O = c->src_shape[1][0], R = c->src_numel[0] / I;
     if (c->dx[0]) /* dx (R, I) += dz (R, O) W (O, I) */
         FN(pgemm)(c, false, false, R, I, O, G, O, c->in[1], I, c->dx[0], I, true, ws, NULL);
     if (c->dx[1]) /* dW (O, I) += dz^T (O, R) x (R, I) */
@@ -40,7 +38,7 @@ TG_SIMD_CLONES static void FN(relu_dz)(int64_t lo, int64_t hi, const T *out, con
     }
 }
 /* dz = dy * act'(z) over dy or into the workspace's tail, then dense's rules. */
-static void FN(act_bwd)(const tg__call *c)
+tg_status FN(tg__dense_act_backward)(const tg__call *c)
 {
     int64_t n = c->numel;
     size_t gws = gemm_ws(c);
@@ -61,6 +59,25 @@ static void FN(act_bwd)(const tg__call *c)
         }
     }
     FN(bwd_from)(c, dz, c->ws);
+    return TG_OK;
+}
+
+tg_status FN(tg__dense_forward)(const tg__call *c)
+{
+    FN(fwd)(c, TG__EPI_NONE);
+    return TG_OK;
+}
+
+tg_status FN(tg__dense_backward)(const tg__call *c)
+{
+    FN(bwd_from)(c, c->dy, c->ws);
+    return TG_OK;
+}
+
+tg_status FN(tg__dense_act_forward)(const tg__call *c)
+{
+    FN(fwd)(c, c->p->dense.act == TG_ACT_RELU ? TG__EPI_RELU : TG__EPI_GELU);
+    return TG_OK;
 }
 
 #undef FN

@@ -35,7 +35,8 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
     return y;
 }
 
-/* The kernels, written once in dropout_kernel.h, for f32 and for f64. */
+/* The kernels, written once in dropout_kernel.h, for f32 and for f64: tg__dropout_forward_f32 ...
+ * _backward_f64, registered per dtype in ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #include "dropout_kernel.h"
@@ -46,38 +47,3 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
 #include "dropout_kernel.h"
 #undef T
 #undef SUF
-
-/* Reads only the record: numel, dtype, p, training and the RNG stream (no tensor). */
-tg_status tg__dropout_forward(const tg__call *c)
-{
-    unsigned char *keep = (unsigned char *)c->saved + SAVED_HEAD;
-    double *scale = c->saved;
-    double p = c->p->dropout.p;
-    if (!c->training || p == 0) { /* identity: backward will pass dy through */
-        *scale = 1.0;
-        memset(keep, 1, (size_t)c->numel);
-        if (c->out != c->in[0]) /* (in place, the values are already there) */
-            memcpy(c->out, c->in[0], (size_t)c->numel * tg_dtype_size(c->dtype));
-        return TG_OK;
-    }
-    *scale = 1.0 / (1.0 - p);
-    /* threshold on the top 53 bits: drop when u < p */
-    uint64_t thr = (uint64_t)(p * 0x1.0p53), k = tg__rng_next(c->rng);
-    if (c->dtype == TG_F32)
-        drop_f32(c, c->in[0], c->out, k, thr);
-    else
-        drop_f64(c, c->in[0], c->out, k, thr);
-    return TG_OK;
-}
-
-/* Uses the mask and scale of the last forward run, whatever the mode is now. */
-tg_status tg__dropout_backward(const tg__call *c)
-{
-    if (!c->dx[0])
-        return TG_OK;
-    if (c->dtype == TG_F32)
-        apply_f32(c, c->dy, c->dx[0], true);
-    else
-        apply_f64(c, c->dy, c->dx[0], true);
-    return TG_OK;
-}

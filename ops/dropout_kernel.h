@@ -54,4 +54,32 @@ static void FN(drop)(const tg__call *c, const T *in, T *out, uint64_t k, uint64_
                  FN(dropout_draw_range)(lo, hi, k, thr, s, in, out, keep));
 }
 
+/* Reads only the record: numel, p, training and the RNG stream (no tensor). */
+tg_status FN(tg__dropout_forward)(const tg__call *c)
+{
+    unsigned char *keep = (unsigned char *)c->saved + SAVED_HEAD;
+    double *scale = c->saved;
+    double p = c->p->dropout.p;
+    if (!c->training || p == 0) { /* identity: backward will pass dy through */
+        *scale = 1.0;
+        memset(keep, 1, (size_t)c->numel);
+        if (c->out != c->in[0]) /* (in place, the values are already there) */
+            memcpy(c->out, c->in[0], (size_t)c->numel * sizeof(T));
+        return TG_OK;
+    }
+    *scale = 1.0 / (1.0 - p);
+    /* threshold on the top 53 bits: drop when u < p */
+    uint64_t thr = (uint64_t)(p * 0x1.0p53), k = tg__rng_next(c->rng);
+    FN(drop)(c, c->in[0], c->out, k, thr);
+    return TG_OK;
+}
+
+/* Uses the mask and scale of the last forward run, whatever the mode is now. */
+tg_status FN(tg__dropout_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        FN(apply)(c, c->dy, c->dx[0], true);
+    return TG_OK;
+}
+
 #undef FN

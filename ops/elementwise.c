@@ -61,7 +61,9 @@ tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_GELU, "t
         }                                                                                      \
     } while (0)
 
-/* The kernels, written once in elementwise_kernel.h, for f32 and for f64. */
+/* The kernels, written once in elementwise_kernel.h, for f32 and for f64: tg__scale_forward_f32
+ * ... tg__mul_backward_f64 and the forwards of sub and div (ops/arith.c has their backward
+ * rules), registered per dtype in ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #include "elementwise_kernel.h"
@@ -73,72 +75,8 @@ tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_GELU, "t
 #undef T
 #undef SUF
 
-#define DISPATCH(y, call32, call64)                                                            \
-    do {                                                                                       \
-        if ((y)->dtype == TG_F32)                                                              \
-            call32;                                                                            \
-        else                                                                                   \
-            call64;                                                                            \
-    } while (0)
-
-tg_status tg__scale_forward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    DISPATCH(y, scale_fwd_f32(c, y->numel, (float)y->p.scale.s, c->in[0], c->out),
-             scale_fwd_f64(c, y->numel, y->p.scale.s, c->in[0], c->out));
-    return TG_OK;
-}
-
-tg_status tg__scale_backward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    if (!c->dx[0])
-        return TG_OK;
-    DISPATCH(y, scale_bwd_f32(c, y->numel, (float)y->p.scale.s, c->dy, c->dx[0]),
-             scale_bwd_f64(c, y->numel, y->p.scale.s, c->dy, c->dx[0]));
-    return TG_OK;
-}
-
-tg_status tg__relu_forward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    DISPATCH(y, relu_fwd_f32(c, y->numel, c->in[0], c->out),
-             relu_fwd_f64(c, y->numel, c->in[0], c->out));
-    return TG_OK;
-}
-
-tg_status tg__relu_backward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    if (!c->dx[0])
-        return TG_OK;
-    DISPATCH(y, relu_bwd_f32(c, y->numel, c->out, c->dy, c->dx[0]),
-             relu_bwd_f64(c, y->numel, c->out, c->dy, c->dx[0]));
-    return TG_OK;
-}
-
-tg_status tg__gelu_forward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    int nt = c->nt;
-    DISPATCH(y, gelu_fwd_f32(nt, y->numel, c->in[0], c->out),
-             gelu_fwd_f64(nt, y->numel, c->in[0], c->out));
-    return TG_OK;
-}
-
-tg_status tg__gelu_backward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    if (!c->dx[0])
-        return TG_OK;
-    int nt = c->nt;
-    DISPATCH(y, gelu_bwd_f32(nt, y->numel, c->in[0], c->dy, c->dx[0]),
-             gelu_bwd_f64(nt, y->numel, c->in[0], c->dy, c->dx[0]));
-    return TG_OK;
-}
-
 /* ---- binary broadcasting ops --------------------------------------------------------------
- * workspace (mul's backward, only when an operand is broadcast): y->numel elements holding
+ * workspace (mul's backward, only when an operand is broadcast): c->numel elements holding
  * dy * other before it is reduced onto the operand's shape. */
 
 size_t tg__mul_ws(const tg__call *c)
@@ -158,63 +96,4 @@ tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
 tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
 {
     return tg__binary_new(ctx, TG_OP_MUL, "tg_mul", a, b);
-}
-
-tg_status tg__add_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        add_fwd_f32(c);
-    else
-        add_fwd_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__add_backward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    for (int s = 0; s < 2; s++) {
-        tg_tensor *x = y->src[s];
-        if (c->dx[s] == c->dy) /* in place: dx is dy already (as 0 + dy) */
-            tg__plus_zero(c->govs, c->nt, y->dtype, y->numel, c->dx[s]);
-        else if (c->dx[s])
-            tg__reduce_to(c->govs, c->nt, y->dtype, c->dy, y->rank, y->shape, x, c->dx[s]);
-    }
-    return TG_OK;
-}
-
-tg_status tg__mul_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        mul_fwd_f32(c);
-    else
-        mul_fwd_f64(c);
-    return TG_OK;
-}
-
-/* sub and div (ops/arith.c) share the broadcasting forward loop. */
-tg_status tg__sub_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        sub_fwd_f32(c);
-    else
-        sub_fwd_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__div_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        div_fwd_f32(c);
-    else
-        div_fwd_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__mul_backward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        mul_bwd_f32(c);
-    else
-        mul_bwd_f64(c);
-    return TG_OK;
 }

@@ -3,7 +3,8 @@
  * for one float type. A template header: elementwise_kernel.h includes it once per op with
  * BIN_NAME (add, mul, sub, div) and BIN_OP (+ * - /) defined, inside its own inclusion per
  * dtype (T, SUF), and it #undefs both at its end; BIN_FN(name) is BIN_NAME_name_SUF, e.g.
- * add_fwd_f32. No include guard.
+ * add_rows_f32. The forward is the registry's kernel tg__BIN_NAME_forward_SUF (e.g.
+ * tg__add_forward_f32, listed in ops/ops_dtype.def). No include guard.
  *
  * y = a BIN_OP b over y's shape: same-shape operands as one flat loop; broadcast ones by rows of
  * the last axis (each row of y written by one call, its operand offsets decoded from the row
@@ -37,23 +38,22 @@ TG_SIMD_CLONES static void BIN_FN(rows)(const tg__call *c, const int64_t *as, co
     }
 }
 
-static void BIN_FN(fwd)(const tg__call *c)
+tg_status FN(TG__CAT(TG__CAT(tg_, BIN_NAME), forward))(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    const tg_tensor *a = y->src[0], *b = y->src[1];
     int nt = c->nt;
-    int64_t n = y->numel;
+    int64_t n = c->numel;
     bool par = n * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES;
-    if (a->numel == n && b->numel == n) {
+    if (c->src_numel[0] == n && c->src_numel[1] == n) {
         TG_PAR_RANGE(nt, par, n, 16, BIN_FN(flat)(c->in[0], c->in[1], c->out, lo, hi));
-        return;
+        return TG_OK;
     }
-    int r = y->rank;
+    int r = c->rank;
     int64_t as[TG_MAX_RANK], bs[TG_MAX_RANK];
-    tg__bcast_strides(a, r, y->shape, as);
-    tg__bcast_strides(b, r, y->shape, bs);
-    int64_t L = r ? y->shape[r - 1] : 1;
+    tg__bcast_strides(c->src_rank[0], c->src_shape[0], r, as);
+    tg__bcast_strides(c->src_rank[1], c->src_shape[1], r, bs);
+    int64_t L = r ? c->shape[r - 1] : 1;
     TG_PAR_RANGE(nt, par, n / L, 1, BIN_FN(rows)(c, as, bs, lo, hi));
+    return TG_OK;
 }
 
 #undef BIN_FN

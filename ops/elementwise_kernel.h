@@ -138,31 +138,84 @@ TG_SIMD_CLONES static void FN(mul_acc)(const T *G, const T *O, T *dx, int64_t lo
 /* dst[i] = dy[i] * other(broadcast)[i] over y's shape; rows owned by one call */
 static void FN(mul_expand)(const tg__call *c, int o, T *dst)
 {
-    const tg_tensor *y = c->y, *other = y->src[o];
-    int r = y->rank;
+    int r = c->rank;
     int64_t os[TG_MAX_RANK];
-    tg__bcast_strides(other, r, y->shape, os);
-    int64_t L = r ? y->shape[r - 1] : 1;
-    TG_PAR_RANGE(c->nt, y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,
-                 y->numel / L, 1, FN(mul_expand_rows)(c, c->in[o], os, dst, lo, hi));
+    tg__bcast_strides(c->src_rank[o], c->src_shape[o], r, os);
+    int64_t L = r ? c->shape[r - 1] : 1;
+    TG_PAR_RANGE(c->nt, c->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES,
+                 c->numel / L, 1, FN(mul_expand_rows)(c, c->in[o], os, dst, lo, hi));
 }
 
-static void FN(mul_bwd)(const tg__call *c)
+tg_status FN(tg__mul_backward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     for (int s = 0; s < 2; s++) {
-        tg_tensor *x = y->src[s], *other = y->src[1 - s];
         if (!c->dx[s])
             continue;
-        if (x->numel == y->numel && other->numel == y->numel) {
+        if (c->src_numel[s] == c->numel && c->src_numel[1 - s] == c->numel) {
             TG_PAR_RANGE(c->nt,
-                         y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, y->numel, 16,
+                         c->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, c->numel, 16,
                          FN(mul_acc)(c->dy, c->in[1 - s], c->dx[s], lo, hi));
             continue;
         }
         FN(mul_expand)(c, 1 - s, c->ws);
-        tg__reduce_to(c->govs, c->nt, y->dtype, c->ws, y->rank, y->shape, x, c->dx[s]);
+        tg__reduce_to(c->govs, c->nt, c->dtype, c->ws, c->rank, c->shape, c->src_rank[s],
+                      c->src_shape[s], c->dx[s]);
     }
+    return TG_OK;
+}
+
+/* ---- the registry's kernels (ops/ops_dtype.def) ------------------------------------------- */
+tg_status FN(tg__scale_forward)(const tg__call *c)
+{
+    FN(scale_fwd)(c, c->numel, (T)c->p->scale.s, c->in[0], c->out);
+    return TG_OK;
+}
+
+tg_status FN(tg__scale_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        FN(scale_bwd)(c, c->numel, (T)c->p->scale.s, c->dy, c->dx[0]);
+    return TG_OK;
+}
+
+tg_status FN(tg__relu_forward)(const tg__call *c)
+{
+    FN(relu_fwd)(c, c->numel, c->in[0], c->out);
+    return TG_OK;
+}
+
+tg_status FN(tg__relu_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        FN(relu_bwd)(c, c->numel, c->out, c->dy, c->dx[0]);
+    return TG_OK;
+}
+
+tg_status FN(tg__gelu_forward)(const tg__call *c)
+{
+    FN(gelu_fwd)(c->nt, c->numel, c->in[0], c->out);
+    return TG_OK;
+}
+
+tg_status FN(tg__gelu_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        FN(gelu_bwd)(c->nt, c->numel, c->in[0], c->dy, c->dx[0]);
+    return TG_OK;
+}
+
+/* da = reduce(dy), db = reduce(dy); in place (TG_OPF_BWD_INPLACE, BWD_SHARE1) dx is dy
+ * already, as 0 + dy. */
+tg_status FN(tg__add_backward)(const tg__call *c)
+{
+    for (int s = 0; s < 2; s++) {
+        if (c->dx[s] == c->dy)
+            tg__plus_zero(c->govs, c->nt, c->dtype, c->numel, c->dx[s]);
+        else if (c->dx[s])
+            tg__reduce_to(c->govs, c->nt, c->dtype, c->dy, c->rank, c->shape, c->src_rank[s],
+                          c->src_shape[s], c->dx[s]);
+    }
+    return TG_OK;
 }
 
 #undef FN

@@ -43,14 +43,12 @@ tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *ids, tg_tensor *weight)
 
 tg_status tg__embedding_check(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    const tg_tensor *ids = y->src[0];
     const int32_t *id = c->in[0];
-    int64_t V = y->src[1]->shape[0];
-    for (int64_t n = 0; n < ids->numel; n++) {
+    int64_t V = c->src_shape[1][0];
+    for (int64_t n = 0; n < c->src_numel[0]; n++) {
         if (id[n] < 0 || id[n] >= V) {
             tg__run_err(c->ctx, TG_ERR_ARG, "tg_embedding",
-                    "'%s'[%lld] = %lld is not a token id in [0, %lld)", ids->name, (long long)n,
+                    "'%s'[%lld] = %lld is not a token id in [0, %lld)", c->src_name[0], (long long)n,
                     (long long)id[n], (long long)V);
             return TG_ERR_ARG;
         }
@@ -61,9 +59,8 @@ tg_status tg__embedding_check(const tg__call *c)
 /* The stable counting sort of the ids (checked to be in [0, V)) into c->saved. Serial. */
 static void sort_ids(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     const int32_t *ids = c->in[0];
-    int64_t N = y->src[0]->numel, V = y->src[1]->shape[0];
+    int64_t N = c->src_numel[0], V = c->src_shape[1][0];
     int64_t *order = c->saved, *start = order + N;
     memset(start, 0, sizeof(int64_t) * (size_t)(V + 1));
     for (int64_t n = 0; n < N; n++)
@@ -77,7 +74,9 @@ static void sort_ids(const tg__call *c)
     start[0] = 0;
 }
 
-/* The kernels, written once in embedding_kernel.h, for f32 and for f64. */
+/* The kernels, written once in embedding_kernel.h, for f32 and for f64: tg__embedding_forward_f32
+ * ... _backward_f64, registered per dtype in ops/ops_dtype.def under the output's (the weight's)
+ * dtype; the ids are i32 whatever it is. */
 #define T float
 #define SUF f32
 #include "embedding_kernel.h"
@@ -88,24 +87,3 @@ static void sort_ids(const tg__call *c)
 #include "embedding_kernel.h"
 #undef T
 #undef SUF
-
-tg_status tg__embedding_forward(const tg__call *c)
-{
-    sort_ids(c);
-    if (c->dtype == TG_F32)
-        fwd_f32(c);
-    else
-        fwd_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__embedding_backward(const tg__call *c)
-{
-    if (!c->dx[1])
-        return TG_OK;
-    if (c->dtype == TG_F32)
-        bwd_f32(c);
-    else
-        bwd_f64(c);
-    return TG_OK;
-}

@@ -5,26 +5,28 @@
  */
 #define FN(name) TG__CAT(name, SUF)
 
-static void FN(fwd)(const tg__call *c)
+tg_status FN(tg__embedding_forward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
+    sort_ids(c);
     const int32_t *ids = c->in[0];
     const T *W = c->in[1];
     T *Y = c->out;
-    int64_t N = y->src[0]->numel, D = y->src[1]->shape[1];
+    int64_t N = c->src_numel[0], D = c->src_shape[1][1];
     int nt = c->nt;
     /* Race-free: position n owns Y[n, :]. */
     TG_OMP_FOR(nt, N * D > TG_PAR_MIN)
     for (int64_t n = 0; n < N; n++)
         memcpy(Y + n * D, W + (int64_t)ids[n] * D, sizeof(T) * (size_t)D);
+    return TG_OK;
 }
 
-static void FN(bwd)(const tg__call *c)
+tg_status FN(tg__embedding_backward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
+    if (!c->dx[1])
+        return TG_OK;
     const T *G = c->dy;
     T *dW = c->dx[1];
-    int64_t N = y->src[0]->numel, V = y->src[1]->shape[0], D = y->src[1]->shape[1];
+    int64_t N = c->src_numel[0], V = c->src_shape[1][0], D = c->src_shape[1][1];
     const int64_t *order = c->saved, *start = order + N;
     int nt = c->nt;
     /* Race-free: vocabulary row v owns dW[v, :]; its positions are summed in order. */
@@ -37,6 +39,7 @@ static void FN(bwd)(const tg__call *c)
                 row[d] += g[d];
         }
     }
+    return TG_OK;
 }
 
 #undef FN

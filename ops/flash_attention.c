@@ -157,27 +157,28 @@ static size_t fa_dmask_bytes(const fa_meta *m)
     return fa_round64((size_t)m->nb * (size_t)m->Tq * (size_t)m->Tk * m->es);
 }
 
-static bool fa_wants_dmask(const tg_tensor *y)
+static bool fa_wants_dmask(const tg__call *c)
 {
-    const fa_meta *m = y->aux;
+    const fa_meta *m = c->aux;
     return m->src_mask[0] >= 0 && m->kind == TG_MASK_ADDITIVE &&
-           y->src[m->src_mask[0]]->requires_grad;
+           c->src_requires_grad[m->src_mask[0]];
 }
 
 size_t tg__flash_attn_ws(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     int nt = c->nt;
     bool backward = c->backward;
-    const fa_meta *m = y->aux;
+    const fa_meta *m = c->aux;
     /* per thread: the tiles, then a one-thread GEMM workspace for the block products */
     size_t b = (size_t)(nt < 1 ? 1 : nt) *
-               (fa_ws_per_thread(m, backward, c->precision) + fa_gemm_ws(m, y->dtype, c->precision));
-    if (backward && fa_wants_dmask(y))
+               (fa_ws_per_thread(m, backward, c->precision) + fa_gemm_ws(m, c->dtype, c->precision));
+    if (backward && fa_wants_dmask(c))
         b += fa_dmask_bytes(m);
     return b;
 }
 
+/* The kernels, written once in flash_attention_kernel.h, for f32 and for f64:
+ * tg__flash_attn_forward_f32 ... _backward_f64, registered per dtype in ops/ops_dtype.def. */
 #define FA_T float
 #define FA_W 16 /* one 64-byte vector */
 #define FA_SUF f32
@@ -204,25 +205,6 @@ size_t tg__flash_attn_ws(const tg__call *c)
 #undef FA_SUF
 #undef FA_EXP
 #undef FA_LOG
-
-tg_status tg__flash_attn_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        fa_forward_f32(c);
-    else
-        fa_forward_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__flash_attn_backward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        fa_backward_f32(c);
-    else
-        fa_backward_f64(c);
-    return TG_OK;
-}
-
 /* ---- builder ------------------------------------------------------------------------------ */
 
 /* Offsets of source x (rank >= 2 for q/k/v: lead = x->rank - 2; masks: lead dims are the

@@ -921,39 +921,38 @@ TG_SIMD_CLONES static void FA_FN(fa_small_bwd)(const fa_meta *m, const tg__call 
     }
 }
 
-static void FA_FN(fa_forward)(const tg__call *cl)
+tg_status FA_FN(tg__flash_attn_forward)(const tg__call *cl)
 {
-    const tg_tensor *y = cl->y;
-    const fa_meta *m = y->aux;
+    const fa_meta *m = cl->aux;
     int64_t nqb = (m->Tq + FA_BQ - 1) / FA_BQ, items = m->nb * nqb;
-    size_t per = (fa_ws_per_thread(m, false, cl->precision) + fa_gemm_ws(m, y->dtype, cl->precision)) / sizeof(FA_T);
+    size_t per = (fa_ws_per_thread(m, false, cl->precision) + fa_gemm_ws(m, cl->dtype, cl->precision)) / sizeof(FA_T);
     FA_T *ws = cl->ws;
     int nt = cl->nt;
     if (fa_small(m)) { /* batches [lo, hi) per thread, each owning its out rows and lse */
         TG_PAR_RANGE_IN(cl->govs, nt, fa_small_par(m), m->nb, 1,
                         FA_FN(fa_small_fwd)(m, cl, lo, hi, ws + (size_t)TG_THREAD_NUM() * per));
-        return;
+        return TG_OK;
     }
     /* Item (o, qb) owns out rows and lse of query block qb of batch o: race-free, each
      * computed by one thread in a fixed order whatever the thread count. */
     TG_OMP_FOR(nt, fa_work(m) > TG_PAR_MIN)
     for (int64_t it = 0; it < items; it++)
         FA_FN(fa_fwd_item)(m, cl, it / nqb, it % nqb, ws + (size_t)TG_THREAD_NUM() * per);
+    return TG_OK;
 }
 
-static void FA_FN(fa_backward)(const tg__call *cl)
+tg_status FA_FN(tg__flash_attn_backward)(const tg__call *cl)
 {
-    const tg_tensor *y = cl->y;
-    const fa_meta *m = y->aux;
-    const tg_tensor *mk = m->src_mask[0] >= 0 ? y->src[m->src_mask[0]] : NULL;
+    const fa_meta *m = cl->aux;
+    int mi = m->src_mask[0]; /* the additive mask's source, or < 0 */
     FA_T *dM = NULL;
     FA_T *ws = cl->ws;
-    if (mk && m->kind == TG_MASK_ADDITIVE && cl->dx[m->src_mask[0]]) {
+    if (mi >= 0 && m->kind == TG_MASK_ADDITIVE && cl->dx[m->src_mask[0]]) {
         dM = ws; /* (nb, T_q, T_k): dS per batch, reduced into the mask's shape below */
         memset(dM, 0, fa_dmask_bytes(m));
         ws += fa_dmask_bytes(m) / sizeof(FA_T);
     }
-    size_t per = (fa_ws_per_thread(m, true, cl->precision) + fa_gemm_ws(m, y->dtype, cl->precision)) / sizeof(FA_T);
+    size_t per = (fa_ws_per_thread(m, true, cl->precision) + fa_gemm_ws(m, cl->dtype, cl->precision)) / sizeof(FA_T);
     int nt = cl->nt;
     bool par = fa_work(m) > TG_PAR_MIN;
     int64_t nkb = (m->Tk + FA_BK - 1) / FA_BK, nqb = (m->Tq + FA_BQ - 1) / FA_BQ;
@@ -964,9 +963,9 @@ static void FA_FN(fa_backward)(const tg__call *cl)
                         FA_FN(fa_small_bwd)(m, cl, lo, hi, cl->dx[0] != NULL, do_k, do_v, dM,
                                             ws + (size_t)TG_THREAD_NUM() * per));
         if (dM)
-            tg__reduce_to(cl->govs, cl->nt, y->dtype, dM, m->rank, m->sshape, mk,
-                          cl->dx[m->src_mask[0]]);
-        return;
+            tg__reduce_to(cl->govs, cl->nt, cl->dtype, dM, m->rank, m->sshape, cl->src_rank[mi], cl->src_shape[mi],
+                          cl->dx[mi]);
+        return TG_OK;
     }
     if (fa_one_pass(m)) {
         /* Item o owns every gradient row of batch o's matrices (a bijection): race-free. */
@@ -975,9 +974,9 @@ static void FA_FN(fa_backward)(const tg__call *cl)
             FA_FN(fa_bwd_one_item)(m, cl, o, cl->dx[0] != NULL, do_k, do_v, dM,
                                    ws + (size_t)TG_THREAD_NUM() * per);
         if (dM)
-            tg__reduce_to(cl->govs, cl->nt, y->dtype, dM, m->rank, m->sshape, mk,
-                          cl->dx[m->src_mask[0]]);
-        return;
+            tg__reduce_to(cl->govs, cl->nt, cl->dtype, dM, m->rank, m->sshape, cl->src_rank[mi], cl->src_shape[mi],
+                          cl->dx[mi]);
+        return TG_OK;
     }
     /* Pass 1: item (matrix g of k, key block kb) owns rows kb of dK[g] (and of dV when v's
      * batch map is k's); every batch o of g is summed in ascending order by that one item. */
@@ -1005,8 +1004,9 @@ static void FA_FN(fa_backward)(const tg__call *cl)
             FA_FN(fa_bwd_q_item)(m, cl, it / nqb, it % nqb, ws + (size_t)TG_THREAD_NUM() * per);
     }
     if (dM)
-        tg__reduce_to(cl->govs, cl->nt, y->dtype, dM, m->rank, m->sshape, mk,
-                      cl->dx[m->src_mask[0]]);
+        tg__reduce_to(cl->govs, cl->nt, cl->dtype, dM, m->rank, m->sshape, cl->src_rank[mi], cl->src_shape[mi],
+                          cl->dx[mi]);
+    return TG_OK;
 }
 
 #undef FA_V

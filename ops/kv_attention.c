@@ -40,40 +40,37 @@ enum { KV_Q, KV_K, KV_V, KV_KC, KV_VC, KV_POS };
 static size_t kv_round64(size_t b) { return (b + 63) / 64 * 64; }
 
 /* Per thread: the scores / weights of one row (L) and the accumulator (d_v). */
-static size_t kv_ws_per_thread(const tg_tensor *y)
+static size_t kv_ws_per_thread(const tg__call *c)
 {
-    const tg_tensor *vc = y->src[KV_VC];
-    size_t L = (size_t)vc->shape[2], dv = (size_t)vc->shape[3];
-    return kv_round64((L + dv) * tg_dtype_size(y->dtype));
+    const int64_t *vc = c->src_shape[KV_VC];
+    size_t L = (size_t)vc[2], dv = (size_t)vc[3];
+    return kv_round64((L + dv) * tg_dtype_size(c->dtype));
 }
 
 size_t tg__kv_attention_ws(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     int nt = c->nt;
-    bool backward = c->backward;
-    if (backward)
+    if (c->backward)
         return 0;
-    return (size_t)(nt < 1 ? 1 : nt) * kv_ws_per_thread(y);
+    return (size_t)(nt < 1 ? 1 : nt) * kv_ws_per_thread(c);
 }
 
 tg_status tg__kv_attention_check(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    const tg_tensor *p = y->src[KV_POS];
     int64_t pos = ((const int32_t *)c->in[KV_POS])[0];
-    int64_t n = y->shape[2], L = y->src[KV_VC]->shape[2];
+    int64_t n = c->shape[2], L = c->src_shape[KV_VC][2];
     if (pos < 0 || pos > L - n) {
         tg__run_err(c->ctx, TG_ERR_ARG, "tg_kv_attention",
                     "'%s' = %lld: %lld new positions from there do not fit in the cache of "
                     "max_len %lld (need 0 <= pos <= %lld)",
-                    p->name, (long long)pos, (long long)n, (long long)L, (long long)(L - n));
+                    c->src_name[KV_POS], (long long)pos, (long long)n, (long long)L, (long long)(L - n));
         return TG_ERR_ARG;
     }
     return TG_OK;
 }
 
-/* The kernels, written once in kv_attention_kernel.h, for f32 and for f64. */
+/* The kernel, written once in kv_attention_kernel.h, for f32 and for f64:
+ * tg__kv_attention_forward_f32 / _f64, registered per dtype in ops/ops_dtype.def (no backward). */
 #define T float
 #define SUF f32
 #include "kv_attention_kernel.h"
@@ -84,16 +81,6 @@ tg_status tg__kv_attention_check(const tg__call *c)
 #include "kv_attention_kernel.h"
 #undef T
 #undef SUF
-
-tg_status tg__kv_attention_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        kv_forward_f32(c);
-    else
-        kv_forward_f64(c);
-    return TG_OK;
-}
-
 /* ---- builder ------------------------------------------------------------------------------ */
 
 tg_tensor *tg_kv_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v,

@@ -13,27 +13,27 @@
 TG_SIMD_CLONES static void FN(kv_item)(const tg__call *call, int64_t b, int64_t h, int64_t pos,
                                        T *s, T *acc)
 {
-    const tg_tensor *y = call->y;
-    const tg_tensor *q = y->src[KV_Q], *k = y->src[KV_K], *v = y->src[KV_V];
-    const tg_tensor *vc = y->src[KV_VC];
-    int64_t H = y->shape[1], n = y->shape[2], dk = q->shape[3], dv = v->shape[3];
-    int64_t L = vc->shape[2];
-    T scale = (T)y->p.kv_attn.scale;
-    const T *Q = (const T *)call->in[KV_Q] + b * q->stride[0] + h * q->stride[1];
-    const T *Kn = (const T *)call->in[KV_K] + b * k->stride[0] + h * k->stride[1];
-    const T *Vn = (const T *)call->in[KV_V] + b * v->stride[0] + h * v->stride[1];
+    const int64_t *qst = call->src_stride[KV_Q], *kst = call->src_stride[KV_K];
+    const int64_t *vst = call->src_stride[KV_V];
+    int64_t H = call->shape[1], n = call->shape[2], dk = call->src_shape[KV_Q][3];
+    int64_t dv = call->src_shape[KV_V][3];
+    int64_t L = call->src_shape[KV_VC][2];
+    T scale = (T)call->p->kv_attn.scale;
+    const T *Q = (const T *)call->in[KV_Q] + b * qst[0] + h * qst[1];
+    const T *Kn = (const T *)call->in[KV_K] + b * kst[0] + h * kst[1];
+    const T *Vn = (const T *)call->in[KV_V] + b * vst[0] + h * vst[1];
     /* the cache leaves: written at rows pos.. (the one op that writes a source) */
     T *Kt = (T *)call->in[KV_KC] + (b * H + h) * dk * L; /* (dk, L) */
     T *Vm = (T *)call->in[KV_VC] + (b * H + h) * L * dv; /* (L, dv) */
     T *O = (T *)call->out + (b * H + h) * n * dv;   /* (n, dv) */
     for (int64_t i = 0; i < n; i++) {
-        const T *kr = Kn + i * k->stride[2], *vr = Vn + i * v->stride[2];
+        const T *kr = Kn + i * kst[2], *vr = Vn + i * vst[2];
         for (int64_t c = 0; c < dk; c++)
             Kt[c * L + pos + i] = kr[c];
         memcpy(Vm + (pos + i) * dv, vr, sizeof(T) * (size_t)dv);
     }
     for (int64_t i = 0; i < n; i++) {
-        const T *qr = Q + i * q->stride[2];
+        const T *qr = Q + i * qst[2];
         int64_t len = pos + i + 1; /* keys 0..pos+i */
         {
             T q0 = qr[0];
@@ -79,14 +79,13 @@ TG_SIMD_CLONES static void FN(kv_item)(const tg__call *call, int64_t b, int64_t 
     }
 }
 
-static void FN(kv_forward)(const tg__call *c)
+tg_status FN(tg__kv_attention_forward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    int64_t B = y->shape[0], H = y->shape[1], n = y->shape[2];
-    int64_t dk = y->src[KV_Q]->shape[3], dv = y->shape[3];
+    int64_t B = c->shape[0], H = c->shape[1], n = c->shape[2];
+    int64_t dk = c->src_shape[KV_Q][3], dv = c->shape[3];
     int64_t pos = ((const int32_t *)c->in[KV_POS])[0];
-    size_t per = kv_ws_per_thread(y);
-    int64_t L = y->src[KV_VC]->shape[2];
+    size_t per = kv_ws_per_thread(c);
+    int64_t L = c->src_shape[KV_VC][2];
     int nt = c->nt;
     /* scalar work: n rows x (pos + n) keys x (dk + dv) per item */
     double work = (double)(B * H) * (double)n * (double)(pos + n) * (double)(dk + dv);
@@ -99,6 +98,7 @@ static void FN(kv_forward)(const tg__call *c)
         for (int64_t it = lo; it < hi; it++)
             FN(kv_item)(c, it / H, it % H, pos, s, acc);
     });
+    return TG_OK;
 }
 
 #undef FN

@@ -47,7 +47,8 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *input, tg_tensor *target, tg_redu
     return y;
 }
 
-/* The kernels, written once in loss_kernel.h, for f32 and for f64. */
+/* The kernels, written once in loss_kernel.h, for f32 and for f64: tg__mse_loss_forward_f32 ...
+ * _backward_f64, registered per dtype in ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #include "loss_kernel.h"
@@ -58,25 +59,3 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *input, tg_tensor *target, tg_redu
 #include "loss_kernel.h"
 #undef T
 #undef SUF
-
-tg_status tg__mse_loss_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        fwd_f32(c);
-    else
-        fwd_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__mse_loss_backward(const tg__call *c)
-{
-    for (int s = 0; s < 2; s++) { /* input, then target: one tensor given twice is safe */
-        if (!c->dx[s])
-            continue;
-        if (c->dtype == TG_F32)
-            bwd_f32(c, c->dx[s], s == 1);
-        else
-            bwd_f64(c, c->dx[s], s == 1);
-    }
-    return TG_OK;
-}

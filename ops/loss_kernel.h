@@ -7,7 +7,7 @@
 
 /* Elementwise loops: each element by one iteration. Reductions: see loss.c's header
  * comment. */
-static void FN(fwd)(const tg__call *c)
+tg_status FN(tg__mse_loss_forward)(const tg__call *c)
 {
     const T *X = c->in[0], *Tg = c->in[1];
     T *Y = c->out;
@@ -19,7 +19,7 @@ static void FN(fwd)(const tg__call *c)
             T d = X[i] - Tg[i];
             Y[i] = d * d;
         }
-        return;
+        return TG_OK;
     }
     int64_t bs = (n + MSE_BLOCKS - 1) / MSE_BLOCKS;
     if (bs < MSE_MIN_BLOCK)
@@ -40,6 +40,7 @@ static void FN(fwd)(const tg__call *c)
     for (int64_t b = 0; b < nb; b++)
         sum += part[b];
     Y[0] = (T)(c->p->mse.reduction == TG_REDUCTION_MEAN ? sum / (double)n : sum);
+    return TG_OK;
 }
 
 /* dst += sign * norm * (x - t) * dy (dy per element for none, else the scalar) */
@@ -55,6 +56,14 @@ static void FN(bwd)(const tg__call *c, T *dst, bool negate)
         T v = norm * (X[i] - Tg[i]) * G[none ? i : 0];
         dst[i] += negate ? -v : v;
     }
+}
+
+tg_status FN(tg__mse_loss_backward)(const tg__call *c)
+{
+    for (int s = 0; s < 2; s++) /* input, then target: one tensor given twice is safe */
+        if (c->dx[s])
+            FN(bwd)(c, c->dx[s], s == 1);
+    return TG_OK;
 }
 
 #undef FN

@@ -28,19 +28,19 @@ typedef struct {
     int64_t *amap, *bmap, *aoff, *boff;
 } mm_maps;
 
-static mm_maps maps(const tg_tensor *y, int64_t nb)
+static mm_maps maps(const void *aux, int64_t nb)
 {
-    int64_t *p = y->aux;
+    int64_t *p = (int64_t *)aux;
     return (mm_maps){p, p + nb, p + 2 * nb, p + 3 * nb};
 }
 
-/* How x's last two axes (r, c) are laid out: row-major with row stride *ld (flip false), or
- * column-major, i.e. x^T stored row-major with row stride *ld (flip true). False if neither
- * (then x must be made contiguous). */
-static bool mat_layout(const tg_tensor *x, bool *flip, int64_t *ld)
+/* How the last two axes (r, c) of a tensor of rank n, shape and strides st are laid out:
+ * row-major with row stride *ld (flip false), or column-major, i.e. x^T stored row-major with
+ * row stride *ld (flip true). False if neither (then x must be made contiguous). */
+static bool mat_layout(int n, const int64_t *shape, const int64_t *st, bool *flip, int64_t *ld)
 {
-    int64_t r = x->shape[x->rank - 2], c = x->shape[x->rank - 1];
-    int64_t sr = x->stride[x->rank - 2], sc = x->stride[x->rank - 1];
+    int64_t r = shape[n - 2], c = shape[n - 1];
+    int64_t sr = st[n - 2], sc = st[n - 1];
     if (c == 1)
         sc = 1;
     if (r == 1 && sc != 1)
@@ -58,35 +58,37 @@ static bool mat_layout(const tg_tensor *x, bool *flip, int64_t *ld)
     return false;
 }
 
-static void dims(const tg_tensor *y, mm_dims *d)
+static void dims(const tg__call *c, mm_dims *d)
 {
-    const tg_tensor *a = y->src[0], *b = y->src[1];
-    bool ta = y->p.matmul.ta;
-    d->M = y->shape[y->rank - 2];
-    d->N = y->shape[y->rank - 1];
-    d->K = ta ? a->shape[a->rank - 2] : a->shape[a->rank - 1];
-    d->nb = y->numel / (d->M * d->N);
-    d->na = a->numel / (a->shape[a->rank - 2] * a->shape[a->rank - 1]);
-    d->nbm = b->numel / (b->shape[b->rank - 2] * b->shape[b->rank - 1]);
-    mat_layout(a, &d->fa, &d->lda);
-    mat_layout(b, &d->fb, &d->ldb);
+    const int64_t *as = c->src_shape[0], *bs = c->src_shape[1];
+    int ra = c->src_rank[0], rb = c->src_rank[1];
+    bool ta = c->p->matmul.ta;
+    d->M = c->shape[c->rank - 2];
+    d->N = c->shape[c->rank - 1];
+    d->K = ta ? as[ra - 2] : as[ra - 1];
+    d->nb = c->numel / (d->M * d->N);
+    d->na = c->src_numel[0] / (as[ra - 2] * as[ra - 1]);
+    d->nbm = c->src_numel[1] / (bs[rb - 2] * bs[rb - 1]);
+    mat_layout(ra, as, c->src_stride[0], &d->fa, &d->lda);
+    mat_layout(rb, bs, c->src_stride[1], &d->fb, &d->ldb);
 }
 
 /* One thread's GEMM workspace for every product this op makes (forward and both gradients
  * swap M, N and K around, so size for the largest of the three), at precision prec. */
-static size_t ws_per_thread(const tg_tensor *y, int prec)
+static size_t ws_per_thread(const tg__call *c, int prec)
 {
-    const tg_tensor *a = y->src[0];
-    int64_t M = y->shape[y->rank - 2], N = y->shape[y->rank - 1];
-    int64_t K = y->p.matmul.ta ? a->shape[a->rank - 2] : a->shape[a->rank - 1];
+    const int64_t *as = c->src_shape[0];
+    int ra = c->src_rank[0];
+    int64_t M = c->shape[c->rank - 2], N = c->shape[c->rank - 1];
+    int64_t K = c->p->matmul.ta ? as[ra - 2] : as[ra - 1];
     int64_t d = M > N ? M : N;
     d = d > K ? d : K;
-    return tg__gemm_ws_bytes_prec(y->dtype, prec, 1, d, d);
+    return tg__gemm_ws_bytes_prec(c->dtype, prec, 1, d, d);
 }
 
 size_t tg__matmul_ws(const tg__call *c)
 {
-    return ws_per_thread(c->y, c->precision) * (size_t)(c->nt > 0 ? c->nt : 1);
+    return ws_per_thread(c, c->precision) * (size_t)(c->nt > 0 ? c->nt : 1);
 }
 
 /* The products at a graph's precision: f32 graphs may take bf16 operands (tg_precision), f64
@@ -110,15 +112,12 @@ static void pg_f64(tg__govs *govs, int prec, int nt, bool ta, bool tb, int64_t M
 static void batch_maps(tg_tensor *y, const tg_tensor *a, const tg_tensor *b, int rb,
                        const int64_t *shape, int64_t nb)
 {
-    mm_maps mp = maps(y, nb);
+    mm_maps mp = maps(y->aux, nb);
     int64_t ast[TG_MAX_RANK], bst[TG_MAX_RANK];
     /* strides over batch dims only (in matrices), 0 where broadcast */
-    tg_tensor ab = *a, bb = *b;
-    ab.rank = a->rank - 2;
-    bb.rank = b->rank - 2;
-    tg__bcast_strides(&ab, rb, shape, ast);
-    tg__bcast_strides(&bb, rb, shape, bst);
-    int oa = rb - ab.rank, ob = rb - bb.rank; /* a's batch axis k is output axis k + oa */
+    tg__bcast_strides(a->rank - 2, a->shape, rb, ast);
+    tg__bcast_strides(b->rank - 2, b->shape, rb, bst);
+    int oa = rb - (a->rank - 2), ob = rb - (b->rank - 2); /* a's batch axis k: output k + oa */
     for (int64_t o = 0; o < nb; o++) {
         int64_t rem = o, ia = 0, ib = 0, ea = 0, eb = 0;
         for (int d = rb - 1; d >= 0; d--) {
@@ -171,7 +170,8 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b, bool transpose_a, 
     bool f;
     int64_t ld;
     for (int i = 0; i < 2; i++)
-        if (!tg__is_contiguous(src[i]) && !mat_layout(src[i], &f, &ld) &&
+        if (!tg__is_contiguous(src[i]) &&
+            !mat_layout(src[i]->rank, src[i]->shape, src[i]->stride, &f, &ld) &&
             !(src[i] = tg__contiguous(ctx, src[i])))
             return NULL;
     a = src[0];
@@ -215,7 +215,10 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
  *
  * Batches run in one parallel region over (matrix, row block) items, each item a one-thread
  * GEMM (no nested regions); a single matrix uses the GEMM's own threads. Rows [r0, r1) of
- * C = op(X) op(Y) read op(X) from X + (tx ? r0 : r0 * ldx). */
+ * C = op(X) op(Y) read op(X) from X + (tx ? r0 : r0 * ldx).
+ *
+ * The kernels, written once in matmul_kernel.h, for f32 and for f64: tg__matmul_forward_f32 ...
+ * _backward_f64, registered per dtype in ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #include "matmul_kernel.h"
@@ -226,21 +229,3 @@ static int64_t row_blocks(int64_t n, int64_t rows, int nt)
 #include "matmul_kernel.h"
 #undef T
 #undef SUF
-
-tg_status tg__matmul_forward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        fwd_f32(c);
-    else
-        fwd_f64(c);
-    return TG_OK;
-}
-
-tg_status tg__matmul_backward(const tg__call *c)
-{
-    if (c->dtype == TG_F32)
-        bwd_f32(c);
-    else
-        bwd_f64(c);
-    return TG_OK;
-}

@@ -13,13 +13,12 @@ static void FN(rows)(int prec, bool tx, bool ty, int64_t r0, int64_t r1, int64_t
     (NULL, prec, 1, tx, ty, r1 - r0, N, K, X + (tx ? r0 : r0 * ldx), ldx, Y, ldy, C + r0 * ldc, ldc,
      acc, ws);
 }
-static void FN(fwd)(const tg__call *c)
+tg_status FN(tg__matmul_forward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     mm_dims d;
-    dims(y, &d);
-    bool ta = y->p.matmul.ta != d.fa, tb = y->p.matmul.tb != d.fb;
-    mm_maps mp = maps(y, d.nb);
+    dims(c, &d);
+    bool ta = c->p->matmul.ta != d.fa, tb = c->p->matmul.tb != d.fb;
+    mm_maps mp = maps(c->aux, d.nb);
     const T *A = c->in[0], *B = c->in[1];
     T *C = c->out;
     int nt = c->nt;
@@ -27,11 +26,11 @@ static void FN(fwd)(const tg__call *c)
         nt = 1;
     if (d.nb == 1) {
         FN(pg)
-        (c->govs, c->precision, nt, ta, tb, d.M, d.N, d.K, A + mp.aoff[0], d.lda, B + mp.boff[0],
-         d.ldb, C, d.N, false, c->ws);
-        return;
+        (c->govs, c->precision, nt, ta, tb, d.M, d.N, d.K, A + mp.aoff[0], d.lda, B + mp.boff[0], d.ldb, C,
+         d.N, false, c->ws);
+        return TG_OK;
     }
-    size_t per = ws_per_thread(y, c->precision);
+    size_t per = ws_per_thread(c, c->precision);
     int64_t mb = row_blocks(d.nb, d.M, nt), items = d.nb * mb;
     /* Race-free: item (o, blk) owns rows of C[o]; each a one-thread GEMM. */
     TG_OMP_FOR(nt, nt > 1)
@@ -42,16 +41,18 @@ static void FN(fwd)(const tg__call *c)
          d.lda, B + mp.boff[o], d.ldb, C + o * d.M * d.N, d.N, false,
          (char *)c->ws + (size_t)TG_THREAD_NUM() * per);
     }
+    return TG_OK;
 }
 /* Rows [r0, r1) of dA for matrix ia = sum over output batches o with amap[o] == ia (o
  * ascending). */
 static void FN(grad_a)(int nt, const tg__call *c, const mm_dims *d, int64_t ia, int64_t r0,
                        int64_t r1, void *ws)
 {
-    const tg_tensor *y = c->y, *a = y->src[0];
-    bool ta = y->p.matmul.ta, tb = y->p.matmul.tb != d->fb;
-    mm_maps mp = maps(y, d->nb);
-    int64_t lga = a->shape[a->rank - 1], sa = a->shape[a->rank - 2] * lga;
+    const int64_t *as = c->src_shape[0];
+    int ra = c->src_rank[0];
+    bool ta = c->p->matmul.ta, tb = c->p->matmul.tb != d->fb;
+    mm_maps mp = maps(c->aux, d->nb);
+    int64_t lga = as[ra - 1], sa = as[ra - 2] * lga;
     T *dA = (T *)c->dx[0] + ia * sa;
     const T *G = c->dy, *B = c->in[1];
     for (int64_t o = 0; o < d->nb; o++) {
@@ -76,10 +77,11 @@ static void FN(grad_a)(int nt, const tg__call *c, const mm_dims *d, int64_t ia, 
 static void FN(grad_b)(int nt, const tg__call *c, const mm_dims *d, int64_t ib, int64_t r0,
                        int64_t r1, void *ws)
 {
-    const tg_tensor *y = c->y, *b = y->src[1];
-    bool ta = y->p.matmul.ta != d->fa, tb = y->p.matmul.tb;
-    mm_maps mp = maps(y, d->nb);
-    int64_t lgb = b->shape[b->rank - 1], sb = b->shape[b->rank - 2] * lgb;
+    const int64_t *bs = c->src_shape[1];
+    int rb = c->src_rank[1];
+    bool ta = c->p->matmul.ta != d->fa, tb = c->p->matmul.tb;
+    mm_maps mp = maps(c->aux, d->nb);
+    int64_t lgb = bs[rb - 1], sb = bs[rb - 2] * lgb;
     T *dB = (T *)c->dx[1] + ib * sb;
     const T *G = c->dy, *A = c->in[0];
     for (int64_t o = 0; o < d->nb; o++) {
@@ -120,20 +122,19 @@ FN(grads)(void (*g)(int, const tg__call *, const mm_dims *, int64_t, int64_t, in
           (char *)c->ws + (size_t)TG_THREAD_NUM() * per);
     }
 }
-static void FN(bwd)(const tg__call *c)
+tg_status FN(tg__matmul_backward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     mm_dims d;
-    dims(y, &d);
+    dims(c, &d);
     int nt = c->nt;
     if (d.nb * d.M * d.N * d.K <= TG_PAR_MIN)
         nt = 1;
-    size_t per = ws_per_thread(y, c->precision);
-    const tg_tensor *a = y->src[0], *b = y->src[1];
+    size_t per = ws_per_thread(c, c->precision);
     if (c->dx[0])
-        FN(grads)(FN(grad_a), nt, c, &d, d.na, a->shape[a->rank - 2], per);
+        FN(grads)(FN(grad_a), nt, c, &d, d.na, c->src_shape[0][c->src_rank[0] - 2], per);
     if (c->dx[1])
-        FN(grads)(FN(grad_b), nt, c, &d, d.nbm, b->shape[b->rank - 2], per);
+        FN(grads)(FN(grad_b), nt, c, &d, d.nbm, c->src_shape[1][c->src_rank[1] - 2], per);
+    return TG_OK;
 }
 
 #undef FN

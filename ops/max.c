@@ -41,16 +41,16 @@ tg_tensor *tg_max(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim)
     return y;
 }
 
-static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner)
+static void split(const tg__call *c, int64_t *outer, int64_t *A, int64_t *inner)
 {
-    const tg_tensor *x = y->src[0];
-    int a = y->p.max.axis;
+    const int64_t *xs = c->src_shape[0];
+    int a = c->p->max.axis;
     *outer = *inner = 1;
     for (int i = 0; i < a; i++)
-        *outer *= x->shape[i];
-    for (int i = a + 1; i < x->rank; i++)
-        *inner *= x->shape[i];
-    *A = x->shape[a];
+        *outer *= xs[i];
+    for (int i = a + 1; i < c->src_rank[0]; i++)
+        *inner *= xs[i];
+    *A = xs[a];
 }
 
 /* The kernels, written once in max_kernel.h, for f32 and for f64: tg__max_forward_f32 ...

@@ -10,14 +10,13 @@
  * thread-count independent. */
 tg_status FN(tg__max_forward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
     int64_t outer, A, inner;
-    split(y, &outer, &A, &inner);
+    split(c, &outer, &A, &inner);
     const T *X = c->in[0];
     T *out = c->out;
     int64_t *K = c->saved;
     int nt = c->nt;
-    TG_OMP_FOR(nt, outer * inner > 1 && y->src[0]->numel > TG_PAR_MIN)
+    TG_OMP_FOR(nt, outer * inner > 1 && c->src_numel[0] > TG_PAR_MIN)
     for (int64_t oi = 0; oi < outer * inner; oi++) {
         int64_t o = oi / inner, i = oi % inner;
         const T *p = X + o * A * inner + i;
@@ -40,9 +39,8 @@ tg_status FN(tg__max_backward)(const tg__call *c)
 {
     if (!c->dx[0])
         return TG_OK;
-    const tg_tensor *y = c->y;
     int64_t outer, A, inner;
-    split(y, &outer, &A, &inner);
+    split(c, &outer, &A, &inner);
     T *dx = c->dx[0];
     const T *dy = c->dy;
     const int64_t *K = c->saved;

@@ -158,20 +158,19 @@ bool tg__broadcast_shape(int ra, const int64_t *a, int rb, const int64_t *b, int
     return true;
 }
 
-void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, int64_t *st)
+void tg__bcast_strides(int xrank, const int64_t *xshape, int rank, int64_t *st)
 {
-    int off = rank - x->rank;
+    int off = rank - xrank;
     int64_t s = 1;
     for (int i = rank - 1; i >= 0; i--) {
         int ix = i - off;
-        if (ix < 0 || x->shape[ix] == 1) {
+        if (ix < 0 || xshape[ix] == 1) {
             st[i] = 0;
         } else {
             st[i] = s;
         }
         if (ix >= 0)
-            s *= x->shape[ix];
-        (void)out_shape;
+            s *= xshape[ix];
     }
 }
 
@@ -187,13 +186,13 @@ void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, i
 #undef T
 #undef SUF
 
-void tg__reduce_to(tg__govs *govs, int nt, tg_dtype dt, const void *dy, int rank,
-                   const int64_t *out_shape, const tg_tensor *x, void *dx)
+void tg__reduce_to(tg__govs *govs, int nt, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
+                   int xrank, const int64_t *xshape, void *dx)
 {
     if (dt == TG_F32)
-        reduce_to_f32(govs, nt, dy, rank, out_shape, x, dx);
+        reduce_to_f32(govs, nt, dy, rank, out_shape, xrank, xshape, dx);
     else
-        reduce_to_f64(govs, nt, dy, rank, out_shape, x, dx);
+        reduce_to_f64(govs, nt, dy, rank, out_shape, xrank, xshape, dx);
 }
 
 TG_SIMD_CLONES static void plus_zero_f32(float *x, int64_t lo, int64_t hi)

@@ -6,11 +6,11 @@
  */
 #define FN(name) TG__CAT(name, SUF)
 
-/* dx (x's shape) += sum of dy over the dims broadcast from x to out_shape.
+/* dx (x's shape: xrank, xshape) += sum of dy over the dims broadcast from x to out_shape.
  * Each dx element is owned by one iteration; the broadcast positions are visited in
  * row-major order, so the sum order is fixed whatever the thread count. */
 static void FN(reduce_to)(tg__govs *govs, int nt, const T *dy, int rank, const int64_t *out_shape,
-                          const tg_tensor *x, T *dx)
+                          int xrank, const int64_t *xshape, T *dx)
 {
     int64_t ost[TG_MAX_RANK], xst[TG_MAX_RANK];
     int64_t s = 1;
@@ -19,7 +19,7 @@ static void FN(reduce_to)(tg__govs *govs, int nt, const T *dy, int rank, const i
         s *= out_shape[i];
     }
     int64_t outn = s;
-    tg__bcast_strides(x, rank, out_shape, xst);
+    tg__bcast_strides(xrank, xshape, rank, xst);
     /* broadcast axes (x contributes stride 0 but out dim > 1) */
     int bax[TG_MAX_RANK], nb = 0, kax[TG_MAX_RANK], nk = 0;
     int64_t bcount = 1;
@@ -31,7 +31,9 @@ static void FN(reduce_to)(tg__govs *govs, int nt, const T *dy, int rank, const i
             kax[nk++] = i;
         }
     }
-    int64_t xn = x->numel;
+    int64_t xn = 1;
+    for (int i = 0; i < xrank; i++)
+        xn *= xshape[i];
     if (bcount == 1) { /* same shape: plain accumulate */
         TG_OMP_FOR(nt, xn > TG_PAR_MIN)
         for (int64_t i = 0; i < xn; i++)

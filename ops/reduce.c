@@ -55,23 +55,25 @@ tg_tensor *tg_mean_all(tg_ctx *ctx, tg_tensor *x)
     return reduce(ctx, "tg_mean_all", TG_OP_MEAN, x, 0, true, false);
 }
 
-static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner)
+static void split(const tg__call *c, int64_t *outer, int64_t *A, int64_t *inner)
 {
-    const tg_tensor *x = y->src[0];
+    const int64_t *xs = c->src_shape[0];
     *outer = *inner = 1;
-    if (y->p.reduce.all) {
-        *A = x->numel;
+    if (c->p->reduce.all) {
+        *A = c->src_numel[0];
         return;
     }
-    int a = y->p.reduce.axis;
+    int a = c->p->reduce.axis;
     for (int i = 0; i < a; i++)
-        *outer *= x->shape[i];
-    for (int i = a + 1; i < x->rank; i++)
-        *inner *= x->shape[i];
-    *A = x->shape[a];
+        *outer *= xs[i];
+    for (int i = a + 1; i < c->src_rank[0]; i++)
+        *inner *= xs[i];
+    *A = xs[a];
 }
 
-/* The kernels, written once in reduce_kernel.h, for f32 and for f64. */
+/* The kernels, written once in reduce_kernel.h, for f32 and for f64: tg__reduce_forward_f32 ...
+ * _backward_f64 (sum and mean: c->op tells them apart), registered per dtype in
+ * ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #include "reduce_kernel.h"
@@ -82,27 +84,3 @@ static void split(const tg_tensor *y, int64_t *outer, int64_t *A, int64_t *inner
 #include "reduce_kernel.h"
 #undef T
 #undef SUF
-
-tg_status tg__reduce_forward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    bool mean = y->op == TG_OP_MEAN;
-    if (y->dtype == TG_F32)
-        fwd_f32(c, mean);
-    else
-        fwd_f64(c, mean);
-    return TG_OK;
-}
-
-tg_status tg__reduce_backward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    if (!c->dx[0])
-        return TG_OK;
-    bool mean = y->op == TG_OP_MEAN;
-    if (y->dtype == TG_F32)
-        bwd_f32(c, mean);
-    else
-        bwd_f64(c, mean);
-    return TG_OK;
-}

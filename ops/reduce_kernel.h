@@ -7,15 +7,15 @@
 
 /* Each output element is accumulated by one iteration, a ascending: thread-count independent.
  * (A full reduction runs on one thread: a split across threads would change the order.) */
-static void FN(fwd)(const tg__call *c, bool mean)
+tg_status FN(tg__reduce_forward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
+    bool mean = c->op == TG_OP_MEAN;
     int64_t outer, A, inner;
-    split(y, &outer, &A, &inner);
+    split(c, &outer, &A, &inner);
     const T *x = c->in[0];
     T *out = c->out;
     int nt = c->nt;
-    TG_OMP_FOR(nt, outer * inner > 1 && y->src[0]->numel > TG_PAR_MIN)
+    TG_OMP_FOR(nt, outer * inner > 1 && c->src_numel[0] > TG_PAR_MIN)
     for (int64_t oi = 0; oi < outer * inner; oi++) {
         int64_t o = oi / inner, i = oi % inner;
         const T *p = x + o * A * inner + i;
@@ -24,20 +24,23 @@ static void FN(fwd)(const tg__call *c, bool mean)
             acc += p[a * inner];
         out[oi] = mean ? acc / (T)A : acc;
     }
+    return TG_OK;
 }
 
 /* dx[o, a, i] += dy[o, i] (/ A for mean), each element once, the same expression whatever
  * the split: the (o, i) of a chunk's first element is found once, then walked (no integer
  * division per element). */
-static void FN(bwd)(const tg__call *c, bool mean)
+tg_status FN(tg__reduce_backward)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
+    if (!c->dx[0])
+        return TG_OK;
+    bool mean = c->op == TG_OP_MEAN;
     int64_t outer, A, inner;
-    split(y, &outer, &A, &inner);
+    split(c, &outer, &A, &inner);
     T *dx = c->dx[0];
     const T *dy = c->dy;
     int nt = c->nt;
-    int64_t n = y->src[0]->numel;
+    int64_t n = c->src_numel[0];
     TG_PAR_RANGE(nt, n > TG_PAR_MIN, n, 16, {
         if (inner == 1) { /* runs of A elements share dy[o] */
             int64_t o = lo / A, a = lo % A;
@@ -64,6 +67,7 @@ static void FN(bwd)(const tg__call *c, bool mean)
             }
         }
     });
+    return TG_OK;
 }
 
 #undef FN

@@ -17,6 +17,8 @@ void tg__call_describe(tg__call *c, const tg_tensor *y)
     c->numel = y->numel;
     c->shape = y->shape;
     c->p = &y->p;
+    c->aux = y->aux;
+    c->name = y->name;
     for (int k = 0; k < y->n_src && k < TG_MAX_SRC; k++) {
         const tg_tensor *s = y->src[k];
         if (!s)
@@ -26,14 +28,26 @@ void tg__call_describe(tg__call *c, const tg_tensor *y)
         c->src_numel[k] = s->numel;
         c->src_shape[k] = s->shape;
         c->src_stride[k] = s->stride;
+        c->src_name[k] = s->name;
+        c->src_requires_grad[k] = s->requires_grad;
     }
     c->training = y->ctx->training;
     c->rng = y->ctx->rng;
 }
 
+/* Each op's flags (ops.def), for the per-dtype table: an inference-only op's backward entries
+ * are NULL whatever ops_dtype.def names (tg__no_backward), as in tg__op_table. */
+enum {
+#define TG_OP(id, name, fwd, bwd, check, flags, ws) TG__OPFL_##id = (int)(flags),
+#include "ops.def"
+#undef TG_OP
+};
+
 const tg__op_dt tg__op_dt_table[TG_OP_COUNT_] = {
 #define TG_OP_DT(id, f32_fwd, f32_bwd, f64_fwd, f64_bwd)                                      \
-    [TG_OP_##id] = {{f32_fwd, f64_fwd}, {f32_bwd, f64_bwd}},
+    [TG_OP_##id] = {{f32_fwd, f64_fwd},                                                        \
+                    {(TG__OPFL_##id & TG_OPF_NO_BACKWARD) ? NULL : f32_bwd,                    \
+                     (TG__OPFL_##id & TG_OPF_NO_BACKWARD) ? NULL : f64_bwd}},
 #include "ops_dtype.def"
 #undef TG_OP_DT
 };

@@ -17,30 +17,28 @@ enum {
 };
 
 /* The kernel call record: everything a kernel reads or writes in one call, filled by the
- * executor (src/graph/exec.c) from the graph's plan. A kernel never reads value pointers from
- * tensors. The record describes the node (tg__call_describe: dtype, shape, the op parameters,
- * the sources' dtypes, shapes and strides, the training flag and the RNG stream), so a
- * converted kernel reads no tensor at all and can be called from a record filled by hand (y
- * NULL); kernels not yet converted still read shapes and parameters through y (docs/graph.md,
- * "Next steps"). The record gives this run's memory.
+ * executor (src/graph/exec.c) from the graph's plan. The record describes the node
+ * (tg__call_describe: dtype, shape, the op parameters and aux, the sources' dtypes, shapes,
+ * strides and names, the training flag and the RNG stream) and gives this run's memory; it
+ * holds no pointer to a tensor, so a kernel reads no tensor at all and can be called from a
+ * record filled by hand.
  *
  * Forward computes out from in[0..n_src) (and may fill saved, use ws). Backward ACCUMULATES
  * (+=) into dx[k] for every source k whose dx is non-NULL, reading dy (and what the op's
  * TG_OPF_SRC* / TG_OPF_OUT flags declare: in[k], out; the other values' memory may already
  * hold something else). Sources are contiguous unless the op declares TG_OPF_STRIDED (then
- * in[k] points at the view's first element and y->src[k]->stride gives the layout). in[k] is
+ * in[k] points at the view's first element and src_stride[k] gives the layout). in[k] is
  * read only, except where the op says otherwise (kv_attention writes its cache leaves).
  * Kernels return TG_OK; a failure (a custom op's callback) is returned with its message
  * recorded by tg__kernel_fail. */
 typedef struct tg__call {
-    const tg_tensor *y;       /* the node: shape, dtype, params (p), aux, sources (src) */
-    tg_ctx *ctx;              /* the RNG (dropout) and where a failure's message goes */
+    tg_ctx *ctx;              /* where a failure's message goes (tg__kernel_fail, tg__run_err) */
     int n_src;
     void *in[TG_MAX_SRC];     /* sources' values (view: its first element) */
     void *dx[TG_MAX_SRC];     /* backward: sources' gradients to accumulate into; NULL: none */
     void *out;                /* y's values: written by forward, read by backward (TG_OPF_OUT) */
     void *dy;                 /* backward: y's gradient (dx[0] == dy in place: BWD_INPLACE) */
-    void *saved;              /* values forward saves for backward (y->saved_bytes) */
+    void *saved;              /* values forward saves for backward (the builder's tg__op_save) */
     void *ws;                 /* workspace of this call, ws_bytes (the op's tg_ws_fn) */
     size_t ws_bytes;
     bool backward;            /* a backward call (and the workspace query's question) */
@@ -55,10 +53,16 @@ typedef struct tg__call {
     int64_t numel;
     const int64_t *shape;     /* y's shape (rank entries, outermost first) */
     const tg_op_params *p;    /* the op's parameters */
+    const void *aux;          /* the node's builder metadata (matmul's batch maps, a custom
+                                 op's definition), or NULL */
     tg_dtype src_dtype[TG_MAX_SRC];
     int src_rank[TG_MAX_SRC];
     int64_t src_numel[TG_MAX_SRC];
     const int64_t *src_shape[TG_MAX_SRC], *src_stride[TG_MAX_SRC]; /* NULL: no source */
+    const char *name;         /* y's name and its sources', for messages (NULL: none) */
+    const char *src_name[TG_MAX_SRC];
+    bool src_requires_grad[TG_MAX_SRC]; /* whether source k takes a gradient (workspace
+                                 queries: backward's dx[k] is non-NULL only then) */
     bool training;            /* the context's mode when the call was filled (dropout) */
     uint64_t *rng;            /* the RNG stream a kernel draws from (xoshiro256** state:
                                  tg__rng_next; the context's) */
@@ -82,7 +86,7 @@ typedef tg_status (*tg_kernel_fn)(const tg__call *c);
  * TG_OK or records an error on c->ctx and returns its status. */
 typedef tg_status (*tg_check_fn)(const tg__call *c);
 
-/* Workspace bytes a kernel call needs, from the record's shapes and settings (y, nt,
+/* Workspace bytes a kernel call needs, from the record's description and settings (nt,
  * backward, dy_scratch, precision; its memory pointers are NULL in this query). Workspace is
  * live during that one kernel call only. */
 typedef size_t (*tg_ws_fn)(const tg__call *c);
@@ -205,14 +209,13 @@ bool tg__broadcast_shape(int ra, const int64_t *a, int rb, const int64_t *b, int
                          int64_t *out);
 
 /* ----- broadcasting kernels (shared by add, mul, add_mask, matmul) -------------------------- */
-/* Row-major strides of x's shape right-aligned inside an output of rank `rank`, with stride 0
- * on broadcast dims: st[i] for output axis i. */
-void tg__bcast_strides(const tg_tensor *x, int rank, const int64_t *out_shape, int64_t *st);
-/* dx (shape of x) += dy (shape out_shape, rank) summed over broadcast dims, fixed order per
- * element of dx (thread-count independent). dtype dt for both; nt threads, governed by table
- * govs (the call record's). */
-void tg__reduce_to(tg__govs *govs, int nt, tg_dtype dt, const void *dy, int rank,
-                   const int64_t *out_shape, const tg_tensor *x, void *dx);
+/* Row-major strides of x's shape (xrank entries) right-aligned inside an output of rank
+ * `rank`, with stride 0 on broadcast dims: st[i] for output axis i. */
+void tg__bcast_strides(int xrank, const int64_t *xshape, int rank, int64_t *st);
+/* dx (x's shape: xrank, xshape) += dy (shape out_shape, rank) summed over broadcast dims, fixed
+ * order per element of dx (thread-count independent). dtype dt for both; nt threads. */
+void tg__reduce_to(tg__govs *govs, int nt, tg_dtype dt, const void *dy, int rank, const int64_t *out_shape,
+                   int xrank, const int64_t *xshape, void *dx);
 
 /* p[i] = 0 + p[i] for n elements: what accumulating into a zeroed gradient gives (-0 becomes
  * +0), for backward rules whose in-place identity must match the accumulating path bitwise.

@@ -74,7 +74,16 @@ tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x, int axis0, int axis1)
     return permute_op(ctx, fn, TG_OP_TRANSPOSE, x, perm);
 }
 
-/* The kernels, written once in shape_kernel.h, for f32 and for f64. */
+/* The views' forward (transpose, permute, reshape, narrow): nothing to compute, the output is
+ * a view of its source's memory; one function registered for both dtypes. */
+tg_status tg__view_forward(const tg__call *c)
+{
+    (void)c;
+    return TG_OK;
+}
+
+/* The kernels, written once in shape_kernel.h, for f32 and for f64: tg__permute_backward_f32 ...
+ * tg__contiguous_backward_f64, registered per dtype in ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #include "shape_kernel.h"
@@ -85,30 +94,6 @@ tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x, int axis0, int axis1)
 #include "shape_kernel.h"
 #undef T
 #undef SUF
-
-tg_status tg__permute_forward(const tg__call *c)
-{
-    (void)c; /* view: nothing to compute */
-    return TG_OK;
-}
-
-/* dx (x's shape) += dy permuted back: dst axis j of x is walked by dy axis k with perm[k]==j */
-tg_status tg__permute_backward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    tg_tensor *x = y->src[0];
-    if (!c->dx[0])
-        return TG_OK;
-    int nt = c->nt;
-    if (y->dtype == TG_F32)
-        permute_f32(nt, x->rank, x->shape, y->p.permute.perm, y->shape, c->dy, c->dx[0], true,
-                    true);
-    else
-        permute_f64(nt, x->rank, x->shape, y->p.permute.perm, y->shape, c->dy, c->dx[0], true,
-                    true);
-    return TG_OK;
-}
-
 /* ---- reshape ------------------------------------------------------------------------------ */
 tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int rank, const int64_t *shape)
 {
@@ -160,39 +145,6 @@ tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int rank, const int64_t *shape)
     }
     return y;
 }
-
-tg_status tg__reshape_forward(const tg__call *c)
-{
-    (void)c; /* view: nothing to compute */
-    return TG_OK;
-}
-
-tg_status tg__reshape_backward(const tg__call *c)
-{
-    if (!c->dx[0])
-        return TG_OK;
-    if (c->dx[0] == c->dy) { /* in place: dx is dy already */
-        tg__plus_zero(c->govs, c->nt, c->dtype, c->numel, c->dx[0]);
-        return TG_OK;
-    }
-    int nt = c->nt;
-    int64_t n = c->numel;
-    if (c->dtype == TG_F32) {
-        float *dx = c->dx[0];
-        const float *dy = c->dy;
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)
-        for (int64_t i = 0; i < n; i++)
-            dx[i] += dy[i];
-    } else {
-        double *dx = c->dx[0];
-        const double *dy = c->dy;
-        TG_OMP_FOR(nt, n > TG_PAR_MIN)
-        for (int64_t i = 0; i < n; i++)
-            dx[i] += dy[i];
-    }
-    return TG_OK;
-}
-
 /* ---- narrow ------------------------------------------------------------------------------- */
 tg_tensor *tg_narrow(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t length)
 {
@@ -222,24 +174,6 @@ tg_tensor *tg_narrow(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t
     }
     return y;
 }
-
-tg_status tg__narrow_forward(const tg__call *c)
-{
-    (void)c; /* view: nothing to compute */
-    return TG_OK;
-}
-
-tg_status tg__narrow_backward(const tg__call *c)
-{
-    if (!c->dx[0])
-        return TG_OK;
-    if (c->dtype == TG_F32)
-        narrow_f32(c);
-    else
-        narrow_f64(c);
-    return TG_OK;
-}
-
 /* ---- contiguous ------------------------------------------------------------------------- */
 tg_tensor *tg__contiguous(tg_ctx *ctx, tg_tensor *x)
 {
@@ -252,31 +186,4 @@ tg_tensor *tg_contiguous(tg_ctx *ctx, tg_tensor *x)
     if (!tg__check_srcs(ctx, "tg_contiguous", 1, &x))
         return NULL;
     return tg__contiguous(ctx, x);
-}
-
-tg_status tg__contiguous_forward(const tg__call *c)
-{
-    const tg_tensor *y = c->y;
-    int nt = c->nt;
-    if (y->dtype == TG_F32)
-        gather_f32(nt, y->src[0], c->in[0], c->out);
-    else
-        gather_f64(nt, y->src[0], c->in[0], c->out);
-    return TG_OK;
-}
-
-tg_status tg__contiguous_backward(const tg__call *c)
-{
-    if (!c->dx[0])
-        return TG_OK;
-    if (c->dx[0] == c->dy) { /* in place: dx is dy already */
-        tg__plus_zero(c->govs, c->nt, c->dtype, c->numel, c->dx[0]);
-        return TG_OK;
-    }
-    int nt = c->nt;
-    if (c->dtype == TG_F32)
-        add_into_f32(nt, c->numel, c->dy, c->dx[0]);
-    else
-        add_into_f64(nt, c->numel, c->dy, c->dx[0]);
-    return TG_OK;
 }

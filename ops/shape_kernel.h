@@ -44,23 +44,52 @@ static void FN(permute)(int nt, int r, const int64_t *dshape, const int *perm,
     }
 }
 
+/* dx (x's shape) += dy permuted back: dst axis j of x is walked by dy axis k with perm[k]==j */
+tg_status FN(tg__permute_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        FN(permute)(c->nt, c->src_rank[0], c->src_shape[0], c->p->permute.perm, c->shape, c->dy,
+                    c->dx[0], true, true);
+    return TG_OK;
+}
+
+/* ---- reshape (backward) ---------------------------------------------------------------------- */
+/* dx += dy (same layout); in place (TG_OPF_BWD_INPLACE) dx is dy already, as 0 + dy. Each
+ * element by one iteration. */
+tg_status FN(tg__reshape_backward)(const tg__call *c)
+{
+    if (!c->dx[0])
+        return TG_OK;
+    if (c->dx[0] == c->dy) {
+        tg__plus_zero(c->govs, c->nt, c->dtype, c->numel, c->dx[0]);
+        return TG_OK;
+    }
+    int nt = c->nt;
+    int64_t n = c->numel;
+    T *dx = c->dx[0];
+    const T *dy = c->dy;
+    TG_OMP_FOR(nt, n > TG_PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        dx[i] += dy[i];
+    return TG_OK;
+}
+
 /* ---- narrow (backward) ----------------------------------------------------------------------- */
 /* x viewed as (outer, X, inner), y as (outer, len, inner): y[o, l, :] = x[o, start + l, :]. */
 static void FN(narrow)(const tg__call *c)
 {
-    const tg_tensor *y = c->y;
-    const tg_tensor *x = y->src[0];
-    int a = y->p.narrow.axis;
+    const int64_t *xs = c->src_shape[0];
+    int a = c->p->narrow.axis;
     int64_t outer = 1, inner = 1;
     for (int i = 0; i < a; i++)
-        outer *= x->shape[i];
-    for (int i = a + 1; i < x->rank; i++)
-        inner *= x->shape[i];
-    int64_t X = x->shape[a], len = y->shape[a], st = y->p.narrow.start;
+        outer *= xs[i];
+    for (int i = a + 1; i < c->src_rank[0]; i++)
+        inner *= xs[i];
+    int64_t X = xs[a], len = c->shape[a], st = c->p->narrow.start;
     int nt = c->nt;
     /* Race-free: iteration (o, l) owns one row of y (and the matching row of dx). */
     /* one thread below TG_PAR_BYTES: no parallel region at all */
-    TG_PAR_RANGE(nt, y->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, outer * len, 1, {
+    TG_PAR_RANGE(nt, c->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, outer * len, 1, {
         for (int64_t ol = lo; ol < hi; ol++) {
             int64_t o = ol / len, l = ol % len;
             int64_t xo = (o * X + st + l) * inner, yo = ol * inner;
@@ -72,18 +101,27 @@ static void FN(narrow)(const tg__call *c)
     });
 }
 
-/* ---- contiguous ------------------------------------------------------------------------------ */
-/* y (row-major) = x read through its strides; one row of y per iteration. */
-static void FN(gather)(int nt, const tg_tensor *x, const T *src, T *y)
+tg_status FN(tg__narrow_backward)(const tg__call *c)
 {
-    int r = x->rank;
-    int64_t L = r ? x->shape[r - 1] : 1, rows = x->numel / L, sl = r ? x->stride[r - 1] : 1;
-    TG_OMP_FOR(nt, x->numel > TG_PAR_MIN)
+    if (c->dx[0])
+        FN(narrow)(c);
+    return TG_OK;
+}
+
+/* ---- contiguous ------------------------------------------------------------------------------ */
+/* y (row-major) = x (c's source 0) read through its strides; one row of y per iteration. */
+static void FN(gather)(int nt, const tg__call *c, const T *src, T *y)
+{
+    int r = c->src_rank[0];
+    const int64_t *xs = c->src_shape[0], *xst = c->src_stride[0];
+    int64_t n = c->src_numel[0];
+    int64_t L = r ? xs[r - 1] : 1, rows = n / L, sl = r ? xst[r - 1] : 1;
+    TG_OMP_FOR(nt, n > TG_PAR_MIN)
     for (int64_t row = 0; row < rows; row++) {
         int64_t rem = row, so = 0;
         for (int d = r - 2; d >= 0; d--) {
-            so += (rem % x->shape[d]) * x->stride[d];
-            rem /= x->shape[d];
+            so += (rem % xs[d]) * xst[d];
+            rem /= xs[d];
         }
         T *dr = y + row * L;
         for (int64_t j = 0; j < L; j++)
@@ -97,6 +135,25 @@ static void FN(add_into)(int nt, int64_t n, const T *dy, T *dx)
     TG_OMP_FOR(nt, n > TG_PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         dx[i] += dy[i];
+}
+
+tg_status FN(tg__contiguous_forward)(const tg__call *c)
+{
+    FN(gather)(c->nt, c, c->in[0], c->out);
+    return TG_OK;
+}
+
+/* dx += dy; in place (TG_OPF_BWD_INPLACE) dx is dy already, as 0 + dy. */
+tg_status FN(tg__contiguous_backward)(const tg__call *c)
+{
+    if (!c->dx[0])
+        return TG_OK;
+    if (c->dx[0] == c->dy) {
+        tg__plus_zero(c->govs, c->nt, c->dtype, c->numel, c->dx[0]);
+        return TG_OK;
+    }
+    FN(add_into)(c->nt, c->numel, c->dy, c->dx[0]);
+    return TG_OK;
 }
 
 #undef FN

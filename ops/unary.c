@@ -55,7 +55,8 @@ tg_tensor *tg_gelu_tanh(tg_ctx *ctx, tg_tensor *x)
 #define GELU_BETA 0.79788456080286535588
 #define GELU_KAPPA 0.044715
 
-/* The kernels, written once in unary_kernel.h, for f32 and for f64. */
+/* The kernels, written once in unary_kernel.h, for f32 and for f64: tg__neg_forward_f32 ...
+ * tg__gelu_tanh_backward_f64, registered per dtype in ops/ops_dtype.def. */
 #define T float
 #define SUF f32
 #define EXP expf
@@ -82,36 +83,3 @@ tg_tensor *tg_gelu_tanh(tg_ctx *ctx, tg_tensor *x)
 #undef LOG
 #undef SQRT
 #undef TANH
-
-/* The registry entry points. READ is what backward reads (declared in ops/ops.def): the
- * source (x), the output (y) or nothing (NULL). */
-#define SRC_DATA(c) ((c)->in[0])
-#define OUT_DATA(c) ((c)->out)
-#define NO_DATA(c) ((void)(c), (const void *)NULL)
-#define DEF_ENTRY(op, READ)                                                                    \
-    tg_status tg__##op##_forward(const tg__call *c)                                            \
-    {                                                                                          \
-        if (c->dtype == TG_F32)                                                             \
-            op##_fwd_f32(c->nt, c->numel, c->in[0], c->out);                                \
-        else                                                                                   \
-            op##_fwd_f64(c->nt, c->numel, c->in[0], c->out);                                \
-        return TG_OK;                                                                          \
-    }                                                                                          \
-    tg_status tg__##op##_backward(const tg__call *c)                                           \
-    {                                                                                          \
-        if (!c->dx[0])                                                                         \
-            return TG_OK;                                                                      \
-        if (c->dtype == TG_F32)                                                             \
-            op##_bwd_f32(c->nt, c->numel, READ(c), c->dy, c->dx[0]);                        \
-        else                                                                                   \
-            op##_bwd_f64(c->nt, c->numel, READ(c), c->dy, c->dx[0]);                        \
-        return TG_OK;                                                                          \
-    }
-DEF_ENTRY(neg, NO_DATA)
-DEF_ENTRY(exp, OUT_DATA)
-DEF_ENTRY(log, SRC_DATA)
-DEF_ENTRY(sqrt, OUT_DATA)
-DEF_ENTRY(tanh, OUT_DATA)
-DEF_ENTRY(sigmoid, OUT_DATA)
-DEF_ENTRY(silu, SRC_DATA)
-DEF_ENTRY(gelu_tanh, SRC_DATA)

@@ -98,4 +98,36 @@ static inline T FN(gelu_tanh_d)(T v)
 #define UN_BWD_PAR (TG_PAR_MIN / 16)
 #include "unary_op_kernel.h"
 
+/* The registry's kernels (ops/ops_dtype.def): tg__neg_forward_f32 ... tg__gelu_tanh_backward_f64.
+ * READ is what backward reads (declared in ops/ops.def): the source (x), the output (y) or
+ * nothing (NULL). */
+#define UN_SRC(c) ((c)->in[0])
+#define UN_OUT(c) ((c)->out)
+#define UN_NONE(c) ((void)(c), (const void *)NULL)
+#define UN_ENTRY(op, READ)                                                                     \
+    tg_status FN(tg__##op##_forward)(const tg__call *c)                                        \
+    {                                                                                          \
+        FN(op##_fwd)(c->nt, c->numel, c->in[0], c->out);                                       \
+        return TG_OK;                                                                          \
+    }                                                                                          \
+    tg_status FN(tg__##op##_backward)(const tg__call *c)                                       \
+    {                                                                                          \
+        if (!c->dx[0])                                                                         \
+            return TG_OK;                                                                      \
+        FN(op##_bwd)(c->nt, c->numel, READ(c), c->dy, c->dx[0]);                               \
+        return TG_OK;                                                                          \
+    }
+UN_ENTRY(neg, UN_NONE)
+UN_ENTRY(exp, UN_OUT)
+UN_ENTRY(log, UN_SRC)
+UN_ENTRY(sqrt, UN_OUT)
+UN_ENTRY(tanh, UN_OUT)
+UN_ENTRY(sigmoid, UN_OUT)
+UN_ENTRY(silu, UN_SRC)
+UN_ENTRY(gelu_tanh, UN_SRC)
+#undef UN_ENTRY
+#undef UN_SRC
+#undef UN_OUT
+#undef UN_NONE
+
 #undef FN

@@ -201,7 +201,7 @@ START_TEST(test_thread_invariance_f32) { tu_assert_thread_invariant(tg_opcases[_
 END_TEST
 
 /* A kernel runs from its call record alone: dropout's forward and backward, called through
- * the registry with a record filled by hand (no tensor: y NULL), give the graph's bits for the
+ * the registry with a record filled by hand (it has no pointer to a tensor), give the graph's bits for the
  * same RNG state, draw exactly one number from the record's stream in training mode and none
  * in eval mode. */
 START_TEST(test_kernel_without_tensor)
@@ -231,7 +231,7 @@ START_TEST(test_kernel_without_tensor)
     tg_op_params p = {.dropout = {.p = 0.3}};
     int64_t shape[1] = {N}, stride[1] = {1};
     tg__call c = {.n_src = 1, .in = {x}, .out = out, .saved = saved, .nt = 2,
-                  .dtype = TG_F32, .rank = 1, .numel = N, .shape = shape, .p = &p,
+                  .op = TG_OP_DROPOUT, .dtype = TG_F32, .rank = 1, .numel = N, .shape = shape, .p = &p,
                   .src_dtype = {TG_F32}, .src_rank = {1}, .src_numel = {N},
                   .src_shape = {shape}, .src_stride = {stride}, .training = true, .rng = rng};
     const tg_op_def *def = &tg__op_table[TG_OP_DROPOUT];
@@ -256,6 +256,60 @@ START_TEST(test_kernel_without_tensor)
 }
 END_TEST
 
+/* A broadcasting op's kernels from a hand-filled record: mul of a (3, 5) by b (5), forward and
+ * backward (b's gradient summed over the broadcast rows, its workspace sized by the op's own
+ * query), give the graph's bits. The sources' shapes come from the record alone. */
+START_TEST(test_broadcast_kernel_without_tensor)
+{
+    enum { R = 3, L = 5, N = R * L };
+    static float a[N], b[L], out[N], want[N], dy[N], da[N], db[L], ga[N], gb[L];
+    static _Alignas(64) float ws[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = 0.37f * (float)(i % 7) - 1.1f;
+        dy[i] = 1.0f; /* the gradient of sum_all */
+    }
+    for (int j = 0; j < L; j++)
+        b[j] = 0.5f + 0.23f * (float)j;
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *at = tg_param(ctx, TG_F32, TG_DIMS(R, L), "a");
+    tg_tensor *bt = tg_param(ctx, TG_F32, TG_DIMS(L), "b");
+    ck_assert_int_eq(tg_tensor_set_data(at, a, TG_F32, N), TG_OK);
+    ck_assert_int_eq(tg_tensor_set_data(bt, b, TG_F32, L), TG_OK);
+    tg_tensor *y = tg_mul(ctx, at, bt);
+    ck_assert_int_eq(tg_keep(y), TG_OK);
+    tg_tensor *loss = tg_sum_all(ctx, y);
+    tg_graph *g = tg_graph_new(ctx, &loss, 1);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    ck_assert_int_eq(tg_graph_backward(g, loss, NULL), TG_OK);
+    ck_assert_int_eq(tg_tensor_get_data(y, want, TG_F32, N), TG_OK);
+    ck_assert_int_eq(tg_tensor_get_grad(at, ga, TG_F32, N), TG_OK);
+    ck_assert_int_eq(tg_tensor_get_grad(bt, gb, TG_F32, L), TG_OK);
+    tu_ctx_free(ctx);
+
+    int64_t ys[2] = {R, L}, yst[2] = {L, 1}, bs[1] = {L}, bst[1] = {1};
+    tg_op_params p = {0};
+    tg__call c = {.n_src = 2, .in = {a, b}, .out = out, .nt = 2, .op = TG_OP_MUL,
+                  .dtype = TG_F32, .rank = 2, .numel = N, .shape = ys, .p = &p,
+                  .src_dtype = {TG_F32, TG_F32}, .src_rank = {2, 1}, .src_numel = {N, L},
+                  .src_shape = {ys, bs}, .src_stride = {yst, bst}};
+    tg_kernel_fn fwd = tg__kernel(&tg__op_table[TG_OP_MUL], TG_OP_MUL, TG_F32, false);
+    tg_kernel_fn bwd = tg__kernel(&tg__op_table[TG_OP_MUL], TG_OP_MUL, TG_F32, true);
+    ck_assert_int_eq(fwd(&c), TG_OK);
+    ck_assert_mem_eq(out, want, sizeof out);
+    c.backward = true;
+    ck_assert_uint_eq(tg__op_table[TG_OP_MUL].workspace(&c), sizeof ws); /* b is broadcast */
+    c.dy = dy;
+    c.dx[0] = da;
+    c.dx[1] = db;
+    c.ws = ws;
+    c.ws_bytes = sizeof ws;
+    ck_assert_int_eq(bwd(&c), TG_OK);
+    ck_assert_mem_eq(da, ga, sizeof da);
+    ck_assert_mem_eq(db, gb, sizeof db);
+}
+END_TEST
+
 static Suite *registry_suite(void)
 {
     Suite *s = suite_create("registry");
@@ -266,6 +320,7 @@ static Suite *registry_suite(void)
     tcase_add_test(tc, test_case_table);
     tcase_add_loop_test(tc, test_case_uses_its_op, 0, tg_n_opcases);
     tcase_add_test(tc, test_kernel_without_tensor);
+    tcase_add_test(tc, test_broadcast_kernel_without_tensor);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("gradcheck");

@@ -118,7 +118,6 @@ void tg__fill_call(const tg_graph *g, int64_t i, bool backward, tg__call *c)
 {
     const tg_tensor *t = g->nodes[i];
     memset(c, 0, sizeof *c);
-    c->y = t;
     tg__call_describe(c, t);
     c->ctx = g->ctx;
     c->n_src = t->n_src;

@@ -236,7 +236,6 @@ static size_t ws_bytes(const tg_graph *g, const tg_tensor *t, bool backward)
         return 0;
     tg__call c;
     memset(&c, 0, sizeof c);
-    c.y = t;
     tg__call_describe(&c, t);
     c.ctx = g->ctx;
     c.n_src = t->n_src;
