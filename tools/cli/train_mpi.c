@@ -100,8 +100,9 @@ bool tmpi_agree(train_mpi *m, bool ok, tg_ctx *ctx, int64_t k)
 #endif
 }
 
-tg_status tmpi_reduce(train_mpi *m, tg_grad_accum *acc, double *loss)
+static tg_status tmpi_reduce(void *user, tg_grad_accum *acc, double *loss)
 {
+    train_mpi *m = user;
 #ifdef TG_HAVE_MPI
     if (m->dist)
         return tg_dist_reduce(m->dist, acc, loss);
@@ -111,8 +112,9 @@ tg_status tmpi_reduce(train_mpi *m, tg_grad_accum *acc, double *loss)
     return tg_grad_accum_finish(acc, loss);
 }
 
-tg_status tmpi_bcast(train_mpi *m, void *buf, size_t bytes)
+static tg_status tmpi_bcast(void *user, void *buf, size_t bytes)
 {
+    train_mpi *m = user;
 #ifdef TG_HAVE_MPI
     if (m->dist)
         return tg_dist_bcast(m->dist, buf, bytes);
@@ -182,4 +184,9 @@ void tmpi_end(train_mpi *m, bool clean)
 #else
     (void)clean;
 #endif
+}
+
+tg_train_sync tmpi_sync(train_mpi *m)
+{
+    return (tg_train_sync){m, tmpi_reduce, tmpi_bcast};
 }

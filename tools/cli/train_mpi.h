@@ -2,7 +2,7 @@
  * train_mpi.h - `tgrad train` under an MPI launcher (`mpirun -np P tgrad train ...`): data
  * parallelism through tgrad_dist.h when tgrad was built with -Dmpi, and a clear error when it
  * was launched by mpirun without it. Without MPI every call is a one-process no-op, so
- * cmd_train.c has no #ifdef.
+ * cmd_train.c and train_setup.c have no #ifdef.
  *
  * Ranks > 0 hold their stderr until the setup agreement (tmpi_agree): when every rank fails
  * the same way (a bad option) only rank 0's message is printed; a failure of rank r alone (a
@@ -35,10 +35,10 @@ bool tmpi_begin(train_mpi *m, char *err, size_t n);
  * P > 1 the data-parallel communicator for @p k micro-batches is made (false, message on
  * @p ctx, if that fails). Releases the held stderr (printed unless rank 0 failed too). */
 bool tmpi_agree(train_mpi *m, bool ok, tg_ctx *ctx, int64_t k);
-/* End a step over the ranks (tg_dist_reduce); P = 1: tg_grad_accum_finish. */
-tg_status tmpi_reduce(train_mpi *m, tg_grad_accum *acc, double *loss);
-/* Rank 0's @p bytes at @p buf to every rank (P = 1: nothing to do). */
-tg_status tmpi_bcast(train_mpi *m, void *buf, size_t bytes);
+/* The run's step end and broadcast over the ranks (tg_train_sync, tgrad_train.h): reduce ends
+ * a step (tg_dist_reduce; P = 1: tg_grad_accum_finish), broadcast sends rank 0's bytes to
+ * every rank (P = 1: nothing to do). */
+tg_train_sync tmpi_sync(train_mpi *m);
 /* Whether @p flag holds on some rank (P = 1: flag). False if the call failed. */
 bool tmpi_any(train_mpi *m, bool flag, bool *any);
 /* Bytes this rank sent and seconds it spent in the gradient exchange, per step so far. */

@@ -38,8 +38,6 @@ typedef struct trainer {
     tg_transformer model;
     /* text, task, seq2seq: the library's graph, batches and evaluation (tg_train_tokens) */
     tg_train_tokens *tok_run;
-    tg_train_callbacks tok_cb; /* the mode's batch, micro-batch, tokens and evaluation
-                                  (tg_train_tokens_bind, tg_train_pairs_bind) */
     tg_graph *g;
     tg_optim *opt;
     int64_t V, T, B, n_params, start;
@@ -65,6 +63,11 @@ typedef struct trainer {
     bool usage; /* the setup failed on the command line (exit 2), not on a file (exit 1) */
 } trainer;
 
+/* plan -> data -> build (train_setup.c), agreed by every rank under mpirun: true when the run
+ * can start; otherwise @p rc is the exit status (1; 2: the command line; 130: a signal). */
+bool train_setup(trainer *t, int *rc);
+/* Save the checkpoint after @p steps_done steps (train_save.c); false with the error said. */
+bool train_save(trainer *t, int64_t steps_done);
 /* The run's two lines on stderr: the data and the model (train_report.c). */
 void train_print_banner(const trainer *t);
 /* --dry-run: the training graph's memory plan (--pairs: the model and its state). */
