@@ -1178,6 +1178,33 @@ TG_API tg_status tg_graph_backward_multi(tg_graph *g, int n, tg_tensor *const *y
 /** Zero the gradients of every leaf in the graph. */
 TG_API void tg_graph_zero_grad(tg_graph *g);
 
+/**
+ * Gradients as graph nodes (`torch.autograd.grad(outputs, inputs, grad_outputs,
+ * create_graph=True)`, `tf.gradients`): append to the graph being built the nodes of
+ * grads[j] = sum_i d<seeds[i], outputs[i]>/d wrt[j] (the vector-Jacobian product), built from
+ * ordinary ops by each op's reverse rule written as ops. They are computed when a graph that
+ * contains them runs, can feed further computation (a gradient penalty in a loss), be drawn
+ * (DOT) and be differentiated again: tg_graph_backward() over a graph containing them, or
+ * tg_grad() of them, gives second derivatives (Hessian-vector products).
+ * Shapes and dtypes: grads[j] has wrt[j]'s shape and dtype (f32 or f64); seeds[i] has
+ * outputs[i]'s shape and dtype; @p seeds NULL seeds each output (then of one element) with 1.
+ * An input the outputs do not depend on gets a zero constant (PyTorch's
+ * `materialize_grads=True`). @p wrt may name any tensors of the outputs' graph (leaves or
+ * intermediate results); i32 tensors carry no gradient. Repeated contributions are summed in a
+ * fixed order (reverse topological, then source order), so results are bitwise reproducible.
+ * Ownership: the nodes belong to the context, like any op's.
+ * Errors (build errors: they stick; grads[] all NULL): ::TG_ERR_ARG (NULL arrays, counts
+ * < 1, a tensor of another context), ::TG_ERR_DTYPE (an output or input not f32/f64),
+ * ::TG_ERR_SHAPE (no seeds and an output of more than one element, a seed of another shape or
+ * dtype), ::TG_ERR_NOGRAD (an op on the way without a reverse rule as ops yet, named with its
+ * node; docs/autodiff.md lists the ops that have one), ::TG_ERR_NOMEM, and any builder's.
+ * Source: reverse accumulation (Griewank & Walther, "Evaluating Derivatives", 2nd ed., ch. 3);
+ * src/graph/grad.c, ops/vjp.c.
+ */
+TG_API tg_status tg_grad(tg_ctx *ctx, int n_out, tg_tensor *const *outputs,
+                         tg_tensor *const *seeds, int n_wrt, tg_tensor *const *wrt,
+                         tg_tensor **grads);
+
 /** Which run found a NaN or infinity (tg_graph_opts::detect_anomaly). */
 typedef enum tg_anomaly_phase {
     TG_ANOMALY_NONE = 0,     /**< the last run found none (or the tripwire is off) */

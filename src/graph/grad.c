@@ -1,0 +1,266 @@
+/*
+ * grad.c - layer 3: gradients as graph nodes (tg_grad, include/tgrad.h). The nodes between
+ * the chosen inputs and the outputs are visited in reverse topological order; each one's
+ * gradient (the sum, in a fixed order, of what its consumers' rules gave it) goes through its
+ * op's reverse rule written as ops (ops/vjp.c). The result is ordinary nodes: run them in any
+ * graph, draw them, and differentiate them again (tg_graph_backward or tg_grad).
+ */
+#include "graph_internal.h"
+#include "vjp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *FN = "tg_grad";
+
+/* The nodes the outputs depend on, in topological order (sources first), with an index by
+ * pointer (open addressing). */
+typedef struct {
+    tg_tensor **node;
+    int64_t n, cap;
+    tg_tensor **slot; /* hash table of nodes: node pointers or NULL */
+    int64_t *slot_i;  /* their index in node[] */
+    int64_t n_slots;
+} walk;
+
+static uint64_t hash_ptr(const void *p)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    return x ^ (x >> 33);
+}
+
+/* Index of @p t in the walk, or -1. */
+static int64_t find(const walk *w, const tg_tensor *t)
+{
+    uint64_t mask = (uint64_t)(w->n_slots - 1);
+    for (uint64_t h = hash_ptr(t) & mask;; h = (h + 1) & mask) {
+        if (!w->slot[h])
+            return -1;
+        if (w->slot[h] == t)
+            return w->slot_i[h];
+    }
+}
+
+static bool grow(walk *w)
+{
+    int64_t cap = w->cap ? 2 * w->cap : 64, slots = 2 * cap;
+    tg_tensor **node = realloc(w->node, sizeof *node * (size_t)cap);
+    if (!node)
+        return false;
+    w->node = node;
+    w->cap = cap;
+    free(w->slot);
+    free(w->slot_i);
+    w->slot = calloc((size_t)slots, sizeof *w->slot);
+    w->slot_i = malloc(sizeof *w->slot_i * (size_t)slots);
+    if (!w->slot || !w->slot_i)
+        return false;
+    w->n_slots = slots;
+    for (int64_t i = 0; i < w->n; i++) { /* rehash */
+        uint64_t h = hash_ptr(w->node[i]) & (uint64_t)(slots - 1);
+        while (w->slot[h])
+            h = (h + 1) & (uint64_t)(slots - 1);
+        w->slot[h] = w->node[i];
+        w->slot_i[h] = i;
+    }
+    return true;
+}
+
+static bool add_node(walk *w, tg_tensor *t)
+{
+    if (w->n == w->cap && !grow(w))
+        return false;
+    uint64_t h = hash_ptr(t) & (uint64_t)(w->n_slots - 1);
+    while (w->slot[h])
+        h = (h + 1) & (uint64_t)(w->n_slots - 1);
+    w->slot[h] = t;
+    w->slot_i[h] = w->n;
+    w->node[w->n++] = t;
+    return true;
+}
+
+/* Post-order depth-first walk from @p root (an explicit stack: graphs may be deep). */
+static bool visit(walk *w, tg_tensor *root)
+{
+    if (find(w, root) >= 0)
+        return true;
+    int64_t cap = 64, n = 0;
+    struct frame { tg_tensor *t; int k; } *st = malloc(sizeof *st * (size_t)cap);
+    if (!st)
+        return false;
+    st[n++] = (struct frame){root, 0};
+    bool ok = true;
+    while (ok && n > 0) {
+        struct frame *f = &st[n - 1];
+        if (f->k < f->t->n_src) {
+            tg_tensor *s = f->t->src[f->k++];
+            if (!s || find(w, s) >= 0)
+                continue; /* (no cycles: a node's sources exist before it) */
+            if (n == cap) {
+                void *p = realloc(st, sizeof *st * (size_t)(cap *= 2));
+                ok = p != NULL;
+                if (p)
+                    st = p;
+            }
+            if (ok)
+                st[n++] = (struct frame){s, 0};
+        } else {
+            ok = find(w, f->t) >= 0 || add_node(w, f->t);
+            n--;
+        }
+    }
+    free(st);
+    return ok;
+}
+
+static void walk_free(walk *w)
+{
+    free(w->node);
+    free(w->slot);
+    free(w->slot_i);
+}
+
+static bool is_float(const tg_tensor *t) { return t->dtype == TG_F32 || t->dtype == TG_F64; }
+
+/* The arguments' rules (tg_grad's Errors). */
+static bool args_ok(tg_ctx *ctx, int n_out, tg_tensor *const *outputs,
+                    tg_tensor *const *seeds, int n_wrt, tg_tensor *const *wrt, tg_tensor **grads)
+{
+    if (n_out < 1 || n_wrt < 1 || !outputs || !wrt || !grads) {
+        tg__err(ctx, TG_ERR_ARG, FN, "needs at least one output and one input to "
+                "differentiate by, and an array for the gradients");
+        return false;
+    }
+    for (int i = 0; i < n_out + n_wrt; i++) {
+        const tg_tensor *t = i < n_out ? outputs[i] : wrt[i - n_out];
+        const char *what = i < n_out ? "output" : "wrt";
+        int k = i < n_out ? i : i - n_out;
+        if (!t || t->ctx != ctx || !is_float(t)) {
+            tg__err(ctx, !t || t->ctx != ctx ? TG_ERR_ARG : TG_ERR_DTYPE, FN, "%s %d %s", what,
+                    k, !t ? "is NULL" : t->ctx != ctx ? "belongs to another context"
+                                                      : "is not f32 or f64 (no gradient)");
+            return false;
+        }
+        const tg_tensor *s = i < n_out && seeds ? seeds[i] : NULL;
+        if (i < n_out && !seeds && t->numel != 1) {
+            tg__err(ctx, TG_ERR_SHAPE, FN, "output %d ('%s') has %lld elements: give its "
+                    "upstream gradient (seeds) or reduce it to a scalar", k, t->name,
+                    (long long)t->numel);
+            return false;
+        }
+        if (i < n_out && seeds && (!s || s->ctx != ctx || s->dtype != t->dtype ||
+                                   s->rank != t->rank ||
+                                   memcmp(s->shape, t->shape, sizeof s->shape) != 0)) {
+            tg__err(ctx, TG_ERR_SHAPE, FN, "seed %d must be a tensor of output %d's shape and "
+                    "dtype ('%s')", k, k, t->name);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* @p *acc += @p g (a new add node; the first contribution is taken as is). */
+static bool accumulate(tg_ctx *ctx, tg_tensor **acc, tg_tensor *g)
+{
+    *acc = *acc ? tg_add(ctx, *acc, g) : g;
+    return *acc != NULL;
+}
+
+/* Node @p i's rule: its gradient g[i] pushed to the sources that lead to an input. */
+static bool pull(tg_ctx *ctx, const walk *w, const bool *reach, tg_tensor **g, int64_t i)
+{
+    tg_tensor *y = w->node[i];
+    tg__vjp_fn rule = tg__vjp_rule(y);
+    if (!rule) {
+        tg__err(ctx, TG_ERR_NOGRAD, FN, "op '%s' (node '%s') has no reverse rule written as "
+                "ops yet (docs/autodiff.md lists the ops that have one)",
+                y->def ? y->def->name : "?", y->name);
+        return false;
+    }
+    bool need[TG_MAX_SRC] = {false};
+    tg_tensor *gx[TG_MAX_SRC] = {NULL};
+    for (int k = 0; k < y->n_src; k++)
+        need[k] = y->src[k] && is_float(y->src[k]) && reach[find(w, y->src[k])];
+    if (!rule(ctx, y, g[i], need, gx))
+        return false;
+    for (int k = 0; k < y->n_src; k++)
+        if (need[k] && gx[k] && !accumulate(ctx, &g[find(w, y->src[k])], gx[k]))
+            return false;
+    return true;
+}
+
+/* A zero constant like @p t (an input the outputs do not depend on). */
+static tg_tensor *zeros_like(tg_ctx *ctx, const tg_tensor *t)
+{
+    tg_tensor *z = tg_const(ctx, t->dtype, t->rank, t->shape, "zero_grad");
+    if (z)
+        tg_fill(z, 0.0);
+    return z;
+}
+
+/* The walk, reachability and pulls of tg_grad (after the argument checks). */
+static bool build(tg_ctx *ctx, walk *w, int n_out, tg_tensor *const *outputs,
+                  tg_tensor *const *seeds, int n_wrt, tg_tensor *const *wrt, tg_tensor **grads)
+{
+    for (int i = -1; i < n_out; i++)
+        if (i < 0 ? !grow(w) : !visit(w, outputs[i])) {
+            tg__err(ctx, TG_ERR_NOMEM, FN, "out of memory");
+            return false;
+        }
+    bool *reach = calloc((size_t)w->n + 1, sizeof *reach);
+    tg_tensor **g = calloc((size_t)w->n + 1, sizeof *g);
+    bool ok = reach && g;
+    if (!ok)
+        tg__err(ctx, TG_ERR_NOMEM, FN, "out of memory");
+    for (int j = 0; ok && j < n_wrt; j++) { /* the inputs, then whatever uses them */
+        int64_t k = find(w, wrt[j]);
+        if (k >= 0)
+            reach[k] = true;
+    }
+    for (int64_t i = 0; ok && i < w->n; i++)
+        for (int k = 0; !reach[i] && k < w->node[i]->n_src; k++)
+            reach[i] = w->node[i]->src[k] && reach[find(w, w->node[i]->src[k])];
+    for (int i = 0; ok && i < n_out; i++) {
+        tg_tensor *seed = seeds ? seeds[i] : tg_const(ctx, outputs[i]->dtype, outputs[i]->rank,
+                                                      outputs[i]->shape, "seed");
+        if (seed && !seeds)
+            tg_fill(seed, 1.0);
+        ok = seed && accumulate(ctx, &g[find(w, outputs[i])], seed);
+    }
+    for (int64_t i = w->n - 1; ok && i >= 0; i--)
+        if (g[i] && reach[i] && w->node[i]->op != TG__OP_LEAF)
+            ok = pull(ctx, w, reach, g, i);
+    for (int j = 0; ok && j < n_wrt; j++) {
+        int64_t k = find(w, wrt[j]);
+        grads[j] = k >= 0 && g[k] ? g[k] : zeros_like(ctx, wrt[j]);
+        ok = grads[j] != NULL;
+    }
+    free(reach);
+    free(g);
+    return ok;
+}
+
+tg_status tg_grad(tg_ctx *ctx, int n_out, tg_tensor *const *outputs, tg_tensor *const *seeds,
+                  int n_wrt, tg_tensor *const *wrt, tg_tensor **grads)
+{
+    if (!ctx)
+        return TG_ERR_ARG;
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return tg_ctx_status(ctx);
+    for (int j = 0; grads && j < n_wrt; j++)
+        grads[j] = NULL;
+    if (!args_ok(ctx, n_out, outputs, seeds, n_wrt, wrt, grads))
+        return tg_ctx_status(ctx);
+    walk w = {0};
+    bool ok = build(ctx, &w, n_out, outputs, seeds, n_wrt, wrt, grads);
+    walk_free(&w);
+    if (!ok) {
+        for (int j = 0; j < n_wrt; j++)
+            grads[j] = NULL;
+        return tg_ctx_status(ctx) != TG_OK ? tg_ctx_status(ctx) : TG_ERR_STATE;
+    }
+    return TG_OK;
+}

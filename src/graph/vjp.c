@@ -1,0 +1,364 @@
+/*
+ * vjp.c - layer 3: reverse rules as ops (vjp.h): for each op with one, the gradients of its
+ * sources built from ordinary op builders, so their own backward kernels (and rules)
+ * differentiate them again. The formulas are the backward kernels' (include/tgrad.h documents
+ * each op's gradient); fused ops are written unfused (softmax, log-softmax, layer norm). The
+ * ops without a rule yet are listed in docs/autodiff.md; tg_grad refuses them by name.
+ */
+#include "vjp.h"
+#include "registry.h"
+
+#include <math.h>
+#include <string.h>
+
+/* A constant of @p like's dtype and the given shape filled with @p v (rank 0: a scalar). */
+static tg_tensor *filled(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, double v,
+                         const char *name)
+{
+    tg_tensor *c = tg_const(ctx, dt, rank, shape, name);
+    if (c)
+        tg_fill(c, v);
+    return c;
+}
+
+static tg_tensor *scalar(tg_ctx *ctx, tg_dtype dt, double v)
+{
+    return filled(ctx, dt, 0, NULL, v, v == 1 ? "one" : "constant");
+}
+
+tg_tensor *tg__sum_to(tg_ctx *ctx, tg_tensor *g, const tg_tensor *like)
+{
+    if (!g)
+        return NULL;
+    if (like->rank == 0)
+        return g->rank == 0 ? g : tg_sum_all(ctx, g);
+    while (g && g->rank > like->rank) /* leading axes like lacks */
+        g = tg_sum(ctx, g, 0, false);
+    for (int i = 0; g && i < like->rank; i++)
+        if (like->shape[i] == 1 && g->shape[i] != 1)
+            g = tg_sum(ctx, g, i, true);
+    return g;
+}
+
+/* ---- linear and elementwise ops ------------------------------------------------------------ */
+
+static bool vjp_scale(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                      tg_tensor **gx)
+{
+    (void)need;
+    return (gx[0] = tg_scale(ctx, gy, y->p.scale.s)) != NULL;
+}
+
+static bool vjp_add_sub(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                        tg_tensor **gx)
+{
+    if (need[0] && !(gx[0] = tg__sum_to(ctx, gy, y->src[0])))
+        return false;
+    if (need[1])
+        gx[1] = tg__sum_to(ctx, y->op == TG_OP_SUB ? tg_neg(ctx, gy) : gy, y->src[1]);
+    return !need[1] || gx[1];
+}
+
+static bool vjp_mul(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
+{
+    tg_tensor *a = y->src[0], *b = y->src[1];
+    if (need[0] && !(gx[0] = tg__sum_to(ctx, tg_mul(ctx, gy, b), a)))
+        return false;
+    return !need[1] || (gx[1] = tg__sum_to(ctx, tg_mul(ctx, gy, a), b));
+}
+
+/* y = a / b: da = gy / b, db = -gy y / b. */
+static bool vjp_div(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
+{
+    tg_tensor *a = y->src[0], *b = y->src[1];
+    if (need[0] && !(gx[0] = tg__sum_to(ctx, tg_div(ctx, gy, b), a)))
+        return false;
+    return !need[1] ||
+           (gx[1] = tg__sum_to(ctx, tg_neg(ctx, tg_div(ctx, tg_mul(ctx, gy, y), b)), b));
+}
+
+static bool vjp_neg(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
+{
+    (void)y;
+    (void)need;
+    return (gx[0] = tg_neg(ctx, gy)) != NULL;
+}
+
+static bool vjp_identity(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                         tg_tensor **gx)
+{
+    (void)ctx;
+    (void)y;
+    (void)need;
+    gx[0] = gy;
+    return true;
+}
+
+/* exp: gy y; log: gy / x; sqrt: gy / (2 y). */
+static bool vjp_exp_log_sqrt(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                             tg_tensor **gx)
+{
+    (void)need;
+    if (y->op == TG_OP_EXP)
+        gx[0] = tg_mul(ctx, gy, y);
+    else if (y->op == TG_OP_LOG)
+        gx[0] = tg_div(ctx, gy, y->src[0]);
+    else
+        gx[0] = tg_div(ctx, gy, tg_scale(ctx, y, 2.0));
+    return gx[0] != NULL;
+}
+
+/* tanh: gy (1 - y^2); sigmoid: gy y (1 - y). */
+static bool vjp_tanh_sigmoid(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                             tg_tensor **gx)
+{
+    (void)need;
+    tg_tensor *one = scalar(ctx, y->dtype, 1.0);
+    tg_tensor *d = y->op == TG_OP_TANH ? tg_sub(ctx, one, tg_mul(ctx, y, y))
+                                       : tg_mul(ctx, y, tg_sub(ctx, one, y));
+    return (gx[0] = tg_mul(ctx, gy, d)) != NULL;
+}
+
+/* silu(x) = x s, s = sigmoid(x): d = s (1 + x (1 - s)). */
+static bool vjp_silu(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
+{
+    (void)need;
+    tg_tensor *x = y->src[0], *s = tg_sigmoid(ctx, x), *one = scalar(ctx, y->dtype, 1.0);
+    tg_tensor *d = tg_mul(ctx, s, tg_add(ctx, one, tg_mul(ctx, x, tg_sub(ctx, one, s))));
+    return (gx[0] = tg_mul(ctx, gy, d)) != NULL;
+}
+
+/* gelu_tanh(x) = x/2 (1 + t), t = tanh(u), u = c (x + k x^3):
+ * d = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3 k x^2). */
+static bool vjp_gelu_tanh(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                          tg_tensor **gx)
+{
+    (void)need;
+    const double c = 0.79788456080286535588, k = 0.044715; /* sqrt(2/pi): ops/unary.c */
+    tg_tensor *x = y->src[0], *one = scalar(ctx, y->dtype, 1.0);
+    tg_tensor *x2 = tg_mul(ctx, x, x);
+    tg_tensor *u = tg_scale(ctx, tg_add(ctx, x, tg_scale(ctx, tg_mul(ctx, x2, x), k)), c);
+    tg_tensor *t = tg_tanh(ctx, u);
+    tg_tensor *du = tg_scale(ctx, tg_add(ctx, one, tg_scale(ctx, x2, 3 * k)), c);
+    tg_tensor *d = tg_add(ctx, tg_scale(ctx, tg_add(ctx, one, t), 0.5),
+                          tg_mul(ctx, tg_scale(ctx, x, 0.5),
+                                 tg_mul(ctx, tg_sub(ctx, one, tg_mul(ctx, t, t)), du)));
+    return (gx[0] = tg_mul(ctx, gy, d)) != NULL;
+}
+
+/* ---- reductions and losses ----------------------------------------------------------------- */
+
+/* sum / mean: gy broadcast back over the reduced axis (or all), mean divided by its count. */
+static bool vjp_sum_mean(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                         tg_tensor **gx)
+{
+    (void)need;
+    tg_tensor *x = y->src[0];
+    int64_t n = x->numel;
+    tg_tensor *g = gy;
+    if (!y->p.reduce.all) {
+        int ax = y->p.reduce.axis;
+        n = x->shape[ax];
+        if (y->rank < x->rank) { /* keepdim false: the axis back as size 1 */
+            int64_t sh[TG_MAX_RANK];
+            memcpy(sh, x->shape, sizeof sh);
+            sh[ax] = 1;
+            g = tg_reshape(ctx, gy, x->rank, sh);
+        }
+    }
+    if (y->op == TG_OP_MEAN)
+        g = tg_scale(ctx, g, 1.0 / (double)n);
+    tg_tensor *ones = filled(ctx, x->dtype, x->rank, x->shape, 1.0, "ones");
+    return (gx[0] = tg_mul(ctx, ones, g)) != NULL;
+}
+
+/* mse: d input = 2 (input - target) gy / N (mean; sum and none: N = 1), d target = -that. */
+static bool vjp_mse(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
+{
+    tg_tensor *a = y->src[0], *b = y->src[1];
+    double k = y->p.mse.reduction == TG_REDUCTION_MEAN ? 2.0 / (double)a->numel : 2.0;
+    tg_tensor *d = tg_scale(ctx, tg_mul(ctx, tg_sub(ctx, a, b), gy), k);
+    if (need[0])
+        gx[0] = d;
+    if (need[1])
+        gx[1] = tg_neg(ctx, d);
+    return d && (!need[1] || gx[1]);
+}
+
+/* softmax over the last axis: gy y - y sum(gy y). */
+static bool vjp_softmax(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                        tg_tensor **gx)
+{
+    (void)need;
+    tg_tensor *gyy = tg_mul(ctx, gy, y);
+    return (gx[0] = tg_sub(ctx, gyy, tg_mul(ctx, y, tg_sum(ctx, gyy, -1, true)))) != NULL;
+}
+
+/* log_softmax over the last axis: gy - exp(y) sum(gy). */
+static bool vjp_log_softmax(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                            tg_tensor **gx)
+{
+    (void)need;
+    tg_tensor *s = tg_sum(ctx, gy, -1, true);
+    return (gx[0] = tg_sub(ctx, gy, tg_mul(ctx, tg_exp(ctx, y), s))) != NULL;
+}
+
+/* layer norm over the last axis, recomputed unfused: xh = (x - mu) r, r = (var + eps)^-1/2;
+ * dxh = gy gamma; dx = r (dxh - mean(dxh) - xh mean(dxh xh)); dgamma = sum(gy xh);
+ * dbeta = sum(gy). */
+static bool vjp_layer_norm(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                           tg_tensor **gx)
+{
+    tg_tensor *x = y->src[0], *gamma = y->src[1], *beta = y->src[2];
+    tg_tensor *xc = tg_sub(ctx, x, tg_mean(ctx, x, -1, true));
+    tg_tensor *var = tg_mean(ctx, tg_mul(ctx, xc, xc), -1, true);
+    tg_tensor *r = tg_div(ctx, scalar(ctx, y->dtype, 1.0),
+                          tg_sqrt(ctx, tg_add(ctx, var, scalar(ctx, y->dtype,
+                                                               y->p.layer_norm.eps))));
+    tg_tensor *xh = tg_mul(ctx, xc, r);
+    if (need[0]) {
+        tg_tensor *dxh = gamma ? tg_mul(ctx, gy, gamma) : gy;
+        tg_tensor *m1 = tg_mean(ctx, dxh, -1, true);
+        tg_tensor *m2 = tg_mean(ctx, tg_mul(ctx, dxh, xh), -1, true);
+        gx[0] = tg_mul(ctx, r, tg_sub(ctx, tg_sub(ctx, dxh, m1), tg_mul(ctx, xh, m2)));
+        if (!gx[0])
+            return false;
+    }
+    if (gamma && need[1] && !(gx[1] = tg__sum_to(ctx, tg_mul(ctx, gy, xh), gamma)))
+        return false;
+    return !(beta && need[2]) || (gx[2] = tg__sum_to(ctx, gy, beta));
+}
+
+/* ---- products and layout ------------------------------------------------------------------- */
+
+/* y = op(A) op(B) (op: transpose when ta / tb), batch dims broadcast:
+ * dA = gy op(B)^T (or its transpose), dB = op(A)^T gy (or its transpose), summed over the
+ * broadcast batch dims. */
+static bool vjp_matmul(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                       tg_tensor **gx)
+{
+    tg_tensor *a = y->src[0], *b = y->src[1];
+    bool ta = y->p.matmul.ta, tb = y->p.matmul.tb;
+    if (need[0]) {
+        tg_tensor *d = !ta ? tg_matmul(ctx, gy, b, false, !tb) : tg_matmul(ctx, b, gy, tb, true);
+        if (!(gx[0] = tg__sum_to(ctx, d, a)))
+            return false;
+    }
+    if (need[1]) {
+        tg_tensor *d = !tb ? tg_matmul(ctx, a, gy, !ta, false) : tg_matmul(ctx, gy, a, true, ta);
+        if (!(gx[1] = tg__sum_to(ctx, d, b)))
+            return false;
+    }
+    return true;
+}
+
+/* dense: y = x W^T + b over the last axis: dx = gy W, dW = gy^T x (rows of every leading
+ * index), db = sum of gy over the rows. */
+static bool vjp_dense(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                      tg_tensor **gx)
+{
+    tg_tensor *x = y->src[0], *w = y->src[1], *b = y->src[2];
+    int64_t in = x->shape[x->rank - 1], out = w->shape[0];
+    tg_tensor *g2 = tg_reshape(ctx, gy, 2, (const int64_t[]){-1, out}); /* (rows, out) */
+    if (need[0] && !(gx[0] = tg_reshape(ctx, tg_matmul(ctx, g2, w, false, false), x->rank,
+                                        x->shape)))
+        return false;
+    if (need[1]) {
+        tg_tensor *x2 = tg_reshape(ctx, x, 2, (const int64_t[]){-1, in});
+        if (!(gx[1] = tg_matmul(ctx, g2, x2, true, false)))
+            return false;
+    }
+    return !(b && need[2]) || (gx[2] = tg_sum(ctx, g2, 0, false));
+}
+
+/* permute / transpose: gy permuted back (the inverse permutation). */
+static bool vjp_permute(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                        tg_tensor **gx)
+{
+    (void)need;
+    int inv[TG_MAX_RANK];
+    for (int i = 0; i < y->rank; i++)
+        inv[y->p.permute.perm[i]] = i;
+    return (gx[0] = tg_permute(ctx, gy, inv)) != NULL;
+}
+
+static bool vjp_reshape(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                        tg_tensor **gx)
+{
+    (void)need;
+    const tg_tensor *x = y->src[0];
+    return (gx[0] = tg_reshape(ctx, gy, x->rank, x->shape)) != NULL;
+}
+
+/* narrow: gy placed at its start along the axis, zeros before and after (a concat). */
+static bool vjp_narrow(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                       tg_tensor **gx)
+{
+    (void)need;
+    const tg_tensor *x = y->src[0];
+    int ax = y->p.narrow.axis;
+    int64_t start = y->p.narrow.start, len = y->shape[ax], after = x->shape[ax] - start - len;
+    tg_tensor *parts[3];
+    int n = 0;
+    int64_t sh[TG_MAX_RANK];
+    memcpy(sh, x->shape, sizeof sh);
+    if (start > 0) {
+        sh[ax] = start;
+        parts[n++] = filled(ctx, y->dtype, x->rank, sh, 0.0, "zeros");
+    }
+    parts[n++] = gy;
+    if (after > 0) {
+        sh[ax] = after;
+        parts[n++] = filled(ctx, y->dtype, x->rank, sh, 0.0, "zeros");
+    }
+    return (gx[0] = n == 1 ? gy : tg_concat(ctx, parts, n, ax)) != NULL;
+}
+
+/* concat: source k's slice of gy along the axis. */
+static bool vjp_concat(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                       tg_tensor **gx)
+{
+    int ax = y->p.concat.axis;
+    int64_t at = 0;
+    for (int k = 0; k < y->n_src; k++) {
+        int64_t len = y->src[k]->shape[ax];
+        if (need[k] && !(gx[k] = tg_narrow(ctx, gy, ax, at, len)))
+            return false;
+        at += len;
+    }
+    return true;
+}
+
+tg__vjp_fn tg__vjp_rule(const tg_tensor *y)
+{
+    switch (y->op) {
+    case TG_OP_SCALE: return vjp_scale;
+    case TG_OP_ADD:
+    case TG_OP_SUB: return vjp_add_sub;
+    case TG_OP_MUL: return vjp_mul;
+    case TG_OP_DIV: return vjp_div;
+    case TG_OP_NEG: return vjp_neg;
+    case TG_OP_CONTIGUOUS: return vjp_identity;
+    case TG_OP_EXP:
+    case TG_OP_LOG:
+    case TG_OP_SQRT: return vjp_exp_log_sqrt;
+    case TG_OP_TANH:
+    case TG_OP_SIGMOID: return vjp_tanh_sigmoid;
+    case TG_OP_SILU: return vjp_silu;
+    case TG_OP_GELU_TANH: return vjp_gelu_tanh;
+    case TG_OP_SUM:
+    case TG_OP_MEAN: return vjp_sum_mean;
+    case TG_OP_MSE_LOSS: return vjp_mse;
+    case TG_OP_SOFTMAX: return vjp_softmax;
+    case TG_OP_LOG_SOFTMAX: return vjp_log_softmax;
+    case TG_OP_LAYER_NORM: return vjp_layer_norm;
+    case TG_OP_MATMUL: return vjp_matmul;
+    case TG_OP_DENSE: return vjp_dense;
+    case TG_OP_PERMUTE:
+    case TG_OP_TRANSPOSE: return vjp_permute;
+    case TG_OP_RESHAPE: return vjp_reshape;
+    case TG_OP_NARROW: return vjp_narrow;
+    case TG_OP_CONCAT: return vjp_concat;
+    default: return NULL;
+    }
+}

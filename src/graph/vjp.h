@@ -1,0 +1,24 @@
+/*
+ * vjp.h - internal to layer 3 (graph), read by src/graph/grad.c: each op's reverse rule
+ * written as ops, so a gradient is an ordinary part of a graph (tg_grad, include/tgrad.h) that
+ * can be run, inspected and differentiated again. docs/autodiff.md lists the ops that have one.
+ */
+#ifndef TG_VJP_H
+#define TG_VJP_H
+
+#include "core.h"
+
+/* The reverse rule of op node @p y as new nodes: given @p gy (y's shape and dtype), set gx[k]
+ * for every source k with need[k] to d<gy, y>/d src[k] (src[k]'s shape and y's dtype); gx[k]
+ * stays NULL where that gradient is zero. Returns false with a build error on the context. */
+typedef bool (*tg__vjp_fn)(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                           tg_tensor **gx);
+
+/* The rule of @p y's op, or NULL when it has none yet. */
+tg__vjp_fn tg__vjp_rule(const tg_tensor *y);
+
+/* @p g (a broadcast result's shape) summed down to @p like's shape (the leading axes @p like
+ * lacks and the axes where it has 1), as tg_add's backward reduces: NULL on a build error. */
+tg_tensor *tg__sum_to(tg_ctx *ctx, tg_tensor *g, const tg_tensor *like);
+
+#endif

@@ -1,0 +1,356 @@
+/*
+ * test_grad.c - gradients as graph nodes (tg_grad): for every case of the gradient-check table
+ * whose ops have reverse rules written as ops, in f64,
+ *   - first order: the nodes tg_grad appends, run as outputs of a graph, equal the gradients
+ *     tg_graph_backward gives the same loss (to 1e-12 relative);
+ *   - second order (gradgradcheck): S = <grad L, v> for a fixed random v is differentiated by
+ *     tg_gradcheck against central differences, and reverse-over-reverse (tg_grad of S) equals
+ *     tg_graph_backward of S (Hessian-vector products both ways, to 1e-12);
+ * a case whose op has no such rule yet is refused with ::TG_ERR_NOGRAD naming the op, and the
+ * ops expected to have one are listed here, so a rule that goes missing fails. Also: a gradient
+ * used in a loss (a gradient penalty), inputs the outputs do not depend on, intermediate wrt,
+ * seeds, argument errors, thread invariance.
+ */
+#include "testutil.h"
+#include "opcases.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_WRT = 64 };
+
+/* The ops whose reverse rule is written as ops (ops/vjp.c); docs/autodiff.md's table. */
+static const char *const with_rule[] = {
+    "matmul",  "transpose",  "permute",  "reshape",     "narrow",   "contiguous", "scale",
+    "add",     "sub",        "mul",      "div",         "neg",      "exp",        "log",
+    "sqrt",    "tanh",       "sigmoid",  "silu",        "gelu_tanh", "sum",       "mean",
+    "softmax", "log_softmax", "layer_norm", "dense",    "concat",   "mse_loss",
+};
+
+static bool has_rule(const char *op)
+{
+    for (size_t i = 0; i < sizeof with_rule / sizeof *with_rule; i++)
+        if (!strcmp(with_rule[i], op))
+            return true;
+    return false;
+}
+
+/* The differentiable leaves y depends on (inputs with requires_grad and parameters), in the
+ * order of a graph over y. */
+static int leaves_of(tg_ctx *ctx, tg_tensor *y, tg_tensor **wrt)
+{
+    tg_graph *g = tg_graph_new(ctx, &y, 1);
+    ck_assert_ptr_nonnull(g);
+    int n = 0;
+    for (int64_t i = 0; i < tg_graph_size(g); i++) {
+        tg_tensor *t = tg_graph_node(g, i);
+        tg_kind k = tg_tensor_kind(t);
+        if ((k == TG_KIND_INPUT || k == TG_KIND_PARAM) && tg_tensor_requires_grad(t)) {
+            ck_assert_int_lt(n, MAX_WRT);
+            wrt[n++] = t;
+        }
+    }
+    tg_graph_free(g);
+    return n;
+}
+
+/* A constant like @p t with values uniform in [lo, hi) from the context RNG. */
+static tg_tensor *random_like(tg_ctx *ctx, const tg_tensor *t, double lo, double hi)
+{
+    int64_t shape[TG_MAX_RANK];
+    int rank = tg_tensor_rank(t);
+    for (int d = 0; d < rank; d++)
+        shape[d] = tg_tensor_dim(t, d);
+    tg_tensor *c = tg_const(ctx, tg_tensor_dtype(t), rank, shape, "r");
+    ck_assert_ptr_nonnull(c);
+    tg_fill_uniform(c, lo, hi);
+    return c;
+}
+
+/* max |a - b| / max(|b|, 1) over n values. */
+static double rel_diff(const double *a, const double *b, int64_t n)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs(a[i] - b[i]) / fmax(fabs(b[i]), 1.0);
+        if (!(d <= m)) /* NaN counts as a difference */
+            m = isnan(d) ? INFINITY : d;
+    }
+    return m;
+}
+
+/* The values of @p t (f64) into a new array. */
+static double *values(const tg_tensor *t)
+{
+    int64_t n = tg_tensor_numel(t);
+    double *v = malloc(sizeof *v * (size_t)(n ? n : 1));
+    ck_assert_ptr_nonnull(v);
+    ck_assert_int_eq(tg_tensor_get_data(t, v, TG_F64, (size_t)n), TG_OK);
+    return v;
+}
+
+/* Zero the gradient buffers of @p n leaves (those a graph's backward does not reach keep
+ * what an earlier backward left). */
+static void zero_leaf_grads(tg_tensor *const *t, int n)
+{
+    for (int j = 0; j < n; j++) {
+        double *g = tg_tensor_grad(t[j]);
+        if (g)
+            memset(g, 0, sizeof *g * (size_t)tg_tensor_numel(t[j]));
+    }
+}
+
+/* A leaf's gradient after a backward (f64; none: zeros) into a new array. */
+static double *leaf_grad(tg_tensor *t)
+{
+    int64_t n = tg_tensor_numel(t);
+    double *v = calloc((size_t)(n ? n : 1), sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    const double *g = tg_tensor_grad(t);
+    if (g)
+        memcpy(v, g, sizeof *v * (size_t)n);
+    return v;
+}
+
+/* Case @p c: first order against tg_graph_backward, then the second-order checks. Returns
+ * false when the case's ops lack a rule (checked: TG_ERR_NOGRAD naming one of them). */
+static char missing[1024]; /* the ops named by refusals, for the summary */
+
+static bool check_case(const tg_opcase *c, int threads)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_set_threads(ctx, threads);
+    tg_ctx_seed(ctx, 7);
+    tg_tensor *y = c->build(ctx, TG_F64);
+    ck_assert_msg(y != NULL, "%s/%s: %s", c->op, c->name, tg_ctx_message(ctx));
+    tg_tensor *wrt[MAX_WRT], *grads[MAX_WRT];
+    int n = leaves_of(ctx, y, wrt);
+    ck_assert_int_gt(n, 0);
+    tg_tensor *L = tg_sum_all(ctx, tg_mul(ctx, y, random_like(ctx, y, 0.5, 1.5)));
+    tg_status s = tg_grad(ctx, 1, &L, NULL, n, wrt, grads);
+    if (s == TG_ERR_NOGRAD) { /* the op named is one without a rule */
+        const char *m = tg_ctx_message(ctx), *q = strstr(m, "op '");
+        ck_assert_msg(q && strstr(m, "has no reverse rule"), "%s/%s: %s", c->op, c->name, m);
+        char op[64];
+        ck_assert_int_eq(sscanf(q, "op '%63[^']'", op), 1);
+        ck_assert_msg(!has_rule(op), "%s/%s: %s", c->op, c->name, m);
+        char key[68];
+        snprintf(key, sizeof key, " %s,", op);
+        if (!strstr(missing, key) && strlen(missing) + strlen(key) < sizeof missing)
+            strcat(missing, key);
+        tu_ctx_free(ctx);
+        return false;
+    }
+    ck_assert_msg(s == TG_OK, "%s/%s: %s", c->op, c->name, tg_ctx_message(ctx));
+    /* first order: the gradient nodes against the backward kernels */
+    tg_tensor *outs[1 + MAX_WRT] = {L};
+    memcpy(outs + 1, grads, sizeof *grads * (size_t)n);
+    tg_graph *g = tg_graph_new(ctx, outs, 1 + n);
+    ck_assert_msg(g != NULL, "%s/%s: %s", c->op, c->name, tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    zero_leaf_grads(wrt, n);
+    ck_assert_int_eq(tg_graph_backward(g, L, NULL), TG_OK);
+    for (int j = 0; j < n; j++) {
+        double *a = values(grads[j]), *b = leaf_grad(wrt[j]);
+        double d = rel_diff(a, b, tg_tensor_numel(wrt[j]));
+        ck_assert_msg(d <= 1e-12, "%s/%s: d/d%s differs from backward by %g", c->op, c->name,
+                      tg_tensor_name(wrt[j]), d);
+        free(a);
+        free(b);
+    }
+    tg_graph_free(g);
+    /* second order: S = sum_j <grads[j], v_j> */
+    tg_tensor *S = NULL;
+    for (int j = 0; j < n; j++) {
+        tg_tensor *t = tg_sum_all(ctx, tg_mul(ctx, grads[j], random_like(ctx, grads[j], -1, 1)));
+        S = S ? tg_add(ctx, S, t) : t;
+    }
+    tg_gradcheck_opts o = tg_gradcheck_defaults(TG_F64);
+    tg_gradcheck_report r;
+    s = tg_gradcheck(ctx, S, &o, &r);
+    ck_assert_msg(s == TG_OK || (s == TG_ERR_NOGRAD && !tg_tensor_requires_grad(S)),
+                  "%s/%s second order: %s", c->op, c->name, r.message);
+    if (s == TG_OK) { /* reverse over reverse against the backward of S */
+        tg_tensor *hv[MAX_WRT];
+        ck_assert_msg(tg_grad(ctx, 1, &S, NULL, n, wrt, hv) == TG_OK, "%s/%s: %s", c->op,
+                      c->name, tg_ctx_message(ctx));
+        tg_tensor *o2[1 + MAX_WRT] = {S};
+        memcpy(o2 + 1, hv, sizeof *hv * (size_t)n);
+        tg_graph *g2 = tg_graph_new(ctx, o2, 1 + n);
+        ck_assert_ptr_nonnull(g2);
+        ck_assert_int_eq(tg_graph_forward(g2), TG_OK);
+        zero_leaf_grads(wrt, n);
+        ck_assert_int_eq(tg_graph_backward(g2, S, NULL), TG_OK);
+        for (int j = 0; j < n; j++) {
+            double *a = values(hv[j]), *b = leaf_grad(wrt[j]);
+            double d = rel_diff(a, b, tg_tensor_numel(wrt[j]));
+            ck_assert_msg(d <= 1e-12, "%s/%s: Hv for %s differs by %g", c->op, c->name,
+                          tg_tensor_name(wrt[j]), d);
+            free(a);
+            free(b);
+        }
+        tg_graph_free(g2);
+    }
+    tu_ctx_free(ctx);
+    return true;
+}
+
+/* Every case of the table: those with rules pass both orders; every op listed has a case that
+ * passes. */
+START_TEST(test_every_case)
+{
+    int passed = 0;
+    bool seen[sizeof with_rule / sizeof *with_rule] = {false};
+    for (int i = 0; i < tg_n_opcases; i++) {
+        if (!check_case(&tg_opcases[i], 1))
+            continue;
+        passed++;
+        for (size_t k = 0; k < sizeof with_rule / sizeof *with_rule; k++)
+            seen[k] |= !strcmp(with_rule[k], tg_opcases[i].op);
+    }
+    for (size_t k = 0; k < sizeof with_rule / sizeof *with_rule; k++)
+        ck_assert_msg(seen[k], "op %s: no case passed", with_rule[k]);
+    fprintf(stderr, "tg_grad: %d of %d cases pass first and second order; refused (no rule "
+            "as ops yet):%s\n", passed, tg_n_opcases, missing);
+}
+END_TEST
+
+/* The gradient nodes' values are the same bits on 1 and 2 threads. */
+START_TEST(test_threads)
+{
+    double *v[2] = {NULL, NULL};
+    int64_t n = 0;
+    for (int t = 1; t <= 2; t++) {
+        tg_ctx *ctx = tu_ctx_new();
+        tg_ctx_set_threads(ctx, t);
+        tg_ctx_seed(ctx, 3);
+        int64_t sa[2] = {48, 64}, sb[2] = {64, 40};
+        tg_tensor *a = tg_input(ctx, TG_F32, 2, sa, "a"), *b = tg_param(ctx, TG_F32, 2, sb, "b");
+        tg_set_requires_grad(a, true);
+        tg_fill_uniform(a, -1, 1);
+        tg_fill_uniform(b, -1, 1);
+        tg_tensor *y = tg_log_softmax(ctx, tg_tanh(ctx, tg_matmul(ctx, a, b, false, false)));
+        tg_tensor *L = tg_mean_all(ctx, tg_mul(ctx, y, y));
+        tg_tensor *wrt[2] = {a, b}, *g[2];
+        ck_assert_int_eq(tg_grad(ctx, 1, &L, NULL, 2, wrt, g), TG_OK);
+        tg_graph *gr = tg_graph_new(ctx, g, 2);
+        ck_assert_int_eq(tg_graph_forward(gr), TG_OK);
+        n = tg_tensor_numel(a) + tg_tensor_numel(b);
+        v[t - 1] = malloc(sizeof(float) * (size_t)n);
+        tg_tensor_get_data(g[0], v[t - 1], TG_F32, (size_t)tg_tensor_numel(a));
+        tg_tensor_get_data(g[1], (float *)v[t - 1] + tg_tensor_numel(a), TG_F32,
+                           (size_t)tg_tensor_numel(b));
+        tu_ctx_free(ctx);
+    }
+    ck_assert_mem_eq(v[0], v[1], sizeof(float) * (size_t)n);
+    free(v[0]);
+    free(v[1]);
+}
+END_TEST
+
+/* A gradient in a loss (L + lambda |dL/dx|^2, a gradient penalty), trained on by the ordinary
+ * backward: its parameter gradient matches central differences (tg_gradcheck). */
+START_TEST(test_gradient_penalty)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_seed(ctx, 11);
+    int64_t sx[2] = {4, 6}, sw[2] = {6, 5};
+    tg_tensor *x = tg_input(ctx, TG_F64, 2, sx, "x"), *w = tg_param(ctx, TG_F64, 2, sw, "w");
+    tg_set_requires_grad(x, true);
+    tg_fill_uniform(x, -1, 1);
+    tg_fill_uniform(w, -1, 1);
+    tg_tensor *L = tg_mean_all(ctx, tg_sigmoid(ctx, tg_matmul(ctx, x, w, false, false)));
+    tg_tensor *gx;
+    ck_assert_int_eq(tg_grad(ctx, 1, &L, NULL, 1, &x, &gx), TG_OK);
+    tg_tensor *P = tg_add(ctx, L, tg_scale(ctx, tg_sum_all(ctx, tg_mul(ctx, gx, gx)), 10.0));
+    tg_gradcheck_report r;
+    ck_assert_msg(tg_gradcheck(ctx, P, NULL, &r) == TG_OK, "%s", r.message);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* Inputs the outputs do not use get zeros; an intermediate result can be a wrt; seeds weight
+ * the outputs (two outputs summed). */
+START_TEST(test_wrt_and_seeds)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_seed(ctx, 5);
+    int64_t s3[1] = {3};
+    tg_tensor *a = tg_input(ctx, TG_F64, 1, s3, "a"), *b = tg_input(ctx, TG_F64, 1, s3, "b");
+    tg_set_requires_grad(a, true);
+    tg_set_requires_grad(b, true);
+    double av[3] = {0.5, -1.0, 2.0};
+    tg_tensor_set_data(a, av, TG_F64, 3);
+    tg_fill(b, 1.0);
+    tg_tensor *h = tg_exp(ctx, a);        /* intermediate */
+    tg_tensor *y1 = tg_mul(ctx, h, h);    /* e^{2a} */
+    tg_tensor *y2 = tg_scale(ctx, h, 3);  /* 3 e^a */
+    tg_tensor *s1 = tg_const(ctx, TG_F64, 1, s3, "s1"), *s2 = tg_const(ctx, TG_F64, 1, s3, "s2");
+    tg_fill(s1, 2.0);
+    tg_fill(s2, -1.0);
+    tg_tensor *outs[2] = {y1, y2}, *seeds[2] = {s1, s2}, *wrt[3] = {a, h, b}, *g[3];
+    ck_assert_int_eq(tg_grad(ctx, 2, outs, seeds, 3, wrt, g), TG_OK);
+    tg_graph *gr = tg_graph_new(ctx, g, 3);
+    ck_assert_int_eq(tg_graph_forward(gr), TG_OK);
+    for (int i = 0; i < 3; i++) {
+        double e = exp(av[i]);
+        ck_assert_double_eq_tol(tg_get(g[0], i), 2 * 2 * e * e - 3 * e, 1e-12);
+        ck_assert_double_eq_tol(tg_get(g[1], i), 2 * 2 * e - 3, 1e-12);
+        ck_assert_double_eq(tg_get(g[2], i), 0.0);
+    }
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* Argument errors: build errors naming the argument, grads all NULL. */
+START_TEST(test_errors)
+{
+    int64_t s2[1] = {2};
+    struct {
+        int which;
+        tg_status want;
+        const char *msg;
+    } cases[] = {{0, TG_ERR_ARG, "at least one output"},
+                 {1, TG_ERR_SHAPE, "has 2 elements"},
+                 {2, TG_ERR_SHAPE, "seed 0 must be"},
+                 {3, TG_ERR_DTYPE, "not f32 or f64"},
+                 {4, TG_ERR_ARG, "another context"}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        tg_ctx *ctx = tu_ctx_new(), *other = tu_ctx_new();
+        tg_tensor *x = tg_input(ctx, TG_F64, 1, s2, "x");
+        tg_set_requires_grad(x, true);
+        tg_tensor *v = tg_exp(ctx, x), *y = tg_sum_all(ctx, v), *g = (tg_tensor *)1;
+        tg_tensor *seed = tg_const(ctx, TG_F32, 1, s2, "s");
+        tg_tensor *ids = tg_input(ctx, TG_I32, 1, s2, "ids");
+        tg_tensor *ox = tg_input(other, TG_F64, 1, s2, "ox");
+        tg_status s = cases[k].which == 0   ? tg_grad(ctx, 0, &y, NULL, 1, &x, &g)
+                      : cases[k].which == 1 ? tg_grad(ctx, 1, &v, NULL, 1, &x, &g)
+                      : cases[k].which == 2 ? tg_grad(ctx, 1, &v, &seed, 1, &x, &g)
+                      : cases[k].which == 3 ? tg_grad(ctx, 1, &y, NULL, 1, &ids, &g)
+                                            : tg_grad(ctx, 1, &y, NULL, 1, &ox, &g);
+        ck_assert_int_eq(s, cases[k].want);
+        ck_assert_msg(strstr(tg_ctx_message(ctx), cases[k].msg), "%s", tg_ctx_message(ctx));
+        ck_assert_ptr_null(g);
+        tu_ctx_free(ctx);
+        tu_ctx_free(other);
+    }
+}
+END_TEST
+
+static Suite *grad_suite(void)
+{
+    Suite *s = suite_create("grad");
+    TCase *tc = tcase_create("grad");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_every_case);
+    tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_gradient_penalty);
+    tcase_add_test(tc, test_wrt_and_seeds);
+    tcase_add_test(tc, test_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(grad_suite()); }
