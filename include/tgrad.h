@@ -1318,6 +1318,28 @@ typedef struct tg_gradcheck_report {
  */
 TG_API tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
                               tg_gradcheck_report *report);
+
+/**
+ * The second-order check (PyTorch `torch.autograd.gradgradcheck`): the gradients of y built as
+ * graph nodes are themselves checked against central differences.
+ * Math: with r of y's shape (uniform in [0.5, 1.5), an input that takes a gradient) and the
+ * differentiable leaves x_j of y, g_j = d<r, y>/dx_j (tg_grad()) and, with fixed v_j uniform
+ * in [-1, 1), S = sum_j <g_j, v_j>; tg_gradcheck() of S checks dS/dx_j = H_j v (the
+ * Hessian-vector products of <r, y>, through the reverse rules' own backward) and
+ * dS/dr = J v (the Jacobian applied to v) against differences of S. r and v come from
+ * @p opts->seed (a private stream: the context RNG is not advanced).
+ * Dtypes: f32 or f64 (f64 with the defaults is the meaningful check: eps 1e-6, atol 1e-5,
+ * rtol 1e-3). @p opts NULL means tg_gradcheck_defaults() for y's dtype.
+ * Returns ::TG_OK if passed, ::TG_ERR_GRADCHECK if not (see @p report), ::TG_ERR_NOGRAD when an
+ * op on the way has no reverse rule written as ops (a custom op, or one docs/autodiff.md lists
+ * as first-order only; the message and report->message name the op and its node) or nothing
+ * is differentiable, ::TG_ERR_ARG (NULL, y of another context), ::TG_ERR_DTYPE, or
+ * tg_gradcheck()'s errors. Run-time errors: they do not stick. The nodes built here stay in
+ * the context (context memory), like tg_gradcheck()'s graph.
+ * Source: PyTorch `torch/autograd/gradcheck.py` (gradgradcheck); src/graph/gradgradcheck.c.
+ */
+TG_API tg_status tg_gradgradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
+                                  tg_gradcheck_report *report);
 /**@}*/
 
 /* ------------------------------------------------------------------------------------------ */

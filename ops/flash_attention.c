@@ -444,3 +444,10 @@ tg_tensor *tg_flash_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor
         m->kv_same = m->idx[1][o] == m->idx[2][o];
     return y;
 }
+
+void tg__flash_attn_describe(const tg_tensor *y, tg__flash_attn_desc *d)
+{
+    const fa_meta *m = y->aux;
+    *d = (tg__flash_attn_desc){.scale = m->scale, .causal = m->causal, .kind = m->kind,
+                               .src_mask = m->src_mask[0], .src_block = m->src_mask[1]};
+}

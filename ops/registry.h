@@ -222,4 +222,15 @@ void tg__reduce_to(tg__govs *govs, int nt, tg_dtype dt, const void *dy, int rank
  * govs: the call record's governor table. */
 void tg__plus_zero(tg__govs *govs, int nt, tg_dtype dt, int64_t n, void *p);
 
+/* What a flash_attention node computes (its builder's arguments, for rules that rebuild it
+ * unfused, src/graph/vjp.c): the scale, the causal flag, the first mask's kind and the source
+ * indices of the mask and the block mask (-1: none). */
+typedef struct tg__flash_attn_desc {
+    double scale;
+    bool causal;
+    tg_mask_kind kind;
+    int src_mask, src_block;
+} tg__flash_attn_desc;
+void tg__flash_attn_describe(const tg_tensor *y, tg__flash_attn_desc *d);
+
 #endif

@@ -146,6 +146,26 @@ static int parse_table(const char *out, row *rows, int cap)
     return n;
 }
 
+/* --order 2: second derivatives through the gradients built as nodes; an op with a rule passes,
+ * a custom op is refused naming it, and a refusal makes the exit status 1. */
+START_TEST(test_gradcheck_order2)
+{
+    cmd_result r = run_tgrad("gradcheck --order 2 --op matmul --op mha --op layer_norm");
+    ck_assert_msg(r.exited && r.code == 0, "exited %d:\n%s\n%s", r.code, r.out, r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, " 0 failed, 0 refused"));
+    ck_assert_ptr_null(strstr(r.out, "REFUSED"));
+    result_free(&r);
+    r = run_tgrad("gradcheck --order 2 --op custom");
+    ck_assert_msg(r.exited && r.code == 1, "exited %d:\n%s\n%s", r.code, r.out, r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, "REFUSED"));
+    ck_assert_ptr_nonnull(strstr(r.out, "op 'softplus'"));
+    result_free(&r);
+    r = run_tgrad("gradcheck --order 3");
+    ck_assert_msg(r.exited && r.code == 2, "exited %d", r.code);
+    result_free(&r);
+}
+END_TEST
+
 START_TEST(test_gradcheck_all)
 {
     cmd_result r = run_tgrad("gradcheck");
@@ -739,6 +759,7 @@ static Suite *cli_suite(void)
     tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_gradcheck_all);
+    tcase_add_test(tc, test_gradcheck_order2);
     tcase_add_test(tc, test_gradcheck_one_op);
     tcase_add_test(tc, test_gradcheck_f32);
     tcase_add_test(tc, test_gradcheck_threads);

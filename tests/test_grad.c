@@ -26,7 +26,8 @@ static const char *const with_rule[] = {
     "matmul",  "transpose",  "permute",  "reshape",     "narrow",   "contiguous", "scale",
     "add",     "sub",        "mul",      "div",         "neg",      "exp",        "log",
     "sqrt",    "tanh",       "sigmoid",  "silu",        "gelu_tanh", "sum",       "mean",
-    "softmax", "log_softmax", "layer_norm", "dense",    "concat",   "mse_loss",
+    "softmax", "log_softmax", "layer_norm", "dense",    "concat",   "mse_loss",   "add_mask",
+    "relu",    "dense_act",  "flash_attention",
 };
 
 static bool has_rule(const char *op)
@@ -339,6 +340,38 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* tg_gradgradcheck: ops and modules with rules pass in f64; a custom op is refused naming it,
+ * as a run-time error (the context builds on). */
+START_TEST(test_gradgradcheck)
+{
+    static const char *const ok_ops[] = {"mha", "sdpa", "layer_norm", "softmax", "relu"};
+    for (int i = 0; i < tg_n_opcases; i++) {
+        const tg_opcase *c = &tg_opcases[i];
+        bool want = false, custom = !strcmp(c->op, "custom");
+        for (size_t k = 0; k < sizeof ok_ops / sizeof *ok_ops; k++)
+            want |= !strcmp(ok_ops[k], c->op);
+        if (!want && !custom)
+            continue;
+        tg_ctx *ctx = tu_ctx_new();
+        tg_ctx_seed(ctx, 9);
+        tg_tensor *y = c->build(ctx, TG_F64);
+        ck_assert_ptr_nonnull(y);
+        tg_gradcheck_report r;
+        tg_status s = tg_gradgradcheck(ctx, y, NULL, &r);
+        if (custom) {
+            ck_assert_int_eq(s, TG_ERR_NOGRAD);
+            ck_assert_ptr_nonnull(strstr(r.message, "has no reverse rule"));
+            ck_assert_ptr_nonnull(strstr(tg_ctx_message(ctx), "op '"));
+            ck_assert_ptr_nonnull(tg_exp(ctx, y)); /* not a sticky build error */
+        } else {
+            ck_assert_msg(s == TG_OK, "%s/%s: %s", c->op, c->name, r.message);
+        }
+        tu_ctx_free(ctx);
+    }
+    ck_assert_int_eq(tg_gradgradcheck(NULL, NULL, NULL, NULL), TG_ERR_ARG);
+}
+END_TEST
+
 static Suite *grad_suite(void)
 {
     Suite *s = suite_create("grad");
@@ -349,6 +382,7 @@ static Suite *grad_suite(void)
     tcase_add_test(tc, test_gradient_penalty);
     tcase_add_test(tc, test_wrt_and_seeds);
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_gradgradcheck);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -200,26 +200,30 @@ static tg_tensor *zeros_like(tg_ctx *ctx, const tg_tensor *t)
     return z;
 }
 
-/* The walk, reachability and pulls of tg_grad (after the argument checks). */
-static bool build(tg_ctx *ctx, walk *w, int n_out, tg_tensor *const *outputs,
-                  tg_tensor *const *seeds, int n_wrt, tg_tensor *const *wrt, tg_tensor **grads)
+/* The walk, reachability and pulls: g_out[j] = d<seeds, outputs>/d wrt[j] as nodes (NULL when
+ * the outputs do not depend on it). With @p stop the walk ends at the wrt nodes (each is taken
+ * as an independent variable: partial derivatives, for the rule of a fused node), so wrt must
+ * be distinct. */
+static bool grad_core(tg_ctx *ctx, walk *w, int n_out, tg_tensor *const *outputs,
+                      tg_tensor *const *seeds, int n_wrt, tg_tensor *const *wrt,
+                      tg_tensor **g_out, bool stop)
 {
-    for (int i = -1; i < n_out; i++)
-        if (i < 0 ? !grow(w) : !visit(w, outputs[i])) {
-            tg__err(ctx, TG_ERR_NOMEM, FN, "out of memory");
-            return false;
-        }
-    bool *reach = calloc((size_t)w->n + 1, sizeof *reach);
-    tg_tensor **g = calloc((size_t)w->n + 1, sizeof *g);
-    bool ok = reach && g;
-    if (!ok)
+    int64_t n_stop = 0;
+    bool ok = grow(w);
+    for (int j = 0; ok && stop && j < n_wrt; j++)
+        ok = find(w, wrt[j]) >= 0 || (add_node(w, wrt[j]) && ++n_stop);
+    for (int i = 0; ok && i < n_out; i++)
+        ok = visit(w, outputs[i]);
+    bool *reach = ok ? calloc((size_t)w->n + 1, sizeof *reach) : NULL;
+    tg_tensor **g = ok ? calloc((size_t)w->n + 1, sizeof *g) : NULL;
+    if (!(ok = reach && g))
         tg__err(ctx, TG_ERR_NOMEM, FN, "out of memory");
     for (int j = 0; ok && j < n_wrt; j++) { /* the inputs, then whatever uses them */
         int64_t k = find(w, wrt[j]);
         if (k >= 0)
             reach[k] = true;
     }
-    for (int64_t i = 0; ok && i < w->n; i++)
+    for (int64_t i = n_stop; ok && i < w->n; i++)
         for (int k = 0; !reach[i] && k < w->node[i]->n_src; k++)
             reach[i] = w->node[i]->src[k] && reach[find(w, w->node[i]->src[k])];
     for (int i = 0; ok && i < n_out; i++) {
@@ -229,16 +233,38 @@ static bool build(tg_ctx *ctx, walk *w, int n_out, tg_tensor *const *outputs,
             tg_fill(seed, 1.0);
         ok = seed && accumulate(ctx, &g[find(w, outputs[i])], seed);
     }
-    for (int64_t i = w->n - 1; ok && i >= 0; i--)
+    for (int64_t i = w->n - 1; ok && i >= n_stop; i--)
         if (g[i] && reach[i] && w->node[i]->op != TG__OP_LEAF)
             ok = pull(ctx, w, reach, g, i);
     for (int j = 0; ok && j < n_wrt; j++) {
         int64_t k = find(w, wrt[j]);
-        grads[j] = k >= 0 && g[k] ? g[k] : zeros_like(ctx, wrt[j]);
-        ok = grads[j] != NULL;
+        g_out[j] = k >= 0 ? g[k] : NULL;
     }
     free(reach);
     free(g);
+    return ok;
+}
+
+bool tg__grad_partial(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, int n, tg_tensor *const *src,
+                      const bool *need, tg_tensor **gx)
+{
+    tg_tensor *wrt[TG_MAX_SRC] = {NULL}, *g[TG_MAX_SRC] = {NULL};
+    int slot[TG_MAX_SRC], m = 0;
+    for (int k = 0; k < n; k++) {
+        gx[k] = NULL;
+        bool again = false; /* a source given twice: its total on the first slot */
+        for (int j = 0; j < m; j++)
+            again |= wrt[j] == src[k];
+        if (need[k] && src[k] && !again) {
+            wrt[m] = src[k];
+            slot[m++] = k;
+        }
+    }
+    walk w = {0};
+    bool ok = grad_core(ctx, &w, 1, &y, &gy, m, wrt, g, true);
+    walk_free(&w);
+    for (int j = 0; ok && j < m; j++)
+        gx[slot[j]] = g[j];
     return ok;
 }
 
@@ -255,8 +281,10 @@ tg_status tg_grad(tg_ctx *ctx, int n_out, tg_tensor *const *outputs, tg_tensor *
     if (!args_ok(ctx, n_out, outputs, seeds, n_wrt, wrt, grads))
         return tg_ctx_status(ctx);
     walk w = {0};
-    bool ok = build(ctx, &w, n_out, outputs, seeds, n_wrt, wrt, grads);
+    bool ok = grad_core(ctx, &w, n_out, outputs, seeds, n_wrt, wrt, grads, false);
     walk_free(&w);
+    for (int j = 0; ok && j < n_wrt; j++) /* an input the outputs do not use: zeros */
+        ok = grads[j] || (grads[j] = zeros_like(ctx, wrt[j])) != NULL;
     if (!ok) {
         for (int j = 0; j < n_wrt; j++)
             grads[j] = NULL;

@@ -329,6 +329,77 @@ static bool vjp_concat(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *nee
     return true;
 }
 
+/* ---- masks, rectifiers and fused ops, through existing ops ---------------------------------- */
+
+/* 1 where @p mask (broadcast to @p like's shape) is 0, else 0: exp of a blocked zero score
+ * (exp(0) = 1, exp(-inf) = 0, both exact). Constant in everything (no gradient flows). */
+static tg_tensor *keep_where_zero(tg_ctx *ctx, tg_tensor *mask, const tg_tensor *like)
+{
+    tg_tensor *z = filled(ctx, like->dtype, like->rank, like->shape, 0.0, "zeros");
+    return tg_exp(ctx, tg_add_mask(ctx, z, mask, TG_MASK_BLOCK));
+}
+
+/* add_mask: additive: ds = gy, dm = gy summed onto the mask's shape; block: ds = gy where the
+ * mask keeps (0 where it blocks), the mask has no gradient. */
+static bool vjp_add_mask(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                         tg_tensor **gx)
+{
+    tg_tensor *m = y->src[1];
+    if (y->p.mask.kind == TG_MASK_BLOCK)
+        return !need[0] || (gx[0] = tg_mul(ctx, gy, keep_where_zero(ctx, m, y))) != NULL;
+    if (need[0] && !(gx[0] = gy))
+        return false;
+    return !need[1] || (gx[1] = tg__sum_to(ctx, gy, m)) != NULL;
+}
+
+/* relu: gy where y > 0 (the kernel's rule: 0 at x = 0), i.e. 1 - [y == 0]. */
+static bool vjp_relu(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
+{
+    (void)need;
+    tg_tensor *pos = tg_sub(ctx, scalar(ctx, y->dtype, 1.0), keep_where_zero(ctx, y, y));
+    return (gx[0] = tg_mul(ctx, gy, pos)) != NULL;
+}
+
+/* A fused node's rule as its unfused equivalent @p u (built from y's sources) differentiated
+ * with respect to those sources. */
+static bool unfused(tg_ctx *ctx, tg_tensor *y, tg_tensor *u, tg_tensor *gy, const bool *need,
+                    tg_tensor **gx)
+{
+    return u && tg__grad_partial(ctx, u, gy, y->n_src, y->src, need, gx);
+}
+
+/* dense_act: act(dense(x, W, b)). */
+static bool vjp_dense_act(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                          tg_tensor **gx)
+{
+    tg_tensor *z = tg_dense(ctx, y->src[0], y->src[1], y->n_src > 2 ? y->src[2] : NULL);
+    tg_tensor *u = y->p.dense.act == TG_ACT_GELU ? tg_gelu(ctx, z) : tg_relu(ctx, z);
+    return unfused(ctx, y, u, gy, need, gx);
+}
+
+/* flash_attention: softmax(scale q k^T (+ mask) (+ block mask) (+ causal mask)) v. */
+static bool vjp_flash_attention(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                                tg_tensor **gx)
+{
+    tg__flash_attn_desc d;
+    tg__flash_attn_describe(y, &d);
+    tg_tensor *q = y->src[0], *k = y->src[1], *v = y->src[2];
+    tg_tensor *s = tg_scale(ctx, tg_matmul(ctx, q, k, false, true), d.scale);
+    if (d.src_mask >= 0)
+        s = tg_add_mask(ctx, s, y->src[d.src_mask], d.kind);
+    if (d.src_block >= 0)
+        s = tg_add_mask(ctx, s, y->src[d.src_block], TG_MASK_BLOCK);
+    if (d.causal && s) {
+        int64_t tq = q->shape[q->rank - 2], tk = k->shape[k->rank - 2];
+        tg_tensor *c = filled(ctx, y->dtype, 2, (const int64_t[]){tq, tk}, 0.0, "causal_mask");
+        for (int64_t i = 0; c && i < tq; i++)
+            for (int64_t j = i + 1; j < tk; j++)
+                tg_set(c, i * tk + j, 1.0);
+        s = tg_add_mask(ctx, s, c, TG_MASK_BLOCK);
+    }
+    return unfused(ctx, y, tg_matmul(ctx, tg_softmax(ctx, s), v, false, false), gy, need, gx);
+}
+
 tg__vjp_fn tg__vjp_rule(const tg_tensor *y)
 {
     switch (y->op) {
@@ -359,6 +430,10 @@ tg__vjp_fn tg__vjp_rule(const tg_tensor *y)
     case TG_OP_RESHAPE: return vjp_reshape;
     case TG_OP_NARROW: return vjp_narrow;
     case TG_OP_CONCAT: return vjp_concat;
+    case TG_OP_ADD_MASK: return vjp_add_mask;
+    case TG_OP_RELU: return vjp_relu;
+    case TG_OP_DENSE_ACT: return vjp_dense_act;
+    case TG_OP_FLASH_ATTN: return vjp_flash_attention;
     default: return NULL;
     }
 }

@@ -21,4 +21,11 @@ tg__vjp_fn tg__vjp_rule(const tg_tensor *y);
  * lacks and the axes where it has 1), as tg_add's backward reduces: NULL on a build error. */
 tg_tensor *tg__sum_to(tg_ctx *ctx, tg_tensor *g, const tg_tensor *like);
 
+/* The partial derivatives of @p y (a fused node's unfused equivalent, built from the fused
+ * node's @p n sources @p src) with respect to those sources, each taken as an independent
+ * variable (the walk stops at them), seeded @p gy: gx[k] for need[k] (NULL: zero; a source
+ * given twice gets its total on its first slot). src/graph/grad.c. False with a build error. */
+bool tg__grad_partial(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, int n, tg_tensor *const *src,
+                      const bool *need, tg_tensor **gx);
+
 #endif
