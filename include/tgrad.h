@@ -717,6 +717,20 @@ TG_API tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p);
 TG_API tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *ids, tg_tensor *weight);
 
 /**
+ * One-hot rows of class ids as floats (PyTorch `F.one_hot(ids, n_classes).to(dtype)`, with an
+ * ignored id): y[..., c] = 1 if ids[...] == c else 0; a position whose id is @p ignore_index
+ * gives a row of zeros. Shapes: ids (...) ::TG_I32 -> (..., n_classes) in @p dt (f32 or f64).
+ * No gradient (the only source is integer). Ids are checked at each forward run
+ * (tg_graph_forward() returns ::TG_ERR_ARG naming an id outside [0, n_classes) that is not
+ * @p ignore_index). The reverse rules written as ops use it (cross-entropy's target
+ * distribution, embedding's gradient as a product: docs/autodiff.md).
+ * Errors: ::TG_ERR_DTYPE (ids not i32, dt not f32/f64), ::TG_ERR_ARG (n_classes outside
+ * [1, 2^31)), ::TG_ERR_SHAPE (ids of rank ::TG_MAX_RANK). Source: ops/one_hot.c.
+ */
+TG_API tg_tensor *tg_one_hot(tg_ctx *ctx, tg_tensor *ids, int64_t n_classes,
+                             int64_t ignore_index, tg_dtype dt);
+
+/**
  * Cross-entropy of logits against integer targets, mean over tokens (PyTorch
  * `F.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=...)`):
  * loss = mean over rows with target != ignore_index of (logsumexp(x_r) - x_{r, t_r}), computed
@@ -826,6 +840,13 @@ TG_API tg_tensor *tg_sigmoid(tg_ctx *ctx, tg_tensor *x);
  * silu(-inf) is NaN, as in PyTorch. Errors: ::TG_ERR_DTYPE, ::TG_ERR_ARG. Source: ops/unary.c.
  */
 TG_API tg_tensor *tg_silu(tg_ctx *ctx, tg_tensor *x);
+/**
+ * Elementwise error function `y = erf(x) = 2/sqrt(pi) int_0^x e^{-t^2} dt` (PyTorch
+ * `torch.erf`; the C library's erf / erff). Any shape -> same shape. Gradient:
+ * dx = dy 2/sqrt(pi) e^{-x^2} (from the input). The exact GELU's second derivative is written
+ * with it (docs/autodiff.md). Errors: ::TG_ERR_DTYPE, ::TG_ERR_ARG. Source: ops/unary.c.
+ */
+TG_API tg_tensor *tg_erf(tg_ctx *ctx, tg_tensor *x);
 /**
  * GELU with the tanh approximation (Hendrycks & Gimpel 2016, sec. 2; PyTorch
  * `F.gelu(x, approximate='tanh')`, the `gelu` of GPT-2):

@@ -1,6 +1,6 @@
 /*
  * unary.c - elementwise math and activations: neg, exp, log, sqrt, tanh, sigmoid, silu,
- * gelu_tanh.
+ * gelu_tanh, erf.
  *
  * neg:       y = -x                               dx = -dy
  * exp:       y = e^x                              dx = dy y                 (reads y)
@@ -14,6 +14,8 @@
  *            dx = dy (1/2 (1 + t) + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)),
  *            t = tanh(u)                                                    (reads x)
  *            (Hendrycks & Gimpel 2016, sec. 2; PyTorch F.gelu(approximate='tanh'); GPT-2)
+ * erf:       y = erf(x)                           dx = dy 2/sqrt(pi) e^{-x^2} (reads x)
+ *            (PyTorch torch.erf; the C library's erf / erff)
  *
  * The formulas and their evaluation order are PyTorch's CPU kernels' (aten UnaryOps,
  * Activation.cpp), so values agree to an ulp or two. f32 is computed in float, f64 in double.
@@ -51,9 +53,12 @@ tg_tensor *tg_gelu_tanh(tg_ctx *ctx, tg_tensor *x)
     return unary(ctx, TG_OP_GELU_TANH, "tg_gelu_tanh", x);
 }
 
+tg_tensor *tg_erf(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_ERF, "tg_erf", x); }
+
 /* sqrt(2/pi) and the cubic coefficient of the tanh approximation (PyTorch's kBeta, kKappa). */
 #define GELU_BETA 0.79788456080286535588
 #define GELU_KAPPA 0.044715
+#define TWO_OVER_SQRT_PI 1.12837916709551257390 /* erf's derivative at 0 */
 
 /* The kernels, written once in unary_kernel.h, for f32 and for f64: tg__neg_forward_f32 ...
  * tg__gelu_tanh_backward_f64, registered per dtype in ops/ops_dtype.def. */
@@ -63,6 +68,7 @@ tg_tensor *tg_gelu_tanh(tg_ctx *ctx, tg_tensor *x)
 #define LOG logf
 #define SQRT sqrtf
 #define TANH tanhf
+#define ERF erff
 #include "unary_kernel.h"
 #undef T
 #undef SUF
@@ -70,12 +76,14 @@ tg_tensor *tg_gelu_tanh(tg_ctx *ctx, tg_tensor *x)
 #undef LOG
 #undef SQRT
 #undef TANH
+#undef ERF
 #define T double
 #define SUF f64
 #define EXP exp
 #define LOG log
 #define SQRT sqrt
 #define TANH tanh
+#define ERF erf
 #include "unary_kernel.h"
 #undef T
 #undef SUF
@@ -83,3 +91,4 @@ tg_tensor *tg_gelu_tanh(tg_ctx *ctx, tg_tensor *x)
 #undef LOG
 #undef SQRT
 #undef TANH
+#undef ERF

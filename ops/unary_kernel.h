@@ -1,6 +1,6 @@
 /*
  * unary_kernel.h - the kernels of ops/unary.c (neg, exp, log, sqrt, tanh, sigmoid, silu,
- * gelu_tanh) for one float type. A template header: unary.c includes it once per dtype with T
+ * gelu_tanh, erf) for one float type. A template header: unary.c includes it once per dtype with T
  * (float / double), SUF (f32 / f64) and EXP, LOG, SQRT, TANH (expf, logf, sqrtf, tanhf / exp,
  * log, sqrt, tanh) defined; FN(name) is name_f32 or name_f64. Each op's forward and backward
  * loop is unary_op_kernel.h, included here once per op. No include guard. The math: unary.c.
@@ -98,6 +98,14 @@ static inline T FN(gelu_tanh_d)(T v)
 #define UN_BWD_PAR (TG_PAR_MIN / 16)
 #include "unary_op_kernel.h"
 
+/* erf: y = erf(x), dx = dy 2/sqrt(pi) e^{-x^2} (v = x) */
+#define UN_NAME erf
+#define UN_Y ERF(v)
+#define UN_DX (g * ((T)TWO_OVER_SQRT_PI * EXP(-(v * v))))
+#define UN_FWD_PAR (TG_PAR_MIN / 8)
+#define UN_BWD_PAR (TG_PAR_MIN / 8)
+#include "unary_op_kernel.h"
+
 /* The registry's kernels (ops/ops_dtype.def): tg__neg_forward_f32 ... tg__gelu_tanh_backward_f64.
  * READ is what backward reads (declared in ops/ops.def): the source (x), the output (y) or
  * nothing (NULL). */
@@ -125,6 +133,7 @@ UN_ENTRY(tanh, UN_OUT)
 UN_ENTRY(sigmoid, UN_OUT)
 UN_ENTRY(silu, UN_SRC)
 UN_ENTRY(gelu_tanh, UN_SRC)
+UN_ENTRY(erf, UN_SRC)
 #undef UN_ENTRY
 #undef UN_SRC
 #undef UN_OUT

@@ -29,11 +29,11 @@ static bool is_module(const char *name)
     return false;
 }
 
-/* Inference-only ops: no backward rule (a graph differentiating through one is refused with
- * TG_ERR_NOGRAD) and so no gradcheck case; their forward is tested in their own suite
- * (kv_attention: tests/test_kv_cache.c). Add an op here only if it writes state that a
- * gradient cannot flow through. */
-static const char *const inference_only[] = {"kv_attention"};
+/* Ops without a backward rule (a graph differentiating through one is refused with
+ * TG_ERR_NOGRAD) and so without gradcheck cases; their forward is tested in their own suite.
+ * Add an op here only if it writes state that a gradient cannot flow through (kv_attention:
+ * tests/test_kv_cache.c) or has no float source (one_hot: tests/test_grad.c). */
+static const char *const inference_only[] = {"kv_attention", "one_hot"};
 #define N_INFERENCE_ONLY ((int)(sizeof inference_only / sizeof inference_only[0]))
 
 static bool is_inference_only(const char *name)

@@ -85,6 +85,7 @@ mut tanh       ops/unary_kernel.h '/^#define UN_NAME tanh$/,/^#include/s/^#defin
 mut sigmoid    ops/unary_kernel.h '/^#define UN_NAME sigmoid$/,/^#include/s/^#define UN_DX (g \* ((T)1 - v) \* v)$/#define UN_DX (g * v)/' '(1 - y) factor dropped'
 mut silu       ops/unary_kernel.h 's/return s \* ((T)1 + v \* ((T)1 - s));/return s;/'    'x s (1 - s) term dropped'
 mut gelu_tanh  ops/unary_kernel.h 's/return dleft + dright;/return dleft;/'                 'tanh-derivative term dropped'
+mut erf        ops/unary_kernel.h 's/EXP(-(v \* v))/EXP(-v)/'                                'e^{-x^2} as e^{-x}'
 mut log_softmax ops/log_softmax_kernel.h 's/dx\[j\] += g\[j\] - EXP(o\[j\]) \* sum;/dx[j] += g[j];/' 'softmax term dropped'
 mut max        ops/max_kernel.h  's/dx\[(o \* A + K\[oi\]) \* inner + i\] += dy\[oi\];/dx[(o * A) * inner + i] += dy[oi];/' 'gradient to the first element, not the max'
 mut concat     ops/concat_kernel.h 's/dx\[j\] += g\[j\];/dx[j] += (T)1.1 * g[j];/'           'dx scaled by 1.1'

@@ -329,6 +329,30 @@ static bool vjp_concat(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *nee
     return true;
 }
 
+/* erf: gy 2/sqrt(pi) e^{-x^2}. */
+static bool vjp_erf(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
+{
+    (void)need;
+    tg_tensor *x = y->src[0];
+    tg_tensor *d = tg_scale(ctx, tg_exp(ctx, tg_neg(ctx, tg_mul(ctx, x, x))),
+                            1.12837916709551257390); /* 2 / sqrt(pi) */
+    return (gx[0] = tg_mul(ctx, gy, d)) != NULL;
+}
+
+/* gelu (exact): gy (Phi(x) + x phi(x)), Phi(x) = (1 + erf(x / sqrt 2)) / 2,
+ * phi(x) = e^{-x^2 / 2} / sqrt(2 pi). */
+static bool vjp_gelu(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
+{
+    (void)need;
+    tg_tensor *x = y->src[0];
+    tg_tensor *cdf = tg_scale(ctx, tg_add(ctx, scalar(ctx, y->dtype, 1.0),
+                                          tg_erf(ctx, tg_scale(ctx, x, 0.70710678118654752440))),
+                              0.5);
+    tg_tensor *pdf = tg_scale(ctx, tg_exp(ctx, tg_scale(ctx, tg_mul(ctx, x, x), -0.5)),
+                              0.39894228040143267794); /* 1 / sqrt(2 pi) */
+    return (gx[0] = tg_mul(ctx, gy, tg_add(ctx, cdf, tg_mul(ctx, x, pdf)))) != NULL;
+}
+
 /* ---- masks, rectifiers and fused ops, through existing ops ---------------------------------- */
 
 /* 1 where @p mask (broadcast to @p like's shape) is 0, else 0: exp of a blocked zero score
@@ -358,6 +382,43 @@ static bool vjp_relu(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
     (void)need;
     tg_tensor *pos = tg_sub(ctx, scalar(ctx, y->dtype, 1.0), keep_where_zero(ctx, y, y));
     return (gx[0] = tg_mul(ctx, gy, pos)) != NULL;
+}
+
+/* cross_entropy (label smoothing eps, ignore_index): dz = gy (softmax(z) [row kept] - q) / N,
+ * q = (1 - eps) onehot(t) + eps / V on the rows kept (zero rows where t is ignored), N the
+ * rows kept (taken as 1 when none is, as the kernel gives 0 then). */
+static bool vjp_cross_entropy(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                              tg_tensor **gx)
+{
+    if (!need[0])
+        return true;
+    tg_tensor *z = y->src[0];
+    int ax = z->rank - 1;
+    int64_t V = z->shape[ax];
+    double eps = y->p.xent.label_smoothing;
+    tg_tensor *oh = tg_one_hot(ctx, y->src[1], V, y->p.xent.ignore_index, y->dtype);
+    tg_tensor *kept = tg_sum(ctx, oh, ax, true); /* 1 per row kept, 0 per row ignored */
+    tg_tensor *q = eps > 0 ? tg_add(ctx, tg_scale(ctx, oh, 1 - eps),
+                                    tg_scale(ctx, kept, eps / (double)V))
+                           : oh;
+    tg_tensor *n = tg_sum_all(ctx, kept), *one = scalar(ctx, y->dtype, 1.0);
+    tg_tensor *n1 = tg_add(ctx, n, tg_relu(ctx, tg_sub(ctx, one, n))); /* max(n, 1) */
+    tg_tensor *d = tg_sub(ctx, tg_mul(ctx, tg_softmax(ctx, z), kept), q);
+    return (gx[0] = tg_mul(ctx, d, tg_div(ctx, gy, n1))) != NULL;
+}
+
+/* embedding: dW = onehot(ids)^T gy over the positions (the scatter-add as a product). */
+static bool vjp_embedding(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                          tg_tensor **gx)
+{
+    if (!need[1])
+        return true;
+    tg_tensor *w = y->src[1];
+    int64_t V = w->shape[0], D = w->shape[1];
+    tg_tensor *oh = tg_reshape(ctx, tg_one_hot(ctx, y->src[0], V, -1, y->dtype), 2,
+                               (const int64_t[]){-1, V});
+    tg_tensor *g2 = tg_reshape(ctx, gy, 2, (const int64_t[]){-1, D});
+    return (gx[1] = tg_matmul(ctx, oh, g2, true, false)) != NULL;
 }
 
 /* A fused node's rule as its unfused equivalent @p u (built from y's sources) differentiated
@@ -432,6 +493,10 @@ tg__vjp_fn tg__vjp_rule(const tg_tensor *y)
     case TG_OP_CONCAT: return vjp_concat;
     case TG_OP_ADD_MASK: return vjp_add_mask;
     case TG_OP_RELU: return vjp_relu;
+    case TG_OP_ERF: return vjp_erf;
+    case TG_OP_GELU: return vjp_gelu;
+    case TG_OP_XENT: return vjp_cross_entropy;
+    case TG_OP_EMBEDDING: return vjp_embedding;
     case TG_OP_DENSE_ACT: return vjp_dense_act;
     case TG_OP_FLASH_ATTN: return vjp_flash_attention;
     default: return NULL;

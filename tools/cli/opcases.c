@@ -708,6 +708,9 @@ static tg_tensor *silu_3d(tg_ctx *ctx, tg_dtype dt) { return tg_silu(ctx, IN("x"
 static tg_tensor *gelu_tanh_2d(tg_ctx *ctx, tg_dtype dt) { return tg_gelu_tanh(ctx, INR("x", -3, 3, 3, 4)); }
 static tg_tensor *gelu_tanh_one(tg_ctx *ctx, tg_dtype dt) { return tg_gelu_tanh(ctx, IN("x", 1)); }
 static tg_tensor *gelu_tanh_3d(tg_ctx *ctx, tg_dtype dt) { return tg_gelu_tanh(ctx, IN("x", 2, 2, 3)); }
+static tg_tensor *erf_2d(tg_ctx *ctx, tg_dtype dt) { return tg_erf(ctx, INR("x", -3, 3, 3, 4)); }
+static tg_tensor *erf_one(tg_ctx *ctx, tg_dtype dt) { return tg_erf(ctx, IN("x", 1)); }
+static tg_tensor *erf_3d(tg_ctx *ctx, tg_dtype dt) { return tg_erf(ctx, IN("x", 2, 2, 3)); }
 static tg_tensor *lsm_rows(tg_ctx *ctx, tg_dtype dt) { return tg_log_softmax(ctx, INR("x", -2, 2, 2, 5)); }
 static tg_tensor *lsm_one(tg_ctx *ctx, tg_dtype dt) { return tg_log_softmax(ctx, IN("x", 3, 1)); }
 static tg_tensor *lsm_4d(tg_ctx *ctx, tg_dtype dt) { return tg_log_softmax(ctx, IN("x", 1, 2, 3, 7)); }
@@ -1048,6 +1051,9 @@ const tg_opcase tg_opcases[] = {
     {"gelu_tanh", "2d", "x (3, 4) in [-3, 3)", gelu_tanh_2d},
     {"gelu_tanh", "size1", "x (1)", gelu_tanh_one},
     {"gelu_tanh", "3d", "x (2, 2, 3)", gelu_tanh_3d},
+    {"erf", "2d", "x (3, 4) in [-3, 3)", erf_2d},
+    {"erf", "size1", "x (1)", erf_one},
+    {"erf", "3d", "x (2, 2, 3)", erf_3d},
     {"log_softmax", "rows", "x (2, 5) in [-2, 2)", lsm_rows},
     {"log_softmax", "size1", "x (3, 1)", lsm_one},
     {"log_softmax", "4d", "x (1, 2, 3, 7)", lsm_4d},
