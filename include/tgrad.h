@@ -1226,6 +1226,42 @@ TG_API tg_status tg_grad(tg_ctx *ctx, int n_out, tg_tensor *const *outputs,
                          tg_tensor *const *seeds, int n_wrt, tg_tensor *const *wrt,
                          tg_tensor **grads);
 
+/**
+ * Hessian-vector products as graph nodes (`torch.autograd.functional.hvp`, reverse over
+ * reverse): hv[j] = sum_k (d^2 y / dx_j dx_k) v[k] for the scalar @p y and the tensors
+ * wrt[0..n-1], built as the gradient (tg_grad()) of S = sum_k <dy/dx_k, v[k]>.
+ * Shapes and dtypes: y has one element; v[k] and hv[k] have wrt[k]'s shape and dtype.
+ * Ownership: the nodes belong to the context. Cost when run: about two forward+backward passes.
+ * Errors (build errors: they stick; hv[] all NULL): ::TG_ERR_ARG (NULL arrays, n < 1),
+ * ::TG_ERR_SHAPE (y not a scalar, v[k] not of wrt[k]'s shape or dtype), and tg_grad()'s (an
+ * op on the way without a reverse rule as ops: ::TG_ERR_NOGRAD naming it).
+ * Source: Pearlmutter 1994, "Fast exact multiplication by the Hessian"; src/graph/hessian.c.
+ */
+TG_API tg_status tg_hvp(tg_ctx *ctx, tg_tensor *y, int n, tg_tensor *const *wrt,
+                        tg_tensor *const *v, tg_tensor **hv);
+
+/**
+ * The dense Jacobian J[i][j] = d y_i / d x_j of @p y (m elements, flat row-major order) with
+ * respect to @p x (n elements), by rows: one vector-Jacobian product (tg_grad() seeded with
+ * e_i) per output element, each a run of a graph built here. Written to @p out as m x n
+ * doubles, row-major; @p cap is out's capacity in doubles. The context RNG is restored before
+ * each run (stochastic ops see the same draws) and at the end; x's data is unchanged.
+ * For small inputs: its cost is m graph runs. Errors (run-time: they do not stick): ::TG_ERR_ARG
+ * (NULL, a tensor of another context, out smaller than m x n), those of tg_grad() (naming an
+ * op without a reverse rule as ops) and of the runs. Source: src/graph/hessian.c.
+ */
+TG_API tg_status tg_jacobian(tg_ctx *ctx, tg_tensor *y, tg_tensor *x, double *out, size_t cap);
+
+/**
+ * The dense Hessian H[i][j] = d^2 y / dx_i dx_j of the scalar @p y with respect to @p x (n
+ * elements), by rows: one Hessian-vector product (tg_hvp()) with e_i per element, each a run
+ * of a graph built here. Written to @p out as n x n doubles, row-major (@p cap: out's capacity
+ * in doubles). Symmetric up to rounding. The context RNG is restored as in tg_jacobian().
+ * Errors (run-time): ::TG_ERR_ARG (NULL, another context, out too small), ::TG_ERR_SHAPE (y not
+ * a scalar), those of tg_hvp() and of the runs. Source: src/graph/hessian.c.
+ */
+TG_API tg_status tg_hessian(tg_ctx *ctx, tg_tensor *y, tg_tensor *x, double *out, size_t cap);
+
 /** Which run found a NaN or infinity (tg_graph_opts::detect_anomaly). */
 typedef enum tg_anomaly_phase {
     TG_ANOMALY_NONE = 0,     /**< the last run found none (or the tripwire is off) */

@@ -414,6 +414,69 @@ START_TEST(test_one_hot)
 }
 END_TEST
 
+/* tg_hessian: of sum(x^3) + (sum x)^2, exactly 6 x_i [i = j] + 2; of a small network's loss,
+ * symmetric and equal to the Jacobian of its gradient (tg_jacobian of tg_grad's node) to 1e-12;
+ * tg_hvp equals H v. tg_jacobian of a softmax: diag(p) - p p^T. Errors are run-time. */
+START_TEST(test_hessian_jacobian)
+{
+    enum { N = 4 };
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_seed(ctx, 21);
+    tg_tensor *x = tg_input(ctx, TG_F64, TG_DIMS(N), "x");
+    tg_set_requires_grad(x, true);
+    tg_fill_uniform(x, -1, 1);
+    tg_tensor *s1 = tg_sum_all(ctx, x);
+    tg_tensor *y = tg_add(ctx, tg_sum_all(ctx, tg_mul(ctx, tg_mul(ctx, x, x), x)),
+                          tg_mul(ctx, s1, s1));
+    double H[N * N], J[N * N], P[N];
+    ck_assert_int_eq(tg_hessian(ctx, y, x, H, N * N), TG_OK);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++)
+            ck_assert_double_eq_tol(H[i * N + j], (i == j ? 6 * tg_get(x, i) : 0) + 2, 1e-13);
+    /* a network: log_softmax(tanh(x W)) . c */
+    tg_tensor *w = tg_param(ctx, TG_F64, TG_DIMS(N, 3), "w");
+    tg_fill_uniform(w, -1, 1);
+    tg_tensor *z = tg_log_softmax(ctx, tg_tanh(ctx, tg_matmul(ctx, tg_reshape(ctx, x, 2,
+        (const int64_t[]){1, N}), w, false, false)));
+    tg_tensor *c = tg_const(ctx, TG_F64, TG_DIMS(1, 3), "c");
+    tg_fill_uniform(c, 0.5, 1.5);
+    tg_tensor *L = tg_sum_all(ctx, tg_mul(ctx, z, c)), *gx;
+    ck_assert_int_eq(tg_grad(ctx, 1, &L, NULL, 1, &x, &gx), TG_OK);
+    ck_assert_int_eq(tg_hessian(ctx, L, x, H, N * N), TG_OK);
+    ck_assert_int_eq(tg_jacobian(ctx, gx, x, J, N * N), TG_OK);
+    for (int i = 0; i < N * N; i++) {
+        ck_assert_double_eq_tol(H[i], J[i], 1e-12 * fmax(1, fabs(J[i])));
+        ck_assert_double_eq_tol(H[i], H[(i % N) * N + i / N], 1e-12 * fmax(1, fabs(H[i])));
+    }
+    tg_tensor *v = tg_const(ctx, TG_F64, TG_DIMS(N), "v"), *hv;
+    tg_fill_uniform(v, -1, 1);
+    ck_assert_int_eq(tg_hvp(ctx, L, 1, &x, &v, &hv), TG_OK);
+    tg_graph *g = tg_graph_new(ctx, &hv, 1);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    for (int i = 0; i < N; i++) {
+        double want = 0;
+        for (int j = 0; j < N; j++)
+            want += H[i * N + j] * tg_get(v, j);
+        ck_assert_double_eq_tol(tg_get(hv, i), want, 1e-12);
+    }
+    /* the Jacobian of a softmax */
+    tg_tensor *p = tg_softmax(ctx, x);
+    ck_assert_int_eq(tg_jacobian(ctx, p, x, J, N * N), TG_OK);
+    tg_graph *gp = tg_graph_new(ctx, &p, 1);
+    ck_assert_int_eq(tg_graph_forward(gp), TG_OK);
+    tg_tensor_get_data(p, P, TG_F64, N);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++)
+            ck_assert_double_eq_tol(J[i * N + j], (i == j ? P[i] : 0) - P[i] * P[j], 1e-15);
+    /* errors: run-time, the context builds on */
+    ck_assert_int_eq(tg_hessian(ctx, y, x, H, N * N - 1), TG_ERR_ARG);
+    ck_assert_int_eq(tg_hessian(ctx, p, x, H, N * N), TG_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(tg_ctx_message(ctx), "scalar"));
+    ck_assert_ptr_nonnull(tg_exp(ctx, x));
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *grad_suite(void)
 {
     Suite *s = suite_create("grad");
@@ -426,6 +489,7 @@ static Suite *grad_suite(void)
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_gradgradcheck);
     tcase_add_test(tc, test_one_hot);
+    tcase_add_test(tc, test_hessian_jacobian);
     suite_add_tcase(s, tc);
     return s;
 }
