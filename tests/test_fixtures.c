@@ -57,14 +57,14 @@ static double rel_err_data(const tg_tensor *ours, const tg_tensor *ref, bool gra
     return md / (1 + mr);
 }
 
-static void run_case(const char *name, tg_dtype dt)
+/* The case's inputs (those it has; NULL otherwise) and its module's outputs. */
+typedef struct {
+    tg_tensor *x, *q, *k, *v, *memory, *src, *tgt, *y, *w;
+} built;
+
+/* Build fixture @p st's module in @p dt with its parameters loaded, on its inputs. */
+static built build_case(tg_ctx *ctx, const tg_safetensors *st, tg_dtype dt, const char *name)
 {
-    double tol = dt == TG_F64 ? 1e-10 : 1e-4;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s.safetensors", TG_FIXTURES, name);
-    tg_ctx *ctx = tg_ctx_new();
-    tg_safetensors *st = tg_safetensors_read(ctx, path);
-    ck_assert_msg(st != NULL, "%s: %s", path, tg_ctx_message(ctx));
     const char *module = tg_safetensors_meta_get(st, "module");
     ck_assert_ptr_nonnull(module);
     const char *mk = tg_safetensors_meta_get(st, "mask_kind");
@@ -78,6 +78,8 @@ static void run_case(const char *name, tg_dtype dt)
         mk && strcmp(mk, "additive") == 0 ? TG_MASK_ADDITIVE : TG_MASK_BLOCK;
     masks.key_padding_mask = input_from(ctx, st, "key_padding_mask", dt, false);
 
+    built b;
+    memset(&b, 0, sizeof b);
     tg_tensor *x = input_from(ctx, st, "x", dt, true);
     tg_tensor *q = input_from(ctx, st, "q", dt, true);
     tg_tensor *k = input_from(ctx, st, "k", dt, true);
@@ -161,6 +163,35 @@ static void run_case(const char *name, tg_dtype dt)
     /* parameters from the file by state_dict name (the file also holds inputs: not strict) */
     ck_assert_msg(tg_params_load_from(ctx, st, 0, NULL, false) == TG_OK, "%s: %s", name,
                   tg_ctx_message(ctx));
+    b = (built){x, q, k, v, memory, src, tgt, y, w};
+    return b;
+}
+
+/* The fixture's input or parameter named @p target. */
+static tg_tensor *lookup(tg_ctx *ctx, const built *b, const char *target)
+{
+    tg_tensor *t = tg_ctx_find_param(ctx, target);
+    return t                                ? t
+           : strcmp(target, "x") == 0      ? b->x
+           : strcmp(target, "q") == 0      ? b->q
+           : strcmp(target, "k") == 0      ? b->k
+           : strcmp(target, "v") == 0      ? b->v
+           : strcmp(target, "memory") == 0 ? b->memory
+           : strcmp(target, "src") == 0    ? b->src
+           : strcmp(target, "tgt") == 0    ? b->tgt
+                                           : NULL;
+}
+
+static void run_case(const char *name, tg_dtype dt)
+{
+    double tol = dt == TG_F64 ? 1e-10 : 1e-4;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.safetensors", TG_FIXTURES, name);
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, path);
+    ck_assert_msg(st != NULL, "%s: %s", path, tg_ctx_message(ctx));
+    built b = build_case(ctx, st, dt, name);
+    tg_tensor *y = b.y, *w = b.w;
     tg_tensor *outs[2] = {y, w};
     tg_graph *g = tg_graph_new(ctx, outs, w ? 2 : 1);
     ck_assert_ptr_nonnull(g);
@@ -180,12 +211,7 @@ static void run_case(const char *name, tg_dtype dt)
         if (strncmp(key, "grad.", 5) != 0)
             continue;
         const char *target = key + 5;
-        tg_tensor *t = tg_ctx_find_param(ctx, target);
-        if (!t)
-            t = strcmp(target, "x") == 0 ? x : strcmp(target, "q") == 0 ? q
-                : strcmp(target, "k") == 0 ? k : strcmp(target, "v") == 0 ? v
-                : strcmp(target, "memory") == 0 ? memory : strcmp(target, "src") == 0 ? src
-                : strcmp(target, "tgt") == 0 ? tgt : NULL;
+        tg_tensor *t = lookup(ctx, &b, target);
         ck_assert_msg(t != NULL, "%s: no tensor for %s", name, key);
         e = rel_err_data(t, tg_safetensors_tensor(st, i), true);
         ck_assert_msg(e <= tol, "%s %s: %s error %.3g > %.0e", name, tg_dtype_str(dt), key, e,
@@ -201,6 +227,63 @@ static void run_case(const char *name, tg_dtype dt)
     }
     tg_ctx_free(ctx);
 }
+
+/* Second order (tests/fixtures/gen/gen_hvp_fixtures.py): Hessian-vector products of
+ * L = <grad_out, out> along every input's and parameter's v (tg_hvp), and the gradients of the
+ * penalized loss L + lambda |dL/dx|^2 (tg_grad in the loss), f64, within 1e-10. */
+static const char *const hvp_cases[] = {"mha_self",         "mha_combined",  "enc_post_relu",
+                                        "enc_pre_gelu_eps", "dec_post_relu", "transformer_2_2"};
+
+static void run_hvp_case(const char *name)
+{
+    enum { MAXW = 256 };
+    char path[1024];
+    snprintf(path, sizeof path, "%s/hvp_%s.safetensors", TG_FIXTURES, name);
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, path);
+    ck_assert_msg(st != NULL, "%s: %s", path, tg_ctx_message(ctx));
+    built b = build_case(ctx, st, TG_F64, name);
+    tg_tensor *r = input_from(ctx, st, "grad_out", TG_F64, false);
+    tg_tensor *L = tg_sum_all(ctx, tg_mul(ctx, b.y, r));
+    tg_tensor *wrt[MAXW], *dir[MAXW], *hv[MAXW], *gx;
+    const char *names[MAXW];
+    int n = 0;
+    for (int64_t i = 0; i < tg_safetensors_count(st); i++) {
+        const char *key = tg_safetensors_name(st, i);
+        if (strncmp(key, "v.", 2) != 0)
+            continue;
+        ck_assert_int_lt(n, MAXW);
+        names[n] = key + 2;
+        wrt[n] = lookup(ctx, &b, key + 2);
+        ck_assert_msg(wrt[n] != NULL, "%s: no tensor for %s", name, key);
+        dir[n++] = input_from(ctx, st, key, TG_F64, false);
+    }
+    ck_assert_int_eq(tg_hvp(ctx, L, n, wrt, dir, hv), TG_OK);
+    tg_tensor *px = lookup(ctx, &b, tg_safetensors_meta_get(st, "penalty_input"));
+    ck_assert_int_eq(tg_grad(ctx, 1, &L, NULL, 1, &px, &gx), TG_OK);
+    double lam = atof(tg_safetensors_meta_get(st, "penalty_lambda"));
+    tg_tensor *P = tg_add(ctx, L, tg_scale(ctx, tg_sum_all(ctx, tg_mul(ctx, gx, gx)), lam));
+    tg_tensor *outs[1 + MAXW] = {P};
+    memcpy(outs + 1, hv, sizeof *hv * (size_t)n);
+    tg_graph *g = tg_graph_new(ctx, outs, 1 + n);
+    ck_assert_msg(g != NULL, "%s: %s", name, tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    tg_graph_zero_grad(g);
+    ck_assert_int_eq(tg_graph_backward(g, P, NULL), TG_OK);
+    for (int j = 0; j < n; j++) {
+        char key[TG_NAME_MAX + 8];
+        snprintf(key, sizeof key, "hvp.%s", names[j]);
+        double e = rel_err_data(hv[j], tg_safetensors_find(st, key), false);
+        ck_assert_msg(e <= 1e-10, "%s: %s error %.3g", name, key, e);
+        snprintf(key, sizeof key, "gp.%s", names[j]);
+        e = rel_err_data(wrt[j], tg_safetensors_find(st, key), true);
+        ck_assert_msg(e <= 1e-10, "%s: %s error %.3g", name, key, e);
+    }
+    tg_ctx_free(ctx);
+}
+
+START_TEST(test_hvp_case) { run_hvp_case(hvp_cases[_i]); }
+END_TEST
 
 START_TEST(test_case_f64) { run_case(cases[_i], TG_F64); }
 END_TEST
@@ -293,6 +376,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_case_f64, 0, N_CASES);
     tcase_add_loop_test(tc, test_case_f32, 0, N_CASES);
+    tcase_add_loop_test(tc, test_hvp_case, 0, (int)(sizeof hvp_cases / sizeof *hvp_cases));
     tcase_add_test(tc, test_state_dict_names);
     tcase_add_test(tc, test_load_errors);
     tcase_add_test(tc, test_save_load_roundtrip);
