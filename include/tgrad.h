@@ -1241,6 +1241,30 @@ TG_API tg_status tg_hvp(tg_ctx *ctx, tg_tensor *y, int n, tg_tensor *const *wrt,
                         tg_tensor *const *v, tg_tensor **hv);
 
 /**
+ * Forward mode as graph nodes (`torch.autograd.forward_ad`, `jax.jvp`): append to the graph
+ * being built the nodes of the Jacobian-vector products
+ * out_tangents[i] = sum_j (d outputs[i] / d inputs[j]) tangents[j],
+ * each op's tangent built from its sources' tangents by its forward rule written as ops (linear
+ * ops apply themselves to the tangents, multilinear ops sum their terms, elementwise functions
+ * multiply by their derivative). An input's tangent is the one given (an intermediate input is
+ * taken as an independent variable); an input given twice adds its tangents; an output that
+ * depends on no input gets a zero constant.
+ * Shapes and dtypes: tangents[j] has inputs[j]'s shape and dtype (f32 or f64); out_tangents[i]
+ * has outputs[i]'s. Ownership: the nodes belong to the context. The tangent nodes can be run,
+ * drawn and differentiated (tg_grad() of them: forward over reverse and back).
+ * Errors (build errors: they stick; out_tangents[] all NULL): ::TG_ERR_ARG (NULL arrays,
+ * counts < 1, a tensor of another context), ::TG_ERR_DTYPE (an input or output not f32/f64),
+ * ::TG_ERR_SHAPE (a tangent not of its input's shape and dtype), ::TG_ERR_NOGRAD (an op on the
+ * way without a forward rule yet, named with its node; docs/autodiff.md lists the ops that
+ * have one), ::TG_ERR_NOMEM, and any builder's.
+ * Source: forward accumulation (Griewank & Walther, "Evaluating Derivatives", 2nd ed., ch. 3);
+ * src/graph/jvp.c.
+ */
+TG_API tg_status tg_jvp(tg_ctx *ctx, int n_in, tg_tensor *const *inputs,
+                        tg_tensor *const *tangents, int n_out, tg_tensor *const *outputs,
+                        tg_tensor **out_tangents);
+
+/**
  * The dense Jacobian J[i][j] = d y_i / d x_j of @p y (m elements, flat row-major order) with
  * respect to @p x (n elements), by rows: one vector-Jacobian product (tg_grad() seeded with
  * e_i) per output element, each a run of a graph built here. Written to @p out as m x n

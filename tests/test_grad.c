@@ -477,6 +477,131 @@ START_TEST(test_hessian_jacobian)
 }
 END_TEST
 
+/* The ops with a forward-mode rule written as ops (src/graph/jvp.c); docs/autodiff.md. */
+static const char *const with_jvp[] = {
+    "scale", "neg",  "add",  "sub",       "mul",  "div",     "exp",         "log",
+    "sqrt",  "tanh", "sigmoid", "silu",   "gelu_tanh", "relu", "erf",       "gelu",
+    "sum",   "mean", "softmax", "log_softmax", "matmul", "dense", "embedding", "permute",
+    "transpose", "reshape", "contiguous", "narrow", "concat", "add_mask", "layer_norm",
+    "cross_entropy", "mse_loss", "dense_act", "flash_attention",
+};
+
+static bool has_jvp(const char *op)
+{
+    for (size_t i = 0; i < sizeof with_jvp / sizeof *with_jvp; i++)
+        if (!strcmp(with_jvp[i], op))
+            return true;
+    return false;
+}
+
+/* <a, b> over two tensors' values (f64). */
+static double dot_values(const tg_tensor *a, const tg_tensor *b)
+{
+    double *x = values(a), *y = values(b), d = 0;
+    for (int64_t i = 0; i < tg_tensor_numel(a); i++)
+        d += x[i] * y[i];
+    free(x);
+    free(y);
+    return d;
+}
+
+/* Case @p c in forward mode: <r, J u> from tg_jvp against the adjoint <J^T r, u> (tg_grad) to
+ * 1e-12 and against central differences of <r, y> along u. False when refused (checked). */
+static bool check_jvp_case(const tg_opcase *c)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_ctx_seed(ctx, 5);
+    tg_tensor *y = c->build(ctx, TG_F64);
+    ck_assert_ptr_nonnull(y);
+    tg_tensor *wrt[MAX_WRT], *u[MAX_WRT], *gr[MAX_WRT], *ty;
+    int n = leaves_of(ctx, y, wrt);
+    for (int j = 0; j < n; j++)
+        u[j] = random_like(ctx, wrt[j], -1, 1);
+    tg_status s = tg_jvp(ctx, n, wrt, u, 1, &y, &ty);
+    if (s == TG_ERR_NOGRAD) {
+        const char *m = tg_ctx_message(ctx), *q = strstr(m, "op '");
+        char op[64];
+        ck_assert_msg(q && strstr(m, "no forward-mode rule") &&
+                      sscanf(q, "op '%63[^']'", op) == 1 && !has_jvp(op),
+                      "%s/%s: %s", c->op, c->name, m);
+        tu_ctx_free(ctx);
+        return false;
+    }
+    ck_assert_msg(s == TG_OK, "%s/%s: %s", c->op, c->name, tg_ctx_message(ctx));
+    tg_tensor *r = random_like(ctx, y, 0.5, 1.5);
+    ck_assert_msg(tg_grad(ctx, 1, &y, &r, n, wrt, gr) == TG_OK, "%s", tg_ctx_message(ctx));
+    tg_tensor *outs[2 + MAX_WRT] = {y, ty};
+    memcpy(outs + 2, gr, sizeof *gr * (size_t)n);
+    tg_graph *g = tg_graph_new(ctx, outs, 2 + n);
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    double a = dot_values(r, ty), b = 0;
+    for (int j = 0; j < n; j++)
+        b += dot_values(u[j], gr[j]);
+    ck_assert_msg(fabs(a - b) <= 1e-12 * fmax(1, fabs(a)), "%s/%s: <r, Ju> %.17g, <J^T r, u> "
+                  "%.17g", c->op, c->name, a, b);
+    double eps = 1e-6, side[2];
+    for (int sgn = 0; sgn < 2; sgn++) { /* <r, y(x +- eps u)> */
+        double **keep = calloc((size_t)n, sizeof *keep);
+        for (int j = 0; j < n; j++) {
+            keep[j] = values(wrt[j]);
+            double *dir = values(u[j]);
+            for (int64_t e = 0; e < tg_tensor_numel(wrt[j]); e++)
+                tg_set(wrt[j], e, keep[j][e] + (sgn ? -eps : eps) * dir[e]);
+            free(dir);
+        }
+        ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+        side[sgn] = dot_values(r, y);
+        for (int j = 0; j < n; j++) {
+            tg_tensor_set_data(wrt[j], keep[j], TG_F64, (size_t)tg_tensor_numel(wrt[j]));
+            free(keep[j]);
+        }
+        free(keep);
+    }
+    double fd = (side[0] - side[1]) / (2 * eps);
+    ck_assert_msg(fabs(fd - a) <= 1e-5 + 1e-3 * fabs(fd), "%s/%s: <r, Ju> %.10g, differences "
+                  "%.10g", c->op, c->name, a, fd);
+    /* HVP of <r, y> along u: forward over reverse (tg_jvp of the gradient nodes) against
+     * reverse over reverse (tg_hvp), to 1e-12 */
+    tg_tensor *L = tg_sum_all(ctx, tg_mul(ctx, y, r)), *gl[MAX_WRT], *hf[MAX_WRT], *hr[MAX_WRT];
+    ck_assert_int_eq(tg_grad(ctx, 1, &L, NULL, n, wrt, gl), TG_OK);
+    ck_assert_msg(tg_jvp(ctx, n, wrt, u, n, gl, hf) == TG_OK, "%s/%s: %s", c->op, c->name,
+                  tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_hvp(ctx, L, n, wrt, u, hr), TG_OK);
+    tg_tensor *o2[2 * MAX_WRT];
+    memcpy(o2, hf, sizeof *hf * (size_t)n);
+    memcpy(o2 + n, hr, sizeof *hr * (size_t)n);
+    tg_graph *g2 = tg_graph_new(ctx, o2, 2 * n);
+    ck_assert_int_eq(tg_graph_forward(g2), TG_OK);
+    for (int j = 0; j < n; j++) {
+        double *p = values(hf[j]), *q = values(hr[j]);
+        double d = rel_diff(p, q, tg_tensor_numel(wrt[j]));
+        ck_assert_msg(d <= 1e-12, "%s/%s: forward-over-reverse HVP for %s differs by %g",
+                      c->op, c->name, tg_tensor_name(wrt[j]), d);
+        free(p);
+        free(q);
+    }
+    tu_ctx_free(ctx);
+    return true;
+}
+
+START_TEST(test_jvp_every_case)
+{
+    int passed = 0;
+    bool seen[sizeof with_jvp / sizeof *with_jvp] = {false};
+    for (int i = 0; i < tg_n_opcases; i++) {
+        if (!check_jvp_case(&tg_opcases[i]))
+            continue;
+        passed++;
+        for (size_t k = 0; k < sizeof with_jvp / sizeof *with_jvp; k++)
+            seen[k] |= !strcmp(with_jvp[k], tg_opcases[i].op);
+    }
+    for (size_t k = 0; k < sizeof with_jvp / sizeof *with_jvp; k++)
+        ck_assert_msg(seen[k], "op %s: no forward-mode case passed", with_jvp[k]);
+    fprintf(stderr, "tg_jvp: %d of %d cases pass the adjoint identity, differences and the HVP "
+            "both ways\n", passed, tg_n_opcases);
+}
+END_TEST
+
 static Suite *grad_suite(void)
 {
     Suite *s = suite_create("grad");
@@ -490,6 +615,7 @@ static Suite *grad_suite(void)
     tcase_add_test(tc, test_gradgradcheck);
     tcase_add_test(tc, test_one_hot);
     tcase_add_test(tc, test_hessian_jacobian);
+    tcase_add_test(tc, test_jvp_every_case);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -7,120 +7,12 @@
  */
 #include "graph_internal.h"
 #include "vjp.h"
+#include "walk.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static const char *FN = "tg_grad";
-
-/* The nodes the outputs depend on, in topological order (sources first), with an index by
- * pointer (open addressing). */
-typedef struct {
-    tg_tensor **node;
-    int64_t n, cap;
-    tg_tensor **slot; /* hash table of nodes: node pointers or NULL */
-    int64_t *slot_i;  /* their index in node[] */
-    int64_t n_slots;
-} walk;
-
-static uint64_t hash_ptr(const void *p)
-{
-    uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    return x ^ (x >> 33);
-}
-
-/* Index of @p t in the walk, or -1. */
-static int64_t find(const walk *w, const tg_tensor *t)
-{
-    uint64_t mask = (uint64_t)(w->n_slots - 1);
-    for (uint64_t h = hash_ptr(t) & mask;; h = (h + 1) & mask) {
-        if (!w->slot[h])
-            return -1;
-        if (w->slot[h] == t)
-            return w->slot_i[h];
-    }
-}
-
-static bool grow(walk *w)
-{
-    int64_t cap = w->cap ? 2 * w->cap : 64, slots = 2 * cap;
-    tg_tensor **node = realloc(w->node, sizeof *node * (size_t)cap);
-    if (!node)
-        return false;
-    w->node = node;
-    w->cap = cap;
-    free(w->slot);
-    free(w->slot_i);
-    w->slot = calloc((size_t)slots, sizeof *w->slot);
-    w->slot_i = malloc(sizeof *w->slot_i * (size_t)slots);
-    if (!w->slot || !w->slot_i)
-        return false;
-    w->n_slots = slots;
-    for (int64_t i = 0; i < w->n; i++) { /* rehash */
-        uint64_t h = hash_ptr(w->node[i]) & (uint64_t)(slots - 1);
-        while (w->slot[h])
-            h = (h + 1) & (uint64_t)(slots - 1);
-        w->slot[h] = w->node[i];
-        w->slot_i[h] = i;
-    }
-    return true;
-}
-
-static bool add_node(walk *w, tg_tensor *t)
-{
-    if (w->n == w->cap && !grow(w))
-        return false;
-    uint64_t h = hash_ptr(t) & (uint64_t)(w->n_slots - 1);
-    while (w->slot[h])
-        h = (h + 1) & (uint64_t)(w->n_slots - 1);
-    w->slot[h] = t;
-    w->slot_i[h] = w->n;
-    w->node[w->n++] = t;
-    return true;
-}
-
-/* Post-order depth-first walk from @p root (an explicit stack: graphs may be deep). */
-static bool visit(walk *w, tg_tensor *root)
-{
-    if (find(w, root) >= 0)
-        return true;
-    int64_t cap = 64, n = 0;
-    struct frame { tg_tensor *t; int k; } *st = malloc(sizeof *st * (size_t)cap);
-    if (!st)
-        return false;
-    st[n++] = (struct frame){root, 0};
-    bool ok = true;
-    while (ok && n > 0) {
-        struct frame *f = &st[n - 1];
-        if (f->k < f->t->n_src) {
-            tg_tensor *s = f->t->src[f->k++];
-            if (!s || find(w, s) >= 0)
-                continue; /* (no cycles: a node's sources exist before it) */
-            if (n == cap) {
-                void *p = realloc(st, sizeof *st * (size_t)(cap *= 2));
-                ok = p != NULL;
-                if (p)
-                    st = p;
-            }
-            if (ok)
-                st[n++] = (struct frame){s, 0};
-        } else {
-            ok = find(w, f->t) >= 0 || add_node(w, f->t);
-            n--;
-        }
-    }
-    free(st);
-    return ok;
-}
-
-static void walk_free(walk *w)
-{
-    free(w->node);
-    free(w->slot);
-    free(w->slot_i);
-}
 
 static bool is_float(const tg_tensor *t) { return t->dtype == TG_F32 || t->dtype == TG_F64; }
 
@@ -182,11 +74,11 @@ static bool pull(tg_ctx *ctx, const walk *w, const bool *reach, tg_tensor **g, i
     bool need[TG_MAX_SRC] = {false};
     tg_tensor *gx[TG_MAX_SRC] = {NULL};
     for (int k = 0; k < y->n_src; k++)
-        need[k] = y->src[k] && is_float(y->src[k]) && reach[find(w, y->src[k])];
+        need[k] = y->src[k] && is_float(y->src[k]) && reach[tg__walk_find(w, y->src[k])];
     if (!rule(ctx, y, g[i], need, gx))
         return false;
     for (int k = 0; k < y->n_src; k++)
-        if (need[k] && gx[k] && !accumulate(ctx, &g[find(w, y->src[k])], gx[k]))
+        if (need[k] && gx[k] && !accumulate(ctx, &g[tg__walk_find(w, y->src[k])], gx[k]))
             return false;
     return true;
 }
@@ -209,35 +101,35 @@ static bool grad_core(tg_ctx *ctx, walk *w, int n_out, tg_tensor *const *outputs
                       tg_tensor **g_out, bool stop)
 {
     int64_t n_stop = 0;
-    bool ok = grow(w);
+    bool ok = tg__walk_grow(w);
     for (int j = 0; ok && stop && j < n_wrt; j++)
-        ok = find(w, wrt[j]) >= 0 || (add_node(w, wrt[j]) && ++n_stop);
+        ok = tg__walk_find(w, wrt[j]) >= 0 || (tg__walk_add(w, wrt[j]) && ++n_stop);
     for (int i = 0; ok && i < n_out; i++)
-        ok = visit(w, outputs[i]);
+        ok = tg__walk_visit(w, outputs[i]);
     bool *reach = ok ? calloc((size_t)w->n + 1, sizeof *reach) : NULL;
     tg_tensor **g = ok ? calloc((size_t)w->n + 1, sizeof *g) : NULL;
     if (!(ok = reach && g))
         tg__err(ctx, TG_ERR_NOMEM, FN, "out of memory");
     for (int j = 0; ok && j < n_wrt; j++) { /* the inputs, then whatever uses them */
-        int64_t k = find(w, wrt[j]);
+        int64_t k = tg__walk_find(w, wrt[j]);
         if (k >= 0)
             reach[k] = true;
     }
     for (int64_t i = n_stop; ok && i < w->n; i++)
         for (int k = 0; !reach[i] && k < w->node[i]->n_src; k++)
-            reach[i] = w->node[i]->src[k] && reach[find(w, w->node[i]->src[k])];
+            reach[i] = w->node[i]->src[k] && reach[tg__walk_find(w, w->node[i]->src[k])];
     for (int i = 0; ok && i < n_out; i++) {
         tg_tensor *seed = seeds ? seeds[i] : tg_const(ctx, outputs[i]->dtype, outputs[i]->rank,
                                                       outputs[i]->shape, "seed");
         if (seed && !seeds)
             tg_fill(seed, 1.0);
-        ok = seed && accumulate(ctx, &g[find(w, outputs[i])], seed);
+        ok = seed && accumulate(ctx, &g[tg__walk_find(w, outputs[i])], seed);
     }
     for (int64_t i = w->n - 1; ok && i >= n_stop; i--)
         if (g[i] && reach[i] && w->node[i]->op != TG__OP_LEAF)
             ok = pull(ctx, w, reach, g, i);
     for (int j = 0; ok && j < n_wrt; j++) {
-        int64_t k = find(w, wrt[j]);
+        int64_t k = tg__walk_find(w, wrt[j]);
         g_out[j] = k >= 0 ? g[k] : NULL;
     }
     free(reach);
@@ -262,7 +154,7 @@ bool tg__grad_partial(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, int n, tg_tensor
     }
     walk w = {0};
     bool ok = grad_core(ctx, &w, 1, &y, &gy, m, wrt, g, true);
-    walk_free(&w);
+    tg__walk_free(&w);
     for (int j = 0; ok && j < m; j++)
         gx[slot[j]] = g[j];
     return ok;
@@ -282,7 +174,7 @@ tg_status tg_grad(tg_ctx *ctx, int n_out, tg_tensor *const *outputs, tg_tensor *
         return tg_ctx_status(ctx);
     walk w = {0};
     bool ok = grad_core(ctx, &w, n_out, outputs, seeds, n_wrt, wrt, grads, false);
-    walk_free(&w);
+    tg__walk_free(&w);
     for (int j = 0; ok && j < n_wrt; j++) /* an input the outputs do not use: zeros */
         ok = grads[j] || (grads[j] = zeros_like(ctx, wrt[j])) != NULL;
     if (!ok) {

@@ -430,17 +430,14 @@ static bool unfused(tg_ctx *ctx, tg_tensor *y, tg_tensor *u, tg_tensor *gy, cons
 }
 
 /* dense_act: act(dense(x, W, b)). */
-static bool vjp_dense_act(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                          tg_tensor **gx)
+static tg_tensor *dense_act_unfused(tg_ctx *ctx, tg_tensor *y)
 {
     tg_tensor *z = tg_dense(ctx, y->src[0], y->src[1], y->n_src > 2 ? y->src[2] : NULL);
-    tg_tensor *u = y->p.dense.act == TG_ACT_GELU ? tg_gelu(ctx, z) : tg_relu(ctx, z);
-    return unfused(ctx, y, u, gy, need, gx);
+    return y->p.dense.act == TG_ACT_GELU ? tg_gelu(ctx, z) : tg_relu(ctx, z);
 }
 
 /* flash_attention: softmax(scale q k^T (+ mask) (+ block mask) (+ causal mask)) v. */
-static bool vjp_flash_attention(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                                tg_tensor **gx)
+static tg_tensor *flash_attention_unfused(tg_ctx *ctx, tg_tensor *y)
 {
     tg__flash_attn_desc d;
     tg__flash_attn_describe(y, &d);
@@ -458,7 +455,20 @@ static bool vjp_flash_attention(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const 
                 tg_set(c, i * tk + j, 1.0);
         s = tg_add_mask(ctx, s, c, TG_MASK_BLOCK);
     }
-    return unfused(ctx, y, tg_matmul(ctx, tg_softmax(ctx, s), v, false, false), gy, need, gx);
+    return tg_matmul(ctx, tg_softmax(ctx, s), v, false, false);
+}
+
+tg_tensor *tg__unfused(tg_ctx *ctx, tg_tensor *y)
+{
+    return y->op == TG_OP_DENSE_ACT    ? dense_act_unfused(ctx, y)
+           : y->op == TG_OP_FLASH_ATTN ? flash_attention_unfused(ctx, y)
+                                       : NULL;
+}
+
+static bool vjp_fused(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                      tg_tensor **gx)
+{
+    return unfused(ctx, y, tg__unfused(ctx, y), gy, need, gx);
 }
 
 tg__vjp_fn tg__vjp_rule(const tg_tensor *y)
@@ -497,8 +507,8 @@ tg__vjp_fn tg__vjp_rule(const tg_tensor *y)
     case TG_OP_GELU: return vjp_gelu;
     case TG_OP_XENT: return vjp_cross_entropy;
     case TG_OP_EMBEDDING: return vjp_embedding;
-    case TG_OP_DENSE_ACT: return vjp_dense_act;
-    case TG_OP_FLASH_ATTN: return vjp_flash_attention;
+    case TG_OP_DENSE_ACT:
+    case TG_OP_FLASH_ATTN: return vjp_fused;
     default: return NULL;
     }
 }

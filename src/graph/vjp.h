@@ -21,6 +21,10 @@ tg__vjp_fn tg__vjp_rule(const tg_tensor *y);
  * lacks and the axes where it has 1), as tg_add's backward reduces: NULL on a build error. */
 tg_tensor *tg__sum_to(tg_ctx *ctx, tg_tensor *g, const tg_tensor *like);
 
+/* The unfused equivalent of fused node @p y (dense_act: act(dense); flash_attention:
+ * softmax(scale q k^T + masks) v), built from y's sources; NULL for other ops. */
+tg_tensor *tg__unfused(tg_ctx *ctx, tg_tensor *y);
+
 /* The partial derivatives of @p y (a fused node's unfused equivalent, built from the fused
  * node's @p n sources @p src) with respect to those sources, each taken as an independent
  * variable (the walk stops at them), seeded @p gy: gx[k] for need[k] (NULL: zero; a source
