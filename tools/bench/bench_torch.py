@@ -691,7 +691,9 @@ def main():
                  "--threads and --samples must be >= 1, --retakes >= 0")
     bf16 = a.precision == "bf16"
     tg = Tgrad(a.build)
-    names = [n for n in tg.names if n.split("-")[0] in groups]
+    # the JVP and HVP workloads have no PyTorch twin here (tgrad bench times them)
+    names = [n for n in tg.names if n.split("-")[0] in groups
+             and not n.endswith(("-jvp", "-hvp"))]
     tcounts = [1] + ([a.threads] if a.threads > 1 else [])
     target = 0.0 if a.tiny else a.target_ms / 1e3
 

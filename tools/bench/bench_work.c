@@ -25,7 +25,8 @@
 static const char *const bw_names[] = {
     "sdpa-64x5x64-fwd", "sdpa-64x5x64-fwdbwd", "mha-8x128-fwd",     "mha-8x128-fwdbwd",
     "mha-64x5-fwd",     "mha-64x5-fwdbwd",     "encoder-8x128-fwd", "encoder-8x128-fwdbwd",
-    "encoder-64x5-fwd", "encoder-64x5-fwdbwd", "train"};
+    "encoder-64x5-fwd", "encoder-64x5-fwdbwd", "encoder-8x128-jvp", "encoder-8x128-hvp",
+    "train"};
 enum { BW_N = sizeof bw_names / sizeof bw_names[0] };
 
 struct bw_work {
@@ -80,6 +81,38 @@ static void set_err(bw_work *w, char *err, size_t n)
     snprintf(err, n, "%s", m && *m ? m : "out of memory");
 }
 
+/* The nodes a -jvp or -hvp workload runs (forward only): jvp: y and its tangent along a random
+ * tangent of x (tg_jvp; the parameters held constant); hvp: the Hessian-vector product of
+ * mean(y) along random directions of x and every parameter (tg_hvp, reverse over reverse). One
+ * output: the sum of their means. */
+static tg_tensor *derivative_nodes(tg_ctx *ctx, tg_tensor *y, tg_tensor *x, bool hvp)
+{
+    enum { MAXP = 64 };
+    tg_tensor *in[MAXP], *dir[MAXP], *res[MAXP], *r = NULL;
+    int n = 0;
+    in[n++] = x;
+    for (int64_t i = 0; hvp && i < tg_ctx_n_params(ctx) && n < MAXP; i++)
+        if (tg_ctx_param(ctx, i) != x)
+            in[n++] = tg_ctx_param(ctx, i);
+    for (int j = 0; j < n; j++) {
+        int rank = tg_tensor_rank(in[j]);
+        dir[j] = tg_const(ctx, TG_F32, rank, tg_tensor_shape(in[j]), "direction");
+        if (!dir[j])
+            return NULL;
+        tg_fill_uniform(dir[j], -1, 1);
+    }
+    tg_tensor *loss = tg_mean_all(ctx, y);
+    tg_status s = hvp ? tg_hvp(ctx, loss, n, in, dir, res) : tg_jvp(ctx, 1, in, dir, 1, &y, res);
+    if (s != TG_OK)
+        return NULL;
+    r = hvp ? NULL : loss;
+    for (int j = 0; j < (hvp ? n : 1); j++) {
+        tg_tensor *m = tg_mean_all(ctx, res[j]);
+        r = r ? tg_add(ctx, r, m) : m;
+    }
+    return r;
+}
+
 BW_EXPORT bw_work *bw_new(const char *name, int threads, int unfused, int precision, int tiny,
                           char *err, size_t n)
 {
@@ -102,6 +135,7 @@ BW_EXPORT bw_work *bw_new(const char *name, int threads, int unfused, int precis
     tg_ctx_set_fusion(ctx, !unfused);
     tg_ctx_set_threads(ctx, threads < 1 ? 1 : threads);
     bool bwd = has_suffix(name, "-fwdbwd");
+    bool jvp = has_suffix(name, "-jvp"), hvp = has_suffix(name, "-hvp");
     tg_tensor *out = NULL;
     /* module shapes: D 512, 8 heads, d_ff 2048; tiny: D 16, 2 heads, d_ff 32 */
     int64_t D = tiny ? 16 : 512, H = tiny ? 2 : 8, F = tiny ? 32 : 2048;
@@ -126,8 +160,8 @@ BW_EXPORT bw_work *bw_new(const char *name, int threads, int unfused, int precis
         bool enc = name[0] == 'e';
         bool big = strstr(name, "8x128") != NULL;
         int64_t B = tiny ? 2 : big ? 8 : 64, T = tiny ? (big ? 6 : 3) : big ? 128 : 5;
-        tg_tensor *x = bwd ? tg_param(ctx, TG_F32, TG_DIMS(B, T, D), "x")
-                           : tg_input(ctx, TG_F32, TG_DIMS(B, T, D), "x");
+        tg_tensor *x = bwd || hvp ? tg_param(ctx, TG_F32, TG_DIMS(B, T, D), "x")
+                                  : tg_input(ctx, TG_F32, TG_DIMS(B, T, D), "x");
         if (x)
             tg_fill_uniform(x, -1, 1);
         if (enc) {
@@ -143,7 +177,10 @@ BW_EXPORT bw_work *bw_new(const char *name, int threads, int unfused, int precis
         }
         w->tokens = (double)(B * T);
         snprintf(w->label, sizeof w->label, "%s (%lld, %lld) %s", enc ? "encoder" : "mha",
-                 (long long)B, (long long)T, bwd ? "fwd+bwd" : "fwd");
+                 (long long)B, (long long)T,
+                 bwd ? "fwd+bwd" : jvp ? "JVP" : hvp ? "HVP" : "fwd");
+        if ((jvp || hvp) && out)
+            out = derivative_nodes(ctx, out, x, hvp);
     } else { /* train */
         int64_t B = tiny ? 2 : 32, T = tiny ? 8 : 64, V = 86;
         tg_transformer_config c = bw_text_model_config(V, T, tiny);

@@ -15,6 +15,10 @@
  *                                 post-norm, dropout 0 (PyTorch's nn.TransformerEncoderLayer
  *                                 defaults with dropout 0), no mask, (B 8, T 128)
  *   encoder-64x5-fwd, -fwdbwd     the same at (B 64, T 5)
+ *   encoder-8x128-jvp             the (8, 128) layer's output and its JVP along a random
+ *                                 tangent of x (tg_jvp), forward only
+ *   encoder-8x128-hvp             the HVP of mean(output) along random directions of x and
+ *                                 every parameter (tg_hvp: reverse over reverse), forward only
  *   train                         one training step of `tgrad train --text`'s default model
  *                                 (2 pre-norm layers, D 128, 4 heads, d_ff 512, learned
  *                                 positions, causal, vocabulary 86 = the license texts', batch
