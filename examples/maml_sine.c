@@ -69,8 +69,7 @@ static int build(tg_ctx *ctx, tg_tensor *const *w, method *m, int64_t nb, bool f
             }
             adapted[p] = tg_sub(ctx, w[p], tg_scale(ctx, g, ALPHA));
         }
-        tg_tensor *lb = tg_mse_loss(ctx, mlp(ctx, adapted, m->xb[t]), m->yb[t],
-                                    TG_REDUCTION_MEAN);
+        tg_tensor *lb = tg_mse_loss(ctx, mlp(ctx, adapted, m->xb[t]), m->yb[t], TG_REDUCTION_MEAN);
         tg_tensor *l0 = tg_mse_loss(ctx, mlp(ctx, w, m->xb[t]), m->yb[t], TG_REDUCTION_MEAN);
         meta = meta ? tg_add(ctx, meta, lb) : lb;
         before = before ? tg_add(ctx, before, l0) : l0;
@@ -164,9 +163,10 @@ int main(int argc, char **argv)
     double so, so0, fo, fo0;
     if (run(false, steps, &so, &so0) || run(true, steps, &fo, &fo0))
         return 1;
-    printf("sine-wave MAML, %ld meta-steps of %d tasks, K = %d, one step of %g\n", steps, TASKS,
-           K, ALPHA);
+    printf("sine-wave MAML, %ld meta-steps of %d tasks, K = %d, one step of %g\n", steps, TASKS, K,
+           ALPHA);
     printf("meta-test MSE (500 new tasks): second order %.4f (before the step %.4f), first "
-           "order %.4f (before %.4f)\n", so, so0, fo, fo0);
+           "order %.4f (before %.4f)\n",
+           so, so0, fo, fo0);
     return isfinite(so) && isfinite(fo) ? 0 : 1;
 }

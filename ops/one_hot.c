@@ -48,7 +48,8 @@ tg_status tg__one_hot_check(const tg__call *c)
         if ((id[n] < 0 || id[n] >= C) && id[n] != ig) {
             tg__run_err(c->ctx, TG_ERR_ARG, "tg_one_hot",
                         "'%s'[%lld] = %lld is not a class id in [0, %lld) nor the ignored id "
-                        "%lld", c->src_name[0], (long long)n, (long long)id[n], (long long)C,
+                        "%lld",
+                        c->src_name[0], (long long)n, (long long)id[n], (long long)C,
                         (long long)ig);
             return TG_ERR_ARG;
         }

@@ -23,11 +23,41 @@ enum { MAX_WRT = 64 };
 
 /* The ops whose reverse rule is written as ops (ops/vjp.c); docs/autodiff.md's table. */
 static const char *const with_rule[] = {
-    "matmul",  "transpose",  "permute",  "reshape",     "narrow",   "contiguous", "scale",
-    "add",     "sub",        "mul",      "div",         "neg",      "exp",        "log",
-    "sqrt",    "tanh",       "sigmoid",  "silu",        "gelu_tanh", "sum",       "mean",
-    "softmax", "log_softmax", "layer_norm", "dense",    "concat",   "mse_loss",   "add_mask",
-    "relu",    "dense_act",  "flash_attention", "erf", "gelu", "cross_entropy", "embedding",
+    "matmul",
+    "transpose",
+    "permute",
+    "reshape",
+    "narrow",
+    "contiguous",
+    "scale",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "neg",
+    "exp",
+    "log",
+    "sqrt",
+    "tanh",
+    "sigmoid",
+    "silu",
+    "gelu_tanh",
+    "sum",
+    "mean",
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+    "dense",
+    "concat",
+    "mse_loss",
+    "add_mask",
+    "relu",
+    "dense_act",
+    "flash_attention",
+    "erf",
+    "gelu",
+    "cross_entropy",
+    "embedding",
 };
 
 static bool has_rule(const char *op)
@@ -175,8 +205,8 @@ static bool check_case(const tg_opcase *c, int threads)
                   "%s/%s second order: %s", c->op, c->name, r.message);
     if (s == TG_OK) { /* reverse over reverse against the backward of S */
         tg_tensor *hv[MAX_WRT];
-        ck_assert_msg(tg_grad(ctx, 1, &S, NULL, n, wrt, hv) == TG_OK, "%s/%s: %s", c->op,
-                      c->name, tg_ctx_message(ctx));
+        ck_assert_msg(tg_grad(ctx, 1, &S, NULL, n, wrt, hv) == TG_OK, "%s/%s: %s", c->op, c->name,
+                      tg_ctx_message(ctx));
         tg_tensor *o2[1 + MAX_WRT] = {S};
         memcpy(o2 + 1, hv, sizeof *hv * (size_t)n);
         tg_graph *g2 = tg_graph_new(ctx, o2, 1 + n);
@@ -213,12 +243,14 @@ START_TEST(test_every_case)
     }
     for (size_t k = 0; k < sizeof with_rule / sizeof *with_rule; k++)
         ck_assert_msg(seen[k], "op %s: no case passed", with_rule[k]);
-    fprintf(stderr, "tg_grad: %d of %d cases pass first and second order; refused (no rule "
-            "as ops yet):%s\n", passed, tg_n_opcases, missing);
+    fprintf(stderr,
+            "tg_grad: %d of %d cases pass first and second order; refused (no rule "
+            "as ops yet):%s\n",
+            passed, tg_n_opcases, missing);
 }
 END_TEST
 
-/* The gradient nodes' values are the same bits on 1 and 2 threads. */
+/* The gradient and tangent nodes' values are the same bits on 1 and 2 threads. */
 START_TEST(test_threads)
 {
     double *v[2] = {NULL, NULL};
@@ -234,15 +266,20 @@ START_TEST(test_threads)
         tg_fill_uniform(b, -1, 1);
         tg_tensor *y = tg_log_softmax(ctx, tg_tanh(ctx, tg_matmul(ctx, a, b, false, false)));
         tg_tensor *L = tg_mean_all(ctx, tg_mul(ctx, y, y));
-        tg_tensor *wrt[2] = {a, b}, *g[2];
+        tg_tensor *wrt[2] = {a, b}, *g[3];
         ck_assert_int_eq(tg_grad(ctx, 1, &L, NULL, 2, wrt, g), TG_OK);
-        tg_graph *gr = tg_graph_new(ctx, g, 2);
+        tg_tensor *ua = tg_const(ctx, TG_F32, 2, sa, "ua"); /* and a JVP of y along ua */
+        tg_fill_uniform(ua, -1, 1);
+        ck_assert_int_eq(tg_jvp(ctx, 1, &a, &ua, 1, &y, &g[2]), TG_OK);
+        tg_graph *gr = tg_graph_new(ctx, g, 3);
         ck_assert_int_eq(tg_graph_forward(gr), TG_OK);
-        n = tg_tensor_numel(a) + tg_tensor_numel(b);
+        n = tg_tensor_numel(a) + tg_tensor_numel(b) + tg_tensor_numel(y);
         v[t - 1] = malloc(sizeof(float) * (size_t)n);
         tg_tensor_get_data(g[0], v[t - 1], TG_F32, (size_t)tg_tensor_numel(a));
         tg_tensor_get_data(g[1], (float *)v[t - 1] + tg_tensor_numel(a), TG_F32,
                            (size_t)tg_tensor_numel(b));
+        tg_tensor_get_data(g[2], (float *)v[t - 1] + tg_tensor_numel(a) + tg_tensor_numel(b),
+                           TG_F32, (size_t)tg_tensor_numel(y));
         tu_ctx_free(ctx);
     }
     ck_assert_mem_eq(v[0], v[1], sizeof(float) * (size_t)n);
@@ -285,9 +322,9 @@ START_TEST(test_wrt_and_seeds)
     double av[3] = {0.5, -1.0, 2.0};
     tg_tensor_set_data(a, av, TG_F64, 3);
     tg_fill(b, 1.0);
-    tg_tensor *h = tg_exp(ctx, a);        /* intermediate */
-    tg_tensor *y1 = tg_mul(ctx, h, h);    /* e^{2a} */
-    tg_tensor *y2 = tg_scale(ctx, h, 3);  /* 3 e^a */
+    tg_tensor *h = tg_exp(ctx, a);       /* intermediate */
+    tg_tensor *y1 = tg_mul(ctx, h, h);   /* e^{2a} */
+    tg_tensor *y2 = tg_scale(ctx, h, 3); /* 3 e^a */
     tg_tensor *s1 = tg_const(ctx, TG_F64, 1, s3, "s1"), *s2 = tg_const(ctx, TG_F64, 1, s3, "s2");
     tg_fill(s1, 2.0);
     tg_fill(s2, -1.0);
@@ -426,8 +463,8 @@ START_TEST(test_hessian_jacobian)
     tg_set_requires_grad(x, true);
     tg_fill_uniform(x, -1, 1);
     tg_tensor *s1 = tg_sum_all(ctx, x);
-    tg_tensor *y = tg_add(ctx, tg_sum_all(ctx, tg_mul(ctx, tg_mul(ctx, x, x), x)),
-                          tg_mul(ctx, s1, s1));
+    tg_tensor *y =
+        tg_add(ctx, tg_sum_all(ctx, tg_mul(ctx, tg_mul(ctx, x, x), x)), tg_mul(ctx, s1, s1));
     double H[N * N], J[N * N], P[N];
     ck_assert_int_eq(tg_hessian(ctx, y, x, H, N * N), TG_OK);
     for (int i = 0; i < N; i++)
@@ -436,8 +473,9 @@ START_TEST(test_hessian_jacobian)
     /* a network: log_softmax(tanh(x W)) . c */
     tg_tensor *w = tg_param(ctx, TG_F64, TG_DIMS(N, 3), "w");
     tg_fill_uniform(w, -1, 1);
-    tg_tensor *z = tg_log_softmax(ctx, tg_tanh(ctx, tg_matmul(ctx, tg_reshape(ctx, x, 2,
-        (const int64_t[]){1, N}), w, false, false)));
+    tg_tensor *z = tg_log_softmax(
+        ctx, tg_tanh(ctx, tg_matmul(ctx, tg_reshape(ctx, x, 2, (const int64_t[]){1, N}), w, false,
+                                    false)));
     tg_tensor *c = tg_const(ctx, TG_F64, TG_DIMS(1, 3), "c");
     tg_fill_uniform(c, 0.5, 1.5);
     tg_tensor *L = tg_sum_all(ctx, tg_mul(ctx, z, c)), *gx;
@@ -479,11 +517,13 @@ END_TEST
 
 /* The ops with a forward-mode rule written as ops (src/graph/jvp.c); docs/autodiff.md. */
 static const char *const with_jvp[] = {
-    "scale", "neg",  "add",  "sub",       "mul",  "div",     "exp",         "log",
-    "sqrt",  "tanh", "sigmoid", "silu",   "gelu_tanh", "relu", "erf",       "gelu",
-    "sum",   "mean", "softmax", "log_softmax", "matmul", "dense", "embedding", "permute",
-    "transpose", "reshape", "contiguous", "narrow", "concat", "add_mask", "layer_norm",
-    "cross_entropy", "mse_loss", "dense_act", "flash_attention",
+    "scale",      "neg",           "add",       "sub",       "mul",
+    "div",        "exp",           "log",       "sqrt",      "tanh",
+    "sigmoid",    "silu",          "gelu_tanh", "relu",      "erf",
+    "gelu",       "sum",           "mean",      "softmax",   "log_softmax",
+    "matmul",     "dense",         "embedding", "permute",   "transpose",
+    "reshape",    "contiguous",    "narrow",    "concat",    "add_mask",
+    "layer_norm", "cross_entropy", "mse_loss",  "dense_act", "flash_attention",
 };
 
 static bool has_jvp(const char *op)
@@ -522,7 +562,7 @@ static bool check_jvp_case(const tg_opcase *c)
         const char *m = tg_ctx_message(ctx), *q = strstr(m, "op '");
         char op[64];
         ck_assert_msg(q && strstr(m, "no forward-mode rule") &&
-                      sscanf(q, "op '%63[^']'", op) == 1 && !has_jvp(op),
+                          sscanf(q, "op '%63[^']'", op) == 1 && !has_jvp(op),
                       "%s/%s: %s", c->op, c->name, m);
         tu_ctx_free(ctx);
         return false;
@@ -537,8 +577,10 @@ static bool check_jvp_case(const tg_opcase *c)
     double a = dot_values(r, ty), b = 0;
     for (int j = 0; j < n; j++)
         b += dot_values(u[j], gr[j]);
-    ck_assert_msg(fabs(a - b) <= 1e-12 * fmax(1, fabs(a)), "%s/%s: <r, Ju> %.17g, <J^T r, u> "
-                  "%.17g", c->op, c->name, a, b);
+    ck_assert_msg(fabs(a - b) <= 1e-12 * fmax(1, fabs(a)),
+                  "%s/%s: <r, Ju> %.17g, <J^T r, u> "
+                  "%.17g",
+                  c->op, c->name, a, b);
     double eps = 1e-6, side[2];
     for (int sgn = 0; sgn < 2; sgn++) { /* <r, y(x +- eps u)> */
         double **keep = calloc((size_t)n, sizeof *keep);
@@ -558,8 +600,10 @@ static bool check_jvp_case(const tg_opcase *c)
         free(keep);
     }
     double fd = (side[0] - side[1]) / (2 * eps);
-    ck_assert_msg(fabs(fd - a) <= 1e-5 + 1e-3 * fabs(fd), "%s/%s: <r, Ju> %.10g, differences "
-                  "%.10g", c->op, c->name, a, fd);
+    ck_assert_msg(fabs(fd - a) <= 1e-5 + 1e-3 * fabs(fd),
+                  "%s/%s: <r, Ju> %.10g, differences "
+                  "%.10g",
+                  c->op, c->name, a, fd);
     /* HVP of <r, y> along u: forward over reverse (tg_jvp of the gradient nodes) against
      * reverse over reverse (tg_hvp), to 1e-12 */
     tg_tensor *L = tg_sum_all(ctx, tg_mul(ctx, y, r)), *gl[MAX_WRT], *hf[MAX_WRT], *hr[MAX_WRT];
@@ -575,8 +619,8 @@ static bool check_jvp_case(const tg_opcase *c)
     for (int j = 0; j < n; j++) {
         double *p = values(hf[j]), *q = values(hr[j]);
         double d = rel_diff(p, q, tg_tensor_numel(wrt[j]));
-        ck_assert_msg(d <= 1e-12, "%s/%s: forward-over-reverse HVP for %s differs by %g",
-                      c->op, c->name, tg_tensor_name(wrt[j]), d);
+        ck_assert_msg(d <= 1e-12, "%s/%s: forward-over-reverse HVP for %s differs by %g", c->op,
+                      c->name, tg_tensor_name(wrt[j]), d);
         free(p);
         free(q);
     }
@@ -597,8 +641,61 @@ START_TEST(test_jvp_every_case)
     }
     for (size_t k = 0; k < sizeof with_jvp / sizeof *with_jvp; k++)
         ck_assert_msg(seen[k], "op %s: no forward-mode case passed", with_jvp[k]);
-    fprintf(stderr, "tg_jvp: %d of %d cases pass the adjoint identity, differences and the HVP "
-            "both ways\n", passed, tg_n_opcases);
+    fprintf(stderr,
+            "tg_jvp: %d of %d cases pass the adjoint identity, differences and the HVP "
+            "both ways\n",
+            passed, tg_n_opcases);
+}
+END_TEST
+
+/* tg_jvp and tg_hvp refuse bad arguments naming them (build errors, results NULL); an op
+ * without a forward rule is named; an output no input reaches gets a zero tangent. */
+START_TEST(test_jvp_errors)
+{
+    int64_t s2[1] = {2}, s3[1] = {3};
+    for (int k = 0; k < 6; k++) {
+        tg_ctx *ctx = tu_ctx_new();
+        tg_tensor *x = tg_input(ctx, TG_F64, 1, s2, "x"), *c = tg_const(ctx, TG_F64, 1, s2, "c");
+        tg_tensor *u2 = tg_const(ctx, TG_F64, 1, s2, "u"), *u3 = tg_const(ctx, TG_F64, 1, s3, "u3");
+        tg_tensor *u32 = tg_const(ctx, TG_F32, 1, s2, "uf"),
+                  *ids = tg_input(ctx, TG_I32, 1, s2, "i");
+        tg_set_requires_grad(x, true);
+        tg_fill(u2, 1);
+        tg_fill(c, 2);
+        tg_tensor *y = tg_exp(ctx, x), *t = (tg_tensor *)1;
+        tg_status s;
+        const char *want;
+        if (k == 0) {
+            s = tg_jvp(ctx, 1, &x, &u3, 1, &y, &t);
+            want = "tangent 0 must be";
+        } else if (k == 1) {
+            s = tg_jvp(ctx, 1, &x, &u32, 1, &y, &t);
+            want = "tangent 0 must be";
+        } else if (k == 2) {
+            s = tg_jvp(ctx, 1, &ids, &u2, 1, &y, &t);
+            want = "not f32 or f64";
+        } else if (k == 3) {
+            tg_tensor *d = tg_dropout(ctx, x, 0.5);
+            s = tg_jvp(ctx, 1, &x, &u2, 1, &d, &t);
+            want = "op 'dropout'";
+        } else if (k == 4) {
+            tg_tensor *yy = tg_sum_all(ctx, y);
+            s = tg_hvp(ctx, yy, 1, &x, &u3, &t);
+            want = "v[0] must have";
+        } else { /* no input reaches c * 3: a zero tangent */
+            tg_tensor *z = tg_scale(ctx, c, 3);
+            ck_assert_int_eq(tg_jvp(ctx, 1, &x, &u2, 1, &z, &t), TG_OK);
+            tg_graph *g = tg_graph_new(ctx, &t, 1);
+            ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+            ck_assert_double_eq(tg_get(t, 0), 0.0);
+            tu_ctx_free(ctx);
+            continue;
+        }
+        ck_assert_int_ne(s, TG_OK);
+        ck_assert_msg(strstr(tg_ctx_message(ctx), want), "%d: %s", k, tg_ctx_message(ctx));
+        ck_assert_ptr_null(t);
+        tu_ctx_free(ctx);
+    }
 }
 END_TEST
 
@@ -616,6 +713,7 @@ static Suite *grad_suite(void)
     tcase_add_test(tc, test_one_hot);
     tcase_add_test(tc, test_hessian_jacobian);
     tcase_add_test(tc, test_jvp_every_case);
+    tcase_add_test(tc, test_jvp_errors);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -17,11 +17,12 @@ static const char *FN = "tg_grad";
 static bool is_float(const tg_tensor *t) { return t->dtype == TG_F32 || t->dtype == TG_F64; }
 
 /* The arguments' rules (tg_grad's Errors). */
-static bool args_ok(tg_ctx *ctx, int n_out, tg_tensor *const *outputs,
-                    tg_tensor *const *seeds, int n_wrt, tg_tensor *const *wrt, tg_tensor **grads)
+static bool args_ok(tg_ctx *ctx, int n_out, tg_tensor *const *outputs, tg_tensor *const *seeds,
+                    int n_wrt, tg_tensor *const *wrt, tg_tensor **grads)
 {
     if (n_out < 1 || n_wrt < 1 || !outputs || !wrt || !grads) {
-        tg__err(ctx, TG_ERR_ARG, FN, "needs at least one output and one input to "
+        tg__err(ctx, TG_ERR_ARG, FN,
+                "needs at least one output and one input to "
                 "differentiate by, and an array for the gradients");
         return false;
     }
@@ -30,23 +31,27 @@ static bool args_ok(tg_ctx *ctx, int n_out, tg_tensor *const *outputs,
         const char *what = i < n_out ? "output" : "wrt";
         int k = i < n_out ? i : i - n_out;
         if (!t || t->ctx != ctx || !is_float(t)) {
-            tg__err(ctx, !t || t->ctx != ctx ? TG_ERR_ARG : TG_ERR_DTYPE, FN, "%s %d %s", what,
-                    k, !t ? "is NULL" : t->ctx != ctx ? "belongs to another context"
-                                                      : "is not f32 or f64 (no gradient)");
+            tg__err(ctx, !t || t->ctx != ctx ? TG_ERR_ARG : TG_ERR_DTYPE, FN, "%s %d %s", what, k,
+                    !t              ? "is NULL"
+                    : t->ctx != ctx ? "belongs to another context"
+                                    : "is not f32 or f64 (no gradient)");
             return false;
         }
         const tg_tensor *s = i < n_out && seeds ? seeds[i] : NULL;
         if (i < n_out && !seeds && t->numel != 1) {
-            tg__err(ctx, TG_ERR_SHAPE, FN, "output %d ('%s') has %lld elements: give its "
-                    "upstream gradient (seeds) or reduce it to a scalar", k, t->name,
-                    (long long)t->numel);
+            tg__err(ctx, TG_ERR_SHAPE, FN,
+                    "output %d ('%s') has %lld elements: give its "
+                    "upstream gradient (seeds) or reduce it to a scalar",
+                    k, t->name, (long long)t->numel);
             return false;
         }
-        if (i < n_out && seeds && (!s || s->ctx != ctx || s->dtype != t->dtype ||
-                                   s->rank != t->rank ||
-                                   memcmp(s->shape, t->shape, sizeof s->shape) != 0)) {
-            tg__err(ctx, TG_ERR_SHAPE, FN, "seed %d must be a tensor of output %d's shape and "
-                    "dtype ('%s')", k, k, t->name);
+        if (i < n_out && seeds &&
+            (!s || s->ctx != ctx || s->dtype != t->dtype || s->rank != t->rank ||
+             memcmp(s->shape, t->shape, sizeof s->shape) != 0)) {
+            tg__err(ctx, TG_ERR_SHAPE, FN,
+                    "seed %d must be a tensor of output %d's shape and "
+                    "dtype ('%s')",
+                    k, k, t->name);
             return false;
         }
     }
@@ -66,7 +71,8 @@ static bool pull(tg_ctx *ctx, const walk *w, const bool *reach, tg_tensor **g, i
     tg_tensor *y = w->node[i];
     tg__vjp_fn rule = tg__vjp_rule(y);
     if (!rule) {
-        tg__err(ctx, TG_ERR_NOGRAD, FN, "op '%s' (node '%s') has no reverse rule written as "
+        tg__err(ctx, TG_ERR_NOGRAD, FN,
+                "op '%s' (node '%s') has no reverse rule written as "
                 "ops yet (docs/autodiff.md lists the ops that have one)",
                 y->def ? y->def->name : "?", y->name);
         return false;
@@ -97,8 +103,8 @@ static tg_tensor *zeros_like(tg_ctx *ctx, const tg_tensor *t)
  * as an independent variable: partial derivatives, for the rule of a fused node), so wrt must
  * be distinct. */
 static bool grad_core(tg_ctx *ctx, walk *w, int n_out, tg_tensor *const *outputs,
-                      tg_tensor *const *seeds, int n_wrt, tg_tensor *const *wrt,
-                      tg_tensor **g_out, bool stop)
+                      tg_tensor *const *seeds, int n_wrt, tg_tensor *const *wrt, tg_tensor **g_out,
+                      bool stop)
 {
     int64_t n_stop = 0;
     bool ok = tg__walk_grow(w);
@@ -119,8 +125,9 @@ static bool grad_core(tg_ctx *ctx, walk *w, int n_out, tg_tensor *const *outputs
         for (int k = 0; !reach[i] && k < w->node[i]->n_src; k++)
             reach[i] = w->node[i]->src[k] && reach[tg__walk_find(w, w->node[i]->src[k])];
     for (int i = 0; ok && i < n_out; i++) {
-        tg_tensor *seed = seeds ? seeds[i] : tg_const(ctx, outputs[i]->dtype, outputs[i]->rank,
-                                                      outputs[i]->shape, "seed");
+        tg_tensor *seed =
+            seeds ? seeds[i]
+                  : tg_const(ctx, outputs[i]->dtype, outputs[i]->rank, outputs[i]->shape, "seed");
         if (seed && !seeds)
             tg_fill(seed, 1.0);
         ok = seed && accumulate(ctx, &g[tg__walk_find(w, outputs[i])], seed);

@@ -17,8 +17,8 @@ static const char *FN = "tg_gradgradcheck";
 
 /* A tensor of @p like's shape and dtype (an input that takes a gradient, or a constant) with
  * values uniform in [lo, hi) from the private stream @p s. */
-static tg_tensor *random_like(tg_ctx *ctx, const tg_tensor *like, bool input, double lo,
-                              double hi, uint64_t *s, const char *name)
+static tg_tensor *random_like(tg_ctx *ctx, const tg_tensor *like, bool input, double lo, double hi,
+                              uint64_t *s, const char *name)
 {
     tg_tensor *t = input ? tg_input(ctx, like->dtype, like->rank, like->shape, name)
                          : tg_const(ctx, like->dtype, like->rank, like->shape, name);

@@ -39,8 +39,8 @@ tg_status tg_hvp(tg_ctx *ctx, tg_tensor *y, int n, tg_tensor *const *wrt, tg_ten
         if (!v[j] || v[j]->dtype != wrt[j]->dtype || v[j]->numel != wrt[j]->numel ||
             v[j]->rank != wrt[j]->rank ||
             memcmp(v[j]->shape, wrt[j]->shape, sizeof(int64_t) * (size_t)v[j]->rank) != 0) {
-            tg__err(ctx, TG_ERR_SHAPE, fn, "v[%d] must have wrt[%d]'s shape and dtype ('%s')",
-                    j, j, wrt[j]->name);
+            tg__err(ctx, TG_ERR_SHAPE, fn, "v[%d] must have wrt[%d]'s shape and dtype ('%s')", j, j,
+                    wrt[j]->name);
             return TG_ERR_SHAPE;
         }
         tg_tensor *t = tg_sum_all(ctx, tg_mul(ctx, gs[j], v[j]));

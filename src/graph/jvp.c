@@ -45,10 +45,16 @@ static tg_tensor *jvp_arith(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
 {
     tg_tensor *a = y->src[0], *b = y->n_src > 1 ? y->src[1] : NULL, *r = NULL;
     switch (y->op) {
-    case TG_OP_SCALE: return tg_scale(ctx, t[0], y->p.scale.s);
-    case TG_OP_NEG: return tg_neg(ctx, t[0]);
-    case TG_OP_ADD: r = plus(ctx, t[0], t[1]); break;
-    case TG_OP_SUB: r = plus(ctx, t[0], t[1] ? tg_neg(ctx, t[1]) : NULL); break;
+    case TG_OP_SCALE:
+        return tg_scale(ctx, t[0], y->p.scale.s);
+    case TG_OP_NEG:
+        return tg_neg(ctx, t[0]);
+    case TG_OP_ADD:
+        r = plus(ctx, t[0], t[1]);
+        break;
+    case TG_OP_SUB:
+        r = plus(ctx, t[0], t[1] ? tg_neg(ctx, t[1]) : NULL);
+        break;
     case TG_OP_MUL:
         r = plus(ctx, t[0] ? tg_mul(ctx, t[0], b) : NULL, t[1] ? tg_mul(ctx, a, t[1]) : NULL);
         break;
@@ -84,8 +90,10 @@ static tg_tensor *jvp_products(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
     tg_tensor *a = y->src[0], *b = y->src[1];
     if (y->op == TG_OP_MATMUL) {
         bool ta = y->p.matmul.ta, tb = y->p.matmul.tb;
-        return expand(ctx, plus(ctx, t[0] ? tg_matmul(ctx, t[0], b, ta, tb) : NULL,
-                                t[1] ? tg_matmul(ctx, a, t[1], ta, tb) : NULL), y);
+        return expand(ctx,
+                      plus(ctx, t[0] ? tg_matmul(ctx, t[0], b, ta, tb) : NULL,
+                           t[1] ? tg_matmul(ctx, a, t[1], ta, tb) : NULL),
+                      y);
     }
     if (y->op == TG_OP_EMBEDDING) /* linear in the weight */
         return tg_embedding(ctx, a, t[1]);
@@ -102,9 +110,12 @@ static tg_tensor *jvp_shape(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
 {
     switch (y->op) {
     case TG_OP_PERMUTE:
-    case TG_OP_TRANSPOSE: return tg_permute(ctx, t[0], y->p.permute.perm);
-    case TG_OP_RESHAPE: return tg_reshape(ctx, t[0], y->rank, y->shape);
-    case TG_OP_CONTIGUOUS: return t[0];
+    case TG_OP_TRANSPOSE:
+        return tg_permute(ctx, t[0], y->p.permute.perm);
+    case TG_OP_RESHAPE:
+        return tg_reshape(ctx, t[0], y->rank, y->shape);
+    case TG_OP_CONTIGUOUS:
+        return t[0];
     case TG_OP_NARROW:
         return tg_narrow(ctx, t[0], y->p.narrow.axis, y->p.narrow.start,
                          y->shape[y->p.narrow.axis]);
@@ -112,8 +123,8 @@ static tg_tensor *jvp_shape(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
         tg_tensor *parts[TG_MAX_SRC];
         for (int k = 0; k < y->n_src; k++) {
             parts[k] = t[k];
-            if (!parts[k] && (parts[k] = tg_const(ctx, y->dtype, y->src[k]->rank,
-                                                  y->src[k]->shape, "zeros")))
+            if (!parts[k] &&
+                (parts[k] = tg_const(ctx, y->dtype, y->src[k]->rank, y->src[k]->shape, "zeros")))
                 tg_fill(parts[k], 0.0);
         }
         return tg_concat(ctx, parts, y->n_src, y->p.concat.axis);
@@ -156,8 +167,9 @@ static tg_tensor *jvp_layer_norm(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
     tg_tensor *xh = tg_mul(ctx, xc, inv);
     if (t[0]) {
         tg_tensor *tc = tg_sub(ctx, t[0], tg_mean(ctx, t[0], -1, true));
-        tg_tensor *txh = tg_mul(ctx, inv, tg_sub(ctx, tc, tg_mul(ctx, xh, tg_mean(
-                                                  ctx, tg_mul(ctx, xh, tc), -1, true))));
+        tg_tensor *txh =
+            tg_mul(ctx, inv,
+                   tg_sub(ctx, tc, tg_mul(ctx, xh, tg_mean(ctx, tg_mul(ctx, xh, tc), -1, true))));
         r = gamma ? tg_mul(ctx, txh, gamma) : txh;
     }
     if (gamma && t[1])
@@ -216,21 +228,53 @@ typedef tg_tensor *(*jvp_fn)(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t);
 static jvp_fn rule_of(const tg_tensor *y)
 {
     switch (y->op) {
-    case TG_OP_SCALE: case TG_OP_NEG: case TG_OP_ADD: case TG_OP_SUB: case TG_OP_MUL:
-    case TG_OP_DIV: return jvp_arith;
-    case TG_OP_EXP: case TG_OP_LOG: case TG_OP_SQRT: case TG_OP_TANH: case TG_OP_SIGMOID:
-    case TG_OP_SILU: case TG_OP_GELU_TANH: case TG_OP_RELU: case TG_OP_ERF:
-    case TG_OP_GELU: return jvp_diagonal;
-    case TG_OP_SUM: case TG_OP_MEAN: return jvp_reduce;
-    case TG_OP_SOFTMAX: case TG_OP_LOG_SOFTMAX: return jvp_softmax;
-    case TG_OP_MATMUL: case TG_OP_DENSE: case TG_OP_EMBEDDING: return jvp_products;
-    case TG_OP_PERMUTE: case TG_OP_TRANSPOSE: case TG_OP_RESHAPE: case TG_OP_CONTIGUOUS:
-    case TG_OP_NARROW: case TG_OP_CONCAT: return jvp_shape;
-    case TG_OP_ADD_MASK: return jvp_add_mask;
-    case TG_OP_LAYER_NORM: return jvp_layer_norm;
-    case TG_OP_XENT: case TG_OP_MSE_LOSS: return jvp_scalar;
-    case TG_OP_DENSE_ACT: case TG_OP_FLASH_ATTN: return jvp_fused;
-    default: return NULL;
+    case TG_OP_SCALE:
+    case TG_OP_NEG:
+    case TG_OP_ADD:
+    case TG_OP_SUB:
+    case TG_OP_MUL:
+    case TG_OP_DIV:
+        return jvp_arith;
+    case TG_OP_EXP:
+    case TG_OP_LOG:
+    case TG_OP_SQRT:
+    case TG_OP_TANH:
+    case TG_OP_SIGMOID:
+    case TG_OP_SILU:
+    case TG_OP_GELU_TANH:
+    case TG_OP_RELU:
+    case TG_OP_ERF:
+    case TG_OP_GELU:
+        return jvp_diagonal;
+    case TG_OP_SUM:
+    case TG_OP_MEAN:
+        return jvp_reduce;
+    case TG_OP_SOFTMAX:
+    case TG_OP_LOG_SOFTMAX:
+        return jvp_softmax;
+    case TG_OP_MATMUL:
+    case TG_OP_DENSE:
+    case TG_OP_EMBEDDING:
+        return jvp_products;
+    case TG_OP_PERMUTE:
+    case TG_OP_TRANSPOSE:
+    case TG_OP_RESHAPE:
+    case TG_OP_CONTIGUOUS:
+    case TG_OP_NARROW:
+    case TG_OP_CONCAT:
+        return jvp_shape;
+    case TG_OP_ADD_MASK:
+        return jvp_add_mask;
+    case TG_OP_LAYER_NORM:
+        return jvp_layer_norm;
+    case TG_OP_XENT:
+    case TG_OP_MSE_LOSS:
+        return jvp_scalar;
+    case TG_OP_DENSE_ACT:
+    case TG_OP_FLASH_ATTN:
+        return jvp_fused;
+    default:
+        return NULL;
     }
 }
 
@@ -239,7 +283,8 @@ static bool args_ok(tg_ctx *ctx, int n_in, tg_tensor *const *inputs, tg_tensor *
                     int n_out, tg_tensor *const *outputs, tg_tensor **out_tangents)
 {
     if (n_in < 1 || n_out < 1 || !inputs || !tangents || !outputs || !out_tangents) {
-        tg__err(ctx, TG_ERR_ARG, FN, "needs at least one input with its tangent, one output "
+        tg__err(ctx, TG_ERR_ARG, FN,
+                "needs at least one input with its tangent, one output "
                 "and an array for the output tangents");
         return false;
     }
@@ -249,14 +294,17 @@ static bool args_ok(tg_ctx *ctx, int n_in, tg_tensor *const *inputs, tg_tensor *
         if (!x || x->ctx != ctx || (x->dtype != TG_F32 && x->dtype != TG_F64)) {
             tg__err(ctx, !x || x->ctx != ctx ? TG_ERR_ARG : TG_ERR_DTYPE, FN, "%s %d %s",
                     i < n_in ? "input" : "output", i < n_in ? i : i - n_in,
-                    !x ? "is NULL" : x->ctx != ctx ? "belongs to another context"
-                                                   : "is not f32 or f64");
+                    !x              ? "is NULL"
+                    : x->ctx != ctx ? "belongs to another context"
+                                    : "is not f32 or f64");
             return false;
         }
         if (i < n_in && (!u || u->ctx != ctx || u->dtype != x->dtype || u->rank != x->rank ||
                          memcmp(u->shape, x->shape, sizeof(int64_t) * x->rank) != 0)) {
-            tg__err(ctx, TG_ERR_SHAPE, FN, "tangent %d must be a tensor of input %d's shape "
-                    "and dtype ('%s')", i, i, x->name);
+            tg__err(ctx, TG_ERR_SHAPE, FN,
+                    "tangent %d must be a tensor of input %d's shape "
+                    "and dtype ('%s')",
+                    i, i, x->name);
             return false;
         }
     }
@@ -296,7 +344,8 @@ static bool push_all(tg_ctx *ctx, walk *w, int n_in, tg_tensor *const *inputs,
             continue; /* no tangent flows in (or an input: given) */
         jvp_fn rule = rule_of(y);
         if (!rule) {
-            tg__err(ctx, TG_ERR_NOGRAD, FN, "op '%s' (node '%s') has no forward-mode rule "
+            tg__err(ctx, TG_ERR_NOGRAD, FN,
+                    "op '%s' (node '%s') has no forward-mode rule "
                     "written as ops yet (docs/autodiff.md lists the ops that have one)",
                     y->def ? y->def->name : "?", y->name);
             ok = false;

@@ -42,15 +42,13 @@ tg_tensor *tg__sum_to(tg_ctx *ctx, tg_tensor *g, const tg_tensor *like)
 
 /* ---- linear and elementwise ops ------------------------------------------------------------ */
 
-static bool vjp_scale(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                      tg_tensor **gx)
+static bool vjp_scale(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     (void)need;
     return (gx[0] = tg_scale(ctx, gy, y->p.scale.s)) != NULL;
 }
 
-static bool vjp_add_sub(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                        tg_tensor **gx)
+static bool vjp_add_sub(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     if (need[0] && !(gx[0] = tg__sum_to(ctx, gy, y->src[0])))
         return false;
@@ -84,8 +82,7 @@ static bool vjp_neg(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, 
     return (gx[0] = tg_neg(ctx, gy)) != NULL;
 }
 
-static bool vjp_identity(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                         tg_tensor **gx)
+static bool vjp_identity(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     (void)ctx;
     (void)y;
@@ -140,17 +137,16 @@ static bool vjp_gelu_tanh(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *
     tg_tensor *u = tg_scale(ctx, tg_add(ctx, x, tg_scale(ctx, tg_mul(ctx, x2, x), k)), c);
     tg_tensor *t = tg_tanh(ctx, u);
     tg_tensor *du = tg_scale(ctx, tg_add(ctx, one, tg_scale(ctx, x2, 3 * k)), c);
-    tg_tensor *d = tg_add(ctx, tg_scale(ctx, tg_add(ctx, one, t), 0.5),
-                          tg_mul(ctx, tg_scale(ctx, x, 0.5),
-                                 tg_mul(ctx, tg_sub(ctx, one, tg_mul(ctx, t, t)), du)));
+    tg_tensor *d = tg_add(
+        ctx, tg_scale(ctx, tg_add(ctx, one, t), 0.5),
+        tg_mul(ctx, tg_scale(ctx, x, 0.5), tg_mul(ctx, tg_sub(ctx, one, tg_mul(ctx, t, t)), du)));
     return (gx[0] = tg_mul(ctx, gy, d)) != NULL;
 }
 
 /* ---- reductions and losses ----------------------------------------------------------------- */
 
 /* sum / mean: gy broadcast back over the reduced axis (or all), mean divided by its count. */
-static bool vjp_sum_mean(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                         tg_tensor **gx)
+static bool vjp_sum_mean(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     (void)need;
     tg_tensor *x = y->src[0];
@@ -186,8 +182,7 @@ static bool vjp_mse(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, 
 }
 
 /* softmax over the last axis: gy y - y sum(gy y). */
-static bool vjp_softmax(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                        tg_tensor **gx)
+static bool vjp_softmax(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     (void)need;
     tg_tensor *gyy = tg_mul(ctx, gy, y);
@@ -212,9 +207,9 @@ static bool vjp_layer_norm(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool 
     tg_tensor *x = y->src[0], *gamma = y->src[1], *beta = y->src[2];
     tg_tensor *xc = tg_sub(ctx, x, tg_mean(ctx, x, -1, true));
     tg_tensor *var = tg_mean(ctx, tg_mul(ctx, xc, xc), -1, true);
-    tg_tensor *r = tg_div(ctx, scalar(ctx, y->dtype, 1.0),
-                          tg_sqrt(ctx, tg_add(ctx, var, scalar(ctx, y->dtype,
-                                                               y->p.layer_norm.eps))));
+    tg_tensor *r =
+        tg_div(ctx, scalar(ctx, y->dtype, 1.0),
+               tg_sqrt(ctx, tg_add(ctx, var, scalar(ctx, y->dtype, y->p.layer_norm.eps))));
     tg_tensor *xh = tg_mul(ctx, xc, r);
     if (need[0]) {
         tg_tensor *dxh = gamma ? tg_mul(ctx, gy, gamma) : gy;
@@ -234,8 +229,7 @@ static bool vjp_layer_norm(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool 
 /* y = op(A) op(B) (op: transpose when ta / tb), batch dims broadcast:
  * dA = gy op(B)^T (or its transpose), dB = op(A)^T gy (or its transpose), summed over the
  * broadcast batch dims. */
-static bool vjp_matmul(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                       tg_tensor **gx)
+static bool vjp_matmul(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     tg_tensor *a = y->src[0], *b = y->src[1];
     bool ta = y->p.matmul.ta, tb = y->p.matmul.tb;
@@ -254,14 +248,13 @@ static bool vjp_matmul(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *nee
 
 /* dense: y = x W^T + b over the last axis: dx = gy W, dW = gy^T x (rows of every leading
  * index), db = sum of gy over the rows. */
-static bool vjp_dense(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                      tg_tensor **gx)
+static bool vjp_dense(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     tg_tensor *x = y->src[0], *w = y->src[1], *b = y->src[2];
     int64_t in = x->shape[x->rank - 1], out = w->shape[0];
     tg_tensor *g2 = tg_reshape(ctx, gy, 2, (const int64_t[]){-1, out}); /* (rows, out) */
-    if (need[0] && !(gx[0] = tg_reshape(ctx, tg_matmul(ctx, g2, w, false, false), x->rank,
-                                        x->shape)))
+    if (need[0] &&
+        !(gx[0] = tg_reshape(ctx, tg_matmul(ctx, g2, w, false, false), x->rank, x->shape)))
         return false;
     if (need[1]) {
         tg_tensor *x2 = tg_reshape(ctx, x, 2, (const int64_t[]){-1, in});
@@ -272,8 +265,7 @@ static bool vjp_dense(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need
 }
 
 /* permute / transpose: gy permuted back (the inverse permutation). */
-static bool vjp_permute(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                        tg_tensor **gx)
+static bool vjp_permute(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     (void)need;
     int inv[TG_MAX_RANK];
@@ -282,8 +274,7 @@ static bool vjp_permute(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *ne
     return (gx[0] = tg_permute(ctx, gy, inv)) != NULL;
 }
 
-static bool vjp_reshape(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                        tg_tensor **gx)
+static bool vjp_reshape(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     (void)need;
     const tg_tensor *x = y->src[0];
@@ -291,8 +282,7 @@ static bool vjp_reshape(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *ne
 }
 
 /* narrow: gy placed at its start along the axis, zeros before and after (a concat). */
-static bool vjp_narrow(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                       tg_tensor **gx)
+static bool vjp_narrow(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     (void)need;
     const tg_tensor *x = y->src[0];
@@ -315,8 +305,7 @@ static bool vjp_narrow(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *nee
 }
 
 /* concat: source k's slice of gy along the axis. */
-static bool vjp_concat(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                       tg_tensor **gx)
+static bool vjp_concat(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     int ax = y->p.concat.axis;
     int64_t at = 0;
@@ -345,8 +334,9 @@ static bool vjp_gelu(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
 {
     (void)need;
     tg_tensor *x = y->src[0];
-    tg_tensor *cdf = tg_scale(ctx, tg_add(ctx, scalar(ctx, y->dtype, 1.0),
-                                          tg_erf(ctx, tg_scale(ctx, x, 0.70710678118654752440))),
+    tg_tensor *cdf = tg_scale(ctx,
+                              tg_add(ctx, scalar(ctx, y->dtype, 1.0),
+                                     tg_erf(ctx, tg_scale(ctx, x, 0.70710678118654752440))),
                               0.5);
     tg_tensor *pdf = tg_scale(ctx, tg_exp(ctx, tg_scale(ctx, tg_mul(ctx, x, x), -0.5)),
                               0.39894228040143267794); /* 1 / sqrt(2 pi) */
@@ -365,8 +355,7 @@ static tg_tensor *keep_where_zero(tg_ctx *ctx, tg_tensor *mask, const tg_tensor 
 
 /* add_mask: additive: ds = gy, dm = gy summed onto the mask's shape; block: ds = gy where the
  * mask keeps (0 where it blocks), the mask has no gradient. */
-static bool vjp_add_mask(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                         tg_tensor **gx)
+static bool vjp_add_mask(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     tg_tensor *m = y->src[1];
     if (y->p.mask.kind == TG_MASK_BLOCK)
@@ -398,9 +387,9 @@ static bool vjp_cross_entropy(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bo
     double eps = y->p.xent.label_smoothing;
     tg_tensor *oh = tg_one_hot(ctx, y->src[1], V, y->p.xent.ignore_index, y->dtype);
     tg_tensor *kept = tg_sum(ctx, oh, ax, true); /* 1 per row kept, 0 per row ignored */
-    tg_tensor *q = eps > 0 ? tg_add(ctx, tg_scale(ctx, oh, 1 - eps),
-                                    tg_scale(ctx, kept, eps / (double)V))
-                           : oh;
+    tg_tensor *q =
+        eps > 0 ? tg_add(ctx, tg_scale(ctx, oh, 1 - eps), tg_scale(ctx, kept, eps / (double)V))
+                : oh;
     tg_tensor *n = tg_sum_all(ctx, kept), *one = scalar(ctx, y->dtype, 1.0);
     tg_tensor *n1 = tg_add(ctx, n, tg_relu(ctx, tg_sub(ctx, one, n))); /* max(n, 1) */
     tg_tensor *d = tg_sub(ctx, tg_mul(ctx, tg_softmax(ctx, z), kept), q);
@@ -415,8 +404,8 @@ static bool vjp_embedding(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *
         return true;
     tg_tensor *w = y->src[1];
     int64_t V = w->shape[0], D = w->shape[1];
-    tg_tensor *oh = tg_reshape(ctx, tg_one_hot(ctx, y->src[0], V, -1, y->dtype), 2,
-                               (const int64_t[]){-1, V});
+    tg_tensor *oh =
+        tg_reshape(ctx, tg_one_hot(ctx, y->src[0], V, -1, y->dtype), 2, (const int64_t[]){-1, V});
     tg_tensor *g2 = tg_reshape(ctx, gy, 2, (const int64_t[]){-1, D});
     return (gx[1] = tg_matmul(ctx, oh, g2, true, false)) != NULL;
 }
@@ -465,8 +454,7 @@ tg_tensor *tg__unfused(tg_ctx *ctx, tg_tensor *y)
                                        : NULL;
 }
 
-static bool vjp_fused(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
-                      tg_tensor **gx)
+static bool vjp_fused(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     return unfused(ctx, y, tg__unfused(ctx, y), gy, need, gx);
 }
@@ -474,41 +462,70 @@ static bool vjp_fused(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need
 tg__vjp_fn tg__vjp_rule(const tg_tensor *y)
 {
     switch (y->op) {
-    case TG_OP_SCALE: return vjp_scale;
+    case TG_OP_SCALE:
+        return vjp_scale;
     case TG_OP_ADD:
-    case TG_OP_SUB: return vjp_add_sub;
-    case TG_OP_MUL: return vjp_mul;
-    case TG_OP_DIV: return vjp_div;
-    case TG_OP_NEG: return vjp_neg;
-    case TG_OP_CONTIGUOUS: return vjp_identity;
+    case TG_OP_SUB:
+        return vjp_add_sub;
+    case TG_OP_MUL:
+        return vjp_mul;
+    case TG_OP_DIV:
+        return vjp_div;
+    case TG_OP_NEG:
+        return vjp_neg;
+    case TG_OP_CONTIGUOUS:
+        return vjp_identity;
     case TG_OP_EXP:
     case TG_OP_LOG:
-    case TG_OP_SQRT: return vjp_exp_log_sqrt;
+    case TG_OP_SQRT:
+        return vjp_exp_log_sqrt;
     case TG_OP_TANH:
-    case TG_OP_SIGMOID: return vjp_tanh_sigmoid;
-    case TG_OP_SILU: return vjp_silu;
-    case TG_OP_GELU_TANH: return vjp_gelu_tanh;
+    case TG_OP_SIGMOID:
+        return vjp_tanh_sigmoid;
+    case TG_OP_SILU:
+        return vjp_silu;
+    case TG_OP_GELU_TANH:
+        return vjp_gelu_tanh;
     case TG_OP_SUM:
-    case TG_OP_MEAN: return vjp_sum_mean;
-    case TG_OP_MSE_LOSS: return vjp_mse;
-    case TG_OP_SOFTMAX: return vjp_softmax;
-    case TG_OP_LOG_SOFTMAX: return vjp_log_softmax;
-    case TG_OP_LAYER_NORM: return vjp_layer_norm;
-    case TG_OP_MATMUL: return vjp_matmul;
-    case TG_OP_DENSE: return vjp_dense;
+    case TG_OP_MEAN:
+        return vjp_sum_mean;
+    case TG_OP_MSE_LOSS:
+        return vjp_mse;
+    case TG_OP_SOFTMAX:
+        return vjp_softmax;
+    case TG_OP_LOG_SOFTMAX:
+        return vjp_log_softmax;
+    case TG_OP_LAYER_NORM:
+        return vjp_layer_norm;
+    case TG_OP_MATMUL:
+        return vjp_matmul;
+    case TG_OP_DENSE:
+        return vjp_dense;
     case TG_OP_PERMUTE:
-    case TG_OP_TRANSPOSE: return vjp_permute;
-    case TG_OP_RESHAPE: return vjp_reshape;
-    case TG_OP_NARROW: return vjp_narrow;
-    case TG_OP_CONCAT: return vjp_concat;
-    case TG_OP_ADD_MASK: return vjp_add_mask;
-    case TG_OP_RELU: return vjp_relu;
-    case TG_OP_ERF: return vjp_erf;
-    case TG_OP_GELU: return vjp_gelu;
-    case TG_OP_XENT: return vjp_cross_entropy;
-    case TG_OP_EMBEDDING: return vjp_embedding;
+    case TG_OP_TRANSPOSE:
+        return vjp_permute;
+    case TG_OP_RESHAPE:
+        return vjp_reshape;
+    case TG_OP_NARROW:
+        return vjp_narrow;
+    case TG_OP_CONCAT:
+        return vjp_concat;
+    case TG_OP_ADD_MASK:
+        return vjp_add_mask;
+    case TG_OP_RELU:
+        return vjp_relu;
+    case TG_OP_ERF:
+        return vjp_erf;
+    case TG_OP_GELU:
+        return vjp_gelu;
+    case TG_OP_XENT:
+        return vjp_cross_entropy;
+    case TG_OP_EMBEDDING:
+        return vjp_embedding;
     case TG_OP_DENSE_ACT:
-    case TG_OP_FLASH_ATTN: return vjp_fused;
-    default: return NULL;
+    case TG_OP_FLASH_ATTN:
+        return vjp_fused;
+    default:
+        return NULL;
     }
 }

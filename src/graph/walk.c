@@ -71,7 +71,10 @@ bool tg__walk_visit(walk *w, tg_tensor *root)
     if (tg__walk_find(w, root) >= 0)
         return true;
     int64_t cap = 64, n = 0;
-    struct frame { tg_tensor *t; int k; } *st = malloc(sizeof *st * (size_t)cap);
+    struct frame {
+        tg_tensor *t;
+        int k;
+    } *st = malloc(sizeof *st * (size_t)cap);
     if (!st)
         return false;
     st[n++] = (struct frame){root, 0};
@@ -105,4 +108,3 @@ void tg__walk_free(walk *w)
     free(w->slot);
     free(w->slot_i);
 }
-
