@@ -223,6 +223,16 @@ static tg_tensor *jvp_fused(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
     return ok ? r : NULL;
 }
 
+/* dense_act: with ReLU, dense's tangent gated by y > 0 (no recomputed product); GELU through
+ * the unfused form (its derivative needs the pre-activation). */
+static tg_tensor *jvp_dense_act(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
+{
+    if (y->p.dense.act != TG_ACT_RELU)
+        return jvp_fused(ctx, y, t);
+    tg_tensor *tz = jvp_products(ctx, y, t); /* dense's rule reads only the sources */
+    return tz ? tg__relu_gate(ctx, y, tz) : NULL;
+}
+
 typedef tg_tensor *(*jvp_fn)(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t);
 
 static jvp_fn rule_of(const tg_tensor *y)
@@ -271,6 +281,7 @@ static jvp_fn rule_of(const tg_tensor *y)
     case TG_OP_MSE_LOSS:
         return jvp_scalar;
     case TG_OP_DENSE_ACT:
+        return jvp_dense_act;
     case TG_OP_FLASH_ATTN:
         return jvp_fused;
     default:

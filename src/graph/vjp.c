@@ -454,8 +454,16 @@ tg_tensor *tg__unfused(tg_ctx *ctx, tg_tensor *y)
                                        : NULL;
 }
 
+tg_tensor *tg__relu_gate(tg_ctx *ctx, tg_tensor *y, tg_tensor *t)
+{
+    return tg_mul(ctx, t, tg_sub(ctx, scalar(ctx, y->dtype, 1.0), keep_where_zero(ctx, y, y)));
+}
+
 static bool vjp_fused(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
+    /* dense_act with ReLU: dense's rule on gy gated by y > 0 (no recomputed product) */
+    if (y->op == TG_OP_DENSE_ACT && y->p.dense.act == TG_ACT_RELU)
+        return vjp_dense(ctx, y, tg__relu_gate(ctx, y, gy), need, gx);
     return unfused(ctx, y, tg__unfused(ctx, y), gy, need, gx);
 }
 
