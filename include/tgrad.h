@@ -1340,6 +1340,14 @@ TG_API int tg_op_find(const char *name);
  *  costs two forward passes. */
 #define TG_GRADCHECK_MAX_PROJECTIONS 100000
 
+/** Which derivatives tg_gradcheck() checks against central differences. */
+typedef enum tg_gradcheck_mode {
+    TG_GRADCHECK_REVERSE = 0, /**< the backward kernels' gradients (the default) */
+    TG_GRADCHECK_FORWARD = 1, /**< forward mode: JVPs built as nodes (tg_jvp()), and the adjoint
+                                   identity <r, J u> = <J^T r, u> */
+    TG_GRADCHECK_BOTH = 2     /**< both (PyTorch's `check_forward_ad=True`) */
+} tg_gradcheck_mode;
+
 /** Options for tg_gradcheck(). Fill with tg_gradcheck_defaults(). */
 typedef struct tg_gradcheck_opts {
     double eps;           /**< central-difference step (f64: 1e-6, f32: 1e-3) */
@@ -1351,6 +1359,7 @@ typedef struct tg_gradcheck_opts {
     uint64_t seed;        /**< seed of r (loss weights) and of the projections */
     int64_t max_elements; /**< 0: no limit; else check at most this many elements per tensor
                                (spread evenly), a cheaper middle ground */
+    tg_gradcheck_mode mode; /**< reverse (default), forward or both */
 } tg_gradcheck_opts;
 
 /** PyTorch-style defaults for @p dt (f64: eps 1e-6, atol 1e-5, rtol 1e-3). */
@@ -1374,6 +1383,10 @@ typedef struct tg_gradcheck_report {
     int64_t worst_coords[TG_MAX_RANK];
     double worst_analytic, worst_numeric, worst_abs_err, worst_rel_err;
     char message[256];            /**< one-line summary */
+    bool adjoint_ok;              /**< forward mode: <r, J u> = <J^T r, u> for a random u to
+                                       1e-10 (f64) or 1e-4 (f32) of their scale; true when not
+                                       checked */
+    double adjoint_err;           /**< forward mode: |<r, J u> - <J^T r, u>| over that scale */
 } tg_gradcheck_report;
 
 /**
@@ -1390,12 +1403,19 @@ typedef struct tg_gradcheck_report {
  * contribution (to rounding: 1e-3 relative in f32, 1e-9 in f64); a rule that assigns fails
  * the check, naming its node, op and input in the message. Leaf data and gradients are
  * restored afterwards.
+ * Forward mode (opts->mode ::TG_GRADCHECK_FORWARD or ::TG_GRADCHECK_BOTH, PyTorch's
+ * `check_forward_ad`): the analytic side is <r, J u> from the Jacobian-vector products built
+ * as nodes (tg_jvp()): per element u = e_i (the JVP columns), or along the projections' random
+ * u, against the same central differences; and the adjoint identity <r, J u> = <J^T r, u>
+ * (J^T r from the backward kernels) for a random u, with no finite-difference noise
+ * (report->adjoint_ok, adjoint_err). The tangent nodes stay in the context (context memory).
  * The graph is built internally (context memory). @p opts NULL means defaults for y's dtype.
  * Returns ::TG_OK if passed, ::TG_ERR_GRADCHECK if not (see @p report), or another error
  * (::TG_ERR_ARG for NULL, @p y of another context, or invalid options: eps not finite and
  * > 0, a negative tolerance or max_elements, n_projections outside 0..
- * ::TG_GRADCHECK_MAX_PROJECTIONS; ::TG_ERR_NOGRAD if nothing is differentiable; a pending
- * build error). These are run-time errors: they do not stick.
+ * ::TG_GRADCHECK_MAX_PROJECTIONS, an unknown mode; ::TG_ERR_NOGRAD if nothing is
+ * differentiable, or in forward mode an op without a forward rule, named; a pending build
+ * error). These are run-time errors: they do not stick.
  */
 TG_API tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
                               tg_gradcheck_report *report);

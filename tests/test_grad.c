@@ -699,6 +699,45 @@ START_TEST(test_jvp_errors)
 }
 END_TEST
 
+/* tg_gradcheck in forward mode (and both) on every case: the JVP columns against central
+ * differences and the adjoint identity pass where every op has a forward rule (f64); the
+ * others are refused naming the op, as a run-time error. Projections too. */
+START_TEST(test_gradcheck_forward)
+{
+    int passed = 0;
+    for (int i = 0; i < tg_n_opcases; i++) {
+        const tg_opcase *c = &tg_opcases[i];
+        tg_ctx *ctx = tu_ctx_new();
+        tg_ctx_seed(ctx, 3);
+        tg_tensor *y = c->build(ctx, TG_F64);
+        tg_gradcheck_opts o = tg_gradcheck_defaults(TG_F64);
+        o.mode = i % 3 == 0 ? TG_GRADCHECK_BOTH : TG_GRADCHECK_FORWARD;
+        o.n_projections = i % 5 == 0 ? 3 : 0;
+        tg_gradcheck_report r;
+        tg_status s = tg_gradcheck(ctx, y, &o, &r);
+        if (s == TG_ERR_NOGRAD) {
+            const char *m = tg_ctx_message(ctx), *q = strstr(m, "op '");
+            char op[64];
+            ck_assert_msg(q && sscanf(q, "op '%63[^']'", op) == 1 && !has_jvp(op), "%s/%s: %s",
+                          c->op, c->name, m);
+            ck_assert_ptr_nonnull(tg_exp(ctx, y)); /* not a sticky build error */
+        } else {
+            ck_assert_msg(s == TG_OK && r.adjoint_ok, "%s/%s: %s", c->op, c->name, r.message);
+            passed++;
+        }
+        tu_ctx_free(ctx);
+    }
+    ck_assert_int_ge(passed, 160);
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tensor *x = tg_param(ctx, TG_F64, TG_DIMS(3), "x");
+    tg_gradcheck_opts o = tg_gradcheck_defaults(TG_F64);
+    o.mode = (tg_gradcheck_mode)7;
+    tg_gradcheck_report r;
+    ck_assert_int_eq(tg_gradcheck(ctx, tg_exp(ctx, x), &o, &r), TG_ERR_ARG);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *grad_suite(void)
 {
     Suite *s = suite_create("grad");
@@ -714,6 +753,7 @@ static Suite *grad_suite(void)
     tcase_add_test(tc, test_hessian_jacobian);
     tcase_add_test(tc, test_jvp_every_case);
     tcase_add_test(tc, test_jvp_errors);
+    tcase_add_test(tc, test_gradcheck_forward);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -61,6 +61,9 @@ typedef struct {
      * gradient; u (projections only): the direction */
     double *saved, *saved_grad, *analytic, *u;
     tg_tensor *zero;     /* a zero upstream gradient */
+    /* forward mode: the tangents (one input per leaf), <r, J u>'s graph and J u */
+    tg_tensor **u_in, *ty;
+    tg_graph *gt;
 } gc_state;
 
 /* Keep the first failure of a forward or backward run of the check. */
@@ -151,6 +154,10 @@ static tg_status gc_args_ok(tg_ctx *ctx, const tg_tensor *y, const tg_gradcheck_
     if (o.n_projections > TG_GRADCHECK_MAX_PROJECTIONS) {
         tg__run_err(ctx, TG_ERR_ARG, fn, "n_projections %d is more than the most, %d",
                     o.n_projections, TG_GRADCHECK_MAX_PROJECTIONS);
+        return TG_ERR_ARG;
+    }
+    if ((int)o.mode < TG_GRADCHECK_REVERSE || (int)o.mode > TG_GRADCHECK_BOTH) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "unknown mode %d", (int)o.mode);
         return TG_ERR_ARG;
     }
     if (!(o.eps > 0) || !isfinite(o.eps) || !(o.atol >= 0) || !(o.rtol >= 0) ||
@@ -317,6 +324,87 @@ static void gc_projections(gc_state *st, const tg_gradcheck_opts *o, uint64_t *s
     }
 }
 
+/* ---- forward mode ---------------------------------------------------------------------- */
+
+/* The tangent inputs (one per leaf) and J u built as nodes, and their graph; false with the
+ * error recorded as a run error (an op without a forward rule: named). */
+static bool gc_forward_build(gc_state *st, const char *fn)
+{
+    tg_ctx *ctx = st->ctx;
+    tg__io_enter(ctx); /* built here: a failure is this call's, not a pending build */
+    tg_tensor **leaf = tg__alloc(ctx, sizeof *leaf * (size_t)st->nl * 2, fn);
+    bool ok = leaf != NULL;
+    for (int64_t l = 0; ok && l < st->nl; l++) {
+        leaf[l] = tg_graph_grad_leaf(st->g, l);
+        leaf[st->nl + l] = tg_input(ctx, leaf[l]->dtype, leaf[l]->rank, leaf[l]->shape,
+                                    "gradcheck.u");
+        ok = leaf[st->nl + l] != NULL;
+    }
+    ok = ok && st->nl <= INT32_MAX &&
+         tg_jvp(ctx, (int)st->nl, leaf, leaf + st->nl, 1, &st->y, &st->ty) == TG_OK;
+    st->gt = ok ? tg_graph_new(ctx, &st->ty, 1) : NULL;
+    st->u_in = leaf ? leaf + st->nl : NULL;
+    tg__io_leave(ctx);
+    return st->gt != NULL;
+}
+
+/* The tangent inputs set to @p u (f64, the leaves' elements in order; NULL: zero but element
+ * @p at = 1), the graph run; <r, J u>. */
+static double gc_jvp(gc_state *st, const double *u, int64_t at)
+{
+    for (int64_t l = 0, off = 0; l < st->nl; l++) {
+        tg_tensor *t = st->u_in[l];
+        for (int64_t i = 0; i < t->numel; i++)
+            tg_set(t, i, u ? u[off + i] : off + i == at ? 1.0 : 0.0);
+        off += t->numel;
+    }
+    tg_rng_set_state(st->ctx, st->rng0);
+    gc_note(st, tg_graph_forward(st->gt));
+    double a = 0;
+    for (int64_t i = 0; i < st->y->numel; i++)
+        a += tg_get(st->r, i) * tg_get(st->ty, i);
+    return a;
+}
+
+/* Forward mode: JVP columns (or projections) against central differences, then the adjoint
+ * identity for a random u against J^T r from the backward kernels. */
+static void gc_forward(gc_state *st, const tg_gradcheck_opts *o, uint64_t *seed,
+                       tg_gradcheck_report *report)
+{
+    if (o->n_projections == 0) { /* the JVP columns into analytic, then the differences */
+        for (int64_t i = 0; i < st->total; i++)
+            st->analytic[i] = gc_jvp(st, NULL, i);
+        gc_elements(st, o, report);
+    } else {
+        for (int p = 0; p < o->n_projections; p++) {
+            for (int64_t i = 0; i < st->total; i++)
+                st->u[i] = gc_normal(seed);
+            double a = gc_jvp(st, st->u, -1), L[2];
+            for (int sgn = 0; sgn < 2; sgn++) {
+                gc_move(st, sgn == 0 ? o->eps : -o->eps);
+                L[sgn] = loss(st);
+            }
+            gc_move(st, 0.0);
+            consider(report, o, NULL, p, a, (L[0] - L[1]) / (2 * o->eps));
+        }
+    }
+    double *u = st->analytic; /* reused: a random direction, then J^T r */
+    for (int64_t i = 0; i < st->total; i++)
+        u[i] = gc_normal(seed);
+    double a = gc_jvp(st, u, -1), b = 0, scale = fabs(a);
+    backward(st, st->r);
+    for (int64_t l = 0, off = 0; l < st->nl; l++) {
+        tg_tensor *t = tg_graph_grad_leaf(st->g, l);
+        for (int64_t i = 0; i < t->numel; i++) {
+            b += u[off + i] * tg_grad_get(t, i);
+            scale += fabs(u[off + i] * tg_grad_get(t, i));
+        }
+        off += t->numel;
+    }
+    report->adjoint_err = fabs(a - b) / (scale > 0 ? scale : 1);
+    report->adjoint_ok = report->adjoint_err <= (st->y->dtype == TG_F64 ? 1e-10 : 1e-4);
+}
+
 /* Restore leaves (data and grads) and the context's RNG. */
 static void gc_restore_leaves(gc_state *st)
 {
@@ -348,6 +436,11 @@ static void gc_message(const gc_state *st, tg_gradcheck_report *report)
              (long long)report->worst_index, report->worst_analytic, report->worst_numeric,
              report->backward_deterministic ? "" : "; second backward differs",
              report->zero_upstream_ok ? "" : "; zero upstream gave non-zero gradients");
+    if (!report->adjoint_ok) {
+        size_t l = strlen(msg);
+        snprintf(msg + l, sizeof msg - l, "; adjoint identity <r, Ju> = <J^T r, u> off by %.3g",
+                 report->adjoint_err);
+    }
     if (!report->backward_accumulates) { /* the cause first: the rest would mislead */
         char rest[sizeof msg];
         snprintf(rest, sizeof rest, "%s", msg);
@@ -396,13 +489,23 @@ static void gc_run(gc_state *st, const tg_gradcheck_opts *o, tg_gradcheck_report
     }
     report->passed = true;
     report->n_tensors = (int)st->nl;
-    gc_analytic(st, report);
-    if (o->n_projections == 0)
-        gc_elements(st, o, report);
-    else
-        gc_projections(st, o, &seed, report);
+    report->backward_deterministic = report->zero_upstream_ok = true;
+    report->backward_accumulates = report->adjoint_ok = true;
+    if (o->mode != TG_GRADCHECK_FORWARD) {
+        gc_analytic(st, report);
+        if (o->n_projections == 0)
+            gc_elements(st, o, report);
+        else
+            gc_projections(st, o, &seed, report);
+    }
+    if (o->mode != TG_GRADCHECK_REVERSE) {
+        uint64_t rs = o->seed; /* the reverse check's r again, not a projection's */
+        for (int64_t i = 0; i < st->y->numel; i++)
+            tg_set(st->r, i, 0.5 + gc_uniform(&rs));
+        gc_forward(st, o, &seed, report);
+    }
     if (!report->backward_deterministic || !report->zero_upstream_ok ||
-        !report->backward_accumulates)
+        !report->backward_accumulates || !report->adjoint_ok)
         report->passed = false;
     /* Restore leaves (data and grads) and recompute the outputs from the original data. */
     gc_restore_leaves(st);
@@ -457,17 +560,24 @@ tg_status tg_gradcheck(tg_ctx *ctx, tg_tensor *y, const tg_gradcheck_opts *opts,
     tg_status fs = tg_graph_forward(st.g);
     tg_rng_set_state(ctx, st.rng0);
     bool ran = fs == TG_OK && gc_alloc(&st, &o, fn);
-    if (ran) {
+    bool built = ran && (o.mode == TG_GRADCHECK_REVERSE || gc_forward_build(&st, fn));
+    if (built)
         gc_run(&st, &o, report);
+    else if (ran) /* forward mode: an op without a forward rule (named), or out of memory */
+        fs = ctx->status != TG_OK ? ctx->status : TG_ERR_NOMEM;
+    if (ran) {
         tg__free(ctx, st.saved);
+        tg__free(ctx, st.u_in ? st.u_in - st.nl : NULL);
         tg_tensor *tmp[2] = {st.r, st.zero};
         for (int k = 0; k < 2; k++) {
             tg__free(ctx, tmp[k]->data);
             tg__free(ctx, tmp[k]);
         }
     }
+    ran = built;
     restore_bindings(st.g, bind);
     tg_graph_free(st.g); /* (after restoring: its unbinding must not touch the caller's) */
+    tg_graph_free(st.gt);
     tg__free(ctx, bind);
     if (!ran)
         return fs != TG_OK ? fs : ctx->status;

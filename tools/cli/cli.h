@@ -99,6 +99,7 @@ typedef struct gradcheck_args {
     int dtype;        /* 0 f64, 1 f32 */
     int64_t threads;  /* 0: OpenMP's default; else [1, CLI_MAX_THREADS] */
     int64_t order;    /* 1 (0: not given): tg_gradcheck; 2: tg_gradgradcheck */
+    int mode;         /* 0 rev, 1 fwd, 2 both (tg_gradcheck_opts.mode) */
     bool list;
 } gradcheck_args;
 int gradcheck_parse(int argc, char **argv, gradcheck_args *a, cli_result *r, char *err,

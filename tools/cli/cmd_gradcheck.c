@@ -22,6 +22,10 @@ static const cli_option gradcheck_opts[] = {
     {.name = "order", .kind = CLI_INT, .offset = offsetof(gradcheck_args, order),
      .metavar = "N", .help = "1: first derivatives; 2: second derivatives, the gradients built "
      "as graph nodes checked again (tg_gradgradcheck) (1)", .imin = 1, .imax = 2},
+    {.name = "mode", .kind = CLI_CHOICE, .offset = offsetof(gradcheck_args, mode),
+     .choices = "rev|fwd|both", .help = "rev: reverse mode (the backward kernels; with --order "
+     "2 the gradients as nodes); fwd: forward mode (JVPs as nodes, and the adjoint identity); "
+     "both (rev)"},
     {.name = "list", .kind = CLI_FLAG, .offset = offsetof(gradcheck_args, list),
      .help = "list the ops and cases, run nothing"},
     {0},
@@ -29,7 +33,8 @@ static const cli_option gradcheck_opts[] = {
 
 static const cli_command gradcheck_cmd = {
     .name = "gradcheck",
-    .usage = "[--op NAME...] [--dtype f64|f32] [--order 1|2] [--threads N] [--list]",
+    .usage = "[--op NAME...] [--dtype f64|f32] [--order 1|2] [--mode rev|fwd|both] [--threads N] "
+             "[--list]",
     .description =
         "Compares analytic gradients with central differences for every registered op\n"
         "(and module), several shape cases each. f64 uses PyTorch's gradcheck defaults\n"
@@ -38,8 +43,10 @@ static const cli_command gradcheck_cmd = {
         "upstream gradient gives zero gradients. --order 2 checks second derivatives\n"
         "(PyTorch's gradgradcheck): the gradient of sum(r * y) built as graph nodes\n"
         "(tg_grad), reduced to S = sum <grad, v>, checked in x and in r; a case whose ops\n"
-        "have no reverse rule written as ops yet is REFUSED, naming the op. Exits 1 if\n"
-        "any case fails or is refused.",
+        "have no reverse rule written as ops yet is REFUSED, naming the op. --mode fwd\n"
+        "checks forward mode instead (PyTorch's check_forward_ad): JVPs built as nodes\n"
+        "(tg_jvp) against the same differences, and <r, J u> = <J^T r, u>; with\n"
+        "--order 2 that is forward over reverse. Exits 1 if any case fails or is refused.",
     .opts = gradcheck_opts,
 };
 
@@ -108,9 +115,11 @@ static int check_case(const gradcheck_args *a, const columns *w, int i, FILE *f)
     tg_ctx_seed(ctx, 1234 + (uint64_t)i);
     tg_tensor *y = c->build(ctx, dt);
     tg_gradcheck_report rep;
+    tg_gradcheck_opts o = tg_gradcheck_defaults(dt);
+    o.mode = (tg_gradcheck_mode)a->mode; /* the choices' order is the enum's */
     tg_status s = !y             ? tg_ctx_status(ctx)
-                  : a->order > 1 ? tg_gradgradcheck(ctx, y, NULL, &rep)
-                                 : tg_gradcheck(ctx, y, NULL, &rep);
+                  : a->order > 1 ? tg_gradgradcheck(ctx, y, &o, &rep)
+                                 : tg_gradcheck(ctx, y, &o, &rep);
     int failed = 0;
     if (s == TG_OK || s == TG_ERR_GRADCHECK) {
         fprintf(f, "%-*s %-*s %-*s %-5s %-10.2e %-10.2e %s\n", w->op, c->op, w->name, c->name,
@@ -121,7 +130,7 @@ static int check_case(const gradcheck_args *a, const columns *w, int i, FILE *f)
             failed = 1;
         }
     } else {
-        bool refused = y && a->order > 1 && s == TG_ERR_NOGRAD;
+        bool refused = y && (a->order > 1 || a->mode > 0) && s == TG_ERR_NOGRAD;
         fprintf(f, "%-*s %-*s %-*s %-5s %-10s %-10s %s\n    %s: %s\n", w->op, c->op, w->name,
                 c->name, w->shapes, c->shapes, tg_dtype_str(dt), "-", "-",
                 refused ? "REFUSED" : "ERROR", tg_status_str(s), tg_ctx_message(ctx));
@@ -172,9 +181,12 @@ int cmd_gradcheck(int argc, char **argv)
         failed += f == 1;
         refused += f == 2;
     }
-    if (!rc && a.order > 1)
-        printf("\n%d cases, %d passed, %d failed, %d refused (no second-order rule yet)\n", run,
-               run - failed - refused, failed, refused);
+    if (!rc && (a.order > 1 || a.mode > 0))
+        printf("\n%d cases, %d passed, %d failed, %d refused (no %s rule yet)\n", run,
+               run - failed - refused, failed, refused,
+               a.mode > 0 && a.order > 1 ? "forward-mode or second-order"
+               : a.mode > 0              ? "forward-mode"
+                                         : "second-order");
     else if (!rc)
         printf("\n%d cases, %d passed, %d failed\n", run, run - failed, failed);
     gradcheck_free(&a, &r);
