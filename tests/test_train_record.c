@@ -31,7 +31,7 @@ static void teardown(void)
     tu_rm_tree(dir);
 }
 
-/* The corpus dir/name (freed with its context). */
+/* The corpus dir/name (the caller's: tg_text_free). */
 static tg_text *corpus(tg_ctx *ctx, const char *name)
 {
     char p[512];
@@ -183,6 +183,7 @@ START_TEST(test_round_trip)
             ck_assert_str_eq(m[1].values[i], m[0].values[i]);
     }
     free(m);
+    tg_text_free(text);
     tg_ctx_free(ctx);
 }
 END_TEST
@@ -214,6 +215,7 @@ static void expect_refused(int kind, const char *key, const char *value, const c
     ck_assert_msg(!needle || strstr(msg, needle), "%s: '%s' lacks '%s'", key, msg, needle);
     ck_assert_msg(!strchr(msg, '\n'), "%s: two lines: %s", key, msg);
     free(m);
+    tg_text_free(text);
     tg_ctx_free(ctx);
 }
 
@@ -235,6 +237,7 @@ START_TEST(test_corrupted_keys)
     }
     ck_assert_int_ge(checked, 20);
     free(m);
+    tg_text_free(text);
     tg_ctx_free(ctx);
 }
 END_TEST
@@ -319,6 +322,7 @@ START_TEST(test_modes)
     ck_assert_int_eq(tg_train_record_read(ctx, st, NULL, NULL, NULL), TG_ERR_ARG);
     ck_assert_int_eq(tg_train_record_read(NULL, st, NULL, &got, NULL), TG_ERR_ARG);
     ck_assert(!tg_train_record_mark(&got, "model.layers"));
+    tg_text_free(text);
     tg_ctx_free(ctx);
 }
 END_TEST
@@ -360,6 +364,7 @@ START_TEST(test_check_data)
     bytes[len - 1] = c;
     tu_write_file(dir, "c.txt", bytes);
     free(bytes);
+    tg_text_free((tg_text *)here.text);
     here.text = corpus(ctx, "c.txt");
     ck_assert_int_eq(tg_text_get_info(here.text).bytes, in.bytes);
     ck_assert_str_eq(check(ctx, &got, &here), "data.text_hash");
@@ -379,9 +384,11 @@ START_TEST(test_check_data)
     ck_assert_str_eq(check(ctx, &task, &here), "data.mode");
     tg_train_record pairs = record(R_PAIRS, NULL);
     ck_assert_ptr_null(check(ctx, &pairs, &pairs));
+    tg_text_free((tg_text *)here.text);
     here.text = NULL;
     ck_assert_int_eq(tg_train_record_check_data(ctx, &got, &here, NULL), TG_ERR_ARG);
     ck_assert_int_eq(tg_train_record_check_data(ctx, NULL, &here, NULL), TG_ERR_ARG);
+    tg_text_free(a);
     tg_ctx_free(ctx);
 }
 END_TEST
