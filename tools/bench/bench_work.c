@@ -113,6 +113,90 @@ static tg_tensor *derivative_nodes(tg_ctx *ctx, tg_tensor *y, tg_tensor *x, bool
     return r;
 }
 
+/* The workload's kinds of run, from its name's suffix. */
+typedef struct {
+    bool bwd, jvp, hvp, tiny;
+} bw_kind;
+
+/* sdpa: q, k, v (64, 5, 64) = (batch x heads, T, d_k), no mask; the output. */
+static tg_tensor *build_sdpa(bw_work *w, bw_kind k)
+{
+    tg_ctx *ctx = w->ctx;
+    int64_t BH = k.tiny ? 2 : 64, T = k.tiny ? 3 : 5, dk = k.tiny ? 4 : 64;
+    tg_tensor *qkv[3];
+    for (int i = 0; i < 3; i++) {
+        const char *nm = i == 0 ? "q" : i == 1 ? "k" : "v";
+        qkv[i] = k.bwd ? tg_param(ctx, TG_F32, TG_DIMS(BH, T, dk), nm)
+                       : tg_input(ctx, TG_F32, TG_DIMS(BH, T, dk), nm);
+        if (qkv[i])
+            tg_fill_uniform(qkv[i], -1, 1);
+    }
+    w->tokens = (double)(BH * T);
+    snprintf(w->label, sizeof w->label, "sdpa (%lld, %lld, %lld) %s", (long long)BH,
+             (long long)T, (long long)dk, k.bwd ? "fwd+bwd" : "fwd");
+    return tg_sdpa(ctx, qkv[0], qkv[1], qkv[2], NULL, 0, NULL);
+}
+
+/* mha or encoder layer (D 512, 8 heads, d_ff 2048; tiny: D 16, 2 heads, d_ff 32) on x of
+ * (8, 128) or (64, 5): the output, or for -jvp / -hvp its derivative nodes. */
+static tg_tensor *build_module(bw_work *w, const char *name, bw_kind k)
+{
+    tg_ctx *ctx = w->ctx;
+    int64_t D = k.tiny ? 16 : 512, H = k.tiny ? 2 : 8, F = k.tiny ? 32 : 2048;
+    bool enc = name[0] == 'e', big = strstr(name, "8x128") != NULL;
+    int64_t B = k.tiny ? 2 : big ? 8 : 64, T = k.tiny ? (big ? 6 : 3) : big ? 128 : 5;
+    tg_tensor *x = k.bwd || k.hvp ? tg_param(ctx, TG_F32, TG_DIMS(B, T, D), "x")
+                                  : tg_input(ctx, TG_F32, TG_DIMS(B, T, D), "x");
+    tg_tensor *out = NULL;
+    if (x)
+        tg_fill_uniform(x, -1, 1);
+    if (enc) {
+        tg_encoder_config c = tg_encoder_config_default(D, H);
+        c.d_ff = F;
+        tg_encoder_layer l;
+        if (tg_encoder_layer_init(ctx, &l, TG_F32, &c, NULL) == TG_OK)
+            out = tg_encoder_layer_forward(ctx, &l, x, NULL);
+    } else {
+        tg_mha m;
+        if (tg_mha_init(ctx, &m, TG_F32, D, H, NULL) == TG_OK)
+            out = tg_mha_forward(ctx, &m, x, x, x, NULL, NULL);
+    }
+    w->tokens = (double)(B * T);
+    snprintf(w->label, sizeof w->label, "%s (%lld, %lld) %s", enc ? "encoder" : "mha",
+             (long long)B, (long long)T,
+             k.bwd ? "fwd+bwd" : k.jvp ? "JVP" : k.hvp ? "HVP" : "fwd");
+    return (k.jvp || k.hvp) && out ? derivative_nodes(ctx, out, x, k.hvp) : out;
+}
+
+/* train: the default text model's step (its loss in w->loss, AdamW in w->opt); false when it
+ * could not be built. */
+static bool build_train(bw_work *w, bw_kind k)
+{
+    tg_ctx *ctx = w->ctx;
+    int64_t B = k.tiny ? 2 : 32, T = k.tiny ? 8 : 64, V = 86;
+    tg_transformer_config c = bw_text_model_config(V, T, k.tiny);
+    tg_transformer m;
+    if (tg_transformer_init(ctx, &m, TG_F32, &c) == TG_OK) {
+        tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(B, T), "ids");
+        tg_tensor *tgt = tg_input(ctx, TG_I32, TG_DIMS(B, T), "targets");
+        if (ids && tgt)
+            for (int64_t i = 0; i < B * T; i++) {
+                tg_set(ids, i, (double)(tg_rng_u64(ctx) % (uint64_t)V));
+                tg_set(tgt, i, (double)(tg_rng_u64(ctx) % (uint64_t)V));
+            }
+        w->loss = tg_cross_entropy(ctx, tg_transformer_forward(ctx, &m, ids, NULL), tgt, -1);
+        tg_optim_config oc = tg_optim_defaults(TG_OPTIM_ADAMW);
+        oc.lr = 3e-3;
+        oc.weight_decay = 0.01;
+        w->opt = w->loss ? tg_optim_new(ctx, &oc, 0, NULL) : NULL;
+    }
+    tg_ctx_set_training(ctx, true);
+    w->tokens = (double)(B * T);
+    snprintf(w->label, sizeof w->label, "train step (B %lld, T %lld)", (long long)B,
+             (long long)T);
+    return w->opt != NULL;
+}
+
 BW_EXPORT bw_work *bw_new(const char *name, int threads, int unfused, int precision, int tiny,
                           char *err, size_t n)
 {
@@ -130,91 +214,24 @@ BW_EXPORT bw_work *bw_new(const char *name, int threads, int unfused, int precis
         free(w);
         return NULL;
     }
-    tg_ctx *ctx = w->ctx;
-    tg_ctx_seed(ctx, 1234);
-    tg_ctx_set_fusion(ctx, !unfused);
-    tg_ctx_set_threads(ctx, threads < 1 ? 1 : threads);
-    bool bwd = has_suffix(name, "-fwdbwd");
-    bool jvp = has_suffix(name, "-jvp"), hvp = has_suffix(name, "-hvp");
+    tg_ctx_seed(w->ctx, 1234);
+    tg_ctx_set_fusion(w->ctx, !unfused);
+    tg_ctx_set_threads(w->ctx, threads < 1 ? 1 : threads);
+    bw_kind k = {has_suffix(name, "-fwdbwd"), has_suffix(name, "-jvp"), has_suffix(name, "-hvp"),
+                 tiny != 0};
     tg_tensor *out = NULL;
-    /* module shapes: D 512, 8 heads, d_ff 2048; tiny: D 16, 2 heads, d_ff 32 */
-    int64_t D = tiny ? 16 : 512, H = tiny ? 2 : 8, F = tiny ? 32 : 2048;
-    if (strncmp(name, "sdpa", 4) == 0) {
-        int64_t BH = tiny ? 2 : 64, T = tiny ? 3 : 5, dk = tiny ? 4 : 64;
-        tg_tensor *q = bwd ? tg_param(ctx, TG_F32, TG_DIMS(BH, T, dk), "q")
-                           : tg_input(ctx, TG_F32, TG_DIMS(BH, T, dk), "q");
-        tg_tensor *k = bwd ? tg_param(ctx, TG_F32, TG_DIMS(BH, T, dk), "k")
-                           : tg_input(ctx, TG_F32, TG_DIMS(BH, T, dk), "k");
-        tg_tensor *v = bwd ? tg_param(ctx, TG_F32, TG_DIMS(BH, T, dk), "v")
-                           : tg_input(ctx, TG_F32, TG_DIMS(BH, T, dk), "v");
-        if (q && k && v) {
-            tg_fill_uniform(q, -1, 1);
-            tg_fill_uniform(k, -1, 1);
-            tg_fill_uniform(v, -1, 1);
-        }
-        out = tg_sdpa(ctx, q, k, v, NULL, 0, NULL);
-        w->tokens = (double)(BH * T);
-        snprintf(w->label, sizeof w->label, "sdpa (%lld, %lld, %lld) %s", (long long)BH,
-                 (long long)T, (long long)dk, bwd ? "fwd+bwd" : "fwd");
-    } else if (strncmp(name, "mha", 3) == 0 || strncmp(name, "encoder", 7) == 0) {
-        bool enc = name[0] == 'e';
-        bool big = strstr(name, "8x128") != NULL;
-        int64_t B = tiny ? 2 : big ? 8 : 64, T = tiny ? (big ? 6 : 3) : big ? 128 : 5;
-        tg_tensor *x = bwd || hvp ? tg_param(ctx, TG_F32, TG_DIMS(B, T, D), "x")
-                                  : tg_input(ctx, TG_F32, TG_DIMS(B, T, D), "x");
-        if (x)
-            tg_fill_uniform(x, -1, 1);
-        if (enc) {
-            tg_encoder_config c = tg_encoder_config_default(D, H);
-            c.d_ff = F;
-            tg_encoder_layer l;
-            if (tg_encoder_layer_init(ctx, &l, TG_F32, &c, NULL) == TG_OK)
-                out = tg_encoder_layer_forward(ctx, &l, x, NULL);
-        } else {
-            tg_mha m;
-            if (tg_mha_init(ctx, &m, TG_F32, D, H, NULL) == TG_OK)
-                out = tg_mha_forward(ctx, &m, x, x, x, NULL, NULL);
-        }
-        w->tokens = (double)(B * T);
-        snprintf(w->label, sizeof w->label, "%s (%lld, %lld) %s", enc ? "encoder" : "mha",
-                 (long long)B, (long long)T,
-                 bwd ? "fwd+bwd" : jvp ? "JVP" : hvp ? "HVP" : "fwd");
-        if ((jvp || hvp) && out)
-            out = derivative_nodes(ctx, out, x, hvp);
-    } else { /* train */
-        int64_t B = tiny ? 2 : 32, T = tiny ? 8 : 64, V = 86;
-        tg_transformer_config c = bw_text_model_config(V, T, tiny);
-        tg_transformer m;
-        if (tg_transformer_init(ctx, &m, TG_F32, &c) == TG_OK) {
-            tg_tensor *ids = tg_input(ctx, TG_I32, TG_DIMS(B, T), "ids");
-            tg_tensor *tgt = tg_input(ctx, TG_I32, TG_DIMS(B, T), "targets");
-            if (ids && tgt)
-                for (int64_t i = 0; i < B * T; i++) {
-                    tg_set(ids, i, (double)(tg_rng_u64(ctx) % (uint64_t)V));
-                    tg_set(tgt, i, (double)(tg_rng_u64(ctx) % (uint64_t)V));
-                }
-            w->loss = tg_cross_entropy(ctx, tg_transformer_forward(ctx, &m, ids, NULL), tgt,
-                                       -1);
-            tg_optim_config oc = tg_optim_defaults(TG_OPTIM_ADAMW);
-            oc.lr = 3e-3;
-            oc.weight_decay = 0.01;
-            w->opt = w->loss ? tg_optim_new(ctx, &oc, 0, NULL) : NULL;
-        }
-        tg_ctx_set_training(ctx, true);
-        w->tokens = (double)(B * T);
-        snprintf(w->label, sizeof w->label, "train step (B %lld, T %lld)", (long long)B,
-                 (long long)T);
-        if (!w->opt) {
-            set_err(w, err, n);
-            bw_free(w);
-            return NULL;
-        }
-    }
-    if (!w->loss && out && bwd)
-        w->loss = tg_mean_all(ctx, out);
+    bool ok = true;
+    if (strncmp(name, "sdpa", 4) == 0)
+        out = build_sdpa(w, k);
+    else if (strncmp(name, "mha", 3) == 0 || strncmp(name, "encoder", 7) == 0)
+        out = build_module(w, name, k);
+    else
+        ok = build_train(w, k);
+    if (ok && !w->loss && out && k.bwd)
+        w->loss = tg_mean_all(w->ctx, out);
     tg_tensor *root = w->loss ? w->loss : out;
     tg_graph_opts go = {.precision = precision};
-    w->g = root ? tg_graph_new_opts(ctx, &root, 1, &go) : NULL;
+    w->g = ok && root ? tg_graph_new_opts(w->ctx, &root, 1, &go) : NULL;
     if (!w->g || !run_once(w)) { /* the warm-up run */
         set_err(w, err, n);
         bw_free(w);
