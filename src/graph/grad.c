@@ -92,10 +92,7 @@ static bool pull(tg_ctx *ctx, const walk *w, const bool *reach, tg_tensor **g, i
 /* A zero constant like @p t (an input the outputs do not depend on). */
 static tg_tensor *zeros_like(tg_ctx *ctx, const tg_tensor *t)
 {
-    tg_tensor *z = tg_const(ctx, t->dtype, t->rank, t->shape, "zero_grad");
-    if (z)
-        tg_fill(z, 0.0);
-    return z;
+    return tg__filled(ctx, t->dtype, t->rank, t->shape, 0.0, "zero_grad");
 }
 
 /* The walk, reachability and pulls: g_out[j] = d<seeds, outputs>/d wrt[j] as nodes (NULL when
@@ -125,11 +122,9 @@ static bool grad_core(tg_ctx *ctx, walk *w, int n_out, tg_tensor *const *outputs
         for (int k = 0; !reach[i] && k < w->node[i]->n_src; k++)
             reach[i] = w->node[i]->src[k] && reach[tg__walk_find(w, w->node[i]->src[k])];
     for (int i = 0; ok && i < n_out; i++) {
+        const tg_tensor *o = outputs[i];
         tg_tensor *seed =
-            seeds ? seeds[i]
-                  : tg_const(ctx, outputs[i]->dtype, outputs[i]->rank, outputs[i]->shape, "seed");
-        if (seed && !seeds)
-            tg_fill(seed, 1.0);
+            seeds ? seeds[i] : tg__filled(ctx, o->dtype, o->rank, o->shape, 1.0, "seed");
         ok = seed && accumulate(ctx, &g[tg__walk_find(w, outputs[i])], seed);
     }
     for (int64_t i = w->n - 1; ok && i >= n_stop; i--)

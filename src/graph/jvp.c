@@ -27,10 +27,7 @@ static tg_tensor *expand(tg_ctx *ctx, tg_tensor *t, const tg_tensor *y)
 {
     if (!t || (t->rank == y->rank && !memcmp(t->shape, y->shape, sizeof(int64_t) * y->rank)))
         return t;
-    tg_tensor *z = tg_const(ctx, y->dtype, y->rank, y->shape, "zeros");
-    if (z)
-        tg_fill(z, 0.0);
-    return tg_add(ctx, z, t);
+    return tg_add(ctx, tg__filled(ctx, y->dtype, y->rank, y->shape, 0.0, "zeros"), t);
 }
 
 /* Elementwise functions: t f'(x), the reverse rule applied to t (a diagonal Jacobian). */
@@ -122,10 +119,8 @@ static tg_tensor *jvp_shape(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
     default: { /* CONCAT: zeros for a source without a tangent */
         tg_tensor *parts[TG_MAX_SRC];
         for (int k = 0; k < y->n_src; k++) {
-            parts[k] = t[k];
-            if (!parts[k] &&
-                (parts[k] = tg_const(ctx, y->dtype, y->src[k]->rank, y->src[k]->shape, "zeros")))
-                tg_fill(parts[k], 0.0);
+            const tg_tensor *x = y->src[k];
+            parts[k] = t[k] ? t[k] : tg__filled(ctx, y->dtype, x->rank, x->shape, 0.0, "zeros");
         }
         return tg_concat(ctx, parts, y->n_src, y->p.concat.axis);
     }
@@ -140,10 +135,7 @@ static tg_tensor *jvp_add_mask(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
         return expand(ctx, plus(ctx, t[0], t[1]), y);
     if (t[0])
         return jvp_diagonal(ctx, y, t);
-    tg_tensor *z = tg_const(ctx, y->dtype, y->rank, y->shape, "zeros");
-    if (z)
-        tg_fill(z, 0.0);
-    return z;
+    return tg__filled(ctx, y->dtype, y->rank, y->shape, 0.0, "zeros");
 }
 
 static bool push_all(tg_ctx *ctx, walk *w, int n_in, tg_tensor *const *inputs,
@@ -154,17 +146,8 @@ static bool push_all(tg_ctx *ctx, walk *w, int n_in, tg_tensor *const *inputs,
  * t_y = t_xh gamma + xh t_gamma + t_beta. */
 static tg_tensor *jvp_layer_norm(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
 {
-    tg_tensor *x = y->src[0], *gamma = y->n_src > 1 ? y->src[1] : NULL, *r = NULL;
-    tg_tensor *xc = tg_sub(ctx, x, tg_mean(ctx, x, -1, true));
-    tg_tensor *var = tg_mean(ctx, tg_mul(ctx, xc, xc), -1, true);
-    tg_tensor *eps = tg_const(ctx, y->dtype, 0, NULL, "eps");
-    tg_tensor *one = tg_const(ctx, y->dtype, 0, NULL, "one");
-    if (!eps || !one)
-        return NULL;
-    tg_fill(eps, y->p.layer_norm.eps);
-    tg_fill(one, 1.0);
-    tg_tensor *inv = tg_div(ctx, one, tg_sqrt(ctx, tg_add(ctx, var, eps))); /* 1/sqrt(var+eps) */
-    tg_tensor *xh = tg_mul(ctx, xc, inv);
+    tg_tensor *gamma = y->n_src > 1 ? y->src[1] : NULL, *r = NULL, *inv;
+    tg_tensor *xh = tg__layer_norm_xhat(ctx, y, &inv);
     if (t[0]) {
         tg_tensor *tc = tg_sub(ctx, t[0], tg_mean(ctx, t[0], -1, true));
         tg_tensor *txh =
@@ -188,10 +171,10 @@ static tg_tensor *jvp_scalar(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
         return tg_mul(ctx, tg_scale(ctx, tg_sub(ctx, y->src[0], y->src[1]), 2.0),
                       expand(ctx, plus(ctx, t[0], t[1] ? tg_neg(ctx, t[1]) : NULL), y));
     bool need[TG_MAX_SRC];
-    tg_tensor *gx[TG_MAX_SRC] = {NULL}, *one = tg_const(ctx, y->dtype, 0, NULL, "one"), *r = NULL;
+    tg_tensor *gx[TG_MAX_SRC] = {NULL}, *r = NULL;
+    tg_tensor *one = tg__filled(ctx, y->dtype, 0, NULL, 1.0, "one");
     if (!one)
         return NULL;
-    tg_fill(one, 1.0);
     for (int k = 0; k < y->n_src; k++)
         need[k] = t[k] != NULL;
     if (!tg__vjp_rule(y)(ctx, y, one, need, gx))
@@ -365,10 +348,10 @@ static bool push_all(tg_ctx *ctx, walk *w, int n_in, tg_tensor *const *inputs,
         }
     }
     for (int i = 0; ok && i < n_out; i++) {
-        tg_tensor *u = tan[tg__walk_find(w, outputs[i])];
-        if (!u && (u = tg_const(ctx, outputs[i]->dtype, outputs[i]->rank, outputs[i]->shape,
-                                "zero_tangent")))
-            tg_fill(u, 0.0);
+        const tg_tensor *o = outputs[i];
+        tg_tensor *u = tan[tg__walk_find(w, o)];
+        if (!u)
+            u = tg__filled(ctx, o->dtype, o->rank, o->shape, 0.0, "zero_tangent");
         ok = (out_tangents[i] = u) != NULL;
     }
     free(tan);

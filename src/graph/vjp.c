@@ -11,9 +11,8 @@
 #include <math.h>
 #include <string.h>
 
-/* A constant of @p like's dtype and the given shape filled with @p v (rank 0: a scalar). */
-static tg_tensor *filled(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, double v,
-                         const char *name)
+tg_tensor *tg__filled(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, double v,
+                      const char *name)
 {
     tg_tensor *c = tg_const(ctx, dt, rank, shape, name);
     if (c)
@@ -23,7 +22,7 @@ static tg_tensor *filled(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shap
 
 static tg_tensor *scalar(tg_ctx *ctx, tg_dtype dt, double v)
 {
-    return filled(ctx, dt, 0, NULL, v, v == 1 ? "one" : "constant");
+    return tg__filled(ctx, dt, 0, NULL, v, v == 1 ? "one" : "constant");
 }
 
 tg_tensor *tg__sum_to(tg_ctx *ctx, tg_tensor *g, const tg_tensor *like)
@@ -164,7 +163,7 @@ static bool vjp_sum_mean(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *n
     }
     if (y->op == TG_OP_MEAN)
         g = tg_scale(ctx, g, 1.0 / (double)n);
-    tg_tensor *ones = filled(ctx, x->dtype, x->rank, x->shape, 1.0, "ones");
+    tg_tensor *ones = tg__filled(ctx, x->dtype, x->rank, x->shape, 1.0, "ones");
     return (gx[0] = tg_mul(ctx, ones, g)) != NULL;
 }
 
@@ -201,16 +200,21 @@ static bool vjp_log_softmax(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool
 /* layer norm over the last axis, recomputed unfused: xh = (x - mu) r, r = (var + eps)^-1/2;
  * dxh = gy gamma; dx = r (dxh - mean(dxh) - xh mean(dxh xh)); dgamma = sum(gy xh);
  * dbeta = sum(gy). */
+tg_tensor *tg__layer_norm_xhat(tg_ctx *ctx, const tg_tensor *y, tg_tensor **inv)
+{
+    tg_tensor *x = y->src[0];
+    tg_tensor *xc = tg_sub(ctx, x, tg_mean(ctx, x, -1, true));
+    tg_tensor *var = tg_mean(ctx, tg_mul(ctx, xc, xc), -1, true);
+    *inv = tg_div(ctx, scalar(ctx, y->dtype, 1.0),
+                  tg_sqrt(ctx, tg_add(ctx, var, scalar(ctx, y->dtype, y->p.layer_norm.eps))));
+    return tg_mul(ctx, xc, *inv);
+}
+
 static bool vjp_layer_norm(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
                            tg_tensor **gx)
 {
-    tg_tensor *x = y->src[0], *gamma = y->src[1], *beta = y->src[2];
-    tg_tensor *xc = tg_sub(ctx, x, tg_mean(ctx, x, -1, true));
-    tg_tensor *var = tg_mean(ctx, tg_mul(ctx, xc, xc), -1, true);
-    tg_tensor *r =
-        tg_div(ctx, scalar(ctx, y->dtype, 1.0),
-               tg_sqrt(ctx, tg_add(ctx, var, scalar(ctx, y->dtype, y->p.layer_norm.eps))));
-    tg_tensor *xh = tg_mul(ctx, xc, r);
+    tg_tensor *gamma = y->src[1], *beta = y->src[2], *r;
+    tg_tensor *xh = tg__layer_norm_xhat(ctx, y, &r);
     if (need[0]) {
         tg_tensor *dxh = gamma ? tg_mul(ctx, gy, gamma) : gy;
         tg_tensor *m1 = tg_mean(ctx, dxh, -1, true);
@@ -294,12 +298,12 @@ static bool vjp_narrow(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *nee
     memcpy(sh, x->shape, sizeof sh);
     if (start > 0) {
         sh[ax] = start;
-        parts[n++] = filled(ctx, y->dtype, x->rank, sh, 0.0, "zeros");
+        parts[n++] = tg__filled(ctx, y->dtype, x->rank, sh, 0.0, "zeros");
     }
     parts[n++] = gy;
     if (after > 0) {
         sh[ax] = after;
-        parts[n++] = filled(ctx, y->dtype, x->rank, sh, 0.0, "zeros");
+        parts[n++] = tg__filled(ctx, y->dtype, x->rank, sh, 0.0, "zeros");
     }
     return (gx[0] = n == 1 ? gy : tg_concat(ctx, parts, n, ax)) != NULL;
 }
@@ -349,7 +353,7 @@ static bool vjp_gelu(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
  * (exp(0) = 1, exp(-inf) = 0, both exact). Constant in everything (no gradient flows). */
 static tg_tensor *keep_where_zero(tg_ctx *ctx, tg_tensor *mask, const tg_tensor *like)
 {
-    tg_tensor *z = filled(ctx, like->dtype, like->rank, like->shape, 0.0, "zeros");
+    tg_tensor *z = tg__filled(ctx, like->dtype, like->rank, like->shape, 0.0, "zeros");
     return tg_exp(ctx, tg_add_mask(ctx, z, mask, TG_MASK_BLOCK));
 }
 
@@ -438,7 +442,7 @@ static tg_tensor *flash_attention_unfused(tg_ctx *ctx, tg_tensor *y)
         s = tg_add_mask(ctx, s, y->src[d.src_block], TG_MASK_BLOCK);
     if (d.causal && s) {
         int64_t tq = q->shape[q->rank - 2], tk = k->shape[k->rank - 2];
-        tg_tensor *c = filled(ctx, y->dtype, 2, (const int64_t[]){tq, tk}, 0.0, "causal_mask");
+        tg_tensor *c = tg__filled(ctx, y->dtype, 2, (const int64_t[]){tq, tk}, 0.0, "causal_mask");
         for (int64_t i = 0; c && i < tq; i++)
             for (int64_t j = i + 1; j < tk; j++)
                 tg_set(c, i * tk + j, 1.0);

@@ -17,6 +17,15 @@ typedef bool (*tg__vjp_fn)(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool 
 /* The rule of @p y's op, or NULL when it has none yet. */
 tg__vjp_fn tg__vjp_rule(const tg_tensor *y);
 
+/* A constant of dtype @p dt and shape (@p rank, @p shape) filled with @p v (rank 0: a
+ * scalar); NULL on a build error. */
+tg_tensor *tg__filled(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, double v,
+                      const char *name);
+
+/* Layer norm node @p y recomputed from its input: x_hat = (x - mean) / sqrt(var + eps) over the
+ * last axis, and 1 / sqrt(var + eps) in @p inv. */
+tg_tensor *tg__layer_norm_xhat(tg_ctx *ctx, const tg_tensor *y, tg_tensor **inv);
+
 /* @p g (a broadcast result's shape) summed down to @p like's shape (the leading axes @p like
  * lacks and the axes where it has 1), as tg_add's backward reduces: NULL on a build error. */
 tg_tensor *tg__sum_to(tg_ctx *ctx, tg_tensor *g, const tg_tensor *like);
