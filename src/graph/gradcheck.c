@@ -253,14 +253,20 @@ static void gc_analytic(gc_state *st, tg_gradcheck_report *report)
     }
 }
 
+/* The stride of the elements checked in a tensor of @p n (every one, or spread evenly past
+ * max_elements). */
+static int64_t gc_step(const tg_gradcheck_opts *o, int64_t n)
+{
+    return o->max_elements > 0 && n > o->max_elements ? (n + o->max_elements - 1) / o->max_elements
+                                                      : 1;
+}
+
 /* Central differences per element (every `step`-th one past max_elements). */
 static void gc_elements(gc_state *st, const tg_gradcheck_opts *o, tg_gradcheck_report *report)
 {
     for (int64_t l = 0, off = 0; l < st->nl; l++) {
         tg_tensor *t = tg_graph_grad_leaf(st->g, l);
-        int64_t step = 1;
-        if (o->max_elements > 0 && t->numel > o->max_elements)
-            step = (t->numel + o->max_elements - 1) / o->max_elements;
+        int64_t step = gc_step(o, t->numel);
         for (int64_t i = 0; i < t->numel; i += step) {
             double x0 = st->saved[off + i];
             tg_set(t, i, x0 + o->eps);
@@ -371,9 +377,13 @@ static double gc_jvp(gc_state *st, const double *u, int64_t at)
 static void gc_forward(gc_state *st, const tg_gradcheck_opts *o, uint64_t *seed,
                        tg_gradcheck_report *report)
 {
-    if (o->n_projections == 0) { /* the JVP columns into analytic, then the differences */
-        for (int64_t i = 0; i < st->total; i++)
-            st->analytic[i] = gc_jvp(st, NULL, i);
+    if (o->n_projections == 0) { /* the JVP columns gc_elements visits, then the differences */
+        for (int64_t l = 0, off = 0; l < st->nl; l++) {
+            int64_t n = tg_graph_grad_leaf(st->g, l)->numel, step = gc_step(o, n);
+            for (int64_t i = 0; i < n; i += step)
+                st->analytic[off + i] = gc_jvp(st, NULL, off + i);
+            off += n;
+        }
         gc_elements(st, o, report);
     } else {
         for (int p = 0; p < o->n_projections; p++) {
