@@ -47,3 +47,20 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p)
 #include "dropout_kernel.h"
 #undef T
 #undef SUF
+
+/* grad_mask of a dropout node (ops/grad_mask.c): out = keep * scale of the last forward run,
+ * read from that node's saved values; the call's own shape is x's. */
+void tg__dropout_grad_mask(const tg__call *c)
+{
+    const unsigned char *keep = (const unsigned char *)c->src_saved + SAVED_HEAD;
+    double s = *(const double *)c->src_saved;
+    if (c->dtype == TG_F64) {
+        double *out = c->out;
+        for (int64_t i = 0; i < c->numel; i++)
+            out[i] = keep[i] ? s : 0.0;
+    } else {
+        float *out = c->out;
+        for (int64_t i = 0; i < c->numel; i++)
+            out[i] = keep[i] ? (float)s : 0.0f;
+    }
+}

@@ -11,6 +11,8 @@
  */
 #include "registry.h"
 
+#include <string.h>
+
 tg_tensor *tg_max(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim)
 {
     static const char *fn = "tg_max";
@@ -65,3 +67,25 @@ static void split(const tg__call *c, int64_t *outer, int64_t *A, int64_t *inner)
 #include "max_kernel.h"
 #undef T
 #undef SUF
+
+/* grad_mask of a max node (ops/grad_mask.c): the one-hot of the saved arg-max along the axis,
+ * out viewed as (outer, A, inner) from the call's own shape (x's). */
+void tg__max_grad_mask(const tg__call *c)
+{
+    const int64_t *K = c->src_saved;
+    int a = c->p->grad_mask.axis;
+    int64_t outer = 1, inner = 1, A = c->shape[a];
+    for (int i = 0; i < a; i++)
+        outer *= c->shape[i];
+    for (int i = a + 1; i < c->rank; i++)
+        inner *= c->shape[i];
+    size_t es = c->dtype == TG_F64 ? sizeof(double) : sizeof(float);
+    memset(c->out, 0, es * (size_t)c->numel);
+    for (int64_t oi = 0; oi < outer * inner; oi++) {
+        int64_t at = (oi / inner * A + K[oi]) * inner + oi % inner;
+        if (c->dtype == TG_F64)
+            ((double *)c->out)[at] = 1.0;
+        else
+            ((float *)c->out)[at] = 1.0f;
+    }
+}

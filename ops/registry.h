@@ -39,6 +39,7 @@ typedef struct tg__call {
     void *out;                /* y's values: written by forward, read by backward (TG_OPF_OUT) */
     void *dy;                 /* backward: y's gradient (dx[0] == dy in place: BWD_INPLACE) */
     void *saved;              /* values forward saves for backward (the builder's tg__op_save) */
+    const void *src_saved;    /* src[0]'s saved values (ops flagged TG_OPF_SRC_SAVED), or NULL */
     void *ws;                 /* workspace of this call, ws_bytes (the op's tg_ws_fn) */
     size_t ws_bytes;
     bool backward;            /* a backward call (and the workspace query's question) */
@@ -122,6 +123,10 @@ enum {
                                 gradient buffer may be y's (the planner's sharing rule) */
     TG_OPF_ALIAS = 1u << 17, /* y always shares src[0]'s buffer (reshape): a view for
                                 tg_tensor_is_view even without a base */
+    TG_OPF_SRC_SAVED = 1u << 18, /* forward reads src[0]'s saved values (grad_mask): the
+                                planner keeps them until this step */
+    TG_OPF_CONSTANT = 1u << 19, /* y is piecewise constant in its float sources (grad_mask):
+                                tg_grad and tg_jvp carry nothing through it */
 };
 #define TG_OPF_SRCS (TG_OPF_SRC0 | TG_OPF_SRC1 | TG_OPF_SRC2 | TG_OPF_SRC3)
 /* Does backward read source k's data (flags fl)? */
@@ -199,6 +204,14 @@ bool tg__op_save(tg_tensor *y, size_t bytes);
 /* tg__op_save of n * es + extra bytes, overflow-checked (TG_ERR_OVERFLOW recorded and y
  * freed: the builder must return NULL without touching y again). */
 bool tg__op_save_n(tg_tensor *y, int64_t n, size_t es, size_t extra);
+/* The multiplier that the backward of dropout or max node y applies to its gradient, as a
+ * tensor of y's source's shape and y's dtype (op "grad_mask"; ops/grad_mask.c): dropout's
+ * keep * scale of the run, max's one-hot of the arg-max along its axis. Constant for
+ * differentiation. NULL on error (recorded). */
+tg_tensor *tg__grad_mask(tg_ctx *ctx, tg_tensor *y);
+/* Its kernels' halves, where the saved layouts live (dropout.c, max.c): y = the mask. */
+void tg__dropout_grad_mask(const tg__call *c);
+void tg__max_grad_mask(const tg__call *c);
 /* A contiguous copy of x (op "contiguous"; ops/shape.c). NULL on error (recorded). */
 tg_tensor *tg__contiguous(tg_ctx *ctx, tg_tensor *x);
 /* The node of a broadcasting binary op (add, mul, sub, div): operands checked, shape

@@ -56,6 +56,8 @@ static const char *const with_rule[] = {
     "flash_attention",
     "erf",
     "gelu",
+    "dropout",
+    "max",
     "cross_entropy",
     "embedding",
 };
@@ -409,6 +411,70 @@ START_TEST(test_gradgradcheck)
 }
 END_TEST
 
+/* The rules of dropout and max read the mask of the same run (grad_mask): d dropout(x)/dx is
+ * keep / (1 - p) (1 in evaluation mode), d max/dx the one-hot of the first arg-max, in f32 and
+ * f64, reverse and forward. In a graph without gradients the planner keeps dropout's saved
+ * mask until its reader has run, with buffers reused and freed ones poisoned (against
+ * no_reuse). */
+static tg_tensor *ones(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape)
+{
+    tg_tensor *c = tg_const(ctx, dt, rank, shape, "ones");
+    tg_fill(c, 1);
+    return c;
+}
+
+START_TEST(test_grad_mask)
+{
+    for (int v = 0; v < 8; v++) {
+        tg_dtype dt = v & 1 ? TG_F64 : TG_F32;
+        bool reuse = v & 2, eval = v & 4;
+        tg_ctx *ctx = tu_ctx_new();
+        tg_ctx_seed(ctx, 11);
+        tg_ctx_set_training(ctx, !eval);
+        int64_t s[2] = {8, 64};
+        tg_tensor *x = tg_input(ctx, dt, 2, s, "x");
+        tg_fill_uniform(x, 0.5, 1.5);
+        tg_set(x, 64 * 3 + 5, 7.0); /* row 3: a tie of maxima at 5 and 9, the first wins */
+        tg_set(x, 64 * 3 + 9, 7.0);
+        tg_set_requires_grad(x, true);
+        tg_tensor *d = tg_dropout(ctx, x, 0.4), *m = tg_max(ctx, x, 1, false), *z = d;
+        for (int k = 0; k < 6; k++) /* values alive after dropout's: reuse candidates */
+            z = tg_exp(ctx, tg_scale(ctx, z, 0.1));
+        tg_tensor *gd, *gm, *tm, *u = random_like(ctx, x, -1, 1);
+        ck_assert_int_eq(tg_grad(ctx, 1, &d, (tg_tensor *[]){ones(ctx, dt, 2, s)},
+                                 1, &x, &gd),
+                         TG_OK);
+        ck_assert_int_eq(tg_grad(ctx, 1, &m, (tg_tensor *[]){ones(ctx, dt, 1, s)},
+                                 1, &x, &gm),
+                         TG_OK);
+        ck_assert_int_eq(tg_jvp(ctx, 1, &x, &u, 1, &m, &tm), TG_OK);
+        tg_tensor *outs[] = {tg_sum_all(ctx, z), gd, gm, tm, d};
+        tg_graph_opts o = {.no_grad = true, .no_reuse = !reuse, .poison = reuse};
+        tg_graph *g = tg_graph_new_opts(ctx, outs, 5, &o);
+        ck_assert_ptr_nonnull(g);
+        ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+        double keep = dt == TG_F32 ? (double)(float)(1 / 0.6) : 1 / 0.6;
+        int64_t dropped = 0;
+        for (int64_t i = 0; i < 8 * 64; i++) {
+            double want = eval ? 1 : tg_get(d, i) != 0 ? keep : 0;
+            dropped += tg_get(d, i) == 0;
+            ck_assert_double_eq(tg_get(gd, i), want);
+        }
+        ck_assert(eval ? dropped == 0 : dropped > 100 && dropped < 300);
+        for (int64_t r = 0; r < 8; r++) {
+            int64_t best = 0;
+            for (int64_t c = 1; c < 64; c++)
+                best = tg_get(x, r * 64 + c) > tg_get(x, r * 64 + best) ? c : best;
+            ck_assert(r != 3 || best == 5);
+            for (int64_t c = 0; c < 64; c++)
+                ck_assert_double_eq(tg_get(gm, r * 64 + c), c == best);
+            ck_assert_double_eq(tg_get(tm, r), tg_get(u, r * 64 + best));
+        }
+        tu_ctx_free(ctx);
+    }
+}
+END_TEST
+
 /* tg_one_hot (the rules' class rows): values in f32 and f64, the ignored id inside and outside
  * the classes, a bad id refused at the forward run naming it, builder errors. */
 START_TEST(test_one_hot)
@@ -524,6 +590,7 @@ static const char *const with_jvp[] = {
     "matmul",     "dense",         "embedding", "permute",   "transpose",
     "reshape",    "contiguous",    "narrow",    "concat",    "add_mask",
     "layer_norm", "cross_entropy", "mse_loss",  "dense_act", "flash_attention",
+    "dropout",    "max",
 };
 
 static bool has_jvp(const char *op)
@@ -573,6 +640,8 @@ static bool check_jvp_case(const tg_opcase *c)
     tg_tensor *outs[2 + MAX_WRT] = {y, ty};
     memcpy(outs + 2, gr, sizeof *gr * (size_t)n);
     tg_graph *g = tg_graph_new(ctx, outs, 2 + n);
+    uint64_t rng0[4]; /* each run draws dropout's mask anew: the same one for every run */
+    tg_rng_get_state(ctx, rng0);
     ck_assert_int_eq(tg_graph_forward(g), TG_OK);
     double a = dot_values(r, ty), b = 0;
     for (int j = 0; j < n; j++)
@@ -591,6 +660,7 @@ static bool check_jvp_case(const tg_opcase *c)
                 tg_set(wrt[j], e, keep[j][e] + (sgn ? -eps : eps) * dir[e]);
             free(dir);
         }
+        tg_rng_set_state(ctx, rng0);
         ck_assert_int_eq(tg_graph_forward(g), TG_OK);
         side[sgn] = dot_values(r, y);
         for (int j = 0; j < n; j++) {
@@ -674,10 +744,16 @@ START_TEST(test_jvp_errors)
         } else if (k == 2) {
             s = tg_jvp(ctx, 1, &ids, &u2, 1, &y, &t);
             want = "not f32 or f64";
-        } else if (k == 3) {
-            tg_tensor *d = tg_dropout(ctx, x, 0.5);
-            s = tg_jvp(ctx, 1, &x, &u2, 1, &d, &t);
-            want = "op 'dropout'";
+        } else if (k == 3) { /* a custom op without a forward rule: the table's first */
+            int i = 0;
+            while (strcmp(tg_opcases[i].op, "custom"))
+                i++;
+            tg_tensor *d = tg_opcases[i].build(ctx, TG_F64), *in[MAX_WRT], *ud[MAX_WRT];
+            int n = leaves_of(ctx, d, in);
+            for (int j = 0; j < n; j++)
+                ud[j] = random_like(ctx, in[j], -1, 1);
+            s = tg_jvp(ctx, n, in, ud, 1, &d, &t);
+            want = "no forward-mode rule";
         } else if (k == 4) {
             tg_tensor *yy = tg_sum_all(ctx, y);
             s = tg_hvp(ctx, yy, 1, &x, &u3, &t);
@@ -750,6 +826,7 @@ static Suite *grad_suite(void)
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_gradgradcheck);
     tcase_add_test(tc, test_one_hot);
+    tcase_add_test(tc, test_grad_mask);
     tcase_add_test(tc, test_hessian_jacobian);
     tcase_add_test(tc, test_jvp_every_case);
     tcase_add_test(tc, test_jvp_errors);

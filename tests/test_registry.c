@@ -32,8 +32,9 @@ static bool is_module(const char *name)
 /* Ops without a backward rule (a graph differentiating through one is refused with
  * TG_ERR_NOGRAD) and so without gradcheck cases; their forward is tested in their own suite.
  * Add an op here only if it writes state that a gradient cannot flow through (kv_attention:
- * tests/test_kv_cache.c) or has no float source (one_hot: tests/test_grad.c). */
-static const char *const inference_only[] = {"kv_attention", "one_hot"};
+ * tests/test_kv_cache.c), has no float source (one_hot: tests/test_grad.c) or is constant in
+ * its sources (grad_mask: tests/test_grad.c). */
+static const char *const inference_only[] = {"kv_attention", "one_hot", "grad_mask"};
 #define N_INFERENCE_ONLY ((int)(sizeof inference_only / sizeof inference_only[0]))
 
 static bool is_inference_only(const char *name)

@@ -41,6 +41,7 @@ typedef union tg_op_params {
     struct { tg_reduction reduction; } mse;     /* ops/loss.c */
     struct { double scale; } kv_attn;           /* ops/kv_attention.c */
     struct { int64_t n_classes, ignore_index; } one_hot; /* ops/one_hot.c */
+    struct { int of, axis; } grad_mask; /* ops/grad_mask.c: of TG_OP_DROPOUT or TG_OP_MAX */
     struct { struct tg__custom *rec; } custom; /* ops/custom.c: the user's definition (also
                                                   y->aux, which owns it) */
 } tg_op_params;

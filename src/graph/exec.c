@@ -131,6 +131,8 @@ void tg__fill_call(const tg_graph *g, int64_t i, bool backward, tg__call *c)
     }
     c->out = g->val[i];
     c->saved = g->sval[i];
+    if ((t->def->flags & TG_OPF_SRC_SAVED) && at[0] >= 0)
+        c->src_saved = g->sval[at[0]];
     int64_t wb = backward ? g->wsb_buf[i] : g->wsf_buf[i];
     c->ws = tg__buf_ptr(g, wb);
     c->ws_bytes = wb >= 0 ? (size_t)g->bufs[wb].size : 0;

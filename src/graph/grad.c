@@ -16,6 +16,12 @@ static const char *FN = "tg_grad";
 
 static bool is_float(const tg_tensor *t) { return t->dtype == TG_F32 || t->dtype == TG_F64; }
 
+/* An op whose value is piecewise constant in its sources (grad_mask): no gradient through it. */
+static bool is_constant(const tg_tensor *t)
+{
+    return t->op != TG__OP_LEAF && (t->def->flags & TG_OPF_CONSTANT);
+}
+
 /* The arguments' rules (tg_grad's Errors). */
 static bool args_ok(tg_ctx *ctx, int n_out, tg_tensor *const *outputs, tg_tensor *const *seeds,
                     int n_wrt, tg_tensor *const *wrt, tg_tensor **grads)
@@ -118,8 +124,8 @@ static bool grad_core(tg_ctx *ctx, walk *w, int n_out, tg_tensor *const *outputs
         if (k >= 0)
             reach[k] = true;
     }
-    for (int64_t i = n_stop; ok && i < w->n; i++)
-        for (int k = 0; !reach[i] && k < w->node[i]->n_src; k++)
+    for (int64_t i = n_stop; ok && i < w->n; i++) /* (a constant of its sources: none) */
+        for (int k = 0; !reach[i] && k < w->node[i]->n_src && !is_constant(w->node[i]); k++)
             reach[i] = w->node[i]->src[k] && reach[tg__walk_find(w, w->node[i]->src[k])];
     for (int i = 0; ok && i < n_out; i++) {
         const tg_tensor *o = outputs[i];

@@ -73,6 +73,13 @@ static tg_tensor *jvp_reduce(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
                 : tg_sum(ctx, t[0], y->p.reduce.axis, keep);
 }
 
+/* max: the tangent at the first arg-max, sum(m t, axis) with m its one-hot (grad_mask). */
+static tg_tensor *jvp_max(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
+{
+    bool keep = y->rank == y->src[0]->rank;
+    return tg_sum(ctx, tg_mul(ctx, tg__grad_mask(ctx, y), t[0]), y->p.max.axis, keep);
+}
+
 /* softmax: y (t - <y, t>); log_softmax: t - <e^y, t> (rows of the last axis). */
 static tg_tensor *jvp_softmax(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
 {
@@ -238,6 +245,7 @@ static jvp_fn rule_of(const tg_tensor *y)
     case TG_OP_RELU:
     case TG_OP_ERF:
     case TG_OP_GELU:
+    case TG_OP_DROPOUT:
         return jvp_diagonal;
     case TG_OP_SUM:
     case TG_OP_MEAN:
@@ -245,6 +253,8 @@ static jvp_fn rule_of(const tg_tensor *y)
     case TG_OP_SOFTMAX:
     case TG_OP_LOG_SOFTMAX:
         return jvp_softmax;
+    case TG_OP_MAX:
+        return jvp_max;
     case TG_OP_MATMUL:
     case TG_OP_DENSE:
     case TG_OP_EMBEDDING:
@@ -334,8 +344,10 @@ static bool push_all(tg_ctx *ctx, walk *w, int n_in, tg_tensor *const *inputs,
             t[k] = s >= 0 && s != i ? tan[s] : NULL;
             any |= t[k] != NULL;
         }
-        if (!any || y->op == TG__OP_LEAF || tan[i] || (stop && i < n_in))
-            continue; /* no tangent flows in (or an input: given) */
+        if (!any || y->op == TG__OP_LEAF || tan[i] || (stop && i < n_in) ||
+            (y->def->flags & TG_OPF_CONSTANT))
+            continue; /* no tangent flows in (or an input: given; or a constant of its
+                         sources: none flows out) */
         jvp_fn rule = rule_of(y);
         if (!rule) {
             tg__err(ctx, TG_ERR_NOGRAD, FN,

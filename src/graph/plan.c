@@ -10,7 +10,8 @@
  *                         backward rule reads outlives backward (never freed or poisoned), so
  *                         backward can run again on the same forward
  *   saved of i            [i, bwd(i)]  ([i, i] without gradients; never ending unless
- *                         one_backward)
+ *                         one_backward); at least until the last forward node that reads
+ *                         them (TG_OPF_SRC_SAVED: grad_mask)
  *   gradient of op node i [bwd(last consumer that requires grad), bwd(i)]
  *   this call's gradient  [bwd(last consumer), end]  (leaves; added to the leaf's own after)
  *   workspace             its one step
@@ -304,6 +305,7 @@ typedef struct {
     int64_t *prevc;  /* the grad-consumer before it, or -1 */
     int64_t *ncons;  /* grad-consumer edges */
     int64_t *shared; /* per gradient buffer node: the src[1] sharing it (add), or -1 */
+    int64_t *sread;  /* last forward step reading the node's saved values (TG_OPF_SRC_SAVED) */
 } plan_scratch;
 
 static void scratch_free(tg_ctx *ctx, plan_scratch *sc)
@@ -314,6 +316,7 @@ static void scratch_free(tg_ctx *ctx, plan_scratch *sc)
     tg__free(ctx, sc->prevc);
     tg__free(ctx, sc->ncons);
     tg__free(ctx, sc->shared);
+    tg__free(ctx, sc->sread);
 }
 
 /* The graph's per-node buffer tables and the scratch, initialised (-1: no buffer). */
@@ -331,8 +334,10 @@ static bool plan_tables(tg_graph *g, plan_scratch *sc, const char *fn)
     g->leaf_buf = tg__alloc(ctx, pn, fn);
     g->bufs = tg__alloc(ctx, sizeof(tg__buf) * (size_t)(6 * n + 1), fn);
     *sc = (plan_scratch){tg__alloc(ctx, pn, fn), tg__alloc(ctx, pn, fn), tg__alloc(ctx, pn, fn),
-                         tg__alloc(ctx, pn, fn), tg__alloc(ctx, pn, fn), tg__alloc(ctx, pn, fn)};
-    if (!g->leaf_buf || !sc->lastc || !sc->prevc || !sc->ncons || !sc->shared || !g->out_buf ||
+                         tg__alloc(ctx, pn, fn), tg__alloc(ctx, pn, fn), tg__alloc(ctx, pn, fn),
+                         tg__alloc(ctx, pn, fn)};
+    if (!g->leaf_buf || !sc->lastc || !sc->prevc || !sc->ncons || !sc->shared || !sc->sread ||
+        !g->out_buf ||
         !g->saved_buf || !g->grad_buf || !g->wsf_buf || !g->wsb_buf || !g->fresh_buf ||
         !g->bufs || !sc->end || !sc->gstart) {
         scratch_free(ctx, sc);
@@ -343,7 +348,7 @@ static bool plan_tables(tg_graph *g, plan_scratch *sc, const char *fn)
         g->leaf_buf[i] = -1;
         sc->end[i] = i;
         sc->gstart[i] = -1;
-        sc->lastc[i] = sc->prevc[i] = sc->shared[i] = -1;
+        sc->lastc[i] = sc->prevc[i] = sc->shared[i] = sc->sread[i] = -1;
         sc->ncons[i] = 0;
     }
     return true;
@@ -361,6 +366,8 @@ static void plan_lifetimes(tg_graph *g, plan_scratch *sc)
             continue;
         bool bw = grads && t->requires_grad;
         unsigned fl = t->def->flags;
+        if ((fl & TG_OPF_SRC_SAVED) && g->src_at[j * TG_MAX_SRC] >= 0)
+            sc->sread[g->src_at[j * TG_MAX_SRC]] = j; /* ascending j: the last reader wins */
         for (int k = 0; k < t->n_src; k++) {
             tg_tensor *s = t->src[k];
             if (!s)
@@ -429,8 +436,9 @@ static bool plan_forward_bufs(tg_graph *g, const plan_scratch *sc, uint64_t *tot
             g->mem.activations += (size_t)g->bufs[g->out_buf[i]].size;
         }
         if (t->saved_bytes) {
+            int64_t end = !bw ? i : g->retain ? TG__FOREVER : tg__bwd_step(g, i);
             g->saved_buf[i] = add_buf(g, total, fn, TG__BUF_SAVED, i, t->saved_bytes, i,
-                                      !bw ? i : g->retain ? TG__FOREVER : tg__bwd_step(g, i));
+                                      end < sc->sread[i] ? sc->sread[i] : end);
             if (g->saved_buf[i] < 0)
                 return false;
             g->mem.saved += (size_t)g->bufs[g->saved_buf[i]].size;

@@ -144,6 +144,18 @@ static bool vjp_gelu_tanh(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *
 
 /* ---- reductions and losses ----------------------------------------------------------------- */
 
+/* gy with the reduced axis of @p y (a reduction over axis @p ax without keepdim) back as size 1. */
+static tg_tensor *keep_axis(tg_ctx *ctx, tg_tensor *gy, const tg_tensor *y, int ax)
+{
+    const tg_tensor *x = y->src[0];
+    if (y->rank == x->rank)
+        return gy;
+    int64_t sh[TG_MAX_RANK];
+    memcpy(sh, x->shape, sizeof sh);
+    sh[ax] = 1;
+    return tg_reshape(ctx, gy, x->rank, sh);
+}
+
 /* sum / mean: gy broadcast back over the reduced axis (or all), mean divided by its count. */
 static bool vjp_sum_mean(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
@@ -152,19 +164,23 @@ static bool vjp_sum_mean(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *n
     int64_t n = x->numel;
     tg_tensor *g = gy;
     if (!y->p.reduce.all) {
-        int ax = y->p.reduce.axis;
-        n = x->shape[ax];
-        if (y->rank < x->rank) { /* keepdim false: the axis back as size 1 */
-            int64_t sh[TG_MAX_RANK];
-            memcpy(sh, x->shape, sizeof sh);
-            sh[ax] = 1;
-            g = tg_reshape(ctx, gy, x->rank, sh);
-        }
+        n = x->shape[y->p.reduce.axis];
+        g = keep_axis(ctx, gy, y, y->p.reduce.axis); /* keepdim false: the axis back */
     }
     if (y->op == TG_OP_MEAN)
         g = tg_scale(ctx, g, 1.0 / (double)n);
     tg_tensor *ones = tg__filled(ctx, x->dtype, x->rank, x->shape, 1.0, "ones");
     return (gx[0] = tg_mul(ctx, ones, g)) != NULL;
+}
+
+/* dropout: gy keep s; max: gy at the first arg-max. Both through the mask of the same run
+ * (grad_mask, read from the node's saved values), so the rule is the backward kernel's. */
+static bool vjp_dropout_max(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                            tg_tensor **gx)
+{
+    (void)need;
+    tg_tensor *g = y->op == TG_OP_MAX ? keep_axis(ctx, gy, y, y->p.max.axis) : gy;
+    return (gx[0] = tg_mul(ctx, tg__grad_mask(ctx, y), g)) != NULL;
 }
 
 /* mse: d input = 2 (input - target) gy / N (mean; sum and none: N = 1), d target = -that. */
@@ -537,6 +553,9 @@ tg__vjp_fn tg__vjp_rule(const tg_tensor *y)
     case TG_OP_DENSE_ACT:
     case TG_OP_FLASH_ATTN:
         return vjp_fused;
+    case TG_OP_DROPOUT:
+    case TG_OP_MAX:
+        return vjp_dropout_max;
     default:
         return NULL;
     }
