@@ -1583,8 +1583,27 @@ typedef struct tg_custom_def {
     /** Scratch bytes one forward or backward call needs (call->backward says which), given the
      *  shapes and call->n_threads (data pointers are NULL in this query). NULL: none. */
     size_t (*workspace)(const tg_custom_call *call);
-    /** Passed to every callback as call->user (and to @c shape); borrowed, must outlive every
-     *  graph that runs the op. */
+    /** Optional reverse rule written as ops, for tg_grad() (and so tg_hvp(), tg_hessian(),
+     *  tg_gradgradcheck() and forward over reverse): build, with tgrad's op builders, the
+     *  vector-Jacobian products grad_inputs[i] = (dy/d inputs[i])ᵀ grad_output, each of input
+     *  i's shape and dtype, for every i with need[i] (leave the others NULL). @p y is this op's
+     *  node, @p grad_output a tensor of y's shape. The nodes must be differentiable themselves
+     *  where second derivatives are wanted (built from ops with rules, or from custom ops with
+     *  rules). Return ::TG_OK, or the builders' error status (its message is on the context).
+     *  NULL: tg_grad() refuses a graph through this op with ::TG_ERR_NOGRAD naming it; the
+     *  backward callbacks still serve tg_graph_backward(). */
+    tg_status (*vjp)(tg_ctx *ctx, tg_tensor *y, int n_inputs, tg_tensor *const *inputs,
+                     tg_tensor *grad_output, const bool *need, tg_tensor **grad_inputs,
+                     void *user);
+    /** Optional forward rule written as ops, for tg_jvp() and tg_gradcheck()'s forward mode:
+     *  return y's tangent Σ_i (dy/d inputs[i]) tangents[i] (y's shape and dtype), with
+     *  tangents[i] NULL for an input no tangent reaches (at least one is not). Return NULL
+     *  with the builders' error on the context to fail. NULL: tg_jvp() refuses this op with
+     *  ::TG_ERR_NOGRAD naming it. */
+    tg_tensor *(*jvp)(tg_ctx *ctx, tg_tensor *y, int n_inputs, tg_tensor *const *inputs,
+                      tg_tensor *const *tangents, void *user);
+    /** Passed to every callback as call->user (and to @c shape, @c vjp, @c jvp); borrowed,
+     *  must outlive every graph that runs the op. */
     void *user;
 } tg_custom_def;
 

@@ -27,6 +27,8 @@ typedef struct tg__custom {
     tg_custom_fn forward, backward;     /* for y's dtype (backward may be NULL) */
     size_t (*workspace)(const tg_custom_call *call);
     unsigned reads;                     /* TG_CUSTOM_READS_* */
+    tg__custom_vjp_fn vjp;              /* the rules written as ops, or NULL */
+    tg__custom_jvp_fn jvp;
     void *user;
     /* Workspace when the running graph did not bind c->ws (engines without a planner for
      * it): grown on demand, owned by the record. */
@@ -227,6 +229,8 @@ tg_tensor *tg_custom_op(tg_ctx *ctx, const tg_custom_def *def, int n_inputs,
     r->backward = bwd;
     r->workspace = def->workspace;
     r->reads = def->backward_reads;
+    r->vjp = def->vjp;
+    r->jvp = def->jvp;
     r->user = def->user;
     r->def = tg__op_table[TG_OP_CUSTOM];
     r->def.name = r->name;
@@ -354,4 +358,13 @@ tg_status tg__custom_backward(const tg__call *c)
     if (!r->backward)
         return TG_OK; /* unreachable: the node's def has no backward, so graphs refuse it */
     return invoke(c, r, r->backward, "tg_graph_backward");
+}
+
+void tg__custom_rules(const tg_tensor *y, tg__custom_vjp_fn *vjp, tg__custom_jvp_fn *jvp,
+                      void **user)
+{
+    const tg__custom *r = y->p.custom.rec;
+    *vjp = r->vjp;
+    *jvp = r->jvp;
+    *user = r->user;
 }

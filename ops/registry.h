@@ -246,4 +246,15 @@ typedef struct tg__flash_attn_desc {
 } tg__flash_attn_desc;
 void tg__flash_attn_describe(const tg_tensor *y, tg__flash_attn_desc *d);
 
+/* A custom op node's rules written as ops (tg_custom_def's vjp, jvp; NULL: none) and its user
+ * pointer (ops/custom.c). */
+typedef tg_status (*tg__custom_vjp_fn)(tg_ctx *ctx, tg_tensor *y, int n_inputs,
+                                       tg_tensor *const *inputs, tg_tensor *grad_output,
+                                       const bool *need, tg_tensor **grad_inputs, void *user);
+typedef tg_tensor *(*tg__custom_jvp_fn)(tg_ctx *ctx, tg_tensor *y, int n_inputs,
+                                        tg_tensor *const *inputs, tg_tensor *const *tangents,
+                                        void *user);
+void tg__custom_rules(const tg_tensor *y, tg__custom_vjp_fn *vjp, tg__custom_jvp_fn *jvp,
+                      void **user);
+
 #endif

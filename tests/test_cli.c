@@ -147,8 +147,8 @@ static int parse_table(const char *out, row *rows, int cap)
 }
 
 /* --order 2: second derivatives through the gradients built as nodes; --mode fwd: forward mode;
- * an op with a rule passes, one without (a custom op; dropout in forward mode) is refused
- * naming it, and a refusal makes the exit status 1. */
+ * an op with a rule passes (dropout and max too, through the mask of the run), one without (a
+ * custom op without rules as ops) is refused naming it, and a refusal makes the exit status 1. */
 START_TEST(test_gradcheck_order2)
 {
     cmd_result r = run_tgrad("gradcheck --order 2 --op matmul --op mha --op layer_norm");
@@ -159,15 +159,20 @@ START_TEST(test_gradcheck_order2)
     r = run_tgrad("gradcheck --order 2 --op custom");
     ck_assert_msg(r.exited && r.code == 1, "exited %d:\n%s\n%s", r.code, r.out, r.err);
     ck_assert_ptr_nonnull(strstr(r.out, "REFUSED"));
-    ck_assert_ptr_nonnull(strstr(r.out, "op 'softplus'"));
+    ck_assert_ptr_nonnull(strstr(r.out, "op 'exp_from_output'"));
+    ck_assert_ptr_nonnull(strstr(r.out, "4 passed, 0 failed, 1 refused"));
     result_free(&r);
     r = run_tgrad("gradcheck --mode fwd --op layer_norm --op encoder");
     ck_assert_msg(r.exited && r.code == 0, "exited %d:\n%s\n%s", r.code, r.out, r.err);
     ck_assert_ptr_nonnull(strstr(r.out, " 0 failed, 0 refused (no forward-mode rule yet)"));
     result_free(&r);
-    r = run_tgrad("gradcheck --mode both --op dropout");
+    r = run_tgrad("gradcheck --mode both --order 2 --op dropout --op max");
+    ck_assert_msg(r.exited && r.code == 0, "exited %d:\n%s\n%s", r.code, r.out, r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, " 0 failed, 0 refused"));
+    result_free(&r);
+    r = run_tgrad("gradcheck --mode fwd --op custom");
     ck_assert_msg(r.exited && r.code == 1, "exited %d:\n%s\n%s", r.code, r.out, r.err);
-    ck_assert_ptr_nonnull(strstr(r.out, "op 'dropout'"));
+    ck_assert_ptr_nonnull(strstr(r.out, "op 'exp_from_output'"));
     result_free(&r);
     r = run_tgrad("gradcheck --order 3");
     ck_assert_msg(r.exited && r.code == 2, "exited %d", r.code);

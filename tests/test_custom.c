@@ -119,6 +119,93 @@ static tg_tensor *softplus(tg_ctx *ctx, tg_tensor *x, probe *p)
 
 static double softplus_ref(double x) { return log1p(exp(x)); }
 
+/* ---- rules written as ops (tg_custom_def.vjp, .jvp) ------------------------------------------ */
+/* The user pointer: the callbacks' probe, then the rules' mode: 0 right, 1 a result of the
+ * wrong shape, 2 NULL without an error, 3 a builder's error, 4 a status without a message. */
+typedef struct {
+    probe p;
+    int mode;
+} rule_user;
+
+static tg_status rule_vjp(tg_ctx *ctx, tg_tensor *y, int n, tg_tensor *const *in, tg_tensor *gy,
+                          const bool *need, tg_tensor **gx, void *user)
+{
+    int mode = ((rule_user *)user)->mode;
+    ck_assert_int_eq(n, 1);
+    ck_assert(need[0] && tg_tensor_numel(gy) == tg_tensor_numel(y));
+    if (mode == 4)
+        return TG_ERR_ARG;
+    if (mode == 3)
+        return (gx[0] = tg_matmul(ctx, gy, in[0], false, false)) ? TG_OK : tg_ctx_status(ctx);
+    gx[0] = mode == 2 ? NULL
+            : mode == 1 ? tg_sum_all(ctx, gy)
+                        : tg_mul(ctx, gy, tg_sigmoid(ctx, in[0]));
+    return TG_OK;
+}
+static tg_tensor *rule_jvp(tg_ctx *ctx, tg_tensor *y, int n, tg_tensor *const *in,
+                           tg_tensor *const *t, void *user)
+{
+    (void)y, (void)n;
+    int mode = ((rule_user *)user)->mode;
+    return mode == 2 ? NULL
+           : mode == 1 ? tg_sum_all(ctx, t[0])
+                       : tg_mul(ctx, t[0], tg_sigmoid(ctx, in[0]));
+}
+
+/* A custom op with rules as ops goes through tg_grad, tg_jvp and the second-order check in f64
+ * (the rules are right); rules that give a wrong shape, NULL or fail are refused naming the op
+ * (a builder's error inside a rule keeps the builder's message), as build errors of tg_grad /
+ * tg_jvp with the results NULL. */
+START_TEST(test_rules_as_ops)
+{
+    static const char *const want[] = {NULL, "of another shape", "as NULL", "tg_matmul",
+                                       "its vjp rule failed"};
+    for (int mode = 0; mode < 5; mode++) {
+        tg_ctx *ctx = tu_ctx_new();
+        int64_t sh[2] = {3, 4};
+        tg_tensor *x = tg_input(ctx, TG_F64, 2, sh, "x"), *u = tg_const(ctx, TG_F64, 2, sh, "u");
+        tg_fill_uniform(x, -2, 2);
+        tg_fill_uniform(u, -1, 1);
+        tg_set_requires_grad(x, true);
+        rule_user ru = {.mode = mode};
+        tg_custom_def d = softplus_def(&ru.p);
+        d.vjp = rule_vjp;
+        d.jvp = rule_jvp;
+        tg_tensor *y = tg_custom_op(ctx, &d, 1, &x), *L = tg_sum_all(ctx, tg_mul(ctx, y, y));
+        tg_tensor *g = (tg_tensor *)1, *t = (tg_tensor *)1;
+        tg_status sg = tg_grad(ctx, 1, &L, NULL, 1, &x, &g);
+        if (mode == 0) {
+            ck_assert_int_eq(sg, TG_OK);
+            ck_assert_int_eq(tg_jvp(ctx, 1, &x, &u, 1, &y, &t), TG_OK);
+            tg_gradcheck_report r;
+            tg_gradcheck_opts o = tg_gradcheck_defaults(TG_F64);
+            o.mode = TG_GRADCHECK_BOTH;
+            tg_status sc = tg_gradgradcheck(ctx, L, &o, &r);
+            ck_assert_msg(sc == TG_OK, "%d %s / %s", sc, r.message, tg_ctx_message(ctx));
+        } else {
+            ck_assert_int_ne(sg, TG_OK);
+            ck_assert_ptr_null(g);
+            ck_assert_msg((mode == 3 || strstr(tg_ctx_message(ctx), "softplus")) &&
+                              strstr(tg_ctx_message(ctx), want[mode]),
+                          "%d: %s", mode, tg_ctx_message(ctx));
+            if (mode == 1 || mode == 2) {
+                tu_ctx_free(ctx);
+                ctx = tu_ctx_new(); /* (the build error sticks) */
+                x = tg_input(ctx, TG_F64, 2, sh, "x");
+                u = tg_const(ctx, TG_F64, 2, sh, "u");
+                tg_set_requires_grad(x, true);
+                y = tg_custom_op(ctx, &d, 1, &x);
+                ck_assert_int_ne(tg_jvp(ctx, 1, &x, &u, 1, &y, &t), TG_OK);
+                ck_assert_ptr_null(t);
+                ck_assert_msg(strstr(tg_ctx_message(ctx), "jvp rule gave the tangent"), "%s",
+                              tg_ctx_message(ctx));
+            }
+        }
+        tu_ctx_free(ctx);
+    }
+}
+END_TEST
+
 /* ---- values, gradients, gradcheck ----------------------------------------------------------- */
 START_TEST(test_values_and_gradients)
 {
@@ -798,6 +885,7 @@ static Suite *custom_suite(void)
     tcase_add_test(tc, test_build_errors);
     tcase_add_test(tc, test_custom_error_api);
     tcase_add_test(tc, test_set_error_kinds);
+    tcase_add_test(tc, test_rules_as_ops);
     tcase_add_test(tc, test_custom_error_one_line);
     tcase_add_test(tc, test_out_of_memory);
     return s;

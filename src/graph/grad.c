@@ -77,10 +77,10 @@ static bool pull(tg_ctx *ctx, const walk *w, const bool *reach, tg_tensor **g, i
     tg_tensor *y = w->node[i];
     tg__vjp_fn rule = tg__vjp_rule(y);
     if (!rule) {
-        tg__err(ctx, TG_ERR_NOGRAD, FN,
-                "op '%s' (node '%s') has no reverse rule written as "
-                "ops yet (docs/autodiff.md lists the ops that have one)",
-                y->def ? y->def->name : "?", y->name);
+        tg__err(ctx, TG_ERR_NOGRAD, FN, "op '%s' (node '%s') has no reverse rule written as ops%s",
+                y->def ? y->def->name : "?", y->name,
+                y->op == TG_OP_CUSTOM ? ": give its tg_custom_def a vjp"
+                                      : " yet (docs/autodiff.md lists the ops that have one)");
         return false;
     }
     bool need[TG_MAX_SRC] = {false};

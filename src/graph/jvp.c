@@ -225,6 +225,27 @@ static tg_tensor *jvp_dense_act(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
 
 typedef tg_tensor *(*jvp_fn)(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t);
 
+/* A custom op: the user's rule (tg_custom_def.jvp), its result checked. */
+static tg_tensor *jvp_custom(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
+{
+    tg__custom_vjp_fn vjp;
+    tg__custom_jvp_fn jvp;
+    void *user;
+    tg__custom_rules(y, &vjp, &jvp, &user);
+    tg_tensor *r = jvp(ctx, y, y->n_src, y->src, t, user);
+    return tg__custom_result_ok(ctx, y, FN, -1, r, y) ? r : NULL;
+}
+
+/* The custom op's jvp rule, or NULL. */
+static jvp_fn custom_rule(const tg_tensor *y)
+{
+    tg__custom_vjp_fn vjp;
+    tg__custom_jvp_fn jvp;
+    void *user;
+    tg__custom_rules(y, &vjp, &jvp, &user);
+    return jvp ? jvp_custom : NULL;
+}
+
 static jvp_fn rule_of(const tg_tensor *y)
 {
     switch (y->op) {
@@ -255,6 +276,8 @@ static jvp_fn rule_of(const tg_tensor *y)
         return jvp_softmax;
     case TG_OP_MAX:
         return jvp_max;
+    case TG_OP_CUSTOM:
+        return custom_rule(y);
     case TG_OP_MATMUL:
     case TG_OP_DENSE:
     case TG_OP_EMBEDDING:
@@ -351,9 +374,11 @@ static bool push_all(tg_ctx *ctx, walk *w, int n_in, tg_tensor *const *inputs,
         jvp_fn rule = rule_of(y);
         if (!rule) {
             tg__err(ctx, TG_ERR_NOGRAD, FN,
-                    "op '%s' (node '%s') has no forward-mode rule "
-                    "written as ops yet (docs/autodiff.md lists the ops that have one)",
-                    y->def ? y->def->name : "?", y->name);
+                    "op '%s' (node '%s') has no forward-mode rule written as ops%s",
+                    y->def ? y->def->name : "?", y->name,
+                    y->op == TG_OP_CUSTOM
+                        ? ": give its tg_custom_def a jvp"
+                        : " yet (docs/autodiff.md lists the ops that have one)");
             ok = false;
         } else {
             ok = (tan[i] = rule(ctx, y, t)) != NULL;

@@ -9,6 +9,7 @@
 #include "registry.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 tg_tensor *tg__filled(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, double v,
@@ -487,9 +488,52 @@ static bool vjp_fused(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need
     return unfused(ctx, y, tg__unfused(ctx, y), gy, need, gx);
 }
 
+bool tg__custom_result_ok(tg_ctx *ctx, const tg_tensor *y, const char *rule, int k,
+                          const tg_tensor *r, const tg_tensor *like)
+{
+    if (r && r->ctx == ctx && r->dtype == like->dtype && r->rank == like->rank &&
+        !memcmp(r->shape, like->shape, sizeof(int64_t) * (size_t)like->rank))
+        return true;
+    if (tg_ctx_status(ctx) != TG_OK)
+        return false; /* a builder's error is already there */
+    char what[48] = "the tangent";
+    if (k >= 0)
+        snprintf(what, sizeof what, "the gradient of input %d", k);
+    tg__err(ctx, TG_ERR_SHAPE, rule, "custom op '%s' (node '%s'): its %s rule gave %s %s",
+            y->def->name, y->name, k < 0 ? "jvp" : "vjp", what,
+            r ? "of another shape, dtype or context than the op's" : "as NULL");
+    return false;
+}
+
+/* A custom op: the user's rule (tg_custom_def.vjp), its results checked. */
+static bool vjp_custom(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
+{
+    tg__custom_vjp_fn vjp;
+    tg__custom_jvp_fn jvp;
+    void *user;
+    tg__custom_rules(y, &vjp, &jvp, &user);
+    if (vjp(ctx, y, y->n_src, y->src, gy, need, gx, user) != TG_OK) {
+        if (tg_ctx_status(ctx) == TG_OK)
+            tg__err(ctx, TG_ERR_ARG, "tg_grad", "custom op '%s' (node '%s'): its vjp rule failed",
+                    y->def->name, y->name);
+        return false;
+    }
+    for (int k = 0; k < y->n_src; k++)
+        if (need[k] && !tg__custom_result_ok(ctx, y, "tg_grad", k, gx[k], y->src[k]))
+            return false;
+    return true;
+}
+
 tg__vjp_fn tg__vjp_rule(const tg_tensor *y)
 {
     switch (y->op) {
+    case TG_OP_CUSTOM: {
+        tg__custom_vjp_fn vjp;
+        tg__custom_jvp_fn jvp;
+        void *user;
+        tg__custom_rules(y, &vjp, &jvp, &user);
+        return vjp ? vjp_custom : NULL;
+    }
     case TG_OP_SCALE:
         return vjp_scale;
     case TG_OP_ADD:

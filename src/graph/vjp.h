@@ -44,4 +44,10 @@ tg_tensor *tg__relu_gate(tg_ctx *ctx, tg_tensor *y, tg_tensor *t);
 bool tg__grad_partial(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, int n, tg_tensor *const *src,
                       const bool *need, tg_tensor **gx);
 
+/* Whether a custom op's rule result @p r (gradient k, or the tangent: k = -1) has the shape,
+ * dtype and context of @p like; records TG_ERR_SHAPE naming the op and @p rule (the calling
+ * function: "tg_grad" or "tg_jvp") otherwise. */
+bool tg__custom_result_ok(tg_ctx *ctx, const tg_tensor *y, const char *rule, int k,
+                          const tg_tensor *r, const tg_tensor *like);
+
 #endif

@@ -816,12 +816,26 @@ static tg_status softplus_bwd(tg_custom_call *c)
     }
     return TG_OK;
 }
+/* its rules as ops (second order, forward mode): gy sigmoid(x), t sigmoid(x) */
+static tg_status softplus_vjp(tg_ctx *ctx, tg_tensor *y, int n, tg_tensor *const *in,
+                              tg_tensor *gy, const bool *need, tg_tensor **gx, void *user)
+{
+    (void)y, (void)n, (void)need, (void)user;
+    return (gx[0] = tg_mul(ctx, gy, tg_sigmoid(ctx, in[0]))) ? TG_OK : tg_ctx_status(ctx);
+}
+static tg_tensor *softplus_jvp(tg_ctx *ctx, tg_tensor *y, int n, tg_tensor *const *in,
+                               tg_tensor *const *t, void *user)
+{
+    (void)y, (void)n, (void)user;
+    return tg_mul(ctx, t[0], tg_sigmoid(ctx, in[0]));
+}
 static tg_tensor *custom_softplus(tg_ctx *ctx, tg_tensor *x)
 {
     tg_custom_def d = {.name = "softplus", .out_rank = TG_CUSTOM_SAME_SHAPE,
                        .forward_f32 = softplus_fwd, .backward_f32 = softplus_bwd,
                        .forward_f64 = softplus_fwd, .backward_f64 = softplus_bwd,
-                       .backward_reads = TG_CUSTOM_READS_INPUT(0)};
+                       .backward_reads = TG_CUSTOM_READS_INPUT(0),
+                       .vjp = softplus_vjp, .jvp = softplus_jvp};
     return tg_custom_op(ctx, &d, 1, &x);
 }
 static tg_tensor *cu_softplus(tg_ctx *ctx, tg_dtype dt) { return custom_softplus(ctx, IN("x", 3, 4)); }
@@ -892,12 +906,37 @@ static tg_status rowdot_bwd(tg_custom_call *c)
     }
     return TG_OK;
 }
+/* its rules as ops: da = gy[..., None] b, db = gy[..., None] a; t_y = sum(t_a b + a t_b) */
+static tg_status rowdot_vjp(tg_ctx *ctx, tg_tensor *y, int n, tg_tensor *const *in,
+                            tg_tensor *gy, const bool *need, tg_tensor **gx, void *user)
+{
+    (void)n, (void)user;
+    int r = tg_tensor_rank(in[0]);
+    int64_t sh[TG_MAX_RANK];
+    for (int i = 0; i < r - 1; i++)
+        sh[i] = tg_tensor_dim(y, i);
+    sh[r - 1] = 1;
+    tg_tensor *g = tg_reshape(ctx, gy, r, sh);
+    for (int k = 0; k < 2; k++)
+        if (need[k] && !(gx[k] = tg_mul(ctx, g, in[1 - k])))
+            return tg_ctx_status(ctx);
+    return TG_OK;
+}
+static tg_tensor *rowdot_jvp(tg_ctx *ctx, tg_tensor *y, int n, tg_tensor *const *in,
+                             tg_tensor *const *t, void *user)
+{
+    (void)y, (void)n, (void)user;
+    tg_tensor *a = t[0] ? tg_mul(ctx, t[0], in[1]) : NULL;
+    tg_tensor *b = t[1] ? tg_mul(ctx, in[0], t[1]) : NULL;
+    return tg_sum(ctx, a && b ? tg_add(ctx, a, b) : a ? a : b, -1, false);
+}
 static tg_tensor *custom_rowdot(tg_ctx *ctx, tg_tensor *a, tg_tensor *b)
 {
     tg_custom_def d = {.name = "rowdot", .shape = rowdot_shape,
                        .forward_f32 = rowdot_fwd, .backward_f32 = rowdot_bwd,
                        .forward_f64 = rowdot_fwd, .backward_f64 = rowdot_bwd,
-                       .backward_reads = TG_CUSTOM_READS_INPUT(0) | TG_CUSTOM_READS_INPUT(1)};
+                       .backward_reads = TG_CUSTOM_READS_INPUT(0) | TG_CUSTOM_READS_INPUT(1),
+                       .vjp = rowdot_vjp, .jvp = rowdot_jvp};
     tg_tensor *in[2] = {a, b};
     return tg_custom_op(ctx, &d, 2, in);
 }
@@ -1075,7 +1114,7 @@ const tg_opcase tg_opcases[] = {
     {"mse_loss", "size1", "input target (1) mean", mse_one},
     {"custom", "softplus", "x (3, 4), user callbacks reading x", cu_softplus},
     {"custom", "size1", "x (1) softplus", cu_softplus_one},
-    {"custom", "reads-output", "x (2, 3, 2) exp, backward reads y", cu_exp},
+    {"custom", "reads-output", "x (2, 3, 2) exp, backward reads y; no rules as ops", cu_exp},
     {"custom", "two-inputs", "a b (2, 3, 4) -> (2, 3), shape fn", cu_rowdot},
     {"custom", "shared", "x (3, 2) rowdot(x, x)", cu_rowdot_self},
     /* fused attention (appended: the seeds of the cases above, derived from their index, stay) */
