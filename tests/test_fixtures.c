@@ -5,6 +5,9 @@
  * the output and every gradient (parameters and inputs) must satisfy (modules: sdpa, mha, ffn,
  * encoder, decoder, encoder_stack, decoder_stack, transformer = nn.Transformer)
  *   max |ours - ref| / (1 + max |ref|) <= 1e-10 (f64), 1e-4 (f32).
+ * The files of tests/fixtures/gen/gen_hvp_fixtures.py are held to the same 1e-10 in f64:
+ * tg_hvp and a gradient-penalty step (hvp_<case>), tg_jvp (jvp_<case>), and label-smoothed
+ * cross-entropy's tg_hvp and tg_jvp (hvp_xent_<case>).
  */
 #include "testutil.h"
 #include "tgrad_io.h"
@@ -228,9 +231,43 @@ static void run_case(const char *name, tg_dtype dt)
     tg_ctx_free(ctx);
 }
 
+/* The fixture's tensors named <prefix><name> (directions or tangents) as inputs in dir[], the
+ * input or parameter <name> each belongs to in wrt[] and <name> in names[] (pointing into the
+ * file's key); returns their count. */
+static int with_prefix(tg_ctx *ctx, const tg_safetensors *st, const built *b, const char *prefix,
+                       tg_tensor **wrt, tg_tensor **dir, const char **names, int cap)
+{
+    size_t np = strlen(prefix);
+    int n = 0;
+    for (int64_t i = 0; i < tg_safetensors_count(st); i++) {
+        const char *key = tg_safetensors_name(st, i);
+        if (strncmp(key, prefix, np) != 0)
+            continue;
+        ck_assert_int_lt(n, cap);
+        names[n] = key + np;
+        wrt[n] = lookup(ctx, b, key + np);
+        ck_assert_msg(wrt[n] != NULL, "no tensor for %s", key);
+        dir[n++] = input_from(ctx, st, key, TG_F64, false);
+    }
+    return n;
+}
+
+/* max |ours - ref| / (1 + max |ref|) of @p ours against the file's tensor <prefix><name>. */
+static double err_of(const tg_safetensors *st, const char *prefix, const char *name,
+                     const tg_tensor *ours, bool grad)
+{
+    char key[TG_NAME_MAX + 8];
+    snprintf(key, sizeof key, "%s%s", prefix, name);
+    tg_tensor *ref = tg_safetensors_find(st, key);
+    ck_assert_msg(ref != NULL, "no %s", key);
+    return rel_err_data(ours, ref, grad);
+}
+
 /* Second order (tests/fixtures/gen/gen_hvp_fixtures.py): Hessian-vector products of
  * L = <grad_out, out> along every input's and parameter's v (tg_hvp), and the gradients of the
- * penalized loss L + lambda |dL/dx|^2 (tg_grad in the loss), f64, within 1e-10. */
+ * penalized loss L + lambda |dL/dx|^2 (tg_grad in the loss), f64, within 1e-10. Forward mode
+ * (jvp_<case>, the same cases): the JVP of out along the tangents u of every input and
+ * parameter together (tg_jvp), f64, within 1e-10. */
 static const char *const hvp_cases[] = {"mha_self",         "mha_combined",  "enc_post_relu",
                                         "enc_pre_gelu_eps", "dec_post_relu", "transformer_2_2"};
 
@@ -247,17 +284,7 @@ static void run_hvp_case(const char *name)
     tg_tensor *L = tg_sum_all(ctx, tg_mul(ctx, b.y, r));
     tg_tensor *wrt[MAXW], *dir[MAXW], *hv[MAXW], *gx;
     const char *names[MAXW];
-    int n = 0;
-    for (int64_t i = 0; i < tg_safetensors_count(st); i++) {
-        const char *key = tg_safetensors_name(st, i);
-        if (strncmp(key, "v.", 2) != 0)
-            continue;
-        ck_assert_int_lt(n, MAXW);
-        names[n] = key + 2;
-        wrt[n] = lookup(ctx, &b, key + 2);
-        ck_assert_msg(wrt[n] != NULL, "%s: no tensor for %s", name, key);
-        dir[n++] = input_from(ctx, st, key, TG_F64, false);
-    }
+    int n = with_prefix(ctx, st, &b, "v.", wrt, dir, names, MAXW);
     ck_assert_int_eq(tg_hvp(ctx, L, n, wrt, dir, hv), TG_OK);
     tg_tensor *px = lookup(ctx, &b, tg_safetensors_meta_get(st, "penalty_input"));
     ck_assert_int_eq(tg_grad(ctx, 1, &L, NULL, 1, &px, &gx), TG_OK);
@@ -271,16 +298,116 @@ static void run_hvp_case(const char *name)
     tg_graph_zero_grad(g);
     ck_assert_int_eq(tg_graph_backward(g, P, NULL), TG_OK);
     for (int j = 0; j < n; j++) {
-        char key[TG_NAME_MAX + 8];
-        snprintf(key, sizeof key, "hvp.%s", names[j]);
-        double e = rel_err_data(hv[j], tg_safetensors_find(st, key), false);
-        ck_assert_msg(e <= 1e-10, "%s: %s error %.3g", name, key, e);
-        snprintf(key, sizeof key, "gp.%s", names[j]);
-        e = rel_err_data(wrt[j], tg_safetensors_find(st, key), true);
-        ck_assert_msg(e <= 1e-10, "%s: %s error %.3g", name, key, e);
+        double e = err_of(st, "hvp.", names[j], hv[j], false);
+        ck_assert_msg(e <= 1e-10, "%s: hvp.%s error %.3g", name, names[j], e);
+        e = err_of(st, "gp.", names[j], wrt[j], true);
+        ck_assert_msg(e <= 1e-10, "%s: gp.%s error %.3g", name, names[j], e);
     }
     tg_ctx_free(ctx);
 }
+
+static void run_jvp_case(const char *name)
+{
+    enum { MAXW = 256 };
+    char path[1024];
+    snprintf(path, sizeof path, "%s/jvp_%s.safetensors", TG_FIXTURES, name);
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, path);
+    ck_assert_msg(st != NULL, "%s: %s", path, tg_ctx_message(ctx));
+    built b = build_case(ctx, st, TG_F64, name);
+    tg_tensor *in[MAXW], *u[MAXW], *ty;
+    const char *names[MAXW];
+    int n = with_prefix(ctx, st, &b, "u.", in, u, names, MAXW);
+    /* every parameter tgrad created has its tangent */
+    for (int64_t i = 0; i < tg_ctx_n_params(ctx); i++) {
+        char key[TG_NAME_MAX + 8];
+        snprintf(key, sizeof key, "u.%s", tg_tensor_name(tg_ctx_param(ctx, i)));
+        ck_assert_msg(tg_safetensors_find(st, key) != NULL, "%s: no %s", name, key);
+    }
+    ck_assert_msg(tg_jvp(ctx, n, in, u, 1, &b.y, &ty) == TG_OK, "%s: %s", name,
+                  tg_ctx_message(ctx));
+    tg_tensor *outs[2] = {b.y, ty};
+    tg_graph *g = tg_graph_new(ctx, outs, 2);
+    ck_assert_msg(g != NULL, "%s: %s", name, tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    double e = err_of(st, "", "out", b.y, false);
+    ck_assert_msg(e <= 1e-10, "%s: out error %.3g", name, e);
+    e = err_of(st, "jvp.", "out", ty, false);
+    ck_assert_msg(e <= 1e-10, "%s: jvp.out error %.3g", name, e);
+    tg_ctx_free(ctx);
+}
+
+/* Label-smoothed cross-entropy on its own (gen_hvp_fixtures.py's hvp_xent_<case>): the loss of
+ * the file's `logits`, or of tg_dense(x, weight, bias), against i32 targets with the file's
+ * ignore_index and label_smoothing; its HVP along v (tg_hvp) and its JVP along u (tg_jvp), f64,
+ * within 1e-10. Each tensor with a direction is made a parameter of its file name, so lookup()
+ * finds it. */
+static const char *const xent_cases[] = {"xent_ls", "xent_ls_dense"};
+
+/* The loss of fixture @p st, its differentiated tensors made parameters. */
+static tg_tensor *build_xent(tg_ctx *ctx, const tg_safetensors *st)
+{
+    for (int64_t i = 0; i < tg_safetensors_count(st); i++) {
+        const char *key = tg_safetensors_name(st, i);
+        if (strncmp(key, "v.", 2) != 0)
+            continue;
+        tg_tensor *f = tg_safetensors_find(st, key + 2);
+        ck_assert_ptr_nonnull(f);
+        tg_tensor *p = tg_param(ctx, TG_F64, tg_tensor_rank(f), tg_tensor_shape(f), key + 2);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(tg_tensor_copy(p, f), TG_OK);
+    }
+    tg_tensor *z = tg_ctx_find_param(ctx, "logits");
+    if (!z)
+        z = tg_dense(ctx, tg_ctx_find_param(ctx, "x"), tg_ctx_find_param(ctx, "weight"),
+                     tg_ctx_find_param(ctx, "bias"));
+    tg_tensor *t = input_from(ctx, st, "targets", TG_I32, false); /* integers stored as F64 */
+    ck_assert_ptr_nonnull(t);
+    int64_t ign = atoll(tg_safetensors_meta_get(st, "ignore_index"));
+    double eps = atof(tg_safetensors_meta_get(st, "label_smoothing"));
+    tg_tensor *L = tg_cross_entropy_smoothed(ctx, z, t, ign, eps);
+    ck_assert_msg(L != NULL, "%s", tg_ctx_message(ctx));
+    return L;
+}
+
+static void run_xent_case(const char *name)
+{
+    enum { MAXW = 8 };
+    char path[1024];
+    snprintf(path, sizeof path, "%s/hvp_%s.safetensors", TG_FIXTURES, name);
+    tg_ctx *ctx = tg_ctx_new();
+    tg_safetensors *st = tg_safetensors_read(ctx, path);
+    ck_assert_msg(st != NULL, "%s: %s", path, tg_ctx_message(ctx));
+    tg_tensor *L = build_xent(ctx, st);
+    built b;
+    memset(&b, 0, sizeof b);
+    tg_tensor *wrt[MAXW], *v[MAXW], *hv[MAXW], *in[MAXW], *u[MAXW], *outs[2 + MAXW];
+    const char *names[MAXW], *unames[MAXW];
+    int n = with_prefix(ctx, st, &b, "v.", wrt, v, names, MAXW);
+    int nu = with_prefix(ctx, st, &b, "u.", in, u, unames, MAXW);
+    ck_assert_int_eq(tg_hvp(ctx, L, n, wrt, v, hv), TG_OK);
+    ck_assert_int_eq(tg_jvp(ctx, nu, in, u, 1, &L, &outs[1]), TG_OK);
+    outs[0] = L;
+    memcpy(outs + 2, hv, sizeof *hv * (size_t)n);
+    tg_graph *g = tg_graph_new(ctx, outs, 2 + n);
+    ck_assert_msg(g != NULL, "%s: %s", name, tg_ctx_message(ctx));
+    ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+    double e = err_of(st, "", "out", L, false);
+    ck_assert_msg(e <= 1e-10, "%s: out error %.3g", name, e);
+    e = err_of(st, "jvp.", "out", outs[1], false);
+    ck_assert_msg(e <= 1e-10, "%s: jvp.out error %.3g", name, e);
+    for (int j = 0; j < n; j++) {
+        e = err_of(st, "hvp.", names[j], hv[j], false);
+        ck_assert_msg(e <= 1e-10, "%s: hvp.%s error %.3g", name, names[j], e);
+    }
+    tg_ctx_free(ctx);
+}
+
+START_TEST(test_jvp_case) { run_jvp_case(hvp_cases[_i]); }
+END_TEST
+
+START_TEST(test_xent_case) { run_xent_case(xent_cases[_i]); }
+END_TEST
 
 START_TEST(test_hvp_case) { run_hvp_case(hvp_cases[_i]); }
 END_TEST
@@ -377,6 +504,8 @@ int main(void)
     tcase_add_loop_test(tc, test_case_f64, 0, N_CASES);
     tcase_add_loop_test(tc, test_case_f32, 0, N_CASES);
     tcase_add_loop_test(tc, test_hvp_case, 0, (int)(sizeof hvp_cases / sizeof *hvp_cases));
+    tcase_add_loop_test(tc, test_jvp_case, 0, (int)(sizeof hvp_cases / sizeof *hvp_cases));
+    tcase_add_loop_test(tc, test_xent_case, 0, (int)(sizeof xent_cases / sizeof *xent_cases));
     tcase_add_test(tc, test_state_dict_names);
     tcase_add_test(tc, test_load_errors);
     tcase_add_test(tc, test_save_load_roundtrip);
