@@ -376,9 +376,8 @@ static bool push_all(tg_ctx *ctx, walk *w, int n_in, tg_tensor *const *inputs,
             tg__err(ctx, TG_ERR_NOGRAD, FN,
                     "op '%s' (node '%s') has no forward-mode rule written as ops%s",
                     y->def ? y->def->name : "?", y->name,
-                    y->op == TG_OP_CUSTOM
-                        ? ": give its tg_custom_def a jvp"
-                        : " yet (docs/autodiff.md lists the ops that have one)");
+                    y->op == TG_OP_CUSTOM ? ": give its tg_custom_def a jvp"
+                                          : " yet (docs/autodiff.md lists the ops that have one)");
             ok = false;
         } else {
             ok = (tan[i] = rule(ctx, y, t)) != NULL;
