@@ -1462,6 +1462,13 @@ TG_API int tg_tensor_op_index(const tg_tensor *t);
 /** True if @p t's result shares its source's buffer instead of holding its own (a view, e.g.
  *  tg_reshape()). */
 TG_API bool tg_tensor_is_view(const tg_tensor *t);
+/** The fused node (flash_attention, dense_act with GELU) whose equivalent unfused form @p t is
+ *  part of, or NULL. tg_grad() and tg_jvp() differentiate such a node through its unfused form
+ *  (softmax(scale q kᵀ + masks) v; act(dense(x, W, b))), built from the node's own sources, so
+ *  that the result can be differentiated again; every node made for it, the form and its
+ *  gradient or tangent nodes, answers the fused node here, and tg_graph_write_dot() labels it
+ *  so. The fused node itself still runs its fused kernel. */
+TG_API const tg_tensor *tg_tensor_unfused_of(const tg_tensor *t);
 
 /** Flags of tg_graph_write_dot(); combine with `|`. */
 enum {
@@ -1478,7 +1485,8 @@ enum {
  * dtype, e.g. `matmul` / `scores` / `(2, 4, 3, 3) f32`; one edge per source from source to
  * consumer. Leaves are boxes styled by kind: parameters green, inputs blue (with a thick border
  * when they require a gradient), constants grey and dashed; ops are ellipses, views dashed,
- * custom ops yellow. Names are escaped (quotes, backslashes, control characters and bytes that
+ * custom ops yellow; nodes of a fused op's unfused form (tg_tensor_unfused_of()) are purple
+ * and carry a fourth line `unfused: <the fused node's name>`. Names are escaped (quotes, backslashes, control characters and bytes that
  * are not UTF-8 are written as visible escapes such as `\x0a`), so any name gives a valid file.
  * @p flags: ::TG_DOT_BACKWARD, ::TG_DOT_LEFT_RIGHT, or 0.
  * The file is written like every tgrad save (see tgrad_io.h): atomically through a temporary

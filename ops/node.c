@@ -248,6 +248,8 @@ bool tg_tensor_is_view(const tg_tensor *t)
     return t && (t->base != NULL || (t->def && (t->def->flags & TG_OPF_ALIAS)));
 }
 
+const tg_tensor *tg_tensor_unfused_of(const tg_tensor *t) { return t ? t->unfused_of : NULL; }
+
 tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)
 {
     if (!t)

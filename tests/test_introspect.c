@@ -529,6 +529,50 @@ START_TEST(test_requires_grad_before_use)
 }
 END_TEST
 
+
+/* tg_grad and tg_jvp through flash attention build its unfused form: every node made for it
+ * answers the fused node in tg_tensor_unfused_of() and DOT labels it; the fused node itself,
+ * nodes of other rules and a graph without such rules have none. */
+START_TEST(test_unfused_form_named)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    int64_t s[3] = {2, 3, 4};
+    tg_tensor *q = tg_input(ctx, TG_F64, 3, s, "q"), *u = tg_const(ctx, TG_F64, 3, s, "u");
+    tg_set_requires_grad(q, true);
+    tg_fill_uniform(q, -1, 1);
+    tg_fill_uniform(u, -1, 1);
+    tg_tensor *a = tg_flash_attention(ctx, q, q, q, NULL, TG_MASK_ADDITIVE, NULL, true, 0.5);
+    ck_assert_int_eq(tg_tensor_set_name(a, "attn"), TG_OK);
+    tg_tensor *L = tg_sum_all(ctx, tg_exp(ctx, a)), *g, *t;
+    ck_assert_int_eq(tg_grad(ctx, 1, &L, NULL, 1, &q, &g), TG_OK);
+    ck_assert_int_eq(tg_jvp(ctx, 1, &q, &u, 1, &a, &t), TG_OK);
+    ck_assert_ptr_eq(tg_tensor_unfused_of(g), a);
+    ck_assert_ptr_eq(tg_tensor_unfused_of(t), a);
+    tg_tensor *outs[2] = {g, t};
+    tg_graph *gr = tg_graph_new(ctx, outs, 2);
+    int64_t marked = 0;
+    for (int64_t i = 0; i < tg_graph_size(gr); i++) {
+        const tg_tensor *n = tg_graph_node(gr, i);
+        const tg_tensor *f = tg_tensor_unfused_of(n);
+        ck_assert(f == NULL || f == a);
+        ck_assert(n != a && n != q && n != L ? true : f == NULL);
+        marked += f != NULL;
+        if (tg_tensor_op_index(n) == tg_op_find("softmax"))
+            ck_assert_ptr_eq(f, a); /* the unfused form's softmax */
+    }
+    ck_assert_int_gt(marked, 10);
+    char *dot = dot_text(gr, 0);
+    ck_assert_int_eq(count(dot, "unfused: attn"), marked);
+    free(dot);
+    tg_graph_free(gr);
+    tg_graph *plain = tg_graph_new(ctx, &L, 1);
+    dot = dot_text(plain, 0);
+    ck_assert_ptr_null(strstr(dot, "unfused"));
+    free(dot);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 static Suite *introspect_suite(void)
 {
     Suite *s = suite_create("introspect");
@@ -547,6 +591,7 @@ static Suite *introspect_suite(void)
     tc = tu_tcase(s, "requires_grad", 60);
     tcase_add_test(tc, test_requires_grad_after_use_refused);
     tcase_add_test(tc, test_requires_grad_before_use);
+    tcase_add_test(tc, test_unfused_form_named);
     return s;
 }
 

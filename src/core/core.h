@@ -91,6 +91,8 @@ struct tg_tensor {
                             NULL when none; tg__graph_gone once that graph was freed after
                             giving the bytes to other values */
     uint64_t mark;       /* visit stamp used by graph construction */
+    const tg_tensor *unfused_of; /* a node of the unfused form that a rule built for this fused
+                            node (and the gradient or tangent nodes built from it); NULL */
 };
 
 /* ----- allocation: every byte goes through the context allocator and is freed with it ---- */

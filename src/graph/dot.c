@@ -195,6 +195,8 @@ static const char *style_of(const tg_tensor *t, int custom_op)
     }
     if (tg_tensor_op_index(t) == custom_op)
         return "style=filled, fillcolor=\"#fff2b3\"";
+    if (tg_tensor_unfused_of(t))
+        return tg_tensor_is_view(t) ? "style=dashed, color=\"#8e44ad\"" : "color=\"#8e44ad\"";
     return tg_tensor_is_view(t) ? "style=dashed" : "";
 }
 
@@ -208,8 +210,14 @@ static void emit_nodes(out_t *o, const tg_graph *g, int64_t n, int custom_op)
         esc(o, tg_tensor_op_name(t));
         puts_(o, "\\n");
         esc(o, tg_tensor_name(t));
-        printf_(o, "\\n%s %s\"", tg_tensor_shape_str(t, sh, sizeof sh),
+        printf_(o, "\\n%s %s", tg_tensor_shape_str(t, sh, sizeof sh),
                 tg_dtype_str(tg_tensor_dtype(t)));
+        const tg_tensor *f = tg_tensor_unfused_of(t);
+        if (f) { /* a node of a fused op's unfused form (a rule as ops built it) */
+            puts_(o, "\\nunfused: ");
+            esc(o, tg_tensor_name(f));
+        }
+        puts_(o, "\"");
         const char *st = style_of(t, custom_op);
         if (st[0])
             printf_(o, ", %s", st);

@@ -196,6 +196,7 @@ static tg_tensor *jvp_scalar(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
  * stopping at y's sources (distinct, each with its tangent). */
 static tg_tensor *jvp_fused(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
 {
+    uint64_t id0 = ctx->next_id;
     tg_tensor *in[TG_MAX_SRC], *tan[TG_MAX_SRC], *u = tg__unfused(ctx, y), *r = NULL;
     int n = 0;
     for (int k = 0; k < y->n_src; k++) {
@@ -210,7 +211,7 @@ static tg_tensor *jvp_fused(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
     walk w = {0};
     bool ok = u && push_all(ctx, &w, n, in, tan, 1, &u, &r, true);
     tg__walk_free(&w);
-    return ok ? r : NULL;
+    return ok && tg__mark_unfused(ctx, &r, 1, id0, y) ? r : NULL;
 }
 
 /* dense_act: with ReLU, dense's tangent gated by y > 0 (no recomputed product); GELU through

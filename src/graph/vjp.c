@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 tg_tensor *tg__filled(tg_ctx *ctx, tg_dtype dt, int rank, const int64_t *shape, double v,
@@ -431,12 +432,44 @@ static bool vjp_embedding(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *
     return (gx[1] = tg_matmul(ctx, oh, g2, true, false)) != NULL;
 }
 
-/* A fused node's rule as its unfused equivalent @p u (built from y's sources) differentiated
- * with respect to those sources. */
-static bool unfused(tg_ctx *ctx, tg_tensor *y, tg_tensor *u, tg_tensor *gy, const bool *need,
-                    tg_tensor **gx)
+bool tg__mark_unfused(tg_ctx *ctx, tg_tensor *const *r, int n, uint64_t id0, const tg_tensor *y)
 {
-    return u && tg__grad_partial(ctx, u, gy, y->n_src, y->src, need, gx);
+    size_t cap = 64, top = 0;
+    tg_tensor **st = malloc(cap * sizeof *st);
+    for (int i = 0; st && i < n; i++)
+        if (r[i] && r[i]->id >= id0 && !r[i]->unfused_of) {
+            r[i]->unfused_of = y;
+            st[top++] = r[i];
+            while (st && top) { /* depth first over what it was made from since id0 */
+                tg_tensor *t = st[--top];
+                for (int k = 0; k < t->n_src; k++) {
+                    tg_tensor *s = t->src[k];
+                    if (!s || s->id < id0 || s->unfused_of)
+                        continue;
+                    s->unfused_of = y;
+                    tg_tensor **grown = top == cap ? realloc(st, (cap *= 2) * sizeof *st) : st;
+                    if (!grown)
+                        free(st);
+                    st = grown;
+                    if (st)
+                        st[top++] = s;
+                }
+            }
+        }
+    free(st);
+    if (!st)
+        tg__err(ctx, TG_ERR_NOMEM, "tg_grad", "out of memory");
+    return st != NULL;
+}
+
+/* A fused node's rule as its unfused equivalent (built from y's sources) differentiated with
+ * respect to those sources; the nodes made for it are marked as y's unfused form. */
+static bool unfused(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
+{
+    uint64_t id0 = ctx->next_id;
+    tg_tensor *u = tg__unfused(ctx, y);
+    return u && tg__grad_partial(ctx, u, gy, y->n_src, y->src, need, gx) &&
+           tg__mark_unfused(ctx, gx, y->n_src, id0, y);
 }
 
 /* dense_act: act(dense(x, W, b)). */
@@ -485,7 +518,7 @@ static bool vjp_fused(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need
     /* dense_act with ReLU: dense's rule on gy gated by y > 0 (no recomputed product) */
     if (y->op == TG_OP_DENSE_ACT && y->p.dense.act == TG_ACT_RELU)
         return vjp_dense(ctx, y, tg__relu_gate(ctx, y, gy), need, gx);
-    return unfused(ctx, y, tg__unfused(ctx, y), gy, need, gx);
+    return unfused(ctx, y, gy, need, gx);
 }
 
 bool tg__custom_result_ok(tg_ctx *ctx, const tg_tensor *y, const char *rule, int k,

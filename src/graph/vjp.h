@@ -50,4 +50,9 @@ bool tg__grad_partial(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, int n, tg_tensor
 bool tg__custom_result_ok(tg_ctx *ctx, const tg_tensor *y, const char *rule, int k,
                           const tg_tensor *r, const tg_tensor *like);
 
+/* Mark the nodes made since creation number @p id0 that any of @p r[0..n) (NULL entries
+ * skipped) depends on as part of fused node @p y's unfused form (tg_tensor_unfused_of). False
+ * with TG_ERR_NOMEM recorded. */
+bool tg__mark_unfused(tg_ctx *ctx, tg_tensor *const *r, int n, uint64_t id0, const tg_tensor *y);
+
 #endif
