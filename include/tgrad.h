@@ -649,6 +649,15 @@ TG_API tg_tensor *tg_kv_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_te
                                   double scale);
 /** max(0, x); gradient 1 where x > 0, else 0 (PyTorch's choice at 0). */
 TG_API tg_tensor *tg_relu(tg_ctx *ctx, tg_tensor *x);
+/**
+ * ReLU's derivative applied to @p t: y = t where r > 0, else 0 (so y = relu'(x) t for
+ * r = relu(x) or r = x; PyTorch's `threshold_backward(t, r, 0)`). t, r: one shape, one float
+ * dtype; y: that shape. Gradients: dt = dy [r > 0]; none to r (the indicator is piecewise
+ * constant: r's gradient is 0). A NaN in r gives 0. The reverse and forward rules of ReLU
+ * written as ops use it (docs/autodiff.md). Errors (build): ::TG_ERR_SHAPE (shapes differ),
+ * ::TG_ERR_DTYPE. Source: ops/elementwise.c.
+ */
+TG_API tg_tensor *tg_relu_gate(tg_ctx *ctx, tg_tensor *t, tg_tensor *r);
 /** Exact GELU, x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (PyTorch default, Hendrycks &
  *  Gimpel 2016). Gradient Phi(x) + x phi(x). */
 TG_API tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x);

@@ -6,6 +6,7 @@
  * add:   y = a + b (broadcast)        da = reduce(dy), db = reduce(dy)
  * mul:   y = a * b (broadcast)        da = reduce(dy * b), db = reduce(dy * a)
  * relu:  y = max(0, x)                dx = dy [x > 0]            (PyTorch: gradient 0 at 0)
+ * relu_gate: y = t [r > 0]            dt = dy [r > 0], dr = 0    (PyTorch threshold_backward)
  * gelu:  y = x Phi(x) = x/2 (1 + erf(x / sqrt 2))
  *                                     dx = dy (Phi(x) + x phi(x))  (Hendrycks & Gimpel 2016;
  *                                     PyTorch nn.GELU(approximate='none'))
@@ -15,6 +16,7 @@
 #include "vec.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* ---- unary ops -------------------------------------------------------------------------- */
 static tg_tensor *unary(tg_ctx *ctx, int op, const char *fn, tg_tensor *x)
@@ -38,6 +40,20 @@ tg_tensor *tg_scale(tg_ctx *ctx, tg_tensor *x, double s)
 
 tg_tensor *tg_relu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_RELU, "tg_relu", x); }
 tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x) { return unary(ctx, TG_OP_GELU, "tg_gelu", x); }
+
+tg_tensor *tg_relu_gate(tg_ctx *ctx, tg_tensor *t, tg_tensor *r)
+{
+    static const char *fn = "tg_relu_gate";
+    tg_tensor *src[2] = {t, r};
+    if (!tg__check_srcs(ctx, fn, 2, src))
+        return NULL;
+    if (t->rank != r->rank || memcmp(t->shape, r->shape, sizeof t->shape) != 0) {
+        char a[128], b[128];
+        return tg__err(ctx, TG_ERR_SHAPE, fn, "t %s and r %s must have one shape",
+                       tg__shape_str(t, a, sizeof a), tg__shape_str(r, b, sizeof b));
+    }
+    return tg__op_new(ctx, TG_OP_RELU_GATE, t->dtype, t->rank, t->shape, 2, src);
+}
 
 #define INV_SQRT2 0.70710678118654752440
 #define INV_SQRT2PI 0.39894228040143267794

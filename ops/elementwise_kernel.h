@@ -61,6 +61,13 @@ TG_SIMD_CLONES static void FN(relu_bwd_range)(int64_t lo, int64_t hi, const T *y
     }
 }
 
+TG_SIMD_CLONES static void FN(gate_fwd_range)(int64_t lo, int64_t hi, const T *t, const T *r,
+                                              T *y)
+{
+    for (int64_t i = lo; i < hi; i++)
+        y[i] = r[i] > 0 ? t[i] : (T)0;
+}
+
 static void FN(relu_fwd)(const tg__call *c, int64_t n, const T *x, T *y)
 {
     TG_PAR_RANGE(c->nt, n * 2 * (int64_t)sizeof(T) > TG_PAR_BYTES, n, 16,
@@ -188,6 +195,23 @@ tg_status FN(tg__relu_backward)(const tg__call *c)
 {
     if (c->dx[0])
         FN(relu_bwd)(c, c->numel, c->out, c->dy, c->dx[0]);
+    return TG_OK;
+}
+
+/* relu_gate: y = t [r > 0]; backward is ReLU's with r in y's place (dt = dy [r > 0]) */
+tg_status FN(tg__relu_gate_forward)(const tg__call *c)
+{
+    const T *t = c->in[0], *r = c->in[1];
+    T *y = c->out;
+    TG_PAR_RANGE(c->nt, c->numel * 3 * (int64_t)sizeof(T) > TG_PAR_BYTES, c->numel, 16,
+                 FN(gate_fwd_range)(lo, hi, t, r, y));
+    return TG_OK;
+}
+
+tg_status FN(tg__relu_gate_backward)(const tg__call *c)
+{
+    if (c->dx[0])
+        FN(relu_bwd)(c, c->numel, c->in[1], c->dy, c->dx[0]);
     return TG_OK;
 }
 

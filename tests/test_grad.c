@@ -58,6 +58,7 @@ static const char *const with_rule[] = {
     "gelu",
     "dropout",
     "max",
+    "relu_gate",
     "cross_entropy",
     "embedding",
 };
@@ -591,7 +592,7 @@ static const char *const with_jvp[] = {
     "matmul",     "dense",         "embedding", "permute",   "transpose",
     "reshape",    "contiguous",    "narrow",    "concat",    "add_mask",
     "layer_norm", "cross_entropy", "mse_loss",  "dense_act", "flash_attention",
-    "dropout",    "max",
+    "dropout",    "max",           "relu_gate",
 };
 
 static bool has_jvp(const char *op)

@@ -73,6 +73,13 @@ static tg_tensor *jvp_reduce(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
                 : tg_sum(ctx, t[0], y->p.reduce.axis, keep);
 }
 
+/* relu_gate(t, r): linear in t, constant in r. */
+static tg_tensor *jvp_relu_gate(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
+{
+    return t[0] ? tg_relu_gate(ctx, t[0], y->src[1])
+                : tg__filled(ctx, y->dtype, y->rank, y->shape, 0.0, "zero_tangent");
+}
+
 /* max: the tangent at the first arg-max, sum(m t, axis) with m its one-hot (grad_mask). */
 static tg_tensor *jvp_max(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
 {
@@ -221,7 +228,7 @@ static tg_tensor *jvp_dense_act(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t)
     if (y->p.dense.act != TG_ACT_RELU)
         return jvp_fused(ctx, y, t);
     tg_tensor *tz = jvp_products(ctx, y, t); /* dense's rule reads only the sources */
-    return tz ? tg__relu_gate(ctx, y, tz) : NULL;
+    return tz ? tg_relu_gate(ctx, tz, y) : NULL;
 }
 
 typedef tg_tensor *(*jvp_fn)(tg_ctx *ctx, tg_tensor *y, tg_tensor *const *t);
@@ -277,6 +284,8 @@ static jvp_fn rule_of(const tg_tensor *y)
         return jvp_softmax;
     case TG_OP_MAX:
         return jvp_max;
+    case TG_OP_RELU_GATE:
+        return jvp_relu_gate;
     case TG_OP_CUSTOM:
         return custom_rule(y);
     case TG_OP_MATMUL:

@@ -391,8 +391,14 @@ static bool vjp_add_mask(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *n
 static bool vjp_relu(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     (void)need;
-    tg_tensor *pos = tg_sub(ctx, scalar(ctx, y->dtype, 1.0), keep_where_zero(ctx, y, y));
-    return (gx[0] = tg_mul(ctx, gy, pos)) != NULL;
+    return (gx[0] = tg_relu_gate(ctx, gy, y)) != NULL;
+}
+
+/* relu_gate(t, r): gt = relu_gate(gy, r); r gets none (the indicator is piecewise constant). */
+static bool vjp_relu_gate(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need,
+                          tg_tensor **gx)
+{
+    return !need[0] || (gx[0] = tg_relu_gate(ctx, gy, y->src[1])) != NULL;
 }
 
 /* cross_entropy (label smoothing eps, ignore_index): dz = gy (softmax(z) [row kept] - q) / N,
@@ -508,16 +514,11 @@ tg_tensor *tg__unfused(tg_ctx *ctx, tg_tensor *y)
                                        : NULL;
 }
 
-tg_tensor *tg__relu_gate(tg_ctx *ctx, tg_tensor *y, tg_tensor *t)
-{
-    return tg_mul(ctx, t, tg_sub(ctx, scalar(ctx, y->dtype, 1.0), keep_where_zero(ctx, y, y)));
-}
-
 static bool vjp_fused(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *need, tg_tensor **gx)
 {
     /* dense_act with ReLU: dense's rule on gy gated by y > 0 (no recomputed product) */
     if (y->op == TG_OP_DENSE_ACT && y->p.dense.act == TG_ACT_RELU)
-        return vjp_dense(ctx, y, tg__relu_gate(ctx, y, gy), need, gx);
+        return vjp_dense(ctx, y, tg_relu_gate(ctx, gy, y), need, gx);
     return unfused(ctx, y, gy, need, gx);
 }
 
@@ -557,16 +558,21 @@ static bool vjp_custom(tg_ctx *ctx, tg_tensor *y, tg_tensor *gy, const bool *nee
     return true;
 }
 
+/* The custom op's vjp rule, or NULL. */
+static tg__vjp_fn custom_rule(const tg_tensor *y)
+{
+    tg__custom_vjp_fn vjp;
+    tg__custom_jvp_fn jvp;
+    void *user;
+    tg__custom_rules(y, &vjp, &jvp, &user);
+    return vjp ? vjp_custom : NULL;
+}
+
 tg__vjp_fn tg__vjp_rule(const tg_tensor *y)
 {
     switch (y->op) {
-    case TG_OP_CUSTOM: {
-        tg__custom_vjp_fn vjp;
-        tg__custom_jvp_fn jvp;
-        void *user;
-        tg__custom_rules(y, &vjp, &jvp, &user);
-        return vjp ? vjp_custom : NULL;
-    }
+    case TG_OP_CUSTOM:
+        return custom_rule(y);
     case TG_OP_SCALE:
         return vjp_scale;
     case TG_OP_ADD:
@@ -619,6 +625,8 @@ tg__vjp_fn tg__vjp_rule(const tg_tensor *y)
         return vjp_add_mask;
     case TG_OP_RELU:
         return vjp_relu;
+    case TG_OP_RELU_GATE:
+        return vjp_relu_gate;
     case TG_OP_ERF:
         return vjp_erf;
     case TG_OP_GELU:

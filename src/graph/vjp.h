@@ -34,9 +34,6 @@ tg_tensor *tg__sum_to(tg_ctx *ctx, tg_tensor *g, const tg_tensor *like);
  * softmax(scale q k^T + masks) v), built from y's sources; NULL for other ops. */
 tg_tensor *tg__unfused(tg_ctx *ctx, tg_tensor *y);
 
-/* @p t gated by ReLU output @p y: t where y > 0, 0 where y = 0 (the kernel's rule). */
-tg_tensor *tg__relu_gate(tg_ctx *ctx, tg_tensor *y, tg_tensor *t);
-
 /* The partial derivatives of @p y (a fused node's unfused equivalent, built from the fused
  * node's @p n sources @p src) with respect to those sources, each taken as an independent
  * variable (the walk stops at them), seeded @p gy: gx[k] for need[k] (NULL: zero; a source

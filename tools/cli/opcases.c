@@ -207,6 +207,14 @@ static tg_tensor *sm_masked_row(tg_ctx *ctx, tg_dtype dt)
 static tg_tensor *relu_2d(tg_ctx *ctx, tg_dtype dt) { return tg_relu(ctx, away_from_zero(IN("x", 3, 4))); }
 static tg_tensor *relu_one(tg_ctx *ctx, tg_dtype dt) { return tg_relu(ctx, away_from_zero(IN("x", 1))); }
 static tg_tensor *relu_3d(tg_ctx *ctx, tg_dtype dt) { return tg_relu(ctx, away_from_zero(IN("x", 2, 3, 5))); }
+/* relu_gate: t gated by r > 0; r (away from 0) takes a gradient too, which is 0 */
+static tg_tensor *gate_2d(tg_ctx *ctx, tg_dtype dt) { return tg_relu_gate(ctx, IN("t", 3, 4), away_from_zero(IN("r", 3, 4))); }
+static tg_tensor *gate_param(tg_ctx *ctx, tg_dtype dt) { return tg_relu_gate(ctx, PARAM("t", 2, 3, 5), away_from_zero(IN("r", 2, 3, 5))); }
+static tg_tensor *gate_of_relu(tg_ctx *ctx, tg_dtype dt)
+{
+    tg_tensor *x = away_from_zero(IN("x", 4, 3));
+    return tg_relu_gate(ctx, tg_mul(ctx, x, x), tg_relu(ctx, x)); /* r = relu(x), t from x too */
+}
 static tg_tensor *gelu_2d(tg_ctx *ctx, tg_dtype dt)
 {
     tg_tensor *x = IN("x", 3, 4);
@@ -1005,6 +1013,9 @@ const tg_opcase tg_opcases[] = {
     {"relu", "2d", "x (3, 4)", relu_2d},
     {"relu", "size1", "x (1)", relu_one},
     {"relu", "3d", "x (2, 3, 5)", relu_3d},
+    {"relu_gate", "2d", "t r (3, 4)", gate_2d},
+    {"relu_gate", "param", "t param, r (2, 3, 5)", gate_param},
+    {"relu_gate", "of_relu", "x (4, 3): x^2 gated by relu(x)", gate_of_relu},
     {"gelu", "2d", "x (3, 4) in [-3, 3)", gelu_2d},
     {"gelu", "size1", "x (1)", gelu_one},
     {"gelu", "3d", "x (2, 2, 3)", gelu_3d},
