@@ -1286,6 +1286,17 @@ TG_API tg_status tg_jvp(tg_ctx *ctx, int n_in, tg_tensor *const *inputs,
 TG_API tg_status tg_jacobian(tg_ctx *ctx, tg_tensor *y, tg_tensor *x, double *out, size_t cap);
 
 /**
+ * The same dense Jacobian J[i][j] = d y_i / d x_j (m x n doubles, row-major in @p out) by
+ * columns: one Jacobian-vector product (tg_jvp() along e_j) per input element, each a run of a
+ * graph built here (forward mode: cheaper than tg_jacobian() when x has fewer elements than
+ * y). The context RNG is restored as in tg_jacobian(); x's data is unchanged. Errors
+ * (run-time): ::TG_ERR_ARG (NULL, another context, out smaller than m x n), those of tg_jvp()
+ * (naming an op without a forward rule) and of the runs. Source: src/graph/hessian.c.
+ */
+TG_API tg_status tg_jacobian_fwd(tg_ctx *ctx, tg_tensor *y, tg_tensor *x, double *out,
+                                 size_t cap);
+
+/**
  * The dense Hessian H[i][j] = d^2 y / dx_i dx_j of the scalar @p y with respect to @p x (n
  * elements), by rows: one Hessian-vector product (tg_hvp()) with e_i per element, each a run
  * of a graph built here. Written to @p out as n x n doubles, row-major (@p cap: out's capacity

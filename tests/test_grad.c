@@ -13,6 +13,7 @@
  */
 #include "testutil.h"
 #include "opcases.h"
+#include "tgrad_nn.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -443,11 +444,9 @@ START_TEST(test_grad_mask)
         for (int k = 0; k < 6; k++) /* values alive after dropout's: reuse candidates */
             z = tg_exp(ctx, tg_scale(ctx, z, 0.1));
         tg_tensor *gd, *gm, *tm, *u = random_like(ctx, x, -1, 1);
-        ck_assert_int_eq(tg_grad(ctx, 1, &d, (tg_tensor *[]){ones(ctx, dt, 2, s)},
-                                 1, &x, &gd),
+        ck_assert_int_eq(tg_grad(ctx, 1, &d, (tg_tensor *[]){ones(ctx, dt, 2, s)}, 1, &x, &gd),
                          TG_OK);
-        ck_assert_int_eq(tg_grad(ctx, 1, &m, (tg_tensor *[]){ones(ctx, dt, 1, s)},
-                                 1, &x, &gm),
+        ck_assert_int_eq(tg_grad(ctx, 1, &m, (tg_tensor *[]){ones(ctx, dt, 1, s)}, 1, &x, &gm),
                          TG_OK);
         ck_assert_int_eq(tg_jvp(ctx, 1, &x, &u, 1, &m, &tm), TG_OK);
         tg_tensor *outs[] = {tg_sum_all(ctx, z), gd, gm, tm, d};
@@ -521,7 +520,8 @@ END_TEST
 
 /* tg_hessian: of sum(x^3) + (sum x)^2, exactly 6 x_i [i = j] + 2; of a small network's loss,
  * symmetric and equal to the Jacobian of its gradient (tg_jacobian of tg_grad's node) to 1e-12;
- * tg_hvp equals H v. tg_jacobian of a softmax: diag(p) - p p^T. Errors are run-time. */
+ * tg_hvp equals H v. tg_jacobian of a softmax: diag(p) - p p^T; by columns (tg_jacobian_fwd)
+ * it equals the one by rows. Errors are run-time. */
 START_TEST(test_hessian_jacobian)
 {
     enum { N = 4 };
@@ -574,12 +574,76 @@ START_TEST(test_hessian_jacobian)
     for (int i = 0; i < N; i++)
         for (int j = 0; j < N; j++)
             ck_assert_double_eq_tol(J[i * N + j], (i == j ? P[i] : 0) - P[i] * P[j], 1e-15);
+    /* by columns (tg_jacobian_fwd) = by rows, on a non-square Jacobian: (2, 3) from x (4) */
+    double Jr[6 * N], Jc[6 * N];
+    tg_tensor *y6 =
+        tg_tanh(ctx, tg_matmul(ctx,
+                               tg_reshape(ctx, tg_concat(ctx, (tg_tensor *[]){x, x}, 2, 0), 2,
+                                          (const int64_t[]){2, N}),
+                               w, false, false));
+    ck_assert_int_eq(tg_jacobian(ctx, y6, x, Jr, 6 * N), TG_OK);
+    ck_assert_int_eq(tg_jacobian_fwd(ctx, y6, x, Jc, 6 * N), TG_OK);
+    for (int i = 0; i < 6 * N; i++)
+        ck_assert_double_eq_tol(Jr[i], Jc[i], 1e-15 * fmax(1, fabs(Jr[i])));
+    ck_assert_int_eq(tg_jacobian_fwd(ctx, y6, x, Jc, 6 * N - 1), TG_ERR_ARG);
     /* errors: run-time, the context builds on */
     ck_assert_int_eq(tg_hessian(ctx, y, x, H, N * N - 1), TG_ERR_ARG);
     ck_assert_int_eq(tg_hessian(ctx, p, x, H, N * N), TG_ERR_SHAPE);
     ck_assert_ptr_nonnull(strstr(tg_ctx_message(ctx), "scalar"));
     ck_assert_ptr_nonnull(tg_exp(ctx, x));
     tu_ctx_free(ctx);
+}
+END_TEST
+
+/* tg_jvp in f32 and bf16 graphs: the encoder layer's tangent along x in a graph of bf16
+ * products is within bf16's error of the f32 graph's (relative 2^-6 of its largest value), and
+ * the f32 graph's is within f32's of the f64 layer's; the same bits for 1 and 2 threads. */
+START_TEST(test_jvp_bf16)
+{
+    double *ref = NULL;
+    int64_t n = 0;
+    for (int v = 0; v < 4; v++) { /* f64, f32, bf16 on 1 thread, bf16 on 2 threads */
+        tg_dtype dt = v == 0 ? TG_F64 : TG_F32;
+        tg_ctx *ctx = tu_ctx_new();
+        tg_ctx_seed(ctx, 31);
+        tg_ctx_set_threads(ctx, v == 3 ? 2 : 1);
+        tg_ctx_set_training(ctx, false);
+        tg_encoder_config c = tg_encoder_config_default(16, 2);
+        c.d_ff = 32;
+        tg_encoder_layer l;
+        ck_assert_int_eq(tg_encoder_layer_init(ctx, &l, dt, &c, NULL), TG_OK);
+        tg_tensor *x = tg_input(ctx, dt, TG_DIMS(2, 5, 16), "x");
+        tg_tensor *u = tg_const(ctx, dt, TG_DIMS(2, 5, 16), "u"), *t;
+        tg_fill_uniform(x, -1, 1);
+        tg_fill_uniform(u, -1, 1);
+        tg_tensor *y = tg_encoder_layer_forward(ctx, &l, x, NULL);
+        ck_assert_int_eq(tg_jvp(ctx, 1, &x, &u, 1, &y, &t), TG_OK);
+        tg_graph_opts o = {.precision = v >= 2 ? TG_PRECISION_BF16 : TG_PRECISION_F32};
+        tg_graph *g = tg_graph_new_opts(ctx, &t, 1, &o);
+        ck_assert_ptr_nonnull(g);
+        ck_assert_int_eq(tg_graph_forward(g), TG_OK);
+        double *got = values(t), big = 0, err = 0;
+        n = tg_tensor_numel(t);
+        if (!ref) {
+            ref = got;
+            tu_ctx_free(ctx);
+            continue;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            big = fmax(big, fabs(ref[i]));
+            err = fmax(err, fabs(got[i] - ref[i]));
+        }
+        ck_assert_msg(err <= (v == 1 ? 1e-5 : 0x1p-6) * big, "%d: %g of %g", v, err, big);
+        if (v == 3) /* against the 1-thread bf16 run, bit for bit */
+            ck_assert_mem_eq(got, ref + n, sizeof *got * (size_t)n);
+        if (v == 2) {
+            ref = realloc(ref, sizeof *ref * (size_t)n * 2);
+            memcpy(ref + n, got, sizeof *got * (size_t)n);
+        }
+        free(got);
+        tu_ctx_free(ctx);
+    }
+    free(ref);
 }
 END_TEST
 
@@ -832,6 +896,7 @@ static Suite *grad_suite(void)
     tcase_add_test(tc, test_hessian_jacobian);
     tcase_add_test(tc, test_jvp_every_case);
     tcase_add_test(tc, test_jvp_errors);
+    tcase_add_test(tc, test_jvp_bf16);
     tcase_add_test(tc, test_gradcheck_forward);
     suite_add_tcase(s, tc);
     return s;

@@ -2,7 +2,7 @@
  * hessian.c - layer 3: second derivatives and dense derivative matrices from gradients built
  * as graph nodes (include/tgrad.h): tg_hvp (Hessian-vector products, reverse over reverse:
  * the gradient of <grad y, v>), tg_jacobian (a dense Jacobian by rows: one VJP per output
- * element) and tg_hessian (a dense Hessian: one HVP per input element). The matrices run a
+ * element), tg_jacobian_fwd (by columns: one JVP per input element) and tg_hessian (a dense Hessian: one HVP per input element). The matrices run a
  * graph once per row, the context RNG restored before each run so stochastic ops see the same
  * draws; their graphs fail as the call (run-time errors), never as a pending build.
  */
@@ -52,14 +52,18 @@ tg_status tg_hvp(tg_ctx *ctx, tg_tensor *y, int n, tg_tensor *const *wrt, tg_ten
     return s;
 }
 
-/* Rows of a dense matrix: @p row_out (built from @p probe, an input of @p in_numel elements)
- * run once per unit probe e_i; row i (out_numel values, f64) into @p out. */
+/* Rows (or with @p cols, columns) of a dense matrix: @p row_out (built from @p probe, an input
+ * of m elements) run once per unit probe e_i; its k values (f64) are row i of the m x k matrix
+ * @p out, or column i of the k x m one. */
 static tg_status rows(tg_ctx *ctx, const char *fn, tg_tensor *probe, tg_tensor *row_out,
-                      double *out)
+                      double *out, bool cols)
 {
     tg_graph *g = tg_graph_new(ctx, &row_out, 1);
-    if (!g)
+    double *col = g && cols ? tg__alloc(ctx, sizeof *col * (size_t)row_out->numel, fn) : NULL;
+    if (!g || (cols && !col)) {
+        tg_graph_free(g);
         return tg_ctx_status(ctx);
+    }
     uint64_t rng[4];
     tg_rng_get_state(ctx, rng);
     tg_status s = TG_OK;
@@ -70,9 +74,12 @@ static tg_status rows(tg_ctx *ctx, const char *fn, tg_tensor *probe, tg_tensor *
         tg_rng_set_state(ctx, rng);
         s = tg_graph_forward(g);
         if (s == TG_OK)
-            s = tg_tensor_get_data(row_out, out + i * k, TG_F64, (size_t)k);
+            s = tg_tensor_get_data(row_out, cols ? col : out + i * k, TG_F64, (size_t)k);
+        for (int64_t r = 0; cols && s == TG_OK && r < k; r++)
+            out[r * m + i] = col[r];
     }
     tg_rng_set_state(ctx, rng);
+    tg__free(ctx, col);
     tg_graph_free(g);
     if (s != TG_OK && tg_ctx_status(ctx) == TG_OK)
         tg__run_err(ctx, s, fn, "a row's run failed");
@@ -110,7 +117,26 @@ tg_status tg_jacobian(tg_ctx *ctx, tg_tensor *y, tg_tensor *x, double *out, size
     tg_tensor *r = tg_input(ctx, y->dtype, y->rank, y->shape, "jacobian_row"), *gx = NULL;
     tg_status s = r ? tg_grad(ctx, 1, &y, &r, 1, &x, &gx) : tg_ctx_status(ctx);
     if (s == TG_OK)
-        s = rows(ctx, fn, r, gx, out);
+        s = rows(ctx, fn, r, gx, out, false);
+    tg__io_leave(ctx);
+    return s;
+}
+
+tg_status tg_jacobian_fwd(tg_ctx *ctx, tg_tensor *y, tg_tensor *x, double *out, size_t cap)
+{
+    static const char *fn = "tg_jacobian_fwd";
+    if (!ctx)
+        return TG_ERR_ARG;
+    tg__begin(ctx);
+    if (tg__build_failed(ctx))
+        return tg_ctx_status(ctx);
+    if (!matrix_args(ctx, fn, y, x, out, cap, y ? y->numel : 0))
+        return TG_ERR_ARG;
+    tg__io_enter(ctx);
+    tg_tensor *u = tg_input(ctx, x->dtype, x->rank, x->shape, "jacobian_column"), *ty = NULL;
+    tg_status s = u ? tg_jvp(ctx, 1, &x, &u, 1, &y, &ty) : tg_ctx_status(ctx);
+    if (s == TG_OK)
+        s = rows(ctx, fn, u, ty, out, true);
     tg__io_leave(ctx);
     return s;
 }
@@ -129,7 +155,7 @@ tg_status tg_hessian(tg_ctx *ctx, tg_tensor *y, tg_tensor *x, double *out, size_
     tg_tensor *v = tg_input(ctx, x->dtype, x->rank, x->shape, "hessian_row"), *hv = NULL;
     tg_status s = v ? tg_hvp(ctx, y, 1, &x, &v, &hv) : tg_ctx_status(ctx);
     if (s == TG_OK)
-        s = rows(ctx, fn, v, hv, out);
+        s = rows(ctx, fn, v, hv, out, false);
     tg__io_leave(ctx);
     return s;
 }
