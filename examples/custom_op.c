@@ -11,6 +11,9 @@
  * Then: y = softplus(x W^T + b) -> mean; forward, backward, the gradient compared with
  * central differences (tg_gradcheck, f64), and the same op with a deliberately wrong backward
  * (the sigmoid factor forgotten), which tg_gradcheck catches.
+ * Its rules written as ops (d.vjp, d.jvp: dy sigmoid(x) and t sigmoid(x), from tgrad's own
+ * builders) let tg_grad, tg_jvp and tg_hvp go through it too: forward mode and second
+ * derivatives, checked by tg_gradgradcheck in both modes.
  *
  * Usage: custom_op [G.dot]   (with a path: also write the graph as Graphviz DOT)
  */
@@ -65,6 +68,22 @@
 DEFINE_SOFTPLUS(float, f32)
 DEFINE_SOFTPLUS(double, f64)
 
+/* The rules as ops: dL/dx = dL/dy sigmoid(x) (reverse), t_y = t_x sigmoid(x) (forward). */
+static tg_status softplus_vjp(tg_ctx *ctx, tg_tensor *y, int n, tg_tensor *const *inputs,
+                              tg_tensor *grad_output, const bool *need, tg_tensor **grad_inputs,
+                              void *user)
+{
+    (void)y, (void)n, (void)need, (void)user;
+    grad_inputs[0] = tg_mul(ctx, grad_output, tg_sigmoid(ctx, inputs[0]));
+    return grad_inputs[0] ? TG_OK : tg_ctx_status(ctx);
+}
+static tg_tensor *softplus_jvp(tg_ctx *ctx, tg_tensor *y, int n, tg_tensor *const *inputs,
+                               tg_tensor *const *tangents, void *user)
+{
+    (void)y, (void)n, (void)user;
+    return tg_mul(ctx, tangents[0], tg_sigmoid(ctx, inputs[0]));
+}
+
 /* softplus(x), any shape, f32 or f64; with @p wrong, the broken backward. */
 static tg_tensor *softplus(tg_ctx *ctx, tg_tensor *x, int wrong)
 {
@@ -76,6 +95,8 @@ static tg_tensor *softplus(tg_ctx *ctx, tg_tensor *x, int wrong)
     d.backward_f32 = wrong ? wrong_backward_f32 : softplus_backward_f32;
     d.backward_f64 = wrong ? wrong_backward_f64 : softplus_backward_f64;
     d.backward_reads = TG_CUSTOM_READS_INPUT(0); /* backward needs x (not y) */
+    d.vjp = softplus_vjp;                        /* second order and forward mode */
+    d.jvp = softplus_jvp;
     return tg_custom_op(ctx, &d, 1, &x);
 }
 
@@ -122,6 +143,14 @@ int main(int argc, char **argv)
     printf("gradcheck softplus:       %s\n", rep.message);
     if (s != TG_OK)
         return fail(ctx, "gradcheck of softplus");
+
+    /* second derivatives and forward mode through the rules as ops (gradgradcheck) */
+    tg_gradcheck_opts o = tg_gradcheck_defaults(TG_F64);
+    o.mode = TG_GRADCHECK_BOTH;
+    s = tg_gradgradcheck(ctx, loss, &o, &rep);
+    printf("gradgradcheck softplus:   %s\n", rep.message);
+    if (s != TG_OK)
+        return fail(ctx, "gradgradcheck of softplus");
 
     /* a wrong backward rule does not go unnoticed */
     tg_tensor *bad = tg_mean_all(ctx, softplus(ctx, tg_dense(ctx, x, w, b), 1));
