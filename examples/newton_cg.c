@@ -15,8 +15,8 @@
  *   4. Levenberg-Marquardt: rho = (f(w + p) - f(w)) / (g.p + p.H p / 2), the change the
  *      undamped quadratic model predicts; lambda *= 2/3 when rho > 3/4, *= 3/2 when rho < 1/4.
  * Adam is tgrad's (tg_optim, PyTorch's update, default betas and eps) on the same model from
- * the same weights, at the learning rates 1e-3, 3e-3, 1e-2, 3e-2 and 1e-1; the rate with the
- * lowest final loss is the one compared.
+ * the same weights, at the learning rates 3e-4, 1e-3, 3e-3, 1e-2, 3e-2 and 1e-1; the rate
+ * with the lowest final loss is the one compared.
  *
  * Problem: a student-teacher regression. The teacher is a fixed tanh network with one hidden
  * layer of 8 units, y = sum_j c_j tanh(a_j . x + b_j), its weights and N points x uniform in
@@ -50,9 +50,9 @@
 
 #include "tgrad_train.h"
 
-enum { NP = 6, N_LR = 5, TEACHER = 8 };
+enum { NP = 6, N_LR = 6, TEACHER = 8 };
 static const double LOSS_BOUND = 1e-6;
-static const double ADAM_LR[N_LR] = {1e-3, 3e-3, 1e-2, 3e-2, 1e-1};
+static const double ADAM_LR[N_LR] = {3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1};
 
 typedef struct {
     long points, hidden, steps, cg_max, adam_steps;
@@ -326,7 +326,7 @@ static int newton(problem *pb, const sizes *sz, const double *w0, double *w, poi
         return 1;
     pb->losses = 0; /* the starting loss is shared by both methods: not counted */
     trace[0] = (point){0, f, 0};
-    printf("Newton-CG (lambda starts at 1):\n  step  CG  lambda    step size  rho      loss      "
+    printf("Newton-CG (lambda starts at 1):\n  step  CG  lambda    step size  rho       loss      "
            "   grads   HVPs  losses  time (s)\n");
     for (long k = 1; k <= sz->steps; k++) {
         step_info in;
@@ -334,7 +334,7 @@ static int newton(problem *pb, const sizes *sz, const double *w0, double *w, poi
             return 1;
         trace[k] = (point){seconds(pb), f, work_of(pb)};
         if (k <= 5 || k == sz->steps || k % 10 == 0)
-            printf("  %4ld %3d  %.2e  %-9.4g  %-7.3f  %.4e  %6ld %6ld %6ld  %.3f\n", k, in.cg_iters,
+            printf("  %4ld %3d  %.2e  %-9.4g  %-8.3g  %.4e  %6ld %6ld %6ld  %.3f\n", k, in.cg_iters,
                    in.lambda, in.alpha, in.rho, f, pb->grads, pb->hvps, pb->losses, trace[k].time);
     }
     return 0;

@@ -6,12 +6,13 @@
  * Task: arithmetic sequences mod 10, x_t = (a + s t) mod 10 with a in 0..9 and s in 1..9
  * drawn per sequence; the model predicts each next token (it must read s from the first two).
  * Model: tg_transformer as a decoder-only LM (causal mask, learned positions, pre-norm,
- * GELU, dropout 0, d_ff = 4 d_model, heads of 8), trained with Adam (lr 1e-2) on fresh batches.
+ * GELU, dropout 0, d_ff = 4 d_model, heads of width 8), trained with Adam (lr 1e-2) on fresh
+ * batches.
  * Then, on one fixed batch, L(w) is the mean cross-entropy and H its Hessian over all the
  * parameters w; from a unit start vector v_0 (normal, from the context RNG):
  *   lambda_{k+1} = |H v_k|,  v_{k+1} = H v_k / |H v_k|,
- * until |lambda_{k+1} - lambda_k| <= 1e-10 lambda_{k+1} or MAX_ITERS products. Each product
- * is one run of a graph built once by tg_hvp with v as its input.
+ * until |lambda_{k+1} - lambda_k| <= 1e-10 lambda_{k+1} or N (--max-iters) products. Each
+ * product is one run of a graph built once by tg_hvp with v as its input.
  *
  * The program checks, and exits 1 otherwise:
  *   - the iteration converged;
@@ -37,7 +38,7 @@
 
 #include "tgrad_train.h"
 
-enum { V = 10, MAX_P = 64 };
+enum { V = 10, MAX_P = 64 }; /* MAX_P: the parameter tensors of 4 layers, 6 + 12 L */
 static const double TOL = 1e-10;
 
 typedef struct {
@@ -299,7 +300,7 @@ static double block_check(model *md, const sizes *sz, double *dense_top, power_r
 /* FILE: the parameters, ids, targets, the start vector v0.<name> and the results (metadata). */
 static int save(model *md, const sizes *sz, const double *v0, const power_result *r, double loss)
 {
-    static char names[MAX_P][TG_NAME_MAX + 3];
+    char names[MAX_P][TG_NAME_MAX + 3];
     tg_io_item items[2 * MAX_P + 2];
     int n = 0;
     const double *src = v0;
@@ -312,38 +313,27 @@ static int save(model *md, const sizes *sz, const double *v0, const power_result
     }
     items[n++] = tg_io_item_data(md->ids, NULL);
     items[n++] = tg_io_item_data(md->targets, NULL);
-    char val[10][32];
-    snprintf(val[0], 32, "%d", V);
-    snprintf(val[1], 32, "%ld", sz->seq_len);
-    snprintf(val[2], 32, "%ld", sz->layers);
-    snprintf(val[3], 32, "%ld", sz->d_model);
-    snprintf(val[4], 32, "%ld", sz->d_model / 8);
-    snprintf(val[5], 32, "%ld", 4 * sz->d_model);
-    snprintf(val[6], 32, "%.17g", loss);
-    snprintf(val[7], 32, "%.17g", r->lambda);
-    snprintf(val[8], 32, "%.17g", r->first);
-    snprintf(val[9], 32, "%ld", r->iters);
-    const char *keys[] = {"vocab_size", "max_seq_len", "n_layers", "d_model",      "n_heads",
-                          "d_ff",       "loss",        "lambda",   "lambda_first", "iterations",
-                          "max_iters",  "tol",         "model"};
-    char max_iters[32], tol[32];
-    snprintf(max_iters, 32, "%ld", sz->max_iters);
-    snprintf(tol, 32, "%g", TOL);
-    const char *vals[] = {val[0],
-                          val[1],
-                          val[2],
-                          val[3],
-                          val[4],
-                          val[5],
-                          val[6],
-                          val[7],
-                          val[8],
-                          val[9],
-                          max_iters,
-                          tol,
-                          "decoder-only LM: learned positions, pre-norm, gelu, "
-                          "causal, dropout 0, untied head"};
-    return tg_safetensors_write_items(md->ctx, sz->save, n, items, 13, keys, vals, NULL) != TG_OK;
+    enum { N_META = 13 };
+    const char *keys[N_META] = {
+        "vocab_size", "max_seq_len",  "n_layers",   "d_model",   "n_heads", "d_ff", "loss",
+        "lambda",     "lambda_first", "iterations", "max_iters", "tol",     "model"};
+    char val[N_META - 1][32];
+    long ints[] = {V, sz->seq_len, sz->layers, sz->d_model, sz->d_model / 8, 4 * sz->d_model};
+    double reals[] = {loss, r->lambda, r->first};
+    for (int i = 0; i < 6; i++)
+        snprintf(val[i], sizeof val[i], "%ld", ints[i]);
+    for (int i = 0; i < 3; i++)
+        snprintf(val[6 + i], sizeof val[i], "%.17g", reals[i]);
+    snprintf(val[9], sizeof val[9], "%ld", r->iters);
+    snprintf(val[10], sizeof val[10], "%ld", sz->max_iters);
+    snprintf(val[11], sizeof val[11], "%g", TOL);
+    const char *vals[N_META];
+    for (int i = 0; i < N_META - 1; i++)
+        vals[i] = val[i];
+    vals[N_META - 1] = "decoder-only LM: learned positions, pre-norm, gelu, causal, dropout 0, "
+                       "untied head";
+    return tg_safetensors_write_items(md->ctx, sz->save, n, items, N_META, keys, vals, NULL) !=
+           TG_OK;
 }
 
 /* The power iteration over every parameter, then the checks; returns the exit status. */
@@ -360,7 +350,8 @@ static int sharpness(model *md, const sizes *sz, double *v0)
         rc = power(&md->all, sz->max_iters, v, v + n, &r);
     }
     double diff = rc ? INFINITY : block_check(md, sz, &top, &rb);
-    if (rc == 0 && isfinite(diff)) {
+    rc = rc || !isfinite(diff);
+    if (rc == 0) {
         printf("loss on the batch %.10f\n", loss);
         printf("top Hessian eigenvalue (every parameter, %lld): %.12e after %ld products (%s; "
                "the first %.12e)\n",
