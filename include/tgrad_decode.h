@@ -42,6 +42,12 @@ typedef struct tg_search_opts {
     int64_t max_src_len;     /**< the longest source (tokens, EOS included) a call may give,
                               *   1..max_seq_len; 0: max_seq_len [0]. The translator's memory
                               *   follows it (tg_translator_length()) */
+    int64_t no_repeat_ngram; /**< n > 0: no hypothesis repeats an n-gram. At each step a token
+                              *   that followed an earlier occurrence of the hypothesis's last
+                              *   n - 1 tokens (BOS counted as its first token) gets
+                              *   log-probability -inf, in greedy and beam search alike
+                              *   (fairseq's --no-repeat-ngram-size, NGramRepeatBlock). 0: off
+                              *   [0]; at most max_seq_len */
 } tg_search_opts;
 
 /** The defaults: beam search, K = 5, lenpen 1.0, a = 1.5, b = 10, bos 1, eos 2, pad 3 (the ids

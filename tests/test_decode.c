@@ -16,8 +16,8 @@
 enum { BOS = 1, EOS = 2, PAD = 3, MAXL = 12 };
 
 /* A small encoder-decoder model with random weights (N(0, sd) matrices). */
-static void init_model(tg_ctx *ctx, tg_transformer *m, tg_dtype dt, int64_t V, int64_t L,
-                       int64_t D, bool norm_first, tg_pos_kind pos, double sd)
+static void init_model(tg_ctx *ctx, tg_transformer *m, tg_dtype dt, int64_t V, int64_t L, int64_t D,
+                       bool norm_first, tg_pos_kind pos, double sd)
 {
     tg_transformer_config mc;
     memset(&mc, 0, sizeof mc);
@@ -100,6 +100,18 @@ static void ref_finish(ref_hyp *fin, int64_t *nfin, int64_t K, const ref_hyp *h,
     (*nfin)++;
 }
 
+/* fairseq's NGramRepeatBlock, written plainly: set lp[w] = -inf for each token w such that the
+ * n-gram (the last n - 1 tokens of [BOS, h[0 .. t-1]], w) occurs in that sequence already. */
+static void ref_block(const int32_t *h, int64_t t, int64_t n, double *lp)
+{
+    int32_t s[MAXL + 1];
+    s[0] = BOS;
+    memcpy(s + 1, h, sizeof(int32_t) * (size_t)t);
+    for (int64_t j = 0; n > 0 && j + n - 1 <= t; j++)
+        if (memcmp(s + j, s + t + 2 - n, sizeof(int32_t) * (size_t)(n - 1)) == 0)
+            lp[s[j + n - 1]] = -INFINITY;
+}
+
 /* One sentence, K beams, as tgrad_decode.h states it (K = 0: greedy). */
 static ref_hyp ref_search(tg_ctx *ctx, const tg_transformer *m, const int32_t *src, int64_t S,
                           int64_t K, const tg_search_opts *o)
@@ -117,8 +129,10 @@ static ref_hyp ref_search(tg_ctx *ctx, const tg_transformer *m, const int32_t *s
     ref_cand *c = malloc(sizeof(ref_cand) * (size_t)(8 * V));
     for (int64_t t = 0; t < M; t++) {
         int64_t nb = t == 0 ? 1 : K;
-        for (int64_t j = 0; j < nb; j++)
+        for (int64_t j = 0; j < nb; j++) {
             ref_logprobs(ctx, m, src, S, beams[j].tok, t, lp + j * V);
+            ref_block(beams[j].tok, t, o->no_repeat_ngram, lp + j * V);
+        }
         int64_t nc = 0;
         if (t == M - 1) { /* every beam ends with EOS */
             for (int64_t j = 0; j < nb; j++)
@@ -131,7 +145,7 @@ static ref_hyp ref_search(tg_ctx *ctx, const tg_transformer *m, const int32_t *s
         if (greedy) { /* argmax of the log-probabilities, lowest id first */
             int64_t best = -1;
             for (int64_t v = 0; v < V; v++)
-                if (v != o->pad && (best < 0 || lp[v] > lp[best]))
+                if (v != o->pad && lp[v] > -INFINITY && (best < 0 || lp[v] > lp[best]))
                     best = v;
             double sc = beams[0].score + lp[best];
             if (best == o->eos) {
@@ -145,7 +159,7 @@ static ref_hyp ref_search(tg_ctx *ctx, const tg_transformer *m, const int32_t *s
         }
         for (int64_t j = 0; j < nb; j++)
             for (int64_t v = 0; v < V; v++)
-                if (v != o->pad)
+                if (v != o->pad && lp[j * V + v] > -INFINITY)
                     c[nc++] = (ref_cand){beams[j].score + lp[j * V + v], j * V + v};
         qsort(c, (size_t)nc, sizeof *c, cand_cmp);
         int64_t nn = 0;
@@ -193,8 +207,7 @@ static void make_sources(tg_ctx *ctx, int64_t V, int64_t n, int64_t maxs, int32_
     }
 }
 
-static tg_search_opts opts(tg_search_method method, int64_t K, double lenpen, double a,
-                           double b)
+static tg_search_opts opts(tg_search_method method, int64_t K, double lenpen, double a, double b)
 {
     tg_search_opts o = tg_search_defaults();
     o.method = method;
@@ -233,8 +246,8 @@ START_TEST(test_matches_reference)
         tg_ctx_seed(ctx, 40 + ci);
         tg_transformer m;
         init_model(ctx, &m, TG_F64, V, MAXL, 8, rows[ci].norm_first, rows[ci].pos, 0.7);
-        tg_search_opts o = opts(rows[ci].method, rows[ci].K, rows[ci].lenpen, rows[ci].a,
-                                rows[ci].b);
+        tg_search_opts o =
+            opts(rows[ci].method, rows[ci].K, rows[ci].lenpen, rows[ci].a, rows[ci].b);
         tg_translator *tr = tg_translator_new(ctx, &m, n + 1, &o);
         ck_assert_msg(tr != NULL, "%s", tg_ctx_message(ctx));
         int32_t buf[5 * 6];
@@ -242,19 +255,20 @@ START_TEST(test_matches_reference)
         int64_t len[5];
         make_sources(ctx, V, n, maxs, buf, src, len);
         tg_translation out[5];
-        ck_assert_msg(tg_translate_batch(tr, n, src, len, out) == TG_OK, "%s",
-                      tg_ctx_message(ctx));
+        ck_assert_msg(tg_translate_batch(tr, n, src, len, out) == TG_OK, "%s", tg_ctx_message(ctx));
         for (int64_t i = 0; i < n; i++) {
             ref_hyp r = ref_search(ctx, &m, src[i], len[i],
                                    rows[ci].method == TG_SEARCH_GREEDY ? 0 : rows[ci].K, &o);
-            ck_assert_msg(out[i].len == r.n, "case %zu sentence %lld: length %lld, reference "
-                          "%lld", ci, (long long)i, (long long)out[i].len, (long long)r.n);
+            ck_assert_msg(out[i].len == r.n,
+                          "case %zu sentence %lld: length %lld, reference "
+                          "%lld",
+                          ci, (long long)i, (long long)out[i].len, (long long)r.n);
             for (int64_t k = 0; k < r.n; k++)
-                ck_assert_msg(out[i].ids[k] == r.tok[k], "case %zu sentence %lld token %lld",
-                              ci, (long long)i, (long long)k);
+                ck_assert_msg(out[i].ids[k] == r.tok[k], "case %zu sentence %lld token %lld", ci,
+                              (long long)i, (long long)k);
             ck_assert_msg(fabs(out[i].score - r.score) <= 1e-10 * (1 + fabs(r.score)),
-                          "case %zu sentence %lld: score %.17g, reference %.17g", ci,
-                          (long long)i, out[i].score, r.score);
+                          "case %zu sentence %lld: score %.17g, reference %.17g", ci, (long long)i,
+                          out[i].score, r.score);
             double mm = floor(o.max_len_a * (double)len[i] + o.max_len_b);
             int64_t M = mm > MAXL - 1 ? MAXL - 1 : mm < 1 ? 1 : (int64_t)mm;
             ck_assert_int_le(out[i].len, M - 1);
@@ -268,6 +282,63 @@ START_TEST(test_matches_reference)
     /* both stopping rules were exercised */
     ck_assert_int_gt(ends_at_max, 0);
     ck_assert_int_gt(ends_early, 0);
+}
+END_TEST
+
+/* no_repeat_ngram n = 1, 2, 3 in greedy and beam search equals the reference with fairseq's
+ * blocking, on a random model that repeats itself without it: no output holds an n-gram twice
+ * (BOS counted first), and blocking changed some outputs. Out of range values are refused. */
+START_TEST(test_no_repeat_ngram)
+{
+    const int64_t V = 40, n = 6, maxs = 6;
+    int64_t changed = 0, repeats_without = 0;
+    for (int ci = 0; ci < 6; ci++) {
+        int64_t ng = 1 + ci % 3;
+        bool beam = ci >= 3;
+        tg_ctx *ctx = tu_ctx_new();
+        tg_ctx_seed(ctx, 70 + ci);
+        tg_transformer m;
+        init_model(ctx, &m, TG_F64, V, MAXL, 8, ci % 2, TG_POS_LEARNED, 1.5);
+        tg_search_opts o = opts(beam ? TG_SEARCH_BEAM : TG_SEARCH_GREEDY, beam ? 3 : 1, 1.0, 2.0,
+                                4),
+                       o0 = o;
+        o.no_repeat_ngram = ng;
+        tg_translator *tr = tg_translator_new(ctx, &m, n, &o),
+                      *t0 = tg_translator_new(ctx, &m, n, &o0);
+        ck_assert_msg(tr && t0, "%s", tg_ctx_message(ctx));
+        int32_t buf[6 * 6];
+        const int32_t *src[6];
+        int64_t len[6];
+        make_sources(ctx, V, n, maxs, buf, src, len);
+        tg_translation out[6], out0[6];
+        ck_assert_int_eq(tg_translate_batch(tr, n, src, len, out), TG_OK);
+        int32_t keep[6][MAXL];
+        for (int64_t i = 0; i < n; i++)
+            memcpy(keep[i], out[i].ids, sizeof(int32_t) * (size_t)out[i].len);
+        ck_assert_int_eq(tg_translate_batch(t0, n, src, len, out0), TG_OK);
+        for (int64_t i = 0; i < n; i++) {
+            ref_hyp r = ref_search(ctx, &m, src[i], len[i], beam ? 3 : 0, &o);
+            ck_assert_msg(out[i].len == r.n, "case %d sentence %lld: length %lld, reference %lld",
+                          ci, (long long)i, (long long)out[i].len, (long long)r.n);
+            ck_assert(memcmp(keep[i], r.tok, sizeof(int32_t) * (size_t)r.n) == 0);
+            ck_assert(fabs(out[i].score - r.score) <= 1e-10 * (1 + fabs(r.score)));
+            int32_t s[MAXL + 1] = {BOS}; /* no n-gram of [BOS, output] twice */
+            memcpy(s + 1, keep[i], sizeof(int32_t) * (size_t)r.n);
+            for (int64_t a = 0; a + ng <= r.n + 1; a++)
+                for (int64_t b = a + 1; b + ng <= r.n + 1; b++)
+                    ck_assert(memcmp(s + a, s + b, sizeof(int32_t) * (size_t)ng) != 0);
+            changed += out0[i].len != r.n ||
+                       memcmp(out0[i].ids, r.tok, sizeof(int32_t) * (size_t)r.n) != 0;
+            for (int64_t a = 1; a < out0[i].len; a++)
+                repeats_without += out0[i].ids[a] == out0[i].ids[a - 1];
+        }
+        o.no_repeat_ngram = MAXL + 1;
+        ck_assert_ptr_null(tg_translator_new(ctx, &m, n, &o));
+        ck_assert_ptr_nonnull(strstr(tg_ctx_message(ctx), "no_repeat_ngram"));
+        tu_ctx_free(ctx);
+    }
+    ck_assert_int_gt(repeats_without, 0);
+    ck_assert_int_gt(changed, 0);
 }
 END_TEST
 
@@ -329,8 +400,8 @@ START_TEST(test_batched_equals_single)
             ck_assert_msg(s.len == a[i].len, "method %d sentence %lld", method, (long long)i);
             ck_assert(memcmp(s.ids, keep[i], sizeof(int32_t) * (size_t)s.len) == 0);
             ck_assert_msg(fabs(s.score - a[i].score) <= 1e-12 * fabs(s.score),
-                          "method %d sentence %lld: %.17g vs %.17g", method, (long long)i,
-                          s.score, a[i].score);
+                          "method %d sentence %lld: %.17g vs %.17g", method, (long long)i, s.score,
+                          a[i].score);
         }
         tu_ctx_free(ctx);
     }
@@ -476,6 +547,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("search");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_matches_reference);
+    tcase_add_test(tc, test_no_repeat_ngram);
     tcase_add_loop_test(tc, test_beam1_is_greedy, 0, 2);
     tcase_add_test(tc, test_batched_equals_single);
     tcase_add_test(tc, test_threads_bitwise);

@@ -495,6 +495,26 @@ START_TEST(test_eval)
     expect_exit("translate --checkpoint b.ckpt --eval test.tsv --out hyp.txt", 2, "--force");
     expect_exit("translate --checkpoint b.ckpt --eval test.tsv --out hyp.txt --force --beam 1",
                 0, NULL);
+    /* --no-repeat-ngram: no output line repeats a token (n = 1; the byte model's outputs do
+     * otherwise), greedy and beam; out of range refused naming the option */
+    for (int beam = 1; beam <= 2; beam++) {
+        char args[160];
+        snprintf(args, sizeof args, "translate --checkpoint b.ckpt --beam %d --no-repeat-ngram 1 "
+                 "src.txt", beam);
+        expect_exit(args, 0, NULL);
+        o = out_txt();
+        for (char *line = o; *line;) {
+            char *end = strchr(line, '\n');
+            for (char *a = line; a < end; a++) /* (ASCII bytes are tokens here; other bytes
+                                                   may be U+FFFD, written for invalid UTF-8) */
+                for (char *b2 = a + 1; b2 < end && (unsigned char)*a < 0x80; b2++)
+                    ck_assert_msg(*a != *b2, "'%.*s' repeats '%c'", (int)(end - line), line, *a);
+            line = end + 1;
+        }
+        free(o);
+    }
+    expect_exit("translate --checkpoint b.ckpt --no-repeat-ngram 100000 src.txt", 2,
+                "--no-repeat-ngram 100000: at most the model's max_seq_len");
     /* a bad pairs file: one line naming it */
     tu_write_file(dir, "bad.tsv", "no tab here\n");
     expect_exit("translate --checkpoint b.ckpt --eval bad.tsv", 1, "bad.tsv:1");

@@ -71,6 +71,7 @@ struct tg_translator {
     int32_t *ctok;
     double *cscore;
     int32_t *out;           /* (N, L) the results' tokens */
+    int32_t *ban;           /* (R, L + 1) tokens a row may not take this step (no_repeat_ngram) */
     bool freed;
 };
 
@@ -119,6 +120,12 @@ static bool opts_ok(tg_ctx *ctx, const char *fn, const tg_transformer *m,
         bad = "pad must be < 0 (none) or a token id other than bos and eos";
     else if (o->method == TG_SEARCH_BEAM && V - (o->pad >= 0 ? 1 : 0) < 2 * o->beam)
         bad = "the vocabulary (without pad) must hold at least 2 beam tokens (the candidates)";
+    else if (o->no_repeat_ngram < 0 || o->no_repeat_ngram > L)
+        bad = "no_repeat_ngram must be in [0, max_seq_len] (0: off)";
+    else if (o->no_repeat_ngram && o->method == TG_SEARCH_BEAM &&
+             V - (o->pad >= 0 ? 1 : 0) - L < 2 * o->beam)
+        bad = "with no_repeat_ngram, the vocabulary (without pad) must hold 2 beam tokens "
+              "beyond max_seq_len (a row bans fewer than max_seq_len tokens)";
     if (bad) {
         tg__err(ctx, TG_ERR_ARG, fn, "%s (max_sentences %lld, beam %lld, vocab_size %lld, "
                 "max_seq_len %lld, max_src_len %lld, bos %d, eos %d, pad %d)", bad, (long long)n,
@@ -210,7 +217,9 @@ tg_translator *tg_translator_new(tg_ctx *ctx, const tg_transformer *m, int64_t m
     tr->ctok = tg__alloc(ctx, sizeof(int32_t) * 2 * nk, fn);
     tr->cscore = tg__alloc(ctx, sizeof(double) * 2 * nk, fn);
     tr->out = tg__alloc(ctx, sizeof(int32_t) * (size_t)(N * L), fn);
-    if (!tr->slot || !tr->sent || !tr->lse || !tr->bad || !tr->score || !tr->nscore || !tr->hyp || !tr->nhyp ||
+    tr->ban = tr->o.no_repeat_ngram ? tg__alloc(ctx, sizeof(int32_t) * (size_t)(R * (L + 1)), fn)
+                                    : NULL;
+    if ((tr->o.no_repeat_ngram && !tr->ban) || !tr->slot || !tr->sent || !tr->lse || !tr->bad || !tr->score || !tr->nscore || !tr->hyp || !tr->nhyp ||
         !tr->src || !tr->fin || !tr->rows || !tr->tok || !tr->slen || !tr->fin_len ||
         !tr->fin_score || !tr->nfin || !tr->max_out || !tr->done || !tr->cbeam || !tr->ctok ||
         !tr->cscore || !tr->out)
@@ -318,18 +327,50 @@ static void finish(tg_translator *tr, int64_t i, const int32_t *h, int64_t n, do
     tr->nfin[i] = f + 1;
 }
 
-/* Greedy step t of sentence i (row r = its slot): the argmax (lowest id on ties, never pad),
- * or EOS at the maximum length. */
+/* no_repeat_ngram n (fairseq's NGramRepeatBlock): the tokens that would repeat an n-gram of
+ * the row's sequence s = [BOS, h[0 .. t-1]], those that followed an earlier occurrence of its
+ * last n - 1 tokens, into row r's ban list (-1 ends it). None while s is shorter than n - 1. */
+static void ban_list(tg_translator *tr, int64_t r, const int32_t *h, int64_t t)
+{
+    int64_t n = tr->o.no_repeat_ngram, nb = 0;
+    int32_t *ban = tr->ban + r * (tr->L + 1);
+#define S_AT(k) ((k) == 0 ? tr->o.bos : h[(k) - 1])
+    for (int64_t j = 0; n > 0 && j + n - 1 <= t; j++) { /* the n-gram s[j .. j + n - 1] */
+        int64_t m = 0;
+        while (m < n - 1 && S_AT(j + m) == S_AT(t + 2 - n + m))
+            m++;
+        if (m == n - 1)
+            ban[nb++] = S_AT(j + n - 1);
+    }
+#undef S_AT
+    ban[nb] = -1;
+}
+
+/* Whether row r may not take token v this step. */
+static bool banned(const tg_translator *tr, int64_t r, int64_t v)
+{
+    if (!tr->o.no_repeat_ngram)
+        return false;
+    for (const int32_t *b = tr->ban + r * (tr->L + 1); *b >= 0; b++)
+        if (*b == v)
+            return true;
+    return false;
+}
+
+/* Greedy step t of sentence i (row r = its slot): the argmax (lowest id on ties, never pad nor
+ * a banned token), or EOS at the maximum length. */
 static void greedy_step(tg_translator *tr, int64_t i, int64_t t)
 {
     int64_t V = tr->V, L = tr->L, r = tr->slot[i];
     int32_t best = tr->o.eos;
+    if (tr->o.no_repeat_ngram)
+        ban_list(tr, r, tr->hyp + r * L, t);
     if (t < tr->max_out[i] - 1) {
         best = -1;
         double xb = 0;
         for (int64_t v = 0; v < V; v++) {
             double xv = logit(tr, r, v);
-            if (v != tr->o.pad && (best < 0 || xv > xb)) {
+            if (v != tr->o.pad && (best < 0 || xv > xb) && !banned(tr, r, v)) {
                 best = (int32_t)v;
                 xb = xv;
             }
@@ -390,11 +431,14 @@ static void beam_step(tg_translator *tr, int64_t i, int64_t t)
     }
     for (int64_t j = 0; j < nb; j++) { /* beams and tokens in flat order */
         double sc = tr->score[r0 + j], lse = tr->lse[r0 + j];
+        if (tr->o.no_repeat_ngram)
+            ban_list(tr, r0 + j, tr->hyp + (r0 + j) * L, t);
         if (!tr->f32) {
-            for (int64_t v = 0; v < V; v++)
-                if (v != pad)
-                    cand_insert(cb, ct, cs, &nc, 2 * K, j, (int32_t)v,
-                                sc + (logit(tr, r0 + j, v) - lse));
+            for (int64_t v = 0; v < V; v++) {
+                double c = sc + (logit(tr, r0 + j, v) - lse);
+                if (v != pad && (nc < 2 * K || c > cs[nc - 1]) && !banned(tr, r0 + j, v))
+                    cand_insert(cb, ct, cs, &nc, 2 * K, j, (int32_t)v, c);
+            }
             continue;
         }
         /* f32 logits: once the list is full, a token enters only if sc + (x - lse) beats the
@@ -411,7 +455,7 @@ static void beam_step(tg_translator *tr, int64_t i, int64_t t)
             if (!any)
                 continue;
             for (int64_t v = v0; v < v1; v++) {
-                if (v == pad || !(x[v] > bound))
+                if (v == pad || !(x[v] > bound) || banned(tr, r0 + j, v))
                     continue;
                 cand_insert(cb, ct, cs, &nc, 2 * K, j, (int32_t)v, sc + ((double)x[v] - lse));
                 if (nc == 2 * K) {

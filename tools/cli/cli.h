@@ -135,7 +135,7 @@ typedef struct translate_args {
     const char *checkpoint; /* --checkpoint (required) */
     const char *eval, *out; /* --eval PAIRS, --out FILE (with --eval) */
     const char *input;      /* the positional FILE (NULL or "-": standard input) */
-    int64_t beam, batch, threads;
+    int64_t beam, batch, threads, no_repeat_ngram;
     double lenpen, max_len_a, max_len_b;
     bool force;
     int precision; /* --precision f32|bf16 (tg_precision) */

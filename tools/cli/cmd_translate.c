@@ -75,6 +75,9 @@ static const cli_option translate_opts[] = {
     {.name = "lenpen", .kind = CLI_NUM, .offset = TA(lenpen), .metavar = "A",
      .help = "length penalty: a hypothesis scores sum log p / len^A (1.0)", .fmin = 0,
      .fmax = 10},
+    {.name = "no-repeat-ngram", .kind = CLI_INT, .offset = TA(no_repeat_ngram), .metavar = "N",
+     .help = "no output repeats an n-gram of N tokens (fairseq's --no-repeat-ngram-size), in "
+             "beam and greedy search; 0 = off (0)", .imin = 0, .imax = 1 << 20},
     {.name = "max-len-a", .kind = CLI_NUM, .offset = TA(max_len_a), .metavar = "A",
      .help = "maximum output length A * source length + B tokens (1.5)", .fmin = 0,
      .fmax = 1000},
@@ -298,6 +301,15 @@ static int translate_load(translator_state *s, const translate_args *a)
         say("%s%s", err, "");
         return 2;
     }
+    int64_t Lm = mi->config.max_seq_len, room = V - (sp.pad >= 0 && sp.pad < V ? 1 : 0) - Lm;
+    if (a->no_repeat_ngram > Lm || (a->no_repeat_ngram && a->beam > 1 && room < 2 * a->beam)) {
+        snprintf(err, sizeof err, "--no-repeat-ngram %" PRId64 ": %s", a->no_repeat_ngram,
+                 a->no_repeat_ngram > Lm ? "at most the model's max_seq_len" : "the vocabulary "
+                 "is too small for this --beam (2 K candidates beyond the max_seq_len tokens a "
+                 "hypothesis may ban)");
+        say("%s%s", err, "");
+        return 2;
+    }
     if (tg_tokenizer_vocab_size(s->tok) != V) {
         snprintf(err, sizeof err, "--checkpoint '%s': its tokenizer has %" PRId64 " pieces "
                  "but model.vocab_size is %" PRId64, cli_show(a->checkpoint, sh, sizeof sh),
@@ -309,6 +321,7 @@ static int translate_load(translator_state *s, const translate_args *a)
     o.method = a->beam == 1 ? TG_SEARCH_GREEDY : TG_SEARCH_BEAM;
     o.beam = a->beam;
     o.lenpen = a->lenpen;
+    o.no_repeat_ngram = a->no_repeat_ngram;
     o.max_len_a = a->max_len_a;
     o.max_len_b = a->max_len_b;
     o.bos = sp.bos;
