@@ -99,6 +99,9 @@ Decoding (batched over sentences, no KV cache: the decoder runs on the whole pre
   candidates are the next beams; at step L - 1 every live beam can only take EOS (its
   log-probability added); a sentence is done with K finished hypotheses; the result is the
   finished hypothesis with the highest normalized score (ties: the earlier finished).
+- --no-repeat-ngram N (fairseq's --no-repeat-ngram-size; greedy and beam): before each step's
+  choice, a token that followed an earlier occurrence of the row's last N - 1 tokens in
+  [BOS, its tokens] gets log-probability -inf (logit -inf for greedy's argmax).
 
 Exit status: 0; 1 for a bad input file (one line on stderr); 2 for a usage error.
 """
@@ -335,8 +338,21 @@ def max_out_len(s, a, b, max_len):
     return min(int(math.floor(a * s + b)), max_len - 1)
 
 
+def block_ngrams(seqs, scores, n):
+    """fairseq's NGramRepeatBlock: for each row i, seqs[i] its tokens with BOS first, set
+    scores[i, w] = -inf for every w that would repeat an n-gram of seqs[i]."""
+    if n <= 0:
+        return
+    for i, s in enumerate(seqs):
+        t = len(s) - 1
+        suffix = s[t + 2 - n:] if n > 1 else []
+        for j in range(0, t + 2 - n):
+            if s[j:j + n - 1] == suffix:
+                scores[i, s[j + n - 1]] = -math.inf
+
+
 @torch.no_grad()
-def greedy(model, vocab, src, mask, limits):
+def greedy(model, vocab, src, mask, limits, no_repeat=0):
     """src (B, S), mask (B, S), limits[b] = L -> list of B id lists (no BOS, no EOS)."""
     B = src.shape[0]
     memory = model.encode(src, mask)
@@ -351,6 +367,7 @@ def greedy(model, vocab, src, mask, limits):
             break
         rows = torch.tensor(live)
         logits = model.decode(dec[rows], memory[rows], mask[rows], last_only=True)
+        block_ngrams([dec[b, :step + 1].tolist() for b in live], logits, no_repeat)
         nxt = logits.argmax(-1)  # the first (lowest) id among equal maxima
         new = torch.full((B, 1), vocab.pad, dtype=torch.long)
         new[rows, 0] = nxt
@@ -388,7 +405,7 @@ def top_candidates(flat, n):
 
 
 @torch.no_grad()
-def beam_search(model, vocab, src, mask, limits, K, alpha):
+def beam_search(model, vocab, src, mask, limits, K, alpha, no_repeat=0):
     """fairseq's beam search (see the module docstring), batched over B sentences x K rows."""
     B = src.shape[0]
     memory = model.encode(src, mask).repeat_interleave(K, 0)      # (B K, S, D)
@@ -401,7 +418,9 @@ def beam_search(model, vocab, src, mask, limits, K, alpha):
     while active:
         rows = torch.tensor([b * K + k for b in active for k in range(K)])
         logits = model.decode(tokens[rows], memory[rows], mmask[rows], last_only=True)
-        lp = logits.double().log_softmax(-1).view(len(active), K, -1)  # (A, K, V)
+        lp = logits.double().log_softmax(-1)
+        block_ngrams([tokens[r].tolist() for r in rows.tolist()], lp, no_repeat)
+        lp = lp.view(len(active), K, -1)  # (A, K, V)
         V = lp.shape[-1]
         L = torch.tensor([limits[b] for b in active])
         force_eos = (step >= L - 1)
@@ -451,7 +470,7 @@ def beam_search(model, vocab, src, mask, limits, K, alpha):
     return out
 
 
-def translate(model, vocab, srcs, a, b, max_len, beam, alpha, batch):
+def translate(model, vocab, srcs, a, b, max_len, beam, alpha, batch, no_repeat=0):
     """Hypotheses (id lists) of every source, batched by length; beam 0/1 = greedy."""
     model.eval()
     order = sorted(range(len(srcs)), key=lambda i: (len(srcs[i]), i))
@@ -460,8 +479,8 @@ def translate(model, vocab, srcs, a, b, max_len, beam, alpha, batch):
         idx = order[k:k + batch]
         src, mask = source_batch(srcs, idx, vocab.pad)
         limits = [max_out_len(len(srcs[i]), a, b, max_len) for i in idx]
-        res = (beam_search(model, vocab, src, mask, limits, beam, alpha) if beam > 1
-               else greedy(model, vocab, src, mask, limits))
+        res = (beam_search(model, vocab, src, mask, limits, beam, alpha, no_repeat) if beam > 1
+               else greedy(model, vocab, src, mask, limits, no_repeat))
         for i, h in zip(idx, res):
             hyps[i] = h
     return hyps
@@ -599,6 +618,8 @@ def main(argv=None):
                     help="evaluate every N steps and after the last (500; 0: never)")
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--lenpen", type=float, default=1.0)
+    ap.add_argument("--no-repeat-ngram", type=int, default=0,
+                    help="no output repeats an n-gram of N tokens (0: off)")
     ap.add_argument("--max-len-a", type=float, default=1.5)
     ap.add_argument("--max-len-b", type=float, default=10)
     ap.add_argument("--decode-batch", type=int, default=64, help="sentences per decoding batch")
@@ -734,7 +755,7 @@ def main(argv=None):
     for beam in beams:
         t0 = time.perf_counter()
         hyps = translate(model, vocab, srcs, a.max_len_a, a.max_len_b, a.max_len, beam,
-                         a.lenpen, a.decode_batch)
+                         a.lenpen, a.decode_batch, a.no_repeat_ngram)
         dt = time.perf_counter() - t0
         text = [vocab.decode(h) for h in hyps]
         name = "greedy" if beam == 1 else f"beam{beam}"
