@@ -254,6 +254,32 @@ static int validate_checkpoint(translator_state *s, const translate_args *a)
     return rc;
 }
 
+/* --beam and --no-repeat-ngram against the model (vocabulary V, special ids sp, max_seq_len
+ * Lm): 0, or the exit status after printing why. */
+static int search_args_fit(const translate_args *a, int64_t V, tg_token_ids sp, int64_t Lm)
+{
+    char err[1024];
+    /* beam search ranks 2K candidates among the tokens other than padding */
+    int64_t max_beam = (V - (sp.pad >= 0 && sp.pad < V ? 1 : 0)) / 2;
+    if (a->beam > 1 && a->beam > max_beam) {
+        snprintf(err, sizeof err, "--beam %" PRId64 ": the model's vocabulary of %" PRId64
+                 " pieces allows at most --beam %" PRId64 " (beam search ranks 2 K candidates "
+                 "among the pieces other than padding)", a->beam, V, max_beam > 1 ? max_beam : 1);
+        say("%s%s", err, "");
+        return 2;
+    }
+    int64_t room = V - (sp.pad >= 0 && sp.pad < V ? 1 : 0) - Lm;
+    if (a->no_repeat_ngram > Lm || (a->no_repeat_ngram && a->beam > 1 && room < 2 * a->beam)) {
+        snprintf(err, sizeof err, "--no-repeat-ngram %" PRId64 ": %s", a->no_repeat_ngram,
+                 a->no_repeat_ngram > Lm ? "at most the model's max_seq_len" : "the vocabulary "
+                 "is too small for this --beam (2 K candidates beyond the max_seq_len tokens a "
+                 "hypothesis may ban)");
+        say("%s%s", err, "");
+        return 2;
+    }
+    return 0;
+}
+
 /* Read and check the checkpoint, its tokenizer, and make the translator. 0, or the exit
  * status after printing why. */
 static int translate_load(translator_state *s, const translate_args *a)
@@ -292,24 +318,9 @@ static int translate_load(translator_state *s, const translate_args *a)
         return 1;
     int64_t V = tg_model_vocab_size(s->m);
     tg_token_ids sp = tg_tokenizer_special(s->tok);
-    /* beam search ranks 2K candidates among the tokens other than padding */
-    int64_t max_beam = (V - (sp.pad >= 0 && sp.pad < V ? 1 : 0)) / 2;
-    if (a->beam > 1 && a->beam > max_beam) {
-        snprintf(err, sizeof err, "--beam %" PRId64 ": the model's vocabulary of %" PRId64
-                 " pieces allows at most --beam %" PRId64 " (beam search ranks 2 K candidates "
-                 "among the pieces other than padding)", a->beam, V, max_beam > 1 ? max_beam : 1);
-        say("%s%s", err, "");
-        return 2;
-    }
-    int64_t Lm = mi->config.max_seq_len, room = V - (sp.pad >= 0 && sp.pad < V ? 1 : 0) - Lm;
-    if (a->no_repeat_ngram > Lm || (a->no_repeat_ngram && a->beam > 1 && room < 2 * a->beam)) {
-        snprintf(err, sizeof err, "--no-repeat-ngram %" PRId64 ": %s", a->no_repeat_ngram,
-                 a->no_repeat_ngram > Lm ? "at most the model's max_seq_len" : "the vocabulary "
-                 "is too small for this --beam (2 K candidates beyond the max_seq_len tokens a "
-                 "hypothesis may ban)");
-        say("%s%s", err, "");
-        return 2;
-    }
+    int sc = search_args_fit(a, V, sp, mi->config.max_seq_len);
+    if (sc)
+        return sc;
     if (tg_tokenizer_vocab_size(s->tok) != V) {
         snprintf(err, sizeof err, "--checkpoint '%s': its tokenizer has %" PRId64 " pieces "
                  "but model.vocab_size is %" PRId64, cli_show(a->checkpoint, sh, sizeof sh),
