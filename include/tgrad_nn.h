@@ -155,6 +155,10 @@ TG_API tg_status tg_ffn_init(tg_ctx *ctx, tg_ffn *f, tg_dtype dt, int64_t d_mode
  */
 TG_API tg_tensor *tg_ffn_forward(tg_ctx *ctx, const tg_ffn *f, tg_tensor *x);
 
+/** tg_encoder_config::attn_dropout and ::act_dropout: no dropout there, whatever
+ *  tg_encoder_config::dropout is. */
+#define TG_DROPOUT_OFF (-1.0)
+
 /** Encoder layer hyperparameters (PyTorch `nn.TransformerEncoderLayer` arguments). */
 typedef struct tg_encoder_config {
     int64_t d_model;        /**< D */
@@ -163,7 +167,15 @@ typedef struct tg_encoder_config {
     tg_activation activation;
     bool norm_first;        /**< false: post-norm (the paper's); true: pre-norm */
     double layer_norm_eps;  /**< PyTorch default 1e-5 */
-    double dropout;         /**< dropout probability in training mode (0 = none) */
+    double dropout;         /**< dropout probability in training mode (0 = none): after each
+                             *   sublayer, before the residual add, and, unless set apart
+                             *   below, on the attention weights and inside the FFN (PyTorch's
+                             *   one dropout) */
+    double attn_dropout;    /**< on the attention weights (fairseq's --attention-dropout): 0 =
+                             *   as dropout; in (0, 1): this probability; ::TG_DROPOUT_OFF:
+                             *   none */
+    double act_dropout;     /**< inside the FFN, after the activation (fairseq's
+                             *   --activation-dropout): the same convention */
 } tg_encoder_config;
 
 /** PyTorch's defaults for a given d_model and n_heads: d_ff 2048, relu, post-norm, eps 1e-5,

@@ -279,6 +279,68 @@ static tg_tensor *mha_by_hand(tg_ctx *ctx, const tg_mha *m, tg_tensor *x, double
     return tg_dense(ctx, o, m->out_proj_weight, m->out_proj_bias);
 }
 
+
+/* Dropout apart (attn_dropout, act_dropout, as fairseq's): the dropout nodes of an encoder and
+ * a decoder layer in training mode, by setting. 0 follows cfg.dropout (PyTorch's one dropout:
+ * attention weights, FFN, after each sublayer), TG_DROPOUT_OFF removes it (the attention then
+ * runs fused), a value of its own replaces it; values outside [0, 1) or OFF are refused. */
+static int64_t count_op(tg_tensor *y, const char *op)
+{
+    tg_graph *g = tg_graph_new(tg_tensor_ctx(y), &y, 1);
+    ck_assert_ptr_nonnull(g);
+    int64_t n = 0;
+    for (int64_t i = 0; i < tg_graph_size(g); i++)
+        n += tg_tensor_op_index(tg_graph_node(g, i)) == tg_op_find(op);
+    tg_graph_free(g);
+    return n;
+}
+
+START_TEST(test_dropout_apart)
+{
+    static const struct {
+        double p, attn, act;
+        int64_t enc, dec, fused_enc; /* dropout nodes; flash attention nodes of the encoder */
+    } rows[] = {
+        {0.3, 0, 0, 4, 6, 0},
+        {0.3, TG_DROPOUT_OFF, 0, 3, 4, 1},
+        {0.3, 0, TG_DROPOUT_OFF, 3, 5, 0},
+        {0.3, TG_DROPOUT_OFF, TG_DROPOUT_OFF, 2, 3, 1},
+        {0, 0.2, 0.1, 2, 3, 0},
+        {0, 0, 0, 0, 0, 1},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        tg_ctx *ctx = tu_ctx_new();
+        tg_encoder_config c = tg_encoder_config_default(8, 2);
+        c.d_ff = 16;
+        c.dropout = rows[r].p;
+        c.attn_dropout = rows[r].attn;
+        c.act_dropout = rows[r].act;
+        tg_encoder_layer el;
+        tg_decoder_layer dl;
+        ck_assert_int_eq(tg_encoder_layer_init(ctx, &el, TG_F32, &c, "e."), TG_OK);
+        ck_assert_int_eq(tg_decoder_layer_init(ctx, &dl, TG_F32, &c, "d."), TG_OK);
+        tg_tensor *x = tg_input(ctx, TG_F32, TG_DIMS(2, 3, 8), "x");
+        tg_tensor *e = tg_encoder_layer_forward(ctx, &el, x, NULL);
+        tg_tensor *d = tg_decoder_layer_forward(ctx, &dl, x, e, NULL, NULL);
+        ck_assert_int_eq(count_op(e, "dropout"), rows[r].enc);
+        ck_assert_int_eq(count_op(d, "dropout") - count_op(e, "dropout"), rows[r].dec);
+        ck_assert_int_eq(count_op(e, "flash_attention"), rows[r].fused_enc);
+        tu_ctx_free(ctx);
+    }
+    static const double bad[][2] = {{1.0, 0}, {-0.5, 0}, {0, 1.5}, {0, -2}, {0.0 / 0.0, 0}};
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        tg_ctx *ctx = tu_ctx_new();
+        tg_encoder_config c = tg_encoder_config_default(8, 2);
+        c.attn_dropout = bad[b][0];
+        c.act_dropout = bad[b][1];
+        tg_encoder_layer el;
+        ck_assert_int_eq(tg_encoder_layer_init(ctx, &el, TG_F32, &c, NULL), TG_ERR_ARG);
+        ck_assert_ptr_nonnull(strstr(tg_ctx_message(ctx), "attn_dropout"));
+        tu_ctx_free(ctx);
+    }
+}
+END_TEST
+
 /* tg_mha.dropout drops attention weights in training mode (the same mask as the hand-built
  * graph from the same RNG state), nothing in eval mode; the encoder and decoder layers set it
  * from their config, as PyTorch's layers pass dropout to their MultiheadAttention. */
@@ -651,6 +713,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_module_errors);
     tcase_add_test(tc, test_mha_attention_dropout);
+    tcase_add_test(tc, test_dropout_apart);
     tcase_add_loop_test(tc, test_fully_masked_row, 0, 2);
     tcase_add_test(tc, test_init);
     tcase_add_test(tc, test_transformer_names_and_tying);

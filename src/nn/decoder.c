@@ -20,8 +20,8 @@
 tg_status tg_decoder_layer_init(tg_ctx *ctx, tg_decoder_layer *l, tg_dtype dt,
                                 const tg_decoder_config *cfg, const char *prefix)
 {
-    tg_status s0 = tg__nn_layer_init_begin(ctx, "tg_decoder_layer_init", l, sizeof *l, cfg, dt,
-                                           true);
+    tg_status s0 =
+        tg__nn_layer_init_begin(ctx, "tg_decoder_layer_init", l, sizeof *l, cfg, dt, true);
     if (s0 != TG_OK)
         return s0;
     l->cfg = *cfg;
@@ -34,7 +34,8 @@ tg_status tg_decoder_layer_init(tg_ctx *ctx, tg_decoder_layer *l, tg_dtype dt,
         tg_ffn_init(ctx, &l->ffn, dt, cfg->d_model, cfg->d_ff, cfg->activation, p) != TG_OK)
         return tg__nn_status(ctx); /* stop at the first failure */
     /* both attentions drop their weights, as nn.TransformerDecoderLayer's */
-    l->self_attn.dropout = l->multihead_attn.dropout = cfg->dropout;
+    l->self_attn.dropout = l->multihead_attn.dropout =
+        tg__nn_dropout_of(cfg->attn_dropout, cfg->dropout);
     int64_t D = cfg->d_model;
     tg__nn_norm_params(ctx, dt, D, p, "norm1", &l->norm1_weight, &l->norm1_bias);
     tg__nn_norm_params(ctx, dt, D, p, "norm2", &l->norm2_weight, &l->norm2_bias);
@@ -58,9 +59,9 @@ static bool masks_ok(tg_ctx *ctx, const char *fn, const tg_attn_masks *m, const 
               (r == 3 && s[0] == b && s[1] == t_q && s[2] == t_k))) {
             tg__err(ctx, TG_ERR_SHAPE, fn,
                     "%s %s must be (T_q, T_k) = (%lld, %lld) or (B, T_q, T_k) = (%lld, %lld, "
-                    "%lld)", attn_name, tg_tensor_shape_str(m->attn_mask, bm, sizeof bm),
-                    (long long)t_q, (long long)t_k, (long long)b, (long long)t_q,
-                    (long long)t_k);
+                    "%lld)",
+                    attn_name, tg_tensor_shape_str(m->attn_mask, bm, sizeof bm), (long long)t_q,
+                    (long long)t_k, (long long)b, (long long)t_q, (long long)t_k);
             return false;
         }
     }
@@ -91,8 +92,8 @@ tg_tensor *tg_decoder_layer_forward(tg_ctx *ctx, const tg_decoder_layer *l, tg_t
         tg_tensor_dim(memory, 2) != D || tg_tensor_dim(x, 0) != tg_tensor_dim(memory, 0))
         return tg__err(ctx, TG_ERR_SHAPE, fn,
                        "need x (B, T, %lld) and memory (B, S, %lld) with the same batch B; got "
-                       "x %s, memory %s", (long long)D, (long long)D,
-                       tg_tensor_shape_str(x, bx, sizeof bx),
+                       "x %s, memory %s",
+                       (long long)D, (long long)D, tg_tensor_shape_str(x, bx, sizeof bx),
                        tg_tensor_shape_str(memory, bm, sizeof bm));
     if (memory_masks && memory_masks->causal)
         return tg__err(ctx, TG_ERR_ARG, fn,
@@ -106,14 +107,14 @@ tg_tensor *tg_decoder_layer_forward(tg_ctx *ctx, const tg_decoder_layer *l, tg_t
     /* masked self-attention block */
     tg_tensor *h = tg__nn_sublayer_in(ctx, c, x, l->norm1_weight, l->norm1_bias);
     tg_tensor *y = tg_mha_forward(ctx, &l->self_attn, h, h, h, tgt_masks, NULL);
-    x = tg__nn_sublayer_out(ctx, c, x, y, l->norm1_weight, l->norm1_bias);   /* (B, T, D) */
+    x = tg__nn_sublayer_out(ctx, c, x, y, l->norm1_weight, l->norm1_bias); /* (B, T, D) */
     /* cross-attention block: queries from the target, keys and values from memory */
     h = tg__nn_sublayer_in(ctx, c, x, l->norm2_weight, l->norm2_bias);
     y = tg_mha_forward(ctx, &l->multihead_attn, h, memory, memory, memory_masks, NULL);
-    x = tg__nn_sublayer_out(ctx, c, x, y, l->norm2_weight, l->norm2_bias);   /* (B, T, D) */
+    x = tg__nn_sublayer_out(ctx, c, x, y, l->norm2_weight, l->norm2_bias); /* (B, T, D) */
     /* feed-forward block */
     h = tg__nn_sublayer_in(ctx, c, x, l->norm3_weight, l->norm3_bias);
-    y = tg__nn_ff_block(ctx, &l->ffn, h, c->dropout);
+    y = tg__nn_ff_block(ctx, &l->ffn, h, tg__nn_dropout_of(c->act_dropout, c->dropout));
     return tg__nn_sublayer_out(ctx, c, x, y, l->norm3_weight, l->norm3_bias);
 }
 
@@ -204,8 +205,8 @@ tg_status tg_decoder_init(tg_ctx *ctx, tg_decoder *s, tg_dtype dt, const tg_deco
 }
 
 /* The final norm of a stack, if it has one. */
-static tg_tensor *final_norm(tg_ctx *ctx, const tg_encoder_config *cfg, tg_tensor *x,
-                             tg_tensor *w, tg_tensor *b)
+static tg_tensor *final_norm(tg_ctx *ctx, const tg_encoder_config *cfg, tg_tensor *x, tg_tensor *w,
+                             tg_tensor *b)
 {
     return w ? tg_layer_norm(ctx, x, w, b, cfg->layer_norm_eps) : x;
 }
@@ -218,7 +219,7 @@ tg_tensor *tg_encoder_forward(tg_ctx *ctx, const tg_encoder *s, tg_tensor *x,
     if (!s || !s->layers || s->n_layers < 1 || s->n_layers > TG_NN_MAX_LAYERS)
         return tg__err(ctx, TG_ERR_ARG, "tg_encoder_forward", "stack is NULL or not initialised");
     for (int64_t i = 0; i < s->n_layers; i++)
-        x = tg_encoder_layer_forward(ctx, &s->layers[i], x, masks);      /* (B, T, D) */
+        x = tg_encoder_layer_forward(ctx, &s->layers[i], x, masks); /* (B, T, D) */
     return final_norm(ctx, &s->cfg, x, s->norm_weight, s->norm_bias);
 }
 
@@ -231,7 +232,7 @@ tg_tensor *tg_decoder_forward(tg_ctx *ctx, const tg_decoder *s, tg_tensor *x, tg
         return tg__err(ctx, TG_ERR_ARG, "tg_decoder_forward", "stack is NULL or not initialised");
     for (int64_t i = 0; i < s->n_layers; i++)
         x = tg_decoder_layer_forward(ctx, &s->layers[i], x, memory, tgt_masks,
-                                     memory_masks);                      /* (B, T, D) */
+                                     memory_masks); /* (B, T, D) */
     return final_norm(ctx, &s->cfg, x, s->norm_weight, s->norm_bias);
 }
 
@@ -249,9 +250,10 @@ tg_status tg_encoder_decoder_init(tg_ctx *ctx, tg_encoder_decoder *m, tg_dtype d
         return TG_ERR_ARG;
     if (n_encoder_layers < 1 || n_encoder_layers > TG_NN_MAX_LAYERS || n_decoder_layers < 1 ||
         n_decoder_layers > TG_NN_MAX_LAYERS) {
-        tg__err(ctx, TG_ERR_ARG, fn, "n_encoder_layers %lld and n_decoder_layers %lld must be "
-                "from 1 to %d", (long long)n_encoder_layers, (long long)n_decoder_layers,
-                TG_NN_MAX_LAYERS);
+        tg__err(ctx, TG_ERR_ARG, fn,
+                "n_encoder_layers %lld and n_decoder_layers %lld must be "
+                "from 1 to %d",
+                (long long)n_encoder_layers, (long long)n_decoder_layers, TG_NN_MAX_LAYERS);
         return TG_ERR_ARG;
     }
     /* both halves' sizes against the memory limit before either allocates */

@@ -36,36 +36,39 @@ void tg__nn_layer_plan_add(tg__nn_plan *plan, const tg_encoder_config *cfg, int6
     char why[96];
     snprintf(why, sizeof why, "d_model %lld with d_ff %lld", (long long)D, (long long)F);
     /* one layer: per attention (3D, D) + 3D + (D, D) + D; 2 (F, D) + F + D; 2 D per norm */
-    tg__nn_plan_add(plan, n_attn, 3, D, D, "self_attn.in_proj_weight (3 d_model, d_model)",
-                    why);
+    tg__nn_plan_add(plan, n_attn, 3, D, D, "self_attn.in_proj_weight (3 d_model, d_model)", why);
     tg__nn_plan_add(plan, n_attn, 3, D, 0, "self_attn.in_proj_bias (3 d_model)", why);
-    tg__nn_plan_add(plan, n_attn, 1, D, D, "self_attn.out_proj.weight (d_model, d_model)",
-                    why);
+    tg__nn_plan_add(plan, n_attn, 1, D, D, "self_attn.out_proj.weight (d_model, d_model)", why);
     tg__nn_plan_add(plan, 2 * n_layers, 1, F, D, "linear1.weight (d_ff, d_model)", why);
     tg__nn_plan_add(plan, n_layers, 1, F, 0, "linear1.bias (d_ff)", why);
     /* out_proj.bias per attention, linear2.bias, 2 per norm (2 norms, decoder 3) */
-    tg__nn_plan_add(plan, decoder ? 9 * n_layers : 6 * n_layers, 1, D, 0,
-                    "norm1.weight (d_model)", why);
+    tg__nn_plan_add(plan, decoder ? 9 * n_layers : 6 * n_layers, 1, D, 0, "norm1.weight (d_model)",
+                    why);
 }
 
 bool tg__nn_layer_config_ok(tg_ctx *ctx, const char *fn, const tg_encoder_config *cfg)
 {
-    if (cfg->d_model < 1 || cfg->n_heads < 1 || cfg->d_model % cfg->n_heads != 0 ||
-        cfg->d_ff < 1 || !(cfg->layer_norm_eps >= 0) || !isfinite(cfg->layer_norm_eps) ||
+    if (cfg->d_model < 1 || cfg->n_heads < 1 || cfg->d_model % cfg->n_heads != 0 || cfg->d_ff < 1 ||
+        !(cfg->layer_norm_eps >= 0) || !isfinite(cfg->layer_norm_eps) ||
         !(cfg->dropout >= 0 && cfg->dropout < 1) ||
+        !(cfg->attn_dropout == TG_DROPOUT_OFF ||
+          (cfg->attn_dropout >= 0 && cfg->attn_dropout < 1)) ||
+        !(cfg->act_dropout == TG_DROPOUT_OFF || (cfg->act_dropout >= 0 && cfg->act_dropout < 1)) ||
         (cfg->activation != TG_ACT_RELU && cfg->activation != TG_ACT_GELU)) {
         tg__err(ctx, TG_ERR_ARG, fn,
                 "bad config: d_model %lld, n_heads %lld (must divide d_model), d_ff %lld, "
-                "eps %g, dropout %g, activation %d",
+                "eps %g, dropout %g, attn_dropout %g and act_dropout %g (each in [0, 1) or "
+                "TG_DROPOUT_OFF), activation %d",
                 (long long)cfg->d_model, (long long)cfg->n_heads, (long long)cfg->d_ff,
-                cfg->layer_norm_eps, cfg->dropout, (int)cfg->activation);
+                cfg->layer_norm_eps, cfg->dropout, cfg->attn_dropout, cfg->act_dropout,
+                (int)cfg->activation);
         return false;
     }
     return true;
 }
 
-void tg__nn_norm_params(tg_ctx *ctx, tg_dtype dt, int64_t d, const char *prefix,
-                        const char *name, tg_tensor **weight, tg_tensor **bias)
+void tg__nn_norm_params(tg_ctx *ctx, tg_dtype dt, int64_t d, const char *prefix, const char *name,
+                        tg_tensor **weight, tg_tensor **bias)
 {
     char n[64];
     snprintf(n, sizeof n, "%s.weight", name);
@@ -92,8 +95,8 @@ tg_status tg__nn_layer_init_begin(tg_ctx *ctx, const char *fn, void *l, size_t s
 tg_status tg_encoder_layer_init(tg_ctx *ctx, tg_encoder_layer *l, tg_dtype dt,
                                 const tg_encoder_config *cfg, const char *prefix)
 {
-    tg_status s0 = tg__nn_layer_init_begin(ctx, "tg_encoder_layer_init", l, sizeof *l, cfg, dt,
-                                           false);
+    tg_status s0 =
+        tg__nn_layer_init_begin(ctx, "tg_encoder_layer_init", l, sizeof *l, cfg, dt, false);
     if (s0 != TG_OK)
         return s0;
     l->cfg = *cfg;
@@ -103,10 +106,16 @@ tg_status tg_encoder_layer_init(tg_ctx *ctx, tg_encoder_layer *l, tg_dtype dt,
     if (tg_mha_init(ctx, &l->self_attn, dt, cfg->d_model, cfg->n_heads, sub) != TG_OK ||
         tg_ffn_init(ctx, &l->ffn, dt, cfg->d_model, cfg->d_ff, cfg->activation, p) != TG_OK)
         return tg__nn_status(ctx); /* stop at the first failure */
-    l->self_attn.dropout = cfg->dropout; /* on the attention weights, as PyTorch's layer */
+    /* on the attention weights, as PyTorch's layer (or its own probability) */
+    l->self_attn.dropout = tg__nn_dropout_of(cfg->attn_dropout, cfg->dropout);
     tg__nn_norm_params(ctx, dt, cfg->d_model, p, "norm1", &l->norm1_weight, &l->norm1_bias);
     tg__nn_norm_params(ctx, dt, cfg->d_model, p, "norm2", &l->norm2_weight, &l->norm2_bias);
     return tg__nn_status(ctx);
+}
+
+double tg__nn_dropout_of(double own, double dropout)
+{
+    return own == 0 ? dropout : own < 0 ? 0 : own;
 }
 
 tg_tensor *tg__nn_drop(tg_ctx *ctx, tg_tensor *x, double p)
@@ -123,7 +132,7 @@ tg_tensor *tg__nn_sublayer_in(tg_ctx *ctx, const tg_encoder_config *cfg, tg_tens
 tg_tensor *tg__nn_sublayer_out(tg_ctx *ctx, const tg_encoder_config *cfg, tg_tensor *x,
                                tg_tensor *y, tg_tensor *norm_w, tg_tensor *norm_b)
 {
-    x = tg_add(ctx, x, tg__nn_drop(ctx, y, cfg->dropout));               /* (B, T, D) */
+    x = tg_add(ctx, x, tg__nn_drop(ctx, y, cfg->dropout)); /* (B, T, D) */
     return cfg->norm_first ? x : tg_layer_norm(ctx, x, norm_w, norm_b, cfg->layer_norm_eps);
 }
 
@@ -154,6 +163,6 @@ tg_tensor *tg_encoder_layer_forward(tg_ctx *ctx, const tg_encoder_layer *l, tg_t
     x = tg__nn_sublayer_out(ctx, c, x, sa, l->norm1_weight, l->norm1_bias); /* (B, T, D) */
     /* feed-forward block: linear2(dropout(act(linear1(h)))) */
     h = tg__nn_sublayer_in(ctx, c, x, l->norm2_weight, l->norm2_bias);
-    tg_tensor *ff = tg__nn_ff_block(ctx, &l->ffn, h, c->dropout);
+    tg_tensor *ff = tg__nn_ff_block(ctx, &l->ffn, h, tg__nn_dropout_of(c->act_dropout, c->dropout));
     return tg__nn_sublayer_out(ctx, c, x, ff, l->norm2_weight, l->norm2_bias);
 }

@@ -234,6 +234,7 @@ static tg_status build_encoder(tg_generator *gen, int64_t nb, int64_t s, struct 
     for (int64_t i = 0; i < enc->n_layers; i++) {
         tg_encoder_layer l = enc->layers[i]; /* a copy without dropout (inference) */
         l.cfg.dropout = 0;
+        l.cfg.act_dropout = TG_DROPOUT_OFF;
         l.self_attn.dropout = 0;
         x = tg_encoder_layer_forward(ctx, &l, x, &sm);                   /* (B, s, D) */
     }

@@ -57,6 +57,9 @@ void tg__nn_norm_params(tg_ctx *ctx, tg_dtype dt, int64_t d, const char *prefix,
  * for post-norm; its output, x + drop(y) then norm for post-norm; and the feed-forward block
  * linear2(drop(act(linear1(h)))) with the activation in the GEMM epilogue when fusion is on. */
 tg_tensor *tg__nn_drop(tg_ctx *ctx, tg_tensor *x, double p);
+/* The probability of a dropout with a setting of its own (tg_encoder_config::attn_dropout,
+ * act_dropout): 0 = @p dropout, TG_DROPOUT_OFF = none, else @p own. */
+double tg__nn_dropout_of(double own, double dropout);
 tg_tensor *tg__nn_sublayer_in(tg_ctx *ctx, const tg_encoder_config *cfg, tg_tensor *x,
                               tg_tensor *norm_w, tg_tensor *norm_b);
 tg_tensor *tg__nn_sublayer_out(tg_ctx *ctx, const tg_encoder_config *cfg, tg_tensor *x,
