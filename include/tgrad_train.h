@@ -912,7 +912,7 @@ TG_API tg_status tg_checkpoint_save(tg_ctx *ctx, const char *path, const tg_opti
  */
 TG_API tg_status tg_checkpoint_restore(tg_ctx *ctx, const tg_safetensors *st, tg_optim *opt);
 /** Most entries tg_transformer_meta() writes. */
-#define TG_TRANSFORMER_META_MAX 16
+#define TG_TRANSFORMER_META_MAX 18
 
 /** One metadata entry (a safetensors `__metadata__` key and its string value). */
 typedef struct tg_meta_kv {
@@ -935,6 +935,8 @@ typedef struct tg_meta_kv {
  *     model.causal            0 | 1 (0 for seq2seq)
  *     model.tie_weights       0 | 1
  *     model.dropout           the shortest decimal that reads back as the same double
+ *     model.attn_dropout, model.act_dropout  only when set apart (layer.attn_dropout,
+ *                             act_dropout not 0): the probability, 0 for TG_DROPOUT_OFF
  *     model.dtype             f32 | f64
  *     model.scale_embeddings  1, only when set (absent is 0 for every reader)
  *
@@ -955,7 +957,8 @@ TG_API int tg_transformer_meta(const tg_transformer_config *cfg, tg_dtype dt, tg
  * model.arch encoder|lm|seq2seq (absent, as in older checkpoints: data.mode's own, or without
  * data.mode lm when model.causal is 1, else encoder), which data.mode (text|task|pairs, when
  * present) and model.causal must agree with; model.decoder_layers required by seq2seq;
- * model.dropout a number in [0, 1) (absent: 0). layer_norm_eps is tg_encoder_config_default()'s.
+ * model.dropout a number in [0, 1) (absent: 0); model.attn_dropout and model.act_dropout the
+ * same (absent: 0, as dropout; "0": ::TG_DROPOUT_OFF). layer_norm_eps is tg_encoder_config_default()'s.
  * The vocabulary itself (data.vocab, data.task, tokenizer.*) is not read: tg_model_load() does.
  * @p label names the file in messages (NULL: "<memory>"), e.g.
  * `tg_transformer_meta_read: ck.safetensors: metadata 'model.layers' is '0' (expected an

@@ -229,7 +229,7 @@ START_TEST(test_option_messages)
     /* --help: from the table, every option, exit 0 on stdout */
     static const char *const train_opts[] = {
         "--layers", "--d-model", "--heads", "--d-ff", "--seq-len", "--post-norm", "--activation",
-        "--pos", "--tie-weights", "--dtype", "--dropout", "--batch", "--steps", "--lr",
+        "--pos", "--tie-weights", "--dtype", "--dropout", "--attn-dropout", "--act-dropout", "--batch", "--steps", "--lr",
         "--optimizer", "--momentum", "--warmup", "--weight-decay", "--clip", "--min-lr",
         "--schedule", "--beta2", "--eps", "--label-smoothing",
         "--seed", "--eval-every", "--val-fraction", "--target-acc", "--threads",
@@ -1614,6 +1614,38 @@ START_TEST(test_plot)
 }
 END_TEST
 
+/* --attn-dropout and --act-dropout: recorded only when given (model.attn_dropout 0 = none,
+ * model.act_dropout 0.2), absent otherwise (as --dropout); a run of 6 steps equals 3 steps
+ * resumed to 6, byte for byte (the options restored from the checkpoint); the same values as
+ * --dropout give the same weights as not giving them; out of range refused. */
+START_TEST(test_dropout_apart_options)
+{
+    make_text_ckpt("p.ckpt", "--dropout 0.2");
+    char v[64];
+    ck_assert_ptr_null(meta_of("p.ckpt", "model.attn_dropout", v, sizeof v));
+    ck_assert_ptr_null(meta_of("p.ckpt", "model.act_dropout", v, sizeof v));
+    static const char *const opt = "--dropout 0.2 --attn-dropout 0 --act-dropout 0.2 --steps 6 "
+                                   "--eval-every 3 --save-every 3";
+    char a[1024];
+    snprintf(a, sizeof a, "train " TEXT_MODEL " --quiet --checkpoint full.ckpt %s", opt);
+    ck_assert_msg(run(a) == 0, "%s", slurp("err.txt", NULL));
+    ck_assert_str_eq(meta_of("full.ckpt", "model.attn_dropout", v, sizeof v), "0");
+    ck_assert_str_eq(meta_of("full.ckpt", "model.act_dropout", v, sizeof v), "0.2");
+    snprintf(a, sizeof a, "train " TEXT_MODEL " --quiet --checkpoint half.ckpt %s --stop-after 3",
+             opt);
+    ck_assert_msg(run(a) == 0, "%s", slurp("err.txt", NULL));
+    ck_assert_msg(run("train --text c.txt --resume half.ckpt --quiet") == 0, "%s",
+                  slurp("err.txt", NULL));
+    size_t n1, n2;
+    char *f1 = slurp("full.ckpt", &n1), *f2 = slurp("half.ckpt", &n2);
+    ck_assert(n1 == n2 && memcmp(f1, f2, n1) == 0);
+    free(f1);
+    free(f2);
+    expect_refusal("train --attn-dropout 1", "--attn-dropout '1'");
+    expect_refusal("train --act-dropout -0.1", "--act-dropout '-0.1'");
+}
+END_TEST
+
 /* Numbers in checkpoints and in `tgrad info` are the shortest decimal that reads back as the
  * same double: train.lr 0.003, not 0.0030000000000000001 (also for a checkpoint that stored
  * the 17 digits); --seed names its maximum in the message and in --help. */
@@ -1911,6 +1943,7 @@ int main(void)
     tcase_add_test(tc, test_lines_fit_80_columns);
     tcase_add_test(tc, test_plot);
     tcase_add_test(tc, test_shortest_numbers);
+    tcase_add_test(tc, test_dropout_apart_options);
     tcase_add_test(tc, test_schedule_adam_smoothing);
     tcase_add_test(tc, test_label_smoothing_validation_unsmoothed);
     suite_add_tcase(s, tc);

@@ -91,6 +91,13 @@ int tg_transformer_meta(const tg_transformer_config *cfg, tg_dtype dt, tg_meta_k
     put(out, &k, "model.tie_weights", "%" PRId64, cfg->tie_weights ? 1 : 0);
     tg__fmt_double(cfg->layer.dropout, d, sizeof d);
     put_str(out, &k, "model.dropout", d);
+    /* set apart from model.dropout only: absent follows it, 0 is none */
+    const double apart[2] = {cfg->layer.attn_dropout, cfg->layer.act_dropout};
+    for (int i = 0; i < 2; i++)
+        if (apart[i] != 0) {
+            tg__fmt_double(apart[i] < 0 ? 0 : apart[i], d, sizeof d);
+            put_str(out, &k, i ? "model.act_dropout" : "model.attn_dropout", d);
+        }
     put_str(out, &k, "model.dtype", tg_dtype_str(dt));
     if (cfg->scale_embeddings) /* absent: 0 (the readers' default) */
         put(out, &k, "model.scale_embeddings", "%" PRId64, (int64_t)1);

@@ -312,17 +312,22 @@ static tg_status meta_read_io(tg_ctx *ctx, const tg_safetensors *st, const char 
     int mode, arch;
     if (!read_model_meta(&r, false, &c, &f64, &mode, &arch))
         return tg_ctx_status(ctx);
-    const char *dv = tg_safetensors_meta_get(st, "model.dropout"); /* training only */
-    if (dv) {
+    static const char *const keys[3] = {"model.dropout", "model.attn_dropout",
+                                        "model.act_dropout"}; /* training only */
+    double *to[3] = {&c.layer.dropout, &c.layer.attn_dropout, &c.layer.act_dropout};
+    for (int i = 0; i < 3; i++) {
+        const char *dv = tg_safetensors_meta_get(st, keys[i]);
+        if (!dv)
+            continue; /* 0: none; the other two: as model.dropout */
         char *end = NULL;
         double p = strtod(dv, &end);
         if (!*dv || *end || !(p >= 0 && p < 1)) {
             char q[56];
-            tg__err(ctx, TG_ERR_FORMAT, fn, "%s: metadata 'model.dropout' is '%s' (expected a "
-                    "number from 0 to below 1)", r.label, tg__quote(dv, 48, q));
+            tg__err(ctx, TG_ERR_FORMAT, fn, "%s: metadata '%s' is '%s' (expected a number "
+                    "from 0 to below 1)", r.label, keys[i], tg__quote(dv, 48, q));
             return TG_ERR_FORMAT;
         }
-        c.layer.dropout = p;
+        *to[i] = i > 0 && p == 0 ? TG_DROPOUT_OFF : p; /* set apart: 0 is none */
     }
     *cfg = c;
     if (dt)

@@ -46,6 +46,9 @@ static const field fields[] = {
     {"model.dtype", "dtype", F_IDENTITY, false},
     {"train.optimizer", "optimizer", F_IDENTITY, false},
     {"model.dropout", "dropout", F_RESTORE, false},
+    /* absent (older checkpoints, or not set apart): as model.dropout */
+    {"model.attn_dropout", "attn-dropout", F_RESTORE, false},
+    {"model.act_dropout", "act-dropout", F_RESTORE, false},
     {"data.val_fraction", "val-fraction", F_RESTORE, false},
     {"train.steps", "steps", F_RESTORE, false},
     {"train.seed", "seed", F_RESTORE, false},
@@ -779,6 +782,11 @@ void train_model_config(const train_args *a, bool text, int64_t vocab_size,
     mc->layer.norm_first = !a->post_norm;
     mc->layer.activation = a->activation == ACT_GELU ? TG_ACT_GELU : TG_ACT_RELU;
     mc->layer.dropout = a->dropout;
+    /* -1 (not given): 0, as dropout; 0 given: none */
+    mc->layer.attn_dropout = a->attn_dropout < 0 ? 0 : a->attn_dropout == 0 ? TG_DROPOUT_OFF
+                                                                             : a->attn_dropout;
+    mc->layer.act_dropout = a->act_dropout < 0 ? 0 : a->act_dropout == 0 ? TG_DROPOUT_OFF
+                                                                          : a->act_dropout;
     mc->pos = a->pos == POS_SINUSOIDAL ? TG_POS_SINUSOIDAL : TG_POS_LEARNED;
     mc->causal = text;
     mc->tie_weights = a->tie;

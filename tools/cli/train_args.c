@@ -47,6 +47,12 @@ static const cli_option train_opts[] = {
     FLAG("tie-weights", tie, "output projection = token embedding", G_MODEL),
     CHOICE("dtype", dtype, "f32|f64", "parameter and activation dtype (f32)", G_MODEL),
     NUM("dropout", dropout, "P", 0, 1, CLI_FMAX_OPEN, "dropout probability (0)", G_TRAIN),
+    NUM("attn-dropout", attn_dropout, "P", 0, 1, CLI_FMAX_OPEN, "dropout on the attention "
+        "weights, apart from --dropout (fairseq's --attention-dropout; 0 = none; default: "
+        "--dropout's, as nn.Transformer)", G_TRAIN),
+    NUM("act-dropout", act_dropout, "P", 0, 1, CLI_FMAX_OPEN, "dropout inside the "
+        "feed-forward block after its activation, apart from --dropout (fairseq's "
+        "--activation-dropout; 0 = none; default: --dropout's)", G_TRAIN),
     CHOICE("precision", precision, "f32|bf16", "compute precision of the matrix products: bf16 "
            "rounds their operands to bfloat16 and accumulates in f32; weights, gradients, "
            "optimizer state, softmax and layer norm stay f32 (f32; --dtype f32 only)", G_TRAIN),
@@ -259,6 +265,7 @@ void train_defaults(train_args *a)
     a->emb_scale = -1;
     a->vocab_size = 8000;
     a->batch_tokens = 2048;
+    a->attn_dropout = a->act_dropout = -1;
 }
 
 void train_pairs_defaults(train_args *a, const cli_result *r)
