@@ -143,7 +143,8 @@ class Seq2Seq(nn.Transformer):
 
     def __init__(self, vocab_size, max_seq_len=64, n_layers=3, n_decoder_layers=3, d_model=256,
                  n_heads=4, d_ff=1024, activation="relu", norm_first=True, pos="sinusoidal",
-                 tie_weights=True, scale_embedding=False, layer_norm_eps=1e-5, dropout=0.1):
+                 tie_weights=True, scale_embedding=False, layer_norm_eps=1e-5, dropout=0.1,
+                 attn_dropout=None, act_dropout=None):
         super().__init__(d_model=d_model, nhead=n_heads, num_encoder_layers=n_layers,
                          num_decoder_layers=n_decoder_layers, dim_feedforward=d_ff,
                          dropout=dropout, activation=activation, layer_norm_eps=layer_norm_eps,
@@ -157,6 +158,15 @@ class Seq2Seq(nn.Transformer):
         else:
             raise ValueError(f"pos must be 'learned' or 'sinusoidal', not {pos!r}")
         self.drop = nn.Dropout(dropout)
+        # fairseq's --attention-dropout, --activation-dropout (None: dropout, as nn.Transformer):
+        # the attention weights' dropout and the FFN's inner one (a layer's self.dropout)
+        for layer in list(self.encoder.layers) + list(self.decoder.layers):
+            if attn_dropout is not None:
+                layer.self_attn.dropout = attn_dropout
+                if hasattr(layer, "multihead_attn"):
+                    layer.multihead_attn.dropout = attn_dropout
+            if act_dropout is not None:
+                layer.dropout.p = act_dropout
         self.head = nn.Linear(d_model, vocab_size)
         if tie_weights:
             self.head.weight = self.tok_emb.weight
@@ -599,6 +609,10 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=3, help="encoder layers (3)")
     ap.add_argument("--decoder-layers", type=int, default=3, help="decoder layers (3)")
     ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--attn-dropout", type=float, default=None,
+                    help="dropout on the attention weights (default: --dropout's)")
+    ap.add_argument("--act-dropout", type=float, default=None,
+                    help="dropout inside the FFN after the activation (default: --dropout's)")
     ap.add_argument("--post-norm", action="store_true", help="post-norm (default pre-norm)")
     ap.add_argument("--activation", choices=["relu", "gelu"], default="relu")
     ap.add_argument("--pos", choices=["learned", "sinusoidal"], default="sinusoidal")
@@ -667,7 +681,8 @@ def main(argv=None):
                         n_decoder_layers=a.decoder_layers, d_model=a.d_model, n_heads=a.heads,
                         d_ff=a.d_ff, activation=a.activation, norm_first=not a.post_norm,
                         pos=a.pos, tie_weights=not a.no_tie,
-                        scale_embedding=a.scale_embedding, dropout=a.dropout)
+                        scale_embedding=a.scale_embedding, dropout=a.dropout,
+                        attn_dropout=a.attn_dropout, act_dropout=a.act_dropout)
         std = a.embed_std if a.embed_std is not None else (
             a.d_model ** -0.5 if a.scale_embedding else 1.0)
         if std != 1.0:
