@@ -1024,23 +1024,26 @@ typedef struct tg_train_state {
                            same double, or `inf`) */
     int64_t step;     /**< `optim.step`, filled by tg_train_state_read() (saving writes the
                            optimizer's count, not this field) */
+    double best_bleu; /**< `train.best_bleu`: the highest validation BLEU so far of a run that
+                           keeps its best checkpoint (`tgrad train --keep-best`), in [0, 100];
+                           -1: not written */
 } tg_train_state;
 
-/** A state with nothing written: the integer fields -1, best_val INFINITY. */
+/** A state with nothing written: the integer fields -1, best_val INFINITY, best_bleu -1. */
 TG_API tg_train_state tg_train_state_init(void);
 
 /** Most entries tg_train_state_meta() writes. */
-#define TG_TRAIN_STATE_META_MAX 5
+#define TG_TRAIN_STATE_META_MAX 6
 
 /**
  * The training-state metadata of @p s: the one writer of these keys. In this order, each only
  * when set (>= 0): `data.position`, `train.steps`, `train.best_val` (always), `data.epoch`,
- * `data.batch`; integers in decimal. Pass them, with the caller's other fields, to
+ * `data.batch`, `train.best_bleu`; integers in decimal. Pass them, with the caller's other fields, to
  * tg_checkpoint_save(), or let tg_train_checkpoint_save() place them.
  * @param out  room for ::TG_TRAIN_STATE_META_MAX entries
- * @return the number of entries written (1 to 5), or -1 (nothing written) for NULL arguments,
+ * @return the number of entries written (1 to 6), or -1 (nothing written) for NULL arguments,
  *         `steps` 0 or below -1, another field below -1, only one of `epoch` and `batch` set,
- *         or a negative or NaN `best_val`
+ *         a negative or NaN `best_val`, or a `best_bleu` neither -1 nor in [0, 100]
  */
 TG_API int tg_train_state_meta(const tg_train_state *s, tg_meta_kv *out);
 
@@ -1053,7 +1056,8 @@ TG_API int tg_train_state_meta(const tg_train_state *s, tg_meta_kv *out);
  * - `train.steps` (optional): 1 to 2^53, the same digits rule; `data.position`, `data.epoch`,
  *   `data.batch` (optional): 0 to 2^53 (epoch and batch: 0 to INT32_MAX), the same rule;
  *   `data.epoch` and `data.batch` both or neither;
- * - `train.best_val` (optional, INFINITY when absent): `inf` or a finite decimal number >= 0.
+ * - `train.best_val` (optional, INFINITY when absent): `inf` or a finite decimal number >= 0;
+ * - `train.best_bleu` (optional, -1 when absent): a decimal number in [0, 100].
  * @p label names the file in messages (NULL: "<memory>"), e.g. `tg_train_state_read:
  * ck.safetensors: metadata 'train.best_val' is '-1' (expected a loss >= 0 or inf)`.
  * @param s  receives the state (untouched on error)
@@ -1303,6 +1307,8 @@ typedef struct tg_train_record {
     tg_precision precision; /**< `train.precision`: f32 or bf16 */
     double beta2, eps, label_smoothing; /**< `train.beta2`, `train.eps`,
                                              `train.label_smoothing` */
+    int64_t keep_best;      /**< `train.keep_best`: 1 when the run keeps its best checkpoint
+                                 beside the last (`tgrad train --keep-best`; written when 1) */
     /* The data as tg_train_record_read() reads it back (@c text is NULL then); the writer
      * takes them when @c text is NULL. */
     int vocab_size;           /**< mode "text": `data.vocab`'s length, 1..256 */

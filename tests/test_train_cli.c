@@ -233,7 +233,7 @@ START_TEST(test_option_messages)
         "--optimizer", "--momentum", "--warmup", "--weight-decay", "--clip", "--min-lr",
         "--schedule", "--beta2", "--eps", "--label-smoothing",
         "--seed", "--eval-every", "--val-fraction", "--target-acc", "--threads",
-        "--detect-anomaly", "--unfused", "--text", "--task", "--checkpoint", "--resume", "--save-every",
+        "--detect-anomaly", "--unfused", "--text", "--task", "--checkpoint", "--resume", "--save-every", "--keep-best",
         "--force", "--stop-after", "--log", "--plot", "--dot", "--quiet", "--help"};
     ck_assert_int_eq(run("train --help"), 0);
     char *out = slurp("out.txt", NULL);
@@ -1646,6 +1646,45 @@ START_TEST(test_dropout_apart_options)
 }
 END_TEST
 
+/* --keep-best: the lowest validation loss's checkpoint beside the last (a.best.ckpt), both
+ * equal, byte for byte, to those of a run stopped and resumed (which keeps keeping it without
+ * the option: train.keep_best); refused without --checkpoint, over an existing file without
+ * --force, and onto the resumed checkpoint. */
+START_TEST(test_keep_best)
+{
+    write_corpus("c.txt");
+    static const char *const opt = "--steps 8 --eval-every 2 --keep-best --quiet";
+    char a[1024];
+    snprintf(a, sizeof a, "train " TEXT_MODEL " %s --checkpoint full.ckpt --log full.csv", opt);
+    ck_assert_msg(run(a) == 0, "%s", slurp("err.txt", NULL));
+    char v[64];
+    ck_assert_str_eq(meta_of("full.ckpt", "train.keep_best", v, sizeof v), "1");
+    ck_assert_ptr_nonnull(meta_of("full.best.ckpt", "optim.step", v, sizeof v));
+    snprintf(a, sizeof a, "train " TEXT_MODEL " %s --checkpoint half.ckpt --stop-after 4", opt);
+    ck_assert_msg(run(a) == 0, "%s", slurp("err.txt", NULL));
+    ck_assert_msg(run("train --text c.txt --resume half.ckpt --quiet") == 0, "%s",
+                  slurp("err.txt", NULL));
+    const char *pairs[2][2] = {{"full.ckpt", "half.ckpt"}, {"full.best.ckpt", "half.best.ckpt"}};
+    for (int i = 0; i < 2; i++) {
+        size_t n1, n2;
+        char *f1 = slurp(pairs[i][0], &n1), *f2 = slurp(pairs[i][1], &n2);
+        ck_assert_msg(f1 && f2 && n1 == n2 && memcmp(f1, f2, n1) == 0, "%s", pairs[i][0]);
+        free(f1);
+        free(f2);
+    }
+    expect_refusal("train --text c.txt --keep-best --steps 2", "--keep-best needs --checkpoint");
+    tu_write_file(dir, "z.best.ckpt", "mine");
+    expect_refusal("train " TEXT_MODEL " --steps 2 --keep-best --checkpoint z.ckpt",
+                   "--keep-best 'z.best.ckpt' exists");
+    char *mine = slurp("z.best.ckpt", NULL);
+    ck_assert_str_eq(mine, "mine"); /* untouched */
+    free(mine);
+    expect_refusal("train --text c.txt --resume full.best.ckpt --checkpoint full.ckpt "
+                   "--keep-best --force --steps 10",
+                   "--keep-best 'full.best.ckpt' is the input --resume");
+}
+END_TEST
+
 /* Numbers in checkpoints and in `tgrad info` are the shortest decimal that reads back as the
  * same double: train.lr 0.003, not 0.0030000000000000001 (also for a checkpoint that stored
  * the 17 digits); --seed names its maximum in the message and in --help. */
@@ -1944,6 +1983,7 @@ int main(void)
     tcase_add_test(tc, test_plot);
     tcase_add_test(tc, test_shortest_numbers);
     tcase_add_test(tc, test_dropout_apart_options);
+    tcase_add_test(tc, test_keep_best);
     tcase_add_test(tc, test_schedule_adam_smoothing);
     tcase_add_test(tc, test_label_smoothing_validation_unsmoothed);
     suite_add_tcase(s, tc);

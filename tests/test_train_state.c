@@ -61,6 +61,11 @@ START_TEST(test_state_meta)
     ck_assert_str_eq(kv[3].value, "2");
     ck_assert_str_eq(kv[4].key, "data.batch");
     ck_assert_str_eq(kv[4].value, "0");
+    ck_assert_int_eq(s.best_bleu, -1); /* not written */
+    s.best_bleu = 12.5;                /* a run keeping its best checkpoint: last */
+    ck_assert_int_eq(tg_train_state_meta(&s, kv), 6);
+    ck_assert_str_eq(kv[5].key, "train.best_bleu");
+    ck_assert_str_eq(kv[5].value, "12.5");
     /* refused: nothing written */
     tg_train_state b = s;
     b.batch = -1; /* a cursor needs both */
@@ -75,6 +80,11 @@ START_TEST(test_state_meta)
     b.best_val = NAN;
     ck_assert_int_eq(tg_train_state_meta(&b, kv), -1);
     b.best_val = -1;
+    ck_assert_int_eq(tg_train_state_meta(&b, kv), -1);
+    b = s;
+    b.best_bleu = 100.5;
+    ck_assert_int_eq(tg_train_state_meta(&b, kv), -1);
+    b.best_bleu = NAN;
     ck_assert_int_eq(tg_train_state_meta(&b, kv), -1);
     ck_assert_int_eq(tg_train_state_meta(NULL, kv), -1);
     ck_assert_int_eq(tg_train_state_meta(&s, NULL), -1);
@@ -151,6 +161,7 @@ static tg_train_state save_run(const run *a, const char *path)
     s.epoch = 1;
     s.batch = 3;
     s.best_val = 1.25;
+    s.best_bleu = 7.5;
     tg_transformer_config c = small_config();
     /* the caller places data.position after data.mode; the rest of the state follows */
     const char *keys[3] = {"data.mode", "data.position", "app.option"};
@@ -176,7 +187,8 @@ START_TEST(test_save_layout)
     int nm = tg_transformer_meta(&c, TG_F32, mk);
     ck_assert_int_gt(nm, 0);
     const char *want[] = {"data.mode", "data.position", "app.option", "train.steps",
-                          "train.best_val", "data.epoch", "data.batch", "optim.step", "rng"};
+                          "train.best_val", "data.epoch", "data.batch", "train.best_bleu",
+                          "optim.step", "rng"};
     int nw = (int)(sizeof want / sizeof want[0]);
     ck_assert_int_eq(tg_safetensors_meta_count(st), 1 + nm + nw);
     ck_assert_str_eq(tg_safetensors_meta_key(st, 0), "format");
@@ -237,7 +249,7 @@ START_TEST(test_round_trip)
     ck_assert_int_eq(s.position, saved.position);
     ck_assert_int_eq(s.epoch, saved.epoch);
     ck_assert_int_eq(s.batch, saved.batch);
-    ck_assert(s.best_val == saved.best_val);
+    ck_assert(s.best_val == saved.best_val && s.best_bleu == saved.best_bleu);
     /* saved again from the restored run: the same bytes */
     char again[512];
     tu_path(again, sizeof again, dir, "again.safetensors");
@@ -313,6 +325,10 @@ START_TEST(test_restore_refusals)
         {"train.best_val", "nan", "'train.best_val' is 'nan'"},
         {"train.best_val", "1.5x", "'train.best_val' is '1.5x'"},
         {"train.best_val", " 1", "'train.best_val' is ' 1'"},
+        {"train.best_bleu", "101", "metadata 'train.best_bleu' is '101' (expected a BLEU score "
+                                   "from 0 to 100)"},
+        {"train.best_bleu", "-1", "'train.best_bleu' is '-1'"},
+        {"train.best_bleu", "nan", "'train.best_bleu' is 'nan'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tu_st_edit e = {.key = cases[i].key, .value = cases[i].value};
@@ -337,6 +353,7 @@ START_TEST(test_restore_refusals)
     tg_train_state s;
     ck_assert_int_eq(tg_train_state_read(rc, st, NULL, &s), TG_OK);
     ck_assert(isinf(s.best_val));
+    ck_assert(s.best_bleu == 7.5);
     ck_assert_int_eq(tg_train_state_read(rc, NULL, NULL, &s), TG_ERR_ARG);
     ck_assert_int_eq(tg_train_state_read(rc, st, NULL, NULL), TG_ERR_ARG);
     tu_ctx_free(rc);

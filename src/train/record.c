@@ -137,6 +137,8 @@ tg_status tg_train_record_meta(tg_ctx *ctx, const tg_train_record *r, tg_train_m
     num(m, "train.beta2", r->beta2);
     num(m, "train.eps", r->eps);
     num(m, "train.label_smoothing", r->label_smoothing);
+    if (r->keep_best)
+        add(m, "train.keep_best", "%d", 1);
     if (!strcmp(r->mode, "pairs") && tg_train_record_has(r, "data.pairs_hash"))
         add(m, "data.pairs_hash", "fnv1a64:%016" PRIx64, r->pairs_hash);
     if (!strcmp(r->mode, "pairs") && tg_train_record_has(r, "data.valid_hash"))
@@ -156,6 +158,7 @@ static const char *const rkeys[] = {
     "train.clip",        "train.momentum",    "data.val_fraction",  "train.target_acc",
     "train.target_bleu", "train.schedule",    "train.precision",    "train.beta2",
     "train.eps",         "train.label_smoothing", "data.pairs_hash", "data.valid_hash",
+    "train.keep_best",
 };
 #define N_RKEYS ((int)(sizeof rkeys / sizeof rkeys[0]))
 
@@ -224,6 +227,7 @@ static const rfield rfields[] = {
     {"train.eps", K_NUM, RO(eps), 0, 0, 0, 1, true, false, "in (0, 1]"},
     {"train.label_smoothing", K_NUM, RO(label_smoothing), 0, 0, 0, 1, false, false,
      "in [0, 1]"},
+    {"train.keep_best", K_INT, RO(keep_best), 1, 1, 0, 0, false, false, NULL},
 };
 
 typedef struct rd {

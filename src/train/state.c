@@ -22,7 +22,7 @@
 tg_train_state tg_train_state_init(void)
 {
     tg_train_state s = {.steps = -1, .position = -1, .epoch = -1, .batch = -1,
-                        .best_val = INFINITY, .step = -1};
+                        .best_val = INFINITY, .step = -1, .best_bleu = -1};
     return s;
 }
 
@@ -30,7 +30,7 @@ int tg_train_state_meta(const tg_train_state *s, tg_meta_kv *out)
 {
     if (!s || !out || s->steps == 0 || s->steps < -1 || s->position < -1 || s->epoch < -1 ||
         s->batch < -1 || (s->epoch < 0) != (s->batch < 0) || isnan(s->best_val) ||
-        s->best_val < 0)
+        s->best_val < 0 || !(s->best_bleu == -1 || (s->best_bleu >= 0 && s->best_bleu <= 100)))
         return -1;
     int k = 0;
     if (s->position >= 0) {
@@ -49,6 +49,11 @@ int tg_train_state_meta(const tg_train_state *s, tg_meta_kv *out)
         snprintf(out[k++].value, sizeof out[0].value, "%" PRId64, s->epoch);
         snprintf(out[k].key, sizeof out[k].key, "data.batch");
         snprintf(out[k++].value, sizeof out[0].value, "%" PRId64, s->batch);
+    }
+    if (s->best_bleu >= 0) {
+        snprintf(out[k].key, sizeof out[k].key, "train.best_bleu");
+        tg__fmt_double(s->best_bleu, out[k].value, sizeof out[k].value);
+        k++;
     }
     return k;
 }
@@ -128,6 +133,18 @@ tg_status tg__train_state_fields(tg_ctx *ctx, const char *fn, const char *label,
         }
         s.best_val = x;
     }
+    const char *bb = tg_safetensors_meta_get(st, "train.best_bleu");
+    if (bb) {
+        bool plain = (bb[0] >= '0' && bb[0] <= '9') || bb[0] == '.';
+        char *end = NULL;
+        double x = plain && !strpbrk(bb, "xXpPnNiI") ? strtod(bb, &end) : NAN;
+        if (!plain || !end || *end || !(x >= 0 && x <= 100)) {
+            tg__err(ctx, TG_ERR_FORMAT, r.fn, "%s: metadata 'train.best_bleu' is '%s' (expected "
+                    "a BLEU score from 0 to 100)", r.label, tg__quote(bb, 48, q));
+            return TG_ERR_FORMAT;
+        }
+        s.best_bleu = x;
+    }
     if (out)
         *out = s;
     return TG_OK;
@@ -158,7 +175,7 @@ tg_status tg_train_state_read(tg_ctx *ctx, const tg_safetensors *st, const char 
 static bool is_state_key(const char *k)
 {
     static const char *const sk[] = {"data.position", "train.steps", "train.best_val",
-                                     "data.epoch", "data.batch"};
+                                     "data.epoch", "data.batch", "train.best_bleu"};
     for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++)
         if (!strcmp(k, sk[i]))
             return true;

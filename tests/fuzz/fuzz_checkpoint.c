@@ -110,7 +110,10 @@ static void check_resolved(const train_args *a, const ckpt_info *info,
             memcpy(&v, p, sizeof v);
             bool lo = (o->flags & CLI_FMIN_OPEN) ? v > o->fmin : v >= o->fmin;
             bool hi = (o->flags & CLI_FMAX_OPEN) ? v < o->fmax : v <= o->fmax;
-            if (!(isfinite(v) && lo && hi))
+            /* --attn-dropout, --act-dropout not set apart: -1 (as --dropout) */
+            bool unset = v == -1 && (!strcmp(o->name, "attn-dropout") ||
+                                     !strcmp(o->name, "act-dropout"));
+            if (!unset && !(isfinite(v) && lo && hi))
                 fz_die(NULL, "restored --%s %g outside its range", o->name, v);
         }
     }

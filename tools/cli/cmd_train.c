@@ -98,6 +98,12 @@ static tg_status cb_row(void *user, const tg_train_row *r)
         else
             t->tok_acc = tg_train_tokens_token_accuracy(t->tok_run);
         t->last_val = r->val_loss;
+        /* --keep-best: the highest BLEU (--pairs), else the lowest validation loss */
+        t->best_due = t->a.keep_best &&
+                      (t->pairs ? isfinite(r->metric) && r->metric > t->best_bleu
+                                : r->val_loss < t->best_val);
+        if (t->best_due && t->pairs)
+            t->best_bleu = r->metric;
         t->best_val = r->best_val;
         if (ok && t->a.plot)
             ok = (t->text || svg_series_add(&t->acc_curve, x, t->pairs ? t->acc / 100 : t->acc))
@@ -125,6 +131,9 @@ static tg_status cb_save(void *user, int64_t steps_done, double best_val)
     t->best_val = best_val;
     if (t->a.checkpoint && !train_save(t, steps_done))
         return TG_ERR_IO;
+    if (t->best_due && t->best_path && !train_save_best(t, steps_done))
+        return TG_ERR_IO;
+    t->best_due = false;
     return TG_OK;
 }
 
@@ -257,6 +266,7 @@ static void trainer_free(trainer *t)
     tg_text_free(t->corp);
     pairs_free(&t->pr);
     outpath_lock_release(&t->lock);
+    free(t->best_path);
     tg_ctx_free(t->ctx);
     train_free(&t->a, &t->r);
 }
@@ -272,6 +282,7 @@ int cmd_train(int argc, char **argv)
         errf("out of memory");
         return 1;
     }
+    t->best_bleu = -1; /* none yet (a resumed run: its checkpoint's) */
     char err[1200];
     if (!tmpi_begin(&t->mp, err, sizeof err)) {
         errf("%s", err);

@@ -127,6 +127,9 @@ static const cli_option train_opts[] = {
          G_FILES),
     INT("save-every", save_every, "N", 1, TRAIN_MAX_STEPS, "also save the checkpoint every N "
         "steps", G_FILES),
+    FLAG("keep-best", keep_best, "also keep the checkpoint of the best evaluation (--pairs: "
+         "the highest validation BLEU; else the lowest validation loss) as CK with .best "
+         "before its extension (de-en.best.ckpt)", G_FILES),
     FLAG("force", force, "let --checkpoint, --log, --plot, --dot replace existing files "
          "(a resumed run continues its own without it)",
          G_FILES),

@@ -62,6 +62,7 @@ typedef struct train_args {
     int activation, pos, dtype;
     double dropout;
     double attn_dropout, act_dropout; /* -1 (not given): as dropout; 0: none; else p */
+    bool keep_best; /* also keep the best checkpoint (train_plan_best_path) */
     /* optimisation */
     int64_t batch, steps, warmup, eval_every, seed, threads;
     int64_t grad_accum; /* --grad-accum K: micro-batches per step (K divides batch) */

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -156,6 +157,63 @@ static bool check_output(train_plan *t, const char *opt, const char *path,
     return dir_writable(opt, path);
 }
 
+char *train_plan_best_path(const char *ck)
+{
+    size_t n = strlen(ck);
+    const char *base = strrchr(ck, '/'), *dot = strrchr(ck, '.');
+    base = base ? base + 1 : ck;
+    size_t at = dot && dot > base ? (size_t)(dot - ck) : n; /* (a leading dot: no extension) */
+    char *p = malloc(n + sizeof ".best");
+    if (p)
+        snprintf(p, n + sizeof ".best", "%.*s.best%s", (int)at, ck, ck + at);
+    return p;
+}
+
+/* --keep-best: needs --checkpoint; its file is none of the other outputs nor an input (the
+ * resumed checkpoint included), and an existing one is replaced only with --force or by the
+ * resumed run it belongs to (its --checkpoint is the --resume file). */
+static bool check_best(train_plan *t)
+{
+    const train_args *a = t->a;
+    if (!a->checkpoint) {
+        train_errf("--keep-best needs --checkpoint (the best checkpoint goes beside it)");
+        t->usage = true;
+        return false;
+    }
+    char *p = t->best_path = train_plan_best_path(a->checkpoint), err[1400];
+    if (!p) {
+        train_errf("out of memory");
+        return false;
+    }
+    const char *names[4] = {"--checkpoint", "--log", "--plot", "--dot"};
+    const char *paths[4] = {a->checkpoint, a->log, a->plot, a->dot};
+    bool ok = true;
+    for (int i = 0; ok && i < 4; i++)
+        if (paths[i] && cli_same_file(paths[i], p)) {
+            snprintf(err, sizeof err, "--keep-best's file '%s' is %s's", p, names[i]);
+            ok = false;
+        }
+    for (int k = 0; ok && k < a->text.n; k++)
+        ok = outpath_not_input("--keep-best", p, "--text", a->text.v[k], err, sizeof err);
+    ok = ok && outpath_not_input("--keep-best", p, "--pairs", a->pairs, err, sizeof err) &&
+         outpath_not_input("--keep-best", p, "--valid", a->valid, err, sizeof err) &&
+         outpath_not_input("--keep-best", p, "--spm", a->spm, err, sizeof err) &&
+         outpath_not_input("--keep-best", p, "--resume", a->resume, err, sizeof err);
+    if (!ok) {
+        train_errf("%s", err);
+        t->usage = true;
+        return false;
+    }
+    bool own = a->resume && cli_same_file(a->checkpoint, a->resume), exists;
+    outpath_status os = outpath_check("--keep-best", p, a->force || own, &exists, err, sizeof err);
+    if (os != OUTPATH_OK) {
+        train_errf("%s", err);
+        t->usage = os == OUTPATH_EXISTS;
+        return false;
+    }
+    return dir_writable("--keep-best", p);
+}
+
 bool train_plan_outputs(train_plan *t)
 {
     const train_args *a = t->a;
@@ -194,6 +252,8 @@ bool train_plan_outputs(train_plan *t)
     if (a->plot && !check_output(t, "--plot", a->plot, true))
         return false;
     if (a->dot && !check_output(t, "--dot", a->dot, true))
+        return false;
+    if (a->keep_best && !check_best(t))
         return false;
     /* last: the lock is taken once every other output is known to be fine */
     if (a->checkpoint && !check_checkpoint_path(t))

@@ -25,7 +25,13 @@ typedef struct train_plan {
     const train_args *a;
     outpath_lock *lock; /* --checkpoint's lock, taken here (unless --dry-run) */
     bool usage;         /* a failure is the command line's (exit 2) */
+    char *best_path;    /* --keep-best: where the best checkpoint goes (malloc'd), or NULL */
 } train_plan;
+
+/* --keep-best's file for checkpoint @p ck: ".best" inserted before the extension of its last
+ * path component (de-en.ckpt -> de-en.best.ckpt), or appended when it has none. Malloc'd;
+ * NULL when out of memory. */
+char *train_plan_best_path(const char *ck);
 
 /* Check every output of @p t->a (each failure one line on stderr). */
 bool train_plan_outputs(train_plan *t);

@@ -29,7 +29,7 @@ static tg_train_record run_record(const trainer *t)
                          .clip = a->clip, .momentum = a->momentum,
                          .val_fraction = a->val_fraction, .target_acc = a->target_acc,
                          .target_bleu = a->target_bleu, .beta2 = a->beta2, .eps = a->eps,
-                         .label_smoothing = a->label_smoothing};
+                         .label_smoothing = a->label_smoothing, .keep_best = a->keep_best};
     r.optimizer = a->optimizer == OPT_SGD    ? TG_OPTIM_SGD
                   : a->optimizer == OPT_ADAM ? TG_OPTIM_ADAM
                                              : TG_OPTIM_ADAMW;
@@ -38,14 +38,16 @@ static tg_train_record run_record(const trainer *t)
     return r;
 }
 
-bool train_save(trainer *t, int64_t steps_done)
+/* The run's state after @p steps_done steps into @p path (--checkpoint, or --keep-best's file:
+ * @p opt names it in messages). */
+static bool save_to(trainer *t, int64_t steps_done, const char *path, const char *opt)
 {
     const train_args *a = &t->a;
     struct stat sb; /* what a failed save leaves: the previous checkpoint, or none */
     bool resumed = a->resume && cli_same_file(a->checkpoint, a->resume);
-    const char *kept = stat(a->checkpoint, &sb) != 0 ? "no checkpoint was written"
-                       : t->saved || resumed         ? "previous checkpoint kept"
-                                                     : "the existing file is unchanged";
+    const char *kept = stat(path, &sb) != 0 ? "no checkpoint was written"
+                       : t->saved || resumed ? "previous checkpoint kept"
+                                             : "the existing file is unchanged";
     tg_train_meta_list *m = calloc(1, sizeof *m);
     if (!m) {
         errf("saving checkpoint: out of memory (%s)", kept);
@@ -57,6 +59,7 @@ bool train_save(trainer *t, int64_t steps_done)
     ts.position = steps_done * t->B;
     ts.steps = a->steps;
     ts.best_val = t->best_val;
+    ts.best_bleu = a->keep_best && t->pairs ? t->best_bleu : -1;
     if (t->pairs)
         tg_train_pairs_position(t->pr.run, &ts.epoch, &ts.batch);
     tg_train_record rec = run_record(t);
@@ -73,16 +76,25 @@ bool train_save(trainer *t, int64_t steps_done)
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &block, &old);
-    bool ok = tg_train_checkpoint_save(t->ctx, a->checkpoint, t->opt, &t->mc, train_dtype(a),
-                                       &ts, m->n, m->keys, m->values, NULL) == TG_OK;
+    bool ok = tg_train_checkpoint_save(t->ctx, path, t->opt, &t->mc, train_dtype(a), &ts, m->n,
+                                       m->keys, m->values, NULL) == TG_OK;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     free(m);
     t->saved |= ok;
     if (!ok) {
         char msg[1200];
         tprog_end_live(&t->pg);
-        errf("--checkpoint '%s': %s (%s)", a->checkpoint,
-             cli_message(t->ctx, a->checkpoint, msg, sizeof msg), kept);
+        errf("%s '%s': %s (%s)", opt, path, cli_message(t->ctx, path, msg, sizeof msg), kept);
     }
     return ok;
+}
+
+bool train_save(trainer *t, int64_t steps_done)
+{
+    return save_to(t, steps_done, t->a.checkpoint, "--checkpoint");
+}
+
+bool train_save_best(trainer *t, int64_t steps_done)
+{
+    return save_to(t, steps_done, t->best_path, "--keep-best");
 }

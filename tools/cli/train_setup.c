@@ -46,6 +46,7 @@ static bool plan_resume(trainer *t)
     }
     t->start = t->info.step;
     t->best_val = t->info.best_val;
+    t->a.keep_best |= t->info.rec.keep_best == 1; /* as the run was started */
     t->pairs = t->info.pairs;
     if (t->pairs && (!a->pairs || !a->valid)) {
         t->usage = true;
@@ -131,8 +132,10 @@ static bool plan_parallel(trainer *t)
              ((a->grad_accum + t->mp.size - 1) / t->mp.size) * t->mp.size);
         return false;
     }
-    if (t->mp.rank > 0)
+    if (t->mp.rank > 0) {
         a->checkpoint = a->log = a->plot = a->dot = NULL;
+        a->keep_best = false;
+    }
     return true;
 }
 
@@ -142,6 +145,7 @@ static bool plan_outputs(trainer *t)
     train_plan p = {.a = &t->a, .lock = &t->lock};
     bool ok = train_plan_outputs(&p);
     t->usage |= p.usage;
+    t->best_path = p.best_path;
     return ok;
 }
 
@@ -281,6 +285,7 @@ static bool restore(trainer *t, tg_dtype dt, const tg_optim_config *oc)
     }
     t->start = ts.step;
     t->best_val = ts.best_val;
+    t->best_bleu = ts.best_bleu;
     return true;
 }
 

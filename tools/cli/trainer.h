@@ -51,6 +51,9 @@ typedef struct trainer {
     bool comm_failed;     /* an MPI call failed: the ranks may disagree */
     train_log log;       /* --log (train_log.h) */
     bool saved;          /* a checkpoint was saved by this run */
+    char *best_path;     /* --keep-best: the best checkpoint's file (train_plan), or NULL */
+    double best_bleu;    /* --pairs --keep-best: the highest validation BLEU so far, or -1 */
+    bool best_due;       /* this step's evaluation is the best: save it there too */
     outpath_lock lock;   /* --checkpoint's lock, held for the whole run */
     svg_series train_curve, val_curve;
     svg_series acc_curve; /* a task run: the held-out accuracy it stops on */
@@ -68,6 +71,8 @@ typedef struct trainer {
 bool train_setup(trainer *t, int *rc);
 /* Save the checkpoint after @p steps_done steps (train_save.c); false with the error said. */
 bool train_save(trainer *t, int64_t steps_done);
+/* The same state into --keep-best's file (t->best_path). */
+bool train_save_best(trainer *t, int64_t steps_done);
 /* The run's two lines on stderr: the data and the model (train_report.c). */
 void train_print_banner(const trainer *t);
 /* --dry-run: the training graph's memory plan (--pairs: the model and its state). */
