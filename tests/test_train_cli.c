@@ -1649,7 +1649,8 @@ END_TEST
 /* --keep-best: the lowest validation loss's checkpoint beside the last (a.best.ckpt), both
  * equal, byte for byte, to those of a run stopped and resumed (which keeps keeping it without
  * the option: train.keep_best); refused without --checkpoint, over an existing file without
- * --force, and onto the resumed checkpoint. */
+ * --force (a resumed run owns one only if it kept its best), and onto the resumed
+ * checkpoint. */
 START_TEST(test_keep_best)
 {
     write_corpus("c.txt");
@@ -1682,6 +1683,16 @@ START_TEST(test_keep_best)
     expect_refusal("train --text c.txt --resume full.best.ckpt --checkpoint full.ckpt "
                    "--keep-best --force --steps 10",
                    "--keep-best 'full.best.ckpt' is the input --resume");
+    /* a resumed run that did not keep its best does not own an existing .best file */
+    snprintf(a, sizeof a, "train " TEXT_MODEL " --steps 4 --eval-every 2 --quiet --checkpoint "
+             "w.ckpt --stop-after 2");
+    ck_assert_msg(run(a) == 0, "%s", slurp("err.txt", NULL));
+    tu_write_file(dir, "w.best.ckpt", "mine");
+    expect_refusal("train --text c.txt --resume w.ckpt --keep-best", "--keep-best 'w.best.ckpt' "
+                   "exists");
+    mine = slurp("w.best.ckpt", NULL);
+    ck_assert_str_eq(mine, "mine");
+    free(mine);
 }
 END_TEST
 

@@ -219,10 +219,10 @@ tg_translator *tg_translator_new(tg_ctx *ctx, const tg_transformer *m, int64_t m
     tr->out = tg__alloc(ctx, sizeof(int32_t) * (size_t)(N * L), fn);
     tr->ban = tr->o.no_repeat_ngram ? tg__alloc(ctx, sizeof(int32_t) * (size_t)(R * (L + 1)), fn)
                                     : NULL;
-    if ((tr->o.no_repeat_ngram && !tr->ban) || !tr->slot || !tr->sent || !tr->lse || !tr->bad || !tr->score || !tr->nscore || !tr->hyp || !tr->nhyp ||
-        !tr->src || !tr->fin || !tr->rows || !tr->tok || !tr->slen || !tr->fin_len ||
-        !tr->fin_score || !tr->nfin || !tr->max_out || !tr->done || !tr->cbeam || !tr->ctok ||
-        !tr->cscore || !tr->out)
+    if ((tr->o.no_repeat_ngram && !tr->ban) || !tr->slot || !tr->sent || !tr->lse || !tr->bad ||
+        !tr->score || !tr->nscore || !tr->hyp || !tr->nhyp || !tr->src || !tr->fin ||
+        !tr->rows || !tr->tok || !tr->slen || !tr->fin_len || !tr->fin_score || !tr->nfin ||
+        !tr->max_out || !tr->done || !tr->cbeam || !tr->ctok || !tr->cscore || !tr->out)
         goto fail;
     tr->gen = tg_generator_new_len(ctx, m, R, L);
     if (!tr->gen)

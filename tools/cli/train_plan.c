@@ -171,7 +171,7 @@ char *train_plan_best_path(const char *ck)
 
 /* --keep-best: needs --checkpoint; its file is none of the other outputs nor an input (the
  * resumed checkpoint included), and an existing one is replaced only with --force or by the
- * resumed run it belongs to (its --checkpoint is the --resume file). */
+ * resumed run it belongs to (its --checkpoint is the --resume file, which kept its best). */
 static bool check_best(train_plan *t)
 {
     const train_args *a = t->a;
@@ -204,7 +204,7 @@ static bool check_best(train_plan *t)
         t->usage = true;
         return false;
     }
-    bool own = a->resume && cli_same_file(a->checkpoint, a->resume), exists;
+    bool own = t->resumed_best && cli_same_file(a->checkpoint, a->resume), exists;
     outpath_status os = outpath_check("--keep-best", p, a->force || own, &exists, err, sizeof err);
     if (os != OUTPATH_OK) {
         train_errf("%s", err);

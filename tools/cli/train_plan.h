@@ -26,6 +26,7 @@ typedef struct train_plan {
     outpath_lock *lock; /* --checkpoint's lock, taken here (unless --dry-run) */
     bool usage;         /* a failure is the command line's (exit 2) */
     char *best_path;    /* --keep-best: where the best checkpoint goes (malloc'd), or NULL */
+    bool resumed_best;  /* the resumed run kept its best checkpoint (train.keep_best) */
 } train_plan;
 
 /* --keep-best's file for checkpoint @p ck: ".best" inserted before the extension of its last

@@ -142,7 +142,8 @@ static bool plan_parallel(trainer *t)
 /* The outputs, checked before anything is trained (train_plan.c). */
 static bool plan_outputs(trainer *t)
 {
-    train_plan p = {.a = &t->a, .lock = &t->lock};
+    train_plan p = {.a = &t->a, .lock = &t->lock,
+                    .resumed_best = t->ck && t->info.rec.keep_best == 1};
     bool ok = train_plan_outputs(&p);
     t->usage |= p.usage;
     t->best_path = p.best_path;
