@@ -55,6 +55,7 @@ mut add        ops/elementwise_kernel.h '/^tg_status FN(tg__add_backward)/,/^}/s
 mut mul        ops/elementwise_kernel.h 's/dx\[i\] += G\[i\] \* O\[i\];/dx[i] -= G[i] * O[i];/' 'same-shape da, db sign flipped'
 mut mul        ops/elementwise_kernel.h 's/FN(mul_expand)(c, 1 - s, c->ws);/FN(mul_expand)(c, s, c->ws);/' 'broadcast path multiplies by its own operand'
 mut relu       ops/elementwise_kernel.h 's/dx\[i\] = (T)0 + (y\[i\] > 0 ? g : (T)0);/dx[i] = (T)0 + g;/;s/dx\[i\] += y\[i\] > 0 ? g : (T)0;/dx[i] += g;/' 'dx = dy everywhere'
+mut relu_gate  ops/elementwise_kernel.h 's/FN(relu_bwd)(c, c->numel, c->in\[1\], c->dy, c->dx\[0\]);/FN(relu_bwd)(c, c->numel, c->in[0], c->dy, c->dx[0]);/' 'gated by t, not r'
 mut gelu       ops/elementwise_kernel.h 's/(cdf + v \* pdf)/(cdf)/'                                'x phi(x) term dropped'
 mut sum        ops/reduce_kernel.h 's/T g = mean ? dy\[o\] \/ (T)A : dy\[o\];/T g = mean ? dy[o] \/ (T)A : (T)1.1 * dy[o];/;s/d\[k\] += g\[k\];/d[k] += (T)1.1 * g[k];/' 'dx scaled by 1.1'
 mut mean       ops/reduce_kernel.h 's/T g = mean ? dy\[o\] \/ (T)A : dy\[o\];/T g = mean ? dy[o] \/ (T)(A + 1) : dy[o];/;s/d\[k\] += g\[k\] \/ (T)A;/d[k] += g[k] \/ (T)(A + 1);/' 'divides by N + 1'
