@@ -103,59 +103,48 @@ static bool matrix_args(tg_ctx *ctx, const char *fn, tg_tensor *y, tg_tensor *x,
     return true;
 }
 
-tg_status tg_jacobian(tg_ctx *ctx, tg_tensor *y, tg_tensor *x, double *out, size_t cap)
+/* The dense matrices: the Jacobian by rows (VJPs seeded e_i), by columns (JVPs along e_j), or
+ * the Hessian by rows (HVPs along e_i); one graph built here, run once per row or column. */
+typedef enum { MAT_JACOBIAN_ROWS, MAT_JACOBIAN_COLS, MAT_HESSIAN } mat_kind;
+
+static tg_status dense_matrix(tg_ctx *ctx, mat_kind k, tg_tensor *y, tg_tensor *x, double *out,
+                              size_t cap)
 {
-    static const char *fn = "tg_jacobian";
+    static const char *const fns[] = {"tg_jacobian", "tg_jacobian_fwd", "tg_hessian"};
+    static const char *const probes[] = {"jacobian_row", "jacobian_column", "hessian_row"};
+    const char *fn = fns[k];
     if (!ctx)
         return TG_ERR_ARG;
     tg__begin(ctx);
     if (tg__build_failed(ctx))
         return tg_ctx_status(ctx);
-    if (!matrix_args(ctx, fn, y, x, out, cap, y ? y->numel : 0))
+    int64_t n = k == MAT_HESSIAN ? (x ? x->numel : 0) : (y ? y->numel : 0);
+    if (!matrix_args(ctx, fn, y, x, out, cap, n))
         return TG_ERR_ARG;
     tg__io_enter(ctx); /* the nodes and graph built here fail as this call */
-    tg_tensor *r = tg_input(ctx, y->dtype, y->rank, y->shape, "jacobian_row"), *gx = NULL;
-    tg_status s = r ? tg_grad(ctx, 1, &y, &r, 1, &x, &gx) : tg_ctx_status(ctx);
+    const tg_tensor *like = k == MAT_JACOBIAN_ROWS ? y : x;
+    tg_tensor *p = tg_input(ctx, like->dtype, like->rank, like->shape, probes[k]), *r = NULL;
+    tg_status s = !p                      ? tg_ctx_status(ctx)
+                  : k == MAT_JACOBIAN_ROWS ? tg_grad(ctx, 1, &y, &p, 1, &x, &r)
+                  : k == MAT_JACOBIAN_COLS ? tg_jvp(ctx, 1, &x, &p, 1, &y, &r)
+                                           : tg_hvp(ctx, y, 1, &x, &p, &r);
     if (s == TG_OK)
-        s = rows(ctx, fn, r, gx, out, false);
+        s = rows(ctx, fn, p, r, out, k == MAT_JACOBIAN_COLS);
     tg__io_leave(ctx);
     return s;
+}
+
+tg_status tg_jacobian(tg_ctx *ctx, tg_tensor *y, tg_tensor *x, double *out, size_t cap)
+{
+    return dense_matrix(ctx, MAT_JACOBIAN_ROWS, y, x, out, cap);
 }
 
 tg_status tg_jacobian_fwd(tg_ctx *ctx, tg_tensor *y, tg_tensor *x, double *out, size_t cap)
 {
-    static const char *fn = "tg_jacobian_fwd";
-    if (!ctx)
-        return TG_ERR_ARG;
-    tg__begin(ctx);
-    if (tg__build_failed(ctx))
-        return tg_ctx_status(ctx);
-    if (!matrix_args(ctx, fn, y, x, out, cap, y ? y->numel : 0))
-        return TG_ERR_ARG;
-    tg__io_enter(ctx);
-    tg_tensor *u = tg_input(ctx, x->dtype, x->rank, x->shape, "jacobian_column"), *ty = NULL;
-    tg_status s = u ? tg_jvp(ctx, 1, &x, &u, 1, &y, &ty) : tg_ctx_status(ctx);
-    if (s == TG_OK)
-        s = rows(ctx, fn, u, ty, out, true);
-    tg__io_leave(ctx);
-    return s;
+    return dense_matrix(ctx, MAT_JACOBIAN_COLS, y, x, out, cap);
 }
 
 tg_status tg_hessian(tg_ctx *ctx, tg_tensor *y, tg_tensor *x, double *out, size_t cap)
 {
-    static const char *fn = "tg_hessian";
-    if (!ctx)
-        return TG_ERR_ARG;
-    tg__begin(ctx);
-    if (tg__build_failed(ctx))
-        return tg_ctx_status(ctx);
-    if (!matrix_args(ctx, fn, y, x, out, cap, x ? x->numel : 0))
-        return TG_ERR_ARG;
-    tg__io_enter(ctx);
-    tg_tensor *v = tg_input(ctx, x->dtype, x->rank, x->shape, "hessian_row"), *hv = NULL;
-    tg_status s = v ? tg_hvp(ctx, y, 1, &x, &v, &hv) : tg_ctx_status(ctx);
-    if (s == TG_OK)
-        s = rows(ctx, fn, v, hv, out, false);
-    tg__io_leave(ctx);
-    return s;
+    return dense_matrix(ctx, MAT_HESSIAN, y, x, out, cap);
 }
