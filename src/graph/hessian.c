@@ -124,7 +124,7 @@ static tg_status dense_matrix(tg_ctx *ctx, mat_kind k, tg_tensor *y, tg_tensor *
     tg__io_enter(ctx); /* the nodes and graph built here fail as this call */
     const tg_tensor *like = k == MAT_JACOBIAN_ROWS ? y : x;
     tg_tensor *p = tg_input(ctx, like->dtype, like->rank, like->shape, probes[k]), *r = NULL;
-    tg_status s = !p                      ? tg_ctx_status(ctx)
+    tg_status s = !p                       ? tg_ctx_status(ctx)
                   : k == MAT_JACOBIAN_ROWS ? tg_grad(ctx, 1, &y, &p, 1, &x, &r)
                   : k == MAT_JACOBIAN_COLS ? tg_jvp(ctx, 1, &x, &p, 1, &y, &r)
                                            : tg_hvp(ctx, y, 1, &x, &p, &r);
