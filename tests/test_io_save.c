@@ -593,8 +593,7 @@ START_TEST(test_sigkill_during_saves)
             struct timespec ts = {0, (long)(1 + rand() % 40) * 1000000L};
             nanosleep(&ts, NULL);
             kill(pid, SIGKILL);
-            int wst;
-            ck_assert_int_eq(waitpid(pid, &wst, 0), pid);
+            int wst = tu_wait_killed(pid);
             ck_assert_msg(WIFSIGNALED(wst), "the saver exited on its own (status %d)", wst);
             int left = count_tmp();
             ck_assert_int_le(left, 1);

@@ -295,7 +295,7 @@ START_TEST(test_kill_during_training)
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;
         kill(pid, SIGKILL);
-        int st = wait_for(pid);
+        int st = tu_wait_killed(pid);
         if (!WIFSIGNALED(st)) {
             /* it ended by itself before the kill: only an error can do that in 20000 steps */
             kill_fail("seed %" PRIu64 ", round %ld: tgrad train %s exited %d before the "

@@ -301,7 +301,7 @@ static int wait_exit(pid_t pid, double timeout_s)
     while (waitpid(pid, &st, WNOHANG) == 0) {
         if (now_s() - t0 > timeout_s) {
             kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
+            st = tu_wait_killed(pid);
             ck_abort_msg("tgrad still running after %.0f s", timeout_s);
         }
         usleep(10000);

@@ -526,6 +526,23 @@ static double tu_now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int tu_wait_killed(pid_t pid)
+{
+    siginfo_t si;
+    while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) != 0 && errno == EINTR)
+        ;
+    char path[96];
+    snprintf(path, sizeof path, "/dev/shm/__KMP_REGISTERED_LIB_%ld_%ld", (long)pid,
+             (long)getuid());
+    unlink(path); /* absent unless this child ran libomp and was killed */
+    int st = 0;
+    pid_t w;
+    while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR)
+        ;
+    ck_assert_int_eq(w, pid);
+    return st;
+}
+
 int tu_run_sh(const char *dir, const char *cmd, double timeout_s, double *secs)
 {
     size_t len = strlen(dir) + strlen(cmd) + 64;
@@ -550,7 +567,7 @@ int tu_run_sh(const char *dir, const char *cmd, double timeout_s, double *secs)
             break;
         if (tu_now_s() - t0 > timeout_s) {
             kill(-pid, SIGKILL);
-            waitpid(pid, &st, 0);
+            st = tu_wait_killed(pid);
             if (secs)
                 *secs = tu_now_s() - t0;
             return TU_TIMED_OUT;

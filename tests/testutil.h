@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "tgrad.h"
 
@@ -186,6 +187,13 @@ typedef struct {
 /* Copy safetensors file @p src to @p dst (paths) with edit @p e, through the library's own
  * reader and writer. Returns whether e->key was present in @p src. */
 bool tu_st_rewrite(const char *src, const char *dst, const tu_st_edit *e);
+
+/* Waits for the child @p pid, which the caller has killed, and reaps it; returns its wait
+ * status. Before reaping (the pid is still the dead child's), removes the registration that
+ * LLVM's OpenMP runtime (libomp, in clang builds) keeps in /dev/shm/__KMP_REGISTERED_LIB_<pid>_
+ * <uid> and deletes at exit. A kill between creating that file and sizing it leaves it empty,
+ * and libomp 14 then dies of SIGBUS in the next process given that pid. */
+int tu_wait_killed(pid_t pid);
 
 /* tu_run_sh's result when the command did not finish in time (it was killed). */
 #define TU_TIMED_OUT (-1000)
