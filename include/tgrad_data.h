@@ -53,6 +53,12 @@ typedef struct tg_token_ids {
  * decode: write the text of @p n ids (specials skipped) to @p out (at most @p cap bytes, no
  * NUL needed) and return how many bytes the whole text needs, or -1 with a message.
  * free: release @p impl (may be NULL).
+ * nbest (optional; NULL when a text has one segmentation): the at most @p l most probable
+ * segmentations of @p text, most probable first, each with its log-probability: their ids one
+ * after another in @p ids (at most @p cap written), the end of segmentation k (an index into
+ * ids, exclusive) in ends[k] and its log-probability in scores[k] (both arrays hold @p l),
+ * their number in *count; returns how many ids all of them need (> cap: call again with more
+ * room), or -1 with a message as encode.
  */
 typedef struct tg_tokenizer_ops {
     const char *kind; /**< short name stored in checkpoints, e.g. "sentencepiece" */
@@ -61,6 +67,8 @@ typedef struct tg_tokenizer_ops {
     int64_t (*decode)(void *impl, const int32_t *ids, int64_t n, char *out, size_t cap,
                       char *err, size_t err_size);
     void (*free)(void *impl);
+    int64_t (*nbest)(void *impl, const char *text, size_t n, int l, int32_t *ids, int64_t cap,
+                     int64_t *ends, double *scores, int *count, char *err, size_t err_size);
 } tg_tokenizer_ops;
 
 /**
@@ -96,6 +104,33 @@ TG_API int64_t tg_tokenizer_encode(const tg_tokenizer *tok, const char *text, si
  */
 TG_API int64_t tg_tokenizer_decode(const tg_tokenizer *tok, const int32_t *ids, int64_t n,
                                    char *out, size_t cap);
+/** Largest l of tg_tokenizer_encode_sampled(). */
+#define TG_SAMPLE_MAX_NBEST 1024
+
+/**
+ * Subword regularization (Kudo 2018, "Subword Regularization", sec. 3.1): one segmentation of
+ * @p text drawn from its @p l most probable ones x_1 .. x_m (m <= l; the tokenizer's nbest),
+ * segmentation k with probability
+ *
+ *     P(x_k) = exp(alpha (s_k - s_1)) / sum_j exp(alpha (s_j - s_1)),
+ *
+ * s_k its log-probability (P(x_k)^alpha normalised over the l best). The draw is
+ * u = (splitmix64(@p key) >> 11) * 2^-53, the first output of splitmix64 (tgrad_data.h,
+ * "Length-bucketed batches", step 1) from state @p key; the first k whose cumulative weight
+ * exceeds u times the total is taken. So the result is a function of the text, l, alpha and
+ * key: the same on any thread count and on resume. alpha = 0 samples the l best uniformly;
+ * l = 1 is tg_tokenizer_encode(). Computed in f64.
+ * Writes at most @p cap ids (no BOS/EOS) and returns how many the segmentation has.
+ * Errors (run-time, -1 returned): those of tg_tokenizer_encode(); ::TG_ERR_ARG for l outside
+ * [1, ::TG_SAMPLE_MAX_NBEST] or alpha outside [0, 100] or not finite; ::TG_ERR_UNSUPPORTED
+ * for a tokenizer without nbest (tg_tokenizer_can_sample()); ::TG_ERR_NOMEM.
+ */
+TG_API int64_t tg_tokenizer_encode_sampled(const tg_tokenizer *tok, const char *text, size_t n,
+                                           int l, double alpha, uint64_t key, int32_t *ids,
+                                           int64_t cap);
+/** Whether @p tok can sample segmentations (tg_tokenizer_encode_sampled()): SentencePiece's
+ *  unigram models can; BPE models and the byte tokenizer cannot. false for NULL. */
+TG_API bool tg_tokenizer_can_sample(const tg_tokenizer *tok);
 /** Vocabulary size (ids are in [0, size)); 0 for NULL. */
 TG_API int64_t tg_tokenizer_vocab_size(const tg_tokenizer *tok);
 /** The special ids (all -1 for NULL). */
@@ -256,6 +291,25 @@ TG_API tg_seq2seq_data *tg_seq2seq_load(tg_ctx *ctx, const char *path, const tg_
 TG_API tg_seq2seq_data *tg_seq2seq_load_mem(tg_ctx *ctx, const void *data, size_t size,
                                             const char *label, const tg_tokenizer *tok,
                                             const tg_seq2seq_opts *opts);
+/**
+ * Subword regularization of a training set: the pairs of @p d (loaded with keep_text), both
+ * sides tokenized again by tg_tokenizer_encode_sampled() with @p l and @p alpha, then
+ * truncated and ended as tg_seq2seq_load() does (d's max_len and specials). The key of side
+ * s (0 source, 1 target) of pair i is
+ *
+ *     seed XOR (0x9E3779B97F4A7C15 * (epoch + 1)) XOR (0xD1B54A32D192ED03 * (2 i + s + 1))
+ *
+ * (mod 2^64), so a training run draws new segmentations every epoch (Kudo 2018, sec. 3.2,
+ * "on-the-fly" sampling), the same ones on any thread count and when resumed. The result keeps
+ * ids only (no texts), d's line numbers and d's hash and size (the same file); its counts are
+ * its own. Owned by the caller: tg_seq2seq_free().
+ * Errors (run-time, NULL returned): ::TG_ERR_ARG (NULL arguments, @p d without texts, epoch
+ * < 0, l or alpha outside tg_tokenizer_encode_sampled()'s ranges, a side the tokenizer
+ * refuses: "x.tsv:7: source: <its message>"), ::TG_ERR_UNSUPPORTED (a tokenizer that cannot
+ * sample), ::TG_ERR_NOMEM.
+ */
+TG_API tg_seq2seq_data *tg_seq2seq_sample(const tg_seq2seq_data *d, const tg_tokenizer *tok,
+                                          int l, double alpha, uint64_t seed, int64_t epoch);
 /** Release (NULL is a no-op). */
 TG_API void tg_seq2seq_free(tg_seq2seq_data *d);
 /** Counts (all zero for NULL). */

@@ -70,6 +70,12 @@ typedef struct tg_train_pairs_opts {
     tg_precision precision;        /**< products of the loss graphs and of decoding [f32] */
     int64_t max_sentences;         /**< sentences per translation call [64] */
     double target_bleu;            /**< reached at this BLEU (0: never) */
+    int sample_nbest;              /**< subword regularization: > 0 trains every epoch on
+                                        tg_seq2seq_sample(train, tokenizer, sample_nbest,
+                                        sample_alpha, seed, epoch) (Kudo 2018), which needs
+                                        @c train loaded with keep_text, a tokenizer that can
+                                        sample and batch_tokens >= train's max_len; 0: off */
+    double sample_alpha;           /**< its alpha, in [0, 100] */
 } tg_train_pairs_opts;
 
 /** A translation run (opaque): tg_train_pairs_new(), released by tg_train_pairs_free(). */
@@ -114,7 +120,8 @@ TG_API void tg_train_pairs_position(const tg_train_pairs *m, int64_t *epoch, int
  * "pairs"): the tokenizer's (tg_tokenizer_meta(): `tokenizer.kind`, and `tokenizer.model`
  * for SentencePiece), `data.pairs_hash` and `data.valid_hash` (fnv1a64:HEX16 of the files),
  * the places of the training state's `data.epoch` and `data.batch` (NULL values, written by
- * tg_train_checkpoint_save() from tg_train_state), and `train.batch_tokens`. The values are
+ * tg_train_checkpoint_save() from tg_train_state), `train.batch_tokens`, and with sampling
+ * `train.spm_alpha` and `train.spm_nbest` (sample_alpha, sample_nbest). The values are
  * owned by the run and valid until its next tg_train_pairs_meta() or tg_train_pairs_free().
  * Errors (run-time): ::TG_ERR_ARG (NULL arguments, no room left in @p list), ::TG_ERR_NOMEM.
  */

@@ -137,7 +137,7 @@ static void upper_free(void *impl)
 START_TEST(test_custom_tokenizer)
 {
     tg_ctx *ctx = tu_ctx_new();
-    tg_tokenizer_ops ops = {"upper", upper_encode, upper_decode, upper_free};
+    tg_tokenizer_ops ops = {"upper", upper_encode, upper_decode, upper_free, NULL};
     tg_token_ids sp = {0, 1, 2, -1};
     g_freed = 0;
     tg_tokenizer *t = tg_tokenizer_new(ctx, &ops, malloc(8), 12, sp, "abc", 3);
@@ -210,7 +210,7 @@ static tg_safetensors *st_with_meta(tg_ctx *ctx, int64_t n, const char *const *k
 START_TEST(test_tokenizer_meta_round_trip)
 {
     tg_ctx *ctx = tu_ctx_new();
-    tg_tokenizer_ops ops = {"sentencepiece", upper_encode, upper_decode, upper_free};
+    tg_tokenizer_ops ops = {"sentencepiece", upper_encode, upper_decode, upper_free, NULL};
     tg_token_ids sp = {0, 1, 2, 3};
     static const char *const vec[][2] = {{"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"},
                                          {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="},
@@ -625,7 +625,7 @@ static int64_t fail_encode(void *impl, const char *text, size_t n, int32_t *ids,
 START_TEST(test_seq2seq_tokenizer_error)
 {
     tg_ctx *ctx = tu_ctx_new();
-    tg_tokenizer_ops ops = {"strict", fail_encode, upper_decode, NULL};
+    tg_tokenizer_ops ops = {"strict", fail_encode, upper_decode, NULL, NULL};
     tg_token_ids sp = {0, 1, 2, -1};
     tg_tokenizer *tok = tg_tokenizer_new(ctx, &ops, NULL, 12, sp, NULL, 0);
     ck_assert_ptr_nonnull(tok);

@@ -104,7 +104,7 @@ START_TEST(test_train_round_trip)
             unk += ids[i] == TG_TOKEN_UNK;
         ck_assert_int_eq(unk, 1);
         /* the count needed comes back with a short buffer */
-        const char *s = "Grüße aus Köln, schöne Äpfel über die Straße.";
+        const char *s = "Grüße aus Köln schöne Äpfel über die Straße?";
         int64_t all = tg_tokenizer_encode(t, s, strlen(s), NULL, 0);
         ck_assert_int_gt(all, 2);
         ck_assert_int_eq(tg_tokenizer_encode(t, s, strlen(s), ids, 2), all);
@@ -178,7 +178,7 @@ START_TEST(test_load_again)
     const void *mv = tg_tokenizer_model(v, &nv);
     ck_assert_uint_eq(nv, n);
     ck_assert_int_eq(memcmp(mv, m, n), 0);
-    const char *s = "Grüße aus Köln, schöne Äpfel über die Straße.";
+    const char *s = "Grüße aus Köln schöne Äpfel über die Straße?";
     int32_t a[64], b[64], c[64];
     int64_t k = tg_tokenizer_encode(t, s, strlen(s), a, 64);
     ck_assert_int_eq(tg_tokenizer_encode(u, s, strlen(s), b, 64), k);
@@ -437,6 +437,146 @@ START_TEST(test_hostile_bytes)
 }
 END_TEST
 
+/* Subword regularization's draw (tg_tokenizer_encode_sampled): a function of the key; every
+ * draw a segmentation of the text; l = 1 and a large alpha give the best one; alpha = 0 draws
+ * the l best uniformly. */
+START_TEST(test_sampled_segmentations)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tokenizer *t = train(ctx, TG_SPM_UNIGRAM, 80);
+    ck_assert_ptr_nonnull(t);
+    ck_assert(tg_tokenizer_can_sample(t));
+    const char *s = "Grüße aus Köln schöne Äpfel über die Straße?";
+    size_t n = strlen(s);
+    int32_t best[256], ids[256], again[256];
+    int64_t nb = tg_tokenizer_encode(t, s, n, best, 256);
+    ck_assert_int_gt(nb, 8);
+    int64_t k = tg_tokenizer_encode_sampled(t, s, n, 1, 0.5, 7, ids, 256);
+    ck_assert(k == nb && !memcmp(ids, best, (size_t)k * sizeof *ids));
+    k = tg_tokenizer_encode_sampled(t, s, n, 64, 100, 7, ids, 256);
+    ck_assert(k == nb && !memcmp(ids, best, (size_t)k * sizeof *ids));
+    /* l = 4, alpha = 0: four segmentations, each drawn about 1/4 of the time */
+    int32_t seen[4][256];
+    int64_t seen_n[4];
+    int count[4] = {0}, distinct = 0, draws = 4000;
+    for (uint64_t key = 0; key < (uint64_t)draws; key++) {
+        k = tg_tokenizer_encode_sampled(t, s, n, 4, 0, key, ids, 256);
+        ck_assert_int_gt(k, 0);
+        ck_assert_int_eq(tg_tokenizer_encode_sampled(t, s, n, 4, 0, key, again, 256), k);
+        ck_assert(!memcmp(ids, again, (size_t)k * sizeof *ids));
+        char out[512];
+        ck_assert_int_eq(tg_tokenizer_decode(t, ids, k, out, sizeof out), (int64_t)n);
+        ck_assert_str_eq(out, s);
+        int j = 0;
+        while (j < distinct && !(seen_n[j] == k && !memcmp(seen[j], ids, (size_t)k * 4)))
+            j++;
+        ck_assert_int_lt(j, 4);
+        if (j == distinct) {
+            memcpy(seen[j], ids, (size_t)k * sizeof *ids);
+            seen_n[distinct++] = k;
+        }
+        count[j]++;
+    }
+    ck_assert_int_eq(distinct, 4);
+    for (int j = 0; j < 4; j++) /* 1000 expected, sd 27 */
+        ck_assert_msg(count[j] > 880 && count[j] < 1120, "segmentation %d drawn %d times", j,
+                      count[j]);
+    /* a short capacity still reports the whole length */
+    k = tg_tokenizer_encode_sampled(t, s, n, 64, 0.1, 3, ids, 2);
+    ck_assert_int_gt(k, 2);
+    /* errors */
+    ck_assert_int_eq(tg_tokenizer_encode_sampled(t, s, n, 0, 0.1, 1, ids, 256), -1);
+    tu_assert_error(ctx, TG_ERR_ARG, "l 0");
+    ck_assert_int_eq(tg_tokenizer_encode_sampled(t, s, n, TG_SAMPLE_MAX_NBEST + 1, 0.1, 1, ids,
+                                                 256), -1);
+    ck_assert_int_eq(tg_tokenizer_encode_sampled(t, s, n, 8, NAN, 1, ids, 256), -1);
+    ck_assert_int_eq(tg_tokenizer_encode_sampled(t, s, n, 8, -0.5, 1, ids, 256), -1);
+    ck_assert_int_eq(tg_tokenizer_encode_sampled(t, "caf\xe9", 4, 8, 0.1, 1, ids, 256), -1);
+    tu_assert_error(ctx, TG_ERR_ARG, "UTF-8");
+    tg_tokenizer_free(t);
+    /* what cannot sample: a BPE model, the byte tokenizer */
+    tg_tokenizer *bpe = train(ctx, TG_SPM_BPE, 80), *bytes = tg_tokenizer_bytes(ctx);
+    ck_assert(!tg_tokenizer_can_sample(bpe) && !tg_tokenizer_can_sample(bytes));
+    ck_assert_int_eq(tg_tokenizer_encode_sampled(bpe, s, n, 8, 0.1, 1, ids, 256), -1);
+    tu_assert_error(ctx, TG_ERR_UNSUPPORTED, "one segmentation");
+    ck_assert_int_eq(tg_tokenizer_encode_sampled(bytes, s, n, 8, 0.1, 1, ids, 256), -1);
+    ck_assert(!tg_tokenizer_can_sample(NULL));
+    tg_tokenizer_free(bpe);
+    tg_tokenizer_free(bytes);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
+/* tg_seq2seq_sample: the same (seed, epoch) the same data, another epoch other segmentations,
+ * each a segmentation of the pair's text, cut at max_len as tg_seq2seq_load does. */
+START_TEST(test_seq2seq_sample)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tokenizer *t = train(ctx, TG_SPM_UNIGRAM, 80);
+    ck_assert_ptr_nonnull(t);
+    corpus c;
+    corpus_make(&c);
+    size_t cap = 64 * 1024, len = 0;
+    char *tsv = malloc(cap);
+    for (int i = 0; i + 1 < 200; i += 2)
+        len += (size_t)snprintf(tsv + len, cap - len, "%s\t%s\n", c.lines[i + 1], c.lines[i]);
+    corpus_free(&c);
+    tg_seq2seq_opts o = {.max_len = 12, .keep_text = true};
+    tg_seq2seq_data *d = tg_seq2seq_load_mem(ctx, tsv, len, "p.tsv", t, &o);
+    ck_assert_ptr_nonnull(d);
+    tg_seq2seq_data *a = tg_seq2seq_sample(d, t, 16, 0, 5, 0), *b = tg_seq2seq_sample(d, t, 16, 0,
+                                                                                      5, 0);
+    tg_seq2seq_data *e1 = tg_seq2seq_sample(d, t, 16, 0, 5, 1);
+    ck_assert(a && b && e1);
+    ck_assert_int_eq(tg_seq2seq_count(a), 100);
+    ck_assert(tg_seq2seq_get_info(a).hash == tg_seq2seq_get_info(d).hash);
+    int differ = 0, cut = 0;
+    for (int64_t i = 0; i < 100; i++) {
+        int64_t na, nb2, ne;
+        const int32_t *sa = tg_seq2seq_source(a, i, &na), *sb = tg_seq2seq_source(b, i, &nb2);
+        const int32_t *se = tg_seq2seq_source(e1, i, &ne);
+        ck_assert(na == nb2 && !memcmp(sa, sb, (size_t)na * sizeof *sa));
+        differ += na != ne || memcmp(sa, se, (size_t)na * sizeof *sa);
+        ck_assert(na <= 12 && sa[na - 1] == TG_TOKEN_EOS);
+        ck_assert_int_eq(tg_seq2seq_line(a, i), tg_seq2seq_line(d, i));
+        ck_assert_ptr_null(tg_seq2seq_source_text(a, i));
+        int64_t nt;
+        const int32_t *ta = tg_seq2seq_target(a, i, &nt);
+        ck_assert_int_le(nt, 11);
+        char out[512], want[512];
+        tg_tokenizer_decode(t, ta, nt, out, sizeof out);
+        snprintf(want, sizeof want, "%s", tg_seq2seq_target_text(d, i));
+        if (nt < 11)
+            ck_assert_str_eq(out, want);
+        else
+            cut++;
+    }
+    ck_assert_msg(differ > 20, "only %d of 100 sources changed between epochs", differ);
+    ck_assert_int_lt(cut, 100);
+    tg_seq2seq_free(a);
+    tg_seq2seq_free(b);
+    tg_seq2seq_free(e1);
+    /* errors */
+    ck_assert_ptr_null(tg_seq2seq_sample(d, t, 0, 0.2, 5, 0));
+    tu_assert_error(ctx, TG_ERR_ARG, "tg_seq2seq_sample");
+    ck_assert_ptr_null(tg_seq2seq_sample(d, t, 16, 0.2, 5, -1));
+    tg_tokenizer *bytes = tg_tokenizer_bytes(ctx);
+    ck_assert_ptr_null(tg_seq2seq_sample(d, bytes, 16, 0.2, 5, 0));
+    tu_assert_error(ctx, TG_ERR_UNSUPPORTED, "cannot sample");
+    o.keep_text = false;
+    tg_seq2seq_data *no_text = tg_seq2seq_load_mem(ctx, tsv, len, "p.tsv", t, &o);
+    ck_assert_ptr_null(tg_seq2seq_sample(no_text, t, 16, 0.2, 5, 0));
+    tu_assert_error(ctx, TG_ERR_ARG, "keep_text");
+    ck_assert_ptr_null(tg_seq2seq_sample(NULL, t, 16, 0.2, 5, 0));
+    tg_seq2seq_free(no_text);
+    tg_seq2seq_free(d);
+    tg_tokenizer_free(bytes);
+    tg_tokenizer_free(t);
+    free(tsv);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("spm");
@@ -447,5 +587,7 @@ int main(void)
     tcase_add_test(tc, test_model_type);
     tcase_add_test(tc, test_train_errors);
     tcase_add_test(tc, test_hostile_bytes);
+    tcase_add_test(tc, test_sampled_segmentations);
+    tcase_add_test(tc, test_seq2seq_sample);
     return tu_run(s);
 }

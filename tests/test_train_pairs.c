@@ -168,6 +168,59 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+/* Subword regularization: new segmentations every epoch (the run differs from one without),
+ * recorded in the checkpoint, restored on resume bit-exactly, the same on 1 and 2 threads. */
+#define SPM_MODEL "--vocab-size 30 --d-model 16 --heads 2 --d-ff 32 --layers 1 --seq-len 40 " \
+                  "--batch-tokens 200 --quiet --steps 40 --eval-every 20"
+START_TEST(test_spm_alpha)
+{
+    write_pairs("train.tsv", 60, 0);
+    write_pairs("valid.tsv", 10, 3);
+    const char *run_args = "train --pairs train.tsv --valid valid.tsv " SPM_MODEL;
+    char a[1024];
+    snprintf(a, sizeof a, "%s --threads 1 --checkpoint best-only", run_args);
+    int rc = run(a);
+    char *err = slurp("err.txt", NULL);
+    if (rc == 2 && err && strstr(err, "built without SentencePiece")) {
+        fprintf(stderr, "test_spm_alpha: skipped: tgrad built without SentencePiece\n");
+        free(err);
+        return;
+    }
+    ck_assert_msg(rc == 0, "tgrad %s: exit %d: %s", a, rc, err ? err : "");
+    free(err);
+    snprintf(a, sizeof a, "%s --spm-alpha 0.5 --spm-nbest 8 --threads 1 --checkpoint straight",
+             run_args);
+    expect_ok(a);
+    ck_assert_msg(!same_file("straight", "best-only"), "sampling changed nothing");
+    char v[64];
+    ck_assert_str_eq(meta("straight", "train.spm_alpha", v, sizeof v), "0.5");
+    ck_assert_str_eq(meta("straight", "train.spm_nbest", v, sizeof v), "8");
+    ck_assert_ptr_null(meta("best-only", "train.spm_alpha", v, sizeof v));
+    snprintf(a, sizeof a, "%s --spm-alpha 0.5 --spm-nbest 8 --threads 2 --checkpoint two",
+             run_args);
+    expect_ok(a);
+    ck_assert_msg(same_file("straight", "two"), "2 threads differ from 1");
+    snprintf(a, sizeof a, "%s --spm-alpha 0.5 --spm-nbest 8 --threads 1 --checkpoint part "
+             "--stop-after 17", run_args);
+    expect_ok(a);
+    expect_ok("train --pairs train.tsv --valid valid.tsv --resume part --quiet");
+    ck_assert_msg(same_file("straight", "part"), "resumed checkpoint differs");
+    ck_assert_msg(strcmp(meta("part", "data.epoch", v, sizeof v), "0") != 0,
+                  "the run crossed an epoch");
+    /* refusals: what cannot sample, and a budget a sample could exceed */
+    expect_fail("train --pairs train.tsv --valid valid.tsv " MODEL " --spm-alpha 0.5", 2,
+                "excludes --tokenizer bytes");
+    expect_fail("train --pairs train.tsv --valid valid.tsv --spm-type bpe --spm-alpha 0.5", 2,
+                "excludes --spm-type bpe");
+    expect_fail("train --pairs train.tsv --valid valid.tsv --spm-nbest 4", 2,
+                "--spm-nbest needs --spm-alpha");
+    expect_fail("train --pairs train.tsv --valid valid.tsv --vocab-size 30 --seq-len 40 "
+                "--batch-tokens 30 --spm-alpha 0.5 --quiet", 2, "which a sampled segmentation");
+    expect_fail("train --pairs train.tsv --valid valid.tsv --vocab-size 30 --spm-alpha -1", 2,
+                "spm-alpha");
+}
+END_TEST
+
 /* Every progress line of a non-terminal run (stderr is a file) has the same columns: the epoch
  * and the learning rate stay after the first evaluation; a resumed run shows the checkpoint's
  * validation loss (train.best_val) until it evaluates, not "val -". */
@@ -440,6 +493,7 @@ int main(void)
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_progress_columns);
     tcase_add_test(tc, test_plot_and_help);
+    tcase_add_test(tc, test_spm_alpha);
     TCase *sig = tu_tcase(s, "signals", 300);
     tcase_add_checked_fixture(sig, setup, teardown);
     tcase_add_test(sig, test_setup_sigterm_pending);

@@ -62,7 +62,22 @@ typedef struct loader {
     const tg_tokenizer *tok;
     const char *fn, *label;
     int32_t *scratch; /* max_len ids */
+    /* tg_seq2seq_sample: draw segmentations (l >= 1) with these keys (tgrad_data.h) */
+    int l;
+    double alpha;
+    uint64_t key; /* seed XOR (0x9E3779B97F4A7C15 * (epoch + 1)) */
 } loader;
+
+/* Side s of pair i, as tg_seq2seq_sample's rule says: sampled when l >= 1, else the best. */
+static int64_t encode_side(const loader *l, const char *s, size_t n, int side, int32_t *ids,
+                           int64_t cap)
+{
+    if (l->l < 1)
+        return tg_tokenizer_encode(l->tok, s, n, ids, cap);
+    uint64_t i = (uint64_t)l->d->lines.len;
+    uint64_t key = l->key ^ (0xD1B54A32D192ED03ULL * (2 * i + (uint64_t)side + 1));
+    return tg_tokenizer_encode_sampled(l->tok, s, n, l->l, l->alpha, key, ids, cap);
+}
 
 /* Tokenize one side into d->ids: at most L - 1 ids, then EOS if @p eos. */
 static tg_status add_side(loader *l, const tg_pair *p, const char *s, size_t n, bool eos,
@@ -70,12 +85,13 @@ static tg_status add_side(loader *l, const tg_pair *p, const char *s, size_t n, 
 {
     tg_seq2seq_data *d = l->d;
     int64_t cap = d->info.max_len - 1;
-    int64_t k = tg_tokenizer_encode(l->tok, s, n, l->scratch, cap);
+    int64_t k = encode_side(l, s, n, eos ? 0 : 1, l->scratch, cap);
     if (k < 0) {
-        tg__err_replace(d->ctx, TG_ERR_ARG, l->fn, "%s:%lld: %s: %s", l->label,
-                        (long long)p->line, side,
-                        tg_ctx_message(tg_tokenizer_ctx(l->tok)));
-        return TG_ERR_ARG;
+        tg_status st = tg_ctx_status(tg_tokenizer_ctx(l->tok));
+        st = st == TG_OK ? TG_ERR_ARG : st;
+        tg__err_replace(d->ctx, st, l->fn, "%s:%lld: %s: %s", l->label, (long long)p->line,
+                        side, tg_ctx_message(tg_tokenizer_ctx(l->tok)));
+        return st;
     }
     *truncated = k > cap;
     int64_t m = k < cap ? k : cap;
@@ -146,6 +162,38 @@ static void data_release(tg_seq2seq_data *d)
     tg__free(ctx, d);
 }
 
+/* An empty data set of sequences up to @p max_len tokens with @p tok's specials, and a
+ * scratch array of max_len ids (*scratch, freed by the caller). */
+static tg_seq2seq_data *data_new(tg_ctx *ctx, const char *fn, int64_t max_len, bool keep_text,
+                                 const tg_tokenizer *tok, int32_t **scratch)
+{
+    tg_seq2seq_data *d = tg__alloc_owned(ctx, sizeof *d, fn, TG__OWNER_CTX);
+    *scratch = tg__alloc(ctx, (size_t)max_len * sizeof **scratch, fn);
+    if (!d || !*scratch) {
+        tg__free(ctx, d);
+        tg__free(ctx, *scratch);
+        return NULL;
+    }
+    memset(d, 0, sizeof *d);
+    d->ctx = ctx;
+    d->keep_text = keep_text;
+    d->ids.elem = sizeof(int32_t);
+    d->off.elem = d->lines.elem = d->toff.elem = sizeof(int64_t);
+    d->text.elem = 1;
+    d->info.max_len = max_len;
+    tg_token_ids sp = tg_tokenizer_special(tok);
+    d->bos = sp.bos;
+    d->eos = sp.eos;
+    d->info.pad_id = sp.pad >= 0 ? sp.pad : sp.unk >= 0 ? sp.unk : 0;
+    if (!grow_reserve(ctx, fn, &d->off, 1)) {
+        data_release(d);
+        tg__free(ctx, *scratch);
+        return NULL;
+    }
+    ((int64_t *)d->off.p)[d->off.len++] = 0;
+    return d;
+}
+
 /* path != NULL: the file; else the buffer. */
 static tg_seq2seq_data *load(tg_ctx *ctx, const char *fn, const char *path, const void *data,
                              size_t size, const char *label, const tg_tokenizer *tok,
@@ -163,30 +211,13 @@ static tg_seq2seq_data *load(tg_ctx *ctx, const char *fn, const char *path, cons
                     (long long)o.max_len);
         return NULL;
     }
-    tg_seq2seq_data *d = tg__alloc_owned(ctx, sizeof *d, fn, TG__OWNER_CTX);
-    int32_t *scratch = tg__alloc(ctx, (size_t)o.max_len * sizeof *scratch, fn);
-    if (!d || !scratch) {
-        tg__free(ctx, d);
-        tg__free(ctx, scratch);
+    int32_t *scratch = NULL;
+    tg_seq2seq_data *d = data_new(ctx, fn, o.max_len, o.keep_text, tok, &scratch);
+    if (!d)
         return NULL;
-    }
-    d->ctx = ctx;
-    d->keep_text = o.keep_text;
-    d->ids.elem = sizeof(int32_t);
-    d->off.elem = d->lines.elem = d->toff.elem = sizeof(int64_t);
-    d->text.elem = 1;
-    d->info.max_len = o.max_len;
-    tg_token_ids sp = tg_tokenizer_special(tok);
-    d->bos = sp.bos;
-    d->eos = sp.eos;
-    d->info.pad_id = sp.pad >= 0 ? sp.pad : sp.unk >= 0 ? sp.unk : 0;
     tg_status st = TG_OK;
-    if (grow_reserve(ctx, fn, &d->off, 1))
-        ((int64_t *)d->off.p)[d->off.len++] = 0;
-    else
-        st = TG_ERR_NOMEM;
     tg__src src;
-    loader l = {d, tok, fn, NULL, scratch};
+    loader l = {.d = d, .tok = tok, .fn = fn, .scratch = scratch};
     tg_pairs_info pi = {0, 0, 0};
     if (st == TG_OK) {
         if (path)
@@ -239,6 +270,67 @@ tg_seq2seq_data *tg_seq2seq_load_mem(tg_ctx *ctx, const void *data, size_t size,
     tg_seq2seq_data *d = load(ctx, fn, NULL, data, size, label, tok, opts);
     tg__io_leave(ctx);
     return d;
+}
+
+/* Whether tg_seq2seq_sample can run on @p d with @p tok (else an error on ctx). */
+static bool sample_ok(tg_ctx *ctx, const char *fn, const tg_seq2seq_data *d,
+                      const tg_tokenizer *tok, int l, double alpha, int64_t epoch)
+{
+    const char *why = NULL;
+    tg_token_ids sp = tg_tokenizer_special(tok);
+    if (!d || !tok)
+        why = "NULL data or tokenizer";
+    else if (!d->keep_text)
+        why = "the data were loaded without keep_text (sampling re-reads the texts)";
+    else if (sp.bos != d->bos || sp.eos != d->eos)
+        why = "the tokenizer's bos and eos ids differ from the data's";
+    else if (epoch < 0)
+        why = "epoch must be >= 0";
+    else if (l < 1 || l > TG_SAMPLE_MAX_NBEST || !(alpha >= 0 && alpha <= 100))
+        why = "l must be in [1, TG_SAMPLE_MAX_NBEST] and alpha in [0, 100]";
+    if (why) {
+        tg__run_err(ctx, TG_ERR_ARG, fn, "%s", why);
+        return false;
+    }
+    if (!tg_tokenizer_can_sample(tok)) {
+        tg__run_err(ctx, TG_ERR_UNSUPPORTED, fn, "the %s tokenizer cannot sample segmentations "
+                    "(a SentencePiece unigram model can)", tg_tokenizer_kind(tok));
+        return false;
+    }
+    return true;
+}
+
+tg_seq2seq_data *tg_seq2seq_sample(const tg_seq2seq_data *d, const tg_tokenizer *tok, int l,
+                                   double alpha, uint64_t seed, int64_t epoch)
+{
+    static const char fn[] = "tg_seq2seq_sample";
+    if (!d)
+        return NULL;
+    tg_ctx *ctx = d->ctx;
+    tg__begin(ctx);
+    if (!sample_ok(ctx, fn, d, tok, l, alpha, epoch))
+        return NULL;
+    int32_t *scratch = NULL;
+    tg_seq2seq_data *o = data_new(ctx, fn, d->info.max_len, false, tok, &scratch);
+    if (!o)
+        return NULL;
+    loader ld = {.d = o, .tok = tok, .fn = fn, .label = "pairs", .scratch = scratch, .l = l,
+                 .alpha = alpha,
+                 .key = seed ^ (0x9E3779B97F4A7C15ULL * ((uint64_t)epoch + 1))};
+    tg_status st = TG_OK;
+    for (int64_t i = 0; st == TG_OK && i < d->info.pairs; i++) {
+        const char *a = tg_seq2seq_source_text(d, i), *b = tg_seq2seq_target_text(d, i);
+        tg_pair p = {a, strlen(a), b, strlen(b), tg_seq2seq_line(d, i)};
+        st = load_pair(&ld, &p);
+    }
+    tg__free(ctx, scratch);
+    if (st != TG_OK) {
+        data_release(o);
+        return NULL;
+    }
+    o->info.hash = d->info.hash;
+    o->info.bytes = d->info.bytes;
+    return o;
 }
 
 void tg_seq2seq_free(tg_seq2seq_data *d)

@@ -11,6 +11,7 @@
 #include "core.h"
 #include "io/io.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,7 +105,7 @@ static int64_t bytes_decode(void *impl, const int32_t *ids, int64_t n, char *out
     return (int64_t)len;
 }
 
-static const tg_tokenizer_ops bytes_ops = {"bytes", bytes_encode, bytes_decode, NULL};
+static const tg_tokenizer_ops bytes_ops = {"bytes", bytes_encode, bytes_decode, NULL, NULL};
 
 tg_tokenizer *tg_tokenizer_bytes(tg_ctx *ctx)
 {
@@ -113,6 +114,41 @@ tg_tokenizer *tg_tokenizer_bytes(tg_ctx *ctx)
 }
 
 /* ----- generic wrappers -------------------------------------------------------------------- */
+/* The checks every encode call makes before the implementation sees the text. */
+static bool text_ok(const tg_tokenizer *tok, const char *fn, const char *text, size_t n,
+                    const int32_t *ids, int64_t cap)
+{
+    if ((!text && n) || cap < 0 || (!ids && cap > 0)) {
+        tg__run_err(tok->ctx, TG_ERR_ARG, fn, "NULL text or ids, or a negative capacity");
+        return false;
+    }
+    const void *nul = n ? memchr(text, 0, n) : NULL;
+    if (nul) {
+        tg__run_err(tok->ctx, TG_ERR_ARG, fn, "the text has a NUL byte at offset %zu",
+                    (size_t)((const char *)nul - text));
+        return false;
+    }
+    size_t bad;
+    if (!tg__utf8_valid(text, n, &bad)) {
+        tg__run_err(tok->ctx, TG_ERR_ARG, fn, "the text is not valid UTF-8 (byte %zu, 0x%02x)",
+                    bad, (unsigned)(unsigned char)text[bad]);
+        return false;
+    }
+    return true;
+}
+
+/* Whether the implementation's ids[0..m) are all in the vocabulary. */
+static bool ids_ok(const tg_tokenizer *tok, const char *fn, const int32_t *ids, int64_t m)
+{
+    for (int64_t i = 0; i < m; i++)
+        if (ids[i] < 0 || ids[i] >= tok->vocab) {
+            tg__run_err(tok->ctx, TG_ERR_ARG, fn, "%s returned id %d outside [0, %lld)",
+                        tok->ops.kind, (int)ids[i], (long long)tok->vocab);
+            return false;
+        }
+    return true;
+}
+
 int64_t tg_tokenizer_encode(const tg_tokenizer *tok, const char *text, size_t n, int32_t *ids,
                             int64_t cap)
 {
@@ -120,22 +156,8 @@ int64_t tg_tokenizer_encode(const tg_tokenizer *tok, const char *text, size_t n,
     if (!tok)
         return -1;
     tg__begin(tok->ctx);
-    if ((!text && n) || cap < 0 || (!ids && cap > 0)) {
-        tg__run_err(tok->ctx, TG_ERR_ARG, fn, "NULL text or ids, or a negative capacity");
+    if (!text_ok(tok, fn, text, n, ids, cap))
         return -1;
-    }
-    const void *nul = n ? memchr(text, 0, n) : NULL;
-    if (nul) {
-        tg__run_err(tok->ctx, TG_ERR_ARG, fn, "the text has a NUL byte at offset %zu",
-                    (size_t)((const char *)nul - text));
-        return -1;
-    }
-    size_t bad;
-    if (!tg__utf8_valid(text, n, &bad)) {
-        tg__run_err(tok->ctx, TG_ERR_ARG, fn, "the text is not valid UTF-8 (byte %zu, 0x%02x)",
-                    bad, (unsigned)(unsigned char)text[bad]);
-        return -1;
-    }
     char err[256] = "";
     int64_t k = tok->ops.encode(tok->impl, text ? text : "", n, ids, cap, err, sizeof err);
     if (k < 0) {
@@ -143,13 +165,111 @@ int64_t tg_tokenizer_encode(const tg_tokenizer *tok, const char *text, size_t n,
                     err[0] ? err : "encoding failed");
         return -1;
     }
-    int64_t m = k < cap ? k : cap;
-    for (int64_t i = 0; i < m; i++)
-        if (ids[i] < 0 || ids[i] >= tok->vocab) {
-            tg__run_err(tok->ctx, TG_ERR_ARG, fn, "%s returned id %d outside [0, %lld)",
-                        tok->ops.kind, (int)ids[i], (long long)tok->vocab);
-            return -1;
+    return ids_ok(tok, fn, ids, k < cap ? k : cap) ? k : -1;
+}
+
+bool tg_tokenizer_can_sample(const tg_tokenizer *tok) { return tok && tok->ops.nbest; }
+
+/* The l best segmentations of a text (tg_tokenizer_ops.nbest), in memory of their own. */
+typedef struct nbest_list {
+    int32_t *ids;
+    int64_t n_ids, ends[TG_SAMPLE_MAX_NBEST];
+    double scores[TG_SAMPLE_MAX_NBEST];
+    int count;
+} nbest_list;
+
+static tg_status nbest_get(const tg_tokenizer *tok, const char *fn, const char *text, size_t n,
+                           int l, nbest_list *nb)
+{
+    int64_t cap = 256;
+    for (;;) {
+        nb->ids = malloc((size_t)cap * sizeof *nb->ids);
+        if (!nb->ids) {
+            tg__run_err(tok->ctx, TG_ERR_NOMEM, fn, "out of memory");
+            return TG_ERR_NOMEM;
         }
+        char err[256] = "";
+        nb->count = 0;
+        int64_t k = tok->ops.nbest(tok->impl, text ? text : "", n, l, nb->ids, cap, nb->ends,
+                                   nb->scores, &nb->count, err, sizeof err);
+        if (k < 0) {
+            tg__run_err(tok->ctx, TG_ERR_ARG, fn, "%s: %s", tok->ops.kind,
+                        err[0] ? err : "n-best encoding failed");
+            return TG_ERR_ARG;
+        }
+        if (k <= cap) {
+            nb->n_ids = k;
+            break;
+        }
+        free(nb->ids);
+        cap = k;
+    }
+    bool shape = nb->count >= 0 && nb->count <= l;
+    for (int i = 0; shape && i < nb->count; i++)
+        shape = nb->ends[i] >= (i ? nb->ends[i - 1] : 0) && isfinite(nb->scores[i]);
+    if (!shape || (nb->count && nb->ends[nb->count - 1] != nb->n_ids)) {
+        tg__run_err(tok->ctx, TG_ERR_ARG, fn, "%s returned a malformed n-best list",
+                    tok->ops.kind);
+        return TG_ERR_ARG;
+    }
+    return ids_ok(tok, fn, nb->ids, nb->n_ids) ? TG_OK : TG_ERR_ARG;
+}
+
+/* The segmentation drawn (tg_tokenizer_encode_sampled's rule). */
+static int draw(const nbest_list *nb, double alpha, uint64_t key)
+{
+    double w[TG_SAMPLE_MAX_NBEST], total = 0;
+    for (int k = 0; k < nb->count; k++) {
+        w[k] = exp(alpha * (nb->scores[k] - nb->scores[0]));
+        total += w[k];
+    }
+    double u = (double)(tg__splitmix64(&key) >> 11) * 0x1p-53 * total, c = 0;
+    for (int k = 0; k < nb->count; k++) {
+        c += w[k];
+        if (u < c)
+            return k;
+    }
+    return nb->count - 1; /* rounding: u * total at the very end */
+}
+
+int64_t tg_tokenizer_encode_sampled(const tg_tokenizer *tok, const char *text, size_t n,
+                                    int l, double alpha, uint64_t key, int32_t *ids,
+                                    int64_t cap)
+{
+    static const char *fn = "tg_tokenizer_encode_sampled";
+    if (!tok)
+        return -1;
+    tg__begin(tok->ctx);
+    if (!text_ok(tok, fn, text, n, ids, cap))
+        return -1;
+    if (l < 1 || l > TG_SAMPLE_MAX_NBEST || !(alpha >= 0 && alpha <= 100)) {
+        tg__run_err(tok->ctx, TG_ERR_ARG, fn, "l %d must be in [1, %d] and alpha %g in "
+                    "[0, 100]", l, TG_SAMPLE_MAX_NBEST, alpha);
+        return -1;
+    }
+    if (!tok->ops.nbest) {
+        tg__run_err(tok->ctx, TG_ERR_UNSUPPORTED, fn, "the %s tokenizer has one segmentation "
+                    "per text: nothing to sample", tok->ops.kind);
+        return -1;
+    }
+    nbest_list *nb = malloc(sizeof *nb);
+    if (!nb) {
+        tg__run_err(tok->ctx, TG_ERR_NOMEM, fn, "out of memory");
+        return -1;
+    }
+    nb->ids = NULL;
+    int64_t k = -1;
+    if (nbest_get(tok, fn, text, n, l, nb) == TG_OK) {
+        k = 0;
+        if (nb->count) {
+            int j = draw(nb, alpha, key);
+            int64_t b = j ? nb->ends[j - 1] : 0;
+            k = nb->ends[j] - b;
+            memcpy(ids, nb->ids + b, (size_t)(k < cap ? k : cap) * sizeof *ids);
+        }
+    }
+    free(nb->ids);
+    free(nb);
     return k;
 }
 

@@ -22,6 +22,7 @@ struct tg_train_pairs {
     tg_ctx *ctx;
     tg_train_pairs_opts o;
     tg_batches *plan;      /* the current epoch's batches (NULL until the first is needed) */
+    tg_seq2seq_data *sampled; /* sample_nbest > 0: the current epoch's segmentations */
     int64_t epoch, cursor; /* the next batch: batch `cursor` of epoch `epoch` */
     tg_seq2seq_loss *loss;
     tg_translator *greedy; /* validation BLEU */
@@ -34,7 +35,7 @@ struct tg_train_pairs {
     tg_bleu bleu;
     tg_chrf chrf;
     char *tok_values[2];   /* tg_tokenizer_meta's values (tg_train_pairs_meta) */
-    char meta_store[3][32]; /* the hashes and batch_tokens */
+    char meta_store[5][32]; /* the hashes, batch_tokens, sample_alpha and sample_nbest */
 };
 
 /* The longest sequence (source or target, EOS/BOS included) of either set. */
@@ -59,8 +60,23 @@ static bool opts_ok(tg_ctx *ctx, const tg_transformer *model, const tg_train_pai
         why = "label_smoothing must be in [0, 1)";
     else if (tg_seq2seq_count(o->valid) > 0 && !tg_seq2seq_target_text(o->valid, 0))
         why = "the validation set was loaded without keep_text (BLEU reads its targets' text)";
+    else if (o->sample_nbest < 0 || o->sample_nbest > TG_SAMPLE_MAX_NBEST ||
+             !(o->sample_alpha >= 0 && o->sample_alpha <= 100))
+        why = "sample_nbest must be in [0, TG_SAMPLE_MAX_NBEST] and sample_alpha in [0, 100]";
+    else if (o->sample_nbest && tg_seq2seq_count(o->train) > 0 &&
+             !tg_seq2seq_source_text(o->train, 0))
+        why = "sampling needs the training set loaded with keep_text";
+    else if (o->sample_nbest && !tg_tokenizer_can_sample(o->tokenizer))
+        why = "sampling needs a tokenizer that can sample (a SentencePiece unigram model)";
     if (why) {
         tg__run_err(ctx, TG_ERR_ARG, FN, "%s", why);
+        return false;
+    }
+    int64_t max_len = tg_seq2seq_get_info(o->train).max_len;
+    if (o->sample_nbest && o->batch_tokens < max_len) {
+        tg__run_err(ctx, TG_ERR_ARG, FN, "batch_tokens %" PRId64 " is smaller than max_len %"
+                    PRId64 ", which a sampled segmentation can reach", o->batch_tokens,
+                    max_len);
         return false;
     }
     if (o->batch_tokens < longest(o)) {
@@ -71,6 +87,29 @@ static bool opts_ok(tg_ctx *ctx, const tg_transformer *model, const tg_train_pai
     return true;
 }
 
+/* The data the current epoch trains on: its sampled segmentations, or the training set. */
+static const tg_seq2seq_data *epoch_data(const tg_train_pairs *m)
+{
+    return m->sampled ? m->sampled : m->o.train;
+}
+
+/* The batches of epoch m->epoch (and its segmentations when sampling). */
+static bool plan_epoch(tg_train_pairs *m)
+{
+    tg_batches_free(m->plan);
+    m->plan = NULL;
+    tg_seq2seq_free(m->sampled);
+    m->sampled = NULL;
+    if (m->o.sample_nbest) {
+        m->sampled = tg_seq2seq_sample(m->o.train, m->o.tokenizer, m->o.sample_nbest,
+                                       m->o.sample_alpha, m->o.seed, m->epoch);
+        if (!m->sampled)
+            return false;
+    }
+    m->plan = tg_seq2seq_batches(epoch_data(m), m->o.batch_tokens, m->o.seed, m->epoch);
+    return m->plan != NULL;
+}
+
 /* A resumed run: the plan of its epoch, and its cursor within it. */
 static bool start_at(tg_train_pairs *m)
 {
@@ -78,8 +117,7 @@ static bool start_at(tg_train_pairs *m)
     m->cursor = m->o.batch;
     if (m->epoch == 0 && m->cursor == 0)
         return true; /* a fresh run makes its first plan at its first step */
-    m->plan = tg_seq2seq_batches(m->o.train, m->o.batch_tokens, m->o.seed, m->epoch);
-    if (!m->plan)
+    if (!plan_epoch(m))
         return false;
     if (m->cursor > tg_batches_count(m->plan)) {
         tg__run_err(m->ctx, TG_ERR_ARG, FN, "batch %" PRId64 " is beyond the %" PRId64
@@ -172,7 +210,7 @@ static tg_status fill(tg_train_pairs *m, tg_batch bt, tg_seq2seq_batch *b)
         tg__run_err(m->ctx, TG_ERR_NOMEM, "tg_train_pairs", "out of memory");
         return TG_ERR_NOMEM;
     }
-    int64_t tokens = tg_seq2seq_batch_fill(m->o.train, bt.examples, bt.n, bt.src_len,
+    int64_t tokens = tg_seq2seq_batch_fill(epoch_data(m), bt.examples, bt.n, bt.src_len,
                                            bt.tgt_len, -100, m->src, m->slen, m->tin, m->lab,
                                            b);
     if (tokens < 0) {
@@ -199,18 +237,14 @@ static tg_status plan_next(tg_train_pairs *m)
         m->epoch++;
         m->cursor = 0;
     }
-    tg_batches_free(m->plan);
-    m->plan = tg_seq2seq_batches(m->o.train, m->o.batch_tokens, m->o.seed, m->epoch);
-    return m->plan ? TG_OK : failed(m->ctx);
+    return plan_epoch(m) ? TG_OK : failed(m->ctx);
 }
 
 const tg_graph *tg_train_pairs_graph(tg_train_pairs *m)
 {
     if (!m)
         return NULL;
-    if (!m->plan) /* the first epoch's plan, as the first step would make it */
-        m->plan = tg_seq2seq_batches(m->o.train, m->o.batch_tokens, m->o.seed, m->epoch);
-    if (!m->plan)
+    if (!m->plan && !plan_epoch(m)) /* the first epoch's plan, as the first step makes it */
         return NULL;
     int64_t n = tg_batches_count(m->plan);
     tg_seq2seq_batch b;
@@ -374,7 +408,8 @@ tg_status tg_train_pairs_meta(tg_train_pairs *m, tg_train_meta_list *list)
     free(m->tok_values[1]);
     m->tok_values[0] = m->tok_values[1] = NULL;
     int nt = tg_tokenizer_meta(m->o.tokenizer, tk, m->tok_values);
-    if (nt < 0 || list->n + nt + 5 > TG_TRAIN_RECORD_META_MAX) {
+    int ns = m->o.sample_nbest ? 2 : 0;
+    if (nt < 0 || list->n + nt + 5 + ns > TG_TRAIN_RECORD_META_MAX) {
         tg__run_err(m->ctx, nt < 0 ? TG_ERR_NOMEM : TG_ERR_ARG, "tg_train_pairs_meta",
                     nt < 0 ? "out of memory" : "the list is full");
         return nt < 0 ? TG_ERR_NOMEM : TG_ERR_ARG;
@@ -395,6 +430,14 @@ tg_status tg_train_pairs_meta(tg_train_pairs *m, tg_train_meta_list *list)
         list->keys[list->n] = keys[i];
         list->values[list->n++] = vals[i];
     }
+    if (ns) { /* subword regularization: only when on */
+        snprintf(m->meta_store[3], sizeof m->meta_store[3], "%.17g", m->o.sample_alpha);
+        snprintf(m->meta_store[4], sizeof m->meta_store[4], "%d", m->o.sample_nbest);
+        list->keys[list->n] = "train.spm_alpha";
+        list->values[list->n++] = m->meta_store[3];
+        list->keys[list->n] = "train.spm_nbest";
+        list->values[list->n++] = m->meta_store[4];
+    }
     return TG_OK;
 }
 
@@ -405,6 +448,7 @@ void tg_train_pairs_free(tg_train_pairs *m)
     tg_seq2seq_loss_free(m->loss);
     tg_translator_free(m->greedy);
     tg_batches_free(m->plan);
+    tg_seq2seq_free(m->sampled);
     free(m->tok_values[0]);
     free(m->tok_values[1]);
     free(m->src);

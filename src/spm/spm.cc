@@ -537,7 +537,42 @@ void spm_free(void *impl)
     delete static_cast<Impl *>(impl);
 }
 
-const tg_tokenizer_ops spm_ops = {KIND, spm_encode, spm_decode, spm_free};
+/* The unigram model's l best segmentations (tg_tokenizer_ops.nbest) with their
+ * log-probabilities (the sums of their pieces' scores). */
+int64_t spm_nbest(void *impl, const char *text, size_t n, int l, int32_t *ids, int64_t cap,
+                  int64_t *ends, double *scores, int *count, char *err, size_t err_size)
+{
+    try {
+        sentencepiece::ImmutableNBestSentencePieceText nb;
+        auto st = static_cast<Impl *>(impl)->sp.NBestEncode(absl::string_view(text, n), l,
+                                                            nb.mutable_proto());
+        if (!st.ok()) {
+            put_err(err, err_size, clean(st.ToString()));
+            return -1;
+        }
+        int64_t k = 0;
+        int m = (int)nb.nbests_size() < l ? (int)nb.nbests_size() : l;
+        for (int i = 0; i < m; i++) {
+            sentencepiece::ImmutableSentencePieceText seg = nb.nbests(i);
+            for (size_t j = 0; j < seg.pieces_size(); j++, k++)
+                if (k < cap)
+                    ids[k] = (int32_t)seg.pieces((int)j).id();
+            ends[i] = k;
+            scores[i] = (double)seg.score();
+        }
+        *count = m;
+        return k;
+    } catch (const std::bad_alloc &) {
+        put_err(err, err_size, "out of memory");
+    } catch (...) {
+        put_err(err, err_size, "SentencePiece failed");
+    }
+    return -1;
+}
+
+const tg_tokenizer_ops spm_ops = {KIND, spm_encode, spm_decode, spm_free, NULL};
+/* Unigram models can sample segmentations (subword regularization). */
+const tg_tokenizer_ops spm_unigram_ops = {KIND, spm_encode, spm_decode, spm_free, spm_nbest};
 
 tg_tokenizer *load(tg_ctx *ctx, const char *fn, const void *model, size_t size)
 {
@@ -578,7 +613,8 @@ tg_tokenizer *load(tg_ctx *ctx, const char *fn, const void *model, size_t size)
         }
         Impl *owned = impl;
         impl = NULL; /* tg_tokenizer_new owns it from here, also when it fails */
-        return tg_tokenizer_new(ctx, &spm_ops, owned, vocab, sp, model, size);
+        return tg_tokenizer_new(ctx, facts.model_type == 1 ? &spm_unigram_ops : &spm_ops, owned,
+                                vocab, sp, model, size);
     } catch (const std::bad_alloc &) {
         delete impl;
         tg_ctx_set_error(ctx, TG_ERROR_RUN, TG_ERR_NOMEM, fn, "out of memory");

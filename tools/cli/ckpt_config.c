@@ -72,6 +72,9 @@ static const field fields[] = {
     /* translation runs (data.mode pairs) */
     {"train.batch_tokens", "batch-tokens", F_RESTORE, false},
     {"train.target_bleu", "target-bleu", F_RESTORE, false},
+    /* written only when sampling: absent = no sampling */
+    {"train.spm_alpha", "spm-alpha", F_RESTORE, false},
+    {"train.spm_nbest", "spm-nbest", F_RESTORE, false},
 };
 
 static size_t value_size(const cli_option *o)

@@ -115,6 +115,12 @@ static const cli_option train_opts[] = {
         "to train (8000)", G_DATA),
     CHOICE("spm-type", spm_type, "unigram|bpe", "--pairs: SentencePiece model type (unigram)",
            G_DATA),
+    NUM("spm-alpha", spm_alpha, "A", 0, 100, 0, "--pairs: subword regularization (Kudo "
+        "2018): every epoch, each training sentence takes one of its --spm-nbest most probable "
+        "segmentations, drawn with probability proportional to P^A (SentencePiece unigram "
+        "models; 0.1-0.5 typical; validation and decoding keep the best)", G_DATA),
+    INT("spm-nbest", spm_nbest, "L", 1, TG_SAMPLE_MAX_NBEST, "--spm-alpha: sample among the L "
+        "best segmentations (64)", G_DATA),
     INT("batch-tokens", batch_tokens, "N", 1, TRAIN_MAX_BATCH_TOKENS, "--pairs: tokens per "
         "batch, padding counted; batches hold sentences of similar length (2048)", G_DATA),
     CHOICE("emb-scale", emb_scale, "none|sqrt", "token embeddings times sqrt(d_model) (sec. "
@@ -269,6 +275,8 @@ void train_defaults(train_args *a)
     a->vocab_size = 8000;
     a->batch_tokens = 2048;
     a->attn_dropout = a->act_dropout = -1;
+    a->spm_alpha = -1;
+    a->spm_nbest = 64;
 }
 
 void train_pairs_defaults(train_args *a, const cli_result *r)
@@ -324,8 +332,9 @@ int train_parse(int argc, char **argv, train_args *a, cli_result *r, char *err, 
                  a->arch == ARCH_ENCODER ? "encoder" : "lm");
         return CLI_ERROR;
     }
-    static const char *const pairs_only[] = {"valid", "tokenizer", "spm", "vocab-size",
-                                             "spm-type", "batch-tokens", "target-bleu"};
+    static const char *const pairs_only[] = {"valid",        "tokenizer", "spm",
+                                             "vocab-size",   "spm-type",  "batch-tokens",
+                                             "target-bleu",  "spm-alpha", "spm-nbest"};
     for (size_t i = 0; !a->pairs && !a->resume && i < sizeof pairs_only / sizeof *pairs_only;
          i++)
         if (cli_given(&train_cmd, r, pairs_only[i])) {
@@ -340,6 +349,18 @@ int train_parse(int argc, char **argv, train_args *a, cli_result *r, char *err, 
                                                                         "spm-type"))) {
         snprintf(err, n, "--spm gives the SentencePiece model; --vocab-size and --spm-type "
                  "only apply when one is trained");
+        return CLI_ERROR;
+    }
+    if (cli_given(&train_cmd, r, "spm-nbest") && !cli_given(&train_cmd, r, "spm-alpha") &&
+        !a->resume) {
+        snprintf(err, n, "--spm-nbest needs --spm-alpha (subword regularization)");
+        return CLI_ERROR;
+    }
+    if (cli_given(&train_cmd, r, "spm-alpha") &&
+        (a->tokenizer == TOK_BYTES || a->spm_type == SPM_BPE)) {
+        snprintf(err, n, "--spm-alpha samples the segmentations of a SentencePiece unigram "
+                 "model; it excludes --%s", a->tokenizer == TOK_BYTES ? "tokenizer bytes"
+                                                                       : "spm-type bpe");
         return CLI_ERROR;
     }
     if (a->arch == ARCH_LM && cli_given(&train_cmd, r, "task")) {

@@ -87,6 +87,8 @@ typedef struct train_args {
     int64_t vocab_size;     /* SentencePiece vocabulary to train (8000) */
     int64_t batch_tokens;   /* tokens per batch, padded positions counted (2048) */
     double target_bleu;     /* stop at this validation BLEU (0 = never) */
+    double spm_alpha;       /* subword regularization's alpha (-1: not given, no sampling) */
+    int64_t spm_nbest;      /* ... among the l best segmentations (64) */
     /* files */
     const char *checkpoint, *resume, *log, *plot;
     const char *dot; /* --dot: the training graph as Graphviz DOT, written once built */

@@ -227,11 +227,35 @@ static bool meta_i64(const tg_safetensors *ck, const char *key, int64_t lo, int6
     return true;
 }
 
+/* --spm-alpha: a tokenizer that can sample, and batches that hold any sample. */
+static bool sampling_ok(const pairs_run *p, const train_args *a, char *err, size_t n)
+{
+    if (!tg_tokenizer_can_sample(p->tok)) {
+        snprintf(err, n, "--spm-alpha samples the segmentations of a SentencePiece unigram "
+                 "model; this run's tokenizer (%s%s) has one segmentation per sentence",
+                 tg_tokenizer_kind(p->tok), strcmp(tg_tokenizer_kind(p->tok), "bytes") ? ", bpe"
+                                                                                   : "");
+        return false;
+    }
+    if (a->batch_tokens < a->seq_len) {
+        snprintf(err, n, "--batch-tokens %" PRId64 " is smaller than --seq-len %" PRId64 ", "
+                 "which a sampled segmentation (--spm-alpha) can reach; raise it",
+                 a->batch_tokens, a->seq_len);
+        return false;
+    }
+    return true;
+}
+
 bool pairs_load(pairs_run *p, tg_ctx *ctx, const train_args *a, const tg_safetensors *ck,
                 char *err, size_t n, bool *usage)
 {
     tg_seq2seq_opts o = {0};
     o.max_len = a->seq_len;
+    o.keep_text = a->spm_alpha >= 0; /* sampling segments the texts again every epoch */
+    if (a->spm_alpha >= 0 && !sampling_ok(p, a, err, n)) {
+        *usage = true;
+        return false;
+    }
     p->train = tg_seq2seq_load(ctx, a->pairs, p->tok, &o);
     if (!p->train) {
         cli_format("--pairs", a->pairs, ctx, err, n);
@@ -282,6 +306,9 @@ bool pairs_load(pairs_run *p, tg_ctx *ctx, const train_args *a, const tg_safeten
     if (!meta_i64(ck, "data.epoch", 0, INT32_MAX, &p->epoch, err, n) ||
         !meta_i64(ck, "data.batch", 0, INT32_MAX, &p->cursor, err, n))
         return false;
+    if (a->spm_alpha >= 0)
+        return true; /* the epoch's batches come from its sampled segmentations: the run's
+                        start (tg_train_pairs_new) checks data.batch against them */
     tg_batches *plan = tg_seq2seq_batches(p->train, a->batch_tokens, (uint64_t)a->seed,
                                           p->epoch);
     if (!plan) {
@@ -305,7 +332,9 @@ bool pairs_build(pairs_run *p, tg_ctx *ctx, const tg_transformer *m, const train
                              .epoch = p->epoch, .batch = p->cursor,
                              .label_smoothing = a->label_smoothing,
                              .precision = (tg_precision)a->precision,
-                             .target_bleu = a->target_bleu};
+                             .target_bleu = a->target_bleu,
+                             .sample_nbest = a->spm_alpha >= 0 ? (int)a->spm_nbest : 0,
+                             .sample_alpha = a->spm_alpha >= 0 ? a->spm_alpha : 0};
     p->run = tg_train_pairs_new(ctx, m, &o);
     return p->run != NULL;
 }

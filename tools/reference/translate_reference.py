@@ -106,6 +106,7 @@ Decoding (batched over sentences, no KV cache: the decoder runs on the whole pre
 Exit status: 0; 1 for a bad input file (one line on stderr); 2 for a usage error.
 """
 import argparse
+import copy
 import json
 import math
 import os
@@ -267,6 +268,42 @@ def make_sequences(vocab, pairs, max_len):
     out = []
     for s, t in zip(srcs, tgts):
         s, t = s[:max_len - 1], t[:max_len - 1]
+        out.append((s + [vocab.eos], [vocab.bos] + t, t + [vocab.eos]))
+    return out
+
+
+def sampled_ids(vocab, text, nbest, alpha, key):
+    """One of the `nbest` best segmentations of `text`, drawn as tgrad's
+    tg_tokenizer_encode_sampled does: weights exp(alpha (s_k - s_1)) in f64, u the first
+    splitmix64 output from state `key` times 2^-53 times their sum, the first k whose
+    cumulative weight exceeds u."""
+    segs = [([p.id for p in s.pieces], s.score)
+            for s in vocab.sp.NBestEncodeAsImmutableProto(text, nbest).nbests][:nbest]
+    if not segs:
+        return []
+    w = [math.exp(alpha * (sc - segs[0][1])) for _, sc in segs]
+    total = 0.0
+    for x in w:
+        total += x
+    u = (SplitMix64(key).next() >> 11) * 2.0 ** -53 * total
+    c = 0.0
+    for (ids, _), x in zip(segs, w):
+        c += x
+        if u < c:
+            return ids
+    return segs[-1][0]
+
+
+def sampled_sequences(vocab, pairs, max_len, nbest, alpha, seed, epoch):
+    """make_sequences with each side's segmentation drawn (tgrad's tg_seq2seq_sample): side s
+    of pair i has key seed ^ (GOLDEN (epoch + 1)) ^ (0xD1B54A32D192ED03 (2 i + s + 1))."""
+    base = (seed ^ (GOLDEN * (epoch + 1))) & M64
+    out = []
+    for i, (e, d) in enumerate(pairs):
+        ks = base ^ ((0xD1B54A32D192ED03 * (2 * i + 1)) & M64)
+        kt = base ^ ((0xD1B54A32D192ED03 * (2 * i + 2)) & M64)
+        s = sampled_ids(vocab, e, nbest, alpha, ks)[:max_len - 1]
+        t = sampled_ids(vocab, d, nbest, alpha, kt)[:max_len - 1]
         out.append((s + [vocab.eos], [vocab.bos] + t, t + [vocab.eos]))
     return out
 
@@ -598,6 +635,14 @@ def main(argv=None):
     ap.add_argument("--json", help="also write the JSON summary to this file")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads")
     ap.add_argument("--steps", type=int, default=1000, help="training steps (1000)")
+    ap.add_argument("--spm-alpha", type=float, default=None,
+                    help="subword regularization: sample each training sentence's "
+                         "segmentation every epoch (tgrad train --spm-alpha)")
+    ap.add_argument("--spm-nbest", type=int, default=64,
+                    help="--spm-alpha: among the L best segmentations (64)")
+    ap.add_argument("--keep-best", action="store_true",
+                    help="decode the test set with the evaluation of the highest validation "
+                         "BLEU (tgrad train --keep-best), not the last")
     ap.add_argument("--batch-tokens", type=int, default=2048,
                     help="padded positions per batch, n * max(S, T) (2048)")
     ap.add_argument("--max-len", type=int, default=128,
@@ -667,7 +712,11 @@ def main(argv=None):
         test_pairs = read_pairs(a.test)
         test = make_sequences(vocab, test_pairs, a.max_len)
         if not a.load:
-            train = make_sequences(vocab, read_pairs(a.train), a.max_len)
+            train_pairs = read_pairs(a.train)
+            train = make_sequences(vocab, train_pairs, a.max_len)
+            if a.spm_alpha is not None and a.batch_tokens < a.max_len:
+                raise InputError(f"--batch-tokens {a.batch_tokens} is smaller than --max-len "
+                                 f"{a.max_len}, which a sampled segmentation can reach")
             valid_pairs = read_pairs(a.valid)
             valid = make_sequences(vocab, valid_pairs, a.max_len)
             lengths = [(len(s), len(d)) for s, d, _ in train]
@@ -713,6 +762,7 @@ def main(argv=None):
                                    [[d for _, d in valid_pairs]]).score
 
     epoch, batches, bi = 0, None, 0
+    best = (-1.0, 0, None)  # --keep-best: (val BLEU, step, state)
     real_tgt = real_all = padded = 0
     train_time = 0.0
     for step in range(1, a.steps + 1):
@@ -720,6 +770,10 @@ def main(argv=None):
         if batches is None or bi == len(batches):
             if batches is not None:
                 epoch, bi = epoch + 1, 0
+            if a.spm_alpha is not None:  # this epoch's segmentations, then its plan
+                train = sampled_sequences(vocab, train_pairs, a.max_len, a.spm_nbest,
+                                          a.spm_alpha, a.seed, epoch)
+                lengths = [(len(s), len(d)) for s, d, _ in train]
             batches = epoch_batches(lengths, a.batch_tokens, a.seed, epoch)
         idx = batches[bi]
         bi += 1
@@ -744,6 +798,8 @@ def main(argv=None):
             vl = valid_loss(model, valid, vocab.pad, a.batch_tokens)
             vb = valid_bleu()
             summary["val_loss"], summary["val_bleu"] = vl, vb
+            if a.keep_best and vb > best[0]:  # strictly higher, as tgrad's --keep-best
+                best = (vb, step, copy.deepcopy(model.state_dict()))
             print(f"step {step:6d}  epoch {epoch + 1} ({bi}/{len(batches)})  loss "
                   f"{loss.item():.4f}  val loss {vl:.4f}  val BLEU {vb:.2f}  lr {lr:.3g}  "
                   f"{real_tgt / train_time:.0f} tgt tok/s", flush=True)
@@ -764,6 +820,10 @@ def main(argv=None):
                        src_tgt_tokens_per_s=real_all / train_time,
                        padded_per_s=padded / train_time)
 
+    if a.keep_best and best[2] is not None:
+        model.load_state_dict(best[2])
+        summary["best_step"], summary["best_val_bleu"] = best[1], best[0]
+        print(f"best: step {best[1]}, val BLEU {best[0]:.2f} (decoding with it)")
     refs = [d for _, d in test_pairs]
     srcs = [s for s, _, _ in test]
     beams = {"both": (1, a.beam), "greedy": (1,), "beam": (a.beam,), "none": ()}[a.decode]
