@@ -308,8 +308,8 @@ TG_API tg_seq2seq_data *tg_seq2seq_load_mem(tg_ctx *ctx, const void *data, size_
  * refuses: "x.tsv:7: source: <its message>"), ::TG_ERR_UNSUPPORTED (a tokenizer that cannot
  * sample), ::TG_ERR_NOMEM.
  */
-TG_API tg_seq2seq_data *tg_seq2seq_sample(const tg_seq2seq_data *d, const tg_tokenizer *tok,
-                                          int l, double alpha, uint64_t seed, int64_t epoch);
+TG_API tg_seq2seq_data *tg_seq2seq_sample(const tg_seq2seq_data *d, const tg_tokenizer *tok, int l,
+                                          double alpha, uint64_t seed, int64_t epoch);
 /** Release (NULL is a no-op). */
 TG_API void tg_seq2seq_free(tg_seq2seq_data *d);
 /** Counts (all zero for NULL). */

@@ -487,8 +487,8 @@ START_TEST(test_sampled_segmentations)
     /* errors */
     ck_assert_int_eq(tg_tokenizer_encode_sampled(t, s, n, 0, 0.1, 1, ids, 256), -1);
     tu_assert_error(ctx, TG_ERR_ARG, "l 0");
-    ck_assert_int_eq(tg_tokenizer_encode_sampled(t, s, n, TG_SAMPLE_MAX_NBEST + 1, 0.1, 1, ids,
-                                                 256), -1);
+    ck_assert_int_eq(
+        tg_tokenizer_encode_sampled(t, s, n, TG_SAMPLE_MAX_NBEST + 1, 0.1, 1, ids, 256), -1);
     ck_assert_int_eq(tg_tokenizer_encode_sampled(t, s, n, 8, NAN, 1, ids, 256), -1);
     ck_assert_int_eq(tg_tokenizer_encode_sampled(t, s, n, 8, -0.5, 1, ids, 256), -1);
     ck_assert_int_eq(tg_tokenizer_encode_sampled(t, "caf\xe9", 4, 8, 0.1, 1, ids, 256), -1);
@@ -524,8 +524,8 @@ START_TEST(test_seq2seq_sample)
     tg_seq2seq_opts o = {.max_len = 12, .keep_text = true};
     tg_seq2seq_data *d = tg_seq2seq_load_mem(ctx, tsv, len, "p.tsv", t, &o);
     ck_assert_ptr_nonnull(d);
-    tg_seq2seq_data *a = tg_seq2seq_sample(d, t, 16, 0, 5, 0), *b = tg_seq2seq_sample(d, t, 16, 0,
-                                                                                      5, 0);
+    tg_seq2seq_data *a = tg_seq2seq_sample(d, t, 16, 0, 5, 0),
+                    *b = tg_seq2seq_sample(d, t, 16, 0, 5, 0);
     tg_seq2seq_data *e1 = tg_seq2seq_sample(d, t, 16, 0, 5, 1);
     ck_assert(a && b && e1);
     ck_assert_int_eq(tg_seq2seq_count(a), 100);

@@ -170,8 +170,9 @@ END_TEST
 
 /* Subword regularization: new segmentations every epoch (the run differs from one without),
  * recorded in the checkpoint, restored on resume bit-exactly, the same on 1 and 2 threads. */
-#define SPM_MODEL "--vocab-size 30 --d-model 16 --heads 2 --d-ff 32 --layers 1 --seq-len 40 " \
-                  "--batch-tokens 200 --quiet --steps 40 --eval-every 20"
+#define SPM_MODEL                                                                                  \
+    "--vocab-size 30 --d-model 16 --heads 2 --d-ff 32 --layers 1 --seq-len 40 "                    \
+    "--batch-tokens 200 --quiet --steps 40 --eval-every 20"
 START_TEST(test_spm_alpha)
 {
     write_pairs("train.tsv", 60, 0);
@@ -200,8 +201,10 @@ START_TEST(test_spm_alpha)
              run_args);
     expect_ok(a);
     ck_assert_msg(same_file("straight", "two"), "2 threads differ from 1");
-    snprintf(a, sizeof a, "%s --spm-alpha 0.5 --spm-nbest 8 --threads 1 --checkpoint part "
-             "--stop-after 17", run_args);
+    snprintf(a, sizeof a,
+             "%s --spm-alpha 0.5 --spm-nbest 8 --threads 1 --checkpoint part "
+             "--stop-after 17",
+             run_args);
     expect_ok(a);
     expect_ok("train --pairs train.tsv --valid valid.tsv --resume part --quiet");
     ck_assert_msg(same_file("straight", "part"), "resumed checkpoint differs");
@@ -215,7 +218,8 @@ START_TEST(test_spm_alpha)
     expect_fail("train --pairs train.tsv --valid valid.tsv --spm-nbest 4", 2,
                 "--spm-nbest needs --spm-alpha");
     expect_fail("train --pairs train.tsv --valid valid.tsv --vocab-size 30 --seq-len 40 "
-                "--batch-tokens 30 --spm-alpha 0.5 --quiet", 2, "which a sampled segmentation");
+                "--batch-tokens 30 --spm-alpha 0.5 --quiet",
+                2, "which a sampled segmentation");
     expect_fail("train --pairs train.tsv --valid valid.tsv --vocab-size 30 --spm-alpha -1", 2,
                 "spm-alpha");
 }

@@ -89,8 +89,8 @@ static tg_status add_side(loader *l, const tg_pair *p, const char *s, size_t n, 
     if (k < 0) {
         tg_status st = tg_ctx_status(tg_tokenizer_ctx(l->tok));
         st = st == TG_OK ? TG_ERR_ARG : st;
-        tg__err_replace(d->ctx, st, l->fn, "%s:%lld: %s: %s", l->label, (long long)p->line,
-                        side, tg_ctx_message(tg_tokenizer_ctx(l->tok)));
+        tg__err_replace(d->ctx, st, l->fn, "%s:%lld: %s: %s", l->label, (long long)p->line, side,
+                        tg_ctx_message(tg_tokenizer_ctx(l->tok)));
         return st;
     }
     *truncated = k > cap;
@@ -293,8 +293,10 @@ static bool sample_ok(tg_ctx *ctx, const char *fn, const tg_seq2seq_data *d,
         return false;
     }
     if (!tg_tokenizer_can_sample(tok)) {
-        tg__run_err(ctx, TG_ERR_UNSUPPORTED, fn, "the %s tokenizer cannot sample segmentations "
-                    "(a SentencePiece unigram model can)", tg_tokenizer_kind(tok));
+        tg__run_err(ctx, TG_ERR_UNSUPPORTED, fn,
+                    "the %s tokenizer cannot sample segmentations "
+                    "(a SentencePiece unigram model can)",
+                    tg_tokenizer_kind(tok));
         return false;
     }
     return true;
@@ -314,7 +316,12 @@ tg_seq2seq_data *tg_seq2seq_sample(const tg_seq2seq_data *d, const tg_tokenizer 
     tg_seq2seq_data *o = data_new(ctx, fn, d->info.max_len, false, tok, &scratch);
     if (!o)
         return NULL;
-    loader ld = {.d = o, .tok = tok, .fn = fn, .label = "pairs", .scratch = scratch, .l = l,
+    loader ld = {.d = o,
+                 .tok = tok,
+                 .fn = fn,
+                 .label = "pairs",
+                 .scratch = scratch,
+                 .l = l,
                  .alpha = alpha,
                  .key = seed ^ (0x9E3779B97F4A7C15ULL * ((uint64_t)epoch + 1))};
     tg_status st = TG_OK;

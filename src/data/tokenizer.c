@@ -208,8 +208,7 @@ static tg_status nbest_get(const tg_tokenizer *tok, const char *fn, const char *
     for (int i = 0; shape && i < nb->count; i++)
         shape = nb->ends[i] >= (i ? nb->ends[i - 1] : 0) && isfinite(nb->scores[i]);
     if (!shape || (nb->count && nb->ends[nb->count - 1] != nb->n_ids)) {
-        tg__run_err(tok->ctx, TG_ERR_ARG, fn, "%s returned a malformed n-best list",
-                    tok->ops.kind);
+        tg__run_err(tok->ctx, TG_ERR_ARG, fn, "%s returned a malformed n-best list", tok->ops.kind);
         return TG_ERR_ARG;
     }
     return ids_ok(tok, fn, nb->ids, nb->n_ids) ? TG_OK : TG_ERR_ARG;
@@ -232,9 +231,8 @@ static int draw(const nbest_list *nb, double alpha, uint64_t key)
     return nb->count - 1; /* rounding: u * total at the very end */
 }
 
-int64_t tg_tokenizer_encode_sampled(const tg_tokenizer *tok, const char *text, size_t n,
-                                    int l, double alpha, uint64_t key, int32_t *ids,
-                                    int64_t cap)
+int64_t tg_tokenizer_encode_sampled(const tg_tokenizer *tok, const char *text, size_t n, int l,
+                                    double alpha, uint64_t key, int32_t *ids, int64_t cap)
 {
     static const char *fn = "tg_tokenizer_encode_sampled";
     if (!tok)
@@ -243,13 +241,17 @@ int64_t tg_tokenizer_encode_sampled(const tg_tokenizer *tok, const char *text, s
     if (!text_ok(tok, fn, text, n, ids, cap))
         return -1;
     if (l < 1 || l > TG_SAMPLE_MAX_NBEST || !(alpha >= 0 && alpha <= 100)) {
-        tg__run_err(tok->ctx, TG_ERR_ARG, fn, "l %d must be in [1, %d] and alpha %g in "
-                    "[0, 100]", l, TG_SAMPLE_MAX_NBEST, alpha);
+        tg__run_err(tok->ctx, TG_ERR_ARG, fn,
+                    "l %d must be in [1, %d] and alpha %g in "
+                    "[0, 100]",
+                    l, TG_SAMPLE_MAX_NBEST, alpha);
         return -1;
     }
     if (!tok->ops.nbest) {
-        tg__run_err(tok->ctx, TG_ERR_UNSUPPORTED, fn, "the %s tokenizer has one segmentation "
-                    "per text: nothing to sample", tok->ops.kind);
+        tg__run_err(tok->ctx, TG_ERR_UNSUPPORTED, fn,
+                    "the %s tokenizer has one segmentation "
+                    "per text: nothing to sample",
+                    tok->ops.kind);
         return -1;
     }
     nbest_list *nb = malloc(sizeof *nb);

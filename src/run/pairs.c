@@ -74,9 +74,10 @@ static bool opts_ok(tg_ctx *ctx, const tg_transformer *model, const tg_train_pai
     }
     int64_t max_len = tg_seq2seq_get_info(o->train).max_len;
     if (o->sample_nbest && o->batch_tokens < max_len) {
-        tg__run_err(ctx, TG_ERR_ARG, FN, "batch_tokens %" PRId64 " is smaller than max_len %"
-                    PRId64 ", which a sampled segmentation can reach", o->batch_tokens,
-                    max_len);
+        tg__run_err(ctx, TG_ERR_ARG, FN,
+                    "batch_tokens %" PRId64 " is smaller than max_len %" PRId64
+                    ", which a sampled segmentation can reach",
+                    o->batch_tokens, max_len);
         return false;
     }
     if (o->batch_tokens < longest(o)) {
@@ -210,9 +211,8 @@ static tg_status fill(tg_train_pairs *m, tg_batch bt, tg_seq2seq_batch *b)
         tg__run_err(m->ctx, TG_ERR_NOMEM, "tg_train_pairs", "out of memory");
         return TG_ERR_NOMEM;
     }
-    int64_t tokens = tg_seq2seq_batch_fill(epoch_data(m), bt.examples, bt.n, bt.src_len,
-                                           bt.tgt_len, -100, m->src, m->slen, m->tin, m->lab,
-                                           b);
+    int64_t tokens = tg_seq2seq_batch_fill(epoch_data(m), bt.examples, bt.n, bt.src_len, bt.tgt_len,
+                                           -100, m->src, m->slen, m->tin, m->lab, b);
     if (tokens < 0) {
         tg__run_err(m->ctx, TG_ERR_STATE, "tg_train_pairs", "a batch does not fit its shape");
         return TG_ERR_STATE;

@@ -111,9 +111,9 @@ static void check_resolved(const train_args *a, const ckpt_info *info,
             bool lo = (o->flags & CLI_FMIN_OPEN) ? v > o->fmin : v >= o->fmin;
             bool hi = (o->flags & CLI_FMAX_OPEN) ? v < o->fmax : v <= o->fmax;
             /* --attn-dropout, --act-dropout not set apart: -1 (as --dropout) */
-            bool unset = v == -1 && (!strcmp(o->name, "attn-dropout") ||
-                                     !strcmp(o->name, "act-dropout") ||
-                                     !strcmp(o->name, "spm-alpha"));
+            bool unset =
+                v == -1 && (!strcmp(o->name, "attn-dropout") || !strcmp(o->name, "act-dropout") ||
+                            !strcmp(o->name, "spm-alpha"));
             if (!unset && !(isfinite(v) && lo && hi))
                 fz_die(NULL, "restored --%s %g outside its range", o->name, v);
         }

@@ -231,14 +231,16 @@ static bool meta_i64(const tg_safetensors *ck, const char *key, int64_t lo, int6
 static bool sampling_ok(const pairs_run *p, const train_args *a, char *err, size_t n)
 {
     if (!tg_tokenizer_can_sample(p->tok)) {
-        snprintf(err, n, "--spm-alpha samples the segmentations of a SentencePiece unigram "
+        snprintf(err, n,
+                 "--spm-alpha samples the segmentations of a SentencePiece unigram "
                  "model; this run's tokenizer (%s%s) has one segmentation per sentence",
-                 tg_tokenizer_kind(p->tok), strcmp(tg_tokenizer_kind(p->tok), "bytes") ? ", bpe"
-                                                                                   : "");
+                 tg_tokenizer_kind(p->tok),
+                 strcmp(tg_tokenizer_kind(p->tok), "bytes") ? ", bpe" : "");
         return false;
     }
     if (a->batch_tokens < a->seq_len) {
-        snprintf(err, n, "--batch-tokens %" PRId64 " is smaller than --seq-len %" PRId64 ", "
+        snprintf(err, n,
+                 "--batch-tokens %" PRId64 " is smaller than --seq-len %" PRId64 ", "
                  "which a sampled segmentation (--spm-alpha) can reach; raise it",
                  a->batch_tokens, a->seq_len);
         return false;
@@ -327,9 +329,13 @@ bool pairs_load(pairs_run *p, tg_ctx *ctx, const train_args *a, const tg_safeten
 
 bool pairs_build(pairs_run *p, tg_ctx *ctx, const tg_transformer *m, const train_args *a)
 {
-    tg_train_pairs_opts o = {.tokenizer = p->tok, .train = p->train, .valid = p->valid,
-                             .batch_tokens = a->batch_tokens, .seed = (uint64_t)a->seed,
-                             .epoch = p->epoch, .batch = p->cursor,
+    tg_train_pairs_opts o = {.tokenizer = p->tok,
+                             .train = p->train,
+                             .valid = p->valid,
+                             .batch_tokens = a->batch_tokens,
+                             .seed = (uint64_t)a->seed,
+                             .epoch = p->epoch,
+                             .batch = p->cursor,
                              .label_smoothing = a->label_smoothing,
                              .precision = (tg_precision)a->precision,
                              .target_bleu = a->target_bleu,
