@@ -30,16 +30,13 @@ static const char *const G_DATA = "data:";
 static const char *const G_FILES = "files:";
 
 static const cli_option train_opts[] = {
-    CHOICE("arch", arch, "encoder|lm|seq2seq",
-           "task: encoder or seq2seq; --text: lm (encoder "
-           "/ lm)",
-           G_MODEL),
+    CHOICE("arch", arch, "encoder|lm|seq2seq", "task: encoder or seq2seq; --text: lm (encoder "
+           "/ lm)", G_MODEL),
     INT("layers", layers, "N", 1, TRAIN_MAX_LAYERS, "encoder layers (2)", G_MODEL),
-    INT("decoder-layers", decoder_layers, "M", 1, TRAIN_MAX_LAYERS,
-        "seq2seq: decoder layers "
-        "(as --layers)",
+    INT("decoder-layers", decoder_layers, "M", 1, TRAIN_MAX_LAYERS, "seq2seq: decoder layers "
+        "(as --layers)", G_MODEL),
+    INT("d-model", d_model, "D", 1, TRAIN_MAX_D_MODEL, "model width (text 128, task 64)",
         G_MODEL),
-    INT("d-model", d_model, "D", 1, TRAIN_MAX_D_MODEL, "model width (text 128, task 64)", G_MODEL),
     INT("heads", heads, "H", 1, TRAIN_MAX_HEADS, "attention heads, must divide D (4)", G_MODEL),
     INT("d-ff", d_ff, "F", 1, TRAIN_MAX_D_FF, "feed-forward width (4*D)", G_MODEL),
     INT("seq-len", seq_len, "T", 2, TRAIN_MAX_SEQ_LEN, "sequence length (text 64, task 12)",
@@ -50,166 +47,107 @@ static const cli_option train_opts[] = {
     FLAG("tie-weights", tie, "output projection = token embedding", G_MODEL),
     CHOICE("dtype", dtype, "f32|f64", "parameter and activation dtype (f32)", G_MODEL),
     NUM("dropout", dropout, "P", 0, 1, CLI_FMAX_OPEN, "dropout probability (0)", G_TRAIN),
-    NUM("attn-dropout", attn_dropout, "P", 0, 1, CLI_FMAX_OPEN,
-        "dropout on the attention "
+    NUM("attn-dropout", attn_dropout, "P", 0, 1, CLI_FMAX_OPEN, "dropout on the attention "
         "weights, apart from --dropout (fairseq's --attention-dropout; 0 = none; default: "
-        "--dropout's, as nn.Transformer)",
-        G_TRAIN),
-    NUM("act-dropout", act_dropout, "P", 0, 1, CLI_FMAX_OPEN,
-        "dropout inside the "
+        "--dropout's, as nn.Transformer)", G_TRAIN),
+    NUM("act-dropout", act_dropout, "P", 0, 1, CLI_FMAX_OPEN, "dropout inside the "
         "feed-forward block after its activation, apart from --dropout (fairseq's "
-        "--activation-dropout; 0 = none; default: --dropout's)",
-        G_TRAIN),
-    CHOICE("precision", precision, "f32|bf16",
-           "compute precision of the matrix products: bf16 "
+        "--activation-dropout; 0 = none; default: --dropout's)", G_TRAIN),
+    CHOICE("precision", precision, "f32|bf16", "compute precision of the matrix products: bf16 "
            "rounds their operands to bfloat16 and accumulates in f32; weights, gradients, "
-           "optimizer state, softmax and layer norm stay f32 (f32; --dtype f32 only)",
-           G_TRAIN),
-    INT("batch", batch, "B", 1, TRAIN_MAX_BATCH, "sequences per step (32, seq2seq 64)", G_TRAIN),
-    INT("grad-accum", grad_accum, "K", 1, TRAIN_MAX_BATCH,
-        "split each step's batch into K "
-        "micro-batches, gradients summed in a fixed tree; K must divide --batch (1)",
+           "optimizer state, softmax and layer norm stay f32 (f32; --dtype f32 only)", G_TRAIN),
+    INT("batch", batch, "B", 1, TRAIN_MAX_BATCH, "sequences per step (32, seq2seq 64)",
         G_TRAIN),
-    INT("steps", steps, "N", 1, TRAIN_MAX_STEPS,
-        "training steps (text 1500, task 2000 max, pairs 1000)", G_TRAIN),
-    NUM("lr", lr, "LR", 0, 10, 0,
-        "peak learning rate (3e-3); --schedule noam: the factor "
-        "(1)",
+    INT("grad-accum", grad_accum, "K", 1, TRAIN_MAX_BATCH, "split each step's batch into K "
+        "micro-batches, gradients summed in a fixed tree; K must divide --batch (1)", G_TRAIN),
+    INT("steps", steps, "N", 1, TRAIN_MAX_STEPS, "training steps (text 1500, task 2000 max, pairs 1000)",
         G_TRAIN),
-    CHOICE("schedule", schedule, "cosine|noam",
-           "learning rate schedule: cosine = linear "
+    NUM("lr", lr, "LR", 0, 10, 0, "peak learning rate (3e-3); --schedule noam: the factor "
+        "(1)", G_TRAIN),
+    CHOICE("schedule", schedule, "cosine|noam", "learning rate schedule: cosine = linear "
            "warmup, then cosine decay to --min-lr; noam = LR D^-0.5 min(n^-0.5, n W^-1.5) at "
-           "update n, W = --warmup (Vaswani et al. 2017) (cosine)",
-           G_TRAIN),
+           "update n, W = --warmup (Vaswani et al. 2017) (cosine)", G_TRAIN),
     CHOICE("optimizer", optimizer, "adamw|adam|sgd", "optimizer (adamw)", G_TRAIN),
     NUM("momentum", momentum, "M", 0, 1, 0, "SGD momentum (0.9)", G_TRAIN),
     NUM("beta2", beta2, "B", 0, 1, CLI_FMAX_OPEN, "Adam/AdamW second-moment decay (0.999)",
         G_TRAIN),
     NUM("eps", eps, "E", 0, 1, CLI_FMIN_OPEN, "Adam/AdamW epsilon (1e-8)", G_TRAIN),
-    INT("warmup", warmup, "N", 0, TRAIN_MAX_STEPS, "warmup steps of the schedule (100)", G_TRAIN),
-    NUM("label-smoothing", label_smoothing, "X", 0, 1, 0,
-        "smooth the training loss's "
-        "targets to (1 - X) one-hot + X / V; validation loss is not smoothed (0)",
+    INT("warmup", warmup, "N", 0, TRAIN_MAX_STEPS, "warmup steps of the schedule (100)",
         G_TRAIN),
+    NUM("label-smoothing", label_smoothing, "X", 0, 1, 0, "smooth the training loss's "
+        "targets to (1 - X) one-hot + X / V; validation loss is not smoothed (0)", G_TRAIN),
     NUM("weight-decay", weight_decay, "W", 0, 10, 0, "weight decay (0.01)", G_TRAIN),
-    NUM("clip", clip, "C", 0, 1e6, 0, "clip gradients to this global norm (1.0, 0 = off)", G_TRAIN),
+    NUM("clip", clip, "C", 0, 1e6, 0, "clip gradients to this global norm (1.0, 0 = off)",
+        G_TRAIN),
     NUM("min-lr", min_lr, "LR", 0, 10, 0, "final learning rate of the cosine decay (lr/10)",
         G_TRAIN),
     INT("seed", seed, "S", 0, INT64_MAX, "random seed (0)", G_TRAIN),
-    INT("eval-every", eval_every, "N", 1, TRAIN_MAX_STEPS,
-        "evaluate every N steps (text 100, "
-        "task 50, seq2seq 100, pairs 500)",
-        G_TRAIN),
+    INT("eval-every", eval_every, "N", 1, TRAIN_MAX_STEPS, "evaluate every N steps (text 100, "
+        "task 50, seq2seq 100, pairs 500)", G_TRAIN),
     NUM("val-fraction", val_fraction, "F", 0, 1, CLI_FMAX_OPEN,
         "text: the last F of the bytes validate (0.1)", G_TRAIN),
     NUM("target-acc", target_acc, "A", 0, 1, 0,
         "task: stop at this held-out accuracy (seq2seq: of exact sequences) (0.99, 0 = never)",
         G_TRAIN),
     INT("threads", threads, "N", 1, TRAIN_MAX_THREADS, "worker threads (all cores)", G_TRAIN),
-    FLAG("dry-run", dry_run,
-         "build the model, print its memory plan (tg_graph_memory) and "
+    FLAG("dry-run", dry_run, "build the model, print its memory plan (tg_graph_memory) and "
          "write --dot if given, then exit without training or writing anything else",
          G_TRAIN),
-    FLAG("detect-anomaly", detect_anomaly,
-         "stop at the first NaN or inf of any op, forward or "
-         "backward",
-         G_TRAIN),
-    FLAG("no-cache", no_cache,
-         "seq2seq: decode the held-out set without the KV cache (the "
-         "whole prefix per token; the same tokens, slower)",
-         G_TRAIN),
-    FLAG("unfused", unfused,
-         "build the unfused graph of elementary ops (no flash attention or "
-         "other fused kernels; same results to rounding)",
-         G_TRAIN),
-    {.name = "text",
-     .kind = CLI_LIST,
-     .offset = TA(text),
-     .metavar = "FILE",
-     .help = "train a byte-level language model on these files",
-     .group = G_DATA},
+    FLAG("detect-anomaly", detect_anomaly, "stop at the first NaN or inf of any op, forward or "
+         "backward", G_TRAIN),
+    FLAG("no-cache", no_cache, "seq2seq: decode the held-out set without the KV cache (the "
+         "whole prefix per token; the same tokens, slower)", G_TRAIN),
+    FLAG("unfused", unfused, "build the unfused graph of elementary ops (no flash attention or "
+         "other fused kernels; same results to rounding)", G_TRAIN),
+    {.name = "text", .kind = CLI_LIST, .offset = TA(text), .metavar = "FILE",
+     .help = "train a byte-level language model on these files", .group = G_DATA},
     CHOICE("task", task, "copy|reverse|sort", "built-in task (reverse)", G_DATA),
-    PATH("pairs", pairs, "TSV",
-         "translate: train the encoder-decoder on these sentence pairs "
-         "(one 'source<TAB>target' per line)",
-         G_DATA),
-    PATH("valid", valid, "TSV",
-         "--pairs: validation pairs (loss and greedy BLEU at each "
-         "evaluation; required)",
-         G_DATA),
-    CHOICE("tokenizer", tokenizer, "sentencepiece|bytes",
-           "--pairs: subwords (a SentencePiece "
+    PATH("pairs", pairs, "TSV", "translate: train the encoder-decoder on these sentence pairs "
+         "(one 'source<TAB>target' per line)", G_DATA),
+    PATH("valid", valid, "TSV", "--pairs: validation pairs (loss and greedy BLEU at each "
+         "evaluation; required)", G_DATA),
+    CHOICE("tokenizer", tokenizer, "sentencepiece|bytes", "--pairs: subwords (a SentencePiece "
            "model trained on both sides of --pairs, or --spm) or UTF-8 bytes (sentencepiece "
-           "when built with it)",
-           G_DATA),
-    PATH("spm", spm, "FILE.model",
-         "--pairs: use this SentencePiece model instead of "
-         "training one",
-         G_DATA),
-    INT("vocab-size", vocab_size, "V", 8, TRAIN_MAX_VOCAB,
-        "--pairs: SentencePiece vocabulary "
-        "to train (8000)",
-        G_DATA),
+           "when built with it)", G_DATA),
+    PATH("spm", spm, "FILE.model", "--pairs: use this SentencePiece model instead of "
+         "training one", G_DATA),
+    INT("vocab-size", vocab_size, "V", 8, TRAIN_MAX_VOCAB, "--pairs: SentencePiece vocabulary "
+        "to train (8000)", G_DATA),
     CHOICE("spm-type", spm_type, "unigram|bpe", "--pairs: SentencePiece model type (unigram)",
            G_DATA),
-    NUM("spm-alpha", spm_alpha, "A", 0, 100, 0,
-        "--pairs: subword regularization (Kudo "
+    NUM("spm-alpha", spm_alpha, "A", 0, 100, 0, "--pairs: subword regularization (Kudo "
         "2018): every epoch, each training sentence takes one of its --spm-nbest most probable "
         "segmentations, drawn with probability proportional to P^A (SentencePiece unigram "
-        "models; 0.1-0.5 typical; validation and decoding keep the best)",
-        G_DATA),
-    INT("spm-nbest", spm_nbest, "L", 1, TG_SAMPLE_MAX_NBEST,
-        "--spm-alpha: sample among the L "
-        "best segmentations (64)",
-        G_DATA),
-    INT("batch-tokens", batch_tokens, "N", 1, TRAIN_MAX_BATCH_TOKENS,
-        "--pairs: tokens per "
-        "batch, padding counted; batches hold sentences of similar length (2048)",
-        G_DATA),
-    CHOICE("emb-scale", emb_scale, "none|sqrt",
-           "token embeddings times sqrt(d_model) (sec. "
-           "3.4) or not (--pairs: sqrt, else none)",
-           G_MODEL),
-    NUM("target-bleu", target_bleu, "B", 0, 100, 0,
-        "--pairs: stop at this validation BLEU "
-        "(greedy) (0 = never)",
-        G_TRAIN),
-    PATH("checkpoint", checkpoint, "PATH",
-         "save at each evaluation and at the end (default "
-         "with --resume: CK)",
-         G_FILES),
+        "models; 0.1-0.5 typical; validation and decoding keep the best)", G_DATA),
+    INT("spm-nbest", spm_nbest, "L", 1, TG_SAMPLE_MAX_NBEST, "--spm-alpha: sample among the L "
+        "best segmentations (64)", G_DATA),
+    INT("batch-tokens", batch_tokens, "N", 1, TRAIN_MAX_BATCH_TOKENS, "--pairs: tokens per "
+        "batch, padding counted; batches hold sentences of similar length (2048)", G_DATA),
+    CHOICE("emb-scale", emb_scale, "none|sqrt", "token embeddings times sqrt(d_model) (sec. "
+           "3.4) or not (--pairs: sqrt, else none)", G_MODEL),
+    NUM("target-bleu", target_bleu, "B", 0, 100, 0, "--pairs: stop at this validation BLEU "
+        "(greedy) (0 = never)", G_TRAIN),
+    PATH("checkpoint", checkpoint, "PATH", "save at each evaluation and at the end (default "
+         "with --resume: CK)", G_FILES),
     PATH("resume", resume, "PATH", "continue this checkpoint bit-exactly and save back to it",
          G_FILES),
-    INT("save-every", save_every, "N", 1, TRAIN_MAX_STEPS,
-        "also save the checkpoint every N "
-        "steps",
-        G_FILES),
-    FLAG("keep-best", keep_best,
-         "also keep the checkpoint of the best evaluation (--pairs: "
+    INT("save-every", save_every, "N", 1, TRAIN_MAX_STEPS, "also save the checkpoint every N "
+        "steps", G_FILES),
+    FLAG("keep-best", keep_best, "also keep the checkpoint of the best evaluation (--pairs: "
          "the highest validation BLEU; else the lowest validation loss) as CK with .best "
-         "before its extension (de-en.best.ckpt)",
-         G_FILES),
-    FLAG("force", force,
-         "let --checkpoint, --log, --plot, --dot replace existing files "
+         "before its extension (de-en.best.ckpt)", G_FILES),
+    FLAG("force", force, "let --checkpoint, --log, --plot, --dot replace existing files "
          "(a resumed run continues its own without it)",
          G_FILES),
-    INT("stop-after", stop_after, "N", 1, TRAIN_MAX_STEPS,
-        "stop after step N (to resume "
-        "later)",
-        G_FILES),
-    PATH("log", log, "CSV",
-         "write step,train_loss,val_loss,lr,tokens_per_s,val_acc (--pairs: "
-         "val_bleu, the greedy BLEU, for val_acc)",
-         G_FILES),
-    PATH("plot", plot, "SVG",
-         "write the loss curves as SVG (a task run: and the held-out "
-         "accuracy it stops on, in a second panel)",
-         G_FILES),
+    INT("stop-after", stop_after, "N", 1, TRAIN_MAX_STEPS, "stop after step N (to resume "
+        "later)", G_FILES),
+    PATH("log", log, "CSV", "write step,train_loss,val_loss,lr,tokens_per_s,val_acc (--pairs: "
+         "val_bleu, the greedy BLEU, for val_acc)", G_FILES),
+    PATH("plot", plot, "SVG", "write the loss curves as SVG (a task run: and the held-out "
+         "accuracy it stops on, in a second panel)", G_FILES),
     FLAG("plot-log", plot_log, "--plot: the loss axis on a log scale", G_FILES),
-    PATH("dot", dot, "G.dot",
-         "write the training graph as Graphviz DOT, then train (with "
-         "--dry-run: the graph only)",
-         G_FILES),
+    PATH("dot", dot, "G.dot", "write the training graph as Graphviz DOT, then train (with "
+         "--dry-run: the graph only)", G_FILES),
     FLAG("quiet", quiet, "print only the summary", G_FILES),
     {.name = NULL},
 };
@@ -394,9 +332,9 @@ int train_parse(int argc, char **argv, train_args *a, cli_result *r, char *err, 
                  a->arch == ARCH_ENCODER ? "encoder" : "lm");
         return CLI_ERROR;
     }
-    static const char *const pairs_only[] = {"valid",       "tokenizer", "spm",
-                                             "vocab-size",  "spm-type",  "batch-tokens",
-                                             "target-bleu", "spm-alpha", "spm-nbest"};
+    static const char *const pairs_only[] = {"valid",        "tokenizer", "spm",
+                                             "vocab-size",   "spm-type",  "batch-tokens",
+                                             "target-bleu",  "spm-alpha", "spm-nbest"};
     for (size_t i = 0; !a->pairs && !a->resume && i < sizeof pairs_only / sizeof *pairs_only;
          i++)
         if (cli_given(&train_cmd, r, pairs_only[i])) {
@@ -420,10 +358,9 @@ int train_parse(int argc, char **argv, train_args *a, cli_result *r, char *err, 
     }
     if (cli_given(&train_cmd, r, "spm-alpha") &&
         (a->tokenizer == TOK_BYTES || a->spm_type == SPM_BPE)) {
-        snprintf(err, n,
-                 "--spm-alpha samples the segmentations of a SentencePiece unigram "
-                 "model; it excludes --%s",
-                 a->tokenizer == TOK_BYTES ? "tokenizer bytes" : "spm-type bpe");
+        snprintf(err, n, "--spm-alpha samples the segmentations of a SentencePiece unigram "
+                 "model; it excludes --%s", a->tokenizer == TOK_BYTES ? "tokenizer bytes"
+                                                                       : "spm-type bpe");
         return CLI_ERROR;
     }
     if (a->arch == ARCH_LM && cli_given(&train_cmd, r, "task")) {
