@@ -107,6 +107,19 @@ TG_API tg_status tg_bleu_tokenize(tg_ctx *ctx, const char *text, size_t len, cha
                                   size_t cap, size_t *out_len);
 
 /**
+ * The longest run of equal consecutive words in @p text: the tokens of tg_bleu_tokenize()
+ * (sacreBLEU's 13a), a word being a token with an ASCII letter or digit or a code point from
+ * U+00C0 on (letters of other scripts) other than U+00D7, U+00F7, U+2000..U+206F (general
+ * punctuation) and U+3000..U+303F. A translation that says "dritten dritten dritten." has a
+ * run of 3; punctuation runs ("...") do not count; 0 when there is no word. The repetition
+ * measure of `tgrad translate --eval` (a hypothesis with a run of 3 or more whose source has
+ * none).
+ * Errors: ::TG_ERR_ARG (NULL @p run, a NULL text with a nonzero length, invalid UTF-8),
+ * ::TG_ERR_NOMEM.
+ */
+TG_API tg_status tg_word_run(tg_ctx *ctx, const char *text, size_t len, int64_t *run);
+
+/**
  * Add one sentence pair to BLEU statistics (sacreBLEU's `_compute_segment_statistics` with one
  * reference). Both sides are tokenized as tg_bleu_tokenize(); then, with c_h(g) and c_r(g) the
  * counts of the n-gram g (a sequence of n tokens, compared code point by code point) in the

@@ -735,6 +735,44 @@ START_TEST(test_long_lines)
 }
 END_TEST
 
+/* tg_word_run: runs of equal 13a word tokens; punctuation is not a word. */
+START_TEST(test_word_run)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    static const struct {
+        const char *text;
+        int64_t run;
+    } cases[] = {
+        {"Ich bin ein dritten dritten dritten.", 3},
+        {"Ich bin ein dritten dritten dritten dritten", 4},
+        {"dritten dritten, dritten", 2},
+        {"Ha, ha, ha!", 1},
+        {"Über Über Über alles", 3},
+        {"Mein Glückwunsch an ...!", 1},
+        {"... ... ... !!!", 0},
+        {"— — —", 0},
+        {"", 0},
+        {"   ", 0},
+        {"a b a b a b", 1},
+        {"7 7 7", 3},
+        {"zweiten zweiten zweiten … Welt.", 3},
+        {"Die die die", 2}, /* case kept, as BLEU's */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t run = -1;
+        ck_assert_int_eq(tg_word_run(ctx, cases[i].text, strlen(cases[i].text), &run), TG_OK);
+        ck_assert_msg(run == cases[i].run, "'%s': run %lld, want %lld", cases[i].text,
+                      (long long)run, (long long)cases[i].run);
+    }
+    int64_t run;
+    ck_assert_int_eq(tg_word_run(ctx, "caf\xe9 caf\xe9", 9, &run), TG_ERR_ARG);
+    tu_assert_error(ctx, TG_ERR_ARG, "UTF-8");
+    ck_assert_int_eq(tg_word_run(ctx, "a", 1, NULL), TG_ERR_ARG);
+    ck_assert_int_eq(tg_word_run(ctx, NULL, 3, &run), TG_ERR_ARG);
+    ck_assert_int_eq(tg_word_run(NULL, "a", 1, &run), TG_ERR_ARG);
+}
+END_TEST
+
 int main(void)
 {
     load_fixtures();
@@ -754,6 +792,7 @@ int main(void)
     tcase_add_test(tc, test_bleu_score_by_hand);
     tcase_add_test(tc, test_chrf_score_by_hand);
     tcase_add_test(tc, test_corpus_conveniences);
+    tcase_add_test(tc, test_word_run);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");

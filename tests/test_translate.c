@@ -455,10 +455,14 @@ START_TEST(test_eval)
                   "schläft.\nWhere is it?\tWo ist es?\r\n");
     expect_exit("translate --checkpoint b.ckpt --eval test.tsv --beam 2 --out hyp.txt", 0, NULL);
     char *o = out_txt();
-    ck_assert_int_eq(tu_count_lines(o), 3);
+    ck_assert_int_eq(tu_count_lines(o), 4);
     ck_assert(!strncmp(o, "BLEU = ", 7));
     char *chrf_line = strchr(o, '\n') + 1;
     ck_assert(!strncmp(chrf_line, "chrF2 = ", 8));
+    char *rep_line = strchr(chrf_line, '\n') + 1;
+    long rep = -1;
+    ck_assert_msg(sscanf(rep_line, "repeats: %ld of 3 hypotheses repeat a word 3 times", &rep) ==
+                      1 && rep >= 0 && rep <= 3, "%s", rep_line);
     ck_assert(strstr(chrf_line, "sentences 3, "));
     size_t hl;
     char *hyp = tu_slurp_in(dir, "hyp.txt", &hl);

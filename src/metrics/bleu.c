@@ -252,6 +252,64 @@ done:
     return st;
 }
 
+/* ----- repeated words ---------------------------------------------------------------------- */
+/* Whether code point c makes a token a word (tg_word_run). */
+static bool word_char(uint32_t c)
+{
+    return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
+           (c >= 0xC0 && c != 0xD7 && c != 0xF7 && !(c >= 0x2000 && c <= 0x206F) &&
+            !(c >= 0x3000 && c <= 0x303F));
+}
+
+/* The longest run of equal word tokens in the 13a tokens a[0..n) (single spaces between). */
+static int64_t longest_run(const uint32_t *a, size_t n)
+{
+    int64_t best = 0, cur = 0;
+    size_t ps = 0, pn = 0; /* the previous token */
+    for (size_t i = 0; i < n;) {
+        while (i < n && a[i] == ' ')
+            i++;
+        size_t s0 = i;
+        bool word = false;
+        while (i < n && a[i] != ' ')
+            word |= word_char(a[i++]);
+        size_t tn = i - s0;
+        if (!tn)
+            break;
+        bool same = cur > 0 && tn == pn && !memcmp(a + s0, a + ps, tn * sizeof *a);
+        cur = !word ? 0 : same ? cur + 1 : 1;
+        best = cur > best ? cur : best;
+        ps = s0;
+        pn = tn;
+    }
+    return best;
+}
+
+tg_status tg_word_run(tg_ctx *ctx, const char *text, size_t len, int64_t *run)
+{
+    if (!ctx)
+        return TG_ERR_ARG;
+    static const char fn[] = "tg_word_run";
+    tg__io_enter(ctx);
+    tg_status st = TG_OK;
+    uint32_t *a = NULL, *b = NULL;
+    size_t bcap, n = 0;
+    if ((!text && len > 0) || !run) {
+        st = TG_ERR_ARG;
+        tg__err(ctx, st, fn, "%s is NULL", run ? "text" : "run");
+    } else if (!line_cap(len, &bcap)) {
+        st = TG_ERR_NOMEM;
+        tg__err(ctx, st, fn, "the text of %zu bytes is too long", len);
+    } else if (!(b = tg__metric_alloc(ctx, bcap, sizeof *b, fn)))
+        st = TG_ERR_NOMEM;
+    else if ((st = decode_tokenize(ctx, text, len, &a, &n, b, fn, -1, "text")) == TG_OK)
+        *run = longest_run(a, n);
+    tg__free(ctx, a);
+    tg__free(ctx, b);
+    tg__io_leave(ctx);
+    return st;
+}
+
 /* ----- statistics -------------------------------------------------------------------------- */
 /* Tokens of both sides: (start, length) in their code-point buffers. */
 typedef struct token_list {

@@ -122,7 +122,9 @@ static const cli_command translate_cmd = {
         "penalty len^A; an output has at most min(A * S + B, max length - 1) tokens\n"
         "(S: source tokens with EOS). Results do not depend on --threads.\n"
         "--eval PAIRS prints sacreBLEU's lines 'BLEU = ...' (13a tokens, exp\n"
-        "smoothing) and 'chrF2 = ...' (character 6-grams, beta 2), and the speed.\n"
+        "smoothing) and 'chrF2 = ...' (character 6-grams, beta 2), how many\n"
+        "hypotheses repeat a word 3 times in a row where the source does not\n"
+        "(13a words), and the speed.\n"
         "\n"
         "Exit status: 0; 2 for a usage error (a bad option, a checkpoint that is not a\n"
         "translation model, --out that exists without --force); 1 for a run-time\n"
@@ -803,6 +805,23 @@ static bool write_hyps(tg_ctx *ctx, const char *path, char *const *hyps, int64_t
     return true;
 }
 
+/* The hypotheses that repeat a word 3 or more times in a row (tg_word_run) where their source
+ * does not; -1 with the error on ctx. */
+static int64_t count_repeats(tg_ctx *ctx, const tg_seq2seq_data *d, char *const *hyps,
+                             int64_t n)
+{
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const char *src = tg_seq2seq_source_text(d, i);
+        int64_t rh = 0, rs = 0;
+        if (tg_word_run(ctx, hyps[i], strlen(hyps[i]), &rh) != TG_OK ||
+            (rh >= 3 && tg_word_run(ctx, src, strlen(src), &rs) != TG_OK))
+            return -1;
+        count += rh >= 3 && rs < 3;
+    }
+    return count;
+}
+
 static int translate_eval(translator_state *s, const translate_args *a)
 {
     char sh[80], line[512];
@@ -843,10 +862,12 @@ static int translate_eval(translator_state *s, const translate_args *a)
     double secs = now_s() - t0;
     tg_bleu bleu;
     tg_chrf chrf;
+    int64_t repeats = 0;
     if (tg_bleu_corpus(s->ctx, (size_t)n, (const char *const *)hyps, NULL, refs, NULL,
                        &bleu) != TG_OK ||
         tg_chrf_corpus(s->ctx, (size_t)n, (const char *const *)hyps, NULL, refs, NULL,
-                       &chrf) != TG_OK) {
+                       &chrf) != TG_OK ||
+        (repeats = count_repeats(s->ctx, d, hyps, n)) < 0) {
         cli_report("translate", NULL, NULL, s->ctx);
         goto out;
     }
@@ -856,6 +877,8 @@ static int translate_eval(translator_state *s, const translate_args *a)
     printf("%s\n", line);
     tg_chrf_format(&chrf, line, sizeof line);
     printf("%s\n", line);
+    printf("repeats: %" PRId64 " of %" PRId64 " hypotheses repeat a word 3 times in a row "
+           "where the source does not\n", repeats, n);
     printf("sentences %" PRId64 ", %.2f s, %.1f sentences/s (%s, %s)\n", n, secs,
            secs > 0 ? (double)n / secs : 0.0, a->beam == 1 ? "greedy" : "beam",
            cli_show(a->eval, sh, sizeof sh));
