@@ -60,22 +60,6 @@ static const kind kinds[] = {
 };
 #define N_KINDS (sizeof kinds / sizeof kinds[0])
 
-/* n pairs of a toy translation: English number words -> German. */
-static void write_pairs(const char *name, int n, int offset)
-{
-    static const char *en[] = {"one", "two", "three", "four", "five", "six", "seven", "eight"};
-    static const char *de[] = {"eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben",
-                               "acht"};
-    char *buf = malloc((size_t)n * 96 + 1), *p = buf;
-    for (int i = 0; i < n; i++) {
-        int a = (i + offset) % 8, b = (i * 3 + offset) % 8, c = (i * 5 + 1) % 8;
-        p += sprintf(p, "%s %s %s.\t%s %s %s.\n", en[a], en[b], i % 3 ? en[c] : "and",
-                     de[a], de[b], i % 3 ? de[c] : "und");
-    }
-    tu_write_file(dir, name, buf);
-    free(buf);
-}
-
 static void expect_rc(const char *args, int want)
 {
     int rc = run(args);
@@ -89,8 +73,8 @@ static void make_all(void)
 {
     tu_mkdtemp(dir, sizeof dir, "ckpt_verdict");
     tu_write_corpus(dir, "corpus.txt", 2000);
-    write_pairs("train.tsv", 60, 0);
-    write_pairs("valid.tsv", 10, 3);
+    tu_write_pairs(dir, "train.tsv", 60, 0);
+    tu_write_pairs(dir, "valid.tsv", 10, 3);
     tu_write_file(dir, "in.txt", "one two three.\n");
     /* SentencePiece: only when this tgrad was built with it */
     int rc = run("train " PAIRS " --tokenizer sentencepiece --vocab-size 40 " PSMALL

@@ -719,6 +719,49 @@ static bool check_pairs(const tg_safetensors *st, const train_args *a, const cli
     return ok;
 }
 
+/* An average of checkpoints (`tgrad average`): average.n, 1 to CKPT_AVERAGE_MAX, and
+ * average.steps, the optim.step of each checkpoint averaged as n comma-separated decimals (0
+ * to TRAIN_MAX_STEPS), both or neither; info->average_n receives n (0: neither). */
+static bool check_average(const tg_safetensors *st, ckpt_info *info, char *err, size_t n)
+{
+    const char *an = tg_safetensors_meta_get(st, "average.n");
+    const char *as = tg_safetensors_meta_get(st, "average.steps");
+    char s[80];
+    if (!an && !as)
+        return true;
+    if (!an || !as) {
+        snprintf(err, n,
+                 "checkpoint has the field '%s' but not '%s' (an average of "
+                 "checkpoints has both)",
+                 an ? "average.n" : "average.steps", an ? "average.steps" : "average.n");
+        return false;
+    }
+    if (!parse_int_field("average.n", an, 1, CKPT_AVERAGE_MAX, &info->average_n, err, n))
+        return false;
+    int64_t count = 0, v;
+    bool ok = true;
+    for (const char *p = as; ok; p += strcspn(p, ",") + 1) {
+        size_t len = strcspn(p, ",");
+        char d[24];
+        ok = len < sizeof d && count < info->average_n;
+        if (ok) {
+            memcpy(d, p, len);
+            d[len] = 0;
+            ok = tg_meta_parse_int(d, 0, TRAIN_MAX_STEPS, &v);
+        }
+        count += ok;
+        if (!p[len])
+            break;
+    }
+    if (ok && count == info->average_n)
+        return true;
+    snprintf(err, n,
+             "checkpoint field 'average.steps' '%s': expected %" PRId64 " step counts "
+             "(average.n) separated by commas",
+             cli_show(as, s, sizeof s), info->average_n);
+    return false;
+}
+
 /* Who reads the checkpoint: what it may be and what is checked. */
 typedef enum {
     USE_TRAIN,  /* tgrad train --resume: the mode must match --text; memory for training */
@@ -744,7 +787,8 @@ static bool apply(const tg_safetensors *st, train_args *a, const cli_result *giv
         return false;
     }
     return apply_options(st, a, given, info, err, n) && check_state(st, info, err, n) &&
-           (!info->pairs || check_pairs(st, a, given, info, err, n));
+           (!info->pairs || check_pairs(st, a, given, info, err, n)) &&
+           check_average(st, info, err, n);
 }
 
 bool ckpt_apply(const tg_safetensors *st, train_args *a, const cli_result *given, bool sample,
@@ -813,6 +857,35 @@ bool ckpt_check_tensors(const tg_safetensors *st, const tg_transformer_config *m
     if (!ok) /* the message without the function's name */
         lib_message(ctx, err, n);
     tg_ctx_free(ctx);
+    return ok;
+}
+
+/* An average's tensors (average.n): every parameter of @p mc with its shape and dtype
+ * (tg_checkpoint_check without an optimizer) and nothing else: no optimizer state. */
+static bool check_params_only(const tg_safetensors *st, const tg_transformer_config *mc,
+                              const train_args *a, char *err, size_t n)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    if (!ctx) {
+        snprintf(err, n, "out of memory");
+        return false;
+    }
+    bool ok = tg_checkpoint_check(ctx, st, mc, train_dtype(a), NULL) == TG_OK;
+    if (!ok)
+        lib_message(ctx, err, n);
+    tg_ctx_free(ctx);
+    int64_t np = tg_transformer_params(mc, NULL, 0);
+    for (int64_t j = 0; ok && np != tg_safetensors_count(st) && j < tg_safetensors_count(st); j++) {
+        const char *name = tg_safetensors_name(st, j);
+        if (!strncmp(name, "adam.", 5) || !strncmp(name, "sgd.", 4)) {
+            char s[80];
+            snprintf(err, n,
+                     "the file has optimizer state '%s', but an average of checkpoints "
+                     "(average.n) holds parameters only",
+                     cli_show(name, s, sizeof s));
+            ok = false;
+        }
+    }
     return ok;
 }
 
@@ -921,8 +994,19 @@ static bool validate(const tg_safetensors *st, train_args *a, const cli_result *
         info->usage = true; /* options that do not fit the checkpoint's model */
         return false;
     }
+    if (use == USE_TRAIN && info->average_n > 0) {
+        info->usage = true; /* the wrong kind of checkpoint for the command */
+        snprintf(err, n,
+                 "an average of %" PRId64 " checkpoints (average.n; 'tgrad average') "
+                 "holds parameters only, no optimizer state, so training cannot resume from "
+                 "it; translate or sample with it, or resume one of the checkpoints it "
+                 "averages",
+                 info->average_n);
+        return false;
+    }
     train_model_config(a, info->text, info->vocab_size, mc);
-    if (!ckpt_check_tensors(st, mc, a, err, n))
+    if (info->average_n > 0 ? !check_params_only(st, mc, a, err, n)
+                            : !ckpt_check_tensors(st, mc, a, err, n))
         return false;
     if (use == USE_EXPORT || use == USE_INFO)
         return true;
