@@ -232,6 +232,84 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+/* The step files of @p prefix (PREFIX.stepS.ckpt) present, as "2,4,..." in increasing step. */
+static const char *steps_present(const char *prefix, char *buf, size_t n)
+{
+    size_t w = 0;
+    buf[0] = 0;
+    for (int s = 0; s <= 64; s++) {
+        char name[64], p[512];
+        snprintf(name, sizeof name, "%s.step%d.ckpt", prefix, s);
+        if (access(tu_path(p, sizeof p, dir, name), F_OK) == 0)
+            w += (size_t)snprintf(buf + w, n - w, "%s%d", w ? "," : "", s);
+    }
+    return buf;
+}
+
+/* --keep-last 3: the last three saves kept beside the checkpoint, the older ones this run
+ * wrote removed; a run stopped and resumed (keeping them without the option: train.keep_last)
+ * leaves the same files, byte for byte; a file named like a step file that the run did not
+ * write is refused at the start (without --force; left untouched), and one put in place of
+ * a kept step file later is not removed; the kept files average. */
+START_TEST(test_keep_last)
+{
+    tu_write_pairs(dir, "train.tsv", 60, 0);
+    tu_write_pairs(dir, "valid.tsv", 10, 3);
+    static const char *const run_opts = DATA "--tokenizer bytes " MODEL " --steps 12 "
+                                             "--eval-every 2 --keep-last 3";
+    char a[1024], v[256], w[256];
+    snprintf(a, sizeof a, "train %s --checkpoint full.ckpt", run_opts);
+    expect_rc(a, 0, NULL);
+    ck_assert_str_eq(steps_present("full", v, sizeof v), "8,10,12");
+    ck_assert_str_eq(meta("full.ckpt", "train.keep_last", v, sizeof v), "3");
+    ck_assert_str_eq(meta("full.ckpt", "train.kept", v, sizeof v), "6,8,10,12");
+    snprintf(a, sizeof a, "train %s --checkpoint half.ckpt --stop-after 6", run_opts);
+    expect_rc(a, 0, NULL);
+    ck_assert_str_eq(steps_present("half", v, sizeof v), "2,4,6");
+    tu_write_file(dir, "half.step2.ckpt", "mine"); /* no longer the run's file */
+    expect_rc("train " DATA "--resume half.ckpt --quiet", 0, "'half.step2.ckpt' is no longer");
+    ck_assert_str_eq(steps_present("half", v, sizeof v), "2,8,10,12");
+    char *mine = slurp("half.step2.ckpt", NULL);
+    ck_assert_str_eq(mine, "mine");
+    free(mine);
+    ck_assert(same_bytes("full.ckpt", "half.ckpt"));
+    for (int s = 8; s <= 12; s += 2) {
+        snprintf(v, sizeof v, "full.step%d.ckpt", s);
+        snprintf(w, sizeof w, "half.step%d.ckpt", s);
+        ck_assert_msg(same_bytes(v, w), "%s", w);
+    }
+    expect_rc("average --out avg.ckpt full.step8.ckpt full.step10.ckpt full.step12.ckpt", 0, NULL);
+    ck_assert_str_eq(meta("avg.ckpt", "average.steps", v, sizeof v), "8,10,12");
+    /* refusals: no --checkpoint; a step file the run did not write, untouched */
+    expect_rc("train " DATA "--tokenizer bytes " MODEL " --keep-last 2 --steps 2", 2,
+              "--keep-last needs --checkpoint");
+    tu_write_file(dir, "z.step4.ckpt", "mine");
+    snprintf(a, sizeof a, "train %s --checkpoint z.ckpt", run_opts);
+    expect_rc(a, 2, "'z.step4.ckpt' exists and is not a step file of this run");
+    mine = slurp("z.step4.ckpt", NULL);
+    ck_assert_str_eq(mine, "mine");
+    free(mine);
+    ck_assert_int_ne(access(tu_path(v, sizeof v, dir, "z.ckpt"), F_OK), 0);
+    /* with --force it may be replaced (step 4 is saved), never removed by name alone */
+    snprintf(a, sizeof a, "train %s --checkpoint z.ckpt --force", run_opts);
+    expect_rc(a, 0, NULL);
+    ck_assert_str_eq(steps_present("z", v, sizeof v), "8,10,12");
+    /* a resumed run saving elsewhere leaves the resumed run's step files alone */
+    snprintf(a, sizeof a, "train %s --checkpoint p.ckpt --stop-after 6", run_opts);
+    expect_rc(a, 0, NULL);
+    expect_rc("train " DATA "--resume p.ckpt --checkpoint q.ckpt --quiet", 0, NULL);
+    ck_assert_str_eq(steps_present("p", v, sizeof v), "2,4,6");
+    ck_assert_str_eq(steps_present("q", v, sizeof v), "8,10,12");
+    /* train.kept is validated like every field */
+    char p1[512], p2[512];
+    tu_st_rewrite(tu_path(p1, sizeof p1, dir, "p.ckpt"), tu_path(p2, sizeof p2, dir, "k.ckpt"),
+                  &(tu_st_edit){.key = "train.kept", .value = "4,2"});
+    expect_rc("info k.ckpt", 1, "checkpoint field 'train.kept' '4,2'");
+    tu_st_rewrite(p1, p2, &(tu_st_edit){.key = "train.kept", .value = "2,4,6,8"});
+    expect_rc("info k.ckpt", 1, "checkpoint field 'train.kept' '2,4,6,8'");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("average");
@@ -240,6 +318,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_mean_and_use);
     tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_keep_last);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -72,6 +72,8 @@ static const field fields[] = {
     /* translation runs (data.mode pairs) */
     {"train.batch_tokens", "batch-tokens", F_RESTORE, false},
     {"train.target_bleu", "target-bleu", F_RESTORE, false},
+    /* --keep-last N: its saves so far are train.kept (check_kept) */
+    {"train.keep_last", "keep-last", F_RESTORE, false},
 };
 
 static size_t value_size(const cli_option *o)
@@ -762,6 +764,46 @@ static bool check_average(const tg_safetensors *st, ckpt_info *info, char *err, 
     return false;
 }
 
+/* train.kept: the steps of a --keep-last run's saves it keeps (CK.stepS.ckpt), oldest first:
+ * 1 to train.keep_last + 1 (the newest save's step file is written before the oldest is
+ * removed) strictly increasing decimals up to optim.step, comma-separated; only with
+ * train.keep_last. Read into info->kept. */
+static bool check_kept(const tg_safetensors *st, ckpt_info *info, char *err, size_t n)
+{
+    const char *v = tg_safetensors_meta_get(st, "train.kept");
+    const char *kl = tg_safetensors_meta_get(st, "train.keep_last");
+    int64_t keep = 0, step;
+    info->n_kept = 0;
+    if (!v)
+        return true;
+    char s[80];
+    bool ok = kl && tg_meta_parse_int(kl, 1, TRAIN_KEEP_LAST_MAX, &keep);
+    for (const char *p = v; ok; p += strcspn(p, ",") + 1) {
+        size_t len = strcspn(p, ",");
+        char d[24];
+        ok = len < sizeof d && info->n_kept <= keep;
+        if (ok) {
+            memcpy(d, p, len);
+            d[len] = 0;
+            ok = tg_meta_parse_int(d, 0, info->step, &step) &&
+                 (info->n_kept == 0 || step > info->kept[info->n_kept - 1]);
+        }
+        if (ok)
+            info->kept[info->n_kept++] = step;
+        if (!p[len])
+            break;
+    }
+    if (ok)
+        return true;
+    snprintf(err, n,
+             "checkpoint field 'train.kept' '%s': expected up to train.keep_last + 1 "
+             "increasing steps up to optim.step %" PRId64 ", separated by commas (with "
+             "train.keep_last)",
+             cli_show(v, s, sizeof s), info->step);
+    info->n_kept = 0;
+    return false;
+}
+
 /* Who reads the checkpoint: what it may be and what is checked. */
 typedef enum {
     USE_TRAIN,  /* tgrad train --resume: the mode must match --text; memory for training */
@@ -788,7 +830,7 @@ static bool apply(const tg_safetensors *st, train_args *a, const cli_result *giv
     }
     return apply_options(st, a, given, info, err, n) && check_state(st, info, err, n) &&
            (!info->pairs || check_pairs(st, a, given, info, err, n)) &&
-           check_average(st, info, err, n);
+           check_average(st, info, err, n) && check_kept(st, info, err, n);
 }
 
 bool ckpt_apply(const tg_safetensors *st, train_args *a, const cli_result *given, bool sample,

@@ -48,6 +48,8 @@ typedef struct ckpt_info {
     double best_val;           /* train.best_val (INFINITY when absent) */
     int64_t epoch, batch;      /* data.epoch, data.batch: a translation run's cursor (-1:
                                 * absent, as in the other kinds) */
+    int n_kept;                /* train.kept: a --keep-last run's kept saves, their steps */
+    int64_t kept[TRAIN_KEEP_LAST_MAX + 1];
     int64_t average_n;         /* average.n: the number of checkpoints this one is the mean of
                                 * (`tgrad average`: parameters only, no optimizer state); 0:
                                 * a training checkpoint */
