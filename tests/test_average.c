@@ -173,7 +173,7 @@ END_TEST
 START_TEST(test_refusals)
 {
     three_checkpoints();
-    char a[512], p[512], q[512];
+    char a[1024], p[512], q[512];
     /* another model, another tokenizer */
     expect_rc("train " DATA "--tokenizer bytes " SHAPE "--d-model 8 --steps 2 --checkpoint "
               "d8.ckpt",
@@ -227,6 +227,11 @@ START_TEST(test_refusals)
     ck_assert(same_bytes("mine.ckpt", "avg.ckpt"));
     expect_rc("average --out link.ckpt --force s4.ckpt s8.ckpt", 2, "is the input");
     expect_rc("average --out s8.ckpt --force s4.ckpt s8.ckpt", 2, "is the input");
+    char dev[512];
+    if (tu_full_device(dir, "full", dev, sizeof dev, false, "average --out on a device")) {
+        snprintf(a, sizeof a, "average --out '%s' --force s4.ckpt s8.ckpt", dev);
+        expect_rc(a, 1, "not a regular file");
+    }
     expect_rc("average s4.ckpt", 2, "--out");
     expect_rc("average --out x.ckpt", 2, NULL);
 }
