@@ -179,7 +179,8 @@ START_TEST(test_refusals)
               "d8.ckpt",
               0, NULL);
     expect_rc("average --out x.ckpt s4.ckpt d8.ckpt", 2,
-              "'d8.ckpt' and 's4.ckpt' have different models: model.d_model is '8'");
+              "'d8.ckpt' and 's4.ckpt' have different models: model.d_model is '8' in "
+              "'d8.ckpt' and '16' in 's4.ckpt'");
     snprintf(a, sizeof a, "train " DATA MODEL " --vocab-size 40 --steps 2 --checkpoint u.ckpt");
     if (run(a) == 0) {
         snprintf(a, sizeof a,

@@ -159,7 +159,7 @@ static bool identity_key(const char *key)
  * one line in @p err (a tokenizer's model is not shown, only named). */
 static bool same_model(const avg_run *r, int i, const tg_safetensors *st, char *err, size_t n)
 {
-    char s1[80], s2[80];
+    char s1[80], s2[80], s3[80];
     for (int pass = 0; pass < 2; pass++) {
         int64_t count = pass ? r->first.n : tg_safetensors_meta_count(st);
         for (int64_t k = 0; k < count; k++) {
@@ -181,7 +181,7 @@ static bool same_model(const avg_run *r, int i, const tg_safetensors *st, char *
                          "%s%s%s in '%s'",
                          r->in[i], r->in[0], what, cli_show(key, s1, 80), v ? "'" : "",
                          v ? cli_show(v, s2, 80) : "absent", v ? "'" : "", r->in[i], v0 ? "'" : "",
-                         v0 ? cli_show(v0, s1, 80) : "absent", v0 ? "'" : "", r->in[0]);
+                         v0 ? cli_show(v0, s3, 80) : "absent", v0 ? "'" : "", r->in[0]);
             return false;
         }
     }

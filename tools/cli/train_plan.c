@@ -235,7 +235,7 @@ static bool is_step_name(const char *ck, const char *name, int64_t *step)
     base = base ? base + 1 : ck;
     dot = strrchr(base, '.');
     size_t stem = dot && dot > base ? (size_t)(dot - base) : strlen(base);
-    const char *ext = base + stem, *d = name + stem + 5;
+    const char *ext = base + stem;
     size_t nl = strlen(name), el = strlen(ext);
     if (nl <= stem + 5 + el || strncmp(name, base, stem) || strncmp(name + stem, ".step", 5) ||
         strcmp(name + nl - el, ext))
@@ -244,7 +244,7 @@ static bool is_step_name(const char *ck, const char *name, int64_t *step)
     size_t dl = nl - el - stem - 5;
     if (dl >= sizeof digits)
         return false;
-    memcpy(digits, d, dl);
+    memcpy(digits, name + stem + 5, dl);
     digits[dl] = 0;
     return tg_meta_parse_int(digits, 0, INT64_MAX, step);
 }
