@@ -296,6 +296,11 @@ START_TEST(test_keep_last)
     ck_assert_str_eq(mine, "mine");
     free(mine);
     ck_assert_int_ne(access(tu_path(v, sizeof v, dir, "z.ckpt"), F_OK), 0);
+    /* never an input, even with --force */
+    tu_write_pairs(dir, "k.step2.ckpt", 60, 0);
+    expect_rc("train --pairs k.step2.ckpt --valid valid.tsv --tokenizer bytes " MODEL
+              " --steps 4 --eval-every 2 --keep-last 2 --checkpoint k.ckpt --force",
+              2, "is the input --pairs");
     /* with --force it may be replaced (step 4 is saved), never removed by name alone */
     snprintf(a, sizeof a, "train %s --checkpoint z.ckpt --force", run_opts);
     expect_rc(a, 0, NULL);

@@ -60,6 +60,12 @@ static const kind kinds[] = {
 };
 #define N_KINDS (sizeof kinds / sizeof kinds[0])
 
+/* n pairs of a toy translation: English number words -> German. */
+static void write_pairs(const char *name, int n, int offset)
+{
+    tu_write_pairs(dir, name, n, offset);
+}
+
 static void expect_rc(const char *args, int want)
 {
     int rc = run(args);
@@ -73,8 +79,8 @@ static void make_all(void)
 {
     tu_mkdtemp(dir, sizeof dir, "ckpt_verdict");
     tu_write_corpus(dir, "corpus.txt", 2000);
-    tu_write_pairs(dir, "train.tsv", 60, 0);
-    tu_write_pairs(dir, "valid.tsv", 10, 3);
+    write_pairs("train.tsv", 60, 0);
+    write_pairs("valid.tsv", 10, 3);
     tu_write_file(dir, "in.txt", "one two three.\n");
     /* SentencePiece: only when this tgrad was built with it */
     int rc = run("train " PAIRS " --tokenizer sentencepiece --vocab-size 40 " PSMALL

@@ -35,6 +35,12 @@ static void teardown(void) { tu_rm_tree(dir); }
 static int run(const char *args) { return tu_run_tgrad(dir, args, 120, NULL); }
 static char *slurp(const char *name, size_t *len) { return tu_slurp_in(dir, name, len); }
 
+/* n pairs of a toy "translation": English digits words -> German words. */
+static void write_pairs(const char *name, int n, int offset)
+{
+    tu_write_pairs(dir, name, n, offset);
+}
+
 #define MODEL "--tokenizer bytes --d-model 16 --heads 2 --d-ff 32 --layers 1 --seq-len 40 " \
               "--batch-tokens 200 --threads 1 --quiet"
 
@@ -83,8 +89,8 @@ static bool same_file(const char *a, const char *b)
 
 START_TEST(test_trains_logs_and_saves)
 {
-    tu_write_pairs(dir, "train.tsv", 60, 0);
-    tu_write_pairs(dir, "valid.tsv", 10, 3);
+    write_pairs("train.tsv", 60, 0);
+    write_pairs("valid.tsv", 10, 3);
     expect_ok("train --pairs train.tsv --valid valid.tsv " MODEL " --steps 12 --eval-every 6 "
               "--log log.csv --checkpoint ck");
     char *log = slurp("log.csv", NULL);
@@ -111,8 +117,8 @@ END_TEST
  * boundaries; stopping at 17 and resuming must give the straight run's bytes. */
 START_TEST(test_resume_bit_exact)
 {
-    tu_write_pairs(dir, "train.tsv", 60, 0);
-    tu_write_pairs(dir, "valid.tsv", 10, 3);
+    write_pairs("train.tsv", 60, 0);
+    write_pairs("valid.tsv", 10, 3);
     expect_ok("train --pairs train.tsv --valid valid.tsv " MODEL " --steps 40 --eval-every 20 "
               "--checkpoint straight");
     expect_ok("train --pairs train.tsv --valid valid.tsv " MODEL " --steps 40 --eval-every 20 "
@@ -124,7 +130,7 @@ START_TEST(test_resume_bit_exact)
     ck_assert_msg(strcmp(meta("part", "data.epoch", v, sizeof v), "0") != 0,
                   "the run crossed an epoch");
     /* other data, or no data: refused */
-    tu_write_pairs(dir, "other.tsv", 60, 1);
+    write_pairs("other.tsv", 60, 1);
     expect_fail("train --pairs other.tsv --valid valid.tsv --resume part --steps 50", 2,
                 "other --pairs data");
     expect_fail("train --resume part --steps 50", 2, "pass its --pairs and --valid");
@@ -133,8 +139,8 @@ END_TEST
 
 START_TEST(test_refusals)
 {
-    tu_write_pairs(dir, "train.tsv", 20, 0);
-    tu_write_pairs(dir, "valid.tsv", 5, 3);
+    write_pairs("train.tsv", 20, 0);
+    write_pairs("valid.tsv", 5, 3);
     expect_fail("train --pairs train.tsv " MODEL, 2, "--valid");
     expect_fail("train --valid valid.tsv --task copy", 2, "--valid needs --pairs");
     expect_fail("train --pairs train.tsv --valid valid.tsv --text train.tsv", 2,
@@ -156,8 +162,8 @@ END_TEST
  * validation loss (train.best_val) until it evaluates, not "val -". */
 START_TEST(test_progress_columns)
 {
-    tu_write_pairs(dir, "train.tsv", 60, 0);
-    tu_write_pairs(dir, "valid.tsv", 10, 3);
+    write_pairs("train.tsv", 60, 0);
+    write_pairs("valid.tsv", 10, 3);
     const char *model = "--tokenizer bytes --d-model 16 --heads 2 --d-ff 32 --layers 1 "
                         "--seq-len 40 --batch-tokens 200 --threads 1";
     char args[1024];
@@ -197,8 +203,8 @@ END_TEST
  * --help gives the pairs run's --eval-every default and its log's last column. */
 START_TEST(test_plot_and_help)
 {
-    tu_write_pairs(dir, "train.tsv", 60, 0);
-    tu_write_pairs(dir, "valid.tsv", 10, 3);
+    write_pairs("train.tsv", 60, 0);
+    write_pairs("valid.tsv", 10, 3);
     for (int target = 0; target < 2; target++) {
         char args[512];
         snprintf(args, sizeof args, "train --pairs train.tsv --valid valid.tsv " MODEL
@@ -334,8 +340,8 @@ START_TEST(test_setup_sigterm_pending)
                         "(a signal left pending across exec is emulated away)\n");
         return;
     }
-    tu_write_pairs(dir, "train.tsv", 60, 0);
-    tu_write_pairs(dir, "valid.tsv", 10, 3);
+    write_pairs("train.tsv", 60, 0);
+    write_pairs("valid.tsv", 10, 3);
     pid_t pid = spawn("train --pairs train.tsv --valid valid.tsv " MODEL " --steps 5 "
                       "--checkpoint ck --log log.csv", SIG_DFL, true);
     expect_setup_stopped(wait_exit(pid, 60));
@@ -364,7 +370,7 @@ START_TEST(test_setup_sigterm_spm)
     buf[len] = 0;
     tu_write_file(dir, "train.tsv", buf);
     free(buf);
-    tu_write_pairs(dir, "valid.tsv", 10, 3);
+    write_pairs("valid.tsv", 10, 3);
     pid_t pid = spawn("train --pairs train.tsv --valid valid.tsv --vocab-size 800 --d-model 16 "
                       "--heads 2 --d-ff 32 --layers 1 --seq-len 64 --batch-tokens 2000 "
                       "--threads 1 --steps 100000 --checkpoint ck --log log.csv", SIG_DFL, false);
@@ -389,8 +395,8 @@ END_TEST
  * ignored, during the setup and the training; SIGTERM still stops the run as usual. */
 START_TEST(test_ignored_sigint_stays_ignored)
 {
-    tu_write_pairs(dir, "train.tsv", 60, 0);
-    tu_write_pairs(dir, "valid.tsv", 10, 3);
+    write_pairs("train.tsv", 60, 0);
+    write_pairs("valid.tsv", 10, 3);
     pid_t pid = spawn("train --pairs train.tsv --valid valid.tsv " MODEL " --steps 1000000 "
                       "--eval-every 1000000 --save-every 1 --checkpoint ck", SIG_IGN, false);
     kill(pid, SIGINT); /* in the setup, or before it: ignored either way */
