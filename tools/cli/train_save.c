@@ -152,10 +152,13 @@ static void trim_kept(trainer *t, int64_t keep)
 {
     while (t->n_kept > keep) {
         char *p = train_plan_step_path(t->a.checkpoint, t->kept[0]);
-        if (p && still_ours(p, t->kept[0])) {
-            if (unlink(p) != 0 && errno != ENOENT)
-                errf("--keep-last: cannot remove '%s': %s (left in place)", p, strerror(errno));
-        } else if (p && access(p, F_OK) == 0) {
+        bool ours = p && still_ours(p, t->kept[0]);
+        if (ours && unlink(p) != 0 && errno != ENOENT) {
+            int e = errno;
+            tprog_end_live(&t->pg);
+            errf("--keep-last: cannot remove '%s': %s (left in place)", p, strerror(e));
+        } else if (!ours && p && access(p, F_OK) == 0) {
+            tprog_end_live(&t->pg);
             errf("--keep-last: '%s' is no longer the checkpoint this run wrote there; left in "
                  "place",
                  p);
