@@ -233,7 +233,7 @@ START_TEST(test_option_messages)
         "--optimizer", "--momentum", "--warmup", "--weight-decay", "--clip", "--min-lr",
         "--schedule", "--beta2", "--eps", "--label-smoothing",
         "--seed", "--eval-every", "--val-fraction", "--target-acc", "--threads",
-        "--detect-anomaly", "--unfused", "--text", "--task", "--checkpoint", "--resume", "--save-every", "--keep-best",
+        "--detect-anomaly", "--unfused", "--text", "--task", "--checkpoint", "--resume", "--save-every", "--keep-best", "--keep-last",
         "--force", "--stop-after", "--log", "--plot", "--dot", "--quiet", "--help"};
     ck_assert_int_eq(run("train --help"), 0);
     char *out = slurp("out.txt", NULL);

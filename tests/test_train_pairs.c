@@ -38,18 +38,7 @@ static char *slurp(const char *name, size_t *len) { return tu_slurp_in(dir, name
 /* n pairs of a toy "translation": English digits words -> German words. */
 static void write_pairs(const char *name, int n, int offset)
 {
-    static const char *en[] = {"one", "two", "three", "four", "five", "six", "seven", "eight"};
-    static const char *de[] = {"eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben",
-                               "acht"};
-    size_t cap = (size_t)n * 96 + 1;
-    char *buf = malloc(cap), *p = buf;
-    for (int i = 0; i < n; i++) {
-        int a = (i + offset) % 8, b = (i * 3 + offset) % 8, c = (i * 5 + 1) % 8;
-        p += sprintf(p, "%s %s %s.\t%s %s %s.\n", en[a], en[b], i % 3 ? en[c] : "and",
-                     de[a], de[b], i % 3 ? de[c] : "und");
-    }
-    tu_write_file(dir, name, buf);
-    free(buf);
+    tu_write_pairs(dir, name, n, offset);
 }
 
 #define MODEL "--tokenizer bytes --d-model 16 --heads 2 --d-ff 32 --layers 1 --seq-len 40 " \

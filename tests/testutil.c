@@ -504,6 +504,21 @@ void tu_write_file(const char *dir, const char *name, const char *text)
     ck_assert_int_eq(fclose(f), 0);
 }
 
+void tu_write_pairs(const char *dir, const char *name, int n, int offset)
+{
+    static const char *en[] = {"one", "two", "three", "four", "five", "six", "seven", "eight"};
+    static const char *de[] = {"eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht"};
+    char *buf = malloc((size_t)n * 96 + 1), *p = buf;
+    ck_assert_ptr_nonnull(buf);
+    for (int i = 0; i < n; i++) {
+        int a = (i + offset) % 8, b = (i * 3 + offset) % 8, c = (i * 5 + 1) % 8;
+        p += sprintf(p, "%s %s %s.\t%s %s %s.\n", en[a], en[b], i % 3 ? en[c] : "and", de[a], de[b],
+                     i % 3 ? de[c] : "und");
+    }
+    tu_write_file(dir, name, buf);
+    free(buf);
+}
+
 void tu_write_corpus(const char *dir, const char *name, int n_words)
 {
     static const char *const words[] = {"the", "quick", "brown", "fox", "jumps", "over",

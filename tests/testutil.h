@@ -167,6 +167,10 @@ void tu_write_file(const char *dir, const char *name, const char *text);
 /* An English-like text of n_words words from a fixed 12-word vocabulary, a sentence ending
  * every 9 words (deterministic), written to dir/name: a corpus a tiny model learns quickly. */
 void tu_write_corpus(const char *dir, const char *name, int n_words);
+/* @p n sentence pairs of a toy translation (English number words -> German), tab-separated,
+ * the words chosen by the line index and @p offset (deterministic), written to dir/name: a
+ * `tgrad train --pairs` file a tiny model trains on in a moment. */
+void tu_write_pairs(const char *dir, const char *name, int n, int offset);
 
 /* Write an .npy (version 1.0) file at @p path by hand: header {'descr': DESCR, 'fortran_order':
  * False, 'shape': SHAPE, } (SHAPE a Python tuple literal such as "(2, 3)", "(5,)" or "()"),

@@ -101,6 +101,7 @@ static void check_resolved(const train_args *a, const ckpt_info *info,
             bool unset = v == 0 && (!strcmp(o->name, "threads") ||
                                     !strcmp(o->name, "save-every") ||
                                     !strcmp(o->name, "stop-after") ||
+                                    !strcmp(o->name, "keep-last") ||
                                     (!strcmp(o->name, "decoder-layers") && !info->seq2seq));
             if (!unset && (v < o->imin || v > o->imax))
                 fz_die(NULL, "restored --%s %" PRId64 " outside [%" PRId64 ", %" PRId64 "]",

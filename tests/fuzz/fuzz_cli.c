@@ -40,8 +40,9 @@
 #include <string.h>
 
 /* tools/cli/tgrad.c's command table, in its order (top_parse answers an index into it). */
-static const char *const commands[] = {"train", "sample", "translate", "export", "info",
-                                       "bench", "gradcheck", "run", "version", "help"};
+static const char *const commands[] = {"train",   "sample",  "translate", "export",
+                                       "average", "info",    "bench",     "gradcheck",
+                                       "run",     "version", "help"};
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
 #define ERR_SIZE 4096 /* larger than any clean line (FZ_LINE_MAX): truncation would hide it */
@@ -498,6 +499,21 @@ static void do_export(int argc, char **argv)
     free(v);
 }
 
+static void do_average(int argc, char **argv)
+{
+    average_args a;
+    cli_result r;
+    char err[ERR_SIZE];
+    char **v = argv_copy(argv, argc);
+    int rc = average_parse(argc, v, &a, &r, err, sizeof err);
+    check_rc("average_parse", rc, err);
+    if (rc == CLI_OK && (!a.out || r.n_positional < 1 || r.n_positional > CKPT_AVERAGE_MAX))
+        fz_die(NULL, "average_parse accepted %d checkpoints (1 to %d) or no --out", r.n_positional,
+               CKPT_AVERAGE_MAX);
+    average_free(&a, &r);
+    free(v);
+}
+
 /* Run command @p c's parser on @p argv (argv[0] is the command's name). */
 static void dispatch(int c, int argc, char **argv)
 {
@@ -510,6 +526,8 @@ static void dispatch(int c, int argc, char **argv)
         do_translate(argc, argv);
     else if (!strcmp(name, "export"))
         do_export(argc, argv);
+    else if (!strcmp(name, "average"))
+        do_average(argc, argv);
     else if (!strcmp(name, "info"))
         do_info(argc, argv);
     else if (!strcmp(name, "bench"))

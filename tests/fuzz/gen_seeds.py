@@ -231,6 +231,8 @@ CLI = {
     "sample_missing": ["sample", "--prompt", "x"],
     "export": ["export", "--checkpoint", "lic.ckpt", "--out", "lic.safetensors", "--force"],
     "export_same": ["export", "--checkpoint", "a", "--out", "a"],
+    "average": ["average", "--out", "avg.ckpt", "--force", "a.step4.ckpt", "a.step8.ckpt"],
+    "average_none": ["average", "--out", "avg.ckpt"],
     "info": ["info", "a.safetensors", "b.npy", "--", "--c.npy"],
     "info_none": ["info"],
     "bench": ["bench", "--threads", "2"],

@@ -12,6 +12,7 @@
 #include "cmd_gradcheck.c"
 #include "cmd_bench.c"
 #include "cmd_export.c"
+#include "cmd_average.c"
 #include "cmd_sample.c"
 #include "train_args.h"
 
@@ -34,6 +35,7 @@ static const fz_table_entry *tables(void)
         t[k++] = (fz_table_entry){&gradcheck_cmd, sizeof(gradcheck_args)};
         t[k++] = (fz_table_entry){&bench_cmd, sizeof(bench_args)};
         t[k++] = (fz_table_entry){&export_cmd, sizeof(export_args)};
+        t[k++] = (fz_table_entry){&average_cmd, sizeof(average_args)};
         t[k++] = (fz_table_entry){train_command(), sizeof(train_args)};
         t[k++] = (fz_table_entry){sample_command(), sizeof(sample_args)};
         t[k++] = (fz_table_entry){translate_command(), sizeof(translate_args)};

@@ -3,8 +3,8 @@
  * program (tools/) beyond its headers: the option tables and helpers that are static in the
  * command files. tools_access.c compiles those files into one translation unit (#include of
  * the .c files, so nothing in tools/ changes) and exposes them here; a harness linking
- * tools_access.c must therefore not also link tools/cmd_{top,run,info,gradcheck,bench,export,
- * sample}.c (tests/fuzz/meson.build: fuzz_tools lists what to link; cmd_translate.c is linked,
+  * tools_access.c must therefore not also link tools/cmd_{top,run,info,gradcheck,bench,export,
+ * average,sample}.c (tests/fuzz/meson.build: fuzz_tools lists what to link; cmd_translate.c is linked,
  * its table reached through translate_command()).
  */
 #ifndef TG_FUZZ_TOOLS_ACCESS_H

@@ -75,6 +75,8 @@ static const field fields[] = {
     /* written only when sampling: absent = no sampling */
     {"train.spm_alpha", "spm-alpha", F_RESTORE, false},
     {"train.spm_nbest", "spm-nbest", F_RESTORE, false},
+    /* --keep-last N: its saves so far are train.kept (check_kept) */
+    {"train.keep_last", "keep-last", F_RESTORE, false},
 };
 
 static size_t value_size(const cli_option *o)
@@ -722,6 +724,89 @@ static bool check_pairs(const tg_safetensors *st, const train_args *a, const cli
     return ok;
 }
 
+/* An average of checkpoints (`tgrad average`): average.n, 1 to CKPT_AVERAGE_MAX, and
+ * average.steps, the optim.step of each checkpoint averaged as n comma-separated decimals (0
+ * to TRAIN_MAX_STEPS), both or neither; info->average_n receives n (0: neither). */
+static bool check_average(const tg_safetensors *st, ckpt_info *info, char *err, size_t n)
+{
+    const char *an = tg_safetensors_meta_get(st, "average.n");
+    const char *as = tg_safetensors_meta_get(st, "average.steps");
+    char s[80];
+    if (!an && !as)
+        return true;
+    if (!an || !as) {
+        snprintf(err, n,
+                 "checkpoint has the field '%s' but not '%s' (an average of "
+                 "checkpoints has both)",
+                 an ? "average.n" : "average.steps", an ? "average.steps" : "average.n");
+        return false;
+    }
+    if (!parse_int_field("average.n", an, 1, CKPT_AVERAGE_MAX, &info->average_n, err, n))
+        return false;
+    int64_t count = 0, v;
+    bool ok = true;
+    for (const char *p = as; ok; p += strcspn(p, ",") + 1) {
+        size_t len = strcspn(p, ",");
+        char d[24];
+        ok = len < sizeof d && count < info->average_n;
+        if (ok) {
+            memcpy(d, p, len);
+            d[len] = 0;
+            ok = tg_meta_parse_int(d, 0, TRAIN_MAX_STEPS, &v);
+        }
+        count += ok;
+        if (!p[len])
+            break;
+    }
+    if (ok && count == info->average_n)
+        return true;
+    snprintf(err, n,
+             "checkpoint field 'average.steps' '%s': expected %" PRId64 " step counts "
+             "(average.n) separated by commas",
+             cli_show(as, s, sizeof s), info->average_n);
+    return false;
+}
+
+/* train.kept: the steps of a --keep-last run's saves it keeps (CK.stepS.ckpt), oldest first:
+ * 1 to train.keep_last + 1 (the newest save's step file is written before the oldest is
+ * removed) strictly increasing decimals up to optim.step, comma-separated; only with
+ * train.keep_last. Read into info->kept. */
+static bool check_kept(const tg_safetensors *st, ckpt_info *info, char *err, size_t n)
+{
+    const char *v = tg_safetensors_meta_get(st, "train.kept");
+    const char *kl = tg_safetensors_meta_get(st, "train.keep_last");
+    int64_t keep = 0, step;
+    info->n_kept = 0;
+    if (!v)
+        return true;
+    char s[80];
+    bool ok = kl && tg_meta_parse_int(kl, 1, TRAIN_KEEP_LAST_MAX, &keep);
+    for (const char *p = v; ok; p += strcspn(p, ",") + 1) {
+        size_t len = strcspn(p, ",");
+        char d[24];
+        ok = len < sizeof d && info->n_kept <= keep;
+        if (ok) {
+            memcpy(d, p, len);
+            d[len] = 0;
+            ok = tg_meta_parse_int(d, 0, info->step, &step) &&
+                 (info->n_kept == 0 || step > info->kept[info->n_kept - 1]);
+        }
+        if (ok)
+            info->kept[info->n_kept++] = step;
+        if (!p[len])
+            break;
+    }
+    if (ok)
+        return true;
+    snprintf(err, n,
+             "checkpoint field 'train.kept' '%s': expected up to train.keep_last + 1 "
+             "increasing steps up to optim.step %" PRId64 ", separated by commas (with "
+             "train.keep_last)",
+             cli_show(v, s, sizeof s), info->step);
+    info->n_kept = 0;
+    return false;
+}
+
 /* Who reads the checkpoint: what it may be and what is checked. */
 typedef enum {
     USE_TRAIN,  /* tgrad train --resume: the mode must match --text; memory for training */
@@ -747,7 +832,8 @@ static bool apply(const tg_safetensors *st, train_args *a, const cli_result *giv
         return false;
     }
     return apply_options(st, a, given, info, err, n) && check_state(st, info, err, n) &&
-           (!info->pairs || check_pairs(st, a, given, info, err, n));
+           (!info->pairs || check_pairs(st, a, given, info, err, n)) &&
+           check_average(st, info, err, n) && check_kept(st, info, err, n);
 }
 
 bool ckpt_apply(const tg_safetensors *st, train_args *a, const cli_result *given, bool sample,
@@ -816,6 +902,35 @@ bool ckpt_check_tensors(const tg_safetensors *st, const tg_transformer_config *m
     if (!ok) /* the message without the function's name */
         lib_message(ctx, err, n);
     tg_ctx_free(ctx);
+    return ok;
+}
+
+/* An average's tensors (average.n): every parameter of @p mc with its shape and dtype
+ * (tg_checkpoint_check without an optimizer) and nothing else: no optimizer state. */
+static bool check_params_only(const tg_safetensors *st, const tg_transformer_config *mc,
+                              const train_args *a, char *err, size_t n)
+{
+    tg_ctx *ctx = tg_ctx_new();
+    if (!ctx) {
+        snprintf(err, n, "out of memory");
+        return false;
+    }
+    bool ok = tg_checkpoint_check(ctx, st, mc, train_dtype(a), NULL) == TG_OK;
+    if (!ok)
+        lib_message(ctx, err, n);
+    tg_ctx_free(ctx);
+    int64_t np = tg_transformer_params(mc, NULL, 0);
+    for (int64_t j = 0; ok && np != tg_safetensors_count(st) && j < tg_safetensors_count(st); j++) {
+        const char *name = tg_safetensors_name(st, j);
+        if (!strncmp(name, "adam.", 5) || !strncmp(name, "sgd.", 4)) {
+            char s[80];
+            snprintf(err, n,
+                     "the file has optimizer state '%s', but an average of checkpoints "
+                     "(average.n) holds parameters only",
+                     cli_show(name, s, sizeof s));
+            ok = false;
+        }
+    }
     return ok;
 }
 
@@ -924,8 +1039,19 @@ static bool validate(const tg_safetensors *st, train_args *a, const cli_result *
         info->usage = true; /* options that do not fit the checkpoint's model */
         return false;
     }
+    if (use == USE_TRAIN && info->average_n > 0) {
+        info->usage = true; /* the wrong kind of checkpoint for the command */
+        snprintf(err, n,
+                 "an average of %" PRId64 " checkpoints (average.n; 'tgrad average') "
+                 "holds parameters only, no optimizer state, so training cannot resume from "
+                 "it; translate or sample with it, or resume one of the checkpoints it "
+                 "averages",
+                 info->average_n);
+        return false;
+    }
     train_model_config(a, info->text, info->vocab_size, mc);
-    if (!ckpt_check_tensors(st, mc, a, err, n))
+    if (info->average_n > 0 ? !check_params_only(st, mc, a, err, n)
+                            : !ckpt_check_tensors(st, mc, a, err, n))
         return false;
     if (use == USE_EXPORT || use == USE_INFO)
         return true;

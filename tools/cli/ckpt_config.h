@@ -19,7 +19,9 @@
  * (tg_train_state_read), a translation checkpoint's tokenizer as translate loads it
  * (tg_tokenizer_meta_read, tg_spm_load; its size against model.vocab_size), its data hashes
  * and cursor, and the tensors (tg_checkpoint_check: shapes, dtypes, optimizer state complete
- * and finite).
+ * and finite). An average of checkpoints (`tgrad average`: average.n and average.steps) holds
+ * the parameters and no optimizer state: validated as such, it is taken by every command but
+ * `train --resume`, which refuses it as the wrong kind of checkpoint (info->usage).
  */
 #ifndef TG_CKPT_CONFIG_H
 #define TG_CKPT_CONFIG_H
@@ -46,6 +48,11 @@ typedef struct ckpt_info {
     double best_val;           /* train.best_val (INFINITY when absent) */
     int64_t epoch, batch;      /* data.epoch, data.batch: a translation run's cursor (-1:
                                 * absent, as in the other kinds) */
+    int n_kept;                /* train.kept: a --keep-last run's kept saves, their steps */
+    int64_t kept[TRAIN_KEEP_LAST_MAX + 1];
+    int64_t average_n;         /* average.n: the number of checkpoints this one is the mean of
+                                * (`tgrad average`: parameters only, no optimizer state); 0:
+                                * a training checkpoint */
     bool usage;                /* after a failure: the command line is at fault (options that
                                 * contradict the checkpoint, the wrong kind of checkpoint for
                                 * the command), not the file: exit status 2, not 1 */
@@ -88,6 +95,9 @@ tg_dtype train_dtype(const train_args *a);
  */
 bool ckpt_check_tensors(const tg_safetensors *st, const tg_transformer_config *mc,
                         const train_args *a, char *err, size_t n);
+
+/* Most checkpoints one `tgrad average` takes (average.n's bound). */
+#define CKPT_AVERAGE_MAX 1024
 
 /*
  * A rough upper bound of the bytes training (@p train: parameters, gradients, @p n_state

@@ -30,6 +30,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_translate(int argc, char **argv);
+int cmd_average(int argc, char **argv);
 
 /* Limits shared by the commands' tables. */
 #define CLI_MAX_THREADS 256     /* --threads */
@@ -127,6 +128,14 @@ typedef struct export_args {
 } export_args;
 int export_parse(int argc, char **argv, export_args *a, cli_result *r, char *err, size_t n);
 void export_free(export_args *a, cli_result *r);
+
+/* ---- tgrad average ------------------------------------------------------------------------- */
+typedef struct average_args {
+    const char *out; /* --out OUT (required) */
+    bool force;
+} average_args;
+int average_parse(int argc, char **argv, average_args *a, cli_result *r, char *err, size_t n);
+void average_free(average_args *a, cli_result *r);
 
 /* ---- tgrad translate ----------------------------------------------------------------------- */
 #define TRANSLATE_MAX_BEAM 64     /* --beam */

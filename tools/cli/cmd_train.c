@@ -129,7 +129,12 @@ static tg_status cb_save(void *user, int64_t steps_done, double best_val)
 {
     trainer *t = user;
     t->best_val = best_val;
+    bool keep = train_keep_due(t, steps_done);
+    if (keep)
+        train_keep_begin(t, steps_done);
     if (t->a.checkpoint && !train_save(t, steps_done))
+        return TG_ERR_IO;
+    if (keep && !train_keep_save(t, steps_done))
         return TG_ERR_IO;
     if (t->best_due && t->best_path && !train_save_best(t, steps_done))
         return TG_ERR_IO;

@@ -26,6 +26,7 @@ static const command commands[] = {
     {"translate", cmd_translate, "translate sentences with a checkpoint of 'train --pairs' "
                                  "(greedy or beam search; --eval: BLEU and chrF)"},
     {"export", cmd_export, "write a checkpoint's parameters as a PyTorch-loadable safetensors"},
+    {"average", cmd_average, "average the parameters of checkpoints of one model"},
     {"info", cmd_info, "describe checkpoints, safetensors and .npy files"},
     {"bench", cmd_bench, "benchmark kernels and a training step against references"},
     {"gradcheck", cmd_gradcheck, "check every op's gradients against central differences"},

@@ -136,6 +136,9 @@ static const cli_option train_opts[] = {
     FLAG("keep-best", keep_best, "also keep the checkpoint of the best evaluation (--pairs: "
          "the highest validation BLEU; else the lowest validation loss) as CK with .best "
          "before its extension (de-en.best.ckpt)", G_FILES),
+    INT("keep-last", keep_last, "N", 1, TRAIN_KEEP_LAST_MAX, "also keep the last N saves as CK "
+        "with .stepS before its extension (de-en.step1500.ckpt), removing older ones this run "
+        "wrote (for 'tgrad average')", G_FILES),
     FLAG("force", force, "let --checkpoint, --log, --plot, --dot replace existing files "
          "(a resumed run continues its own without it)",
          G_FILES),

@@ -28,6 +28,7 @@
 #define TRAIN_MAX_BATCH 65536
 #define TRAIN_MAX_STEPS 1000000000 /* also warmup, eval-every, save-every, stop-after */
 #define TRAIN_MAX_THREADS TG_MAX_THREADS
+#define TRAIN_KEEP_LAST_MAX 20 /* --keep-last */
 #define SAMPLE_MAX_TOKENS 1000000000
 #define SAMPLE_MAX_TOP_K 256 /* the byte vocabulary has at most 256 symbols */
 
@@ -63,6 +64,7 @@ typedef struct train_args {
     double dropout;
     double attn_dropout, act_dropout; /* -1 (not given): as dropout; 0: none; else p */
     bool keep_best; /* also keep the best checkpoint (train_plan_best_path) */
+    int64_t keep_last; /* --keep-last N: also keep the last N saves (train_keep.h); 0: off */
     /* optimisation */
     int64_t batch, steps, warmup, eval_every, seed, threads;
     int64_t grad_accum; /* --grad-accum K: micro-batches per step (K divides batch) */

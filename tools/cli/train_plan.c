@@ -4,9 +4,12 @@
 #include "train_plan.h"
 #include "cli.h"
 #include "climsg.h"
+#include "tgrad_io.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,16 +160,25 @@ static bool check_output(train_plan *t, const char *opt, const char *path,
     return dir_writable(opt, path);
 }
 
-char *train_plan_best_path(const char *ck)
+char *train_plan_tag_path(const char *ck, const char *tag)
 {
-    size_t n = strlen(ck);
+    size_t n = strlen(ck), tl = strlen(tag);
     const char *base = strrchr(ck, '/'), *dot = strrchr(ck, '.');
     base = base ? base + 1 : ck;
     size_t at = dot && dot > base ? (size_t)(dot - ck) : n; /* (a leading dot: no extension) */
-    char *p = malloc(n + sizeof ".best");
+    char *p = malloc(n + tl + 1);
     if (p)
-        snprintf(p, n + sizeof ".best", "%.*s.best%s", (int)at, ck, ck + at);
+        snprintf(p, n + tl + 1, "%.*s%s%s", (int)at, ck, tag, ck + at);
     return p;
+}
+
+char *train_plan_best_path(const char *ck) { return train_plan_tag_path(ck, ".best"); }
+
+char *train_plan_step_path(const char *ck, int64_t step)
+{
+    char tag[32];
+    snprintf(tag, sizeof tag, ".step%" PRId64, step);
+    return train_plan_tag_path(ck, tag);
 }
 
 /* --keep-best: needs --checkpoint; its file is none of the other outputs nor an input (the
@@ -214,6 +226,90 @@ static bool check_best(train_plan *t)
     return dir_writable("--keep-best", p);
 }
 
+/* Is directory entry @p name a step file of checkpoint @p ck (its last component with
+ * ".step" and a step count, canonical decimal digits, before its extension)? The step in
+ * *step. */
+static bool is_step_name(const char *ck, const char *name, int64_t *step)
+{
+    const char *base = strrchr(ck, '/'), *dot;
+    base = base ? base + 1 : ck;
+    dot = strrchr(base, '.');
+    size_t stem = dot && dot > base ? (size_t)(dot - base) : strlen(base);
+    const char *ext = base + stem;
+    size_t nl = strlen(name), el = strlen(ext);
+    if (nl <= stem + 5 + el || strncmp(name, base, stem) || strncmp(name + stem, ".step", 5) ||
+        strcmp(name + nl - el, ext))
+        return false;
+    char digits[24];
+    size_t dl = nl - el - stem - 5;
+    if (dl >= sizeof digits)
+        return false;
+    memcpy(digits, name + stem + 5, dl);
+    digits[dl] = 0;
+    return tg_meta_parse_int(digits, 0, INT64_MAX, step);
+}
+
+/* Step file @p path (of step @p step) found beside the checkpoint: this run's (the resumed
+ * run's train.kept lists it), or replaced only with --force, never an input. */
+static bool check_step_file(train_plan *t, const char *path, int64_t step)
+{
+    const train_args *a = t->a;
+    bool ours = false, ok = true, exists;
+    for (int i = 0; i < t->n_kept; i++)
+        ours |= t->kept[i] == step;
+    char err[1400];
+    for (int k = 0; ok && k < a->text.n; k++)
+        ok = outpath_not_input("--keep-last", path, "--text", a->text.v[k], err, sizeof err);
+    ok = ok && outpath_not_input("--keep-last", path, "--pairs", a->pairs, err, sizeof err) &&
+         outpath_not_input("--keep-last", path, "--valid", a->valid, err, sizeof err) &&
+         outpath_not_input("--keep-last", path, "--spm", a->spm, err, sizeof err) &&
+         outpath_not_input("--keep-last", path, "--resume", a->resume, err, sizeof err);
+    outpath_status os =
+        ok ? outpath_check("--keep-last", path, ours || a->force, &exists, err, sizeof err)
+           : OUTPATH_EXISTS;
+    if (os == OUTPATH_OK)
+        return true;
+    if (os == OUTPATH_EXISTS && ok)
+        snprintf(err, sizeof err,
+                 "--keep-last: '%s' exists and is not a step file of this run "
+                 "(pass --force to let the run replace it with its own)",
+                 path);
+    train_errf("%s", err);
+    t->usage = os == OUTPATH_EXISTS;
+    return false;
+}
+
+/* --keep-last: needs --checkpoint; every file already beside it that is named like a step
+ * file of it (CK.stepS.ckpt) is checked (check_step_file). */
+static bool check_keep_last(train_plan *t)
+{
+    const char *ck = t->a->checkpoint;
+    if (!ck) {
+        train_errf("--keep-last needs --checkpoint (the kept checkpoints go beside it)");
+        t->usage = true;
+        return false;
+    }
+    const char *slash = strrchr(ck, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - ck + 1) : 1, slash ? ck : ".");
+    DIR *d = opendir(dir);
+    if (!d) {
+        train_errf("--keep-last: cannot read the directory '%s': %s", dir, strerror(errno));
+        return false;
+    }
+    bool ok = true;
+    for (struct dirent *e; ok && (e = readdir(d));) {
+        int64_t step;
+        if (!is_step_name(ck, e->d_name, &step))
+            continue;
+        char *p = train_plan_step_path(ck, step);
+        ok = p ? check_step_file(t, p, step) : (train_errf("out of memory"), false);
+        free(p);
+    }
+    closedir(d);
+    return ok;
+}
+
 bool train_plan_outputs(train_plan *t)
 {
     const train_args *a = t->a;
@@ -254,6 +350,8 @@ bool train_plan_outputs(train_plan *t)
     if (a->dot && !check_output(t, "--dot", a->dot, true))
         return false;
     if (a->keep_best && !check_best(t))
+        return false;
+    if (a->keep_last && !check_keep_last(t))
         return false;
     /* last: the lock is taken once every other output is known to be fine */
     if (a->checkpoint && !check_checkpoint_path(t))

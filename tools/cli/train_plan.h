@@ -26,6 +26,9 @@ typedef struct train_plan {
     outpath_lock *lock; /* --checkpoint's lock, taken here (unless --dry-run) */
     bool usage;         /* a failure is the command line's (exit 2) */
     char *best_path;    /* --keep-best: where the best checkpoint goes (malloc'd), or NULL */
+    const int64_t *kept; /* --keep-last: the steps of the step files the resumed run kept (its
+                          * train.kept, when it saves back to its own --checkpoint) */
+    int n_kept;
     bool resumed_best;  /* the resumed run kept its best checkpoint (train.keep_best) */
 } train_plan;
 
@@ -33,6 +36,10 @@ typedef struct train_plan {
  * path component (de-en.ckpt -> de-en.best.ckpt), or appended when it has none. Malloc'd;
  * NULL when out of memory. */
 char *train_plan_best_path(const char *ck);
+/* @p tag (".best", ".step1500") inserted the same way. Malloc'd; NULL when out of memory. */
+char *train_plan_tag_path(const char *ck, const char *tag);
+/* --keep-last's file of step @p step: ".step<step>" inserted (de-en.step1500.ckpt). */
+char *train_plan_step_path(const char *ck, int64_t step);
 
 /* Check every output of @p t->a (each failure one line on stderr). */
 bool train_plan_outputs(train_plan *t);

@@ -135,6 +135,7 @@ static bool plan_parallel(trainer *t)
     if (t->mp.rank > 0) {
         a->checkpoint = a->log = a->plot = a->dot = NULL;
         a->keep_best = false;
+        a->keep_last = 0;
     }
     return true;
 }
@@ -142,8 +143,18 @@ static bool plan_parallel(trainer *t)
 /* The outputs, checked before anything is trained (train_plan.c). */
 static bool plan_outputs(trainer *t)
 {
-    train_plan p = {.a = &t->a, .lock = &t->lock,
-                    .resumed_best = t->ck && t->info.rec.keep_best == 1};
+    /* --keep-last: the resumed run's step files are this run's when it saves back to the same
+     * --checkpoint (the same name, so the same step file names) */
+    const train_args *a = &t->a;
+    if (t->ck && a->checkpoint && !strcmp(a->checkpoint, a->resume)) {
+        t->n_kept = t->info.n_kept;
+        memcpy(t->kept, t->info.kept, sizeof t->kept[0] * (size_t)t->n_kept);
+    }
+    train_plan p = {.a = &t->a,
+                    .lock = &t->lock,
+                    .resumed_best = t->ck && t->info.rec.keep_best == 1,
+                    .kept = t->kept,
+                    .n_kept = t->n_kept};
     bool ok = train_plan_outputs(&p);
     t->usage |= p.usage;
     t->best_path = p.best_path;

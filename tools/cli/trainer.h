@@ -54,6 +54,9 @@ typedef struct trainer {
     char *best_path;     /* --keep-best: the best checkpoint's file (train_plan), or NULL */
     double best_bleu;    /* --pairs --keep-best: the highest validation BLEU so far, or -1 */
     bool best_due;       /* this step's evaluation is the best: save it there too */
+    int64_t kept[TRAIN_KEEP_LAST_MAX + 1]; /* --keep-last: the steps of the step files kept,
+                                            * oldest first (train.kept) */
+    int n_kept;
     outpath_lock lock;   /* --checkpoint's lock, held for the whole run */
     svg_series train_curve, val_curve;
     svg_series acc_curve; /* a task run: the held-out accuracy it stops on */
@@ -73,6 +76,16 @@ bool train_setup(trainer *t, int *rc);
 bool train_save(trainer *t, int64_t steps_done);
 /* The same state into --keep-best's file (t->best_path). */
 bool train_save_best(trainer *t, int64_t steps_done);
+/* --keep-last N: is the save after @p steps_done steps one that keeps a step file (an
+ * evaluation's, --save-every's, the last step's; not a stop's)? */
+bool train_keep_due(const trainer *t, int64_t steps_done);
+/* Before that save: the oldest step files beyond N removed, and the step recorded (train.kept
+ * of the checkpoint lists it before its file exists, so no kill leaves a file unrecorded). */
+void train_keep_begin(trainer *t, int64_t steps_done);
+/* After it: the same state into CK.stepS.ckpt (train_plan_step_path), then the oldest step
+ * files beyond N removed: only files of the run's own list, by exact name, each checked to be
+ * still the checkpoint the run wrote there. */
+bool train_keep_save(trainer *t, int64_t steps_done);
 /* The run's two lines on stderr: the data and the model (train_report.c). */
 void train_print_banner(const trainer *t);
 /* --dry-run: the training graph's memory plan (--pairs: the model and its state). */

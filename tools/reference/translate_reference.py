@@ -35,6 +35,14 @@ Usage (Debian 12: python3-torch 1.13, python3-sentencepiece; sacreBLEU from its 
                                   options) with its weights; no training (--steps ignored)
   --decode both|greedy|beam|none  which test-set decodings to run (both)
   --eval-every 0                  no evaluation at all, not even after the last step
+  --keep-last N                   keep the parameters of the last N saves (each evaluation
+                                  and the last step: the saves of `tgrad train --keep-last N`
+                                  without --save-every), in memory, parameters only
+  --average                       with --keep-last: after training, replace the model by the
+                                  element-wise mean of the kept parameters (summed in float64
+                                  in step order, divided by their number, rounded once to
+                                  float32: `tgrad average` of the step files in step order),
+                                  evaluate it and decode the test set with it
   --threads N                     torch.set_num_threads(N) (default: all CPUs, as tgrad);
                                   Debian's torch calls OpenBLAS, whose pthreads follow
                                   OPENBLAS_NUM_THREADS instead (default: all CPUs);
@@ -52,7 +60,8 @@ summary as one JSON object (also written to --json FILE if given):
    tokens: labels that are not padding, EOS included, per second of training steps: the
    epoch's batch plan when an epoch starts, collation, forward, backward, clipping, update;
    evaluations excluded, as tgrad counts), "src_tgt_tokens_per_s",
-   "padded_per_s", "val_loss", "val_bleu" (last evaluation, or null), "params", "peak_rss_mb",
+   "padded_per_s", "val_loss", "val_bleu" (last evaluation, or the average's with --average;
+   null without), "averaged" (--average: the parameter sets averaged), "params", "peak_rss_mb",
    "test": {"greedy"|"beam5": {"bleu", "chrf", "seconds", "sentences", "sentences_per_s"}}}
 
 Model (class Seq2Seq, also the loader of `tgrad export` files of encoder-decoder checkpoints,
@@ -614,6 +623,24 @@ def valid_loss(model, seqs, pad, batch_tokens):
     return total / count
 
 
+def kept_parameters(model):
+    """A copy of the model's parameters (each tied tensor once, buffers left out): what a
+    step file of `tgrad train --keep-last` holds besides the optimizer state."""
+    return {k: p.detach().clone() for k, p in model.named_parameters()}
+
+
+@torch.no_grad()
+def average_parameters(model, kept):
+    """Load into @p model the element-wise mean of the kept parameter sets (oldest first):
+    summed in float64 in that order, divided by their number, rounded once to the parameter
+    dtype, as `tgrad average` computes it."""
+    for k, p in model.named_parameters():
+        acc = torch.zeros(p.shape, dtype=torch.float64)
+        for state in kept:
+            acc += state[k].double()
+        p.copy_((acc / len(kept)).to(p.dtype))
+
+
 def rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -683,7 +710,17 @@ def main(argv=None):
     ap.add_argument("--max-len-b", type=float, default=10)
     ap.add_argument("--decode-batch", type=int, default=64, help="sentences per decoding batch")
     ap.add_argument("--log", help="CSV: step,train_loss,val_loss,val_bleu,lr")
+    ap.add_argument("--keep-last", type=int, default=0,
+                    help="keep the parameters of the last N saves (each evaluation and the "
+                    "last step), as tgrad train --keep-last N (0: none)")
+    ap.add_argument("--average", action="store_true",
+                    help="with --keep-last: evaluate and decode with the mean of the kept "
+                    "parameters, as tgrad average")
     a = ap.parse_args(argv)
+    if not 0 <= a.keep_last <= 20:
+        ap.error("--keep-last must be from 0 to 20 (tgrad's bound)")
+    if a.average and (a.keep_last == 0 or a.load):
+        ap.error("--average needs --keep-last N (and training: not with --load)")
     if a.load is None and (a.train is None or a.valid is None):
         ap.error("--train and --valid are required (unless --load)")
     if a.batch_tokens < a.max_len:
@@ -763,6 +800,7 @@ def main(argv=None):
 
     epoch, batches, bi = 0, None, 0
     best = (-1.0, 0, None)  # --keep-best: (val BLEU, step, state)
+    kept = []  # --keep-last: the parameters of the last saves, oldest first
     real_tgt = real_all = padded = 0
     train_time = 0.0
     for step in range(1, a.steps + 1):
@@ -809,8 +847,20 @@ def main(argv=None):
         elif log:
             log.write(f"{step},{loss.item():.6f},,,{lr:.6g}\n")
             log.flush()
+        # tgrad's saves: every evaluation (every --eval-every steps) and the last step
+        if a.keep_last and ((a.eval_every > 0 and step % a.eval_every == 0) or
+                            step == a.steps):
+            kept = (kept + [kept_parameters(model)])[-a.keep_last:]
     if log:
         log.close()
+    if a.average and kept:
+        average_parameters(model, kept)
+        summary["averaged"] = len(kept)
+        if a.eval_every > 0:
+            vl, vb = valid_loss(model, valid, vocab.pad, a.batch_tokens), valid_bleu()
+            summary["val_loss"], summary["val_bleu"] = vl, vb
+            print(f"average of the last {len(kept)} saves: val loss {vl:.4f}  val BLEU "
+                  f"{vb:.2f}", flush=True)
     if a.steps > 0:
         print(f"training: {a.steps} steps in {train_time:.1f} s (batch plan, collation, forward, "
               f"backward, update; evaluations excluded): {real_tgt / train_time:.0f} target tokens/s "
