@@ -721,6 +721,8 @@ def main(argv=None):
         ap.error("--keep-last must be from 0 to 20 (tgrad's bound)")
     if a.average and (a.keep_last == 0 or a.load):
         ap.error("--average needs --keep-last N (and training: not with --load)")
+    if a.average and a.keep_best:
+        ap.error("--average and --keep-best each choose the weights to decode with: give one")
     if a.load is None and (a.train is None or a.valid is None):
         ap.error("--train and --valid are required (unless --load)")
     if a.batch_tokens < a.max_len:
