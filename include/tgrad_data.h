@@ -122,7 +122,9 @@ TG_API int64_t tg_tokenizer_decode(const tg_tokenizer *tok, const int32_t *ids, 
  * l = 1 is tg_tokenizer_encode(). Computed in f64.
  * Writes at most @p cap ids (no BOS/EOS) and returns how many the segmentation has.
  * Errors (run-time, -1 returned): those of tg_tokenizer_encode(); ::TG_ERR_ARG for l outside
- * [1, ::TG_SAMPLE_MAX_NBEST] or alpha outside [0, 100] or not finite; ::TG_ERR_UNSUPPORTED
+ * [1, ::TG_SAMPLE_MAX_NBEST] or alpha outside [0, 100] or not finite, and for an nbest
+ * operation that returns a malformed list (no segmentation, ends out of order, scores not
+ * finite or far out of order, more ids than any text needs); ::TG_ERR_UNSUPPORTED
  * for a tokenizer without nbest (tg_tokenizer_can_sample()); ::TG_ERR_NOMEM.
  */
 TG_API int64_t tg_tokenizer_encode_sampled(const tg_tokenizer *tok, const char *text, size_t n,
@@ -300,16 +302,17 @@ TG_API tg_seq2seq_data *tg_seq2seq_load_mem(tg_ctx *ctx, const void *data, size_
  *     seed XOR (0x9E3779B97F4A7C15 * (epoch + 1)) XOR (0xD1B54A32D192ED03 * (2 i + s + 1))
  *
  * (mod 2^64), so a training run draws new segmentations every epoch (Kudo 2018, sec. 3.2,
- * "on-the-fly" sampling), the same ones on any thread count and when resumed. The result keeps
- * ids only (no texts), d's line numbers and d's hash and size (the same file); its counts are
- * its own. Owned by the caller: tg_seq2seq_free().
- * Errors (run-time, NULL returned): ::TG_ERR_ARG (NULL arguments, @p d without texts, epoch
- * < 0, l or alpha outside tg_tokenizer_encode_sampled()'s ranges, a side the tokenizer
- * refuses: "x.tsv:7: source: <its message>"), ::TG_ERR_UNSUPPORTED (a tokenizer that cannot
- * sample), ::TG_ERR_NOMEM.
+ * "on-the-fly" sampling), the same ones on any thread count and when resumed. The result, made
+ * in @p ctx's memory, keeps ids only (no texts), d's line numbers and d's hash and size (the
+ * same file); its counts are its own. Owned by the caller: tg_seq2seq_free().
+ * Errors (run-time, on @p ctx, NULL returned): ::TG_ERR_ARG (NULL arguments, @p d without
+ * texts, epoch < 0, l or alpha outside tg_tokenizer_encode_sampled()'s ranges, a side the
+ * tokenizer refuses: "pairs:7: source: <its message>", 7 the pair's line), ::TG_ERR_UNSUPPORTED
+ * (a tokenizer that cannot sample), ::TG_ERR_NOMEM.
  */
-TG_API tg_seq2seq_data *tg_seq2seq_sample(const tg_seq2seq_data *d, const tg_tokenizer *tok, int l,
-                                          double alpha, uint64_t seed, int64_t epoch);
+TG_API tg_seq2seq_data *tg_seq2seq_sample(tg_ctx *ctx, const tg_seq2seq_data *d,
+                                          const tg_tokenizer *tok, int l, double alpha,
+                                          uint64_t seed, int64_t epoch);
 /** Release (NULL is a no-op). */
 TG_API void tg_seq2seq_free(tg_seq2seq_data *d);
 /** Counts (all zero for NULL). */

@@ -109,8 +109,9 @@ TG_API tg_status tg_bleu_tokenize(tg_ctx *ctx, const char *text, size_t len, cha
 /**
  * The longest run of equal consecutive words in @p text: the tokens of tg_bleu_tokenize()
  * (sacreBLEU's 13a), a word being a token with an ASCII letter or digit or a code point from
- * U+00C0 on (letters of other scripts) other than U+00D7, U+00F7, U+2000..U+206F (general
- * punctuation) and U+3000..U+303F. A translation that says "dritten dritten dritten." has a
+ * U+00C0 on (letters of other scripts) other than U+00D7, U+00F7, U+2000..U+2BFF
+ * (punctuation, currency, arrows, mathematical and other symbols), U+3000..U+303F, U+FFFD and
+ * U+1F000..U+1FAFF (emoji). A translation that says "dritten dritten dritten." has a
  * run of 3; punctuation runs ("...") do not count; 0 when there is no word. The repetition
  * measure of `tgrad translate --eval` (a hypothesis with a run of 3 or more whose source has
  * none).

@@ -71,10 +71,11 @@ typedef struct tg_train_pairs_opts {
     int64_t max_sentences;         /**< sentences per translation call [64] */
     double target_bleu;            /**< reached at this BLEU (0: never) */
     int sample_nbest;              /**< subword regularization: > 0 trains every epoch on
-                                        tg_seq2seq_sample(train, tokenizer, sample_nbest,
+                                        tg_seq2seq_sample(ctx, train, tokenizer, sample_nbest,
                                         sample_alpha, seed, epoch) (Kudo 2018), which needs
                                         @c train loaded with keep_text, a tokenizer that can
-                                        sample and batch_tokens >= train's max_len; 0: off */
+                                        sample, and train's max_len at most batch_tokens and
+                                        the model's max_seq_len; 0: off */
     double sample_alpha;           /**< its alpha, in [0, 100] */
 } tg_train_pairs_opts;
 

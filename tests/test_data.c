@@ -134,6 +134,63 @@ static void upper_free(void *impl)
     free(impl);
 }
 
+/* An embedder's nbest operation, well-formed (mode 0) or broken in one way (modes 1..7). */
+static int g_nbest_mode;
+static int64_t fake_nbest(void *impl, const char *text, size_t n, int l, int32_t *ids,
+                          int64_t cap, int64_t *ends, double *scores, int *count, char *err,
+                          size_t err_size)
+{
+    (void)impl, (void)text, (void)n, (void)l, (void)err, (void)err_size;
+    static const int32_t seg[5] = {4, 5, 6, 7, 8}; /* "ab" | "c" and "a" | "bc" style */
+    switch (g_nbest_mode) {
+    case 5: /* always wants one more */
+        return cap + 1;
+    case 6: /* an impossible length */
+        return (int64_t)1 << 62;
+    default:
+        break;
+    }
+    for (int64_t i = 0; i < 5 && i < cap; i++)
+        ids[i] = g_nbest_mode == 4 && i == 3 ? 99999 : seg[i];
+    *count = g_nbest_mode == 1 ? 0 : 2;
+    ends[0] = g_nbest_mode == 2 ? 4 : 2;
+    ends[1] = g_nbest_mode == 2 ? 3 : 5;
+    scores[0] = g_nbest_mode == 7 ? -1e308 : -1.0;
+    scores[1] = g_nbest_mode == 3 ? NAN : g_nbest_mode == 7 ? 1e308 : -3.0;
+    return 5;
+}
+
+/* tg_tokenizer_encode_sampled through an embedder's nbest: the draw follows the weights; a
+ * malformed list is refused, never read out of bounds; a length query needs no buffer. */
+START_TEST(test_sampled_custom_nbest)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tokenizer_ops ops = {"fake", upper_encode, upper_decode, NULL, fake_nbest};
+    tg_tokenizer *t = tg_tokenizer_new(ctx, &ops, NULL, 16, (tg_token_ids){0, 1, 2, 3}, NULL, 0);
+    ck_assert_ptr_nonnull(t);
+    ck_assert(tg_tokenizer_can_sample(t));
+    int32_t ids[8];
+    g_nbest_mode = 0;
+    ck_assert_int_eq(tg_tokenizer_encode_sampled(t, "abc", 3, 2, 0, 1, NULL, 0) > 0, 1);
+    int first = 0, n = 2000;
+    for (uint64_t key = 0; key < (uint64_t)n; key++) {
+        int64_t k = tg_tokenizer_encode_sampled(t, "abc", 3, 2, 1.0, key, ids, 8);
+        ck_assert(k == 2 || k == 3);
+        first += k == 2;
+    }
+    /* P(first) = 1 / (1 + e^-2) = 0.881: 1762 expected, sd 14 */
+    ck_assert_msg(first > 1700 && first < 1825, "first drawn %d of %d", first, n);
+    static const char *const needles[8] = {NULL, "malformed", "malformed", "malformed",
+                                           "outside", "asks for", "asks for", "not in order"};
+    for (g_nbest_mode = 1; g_nbest_mode <= 7; g_nbest_mode++) {
+        ck_assert_int_eq(tg_tokenizer_encode_sampled(t, "abc", 3, 2, 1.0, 3, ids, 8), -1);
+        tu_assert_error(ctx, TG_ERR_ARG, needles[g_nbest_mode]);
+    }
+    tg_tokenizer_free(t);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_custom_tokenizer)
 {
     tg_ctx *ctx = tu_ctx_new();
@@ -903,6 +960,7 @@ int main(void)
     tcase_add_test(tc, test_encode_refuses_bad_text);
     tcase_add_test(tc, test_decode_replaces_invalid);
     tcase_add_test(tc, test_custom_tokenizer);
+    tcase_add_test(tc, test_sampled_custom_nbest);
     tcase_add_test(tc, test_tokenizer_meta_round_trip);
     tcase_add_test(tc, test_tokenizer_meta_refusals);
     tc = tu_tcase(s, "pairs", 0);

@@ -757,6 +757,8 @@ START_TEST(test_word_run)
         {"7 7 7", 3},
         {"zweiten zweiten zweiten … Welt.", 3},
         {"Die die die", 2}, /* case kept, as BLEU's */
+        {"€ € € ♪ ♪ ♪ \xef\xbf\xbd \xef\xbf\xbd \xef\xbf\xbd", 0}, /* symbols, U+FFFD */
+        {"日本 日本 日本", 3},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int64_t run = -1;

@@ -507,6 +507,48 @@ START_TEST(test_sampled_segmentations)
 }
 END_TEST
 
+/* The draws of the PyTorch reference's sampled_ids (tests/fixtures/spm_sample/
+ * gen_spm_sample.py): the same ids for every (text, l, alpha, key). */
+START_TEST(test_sampled_reference_fixture)
+{
+    tg_ctx *ctx = tu_ctx_new();
+    tg_tokenizer *t = tg_spm_load_file(ctx, TG_FIXTURES "/spm_sample/tiny.model");
+    ck_assert_msg(t != NULL, "%s", tg_ctx_message(ctx));
+    FILE *f = fopen(TG_FIXTURES "/spm_sample/expected.txt", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[4096];
+    int cases = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#')
+            continue;
+        line[strcspn(line, "\n")] = 0;
+        char *text = strchr(line, '\t'), *want = text ? strchr(text + 1, '\t') : NULL;
+        ck_assert_ptr_nonnull(want);
+        *text++ = 0;
+        *want++ = 0;
+        int l;
+        double alpha;
+        unsigned long long key;
+        ck_assert_int_eq(sscanf(line, "%d %lf %llu", &l, &alpha, &key), 3);
+        int32_t ids[512];
+        int64_t k = tg_tokenizer_encode_sampled(t, text, strlen(text), l, alpha, key, ids, 512);
+        ck_assert_msg(k >= 0, "%s", tg_ctx_message(ctx));
+        char got[4096];
+        size_t at = 0;
+        got[0] = 0;
+        for (int64_t i = 0; i < k; i++)
+            at += (size_t)snprintf(got + at, sizeof got - at, "%s%d", i ? " " : "", ids[i]);
+        ck_assert_msg(!strcmp(got, want), "'%s' l %d alpha %g key %llu: %s, reference %s", text,
+                      l, alpha, key, got, want);
+        cases++;
+    }
+    fclose(f);
+    ck_assert_int_eq(cases, 320);
+    tg_tokenizer_free(t);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 /* tg_seq2seq_sample: the same (seed, epoch) the same data, another epoch other segmentations,
  * each a segmentation of the pair's text, cut at max_len as tg_seq2seq_load does. */
 START_TEST(test_seq2seq_sample)
@@ -524,9 +566,9 @@ START_TEST(test_seq2seq_sample)
     tg_seq2seq_opts o = {.max_len = 12, .keep_text = true};
     tg_seq2seq_data *d = tg_seq2seq_load_mem(ctx, tsv, len, "p.tsv", t, &o);
     ck_assert_ptr_nonnull(d);
-    tg_seq2seq_data *a = tg_seq2seq_sample(d, t, 16, 0, 5, 0),
-                    *b = tg_seq2seq_sample(d, t, 16, 0, 5, 0);
-    tg_seq2seq_data *e1 = tg_seq2seq_sample(d, t, 16, 0, 5, 1);
+    tg_seq2seq_data *a = tg_seq2seq_sample(ctx, d, t, 16, 0, 5, 0),
+                    *b = tg_seq2seq_sample(ctx, d, t, 16, 0, 5, 0);
+    tg_seq2seq_data *e1 = tg_seq2seq_sample(ctx, d, t, 16, 0, 5, 1);
     ck_assert(a && b && e1);
     ck_assert_int_eq(tg_seq2seq_count(a), 100);
     ck_assert(tg_seq2seq_get_info(a).hash == tg_seq2seq_get_info(d).hash);
@@ -557,17 +599,17 @@ START_TEST(test_seq2seq_sample)
     tg_seq2seq_free(b);
     tg_seq2seq_free(e1);
     /* errors */
-    ck_assert_ptr_null(tg_seq2seq_sample(d, t, 0, 0.2, 5, 0));
+    ck_assert_ptr_null(tg_seq2seq_sample(ctx, d, t, 0, 0.2, 5, 0));
     tu_assert_error(ctx, TG_ERR_ARG, "tg_seq2seq_sample");
-    ck_assert_ptr_null(tg_seq2seq_sample(d, t, 16, 0.2, 5, -1));
+    ck_assert_ptr_null(tg_seq2seq_sample(ctx, d, t, 16, 0.2, 5, -1));
     tg_tokenizer *bytes = tg_tokenizer_bytes(ctx);
-    ck_assert_ptr_null(tg_seq2seq_sample(d, bytes, 16, 0.2, 5, 0));
+    ck_assert_ptr_null(tg_seq2seq_sample(ctx, d, bytes, 16, 0.2, 5, 0));
     tu_assert_error(ctx, TG_ERR_UNSUPPORTED, "cannot sample");
     o.keep_text = false;
     tg_seq2seq_data *no_text = tg_seq2seq_load_mem(ctx, tsv, len, "p.tsv", t, &o);
-    ck_assert_ptr_null(tg_seq2seq_sample(no_text, t, 16, 0.2, 5, 0));
+    ck_assert_ptr_null(tg_seq2seq_sample(ctx, no_text, t, 16, 0.2, 5, 0));
     tu_assert_error(ctx, TG_ERR_ARG, "keep_text");
-    ck_assert_ptr_null(tg_seq2seq_sample(NULL, t, 16, 0.2, 5, 0));
+    ck_assert_ptr_null(tg_seq2seq_sample(ctx, NULL, t, 16, 0.2, 5, 0));
     tg_seq2seq_free(no_text);
     tg_seq2seq_free(d);
     tg_tokenizer_free(bytes);
@@ -589,5 +631,6 @@ int main(void)
     tcase_add_test(tc, test_hostile_bytes);
     tcase_add_test(tc, test_sampled_segmentations);
     tcase_add_test(tc, test_seq2seq_sample);
+    tcase_add_test(tc, test_sampled_reference_fixture);
     return tu_run(s);
 }

@@ -323,6 +323,22 @@ START_TEST(argument_errors)
     lm.cfg.n_decoder_layers = 0;
     ck_assert_ptr_null(tg_train_pairs_new(r.ctx, &lm, &o));
     tu_assert_error(r.ctx, TG_ERR_ARG, "no decoder");
+    /* subword regularization: texts, a tokenizer that samples, lengths a sample can reach */
+    o = pairs_opts(&r);
+    o.sample_nbest = 8;
+    o.sample_alpha = 0.1;
+    ck_assert_ptr_null(tg_train_pairs_new(r.ctx, &r.model, &o));
+    tu_assert_error(r.ctx, TG_ERR_ARG, "keep_text");
+    o.train = r.valid; /* with texts, but the byte tokenizer has one segmentation */
+    ck_assert_ptr_null(tg_train_pairs_new(r.ctx, &r.model, &o));
+    tu_assert_error(r.ctx, TG_ERR_ARG, "can sample");
+    o.sample_nbest = TG_SAMPLE_MAX_NBEST + 1;
+    ck_assert_ptr_null(tg_train_pairs_new(r.ctx, &r.model, &o));
+    tu_assert_error(r.ctx, TG_ERR_ARG, "sample_nbest");
+    o.sample_nbest = 8;
+    o.sample_alpha = NAN;
+    ck_assert_ptr_null(tg_train_pairs_new(r.ctx, &r.model, &o));
+    tu_assert_error(r.ctx, TG_ERR_ARG, "sample_alpha");
     pr_free(&r);
 }
 END_TEST

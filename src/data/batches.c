@@ -302,13 +302,13 @@ static bool sample_ok(tg_ctx *ctx, const char *fn, const tg_seq2seq_data *d,
     return true;
 }
 
-tg_seq2seq_data *tg_seq2seq_sample(const tg_seq2seq_data *d, const tg_tokenizer *tok, int l,
-                                   double alpha, uint64_t seed, int64_t epoch)
+tg_seq2seq_data *tg_seq2seq_sample(tg_ctx *ctx, const tg_seq2seq_data *d,
+                                   const tg_tokenizer *tok, int l, double alpha, uint64_t seed,
+                                   int64_t epoch)
 {
     static const char fn[] = "tg_seq2seq_sample";
-    if (!d)
+    if (!ctx)
         return NULL;
-    tg_ctx *ctx = d->ctx;
     tg__begin(ctx);
     if (!sample_ok(ctx, fn, d, tok, l, alpha, epoch))
         return NULL;

@@ -181,8 +181,10 @@ typedef struct nbest_list {
 static tg_status nbest_get(const tg_tokenizer *tok, const char *fn, const char *text, size_t n,
                            int l, nbest_list *nb)
 {
-    int64_t cap = 256;
-    for (;;) {
+    /* at most l segmentations of at most 4 n + 16 pieces each (normalization can expand a
+     * character into a few) */
+    int64_t cap = 256, bound = (int64_t)l * (4 * (int64_t)(n < INT32_MAX ? n : INT32_MAX) + 16);
+    for (int round = 0;; round++) {
         nb->ids = malloc((size_t)cap * sizeof *nb->ids);
         if (!nb->ids) {
             tg__run_err(tok->ctx, TG_ERR_NOMEM, fn, "out of memory");
@@ -190,6 +192,8 @@ static tg_status nbest_get(const tg_tokenizer *tok, const char *fn, const char *
         }
         char err[256] = "";
         nb->count = 0;
+        memset(nb->ends, 0, (size_t)l * sizeof *nb->ends);
+        memset(nb->scores, 0, (size_t)l * sizeof *nb->scores);
         int64_t k = tok->ops.nbest(tok->impl, text ? text : "", n, l, nb->ids, cap, nb->ends,
                                    nb->scores, &nb->count, err, sizeof err);
         if (k < 0) {
@@ -197,31 +201,39 @@ static tg_status nbest_get(const tg_tokenizer *tok, const char *fn, const char *
                         err[0] ? err : "n-best encoding failed");
             return TG_ERR_ARG;
         }
-        if (k <= cap) {
-            nb->n_ids = k;
+        nb->n_ids = k;
+        if (k <= cap)
             break;
-        }
         free(nb->ids);
+        nb->ids = NULL;
+        if (round > 0 || k > bound) { /* it asked twice, or for more than any text needs */
+            tg__run_err(tok->ctx, TG_ERR_ARG, fn, "%s's n-best list asks for %lld ids for %zu "
+                        "bytes of text", tok->ops.kind, (long long)k, n);
+            return TG_ERR_ARG;
+        }
         cap = k;
     }
-    bool shape = nb->count >= 0 && nb->count <= l;
+    bool shape = nb->count >= 1 && nb->count <= l;
     for (int i = 0; shape && i < nb->count; i++)
         shape = nb->ends[i] >= (i ? nb->ends[i - 1] : 0) && isfinite(nb->scores[i]);
-    if (!shape || (nb->count && nb->ends[nb->count - 1] != nb->n_ids)) {
+    if (!shape || nb->ends[nb->count - 1] != nb->n_ids) {
         tg__run_err(tok->ctx, TG_ERR_ARG, fn, "%s returned a malformed n-best list", tok->ops.kind);
         return TG_ERR_ARG;
     }
     return ids_ok(tok, fn, nb->ids, nb->n_ids) ? TG_OK : TG_ERR_ARG;
 }
 
-/* The segmentation drawn (tg_tokenizer_encode_sampled's rule). */
+/* The segmentation drawn (tg_tokenizer_encode_sampled's rule); -1 if the weights are not
+ * finite (scores far from best first). */
 static int draw(const nbest_list *nb, double alpha, uint64_t key)
 {
     double w[TG_SAMPLE_MAX_NBEST], total = 0;
     for (int k = 0; k < nb->count; k++) {
-        w[k] = exp(alpha * (nb->scores[k] - nb->scores[0]));
+        w[k] = alpha == 0 ? 1.0 : exp(alpha * (nb->scores[k] - nb->scores[0]));
         total += w[k];
     }
+    if (!isfinite(total))
+        return -1;
     double u = (double)(tg__splitmix64(&key) >> 11) * 0x1p-53 * total, c = 0;
     for (int k = 0; k < nb->count; k++) {
         c += w[k];
@@ -262,13 +274,14 @@ int64_t tg_tokenizer_encode_sampled(const tg_tokenizer *tok, const char *text, s
     nb->ids = NULL;
     int64_t k = -1;
     if (nbest_get(tok, fn, text, n, l, nb) == TG_OK) {
-        k = 0;
-        if (nb->count) {
-            int j = draw(nb, alpha, key);
-            int64_t b = j ? nb->ends[j - 1] : 0;
-            k = nb->ends[j] - b;
+        int j = draw(nb, alpha, key);
+        if (j < 0)
+            tg__run_err(tok->ctx, TG_ERR_ARG, fn, "%s's n-best scores are not in order (the "
+                        "weights overflow)", tok->ops.kind);
+        int64_t b = j > 0 ? nb->ends[j - 1] : 0;
+        k = j < 0 ? -1 : nb->ends[j] - b;
+        if (k > 0 && cap > 0)
             memcpy(ids, nb->ids + b, (size_t)(k < cap ? k : cap) * sizeof *ids);
-        }
     }
     free(nb->ids);
     free(nb);

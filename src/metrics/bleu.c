@@ -257,8 +257,8 @@ done:
 static bool word_char(uint32_t c)
 {
     return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
-           (c >= 0xC0 && c != 0xD7 && c != 0xF7 && !(c >= 0x2000 && c <= 0x206F) &&
-            !(c >= 0x3000 && c <= 0x303F));
+           (c >= 0xC0 && c != 0xD7 && c != 0xF7 && !(c >= 0x2000 && c <= 0x2BFF) &&
+            !(c >= 0x3000 && c <= 0x303F) && c != 0xFFFD && !(c >= 0x1F000 && c <= 0x1FAFF));
 }
 
 /* The longest run of equal word tokens in the 13a tokens a[0..n) (single spaces between). */

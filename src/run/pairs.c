@@ -73,6 +73,12 @@ static bool opts_ok(tg_ctx *ctx, const tg_transformer *model, const tg_train_pai
         return false;
     }
     int64_t max_len = tg_seq2seq_get_info(o->train).max_len;
+    if (o->sample_nbest && max_len > model->cfg.max_seq_len) {
+        tg__run_err(ctx, TG_ERR_ARG, FN, "the training set's max_len %" PRId64 " is above the "
+                    "model's max_seq_len %" PRId64 ", which a sampled segmentation can reach",
+                    max_len, model->cfg.max_seq_len);
+        return false;
+    }
     if (o->sample_nbest && o->batch_tokens < max_len) {
         tg__run_err(ctx, TG_ERR_ARG, FN,
                     "batch_tokens %" PRId64 " is smaller than max_len %" PRId64
@@ -102,7 +108,7 @@ static bool plan_epoch(tg_train_pairs *m)
     tg_seq2seq_free(m->sampled);
     m->sampled = NULL;
     if (m->o.sample_nbest) {
-        m->sampled = tg_seq2seq_sample(m->o.train, m->o.tokenizer, m->o.sample_nbest,
+        m->sampled = tg_seq2seq_sample(m->ctx, m->o.train, m->o.tokenizer, m->o.sample_nbest,
                                        m->o.sample_alpha, m->o.seed, m->epoch);
         if (!m->sampled)
             return false;

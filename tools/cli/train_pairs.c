@@ -231,9 +231,9 @@ static bool meta_i64(const tg_safetensors *ck, const char *key, int64_t lo, int6
 static bool sampling_ok(const pairs_run *p, const train_args *a, char *err, size_t n)
 {
     if (!tg_tokenizer_can_sample(p->tok)) {
-        snprintf(err, n,
-                 "--spm-alpha samples the segmentations of a SentencePiece unigram "
-                 "model; this run's tokenizer (%s%s) has one segmentation per sentence",
+        snprintf(err, n, "sampling segmentations (--spm-alpha, or the resumed checkpoint's "
+                 "train.spm_alpha) needs a SentencePiece unigram model; this run's tokenizer "
+                 "(%s%s) has one segmentation per sentence",
                  tg_tokenizer_kind(p->tok),
                  strcmp(tg_tokenizer_kind(p->tok), "bytes") ? ", bpe" : "");
         return false;

@@ -86,7 +86,14 @@ Sequences (per pair): source = spm(English)[:max_len-1] + EOS; decoder input = B
 spm(German)[:max_len-1]; labels = spm(German)[:max_len-1] + EOS. Padded source positions hold
 pad and are masked (src_key_padding_mask, also the memory key padding mask); padded target
 positions hold pad in the decoder input and -100 in the labels (no target key padding mask:
-the causal mask keeps real positions from attending to later padding).
+the causal mask keeps real positions from attending to later padding). With --spm-alpha A
+(--spm-nbest L): every epoch e, each side s of training pair i takes one of its L best
+segmentations (NBestEncodeAsImmutableProto), segmentation k with weight exp(A (s_k - s_1)),
+drawn by u = (splitmix64(seed ^ G (e + 1) ^ 0xD1B54A32D192ED03 (2 i + s + 1)) >> 11) 2^-53
+times the total (tgrad's tg_seq2seq_sample); the epoch's batches are planned on those lengths.
+The same ids as tgrad need the same SentencePiece (Debian's 0.1.97: n-best scores are sums
+whose order a version may change). --keep-best decodes with the parameters of the evaluation
+with the highest validation BLEU (strictly higher than every earlier one).
 
 Batches: splitmix64 (state seed ^ (0x9E3779B97F4A7C15 (e + 1)) for epoch e, mod 2^64);
 Fisher-Yates permutation -> rank; examples sorted by (T, S, rank); packed greedily while
@@ -721,6 +728,8 @@ def main(argv=None):
         ap.error("--keep-last must be from 0 to 20 (tgrad's bound)")
     if a.average and (a.keep_last == 0 or a.load):
         ap.error("--average needs --keep-last N (and training: not with --load)")
+    if a.spm_alpha is not None and not (0 <= a.spm_alpha <= 100 and 1 <= a.spm_nbest <= 1024):
+        ap.error("--spm-alpha must be in [0, 100] and --spm-nbest in [1, 1024] (tgrad's bounds)")
     if a.average and a.keep_best:
         ap.error("--average and --keep-best each choose the weights to decode with: give one")
     if a.load is None and (a.train is None or a.valid is None):
@@ -753,6 +762,14 @@ def main(argv=None):
         if not a.load:
             train_pairs = read_pairs(a.train)
             train = make_sequences(vocab, train_pairs, a.max_len)
+            if a.spm_alpha is not None:
+                try:  # a BPE model gives no n-best list (or raises, by version)
+                    ok = len(vocab.sp.NBestEncodeAsImmutableProto("a", 2).nbests) > 0
+                except RuntimeError:
+                    ok = False
+                if not ok:
+                    raise InputError(f"{a.spm}: --spm-alpha samples the segmentations of a "
+                                     "unigram model; this one has one per sentence")
             if a.spm_alpha is not None and a.batch_tokens < a.max_len:
                 raise InputError(f"--batch-tokens {a.batch_tokens} is smaller than --max-len "
                                  f"{a.max_len}, which a sampled segmentation can reach")
