@@ -96,7 +96,8 @@ static int write_data(const char *train_tsv, const char *valid_tsv)
         fprintf(f[(i / 8 + i % 8) % 8 == 0], "%s %s.\t%s %s.\n", en[i / 8], en[i % 8],
                 de[i / 8], de[i % 8]);
     int bad = !f[0] || !f[1];
-    return (f[0] && fclose(f[0])) | (f[1] && fclose(f[1])) | bad;
+    int e0 = f[0] && fclose(f[0]), e1 = f[1] && fclose(f[1]); /* both closed */
+    return e0 || e1 || bad;
 }
 
 int main(int argc, char **argv)

@@ -230,8 +230,8 @@ START_TEST(test_dot_mha_every_node)
     /* every op of MHA is there */
     const char *must[] = {"\"dense\\n", "\"reshape\\n", "\"matmul\\n", "\"softmax\\n",
                           "\"add_mask\\n", "\"scale\\n", "\"param\\nin_proj_weight\\n",
-                          "\"input\\nx\\n(2, 3, 4) f32\", shape=box, style=filled, "
-                          "fillcolor=\"#d4e1f5\", penwidth=2"};
+                          ("\"input\\nx\\n(2, 3, 4) f32\", shape=box, style=filled, "
+                           "fillcolor=\"#d4e1f5\", penwidth=2")};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
         ck_assert_msg(strstr(s, must[i]) != NULL, "missing %s", must[i]);
     ck_assert_int_eq(count(s, "shape=box, style=filled, fillcolor=\"#cfe8d5\""), 4); /* params */

@@ -151,11 +151,10 @@ START_TEST(test_rows)
             ck_assert(tg__row_max_f32(xf, L) == (float)mf);
             if (md == -INFINITY)
                 continue; /* all -inf (variant 4, or L = 1 in variant 1): callers stop here */
-            double sd = 0, sf = 0, dd = 0, df = 0;
+            double sd = 0, sf = 0, df = 0;
             for (int64_t j = 0; j < L; j++) {
                 sd += exp(xd[j] - md);
                 sf += exp((double)(xf[j] - (float)mf));
-                dd += xd[j] == -INFINITY ? 0 : bd[j] * 1e-3 * xd[j];
                 df += (double)bf[j] * (double)bf[j];
             }
             double gd = tg__row_expsum_f64(xd, L, md, ed);
