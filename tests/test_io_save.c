@@ -8,8 +8,9 @@
  * - a target that is not a regular file (FIFO, directory, socket, /dev/null, links to them, a
  *   dangling link) is refused before anything is created; a link to a regular file is written
  *   through and survives;
- * - stale temporaries of killed saves are removed by the next save, but never a live writer's;
- *   SIGKILL at random moments never leaves a damaged file or more than one temporary;
+ * - stale temporaries of killed saves (named after their own inode) are removed by the next
+ *   save, but never a live writer's, nor any other file whatever its name; SIGKILL at random
+ *   moments never leaves a damaged file or more than one temporary;
  * - a new file respects the umask;
  * - tg_checkpoint_restore rejects every malformed optim.step and rng and changes nothing.
  */
@@ -484,33 +485,66 @@ static void touch(const char *path)
     write_file(path, "junk", 4);
 }
 
-/* The next save removes orphaned temporaries of its own target (before the fix nothing ever
- * did), but not a live writer's (it holds the flock), nor anything not of our exact naming. */
+/* The name a writer gives its temporary of base: "BASE.tmp." and the file's own inode number
+ * in 11 base-62 digits, least significant first (src/io/io.c, tmp_name_bound). */
+static void bound_name(char *out, size_t n, const char *base, uint64_t ino)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    char digits[12];
+    for (int i = 0; i < 11; i++, ino /= 62)
+        digits[i] = abc[ino % 62];
+    digits[11] = '\0';
+    snprintf(out, n, "%s.tmp.%s", base, digits);
+}
+
+/* Plant an orphan as a killed writer leaves it: a file named after its own inode. Returns its
+ * name in out. */
+static void plant_orphan(char *out, size_t n, const char *base)
+{
+    touch(tpath("pending"));
+    struct stat st;
+    ck_assert_int_eq(stat(tpath("pending"), &st), 0);
+    bound_name(out, n, base, (uint64_t)st.st_ino);
+    char to[512];
+    snprintf(to, sizeof to, "%s", tpath(out));
+    ck_assert_int_eq(rename(tpath("pending"), to), 0);
+}
+
+/* The next save removes the orphaned temporaries of its own target (files named after their
+ * own inode, whose lock nobody holds), and nothing else: not a live writer's, not a file whose
+ * name looks like a temporary (random ones included, the user's "ck.ckpt.tmp.backup" too), not
+ * a file named after another inode. */
 START_TEST(test_stale_temporaries_cleaned)
 {
     make_tmpdir();
     tg_ctx *ctx = tg_ctx_new();
     double d[2] = {1, 2};
     tg_io_item it = {"x", TG_F64, 1, (const int64_t[]){2}, d};
-    const char *orphans[] = {"ck.ckpt.tmp.AAAAAA", "ck.ckpt.tmp.z09Zaq"};
+    char orphans[2][128], other[128], live_name[128], wrong[128];
     const char *kept[] = {"ck.ckpt.tmp.CCCCC",  "ck.ckpt.tmp.CCCCCCC", "ck.ckpt.tmp.DD-DDD",
                           "other.ckpt.tmp.EEEEEE", "ck.ckpt.tmp", "xck.ckpt.tmp.HHHHHH",
-                          "ck.ckpt.tmp.XXXXXX.bak"};
-    for (size_t i = 0; i < 2; i++)
-        touch(tpath(orphans[i]));
+                          "ck.ckpt.tmp.XXXXXX.bak", "ck.ckpt.tmp.AAAAAA", "ck.ckpt.tmp.backup",
+                          "ck.ckpt.tmp.AAAAAAAAAAA", "ck.ckpt.tmp.backup00000"};
     for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
         touch(tpath(kept[i]));
-    ck_assert_int_eq(mkdir(tpath("ck.ckpt.tmp.FFFFFF"), 0700), 0);            /* a directory */
+    /* a file named after another file's inode (the user's, or a copy of an orphan) */
+    struct stat vs;
     touch(tpath("victim"));
+    ck_assert_int_eq(stat(tpath("victim"), &vs), 0);
+    bound_name(wrong, sizeof wrong, "ck.ckpt", (uint64_t)vs.st_ino);
+    touch(tpath(wrong));
+    ck_assert_int_eq(mkdir(tpath("ck.ckpt.tmp.FFFFFF"), 0700), 0);            /* a directory */
     ck_assert_int_eq(symlink("victim", tpath("ck.ckpt.tmp.GGGGGG")), 0);      /* a link */
     ck_assert_int_eq(mkfifo(tpath("ck.ckpt.tmp.IIIIII"), 0600), 0);           /* a FIFO */
     /* a live writer: holds the lock on its temporary */
-    touch(tpath("ck.ckpt.tmp.BBBBBB"));
-    int live = open(tpath("ck.ckpt.tmp.BBBBBB"), O_RDONLY);
+    plant_orphan(live_name, sizeof live_name, "ck.ckpt");
+    int live = open(tpath(live_name), O_RDONLY);
     ck_assert_int_ge(live, 0);
     ck_assert_int_eq(flock(live, LOCK_EX | LOCK_NB), 0);
 
     for (int named = 0; named < 2; named++) {
+        for (int i = 0; i < 2; i++)
+            plant_orphan(orphans[i], sizeof orphans[i], "ck.ckpt");
         tg_write_opts o = {.no_tmpfile = named};
         ck_assert_int_eq(tg_safetensors_write_items(ctx, tpath("ck.ckpt"), 1, &it, 0, NULL, NULL,
                                                     &o),
@@ -519,21 +553,23 @@ START_TEST(test_stale_temporaries_cleaned)
             ck_assert_msg(!exists(tpath(orphans[i])), "%s not removed", orphans[i]);
         for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
             ck_assert_msg(exists(tpath(kept[i])), "%s removed", kept[i]);
-        ck_assert(exists(tpath("ck.ckpt.tmp.BBBBBB")));
+        ck_assert_msg(exists(tpath(wrong)), "%s (another inode's name) removed", wrong);
+        ck_assert(exists(tpath(live_name)));
         ck_assert(exists(tpath("ck.ckpt.tmp.FFFFFF")));
         ck_assert(exists(tpath("ck.ckpt.tmp.GGGGGG")) && exists(tpath("victim")));
         ck_assert(exists(tpath("ck.ckpt.tmp.IIIIII")));
-        touch(tpath(orphans[0])); /* again for the second round */
-        touch(tpath(orphans[1]));
     }
-    /* a save of another path leaves ck.ckpt's temporaries alone */
+    /* a save of another path leaves ck.ckpt's temporaries alone, but removes its own */
+    plant_orphan(orphans[0], sizeof orphans[0], "ck.ckpt");
+    plant_orphan(other, sizeof other, "other.ckpt");
     ck_assert_int_eq(tg_npy_write_item(ctx, tpath("other.ckpt"), &it, NULL), TG_OK);
     ck_assert(exists(tpath(orphans[0])));
-    ck_assert(exists(tpath("other.ckpt.tmp.EEEEEE")) == false); /* but its own: yes */
+    ck_assert(!exists(tpath(other)));
+    ck_assert(exists(tpath("other.ckpt.tmp.EEEEEE")));
     /* once the writer is gone, its temporary is an orphan */
     close(live);
     ck_assert_int_eq(tg_npy_write_item(ctx, tpath("ck.ckpt"), &it, NULL), TG_OK);
-    ck_assert(!exists(tpath("ck.ckpt.tmp.BBBBBB")));
+    ck_assert(!exists(tpath(live_name)));
     ck_assert(!exists(tpath(orphans[0])));
     tg_ctx_free(ctx);
     rm_tmpdir();
@@ -568,6 +604,33 @@ static void save_forever(const char *path, bool named, int id, int ready_fd)
     }
 }
 
+/* The temporaries in the test directory: returns those a cleaner may remove (named after
+ * their own inode) or that hold data; *empty_random counts the others, which must be empty
+ * files under a random name (a named save killed before it bound the name to its inode). */
+static int count_litter(int *empty_random)
+{
+    DIR *dd = opendir(tmpdir);
+    ck_assert_ptr_nonnull(dd);
+    int n = 0;
+    *empty_random = 0;
+    struct dirent *e;
+    while ((e = readdir(dd))) {
+        const char *t = strstr(e->d_name, ".tmp.");
+        if (!t)
+            continue;
+        struct stat st;
+        ck_assert_int_eq(lstat(tpath(e->d_name), &st), 0);
+        char want[256];
+        bound_name(want, sizeof want, "k.st", (uint64_t)st.st_ino);
+        if (strcmp(want, e->d_name) == 0 || st.st_size != 0 || strlen(t + 5) != 6)
+            n++;
+        else
+            ++*empty_random;
+    }
+    closedir(dd);
+    return n;
+}
+
 START_TEST(test_sigkill_during_saves)
 {
     make_tmpdir();
@@ -595,8 +658,9 @@ START_TEST(test_sigkill_during_saves)
             kill(pid, SIGKILL);
             int wst = tu_wait_killed(pid);
             ck_assert_msg(WIFSIGNALED(wst), "the saver exited on its own (status %d)", wst);
-            int left = count_tmp();
+            int empty_random = 0, left = count_litter(&empty_random);
             ck_assert_int_le(left, 1);
+            ck_assert_int_le(empty_random, i + 1);
             littered += left;
             if (exists(path)) {
                 tg_ctx *c = tg_ctx_new();
@@ -605,13 +669,17 @@ START_TEST(test_sigkill_during_saves)
                 tg_ctx_free(c);
             }
         }
-        /* the next save (here, in this process) leaves the directory clean */
+        /* the next save (here, in this process) removes every temporary with data; what may
+         * stay is an empty file of a named save killed between its creation and its binding */
         tg_ctx *ctx = tg_ctx_new();
         double d[1] = {1};
         tg_io_item it = {"x", TG_F64, 0, NULL, d};
         ck_assert_int_eq(tg_safetensors_write_items(ctx, path, 1, &it, 0, NULL, NULL, NULL),
                          TG_OK);
-        ck_assert_int_eq(count_tmp(), 0);
+        int empty_random = 0;
+        ck_assert_int_eq(count_litter(&empty_random), 0);
+        ck_assert_int_eq(count_tmp(), empty_random);
+        ck_assert_msg(!named ? empty_random == 0 : true, "an unnamed temporary left a random name");
         tg_ctx_free(ctx);
         if (named)
             ck_assert_msg(littered > 0, "no kill hit a named temporary: the test is not testing");
