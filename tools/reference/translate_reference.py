@@ -702,7 +702,13 @@ def main(argv=None):
                     help="tok_emb initialised N(0, std^2) (default: d_model^-0.5 with the "
                          "embedding scale, as tgrad --pairs and fairseq; 1 without it)")
     ap.add_argument("--label-smoothing", type=float, default=0.1)
-    ap.add_argument("--lr", type=float, default=0.5, help="noam factor (0.5)")
+    ap.add_argument("--lr", type=float, default=0.5,
+                    help="noam: the factor (0.5); cosine: the peak learning rate")
+    ap.add_argument("--schedule", choices=["noam", "cosine"], default="noam",
+                    help="noam (the paper's) or cosine: linear warmup to --lr, then cosine "
+                         "decay to --min-lr at the last step (tg_lr_warmup_cosine)")
+    ap.add_argument("--min-lr", type=float, default=None,
+                    help="cosine: the final learning rate (--lr / 10)")
     ap.add_argument("--warmup", type=int, default=400)
     ap.add_argument("--beta2", type=float, default=0.98)
     ap.add_argument("--eps", type=float, default=1e-9)
@@ -804,7 +810,18 @@ def main(argv=None):
             s = k + 1
             return d_inv * min(s ** -0.5, s * a.warmup ** -1.5)
 
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, noam)
+        min_lr = a.lr / 10 if a.min_lr is None else a.min_lr
+
+        def cosine(k):  # tg_lr_warmup_cosine(k, steps, warmup, lr, min_lr) / lr
+            if a.warmup > 0 and k < a.warmup:
+                return (k + 1.0) / a.warmup
+            if a.steps <= a.warmup:
+                return 1.0
+            progress = min(1.0, (k - a.warmup) / (a.steps - a.warmup))
+            lr = min_lr + 0.5 * (a.lr - min_lr) * (1 + math.cos(math.pi * progress))
+            return lr / a.lr if a.lr else 0.0
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, noam if a.schedule == "noam" else cosine)
         print(f"train {len(train)} pairs, valid {len(valid)}, test {len(test)}; vocabulary "
               f"{vocab.size}; parameters {n_params}; threads {a.threads}")
     log = open(a.log, "w") if a.log and not a.load else None
