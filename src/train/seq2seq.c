@@ -9,9 +9,11 @@
  *   loss   = cross-entropy(logits, labels, ignore_index, label smoothing)   mean over tokens
  * a training graph (gradients; the caller's label smoothing) or an evaluation graph (no_grad,
  * no smoothing), kept for the rest of the object's life: bucketing by length gives a fixed
- * set of shapes (the sorted lengths are the same every epoch), so after the first epoch no
- * step builds a graph. All graphs share one arena (tg_arena), so memory is the largest
- * graph's arena plus each graph's records.
+ * set of shapes when the sorted lengths are the same every epoch, so after the first epoch no
+ * step builds a graph. Sampled segmentations (tg_seq2seq_sample) change the lengths every
+ * epoch, so the set keeps growing (docs/training.md, "Subword regularization"). All graphs
+ * share one arena (tg_arena), so memory is the largest graph's arena plus each graph's
+ * records (about 1 MB for the translation defaults).
  */
 #include "tgrad_train.h"
 #include "core.h"
