@@ -191,6 +191,110 @@ START_TEST(test_sampled_custom_nbest)
 }
 END_TEST
 
+/* An nbest that depends on the text: segmentation k (k = 0, 1, 2) of a text of n bytes has
+ * max(n - k, 1) ids, from the bytes and k, and score -k; a text starting with '#' fails while
+ * g_text_fail is set. Counts its calls. */
+static int g_text_nbest_calls, g_text_fail;
+static int64_t text_nbest(void *impl, const char *text, size_t n, int l, int32_t *ids,
+                          int64_t cap, int64_t *ends, double *scores, int *count, char *err,
+                          size_t err_size)
+{
+    (void)impl;
+    g_text_nbest_calls++;
+    if (g_text_fail && n && text[0] == '#') {
+        snprintf(err, err_size, "no exclamations");
+        return -1;
+    }
+    int m = l < 3 ? l : 3;
+    int64_t total = 0;
+    for (int k = 0; k < m; k++) {
+        int64_t len = (int64_t)n > k ? (int64_t)n - k : 1;
+        for (int64_t t = 0; t < len; t++, total++)
+            if (total < cap)
+                ids[total] = 4 + (int32_t)(((unsigned char)text[t < (int64_t)n ? t : 0] + k) % 11);
+        ends[k] = total;
+        scores[k] = -k;
+    }
+    *count = m;
+    return total;
+}
+
+static bool same_data(const tg_seq2seq_data *a, const tg_seq2seq_data *b)
+{
+    if (tg_seq2seq_count(a) != tg_seq2seq_count(b))
+        return false;
+    for (int64_t i = 0; i < tg_seq2seq_count(a); i++) {
+        int64_t la, lb, ta, tb;
+        const int32_t *sa = tg_seq2seq_source(a, i, &la), *sb = tg_seq2seq_source(b, i, &lb);
+        const int32_t *xa = tg_seq2seq_target(a, i, &ta), *xb = tg_seq2seq_target(b, i, &tb);
+        if (la != lb || ta != tb || memcmp(sa, sb, (size_t)la * sizeof *sa) ||
+            (ta && memcmp(xa, xb, (size_t)ta * sizeof *xa)))
+            return false;
+    }
+    return true;
+}
+
+/* tg_seq2seq_sample keeps the n-best lists with the data: later epochs ask the tokenizer
+ * nothing and draw exactly what a fresh search gives; another l, another context or a failed
+ * epoch start again from the tokenizer. */
+START_TEST(test_sample_memo)
+{
+    static const char text[] = "hello\tHallo\nabc\tabcd\nx\tyz\n#bang\tpeng\nlonger one\tlänger\n";
+    tg_ctx *ctx = tu_ctx_new(), *other = tu_ctx_new();
+    tg_tokenizer_ops ops = {"textnb", upper_encode, upper_decode, NULL, text_nbest};
+    tg_tokenizer *t = tg_tokenizer_new(ctx, &ops, NULL, 16, (tg_token_ids){0, 1, 2, 3}, NULL, 0);
+    tg_seq2seq_opts o = {.max_len = 6, .keep_text = true}; /* some sides truncated */
+    tg_seq2seq_data *d = tg_seq2seq_load_mem(ctx, text, sizeof text - 1, "p.tsv", t, &o);
+    /* sampled through another context: no memo (it would be in its data's context) */
+    tg_seq2seq_data *fresh = tg_seq2seq_load_mem(ctx, text, sizeof text - 1, "p.tsv", t, &o);
+    ck_assert_ptr_nonnull(d);
+    ck_assert_ptr_nonnull(fresh);
+    const int sides = 2 * (int)tg_seq2seq_count(d);
+    for (int64_t e = 0; e < 4; e++) {
+        for (int l = 3; l >= 2; l--) { /* a new l starts again: 3, 2, 3, 2, ... */
+            g_text_nbest_calls = 0;
+            tg_seq2seq_data *a = tg_seq2seq_sample(ctx, d, t, l, 0.7, 11, e);
+            int calls = g_text_nbest_calls;
+            g_text_nbest_calls = 0;
+            tg_seq2seq_data *b = tg_seq2seq_sample(ctx, d, t, l, 0.7, 11, e + 1);
+            ck_assert_int_eq(g_text_nbest_calls, 0); /* the memo of the call before */
+            ck_assert_int_eq(calls, sides);          /* l changed: the tokenizer again */
+            /* the same draws as without a memo (another context: no memo) */
+            tg_seq2seq_data *fa = tg_seq2seq_sample(other, fresh, t, l, 0.7, 11, e);
+            tg_seq2seq_data *fb = tg_seq2seq_sample(other, fresh, t, l, 0.7, 11, e + 1);
+            ck_assert_int_eq(g_text_nbest_calls, 2 * sides);
+            ck_assert_ptr_nonnull(a);
+            ck_assert_ptr_nonnull(b);
+            ck_assert(same_data(a, fa) && same_data(b, fb));
+            ck_assert(!same_data(a, b)); /* epochs differ */
+            tg_seq2seq_free(a), tg_seq2seq_free(b), tg_seq2seq_free(fa), tg_seq2seq_free(fb);
+        }
+    }
+    /* a failed epoch leaves no memo: the next one asks the tokenizer again */
+    size_t bytes0 = tg_ctx_bytes(ctx);
+    tg_seq2seq_data *d2 = tg_seq2seq_load_mem(ctx, text, sizeof text - 1, "p.tsv", t, &o);
+    g_text_fail = 1;
+    ck_assert_ptr_null(tg_seq2seq_sample(ctx, d2, t, 3, 0.7, 11, 0));
+    tu_assert_error(ctx, TG_ERR_ARG, "no exclamations");
+    g_text_fail = 0;
+    g_text_nbest_calls = 0;
+    tg_seq2seq_data *a = tg_seq2seq_sample(ctx, d2, t, 3, 0.7, 11, 0);
+    ck_assert_int_eq(g_text_nbest_calls, sides);
+    tg_seq2seq_data *fa = tg_seq2seq_sample(other, fresh, t, 3, 0.7, 11, 0);
+    ck_assert(same_data(a, fa));
+    ck_assert_int_eq(tg_ctx_status(ctx), TG_OK);
+    tg_seq2seq_free(a), tg_seq2seq_free(fa);
+    /* the memo's memory goes with its data */
+    tg_seq2seq_free(d2);
+    ck_assert_uint_eq(tg_ctx_bytes(ctx), bytes0);
+    tg_seq2seq_free(d);
+    tg_seq2seq_free(fresh);
+    tg_tokenizer_free(t);
+    tu_ctx_free(other);
+    tu_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_custom_tokenizer)
 {
     tg_ctx *ctx = tu_ctx_new();
@@ -970,6 +1074,7 @@ int main(void)
     tcase_add_test(tc, test_seq2seq_load);
     tcase_add_test(tc, test_seq2seq_tokenizer_error);
     tcase_add_test(tc, test_seq2seq_fill);
+    tcase_add_test(tc, test_sample_memo);
     tc = tu_tcase(s, "batches", 0);
     tcase_add_test(tc, test_batches_by_hand);
     tcase_add_test(tc, test_batches_fixture);

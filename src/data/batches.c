@@ -44,6 +44,22 @@ static bool grow_reserve(tg_ctx *ctx, const char *fn, grow *g, size_t more)
     return true;
 }
 
+/* The n-best lists of a training set's sides, which tg_seq2seq_sample keeps for the next
+ * epochs: the lists depend on the text and l only, the draws on the epoch, so later epochs
+ * skip the tokenizer's search. Side j = 2 i + s has the segmentations seg[j] .. seg[j+1]
+ * (their ends relative to ids[idx[j]], and their scores) over ids[idx[j] .. idx[j+1]), ids
+ * of 16 bits when the vocabulary allows (most of the memo is ids), else 32. */
+typedef struct nbest_memo {
+    const tg_tokenizer *tok; /* the lists are of this tokenizer */
+    uint64_t tok_hash;       /* (its model's bytes, when it has them) */
+    int l;                   /* and this l; */
+    bool complete;           /* every side's list is in */
+    grow seg, ends, scores, idx, ids;
+} nbest_memo;
+
+/* Largest memo kept (bytes allocated); a larger training set samples without one. */
+#define TG__NBEST_MEMO_MAX ((size_t)512 << 20)
+
 struct tg_seq2seq_data {
     tg_ctx *ctx;
     tg_seq2seq_info info;
@@ -54,6 +70,7 @@ struct tg_seq2seq_data {
     grow toff;  /* int64_t: keep_text: 2N offsets into text */
     bool keep_text;
     int32_t bos, eos; /* the tokenizer's */
+    nbest_memo memo;  /* tg_seq2seq_sample's, of this (texts') data */
 };
 
 /* ----- loading ------------------------------------------------------------------------------- */
@@ -65,17 +82,145 @@ typedef struct loader {
     /* tg_seq2seq_sample: draw segmentations (l >= 1) with these keys (tgrad_data.h) */
     int l;
     double alpha;
-    uint64_t key; /* seed XOR (0x9E3779B97F4A7C15 * (epoch + 1)) */
+    uint64_t key;     /* seed XOR (0x9E3779B97F4A7C15 * (epoch + 1)) */
+    nbest_memo *memo; /* the lists: read (complete), added to (not yet), or none (NULL) */
+    tg_ctx *memo_ctx; /* the memo's (its data's) */
+    tg__nbest *nb;    /* scratch while the memo is built */
 } loader;
 
+static size_t memo_bytes(const nbest_memo *m)
+{
+    return m->seg.cap * m->seg.elem + m->ends.cap * m->ends.elem + m->scores.cap * m->scores.elem +
+           m->idx.cap * m->idx.elem + m->ids.cap * m->ids.elem;
+}
+
+static void memo_reset(tg_ctx *ctx, nbest_memo *m)
+{
+    grow *g[] = {&m->seg, &m->ends, &m->scores, &m->idx, &m->ids};
+    for (size_t k = 0; k < sizeof g / sizeof g[0]; k++)
+        tg__free(ctx, g[k]->p);
+    memset(m, 0, sizeof *m);
+}
+
+/* What tells tokenizers apart beyond their address: their kind, vocabulary and model bytes. */
+static uint64_t tok_hash(const tg_tokenizer *tok)
+{
+    size_t size = 0;
+    const void *model = tg_tokenizer_model(tok, &size);
+    const char *kind = tg_tokenizer_kind(tok);
+    int64_t v = tg_tokenizer_vocab_size(tok);
+    uint64_t h = tg__fnv1a(TG__FNV_BASIS, kind, strlen(kind));
+    h = tg__fnv1a(h, &v, sizeof v);
+    return model ? tg__fnv1a(h, model, size) : h;
+}
+
+/* Begin a memo of tok's l-best lists (the first entries of the offsets); false if not. */
+static bool memo_begin(tg_ctx *ctx, nbest_memo *m, const tg_tokenizer *tok, int l)
+{
+    memo_reset(ctx, m);
+    m->tok = tok;
+    m->tok_hash = tok_hash(tok);
+    m->l = l;
+    m->seg.elem = m->idx.elem = sizeof(int64_t);
+    m->ends.elem = sizeof(int32_t);
+    m->ids.elem = tg_tokenizer_vocab_size(tok) <= 65536 ? sizeof(uint16_t) : sizeof(int32_t);
+    m->scores.elem = sizeof(double);
+    if (!grow_reserve(ctx, "tg_seq2seq_sample", &m->seg, 1) ||
+        !grow_reserve(ctx, "tg_seq2seq_sample", &m->idx, 1)) {
+        memo_reset(ctx, m);
+        return false;
+    }
+    ((int64_t *)m->seg.p)[m->seg.len++] = 0;
+    ((int64_t *)m->idx.p)[m->idx.len++] = 0;
+    return true;
+}
+
+/* Add the next side's list to the memo; false (nothing added) if it would pass the memo's
+ * bound or the context's memory limit. */
+static bool memo_add(tg_ctx *ctx, nbest_memo *m, const tg__nbest *nb)
+{
+    size_t need = (size_t)nb->count * (sizeof(int32_t) + sizeof(double)) +
+                  (size_t)nb->n_ids * m->ids.elem + 2 * sizeof(int64_t);
+    size_t limit = tg_ctx_memory_limit(ctx), have = memo_bytes(m);
+    /* room for the doubling of the largest array, so the checks below never fail */
+    size_t grow_by = m->ids.cap * m->ids.elem + need;
+    if (have + grow_by > TG__NBEST_MEMO_MAX || (limit && tg_ctx_bytes(ctx) + grow_by * 2 > limit))
+        return false;
+    static const char fn[] = "tg_seq2seq_sample";
+    if (!grow_reserve(ctx, fn, &m->seg, 1) || !grow_reserve(ctx, fn, &m->idx, 1) ||
+        !grow_reserve(ctx, fn, &m->ends, (size_t)nb->count) ||
+        !grow_reserve(ctx, fn, &m->scores, (size_t)nb->count) ||
+        !grow_reserve(ctx, fn, &m->ids, (size_t)nb->n_ids))
+        return false;
+    int32_t *e = (int32_t *)m->ends.p + m->ends.len;
+    for (int k = 0; k < nb->count; k++)
+        e[k] = (int32_t)nb->ends[k];
+    memcpy((double *)m->scores.p + m->scores.len, nb->scores, (size_t)nb->count * sizeof(double));
+    if (m->ids.elem == sizeof(int32_t)) {
+        memcpy((int32_t *)m->ids.p + m->ids.len, nb->ids, (size_t)nb->n_ids * sizeof(int32_t));
+    } else {
+        uint16_t *u = (uint16_t *)m->ids.p + m->ids.len;
+        for (int64_t k = 0; k < nb->n_ids; k++)
+            u[k] = (uint16_t)nb->ids[k]; /* checked in [0, vocab) by the tokenizer */
+    }
+    m->ends.len += (size_t)nb->count;
+    m->scores.len += (size_t)nb->count;
+    m->ids.len += (size_t)nb->n_ids;
+    ((int64_t *)m->seg.p)[m->seg.len++] = (int64_t)m->ends.len;
+    ((int64_t *)m->idx.p)[m->idx.len++] = (int64_t)m->ids.len;
+    return true;
+}
+
+/* Side j's draw from the complete memo (tg_tokenizer_encode_sampled's rule and errors). */
+static int64_t memo_pick(const loader *l, uint64_t j, uint64_t key, int32_t *ids, int64_t cap)
+{
+    const nbest_memo *m = l->memo;
+    int64_t s0 = ((const int64_t *)m->seg.p)[j], s1 = ((const int64_t *)m->seg.p)[j + 1];
+    int k =
+        tg__tokenizer_draw(m->tok, (const double *)m->scores.p + s0, (int)(s1 - s0), l->alpha, key);
+    if (k < 0)
+        return -1;
+    const int32_t *ends = (const int32_t *)m->ends.p + s0;
+    int64_t b = ((const int64_t *)m->idx.p)[j] + (k > 0 ? ends[k - 1] : 0);
+    int64_t len = ends[k] - (k > 0 ? ends[k - 1] : 0), n = len < cap ? len : cap;
+    for (int64_t t = 0; t < n; t++)
+        ids[t] = m->ids.elem == sizeof(int32_t) ? ((const int32_t *)m->ids.p)[b + t]
+                                                : ((const uint16_t *)m->ids.p)[b + t];
+    return len;
+}
+
+/* Side j's list from the tokenizer, added to the memo being built (which stops, freed, at the
+ * first list that does not fit), and the draw from it. */
+static int64_t memo_build(loader *l, const char *s, size_t n, uint64_t key, int32_t *ids,
+                          int64_t cap)
+{
+    tg__nbest *nb = l->nb;
+    if (tg__tokenizer_nbest(l->tok, s, n, l->l, nb) != TG_OK)
+        return -1;
+    int64_t k = tg__tokenizer_pick(l->tok, nb->ends, nb->scores, nb->count, nb->ids, l->alpha, key,
+                                   ids, cap);
+    if (k >= 0 && !memo_add(l->memo_ctx, l->memo, nb)) {
+        if (tg_ctx_status(l->memo_ctx) == TG_ERR_NOMEM) /* the memo's own allocation only */
+            tg_ctx_clear_error(l->memo_ctx);
+        memo_reset(l->memo_ctx, l->memo);
+        l->memo = NULL;
+    }
+    free(nb->ids);
+    nb->ids = NULL;
+    return k;
+}
+
 /* Side s of pair i, as tg_seq2seq_sample's rule says: sampled when l >= 1, else the best. */
-static int64_t encode_side(const loader *l, const char *s, size_t n, int side, int32_t *ids,
-                           int64_t cap)
+static int64_t encode_side(loader *l, const char *s, size_t n, int side, int32_t *ids, int64_t cap)
 {
     if (l->l < 1)
         return tg_tokenizer_encode(l->tok, s, n, ids, cap);
-    uint64_t i = (uint64_t)l->d->lines.len;
-    uint64_t key = l->key ^ (0xD1B54A32D192ED03ULL * (2 * i + (uint64_t)side + 1));
+    uint64_t i = (uint64_t)l->d->lines.len, j = 2 * i + (uint64_t)side;
+    uint64_t key = l->key ^ (0xD1B54A32D192ED03ULL * (j + 1));
+    if (l->memo && l->memo->complete)
+        return memo_pick(l, j, key, ids, cap);
+    if (l->memo)
+        return memo_build(l, s, n, key, ids, cap);
     return tg_tokenizer_encode_sampled(l->tok, s, n, l->l, l->alpha, key, ids, cap);
 }
 
@@ -154,6 +299,7 @@ static tg_status load_pair(void *user, const tg_pair *p)
 static void data_release(tg_seq2seq_data *d)
 {
     tg_ctx *ctx = d->ctx;
+    memo_reset(ctx, &d->memo);
     tg__free(ctx, d->ids.p);
     tg__free(ctx, d->off.p);
     tg__free(ctx, d->lines.p);
@@ -302,6 +448,19 @@ static bool sample_ok(tg_ctx *ctx, const char *fn, const tg_seq2seq_data *d,
     return true;
 }
 
+/* The memo tg_seq2seq_sample reads or builds for d (NULL: sample without one). The memo is
+ * d's, in d's context; it is kept only when that is the caller's (errors stay the call's). */
+static nbest_memo *sample_memo(tg_ctx *ctx, const tg_seq2seq_data *d, const tg_tokenizer *tok,
+                               int l)
+{
+    nbest_memo *m = (nbest_memo *)&d->memo; /* a cache: d's contents do not change */
+    if (d->ctx != ctx)
+        return NULL;
+    if (m->complete && m->tok == tok && m->l == l && m->tok_hash == tok_hash(tok))
+        return m;
+    return memo_begin(ctx, m, tok, l) ? m : NULL;
+}
+
 tg_seq2seq_data *tg_seq2seq_sample(tg_ctx *ctx, const tg_seq2seq_data *d,
                                    const tg_tokenizer *tok, int l, double alpha, uint64_t seed,
                                    int64_t epoch)
@@ -323,14 +482,27 @@ tg_seq2seq_data *tg_seq2seq_sample(tg_ctx *ctx, const tg_seq2seq_data *d,
                  .scratch = scratch,
                  .l = l,
                  .alpha = alpha,
-                 .key = seed ^ (0x9E3779B97F4A7C15ULL * ((uint64_t)epoch + 1))};
+                 .key = seed ^ (0x9E3779B97F4A7C15ULL * ((uint64_t)epoch + 1)),
+                 .memo = sample_memo(ctx, d, tok, l),
+                 .memo_ctx = ctx};
+    if (ld.memo && !ld.memo->complete && !(ld.nb = malloc(sizeof *ld.nb))) {
+        memo_reset(ctx, ld.memo);
+        ld.memo = NULL;
+    }
     tg_status st = TG_OK;
     for (int64_t i = 0; st == TG_OK && i < d->info.pairs; i++) {
         const char *a = tg_seq2seq_source_text(d, i), *b = tg_seq2seq_target_text(d, i);
         tg_pair p = {a, strlen(a), b, strlen(b), tg_seq2seq_line(d, i)};
         st = load_pair(&ld, &p);
     }
+    free(ld.nb);
     tg__free(ctx, scratch);
+    if (ld.memo && !ld.memo->complete) {
+        if (st == TG_OK)
+            ld.memo->complete = true;
+        else
+            memo_reset(ctx, ld.memo);
+    }
     if (st != TG_OK) {
         data_release(o);
         return NULL;

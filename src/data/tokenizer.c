@@ -7,7 +7,7 @@
  * implementation sees it, check the ids an implementation returns, and make every decoded
  * text valid UTF-8 (U+FFFD for each maximal invalid subpart, as Python's errors="replace").
  */
-#include "tgrad_data.h"
+#include "data.h"
 #include "core.h"
 #include "io/io.h"
 
@@ -170,16 +170,8 @@ int64_t tg_tokenizer_encode(const tg_tokenizer *tok, const char *text, size_t n,
 
 bool tg_tokenizer_can_sample(const tg_tokenizer *tok) { return tok && tok->ops.nbest; }
 
-/* The l best segmentations of a text (tg_tokenizer_ops.nbest), in memory of their own. */
-typedef struct nbest_list {
-    int32_t *ids;
-    int64_t n_ids, ends[TG_SAMPLE_MAX_NBEST];
-    double scores[TG_SAMPLE_MAX_NBEST];
-    int count;
-} nbest_list;
-
 static tg_status nbest_get(const tg_tokenizer *tok, const char *fn, const char *text, size_t n,
-                           int l, nbest_list *nb)
+                           int l, tg__nbest *nb)
 {
     /* at most l segmentations of at most 4 n + 16 pieces each (normalization can expand a
      * character into a few) */
@@ -225,22 +217,78 @@ static tg_status nbest_get(const tg_tokenizer *tok, const char *fn, const char *
 
 /* The segmentation drawn (tg_tokenizer_encode_sampled's rule); -1 if the weights are not
  * finite (scores far from best first). */
-static int draw(const nbest_list *nb, double alpha, uint64_t key)
+static int draw(const double *scores, int count, double alpha, uint64_t key)
 {
     double w[TG_SAMPLE_MAX_NBEST], total = 0;
-    for (int k = 0; k < nb->count; k++) {
-        w[k] = alpha == 0 ? 1.0 : exp(alpha * (nb->scores[k] - nb->scores[0]));
+    for (int k = 0; k < count; k++) {
+        w[k] = alpha == 0 ? 1.0 : exp(alpha * (scores[k] - scores[0]));
         total += w[k];
     }
     if (!isfinite(total))
         return -1;
     double u = (double)(tg__splitmix64(&key) >> 11) * 0x1p-53 * total, c = 0;
-    for (int k = 0; k < nb->count; k++) {
+    for (int k = 0; k < count; k++) {
         c += w[k];
         if (u < c)
             return k;
     }
-    return nb->count - 1; /* rounding: u * total at the very end */
+    return count - 1; /* rounding: u * total at the very end */
+}
+
+/* l in range and a tokenizer that can sample (else an error naming fn). */
+static bool sample_args_ok(const tg_tokenizer *tok, const char *fn, int l, double alpha)
+{
+    if (l < 1 || l > TG_SAMPLE_MAX_NBEST || !(alpha >= 0 && alpha <= 100)) {
+        tg__run_err(tok->ctx, TG_ERR_ARG, fn, "l %d must be in [1, %d] and alpha %g in [0, 100]", l,
+                    TG_SAMPLE_MAX_NBEST, alpha);
+        return false;
+    }
+    if (!tok->ops.nbest) {
+        tg__run_err(tok->ctx, TG_ERR_UNSUPPORTED, fn,
+                    "the %s tokenizer has one segmentation per text: nothing to sample",
+                    tok->ops.kind);
+        return false;
+    }
+    return true;
+}
+
+tg_status tg__tokenizer_nbest(const tg_tokenizer *tok, const char *text, size_t n, int l,
+                              tg__nbest *nb)
+{
+    static const char *fn = "tg_tokenizer_encode_sampled";
+    nb->ids = NULL;
+    tg__begin(tok->ctx);
+    if (!text_ok(tok, fn, text, n, NULL, 0) || !sample_args_ok(tok, fn, l, 0))
+        return tg_ctx_status(tok->ctx);
+    tg_status st = nbest_get(tok, fn, text, n, l, nb);
+    if (st != TG_OK) {
+        free(nb->ids);
+        nb->ids = NULL;
+    }
+    return st;
+}
+
+int tg__tokenizer_draw(const tg_tokenizer *tok, const double *scores, int count, double alpha,
+                       uint64_t key)
+{
+    int j = draw(scores, count, alpha, key);
+    if (j < 0)
+        tg__run_err(tok->ctx, TG_ERR_ARG, "tg_tokenizer_encode_sampled",
+                    "%s's n-best scores are not in order (the weights overflow)", tok->ops.kind);
+    return j;
+}
+
+int64_t tg__tokenizer_pick(const tg_tokenizer *tok, const int64_t *ends, const double *scores,
+                           int count, const int32_t *list_ids, double alpha, uint64_t key,
+                           int32_t *ids, int64_t cap)
+{
+    int j = tg__tokenizer_draw(tok, scores, count, alpha, key);
+    if (j < 0)
+        return -1;
+    int64_t b = j > 0 ? ends[j - 1] : 0, k = ends[j] - b;
+    if (k > 0 && cap > 0)
+        memcpy(ids, list_ids + b, (size_t)(k < cap ? k : cap) * sizeof *ids);
+    return k;
 }
 
 int64_t tg_tokenizer_encode_sampled(const tg_tokenizer *tok, const char *text, size_t n, int l,
@@ -250,39 +298,17 @@ int64_t tg_tokenizer_encode_sampled(const tg_tokenizer *tok, const char *text, s
     if (!tok)
         return -1;
     tg__begin(tok->ctx);
-    if (!text_ok(tok, fn, text, n, ids, cap))
+    if (!text_ok(tok, fn, text, n, ids, cap) || !sample_args_ok(tok, fn, l, alpha))
         return -1;
-    if (l < 1 || l > TG_SAMPLE_MAX_NBEST || !(alpha >= 0 && alpha <= 100)) {
-        tg__run_err(tok->ctx, TG_ERR_ARG, fn,
-                    "l %d must be in [1, %d] and alpha %g in "
-                    "[0, 100]",
-                    l, TG_SAMPLE_MAX_NBEST, alpha);
-        return -1;
-    }
-    if (!tok->ops.nbest) {
-        tg__run_err(tok->ctx, TG_ERR_UNSUPPORTED, fn,
-                    "the %s tokenizer has one segmentation "
-                    "per text: nothing to sample",
-                    tok->ops.kind);
-        return -1;
-    }
-    nbest_list *nb = malloc(sizeof *nb);
+    tg__nbest *nb = malloc(sizeof *nb);
     if (!nb) {
         tg__run_err(tok->ctx, TG_ERR_NOMEM, fn, "out of memory");
         return -1;
     }
     nb->ids = NULL;
     int64_t k = -1;
-    if (nbest_get(tok, fn, text, n, l, nb) == TG_OK) {
-        int j = draw(nb, alpha, key);
-        if (j < 0)
-            tg__run_err(tok->ctx, TG_ERR_ARG, fn, "%s's n-best scores are not in order (the "
-                        "weights overflow)", tok->ops.kind);
-        int64_t b = j > 0 ? nb->ends[j - 1] : 0;
-        k = j < 0 ? -1 : nb->ends[j] - b;
-        if (k > 0 && cap > 0)
-            memcpy(ids, nb->ids + b, (size_t)(k < cap ? k : cap) * sizeof *ids);
-    }
+    if (nbest_get(tok, fn, text, n, l, nb) == TG_OK)
+        k = tg__tokenizer_pick(tok, nb->ends, nb->scores, nb->count, nb->ids, alpha, key, ids, cap);
     free(nb->ids);
     free(nb);
     return k;
