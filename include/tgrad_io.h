@@ -34,18 +34,14 @@
  *   How: the data goes to a temporary file in the target's directory, is written, fsync()ed and
  *   closed, then rename()d over the target, and the directory is fsync()ed. On Linux the
  *   temporary is an unnamed `O_TMPFILE` inode, so a process killed while writing leaves nothing
- *   behind; it gets a name only for the instant between its linkat() and the rename():
- *   `<basename>.tmp.` and its own inode number in 11 base-62 digits. Where `O_TMPFILE` is
- *   unavailable (other systems, some file systems) the temporary is created under a random
- *   name `<basename>.tmp.XXXXXX` (X in [A-Za-z0-9]) and, before anything is written, given its
- *   inode's name instead. Either way the writer holds an flock() on its temporary from
- *   creation to rename, and every save first removes the temporaries next to its target that
- *   are named after their own inode and whose lock it can take: those left by killed writers.
- *   No other file is ever removed, whatever its name (`<basename>.tmp.backup` is safe), and a
- *   concurrent save of the same path holds its lock and is never disturbed. So a kill leaves
- *   at most one temporary per path, and the next save to that path removes it; the one
- *   exception is a save without `O_TMPFILE` killed between creating its temporary and naming
- *   it, which leaves an empty file under the random name.
+ *   behind; it gets the name `<basename>.tmp.XXXXXX` (X in [A-Za-z0-9]) only for the instant
+ *   between its linkat() and the rename(). Where `O_TMPFILE` is unavailable (other systems, some
+ *   file systems) the temporary has that name from the start. A save removes only the
+ *   temporary it created itself, never another file, whatever its name: a save killed in the
+ *   instant between linkat() and rename(), or while writing a named temporary, leaves that
+ *   one `<basename>.tmp.XXXXXX` behind, and no later save removes it (it may be deleted by
+ *   hand; the target is intact either way). Concurrent saves of one path never touch each
+ *   other's temporaries.
  * - Writers replace only regular files. If @p path is a directory, device, FIFO or socket, the
  *   call fails with ::TG_ERR_IO ("'/dev/full' is not a regular file (a character device):
  *   refusing to replace it") before anything is created or renamed. A symbolic link is written

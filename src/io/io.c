@@ -3,18 +3,16 @@
  * and half-precision conversion, UTF-8 validation, item checks and the atomic file writer
  * (temporary file + fsync + rename, so a failed save never damages the previous file).
  */
-#define _GNU_SOURCE /* O_TMPFILE, O_PATH, flock (POSIX.1-2008 otherwise) */
+#define _GNU_SOURCE          /* O_TMPFILE, O_PATH (POSIX.1-2008 otherwise) */
 #define _FILE_OFFSET_BITS 64 /* sizes of files over 2 GiB on 32-bit hosts */
 
 #include "io.h"
 
 #include "graph/values.h" /* tg__value, tg__stale: items from tensors */
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -687,17 +685,13 @@ tg_status tg__write_data(tg_ctx *ctx, const char *fn, const tg_writer *w, const 
  *     regular file it names, which becomes the target and is replaced in its own directory (the
  *     link survives); anything else (a directory, device, FIFO, socket, a link to one of those
  *     or to nothing) is refused before anything is created;
- *  2. allocate the write buffer, open the target's directory DIRFD and remove the orphaned
- *     temporaries of the target: files named "BASE.tmp.IIIIIIIIIII", their own inode number
- *     in base 62 (a name only a writer gives a file: step 3), whose flock nobody holds. No
- *     other file is ever removed, whatever its name;
+ *  2. allocate the write buffer, open the target's directory DIRFD;
  *  3. create the temporary: an unnamed O_TMPFILE inode in DIRFD (Linux; nothing can be left
- *     behind while it has no name) or else a new "BASE.tmp.XXXXXX" (random) made with O_EXCL
- *     and at once linked to its inode's name and unlinked. Either way flock(LOCK_EX) is taken
- *     at once and held through a second descriptor until the end: that lock is how a cleaner
- *     tells a live writer's temporary from an orphan;
+ *     behind while it has no name) or else a new "BASE.tmp.XXXXXX" made with O_EXCL, with a
+ *     second descriptor kept until the end (for the linkat of step 5). No save ever removes a
+ *     file it did not create itself: a temporary left by a killed save stays, under its name;
  *  4. write through a buffer with write(2) (every call checked), fsync, close;
- *  5. O_TMPFILE only: name the inode after itself with linkat(/proc/self/fd/N);
+ *  5. O_TMPFILE only: name the inode BASE.tmp.XXXXXX with linkat(/proc/self/fd/N);
  *  6. re-check that the target is still a regular file (or absent), renameat() the temporary
  *     over it, fsync DIRFD.
  * A failure at any step before the rename removes the temporary and leaves the target
@@ -706,8 +700,7 @@ tg_status tg__write_data(tg_ctx *ctx, const char *fn, const tg_writer *w, const 
 #define TG__SINK_BUF ((size_t)1 << 16)
 #define TG__TMP_SUFFIX ".tmp."
 #define TG__TMP_SUFFIX_LEN 5
-#define TG__TMP_RAND 6 /* digits of a random name */
-#define TG__TMP_INO 11 /* digits of an inode-bound name: 62^11 > 2^64 */
+#define TG__TMP_RAND 6
 
 const char *tg__ftype_name(unsigned mode)
 {
@@ -809,95 +802,23 @@ static int fd_sink_write(void *user, const void *data, size_t n)
     return e;
 }
 
-static const char tmp_abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-
-/* "BASE.tmp." and @p digits base-62 digits of @p v (least significant first) into out. */
-static void tmp_name_digits(char *out, const char *base, size_t bl, uint64_t v, int digits)
-{
-    memcpy(out, base, bl);
-    memcpy(out + bl, TG__TMP_SUFFIX, TG__TMP_SUFFIX_LEN);
-    for (int i = 0; i < digits; i++) {
-        out[bl + TG__TMP_SUFFIX_LEN + (size_t)i] = tmp_abc[v % 62];
-        v /= 62;
-    }
-    out[bl + TG__TMP_SUFFIX_LEN + (size_t)digits] = '\0';
-}
-
-/* A fresh random name "BASE.tmp.XXXXXX" (6 characters from [A-Za-z0-9], as mkstemp's): what a
- * temporary is called from its creation until it is bound to its inode. */
+/* "BASE.tmp.XXXXXX" into out (bl + 12 bytes), X from [A-Za-z0-9] as mkstemp uses. */
 static void tmp_name(char *out, const char *base, size_t bl, uint64_t *seed)
 {
-    tmp_name_digits(out, base, bl, tg__splitmix64(seed), TG__TMP_RAND);
-}
-
-/* The name that proves a temporary is a tgrad writer's: "BASE.tmp." and the file's own inode
- * number in TG__TMP_INO base-62 digits. Only a writer gives a file the name of its own inode
- * (a user's file would need its inode number spelled in its name), so a cleaner that removes
- * such a file removes only what a writer created. */
-static void tmp_name_bound(char *out, const char *base, size_t bl, uint64_t ino)
-{
-    tmp_name_digits(out, base, bl, ino, TG__TMP_INO);
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    memcpy(out, base, bl);
+    memcpy(out + bl, TG__TMP_SUFFIX, TG__TMP_SUFFIX_LEN);
+    uint64_t r = tg__splitmix64(seed);
+    for (int i = 0; i < TG__TMP_RAND; i++) {
+        out[bl + TG__TMP_SUFFIX_LEN + (size_t)i] = abc[r % 62];
+        r /= 62;
+    }
+    out[bl + TG__TMP_SUFFIX_LEN + TG__TMP_RAND] = '\0';
 }
 
 static bool same_inode(const struct stat *a, const struct stat *b)
 {
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
-}
-
-/* Take the writer's lock on fd. Returns 0, or EWOULDBLOCK if someone else holds it. A file
- * system without flock counts as locked: its cleaner cannot lock either, so removes nothing. */
-static int lock_tmp(int fd)
-{
-#ifdef LOCK_EX
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK)
-        return EWOULDBLOCK;
-#else
-    (void)fd;
-#endif
-    return 0;
-}
-
-/* Remove the orphaned temporaries of base in dirfd: regular files whose name is the one
- * tmp_name_bound gives their own inode (so a writer created them) and whose flock can be taken
- * (their writer is gone; a live writer holds its lock from creation to rename). Nothing else is
- * touched, whatever its name. Best effort: anything unexpected is skipped silently. scratch
- * holds a name (bl + TG__TMP_SUFFIX_LEN + TG__TMP_INO + 1 bytes). */
-static void clean_stale(int dirfd, const char *base, size_t bl, char *scratch)
-{
-#ifdef LOCK_EX
-    int dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return;
-    DIR *d = fdopendir(dfd);
-    if (!d) {
-        (void)close(dfd);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (strncmp(e->d_name, base, bl) != 0 ||
-            strlen(e->d_name) != bl + TG__TMP_SUFFIX_LEN + TG__TMP_INO ||
-            strncmp(e->d_name + bl, TG__TMP_SUFFIX, TG__TMP_SUFFIX_LEN) != 0)
-            continue;
-        const int fl = O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
-        int fd = openat(dirfd, e->d_name, O_RDONLY | fl);
-        if (fd < 0 && errno == EACCES) /* a temporary of a write-only file (mode kept) */
-            fd = openat(dirfd, e->d_name, O_WRONLY | fl);
-        if (fd < 0)
-            continue;
-        struct stat a, b;
-        if (fstat(fd, &a) == 0 && S_ISREG(a.st_mode)) {
-            tmp_name_bound(scratch, base, bl, (uint64_t)a.st_ino);
-            if (strcmp(scratch, e->d_name) == 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
-                fstatat(dirfd, e->d_name, &b, AT_SYMLINK_NOFOLLOW) == 0 && same_inode(&a, &b))
-                (void)unlinkat(dirfd, e->d_name, 0);
-        }
-        (void)close(fd); /* releases the lock */
-    }
-    closedir(d);
-#else
-    (void)dirfd, (void)base, (void)bl, (void)scratch;
-#endif
 }
 
 /* Copy s into context memory (NULL and TG_ERR_NOMEM recorded on failure). */
@@ -997,11 +918,10 @@ typedef struct {
     const char *fn, *path;
     tg_write_opts o;
     char *target, *dir, *tmp; /* the resolved target, its directory, the temporary's name */
-    char *name2;              /* a second name's room (binding a temporary, the cleaner) */
     const char *base;         /* the target's last component, bl bytes */
     size_t bl;
     unsigned char *buf;
-    int dirfd, fd, lockfd;
+    int dirfd, fd, keepfd;
     bool exists, named, anon;
     mode_t mode; /* of the file replaced */
     uint64_t seed;
@@ -1033,10 +953,9 @@ static tg_status wa_open_dir(write_atomic *s)
     else
         s->dir = ctx_strdup(s->ctx, s->fn, s->target,
                             slash == s->target ? 1 : (size_t)(slash - s->target));
-    s->tmp = tg__alloc(s->ctx, s->bl + TG__TMP_SUFFIX_LEN + TG__TMP_INO + 1, s->fn);
-    s->name2 = tg__alloc(s->ctx, s->bl + TG__TMP_SUFFIX_LEN + TG__TMP_INO + 1, s->fn);
+    s->tmp = tg__alloc(s->ctx, s->bl + TG__TMP_SUFFIX_LEN + TG__TMP_RAND + 1, s->fn);
     s->buf = tg__alloc(s->ctx, TG__SINK_BUF, s->fn);
-    if (!s->dir || !s->tmp || !s->name2 || !s->buf)
+    if (!s->dir || !s->tmp || !s->buf)
         return TG_ERR_NOMEM;
     s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (s->dirfd < 0) {
@@ -1045,11 +964,10 @@ static tg_status wa_open_dir(write_atomic *s)
                 tg__strerror(e, s->eb, sizeof s->eb));
         return TG_ERR_IO;
     }
-    clean_stale(s->dirfd, s->base, s->bl, s->name2);
     return TG_OK;
 }
 
-/* 3a. An unnamed temporary file (O_TMPFILE), locked, if the file system has them and it can
+/* 3a. An unnamed temporary file (O_TMPFILE), if the file system has them and it can
  * be named later through /proc/self/fd; else s->fd stays -1. */
 static void wa_create_anon(write_atomic *s)
 {
@@ -1063,8 +981,7 @@ static void wa_create_anon(write_atomic *s)
     char pp[64];
     struct stat a, b;
     snprintf(pp, sizeof pp, "/proc/self/fd/%d", s->fd);
-    if (fstat(s->fd, &a) == 0 && stat(pp, &b) == 0 && same_inode(&a, &b) &&
-        lock_tmp(s->fd) == 0) {
+    if (fstat(s->fd, &a) == 0 && stat(pp, &b) == 0 && same_inode(&a, &b)) {
         s->anon = true;
     } else {
         (void)close(s->fd);
@@ -1075,27 +992,8 @@ static void wa_create_anon(write_atomic *s)
 #endif
 }
 
-/* 3b. A named temporary takes the name of its inode (tmp_name_bound), so that a later save's
- * cleaner can prove it a writer's if this process is killed. Where that fails (a file system
- * without hard links), it keeps its random name, which no cleaner removes. A kill between the
- * link and the unlink leaves the empty file under its random name as well. */
-static void wa_bind_named(write_atomic *s, uint64_t ino)
-{
-    tmp_name_bound(s->name2, s->base, s->bl, ino);
-    if (linkat(s->dirfd, s->tmp, s->dirfd, s->name2, 0) != 0)
-        return;
-    if (unlinkat(s->dirfd, s->tmp, 0) != 0) {
-        (void)unlinkat(s->dirfd, s->name2, 0);
-        return;
-    }
-    char *t = s->tmp;
-    s->tmp = s->name2;
-    s->name2 = t;
-}
-
-/* 3. The temporary file, locked from birth (unnamed if it can be, else under a fresh name
- * bound to its inode at once), with a second descriptor that keeps the lock, and the mode of
- * the file it replaces. */
+/* 3. The temporary file (unnamed if it can be, else under a fresh name), with a second
+ * descriptor that keeps it open, and the mode of the file it replaces. */
 static tg_status wa_create_tmp(write_atomic *s)
 {
     struct timespec now;
@@ -1114,21 +1012,12 @@ static tg_status wa_create_tmp(write_atomic *s)
                 continue;
             return wa_create_failed(s, errno ? errno : EIO);
         }
-        struct stat a, b;
-        if (lock_tmp(s->fd) != 0 || fstat(s->fd, &a) != 0 ||
-            fstatat(s->dirfd, s->tmp, &b, AT_SYMLINK_NOFOLLOW) != 0 || !same_inode(&a, &b)) {
-            /* something else took the name between the create and the lock */
-            (void)close(s->fd);
-            s->fd = -1;
-            continue;
-        }
         s->named = true;
-        wa_bind_named(s, (uint64_t)a.st_ino);
     }
     if (s->fd < 0)
         return wa_create_failed(s, EEXIST);
-    s->lockfd = fcntl(s->fd, F_DUPFD_CLOEXEC, 0); /* keeps the lock held after fd is closed */
-    if (s->lockfd < 0)
+    s->keepfd = fcntl(s->fd, F_DUPFD_CLOEXEC, 0); /* the inode, open after fd is closed */
+    if (s->keepfd < 0)
         return wa_create_failed(s, errno ? errno : EIO);
     if (s->exists && fchmod(s->fd, s->mode) != 0) { /* keep the permissions of the file replaced */
         int e = errno ? errno : EIO;
@@ -1164,7 +1053,7 @@ static tg_status wa_write(write_atomic *s, tg__emit_fn emit, void *user)
             return TG_ERR_IO;
         }
     }
-    int rc = close(s->fd); /* reports late write errors (NFS); the lock stays held by lockfd */
+    int rc = close(s->fd); /* reports late write errors (NFS); keepfd stays open */
     s->fd = -1;
     e = s->o.fail_step == TG_WRITE_STEP_CLOSE ? inj_errno(&s->o)
         : rc != 0                             ? (errno ? errno : EIO)
@@ -1177,22 +1066,16 @@ static tg_status wa_write(write_atomic *s, tg__emit_fn emit, void *user)
     return TG_OK;
 }
 
-/* 5. An unnamed temporary gets its name only now: the name of its inode, or if a file of the
- * user's has that name, a random one. */
+/* 5. An unnamed temporary gets its name only now. */
 static tg_status wa_link_anon(write_atomic *s)
 {
 #ifdef O_TMPFILE
     if (!s->anon)
         return TG_OK;
     char pp[64];
-    snprintf(pp, sizeof pp, "/proc/self/fd/%d", s->lockfd);
-    struct stat a;
-    bool bound = fstat(s->lockfd, &a) == 0;
+    snprintf(pp, sizeof pp, "/proc/self/fd/%d", s->keepfd);
     for (int tries = 0; !s->named; tries++) {
-        if (bound && tries == 0)
-            tmp_name_bound(s->tmp, s->base, s->bl, (uint64_t)a.st_ino);
-        else
-            tmp_name(s->tmp, s->base, s->bl, &s->seed);
+        tmp_name(s->tmp, s->base, s->bl, &s->seed);
         if (linkat(AT_FDCWD, pp, s->dirfd, s->tmp, AT_SYMLINK_FOLLOW) == 0) {
             s->named = true;
         } else if (errno != EEXIST || tries >= 100) {
@@ -1247,16 +1130,15 @@ static tg_status wa_replace(write_atomic *s)
 static void wa_release(write_atomic *s)
 {
     if (s->named)
-        (void)unlinkat(s->dirfd, s->tmp, 0); /* still locked: no cleaner touches it meanwhile */
+        (void)unlinkat(s->dirfd, s->tmp, 0); /* the temporary this call created */
     if (s->fd >= 0)
         (void)close(s->fd);
-    if (s->lockfd >= 0)
-        (void)close(s->lockfd);
+    if (s->keepfd >= 0)
+        (void)close(s->keepfd);
     if (s->dirfd >= 0)
         (void)close(s->dirfd);
     tg__free(s->ctx, s->buf);
     tg__free(s->ctx, s->tmp);
-    tg__free(s->ctx, s->name2);
     tg__free(s->ctx, s->dir);
     tg__free(s->ctx, s->target);
 }
@@ -1264,7 +1146,7 @@ static void wa_release(write_atomic *s)
 tg_status tg__write_atomic(tg_ctx *ctx, const char *fn, const char *path,
                            const tg_write_opts *opts, tg__emit_fn emit, void *user)
 {
-    write_atomic s = {.ctx = ctx, .fn = fn, .path = path, .dirfd = -1, .fd = -1, .lockfd = -1};
+    write_atomic s = {.ctx = ctx, .fn = fn, .path = path, .dirfd = -1, .fd = -1, .keepfd = -1};
     if (opts)
         s.o = *opts;
     bool fresh = ctx->status == TG_OK; /* any error recorded below is ours */
